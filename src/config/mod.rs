@@ -1,0 +1,547 @@
+//! The runtime configuration of `svc`: a strict JSON document, validated without touching the
+//! network. Every problem is reported at once with its field path (see [`reader`]).
+//!
+//! The reference for every field, default and range is `docs/configuration.md`.
+
+pub mod reader;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::backoff::{Backoff, Growth, Jitter};
+use crate::envelope::EnvelopeConfig;
+use crate::metrics::SubjectFamily;
+use crate::sink::SinkConfig;
+use crate::subject::SubjectPattern;
+use reader::{is_env_var_name, looks_secret, parse_json, Invalid, ObjectReader, Problems};
+
+/// The whole runtime config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeConfig {
+    pub nats: NatsConfig,
+    pub delivery: DeliveryConfig,
+    pub envelope: EnvelopeConfig,
+    pub sink: SinkConfig,
+    pub metrics: MetricsConfig,
+    pub advisories: AdvisoriesConfig,
+    pub logging: LoggingConfig,
+}
+
+/// How the runner authenticates to the broker. Secrets come from the environment at connect
+/// time; the config only names the variables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NatsAuth {
+    None,
+    UserPassword {
+        username_env: String,
+        password_env: String,
+    },
+    Token {
+        token_env: String,
+    },
+    CredentialsFile {
+        path: PathBuf,
+    },
+}
+
+/// Settings used only when the runner creates the durable consumer itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerSettings {
+    pub ack_wait: Duration,
+    pub max_ack_pending: i64,
+    /// -1 = unlimited.
+    pub max_deliver: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NatsConfig {
+    pub urls: Vec<String>,
+    pub stream: String,
+    pub consumer: String,
+    pub subject: String,
+    pub auth: NatsAuth,
+    pub tls_ca_file: Option<PathBuf>,
+    pub tls_required: bool,
+    /// Create the durable pull consumer when missing (otherwise it must exist).
+    pub create_consumer: bool,
+    pub consumer_settings: ConsumerSettings,
+    /// Connection name shown in the broker's monitoring.
+    pub connection_name: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryConfig {
+    pub batch_size: usize,
+    /// Expiry of each pull request: how long the broker may hold it open.
+    pub fetch_expiry: Duration,
+    pub max_in_flight_batches: usize,
+    pub sink_workers: usize,
+    /// Batches older than this fraction of AckWait get in-progress acks.
+    pub in_progress_fraction: f64,
+    pub nak_backoff: Backoff,
+    /// Permanent failures at or beyond this delivery count are terminated (`+TERM`);
+    /// `None` leaves them to the broker's own limits.
+    pub max_deliveries: Option<u64>,
+    pub shutdown_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsConfig {
+    pub enabled: bool,
+    pub namespace: String,
+    pub snapshot_file: Option<PathBuf>,
+    pub write_interval: Duration,
+    pub subject_families: Vec<SubjectFamily>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdvisoriesConfig {
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoggingConfig {
+    pub level: log::LevelFilter,
+}
+
+/// A config that could not be loaded.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The file could not be read.
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The document is invalid; every problem is listed.
+    Invalid(Invalid),
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::Read { path, source } => {
+                write!(f, "cannot read {}: {source}", path.display())
+            }
+            LoadError::Invalid(inv) => write!(f, "{inv}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// Bounds, named so docs and code agree.
+pub const MAX_BATCH_SIZE: i64 = 10_000;
+pub const MAX_IN_FLIGHT_BATCHES: i64 = 64;
+pub const MAX_SINK_WORKERS: i64 = 64;
+pub const MAX_SUBJECT_FAMILIES: usize = 100;
+
+impl RuntimeConfig {
+    pub fn load(path: &Path) -> Result<RuntimeConfig, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text).map_err(LoadError::Invalid)
+    }
+
+    /// Parses and validates a config document.
+    pub fn parse(text: &str) -> Result<RuntimeConfig, Invalid> {
+        let value = parse_json(text)?;
+        if !value.is_object() {
+            return Err(Invalid::one("", "the configuration must be a JSON object"));
+        }
+        let problems = Problems::new();
+        let mut root = ObjectReader::root(&value, &problems);
+
+        let nats = match root.object("nats") {
+            Some(r) => Some(read_nats(r)),
+            None => {
+                root.problem("nats", "is required");
+                None
+            }
+        };
+        let delivery = read_delivery(root.object("delivery"));
+        let envelope = read_envelope(root.object("envelope"));
+        let sink = match root.object("sink") {
+            Some(r) => SinkConfig::read(r),
+            None => {
+                root.problem("sink", "is required");
+                None
+            }
+        };
+        let metrics = read_metrics(root.object("metrics"));
+        let advisories = AdvisoriesConfig {
+            enabled: match root.object("advisories") {
+                Some(mut r) => {
+                    let e = r.bool_or("enabled", false);
+                    r.finish();
+                    e
+                }
+                None => false,
+            },
+        };
+        let logging = read_logging(root.object("logging"));
+        root.finish();
+
+        match (nats, sink, problems.is_empty()) {
+            (Some(nats), Some(sink), true) => Ok(RuntimeConfig {
+                nats,
+                delivery,
+                envelope,
+                sink,
+                metrics,
+                advisories,
+                logging,
+            }),
+            _ => Err(Invalid(problems.into_vec())),
+        }
+    }
+}
+
+fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
+    let url = r.opt_string("url");
+    let list = r.has("urls").then(|| r.string_list("urls"));
+    let urls = match (url, list) {
+        (Some(_), Some(_)) => {
+            r.problem("urls", "set either url or urls, not both");
+            Vec::new()
+        }
+        (Some(u), None) => {
+            check_nats_url(&r, "url", &u);
+            vec![u]
+        }
+        (None, Some(list)) => {
+            if list.is_empty() {
+                r.problem("urls", "must name at least one server");
+            }
+            for (i, u) in list.iter().enumerate() {
+                check_nats_url(&r, &format!("urls[{i}]"), u);
+            }
+            list
+        }
+        (None, None) => {
+            r.problem("url", "is required (or urls)");
+            Vec::new()
+        }
+    };
+    let stream = r.req_string("stream");
+    if !stream.is_empty() && !is_broker_name(&stream) {
+        r.problem("stream", "must be 1 to 64 characters of A-Z a-z 0-9 _ -");
+    }
+    let consumer = r.req_string("consumer");
+    if !consumer.is_empty() && !is_broker_name(&consumer) {
+        r.problem("consumer", "must be 1 to 64 characters of A-Z a-z 0-9 _ -");
+    }
+    let subject = r.req_string("subject");
+    if !subject.is_empty() {
+        if let Err(e) = SubjectPattern::parse(&subject) {
+            r.problem("subject", e.to_string());
+        }
+    }
+    let auth = match r.object("auth") {
+        Some(a) => read_nats_auth(a),
+        None => NatsAuth::None,
+    };
+    let tls_ca_file = r.opt_nonempty("tls_ca_file").map(PathBuf::from);
+    let tls_required = r.bool_or("tls_required", false);
+    let create_consumer = r.bool_or("create_consumer", false);
+    let consumer_settings = ConsumerSettings {
+        ack_wait: Duration::from_secs(r.int_in("ack_wait_seconds", 30, 1, 86_400) as u64),
+        max_ack_pending: r.int_in("max_ack_pending", 1000, 1, 1_000_000),
+        max_deliver: match r.opt_int_in("max_deliver", -1, 1_000_000) {
+            Some(0) => {
+                r.problem("max_deliver", "must be -1 (unlimited) or at least 1");
+                -1
+            }
+            Some(n) => n,
+            None => -1,
+        },
+    };
+    let connection_name = r.string_or("connection_name", "svc");
+    r.finish();
+    NatsConfig {
+        urls,
+        stream,
+        consumer,
+        subject,
+        auth,
+        tls_ca_file,
+        tls_required,
+        create_consumer,
+        consumer_settings,
+        connection_name,
+    }
+}
+
+/// Broker URLs: `nats://` or `tls://` with a host; credentials in the URL are rejected (the
+/// URL gets logged; secrets come from the environment).
+fn check_nats_url(r: &ObjectReader<'_>, key: &str, url: &str) {
+    let rest = url
+        .strip_prefix("nats://")
+        .or_else(|| url.strip_prefix("tls://"));
+    let Some(rest) = rest else {
+        r.problem(key, "must start with nats:// or tls://");
+        return;
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.contains('@') {
+        r.problem(
+            key,
+            "must not contain credentials; use nats.auth with environment variables",
+        );
+    } else if authority.is_empty() || rest.len() > authority.len() + 1 {
+        r.problem(key, "must be scheme://host[:port] without a path");
+    }
+}
+
+fn is_broker_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn read_nats_auth(mut a: ObjectReader<'_>) -> NatsAuth {
+    #[derive(Clone, Copy)]
+    enum Mode {
+        None,
+        UserPassword,
+        Token,
+        CredentialsFile,
+    }
+    let mode = a.one_of(
+        "mode",
+        Mode::None,
+        &[
+            ("none", Mode::None),
+            ("user_password", Mode::UserPassword),
+            ("token", Mode::Token),
+            ("credentials_file", Mode::CredentialsFile),
+        ],
+    );
+    let env_name =
+        |a: &mut ObjectReader<'_>, key: &'static str, needed: bool| match a.opt_string(key) {
+            Some(n) if is_env_var_name(&n) => n,
+            Some(_) => {
+                a.problem(key, "must be an environment variable name");
+                String::new()
+            }
+            None => {
+                if needed {
+                    a.problem(key, "is required for this auth mode");
+                }
+                String::new()
+            }
+        };
+    let username_env = env_name(&mut a, "username_env", matches!(mode, Mode::UserPassword));
+    let password_env = env_name(&mut a, "password_env", matches!(mode, Mode::UserPassword));
+    let token_env = env_name(&mut a, "token_env", matches!(mode, Mode::Token));
+    let credentials_file = a.opt_nonempty("credentials_file");
+    if matches!(mode, Mode::CredentialsFile) && credentials_file.is_none() {
+        a.problem("credentials_file", "is required for this auth mode");
+    }
+    a.finish();
+    match mode {
+        Mode::None => NatsAuth::None,
+        Mode::UserPassword => NatsAuth::UserPassword {
+            username_env,
+            password_env,
+        },
+        Mode::Token => NatsAuth::Token { token_env },
+        Mode::CredentialsFile => NatsAuth::CredentialsFile {
+            path: PathBuf::from(credentials_file.unwrap_or_default()),
+        },
+    }
+}
+
+pub const DEFAULT_NAK_BACKOFF: Backoff = Backoff {
+    growth: Growth::Exponential,
+    initial: Duration::from_millis(1000),
+    multiplier: 2.0,
+    max: Duration::from_millis(60_000),
+    jitter: Jitter::Full,
+};
+
+fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
+    let empty = serde_json::Value::Object(Default::default());
+    let scratch = Problems::new();
+    let mut r = r.unwrap_or_else(|| ObjectReader::at("delivery".into(), &empty, &scratch));
+    let batch_size = r.int_in("batch_size", 256, 1, MAX_BATCH_SIZE) as usize;
+    let fetch_expiry = Duration::from_millis(r.int_in("fetch_expiry_ms", 1000, 10, 60_000) as u64);
+    let max_in_flight_batches =
+        r.int_in("max_in_flight_batches", 4, 1, MAX_IN_FLIGHT_BATCHES) as usize;
+    let sink_workers = r.int_in("sink_workers", 2, 1, MAX_SINK_WORKERS) as usize;
+    let in_progress_fraction = r.number_in("in_progress_fraction", 0.5, 0.05, false, 0.9);
+    let nak_backoff = match r.object("nak_backoff") {
+        Some(mut b) => {
+            let v = Backoff::read(&mut b, DEFAULT_NAK_BACKOFF);
+            b.finish();
+            v
+        }
+        None => DEFAULT_NAK_BACKOFF,
+    };
+    let max_deliveries = r
+        .opt_int_in("max_deliveries", 1, 1_000_000)
+        .map(|n| n as u64);
+    let shutdown_timeout =
+        Duration::from_secs(r.int_in("shutdown_timeout_seconds", 30, 1, 600) as u64);
+    r.finish();
+    DeliveryConfig {
+        batch_size,
+        fetch_expiry,
+        max_in_flight_batches,
+        sink_workers,
+        in_progress_fraction,
+        nak_backoff,
+        max_deliveries,
+        shutdown_timeout,
+    }
+}
+
+fn read_envelope(r: Option<ObjectReader<'_>>) -> EnvelopeConfig {
+    let Some(mut r) = r else {
+        return EnvelopeConfig::default();
+    };
+    let d = EnvelopeConfig::default();
+    let keep_headers = r.string_list("keep_headers");
+    for (i, h) in keep_headers.iter().enumerate() {
+        if !is_header_name(h) {
+            r.problems().push(
+                format!("{}[{i}]", r.path_of("keep_headers")),
+                "must be a header name without spaces or control characters",
+            );
+        } else if looks_secret(h) {
+            r.problems().push(
+                format!("{}[{i}]", r.path_of("keep_headers")),
+                "looks like a secret-bearing header and is never kept",
+            );
+        }
+    }
+    let event_time_header = r.string_or("event_time_header", &d.event_time_header);
+    if !is_header_name(&event_time_header) {
+        r.problem(
+            "event_time_header",
+            "must be a header name without spaces or control characters",
+        );
+    }
+    let stale_after_seconds = r.number_in(
+        "stale_after_seconds",
+        d.stale_after_seconds,
+        0.0,
+        true,
+        31_536_000.0,
+    );
+    r.finish();
+    EnvelopeConfig {
+        keep_headers,
+        event_time_header,
+        stale_after_seconds,
+    }
+}
+
+/// A header name: printable ASCII without spaces or `:`, 1 to 128 bytes.
+pub fn is_header_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+}
+
+/// Metric-name grammar of the scrapers: `[a-zA-Z_][a-zA-Z0-9_]*`.
+pub fn is_metric_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+/// A reviewed label value: `[a-z][a-z0-9_-]*`, at most 64 bytes, not secret-looking.
+pub fn is_family_label(s: &str) -> bool {
+    let mut chars = s.chars();
+    s.len() <= 64
+        && matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+        && !looks_secret(s)
+}
+
+fn read_metrics(r: Option<ObjectReader<'_>>) -> MetricsConfig {
+    let Some(mut r) = r else {
+        return MetricsConfig {
+            enabled: false,
+            namespace: "svc".into(),
+            snapshot_file: None,
+            write_interval: Duration::from_secs(5),
+            subject_families: Vec::new(),
+        };
+    };
+    let enabled = r.bool_or("enabled", false);
+    let namespace = r.string_or("namespace", "svc");
+    if !is_metric_name(&namespace) || namespace.len() > 64 {
+        r.problem(
+            "namespace",
+            "must match [a-zA-Z_][a-zA-Z0-9_]* and be at most 64 bytes",
+        );
+    }
+    let snapshot_file = r.opt_nonempty("snapshot_file").map(PathBuf::from);
+    if enabled && snapshot_file.is_none() {
+        r.problem("snapshot_file", "is required when metrics.enabled is true");
+    }
+    let write_interval = Duration::from_secs(r.int_in("write_interval_seconds", 5, 1, 3600) as u64);
+    let mut subject_families = Vec::new();
+    let families = r.objects("subject_families");
+    if families.len() > MAX_SUBJECT_FAMILIES {
+        r.problem(
+            "subject_families",
+            format!("must have at most {MAX_SUBJECT_FAMILIES} entries"),
+        );
+    }
+    for mut f in families {
+        let subject = f.req_string("subject");
+        let label = f.req_string("label");
+        let pattern = match SubjectPattern::parse(&subject) {
+            Ok(p) => Some(p),
+            Err(e) if !subject.is_empty() => {
+                f.problem("subject", e.to_string());
+                None
+            }
+            Err(_) => None,
+        };
+        if !label.is_empty() && !is_family_label(&label) {
+            f.problem(
+                "label",
+                "must match [a-z][a-z0-9_-]*, at most 64 bytes, and not look like a credential",
+            );
+        }
+        f.finish();
+        if let Some(pattern) = pattern {
+            subject_families.push(SubjectFamily { pattern, label });
+        }
+    }
+    r.finish();
+    MetricsConfig {
+        enabled,
+        namespace,
+        snapshot_file,
+        write_interval,
+        subject_families,
+    }
+}
+
+fn read_logging(r: Option<ObjectReader<'_>>) -> LoggingConfig {
+    use log::LevelFilter as L;
+    let Some(mut r) = r else {
+        return LoggingConfig { level: L::Info };
+    };
+    let level = r.one_of(
+        "level",
+        L::Info,
+        &[
+            ("error", L::Error),
+            ("warn", L::Warn),
+            ("info", L::Info),
+            ("debug", L::Debug),
+            ("trace", L::Trace),
+        ],
+    );
+    r.finish();
+    LoggingConfig { level }
+}
+
+#[cfg(test)]
+mod tests;

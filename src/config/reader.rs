@@ -1,0 +1,526 @@
+//! A strict reader over parsed JSON that collects *every* problem with its field path.
+//!
+//! serde's derive stops at the first error, but operators fixing a config want the whole list
+//! at once (`sink.bucket: must be 3 to 63 characters`, `delivery.batch_size: ...`). Each config
+//! struct reads its fields through an [`ObjectReader`], one line per field with its default in
+//! plain sight; unknown keys are reported when the reader is finished.
+//!
+//! Both the runtime config and the observability policy use this module.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+/// One configuration problem: where and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted field path, e.g. `nats.urls[1]`.
+    pub path: String,
+    /// Lowercase reason, never containing the offending value when it could be a secret.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Accumulates problems while a document is read. Shared by reference between nested readers.
+#[derive(Debug, Default)]
+pub struct Problems(RefCell<Vec<Problem>>);
+
+impl Problems {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.borrow_mut().push(Problem {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.borrow().is_empty()
+    }
+
+    pub fn into_vec(self) -> Vec<Problem> {
+        self.0.into_inner()
+    }
+}
+
+/// The error of a document that could not be accepted: every problem found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid(pub Vec<Problem>);
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+impl Invalid {
+    pub fn one(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Invalid(vec![Problem {
+            path: path.into(),
+            message: message.into(),
+        }])
+    }
+}
+
+/// Parses JSON text, turning a syntax error into a problem with line and column.
+pub fn parse_json(text: &str) -> Result<Value, Invalid> {
+    serde_json::from_str(text).map_err(|e| {
+        Invalid::one(
+            "",
+            format!(
+                "not valid JSON at line {} column {}: {}",
+                e.line(),
+                e.column(),
+                json_error_reason(&e)
+            ),
+        )
+    })
+}
+
+/// serde_json's message without its trailing " at line X column Y", which we already print.
+fn json_error_reason(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.find(" at line ") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+/// Joins a parent path and a key.
+pub fn join(parent: &str, key: &str) -> String {
+    if parent.is_empty() {
+        key.to_string()
+    } else {
+        format!("{parent}.{key}")
+    }
+}
+
+/// Reads the fields of one JSON object. Created by [`ObjectReader::root`] or by
+/// [`ObjectReader::object`] for nested blocks.
+pub struct ObjectReader<'a> {
+    path: String,
+    map: Option<&'a Map<String, Value>>,
+    known: Vec<&'static str>,
+    problems: &'a Problems,
+}
+
+impl<'a> ObjectReader<'a> {
+    /// Reader over the document root; a non-object root is a problem.
+    pub fn root(value: &'a Value, problems: &'a Problems) -> Self {
+        Self::at(String::new(), value, problems)
+    }
+
+    /// Reader over `value` found at `path`.
+    pub fn at(path: String, value: &'a Value, problems: &'a Problems) -> Self {
+        let map = match value {
+            Value::Object(m) => Some(m),
+            _ => {
+                problems.push(path.clone(), "must be a JSON object");
+                None
+            }
+        };
+        ObjectReader {
+            path,
+            map,
+            known: Vec::new(),
+            problems,
+        }
+    }
+
+    /// Path of a field of this object.
+    pub fn path_of(&self, key: &str) -> String {
+        join(&self.path, key)
+    }
+
+    /// This object's own path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    pub fn problems(&self) -> &'a Problems {
+        self.problems
+    }
+
+    /// Records a problem on field `key` of this object.
+    pub fn problem(&self, key: &str, message: impl Into<String>) {
+        self.problems.push(self.path_of(key), message);
+    }
+
+    /// True when the key is present with a non-null value.
+    pub fn has(&mut self, key: &'static str) -> bool {
+        self.raw(key).is_some()
+    }
+
+    /// The raw value of a key; `null` counts as absent (the spec's null defaults).
+    pub fn raw(&mut self, key: &'static str) -> Option<&'a Value> {
+        self.known.push(key);
+        match self.map?.get(key) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v),
+        }
+    }
+
+    /// An optional string.
+    pub fn opt_string(&mut self, key: &'static str) -> Option<String> {
+        match self.raw(key)? {
+            Value::String(s) => Some(s.clone()),
+            _ => {
+                self.problem(key, "must be a string");
+                None
+            }
+        }
+    }
+
+    /// A required string; missing yields a problem and an empty string.
+    pub fn req_string(&mut self, key: &'static str) -> String {
+        let present = self.has(key);
+        if !present {
+            self.problem(key, "is required");
+            return String::new();
+        }
+        self.opt_string(key).unwrap_or_default()
+    }
+
+    /// A string with a default.
+    pub fn string_or(&mut self, key: &'static str, default: &str) -> String {
+        self.opt_string(key).unwrap_or_else(|| default.to_string())
+    }
+
+    /// A non-empty optional string (empty is a problem).
+    pub fn opt_nonempty(&mut self, key: &'static str) -> Option<String> {
+        let s = self.opt_string(key)?;
+        if s.trim().is_empty() {
+            self.problem(key, "must not be empty");
+            return None;
+        }
+        Some(s)
+    }
+
+    pub fn bool_or(&mut self, key: &'static str, default: bool) -> bool {
+        match self.raw(key) {
+            None => default,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                self.problem(key, "must be true or false");
+                default
+            }
+        }
+    }
+
+    /// An optional integer within `min..=max`.
+    pub fn opt_int_in(&mut self, key: &'static str, min: i64, max: i64) -> Option<i64> {
+        let v = self.raw(key)?;
+        match v.as_i64() {
+            Some(n) if (min..=max).contains(&n) => Some(n),
+            Some(_) => {
+                self.problem(key, format!("must be an integer from {min} to {max}"));
+                None
+            }
+            None => {
+                self.problem(key, format!("must be an integer from {min} to {max}"));
+                None
+            }
+        }
+    }
+
+    /// An integer within `min..=max` with a default.
+    pub fn int_in(&mut self, key: &'static str, default: i64, min: i64, max: i64) -> i64 {
+        self.opt_int_in(key, min, max).unwrap_or(default)
+    }
+
+    /// An optional number within `min..=max` (`exclusive_min` makes the lower bound open).
+    pub fn opt_number_in(
+        &mut self,
+        key: &'static str,
+        min: f64,
+        exclusive_min: bool,
+        max: f64,
+    ) -> Option<f64> {
+        let v = self.raw(key)?;
+        let ok =
+            |n: f64| n.is_finite() && (if exclusive_min { n > min } else { n >= min }) && n <= max;
+        match v.as_f64() {
+            Some(n) if ok(n) => Some(n),
+            _ => {
+                let low = if exclusive_min {
+                    format!("greater than {min}")
+                } else {
+                    format!("from {min}")
+                };
+                let msg = if exclusive_min {
+                    format!("must be a number {low} and at most {max}")
+                } else {
+                    format!("must be a number {low} to {max}")
+                };
+                self.problem(key, msg);
+                None
+            }
+        }
+    }
+
+    pub fn number_in(
+        &mut self,
+        key: &'static str,
+        default: f64,
+        min: f64,
+        exclusive_min: bool,
+        max: f64,
+    ) -> f64 {
+        self.opt_number_in(key, min, exclusive_min, max)
+            .unwrap_or(default)
+    }
+
+    /// One of a fixed set of string values.
+    pub fn one_of<T: Copy>(
+        &mut self,
+        key: &'static str,
+        default: T,
+        choices: &[(&'static str, T)],
+    ) -> T {
+        let Some(s) = self.opt_string(key) else {
+            return default;
+        };
+        match choices.iter().find(|(name, _)| *name == s) {
+            Some((_, v)) => *v,
+            None => {
+                let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+                self.problem(key, format!("must be one of: {}", names.join(", ")));
+                default
+            }
+        }
+    }
+
+    /// An array of strings (absent = empty).
+    pub fn string_list(&mut self, key: &'static str) -> Vec<String> {
+        let Some(v) = self.raw(key) else {
+            return Vec::new();
+        };
+        let Value::Array(items) = v else {
+            self.problem(key, "must be an array of strings");
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            match item {
+                Value::String(s) => out.push(s.clone()),
+                _ => self
+                    .problems
+                    .push(format!("{}[{i}]", self.path_of(key)), "must be a string"),
+            }
+        }
+        out
+    }
+
+    /// An object of string to string (absent = empty).
+    pub fn string_map(&mut self, key: &'static str) -> BTreeMap<String, String> {
+        let Some(v) = self.raw(key) else {
+            return BTreeMap::new();
+        };
+        let Value::Object(m) = v else {
+            self.problem(key, "must be an object of string values");
+            return BTreeMap::new();
+        };
+        let mut out = BTreeMap::new();
+        for (k, item) in m {
+            match item {
+                Value::String(s) => {
+                    out.insert(k.clone(), s.clone());
+                }
+                _ => self
+                    .problems
+                    .push(join(&self.path_of(key), k), "must be a string"),
+            }
+        }
+        out
+    }
+
+    /// A nested object; absent gives `None`.
+    pub fn object(&mut self, key: &'static str) -> Option<ObjectReader<'a>> {
+        let path = self.path_of(key);
+        let v = self.raw(key)?;
+        Some(ObjectReader::at(path, v, self.problems))
+    }
+
+    /// An array of objects (absent = empty); each element gets its own reader.
+    pub fn objects(&mut self, key: &'static str) -> Vec<ObjectReader<'a>> {
+        let path = self.path_of(key);
+        let Some(v) = self.raw(key) else {
+            return Vec::new();
+        };
+        let Value::Array(items) = v else {
+            self.problem(key, "must be an array of objects");
+            return Vec::new();
+        };
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| ObjectReader::at(format!("{path}[{i}]"), item, self.problems))
+            .collect()
+    }
+
+    /// The keys present in this object, in document order.
+    pub fn keys(&self) -> Vec<&'a String> {
+        self.map.map(|m| m.keys().collect()).unwrap_or_default()
+    }
+
+    /// Reports every key that no getter asked for.
+    pub fn finish(self) {
+        let Some(map) = self.map else { return };
+        for key in map.keys() {
+            if !self.known.iter().any(|k| k == key) {
+                self.problems.push(join(&self.path, key), "unknown field");
+            }
+        }
+    }
+}
+
+/// True for names that usually carry secrets; used to reject header, metadata, tag and
+/// dimension names. Compared case-insensitively on the name's words.
+pub fn looks_secret(name: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "authorization",
+        "auth",
+        "password",
+        "passwd",
+        "pwd",
+        "secret",
+        "token",
+        "apikey",
+        "api_key",
+        "api-key",
+        "credential",
+        "credentials",
+        "cookie",
+        "private_key",
+        "privatekey",
+        "private-key",
+        "session",
+        "bearer",
+        "signature",
+        "x-amz-security-token",
+    ];
+    let lower = name.to_ascii_lowercase();
+    if WORDS.iter().any(|w| lower == *w) {
+        return true;
+    }
+    let compact: String = lower
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    [
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "apikey",
+        "credential",
+        "privatekey",
+        "authorization",
+        "cookie",
+        "bearer",
+    ]
+    .iter()
+    .any(|w| compact.contains(w))
+}
+
+/// Environment-variable name rule: `[A-Za-z_][A-Za-z0-9_]*`, at most 128 bytes.
+pub fn is_env_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+        && name.len() <= 128
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str, f: impl FnOnce(&mut ObjectReader)) -> Vec<String> {
+        let v = parse_json(text).unwrap();
+        let p = Problems::new();
+        let mut r = ObjectReader::root(&v, &p);
+        f(&mut r);
+        r.finish();
+        p.into_vec().iter().map(|p| p.to_string()).collect()
+    }
+
+    #[test]
+    fn reports_every_problem_with_its_path() {
+        let got = read(
+            r#"{"a": "x", "b": 7, "c": true, "n": {"deep": 1, "extra": 2}, "zz": 1}"#,
+            |r| {
+                r.int_in("a", 1, 0, 10);
+                r.int_in("b", 1, 0, 5);
+                r.opt_string("c");
+                let mut n = r.object("n").unwrap();
+                n.opt_string("deep");
+                n.finish();
+            },
+        );
+        assert_eq!(
+            got,
+            vec![
+                "a: must be an integer from 0 to 10",
+                "b: must be an integer from 0 to 5",
+                "c: must be a string",
+                "n.deep: must be a string",
+                "n.extra: unknown field",
+                "zz: unknown field",
+            ]
+        );
+    }
+
+    #[test]
+    fn null_counts_as_absent_and_required_is_reported() {
+        let got = read(r#"{"a": null}"#, |r| {
+            assert_eq!(r.opt_string("a"), None);
+            r.req_string("b");
+        });
+        assert_eq!(got, vec!["b: is required"]);
+    }
+
+    #[test]
+    fn syntax_errors_name_line_and_column() {
+        let e = parse_json("{\n \"a\": }").unwrap_err();
+        assert!(e.to_string().contains("line 2 column"), "{e}");
+    }
+
+    #[test]
+    fn secret_looking_names() {
+        for n in [
+            "Authorization",
+            "X-Api-Key",
+            "db_password",
+            "SECRET",
+            "session",
+            "my-token",
+        ] {
+            assert!(looks_secret(n), "{n}");
+        }
+        for n in ["team", "source", "region", "content-type", "env"] {
+            assert!(!looks_secret(n), "{n}");
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Validation rules of the runtime config, each with its exact message.
+
+use super::*;
+
+const MINIMAL: &str = r#"{
+  "nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc", "subject": "orders.>"},
+  "sink": {"type": "file", "directory": "/tmp/out"}
+}"#;
+
+fn problems(text: &str) -> Vec<String> {
+    match RuntimeConfig::parse(text) {
+        Ok(_) => Vec::new(),
+        Err(inv) => inv.0.iter().map(|p| p.to_string()).collect(),
+    }
+}
+
+fn with(patch: &str) -> String {
+    // Merges a JSON object patch (top-level blocks) into MINIMAL.
+    let mut base: serde_json::Value = serde_json::from_str(MINIMAL).unwrap();
+    let patch: serde_json::Value = serde_json::from_str(patch).unwrap();
+    for (k, v) in patch.as_object().unwrap() {
+        match (base.get_mut(k), v) {
+            (Some(serde_json::Value::Object(b)), serde_json::Value::Object(p)) => {
+                for (pk, pv) in p {
+                    b.insert(pk.clone(), pv.clone());
+                }
+            }
+            _ => {
+                base[k] = v.clone();
+            }
+        }
+    }
+    base.to_string()
+}
+
+#[test]
+fn minimal_config_is_valid_with_defaults() {
+    let c = RuntimeConfig::parse(MINIMAL).unwrap();
+    assert_eq!(c.nats.urls, vec!["nats://127.0.0.1:4222"]);
+    assert_eq!(c.delivery.batch_size, 256);
+    assert_eq!(c.delivery.max_in_flight_batches, 4);
+    assert_eq!(c.delivery.sink_workers, 2);
+    assert_eq!(c.delivery.nak_backoff, DEFAULT_NAK_BACKOFF);
+    assert_eq!(c.sink.kind(), "file");
+    assert!(!c.metrics.enabled);
+    assert_eq!(c.logging.level, log::LevelFilter::Info);
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let got = problems(
+        r#"{"nats": {"url": "http://x", "stream": "a b", "subject": "a..b", "bogus": 1},
+            "delivery": {"batch_size": 0, "sink_workers": 99},
+            "sink": {"type": "carrier_pigeon"},
+            "extra": true}"#,
+    );
+    assert_eq!(
+        got,
+        vec![
+            "nats.url: must start with nats:// or tls://",
+            "nats.stream: must be 1 to 64 characters of A-Z a-z 0-9 _ -",
+            "nats.consumer: is required",
+            "nats.subject: must not contain empty tokens",
+            "nats.bogus: unknown field",
+            "delivery.batch_size: must be an integer from 1 to 10000",
+            "delivery.sink_workers: must be an integer from 1 to 64",
+            "sink.type: must be one of: file",
+            "extra: unknown field",
+        ]
+    );
+}
+
+#[test]
+fn missing_blocks() {
+    assert_eq!(
+        problems("{}"),
+        vec!["nats: is required", "sink: is required"]
+    );
+    assert_eq!(
+        problems("[]"),
+        vec!["the configuration must be a JSON object"]
+    );
+}
+
+#[test]
+fn nats_url_rules() {
+    let cases = [
+        (
+            r#"{"nats": {"url": "nats://user:pw@host:4222"}}"#,
+            "nats.url: must not contain credentials; use nats.auth with environment variables",
+        ),
+        (
+            r#"{"nats": {"url": "nats://host:4222/path"}}"#,
+            "nats.url: must be scheme://host[:port] without a path",
+        ),
+        (
+            r#"{"nats": {"urls": []}}"#,
+            "nats.url: set either url or urls, not both",
+        ),
+    ];
+    assert_eq!(problems(&with(cases[0].0)), vec![cases[0].1]);
+    assert_eq!(problems(&with(cases[1].0)), vec![cases[1].1]);
+    // MINIMAL has url, so adding urls conflicts.
+    assert_eq!(
+        problems(&with(cases[2].0)),
+        vec!["nats.urls: set either url or urls, not both"]
+    );
+    let secret = problems(&with(r#"{"nats": {"url": "nats://admin:hunter2@h:1"}}"#)).join("\n");
+    assert!(!secret.contains("hunter2"));
+}
+
+#[test]
+fn nats_auth_rules() {
+    assert_eq!(
+        problems(&with(
+            r#"{"nats": {"auth": {"mode": "user_password", "username_env": "1BAD"}}}"#
+        )),
+        vec![
+            "nats.auth.username_env: must be an environment variable name",
+            "nats.auth.password_env: is required for this auth mode",
+        ]
+    );
+    assert_eq!(
+        problems(&with(r#"{"nats": {"auth": {"mode": "token"}}}"#)),
+        vec!["nats.auth.token_env: is required for this auth mode"]
+    );
+    assert_eq!(
+        problems(&with(r#"{"nats": {"auth": {"mode": "credentials_file"}}}"#)),
+        vec!["nats.auth.credentials_file: is required for this auth mode"]
+    );
+    assert_eq!(
+        problems(&with(r#"{"nats": {"auth": {"mode": "kerberos"}}}"#)),
+        vec!["nats.auth.mode: must be one of: none, user_password, token, credentials_file"]
+    );
+    let ok = RuntimeConfig::parse(&with(
+        r#"{"nats": {"auth": {"mode": "token", "token_env": "NATS_TOKEN"}}}"#,
+    ))
+    .unwrap();
+    assert_eq!(
+        ok.nats.auth,
+        NatsAuth::Token {
+            token_env: "NATS_TOKEN".into()
+        }
+    );
+}
+
+#[test]
+fn consumer_settings_rules() {
+    assert_eq!(
+        problems(&with(
+            r#"{"nats": {"max_deliver": 0, "ack_wait_seconds": 0}}"#
+        )),
+        vec![
+            "nats.ack_wait_seconds: must be an integer from 1 to 86400",
+            "nats.max_deliver: must be -1 (unlimited) or at least 1",
+        ]
+    );
+}
+
+#[test]
+fn delivery_rules() {
+    assert_eq!(
+        problems(&with(
+            r#"{"delivery": {"in_progress_fraction": 1.5, "fetch_expiry_ms": 1, "max_deliveries": 0,
+              "nak_backoff": {"mode": "random", "multiplier": 0.5, "jitter": "some"}}}"#
+        )),
+        vec![
+            "delivery.fetch_expiry_ms: must be an integer from 10 to 60000",
+            "delivery.in_progress_fraction: must be a number from 0.05 to 0.9",
+            "delivery.nak_backoff.mode: must be one of: fixed, linear, exponential",
+            "delivery.nak_backoff.multiplier: must be a number from 1 to 10",
+            "delivery.nak_backoff.jitter: must be one of: none, full, equal",
+            "delivery.max_deliveries: must be an integer from 1 to 1000000",
+        ]
+    );
+}
+
+#[test]
+fn metrics_rules() {
+    assert_eq!(
+        problems(&with(
+            r#"{"metrics": {"enabled": true, "namespace": "9bad"}}"#
+        )),
+        vec![
+            "metrics.namespace: must match [a-zA-Z_][a-zA-Z0-9_]* and be at most 64 bytes",
+            "metrics.snapshot_file: is required when metrics.enabled is true",
+        ]
+    );
+    assert_eq!(
+        problems(&with(r#"{"metrics": {"subject_families": [{"subject": "orders.>", "label": "Orders!"}, {"subject": ">.x"}]}}"#)),
+        vec![
+            "metrics.subject_families[0].label: must match [a-z][a-z0-9_-]*, at most 64 bytes, and not look like a credential",
+            "metrics.subject_families[1].label: is required",
+            "metrics.subject_families[1].subject: '>' may only be the last token",
+        ]
+    );
+}
+
+#[test]
+fn envelope_rules() {
+    assert_eq!(
+        problems(&with(
+            r#"{"envelope": {"keep_headers": ["Authorization", "bad name"], "stale_after_seconds": 0}}"#
+        )),
+        vec![
+            "envelope.keep_headers[0]: looks like a secret-bearing header and is never kept",
+            "envelope.keep_headers[1]: must be a header name without spaces or control characters",
+            "envelope.stale_after_seconds: must be a number greater than 0 and at most 31536000",
+        ]
+    );
+}
+
+#[test]
+fn logging_and_advisories() {
+    assert_eq!(
+        problems(&with(
+            r#"{"logging": {"level": "loud"}, "advisories": {"enabled": "yes"}}"#
+        )),
+        vec![
+            "advisories.enabled: must be true or false",
+            "logging.level: must be one of: error, warn, info, debug, trace",
+        ]
+    );
+}

@@ -1,0 +1,9 @@
+//! `svc`: a message-delivery runner (NATS JetStream pull consumer -> one sink, commit first,
+//! ACK last) and the library behind its metrics exporter. See `docs/architecture.md`.
+
+pub mod backoff;
+pub mod config;
+pub mod envelope;
+pub mod metrics;
+pub mod sink;
+pub mod subject;

@@ -1,0 +1,302 @@
+//! The runner's metrics: lock-free counters, small summaries, bounded subject-family rows.
+//!
+//! Every pipeline thread bumps counters here; `svc-snapshot` reads them and writes the JSON
+//! snapshot (see [`snapshot`]). Nothing in this module ever sees a payload, a raw subject
+//! outside the family matcher, a path, a table name or a credential.
+
+pub mod snapshot;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::subject::SubjectPattern;
+
+/// Declares the counter set once: the struct, its names and the snapshot iteration stay in step.
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $field:ident ),* $(,)?) => {
+        /// Monotonic counters. Field name = metric suffix.
+        #[derive(Debug, Default)]
+        pub struct Counters {
+            $( $(#[$doc])* pub $field: AtomicU64, )*
+        }
+
+        impl Counters {
+            /// Every counter as `(suffix, value)`, in declaration order.
+            pub fn values(&self) -> Vec<(&'static str, u64)> {
+                vec![ $( (stringify!($field), self.$field.load(Ordering::Relaxed)), )* ]
+            }
+
+            /// Every counter suffix the runner can produce.
+            pub const NAMES: &'static [&'static str] = &[ $( stringify!($field), )* ];
+        }
+    };
+}
+
+counters! {
+    /// Messages received from the broker.
+    messages_fetched_total,
+    /// Messages normalized into envelopes and handed to the sink.
+    messages_prepared_total,
+    /// Messages the sink reported durable (including already-durable duplicates).
+    messages_written_total,
+    /// Messages acknowledged after durable success or DLQ success.
+    messages_acked_total,
+    /// Messages terminated (`+TERM`) after the configured delivery limit.
+    messages_terminated_total,
+    /// Negative acknowledgements sent (transient failures and permanent failures awaiting a limit).
+    messages_nacked_total,
+    /// Messages whose processing failed permanently (pre-sink or sink).
+    messages_failed_total,
+    /// Messages published to the dead-letter subject and confirmed by the broker.
+    messages_dlq_total,
+    /// Sink write failures, counted per message.
+    sink_write_errors_total,
+    /// Events whose age at receive exceeded `envelope.stale_after_seconds`.
+    events_stale_at_receive_total,
+    /// Events without a publisher timestamp header (broker time used instead).
+    events_missing_publisher_timestamp_total,
+    /// Events whose publisher timestamp header could not be parsed.
+    events_malformed_timestamp_total,
+    /// Events whose source time lies in the runner's future (positive source clock skew).
+    events_source_clock_skew_total,
+    /// Redelivered rows the relational sink ignored by idempotency key.
+    db_duplicates_total,
+    /// Duplicate rows ignored without error (same key, no new row).
+    db_duplicate_ignored_total,
+    /// Connections lost to the broker.
+    broker_connection_disconnects_total,
+    /// Connections re-established to the broker.
+    broker_connection_reconnects_total,
+    /// Asynchronous connection errors reported by the client.
+    broker_connection_errors_total,
+    /// In-progress acknowledgements sent to extend AckWait of long batches.
+    messages_in_progress_total,
+    /// Fan-out: messages routed to at least one child.
+    fanout_messages_routed_total,
+    /// Fan-out: child sinks selected, summed over messages.
+    fanout_child_sinks_selected_total,
+    /// Fan-out: required child writes that succeeded.
+    fanout_required_child_success_total,
+    /// Fan-out: required child writes that failed and blocked ACK.
+    fanout_required_child_failure_total,
+    /// Fan-out: optional child writes that did not finish within their timeout.
+    fanout_optional_child_timeout_total,
+    /// Fan-out: optional child writes that failed.
+    fanout_optional_child_failure_total,
+    /// Fan-out: messages released by the ACK gate.
+    fanout_messages_acked_total,
+    /// Fan-out: messages held back by the ACK gate.
+    fanout_messages_ack_blocked_total,
+    /// Advisory observer: max-deliveries advisories seen.
+    advisory_max_deliveries_total,
+    /// Advisory observer: message-terminated advisories seen.
+    advisory_terminated_total,
+    /// Advisory observer: consumer NAK advisories seen.
+    advisory_nak_total,
+}
+
+/// Gauges: last-value metrics.
+#[derive(Debug, Default)]
+pub struct Gauges {
+    /// Unix time (seconds) of the last successful sink batch, 0 before the first.
+    pub last_sink_success_epoch_seconds: AtomicU64,
+}
+
+/// Summary suffixes the runner produces.
+pub const SUMMARY_NAMES: &[&str] = &[
+    "sink_batch_write_seconds",
+    "event_age_at_receive_seconds",
+    "event_age_at_store_seconds",
+    "fanout_ack_gate_wait_seconds",
+];
+
+/// Count, sum, min, max and last of an observed quantity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Summary {
+    pub count: u64,
+    pub sum: f64,
+    pub min: f64,
+    pub max: f64,
+    pub last: f64,
+}
+
+impl Summary {
+    pub fn observe(&mut self, v: f64) {
+        if self.count == 0 {
+            self.min = v;
+            self.max = v;
+        } else {
+            self.min = self.min.min(v);
+            self.max = self.max.max(v);
+        }
+        self.count += 1;
+        self.sum += v;
+        self.last = v;
+    }
+}
+
+/// A reviewed, bounded subject family: subjects matching `pattern` are counted under `label`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubjectFamily {
+    pub pattern: SubjectPattern,
+    pub label: String,
+}
+
+/// Metrics kept per subject family (the `labeled_metrics` rows of the snapshot).
+pub const FAMILY_METRICS: &[&str] = &[
+    "messages_fetched_total",
+    "messages_written_total",
+    "messages_acked_total",
+    "messages_failed_total",
+    "messages_dlq_total",
+];
+
+/// The registry shared by all threads.
+#[derive(Debug)]
+pub struct Metrics {
+    pub counters: Counters,
+    pub gauges: Gauges,
+    summaries: Mutex<BTreeMap<&'static str, Summary>>,
+    families: Vec<SubjectFamily>,
+    /// `family_counts[family][metric]`, indexes into `families` and [`FAMILY_METRICS`].
+    family_counts: Vec<[AtomicU64; 5]>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new(Vec::new())
+    }
+}
+
+impl Metrics {
+    pub fn new(families: Vec<SubjectFamily>) -> Self {
+        let family_counts = families.iter().map(|_| Default::default()).collect();
+        Metrics {
+            counters: Counters::default(),
+            gauges: Gauges::default(),
+            summaries: Mutex::new(
+                SUMMARY_NAMES
+                    .iter()
+                    .map(|n| (*n, Summary::default()))
+                    .collect(),
+            ),
+            families,
+            family_counts,
+        }
+    }
+
+    /// Adds `n` to a counter.
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Records one observation of a summary by suffix. Unknown names are a programming error
+    /// caught by tests, ignored at run time.
+    pub fn observe(&self, name: &'static str, value: f64) {
+        let mut s = self.summaries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sum) = s.get_mut(name) {
+            sum.observe(value);
+        } else {
+            debug_assert!(false, "unknown summary {name}");
+        }
+    }
+
+    pub fn summaries(&self) -> BTreeMap<&'static str, Summary> {
+        self.summaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Index of the family a subject belongs to (first matching rule), if any.
+    pub fn family_of(&self, subject: &str) -> Option<usize> {
+        self.families
+            .iter()
+            .position(|f| f.pattern.matches(subject))
+    }
+
+    /// Counts `n` for the family of `subject` under a [`FAMILY_METRICS`] name.
+    pub fn add_family(&self, family: Option<usize>, metric: &str, n: u64) {
+        let (Some(f), Some(m)) = (family, FAMILY_METRICS.iter().position(|x| *x == metric)) else {
+            return;
+        };
+        self.family_counts[f][m].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Prepared `labeled_metrics` rows: one per family and metric, never a raw subject.
+    pub fn labeled_rows(&self) -> Vec<snapshot::LabeledRow> {
+        let mut rows = Vec::new();
+        for (f, fam) in self.families.iter().enumerate() {
+            for (m, name) in FAMILY_METRICS.iter().enumerate() {
+                rows.push(snapshot::LabeledRow {
+                    kind: "counter".into(),
+                    name: (*name).into(),
+                    value: self.family_counts[f][m].load(Ordering::Relaxed) as f64,
+                    labels: BTreeMap::from([("subject_family".to_string(), fam.label.clone())]),
+                });
+            }
+        }
+        rows
+    }
+}
+
+/// Seconds since the Unix epoch as f64.
+pub fn now_epoch_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_tracks_min_max_last() {
+        let mut s = Summary::default();
+        for v in [3.0, 1.0, 2.0] {
+            s.observe(v);
+        }
+        assert_eq!(
+            s,
+            Summary {
+                count: 3,
+                sum: 6.0,
+                min: 1.0,
+                max: 3.0,
+                last: 2.0
+            }
+        );
+    }
+
+    #[test]
+    fn family_rows_never_carry_subjects() {
+        let m = Metrics::new(vec![SubjectFamily {
+            pattern: SubjectPattern::parse("orders.>").unwrap(),
+            label: "orders".into(),
+        }]);
+        let f = m.family_of("orders.eu.created");
+        m.add_family(f, "messages_written_total", 2);
+        m.add_family(m.family_of("other.x"), "messages_written_total", 5);
+        let rows = m.labeled_rows();
+        let written = rows
+            .iter()
+            .find(|r| r.name == "messages_written_total")
+            .unwrap();
+        assert_eq!(written.value, 2.0);
+        assert_eq!(written.labels["subject_family"], "orders");
+        let text = serde_json::to_string(&rows).unwrap();
+        assert!(!text.contains("orders.eu"));
+    }
+
+    #[test]
+    fn every_summary_name_is_observable() {
+        let m = Metrics::default();
+        for n in SUMMARY_NAMES {
+            m.observe(n, 1.0);
+        }
+        assert!(m.summaries().values().all(|s| s.count == 1));
+    }
+}

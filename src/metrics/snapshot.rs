@@ -1,0 +1,168 @@
+//! The metrics snapshot: the only thing the runner shares with the exporters.
+//!
+//! Schema `svc.metrics.snapshot.v1` (documented in `docs/metrics-snapshot.md`). Written
+//! atomically: a temporary file in the same directory, fsync, rename, fsync of the directory,
+//! so a reader sees either the previous snapshot or the new one, never a torn file.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{now_epoch_seconds, Metrics, Summary};
+
+pub const SCHEMA: &str = "svc.metrics.snapshot.v1";
+
+/// A prepared, reviewed, low-cardinality row (spec "Metrics snapshot").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabeledRow {
+    pub kind: String,
+    pub name: String,
+    pub value: f64,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The snapshot document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Snapshot {
+    pub schema: String,
+    /// Metric-name prefix configured on the runner (`metrics.namespace`).
+    pub namespace: String,
+    /// When this snapshot was generated; exporters use it for staleness.
+    pub generated_at_epoch_seconds: f64,
+    /// When the runner process started.
+    pub started_at_epoch_seconds: f64,
+    /// Counter suffix -> value.
+    pub counters: BTreeMap<String, u64>,
+    /// Gauge suffix -> value.
+    pub gauges: BTreeMap<String, f64>,
+    /// Summary suffix -> count/sum/min/max/last.
+    pub summaries: BTreeMap<String, Summary>,
+    /// Prepared subject-family rows; absent when no families are configured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labeled_metrics: Vec<LabeledRow>,
+}
+
+impl Snapshot {
+    /// Reads the registry into a snapshot document.
+    pub fn capture(metrics: &Metrics, namespace: &str, started_at: f64) -> Snapshot {
+        let counters = metrics
+            .counters
+            .values()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let gauges = BTreeMap::from([(
+            "last_sink_success_epoch_seconds".to_string(),
+            metrics
+                .gauges
+                .last_sink_success_epoch_seconds
+                .load(std::sync::atomic::Ordering::Relaxed) as f64,
+        )]);
+        let summaries = metrics
+            .summaries()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        Snapshot {
+            schema: SCHEMA.to_string(),
+            namespace: namespace.to_string(),
+            generated_at_epoch_seconds: now_epoch_seconds(),
+            started_at_epoch_seconds: started_at,
+            counters,
+            gauges,
+            summaries,
+            labeled_metrics: metrics.labeled_rows(),
+        }
+    }
+
+    /// Parses a snapshot, checking its schema identifier.
+    pub fn parse(text: &str) -> Result<Snapshot, String> {
+        let snap: Snapshot =
+            serde_json::from_str(text).map_err(|e| format!("snapshot is not valid: {e}"))?;
+        if snap.schema != SCHEMA {
+            return Err(format!(
+                "snapshot schema must be {SCHEMA}, found {:?}",
+                snap.schema
+            ));
+        }
+        Ok(snap)
+    }
+
+    /// Age in seconds relative to now (negative ages count as 0).
+    pub fn age_seconds(&self) -> f64 {
+        (now_epoch_seconds() - self.generated_at_epoch_seconds).max(0.0)
+    }
+}
+
+/// Writes `bytes` to `path` atomically: temp file beside it, fsync, rename, fsync directory.
+/// Used for the snapshot and for the exporter's textfile.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp.{}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        File::open(&dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn round_trips_and_writes_atomically() {
+        let m = Metrics::default();
+        m.counters.messages_acked_total.store(7, Ordering::Relaxed);
+        m.observe("sink_batch_write_seconds", 0.5);
+        let snap = Snapshot::capture(&m, "svc", 1.0);
+        let text = serde_json::to_string_pretty(&snap).unwrap();
+        let back = Snapshot::parse(&text).unwrap();
+        assert_eq!(back.counters["messages_acked_total"], 7);
+        assert_eq!(back.summaries["sink_batch_write_seconds"].count, 1);
+        assert!(!text.contains("labeled_metrics"));
+
+        let dir = std::env::temp_dir().join(format!("svc-snap-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("metrics.json");
+        write_atomically(&path, text.as_bytes()).unwrap();
+        write_atomically(&path, text.as_bytes()).unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), text);
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 1, "no temp file left");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn rejects_other_schemas() {
+        let m = Metrics::default();
+        let mut snap = Snapshot::capture(&m, "svc", 1.0);
+        snap.schema = "other".into();
+        let text = serde_json::to_string(&snap).unwrap();
+        assert!(Snapshot::parse(&text).unwrap_err().contains("schema"));
+    }
+}

@@ -1,0 +1,187 @@
+//! Deterministic keys: the idempotency boundary of the file and object-store sinks.
+//!
+//! The same envelope always yields the same key, so a redelivered message lands on the same
+//! file or object. Message content only ever contributes *escaped* components below the
+//! strategy's namespace; it can never choose a directory, bucket or prefix of its own.
+//!
+//! Escaping: bytes outside `[A-Za-z0-9_.-]` become `~XX` (uppercase hex), as does `~` itself and
+//! a leading `.` (so `.` and `..` can never appear as components). The mapping is injective:
+//! two different inputs never share a key component.
+
+use crate::envelope::Envelope;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyStrategy {
+    /// `idempotency-key/<safe-envelope-key>`: stream + sequence when known, then message ID,
+    /// then payload hash.
+    IdempotencyKey,
+    /// `stream-sequence/<stream>/<sequence>`.
+    StreamSequence,
+    /// `message-id/<message_id>`; needs a publisher message ID.
+    MessageId,
+    /// `payload-sha256/<subject>/<digest>`; identical payloads on one subject collapse.
+    PayloadSha256,
+}
+
+pub const KEY_STRATEGIES: &[(&str, KeyStrategy)] = &[
+    ("idempotency_key", KeyStrategy::IdempotencyKey),
+    ("stream_sequence", KeyStrategy::StreamSequence),
+    ("message_id", KeyStrategy::MessageId),
+    ("payload_sha256", KeyStrategy::PayloadSha256),
+];
+
+/// Escapes one key component (see module docs).
+pub fn safe_component(raw: &str) -> String {
+    if raw.is_empty() {
+        return "~".to_string();
+    }
+    let mut out = String::with_capacity(raw.len());
+    for (i, b) in raw.bytes().enumerate() {
+        let plain = b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0);
+        if plain {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("~{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The key of an envelope below the strategy namespace, without any prefix, with `suffix`.
+/// Fails (permanently) when the strategy's input is missing.
+pub fn strategy_key(env: &Envelope, strategy: KeyStrategy, suffix: &str) -> Result<String, String> {
+    let key = match strategy {
+        KeyStrategy::IdempotencyKey => {
+            let id = if !env.stream.is_empty() && env.stream_sequence > 0 {
+                format!("s-{}-{}", safe_component(&env.stream), env.stream_sequence)
+            } else if let Some(m) = env.message_id.as_deref().filter(|m| !m.is_empty()) {
+                format!("m-{}", safe_component(m))
+            } else {
+                format!("p-{}", env.payload_info.sha256)
+            };
+            format!("idempotency-key/{id}")
+        }
+        KeyStrategy::StreamSequence => {
+            if env.stream.is_empty() || env.stream_sequence == 0 {
+                return Err("key strategy stream_sequence needs a stream and sequence".into());
+            }
+            format!(
+                "stream-sequence/{}/{}",
+                safe_component(&env.stream),
+                env.stream_sequence
+            )
+        }
+        KeyStrategy::MessageId => match env.message_id.as_deref().filter(|m| !m.is_empty()) {
+            Some(m) => format!("message-id/{}", safe_component(m)),
+            None => return Err("key strategy message_id needs a Nats-Msg-Id header".into()),
+        },
+        KeyStrategy::PayloadSha256 => format!(
+            "payload-sha256/{}/{}",
+            safe_component(&env.subject),
+            env.payload_info.sha256
+        ),
+    };
+    Ok(format!("{key}{suffix}"))
+}
+
+/// True for a suffix such as `.json`, `.json.gz`, `.metadata.json`: dot-separated ASCII
+/// alphanumeric parts, 2 to 32 bytes.
+pub fn is_simple_suffix(s: &str) -> bool {
+    s.len() >= 2
+        && s.len() <= 32
+        && s.starts_with('.')
+        && s[1..]
+            .split('.')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// True for prefix-like text: `/`-separated segments of `[A-Za-z0-9_.-]`, no empty, `.` or
+/// `..` segments, no leading or trailing slash, at most 256 bytes.
+pub fn is_safe_prefix(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 256
+        && s.split('/').all(|seg| {
+            !seg.is_empty()
+                && seg != "."
+                && seg != ".."
+                && seg
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::{normalize, EnvelopeConfig, RawMessage};
+
+    fn env(subject: &str, msg_id: Option<&str>) -> Envelope {
+        let mut headers = vec![];
+        if let Some(m) = msg_id {
+            headers.push(("Nats-Msg-Id".to_string(), m.to_string()));
+        }
+        normalize(
+            &RawMessage {
+                subject: subject.into(),
+                stream: "ORDERS".into(),
+                consumer: "c".into(),
+                stream_sequence: 42,
+                consumer_sequence: 1,
+                delivery_count: 1,
+                published_unix_nanos: None,
+                headers,
+                data: b"{}".to_vec(),
+            },
+            0,
+            &EnvelopeConfig::default(),
+        )
+        .0
+    }
+
+    #[test]
+    fn key_shapes() {
+        let e = env("orders.created", Some("id/../x"));
+        assert_eq!(
+            strategy_key(&e, KeyStrategy::StreamSequence, ".json").unwrap(),
+            "stream-sequence/ORDERS/42.json"
+        );
+        assert_eq!(
+            strategy_key(&e, KeyStrategy::IdempotencyKey, ".json").unwrap(),
+            "idempotency-key/s-ORDERS-42.json"
+        );
+        assert_eq!(
+            strategy_key(&e, KeyStrategy::MessageId, ".json").unwrap(),
+            "message-id/id~2F..~2Fx.json"
+        );
+        let k = strategy_key(&e, KeyStrategy::PayloadSha256, ".json").unwrap();
+        assert!(
+            k.starts_with("payload-sha256/orders.created/44136fa3"),
+            "{k}"
+        );
+        assert!(strategy_key(&env("a", None), KeyStrategy::MessageId, "").is_err());
+    }
+
+    #[test]
+    fn escaping_is_safe_and_injective() {
+        assert_eq!(safe_component(".."), "~2E.");
+        assert_eq!(safe_component("."), "~2E");
+        assert_eq!(safe_component(""), "~");
+        assert_eq!(safe_component("a/b"), "a~2Fb");
+        assert_ne!(safe_component("a~2Fb"), safe_component("a/b"));
+        assert_eq!(safe_component("é"), "~C3~A9");
+        for s in ["..", "a/../b", "/etc/passwd", "~", "a b"] {
+            let c = safe_component(s);
+            assert!(!c.contains('/') && c != "." && c != "..", "{s} -> {c}");
+        }
+    }
+
+    #[test]
+    fn suffix_and_prefix_rules() {
+        assert!(is_simple_suffix(".json") && is_simple_suffix(".json.gz"));
+        assert!(!is_simple_suffix("json") && !is_simple_suffix(".") && !is_simple_suffix(".a..b"));
+        assert!(is_safe_prefix("events/prod") && is_safe_prefix("a"));
+        for bad in ["", "/a", "a/", "a//b", "a/./b", "a/../b", "a b", "a\\b"] {
+            assert!(!is_safe_prefix(bad), "{bad}");
+        }
+    }
+}

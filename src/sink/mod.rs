@@ -1,0 +1,113 @@
+//! Sinks: where envelopes become durable.
+//!
+//! A sink reports a [`WriteOutcome`] per envelope; it never acknowledges anything (only
+//! `svc-ack` does, after reading these outcomes). One implementation per file; each sink's
+//! config struct lives beside it and is read by [`SinkConfig::read`].
+
+pub mod file;
+pub mod key;
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::config::reader::ObjectReader;
+use crate::envelope::Envelope;
+use crate::metrics::Metrics;
+
+/// What happened to one envelope in a batch write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteOutcome {
+    /// Written and durable now.
+    Durable,
+    /// Already durable from an earlier delivery (duplicate by key): counts as success.
+    AlreadyDurable,
+    /// Not durable; may succeed on redelivery (destination unavailable, timeout).
+    Transient(SinkError),
+    /// Not durable and retrying the same message will not help (rejected by policy or limits).
+    Permanent(SinkError),
+}
+
+impl WriteOutcome {
+    /// True when the message may be acknowledged.
+    pub fn is_durable(&self) -> bool {
+        matches!(self, WriteOutcome::Durable | WriteOutcome::AlreadyDurable)
+    }
+}
+
+/// A sink failure, safe to log: never a payload, secret or credential-bearing URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkError {
+    /// Sink type, e.g. `file`.
+    pub sink: &'static str,
+    /// What failed, e.g. `write stream-sequence/ORDERS/42.json: disk full`.
+    pub message: String,
+}
+
+impl SinkError {
+    pub fn new(sink: &'static str, message: impl Into<String>) -> Self {
+        SinkError {
+            sink,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for SinkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sink {}: {}", self.sink, self.message)
+    }
+}
+
+impl std::error::Error for SinkError {}
+
+/// A destination. Implementations are shared by the sink worker pool, hence `Send + Sync`.
+pub trait Sink: Send + Sync {
+    /// Sink type name as configured (`file`, `object_store`, ...).
+    fn kind(&self) -> &'static str;
+
+    /// Writes a batch and returns exactly one outcome per envelope, in order. Returning means
+    /// every `Durable` outcome is on stable storage.
+    fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome>;
+
+    /// Initializes the real destination and proves it is usable (for `svc test-sink`),
+    /// returning a one-line human verdict.
+    fn check(&self) -> Result<String, SinkError>;
+}
+
+/// The `sink` block: exactly one sink type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SinkConfig {
+    File(file::FileSinkConfig),
+}
+
+impl SinkConfig {
+    /// Reads the `sink` block, dispatching on `type`.
+    pub fn read(mut r: ObjectReader<'_>) -> Option<SinkConfig> {
+        let kind = r.req_string("type");
+        let cfg = match kind.as_str() {
+            "file" => Some(SinkConfig::File(file::FileSinkConfig::read(&mut r))),
+            "" => None,
+            _ => {
+                r.problem("type", "must be one of: file");
+                None
+            }
+        };
+        if cfg.is_some() {
+            r.finish();
+        }
+        cfg
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SinkConfig::File(_) => "file",
+        }
+    }
+
+    /// Builds the sink. May touch the destination (create directories, open clients).
+    pub fn build(&self, metrics: Arc<Metrics>) -> Result<Arc<dyn Sink>, SinkError> {
+        match self {
+            SinkConfig::File(c) => Ok(Arc::new(file::FileSink::new(c.clone(), metrics)?)),
+        }
+    }
+}
