@@ -2,8 +2,10 @@
 //! ACK last) and the library behind its metrics exporter. See `docs/architecture.md`.
 
 pub mod backoff;
+pub mod cli;
 pub mod config;
 pub mod envelope;
 pub mod metrics;
+pub mod observe;
 pub mod sink;
 pub mod subject;

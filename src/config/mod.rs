@@ -507,6 +507,16 @@ fn read_metrics(r: Option<ObjectReader<'_>>) -> MetricsConfig {
                 "label",
                 "must match [a-z][a-z0-9_-]*, at most 64 bytes, and not look like a credential",
             );
+        } else if !label.is_empty()
+            && subject_families
+                .iter()
+                .any(|s: &SubjectFamily| s.label == label)
+        {
+            // One label, one family: exporters join rows to patterns by label.
+            f.problem(
+                "label",
+                "is used by an earlier family; labels must be unique",
+            );
         }
         f.finish();
         if let Some(pattern) = pattern {

@@ -209,6 +209,11 @@ impl Metrics {
             .clone()
     }
 
+    /// The configured subject families, in config order.
+    pub fn families(&self) -> &[SubjectFamily] {
+        &self.families
+    }
+
     /// Index of the family a subject belongs to (first matching rule), if any.
     pub fn family_of(&self, subject: &str) -> Option<usize> {
         self.families
