@@ -5,7 +5,8 @@
 //! aggregate, then the `subject_family` rows. Summaries render `_count` and `_sum` under
 //! `# TYPE x summary`, and `_min`, `_max`, `_last` as gauges of their own (with their own HELP
 //! and TYPE) so that `promtool check metrics` reports nothing; those three are omitted while
-//! the summary has no observation (their value would be meaningless). Output ends with a
+//! the summary has no observation (their value would be meaningless). Without `# TYPE` lines
+//! the `_count` and `_sum` series are untyped and carry their own HELP. Output ends with a
 //! newline; samples carry no timestamps (the node exporter's textfile collector rejects them).
 
 use std::fmt::Write;
@@ -74,7 +75,10 @@ pub fn render(sel: &Selection, o: &Options<'_>) -> String {
     let mut out = String::with_capacity(256 * sel.metrics.len().max(1));
     for m in &sel.metrics {
         let name = format!("{}_{}", o.namespace, m.suffix);
-        header(&mut out, o, &name, &m.help, m.kind.as_str());
+        let untyped_summary = m.kind == Kind::Summary && !o.include_type;
+        if !untyped_summary {
+            header(&mut out, o, &name, &m.help, m.kind.as_str());
+        }
         match &m.sample {
             Some(Sample::Counter(v)) => {
                 let _ = writeln!(out, "{name} {v}");
@@ -83,8 +87,22 @@ pub fn render(sel: &Selection, o: &Options<'_>) -> String {
                 let _ = writeln!(out, "{name} {}", format_value(*v));
             }
             Some(Sample::Summary(s)) => {
-                let _ = writeln!(out, "{name}_count {}", s.count);
-                let _ = writeln!(out, "{name}_sum {}", format_value(s.sum));
+                if o.include_type {
+                    let _ = writeln!(out, "{name}_count {}", s.count);
+                    let _ = writeln!(out, "{name}_sum {}", format_value(s.sum));
+                } else {
+                    // Without TYPE the parts are untyped series of their own; each gets its
+                    // own HELP so that the lint finds nothing unexplained.
+                    for (part, what, v) in [
+                        ("count", "Number of observations", s.count as f64),
+                        ("sum", "Sum of observations", s.sum),
+                    ] {
+                        let pname = format!("{name}_{part}");
+                        let help = format!("{what} of {name} since the runner started.");
+                        header(&mut out, o, &pname, &help, "untyped");
+                        let _ = writeln!(out, "{pname} {}", format_value(v));
+                    }
+                }
                 if s.count > 0 {
                     for (part, what, v) in [
                         ("min", "Smallest", s.min),
