@@ -271,13 +271,15 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let stdout = std::io::stdout();
-    let stderr = std::io::stderr();
+    // Unlocked handles: `scrape-http` runs for the life of the process and its worker threads
+    // log to stderr, so holding the lock here would block them.
+    let mut stdout = std::io::stdout();
+    let mut stderr = std::io::stderr();
     let code = match parse(std::env::args_os().skip(1)) {
-        Ok(cmd) => run(cmd, &mut stdout.lock(), &mut stderr.lock()),
+        Ok(cmd) => run(cmd, &mut stdout, &mut stderr),
         Err(e) => {
             let _ = writeln!(
-                stderr.lock(),
+                stderr,
                 "svc-observe: {e}\nRun `svc-observe --help` for usage."
             );
             EXIT_INVALID

@@ -313,3 +313,28 @@ pub fn thread_count(pid: u32) -> usize {
         .unwrap()
         .count()
 }
+
+/// `GET` with HTTP/1.0 (no chunked encoding from Go servers): (status, body).
+pub fn get10(addr: SocketAddr, target: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(format!("GET {target} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut bytes = Vec::new();
+    s.read_to_end(&mut bytes).ok()?;
+    let r = parse_response(&bytes);
+    Some((r.status, r.body))
+}
+
+/// Percent-encodes a query value.
+pub fn urlencode(v: &str) -> String {
+    v.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
