@@ -270,7 +270,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    crate::cli::logging::init(log::LevelFilter::Warn);
     // Unlocked handles: `scrape-http` runs for the life of the process and its worker threads
     // log to stderr, so holding the lock here would block them.
     let mut stdout = std::io::stdout();
