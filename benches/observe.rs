@@ -5,7 +5,9 @@
 //! 2. Requests per second of `svc-observe scrape-http` next to the node exporter serving the
 //!    same metrics from its textfile collector, both measured with wrk in this run.
 //!
-//! Run: `cargo bench --bench observe` (needs wrk and prometheus-node-exporter).
+//! Run: `cargo bench --bench observe` (needs wrk and prometheus-node-exporter). Without the
+//! `--bench` flag that `cargo bench` passes (i.e. under `cargo test --all-targets`) it runs a
+//! short smoke pass: 3 runs and 1 s of wrk, figures not meaningful.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -18,7 +20,11 @@ use svc::observe::policy::Policy;
 use svc::subject::SubjectPattern;
 
 const FAMILIES: usize = 20;
-const RUNS: usize = 200;
+
+/// Full measurement under `cargo bench`, a short smoke pass otherwise.
+fn full() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
 
 struct Guard(Child);
 impl Drop for Guard {
@@ -105,7 +111,7 @@ fn policy(out: &Path, port: u16) -> String {
 
 fn wrk(url: &str) -> f64 {
     let out = Command::new("wrk")
-        .args(["-t2", "-c16", "-d5s", url])
+        .args(["-t2", "-c16", if full() { "-d5s" } else { "-d1s" }, url])
         .output()
         .expect("wrk is installed (Debian package wrk)");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -117,6 +123,7 @@ fn wrk(url: &str) -> f64 {
 }
 
 fn main() {
+    let runs: usize = if full() { 200 } else { 3 };
     let dir = std::env::temp_dir().join(format!("svc-observe-bench-{}", std::process::id()));
     let textdir = dir.join("textfile");
     std::fs::create_dir_all(&textdir).unwrap();
@@ -143,7 +150,7 @@ fn main() {
         .count();
     let before = children_cpu_seconds();
     let t = Instant::now();
-    for _ in 0..RUNS {
+    for _ in 0..runs {
         let s = Command::new(bin)
             .arg("scrape-textfile")
             .args([&snapshot, &policy_path])
@@ -151,11 +158,11 @@ fn main() {
             .unwrap();
         assert!(s.success());
     }
-    let wall = t.elapsed().as_secs_f64() / RUNS as f64;
-    let ours = (children_cpu_seconds() - before) / RUNS as f64;
+    let wall = t.elapsed().as_secs_f64() / runs as f64;
+    let ours = (children_cpu_seconds() - before) / runs as f64;
     let copy_to = dir.join("copy.prom");
     let before = children_cpu_seconds();
-    for _ in 0..RUNS {
+    for _ in 0..runs {
         assert!(Command::new("cp")
             .arg(&snapshot)
             .arg(&copy_to)
@@ -163,11 +170,11 @@ fn main() {
             .unwrap()
             .success());
     }
-    let cp = (children_cpu_seconds() - before) / RUNS as f64;
+    let cp = (children_cpu_seconds() - before) / runs as f64;
 
     let policy = Policy::load(&policy_path).unwrap();
     let text = std::fs::read_to_string(&snapshot).unwrap();
-    let n = 2000;
+    let n = if full() { 2000 } else { 10 };
     let t = Instant::now();
     let mut total = 0;
     for _ in 0..n {
@@ -190,7 +197,7 @@ fn main() {
         "scrape-textfile over a snapshot with every runner metric and {FAMILIES} subject families"
     );
     println!("  output: {bytes} bytes, {lines} samples");
-    println!("  svc-observe scrape-textfile: {:.2} ms CPU per run (user+sys, mean of {RUNS} runs; wall {:.2} ms)", ours * 1e3, wall * 1e3);
+    println!("  svc-observe scrape-textfile: {:.2} ms CPU per run (user+sys, mean of {runs} runs; wall {:.2} ms)", ours * 1e3, wall * 1e3);
     println!(
         "  baseline `cp` of the snapshot: {:.2} ms CPU per run",
         cp * 1e3
@@ -232,7 +239,10 @@ fn main() {
     wait_port(node_port);
     let ours = wrk(&format!("http://127.0.0.1:{port}/metrics"));
     let node = wrk(&format!("http://127.0.0.1:{node_port}/metrics"));
-    println!("scrape-http vs node exporter textfile collector, same metrics (wrk -t2 -c16 -d5s, keep-alive)");
+    println!(
+        "scrape-http vs node exporter textfile collector, same metrics (wrk -t2 -c16 -d{}s, keep-alive)",
+        if full() { 5 } else { 1 }
+    );
     println!("  svc-observe scrape-http: {ours:.0} requests/s");
     println!("  node exporter:           {node:.0} requests/s");
     println!("  ratio svc-observe / node exporter: {:.2}", ours / node);
