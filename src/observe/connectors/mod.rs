@@ -26,6 +26,8 @@
 pub mod agent_statsd;
 pub mod aws_credentials;
 pub mod broker_monitoring;
+pub mod cloud;
+pub mod cloud_b;
 pub mod collector_agent;
 pub mod oci_auth;
 pub mod oci_signature;
@@ -67,6 +69,7 @@ pub const CONNECTORS: &[&Connector] = &[
     &statsd::CONNECTOR,
     &agent_statsd::CONNECTOR,
     &syslog::CONNECTOR,
+    &cloud_b::CONNECTOR,
 ];
 
 /// The export command named `command`, if there is one.
