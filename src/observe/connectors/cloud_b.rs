@@ -242,7 +242,8 @@ pub fn plan_with(
         limit: Limit::new(BLOCK, "max_request_bytes", cfg.max_request_bytes),
         retry: Retry::new(cfg.max_retries, cfg.retry_backoff_seconds),
         metrics: data.len(),
-        redact: vec![region.to_string()],
+        // The access key id too: it is inside the Authorization header, and services echo it.
+        redact: vec![region.to_string(), creds.access_key_id.clone()],
     })
 }
 

@@ -28,6 +28,7 @@ pub mod aws_credentials;
 pub mod broker_monitoring;
 pub mod cloud;
 pub mod cloud_b;
+pub mod cloud_c;
 pub mod collector_agent;
 pub mod oci_auth;
 pub mod oci_signature;
@@ -70,6 +71,7 @@ pub const CONNECTORS: &[&Connector] = &[
     &agent_statsd::CONNECTOR,
     &syslog::CONNECTOR,
     &cloud_b::CONNECTOR,
+    &cloud_c::CONNECTOR,
 ];
 
 /// The export command named `command`, if there is one.
