@@ -129,6 +129,41 @@ pub fn check_vendor_window(
     Ok(())
 }
 
+/// A test-only endpoint override read from `var`: `http(s)://<loopback host>[:port]`, without
+/// path, credentials, query or fragment. `Ok(None)` when the variable is unset; any other host
+/// is refused (the override exists for tests with a local receiver, never for production).
+pub fn loopback_override(
+    env: &dyn super::aws_credentials::Env,
+    var: &str,
+) -> Result<Option<String>, super::ExportError> {
+    use crate::observe::policy::checks::{is_loopback_host, parse_endpoint};
+    let Some(url) = env.var(var) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| super::ExportError::Environment(format!("{var} {why}"));
+    let ep = parse_endpoint(&url).map_err(bad)?;
+    if !is_loopback_host(&ep.host) {
+        return Err(bad(
+            "must name a loopback host (it is a test hook for a local receiver)",
+        ));
+    }
+    if !(ep.path.is_empty() || ep.path == "/") {
+        return Err(bad(
+            "must be scheme, host and optional port, without a path",
+        ));
+    }
+    Ok(Some(url.trim_end_matches('/').to_string()))
+}
+
+/// The `Host` header value of a base URL (`scheme://host[:port]`).
+pub fn host_of(base_url: &str) -> &str {
+    base_url
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .unwrap_or(base_url)
+        .trim_end_matches('/')
+}
+
 /// Splits `items` into chunks of at most `n` (n >= 1).
 pub fn batches<T>(items: &[T], n: u32) -> std::slice::Chunks<'_, T> {
     items.chunks(n.max(1) as usize)

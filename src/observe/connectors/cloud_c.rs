@@ -38,7 +38,6 @@ use super::{
     resolve_env, Action, Connector, Context, Delivery, ExportError, Header, HttpRequest, Input,
     Limit, Method, Plan, Retry,
 };
-use crate::observe::policy::checks::{is_loopback_host, parse_endpoint};
 use crate::observe::policy::CloudC;
 
 pub const CONNECTOR: Connector = Connector {
@@ -78,22 +77,8 @@ pub const MAX_AGE_SECONDS: f64 = 20.0 * 60.0;
 
 /// `https://<location>.monitoring.azure.com`, or the loopback override.
 pub fn base_url(location: &str, env: &dyn Env) -> Result<String, ExportError> {
-    let Some(url) = env.var(ENDPOINT_OVERRIDE_ENV) else {
-        return Ok(format!("https://{location}.monitoring.azure.com"));
-    };
-    let bad = |why: &str| ExportError::Environment(format!("{ENDPOINT_OVERRIDE_ENV} {why}"));
-    let ep = parse_endpoint(&url).map_err(bad)?;
-    if !is_loopback_host(&ep.host) {
-        return Err(bad(
-            "must name a loopback host (it is a test hook for a local receiver)",
-        ));
-    }
-    if !(ep.path.is_empty() || ep.path == "/") {
-        return Err(bad(
-            "must be scheme, host and optional port, without a path",
-        ));
-    }
-    Ok(url.trim_end_matches('/').to_string())
+    Ok(cloud::loopback_override(env, ENDPOINT_OVERRIDE_ENV)?
+        .unwrap_or_else(|| format!("https://{location}.monitoring.azure.com")))
 }
 
 /// One series of a request.

@@ -27,6 +27,7 @@ pub mod agent_statsd;
 pub mod aws_credentials;
 pub mod broker_monitoring;
 pub mod cloud;
+pub mod cloud_a;
 pub mod cloud_b;
 pub mod cloud_c;
 pub mod collector_agent;
@@ -70,6 +71,7 @@ pub const CONNECTORS: &[&Connector] = &[
     &statsd::CONNECTOR,
     &agent_statsd::CONNECTOR,
     &syslog::CONNECTOR,
+    &cloud_a::CONNECTOR,
     &cloud_b::CONNECTOR,
     &cloud_c::CONNECTOR,
 ];

@@ -174,6 +174,12 @@ impl Signer {
         }
     }
 
+    /// The key id (`<tenancy>/<user>/<fingerprint>` or `ST$<token>`): identifiers and, for a
+    /// session, a bearer token. Callers only use it to scrub it from printed text.
+    pub fn key_id(&self) -> &str {
+        &self.key_id
+    }
+
     /// Base64 RSA-SHA256 (PKCS#1 v1.5) signature of a string.
     pub fn sign_bytes(&self, data: &[u8]) -> Result<String, KeyError> {
         let mut sig = vec![0u8; self.key.public().modulus_len()];
