@@ -156,3 +156,37 @@ pub fn alloy_config(c: &CollectorAgent) -> Result<String, ExportError> {
     }
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::policy::Policy;
+
+    fn agent(block: &str) -> CollectorAgent {
+        Policy::parse(&format!(
+            r#"{{"schema": "svc.observability.policy.v1", "collector_agent": {block}}}"#
+        ))
+        .unwrap()
+        .collector_agent
+    }
+
+    #[test]
+    fn receiver_address_follows_the_endpoint() {
+        assert_eq!(receiver_address(&agent("{}")), "127.0.0.1:4318");
+        assert_eq!(
+            receiver_address(&agent(
+                r#"{"endpoint": "http://localhost:14318/v1/metrics"}"#
+            )),
+            "localhost:14318"
+        );
+        assert_eq!(
+            receiver_address(&agent(r#"{"endpoint": "http://[::1]/v1/metrics"}"#)),
+            "[::1]:80"
+        );
+        let tls = agent(r#"{"endpoint": "https://127.0.0.1/v1/metrics"}"#);
+        assert_eq!(receiver_address(&tls), "127.0.0.1:443");
+        assert!(alloy_config(&tls)
+            .unwrap()
+            .contains("// The endpoint uses https: add a tls block"));
+    }
+}

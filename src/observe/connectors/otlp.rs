@@ -268,3 +268,21 @@ fn summary(name: &str, help: &str, unit: &str, start: &str, time: &str, s: &Summ
         "summary": {"dataPoints": [point]}
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doubles_and_ints_follow_the_json_mapping() {
+        assert_eq!(json_double(0.5), json!(0.5));
+        assert_eq!(json_double(f64::NAN), json!("NaN"));
+        assert_eq!(json_double(f64::INFINITY), json!("Infinity"));
+        assert_eq!(json_double(f64::NEG_INFINITY), json!("-Infinity"));
+        assert_eq!(number_point(700.0), ("asInt", json!("700")));
+        assert_eq!(number_point(0.5), ("asDouble", json!(0.5)));
+        assert_eq!(number_point(1e19), ("asDouble", json!(1e19)));
+        assert_eq!(unit_of("sink_batch_write_seconds"), "s");
+        assert_eq!(unit_of("messages_acked_total"), "");
+    }
+}

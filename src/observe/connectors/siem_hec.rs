@@ -156,3 +156,25 @@ pub fn check_answer(body: &[u8]) -> Result<(), String> {
         None => Err("the collector's answer has no code".into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collector_answers() {
+        assert_eq!(check_answer(br#"{"text":"Success","code":0}"#), Ok(()));
+        assert_eq!(
+            check_answer(br#"{"text":"Incorrect index","code":7}"#),
+            Err("the collector rejected the event: code 7 (Incorrect index)".into())
+        );
+        assert_eq!(
+            check_answer(b"<html>"),
+            Err("the collector's answer is not JSON".into())
+        );
+        assert_eq!(
+            check_answer(b"{}"),
+            Err("the collector's answer has no code".into())
+        );
+    }
+}

@@ -195,3 +195,50 @@ pub fn tag_value(v: &str) -> String {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tags(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn gauge_lines() {
+        assert_eq!(
+            gauge_line("svc.a", 1200.0, &Dialect::Plain, &[]),
+            "svc.a:1200|g"
+        );
+        assert_eq!(
+            gauge_line("svc.a", 0.0000001, &Dialect::Plain, &[]),
+            "svc.a:0.0000001|g"
+        );
+        // A signed value is a delta in plain StatsD: set to 0 first.
+        assert_eq!(
+            gauge_line("svc.a", -2.5, &Dialect::Plain, &[]),
+            "svc.a:0|g\nsvc.a:-2.5|g"
+        );
+        let tagged = Dialect::Tagged {
+            tags: Vec::new(),
+            family_rows: false,
+        };
+        let t = tags(&[("env", "prod"), ("team", "core")]);
+        assert_eq!(
+            gauge_line("svc.a", -2.5, &tagged, &t),
+            "svc.a:-2.5|g|#env:prod,team:core"
+        );
+        assert_eq!(gauge_line("svc.a", f64::NAN, &Dialect::Plain, &[]), "");
+        assert_eq!(gauge_line("svc.a", f64::INFINITY, &tagged, &t), "");
+    }
+
+    #[test]
+    fn tag_values_cannot_break_the_syntax() {
+        assert_eq!(tag_value("orders"), "orders");
+        assert_eq!(tag_value("orders.>"), "orders._");
+        assert_eq!(tag_value("a,b|c#d e"), "a_b_c_d_e");
+        assert_eq!(tag_value("deadbeef01234567"), "deadbeef01234567");
+    }
+}

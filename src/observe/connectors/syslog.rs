@@ -215,3 +215,54 @@ pub fn rfc5424_timestamp(epoch_seconds: f64) -> String {
         t.microsecond()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn param_values_are_escaped() {
+        assert_eq!(escape_param_value(r#"a"b]c\d"#), r#"a\"b\]c\\d"#);
+        assert_eq!(escape_param_value("x\ny"), "x y");
+        assert_eq!(escape_param_value("plain.value-1"), "plain.value-1");
+    }
+
+    #[test]
+    fn sd_names() {
+        for n in [
+            "name", "type", "value", "count", "sum", "min", "max", "last", LABEL_NAME,
+        ] {
+            assert!(is_sd_name(n), "{n}");
+        }
+        for n in ["", "a=b", "a b", "a]", "a\"", &"x".repeat(33)] {
+            assert!(!is_sd_name(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(
+            rfc5424_timestamp(1_718_000_000.25),
+            "2024-06-10T06:13:20.250000Z"
+        );
+        assert_eq!(
+            rfc5424_timestamp(1_718_000_000.0),
+            "2024-06-10T06:13:20.000000Z"
+        );
+        assert_eq!(rfc5424_timestamp(f64::NAN), "1970-01-01T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn whole_message() {
+        let m = message(
+            "<134>1 2024-06-10T06:13:20.250000Z - svc - metrics",
+            "svc@32473",
+            &[("name", "svc_x_total".into()), ("value", "3".into())],
+            "svc_x_total=3\n",
+        );
+        assert_eq!(
+            m,
+            "<134>1 2024-06-10T06:13:20.250000Z - svc - metrics [svc@32473 name=\"svc_x_total\" value=\"3\"] svc_x_total=3 "
+        );
+    }
+}

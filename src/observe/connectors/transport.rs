@@ -101,13 +101,16 @@ pub fn retryable_status(status: u16) -> bool {
     status == 408 || status == 429 || status >= 500
 }
 
-/// A short printable excerpt of an answer body (secrets scrubbed), for error messages.
+/// A short printable excerpt of an answer body, for error messages. Secrets are scrubbed from
+/// the whole body before it is cut, so a cut can never leave part of a secret behind.
 fn excerpt(body: &[u8], secrets: &[&str]) -> String {
-    let text: String = String::from_utf8_lossy(&body[..body.len().min(200)])
+    let whole = scrub(&String::from_utf8_lossy(body), secrets);
+    let text: String = whole
         .chars()
+        .take(200)
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    let text = scrub(text.trim(), secrets);
+    let text = text.trim();
     if text.is_empty() {
         String::new()
     } else {
