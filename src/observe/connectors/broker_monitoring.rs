@@ -297,6 +297,161 @@ pub fn poll(cfg: &BrokerServerMonitoring) -> Result<Poll, PollError> {
     Ok(out)
 }
 
+/// `--help` of `broker-monitoring-poll`.
+pub const HELP: &str = "\
+Usage: svc-observe broker-monitoring-poll <policy_file> [--dry-run] [--output <path>]
+
+Polls the broker server's monitoring endpoints listed in
+broker_server_monitoring.allowed_endpoints under broker_server_monitoring.base_url, extracts
+the allowed dotted fields and renders the numeric ones as gauges
+(<namespace>_broker_<endpoint>_<field>) in the text exposition format, written atomically to
+--output (a .prom file of its own in the textfile collector directory, next to the file of
+scrape-textfile). Needs enabled, broker_server_monitoring.enabled and
+broker_server_monitoring.scrape_enabled; otherwise one comment line says which switch is off
+and nothing is polled. A failed poll (connection, TLS, status other than 200, a body over
+max_response_bytes, invalid JSON) replaces the file with one comment line and exits 1.
+
+Options:
+  --dry-run        Print the rendering to stdout and the value found for each field to
+                   stderr (strings are never shown); write nothing
+  --output <path>  Destination file (must end in .prom)
+
+Exit codes: 0 written (or disabled by policy), 1 poll or write failed, 2 invalid policy or
+usage.
+";
+
+/// Exit codes (those of `svc-observe`).
+const EXIT_OK: u8 = 0;
+const EXIT_FAILURE: u8 = 1;
+const EXIT_INVALID: u8 = 2;
+
+/// The one comment line written when a switch is off.
+pub fn disabled_line(reason: &str) -> String {
+    format!("# svc-observe: broker server monitoring is disabled by policy ({reason})\n")
+}
+
+/// The one comment line that replaces the file when a poll fails.
+pub const WITHHELD_LINE: &str = "# svc-observe: broker server monitoring withheld (poll failed)\n";
+
+/// Runs `broker-monitoring-poll` with a loaded policy; returns the exit code.
+pub fn run_poll(
+    policy: &crate::observe::policy::Policy,
+    dry_run: bool,
+    output: Option<&std::path::Path>,
+    out: &mut dyn std::io::Write,
+    err: &mut dyn std::io::Write,
+) -> u8 {
+    use crate::metrics::snapshot::write_atomically;
+    let cfg = &policy.broker_server_monitoring;
+    let dest = if dry_run {
+        None
+    } else {
+        match output {
+            Some(p) if p.extension().is_some_and(|e| e == "prom") => Some(p),
+            Some(_) => {
+                let _ = writeln!(
+                    err,
+                    "svc-observe broker-monitoring-poll: --output must end in .prom (the only files the textfile collector reads)"
+                );
+                return EXIT_INVALID;
+            }
+            None => {
+                let _ = writeln!(
+                    err,
+                    "svc-observe broker-monitoring-poll: no output file: pass --output <path> (a .prom file) or --dry-run"
+                );
+                return EXIT_INVALID;
+            }
+        }
+    };
+    let emit = |text: &str, out: &mut dyn std::io::Write| -> std::io::Result<()> {
+        match dest {
+            Some(p) => write_atomically(p, text.as_bytes()),
+            None => out.write_all(text.as_bytes()).and_then(|_| out.flush()),
+        }
+    };
+    let write_failed = |e: std::io::Error, err: &mut dyn std::io::Write| {
+        let where_ = dest.map_or("stdout".to_string(), |p| p.display().to_string());
+        let _ = writeln!(
+            err,
+            "svc-observe broker-monitoring-poll: cannot write {where_}: {e}"
+        );
+        EXIT_FAILURE
+    };
+    let disabled = if !policy.enabled {
+        Some("enabled=false")
+    } else if !cfg.enabled {
+        Some("broker_server_monitoring.enabled=false")
+    } else if !cfg.scrape_enabled {
+        Some("broker_server_monitoring.scrape_enabled=false")
+    } else {
+        None
+    };
+    if let Some(reason) = disabled {
+        return match emit(&disabled_line(reason), out) {
+            Ok(()) => EXIT_OK,
+            Err(e) => write_failed(e, err),
+        };
+    }
+    let polled = match poll(cfg) {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(p) = dest {
+                if let Err(we) = write_atomically(p, WITHHELD_LINE.as_bytes()) {
+                    let _ = writeln!(
+                        err,
+                        "svc-observe broker-monitoring-poll: cannot write {}: {we}",
+                        p.display()
+                    );
+                }
+            }
+            let _ = writeln!(err, "svc-observe broker-monitoring-poll: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let text = render(
+        &polled,
+        &RenderOptions {
+            namespace: &policy.namespace,
+            include_help: cfg.include_help,
+            include_type: cfg.include_type,
+        },
+    );
+    if dry_run {
+        for ep in &polled.endpoints {
+            for (field, v) in &ep.fields {
+                let _ = writeln!(
+                    err,
+                    "broker-monitoring-poll --dry-run: {} {field}: {}",
+                    ep.endpoint,
+                    v.describe()
+                );
+            }
+        }
+    }
+    if let Err(e) = emit(&text, out) {
+        return write_failed(e, err);
+    }
+    if let Some(p) = dest {
+        let numbers = polled
+            .endpoints
+            .iter()
+            .flat_map(|e| &e.fields)
+            .filter(|(_, v)| matches!(v, FieldValue::Number(_)))
+            .count();
+        let fields: usize = polled.endpoints.iter().map(|e| e.fields.len()).sum();
+        let _ = writeln!(
+            out,
+            "broker-monitoring-poll: polled {} endpoint{}, {numbers} of {fields} field values numeric, wrote {} bytes to {}",
+            polled.endpoints.len(),
+            if polled.endpoints.len() == 1 { "" } else { "s" },
+            text.len(),
+            p.display()
+        );
+    }
+    EXIT_OK
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
