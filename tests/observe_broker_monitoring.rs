@@ -4,7 +4,6 @@
 //! monitoring answers from local receivers; every rendering checked with `promtool`.
 
 mod observe_util;
-#[allow(dead_code)]
 mod util;
 
 use std::io::{Read, Write};
