@@ -275,7 +275,7 @@ pub fn describe_error(e: &ureq::Error) -> String {
         ureq::Error::Timeout(_) => "timed out".into(),
         ureq::Error::HostNotFound => "host not found".into(),
         ureq::Error::ConnectionFailed => "connection failed".into(),
-        ureq::Error::Io(io) => format!("I/O error: {}", io.kind()),
+        ureq::Error::Io(io) => format!("I/O error: {io}"),
         ureq::Error::BadUri(_) => "bad URL".into(),
         other => other.to_string(),
     }
