@@ -752,6 +752,20 @@ fn siem_hec_over_tls_verifies_the_certificate() {
     assert_eq!(rx.records()[0]["answer"][0], 200);
     assert_no_secret(&o);
 
+    // SSL_CERT_FILE naming something that is not a PEM bundle: exit 2, nothing sent.
+    let not_pem = dir.write("not.pem", "not a certificate\n");
+    let o = run(
+        &[&"siem-hec-export", &snap, &pol],
+        &[env[0], env[1], ("SSL_CERT_FILE", not_pem.to_str().unwrap())],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("contains no PEM certificate"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(rx.records().len(), 1);
+
     // The same server without the CA (built-in roots only): a clean certificate error, no
     // panic, no retry of a permanent failure, nothing delivered.
     let pol_r = dir.write(

@@ -618,12 +618,9 @@ pub fn deliver(block: &'static str, plan: &Plan) -> Result<Sent, ExportError> {
             timeout,
             max_response_bytes,
         } => {
-            let agent = transport::http_agent(*timeout).map_err(|e| ExportError::Send {
-                block,
-                sent: 0,
-                total: requests.len(),
-                last: e,
-            })?;
+            // A trust-root file named by SSL_CERT_FILE that cannot be used is an environment
+            // problem (exit 2), like an unset token variable.
+            let agent = transport::http_agent(*timeout).map_err(ExportError::Environment)?;
             let mut bytes = 0;
             for (i, r) in requests.iter().enumerate() {
                 let label = format!("{block}: {}", r.what);
