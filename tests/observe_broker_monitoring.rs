@@ -466,3 +466,84 @@ fn oversized_endless_failing_and_redirecting_answers_fail_the_poll() {
         "the base URL was printed"
     );
 }
+
+/// Numeric leaf paths of a JSON document (object keys only; arrays are not walked).
+fn numeric_paths(v: &Value, prefix: &str, out: &mut Vec<String>) {
+    if let Value::Object(m) = v {
+        for (k, x) in m {
+            if !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                continue;
+            }
+            let p = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match x {
+                Value::Number(_) => out.push(p),
+                Value::Object(_) => numeric_paths(x, &p, out),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn every_numeric_field_of_every_endpoint_renders_promtool_clean() {
+    let nats = NatsServer::start();
+    nats.create_stream("ORDERS", &["orders.>"]);
+    nats.publish_n("ORDERS", "orders.eu.created", 5, |i| {
+        format!("m{i}").into_bytes()
+    });
+    let endpoints = [
+        "/varz",
+        "/connz",
+        "/routez",
+        "/subsz",
+        "/accountz",
+        "/accstatz",
+        "/jsz",
+        "/healthz",
+    ];
+    let mut fields: Vec<String> = Vec::new();
+    for e in endpoints {
+        let (status, body) = util::http_get(nats.monitor_port, e).unwrap();
+        assert_eq!(status, 200, "{e}");
+        let mut paths = Vec::new();
+        numeric_paths(&serde_json::from_str(&body).unwrap(), "", &mut paths);
+        for p in paths {
+            if !svc::observe::policy::broker_server::is_identity_field(&p) && !fields.contains(&p) {
+                fields.push(p);
+            }
+        }
+    }
+    assert!(fields.len() > 40 && fields.len() <= 100, "{}", fields.len());
+    let dir = TempDir::new("broker-all");
+    let pol = write_policy(
+        &dir,
+        json!({"base_url": format!("http://127.0.0.1:{}", nats.monitor_port),
+               "allowed_endpoints": endpoints, "allowed_fields": fields}),
+    );
+    let out = poll(&[&pol, "--dry-run"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(samples(&text).len() > 40, "{text}");
+    assert_promtool_clean(&text);
+    // and without HELP/TYPE lines the samples alone still parse
+    let pol = write_policy(
+        &dir,
+        json!({"base_url": format!("http://127.0.0.1:{}", nats.monitor_port),
+               "allowed_endpoints": endpoints, "allowed_fields": fields,
+               "include_help": false, "include_type": false}),
+    );
+    let out = poll(&[&pol, "--dry-run"]);
+    let (code, findings) = observe_util::promtool(&stdout(&out));
+    // promtool's only findings without HELP are "no help text" lints, never parse errors
+    assert!(
+        code == 0
+            || findings
+                .lines()
+                .all(|l| l.contains("no help text") || l.trim().is_empty()),
+        "{findings}"
+    );
+}
