@@ -117,7 +117,7 @@ impl Receiver {
                     let (mut s, _) = match listener.accept() {
                         Ok(c) => c,
                         Err(_) => {
-                            std::thread::sleep(Duration::from_millis(5));
+                            std::thread::sleep(Duration::from_millis(1));
                             continue;
                         }
                     };
