@@ -4,6 +4,8 @@
 pub mod backoff;
 pub mod config;
 pub mod envelope;
+pub mod labels;
+pub mod message_metadata;
 pub mod metrics;
 pub mod sink;
 pub mod subject;

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use crate::backoff::{Backoff, Growth, Jitter};
 use crate::envelope::EnvelopeConfig;
+use crate::labels::SecurityLabelsConfig;
+use crate::message_metadata::MessageMetadataConfig;
 use crate::metrics::SubjectFamily;
 use crate::sink::SinkConfig;
 use crate::subject::SubjectPattern;
@@ -25,6 +27,10 @@ pub struct RuntimeConfig {
     pub metrics: MetricsConfig,
     pub advisories: AdvisoriesConfig,
     pub logging: LoggingConfig,
+    /// Priority, classification and labels of each message (`docs/labels.md`).
+    pub message_metadata: MessageMetadataConfig,
+    /// The security label profile (`docs/labels.md`).
+    pub security_labels: SecurityLabelsConfig,
 }
 
 /// How the runner authenticates to the broker. Secrets come from the environment at connect
@@ -181,6 +187,8 @@ impl RuntimeConfig {
             },
         };
         let logging = read_logging(root.object("logging"));
+        let message_metadata = MessageMetadataConfig::read(root.object("message_metadata"));
+        let security_labels = SecurityLabelsConfig::read(root.object("security_labels"));
         root.finish();
 
         match (nats, sink, problems.is_empty()) {
@@ -192,6 +200,8 @@ impl RuntimeConfig {
                 metrics,
                 advisories,
                 logging,
+                message_metadata,
+                security_labels,
             }),
             _ => Err(Invalid(problems.into_vec())),
         }
