@@ -1,8 +1,10 @@
 //! `svc`: a message-delivery runner (NATS JetStream pull consumer -> one sink, commit first,
 //! ACK last) and the library behind its metrics exporter. See `docs/architecture.md`.
 
+pub mod advisory;
 pub mod backoff;
 pub mod config;
+pub mod dead_letter;
 pub mod envelope;
 pub mod labels;
 pub mod message_metadata;
