@@ -3,11 +3,14 @@
 
 pub mod advisory;
 pub mod backoff;
+pub mod broker;
+pub mod cli;
 pub mod config;
 pub mod dead_letter;
 pub mod envelope;
 pub mod labels;
 pub mod message_metadata;
 pub mod metrics;
+pub mod pipeline;
 pub mod sink;
 pub mod subject;
