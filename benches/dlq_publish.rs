@@ -41,7 +41,14 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let (port, mon) = (free_port(), free_port());
     let mut child = Command::new("/usr/sbin/nats-server")
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-m", &mon.to_string()])
+        .args([
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-m",
+            &mon.to_string(),
+        ])
         .args(["-js", "-sd", dir.to_str().unwrap()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -108,7 +115,10 @@ fn main() {
     let base = t.elapsed();
 
     let rate = |d: Duration| n as f64 / d.as_secs_f64();
-    println!("dlq_publish: {n} confirmed publishes of {} B records", letters[0].body.len());
+    println!(
+        "dlq_publish: {n} confirmed publishes of {} B records",
+        letters[0].body.len()
+    );
     println!(
         "  DeadLetterPublisher::publish   {:>8.0} msg/s  {:>7.3} ms/msg",
         rate(ours),

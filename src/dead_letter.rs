@@ -471,6 +471,61 @@ impl DeadLetterPublisher {
     }
 }
 
+impl DeadLetterPublisher {
+    /// The streams that capture the DLQ subject (JetStream API `STREAM.NAMES` with a subject
+    /// filter).
+    pub fn capturing_streams(&self) -> Result<Vec<String>, DlqError> {
+        let request = serde_json::json!({ "subject": self.cfg.subject }).to_string();
+        let reply = self
+            .nc
+            .request_timeout("$JS.API.STREAM.NAMES", request, self.cfg.publish_timeout)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut => DlqError::Timeout {
+                    phase: "stream lookup",
+                    ms: self.cfg.publish_timeout.as_millis(),
+                },
+                _ => DlqError::Connection(e.kind().to_string()),
+            })?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&reply.data).map_err(|_| DlqError::BadAck)?;
+        Ok(v.get("streams")
+            .and_then(|s| s.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// Start-up check, logged only: a missing DLQ stream is not fatal (messages that fail
+    /// stay unacknowledged and are redelivered until the stream exists), but the operator
+    /// should hear about it before the first bad message does.
+    pub fn log_stream_check(&self) {
+        match self.capturing_streams() {
+            Ok(streams) if streams.is_empty() => log::error!(
+                "dead_letter.subject {}: no stream captures it; messages failing pre-sink \
+                 checks stay unacknowledged until one does",
+                self.cfg.subject
+            ),
+            Ok(streams) => match &self.cfg.expected_stream {
+                Some(e) if !streams.contains(e) => log::error!(
+                    "dead_letter.subject {}: captured by {}, not by dead_letter.expected_stream \
+                     {e}; dead-letter publishes will be refused",
+                    self.cfg.subject,
+                    streams.join(", ")
+                ),
+                _ => log::info!(
+                    "dead-letter queue: subject {} captured by stream {}",
+                    self.cfg.subject,
+                    streams.join(", ")
+                ),
+            },
+            Err(e) => log::warn!("dead-letter queue: stream check failed: {e}"),
+        }
+    }
+}
+
 /// Reads a JetStream publish response: `{"stream":..,"seq":..,"duplicate":..}` or
 /// `{"error":{"code":..,"err_code":..,"description":..}}`.
 pub fn parse_pub_ack(data: &[u8]) -> Result<PubAck, DlqError> {
