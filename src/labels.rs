@@ -425,7 +425,7 @@ impl SecurityLabelsConfig {
 
     /// Validates a configured profile; problems are recorded under `path`.
     fn config_profile(&self, r: &ObjectReader<'_>, path: &str, v: &Value) -> Option<Profile> {
-        let checked = self.check_structure(v).and_then(|p| {
+        let checked = self.check_structure(v.clone()).and_then(|p| {
             let mut errors = Errors::default();
             self.check_vocabularies(&p.0, &mut errors);
             self.check_size(&p.0, &mut errors);
@@ -481,12 +481,11 @@ impl SecurityLabelsConfig {
         fill_from_metadata(&mut map, meta);
         let mut errors = Errors::default();
         self.check_vocabularies(&map, &mut errors);
-        let canonical = self.check_size(&map, &mut errors);
+        self.check_size(&map, &mut errors);
         errors.into_result(())?;
-        // Invariant: the canonical text parses back to the same (sorted) value.
-        Ok(Some(
-            serde_json::from_str(&canonical).unwrap_or(Value::Object(map)),
-        ))
+        // Invariant: serde_json's map is ordered by key (no `preserve_order` feature in the
+        // tree; a test guards it), so sinks serialize the canonical form.
+        Ok(Some(Value::Object(map)))
     }
 
     /// Parses and structurally validates a header value (no fill, no vocabulary check).
@@ -503,18 +502,18 @@ impl SecurityLabelsConfig {
                 reason,
             }],
         })?;
-        self.check_structure(&value)
+        self.check_structure(value)
     }
 
     /// Root allow-list, exact types, non-empty control-free strings, `profile` value, and the
     /// bounds of `extensions`. Fills `profile` when missing.
-    fn check_structure(&self, v: &Value) -> Result<Profile, LabelRejection> {
+    fn check_structure(&self, v: Value) -> Result<Profile, LabelRejection> {
         let mut errors = Errors::default();
-        let Value::Object(map) = v else {
+        let Value::Object(mut map) = v else {
             errors.push("", LabelReason::NotObject);
             return errors.into_result(Profile(Map::new()));
         };
-        for (key, value) in map {
+        for (key, value) in &map {
             let Some(kind) = kind_of(key) else {
                 errors.push("", LabelReason::UnknownField);
                 continue;
@@ -570,7 +569,6 @@ impl SecurityLabelsConfig {
                 ),
             }
         }
-        let mut map = map.clone();
         map.entry("profile")
             .or_insert_with(|| Value::String(PROFILE_SCHEMA.into()));
         errors.into_result(Profile(map))
@@ -619,18 +617,17 @@ impl SecurityLabelsConfig {
     }
 
     /// Canonical JSON of the profile; its size must be at most `max_bytes`.
-    fn check_size(&self, map: &Map<String, Value>, errors: &mut Errors) -> String {
-        let text = canonical_object(map);
-        if text.len() > self.max_bytes {
+    fn check_size(&self, map: &Map<String, Value>, errors: &mut Errors) {
+        let size = canonical_len(map);
+        if size > self.max_bytes {
             errors.push(
                 "",
                 LabelReason::TooLarge {
-                    size: text.len(),
+                    size,
                     max: self.max_bytes,
                 },
             );
         }
-        text
     }
 }
 
@@ -709,10 +706,23 @@ pub fn canonical_json(v: &Value) -> String {
     out
 }
 
-fn canonical_object(map: &Map<String, Value>) -> String {
-    let mut out = String::new();
-    write_object(map, &mut out);
-    out
+/// Length in bytes of the canonical JSON of a profile, without building it: serde_json's
+/// compact output of a key-ordered map is the canonical form (asserted by tests).
+fn canonical_len(map: &Map<String, Value>) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, map);
+    count.0
 }
 
 fn write_canonical(v: &Value, out: &mut String) {

@@ -389,6 +389,19 @@ fn config_profiles_are_validated_with_paths() {
     assert_eq!(cfg(r#"{"default": null}"#).unwrap().default, None);
 }
 
+/// The profile on the envelope is serialized by serde_json; it is canonical only while
+/// serde_json's map is key-ordered. Enabling `preserve_order` anywhere in the tree breaks this.
+#[test]
+fn serde_json_maps_are_key_ordered() {
+    let v: Value =
+        serde_json::from_str(r#"{"b": {"d": 1, "c": 2}, "a": [{"z": 0, "y": 1}]}"#).unwrap();
+    assert_eq!(serde_json::to_string(&v).unwrap(), canonical_json(&v));
+    assert_eq!(
+        canonical_len(v.as_object().unwrap()),
+        canonical_json(&v).len()
+    );
+}
+
 #[test]
 fn canonical_json_sorts_every_level() {
     let v: Value =
@@ -527,6 +540,11 @@ fn check_outcome(c: &SecurityLabelsConfig, header: &str, checked: &mut [usize; 2
             checked[0] += 1;
             let text = canonical_json(&v);
             assert!(text.len() <= c.max_bytes, "{}", text.len());
+            assert_eq!(
+                serde_json::to_string(&v).unwrap(),
+                text,
+                "serialized = canonical"
+            );
             let obj = v.as_object().expect("profile is an object");
             assert_eq!(obj["profile"], PROFILE_SCHEMA);
             assert!(obj.keys().all(|k| ROOT_FIELDS.contains(&k.as_str())));
