@@ -36,7 +36,8 @@ fn main() {
     let n: u64 = std::env::var("DLQ_BENCH_N")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(500);
+        // `cargo test --all-targets` runs this unoptimized as a smoke test: keep it short there.
+        .unwrap_or(if cfg!(debug_assertions) { 50 } else { 500 });
     let dir = std::env::temp_dir().join(format!("svc-dlq-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (port, mon) = (free_port(), free_port());
