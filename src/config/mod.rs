@@ -83,6 +83,8 @@ pub struct DeliveryConfig {
     pub batch_size: usize,
     /// Expiry of each pull request: how long the broker may hold it open.
     pub fetch_expiry: Duration,
+    /// Longest a message waits in a partly filled batch before it is handed to the sink.
+    pub max_batch_wait: Duration,
     pub max_in_flight_batches: usize,
     pub sink_workers: usize,
     /// Batches older than this fraction of AckWait get in-progress acks.
@@ -393,8 +395,10 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
     let mut r = r.unwrap_or_else(|| ObjectReader::at("delivery".into(), &empty, &scratch));
     let batch_size = r.int_in("batch_size", 256, 1, MAX_BATCH_SIZE) as usize;
     let fetch_expiry = Duration::from_millis(r.int_in("fetch_expiry_ms", 1000, 10, 60_000) as u64);
+    let max_batch_wait =
+        Duration::from_millis(r.int_in("max_batch_wait_ms", 100, 1, 60_000) as u64);
     let max_in_flight_batches =
-        r.int_in("max_in_flight_batches", 4, 1, MAX_IN_FLIGHT_BATCHES) as usize;
+        r.int_in("max_in_flight_batches", 8, 1, MAX_IN_FLIGHT_BATCHES) as usize;
     let sink_workers = r.int_in("sink_workers", 2, 1, MAX_SINK_WORKERS) as usize;
     let in_progress_fraction = r.number_in("in_progress_fraction", 0.5, 0.05, false, 0.9);
     let nak_backoff = match r.object("nak_backoff") {
@@ -414,6 +418,7 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
     DeliveryConfig {
         batch_size,
         fetch_expiry,
+        max_batch_wait,
         max_in_flight_batches,
         sink_workers,
         in_progress_fraction,
