@@ -16,6 +16,7 @@ use crate::message_metadata::MessageMetadataConfig;
 use crate::metrics::SubjectFamily;
 use crate::sink::SinkConfig;
 use crate::subject::SubjectPattern;
+pub use reader::LoadError;
 use reader::{is_env_var_name, looks_secret, parse_json, Invalid, ObjectReader, Problems};
 
 /// The whole runtime config.
@@ -115,30 +116,6 @@ pub struct LoggingConfig {
     pub level: log::LevelFilter,
 }
 
-/// A config that could not be loaded.
-#[derive(Debug)]
-pub enum LoadError {
-    /// The file could not be read.
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// The document is invalid; every problem is listed.
-    Invalid(Invalid),
-}
-
-impl std::fmt::Display for LoadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LoadError::Read { path, source } => {
-                write!(f, "cannot read {}: {source}", path.display())
-            }
-            LoadError::Invalid(inv) => write!(f, "{inv}"),
-        }
-    }
-}
-
-impl std::error::Error for LoadError {}
 
 /// Bounds, named so docs and code agree.
 pub const MAX_BATCH_SIZE: i64 = 10_000;
@@ -148,11 +125,7 @@ pub const MAX_SUBJECT_FAMILIES: usize = 100;
 
 impl RuntimeConfig {
     pub fn load(path: &Path) -> Result<RuntimeConfig, LoadError> {
-        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::parse(&text).map_err(LoadError::Invalid)
+        reader::load_document(path, "", Self::parse)
     }
 
     /// Parses and validates a config document.
