@@ -116,7 +116,6 @@ pub struct LoggingConfig {
     pub level: log::LevelFilter,
 }
 
-
 /// Bounds, named so docs and code agree.
 pub const MAX_BATCH_SIZE: i64 = 10_000;
 pub const MAX_IN_FLIGHT_BATCHES: i64 = 64;
