@@ -689,9 +689,20 @@ fn connector_specific_rules() {
         one(r#""search_stack": {"ingestion_path": "bulk"}"#),
         "search_stack.ingestion_path: must be one of: otlp_collector"
     );
+    for (key, bad) in [
+        ("receiver_label", "my receiver"),
+        ("batch_label", "svc-batch"),
+        ("exporter_label", "1st"),
+        ("auth_label", ""),
+    ] {
+        assert_eq!(
+            one(&format!(r#""collector_agent": {{"{key}": "{bad}"}}"#)),
+            format!("collector_agent.{key}: must be 1 to 64 characters of [A-Za-z0-9_] starting with a letter (an identifier of the collector configuration)")
+        );
+    }
     assert_eq!(
-        one(r#""collector_agent": {"receiver_label": "my receiver"}"#),
-        "collector_agent.receiver_label: must be 1 to 64 characters of [A-Za-z0-9_-] starting with a letter"
+        one(r#""collector_agent": {"auth_label": "upstream_token"}"#),
+        "collector_agent.auth_label: must not look like a credential"
     );
     assert_eq!(
         one(r#""cloud_a_monitoring": {"compartment_id": "compartment-1"}"#),
@@ -735,4 +746,144 @@ fn connector_specific_rules() {
         one(r#""agent_statsd": {"bogus": true}"#),
         "agent_statsd.bogus: unknown field"
     );
+}
+
+#[test]
+fn push_connector_rules() {
+    for (body, msg) in [
+        (
+            r#""syslog": {"severity": "loud"}"#,
+            "syslog.severity: must be one of: emerg, alert, crit, err, warning, notice, info, debug",
+        ),
+        (
+            r#""syslog": {"structured_data_id": "svc metrics"}"#,
+            "syslog.structured_data_id: must be 1 to 32 printable ASCII characters without = ] \" or space",
+        ),
+        (
+            r#""syslog": {"structured_data_id": "svc=1"}"#,
+            "syslog.structured_data_id: must be 1 to 32 printable ASCII characters without = ] \" or space",
+        ),
+        (
+            r#""syslog": {"structured_data_id": "abcdefghijklmnopqrstuvwxyz0123456"}"#,
+            "syslog.structured_data_id: must be 1 to 32 printable ASCII characters without = ] \" or space",
+        ),
+        (
+            r#""syslog": {"hostname": "my host"}"#,
+            "syslog.hostname: must be 1 to 255 printable ASCII characters without spaces",
+        ),
+        (
+            r#""syslog": {"procid": ""}"#,
+            "syslog.procid: must be 1 to 128 printable ASCII characters without spaces",
+        ),
+        (
+            r#""syslog": {"msgid": "metrics-and-more-than-thirty-two-chars"}"#,
+            "syslog.msgid: must be 1 to 32 printable ASCII characters without spaces",
+        ),
+        (
+            r#""syslog": {"socket_path": "relative.sock"}"#,
+            "syslog.socket_path: must be an absolute path of at most 107 bytes",
+        ),
+        (
+            r#""statsd": {"host": "bad host"}"#,
+            "statsd.host: must be a host name or IP address",
+        ),
+        (
+            r#""agent_statsd": {"tags": {"env": "a,b"}}"#,
+            "agent_statsd.tags.env: value must be 1 to 128 characters of [A-Za-z0-9_.:/-]",
+        ),
+        (
+            r#""agent_statsd": {"tags": {"env|x": "prod"}}"#,
+            "agent_statsd.tags.env|x: must be 1 to 64 characters of [A-Za-z0-9_.-] starting with a letter",
+        ),
+        (
+            r#""agent_statsd": {"include_metric_labels_as_tags": "yes"}"#,
+            "agent_statsd.include_metric_labels_as_tags: must be true or false",
+        ),
+        (
+            r#""siem_hec": {"source": "my source"}"#,
+            "siem_hec.source: must be 1 to 128 characters of [A-Za-z0-9_.:/-]",
+        ),
+        (
+            r#""siem_hec": {"sourcetype": "svc|metrics"}"#,
+            "siem_hec.sourcetype: must be 1 to 128 characters of [A-Za-z0-9_.:/-]",
+        ),
+        (
+            r#""siem_hec": {"host": "0123456789abcdef0123"}"#,
+            "siem_hec.host: looks high-cardinality or secret (long hex or digit run)",
+        ),
+        (
+            r#""siem_hec": {"token_env": "HEC-TOKEN"}"#,
+            "siem_hec.token_env: must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+        ),
+        (
+            r#""siem_hec": {"headers_env": {"X-Tenant": "tenant var"}}"#,
+            "siem_hec.headers_env.X-Tenant: must name an environment variable ([A-Za-z_][A-Za-z0-9_]*)",
+        ),
+        (
+            r#""otlp": {"headers_env": {"Host": "OTLP_HOST"}}"#,
+            "otlp.headers_env.Host: is set by the connector and cannot be overridden",
+        ),
+        (
+            r#""search_stack": {"headers_env": {"Content-Type": "CT"}}"#,
+            "search_stack.headers_env.Content-Type: is set by the connector and cannot be overridden",
+        ),
+        (
+            r#""collector_agent": {"headers_env": {"bad header": "V"}}"#,
+            "collector_agent.headers_env.bad header: must be a header name without spaces or control characters",
+        ),
+        (
+            r#""search_stack": {"data_stream_namespace": "prod.eu"}"#,
+            "search_stack.data_stream_namespace: must be 1 to 100 characters of [a-z0-9_] starting with a letter",
+        ),
+        (
+            r#""search_stack": {"enabled": true}"#,
+            "search_stack.endpoint: is required when the connector is enabled",
+        ),
+        (
+            r#""collector_agent": {"enabled": true}"#,
+            "collector_agent.endpoint: is required when the profile is enabled",
+        ),
+        (
+            r#""collector_agent": {"handoff_mode": "grpc"}"#,
+            "collector_agent.handoff_mode: must be one of: otlp_http",
+        ),
+        (
+            r#""collector_agent": {"upstream_auth_mode": "oauth"}"#,
+            "collector_agent.upstream_auth_mode: must be one of: none, basic",
+        ),
+        (
+            r#""collector_agent": {"upstream_endpoint_env": "UPSTREAM ENDPOINT"}"#,
+            "collector_agent.upstream_endpoint_env: must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+        ),
+        (
+            r#""collector_agent": {"max_request_bytes": 1023}"#,
+            "collector_agent.max_request_bytes: must be an integer from 1024 to 16777216",
+        ),
+        (
+            r#""siem_hec": {"stale_after_seconds": 0}"#,
+            "siem_hec.stale_after_seconds: must be a number greater than 0 and at most 31536000",
+        ),
+        (
+            r#""statsd": {"max_datagram_bytes": 63}"#,
+            "statsd.max_datagram_bytes: must be an integer from 64 to 65507",
+        ),
+        (
+            r#""agent_statsd": {"transport": "unixgram"}"#,
+            "agent_statsd.socket_path: is required when transport is unixgram",
+        ),
+    ] {
+        assert_eq!(one(body), msg, "{body}");
+    }
+    // Complete, enabled push connectors are valid.
+    assert!(problems(
+        r#""otlp": {"enabled": true, "endpoint": "https://otlp.example:4318/v1/metrics", "headers_env": {"X-Api-Key": "OTLP_KEY"}},
+           "search_stack": {"enabled": true, "endpoint": "https://apm.example/v1/metrics", "data_stream_namespace": "prod"},
+           "collector_agent": {"enabled": true, "endpoint": "http://localhost:4318/v1/metrics", "upstream_auth_mode": "basic",
+                               "upstream_auth_username_env": "UP_USER", "upstream_auth_password_env": "UP_PASS"},
+           "siem_hec": {"enabled": true, "endpoint": "https://siem.example:8088/services/collector/event", "token_env": "HEC_TOKEN", "index": "svc_metrics"},
+           "statsd": {"enabled": true, "metric_prefix": "svc.prod"},
+           "agent_statsd": {"enabled": true, "transport": "unixgram", "socket_path": "/var/run/datadog/dsd.socket", "tags": {"env": "prod"}, "include_metric_labels_as_tags": true},
+           "syslog": {"enabled": true, "facility": "local3", "severity": "notice", "structured_data_id": "svc@32473"}"#
+    )
+    .is_empty());
 }
