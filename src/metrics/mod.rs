@@ -50,6 +50,8 @@ counters! {
     messages_failed_total,
     /// Messages published to the dead-letter subject and confirmed by the broker.
     messages_dlq_total,
+    /// Dead-letter publishes that were not confirmed (the original stays unacknowledged).
+    dlq_publish_errors_total,
     /// Sink write failures, counted per message.
     sink_write_errors_total,
     /// Events whose age at receive exceeded `envelope.stale_after_seconds`.

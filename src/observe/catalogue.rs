@@ -78,6 +78,10 @@ pub const KNOWN: &[Known] = &[
         "Messages published to the dead-letter subject and confirmed.",
     ),
     c(
+        "dlq_publish_errors_total",
+        "Dead-letter publishes that failed or were not confirmed; the message stays unacknowledged.",
+    ),
+    c(
         "messages_in_progress_total",
         "In-progress acknowledgements sent to extend the ack wait of long batches.",
     ),
