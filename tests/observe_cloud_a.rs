@@ -611,8 +611,13 @@ fn failures_before_any_request() {
         "{}",
         stderr(&out)
     );
-    // instance principal is not implemented: a clear refusal
+    // instance principal is not implemented: validate-policy warns (the policy is valid) ...
     let (snap, pol) = files(&s, json!({"auth_mode": "instance_principal"}), "{}", 0.0);
+    let v = run(&["validate-policy", &pol], &[]);
+    assert_eq!(v.status.code(), Some(0));
+    assert!(stdout(&v).starts_with("Observability policy is valid.\n"));
+    assert_eq!(stderr(&v), "warning: cloud_a_monitoring.auth_mode instance_principal (the default) is not implemented by this release; cloud-a-export will fail: use resource_principal or config_file\n");
+    // ... and the export refuses clearly
     let out = run(&["cloud-a-export", &snap, &pol], &env);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(stderr(&out), "svc-observe cloud-a-export: cloud_a_monitoring: auth_mode instance_principal is not implemented in this release (it needs an ephemeral RSA session key pair, which the crypto library in the tree cannot generate); use resource_principal or config_file\n");
