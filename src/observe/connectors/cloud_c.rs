@@ -219,13 +219,8 @@ pub fn plan_with(ctx: &Context<'_>, env: &dyn Env) -> Result<Plan, ExportError> 
         limit: Limit::new(BLOCK, "max_request_bytes", cfg.max_request_bytes),
         retry: Retry::new(cfg.max_retries, cfg.retry_backoff_seconds),
         metrics: data.len(),
-        // The bare token too: a receiver may echo it without the `Bearer ` prefix that the
-        // header secret carries.
-        redact: vec![
-            resource_id.to_string(),
-            location.to_string(),
-            token.expose().to_string(),
-        ],
+        // The bearer token is scrubbed with or without its prefix by `plan_secrets`.
+        redact: vec![resource_id.to_string(), location.to_string()],
     })
 }
 
