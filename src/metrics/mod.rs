@@ -52,6 +52,8 @@ counters! {
     messages_dlq_total,
     /// Sink write failures, counted per message.
     sink_write_errors_total,
+    /// In-sink retries of a single write (object store: timeouts, 5xx, 409 conflicts).
+    sink_write_retries_total,
     /// Events whose age at receive exceeded `envelope.stale_after_seconds`.
     events_stale_at_receive_total,
     /// Events without a publisher timestamp header (broker time used instead).

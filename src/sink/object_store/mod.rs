@@ -1,0 +1,339 @@
+//! Object-store sink (`sink.type = "object_store"`): one object per envelope (plus an optional
+//! sidecar) in one bucket of an S3-compatible service, under a deterministic key.
+//!
+//! Threading: `write_batch` runs on a `svc-sink-N` worker. The puts of one batch run on up to
+//! `max_concurrent_puts` scoped threads named `svc-s3-put-N` (the calling thread works too);
+//! they pull envelope indexes from a shared counter and each writes its outcome into the slot
+//! of that index, so outcomes come back in batch order. All threads end before `write_batch`
+//! returns. One object per event is round-trip bound, hence the concurrency; the HTTP agent's
+//! pool keeps one keep-alive connection per concurrent put.
+//!
+//! Failure semantics (see `docs/sinks/object-store.md`):
+//! - 2xx: durable. 412 on a conditional create: prior success (`skip_existing`), or, with
+//!   `fail_existing`, already durable only when the stored object is the same message, else a
+//!   permanent error.
+//! - Timeouts, network errors, 408/409/429/5xx: ambiguous; retried here up to `max_retries`
+//!   with the configured backoff, then `Transient` (the runner NAKs; redelivery retries the
+//!   same key).
+//! - Key, size and metadata limits: `Permanent`, before any request.
+//! - Other statuses (403, 404 bucket, TLS): `Transient` without in-sink retries: the message
+//!   is fine, the destination or its credentials are not.
+
+pub mod body;
+pub mod client;
+pub mod config;
+pub mod credentials;
+pub mod layout;
+pub mod sigv4;
+
+use std::io::Read;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::envelope::Envelope;
+use crate::metrics::Metrics;
+use crate::sink::{Sink, SinkError, WriteOutcome};
+
+use client::{ClientOptions, S3Client, S3Error};
+use config::{Compression, DuplicatePolicy, ObjectFormat, ObjectStoreConfig};
+use credentials::{Env, ProcessEnv};
+
+pub use config::ObjectStoreConfig as Config;
+
+const KIND: &str = "object_store";
+
+pub struct ObjectStoreSink {
+    cfg: ObjectStoreConfig,
+    client: S3Client,
+    metrics: Arc<Metrics>,
+    /// `bucket at endpoint, credentials from source`, safe to print.
+    description: String,
+}
+
+impl ObjectStoreSink {
+    /// Resolves region, endpoint and credentials from the process environment and builds the
+    /// HTTP client. Does not contact the service.
+    pub fn new(cfg: ObjectStoreConfig, metrics: Arc<Metrics>) -> Result<Self, SinkError> {
+        Self::with_env(cfg, metrics, &ProcessEnv)
+    }
+
+    pub fn with_env(
+        cfg: ObjectStoreConfig,
+        metrics: Arc<Metrics>,
+        env: &dyn Env,
+    ) -> Result<Self, SinkError> {
+        let err = |m: String| SinkError::new(KIND, m);
+        let region = client::resolve_region(&cfg, env);
+        let endpoint = client::resolve_endpoint(&cfg, &region, env).map_err(err)?;
+        let creds = credentials::resolve(&cfg.credential_mode, env).map_err(err)?;
+        let ca_pem =
+            match &cfg.ca_file {
+                Some(path) => Some(std::fs::read(path).map_err(|e| {
+                    SinkError::new(KIND, format!("ca_file {}: {e}", path.display()))
+                })?),
+                None => None,
+            };
+        let description = format!(
+            "bucket {} at {}://{} (region {region}, credentials from {})",
+            cfg.bucket,
+            if endpoint.https { "https" } else { "http" },
+            endpoint.authority,
+            creds.source
+        );
+        let client = S3Client::new(
+            endpoint,
+            &cfg.bucket,
+            &region,
+            cfg.addressing_style,
+            creds,
+            ClientOptions {
+                timeout: cfg.request_timeout,
+                pool_per_host: cfg.max_concurrent_puts + 2,
+                ca_pem,
+            },
+        )
+        .map_err(|e| SinkError::new(KIND, e.to_string()))?;
+        Ok(ObjectStoreSink {
+            cfg,
+            client,
+            metrics,
+            description,
+        })
+    }
+
+    /// The underlying client (tests read objects back through it).
+    pub fn client(&self) -> &S3Client {
+        &self.client
+    }
+
+    pub fn config(&self) -> &ObjectStoreConfig {
+        &self.cfg
+    }
+
+    /// One envelope: keys, bodies, primary put, sidecar put.
+    fn write_one(&self, env: &Envelope) -> WriteOutcome {
+        let permanent = |m: String| WriteOutcome::Permanent(SinkError::new(KIND, m));
+        let keys = match layout::object_keys(&self.cfg, env) {
+            Ok(k) => k,
+            Err(e) => return permanent(e),
+        };
+        let bodies = match body::build(&self.cfg, env, &keys.primary, keys.sidecar.is_some()) {
+            Ok(b) => b,
+            Err(e) => return permanent(format!("{}: {e}", keys.primary)),
+        };
+        let conditional = self.cfg.duplicate_policy != DuplicatePolicy::Replace;
+        let mut headers = body::common_headers(&self.cfg, true);
+        if conditional {
+            headers.push(("if-none-match".into(), "*".into()));
+        }
+        for (k, v) in &bodies.metadata {
+            headers.push((format!("x-amz-meta-{k}"), v.clone()));
+        }
+        let mut outcome = match self.put_with_retries(&keys.primary, &bodies.primary, &headers) {
+            Ok(()) => WriteOutcome::Durable,
+            Err(e) if e.is_precondition_failed() && conditional => {
+                match self.cfg.duplicate_policy {
+                    DuplicatePolicy::FailExisting => {
+                        self.existing_verdict(&keys.primary, env, &bodies.primary)
+                    }
+                    _ => WriteOutcome::AlreadyDurable,
+                }
+            }
+            Err(e) => return self.failure(&format!("put {}", keys.primary), e),
+        };
+        if let (Some(sidecar_key), Some(sidecar_body)) = (&keys.sidecar, &bodies.sidecar) {
+            if !outcome.is_durable() {
+                return outcome;
+            }
+            let mut headers = body::common_headers(&self.cfg, false);
+            if conditional {
+                headers.push(("if-none-match".into(), "*".into()));
+            }
+            match self.put_with_retries(sidecar_key, sidecar_body, &headers) {
+                Ok(()) => {}
+                // The sidecar exists already: written by an earlier delivery.
+                Err(e) if e.is_precondition_failed() && conditional => {}
+                Err(e) => {
+                    outcome = self.failure(
+                        &format!("put sidecar {sidecar_key} (primary object stored)"),
+                        e,
+                    )
+                }
+            }
+        }
+        outcome
+    }
+
+    /// Maps a final request failure to an outcome.
+    fn failure(&self, what: &str, e: S3Error) -> WriteOutcome {
+        let err = SinkError::new(KIND, format!("{what}: {e}"));
+        if e.is_permanent_for_object() {
+            WriteOutcome::Permanent(err)
+        } else {
+            WriteOutcome::Transient(err)
+        }
+    }
+
+    /// `fail_existing` found the key taken. The stored object may be this very message,
+    /// written by an earlier attempt whose answer was lost (timeout, runner killed before the
+    /// ACK): then it is already durable. Anything else is the permanent duplicate error.
+    fn existing_verdict(&self, key: &str, env: &Envelope, ours: &[u8]) -> WriteOutcome {
+        let duplicate = || {
+            WriteOutcome::Permanent(SinkError::new(
+                KIND,
+                format!("put {key}: key already exists (duplicate_policy fail_existing)"),
+            ))
+        };
+        let stored = match self.client.get_object(key, self.cfg.max_object_bytes) {
+            Ok(Some(reply)) => reply.body,
+            // Deleted meanwhile: let redelivery try the create again.
+            Ok(None) => {
+                return WriteOutcome::Transient(SinkError::new(
+                    KIND,
+                    format!("put {key}: precondition failed but the object is gone"),
+                ))
+            }
+            Err(e) => return self.failure(&format!("get {key} after precondition failure"), e),
+        };
+        if stored == ours || self.same_message(&stored, env) {
+            WriteOutcome::AlreadyDurable
+        } else {
+            duplicate()
+        }
+    }
+
+    /// True when a stored envelope-format body holds the same message (stream, sequence and
+    /// payload digest). Payload-format bodies are compared byte for byte by the caller.
+    fn same_message(&self, stored: &[u8], env: &Envelope) -> bool {
+        if self.cfg.object_format != ObjectFormat::Envelope {
+            return false;
+        }
+        let json = match self.cfg.compression {
+            Compression::None => stored.to_vec(),
+            Compression::Gzip => {
+                let mut out = Vec::new();
+                let limit = self.cfg.max_object_bytes.saturating_mul(64);
+                if flate2::read::GzDecoder::new(stored)
+                    .take(limit)
+                    .read_to_end(&mut out)
+                    .is_err()
+                {
+                    return false;
+                }
+                out
+            }
+        };
+        let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&json) else {
+            return false;
+        };
+        doc["stream"] == env.stream.as_str()
+            && doc["stream_sequence"] == env.stream_sequence
+            && doc["payload_info"]["sha256"] == env.payload_info.sha256.as_str()
+    }
+
+    /// One put, retried in place for retryable failures up to `max_retries`.
+    fn put_with_retries(
+        &self,
+        key: &str,
+        body: &[u8],
+        headers: &[(String, String)],
+    ) -> Result<(), S3Error> {
+        let mut attempt = 0u32;
+        loop {
+            match self.client.put_object(key, body, headers) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_retryable() && attempt < self.cfg.max_retries => {
+                    attempt += 1;
+                    Metrics::add(&self.metrics.counters.sink_write_retries_total, 1);
+                    log::debug!("sink object_store: put {key}: {e}; retry {attempt}");
+                    std::thread::sleep(self.cfg.retry.delay(attempt));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Sink for ObjectStoreSink {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome> {
+        let workers = self.cfg.max_concurrent_puts.min(batch.len());
+        if workers <= 1 {
+            return batch.iter().map(|e| self.write_one(e)).collect();
+        }
+        let next = AtomicUsize::new(0);
+        let slots: Vec<Mutex<Option<WriteOutcome>>> =
+            batch.iter().map(|_| Mutex::new(None)).collect();
+        let work = || loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(env) = batch.get(i) else { break };
+            let outcome = self.write_one(env);
+            *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
+        };
+        std::thread::scope(|s| {
+            for n in 1..workers {
+                let spawned = std::thread::Builder::new()
+                    .name(format!("svc-s3-put-{n}"))
+                    .spawn_scoped(s, work);
+                if let Err(e) = spawned {
+                    // Fewer helpers only means less concurrency: the caller still works.
+                    log::warn!("sink object_store: cannot start put thread: {e}");
+                    break;
+                }
+            }
+            work();
+        });
+        slots
+            .into_iter()
+            .map(|slot| {
+                slot.into_inner()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or_else(|| {
+                        WriteOutcome::Transient(SinkError::new(KIND, "put thread ended early"))
+                    })
+            })
+            .collect()
+    }
+
+    /// Proves the bucket is reachable and writable: a conditional put of a probe object under
+    /// `<prefix>/_svc-check/` (outside every event namespace) with the same headers as event
+    /// objects (content type, encryption), then its delete.
+    fn check(&self) -> Result<String, SinkError> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let key = layout::probe_key(&self.cfg, &format!("{}-{nanos}", std::process::id()));
+        let doc = serde_json::json!({
+            "schema": "svc.objectstore.probe.v1",
+            "purpose": "svc test-sink write check; safe to delete",
+        });
+        let json = serde_json::to_vec(&doc).unwrap_or_default();
+        let bytes = match self.cfg.compression {
+            Compression::Gzip => body::gzip(&json).unwrap_or_default(),
+            Compression::None => json,
+        };
+        let mut headers = body::common_headers(&self.cfg, true);
+        headers.push(("if-none-match".into(), "*".into()));
+        self.client
+            .put_object(&key, &bytes, &headers)
+            .map_err(|e| {
+                SinkError::new(KIND, format!("{}: put probe {key}: {e}", self.description))
+            })?;
+        match self.client.delete_object(&key) {
+            Ok(()) => Ok(format!(
+                "{} is reachable and writable (probe object {key} written and deleted)",
+                self.description
+            )),
+            Err(e) => Ok(format!(
+                "{} is reachable and writable (probe object {key} written; deleting it failed: \
+                 {e}; it lies outside the event namespace and may be removed by hand)",
+                self.description
+            )),
+        }
+    }
+}
