@@ -454,7 +454,10 @@ fn classify(e: ureq::Error) -> S3Error {
     use ureq::Error as E;
     match e {
         E::Timeout(t) => S3Error::Timeout(format!("{t} timed out")),
-        E::Io(io) => S3Error::Unavailable(io.to_string()),
+        E::Io(io) => match io.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
+            Some(tls) => S3Error::Tls(format!("rustls: {tls}")),
+            None => S3Error::Unavailable(io.to_string()),
+        },
         E::ConnectionFailed | E::HostNotFound | E::Protocol(_) => {
             S3Error::Unavailable(e.to_string())
         }

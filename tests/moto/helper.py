@@ -1,0 +1,92 @@
+"""Test helper around moto (the S3-compatible server the object-store tests run against).
+
+  helper.py serve PORT [CERT KEY] run moto on 127.0.0.1:PORT with signature checking enforced
+                                  after three unauthenticated IAM calls; exits when the parent
+                                  (the test process) is gone, so no server outlives a test run
+  helper.py setup ENDPOINT        make those three IAM calls; print {"key_id", "secret"}
+  helper.py bucket ENDPOINT KEY SECRET NAME true|false
+                                  create a bucket (versioned when true)
+  helper.py versions ENDPOINT KEY SECRET BUCKET
+                                  print every object version of the bucket as JSON
+"""
+import json
+import os
+import sys
+import time
+
+
+def serve(port, cert=None, key=None):
+    os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"
+    parent = os.getppid()
+    import threading
+
+    from moto.server import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
+
+    app = DomainDispatcherApplication(create_backend_app)
+    ssl_context = (cert, key) if cert else None
+    server = make_server("127.0.0.1", port, app, threaded=True, ssl_context=ssl_context)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print("ready", flush=True)
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    server.shutdown()
+
+
+def client(service, endpoint, key="testing", secret="testing"):
+    import boto3
+
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+    )
+
+
+def setup(endpoint):
+    iam = client("iam", endpoint)
+    iam.create_user(UserName="svc-test")
+    key = iam.create_access_key(UserName="svc-test")["AccessKey"]
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+    }
+    iam.put_user_policy(
+        UserName="svc-test", PolicyName="all", PolicyDocument=json.dumps(policy)
+    )
+    print(json.dumps({"key_id": key["AccessKeyId"], "secret": key["SecretAccessKey"]}))
+
+
+def bucket(endpoint, key, secret, name, versioned):
+    s3 = client("s3", endpoint, key, secret)
+    s3.create_bucket(Bucket=name)
+    if versioned == "true":
+        s3.put_bucket_versioning(
+            Bucket=name, VersioningConfiguration={"Status": "Enabled"}
+        )
+    print("{}")
+
+
+def versions(endpoint, key, secret, bucket):
+    s3 = client("s3", endpoint, key, secret)
+    out = []
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        for v in page.get("Versions", []):
+            out.append({"key": v["Key"], "version_id": v["VersionId"], "size": v["Size"]})
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "serve":
+        serve(int(sys.argv[2]), *sys.argv[3:5])
+    elif cmd == "setup":
+        setup(sys.argv[2])
+    elif cmd == "bucket":
+        bucket(*sys.argv[2:7])
+    elif cmd == "versions":
+        versions(*sys.argv[2:6])
+    else:
+        sys.exit("unknown command " + cmd)
