@@ -24,13 +24,33 @@ def serve(port, cert=None, key=None):
     from werkzeug.serving import make_server
 
     app = DomainDispatcherApplication(create_backend_app)
-    ssl_context = (cert, key) if cert else None
-    server = make_server("127.0.0.1", port, app, threaded=True, ssl_context=ssl_context)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = None
+    if cert:
+        server = make_server("127.0.0.1", port, app, threaded=True, ssl_context=(cert, key))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    else:
+        # waitress keeps HTTP/1.1 connections alive (werkzeug's server closes every one), so
+        # the client's connection reuse is exercised as it would be against a real service.
+        try:
+            import waitress
+        except ImportError:
+            waitress = None
+        if waitress:
+            threading.Thread(
+                target=waitress.serve,
+                args=(app,),
+                kwargs={"host": "127.0.0.1", "port": port, "threads": 32,
+                        "connection_limit": 1000, "channel_timeout": 30, "_quiet": True},
+                daemon=True,
+            ).start()
+        else:
+            server = make_server("127.0.0.1", port, app, threaded=True)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
     print("ready", flush=True)
     while os.getppid() == parent:
         time.sleep(0.2)
-    server.shutdown()
+    if server:
+        server.shutdown()
 
 
 def client(service, endpoint, key="testing", secret="testing"):

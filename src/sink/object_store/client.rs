@@ -226,7 +226,8 @@ impl fmt::Debug for S3Client {
 pub struct ClientOptions {
     pub timeout: Duration,
     /// Idle connections kept per host: at least the number of concurrent requests, so a
-    /// sustained run reuses connections instead of closing them (TIME_WAIT).
+    /// sustained run reuses connections instead of closing them (TIME_WAIT). 0 disables
+    /// keep-alive (one connection per request; only the benchmark uses that, as a baseline).
     pub pool_per_host: usize,
     pub ca_pem: Option<Vec<u8>>,
 }
@@ -269,8 +270,8 @@ impl S3Client {
             .http_status_as_error(false)
             .timeout_global(Some(opts.timeout))
             .max_redirects(0)
-            .max_idle_connections(opts.pool_per_host.max(1) * 2)
-            .max_idle_connections_per_host(opts.pool_per_host.max(1))
+            .max_idle_connections(opts.pool_per_host * 2)
+            .max_idle_connections_per_host(opts.pool_per_host)
             .max_idle_age(Duration::from_secs(4))
             .user_agent(concat!("svc/", env!("CARGO_PKG_VERSION")))
             .tls_config(tls)
