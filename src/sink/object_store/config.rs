@@ -105,7 +105,8 @@ pub struct ObjectStoreConfig {
     pub retry: Backoff,
     /// Extension: PEM file of CA certificates trusted instead of the built-in web roots.
     pub ca_file: Option<PathBuf>,
-    /// Extension: concurrent puts of one batch.
+    /// Extension: puts in flight for the whole sink (threads of its put pool), shared by all
+    /// sink workers.
     pub max_concurrent_puts: usize,
     /// Extension: path or virtual-hosted requests.
     pub addressing_style: AddressingStyle,

@@ -1,12 +1,16 @@
 //! Object-store sink (`sink.type = "object_store"`): one object per envelope (plus an optional
 //! sidecar) in one bucket of an S3-compatible service, under a deterministic key.
 //!
-//! Threading: `write_batch` runs on a `svc-sink-N` worker. The puts of one batch run on up to
-//! `max_concurrent_puts` scoped threads named `svc-s3-put-N` (the calling thread works too);
-//! they pull envelope indexes from a shared counter and each writes its outcome into the slot
-//! of that index, so outcomes come back in batch order. All threads end before `write_batch`
-//! returns. One object per event is round-trip bound, hence the concurrency; the HTTP agent's
-//! pool keeps one keep-alive connection per concurrent put.
+//! Threading: the sink owns a pool of `max_concurrent_puts` threads named `svc-s3-put-N`,
+//! started when it is built and shared by every `svc-sink-N` worker. `write_batch` (on a sink
+//! worker) prepares keys and bodies itself, hands one job per envelope to the pool through a
+//! bounded channel, and collects the outcomes from a reply channel sized to the batch (so a
+//! put thread never blocks on a reply). Outcomes are put back in batch order. Because the pool
+//! is shared, one batch's slow tail leaves threads free for the next batch: the number of puts
+//! in flight is `max_concurrent_puts` for the whole sink, whatever `sink_workers` is. One
+//! object per event is round-trip bound, hence the concurrency; the HTTP agent's pool keeps
+//! the keep-alive connections. Dropping the sink closes the job channel; the threads finish
+//! their job and exit, and are joined.
 //!
 //! Failure semantics (see `docs/sinks/object-store.md`):
 //! - 2xx: durable. 412 on a conditional create: prior success (`skip_existing`), or, with
@@ -27,9 +31,11 @@ pub mod layout;
 pub mod sigv4;
 
 use std::io::Read;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::Sender;
 
 use crate::envelope::Envelope;
 use crate::metrics::Metrics;
@@ -43,12 +49,43 @@ pub use config::ObjectStoreConfig as Config;
 
 const KIND: &str = "object_store";
 
+/// Idle keep-alive connections kept to the endpoint. The sink is shared by every `svc-sink-N`
+/// worker, each running up to `max_concurrent_puts` puts, so the pool must hold at least
+/// `sink_workers x max_concurrent_puts` (64 x 64 at most) or connections beyond it are closed
+/// after one request (TIME_WAIT). Idle ones expire after a few seconds, so a large cap costs
+/// nothing at rest.
+const POOL_IDLE_PER_HOST: usize = 4096;
+
 pub struct ObjectStoreSink {
+    shared: Arc<Shared>,
+    /// Jobs for the put threads; `None` only while dropping.
+    jobs: Option<Sender<Job>>,
+    threads: Vec<JoinHandle<()>>,
+    /// `bucket at endpoint, credentials from source`, safe to print.
+    description: String,
+}
+
+/// What the put threads share with the sink.
+struct Shared {
     cfg: ObjectStoreConfig,
     client: S3Client,
     metrics: Arc<Metrics>,
-    /// `bucket at endpoint, credentials from source`, safe to print.
-    description: String,
+}
+
+/// One envelope, ready to write: everything the put thread needs, owned.
+struct Prepared {
+    keys: layout::ObjectKeys,
+    bodies: body::Bodies,
+    /// Identity of the message, to recognise it in an existing object (`fail_existing`).
+    stream: String,
+    stream_sequence: u64,
+    payload_sha256: String,
+}
+
+struct Job {
+    index: usize,
+    prepared: Prepared,
+    reply: Sender<(usize, WriteOutcome)>,
 }
 
 impl ObjectStoreSink {
@@ -89,39 +126,86 @@ impl ObjectStoreSink {
             creds,
             ClientOptions {
                 timeout: cfg.request_timeout,
-                pool_per_host: cfg.max_concurrent_puts + 2,
+                pool_per_host: POOL_IDLE_PER_HOST,
                 ca_pem,
             },
         )
         .map_err(|e| SinkError::new(KIND, e.to_string()))?;
-        Ok(ObjectStoreSink {
+        let threads_wanted = cfg.max_concurrent_puts;
+        let shared = Arc::new(Shared {
             cfg,
             client,
             metrics,
+        });
+        let (tx, rx) = crossbeam_channel::bounded::<Job>(threads_wanted * 2);
+        let mut threads = Vec::with_capacity(threads_wanted);
+        for n in 0..threads_wanted {
+            let (shared, rx) = (shared.clone(), rx.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("svc-s3-put-{n}"))
+                .spawn(move || {
+                    for job in rx {
+                        let outcome = shared.write(&job.prepared);
+                        // Invariant: the reply channel holds a whole batch; never blocks.
+                        let _ = job.reply.send((job.index, outcome));
+                    }
+                });
+            match spawned {
+                Ok(h) => threads.push(h),
+                Err(e) => {
+                    return Err(SinkError::new(
+                        KIND,
+                        format!("cannot start put thread {n}: {e}"),
+                    ))
+                }
+            }
+        }
+        Ok(ObjectStoreSink {
+            shared,
+            jobs: Some(tx),
+            threads,
             description,
         })
     }
 
     /// The underlying client (tests read objects back through it).
     pub fn client(&self) -> &S3Client {
-        &self.client
+        &self.shared.client
     }
 
     pub fn config(&self) -> &ObjectStoreConfig {
-        &self.cfg
+        &self.shared.cfg
+    }
+}
+
+impl Drop for ObjectStoreSink {
+    fn drop(&mut self) {
+        self.jobs = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Shared {
+    /// Keys and bodies of an envelope; an error is a permanent outcome (no request made).
+    fn prepare(&self, env: &Envelope) -> Result<Prepared, WriteOutcome> {
+        let permanent = |m: String| WriteOutcome::Permanent(SinkError::new(KIND, m));
+        let keys = layout::object_keys(&self.cfg, env).map_err(permanent)?;
+        let bodies = body::build(&self.cfg, env, &keys.primary, keys.sidecar.is_some())
+            .map_err(|e| permanent(format!("{}: {e}", keys.primary)))?;
+        Ok(Prepared {
+            keys,
+            bodies,
+            stream: env.stream.clone(),
+            stream_sequence: env.stream_sequence,
+            payload_sha256: env.payload_info.sha256.clone(),
+        })
     }
 
-    /// One envelope: keys, bodies, primary put, sidecar put.
-    fn write_one(&self, env: &Envelope) -> WriteOutcome {
-        let permanent = |m: String| WriteOutcome::Permanent(SinkError::new(KIND, m));
-        let keys = match layout::object_keys(&self.cfg, env) {
-            Ok(k) => k,
-            Err(e) => return permanent(e),
-        };
-        let bodies = match body::build(&self.cfg, env, &keys.primary, keys.sidecar.is_some()) {
-            Ok(b) => b,
-            Err(e) => return permanent(format!("{}: {e}", keys.primary)),
-        };
+    /// One envelope: primary put, then the sidecar put.
+    fn write(&self, p: &Prepared) -> WriteOutcome {
+        let (keys, bodies) = (&p.keys, &p.bodies);
         let conditional = self.cfg.duplicate_policy != DuplicatePolicy::Replace;
         let mut headers = body::common_headers(&self.cfg, true);
         if conditional {
@@ -135,7 +219,7 @@ impl ObjectStoreSink {
             Err(e) if e.is_precondition_failed() && conditional => {
                 match self.cfg.duplicate_policy {
                     DuplicatePolicy::FailExisting => {
-                        self.existing_verdict(&keys.primary, env, &bodies.primary)
+                        self.existing_verdict(&keys.primary, p, &bodies.primary)
                     }
                     _ => WriteOutcome::AlreadyDurable,
                 }
@@ -178,7 +262,7 @@ impl ObjectStoreSink {
     /// `fail_existing` found the key taken. The stored object may be this very message,
     /// written by an earlier attempt whose answer was lost (timeout, runner killed before the
     /// ACK): then it is already durable. Anything else is the permanent duplicate error.
-    fn existing_verdict(&self, key: &str, env: &Envelope, ours: &[u8]) -> WriteOutcome {
+    fn existing_verdict(&self, key: &str, p: &Prepared, ours: &[u8]) -> WriteOutcome {
         let duplicate = || {
             WriteOutcome::Permanent(SinkError::new(
                 KIND,
@@ -196,7 +280,7 @@ impl ObjectStoreSink {
             }
             Err(e) => return self.failure(&format!("get {key} after precondition failure"), e),
         };
-        if stored == ours || self.same_message(&stored, env) {
+        if stored == ours || self.same_message(&stored, p) {
             WriteOutcome::AlreadyDurable
         } else {
             duplicate()
@@ -205,7 +289,7 @@ impl ObjectStoreSink {
 
     /// True when a stored envelope-format body holds the same message (stream, sequence and
     /// payload digest). Payload-format bodies are compared byte for byte by the caller.
-    fn same_message(&self, stored: &[u8], env: &Envelope) -> bool {
+    fn same_message(&self, stored: &[u8], p: &Prepared) -> bool {
         if self.cfg.object_format != ObjectFormat::Envelope {
             return false;
         }
@@ -227,9 +311,9 @@ impl ObjectStoreSink {
         let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&json) else {
             return false;
         };
-        doc["stream"] == env.stream.as_str()
-            && doc["stream_sequence"] == env.stream_sequence
-            && doc["payload_info"]["sha256"] == env.payload_info.sha256.as_str()
+        doc["stream"] == p.stream.as_str()
+            && doc["stream_sequence"] == p.stream_sequence
+            && doc["payload_info"]["sha256"] == p.payload_sha256.as_str()
     }
 
     /// One put, retried in place for retryable failures up to `max_retries`.
@@ -261,40 +345,47 @@ impl Sink for ObjectStoreSink {
     }
 
     fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome> {
-        let workers = self.cfg.max_concurrent_puts.min(batch.len());
-        if workers <= 1 {
-            return batch.iter().map(|e| self.write_one(e)).collect();
-        }
-        let next = AtomicUsize::new(0);
-        let slots: Vec<Mutex<Option<WriteOutcome>>> =
-            batch.iter().map(|_| Mutex::new(None)).collect();
-        let work = || loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(env) = batch.get(i) else { break };
-            let outcome = self.write_one(env);
-            *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
-        };
-        std::thread::scope(|s| {
-            for n in 1..workers {
-                let spawned = std::thread::Builder::new()
-                    .name(format!("svc-s3-put-{n}"))
-                    .spawn_scoped(s, work);
-                if let Err(e) = spawned {
-                    // Fewer helpers only means less concurrency: the caller still works.
-                    log::warn!("sink object_store: cannot start put thread: {e}");
-                    break;
+        let mut outcomes: Vec<Option<WriteOutcome>> = vec![None; batch.len()];
+        let (reply_tx, reply_rx) = crossbeam_channel::bounded(batch.len().max(1));
+        let mut sent = 0usize;
+        for (index, env) in batch.iter().enumerate() {
+            let prepared = match self.shared.prepare(env) {
+                Ok(p) => p,
+                Err(outcome) => {
+                    outcomes[index] = Some(outcome);
+                    continue;
+                }
+            };
+            let job = Job {
+                index,
+                prepared,
+                reply: reply_tx.clone(),
+            };
+            // Blocks while the pool is busy: that is the concurrency bound.
+            match self.jobs.as_ref().map(|j| j.send(job).is_ok()) {
+                Some(true) => sent += 1,
+                _ => {
+                    outcomes[index] = Some(WriteOutcome::Transient(SinkError::new(
+                        KIND,
+                        "put threads stopped",
+                    )))
                 }
             }
-            work();
-        });
-        slots
+        }
+        drop(reply_tx);
+        for _ in 0..sent {
+            match reply_rx.recv() {
+                Ok((index, outcome)) => outcomes[index] = Some(outcome),
+                // Every put thread is gone (cannot happen while the sink lives).
+                Err(_) => break,
+            }
+        }
+        outcomes
             .into_iter()
-            .map(|slot| {
-                slot.into_inner()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .unwrap_or_else(|| {
-                        WriteOutcome::Transient(SinkError::new(KIND, "put thread ended early"))
-                    })
+            .map(|o| {
+                o.unwrap_or_else(|| {
+                    WriteOutcome::Transient(SinkError::new(KIND, "put thread ended early"))
+                })
             })
             .collect()
     }
@@ -307,24 +398,25 @@ impl Sink for ObjectStoreSink {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let key = layout::probe_key(&self.cfg, &format!("{}-{nanos}", std::process::id()));
+        let key = layout::probe_key(&self.shared.cfg, &format!("{}-{nanos}", std::process::id()));
         let doc = serde_json::json!({
             "schema": "svc.objectstore.probe.v1",
             "purpose": "svc test-sink write check; safe to delete",
         });
         let json = serde_json::to_vec(&doc).unwrap_or_default();
-        let bytes = match self.cfg.compression {
+        let bytes = match self.shared.cfg.compression {
             Compression::Gzip => body::gzip(&json).unwrap_or_default(),
             Compression::None => json,
         };
-        let mut headers = body::common_headers(&self.cfg, true);
+        let mut headers = body::common_headers(&self.shared.cfg, true);
         headers.push(("if-none-match".into(), "*".into()));
-        self.client
+        self.shared
+            .client
             .put_object(&key, &bytes, &headers)
             .map_err(|e| {
                 SinkError::new(KIND, format!("{}: put probe {key}: {e}", self.description))
             })?;
-        match self.client.delete_object(&key) {
+        match self.shared.client.delete_object(&key) {
             Ok(()) => Ok(format!(
                 "{} is reachable and writable (probe object {key} written and deleted)",
                 self.description
