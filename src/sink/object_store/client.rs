@@ -489,6 +489,143 @@ fn xml_field(text: &str, name: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    fn client(endpoint: Endpoint, bucket: &str, style: AddressingStyle) -> S3Client {
+        S3Client::new(
+            endpoint,
+            bucket,
+            "eu-west-1",
+            style,
+            Credentials {
+                access_key_id: "AKID".into(),
+                secret_access_key: "s".into(),
+                session_token: None,
+                source: "test".into(),
+            },
+            ClientOptions {
+                timeout: Duration::from_secs(1),
+                pool_per_host: 1,
+                ca_pem: None,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn addressing_styles() {
+        let aws = Endpoint {
+            https: true,
+            authority: "s3.eu-west-1.amazonaws.com".into(),
+            default: true,
+        };
+        let custom = Endpoint {
+            https: true,
+            authority: "minio.internal:9000".into(),
+            default: false,
+        };
+        let auto = AddressingStyle::Auto;
+        assert_eq!(
+            client(aws.clone(), "acme", auto).target(Some("a/b c.json")),
+            (
+                "acme.s3.eu-west-1.amazonaws.com".to_string(),
+                "/a/b%20c.json".to_string()
+            )
+        );
+        assert_eq!(
+            client(aws.clone(), "acme.logs", auto).target(Some("k")),
+            (
+                "s3.eu-west-1.amazonaws.com".to_string(),
+                "/acme.logs/k".to_string()
+            )
+        );
+        assert_eq!(
+            client(custom.clone(), "acme", auto).target(None),
+            ("minio.internal:9000".to_string(), "/acme".to_string())
+        );
+        assert_eq!(
+            client(custom, "acme", AddressingStyle::Virtual).target(None),
+            ("acme.minio.internal:9000".to_string(), "/".to_string())
+        );
+        assert_eq!(
+            client(aws, "acme", AddressingStyle::Path).target(Some("k")),
+            (
+                "s3.eu-west-1.amazonaws.com".to_string(),
+                "/acme/k".to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn endpoint_and_region_resolution() {
+        use std::collections::HashMap;
+        let cfg = |extra: &str| {
+            let text = format!(
+                r#"{{"nats": {{"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c",
+                   "subject": "a"}}, "sink": {{"type": "object_store", "bucket": "abc"{extra}}}}}"#
+            );
+            match crate::config::RuntimeConfig::parse(&text).unwrap().sink {
+                crate::sink::SinkConfig::ObjectStore(c) => *c,
+                _ => unreachable!(),
+            }
+        };
+        let env = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let c = cfg("");
+        assert_eq!(resolve_region(&c, &env(&[])), "us-east-1");
+        assert_eq!(
+            resolve_region(&c, &env(&[("AWS_DEFAULT_REGION", "eu-north-1")])),
+            "eu-north-1"
+        );
+        assert_eq!(
+            resolve_region(
+                &cfg(r#", "region_name": "ap-south-1""#),
+                &env(&[("AWS_REGION", "x")])
+            ),
+            "ap-south-1"
+        );
+        let e = resolve_endpoint(&c, "eu-north-1", &env(&[])).unwrap();
+        assert_eq!(
+            (e.authority.as_str(), e.https, e.default),
+            ("s3.eu-north-1.amazonaws.com", true, true)
+        );
+        let e = resolve_endpoint(
+            &c,
+            "r",
+            &env(&[
+                ("AWS_ENDPOINT_URL", "https://generic.example"),
+                ("AWS_ENDPOINT_URL_S3", "https://s3.example:8443"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(e.authority, "s3.example:8443");
+        let ignored = env(&[
+            ("AWS_ENDPOINT_URL_S3", "https://s3.example"),
+            ("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true"),
+        ]);
+        assert!(resolve_endpoint(&c, "r", &ignored).unwrap().default);
+        let err = resolve_endpoint(
+            &c,
+            "r",
+            &env(&[("AWS_ENDPOINT_URL", "https://user:pw@s3.example")]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "environment variable AWS_ENDPOINT_URL: must not contain credentials"
+        );
+        let configured = cfg(r#", "endpoint_url": "https://cfg.example""#);
+        let e = resolve_endpoint(
+            &configured,
+            "r",
+            &env(&[("AWS_ENDPOINT_URL_S3", "https://s3.example")]),
+        )
+        .unwrap();
+        assert_eq!(e.authority, "cfg.example", "config wins");
+    }
+
     #[test]
     fn error_classes() {
         let st = |status: u16, code: &str| S3Error::Status {
