@@ -641,6 +641,33 @@ fn store_stopped_mid_run_gives_transient_outcomes_and_retries() {
 }
 
 #[test]
+fn sustained_load_reuses_connections() {
+    let m = shared();
+    assert!(
+        m.keep_alive,
+        "moto must be served with keep-alive: install waitress next to moto (pip install waitress)"
+    );
+    m.create_bucket("t-reuse", false);
+    let proxy = OutageProxy::start(m.port);
+    let s = sink_at(
+        m,
+        &proxy.endpoint(),
+        "t-reuse",
+        json!({"key_strategy": "stream_sequence", "max_concurrent_puts": 8}),
+        Arc::new(Metrics::default()),
+    );
+    let n = 600u64;
+    for chunk in (1..=n).collect::<Vec<_>>().chunks(100) {
+        let batch: Vec<Envelope> = chunk.iter().map(|s| env1(*s)).collect();
+        assert_all(&s.write_batch(&batch), WriteOutcome::Durable);
+    }
+    let accepted = proxy.accepted.load(std::sync::atomic::Ordering::SeqCst);
+    // One connection per put thread (a few more if the server closed an idle one), never one
+    // per object.
+    assert!(accepted <= 12, "{accepted} connections for {n} objects");
+}
+
+#[test]
 fn wrong_secret_is_a_clear_failure() {
     let m = shared();
     m.create_bucket("t-auth", false);

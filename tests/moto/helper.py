@@ -25,6 +25,7 @@ def serve(port, cert=None, key=None):
 
     app = DomainDispatcherApplication(create_backend_app)
     server = None
+    kind = "werkzeug"
     if cert:
         server = make_server("127.0.0.1", port, app, threaded=True, ssl_context=(cert, key))
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -36,6 +37,7 @@ def serve(port, cert=None, key=None):
         except ImportError:
             waitress = None
         if waitress:
+            kind = "waitress"
             threading.Thread(
                 target=waitress.serve,
                 args=(app,),
@@ -46,7 +48,7 @@ def serve(port, cert=None, key=None):
         else:
             server = make_server("127.0.0.1", port, app, threaded=True)
             threading.Thread(target=server.serve_forever, daemon=True).start()
-    print("ready", flush=True)
+    print("ready " + kind, flush=True)
     while os.getppid() == parent:
         time.sleep(0.2)
     if server:

@@ -18,9 +18,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The Python with moto and boto3 (`SVC_TEST_PYTHON`, default `python3`).
+/// The Python with moto[server], boto3 and waitress: `SVC_TEST_PYTHON`, else
+/// `$SVC_TEST_VENV/bin/python` (set by `scripts/deps.sh`), else `python3`.
 pub fn python() -> String {
-    std::env::var("SVC_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
+    if let Ok(p) = std::env::var("SVC_TEST_PYTHON") {
+        return p;
+    }
+    match std::env::var("SVC_TEST_VENV") {
+        Ok(venv) if !venv.is_empty() => format!("{venv}/bin/python"),
+        _ => "python3".into(),
+    }
 }
 
 fn helper() -> PathBuf {
@@ -69,6 +76,9 @@ pub struct Moto {
     /// `https` when started with a certificate.
     pub scheme: &'static str,
     ca_bundle: Option<PathBuf>,
+    /// Served by waitress (HTTP/1.1 keep-alive); werkzeug, the fallback, closes every
+    /// connection after one response.
+    pub keep_alive: bool,
 }
 
 impl Moto {
@@ -106,7 +116,10 @@ impl Moto {
         let line = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("moto did not start within 60 s");
-        assert_eq!(line.trim(), "ready", "moto failed to start");
+        let kind = line
+            .trim()
+            .strip_prefix("ready ")
+            .expect("moto failed to start");
         wait_tcp(port, Duration::from_secs(20));
         let mut moto = Moto {
             child,
@@ -115,6 +128,7 @@ impl Moto {
             secret: String::new(),
             scheme: if tls.is_some() { "https" } else { "http" },
             ca_bundle: tls.map(|(_, _, ca)| ca.to_path_buf()),
+            keep_alive: kind == "waitress",
         };
         let keys = moto.py(&["setup", &moto.endpoint()]);
         moto.key_id = keys["key_id"].as_str().unwrap().to_string();
@@ -223,6 +237,8 @@ pub struct OutageProxy {
     conns: Arc<Mutex<Vec<TcpStream>>>,
     /// Stop flag of the current accept loop.
     stop: Mutex<Arc<AtomicBool>>,
+    /// Client connections accepted so far.
+    pub accepted: Arc<AtomicU64>,
 }
 
 impl OutageProxy {
@@ -232,6 +248,7 @@ impl OutageProxy {
             target,
             conns: Arc::new(Mutex::new(Vec::new())),
             stop: Mutex::new(Arc::new(AtomicBool::new(false))),
+            accepted: Arc::new(AtomicU64::new(0)),
         };
         p.bring_up();
         p
@@ -246,13 +263,14 @@ impl OutageProxy {
         listener.set_nonblocking(true).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         *self.stop.lock().unwrap() = stop.clone();
-        let (conns, target) = (self.conns.clone(), self.target);
+        let (conns, target, accepted) = (self.conns.clone(), self.target, self.accepted.clone());
         std::thread::Builder::new()
             .name("outage-proxy".into())
             .spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
                     match listener.accept() {
                         Ok((client, _)) => {
+                            accepted.fetch_add(1, Ordering::SeqCst);
                             client.set_nonblocking(false).unwrap();
                             let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
                                 continue;
