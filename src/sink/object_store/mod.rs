@@ -45,16 +45,12 @@ use client::{ClientOptions, S3Client, S3Error};
 use config::{Compression, DuplicatePolicy, ObjectFormat, ObjectStoreConfig};
 use credentials::{Env, ProcessEnv};
 
-pub use config::ObjectStoreConfig as Config;
-
 const KIND: &str = "object_store";
 
-/// Idle keep-alive connections kept to the endpoint. The sink is shared by every `svc-sink-N`
-/// worker, each running up to `max_concurrent_puts` puts, so the pool must hold at least
-/// `sink_workers x max_concurrent_puts` (64 x 64 at most) or connections beyond it are closed
-/// after one request (TIME_WAIT). Idle ones expire after a few seconds, so a large cap costs
-/// nothing at rest.
-const POOL_IDLE_PER_HOST: usize = 4096;
+/// Idle keep-alive connections kept beyond one per put thread. Every request of the sink runs
+/// on a put thread, so `max_concurrent_puts` connections are in use at most; a pool smaller
+/// than that would close connections after one request (TIME_WAIT per object).
+const POOL_SPARE: usize = 2;
 
 pub struct ObjectStoreSink {
     shared: Arc<Shared>,
@@ -126,7 +122,7 @@ impl ObjectStoreSink {
             creds,
             ClientOptions {
                 timeout: cfg.request_timeout,
-                pool_per_host: POOL_IDLE_PER_HOST,
+                pool_per_host: cfg.max_concurrent_puts + POOL_SPARE,
                 ca_pem,
             },
         )
