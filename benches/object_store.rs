@@ -14,7 +14,8 @@
 //! 4. local ports: TIME_WAIT sockets towards the server after N PUTs with keep-alive (the
 //!    sink's client) and with one connection per request (what rust-s3's sync backend does).
 //!
-//! Run: `cargo bench --bench object_store` (env: SVC_BENCH_OBJECTS, default 6000;
+//! Run: `cargo bench --bench object_store` (env: SVC_BENCH_OBJECTS, default 6000, or 200 as a
+//! smoke pass under `cargo test --all-targets`;
 //! SVC_BENCH_CONCURRENCY, default 16; SVC_TEST_PYTHON, default python3). Needs
 //! nats-server, and python3 with moto[server], boto3 and waitress.
 #![allow(deprecated)]
@@ -144,7 +145,13 @@ fn time_wait(port: u16) -> usize {
 }
 
 fn main() {
-    let n = env_num("SVC_BENCH_OBJECTS", 6000);
+    // Under `cargo test --all-targets` (no `--bench` flag) run a small smoke pass.
+    let benching = std::env::args().any(|a| a == "--bench");
+    let n = if benching {
+        env_num("SVC_BENCH_OBJECTS", 6000)
+    } else {
+        200
+    };
     let conc = env_num("SVC_BENCH_CONCURRENCY", 16);
     let m = moto::Moto::start();
     let _ = MOTO_PID.set(m.pid());

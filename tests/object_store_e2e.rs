@@ -165,7 +165,7 @@ fn store_outage_acks_nothing_until_it_returns_then_stores_once() {
         || all_acked(&server, 2 * n as u64),
     );
     assert_stored_once(&m, "e2e-outage", 2 * n as u64);
-    assert!(snapshot_counter(&snap, "sink_write_retries_total") > 0);
+    assert!(snapshot_counter(&snap, "sink_retries_total") > 0);
     runner.signal("TERM");
     let status = runner.wait_timeout(Duration::from_secs(20)).expect("exits");
     assert!(status.success(), "{}", runner.log_text());

@@ -606,7 +606,7 @@ fn store_stopped_mid_run_gives_transient_outcomes_and_retries() {
     assert_eq!(
         metrics
             .counters
-            .sink_write_retries_total
+            .sink_retries_total
             .load(std::sync::atomic::Ordering::Relaxed),
         10
     );

@@ -38,7 +38,11 @@ fn minimal_config_is_valid_with_defaults() {
     let c = RuntimeConfig::parse(MINIMAL).unwrap();
     assert_eq!(c.nats.urls, vec!["nats://127.0.0.1:4222"]);
     assert_eq!(c.delivery.batch_size, 256);
-    assert_eq!(c.delivery.max_in_flight_batches, 4);
+    assert_eq!(c.delivery.max_in_flight_batches, 8);
+    assert_eq!(
+        c.delivery.max_batch_wait,
+        std::time::Duration::from_millis(100)
+    );
     assert_eq!(c.delivery.sink_workers, 2);
     assert_eq!(c.delivery.nak_backoff, DEFAULT_NAK_BACKOFF);
     assert_eq!(c.sink.kind(), "file");
@@ -220,5 +224,15 @@ fn logging_and_advisories() {
             "advisories.enabled: must be true or false",
             "logging.level: must be one of: error, warn, info, debug, trace",
         ]
+    );
+}
+
+#[test]
+fn subject_family_labels_are_unique() {
+    assert_eq!(
+        problems(&with(
+            r#"{"metrics": {"subject_families": [{"subject": "orders.>", "label": "orders"}, {"subject": "orders2.>", "label": "orders"}]}}"#
+        )),
+        vec!["metrics.subject_families[1].label: is used by an earlier family; labels must be unique"]
     );
 }

@@ -50,10 +50,12 @@ counters! {
     messages_failed_total,
     /// Messages published to the dead-letter subject and confirmed by the broker.
     messages_dlq_total,
+    /// Dead-letter publishes that were not confirmed (the original stays unacknowledged).
+    dlq_publish_errors_total,
     /// Sink write failures, counted per message.
     sink_write_errors_total,
     /// In-sink retries of a single write (object store: timeouts, 5xx, 409 conflicts).
-    sink_write_retries_total,
+    sink_retries_total,
     /// Events whose age at receive exceeded `envelope.stale_after_seconds`.
     events_stale_at_receive_total,
     /// Events without a publisher timestamp header (broker time used instead).
@@ -209,6 +211,11 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The configured subject families, in config order.
+    pub fn families(&self) -> &[SubjectFamily] {
+        &self.families
     }
 
     /// Index of the family a subject belongs to (first matching rule), if any.

@@ -3,33 +3,39 @@
 //! ```text
 //!  svc-fetch ──RawBatch──▶ svc-normalize ──PreparedBatch──▶ svc-sink-1..N ──Outcome──▶ svc-ack
 //!      │  ▲                                                                        ▲    │
-//!      │  └──────────────────────── credit (one token per batch) ◀─────────────────┼────┘
+//!      │  └─────────────────────── message credits (one per message) ◀─────────────┼────┘
 //!      └──────────────────────────── Register (ack handles) ───────────────────────┘
 //!  svc-snapshot: reads the counters every interval; the final snapshot is written at exit
 //!  svc-signal:   SIGTERM/SIGINT set the stop flag; SIGUSR1 logs a pipeline dump
+//!  svc-advisory: (advisories.enabled) counts JetStream consumer advisories; no ack handles
 //! ```
 //!
 //! Ownership:
-//! - `svc-fetch` owns the pull subscription. It takes a credit token before every pull
-//!   request, so at most `max_in_flight_batches` batches exist anywhere in the pipeline, and
-//!   keeps up to [`PIPELINED_PULL_REQUESTS`] requests outstanding so the broker is never idle
-//!   waiting for our next request. It splits each delivery into plain data (to the normalizer)
+//! - `svc-fetch` owns the pull subscription. It takes `batch_size` message credits before
+//!   every pull request (`credit.rs`), so at most `max_in_flight_batches x batch_size`
+//!   messages exist anywhere in the pipeline, and keeps up to [`PIPELINED_PULL_REQUESTS`]
+//!   requests outstanding so the broker is never idle waiting for our next request. A batch
+//!   ships when full or when its oldest message has waited `max_batch_wait_ms`. It splits
+//!   each delivery into plain data (to the normalizer)
 //!   and an ack handle (to `svc-ack`, registered *before* the data leaves, on the same channel
 //!   the outcome will later travel, so the registration is always seen first).
-//! - `svc-normalize` builds envelopes: pure work, no I/O.
+//! - `svc-normalize` builds envelopes, message metadata and security labels: pure work, no
+//!   I/O. A permanent pre-sink failure becomes a per-message `Verdict::Rejected` carrying the
+//!   sanitized DLQ record (when `dead_letter.enabled`).
 //! - `svc-sink-N` call `Sink::write_batch` and report one verdict per message. They never see
 //!   an ack handle.
 //! - `svc-ack` is the ONLY thread that ACKs, NAKs, TERMs or sends in-progress. Invariant: a
-//!   message is ACKed only when its verdict says durable (or, later, its DLQ publish was
-//!   confirmed). It returns the batch's credit when the batch is settled.
+//!   message is ACKed only when its verdict says durable, or its DLQ publish was confirmed by
+//!   the broker (PubAck) just before. It returns the batch's credits when the batch is settled.
 //!
 //! Backpressure: every channel is bounded; when the sinks are slow, credits run out and
 //! `svc-fetch` stops asking the broker, which keeps the messages. Memory is bounded by
 //! `max_in_flight_batches x batch_size x message size`, not by the backlog.
 //!
-//! The ack channel's capacity (`2 x max_in_flight_batches + 2`) covers every registration and
-//! outcome that can exist at once, so sink workers never block on it and the ACK path cannot
-//! deadlock behind the data path.
+//! The ACK path cannot deadlock behind the data path: `svc-ack` never waits for a data-path
+//! thread (returning credits never blocks), so the channel into it always drains. Its capacity
+//! (`2 x max_in_flight_batches + 2`) covers the registration and outcome of every full batch
+//! in flight; only many short batches can make a sink worker wait on it, briefly.
 //!
 //! Shutdown: the stop flag makes `svc-fetch` stop pulling; it ships what it holds and drops
 //! its senders; each stage drains and drops its own; `svc-ack` settles every outcome it
@@ -38,6 +44,7 @@
 //! reached an outcome stays unacknowledged and is redelivered: correct, not a loss.
 
 mod ack;
+mod credit;
 mod fetch;
 mod monitor;
 mod normalize;
@@ -51,8 +58,10 @@ use std::thread;
 
 use crossbeam_channel::bounded;
 
+use crate::advisory::AdvisoryObserver;
 use crate::broker::{self, AckHandle, BrokerError};
 use crate::config::RuntimeConfig;
+use crate::dead_letter::{DeadLetter, DeadLetterPublisher};
 use crate::envelope::{Envelope, RawMessage};
 use crate::metrics::{now_epoch_seconds, Metrics};
 use crate::sink::{SinkError, WriteOutcome};
@@ -77,6 +86,9 @@ pub struct RawBatch {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreSinkFailure {
     pub reason: String,
+    /// The sanitized DLQ record, built by the normalizer when `dead_letter.enabled`;
+    /// `svc-ack` publishes it and ACKs the original only once the broker confirmed it.
+    pub dead_letter: Option<DeadLetter>,
 }
 
 /// One normalized message ready for the sink, with what the metrics need.
@@ -156,14 +168,16 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     );
 
     let d = &cfg.delivery;
-    let (credit_tx, credit_rx) = bounded::<()>(d.max_in_flight_batches);
-    for _ in 0..d.max_in_flight_batches {
-        credit_tx.send(()).expect("fresh channel has room");
-    }
+    let credits = Arc::new(credit::CreditPool::new(
+        d.max_in_flight_batches * d.batch_size,
+    ));
     let (raw_tx, raw_rx) = bounded::<RawBatch>(d.max_in_flight_batches);
     let (prepared_tx, prepared_rx) = bounded::<PreparedBatch>(d.max_in_flight_batches);
     let (ack_tx, ack_rx) = bounded::<AckMsg>(2 * d.max_in_flight_batches + 2);
-    monitor.watch("credit (free batch slots)", &credit_rx);
+    let pool = credits.clone();
+    monitor.watch_fn("credits (free messages)", move || {
+        (pool.available(), Some(pool.capacity()))
+    });
     monitor.watch("svc-fetch -> svc-normalize", &raw_rx);
     monitor.watch("svc-normalize -> svc-sink", &prepared_rx);
     monitor.watch("-> svc-ack", &ack_rx);
@@ -172,18 +186,19 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let snapshot_thread = snapshot.spawn(stop.clone())?;
 
     let (ack_done_tx, ack_done_rx) = bounded::<()>(1);
-    // svc-fetch returns the credit of a pull request that ended empty; svc-ack returns the
-    // credit of every settled batch. The credit channel never disconnects on its own: its
-    // readers watch the stop flag instead.
-    let fetch_credit_tx = credit_tx.clone();
     let ack = ack::AckWorker {
         nc: nc.clone(),
         rx: ack_rx,
-        credit: credit_tx,
+        credits: credits.clone(),
         metrics: metrics.clone(),
         monitor: monitor.clone(),
         nak_backoff: d.nak_backoff,
         max_deliveries: d.max_deliveries,
+        dlq: cfg.dead_letter.enabled.then(|| {
+            let publisher = DeadLetterPublisher::new(nc.clone(), cfg.dead_letter.clone());
+            publisher.log_stream_check();
+            publisher
+        }),
         progress_after: consumer.ack_wait.mul_f64(d.in_progress_fraction),
     };
     spawn("svc-ack", move || {
@@ -204,6 +219,25 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     }
     drop(prepared_rx);
 
+    // Aggregate counters only: the observer has no handle on any acknowledgement.
+    let advisories = if cfg.advisories.enabled {
+        match AdvisoryObserver::start(
+            &nc,
+            &consumer.stream,
+            &consumer.name,
+            metrics.clone(),
+            stop.clone(),
+        ) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                log::warn!("advisory observer not started: {e}; delivery continues without it");
+                None
+            }
+        }
+    } else {
+        None
+    };
+
     let normalizer = Normalizer::new(&cfg, metrics.clone());
     let mon = monitor.clone();
     spawn("svc-normalize", move || {
@@ -215,8 +249,8 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         sub: consumer.subscription,
         batch_size: d.batch_size,
         expiry: d.fetch_expiry,
-        credit_rx,
-        credit_tx: fetch_credit_tx,
+        max_batch_wait: d.max_batch_wait,
+        credits,
         raw_tx,
         ack_tx,
         stop: stop.clone(),
@@ -242,6 +276,9 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     }
     if let Err(e) = nc.flush_timeout(std::time::Duration::from_secs(2)) {
         log::warn!("broker: final flush of acknowledgements failed: {e}");
+    }
+    if let Some(observer) = advisories {
+        observer.join();
     }
     let _ = snapshot_thread.join();
     snapshot.write_now();

@@ -325,7 +325,7 @@ impl Shared {
                 Ok(_) => return Ok(()),
                 Err(e) if e.is_retryable() && attempt < self.cfg.max_retries => {
                     attempt += 1;
-                    Metrics::add(&self.metrics.counters.sink_write_retries_total, 1);
+                    Metrics::add(&self.metrics.counters.sink_retries_total, 1);
                     log::debug!("sink object_store: put {key}: {e}; retry {attempt}");
                     std::thread::sleep(self.cfg.retry.delay(attempt));
                 }
