@@ -15,6 +15,31 @@ import sys
 import time
 
 
+class AtomicConditionalPut:
+    """WSGI middleware: makes a conditional PUT (If-None-Match) atomic per key.
+
+    moto 5.2 checks If-None-Match and then stores the object in separate steps
+    (s3/responses.py), so two racing conditional writers of one key can both get 200. S3
+    itself guarantees that exactly one wins; striped per-key locks restore that guarantee
+    without serialising unrelated keys.
+    """
+
+    STRIPES = 256
+
+    def __init__(self, app):
+        import threading
+
+        self.app = app
+        self.locks = [threading.Lock() for _ in range(self.STRIPES)]
+
+    def __call__(self, environ, start_response):
+        if environ.get("REQUEST_METHOD") == "PUT" and environ.get("HTTP_IF_NONE_MATCH"):
+            key = (environ.get("HTTP_HOST", ""), environ.get("PATH_INFO", ""))
+            with self.locks[hash(key) % self.STRIPES]:
+                return list(self.app(environ, start_response))
+        return self.app(environ, start_response)
+
+
 def serve(port, cert=None, key=None):
     os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"
     parent = os.getppid()
@@ -23,7 +48,7 @@ def serve(port, cert=None, key=None):
     from moto.server import DomainDispatcherApplication, create_backend_app
     from werkzeug.serving import make_server
 
-    app = DomainDispatcherApplication(create_backend_app)
+    app = AtomicConditionalPut(DomainDispatcherApplication(create_backend_app))
     server = None
     kind = "werkzeug"
     if cert:
