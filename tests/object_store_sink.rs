@@ -364,6 +364,104 @@ fn fail_existing_is_permanent_for_a_different_object_at_the_key() {
 }
 
 #[test]
+fn fail_existing_recognises_its_own_gzip_object() {
+    let m = shared();
+    m.create_bucket("t-fail-gz", false);
+    let s = sink(
+        m,
+        "t-fail-gz",
+        json!({"key_strategy": "stream_sequence", "duplicate_policy": "fail_existing",
+               "compression": "gzip", "object_suffix": ".json.gz"}),
+    );
+    assert_eq!(s.write_batch(&[env1(1)]), vec![WriteOutcome::Durable]);
+    let mut again = env1(1);
+    again.metadata.delivery_count = 3;
+    assert_eq!(s.write_batch(&[again]), vec![WriteOutcome::AlreadyDurable]);
+    // Same key, different payload (a stream re-created from scratch): permanent.
+    let other = envelope(1, "orders.created", None, br#"{"other": true}"#, 0);
+    assert!(matches!(
+        &s.write_batch(&[other])[0],
+        WriteOutcome::Permanent(e) if e.message.contains("key already exists")
+    ));
+}
+
+#[test]
+fn every_credential_mode_signs_accepted_requests() {
+    let m = shared();
+    m.create_bucket("t-creds", false);
+    let dir = TempDir::new("creds");
+    let creds = dir.path().join("credentials");
+    std::fs::write(
+        &creds,
+        format!(
+            "[default]\naws_access_key_id = {id}\naws_secret_access_key = {secret}\n\n\
+             [svc-writer]\naws_access_key_id={id}\naws_secret_access_key={secret}\n",
+            id = m.key_id,
+            secret = m.secret
+        ),
+    )
+    .unwrap();
+    let files = |extra: &[(&str, &str)]| -> HashMap<String, String> {
+        let mut e = HashMap::from([
+            (
+                "AWS_SHARED_CREDENTIALS_FILE".to_string(),
+                creds.display().to_string(),
+            ),
+            (
+                "AWS_CONFIG_FILE".to_string(),
+                dir.path().join("none").display().to_string(),
+            ),
+        ]);
+        for (k, v) in extra {
+            e.insert(k.to_string(), v.to_string());
+        }
+        e
+    };
+    let build = |mode: Value, env: &HashMap<String, String>| {
+        let mut b = block(&m.endpoint(), "t-creds", json!({}));
+        for k in [
+            "credential_mode",
+            "access_key_id_env",
+            "secret_access_key_env",
+        ] {
+            b.as_object_mut().unwrap().remove(k);
+        }
+        for (k, v) in mode.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        ObjectStoreSink::with_env(parse_config(b), Arc::new(Metrics::default()), env).unwrap()
+    };
+    // default_chain from the environment variables.
+    let env = HashMap::from([
+        ("AWS_ACCESS_KEY_ID".to_string(), m.key_id.clone()),
+        ("AWS_SECRET_ACCESS_KEY".to_string(), m.secret.clone()),
+    ]);
+    let verdict = build(json!({}), &env).check().unwrap();
+    assert!(
+        verdict.contains("credentials from environment variables AWS_ACCESS_KEY_ID"),
+        "{verdict}"
+    );
+    // default_chain from the shared credentials file.
+    let verdict = build(json!({}), &files(&[])).check().unwrap();
+    assert!(
+        verdict.contains("credentials from profile default of"),
+        "{verdict}"
+    );
+    // profile mode.
+    let verdict = build(
+        json!({"credential_mode": "profile", "profile_name": "svc-writer"}),
+        &files(&[]),
+    )
+    .check()
+    .unwrap();
+    assert!(
+        verdict.contains("credentials from profile svc-writer of"),
+        "{verdict}"
+    );
+    assert!(!verdict.contains(&m.secret) && !verdict.contains(&m.key_id));
+}
+
+#[test]
 fn sidecar_is_written_and_recovered_on_redelivery() {
     let m = shared();
     m.create_bucket("t-sidecar", false);
