@@ -24,10 +24,19 @@
 //! fit that shape (a poller). Adding a connector = one `pub mod` line and one registry entry.
 
 pub mod agent_statsd;
+pub mod aws_credentials;
+pub mod broker_monitoring;
+pub mod cloud;
+pub mod cloud_a;
+pub mod cloud_b;
+pub mod cloud_c;
 pub mod collector_agent;
+pub mod oci_auth;
+pub mod oci_signature;
 pub mod otlp;
 pub mod search_stack;
 pub mod siem_hec;
+pub mod sigv4;
 pub mod statsd;
 pub mod syslog;
 pub mod transport;
@@ -62,6 +71,9 @@ pub const CONNECTORS: &[&Connector] = &[
     &statsd::CONNECTOR,
     &agent_statsd::CONNECTOR,
     &syslog::CONNECTOR,
+    &cloud_a::CONNECTOR,
+    &cloud_b::CONNECTOR,
+    &cloud_c::CONNECTOR,
 ];
 
 /// The export command named `command`, if there is one.
@@ -77,7 +89,12 @@ pub fn find(command: &str) -> Option<&'static Connector> {
 /// reach a log line, an error or dry-run output by accident. Only [`Secret::expose`] gives the
 /// value, for the one place that puts it on the wire.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
+pub struct Secret {
+    value: String,
+    /// Where the credential itself starts (after a scheme prefix such as `Splunk `), so output
+    /// can be scrubbed of the bare credential too: a receiver may echo it without the prefix.
+    credential_at: usize,
+}
 
 /// What a secret prints as.
 pub const REDACTED: &str = "<redacted>";
@@ -85,17 +102,28 @@ pub const REDACTED: &str = "<redacted>";
 impl Secret {
     /// Wraps a value (for values derived from secrets, e.g. `Splunk <token>`).
     pub fn new(value: String) -> Secret {
-        Secret(value)
+        Secret {
+            value,
+            credential_at: 0,
+        }
     }
 
     /// The value, for the wire only.
     pub fn expose(&self) -> &str {
-        &self.0
+        &self.value
+    }
+
+    /// The credential without any scheme prefix; for scrubbing output only.
+    fn credential(&self) -> &str {
+        &self.value[self.credential_at..]
     }
 
     /// A secret made of a prefix and this secret (`Splunk ` + token, `Bearer ` + token).
     pub fn prefixed(&self, prefix: &str) -> Secret {
-        Secret(format!("{prefix}{}", self.0))
+        Secret {
+            value: format!("{prefix}{}", self.value),
+            credential_at: prefix.len() + self.credential_at,
+        }
     }
 }
 
@@ -145,7 +173,7 @@ pub fn resolve_env_with(
             "environment variable {var} contains a line break or NUL"
         )));
     }
-    Ok(Secret(value))
+    Ok(Secret::new(value))
 }
 
 /// Resolves a `headers_env` map (header name -> variable name) of block `block`. Headers in
@@ -520,7 +548,9 @@ fn plan_secrets(plan: &Plan) -> Vec<&str> {
         for r in requests {
             for h in &r.headers {
                 if let HeaderValue::Secret(s) = &h.value {
+                    // The whole value first, so `Splunk <redacted>` never half-shows.
                     v.push(s.expose());
+                    v.push(s.credential());
                 }
             }
         }

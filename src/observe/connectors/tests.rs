@@ -139,7 +139,10 @@ fn http_plan(body: &str, limit: u64) -> Plan {
                 method: Method::Post,
                 url: "https://siem.example/services/collector/event".into(),
                 headers: vec![
-                    Header::secret("Authorization", Secret::new("Splunk tok-1".into())),
+                    Header::secret(
+                        "Authorization",
+                        Secret::new("tok-1".into()).prefixed("Splunk "),
+                    ),
                     Header::plain("Content-Type", "application/json"),
                 ],
                 body: body.as_bytes().to_vec(),
@@ -154,6 +157,18 @@ fn http_plan(body: &str, limit: u64) -> Plan {
         metrics: 2,
         redact: vec!["ocid1.compartment.oc1..aaaa".into()],
     }
+}
+
+#[test]
+fn echoed_bare_credentials_are_scrubbed_too() {
+    // A receiver may echo the token without its `Splunk ` / `Bearer ` scheme.
+    let plan = http_plan("{}", 4096);
+    let echoed = "403 from receiver: token tok-1 is invalid (header was Splunk tok-1)";
+    let text = scrub(echoed, &plan_secrets(&plan));
+    assert_eq!(
+        text,
+        "403 from receiver: token <redacted> is invalid (header was <redacted>)"
+    );
 }
 
 #[test]
@@ -213,8 +228,12 @@ fn registry_commands_are_unique_and_consistent() {
     let mut seen = Vec::new();
     for c in CONNECTORS {
         assert!(c.command.ends_with("-export"), "{}", c.command);
-        assert_eq!(
-            c.command.trim_end_matches("-export").replace('-', "_"),
+        // `<block>-export`; the monitoring blocks drop `_monitoring` (`cloud-a-export`).
+        let derived = c.command.trim_end_matches("-export").replace('-', "_");
+        assert!(
+            c.block == derived || c.block == format!("{derived}_monitoring"),
+            "{} / {}",
+            c.command,
             c.block
         );
         assert!(!seen.contains(&c.command), "{} twice", c.command);

@@ -4,12 +4,10 @@
 //! Reference: the "Authenticating Requests (AWS Signature Version 4)" pages of the S3 API
 //! documentation; the unit test below reproduces their published GET-object example.
 
-use hmac::{Hmac, Mac};
+use ring::hmac as ring_hmac;
 use sha2::{Digest, Sha256};
 
 use crate::envelope::hex_sha256;
-
-type HmacSha256 = Hmac<Sha256>;
 
 /// What a signature needs to know about the request.
 pub struct SigningInput<'a> {
@@ -85,9 +83,8 @@ fn canonical_value(v: &str) -> String {
 }
 
 fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
-    let mut mac = HmacSha256::new_from_slice(key).expect("hmac accepts keys of any length");
-    mac.update(data);
-    mac.finalize().into_bytes().to_vec()
+    let key = ring_hmac::Key::new(ring_hmac::HMAC_SHA256, key);
+    ring_hmac::sign(&key, data).as_ref().to_vec()
 }
 
 fn hex(bytes: &[u8]) -> String {
