@@ -6,6 +6,7 @@
 
 pub mod file;
 pub mod key;
+pub mod object_store;
 
 use std::fmt;
 use std::sync::Arc;
@@ -78,6 +79,7 @@ pub trait Sink: Send + Sync {
 #[derive(Debug, Clone, PartialEq)]
 pub enum SinkConfig {
     File(file::FileSinkConfig),
+    ObjectStore(Box<object_store::config::ObjectStoreConfig>),
 }
 
 impl SinkConfig {
@@ -86,9 +88,12 @@ impl SinkConfig {
         let kind = r.req_string("type");
         let cfg = match kind.as_str() {
             "file" => Some(SinkConfig::File(file::FileSinkConfig::read(&mut r))),
+            "object_store" => Some(SinkConfig::ObjectStore(Box::new(
+                object_store::config::ObjectStoreConfig::read(&mut r),
+            ))),
             "" => None,
             _ => {
-                r.problem("type", "must be one of: file");
+                r.problem("type", "must be one of: file, object_store");
                 None
             }
         };
@@ -101,6 +106,7 @@ impl SinkConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             SinkConfig::File(_) => "file",
+            SinkConfig::ObjectStore(_) => "object_store",
         }
     }
 
@@ -108,6 +114,10 @@ impl SinkConfig {
     pub fn build(&self, metrics: Arc<Metrics>) -> Result<Arc<dyn Sink>, SinkError> {
         match self {
             SinkConfig::File(c) => Ok(Arc::new(file::FileSink::new(c.clone(), metrics)?)),
+            SinkConfig::ObjectStore(c) => Ok(Arc::new(object_store::ObjectStoreSink::new(
+                (**c).clone(),
+                metrics,
+            )?)),
         }
     }
 }
