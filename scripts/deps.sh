@@ -61,9 +61,11 @@ deps_test() {
         $SUDO pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
     fi
     mkdir -p "$TOOLS_DIR"
-    if [ ! -x "$TOOLS_DIR/venv/bin/moto_server" ] || ! "$TOOLS_DIR/venv/bin/python" -c 'import opentelemetry.proto, boto3' 2>/dev/null; then
+    # moto (S3 and CloudWatch), served through waitress so connections are kept alive as real
+    # S3 keeps them; the OTLP protobuf JSON parser for the OTLP receivers.
+    if [ ! -x "$TOOLS_DIR/venv/bin/moto_server" ] || ! "$TOOLS_DIR/venv/bin/python" -c 'import opentelemetry.proto, boto3, waitress' 2>/dev/null; then
         python3 -m venv "$TOOLS_DIR/venv"
-        "$TOOLS_DIR/venv/bin/pip" install -q 'moto[server]' boto3 opentelemetry-proto protobuf
+        "$TOOLS_DIR/venv/bin/pip" install -q 'moto[server]' boto3 waitress opentelemetry-proto protobuf
     fi
     if [ ! -f "$TOOLS_DIR/node_modules/statsd/stats.js" ]; then
         (cd "$TOOLS_DIR" && npm install --silent --no-audit --no-fund statsd@0.9.0 >/dev/null)
