@@ -458,3 +458,58 @@ fn tls_verdicts_of_test_sink_and_run() {
         .unwrap()
         .success());
 }
+
+/// A batch held in the sink longer than AckWait must be kept alive with in-progress acks,
+/// not redelivered: moto is paused (SIGSTOP) with puts in flight for three times AckWait.
+#[test]
+fn batches_held_past_ack_wait_get_in_progress_acks_not_redelivery() {
+    let n = 40;
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(2));
+    let dir = tempfile::tempdir().unwrap();
+    let m = moto::Moto::start();
+    m.create_bucket("e2e-progress", true);
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &json!({
+            "nats": {"url": server.url(), "stream": STREAM, "consumer": CONSUMER, "subject": SUBJECT},
+            "delivery": {"batch_size": 64, "max_batch_wait_ms": 20, "in_progress_fraction": 0.25,
+                         "shutdown_timeout_seconds": 10},
+            "sink": sink_block(&m.endpoint(), "e2e-progress", json!({"request_timeout_seconds": 60})),
+            "metrics": {"enabled": true, "snapshot_file": dir.path().join("metrics.json"),
+                        "write_interval_seconds": 1},
+            "logging": {"level": "info"}
+        }),
+    );
+    let mut runner = start_runner(&cfg, &dir.path().join("svc.log"), &m.env());
+    wait_until(Duration::from_secs(20), "runner bound", || {
+        runner.log_text().contains("bound to consumer")
+    });
+    let snap = dir.path().join("metrics.json");
+    m.pause();
+    publish(&server, 0, n);
+    wait_until(Duration::from_secs(20), "messages in flight", || {
+        snapshot_counter(&snap, "messages_fetched_total") >= n as u64
+    });
+    // Three times AckWait with the puts hanging.
+    std::thread::sleep(Duration::from_secs(6));
+    m.resume();
+    wait_until(Duration::from_secs(60), "all acked", || {
+        all_acked(&server, n as u64)
+    });
+    assert_stored_once(&m, "e2e-progress", n as u64);
+    let info = server.js().consumer_info(STREAM, CONSUMER).unwrap();
+    assert_eq!(info.num_redelivered, 0, "nothing redelivered");
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(20))
+        .unwrap()
+        .success());
+    assert_eq!(snapshot_counter(&snap, "messages_fetched_total"), n as u64);
+    assert!(
+        snapshot_counter(&snap, "messages_in_progress_total") >= 2 * n as u64,
+        "in-progress acks sent repeatedly"
+    );
+}
