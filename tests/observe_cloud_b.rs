@@ -16,6 +16,20 @@ use std::time::Duration;
 use observe_util::*;
 use serde_json::{json, Value};
 
+/// True when the server on `port` is moto (its `/moto-api/` page answers 200).
+fn is_moto(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if write!(s, "GET /moto-api/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.") && &head[9..12] == b"200"
+}
+
 fn venv() -> PathBuf {
     match std::env::var_os("SVC_TEST_VENV") {
         Some(v) => PathBuf::from(v),
@@ -37,19 +51,35 @@ struct Moto {
 
 impl Moto {
     fn start() -> Moto {
-        let port = free_port();
-        let child = Command::new(venv().join("bin/moto_server"))
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .env("INITIAL_NO_AUTH_ACTION_COUNT", "3")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("moto_server from the test venv (scripts/deps.sh)");
-        let child = ChildGuard(child);
-        wait_for("moto", Duration::from_secs(30), || {
-            TcpStream::connect(("127.0.0.1", port)).ok()
-        });
+        // A free port can be taken by a parallel test between our pick and moto's bind, and a
+        // bare TCP probe would then reach that other server: wait for moto's own API page,
+        // and pick a new port when moto exits instead.
+        let (child, port) = (0..5)
+            .find_map(|_| {
+                let port = free_port();
+                let mut child = ChildGuard(
+                    Command::new(venv().join("bin/moto_server"))
+                        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                        .env("INITIAL_NO_AUTH_ACTION_COUNT", "3")
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .expect("moto_server from the test venv (scripts/deps.sh)"),
+                );
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while std::time::Instant::now() < deadline {
+                    if child.0.try_wait().unwrap().is_some() {
+                        return None;
+                    }
+                    if is_moto(port) {
+                        return Some((child, port));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                None
+            })
+            .expect("moto_server did not start on any of 5 ports");
         let url = format!("http://127.0.0.1:{port}");
         let out = Command::new(venv().join("bin/python"))
             .arg(helper())

@@ -63,13 +63,12 @@ def serve(port, cert=None, key=None):
             waitress = None
         if waitress:
             kind = "waitress"
-            threading.Thread(
-                target=waitress.serve,
-                args=(app,),
-                kwargs={"host": "127.0.0.1", "port": port, "threads": 32,
-                        "connection_limit": 1000, "channel_timeout": 30, "_quiet": True},
-                daemon=True,
-            ).start()
+            # create_server binds now: a taken port raises here, before "ready" is printed,
+            # and the test harness retries on another port.
+            listener = waitress.create_server(
+                app, host="127.0.0.1", port=port, threads=32,
+                connection_limit=1000, channel_timeout=30)
+            threading.Thread(target=listener.run, daemon=True).start()
         else:
             server = make_server("127.0.0.1", port, app, threaded=True)
             threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -92,6 +92,17 @@ impl Moto {
     }
 
     fn start_inner(tls: Option<(&Path, &Path, &Path)>) -> Moto {
+        // A free port can be taken by a parallel test between our pick and moto's bind: the
+        // helper then exits without its ready line, and we try a new port.
+        for _ in 0..4 {
+            if let Some(m) = Self::try_start(tls) {
+                return m;
+            }
+        }
+        Self::try_start(tls).expect("moto failed to start on 5 ports")
+    }
+
+    fn try_start(tls: Option<(&Path, &Path, &Path)>) -> Option<Moto> {
         let port = free_port();
         let mut cmd = Command::new(python());
         cmd.arg(helper()).arg("serve").arg(port.to_string());
@@ -116,10 +127,11 @@ impl Moto {
         let line = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("moto did not start within 60 s");
-        let kind = line
-            .trim()
-            .strip_prefix("ready ")
-            .expect("moto failed to start");
+        let Some(kind) = line.trim().strip_prefix("ready ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        };
         wait_tcp(port, Duration::from_secs(20));
         let mut moto = Moto {
             child,
@@ -133,7 +145,7 @@ impl Moto {
         let keys = moto.py(&["setup", &moto.endpoint()]);
         moto.key_id = keys["key_id"].as_str().unwrap().to_string();
         moto.secret = keys["secret"].as_str().unwrap().to_string();
-        moto
+        Some(moto)
     }
 
     pub fn endpoint(&self) -> String {
