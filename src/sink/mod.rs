@@ -4,8 +4,10 @@
 //! `svc-ack` does, after reading these outcomes). One implementation per file; each sink's
 //! config struct lives beside it and is read by [`SinkConfig::read`].
 
+pub mod fanout;
 pub mod file;
 pub mod key;
+pub mod relational;
 
 use std::fmt;
 use std::sync::Arc;
@@ -78,6 +80,8 @@ pub trait Sink: Send + Sync {
 #[derive(Debug, Clone, PartialEq)]
 pub enum SinkConfig {
     File(file::FileSinkConfig),
+    RelationalDb(relational::RelationalConfig),
+    Fanout(fanout::FanoutConfig),
 }
 
 impl SinkConfig {
@@ -86,9 +90,13 @@ impl SinkConfig {
         let kind = r.req_string("type");
         let cfg = match kind.as_str() {
             "file" => Some(SinkConfig::File(file::FileSinkConfig::read(&mut r))),
+            "relational_db" => Some(SinkConfig::RelationalDb(
+                relational::RelationalConfig::read(&mut r),
+            )),
+            "fanout" => Some(SinkConfig::Fanout(fanout::FanoutConfig::read(&mut r))),
             "" => None,
             _ => {
-                r.problem("type", "must be one of: file");
+                r.problem("type", "must be one of: file, relational_db, fanout");
                 None
             }
         };
@@ -101,6 +109,8 @@ impl SinkConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             SinkConfig::File(_) => "file",
+            SinkConfig::RelationalDb(_) => "relational_db",
+            SinkConfig::Fanout(_) => "fanout",
         }
     }
 
@@ -108,6 +118,11 @@ impl SinkConfig {
     pub fn build(&self, metrics: Arc<Metrics>) -> Result<Arc<dyn Sink>, SinkError> {
         match self {
             SinkConfig::File(c) => Ok(Arc::new(file::FileSink::new(c.clone(), metrics)?)),
+            SinkConfig::RelationalDb(c) => Ok(Arc::new(relational::RelationalSink::new(
+                c.clone(),
+                metrics,
+            )?)),
+            SinkConfig::Fanout(c) => Ok(Arc::new(fanout::FanoutSink::new(c, metrics)?)),
         }
     }
 }
