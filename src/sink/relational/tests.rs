@@ -522,6 +522,10 @@ fn ddl_is_stable() {
         "table": "events",
     }));
     let text = ddl(&cfg);
+    assert!(
+        include_str!("../../../docs/sinks/relational.md").contains(&text),
+        "docs/sinks/relational.md must hold the current DDL verbatim:\n{text}"
+    );
     assert!(text.starts_with("CREATE TABLE IF NOT EXISTS \"events\" (\n    idempotency_key text NOT NULL PRIMARY KEY,\n"), "{text}");
     assert!(text.contains("    security_labels_json jsonb,\n"));
     assert!(text.contains("    metadata_json jsonb NOT NULL,\n"));
