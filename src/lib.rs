@@ -2,8 +2,11 @@
 //! ACK last) and the library behind its metrics exporter. See `docs/architecture.md`.
 
 pub mod backoff;
+pub mod broker;
+pub mod cli;
 pub mod config;
 pub mod envelope;
 pub mod metrics;
+pub mod pipeline;
 pub mod sink;
 pub mod subject;

@@ -35,7 +35,7 @@ impl FileSink {
     }
 
     fn write_one(&self, env: &Envelope) -> WriteOutcome {
-        let key = match strategy_key(env, KeyStrategy::StreamSequence, ".json") {
+        let key = match strategy_key(env, KeyStrategy::IdempotencyKey, ".json") {
             Ok(k) => k,
             Err(e) => return WriteOutcome::Permanent(SinkError::new("file", e)),
         };

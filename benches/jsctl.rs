@@ -1,0 +1,51 @@
+//! `jsctl`: the JetStream control tool of the demo and the benchmarks (not shipped).
+//!
+//! ```text
+//! cargo bench --bench jsctl -- stream   <url> <stream> <subjects>
+//! cargo bench --bench jsctl -- consumer <url> <stream> <name> <filter> [ack_wait_s]
+//! cargo bench --bench jsctl -- publish  <url> <stream> <subject> <count> [size_bytes]
+//! cargo bench --bench jsctl -- state    <url> <stream> <consumer>
+//! ```
+#![allow(deprecated)]
+
+mod support;
+
+use std::time::Duration;
+
+fn main() {
+    // cargo bench appends `--bench`; ignore it.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = match a.as_slice() {
+        ["stream", url, stream, subjects] => {
+            support::create_stream(url, stream, &subjects.split(',').collect::<Vec<_>>())
+        }
+        ["consumer", url, stream, name, filter, rest @ ..] => {
+            let ack_wait = rest.first().and_then(|s| s.parse().ok()).unwrap_or(30);
+            support::create_consumer(url, stream, name, filter, Duration::from_secs(ack_wait))
+        }
+        ["publish", url, stream, subject, count, rest @ ..] => {
+            let size = rest.first().and_then(|s| s.parse().ok()).unwrap_or(200);
+            let count: usize = count.parse().expect("count");
+            support::publish(url, stream, subject, count, size).map(|rate| {
+                println!("published {count} messages of ~{size} bytes ({rate:.0} msg/s)");
+            })
+        }
+        ["state", url, stream, consumer] => {
+            support::consumer_state(url, stream, consumer).map(|(floor, pending, waiting)| {
+                println!("ack_floor={floor} ack_pending={pending} not_delivered={waiting}");
+            })
+        }
+        _ => {
+            eprintln!("usage: see the header of benches/jsctl.rs");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("jsctl: {e}");
+        std::process::exit(1);
+    }
+}

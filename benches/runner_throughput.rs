@@ -1,0 +1,208 @@
+//! End-to-end throughput of `svc run` against the raw limit of the broker client, in one run.
+//!
+//! ```text
+//! cargo bench --bench runner_throughput            # N = 200000 messages of ~205 bytes
+//! cargo bench --bench runner_throughput -- 50000   # smaller N
+//! ```
+//!
+//! Prints (a) the raw fetch+ack rate of the same client with no sink (the limit), (b) `svc run`
+//! into the file sink in `jsonl` and `per_event` modes, (c) the ratios, and peak RSS of `svc`
+//! at two backlog sizes (it must not grow with the backlog: memory is bounded by channel
+//! capacities). The broker runs on the same 2-core host.
+#![allow(deprecated)]
+
+mod support;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SIZE: usize = 205;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Broker {
+    child: Child,
+    url: String,
+    _store: tempfile::TempDir,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_broker() -> Broker {
+    let store = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let child = Command::new("/usr/sbin/nats-server")
+        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(store.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nats-server");
+    let url = format!("nats://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while support::connect(&url).is_err() {
+        assert!(Instant::now() < deadline, "nats-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Broker {
+        child,
+        url,
+        _store: store,
+    }
+}
+
+/// Peak resident set (VmHWM) of a running process, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+struct RunResult {
+    rate: f64,
+    peak_rss_kib: u64,
+}
+
+/// Runs `svc run` on `consumer` until `n` messages are acknowledged.
+fn run_svc(
+    broker: &Broker,
+    stream: &str,
+    subject: &str,
+    consumer: &str,
+    n: usize,
+    sink: serde_json::Value,
+    dir: &Path,
+) -> RunResult {
+    support::create_consumer(
+        &broker.url,
+        stream,
+        consumer,
+        subject,
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    let cfg = serde_json::json!({
+        "nats": {"url": broker.url, "stream": stream, "consumer": consumer, "subject": subject},
+        "delivery": {"batch_size": 256, "max_in_flight_batches": 4, "sink_workers": 2},
+        "sink": sink,
+        "logging": {"level": "warn"}
+    });
+    let cfg_path = dir.join(format!("{consumer}.json"));
+    std::fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let start = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("run")
+        .arg(&cfg_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut peak = 0;
+    loop {
+        peak = peak.max(peak_rss_kib(child.id()));
+        if let Ok((floor, pending, _)) = support::consumer_state(&broker.url, stream, consumer) {
+            if floor as usize >= n && pending == 0 {
+                break;
+            }
+        }
+        assert!(child.try_wait().unwrap().is_none(), "svc exited early");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    peak = peak.max(peak_rss_kib(child.id()));
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    RunResult {
+        rate: n as f64 / elapsed,
+        peak_rss_kib: peak,
+    }
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(200_000);
+    let n_files = (n / 10).max(1000);
+    let n_small = (n / 10).max(1000);
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker();
+    support::create_stream(&broker.url, "BIG", &["big.>"]).unwrap();
+    support::create_stream(&broker.url, "SMALL", &["small.>"]).unwrap();
+    support::create_stream(&broker.url, "FILES", &["files.>"]).unwrap();
+    let p = support::publish(&broker.url, "BIG", "big.orders", n, SIZE).unwrap();
+    support::publish(&broker.url, "SMALL", "small.orders", n_small, SIZE).unwrap();
+    support::publish(&broker.url, "FILES", "files.orders", n_files, SIZE).unwrap();
+    println!("published {n} + {n_small} + {n_files} messages of {SIZE} bytes ({p:.0} msg/s)");
+
+    support::create_consumer(&broker.url, "BIG", "raw", "big.>", Duration::from_secs(30)).unwrap();
+    let raw = support::raw_fetch_ack(&broker.url, "BIG", "raw", "big.>", n, 256).unwrap();
+
+    let jsonl = |dir_name: &str| serde_json::json!({"type": "file", "mode": "jsonl", "directory": dir.path().join(dir_name)});
+    let big = run_svc(
+        &broker,
+        "BIG",
+        "big.>",
+        "svc-jsonl",
+        n,
+        jsonl("jsonl-big"),
+        dir.path(),
+    );
+    let small = run_svc(
+        &broker,
+        "SMALL",
+        "small.>",
+        "svc-jsonl",
+        n_small,
+        jsonl("jsonl-small"),
+        dir.path(),
+    );
+    let per_event = run_svc(
+        &broker,
+        "FILES",
+        "files.>",
+        "svc-files",
+        n_files,
+        serde_json::json!({"type": "file", "directory": dir.path().join("files")}),
+        dir.path(),
+    );
+
+    println!();
+    println!("runner throughput, {SIZE}-byte messages, broker on the same 2-core host");
+    println!(
+        "  (a) raw fetch+ack, no sink (the limit)   {raw:>10.0} msg/s   ({n} msgs, batch 256)"
+    );
+    println!(
+        "  (b) svc run -> file sink jsonl           {:>10.0} msg/s   ratio {:.2}x of (a)",
+        big.rate,
+        big.rate / raw
+    );
+    println!("      svc run -> file sink per_event       {:>10.0} msg/s   ratio {:.2}x of (a)  ({n_files} msgs, fsync per file)", per_event.rate, per_event.rate / raw);
+    println!("  (c) peak RSS of svc (jsonl): backlog {n:>7} -> {:>7} KiB; backlog {n_small:>7} -> {:>7} KiB (ratio {:.2})",
+        big.peak_rss_kib, small.peak_rss_kib, big.peak_rss_kib as f64 / small.peak_rss_kib.max(1) as f64);
+    println!(
+        "      peak RSS of svc (per_event, backlog {n_files}): {} KiB",
+        per_event.peak_rss_kib
+    );
+}

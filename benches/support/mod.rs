@@ -1,0 +1,159 @@
+//! Shared by the benchmarks and `jsctl`: broker set-up, publishing, and the raw fetch+ack
+//! baseline measured with the same client and technique as `svc-fetch`.
+#![allow(dead_code, deprecated)]
+
+use std::io;
+use std::time::{Duration, Instant};
+
+pub fn connect(url: &str) -> io::Result<nats::Connection> {
+    nats::Options::new().max_reconnects(None).connect(url)
+}
+
+pub fn create_stream(url: &str, stream: &str, subjects: &[&str]) -> io::Result<()> {
+    let js = nats::jetstream::new(connect(url)?);
+    if js.stream_info(stream).is_ok() {
+        return Ok(());
+    }
+    js.add_stream(nats::jetstream::StreamConfig {
+        name: stream.into(),
+        subjects: subjects.iter().map(|s| s.to_string()).collect(),
+        storage: nats::jetstream::StorageType::File,
+        ..Default::default()
+    })
+    .map(|_| ())
+}
+
+pub fn create_consumer(
+    url: &str,
+    stream: &str,
+    name: &str,
+    filter: &str,
+    ack_wait: Duration,
+) -> io::Result<()> {
+    let js = nats::jetstream::new(connect(url)?);
+    js.add_consumer(
+        stream,
+        nats::jetstream::ConsumerConfig {
+            durable_name: Some(name.into()),
+            ack_policy: nats::jetstream::AckPolicy::Explicit,
+            filter_subject: filter.into(),
+            ack_wait,
+            max_ack_pending: 100_000,
+            ..Default::default()
+        },
+    )
+    .map(|_| ())
+}
+
+/// A JSON body of about `size` bytes, distinct per message.
+pub fn body(i: usize, size: usize) -> Vec<u8> {
+    let head = format!("{{\"order\":{i},\"pad\":\"");
+    let pad = size.saturating_sub(head.len() + 2);
+    let mut b = head.into_bytes();
+    b.extend(std::iter::repeat_n(b'x', pad));
+    b.extend_from_slice(b"\"}");
+    b
+}
+
+/// Publishes `count` messages and waits until the stream holds them; returns msg/s.
+pub fn publish(
+    url: &str,
+    stream: &str,
+    subject: &str,
+    count: usize,
+    size: usize,
+) -> io::Result<f64> {
+    let nc = connect(url)?;
+    let js = nats::jetstream::new(nc.clone());
+    let before = js.stream_info(stream)?.state.messages;
+    let start = Instant::now();
+    for i in 0..count {
+        nc.publish(subject, body(i, size))?;
+        if i % 5000 == 4999 {
+            // Keep the server's ingest from falling far behind our socket buffer.
+            nc.flush()?;
+            while js.stream_info(stream)?.state.messages + 20_000 < before + i as u64 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+    nc.flush()?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while js.stream_info(stream)?.state.messages < before + count as u64 {
+        if Instant::now() > deadline {
+            return Err(io::Error::other(
+                "stream did not receive every published message",
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(count as f64 / start.elapsed().as_secs_f64())
+}
+
+pub fn consumer_state(url: &str, stream: &str, consumer: &str) -> io::Result<(u64, usize, u64)> {
+    let js = nats::jetstream::new(connect(url)?);
+    let i = js.consumer_info(stream, consumer)?;
+    Ok((i.ack_floor.stream_seq, i.num_ack_pending, i.num_pending))
+}
+
+/// The limit: fetch and ack `count` messages with no sink, using the same technique as
+/// `svc-fetch` (two outstanding pull requests, flush after each request, ack without waiting).
+pub fn raw_fetch_ack(
+    url: &str,
+    stream: &str,
+    consumer: &str,
+    subject: &str,
+    count: usize,
+    batch: usize,
+) -> io::Result<f64> {
+    let nc = connect(url)?;
+    let js = nats::jetstream::new(nc.clone());
+    let sub = js.pull_subscribe_with_options(
+        subject,
+        &nats::jetstream::PullSubscribeOptions::new()
+            .bind_stream(stream.into())
+            .durable_name(consumer.into()),
+    )?;
+    let request = |sub: &nats::jetstream::PullSubscription| -> io::Result<()> {
+        sub.request_batch(nats::jetstream::BatchOptions {
+            batch,
+            expires: Some(Duration::from_secs(1).as_nanos() as usize),
+            no_wait: false,
+        })?;
+        nc.flush()
+    };
+    let start = Instant::now();
+    let mut done = 0;
+    let mut in_request = 0;
+    request(&sub)?;
+    request(&sub)?;
+    while done < count {
+        match sub.next_timeout(Duration::from_secs(5)) {
+            Ok(m) => {
+                if m.data.is_empty()
+                    && m.headers
+                        .as_ref()
+                        .is_some_and(|h| h.get("Status").is_some())
+                {
+                    request(&sub)?;
+                    continue;
+                }
+                m.ack()?;
+                done += 1;
+                in_request += 1;
+                if in_request == batch {
+                    in_request = 0;
+                    request(&sub)?;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                return Err(io::Error::other(format!(
+                    "raw drain stalled at {done}/{count}"
+                )))
+            }
+            Err(_) => request(&sub)?,
+        }
+    }
+    nc.flush()?;
+    Ok(count as f64 / start.elapsed().as_secs_f64())
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs what is missing, then runs every test,
+# the lints, and the check that the default build pulls in no async runtime.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+deps_test
+
+echo "== cargo fmt --check"
+cargo fmt --check
+echo "== cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets --quiet -- -D warnings
+echo "== no async runtime in the default build"
+if cargo tree -e normal --prefix none | grep -E '^(tokio|async-std|mio|async-io|smol) v'; then
+    echo "an async runtime crate is in the default dependency tree" >&2
+    exit 1
+fi
+echo "== cargo test"
+cargo test --all-targets --no-fail-fast -- --test-threads="${SVC_TEST_THREADS:-4}"

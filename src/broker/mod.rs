@@ -1,0 +1,325 @@
+//! The broker side: connecting, binding the durable pull consumer, turning deliveries into
+//! plain data plus an acknowledgement handle, and sending ACK/NAK/TERM/in-progress.
+//!
+//! Every JetStream item of the `nats` crate is `#[deprecated]` (the crate points at its async
+//! successor, which the design card rules out); the allowance is taken once, here.
+#![allow(deprecated)]
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nats::jetstream::{
+    AckPolicy, BatchOptions, ConsumerConfig, DeliverPolicy, JetStream, PullSubscribeOptions,
+    ReplayPolicy,
+};
+
+use crate::config::{NatsAuth, NatsConfig};
+use crate::envelope::RawMessage;
+use crate::metrics::Metrics;
+
+/// The broker connection (aliased so the crate's deprecation allowance stays in this module).
+pub type Connection = nats::Connection;
+/// A bound pull subscription.
+pub type PullSubscription = nats::jetstream::PullSubscription;
+
+/// A broker failure, safe to print (never a credential).
+#[derive(Debug)]
+pub struct BrokerError {
+    /// What we were doing, e.g. `connect`, `bind consumer ORDERS/svc`.
+    pub action: String,
+    pub source: io::Error,
+}
+
+impl fmt::Display for BrokerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "broker: {}: {}", self.action, self.source)
+    }
+}
+
+impl std::error::Error for BrokerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+fn err(action: impl Into<String>) -> impl FnOnce(io::Error) -> BrokerError {
+    let action = action.into();
+    move |source| BrokerError { action, source }
+}
+
+/// Reads a secret from the named environment variable; the error names the variable only.
+fn secret_from_env(var: &str) -> Result<String, BrokerError> {
+    std::env::var(var).map_err(|_| BrokerError {
+        action: "connect".into(),
+        source: io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("environment variable {var} is not set or not valid UTF-8"),
+        ),
+    })
+}
+
+/// Connects with the configured auth and TLS, counting connection events into `metrics`.
+pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, BrokerError> {
+    let mut opts = match &cfg.auth {
+        NatsAuth::None => nats::Options::new(),
+        NatsAuth::UserPassword {
+            username_env,
+            password_env,
+        } => nats::Options::with_user_pass(
+            &secret_from_env(username_env)?,
+            &secret_from_env(password_env)?,
+        ),
+        NatsAuth::Token { token_env } => nats::Options::with_token(&secret_from_env(token_env)?),
+        NatsAuth::CredentialsFile { path } => nats::Options::with_credentials(path),
+    };
+    if let Some(ca) = &cfg.tls_ca_file {
+        opts = opts.add_root_certificate(ca);
+    }
+    if cfg.tls_required {
+        opts = opts.tls_required(true);
+    }
+    let (m1, m2, m3) = (metrics.clone(), metrics.clone(), metrics);
+    opts = opts
+        .with_name(&cfg.connection_name)
+        // Reconnect forever: an outage must not end the runner; unacked work is redelivered.
+        .max_reconnects(None)
+        .disconnect_callback(move || {
+            Metrics::add(&m1.counters.broker_connection_disconnects_total, 1);
+            log::warn!("broker: connection lost; reconnecting");
+        })
+        .reconnect_callback(move || {
+            Metrics::add(&m2.counters.broker_connection_reconnects_total, 1);
+            log::info!("broker: reconnected");
+        })
+        .error_callback(move |e| {
+            Metrics::add(&m3.counters.broker_connection_errors_total, 1);
+            log::warn!("broker: asynchronous error: {e}");
+        });
+    opts.connect(cfg.urls.join(",").as_str())
+        .map_err(err("connect"))
+}
+
+/// The bound consumer: subscription plus what the pipeline needs to know about it.
+pub struct Consumer {
+    pub subscription: PullSubscription,
+    pub ack_wait: Duration,
+    pub stream: String,
+    pub name: String,
+}
+
+/// Binds to the durable pull consumer, creating it first when the config asks for it.
+pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, BrokerError> {
+    let js = nats::jetstream::new(nc.clone());
+    let what = format!("consumer {}/{}", cfg.stream, cfg.consumer);
+    match js.consumer_info(&cfg.stream, &cfg.consumer) {
+        Ok(info) => {
+            if info.config.deliver_subject.is_some() {
+                return Err(invalid(
+                    &what,
+                    "is a push consumer; a pull consumer is required",
+                ));
+            }
+            if info.config.ack_policy != AckPolicy::Explicit {
+                return Err(invalid(&what, "must use explicit acknowledgement"));
+            }
+            if info.config.filter_subject != cfg.subject {
+                return Err(invalid(
+                    &what,
+                    &format!(
+                        "filters subject {:?} but nats.subject is {:?}; they must be equal",
+                        info.config.filter_subject, cfg.subject
+                    ),
+                ));
+            }
+        }
+        Err(e) if cfg.create_consumer && is_not_found(&e) => {
+            create_consumer(&js, cfg).map_err(err(format!("create {what}")))?;
+            log::info!("broker: created durable pull {what}");
+        }
+        Err(e) if is_not_found(&e) => {
+            return Err(invalid(
+                &what,
+                "does not exist (create it, or set nats.create_consumer to true)",
+            ))
+        }
+        Err(e) => return Err(err(format!("look up {what}"))(e)),
+    }
+    let opts = PullSubscribeOptions::new()
+        .bind_stream(cfg.stream.clone())
+        .durable_name(cfg.consumer.clone());
+    let subscription = js
+        .pull_subscribe_with_options(&cfg.subject, &opts)
+        .map_err(err(format!("bind {what}")))?;
+    let ack_wait = subscription_ack_wait(&js, cfg).unwrap_or(Duration::from_secs(30));
+    Ok(Consumer {
+        subscription,
+        ack_wait,
+        stream: cfg.stream.clone(),
+        name: cfg.consumer.clone(),
+    })
+}
+
+fn subscription_ack_wait(js: &JetStream, cfg: &NatsConfig) -> Option<Duration> {
+    js.consumer_info(&cfg.stream, &cfg.consumer)
+        .ok()
+        .map(|i| i.config.ack_wait)
+        .filter(|d| !d.is_zero())
+}
+
+fn create_consumer(js: &JetStream, cfg: &NatsConfig) -> io::Result<()> {
+    let s = &cfg.consumer_settings;
+    js.add_consumer(
+        &cfg.stream,
+        ConsumerConfig {
+            durable_name: Some(cfg.consumer.clone()),
+            deliver_policy: DeliverPolicy::All,
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: s.ack_wait,
+            max_deliver: s.max_deliver,
+            max_ack_pending: s.max_ack_pending,
+            filter_subject: cfg.subject.clone(),
+            replay_policy: ReplayPolicy::Instant,
+            ..Default::default()
+        },
+    )
+    .map(|_| ())
+}
+
+fn is_not_found(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound
+        || e.to_string().contains("10014")
+        || e.to_string().to_lowercase().contains("not found")
+}
+
+fn invalid(what: &str, why: &str) -> BrokerError {
+    BrokerError {
+        action: what.to_string(),
+        source: io::Error::new(io::ErrorKind::InvalidInput, why.to_string()),
+    }
+}
+
+/// Sends one pull request and pushes it onto the socket at once (avoids the client's 5 ms
+/// flush floor, see TESTING.md).
+pub fn request_batch(
+    nc: &Connection,
+    sub: &PullSubscription,
+    batch: usize,
+    expires: Duration,
+) -> io::Result<()> {
+    sub.request_batch(BatchOptions {
+        batch,
+        expires: Some(expires.as_nanos() as usize),
+        no_wait: false,
+    })?;
+    nc.flush_timeout(Duration::from_secs(2))
+}
+
+/// What one wait on the subscription produced.
+pub enum Delivery {
+    /// A message to process, split into data and its acknowledgement handle.
+    Message(RawMessage, AckHandle),
+    /// The oldest outstanding pull request ended (408 expiry, 409 limits) without filling.
+    RequestEnded(String),
+    /// Nothing arrived within the wait.
+    Idle,
+    /// The subscription is gone (connection closed).
+    Closed,
+}
+
+/// Waits up to `timeout` for the next delivery.
+pub fn next_delivery(sub: &PullSubscription, timeout: Duration) -> Delivery {
+    match sub.next_timeout(timeout) {
+        Ok(m) => {
+            if let Some(status) = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(nats::header::STATUS).cloned())
+            {
+                if m.data.is_empty() {
+                    let desc = m
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get(nats::header::DESCRIPTION).cloned())
+                        .unwrap_or_default();
+                    return Delivery::RequestEnded(format!("{status} {desc}").trim().to_string());
+                }
+            }
+            match split(m) {
+                Some((raw, handle)) => Delivery::Message(raw, handle),
+                None => Delivery::Idle,
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => Delivery::Idle,
+        Err(e) if e.to_string().contains("unsubscribed") => Delivery::Closed,
+        // 408: the request expired.
+        Err(e) => Delivery::RequestEnded(e.to_string()),
+    }
+}
+
+/// The acknowledgement side of a delivery; only `svc-ack` uses it.
+#[derive(Debug, Clone)]
+pub struct AckHandle {
+    reply: String,
+    pub delivery_count: u64,
+    pub stream_sequence: u64,
+}
+
+/// Splits a JetStream delivery into plain data and its ack handle. Messages that are not
+/// JetStream deliveries (no ack subject) yield `None`.
+fn split(m: nats::Message) -> Option<(RawMessage, AckHandle)> {
+    let info = m.jetstream_message_info()?;
+    let raw_published = info.published.unix_timestamp_nanos();
+    let raw = RawMessage {
+        subject: m.subject.clone(),
+        stream: info.stream.to_string(),
+        consumer: info.consumer.to_string(),
+        stream_sequence: info.stream_seq,
+        consumer_sequence: info.consumer_seq,
+        delivery_count: info.delivered.max(1) as u64,
+        published_unix_nanos: Some(raw_published),
+        headers: m
+            .headers
+            .as_ref()
+            .map(|h| {
+                h.iter()
+                    .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.clone())))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        data: Vec::new(),
+    };
+    let handle = AckHandle {
+        reply: m.reply.clone()?,
+        delivery_count: raw.delivery_count,
+        stream_sequence: raw.stream_sequence,
+    };
+    let mut raw = raw;
+    raw.data = m.data;
+    Some((raw, handle))
+}
+
+/// Acknowledgement verbs of JetStream.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AckVerb {
+    Ack,
+    /// NAK with a redelivery delay.
+    Nak(Duration),
+    Term,
+    InProgress,
+}
+
+/// Sends one acknowledgement (buffered; the client's flusher or [`Connection::flush`] sends it).
+pub fn send_ack(nc: &Connection, handle: &AckHandle, verb: AckVerb) -> io::Result<()> {
+    match verb {
+        AckVerb::Ack => nc.publish(&handle.reply, b"+ACK"),
+        AckVerb::Nak(delay) if delay.is_zero() => nc.publish(&handle.reply, b"-NAK"),
+        AckVerb::Nak(delay) => nc.publish(
+            &handle.reply,
+            format!("-NAK {{\"delay\": {}}}", delay.as_nanos()),
+        ),
+        AckVerb::Term => nc.publish(&handle.reply, b"+TERM"),
+        AckVerb::InProgress => nc.publish(&handle.reply, b"+WPI"),
+    }
+}

@@ -1,0 +1,4 @@
+//! Command-line front ends: one lexopt parser per binary, each with a hand-written `HELP`.
+
+pub mod logging;
+pub mod svc;

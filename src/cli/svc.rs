@@ -1,0 +1,178 @@
+//! `svc`: validate, run, test-sink.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::config::{LoadError, RuntimeConfig};
+
+pub const HELP: &str = "\
+svc - message-delivery runner: JetStream pull consumer -> one sink, commit first, ACK last
+
+USAGE:
+    svc validate <config_file>    check the configuration (no network access)
+    svc run <config_file>         deliver until SIGTERM/SIGINT (SIGUSR1 logs a pipeline dump)
+    svc test-sink <config_file>   initialize the configured sink and prove it is usable
+
+OPTIONS:
+    -h, --help       print this help
+    -V, --version    print the version
+
+EXIT CODES:
+    0  success (run: clean stop after a signal)
+    1  runtime failure (broker, sink, test-sink verdict)
+    2  invalid configuration or usage
+
+Configuration reference: docs/configuration.md
+";
+
+/// A parsed command line.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Command {
+    Validate(PathBuf),
+    Run(PathBuf),
+    TestSink(PathBuf),
+    Help,
+    Version,
+}
+
+/// Parses `argv` (program name first, as `std::env::args_os` yields it).
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt::Error> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_iter(args);
+    let mut command: Option<String> = None;
+    let mut file: Option<PathBuf> = None;
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Short('h') | Long("help") => return Ok(Command::Help),
+            Short('V') | Long("version") => return Ok(Command::Version),
+            Value(v) if command.is_none() => command = Some(v.string()?),
+            Value(v) if file.is_none() => file = Some(PathBuf::from(v)),
+            _ => return Err(arg.unexpected()),
+        }
+    }
+    let Some(command) = command else {
+        return Err("missing command (validate, run or test-sink); see --help".into());
+    };
+    let need_file = || -> Result<PathBuf, lexopt::Error> {
+        file.clone()
+            .ok_or_else(|| format!("{command}: missing <config_file>").into())
+    };
+    match command.as_str() {
+        "validate" => Ok(Command::Validate(need_file()?)),
+        "run" => Ok(Command::Run(need_file()?)),
+        "test-sink" => Ok(Command::TestSink(need_file()?)),
+        "help" => Ok(Command::Help),
+        other => Err(format!("unknown command {other:?}; see --help").into()),
+    }
+}
+
+/// Runs a command line; returns the process exit code.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let command = match parse(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("svc: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match command {
+        Command::Help => {
+            print!("{HELP}");
+            ExitCode::SUCCESS
+        }
+        Command::Version => {
+            println!("svc {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::Validate(path) => match load(&path) {
+            Ok(cfg) => {
+                println!("Configuration is valid.");
+                println!("Active sink: {}", cfg.sink.kind());
+                println!("ACK policy: commit-then-acknowledge");
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Command::TestSink(path) => {
+            let cfg = match load(&path) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            super::logging::init(cfg.logging.level);
+            let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
+            match cfg.sink.build(metrics).and_then(|s| s.check()) {
+                Ok(verdict) => {
+                    println!("Sink {} is usable: {verdict}", cfg.sink.kind());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("Sink {} is NOT usable: {e}", cfg.sink.kind());
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Run(path) => {
+            let cfg = match load(&path) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            super::logging::init(cfg.logging.level);
+            match crate::pipeline::run(cfg) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    log::error!("{e}");
+                    eprintln!("svc: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}
+
+/// Loads the config, printing every problem on failure.
+fn load(path: &std::path::Path) -> Result<RuntimeConfig, ExitCode> {
+    RuntimeConfig::load(path).map_err(|e| {
+        match e {
+            LoadError::Read { .. } => eprintln!("svc: {e}"),
+            LoadError::Invalid(inv) => {
+                eprintln!("Configuration is invalid ({} problems):", inv.0.len());
+                for p in &inv.0 {
+                    eprintln!("  {p}");
+                }
+            }
+        }
+        ExitCode::from(2)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<Command, String> {
+        let argv = std::iter::once("svc").chain(args.iter().copied());
+        parse(argv.map(OsString::from)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn parses_commands_and_flags() {
+        assert_eq!(
+            p(&["validate", "c.json"]),
+            Ok(Command::Validate("c.json".into()))
+        );
+        assert_eq!(p(&["run", "c.json"]), Ok(Command::Run("c.json".into())));
+        assert_eq!(
+            p(&["test-sink", "c.json"]),
+            Ok(Command::TestSink("c.json".into()))
+        );
+        assert_eq!(p(&["--help"]), Ok(Command::Help));
+        assert_eq!(p(&["run", "--help"]), Ok(Command::Help));
+        assert_eq!(p(&["-V"]), Ok(Command::Version));
+        assert!(p(&[]).unwrap_err().contains("missing command"));
+        assert!(p(&["run"]).unwrap_err().contains("missing <config_file>"));
+        assert!(p(&["fly", "x"]).unwrap_err().contains("unknown command"));
+        assert!(p(&["run", "a", "b"]).is_err());
+        assert!(p(&["run", "--bogus"]).is_err());
+    }
+}

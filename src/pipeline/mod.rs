@@ -1,0 +1,264 @@
+//! The runner's threads and the channels between them: the one place that spawns threads.
+//!
+//! ```text
+//!  svc-fetch ──RawBatch──▶ svc-normalize ──PreparedBatch──▶ svc-sink-1..N ──Outcome──▶ svc-ack
+//!      │  ▲                                                                        ▲    │
+//!      │  └──────────────────────── credit (one token per batch) ◀─────────────────┼────┘
+//!      └──────────────────────────── Register (ack handles) ───────────────────────┘
+//!  svc-snapshot: reads the counters every interval; the final snapshot is written at exit
+//!  svc-signal:   SIGTERM/SIGINT set the stop flag; SIGUSR1 logs a pipeline dump
+//! ```
+//!
+//! Ownership:
+//! - `svc-fetch` owns the pull subscription. It takes a credit token before every pull
+//!   request, so at most `max_in_flight_batches` batches exist anywhere in the pipeline, and
+//!   keeps up to [`PIPELINED_PULL_REQUESTS`] requests outstanding so the broker is never idle
+//!   waiting for our next request. It splits each delivery into plain data (to the normalizer)
+//!   and an ack handle (to `svc-ack`, registered *before* the data leaves, on the same channel
+//!   the outcome will later travel, so the registration is always seen first).
+//! - `svc-normalize` builds envelopes: pure work, no I/O.
+//! - `svc-sink-N` call `Sink::write_batch` and report one verdict per message. They never see
+//!   an ack handle.
+//! - `svc-ack` is the ONLY thread that ACKs, NAKs, TERMs or sends in-progress. Invariant: a
+//!   message is ACKed only when its verdict says durable (or, later, its DLQ publish was
+//!   confirmed). It returns the batch's credit when the batch is settled.
+//!
+//! Backpressure: every channel is bounded; when the sinks are slow, credits run out and
+//! `svc-fetch` stops asking the broker, which keeps the messages. Memory is bounded by
+//! `max_in_flight_batches x batch_size x message size`, not by the backlog.
+//!
+//! The ack channel's capacity (`2 x max_in_flight_batches + 2`) covers every registration and
+//! outcome that can exist at once, so sink workers never block on it and the ACK path cannot
+//! deadlock behind the data path.
+//!
+//! Shutdown: the stop flag makes `svc-fetch` stop pulling; it ships what it holds and drops
+//! its senders; each stage drains and drops its own; `svc-ack` settles every outcome it
+//! receives and exits when all senders are gone. `run` waits for that at most
+//! `delivery.shutdown_timeout_seconds`, writes the final snapshot and returns. Work that never
+//! reached an outcome stays unacknowledged and is redelivered: correct, not a loss.
+
+mod ack;
+mod fetch;
+mod monitor;
+mod normalize;
+mod signals;
+mod sink_worker;
+mod snapshot_writer;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+
+use crossbeam_channel::bounded;
+
+use crate::broker::{self, AckHandle, BrokerError};
+use crate::config::RuntimeConfig;
+use crate::envelope::{Envelope, RawMessage};
+use crate::metrics::{now_epoch_seconds, Metrics};
+use crate::sink::{SinkError, WriteOutcome};
+
+pub use monitor::Monitor;
+pub use normalize::Normalizer;
+
+/// Pull requests kept outstanding at once (measured: two hide the request round trip).
+pub const PIPELINED_PULL_REQUESTS: usize = 2;
+
+/// Identifies a batch between the data path and `svc-ack`.
+pub type BatchId = u64;
+
+/// Messages of one pull request, as plain data, with their receive times (Unix ns).
+pub struct RawBatch {
+    pub id: BatchId,
+    pub messages: Vec<(RawMessage, i128)>,
+}
+
+/// A message that failed a permanent pre-sink check. `reason` names the failed field or rule
+/// and never contains the offending value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreSinkFailure {
+    pub reason: String,
+}
+
+/// One normalized message ready for the sink, with what the metrics need.
+pub struct Prepared {
+    pub envelope: Envelope,
+    /// Source time used for freshness (event time header, else broker time), Unix ns.
+    pub source_unix_nanos: Option<i128>,
+    pub family: Option<usize>,
+}
+
+pub struct PreparedBatch {
+    pub id: BatchId,
+    pub items: Vec<Result<Prepared, (PreSinkFailure, Option<usize>)>>,
+}
+
+/// The fate of one message, decided on the data path and carried out by `svc-ack`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Written(WriteOutcome),
+    Rejected(PreSinkFailure),
+}
+
+/// What `svc-ack` receives, in order per batch: the registration, then the outcome.
+pub enum AckMsg {
+    Register {
+        id: BatchId,
+        handles: Vec<AckHandle>,
+        families: Vec<Option<usize>>,
+    },
+    Outcome {
+        id: BatchId,
+        verdicts: Vec<Verdict>,
+    },
+}
+
+/// Why `svc run` stopped with an error.
+#[derive(Debug)]
+pub enum RunError {
+    Broker(BrokerError),
+    Sink(SinkError),
+    /// Something the runner cannot continue without (thread spawn, signal setup).
+    Fatal(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Broker(e) => write!(f, "{e}"),
+            RunError::Sink(e) => write!(f, "{e}"),
+            RunError::Fatal(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+/// Runs the pipeline until SIGTERM/SIGINT (Ok) or a fatal error.
+pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
+    let started_at = now_epoch_seconds();
+    let metrics = Arc::new(Metrics::new(cfg.metrics.subject_families.clone()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let monitor = Arc::new(Monitor::new());
+
+    let signal_handle = signals::spawn(stop.clone(), monitor.clone())?;
+    let sink = cfg.sink.build(metrics.clone()).map_err(RunError::Sink)?;
+    let nc = broker::connect(&cfg.nats, metrics.clone()).map_err(RunError::Broker)?;
+    let consumer = broker::bind_consumer(&nc, &cfg.nats).map_err(RunError::Broker)?;
+    log::info!(
+        "bound to consumer {}/{} (ack wait {:?}); sink {}; batch {} x {} in flight, {} sink workers",
+        consumer.stream,
+        consumer.name,
+        consumer.ack_wait,
+        sink.kind(),
+        cfg.delivery.batch_size,
+        cfg.delivery.max_in_flight_batches,
+        cfg.delivery.sink_workers
+    );
+
+    let d = &cfg.delivery;
+    let (credit_tx, credit_rx) = bounded::<()>(d.max_in_flight_batches);
+    for _ in 0..d.max_in_flight_batches {
+        credit_tx.send(()).expect("fresh channel has room");
+    }
+    let (raw_tx, raw_rx) = bounded::<RawBatch>(d.max_in_flight_batches);
+    let (prepared_tx, prepared_rx) = bounded::<PreparedBatch>(d.max_in_flight_batches);
+    let (ack_tx, ack_rx) = bounded::<AckMsg>(2 * d.max_in_flight_batches + 2);
+    monitor.watch("credit (free batch slots)", &credit_rx);
+    monitor.watch("svc-fetch -> svc-normalize", &raw_rx);
+    monitor.watch("svc-normalize -> svc-sink", &prepared_rx);
+    monitor.watch("-> svc-ack", &ack_rx);
+
+    let snapshot = snapshot_writer::SnapshotWriter::new(&cfg.metrics, metrics.clone(), started_at);
+    let snapshot_thread = snapshot.spawn(stop.clone())?;
+
+    let (ack_done_tx, ack_done_rx) = bounded::<()>(1);
+    // svc-fetch returns the credit of a pull request that ended empty; svc-ack returns the
+    // credit of every settled batch. The credit channel never disconnects on its own: its
+    // readers watch the stop flag instead.
+    let fetch_credit_tx = credit_tx.clone();
+    let ack = ack::AckWorker {
+        nc: nc.clone(),
+        rx: ack_rx,
+        credit: credit_tx,
+        metrics: metrics.clone(),
+        monitor: monitor.clone(),
+        nak_backoff: d.nak_backoff,
+        max_deliveries: d.max_deliveries,
+        progress_after: consumer.ack_wait.mul_f64(d.in_progress_fraction),
+    };
+    spawn("svc-ack", move || {
+        ack.run();
+        let _ = ack_done_tx.send(());
+    })?;
+
+    for n in 1..=d.sink_workers {
+        let worker = sink_worker::SinkWorker {
+            name: format!("svc-sink-{n}"),
+            rx: prepared_rx.clone(),
+            tx: ack_tx.clone(),
+            sink: sink.clone(),
+            metrics: metrics.clone(),
+            monitor: monitor.clone(),
+        };
+        spawn(&worker.name.clone(), move || worker.run())?;
+    }
+    drop(prepared_rx);
+
+    let normalizer = Normalizer::new(&cfg, metrics.clone());
+    let mon = monitor.clone();
+    spawn("svc-normalize", move || {
+        normalize::run(normalizer, raw_rx, prepared_tx, mon)
+    })?;
+
+    let fetcher = fetch::Fetcher {
+        nc: nc.clone(),
+        sub: consumer.subscription,
+        batch_size: d.batch_size,
+        expiry: d.fetch_expiry,
+        credit_rx,
+        credit_tx: fetch_credit_tx,
+        raw_tx,
+        ack_tx,
+        stop: stop.clone(),
+        metrics: metrics.clone(),
+        monitor: monitor.clone(),
+    };
+    let fetch_thread = spawn("svc-fetch", move || fetcher.run())?;
+
+    let fetch_result = fetch_thread.join();
+    let fatal = match fetch_result {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e),
+        Err(_) => Some("svc-fetch panicked".to_string()),
+    };
+    stop.store(true, Ordering::SeqCst);
+    let timeout = d.shutdown_timeout;
+    match ack_done_rx.recv_timeout(timeout) {
+        Ok(()) => log::info!("pipeline drained; every settled message acknowledged"),
+        Err(_) => log::warn!(
+            "shutdown timeout ({timeout:?}) reached with batches in flight; they stay \
+             unacknowledged and will be redelivered"
+        ),
+    }
+    if let Err(e) = nc.flush_timeout(std::time::Duration::from_secs(2)) {
+        log::warn!("broker: final flush of acknowledgements failed: {e}");
+    }
+    let _ = snapshot_thread.join();
+    snapshot.write_now();
+    signal_handle.close();
+    match fatal {
+        None => Ok(()),
+        Some(e) => Err(RunError::Fatal(e)),
+    }
+}
+
+/// Spawns a named thread; failure to spawn is fatal for the runner.
+fn spawn<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<thread::JoinHandle<T>, RunError> {
+    thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .map_err(|e| RunError::Fatal(format!("cannot start thread {name}: {e}")))
+}

@@ -1,0 +1,127 @@
+//! `svc-sink-N`: calls `Sink::write_batch` and reports one verdict per message to `svc-ack`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::{AckMsg, Monitor, PreparedBatch, Verdict};
+use crate::envelope::now_unix_nanos;
+use crate::metrics::{now_epoch_seconds, Metrics};
+use crate::sink::{Sink, SinkError, WriteOutcome};
+
+pub struct SinkWorker {
+    pub name: String,
+    pub rx: Receiver<PreparedBatch>,
+    pub tx: Sender<AckMsg>,
+    pub sink: Arc<dyn Sink>,
+    pub metrics: Arc<Metrics>,
+    pub monitor: Arc<Monitor>,
+}
+
+impl SinkWorker {
+    pub fn run(self) {
+        loop {
+            self.monitor.activity("waiting for batches");
+            let Ok(batch) = self.rx.recv() else { break };
+            let id = batch.id;
+            let verdicts = self.write(batch);
+            // Capacity covers every batch in flight: this send does not block for long.
+            if self.tx.send(AckMsg::Outcome { id, verdicts }).is_err() {
+                log::error!("{}: svc-ack stopped unexpectedly", self.name);
+                break;
+            }
+        }
+        self.monitor.activity("stopped");
+    }
+
+    fn write(&self, batch: PreparedBatch) -> Vec<Verdict> {
+        let batch_id = batch.id;
+        let mut envelopes = Vec::with_capacity(batch.items.len());
+        let mut meta = Vec::with_capacity(batch.items.len());
+        // `None` marks a message whose verdict the sink decides, in order.
+        let mut verdicts: Vec<Option<Verdict>> = Vec::with_capacity(batch.items.len());
+        for item in batch.items {
+            match item {
+                Ok(p) => {
+                    meta.push((p.source_unix_nanos, p.family));
+                    envelopes.push(p.envelope);
+                    verdicts.push(None);
+                }
+                Err((failure, _)) => verdicts.push(Some(Verdict::Rejected(failure))),
+            }
+        }
+        if envelopes.is_empty() {
+            return verdicts.into_iter().flatten().collect();
+        }
+
+        self.monitor.activity_owned(format!(
+            "writing {} envelopes to sink {}",
+            envelopes.len(),
+            self.sink.kind()
+        ));
+        let started = Instant::now();
+        let mut outcomes = self.sink.write_batch(&envelopes);
+        let elapsed = started.elapsed().as_secs_f64();
+        if outcomes.len() != envelopes.len() {
+            // A sink bug must never turn into an ACK: treat the whole batch as not durable.
+            log::error!(
+                "sink {} returned {} outcomes for {} envelopes; treating the batch as not written",
+                self.sink.kind(),
+                outcomes.len(),
+                envelopes.len()
+            );
+            outcomes = vec![
+                WriteOutcome::Transient(SinkError::new(
+                    self.sink.kind(),
+                    "outcome count mismatch"
+                ));
+                envelopes.len()
+            ];
+        }
+
+        let c = &self.metrics.counters;
+        let durable = outcomes.iter().filter(|o| o.is_durable()).count();
+        let failed = outcomes.len() - durable;
+        Metrics::add(&c.messages_written_total, durable as u64);
+        Metrics::add(&c.sink_write_errors_total, failed as u64);
+        if durable > 0 {
+            self.monitor.mark_write();
+            self.metrics
+                .gauges
+                .last_sink_success_epoch_seconds
+                .store(now_epoch_seconds() as u64, Ordering::Relaxed);
+        }
+        if failed == 0 {
+            self.metrics.observe("sink_batch_write_seconds", elapsed);
+        } else if let Some(first) = outcomes.iter().find(|o| !o.is_durable()) {
+            log::warn!(
+                "{failed} of {} writes in batch {} failed; first: {first:?}",
+                outcomes.len(),
+                batch_id
+            );
+        }
+        let now = now_unix_nanos();
+        for (outcome, (source, family)) in outcomes.iter().zip(&meta) {
+            if outcome.is_durable() {
+                self.metrics
+                    .add_family(*family, "messages_written_total", 1);
+                if let Some(s) = source {
+                    self.metrics.observe(
+                        "event_age_at_store_seconds",
+                        ((now - s) as f64 / 1e9).max(0.0),
+                    );
+                }
+            }
+        }
+
+        let mut outcomes = outcomes.into_iter();
+        verdicts
+            .into_iter()
+            .map(|v| {
+                v.unwrap_or_else(|| Verdict::Written(outcomes.next().expect("one per envelope")))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,398 @@
+//! The runner end to end against a real `nats-server -js`: commit first, ACK last.
+
+#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::json;
+use util::*;
+
+const STREAM: &str = "ORDERS";
+const CONSUMER: &str = "svc";
+const SUBJECT: &str = "orders.>";
+
+/// A runner config for `server` writing files to `out` and a snapshot into `dir`.
+fn config(
+    server: &NatsServer,
+    dir: &Path,
+    out: &Path,
+    extra: serde_json::Value,
+) -> serde_json::Value {
+    let mut cfg = json!({
+        "nats": {"url": server.url(), "stream": STREAM, "consumer": CONSUMER, "subject": SUBJECT},
+        "delivery": {"batch_size": 64, "fetch_expiry_ms": 200, "max_in_flight_batches": 4,
+                     "sink_workers": 2, "shutdown_timeout_seconds": 10,
+                     "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}},
+        "sink": {"type": "file", "directory": out},
+        "metrics": {"enabled": true, "snapshot_file": dir.join("metrics.json"), "write_interval_seconds": 1},
+        "logging": {"level": "info"}
+    });
+    if let serde_json::Value::Object(extra) = extra {
+        for (k, v) in extra {
+            match (cfg.get_mut(&k), v) {
+                (Some(serde_json::Value::Object(base)), serde_json::Value::Object(patch)) => {
+                    base.extend(patch);
+                }
+                (_, v) => cfg[k] = v,
+            }
+        }
+    }
+    cfg
+}
+
+fn setup(n: usize) -> (NatsServer, tempfile::TempDir) {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(30));
+    server.publish_n(STREAM, "orders.created", n, |i| {
+        format!("{{\"order\":{i}}}").into_bytes()
+    });
+    (server, tempfile::tempdir().unwrap())
+}
+
+/// Stream sequence -> file content, for every stored record.
+fn stored(out: &Path) -> BTreeMap<u64, Vec<u8>> {
+    files_below(out)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| {
+            let bytes = std::fs::read(out.join(&p)).unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{} is not a complete JSON record: {e}", p.display()));
+            (v["stream_sequence"].as_u64().unwrap(), bytes)
+        })
+        .collect()
+}
+
+fn all_acked(server: &NatsServer, n: u64) -> bool {
+    server.try_consumer_state(STREAM, CONSUMER) == Some((n, 0, 0))
+}
+
+#[test]
+fn n_published_are_n_stored_and_acked() {
+    let n = 500;
+    let (server, dir) = setup(n);
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(&server, dir.path(), &out, json!({})),
+    );
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+
+    wait_until(Duration::from_secs(30), "every message acked", || {
+        all_acked(&server, n as u64)
+    });
+    let records = stored(&out);
+    assert_eq!(records.len(), n, "one file per message");
+    assert_eq!(
+        records.keys().copied().collect::<Vec<_>>(),
+        (1..=n as u64).collect::<Vec<_>>()
+    );
+    let first: serde_json::Value = serde_json::from_slice(&records[&1]).unwrap();
+    assert_eq!(first["payload"], json!({"order": 0}));
+    assert_eq!(first["subject"], "orders.created");
+
+    runner.signal("TERM");
+    let status = runner
+        .wait_timeout(Duration::from_secs(15))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "clean exit: {}", runner.log_text());
+    let snap = dir.path().join("metrics.json");
+    assert_eq!(snapshot_counter(&snap, "messages_fetched_total"), n as u64);
+    assert_eq!(snapshot_counter(&snap, "messages_written_total"), n as u64);
+    assert_eq!(snapshot_counter(&snap, "messages_acked_total"), n as u64);
+    assert_eq!(snapshot_counter(&snap, "sink_write_errors_total"), 0);
+}
+
+#[test]
+fn failing_sink_acks_nothing_then_redelivery_stores_once() {
+    let n = 50;
+    let (server, dir) = setup(n);
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    // A regular file where the key namespace directory must go: every write fails.
+    let blocker = out.join("idempotency-key");
+    std::fs::write(&blocker, b"in the way").unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(&server, dir.path(), &out, json!({})),
+    );
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+
+    let snap = dir.path().join("metrics.json");
+    wait_until(Duration::from_secs(20), "write errors and NAKs", || {
+        snapshot_counter(&snap, "sink_write_errors_total") >= n as u64
+            && snapshot_counter(&snap, "messages_nacked_total") >= n as u64
+    });
+    let (floor, _, _) = server.consumer_state(STREAM, CONSUMER);
+    assert_eq!(floor, 0, "nothing acknowledged while the sink fails");
+    assert_eq!(snapshot_counter(&snap, "messages_acked_total"), 0);
+
+    std::fs::remove_file(&blocker).unwrap();
+    wait_until(Duration::from_secs(30), "redelivered and acked", || {
+        all_acked(&server, n as u64)
+    });
+    assert_eq!(stored(&out).len(), n, "each message stored once");
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(15))
+        .unwrap()
+        .success());
+}
+
+#[test]
+fn sigkill_and_restart_stores_everything_without_rewriting() {
+    let n = 3000;
+    let (server, dir) = setup(n);
+    let out = dir.path().join("out");
+    let cfg_value = config(
+        &server,
+        dir.path(),
+        &out,
+        json!({"delivery": {"batch_size": 32, "max_in_flight_batches": 2}}),
+    );
+    let cfg = write_config(dir.path(), "c.json", &cfg_value);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc1.log"));
+    wait_until(Duration::from_secs(30), "some files written", || {
+        files_below(&out).len() >= 300
+    });
+    runner.sigkill();
+    let before = stored(&out);
+    assert!(
+        before.len() < n,
+        "killed mid-stream ({} of {n} stored)",
+        before.len()
+    );
+
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc2.log"));
+    wait_until(Duration::from_secs(60), "all acked after restart", || {
+        all_acked(&server, n as u64)
+    });
+    let after = stored(&out);
+    assert_eq!(after.len(), n, "every message has its file");
+    for (seq, bytes) in &before {
+        assert_eq!(
+            &after[seq], bytes,
+            "file of sequence {seq} rewritten with different bytes"
+        );
+    }
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(15))
+        .unwrap()
+        .success());
+}
+
+#[test]
+fn broker_killed_and_restarted_mid_stream() {
+    let n = 3000;
+    let (mut server, dir) = setup(n);
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(
+            &server,
+            dir.path(),
+            &out,
+            json!({"delivery": {"batch_size": 16, "max_in_flight_batches": 2}}),
+        ),
+    );
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "some files written", || {
+        files_below(&out).len() >= 200
+    });
+    server.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    server.restart();
+    wait_until(
+        Duration::from_secs(90),
+        "all acked after broker restart",
+        || all_acked(&server, n as u64),
+    );
+    assert_eq!(stored(&out).len(), n, "every message stored");
+    let snap = dir.path().join("metrics.json");
+    wait_until(Duration::from_secs(5), "reconnect counted", || {
+        snapshot_counter(&snap, "broker_connection_reconnects_total") >= 1
+    });
+    runner.signal("TERM");
+    assert!(
+        runner
+            .wait_timeout(Duration::from_secs(15))
+            .unwrap()
+            .success(),
+        "{}",
+        runner.log_text()
+    );
+}
+
+#[test]
+fn sigterm_mid_stream_exits_cleanly_and_never_acks_unwritten() {
+    let n = 5000;
+    let (server, dir) = setup(n);
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(&server, dir.path(), &out, json!({})),
+    );
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "some files written", || {
+        files_below(&out).len() >= 500
+    });
+    runner.signal("TERM");
+    let status = runner
+        .wait_timeout(Duration::from_secs(15))
+        .expect("bounded shutdown");
+    assert!(status.success(), "{}", runner.log_text());
+    let records = stored(&out);
+    let (floor, _, _) = server.consumer_state(STREAM, CONSUMER);
+    for seq in 1..=floor {
+        assert!(
+            records.contains_key(&seq),
+            "sequence {seq} acked but not written"
+        );
+    }
+    let snap = dir.path().join("metrics.json");
+    let acked = snapshot_counter(&snap, "messages_acked_total");
+    assert!(
+        acked as usize <= records.len(),
+        "acked {acked} > written {}",
+        records.len()
+    );
+    assert!(runner.log_text().contains("stop requested"));
+}
+
+#[test]
+fn two_runners_share_one_durable_consumer() {
+    let n = 4000;
+    let (server, dir) = setup(n);
+    let out = dir.path().join("out");
+    let mut runners = Vec::new();
+    for i in 0..2 {
+        let mut c = config(
+            &server,
+            dir.path(),
+            &out,
+            json!({"delivery": {"batch_size": 32}}),
+        );
+        c["metrics"]["snapshot_file"] = json!(dir.path().join(format!("m{i}.json")));
+        let cfg = write_config(dir.path(), &format!("c{i}.json"), &c);
+        runners.push(Runner::start(&cfg, &dir.path().join(format!("svc{i}.log"))));
+    }
+    wait_until(Duration::from_secs(60), "all acked", || {
+        all_acked(&server, n as u64)
+    });
+    assert_eq!(stored(&out).len(), n, "every message stored once");
+    for r in &runners {
+        r.signal("TERM");
+    }
+    let mut acked = Vec::new();
+    for (i, r) in runners.iter_mut().enumerate() {
+        assert!(r.wait_timeout(Duration::from_secs(15)).unwrap().success());
+        acked.push(snapshot_counter(
+            &dir.path().join(format!("m{i}.json")),
+            "messages_acked_total",
+        ));
+    }
+    assert!(
+        acked.iter().all(|a| *a > 0),
+        "both runners took part: {acked:?}"
+    );
+    assert!(acked.iter().sum::<u64>() >= n as u64, "{acked:?}");
+}
+
+#[test]
+fn sigusr1_logs_a_pipeline_dump_without_stopping() {
+    let (server, dir) = setup(10);
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(&server, dir.path(), &out, json!({})),
+    );
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(20), "acked", || all_acked(&server, 10));
+    runner.signal("USR1");
+    wait_until(Duration::from_secs(5), "dump in the log", || {
+        runner.log_text().contains("pipeline dump")
+    });
+    let log = runner.log_text();
+    for needle in [
+        "svc-fetch",
+        "svc-normalize",
+        "svc-sink-1",
+        "svc-ack",
+        "svc-fetch -> svc-normalize",
+        "batches in flight",
+        "last ack",
+    ] {
+        assert!(log.contains(needle), "dump lacks {needle:?}:\n{log}");
+    }
+    server.publish_n(STREAM, "orders.created", 5, |_| b"{}".to_vec());
+    wait_until(
+        Duration::from_secs(20),
+        "still delivering after the dump",
+        || all_acked(&server, 15),
+    );
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(15))
+        .unwrap()
+        .success());
+}
+
+#[test]
+fn missing_consumer_is_a_clear_error_or_created_on_request() {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(&server, dir.path(), &out, json!({})),
+    );
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    let status = runner.wait_timeout(Duration::from_secs(10)).expect("exits");
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        runner
+            .log_text()
+            .contains("does not exist (create it, or set nats.create_consumer to true)"),
+        "{}",
+        runner.log_text()
+    );
+
+    let cfg = write_config(
+        dir.path(),
+        "c2.json",
+        &config(
+            &server,
+            dir.path(),
+            &out,
+            json!({"nats": {"create_consumer": true, "ack_wait_seconds": 7}}),
+        ),
+    );
+    server.publish_n(STREAM, "orders.created", 3, |_| b"{}".to_vec());
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc2.log"));
+    wait_until(
+        Duration::from_secs(20),
+        "acked via created consumer",
+        || all_acked(&server, 3),
+    );
+    let info = server.js().consumer_info(STREAM, CONSUMER).unwrap();
+    assert_eq!(info.config.ack_wait, Duration::from_secs(7));
+    assert_eq!(info.config.filter_subject, SUBJECT);
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(15))
+        .unwrap()
+        .success());
+}

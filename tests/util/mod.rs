@@ -1,0 +1,307 @@
+//! Test harness: a real `nats-server -js` per test on free loopback ports, the `svc` binary
+//! run as a child process, and polling with deadlines instead of sleeps.
+#![allow(dead_code, deprecated)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub const NATS_SERVER: &str = "/usr/sbin/nats-server";
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `cond` every 20 ms until it holds or `timeout` passes; panics with `what` then.
+pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+/// Minimal HTTP GET on loopback returning (status, body); for health checks only.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    Some((status, body))
+}
+
+/// A JetStream server owned by one test. Killed on drop.
+pub struct NatsServer {
+    pub port: u16,
+    pub monitor_port: u16,
+    pub store: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl NatsServer {
+    pub fn start() -> NatsServer {
+        let mut s = NatsServer {
+            port: free_port(),
+            monitor_port: free_port(),
+            store: tempfile::tempdir().unwrap(),
+            child: None,
+        };
+        s.launch();
+        s
+    }
+
+    fn launch(&mut self) {
+        let child = Command::new(NATS_SERVER)
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-m", &self.monitor_port.to_string(), "-js", "-sd"])
+            .arg(self.store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server must be installed (scripts/test.sh installs it)");
+        self.child = Some(child);
+        let port = self.monitor_port;
+        wait_until(Duration::from_secs(10), "nats-server /healthz", || {
+            matches!(http_get(port, "/healthz"), Some((200, _)))
+        });
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL: no chance to flush state (TESTING.md: ack state may move backwards).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts again on the same ports and store.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    pub fn connect(&self) -> nats::Connection {
+        nats::Options::new()
+            .max_reconnects(None)
+            .connect(self.url().as_str())
+            .unwrap()
+    }
+
+    pub fn js(&self) -> nats::jetstream::JetStream {
+        nats::jetstream::new(self.connect())
+    }
+
+    pub fn create_stream(&self, name: &str, subjects: &[&str]) {
+        self.js()
+            .add_stream(nats::jetstream::StreamConfig {
+                name: name.into(),
+                subjects: subjects.iter().map(|s| s.to_string()).collect(),
+                storage: nats::jetstream::StorageType::File,
+                ..Default::default()
+            })
+            .unwrap();
+    }
+
+    pub fn create_consumer(&self, stream: &str, name: &str, filter: &str, ack_wait: Duration) {
+        self.js()
+            .add_consumer(
+                stream,
+                nats::jetstream::ConsumerConfig {
+                    durable_name: Some(name.into()),
+                    ack_policy: nats::jetstream::AckPolicy::Explicit,
+                    filter_subject: filter.into(),
+                    ack_wait,
+                    max_ack_pending: 20_000,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+    }
+
+    /// Publishes `n` messages (core publish, then waits until the stream holds them all).
+    pub fn publish_n(
+        &self,
+        stream: &str,
+        subject: &str,
+        n: usize,
+        body: impl Fn(usize) -> Vec<u8>,
+    ) {
+        let nc = self.connect();
+        let before = self.stream_messages(stream);
+        for i in 0..n {
+            nc.publish(subject, body(i)).unwrap();
+        }
+        nc.flush().unwrap();
+        wait_until(
+            Duration::from_secs(30),
+            "stream to hold published messages",
+            || self.stream_messages(stream) >= before + n as u64,
+        );
+    }
+
+    /// Publishes one message with headers, confirmed by the stream.
+    pub fn publish_with_headers(&self, subject: &str, headers: &[(&str, &str)], data: &[u8]) {
+        let nc = self.connect();
+        let mut h = nats::HeaderMap::new();
+        for (k, v) in headers {
+            h.insert(*k, *v);
+        }
+        let msg = nats::Message::new(subject, None, data, Some(h));
+        nats::jetstream::new(nc).publish_message(&msg).unwrap();
+    }
+
+    pub fn stream_messages(&self, stream: &str) -> u64 {
+        self.js()
+            .stream_info(stream)
+            .map(|i| i.state.messages)
+            .unwrap_or(0)
+    }
+
+    /// (ack floor stream sequence, acks pending, messages not yet delivered).
+    pub fn consumer_state(&self, stream: &str, consumer: &str) -> (u64, usize, u64) {
+        self.try_consumer_state(stream, consumer)
+            .expect("consumer exists")
+    }
+
+    /// Like `consumer_state`, None while the consumer does not exist (yet).
+    pub fn try_consumer_state(&self, stream: &str, consumer: &str) -> Option<(u64, usize, u64)> {
+        let i = self.js().consumer_info(stream, consumer).ok()?;
+        Some((i.ack_floor.stream_seq, i.num_ack_pending, i.num_pending))
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A running `svc run`, logs captured to a file. Killed on drop.
+pub struct Runner {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Runner {
+    pub fn start(config: &Path, log: &Path) -> Runner {
+        let out = std::fs::File::create(log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_svc"))
+            .arg("run")
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        Runner {
+            child,
+            log: log.to_path_buf(),
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig} failed");
+    }
+
+    /// Waits for exit up to `timeout`; None if still running.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return Some(s);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn sigkill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `svc <args>` to completion: (exit code, stdout, stderr).
+pub fn svc(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Writes a JSON config file into `dir` and returns its path.
+pub fn write_config(dir: &Path, name: &str, value: &serde_json::Value) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, serde_json::to_vec_pretty(value).unwrap()).unwrap();
+    p
+}
+
+/// Every regular file below `dir` (recursive), relative paths, sorted.
+pub fn files_below(dir: &Path) -> Vec<PathBuf> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else {
+                out.push(p.strip_prefix(base).unwrap().to_path_buf());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// Reads a counter from a snapshot file (0 when absent).
+pub fn snapshot_counter(path: &Path, name: &str) -> u64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["counters"][name].as_u64())
+        .unwrap_or(0)
+}
