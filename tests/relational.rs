@@ -1,0 +1,512 @@
+//! The relational and fan-out sinks end to end: a real `nats-server -js`, the `svc` binary and
+//! the real PostgreSQL on 127.0.0.1:5432 (each test creates and drops its own database).
+
+#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
+
+mod util;
+
+use std::collections::BTreeSet;
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use svc::sink::relational::wire::{ConnectParams, Connection, TlsMode};
+use util::*;
+
+const STREAM: &str = "ORDERS";
+const CONSUMER: &str = "svc";
+const SUBJECT: &str = "orders.>";
+
+fn pg_params(database: &str) -> ConnectParams {
+    ConnectParams {
+        host: "127.0.0.1".into(),
+        port: 5432,
+        user: "postgres".into(),
+        database: database.into(),
+        application_name: "svc-e2e".into(),
+        tls: TlsMode::Disable,
+        tls_config: None,
+        connect_timeout: Duration::from_secs(5),
+        io_timeout: Duration::from_secs(60),
+    }
+}
+
+/// A database of its own, dropped with its connections at the end.
+struct TestDb {
+    name: String,
+}
+
+impl TestDb {
+    fn new(tag: &str) -> TestDb {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "svc_e2e_{tag}_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut admin = Connection::connect(&pg_params("postgres"), None)
+            .expect("PostgreSQL on 127.0.0.1:5432 (scripts/test.sh installs it)");
+        admin
+            .simple(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+            .unwrap();
+        admin
+            .simple(&format!("CREATE DATABASE \"{name}\""))
+            .unwrap();
+        TestDb { name }
+    }
+
+    fn conn(&self) -> Connection {
+        Connection::connect(&pg_params(&self.name), None).unwrap()
+    }
+
+    fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        self.conn().query(sql, &[]).unwrap().rows
+    }
+
+    fn int(&self, sql: &str) -> i64 {
+        self.rows(sql)[0][0].as_deref().unwrap().parse().unwrap()
+    }
+
+    fn sink(&self, extra: serde_json::Value) -> serde_json::Value {
+        let mut v = json!({
+            "type": "relational_db",
+            "dsn": format!("postgresql://postgres@127.0.0.1:5432/{}", self.name),
+            "tls_mode": "disable",
+            "table": "events",
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    }
+
+    /// Creates the tables of a sink block with the DDL the docs show.
+    fn create_tables(&self, sink: &serde_json::Value) {
+        let cfg = svc::config::RuntimeConfig::parse(
+            &json!({"nats": {"url": "nats://127.0.0.1:1", "stream": "S", "consumer": "c",
+                             "subject": "a"},
+                    "sink": sink})
+            .to_string(),
+        )
+        .unwrap();
+        let svc::sink::SinkConfig::RelationalDb(rc) = cfg.sink else {
+            panic!("not a relational sink")
+        };
+        self.conn()
+            .simple(&svc::sink::relational::ddl(&rc))
+            .unwrap();
+    }
+
+    /// Kills the runner's sessions in this database; returns how many.
+    fn kill_runner_sessions(&self) -> usize {
+        self.conn()
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND application_name = 'svc'",
+                &[],
+            )
+            .unwrap()
+            .rows
+            .len()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = Connection::connect(&pg_params("postgres"), None) {
+            let _ = admin.simple(&format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+fn config(server: &NatsServer, dir: &Path, sink: serde_json::Value) -> serde_json::Value {
+    json!({
+        "nats": {"url": server.url(), "stream": STREAM, "consumer": CONSUMER, "subject": SUBJECT},
+        "delivery": {"batch_size": 64, "fetch_expiry_ms": 200, "max_in_flight_batches": 4,
+                     "sink_workers": 2, "shutdown_timeout_seconds": 10,
+                     "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}},
+        "sink": sink,
+        "metrics": {"enabled": true, "snapshot_file": dir.join("metrics.json"),
+                    "write_interval_seconds": 1},
+        "logging": {"level": "info"}
+    })
+}
+
+fn setup(n: usize, subject: &str) -> (NatsServer, tempfile::TempDir) {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(30));
+    server.publish_n(STREAM, subject, n, |i| {
+        format!("{{\"order\":{i}}}").into_bytes()
+    });
+    (server, tempfile::tempdir().unwrap())
+}
+
+fn all_acked(server: &NatsServer, n: u64) -> bool {
+    server.try_consumer_state(STREAM, CONSUMER) == Some((n, 0, 0))
+}
+
+fn stop(mut runner: Runner) {
+    runner.signal("TERM");
+    let status = runner
+        .wait_timeout(Duration::from_secs(20))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "clean exit: {}", runner.log_text());
+}
+
+/// Every stored stream sequence of a table, asserting none appears twice.
+fn sequences_once(db: &TestDb, table: &str) -> BTreeSet<u64> {
+    let rows = db.rows(&format!("SELECT stream_sequence FROM {table}"));
+    let seqs: Vec<u64> = rows
+        .iter()
+        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+        .collect();
+    let set: BTreeSet<u64> = seqs.iter().copied().collect();
+    assert_eq!(set.len(), seqs.len(), "a message stored twice in {table}");
+    set
+}
+
+#[test]
+fn rows_land_routed_by_subject_and_are_acked() {
+    let (server, dir) = setup(200, "orders.us.created");
+    server.publish_n(STREAM, "orders.eu.created", 100, |i| {
+        format!("{{\"eu\":{i}}}").into_bytes()
+    });
+    let db = TestDb::new("rows");
+    let sink = db.sink(json!({
+        "auto_create_tables": true,
+        "routes": [{"subject": "orders.eu.>", "table": "eu_orders"}]
+    }));
+    let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), sink));
+
+    let (code, out, _) = svc(&["validate", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "Configuration is valid.\nActive sink: relational_db\nACK policy: commit-then-acknowledge\n"
+    );
+
+    let runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(60), "every message acked", || {
+        all_acked(&server, 300)
+    });
+    assert_eq!(
+        sequences_once(&db, "events"),
+        (1..=200).collect::<BTreeSet<u64>>()
+    );
+    assert_eq!(
+        sequences_once(&db, "eu_orders"),
+        (201..=300).collect::<BTreeSet<u64>>()
+    );
+    let r = db.rows(
+        "SELECT subject, stream, consumer, payload, payload_sha256, metadata_json->>'schema', \
+         idempotency_key FROM eu_orders WHERE stream_sequence = 201",
+    );
+    assert_eq!(r[0][0].as_deref(), Some("orders.eu.created"));
+    assert_eq!(r[0][1].as_deref(), Some(STREAM));
+    assert_eq!(r[0][2].as_deref(), Some(CONSUMER));
+    assert_eq!(r[0][3].as_deref(), Some(r#"{"eu": 0}"#));
+    assert_eq!(r[0][5].as_deref(), Some("svc.metadata.v1"));
+    assert_eq!(r[0][6].as_deref(), Some("s-ORDERS-201"));
+    stop(runner);
+    let snap = dir.path().join("metrics.json");
+    assert_eq!(snapshot_counter(&snap, "messages_written_total"), 300);
+    assert_eq!(snapshot_counter(&snap, "messages_acked_total"), 300);
+    assert_eq!(snapshot_counter(&snap, "db_duplicates_total"), 0);
+}
+
+#[test]
+fn sigkill_redelivery_adds_no_rows_and_counts_duplicates() {
+    let n = 2000;
+    let (server, dir) = setup(n, "orders.created");
+    let db = TestDb::new("kill");
+    let sink = db.sink(json!({"auto_create_tables": true}));
+    let mut cfg_value = config(&server, dir.path(), sink);
+    cfg_value["delivery"]["batch_size"] = json!(32);
+    cfg_value["delivery"]["max_in_flight_batches"] = json!(2);
+    let cfg = write_config(dir.path(), "c.json", &cfg_value);
+
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc1.log"));
+    wait_until(Duration::from_secs(60), "some rows committed", || {
+        // The runner creates the table on connect: until then the count fails.
+        db.conn()
+            .query("SELECT count(*) FROM events", &[])
+            .ok()
+            .and_then(|r| r.rows[0][0].as_deref().map(|v| v.parse::<i64>().unwrap()))
+            .is_some_and(|c| c >= 300)
+    });
+    runner.sigkill();
+    let before = db.int("SELECT count(*) FROM events");
+    assert!((before as usize) < n, "killed mid-stream ({before} of {n})");
+
+    let runner = Runner::start(&cfg, &dir.path().join("svc2.log"));
+    wait_until(Duration::from_secs(90), "all acked after restart", || {
+        all_acked(&server, n as u64)
+    });
+    assert_eq!(sequences_once(&db, "events").len(), n);
+    stop(runner);
+
+    // The broker's ack state can move backwards (TESTING.md): replay everything from the
+    // start, as a recreated consumer does. Every row is already there.
+    server.js().delete_consumer(STREAM, CONSUMER).unwrap();
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(30));
+    let snap = dir.path().join("metrics.json");
+    std::fs::remove_file(&snap).unwrap();
+    let runner = Runner::start(&cfg, &dir.path().join("svc3.log"));
+    wait_until(Duration::from_secs(90), "replay acked", || {
+        all_acked(&server, n as u64)
+    });
+    stop(runner);
+    assert_eq!(sequences_once(&db, "events").len(), n, "no duplicate rows");
+    assert_eq!(snapshot_counter(&snap, "db_duplicates_total"), n as u64);
+    assert_eq!(
+        snapshot_counter(&snap, "db_duplicate_ignored_total"),
+        n as u64
+    );
+    assert_eq!(snapshot_counter(&snap, "messages_acked_total"), n as u64);
+}
+
+#[test]
+fn connection_cut_mid_run_acks_nothing_then_every_row_lands_once() {
+    let n = 200;
+    let (server, dir) = setup(n, "orders.created");
+    let db = TestDb::new("cut");
+    let sink = db.sink(json!({}));
+    db.create_tables(&sink);
+    // Inserts wait on this lock inside their transactions; the test cuts their connections.
+    let mut locker = db.conn();
+    locker
+        .simple("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), sink));
+    let runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+
+    let snap = dir.path().join("metrics.json");
+    let mut killed = 0;
+    wait_until(
+        Duration::from_secs(30),
+        "sessions cut and batches failed",
+        || {
+            killed += db.kill_runner_sessions();
+            killed >= 3 && snapshot_counter(&snap, "sink_write_errors_total") >= 1
+        },
+    );
+    let (floor, _, _) = server.consumer_state(STREAM, CONSUMER);
+    assert_eq!(
+        floor, 0,
+        "nothing acknowledged while the database connection is cut"
+    );
+    assert_eq!(snapshot_counter(&snap, "messages_acked_total"), 0);
+    let rows = locker.query("SELECT count(*) FROM events", &[]).unwrap();
+    assert_eq!(rows.rows[0][0].as_deref(), Some("0"), "nothing committed");
+    locker.simple("ROLLBACK").unwrap();
+
+    wait_until(Duration::from_secs(60), "every message acked", || {
+        all_acked(&server, n as u64)
+    });
+    assert_eq!(
+        sequences_once(&db, "events"),
+        (1..=n as u64).collect::<BTreeSet<u64>>()
+    );
+    stop(runner);
+    assert!(runner_log_mentions(dir.path(), "57P01"));
+}
+
+fn runner_log_mentions(dir: &Path, what: &str) -> bool {
+    std::fs::read_to_string(dir.join("svc.log"))
+        .unwrap_or_default()
+        .contains(what)
+}
+
+/// A TCP listener that accepts and never answers: a destination that hangs.
+fn black_hole() -> (u16, std::thread::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let h = std::thread::Builder::new()
+        .name("black-hole".into())
+        .spawn(move || {
+            let mut held = Vec::new();
+            for s in l.incoming().take(64) {
+                held.push(s);
+            }
+        })
+        .unwrap();
+    (port, h)
+}
+
+#[test]
+fn fanout_required_child_failure_blocks_ack_optional_timeout_does_not() {
+    let n = 100;
+    let (server, dir) = setup(n, "orders.created");
+    let db = TestDb::new("fan");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    // A regular file where the file child's key namespace directory must go: its writes fail.
+    let blocker = out.join("idempotency-key");
+    std::fs::write(&blocker, b"in the way").unwrap();
+    let (hole, _h) = black_hole();
+    let sink = json!({
+        "type": "fanout",
+        "sinks": {
+            "db": db.sink(json!({"auto_create_tables": true})),
+            "files": {"type": "file", "directory": out},
+            "slow": {"type": "relational_db",
+                     "dsn": format!("postgresql://postgres@127.0.0.1:{hole}/x"),
+                     "tls_mode": "disable", "table": "events", "connect_timeout_seconds": 5}
+        },
+        "routing": {
+            "enabled": true,
+            "target_sink_types": {"db": "relational_db", "files": "file", "slow": "relational_db"},
+            "routes": [{"name": "all", "match": {"subject": ">"},
+                        "targets": ["db", "files",
+                                    {"sink": "slow", "required": false,
+                                     "minimum_wait_ms": 50, "timeout_ms": 300}]}]
+        },
+        "optional_max_in_flight": 2
+    });
+    let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), sink));
+    let (code, stdout, _) = svc(&["validate", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("Active sink: fanout"), "{stdout}");
+
+    let runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    let snap = dir.path().join("metrics.json");
+    wait_until(Duration::from_secs(30), "required child failures", || {
+        snapshot_counter(&snap, "fanout_required_child_failure_total") >= n as u64
+            && snapshot_counter(&snap, "fanout_messages_ack_blocked_total") >= n as u64
+    });
+    let (floor, _, _) = server.consumer_state(STREAM, CONSUMER);
+    assert_eq!(floor, 0, "no ACK while a required child fails");
+    assert_eq!(snapshot_counter(&snap, "messages_acked_total"), 0);
+    assert_eq!(snapshot_counter(&snap, "fanout_messages_acked_total"), 0);
+
+    std::fs::remove_file(&blocker).unwrap();
+    wait_until(Duration::from_secs(60), "every message acked", || {
+        all_acked(&server, n as u64)
+    });
+    assert_eq!(sequences_once(&db, "events").len(), n, "db rows once");
+    assert_eq!(files_below(&out).len(), n, "one file per message");
+    wait_until(Duration::from_secs(10), "snapshot caught up", || {
+        snapshot_counter(&snap, "fanout_messages_acked_total") >= n as u64
+    });
+    stop(runner);
+    // The db child stored messages during the failing period too: their redelivery was
+    // ignored by key and counted.
+    assert!(snapshot_counter(&snap, "db_duplicates_total") >= 1);
+    assert!(
+        snapshot_counter(&snap, "fanout_optional_child_timeout_total") >= 1,
+        "the hanging optional child timed out without blocking ACK"
+    );
+    assert!(snapshot_counter(&snap, "fanout_required_child_success_total") >= 2 * n as u64);
+    assert!(snapshot_counter(&snap, "fanout_messages_routed_total") >= n as u64);
+}
+
+#[test]
+fn fanout_routes_select_children_by_subject() {
+    let (server, dir) = setup(30, "orders.eu.created");
+    server.publish_n(STREAM, "orders.us.created", 20, |i| {
+        format!("{{\"us\":{i}}}").into_bytes()
+    });
+    let db = TestDb::new("froute");
+    let out = dir.path().join("out");
+    let sink = json!({
+        "type": "fanout",
+        "sinks": {
+            "db": db.sink(json!({"auto_create_tables": true})),
+            "files": {"type": "file", "directory": out}
+        },
+        "routing": {
+            "enabled": true,
+            "routes": [
+                {"name": "eu", "match": {"subject": "orders.eu.>"}, "targets": ["db"]},
+                {"name": "us", "match": {"subject": "orders.us.>"}, "targets": ["files"]}
+            ]
+        }
+    });
+    let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), sink));
+    let runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(60), "every message acked", || {
+        all_acked(&server, 50)
+    });
+    stop(runner);
+    assert_eq!(
+        sequences_once(&db, "events"),
+        (1..=30).collect::<BTreeSet<u64>>()
+    );
+    assert_eq!(files_below(&out).len(), 20);
+    let snap = dir.path().join("metrics.json");
+    assert_eq!(
+        snapshot_counter(&snap, "fanout_child_sinks_selected_total"),
+        50
+    );
+    assert_eq!(snapshot_counter(&snap, "fanout_messages_acked_total"), 50);
+}
+
+#[test]
+fn validate_and_test_sink_cover_both_sinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new("cli");
+    let nats = json!({"url": "nats://127.0.0.1:1", "stream": STREAM, "consumer": CONSUMER,
+                      "subject": SUBJECT});
+
+    // A password in the DSN: rejected, exit 2, the secret never printed.
+    let bad = write_config(
+        dir.path(),
+        "bad.json",
+        &json!({"nats": nats, "sink": {"type": "relational_db",
+                "dsn": "postgresql://svc:hunter2@db.example/events", "table": "events",
+                "tls_mode": "disable"}}),
+    );
+    let (code, out, err) = svc(&["validate", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains(
+        "sink.dsn: must not contain a password; name an environment variable in password_env instead"
+    ), "{err}");
+    assert!(!out.contains("hunter2") && !err.contains("hunter2"));
+
+    // test-sink contacts the real database: missing table first, then usable.
+    let sink = db.sink(json!({}));
+    let cfg = write_config(dir.path(), "c.json", &json!({"nats": nats, "sink": sink}));
+    let (code, _, err) = svc(&["test-sink", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("Sink relational_db is NOT usable"), "{err}");
+    assert!(err.contains("missing table(s)"), "{err}");
+    db.create_tables(&sink);
+    let (code, out, err) = svc(&["test-sink", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("Sink relational_db is usable: postgresql "),
+        "{out}"
+    );
+    assert_eq!(
+        db.int("SELECT count(*) FROM events"),
+        0,
+        "probe rolled back"
+    );
+
+    // Fan-out: every child is checked; a failing one is named.
+    let dead = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let fan = json!({"type": "fanout", "sinks": {
+        "db": sink,
+        "files": {"type": "file", "directory": dir.path().join("files")},
+        "down": {"type": "relational_db", "dsn": format!("postgresql://svc@127.0.0.1:{dead}/x"),
+                 "tls_mode": "disable", "table": "events", "connect_timeout_seconds": 2}
+    }});
+    let cfg = write_config(dir.path(), "f.json", &json!({"nats": nats, "sink": fan}));
+    let (code, _, err) = svc(&["test-sink", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("Sink fanout is NOT usable"), "{err}");
+    assert!(err.contains("child down (relational_db)"), "{err}");
+    assert!(
+        !err.contains("child db ("),
+        "healthy children are not reported as failing: {err}"
+    );
+}
