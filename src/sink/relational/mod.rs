@@ -109,6 +109,23 @@ fn table_ddl(t: &TableName) -> String {
     s
 }
 
+/// Key of the advisory lock that serializes this sink's DDL across sessions and processes.
+const DDL_LOCK_KEY: i64 = 0x7376_635f_6464_6c00; // "svc_ddl\0"
+
+/// Runs the DDL in one transaction under an advisory lock: concurrent `CREATE TABLE IF NOT
+/// EXISTS` of the same table can otherwise fail with a unique violation in the catalog.
+fn run_ddl(conn: &mut Connection, cfg: &RelationalConfig) -> Result<(), DbError> {
+    let sql = format!(
+        "BEGIN; SELECT pg_advisory_xact_lock({DDL_LOCK_KEY}); {}COMMIT;",
+        ddl(cfg)
+    );
+    let res = conn.simple(&sql);
+    if res.is_err() && !conn.is_broken() && conn.tx_status() != b'I' {
+        let _ = conn.simple("ROLLBACK");
+    }
+    res.map(|_| ())
+}
+
 fn insert_sql(t: &TableName) -> String {
     let names: Vec<&str> = COLUMNS.iter().map(|c| c.0).collect();
     let selects: Vec<String> = COLUMNS
@@ -322,7 +339,7 @@ impl RelationalSink {
             log::info!("relational sink: synchronous_commit was off for this session; set to on");
         }
         if self.cfg.auto_create_tables {
-            conn.simple(&ddl(&self.cfg))?;
+            run_ddl(&mut conn, &self.cfg)?;
         }
         Ok(conn)
     }
@@ -351,8 +368,7 @@ impl RelationalSink {
     /// Creates every configured table (and schema) if missing.
     pub fn create_tables(&self) -> Result<(), SinkError> {
         let mut conn = self.connect().map_err(|e| self.err("connect to", &e))?;
-        conn.simple(&ddl(&self.cfg))
-            .map_err(|e| self.err("create tables in", &e))?;
+        run_ddl(&mut conn, &self.cfg).map_err(|e| self.err("create tables in", &e))?;
         Ok(())
     }
 

@@ -542,3 +542,35 @@ fn row_keys_follow_the_shared_idempotency_strategy() {
     e.stream_sequence = 0;
     assert_eq!(row_key(&e), "m-msg-0");
 }
+
+#[test]
+fn concurrent_table_creation_does_not_race() {
+    // Several workers (or runners) connecting at once to an empty database: the DDL is
+    // serialized, so none fails with the catalog's unique violation.
+    let db = TestDb::new("race");
+    let (sink, _) = db.sink(json!({"auto_create_tables": true,
+                                   "routes": [{"subject": "b.>", "table": "s1.b_events"}]}));
+    let sinks: Vec<RelationalSink> = (0..6)
+        .map(|_| {
+            let cfg = sink.cfg.clone();
+            RelationalSink::new(cfg, Arc::new(Metrics::default())).unwrap()
+        })
+        .collect();
+    let outcomes: Vec<Vec<WriteOutcome>> = std::thread::scope(|s| {
+        let handles: Vec<_> = sinks
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                s.spawn(move || {
+                    let subject = if i % 2 == 0 { "a.x" } else { "b.x" };
+                    k.write_batch(&[envelope(subject, i as u64 + 1, b"{}")])
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for o in &outcomes {
+        assert!(all_durable(o), "{o:?}");
+    }
+    assert_eq!(db.count("events") + db.count("s1.b_events"), 6);
+}
