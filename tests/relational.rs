@@ -510,3 +510,87 @@ fn validate_and_test_sink_cover_both_sinks() {
         "healthy children are not reported as failing: {err}"
     );
 }
+
+#[test]
+fn init_db_prints_or_creates_every_relational_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new("init");
+    let nats = json!({"url": "nats://127.0.0.1:1", "stream": STREAM, "consumer": CONSUMER,
+                      "subject": SUBJECT});
+    let fan = json!({"type": "fanout", "sinks": {
+        "main": db.sink(json!({"routes": [{"subject": "orders.eu.>", "table": "audit.eu_orders"}]})),
+        "files": {"type": "file", "directory": dir.path().join("files")}
+    }});
+    let cfg = write_config(dir.path(), "f.json", &json!({"nats": nats, "sink": fan}));
+
+    // --print: the DDL only; nothing is created.
+    let (code, out, err) = svc(&["init-db", cfg.to_str().unwrap(), "--print"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("-- sink main\nCREATE SCHEMA IF NOT EXISTS \"audit\";\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("CREATE TABLE IF NOT EXISTS \"events\" ("),
+        "{out}"
+    );
+    assert!(
+        out.contains("CREATE TABLE IF NOT EXISTS \"audit\".\"eu_orders\" ("),
+        "{out}"
+    );
+    assert_eq!(
+        db.int("SELECT count(*) FROM pg_tables WHERE tablename IN ('events', 'eu_orders')"),
+        0
+    );
+
+    // Without --print: created, twice without harm, then test-sink is satisfied.
+    for _ in 0..2 {
+        let (code, out, err) = svc(&["init-db", cfg.to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            out,
+            format!(
+                "Sink main: tables ready in 127.0.0.1:5432/{}: events, audit.eu_orders\n",
+                db.name
+            )
+        );
+    }
+    let (code, out, err) = svc(&["test-sink", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("Sink fanout is usable: 2 child sink(s) ready"),
+        "{out}"
+    );
+
+    // A config without a relational sink.
+    let file_only = write_config(
+        dir.path(),
+        "file.json",
+        &json!({"nats": nats, "sink": {"type": "file", "directory": dir.path().join("x")}}),
+    );
+    let (code, _, err) = svc(&["init-db", file_only.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        "svc: init-db: the configured sink (file) has no relational_db sink\n"
+    );
+
+    // An unreachable database: exit 1, the sink named.
+    let dead = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let down = write_config(
+        dir.path(),
+        "down.json",
+        &json!({"nats": nats, "sink": {"type": "relational_db",
+                "dsn": format!("postgresql://svc@127.0.0.1:{dead}/x"), "tls_mode": "disable",
+                "table": "events", "connect_timeout_seconds": 2}}),
+    );
+    let (code, _, err) = svc(&["init-db", down.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("Sink sink: tables NOT created: sink relational_db: connect to 127.0.0.1:"),
+        "{err}"
+    );
+}

@@ -77,6 +77,23 @@ const COLUMNS: &[(&str, &str, &str)] = &[
     ("received_at", "timestamptz NOT NULL", "timestamptz"),
 ];
 
+/// Every relational sink of a sink config with its name: the sink itself (`sink`) or the
+/// `relational_db` children of a fan-out (by child name).
+pub fn configs_in(sink: &super::SinkConfig) -> Vec<(String, &RelationalConfig)> {
+    match sink {
+        super::SinkConfig::RelationalDb(c) => vec![("sink".to_string(), c)],
+        super::SinkConfig::Fanout(f) => f
+            .sinks
+            .iter()
+            .filter_map(|(name, c)| match c {
+                super::SinkConfig::RelationalDb(c) => Some((name.clone(), c)),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The DDL that creates every table of the config (idempotent: `IF NOT EXISTS`).
 pub fn ddl(cfg: &RelationalConfig) -> String {
     let mut out = String::new();
