@@ -5,6 +5,8 @@
 //! cargo bench --bench relational_throughput -- 20000   # smaller N
 //! ```
 //!
+//! Under `cargo test --all-targets` it runs a smoke pass of 1000 messages.
+//!
 //! Prints (a) the raw fetch+ack rate of the broker client with no sink (the broker limit),
 //! (b) the relational sink alone: `RelationalSink::write_batch` from two threads in batches of
 //! 256, no broker (the database limit for this sink), (c) `svc run` into the relational sink,
@@ -70,7 +72,7 @@ fn sink_alone(db: &BenchDb, n: usize) -> f64 {
 }
 
 fn main() {
-    let n = sinkbench::arg_n(50_000);
+    let n = sinkbench::arg_n(50_000, 1_000);
     let dir = tempfile::tempdir().unwrap();
     let db = BenchDb::new("rel");
     let broker = sinkbench::start_broker();

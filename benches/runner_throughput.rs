@@ -80,6 +80,42 @@ fn peak_rss_kib(pid: u32) -> u64 {
 struct RunResult {
     rate: f64,
     peak_rss_kib: u64,
+    /// CPU seconds per thread name (threads of one name summed), highest first.
+    thread_cpu: Vec<(String, f64)>,
+}
+
+/// CPU time (user + system) of every thread of a process, by thread name.
+fn thread_cpu(pid: u32) -> Vec<(String, f64)> {
+    let ticks = 100.0; // USER_HZ on Linux
+    let mut by_name: std::collections::BTreeMap<String, f64> = Default::default();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_string();
+        let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        let cpu: f64 = fields
+            .get(11)
+            .and_then(|u| u.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            + fields
+                .get(12)
+                .and_then(|s| s.parse::<f64>().ok())
+                .unwrap_or(0.0);
+        let name = name
+            .trim_end_matches(|c: char| c.is_ascii_digit())
+            .to_string();
+        *by_name.entry(name).or_default() += cpu / ticks;
+    }
+    let mut v: Vec<_> = by_name.into_iter().collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v
 }
 
 /// Runs `svc run` on `consumer` until `n` messages are acknowledged.
@@ -129,6 +165,7 @@ fn run_svc(
     }
     let elapsed = start.elapsed().as_secs_f64();
     peak = peak.max(peak_rss_kib(child.id()));
+    let cpu = thread_cpu(child.id());
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
@@ -136,6 +173,7 @@ fn run_svc(
     RunResult {
         rate: n as f64 / elapsed,
         peak_rss_kib: peak,
+        thread_cpu: cpu,
     }
 }
 
@@ -205,4 +243,13 @@ fn main() {
         "      peak RSS of svc (per_event, backlog {n_files}): {} KiB",
         per_event.peak_rss_kib
     );
+    let fmt = |r: &RunResult| {
+        r.thread_cpu
+            .iter()
+            .map(|(n, s)| format!("{n} {s:.2}s"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!("  CPU by thread (jsonl, {n} msgs): {}", fmt(&big));
+    println!("  CPU by thread (per_event): {}", fmt(&per_event));
 }

@@ -88,7 +88,7 @@ impl SubjectPattern {
                     // One or more remaining non-empty tokens.
                     let mut any = false;
                     for part in parts.by_ref() {
-                        if part.is_empty() {
+                        if part.is_empty() || is_wildcard(part) {
                             return false;
                         }
                         any = true;
@@ -96,7 +96,7 @@ impl SubjectPattern {
                     return any;
                 }
                 Token::One => match parts.next() {
-                    Some(p) if !p.is_empty() => {}
+                    Some(p) if !p.is_empty() && !is_wildcard(p) => {}
                     _ => return false,
                 },
                 Token::Literal(lit) => match parts.next() {
@@ -113,6 +113,12 @@ impl fmt::Display for SubjectPattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
     }
+}
+
+/// A subject token that is itself a wildcard: such a subject is a pattern, not a concrete
+/// subject (the broker refuses to publish to it), and matches nothing.
+fn is_wildcard(token: &str) -> bool {
+    token == "*" || token == ">"
 }
 
 /// Index of the first pattern (in order) that matches `subject`.
@@ -160,6 +166,16 @@ mod tests {
         assert!(!m("orders.>", "orders..x"));
         assert!(!m("*", ""));
         assert!(!m("a.*.c", "a..c"));
+    }
+
+    #[test]
+    fn wildcard_subjects_never_match() {
+        assert!(!m("*", "*"));
+        assert!(!m(">", ">"));
+        assert!(!m("a.>", "a.b.*"));
+        assert!(!m("a.*", "a.>"));
+        assert!(!m("a", "*"));
+        assert!(m("a.>", "a.b*"), "'b*' is an ordinary token in a subject");
     }
 
     #[test]
@@ -227,5 +243,92 @@ mod tests {
             }
         }
         assert!(checked > 1000);
+    }
+
+    /// Grammar corner cases: a reference validator and matcher written the obvious way are
+    /// compared with the real ones on generated patterns and subjects (whitespace, control and
+    /// non-ASCII characters, partial wildcards, empty tokens, wildcard subjects, long inputs).
+    #[test]
+    fn randomised_grammar_corner_cases() {
+        fn valid(p: &str) -> bool {
+            if p.is_empty() || p.len() > MAX_SUBJECT_BYTES {
+                return false;
+            }
+            if p.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return false;
+            }
+            let t: Vec<&str> = p.split('.').collect();
+            t.iter().enumerate().all(|(i, tok)| {
+                !tok.is_empty()
+                    && (*tok == "*"
+                        || (*tok == ">" && i + 1 == t.len())
+                        || (!tok.contains('*') && !tok.contains('>')))
+            })
+        }
+        fn matches(p: &str, s: &str) -> bool {
+            let pt: Vec<&str> = p.split('.').collect();
+            let st: Vec<&str> = s.split('.').collect();
+            if st.iter().any(|t| t.is_empty() || *t == "*" || *t == ">") {
+                return false;
+            }
+            match pt.last() {
+                Some(&">") => {
+                    st.len() >= pt.len()
+                        && pt[..pt.len() - 1]
+                            .iter()
+                            .zip(&st)
+                            .all(|(a, b)| *a == "*" || a == b)
+                }
+                _ => pt.len() == st.len() && pt.iter().zip(&st).all(|(a, b)| *a == "*" || a == b),
+            }
+        }
+        let tokens = [
+            "a", "b", "*", ">", "", "ab", "a*", "*a", ">a", "a>", " ", "a b", "\t", "\u{1}", "é",
+            "日本", "-", "_", "$JS", "A",
+        ];
+        let mut seed: u64 = 0xD1B5_4A32_D192_ED03;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut parsed, mut refused) = (0, 0);
+        for i in 0..50_000 {
+            let n = 1 + (next() % 6) as usize;
+            let mut p: Vec<&str> = (0..n)
+                .map(|_| tokens[(next() % tokens.len() as u64) as usize])
+                .collect();
+            let long;
+            if i % 997 == 0 {
+                long = "x".repeat(500);
+                p.push(&long);
+            }
+            let p = p.join(".");
+            let k = 1 + (next() % 6) as usize;
+            let s: Vec<&str> = (0..k)
+                .map(|_| tokens[(next() % tokens.len() as u64) as usize])
+                .collect();
+            let s = s.join(".");
+            match SubjectPattern::parse(&p) {
+                Ok(pat) => {
+                    assert!(valid(&p), "accepted {p:?}");
+                    assert_eq!(pat.matches(&s), matches(&p, &s), "{p:?} vs {s:?}");
+                    assert_eq!(pat.as_str(), p);
+                    parsed += 1;
+                }
+                Err(e) => {
+                    assert!(!valid(&p), "refused {p:?}: {e}");
+                    assert!(
+                        e.to_string().starts_with("must")
+                            || e.to_string().starts_with("'>'")
+                            || e.to_string().starts_with("wildcards"),
+                        "{e}"
+                    );
+                    refused += 1;
+                }
+            }
+        }
+        assert!(parsed > 2_000 && refused > 2_000, "{parsed} {refused}");
     }
 }

@@ -199,10 +199,16 @@ pub fn run_svc(
     }
 }
 
-/// `n` from the first numeric argument, else `default`.
-pub fn arg_n(default: usize) -> usize {
+/// Full measurement under `cargo bench` (which passes `--bench`); a short smoke pass under
+/// `cargo test --all-targets`.
+pub fn full() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// `n` from the first numeric argument, else `default` (full) or `smoke` (under cargo test).
+pub fn arg_n(default: usize, smoke: usize) -> usize {
     std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())
-        .unwrap_or(default)
+        .unwrap_or(if full() { default } else { smoke })
 }

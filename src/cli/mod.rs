@@ -1,4 +1,5 @@
 //! Command-line front ends: one lexopt parser per binary, each with a hand-written `HELP`.
 
 pub mod logging;
+pub mod observe;
 pub mod svc;

@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::backoff::{Backoff, Growth, Jitter};
+use crate::dead_letter::DeadLetterConfig;
 use crate::envelope::EnvelopeConfig;
+use crate::labels::SecurityLabelsConfig;
+use crate::message_metadata::MessageMetadataConfig;
 use crate::metrics::SubjectFamily;
 use crate::sink::SinkConfig;
 use crate::subject::SubjectPattern;
@@ -25,6 +28,12 @@ pub struct RuntimeConfig {
     pub metrics: MetricsConfig,
     pub advisories: AdvisoriesConfig,
     pub logging: LoggingConfig,
+    /// Priority, classification and labels of each message (`docs/labels.md`).
+    pub message_metadata: MessageMetadataConfig,
+    /// The security label profile (`docs/labels.md`).
+    pub security_labels: SecurityLabelsConfig,
+    /// Where permanently failing messages go (`docs/dead-letter.md`).
+    pub dead_letter: DeadLetterConfig,
 }
 
 /// How the runner authenticates to the broker. Secrets come from the environment at connect
@@ -181,7 +190,20 @@ impl RuntimeConfig {
             },
         };
         let logging = read_logging(root.object("logging"));
+        let message_metadata = MessageMetadataConfig::read(root.object("message_metadata"));
+        let security_labels = SecurityLabelsConfig::read(root.object("security_labels"));
+        let dead_letter = DeadLetterConfig::read(root.object("dead_letter"));
         root.finish();
+        dead_letter.cross_check(
+            nats.as_ref().map_or("", |n| n.subject.as_str()),
+            &[
+                &security_labels.header,
+                &message_metadata.priority_header,
+                &message_metadata.classification_header,
+                &message_metadata.labels_header,
+            ],
+            &problems,
+        );
 
         match (nats, sink, problems.is_empty()) {
             (Some(nats), Some(sink), true) => Ok(RuntimeConfig {
@@ -192,6 +214,9 @@ impl RuntimeConfig {
                 metrics,
                 advisories,
                 logging,
+                message_metadata,
+                security_labels,
+                dead_letter,
             }),
             _ => Err(Invalid(problems.into_vec())),
         }
@@ -506,6 +531,16 @@ fn read_metrics(r: Option<ObjectReader<'_>>) -> MetricsConfig {
             f.problem(
                 "label",
                 "must match [a-z][a-z0-9_-]*, at most 64 bytes, and not look like a credential",
+            );
+        } else if !label.is_empty()
+            && subject_families
+                .iter()
+                .any(|s: &SubjectFamily| s.label == label)
+        {
+            // One label, one family: exporters join rows to patterns by label.
+            f.problem(
+                "label",
+                "is used by an earlier family; labels must be unique",
             );
         }
         f.finish();

@@ -222,3 +222,13 @@ fn logging_and_advisories() {
         ]
     );
 }
+
+#[test]
+fn subject_family_labels_are_unique() {
+    assert_eq!(
+        problems(&with(
+            r#"{"metrics": {"subject_families": [{"subject": "orders.>", "label": "orders"}, {"subject": "orders2.>", "label": "orders"}]}}"#
+        )),
+        vec!["metrics.subject_families[1].label: is used by an earlier family; labels must be unique"]
+    );
+}

@@ -50,6 +50,8 @@ counters! {
     messages_failed_total,
     /// Messages published to the dead-letter subject and confirmed by the broker.
     messages_dlq_total,
+    /// Dead-letter publishes that were not confirmed (the original stays unacknowledged).
+    dlq_publish_errors_total,
     /// Sink write failures, counted per message.
     sink_write_errors_total,
     /// Events whose age at receive exceeded `envelope.stale_after_seconds`.
@@ -208,6 +210,11 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The configured subject families, in config order.
+    pub fn families(&self) -> &[SubjectFamily] {
+        &self.families
     }
 
     /// Index of the family a subject belongs to (first matching rule), if any.

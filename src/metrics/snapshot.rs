@@ -25,6 +25,16 @@ pub struct LabeledRow {
     pub labels: BTreeMap<String, String>,
 }
 
+/// A configured subject family: its reviewed label and its reviewed subject pattern (runtime
+/// config `metrics.subject_families`). Exporters match `subject_metrics` rules against the
+/// pattern; it is configuration, never a subject seen on a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FamilyEntry {
+    pub label: String,
+    pub subject: String,
+}
+
 /// The snapshot document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -45,6 +55,10 @@ pub struct Snapshot {
     /// Prepared subject-family rows; absent when no families are configured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub labeled_metrics: Vec<LabeledRow>,
+    /// The family catalogue behind `labeled_metrics` (label -> subject pattern), in config
+    /// order; absent when no families are configured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subject_families: Vec<FamilyEntry>,
 }
 
 impl Snapshot {
@@ -77,6 +91,14 @@ impl Snapshot {
             gauges,
             summaries,
             labeled_metrics: metrics.labeled_rows(),
+            subject_families: metrics
+                .families()
+                .iter()
+                .map(|f| FamilyEntry {
+                    label: f.label.clone(),
+                    subject: f.pattern.as_str().to_string(),
+                })
+                .collect(),
         }
     }
 

@@ -2,7 +2,14 @@
 //! settles each batch when its outcome arrives, keeps long batches alive with in-progress
 //! acks, and returns the batch's credit to `svc-fetch`.
 //!
-//! Invariant: `AckVerb::Ack` is sent only for a message whose verdict is durable.
+//! Invariant: `AckVerb::Ack` is sent only for a message whose verdict is durable, or whose
+//! DLQ record the broker confirmed (stored in a stream) just before.
+//!
+//! Within a batch the durable and transient verdicts are carried out first, the pre-sink
+//! rejections (which may need a DLQ publish, a broker round trip) last: a bad message never
+//! delays the good messages of its batch. After the first failed DLQ publish of a batch the
+//! remaining rejections of that batch are NAKed without trying again, so a broken DLQ costs
+//! at most one publish timeout per batch.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::{AckMsg, BatchId, Monitor, Verdict};
+use super::{AckMsg, BatchId, Monitor, PreSinkFailure, Verdict};
 use crate::backoff::Backoff;
 use crate::broker::{self, AckHandle, AckVerb, Connection};
+use crate::dead_letter::DeadLetterPublisher;
 use crate::metrics::Metrics;
 use crate::sink::WriteOutcome;
 
@@ -24,6 +32,8 @@ pub struct AckWorker {
     pub monitor: Arc<Monitor>,
     pub nak_backoff: Backoff,
     pub max_deliveries: Option<u64>,
+    /// The DLQ publisher when `dead_letter.enabled`.
+    pub dlq: Option<DeadLetterPublisher>,
     /// A batch older than this (since fetch or its last in-progress ack) gets in-progress acks.
     pub progress_after: Duration,
 }
@@ -92,7 +102,14 @@ impl AckWorker {
             );
             return;
         }
-        for ((handle, verdict), family) in batch.handles.iter().zip(verdicts).zip(batch.families) {
+        let (rejected, others): (Vec<_>, Vec<_>) = batch
+            .handles
+            .iter()
+            .zip(verdicts)
+            .zip(batch.families)
+            .partition(|((_, v), _)| matches!(v, Verdict::Rejected(_)));
+        let mut dlq_failed = false;
+        for ((handle, verdict), family) in others.into_iter().chain(rejected) {
             let verb = match verdict {
                 Verdict::Written(WriteOutcome::Durable | WriteOutcome::AlreadyDurable) => {
                     AckVerb::Ack
@@ -107,7 +124,7 @@ impl AckWorker {
                 Verdict::Written(WriteOutcome::Permanent(e)) => {
                     self.permanent(handle, family, &e.to_string())
                 }
-                Verdict::Rejected(f) => self.permanent(handle, family, &f.reason),
+                Verdict::Rejected(f) => self.rejected(handle, family, &f, &mut dlq_failed),
             };
             match broker::send_ack(&self.nc, handle, verb) {
                 Ok(()) => {
@@ -155,6 +172,66 @@ impl AckWorker {
                 handle.delivery_count
             );
             AckVerb::Nak(self.nak_backoff.delay(handle.delivery_count as u32))
+        }
+    }
+
+    /// A permanent pre-sink failure. With a DLQ: publish the record, and ACK only once the
+    /// broker confirmed it; a failed publish leaves the message unacknowledged (NAK with
+    /// backoff, never TERM: the record is not stored anywhere yet). Without a DLQ: see
+    /// [`Self::permanent`].
+    fn rejected(
+        &self,
+        handle: &AckHandle,
+        family: Option<usize>,
+        failure: &PreSinkFailure,
+        dlq_failed: &mut bool,
+    ) -> AckVerb {
+        let (Some(dlq), Some(record)) = (&self.dlq, &failure.dead_letter) else {
+            return self.permanent(handle, family, &failure.reason);
+        };
+        let c = &self.metrics.counters;
+        Metrics::add(&c.messages_failed_total, 1);
+        self.metrics.add_family(family, "messages_failed_total", 1);
+        let retry = AckVerb::Nak(self.nak_backoff.delay(handle.delivery_count as u32));
+        if *dlq_failed {
+            log::warn!(
+                "stream sequence {}: permanent pre-sink failure ({}); dlq publish skipped after \
+                 an earlier failure in this batch; not acknowledged",
+                handle.stream_sequence,
+                failure.reason
+            );
+            return retry;
+        }
+        self.monitor.activity("publishing to the dead-letter queue");
+        match dlq.publish(record) {
+            Ok(ack) => {
+                Metrics::add(&c.messages_dlq_total, 1);
+                self.metrics.add_family(family, "messages_dlq_total", 1);
+                log::warn!(
+                    "stream sequence {}: permanent pre-sink failure ({}); dead-lettered as {} \
+                     sequence {}{}",
+                    handle.stream_sequence,
+                    failure.reason,
+                    ack.stream,
+                    ack.sequence,
+                    if ack.duplicate {
+                        " (already there from an earlier delivery)"
+                    } else {
+                        ""
+                    }
+                );
+                AckVerb::Ack
+            }
+            Err(e) => {
+                *dlq_failed = true;
+                Metrics::add(&c.dlq_publish_errors_total, 1);
+                log::error!(
+                    "stream sequence {}: permanent pre-sink failure ({}); {e}; not acknowledged",
+                    handle.stream_sequence,
+                    failure.reason
+                );
+                retry
+            }
         }
     }
 

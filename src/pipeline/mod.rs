@@ -7,6 +7,7 @@
 //!      └──────────────────────────── Register (ack handles) ───────────────────────┘
 //!  svc-snapshot: reads the counters every interval; the final snapshot is written at exit
 //!  svc-signal:   SIGTERM/SIGINT set the stop flag; SIGUSR1 logs a pipeline dump
+//!  svc-advisory: (advisories.enabled) counts JetStream consumer advisories; no ack handles
 //! ```
 //!
 //! Ownership:
@@ -16,12 +17,14 @@
 //!   waiting for our next request. It splits each delivery into plain data (to the normalizer)
 //!   and an ack handle (to `svc-ack`, registered *before* the data leaves, on the same channel
 //!   the outcome will later travel, so the registration is always seen first).
-//! - `svc-normalize` builds envelopes: pure work, no I/O.
+//! - `svc-normalize` builds envelopes, message metadata and security labels: pure work, no
+//!   I/O. A permanent pre-sink failure becomes a per-message `Verdict::Rejected` carrying the
+//!   sanitized DLQ record (when `dead_letter.enabled`).
 //! - `svc-sink-N` call `Sink::write_batch` and report one verdict per message. They never see
 //!   an ack handle.
 //! - `svc-ack` is the ONLY thread that ACKs, NAKs, TERMs or sends in-progress. Invariant: a
-//!   message is ACKed only when its verdict says durable (or, later, its DLQ publish was
-//!   confirmed). It returns the batch's credit when the batch is settled.
+//!   message is ACKed only when its verdict says durable, or its DLQ publish was confirmed by
+//!   the broker (PubAck) just before. It returns the batch's credit when the batch is settled.
 //!
 //! Backpressure: every channel is bounded; when the sinks are slow, credits run out and
 //! `svc-fetch` stops asking the broker, which keeps the messages. Memory is bounded by
@@ -51,8 +54,10 @@ use std::thread;
 
 use crossbeam_channel::bounded;
 
+use crate::advisory::AdvisoryObserver;
 use crate::broker::{self, AckHandle, BrokerError};
 use crate::config::RuntimeConfig;
+use crate::dead_letter::{DeadLetter, DeadLetterPublisher};
 use crate::envelope::{Envelope, RawMessage};
 use crate::metrics::{now_epoch_seconds, Metrics};
 use crate::sink::{SinkError, WriteOutcome};
@@ -77,6 +82,9 @@ pub struct RawBatch {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreSinkFailure {
     pub reason: String,
+    /// The sanitized DLQ record, built by the normalizer when `dead_letter.enabled`;
+    /// `svc-ack` publishes it and ACKs the original only once the broker confirmed it.
+    pub dead_letter: Option<DeadLetter>,
 }
 
 /// One normalized message ready for the sink, with what the metrics need.
@@ -184,6 +192,11 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         monitor: monitor.clone(),
         nak_backoff: d.nak_backoff,
         max_deliveries: d.max_deliveries,
+        dlq: cfg.dead_letter.enabled.then(|| {
+            let publisher = DeadLetterPublisher::new(nc.clone(), cfg.dead_letter.clone());
+            publisher.log_stream_check();
+            publisher
+        }),
         progress_after: consumer.ack_wait.mul_f64(d.in_progress_fraction),
     };
     spawn("svc-ack", move || {
@@ -203,6 +216,25 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         spawn(&worker.name.clone(), move || worker.run())?;
     }
     drop(prepared_rx);
+
+    // Aggregate counters only: the observer has no handle on any acknowledgement.
+    let advisories = if cfg.advisories.enabled {
+        match AdvisoryObserver::start(
+            &nc,
+            &consumer.stream,
+            &consumer.name,
+            metrics.clone(),
+            stop.clone(),
+        ) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                log::warn!("advisory observer not started: {e}; delivery continues without it");
+                None
+            }
+        }
+    } else {
+        None
+    };
 
     let normalizer = Normalizer::new(&cfg, metrics.clone());
     let mon = monitor.clone();
@@ -242,6 +274,9 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     }
     if let Err(e) = nc.flush_timeout(std::time::Duration::from_secs(2)) {
         log::warn!("broker: final flush of acknowledgements failed: {e}");
+    }
+    if let Some(observer) = advisories {
+        observer.join();
     }
     let _ = snapshot_thread.join();
     snapshot.write_now();

@@ -1,4 +1,10 @@
 //! `svc-normalize`: raw deliveries in, envelopes (or pre-sink verdicts) out. No I/O.
+//!
+//! Per message: the envelope (`normalize`), then the message metadata (`message_metadata`:
+//! priority, classification, labels), then the security label profile (`security_labels`).
+//! A metadata or profile failure is a permanent pre-sink failure: the message does not reach
+//! the sink; its verdict carries a value-free reason and, when a DLQ is configured, the
+//! sanitized DLQ record for `svc-ack` to publish. Other messages of the batch are unaffected.
 
 use std::sync::Arc;
 
@@ -6,13 +12,18 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::{Monitor, PreSinkFailure, Prepared, PreparedBatch, RawBatch};
 use crate::config::RuntimeConfig;
-use crate::envelope::{normalize, parse_rfc3339_nanos, EnvelopeConfig, RawMessage};
+use crate::dead_letter::{DeadLetter, DeadLetterConfig, Failure};
+use crate::envelope::{normalize, now_unix_nanos, parse_rfc3339_nanos, EnvelopeConfig, RawMessage};
+use crate::labels::{self, SecurityLabelsConfig};
+use crate::message_metadata::MessageMetadataConfig;
 use crate::metrics::Metrics;
 
-/// Everything needed to turn one delivery into an envelope. Later stages of preparation
-/// (message metadata, security labels) hang off this struct.
+/// Everything needed to turn one delivery into an envelope.
 pub struct Normalizer {
     envelope: EnvelopeConfig,
+    message_metadata: MessageMetadataConfig,
+    security_labels: SecurityLabelsConfig,
+    dead_letter: DeadLetterConfig,
     metrics: Arc<Metrics>,
 }
 
@@ -20,6 +31,9 @@ impl Normalizer {
     pub fn new(cfg: &RuntimeConfig, metrics: Arc<Metrics>) -> Normalizer {
         Normalizer {
             envelope: cfg.envelope.clone(),
+            message_metadata: cfg.message_metadata.clone(),
+            security_labels: cfg.security_labels.clone(),
+            dead_letter: cfg.dead_letter.clone(),
             metrics,
         }
     }
@@ -30,7 +44,7 @@ impl Normalizer {
         raw: &RawMessage,
         received_unix_nanos: i128,
     ) -> Result<Prepared, PreSinkFailure> {
-        let (envelope, fresh) = normalize(raw, received_unix_nanos, &self.envelope);
+        let (mut envelope, fresh) = normalize(raw, received_unix_nanos, &self.envelope);
         let c = &self.metrics.counters;
         if let Some(age) = fresh.age_seconds {
             self.metrics.observe("event_age_at_receive_seconds", age);
@@ -51,6 +65,25 @@ impl Normalizer {
                 Metrics::add(counter, 1);
             }
         }
+        let meta = self
+            .message_metadata
+            .resolve(raw)
+            .map_err(|e| self.reject(raw, Failure::from(&e)))?;
+        if !meta.fell_back.is_empty() {
+            let fields: Vec<&str> = meta.fell_back.iter().map(|f| f.as_str()).collect();
+            log::warn!(
+                "stream sequence {}: invalid message_metadata header for {} replaced by the \
+                 rule or default value (on_invalid = use_default)",
+                raw.stream_sequence,
+                fields.join(", ")
+            );
+        }
+        meta.apply_to(&mut envelope);
+        let profile = self
+            .security_labels
+            .resolve(raw, &meta)
+            .map_err(|r| self.reject(raw, Failure::from(&r)))?;
+        labels::apply_to(&mut envelope, profile);
         let source_unix_nanos = envelope
             .metadata
             .event_time
@@ -62,6 +95,17 @@ impl Normalizer {
             envelope,
             source_unix_nanos,
         })
+    }
+
+    /// The verdict of a permanent pre-sink failure, with its DLQ record when a DLQ is on.
+    fn reject(&self, raw: &RawMessage, failure: Failure) -> PreSinkFailure {
+        PreSinkFailure {
+            dead_letter: self
+                .dead_letter
+                .enabled
+                .then(|| DeadLetter::build(raw, &failure, now_unix_nanos(), &self.dead_letter)),
+            reason: failure.message,
+        }
     }
 }
 

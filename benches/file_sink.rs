@@ -1,0 +1,175 @@
+//! File sink throughput, sink alone (no broker): `cargo bench --bench file_sink [-- N]`.
+//!
+//! Prints messages per second of
+//! - `raw append+fdatasync`: the baseline measured in the same run: the same bytes the jsonl
+//!   sink writes, pre-serialized, appended with one `write_all` + one `fdatasync` per batch
+//!   from the same number of threads (no serialization, no locking): the file-system limit
+//!   for this batch shape;
+//! - `jsonl` with 1 and 2 writer threads (2 = default `delivery.sink_workers`);
+//! - `per_event` (skip_existing, default `write_concurrency` 8) with 2 writer threads, on a
+//!   smaller sample (it is bound by one fsync per file);
+//!
+//! and each sink figure's ratio to the baseline. Batches of 256 envelopes (the default
+//! `delivery.batch_size`) with a ~200-byte JSON payload. Output goes below the system temp
+//! directory and is removed afterwards.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use svc::envelope::{normalize, EnvelopeConfig, RawMessage};
+use svc::metrics::Metrics;
+use svc::sink::file::config::FileMode;
+use svc::sink::file::{encode_record, FileSink, FileSinkConfig};
+use svc::sink::{Sink, WriteOutcome};
+
+const BATCH: usize = 256;
+
+fn batches(n: usize) -> Vec<Vec<svc::envelope::Envelope>> {
+    let payload = format!(
+        r#"{{"order_id":"ORD-000000","customer":"c-42","amount":{{"value":1999,"currency":"EUR"}},"items":[{{"sku":"SKU-1","qty":2}},{{"sku":"SKU-2","qty":1}}],"note":"{}"}}"#,
+        "x".repeat(64)
+    );
+    let envs: Vec<_> = (1..=n as u64)
+        .map(|seq| {
+            normalize(
+                &RawMessage {
+                    subject: "orders.created".into(),
+                    stream: "ORDERS".into(),
+                    consumer: "svc".into(),
+                    stream_sequence: seq,
+                    consumer_sequence: seq,
+                    delivery_count: 1,
+                    published_unix_nanos: Some(1_700_000_000_000_000_000),
+                    headers: vec![("Nats-Msg-Id".into(), format!("m-{seq}"))],
+                    data: payload.clone().into_bytes(),
+                },
+                1_700_000_001_000_000_000,
+                &EnvelopeConfig::default(),
+            )
+            .0
+        })
+        .collect();
+    envs.chunks(BATCH).map(|c| c.to_vec()).collect()
+}
+
+/// Runs `work` over the batches split round-robin across `threads` threads; returns msg/s.
+fn run<T: Send + Sync + 'static>(
+    name: &str,
+    threads: usize,
+    items: Arc<Vec<T>>,
+    msgs: usize,
+    work: impl Fn(&T) + Send + Sync + 'static,
+) -> f64 {
+    let work = Arc::new(work);
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let items = Arc::clone(&items);
+            let work = Arc::clone(&work);
+            std::thread::Builder::new()
+                .name(format!("bench-{name}-{t}"))
+                .spawn(move || {
+                    for item in items.iter().skip(t).step_by(threads) {
+                        work(item);
+                    }
+                })
+                .unwrap()
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    msgs as f64 / start.elapsed().as_secs_f64()
+}
+
+fn scratch(root: &Path, name: &str) -> PathBuf {
+    let p = root.join(name);
+    let _ = fs::remove_dir_all(&p);
+    p
+}
+
+fn sink(dir: &Path, mode: FileMode) -> Arc<FileSink> {
+    let mut cfg = FileSinkConfig::new(dir);
+    if mode == FileMode::Jsonl {
+        cfg.mode = FileMode::Jsonl;
+        cfg.file_suffix = ".jsonl".into();
+    }
+    Arc::new(FileSink::new(cfg, Arc::new(Metrics::default())).unwrap())
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(200_000);
+    let root = std::env::temp_dir().join(format!("svc-bench-file-sink-{}", std::process::id()));
+    let data = Arc::new(batches(n));
+    let bytes_per_batch: Vec<Vec<u8>> = data
+        .iter()
+        .map(|b| {
+            let mut buf = Vec::new();
+            for e in b {
+                encode_record(&mut buf, e).unwrap();
+                buf.push(b'\n');
+            }
+            buf
+        })
+        .collect();
+    let avg = bytes_per_batch.iter().map(Vec::len).sum::<usize>() / (n.max(1));
+    println!("file sink bench: {n} messages, batches of {BATCH}, ~{avg} bytes per record");
+
+    let mut base = Vec::new();
+    for threads in [1, 2] {
+        let dir = scratch(&root, &format!("raw{threads}"));
+        fs::create_dir_all(&dir).unwrap();
+        let file = Arc::new(Mutex::new(
+            OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(dir.join("raw.jsonl"))
+                .unwrap(),
+        ));
+        let rate = run(
+            "raw",
+            threads,
+            Arc::new(bytes_per_batch.clone()),
+            n,
+            move |b: &Vec<u8>| {
+                let f = file.lock().unwrap();
+                (&*f).write_all(b).unwrap();
+                let f = f.try_clone().unwrap();
+                f.sync_data().unwrap();
+            },
+        );
+        println!("raw append+fdatasync, {threads} thread(s): {rate:>10.0} msg/s");
+        base.push(rate);
+    }
+
+    for threads in [1, 2] {
+        let dir = scratch(&root, &format!("jsonl{threads}"));
+        let s = sink(&dir, FileMode::Jsonl);
+        let rate = run("jsonl", threads, Arc::clone(&data), n, move |b| {
+            assert!(s.write_batch(b).iter().all(WriteOutcome::is_durable));
+        });
+        println!(
+            "jsonl sink, {threads} thread(s):           {rate:>10.0} msg/s  ({:.2}x raw)",
+            rate / base[threads - 1]
+        );
+    }
+
+    let small = (n / 10).clamp(BATCH, 20_000);
+    let per_event_data = Arc::new(batches(small));
+    let dir = scratch(&root, "per_event");
+    let s = sink(&dir, FileMode::PerEvent);
+    let rate = run("per-event", 2, per_event_data, small, move |b| {
+        assert!(s.write_batch(b).iter().all(WriteOutcome::is_durable));
+    });
+    println!(
+        "per_event sink, 2 threads ({small} msgs): {rate:>10.0} msg/s  ({:.3}x raw)",
+        rate / base[1]
+    );
+    let _ = fs::remove_dir_all(&root);
+}

@@ -1,0 +1,744 @@
+//! The dead-letter queue (DLQ): where a message that can never be delivered goes, as a
+//! sanitized failure record, before the original is acknowledged.
+//!
+//! Flow (see `docs/dead-letter.md`): the normalizer finds a permanent pre-sink failure (an
+//! invalid security label profile, an invalid metadata header, ...) and builds a [`DeadLetter`]
+//! from the raw message and the [`Failure`] (pure: [`DeadLetter::build`]). The ack thread
+//! publishes it with [`DeadLetterPublisher::publish`], which returns only when the broker has
+//! stored it in a stream (JetStream PubAck); only then is the original ACKed. Any publish
+//! failure is an error, so the original is NAKed and comes back.
+//!
+//! What the record holds: schema `svc.dead-letter.v1`, the failure (stage, field, reason code,
+//! value-free message, every problem found), where the original lives (subject, stream,
+//! stream and consumer sequence, consumer, delivery count, publisher message ID, broker time),
+//! the payload's SHA-256 and size, and only the headers an operator allow-listed. Never the
+//! payload body, never the offending value, never a secret-looking header: the original stays
+//! in its stream (by sequence) for anyone entitled to read it.
+
+// The nats crate marks every item deprecated (see TESTING.md); this module wraps it.
+#![allow(deprecated)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::config::is_header_name;
+use crate::config::reader::{looks_secret, ObjectReader, Problems};
+use crate::envelope::{format_rfc3339_nanos, hex_sha256, RawMessage, MESSAGE_ID_HEADER};
+use crate::labels::LabelRejection;
+use crate::message_metadata::MetadataError;
+use crate::subject::SubjectPattern;
+
+/// Schema of the DLQ record.
+pub const DEAD_LETTER_SCHEMA: &str = "svc.dead-letter.v1";
+/// Header carrying the failure's reason code on the DLQ message (for consumers that route
+/// without parsing the body).
+pub const REASON_HEADER: &str = "Svc-Dlq-Reason";
+pub const DEFAULT_PUBLISH_TIMEOUT_MS: i64 = 5000;
+/// Most headers an operator may copy into the record.
+pub const MAX_INCLUDE_HEADERS: usize = 32;
+/// A copied header value longer than this is replaced by a marker (records stay small).
+pub const MAX_HEADER_VALUE_BYTES: usize = 1024;
+
+/// The `dead_letter` block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterConfig {
+    /// Defaults to false: no DLQ (see `docs/dead-letter.md` for what happens then).
+    pub enabled: bool,
+    /// Literal subject the records are published to; a stream must capture it.
+    pub subject: String,
+    /// Original headers copied into the record, by exact name. Defaults to none.
+    pub include_headers: Vec<String>,
+    /// How long to wait for the broker's confirmation. 10 to 60000 ms; defaults to 5000.
+    pub publish_timeout: Duration,
+    /// When set, the publish must land in this stream (`Nats-Expected-Stream`).
+    pub expected_stream: Option<String>,
+}
+
+impl Default for DeadLetterConfig {
+    fn default() -> Self {
+        DeadLetterConfig {
+            enabled: false,
+            subject: String::new(),
+            include_headers: Vec::new(),
+            publish_timeout: Duration::from_millis(DEFAULT_PUBLISH_TIMEOUT_MS as u64),
+            expected_stream: None,
+        }
+    }
+}
+
+impl DeadLetterConfig {
+    /// Reads the `dead_letter` block (absent = disabled).
+    pub fn read(r: Option<ObjectReader<'_>>) -> DeadLetterConfig {
+        let Some(mut r) = r else {
+            return DeadLetterConfig::default();
+        };
+        let enabled = r.bool_or("enabled", false);
+        let subject = r.opt_string("subject").unwrap_or_default();
+        if subject.is_empty() {
+            if enabled {
+                r.problem("subject", "is required when dead_letter.enabled is true");
+            }
+        } else {
+            match SubjectPattern::parse(&subject) {
+                Err(e) => r.problem("subject", e.to_string()),
+                Ok(p) if !p.is_literal() => {
+                    r.problem("subject", "must be a literal subject without wildcards")
+                }
+                Ok(_) if subject.starts_with('$') || subject.starts_with("_INBOX.") => r.problem(
+                    "subject",
+                    "must not be in a reserved subject tree ($... or _INBOX.)",
+                ),
+                Ok(_) => {}
+            }
+        }
+        let include_headers = r.string_list("include_headers");
+        if include_headers.len() > MAX_INCLUDE_HEADERS {
+            r.problem(
+                "include_headers",
+                format!("must have at most {MAX_INCLUDE_HEADERS} entries"),
+            );
+        }
+        for (i, h) in include_headers.iter().enumerate() {
+            let path = format!("{}[{i}]", r.path_of("include_headers"));
+            if !is_header_name(h) {
+                r.problems().push(
+                    path,
+                    "must be a header name without spaces or control characters",
+                );
+            } else if looks_secret(h) {
+                r.problems().push(
+                    path,
+                    "looks like a secret-bearing header and is never copied",
+                );
+            }
+        }
+        let publish_timeout = Duration::from_millis(r.int_in(
+            "publish_timeout_ms",
+            DEFAULT_PUBLISH_TIMEOUT_MS,
+            10,
+            60_000,
+        ) as u64);
+        let expected_stream = r.opt_string("expected_stream");
+        if let Some(s) = &expected_stream {
+            let ok = !s.is_empty()
+                && s.len() <= 64
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !ok {
+                r.problem(
+                    "expected_stream",
+                    "must be 1 to 64 characters of A-Z a-z 0-9 _ -",
+                );
+            }
+        }
+        r.finish();
+        DeadLetterConfig {
+            enabled,
+            subject,
+            include_headers,
+            publish_timeout,
+            expected_stream,
+        }
+    }
+
+    /// Checks against the rest of the runtime config: the runner must not consume its own
+    /// dead letters, and the record must not copy the headers whose values fail validation
+    /// (that would echo the offending value).
+    pub fn cross_check(&self, consumed: &str, value_headers: &[&str], problems: &Problems) {
+        if self.enabled && !self.subject.is_empty() {
+            if let Ok(p) = SubjectPattern::parse(consumed) {
+                if p.matches(&self.subject) {
+                    problems.push(
+                        "dead_letter.subject",
+                        "must not match nats.subject (the runner would consume its own dead letters)",
+                    );
+                }
+            }
+        }
+        for (i, h) in self.include_headers.iter().enumerate() {
+            if value_headers.contains(&h.as_str()) {
+                problems.push(
+                    format!("dead_letter.include_headers[{i}]"),
+                    "names a validated header whose value may be the reason of the failure; it is never copied",
+                );
+            }
+        }
+    }
+}
+
+/// One problem of a failure, value-free.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailureProblem {
+    /// Full field path, e.g. `security_labels.releasability[1]`.
+    pub field: String,
+    /// Stable reason code, e.g. `not_in_vocabulary`.
+    pub reason: &'static str,
+}
+
+/// Why a message can never be delivered (a permanent pre-sink failure). Every text here is
+/// built from field names and static reasons: never from message content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// Which check refused it: `security_labels`, `message_metadata`, ...
+    pub stage: &'static str,
+    /// The first failed field (full path), or the stage name for the whole input.
+    pub field: String,
+    /// Reason code of the first problem.
+    pub reason: &'static str,
+    /// One-line, value-free description.
+    pub message: String,
+    /// Every problem found (bounded by the check that produced them).
+    pub problems: Vec<FailureProblem>,
+}
+
+impl Failure {
+    /// A failure of some other pre-sink check; `message` must not contain message content.
+    pub fn new(stage: &'static str, field: &str, reason: &'static str, message: String) -> Self {
+        Failure {
+            stage,
+            field: field.to_string(),
+            reason,
+            message,
+            problems: vec![FailureProblem {
+                field: field.to_string(),
+                reason,
+            }],
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+fn label_field(field: &str) -> String {
+    if field.is_empty() {
+        "security_labels".to_string()
+    } else {
+        format!("security_labels.{field}")
+    }
+}
+
+impl From<&LabelRejection> for Failure {
+    fn from(r: &LabelRejection) -> Self {
+        let first = r.first();
+        Failure {
+            stage: "security_labels",
+            field: label_field(&first.field),
+            reason: first.reason.code(),
+            message: r.to_string(),
+            problems: r
+                .errors
+                .iter()
+                .map(|e| FailureProblem {
+                    field: label_field(&e.field),
+                    reason: e.reason.code(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<&MetadataError> for Failure {
+    fn from(e: &MetadataError) -> Self {
+        Failure::new(
+            "message_metadata",
+            &format!("message_metadata.{}", e.field.as_str()),
+            e.reason.code(),
+            e.to_string(),
+        )
+    }
+}
+
+/// Where the original message lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Original {
+    pub subject: String,
+    pub stream: String,
+    pub stream_sequence: u64,
+    pub consumer: String,
+    pub consumer_sequence: u64,
+    pub delivery_count: u64,
+    pub message_id: Option<String>,
+    /// RFC 3339 time the broker stored it, when known.
+    pub published_at: Option<String>,
+}
+
+/// Digest and size of the payload (never its body).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PayloadDigest {
+    pub sha256: String,
+    pub size_bytes: u64,
+}
+
+/// The DLQ record (`svc.dead-letter.v1`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Record {
+    pub schema: &'static str,
+    /// RFC 3339 time the runner decided the failure.
+    pub failed_at: String,
+    pub failure: Failure,
+    pub original: Original,
+    pub payload: PayloadDigest,
+    /// Only `dead_letter.include_headers`, present ones.
+    pub headers: BTreeMap<String, String>,
+}
+
+/// A record ready to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// `Nats-Msg-Id` of the DLQ message: one per original stream position, so a redelivered
+    /// original that is dead-lettered again is dropped by the stream's duplicate window.
+    pub msg_id: String,
+    pub reason: &'static str,
+    pub body: Vec<u8>,
+}
+
+impl DeadLetter {
+    /// Builds the record (pure).
+    pub fn build(
+        raw: &RawMessage,
+        failure: &Failure,
+        failed_at_unix_nanos: i128,
+        cfg: &DeadLetterConfig,
+    ) -> DeadLetter {
+        let headers = cfg
+            .include_headers
+            .iter()
+            .filter_map(|name| {
+                raw.header(name).map(|v| {
+                    let v = if v.len() > MAX_HEADER_VALUE_BYTES {
+                        format!("(omitted: {} bytes)", v.len())
+                    } else {
+                        v.to_string()
+                    };
+                    (name.clone(), v)
+                })
+            })
+            .collect();
+        let record = Record {
+            schema: DEAD_LETTER_SCHEMA,
+            failed_at: format_rfc3339_nanos(failed_at_unix_nanos),
+            failure: failure.clone(),
+            original: Original {
+                subject: raw.subject.clone(),
+                stream: raw.stream.clone(),
+                stream_sequence: raw.stream_sequence,
+                consumer: raw.consumer.clone(),
+                consumer_sequence: raw.consumer_sequence,
+                delivery_count: raw.delivery_count,
+                message_id: raw.header(MESSAGE_ID_HEADER).map(str::to_string),
+                published_at: raw.published_unix_nanos.map(format_rfc3339_nanos),
+            },
+            payload: PayloadDigest {
+                sha256: hex_sha256(&raw.data),
+                size_bytes: raw.data.len() as u64,
+            },
+            headers,
+        };
+        DeadLetter {
+            msg_id: format!("svc-dlq:{}:{}", raw.stream, raw.stream_sequence),
+            reason: failure.reason,
+            // Serializing plain strings and integers cannot fail.
+            body: serde_json::to_vec(&record).unwrap_or_default(),
+        }
+    }
+}
+
+/// The broker's confirmation of a stored DLQ record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PubAck {
+    pub stream: String,
+    pub sequence: u64,
+    /// The stream already held a record with this message ID (an earlier delivery's).
+    pub duplicate: bool,
+}
+
+/// A DLQ publish that was not confirmed. Every variant is retryable: the original message is
+/// not acknowledged and comes back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DlqError {
+    /// No stream captures the DLQ subject (the broker answered "no responders").
+    NoStream,
+    /// No confirmation within `publish_timeout_ms`.
+    Timeout { phase: &'static str, ms: u128 },
+    /// The stream refused the message (limits, expected stream mismatch, ...).
+    Rejected { code: u64, description: String },
+    /// The confirmation came from another stream than `expected_stream`.
+    WrongStream { stream: String },
+    /// The confirmation could not be read.
+    BadAck,
+    /// The connection failed.
+    Connection(String),
+}
+
+impl fmt::Display for DlqError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DlqError::NoStream => f.write_str("dlq publish: no stream captures the subject"),
+            DlqError::Timeout { phase, ms } => {
+                write!(f, "dlq publish: {phase} timed out after {ms} ms")
+            }
+            DlqError::Rejected { code, description } => {
+                write!(
+                    f,
+                    "dlq publish: refused by the stream ({code}: {description})"
+                )
+            }
+            DlqError::WrongStream { stream } => {
+                write!(f, "dlq publish: stored in unexpected stream {stream}")
+            }
+            DlqError::BadAck => f.write_str("dlq publish: unreadable confirmation"),
+            DlqError::Connection(e) => write!(f, "dlq publish: connection: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DlqError {}
+
+/// Publishes DLQ records and waits for the broker's confirmation.
+pub struct DeadLetterPublisher {
+    nc: nats::Connection,
+    cfg: DeadLetterConfig,
+}
+
+impl DeadLetterPublisher {
+    pub fn new(nc: nats::Connection, cfg: DeadLetterConfig) -> Self {
+        DeadLetterPublisher { nc, cfg }
+    }
+
+    /// Publishes one record through JetStream and returns the broker's PubAck: the record is
+    /// stored in a stream. A request with its own inbox and an explicit flush, so one publish
+    /// costs a round trip and not the client's 5 ms flush delay; bounded by the timeout.
+    pub fn publish(&self, dl: &DeadLetter) -> Result<PubAck, DlqError> {
+        let started = Instant::now();
+        let timeout = self.cfg.publish_timeout;
+        let conn = |e: std::io::Error| DlqError::Connection(e.kind().to_string());
+        let mut headers = nats::HeaderMap::new();
+        headers.insert(MESSAGE_ID_HEADER, dl.msg_id.clone());
+        headers.insert("Content-Type", "application/json".to_string());
+        headers.insert(REASON_HEADER, dl.reason.to_string());
+        if let Some(stream) = &self.cfg.expected_stream {
+            headers.insert("Nats-Expected-Stream", stream.clone());
+        }
+        let inbox = self.nc.new_inbox();
+        let sub = self.nc.subscribe(&inbox).map_err(conn)?;
+        self.nc
+            .publish_with_reply_or_headers(
+                &self.cfg.subject,
+                Some(&inbox),
+                Some(&headers),
+                &dl.body,
+            )
+            .map_err(conn)?;
+        self.nc.flush_timeout(timeout).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                DlqError::Timeout {
+                    phase: "flush",
+                    ms: timeout.as_millis(),
+                }
+            } else {
+                conn(e)
+            }
+        })?;
+        let left = timeout.saturating_sub(started.elapsed());
+        let reply = sub.next_timeout(left).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                DlqError::Timeout {
+                    phase: "confirmation",
+                    ms: timeout.as_millis(),
+                }
+            } else {
+                conn(e)
+            }
+        })?;
+        let _ = sub.unsubscribe();
+        if reply.is_no_responders() {
+            return Err(DlqError::NoStream);
+        }
+        let ack = parse_pub_ack(&reply.data)?;
+        if let Some(expected) = &self.cfg.expected_stream {
+            if &ack.stream != expected {
+                return Err(DlqError::WrongStream { stream: ack.stream });
+            }
+        }
+        Ok(ack)
+    }
+}
+
+impl DeadLetterPublisher {
+    /// The streams that capture the DLQ subject (JetStream API `STREAM.NAMES` with a subject
+    /// filter).
+    pub fn capturing_streams(&self) -> Result<Vec<String>, DlqError> {
+        let request = serde_json::json!({ "subject": self.cfg.subject }).to_string();
+        let reply = self
+            .nc
+            .request_timeout("$JS.API.STREAM.NAMES", request, self.cfg.publish_timeout)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut => DlqError::Timeout {
+                    phase: "stream lookup",
+                    ms: self.cfg.publish_timeout.as_millis(),
+                },
+                _ => DlqError::Connection(e.kind().to_string()),
+            })?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&reply.data).map_err(|_| DlqError::BadAck)?;
+        Ok(v.get("streams")
+            .and_then(|s| s.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// Start-up check, logged only: a missing DLQ stream is not fatal (messages that fail
+    /// stay unacknowledged and are redelivered until the stream exists), but the operator
+    /// should hear about it before the first bad message does.
+    pub fn log_stream_check(&self) {
+        match self.capturing_streams() {
+            Ok(streams) if streams.is_empty() => log::error!(
+                "dead_letter.subject {}: no stream captures it; messages failing pre-sink \
+                 checks stay unacknowledged until one does",
+                self.cfg.subject
+            ),
+            Ok(streams) => match &self.cfg.expected_stream {
+                Some(e) if !streams.contains(e) => log::error!(
+                    "dead_letter.subject {}: captured by {}, not by dead_letter.expected_stream \
+                     {e}; dead-letter publishes will be refused",
+                    self.cfg.subject,
+                    streams.join(", ")
+                ),
+                _ => log::info!(
+                    "dead-letter queue: subject {} captured by stream {}",
+                    self.cfg.subject,
+                    streams.join(", ")
+                ),
+            },
+            Err(e) => log::warn!("dead-letter queue: stream check failed: {e}"),
+        }
+    }
+}
+
+/// Reads a JetStream publish response: `{"stream":..,"seq":..,"duplicate":..}` or
+/// `{"error":{"code":..,"err_code":..,"description":..}}`.
+pub fn parse_pub_ack(data: &[u8]) -> Result<PubAck, DlqError> {
+    let v: serde_json::Value = serde_json::from_slice(data).map_err(|_| DlqError::BadAck)?;
+    if let Some(err) = v.get("error") {
+        let description: String = err
+            .get("description")
+            .and_then(|d| d.as_str())
+            .unwrap_or("unknown error")
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(200)
+            .collect();
+        return Err(DlqError::Rejected {
+            code: err.get("code").and_then(|c| c.as_u64()).unwrap_or(0),
+            description,
+        });
+    }
+    match (
+        v.get("stream").and_then(|s| s.as_str()),
+        v.get("seq").and_then(|s| s.as_u64()),
+    ) {
+        (Some(stream), Some(sequence)) => Ok(PubAck {
+            stream: stream.to_string(),
+            sequence,
+            duplicate: v
+                .get("duplicate")
+                .and_then(|d| d.as_bool())
+                .unwrap_or(false),
+        }),
+        _ => Err(DlqError::BadAck),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::reader::parse_json;
+
+    fn cfg(text: &str) -> Result<DeadLetterConfig, Vec<String>> {
+        let v = parse_json(text).unwrap();
+        let p = Problems::new();
+        let c = DeadLetterConfig::read(Some(ObjectReader::at("dead_letter".into(), &v, &p)));
+        let p = p.into_vec();
+        if p.is_empty() {
+            Ok(c)
+        } else {
+            Err(p.iter().map(|p| p.to_string()).collect())
+        }
+    }
+
+    fn raw() -> RawMessage {
+        RawMessage {
+            subject: "orders.eu".into(),
+            stream: "ORDERS".into(),
+            consumer: "svc".into(),
+            stream_sequence: 42,
+            consumer_sequence: 7,
+            delivery_count: 2,
+            published_unix_nanos: Some(1_700_000_000_000_000_000),
+            headers: vec![
+                ("Nats-Msg-Id".into(), "m-1".into()),
+                ("Content-Type".into(), "application/json".into()),
+                (
+                    "Svc-Security-Labels".into(),
+                    "{\"owner\":\"TOPSECRETVALUE\"}".into(),
+                ),
+                ("Authorization".into(), "Bearer hunter2".into()),
+                ("X-Big".into(), "b".repeat(2000)),
+            ],
+            data: br#"{"card":"4111111111111111"}"#.to_vec(),
+        }
+    }
+
+    #[test]
+    fn config_defaults_and_problems() {
+        let c = cfg("{}").unwrap();
+        assert_eq!(c, DeadLetterConfig::default());
+        assert_eq!(
+            cfg(r#"{"enabled": true, "include_headers": ["X-Api-Key", "a b"], "publish_timeout_ms": 1,
+                    "expected_stream": "no spaces", "extra": 1}"#)
+            .unwrap_err(),
+            vec![
+                "dead_letter.subject: is required when dead_letter.enabled is true",
+                "dead_letter.include_headers[0]: looks like a secret-bearing header and is never copied",
+                "dead_letter.include_headers[1]: must be a header name without spaces or control characters",
+                "dead_letter.publish_timeout_ms: must be an integer from 10 to 60000",
+                "dead_letter.expected_stream: must be 1 to 64 characters of A-Z a-z 0-9 _ -",
+                "dead_letter.extra: unknown field",
+            ]
+        );
+        for (subject, msg) in [
+            (
+                "dlq.*",
+                "dead_letter.subject: must be a literal subject without wildcards",
+            ),
+            (
+                "dlq..x",
+                "dead_letter.subject: must not contain empty tokens",
+            ),
+            (
+                "$JS.dlq",
+                "dead_letter.subject: must not be in a reserved subject tree ($... or _INBOX.)",
+            ),
+        ] {
+            assert_eq!(
+                cfg(&format!(r#"{{"enabled": true, "subject": "{subject}"}}"#)).unwrap_err(),
+                vec![msg]
+            );
+        }
+        let c =
+            cfg(r#"{"enabled": true, "subject": "orders.dlq", "include_headers": ["Svc-Labels"]}"#)
+                .unwrap();
+        let p = Problems::new();
+        c.cross_check("orders.>", &["Svc-Security-Labels", "Svc-Labels"], &p);
+        let got: Vec<String> = p.into_vec().iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            got,
+            vec![
+                "dead_letter.subject: must not match nats.subject (the runner would consume its own dead letters)",
+                "dead_letter.include_headers[0]: names a validated header whose value may be the reason of the failure; it is never copied",
+            ]
+        );
+    }
+
+    #[test]
+    fn record_is_sanitized() {
+        let c = DeadLetterConfig {
+            enabled: true,
+            subject: "dlq".into(),
+            include_headers: vec!["Content-Type".into(), "X-Big".into(), "Missing".into()],
+            ..Default::default()
+        };
+        let labels = crate::labels::SecurityLabelsConfig {
+            enabled: true,
+            allowed_classifications: ["a".to_string()].into(),
+            ..Default::default()
+        };
+        let mut m = raw();
+        m.headers[2].1 = r#"{"classification":"TOPSECRETVALUE","extensions":{"x":1}}"#.into();
+        let meta = crate::message_metadata::MessageMetadataConfig::default()
+            .resolve(&m)
+            .unwrap();
+        let rejection = labels.resolve(&m, &meta).unwrap_err();
+        let failure = Failure::from(&rejection);
+        let dl = DeadLetter::build(&m, &failure, 1_700_000_001_000_000_000, &c);
+        assert_eq!(dl.msg_id, "svc-dlq:ORDERS:42");
+        assert_eq!(dl.reason, "not_in_vocabulary");
+        let text = String::from_utf8(dl.body.clone()).unwrap();
+        for never in ["TOPSECRETVALUE", "hunter2", "4111", "card", "bbbbbbbb"] {
+            assert!(!text.contains(never), "{never} in {text}");
+        }
+        let v: serde_json::Value = serde_json::from_slice(&dl.body).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "schema": "svc.dead-letter.v1",
+                "failed_at": "2023-11-14T22:13:21Z",
+                "failure": {
+                    "stage": "security_labels",
+                    "field": "security_labels.classification",
+                    "reason": "not_in_vocabulary",
+                    "message": "security_labels.classification: value is not in security_labels.allowed_classifications",
+                    "problems": [{"field": "security_labels.classification", "reason": "not_in_vocabulary"}]
+                },
+                "original": {
+                    "subject": "orders.eu", "stream": "ORDERS", "stream_sequence": 42,
+                    "consumer": "svc", "consumer_sequence": 7, "delivery_count": 2,
+                    "message_id": "m-1", "published_at": "2023-11-14T22:13:20Z"
+                },
+                "payload": {"sha256": hex_sha256(&m.data), "size_bytes": 27},
+                "headers": {"Content-Type": "application/json", "X-Big": "(omitted: 2000 bytes)"}
+            })
+        );
+    }
+
+    #[test]
+    fn metadata_failures_convert() {
+        let c = crate::message_metadata::MessageMetadataConfig::default();
+        let mut m = raw();
+        m.headers
+            .push(("Svc-Priority".into(), "SECRET;VALUE".into()));
+        let e = c.resolve(&m).unwrap_err();
+        let f = Failure::from(&e);
+        assert_eq!(f.stage, "message_metadata");
+        assert_eq!(f.field, "message_metadata.priority");
+        assert_eq!(f.reason, "invalid_value");
+        assert!(!serde_json::to_string(&f).unwrap().contains("SECRET"));
+    }
+
+    #[test]
+    fn pub_ack_parsing() {
+        assert_eq!(
+            parse_pub_ack(br#"{"stream":"DLQ","seq":5}"#),
+            Ok(PubAck {
+                stream: "DLQ".into(),
+                sequence: 5,
+                duplicate: false
+            })
+        );
+        assert!(
+            parse_pub_ack(br#"{"stream":"DLQ","seq":5,"duplicate":true}"#)
+                .unwrap()
+                .duplicate
+        );
+        assert_eq!(
+            parse_pub_ack(br#"{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}"#),
+            Err(DlqError::Rejected {
+                code: 503,
+                description: "maximum messages exceeded".into()
+            })
+        );
+        assert_eq!(parse_pub_ack(b"nope"), Err(DlqError::BadAck));
+        assert_eq!(parse_pub_ack(b"{}"), Err(DlqError::BadAck));
+    }
+}

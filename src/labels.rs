@@ -1,0 +1,845 @@
+//! The security label profile (`svc.security-label.v1`): an optional, structured JSON metadata
+//! object carried next to each message. It is metadata only and grants no access to anything.
+//!
+//! Where a message's profile comes from (runtime config block `security_labels`, see
+//! `docs/labels.md`):
+//!
+//! 1. the message header (`header`, default `Svc-Security-Labels`), parsed and validated;
+//! 2. when the header is absent: the first subject rule whose pattern matches (a rule with a
+//!    `null` profile means "no profile" and hides the global default);
+//! 3. otherwise the global `default` (which may itself be absent: no profile).
+//!
+//! Validation is strict and never coerces: the header must be one JSON object without duplicate
+//! keys; only the allow-listed root fields are accepted, each with exactly the type of the
+//! spec's table; `profile` must be `svc.security-label.v1` (filled in when missing); values are
+//! checked against the configured vocabularies (an empty vocabulary is unrestricted);
+//! `extensions` is bounded ([`MAX_EXTENSION_DEPTH`], [`MAX_EXTENSION_KEYS`],
+//! [`MAX_EXTENSION_KEY_BYTES`]) and secret-looking key names are rejected; the canonical JSON
+//! (keys sorted by their UTF-8 bytes at every level, no whitespace) must fit in `max_bytes`.
+//! `priority`, `classification` and `labels` are filled from the message metadata when the
+//! profile omits them (an explicit `null` priority or classification stays null).
+//!
+//! A rejected profile is a permanent pre-sink failure (the message goes to the DLQ). Every
+//! error names a field (or the header as a whole) and a reason; by construction it never
+//! contains a value or a key name taken from the message: [`LabelError`] holds only static text,
+//! allow-listed field names, array indexes and sizes.
+//!
+//! The default and rule profiles are validated at config load by the same code, so a config
+//! that loads can only fail at run time on what the message itself brings (its header, or the
+//! filled-in metadata against a vocabulary or the size limit).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use crate::config::is_header_name;
+use crate::config::reader::{join, looks_secret, ObjectReader};
+use crate::envelope::{Envelope, RawMessage};
+use crate::message_metadata::MessageMetadata;
+use crate::subject::SubjectPattern;
+
+/// The only profile version this runner accepts.
+pub const PROFILE_SCHEMA: &str = "svc.security-label.v1";
+pub const DEFAULT_HEADER: &str = "Svc-Security-Labels";
+pub const DEFAULT_MAX_BYTES: i64 = 8192;
+pub const MAX_BYTES_LIMIT: i64 = 262_144;
+/// Nesting levels allowed under `extensions`, the `extensions` object itself being level 1.
+pub const MAX_EXTENSION_DEPTH: usize = 4;
+/// Object keys allowed under `extensions`, counted at every level.
+pub const MAX_EXTENSION_KEYS: usize = 64;
+/// Longest key under `extensions`, in bytes.
+pub const MAX_EXTENSION_KEY_BYTES: usize = 64;
+/// A header longer than this is refused before it is parsed: `max(1 MiB, 8 x max_bytes)`
+/// leaves room for whitespace and escapes around the largest canonical profile.
+pub const MIN_HEADER_LIMIT_BYTES: usize = 1 << 20;
+/// Most errors reported for one profile (the first ones found).
+pub const MAX_ERRORS: usize = 16;
+/// Most subject rules.
+pub const MAX_RULES: usize = 1000;
+
+/// The JSON type a root field must have (the spec's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `profile`: a string (not null).
+    Str,
+    StrOrNull,
+    /// An array of strings (not null).
+    StrArray,
+    /// `extensions`: an object (not null).
+    Object,
+}
+
+/// The allow-listed root fields, in the spec's order.
+pub const ROOT_FIELDS: &[&str] = &[
+    "profile",
+    "priority",
+    "classification",
+    "labels",
+    "releasability",
+    "handling_caveats",
+    "owner",
+    "originator",
+    "policy_id",
+    "retention_category",
+    "extensions",
+];
+
+fn kind_of(field: &str) -> Option<Kind> {
+    Some(match field {
+        "profile" => Kind::Str,
+        "priority" | "classification" | "owner" | "originator" | "policy_id"
+        | "retention_category" => Kind::StrOrNull,
+        "labels" | "releasability" | "handling_caveats" => Kind::StrArray,
+        "extensions" => Kind::Object,
+        _ => return None,
+    })
+}
+
+/// Why a profile was refused. Display texts are static: they never include message content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LabelReason {
+    /// The header occurs more than once.
+    DuplicateHeader,
+    /// The header is longer than the pre-parse limit.
+    HeaderTooLarge {
+        max: usize,
+    },
+    /// Not valid JSON; the position helps find it without quoting it.
+    InvalidJson {
+        line: usize,
+        column: usize,
+    },
+    /// Nested deeper than the JSON parser allows.
+    NestingTooDeep,
+    /// An object holds the same key twice (ambiguous).
+    DuplicateKey,
+    /// The profile (root) is not a JSON object.
+    NotObject,
+    /// A root field outside the allow-list (its name is not repeated).
+    UnknownField,
+    /// The field has another JSON type than the spec's table gives.
+    WrongType {
+        expected: &'static str,
+    },
+    /// An empty string.
+    EmptyValue,
+    /// A string with a control character.
+    ControlCharacter,
+    /// `profile` is not `svc.security-label.v1`.
+    WrongProfile,
+    /// Not in the named vocabulary option.
+    NotInVocabulary {
+        option: &'static str,
+    },
+    /// Canonical JSON larger than `max_bytes`.
+    TooLarge {
+        size: usize,
+        max: usize,
+    },
+    ExtensionsTooDeep,
+    TooManyExtensionKeys,
+    /// An extension key that is empty, too long, or outside `A-Z a-z 0-9 _ - . :`.
+    InvalidExtensionKey,
+    /// An extension key name that looks like it carries a secret.
+    SecretExtensionKey,
+}
+
+impl LabelReason {
+    /// Stable machine-readable code (DLQ payload, logs).
+    pub fn code(&self) -> &'static str {
+        match self {
+            LabelReason::DuplicateHeader => "duplicate_header",
+            LabelReason::HeaderTooLarge { .. } => "header_too_large",
+            LabelReason::InvalidJson { .. } => "invalid_json",
+            LabelReason::NestingTooDeep => "nesting_too_deep",
+            LabelReason::DuplicateKey => "duplicate_key",
+            LabelReason::NotObject => "not_object",
+            LabelReason::UnknownField => "unknown_field",
+            LabelReason::WrongType { .. } => "wrong_type",
+            LabelReason::EmptyValue => "empty_value",
+            LabelReason::ControlCharacter => "control_character",
+            LabelReason::WrongProfile => "wrong_profile",
+            LabelReason::NotInVocabulary { .. } => "not_in_vocabulary",
+            LabelReason::TooLarge { .. } => "too_large",
+            LabelReason::ExtensionsTooDeep => "extensions_too_deep",
+            LabelReason::TooManyExtensionKeys => "too_many_extension_keys",
+            LabelReason::InvalidExtensionKey => "invalid_extension_key",
+            LabelReason::SecretExtensionKey => "secret_extension_key",
+        }
+    }
+}
+
+impl fmt::Display for LabelReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LabelReason::DuplicateHeader => f.write_str("header appears more than once"),
+            LabelReason::HeaderTooLarge { max } => {
+                write!(f, "header is larger than {max} bytes")
+            }
+            LabelReason::InvalidJson { line, column } => {
+                write!(f, "is not valid JSON (line {line} column {column})")
+            }
+            LabelReason::NestingTooDeep => f.write_str("is nested too deeply"),
+            LabelReason::DuplicateKey => f.write_str("contains a duplicate object key"),
+            LabelReason::NotObject => f.write_str("must be a JSON object"),
+            LabelReason::UnknownField => write!(
+                f,
+                "unknown root field (allowed: {})",
+                ROOT_FIELDS.join(", ")
+            ),
+            LabelReason::WrongType { expected } => write!(f, "must be {expected}"),
+            LabelReason::EmptyValue => f.write_str("must not be empty"),
+            LabelReason::ControlCharacter => f.write_str("must not contain control characters"),
+            LabelReason::WrongProfile => write!(f, "must be {PROFILE_SCHEMA}"),
+            LabelReason::NotInVocabulary { option } => {
+                write!(f, "value is not in security_labels.{option}")
+            }
+            LabelReason::TooLarge { size, max } => write!(
+                f,
+                "canonical size {size} bytes exceeds security_labels.max_bytes ({max})"
+            ),
+            LabelReason::ExtensionsTooDeep => {
+                write!(f, "must not nest deeper than {MAX_EXTENSION_DEPTH} levels")
+            }
+            LabelReason::TooManyExtensionKeys => {
+                write!(f, "must not hold more than {MAX_EXTENSION_KEYS} keys")
+            }
+            LabelReason::InvalidExtensionKey => write!(
+                f,
+                "keys must be 1 to {MAX_EXTENSION_KEY_BYTES} characters of A-Z a-z 0-9 _ - . :"
+            ),
+            LabelReason::SecretExtensionKey => {
+                f.write_str("contains a secret-looking key name (not allowed)")
+            }
+        }
+    }
+}
+
+/// One problem of a profile: a field path relative to the profile (`""` = the header or the
+/// whole profile, `releasability[2]`, `extensions`) and a reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelError {
+    /// Built only from [`ROOT_FIELDS`] names and indexes, never from message content.
+    pub field: String,
+    pub reason: LabelReason,
+}
+
+impl fmt::Display for LabelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "security_labels: {}", self.reason)
+        } else {
+            write!(f, "security_labels.{}: {}", self.field, self.reason)
+        }
+    }
+}
+
+/// A refused profile: every problem found (at most [`MAX_ERRORS`]), never empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelRejection {
+    pub errors: Vec<LabelError>,
+}
+
+impl LabelRejection {
+    /// The first problem (the one named in one-line summaries).
+    pub fn first(&self) -> &LabelError {
+        &self.errors[0]
+    }
+}
+
+impl fmt::Display for LabelRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.first())?;
+        match self.errors.len() {
+            1 => {}
+            2 => f.write_str(" (and 1 more problem)")?,
+            n => write!(f, " (and {} more problems)", n - 1)?,
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for LabelRejection {}
+
+/// Collects errors, without repeats and at most [`MAX_ERRORS`].
+#[derive(Debug, Default)]
+struct Errors(Vec<LabelError>);
+
+impl Errors {
+    fn push(&mut self, field: impl Into<String>, reason: LabelReason) {
+        let field = field.into();
+        if self.0.len() < MAX_ERRORS
+            && !self
+                .0
+                .iter()
+                .any(|e| e.field == field && e.reason == reason)
+        {
+            self.0.push(LabelError { field, reason });
+        }
+    }
+
+    fn into_result<T>(self, ok: T) -> Result<T, LabelRejection> {
+        if self.0.is_empty() {
+            Ok(ok)
+        } else {
+            Err(LabelRejection { errors: self.0 })
+        }
+    }
+}
+
+/// A profile whose structure is valid, with `profile` set; `priority`, `classification` and
+/// `labels` may still be missing (filled per message).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile(Map<String, Value>);
+
+impl Profile {
+    pub fn fields(&self) -> &Map<String, Value> {
+        &self.0
+    }
+}
+
+/// A subject rule: `profile` `None` means the rule clears the global default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelRule {
+    pub pattern: SubjectPattern,
+    pub profile: Option<Profile>,
+}
+
+/// The `security_labels` block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecurityLabelsConfig {
+    /// Defaults to false.
+    pub enabled: bool,
+    /// Defaults to `Svc-Security-Labels`.
+    pub header: String,
+    /// Defaults to none.
+    pub default: Option<Profile>,
+    pub rules: Vec<LabelRule>,
+    /// 1 to 262144. Defaults to 8192.
+    pub max_bytes: usize,
+    pub allowed_priorities: BTreeSet<String>,
+    pub allowed_classifications: BTreeSet<String>,
+    pub allowed_releasability: BTreeSet<String>,
+    pub allowed_handling_caveats: BTreeSet<String>,
+    pub allowed_retention_categories: BTreeSet<String>,
+}
+
+impl Default for SecurityLabelsConfig {
+    fn default() -> Self {
+        SecurityLabelsConfig {
+            enabled: false,
+            header: DEFAULT_HEADER.into(),
+            default: None,
+            rules: Vec::new(),
+            max_bytes: DEFAULT_MAX_BYTES as usize,
+            allowed_priorities: BTreeSet::new(),
+            allowed_classifications: BTreeSet::new(),
+            allowed_releasability: BTreeSet::new(),
+            allowed_handling_caveats: BTreeSet::new(),
+            allowed_retention_categories: BTreeSet::new(),
+        }
+    }
+}
+
+impl SecurityLabelsConfig {
+    /// Reads the `security_labels` block (absent = disabled defaults). The default and rule
+    /// profiles are validated with the message-time checks; their problems carry full paths
+    /// (`security_labels.rules[1].profile.classification: ...`).
+    pub fn read(r: Option<ObjectReader<'_>>) -> SecurityLabelsConfig {
+        let d = SecurityLabelsConfig::default();
+        let Some(mut r) = r else {
+            return d;
+        };
+        let enabled = r.bool_or("enabled", false);
+        let header = r.string_or("header", DEFAULT_HEADER);
+        if !is_header_name(&header) {
+            r.problem(
+                "header",
+                "must be a non-empty header name without spaces or control characters",
+            );
+        }
+        let max_bytes = r.int_in("max_bytes", DEFAULT_MAX_BYTES, 1, MAX_BYTES_LIMIT) as usize;
+        let vocab = |r: &mut ObjectReader<'_>, key: &'static str| -> BTreeSet<String> {
+            let list = r.string_list(key);
+            for (i, v) in list.iter().enumerate() {
+                if v.is_empty() || v.chars().any(char::is_control) {
+                    r.problems().push(
+                        format!("{}[{i}]", r.path_of(key)),
+                        "must be a non-empty string without control characters",
+                    );
+                }
+            }
+            list.into_iter().collect()
+        };
+        let mut cfg = SecurityLabelsConfig {
+            enabled,
+            header,
+            default: None,
+            rules: Vec::new(),
+            max_bytes,
+            allowed_priorities: vocab(&mut r, "allowed_priorities"),
+            allowed_classifications: vocab(&mut r, "allowed_classifications"),
+            allowed_releasability: vocab(&mut r, "allowed_releasability"),
+            allowed_handling_caveats: vocab(&mut r, "allowed_handling_caveats"),
+            allowed_retention_categories: vocab(&mut r, "allowed_retention_categories"),
+        };
+        if let Some(v) = r.raw("default") {
+            cfg.default = cfg.config_profile(&r, &r.path_of("default"), v);
+        }
+        let rule_readers = r.objects("rules");
+        if rule_readers.len() > MAX_RULES {
+            r.problem("rules", format!("must have at most {MAX_RULES} entries"));
+        }
+        for mut rr in rule_readers {
+            let subject = rr.req_string("subject");
+            let pattern = match SubjectPattern::parse(&subject) {
+                Ok(p) => Some(p),
+                Err(e) if !subject.is_empty() => {
+                    rr.problem("subject", e.to_string());
+                    None
+                }
+                Err(_) => None,
+            };
+            let present = rr.keys().iter().any(|k| k.as_str() == "profile");
+            let profile = match rr.raw("profile") {
+                Some(v) => cfg.config_profile(&rr, &rr.path_of("profile"), v),
+                None if present => None,
+                None => {
+                    rr.problem(
+                        "profile",
+                        "is required (an object, or null to clear the default)",
+                    );
+                    None
+                }
+            };
+            rr.finish();
+            if let Some(pattern) = pattern {
+                cfg.rules.push(LabelRule { pattern, profile });
+            }
+        }
+        r.finish();
+        cfg
+    }
+
+    /// Validates a configured profile; problems are recorded under `path`.
+    fn config_profile(&self, r: &ObjectReader<'_>, path: &str, v: &Value) -> Option<Profile> {
+        let checked = self.check_structure(v.clone()).and_then(|p| {
+            let mut errors = Errors::default();
+            self.check_vocabularies(&p.0, &mut errors);
+            self.check_size(&p.0, &mut errors);
+            errors.into_result(p)
+        });
+        match checked {
+            Ok(p) => Some(p),
+            Err(rej) => {
+                for e in rej.errors {
+                    let at = if e.field.is_empty() {
+                        path.to_string()
+                    } else {
+                        join(path, &e.field)
+                    };
+                    r.problems().push(at, e.reason.to_string());
+                }
+                None
+            }
+        }
+    }
+
+    /// Longest header accepted before parsing.
+    pub fn header_limit(&self) -> usize {
+        MIN_HEADER_LIMIT_BYTES.max(self.max_bytes.saturating_mul(8))
+    }
+
+    /// The normalized profile of one message: `Ok(None)` when labels are disabled or no
+    /// profile applies. Pure.
+    pub fn resolve(
+        &self,
+        msg: &RawMessage,
+        meta: &MessageMetadata,
+    ) -> Result<Option<Value>, LabelRejection> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        let mut values = msg.headers.iter().filter(|(k, _)| *k == self.header);
+        let base = match values.next() {
+            Some(_) if values.next().is_some() => {
+                let mut e = Errors::default();
+                e.push("", LabelReason::DuplicateHeader);
+                return e.into_result(None);
+            }
+            Some((_, text)) => Some(self.parse_header(text)?),
+            None => match self.rules.iter().find(|r| r.pattern.matches(&msg.subject)) {
+                Some(rule) => rule.profile.clone(),
+                None => self.default.clone(),
+            },
+        };
+        let Some(Profile(mut map)) = base else {
+            return Ok(None);
+        };
+        fill_from_metadata(&mut map, meta);
+        let mut errors = Errors::default();
+        self.check_vocabularies(&map, &mut errors);
+        self.check_size(&map, &mut errors);
+        errors.into_result(())?;
+        // Invariant: serde_json's map is ordered by key (no `preserve_order` feature in the
+        // tree; a test guards it), so sinks serialize the canonical form.
+        Ok(Some(Value::Object(map)))
+    }
+
+    /// Parses and structurally validates a header value (no fill, no vocabulary check).
+    pub fn parse_header(&self, text: &str) -> Result<Profile, LabelRejection> {
+        let mut errors = Errors::default();
+        let limit = self.header_limit();
+        if text.len() > limit {
+            errors.push("", LabelReason::HeaderTooLarge { max: limit });
+            return errors.into_result(Profile(Map::new()));
+        }
+        let value = parse_strict(text).map_err(|reason| LabelRejection {
+            errors: vec![LabelError {
+                field: String::new(),
+                reason,
+            }],
+        })?;
+        self.check_structure(value)
+    }
+
+    /// Root allow-list, exact types, non-empty control-free strings, `profile` value, and the
+    /// bounds of `extensions`. Fills `profile` when missing.
+    fn check_structure(&self, v: Value) -> Result<Profile, LabelRejection> {
+        let mut errors = Errors::default();
+        let Value::Object(mut map) = v else {
+            errors.push("", LabelReason::NotObject);
+            return errors.into_result(Profile(Map::new()));
+        };
+        for (key, value) in &map {
+            let Some(kind) = kind_of(key) else {
+                errors.push("", LabelReason::UnknownField);
+                continue;
+            };
+            match (kind, value) {
+                (Kind::Str, Value::String(s)) => {
+                    if s != PROFILE_SCHEMA {
+                        errors.push(key.as_str(), LabelReason::WrongProfile);
+                    }
+                }
+                (Kind::Str, _) => errors.push(
+                    key.as_str(),
+                    LabelReason::WrongType {
+                        expected: "a string",
+                    },
+                ),
+                (Kind::StrOrNull, Value::Null) => {}
+                (Kind::StrOrNull, Value::String(s)) => check_text(s, key, &mut errors),
+                (Kind::StrOrNull, _) => errors.push(
+                    key.as_str(),
+                    LabelReason::WrongType {
+                        expected: "a string or null",
+                    },
+                ),
+                (Kind::StrArray, Value::Array(items)) => {
+                    for (i, item) in items.iter().enumerate() {
+                        match item {
+                            Value::String(s) => check_text(s, &format!("{key}[{i}]"), &mut errors),
+                            _ => errors.push(
+                                format!("{key}[{i}]"),
+                                LabelReason::WrongType {
+                                    expected: "a string",
+                                },
+                            ),
+                        }
+                    }
+                }
+                (Kind::StrArray, _) => errors.push(
+                    key.as_str(),
+                    LabelReason::WrongType {
+                        expected: "an array of strings",
+                    },
+                ),
+                (Kind::Object, Value::Object(_)) => {
+                    let mut keys = 0;
+                    check_extension(value, 1, &mut keys, &mut errors);
+                }
+                (Kind::Object, _) => errors.push(
+                    key.as_str(),
+                    LabelReason::WrongType {
+                        expected: "an object",
+                    },
+                ),
+            }
+        }
+        map.entry("profile")
+            .or_insert_with(|| Value::String(PROFILE_SCHEMA.into()));
+        errors.into_result(Profile(map))
+    }
+
+    fn vocabulary(&self, field: &str) -> Option<(&BTreeSet<String>, &'static str)> {
+        let (set, option) = match field {
+            "priority" => (&self.allowed_priorities, "allowed_priorities"),
+            "classification" => (&self.allowed_classifications, "allowed_classifications"),
+            "releasability" => (&self.allowed_releasability, "allowed_releasability"),
+            "handling_caveats" => (&self.allowed_handling_caveats, "allowed_handling_caveats"),
+            "retention_category" => (
+                &self.allowed_retention_categories,
+                "allowed_retention_categories",
+            ),
+            _ => return None,
+        };
+        (!set.is_empty()).then_some((set, option))
+    }
+
+    /// Every vocabulary-controlled value must be listed (null is always allowed: no value).
+    fn check_vocabularies(&self, map: &Map<String, Value>, errors: &mut Errors) {
+        for (key, value) in map {
+            let Some((set, option)) = self.vocabulary(key) else {
+                continue;
+            };
+            match value {
+                Value::String(s) if !set.contains(s) => {
+                    errors.push(key.as_str(), LabelReason::NotInVocabulary { option })
+                }
+                Value::Array(items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        if let Value::String(s) = item {
+                            if !set.contains(s) {
+                                errors.push(
+                                    format!("{key}[{i}]"),
+                                    LabelReason::NotInVocabulary { option },
+                                );
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Canonical JSON of the profile; its size must be at most `max_bytes`.
+    fn check_size(&self, map: &Map<String, Value>, errors: &mut Errors) {
+        let size = canonical_len(map);
+        if size > self.max_bytes {
+            errors.push(
+                "",
+                LabelReason::TooLarge {
+                    size,
+                    max: self.max_bytes,
+                },
+            );
+        }
+    }
+}
+
+/// Sets the resolved profile on the envelope: top level and `metadata.security_labels`.
+pub fn apply_to(env: &mut Envelope, profile: Option<Value>) {
+    env.metadata.security_labels = profile.clone();
+    env.security_labels = profile;
+}
+
+/// `priority`, `classification` and `labels` from the message metadata when omitted.
+fn fill_from_metadata(map: &mut Map<String, Value>, meta: &MessageMetadata) {
+    map.entry("priority")
+        .or_insert_with(|| Value::String(meta.priority.clone()));
+    map.entry("classification")
+        .or_insert_with(|| Value::String(meta.classification.clone()));
+    map.entry("labels")
+        .or_insert_with(|| Value::Array(meta.labels.iter().cloned().map(Value::String).collect()));
+}
+
+/// A root string value or array item: non-empty, no control characters.
+fn check_text(s: &str, field: &str, errors: &mut Errors) {
+    if s.is_empty() {
+        errors.push(field, LabelReason::EmptyValue);
+    } else if s.chars().any(char::is_control) {
+        errors.push(field, LabelReason::ControlCharacter);
+    }
+}
+
+/// Bounds of `extensions`: depth, total key count, key grammar, secret-looking key names.
+/// Errors are reported on the field `extensions` without naming the key.
+fn check_extension(v: &Value, depth: usize, keys: &mut usize, errors: &mut Errors) {
+    match v {
+        Value::Object(m) => {
+            if depth > MAX_EXTENSION_DEPTH {
+                errors.push("extensions", LabelReason::ExtensionsTooDeep);
+                return;
+            }
+            for (k, child) in m {
+                *keys += 1;
+                if *keys == MAX_EXTENSION_KEYS + 1 {
+                    errors.push("extensions", LabelReason::TooManyExtensionKeys);
+                }
+                if !is_extension_key(k) {
+                    errors.push("extensions", LabelReason::InvalidExtensionKey);
+                } else if looks_secret(k) {
+                    errors.push("extensions", LabelReason::SecretExtensionKey);
+                }
+                check_extension(child, depth + 1, keys, errors);
+            }
+        }
+        Value::Array(items) => {
+            if depth > MAX_EXTENSION_DEPTH {
+                errors.push("extensions", LabelReason::ExtensionsTooDeep);
+                return;
+            }
+            for item in items {
+                check_extension(item, depth + 1, keys, errors);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn is_extension_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= MAX_EXTENSION_KEY_BYTES
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b))
+}
+
+/// Canonical JSON: object keys sorted by their UTF-8 bytes at every level, no whitespace,
+/// strings escaped as serde_json does (minimal escapes, UTF-8 kept).
+pub fn canonical_json(v: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(v, &mut out);
+    out
+}
+
+/// Length in bytes of the canonical JSON of a profile, without building it: serde_json's
+/// compact output of a key-ordered map is the canonical form (asserted by tests).
+fn canonical_len(map: &Map<String, Value>) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, map);
+    count.0
+}
+
+fn write_canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(m) => write_object(m, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        // Scalars: serde_json's compact form is already canonical.
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+fn write_object(m: &Map<String, Value>, out: &mut String) {
+    let mut keys: Vec<&String> = m.keys().collect();
+    keys.sort();
+    out.push('{');
+    for (i, k) in keys.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::String(k.clone()).to_string());
+        out.push(':');
+        write_canonical(&m[k], out);
+    }
+    out.push('}');
+}
+
+/// Parses JSON refusing duplicate object keys (which serde_json would silently resolve to the
+/// last one: an ambiguity two readers could resolve differently). The error never quotes input.
+pub fn parse_strict(text: &str) -> Result<Value, LabelReason> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let result = StrictValue::deserialize(&mut de).and_then(|v| de.end().map(|()| v.0));
+    result.map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            Category::Data if e.to_string().starts_with(DUPLICATE_KEY) => LabelReason::DuplicateKey,
+            _ if e.to_string().starts_with("recursion limit exceeded") => {
+                LabelReason::NestingTooDeep
+            }
+            _ => LabelReason::InvalidJson {
+                line: e.line(),
+                column: e.column(),
+            },
+        }
+    })
+}
+
+const DUPLICATE_KEY: &str = "svc: duplicate object key";
+
+/// A JSON value built by a visitor that refuses duplicate keys.
+struct StrictValue(Value);
+
+impl<'de> Deserialize<'de> for StrictValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(StrictValue)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(StrictValue(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
+        let mut map = Map::new();
+        while let Some(key) = access.next_key::<String>()? {
+            if map.contains_key(&key) {
+                return Err(de::Error::custom(DUPLICATE_KEY));
+            }
+            let StrictValue(v) = access.next_value()?;
+            map.insert(key, v);
+        }
+        Ok(Value::Object(map))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,323 @@
+//! The metric catalogue of the exporter: every suffix the runner writes, its type and its
+//! `# HELP` text, the timing observations, and the legacy aliases.
+//!
+//! The runner's registry (`crate::metrics`) is the source of the names; a unit test keeps this
+//! table in step with it. Names the snapshot carries but this table does not know (a newer
+//! runner) are still exportable when the policy allows them, with a generic HELP text.
+
+use crate::metrics::{Counters, SUMMARY_NAMES};
+
+/// Exposition type of a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Counter,
+    Gauge,
+    /// Rendered as a Prometheus summary (`_count`, `_sum`) plus `_min`, `_max`, `_last` gauges.
+    Summary,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Summary => "summary",
+        }
+    }
+}
+
+/// A metric the runner writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Known {
+    pub suffix: &'static str,
+    pub kind: Kind,
+    pub help: &'static str,
+}
+
+const fn c(suffix: &'static str, help: &'static str) -> Known {
+    Known {
+        suffix,
+        kind: Kind::Counter,
+        help,
+    }
+}
+
+/// Every metric of the runner, in the order `list-metrics` prints them.
+pub const KNOWN: &[Known] = &[
+    c(
+        "messages_fetched_total",
+        "Messages received from the broker.",
+    ),
+    c(
+        "messages_prepared_total",
+        "Messages normalized into envelopes and handed to the sink.",
+    ),
+    c(
+        "messages_written_total",
+        "Messages the sink reported durable.",
+    ),
+    c(
+        "messages_acked_total",
+        "Messages acknowledged after durable success or DLQ success.",
+    ),
+    c(
+        "messages_terminated_total",
+        "Messages terminated after the configured delivery limit.",
+    ),
+    c(
+        "messages_nacked_total",
+        "Negative acknowledgements sent for redelivery.",
+    ),
+    c(
+        "messages_failed_total",
+        "Messages whose processing failed permanently.",
+    ),
+    c(
+        "messages_dlq_total",
+        "Messages published to the dead-letter subject and confirmed.",
+    ),
+    c(
+        "dlq_publish_errors_total",
+        "Dead-letter publishes that failed or were not confirmed; the message stays unacknowledged.",
+    ),
+    c(
+        "messages_in_progress_total",
+        "In-progress acknowledgements sent to extend the ack wait of long batches.",
+    ),
+    c(
+        "sink_write_errors_total",
+        "Sink write failures, counted per message.",
+    ),
+    c(
+        "events_stale_at_receive_total",
+        "Events older than the configured staleness bound when received.",
+    ),
+    c(
+        "events_missing_publisher_timestamp_total",
+        "Events without a publisher timestamp header.",
+    ),
+    c(
+        "events_malformed_timestamp_total",
+        "Events whose publisher timestamp header could not be parsed.",
+    ),
+    c(
+        "events_source_clock_skew_total",
+        "Events whose source time lies in the future of the runner's clock.",
+    ),
+    c(
+        "db_duplicates_total",
+        "Redelivered rows the relational sink recognized by idempotency key.",
+    ),
+    c(
+        "db_duplicate_ignored_total",
+        "Duplicate rows ignored without error.",
+    ),
+    c(
+        "broker_connection_disconnects_total",
+        "Connections lost to the broker.",
+    ),
+    c(
+        "broker_connection_reconnects_total",
+        "Connections re-established to the broker.",
+    ),
+    c(
+        "broker_connection_errors_total",
+        "Asynchronous connection errors reported by the broker client.",
+    ),
+    c(
+        "fanout_messages_routed_total",
+        "Fan-out: messages routed to at least one child sink.",
+    ),
+    c(
+        "fanout_child_sinks_selected_total",
+        "Fan-out: child sinks selected, summed over messages.",
+    ),
+    c(
+        "fanout_required_child_success_total",
+        "Fan-out: required child writes that succeeded.",
+    ),
+    c(
+        "fanout_required_child_failure_total",
+        "Fan-out: required child writes that failed and blocked the acknowledgement.",
+    ),
+    c(
+        "fanout_optional_child_timeout_total",
+        "Fan-out: optional child writes that did not finish within their timeout.",
+    ),
+    c(
+        "fanout_optional_child_failure_total",
+        "Fan-out: optional child writes that failed.",
+    ),
+    c(
+        "fanout_messages_acked_total",
+        "Fan-out: messages released by the acknowledgement gate.",
+    ),
+    c(
+        "fanout_messages_ack_blocked_total",
+        "Fan-out: messages held back by the acknowledgement gate.",
+    ),
+    c(
+        "advisory_max_deliveries_total",
+        "Broker advisories seen: maximum deliveries reached.",
+    ),
+    c(
+        "advisory_terminated_total",
+        "Broker advisories seen: message terminated.",
+    ),
+    c(
+        "advisory_nak_total",
+        "Broker advisories seen: negative acknowledgement.",
+    ),
+    Known {
+        suffix: "last_sink_success_epoch_seconds",
+        kind: Kind::Gauge,
+        help: "Unix time of the last successful sink batch write (0 before the first).",
+    },
+    Known {
+        suffix: "sink_batch_write_seconds",
+        kind: Kind::Summary,
+        help: "Time inside the sink's batch write for successful batches, in seconds.",
+    },
+    Known {
+        suffix: "event_age_at_receive_seconds",
+        kind: Kind::Summary,
+        help: "Event age when the runner received the message, in seconds.",
+    },
+    Known {
+        suffix: "event_age_at_store_seconds",
+        kind: Kind::Summary,
+        help: "Event age when the sink reported the message durable, in seconds.",
+    },
+    Known {
+        suffix: "fanout_ack_gate_wait_seconds",
+        kind: Kind::Summary,
+        help: "Time spent waiting at the fan-out acknowledgement gate, in seconds.",
+    },
+];
+
+/// A legacy alias: an older name kept for dashboards written against earlier releases. It is
+/// rendered (with the target's value and type) only when `include_legacy` is true, the alias
+/// itself is allowed, and neither the alias nor its target is denied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LegacyAlias {
+    pub alias: &'static str,
+    pub target: &'static str,
+}
+
+/// The legacy aliases (documented in `docs/observe.md`, "Legacy aliases").
+pub const LEGACY_ALIASES: &[LegacyAlias] = &[
+    LegacyAlias {
+        alias: "messages_received_total",
+        target: "messages_fetched_total",
+    },
+    LegacyAlias {
+        alias: "messages_processed_total",
+        target: "messages_acked_total",
+    },
+    LegacyAlias {
+        alias: "messages_dead_lettered_total",
+        target: "messages_dlq_total",
+    },
+    LegacyAlias {
+        alias: "sink_errors_total",
+        target: "sink_write_errors_total",
+    },
+    LegacyAlias {
+        alias: "last_success_epoch_seconds",
+        target: "last_sink_success_epoch_seconds",
+    },
+];
+
+/// Timing observations (spec: `sink_batch_write_seconds`, `event_age_*`,
+/// `fanout_ack_gate_wait_seconds`): exported only with `include_observations`. Every summary
+/// is an observation, whatever its name; the named families are observations even if a newer
+/// snapshot carried them in another section.
+pub fn is_observation(suffix: &str, kind: Kind) -> bool {
+    kind == Kind::Summary
+        || suffix == "sink_batch_write_seconds"
+        || suffix.starts_with("event_age_")
+        || suffix == "fanout_ack_gate_wait_seconds"
+}
+
+pub fn known(suffix: &str) -> Option<&'static Known> {
+    KNOWN.iter().find(|k| k.suffix == suffix)
+}
+
+pub fn alias(name: &str) -> Option<&'static LegacyAlias> {
+    LEGACY_ALIASES.iter().find(|a| a.alias == name)
+}
+
+/// HELP text of a suffix; a generic one for names this release does not know.
+pub fn help(suffix: &str) -> String {
+    match known(suffix) {
+        Some(k) => k.help.to_string(),
+        None => format!("Runner metric {suffix}."),
+    }
+}
+
+/// Every suffix a policy may allow: the runner's metrics, then the legacy aliases.
+pub fn allowable_names() -> Vec<&'static str> {
+    KNOWN
+        .iter()
+        .map(|k| k.suffix)
+        .chain(LEGACY_ALIASES.iter().map(|a| a.alias))
+        .collect()
+}
+
+/// Keeps the catalogue honest: every name the runner can write is described here.
+pub fn runner_names() -> impl Iterator<Item = &'static str> {
+    Counters::NAMES
+        .iter()
+        .chain(SUMMARY_NAMES.iter())
+        .copied()
+        .chain(std::iter::once("last_sink_success_epoch_seconds"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalogue_covers_the_runner() {
+        for name in runner_names() {
+            assert!(known(name).is_some(), "{name} missing from the catalogue");
+        }
+        for k in KNOWN {
+            assert!(crate::config::is_metric_name(k.suffix));
+            assert_eq!(
+                k.kind == Kind::Counter,
+                k.suffix.ends_with("_total"),
+                "{}",
+                k.suffix
+            );
+            assert!(!k.help.contains('\n') && !k.help.contains('\\'));
+        }
+    }
+
+    #[test]
+    fn aliases_point_at_known_non_observations() {
+        for a in LEGACY_ALIASES {
+            let t = known(a.target).expect("alias target is a runner metric");
+            assert!(
+                known(a.alias).is_none(),
+                "{} shadows a real metric",
+                a.alias
+            );
+            assert!(!is_observation(t.suffix, t.kind));
+            assert_eq!(t.kind == Kind::Counter, a.alias.ends_with("_total"));
+        }
+    }
+
+    #[test]
+    fn observations() {
+        assert!(is_observation("sink_batch_write_seconds", Kind::Summary));
+        assert!(is_observation("event_age_at_store_seconds", Kind::Gauge));
+        assert!(is_observation("anything", Kind::Summary));
+        assert!(!is_observation("messages_acked_total", Kind::Counter));
+        assert!(!is_observation(
+            "events_stale_at_receive_total",
+            Kind::Counter
+        ));
+    }
+}

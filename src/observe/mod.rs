@@ -1,0 +1,26 @@
+//! `svc-observe`, the exporter: snapshot + policy in, approved metrics out.
+//!
+//! It reads only the runner's JSON snapshot (`crate::metrics::snapshot`) and the observability
+//! policy ([`policy`]); it never connects to the broker, a database, sink output or DLQ
+//! subjects, and never sees a payload. Flow of every connector:
+//!
+//! ```text
+//! policy::Policy::load ──▶ connector switches ──▶ select::select (filter + families)
+//!        snapshot ──▶ select::check_fresh ─────────┘          │
+//!                                                   exposition::render (textfile, http)
+//! ```
+//!
+//! [`filter`] is the one metric filter; [`families`] evaluates `subject_metrics`;
+//! [`exposition`] renders the text format; [`textfile`] and [`http`] are the two scrape
+//! connectors; [`template`] backs `init-scrape-policy`.
+
+pub mod catalogue;
+pub mod exposition;
+pub mod families;
+pub mod filter;
+pub mod glob;
+pub mod http;
+pub mod policy;
+pub mod select;
+pub mod template;
+pub mod textfile;

@@ -1,0 +1,224 @@
+//! The textfile connector (`scrape-textfile`): renders the approved metrics into a `*.prom`
+//! file for the node exporter's textfile collector, written atomically (temp file, fsync,
+//! rename), so the collector never reads a torn file.
+//!
+//! Failing closed: when the snapshot is missing, invalid or stale, or the subject-family pass
+//! fails closed, the file is replaced by one comment line saying the metrics are withheld and
+//! the command fails (exit 1): the previous values must not keep being served as if current.
+//! A disabled policy needs no snapshot and writes one comment line saying so (exit 0).
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use crate::metrics::snapshot::{write_atomically, Snapshot};
+use crate::observe::exposition::{self, Options};
+use crate::observe::families::Overflow;
+use crate::observe::policy::Policy;
+use crate::observe::select::{self, Stale};
+
+/// A snapshot that could not be used.
+#[derive(Debug)]
+pub enum SnapshotError {
+    /// The file could not be read (missing, permissions).
+    Read { path: PathBuf, source: io::Error },
+    /// The file is not a valid `svc.metrics.snapshot.v1` document.
+    Invalid { path: PathBuf, reason: String },
+}
+
+impl std::fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SnapshotError::Read { path, source } => {
+                write!(f, "cannot read snapshot {}: {source}", path.display())
+            }
+            SnapshotError::Invalid { path, reason } => {
+                write!(f, "snapshot {} is not usable: {reason}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for SnapshotError {}
+
+/// Reads and parses a snapshot file.
+pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SnapshotError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Snapshot::parse(&text).map_err(|reason| SnapshotError::Invalid {
+        path: path.to_path_buf(),
+        reason,
+    })
+}
+
+/// Why a render could not be produced (the exporter withholds the metrics).
+#[derive(Debug)]
+pub enum RenderError {
+    Snapshot(SnapshotError),
+    Stale(Stale),
+    Overflow(Overflow),
+}
+
+impl std::fmt::Display for RenderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RenderError::Snapshot(e) => e.fmt(f),
+            RenderError::Stale(e) => e.fmt(f),
+            RenderError::Overflow(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for RenderError {}
+
+impl RenderError {
+    /// A short reason without paths, for the withheld marker line.
+    pub fn short(&self) -> &'static str {
+        match self {
+            RenderError::Snapshot(SnapshotError::Read { .. }) => "snapshot unavailable",
+            RenderError::Snapshot(SnapshotError::Invalid { .. }) => "snapshot invalid",
+            RenderError::Stale(_) => "snapshot stale",
+            RenderError::Overflow(_) => "subject-family overflow",
+        }
+    }
+}
+
+/// Reads the snapshot, checks freshness, selects and renders with the scrape switches.
+pub fn render_snapshot(
+    snapshot_path: &Path,
+    policy: &Policy,
+    allow_stale: bool,
+) -> Result<String, RenderError> {
+    let snapshot = read_snapshot(snapshot_path).map_err(RenderError::Snapshot)?;
+    select::check_fresh(&snapshot, policy.scrape.stale_after_seconds, allow_stale)
+        .map_err(RenderError::Stale)?;
+    let selection = select::select(&snapshot, policy).map_err(RenderError::Overflow)?;
+    Ok(exposition::render(
+        &selection,
+        &Options {
+            namespace: &policy.namespace,
+            include_help: policy.scrape.include_help,
+            include_type: policy.scrape.include_type,
+        },
+    ))
+}
+
+/// What `scrape-textfile` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The rendering was written to this file.
+    Written { path: PathBuf, bytes: usize },
+    /// The rendering went to stdout (`--dry-run`).
+    Printed,
+    /// The policy disables the export; the disabled line was written or printed.
+    Disabled { path: Option<PathBuf> },
+}
+
+/// Failures of `scrape-textfile`.
+#[derive(Debug)]
+pub enum TextfileError {
+    /// Neither `--output` nor `scrape.output_file` names a destination (invalid input).
+    NoOutput,
+    /// Metrics withheld; the marker line was written to `path` when there is one.
+    Withheld {
+        cause: RenderError,
+        marker_written: Option<PathBuf>,
+    },
+    /// Writing the file failed; the previous file is untouched.
+    Write { path: PathBuf, source: io::Error },
+}
+
+impl std::fmt::Display for TextfileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TextfileError::NoOutput => {
+                f.write_str("no output file: pass --output or set scrape.output_file in the policy")
+            }
+            TextfileError::Withheld { cause, .. } => write!(f, "metrics withheld: {cause}"),
+            TextfileError::Write { path, source } => {
+                write!(f, "cannot write {}: {source}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for TextfileError {}
+
+/// Arguments of `scrape-textfile`.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    pub snapshot: &'a Path,
+    pub policy: &'a Policy,
+    pub dry_run: bool,
+    pub output: Option<&'a Path>,
+    pub allow_stale: bool,
+}
+
+/// Runs `scrape-textfile`; `stdout` receives the `--dry-run` rendering.
+pub fn run(req: &Request<'_>, stdout: &mut dyn Write) -> Result<Outcome, TextfileError> {
+    let destination: Option<PathBuf> = if req.dry_run {
+        None
+    } else {
+        match req.output {
+            Some(p) => Some(p.to_path_buf()),
+            None => match &req.policy.scrape.output_file {
+                Some(p) => Some(PathBuf::from(p)),
+                None => return Err(TextfileError::NoOutput),
+            },
+        }
+    };
+    let emit = |bytes: &[u8], stdout: &mut dyn Write| -> Result<(), TextfileError> {
+        match &destination {
+            Some(path) => write_atomically(path, bytes).map_err(|source| TextfileError::Write {
+                path: path.clone(),
+                source,
+            }),
+            None => stdout
+                .write_all(bytes)
+                .and_then(|_| stdout.flush())
+                .map_err(|source| TextfileError::Write {
+                    path: PathBuf::from("<stdout>"),
+                    source,
+                }),
+        }
+    };
+
+    let disabled = if !req.policy.enabled {
+        Some("enabled=false")
+    } else if !req.policy.scrape.enabled {
+        Some("scrape.enabled=false")
+    } else {
+        None
+    };
+    if let Some(reason) = disabled {
+        emit(exposition::disabled_line(reason).as_bytes(), stdout)?;
+        return Ok(Outcome::Disabled { path: destination });
+    }
+
+    match render_snapshot(req.snapshot, req.policy, req.allow_stale) {
+        Ok(text) => {
+            emit(text.as_bytes(), stdout)?;
+            Ok(match destination {
+                Some(path) => Outcome::Written {
+                    path,
+                    bytes: text.len(),
+                },
+                None => Outcome::Printed,
+            })
+        }
+        Err(cause) => {
+            let mut marker_written = None;
+            if let Some(path) = &destination {
+                let line = format!("# svc-observe: metrics withheld ({})\n", cause.short());
+                if write_atomically(path, line.as_bytes()).is_ok() {
+                    marker_written = Some(path.clone());
+                }
+            }
+            Err(TextfileError::Withheld {
+                cause,
+                marker_written,
+            })
+        }
+    }
+}

@@ -1,0 +1,777 @@
+//! Message metadata, security labels, the dead-letter queue and the advisory observer against a
+//! real nats-server (JetStream): the publisher and observer directly, then the `svc` binary.
+#![allow(deprecated)]
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use svc::advisory::AdvisoryObserver;
+use svc::dead_letter::{DeadLetter, DeadLetterConfig, DeadLetterPublisher, DlqError, Failure};
+use svc::envelope::RawMessage;
+use svc::metrics::Metrics;
+use util::*;
+
+fn raw(seq: u64) -> RawMessage {
+    RawMessage {
+        subject: "orders.eu".into(),
+        stream: "ORDERS".into(),
+        consumer: "svc".into(),
+        stream_sequence: seq,
+        consumer_sequence: seq,
+        delivery_count: 1,
+        published_unix_nanos: None,
+        headers: vec![("Svc-Security-Labels".into(), "{\"x\":\"OFFENDING\"}".into())],
+        data: b"secret payload body".to_vec(),
+    }
+}
+
+fn dlq_cfg(subject: &str) -> DeadLetterConfig {
+    DeadLetterConfig {
+        enabled: true,
+        subject: subject.into(),
+        publish_timeout: Duration::from_secs(2),
+        ..Default::default()
+    }
+}
+
+fn failure() -> Failure {
+    Failure::new(
+        "security_labels",
+        "security_labels",
+        "unknown_field",
+        "security_labels: unknown root field".into(),
+    )
+}
+
+#[test]
+fn dlq_publish_is_confirmed_stored_and_deduplicated() {
+    let b = NatsServer::start();
+    let nc = b.connect();
+    let js = nats::jetstream::new(nc.clone());
+    js.add_stream(nats::jetstream::StreamConfig {
+        name: "DLQ".into(),
+        subjects: vec!["svc.dlq".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let cfg = DeadLetterConfig {
+        expected_stream: Some("DLQ".into()),
+        ..dlq_cfg("svc.dlq")
+    };
+    let publisher = DeadLetterPublisher::new(nc.clone(), cfg.clone());
+    let dl = DeadLetter::build(&raw(7), &failure(), 0, &cfg);
+    let ack = publisher.publish(&dl).unwrap();
+    assert_eq!(
+        (ack.stream.as_str(), ack.sequence, ack.duplicate),
+        ("DLQ", 1, false)
+    );
+    // The same original dead-lettered again (redelivery) is recognised as a duplicate.
+    let again = publisher.publish(&dl).unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.sequence, 1);
+    let other = DeadLetter::build(&raw(8), &failure(), 0, &cfg);
+    assert_eq!(publisher.publish(&other).unwrap().sequence, 2);
+
+    // What is stored: the sanitized record, never the payload or the offending header.
+    let stored = js.get_message("DLQ", 1).unwrap();
+    let body = String::from_utf8(stored.data.clone()).unwrap();
+    assert!(
+        !body.contains("OFFENDING") && !body.contains("secret payload"),
+        "{body}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&stored.data).unwrap();
+    assert_eq!(v["schema"], "svc.dead-letter.v1");
+    assert_eq!(v["original"]["stream_sequence"], 7);
+    assert_eq!(v["failure"]["reason"], "unknown_field");
+    let headers = stored.headers.unwrap();
+    assert_eq!(
+        headers.get("Svc-Dlq-Reason").map(String::as_str),
+        Some("unknown_field")
+    );
+    assert_eq!(
+        headers.get("Nats-Msg-Id").map(String::as_str),
+        Some("svc-dlq:ORDERS:7")
+    );
+}
+
+#[test]
+fn dlq_publish_without_a_stream_fails_fast() {
+    let b = NatsServer::start();
+    let nc = b.connect();
+    let cfg = dlq_cfg("nobody.listens");
+    let publisher = DeadLetterPublisher::new(nc, cfg.clone());
+    let started = Instant::now();
+    let err = publisher
+        .publish(&DeadLetter::build(&raw(1), &failure(), 0, &cfg))
+        .unwrap_err();
+    assert_eq!(err, DlqError::NoStream);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        err.to_string(),
+        "dlq publish: no stream captures the subject"
+    );
+}
+
+#[test]
+fn dlq_publish_into_an_unexpected_stream_is_refused() {
+    let b = NatsServer::start();
+    let nc = b.connect();
+    let js = nats::jetstream::new(nc.clone());
+    js.add_stream(nats::jetstream::StreamConfig {
+        name: "OTHER".into(),
+        subjects: vec!["svc.dlq".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let cfg = DeadLetterConfig {
+        expected_stream: Some("DLQ".into()),
+        ..dlq_cfg("svc.dlq")
+    };
+    let err = DeadLetterPublisher::new(nc, cfg.clone())
+        .publish(&DeadLetter::build(&raw(1), &failure(), 0, &cfg))
+        .unwrap_err();
+    assert!(matches!(err, DlqError::Rejected { .. }), "{err}");
+    // Nothing was stored.
+    assert_eq!(js.stream_info("OTHER").unwrap().state.messages, 0);
+}
+
+/// NAK, TERM and max-deliveries advisories of the runner's consumer are counted; other
+/// consumers' are not.
+#[test]
+fn advisories_are_counted() {
+    let b = NatsServer::start();
+    let nc = b.connect();
+    let js = nats::jetstream::new(nc.clone());
+    js.add_stream(nats::jetstream::StreamConfig {
+        name: "ORDERS".into(),
+        subjects: vec!["orders.>".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    for name in ["svc", "other"] {
+        js.add_consumer(
+            "ORDERS",
+            nats::jetstream::ConsumerConfig {
+                durable_name: Some(name.into()),
+                ack_policy: nats::jetstream::AckPolicy::Explicit,
+                max_deliver: 2,
+                ack_wait: Duration::from_secs(30),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    }
+    let metrics = Arc::new(Metrics::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let observer =
+        AdvisoryObserver::start(&nc, "ORDERS", "svc", metrics.clone(), stop.clone()).unwrap();
+
+    js.publish("orders.a", b"1").unwrap();
+    js.publish("orders.b", b"2").unwrap();
+    // Another consumer's NAK and TERM: its advisories are on other subjects.
+    let other = js
+        .pull_subscribe_with_options(
+            "orders.>",
+            &nats::jetstream::PullSubscribeOptions::new()
+                .bind_stream("ORDERS".into())
+                .durable_name("other".into()),
+        )
+        .unwrap();
+    for m in other.timeout_fetch(2, Duration::from_secs(2)).unwrap() {
+        let Ok(m) = m else { break };
+        let verdict: &[u8] = if m.data == b"1" { b"-NAK" } else { b"+TERM" };
+        m.respond(verdict).unwrap();
+    }
+    nc.flush().unwrap();
+    let sub = js
+        .pull_subscribe_with_options(
+            "orders.>",
+            &nats::jetstream::PullSubscribeOptions::new()
+                .bind_stream("ORDERS".into())
+                .durable_name("svc".into()),
+        )
+        .unwrap();
+    // Message 1: NAK twice -> two NAK advisories, then max deliveries (2) is reached.
+    // Message 2: TERM -> one terminated advisory.
+    let (mut naks, mut termed) = (0, false);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while naks < 2 || !termed {
+        assert!(Instant::now() < deadline, "messages did not come back");
+        let Ok(batch) = sub.timeout_fetch(1, Duration::from_millis(300)) else {
+            continue;
+        };
+        for m in batch {
+            let Ok(m) = m else { break };
+            if m.data == b"1" {
+                m.respond(b"-NAK").unwrap();
+                naks += 1;
+            } else {
+                m.respond(b"+TERM").unwrap();
+                termed = true;
+            }
+        }
+        nc.flush().unwrap();
+    }
+    let c = &metrics.counters;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    wait_until(Duration::from_secs(5), "advisories counted", || {
+        load(&c.advisory_nak_total) == 2
+            && load(&c.advisory_max_deliveries_total) == 1
+            && load(&c.advisory_terminated_total) == 1
+    });
+    stop.store(true, Ordering::Relaxed);
+    observer.join();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The `svc` binary end to end.
+
+const STREAM: &str = "ORDERS";
+const CONSUMER: &str = "svc";
+const DLQ_SUBJECT: &str = "svc.dlq";
+/// Planted in every offending value: it must never appear in a DLQ record, log or snapshot.
+const MARK: &str = "ZQXMARKZQX";
+
+/// A runner config writing files to `out` and a snapshot into `dir`, patched by `extra`.
+fn config(server: &NatsServer, dir: &Path, extra: Value) -> Value {
+    let mut cfg = json!({
+        "nats": {"url": server.url(), "stream": STREAM, "consumer": CONSUMER, "subject": "orders.>"},
+        "delivery": {"batch_size": 16, "fetch_expiry_ms": 200, "max_in_flight_batches": 2,
+                     "sink_workers": 1, "shutdown_timeout_seconds": 10,
+                     "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}},
+        "sink": {"type": "file", "directory": dir.join("out")},
+        "metrics": {"enabled": true, "snapshot_file": dir.join("metrics.json"),
+                    "write_interval_seconds": 1},
+        "logging": {"level": "info"}
+    });
+    if let Value::Object(extra) = extra {
+        for (k, v) in extra {
+            match (cfg.get_mut(&k), v) {
+                (Some(Value::Object(base)), Value::Object(patch)) => base.extend(patch),
+                (_, v) => cfg[k] = v,
+            }
+        }
+    }
+    cfg
+}
+
+fn setup() -> (NatsServer, tempfile::TempDir) {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    (server, tempfile::tempdir().unwrap())
+}
+
+/// Stream sequence -> stored file record.
+fn records(out: &Path) -> BTreeMap<u64, Value> {
+    files_below(out)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| {
+            let v: Value = serde_json::from_slice(&std::fs::read(out.join(&p)).unwrap()).unwrap();
+            (v["stream_sequence"].as_u64().unwrap(), v)
+        })
+        .collect()
+}
+
+/// Every DLQ record stored in stream `DLQ`, in order.
+fn dlq_records(server: &NatsServer) -> Vec<(String, Value)> {
+    let js = server.js();
+    let n = server.stream_messages("DLQ");
+    (1..=n)
+        .map(|seq| {
+            let m = js.get_message("DLQ", seq).unwrap();
+            let text = String::from_utf8(m.data.clone()).unwrap();
+            (text, serde_json::from_slice(&m.data).unwrap())
+        })
+        .collect()
+}
+
+fn labels_config() -> Value {
+    json!({
+        "security_labels": {
+            "enabled": true,
+            "max_bytes": 512,
+            "allowed_classifications": ["unclassified", "restricted"],
+            "allowed_releasability": ["nato", "eu"]
+        },
+        "dead_letter": {"enabled": true, "subject": DLQ_SUBJECT, "expected_stream": "DLQ",
+                        "include_headers": ["Content-Type"], "publish_timeout_ms": 2000}
+    })
+}
+
+/// Each invalid-label case of the spec's Errors row (and an invalid metadata header) lands on
+/// the DLQ with a sanitized record, and its original is ACKed only after the DLQ publish; the
+/// good messages of the same batch are stored and ACKed as usual.
+#[test]
+fn invalid_labels_are_dead_lettered_then_acked() {
+    let (server, dir) = setup();
+    server.create_stream("DLQ", &[DLQ_SUBJECT]);
+    let big = MARK.repeat(60);
+    // (header name, header value, expected failure field, expected reason)
+    let bad: Vec<(&str, String, &str, &str)> = vec![
+        (
+            "Svc-Security-Labels",
+            format!("{{\"owner\": \"{MARK}\""),
+            "security_labels",
+            "invalid_json",
+        ),
+        (
+            "Svc-Security-Labels",
+            format!("{{\"{MARK}\": \"{MARK}\"}}"),
+            "security_labels",
+            "unknown_field",
+        ),
+        (
+            "Svc-Security-Labels",
+            format!("{{\"classification\": \"{MARK}\"}}"),
+            "security_labels.classification",
+            "not_in_vocabulary",
+        ),
+        (
+            "Svc-Security-Labels",
+            format!("{{\"releasability\": [\"nato\", \"{MARK}\"]}}"),
+            "security_labels.releasability[1]",
+            "not_in_vocabulary",
+        ),
+        (
+            "Svc-Security-Labels",
+            format!("{{\"owner\": \"{big}\"}}"),
+            "security_labels",
+            "too_large",
+        ),
+        (
+            "Svc-Security-Labels",
+            format!("{{\"extensions\": {{\"api_token\": \"{MARK}\"}}}}"),
+            "security_labels.extensions",
+            "secret_extension_key",
+        ),
+        (
+            "Svc-Security-Labels",
+            format!("{{\"profile\": \"{MARK}\"}}"),
+            "security_labels.profile",
+            "wrong_profile",
+        ),
+        (
+            "Svc-Classification",
+            format!("{MARK};x"),
+            "message_metadata.classification",
+            "invalid_value",
+        ),
+    ];
+    // Sequence 1 good, then bad ones interleaved with good ones.
+    let mut bad_seqs = BTreeMap::new();
+    let mut seq = 0;
+    let mut good = Vec::new();
+    for (i, (header, value, field, reason)) in bad.iter().enumerate() {
+        seq += 1;
+        server.publish_with_headers(
+            "orders.eu",
+            &[(
+                "Svc-Security-Labels",
+                r#"{"owner":"team-a","releasability":["eu"]}"#,
+            )],
+            format!("{{\"good\":{i}}}").as_bytes(),
+        );
+        good.push(seq);
+        seq += 1;
+        server.publish_with_headers(
+            "orders.eu",
+            &[
+                (header, value.as_str()),
+                ("Content-Type", "application/json"),
+            ],
+            format!("{{\"card\":\"{MARK}-{i}\"}}").as_bytes(),
+        );
+        bad_seqs.insert(seq, (*field, *reason));
+    }
+    let total = seq;
+
+    // Watch the runner's DLQ publishes and ACKs on the wire, in the order the broker saw them.
+    let watch = server.connect();
+    let events = Arc::new(std::sync::Mutex::new(Vec::<(String, u64)>::new()));
+    let (e1, e2) = (events.clone(), events.clone());
+    let _dlq_sub = watch
+        .subscribe(DLQ_SUBJECT)
+        .unwrap()
+        .with_handler(move |m| {
+            let v: Value = serde_json::from_slice(&m.data).unwrap();
+            e1.lock().unwrap().push((
+                "dlq".into(),
+                v["original"]["stream_sequence"].as_u64().unwrap(),
+            ));
+            Ok(())
+        });
+    let _ack_sub = watch
+        .subscribe(&format!("$JS.ACK.{STREAM}.{CONSUMER}.>"))
+        .unwrap()
+        .with_handler(move |m| {
+            // $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>
+            let sseq: u64 = m.subject.split('.').nth(5).unwrap().parse().unwrap();
+            let verb = String::from_utf8_lossy(&m.data).to_string();
+            e2.lock().unwrap().push((verb, sseq));
+            Ok(())
+        });
+    watch.flush().unwrap();
+
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(&server, dir.path(), labels_config()),
+    );
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "every message acked", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((total, 0, 0))
+    });
+
+    // The DLQ holds exactly the bad ones, each sanitized and naming field and reason.
+    let dlq = dlq_records(&server);
+    assert_eq!(dlq.len(), bad_seqs.len());
+    for (text, v) in &dlq {
+        assert!(!text.contains(MARK), "offending value or payload in {text}");
+        assert!(!text.contains("card"), "payload in {text}");
+        let sseq = v["original"]["stream_sequence"].as_u64().unwrap();
+        let (field, reason) = bad_seqs[&sseq];
+        assert_eq!(v["schema"], "svc.dead-letter.v1");
+        assert_eq!(v["failure"]["field"], field, "{text}");
+        assert_eq!(v["failure"]["reason"], reason, "{text}");
+        assert_eq!(v["original"]["subject"], "orders.eu");
+        assert_eq!(v["original"]["stream"], STREAM);
+        assert_eq!(v["original"]["consumer"], CONSUMER);
+        assert_eq!(
+            v["payload"]["size_bytes"].as_u64().unwrap() as usize,
+            format!("{{\"card\":\"{MARK}-0\"}}").len()
+        );
+        assert_eq!(v["payload"]["sha256"].as_str().unwrap().len(), 64);
+        assert_eq!(v["headers"], json!({"Content-Type": "application/json"}));
+    }
+    // Only the good ones reached the sink.
+    let stored = records(&dir.path().join("out"));
+    assert_eq!(stored.keys().copied().collect::<Vec<_>>(), good);
+
+    // Order on the wire: each bad original's DLQ record before its ACK; nothing else for it.
+    let events = events.lock().unwrap().clone();
+    for sseq in bad_seqs.keys() {
+        let mine: Vec<&str> = events
+            .iter()
+            .filter(|(_, s)| s == sseq)
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(
+            mine,
+            vec!["dlq", "+ACK"],
+            "stream sequence {sseq}: {events:?}"
+        );
+    }
+
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(15))
+        .expect("exits")
+        .success());
+    let snap = dir.path().join("metrics.json");
+    let n_bad = bad_seqs.len() as u64;
+    assert_eq!(snapshot_counter(&snap, "messages_dlq_total"), n_bad);
+    assert_eq!(snapshot_counter(&snap, "messages_failed_total"), n_bad);
+    assert_eq!(snapshot_counter(&snap, "messages_acked_total"), total);
+    assert_eq!(
+        snapshot_counter(&snap, "messages_written_total"),
+        total - n_bad
+    );
+    assert_eq!(snapshot_counter(&snap, "messages_terminated_total"), 0);
+    let log = runner.log_text();
+    assert!(!log.contains(MARK), "offending value in the log");
+    assert!(log.contains("dead-lettered as DLQ sequence"), "{log}");
+    let snapshot_text = std::fs::read_to_string(&snap).unwrap();
+    assert!(!snapshot_text.contains(MARK));
+}
+
+/// No stream captures the DLQ subject: the bad message is never ACKed (NAKed and redelivered),
+/// the good one is. Once a stream exists, the next redelivery is dead-lettered and ACKed.
+#[test]
+fn dlq_publish_failure_leaves_the_original_unacked() {
+    let (server, dir) = setup();
+    server.publish_with_headers("orders.a", &[], b"{\"good\":1}");
+    server.publish_with_headers(
+        "orders.a",
+        &[("Svc-Security-Labels", &format!("{{\"x\":\"{MARK}\"}}"))],
+        b"{\"bad\":1}",
+    );
+    server.publish_with_headers("orders.a", &[], b"{\"good\":2}");
+    let mut extra = labels_config();
+    extra["dead_letter"]["expected_stream"] = Value::Null;
+    let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), extra));
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    let snap = dir.path().join("metrics.json");
+    wait_until(
+        Duration::from_secs(30),
+        "three failed dlq publishes",
+        || snapshot_counter(&snap, "dlq_publish_errors_total") >= 3,
+    );
+    // Good ones stored and acked; the bad one (sequence 2) holds the ack floor at 1.
+    let (floor, pending, _) = server.consumer_state(STREAM, CONSUMER);
+    assert_eq!(floor, 1, "sequence 2 must not be acknowledged");
+    assert!(pending <= 1);
+    assert_eq!(
+        records(&dir.path().join("out"))
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
+        vec![1, 3]
+    );
+    assert_eq!(snapshot_counter(&snap, "messages_dlq_total"), 0);
+    assert_eq!(snapshot_counter(&snap, "messages_acked_total"), 2);
+    assert!(snapshot_counter(&snap, "messages_nacked_total") >= 3);
+    assert_eq!(snapshot_counter(&snap, "messages_terminated_total"), 0);
+    let log = runner.log_text();
+    assert!(
+        log.contains("no stream captures it"),
+        "start-up check: {log}"
+    );
+    assert!(
+        log.contains("dlq publish: no stream captures the subject"),
+        "{log}"
+    );
+
+    // The operator adds the stream: the next redelivery goes through.
+    server.create_stream("DLQ", &[DLQ_SUBJECT]);
+    wait_until(
+        Duration::from_secs(30),
+        "bad message dead-lettered and acked",
+        || server.try_consumer_state(STREAM, CONSUMER) == Some((3, 0, 0)),
+    );
+    assert_eq!(server.stream_messages("DLQ"), 1);
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(15))
+        .expect("exits")
+        .success());
+    assert_eq!(snapshot_counter(&snap, "messages_dlq_total"), 1);
+    assert!(!runner.log_text().contains(MARK));
+}
+
+/// Metadata rules/defaults and label rules/defaults by subject; labels reach the file record
+/// at top level and in `metadata.security_labels`.
+#[test]
+fn rules_and_defaults_apply_by_subject_and_reach_the_record() {
+    let (server, dir) = setup();
+    let extra = json!({
+        "message_metadata": {
+            "default_priority": "normal",
+            "default_labels": ["base"],
+            "rules": [
+                {"subject": "orders.eu.*", "classification": "restricted", "labels": ["eu", "gdpr"]},
+                {"subject": "orders.audit.>", "priority": "high"}
+            ]
+        },
+        "security_labels": {
+            "enabled": true,
+            "default": {"owner": "platform", "retention_category": "standard"},
+            "rules": [
+                {"subject": "orders.audit.>", "profile": {"owner": "audit", "handling_caveats": ["no-export"]}},
+                {"subject": "orders.public", "profile": null}
+            ]
+        }
+    });
+    server.publish_with_headers("orders.eu.created", &[], b"{}"); // 1
+    server.publish_with_headers("orders.audit.login.ok", &[], b"{}"); // 2
+    server.publish_with_headers("orders.public", &[], b"{}"); // 3
+    server.publish_with_headers(
+        "orders.eu.created",
+        &[
+            ("Svc-Priority", " URGENT "),
+            ("Svc-Labels", "Zeta, alpha,ALPHA"),
+            (
+                "Svc-Security-Labels",
+                r#"{"owner":"hdr","classification":null}"#,
+            ),
+        ],
+        b"{}",
+    ); // 4
+    let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), extra));
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "every message acked", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((4, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(15))
+        .expect("exits")
+        .success());
+    let r = records(&dir.path().join("out"));
+    let meta = |s: u64| {
+        (
+            r[&s]["priority"].as_str().unwrap().to_string(),
+            r[&s]["classification"].as_str().unwrap().to_string(),
+            r[&s]["labels"].as_str().unwrap().to_string(),
+            r[&s]["labels_list"].clone(),
+        )
+    };
+    assert_eq!(
+        meta(1),
+        (
+            "normal".into(),
+            "restricted".into(),
+            "eu;gdpr".into(),
+            json!(["eu", "gdpr"])
+        )
+    );
+    assert_eq!(
+        meta(2),
+        (
+            "high".into(),
+            "unclassified".into(),
+            "base".into(),
+            json!(["base"])
+        )
+    );
+    assert_eq!(
+        meta(3),
+        (
+            "normal".into(),
+            "unclassified".into(),
+            "base".into(),
+            json!(["base"])
+        )
+    );
+    assert_eq!(
+        meta(4),
+        (
+            "urgent".into(),
+            "restricted".into(),
+            "alpha;zeta".into(),
+            json!(["alpha", "zeta"])
+        )
+    );
+
+    let labels = |s: u64| {
+        let top = r[&s]["security_labels"].clone();
+        assert_eq!(
+            top, r[&s]["metadata"]["security_labels"],
+            "both places, sequence {s}"
+        );
+        top
+    };
+    assert_eq!(
+        labels(1),
+        json!({"profile": "svc.security-label.v1", "owner": "platform", "retention_category": "standard",
+               "priority": "normal", "classification": "restricted", "labels": ["eu", "gdpr"]})
+    );
+    assert_eq!(
+        labels(2),
+        json!({"profile": "svc.security-label.v1", "owner": "audit", "handling_caveats": ["no-export"],
+               "priority": "high", "classification": "unclassified", "labels": ["base"]})
+    );
+    assert_eq!(labels(3), Value::Null, "a null rule clears the default");
+    assert_eq!(
+        labels(4),
+        json!({"profile": "svc.security-label.v1", "owner": "hdr", "classification": null,
+               "priority": "urgent", "labels": ["alpha", "zeta"]})
+    );
+}
+
+/// Without a DLQ: a permanent failure is counted and NAKed, then terminated at
+/// `delivery.max_deliveries`; the advisory observer counts the broker's NAK and TERM
+/// advisories into the snapshot.
+#[test]
+fn without_dlq_failures_are_naked_then_terminated_and_advisories_counted() {
+    let (server, dir) = setup();
+    server.publish_with_headers("orders.a", &[("Svc-Security-Labels", "[]")], b"{}");
+    server.publish_with_headers("orders.a", &[], b"{}");
+    let extra = json!({
+        "security_labels": {"enabled": true},
+        "delivery": {"max_deliveries": 2},
+        "advisories": {"enabled": true}
+    });
+    let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), extra));
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "both settled", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((2, 0, 0))
+    });
+    let snap = dir.path().join("metrics.json");
+    wait_until(
+        Duration::from_secs(10),
+        "advisories in the snapshot",
+        || {
+            snapshot_counter(&snap, "advisory_terminated_total") == 1
+                && snapshot_counter(&snap, "advisory_nak_total") == 1
+        },
+    );
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(15))
+        .expect("exits")
+        .success());
+    assert_eq!(
+        snapshot_counter(&snap, "messages_failed_total"),
+        2,
+        "once per delivery"
+    );
+    assert_eq!(snapshot_counter(&snap, "messages_nacked_total"), 1);
+    assert_eq!(snapshot_counter(&snap, "messages_terminated_total"), 1);
+    assert_eq!(snapshot_counter(&snap, "messages_acked_total"), 1);
+    assert_eq!(snapshot_counter(&snap, "messages_dlq_total"), 0);
+    assert_eq!(records(&dir.path().join("out")).len(), 1);
+    let log = runner.log_text();
+    assert!(
+        log.contains("security_labels: must be a JSON object"),
+        "{log}"
+    );
+}
+
+/// The broker's own `max_deliver` is reached (the DLQ keeps failing, so the runner NAKs every
+/// delivery): the observer counts the max-deliveries advisory in the snapshot.
+#[test]
+fn max_deliveries_advisory_is_counted_in_the_snapshot() {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server
+        .js()
+        .add_consumer(
+            STREAM,
+            nats::jetstream::ConsumerConfig {
+                durable_name: Some(CONSUMER.into()),
+                ack_policy: nats::jetstream::AckPolicy::Explicit,
+                filter_subject: "orders.>".into(),
+                ack_wait: Duration::from_secs(30),
+                max_deliver: 3,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    server.publish_with_headers("orders.a", &[("Svc-Security-Labels", "nope")], b"{}");
+    let mut extra = labels_config();
+    extra["dead_letter"]["expected_stream"] = Value::Null;
+    extra["advisories"] = json!({"enabled": true});
+    let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), extra));
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    let snap = dir.path().join("metrics.json");
+    wait_until(
+        Duration::from_secs(30),
+        "max-deliveries advisory counted",
+        || snapshot_counter(&snap, "advisory_max_deliveries_total") == 1,
+    );
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(15))
+        .expect("exits")
+        .success());
+    assert_eq!(snapshot_counter(&snap, "dlq_publish_errors_total"), 3);
+    assert_eq!(snapshot_counter(&snap, "advisory_nak_total"), 3);
+    assert_eq!(snapshot_counter(&snap, "messages_acked_total"), 0);
+    assert_eq!(snapshot_counter(&snap, "messages_terminated_total"), 0);
+    // Never acknowledged: the broker stopped delivering it, the stream still holds it.
+    assert_eq!(server.consumer_state(STREAM, CONSUMER).0, 0);
+    assert_eq!(server.stream_messages(STREAM), 1);
+}
