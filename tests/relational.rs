@@ -594,3 +594,74 @@ fn init_db_prints_or_creates_every_relational_table() {
         "{err}"
     );
 }
+
+#[test]
+fn rows_land_with_security_labels_in_both_columns() {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(30));
+    let profile = r#"{"profile":"svc.security-label.v1","releasability":["team-a","team-b"],
+                      "owner":"ops","retention_category":"short"}"#;
+    for i in 0..3 {
+        server.publish_with_headers(
+            "orders.eu.created",
+            &[
+                ("Svc-Security-Labels", profile),
+                ("Svc-Classification", "restricted"),
+                ("Svc-Labels", "pii,eu"),
+                ("Svc-Priority", "high"),
+            ],
+            format!("{{\"order\":{i}}}").as_bytes(),
+        );
+    }
+    // No header: the rule's profile applies.
+    server.publish_with_headers("orders.us.created", &[], b"{\"order\":9}");
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new("labels");
+    let mut cfg = config(
+        &server,
+        dir.path(),
+        db.sink(json!({"auto_create_tables": true})),
+    );
+    cfg["message_metadata"] = json!({"default_classification": "unclassified"});
+    cfg["security_labels"] = json!({
+        "enabled": true,
+        "rules": [{"subject": "orders.us.>", "profile": {"owner": "us-desk"}}]
+    });
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "every message acked", || {
+        all_acked(&server, 4)
+    });
+    stop(runner);
+
+    let rows = db.rows(
+        "SELECT classification, labels, labels_list, priority, security_labels_json, \
+         metadata_json->'security_labels', security_labels_json = metadata_json->'security_labels' \
+         FROM events ORDER BY stream_sequence",
+    );
+    assert_eq!(rows.len(), 4);
+    let r = &rows[0];
+    assert_eq!(r[0].as_deref(), Some("restricted"));
+    assert_eq!(r[1].as_deref(), Some("eu;pii"), "normalized: sorted");
+    assert_eq!(r[2].as_deref(), Some("{eu,pii}"));
+    assert_eq!(r[3].as_deref(), Some("high"));
+    let labels: serde_json::Value = serde_json::from_str(r[4].as_deref().unwrap()).unwrap();
+    assert_eq!(labels["profile"], "svc.security-label.v1");
+    assert_eq!(labels["releasability"], json!(["team-a", "team-b"]));
+    assert_eq!(labels["owner"], "ops");
+    assert_eq!(
+        labels["classification"], "restricted",
+        "filled from message metadata"
+    );
+    assert_eq!(labels["labels"], json!(["eu", "pii"]));
+    let in_meta: serde_json::Value = serde_json::from_str(r[5].as_deref().unwrap()).unwrap();
+    assert_eq!(
+        in_meta, labels,
+        "SECURITY_LABELS_JSON = METADATA_JSON.security_labels"
+    );
+    assert!(rows.iter().all(|r| r[6].as_deref() == Some("t")));
+    let us: serde_json::Value = serde_json::from_str(rows[3][4].as_deref().unwrap()).unwrap();
+    assert_eq!(us["owner"], "us-desk");
+    assert_eq!(rows[3][0].as_deref(), Some("unclassified"));
+}
