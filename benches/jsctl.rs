@@ -18,6 +18,11 @@ fn main() {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
+    if args.is_empty() {
+        // `cargo test --all-targets` runs every bench target without arguments.
+        println!("jsctl: no command (see the header of benches/jsctl.rs)");
+        return;
+    }
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match a.as_slice() {
         ["stream", url, stream, subjects] => {

@@ -138,7 +138,7 @@ fn run_svc(
     .unwrap();
     let cfg = serde_json::json!({
         "nats": {"url": broker.url, "stream": stream, "consumer": consumer, "subject": subject},
-        "delivery": {"batch_size": 256, "max_in_flight_batches": 4, "sink_workers": 2},
+        "delivery": {"batch_size": 256, "max_in_flight_batches": 8, "sink_workers": 2},
         "sink": sink,
         "logging": {"level": "warn"}
     });
@@ -152,11 +152,13 @@ fn run_svc(
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
+    // One connection for polling, so the measurement does not pay for reconnects.
+    let js = nats::jetstream::new(support::connect(&broker.url).unwrap());
     let mut peak = 0;
     loop {
         peak = peak.max(peak_rss_kib(child.id()));
-        if let Ok((floor, pending, _)) = support::consumer_state(&broker.url, stream, consumer) {
-            if floor as usize >= n && pending == 0 {
+        if let Ok(i) = js.consumer_info(stream, consumer) {
+            if i.ack_floor.stream_seq as usize >= n && i.num_ack_pending == 0 {
                 break;
             }
         }
@@ -178,10 +180,12 @@ fn run_svc(
 }
 
 fn main() {
+    // Under `cargo test --all-targets` (no `--bench` flag) run a small smoke pass.
+    let benching = std::env::args().any(|a| a == "--bench");
     let n: usize = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())
-        .unwrap_or(200_000);
+        .unwrap_or(if benching { 200_000 } else { 3_000 });
     let n_files = (n / 10).max(1000);
     let n_small = (n / 10).max(1000);
     let dir = tempfile::tempdir().unwrap();

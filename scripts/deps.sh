@@ -39,7 +39,7 @@ TOOLS_DIR="${SVC_TEST_TOOLS:-$HOME/.cache/svc-test-tools}"
 deps_test() {
     need_rust
     apt_install nats-server curl openssl ca-certificates python3 python3-venv \
-        prometheus prometheus-node-exporter rsyslog wrk nodejs npm
+        prometheus prometheus-node-exporter rsyslog wrk nodejs npm systemd
     # PostgreSQL: tests need a server on 127.0.0.1:5432 with trust auth.
     if ! pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1; then
         apt_install postgresql

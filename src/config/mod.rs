@@ -16,6 +16,7 @@ use crate::message_metadata::MessageMetadataConfig;
 use crate::metrics::SubjectFamily;
 use crate::sink::SinkConfig;
 use crate::subject::SubjectPattern;
+pub use reader::LoadError;
 use reader::{is_env_var_name, looks_secret, parse_json, Invalid, ObjectReader, Problems};
 
 /// The whole runtime config.
@@ -83,6 +84,8 @@ pub struct DeliveryConfig {
     pub batch_size: usize,
     /// Expiry of each pull request: how long the broker may hold it open.
     pub fetch_expiry: Duration,
+    /// Longest a message waits in a partly filled batch before it is handed to the sink.
+    pub max_batch_wait: Duration,
     pub max_in_flight_batches: usize,
     pub sink_workers: usize,
     /// Batches older than this fraction of AckWait get in-progress acks.
@@ -113,31 +116,6 @@ pub struct LoggingConfig {
     pub level: log::LevelFilter,
 }
 
-/// A config that could not be loaded.
-#[derive(Debug)]
-pub enum LoadError {
-    /// The file could not be read.
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// The document is invalid; every problem is listed.
-    Invalid(Invalid),
-}
-
-impl std::fmt::Display for LoadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LoadError::Read { path, source } => {
-                write!(f, "cannot read {}: {source}", path.display())
-            }
-            LoadError::Invalid(inv) => write!(f, "{inv}"),
-        }
-    }
-}
-
-impl std::error::Error for LoadError {}
-
 /// Bounds, named so docs and code agree.
 pub const MAX_BATCH_SIZE: i64 = 10_000;
 pub const MAX_IN_FLIGHT_BATCHES: i64 = 64;
@@ -146,11 +124,7 @@ pub const MAX_SUBJECT_FAMILIES: usize = 100;
 
 impl RuntimeConfig {
     pub fn load(path: &Path) -> Result<RuntimeConfig, LoadError> {
-        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::parse(&text).map_err(LoadError::Invalid)
+        reader::load_document(path, "", Self::parse)
     }
 
     /// Parses and validates a config document.
@@ -393,8 +367,10 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
     let mut r = r.unwrap_or_else(|| ObjectReader::at("delivery".into(), &empty, &scratch));
     let batch_size = r.int_in("batch_size", 256, 1, MAX_BATCH_SIZE) as usize;
     let fetch_expiry = Duration::from_millis(r.int_in("fetch_expiry_ms", 1000, 10, 60_000) as u64);
+    let max_batch_wait =
+        Duration::from_millis(r.int_in("max_batch_wait_ms", 100, 1, 60_000) as u64);
     let max_in_flight_batches =
-        r.int_in("max_in_flight_batches", 4, 1, MAX_IN_FLIGHT_BATCHES) as usize;
+        r.int_in("max_in_flight_batches", 8, 1, MAX_IN_FLIGHT_BATCHES) as usize;
     let sink_workers = r.int_in("sink_workers", 2, 1, MAX_SINK_WORKERS) as usize;
     let in_progress_fraction = r.number_in("in_progress_fraction", 0.5, 0.05, false, 0.9);
     let nak_backoff = match r.object("nak_backoff") {
@@ -414,6 +390,7 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
     DeliveryConfig {
         batch_size,
         fetch_expiry,
+        max_batch_wait,
         max_in_flight_batches,
         sink_workers,
         in_progress_fraction,

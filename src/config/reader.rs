@@ -10,6 +10,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
@@ -82,6 +83,46 @@ impl Invalid {
             message: message.into(),
         }])
     }
+}
+
+/// A JSON document (runtime config, observability policy) that could not be loaded.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The file could not be read. `what` names the document, e.g. `policy `.
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The document is invalid; every problem is listed.
+    Invalid(Invalid),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Read { what, path, source } => {
+                write!(f, "cannot read {what}{}: {source}", path.display())
+            }
+            LoadError::Invalid(inv) => write!(f, "{inv}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// Reads a document from `path` and parses it with `parse`.
+pub fn load_document<T>(
+    path: &Path,
+    what: &'static str,
+    parse: impl FnOnce(&str) -> Result<T, Invalid>,
+) -> Result<T, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text).map_err(LoadError::Invalid)
 }
 
 /// Parses JSON text, turning a syntax error into a problem with line and column.

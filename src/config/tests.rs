@@ -38,7 +38,11 @@ fn minimal_config_is_valid_with_defaults() {
     let c = RuntimeConfig::parse(MINIMAL).unwrap();
     assert_eq!(c.nats.urls, vec!["nats://127.0.0.1:4222"]);
     assert_eq!(c.delivery.batch_size, 256);
-    assert_eq!(c.delivery.max_in_flight_batches, 4);
+    assert_eq!(c.delivery.max_in_flight_batches, 8);
+    assert_eq!(
+        c.delivery.max_batch_wait,
+        std::time::Duration::from_millis(100)
+    );
     assert_eq!(c.delivery.sink_workers, 2);
     assert_eq!(c.delivery.nak_backoff, DEFAULT_NAK_BACKOFF);
     assert_eq!(c.sink.kind(), "file");

@@ -1,6 +1,6 @@
 //! `svc-ack`: the only thread that acknowledges. It holds every in-flight batch's ack handles,
 //! settles each batch when its outcome arrives, keeps long batches alive with in-progress
-//! acks, and returns the batch's credit to `svc-fetch`.
+//! acks, and returns the batch's message credits to the pool `svc-fetch` draws from.
 //!
 //! Invariant: `AckVerb::Ack` is sent only for a message whose verdict is durable, or whose
 //! DLQ record the broker confirmed (stored in a stream) just before.
@@ -15,7 +15,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use super::credit::CreditPool;
 
 use super::{AckMsg, BatchId, Monitor, PreSinkFailure, Verdict};
 use crate::backoff::Backoff;
@@ -27,7 +29,7 @@ use crate::sink::WriteOutcome;
 pub struct AckWorker {
     pub nc: Connection,
     pub rx: Receiver<AckMsg>,
-    pub credit: Sender<()>,
+    pub credits: Arc<CreditPool>,
     pub metrics: Arc<Metrics>,
     pub monitor: Arc<Monitor>,
     pub nak_backoff: Backoff,
@@ -71,9 +73,11 @@ impl AckWorker {
                 Ok(AckMsg::Outcome { id, verdicts }) => match in_flight.remove(&id) {
                     Some(batch) => {
                         self.monitor.activity("settling batch");
+                        let size = batch.handles.len();
                         self.settle(batch, verdicts);
                         self.monitor.batch_settled(id);
-                        let _ = self.credit.send(());
+                        // Settled or not, these messages no longer occupy the pipeline.
+                        self.credits.give(size);
                     }
                     None => log::error!("outcome for unknown batch {id}: nothing acknowledged"),
                 },

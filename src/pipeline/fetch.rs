@@ -1,25 +1,34 @@
 //! `svc-fetch`: turns credits into pull requests and deliveries into batches.
 //!
-//! One batch = the messages answering one pull request. The broker serves outstanding pull
-//! requests in order, so each delivery belongs to the oldest outstanding request. A request
-//! ends when it is full, when the broker says it expired (408) or hit a limit (409), or when
-//! its deadline passes without word (its answer was lost to a reconnect). A delivery that
-//! arrives with no request outstanding (late, after such a loss) is NAKed at once so the
-//! broker redelivers it promptly; it is never dropped silently.
+//! Pull requests and batches are decoupled. Each pull request asks for `batch_size` messages
+//! and holds that many credits (see `credit.rs`) until it is answered; the broker serves
+//! outstanding requests in order, so each delivery belongs to the oldest one. A request ends
+//! when it is full, when the broker says it expired (408) or hit a limit (409), or when its
+//! deadline passes without word (its answer was lost to a reconnect); its unused credits go
+//! back to the pool.
+//!
+//! Deliveries collect in one batch, shipped when it holds `batch_size` messages, when its
+//! oldest message has waited `max_batch_wait`, or when no request is outstanding. Under load
+//! batches fill at once; under light load a message waits at most `max_batch_wait`, not a
+//! pull request's whole expiry.
+//!
+//! A delivery that arrives with no request outstanding (late, after such a loss) holds no
+//! credit: it is NAKed at once so the broker redelivers it promptly, never dropped silently.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 
+use super::credit::CreditPool;
 use super::{AckMsg, Monitor, RawBatch, PIPELINED_PULL_REQUESTS};
 use crate::broker::{self, AckHandle, AckVerb, Connection, Delivery};
 use crate::envelope::{now_unix_nanos, RawMessage};
 use crate::metrics::Metrics;
 
-/// How long a wait on the subscription lasts before the stop flag and deadlines are checked.
+/// Longest single wait, so the stop flag and deadlines are checked often.
 const POLL: Duration = Duration::from_millis(50);
 /// Extra time after a pull request's expiry before we stop waiting for the broker's 408.
 const EXPIRY_GRACE: Duration = Duration::from_secs(1);
@@ -29,8 +38,8 @@ pub struct Fetcher {
     pub sub: broker::PullSubscription,
     pub batch_size: usize,
     pub expiry: Duration,
-    pub credit_rx: Receiver<()>,
-    pub credit_tx: Sender<()>,
+    pub max_batch_wait: Duration,
+    pub credits: Arc<CreditPool>,
     pub raw_tx: Sender<RawBatch>,
     pub ack_tx: Sender<AckMsg>,
     pub stop: Arc<AtomicBool>,
@@ -38,33 +47,50 @@ pub struct Fetcher {
     pub monitor: Arc<Monitor>,
 }
 
-/// An outstanding pull request and the deliveries collected for it.
+/// An outstanding pull request: how many deliveries it may still bring, and until when.
 struct Request {
     remaining: usize,
     deadline: Instant,
+}
+
+/// Deliveries collected for the next batch.
+struct Collecting {
     messages: Vec<(RawMessage, i128)>,
     handles: Vec<AckHandle>,
+    /// Arrival of the oldest message in the batch.
+    since: Option<Instant>,
+}
+
+impl Collecting {
+    fn new(capacity: usize) -> Collecting {
+        Collecting {
+            messages: Vec::with_capacity(capacity),
+            handles: Vec::with_capacity(capacity),
+            since: None,
+        }
+    }
 }
 
 impl Fetcher {
     /// Runs until the stop flag is set (Ok) or the connection is closed for good (Err).
     pub fn run(self) -> Result<(), String> {
         let mut outstanding: VecDeque<Request> = VecDeque::new();
+        let mut batch = Collecting::new(self.batch_size);
         let mut next_id: u64 = 1;
         let mut request_failures: u32 = 0;
         let result = loop {
             if self.stop.load(Ordering::SeqCst) {
                 break Ok(());
             }
-            // Keep the pipeline of pull requests full, one credit per request.
+            // Keep the pipeline of pull requests full, each covered by its credits.
             if outstanding.len() < PIPELINED_PULL_REQUESTS {
-                let credit = if outstanding.is_empty() {
-                    self.monitor.activity("waiting for a free batch slot");
-                    self.credit_rx.recv_timeout(POLL).ok()
+                let wait = if outstanding.is_empty() && batch.messages.is_empty() {
+                    self.monitor.activity("waiting for free message credits");
+                    POLL
                 } else {
-                    self.credit_rx.try_recv().ok()
+                    Duration::ZERO
                 };
-                if credit.is_some() {
+                if self.credits.take(self.batch_size, wait) {
                     self.monitor.activity("sending pull request");
                     match broker::request_batch(&self.nc, &self.sub, self.batch_size, self.expiry) {
                         Ok(()) => {
@@ -72,13 +98,11 @@ impl Fetcher {
                             outstanding.push_back(Request {
                                 remaining: self.batch_size,
                                 deadline: Instant::now() + self.expiry + EXPIRY_GRACE,
-                                messages: Vec::with_capacity(self.batch_size),
-                                handles: Vec::with_capacity(self.batch_size),
                             });
                         }
                         Err(e) => {
                             // Disconnected: the client reconnects on its own; retry calmly.
-                            let _ = self.credit_tx.send(());
+                            self.credits.give(self.batch_size);
                             request_failures += 1;
                             if request_failures == 1 || request_failures % 50 == 0 {
                                 log::warn!(
@@ -90,26 +114,32 @@ impl Fetcher {
                     }
                     continue;
                 }
-                if outstanding.is_empty() {
+                if outstanding.is_empty() && batch.messages.is_empty() {
                     continue;
                 }
             }
 
+            let wait = match batch.since {
+                Some(since) => self
+                    .max_batch_wait
+                    .saturating_sub(since.elapsed())
+                    .min(POLL),
+                None => POLL,
+            };
             self.monitor.activity("waiting for deliveries");
-            match broker::next_delivery(&self.sub, POLL) {
+            match broker::next_delivery(&self.sub, wait) {
                 Delivery::Message(raw, handle) => {
                     Metrics::add(&self.metrics.counters.messages_fetched_total, 1);
                     self.monitor.mark_fetch();
-                    let received = now_unix_nanos();
                     match outstanding.front_mut() {
                         Some(req) => {
-                            req.messages.push((raw, received));
-                            req.handles.push(handle);
-                            req.remaining = req.remaining.saturating_sub(1);
+                            req.remaining -= 1;
                             if req.remaining == 0 {
-                                let req = outstanding.pop_front().expect("front exists");
-                                self.ship(req, &mut next_id)?;
+                                outstanding.pop_front();
                             }
+                            batch.since.get_or_insert_with(Instant::now);
+                            batch.messages.push((raw, now_unix_nanos()));
+                            batch.handles.push(handle);
                         }
                         None => self.release_stray(&handle),
                     }
@@ -117,7 +147,7 @@ impl Fetcher {
                 Delivery::RequestEnded(why) => {
                     log::trace!("pull request ended: {why}");
                     if let Some(req) = outstanding.pop_front() {
-                        self.ship(req, &mut next_id)?;
+                        self.credits.give(req.remaining);
                     }
                 }
                 Delivery::Idle => {}
@@ -127,27 +157,36 @@ impl Fetcher {
             let now = Instant::now();
             while outstanding.front().is_some_and(|r| r.deadline <= now) {
                 let req = outstanding.pop_front().expect("front exists");
-                self.ship(req, &mut next_id)?;
+                self.credits.give(req.remaining);
+            }
+            let due = batch.messages.len() >= self.batch_size
+                || outstanding.is_empty()
+                || batch
+                    .since
+                    .is_some_and(|s| s.elapsed() >= self.max_batch_wait);
+            if due && !batch.messages.is_empty() {
+                let full = std::mem::replace(&mut batch, Collecting::new(self.batch_size));
+                self.ship(full, &mut next_id)?;
             }
         };
         // Ship what was collected: those messages were delivered to us and may as well be
-        // written and acknowledged while the pipeline drains.
+        // written and acknowledged while the pipeline drains. Credits of requests still
+        // outstanding are not needed any more.
+        if !batch.messages.is_empty() {
+            self.ship(batch, &mut next_id)?;
+        }
         for req in outstanding {
-            self.ship(req, &mut next_id)?;
+            self.credits.give(req.remaining);
         }
         self.monitor.activity("stopped");
         result
     }
 
-    /// Sends a finished request downstream, or returns its credit when it brought nothing.
-    fn ship(&self, req: Request, next_id: &mut u64) -> Result<(), String> {
-        if req.messages.is_empty() {
-            let _ = self.credit_tx.send(());
-            return Ok(());
-        }
+    /// Sends a batch downstream: registration first, then the data.
+    fn ship(&self, batch: Collecting, next_id: &mut u64) -> Result<(), String> {
         let id = *next_id;
         *next_id += 1;
-        let families = req
+        let families = batch
             .messages
             .iter()
             .map(|(m, _)| self.metrics.family_of(&m.subject))
@@ -161,14 +200,14 @@ impl Fetcher {
         self.ack_tx
             .send(AckMsg::Register {
                 id,
-                handles: req.handles,
+                handles: batch.handles,
                 families,
             })
             .map_err(|_| "svc-ack stopped unexpectedly".to_string())?;
         self.raw_tx
             .send(RawBatch {
                 id,
-                messages: req.messages,
+                messages: batch.messages,
             })
             .map_err(|_| "svc-normalize stopped unexpectedly".to_string())
     }

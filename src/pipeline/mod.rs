@@ -3,7 +3,7 @@
 //! ```text
 //!  svc-fetch ──RawBatch──▶ svc-normalize ──PreparedBatch──▶ svc-sink-1..N ──Outcome──▶ svc-ack
 //!      │  ▲                                                                        ▲    │
-//!      │  └──────────────────────── credit (one token per batch) ◀─────────────────┼────┘
+//!      │  └─────────────────────── message credits (one per message) ◀─────────────┼────┘
 //!      └──────────────────────────── Register (ack handles) ───────────────────────┘
 //!  svc-snapshot: reads the counters every interval; the final snapshot is written at exit
 //!  svc-signal:   SIGTERM/SIGINT set the stop flag; SIGUSR1 logs a pipeline dump
@@ -11,10 +11,12 @@
 //! ```
 //!
 //! Ownership:
-//! - `svc-fetch` owns the pull subscription. It takes a credit token before every pull
-//!   request, so at most `max_in_flight_batches` batches exist anywhere in the pipeline, and
-//!   keeps up to [`PIPELINED_PULL_REQUESTS`] requests outstanding so the broker is never idle
-//!   waiting for our next request. It splits each delivery into plain data (to the normalizer)
+//! - `svc-fetch` owns the pull subscription. It takes `batch_size` message credits before
+//!   every pull request (`credit.rs`), so at most `max_in_flight_batches x batch_size`
+//!   messages exist anywhere in the pipeline, and keeps up to [`PIPELINED_PULL_REQUESTS`]
+//!   requests outstanding so the broker is never idle waiting for our next request. A batch
+//!   ships when full or when its oldest message has waited `max_batch_wait_ms`. It splits
+//!   each delivery into plain data (to the normalizer)
 //!   and an ack handle (to `svc-ack`, registered *before* the data leaves, on the same channel
 //!   the outcome will later travel, so the registration is always seen first).
 //! - `svc-normalize` builds envelopes, message metadata and security labels: pure work, no
@@ -24,15 +26,16 @@
 //!   an ack handle.
 //! - `svc-ack` is the ONLY thread that ACKs, NAKs, TERMs or sends in-progress. Invariant: a
 //!   message is ACKed only when its verdict says durable, or its DLQ publish was confirmed by
-//!   the broker (PubAck) just before. It returns the batch's credit when the batch is settled.
+//!   the broker (PubAck) just before. It returns the batch's credits when the batch is settled.
 //!
 //! Backpressure: every channel is bounded; when the sinks are slow, credits run out and
 //! `svc-fetch` stops asking the broker, which keeps the messages. Memory is bounded by
 //! `max_in_flight_batches x batch_size x message size`, not by the backlog.
 //!
-//! The ack channel's capacity (`2 x max_in_flight_batches + 2`) covers every registration and
-//! outcome that can exist at once, so sink workers never block on it and the ACK path cannot
-//! deadlock behind the data path.
+//! The ACK path cannot deadlock behind the data path: `svc-ack` never waits for a data-path
+//! thread (returning credits never blocks), so the channel into it always drains. Its capacity
+//! (`2 x max_in_flight_batches + 2`) covers the registration and outcome of every full batch
+//! in flight; only many short batches can make a sink worker wait on it, briefly.
 //!
 //! Shutdown: the stop flag makes `svc-fetch` stop pulling; it ships what it holds and drops
 //! its senders; each stage drains and drops its own; `svc-ack` settles every outcome it
@@ -41,6 +44,7 @@
 //! reached an outcome stays unacknowledged and is redelivered: correct, not a loss.
 
 mod ack;
+mod credit;
 mod fetch;
 mod monitor;
 mod normalize;
@@ -164,14 +168,16 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     );
 
     let d = &cfg.delivery;
-    let (credit_tx, credit_rx) = bounded::<()>(d.max_in_flight_batches);
-    for _ in 0..d.max_in_flight_batches {
-        credit_tx.send(()).expect("fresh channel has room");
-    }
+    let credits = Arc::new(credit::CreditPool::new(
+        d.max_in_flight_batches * d.batch_size,
+    ));
     let (raw_tx, raw_rx) = bounded::<RawBatch>(d.max_in_flight_batches);
     let (prepared_tx, prepared_rx) = bounded::<PreparedBatch>(d.max_in_flight_batches);
     let (ack_tx, ack_rx) = bounded::<AckMsg>(2 * d.max_in_flight_batches + 2);
-    monitor.watch("credit (free batch slots)", &credit_rx);
+    let pool = credits.clone();
+    monitor.watch_fn("credits (free messages)", move || {
+        (pool.available(), Some(pool.capacity()))
+    });
     monitor.watch("svc-fetch -> svc-normalize", &raw_rx);
     monitor.watch("svc-normalize -> svc-sink", &prepared_rx);
     monitor.watch("-> svc-ack", &ack_rx);
@@ -180,14 +186,10 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let snapshot_thread = snapshot.spawn(stop.clone())?;
 
     let (ack_done_tx, ack_done_rx) = bounded::<()>(1);
-    // svc-fetch returns the credit of a pull request that ended empty; svc-ack returns the
-    // credit of every settled batch. The credit channel never disconnects on its own: its
-    // readers watch the stop flag instead.
-    let fetch_credit_tx = credit_tx.clone();
     let ack = ack::AckWorker {
         nc: nc.clone(),
         rx: ack_rx,
-        credit: credit_tx,
+        credits: credits.clone(),
         metrics: metrics.clone(),
         monitor: monitor.clone(),
         nak_backoff: d.nak_backoff,
@@ -247,8 +249,8 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         sub: consumer.subscription,
         batch_size: d.batch_size,
         expiry: d.fetch_expiry,
-        credit_rx,
-        credit_tx: fetch_credit_tx,
+        max_batch_wait: d.max_batch_wait,
+        credits,
         raw_tx,
         ack_tx,
         stop: stop.clone(),

@@ -58,10 +58,19 @@ impl Monitor {
     /// Registers a channel whose depth the report shows (a receiver clone only reads `len`).
     pub fn watch<T: Send + 'static>(&self, name: &'static str, rx: &Receiver<T>) {
         let rx = rx.clone();
+        self.watch_fn(name, move || (rx.len(), rx.capacity()));
+    }
+
+    /// Registers any (depth, capacity) reading, e.g. the credit pool.
+    pub fn watch_fn(
+        &self,
+        name: &'static str,
+        depth: impl Fn() -> (usize, Option<usize>) + Send + Sync + 'static,
+    ) {
         self.channels
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((name, Box::new(move || (rx.len(), rx.capacity()))));
+            .push((name, Box::new(depth)));
     }
 
     pub fn batch_started(&self, id: u64, size: usize, max_delivery: u64) {

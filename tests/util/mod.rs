@@ -48,15 +48,23 @@ pub struct NatsServer {
     pub port: u16,
     pub monitor_port: u16,
     pub store: tempfile::TempDir,
+    /// Extra server arguments (auth, TLS), kept for restarts.
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
 impl NatsServer {
     pub fn start() -> NatsServer {
+        Self::start_with(&[])
+    }
+
+    /// Starts with extra `nats-server` arguments, e.g. `["--auth", "token"]`.
+    pub fn start_with(extra: &[&str]) -> NatsServer {
         let mut s = NatsServer {
             port: free_port(),
             monitor_port: free_port(),
             store: tempfile::tempdir().unwrap(),
+            extra: extra.iter().map(|a| a.to_string()).collect(),
             child: None,
         };
         s.launch();
@@ -66,7 +74,9 @@ impl NatsServer {
     fn launch(&mut self) {
         let child = Command::new(NATS_SERVER)
             .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(["-m", &self.monitor_port.to_string(), "-js", "-sd"])
+            .args(["-m", &self.monitor_port.to_string()])
+            .args(&self.extra)
+            .args(["-js", "-sd"])
             .arg(self.store.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

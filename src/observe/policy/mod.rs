@@ -19,7 +19,7 @@ pub mod statsd;
 pub mod subject_metrics;
 pub mod syslog;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -92,38 +92,11 @@ pub struct SubjectEntry {
     pub share_subject_label: bool,
 }
 
-/// A policy that could not be loaded.
-#[derive(Debug)]
-pub enum LoadError {
-    /// The file could not be read.
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// The document is invalid; every problem is listed.
-    Invalid(Invalid),
-}
-
-impl std::fmt::Display for LoadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LoadError::Read { path, source } => {
-                write!(f, "cannot read policy {}: {source}", path.display())
-            }
-            LoadError::Invalid(inv) => write!(f, "{inv}"),
-        }
-    }
-}
-
-impl std::error::Error for LoadError {}
+pub use crate::config::reader::LoadError;
 
 impl Policy {
     pub fn load(path: &Path) -> Result<Policy, LoadError> {
-        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Policy::parse(&text).map_err(LoadError::Invalid)
+        crate::config::reader::load_document(path, "policy ", Policy::parse)
     }
 
     /// Parses and validates a policy document, reporting every problem.

@@ -1,0 +1,227 @@
+//! Broker authentication (secrets from the environment, never printed) and TLS (a real
+//! handshake against a self-signed certificate: trusted through `tls_ca_file`, a clean error
+//! otherwise, never a panic).
+#![allow(deprecated)] // the nats crate's JetStream API, used to set up the broker
+
+mod util;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::json;
+use util::*;
+
+fn config(url: &str, dir: &Path, nats_extra: serde_json::Value) -> serde_json::Value {
+    let mut nats = json!({"url": url, "stream": "ORDERS", "consumer": "svc", "subject": "orders.>",
+                          "create_consumer": true});
+    for (k, v) in nats_extra.as_object().unwrap() {
+        nats[k] = v.clone();
+    }
+    json!({"nats": nats,
+           "delivery": {"fetch_expiry_ms": 200, "max_batch_wait_ms": 20},
+           "sink": {"type": "file", "directory": dir.join("out")}})
+}
+
+/// Runs `svc run` with `env` until `n` files exist (Ok) or it exits (Err with its output).
+fn run_until_stored(
+    cfg: &Path,
+    env: &[(&str, &str)],
+    out: &Path,
+    n: usize,
+) -> Result<String, String> {
+    let log = cfg.with_extension("log");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_svc"));
+    cmd.arg("run").arg(cfg).env("RUST_LOG", "info");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let file = std::fs::File::create(&log).unwrap();
+    let mut child = cmd
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if files_below(out).len() >= n {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let status = child.wait().unwrap();
+            let text = std::fs::read_to_string(&log).unwrap();
+            return if status.success() {
+                Ok(text)
+            } else {
+                Err(text)
+            };
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let text = std::fs::read_to_string(&log).unwrap();
+            return Err(format!("exit {status}: {text}"));
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(format!(
+                "timed out: {}",
+                std::fs::read_to_string(&log).unwrap()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn publish_via(url: &str, opts: nats::Options) {
+    let nc = opts.connect(url).unwrap();
+    let js = nats::jetstream::new(nc.clone());
+    js.add_stream(nats::jetstream::StreamConfig {
+        name: "ORDERS".into(),
+        subjects: vec!["orders.>".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    for i in 0..3 {
+        js.publish("orders.created", format!("{{\"n\":{i}}}"))
+            .unwrap();
+    }
+}
+
+#[test]
+fn token_from_the_environment_and_never_printed() {
+    let token = "tok-7f3a9-never-print-me";
+    let server = NatsServer::start_with(&["--auth", token]);
+    publish_via(&server.url(), nats::Options::with_token(token));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(
+            &server.url(),
+            dir.path(),
+            json!({"auth": {"mode": "token", "token_env": "SVC_TEST_NATS_TOKEN"}}),
+        ),
+    );
+    let log = run_until_stored(&cfg, &[("SVC_TEST_NATS_TOKEN", token)], &out, 3).unwrap();
+    assert!(!log.contains(token));
+
+    // Wrong token: a clear failure, exit 1, and neither token in the output.
+    let wrong = "wrong-token-also-secret";
+    let err = run_until_stored(
+        &cfg,
+        &[("SVC_TEST_NATS_TOKEN", wrong)],
+        &dir.path().join("none"),
+        1,
+    )
+    .unwrap_err();
+    assert!(err.starts_with("exit exit status: 1"), "{err}");
+    assert!(err.contains("broker: connect"), "{err}");
+    assert!(!err.contains(wrong) && !err.contains(token), "{err}");
+
+    // Variable missing: names the variable, not a value.
+    let err = run_until_stored(&cfg, &[], &dir.path().join("none"), 1).unwrap_err();
+    assert!(
+        err.contains("environment variable SVC_TEST_NATS_TOKEN is not set"),
+        "{err}"
+    );
+}
+
+#[test]
+fn user_and_password_from_the_environment() {
+    let server = NatsServer::start_with(&["--user", "svc", "--pass", "pw-1234-secret"]);
+    publish_via(
+        &server.url(),
+        nats::Options::with_user_pass("svc", "pw-1234-secret"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(
+            &server.url(),
+            dir.path(),
+            json!({"auth": {"mode": "user_password", "username_env": "SVC_U", "password_env": "SVC_P"}}),
+        ),
+    );
+    let log = run_until_stored(
+        &cfg,
+        &[("SVC_U", "svc"), ("SVC_P", "pw-1234-secret")],
+        &out,
+        3,
+    )
+    .unwrap();
+    assert!(!log.contains("pw-1234-secret"));
+    let err = run_until_stored(
+        &cfg,
+        &[("SVC_U", "svc"), ("SVC_P", "nope-secret")],
+        &dir.path().join("x"),
+        1,
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("broker: connect") && !err.contains("nope-secret"),
+        "{err}"
+    );
+}
+
+/// A CA and a server certificate for 127.0.0.1, made with openssl.
+fn make_certs(dir: &Path) {
+    let sh = |args: &str| {
+        let ok = Command::new("sh")
+            .arg("-c")
+            .arg(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{args}: {}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    };
+    sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=svc-test-ca");
+    sh("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1");
+    sh("printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile san.ext");
+}
+
+#[test]
+fn tls_broker_trusted_through_ca_file_and_a_clean_error_otherwise() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let p = |f: &str| certs.path().join(f).to_str().unwrap().to_string();
+    let server = NatsServer::start_with(&[
+        "--tls",
+        "--tlscert",
+        &p("server.pem"),
+        "--tlskey",
+        &p("server.key"),
+    ]);
+    let url = format!("tls://127.0.0.1:{}", server.port);
+    publish_via(&url, nats::Options::new().add_root_certificate(p("ca.pem")));
+    let dir = tempfile::tempdir().unwrap();
+
+    // Not trusted: the handshake fails cleanly (no panic), exit 1.
+    let cfg = write_config(
+        dir.path(),
+        "untrusted.json",
+        &config(&url, dir.path(), json!({})),
+    );
+    let err = run_until_stored(&cfg, &[], &dir.path().join("none"), 1).unwrap_err();
+    assert!(err.starts_with("exit exit status: 1"), "{err}");
+    assert!(err.contains("broker: connect"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    // Trusted through tls_ca_file: delivered.
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "trusted.json",
+        &config(
+            &url,
+            dir.path(),
+            json!({"tls_ca_file": p("ca.pem"), "tls_required": true}),
+        ),
+    );
+    run_until_stored(&cfg, &[], &out, 3).unwrap();
+}
