@@ -13,10 +13,11 @@ mod support;
 use std::time::Duration;
 
 fn main() {
-    // cargo bench appends `--bench`; ignore it.
+    // cargo appends harness flags (`--bench`, and under `cargo test` whatever follows `--`,
+    // e.g. `--test-threads=4`); none of jsctl's own arguments start with `--`.
     let args: Vec<String> = std::env::args()
         .skip(1)
-        .filter(|a| a != "--bench")
+        .filter(|a| !a.starts_with("--"))
         .collect();
     if args.is_empty() {
         // `cargo test --all-targets` runs every bench target without arguments.

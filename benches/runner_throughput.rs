@@ -188,7 +188,10 @@ fn main() {
         .unwrap_or(if benching { 200_000 } else { 3_000 });
     let n_files = (n / 10).max(1000);
     let n_small = (n / 10).max(1000);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = match std::env::var_os("SVC_BENCH_DIR") {
+        Some(base) => tempfile::tempdir_in(base).unwrap(),
+        None => tempfile::tempdir().unwrap(),
+    };
     let broker = start_broker();
     support::create_stream(&broker.url, "BIG", &["big.>"]).unwrap();
     support::create_stream(&broker.url, "SMALL", &["small.>"]).unwrap();

@@ -21,6 +21,12 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+# Installs package $2 only when command $1 is missing (a tool may come from elsewhere, e.g.
+# Node.js from its own repository, whose npm conflicts with Debian's npm package).
+apt_install_cmd() {
+    command -v "$1" >/dev/null 2>&1 || apt_install "$2"
+}
+
 need_rust() {
     if ! command -v cargo >/dev/null 2>&1; then
         echo "cargo is required (rustup toolchain)" >&2
@@ -30,7 +36,9 @@ need_rust() {
 
 deps_demo() {
     need_rust
-    apt_install nats-server curl python3
+    apt_install nats-server
+    apt_install_cmd curl curl
+    apt_install_cmd python3 python3
 }
 
 # Where Python and Node test tools go (outside the repository).
@@ -38,8 +46,13 @@ TOOLS_DIR="${SVC_TEST_TOOLS:-$HOME/.cache/svc-test-tools}"
 
 deps_test() {
     need_rust
-    apt_install nats-server curl openssl ca-certificates python3 python3-venv \
-        prometheus prometheus-node-exporter rsyslog wrk nodejs npm systemd
+    apt_install nats-server openssl ca-certificates \
+        prometheus prometheus-node-exporter rsyslog wrk systemd
+    apt_install_cmd curl curl
+    apt_install_cmd python3 python3
+    python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+    apt_install_cmd node nodejs
+    apt_install_cmd npm npm
     # PostgreSQL: tests need a server on 127.0.0.1:5432 with trust auth.
     if ! pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1; then
         apt_install postgresql
@@ -48,9 +61,11 @@ deps_test() {
         $SUDO pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
     fi
     mkdir -p "$TOOLS_DIR"
-    if [ ! -x "$TOOLS_DIR/venv/bin/moto_server" ] || ! "$TOOLS_DIR/venv/bin/python" -c 'import opentelemetry.proto, boto3' 2>/dev/null; then
+    # moto (S3 and CloudWatch), served through waitress so connections are kept alive as real
+    # S3 keeps them; the OTLP protobuf JSON parser for the OTLP receivers.
+    if [ ! -x "$TOOLS_DIR/venv/bin/moto_server" ] || ! "$TOOLS_DIR/venv/bin/python" -c 'import opentelemetry.proto, boto3, waitress' 2>/dev/null; then
         python3 -m venv "$TOOLS_DIR/venv"
-        "$TOOLS_DIR/venv/bin/pip" install -q 'moto[server]' boto3 opentelemetry-proto protobuf
+        "$TOOLS_DIR/venv/bin/pip" install -q 'moto[server]' boto3 waitress opentelemetry-proto protobuf
     fi
     if [ ! -f "$TOOLS_DIR/node_modules/statsd/stats.js" ]; then
         (cd "$TOOLS_DIR" && npm install --silent --no-audit --no-fund statsd@0.9.0 >/dev/null)

@@ -398,30 +398,25 @@ fn invalid_labels_are_dead_lettered_then_acked() {
     let total = seq;
 
     // Watch the runner's DLQ publishes and ACKs on the wire, in the order the broker saw them.
+    // One subscription, one handler thread: two subscriptions would each get their own handler
+    // thread, and those threads would race to record events out of wire order.
     let watch = server.connect();
     let events = Arc::new(std::sync::Mutex::new(Vec::<(String, u64)>::new()));
-    let (e1, e2) = (events.clone(), events.clone());
-    let _dlq_sub = watch
-        .subscribe(DLQ_SUBJECT)
-        .unwrap()
-        .with_handler(move |m| {
+    let recorded = events.clone();
+    let ack_prefix = format!("$JS.ACK.{STREAM}.{CONSUMER}.");
+    let _tap = watch.subscribe(">").unwrap().with_handler(move |m| {
+        if m.subject == DLQ_SUBJECT {
             let v: Value = serde_json::from_slice(&m.data).unwrap();
-            e1.lock().unwrap().push((
-                "dlq".into(),
-                v["original"]["stream_sequence"].as_u64().unwrap(),
-            ));
-            Ok(())
-        });
-    let _ack_sub = watch
-        .subscribe(&format!("$JS.ACK.{STREAM}.{CONSUMER}.>"))
-        .unwrap()
-        .with_handler(move |m| {
-            // $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>
-            let sseq: u64 = m.subject.split('.').nth(5).unwrap().parse().unwrap();
+            let sseq = v["original"]["stream_sequence"].as_u64().unwrap();
+            recorded.lock().unwrap().push(("dlq".into(), sseq));
+        } else if let Some(rest) = m.subject.strip_prefix(&ack_prefix) {
+            // <delivered>.<stream seq>.<consumer seq>.<ts>.<pending>
+            let sseq: u64 = rest.split('.').nth(1).unwrap().parse().unwrap();
             let verb = String::from_utf8_lossy(&m.data).to_string();
-            e2.lock().unwrap().push((verb, sseq));
-            Ok(())
-        });
+            recorded.lock().unwrap().push((verb, sseq));
+        }
+        Ok(())
+    });
     watch.flush().unwrap();
 
     let cfg = write_config(

@@ -272,7 +272,9 @@ fn sigterm_mid_stream_exits_cleanly_and_never_acks_unwritten() {
 #[test]
 fn two_runners_share_one_durable_consumer() {
     let n = 4000;
-    let (server, dir) = setup(n);
+    // Publish only once both runners are bound: at full speed one runner drains 4000
+    // messages before a second one started later has even connected.
+    let (server, dir) = setup(0);
     let out = dir.path().join("out");
     let mut runners = Vec::new();
     for i in 0..2 {
@@ -286,6 +288,14 @@ fn two_runners_share_one_durable_consumer() {
         let cfg = write_config(dir.path(), &format!("c{i}.json"), &c);
         runners.push(Runner::start(&cfg, &dir.path().join(format!("svc{i}.log"))));
     }
+    for r in &runners {
+        wait_until(Duration::from_secs(20), "runner bound", || {
+            r.log_text().contains("bound to consumer")
+        });
+    }
+    server.publish_n(STREAM, "orders.created", n, |i| {
+        format!("{{\"order\":{i}}}").into_bytes()
+    });
     wait_until(Duration::from_secs(60), "all acked", || {
         all_acked(&server, n as u64)
     });

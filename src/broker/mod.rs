@@ -200,20 +200,21 @@ fn invalid(what: &str, why: &str) -> BrokerError {
     }
 }
 
-/// Sends one pull request and pushes it onto the socket at once (avoids the client's 5 ms
-/// flush floor, see TESTING.md).
-pub fn request_batch(
-    nc: &Connection,
-    sub: &PullSubscription,
-    batch: usize,
-    expires: Duration,
-) -> io::Result<()> {
+/// Queues one pull request. The client writes it within its flusher's 5 ms floor; call
+/// [`flush`] (from a thread that may wait) to write it at once.
+pub fn request_batch(sub: &PullSubscription, batch: usize, expires: Duration) -> io::Result<()> {
     sub.request_batch(BatchOptions {
         batch,
         expires: Some(expires.as_nanos() as usize),
         no_wait: false,
-    })?;
-    nc.flush_timeout(Duration::from_secs(2))
+    })
+}
+
+/// Writes everything queued on the connection now and waits for the server's PONG. The wait
+/// can be long: the PONG comes after every message already on its way to us, so only a thread
+/// that has nothing else to do should call this (`svc-flush`).
+pub fn flush(nc: &Connection, timeout: Duration) -> io::Result<()> {
+    nc.flush_timeout(timeout)
 }
 
 /// What one wait on the subscription produced.

@@ -54,6 +54,8 @@ counters! {
     dlq_publish_errors_total,
     /// Sink write failures, counted per message.
     sink_write_errors_total,
+    /// In-sink retries of a single write (object store: timeouts, 5xx, 409 conflicts).
+    sink_retries_total,
     /// Events whose age at receive exceeded `envelope.stale_after_seconds`.
     events_stale_at_receive_total,
     /// Events without a publisher timestamp header (broker time used instead).

@@ -90,6 +90,10 @@ pub const KNOWN: &[Known] = &[
         "Sink write failures, counted per message.",
     ),
     c(
+        "sink_retries_total",
+        "In-sink retries of single writes (object store: timeouts, 5xx, 409 conflicts).",
+    ),
+    c(
         "events_stale_at_receive_total",
         "Events older than the configured staleness bound when received.",
     ),

@@ -15,6 +15,7 @@
 //! connectors; [`template`] backs `init-scrape-policy`.
 
 pub mod catalogue;
+pub mod connectors;
 pub mod exposition;
 pub mod families;
 pub mod filter;

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::credit::CreditPool;
 
@@ -30,6 +30,8 @@ pub struct AckWorker {
     pub nc: Connection,
     pub rx: Receiver<AckMsg>,
     pub credits: Arc<CreditPool>,
+    /// Wakes `svc-flush` so a settled batch's acknowledgements are written at once.
+    pub flush_kick: Sender<()>,
     pub metrics: Arc<Metrics>,
     pub monitor: Arc<Monitor>,
     pub nak_backoff: Backoff,
@@ -78,6 +80,7 @@ impl AckWorker {
                         self.monitor.batch_settled(id);
                         // Settled or not, these messages no longer occupy the pipeline.
                         self.credits.give(size);
+                        let _ = self.flush_kick.try_send(());
                     }
                     None => log::error!("outcome for unknown batch {id}: nothing acknowledged"),
                 },

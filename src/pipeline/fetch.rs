@@ -40,6 +40,8 @@ pub struct Fetcher {
     pub expiry: Duration,
     pub max_batch_wait: Duration,
     pub credits: Arc<CreditPool>,
+    /// Wakes `svc-flush` (capacity 1: kicks coalesce).
+    pub flush_kick: Sender<()>,
     pub raw_tx: Sender<RawBatch>,
     pub ack_tx: Sender<AckMsg>,
     pub stop: Arc<AtomicBool>,
@@ -92,8 +94,10 @@ impl Fetcher {
                 };
                 if self.credits.take(self.batch_size, wait) {
                     self.monitor.activity("sending pull request");
-                    match broker::request_batch(&self.nc, &self.sub, self.batch_size, self.expiry) {
+                    match broker::request_batch(&self.sub, self.batch_size, self.expiry) {
                         Ok(()) => {
+                            // Written at once by svc-flush, not after the client's 5 ms floor.
+                            let _ = self.flush_kick.try_send(());
                             request_failures = 0;
                             outstanding.push_back(Request {
                                 remaining: self.batch_size,

@@ -7,6 +7,7 @@
 //!      └──────────────────────────── Register (ack handles) ───────────────────────┘
 //!  svc-snapshot: reads the counters every interval; the final snapshot is written at exit
 //!  svc-signal:   SIGTERM/SIGINT set the stop flag; SIGUSR1 logs a pipeline dump
+//!  svc-flush:    writes queued pull requests and acknowledgements at once when kicked
 //!  svc-advisory: (advisories.enabled) counts JetStream consumer advisories; no ack handles
 //! ```
 //!
@@ -27,6 +28,11 @@
 //! - `svc-ack` is the ONLY thread that ACKs, NAKs, TERMs or sends in-progress. Invariant: a
 //!   message is ACKed only when its verdict says durable, or its DLQ publish was confirmed by
 //!   the broker (PubAck) just before. It returns the batch's credits when the batch is settled.
+//!
+//! `svc-flush` exists because the broker client writes a publish only after its flusher's 5 ms
+//! floor, and an explicit flush is a PING/PONG round trip whose PONG queues behind every
+//! message already on its way to us: `svc-fetch` must not wait for that, so it kicks
+//! `svc-flush` (a bounded(1) channel, kicks coalesce), as does `svc-ack` after each batch.
 //!
 //! Backpressure: every channel is bounded; when the sinks are slow, credits run out and
 //! `svc-fetch` stops asking the broker, which keeps the messages. Memory is bounded by
@@ -185,11 +191,30 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let snapshot = snapshot_writer::SnapshotWriter::new(&cfg.metrics, metrics.clone(), started_at);
     let snapshot_thread = snapshot.spawn(stop.clone())?;
 
+    let (flush_kick, flush_rx) = bounded::<()>(1);
+    let flush_nc = nc.clone();
+    let flush_thread = spawn("svc-flush", move || {
+        // Ends when svc-fetch and svc-ack have dropped their kick senders.
+        let mut failures: u32 = 0;
+        while flush_rx.recv().is_ok() {
+            match broker::flush(&flush_nc, std::time::Duration::from_secs(2)) {
+                Ok(()) => failures = 0,
+                Err(e) => {
+                    failures += 1;
+                    if failures == 1 || failures % 100 == 0 {
+                        log::debug!("broker: flush failed ({failures}x): {e}");
+                    }
+                }
+            }
+        }
+    })?;
+
     let (ack_done_tx, ack_done_rx) = bounded::<()>(1);
     let ack = ack::AckWorker {
         nc: nc.clone(),
         rx: ack_rx,
         credits: credits.clone(),
+        flush_kick: flush_kick.clone(),
         metrics: metrics.clone(),
         monitor: monitor.clone(),
         nak_backoff: d.nak_backoff,
@@ -251,6 +276,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         expiry: d.fetch_expiry,
         max_batch_wait: d.max_batch_wait,
         credits,
+        flush_kick,
         raw_tx,
         ack_tx,
         stop: stop.clone(),
@@ -268,13 +294,17 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     stop.store(true, Ordering::SeqCst);
     let timeout = d.shutdown_timeout;
     match ack_done_rx.recv_timeout(timeout) {
-        Ok(()) => log::info!("pipeline drained; every settled message acknowledged"),
+        Ok(()) => {
+            log::info!("pipeline drained; every settled message acknowledged");
+            // Both kick senders are gone now, so svc-flush has ended or is ending.
+            let _ = flush_thread.join();
+        }
         Err(_) => log::warn!(
             "shutdown timeout ({timeout:?}) reached with batches in flight; they stay \
              unacknowledged and will be redelivered"
         ),
     }
-    if let Err(e) = nc.flush_timeout(std::time::Duration::from_secs(2)) {
+    if let Err(e) = broker::flush(&nc, std::time::Duration::from_secs(2)) {
         log::warn!("broker: final flush of acknowledgements failed: {e}");
     }
     if let Some(observer) = advisories {

@@ -331,8 +331,9 @@ fn read_target(
             } else {
                 (OTHER_MINIMUM_WAIT_MS, OTHER_TIMEOUT_MS)
             };
-            let min = min.map_or(dmin, |v| v as u64);
             let timeout = timeout.map_or(dtimeout, |v| v as u64);
+            // An omitted minimum wait never exceeds an explicit, shorter timeout.
+            let min = min.map_or(dmin.min(timeout), |v| v as u64);
             if !required && min > timeout {
                 r.problem("minimum_wait_ms", "must not exceed timeout_ms");
             }

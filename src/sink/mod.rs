@@ -7,6 +7,7 @@
 pub mod fanout;
 pub mod file;
 pub mod key;
+pub mod object_store;
 pub mod relational;
 
 use std::fmt;
@@ -80,6 +81,7 @@ pub trait Sink: Send + Sync {
 #[derive(Debug, Clone, PartialEq)]
 pub enum SinkConfig {
     File(file::FileSinkConfig),
+    ObjectStore(Box<object_store::config::ObjectStoreConfig>),
     RelationalDb(relational::RelationalConfig),
     Fanout(fanout::FanoutConfig),
 }
@@ -90,13 +92,19 @@ impl SinkConfig {
         let kind = r.req_string("type");
         let cfg = match kind.as_str() {
             "file" => Some(SinkConfig::File(file::FileSinkConfig::read(&mut r))),
+            "object_store" => Some(SinkConfig::ObjectStore(Box::new(
+                object_store::config::ObjectStoreConfig::read(&mut r),
+            ))),
             "relational_db" => Some(SinkConfig::RelationalDb(
                 relational::RelationalConfig::read(&mut r),
             )),
             "fanout" => Some(SinkConfig::Fanout(fanout::FanoutConfig::read(&mut r))),
             "" => None,
             _ => {
-                r.problem("type", "must be one of: file, relational_db, fanout");
+                r.problem(
+                    "type",
+                    "must be one of: file, object_store, relational_db, fanout",
+                );
                 None
             }
         };
@@ -109,6 +117,7 @@ impl SinkConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             SinkConfig::File(_) => "file",
+            SinkConfig::ObjectStore(_) => "object_store",
             SinkConfig::RelationalDb(_) => "relational_db",
             SinkConfig::Fanout(_) => "fanout",
         }
@@ -118,6 +127,10 @@ impl SinkConfig {
     pub fn build(&self, metrics: Arc<Metrics>) -> Result<Arc<dyn Sink>, SinkError> {
         match self {
             SinkConfig::File(c) => Ok(Arc::new(file::FileSink::new(c.clone(), metrics)?)),
+            SinkConfig::ObjectStore(c) => Ok(Arc::new(object_store::ObjectStoreSink::new(
+                (**c).clone(),
+                metrics,
+            )?)),
             SinkConfig::RelationalDb(c) => Ok(Arc::new(relational::RelationalSink::new(
                 c.clone(),
                 metrics,

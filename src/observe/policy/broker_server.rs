@@ -48,6 +48,22 @@ pub struct BrokerServerMonitoring {
     pub include_type: bool,
 }
 
+/// Words of a field path that name an identity, an address or the topology (server, account,
+/// stream and consumer names, ids, hosts, ports, URLs): never exported, even when numeric.
+const IDENTITY_WORDS: &[&str] = &[
+    "name", "names", "host", "hostname", "ip", "addr", "address", "url", "urls", "id", "ids",
+    "pid", "port", "domain", "tags", "user", "username", "password", "token", "nkey", "key",
+    "seed", "cert", "account", "stream", "consumer",
+];
+
+/// Does a dotted field path name an identity, address or topology field? Each token is split
+/// into words at `_` and compared case-insensitively (`server_name`, `cluster.port`,
+/// `http_port` are; `streams`, `total_connections`, `jetstream.stats.accounts` are not).
+pub fn is_identity_field(path: &str) -> bool {
+    path.split(['.', '_'])
+        .any(|w| IDENTITY_WORDS.iter().any(|x| x.eq_ignore_ascii_case(w)))
+}
+
 impl BrokerServerMonitoring {
     pub fn read(r: &mut ObjectReader<'_>) -> BrokerServerMonitoring {
         let enabled = r.bool_or("enabled", false);
@@ -91,15 +107,21 @@ impl BrokerServerMonitoring {
             );
         }
         for (i, f) in allowed_fields.iter().enumerate() {
+            let path = format!("{}[{i}]", r.path_of("allowed_fields"));
             let ok = f.len() <= 256
                 && f.split('.').all(|t| {
                     !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
                 });
             if !ok {
+                r.problems()
+                    .push(path, "must be a dotted path of [A-Za-z0-9_] names");
+            } else if is_identity_field(f) {
                 r.problems().push(
-                    format!("{}[{i}]", r.path_of("allowed_fields")),
-                    "must be a dotted path of [A-Za-z0-9_] names",
+                    path,
+                    "names an identity, address or topology field (name, id, host, ip, url, port, account, stream, consumer, ...); only aggregate values may be exported",
                 );
+            } else if allowed_fields[..i].contains(f) {
+                r.problems().push(path, "is listed twice");
             }
         }
         let timeout_seconds = checks::timeout(r, 2.0, MAX_TIMEOUT_SECONDS);
@@ -120,7 +142,20 @@ impl BrokerServerMonitoring {
                 r.problem("ca_file", "must be an absolute path");
             }
         }
+        if let (Some(_), Some(url)) = (&ca_file, &base_url) {
+            if url.starts_with("http://") {
+                r.problem("ca_file", "is only used with an https base_url");
+            } else if !verify_tls {
+                r.problem("ca_file", "cannot be combined with verify_tls false");
+            }
+        }
         let scrape_enabled = r.bool_or("scrape_enabled", false);
+        if enabled && scrape_enabled && allowed_fields.is_empty() {
+            r.problem(
+                "allowed_fields",
+                "must name at least one field when the connector and scrape_enabled are on",
+            );
+        }
         let include_help = r.bool_or("include_help", true);
         let include_type = r.bool_or("include_type", true);
         BrokerServerMonitoring {

@@ -414,18 +414,19 @@ pub fn static_value(r: &mut ObjectReader<'_>, key: &'static str, default: &str) 
     v
 }
 
-/// An identifier-like label for a generated configuration component.
+/// An identifier-like label for a generated configuration component. The collector's
+/// configuration language refers to components as `<type>.<label>.<export>`, so a label must
+/// be an identifier there: letters, digits and `_` (a `-` would read as a subtraction).
 pub fn component_label(r: &mut ObjectReader<'_>, key: &'static str, default: &str) -> String {
     let v = r.string_or(key, default);
     let ok = !v.is_empty()
         && v.len() <= 64
         && v.as_bytes()[0].is_ascii_alphabetic()
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
     if !ok {
         r.problem(
             key,
-            "must be 1 to 64 characters of [A-Za-z0-9_-] starting with a letter",
+            "must be 1 to 64 characters of [A-Za-z0-9_] starting with a letter (an identifier of the collector configuration)",
         );
     } else if looks_secret(&v) {
         r.problem(key, "must not look like a credential");

@@ -97,6 +97,12 @@ impl CloudA {
                     "must be an OCID (ocid1.<type>.<realm>...)",
                 )
             }
+            Some(c) if !(c.starts_with("ocid1.compartment.") || c.starts_with("ocid1.tenancy.")) => {
+                r.problem(
+                    "compartment_id",
+                    "must be a compartment OCID (ocid1.compartment.…) or the tenancy OCID (ocid1.tenancy.…, the root compartment)",
+                )
+            }
             _ => {}
         }
         let resource_group = r.opt_string("resource_group");

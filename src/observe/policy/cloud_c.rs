@@ -7,6 +7,8 @@ use serde::Serialize;
 use super::checks;
 use crate::config::reader::ObjectReader;
 
+/// Dimensions per custom metric the service accepts.
+pub const MAX_DIMENSIONS: usize = 10;
 /// Namespace prefixes reserved by the platform.
 pub const RESERVED_PREFIXES: &[&str] = &["Microsoft.", "Azure."];
 
@@ -81,6 +83,12 @@ impl CloudC {
         let dimensions = checks::dimensions(r, "dimensions", BTreeMap::new(), false);
         let include_metric_labels_as_dimensions =
             r.bool_or("include_metric_labels_as_dimensions", false);
+        if include_metric_labels_as_dimensions && dimensions.len() >= MAX_DIMENSIONS {
+            r.problem(
+                "dimensions",
+                format!("must have at most {} entries with include_metric_labels_as_dimensions (subject_family is one more; the service allows {MAX_DIMENSIONS} per metric)", MAX_DIMENSIONS - 1),
+            );
+        }
         let timeout_seconds = checks::timeout(r, 5.0, super::otlp::MAX_TIMEOUT_SECONDS);
         let max_retries = checks::retries(r);
         let retry_backoff_seconds = checks::backoff(r);

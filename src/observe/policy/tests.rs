@@ -689,9 +689,20 @@ fn connector_specific_rules() {
         one(r#""search_stack": {"ingestion_path": "bulk"}"#),
         "search_stack.ingestion_path: must be one of: otlp_collector"
     );
+    for (key, bad) in [
+        ("receiver_label", "my receiver"),
+        ("batch_label", "svc-batch"),
+        ("exporter_label", "1st"),
+        ("auth_label", ""),
+    ] {
+        assert_eq!(
+            one(&format!(r#""collector_agent": {{"{key}": "{bad}"}}"#)),
+            format!("collector_agent.{key}: must be 1 to 64 characters of [A-Za-z0-9_] starting with a letter (an identifier of the collector configuration)")
+        );
+    }
     assert_eq!(
-        one(r#""collector_agent": {"receiver_label": "my receiver"}"#),
-        "collector_agent.receiver_label: must be 1 to 64 characters of [A-Za-z0-9_-] starting with a letter"
+        one(r#""collector_agent": {"auth_label": "upstream_token"}"#),
+        "collector_agent.auth_label: must not look like a credential"
     );
     assert_eq!(
         one(r#""cloud_a_monitoring": {"compartment_id": "compartment-1"}"#),
@@ -735,4 +746,274 @@ fn connector_specific_rules() {
         one(r#""agent_statsd": {"bogus": true}"#),
         "agent_statsd.bogus: unknown field"
     );
+}
+
+#[test]
+fn push_connector_rules() {
+    for (body, msg) in [
+        (
+            r#""syslog": {"severity": "loud"}"#,
+            "syslog.severity: must be one of: emerg, alert, crit, err, warning, notice, info, debug",
+        ),
+        (
+            r#""syslog": {"structured_data_id": "svc metrics"}"#,
+            "syslog.structured_data_id: must be 1 to 32 printable ASCII characters without = ] \" or space",
+        ),
+        (
+            r#""syslog": {"structured_data_id": "svc=1"}"#,
+            "syslog.structured_data_id: must be 1 to 32 printable ASCII characters without = ] \" or space",
+        ),
+        (
+            r#""syslog": {"structured_data_id": "abcdefghijklmnopqrstuvwxyz0123456"}"#,
+            "syslog.structured_data_id: must be 1 to 32 printable ASCII characters without = ] \" or space",
+        ),
+        (
+            r#""syslog": {"hostname": "my host"}"#,
+            "syslog.hostname: must be 1 to 255 printable ASCII characters without spaces",
+        ),
+        (
+            r#""syslog": {"procid": ""}"#,
+            "syslog.procid: must be 1 to 128 printable ASCII characters without spaces",
+        ),
+        (
+            r#""syslog": {"msgid": "metrics-and-more-than-thirty-two-chars"}"#,
+            "syslog.msgid: must be 1 to 32 printable ASCII characters without spaces",
+        ),
+        (
+            r#""syslog": {"socket_path": "relative.sock"}"#,
+            "syslog.socket_path: must be an absolute path of at most 107 bytes",
+        ),
+        (
+            r#""statsd": {"host": "bad host"}"#,
+            "statsd.host: must be a host name or IP address",
+        ),
+        (
+            r#""agent_statsd": {"tags": {"env": "a,b"}}"#,
+            "agent_statsd.tags.env: value must be 1 to 128 characters of [A-Za-z0-9_.:/-]",
+        ),
+        (
+            r#""agent_statsd": {"tags": {"env|x": "prod"}}"#,
+            "agent_statsd.tags.env|x: must be 1 to 64 characters of [A-Za-z0-9_.-] starting with a letter",
+        ),
+        (
+            r#""agent_statsd": {"include_metric_labels_as_tags": "yes"}"#,
+            "agent_statsd.include_metric_labels_as_tags: must be true or false",
+        ),
+        (
+            r#""siem_hec": {"source": "my source"}"#,
+            "siem_hec.source: must be 1 to 128 characters of [A-Za-z0-9_.:/-]",
+        ),
+        (
+            r#""siem_hec": {"sourcetype": "svc|metrics"}"#,
+            "siem_hec.sourcetype: must be 1 to 128 characters of [A-Za-z0-9_.:/-]",
+        ),
+        (
+            r#""siem_hec": {"host": "0123456789abcdef0123"}"#,
+            "siem_hec.host: looks high-cardinality or secret (long hex or digit run)",
+        ),
+        (
+            r#""siem_hec": {"token_env": "HEC-TOKEN"}"#,
+            "siem_hec.token_env: must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+        ),
+        (
+            r#""siem_hec": {"headers_env": {"X-Tenant": "tenant var"}}"#,
+            "siem_hec.headers_env.X-Tenant: must name an environment variable ([A-Za-z_][A-Za-z0-9_]*)",
+        ),
+        (
+            r#""otlp": {"headers_env": {"Host": "OTLP_HOST"}}"#,
+            "otlp.headers_env.Host: is set by the connector and cannot be overridden",
+        ),
+        (
+            r#""search_stack": {"headers_env": {"Content-Type": "CT"}}"#,
+            "search_stack.headers_env.Content-Type: is set by the connector and cannot be overridden",
+        ),
+        (
+            r#""collector_agent": {"headers_env": {"bad header": "V"}}"#,
+            "collector_agent.headers_env.bad header: must be a header name without spaces or control characters",
+        ),
+        (
+            r#""search_stack": {"data_stream_namespace": "prod.eu"}"#,
+            "search_stack.data_stream_namespace: must be 1 to 100 characters of [a-z0-9_] starting with a letter",
+        ),
+        (
+            r#""search_stack": {"enabled": true}"#,
+            "search_stack.endpoint: is required when the connector is enabled",
+        ),
+        (
+            r#""collector_agent": {"enabled": true}"#,
+            "collector_agent.endpoint: is required when the profile is enabled",
+        ),
+        (
+            r#""collector_agent": {"handoff_mode": "grpc"}"#,
+            "collector_agent.handoff_mode: must be one of: otlp_http",
+        ),
+        (
+            r#""collector_agent": {"upstream_auth_mode": "oauth"}"#,
+            "collector_agent.upstream_auth_mode: must be one of: none, basic",
+        ),
+        (
+            r#""collector_agent": {"upstream_endpoint_env": "UPSTREAM ENDPOINT"}"#,
+            "collector_agent.upstream_endpoint_env: must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+        ),
+        (
+            r#""collector_agent": {"max_request_bytes": 1023}"#,
+            "collector_agent.max_request_bytes: must be an integer from 1024 to 16777216",
+        ),
+        (
+            r#""siem_hec": {"stale_after_seconds": 0}"#,
+            "siem_hec.stale_after_seconds: must be a number greater than 0 and at most 31536000",
+        ),
+        (
+            r#""statsd": {"max_datagram_bytes": 63}"#,
+            "statsd.max_datagram_bytes: must be an integer from 64 to 65507",
+        ),
+        (
+            r#""agent_statsd": {"transport": "unixgram"}"#,
+            "agent_statsd.socket_path: is required when transport is unixgram",
+        ),
+    ] {
+        assert_eq!(one(body), msg, "{body}");
+    }
+    // Complete, enabled push connectors are valid.
+    assert!(problems(
+        r#""otlp": {"enabled": true, "endpoint": "https://otlp.example:4318/v1/metrics", "headers_env": {"X-Api-Key": "OTLP_KEY"}},
+           "search_stack": {"enabled": true, "endpoint": "https://apm.example/v1/metrics", "data_stream_namespace": "prod"},
+           "collector_agent": {"enabled": true, "endpoint": "http://localhost:4318/v1/metrics", "upstream_auth_mode": "basic",
+                               "upstream_auth_username_env": "UP_USER", "upstream_auth_password_env": "UP_PASS"},
+           "siem_hec": {"enabled": true, "endpoint": "https://siem.example:8088/services/collector/event", "token_env": "HEC_TOKEN", "index": "svc_metrics"},
+           "statsd": {"enabled": true, "metric_prefix": "svc.prod"},
+           "agent_statsd": {"enabled": true, "transport": "unixgram", "socket_path": "/var/run/datadog/dsd.socket", "tags": {"env": "prod"}, "include_metric_labels_as_tags": true},
+           "syslog": {"enabled": true, "facility": "local3", "severity": "notice", "structured_data_id": "svc@32473"}"#
+    )
+    .is_empty());
+}
+
+/// Every rule of the cloud A, B, C and broker server monitoring blocks, with its message (some
+/// are also covered above; this is the complete list in one place).
+#[test]
+fn every_cloud_and_broker_monitoring_rule() {
+    let long = "a".repeat(256);
+    let cases: Vec<(String, &str)> = vec![
+        // cloud_a_monitoring
+        (r#""cloud_a_monitoring": {"metric_namespace": "OCI_metrics"}"#.into(), "cloud_a_monitoring.metric_namespace: must not start with the reserved prefix oci_ or oracle_"),
+        (r#""cloud_a_monitoring": {"metric_namespace": "1svc"}"#.into(), "cloud_a_monitoring.metric_namespace: must be 1 to 255 characters of [A-Za-z0-9_] starting with a letter"),
+        (r#""cloud_a_monitoring": {"metric_namespace": "svc-metrics"}"#.into(), "cloud_a_monitoring.metric_namespace: must be 1 to 255 characters of [A-Za-z0-9_] starting with a letter"),
+        (format!(r#""cloud_a_monitoring": {{"metric_namespace": "{long}"}}"#), "cloud_a_monitoring.metric_namespace: must be 1 to 255 characters of [A-Za-z0-9_] starting with a letter"),
+        (r#""cloud_a_monitoring": {"region": "EU_FRANKFURT"}"#.into(), "cloud_a_monitoring.region: must be 1 to 64 characters of [a-z0-9-]"),
+        (r#""cloud_a_monitoring": {"compartment_id": "compartment-1"}"#.into(), "cloud_a_monitoring.compartment_id: must be an OCID (ocid1.<type>.<realm>...)"),
+        (r#""cloud_a_monitoring": {"compartment_id": "ocid1.instance.oc1.eu-frankfurt-1.abc"}"#.into(), "cloud_a_monitoring.compartment_id: must be a compartment OCID (ocid1.compartment.…) or the tenancy OCID (ocid1.tenancy.…, the root compartment)"),
+        (r#""cloud_a_monitoring": {"resource_group": "svc prod"}"#.into(), "cloud_a_monitoring.resource_group: must be 1 to 128 characters of [A-Za-z0-9_.:/-]"),
+        (r#""cloud_a_monitoring": {"resource_group": "deadbeefdeadbeefdeadbeef"}"#.into(), "cloud_a_monitoring.resource_group: looks high-cardinality or secret (long hex or digit run)"),
+        (r#""cloud_a_monitoring": {"auth_mode": "api_key"}"#.into(), "cloud_a_monitoring.auth_mode: must be one of: instance_principal, resource_principal, config_file"),
+        (r#""cloud_a_monitoring": {"enabled": true, "region": "eu-frankfurt-1", "compartment_id": "ocid1.tenancy.oc1..aaaa", "auth_mode": "config_file"}"#.into(), "cloud_a_monitoring.config_file: is required when the connector is enabled with auth_mode config_file"),
+        (r#""cloud_a_monitoring": {"config_file": "oci/config"}"#.into(), "cloud_a_monitoring.config_file: must be an absolute path"),
+        (r#""cloud_a_monitoring": {"profile": "my profile"}"#.into(), "cloud_a_monitoring.profile: must be 1 to 64 characters of [A-Za-z0-9_-]"),
+        (r#""cloud_a_monitoring": {"batch_atomicity": "atomic"}"#.into(), "cloud_a_monitoring.batch_atomicity: must be one of: ATOMIC, NON_ATOMIC"),
+        (r#""cloud_a_monitoring": {"dimensions": {}}"#.into(), "cloud_a_monitoring.dimensions: must have at least one static dimension"),
+        (r#""cloud_a_monitoring": {"dimensions": {"hostname": "a"}}"#.into(), "cloud_a_monitoring.dimensions.hostname: looks sensitive (names like subject, label, message, table, file, host, user, token, secret, key are rejected)"),
+        (r#""cloud_a_monitoring": {"dimensions": {"env": "a b"}}"#.into(), "cloud_a_monitoring.dimensions.env: value must be 1 to 128 characters of [A-Za-z0-9_.:/-]"),
+        (r#""cloud_a_monitoring": {"metadata": {"api_key": "x"}}"#.into(), "cloud_a_monitoring.metadata.api_key: looks sensitive (names like subject, label, message, table, file, host, user, token, secret, key are rejected)"),
+        (r#""cloud_a_monitoring": {"timeout_seconds": 61}"#.into(), "cloud_a_monitoring.timeout_seconds: must be a number greater than 0 and at most 60"),
+        (r#""cloud_a_monitoring": {"max_retries": 11}"#.into(), "cloud_a_monitoring.max_retries: must be an integer from 0 to 10"),
+        (r#""cloud_a_monitoring": {"retry_backoff_seconds": 61}"#.into(), "cloud_a_monitoring.retry_backoff_seconds: must be a number from 0 to 60"),
+        (r#""cloud_a_monitoring": {"stale_after_seconds": 0}"#.into(), "cloud_a_monitoring.stale_after_seconds: must be a number greater than 0 and at most 31536000"),
+        (r#""cloud_a_monitoring": {"max_metrics_per_request": 51}"#.into(), "cloud_a_monitoring.max_metrics_per_request: must be an integer from 1 to 50"),
+        (r#""cloud_a_monitoring": {"max_request_bytes": 1023}"#.into(), "cloud_a_monitoring.max_request_bytes: must be an integer from 1024 to 16777216"),
+        // cloud_b_monitoring
+        (r#""cloud_b_monitoring": {"metric_namespace": "aws/custom"}"#.into(), "cloud_b_monitoring.metric_namespace: must not start with AWS/"),
+        (r#""cloud_b_monitoring": {"metric_namespace": "svc:metrics"}"#.into(), "cloud_b_monitoring.metric_namespace: must not contain a colon"),
+        (r#""cloud_b_monitoring": {"metric_namespace": "svc metrics"}"#.into(), "cloud_b_monitoring.metric_namespace: must be 1 to 255 characters of [A-Za-z0-9._/#-]"),
+        (r#""cloud_b_monitoring": {"enabled": true}"#.into(), "cloud_b_monitoring.region: is required when the connector is enabled"),
+        (r#""cloud_b_monitoring": {"region": "US-EAST-1"}"#.into(), "cloud_b_monitoring.region: must be 1 to 64 characters of [a-z0-9-]"),
+        (r#""cloud_b_monitoring": {"unit": "Hours"}"#.into(), "cloud_b_monitoring.unit: must be a standard unit such as Count, Seconds, Milliseconds, Bytes, Percent or None"),
+        (r#""cloud_b_monitoring": {"storage_resolution": 30}"#.into(), "cloud_b_monitoring.storage_resolution: must be 60 (standard) or 1 (high resolution)"),
+        (r#""cloud_b_monitoring": {"dimensions": {"subject": "orders"}}"#.into(), "cloud_b_monitoring.dimensions.subject: looks sensitive (names like subject, label, message, table, file, host, user, token, secret, key are rejected)"),
+        (r#""cloud_b_monitoring": {"dimensions": {"trace_id": "x"}}"#.into(), "cloud_b_monitoring.dimensions.trace_id: looks high-cardinality (ids, addresses, timestamps are not static dimensions)"),
+        (r#""cloud_b_monitoring": {"timeout_seconds": 0}"#.into(), "cloud_b_monitoring.timeout_seconds: must be a number greater than 0 and at most 60"),
+        (r#""cloud_b_monitoring": {"max_metrics_per_request": 1001}"#.into(), "cloud_b_monitoring.max_metrics_per_request: must be an integer from 1 to 1000"),
+        (r#""cloud_b_monitoring": {"max_request_bytes": 16777217}"#.into(), "cloud_b_monitoring.max_request_bytes: must be an integer from 1024 to 16777216"),
+        // cloud_c_monitoring
+        (r#""cloud_c_monitoring": {"resource_id": "/resourceGroups/g"}"#.into(), "cloud_c_monitoring.resource_id: must be a resource id starting with /subscriptions/"),
+        (r#""cloud_c_monitoring": {"resource_id": "/subscriptions/s/x?y=1"}"#.into(), "cloud_c_monitoring.resource_id: must be a resource id starting with /subscriptions/"),
+        (r#""cloud_c_monitoring": {"location": "West Europe"}"#.into(), "cloud_c_monitoring.location: must be 1 to 64 characters of [a-z0-9]"),
+        (r#""cloud_c_monitoring": {"metric_namespace": "microsoft.compute"}"#.into(), "cloud_c_monitoring.metric_namespace: must not start with Microsoft."),
+        (r#""cloud_c_monitoring": {"metric_namespace": "Azure.custom"}"#.into(), "cloud_c_monitoring.metric_namespace: must not start with Azure."),
+        (r#""cloud_c_monitoring": {"metric_namespace": "a:b"}"#.into(), "cloud_c_monitoring.metric_namespace: must not contain a colon"),
+        (r#""cloud_c_monitoring": {"token_env": "AZ-TOKEN"}"#.into(), "cloud_c_monitoring.token_env: must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"),
+        (r#""cloud_c_monitoring": {"dimensions": {"password": "x"}}"#.into(), "cloud_c_monitoring.dimensions.password: looks sensitive (names like subject, label, message, table, file, host, user, token, secret, key are rejected)"),
+        (r#""cloud_c_monitoring": {"include_metric_labels_as_dimensions": true, "dimensions": {"d0": "v", "d1": "v", "d2": "v", "d3": "v", "d4": "v", "d5": "v", "d6": "v", "d7": "v", "d8": "v", "d9": "v"}}"#.into(), "cloud_c_monitoring.dimensions: must have at most 9 entries with include_metric_labels_as_dimensions (subject_family is one more; the service allows 10 per metric)"),
+        (r#""cloud_c_monitoring": {"verify_tls": false}"#.into(), "cloud_c_monitoring.verify_tls: must be true; TLS verification cannot be disabled"),
+        (r#""cloud_c_monitoring": {"retry_backoff_seconds": -1}"#.into(), "cloud_c_monitoring.retry_backoff_seconds: must be a number from 0 to 60"),
+        // broker_server_monitoring
+        (r#""broker_server_monitoring": {"base_url": "https://user:pw@nats.example:8222"}"#.into(), "broker_server_monitoring.base_url: must not contain credentials; use the connector's environment-variable fields"),
+        (r#""broker_server_monitoring": {"base_url": "http://127.0.0.1:8222?x=1"}"#.into(), "broker_server_monitoring.base_url: must not contain a query string or fragment"),
+        (r#""broker_server_monitoring": {"base_url": "http://127.0.0.1:8222/varz"}"#.into(), "broker_server_monitoring.base_url: must be scheme and host only, without a path"),
+        (r#""broker_server_monitoring": {"base_url": "http://10.0.0.5:8222"}"#.into(), "broker_server_monitoring.base_url: plain http is allowed only for loopback hosts (localhost, 127.0.0.0/8, [::1]); use https"),
+        (r#""broker_server_monitoring": {"allowed_endpoints": ["/varz", "/varz"]}"#.into(), "broker_server_monitoring.allowed_endpoints[1]: is listed twice"),
+        (r#""broker_server_monitoring": {"allowed_endpoints": ["/ipqueuesz"]}"#.into(), "broker_server_monitoring.allowed_endpoints[0]: must be one of: /varz, /connz, /routez, /subsz, /accountz, /accstatz, /jsz, /healthz"),
+        (r#""broker_server_monitoring": {"allowed_fields": ["mem", "mem"]}"#.into(), "broker_server_monitoring.allowed_fields[1]: is listed twice"),
+        (r#""broker_server_monitoring": {"allowed_fields": ["a/b"]}"#.into(), "broker_server_monitoring.allowed_fields[0]: must be a dotted path of [A-Za-z0-9_] names"),
+        (format!(r#""broker_server_monitoring": {{"allowed_fields": [{}]}}"#, (0..101).map(|i| format!("\"f{i}\"")).collect::<Vec<_>>().join(",")), "broker_server_monitoring.allowed_fields: must have at most 100 entries"),
+        (r#""broker_server_monitoring": {"enabled": true, "scrape_enabled": true, "base_url": "http://127.0.0.1:8222", "allowed_endpoints": ["/varz"]}"#.into(), "broker_server_monitoring.allowed_fields: must name at least one field when the connector and scrape_enabled are on"),
+        (r#""broker_server_monitoring": {"timeout_seconds": 31}"#.into(), "broker_server_monitoring.timeout_seconds: must be a number greater than 0 and at most 30"),
+        (r#""broker_server_monitoring": {"max_response_bytes": 100}"#.into(), "broker_server_monitoring.max_response_bytes: must be an integer from 1024 to 16777216"),
+        (r#""broker_server_monitoring": {"base_url": "https://nats.example", "verify_tls": false}"#.into(), "broker_server_monitoring.verify_tls: may be false only for a loopback base_url"),
+        (r#""broker_server_monitoring": {"ca_file": "ca.pem"}"#.into(), "broker_server_monitoring.ca_file: must be an absolute path"),
+        (r#""broker_server_monitoring": {"base_url": "http://127.0.0.1:8222", "ca_file": "/etc/ssl/ca.pem"}"#.into(), "broker_server_monitoring.ca_file: is only used with an https base_url"),
+        (r#""broker_server_monitoring": {"base_url": "https://127.0.0.1:8222", "verify_tls": false, "ca_file": "/etc/ssl/ca.pem"}"#.into(), "broker_server_monitoring.ca_file: cannot be combined with verify_tls false"),
+    ];
+    for (body, msg) in &cases {
+        assert_eq!(one(body), *msg, "{body}");
+    }
+    for field in [
+        "server_name",
+        "server_id",
+        "port",
+        "http_port",
+        "cluster.port",
+        "gateway.name",
+        "host",
+        "jetstream.meta_cluster.leader_id",
+        "leafnode.urls",
+        "account",
+        "stream_name",
+        "consumer.name",
+    ] {
+        assert_eq!(
+            one(&format!(r#""broker_server_monitoring": {{"allowed_fields": ["{field}"]}}"#)),
+            "broker_server_monitoring.allowed_fields[0]: names an identity, address or topology field (name, id, host, ip, url, port, account, stream, consumer, ...); only aggregate values may be exported",
+            "{field}"
+        );
+    }
+    for field in [
+        "mem",
+        "cpu",
+        "connections",
+        "total_connections",
+        "routes",
+        "leafnodes",
+        "in_msgs",
+        "slow_consumers",
+        "subscriptions",
+        "streams",
+        "consumers",
+        "jetstream.stats.accounts",
+        "jetstream.stats.api.errors",
+        "num_subscriptions",
+    ] {
+        assert_eq!(
+            problems(&format!(
+                r#""broker_server_monitoring": {{"allowed_fields": ["{field}"]}}"#
+            )),
+            Vec::<String>::new(),
+            "{field}"
+        );
+    }
+    // A fully configured broker block with a CA is valid.
+    assert!(problems(
+        r#""broker_server_monitoring": {"enabled": true, "scrape_enabled": true, "base_url": "https://nats.example:8222",
+            "ca_file": "/etc/ssl/nats-ca.pem", "allowed_endpoints": ["/varz", "/jsz", "/healthz"],
+            "allowed_fields": ["mem", "jetstream.stats.memory", "messages"]}"#
+    )
+    .is_empty());
 }

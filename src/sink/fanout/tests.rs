@@ -260,6 +260,36 @@ fn full_config_is_read_with_defaults() {
 }
 
 #[test]
+fn optional_object_store_targets_default_to_1000_and_5000_ms() {
+    let c = fanout_cfg(&json!({
+        "type": "fanout",
+        "sinks": {
+            "files": {"type": "file", "directory": "/tmp/a"},
+            "archive": {"type": "object_store", "bucket": "event-archive"}
+        },
+        "routing": {
+            "enabled": true,
+            "target_sink_types": {"files": "file", "archive": "object_store"},
+            "routes": [
+                {"name": "a", "match": {"subject": "a.>"},
+                 "targets": ["files", {"sink": "archive", "required": false}]},
+                {"name": "b", "match": {"subject": "b.>"},
+                 "targets": ["files", {"sink": "archive", "required": false, "timeout_ms": 800}]},
+                {"name": "c", "match": {"subject": "c.>"},
+                 "targets": [{"sink": "archive"}, {"sink": "files", "required": false}]}
+            ]
+        }
+    }));
+    let r = &c.routing.routes;
+    assert_eq!(r[0].targets[1], target("archive", false, 1000, 5000));
+    // An explicit timeout shorter than the default minimum wait caps the wait.
+    assert_eq!(r[1].targets[1], target("archive", false, 800, 800));
+    // A required object store needs no waits; an optional file target gets 0 / 5000.
+    assert_eq!(r[2].targets[0], target("archive", true, 0, 0));
+    assert_eq!(r[2].targets[1], target("files", false, 0, 5000));
+}
+
+#[test]
 fn config_problems_are_all_reported() {
     let got = read_sink(&json!({
         "type": "fanout",

@@ -1,0 +1,305 @@
+//! `cloud-b-export`: Amazon CloudWatch `PutMetricData` (query protocol, form-encoded POST),
+//! signed with AWS Signature Version 4 ([`super::sigv4`]). No SDK.
+//!
+//! ```text
+//! POST https://monitoring.<region>.amazonaws.com/
+//! Content-Type: application/x-www-form-urlencoded; charset=utf-8
+//!
+//! Action=PutMetricData&Version=2010-08-01&Namespace=svc%2Fmetrics
+//! &MetricData.member.1.MetricName=svc_messages_acked_total
+//! &MetricData.member.1.Timestamp=2024-05-17T12:34:56.250Z
+//! &MetricData.member.1.Value=1200&MetricData.member.1.Unit=Count
+//! &MetricData.member.1.StorageResolution=60
+//! &MetricData.member.1.Dimensions.member.1.Name=env&MetricData.member.1.Dimensions.member.1.Value=prod
+//! &MetricData.member.2.MetricName=svc_sink_batch_write_seconds
+//! &MetricData.member.2.StatisticValues.SampleCount=40&...Sum=1.9&...Minimum=0.01&...Maximum=0.2
+//! ```
+//!
+//! - Data points come from [`super::cloud::data`]: counters and gauges as `Value`, summaries as
+//!   `StatisticValues` (SampleCount, Sum, Minimum, Maximum), subject-family rows (only with
+//!   `include_metric_labels_as_dimensions`) with the extra dimension `subject_family`.
+//! - Every datum carries `unit`, `storage_resolution`, the static `dimensions` and the
+//!   snapshot's time as `Timestamp`.
+//! - At most `max_metrics_per_request` data per request (cap 1000); every request body is
+//!   checked against `max_request_bytes` before the first one is sent.
+//! - Credentials: [`super::aws_credentials`] (environment, then shared credentials/config file
+//!   with `AWS_PROFILE`; no IMDS). Endpoint: `AWS_ENDPOINT_URL_CLOUDWATCH`, `AWS_ENDPOINT_URL`,
+//!   else `https://monitoring.<region>.amazonaws.com`.
+//! - `--dry-run` prints the requests with `Authorization` and `X-Amz-Security-Token` as
+//!   `<redacted>` and the region replaced by `<redacted>`.
+
+use std::time::Duration;
+
+use super::aws_credentials::{self, Env, ProcessEnv};
+use super::cloud::{self, Datum, Value};
+use super::sigv4::{self, Credentials};
+use super::{
+    Action, Connector, Context, Delivery, ExportError, Header, HttpRequest, Input, Limit, Method,
+    Plan, Retry, Secret,
+};
+use crate::observe::exposition::format_value;
+use crate::observe::policy::CloudB;
+
+pub const CONNECTOR: Connector = Connector {
+    command: "cloud-b-export",
+    block: "cloud_b_monitoring",
+    summary: "Send the approved metrics to cloud B monitoring (CloudWatch PutMetricData, SigV4).",
+    help: "\
+Usage: svc-observe cloud-b-export <snapshot_file> <policy_file> [--dry-run] [--allow-stale]
+
+Sends the approved metrics to cloud B monitoring with PutMetricData (query protocol, signed
+with AWS Signature Version 4), at most cloud_b_monitoring.max_metrics_per_request data per
+request, in cloud_b_monitoring.metric_namespace (needs enabled and
+cloud_b_monitoring.enabled). Counters and gauges are sent as values, summaries as statistic
+sets; subject-family rows only with include_metric_labels_as_dimensions.
+
+Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and optional AWS_SESSION_TOKEN, else
+the shared credentials file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials) or config file
+(AWS_CONFIG_FILE or ~/.aws/config) with profile AWS_PROFILE (default `default`). Instance
+metadata (IMDS), container, web-identity, SSO and credential_process credentials are not used.
+Endpoint: AWS_ENDPOINT_URL_CLOUDWATCH, else AWS_ENDPOINT_URL, else
+https://monitoring.<region>.amazonaws.com (plain http only to loopback).
+
+Options:
+  --dry-run      Print the signed requests (credentials and region redacted); send nothing
+  --allow-stale  Send even if the snapshot is older than cloud_b_monitoring.stale_after_seconds
+
+Exit codes: 0 sent (or disabled by policy), 1 not sent (snapshot missing, invalid or stale, a
+request over max_request_bytes, rejected or failed after retries), 2 invalid policy, usage or
+environment (no credentials, bad endpoint variable).
+",
+    input: Input::SnapshotAndPolicy,
+    enabled: |p| p.cloud_b_monitoring.enabled,
+    stale_after: |p| p.cloud_b_monitoring.stale_after_seconds,
+    action: Action::Plan(plan),
+};
+
+pub const BLOCK: &str = "cloud_b_monitoring";
+/// Signing name of the service.
+pub const SERVICE: &str = "monitoring";
+/// `Content-Type` of the query protocol.
+pub const CONTENT_TYPE: &str = "application/x-www-form-urlencoded; charset=utf-8";
+/// Largest answer body read.
+pub const MAX_RESPONSE_BYTES: u64 = 65_536;
+/// CloudWatch accepts data points up to two weeks old.
+pub const MAX_AGE_SECONDS: f64 = 14.0 * 86_400.0;
+
+/// Percent-encoding of the query protocol (RFC 3986: unreserved characters kept).
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The form body of one `PutMetricData` request.
+pub fn body(cfg: &CloudB, data: &[Datum], timestamp: &str) -> String {
+    let mut pairs: Vec<(String, String)> = vec![
+        ("Action".into(), "PutMetricData".into()),
+        ("Version".into(), "2010-08-01".into()),
+        ("Namespace".into(), cfg.metric_namespace.clone()),
+    ];
+    for (i, d) in data.iter().enumerate() {
+        let m = format!("MetricData.member.{}", i + 1);
+        pairs.push((format!("{m}.MetricName"), d.name.clone()));
+        pairs.push((format!("{m}.Timestamp"), timestamp.to_string()));
+        match d.value {
+            Value::Single(v) => pairs.push((format!("{m}.Value"), format_value(v))),
+            Value::Stats {
+                count,
+                sum,
+                min,
+                max,
+            } => {
+                let s = format!("{m}.StatisticValues");
+                pairs.push((format!("{s}.SampleCount"), count.to_string()));
+                pairs.push((format!("{s}.Sum"), format_value(sum)));
+                pairs.push((format!("{s}.Minimum"), format_value(min)));
+                pairs.push((format!("{s}.Maximum"), format_value(max)));
+            }
+        }
+        pairs.push((format!("{m}.Unit"), cfg.unit.clone()));
+        pairs.push((
+            format!("{m}.StorageResolution"),
+            cfg.storage_resolution.to_string(),
+        ));
+        let dims = cfg
+            .dimensions
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(d.family_dimension());
+        for (j, (name, value)) in dims.enumerate() {
+            let dm = format!("{m}.Dimensions.member.{}", j + 1);
+            pairs.push((format!("{dm}.Name"), name.to_string()));
+            pairs.push((format!("{dm}.Value"), value.to_string()));
+        }
+    }
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// The signed request headers for one body.
+pub fn signed_headers(
+    host: &str,
+    region: &str,
+    body: &[u8],
+    creds: &Credentials,
+    now: time::OffsetDateTime,
+) -> Vec<Header> {
+    let amz_date = sigv4::amz_date(now);
+    let signed = sigv4::sign(
+        &sigv4::Request {
+            method: "POST",
+            host,
+            path: "/",
+            query: "",
+            headers: &[("Content-Type", CONTENT_TYPE)],
+            body,
+        },
+        &sigv4::Scope {
+            region,
+            service: SERVICE,
+            amz_date: &amz_date,
+        },
+        creds,
+    );
+    let mut headers = vec![
+        Header::plain("Host", host),
+        Header::plain("Content-Type", CONTENT_TYPE),
+    ];
+    for (name, value) in signed.headers {
+        if name == "X-Amz-Date" {
+            headers.push(Header::plain(&name, &value));
+        } else {
+            headers.push(Header::secret(&name, Secret::new(value)));
+        }
+    }
+    headers
+}
+
+fn plan(ctx: &Context<'_>) -> Result<Plan, ExportError> {
+    plan_with(ctx, &ProcessEnv, time::OffsetDateTime::now_utc())
+}
+
+/// The plan, with the environment and the clock given (tests).
+pub fn plan_with(
+    ctx: &Context<'_>,
+    env: &dyn Env,
+    now: time::OffsetDateTime,
+) -> Result<Plan, ExportError> {
+    let cfg = &ctx.policy.cloud_b_monitoring;
+    let region = cfg.region.as_deref().ok_or_else(|| {
+        ExportError::Environment(format!(
+            "{BLOCK}.region: is required when the connector is enabled"
+        ))
+    })?;
+    let prepared = ctx.prepared();
+    cloud::check_vendor_window(
+        BLOCK,
+        "CloudWatch",
+        prepared.snapshot.age_seconds(),
+        MAX_AGE_SECONDS,
+    )?;
+    let (base, host, _) = aws_credentials::endpoint(env, region)
+        .map_err(|e| ExportError::Environment(format!("{BLOCK}: {e}")))?;
+    let (creds, source) = aws_credentials::resolve(env)
+        .map_err(|e| ExportError::Environment(format!("{BLOCK}: {e}")))?;
+    log::info!("{BLOCK}: credentials from {source}");
+    let data = cloud::data(ctx, cfg.include_metric_labels_as_dimensions);
+    let timestamp = cloud::rfc3339_millis(prepared.snapshot.generated_at_epoch_seconds);
+    let chunks: Vec<&[Datum]> = cloud::batches(&data, cfg.max_metrics_per_request).collect();
+    let total = chunks.len();
+    let mut requests = Vec::with_capacity(total);
+    for (i, chunk) in chunks.into_iter().enumerate() {
+        let body = body(cfg, chunk, &timestamp).into_bytes();
+        requests.push(HttpRequest {
+            method: Method::Post,
+            url: format!("{base}/"),
+            headers: signed_headers(&host, region, &body, &creds, now),
+            body,
+            check: None,
+            what: format!(
+                "PutMetricData request {} of {total} ({} data)",
+                i + 1,
+                chunk.len()
+            ),
+        });
+    }
+    Ok(Plan {
+        delivery: Delivery::Http {
+            requests,
+            timeout: Duration::from_secs_f64(cfg.timeout_seconds),
+            max_response_bytes: MAX_RESPONSE_BYTES,
+        },
+        limit: Limit::new(BLOCK, "max_request_bytes", cfg.max_request_bytes),
+        retry: Retry::new(cfg.max_retries, cfg.retry_backoff_seconds),
+        metrics: data.len(),
+        // The access key id too: it is inside the Authorization header, and services echo it.
+        redact: vec![region.to_string(), creds.access_key_id.clone()],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::policy::Policy;
+
+    #[test]
+    fn percent_encoding() {
+        assert_eq!(encode("svc/metrics"), "svc%2Fmetrics");
+        assert_eq!(encode("a b+c=d&e~f.g-h_i"), "a%20b%2Bc%3Dd%26e~f.g-h_i");
+        assert_eq!(encode("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn bodies() {
+        let p = Policy::parse(
+            r#"{"schema": "svc.observability.policy.v1",
+                "cloud_b_monitoring": {"unit": "Count", "storage_resolution": 1,
+                  "dimensions": {"env": "prod", "app": "svc"}}}"#,
+        )
+        .unwrap();
+        let data = vec![
+            Datum {
+                name: "svc_messages_acked_total".into(),
+                family: None,
+                value: Value::Single(1200.0),
+            },
+            Datum {
+                name: "svc_messages_acked_total".into(),
+                family: Some("orders".into()),
+                value: Value::Single(700.0),
+            },
+            Datum {
+                name: "svc_sink_batch_write_seconds".into(),
+                family: None,
+                value: Value::Stats {
+                    count: 40,
+                    sum: 1.9,
+                    min: 0.01,
+                    max: 0.2,
+                },
+            },
+        ];
+        let b = body(&p.cloud_b_monitoring, &data, "2024-05-17T12:34:56.250Z");
+        let want = [
+            "Action=PutMetricData&Version=2010-08-01&Namespace=svc%2Fmetrics",
+            "&MetricData.member.1.MetricName=svc_messages_acked_total&MetricData.member.1.Timestamp=2024-05-17T12%3A34%3A56.250Z&MetricData.member.1.Value=1200&MetricData.member.1.Unit=Count&MetricData.member.1.StorageResolution=1",
+            "&MetricData.member.1.Dimensions.member.1.Name=app&MetricData.member.1.Dimensions.member.1.Value=svc&MetricData.member.1.Dimensions.member.2.Name=env&MetricData.member.1.Dimensions.member.2.Value=prod",
+            "&MetricData.member.2.MetricName=svc_messages_acked_total&MetricData.member.2.Timestamp=2024-05-17T12%3A34%3A56.250Z&MetricData.member.2.Value=700&MetricData.member.2.Unit=Count&MetricData.member.2.StorageResolution=1",
+            "&MetricData.member.2.Dimensions.member.1.Name=app&MetricData.member.2.Dimensions.member.1.Value=svc&MetricData.member.2.Dimensions.member.2.Name=env&MetricData.member.2.Dimensions.member.2.Value=prod&MetricData.member.2.Dimensions.member.3.Name=subject_family&MetricData.member.2.Dimensions.member.3.Value=orders",
+            "&MetricData.member.3.MetricName=svc_sink_batch_write_seconds&MetricData.member.3.Timestamp=2024-05-17T12%3A34%3A56.250Z&MetricData.member.3.StatisticValues.SampleCount=40&MetricData.member.3.StatisticValues.Sum=1.9&MetricData.member.3.StatisticValues.Minimum=0.01&MetricData.member.3.StatisticValues.Maximum=0.2&MetricData.member.3.Unit=Count&MetricData.member.3.StorageResolution=1",
+            "&MetricData.member.3.Dimensions.member.1.Name=app&MetricData.member.3.Dimensions.member.1.Value=svc&MetricData.member.3.Dimensions.member.2.Name=env&MetricData.member.3.Dimensions.member.2.Value=prod",
+        ]
+        .concat();
+        assert_eq!(b, want);
+    }
+}

@@ -1,0 +1,279 @@
+//! Unit tests of the shared connector machinery: secrets, environment resolution, the retry
+//! loop, the size guard, dry-run redaction, the registry.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+    let map: BTreeMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| map.get(k).map(OsString::from)
+}
+
+#[test]
+fn secrets_never_print() {
+    let s = Secret::new("hunter2".into());
+    assert_eq!(format!("{s}"), "<redacted>");
+    assert_eq!(format!("{s:?}"), "<redacted>");
+    assert_eq!(s.expose(), "hunter2");
+    let p = s.prefixed("Splunk ");
+    assert_eq!(p.expose(), "Splunk hunter2");
+    assert_eq!(format!("{p:?}"), "<redacted>");
+    let h = Header::secret("Authorization", p);
+    assert!(!format!("{h:?}").contains("hunter2"));
+    assert_eq!(h.wire_value(), "Splunk hunter2");
+}
+
+#[test]
+fn environment_resolution_names_field_and_variable_never_the_value() {
+    let lookup = env(&[("TOKEN", "s3cr3t"), ("EMPTY", ""), ("MULTI", "a\nb")]);
+    assert_eq!(
+        resolve_env_with("siem_hec.token_env", "TOKEN", &lookup)
+            .unwrap()
+            .expose(),
+        "s3cr3t"
+    );
+    for (var, msg) in [
+        (
+            "MISSING",
+            "siem_hec.token_env: environment variable MISSING is not set",
+        ),
+        (
+            "EMPTY",
+            "siem_hec.token_env: environment variable EMPTY is empty",
+        ),
+        (
+            "MULTI",
+            "siem_hec.token_env: environment variable MULTI contains a line break or NUL",
+        ),
+        (
+            "bad name",
+            "siem_hec.token_env: does not name a valid environment variable",
+        ),
+    ] {
+        let e = resolve_env_with("siem_hec.token_env", var, &lookup).unwrap_err();
+        assert_eq!(e.to_string(), msg);
+        assert_eq!(e.exit_code(), EXIT_INVALID);
+        assert!(!e.to_string().contains("a\nb"));
+    }
+}
+
+#[test]
+fn reserved_headers_are_refused_at_send_time() {
+    let map = BTreeMap::from([("authorization".to_string(), "X".to_string())]);
+    let e = resolve_headers("siem_hec", &map, &["Authorization", "Content-Type"]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "siem_hec.headers_env.authorization: is set by the connector and cannot be overridden"
+    );
+    let map = BTreeMap::from([("Host".to_string(), "X".to_string())]);
+    let e = resolve_headers("otlp", &map, &[]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "otlp.headers_env.Host: is set by the connector and cannot be overridden"
+    );
+}
+
+#[test]
+fn retries_are_bounded_and_spaced() {
+    let retry = Retry::new(3, 0.02);
+    assert_eq!(retry.attempts(), 4);
+    let calls = Cell::new(0);
+    let start = Instant::now();
+    let r: Result<(), _> = with_retries("t", &retry, |n| {
+        calls.set(calls.get() + 1);
+        assert_eq!(n, calls.get());
+        Err(Failure::Retryable(format!("attempt {n}")))
+    });
+    let (f, attempts) = r.unwrap_err();
+    assert_eq!((attempts, calls.get()), (4, 4));
+    assert_eq!(f, Failure::Retryable("attempt 4".into()));
+    assert!(start.elapsed() >= Duration::from_millis(60), "3 pauses");
+
+    // A permanent failure stops at once; a success after failures returns the value.
+    let calls = Cell::new(0);
+    let r: Result<(), _> = with_retries("t", &retry, |_| {
+        calls.set(calls.get() + 1);
+        Err(Failure::Permanent("400".into()))
+    });
+    assert_eq!(r.unwrap_err().1, 1);
+    assert_eq!(calls.get(), 1);
+    let r = with_retries("t", &Retry::new(2, 0.0), |n| {
+        if n < 3 {
+            Err(Failure::Retryable("x".into()))
+        } else {
+            Ok(n)
+        }
+    });
+    assert_eq!(r.unwrap(), 3);
+    // No retries configured: exactly one attempt.
+    let calls = Cell::new(0);
+    let _ = with_retries::<()>("t", &Retry::new(0, 0.25), |_| {
+        calls.set(calls.get() + 1);
+        Err(Failure::Retryable("x".into()))
+    });
+    assert_eq!(calls.get(), 1);
+}
+
+#[test]
+fn size_guard() {
+    assert!(check_size("otlp.max_request_bytes", "OTLP request", 1024, 1024).is_ok());
+    let e = check_size("otlp.max_request_bytes", "OTLP request", 1025, 1024).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "OTLP request is 1025 bytes, over otlp.max_request_bytes 1024; nothing was sent"
+    );
+    assert_eq!(e.exit_code(), EXIT_FAILURE);
+}
+
+fn http_plan(body: &str, limit: u64) -> Plan {
+    Plan {
+        delivery: Delivery::Http {
+            requests: vec![HttpRequest {
+                method: Method::Post,
+                url: "https://siem.example/services/collector/event".into(),
+                headers: vec![
+                    Header::secret(
+                        "Authorization",
+                        Secret::new("tok-1".into()).prefixed("Splunk "),
+                    ),
+                    Header::plain("Content-Type", "application/json"),
+                ],
+                body: body.as_bytes().to_vec(),
+                check: None,
+                what: "HEC event (2 metrics)".into(),
+            }],
+            timeout: Duration::from_secs(1),
+            max_response_bytes: 1024,
+        },
+        limit: Limit::new("siem_hec", "max_request_bytes", limit),
+        retry: Retry::new(0, 0.0),
+        metrics: 2,
+        redact: vec!["ocid1.compartment.oc1..aaaa".into()],
+    }
+}
+
+#[test]
+fn echoed_bare_credentials_are_scrubbed_too() {
+    // A receiver may echo the token without its `Splunk ` / `Bearer ` scheme.
+    let plan = http_plan("{}", 4096);
+    let echoed = "403 from receiver: token tok-1 is invalid (header was Splunk tok-1)";
+    let text = scrub(echoed, &plan_secrets(&plan));
+    assert_eq!(
+        text,
+        "403 from receiver: token <redacted> is invalid (header was <redacted>)"
+    );
+}
+
+#[test]
+fn dry_run_redacts_header_secrets_and_listed_strings() {
+    let plan = http_plan(
+        r#"{"compartment":"ocid1.compartment.oc1..aaaa","echo":"Splunk tok-1"}"#,
+        4096,
+    );
+    let mut out = Vec::new();
+    write_dry_run("siem-hec-export", &plan, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(
+        text,
+        "# svc-observe siem-hec-export --dry-run: 1 request, 2 metrics; nothing sent\n\
+         POST https://siem.example/services/collector/event\n\
+         Authorization: <redacted>\n\
+         Content-Type: application/json\n\
+         \n\
+         {\"compartment\":\"<redacted>\",\"echo\":\"<redacted>\"}\n"
+    );
+}
+
+#[test]
+fn whole_plan_is_size_checked_before_sending() {
+    assert!(check_sizes(&http_plan("{}", 1024)).is_ok());
+    let big = "x".repeat(2000);
+    let e = check_sizes(&http_plan(&big, 1024)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "HEC event (2 metrics) is 2000 bytes, over siem_hec.max_request_bytes 1024; nothing was sent"
+    );
+    let plan = Plan {
+        delivery: Delivery::Datagrams {
+            target: DatagramTarget::Udp {
+                host: "127.0.0.1".into(),
+                port: 9,
+            },
+            datagrams: vec![
+                ("a".into(), vec![b'a'; 10]),
+                ("svc.b".into(), vec![b'b'; 65]),
+            ],
+            timeout: Duration::from_secs(1),
+        },
+        limit: Limit::new("statsd", "max_datagram_bytes", 64),
+        retry: Retry::new(0, 0.0),
+        metrics: 2,
+        redact: Vec::new(),
+    };
+    assert_eq!(
+        check_sizes(&plan).unwrap_err().to_string(),
+        "svc.b is 65 bytes, over statsd.max_datagram_bytes 64; nothing was sent"
+    );
+}
+
+#[test]
+fn registry_commands_are_unique_and_consistent() {
+    let mut seen = Vec::new();
+    for c in CONNECTORS {
+        assert!(c.command.ends_with("-export"), "{}", c.command);
+        // `<block>-export`; the monitoring blocks drop `_monitoring` (`cloud-a-export`).
+        let derived = c.command.trim_end_matches("-export").replace('-', "_");
+        assert!(
+            c.block == derived || c.block == format!("{derived}_monitoring"),
+            "{} / {}",
+            c.command,
+            c.block
+        );
+        assert!(!seen.contains(&c.command), "{} twice", c.command);
+        seen.push(c.command);
+        assert!(c
+            .help
+            .starts_with(&format!("Usage: svc-observe {} ", c.command)));
+        assert_eq!(find(c.command), Some(*c));
+    }
+    assert_eq!(find("scrape-http"), None);
+}
+
+#[test]
+fn disabled_connectors_read_nothing() {
+    let policy = Policy::parse(
+        r#"{"schema": "svc.observability.policy.v1", "enabled": true,
+            "otlp": {"endpoint": "http://127.0.0.1:4318/v1/metrics"}}"#,
+    )
+    .unwrap();
+    let args = ExportArgs {
+        snapshot: Some("/nonexistent/snapshot.json".into()),
+        policy: "/nonexistent/policy.json".into(),
+        dry_run: false,
+        allow_stale: false,
+    };
+    let mut out = Vec::new();
+    assert_eq!(
+        run_with_policy(&otlp::CONNECTOR, &policy, &args, &mut out).unwrap(),
+        Outcome::Disabled("otlp.enabled=false".into())
+    );
+    let off = Policy::disabled();
+    assert_eq!(
+        run_with_policy(&syslog::CONNECTOR, &off, &args, &mut out).unwrap(),
+        Outcome::Disabled("enabled=false".into())
+    );
+}
+
+#[test]
+fn epoch_conversion() {
+    assert_eq!(epoch_nanos(1_718_000_000.25), 1_718_000_000_250_000_000);
+    assert_eq!(epoch_nanos(-1.0), 0);
+    assert_eq!(epoch_nanos(f64::NAN), 0);
+}

@@ -1,0 +1,654 @@
+//! A small S3 client: SigV4-signed PUT/GET/HEAD/DELETE over one `ureq` agent whose connection
+//! pool keeps TCP (and TLS) connections alive between requests.
+//!
+//! Why not rust-s3: its sync backend (attohttpc) opens a new TCP connection for every request,
+//! so a sustained run leaves one TIME_WAIT socket per object and exhausts local ports; it also
+//! compiles a second rustls crypto provider (aws-lc-rs) next to ureq's ring, which makes the
+//! first HTTPS request panic unless a process default is installed. Here only ring is compiled
+//! in and ureq selects it explicitly, so a bad certificate is an ordinary error.
+//!
+//! Errors never contain a secret, a signature or a credential-bearing URL (endpoints with
+//! credentials are rejected by config validation; the Authorization header is never printed).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ureq::http::{Method, Request};
+use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig, TlsProvider};
+use ureq::Agent;
+
+use super::config::{endpoint_problem, AddressingStyle, ObjectStoreConfig};
+use super::credentials::{Credentials, Env};
+use super::sigv4;
+
+/// Largest error or GET body read into memory.
+const MAX_ERROR_BODY: u64 = 64 * 1024;
+/// Region when neither the config nor `AWS_REGION`/`AWS_DEFAULT_REGION` names one.
+pub const DEFAULT_REGION: &str = "us-east-1";
+
+/// Scheme and authority of the service endpoint (no path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub https: bool,
+    /// `host[:port]` as written in the URL (IPv6 in brackets).
+    pub authority: String,
+    /// True for the provider's default endpoint (not configured).
+    pub default: bool,
+}
+
+impl Endpoint {
+    fn parse(text: &str) -> Endpoint {
+        // Invariant: validated by `endpoint_problem` before this is called.
+        let u = url::Url::parse(text).expect("validated endpoint URL");
+        let host = u.host_str().unwrap_or_default();
+        let authority = match u.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_string(),
+        };
+        Endpoint {
+            https: u.scheme() == "https",
+            authority,
+            default: false,
+        }
+    }
+}
+
+/// Picks the endpoint: config `endpoint_url`, else `AWS_ENDPOINT_URL_S3`, else
+/// `AWS_ENDPOINT_URL` (both subject to the same rules as the config field, and ignored when
+/// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`), else `https://s3.<region>.amazonaws.com`.
+pub fn resolve_endpoint(
+    cfg: &ObjectStoreConfig,
+    region: &str,
+    env: &dyn Env,
+) -> Result<Endpoint, String> {
+    if let Some(u) = &cfg.endpoint_url {
+        return Ok(Endpoint::parse(u));
+    }
+    let ignore = env
+        .var("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    if !ignore {
+        for var in ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"] {
+            if let Some(u) = env.var(var) {
+                if let Some(why) = endpoint_problem(&u, cfg.allow_http_for_local_testing) {
+                    return Err(format!("environment variable {var}: {why}"));
+                }
+                return Ok(Endpoint::parse(&u));
+            }
+        }
+    }
+    Ok(Endpoint {
+        https: true,
+        authority: format!("s3.{region}.amazonaws.com"),
+        default: true,
+    })
+}
+
+/// Region: config `region_name`, else `AWS_REGION`, else `AWS_DEFAULT_REGION`, else
+/// [`DEFAULT_REGION`].
+pub fn resolve_region(cfg: &ObjectStoreConfig, env: &dyn Env) -> String {
+    cfg.region_name
+        .clone()
+        .or_else(|| env.var("AWS_REGION"))
+        .or_else(|| env.var("AWS_DEFAULT_REGION"))
+        .filter(|r| {
+            !r.is_empty()
+                && r.len() <= 64
+                && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+        .unwrap_or_else(|| DEFAULT_REGION.to_string())
+}
+
+/// A failed request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum S3Error {
+    /// The service answered with a non-success status; `code` is the S3 error code when the
+    /// body carried one.
+    Status {
+        status: u16,
+        code: String,
+        message: String,
+    },
+    /// The request did not complete within the timeout (the write may have happened).
+    Timeout(String),
+    /// Connection refused, reset, DNS failure, broken response: the service is unavailable
+    /// (the write may have happened).
+    Unavailable(String),
+    /// TLS handshake or certificate failure.
+    Tls(String),
+    /// Anything else (bad request construction, unreadable CA file).
+    Other(String),
+}
+
+impl S3Error {
+    /// HTTP 412: a conditional create found the key.
+    pub fn is_precondition_failed(&self) -> bool {
+        matches!(self, S3Error::Status { status: 412, .. })
+    }
+
+    /// Destination-unavailable or ambiguous: worth retrying the same request in the sink.
+    /// 409 is a conditional-write conflict (a concurrent writer of the key); 408, 429 and 5xx
+    /// are the service asking to come back.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            S3Error::Timeout(_) | S3Error::Unavailable(_) => true,
+            S3Error::Status { status, .. } => {
+                matches!(status, 408 | 409 | 429) || (500..600).contains(status)
+            }
+            S3Error::Tls(_) | S3Error::Other(_) => false,
+        }
+    }
+
+    /// Rejections tied to this object's size or key: redelivery cannot help.
+    pub fn is_permanent_for_object(&self) -> bool {
+        match self {
+            S3Error::Status { status, code, .. } => {
+                *status == 400
+                    && matches!(
+                        code.as_str(),
+                        "EntityTooLarge" | "KeyTooLongError" | "MetadataTooLarge"
+                    )
+            }
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for S3Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            S3Error::Status {
+                status,
+                code,
+                message,
+            } => {
+                write!(f, "status {status}")?;
+                if !code.is_empty() {
+                    write!(f, " {code}")?;
+                }
+                if !message.is_empty() {
+                    write!(f, ": {message}")?;
+                }
+                if *status == 403 {
+                    write!(f, " (check the credentials and the bucket policy)")?;
+                }
+                Ok(())
+            }
+            S3Error::Timeout(d) => write!(f, "timeout: {d}"),
+            S3Error::Unavailable(d) => write!(f, "destination unavailable: {d}"),
+            S3Error::Tls(d) => write!(f, "tls: {d}"),
+            S3Error::Other(d) => write!(f, "{d}"),
+        }
+    }
+}
+
+/// A successful response.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    /// Header names lowercased.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Client of one bucket.
+pub struct S3Client {
+    agent: Agent,
+    endpoint: Endpoint,
+    path_style: bool,
+    bucket: String,
+    region: String,
+    creds: Credentials,
+}
+
+impl fmt::Debug for S3Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Client")
+            .field("endpoint", &self.endpoint)
+            .field("bucket", &self.bucket)
+            .field("region", &self.region)
+            .field("creds", &self.creds)
+            .finish()
+    }
+}
+
+/// Options of the HTTP agent.
+pub struct ClientOptions {
+    pub timeout: Duration,
+    /// Idle connections kept per host: at least the number of concurrent requests, so a
+    /// sustained run reuses connections instead of closing them (TIME_WAIT). 0 disables
+    /// keep-alive (one connection per request; only the benchmark uses that, as a baseline).
+    pub pool_per_host: usize,
+    pub ca_pem: Option<Vec<u8>>,
+}
+
+impl S3Client {
+    pub fn new(
+        endpoint: Endpoint,
+        bucket: &str,
+        region: &str,
+        style: AddressingStyle,
+        creds: Credentials,
+        opts: ClientOptions,
+    ) -> Result<S3Client, S3Error> {
+        let roots = match &opts.ca_pem {
+            None => RootCerts::WebPki,
+            Some(pem) => {
+                let mut certs: Vec<Certificate<'static>> = Vec::new();
+                for item in ureq::tls::parse_pem(pem) {
+                    match item {
+                        Ok(PemItem::Certificate(c)) => certs.push(c),
+                        Ok(_) => {}
+                        Err(e) => {
+                            return Err(S3Error::Other(format!("ca_file: not valid PEM: {e}")))
+                        }
+                    }
+                }
+                if certs.is_empty() {
+                    return Err(S3Error::Other(
+                        "ca_file: contains no PEM certificate".into(),
+                    ));
+                }
+                RootCerts::Specific(Arc::new(certs))
+            }
+        };
+        let tls = TlsConfig::builder()
+            .provider(TlsProvider::Rustls)
+            .root_certs(roots)
+            .build();
+        let agent: Agent = Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(opts.timeout))
+            .max_redirects(0)
+            .max_idle_connections(opts.pool_per_host * 2)
+            .max_idle_connections_per_host(opts.pool_per_host)
+            .max_idle_age(Duration::from_secs(4))
+            .user_agent(concat!("svc/", env!("CARGO_PKG_VERSION")))
+            .tls_config(tls)
+            .build()
+            .into();
+        let path_style = match style {
+            AddressingStyle::Path => true,
+            AddressingStyle::Virtual => false,
+            AddressingStyle::Auto => !endpoint.default || bucket.contains('.'),
+        };
+        Ok(S3Client {
+            agent,
+            endpoint,
+            path_style,
+            bucket: bucket.to_string(),
+            region: region.to_string(),
+            creds,
+        })
+    }
+
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// Host header and canonical URI of an object (or of the bucket when `key` is `None`).
+    fn target(&self, key: Option<&str>) -> (String, String) {
+        let encoded = key.map(sigv4::encode_key);
+        if self.path_style {
+            let path = match &encoded {
+                Some(k) => format!("/{}/{k}", self.bucket),
+                None => format!("/{}", self.bucket),
+            };
+            (self.endpoint.authority.clone(), path)
+        } else {
+            let path = match &encoded {
+                Some(k) => format!("/{k}"),
+                None => "/".to_string(),
+            };
+            (format!("{}.{}", self.bucket, self.endpoint.authority), path)
+        }
+    }
+
+    /// Sends one signed request. `headers` are signed too. Non-2xx answers become
+    /// [`S3Error::Status`].
+    pub fn send(
+        &self,
+        method: Method,
+        key: Option<&str>,
+        headers: &[(String, String)],
+        body: &[u8],
+        body_limit: u64,
+    ) -> Result<Reply, S3Error> {
+        let (host, path) = self.target(key);
+        let payload_sha256 = sigv4::payload_hash(body);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let amz_date = sigv4::amz_date(now);
+        let mut signed: Vec<(String, String)> = Vec::with_capacity(headers.len() + 4);
+        signed.push(("host".into(), host.clone()));
+        signed.push(("x-amz-content-sha256".into(), payload_sha256.clone()));
+        signed.push(("x-amz-date".into(), amz_date.clone()));
+        if let Some(t) = &self.creds.session_token {
+            signed.push(("x-amz-security-token".into(), t.clone()));
+        }
+        signed.extend(headers.iter().cloned());
+        let authorization = sigv4::authorization(&sigv4::SigningInput {
+            method: method.as_str(),
+            canonical_uri: &path,
+            canonical_query: "",
+            headers: &signed,
+            payload_sha256: &payload_sha256,
+            amz_date: &amz_date,
+            region: &self.region,
+            service: "s3",
+            access_key_id: &self.creds.access_key_id,
+            secret_access_key: &self.creds.secret_access_key,
+        });
+        let scheme = if self.endpoint.https { "https" } else { "http" };
+        let uri = format!("{scheme}://{host}{path}");
+        let mut builder = Request::builder().method(method.clone()).uri(&uri);
+        for (k, v) in &signed {
+            builder = builder.header(k.as_str(), v.as_str());
+        }
+        builder = builder.header("authorization", authorization);
+        let result = if method == Method::PUT || method == Method::POST {
+            let req = builder
+                .body(body)
+                .map_err(|e| S3Error::Other(format!("build request: {e}")))?;
+            self.agent.run(req)
+        } else {
+            let req = builder
+                .body(())
+                .map_err(|e| S3Error::Other(format!("build request: {e}")))?;
+            self.agent.run(req)
+        };
+        let mut resp = result.map_err(classify)?;
+        let status = resp.status().as_u16();
+        let headers: Vec<(String, String)> = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_ascii_lowercase(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        let ok = (200..300).contains(&status);
+        let limit = if ok { body_limit } else { MAX_ERROR_BODY };
+        // Reading the body to its end is what lets the pool reuse the connection.
+        let body = if method == Method::HEAD {
+            Vec::new()
+        } else {
+            resp.body_mut()
+                .with_config()
+                .limit(limit)
+                .read_to_vec()
+                .map_err(classify)?
+        };
+        if ok {
+            Ok(Reply {
+                status,
+                headers,
+                body,
+            })
+        } else {
+            let text = String::from_utf8_lossy(&body);
+            Err(S3Error::Status {
+                status,
+                code: xml_field(&text, "Code").unwrap_or_default(),
+                message: xml_field(&text, "Message")
+                    .map(|m| m.chars().take(200).collect())
+                    .unwrap_or_default(),
+            })
+        }
+    }
+
+    /// PUT of one object with the given (signed) headers.
+    pub fn put_object(
+        &self,
+        key: &str,
+        body: &[u8],
+        headers: &[(String, String)],
+    ) -> Result<Reply, S3Error> {
+        self.send(Method::PUT, Some(key), headers, body, MAX_ERROR_BODY)
+    }
+
+    /// GET of one object; `None` when it does not exist.
+    pub fn get_object(&self, key: &str, limit: u64) -> Result<Option<Reply>, S3Error> {
+        not_found_as_none(self.send(Method::GET, Some(key), &[], b"", limit))
+    }
+
+    /// HEAD of one object; `None` when it does not exist.
+    pub fn head_object(&self, key: &str) -> Result<Option<Reply>, S3Error> {
+        not_found_as_none(self.send(Method::HEAD, Some(key), &[], b"", 0))
+    }
+
+    pub fn delete_object(&self, key: &str) -> Result<(), S3Error> {
+        self.send(Method::DELETE, Some(key), &[], b"", MAX_ERROR_BODY)
+            .map(|_| ())
+    }
+
+    /// HEAD of the bucket: proves it exists and the credentials are accepted.
+    pub fn head_bucket(&self) -> Result<(), S3Error> {
+        self.send(Method::HEAD, None, &[], b"", 0).map(|_| ())
+    }
+}
+
+fn not_found_as_none(r: Result<Reply, S3Error>) -> Result<Option<Reply>, S3Error> {
+    match r {
+        Ok(reply) => Ok(Some(reply)),
+        Err(S3Error::Status { status: 404, .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sorts transport errors into the classes the sink acts on.
+fn classify(e: ureq::Error) -> S3Error {
+    use ureq::Error as E;
+    match e {
+        E::Timeout(t) => S3Error::Timeout(format!("{t} timed out")),
+        E::Io(io) => match io.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
+            Some(tls) => S3Error::Tls(format!("rustls: {tls}")),
+            None => S3Error::Unavailable(io.to_string()),
+        },
+        E::ConnectionFailed | E::HostNotFound | E::Protocol(_) => {
+            S3Error::Unavailable(e.to_string())
+        }
+        E::Rustls(t) => S3Error::Tls(t.to_string()),
+        E::Tls(t) => S3Error::Tls(t.to_string()),
+        E::BodyExceedsLimit(n) => S3Error::Other(format!("response body over {n} bytes")),
+        other => S3Error::Other(other.to_string()),
+    }
+}
+
+/// The text of the first `<name>` element, unescaped for the five XML entities.
+fn xml_field(text: &str, name: &str) -> Option<String> {
+    let open = format!("<{name}>");
+    let close = format!("</{name}>");
+    let start = text.find(&open)? + open.len();
+    let end = start + text[start..].find(&close)?;
+    Some(
+        text[start..end]
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&apos;", "'")
+            .replace("&amp;", "&"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(endpoint: Endpoint, bucket: &str, style: AddressingStyle) -> S3Client {
+        S3Client::new(
+            endpoint,
+            bucket,
+            "eu-west-1",
+            style,
+            Credentials {
+                access_key_id: "AKID".into(),
+                secret_access_key: "s".into(),
+                session_token: None,
+                source: "test".into(),
+            },
+            ClientOptions {
+                timeout: Duration::from_secs(1),
+                pool_per_host: 1,
+                ca_pem: None,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn addressing_styles() {
+        let aws = Endpoint {
+            https: true,
+            authority: "s3.eu-west-1.amazonaws.com".into(),
+            default: true,
+        };
+        let custom = Endpoint {
+            https: true,
+            authority: "minio.internal:9000".into(),
+            default: false,
+        };
+        let auto = AddressingStyle::Auto;
+        assert_eq!(
+            client(aws.clone(), "acme", auto).target(Some("a/b c.json")),
+            (
+                "acme.s3.eu-west-1.amazonaws.com".to_string(),
+                "/a/b%20c.json".to_string()
+            )
+        );
+        assert_eq!(
+            client(aws.clone(), "acme.logs", auto).target(Some("k")),
+            (
+                "s3.eu-west-1.amazonaws.com".to_string(),
+                "/acme.logs/k".to_string()
+            )
+        );
+        assert_eq!(
+            client(custom.clone(), "acme", auto).target(None),
+            ("minio.internal:9000".to_string(), "/acme".to_string())
+        );
+        assert_eq!(
+            client(custom, "acme", AddressingStyle::Virtual).target(None),
+            ("acme.minio.internal:9000".to_string(), "/".to_string())
+        );
+        assert_eq!(
+            client(aws, "acme", AddressingStyle::Path).target(Some("k")),
+            (
+                "s3.eu-west-1.amazonaws.com".to_string(),
+                "/acme/k".to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn endpoint_and_region_resolution() {
+        use std::collections::HashMap;
+        let cfg = |extra: &str| {
+            let text = format!(
+                r#"{{"nats": {{"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c",
+                   "subject": "a"}}, "sink": {{"type": "object_store", "bucket": "abc"{extra}}}}}"#
+            );
+            match crate::config::RuntimeConfig::parse(&text).unwrap().sink {
+                crate::sink::SinkConfig::ObjectStore(c) => *c,
+                _ => unreachable!(),
+            }
+        };
+        let env = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let c = cfg("");
+        assert_eq!(resolve_region(&c, &env(&[])), "us-east-1");
+        assert_eq!(
+            resolve_region(&c, &env(&[("AWS_DEFAULT_REGION", "eu-north-1")])),
+            "eu-north-1"
+        );
+        assert_eq!(
+            resolve_region(
+                &cfg(r#", "region_name": "ap-south-1""#),
+                &env(&[("AWS_REGION", "x")])
+            ),
+            "ap-south-1"
+        );
+        let e = resolve_endpoint(&c, "eu-north-1", &env(&[])).unwrap();
+        assert_eq!(
+            (e.authority.as_str(), e.https, e.default),
+            ("s3.eu-north-1.amazonaws.com", true, true)
+        );
+        let e = resolve_endpoint(
+            &c,
+            "r",
+            &env(&[
+                ("AWS_ENDPOINT_URL", "https://generic.example"),
+                ("AWS_ENDPOINT_URL_S3", "https://s3.example:8443"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(e.authority, "s3.example:8443");
+        let ignored = env(&[
+            ("AWS_ENDPOINT_URL_S3", "https://s3.example"),
+            ("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true"),
+        ]);
+        assert!(resolve_endpoint(&c, "r", &ignored).unwrap().default);
+        let err = resolve_endpoint(
+            &c,
+            "r",
+            &env(&[("AWS_ENDPOINT_URL", "https://user:pw@s3.example")]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "environment variable AWS_ENDPOINT_URL: must not contain credentials"
+        );
+        let configured = cfg(r#", "endpoint_url": "https://cfg.example""#);
+        let e = resolve_endpoint(
+            &configured,
+            "r",
+            &env(&[("AWS_ENDPOINT_URL_S3", "https://s3.example")]),
+        )
+        .unwrap();
+        assert_eq!(e.authority, "cfg.example", "config wins");
+    }
+
+    #[test]
+    fn error_classes() {
+        let st = |status: u16, code: &str| S3Error::Status {
+            status,
+            code: code.into(),
+            message: String::new(),
+        };
+        assert!(st(412, "PreconditionFailed").is_precondition_failed());
+        for s in [409, 429, 500, 503] {
+            assert!(st(s, "").is_retryable(), "{s}");
+        }
+        for s in [400, 403, 404, 412] {
+            assert!(!st(s, "").is_retryable(), "{s}");
+        }
+        assert!(st(400, "EntityTooLarge").is_permanent_for_object());
+        assert!(!st(403, "AccessDenied").is_permanent_for_object());
+        assert_eq!(
+            st(403, "SignatureDoesNotMatch").to_string(),
+            "status 403 SignatureDoesNotMatch (check the credentials and the bucket policy)"
+        );
+        assert_eq!(
+            xml_field("<Error><Code>A&amp;B</Code></Error>", "Code").as_deref(),
+            Some("A&B")
+        );
+    }
+}

@@ -1,0 +1,432 @@
+//! Object-store sink (`sink.type = "object_store"`): one object per envelope (plus an optional
+//! sidecar) in one bucket of an S3-compatible service, under a deterministic key.
+//!
+//! Threading: the sink owns a pool of `max_concurrent_puts` threads named `svc-s3-put-N`,
+//! started when it is built and shared by every `svc-sink-N` worker. `write_batch` (on a sink
+//! worker) prepares keys and bodies itself, hands one job per envelope to the pool through a
+//! bounded channel, and collects the outcomes from a reply channel sized to the batch (so a
+//! put thread never blocks on a reply). Outcomes are put back in batch order. Because the pool
+//! is shared, one batch's slow tail leaves threads free for the next batch: the number of puts
+//! in flight is `max_concurrent_puts` for the whole sink, whatever `sink_workers` is. One
+//! object per event is round-trip bound, hence the concurrency; the HTTP agent's pool keeps
+//! the keep-alive connections. Dropping the sink closes the job channel; the threads finish
+//! their job and exit, and are joined.
+//!
+//! Failure semantics (see `docs/sinks/object-store.md`):
+//! - 2xx: durable. 412 on a conditional create: prior success (`skip_existing`), or, with
+//!   `fail_existing`, already durable only when the stored object is the same message, else a
+//!   permanent error.
+//! - Timeouts, network errors, 408/409/429/5xx: ambiguous; retried here up to `max_retries`
+//!   with the configured backoff, then `Transient` (the runner NAKs; redelivery retries the
+//!   same key).
+//! - Key, size and metadata limits: `Permanent`, before any request.
+//! - Other statuses (403, 404 bucket, TLS): `Transient` without in-sink retries: the message
+//!   is fine, the destination or its credentials are not.
+
+pub mod body;
+pub mod client;
+pub mod config;
+pub mod credentials;
+pub mod layout;
+pub mod sigv4;
+
+use std::io::Read;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::Sender;
+
+use crate::envelope::Envelope;
+use crate::metrics::Metrics;
+use crate::sink::{Sink, SinkError, WriteOutcome};
+
+use client::{ClientOptions, S3Client, S3Error};
+use config::{Compression, DuplicatePolicy, ObjectFormat, ObjectStoreConfig};
+use credentials::{Env, ProcessEnv};
+
+const KIND: &str = "object_store";
+
+/// Idle keep-alive connections kept beyond one per put thread. Every request of the sink runs
+/// on a put thread, so `max_concurrent_puts` connections are in use at most; a pool smaller
+/// than that would close connections after one request (TIME_WAIT per object).
+const POOL_SPARE: usize = 2;
+
+pub struct ObjectStoreSink {
+    shared: Arc<Shared>,
+    /// Jobs for the put threads; `None` only while dropping.
+    jobs: Option<Sender<Job>>,
+    threads: Vec<JoinHandle<()>>,
+    /// `bucket at endpoint, credentials from source`, safe to print.
+    description: String,
+}
+
+/// What the put threads share with the sink.
+struct Shared {
+    cfg: ObjectStoreConfig,
+    client: S3Client,
+    metrics: Arc<Metrics>,
+}
+
+/// One envelope, ready to write: everything the put thread needs, owned.
+struct Prepared {
+    keys: layout::ObjectKeys,
+    bodies: body::Bodies,
+    /// Identity of the message, to recognise it in an existing object (`fail_existing`).
+    stream: String,
+    stream_sequence: u64,
+    payload_sha256: String,
+}
+
+struct Job {
+    index: usize,
+    prepared: Prepared,
+    reply: Sender<(usize, WriteOutcome)>,
+}
+
+impl ObjectStoreSink {
+    /// Resolves region, endpoint and credentials from the process environment and builds the
+    /// HTTP client. Does not contact the service.
+    pub fn new(cfg: ObjectStoreConfig, metrics: Arc<Metrics>) -> Result<Self, SinkError> {
+        Self::with_env(cfg, metrics, &ProcessEnv)
+    }
+
+    pub fn with_env(
+        cfg: ObjectStoreConfig,
+        metrics: Arc<Metrics>,
+        env: &dyn Env,
+    ) -> Result<Self, SinkError> {
+        let err = |m: String| SinkError::new(KIND, m);
+        let region = client::resolve_region(&cfg, env);
+        let endpoint = client::resolve_endpoint(&cfg, &region, env).map_err(err)?;
+        let creds = credentials::resolve(&cfg.credential_mode, env).map_err(err)?;
+        let ca_pem =
+            match &cfg.ca_file {
+                Some(path) => Some(std::fs::read(path).map_err(|e| {
+                    SinkError::new(KIND, format!("ca_file {}: {e}", path.display()))
+                })?),
+                None => None,
+            };
+        let description = format!(
+            "bucket {} at {}://{} (region {region}, credentials from {})",
+            cfg.bucket,
+            if endpoint.https { "https" } else { "http" },
+            endpoint.authority,
+            creds.source
+        );
+        let client = S3Client::new(
+            endpoint,
+            &cfg.bucket,
+            &region,
+            cfg.addressing_style,
+            creds,
+            ClientOptions {
+                timeout: cfg.request_timeout,
+                pool_per_host: cfg.max_concurrent_puts + POOL_SPARE,
+                ca_pem,
+            },
+        )
+        .map_err(|e| SinkError::new(KIND, e.to_string()))?;
+        let threads_wanted = cfg.max_concurrent_puts;
+        let shared = Arc::new(Shared {
+            cfg,
+            client,
+            metrics,
+        });
+        let (tx, rx) = crossbeam_channel::bounded::<Job>(threads_wanted * 2);
+        let mut threads = Vec::with_capacity(threads_wanted);
+        for n in 0..threads_wanted {
+            let (shared, rx) = (shared.clone(), rx.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("svc-s3-put-{n}"))
+                .spawn(move || {
+                    for job in rx {
+                        let outcome = shared.write(&job.prepared);
+                        // Invariant: the reply channel holds a whole batch; never blocks.
+                        let _ = job.reply.send((job.index, outcome));
+                    }
+                });
+            match spawned {
+                Ok(h) => threads.push(h),
+                Err(e) => {
+                    return Err(SinkError::new(
+                        KIND,
+                        format!("cannot start put thread {n}: {e}"),
+                    ))
+                }
+            }
+        }
+        log::info!(
+            "sink object_store: {description}; {threads_wanted} put threads, duplicate policy \
+             {:?}",
+            shared.cfg.duplicate_policy
+        );
+        Ok(ObjectStoreSink {
+            shared,
+            jobs: Some(tx),
+            threads,
+            description,
+        })
+    }
+
+    /// The underlying client (tests read objects back through it).
+    pub fn client(&self) -> &S3Client {
+        &self.shared.client
+    }
+
+    pub fn config(&self) -> &ObjectStoreConfig {
+        &self.shared.cfg
+    }
+}
+
+impl Drop for ObjectStoreSink {
+    fn drop(&mut self) {
+        self.jobs = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Shared {
+    /// Keys and bodies of an envelope; an error is a permanent outcome (no request made).
+    fn prepare(&self, env: &Envelope) -> Result<Prepared, WriteOutcome> {
+        let permanent = |m: String| WriteOutcome::Permanent(SinkError::new(KIND, m));
+        let keys = layout::object_keys(&self.cfg, env).map_err(permanent)?;
+        let bodies = body::build(&self.cfg, env, &keys.primary, keys.sidecar.is_some())
+            .map_err(|e| permanent(format!("{}: {e}", keys.primary)))?;
+        Ok(Prepared {
+            keys,
+            bodies,
+            stream: env.stream.clone(),
+            stream_sequence: env.stream_sequence,
+            payload_sha256: env.payload_info.sha256.clone(),
+        })
+    }
+
+    /// One envelope: primary put, then the sidecar put.
+    fn write(&self, p: &Prepared) -> WriteOutcome {
+        let (keys, bodies) = (&p.keys, &p.bodies);
+        let conditional = self.cfg.duplicate_policy != DuplicatePolicy::Replace;
+        let mut headers = body::common_headers(&self.cfg, true);
+        if conditional {
+            headers.push(("if-none-match".into(), "*".into()));
+        }
+        for (k, v) in &bodies.metadata {
+            headers.push((format!("x-amz-meta-{k}"), v.clone()));
+        }
+        let mut outcome = match self.put_with_retries(&keys.primary, &bodies.primary, &headers) {
+            Ok(()) => WriteOutcome::Durable,
+            Err(e) if e.is_precondition_failed() && conditional => {
+                match self.cfg.duplicate_policy {
+                    DuplicatePolicy::FailExisting => {
+                        self.existing_verdict(&keys.primary, p, &bodies.primary)
+                    }
+                    _ => WriteOutcome::AlreadyDurable,
+                }
+            }
+            Err(e) => return self.failure(&format!("put {}", keys.primary), e),
+        };
+        if let (Some(sidecar_key), Some(sidecar_body)) = (&keys.sidecar, &bodies.sidecar) {
+            if !outcome.is_durable() {
+                return outcome;
+            }
+            let mut headers = body::common_headers(&self.cfg, false);
+            if conditional {
+                headers.push(("if-none-match".into(), "*".into()));
+            }
+            match self.put_with_retries(sidecar_key, sidecar_body, &headers) {
+                Ok(()) => {}
+                // The sidecar exists already: written by an earlier delivery.
+                Err(e) if e.is_precondition_failed() && conditional => {}
+                Err(e) => {
+                    outcome = self.failure(
+                        &format!("put sidecar {sidecar_key} (primary object stored)"),
+                        e,
+                    )
+                }
+            }
+        }
+        outcome
+    }
+
+    /// Maps a final request failure to an outcome.
+    fn failure(&self, what: &str, e: S3Error) -> WriteOutcome {
+        let err = SinkError::new(KIND, format!("{what}: {e}"));
+        if e.is_permanent_for_object() {
+            WriteOutcome::Permanent(err)
+        } else {
+            WriteOutcome::Transient(err)
+        }
+    }
+
+    /// `fail_existing` found the key taken. The stored object may be this very message,
+    /// written by an earlier attempt whose answer was lost (timeout, runner killed before the
+    /// ACK): then it is already durable. Anything else is the permanent duplicate error.
+    fn existing_verdict(&self, key: &str, p: &Prepared, ours: &[u8]) -> WriteOutcome {
+        let duplicate = || {
+            WriteOutcome::Permanent(SinkError::new(
+                KIND,
+                format!("put {key}: key already exists (duplicate_policy fail_existing)"),
+            ))
+        };
+        let stored = match self.client.get_object(key, self.cfg.max_object_bytes) {
+            Ok(Some(reply)) => reply.body,
+            // Deleted meanwhile: let redelivery try the create again.
+            Ok(None) => {
+                return WriteOutcome::Transient(SinkError::new(
+                    KIND,
+                    format!("put {key}: precondition failed but the object is gone"),
+                ))
+            }
+            Err(e) => return self.failure(&format!("get {key} after precondition failure"), e),
+        };
+        if stored == ours || self.same_message(&stored, p) {
+            WriteOutcome::AlreadyDurable
+        } else {
+            duplicate()
+        }
+    }
+
+    /// True when a stored envelope-format body holds the same message (stream, sequence and
+    /// payload digest). Payload-format bodies are compared byte for byte by the caller.
+    fn same_message(&self, stored: &[u8], p: &Prepared) -> bool {
+        if self.cfg.object_format != ObjectFormat::Envelope {
+            return false;
+        }
+        let json = match self.cfg.compression {
+            Compression::None => stored.to_vec(),
+            Compression::Gzip => {
+                let mut out = Vec::new();
+                let limit = self.cfg.max_object_bytes.saturating_mul(64);
+                if flate2::read::GzDecoder::new(stored)
+                    .take(limit)
+                    .read_to_end(&mut out)
+                    .is_err()
+                {
+                    return false;
+                }
+                out
+            }
+        };
+        let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&json) else {
+            return false;
+        };
+        doc["stream"] == p.stream.as_str()
+            && doc["stream_sequence"] == p.stream_sequence
+            && doc["payload_info"]["sha256"] == p.payload_sha256.as_str()
+    }
+
+    /// One put, retried in place for retryable failures up to `max_retries`.
+    fn put_with_retries(
+        &self,
+        key: &str,
+        body: &[u8],
+        headers: &[(String, String)],
+    ) -> Result<(), S3Error> {
+        let mut attempt = 0u32;
+        loop {
+            match self.client.put_object(key, body, headers) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_retryable() && attempt < self.cfg.max_retries => {
+                    attempt += 1;
+                    Metrics::add(&self.metrics.counters.sink_retries_total, 1);
+                    log::debug!("sink object_store: put {key}: {e}; retry {attempt}");
+                    std::thread::sleep(self.cfg.retry.delay(attempt));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Sink for ObjectStoreSink {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome> {
+        let mut outcomes: Vec<Option<WriteOutcome>> = vec![None; batch.len()];
+        let (reply_tx, reply_rx) = crossbeam_channel::bounded(batch.len().max(1));
+        let mut sent = 0usize;
+        for (index, env) in batch.iter().enumerate() {
+            let prepared = match self.shared.prepare(env) {
+                Ok(p) => p,
+                Err(outcome) => {
+                    outcomes[index] = Some(outcome);
+                    continue;
+                }
+            };
+            let job = Job {
+                index,
+                prepared,
+                reply: reply_tx.clone(),
+            };
+            // Blocks while the pool is busy: that is the concurrency bound.
+            match self.jobs.as_ref().map(|j| j.send(job).is_ok()) {
+                Some(true) => sent += 1,
+                _ => {
+                    outcomes[index] = Some(WriteOutcome::Transient(SinkError::new(
+                        KIND,
+                        "put threads stopped",
+                    )))
+                }
+            }
+        }
+        drop(reply_tx);
+        for _ in 0..sent {
+            match reply_rx.recv() {
+                Ok((index, outcome)) => outcomes[index] = Some(outcome),
+                // Every put thread is gone (cannot happen while the sink lives).
+                Err(_) => break,
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| {
+                    WriteOutcome::Transient(SinkError::new(KIND, "put thread ended early"))
+                })
+            })
+            .collect()
+    }
+
+    /// Proves the bucket is reachable and writable: a conditional put of a probe object under
+    /// `<prefix>/_svc-check/` (outside every event namespace) with the same headers as event
+    /// objects (content type, encryption), then its delete.
+    fn check(&self) -> Result<String, SinkError> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let key = layout::probe_key(&self.shared.cfg, &format!("{}-{nanos}", std::process::id()));
+        let doc = serde_json::json!({
+            "schema": "svc.objectstore.probe.v1",
+            "purpose": "svc test-sink write check; safe to delete",
+        });
+        let json = serde_json::to_vec(&doc).unwrap_or_default();
+        let bytes = match self.shared.cfg.compression {
+            Compression::Gzip => body::gzip(&json).unwrap_or_default(),
+            Compression::None => json,
+        };
+        let mut headers = body::common_headers(&self.shared.cfg, true);
+        headers.push(("if-none-match".into(), "*".into()));
+        self.shared
+            .client
+            .put_object(&key, &bytes, &headers)
+            .map_err(|e| {
+                SinkError::new(KIND, format!("{}: put probe {key}: {e}", self.description))
+            })?;
+        match self.shared.client.delete_object(&key) {
+            Ok(()) => Ok(format!(
+                "{} is reachable and writable (probe object {key} written and deleted)",
+                self.description
+            )),
+            Err(e) => Ok(format!(
+                "{} is reachable and writable (probe object {key} written; deleting it failed: \
+                 {e}; it lies outside the event namespace and may be removed by hand)",
+                self.description
+            )),
+        }
+    }
+}
