@@ -3,6 +3,7 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
+mod moto;
 mod util;
 
 use std::collections::BTreeSet;
@@ -664,4 +665,127 @@ fn rows_land_with_security_labels_in_both_columns() {
     let us: serde_json::Value = serde_json::from_str(rows[3][4].as_deref().unwrap()).unwrap();
     assert_eq!(us["owner"], "us-desk");
     assert_eq!(rows[3][0].as_deref(), Some("unclassified"));
+}
+
+/// `svc run` with extra environment (object-store credentials).
+fn start_runner_env(
+    config: &Path,
+    log: &Path,
+    env: &std::collections::HashMap<String, String>,
+) -> Runner {
+    let out = std::fs::File::create(log).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("run")
+        .arg(config)
+        .envs(env)
+        .env("RUST_LOG", "info")
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    Runner {
+        child,
+        log: log.to_path_buf(),
+    }
+}
+
+#[test]
+fn fanout_with_moto_object_store_optional_hang_acks_required_hang_does_not() {
+    let store = moto::Moto::start();
+    store.create_bucket("fan-archive", false);
+    let (server, dir) = setup(40, "orders.created");
+    let db = TestDb::new("fanmoto");
+    let archive = json!({
+        "type": "object_store", "bucket": "fan-archive", "endpoint_url": store.endpoint(),
+        "allow_http_for_local_testing": true, "credential_mode": "environment",
+        "access_key_id_env": "T_KEY_ID", "secret_access_key_env": "T_SECRET",
+        "key_strategy": "stream_sequence", "request_timeout_seconds": 2
+    });
+    let fanout = |archive_target: serde_json::Value| {
+        json!({
+            "type": "fanout",
+            "sinks": {"db": db.sink(json!({"auto_create_tables": true})), "archive": archive},
+            "routing": {
+                "enabled": true,
+                "target_sink_types": {"db": "relational_db", "archive": "object_store"},
+                "routes": [{"name": "all", "match": {"subject": "orders.>"},
+                            "targets": ["db", archive_target]}]
+            }
+        })
+    };
+    let snap = dir.path().join("metrics.json");
+
+    // Phase 1: the archive is optional (object-store defaults: 1000 ms wait, here a 1500 ms
+    // timeout). Healthy store: everything lands in both.
+    let optional = fanout(json!({"sink": "archive", "required": false, "timeout_ms": 1500}));
+    let cfg = write_config(
+        dir.path(),
+        "opt.json",
+        &config(&server, dir.path(), optional),
+    );
+    let runner = start_runner_env(&cfg, &dir.path().join("svc1.log"), &store.env());
+    wait_until(Duration::from_secs(60), "first 40 acked", || {
+        all_acked(&server, 40)
+    });
+    wait_until(Duration::from_secs(20), "40 objects", || {
+        store.versions("fan-archive").len() == 40
+    });
+
+    // The store hangs (SIGSTOP): ACKs go on behind the database alone; timeouts are counted.
+    store.pause();
+    server.publish_n(STREAM, "orders.created", 40, |i| {
+        format!("{{\"late\":{i}}}").into_bytes()
+    });
+    wait_until(
+        Duration::from_secs(60),
+        "acked while the optional store hangs",
+        || all_acked(&server, 80),
+    );
+    wait_until(Duration::from_secs(20), "timeouts counted", || {
+        snapshot_counter(&snap, "fanout_optional_child_timeout_total") >= 1
+    });
+    assert_eq!(sequences_once(&db, "events").len(), 80);
+    stop(runner);
+    store.resume();
+
+    // Phase 2: the archive is required. The store hangs again: nothing is acknowledged, even
+    // though the database has the rows; when it is back, every message lands once.
+    let required = fanout(json!("archive"));
+    let cfg = write_config(
+        dir.path(),
+        "req.json",
+        &config(&server, dir.path(), required),
+    );
+    std::fs::remove_file(&snap).unwrap();
+    store.pause();
+    server.publish_n(STREAM, "orders.created", 20, |i| {
+        format!("{{\"req\":{i}}}").into_bytes()
+    });
+    let runner = start_runner_env(&cfg, &dir.path().join("svc2.log"), &store.env());
+    wait_until(Duration::from_secs(60), "required child failures", || {
+        snapshot_counter(&snap, "fanout_required_child_failure_total") >= 20
+    });
+    let (floor, _, _) = server.consumer_state(STREAM, CONSUMER);
+    assert_eq!(
+        floor, 80,
+        "nothing acknowledged while the required store hangs"
+    );
+    assert_eq!(snapshot_counter(&snap, "messages_acked_total"), 0);
+    store.resume();
+    wait_until(
+        Duration::from_secs(90),
+        "acked after the store is back",
+        || all_acked(&server, 100),
+    );
+    stop(runner);
+    assert_eq!(sequences_once(&db, "events").len(), 100, "db rows once");
+    let versions = store.versions("fan-archive");
+    for seq in 81..=100 {
+        let key = format!("stream-sequence/{STREAM}/{seq}.json");
+        assert_eq!(versions.get(&key), Some(&1), "{key}");
+    }
+    assert!(
+        snapshot_counter(&snap, "db_duplicates_total") >= 1,
+        "redelivered rows counted"
+    );
 }
