@@ -137,6 +137,7 @@ pub struct Run {
 }
 
 /// Runs `svc run` on a new durable `consumer` until `n` messages are acknowledged.
+#[allow(clippy::too_many_arguments)]
 pub fn run_svc(
     url: &str,
     stream: &str,
@@ -145,6 +146,7 @@ pub fn run_svc(
     n: usize,
     sink: serde_json::Value,
     dir: &Path,
+    env: &[(String, String)],
 ) -> Run {
     support::create_consumer(url, stream, consumer, subject, Duration::from_secs(60)).unwrap();
     let cfg = serde_json::json!({
@@ -161,6 +163,7 @@ pub fn run_svc(
     let mut child = Command::new(env!("CARGO_BIN_EXE_svc"))
         .arg("run")
         .arg(&cfg_path)
+        .envs(env.iter().cloned())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
