@@ -98,10 +98,9 @@ fn main() {
         "  fan-out, both required                   {both:>9.0} msg/s   ratio {:.2}x of the slower child alone",
         both / slow_rate
     );
+    let label = format!("fan-out, {slow_child} required, {fast_name} optional");
     println!(
-        "  fan-out, {slow_child} required, {fast_name} optional{:>w$}{optional:>9.0} msg/s   ratio {:.2}x of the slower child alone",
-        "",
-        optional / slow_rate,
-        w = 26usize.saturating_sub(slow_child.len() + fast_name.len())
+        "  {label:<41}{optional:>9.0} msg/s   ratio {:.2}x of the slower child alone",
+        optional / slow_rate
     );
 }
