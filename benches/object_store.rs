@@ -30,12 +30,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use svc::aws::credentials::Credentials;
 use svc::config::RuntimeConfig;
 use svc::envelope::{normalize, EnvelopeConfig, RawMessage};
 use svc::metrics::Metrics;
 use svc::sink::object_store::client::{ClientOptions, Endpoint, S3Client};
 use svc::sink::object_store::config::AddressingStyle;
-use svc::sink::object_store::credentials::Credentials;
 use svc::sink::object_store::ObjectStoreSink;
 use svc::sink::{Sink, SinkConfig};
 
@@ -60,7 +60,6 @@ fn client(m: &moto::Moto, bucket: &str, pool: usize) -> S3Client {
             access_key_id: m.key_id.clone(),
             secret_access_key: m.secret.clone(),
             session_token: None,
-            source: "bench".into(),
         },
         ClientOptions {
             timeout: Duration::from_secs(30),

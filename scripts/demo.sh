@@ -16,7 +16,7 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== building (release)"
-cargo build --release --quiet --bin svc
+cargo build --release --quiet --bin svc --bin svc-observe
 cargo bench --quiet --bench jsctl --no-run 2>/dev/null
 jsctl() { cargo bench --quiet --bench jsctl -- "$@" 2>/dev/null; }
 
@@ -62,6 +62,12 @@ first=$(find "$work/out" -type f | sort | head -1)
 python3 -m json.tool "$first"
 echo "== metrics snapshot ($work/metrics.json), counters"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print(f"  {k} = {v}") for k,v in d["counters"].items() if v]' "$work/metrics.json"
+echo "== svc-observe: what a policy allowing messages_* would share (Prometheus text)"
+cat >"$work/policy.json" <<JSON
+{"schema": "svc.observability.policy.v1", "enabled": true, "namespace": "svc",
+ "allowed_metric_patterns": ["messages_*"], "scrape": {"enabled": true}}
+JSON
+target/release/svc-observe scrape-textfile "$work/metrics.json" "$work/policy.json" --dry-run
 echo "== runner log"
 cat "$work/svc.log"
 echo "demo files kept in $work"

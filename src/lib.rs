@@ -2,6 +2,7 @@
 //! ACK last) and the library behind its metrics exporter. See `docs/architecture.md`.
 
 pub mod advisory;
+pub mod aws;
 pub mod backoff;
 pub mod broker;
 pub mod cli;

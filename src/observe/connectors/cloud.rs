@@ -133,7 +133,7 @@ pub fn check_vendor_window(
 /// path, credentials, query or fragment. `Ok(None)` when the variable is unset; any other host
 /// is refused (the override exists for tests with a local receiver, never for production).
 pub fn loopback_override(
-    env: &dyn super::aws_credentials::Env,
+    env: &dyn crate::aws::Env,
     var: &str,
 ) -> Result<Option<String>, super::ExportError> {
     use crate::observe::policy::checks::{is_loopback_host, parse_endpoint};

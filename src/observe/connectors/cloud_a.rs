@@ -32,7 +32,6 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value as Json};
 
-use super::aws_credentials::{Env, ProcessEnv};
 use super::cloud::{self, Datum, Value};
 use super::oci_auth;
 use super::oci_signature::{self, Signer};
@@ -40,6 +39,7 @@ use super::{
     Action, Connector, Context, Delivery, ExportError, Header, HttpRequest, Input, Limit, Method,
     Plan, Retry, Secret,
 };
+use crate::aws::{Env, ProcessEnv};
 use crate::observe::policy::CloudA;
 
 pub const CONNECTOR: Connector = Connector {

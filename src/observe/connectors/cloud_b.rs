@@ -1,5 +1,5 @@
 //! `cloud-b-export`: Amazon CloudWatch `PutMetricData` (query protocol, form-encoded POST),
-//! signed with AWS Signature Version 4 ([`super::sigv4`]). No SDK.
+//! signed with AWS Signature Version 4 ([`crate::aws::sigv4`]). No SDK.
 //!
 //! ```text
 //! POST https://monitoring.<region>.amazonaws.com/
@@ -22,7 +22,7 @@
 //!   snapshot's time as `Timestamp`.
 //! - At most `max_metrics_per_request` data per request (cap 1000); every request body is
 //!   checked against `max_request_bytes` before the first one is sent.
-//! - Credentials: [`super::aws_credentials`] (environment, then shared credentials/config file
+//! - Credentials: [`crate::aws::credentials`] (environment, then shared credentials/config file
 //!   with `AWS_PROFILE`; no IMDS). Endpoint: `AWS_ENDPOINT_URL_CLOUDWATCH`, `AWS_ENDPOINT_URL`,
 //!   else `https://monitoring.<region>.amazonaws.com`.
 //! - `--dry-run` prints the requests with `Authorization` and `X-Amz-Security-Token` as
@@ -30,14 +30,15 @@
 
 use std::time::Duration;
 
-use super::aws_credentials::{self, Env, ProcessEnv};
 use super::cloud::{self, Datum, Value};
-use super::sigv4::{self, Credentials};
 use super::{
     Action, Connector, Context, Delivery, ExportError, Header, HttpRequest, Input, Limit, Method,
     Plan, Retry, Secret,
 };
+use crate::aws::credentials::{self, CredentialError, Credentials};
+use crate::aws::{endpoint_override, sigv4, Env, ProcessEnv};
 use crate::observe::exposition::format_value;
+use crate::observe::policy::checks::{is_loopback_host, parse_endpoint};
 use crate::observe::policy::CloudB;
 
 pub const CONNECTOR: Connector = Connector {
@@ -84,17 +85,9 @@ pub const MAX_RESPONSE_BYTES: u64 = 65_536;
 /// CloudWatch accepts data points up to two weeks old.
 pub const MAX_AGE_SECONDS: f64 = 14.0 * 86_400.0;
 
-/// Percent-encoding of the query protocol (RFC 3986: unreserved characters kept).
+/// Percent-encoding of the query protocol (RFC 3986: unreserved characters kept, `/` encoded).
 pub fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    sigv4::uri_encode(s, true)
 }
 
 /// The form body of one `PutMetricData` request.
@@ -162,7 +155,7 @@ pub fn signed_headers(
             path: "/",
             query: "",
             headers: &[("Content-Type", CONTENT_TYPE)],
-            body,
+            payload_sha256: &sigv4::hex_sha256(body),
         },
         &sigv4::Scope {
             region,
@@ -183,6 +176,38 @@ pub fn signed_headers(
         }
     }
     headers
+}
+
+/// The endpoint to call: `AWS_ENDPOINT_URL_CLOUDWATCH`, else `AWS_ENDPOINT_URL`, else
+/// `https://monitoring.<region>.amazonaws.com` (the variables are ignored when
+/// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS` is `true`). An override must be `http(s)://host[:port]`
+/// with an empty or `/` path, no credentials, query or fragment; plain http only to loopback.
+/// Returns `(base URL without trailing slash, Host header value, which variable)`.
+pub fn endpoint(
+    env: &dyn Env,
+    region: &str,
+) -> Result<(String, String, Option<&'static str>), CredentialError> {
+    let Some((var, url)) = endpoint_override(env, "AWS_ENDPOINT_URL_CLOUDWATCH") else {
+        let host = format!("monitoring.{region}.amazonaws.com");
+        return Ok((format!("https://{host}"), host, None));
+    };
+    let ep = parse_endpoint(&url).map_err(|why| CredentialError(format!("{var} {why}")))?;
+    if !(ep.path.is_empty() || ep.path == "/") {
+        return Err(CredentialError(format!(
+            "{var} must be scheme, host and optional port, without a path"
+        )));
+    }
+    if !ep.https && !is_loopback_host(&ep.host) {
+        return Err(CredentialError(format!(
+            "{var}: plain http is allowed only for loopback hosts (localhost, 127.0.0.0/8, [::1]); use https"
+        )));
+    }
+    let host = match ep.port {
+        Some(p) => format!("{}:{p}", ep.host),
+        None => ep.host.clone(),
+    };
+    let scheme = if ep.https { "https" } else { "http" };
+    Ok((format!("{scheme}://{host}"), host, Some(var)))
 }
 
 fn plan(ctx: &Context<'_>) -> Result<Plan, ExportError> {
@@ -208,9 +233,9 @@ pub fn plan_with(
         prepared.snapshot.age_seconds(),
         MAX_AGE_SECONDS,
     )?;
-    let (base, host, _) = aws_credentials::endpoint(env, region)
-        .map_err(|e| ExportError::Environment(format!("{BLOCK}: {e}")))?;
-    let (creds, source) = aws_credentials::resolve(env)
+    let (base, host, _) =
+        endpoint(env, region).map_err(|e| ExportError::Environment(format!("{BLOCK}: {e}")))?;
+    let (creds, source) = credentials::resolve_chain(env)
         .map_err(|e| ExportError::Environment(format!("{BLOCK}: {e}")))?;
     log::info!("{BLOCK}: credentials from {source}");
     let data = cloud::data(ctx, cfg.include_metric_labels_as_dimensions);
@@ -251,6 +276,11 @@ pub fn plan_with(
 mod tests {
     use super::*;
     use crate::observe::policy::Policy;
+    use std::collections::BTreeMap;
+
+    fn env<'a>(pairs: &[(&'a str, &'a str)]) -> BTreeMap<&'a str, &'a str> {
+        pairs.iter().copied().collect()
+    }
 
     #[test]
     fn percent_encoding() {
@@ -301,5 +331,58 @@ mod tests {
         ]
         .concat();
         assert_eq!(b, want);
+    }
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(
+            endpoint(&env(&[]), "eu-west-1").unwrap(),
+            (
+                "https://monitoring.eu-west-1.amazonaws.com".into(),
+                "monitoring.eu-west-1.amazonaws.com".into(),
+                None
+            )
+        );
+        assert_eq!(
+            endpoint(
+                &env(&[
+                    ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"),
+                    ("AWS_ENDPOINT_URL_CLOUDWATCH", "http://127.0.0.1:5000/")
+                ]),
+                "r"
+            )
+            .unwrap(),
+            (
+                "http://127.0.0.1:5000".into(),
+                "127.0.0.1:5000".into(),
+                Some("AWS_ENDPOINT_URL_CLOUDWATCH")
+            )
+        );
+        let ignored = env(&[
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"),
+            ("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true"),
+        ]);
+        assert_eq!(endpoint(&ignored, "r").unwrap().2, None);
+        for (url, msg) in [
+            (
+                "http://monitoring.example:80",
+                "AWS_ENDPOINT_URL: plain http is allowed only for loopback hosts (localhost, 127.0.0.0/8, [::1]); use https",
+            ),
+            (
+                "https://u:p@example",
+                "AWS_ENDPOINT_URL must not contain credentials; use the connector's environment-variable fields",
+            ),
+            (
+                "https://example/x",
+                "AWS_ENDPOINT_URL must be scheme, host and optional port, without a path",
+            ),
+        ] {
+            assert_eq!(
+                endpoint(&env(&[("AWS_ENDPOINT_URL", url)]), "r")
+                    .unwrap_err()
+                    .0,
+                msg
+            );
+        }
     }
 }

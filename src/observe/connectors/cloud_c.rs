@@ -32,12 +32,12 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value as Json};
 
-use super::aws_credentials::{Env, ProcessEnv};
 use super::cloud::{self, Datum, Value};
 use super::{
     resolve_env, Action, Connector, Context, Delivery, ExportError, Header, HttpRequest, Input,
     Limit, Method, Plan, Retry,
 };
+use crate::aws::{Env, ProcessEnv};
 use crate::observe::policy::CloudC;
 
 pub const CONNECTOR: Connector = Connector {

@@ -24,7 +24,6 @@
 //! fit that shape (a poller). Adding a connector = one `pub mod` line and one registry entry.
 
 pub mod agent_statsd;
-pub mod aws_credentials;
 pub mod broker_monitoring;
 pub mod cloud;
 pub mod cloud_a;
@@ -36,7 +35,6 @@ pub mod oci_signature;
 pub mod otlp;
 pub mod search_stack;
 pub mod siem_hec;
-pub mod sigv4;
 pub mod statsd;
 pub mod syslog;
 pub mod transport;

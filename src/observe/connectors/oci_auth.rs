@@ -31,8 +31,8 @@ use std::path::{Path, PathBuf};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 
-use super::aws_credentials::{parse_ini, Env};
 use super::oci_signature::{load_private_key, Signer};
+use crate::aws::{parse_ini, Env};
 use crate::observe::policy::cloud_a::{AuthMode, CloudA};
 
 /// The identity could not be established.

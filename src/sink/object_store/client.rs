@@ -12,15 +12,15 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use ureq::http::{Method, Request};
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig, TlsProvider};
 use ureq::Agent;
 
 use super::config::{endpoint_problem, AddressingStyle, ObjectStoreConfig};
-use super::credentials::{Credentials, Env};
-use super::sigv4;
+use crate::aws::credentials::Credentials;
+use crate::aws::{endpoint_override, sigv4, Env};
 
 /// Largest error or GET body read into memory.
 const MAX_ERROR_BODY: u64 = 64 * 1024;
@@ -65,18 +65,11 @@ pub fn resolve_endpoint(
     if let Some(u) = &cfg.endpoint_url {
         return Ok(Endpoint::parse(u));
     }
-    let ignore = env
-        .var("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    if !ignore {
-        for var in ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"] {
-            if let Some(u) = env.var(var) {
-                if let Some(why) = endpoint_problem(&u, cfg.allow_http_for_local_testing) {
-                    return Err(format!("environment variable {var}: {why}"));
-                }
-                return Ok(Endpoint::parse(&u));
-            }
+    if let Some((var, u)) = endpoint_override(env, "AWS_ENDPOINT_URL_S3") {
+        if let Some(why) = endpoint_problem(&u, cfg.allow_http_for_local_testing) {
+            return Err(format!("environment variable {var}: {why}"));
         }
+        return Ok(Endpoint::parse(&u));
     }
     Ok(Endpoint {
         https: true,
@@ -298,7 +291,7 @@ impl S3Client {
 
     /// Host header and canonical URI of an object (or of the bucket when `key` is `None`).
     fn target(&self, key: Option<&str>) -> (String, String) {
-        let encoded = key.map(sigv4::encode_key);
+        let encoded = key.map(|k| sigv4::uri_encode(k, false));
         if self.path_style {
             let path = match &encoded {
                 Some(k) => format!("/{}/{k}", self.bucket),
@@ -325,39 +318,40 @@ impl S3Client {
         body_limit: u64,
     ) -> Result<Reply, S3Error> {
         let (host, path) = self.target(key);
-        let payload_sha256 = sigv4::payload_hash(body);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
-        let amz_date = sigv4::amz_date(now);
-        let mut signed: Vec<(String, String)> = Vec::with_capacity(headers.len() + 4);
-        signed.push(("host".into(), host.clone()));
-        signed.push(("x-amz-content-sha256".into(), payload_sha256.clone()));
-        signed.push(("x-amz-date".into(), amz_date.clone()));
-        if let Some(t) = &self.creds.session_token {
-            signed.push(("x-amz-security-token".into(), t.clone()));
-        }
-        signed.extend(headers.iter().cloned());
-        let authorization = sigv4::authorization(&sigv4::SigningInput {
-            method: method.as_str(),
-            canonical_uri: &path,
-            canonical_query: "",
-            headers: &signed,
-            payload_sha256: &payload_sha256,
-            amz_date: &amz_date,
-            region: &self.region,
-            service: "s3",
-            access_key_id: &self.creds.access_key_id,
-            secret_access_key: &self.creds.secret_access_key,
-        });
+        let payload_sha256 = sigv4::hex_sha256(body);
+        let amz_date = sigv4::amz_date(time::OffsetDateTime::now_utc());
+        let mut to_sign: Vec<(&str, &str)> = Vec::with_capacity(headers.len() + 1);
+        to_sign.push(("x-amz-content-sha256", &payload_sha256));
+        to_sign.extend(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let signed = sigv4::sign(
+            &sigv4::Request {
+                method: method.as_str(),
+                host: &host,
+                path: &path,
+                query: "",
+                headers: &to_sign,
+                payload_sha256: &payload_sha256,
+            },
+            &sigv4::Scope {
+                region: &self.region,
+                service: "s3",
+                amz_date: &amz_date,
+            },
+            &self.creds,
+        );
         let scheme = if self.endpoint.https { "https" } else { "http" };
         let uri = format!("{scheme}://{host}{path}");
-        let mut builder = Request::builder().method(method.clone()).uri(&uri);
-        for (k, v) in &signed {
+        let mut builder = Request::builder()
+            .method(method.clone())
+            .uri(&uri)
+            .header("host", host.as_str());
+        for (k, v) in to_sign.iter().copied() {
+            builder = builder.header(k, v);
+        }
+        // X-Amz-Date, X-Amz-Security-Token (with a session token) and Authorization.
+        for (k, v) in &signed.headers {
             builder = builder.header(k.as_str(), v.as_str());
         }
-        builder = builder.header("authorization", authorization);
         let result = if method == Method::PUT || method == Method::POST {
             let req = builder
                 .body(body)
@@ -499,7 +493,6 @@ mod tests {
                 access_key_id: "AKID".into(),
                 secret_access_key: "s".into(),
                 session_token: None,
-                source: "test".into(),
             },
             ClientOptions {
                 timeout: Duration::from_secs(1),

@@ -11,21 +11,9 @@ use crate::backoff::{Backoff, Growth, Jitter, GROWTHS, JITTERS};
 use crate::config::reader::{is_env_var_name, looks_secret, ObjectReader};
 use crate::sink::key::{is_simple_suffix, KeyStrategy, KEY_STRATEGIES};
 
-/// Where credentials come from. The config only ever names their source.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CredentialMode {
-    /// Environment variables `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN`,
-    /// then the shared credentials and config files (profile `AWS_PROFILE` or `default`).
-    DefaultChain,
-    /// Variables named here, resolved when the sink starts.
-    Environment {
-        access_key_id_env: String,
-        secret_access_key_env: String,
-        session_token_env: Option<String>,
-    },
-    /// A named profile of the shared credentials (or config) file.
-    Profile { profile_name: String },
-}
+/// Where credentials come from (shared with every AWS caller; resolved in
+/// [`crate::aws::credentials::resolve`]).
+pub use crate::aws::credentials::CredentialMode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DuplicatePolicy {

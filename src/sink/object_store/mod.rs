@@ -26,9 +26,7 @@
 pub mod body;
 pub mod client;
 pub mod config;
-pub mod credentials;
 pub mod layout;
-pub mod sigv4;
 
 use std::io::Read;
 use std::sync::Arc;
@@ -41,9 +39,10 @@ use crate::envelope::Envelope;
 use crate::metrics::Metrics;
 use crate::sink::{Sink, SinkError, WriteOutcome};
 
+use crate::aws::credentials;
+use crate::aws::{Env, ProcessEnv};
 use client::{ClientOptions, S3Client, S3Error};
 use config::{Compression, DuplicatePolicy, ObjectFormat, ObjectStoreConfig};
-use credentials::{Env, ProcessEnv};
 
 const KIND: &str = "object_store";
 
@@ -99,7 +98,7 @@ impl ObjectStoreSink {
         let err = |m: String| SinkError::new(KIND, m);
         let region = client::resolve_region(&cfg, env);
         let endpoint = client::resolve_endpoint(&cfg, &region, env).map_err(err)?;
-        let creds = credentials::resolve(&cfg.credential_mode, env).map_err(err)?;
+        let (creds, source) = credentials::resolve(&cfg.credential_mode, env).map_err(err)?;
         let ca_pem =
             match &cfg.ca_file {
                 Some(path) => Some(std::fs::read(path).map_err(|e| {
@@ -112,7 +111,7 @@ impl ObjectStoreSink {
             cfg.bucket,
             if endpoint.https { "https" } else { "http" },
             endpoint.authority,
-            creds.source
+            source
         );
         let client = S3Client::new(
             endpoint,

@@ -1,24 +1,35 @@
-//! AWS Signature Version 4 for one request with a body (the cloud-B PutMetricData call).
+//! AWS Signature Version 4, for every AWS request the crate sends (S3 object operations,
+//! CloudWatch `PutMetricData`).
 //!
 //! Pure functions, no I/O: the caller supplies the time, the credentials and the request parts,
 //! and gets back the headers to send (`X-Amz-Date`, optional `X-Amz-Security-Token`,
 //! `Authorization`). The algorithm is the documented one:
 //!
 //! 1. canonical request = method, canonical URI, canonical query, canonical headers (lower-case
-//!    names, trimmed values, sorted), signed header list, hex SHA-256 of the body;
+//!    names, trimmed values, sorted), signed header list, payload hash (hex SHA-256 of the body,
+//!    or [`UNSIGNED_PAYLOAD`] where the service allows it, as S3 does);
 //! 2. string to sign = `AWS4-HMAC-SHA256`, the timestamp, the scope
 //!    `<yyyymmdd>/<region>/<service>/aws4_request`, hex SHA-256 of the canonical request;
 //! 3. signing key = HMAC chain `AWS4<secret>` -> date -> region -> service -> `aws4_request`;
 //! 4. `Authorization: AWS4-HMAC-SHA256 Credential=<akid>/<scope>, SignedHeaders=..., Signature=...`.
 //!
-//! HMAC-SHA256 comes from `ring`, SHA-256 from `sha2`. The secret is only ever fed to the HMAC;
-//! nothing here formats it.
+//! URIs and query parameters are encoded with [`uri_encode`] (RFC 3986 unreserved characters
+//! kept; `/` kept in S3 object keys, encoded in query-protocol values). HMAC-SHA256 and
+//! SHA-256 come from `ring`. The secret is only ever fed to the HMAC; nothing here formats it.
+//!
+//! References: "Signature Version 4 signing process" (general reference) and "Authenticating
+//! Requests (AWS Signature Version 4)" (S3 API); the tests reproduce their published examples
+//! and requests signed by botocore.
 
-use ring::hmac;
-use sha2::{Digest, Sha256};
+use ring::{digest, hmac};
+
+use super::credentials::Credentials;
 
 /// The signing algorithm name.
 pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";
+
+/// The payload hash of a request whose body is not signed (S3 over TLS).
+pub const UNSIGNED_PAYLOAD: &str = "UNSIGNED-PAYLOAD";
 
 /// Lower-case hex of bytes.
 pub fn hex_lower(bytes: &[u8]) -> String {
@@ -31,34 +42,29 @@ pub fn hex_lower(bytes: &[u8]) -> String {
     out
 }
 
-/// Hex SHA-256 of bytes.
+/// Hex SHA-256 of bytes: the payload hash of a body (`x-amz-content-sha256`).
 pub fn hex_sha256(bytes: &[u8]) -> String {
-    hex_lower(&Sha256::digest(bytes))
+    hex_lower(digest::digest(&digest::SHA256, bytes).as_ref())
 }
 
 fn hmac_sha256(key: &[u8], data: &[u8]) -> hmac::Tag {
     hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data)
 }
 
-/// The credentials a request is signed with. `Debug` never shows the secret or the token.
-#[derive(Clone)]
-pub struct Credentials {
-    pub access_key_id: String,
-    pub secret_access_key: String,
-    pub session_token: Option<String>,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("access_key_id", &"<redacted>")
-            .field("secret_access_key", &"<redacted>")
-            .field(
-                "session_token",
-                &self.session_token.as_ref().map(|_| "<redacted>"),
-            )
-            .finish()
+/// SigV4 `UriEncode`: every byte except the unreserved characters `A-Za-z0-9-_.~` becomes
+/// `%XX` (upper-case hex of the UTF-8 bytes). With `encode_slash` false, `/` is kept: the
+/// form for S3 object keys in the path. With `encode_slash` true: the form for query
+/// parameter names and values (and the query-protocol form bodies of CloudWatch).
+pub fn uri_encode(s: &str, encode_slash: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) || (b == b'/' && !encode_slash) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
     }
+    out
 }
 
 /// The parts of a request that are signed.
@@ -68,14 +74,15 @@ pub struct Request<'a> {
     pub method: &'a str,
     /// The `Host` header value exactly as sent (`host` or `host:port`).
     pub host: &'a str,
-    /// Absolute path, already URI-encoded (`/`).
+    /// Absolute path, already URI-encoded (`/`, `/bucket/a/b.json`).
     pub path: &'a str,
     /// Query string without `?`, already in canonical (sorted, encoded) form; empty for none.
     pub query: &'a str,
     /// Further headers to sign besides `host`, `x-amz-date` and `x-amz-security-token`
-    /// (e.g. `content-type`), as sent.
+    /// (e.g. `content-type`, S3's `x-amz-content-sha256`), as sent.
     pub headers: &'a [(&'a str, &'a str)],
-    pub body: &'a [u8],
+    /// Hex SHA-256 of the body ([`hex_sha256`]) or [`UNSIGNED_PAYLOAD`].
+    pub payload_sha256: &'a str,
 }
 
 /// Where and when: `<yyyymmdd>/<region>/<service>/aws4_request` plus the timestamp.
@@ -149,7 +156,7 @@ pub fn canonical_request(
         .map(|(n, _)| n.as_str())
         .collect::<Vec<_>>()
         .join(";");
-    let mut canon = String::with_capacity(256 + req.body.len() / 8);
+    let mut canon = String::with_capacity(512);
     canon.push_str(req.method);
     canon.push('\n');
     canon.push_str(req.path);
@@ -165,7 +172,7 @@ pub fn canonical_request(
     canon.push('\n');
     canon.push_str(&signed);
     canon.push('\n');
-    canon.push_str(&hex_sha256(req.body));
+    canon.push_str(req.payload_sha256);
     (canon, signed)
 }
 
@@ -244,7 +251,7 @@ mod tests {
             path: "/",
             query: "Action=ListUsers&Version=2010-05-08",
             headers: &[("Content-Type", FORM)],
-            body: b"",
+            payload_sha256: &hex_sha256(b""),
         };
         let scope = Scope {
             region: "us-east-1",
@@ -264,16 +271,54 @@ mod tests {
         );
     }
 
+    /// The GET-object example of the S3 SigV4 documentation ("Example: GET Object"): signed
+    /// payload hash in `x-amz-content-sha256`, an extra `Range` header.
+    #[test]
+    fn matches_the_published_s3_example() {
+        let empty = hex_sha256(b"");
+        assert_eq!(
+            empty,
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        let s = sign(
+            &Request {
+                method: "GET",
+                host: "examplebucket.s3.amazonaws.com",
+                path: "/test.txt",
+                query: "",
+                headers: &[("Range", "bytes=0-9"), ("x-amz-content-sha256", &empty)],
+                payload_sha256: &empty,
+            },
+            &Scope {
+                region: "us-east-1",
+                service: "s3",
+                amz_date: "20130524T000000Z",
+            },
+            &Credentials {
+                access_key_id: "AKIAIOSFODNN7EXAMPLE".into(),
+                secret_access_key: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".into(),
+                session_token: None,
+            },
+        );
+        assert_eq!(
+            auth(&s),
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, \
+             SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, \
+             Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+        );
+    }
+
     /// Same request signed by botocore's `SigV4Auth` (time pinned to 2024-05-17T12:34:56Z).
     #[test]
     fn matches_botocore_for_put_metric_data() {
+        let body_hash = hex_sha256(BODY.as_bytes());
         let req = Request {
             method: "POST",
             host: "monitoring.eu-west-1.amazonaws.com",
             path: "/",
             query: "",
             headers: &[("Content-Type", FORM)],
-            body: BODY.as_bytes(),
+            payload_sha256: &body_hash,
         };
         let scope = Scope {
             region: "eu-west-1",
@@ -312,15 +357,86 @@ mod tests {
         );
     }
 
+    /// S3 PUTs signed by botocore 1.44's `S3SigV4Auth` (time pinned to 2024-05-17T12:34:56Z,
+    /// session token): virtual-hosted over https with `UNSIGNED-PAYLOAD`, and path-style with
+    /// the body hash; the key is encoded as the sink encodes it.
     #[test]
-    fn debug_hides_secrets() {
-        let text = format!("{:?}", creds(Some("tok-123")));
-        assert!(!text.contains(SECRET) && !text.contains("tok-123") && !text.contains("AKID"));
+    fn matches_botocore_for_s3_put() {
+        let body = br#"{"a":1}"#;
+        let key = format!("a/{}", uri_encode("b c+\u{e9}.json", false));
+        let scope = Scope {
+            region: "eu-west-1",
+            service: "s3",
+            amz_date: "20240517T123456Z",
+        };
+        let creds = creds(Some("SESSIONTOKEN/abc+def="));
+        let signed_headers = "SignedHeaders=content-type;host;if-none-match;x-amz-content-sha256;\
+                              x-amz-date;x-amz-meta-svc-stream;x-amz-security-token";
+        let hash = hex_sha256(body);
+        for (host, path, payload, signature) in [
+            (
+                "svc-bucket.s3.eu-west-1.amazonaws.com".to_string(),
+                format!("/{key}"),
+                UNSIGNED_PAYLOAD,
+                "0150be1072b05c708889807ab1c2d40b82e85ecb5d4962c24b889610b8163aa4",
+            ),
+            (
+                "127.0.0.1:5000".to_string(),
+                format!("/svc-bucket/{key}"),
+                hash.as_str(),
+                "b44713fdc53830f6a9ade435217c1b86d048c7aaeb3e45165643f148b5d4484e",
+            ),
+        ] {
+            let s = sign(
+                &Request {
+                    method: "PUT",
+                    host: &host,
+                    path: &path,
+                    query: "",
+                    headers: &[
+                        ("x-amz-content-sha256", payload),
+                        ("Content-Type", "application/json"),
+                        ("If-None-Match", "*"),
+                        ("x-amz-meta-svc-stream", "ORDERS"),
+                    ],
+                    payload_sha256: payload,
+                },
+                &scope,
+                &creds,
+            );
+            assert_eq!(
+                auth(&s),
+                format!(
+                    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20240517/eu-west-1/s3/aws4_request, \
+                     {signed_headers}, Signature={signature}"
+                )
+            );
+        }
+        assert_eq!(
+            hash,
+            "015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"
+        );
     }
 
     #[test]
     fn amz_dates() {
         let t = time::OffsetDateTime::from_unix_timestamp(1_715_949_296).unwrap();
         assert_eq!(amz_date(t), "20240517T123456Z");
+        let t = time::OffsetDateTime::from_unix_timestamp(1_369_353_600).unwrap();
+        assert_eq!(amz_date(t), "20130524T000000Z");
+    }
+
+    #[test]
+    fn uri_encoding() {
+        // S3 object keys: `/` kept.
+        assert_eq!(uri_encode("a/b~c.json", false), "a/b~c.json");
+        assert_eq!(uri_encode("a b+é", false), "a%20b%2B%C3%A9");
+        // Query protocol (CloudWatch form bodies): `/` encoded too.
+        assert_eq!(uri_encode("svc/metrics", true), "svc%2Fmetrics");
+        assert_eq!(
+            uri_encode("a b+c=d&e~f.g-h_i", true),
+            "a%20b%2Bc%3Dd%26e~f.g-h_i"
+        );
+        assert_eq!(uri_encode("é", true), "%C3%A9");
     }
 }

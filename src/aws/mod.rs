@@ -1,0 +1,132 @@
+//! What talking to AWS needs, shared by the object-store sink (S3) and the cloud-B exporter
+//! connector (CloudWatch): AWS Signature Version 4 ([`sigv4`]), the credential chain and the
+//! credential modes ([`credentials`]), the endpoint override variables
+//! ([`endpoint_override`]), and the environment seam ([`Env`]) the resolution reads through.
+//!
+//! Neutral on purpose: nothing here depends on sink or exporter code, so neither depends on
+//! the other. Validation of an endpoint URL (which schemes and hosts are acceptable) stays with
+//! each caller, whose configuration decides it.
+
+pub mod credentials;
+pub mod sigv4;
+
+use std::collections::{BTreeMap, HashMap};
+
+/// Environment lookups, injectable for tests. Empty values count as unset.
+pub trait Env {
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Env for HashMap<String, String> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name).filter(|v| !v.is_empty()).cloned()
+    }
+}
+
+impl Env for BTreeMap<&str, &str> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name)
+            .map(|v| v.to_string())
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// The endpoint override the AWS SDKs honour for one service: `service_var` (e.g.
+/// `AWS_ENDPOINT_URL_S3`), else `AWS_ENDPOINT_URL`; neither when
+/// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS` is `true` (any case). Returns the variable that
+/// applies and its value, unvalidated (the caller checks it and names the variable).
+pub fn endpoint_override(
+    env: &dyn Env,
+    service_var: &'static str,
+) -> Option<(&'static str, String)> {
+    let ignore = env
+        .var("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    if ignore {
+        return None;
+    }
+    [service_var, "AWS_ENDPOINT_URL"]
+        .into_iter()
+        .find_map(|n| env.var(n).map(|v| (n, v)))
+}
+
+/// Sections of an INI file (the dialect of the AWS, and OCI, shared config files): section
+/// name -> key -> value. Section names are trimmed with inner runs of blanks collapsed
+/// (`[profile   x]` is `profile x`), keys lower-cased, values trimmed; `#` and `;` start
+/// comment lines; a repeated section merges into the first (later keys win); lines before
+/// the first section and lines without `=` are ignored.
+pub fn parse_ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let name = name.split_whitespace().collect::<Vec<_>>().join(" ");
+            out.entry(name.clone()).or_default();
+            current = Some(name);
+            continue;
+        }
+        if let (Some(section), Some((k, v))) = (&current, line.split_once('=')) {
+            out.entry(section.clone())
+                .or_default()
+                .insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ini_edge_cases() {
+        let ini = parse_ini(
+            "top = ignored\n# comment\n; also\n[default]\nAWS_Access_Key_ID =  A = B \n\
+             no equals sign\n[  profile   x ]\nk=v\n[default]\nextra=1\n[empty]\n",
+        );
+        assert_eq!(ini["default"]["aws_access_key_id"], "A = B");
+        assert_eq!(ini["default"]["extra"], "1");
+        assert_eq!(ini["profile x"]["k"], "v");
+        assert!(ini["empty"].is_empty());
+        assert_eq!(ini.len(), 3);
+    }
+
+    #[test]
+    fn endpoint_override_order() {
+        let env = |pairs: &[(&'static str, &'static str)]| -> BTreeMap<&str, &str> {
+            pairs.iter().copied().collect()
+        };
+        let both = env(&[
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"),
+            ("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:2"),
+        ]);
+        assert_eq!(
+            endpoint_override(&both, "AWS_ENDPOINT_URL_S3"),
+            Some(("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:2".to_string()))
+        );
+        assert_eq!(
+            endpoint_override(&both, "AWS_ENDPOINT_URL_CLOUDWATCH"),
+            Some(("AWS_ENDPOINT_URL", "http://127.0.0.1:1".to_string()))
+        );
+        let mut ignored = both.clone();
+        ignored.insert("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "TRUE");
+        assert_eq!(endpoint_override(&ignored, "AWS_ENDPOINT_URL_S3"), None);
+        assert_eq!(
+            endpoint_override(&env(&[("AWS_ENDPOINT_URL", "")]), "X"),
+            None
+        );
+    }
+}
