@@ -13,6 +13,9 @@ USAGE:
     svc validate <config_file>    check the configuration (no network access)
     svc run <config_file>         deliver until SIGTERM/SIGINT (SIGUSR1 logs a pipeline dump)
     svc test-sink <config_file>   initialize the configured sink and prove it is usable
+    svc init-db <config_file> [--print]
+                                  create the relational sink's tables (every relational_db
+                                  sink, fan-out children included); --print only prints the DDL
 
 OPTIONS:
     -h, --help       print this help
@@ -32,6 +35,11 @@ pub enum Command {
     Validate(PathBuf),
     Run(PathBuf),
     TestSink(PathBuf),
+    /// `init-db`: create (or, with `--print`, print) the relational tables.
+    InitDb {
+        path: PathBuf,
+        print_only: bool,
+    },
     Help,
     Version,
 }
@@ -42,9 +50,11 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
     let mut parser = lexopt::Parser::from_iter(args);
     let mut command: Option<String> = None;
     let mut file: Option<PathBuf> = None;
+    let mut print_only = false;
     while let Some(arg) = parser.next()? {
         match arg {
             Short('h') | Long("help") => return Ok(Command::Help),
+            Long("print") if command.as_deref() == Some("init-db") => print_only = true,
             Short('V') | Long("version") => return Ok(Command::Version),
             Value(v) if command.is_none() => command = Some(v.string()?),
             Value(v) if file.is_none() => file = Some(PathBuf::from(v)),
@@ -62,6 +72,10 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
         "validate" => Ok(Command::Validate(need_file()?)),
         "run" => Ok(Command::Run(need_file()?)),
         "test-sink" => Ok(Command::TestSink(need_file()?)),
+        "init-db" => Ok(Command::InitDb {
+            path: need_file()?,
+            print_only,
+        }),
         "help" => Ok(Command::Help),
         other => Err(format!("unknown command {other:?}; see --help").into()),
     }
@@ -112,6 +126,14 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
                 }
             }
         }
+        Command::InitDb { path, print_only } => {
+            let cfg = match load(&path) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            super::logging::init(cfg.logging.level);
+            init_db(&cfg.sink, print_only)
+        }
         Command::Run(path) => {
             let cfg = match load(&path) {
                 Ok(c) => c,
@@ -127,6 +149,49 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// `svc init-db`: the DDL of every relational sink in the config, printed or executed.
+fn init_db(sink: &crate::sink::SinkConfig, print_only: bool) -> ExitCode {
+    use crate::sink::relational;
+    let targets = relational::configs_in(sink);
+    if targets.is_empty() {
+        eprintln!(
+            "svc: init-db: the configured sink ({}) has no relational_db sink",
+            sink.kind()
+        );
+        return ExitCode::from(2);
+    }
+    let mut failed = false;
+    for (name, cfg) in targets {
+        if print_only {
+            println!("-- sink {name}");
+            print!("{}", relational::ddl(cfg));
+            continue;
+        }
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
+        let result =
+            relational::RelationalSink::new(cfg.clone(), metrics).and_then(|s| s.create_tables());
+        let tables: Vec<String> = cfg.tables().iter().map(|t| t.to_string()).collect();
+        match result {
+            Ok(()) => println!(
+                "Sink {name}: tables ready in {}:{}/{}: {}",
+                cfg.dsn.host,
+                cfg.dsn.port,
+                cfg.dsn.database,
+                tables.join(", ")
+            ),
+            Err(e) => {
+                eprintln!("Sink {name}: tables NOT created: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 
@@ -174,5 +239,23 @@ mod tests {
         assert!(p(&["fly", "x"]).unwrap_err().contains("unknown command"));
         assert!(p(&["run", "a", "b"]).is_err());
         assert!(p(&["run", "--bogus"]).is_err());
+        assert_eq!(
+            p(&["init-db", "c.json", "--print"]),
+            Ok(Command::InitDb {
+                path: "c.json".into(),
+                print_only: true
+            })
+        );
+        assert_eq!(
+            p(&["init-db", "c.json"]),
+            Ok(Command::InitDb {
+                path: "c.json".into(),
+                print_only: false
+            })
+        );
+        assert!(
+            p(&["run", "c.json", "--print"]).is_err(),
+            "--print is init-db's"
+        );
     }
 }

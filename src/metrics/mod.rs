@@ -64,9 +64,10 @@ counters! {
     events_malformed_timestamp_total,
     /// Events whose source time lies in the runner's future (positive source clock skew).
     events_source_clock_skew_total,
-    /// Redelivered rows the relational sink ignored by idempotency key.
+    /// Relational sink: rows whose idempotency key already existed (every duplicate detected).
     db_duplicates_total,
-    /// Duplicate rows ignored without error (same key, no new row).
+    /// Relational sink: the duplicates confirmed to be the same event (same subject and payload
+    /// digest), ignored without error; the rest are key collisions reported as permanent.
     db_duplicate_ignored_total,
     /// Connections lost to the broker.
     broker_connection_disconnects_total,

@@ -111,11 +111,11 @@ pub const KNOWN: &[Known] = &[
     ),
     c(
         "db_duplicates_total",
-        "Redelivered rows the relational sink recognized by idempotency key.",
+        "Rows whose idempotency key the relational sink already held (every duplicate detected).",
     ),
     c(
         "db_duplicate_ignored_total",
-        "Duplicate rows ignored without error.",
+        "Duplicate rows confirmed as the same event and ignored without error.",
     ),
     c(
         "broker_connection_disconnects_total",

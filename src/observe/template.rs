@@ -18,10 +18,11 @@ pub struct SubjectHint {
 
 /// Every subject pattern the runtime config names, in config order, without duplicates.
 ///
-/// Sources today: the broker subject (`nats.subject`) and the runner's subject families
-/// (`metrics.subject_families[].subject`). Later subject rules of the runtime config
-/// (payload-encryption rules, message-metadata rules, relational subject-to-table routes,
-/// security-label rules) add their patterns here, one `push` per rule list.
+/// Sources today: the broker subject (`nats.subject`), the runner's subject families
+/// (`metrics.subject_families[].subject`) and the relational sink's subject-to-table routes
+/// (`sink.routes[].subject`, fan-out children included). Later subject rules of the runtime
+/// config (payload-encryption rules, message-metadata rules, security-label rules) add their
+/// patterns here, one `push` per rule list.
 pub fn subject_hints(config: &RuntimeConfig) -> Vec<SubjectHint> {
     let mut hints: Vec<SubjectHint> = Vec::new();
     let mut push = |subject: &str, source: &'static str| {
@@ -35,6 +36,12 @@ pub fn subject_hints(config: &RuntimeConfig) -> Vec<SubjectHint> {
     push(&config.nats.subject, "nats.subject");
     for fam in &config.metrics.subject_families {
         push(fam.pattern.as_str(), "metrics.subject_families");
+    }
+    // Relational subject-to-table routes (the sink itself or fan-out children).
+    for (_, rc) in crate::sink::relational::configs_in(&config.sink) {
+        for route in &rc.routes {
+            push(route.subject.as_str(), "sink.routes");
+        }
     }
     hints
 }
@@ -157,5 +164,28 @@ mod tests {
         want.retain(|k| *k != "cloud_b_monitoring" && *k != "cloud_c_monitoring");
         assert_eq!(keys, want);
         assert!(text.ends_with("}\n"));
+    }
+
+    #[test]
+    fn relational_table_routes_become_subject_hints() {
+        let config = RuntimeConfig::parse(
+            r#"{"nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc",
+                         "subject": "orders.>"},
+                "sink": {"type": "fanout", "sinks": {
+                  "db": {"type": "relational_db", "dsn": "postgresql://svc@127.0.0.1/e",
+                         "tls_mode": "disable", "table": "events",
+                         "routes": [{"subject": "orders.eu.>", "table": "eu"},
+                                    {"subject": "orders.>", "table": "o"}]}}}}"#,
+        )
+        .unwrap();
+        let hints = subject_hints(&config);
+        let got: Vec<(&str, &str)> = hints
+            .iter()
+            .map(|h| (h.subject.as_str(), h.source))
+            .collect();
+        assert_eq!(
+            got,
+            [("orders.>", "nats.subject"), ("orders.eu.>", "sink.routes")]
+        );
     }
 }

@@ -4,9 +4,11 @@
 //! `svc-ack` does, after reading these outcomes). One implementation per file; each sink's
 //! config struct lives beside it and is read by [`SinkConfig::read`].
 
+pub mod fanout;
 pub mod file;
 pub mod key;
 pub mod object_store;
+pub mod relational;
 
 use std::fmt;
 use std::sync::Arc;
@@ -80,6 +82,8 @@ pub trait Sink: Send + Sync {
 pub enum SinkConfig {
     File(file::FileSinkConfig),
     ObjectStore(Box<object_store::config::ObjectStoreConfig>),
+    RelationalDb(relational::RelationalConfig),
+    Fanout(fanout::FanoutConfig),
 }
 
 impl SinkConfig {
@@ -91,9 +95,16 @@ impl SinkConfig {
             "object_store" => Some(SinkConfig::ObjectStore(Box::new(
                 object_store::config::ObjectStoreConfig::read(&mut r),
             ))),
+            "relational_db" => Some(SinkConfig::RelationalDb(
+                relational::RelationalConfig::read(&mut r),
+            )),
+            "fanout" => Some(SinkConfig::Fanout(fanout::FanoutConfig::read(&mut r))),
             "" => None,
             _ => {
-                r.problem("type", "must be one of: file, object_store");
+                r.problem(
+                    "type",
+                    "must be one of: file, object_store, relational_db, fanout",
+                );
                 None
             }
         };
@@ -107,6 +118,8 @@ impl SinkConfig {
         match self {
             SinkConfig::File(_) => "file",
             SinkConfig::ObjectStore(_) => "object_store",
+            SinkConfig::RelationalDb(_) => "relational_db",
+            SinkConfig::Fanout(_) => "fanout",
         }
     }
 
@@ -118,6 +131,11 @@ impl SinkConfig {
                 (**c).clone(),
                 metrics,
             )?)),
+            SinkConfig::RelationalDb(c) => Ok(Arc::new(relational::RelationalSink::new(
+                c.clone(),
+                metrics,
+            )?)),
+            SinkConfig::Fanout(c) => Ok(Arc::new(fanout::FanoutSink::new(c, metrics)?)),
         }
     }
 }

@@ -1,0 +1,123 @@
+//! Rows per second into PostgreSQL, end to end, against two baselines measured in the same run.
+//!
+//! ```text
+//! cargo bench --bench relational_throughput            # N = 50000 messages of ~205 bytes
+//! cargo bench --bench relational_throughput -- 20000   # smaller N
+//! ```
+//!
+//! Under `cargo test --all-targets` it runs a smoke pass of 1000 messages.
+//!
+//! Prints (a) the raw fetch+ack rate of the broker client with no sink (the broker limit),
+//! (b) the relational sink alone: `RelationalSink::write_batch` from two threads in batches of
+//! 256, no broker (the database limit for this sink), (c) `svc run` into the relational sink,
+//! and the ratios of (c) to (a) and (b); also (c) counted from the first ACK (without the
+//! runner's start-up: process, broker bind, database connect). Broker, database and runner
+//! share one 2-core host.
+#![allow(deprecated)]
+
+mod sinkbench;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sinkbench::{support, BenchDb, SIZE};
+use svc::envelope::{normalize, EnvelopeConfig, RawMessage};
+
+/// The sink alone: `n` envelopes written by two threads in batches of 256.
+fn sink_alone(db: &BenchDb, n: usize) -> f64 {
+    let cfg = svc::config::RuntimeConfig::parse(
+        &serde_json::json!({
+            "nats": {"url": "nats://127.0.0.1:1", "stream": "S", "consumer": "c", "subject": "a"},
+            "sink": db.sink("direct"),
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let sink = cfg
+        .sink
+        .build(Arc::new(svc::metrics::Metrics::default()))
+        .unwrap();
+    sink.check().unwrap(); // creates the table and warms a connection
+    let envelopes: Vec<_> = (0..n)
+        .map(|i| {
+            normalize(
+                &RawMessage {
+                    subject: "direct.orders".into(),
+                    stream: "DIRECT".into(),
+                    consumer: "bench".into(),
+                    stream_sequence: i as u64 + 1,
+                    consumer_sequence: i as u64 + 1,
+                    delivery_count: 1,
+                    published_unix_nanos: None,
+                    headers: vec![],
+                    data: support::body(i, SIZE),
+                },
+                svc::envelope::now_unix_nanos(),
+                &EnvelopeConfig::default(),
+            )
+            .0
+        })
+        .collect();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for half in envelopes.chunks(n.div_ceil(2)) {
+            let sink = &sink;
+            s.spawn(move || {
+                for batch in half.chunks(256) {
+                    let out = sink.write_batch(batch);
+                    assert!(out.iter().all(|o| o.is_durable()), "{:?}", out[0]);
+                }
+            });
+        }
+    });
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let n = sinkbench::arg_n(50_000, 1_000);
+    let dir = tempfile::tempdir().unwrap();
+    let db = BenchDb::new("rel");
+    let broker = sinkbench::start_broker();
+    support::create_stream(&broker.url, "REL", &["rel.>"]).unwrap();
+    let p = support::publish(&broker.url, "REL", "rel.orders", n, SIZE).unwrap();
+    println!("published {n} messages of {SIZE} bytes ({p:.0} msg/s)");
+
+    support::create_consumer(&broker.url, "REL", "raw", "rel.>", Duration::from_secs(60)).unwrap();
+    let raw = support::raw_fetch_ack(&broker.url, "REL", "raw", "rel.>", n, 256).unwrap();
+    let alone = sink_alone(&db, n);
+    assert_eq!(db.count("direct"), n as u64);
+    let e2e = sinkbench::run_svc(
+        &broker.url,
+        "REL",
+        "rel.>",
+        "svc-rel",
+        n,
+        db.sink("events"),
+        dir.path(),
+        &[],
+    );
+    assert_eq!(db.count("events"), n as u64, "every message is one row");
+
+    println!();
+    println!("relational sink throughput, {SIZE}-byte JSON payloads, PostgreSQL + broker + svc on one 2-core host");
+    println!("  (a) raw fetch+ack, no sink (broker limit)       {raw:>9.0} msg/s");
+    println!("  (b) relational sink alone, 2 threads x 256/tx   {alone:>9.0} rows/s");
+    println!(
+        "  (c) svc run -> relational_db, end to end        {:>9.0} rows/s   ratio {:.2}x of (a), {:.2}x of (b)",
+        e2e.rate,
+        e2e.rate / raw,
+        e2e.rate / alone
+    );
+    let steady = n as f64 / (n as f64 / e2e.rate - e2e.first_ack_s).max(1e-9);
+    println!(
+        "      after the first ACK: {steady:>9.0} rows/s   ratio {:.2}x of (b)",
+        steady / alone
+    );
+    println!(
+        "      (first ACK after {:.2} s; {} sink batches, mean {:.1} rows and {:.1} ms per batch)",
+        e2e.first_ack_s,
+        e2e.batches,
+        n as f64 / e2e.batches.max(1) as f64,
+        e2e.mean_batch_ms
+    );
+}

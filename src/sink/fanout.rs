@@ -1,0 +1,884 @@
+//! Fan-out sink: one batch written to several child sinks in parallel, behind an ACK gate.
+//!
+//! # Routing
+//! Each message gets a *target set*: with `routing.enabled` the first route whose
+//! `match.subject` matches names the targets; with routing disabled every child is a required
+//! target. A message that no route matches follows `routing.unmatched`: `reject` (default) makes
+//! it a `Permanent` outcome — never written anywhere, never acknowledged as success, so it goes
+//! to the DLQ or operator review; `all_required` writes it to every child as required. There is
+//! no path on which a message is acknowledged without a required child having stored it (every
+//! route must name at least one required target; config validation enforces it).
+//!
+//! # Threads
+//! `write_batch` runs on the caller's thread (a `svc-sink-N` worker):
+//! - required writes run on scoped threads `svc-fanout-<child>` (one per child and target
+//!   shape) and are joined before `write_batch` returns: they are the custody path;
+//! - optional writes run on detached threads `svc-fanout-opt-<child>` with their own copy of
+//!   the envelopes, because they may outlive the batch. The gate waits for an optional write at
+//!   most until `minimum_wait_ms` after the batch started (it releases sooner when the write
+//!   finishes sooner, and never waits for an optional write once that time has passed);
+//!   `timeout_ms` is how long the write may take before it is counted as timed out and its
+//!   result is ignored;
+//! - one watcher thread `svc-fanout-watch` per fan-out sink counts optional writes that pass
+//!   their timeout while still running.
+//!
+//! Bound: at most `optional_max_in_flight` optional writes per child run at once, including
+//! ones abandoned after their timeout. When a child is at the limit, a new optional write to it
+//! is skipped and counted as a timeout, so a hung optional child costs a fixed number of threads
+//! and never delays ACKs. Each optional write is accounted exactly once (success, failure or
+//! timeout) through a compare-and-swap on its state.
+//!
+//! # Outcome per message
+//! All required targets durable -> `Durable` (`AlreadyDurable` when every one said so); any
+//! required target permanent -> `Permanent` (retrying cannot help that child); else any
+//! required target transient -> `Transient`. Optional results never change the outcome.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use serde_json::Value;
+
+use super::{Sink, SinkConfig, SinkError, WriteOutcome};
+use crate::config::reader::{join, ObjectReader};
+use crate::envelope::Envelope;
+use crate::metrics::Metrics;
+use crate::subject::SubjectPattern;
+
+const KIND: &str = "fanout";
+
+/// Default waits of an optional target whose child is an object store (spec: 1000 / 5000 ms).
+pub const OBJECT_STORE_MINIMUM_WAIT_MS: u64 = 1000;
+pub const OBJECT_STORE_TIMEOUT_MS: u64 = 5000;
+/// Default waits of an optional target of any other child type: the gate does not wait beyond
+/// the required writes; the write may take 5 s.
+pub const OTHER_MINIMUM_WAIT_MS: u64 = 0;
+pub const OTHER_TIMEOUT_MS: u64 = 5000;
+/// Upper bound of both waits.
+pub const MAX_WAIT_MS: i64 = 600_000;
+
+/// What happens to a message no route matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unmatched {
+    /// Permanent failure: DLQ or operator review, never a silent ACK.
+    Reject,
+    /// Every child is a required target.
+    AllRequired,
+}
+
+/// One target of a route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub sink: String,
+    pub required: bool,
+    /// Optional targets only: how long the gate may wait for this write (from batch start).
+    pub minimum_wait: Duration,
+    /// Optional targets only: after this the write counts as timed out.
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    pub name: String,
+    pub subject: SubjectPattern,
+    pub targets: Vec<Target>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Routing {
+    pub enabled: bool,
+    pub target_sink_types: BTreeMap<String, String>,
+    pub routes: Vec<Route>,
+    pub unmatched: Unmatched,
+}
+
+/// The `fanout` sink block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FanoutConfig {
+    pub sinks: BTreeMap<String, SinkConfig>,
+    pub routing: Routing,
+    /// Optional writes per child that may run at once (including abandoned ones).
+    pub optional_max_in_flight: usize,
+}
+
+fn is_child_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+impl FanoutConfig {
+    pub fn read(r: &mut ObjectReader<'_>) -> FanoutConfig {
+        let problems = r.problems();
+        let mut sinks = BTreeMap::new();
+        let sinks_path = r.path_of("sinks");
+        match r.raw("sinks") {
+            None => r.problem("sinks", "is required"),
+            Some(Value::Object(m)) if m.is_empty() => {
+                r.problem("sinks", "must name at least one child sink")
+            }
+            Some(Value::Object(m)) => {
+                for (name, v) in m {
+                    let path = join(&sinks_path, name);
+                    if !is_child_name(name) {
+                        problems.push(
+                            path.clone(),
+                            "child names must be 1 to 64 characters of a-z 0-9 _ -",
+                        );
+                    }
+                    if v.get("type").and_then(Value::as_str) == Some(KIND) {
+                        problems.push(
+                            join(&path, "type"),
+                            "a fan-out child must not itself be a fan-out sink",
+                        );
+                        continue;
+                    }
+                    if let Some(c) = SinkConfig::read(ObjectReader::at(path, v, problems)) {
+                        sinks.insert(name.clone(), c);
+                    }
+                }
+            }
+            Some(_) => r.problem("sinks", "must be an object of child name to sink config"),
+        }
+        let optional_max_in_flight = r.int_in("optional_max_in_flight", 4, 1, 64) as usize;
+        let routing = match r.object("routing") {
+            Some(mut rr) => {
+                let routing = read_routing(&mut rr, &sinks);
+                rr.finish();
+                routing
+            }
+            None => Routing {
+                enabled: false,
+                target_sink_types: BTreeMap::new(),
+                routes: Vec::new(),
+                unmatched: Unmatched::Reject,
+            },
+        };
+        FanoutConfig {
+            sinks,
+            routing,
+            optional_max_in_flight,
+        }
+    }
+}
+
+fn read_routing(r: &mut ObjectReader<'_>, sinks: &BTreeMap<String, SinkConfig>) -> Routing {
+    let enabled = r.bool_or("enabled", false);
+    let unmatched = r.one_of(
+        "unmatched",
+        Unmatched::Reject,
+        &[
+            ("reject", Unmatched::Reject),
+            ("all_required", Unmatched::AllRequired),
+        ],
+    );
+    let target_sink_types = r.string_map("target_sink_types");
+    if !target_sink_types.is_empty() {
+        for (name, kind) in &target_sink_types {
+            match sinks.get(name) {
+                Some(c) if c.kind() != kind => r.problem(
+                    "target_sink_types",
+                    format!(
+                        "{name} is declared {kind} but the child sink is {}",
+                        c.kind()
+                    ),
+                ),
+                Some(_) => {}
+                None => r.problem(
+                    "target_sink_types",
+                    format!("{name} is not a child sink in sinks"),
+                ),
+            }
+        }
+        for name in sinks.keys() {
+            if !target_sink_types.contains_key(name) {
+                r.problem(
+                    "target_sink_types",
+                    format!("must declare the type of {name}"),
+                );
+            }
+        }
+    }
+    let problems = r.problems();
+    let mut routes = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    for mut rr in r.objects("routes") {
+        let name = rr.req_string("name");
+        if !name.is_empty() {
+            if names.contains(&name) {
+                rr.problem("name", "is used by an earlier route");
+            }
+            names.push(name.clone());
+        }
+        let subject = match rr.object("match") {
+            Some(mut m) => {
+                let s = m.req_string("subject");
+                m.finish();
+                if s.is_empty() {
+                    None
+                } else {
+                    match SubjectPattern::parse(&s) {
+                        Ok(p) => Some(p),
+                        Err(e) => {
+                            rr.problem("match.subject", e.to_string());
+                            None
+                        }
+                    }
+                }
+            }
+            None => {
+                rr.problem("match", "is required");
+                None
+            }
+        };
+        let targets_path = rr.path_of("targets");
+        let mut targets: Vec<Target> = Vec::new();
+        match rr.raw("targets") {
+            Some(Value::Array(items)) if !items.is_empty() => {
+                for (i, item) in items.iter().enumerate() {
+                    let path = format!("{targets_path}[{i}]");
+                    if let Some(t) = read_target(&path, item, sinks, problems) {
+                        if targets.iter().any(|x| x.sink == t.sink) {
+                            problems.push(path, format!("names {} twice in one route", t.sink));
+                        } else {
+                            targets.push(t);
+                        }
+                    }
+                }
+                if !targets.is_empty() && !targets.iter().any(|t| t.required) {
+                    problems.push(
+                        targets_path.clone(),
+                        "must include at least one required target (optional targets are not \
+                         in the custody path)",
+                    );
+                }
+            }
+            None => rr.problem("targets", "is required"),
+            Some(_) => rr.problem("targets", "must be a non-empty array"),
+        }
+        rr.finish();
+        if let Some(subject) = subject {
+            routes.push(Route {
+                name,
+                subject,
+                targets,
+            });
+        }
+    }
+    if enabled && names.is_empty() {
+        r.problem(
+            "routes",
+            "must have at least one route when routing is enabled",
+        );
+    }
+    Routing {
+        enabled,
+        target_sink_types,
+        routes,
+        unmatched,
+    }
+}
+
+fn read_target(
+    path: &str,
+    item: &Value,
+    sinks: &BTreeMap<String, SinkConfig>,
+    problems: &crate::config::reader::Problems,
+) -> Option<Target> {
+    let known = |name: &str, at: String| -> Option<&SinkConfig> {
+        let c = sinks.get(name);
+        if c.is_none() {
+            problems.push(at, format!("{name} is not a child sink in sinks"));
+        }
+        c
+    };
+    match item {
+        Value::String(name) => {
+            known(name, path.to_string())?;
+            Some(Target {
+                sink: name.clone(),
+                required: true,
+                minimum_wait: Duration::ZERO,
+                timeout: Duration::ZERO,
+            })
+        }
+        Value::Object(_) => {
+            let mut r = ObjectReader::at(path.to_string(), item, problems);
+            let sink = r.req_string("sink");
+            let required = r.bool_or("required", true);
+            let min = r.opt_int_in("minimum_wait_ms", 0, MAX_WAIT_MS);
+            let timeout = r.opt_int_in("timeout_ms", 1, MAX_WAIT_MS);
+            let child = if sink.is_empty() {
+                None
+            } else {
+                known(&sink, r.path_of("sink"))
+            };
+            if required {
+                for (key, v) in [("minimum_wait_ms", min), ("timeout_ms", timeout)] {
+                    if v.is_some() {
+                        r.problem(key, "applies only to optional targets (required: false)");
+                    }
+                }
+            }
+            let object_store = child.is_some_and(|c| c.kind() == "object_store");
+            let (dmin, dtimeout) = if object_store {
+                (OBJECT_STORE_MINIMUM_WAIT_MS, OBJECT_STORE_TIMEOUT_MS)
+            } else {
+                (OTHER_MINIMUM_WAIT_MS, OTHER_TIMEOUT_MS)
+            };
+            let timeout = timeout.map_or(dtimeout, |v| v as u64);
+            // An omitted minimum wait never exceeds an explicit, shorter timeout.
+            let min = min.map_or(dmin.min(timeout), |v| v as u64);
+            if !required && min > timeout {
+                r.problem("minimum_wait_ms", "must not exceed timeout_ms");
+            }
+            r.finish();
+            child?;
+            Some(Target {
+                sink,
+                required,
+                minimum_wait: if required {
+                    Duration::ZERO
+                } else {
+                    Duration::from_millis(min)
+                },
+                timeout: if required {
+                    Duration::ZERO
+                } else {
+                    Duration::from_millis(timeout)
+                },
+            })
+        }
+        _ => {
+            problems.push(
+                path.to_string(),
+                "must be a child sink name or an object with sink, required, minimum_wait_ms, \
+                 timeout_ms",
+            );
+            None
+        }
+    }
+}
+
+/// State of one optional write, shared by its thread, the gate and the watcher.
+const RUNNING: u8 = 0;
+const FINISHED: u8 = 1;
+const TIMED_OUT: u8 = 2;
+
+struct OptionalJob {
+    state: AtomicU8,
+    deadline: Instant,
+    child: String,
+    messages: u64,
+}
+
+impl OptionalJob {
+    /// Claims the job's accounting for a timeout; true when this caller counts it.
+    fn time_out(&self, metrics: &Metrics) -> bool {
+        let won = self
+            .state
+            .compare_exchange(RUNNING, TIMED_OUT, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if won {
+            Metrics::add(
+                &metrics.counters.fanout_optional_child_timeout_total,
+                self.messages,
+            );
+            log::warn!(
+                "fanout: optional child {} did not finish {} message(s) within its timeout; \
+                 result ignored (ACK not affected)",
+                self.child,
+                self.messages
+            );
+        }
+        won
+    }
+}
+
+struct Child {
+    name: String,
+    sink: Arc<dyn Sink>,
+    /// Optional writes of this child still running.
+    optional_in_flight: Arc<AtomicUsize>,
+}
+
+/// The fan-out sink.
+pub struct FanoutSink {
+    children: BTreeMap<String, Child>,
+    routing: Routing,
+    optional_max_in_flight: usize,
+    metrics: Arc<Metrics>,
+    watch: Sender<Arc<OptionalJob>>,
+}
+
+/// Decrements a child's optional in-flight count when its thread ends, however it ends.
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl FanoutSink {
+    /// Builds every child and starts the watcher thread.
+    pub fn new(cfg: &FanoutConfig, metrics: Arc<Metrics>) -> Result<FanoutSink, SinkError> {
+        let mut children = BTreeMap::new();
+        for (name, c) in &cfg.sinks {
+            let sink = c
+                .build(metrics.clone())
+                .map_err(|e| SinkError::new(KIND, format!("child {name} ({}): {e}", c.kind())))?;
+            children.insert(
+                name.clone(),
+                Child {
+                    name: name.clone(),
+                    sink,
+                    optional_in_flight: Arc::new(AtomicUsize::new(0)),
+                },
+            );
+        }
+        Self::with_children(
+            children,
+            cfg.routing.clone(),
+            cfg.optional_max_in_flight,
+            metrics,
+        )
+    }
+
+    /// Builds a fan-out over ready child sinks (tests use their own `Sink` implementations).
+    pub fn from_sinks(
+        children: Vec<(String, Arc<dyn Sink>)>,
+        routing: Routing,
+        optional_max_in_flight: usize,
+        metrics: Arc<Metrics>,
+    ) -> Result<FanoutSink, SinkError> {
+        let children = children
+            .into_iter()
+            .map(|(name, sink)| {
+                (
+                    name.clone(),
+                    Child {
+                        name,
+                        sink,
+                        optional_in_flight: Arc::new(AtomicUsize::new(0)),
+                    },
+                )
+            })
+            .collect();
+        Self::with_children(children, routing, optional_max_in_flight, metrics)
+    }
+
+    fn with_children(
+        children: BTreeMap<String, Child>,
+        routing: Routing,
+        optional_max_in_flight: usize,
+        metrics: Arc<Metrics>,
+    ) -> Result<FanoutSink, SinkError> {
+        for route in &routing.routes {
+            for t in &route.targets {
+                if !children.contains_key(&t.sink) {
+                    return Err(SinkError::new(
+                        KIND,
+                        format!("route {} names unknown child {}", route.name, t.sink),
+                    ));
+                }
+            }
+        }
+        // Every pending job is a running optional thread, so this capacity is never reached.
+        let (tx, rx) = bounded(children.len() * optional_max_in_flight + 1);
+        let m = metrics.clone();
+        std::thread::Builder::new()
+            .name("svc-fanout-watch".into())
+            .spawn(move || watch(rx, &m))
+            .map_err(|e| SinkError::new(KIND, format!("start the watcher thread: {e}")))?;
+        Ok(FanoutSink {
+            children,
+            routing,
+            optional_max_in_flight,
+            metrics,
+            watch: tx,
+        })
+    }
+
+    /// The targets of one subject, or `None` when it must be rejected.
+    fn targets_for(&self, subject: &str) -> Option<Cow<'_, [Target]>> {
+        let all_required = || {
+            Cow::Owned(
+                self.children
+                    .keys()
+                    .map(|name| Target {
+                        sink: name.clone(),
+                        required: true,
+                        minimum_wait: Duration::ZERO,
+                        timeout: Duration::ZERO,
+                    })
+                    .collect(),
+            )
+        };
+        if !self.routing.enabled {
+            return Some(all_required());
+        }
+        match self
+            .routing
+            .routes
+            .iter()
+            .find(|r| r.subject.matches(subject))
+        {
+            Some(r) => Some(Cow::Borrowed(&r.targets)),
+            None => match self.routing.unmatched {
+                Unmatched::AllRequired => Some(all_required()),
+                Unmatched::Reject => None,
+            },
+        }
+    }
+
+    /// Starts one optional write on its own thread, or accounts it as a timeout when the child
+    /// is at its in-flight limit. Returns the job and a receiver that fires when it finishes.
+    fn start_optional(
+        &self,
+        child: &Child,
+        envelopes: Vec<Envelope>,
+        start: Instant,
+        timeout: Duration,
+    ) -> Option<(Arc<OptionalJob>, Receiver<()>)> {
+        let job = Arc::new(OptionalJob {
+            state: AtomicU8::new(RUNNING),
+            deadline: start + timeout,
+            child: child.name.clone(),
+            messages: envelopes.len() as u64,
+        });
+        let before = child.optional_in_flight.fetch_add(1, Ordering::AcqRel);
+        let guard = InFlight(child.optional_in_flight.clone());
+        if before >= self.optional_max_in_flight {
+            drop(guard);
+            log::warn!(
+                "fanout: optional child {} still has {before} write(s) running; skipping this one",
+                child.name
+            );
+            job.time_out(&self.metrics);
+            return None;
+        }
+        let (done_tx, done_rx) = bounded(1);
+        let sink = child.sink.clone();
+        let metrics = self.metrics.clone();
+        let j = job.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("svc-fanout-opt-{}", child.name))
+            .spawn(move || {
+                let _guard = guard;
+                let outcomes = run_child(&*sink, &j.child, &envelopes);
+                if Instant::now() > j.deadline {
+                    j.time_out(&metrics);
+                } else if j
+                    .state
+                    .compare_exchange(RUNNING, FINISHED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    let failed: Vec<&WriteOutcome> =
+                        outcomes.iter().filter(|o| !o.is_durable()).collect();
+                    if let Some(first) = failed.first() {
+                        Metrics::add(
+                            &metrics.counters.fanout_optional_child_failure_total,
+                            failed.len() as u64,
+                        );
+                        log::warn!(
+                            "fanout: optional child {} failed {} of {} message(s) (ACK not \
+                             affected): {}",
+                            j.child,
+                            failed.len(),
+                            outcomes.len(),
+                            outcome_error(first)
+                        );
+                    }
+                }
+                let _ = done_tx.try_send(());
+            });
+        match spawned {
+            Ok(_) => {
+                let _ = self.watch.try_send(job.clone());
+                Some((job, done_rx))
+            }
+            Err(e) => {
+                // The closure (and the in-flight guard in it) was dropped with the error.
+                if job
+                    .state
+                    .compare_exchange(RUNNING, FINISHED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    Metrics::add(
+                        &self.metrics.counters.fanout_optional_child_failure_total,
+                        job.messages,
+                    );
+                }
+                log::warn!("fanout: cannot start optional write to {}: {e}", child.name);
+                None
+            }
+        }
+    }
+}
+
+fn outcome_error(o: &WriteOutcome) -> String {
+    match o {
+        WriteOutcome::Transient(e) | WriteOutcome::Permanent(e) => e.to_string(),
+        _ => "durable".into(),
+    }
+}
+
+/// Runs a child's write, turning a panic or a wrong outcome count into transient failures.
+fn run_child(sink: &dyn Sink, name: &str, batch: &[Envelope]) -> Vec<WriteOutcome> {
+    match catch_unwind(AssertUnwindSafe(|| sink.write_batch(batch))) {
+        Ok(o) if o.len() == batch.len() => o,
+        Ok(o) => {
+            log::error!(
+                "fanout: child {name} returned {} outcomes for {} messages",
+                o.len(),
+                batch.len()
+            );
+            vec![
+                WriteOutcome::Transient(SinkError::new(
+                    KIND,
+                    format!("child {name} returned a wrong number of outcomes"),
+                ));
+                batch.len()
+            ]
+        }
+        Err(_) => {
+            log::error!("fanout: child {name} panicked while writing");
+            vec![
+                WriteOutcome::Transient(SinkError::new(KIND, format!("child {name} panicked")));
+                batch.len()
+            ]
+        }
+    }
+}
+
+/// The watcher: counts optional writes still running at their deadline.
+fn watch(rx: Receiver<Arc<OptionalJob>>, metrics: &Metrics) {
+    let mut pending: Vec<Arc<OptionalJob>> = Vec::new();
+    loop {
+        let wait = pending
+            .iter()
+            .map(|j| j.deadline.saturating_duration_since(Instant::now()))
+            .min()
+            .unwrap_or(Duration::from_secs(3600));
+        match rx.recv_timeout(wait) {
+            Ok(job) => pending.push(job),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let now = Instant::now();
+        pending.retain(|j| {
+            if j.state.load(Ordering::Acquire) != RUNNING {
+                return false;
+            }
+            if now >= j.deadline {
+                j.time_out(metrics);
+                return false;
+            }
+            true
+        });
+    }
+}
+
+/// One child write of a batch: which child, required or not, which messages.
+struct Job<'a> {
+    child: &'a Child,
+    target: Target,
+    idx: Vec<usize>,
+}
+
+impl Sink for FanoutSink {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome> {
+        let start = Instant::now();
+        let c = &self.metrics.counters;
+        let mut outcomes: Vec<Option<WriteOutcome>> = vec![None; batch.len()];
+
+        // Route: group messages by (child, target shape), keeping batch order.
+        let mut jobs: Vec<Job> = Vec::new();
+        for (i, env) in batch.iter().enumerate() {
+            let Some(targets) = self.targets_for(&env.subject) else {
+                outcomes[i] = Some(WriteOutcome::Permanent(SinkError::new(
+                    KIND,
+                    "no fan-out route matches the subject (routing.unmatched = reject)",
+                )));
+                continue;
+            };
+            Metrics::add(&c.fanout_messages_routed_total, 1);
+            Metrics::add(&c.fanout_child_sinks_selected_total, targets.len() as u64);
+            for t in targets.iter() {
+                match jobs
+                    .iter_mut()
+                    .find(|j| j.child.name == t.sink && j.target == *t)
+                {
+                    Some(j) => j.idx.push(i),
+                    None => jobs.push(Job {
+                        child: &self.children[&t.sink],
+                        target: t.clone(),
+                        idx: vec![i],
+                    }),
+                }
+            }
+        }
+        let subset = |idx: &[usize]| -> Cow<'_, [Envelope]> {
+            if idx.len() == batch.len() {
+                Cow::Borrowed(batch)
+            } else {
+                Cow::Owned(idx.iter().map(|&i| batch[i].clone()).collect())
+            }
+        };
+
+        // Optional writes start first: they own their envelopes and may outlive this call.
+        let mut optional = Vec::new();
+        for j in jobs.iter().filter(|j| !j.target.required) {
+            let envs = subset(&j.idx).into_owned();
+            if let Some(started) = self.start_optional(j.child, envs, start, j.target.timeout) {
+                optional.push((started, start + j.target.minimum_wait.min(j.target.timeout)));
+            }
+        }
+
+        // Required writes: the custody path, joined before returning.
+        let required: Vec<&Job> = jobs.iter().filter(|j| j.target.required).collect();
+        let results: Vec<Vec<WriteOutcome>> = if required.len() == 1 {
+            let j = required[0];
+            vec![run_child(&*j.child.sink, &j.child.name, &subset(&j.idx))]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = required
+                    .iter()
+                    .map(|j| {
+                        let envs = subset(&j.idx);
+                        let spawned = std::thread::Builder::new()
+                            .name(format!("svc-fanout-{}", j.child.name))
+                            .spawn_scoped(s, move || {
+                                run_child(&*j.child.sink, &j.child.name, &envs)
+                            });
+                        (j, spawned)
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|(j, h)| match h {
+                        Ok(h) => h.join().unwrap_or_else(|_| {
+                            vec![
+                                WriteOutcome::Transient(SinkError::new(
+                                    KIND,
+                                    format!("child {} thread failed", j.child.name),
+                                ));
+                                j.idx.len()
+                            ]
+                        }),
+                        Err(e) => vec![
+                            WriteOutcome::Transient(SinkError::new(
+                                KIND,
+                                format!("cannot start a thread for child {}: {e}", j.child.name),
+                            ));
+                            j.idx.len()
+                        ],
+                    })
+                    .collect()
+            })
+        };
+
+        // Per message: the required children's outcomes.
+        let mut per_message: Vec<Vec<(&str, WriteOutcome)>> = vec![Vec::new(); batch.len()];
+        for (j, res) in required.iter().zip(results) {
+            for (&i, o) in j.idx.iter().zip(res) {
+                if o.is_durable() {
+                    Metrics::add(&c.fanout_required_child_success_total, 1);
+                } else {
+                    Metrics::add(&c.fanout_required_child_failure_total, 1);
+                }
+                per_message[i].push((j.child.name.as_str(), o));
+            }
+        }
+
+        // The gate gives optional writes their minimum wait, never more.
+        for ((_job, done), until) in &optional {
+            let _ = done.recv_deadline(*until);
+        }
+
+        let mut released = 0u64;
+        let out: Vec<WriteOutcome> = outcomes
+            .into_iter()
+            .zip(per_message)
+            .map(|(pre, results)| {
+                let o = pre.unwrap_or_else(|| combine(results));
+                if o.is_durable() {
+                    released += 1;
+                }
+                o
+            })
+            .collect();
+        Metrics::add(&c.fanout_messages_acked_total, released);
+        Metrics::add(
+            &c.fanout_messages_ack_blocked_total,
+            batch.len() as u64 - released,
+        );
+        self.metrics.observe(
+            "fanout_ack_gate_wait_seconds",
+            start.elapsed().as_secs_f64(),
+        );
+        out
+    }
+
+    fn check(&self) -> Result<String, SinkError> {
+        let mut ok = Vec::new();
+        let mut failed = Vec::new();
+        for child in self.children.values() {
+            match child.sink.check() {
+                Ok(v) => ok.push(format!("{} ({}): {v}", child.name, child.sink.kind())),
+                Err(e) => failed.push(format!("child {} ({}): {e}", child.name, child.sink.kind())),
+            }
+        }
+        if !failed.is_empty() {
+            return Err(SinkError::new(KIND, failed.join("; ")));
+        }
+        Ok(format!(
+            "{} child sink(s) ready: {}",
+            ok.len(),
+            ok.join("; ")
+        ))
+    }
+}
+
+/// The outcome of one message from its required children's outcomes.
+fn combine(results: Vec<(&str, WriteOutcome)>) -> WriteOutcome {
+    if results.is_empty() {
+        // Unreachable by config validation (every route has a required target); never ACK.
+        return WriteOutcome::Permanent(SinkError::new(KIND, "no required target"));
+    }
+    let wrap =
+        |name: &str, e: &SinkError| SinkError::new(KIND, format!("required child {name}: {e}"));
+    if let Some((n, WriteOutcome::Permanent(e))) = results
+        .iter()
+        .find(|(_, o)| matches!(o, WriteOutcome::Permanent(_)))
+    {
+        return WriteOutcome::Permanent(wrap(n, e));
+    }
+    if let Some((n, WriteOutcome::Transient(e))) = results
+        .iter()
+        .find(|(_, o)| matches!(o, WriteOutcome::Transient(_)))
+    {
+        return WriteOutcome::Transient(wrap(n, e));
+    }
+    if results
+        .iter()
+        .all(|(_, o)| *o == WriteOutcome::AlreadyDurable)
+    {
+        WriteOutcome::AlreadyDurable
+    } else {
+        WriteOutcome::Durable
+    }
+}
+
+#[cfg(test)]
+mod tests;

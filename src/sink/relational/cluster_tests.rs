@@ -1,0 +1,424 @@
+//! Password authentication and verified TLS against a private PostgreSQL cluster.
+//!
+//! The shared server on 5432 trusts every loopback connection, so it cannot prove that SCRAM,
+//! MD5 or cleartext authentication work. This test runs `initdb` and `postgres` of the installed
+//! PostgreSQL (as the `postgres` OS user when the tests run as root, since the server refuses
+//! root), with its own `pg_hba.conf` and a certificate issued by a throw-away CA made with the
+//! `openssl` command.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::tests::{envelope, parse_cfg};
+use super::wire::{tls_client_config, ConnectParams, Connection, TlsMode};
+use super::*;
+use crate::sink::Sink;
+
+fn pg_bindir() -> PathBuf {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL server binaries under /usr/lib/postgresql (apt-get install postgresql)")
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("initdb").exists())
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .expect("an initdb under /usr/lib/postgresql/*/bin")
+}
+
+fn is_root() -> bool {
+    let out = Command::new("id").arg("-u").output().expect("id -u");
+    String::from_utf8_lossy(&out.stdout).trim() == "0"
+}
+
+/// Runs a server-side command, as `postgres` when we are root.
+fn server_cmd(program: &Path) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Cluster {
+    dir: PathBuf,
+    port: u16,
+    server: Child,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Fast shutdown of our own server: `runuser` does not forward signals, so signal the
+        // postmaster by the PID it wrote (first line of postmaster.pid), then remove its files.
+        let pid_file = self.dir.join("data").join("postmaster.pid");
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.lines().next().map(str::to_string))
+            .filter(|p| p.parse::<u32>().is_ok())
+        {
+            let _ = Command::new("kill").args(["-INT", &pid]).status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.server.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Makes a CA and a server certificate for `localhost` / `127.0.0.1` in `dir`.
+fn make_certs(dir: &Path, ca_name: &str) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    run(
+        Command::new("openssl")
+            .current_dir(dir)
+            .args(["req", "-x509"])
+            .args(ec)
+            .args([
+                "-keyout",
+                &format!("{ca_name}.key"),
+                "-out",
+                &format!("{ca_name}.pem"),
+            ])
+            .args(["-days", "2", "-subj", &format!("/CN={ca_name}")])
+            .args(["-addext", "basicConstraints=critical,CA:TRUE"])
+            .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"]),
+        "openssl ca",
+    );
+    run(
+        Command::new("openssl")
+            .current_dir(dir)
+            .arg("req")
+            .args(ec)
+            .args(["-keyout", "server.key", "-out", "server.csr"])
+            .args(["-subj", "/CN=localhost"]),
+        "openssl csr",
+    );
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(
+        Command::new("openssl")
+            .current_dir(dir)
+            .args(["x509", "-req", "-in", "server.csr"])
+            .args([
+                "-CA",
+                &format!("{ca_name}.pem"),
+                "-CAkey",
+                &format!("{ca_name}.key"),
+            ])
+            .args(["-CAcreateserial", "-out", "server.pem", "-days", "2"])
+            .args(["-extfile", "ext.cnf"]),
+        "openssl sign",
+    );
+}
+
+fn start_cluster() -> Cluster {
+    let bin = pg_bindir();
+    let dir = std::env::temp_dir().join(format!(
+        "svc-pgauth-{}-{}",
+        std::process::id(),
+        crate::envelope::now_unix_nanos() % 1_000_000_000
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    make_certs(&dir, "test-ca");
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    make_certs(&other, "other-ca");
+    if is_root() {
+        run(
+            Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir),
+            "chown",
+        );
+    }
+    run(
+        Command::new("chmod")
+            .arg("0600")
+            .arg(dir.join("server.key")),
+        "chmod",
+    );
+    let data = dir.join("data");
+    run(
+        server_cmd(&bin.join("initdb")).arg("-D").arg(&data).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ]),
+        "initdb",
+    );
+    std::fs::write(
+        data.join("pg_hba.conf"),
+        "local all all trust\n\
+         host all postgres 127.0.0.1/32 trust\n\
+         host all scram_user 127.0.0.1/32 scram-sha-256\n\
+         host all md5_user 127.0.0.1/32 md5\n\
+         host all plain_user 127.0.0.1/32 password\n\
+         hostssl all tls_user 127.0.0.1/32 scram-sha-256\n\
+         hostnossl all tls_user 127.0.0.1/32 reject\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let server = server_cmd(&bin.join("postgres"))
+        .arg("-D")
+        .arg(&data)
+        .args(["-p", &port.to_string(), "-k"])
+        .arg(&dir)
+        .args([
+            "-c",
+            "listen_addresses=127.0.0.1,127.0.0.2",
+            "-c",
+            "ssl=on",
+            "-c",
+            "fsync=off",
+        ])
+        .arg("-c")
+        .arg(format!(
+            "ssl_cert_file={}",
+            dir.join("server.pem").display()
+        ))
+        .arg("-c")
+        .arg(format!("ssl_key_file={}", dir.join("server.key").display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start postgres");
+    let cluster = Cluster { dir, port, server };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match Connection::connect(
+            &params(port, "postgres", "127.0.0.1", TlsMode::Disable, None),
+            None,
+        ) {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "private cluster never ready: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    cluster
+}
+
+fn params(port: u16, user: &str, host: &str, tls: TlsMode, ca: Option<&Path>) -> ConnectParams {
+    ConnectParams {
+        host: host.into(),
+        port,
+        user: user.into(),
+        database: "postgres".into(),
+        application_name: "svc-test".into(),
+        tls,
+        tls_config: (tls == TlsMode::VerifyFull).then(|| tls_client_config(ca).unwrap()),
+        connect_timeout: Duration::from_secs(5),
+        io_timeout: Duration::from_secs(10),
+    }
+}
+
+fn sink_for(c: &Cluster, user: &str, host: &str, extra: serde_json::Value) -> RelationalSink {
+    let mut v = json!({
+        "type": "relational_db",
+        "dsn": format!("postgresql://{user}@{host}:{}/postgres", c.port),
+        "tls_mode": "disable",
+        "table": "events",
+    });
+    for (k, x) in extra.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    RelationalSink::new(parse_cfg(&v), Arc::new(Metrics::default())).unwrap()
+}
+
+#[test]
+fn password_authentication_and_verified_tls_against_a_private_cluster() {
+    let c = start_cluster();
+    let mut admin = Connection::connect(
+        &params(c.port, "postgres", "127.0.0.1", TlsMode::Disable, None),
+        None,
+    )
+    .unwrap();
+    admin
+        .simple(
+            "SET password_encryption = 'scram-sha-256';
+             CREATE ROLE scram_user LOGIN PASSWORD 'scr4m pässword';
+             CREATE ROLE plain_user LOGIN PASSWORD 'plain-pw';
+             CREATE ROLE tls_user LOGIN PASSWORD 'tls-pw';
+             SET password_encryption = 'md5';
+             CREATE ROLE md5_user LOGIN PASSWORD 'md5-pw';
+             GRANT ALL ON SCHEMA public TO PUBLIC;",
+        )
+        .unwrap();
+    let ca = c.dir.join("test-ca.pem");
+    let other_ca = c.dir.join("other").join("other-ca.pem");
+
+    std::env::set_var("SVC_TEST_SCRAM_PW", "scr4m pässword");
+    std::env::set_var("SVC_TEST_MD5_PW", "md5-pw");
+    std::env::set_var("SVC_TEST_PLAIN_PW", "plain-pw");
+    std::env::set_var("SVC_TEST_TLS_PW", "tls-pw");
+    std::env::set_var("SVC_TEST_WRONG_PW", "not-the-password");
+
+    // Each method with the right password: a batch is committed.
+    for (i, (user, var)) in [
+        ("scram_user", "SVC_TEST_SCRAM_PW"),
+        ("md5_user", "SVC_TEST_MD5_PW"),
+        ("plain_user", "SVC_TEST_PLAIN_PW"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let sink = sink_for(
+            &c,
+            user,
+            "127.0.0.1",
+            json!({"password_env": var, "table": format!("events_{i}"), "auto_create_tables": true}),
+        );
+        let out = sink.write_batch(&[envelope("a.b", 1, b"{}")]);
+        assert_eq!(out, vec![WriteOutcome::Durable], "{user}");
+        assert!(sink.check().is_ok(), "{user}");
+
+        // A wrong password: the server's verdict, with no password in the message.
+        let wrong = sink_for(
+            &c,
+            user,
+            "127.0.0.1",
+            json!({"password_env": "SVC_TEST_WRONG_PW", "table": format!("events_{i}")}),
+        );
+        let err = wrong.check().unwrap_err().to_string();
+        assert!(err.contains("28P01"), "{user}: {err}");
+        assert!(
+            !err.contains("not-the-password") && !err.contains("pw"),
+            "{err}"
+        );
+
+        // No password configured at all.
+        let none = sink_for(
+            &c,
+            user,
+            "127.0.0.1",
+            json!({"table": format!("events_{i}")}),
+        );
+        let err = none.check().unwrap_err().to_string();
+        assert!(
+            err.contains("the server requires a password but sink.password_env is not set"),
+            "{user}: {err}"
+        );
+    }
+
+    // TLS with the test CA, by IP and by DNS name: verified, and the session is encrypted.
+    for (seq, host) in [(7, "127.0.0.1"), (8, "localhost")] {
+        let sink = sink_for(
+            &c,
+            "tls_user",
+            host,
+            json!({"password_env": "SVC_TEST_TLS_PW", "tls_mode": "verify_full",
+                   "tls_ca_file": ca.to_str().unwrap(), "auto_create_tables": true,
+                   "table": "tls_events"}),
+        );
+        assert_eq!(
+            sink.write_batch(&[envelope("a.b", seq, b"{}")]),
+            vec![WriteOutcome::Durable],
+            "{host}"
+        );
+        let verdict = sink.check().unwrap();
+        assert!(verdict.contains("(tls verified)"), "{verdict}");
+    }
+    let mut tls_conn = Connection::connect(
+        &params(
+            c.port,
+            "tls_user",
+            "127.0.0.1",
+            TlsMode::VerifyFull,
+            Some(&ca),
+        ),
+        Some(b"tls-pw"),
+    )
+    .unwrap();
+    let ssl = tls_conn
+        .query(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(ssl.rows[0][0].as_deref(), Some("t"));
+
+    // The same role over plaintext is refused by the server (hostnossl reject).
+    let plain = sink_for(
+        &c,
+        "tls_user",
+        "127.0.0.1",
+        json!({"password_env": "SVC_TEST_TLS_PW"}),
+    );
+    let err = plain.check().unwrap_err().to_string();
+    assert!(err.contains("28000"), "{err}");
+
+    // A certificate from another CA is refused by the client.
+    let wrong_ca = sink_for(
+        &c,
+        "tls_user",
+        "127.0.0.1",
+        json!({"password_env": "SVC_TEST_TLS_PW", "tls_mode": "verify_full",
+               "tls_ca_file": other_ca.to_str().unwrap()}),
+    );
+    let err = wrong_ca.check().unwrap_err().to_string();
+    assert!(
+        err.contains("tls handshake") && err.contains("certificate"),
+        "{err}"
+    );
+
+    // The server's certificate names localhost and 127.0.0.1 only: another name fails.
+    let err = Connection::connect(
+        &params(
+            c.port,
+            "tls_user",
+            "127.0.0.2",
+            TlsMode::VerifyFull,
+            Some(&ca),
+        ),
+        Some(b"tls-pw"),
+    );
+    match err {
+        Err(e) => assert!(e.to_string().contains("certificate"), "{e}"),
+        Ok(_) => panic!("a certificate for another name was accepted"),
+    }
+}

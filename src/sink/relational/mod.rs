@@ -1,0 +1,699 @@
+//! Relational sink: envelopes become rows in PostgreSQL, one transaction per batch.
+//!
+//! Custody: a batch is written inside `BEGIN ... COMMIT`; outcomes are `Durable` only after the
+//! server confirmed `COMMIT`. Every row carries an idempotency key under a unique constraint;
+//! `INSERT ... ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key` tells which
+//! rows are new, so a redelivered message lands once and is reported `AlreadyDurable`.
+//!
+//! Duplicates, and the two counters (see `docs/sinks/relational.md`):
+//! - `db_duplicates_total`: rows whose key already existed (an earlier delivery, or an earlier
+//!   row of the same batch) — every duplicate detected.
+//! - `db_duplicate_ignored_total`: the subset confirmed to be the same event (same subject and
+//!   payload SHA-256 as the stored row) and therefore ignored without error. A key that holds a
+//!   *different* event (a reset stream reusing sequence numbers, a reused message ID) is never
+//!   overwritten and never dropped silently: it is a `Permanent` outcome for operator review.
+//!   So `db_duplicates_total - db_duplicate_ignored_total` counts key collisions.
+//!
+//! Failures:
+//! - Connection lost, timeout, server shutting down, missing table, permissions, deadlock: the
+//!   whole batch is `Transient` (nothing committed, or commit outcome unknown — the idempotent
+//!   insert makes a retry safe). A broken connection is dropped (with every idle pooled one) and
+//!   the next batch connects anew.
+//! - A row the database rejects on its data (SQLSTATE classes 22, 23, 54, e.g. `\u0000` in
+//!   JSON, a value out of range, an operator's CHECK constraint): the batch is retried row by row
+//!   under savepoints in one transaction, so only the offending rows become `Permanent`.
+//!
+//! Driver: an in-tree protocol client ([`wire`]) on `std::net`, because the default build must
+//! not carry an async runtime and the sync `postgres` crate embeds tokio.
+
+pub mod auth;
+pub mod config;
+pub mod wire;
+
+#[cfg(test)]
+mod cluster_tests;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::key::{strategy_key, KeyStrategy};
+use super::{Sink, SinkError, WriteOutcome};
+use crate::envelope::{Envelope, EventMetadata};
+use crate::metrics::Metrics;
+pub use config::{Dsn, RelationalConfig, TableName, TableRoute};
+use wire::{ConnectParams, Connection, DbError, TlsMode};
+
+const KIND: &str = "relational_db";
+
+/// Idle connections kept for reuse. Concurrency is bounded by the callers (sink workers and
+/// fan-out threads); connections beyond this many are closed after use.
+const MAX_IDLE_CONNECTIONS: usize = 16;
+
+/// Columns: name, DDL type, type in the `jsonb_to_recordset` row definition.
+const COLUMNS: &[(&str, &str, &str)] = &[
+    ("idempotency_key", "text NOT NULL PRIMARY KEY", "text"),
+    ("subject", "text NOT NULL", "text"),
+    ("stream", "text NOT NULL", "text"),
+    ("stream_sequence", "bigint NOT NULL", "bigint"),
+    ("consumer", "text NOT NULL", "text"),
+    ("consumer_sequence", "bigint NOT NULL", "bigint"),
+    ("message_id", "text", "text"),
+    ("priority", "text NOT NULL", "text"),
+    ("classification", "text NOT NULL", "text"),
+    ("labels", "text NOT NULL", "text"),
+    ("labels_list", "text[] NOT NULL", "text[]"),
+    ("payload", "jsonb NOT NULL", "jsonb"),
+    ("payload_original_format", "text NOT NULL", "text"),
+    ("payload_wrapped", "boolean NOT NULL", "boolean"),
+    ("payload_sha256", "text NOT NULL", "text"),
+    ("payload_size_bytes", "bigint NOT NULL", "bigint"),
+    ("security_labels_json", "jsonb", "jsonb"),
+    ("metadata_json", "jsonb NOT NULL", "jsonb"),
+    ("received_at", "timestamptz NOT NULL", "timestamptz"),
+];
+
+/// Every relational sink of a sink config with its name: the sink itself (`sink`) or the
+/// `relational_db` children of a fan-out (by child name).
+pub fn configs_in(sink: &super::SinkConfig) -> Vec<(String, &RelationalConfig)> {
+    match sink {
+        super::SinkConfig::RelationalDb(c) => vec![("sink".to_string(), c)],
+        super::SinkConfig::Fanout(f) => f
+            .sinks
+            .iter()
+            .filter_map(|(name, c)| match c {
+                super::SinkConfig::RelationalDb(c) => Some((name.clone(), c)),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The DDL that creates every table of the config (idempotent: `IF NOT EXISTS`).
+pub fn ddl(cfg: &RelationalConfig) -> String {
+    let mut out = String::new();
+    let mut schemas: Vec<&str> = Vec::new();
+    for t in cfg.tables() {
+        if let Some(s) = &t.schema {
+            if !schemas.contains(&s.as_str()) {
+                schemas.push(s);
+                out.push_str(&format!("CREATE SCHEMA IF NOT EXISTS \"{s}\";\n"));
+            }
+        }
+    }
+    for t in cfg.tables() {
+        out.push_str(&table_ddl(t));
+    }
+    out
+}
+
+fn table_ddl(t: &TableName) -> String {
+    let mut s = format!("CREATE TABLE IF NOT EXISTS {} (\n", t.sql());
+    for (name, ty, _) in COLUMNS {
+        s.push_str(&format!("    {name} {ty},\n"));
+    }
+    s.push_str("    stored_at timestamptz NOT NULL DEFAULT now()\n);\n");
+    s.push_str(&format!(
+        "CREATE INDEX IF NOT EXISTS \"{}\" ON {} (stream, stream_sequence);\n",
+        t.derived("stream_seq_idx"),
+        t.sql()
+    ));
+    s
+}
+
+/// Key of the advisory lock that serializes this sink's DDL across sessions and processes.
+const DDL_LOCK_KEY: i64 = 0x7376_635f_6464_6c00; // "svc_ddl\0"
+
+/// Runs the DDL in one transaction under an advisory lock: concurrent `CREATE TABLE IF NOT
+/// EXISTS` of the same table can otherwise fail with a unique violation in the catalog.
+fn run_ddl(conn: &mut Connection, cfg: &RelationalConfig) -> Result<(), DbError> {
+    let sql = format!(
+        "BEGIN; SELECT pg_advisory_xact_lock({DDL_LOCK_KEY}); {}COMMIT;",
+        ddl(cfg)
+    );
+    let res = conn.simple(&sql);
+    if res.is_err() && !conn.is_broken() && conn.tx_status() != b'I' {
+        let _ = conn.simple("ROLLBACK");
+    }
+    res.map(|_| ())
+}
+
+fn insert_sql(t: &TableName) -> String {
+    let names: Vec<&str> = COLUMNS.iter().map(|c| c.0).collect();
+    let selects: Vec<String> = COLUMNS
+        .iter()
+        .map(|(n, _, _)| match *n {
+            // jsonb_to_recordset turns a JSON null into SQL NULL; a payload that *is* JSON
+            // null must stay JSON null.
+            "payload" => "COALESCE(r.payload, 'null'::jsonb)".to_string(),
+            n => format!("r.{n}"),
+        })
+        .collect();
+    let defs: Vec<String> = COLUMNS
+        .iter()
+        .map(|(n, _, rt)| format!("{n} {rt}"))
+        .collect();
+    format!(
+        "INSERT INTO {} ({}) SELECT {} FROM jsonb_to_recordset($1::jsonb) AS r({}) \
+         ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
+        t.sql(),
+        names.join(", "),
+        selects.join(", "),
+        defs.join(", ")
+    )
+}
+
+fn existing_sql(t: &TableName) -> String {
+    format!(
+        "SELECT idempotency_key, subject, payload_sha256 FROM {} \
+         WHERE idempotency_key IN (SELECT jsonb_array_elements_text($1::jsonb))",
+        t.sql()
+    )
+}
+
+/// The idempotency key of an envelope: the shared `idempotency_key` strategy of
+/// [`crate::sink::key`] without its namespace (`s-<stream>-<seq>`, `m-<msg id>`, `p-<sha256>`).
+pub fn row_key(env: &Envelope) -> String {
+    let k = strategy_key(env, KeyStrategy::IdempotencyKey, "")
+        .expect("the idempotency_key strategy always has an input");
+    k.strip_prefix("idempotency-key/").unwrap_or(&k).to_string()
+}
+
+/// One row as the JSON object `jsonb_to_recordset` reads. Borrowed: no payload copies.
+#[derive(Serialize)]
+struct Row<'a> {
+    idempotency_key: &'a str,
+    subject: &'a str,
+    stream: &'a str,
+    stream_sequence: u64,
+    consumer: &'a str,
+    consumer_sequence: u64,
+    message_id: Option<&'a str>,
+    priority: &'a str,
+    classification: &'a str,
+    labels: &'a str,
+    labels_list: &'a [String],
+    payload: &'a serde_json::Value,
+    payload_original_format: crate::envelope::PayloadFormat,
+    payload_wrapped: bool,
+    payload_sha256: &'a str,
+    payload_size_bytes: u64,
+    security_labels_json: Option<&'a serde_json::Value>,
+    metadata_json: &'a EventMetadata,
+    received_at: &'a str,
+}
+
+fn row<'a>(env: &'a Envelope, key: &'a str) -> Row<'a> {
+    Row {
+        idempotency_key: key,
+        subject: &env.subject,
+        stream: &env.stream,
+        stream_sequence: env.stream_sequence,
+        consumer: &env.consumer,
+        consumer_sequence: env.consumer_sequence,
+        message_id: env.message_id.as_deref(),
+        priority: &env.priority,
+        classification: &env.classification,
+        labels: &env.labels,
+        labels_list: &env.labels_list,
+        payload: &env.payload,
+        payload_original_format: env.payload_info.original_format,
+        payload_wrapped: env.payload_info.wrapped,
+        payload_sha256: &env.payload_info.sha256,
+        payload_size_bytes: env.payload_info.size_bytes,
+        security_labels_json: env.security_labels.as_ref(),
+        metadata_json: &env.metadata,
+        received_at: &env.metadata.received_at,
+    }
+}
+
+/// SQLSTATE classes that blame the row's data, not the destination.
+fn is_row_error(e: &DbError) -> bool {
+    matches!(e.code().and_then(|c| c.get(..2)), Some("22" | "23" | "54"))
+}
+
+/// Per-table statements, prepared once as text.
+struct TableSql {
+    insert: String,
+    existing: String,
+}
+
+/// The PostgreSQL sink.
+pub struct RelationalSink {
+    cfg: RelationalConfig,
+    params: ConnectParams,
+    sql: HashMap<TableName, TableSql>,
+    pool: Mutex<Vec<Connection>>,
+    metrics: Arc<Metrics>,
+}
+
+/// How one batch attempt ended when it did not produce outcomes.
+struct BatchFailure {
+    error: DbError,
+    /// COMMIT was sent: the server may have committed.
+    commit_sent: bool,
+}
+
+impl From<DbError> for BatchFailure {
+    fn from(error: DbError) -> Self {
+        BatchFailure {
+            error,
+            commit_sent: false,
+        }
+    }
+}
+
+impl RelationalSink {
+    /// Builds the sink without connecting (connections are opened by the first batch or
+    /// [`Sink::check`]). Fails only on local problems: an unreadable CA file.
+    pub fn new(cfg: RelationalConfig, metrics: Arc<Metrics>) -> Result<RelationalSink, SinkError> {
+        let tls_config = match cfg.tls_mode {
+            TlsMode::Disable => None,
+            TlsMode::VerifyFull => Some(
+                wire::tls_client_config(cfg.tls_ca_file.as_deref())
+                    .map_err(|e| SinkError::new(KIND, e))?,
+            ),
+        };
+        let params = ConnectParams {
+            host: cfg.dsn.host.clone(),
+            port: cfg.dsn.port,
+            user: cfg.dsn.user.clone(),
+            database: cfg.dsn.database.clone(),
+            application_name: cfg.application_name.clone(),
+            tls: cfg.tls_mode,
+            tls_config,
+            connect_timeout: Duration::from_secs(cfg.connect_timeout_seconds),
+            // The server cancels a statement at statement_timeout; the socket gives up a
+            // little later, which catches a silent network outage.
+            io_timeout: Duration::from_secs(cfg.statement_timeout_seconds + 10),
+        };
+        let sql = cfg
+            .tables()
+            .into_iter()
+            .map(|t| {
+                (
+                    t.clone(),
+                    TableSql {
+                        insert: insert_sql(t),
+                        existing: existing_sql(t),
+                    },
+                )
+            })
+            .collect();
+        Ok(RelationalSink {
+            cfg,
+            params,
+            sql,
+            pool: Mutex::new(Vec::new()),
+            metrics,
+        })
+    }
+
+    /// Where the sink connects, for messages: `host:port/database` (no user, no secret).
+    fn target(&self) -> String {
+        format!(
+            "{}:{}/{}",
+            self.cfg.dsn.host, self.cfg.dsn.port, self.cfg.dsn.database
+        )
+    }
+
+    fn err(&self, what: &str, e: &DbError) -> SinkError {
+        SinkError::new(KIND, format!("{what} {}: {e}", self.target()))
+    }
+
+    /// Opens a new session and prepares it: timeouts, durable commits, optional DDL.
+    fn connect(&self) -> Result<Connection, DbError> {
+        let password = match &self.cfg.password_env {
+            None => None,
+            Some(name) => match std::env::var(name) {
+                Ok(v) if !v.is_empty() => Some(v),
+                _ => {
+                    return Err(DbError::Protocol(format!(
+                        "environment variable {name} named by sink.password_env is not set"
+                    )))
+                }
+            },
+        };
+        let mut conn = Connection::connect(&self.params, password.as_deref().map(str::as_bytes))?;
+        drop(password);
+        // Commit means durable: a server or role default of synchronous_commit=off would
+        // acknowledge commits that a crash can still lose.
+        let res = conn.simple(&format!(
+            "SET statement_timeout = {}; SHOW synchronous_commit",
+            self.cfg.statement_timeout_seconds * 1000
+        ))?;
+        let sync = res
+            .get(1)
+            .and_then(|r| r.rows.first())
+            .and_then(|r| r.first().cloned().flatten());
+        if sync.as_deref() == Some("off") {
+            conn.simple("SET synchronous_commit = on")?;
+            log::info!("relational sink: synchronous_commit was off for this session; set to on");
+        }
+        if self.cfg.auto_create_tables {
+            run_ddl(&mut conn, &self.cfg)?;
+        }
+        Ok(conn)
+    }
+
+    fn checkout(&self) -> Result<Connection, DbError> {
+        let pooled = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match pooled {
+            Some(c) => Ok(c),
+            None => self.connect(),
+        }
+    }
+
+    /// Returns a healthy, idle connection to the pool; a broken one is dropped together with
+    /// every idle one (after a server restart they are all dead).
+    fn checkin(&self, conn: Connection) {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        if conn.is_broken() || conn.tx_status() != b'I' {
+            pool.clear();
+            return;
+        }
+        if pool.len() < MAX_IDLE_CONNECTIONS {
+            pool.push(conn);
+        }
+    }
+
+    /// Creates every configured table (and schema) if missing.
+    pub fn create_tables(&self) -> Result<(), SinkError> {
+        let mut conn = self.connect().map_err(|e| self.err("connect to", &e))?;
+        run_ddl(&mut conn, &self.cfg).map_err(|e| self.err("create tables in", &e))?;
+        Ok(())
+    }
+
+    /// One transaction for the whole batch. Returns outcomes only after COMMIT succeeded,
+    /// plus the duplicate counts to add to the metrics.
+    fn write_tx(
+        &self,
+        conn: &mut Connection,
+        batch: &[Envelope],
+        keys: &[String],
+    ) -> Result<(Vec<WriteOutcome>, u64, u64), BatchFailure> {
+        if conn.tx_status() != b'I' {
+            return Err(DbError::Protocol("connection is not idle".into()).into());
+        }
+        // Group rows by table, keeping batch order inside each group.
+        let mut groups: BTreeMap<&TableName, Vec<usize>> = BTreeMap::new();
+        for (i, env) in batch.iter().enumerate() {
+            groups
+                .entry(self.cfg.table_for(&env.subject))
+                .or_default()
+                .push(i);
+        }
+        let mut outcomes: Vec<Option<WriteOutcome>> = vec![None; batch.len()];
+        let (mut duplicates, mut ignored) = (0u64, 0u64);
+
+        conn.simple("BEGIN")?;
+        for (table, idx) in &groups {
+            let sql = &self.sql[*table];
+            let inserted = if groups.len() > 1 {
+                // A savepoint per table keeps other tables' rows if this group needs the
+                // row-by-row path.
+                conn.simple("SAVEPOINT svc_group")?;
+                let r = self.insert_group(conn, sql, table, batch, keys, idx, true, &mut outcomes);
+                if r.is_ok() {
+                    conn.simple("RELEASE SAVEPOINT svc_group")?;
+                }
+                r?
+            } else {
+                self.insert_group(conn, sql, table, batch, keys, idx, false, &mut outcomes)?
+            };
+
+            // Rows not inserted now are duplicates (or were rejected above): compare with
+            // what is stored under their key.
+            let mut first_seen: HashMap<&str, usize> = HashMap::new();
+            let mut dup_rows = Vec::new();
+            for &i in idx {
+                if outcomes[i].is_some() {
+                    continue; // permanently rejected row
+                }
+                let k = keys[i].as_str();
+                let first = *first_seen.entry(k).or_insert(i);
+                if first == i && inserted.contains(k) {
+                    outcomes[i] = Some(WriteOutcome::Durable);
+                } else {
+                    dup_rows.push(i);
+                }
+            }
+            if dup_rows.is_empty() {
+                continue;
+            }
+            let wanted: Vec<&str> = dup_rows.iter().map(|&i| keys[i].as_str()).collect();
+            let json = serde_json::to_string(&wanted).expect("strings serialize");
+            let stored = conn.query(&sql.existing, &[Some(&json)])?;
+            let stored: HashMap<String, (String, String)> = stored
+                .rows
+                .into_iter()
+                .filter_map(|r| {
+                    let mut it = r.into_iter();
+                    Some((it.next()??, (it.next()??, it.next()??)))
+                })
+                .collect();
+            for i in dup_rows {
+                duplicates += 1;
+                let env = &batch[i];
+                outcomes[i] = Some(match stored.get(&keys[i]) {
+                    Some((subject, sha))
+                        if *subject == env.subject && *sha == env.payload_info.sha256 =>
+                    {
+                        ignored += 1;
+                        WriteOutcome::AlreadyDurable
+                    }
+                    Some(_) => WriteOutcome::Permanent(SinkError::new(
+                        KIND,
+                        format!(
+                            "table {table}: idempotency key {} already holds a different event \
+                             (subject or payload digest differs); not overwritten",
+                            keys[i]
+                        ),
+                    )),
+                    // Vanished between insert and select: only possible if someone deleted it
+                    // concurrently. Retry on redelivery.
+                    None => WriteOutcome::Transient(SinkError::new(
+                        KIND,
+                        format!("table {table}: row {} neither inserted nor found", keys[i]),
+                    )),
+                });
+            }
+        }
+
+        let done = conn.simple("COMMIT").map_err(|error| BatchFailure {
+            error,
+            commit_sent: true,
+        })?;
+        if done.last().map(|r| r.tag.as_str()) != Some("COMMIT") {
+            return Err(DbError::Protocol("the server rolled the transaction back".into()).into());
+        }
+        Ok((
+            outcomes
+                .into_iter()
+                .map(|o| o.expect("every row has an outcome"))
+                .collect(),
+            duplicates,
+            ignored,
+        ))
+    }
+
+    /// Inserts one table's rows; on a row-data error falls back to one savepoint per row and
+    /// marks the rejected rows `Permanent`. Returns the keys inserted now.
+    #[allow(clippy::too_many_arguments)]
+    fn insert_group(
+        &self,
+        conn: &mut Connection,
+        sql: &TableSql,
+        table: &TableName,
+        batch: &[Envelope],
+        keys: &[String],
+        idx: &[usize],
+        in_group_savepoint: bool,
+        outcomes: &mut [Option<WriteOutcome>],
+    ) -> Result<std::collections::HashSet<String>, DbError> {
+        let rows: Vec<Row> = idx.iter().map(|&i| row(&batch[i], &keys[i])).collect();
+        let json = serde_json::to_string(&rows)
+            .map_err(|e| DbError::Protocol(format!("encode rows: {e}")))?;
+        let rejected = match conn.query(&sql.insert, &[Some(&json)]) {
+            Ok(res) => return Ok(collect_keys(res)),
+            Err(e) if is_row_error(&e) && !conn.is_broken() => e,
+            Err(e) => return Err(e),
+        };
+        log::warn!(
+            "relational sink: table {table}: batch insert rejected ({rejected}); retrying {} rows one by one",
+            idx.len()
+        );
+        // The transaction is aborted: undo to the group savepoint (earlier tables' rows stay),
+        // or restart the transaction when this is the only group.
+        if in_group_savepoint {
+            conn.simple("ROLLBACK TO SAVEPOINT svc_group")?;
+        } else {
+            conn.simple("ROLLBACK")?;
+            conn.simple("BEGIN")?;
+        }
+        let mut inserted = std::collections::HashSet::new();
+        for &i in idx {
+            let one = serde_json::to_string(&[row(&batch[i], &keys[i])])
+                .map_err(|e| DbError::Protocol(format!("encode row: {e}")))?;
+            conn.simple("SAVEPOINT svc_row")?;
+            match conn.query(&sql.insert, &[Some(&one)]) {
+                Ok(res) => {
+                    inserted.extend(collect_keys(res));
+                    conn.simple("RELEASE SAVEPOINT svc_row")?;
+                }
+                Err(e) if is_row_error(&e) && !conn.is_broken() => {
+                    conn.simple("ROLLBACK TO SAVEPOINT svc_row")?;
+                    outcomes[i] = Some(WriteOutcome::Permanent(SinkError::new(
+                        KIND,
+                        format!(
+                            "table {table}: row {} rejected by the database: {e}",
+                            keys[i]
+                        ),
+                    )));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(inserted)
+    }
+
+    /// Proves one table exists, matches the sink's columns and unique key, and accepts an
+    /// insert: a probe row inside a transaction that is rolled back.
+    fn probe(&self, conn: &mut Connection, table: &TableName) -> Result<(), DbError> {
+        let probe = probe_envelope();
+        let key = format!(
+            "svc-check-{}",
+            auth::new_nonce().map_err(DbError::Protocol)?
+        );
+        let json = serde_json::to_string(&[row(&probe, &key)]).expect("probe serializes");
+        conn.simple("BEGIN")?;
+        let res = conn.query(&self.sql[table].insert, &[Some(&json)]);
+        let rollback = conn.simple("ROLLBACK");
+        let res = res?;
+        rollback?;
+        if collect_keys(res).len() != 1 {
+            return Err(DbError::Protocol("probe row was not inserted".into()));
+        }
+        Ok(())
+    }
+}
+
+fn collect_keys(res: wire::QueryResult) -> std::collections::HashSet<String> {
+    res.rows
+        .into_iter()
+        .filter_map(|r| r.into_iter().next().flatten())
+        .collect()
+}
+
+/// A synthetic envelope for [`RelationalSink::check`]'s rolled-back probe insert.
+fn probe_envelope() -> Envelope {
+    crate::envelope::normalize(
+        &crate::envelope::RawMessage {
+            subject: "svc.check".into(),
+            stream: "SVC_CHECK".into(),
+            consumer: "svc-check".into(),
+            stream_sequence: 1,
+            consumer_sequence: 1,
+            delivery_count: 1,
+            published_unix_nanos: None,
+            headers: Vec::new(),
+            data: b"{\"probe\":true}".to_vec(),
+        },
+        crate::envelope::now_unix_nanos(),
+        &crate::envelope::EnvelopeConfig::default(),
+    )
+    .0
+}
+
+impl Sink for RelationalSink {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let keys: Vec<String> = batch.iter().map(row_key).collect();
+        let all_transient = |e: SinkError| vec![WriteOutcome::Transient(e); batch.len()];
+        let mut conn = match self.checkout() {
+            Ok(c) => c,
+            Err(e) => return all_transient(self.err("connect to", &e)),
+        };
+        match self.write_tx(&mut conn, batch, &keys) {
+            Ok((outcomes, duplicates, ignored)) => {
+                self.checkin(conn);
+                Metrics::add(&self.metrics.counters.db_duplicates_total, duplicates);
+                Metrics::add(&self.metrics.counters.db_duplicate_ignored_total, ignored);
+                outcomes
+            }
+            Err(BatchFailure { error, commit_sent }) => {
+                if !conn.is_broken() && conn.tx_status() != b'I' && conn.simple("ROLLBACK").is_err()
+                {
+                    log::debug!("relational sink: rollback after a failed batch failed");
+                }
+                let broken = conn.is_broken();
+                self.checkin(conn);
+                let what = if commit_sent {
+                    "commit (outcome unknown, retried on redelivery) on"
+                } else {
+                    "write batch (nothing committed) to"
+                };
+                let err = self.err(what, &error);
+                if broken {
+                    log::warn!("{err}; the connection is dropped and reopened on the next batch");
+                }
+                all_transient(err)
+            }
+        }
+    }
+
+    fn check(&self) -> Result<String, SinkError> {
+        let mut conn = self.connect().map_err(|e| self.err("connect to", &e))?;
+        let version = conn
+            .server_param("server_version")
+            .unwrap_or("?")
+            .to_string();
+        let mut missing = Vec::new();
+        for t in self.cfg.tables() {
+            match self.probe(&mut conn, t) {
+                Ok(()) => {}
+                Err(e) if e.code() == Some("42P01") || e.code() == Some("3F000") => {
+                    missing.push(t.to_string())
+                }
+                Err(e) => {
+                    return Err(SinkError::new(
+                        KIND,
+                        format!("table {t} in {} is not writable: {e}", self.target()),
+                    ))
+                }
+            }
+        }
+        if !missing.is_empty() {
+            return Err(SinkError::new(
+                KIND,
+                format!(
+                    "missing table(s) in {}: {}; create them with the DDL in \
+                     docs/sinks/relational.md or set sink.auto_create_tables",
+                    self.target(),
+                    missing.join(", ")
+                ),
+            ));
+        }
+        let tls = match self.cfg.tls_mode {
+            TlsMode::Disable => "tls disabled",
+            TlsMode::VerifyFull => "tls verified",
+        };
+        Ok(format!(
+            "postgresql {version} at {} ({tls}): {} table(s) exist and accept inserts \
+             (probe rolled back)",
+            self.target(),
+            self.cfg.tables().len()
+        ))
+    }
+}
