@@ -91,13 +91,24 @@ fn verify_signature(
     scratch: &Path,
     key_id: &str,
 ) -> Result<(), String> {
+    verify_signature_of(r, public, scratch, key_id, SIGNED)
+}
+
+/// Verifies the request signature, which must sign exactly `signed` (in that order).
+fn verify_signature_of(
+    r: &Received,
+    public: &Path,
+    scratch: &Path,
+    key_id: &str,
+    signed: &str,
+) -> Result<(), String> {
     let auth = r.header("authorization").ok_or("no authorization")?;
     let p = signature_params(auth)?;
     let keys: Vec<&str> = p.keys().map(String::as_str).collect();
     if keys != ["algorithm", "headers", "keyId", "signature", "version"] {
         return Err(format!("signature parameters {keys:?}"));
     }
-    if p["version"] != "1" || p["algorithm"] != "rsa-sha256" || p["headers"] != SIGNED {
+    if p["version"] != "1" || p["algorithm"] != "rsa-sha256" || p["headers"] != signed {
         return Err("bad version, algorithm or headers".into());
     }
     if p["keyId"] != key_id {
@@ -809,7 +820,14 @@ fn validate_federation(
         return Err("date skew".into());
     }
     let key_id = format!("{IP_TENANCY}/fed-x509-sha256/{}", leaf_fingerprint(leaf));
-    verify_signature(r, &dir.join("leaf.pub.pem"), &dir.join("scratch"), &key_id)?;
+    // the SDKs' federation signature leaves out host
+    verify_signature_of(
+        r,
+        &dir.join("leaf.pub.pem"),
+        &dir.join("scratch"),
+        &key_id,
+        "date (request-target) content-length content-type x-content-sha256",
+    )?;
     let v: Value = serde_json::from_slice(&r.body).map_err(|e| format!("not JSON: {e}"))?;
     keys_exactly(
         &v,

@@ -11,8 +11,10 @@
 //! 4. `POST https://auth.<region>.oraclecloud.com/v1/x509` with
 //!    `{"certificate", "publicKey", "intermediateCertificates", "purpose": "DEFAULT",
 //!    "fingerprintAlgorithm": "SHA256"}` (base64 DER, no PEM armour), signed (OCI signature
-//!    v1) with key id `<tenancy>/fed-x509-sha256/<SHA-256 fingerprint of the leaf>` and the
-//!    leaf private key. The answer is `{"token": "<JWT>"}`.
+//!    v1, headers `date (request-target) content-length content-type x-content-sha256`: no
+//!    `host`, as in the Python, Go and Ruby SDKs) with key id
+//!    `<tenancy>/fed-x509-sha256/<SHA-256 fingerprint of the leaf>` and the leaf private key.
+//!    The answer is `{"token": "<JWT>"}`.
 //! 5. Requests are then signed with key id `ST$<token>` and the session private key.
 //!
 //! The token is fetched once per export run (a run lasts far less than its lifetime).
@@ -308,6 +310,43 @@ pub fn federation_body(
     serde_json::to_vec(&body).expect("JSON values always serialize")
 }
 
+/// Headers the federation request signs: as the Python, Go and Ruby SDKs do, `host` is not
+/// among them (the `Host` header is still sent).
+pub const FEDERATION_HEADERS: &str =
+    "date (request-target) content-length content-type x-content-sha256";
+
+/// The federation signing string for a JSON body sent at `date`.
+pub fn federation_signing_string(body: &[u8], date: &str) -> String {
+    format!(
+        "date: {date}\n(request-target): post {FEDERATION_PATH}\ncontent-length: {}\ncontent-type: application/json\nx-content-sha256: {}",
+        body.len(),
+        oci_signature::content_sha256(body)
+    )
+}
+
+/// The headers of the federation request (`date`, `content-type`, `x-content-sha256`,
+/// `authorization`), signed with the leaf key.
+pub fn federation_headers(
+    leaf: &Signer,
+    body: &[u8],
+    now: time::OffsetDateTime,
+) -> Result<Vec<(String, String)>, oci_signature::KeyError> {
+    let date = oci_signature::http_date(now);
+    let signature = leaf.sign_bytes(federation_signing_string(body, &date).as_bytes())?;
+    Ok(vec![
+        ("date".into(), date),
+        ("content-type".into(), "application/json".into()),
+        ("x-content-sha256".into(), oci_signature::content_sha256(body)),
+        (
+            "authorization".into(),
+            format!(
+                "Signature version=\"1\",keyId=\"{}\",algorithm=\"rsa-sha256\",headers=\"{FEDERATION_HEADERS}\",signature=\"{signature}\"",
+                leaf.key_id()
+            ),
+        ),
+    ])
+}
+
 /// The token of a federation answer.
 pub fn token_of(answer: &[u8], now_epoch: i64) -> Result<String, String> {
     let v: serde_json::Value = serde_json::from_slice(answer)
@@ -443,31 +482,19 @@ pub fn identity(
     // 4. The federation request, signed with the leaf key.
     let base =
         federation_override.unwrap_or_else(|| format!("https://auth.{region}.oraclecloud.com"));
-    let host = cloud::host_of(&base).to_string();
     let body = federation_body(&leaf, &session_public, &intermediates);
     let leaf_signer = Signer::new(
         format!("{tenancy}/fed-x509-sha256/{}", fingerprint_sha256(&leaf)),
         leaf_key,
     );
     let step = "instance principal step 4 (federation service /v1/x509)";
-    let headers = leaf_signer
-        .sign(
-            &oci_signature::Request {
-                method: "POST",
-                host: &host,
-                path: FEDERATION_PATH,
-                body: Some(("application/json", &body)),
-            },
-            now,
-        )
+    let headers = federation_headers(&leaf_signer, &body, now)
         .map_err(|e| InstanceError::Failed(format!("{step}: signing failed: {e}")))?;
     let agent = super::transport::http_agent(timeout).map_err(InstanceError::Invalid)?;
     let mut req = agent.post(format!("{base}{FEDERATION_PATH}"));
+    // ureq sets Host and Content-Length itself
     for (name, value) in &headers {
-        // ureq sets content-length from the body itself
-        if name != "content-length" {
-            req = req.header(name.as_str(), value.as_str());
-        }
+        req = req.header(name.as_str(), value.as_str());
     }
     let resp = req
         .send(&body[..])
@@ -565,6 +592,40 @@ mod tests {
         .expect("verifies");
         let (_, other) = session_key_pair().unwrap();
         assert_ne!(public, other, "every run has its own key pair");
+    }
+
+    #[test]
+    fn federation_signature_leaves_out_host() {
+        let (key, public) = session_key_pair().unwrap();
+        let signer = Signer::new("t/fed-x509-sha256/AB".into(), key);
+        let now = time::OffsetDateTime::from_unix_timestamp(1_388_957_500).unwrap();
+        let h = federation_headers(&signer, b"{}", now).unwrap();
+        let names: Vec<&str> = h.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["date", "content-type", "x-content-sha256", "authorization"]
+        );
+        let auth = &h[3].1;
+        assert!(auth.starts_with("Signature version=\"1\",keyId=\"t/fed-x509-sha256/AB\",algorithm=\"rsa-sha256\",headers=\"date (request-target) content-length content-type x-content-sha256\",signature=\""), "{auth}");
+        let string = federation_signing_string(b"{}", "Sun, 05 Jan 2014 21:31:40 GMT");
+        assert_eq!(string, format!("date: Sun, 05 Jan 2014 21:31:40 GMT\n(request-target): post /v1/x509\ncontent-length: 2\ncontent-type: application/json\nx-content-sha256: {}", oci_signature::content_sha256(b"{}")));
+        let sig = B64
+            .decode(
+                auth.rsplit("signature=\"")
+                    .next()
+                    .unwrap()
+                    .trim_end_matches('"'),
+            )
+            .unwrap();
+        let (_, spki, _) = der_next(&public).unwrap();
+        let (_, _, rest) = der_next(spki).unwrap();
+        let (_, bits, _) = der_next(rest).unwrap();
+        ring::signature::UnparsedPublicKey::new(
+            &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+            &bits[1..],
+        )
+        .verify(string.as_bytes(), &sig)
+        .expect("verifies");
     }
 
     #[test]
