@@ -4,6 +4,12 @@
 //! names, and has `openssl dgst -sha256 -verify` check it against the test key pair's public
 //! key (generated with `openssl genrsa` / `openssl rsa -pubout`). No OCI service can run here;
 //! the receiver is reached through the test-only `SVC_CLOUD_A_ENDPOINT_OVERRIDE` (loopback only).
+//!
+//! `instance_principal` runs against a fake instance metadata service and a fake federation
+//! service (loopback, `SVC_OCI_METADATA_OVERRIDE` / `SVC_OCI_FEDERATION_OVERRIDE`) holding an
+//! openssl-made CA -> intermediate -> leaf chain. The federation fake verifies the request
+//! signature with the leaf's public key and every body field, and answers a token; the metrics
+//! receiver then verifies PostMetricData against the session public key posted to it.
 
 mod cloud_util;
 mod observe_util;
@@ -85,13 +91,24 @@ fn verify_signature(
     scratch: &Path,
     key_id: &str,
 ) -> Result<(), String> {
+    verify_signature_of(r, public, scratch, key_id, SIGNED)
+}
+
+/// Verifies the request signature, which must sign exactly `signed` (in that order).
+fn verify_signature_of(
+    r: &Received,
+    public: &Path,
+    scratch: &Path,
+    key_id: &str,
+    signed: &str,
+) -> Result<(), String> {
     let auth = r.header("authorization").ok_or("no authorization")?;
     let p = signature_params(auth)?;
     let keys: Vec<&str> = p.keys().map(String::as_str).collect();
     if keys != ["algorithm", "headers", "keyId", "signature", "version"] {
         return Err(format!("signature parameters {keys:?}"));
     }
-    if p["version"] != "1" || p["algorithm"] != "rsa-sha256" || p["headers"] != SIGNED {
+    if p["version"] != "1" || p["algorithm"] != "rsa-sha256" || p["headers"] != signed {
         return Err("bad version, algorithm or headers".into());
     }
     if p["keyId"] != key_id {
@@ -611,16 +628,12 @@ fn failures_before_any_request() {
         "{}",
         stderr(&out)
     );
-    // instance principal is not implemented: validate-policy warns (the policy is valid) ...
-    let (snap, pol) = files(&s, json!({"auth_mode": "instance_principal"}), "{}", 0.0);
+    // instance principal (the default) is valid and implemented: validate-policy is quiet
+    let (_, pol) = files(&s, json!({"auth_mode": "instance_principal"}), "{}", 0.0);
     let v = run(&["validate-policy", &pol], &[]);
     assert_eq!(v.status.code(), Some(0));
     assert!(stdout(&v).starts_with("Observability policy is valid.\n"));
-    assert_eq!(stderr(&v), "warning: cloud_a_monitoring.auth_mode instance_principal (the default) is not implemented by this release; cloud-a-export will fail: use resource_principal or config_file\n");
-    // ... and the export refuses clearly
-    let out = run(&["cloud-a-export", &snap, &pol], &env);
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(stderr(&out), "svc-observe cloud-a-export: cloud_a_monitoring: auth_mode instance_principal is not implemented in this release (it needs an ephemeral RSA session key pair, which the crypto library in the tree cannot generate); use resource_principal or config_file\n");
+    assert_eq!(stderr(&v), "");
     // an encrypted key is refused without echoing the passphrase
     let enc = s.dir.path("enc.pem");
     openssl(&[
@@ -648,4 +661,506 @@ fn failures_before_any_request() {
     assert!(err.contains("pass_phrase is set, but encrypted keys are not supported"));
     assert!(!err.contains("hunter2"));
     assert!(s.rx.requests().is_empty(), "a request was made");
+}
+
+// ---------------------------------------------------------------------------------------------
+// instance_principal
+
+const IP_TENANCY: &str = "ocid1.tenancy.oc1..aaaatest";
+const KEY_MARKER: &str = "SECRET-KEY-MARKER-7f3a";
+
+/// The base64 DER of the first certificate of a PEM file.
+fn cert_b64(pem: &Path) -> String {
+    let text = std::fs::read_to_string(pem).unwrap();
+    let body = text
+        .split("-----BEGIN CERTIFICATE-----")
+        .nth(1)
+        .unwrap()
+        .split("-----END CERTIFICATE-----")
+        .next()
+        .unwrap();
+    body.split_whitespace().collect()
+}
+
+/// CA -> intermediate -> leaf, made with openssl. Returns (leaf.pem, leaf.key, intermediate.pem).
+fn instance_chain(dir: &TempDir) -> (PathBuf, PathBuf, PathBuf) {
+    let p = |n: &str| dir.path(n).to_str().unwrap().to_string();
+    let ext = dir.write(
+        "ca.ext",
+        "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n",
+    );
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &p("ca.key"),
+        "-out",
+        &p("ca.pem"),
+        "-subj",
+        "/CN=svc test root CA",
+        "-days",
+        "2",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &p("int.key"),
+        "-out",
+        &p("int.csr"),
+        "-subj",
+        "/CN=svc test intermediate",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &p("int.csr"),
+        "-CA",
+        &p("ca.pem"),
+        "-CAkey",
+        &p("ca.key"),
+        "-CAcreateserial",
+        "-out",
+        &p("int.pem"),
+        "-days",
+        "2",
+        "-extfile",
+        ext.to_str().unwrap(),
+    ]);
+    openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", &p("leaf.key"), "-out", &p("leaf.csr"), "-subj",
+        &format!("/CN=ocid1.instance.oc1.eu-frankfurt-1.aaaainst/OU=opc-certtype:instance/OU=opc-compartment:ocid1.compartment.oc1..aaaacomp/OU=opc-instance:ocid1.instance.oc1.eu-frankfurt-1.aaaainst/OU=opc-tenant:{IP_TENANCY}")]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &p("leaf.csr"),
+        "-CA",
+        &p("int.pem"),
+        "-CAkey",
+        &p("int.key"),
+        "-CAcreateserial",
+        "-out",
+        &p("leaf.pem"),
+        "-days",
+        "2",
+    ]);
+    // the chain is real: the leaf verifies against the root through the intermediate
+    openssl(&[
+        "verify",
+        "-CAfile",
+        &p("ca.pem"),
+        "-untrusted",
+        &p("int.pem"),
+        &p("leaf.pem"),
+    ]);
+    openssl(&[
+        "x509",
+        "-in",
+        &p("leaf.pem"),
+        "-pubkey",
+        "-noout",
+        "-out",
+        &p("leaf.pub.pem"),
+    ]);
+    (
+        dir.path("leaf.pem"),
+        dir.path("leaf.key"),
+        dir.path("int.pem"),
+    )
+}
+
+fn leaf_fingerprint(leaf: &Path) -> String {
+    let out = Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+        .arg(leaf)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.trim().split_once('=').unwrap().1.to_string()
+}
+
+/// The fake metadata service: `Authorization: Bearer Oracle` required, GET only.
+fn metadata_service(answers: Vec<(String, String)>) -> Receiver {
+    Receiver::start(Box::new(move |r| {
+        if r.method != "GET" || r.header("authorization") != Some("Bearer Oracle") {
+            return (401, "missing Authorization: Bearer Oracle".into());
+        }
+        match answers.iter().find(|(path, _)| *path == r.target) {
+            Some((_, body)) => (200, body.clone()),
+            None => (404, "not found".into()),
+        }
+    }))
+}
+
+/// The strict federation check; on success writes the posted session public key as PEM.
+fn validate_federation(
+    r: &Received,
+    host: &str,
+    dir: &Path,
+    leaf: &Path,
+    intermediate: &Path,
+) -> Result<(), String> {
+    if r.method != "POST" || r.target != "/v1/x509" || r.header("host") != Some(host) {
+        return Err(format!("unexpected {} {}", r.method, r.target));
+    }
+    if r.header("content-type") != Some("application/json")
+        || r.header("content-length") != Some(&r.body.len().to_string())
+        || r.header("x-content-sha256") != Some(&STANDARD.encode(Sha256::digest(&r.body)))
+    {
+        return Err("bad content-type, content-length or x-content-sha256".into());
+    }
+    let skew = parse_http_date(r.header("date").ok_or("no date")?)?;
+    if skew.abs() > 300.0 {
+        return Err("date skew".into());
+    }
+    let key_id = format!("{IP_TENANCY}/fed-x509-sha256/{}", leaf_fingerprint(leaf));
+    // the SDKs' federation signature leaves out host
+    verify_signature_of(
+        r,
+        &dir.join("leaf.pub.pem"),
+        &dir.join("scratch"),
+        &key_id,
+        "date (request-target) content-length content-type x-content-sha256",
+    )?;
+    let v: Value = serde_json::from_slice(&r.body).map_err(|e| format!("not JSON: {e}"))?;
+    keys_exactly(
+        &v,
+        "body",
+        &[
+            "certificate",
+            "publicKey",
+            "intermediateCertificates",
+            "purpose",
+            "fingerprintAlgorithm",
+        ],
+        &[],
+    )?;
+    if v["certificate"] != cert_b64(leaf)
+        || v["intermediateCertificates"] != json!([cert_b64(intermediate)])
+        || v["purpose"] != "DEFAULT"
+        || v["fingerprintAlgorithm"] != "SHA256"
+    {
+        return Err("certificate, intermediates, purpose or fingerprintAlgorithm".into());
+    }
+    let der = STANDARD
+        .decode(v["publicKey"].as_str().ok_or("publicKey")?)
+        .map_err(|_| "publicKey is not base64")?;
+    let der_path = dir.join("session.pub.der");
+    std::fs::write(&der_path, der).unwrap();
+    // a DER SubjectPublicKeyInfo of a 2048-bit RSA key, or openssl refuses it
+    let out = Command::new("openssl")
+        .args(["pkey", "-pubin", "-inform", "DER", "-text_pub", "-in"])
+        .arg(&der_path)
+        .arg("-out")
+        .arg(dir.join("session.pub.pem.txt"))
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(dir.join("session.pub.pem.txt")).unwrap_or_default();
+    if !out.status.success() || !text.contains("Public-Key: (2048 bit)") {
+        return Err("publicKey is not a DER SubjectPublicKeyInfo of an RSA 2048 key".into());
+    }
+    openssl(&[
+        "pkey",
+        "-pubin",
+        "-inform",
+        "DER",
+        "-in",
+        der_path.to_str().unwrap(),
+        "-out",
+        dir.join("session.pub.pem").to_str().unwrap(),
+    ]);
+    Ok(())
+}
+
+struct Instance {
+    dir: TempDir,
+    metadata: Receiver,
+    federation: Receiver,
+    metrics: Receiver,
+    token: String,
+    leaf_key: String,
+}
+
+fn instance(tag: &str, federation_status: u16) -> Instance {
+    let dir = TempDir::new(tag);
+    std::fs::create_dir_all(dir.path("scratch")).unwrap();
+    let (leaf, leaf_key, intermediate) = instance_chain(&dir);
+    let leaf_key_pem = std::fs::read_to_string(&leaf_key).unwrap();
+    let answers = vec![
+        ("/opc/v2/instance/region".to_string(), "fra\n".to_string()),
+        (
+            "/opc/v2/identity/cert.pem".into(),
+            std::fs::read_to_string(&leaf).unwrap(),
+        ),
+        // the marker stands for anything secret near the key: it must never be printed
+        (
+            "/opc/v2/identity/key.pem".into(),
+            format!("{KEY_MARKER}\n{leaf_key_pem}"),
+        ),
+        (
+            "/opc/v2/identity/intermediate.pem".into(),
+            std::fs::read_to_string(&intermediate).unwrap(),
+        ),
+    ];
+    let metadata = metadata_service(answers);
+    let token = jwt(time::OffsetDateTime::now_utc().unix_timestamp() + 1200);
+    let (t, d) = (token.clone(), dir.0.clone());
+    let host = Arc::new(std::sync::OnceLock::<String>::new());
+    let h = host.clone();
+    let federation = Receiver::start(Box::new(move |r| {
+        match validate_federation(
+            r,
+            h.get().unwrap(),
+            &d,
+            &d.join("leaf.pem"),
+            &d.join("int.pem"),
+        ) {
+            Ok(()) if federation_status == 200 => (200, json!({"token": t}).to_string()),
+            Ok(()) => (
+                federation_status,
+                json!({"code": "NotAuthenticated", "message": "the certificate is not trusted"})
+                    .to_string(),
+            ),
+            Err(why) => (
+                400,
+                json!({"code": "InvalidParameter", "message": why}).to_string(),
+            ),
+        }
+    }));
+    host.set(federation.addr.to_string()).unwrap();
+    let (t, d) = (token.clone(), dir.0.clone());
+    let mhost = Arc::new(std::sync::OnceLock::<String>::new());
+    let h = mhost.clone();
+    let metrics = Receiver::start(Box::new(move |r| {
+        match validate(
+            r,
+            h.get().unwrap(),
+            &d.join("session.pub.pem"),
+            &d.join("scratch"),
+            &format!("ST${t}"),
+            50,
+        ) {
+            Ok(()) => (
+                200,
+                r#"{"failedMetricsCount": 0, "failedMetrics": []}"#.into(),
+            ),
+            Err(reply) => reply,
+        }
+    }));
+    mhost.set(metrics.addr.to_string()).unwrap();
+    Instance {
+        dir,
+        metadata,
+        federation,
+        metrics,
+        token,
+        leaf_key: leaf_key_pem,
+    }
+}
+
+fn instance_files(i: &Instance) -> (String, String) {
+    let snap = i.dir.write(
+        "snapshot.json",
+        &snapshot(&[("orders.eu.>", "orders_eu")], 0.0),
+    );
+    let mut p: Value = serde_json::from_str(&policy("{}")).unwrap();
+    // auth_mode left out: instance_principal is the default
+    p["cloud_a_monitoring"] = json!({"enabled": true, "region": REGION, "compartment_id": COMPARTMENT,
+                                     "max_metrics_per_request": 50, "timeout_seconds": 5});
+    let pol = i.dir.write("policy.json", &p.to_string());
+    (snap.to_str().unwrap().into(), pol.to_str().unwrap().into())
+}
+
+fn assert_no_secret(i: &Instance, o: &Output) {
+    let text = format!("{}{}", stdout(o), stderr(o));
+    let key_lines: Vec<&str> = i.leaf_key.lines().filter(|l| l.len() > 40).collect();
+    assert!(key_lines.len() > 10);
+    for secret in [KEY_MARKER, i.token.as_str(), IP_TENANCY, COMPARTMENT]
+        .into_iter()
+        .chain(key_lines)
+    {
+        assert!(!text.contains(secret), "{secret} printed:\n{text}");
+    }
+}
+
+#[test]
+fn instance_principal_federates_and_signs_with_the_session_key() {
+    let i = instance("clouda-ip", 200);
+    let (snap, pol) = instance_files(&i);
+    let (md, fed, url) = (i.metadata.url(), i.federation.url(), i.metrics.url());
+    let env = [
+        ("SVC_OCI_METADATA_OVERRIDE", md.as_str()),
+        ("SVC_OCI_FEDERATION_OVERRIDE", fed.as_str()),
+        ("SVC_CLOUD_A_ENDPOINT_OVERRIDE", url.as_str()),
+    ];
+    let v = run(&["validate-policy", &pol], &[]);
+    assert_eq!((v.status.code(), stderr(&v).as_str()), (Some(0), ""));
+    let out = run(&["cloud-a-export", &snap, &pol], &env);
+    assert!(
+        out.status.success(),
+        "{}\nfederation: {:?}",
+        stderr(&out),
+        i.federation
+            .requests()
+            .iter()
+            .map(|r| String::from_utf8_lossy(&r.body).to_string())
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        stdout(&out).starts_with("cloud-a-export: sent "),
+        "{}",
+        stdout(&out)
+    );
+    // four metadata reads, one federation, PostMetricData verified against the session key
+    let targets: Vec<String> = i
+        .metadata
+        .requests()
+        .iter()
+        .map(|r| r.target.clone())
+        .collect();
+    assert_eq!(
+        targets,
+        [
+            "/opc/v2/instance/region",
+            "/opc/v2/identity/cert.pem",
+            "/opc/v2/identity/key.pem",
+            "/opc/v2/identity/intermediate.pem"
+        ]
+    );
+    assert_eq!(i.federation.requests().len(), 1);
+    let posted = i.metrics.requests();
+    assert_eq!(posted.len(), 1);
+    assert!(posted[0]
+        .header("authorization")
+        .unwrap()
+        .contains(&format!("keyId=\"ST${}\"", i.token)));
+    let first_key = std::fs::read(i.dir.path("session.pub.der")).unwrap();
+    assert_no_secret(&i, &out);
+    // the session key is not the leaf key, and each run makes its own (token fetched per run)
+    let leaf_pub = std::fs::read_to_string(i.dir.path("leaf.pub.pem")).unwrap();
+    assert_ne!(
+        leaf_pub,
+        std::fs::read_to_string(i.dir.path("session.pub.pem")).unwrap()
+    );
+    let dry = run(&["cloud-a-export", &snap, &pol, "--dry-run"], &env);
+    assert!(dry.status.success(), "{}", stderr(&dry));
+    assert!(stdout(&dry).contains("authorization: <redacted>"));
+    assert_no_secret(&i, &dry);
+    assert_eq!(i.federation.requests().len(), 2);
+    assert_ne!(
+        first_key,
+        std::fs::read(i.dir.path("session.pub.der")).unwrap()
+    );
+    assert_eq!(i.metrics.requests().len(), 1, "the dry run sent no metrics");
+}
+
+#[test]
+fn instance_principal_failures_name_the_step() {
+    let i = instance("clouda-ip-fail", 401);
+    let (snap, pol) = instance_files(&i);
+    let (md, fed, url) = (i.metadata.url(), i.federation.url(), i.metrics.url());
+    // federation refuses the certificate: exit 1, the answer's code and message, no secret
+    let env = [
+        ("SVC_OCI_METADATA_OVERRIDE", md.as_str()),
+        ("SVC_OCI_FEDERATION_OVERRIDE", fed.as_str()),
+        ("SVC_CLOUD_A_ENDPOINT_OVERRIDE", url.as_str()),
+    ];
+    let out = run(&["cloud-a-export", &snap, &pol], &env);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("svc-observe cloud-a-export: cloud_a_monitoring: sent 0 of "),
+        "{err}"
+    );
+    assert!(err.trim_end().ends_with("last failure: instance principal step 4 (federation service /v1/x509) refused the instance certificate: HTTP 401 (NotAuthenticated: the certificate is not trusted)"), "{err}");
+    assert_eq!(
+        i.federation.requests().len(),
+        1,
+        "the federation fake verified the request"
+    );
+    assert_no_secret(&i, &out);
+    // metadata unreachable (a closed port): exit 1 naming step 1
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dead = format!("http://127.0.0.1:{closed}");
+    let env2 = [
+        ("SVC_OCI_METADATA_OVERRIDE", dead.as_str()),
+        ("SVC_OCI_FEDERATION_OVERRIDE", fed.as_str()),
+        ("SVC_CLOUD_A_ENDPOINT_OVERRIDE", url.as_str()),
+    ];
+    let out = run(&["cloud-a-export", &snap, &pol], &env2);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("last failure: instance principal step 1 (instance metadata /opc/v2/instance/region) failed: "), "{}", stderr(&out));
+    // a metadata service without the key: step 1 names the path
+    let partial = metadata_service(vec![
+        ("/opc/v2/instance/region".into(), "fra".into()),
+        (
+            "/opc/v2/identity/cert.pem".into(),
+            std::fs::read_to_string(i.dir.path("leaf.pem")).unwrap(),
+        ),
+    ]);
+    let pu = partial.url();
+    let env3 = [
+        ("SVC_OCI_METADATA_OVERRIDE", pu.as_str()),
+        ("SVC_OCI_FEDERATION_OVERRIDE", fed.as_str()),
+        ("SVC_CLOUD_A_ENDPOINT_OVERRIDE", url.as_str()),
+    ];
+    let out = run(&["cloud-a-export", &snap, &pol], &env3);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("instance principal step 1 (instance metadata /opc/v2/identity/key.pem) answered HTTP 404"), "{}", stderr(&out));
+    // a key.pem answer that is not a usable key: named, never echoed
+    let broken = metadata_service(vec![
+        ("/opc/v2/instance/region".into(), "fra".into()),
+        (
+            "/opc/v2/identity/cert.pem".into(),
+            std::fs::read_to_string(i.dir.path("leaf.pem")).unwrap(),
+        ),
+        (
+            "/opc/v2/identity/key.pem".into(),
+            format!(
+                "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+                STANDARD.encode(KEY_MARKER)
+            ),
+        ),
+        (
+            "/opc/v2/identity/intermediate.pem".into(),
+            std::fs::read_to_string(i.dir.path("int.pem")).unwrap(),
+        ),
+    ]);
+    let bu = broken.url();
+    let env4 = [
+        ("SVC_OCI_METADATA_OVERRIDE", bu.as_str()),
+        ("SVC_OCI_FEDERATION_OVERRIDE", fed.as_str()),
+        ("SVC_CLOUD_A_ENDPOINT_OVERRIDE", url.as_str()),
+    ];
+    let out = run(&["cloud-a-export", &snap, &pol], &env4);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("instance principal step 1 (instance metadata identity/key.pem): the leaf private key is not a usable RSA private key"), "{err}");
+    assert!(
+        !err.contains(&STANDARD.encode(KEY_MARKER)) && !err.contains(KEY_MARKER),
+        "{err}"
+    );
+    // overrides are loopback-only test hooks
+    let env5 = [
+        ("SVC_OCI_METADATA_OVERRIDE", "http://169.254.169.254"),
+        ("SVC_CLOUD_A_ENDPOINT_OVERRIDE", url.as_str()),
+    ];
+    let out = run(&["cloud-a-export", &snap, &pol], &env5);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr(&out), "svc-observe cloud-a-export: cloud_a_monitoring: SVC_OCI_METADATA_OVERRIDE must name a loopback host (it is a test hook for a local receiver)\n");
+    assert!(
+        i.metrics.requests().is_empty(),
+        "no metrics without an identity"
+    );
+    assert_eq!(i.federation.requests().len(), 1);
 }

@@ -436,16 +436,6 @@ pub fn run(cmd: Command, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
                 for line in p.summary_lines() {
                     let _ = writeln!(out, "{line}");
                 }
-                // Valid by the spec, but not implemented here: say so before an export fails.
-                if p.cloud_a_monitoring.enabled
-                    && p.cloud_a_monitoring.auth_mode
-                        == crate::observe::policy::cloud_a::AuthMode::InstancePrincipal
-                {
-                    let _ = writeln!(
-                        err,
-                        "warning: cloud_a_monitoring.auth_mode instance_principal (the default) is not implemented by this release; cloud-a-export will fail: use resource_principal or config_file"
-                    );
-                }
                 EXIT_OK
             }
             Err(code) => code,

@@ -26,7 +26,8 @@
 //!   `failedMetricsCount` > 0 (possible with `NON_ATOMIC`) is a failure.
 //! - `--dry-run` hides `compartment_id`, `region`, the key id and the signature.
 //! - Test hook: `SVC_CLOUD_A_ENDPOINT_OVERRIDE` (a loopback `http(s)://host:port`) replaces
-//!   `https://telemetry-ingestion.<region>.oraclecloud.com`; any other host is refused.
+//!   `https://telemetry-ingestion.<region>.oraclecloud.com`; any other host is refused. The
+//!   instance principal's hooks are in [`super::oci_instance`].
 
 use std::time::Duration;
 
@@ -34,12 +35,14 @@ use serde_json::{json, Map, Value as Json};
 
 use super::cloud::{self, Datum, Value};
 use super::oci_auth;
+use super::oci_instance;
 use super::oci_signature::{self, Signer};
 use super::{
     Action, Connector, Context, Delivery, ExportError, Header, HttpRequest, Input, Limit, Method,
     Plan, Retry, Secret,
 };
 use crate::aws::{Env, ProcessEnv};
+use crate::observe::policy::cloud_a::AuthMode;
 use crate::observe::policy::CloudA;
 
 pub const CONNECTOR: Connector = Connector {
@@ -60,7 +63,9 @@ Identity (cloud_a_monitoring.auth_mode):
                       SDK config file cloud_a_monitoring.config_file (unencrypted PEM keys)
   resource_principal  resource principal 2.2 from OCI_RESOURCE_PRINCIPAL_VERSION, _RPST,
                       _PRIVATE_PEM and _REGION (set by the platform)
-  instance_principal  not implemented in this release (fails with an explanation)
+  instance_principal  the instance's certificate and key from the instance metadata service
+                      (169.254.169.254), exchanged at auth.<region>.oraclecloud.com/v1/x509
+                      for a session token with a fresh RSA session key (once per run)
 
 Options:
   --dry-run      Print the signed requests (compartment, region, key id and signature
@@ -68,8 +73,8 @@ Options:
   --allow-stale  Send even if the snapshot is older than cloud_a_monitoring.stale_after_seconds
 
 Exit codes: 0 sent (or disabled by policy), 1 not sent (snapshot missing, invalid or stale, a
-request over max_request_bytes, rejected or failed after retries), 2 invalid policy, usage,
-identity or environment.
+request over max_request_bytes, rejected or failed after retries, an instance principal step
+failed: metadata service, federation service), 2 invalid policy, usage, identity or environment.
 ",
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.cloud_a_monitoring.enabled,
@@ -266,9 +271,6 @@ pub fn plan_with(
     let base = cloud::loopback_override(env, ENDPOINT_OVERRIDE_ENV)?
         .unwrap_or_else(|| format!("https://telemetry-ingestion.{region}.oraclecloud.com"));
     let host = cloud::host_of(&base).to_string();
-    let identity = oci_auth::identity(cfg, env, now.unix_timestamp())
-        .map_err(|e| ExportError::Environment(format!("{BLOCK}: {e}")))?;
-    log::info!("{BLOCK}: signing with {}", identity.source);
     let entries = entries(&cloud::data(ctx, cfg.include_metric_labels_as_dimensions));
     if let Some(bad) = entries.iter().find(|e| !is_metric_name(&e.name)) {
         return Err(ExportError::Render(format!(
@@ -276,6 +278,26 @@ pub fn plan_with(
             bad.name
         )));
     }
+    let identity = if cfg.auth_mode == AuthMode::InstancePrincipal {
+        // Network steps: an unreachable or refusing service is a failed run (exit 1).
+        oci_instance::identity(env, Duration::from_secs_f64(cfg.timeout_seconds), now).map_err(
+            |e| match e {
+                oci_instance::InstanceError::Failed(m) => ExportError::Send {
+                    block: BLOCK,
+                    sent: 0,
+                    total: entries.len(),
+                    last: m,
+                },
+                oci_instance::InstanceError::Invalid(m) => {
+                    ExportError::Environment(format!("{BLOCK}: {m}"))
+                }
+            },
+        )?
+    } else {
+        oci_auth::identity(cfg, env, now.unix_timestamp())
+            .map_err(|e| ExportError::Environment(format!("{BLOCK}: {e}")))?
+    };
+    log::info!("{BLOCK}: signing with {}", identity.source);
     let timestamp = cloud::rfc3339_millis(prepared.snapshot.generated_at_epoch_seconds);
     let chunks: Vec<&[Entry]> = cloud::batches(&entries, cfg.max_metrics_per_request).collect();
     let total = chunks.len();

@@ -31,6 +31,7 @@ pub mod cloud_b;
 pub mod cloud_c;
 pub mod collector_agent;
 pub mod oci_auth;
+pub mod oci_instance;
 pub mod oci_signature;
 pub mod otlp;
 pub mod search_stack;

@@ -14,13 +14,10 @@
 //!   absolute path to a file holding it. Key id `ST$<token>`. An expired token (JWT `exp`) is
 //!   refused before any request. Versions 1.1 and 3.0 (token exchange over the network) are not
 //!   implemented.
-//! - `instance_principal`: not implemented. The vendor's flow fetches the instance's leaf
-//!   certificate, intermediate certificate and private key from the instance metadata service
-//!   (`http://169.254.169.254/opc/v2/instance/identity/...`), generates an ephemeral RSA session
-//!   key pair, and exchanges them at `https://auth.<region>.oraclecloud.com/v1/x509` for a
-//!   session token (key id `ST$<token>`). `ring`, the only RSA implementation in the tree,
-//!   cannot generate RSA key pairs, and the flow cannot be verified without an OCI instance, so
-//!   the mode fails with a clear error instead of a guess. See `docs/observe.md`.
+//! - `instance_principal`: the federation of [`super::oci_instance`] (instance metadata
+//!   service, then `https://auth.<region>.oraclecloud.com/v1/x509`); key id `ST$<token>` with a
+//!   session key generated for the run. The connector calls that module directly to tell a
+//!   failed network step (exit 1) from an unusable environment (exit 2).
 //!
 //! Nothing here prints a key, a passphrase, a token or an OCID: errors name the file, the
 //! profile, the key or the variable.
@@ -59,14 +56,20 @@ pub fn identity(cfg: &CloudA, env: &dyn Env, now_epoch: i64) -> Result<Identity,
     match cfg.auth_mode {
         AuthMode::ConfigFile => {
             let path = cfg.config_file.as_deref().ok_or_else(|| {
-                AuthError("cloud_a_monitoring.config_file is required for auth_mode config_file".into())
+                AuthError(
+                    "cloud_a_monitoring.config_file is required for auth_mode config_file".into(),
+                )
             })?;
             config_file(Path::new(path), &cfg.profile, env)
         }
         AuthMode::ResourcePrincipal => resource_principal(env, now_epoch),
-        AuthMode::InstancePrincipal => Err(AuthError(
-            "auth_mode instance_principal is not implemented in this release (it needs an ephemeral RSA session key pair, which the crypto library in the tree cannot generate); use resource_principal or config_file".into(),
-        )),
+        AuthMode::InstancePrincipal => super::oci_instance::identity(
+            env,
+            std::time::Duration::from_secs_f64(cfg.timeout_seconds),
+            time::OffsetDateTime::from_unix_timestamp(now_epoch)
+                .unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
+        )
+        .map_err(|e| AuthError(e.message().to_string())),
     }
 }
 
@@ -405,12 +408,34 @@ mod tests {
     }
 
     #[test]
-    fn instance_principal_says_what_is_missing() {
+    fn instance_principal_names_the_failed_step() {
         let mut cfg = crate::observe::policy::Policy::disabled().cloud_a_monitoring;
         cfg.auth_mode = AuthMode::InstancePrincipal;
-        let e = identity(&cfg, &BTreeMap::<&str, &str>::new(), 0).unwrap_err();
-        assert!(e
-            .0
-            .starts_with("auth_mode instance_principal is not implemented"));
+        cfg.timeout_seconds = 2.0;
+        // a closed loopback port stands for an unreachable metadata service
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}");
+        let env: BTreeMap<&str, &str> = [("SVC_OCI_METADATA_OVERRIDE", url.as_str())]
+            .into_iter()
+            .collect();
+        let e = identity(&cfg, &env, 0).unwrap_err();
+        assert!(
+            e.0.starts_with(
+                "instance principal step 1 (instance metadata /opc/v2/instance/region) failed: "
+            ),
+            "{e}"
+        );
+        let env: BTreeMap<&str, &str> = [("SVC_OCI_METADATA_OVERRIDE", "http://example.com")]
+            .into_iter()
+            .collect();
+        let e = identity(&cfg, &env, 0).unwrap_err();
+        assert!(
+            e.0.starts_with("SVC_OCI_METADATA_OVERRIDE must name a loopback host"),
+            "{e}"
+        );
     }
 }
