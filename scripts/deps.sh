@@ -54,11 +54,22 @@ deps_test() {
     apt_install_cmd node nodejs
     apt_install_cmd npm npm
     # PostgreSQL: tests need a server on 127.0.0.1:5432 with trust auth.
+    # A cluster this script installs gets trust for loopback TCP (Debian's default there is
+    # scram-sha-256); an existing server's configuration is never touched.
     if ! pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1; then
         apt_install postgresql
-        local ver
+        local ver hba
         ver=$(ls /etc/postgresql | sort -n | tail -1)
-        $SUDO pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
+        hba="/etc/postgresql/$ver/main/pg_hba.conf"
+        if ! $SUDO grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
+            $SUDO sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+        fi
+        $SUDO pg_ctlcluster --skip-systemctl-redirect "$ver" main restart \
+            || $SUDO pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
+        for _ in $(seq 50); do
+            pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1 && break
+            sleep 0.2
+        done
     fi
     mkdir -p "$TOOLS_DIR"
     # moto (S3 and CloudWatch), served through waitress so connections are kept alive as real
