@@ -80,6 +80,9 @@ impl Fetcher {
         let mut batch = Collecting::new(self.batch_size);
         let mut next_id: u64 = 1;
         let mut request_failures: u32 = 0;
+        // What this thread last told the monitor: it is told again only on a change, so the
+        // per-delivery path takes no lock for it.
+        let mut doing: &'static str = "";
         let result = loop {
             if self.stop.load(Ordering::SeqCst) {
                 break Ok(());
@@ -87,13 +90,13 @@ impl Fetcher {
             // Keep the pipeline of pull requests full, each covered by its credits.
             if outstanding.len() < PIPELINED_PULL_REQUESTS {
                 let wait = if outstanding.is_empty() && batch.messages.is_empty() {
-                    self.monitor.activity("waiting for free message credits");
+                    self.note(&mut doing, "waiting for free message credits");
                     POLL
                 } else {
                     Duration::ZERO
                 };
                 if self.credits.take(self.batch_size, wait) {
-                    self.monitor.activity("sending pull request");
+                    self.note(&mut doing, "sending pull request");
                     match broker::request_batch(&self.sub, self.batch_size, self.expiry) {
                         Ok(()) => {
                             // Written at once by svc-flush, not after the client's 5 ms floor.
@@ -130,7 +133,7 @@ impl Fetcher {
                     .min(POLL),
                 None => POLL,
             };
-            self.monitor.activity("waiting for deliveries");
+            self.note(&mut doing, "waiting for deliveries");
             match broker::next_delivery(&self.sub, wait) {
                 Delivery::Message(raw, handle) => {
                     Metrics::add(&self.metrics.counters.messages_fetched_total, 1);
@@ -171,6 +174,7 @@ impl Fetcher {
             if due && !batch.messages.is_empty() {
                 let full = std::mem::replace(&mut batch, Collecting::new(self.batch_size));
                 self.ship(full, &mut next_id)?;
+                doing = "handing batch to svc-normalize";
             }
         };
         // Ship what was collected: those messages were delivered to us and may as well be
@@ -184,6 +188,14 @@ impl Fetcher {
         }
         self.monitor.activity("stopped");
         result
+    }
+
+    /// Reports `what` to the monitor when it differs from what was last reported.
+    fn note(&self, doing: &mut &'static str, what: &'static str) {
+        if *doing != what {
+            self.monitor.activity(what);
+            *doing = what;
+        }
     }
 
     /// Sends a batch downstream: registration first, then the data.
@@ -205,13 +217,14 @@ impl Fetcher {
             .send(AckMsg::Register {
                 id,
                 handles: batch.handles,
-                families,
+                families: families.clone(),
             })
             .map_err(|_| "svc-ack stopped unexpectedly".to_string())?;
         self.raw_tx
             .send(RawBatch {
                 id,
                 messages: batch.messages,
+                families,
             })
             .map_err(|_| "svc-normalize stopped unexpectedly".to_string())
     }

@@ -85,6 +85,8 @@ pub type BatchId = u64;
 pub struct RawBatch {
     pub id: BatchId,
     pub messages: Vec<(RawMessage, i128)>,
+    /// Subject family of each message, matched once by `svc-fetch`.
+    pub families: Vec<Option<usize>>,
 }
 
 /// A message that failed a permanent pre-sink check. `reason` names the failed field or rule

@@ -43,6 +43,7 @@ impl Normalizer {
         &self,
         raw: &RawMessage,
         received_unix_nanos: i128,
+        family: Option<usize>,
     ) -> Result<Prepared, PreSinkFailure> {
         let (mut envelope, fresh) = normalize(raw, received_unix_nanos, &self.envelope);
         let c = &self.metrics.counters;
@@ -91,7 +92,7 @@ impl Normalizer {
             .and_then(parse_rfc3339_nanos)
             .or(raw.published_unix_nanos);
         Ok(Prepared {
-            family: self.metrics.family_of(&envelope.subject),
+            family,
             envelope,
             source_unix_nanos,
         })
@@ -122,10 +123,11 @@ pub fn run(
         let items = batch
             .messages
             .iter()
-            .map(|(raw, received)| {
+            .zip(&batch.families)
+            .map(|((raw, received), family)| {
                 normalizer
-                    .prepare(raw, *received)
-                    .map_err(|f| (f, normalizer.metrics.family_of(&raw.subject)))
+                    .prepare(raw, *received, *family)
+                    .map_err(|f| (f, *family))
             })
             .collect::<Vec<_>>();
         let prepared = items.iter().filter(|i| i.is_ok()).count() as u64;
