@@ -13,56 +13,11 @@
 
 mod support;
 
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SIZE: usize = 205;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Broker {
-    child: Child,
-    url: String,
-    _store: tempfile::TempDir,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_broker() -> Broker {
-    let store = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let child = Command::new("/usr/sbin/nats-server")
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-        .arg(store.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nats-server");
-    let url = format!("nats://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while support::connect(&url).is_err() {
-        assert!(Instant::now() < deadline, "nats-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Broker {
-        child,
-        url,
-        _store: store,
-    }
-}
 
 /// Peak resident set (VmHWM) of a running process, in KiB.
 fn peak_rss_kib(pid: u32) -> u64 {
@@ -120,7 +75,7 @@ fn thread_cpu(pid: u32) -> Vec<(String, f64)> {
 
 /// Runs `svc run` on `consumer` until `n` messages are acknowledged.
 fn run_svc(
-    broker: &Broker,
+    broker: &support::Broker,
     stream: &str,
     subject: &str,
     consumer: &str,
@@ -192,7 +147,7 @@ fn main() {
         Some(base) => tempfile::tempdir_in(base).unwrap(),
         None => tempfile::tempdir().unwrap(),
     };
-    let broker = start_broker();
+    let broker = support::start_broker();
     support::create_stream(&broker.url, "BIG", &["big.>"]).unwrap();
     support::create_stream(&broker.url, "SMALL", &["small.>"]).unwrap();
     support::create_stream(&broker.url, "FILES", &["files.>"]).unwrap();

@@ -2,9 +2,8 @@
 //! database, and `svc run` timed until every message is acknowledged.
 #![allow(dead_code, deprecated)]
 
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use svc::sink::relational::wire::{ConnectParams, Connection, TlsMode};
@@ -14,49 +13,7 @@ pub mod support;
 
 pub const SIZE: usize = 205;
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-pub struct Broker {
-    child: Child,
-    pub url: String,
-    _store: tempfile::TempDir,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-pub fn start_broker() -> Broker {
-    let store = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let child = Command::new("/usr/sbin/nats-server")
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-        .arg(store.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nats-server");
-    let url = format!("nats://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while support::connect(&url).is_err() {
-        assert!(Instant::now() < deadline, "nats-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Broker {
-        child,
-        url,
-        _store: store,
-    }
-}
+pub use support::start_broker;
 
 fn pg(database: &str) -> ConnectParams {
     ConnectParams {

@@ -3,6 +3,8 @@
 #![allow(dead_code, deprecated)]
 
 use std::io;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn connect(url: &str) -> io::Result<nats::Connection> {
@@ -156,4 +158,50 @@ pub fn raw_fetch_ack(
     }
     nc.flush()?;
     Ok(count as f64 / start.elapsed().as_secs_f64())
+}
+
+/// A throw-away JetStream server on a free loopback port with a temporary store.
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub struct Broker {
+    child: Child,
+    pub url: String,
+    _store: tempfile::TempDir,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn start_broker() -> Broker {
+    let store = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let child = Command::new("/usr/sbin/nats-server")
+        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(store.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nats-server");
+    let url = format!("nats://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while connect(&url).is_err() {
+        assert!(Instant::now() < deadline, "nats-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Broker {
+        child,
+        url,
+        _store: store,
+    }
 }
