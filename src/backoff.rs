@@ -37,7 +37,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// Delay before retry number `attempt` (1 = first retry), before jitter.
-    pub fn base_delay(&self, attempt: u32) -> Duration {
+    fn base_delay(&self, attempt: u32) -> Duration {
         let attempt = attempt.max(1);
         let initial = self.initial.as_secs_f64();
         let secs = match self.growth {

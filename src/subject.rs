@@ -3,7 +3,8 @@
 //!
 //! Grammar (the broker's): tokens separated by `.`; `*` matches exactly one token; `>` matches
 //! one or more trailing tokens and may only be the last token. Tokens are non-empty and contain
-//! no whitespace. A literal subject is a pattern without wildcards.
+//! no whitespace. A literal subject is a pattern without wildcards. Rule lists pick the first
+//! rule whose pattern matches (`rules.iter().find(|r| r.pattern.matches(subject))`).
 
 use std::fmt;
 
@@ -121,18 +122,6 @@ fn is_wildcard(token: &str) -> bool {
     token == "*" || token == ">"
 }
 
-/// Index of the first pattern (in order) that matches `subject`.
-pub fn first_match<'a, T>(
-    subject: &str,
-    rules: impl IntoIterator<Item = &'a T>,
-    pattern: impl Fn(&T) -> &SubjectPattern,
-) -> Option<&'a T>
-where
-    T: 'a,
-{
-    rules.into_iter().find(|r| pattern(r).matches(subject))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,17 +175,6 @@ mod tests {
             assert!(SubjectPattern::parse(bad).is_err(), "{bad:?}");
         }
         assert!(SubjectPattern::parse(&"a.".repeat(300)).is_err());
-    }
-
-    #[test]
-    fn first_match_respects_order() {
-        let rules = [
-            SubjectPattern::parse("a.b").unwrap(),
-            SubjectPattern::parse("a.*").unwrap(),
-        ];
-        assert_eq!(first_match("a.b", &rules, |p| p).unwrap().as_str(), "a.b");
-        assert_eq!(first_match("a.c", &rules, |p| p).unwrap().as_str(), "a.*");
-        assert!(first_match("b", &rules, |p| p).is_none());
     }
 
     /// Randomised check against a reference implementation written the obvious way.
