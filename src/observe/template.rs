@@ -37,6 +37,12 @@ pub fn subject_hints(config: &RuntimeConfig) -> Vec<SubjectHint> {
     for fam in &config.metrics.subject_families {
         push(fam.pattern.as_str(), "metrics.subject_families");
     }
+    for rule in &config.message_metadata.rules {
+        push(rule.pattern.as_str(), "message_metadata.rules");
+    }
+    for rule in &config.security_labels.rules {
+        push(rule.pattern.as_str(), "security_labels.rules");
+    }
     // Relational subject-to-table routes (the sink itself or fan-out children).
     for (_, rc) in crate::sink::relational::configs_in(&config.sink) {
         for route in &rc.routes {
@@ -186,6 +192,33 @@ mod tests {
         assert_eq!(
             got,
             [("orders.>", "nats.subject"), ("orders.eu.>", "sink.routes")]
+        );
+    }
+
+    #[test]
+    fn metadata_and_label_rules_become_subject_hints() {
+        let config = RuntimeConfig::parse(
+            r#"{"nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc",
+                         "subject": "orders.>"},
+                "sink": {"type": "file", "directory": "/tmp/out"},
+                "message_metadata": {"rules": [{"subject": "orders.urgent.>", "priority": "high"}]},
+                "security_labels": {"enabled": true,
+                                    "rules": [{"subject": "orders.eu.*", "profile": null},
+                                              {"subject": "orders.>", "profile": null}]}}"#,
+        )
+        .unwrap();
+        let hints = subject_hints(&config);
+        let got: Vec<(&str, &str)> = hints
+            .iter()
+            .map(|h| (h.subject.as_str(), h.source))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("orders.>", "nats.subject"),
+                ("orders.urgent.>", "message_metadata.rules"),
+                ("orders.eu.*", "security_labels.rules"),
+            ]
         );
     }
 }
