@@ -67,12 +67,13 @@ impl NatsServer {
             extra: extra.iter().map(|a| a.to_string()).collect(),
             child: None,
         };
-        s.launch();
+        s.launch_fresh();
         s
     }
 
-    fn launch(&mut self) {
-        let child = Command::new(NATS_SERVER)
+    /// Starts the server on its ports; false when it exited instead (a port was taken).
+    fn try_launch(&mut self) -> bool {
+        let mut child = Command::new(NATS_SERVER)
             .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
             .args(["-m", &self.monitor_port.to_string()])
             .args(&self.extra)
@@ -82,11 +83,44 @@ impl NatsServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("nats-server must be installed (scripts/test.sh installs it)");
-        self.child = Some(child);
-        let port = self.monitor_port;
-        wait_until(Duration::from_secs(10), "nats-server /healthz", || {
-            matches!(http_get(port, "/healthz"), Some((200, _)))
-        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if child.try_wait().unwrap().is_some() {
+                return false;
+            }
+            // Healthy, and still ours: another test's server on a taken port also says 200.
+            if matches!(http_get(self.monitor_port, "/healthz"), Some((200, _)))
+                && child.try_wait().unwrap().is_none()
+            {
+                self.child = Some(child);
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+
+    /// First start: a free port can be taken by a parallel test between our pick and the
+    /// server's bind, so pick new ports and try again.
+    fn launch_fresh(&mut self) {
+        for _ in 0..5 {
+            if self.try_launch() {
+                return;
+            }
+            self.port = free_port();
+            self.monitor_port = free_port();
+        }
+        panic!("nats-server did not start on any of 5 port pairs");
+    }
+
+    /// Restart: the same ports (clients reconnect to them).
+    fn launch(&mut self) {
+        assert!(
+            self.try_launch(),
+            "nats-server did not restart on its ports"
+        );
     }
 
     pub fn url(&self) -> String {
