@@ -37,6 +37,14 @@ struct RunResult {
     peak_rss_kib: u64,
     /// CPU seconds per thread name (threads of one name summed), highest first.
     thread_cpu: Vec<(String, f64)>,
+    /// CPU seconds the broker spent during the run.
+    broker_cpu: f64,
+}
+
+impl RunResult {
+    fn svc_cpu(&self) -> f64 {
+        self.thread_cpu.iter().map(|(_, s)| s).sum()
+    }
 }
 
 /// CPU time (user + system) of every thread of a process, by thread name.
@@ -99,6 +107,7 @@ fn run_svc(
     });
     let cfg_path = dir.join(format!("{consumer}.json"));
     std::fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let broker_cpu_before = broker.cpu_seconds();
     let start = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_svc"))
         .arg("run")
@@ -123,6 +132,7 @@ fn run_svc(
     let elapsed = start.elapsed().as_secs_f64();
     peak = peak.max(peak_rss_kib(child.id()));
     let cpu = thread_cpu(child.id());
+    let broker_cpu = broker.cpu_seconds() - broker_cpu_before;
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
@@ -131,6 +141,7 @@ fn run_svc(
         rate: n as f64 / elapsed,
         peak_rss_kib: peak,
         thread_cpu: cpu,
+        broker_cpu,
     }
 }
 
@@ -157,7 +168,15 @@ fn main() {
     println!("published {n} + {n_small} + {n_files} messages of {SIZE} bytes ({p:.0} msg/s)");
 
     support::create_consumer(&broker.url, "BIG", "raw", "big.>", Duration::from_secs(30)).unwrap();
+    let (broker_before, own_before) = (
+        broker.cpu_seconds(),
+        support::process_cpu_seconds(std::process::id()),
+    );
     let raw = support::raw_fetch_ack(&broker.url, "BIG", "raw", "big.>", n, 256).unwrap();
+    let raw_cpu = (
+        support::process_cpu_seconds(std::process::id()) - own_before,
+        broker.cpu_seconds() - broker_before,
+    );
 
     let jsonl = |dir_name: &str| serde_json::json!({"type": "file", "mode": "jsonl", "directory": dir.path().join(dir_name)});
     let big = run_svc(
@@ -212,6 +231,14 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let per_msg = |cpu: f64| cpu / n as f64 * 1e6;
+    println!(
+        "  CPU per message, client / broker: (a) {:.1} / {:.1} us; (b) jsonl {:.1} / {:.1} us",
+        per_msg(raw_cpu.0),
+        per_msg(raw_cpu.1),
+        per_msg(big.svc_cpu()),
+        per_msg(big.broker_cpu)
+    );
     println!("  CPU by thread (jsonl, {n} msgs): {}", fmt(&big));
     println!("  CPU by thread (per_event): {}", fmt(&per_event));
 }

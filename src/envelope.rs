@@ -4,10 +4,12 @@
 //! rule here is unit-tested with byte literals. Sinks receive envelopes only; the reply subject
 //! used for acknowledgement never enters this module.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -92,7 +94,7 @@ pub struct Envelope {
     /// `labels_list` joined by `;`.
     pub labels: String,
     pub labels_list: Vec<String>,
-    pub payload: Value,
+    pub payload: Payload,
     pub payload_info: PayloadInfo,
     pub security_labels: Option<Value>,
     pub metadata: EventMetadata,
@@ -197,23 +199,145 @@ pub fn normalize(
     (envelope, fresh)
 }
 
+/// The normalized payload: one JSON value, kept as compact JSON text and written verbatim.
+///
+/// A JSON payload keeps its publisher's text (key order, the exact digits of every number)
+/// minus insignificant whitespace. Parsing it into a tree and printing it again cost more
+/// than the rest of the envelope, sorted the keys, and rounded integers beyond 64 bits
+/// through f64.
+#[derive(Debug, Clone)]
+pub struct Payload(Box<RawValue>);
+
+impl Payload {
+    /// The payload of a JSON document, or `None` when `data` is not one (see [`compact`]).
+    fn from_json(data: &[u8]) -> Option<Payload> {
+        let raw: &RawValue = serde_json::from_slice(data).ok()?;
+        match compact(raw.get())? {
+            Cow::Borrowed(_) => Some(Payload(raw.to_owned())),
+            Cow::Owned(text) => RawValue::from_string(text).ok().map(Payload),
+        }
+    }
+
+    /// `{"<key>": "<value>"}`: how text and bytes are wrapped.
+    fn wrapped(key: &str, value: &str) -> Payload {
+        let doc = serde_json::json!({ key: value });
+        Payload(serde_json::value::to_raw_value(&doc).expect("a one-string object serializes"))
+    }
+
+    /// The compact JSON text.
+    pub fn json(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The payload as a JSON tree (for callers that inspect it; the sinks never do).
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.json()).expect("a payload is valid JSON")
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Payload) -> bool {
+        self.json() == other.json()
+    }
+}
+
+impl Serialize for Payload {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+/// Deepest nesting of a JSON payload, as serde_json's own parser allows; a deeper document
+/// is wrapped as text.
+const MAX_JSON_DEPTH: usize = 127;
+
+/// `text` (valid JSON grammar) without whitespace outside strings, borrowed when it has none.
+///
+/// `None` for what a JSON parser rejects although the grammar allows it, so the payload is
+/// wrapped as text instead: nesting deeper than [`MAX_JSON_DEPTH`], and `\u` escapes of
+/// unpaired UTF-16 surrogates (they denote no character; PostgreSQL's `jsonb` refuses them).
+fn compact(text: &str) -> Option<Cow<'_, str>> {
+    let bytes = text.as_bytes();
+    let mut out: Option<String> = None;
+    // Start of the bytes not yet copied to `out`.
+    let mut copied = 0;
+    let mut depth = 0;
+    let mut in_string = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            match b {
+                b'"' => in_string = false,
+                b'\\' if bytes[i + 1] == b'u' => {
+                    i += escaped_code_point_len(&bytes[i..])? - 1;
+                }
+                b'\\' => i += 1,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b'{' | b'[' => {
+                    depth += 1;
+                    if depth > MAX_JSON_DEPTH {
+                        return None;
+                    }
+                }
+                b'}' | b']' => depth -= 1,
+                b' ' | b'\t' | b'\n' | b'\r' => {
+                    let o = out.get_or_insert_with(|| String::with_capacity(text.len()));
+                    o.push_str(&text[copied..i]);
+                    copied = i + 1;
+                }
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    Some(match out {
+        None => Cow::Borrowed(text),
+        Some(mut o) => {
+            o.push_str(&text[copied..]);
+            Cow::Owned(o)
+        }
+    })
+}
+
+/// Length of the `\uXXXX` escape (or surrogate pair of two) at the start of `s`; `None` for
+/// an unpaired surrogate. `s` is valid JSON string content, so the four hex digits exist.
+fn escaped_code_point_len(s: &[u8]) -> Option<usize> {
+    let unit = |at: usize| {
+        s.get(at..at + 4)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u16::from_str_radix(h, 16).ok())
+    };
+    match unit(2)? {
+        0xD800..=0xDBFF => {
+            let low = (s.get(6..8) == Some(b"\\u".as_slice()))
+                .then(|| unit(8))
+                .flatten()?;
+            (0xDC00..=0xDFFF).contains(&low).then_some(12)
+        }
+        0xDC00..=0xDFFF => None,
+        _ => Some(6),
+    }
+}
+
 /// `json_or_envelope`: a JSON document stays a JSON value; UTF-8 text is wrapped as a string;
 /// anything else is wrapped as base64.
-pub fn normalize_payload(data: &[u8]) -> (Value, PayloadInfo) {
+pub fn normalize_payload(data: &[u8]) -> (Payload, PayloadInfo) {
     let sha256 = hex_sha256(data);
     let size_bytes = data.len() as u64;
-    let (payload, original_format, wrapped) = match serde_json::from_slice::<Value>(data) {
-        Ok(v) => (v, PayloadFormat::Json, false),
-        Err(_) => match std::str::from_utf8(data) {
-            Ok(text) => (
-                serde_json::json!({ "text": text }),
-                PayloadFormat::Text,
-                true,
-            ),
+    let (payload, original_format, wrapped) = match Payload::from_json(data) {
+        Some(p) => (p, PayloadFormat::Json, false),
+        None => match std::str::from_utf8(data) {
+            Ok(text) => (Payload::wrapped("text", text), PayloadFormat::Text, true),
             Err(_) => (
-                serde_json::json!({
-                    "base64": base64::engine::general_purpose::STANDARD.encode(data)
-                }),
+                Payload::wrapped(
+                    "base64",
+                    &base64::engine::general_purpose::STANDARD.encode(data),
+                ),
                 PayloadFormat::Bytes,
                 true,
             ),
@@ -231,13 +355,7 @@ pub fn normalize_payload(data: &[u8]) -> (Value, PayloadInfo) {
 }
 
 pub fn hex_sha256(data: &[u8]) -> String {
-    let digest = Sha256::digest(data);
-    let mut out = String::with_capacity(64);
-    for b in digest {
-        use std::fmt::Write;
-        let _ = write!(out, "{b:02x}");
-    }
-    out
+    crate::hex::lower(&Sha256::digest(data))
 }
 
 /// RFC 3339 with nanoseconds in UTC.
@@ -294,7 +412,8 @@ mod tests {
             1_700_000_001_000_000_000,
             &EnvelopeConfig::default(),
         );
-        assert_eq!(e.payload, serde_json::json!({"a": 1}));
+        assert_eq!(e.payload.json(), r#"{"a":1}"#);
+        assert_eq!(e.payload.to_value(), serde_json::json!({"a": 1}));
         assert_eq!(e.payload_info.original_format, PayloadFormat::Json);
         assert!(!e.payload_info.wrapped);
         assert_eq!(e.payload_info.size_bytes, 7);
@@ -304,14 +423,67 @@ mod tests {
         assert_eq!(e.metadata.schema, "svc.metadata.v1");
     }
 
+    /// The normalized text of a payload and whether it stayed JSON.
+    fn normalized(data: &[u8]) -> (String, PayloadFormat) {
+        let (p, info) = normalize_payload(data);
+        (p.json().to_string(), info.original_format)
+    }
+
+    #[test]
+    fn json_payload_keeps_its_text_without_insignificant_whitespace() {
+        let json = |s: &str| (s.to_string(), PayloadFormat::Json);
+        assert_eq!(
+            normalized(b" {\"z\": 1,\n \"a\" :[ true , null ]}\r\n"),
+            json(r#"{"z":1,"a":[true,null]}"#),
+            "publisher key order kept, whitespace outside strings dropped"
+        );
+        assert_eq!(
+            normalized(br#"{"s": "two  spaces, \"quoted  \" \\ "}"#),
+            json(r#"{"s":"two  spaces, \"quoted  \" \\ "}"#),
+            "string content untouched, escaped quotes and backslashes included"
+        );
+        assert_eq!(
+            normalized(b"[123456789012345678901234567890, 1.50, -0.0, 1e400]"),
+            json("[123456789012345678901234567890,1.50,-0.0,1e400]"),
+            "numbers keep their exact digits"
+        );
+        assert_eq!(
+            normalized(br#""\ud83d\ude00 \u00e9""#),
+            json(r#""\ud83d\ude00 \u00e9""#),
+            "a surrogate pair is a character"
+        );
+        let compact = br#"{"order":1,"pad":"xx"}"#;
+        assert_eq!(normalized(compact), json(r#"{"order":1,"pad":"xx"}"#));
+    }
+
+    #[test]
+    fn what_a_json_parser_refuses_is_wrapped_as_text() {
+        for data in [
+            br#"{"a":"\ud800"}"#.as_slice(),
+            br#"["\udc00"]"#,
+            br#"["\ud800\u0041"]"#,
+            br#"{"a":1,}"#,
+            b"{\"a\":1} trailing",
+            b"",
+        ] {
+            assert_eq!(normalized(data).1, PayloadFormat::Text, "{data:?}");
+        }
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n)).into_bytes();
+        // The same limit as serde_json's parser, which decided this before.
+        assert!(serde_json::from_slice::<Value>(&deep(MAX_JSON_DEPTH)).is_ok());
+        assert!(serde_json::from_slice::<Value>(&deep(MAX_JSON_DEPTH + 1)).is_err());
+        assert_eq!(normalized(&deep(MAX_JSON_DEPTH)).1, PayloadFormat::Json);
+        assert_eq!(normalized(&deep(MAX_JSON_DEPTH + 1)).1, PayloadFormat::Text);
+    }
+
     #[test]
     fn text_and_bytes_are_wrapped() {
         let (e, _) = normalize(&msg(b"hello"), 0, &EnvelopeConfig::default());
-        assert_eq!(e.payload, serde_json::json!({"text": "hello"}));
+        assert_eq!(e.payload.json(), r#"{"text":"hello"}"#);
         assert_eq!(e.payload_info.original_format, PayloadFormat::Text);
         assert!(e.payload_info.wrapped);
         let (e, _) = normalize(&msg(&[0xff, 0x00, 0x01]), 0, &EnvelopeConfig::default());
-        assert_eq!(e.payload, serde_json::json!({"base64": "/wAB"}));
+        assert_eq!(e.payload.json(), r#"{"base64":"/wAB"}"#);
         assert_eq!(e.payload_info.original_format, PayloadFormat::Bytes);
     }
 

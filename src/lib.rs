@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod dead_letter;
 pub mod envelope;
+pub mod hex;
 pub mod labels;
 pub mod message_metadata;
 pub mod metrics;

@@ -176,6 +176,31 @@ pub struct Broker {
     _store: tempfile::TempDir,
 }
 
+impl Broker {
+    /// CPU seconds (user + system) the broker process has used so far.
+    pub fn cpu_seconds(&self) -> f64 {
+        process_cpu_seconds(self.child.id())
+    }
+}
+
+/// CPU seconds (user + system) a process has used so far, from /proc (0 when unreadable).
+pub fn process_cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    let Some(close) = stat.rfind(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0 // USER_HZ on Linux
+}
+
 impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -31,20 +31,9 @@ pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 /// The payload hash of a request whose body is not signed (S3 over TLS).
 pub const UNSIGNED_PAYLOAD: &str = "UNSIGNED-PAYLOAD";
 
-/// Lower-case hex of bytes.
-pub fn hex_lower(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 0x0f) as usize] as char);
-    }
-    out
-}
-
 /// Hex SHA-256 of bytes: the payload hash of a body (`x-amz-content-sha256`).
 pub fn hex_sha256(bytes: &[u8]) -> String {
-    hex_lower(digest::digest(&digest::SHA256, bytes).as_ref())
+    crate::hex::lower(digest::digest(&digest::SHA256, bytes).as_ref())
 }
 
 fn hmac_sha256(key: &[u8], data: &[u8]) -> hmac::Tag {
@@ -192,7 +181,7 @@ pub fn signature(secret: &str, scope: &Scope<'_>, string_to_sign: &str) -> Strin
     let k_region = hmac_sha256(k_date.as_ref(), scope.region.as_bytes());
     let k_service = hmac_sha256(k_region.as_ref(), scope.service.as_bytes());
     let k_signing = hmac_sha256(k_service.as_ref(), b"aws4_request");
-    hex_lower(hmac_sha256(k_signing.as_ref(), string_to_sign.as_bytes()).as_ref())
+    crate::hex::lower(hmac_sha256(k_signing.as_ref(), string_to_sign.as_bytes()).as_ref())
 }
 
 /// Signs a request: returns `X-Amz-Date`, `X-Amz-Security-Token` (with a session token) and

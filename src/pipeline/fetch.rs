@@ -83,6 +83,8 @@ impl Fetcher {
         // What this thread last told the monitor: it is told again only on a change, so the
         // per-delivery path takes no lock for it.
         let mut doing: &'static str = "";
+        // One clock reading per delivery, shared by everything that needs the time.
+        let mut now = Instant::now();
         let result = loop {
             if self.stop.load(Ordering::SeqCst) {
                 break Ok(());
@@ -127,24 +129,25 @@ impl Fetcher {
             }
 
             let wait = match batch.since {
-                Some(since) => self
-                    .max_batch_wait
-                    .saturating_sub(since.elapsed())
+                Some(since) => (since + self.max_batch_wait)
+                    .saturating_duration_since(now)
                     .min(POLL),
                 None => POLL,
             };
             self.note(&mut doing, "waiting for deliveries");
-            match broker::next_delivery(&self.sub, wait) {
+            let delivery = broker::next_delivery(&self.sub, wait);
+            now = Instant::now();
+            match delivery {
                 Delivery::Message(raw, handle) => {
                     Metrics::add(&self.metrics.counters.messages_fetched_total, 1);
-                    self.monitor.mark_fetch();
+                    self.monitor.mark_fetch(now);
                     match outstanding.front_mut() {
                         Some(req) => {
                             req.remaining -= 1;
                             if req.remaining == 0 {
                                 outstanding.pop_front();
                             }
-                            batch.since.get_or_insert_with(Instant::now);
+                            batch.since.get_or_insert(now);
                             batch.messages.push((raw, now_unix_nanos()));
                             batch.handles.push(handle);
                         }
@@ -161,16 +164,13 @@ impl Fetcher {
                 Delivery::Closed => break Err("broker subscription closed".to_string()),
             }
             // Requests whose answer never came (lost in a reconnect).
-            let now = Instant::now();
             while outstanding.front().is_some_and(|r| r.deadline <= now) {
                 let req = outstanding.pop_front().expect("front exists");
                 self.credits.give(req.remaining);
             }
             let due = batch.messages.len() >= self.batch_size
                 || outstanding.is_empty()
-                || batch
-                    .since
-                    .is_some_and(|s| s.elapsed() >= self.max_batch_wait);
+                || batch.since.is_some_and(|s| now >= s + self.max_batch_wait);
             if due && !batch.messages.is_empty() {
                 let full = std::mem::replace(&mut batch, Collecting::new(self.batch_size));
                 self.ship(full, &mut next_id)?;

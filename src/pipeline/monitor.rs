@@ -88,13 +88,19 @@ impl Monitor {
     }
 
     fn now_ms(&self) -> u64 {
+        self.ms_at(Instant::now())
+    }
+
+    fn ms_at(&self, at: Instant) -> u64 {
         self.origin
-            .map(|o| o.elapsed().as_millis() as u64 + 1)
+            .map(|o| at.saturating_duration_since(o).as_millis() as u64 + 1)
             .unwrap_or(1)
     }
 
-    pub fn mark_fetch(&self) {
-        self.last_fetch_ms.store(self.now_ms(), Ordering::Relaxed);
+    /// A delivery arrived at `at` (the fetcher reads the clock once per delivery and shares
+    /// the reading).
+    pub fn mark_fetch(&self, at: Instant) {
+        self.last_fetch_ms.store(self.ms_at(at), Ordering::Relaxed);
     }
     pub fn mark_write(&self) {
         self.last_write_ms.store(self.now_ms(), Ordering::Relaxed);

@@ -144,8 +144,8 @@ impl Jsonl {
                     env.stream_sequence
                 )))),
                 Ok(()) => {
-                    let what = format!("of stream sequence {}", env.stream_sequence);
-                    self.limit.check(lines.len() - start, &what).err()
+                    let what = format_args!("of stream sequence {}", env.stream_sequence);
+                    self.limit.check(lines.len() - start, what).err()
                 }
             };
             if outcome.is_some() {

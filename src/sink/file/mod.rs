@@ -78,7 +78,7 @@ impl WriteLimit {
     }
 
     /// `what` names the record in the error (`idempotency-key/...json`, `of stream sequence 7`).
-    fn check(&self, len: usize, what: &str) -> Result<(), WriteOutcome> {
+    fn check(&self, len: usize, what: impl std::fmt::Display) -> Result<(), WriteOutcome> {
         if len as u64 > self.max {
             return Err(WriteOutcome::Permanent(error(format!(
                 "record {what} is {len} bytes, over max_record_bytes {}",

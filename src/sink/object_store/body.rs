@@ -10,7 +10,7 @@ use flate2::write::GzEncoder;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::envelope::{hex_sha256, Envelope, EventMetadata, PayloadInfo};
+use crate::envelope::{hex_sha256, Envelope, EventMetadata, Payload, PayloadInfo};
 
 use super::config::{
     Compression, MetadataMode, ObjectFormat, ObjectStoreConfig, ServerSideEncryption,
@@ -35,7 +35,7 @@ pub struct StoredObject<'a> {
     pub classification: &'a str,
     pub labels: &'a str,
     pub labels_list: &'a [String],
-    pub payload: &'a Value,
+    pub payload: &'a Payload,
     pub payload_info: &'a PayloadInfo,
     /// Always `null` in this release (no mission metadata source is defined).
     pub mission_metadata: Option<Value>,
@@ -120,14 +120,13 @@ pub fn build(
 ) -> Result<Bodies, String> {
     let json = match cfg.object_format {
         ObjectFormat::Envelope => serde_json::to_vec(&StoredObject::new(env)),
-        ObjectFormat::Payload => serde_json::to_vec(&env.payload),
+        ObjectFormat::Payload => Ok(env.payload.json().as_bytes().to_vec()),
     }
     .map_err(|e| format!("encode object: {e}"))?;
     let primary = encode(cfg, json)?;
     check_size(cfg, "object", primary.len())?;
 
     let sidecar = if with_sidecar {
-        let normalized = serde_json::to_vec(&env.payload).map_err(|e| format!("encode: {e}"))?;
         let doc = Sidecar {
             schema: SIDECAR_SCHEMA,
             schema_version: SCHEMA_VERSION,
@@ -152,7 +151,7 @@ pub fn build(
             labels: &env.labels,
             labels_list: &env.labels_list,
             payload_info: &env.payload_info,
-            normalized_payload_sha256: hex_sha256(&normalized),
+            normalized_payload_sha256: hex_sha256(env.payload.json().as_bytes()),
             security_labels: env.security_labels.as_ref(),
             metadata: &env.metadata,
             object_metadata: &cfg.object_metadata,

@@ -198,7 +198,7 @@ struct Row<'a> {
     classification: &'a str,
     labels: &'a str,
     labels_list: &'a [String],
-    payload: &'a serde_json::Value,
+    payload: &'a crate::envelope::Payload,
     payload_original_format: crate::envelope::PayloadFormat,
     payload_wrapped: bool,
     payload_sha256: &'a str,
