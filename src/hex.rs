@@ -7,12 +7,12 @@ const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
 /// Lower-case hex of `bytes`, two characters per byte.
 pub fn lower(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 0x0f) as usize] as char);
+    let mut out = vec![0; bytes.len() * 2];
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[(b >> 4) as usize];
+        pair[1] = DIGITS[(b & 0x0f) as usize];
     }
-    out
+    String::from_utf8(out).expect("hex digits are ASCII")
 }
 
 #[cfg(test)]

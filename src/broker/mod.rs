@@ -271,33 +271,41 @@ pub struct AckHandle {
 /// JetStream deliveries (no ack subject) yield `None`.
 fn split(m: nats::Message) -> Option<(RawMessage, AckHandle)> {
     let info = m.jetstream_message_info()?;
-    let raw_published = info.published.unix_timestamp_nanos();
-    let raw = RawMessage {
-        subject: m.subject.clone(),
-        stream: info.stream.to_string(),
-        consumer: info.consumer.to_string(),
-        stream_sequence: info.stream_seq,
-        consumer_sequence: info.consumer_seq,
-        delivery_count: info.delivered.max(1) as u64,
-        published_unix_nanos: Some(raw_published),
-        headers: m
-            .headers
-            .as_ref()
-            .map(|h| {
-                h.iter()
-                    .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.clone())))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        data: Vec::new(),
-    };
+    let (stream, consumer) = (info.stream.to_string(), info.consumer.to_string());
+    let (stream_sequence, consumer_sequence) = (info.stream_seq, info.consumer_seq);
+    let delivery_count = info.delivered.max(1) as u64;
+    let published_unix_nanos = Some(info.published.unix_timestamp_nanos());
+    // The message's own strings and bytes move into the result: no copies per delivery.
+    let nats::Message {
+        subject,
+        reply,
+        data,
+        headers,
+        ..
+    } = m;
+    let headers = headers
+        .map(|h| {
+            h.iter()
+                .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.clone())))
+                .collect()
+        })
+        .unwrap_or_default();
     let handle = AckHandle {
-        reply: m.reply.clone()?,
-        delivery_count: raw.delivery_count,
-        stream_sequence: raw.stream_sequence,
+        reply: reply?,
+        delivery_count,
+        stream_sequence,
     };
-    let mut raw = raw;
-    raw.data = m.data;
+    let raw = RawMessage {
+        subject,
+        stream,
+        consumer,
+        stream_sequence,
+        consumer_sequence,
+        delivery_count,
+        published_unix_nanos,
+        headers,
+        data,
+    };
     Some((raw, handle))
 }
 

@@ -139,6 +139,22 @@ impl Summary {
         self.sum += v;
         self.last = v;
     }
+
+    /// Adds the observations of `later` (made after this one's).
+    pub fn merge(&mut self, later: &Summary) {
+        if later.count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            *self = *later;
+            return;
+        }
+        self.count += later.count;
+        self.sum += later.sum;
+        self.min = self.min.min(later.min);
+        self.max = self.max.max(later.max);
+        self.last = later.last;
+    }
 }
 
 /// A reviewed, bounded subject family: subjects matching `pattern` are counted under `label`.
@@ -199,9 +215,20 @@ impl Metrics {
     /// Records one observation of a summary by suffix. Unknown names are a programming error
     /// caught by tests, ignored at run time.
     pub fn observe(&self, name: &'static str, value: f64) {
+        let mut one = Summary::default();
+        one.observe(value);
+        self.observe_all(name, &one);
+    }
+
+    /// Records many observations at once, collected by the caller in `batch`: the pipeline
+    /// collects per batch, so the shared lock is taken once per batch, not per message.
+    pub fn observe_all(&self, name: &'static str, batch: &Summary) {
+        if batch.count == 0 {
+            return;
+        }
         let mut s = self.summaries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(sum) = s.get_mut(name) {
-            sum.observe(value);
+            sum.merge(batch);
         } else {
             debug_assert!(false, "unknown summary {name}");
         }
@@ -228,7 +255,9 @@ impl Metrics {
 
     /// Counts `n` for the family of `subject` under a [`FAMILY_METRICS`] name.
     pub fn add_family(&self, family: Option<usize>, metric: &str, n: u64) {
-        let (Some(f), Some(m)) = (family, FAMILY_METRICS.iter().position(|x| *x == metric)) else {
+        // Most messages belong to no family: decide that before looking up the metric.
+        let Some(f) = family else { return };
+        let Some(m) = FAMILY_METRICS.iter().position(|x| *x == metric) else {
             return;
         };
         self.family_counts[f][m].fetch_add(n, Ordering::Relaxed);

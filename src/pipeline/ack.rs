@@ -116,6 +116,8 @@ impl AckWorker {
             .zip(batch.families)
             .partition(|((_, v), _)| matches!(v, Verdict::Rejected(_)));
         let mut dlq_failed = false;
+        // Sent verbs are counted here and added to the shared counters once per batch.
+        let (mut acked, mut nacked, mut terminated, mut in_progress) = (0, 0, 0, 0);
         for ((handle, verdict), family) in others.into_iter().chain(rejected) {
             let verb = match verdict {
                 Verdict::Written(WriteOutcome::Durable | WriteOutcome::AlreadyDurable) => {
@@ -134,18 +136,15 @@ impl AckWorker {
                 Verdict::Rejected(f) => self.rejected(handle, family, &f, &mut dlq_failed),
             };
             match broker::send_ack(&self.nc, handle, verb) {
-                Ok(()) => {
-                    let counter = match verb {
-                        AckVerb::Ack => {
-                            self.metrics.add_family(family, "messages_acked_total", 1);
-                            &c.messages_acked_total
-                        }
-                        AckVerb::Nak(_) => &c.messages_nacked_total,
-                        AckVerb::Term => &c.messages_terminated_total,
-                        AckVerb::InProgress => &c.messages_in_progress_total,
-                    };
-                    Metrics::add(counter, 1);
-                }
+                Ok(()) => match verb {
+                    AckVerb::Ack => {
+                        self.metrics.add_family(family, "messages_acked_total", 1);
+                        acked += 1;
+                    }
+                    AckVerb::Nak(_) => nacked += 1,
+                    AckVerb::Term => terminated += 1,
+                    AckVerb::InProgress => in_progress += 1,
+                },
                 // The broker redelivers after AckWait: the write was idempotent by key.
                 Err(e) => log::warn!(
                     "broker: acknowledgement of stream sequence {} not sent: {e}",
@@ -153,6 +152,10 @@ impl AckWorker {
                 ),
             }
         }
+        Metrics::add(&c.messages_acked_total, acked);
+        Metrics::add(&c.messages_nacked_total, nacked);
+        Metrics::add(&c.messages_terminated_total, terminated);
+        Metrics::add(&c.messages_in_progress_total, in_progress);
         self.monitor.mark_ack();
     }
 

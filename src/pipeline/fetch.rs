@@ -139,7 +139,7 @@ impl Fetcher {
             now = Instant::now();
             match delivery {
                 Delivery::Message(raw, handle) => {
-                    Metrics::add(&self.metrics.counters.messages_fetched_total, 1);
+                    // Counted as fetched when its batch ships (one shared add per batch).
                     self.monitor.mark_fetch(now);
                     match outstanding.front_mut() {
                         Some(req) => {
@@ -202,6 +202,10 @@ impl Fetcher {
     fn ship(&self, batch: Collecting, next_id: &mut u64) -> Result<(), String> {
         let id = *next_id;
         *next_id += 1;
+        Metrics::add(
+            &self.metrics.counters.messages_fetched_total,
+            batch.messages.len() as u64,
+        );
         let families = batch
             .messages
             .iter()
@@ -231,6 +235,7 @@ impl Fetcher {
 
     /// A delivery no request is waiting for: hand it straight back to the broker.
     fn release_stray(&self, handle: &AckHandle) {
+        Metrics::add(&self.metrics.counters.messages_fetched_total, 1);
         log::debug!(
             "delivery of stream sequence {} arrived after its pull request ended; released for redelivery",
             handle.stream_sequence

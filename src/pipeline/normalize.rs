@@ -16,7 +16,7 @@ use crate::dead_letter::{DeadLetter, DeadLetterConfig, Failure};
 use crate::envelope::{normalize, now_unix_nanos, parse_rfc3339_nanos, EnvelopeConfig, RawMessage};
 use crate::labels::{self, SecurityLabelsConfig};
 use crate::message_metadata::MessageMetadataConfig;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Summary};
 
 /// Everything needed to turn one delivery into an envelope.
 pub struct Normalizer {
@@ -38,17 +38,19 @@ impl Normalizer {
         }
     }
 
-    /// Builds the envelope of one message and records its freshness.
+    /// Builds the envelope of one message and records its freshness (the age into `ages`,
+    /// which the caller hands to the metrics once per batch).
     pub fn prepare(
         &self,
         raw: &RawMessage,
         received_unix_nanos: i128,
         family: Option<usize>,
+        ages: &mut Summary,
     ) -> Result<Prepared, PreSinkFailure> {
         let (mut envelope, fresh) = normalize(raw, received_unix_nanos, &self.envelope);
         let c = &self.metrics.counters;
         if let Some(age) = fresh.age_seconds {
-            self.metrics.observe("event_age_at_receive_seconds", age);
+            ages.observe(age);
         }
         for (flag, counter) in [
             (fresh.stale, &c.events_stale_at_receive_total),
@@ -120,16 +122,20 @@ pub fn run(
         monitor.activity("waiting for batches");
         let Ok(batch) = rx.recv() else { break };
         monitor.activity("normalizing");
+        let mut ages = Summary::default();
         let items = batch
             .messages
             .iter()
             .zip(&batch.families)
             .map(|((raw, received), family)| {
                 normalizer
-                    .prepare(raw, *received, *family)
+                    .prepare(raw, *received, *family, &mut ages)
                     .map_err(|f| (f, *family))
             })
             .collect::<Vec<_>>();
+        normalizer
+            .metrics
+            .observe_all("event_age_at_receive_seconds", &ages);
         let prepared = items.iter().filter(|i| i.is_ok()).count() as u64;
         Metrics::add(
             &normalizer.metrics.counters.messages_prepared_total,

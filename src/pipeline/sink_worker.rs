@@ -8,7 +8,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::{AckMsg, Monitor, PreparedBatch, Verdict};
 use crate::envelope::now_unix_nanos;
-use crate::metrics::{now_epoch_seconds, Metrics};
+use crate::metrics::{now_epoch_seconds, Metrics, Summary};
 use crate::sink::{Sink, SinkError, WriteOutcome};
 
 pub struct SinkWorker {
@@ -103,18 +103,18 @@ impl SinkWorker {
             );
         }
         let now = now_unix_nanos();
+        let mut ages = Summary::default();
         for (outcome, (source, family)) in outcomes.iter().zip(&meta) {
             if outcome.is_durable() {
                 self.metrics
                     .add_family(*family, "messages_written_total", 1);
                 if let Some(s) = source {
-                    self.metrics.observe(
-                        "event_age_at_store_seconds",
-                        ((now - s) as f64 / 1e9).max(0.0),
-                    );
+                    ages.observe(((now - s) as f64 / 1e9).max(0.0));
                 }
             }
         }
+        self.metrics
+            .observe_all("event_age_at_store_seconds", &ages);
 
         let mut outcomes = outcomes.into_iter();
         verdicts

@@ -23,6 +23,7 @@ pub mod config;
 mod durable;
 pub mod jsonl;
 pub mod per_event;
+mod record;
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
@@ -33,36 +34,14 @@ use std::sync::Arc;
 pub use config::FileSinkConfig;
 use config::{DuplicatePolicy, FileMode};
 use durable::{create_all, dir_mode, sync_dir};
+pub use record::{encode_record, RECORD_SCHEMA};
 
 use super::{Sink, SinkError, WriteOutcome};
 use crate::envelope::Envelope;
 use crate::metrics::Metrics;
 
-/// `schema` of every record.
-pub const RECORD_SCHEMA: &str = "svc.file.message.v1";
-/// A record's first bytes: `schema` comes first, then the envelope's own fields.
-const RECORD_HEAD: &[u8] = b"{\"schema\":\"svc.file.message.v1\"";
-
 fn error(message: impl Into<String>) -> SinkError {
     SinkError::new("file", message)
-}
-
-/// Appends the record of `env` to `buf` (no newline): `{"schema":"svc.file.message.v1",`
-/// followed by the envelope's serialized fields, in their declared order. The envelope is
-/// serialized as is, never re-derived. On error `buf` is left as it was.
-pub fn encode_record(buf: &mut Vec<u8>, env: &Envelope) -> serde_json::Result<()> {
-    let start = buf.len();
-    buf.extend_from_slice(RECORD_HEAD);
-    let body = buf.len();
-    if let Err(e) = serde_json::to_writer(&mut *buf, env) {
-        buf.truncate(start);
-        return Err(e);
-    }
-    // Invariant: an Envelope serializes as a JSON object with fields, `{"subject":...}`, so
-    // its opening brace becomes the comma after `schema`.
-    debug_assert!(buf[body] == b'{' && buf[body + 1] == b'"');
-    buf[body] = b',';
-    Ok(())
 }
 
 /// `max_record_bytes`, applied to the serialized record before compression.
@@ -317,10 +296,6 @@ pub(crate) mod tests {
         assert!(
             text.starts_with(r#"{"schema":"svc.file.message.v1","subject":"orders.created","#),
             "{text}"
-        );
-        assert_eq!(
-            RECORD_HEAD,
-            format!(r#"{{"schema":"{RECORD_SCHEMA}""#).as_bytes()
         );
         let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         let mut expected = serde_json::to_value(&e).unwrap();
