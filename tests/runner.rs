@@ -102,6 +102,11 @@ fn n_published_are_n_stored_and_acked() {
         .wait_timeout(Duration::from_secs(15))
         .expect("exits after SIGTERM");
     assert!(status.success(), "clean exit: {}", runner.log_text());
+    assert!(
+        !runner.log_text().contains("max_ack_pending"),
+        "no limit warning for an unlimited consumer: {}",
+        runner.log_text()
+    );
     let snap = dir.path().join("metrics.json");
     assert_eq!(snapshot_counter(&snap, "messages_fetched_total"), n as u64);
     assert_eq!(snapshot_counter(&snap, "messages_written_total"), n as u64);
@@ -387,7 +392,8 @@ fn missing_consumer_is_a_clear_error_or_created_on_request() {
             &server,
             dir.path(),
             &out,
-            json!({"nats": {"create_consumer": true, "ack_wait_seconds": 7}}),
+            // 100 < 4 batches x 64 in flight: works, with a warning at start.
+            json!({"nats": {"create_consumer": true, "ack_wait_seconds": 7, "max_ack_pending": 100}}),
         ),
     );
     server.publish_n(STREAM, "orders.created", 3, |_| b"{}".to_vec());
@@ -399,6 +405,15 @@ fn missing_consumer_is_a_clear_error_or_created_on_request() {
     );
     let info = server.js().consumer_info(STREAM, CONSUMER).unwrap();
     assert_eq!(info.config.ack_wait, Duration::from_secs(7));
+    assert_eq!(info.config.max_ack_pending, 100);
+    assert!(
+        runner.log_text().contains(
+            "allows 100 unacknowledged messages (max_ack_pending), fewer than this runner may \
+             hold in flight (4 x 64 = 256)"
+        ),
+        "{}",
+        runner.log_text()
+    );
     assert_eq!(info.config.filter_subject, SUBJECT);
     runner.signal("TERM");
     assert!(runner

@@ -105,6 +105,9 @@ pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, Br
 pub struct Consumer {
     pub subscription: PullSubscription,
     pub ack_wait: Duration,
+    /// The consumer's MaxAckPending (unacknowledged deliveries the broker allows in all),
+    /// when known and limited.
+    pub max_ack_pending: Option<u64>,
     pub stream: String,
     pub name: String,
 }
@@ -152,20 +155,25 @@ pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, Brok
     let subscription = js
         .pull_subscribe_with_options(&cfg.subject, &opts)
         .map_err(err(format!("bind {what}")))?;
-    let ack_wait = subscription_ack_wait(&js, cfg).unwrap_or(Duration::from_secs(30));
+    let config = js
+        .consumer_info(&cfg.stream, &cfg.consumer)
+        .ok()
+        .map(|i| i.config);
+    let ack_wait = config
+        .as_ref()
+        .map(|c| c.ack_wait)
+        .filter(|d| !d.is_zero())
+        .unwrap_or(Duration::from_secs(30));
+    let max_ack_pending = config
+        .and_then(|c| u64::try_from(c.max_ack_pending).ok())
+        .filter(|n| *n > 0);
     Ok(Consumer {
         subscription,
         ack_wait,
+        max_ack_pending,
         stream: cfg.stream.clone(),
         name: cfg.consumer.clone(),
     })
-}
-
-fn subscription_ack_wait(js: &JetStream, cfg: &NatsConfig) -> Option<Duration> {
-    js.consumer_info(&cfg.stream, &cfg.consumer)
-        .ok()
-        .map(|i| i.config.ack_wait)
-        .filter(|d| !d.is_zero())
 }
 
 fn create_consumer(js: &JetStream, cfg: &NatsConfig) -> io::Result<()> {

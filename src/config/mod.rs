@@ -246,7 +246,8 @@ fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
     let create_consumer = r.bool_or("create_consumer", false);
     let consumer_settings = ConsumerSettings {
         ack_wait: Duration::from_secs(r.int_in("ack_wait_seconds", 30, 1, 86_400) as u64),
-        max_ack_pending: r.int_in("max_ack_pending", 1000, 1, 1_000_000),
+        // The default in-flight bound (8 batches x 256): the broker never pauses a default runner.
+        max_ack_pending: r.int_in("max_ack_pending", 2048, 1, 1_000_000),
         max_deliver: match r.opt_int_in("max_deliver", -1, 1_000_000) {
             Some(0) => {
                 r.problem("max_deliver", "must be -1 (unlimited) or at least 1");

@@ -176,6 +176,20 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     );
 
     let d = &cfg.delivery;
+    let in_flight = d.max_in_flight_batches * d.batch_size;
+    if let Some(max) = consumer.max_ack_pending.filter(|m| *m < in_flight as u64) {
+        // Not an error (several runners may share a consumer on purpose), but the broker
+        // stops delivering at its limit, so part of the configured pipeline stays idle.
+        log::warn!(
+            "consumer {}/{} allows {max} unacknowledged messages (max_ack_pending), fewer than \
+             this runner may hold in flight ({} x {} = {in_flight}); deliveries pause at the \
+             broker's limit. Raise max_ack_pending to at least {in_flight} per runner.",
+            consumer.stream,
+            consumer.name,
+            d.max_in_flight_batches,
+            d.batch_size
+        );
+    }
     let credits = Arc::new(credit::CreditPool::new(
         d.max_in_flight_batches * d.batch_size,
     ));
