@@ -16,9 +16,11 @@ use std::time::Duration;
 
 use ureq::http::{Method, Request};
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig, TlsProvider};
+use ureq::unversioned::transport::DefaultConnector;
 use ureq::Agent;
 
 use super::config::{endpoint_problem, AddressingStyle, ObjectStoreConfig};
+use super::resolver::CachingResolver;
 use crate::aws::credentials::Credentials;
 use crate::aws::{endpoint_override, sigv4, Env};
 
@@ -259,7 +261,7 @@ impl S3Client {
             .provider(TlsProvider::Rustls)
             .root_certs(roots)
             .build();
-        let agent: Agent = Agent::config_builder()
+        let config = Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(opts.timeout))
             .max_redirects(0)
@@ -268,8 +270,8 @@ impl S3Client {
             .max_idle_age(Duration::from_secs(4))
             .user_agent(concat!("svc/", env!("CARGO_PKG_VERSION")))
             .tls_config(tls)
-            .build()
-            .into();
+            .build();
+        let agent = Agent::with_parts(config, DefaultConnector::new(), CachingResolver::default());
         let path_style = match style {
             AddressingStyle::Path => true,
             AddressingStyle::Virtual => false,

@@ -27,6 +27,7 @@ pub mod body;
 pub mod client;
 pub mod config;
 pub mod layout;
+pub mod resolver;
 
 use std::io::Read;
 use std::sync::Arc;
