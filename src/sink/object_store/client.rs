@@ -11,7 +11,7 @@
 //! credentials are rejected by config validation; the Authorization header is never printed).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ureq::http::{Method, Request};
@@ -204,6 +204,8 @@ pub struct S3Client {
     bucket: String,
     region: String,
     creds: Credentials,
+    /// The SigV4 signing key of the current day (the credentials are fixed per client).
+    signing_key: Mutex<Option<Arc<sigv4::SigningKey>>>,
 }
 
 impl fmt::Debug for S3Client {
@@ -284,6 +286,7 @@ impl S3Client {
             bucket: bucket.to_string(),
             region: region.to_string(),
             creds,
+            signing_key: Mutex::new(None),
         })
     }
 
@@ -309,6 +312,23 @@ impl S3Client {
         }
     }
 
+    /// The signing key of `scope`'s day: derived on the first request of each day, then
+    /// kept.
+    fn signing_key(&self, scope: &sigv4::Scope<'_>) -> Arc<sigv4::SigningKey> {
+        let mut kept = self.signing_key.lock().unwrap_or_else(|e| e.into_inner());
+        match kept.as_ref() {
+            Some(k) if k.fits(scope) => k.clone(),
+            _ => {
+                let k = Arc::new(sigv4::SigningKey::derive(
+                    &self.creds.secret_access_key,
+                    scope,
+                ));
+                *kept = Some(k.clone());
+                k
+            }
+        }
+    }
+
     /// Sends one signed request. `headers` are signed too. Non-2xx answers become
     /// [`S3Error::Status`].
     pub fn send(
@@ -325,7 +345,12 @@ impl S3Client {
         let mut to_sign: Vec<(&str, &str)> = Vec::with_capacity(headers.len() + 1);
         to_sign.push(("x-amz-content-sha256", &payload_sha256));
         to_sign.extend(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        let signed = sigv4::sign(
+        let scope = sigv4::Scope {
+            region: &self.region,
+            service: "s3",
+            amz_date: &amz_date,
+        };
+        let signed = sigv4::sign_with_key(
             &sigv4::Request {
                 method: method.as_str(),
                 host: &host,
@@ -334,12 +359,9 @@ impl S3Client {
                 headers: &to_sign,
                 payload_sha256: &payload_sha256,
             },
-            &sigv4::Scope {
-                region: &self.region,
-                service: "s3",
-                amz_date: &amz_date,
-            },
+            &scope,
             &self.creds,
+            &self.signing_key(&scope),
         );
         let scheme = if self.endpoint.https { "https" } else { "http" };
         let uri = format!("{scheme}://{host}{path}");
