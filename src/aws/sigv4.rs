@@ -21,6 +21,8 @@
 //! Requests (AWS Signature Version 4)" (S3 API); the tests reproduce their published examples
 //! and requests signed by botocore.
 
+use std::borrow::Cow;
+
 use ring::{digest, hmac};
 
 use super::credentials::Credentials;
@@ -118,9 +120,29 @@ pub struct Signed {
     pub headers: Vec<(String, String)>,
 }
 
-/// Collapses runs of spaces and trims, as the canonical header value requires.
-fn canonical_value(v: &str) -> String {
-    v.split_whitespace().collect::<Vec<_>>().join(" ")
+/// Collapses runs of spaces and trims, as the canonical header value requires. Borrows the
+/// value when it is already canonical (the usual case: one allocation fewer per header).
+fn canonical_value(v: &str) -> Cow<'_, str> {
+    let b = v.as_bytes();
+    let canonical = v.is_ascii()
+        && b.first() != Some(&b' ')
+        && b.last() != Some(&b' ')
+        && !b.windows(2).any(|w| w == b"  ")
+        && !b.iter().any(|c| (0x09..=0x0d).contains(c));
+    if canonical {
+        Cow::Borrowed(v)
+    } else {
+        Cow::Owned(v.split_whitespace().collect::<Vec<_>>().join(" "))
+    }
+}
+
+/// Lower-case header name, borrowed when it is lower-case already.
+fn lower_name(n: &str) -> Cow<'_, str> {
+    if n.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(n.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(n)
+    }
 }
 
 /// The canonical request (step 1) and the signed-header list.
@@ -129,22 +151,25 @@ pub fn canonical_request(
     amz_date: &str,
     session_token: Option<&str>,
 ) -> (String, String) {
-    let mut headers: Vec<(String, String)> = req
-        .headers
-        .iter()
-        .map(|(n, v)| (n.to_ascii_lowercase(), canonical_value(v)))
-        .collect();
+    let mut headers: Vec<(Cow<'_, str>, Cow<'_, str>)> = Vec::with_capacity(req.headers.len() + 3);
+    headers.extend(
+        req.headers
+            .iter()
+            .map(|(n, v)| (lower_name(n), canonical_value(v))),
+    );
     headers.push(("host".into(), canonical_value(req.host)));
-    headers.push(("x-amz-date".into(), amz_date.to_string()));
+    headers.push(("x-amz-date".into(), amz_date.into()));
     if let Some(t) = session_token {
         headers.push(("x-amz-security-token".into(), canonical_value(t)));
     }
     headers.sort();
-    let signed = headers
-        .iter()
-        .map(|(n, _)| n.as_str())
-        .collect::<Vec<_>>()
-        .join(";");
+    let mut signed = String::with_capacity(headers.iter().map(|(n, _)| n.len() + 1).sum());
+    for (i, (n, _)) in headers.iter().enumerate() {
+        if i > 0 {
+            signed.push(';');
+        }
+        signed.push_str(n);
+    }
     let mut canon = String::with_capacity(512);
     canon.push_str(req.method);
     canon.push('\n');
@@ -175,22 +200,82 @@ pub fn string_to_sign(scope: &Scope<'_>, canonical_request: &str) -> String {
     )
 }
 
+/// The signing key of step 3, `AWS4<secret>` -> date -> region -> service -> `aws4_request`,
+/// for one day, region and service. Deriving it takes four HMACs, each with its own key
+/// set-up; a client that signs many requests with the same credentials keeps it for the day
+/// ([`SigningKey::fits`]) and only computes the final HMAC per request.
+#[derive(Clone)]
+pub struct SigningKey {
+    date: String,
+    region: String,
+    service: String,
+    key: hmac::Key,
+}
+
+impl SigningKey {
+    /// Derives the key of `scope`'s day, region and service from the secret access key.
+    pub fn derive(secret: &str, scope: &Scope<'_>) -> SigningKey {
+        let k_date = hmac_sha256(format!("AWS4{secret}").as_bytes(), scope.date().as_bytes());
+        let k_region = hmac_sha256(k_date.as_ref(), scope.region.as_bytes());
+        let k_service = hmac_sha256(k_region.as_ref(), scope.service.as_bytes());
+        let k_signing = hmac_sha256(k_service.as_ref(), b"aws4_request");
+        SigningKey {
+            date: scope.date().to_string(),
+            region: scope.region.to_string(),
+            service: scope.service.to_string(),
+            key: hmac::Key::new(hmac::HMAC_SHA256, k_signing.as_ref()),
+        }
+    }
+
+    /// True when this key signs requests of `scope`: same day, region and service.
+    pub fn fits(&self, scope: &Scope<'_>) -> bool {
+        self.date == scope.date() && self.region == scope.region && self.service == scope.service
+    }
+
+    /// Hex HMAC of the string to sign: the signature.
+    fn signature(&self, string_to_sign: &str) -> String {
+        crate::hex::lower(hmac::sign(&self.key, string_to_sign.as_bytes()).as_ref())
+    }
+}
+
+impl std::fmt::Debug for SigningKey {
+    // The key stands in for the secret: never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningKey")
+            .field("date", &self.date)
+            .field("region", &self.region)
+            .field("service", &self.service)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The signature (step 3): hex HMAC of the string to sign under the derived key.
 pub fn signature(secret: &str, scope: &Scope<'_>, string_to_sign: &str) -> String {
-    let k_date = hmac_sha256(format!("AWS4{secret}").as_bytes(), scope.date().as_bytes());
-    let k_region = hmac_sha256(k_date.as_ref(), scope.region.as_bytes());
-    let k_service = hmac_sha256(k_region.as_ref(), scope.service.as_bytes());
-    let k_signing = hmac_sha256(k_service.as_ref(), b"aws4_request");
-    crate::hex::lower(hmac_sha256(k_signing.as_ref(), string_to_sign.as_bytes()).as_ref())
+    SigningKey::derive(secret, scope).signature(string_to_sign)
 }
 
 /// Signs a request: returns `X-Amz-Date`, `X-Amz-Security-Token` (with a session token) and
 /// `Authorization`.
 pub fn sign(req: &Request<'_>, scope: &Scope<'_>, creds: &Credentials) -> Signed {
+    let key = SigningKey::derive(&creds.secret_access_key, scope);
+    sign_with_key(req, scope, creds, &key)
+}
+
+/// [`sign`] with a signing key the caller derived earlier from `creds`' secret.
+///
+/// Invariant: `key` comes from `SigningKey::derive(&creds.secret_access_key, s)` for a scope
+/// `s` it [`fits`](SigningKey::fits) with `scope` (checked in debug builds).
+pub fn sign_with_key(
+    req: &Request<'_>,
+    scope: &Scope<'_>,
+    creds: &Credentials,
+    key: &SigningKey,
+) -> Signed {
+    debug_assert!(key.fits(scope), "signing key of another day or scope");
     let (canon, signed_headers) =
         canonical_request(req, scope.amz_date, creds.session_token.as_deref());
     let sts = string_to_sign(scope, &canon);
-    let sig = signature(&creds.secret_access_key, scope, &sts);
+    let sig = key.signature(&sts);
     let mut headers = vec![("X-Amz-Date".to_string(), scope.amz_date.to_string())];
     if let Some(t) = &creds.session_token {
         headers.push(("X-Amz-Security-Token".to_string(), t.clone()));
@@ -405,6 +490,63 @@ mod tests {
             hash,
             "015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"
         );
+    }
+
+    /// A key derived once signs like `sign`, and fits only its own day, region and service.
+    #[test]
+    fn kept_signing_key_signs_the_same() {
+        let empty = hex_sha256(b"");
+        let req = Request {
+            method: "PUT",
+            host: "127.0.0.1:5000",
+            path: "/b/k.json",
+            query: "",
+            headers: &[("x-amz-content-sha256", &empty)],
+            payload_sha256: &empty,
+        };
+        let scope = |amz_date| Scope {
+            region: "eu-west-1",
+            service: "s3",
+            amz_date,
+        };
+        let c = creds(Some("T"));
+        let key = SigningKey::derive(SECRET, &scope("20240517T000000Z"));
+        for t in ["20240517T000000Z", "20240517T235959Z"] {
+            assert!(key.fits(&scope(t)));
+            assert_eq!(
+                sign_with_key(&req, &scope(t), &c, &key),
+                sign(&req, &scope(t), &c)
+            );
+        }
+        assert!(!key.fits(&scope("20240518T000000Z")));
+        assert!(!key.fits(&Scope {
+            region: "us-east-1",
+            ..scope("20240517T000000Z")
+        }));
+        assert!(!key.fits(&Scope {
+            service: "monitoring",
+            ..scope("20240517T000000Z")
+        }));
+        assert!(!format!("{key:?}").contains(SECRET));
+    }
+
+    #[test]
+    fn canonical_values() {
+        for (v, want) in [
+            ("application/json", "application/json"),
+            ("", ""),
+            ("a b", "a b"),
+            ("  a   b ", "a b"),
+            ("a\tb", "a b"),
+            ("a\x0bb", "a b"),
+            ("\u{a0}a", "a"),
+            ("é  x", "é x"),
+        ] {
+            assert_eq!(canonical_value(v), want, "{v:?}");
+        }
+        assert!(matches!(canonical_value("a b"), Cow::Borrowed(_)));
+        assert_eq!(lower_name("X-Amz-Meta-A"), "x-amz-meta-a");
+        assert!(matches!(lower_name("content-type"), Cow::Borrowed(_)));
     }
 
     #[test]

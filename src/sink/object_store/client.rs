@@ -11,14 +11,16 @@
 //! credentials are rejected by config validation; the Authorization header is never printed).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ureq::http::{Method, Request};
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig, TlsProvider};
+use ureq::unversioned::transport::DefaultConnector;
 use ureq::Agent;
 
 use super::config::{endpoint_problem, AddressingStyle, ObjectStoreConfig};
+use super::resolver::CachingResolver;
 use crate::aws::credentials::Credentials;
 use crate::aws::{endpoint_override, sigv4, Env};
 
@@ -202,6 +204,8 @@ pub struct S3Client {
     bucket: String,
     region: String,
     creds: Credentials,
+    /// The SigV4 signing key of the current day (the credentials are fixed per client).
+    signing_key: Mutex<Option<Arc<sigv4::SigningKey>>>,
 }
 
 impl fmt::Debug for S3Client {
@@ -259,7 +263,7 @@ impl S3Client {
             .provider(TlsProvider::Rustls)
             .root_certs(roots)
             .build();
-        let agent: Agent = Agent::config_builder()
+        let config = Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(opts.timeout))
             .max_redirects(0)
@@ -268,8 +272,8 @@ impl S3Client {
             .max_idle_age(Duration::from_secs(4))
             .user_agent(concat!("svc/", env!("CARGO_PKG_VERSION")))
             .tls_config(tls)
-            .build()
-            .into();
+            .build();
+        let agent = Agent::with_parts(config, DefaultConnector::new(), CachingResolver::default());
         let path_style = match style {
             AddressingStyle::Path => true,
             AddressingStyle::Virtual => false,
@@ -282,6 +286,7 @@ impl S3Client {
             bucket: bucket.to_string(),
             region: region.to_string(),
             creds,
+            signing_key: Mutex::new(None),
         })
     }
 
@@ -307,6 +312,23 @@ impl S3Client {
         }
     }
 
+    /// The signing key of `scope`'s day: derived on the first request of each day, then
+    /// kept.
+    fn signing_key(&self, scope: &sigv4::Scope<'_>) -> Arc<sigv4::SigningKey> {
+        let mut kept = self.signing_key.lock().unwrap_or_else(|e| e.into_inner());
+        match kept.as_ref() {
+            Some(k) if k.fits(scope) => k.clone(),
+            _ => {
+                let k = Arc::new(sigv4::SigningKey::derive(
+                    &self.creds.secret_access_key,
+                    scope,
+                ));
+                *kept = Some(k.clone());
+                k
+            }
+        }
+    }
+
     /// Sends one signed request. `headers` are signed too. Non-2xx answers become
     /// [`S3Error::Status`].
     pub fn send(
@@ -323,7 +345,12 @@ impl S3Client {
         let mut to_sign: Vec<(&str, &str)> = Vec::with_capacity(headers.len() + 1);
         to_sign.push(("x-amz-content-sha256", &payload_sha256));
         to_sign.extend(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        let signed = sigv4::sign(
+        let scope = sigv4::Scope {
+            region: &self.region,
+            service: "s3",
+            amz_date: &amz_date,
+        };
+        let signed = sigv4::sign_with_key(
             &sigv4::Request {
                 method: method.as_str(),
                 host: &host,
@@ -332,12 +359,9 @@ impl S3Client {
                 headers: &to_sign,
                 payload_sha256: &payload_sha256,
             },
-            &sigv4::Scope {
-                region: &self.region,
-                service: "s3",
-                amz_date: &amz_date,
-            },
+            &scope,
             &self.creds,
+            &self.signing_key(&scope),
         );
         let scheme = if self.endpoint.https { "https" } else { "http" };
         let uri = format!("{scheme}://{host}{path}");

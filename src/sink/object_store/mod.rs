@@ -3,14 +3,20 @@
 //!
 //! Threading: the sink owns a pool of `max_concurrent_puts` threads named `svc-s3-put-N`,
 //! started when it is built and shared by every `svc-sink-N` worker. `write_batch` (on a sink
-//! worker) prepares keys and bodies itself, hands one job per envelope to the pool through a
-//! bounded channel, and collects the outcomes from a reply channel sized to the batch (so a
-//! put thread never blocks on a reply). Outcomes are put back in batch order. Because the pool
-//! is shared, one batch's slow tail leaves threads free for the next batch: the number of puts
-//! in flight is `max_concurrent_puts` for the whole sink, whatever `sink_workers` is. One
-//! object per event is round-trip bound, hence the concurrency; the HTTP agent's pool keeps
-//! the keep-alive connections. Dropping the sink closes the job channel; the threads finish
-//! their job and exit, and are joined.
+//! worker) prepares keys and bodies of the whole batch itself into one shared [`BatchWork`]
+//! (microseconds per object, where a put takes milliseconds), then sends one token per thread
+//! that can help (at most `max_concurrent_puts`, at most one
+//! per object) through a bounded channel, and sleeps until the batch is done. A put thread
+//! that takes a token claims the batch's objects one at a time (an atomic index) and writes
+//! each into the object's own outcome slot, until none is left; the one that completes the
+//! last object wakes the worker. Outcomes are thus in batch order, and the hand-offs are per
+//! batch, not per object (one per object cost a wake-up of the worker per object, a
+//! measurable share of the sink's CPU). Tokens queue in order, so batches are served first
+//! come, first served, and because the pool is shared one batch's slow tail leaves threads
+//! free for the next batch: the number of puts in flight is `max_concurrent_puts` for the
+//! whole sink, whatever `sink_workers` is. One object per event is round-trip bound, hence
+//! the concurrency; the HTTP agent's pool keeps the keep-alive connections. Dropping the sink
+//! closes the token channel; the threads finish the tokens queued and exit, and are joined.
 //!
 //! Failure semantics (see `docs/sinks/object-store.md`):
 //! - 2xx: durable. 412 on a conditional create: prior success (`skip_existing`), or, with
@@ -27,9 +33,12 @@ pub mod body;
 pub mod client;
 pub mod config;
 pub mod layout;
+pub mod resolver;
 
 use std::io::Read;
-use std::sync::Arc;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -53,8 +62,8 @@ const POOL_SPARE: usize = 2;
 
 pub struct ObjectStoreSink {
     shared: Arc<Shared>,
-    /// Jobs for the put threads; `None` only while dropping.
-    jobs: Option<Sender<Job>>,
+    /// Tokens for the put threads; `None` only while dropping.
+    tokens: Option<Sender<Arc<BatchWork>>>,
     threads: Vec<JoinHandle<()>>,
     /// `bucket at endpoint, credentials from source`, safe to print.
     description: String,
@@ -77,10 +86,58 @@ struct Prepared {
     payload_sha256: String,
 }
 
-struct Job {
-    index: usize,
-    prepared: Prepared,
-    reply: Sender<(usize, WriteOutcome)>,
+/// One batch being written: the prepared objects, claimed one at a time by the put threads
+/// holding one of its tokens, and one outcome slot per object of the batch.
+struct BatchWork {
+    /// `(index in the batch, object)` of the objects to put.
+    objects: Vec<(usize, Prepared)>,
+    /// Next entry of `objects` to claim.
+    next: AtomicUsize,
+    /// Outcome per batch index. The sink worker fills those of objects that failed before a
+    /// request (permanent) before it hands out tokens.
+    outcomes: Vec<OnceLock<WriteOutcome>>,
+    /// Entries of `objects` not completed yet.
+    pending: AtomicUsize,
+    /// Set (and `done_cv` notified) by whoever completes the last object.
+    done: Mutex<bool>,
+    done_cv: Condvar,
+}
+
+impl BatchWork {
+    /// Claims and writes objects until none is left to claim.
+    fn help(&self, shared: &Shared) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some((index, prepared)) = self.objects.get(i) else {
+                return;
+            };
+            // A bug in `write` must neither kill the put thread nor leave the batch's worker
+            // waiting for an outcome that never comes: the object gets a transient outcome
+            // (redelivered) and the thread goes on. The panic hook has reported it.
+            let outcome =
+                catch_unwind(AssertUnwindSafe(|| shared.write(prepared))).unwrap_or_else(|_| {
+                    WriteOutcome::Transient(SinkError::new(KIND, "put thread panicked"))
+                });
+            self.complete(*index, outcome);
+        }
+    }
+
+    fn complete(&self, index: usize, outcome: WriteOutcome) {
+        // Invariant: each batch index is completed once (claims are unique).
+        let _ = self.outcomes[index].set(outcome);
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            self.done_cv.notify_all();
+        }
+    }
+
+    /// Sleeps until every object is completed.
+    fn wait(&self) {
+        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        while !*done {
+            done = self.done_cv.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+    }
 }
 
 impl ObjectStoreSink {
@@ -132,17 +189,17 @@ impl ObjectStoreSink {
             client,
             metrics,
         });
-        let (tx, rx) = crossbeam_channel::bounded::<Job>(threads_wanted * 2);
+        // Tokens of two batches per thread can wait: a worker rarely blocks handing out
+        // tokens, and when it does, it is woken once per token, not per object.
+        let (tx, rx) = crossbeam_channel::bounded::<Arc<BatchWork>>(threads_wanted * 2);
         let mut threads = Vec::with_capacity(threads_wanted);
         for n in 0..threads_wanted {
             let (shared, rx) = (shared.clone(), rx.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("svc-s3-put-{n}"))
                 .spawn(move || {
-                    for job in rx {
-                        let outcome = shared.write(&job.prepared);
-                        // Invariant: the reply channel holds a whole batch; never blocks.
-                        let _ = job.reply.send((job.index, outcome));
+                    for work in rx {
+                        work.help(&shared);
                     }
                 });
             match spawned {
@@ -162,7 +219,7 @@ impl ObjectStoreSink {
         );
         Ok(ObjectStoreSink {
             shared,
-            jobs: Some(tx),
+            tokens: Some(tx),
             threads,
             description,
         })
@@ -180,7 +237,7 @@ impl ObjectStoreSink {
 
 impl Drop for ObjectStoreSink {
     fn drop(&mut self) {
-        self.jobs = None;
+        self.tokens = None;
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -345,45 +402,55 @@ impl Sink for ObjectStoreSink {
     }
 
     fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome> {
-        let mut outcomes: Vec<Option<WriteOutcome>> = vec![None; batch.len()];
-        let (reply_tx, reply_rx) = crossbeam_channel::bounded(batch.len().max(1));
-        let mut sent = 0usize;
+        let outcomes: Vec<OnceLock<WriteOutcome>> = batch.iter().map(|_| OnceLock::new()).collect();
+        let mut objects = Vec::with_capacity(batch.len());
         for (index, env) in batch.iter().enumerate() {
-            let prepared = match self.shared.prepare(env) {
-                Ok(p) => p,
+            match self.shared.prepare(env) {
+                Ok(p) => objects.push((index, p)),
                 Err(outcome) => {
-                    outcomes[index] = Some(outcome);
-                    continue;
-                }
-            };
-            let job = Job {
-                index,
-                prepared,
-                reply: reply_tx.clone(),
-            };
-            // Blocks while the pool is busy: that is the concurrency bound.
-            match self.jobs.as_ref().map(|j| j.send(job).is_ok()) {
-                Some(true) => sent += 1,
-                _ => {
-                    outcomes[index] = Some(WriteOutcome::Transient(SinkError::new(
-                        KIND,
-                        "put threads stopped",
-                    )))
+                    let _ = outcomes[index].set(outcome);
                 }
             }
         }
-        drop(reply_tx);
-        for _ in 0..sent {
-            match reply_rx.recv() {
-                Ok((index, outcome)) => outcomes[index] = Some(outcome),
-                // Every put thread is gone (cannot happen while the sink lives).
-                Err(_) => break,
+        let helpers = objects.len().min(self.threads.len());
+        let work = Arc::new(BatchWork {
+            pending: AtomicUsize::new(objects.len()),
+            // Nothing to put: done already.
+            done: Mutex::new(objects.is_empty()),
+            objects,
+            next: AtomicUsize::new(0),
+            outcomes,
+            done_cv: Condvar::new(),
+        });
+        let mut handed_out = 0;
+        for _ in 0..helpers {
+            // Blocks while the tokens of earlier batches fill the channel.
+            match self.tokens.as_ref().map(|t| t.send(work.clone()).is_ok()) {
+                Some(true) => handed_out += 1,
+                _ => break,
             }
         }
-        outcomes
-            .into_iter()
+        if handed_out == 0 {
+            // No put thread will ever see this batch (cannot happen while the sink lives):
+            // fail what is left here.
+            loop {
+                let i = work.next.fetch_add(1, Ordering::Relaxed);
+                let Some((index, _)) = work.objects.get(i) else {
+                    break;
+                };
+                work.complete(
+                    *index,
+                    WriteOutcome::Transient(SinkError::new(KIND, "put threads stopped")),
+                );
+            }
+        }
+        work.wait();
+        // Outcomes are cloned, not moved out: a put thread may still hold a token of this
+        // finished batch. Clones are cheap (`Durable` is a unit).
+        work.outcomes
+            .iter()
             .map(|o| {
-                o.unwrap_or_else(|| {
+                o.get().cloned().unwrap_or_else(|| {
                     WriteOutcome::Transient(SinkError::new(KIND, "put thread ended early"))
                 })
             })
