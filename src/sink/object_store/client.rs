@@ -339,6 +339,20 @@ impl S3Client {
         body: &[u8],
         body_limit: u64,
     ) -> Result<Reply, S3Error> {
+        self.exchange(method, key, headers, body, body_limit, true)
+    }
+
+    /// [`send`](Self::send); the response headers are copied into the reply only with
+    /// `keep_headers` (a PUT's are never read, and copying them costs a dozen allocations).
+    fn exchange(
+        &self,
+        method: Method,
+        key: Option<&str>,
+        headers: &[(String, String)],
+        body: &[u8],
+        body_limit: u64,
+        keep_headers: bool,
+    ) -> Result<Reply, S3Error> {
         let (host, path) = self.target(key);
         let payload_sha256 = sigv4::hex_sha256(body);
         let amz_date = sigv4::amz_date(time::OffsetDateTime::now_utc());
@@ -389,16 +403,19 @@ impl S3Client {
         };
         let mut resp = result.map_err(classify)?;
         let status = resp.status().as_u16();
-        let headers: Vec<(String, String)> = resp
-            .headers()
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_ascii_lowercase(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect();
+        let headers: Vec<(String, String)> = if keep_headers {
+            resp.headers()
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_ascii_lowercase(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let ok = (200..300).contains(&status);
         let limit = if ok { body_limit } else { MAX_ERROR_BODY };
         // Reading the body to its end is what lets the pool reuse the connection.
@@ -429,14 +446,15 @@ impl S3Client {
         }
     }
 
-    /// PUT of one object with the given (signed) headers.
+    /// PUT of one object with the given (signed) headers; `Ok` is the 2xx status.
     pub fn put_object(
         &self,
         key: &str,
         body: &[u8],
         headers: &[(String, String)],
-    ) -> Result<Reply, S3Error> {
-        self.send(Method::PUT, Some(key), headers, body, MAX_ERROR_BODY)
+    ) -> Result<u16, S3Error> {
+        self.exchange(Method::PUT, Some(key), headers, body, MAX_ERROR_BODY, false)
+            .map(|r| r.status)
     }
 
     /// GET of one object; `None` when it does not exist.
