@@ -122,7 +122,10 @@ static MOTO_PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 static LAST_MOTO_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn moto_cpu() -> f64 {
-    MOTO_PID.get().map(|p| cpu_seconds(*p)).unwrap_or(0.0)
+    MOTO_PID
+        .get()
+        .map(|p| support::process_cpu_seconds(*p))
+        .unwrap_or(0.0)
 }
 
 fn last_moto_ms() -> f64 {
@@ -293,21 +296,9 @@ struct EndToEnd {
 /// `svc run` from a real broker into the bucket `bench-e2e`; raw PUT capacity is measured right
 /// before and after at the same concurrency.
 fn end_to_end(m: &moto::Moto, n: usize, conc: usize, sample: &[u8]) -> EndToEnd {
-    let store = moto::TempDir::new("bench-nats");
-    let port = moto::free_port();
-    let mut broker = Command::new("/usr/sbin/nats-server")
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-        .arg(store.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nats-server");
-    let url = format!("nats://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while support::connect(&url).is_err() {
-        assert!(Instant::now() < deadline, "nats-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let broker = support::start_broker();
+    let url = broker.url.clone();
+    let store = moto::TempDir::new("bench-svc");
     support::create_stream(&url, "OBJ", &["obj.>"]).unwrap();
     support::publish(&url, "OBJ", "obj.orders", n, 205).unwrap();
     support::create_consumer(&url, "OBJ", "svc", "obj.>", Duration::from_secs(60)).unwrap();
@@ -329,7 +320,7 @@ fn end_to_end(m: &moto::Moto, n: usize, conc: usize, sample: &[u8]) -> EndToEnd 
     let raw_before = raw_puts(pooled, "e2e-before", n, conc, sample, Shape::AsSink);
     let ms_before = last_moto_ms();
     let tw_base = time_wait(m.port);
-    let moto_cpu_before = cpu_seconds(m.pid());
+    let moto_cpu_before = support::process_cpu_seconds(m.pid());
     let start = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_svc"))
         .arg("run")
@@ -369,9 +360,9 @@ fn end_to_end(m: &moto::Moto, n: usize, conc: usize, sample: &[u8]) -> EndToEnd 
     });
     let rate = n as f64 / start.elapsed().as_secs_f64();
     let cpu = (
-        cpu_seconds(child.id()),
-        cpu_seconds(broker.id()),
-        cpu_seconds(m.pid()) - moto_cpu_before,
+        support::process_cpu_seconds(child.id()),
+        broker.cpu_seconds(),
+        support::process_cpu_seconds(m.pid()) - moto_cpu_before,
         start.elapsed().as_secs_f64(),
     );
     let _ = Command::new("kill")
@@ -380,8 +371,6 @@ fn end_to_end(m: &moto::Moto, n: usize, conc: usize, sample: &[u8]) -> EndToEnd 
     let _ = child.wait();
     let raw_after = raw_puts(pooled, "e2e-after", n, conc, sample, Shape::AsSink);
     let raw_ms = (ms_before + last_moto_ms()) / 2.0;
-    let _ = broker.kill();
-    let _ = broker.wait();
     EndToEnd {
         rate,
         raw: (raw_before + raw_after) / 2.0,
@@ -389,14 +378,4 @@ fn end_to_end(m: &moto::Moto, n: usize, conc: usize, sample: &[u8]) -> EndToEnd 
         raw_ms,
         cpu,
     }
-}
-
-/// User + system CPU seconds of a process so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // Fields after the command: state is 0, utime is 11, stime is 12.
-    (ticks(11) + ticks(12)) / 100.0
 }
