@@ -228,11 +228,6 @@ impl Payload {
     pub fn json(&self) -> &str {
         self.0.get()
     }
-
-    /// The payload as a JSON tree (for callers that inspect it; the sinks never do).
-    pub fn to_value(&self) -> Value {
-        serde_json::from_str(self.json()).expect("a payload is valid JSON")
-    }
 }
 
 impl PartialEq for Payload {
@@ -491,7 +486,8 @@ mod tests {
             &EnvelopeConfig::default(),
         );
         assert_eq!(e.payload.json(), r#"{"a":1}"#);
-        assert_eq!(e.payload.to_value(), serde_json::json!({"a": 1}));
+        let tree: Value = serde_json::from_str(e.payload.json()).unwrap();
+        assert_eq!(tree, serde_json::json!({"a": 1}));
         assert_eq!(e.payload_info.original_format, PayloadFormat::Json);
         assert!(!e.payload_info.wrapped);
         assert_eq!(e.payload_info.size_bytes, 7);
