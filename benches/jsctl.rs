@@ -5,6 +5,7 @@
 //! cargo bench --bench jsctl -- consumer <url> <stream> <name> <filter> [ack_wait_s]
 //! cargo bench --bench jsctl -- publish  <url> <stream> <subject> <count> [size_bytes]
 //! cargo bench --bench jsctl -- state    <url> <stream> <consumer>
+//! cargo bench --bench jsctl -- raw      <url> <stream> <consumer> <filter> <count> [batch]
 //! ```
 #![allow(deprecated)]
 
@@ -43,6 +44,14 @@ fn main() {
         ["state", url, stream, consumer] => {
             support::consumer_state(url, stream, consumer).map(|(floor, pending, waiting)| {
                 println!("ack_floor={floor} ack_pending={pending} not_delivered={waiting}");
+            })
+        }
+        ["raw", url, stream, consumer, filter, count, rest @ ..] => {
+            // The raw fetch+ack limit of runner_throughput, on its own (for profiling).
+            let batch = rest.first().and_then(|s| s.parse().ok()).unwrap_or(256);
+            let count: usize = count.parse().expect("count");
+            support::raw_fetch_ack(url, stream, consumer, filter, count, batch).map(|rate| {
+                println!("raw fetch+ack: {count} messages, batch {batch}: {rate:.0} msg/s");
             })
         }
         _ => {
