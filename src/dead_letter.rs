@@ -327,9 +327,9 @@ impl DeadLetter {
             failure: failure.clone(),
             original: Original {
                 subject: raw.subject.clone(),
-                stream: raw.stream.clone(),
+                stream: raw.stream.to_string(),
                 stream_sequence: raw.stream_sequence,
-                consumer: raw.consumer.clone(),
+                consumer: raw.consumer.to_string(),
                 consumer_sequence: raw.consumer_sequence,
                 delivery_count: raw.delivery_count,
                 message_id: raw.header(MESSAGE_ID_HEADER).map(str::to_string),

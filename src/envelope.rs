@@ -6,6 +6,8 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use serde::Serialize;
@@ -19,8 +21,9 @@ pub const METADATA_SCHEMA: &str = "svc.metadata.v1";
 #[derive(Debug, Clone, PartialEq)]
 pub struct RawMessage {
     pub subject: String,
-    pub stream: String,
-    pub consumer: String,
+    /// Shared by every message of the consumer (no allocation per message).
+    pub stream: Arc<str>,
+    pub consumer: Arc<str>,
     pub stream_sequence: u64,
     pub consumer_sequence: u64,
     /// Delivery attempt, 1 on first delivery.
@@ -66,11 +69,11 @@ pub struct PayloadInfo {
 pub struct EventMetadata {
     pub schema: &'static str,
     /// RFC 3339 time the runner received the message.
-    pub received_at: String,
+    pub received_at: Rfc3339,
     /// RFC 3339 time the broker stored the message, when known.
-    pub published_at: Option<String>,
+    pub published_at: Option<Rfc3339>,
     /// RFC 3339 source event time from the configured header, when present and valid.
-    pub event_time: Option<String>,
+    pub event_time: Option<Rfc3339>,
     pub delivery_count: u64,
     /// Only the headers named in `envelope.keep_headers`.
     pub headers: BTreeMap<String, String>,
@@ -83,9 +86,9 @@ pub struct EventMetadata {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Envelope {
     pub subject: String,
-    pub stream: String,
+    pub stream: Arc<str>,
     pub stream_sequence: u64,
-    pub consumer: String,
+    pub consumer: Arc<str>,
     pub consumer_sequence: u64,
     /// Publisher message ID (`Nats-Msg-Id`).
     pub message_id: Option<String>,
@@ -188,9 +191,9 @@ pub fn normalize(
         security_labels: None,
         metadata: EventMetadata {
             schema: METADATA_SCHEMA,
-            received_at: format_rfc3339_nanos(received_unix_nanos),
-            published_at: msg.published_unix_nanos.map(format_rfc3339_nanos),
-            event_time: event_time.map(format_rfc3339_nanos),
+            received_at: Rfc3339::from_unix_nanos(received_unix_nanos),
+            published_at: msg.published_unix_nanos.map(Rfc3339::from_unix_nanos),
+            event_time: event_time.map(Rfc3339::from_unix_nanos),
             delivery_count: msg.delivery_count,
             headers,
             security_labels: None,
@@ -374,7 +377,58 @@ pub fn hex_sha256(data: &[u8]) -> String {
 /// Written by hand because it runs two or three times per message, and the general
 /// formatter cost as much as the rest of the envelope's fields together.
 pub fn format_rfc3339_nanos(unix_nanos: i128) -> String {
-    const EPOCH: &str = "1970-01-01T00:00:00Z";
+    Rfc3339::from_unix_nanos(unix_nanos).as_str().to_string()
+}
+
+/// The RFC 3339 text of an instant (see [`format_rfc3339_nanos`]), kept inline: it is at most
+/// 30 bytes, and every envelope carries two or three of them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Rfc3339 {
+    len: u8,
+    text: [u8; 30],
+}
+
+impl Rfc3339 {
+    const EPOCH: Rfc3339 = Rfc3339 {
+        len: 20,
+        text: *b"1970-01-01T00:00:00Z0000000000",
+    };
+
+    pub fn from_unix_nanos(unix_nanos: i128) -> Rfc3339 {
+        rfc3339(unix_nanos)
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.text[..usize::from(self.len)]).unwrap_or("")
+    }
+}
+
+impl std::ops::Deref for Rfc3339 {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Debug for Rfc3339 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Rfc3339 {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+fn rfc3339(unix_nanos: i128) -> Rfc3339 {
     const NANOS_PER_SECOND: i64 = 1_000_000_000;
     // Seconds of 0000-01-01T00:00:00Z and of 10000-01-01T00:00:00Z.
     const WRITABLE: std::ops::Range<i64> = -62_167_219_200..253_402_300_800;
@@ -388,12 +442,12 @@ pub fn format_rfc3339_nanos(unix_nanos: i128) -> String {
             let secs = unix_nanos.div_euclid(NANOS_PER_SECOND.into());
             match i64::try_from(secs) {
                 Ok(secs) => (secs, unix_nanos.rem_euclid(NANOS_PER_SECOND.into()) as i64),
-                Err(_) => return EPOCH.to_string(),
+                Err(_) => return Rfc3339::EPOCH,
             }
         }
     };
     if !WRITABLE.contains(&secs) {
-        return EPOCH.to_string();
+        return Rfc3339::EPOCH;
     }
     let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
     let in_day = secs.rem_euclid(86_400) as u32;
@@ -416,7 +470,10 @@ pub fn format_rfc3339_nanos(unix_nanos: i128) -> String {
         text[end] = b'Z';
         end + 1
     };
-    String::from_utf8(text[..len].to_vec()).expect("ASCII digits and separators")
+    Rfc3339 {
+        len: len as u8,
+        text,
+    }
 }
 
 /// Writes the decimal digits of `n` into `field`, zero-padded to its width.
@@ -636,6 +693,11 @@ mod tests {
         for s in samples {
             assert_eq!(format_rfc3339_nanos(s), by_time_crate(s), "{s}");
             assert_eq!(parse_rfc3339_nanos(&format_rfc3339_nanos(s)), Some(s));
+            let inline = Rfc3339::from_unix_nanos(s);
+            assert_eq!(
+                serde_json::to_string(&inline).unwrap(),
+                serde_json::to_string(&by_time_crate(s)).unwrap()
+            );
         }
         assert_eq!(
             format_rfc3339_nanos(253_402_300_800_000_000_000),

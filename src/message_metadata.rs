@@ -120,11 +120,11 @@ pub struct MessageMetadata {
 
 impl MessageMetadata {
     /// Writes the values onto the envelope (`labels` joined by `;`).
-    pub fn apply_to(&self, env: &mut Envelope) {
-        env.priority = self.priority.clone();
-        env.classification = self.classification.clone();
+    pub fn apply_to(self, env: &mut Envelope) {
         env.labels = self.labels.join(";");
-        env.labels_list = self.labels.clone();
+        env.priority = self.priority;
+        env.classification = self.classification;
+        env.labels_list = self.labels;
     }
 }
 

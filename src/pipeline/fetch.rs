@@ -80,6 +80,7 @@ impl Fetcher {
         let mut batch = Collecting::new(self.batch_size);
         let mut next_id: u64 = 1;
         let mut request_failures: u32 = 0;
+        let mut names = broker::DeliveryNames::default();
         // What this thread last told the monitor: it is told again only on a change, so the
         // per-delivery path takes no lock for it.
         let mut doing: &'static str = "";
@@ -135,7 +136,7 @@ impl Fetcher {
                 None => POLL,
             };
             self.note(&mut doing, "waiting for deliveries");
-            let delivery = broker::next_delivery(&self.sub, wait);
+            let delivery = broker::next_delivery(&self.sub, wait, &mut names);
             now = Instant::now();
             match delivery {
                 Delivery::Message(raw, handle) => {

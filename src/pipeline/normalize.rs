@@ -81,11 +81,11 @@ impl Normalizer {
                 fields.join(", ")
             );
         }
-        meta.apply_to(&mut envelope);
         let profile = self
             .security_labels
             .resolve(raw, &meta)
             .map_err(|r| self.reject(raw, Failure::from(&r)))?;
+        meta.apply_to(&mut envelope);
         labels::apply_to(&mut envelope, profile);
         let source_unix_nanos = envelope
             .metadata

@@ -425,7 +425,8 @@ mod tests {
         let first = envelope("a", 7, None, b"{}");
         let mut again = first.clone();
         again.metadata.delivery_count = 2;
-        again.metadata.received_at = "2030-01-01T00:00:00Z".into();
+        again.metadata.received_at =
+            crate::envelope::Rfc3339::from_unix_nanos(1_893_456_000_000_000_000);
         assert_eq!(
             sink.write_batch(std::slice::from_ref(&first)),
             vec![WriteOutcome::Durable]

@@ -254,7 +254,7 @@ impl Shared {
         Ok(Prepared {
             keys,
             bodies,
-            stream: env.stream.clone(),
+            stream: env.stream.to_string(),
             stream_sequence: env.stream_sequence,
             payload_sha256: env.payload_info.sha256.clone(),
         })
