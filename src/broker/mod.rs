@@ -475,6 +475,21 @@ mod tests {
     }
 
     #[test]
+    fn delivery_names_are_shared_until_they_change() {
+        let mut cached = None;
+        let first = DeliveryNames::share(&mut cached, "ORDERS");
+        let again = DeliveryNames::share(&mut cached, "ORDERS");
+        assert!(Arc::ptr_eq(&first, &again));
+        let other = DeliveryNames::share(&mut cached, "AUDIT");
+        assert_eq!(&*other, "AUDIT");
+        assert_eq!(&*first, "ORDERS");
+        assert!(Arc::ptr_eq(
+            &other,
+            &DeliveryNames::share(&mut cached, "AUDIT")
+        ));
+    }
+
+    #[test]
     fn other_subjects_are_not_deliveries() {
         for reply in [
             "_INBOX.abc",
