@@ -382,7 +382,7 @@ pub fn format_rfc3339_nanos(unix_nanos: i128) -> String {
 
 /// The RFC 3339 text of an instant (see [`format_rfc3339_nanos`]), kept inline: it is at most
 /// 30 bytes, and every envelope carries two or three of them.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub struct Rfc3339 {
     len: u8,
     text: [u8; 30],
@@ -402,6 +402,15 @@ impl Rfc3339 {
         std::str::from_utf8(&self.text[..usize::from(self.len)]).unwrap_or("")
     }
 }
+
+/// Equal when the texts are (bytes past `len` are scratch).
+impl PartialEq for Rfc3339 {
+    fn eq(&self, other: &Rfc3339) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Rfc3339 {}
 
 impl std::ops::Deref for Rfc3339 {
     type Target = str;
@@ -694,6 +703,7 @@ mod tests {
             assert_eq!(format_rfc3339_nanos(s), by_time_crate(s), "{s}");
             assert_eq!(parse_rfc3339_nanos(&format_rfc3339_nanos(s)), Some(s));
             let inline = Rfc3339::from_unix_nanos(s);
+            assert_eq!(inline, Rfc3339::from_unix_nanos(s));
             assert_eq!(
                 serde_json::to_string(&inline).unwrap(),
                 serde_json::to_string(&by_time_crate(s)).unwrap()
@@ -707,6 +717,11 @@ mod tests {
         assert_eq!(
             format_rfc3339_nanos(-62_167_219_200_000_000_001),
             "1970-01-01T00:00:00Z"
+        );
+        // The fallback and the epoch itself are the same text, so they compare equal.
+        assert_eq!(
+            Rfc3339::from_unix_nanos(253_402_300_800_000_000_000),
+            Rfc3339::from_unix_nanos(0)
         );
     }
 
