@@ -196,6 +196,13 @@ impl Reply {
     }
 }
 
+/// Whether [`S3Client::send`] copies the response headers into its [`Reply`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseHeaders {
+    Keep,
+    Skip,
+}
+
 /// Client of one bucket.
 pub struct S3Client {
     agent: Agent,
@@ -330,7 +337,8 @@ impl S3Client {
     }
 
     /// Sends one signed request. `headers` are signed too. Non-2xx answers become
-    /// [`S3Error::Status`].
+    /// [`S3Error::Status`]. The response headers are copied into the reply only with
+    /// [`ResponseHeaders::Keep`] (copying them costs a dozen allocations per request).
     pub fn send(
         &self,
         method: Method,
@@ -338,20 +346,7 @@ impl S3Client {
         headers: &[(String, String)],
         body: &[u8],
         body_limit: u64,
-    ) -> Result<Reply, S3Error> {
-        self.exchange(method, key, headers, body, body_limit, true)
-    }
-
-    /// [`send`](Self::send); the response headers are copied into the reply only with
-    /// `keep_headers` (a PUT's are never read, and copying them costs a dozen allocations).
-    fn exchange(
-        &self,
-        method: Method,
-        key: Option<&str>,
-        headers: &[(String, String)],
-        body: &[u8],
-        body_limit: u64,
-        keep_headers: bool,
+        response_headers: ResponseHeaders,
     ) -> Result<Reply, S3Error> {
         let (host, path) = self.target(key);
         let payload_sha256 = sigv4::hex_sha256(body);
@@ -403,7 +398,7 @@ impl S3Client {
         };
         let mut resp = result.map_err(classify)?;
         let status = resp.status().as_u16();
-        let headers: Vec<(String, String)> = if keep_headers {
+        let headers: Vec<(String, String)> = if response_headers == ResponseHeaders::Keep {
             resp.headers()
                 .iter()
                 .map(|(k, v)| {
@@ -453,28 +448,50 @@ impl S3Client {
         body: &[u8],
         headers: &[(String, String)],
     ) -> Result<u16, S3Error> {
-        self.exchange(Method::PUT, Some(key), headers, body, MAX_ERROR_BODY, false)
-            .map(|r| r.status)
+        self.send(
+            Method::PUT,
+            Some(key),
+            headers,
+            body,
+            MAX_ERROR_BODY,
+            ResponseHeaders::Skip,
+        )
+        .map(|r| r.status)
     }
 
     /// GET of one object; `None` when it does not exist.
     pub fn get_object(&self, key: &str, limit: u64) -> Result<Option<Reply>, S3Error> {
-        not_found_as_none(self.send(Method::GET, Some(key), &[], b"", limit))
+        not_found_as_none(self.send(
+            Method::GET,
+            Some(key),
+            &[],
+            b"",
+            limit,
+            ResponseHeaders::Keep,
+        ))
     }
 
     /// HEAD of one object; `None` when it does not exist.
     pub fn head_object(&self, key: &str) -> Result<Option<Reply>, S3Error> {
-        not_found_as_none(self.send(Method::HEAD, Some(key), &[], b"", 0))
+        not_found_as_none(self.send(Method::HEAD, Some(key), &[], b"", 0, ResponseHeaders::Keep))
     }
 
     pub fn delete_object(&self, key: &str) -> Result<(), S3Error> {
-        self.send(Method::DELETE, Some(key), &[], b"", MAX_ERROR_BODY)
-            .map(|_| ())
+        self.send(
+            Method::DELETE,
+            Some(key),
+            &[],
+            b"",
+            MAX_ERROR_BODY,
+            ResponseHeaders::Skip,
+        )
+        .map(|_| ())
     }
 
     /// HEAD of the bucket: proves it exists and the credentials are accepted.
     pub fn head_bucket(&self) -> Result<(), S3Error> {
-        self.send(Method::HEAD, None, &[], b"", 0).map(|_| ())
+        self.send(Method::HEAD, None, &[], b"", 0, ResponseHeaders::Skip)
+            .map(|_| ())
     }
 }
 
