@@ -26,9 +26,10 @@ use serde::Serialize;
 
 use crate::config::is_header_name;
 use crate::config::reader::{looks_secret, ObjectReader, Problems};
-use crate::envelope::{format_rfc3339_nanos, hex_sha256, RawMessage, MESSAGE_ID_HEADER};
+use crate::envelope::{hex_sha256, RawMessage, MESSAGE_ID_HEADER};
 use crate::labels::LabelRejection;
 use crate::message_metadata::MetadataError;
+use crate::rfc3339::format_rfc3339_nanos;
 use crate::subject::SubjectPattern;
 
 /// Schema of the DLQ record.

@@ -15,5 +15,6 @@ pub mod message_metadata;
 pub mod metrics;
 pub mod observe;
 pub mod pipeline;
+pub mod rfc3339;
 pub mod sink;
 pub mod subject;

@@ -285,7 +285,7 @@ fn skip_existing_sends_if_none_match_and_treats_412_as_prior_success() {
     let before = get(&s, "stream-sequence/ORDERS/1.json").unwrap().body;
     // Redelivery: same key, different receive time (different bytes).
     let mut again = env1(1);
-    again.metadata.received_at = svc::envelope::Rfc3339::from_unix_nanos(1_893_456_000_000_000_000);
+    again.metadata.received_at = svc::rfc3339::Rfc3339::from_unix_nanos(1_893_456_000_000_000_000);
     again.metadata.delivery_count = 2;
     assert_eq!(s.write_batch(&[again]), vec![WriteOutcome::AlreadyDurable]);
     assert_eq!(

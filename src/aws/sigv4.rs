@@ -26,6 +26,7 @@ use std::borrow::Cow;
 use ring::{digest, hmac};
 
 use super::credentials::Credentials;
+use crate::rfc3339::Rfc3339;
 
 /// The signing algorithm name.
 pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";
@@ -100,26 +101,15 @@ impl Scope<'_> {
     }
 }
 
-/// `YYYYMMDDTHHMMSSZ` of a UTC time. Written digit by digit: it is built for every request,
-/// and the formatter machinery cost several times more.
+/// `YYYYMMDDTHHMMSSZ` of a time, in UTC: the RFC 3339 text of its second without the
+/// separators (crate::rfc3339, written by hand: this runs for every request). Years outside
+/// 0000-9999 become the epoch, as there.
 pub fn amz_date(t: time::OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    fn digits(out: &mut String, v: u32, width: u32) {
-        for p in (0..width).rev() {
-            out.push(char::from(b'0' + (v / 10u32.pow(p) % 10) as u8));
-        }
-    }
-    let mut out = String::with_capacity(16);
-    // The format has four year digits: a year outside 0..=9999 is clamped.
-    digits(&mut out, t.year().clamp(0, 9999) as u32, 4);
-    digits(&mut out, u8::from(t.month()).into(), 2);
-    digits(&mut out, t.day().into(), 2);
-    out.push('T');
-    digits(&mut out, t.hour().into(), 2);
-    digits(&mut out, t.minute().into(), 2);
-    digits(&mut out, t.second().into(), 2);
-    out.push('Z');
-    out
+    let second = i128::from(t.unix_timestamp()) * 1_000_000_000;
+    Rfc3339::from_unix_nanos(second)
+        .chars()
+        .filter(|c| !matches!(c, '-' | ':'))
+        .collect()
 }
 
 /// Headers to add to the request, in the order they should be sent.

@@ -13,10 +13,11 @@ use crossbeam_channel::{Receiver, Sender};
 use super::{Monitor, PreSinkFailure, Prepared, PreparedBatch, RawBatch};
 use crate::config::RuntimeConfig;
 use crate::dead_letter::{DeadLetter, DeadLetterConfig, Failure};
-use crate::envelope::{normalize, now_unix_nanos, parse_rfc3339_nanos, EnvelopeConfig, RawMessage};
+use crate::envelope::{normalize, now_unix_nanos, EnvelopeConfig, RawMessage};
 use crate::labels::{self, SecurityLabelsConfig};
 use crate::message_metadata::MessageMetadataConfig;
 use crate::metrics::{Metrics, Summary};
+use crate::rfc3339::parse_rfc3339_nanos;
 
 /// Everything needed to turn one delivery into an envelope.
 pub struct Normalizer {

@@ -426,7 +426,7 @@ mod tests {
         let mut again = first.clone();
         again.metadata.delivery_count = 2;
         again.metadata.received_at =
-            crate::envelope::Rfc3339::from_unix_nanos(1_893_456_000_000_000_000);
+            crate::rfc3339::Rfc3339::from_unix_nanos(1_893_456_000_000_000_000);
         assert_eq!(
             sink.write_batch(std::slice::from_ref(&first)),
             vec![WriteOutcome::Durable]
