@@ -119,6 +119,8 @@ pub struct LoggingConfig {
 /// Bounds, named so docs and code agree.
 pub const MAX_BATCH_SIZE: i64 = 10_000;
 pub const MAX_IN_FLIGHT_BATCHES: i64 = 64;
+const DEFAULT_BATCH_SIZE: i64 = 256;
+const DEFAULT_MAX_IN_FLIGHT_BATCHES: i64 = 8;
 pub const MAX_SINK_WORKERS: i64 = 64;
 pub const MAX_SUBJECT_FAMILIES: usize = 100;
 
@@ -246,8 +248,13 @@ fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
     let create_consumer = r.bool_or("create_consumer", false);
     let consumer_settings = ConsumerSettings {
         ack_wait: Duration::from_secs(r.int_in("ack_wait_seconds", 30, 1, 86_400) as u64),
-        // The default in-flight bound (8 batches x 256): the broker never pauses a default runner.
-        max_ack_pending: r.int_in("max_ack_pending", 2048, 1, 1_000_000),
+        // The default in-flight bound: the broker never pauses a default runner.
+        max_ack_pending: r.int_in(
+            "max_ack_pending",
+            DEFAULT_MAX_IN_FLIGHT_BATCHES * DEFAULT_BATCH_SIZE,
+            1,
+            1_000_000,
+        ),
         max_deliver: match r.opt_int_in("max_deliver", -1, 1_000_000) {
             Some(0) => {
                 r.problem("max_deliver", "must be -1 (unlimited) or at least 1");
@@ -366,12 +373,16 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
     let empty = serde_json::Value::Object(Default::default());
     let scratch = Problems::new();
     let mut r = r.unwrap_or_else(|| ObjectReader::at("delivery".into(), &empty, &scratch));
-    let batch_size = r.int_in("batch_size", 256, 1, MAX_BATCH_SIZE) as usize;
+    let batch_size = r.int_in("batch_size", DEFAULT_BATCH_SIZE, 1, MAX_BATCH_SIZE) as usize;
     let fetch_expiry = Duration::from_millis(r.int_in("fetch_expiry_ms", 1000, 10, 60_000) as u64);
     let max_batch_wait =
         Duration::from_millis(r.int_in("max_batch_wait_ms", 100, 1, 60_000) as u64);
-    let max_in_flight_batches =
-        r.int_in("max_in_flight_batches", 8, 1, MAX_IN_FLIGHT_BATCHES) as usize;
+    let max_in_flight_batches = r.int_in(
+        "max_in_flight_batches",
+        DEFAULT_MAX_IN_FLIGHT_BATCHES,
+        1,
+        MAX_IN_FLIGHT_BATCHES,
+    ) as usize;
     let sink_workers = r.int_in("sink_workers", 2, 1, MAX_SINK_WORKERS) as usize;
     let in_progress_fraction = r.number_in("in_progress_fraction", 0.5, 0.05, false, 0.9);
     let nak_backoff = match r.object("nak_backoff") {

@@ -190,9 +190,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             d.batch_size
         );
     }
-    let credits = Arc::new(credit::CreditPool::new(
-        d.max_in_flight_batches * d.batch_size,
-    ));
+    let credits = Arc::new(credit::CreditPool::new(in_flight));
     let (raw_tx, raw_rx) = bounded::<RawBatch>(d.max_in_flight_batches);
     let (prepared_tx, prepared_rx) = bounded::<PreparedBatch>(d.max_in_flight_batches);
     let (ack_tx, ack_rx) = bounded::<AckMsg>(2 * d.max_in_flight_batches + 2);

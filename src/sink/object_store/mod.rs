@@ -104,13 +104,14 @@ struct BatchWork {
 }
 
 impl BatchWork {
+    /// The next object nobody has claimed yet.
+    fn claim(&self) -> Option<&(usize, Prepared)> {
+        self.objects.get(self.next.fetch_add(1, Ordering::Relaxed))
+    }
+
     /// Claims and writes objects until none is left to claim.
     fn help(&self, shared: &Shared) {
-        loop {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            let Some((index, prepared)) = self.objects.get(i) else {
-                return;
-            };
+        while let Some((index, prepared)) = self.claim() {
             // A bug in `write` must neither kill the put thread nor leave the batch's worker
             // waiting for an outcome that never comes: the object gets a transient outcome
             // (redelivered) and the thread goes on. The panic hook has reported it.
@@ -433,11 +434,7 @@ impl Sink for ObjectStoreSink {
         if handed_out == 0 {
             // No put thread will ever see this batch (cannot happen while the sink lives):
             // fail what is left here.
-            loop {
-                let i = work.next.fetch_add(1, Ordering::Relaxed);
-                let Some((index, _)) = work.objects.get(i) else {
-                    break;
-                };
+            while let Some((index, _)) = work.claim() {
                 work.complete(
                     *index,
                     WriteOutcome::Transient(SinkError::new(KIND, "put threads stopped")),
