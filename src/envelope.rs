@@ -128,6 +128,8 @@ impl Default for EnvelopeConfig {
 /// Freshness facts found while normalizing; the caller turns them into metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Freshness {
+    /// Source time: the valid event time header, else the broker's time, Unix ns.
+    pub source_unix_nanos: Option<i128>,
     /// Age at receive in seconds (0 when the source time is in the future).
     pub age_seconds: Option<f64>,
     pub stale: bool,
@@ -166,7 +168,8 @@ pub fn normalize(
             }
         },
     };
-    if let Some(source) = event_time.or(msg.published_unix_nanos) {
+    fresh.source_unix_nanos = event_time.or(msg.published_unix_nanos);
+    if let Some(source) = fresh.source_unix_nanos {
         let age = (received_unix_nanos - source) as f64 / 1e9;
         if age < 0.0 {
             fresh.clock_skew = true;

@@ -17,7 +17,6 @@ use crate::envelope::{normalize, now_unix_nanos, EnvelopeConfig, RawMessage};
 use crate::labels::{self, SecurityLabelsConfig};
 use crate::message_metadata::MessageMetadataConfig;
 use crate::metrics::{Metrics, Summary};
-use crate::rfc3339::parse_rfc3339_nanos;
 
 /// Everything needed to turn one delivery into an envelope.
 pub struct Normalizer {
@@ -88,16 +87,10 @@ impl Normalizer {
             .map_err(|r| self.reject(raw, Failure::from(&r)))?;
         meta.apply_to(&mut envelope);
         labels::apply_to(&mut envelope, profile);
-        let source_unix_nanos = envelope
-            .metadata
-            .event_time
-            .as_deref()
-            .and_then(parse_rfc3339_nanos)
-            .or(raw.published_unix_nanos);
         Ok(Prepared {
             family,
             envelope,
-            source_unix_nanos,
+            source_unix_nanos: fresh.source_unix_nanos,
         })
     }
 
