@@ -11,8 +11,8 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use svc::dead_letter::{DeadLetter, DeadLetterConfig, DeadLetterPublisher, Failure};
-use svc::envelope::RawMessage;
+use svc::broker::dead_letter::{DeadLetter, DeadLetterConfig, DeadLetterPublisher, Failure};
+use svc::message::envelope::RawMessage;
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use svc::envelope::{normalize, EnvelopeConfig, RawMessage};
+use svc::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 use svc::metrics::Metrics;
 use svc::sink::file::config::FileMode;
 use svc::sink::file::{encode_record, FileSink, FileSinkConfig};
@@ -27,7 +27,7 @@ use svc::sink::{Sink, WriteOutcome};
 
 const BATCH: usize = 256;
 
-fn batches(n: usize) -> Vec<Vec<svc::envelope::Envelope>> {
+fn batches(n: usize) -> Vec<Vec<svc::message::envelope::Envelope>> {
     let payload = format!(
         r#"{{"order_id":"ORD-000000","customer":"c-42","amount":{{"value":1999,"currency":"EUR"}},"items":[{{"sku":"SKU-1","qty":2}},{{"sku":"SKU-2","qty":1}}],"note":"{}"}}"#,
         "x".repeat(64)

@@ -6,9 +6,9 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use svc::envelope::{normalize, EnvelopeConfig, RawMessage};
-use svc::labels::SecurityLabelsConfig;
-use svc::message_metadata::MessageMetadataConfig;
+use svc::message::envelope::{normalize, EnvelopeConfig, RawMessage};
+use svc::message::labels::SecurityLabelsConfig;
+use svc::message::metadata::MessageMetadataConfig;
 
 fn main() {
     // `cargo test --all-targets` runs this unoptimized as a smoke test: keep it short there.

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use svc::aws::credentials::Credentials;
 use svc::config::RuntimeConfig;
-use svc::envelope::{normalize, EnvelopeConfig, RawMessage};
+use svc::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 use svc::metrics::Metrics;
 use svc::sink::object_store::client::{ClientOptions, Endpoint, S3Client};
 use svc::sink::object_store::config::AddressingStyle;

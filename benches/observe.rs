@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use svc::message::subject::SubjectPattern;
 use svc::metrics::snapshot::Snapshot;
 use svc::metrics::{Metrics, SubjectFamily, SUMMARY_NAMES};
 use svc::observe::policy::Policy;
-use svc::subject::SubjectPattern;
 
 const FAMILIES: usize = 20;
 

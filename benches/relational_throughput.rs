@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sinkbench::{support, BenchDb, SIZE};
-use svc::envelope::{normalize, EnvelopeConfig, RawMessage};
+use svc::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 
 /// The sink alone: `n` envelopes written by two threads in batches of 256.
 fn sink_alone(db: &BenchDb, n: usize) -> f64 {
@@ -52,7 +52,7 @@ fn sink_alone(db: &BenchDb, n: usize) -> f64 {
                     headers: vec![],
                     data: support::body(i, SIZE),
                 },
-                svc::envelope::now_unix_nanos(),
+                svc::message::envelope::now_unix_nanos(),
                 &EnvelopeConfig::default(),
             )
             .0

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::config::reader::ObjectReader;
+use crate::document::reader::ObjectReader;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Growth {

@@ -11,9 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use svc::advisory::AdvisoryObserver;
-use svc::dead_letter::{DeadLetter, DeadLetterConfig, DeadLetterPublisher, DlqError, Failure};
-use svc::envelope::RawMessage;
+use svc::broker::advisory::AdvisoryObserver;
+use svc::broker::dead_letter::{
+    DeadLetter, DeadLetterConfig, DeadLetterPublisher, DlqError, Failure,
+};
+use svc::message::envelope::RawMessage;
 use svc::metrics::Metrics;
 use util::*;
 

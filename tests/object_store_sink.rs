@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use moto::{free_port, wait_tcp, Moto, OutageProxy, TempDir};
 use serde_json::{json, Value};
 use svc::config::RuntimeConfig;
-use svc::envelope::{normalize, Envelope, EnvelopeConfig, RawMessage};
+use svc::message::envelope::{normalize, Envelope, EnvelopeConfig, RawMessage};
 use svc::metrics::Metrics;
 use svc::sink::object_store::config::ObjectStoreConfig;
 use svc::sink::object_store::ObjectStoreSink;
@@ -285,7 +285,8 @@ fn skip_existing_sends_if_none_match_and_treats_412_as_prior_success() {
     let before = get(&s, "stream-sequence/ORDERS/1.json").unwrap().body;
     // Redelivery: same key, different receive time (different bytes).
     let mut again = env1(1);
-    again.metadata.received_at = svc::rfc3339::Rfc3339::from_unix_nanos(1_893_456_000_000_000_000);
+    again.metadata.received_at =
+        svc::text::rfc3339::Rfc3339::from_unix_nanos(1_893_456_000_000_000_000);
     again.metadata.delivery_count = 2;
     assert_eq!(s.write_batch(&[again]), vec![WriteOutcome::AlreadyDurable]);
     assert_eq!(

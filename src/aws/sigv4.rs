@@ -26,7 +26,7 @@ use std::borrow::Cow;
 use ring::{digest, hmac};
 
 use super::credentials::Credentials;
-use crate::rfc3339::Rfc3339;
+use crate::text::rfc3339::Rfc3339;
 
 /// The signing algorithm name.
 pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";
@@ -36,7 +36,7 @@ pub const UNSIGNED_PAYLOAD: &str = "UNSIGNED-PAYLOAD";
 
 /// Hex SHA-256 of bytes: the payload hash of a body (`x-amz-content-sha256`).
 pub fn hex_sha256(bytes: &[u8]) -> String {
-    crate::hex::lower(digest::digest(&digest::SHA256, bytes).as_ref())
+    crate::text::hex::lower(digest::digest(&digest::SHA256, bytes).as_ref())
 }
 
 fn hmac_sha256(key: &[u8], data: &[u8]) -> hmac::Tag {
@@ -102,7 +102,7 @@ impl Scope<'_> {
 }
 
 /// `YYYYMMDDTHHMMSSZ` of a time, in UTC: the RFC 3339 text of its second without the
-/// separators (crate::rfc3339, written by hand: this runs for every request). Years outside
+/// separators (crate::text::rfc3339, written by hand: this runs for every request). Years outside
 /// 0000-9999 become the epoch, as there.
 pub fn amz_date(t: time::OffsetDateTime) -> String {
     let second = i128::from(t.unix_timestamp()) * 1_000_000_000;
@@ -232,7 +232,7 @@ impl SigningKey {
 
     /// Hex HMAC of the string to sign: the signature.
     fn signature(&self, string_to_sign: &str) -> String {
-        crate::hex::lower(hmac::sign(&self.key, string_to_sign.as_bytes()).as_ref())
+        crate::text::hex::lower(hmac::sign(&self.key, string_to_sign.as_bytes()).as_ref())
     }
 }
 

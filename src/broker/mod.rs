@@ -5,6 +5,9 @@
 //! successor, which the design card rules out); the allowance is taken once, here.
 #![allow(deprecated)]
 
+pub mod advisory;
+pub mod dead_letter;
+
 use std::fmt;
 use std::io;
 use std::sync::Arc;
@@ -17,7 +20,7 @@ use nats::jetstream::{
 
 use crate::backoff::{Backoff, Growth, Jitter};
 use crate::config::{NatsAuth, NatsConfig};
-use crate::envelope::RawMessage;
+use crate::message::envelope::RawMessage;
 use crate::metrics::Metrics;
 
 /// The broker connection (aliased so the crate's deprecation allowance stays in this module).

@@ -1,23 +1,24 @@
 //! The runtime configuration of `svc`: a strict JSON document, validated without touching the
-//! network. Every problem is reported at once with its field path (see [`reader`]).
+//! network. Every problem is reported at once with its field path (see [`crate::document::reader`]).
 //!
 //! The reference for every field, default and range is `docs/configuration.md`.
-
-pub mod reader;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::backoff::{Backoff, Growth, Jitter};
-use crate::dead_letter::DeadLetterConfig;
-use crate::envelope::EnvelopeConfig;
-use crate::labels::SecurityLabelsConfig;
-use crate::message_metadata::MessageMetadataConfig;
+use crate::broker::dead_letter::DeadLetterConfig;
+use crate::document::grammar::{
+    is_env_var_name, is_family_label, is_header_name, is_metric_name, looks_secret,
+};
+pub use crate::document::reader::LoadError;
+use crate::document::reader::{self, parse_json, Invalid, ObjectReader, Problems};
+use crate::message::envelope::EnvelopeConfig;
+use crate::message::labels::SecurityLabelsConfig;
+use crate::message::metadata::MessageMetadataConfig;
+use crate::message::subject::SubjectPattern;
 use crate::metrics::SubjectFamily;
 use crate::sink::SinkConfig;
-use crate::subject::SubjectPattern;
-pub use reader::LoadError;
-use reader::{is_env_var_name, looks_secret, parse_json, Invalid, ObjectReader, Problems};
 
 /// The whole runtime config.
 #[derive(Debug, Clone, PartialEq)]
@@ -451,27 +452,6 @@ fn read_envelope(r: Option<ObjectReader<'_>>) -> EnvelopeConfig {
         event_time_header,
         stale_after_seconds,
     }
-}
-
-/// A header name: printable ASCII without spaces or `:`, 1 to 128 bytes.
-pub fn is_header_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic() && b != b':')
-}
-
-/// Metric-name grammar of the scrapers: `[a-zA-Z_][a-zA-Z0-9_]*`.
-pub fn is_metric_name(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
-        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
-}
-
-/// A reviewed label value: `[a-z][a-z0-9_-]*`, at most 64 bytes, not secret-looking.
-pub fn is_family_label(s: &str) -> bool {
-    let mut chars = s.chars();
-    s.len() <= 64
-        && matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
-        && !looks_secret(s)
 }
 
 fn read_metrics(r: Option<ObjectReader<'_>>) -> MetricsConfig {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::subject::SubjectPattern;
+use crate::message::subject::SubjectPattern;
 
 /// Declares the counter set once: the struct, its names and the snapshot iteration stay in step.
 macro_rules! counters {

@@ -288,7 +288,7 @@ mod tests {
             assert!(known(name).is_some(), "{name} missing from the catalogue");
         }
         for k in KNOWN {
-            assert!(crate::config::is_metric_name(k.suffix));
+            assert!(crate::document::grammar::is_metric_name(k.suffix));
             assert_eq!(
                 k.kind == Kind::Counter,
                 k.suffix.ends_with("_total"),

@@ -23,12 +23,12 @@
 
 use std::collections::BTreeMap;
 
+use crate::message::subject::SubjectPattern;
 use crate::metrics::snapshot::Snapshot;
 use crate::observe::catalogue::Kind;
 use crate::observe::filter::Filter;
 use crate::observe::policy::subject_metrics::{Action, DisplayMode, OverflowAction, Rule};
 use crate::observe::policy::Policy;
-use crate::subject::SubjectPattern;
 
 /// The only label exporters ever attach.
 pub const LABEL_NAME: &str = "subject_family";
@@ -106,7 +106,7 @@ pub fn intersects(a: &SubjectPattern, b: &SubjectPattern) -> bool {
 
 /// 16 hex digits of SHA-256 over the text (deterministic; not a confidentiality boundary).
 pub fn short_hash(text: &str) -> String {
-    crate::envelope::hex_sha256(text.as_bytes())[..16].to_string()
+    crate::message::envelope::hex_sha256(text.as_bytes())[..16].to_string()
 }
 
 /// The rule that decides a family: `None` when denied or when no allow rule covers it.
@@ -161,7 +161,7 @@ pub fn evaluate(snapshot: &Snapshot, policy: &Policy) -> Result<FamilySamples, O
         for row in &snapshot.labeled_metrics {
             if row.labels.get(LABEL_NAME) != Some(&fam.label)
                 || row.kind != "counter"
-                || !crate::config::is_metric_name(&row.name)
+                || !crate::document::grammar::is_metric_name(&row.name)
                 || !row.name.ends_with("_total")
                 || !row.value.is_finite()
                 || !filter.allows(&row.name, Kind::Counter)

@@ -40,7 +40,7 @@ pub struct Selection {
 /// Names the exposition grammar and the lint accept for a kind: counters end in `_total`,
 /// nothing else does.
 fn well_named(suffix: &str, kind: Kind) -> bool {
-    crate::config::is_metric_name(suffix)
+    crate::document::grammar::is_metric_name(suffix)
         && suffix.len() <= 128
         && (kind == Kind::Counter) == suffix.ends_with("_total")
 }

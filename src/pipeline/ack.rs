@@ -21,8 +21,8 @@ use super::credit::CreditPool;
 
 use super::{AckMsg, BatchId, Monitor, PreSinkFailure, Verdict};
 use crate::backoff::Backoff;
+use crate::broker::dead_letter::DeadLetterPublisher;
 use crate::broker::{self, AckHandle, AckVerb, Connection};
-use crate::dead_letter::DeadLetterPublisher;
 use crate::metrics::Metrics;
 use crate::sink::WriteOutcome;
 

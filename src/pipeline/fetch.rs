@@ -25,7 +25,7 @@ use crossbeam_channel::Sender;
 use super::credit::CreditPool;
 use super::{AckMsg, Monitor, RawBatch, PIPELINED_PULL_REQUESTS};
 use crate::broker::{self, AckHandle, AckVerb, Connection, Delivery};
-use crate::envelope::{now_unix_nanos, RawMessage};
+use crate::message::envelope::{now_unix_nanos, RawMessage};
 use crate::metrics::Metrics;
 
 /// Longest single wait, so the stop flag and deadlines are checked often.

@@ -64,11 +64,11 @@ use std::thread;
 
 use crossbeam_channel::bounded;
 
-use crate::advisory::AdvisoryObserver;
+use crate::broker::advisory::AdvisoryObserver;
+use crate::broker::dead_letter::{DeadLetter, DeadLetterPublisher};
 use crate::broker::{self, AckHandle, BrokerError};
 use crate::config::RuntimeConfig;
-use crate::dead_letter::{DeadLetter, DeadLetterPublisher};
-use crate::envelope::{Envelope, RawMessage};
+use crate::message::envelope::{Envelope, RawMessage};
 use crate::metrics::{now_epoch_seconds, Metrics};
 use crate::sink::{SinkError, WriteOutcome};
 

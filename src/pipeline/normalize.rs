@@ -11,11 +11,11 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::{Monitor, PreSinkFailure, Prepared, PreparedBatch, RawBatch};
+use crate::broker::dead_letter::{DeadLetter, DeadLetterConfig, Failure};
 use crate::config::RuntimeConfig;
-use crate::dead_letter::{DeadLetter, DeadLetterConfig, Failure};
-use crate::envelope::{normalize, now_unix_nanos, EnvelopeConfig, RawMessage};
-use crate::labels::{self, SecurityLabelsConfig};
-use crate::message_metadata::MessageMetadataConfig;
+use crate::message::envelope::{normalize, now_unix_nanos, EnvelopeConfig, RawMessage};
+use crate::message::labels::{self, SecurityLabelsConfig};
+use crate::message::metadata::MessageMetadataConfig;
 use crate::metrics::{Metrics, Summary};
 
 /// Everything needed to turn one delivery into an envelope.

@@ -7,7 +7,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::{AckMsg, Monitor, PreparedBatch, Verdict};
-use crate::envelope::now_unix_nanos;
+use crate::message::envelope::now_unix_nanos;
 use crate::metrics::{now_epoch_seconds, Metrics, Summary};
 use crate::sink::{Sink, SinkError, WriteOutcome};
 

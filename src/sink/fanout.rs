@@ -44,10 +44,10 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use serde_json::Value;
 
 use super::{Sink, SinkConfig, SinkError, WriteOutcome};
-use crate::config::reader::{join, ObjectReader};
-use crate::envelope::Envelope;
+use crate::document::reader::{join, ObjectReader};
+use crate::message::envelope::Envelope;
+use crate::message::subject::SubjectPattern;
 use crate::metrics::Metrics;
-use crate::subject::SubjectPattern;
 
 const KIND: &str = "fanout";
 
@@ -288,7 +288,7 @@ fn read_target(
     path: &str,
     item: &Value,
     sinks: &BTreeMap<String, SinkConfig>,
-    problems: &crate::config::reader::Problems,
+    problems: &crate::document::reader::Problems,
 ) -> Option<Target> {
     let known = |name: &str, at: String| -> Option<&SinkConfig> {
         let c = sinks.get(name);

@@ -8,7 +8,7 @@
 //! a leading `.` (so `.` and `..` can never appear as components). The mapping is injective:
 //! two different inputs never share a key component.
 
-use crate::envelope::Envelope;
+use crate::message::envelope::Envelope;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyStrategy {
@@ -113,7 +113,7 @@ pub fn is_safe_prefix(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envelope::{normalize, EnvelopeConfig, RawMessage};
+    use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 
     fn env(subject: &str, msg_id: Option<&str>) -> Envelope {
         let mut headers = vec![];

@@ -13,8 +13,8 @@ pub mod relational;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::config::reader::ObjectReader;
-use crate::envelope::Envelope;
+use crate::document::reader::ObjectReader;
+use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
 
 /// What happened to one envelope in a batch write.

@@ -10,9 +10,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use svc::message::subject::SubjectPattern;
 use svc::metrics::snapshot::Snapshot;
 use svc::metrics::{Metrics, SubjectFamily};
-use svc::subject::SubjectPattern;
 
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);

@@ -46,7 +46,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::config::reader::is_env_var_name;
+use crate::document::grammar::is_env_var_name;
 use crate::metrics::snapshot::Snapshot;
 use crate::observe::families::Overflow;
 use crate::observe::policy::checks::RESERVED_HEADERS;

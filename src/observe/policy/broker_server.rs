@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::checks;
-use crate::config::reader::ObjectReader;
+use crate::document::reader::ObjectReader;
 
 /// Monitoring endpoints that may be polled.
 pub const ENDPOINTS: &[&str] = &[

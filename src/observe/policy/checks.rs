@@ -6,8 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::is_header_name;
-use crate::config::reader::{is_env_var_name, join, looks_secret, ObjectReader};
+use crate::document::grammar::is_header_name;
+use crate::document::grammar::{is_env_var_name, looks_secret};
+use crate::document::reader::{join, ObjectReader};
 
 /// Largest accepted `max_retries` of any connector.
 pub const MAX_RETRIES: i64 = 10;

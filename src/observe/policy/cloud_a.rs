@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::checks;
-use crate::config::reader::ObjectReader;
+use crate::document::reader::ObjectReader;
 
 /// Cap of `max_metrics_per_request` (spec "Limits").
 pub const MAX_METRICS_PER_REQUEST: i64 = 50;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::checks;
-use crate::config::reader::ObjectReader;
+use crate::document::reader::ObjectReader;
 
 /// Dimensions per custom metric the service accepts.
 pub const MAX_DIMENSIONS: usize = 10;

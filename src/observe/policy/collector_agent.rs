@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::checks;
 use super::otlp::Common;
-use crate::config::reader::ObjectReader;
+use crate::document::reader::ObjectReader;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

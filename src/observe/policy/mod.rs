@@ -24,10 +24,10 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::is_metric_name;
-use crate::config::reader::{parse_json, Invalid, ObjectReader, Problems};
+use crate::document::grammar::is_metric_name;
+use crate::document::reader::{parse_json, Invalid, ObjectReader, Problems};
+use crate::message::subject::SubjectPattern;
 use crate::observe::glob;
-use crate::subject::SubjectPattern;
 
 pub use broker_server::BrokerServerMonitoring;
 pub use cloud_a::CloudA;
@@ -92,11 +92,11 @@ pub struct SubjectEntry {
     pub share_subject_label: bool,
 }
 
-pub use crate::config::reader::LoadError;
+pub use crate::document::reader::LoadError;
 
 impl Policy {
     pub fn load(path: &Path) -> Result<Policy, LoadError> {
-        crate::config::reader::load_document(path, "policy ", Policy::parse)
+        crate::document::reader::load_document(path, "policy ", Policy::parse)
     }
 
     /// Parses and validates a policy document, reporting every problem.

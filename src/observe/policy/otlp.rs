@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::checks;
-use crate::config::reader::ObjectReader;
+use crate::document::reader::ObjectReader;
 
 /// Upper bound of `timeout_seconds` for the OTLP-style connectors (spec "Limits").
 pub const MAX_TIMEOUT_SECONDS: f64 = 60.0;

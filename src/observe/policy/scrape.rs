@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::checks;
-use crate::config::reader::ObjectReader;
+use crate::document::reader::ObjectReader;
 
 /// Largest accepted `scrape.http_endpoint.request_timeout_seconds`.
 pub const MAX_REQUEST_TIMEOUT_SECONDS: f64 = 300.0;

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::checks;
 use super::otlp::Common;
-use crate::config::reader::ObjectReader;
+use crate::document::reader::ObjectReader;
 
 /// The only ingestion mode: OTLP to a collector-style endpoint, never direct index writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::checks;
 use super::otlp::Common;
-use crate::config::reader::ObjectReader;
+use crate::document::reader::ObjectReader;
 
 /// Path every enabled SIEM endpoint must have.
 pub const EVENT_PATH: &str = "/services/collector/event";

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::checks::{self, Transport};
-use crate::config::reader::ObjectReader;
+use crate::document::reader::ObjectReader;
 
 /// Upper bound of the datagram connectors' `timeout_seconds`.
 pub const MAX_TIMEOUT_SECONDS: f64 = 60.0;

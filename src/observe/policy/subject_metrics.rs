@@ -4,10 +4,10 @@
 
 use serde::Serialize;
 
-use crate::config::is_family_label;
-use crate::config::reader::ObjectReader;
+use crate::document::grammar::is_family_label;
+use crate::document::reader::ObjectReader;
+use crate::message::subject::SubjectPattern;
 use crate::observe::glob;
-use crate::subject::SubjectPattern;
 
 /// Bounds of `max_subject_families` (spec "Limits").
 pub const MIN_FAMILIES: i64 = 1;

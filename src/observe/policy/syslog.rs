@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::checks::{self, Transport};
-use crate::config::reader::ObjectReader;
+use crate::document::reader::ObjectReader;
 
 /// Facility names and their RFC 5424 codes.
 pub const FACILITIES: &[(&str, u8)] = &[

@@ -9,8 +9,8 @@ use crossbeam_channel::Receiver;
 use serde_json::json;
 
 use super::*;
-use crate::config::reader::Problems;
-use crate::envelope::{normalize, EnvelopeConfig, RawMessage};
+use crate::document::reader::Problems;
+use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 
 fn read_sink(v: &serde_json::Value) -> Result<SinkConfig, Vec<String>> {
     let problems = Problems::new();
@@ -65,7 +65,7 @@ impl TempDir {
         let p = std::env::temp_dir().join(format!(
             "svc-fanout-{tag}-{}-{}",
             std::process::id(),
-            crate::envelope::now_unix_nanos()
+            crate::message::envelope::now_unix_nanos()
         ));
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::reader::ObjectReader;
+use crate::document::reader::ObjectReader;
 use crate::sink::key::{is_safe_prefix, is_simple_suffix, KeyStrategy, KEY_STRATEGIES};
 
 /// One file per event, or appended JSON lines.
@@ -364,7 +364,7 @@ fn read_file_mode(r: &mut ObjectReader<'_>) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::reader::{parse_json, Problems};
+    use crate::document::reader::{parse_json, Problems};
     use crate::sink::SinkConfig;
 
     /// Reads a `sink` block the way the runtime config does (including unknown-field checks).

@@ -41,7 +41,7 @@ use super::config::{Compression, FileSinkConfig};
 use super::durable::{create_below, dir_mode, sync_dir};
 use super::per_event::gzip_into;
 use super::{encode_record, error, WriteLimit};
-use crate::envelope::Envelope;
+use crate::message::envelope::Envelope;
 use crate::sink::WriteOutcome;
 
 /// Thread-local buffers kept after a batch only up to this capacity.

@@ -37,7 +37,7 @@ use durable::{create_all, dir_mode, sync_dir};
 pub use record::{encode_record, RECORD_SCHEMA};
 
 use super::{Sink, SinkError, WriteOutcome};
-use crate::envelope::Envelope;
+use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
 
 fn error(message: impl Into<String>) -> SinkError {
@@ -124,7 +124,7 @@ fn prepare(cfg: &FileSinkConfig) -> Result<PathBuf, SinkError> {
 /// Creates, fsyncs, (optionally) hard-links and removes a dot-named probe file in `dir`,
 /// fsyncing the directory after each change.
 fn probe(dir: &Path, link: bool) -> io::Result<()> {
-    let stamp = crate::envelope::now_unix_nanos();
+    let stamp = crate::message::envelope::now_unix_nanos();
     let name = dir.join(format!(".svc-check-{}-{stamp}", std::process::id()));
     let linked = dir.join(format!(".svc-check-{}-{stamp}-link", std::process::id()));
     let result = (|| {
@@ -199,7 +199,7 @@ impl Sink for FileSink {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::envelope::{normalize, EnvelopeConfig, RawMessage};
+    use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
     use std::sync::atomic::{AtomicU64, Ordering};
 
     /// A fresh directory under the system temp dir, removed on drop.

@@ -30,7 +30,7 @@ use flate2::write::GzEncoder;
 use super::config::{Compression, DuplicatePolicy, FileSinkConfig};
 use super::durable::{create_below, dir_mode, DirSync};
 use super::{encode_record, error, WriteLimit};
-use crate::envelope::Envelope;
+use crate::message::envelope::Envelope;
 use crate::sink::key::{safe_component, strategy_key};
 use crate::sink::WriteOutcome;
 
@@ -426,7 +426,7 @@ mod tests {
         let mut again = first.clone();
         again.metadata.delivery_count = 2;
         again.metadata.received_at =
-            crate::rfc3339::Rfc3339::from_unix_nanos(1_893_456_000_000_000_000);
+            crate::text::rfc3339::Rfc3339::from_unix_nanos(1_893_456_000_000_000_000);
         assert_eq!(
             sink.write_batch(std::slice::from_ref(&first)),
             vec![WriteOutcome::Durable]

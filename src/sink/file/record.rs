@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 
-use crate::envelope::{Envelope, PayloadFormat};
+use crate::message::envelope::{Envelope, PayloadFormat};
 
 /// `schema` of every record.
 pub const RECORD_SCHEMA: &str = "svc.file.message.v1";
@@ -138,7 +138,7 @@ fn value<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) -> serde_json::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envelope::{normalize, EnvelopeConfig, RawMessage};
+    use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 
     /// The record as serde_json writes it from the envelope's derived `Serialize`.
     fn by_serde(env: &Envelope) -> Vec<u8> {

@@ -10,7 +10,7 @@ use flate2::write::GzEncoder;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::envelope::{hex_sha256, Envelope, EventMetadata, Payload, PayloadInfo};
+use crate::message::envelope::{hex_sha256, Envelope, EventMetadata, Payload, PayloadInfo};
 
 use super::config::{
     Compression, MetadataMode, ObjectFormat, ObjectStoreConfig, ServerSideEncryption,

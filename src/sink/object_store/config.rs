@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::backoff::{Backoff, Growth, Jitter, GROWTHS, JITTERS};
-use crate::config::reader::{is_env_var_name, looks_secret, ObjectReader};
+use crate::document::grammar::{is_env_var_name, looks_secret};
+use crate::document::reader::ObjectReader;
 use crate::sink::key::{is_simple_suffix, KeyStrategy, KEY_STRATEGIES};
 
 /// Where credentials come from (shared with every AWS caller; resolved in

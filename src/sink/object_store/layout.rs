@@ -6,7 +6,7 @@
 //! message content never chooses them. `max_key_bytes` is enforced on the final primary key and
 //! on its sidecar key, before any request.
 
-use crate::envelope::Envelope;
+use crate::message::envelope::Envelope;
 use crate::sink::key::strategy_key;
 
 use super::config::{MetadataMode, ObjectStoreConfig, CHECK_NAMESPACE};

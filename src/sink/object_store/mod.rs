@@ -44,7 +44,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Sender;
 
-use crate::envelope::Envelope;
+use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
 use crate::sink::{Sink, SinkError, WriteOutcome};
 

@@ -30,11 +30,11 @@ pub fn md5_password(user: &str, password: &[u8], salt: &[u8; 4]) -> String {
     let mut inner = Md5::new();
     inner.update(password);
     inner.update(user.as_bytes());
-    let inner_hex = crate::hex::lower(&inner.finalize());
+    let inner_hex = crate::text::hex::lower(&inner.finalize());
     let mut outer = Md5::new();
     outer.update(inner_hex.as_bytes());
     outer.update(salt);
-    format!("md5{}", crate::hex::lower(&outer.finalize()))
+    format!("md5{}", crate::text::hex::lower(&outer.finalize()))
 }
 
 /// A fresh client nonce: 18 random bytes in base64 (24 printable characters, never a comma).
@@ -254,19 +254,19 @@ mod tests {
         // hand: inner = md5("secretalice").
         let inner = {
             use md5::{Digest, Md5};
-            crate::hex::lower(&Md5::digest(b"secretalice"))
+            crate::text::hex::lower(&Md5::digest(b"secretalice"))
         };
         let mut outer = inner.into_bytes();
         outer.extend_from_slice(&[1, 2, 3, 4]);
         let want = {
             use md5::{Digest, Md5};
-            format!("md5{}", crate::hex::lower(&Md5::digest(&outer)))
+            format!("md5{}", crate::text::hex::lower(&Md5::digest(&outer)))
         };
         assert_eq!(md5_password("alice", b"secret", &[1, 2, 3, 4]), want);
         // RFC 1321 test vector pins the primitive itself.
         use md5::{Digest, Md5};
         assert_eq!(
-            crate::hex::lower(&Md5::digest(b"abc")),
+            crate::text::hex::lower(&Md5::digest(b"abc")),
             "900150983cd24fb0d6963f7d28e17f72"
         );
     }

@@ -154,7 +154,7 @@ fn start_cluster() -> Cluster {
     let dir = std::env::temp_dir().join(format!(
         "svc-pgauth-{}-{}",
         std::process::id(),
-        crate::envelope::now_unix_nanos() % 1_000_000_000
+        crate::message::envelope::now_unix_nanos() % 1_000_000_000
     ));
     std::fs::create_dir_all(&dir).unwrap();
     make_certs(&dir, "test-ca");

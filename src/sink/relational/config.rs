@@ -4,8 +4,10 @@
 
 use std::path::PathBuf;
 
-use crate::config::reader::{is_env_var_name, ObjectReader};
-use crate::subject::SubjectPattern;
+use crate::document::grammar::is_env_var_name;
+
+use crate::document::reader::ObjectReader;
+use crate::message::subject::SubjectPattern;
 
 use super::wire::TlsMode;
 
@@ -361,7 +363,7 @@ impl RelationalConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::reader::{parse_json, Problems};
+    use crate::document::reader::{parse_json, Problems};
 
     fn read(text: &str) -> (RelationalConfig, Vec<String>) {
         let v = parse_json(text).unwrap();

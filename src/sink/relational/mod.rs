@@ -43,7 +43,7 @@ use serde::Serialize;
 
 use super::key::{strategy_key, KeyStrategy};
 use super::{Sink, SinkError, WriteOutcome};
-use crate::envelope::{Envelope, EventMetadata};
+use crate::message::envelope::{Envelope, EventMetadata};
 use crate::metrics::Metrics;
 pub use config::{Dsn, RelationalConfig, TableName, TableRoute};
 use wire::{ConnectParams, Connection, DbError, TlsMode};
@@ -198,8 +198,8 @@ struct Row<'a> {
     classification: &'a str,
     labels: &'a str,
     labels_list: &'a [String],
-    payload: &'a crate::envelope::Payload,
-    payload_original_format: crate::envelope::PayloadFormat,
+    payload: &'a crate::message::envelope::Payload,
+    payload_original_format: crate::message::envelope::PayloadFormat,
     payload_wrapped: bool,
     payload_sha256: &'a str,
     payload_size_bytes: u64,
@@ -592,8 +592,8 @@ fn collect_keys(res: wire::QueryResult) -> std::collections::HashSet<String> {
 
 /// A synthetic envelope for [`RelationalSink::check`]'s rolled-back probe insert.
 fn probe_envelope() -> Envelope {
-    crate::envelope::normalize(
-        &crate::envelope::RawMessage {
+    crate::message::envelope::normalize(
+        &crate::message::envelope::RawMessage {
             subject: "svc.check".into(),
             stream: "SVC_CHECK".into(),
             consumer: "svc-check".into(),
@@ -604,8 +604,8 @@ fn probe_envelope() -> Envelope {
             headers: Vec::new(),
             data: b"{\"probe\":true}".to_vec(),
         },
-        crate::envelope::now_unix_nanos(),
-        &crate::envelope::EnvelopeConfig::default(),
+        crate::message::envelope::now_unix_nanos(),
+        &crate::message::envelope::EnvelopeConfig::default(),
     )
     .0
 }

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::wire::{ConnectParams, Connection, TlsMode};
 use super::*;
-use crate::envelope::{normalize, EnvelopeConfig, RawMessage};
+use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 use crate::sink::{Sink, WriteOutcome};
 
 pub(crate) const PG_HOST: &str = "127.0.0.1";
@@ -42,7 +42,7 @@ impl TestDb {
             "svc_{tag}_{}_{}_{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed),
-            crate::envelope::now_unix_nanos() % 1_000_000
+            crate::message::envelope::now_unix_nanos() % 1_000_000
         );
         let mut admin = Connection::connect(&admin_params("postgres"), None)
             .expect("PostgreSQL on 127.0.0.1:5432 (see TESTING.md)");
@@ -102,8 +102,8 @@ impl Drop for TestDb {
 }
 
 pub(crate) fn parse_cfg(v: &serde_json::Value) -> RelationalConfig {
-    let problems = crate::config::reader::Problems::new();
-    let mut r = crate::config::reader::ObjectReader::at("sink".into(), v, &problems);
+    let problems = crate::document::reader::Problems::new();
+    let mut r = crate::document::reader::ObjectReader::at("sink".into(), v, &problems);
     r.req_string("type");
     let cfg = RelationalConfig::read(&mut r);
     r.finish();

@@ -26,10 +26,10 @@
 
 use std::fmt;
 
-use crate::config::is_header_name;
-use crate::config::reader::ObjectReader;
-use crate::envelope::{Envelope, RawMessage};
-use crate::subject::SubjectPattern;
+use crate::document::grammar::is_header_name;
+use crate::document::reader::ObjectReader;
+use crate::message::envelope::{Envelope, RawMessage};
+use crate::message::subject::SubjectPattern;
 
 /// Longest normalized priority, classification or label, in bytes.
 pub const MAX_VALUE_BYTES: usize = 64;
@@ -473,7 +473,7 @@ fn config_labels(r: &mut ObjectReader<'_>, key: &'static str, max: usize) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::reader::{parse_json, Problems};
+    use crate::document::reader::{parse_json, Problems};
 
     fn cfg(text: &str) -> Result<MessageMetadataConfig, Vec<String>> {
         let v = parse_json(text).unwrap();
@@ -531,7 +531,7 @@ mod tests {
         assert_eq!(m.priority, "high");
         assert_eq!(m.classification, "top secret//noforn");
         assert_eq!(m.labels, vec!["alpha", "beta:x", "zeta"]);
-        let mut env = crate::envelope::normalize(&msg("a", &[]), 0, &Default::default()).0;
+        let mut env = crate::message::envelope::normalize(&msg("a", &[]), 0, &Default::default()).0;
         m.apply_to(&mut env);
         assert_eq!(env.labels, "alpha;beta:x;zeta");
         assert_eq!(env.labels_list, vec!["alpha", "beta:x", "zeta"]);

@@ -437,63 +437,6 @@ impl<'a> ObjectReader<'a> {
     }
 }
 
-/// True for names that usually carry secrets; used to reject header, metadata, tag and
-/// dimension names. Compared case-insensitively on the name's words.
-pub fn looks_secret(name: &str) -> bool {
-    const WORDS: &[&str] = &[
-        "authorization",
-        "auth",
-        "password",
-        "passwd",
-        "pwd",
-        "secret",
-        "token",
-        "apikey",
-        "api_key",
-        "api-key",
-        "credential",
-        "credentials",
-        "cookie",
-        "private_key",
-        "privatekey",
-        "private-key",
-        "session",
-        "bearer",
-        "signature",
-        "x-amz-security-token",
-    ];
-    let lower = name.to_ascii_lowercase();
-    if WORDS.iter().any(|w| lower == *w) {
-        return true;
-    }
-    let compact: String = lower
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .collect();
-    [
-        "password",
-        "passwd",
-        "secret",
-        "token",
-        "apikey",
-        "credential",
-        "privatekey",
-        "authorization",
-        "cookie",
-        "bearer",
-    ]
-    .iter()
-    .any(|w| compact.contains(w))
-}
-
-/// Environment-variable name rule: `[A-Za-z_][A-Za-z0-9_]*`, at most 128 bytes.
-pub fn is_env_var_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
-        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
-        && name.len() <= 128
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -546,22 +489,5 @@ mod tests {
     fn syntax_errors_name_line_and_column() {
         let e = parse_json("{\n \"a\": }").unwrap_err();
         assert!(e.to_string().contains("line 2 column"), "{e}");
-    }
-
-    #[test]
-    fn secret_looking_names() {
-        for n in [
-            "Authorization",
-            "X-Api-Key",
-            "db_password",
-            "SECRET",
-            "session",
-            "my-token",
-        ] {
-            assert!(looks_secret(n), "{n}");
-        }
-        for n in ["team", "source", "region", "content-type", "env"] {
-            assert!(!looks_secret(n), "{n}");
-        }
     }
 }

@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::rfc3339::{parse_rfc3339_nanos, Rfc3339};
+use crate::text::rfc3339::{parse_rfc3339_nanos, Rfc3339};
 
 pub const METADATA_SCHEMA: &str = "svc.metadata.v1";
 
@@ -371,7 +371,7 @@ pub fn normalize_payload(data: &[u8]) -> (Payload, PayloadInfo) {
 }
 
 pub fn hex_sha256(data: &[u8]) -> String {
-    crate::hex::lower(&Sha256::digest(data))
+    crate::text::hex::lower(&Sha256::digest(data))
 }
 
 /// Current time in Unix nanoseconds.

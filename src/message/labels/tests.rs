@@ -1,8 +1,8 @@
 //! Security label profile: config, header parsing, rules/defaults, and a randomised parser test.
 
 use super::*;
-use crate::config::reader::{parse_json, Problems};
-use crate::message_metadata::MessageMetadata;
+use crate::document::reader::{parse_json, Problems};
+use crate::message::metadata::MessageMetadata;
 
 fn cfg(text: &str) -> Result<SecurityLabelsConfig, Vec<String>> {
     let v = parse_json(text).unwrap();
@@ -91,7 +91,7 @@ fn header_profile_is_normalized_and_filled() {
 
 #[test]
 fn envelope_gets_profile_in_both_places() {
-    let (mut env, _) = crate::envelope::normalize(&msg("a", None), 0, &Default::default());
+    let (mut env, _) = crate::message::envelope::normalize(&msg("a", None), 0, &Default::default());
     let p = serde_json::json!({"profile": PROFILE_SCHEMA});
     apply_to(&mut env, Some(p.clone()));
     assert_eq!(env.security_labels.as_ref(), Some(&p));

@@ -24,13 +24,14 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::config::is_header_name;
-use crate::config::reader::{looks_secret, ObjectReader, Problems};
-use crate::envelope::{hex_sha256, RawMessage, MESSAGE_ID_HEADER};
-use crate::labels::LabelRejection;
-use crate::message_metadata::MetadataError;
-use crate::rfc3339::format_rfc3339_nanos;
-use crate::subject::SubjectPattern;
+use crate::document::grammar::is_header_name;
+use crate::document::grammar::looks_secret;
+use crate::document::reader::{ObjectReader, Problems};
+use crate::message::envelope::{hex_sha256, RawMessage, MESSAGE_ID_HEADER};
+use crate::message::labels::LabelRejection;
+use crate::message::metadata::MetadataError;
+use crate::message::subject::SubjectPattern;
+use crate::text::rfc3339::format_rfc3339_nanos;
 
 /// Schema of the DLQ record.
 pub const DEAD_LETTER_SCHEMA: &str = "svc.dead-letter.v1";
@@ -564,7 +565,7 @@ pub fn parse_pub_ack(data: &[u8]) -> Result<PubAck, DlqError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::reader::parse_json;
+    use crate::document::reader::parse_json;
 
     fn cfg(text: &str) -> Result<DeadLetterConfig, Vec<String>> {
         let v = parse_json(text).unwrap();
@@ -660,14 +661,14 @@ mod tests {
             include_headers: vec!["Content-Type".into(), "X-Big".into(), "Missing".into()],
             ..Default::default()
         };
-        let labels = crate::labels::SecurityLabelsConfig {
+        let labels = crate::message::labels::SecurityLabelsConfig {
             enabled: true,
             allowed_classifications: ["a".to_string()].into(),
             ..Default::default()
         };
         let mut m = raw();
         m.headers[2].1 = r#"{"classification":"TOPSECRETVALUE","extensions":{"x":1}}"#.into();
-        let meta = crate::message_metadata::MessageMetadataConfig::default()
+        let meta = crate::message::metadata::MessageMetadataConfig::default()
             .resolve(&m)
             .unwrap();
         let rejection = labels.resolve(&m, &meta).unwrap_err();
@@ -705,7 +706,7 @@ mod tests {
 
     #[test]
     fn metadata_failures_convert() {
-        let c = crate::message_metadata::MessageMetadataConfig::default();
+        let c = crate::message::metadata::MessageMetadataConfig::default();
         let mut m = raw();
         m.headers
             .push(("Svc-Priority".into(), "SECRET;VALUE".into()));

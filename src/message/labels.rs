@@ -34,11 +34,12 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::config::is_header_name;
-use crate::config::reader::{join, looks_secret, ObjectReader};
-use crate::envelope::{Envelope, RawMessage};
-use crate::message_metadata::MessageMetadata;
-use crate::subject::SubjectPattern;
+use crate::document::grammar::is_header_name;
+use crate::document::grammar::looks_secret;
+use crate::document::reader::{join, ObjectReader};
+use crate::message::envelope::{Envelope, RawMessage};
+use crate::message::metadata::MessageMetadata;
+use crate::message::subject::SubjectPattern;
 
 /// The only profile version this runner accepts.
 pub const PROFILE_SCHEMA: &str = "svc.security-label.v1";
