@@ -27,10 +27,11 @@ use serde::Serialize;
 use crate::document::grammar::is_header_name;
 use crate::document::grammar::looks_secret;
 use crate::document::reader::{ObjectReader, Problems};
-use crate::message::envelope::{hex_sha256, RawMessage, MESSAGE_ID_HEADER};
+use crate::message::envelope::{hex_sha256, Envelope, RawMessage, MESSAGE_ID_HEADER};
 use crate::message::labels::LabelRejection;
 use crate::message::metadata::MetadataError;
 use crate::message::subject::SubjectPattern;
+use crate::sink::SinkError;
 use crate::text::rfc3339::format_rfc3339_nanos;
 
 /// Schema of the DLQ record.
@@ -302,54 +303,112 @@ pub struct DeadLetter {
 }
 
 impl DeadLetter {
-    /// Builds the record (pure).
+    /// Builds the record of a permanent pre-sink failure (pure).
     pub fn build(
         raw: &RawMessage,
         failure: &Failure,
         failed_at_unix_nanos: i128,
         cfg: &DeadLetterConfig,
     ) -> DeadLetter {
-        let headers = cfg
-            .include_headers
-            .iter()
-            .filter_map(|name| {
-                raw.header(name).map(|v| {
-                    let v = if v.len() > MAX_HEADER_VALUE_BYTES {
-                        format!("(omitted: {} bytes)", v.len())
-                    } else {
-                        v.to_string()
-                    };
-                    (name.clone(), v)
-                })
-            })
-            .collect();
+        let headers = included_headers(cfg, |name| raw.header(name));
+        let original = Original {
+            subject: raw.subject.clone(),
+            stream: raw.stream.to_string(),
+            stream_sequence: raw.stream_sequence,
+            consumer: raw.consumer.to_string(),
+            consumer_sequence: raw.consumer_sequence,
+            delivery_count: raw.delivery_count,
+            message_id: raw.header(MESSAGE_ID_HEADER).map(str::to_string),
+            published_at: raw.published_unix_nanos.map(format_rfc3339_nanos),
+        };
+        let payload = PayloadDigest {
+            sha256: hex_sha256(&raw.data),
+            size_bytes: raw.data.len() as u64,
+        };
+        Self::assemble(failure, failed_at_unix_nanos, original, payload, headers)
+    }
+
+    /// Builds the record of a permanent sink failure (pure). The sink has the envelope, not
+    /// the raw message: the payload digest is the envelope's `payload_info`, and the headers
+    /// are those of `include_headers` that the envelope kept (`envelope.keep_headers`). The
+    /// failure names the sink and the error class, never the sink's message (a database
+    /// error may quote the refused value).
+    pub fn build_for_sink(
+        env: &Envelope,
+        error: &SinkError,
+        failed_at_unix_nanos: i128,
+        cfg: &DeadLetterConfig,
+    ) -> DeadLetter {
+        let code = error.class.code();
+        let failure = Failure::new(
+            "sink",
+            &format!("sink.{}", error.sink),
+            code,
+            format!("sink {}: permanent write failure ({code})", error.sink),
+        );
+        let headers = included_headers(cfg, |name| {
+            env.metadata.headers.get(name).map(String::as_str)
+        });
+        let original = Original {
+            subject: env.subject.clone(),
+            stream: env.stream.to_string(),
+            stream_sequence: env.stream_sequence,
+            consumer: env.consumer.to_string(),
+            consumer_sequence: env.consumer_sequence,
+            delivery_count: env.metadata.delivery_count,
+            message_id: env.message_id.clone(),
+            published_at: env.metadata.published_at.map(|t| t.as_str().to_string()),
+        };
+        let payload = PayloadDigest {
+            sha256: env.payload_info.sha256.clone(),
+            size_bytes: env.payload_info.size_bytes,
+        };
+        Self::assemble(&failure, failed_at_unix_nanos, original, payload, headers)
+    }
+
+    fn assemble(
+        failure: &Failure,
+        failed_at_unix_nanos: i128,
+        original: Original,
+        payload: PayloadDigest,
+        headers: BTreeMap<String, String>,
+    ) -> DeadLetter {
+        let msg_id = format!("svc-dlq:{}:{}", original.stream, original.stream_sequence);
         let record = Record {
             schema: DEAD_LETTER_SCHEMA,
             failed_at: format_rfc3339_nanos(failed_at_unix_nanos),
             failure: failure.clone(),
-            original: Original {
-                subject: raw.subject.clone(),
-                stream: raw.stream.to_string(),
-                stream_sequence: raw.stream_sequence,
-                consumer: raw.consumer.to_string(),
-                consumer_sequence: raw.consumer_sequence,
-                delivery_count: raw.delivery_count,
-                message_id: raw.header(MESSAGE_ID_HEADER).map(str::to_string),
-                published_at: raw.published_unix_nanos.map(format_rfc3339_nanos),
-            },
-            payload: PayloadDigest {
-                sha256: hex_sha256(&raw.data),
-                size_bytes: raw.data.len() as u64,
-            },
+            original,
+            payload,
             headers,
         };
         DeadLetter {
-            msg_id: format!("svc-dlq:{}:{}", raw.stream, raw.stream_sequence),
+            msg_id,
             reason: failure.reason,
             // Serializing plain strings and integers cannot fail.
             body: serde_json::to_vec(&record).unwrap_or_default(),
         }
     }
+}
+
+/// The configured `include_headers` that are present, long values replaced by a size note.
+fn included_headers<'a>(
+    cfg: &DeadLetterConfig,
+    lookup: impl Fn(&str) -> Option<&'a str>,
+) -> BTreeMap<String, String> {
+    cfg.include_headers
+        .iter()
+        .filter_map(|name| {
+            lookup(name).map(|v| {
+                let v = if v.len() > MAX_HEADER_VALUE_BYTES {
+                    format!("(omitted: {} bytes)", v.len())
+                } else {
+                    v.to_string()
+                };
+                (name.clone(), v)
+            })
+        })
+        .collect()
 }
 
 /// The broker's confirmation of a stored DLQ record.

@@ -23,6 +23,7 @@ use super::config::{endpoint_problem, AddressingStyle, ObjectStoreConfig};
 use super::resolver::CachingResolver;
 use crate::aws::credentials::Credentials;
 use crate::aws::{endpoint_override, sigv4, Env};
+use crate::sink::FailureClass;
 
 /// Largest error or GET body read into memory.
 const MAX_ERROR_BODY: u64 = 64 * 1024;
@@ -136,16 +137,16 @@ impl S3Error {
     }
 
     /// Rejections tied to this object's size or key: redelivery cannot help.
-    pub fn is_permanent_for_object(&self) -> bool {
+    pub fn permanent_class(&self) -> Option<FailureClass> {
         match self {
-            S3Error::Status { status, code, .. } => {
-                *status == 400
-                    && matches!(
-                        code.as_str(),
-                        "EntityTooLarge" | "KeyTooLongError" | "MetadataTooLarge"
-                    )
-            }
-            _ => false,
+            S3Error::Status {
+                status: 400, code, ..
+            } => match code.as_str() {
+                "EntityTooLarge" | "MetadataTooLarge" => Some(FailureClass::TooLarge),
+                "KeyTooLongError" => Some(FailureClass::InvalidKey),
+                _ => None,
+            },
+            _ => None,
         }
     }
 }
@@ -692,8 +693,15 @@ mod tests {
         for s in [400, 403, 404, 412] {
             assert!(!st(s, "").is_retryable(), "{s}");
         }
-        assert!(st(400, "EntityTooLarge").is_permanent_for_object());
-        assert!(!st(403, "AccessDenied").is_permanent_for_object());
+        assert_eq!(
+            st(400, "EntityTooLarge").permanent_class(),
+            Some(FailureClass::TooLarge)
+        );
+        assert_eq!(
+            st(400, "KeyTooLongError").permanent_class(),
+            Some(FailureClass::InvalidKey)
+        );
+        assert_eq!(st(403, "AccessDenied").permanent_class(), None);
         assert_eq!(
             st(403, "SignatureDoesNotMatch").to_string(),
             "status 403 SignatureDoesNotMatch (check the credentials and the bucket policy)"

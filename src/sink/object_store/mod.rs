@@ -46,7 +46,7 @@ use crossbeam_channel::Sender;
 
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
-use crate::sink::{Sink, SinkError, WriteOutcome};
+use crate::sink::{FailureClass, Sink, SinkError, WriteOutcome};
 
 use crate::aws::credentials;
 use crate::aws::{Env, ProcessEnv};
@@ -248,10 +248,12 @@ impl Drop for ObjectStoreSink {
 impl Shared {
     /// Keys and bodies of an envelope; an error is a permanent outcome (no request made).
     fn prepare(&self, env: &Envelope) -> Result<Prepared, WriteOutcome> {
-        let permanent = |m: String| WriteOutcome::Permanent(SinkError::new(KIND, m));
-        let keys = layout::object_keys(&self.cfg, env).map_err(permanent)?;
+        let permanent =
+            |m: String, class| WriteOutcome::Permanent(SinkError::new(KIND, m).classified(class));
+        let keys = layout::object_keys(&self.cfg, env)
+            .map_err(|e| permanent(e, FailureClass::InvalidKey))?;
         let bodies = body::build(&self.cfg, env, &keys.primary, keys.sidecar.is_some())
-            .map_err(|e| permanent(format!("{}: {e}", keys.primary)))?;
+            .map_err(|e| permanent(format!("{}: {e}", keys.primary), FailureClass::TooLarge))?;
         Ok(Prepared {
             keys,
             bodies,
@@ -310,8 +312,8 @@ impl Shared {
     /// Maps a final request failure to an outcome.
     fn failure(&self, what: &str, e: S3Error) -> WriteOutcome {
         let err = SinkError::new(KIND, format!("{what}: {e}"));
-        if e.is_permanent_for_object() {
-            WriteOutcome::Permanent(err)
+        if let Some(class) = e.permanent_class() {
+            WriteOutcome::Permanent(err.classified(class))
         } else {
             WriteOutcome::Transient(err)
         }
@@ -322,10 +324,13 @@ impl Shared {
     /// ACK): then it is already durable. Anything else is the permanent duplicate error.
     fn existing_verdict(&self, key: &str, p: &Prepared, ours: &[u8]) -> WriteOutcome {
         let duplicate = || {
-            WriteOutcome::Permanent(SinkError::new(
-                KIND,
-                format!("put {key}: key already exists (duplicate_policy fail_existing)"),
-            ))
+            WriteOutcome::Permanent(
+                SinkError::new(
+                    KIND,
+                    format!("put {key}: key already exists (duplicate_policy fail_existing)"),
+                )
+                .classified(FailureClass::DuplicateExists),
+            )
         };
         let stored = match self.client.get_object(key, self.cfg.max_object_bytes) {
             Ok(Some(reply)) => reply.body,

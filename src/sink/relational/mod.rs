@@ -42,7 +42,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::key::{strategy_key, KeyStrategy};
-use super::{Sink, SinkError, WriteOutcome};
+use super::{FailureClass, Sink, SinkError, WriteOutcome};
 use crate::message::envelope::{Envelope, EventMetadata};
 use crate::metrics::Metrics;
 pub use config::{Dsn, RelationalConfig, TableName, TableRoute};
@@ -467,14 +467,17 @@ impl RelationalSink {
                         ignored += 1;
                         WriteOutcome::AlreadyDurable
                     }
-                    Some(_) => WriteOutcome::Permanent(SinkError::new(
-                        KIND,
-                        format!(
-                            "table {table}: idempotency key {} already holds a different event \
-                             (subject or payload digest differs); not overwritten",
-                            keys[i]
-                        ),
-                    )),
+                    Some(_) => WriteOutcome::Permanent(
+                        SinkError::new(
+                            KIND,
+                            format!(
+                                "table {table}: idempotency key {} already holds a different \
+                                 event (subject or payload digest differs); not overwritten",
+                                keys[i]
+                            ),
+                        )
+                        .classified(FailureClass::DuplicateExists),
+                    ),
                     // Vanished between insert and select: only possible if someone deleted it
                     // concurrently. Retry on redelivery.
                     None => WriteOutcome::Transient(SinkError::new(
@@ -548,13 +551,16 @@ impl RelationalSink {
                 }
                 Err(e) if is_row_error(&e) && !conn.is_broken() => {
                     conn.simple("ROLLBACK TO SAVEPOINT svc_row")?;
-                    outcomes[i] = Some(WriteOutcome::Permanent(SinkError::new(
-                        KIND,
-                        format!(
-                            "table {table}: row {} rejected by the database: {e}",
-                            keys[i]
-                        ),
-                    )));
+                    outcomes[i] = Some(WriteOutcome::Permanent(
+                        SinkError::new(
+                            KIND,
+                            format!(
+                                "table {table}: row {} rejected by the database: {e}",
+                                keys[i]
+                            ),
+                        )
+                        .classified(FailureClass::ValueRejected),
+                    ));
                 }
                 Err(e) => return Err(e),
             }
