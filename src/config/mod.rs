@@ -171,6 +171,7 @@ impl RuntimeConfig {
         let security_labels = SecurityLabelsConfig::read(root.object("security_labels"));
         let dead_letter = DeadLetterConfig::read(root.object("dead_letter"));
         root.finish();
+        security_labels.cross_check(&message_metadata, &problems);
         dead_letter.cross_check(
             nats.as_ref().map_or("", |n| n.subject.as_str()),
             &[

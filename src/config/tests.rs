@@ -236,3 +236,58 @@ fn subject_family_labels_are_unique() {
         vec!["metrics.subject_families[1].label: is used by an earlier family; labels must be unique"]
     );
 }
+
+#[test]
+fn label_vocabularies_must_admit_the_metadata_values_they_are_filled_with() {
+    // The metadata defaults (`normal`, `unclassified`) and a rule's value fill a profile that
+    // omits them; a vocabulary without them refuses every such message at run time.
+    assert_eq!(
+        problems(&with(
+            r#"{"security_labels": {"enabled": true,
+                 "allowed_priorities": ["low", "high"],
+                 "allowed_classifications": ["UNCLASSIFIED", "restricted"]},
+                "message_metadata": {"rules": [
+                 {"subject": "orders.eu.>", "classification": "secret"},
+                 {"subject": "orders.us.>", "priority": "high"}]}}"#
+        )),
+        vec![
+            "message_metadata.default_priority: \"normal\" is not in \
+             security_labels.allowed_priorities: a label profile that omits priority gets this \
+             value and is refused at run time",
+            "message_metadata.default_classification: \"unclassified\" is not in \
+             security_labels.allowed_classifications: a label profile that omits classification \
+             gets this value and is refused at run time (differs from vocabulary entry \
+             \"UNCLASSIFIED\" only by case: vocabularies compare exactly)",
+            "message_metadata.rules[0].classification: \"secret\" is not in \
+             security_labels.allowed_classifications: a label profile that omits \
+             classification gets this value and is refused at run time",
+        ]
+    );
+    // Disabled labels, or vocabularies that admit the values: nothing to report.
+    let fine = r#"{"security_labels": {"enabled": true,
+                   "allowed_priorities": ["normal", "high"],
+                   "allowed_classifications": ["unclassified"]},
+                  "message_metadata": {"rules": [{"subject": "orders.>", "priority": "high"}]}}"#;
+    assert_eq!(problems(&with(fine)), Vec::<String>::new());
+    let disabled = r#"{"security_labels": {"enabled": false, "allowed_priorities": ["low"]}}"#;
+    assert_eq!(problems(&with(disabled)), Vec::<String>::new());
+}
+
+#[test]
+fn label_values_differing_only_by_case_are_flagged() {
+    assert_eq!(
+        problems(&with(
+            r#"{"security_labels": {"enabled": true,
+                 "allowed_classifications": ["unclassified", "Secret", "secret"],
+                 "default": {"classification": "SECRET"}}}"#
+        )),
+        vec![
+            "security_labels.default.classification: value is not in \
+             security_labels.allowed_classifications (differs from vocabulary entry \
+             \"Secret\" only by case: vocabularies compare exactly)",
+            "security_labels.allowed_classifications: \"secret\" and \"Secret\" differ only \
+             by case: vocabularies compare exactly; list the one form values arrive in \
+             (metadata values are lowercase)",
+        ]
+    );
+}
