@@ -1166,24 +1166,38 @@ fn syslog_oversize_and_socket_missing() {
 
 #[test]
 fn planted_secrets_appear_in_no_output() {
-    // A receiver that echoes request headers in its error answers: the exporter must scrub
-    // them from its error message too.
+    // Receivers that echo request headers in their error answers (OTLP and HEC, each on its
+    // own receiver so each error path really gets the echo): the exporter must scrub them
+    // from its error message too.
     let dir = TempDir::new("secrets");
     let snap = dir.write("snap.json", &snapshot(FAMS, 0.0));
-    let rx = Receiver::start(
+    let otlp = Receiver::start(
         &dir,
         "otlp_receiver.py",
         &["--status", "500", "--echo-headers"],
         &[],
     );
+    let hec = Receiver::start(
+        &dir,
+        "hec_receiver.py",
+        &[
+            "--token-env",
+            "SVC_HEC_TOKEN",
+            "--status",
+            "503",
+            "--echo-headers",
+        ],
+        &[("SVC_HEC_TOKEN", TOKEN)],
+    );
     let pol = dir.write(
         "p.json",
         &policy_with(&format!(
-            r#""otlp": {{"enabled": true, "endpoint": "http://127.0.0.1:{p}/v1/metrics",
+            r#""otlp": {{"enabled": true, "endpoint": "http://127.0.0.1:{o}/v1/metrics",
                   "headers_env": {{"Authorization": "SVC_OTLP_AUTH", "X-Api-Key": "SVC_OTLP_KEY"}}}},
-               "siem_hec": {{"enabled": true, "endpoint": "http://127.0.0.1:{p}/services/collector/event",
+               "siem_hec": {{"enabled": true, "endpoint": "http://127.0.0.1:{h}/services/collector/event",
                   "token_env": "SVC_HEC_TOKEN", "headers_env": {{"X-Tenant": "SVC_OTLP_KEY"}}}}"#,
-            p = rx.port
+            o = otlp.port,
+            h = hec.port
         )),
     );
     let env = [
@@ -1191,13 +1205,15 @@ fn planted_secrets_appear_in_no_output() {
         ("SVC_OTLP_KEY", HEADER_SECRET),
         ("SVC_HEC_TOKEN", TOKEN),
     ];
-    for args in [
-        vec!["otlp-export", "--dry-run"],
-        vec!["otlp-export"],
-        vec!["siem-hec-export", "--dry-run"],
-        vec!["siem-hec-export"],
-        vec!["validate-policy"],
-        vec!["show-effective-policy"],
+    // (arguments, expected exit code): dry runs and policy commands succeed, the exports
+    // fail on the receivers' error answers.
+    for (args, code) in [
+        (vec!["otlp-export", "--dry-run"], 0),
+        (vec!["otlp-export"], 1),
+        (vec!["siem-hec-export", "--dry-run"], 0),
+        (vec!["siem-hec-export"], 1),
+        (vec!["validate-policy"], 0),
+        (vec!["show-effective-policy"], 0),
     ] {
         let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&args[0]];
         if !args[0].ends_with("policy") {
@@ -1208,12 +1224,23 @@ fn planted_secrets_appear_in_no_output() {
             a.push(extra);
         }
         let o = run(&a, &env);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
         assert_no_secret(&o);
     }
-    let recs = rx.records();
+    // Both receivers got the secrets (so there was something to leak) and echoed them.
+    let recs = otlp.records();
     assert!(
         recs.iter().any(|r| r["headers"]["authorization"] == TOKEN),
-        "the receiver did get the secret: {recs:?}"
+        "the OTLP receiver did get the secret: {recs:?}"
+    );
+    let recs = hec.records();
+    assert!(
+        recs.iter().any(
+            |r| r["headers"]["authorization"] == format!("Splunk {TOKEN}")
+                && r["headers"]["x-tenant"] == HEADER_SECRET
+                && r["answer"][0] == 503
+        ),
+        "the HEC receiver did get the secrets and answered 503: {recs:?}"
     );
     let o = run(&[&"otlp-export", &snap, &pol], &env);
     assert_eq!(o.status.code(), Some(1));
@@ -1221,6 +1248,15 @@ fn planted_secrets_appear_in_no_output() {
     // The echoed header was scrubbed before the excerpt was cut (at 200 characters).
     assert!(
         stderr(&o).contains(r#""authorization": "<redac"#),
+        "the echo was scrubbed: {}",
+        stderr(&o)
+    );
+    assert_no_secret(&o);
+    let o = run(&[&"siem-hec-export", &snap, &pol], &env);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("HTTP 503"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("<redac"),
         "the echo was scrubbed: {}",
         stderr(&o)
     );
