@@ -692,7 +692,8 @@ fn start_runner_env(
 #[test]
 fn fanout_with_moto_object_store_optional_hang_acks_required_hang_does_not() {
     let store = moto::Moto::start();
-    store.create_bucket("fan-archive", false);
+    // Versioned, so a rewritten object would show as a second version ("every object once").
+    store.create_bucket("fan-archive", true);
     let (server, dir) = setup(40, "orders.created");
     let db = TestDb::new("fanmoto");
     let archive = json!({
