@@ -23,6 +23,45 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Commands of the README's "Install on a host", run here on the unpacked files.
+const ENABLE_POLICY: &str = r#"s/^  "enabled": false,/  "enabled": true,/"#;
+const ADD_RULES: &str = r"s|^rule_files:$|rule_files:\n  - svc-rules.yml|";
+
+#[test]
+fn the_install_guide_uses_the_tested_commands() {
+    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+    let guide = readme
+        .split("## Install on a host")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("README has an install section");
+    for line in [
+        "scripts/package.sh ".to_string(),
+        "svc validate /etc/svc/config.json".to_string(),
+        format!("sed -i '{ENABLE_POLICY}' /etc/svc/observability-policy.json"),
+        "svc-observe validate-policy /etc/svc/observability-policy.json".to_string(),
+        "cp /usr/share/doc/svc-observe/examples/prometheus/svc-rules.yml /etc/prometheus/"
+            .to_string(),
+        format!("sed -i '{ADD_RULES}' /etc/prometheus/prometheus.yml"),
+        "systemctl enable --now svc.service svc-observe-textfile.timer".to_string(),
+    ] {
+        assert!(guide.contains(&line), "the guide lacks {line}");
+    }
+    let commands = guide
+        .split("```sh\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap()
+        .lines()
+        .count();
+    assert!(
+        (8..=12).contains(&commands),
+        "about ten commands: {commands}"
+    );
+}
+
 fn version() -> String {
     format!("{}-1", env!("CARGO_PKG_VERSION"))
 }
@@ -219,9 +258,7 @@ fn packages_have_the_metadata_contents_and_run_unpacked() {
         shipped.contains("\nenabled=false\n"),
         "shares nothing as shipped: {shipped}"
     );
-    run(Command::new("sed")
-        .args(["-i", r#"s/^  "enabled": false,/  "enabled": true,/"#])
-        .arg(&policy));
+    run(Command::new("sed").args(["-i", ENABLE_POLICY]).arg(&policy));
     let enabled = run(Command::new(r("/usr/bin/svc-observe"))
         .arg("validate-policy")
         .arg(&policy));
@@ -229,6 +266,21 @@ fn packages_have_the_metadata_contents_and_run_unpacked() {
         enabled.contains("\nenabled=true\n") && enabled.contains("\nscrape_enabled=true\n"),
         "{enabled}"
     );
+    // The rules file loads into Debian's default prometheus.yml with the guide's `sed`.
+    let prom = tempfile::tempdir().unwrap();
+    let conf = prom.path().join("prometheus.yml");
+    std::fs::copy("/etc/prometheus/prometheus.yml", &conf)
+        .expect("the prometheus package's default /etc/prometheus/prometheus.yml");
+    std::fs::copy(
+        r("/usr/share/doc/svc-observe/examples/prometheus/svc-rules.yml"),
+        prom.path().join("svc-rules.yml"),
+    )
+    .unwrap();
+    run(Command::new("sed").args(["-i", ADD_RULES]).arg(&conf));
+    let check = run(Command::new("promtool")
+        .args(["check", "config"])
+        .arg(&conf));
+    assert!(check.contains("SUCCESS: 31 rules found"), "{check}");
     // The config's snapshot path is the one the exporter units read.
     let cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(r("/etc/svc/config.json")).unwrap()).unwrap();
