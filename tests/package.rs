@@ -151,22 +151,15 @@ fn packages_have_the_metadata_contents_and_run_unpacked() {
         "{o}"
     );
     let conffiles = |deb: &Path| {
-        run(Command::new("dpkg-deb")
-            .args(["-f"])
-            .arg(deb)
-            .arg("Package"))
-        .trim()
-        .to_string()
-            + "\n"
-            + &run(Command::new("sh").arg("-c").arg(format!(
-                "dpkg-deb --ctrl-tarfile '{}' | tar -xOf - ./conffiles",
-                deb.display()
-            )))
+        run(Command::new("sh").arg("-c").arg(format!(
+            "dpkg-deb --ctrl-tarfile '{}' | tar -xOf - ./conffiles",
+            deb.display()
+        )))
     };
-    assert_eq!(conffiles(&built.svc), "svc\n/etc/svc/config.json\n");
+    assert_eq!(conffiles(&built.svc), "/etc/svc/config.json\n");
     assert_eq!(
         conffiles(&built.observe),
-        "svc-observe\n/etc/svc/observability-policy.json\n"
+        "/etc/svc/observability-policy.json\n"
     );
 
     // Contents: owners root, modes as Debian wants them.
