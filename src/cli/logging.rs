@@ -7,12 +7,26 @@
 //! Under systemd the journal stamps every line itself, so the text format drops its own
 //! timestamp there (`logging.timestamps: auto`); the JSON format always carries `time`, which
 //! belongs to the record.
+//!
+//! Our own lines wrap peer text where it enters (`PeerText`); lines of the broker client crate
+//! can quote the broker verbatim (an unknown protocol line, a whole JetStream API answer), so
+//! they are bounded and escaped here as a whole when RUST_LOG turns them on.
 
 use std::io::Write;
 
 use crate::config::{LogFormat, LogTimestamps, LoggingConfig};
+use crate::text::peer::PeerText;
 
-pub fn init(cfg: &LoggingConfig) {
+/// Characters of one line of the broker client crate shown at most.
+const CRATE_LINE_MAX_CHARS: usize = 1024;
+
+/// The defaults (text, journal-aware timestamps) at `level`: for commands without a config.
+pub fn init(level: log::LevelFilter) {
+    init_from(&LoggingConfig::with_level(level));
+}
+
+/// As the config's `logging` block says.
+pub fn init_from(cfg: &LoggingConfig) {
     let mut builder = env_logger::Builder::new();
     builder.filter_level(cfg.level);
     // The broker client logs every JetStream API error answer (e.g. "consumer not found")
@@ -31,7 +45,7 @@ pub fn init(cfg: &LoggingConfig) {
                     level: record.level().as_str(),
                     thread: thread.name().unwrap_or("main"),
                     target: record.target(),
-                    message: record.args().to_string(),
+                    message: message(record),
                 };
                 // serde_json escapes quotes, backslashes and control characters: a message
                 // can never break the one-object-per-line framing.
@@ -54,15 +68,23 @@ pub fn init(cfg: &LoggingConfig) {
                         buf,
                         "{ts} {:<5} [{thread}] {}",
                         record.level(),
-                        record.args()
+                        message(record)
                     )
                 } else {
-                    writeln!(buf, "{:<5} [{thread}] {}", record.level(), record.args())
+                    writeln!(buf, "{:<5} [{thread}] {}", record.level(), message(record))
                 }
             });
         }
     }
     let _ = builder.try_init();
+}
+
+fn message(record: &log::Record<'_>) -> String {
+    let text = record.args().to_string();
+    if record.target().starts_with("nats") {
+        return PeerText::with_limit(&text, CRATE_LINE_MAX_CHARS).to_string();
+    }
+    text
 }
 
 #[derive(serde::Serialize)]
@@ -106,6 +128,25 @@ mod tests {
         assert!(!names_stream("", 8, 12345));
         assert!(!names_stream("8", 8, 12345));
         assert!(!names_stream("x:12345", 8, 12345));
+    }
+
+    #[test]
+    fn broker_client_lines_are_bounded_and_escaped() {
+        let long = format!("-ERR '\u{1b}[31m{}'", "x".repeat(5000));
+        let args = format_args!("{long}");
+        let record = log::Record::builder()
+            .target("nats::jetstream")
+            .args(args)
+            .build();
+        let shown = message(&record);
+        assert!(shown.chars().count() < 1100, "{}", shown.len());
+        assert!(!shown.contains('\u{1b}'));
+        let args = format_args!("{long}");
+        let ours = log::Record::builder()
+            .target("svc::pipeline")
+            .args(args)
+            .build();
+        assert_eq!(message(&ours), long);
     }
 
     #[test]

@@ -350,9 +350,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    crate::cli::logging::init(&crate::config::LoggingConfig::with_level(
-        log::LevelFilter::Warn,
-    ));
+    crate::cli::logging::init(log::LevelFilter::Warn);
     // Unlocked handles: `scrape-http` runs for the life of the process and its worker threads
     // log to stderr, so holding the lock here would block them.
     let mut stdout = std::io::stdout();
