@@ -16,6 +16,7 @@
 #
 # Prints the path of each package built. Installs nothing.
 set -euo pipefail
+caller=$PWD
 cd "$(dirname "$0")/.."
 
 profile=release
@@ -32,6 +33,10 @@ while [ $# -gt 0 ]; do
         *) echo "package.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+# Paths given on the command line are the caller's, not the repository's.
+abs() { case "$1" in /*) echo "$1" ;; *) echo "$caller/$1" ;; esac; }
+[ -n "$bin_dir" ] && bin_dir=$(abs "$bin_dir")
+[ "$out_dir" = target/debian ] || out_dir=$(abs "$out_dir")
 case "$compress" in
     xz|gzip|none) ;;
     *) echo "package.sh: --compress must be xz, gzip or none" >&2; exit 2 ;;
