@@ -103,6 +103,45 @@ fn text_timestamps_follow_the_journal() {
     assert!(log_line(&text).starts_with("ERROR [main] "), "{text}");
 }
 
+/// The journal's case exactly: stderr is a stream socket and `JOURNAL_STREAM` names it.
+#[test]
+fn text_timestamps_dropped_when_stderr_is_the_named_socket() {
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::net::UnixStream;
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = unreachable(dir.path(), json!({"level": "info"}));
+    for named in [true, false] {
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        let m = std::fs::metadata(format!("/proc/self/fd/{}", theirs.as_raw_fd())).unwrap();
+        let stream = if named {
+            format!("{}:{}", m.dev(), m.ino())
+        } else {
+            format!("{}:{}", m.dev(), m.ino() + 1)
+        };
+        let status = Command::new(env!("CARGO_BIN_EXE_svc"))
+            .arg("run")
+            .arg(&cfg)
+            .env_remove("RUST_LOG")
+            .env("JOURNAL_STREAM", stream)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(OwnedFd::from(theirs)))
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(1));
+        let mut text = String::new();
+        ours.read_to_string(&mut text).unwrap();
+        let line = log_line(&text);
+        if named {
+            assert!(line.starts_with("ERROR [main] broker: connect:"), "{text}");
+        } else {
+            assert!(starts_with_timestamp(line), "{text}");
+        }
+    }
+}
+
 #[test]
 fn bad_logging_values_name_the_field() {
     let dir = tempfile::tempdir().unwrap();
