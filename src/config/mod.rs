@@ -115,6 +115,35 @@ pub struct AdvisoriesConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoggingConfig {
     pub level: log::LevelFilter,
+    pub format: LogFormat,
+    pub timestamps: LogTimestamps,
+}
+
+/// `logging.format`: human-readable lines, or one JSON object per line (Loki, Elastic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `logging.timestamps` (text format): `auto` drops the line's own timestamp when stderr is
+/// the systemd journal, which stamps every line itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogTimestamps {
+    Auto,
+    Always,
+    Never,
+}
+
+impl LoggingConfig {
+    /// The defaults with another level (the exporter has no config file).
+    pub fn with_level(level: log::LevelFilter) -> Self {
+        LoggingConfig {
+            level,
+            format: LogFormat::Text,
+            timestamps: LogTimestamps::Auto,
+        }
+    }
 }
 
 /// Bounds, named so docs and code agree.
@@ -531,7 +560,7 @@ fn read_metrics(r: Option<ObjectReader<'_>>) -> MetricsConfig {
 fn read_logging(r: Option<ObjectReader<'_>>) -> LoggingConfig {
     use log::LevelFilter as L;
     let Some(mut r) = r else {
-        return LoggingConfig { level: L::Info };
+        return LoggingConfig::with_level(L::Info);
     };
     let level = r.one_of(
         "level",
@@ -544,8 +573,26 @@ fn read_logging(r: Option<ObjectReader<'_>>) -> LoggingConfig {
             ("trace", L::Trace),
         ],
     );
+    let format = r.one_of(
+        "format",
+        LogFormat::Text,
+        &[("text", LogFormat::Text), ("json", LogFormat::Json)],
+    );
+    let timestamps = r.one_of(
+        "timestamps",
+        LogTimestamps::Auto,
+        &[
+            ("auto", LogTimestamps::Auto),
+            ("always", LogTimestamps::Always),
+            ("never", LogTimestamps::Never),
+        ],
+    );
     r.finish();
-    LoggingConfig { level }
+    LoggingConfig {
+        level,
+        format,
+        timestamps,
+    }
 }
 
 #[cfg(test)]
