@@ -22,6 +22,7 @@ use crate::backoff::{Backoff, Growth, Jitter};
 use crate::config::{NatsAuth, NatsConfig};
 use crate::message::envelope::RawMessage;
 use crate::metrics::Metrics;
+use crate::text::peer::PeerText;
 
 /// The broker connection (aliased so the crate's deprecation allowance stays in this module).
 pub type Connection = nats::Connection;
@@ -81,9 +82,11 @@ pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, Br
     if let Some(ca) = &cfg.tls_ca_file {
         opts = opts.add_root_certificate(ca);
     }
-    if cfg.tls_required {
-        opts = opts.tls_required(true);
-    }
+    // The crate decides TLS per connection from this flag, the URL's scheme and the server's
+    // INFO; servers it learns from INFO `connect_urls` are added as `nats://`, so without
+    // the flag a `tls://` seed could hand the client (and our credential) to a plaintext
+    // address. `cfg.tls_required` is already true for every TLS trigger (config validation).
+    opts = opts.tls_required(cfg.tls_required);
     let (m1, m2, m3) = (metrics.clone(), metrics.clone(), metrics);
     opts = opts
         .with_name(&cfg.connection_name)
@@ -100,7 +103,11 @@ pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, Br
         })
         .error_callback(move |e| {
             Metrics::add(&m3.counters.broker_connection_errors_total, 1);
-            log::warn!("broker: asynchronous error: {e}");
+            // The server's `-ERR` text (and the crate's wording around it): peer text.
+            log::warn!(
+                "broker: asynchronous error: {}",
+                PeerText::new(&e.to_string())
+            );
         });
     opts.connect(cfg.urls.join(",").as_str())
         .map_err(err("connect"))

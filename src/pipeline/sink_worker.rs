@@ -97,7 +97,7 @@ impl SinkWorker {
             self.metrics.observe("sink_batch_write_seconds", elapsed);
         } else if let Some(first) = outcomes.iter().find(|o| !o.is_durable()) {
             log::warn!(
-                "{failed} of {} writes in batch {} failed; first: {first:?}",
+                "{failed} of {} writes in batch {} failed; first: {first}",
                 outcomes.len(),
                 batch_id
             );

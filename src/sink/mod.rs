@@ -37,6 +37,18 @@ impl WriteOutcome {
     }
 }
 
+/// What an operator reads: `durable`, `already durable`, `transient: sink file: ...`.
+impl fmt::Display for WriteOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WriteOutcome::Durable => f.write_str("durable"),
+            WriteOutcome::AlreadyDurable => f.write_str("already durable"),
+            WriteOutcome::Transient(e) => write!(f, "transient: {e}"),
+            WriteOutcome::Permanent(e) => write!(f, "permanent: {e}"),
+        }
+    }
+}
+
 /// A sink failure, safe to log: never a payload, secret or credential-bearing URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SinkError {
