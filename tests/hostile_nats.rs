@@ -345,3 +345,107 @@ fn validate_refuses_plaintext_credentials_to_remote_hosts() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("nats.tls_required: cannot be false"), "{err}");
 }
+
+/// A plaintext fake broker (loopback, no auth) that greets, answers PINGs, sends a forged
+/// `-ERR` once the client subscribes, and answers the runner's consumer lookup with a
+/// JetStream API error whose description is forged and huge.
+fn start_lying_broker(forged: &'static str) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::Builder::new()
+        .name("liar".into())
+        .spawn(move || {
+            let (tcp, _) = listener.accept().unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut out = tcp.try_clone().unwrap();
+            let info = format!(
+                "INFO {{\"server_id\":\"liar\",\"version\":\"2.10.0\",\"proto\":1,\
+                 \"host\":\"127.0.0.1\",\"port\":{port},\"max_payload\":8388608,\
+                 \"headers\":true,\"client_id\":1,\"go\":\"go1.22\"}}\r\n"
+            );
+            out.write_all(info.as_bytes()).unwrap();
+            let mut reader = BufReader::new(tcp);
+            let mut subs: Vec<(String, String)> = Vec::new();
+            let mut line = String::new();
+            let mut erred = false;
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+                line.clear();
+                match words.first().map(String::as_str) {
+                    Some("PING") => out.write_all(b"PONG\r\n").unwrap(),
+                    Some("SUB") if words.len() >= 3 => {
+                        subs.push((words[1].clone(), words[words.len() - 1].clone()));
+                        if !erred {
+                            erred = true;
+                            let err = format!("-ERR '{}'\r\n", forged.replace('\n', " "));
+                            out.write_all(err.as_bytes()).unwrap();
+                        }
+                    }
+                    Some("PUB") if words.len() == 4 => {
+                        let mut body = vec![0; words[3].parse::<usize>().unwrap() + 2];
+                        reader.read_exact(&mut body).unwrap();
+                        let inbox = &words[2];
+                        let sid = subs
+                            .iter()
+                            .find(|(s, _)| {
+                                s == inbox
+                                    || (s.ends_with(".*") && inbox.starts_with(&s[..s.len() - 1]))
+                            })
+                            .map(|(_, sid)| sid.clone())
+                            .unwrap_or_else(|| "1".into());
+                        let description = format!("{forged}{}", "x".repeat(200_000));
+                        let answer = json!({
+                            "type": "io.nats.jetstream.api.v1.consumer_info_response",
+                            "error": {"code": 500, "err_code": 10008, "description": description}
+                        })
+                        .to_string();
+                        let msg = format!("MSG {inbox} {sid} {}\r\n{answer}\r\n", answer.len());
+                        out.write_all(msg.as_bytes()).unwrap();
+                    }
+                    _ => {}
+                }
+            }
+        })
+        .unwrap();
+    port
+}
+
+/// What the broker says reaches the log bounded and escaped: a forged `-ERR` and a forged,
+/// 200 KB JetStream API error description cannot start a new log line, drive the terminal or
+/// make a megabyte line, with the client crate's own lines turned on too.
+#[test]
+fn broker_text_cannot_forge_or_flood_log_lines() {
+    const FORGED: &str =
+        "boom\r\n2026-01-01T00:00:00.000Z INFO  [svc-ack] all acknowledged\x1b[2J\u{202e}";
+    let port = start_lying_broker(FORGED);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &json!({"nats": {"url": format!("nats://127.0.0.1:{port}"), "stream": "ORDERS",
+                         "consumer": "svc", "subject": "orders.>"},
+                "sink": {"type": "file", "directory": dir.path().join("out")}}),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("run")
+        .arg(&cfg)
+        .env("RUST_LOG", "info,nats=error")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let log = String::from_utf8(out.stderr).unwrap() + &String::from_utf8(out.stdout).unwrap();
+    // Both peer texts arrived and were shown, escaped.
+    assert!(
+        log.contains("broker: asynchronous error: boom\\r"),
+        "the -ERR should be logged, escaped: {log}"
+    );
+    assert!(
+        log.contains("broker: look up consumer ORDERS/svc: ") && log.contains("boom\\r\\n2026"),
+        "the API error should be shown, escaped: {log}"
+    );
+    assert!(!log.contains(['\x1b', '\u{202e}', '\r']), "{log:?}");
+    for line in log.lines() {
+        assert!(!line.starts_with("2026-01-01T"), "a forged line: {line}");
+        assert!(line.len() <= 2048, "a {} byte line", line.len());
+    }
+}

@@ -29,7 +29,8 @@ pub type Connection = nats::Connection;
 /// A bound pull subscription.
 pub type PullSubscription = nats::jetstream::PullSubscription;
 
-/// A broker failure, safe to print (never a credential).
+/// A broker failure, safe to print (never a credential). The source's text can carry what
+/// the broker said (a JetStream API error description, an `-ERR`): shown as [`PeerText`].
 #[derive(Debug)]
 pub struct BrokerError {
     /// What we were doing, e.g. `connect`, `bind consumer ORDERS/svc`.
@@ -39,7 +40,12 @@ pub struct BrokerError {
 
 impl fmt::Display for BrokerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "broker: {}: {}", self.action, self.source)
+        write!(
+            f,
+            "broker: {}: {}",
+            self.action,
+            PeerText::new(&self.source.to_string())
+        )
     }
 }
 
@@ -163,9 +169,11 @@ pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, Brok
             if info.config.filter_subject != cfg.subject {
                 return Err(invalid(
                     &what,
+                    // The broker's text last: the error's Display bounds and escapes it.
                     &format!(
-                        "filters subject {:?} but nats.subject is {:?}; they must be equal",
-                        info.config.filter_subject, cfg.subject
+                        "nats.subject is \"{}\" but the consumer filters subject \"{}\"; \
+                         they must be equal",
+                        cfg.subject, info.config.filter_subject
                     ),
                 ));
             }
@@ -306,7 +314,9 @@ pub fn next_delivery(
                         .as_ref()
                         .and_then(|h| h.get(nats::header::DESCRIPTION).cloned())
                         .unwrap_or_default();
-                    return Delivery::RequestEnded(format!("{status} {desc}").trim().to_string());
+                    // Status and description are the broker's text.
+                    let why = format!("{status} {desc}");
+                    return Delivery::RequestEnded(PeerText::new(why.trim()).to_string());
                 }
             }
             match split(m, names) {

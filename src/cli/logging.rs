@@ -1,7 +1,16 @@
 //! Log setup shared by the binaries: level from config (RUST_LOG wins when set), and every
 //! line names its thread, so a log reads like the pipeline design.
+//!
+//! Our own lines wrap peer text where it enters (`PeerText`); lines of the broker client crate
+//! can quote the broker verbatim (an unknown protocol line, a whole JetStream API answer), so
+//! they are bounded and escaped here as a whole when RUST_LOG turns them on.
 
 use std::io::Write;
+
+use crate::text::peer::PeerText;
+
+/// Characters of one line of the broker client crate shown at most.
+const CRATE_LINE_MAX_CHARS: usize = 1024;
 
 pub fn init(level: log::LevelFilter) {
     let mut builder = env_logger::Builder::new();
@@ -16,13 +25,13 @@ pub fn init(level: log::LevelFilter) {
     builder.format(|buf, record| {
         let ts = buf.timestamp_millis();
         let thread = std::thread::current();
-        writeln!(
-            buf,
-            "{ts} {:<5} [{}] {}",
-            record.level(),
-            thread.name().unwrap_or("main"),
-            record.args()
-        )
+        let (level, name) = (record.level(), thread.name().unwrap_or("main"));
+        if record.target().starts_with("nats") {
+            let text = record.args().to_string();
+            let shown = PeerText::with_limit(&text, CRATE_LINE_MAX_CHARS);
+            return writeln!(buf, "{ts} {level:<5} [{name}] {shown}");
+        }
+        writeln!(buf, "{ts} {level:<5} [{name}] {}", record.args())
     });
     let _ = builder.try_init();
 }
