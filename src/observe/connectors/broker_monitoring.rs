@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use crate::observe::exposition::{escape_help, format_value};
 use crate::observe::policy::BrokerServerMonitoring;
+use crate::text::peer::PeerText;
 
 /// What a dotted path found.
 #[derive(Debug, Clone, PartialEq)]
@@ -171,9 +172,11 @@ impl std::fmt::Display for PollError {
         match self {
             PollError::Config(why) => write!(f, "broker_server_monitoring: {why}"),
             PollError::Endpoint { endpoint, reason } => {
+                // The reason can quote the server (a transport error's text).
                 write!(
                     f,
-                    "broker_server_monitoring: poll of {endpoint} failed: {reason}"
+                    "broker_server_monitoring: poll of {endpoint} failed: {}",
+                    PeerText::new(reason)
                 )
             }
         }
