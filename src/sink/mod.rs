@@ -151,3 +151,26 @@ impl SinkConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_read_as_operator_text_not_debug() {
+        let full = SinkError::new(
+            "file",
+            "append to segment-1.jsonl: No space left on device (os error 28)",
+        );
+        assert_eq!(
+            WriteOutcome::Transient(full.clone()).to_string(),
+            "transient: sink file: append to segment-1.jsonl: No space left on device (os error 28)"
+        );
+        assert_eq!(
+            WriteOutcome::Permanent(full).to_string(),
+            "permanent: sink file: append to segment-1.jsonl: No space left on device (os error 28)"
+        );
+        assert_eq!(WriteOutcome::Durable.to_string(), "durable");
+        assert_eq!(WriteOutcome::AlreadyDurable.to_string(), "already durable");
+    }
+}
