@@ -449,3 +449,92 @@ fn broker_text_cannot_forge_or_flood_log_lines() {
         assert!(line.len() <= 2048, "a {} byte line", line.len());
     }
 }
+
+/// Credentials over plaintext go to loopback seeds only; a seed that advertises servers off
+/// the host would hand them the credentials in clear on a reconnect, so the runner refuses to
+/// start, having sent the seed nothing.
+#[test]
+fn a_plaintext_seed_advertising_remote_servers_is_refused_before_connect() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let r = received.clone();
+    std::thread::Builder::new()
+        .name("advertiser".into())
+        .spawn(move || {
+            // Every connection: the INFO, then record what comes until it hangs up.
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let info = format!(
+                    "INFO {{\"server_id\":\"seed\",\"version\":\"2.10.0\",\"proto\":1,\
+                     \"host\":\"127.0.0.1\",\"port\":{port},\"max_payload\":1048576,\
+                     \"client_id\":1,\"go\":\"go1.22\",\"auth_required\":true,\
+                     \"connect_urls\":[\"127.0.0.1:{port}\",\"10.255.0.1:4222\"]}}\r\n"
+                );
+                let _ = stream.write_all(info.as_bytes());
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(5)))
+                    .unwrap();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    r.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            }
+        })
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = "tok-loopback-only-never-remote";
+    let nats = json!({"url": format!("nats://127.0.0.1:{port}"), "stream": "ORDERS",
+                      "consumer": "svc", "subject": "orders.>",
+                      "auth": {"mode": "token", "token_env": "SVC_TEST_TOKEN"}});
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &json!({"nats": nats, "sink": {"type": "file", "directory": dir.path().join("out")}}),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("run")
+        .arg(&cfg)
+        .env("SVC_TEST_TOKEN", token)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("advertises servers off this host (10.255.0.1:4222)")
+            && log.contains("nats.allow_plaintext_credentials"),
+        "{log}"
+    );
+    assert!(!log.contains(token), "{log}");
+    let got = received.lock().unwrap().clone();
+    assert!(
+        got.is_empty(),
+        "the seed was sent {:?}",
+        String::from_utf8_lossy(&got)
+    );
+
+    // With the documented opt-in the operator accepts it: the runner goes on to CONNECT.
+    let mut opted = nats.clone();
+    opted["allow_plaintext_credentials"] = json!(true);
+    let cfg = write_config(
+        dir.path(),
+        "opt-in.json",
+        &json!({"nats": opted, "sink": {"type": "file", "directory": dir.path().join("out")}}),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("run")
+        .arg(&cfg)
+        .env("SVC_TEST_TOKEN", token)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(30), "CONNECT at the seed", || {
+        String::from_utf8_lossy(&received.lock().unwrap()).contains("CONNECT")
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -7,6 +7,7 @@
 
 pub mod advisory;
 pub mod dead_letter;
+pub mod probe;
 
 use std::fmt;
 use std::io;
@@ -38,13 +39,17 @@ pub struct BrokerError {
     pub source: io::Error,
 }
 
+/// Characters of a [`BrokerError`]'s source shown at most: our longest own message plus a
+/// bounded quote of the broker.
+const SOURCE_MAX_CHARS: usize = 512;
+
 impl fmt::Display for BrokerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "broker: {}: {}",
             self.action,
-            PeerText::new(&self.source.to_string())
+            PeerText::with_limit(&self.source.to_string(), SOURCE_MAX_CHARS)
         )
     }
 }
@@ -71,8 +76,39 @@ fn secret_from_env(var: &str) -> Result<String, BrokerError> {
     })
 }
 
+/// Whole time allowed for reading one seed's INFO before connecting (see [`probe`]).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Refuses to start when a plaintext seed, to which the credentials may go (loopback, per
+/// validation), advertises servers off the host: a reconnect would carry the credentials to
+/// them in clear. A seed that cannot be probed is left to the connect that follows.
+fn check_advertised_servers(cfg: &NatsConfig) -> Result<(), BrokerError> {
+    if cfg.tls_required || cfg.allow_plaintext_credentials || cfg.auth == NatsAuth::None {
+        return Ok(());
+    }
+    for url in &cfg.urls {
+        let Ok(remote) = probe::advertised_remote_plaintext(url, PROBE_TIMEOUT) else {
+            continue;
+        };
+        if !remote.is_empty() {
+            let list = remote.join(", ");
+            return Err(invalid(
+                "connect",
+                &format!(
+                    "the broker at {url} advertises servers off this host ({}); a reconnect \
+                     would send them the nats.auth credentials in plaintext: use TLS, set \
+                     no_advertise on the broker, or set nats.allow_plaintext_credentials to true",
+                    PeerText::with_limit(&list, 120)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Connects with the configured auth and TLS, counting connection events into `metrics`.
 pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, BrokerError> {
+    check_advertised_servers(cfg)?;
     let mut opts = match &cfg.auth {
         NatsAuth::None => nats::Options::new(),
         NatsAuth::UserPassword {

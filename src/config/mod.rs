@@ -336,8 +336,9 @@ fn check_nats_url(r: &ObjectReader<'_>, key: &str, url: &str) {
 }
 
 /// True when the URL's host is `localhost`, in 127.0.0.0/8 or `::1`: plaintext there never
-/// crosses a network. The URL has passed [`check_nats_url`] (or carries a problem already).
-fn is_loopback_url(url: &str) -> bool {
+/// crosses a network. Takes `scheme://host[:port]` (a config URL, checked by
+/// [`check_nats_url`]) or the bare `host:port` of a broker's INFO `connect_urls`.
+pub(crate) fn is_loopback_url(url: &str) -> bool {
     let rest = url
         .strip_prefix("nats://")
         .or_else(|| url.strip_prefix("tls://"))
