@@ -560,4 +560,18 @@ mod tests {
         let endless = std::io::repeat(b'x');
         assert!(read_bounded(endless, 1024).is_err());
     }
+
+    #[test]
+    fn a_poll_failure_quotes_the_server_bounded_and_escaped() {
+        let e = PollError::Endpoint {
+            endpoint: "/varz".into(),
+            reason: format!("protocol: bad header\n\x1b[2J{}", "h".repeat(1 << 20)),
+        };
+        let shown = e.to_string();
+        assert!(shown.starts_with("broker_server_monitoring: poll of /varz failed: protocol"));
+        assert!(
+            !shown.contains(['\n', '\x1b']) && shown.len() < 400,
+            "{shown}"
+        );
+    }
 }
