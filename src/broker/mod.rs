@@ -362,8 +362,8 @@ pub fn next_delivery(
         }
         Err(e) if e.kind() == io::ErrorKind::TimedOut => Delivery::Idle,
         Err(e) if e.to_string().contains("unsubscribed") => Delivery::Closed,
-        // 408: the request expired.
-        Err(e) => Delivery::RequestEnded(e.to_string()),
+        // 408: the request expired. The crate quotes the broker's status description.
+        Err(e) => Delivery::RequestEnded(PeerText::new(&e.to_string()).to_string()),
     }
 }
 
