@@ -1,11 +1,15 @@
-//! A hostile broker: a fake NATS seed that speaks TLS and, in its INFO, advertises a rogue
-//! plaintext server (`connect_urls`) that records every byte it receives. Once the seed drops
-//! the connection, the client reconnects, among others to the rogue. The runner must never
-//! send its CONNECT (and so its credential) there: TLS, once asked for (a `tls://` URL or
-//! `tls_ca_file`), applies to every server, those learned from INFO included.
+//! Hostile brokers, each a fake on purpose (no real server misbehaves this way); they speak
+//! just enough of the protocol (INFO, CONNECT, PING/PONG, SUB/PUB/MSG) for the client.
 //!
-//! The seed and the rogue are fakes on purpose (no real server advertises a rogue): they speak
-//! just enough of the protocol (INFO, CONNECT, PING/PONG) for the client to connect.
+//! - A NATS seed that speaks TLS and, in its INFO, advertises a rogue plaintext server
+//!   (`connect_urls`) that records every byte it receives. Once the seed drops the
+//!   connection, the client reconnects, among others to the rogue. The runner must never send
+//!   its CONNECT (and so its credential) there: TLS, once asked for (a `tls://` URL or
+//!   `tls_ca_file`), applies to every server, those learned from INFO included.
+//! - A plaintext loopback seed that advertises a server off the host: with credentials, the
+//!   runner refuses to start and sends the seed nothing.
+//! - A lying broker whose `-ERR` and JetStream API error texts try to forge or flood log lines.
+//! - `svc validate` on credentials that would cross a network in plaintext.
 
 mod util;
 
