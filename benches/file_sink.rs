@@ -171,7 +171,9 @@ fn main() {
 
     let small = (n / 10).clamp(BATCH, 20_000);
     let per_event_data = Arc::new(batches(small));
-    let records: Arc<Vec<Vec<(u64, Vec<u8>)>>> = Arc::new(
+    // Per batch: (stream sequence, encoded record) of each envelope.
+    type EncodedBatch = Vec<(u64, Vec<u8>)>;
+    let records: Arc<Vec<EncodedBatch>> = Arc::new(
         per_event_data
             .iter()
             .map(|b| {

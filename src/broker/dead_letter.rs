@@ -32,6 +32,7 @@ use crate::message::labels::LabelRejection;
 use crate::message::metadata::MetadataError;
 use crate::message::subject::SubjectPattern;
 use crate::sink::SinkError;
+use crate::text::peer::{PeerText, PEER_TEXT_MAX_CHARS};
 use crate::text::rfc3339::format_rfc3339_nanos;
 
 /// Schema of the DLQ record.
@@ -448,11 +449,16 @@ impl fmt::Display for DlqError {
             DlqError::Rejected { code, description } => {
                 write!(
                     f,
-                    "dlq publish: refused by the stream ({code}: {description})"
+                    "dlq publish: refused by the stream ({code}: {})",
+                    PeerText::new(description)
                 )
             }
             DlqError::WrongStream { stream } => {
-                write!(f, "dlq publish: stored in unexpected stream {stream}")
+                write!(
+                    f,
+                    "dlq publish: stored in unexpected stream {}",
+                    PeerText::new(stream)
+                )
             }
             DlqError::BadAck => f.write_str("dlq publish: unreadable confirmation"),
             DlqError::Connection(e) => write!(f, "dlq publish: connection: {e}"),
@@ -574,12 +580,12 @@ impl DeadLetterPublisher {
                     "dead_letter.subject {}: captured by {}, not by dead_letter.expected_stream \
                      {e}; dead-letter publishes will be refused",
                     self.cfg.subject,
-                    streams.join(", ")
+                    PeerText::new(&streams.join(", "))
                 ),
                 _ => log::info!(
                     "dead-letter queue: subject {} captured by stream {}",
                     self.cfg.subject,
-                    streams.join(", ")
+                    PeerText::new(&streams.join(", "))
                 ),
             },
             Err(e) => log::warn!("dead-letter queue: stream check failed: {e}"),
@@ -592,13 +598,13 @@ impl DeadLetterPublisher {
 pub fn parse_pub_ack(data: &[u8]) -> Result<PubAck, DlqError> {
     let v: serde_json::Value = serde_json::from_slice(data).map_err(|_| DlqError::BadAck)?;
     if let Some(err) = v.get("error") {
+        // The broker's text: kept bounded here, escaped when displayed (PeerText).
         let description: String = err
             .get("description")
             .and_then(|d| d.as_str())
             .unwrap_or("unknown error")
             .chars()
-            .filter(|c| !c.is_control())
-            .take(200)
+            .take(PEER_TEXT_MAX_CHARS + 1)
             .collect();
         return Err(DlqError::Rejected {
             code: err.get("code").and_then(|c| c.as_u64()).unwrap_or(0),
@@ -801,5 +807,31 @@ mod tests {
         );
         assert_eq!(parse_pub_ack(b"nope"), Err(DlqError::BadAck));
         assert_eq!(parse_pub_ack(b"{}"), Err(DlqError::BadAck));
+    }
+
+    #[test]
+    fn a_hostile_broker_answer_is_bounded_and_escaped_in_the_error() {
+        let forged = format!(
+            "limits\n2026-01-01T00:00:00.000Z INFO  [svc-ack] fine{}{}",
+            '\u{202e}',
+            "x".repeat(1 << 20)
+        );
+        let answer = serde_json::json!({"error": {"code": 503, "description": forged}});
+        let err = parse_pub_ack(answer.to_string().as_bytes()).unwrap_err();
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with("dlq publish: refused by the stream (503: limits\\n2026"),
+            "{shown}"
+        );
+        assert!(!shown.contains(['\n', '\u{202e}']), "{shown}");
+        assert!(shown.len() < 400, "{} bytes", shown.len());
+        let wrong = DlqError::WrongStream {
+            stream: "DLQ\r\nforged".repeat(1000),
+        };
+        let shown = wrong.to_string();
+        assert!(
+            !shown.contains(['\n', '\r']) && shown.len() < 400,
+            "{shown}"
+        );
     }
 }

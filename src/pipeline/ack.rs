@@ -25,6 +25,7 @@ use crate::broker::dead_letter::DeadLetterPublisher;
 use crate::broker::{self, AckHandle, AckVerb, Connection};
 use crate::metrics::Metrics;
 use crate::sink::WriteOutcome;
+use crate::text::peer::PeerText;
 
 pub struct AckWorker {
     pub nc: Connection,
@@ -235,7 +236,7 @@ impl AckWorker {
                      sequence {}{}",
                     handle.stream_sequence,
                     failure.reason,
-                    ack.stream,
+                    PeerText::new(&ack.stream),
                     ack.sequence,
                     if ack.duplicate {
                         " (already there from an earlier delivery)"

@@ -170,10 +170,10 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let nc = broker::connect(&cfg.nats, metrics.clone()).map_err(RunError::Broker)?;
     let consumer = broker::bind_consumer(&nc, &cfg.nats).map_err(RunError::Broker)?;
     log::info!(
-        "bound to consumer {}/{} (ack wait {:?}); sink {}; batch {} x {} in flight, {} sink workers",
+        "bound to consumer {}/{} (ack wait {} s); sink {}; batch {} x {} in flight, {} sink workers",
         consumer.stream,
         consumer.name,
-        consumer.ack_wait,
+        consumer.ack_wait.as_secs_f64(),
         sink.kind(),
         cfg.delivery.batch_size,
         cfg.delivery.max_in_flight_batches,
@@ -324,8 +324,9 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             let _ = flush_thread.join();
         }
         Err(_) => log::warn!(
-            "shutdown timeout ({timeout:?}) reached with batches in flight; they stay \
-             unacknowledged and will be redelivered"
+            "shutdown timeout ({} s) reached with batches in flight; they stay \
+             unacknowledged and will be redelivered",
+            timeout.as_secs_f64()
         ),
     }
     if let Err(e) = broker::flush(&nc, std::time::Duration::from_secs(2)) {

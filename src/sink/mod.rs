@@ -35,10 +35,8 @@ impl fmt::Display for WriteOutcome {
         match self {
             WriteOutcome::Durable => f.write_str("durable"),
             WriteOutcome::AlreadyDurable => f.write_str("already durable"),
-            WriteOutcome::Transient(e) => write!(f, "transient failure: {e}"),
-            WriteOutcome::Permanent(e) => {
-                write!(f, "permanent failure ({}): {e}", e.class.code())
-            }
+            WriteOutcome::Transient(e) => write!(f, "transient: {e}"),
+            WriteOutcome::Permanent(e) => write!(f, "permanent ({}): {e}", e.class.code()),
         }
     }
 }
@@ -200,5 +198,28 @@ impl SinkConfig {
             )?)),
             SinkConfig::Fanout(c) => Ok(Arc::new(fanout::FanoutSink::new(c, metrics)?)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_read_as_operator_text_not_debug() {
+        let full = SinkError::new(
+            "file",
+            "append to segment-1.jsonl: No space left on device (os error 28)",
+        );
+        assert_eq!(
+            WriteOutcome::Transient(full.clone()).to_string(),
+            "transient: sink file: append to segment-1.jsonl: No space left on device (os error 28)"
+        );
+        assert_eq!(
+            WriteOutcome::Permanent(full.classified(FailureClass::TooLarge)).to_string(),
+            "permanent (too_large): sink file: append to segment-1.jsonl: No space left on device (os error 28)"
+        );
+        assert_eq!(WriteOutcome::Durable.to_string(), "durable");
+        assert_eq!(WriteOutcome::AlreadyDurable.to_string(), "already durable");
     }
 }

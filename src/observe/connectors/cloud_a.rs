@@ -44,6 +44,7 @@ use super::{
 use crate::aws::{Env, ProcessEnv};
 use crate::observe::policy::cloud_a::AuthMode;
 use crate::observe::policy::CloudA;
+use crate::text::peer::PeerText;
 
 pub const CONNECTOR: Connector = Connector {
     command: "cloud-a-export",
@@ -203,7 +204,7 @@ pub fn check_answer(body: &[u8]) -> Result<(), String> {
         .and_then(|f| f.get("message"))
         .and_then(Json::as_str)
         .unwrap_or("no message");
-    let first: String = first.chars().take(200).collect();
+    let first = PeerText::with_limit(first, 200);
     Err(format!(
         "OCI rejected {failed} metric{} of the batch (first: {first})",
         if failed == 1 { "" } else { "s" }

@@ -24,6 +24,7 @@ use super::resolver::CachingResolver;
 use crate::aws::credentials::Credentials;
 use crate::aws::{endpoint_override, sigv4, Env};
 use crate::sink::FailureClass;
+use crate::text::peer::PeerText;
 
 /// Largest error or GET body read into memory.
 const MAX_ERROR_BODY: u64 = 64 * 1024;
@@ -100,7 +101,8 @@ pub fn resolve_region(cfg: &ObjectStoreConfig, env: &dyn Env) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum S3Error {
     /// The service answered with a non-success status; `code` is the S3 error code when the
-    /// body carried one.
+    /// body carried one. `code` and `message` are the server's text, kept whole for
+    /// classification and shown through [`PeerText`] (bounded, escaped).
     Status {
         status: u16,
         code: String,
@@ -161,10 +163,10 @@ impl fmt::Display for S3Error {
             } => {
                 write!(f, "status {status}")?;
                 if !code.is_empty() {
-                    write!(f, " {code}")?;
+                    write!(f, " {}", PeerText::with_limit(code, 64))?;
                 }
                 if !message.is_empty() {
-                    write!(f, ": {message}")?;
+                    write!(f, ": {}", PeerText::new(message))?;
                 }
                 if *status == 403 {
                     write!(f, " (check the credentials and the bucket policy)")?;
@@ -172,7 +174,8 @@ impl fmt::Display for S3Error {
                 Ok(())
             }
             S3Error::Timeout(d) => write!(f, "timeout: {d}"),
-            S3Error::Unavailable(d) => write!(f, "destination unavailable: {d}"),
+            // Transport errors can quote what the peer sent (a malformed status line).
+            S3Error::Unavailable(d) => write!(f, "destination unavailable: {}", PeerText::new(d)),
             S3Error::Tls(d) => write!(f, "tls: {d}"),
             S3Error::Other(d) => write!(f, "{d}"),
         }
@@ -710,5 +713,73 @@ mod tests {
             xml_field("<Error><Code>A&amp;B</Code></Error>", "Code").as_deref(),
             Some("A&B")
         );
+    }
+
+    /// A fake S3 endpoint answering every request on one connection with `status` and `body`
+    /// (it reads the request head only: the requests of this test have no body).
+    fn hostile_endpoint(status: u16, body: Vec<u8>) -> (Endpoint, std::thread::JoinHandle<()>) {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                if line == "\r\n" {
+                    break;
+                }
+                line.clear();
+            }
+            let mut out = stream;
+            let head = format!(
+                "HTTP/1.1 {status} Nope\r\ncontent-type: application/xml\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = out.write_all(head.as_bytes());
+            let _ = out.write_all(&body);
+        });
+        let endpoint = Endpoint {
+            https: false,
+            authority: format!("127.0.0.1:{port}"),
+            default: false,
+        };
+        (endpoint, server)
+    }
+
+    #[test]
+    fn a_hostile_error_body_cannot_forge_or_flood_a_log_line() {
+        let forged = "\n2026-01-01T00:00:00.000Z INFO  [svc-ack] all good\r\x1b[2J";
+        let body = format!(
+            "<Error><Code>AccessDenied{forged}{}</Code><Message>Denied{forged}{}</Message></Error>",
+            "C".repeat(20_000),
+            "M".repeat(40_000)
+        );
+        let (endpoint, server) = hostile_endpoint(403, body.into_bytes());
+        let err = client(endpoint, "b", AddressingStyle::Path)
+            .delete_object("k")
+            .unwrap_err();
+        server.join().unwrap();
+        // Classification still sees the server's code (it starts with AccessDenied).
+        assert!(
+            matches!(&err, S3Error::Status { status: 403, code, .. } if code.starts_with("AccessDenied\n"))
+        );
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with("status 403 AccessDenied\\n2026"),
+            "{shown}"
+        );
+        assert!(!shown.contains(['\n', '\r', '\x1b']), "{shown}");
+        assert!(shown.len() < 1024, "{} bytes", shown.len());
+
+        // A megabyte body: bounded before it is even read whole.
+        let (endpoint, server) = hostile_endpoint(500, vec![b'\n'; 1 << 20]);
+        let err = client(endpoint, "b", AddressingStyle::Path)
+            .delete_object("k")
+            .unwrap_err();
+        server.join().unwrap();
+        let shown = err.to_string();
+        assert!(!shown.contains('\n') && shown.len() < 1024, "{shown}");
     }
 }

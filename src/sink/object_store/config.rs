@@ -23,6 +23,17 @@ pub enum DuplicatePolicy {
     FailExisting,
 }
 
+/// The config spelling (`skip_existing`, ...), as operators wrote it.
+impl std::fmt::Display for DuplicatePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = DUPLICATE_POLICIES
+            .iter()
+            .find(|(_, p)| p == self)
+            .map_or("?", |(n, _)| n);
+        f.write_str(name)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectFormat {
     Envelope,

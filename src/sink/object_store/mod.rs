@@ -215,7 +215,7 @@ impl ObjectStoreSink {
         }
         log::info!(
             "sink object_store: {description}; {threads_wanted} put threads, duplicate policy \
-             {:?}",
+             {}",
             shared.cfg.duplicate_policy
         );
         Ok(ObjectStoreSink {
