@@ -426,9 +426,18 @@ fn oversize_and_missing_credentials_fail_before_any_request() {
     );
     assert!(listener.accept().is_err(), "a request was made");
 
-    let out = run(&dir, &["cloud-b-export", &snap, &pol], &creds[2..]);
+    let out = run(
+        &dir,
+        &["cloud-b-export", &snap, &pol],
+        &[creds[2], ("AWS_EC2_METADATA_DISABLED", "true")],
+    );
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).starts_with("svc-observe cloud-b-export: cloud_b_monitoring: no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or provide profile default in the shared credentials file; instance metadata (IMDS) is not used"), "{}", stderr(&out));
+    assert!(stderr(&out).starts_with("svc-observe cloud-b-export: cloud_b_monitoring: no AWS credentials found: checked AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE, profile default in "), "{}", stderr(&out));
+    assert!(
+        stderr(&out).ends_with(", then instance metadata disabled by AWS_EC2_METADATA_DISABLED\n"),
+        "{}",
+        stderr(&out)
+    );
     let out = run(
         &dir,
         &["cloud-b-export", &snap, &pol],

@@ -22,6 +22,7 @@ use ureq::Agent;
 use super::config::{endpoint_problem, AddressingStyle, ObjectStoreConfig};
 use super::resolver::CachingResolver;
 use crate::aws::credentials::Credentials;
+use crate::aws::provider::Provider;
 use crate::aws::{endpoint_override, sigv4, Env};
 
 /// Largest error or GET body read into memory.
@@ -112,6 +113,9 @@ pub enum S3Error {
     Unavailable(String),
     /// TLS handshake or certificate failure.
     Tls(String),
+    /// No valid credentials to sign with (temporary ones expired and the refresh is
+    /// failing); nothing was sent.
+    Credentials(String),
     /// Anything else (bad request construction, unreadable CA file).
     Other(String),
 }
@@ -131,7 +135,7 @@ impl S3Error {
             S3Error::Status { status, .. } => {
                 matches!(status, 408 | 409 | 429) || (500..600).contains(status)
             }
-            S3Error::Tls(_) | S3Error::Other(_) => false,
+            S3Error::Tls(_) | S3Error::Credentials(_) | S3Error::Other(_) => false,
         }
     }
 
@@ -173,6 +177,7 @@ impl fmt::Display for S3Error {
             S3Error::Timeout(d) => write!(f, "timeout: {d}"),
             S3Error::Unavailable(d) => write!(f, "destination unavailable: {d}"),
             S3Error::Tls(d) => write!(f, "tls: {d}"),
+            S3Error::Credentials(d) => write!(f, "no valid credentials: {d}"),
             S3Error::Other(d) => write!(f, "{d}"),
         }
     }
@@ -210,9 +215,12 @@ pub struct S3Client {
     path_style: bool,
     bucket: String,
     region: String,
-    creds: Credentials,
-    /// The SigV4 signing key of the current day (the credentials are fixed per client).
-    signing_key: Mutex<Option<Arc<sigv4::SigningKey>>>,
+    /// The credentials, kept fresh by the provider (temporary ones are refreshed ahead of
+    /// expiry on the provider's thread; reading them here never waits for a source).
+    creds: Provider,
+    /// The SigV4 signing key of the current day, with the credentials it was derived from (a
+    /// refresh changes them: the key is derived again).
+    signing_key: Mutex<Option<(Arc<Credentials>, Arc<sigv4::SigningKey>)>>,
 }
 
 impl fmt::Debug for S3Client {
@@ -242,7 +250,7 @@ impl S3Client {
         bucket: &str,
         region: &str,
         style: AddressingStyle,
-        creds: Credentials,
+        creds: Provider,
         opts: ClientOptions,
     ) -> Result<S3Client, S3Error> {
         let roots = match &opts.ca_pem {
@@ -319,21 +327,27 @@ impl S3Client {
         }
     }
 
-    /// The signing key of `scope`'s day: derived on the first request of each day, then
-    /// kept.
-    fn signing_key(&self, scope: &sigv4::Scope<'_>) -> Arc<sigv4::SigningKey> {
+    /// The signing key of `scope`'s day for `creds`: derived on the first request of each
+    /// day and after each credential refresh, then kept.
+    fn signing_key(
+        &self,
+        creds: &Arc<Credentials>,
+        scope: &sigv4::Scope<'_>,
+    ) -> Arc<sigv4::SigningKey> {
         let mut kept = self.signing_key.lock().unwrap_or_else(|e| e.into_inner());
         match kept.as_ref() {
-            Some(k) if k.fits(scope) => k.clone(),
+            Some((c, k)) if Arc::ptr_eq(c, creds) && k.fits(scope) => k.clone(),
             _ => {
-                let k = Arc::new(sigv4::SigningKey::derive(
-                    &self.creds.secret_access_key,
-                    scope,
-                ));
-                *kept = Some(k.clone());
+                let k = Arc::new(sigv4::SigningKey::derive(&creds.secret_access_key, scope));
+                *kept = Some((creds.clone(), k.clone()));
                 k
             }
         }
+    }
+
+    /// The credentials provider (where they come from, refresh count).
+    pub fn credentials(&self) -> &Provider {
+        &self.creds
     }
 
     /// Sends one signed request. `headers` are signed too. Non-2xx answers become
@@ -348,6 +362,7 @@ impl S3Client {
         body_limit: u64,
         response_headers: ResponseHeaders,
     ) -> Result<Reply, S3Error> {
+        let creds = self.creds.current().map_err(S3Error::Credentials)?;
         let (host, path) = self.target(key);
         let payload_sha256 = sigv4::hex_sha256(body);
         let amz_date = sigv4::amz_date(time::OffsetDateTime::now_utc());
@@ -369,8 +384,8 @@ impl S3Client {
                 payload_sha256: &payload_sha256,
             },
             &scope,
-            &self.creds,
-            &self.signing_key(&scope),
+            &creds,
+            &self.signing_key(&creds, &scope),
         );
         let scheme = if self.endpoint.https { "https" } else { "http" };
         let uri = format!("{scheme}://{host}{path}");
@@ -548,11 +563,14 @@ mod tests {
             bucket,
             "eu-west-1",
             style,
-            Credentials {
-                access_key_id: "AKID".into(),
-                secret_access_key: "s".into(),
-                session_token: None,
-            },
+            Provider::fixed(
+                Credentials {
+                    access_key_id: "AKID".into(),
+                    secret_access_key: "s".into(),
+                    session_token: None,
+                },
+                crate::aws::credentials::Source::Environment,
+            ),
             ClientOptions {
                 timeout: Duration::from_secs(1),
                 pool_per_host: 1,
