@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use moto::{Moto, TempDir};
-use serde_json::{json, Value};
+use serde_json::json;
 use svc::config::RuntimeConfig;
 use svc::metrics::Metrics;
 use svc::sink::object_store::config::ObjectStoreConfig;
