@@ -113,6 +113,31 @@ fn lifetime(n: usize) -> u64 {
     }
 }
 
+/// The access key id boto3's own default chain gets with `env` (and nothing else): a check
+/// that a fake endpoint answers what AWS's SDKs ask and expect. Empty when it found none.
+fn boto3_access_key(env: &HashMap<String, String>) -> String {
+    let home = TempDir::new("boto3-home");
+    let out = std::process::Command::new(moto::python())
+        .args([
+            "-c",
+            "import boto3\nc = boto3.Session().get_credentials()\n\
+             print(c.get_frozen_credentials().access_key if c else '')",
+        ])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .env("HOME", home.path())
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .envs(env)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "boto3: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 // ---- a strict fake HTTP endpoint ----
 
 struct Req {
@@ -331,7 +356,7 @@ fn web_identity_through_a_strict_sts_and_refreshed_before_expiry() {
     let issued = take(2);
     let dir = TempDir::new("web-identity");
     let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "eyJhbGciOiJSUzI1NiJ9.first.sig\n").unwrap();
+    std::fs::write(&token_file, "eyJhbGciOiJSUzI1NiJ9.first.sig").unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let (c, f, creds) = (calls.clone(), token_file.clone(), issued.clone());
     let fake = Fake::start(Arc::new(move |r: &Req| {
@@ -366,10 +391,7 @@ fn web_identity_through_a_strict_sts_and_refreshed_before_expiry() {
         require(p["RoleArn"] == ROLE, "RoleArn")?;
         require(p["RoleSessionName"] == "svc-irsa-test", "RoleSessionName")?;
         let token = std::fs::read_to_string(&f).unwrap();
-        require(
-            p["WebIdentityToken"] == token.trim_end(),
-            "WebIdentityToken",
-        )?;
+        require(p["WebIdentityToken"] == token, "WebIdentityToken")?;
         let n = c.fetch_add(1, Ordering::SeqCst);
         let (id, secret, tok) = &creds[n.min(creds.len() - 1)];
         Ok((
@@ -400,11 +422,14 @@ fn web_identity_through_a_strict_sts_and_refreshed_before_expiry() {
     assert!(provider.source().to_string().starts_with("web identity"));
     put(&s, "webid/1", &issued[0].0);
     // The token rotates (as the kubelet does); the refresh reads it again.
-    std::fs::write(&token_file, "eyJhbGciOiJSUzI1NiJ9.second.sig\n").unwrap();
+    std::fs::write(&token_file, "eyJhbGciOiJSUzI1NiJ9.second.sig").unwrap();
     wait_until("the refresh", || provider.fetches() >= 2);
     put(&s, "webid/2", &issued[1].0);
     assert_eq!(stored("creds-web-identity"), ["webid/1", "webid/2"]);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // boto3's chain asks the fake the same way and reads its answer.
+    assert_eq!(boto3_access_key(&e), issued[1].0);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
     fake.assert_strict();
 }
 
@@ -460,6 +485,8 @@ fn container_endpoint_with_authorization_token_file_and_refresh() {
     wait_until("the refresh", || provider.fetches() >= 2);
     put(&s, "container/2", &issued[1].0);
     assert_eq!(stored("creds-container"), ["container/1", "container/2"]);
+    assert_eq!(boto3_access_key(&e), issued[1].0);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
     fake.assert_strict();
 }
 
@@ -651,5 +678,9 @@ fn test_sink_logs_the_source_that_answered() {
     for secret in [&id, &secret, &token] {
         assert!(!stdout.contains(secret.as_str()) && !stderr.contains(secret.as_str()));
     }
+    // boto3's IMDS provider gets the same answer from the fake.
+    let mut e = env(&[("AWS_EC2_METADATA_SERVICE_ENDPOINT", &fake.url())]);
+    e.insert("AWS_EC2_METADATA_DISABLED".into(), "false".into());
+    assert_eq!(boto3_access_key(&e), id);
     fake.assert_strict();
 }
