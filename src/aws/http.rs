@@ -168,3 +168,51 @@ fn describe(e: ureq::Error, what: &str, deadline: &Deadline) -> String {
         other => format!("{what}: {other}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    /// A hostile peer: an answer larger than the bound, then one that never comes.
+    #[test]
+    fn size_bound_and_whole_operation_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/x", listener.local_addr().unwrap());
+        let server = std::thread::Builder::new()
+            .name("hostile-peer".into())
+            .spawn(move || {
+                let mut buf = [0u8; 4096];
+                let (mut big, _) = listener.accept().unwrap();
+                let _ = big.read(&mut buf);
+                let _ = big.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n");
+                let _ = big.write_all(&[b'a'; 100_000]);
+                let (mut silent, _) = listener.accept().unwrap();
+                let _ = silent.read(&mut buf);
+                // Holds the connection without answering until the client gives up.
+                let _ = silent.read(&mut buf);
+            })
+            .unwrap();
+        let http = Http::new(false);
+        let call = || Call {
+            method: "GET",
+            url: &url,
+            headers: &[],
+            body: None,
+            limit: 1000,
+        };
+        let e = http
+            .call(call(), &Deadline::after(Duration::from_secs(30)), "peer")
+            .err()
+            .unwrap();
+        assert_eq!(e, "peer: answer larger than 1000 bytes; refused");
+        let e = http
+            .call(call(), &Deadline::after(Duration::from_millis(300)), "peer")
+            .err()
+            .unwrap();
+        assert_eq!(e, "peer: no answer within the deadline of 0.3 s");
+        drop(http);
+        server.join().unwrap();
+    }
+}
