@@ -8,8 +8,11 @@
 //!   temporary credentials moto's STS issued. The first answer expires within seconds: the
 //!   test sees the second fetch and writes again with the new credentials.
 //! - `credential_process`: a helper script run without a shell.
+//!
+//! `svc test-sink` and `svc run` name the source that answered in their output, never a key.
 
 mod moto;
+mod util;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
@@ -34,7 +37,7 @@ fn store() -> &'static (Moto, Mutex<Vec<Creds>>) {
     static STORE: OnceLock<(Moto, Mutex<Vec<Creds>>)> = OnceLock::new();
     STORE.get_or_init(|| {
         let m = Moto::start();
-        let pool = m.temporary_credentials(10);
+        let pool = m.temporary_credentials(12);
         (m, Mutex::new(pool))
     })
 }
@@ -433,6 +436,40 @@ fn web_identity_through_a_strict_sts_and_refreshed_before_expiry() {
     fake.assert_strict();
 }
 
+/// The container credentials endpoint as documented: `GET` of the URI with the
+/// `Authorization` header equal to the token file's content; `life(n)`: lifetime of the n-th
+/// answer.
+fn container_fake(
+    creds: Vec<Creds>,
+    token_file: std::path::PathBuf,
+    calls: Arc<AtomicUsize>,
+    life: fn(usize) -> u64,
+) -> Fake {
+    Fake::start(Arc::new(move |r: &Req| {
+        // https://docs.aws.amazon.com/sdkref/latest/guide/feature-container-credentials.html
+        require(
+            r.method == "GET" && r.path == "/v1/credentials",
+            "not GET /v1/credentials",
+        )?;
+        let want = std::fs::read_to_string(&token_file).unwrap();
+        require(
+            r.headers.get("authorization") == Some(&want),
+            "Authorization is not the token file's content",
+        )?;
+        require(r.body.is_empty(), "a body on GET")?;
+        let n = calls.fetch_add(1, Ordering::SeqCst);
+        let (id, secret, tok) = &creds[n.min(creds.len() - 1)];
+        Ok((
+            200,
+            "application/json",
+            json!({"RoleArn": "arn:aws:iam::123456789012:role/svc-pod", "AccessKeyId": id,
+                   "SecretAccessKey": secret, "Token": tok,
+                   "Expiration": rfc3339_in(life(n))})
+            .to_string(),
+        ))
+    }))
+}
+
 #[test]
 fn container_endpoint_with_authorization_token_file_and_refresh() {
     let issued = take(2);
@@ -440,30 +477,7 @@ fn container_endpoint_with_authorization_token_file_and_refresh() {
     let token_file = dir.path().join("eks-pod-identity-token");
     std::fs::write(&token_file, "pod-identity-token-1").unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
-    let (c, f, creds) = (calls.clone(), token_file.clone(), issued.clone());
-    let fake = Fake::start(Arc::new(move |r: &Req| {
-        // https://docs.aws.amazon.com/sdkref/latest/guide/feature-container-credentials.html
-        require(
-            r.method == "GET" && r.path == "/v1/credentials",
-            "not GET /v1/credentials",
-        )?;
-        let want = std::fs::read_to_string(&f).unwrap();
-        require(
-            r.headers.get("authorization") == Some(&want),
-            "Authorization is not the token file's content",
-        )?;
-        require(r.body.is_empty(), "a body on GET")?;
-        let n = c.fetch_add(1, Ordering::SeqCst);
-        let (id, secret, tok) = &creds[n.min(creds.len() - 1)];
-        Ok((
-            200,
-            "application/json",
-            json!({"RoleArn": "arn:aws:iam::123456789012:role/svc-pod", "AccessKeyId": id,
-                   "SecretAccessKey": secret, "Token": tok,
-                   "Expiration": rfc3339_in(lifetime(n))})
-            .to_string(),
-        ))
-    }));
+    let fake = container_fake(issued.clone(), token_file.clone(), calls.clone(), lifetime);
     let uri = format!("{}/v1/credentials", fake.url());
     let e = env(&[
         ("AWS_CONTAINER_CREDENTIALS_FULL_URI", &uri),
@@ -682,5 +696,78 @@ fn test_sink_logs_the_source_that_answered() {
     let mut e = env(&[("AWS_EC2_METADATA_SERVICE_ENDPOINT", &fake.url())]);
     e.insert("AWS_EC2_METADATA_DISABLED".into(), "false".into());
     assert_eq!(boto3_access_key(&e), id);
+    fake.assert_strict();
+}
+
+/// `svc run` end to end with the container source: every message lands in the store signed
+/// with the endpoint's credentials, and the log names the source, never a key.
+#[test]
+fn svc_run_stores_with_container_credentials_and_logs_the_source() {
+    let issued = take(1);
+    let (id, secret, token) = issued[0].clone();
+    let dir = TempDir::new("run");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "run-token").unwrap();
+    let fake = container_fake(
+        issued,
+        token_file.clone(),
+        Arc::new(AtomicUsize::new(0)),
+        |_| 3600,
+    );
+    let server = util::NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer("ORDERS", "svc", "orders.>", Duration::from_secs(30));
+    server.publish_n("ORDERS", "orders.created", 5, |i| {
+        format!("{{\"order\":{i}}}").into_bytes()
+    });
+    let m = &store().0;
+    m.create_bucket("creds-run", false);
+    let cfg = util::write_config(
+        dir.path(),
+        "c.json",
+        &json!({
+            "nats": {"url": server.url(), "stream": "ORDERS", "consumer": "svc",
+                     "subject": "orders.>"},
+            "delivery": {"batch_size": 16, "fetch_expiry_ms": 200},
+            "sink": {"type": "object_store", "bucket": "creds-run", "endpoint_url": m.endpoint(),
+                     "allow_http_for_local_testing": true, "key_strategy": "stream_sequence"},
+            "logging": {"level": "info"}
+        }),
+    );
+    let log = dir.path().join("svc.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let uri = format!("{}/v1/credentials", fake.url());
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("run")
+        .arg(&cfg)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .env("HOME", dir.path())
+        .env("RUST_LOG", "info")
+        .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", &uri)
+        .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &token_file)
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    let mut runner = util::Runner { child, log };
+    util::wait_until(Duration::from_secs(60), "5 messages acked", || {
+        server.try_consumer_state("ORDERS", "svc") == Some((5, 0, 0))
+    });
+    let keys = stored("creds-run");
+    assert_eq!(keys.len(), 5, "{keys:?}");
+    runner.signal("TERM");
+    let status = runner.wait_timeout(Duration::from_secs(20)).expect("exits");
+    let text = runner.log_text();
+    assert!(status.success(), "{text}");
+    assert!(
+        text.contains(&format!(
+            "credentials from container credentials endpoint {uri} (temporary, expire "
+        )),
+        "{text}"
+    );
+    for secret in [&id, &secret, &token] {
+        assert!(!text.contains(secret.as_str()), "a credential in the log");
+    }
     fake.assert_strict();
 }
