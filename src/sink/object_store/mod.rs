@@ -143,7 +143,9 @@ impl BatchWork {
 
 impl ObjectStoreSink {
     /// Resolves region, endpoint and credentials from the process environment and builds the
-    /// HTTP client. Does not contact the service.
+    /// HTTP client. Does not contact the object store; the credential chain may call its
+    /// source (STS, the container endpoint, instance metadata, a `credential_process`) once,
+    /// and then refreshes temporary credentials on its own thread.
     pub fn new(cfg: ObjectStoreConfig, metrics: Arc<Metrics>) -> Result<Self, SinkError> {
         Self::with_env(cfg, metrics, &ProcessEnv)
     }
