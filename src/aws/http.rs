@@ -75,16 +75,17 @@ pub struct Call<'a> {
 }
 
 /// The agent of the credential calls: no redirects (a metadata or STS answer that redirects is
-/// refused, not followed), HTTP statuses as values, web PKI roots, connect timeout 1 s (the
-/// SDKs' value: off EC2 the metadata address does not answer at all).
+/// refused, not followed), HTTP statuses as values, web PKI roots, a connect timeout.
 pub struct Http {
     agent: Agent,
 }
 
 impl Http {
     /// `proxy`: use the proxy of the environment (STS, a public endpoint) or never (link-local
-    /// and loopback endpoints, which a proxy could not reach and must not see).
-    pub fn new(proxy: bool) -> Http {
+    /// and loopback endpoints, which a proxy could not reach and must not see). `connect`:
+    /// the SDKs use 1 s for instance metadata (off EC2 the address does not answer at all)
+    /// and about 3 s for STS.
+    pub fn new(proxy: bool, connect: Duration) -> Http {
         let tls = TlsConfig::builder()
             .provider(TlsProvider::Rustls)
             .root_certs(RootCerts::WebPki)
@@ -92,7 +93,7 @@ impl Http {
         let mut config = Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
-            .timeout_connect(Some(Duration::from_secs(1)))
+            .timeout_connect(Some(connect))
             .max_response_header_size(16 * 1024)
             .user_agent(concat!("svc/", env!("CARGO_PKG_VERSION")))
             .tls_config(tls);
@@ -194,7 +195,7 @@ mod tests {
                 let _ = silent.read(&mut buf);
             })
             .unwrap();
-        let http = Http::new(false);
+        let http = Http::new(false, Duration::from_secs(1));
         let call = || Call {
             method: "GET",
             url: &url,

@@ -86,7 +86,7 @@ impl Container {
             Authorization::None
         };
         Ok(Some(Container {
-            http: Http::new(false),
+            http: Http::new(false, Duration::from_secs(1)),
             url: u.to_string(),
             shown,
             auth,
@@ -193,7 +193,7 @@ impl Imds {
         };
         let u = checked_url(name, &text, UrlRule::AwsLinkLocal)?;
         Ok(Some(Imds {
-            http: Http::new(false),
+            http: Http::new(false, Duration::from_secs(1)),
             base: u.as_str().trim_end_matches('/').to_string(),
         }))
     }

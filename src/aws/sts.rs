@@ -48,7 +48,7 @@ impl Sts {
         };
         let path = if u.path().is_empty() { "/" } else { u.path() }.to_string();
         Ok(Sts {
-            http: Http::new(true),
+            http: Http::new(true, Duration::from_secs(3)),
             url: format!("{}://{host}{path}", u.scheme()),
             host,
             path,
