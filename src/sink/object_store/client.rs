@@ -580,6 +580,52 @@ mod tests {
         .unwrap()
     }
 
+    /// Expired temporary credentials whose refresh fails: no request is sent, and the error
+    /// is one the sink treats as transient (the message is redelivered).
+    #[test]
+    fn expired_credentials_send_nothing() {
+        use crate::aws::parse::Issued;
+        let fetch: crate::aws::provider::Fetch = Box::new(|| {
+            Ok((
+                Issued {
+                    credentials: Credentials {
+                        access_key_id: "ASIAOLD".into(),
+                        secret_access_key: "s".into(),
+                        session_token: Some("t".into()),
+                    },
+                    expiration: Some(time::OffsetDateTime::now_utc() - Duration::from_secs(1)),
+                },
+                crate::aws::credentials::Source::Environment,
+            ))
+        });
+        let c = S3Client::new(
+            Endpoint {
+                https: false,
+                // Nothing listens there: a request would be a connection error instead.
+                authority: "127.0.0.1:9".into(),
+                default: false,
+            },
+            "b",
+            "eu-west-1",
+            AddressingStyle::Path,
+            Provider::refreshing(fetch).unwrap(),
+            ClientOptions {
+                timeout: Duration::from_secs(1),
+                pool_per_host: 1,
+                ca_pem: None,
+            },
+        )
+        .unwrap();
+        let e = c.put_object("k", b"x", &[]).unwrap_err();
+        assert!(matches!(e, S3Error::Credentials(_)), "{e}");
+        assert!(!e.is_retryable() && !e.is_permanent_for_object());
+        assert!(
+            e.to_string()
+                .starts_with("no valid credentials: credentials from "),
+            "{e}"
+        );
+    }
+
     #[test]
     fn addressing_styles() {
         let aws = Endpoint {
