@@ -498,9 +498,22 @@ fn container_endpoint_with_authorization_token_file_and_refresh() {
     std::fs::write(&token_file, "pod-identity-token-2").unwrap();
     wait_until("the refresh", || provider.fetches() >= 2);
     put(&s, "container/2", &issued[1].0);
-    assert_eq!(stored("creds-container"), ["container/1", "container/2"]);
+    // The token from the variable, when no file is named.
+    let by_variable = env(&[
+        ("AWS_CONTAINER_CREDENTIALS_FULL_URI", &uri),
+        ("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-identity-token-2"),
+    ]);
+    put(
+        &sink("creds-container", &by_variable).unwrap(),
+        "container/3",
+        &issued[1].0,
+    );
+    assert_eq!(
+        stored("creds-container"),
+        ["container/1", "container/2", "container/3"]
+    );
     assert_eq!(boto3_access_key(&e), issued[1].0);
-    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
     fake.assert_strict();
 }
 
