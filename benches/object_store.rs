@@ -30,7 +30,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use svc::aws::credentials::Credentials;
+use svc::aws::credentials::{Credentials, Source};
+use svc::aws::provider::Provider;
 use svc::config::RuntimeConfig;
 use svc::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 use svc::metrics::Metrics;
@@ -56,11 +57,14 @@ fn client(m: &moto::Moto, bucket: &str, pool: usize) -> S3Client {
         bucket,
         "us-east-1",
         AddressingStyle::Path,
-        Credentials {
-            access_key_id: m.key_id.clone(),
-            secret_access_key: m.secret.clone(),
-            session_token: None,
-        },
+        Provider::fixed(
+            Credentials {
+                access_key_id: m.key_id.clone(),
+                secret_access_key: m.secret.clone(),
+                session_token: None,
+            },
+            Source::Environment,
+        ),
         ClientOptions {
             timeout: Duration::from_secs(30),
             pool_per_host: pool,

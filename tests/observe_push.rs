@@ -253,7 +253,7 @@ fn search_stack_and_collector_agent_profiles() {
     let pol = dir.write(
         "policy.json",
         &policy_with(&format!(
-            r#""search_stack": {{"enabled": true, "endpoint": "http://127.0.0.1:{p}/v1/metrics",
+            r#""search_stack": {{"enabled": true, "endpoint": "http://127.0.0.1:{p}",
                    "data_stream_dataset": "svc.delivery", "data_stream_namespace": "prod"}},
                "collector_agent": {{"enabled": true, "endpoint": "http://localhost:{p}/v1/metrics"}}"#,
             p = rx.port
@@ -275,6 +275,56 @@ fn search_stack_and_collector_agent_profiles() {
     );
     check_otlp_request(&recs[1]["request"], &snap_text, &[]);
     assert_eq!(recs[1]["headers"]["host"], format!("localhost:{}", rx.port));
+}
+
+/// The OpenTelemetry exporter convention: a base URL (no path, or `/`) gets `/v1/metrics`; a
+/// URL that names the signal path is used as given (the receiver answers 404 elsewhere).
+#[test]
+fn otlp_base_url_gets_the_metrics_path_and_a_signal_url_is_kept() {
+    let dir = TempDir::new("otlp-paths");
+    let rx = Receiver::start(&dir, "otlp_receiver.py", &[], &[]);
+    let snap = dir.write("snap.json", &snapshot(FAMS, 0.0));
+    let cases = [
+        (
+            "otlp",
+            "otlp-export",
+            format!("http://127.0.0.1:{}", rx.port),
+        ),
+        (
+            "otlp",
+            "otlp-export",
+            format!("http://127.0.0.1:{}/", rx.port),
+        ),
+        (
+            "otlp",
+            "otlp-export",
+            format!("http://127.0.0.1:{}/v1/metrics", rx.port),
+        ),
+        (
+            "search_stack",
+            "search-stack-export",
+            format!("http://127.0.0.1:{}/v1/metrics", rx.port),
+        ),
+    ];
+    for (i, (block, command, endpoint)) in cases.iter().enumerate() {
+        let pol = dir.write(
+            &format!("p{i}.json"),
+            &policy_with(&format!(
+                r#""{block}": {{"enabled": true, "endpoint": "{endpoint}"}}"#
+            )),
+        );
+        let o = run(&[command, &snap, &pol], &[]);
+        assert_eq!(o.status.code(), Some(0), "{endpoint}: {}", stderr(&o));
+        assert!(
+            stdout(&o).ends_with(&format!(" to http://127.0.0.1:{}/v1/metrics\n", rx.port)),
+            "{endpoint}: {}",
+            stdout(&o)
+        );
+        let recs = rx.records();
+        assert_eq!(recs.len(), i + 1);
+        assert_eq!(recs[i]["path"], "/v1/metrics", "{endpoint}");
+        assert!(recs[i].get("error").is_none(), "{}", recs[i]);
+    }
 }
 
 #[test]

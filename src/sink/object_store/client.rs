@@ -22,6 +22,7 @@ use ureq::Agent;
 use super::config::{endpoint_problem, AddressingStyle, ObjectStoreConfig};
 use super::resolver::CachingResolver;
 use crate::aws::credentials::Credentials;
+use crate::aws::provider::Provider;
 use crate::aws::{endpoint_override, sigv4, Env};
 use crate::sink::FailureClass;
 use crate::text::peer::PeerText;
@@ -115,6 +116,9 @@ pub enum S3Error {
     Unavailable(String),
     /// TLS handshake or certificate failure.
     Tls(String),
+    /// No valid credentials to sign with (temporary ones expired and the refresh is
+    /// failing); nothing was sent.
+    Credentials(String),
     /// Anything else (bad request construction, unreadable CA file).
     Other(String),
 }
@@ -134,7 +138,7 @@ impl S3Error {
             S3Error::Status { status, .. } => {
                 matches!(status, 408 | 409 | 429) || (500..600).contains(status)
             }
-            S3Error::Tls(_) | S3Error::Other(_) => false,
+            S3Error::Tls(_) | S3Error::Credentials(_) | S3Error::Other(_) => false,
         }
     }
 
@@ -177,6 +181,7 @@ impl fmt::Display for S3Error {
             // Transport errors can quote what the peer sent (a malformed status line).
             S3Error::Unavailable(d) => write!(f, "destination unavailable: {}", PeerText::new(d)),
             S3Error::Tls(d) => write!(f, "tls: {d}"),
+            S3Error::Credentials(d) => write!(f, "no valid credentials: {d}"),
             S3Error::Other(d) => write!(f, "{d}"),
         }
     }
@@ -214,9 +219,12 @@ pub struct S3Client {
     path_style: bool,
     bucket: String,
     region: String,
-    creds: Credentials,
-    /// The SigV4 signing key of the current day (the credentials are fixed per client).
-    signing_key: Mutex<Option<Arc<sigv4::SigningKey>>>,
+    /// The credentials, kept fresh by the provider (temporary ones are refreshed ahead of
+    /// expiry on the provider's thread; reading them here never waits for a source).
+    creds: Provider,
+    /// The SigV4 signing key of the current day, with the credentials it was derived from (a
+    /// refresh changes them: the key is derived again).
+    signing_key: Mutex<Option<(Arc<Credentials>, Arc<sigv4::SigningKey>)>>,
 }
 
 impl fmt::Debug for S3Client {
@@ -246,7 +254,7 @@ impl S3Client {
         bucket: &str,
         region: &str,
         style: AddressingStyle,
-        creds: Credentials,
+        creds: Provider,
         opts: ClientOptions,
     ) -> Result<S3Client, S3Error> {
         let roots = match &opts.ca_pem {
@@ -323,21 +331,27 @@ impl S3Client {
         }
     }
 
-    /// The signing key of `scope`'s day: derived on the first request of each day, then
-    /// kept.
-    fn signing_key(&self, scope: &sigv4::Scope<'_>) -> Arc<sigv4::SigningKey> {
+    /// The signing key of `scope`'s day for `creds`: derived on the first request of each
+    /// day and after each credential refresh, then kept.
+    fn signing_key(
+        &self,
+        creds: &Arc<Credentials>,
+        scope: &sigv4::Scope<'_>,
+    ) -> Arc<sigv4::SigningKey> {
         let mut kept = self.signing_key.lock().unwrap_or_else(|e| e.into_inner());
         match kept.as_ref() {
-            Some(k) if k.fits(scope) => k.clone(),
+            Some((c, k)) if Arc::ptr_eq(c, creds) && k.fits(scope) => k.clone(),
             _ => {
-                let k = Arc::new(sigv4::SigningKey::derive(
-                    &self.creds.secret_access_key,
-                    scope,
-                ));
-                *kept = Some(k.clone());
+                let k = Arc::new(sigv4::SigningKey::derive(&creds.secret_access_key, scope));
+                *kept = Some((creds.clone(), k.clone()));
                 k
             }
         }
+    }
+
+    /// The credentials provider (where they come from, refresh count).
+    pub fn credentials(&self) -> &Provider {
+        &self.creds
     }
 
     /// Sends one signed request. `headers` are signed too. Non-2xx answers become
@@ -352,6 +366,7 @@ impl S3Client {
         body_limit: u64,
         response_headers: ResponseHeaders,
     ) -> Result<Reply, S3Error> {
+        let creds = self.creds.current().map_err(S3Error::Credentials)?;
         let (host, path) = self.target(key);
         let payload_sha256 = sigv4::hex_sha256(body);
         let amz_date = sigv4::amz_date(time::OffsetDateTime::now_utc());
@@ -373,8 +388,8 @@ impl S3Client {
                 payload_sha256: &payload_sha256,
             },
             &scope,
-            &self.creds,
-            &self.signing_key(&scope),
+            &creds,
+            &self.signing_key(&creds, &scope),
         );
         let scheme = if self.endpoint.https { "https" } else { "http" };
         let uri = format!("{scheme}://{host}{path}");
@@ -552,11 +567,14 @@ mod tests {
             bucket,
             "eu-west-1",
             style,
-            Credentials {
-                access_key_id: "AKID".into(),
-                secret_access_key: "s".into(),
-                session_token: None,
-            },
+            Provider::fixed(
+                Credentials {
+                    access_key_id: "AKID".into(),
+                    secret_access_key: "s".into(),
+                    session_token: None,
+                },
+                crate::aws::credentials::Source::Environment,
+            ),
             ClientOptions {
                 timeout: Duration::from_secs(1),
                 pool_per_host: 1,
@@ -564,6 +582,52 @@ mod tests {
             },
         )
         .unwrap()
+    }
+
+    /// Expired temporary credentials whose refresh fails: no request is sent, and the error
+    /// is one the sink treats as transient (the message is redelivered).
+    #[test]
+    fn expired_credentials_send_nothing() {
+        use crate::aws::parse::Issued;
+        let fetch: crate::aws::provider::Fetch = Box::new(|| {
+            Ok((
+                Issued {
+                    credentials: Credentials {
+                        access_key_id: "ASIAOLD".into(),
+                        secret_access_key: "s".into(),
+                        session_token: Some("t".into()),
+                    },
+                    expiration: Some(time::OffsetDateTime::now_utc() - Duration::from_secs(1)),
+                },
+                crate::aws::credentials::Source::Environment,
+            ))
+        });
+        let c = S3Client::new(
+            Endpoint {
+                https: false,
+                // Nothing listens there: a request would be a connection error instead.
+                authority: "127.0.0.1:9".into(),
+                default: false,
+            },
+            "b",
+            "eu-west-1",
+            AddressingStyle::Path,
+            Provider::refreshing(fetch).unwrap(),
+            ClientOptions {
+                timeout: Duration::from_secs(1),
+                pool_per_host: 1,
+                ca_pem: None,
+            },
+        )
+        .unwrap();
+        let e = c.put_object("k", b"x", &[]).unwrap_err();
+        assert!(matches!(e, S3Error::Credentials(_)), "{e}");
+        assert!(!e.is_retryable() && e.permanent_class().is_none());
+        assert!(
+            e.to_string()
+                .starts_with("no valid credentials: credentials from "),
+            "{e}"
+        );
     }
 
     #[test]

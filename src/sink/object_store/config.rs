@@ -13,7 +13,7 @@ use crate::document::reader::ObjectReader;
 use crate::sink::key::{is_simple_suffix, KeyStrategy, KEY_STRATEGIES};
 
 /// Where credentials come from (shared with every AWS caller; resolved in
-/// [`crate::aws::credentials::resolve`]).
+/// [`crate::aws::chain::provider`]).
 pub use crate::aws::credentials::CredentialMode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

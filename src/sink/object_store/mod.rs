@@ -48,7 +48,7 @@ use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
 use crate::sink::{FailureClass, Sink, SinkError, WriteOutcome};
 
-use crate::aws::credentials;
+use crate::aws::chain;
 use crate::aws::{Env, ProcessEnv};
 use client::{ClientOptions, S3Client, S3Error};
 use config::{Compression, DuplicatePolicy, ObjectFormat, ObjectStoreConfig};
@@ -143,7 +143,9 @@ impl BatchWork {
 
 impl ObjectStoreSink {
     /// Resolves region, endpoint and credentials from the process environment and builds the
-    /// HTTP client. Does not contact the service.
+    /// HTTP client. Does not contact the object store; the credential chain may call its
+    /// source (STS, the container endpoint, instance metadata, a `credential_process`) once,
+    /// and then refreshes temporary credentials on its own thread.
     pub fn new(cfg: ObjectStoreConfig, metrics: Arc<Metrics>) -> Result<Self, SinkError> {
         Self::with_env(cfg, metrics, &ProcessEnv)
     }
@@ -156,7 +158,7 @@ impl ObjectStoreSink {
         let err = |m: String| SinkError::new(KIND, m);
         let region = client::resolve_region(&cfg, env);
         let endpoint = client::resolve_endpoint(&cfg, &region, env).map_err(err)?;
-        let (creds, source) = credentials::resolve(&cfg.credential_mode, env).map_err(err)?;
+        let creds = chain::provider(&cfg.credential_mode, env, Some(&region)).map_err(err)?;
         let ca_pem =
             match &cfg.ca_file {
                 Some(path) => Some(std::fs::read(path).map_err(|e| {
@@ -169,7 +171,7 @@ impl ObjectStoreSink {
             cfg.bucket,
             if endpoint.https { "https" } else { "http" },
             endpoint.authority,
-            source
+            creds.describe()
         );
         let client = S3Client::new(
             endpoint,
