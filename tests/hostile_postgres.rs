@@ -142,10 +142,11 @@ fn fake_scram_server_is_right_psql_completes_it_and_refuses_its_impostors() {
     fake.finish();
 
     // psql checks the server signature: it refuses the forged one (so the honest fake's
-    // signature, which it accepts, is right). psql 15 (libpq 15, installed here) does NOT
-    // refuse a server that skips SASLFinal and sends AuthenticationOk: libpq checks that only
-    // from version 16 with require_auth=scram-sha-256. Our client refuses it (next test).
-    for end in [ScramEnd::ForgedSignature] {
+    // signature, which it accepts, is right), and ReadyForQuery without AuthenticationOk.
+    // psql 15 (libpq 15, installed here) does NOT refuse a server that skips SASLFinal and
+    // sends AuthenticationOk: libpq checks that only from version 16 with
+    // require_auth=scram-sha-256. Our client refuses all three (next test).
+    for end in [ScramEnd::ForgedSignature, ScramEnd::SkipFinalThenReady] {
         let fake = Fake::start(move |p| {
             p.startup();
             if scram_server(p, PASSWORD, end) {
