@@ -143,9 +143,9 @@ fn fake_scram_server_is_right_psql_completes_it_and_refuses_its_impostors() {
 
     // psql checks the server signature: it refuses the forged one (so the honest fake's
     // signature, which it accepts, is right), and ReadyForQuery without AuthenticationOk.
-    // psql 15 (libpq 15, installed here) does NOT refuse a server that skips SASLFinal and
-    // sends AuthenticationOk: libpq checks that only from version 16 with
-    // require_auth=scram-sha-256. Our client refuses all three (next test).
+    // psql 15 (libpq 15, installed here) with default settings does NOT refuse a server that
+    // skips SASLFinal and sends AuthenticationOk (measured with this fake). Our client refuses
+    // all three (next test).
     for end in [ScramEnd::ForgedSignature, ScramEnd::SkipFinalThenReady] {
         let fake = Fake::start(move |p| {
             p.startup();
@@ -604,4 +604,64 @@ fn a_protocol_error_inside_a_batch_is_never_followed_by_rollback_or_terminate() 
     );
     // The last message the client sent is the INSERT's Sync: no Terminate after it.
     assert!(received.ends_with(b"S\0\0\0\x04"), "{text:?}");
+}
+
+#[test]
+fn server_parameters_are_capped_and_only_accepted_after_authentication() {
+    // An endless stream of distinct ParameterStatus messages after AuthenticationOk.
+    let fake = Fake::start(|p| {
+        p.startup();
+        p.send(b'R', &0i32.to_be_bytes());
+        for i in 0..100_000 {
+            if !p.send(b'S', format!("param_{i}\0value\0").as_bytes()) {
+                break;
+            }
+        }
+    });
+    let err = Connection::connect(&params(fake.port, "none"), None)
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "protocol: the server sent more than 64 parameters"
+    );
+    fake.finish();
+
+    // One oversized parameter.
+    let fake = Fake::start(|p| {
+        p.startup();
+        p.send(b'R', &0i32.to_be_bytes());
+        p.send(b'S', format!("big\0{}\0", "v".repeat(10_000)).as_bytes());
+    });
+    let err = Connection::connect(&params(fake.port, "none"), None)
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "protocol: parameter status larger than 4096 bytes"
+    );
+    fake.finish();
+
+    // ParameterStatus while SCRAM is still running: refused, the exchange goes no further.
+    let fake = Fake::start(|p| {
+        p.startup();
+        p.send(
+            b'R',
+            &[&10i32.to_be_bytes()[..], b"SCRAM-SHA-256\0\0"].concat(),
+        );
+        let _ = p.read_msg();
+        p.send(b'S', b"server_version\x0099\0");
+    });
+    let err = Connection::connect(
+        &params(fake.port, "scram-sha-256"),
+        Some(PASSWORD.as_bytes()),
+    )
+    .err()
+    .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "protocol: parameter status before authentication completed"
+    );
+    let received = fake.finish();
+    assert_no_secret("received", &received, [0; 4]);
 }

@@ -442,6 +442,72 @@ mod tests {
     }
 
     #[test]
+    fn require_auth_lists_parse_like_libpq() {
+        assert_eq!(AuthPolicy::default().names(), "scram-sha-256");
+        let p = AuthPolicy::parse("none, scram-sha-256").unwrap();
+        assert!(p.allows(AuthMethod::None) && p.allows(AuthMethod::ScramSha256));
+        assert!(!p.allows(AuthMethod::Md5) && !p.allows(AuthMethod::Password));
+        assert_eq!(p.names(), "scram-sha-256,none");
+        assert_eq!(
+            AuthPolicy::parse("md5,password").unwrap().names(),
+            "md5,password"
+        );
+        for bad in ["", "scram", "md5,md5", "!md5", "gss", "scram-sha-256,"] {
+            assert!(AuthPolicy::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn saslprep_maps_like_postgres() {
+        // RFC 4013 section 3 examples, and PostgreSQL's fallback to the raw bytes.
+        assert_eq!(&*saslprep("I\u{00AD}X".as_bytes()), b"IX");
+        assert_eq!(&*saslprep(b"user"), b"user");
+        assert_eq!(&*saslprep("\u{00AA}".as_bytes()), b"a");
+        assert_eq!(&*saslprep("\u{2168}".as_bytes()), b"IX");
+        assert_eq!(&*saslprep("a\u{00A0}b".as_bytes()), b"a b");
+        assert_eq!(&*saslprep(b"a\x07b"), b"a\x07b", "prohibited: raw bytes");
+        assert_eq!(&*saslprep(b"\xff\xfe"), b"\xff\xfe", "not utf-8: raw bytes");
+        // The SCRAM proof uses the prepared password: both spellings give one proof.
+        let proof = |pw: &str| {
+            let mut s = Scram::new("", "abc".into(), ChannelBinding::NotSupported);
+            s.client_final(pw.as_bytes(), "r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+                .unwrap()
+        };
+        assert_eq!(proof("\u{2168}"), proof("IX"));
+        assert_ne!(proof("IX"), proof("I X"));
+    }
+
+    #[test]
+    fn channel_binding_goes_into_the_gs2_header_and_c_attribute() {
+        let hash = vec![0xab; 32];
+        let mut s = Scram::new(
+            "",
+            "abc".into(),
+            ChannelBinding::TlsServerEndPoint(hash.clone()),
+        );
+        assert_eq!(s.client_first(), "p=tls-server-end-point,,n=,r=abc");
+        assert_eq!(
+            ChannelBinding::TlsServerEndPoint(hash.clone()).mechanism(),
+            "SCRAM-SHA-256-PLUS"
+        );
+        let fin = s
+            .client_final(b"pw", "r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+            .unwrap();
+        let mut cbind = b"p=tls-server-end-point,,".to_vec();
+        cbind.extend(&hash);
+        assert!(
+            fin.starts_with(&format!("c={},r=abcX,p=", B64.encode(cbind))),
+            "{fin}"
+        );
+        let mut s = Scram::new("", "abc".into(), ChannelBinding::NotOffered);
+        assert_eq!(s.client_first(), "y,,n=,r=abc");
+        let fin = s
+            .client_final(b"pw", "r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+            .unwrap();
+        assert!(fin.starts_with("c=eSws,r=abcX,p="), "{fin}"); // base64("y,,")
+    }
+
+    #[test]
     fn saslname_escapes() {
         assert_eq!(saslname("a=b,c"), "a=3Db=2Cc");
     }

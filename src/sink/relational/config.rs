@@ -511,6 +511,54 @@ mod tests {
     }
 
     #[test]
+    fn require_auth_and_channel_binding() {
+        let (c, p) = read(r#"{"dsn": "postgresql://u@db/e", "table": "t"}"#);
+        assert!(p.is_empty(), "{p:?}");
+        assert_eq!(c.require_auth, AuthPolicy::default());
+        assert_eq!(c.channel_binding, ChannelBindingMode::Prefer);
+        let (c, p) = read(
+            r#"{"dsn": "postgresql://u@db/e", "table": "t", "password_env": "PW",
+                "require_auth": "scram-sha-256,md5", "channel_binding": "require"}"#,
+        );
+        assert!(p.is_empty(), "{p:?}");
+        assert!(c.require_auth.md5 && c.require_auth.scram_sha_256);
+        assert_eq!(c.channel_binding, ChannelBindingMode::Require);
+        let (_, p) = read(
+            r#"{"dsn": "postgresql://u@127.0.0.1/e", "table": "t", "tls_mode": "disable",
+                "require_auth": "md5,!password", "channel_binding": "require"}"#,
+        );
+        assert_eq!(
+            p,
+            vec![
+                "sink.require_auth: negated methods (!name) are not supported; list the allowed \
+                 methods (scram-sha-256, md5, password, none)",
+                "sink.channel_binding: require needs tls_mode verify_full (channel binding is a \
+                 property of tls)",
+            ]
+        );
+        let (_, p) = read(
+            r#"{"dsn": "postgresql://u@db/e", "table": "t", "require_auth": "md5",
+                "channel_binding": "always"}"#,
+        );
+        assert_eq!(
+            p,
+            vec![
+                "sink.require_auth: allows a password method (md5 or password) but \
+                 sink.password_env is not set",
+                "sink.channel_binding: must be one of: prefer, require, disable",
+            ]
+        );
+        let (_, p) = read(
+            r#"{"dsn": "postgresql://u@db/e", "table": "t", "require_auth": "none",
+                "channel_binding": "require"}"#,
+        );
+        assert_eq!(
+            p,
+            vec!["sink.channel_binding: require needs scram-sha-256 in sink.require_auth"]
+        );
+    }
+
+    #[test]
     fn dsn_shapes() {
         let d = Dsn::parse("postgresql://a%40b@[::1]:5433/my%20db").unwrap();
         assert_eq!(

@@ -113,6 +113,8 @@ pub struct Connection {
     server_params: BTreeMap<String, String>,
     backend_pid: i32,
     io_timeout: Duration,
+    /// AuthenticationOk was received: before it, nothing but authentication is accepted.
+    authenticated: bool,
 }
 
 /// Where authentication stands during startup.
@@ -151,6 +153,7 @@ impl Connection {
             server_params: BTreeMap::new(),
             backend_pid: 0,
             io_timeout: p.io_timeout,
+            authenticated: false,
         };
         let res = conn.startup(p, password);
         // Invariant: a connection that failed startup is never written again (no Terminate).
@@ -285,6 +288,7 @@ impl Connection {
                     )))
                 }
             };
+            self.authenticated = phase == Phase::Authenticated;
             if !out.is_empty() {
                 self.send(&out)?;
             }
@@ -553,6 +557,11 @@ impl Connection {
                         "relational sink: server notice {}",
                         PeerText::with_limit(&n.code, 16)
                     );
+                }
+                BackendMessage::ParameterStatus { .. } if !self.authenticated => {
+                    return Err(DbError::Protocol(
+                        "parameter status before authentication completed".into(),
+                    ));
                 }
                 BackendMessage::ParameterStatus { name, value } => {
                     if self.server_params.len() >= MAX_SERVER_PARAMS
