@@ -331,9 +331,14 @@ impl Connection {
             (ChannelBindingMode::Disable, _) | (ChannelBindingMode::Prefer, None) => {
                 ChannelBinding::NotSupported
             }
-            (_, Some(hash)) if offered("SCRAM-SHA-256-PLUS") => {
-                ChannelBinding::TlsServerEndPoint(hash.map_err(refuse)?)
-            }
+            (mode, Some(hash)) if offered("SCRAM-SHA-256-PLUS") => match hash {
+                Ok(hash) => ChannelBinding::TlsServerEndPoint(hash),
+                // A certificate without a tls-server-end-point hash (Ed25519, RSASSA-PSS):
+                // `n` is honest ("this client cannot bind"), unlike `y`, which the server would
+                // rightly take for a downgrade.
+                Err(_) if mode == ChannelBindingMode::Prefer => ChannelBinding::NotSupported,
+                Err(e) => return Err(refuse(e)),
+            },
             (ChannelBindingMode::Prefer, Some(_)) => ChannelBinding::NotOffered,
             (ChannelBindingMode::Require, tls) => {
                 return Err(refuse(format!(
