@@ -233,42 +233,11 @@ impl Scram {
 
     /// Consumes `server-first-message` and returns `client-final-message`.
     pub fn client_final(&mut self, password: &[u8], server_first: &str) -> Result<String, String> {
-        let mut nonce = None;
-        let mut salt = None;
-        let mut iterations = None;
-        for attr in server_first.split(',') {
-            match attr.split_once('=') {
-                Some(("r", v)) => nonce = Some(v),
-                Some(("s", v)) => salt = Some(v),
-                Some(("i", v)) => iterations = Some(v),
-                Some(("m", _)) => {
-                    return Err("scram: server demands an unsupported extension".into())
-                }
-                _ => return Err("scram: malformed server-first message".into()),
-            }
-        }
-        let (Some(nonce), Some(salt), Some(iterations)) = (nonce, salt, iterations) else {
-            return Err("scram: server-first message lacks nonce, salt or iteration count".into());
-        };
-        if !nonce.starts_with(&self.client_nonce) || nonce.len() <= self.client_nonce.len() {
-            return Err("scram: server nonce does not extend the client nonce".into());
-        }
-        if nonce
-            .bytes()
-            .any(|b| !(0x21..=0x7e).contains(&b) || b == b',')
-        {
-            return Err("scram: server nonce has invalid characters".into());
-        }
-        let salt = B64
-            .decode(salt)
-            .map_err(|_| "scram: salt is not valid base64".to_string())?;
-        let iterations: u32 = iterations
-            .parse()
-            .ok()
-            .filter(|i| (1..=MAX_SCRAM_ITERATIONS).contains(i))
-            .ok_or_else(|| {
-                format!("scram: iteration count must be from 1 to {MAX_SCRAM_ITERATIONS}")
-            })?;
+        let ServerFirst {
+            nonce,
+            salt,
+            iterations,
+        } = parse_server_first(&self.client_nonce, server_first)?;
 
         let password = saslprep(password);
         let mut salted = [0u8; 32];
@@ -318,27 +287,89 @@ impl Scram {
         let Some(expected) = self.expected_server_signature else {
             return Err("scram: server-final message before server-first".into());
         };
-        if let Some(e) = server_final.strip_prefix("e=") {
-            // The error value is a fixed token from RFC 5802 (e.g. `invalid-proof`).
-            let token: String = e
-                .chars()
-                .take(64)
-                .filter(|c| c.is_ascii_graphic())
-                .collect();
-            return Err(format!("scram: server reported {token}"));
-        }
-        let v = server_final
-            .split(',')
-            .find_map(|a| a.strip_prefix("v="))
-            .ok_or_else(|| "scram: malformed server-final message".to_string())?;
-        let got = B64
-            .decode(v)
-            .map_err(|_| "scram: server signature is not valid base64".to_string())?;
+        let got = parse_server_final(server_final)?;
         if got.as_slice() != expected.as_slice() {
             return Err("scram: server signature does not match (not the expected server)".into());
         }
         Ok(())
     }
+}
+
+/// The parts of a `server-first-message` (RFC 5802 section 7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerFirst<'a> {
+    /// The combined nonce (client nonce + server part).
+    pub nonce: &'a str,
+    pub salt: Vec<u8>,
+    pub iterations: u32,
+}
+
+/// Parses `server-first-message` strictly: `r=NONCE,s=SALT,i=COUNT` in this order (PostgreSQL
+/// sends exactly these), the nonce extending `client_nonce` with printable characters, the salt
+/// non-empty base64, the count within [`MAX_SCRAM_ITERATIONS`]. Pure: a fuzz entry point.
+pub fn parse_server_first<'a>(
+    client_nonce: &str,
+    text: &'a str,
+) -> Result<ServerFirst<'a>, String> {
+    if text.starts_with("m=") {
+        return Err("scram: server demands an unsupported extension".into());
+    }
+    let mut attrs = text.split(',');
+    let mut next = |name: &str| {
+        attrs
+            .next()
+            .and_then(|a| a.strip_prefix(name))
+            .ok_or_else(|| {
+                "scram: malformed server-first message (expected r=..,s=..,i=..)".to_string()
+            })
+    };
+    let (nonce, salt, iterations) = (next("r=")?, next("s=")?, next("i=")?);
+    if attrs.next().is_some() {
+        return Err("scram: server-first message has unexpected attributes".into());
+    }
+    if !nonce.starts_with(client_nonce) || nonce.len() <= client_nonce.len() {
+        return Err("scram: server nonce does not extend the client nonce".into());
+    }
+    if nonce.bytes().any(|b| !(0x21..=0x7e).contains(&b)) {
+        return Err("scram: server nonce has invalid characters".into());
+    }
+    let salt = B64
+        .decode(salt)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| "scram: salt is not valid non-empty base64".to_string())?;
+    let iterations: u32 = iterations
+        .parse()
+        .ok()
+        .filter(|i| (1..=MAX_SCRAM_ITERATIONS).contains(i))
+        .ok_or_else(|| {
+            format!("scram: iteration count must be from 1 to {MAX_SCRAM_ITERATIONS}")
+        })?;
+    Ok(ServerFirst {
+        nonce,
+        salt,
+        iterations,
+    })
+}
+
+/// Parses `server-final-message`: `v=SIGNATURE` (base64) gives the signature; `e=TOKEN` is the
+/// server's refusal, shown as at most 64 printable ASCII characters. Pure: a fuzz entry point.
+pub fn parse_server_final(text: &str) -> Result<Vec<u8>, String> {
+    if let Some(e) = text.strip_prefix("e=") {
+        // The error value is a fixed token from RFC 5802 (e.g. `invalid-proof`).
+        let token: String = e
+            .chars()
+            .take(64)
+            .filter(|c| c.is_ascii_graphic())
+            .collect();
+        return Err(format!("scram: server reported {token}"));
+    }
+    let v = text
+        .strip_prefix("v=")
+        .map(|v| v.split(',').next().unwrap_or(v))
+        .ok_or_else(|| "scram: malformed server-final message".to_string())?;
+    B64.decode(v)
+        .map_err(|_| "scram: server signature is not valid base64".to_string())
 }
 
 /// RFC 5802 `saslname`: `=` and `,` are escaped.
@@ -393,7 +424,17 @@ mod tests {
                 "r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=99999999",
                 "iteration count",
             ),
-            ("r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==", "lacks"),
+            ("r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==", "malformed"),
+            ("s=W22ZaJ0SNY7soEsUEjb6gQ==,r=abcX,i=1", "malformed"),
+            (
+                "r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=1,x=2",
+                "unexpected attributes",
+            ),
+            ("r=abcX,s=,i=1", "non-empty base64"),
+            (
+                "r=abc\u{7f}X,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=1",
+                "invalid characters",
+            ),
             ("m=ext,r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=1", "extension"),
             ("garbage", "malformed"),
         ];

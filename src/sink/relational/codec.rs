@@ -437,4 +437,56 @@ mod tests {
         many.push(0);
         assert!(decode_backend_messages(&frame(b'R', &many)).is_err());
     }
+
+    /// A cheap stand-in for the fuzz target in every `cargo test`: mutated conversations never
+    /// panic, and whatever decodes re-frames within the limits.
+    #[test]
+    fn mutated_conversations_never_panic() {
+        let mut seed = frame(b'R', &[0, 0, 0, 10, b'S', b'C', b'R', b'A', b'M', 0, 0]);
+        seed.extend(frame(b'R', &[0, 0, 0, 5, 1, 2, 3, 4]));
+        seed.extend(frame(b'S', b"server_version\x0016.4\0"));
+        seed.extend(frame(b'K', &[0, 0, 0, 1, 0, 0, 0, 2]));
+        seed.extend(frame(
+            b'T',
+            &[
+                0, 1, b'a', 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 25, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                0, 0,
+            ],
+        ));
+        seed.extend(frame(
+            b'D',
+            &[0, 2, 0, 0, 0, 1, b'a', 0xff, 0xff, 0xff, 0xff],
+        ));
+        seed.extend(frame(b'E', b"SERROR\0C42P01\0Mno\0\0"));
+        seed.extend(frame(b'C', b"SELECT 1\0"));
+        seed.extend(frame(b'Z', b"I"));
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..50_000 {
+            let mut m = seed.clone();
+            for _ in 0..(rnd() % 4 + 1) {
+                let i = (rnd() as usize) % m.len();
+                match rnd() % 3 {
+                    0 => m[i] = rnd() as u8,
+                    1 => m.truncate(i),
+                    _ => m.insert(i, rnd() as u8),
+                }
+                if m.is_empty() {
+                    break;
+                }
+            }
+            if let Ok(msgs) = decode_backend_messages(&m) {
+                assert!(msgs.len() <= m.len() / 5);
+            }
+            if let Ok(t) = std::str::from_utf8(&m) {
+                let _ = super::super::auth::parse_server_first("R", t);
+                let _ = super::super::auth::parse_server_final(t);
+            }
+        }
+    }
 }
