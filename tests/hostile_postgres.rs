@@ -665,3 +665,48 @@ fn server_parameters_are_capped_and_only_accepted_after_authentication() {
     let received = fake.finish();
     assert_no_secret("received", &received, [0; 4]);
 }
+
+#[test]
+fn a_server_switching_methods_mid_exchange_gets_nothing() {
+    // SCRAM started, then a cleartext request: even with password allowed, a second method in
+    // one startup is out of order (a relay trying to downgrade the exchange).
+    let fake = Fake::start(|p| {
+        p.startup();
+        p.send(
+            b'R',
+            &[&10i32.to_be_bytes()[..], b"SCRAM-SHA-256\0\0"].concat(),
+        );
+        let _ = p.read_msg(); // client-first
+        p.send(b'R', &3i32.to_be_bytes());
+    });
+    let err = Connection::connect(
+        &params(fake.port, "scram-sha-256,password"),
+        Some(PASSWORD.as_bytes()),
+    )
+    .err()
+    .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "protocol: authentication request cleartext password out of order (after the scram \
+         client-first message)"
+    );
+    let received = fake.finish();
+    assert_no_secret("received", &received, [0; 4]);
+
+    // A SASLFinal nobody asked for.
+    let fake = Fake::start(|p| {
+        p.startup();
+        p.send(b'R', &[&12i32.to_be_bytes()[..], b"v=AAAA"].concat());
+    });
+    let err = Connection::connect(
+        &params(fake.port, "scram-sha-256"),
+        Some(PASSWORD.as_bytes()),
+    )
+    .err()
+    .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "protocol: authentication request sasl final out of order (before any exchange)"
+    );
+    fake.finish();
+}

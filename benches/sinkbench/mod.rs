@@ -58,6 +58,8 @@ impl BenchDb {
             "type": "relational_db",
             "dsn": format!("postgresql://postgres@127.0.0.1:5432/{}", self.name),
             "tls_mode": "disable",
+            // The shared server trusts loopback: it asks for no authentication.
+            "require_auth": "none",
             "table": table,
             "auto_create_tables": true,
         })

@@ -132,6 +132,19 @@ enum Phase {
     Authenticated,
 }
 
+impl Phase {
+    fn describe(self) -> &'static str {
+        match self {
+            Phase::Initial => "before any exchange",
+            Phase::ScramFirstSent => "after the scram client-first message",
+            Phase::ScramFinalSent => "after the scram client-final message",
+            Phase::ScramVerified => "after the scram server signature",
+            Phase::PasswordSent => "after the password answer",
+            Phase::Authenticated => "after authentication",
+        }
+    }
+}
+
 fn refuse(what: String) -> DbError {
     DbError::Protocol(what)
 }
@@ -283,8 +296,9 @@ impl Connection {
                 }
                 (phase, request) => {
                     return Err(refuse(format!(
-                        "authentication request {} out of order ({phase:?})",
-                        auth_request_name(&request)
+                        "authentication request {} out of order ({})",
+                        auth_request_name(&request),
+                        phase.describe()
                     )))
                 }
             };
@@ -298,11 +312,11 @@ impl Connection {
     /// Refuses a method `sink.require_auth` does not list, before anything is sent for it; and
     /// any method but SCRAM when channel binding is required.
     fn method_allowed(&self, p: &ConnectParams, m: AuthMethod) -> Result<(), DbError> {
+        let asked = match m {
+            AuthMethod::None => "no authentication (trust)".to_string(),
+            m => format!("{} authentication", m.name()),
+        };
         if !p.require_auth.allows(m) {
-            let asked = match m {
-                AuthMethod::None => "no authentication (trust)".to_string(),
-                m => format!("{} authentication", m.name()),
-            };
             return Err(refuse(format!(
                 "the server asked for {asked}, which sink.require_auth ({}) does not allow; \
                  nothing was sent",
@@ -311,9 +325,8 @@ impl Connection {
         }
         if m != AuthMethod::ScramSha256 && p.channel_binding == ChannelBindingMode::Require {
             return Err(refuse(format!(
-                "the server asked for {}, but sink.channel_binding require needs \
-                 SCRAM-SHA-256-PLUS; nothing was sent",
-                m.name()
+                "the server asked for {asked}, but sink.channel_binding require needs \
+                 SCRAM-SHA-256-PLUS; nothing was sent"
             )));
         }
         Ok(())
