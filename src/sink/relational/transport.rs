@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use super::codec::{Msg, SSL_REQUEST_CODE};
 use super::error::{io_err, DbError};
 use super::wire::ConnectParams;
+use crate::text::peer::PeerText;
 
 /// A TCP stream whose every read and write must finish before the current deadline.
 pub struct DeadlineTcp {
@@ -179,7 +180,10 @@ pub fn start_tls(
         if let Err(e) = conn.complete_io(&mut tcp) {
             // rustls reports certificate problems as InvalidData wrapping its own error.
             return Err(match e.kind() {
-                io::ErrorKind::InvalidData => DbError::Connection(format!("tls handshake: {e}")),
+                // rustls 0.23 may quote names the certificate presents: peer text.
+                io::ErrorKind::InvalidData => {
+                    DbError::Connection(format!("tls handshake: {}", PeerText::new(&e.to_string())))
+                }
                 _ => io_err("tls handshake", e),
             });
         }
