@@ -71,6 +71,31 @@ pub enum BackendMessage {
 }
 
 impl BackendMessage {
+    /// A short name for errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            BackendMessage::Authentication(_) => "authentication request",
+            BackendMessage::BackendKeyData { .. } => "backend key data",
+            BackendMessage::ParameterStatus { .. } => "parameter status",
+            BackendMessage::ReadyForQuery(_) => "ready for query",
+            BackendMessage::ErrorResponse(_) => "error response",
+            BackendMessage::NoticeResponse(_) => "notice",
+            BackendMessage::NotificationResponse => "notification",
+            BackendMessage::NegotiateProtocolVersion => "protocol version negotiation",
+            BackendMessage::ParseComplete => "parse complete",
+            BackendMessage::BindComplete => "bind complete",
+            BackendMessage::CloseComplete => "close complete",
+            BackendMessage::NoData => "no data",
+            BackendMessage::PortalSuspended => "portal suspended",
+            BackendMessage::ParameterDescription => "parameter description",
+            BackendMessage::RowDescription => "row description",
+            BackendMessage::DataRow(_) => "data row",
+            BackendMessage::CommandComplete(_) => "command complete",
+            BackendMessage::EmptyQueryResponse => "empty query response",
+            BackendMessage::Copy => "copy response",
+        }
+    }
+
     /// Parses the body of a message with type byte `tag`.
     pub fn parse(tag: u8, body: &[u8]) -> Result<BackendMessage, DbError> {
         let mut b = Body { b: body };

@@ -8,7 +8,8 @@
 //!   name verified) — [`super::transport`];
 //! - authentication limited by an allow-list ([`AuthPolicy`], libpq's `require_auth`):
 //!   SCRAM-SHA-256 and SCRAM-SHA-256-PLUS by default, MD5, cleartext and no authentication only
-//!   when allowed (see [`super::auth`]);
+//!   when allowed (the state machine is in [`super::startup`], the arithmetic in
+//!   [`super::auth`]);
 //! - the simple query protocol (for `BEGIN`, `COMMIT`, `SAVEPOINT`, `SET`, DDL);
 //! - the extended query protocol with text-format parameters and results (unnamed statement and
 //!   portal; one Parse/Bind/Execute/Sync round trip per statement);
@@ -33,9 +34,8 @@ use std::io::{BufReader, Read, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::auth::{self, AuthMethod, ChannelBinding};
 pub use super::auth::{AuthPolicy, ChannelBindingMode};
-use super::codec::{self, AuthRequest, BackendMessage, Msg, PROTOCOL_VERSION};
+use super::codec::{self, BackendMessage, Msg};
 use super::error::io_err;
 pub use super::error::{condition_name, DbError, ServerError};
 pub use super::transport::tls_client_config;
@@ -106,47 +106,15 @@ pub struct QueryResult {
 
 /// One open session.
 pub struct Connection {
-    io: BufReader<Stream>,
+    pub(super) io: BufReader<Stream>,
     broken: bool,
     /// Last ReadyForQuery status: `I` idle, `T` in a transaction, `E` failed transaction.
-    tx_status: u8,
+    pub(super) tx_status: u8,
     server_params: BTreeMap<String, String>,
-    backend_pid: i32,
+    pub(super) backend_pid: i32,
     io_timeout: Duration,
     /// AuthenticationOk was received: before it, nothing but authentication is accepted.
-    authenticated: bool,
-}
-
-/// Where authentication stands during startup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// No authentication request seen yet.
-    Initial,
-    ScramFirstSent,
-    ScramFinalSent,
-    /// The server proved it knows the password; AuthenticationOk must follow.
-    ScramVerified,
-    /// A cleartext or MD5 answer was sent; AuthenticationOk or an error must follow.
-    PasswordSent,
-    /// AuthenticationOk received: only parameters, key data and ReadyForQuery may follow.
-    Authenticated,
-}
-
-impl Phase {
-    fn describe(self) -> &'static str {
-        match self {
-            Phase::Initial => "before any exchange",
-            Phase::ScramFirstSent => "after the scram client-first message",
-            Phase::ScramFinalSent => "after the scram client-final message",
-            Phase::ScramVerified => "after the scram server signature",
-            Phase::PasswordSent => "after the password answer",
-            Phase::Authenticated => "after authentication",
-        }
-    }
-}
-
-fn refuse(what: String) -> DbError {
-    DbError::Protocol(what)
+    pub(super) authenticated: bool,
 }
 
 impl Connection {
@@ -172,208 +140,6 @@ impl Connection {
         // Invariant: a connection that failed startup is never written again (no Terminate).
         res.map_err(|e| conn.fail(e))?;
         Ok(conn)
-    }
-
-    fn startup(&mut self, p: &ConnectParams, password: Option<&[u8]>) -> Result<(), DbError> {
-        let mut out = Vec::new();
-        Msg::untagged()
-            .i32(PROTOCOL_VERSION)
-            .cstr("user")
-            .cstr(&p.user)
-            .cstr("database")
-            .cstr(&p.database)
-            .cstr("application_name")
-            .cstr(&p.application_name)
-            .cstr("client_encoding")
-            .cstr("UTF8")
-            .bytes(&[0])
-            .finish_into(&mut out)?;
-        self.send(&out)?;
-
-        let mut scram: Option<auth::Scram> = None;
-        let mut phase = Phase::Initial;
-        loop {
-            let msg = self.read_message()?;
-            let request = match msg {
-                BackendMessage::Authentication(r) => r,
-                BackendMessage::ErrorResponse(e) => return Err(DbError::Server(e)),
-                BackendMessage::NegotiateProtocolVersion if phase == Phase::Initial => continue,
-                BackendMessage::BackendKeyData { pid, .. } if phase == Phase::Authenticated => {
-                    self.backend_pid = pid;
-                    continue;
-                }
-                BackendMessage::ReadyForQuery(status) if phase == Phase::Authenticated => {
-                    self.tx_status = status;
-                    return Ok(());
-                }
-                BackendMessage::ReadyForQuery(_) | BackendMessage::BackendKeyData { .. } => {
-                    return Err(refuse(
-                        "the server ended startup before authentication completed \
-                         (not the expected server)"
-                            .into(),
-                    ))
-                }
-                other => {
-                    return Err(refuse(format!(
-                        "unexpected {} during startup",
-                        message_name(&other)
-                    )))
-                }
-            };
-            let mut out = Vec::new();
-            phase = match (phase, request) {
-                (Phase::Initial, AuthRequest::Ok) => {
-                    self.method_allowed(p, AuthMethod::None)?;
-                    Phase::Authenticated
-                }
-                (Phase::ScramVerified | Phase::PasswordSent, AuthRequest::Ok) => {
-                    Phase::Authenticated
-                }
-                (Phase::ScramFirstSent | Phase::ScramFinalSent, AuthRequest::Ok) => {
-                    return Err(refuse(
-                        "the server ended scram authentication without proving it knows the \
-                         password (not the expected server)"
-                            .into(),
-                    ))
-                }
-                (Phase::Initial, AuthRequest::CleartextPassword) => {
-                    self.method_allowed(p, AuthMethod::Password)?;
-                    Msg::new(b'p')
-                        .bytes(need_password(password)?)
-                        .bytes(&[0])
-                        .finish_into(&mut out)?;
-                    Phase::PasswordSent
-                }
-                (Phase::Initial, AuthRequest::Md5Password { salt }) => {
-                    self.method_allowed(p, AuthMethod::Md5)?;
-                    let answer = auth::md5_password(&p.user, need_password(password)?, &salt);
-                    Msg::new(b'p').cstr(&answer).finish_into(&mut out)?;
-                    Phase::PasswordSent
-                }
-                (Phase::Initial, AuthRequest::Sasl(mechanisms)) => {
-                    self.method_allowed(p, AuthMethod::ScramSha256)?;
-                    need_password(password)?;
-                    let binding = self.choose_binding(p, &mechanisms)?;
-                    let mechanism = binding.mechanism();
-                    let s = auth::Scram::new("", auth::new_nonce().map_err(refuse)?, binding);
-                    let first = s.client_first();
-                    Msg::new(b'p')
-                        .cstr(mechanism)
-                        .i32(first.len() as i32)
-                        .bytes(first.as_bytes())
-                        .finish_into(&mut out)?;
-                    scram = Some(s);
-                    Phase::ScramFirstSent
-                }
-                (Phase::ScramFirstSent, AuthRequest::SaslContinue(data)) => {
-                    let s = scram.as_mut().expect("scram started in ScramFirstSent");
-                    let server_first = std::str::from_utf8(&data)
-                        .map_err(|_| refuse("sasl data is not utf-8".into()))?;
-                    let fin = s
-                        .client_final(need_password(password)?, server_first)
-                        .map_err(refuse)?;
-                    Msg::new(b'p').bytes(fin.as_bytes()).finish_into(&mut out)?;
-                    Phase::ScramFinalSent
-                }
-                (Phase::ScramFinalSent, AuthRequest::SaslFinal(data)) => {
-                    let s = scram.as_ref().expect("scram started in ScramFinalSent");
-                    let server_final = std::str::from_utf8(&data)
-                        .map_err(|_| refuse("sasl data is not utf-8".into()))?;
-                    s.verify_server_final(server_final).map_err(refuse)?;
-                    Phase::ScramVerified
-                }
-                (_, AuthRequest::Unsupported(code)) => {
-                    let name = match code {
-                        2 => "kerberos v5",
-                        6 => "scm credentials",
-                        7 | 8 => "gssapi",
-                        9 => "sspi",
-                        _ => "unknown",
-                    };
-                    return Err(refuse(format!(
-                        "server requires unsupported authentication method {code} ({name})"
-                    )));
-                }
-                (phase, request) => {
-                    return Err(refuse(format!(
-                        "authentication request {} out of order ({})",
-                        auth_request_name(&request),
-                        phase.describe()
-                    )))
-                }
-            };
-            self.authenticated = phase == Phase::Authenticated;
-            if !out.is_empty() {
-                self.send(&out)?;
-            }
-        }
-    }
-
-    /// Refuses a method `sink.require_auth` does not list, before anything is sent for it; and
-    /// any method but SCRAM when channel binding is required.
-    fn method_allowed(&self, p: &ConnectParams, m: AuthMethod) -> Result<(), DbError> {
-        let asked = match m {
-            AuthMethod::None => "no authentication (trust)".to_string(),
-            m => format!("{} authentication", m.name()),
-        };
-        if !p.require_auth.allows(m) {
-            return Err(refuse(format!(
-                "the server asked for {asked}, which sink.require_auth ({}) does not allow; \
-                 nothing was sent",
-                p.require_auth.names()
-            )));
-        }
-        if m != AuthMethod::ScramSha256 && p.channel_binding == ChannelBindingMode::Require {
-            return Err(refuse(format!(
-                "the server asked for {asked}, but sink.channel_binding require needs \
-                 SCRAM-SHA-256-PLUS; nothing was sent"
-            )));
-        }
-        Ok(())
-    }
-
-    /// Picks SCRAM-SHA-256-PLUS (channel binding) or SCRAM-SHA-256 from the server's list.
-    fn choose_binding(
-        &self,
-        p: &ConnectParams,
-        mechanisms: &[String],
-    ) -> Result<ChannelBinding, DbError> {
-        let offered = |m: &str| mechanisms.iter().any(|x| x == m);
-        let tls = self.io.get_ref().channel_binding();
-        let binding = match (p.channel_binding, tls) {
-            (ChannelBindingMode::Disable, _) | (ChannelBindingMode::Prefer, None) => {
-                ChannelBinding::NotSupported
-            }
-            (mode, Some(hash)) if offered("SCRAM-SHA-256-PLUS") => match hash {
-                Ok(hash) => ChannelBinding::TlsServerEndPoint(hash),
-                // A certificate without a tls-server-end-point hash (Ed25519, RSASSA-PSS):
-                // `n` is honest ("this client cannot bind"), unlike `y`, which the server would
-                // rightly take for a downgrade.
-                Err(_) if mode == ChannelBindingMode::Prefer => ChannelBinding::NotSupported,
-                Err(e) => return Err(refuse(e)),
-            },
-            (ChannelBindingMode::Prefer, Some(_)) => ChannelBinding::NotOffered,
-            (ChannelBindingMode::Require, tls) => {
-                return Err(refuse(format!(
-                    "sink.channel_binding require: {}; nothing was sent",
-                    if tls.is_none() {
-                        "the connection has no tls".to_string()
-                    } else {
-                        format!(
-                            "the server does not offer SCRAM-SHA-256-PLUS (offers: {})",
-                            PeerText::new(&mechanisms.join(", "))
-                        )
-                    }
-                )))
-            }
-        };
-        if !offered(binding.mechanism()) {
-            return Err(refuse(format!(
-                "server offers only unsupported sasl mechanisms: {}",
-                PeerText::new(&mechanisms.join(", "))
-            )));
-        }
-        Ok(binding)
     }
 
     /// True when the connection must not be used again.
@@ -521,23 +287,18 @@ impl Connection {
                 BackendMessage::Copy => {
                     return Err(DbError::Protocol("copy is not supported".into()))
                 }
-                other => {
-                    return Err(DbError::Protocol(format!(
-                        "unexpected {}",
-                        message_name(&other)
-                    )))
-                }
+                other => return Err(DbError::Protocol(format!("unexpected {}", other.name()))),
             }
         }
     }
 
     /// Marks the connection broken and passes the error through.
-    fn fail(&mut self, e: DbError) -> DbError {
+    pub(super) fn fail(&mut self, e: DbError) -> DbError {
         self.broken = true;
         e
     }
 
-    fn send(&mut self, bytes: &[u8]) -> Result<(), DbError> {
+    pub(super) fn send(&mut self, bytes: &[u8]) -> Result<(), DbError> {
         let stream = self.io.get_mut();
         if let Err(e) = stream.write_all(bytes).and_then(|_| stream.flush()) {
             self.broken = true;
@@ -548,7 +309,7 @@ impl Connection {
 
     /// Reads one backend message, consuming asynchronous ones (notices, parameter status,
     /// notifications) on the way. Every error here breaks the connection.
-    fn read_message(&mut self) -> Result<BackendMessage, DbError> {
+    pub(super) fn read_message(&mut self) -> Result<BackendMessage, DbError> {
         let res = self.read_message_inner();
         res.map_err(|e| self.fail(e))
     }
@@ -595,48 +356,6 @@ impl Connection {
                 m => return Ok(m),
             }
         }
-    }
-}
-
-fn need_password(password: Option<&[u8]>) -> Result<&[u8], DbError> {
-    password.ok_or_else(|| {
-        DbError::Protocol("the server requires a password but sink.password_env is not set".into())
-    })
-}
-
-fn message_name(m: &BackendMessage) -> &'static str {
-    match m {
-        BackendMessage::Authentication(_) => "authentication request",
-        BackendMessage::BackendKeyData { .. } => "backend key data",
-        BackendMessage::ParameterStatus { .. } => "parameter status",
-        BackendMessage::ReadyForQuery(_) => "ready for query",
-        BackendMessage::ErrorResponse(_) => "error response",
-        BackendMessage::NoticeResponse(_) => "notice",
-        BackendMessage::NotificationResponse => "notification",
-        BackendMessage::NegotiateProtocolVersion => "protocol version negotiation",
-        BackendMessage::ParseComplete => "parse complete",
-        BackendMessage::BindComplete => "bind complete",
-        BackendMessage::CloseComplete => "close complete",
-        BackendMessage::NoData => "no data",
-        BackendMessage::PortalSuspended => "portal suspended",
-        BackendMessage::ParameterDescription => "parameter description",
-        BackendMessage::RowDescription => "row description",
-        BackendMessage::DataRow(_) => "data row",
-        BackendMessage::CommandComplete(_) => "command complete",
-        BackendMessage::EmptyQueryResponse => "empty query response",
-        BackendMessage::Copy => "copy response",
-    }
-}
-
-fn auth_request_name(r: &AuthRequest) -> &'static str {
-    match r {
-        AuthRequest::Ok => "ok",
-        AuthRequest::CleartextPassword => "cleartext password",
-        AuthRequest::Md5Password { .. } => "md5 password",
-        AuthRequest::Sasl(_) => "sasl",
-        AuthRequest::SaslContinue(_) => "sasl continue",
-        AuthRequest::SaslFinal(_) => "sasl final",
-        AuthRequest::Unsupported(_) => "unsupported",
     }
 }
 
