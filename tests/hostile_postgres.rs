@@ -710,3 +710,32 @@ fn a_server_switching_methods_mid_exchange_gets_nothing() {
     );
     fake.finish();
 }
+
+#[test]
+fn a_server_refusing_tls_gets_no_plaintext_startup() {
+    // verify_full: the server answers the SSLRequest with `N` (or garbage). The client must not
+    // fall back to plaintext: after the 8-byte SSLRequest it sends nothing at all.
+    for answer in [&b"N"[..], &b"E"[..]] {
+        let fake = Fake::start(move |p| {
+            let mut req = [0u8; 8];
+            assert!(p.read_exact(&mut req));
+            assert_eq!(req, [0, 0, 0, 8, 4, 0xd2, 0x16, 0x2f], "SSLRequest");
+            p.raw(answer);
+        });
+        let (code, out, err, _) = test_sink(
+            fake.port,
+            json!({"tls_mode": "verify_full", "dsn": format!(
+                "postgresql://{USER}@localhost:{}/appdb", fake.port)}),
+        );
+        let received = fake.finish();
+        assert_eq!(code, 1, "{out}{err}");
+        let want = if answer == b"N" {
+            "connection: server does not accept tls (tls_mode verify_full requires it)"
+        } else {
+            "protocol: unexpected answer to the tls request"
+        };
+        assert!(err.contains(want), "{err}");
+        assert_eq!(received.len(), 8, "only the SSLRequest went out");
+        assert_no_secret("stderr", err.as_bytes(), [0; 4]);
+    }
+}

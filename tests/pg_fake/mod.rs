@@ -74,7 +74,7 @@ impl Fake {
 }
 
 impl Peer {
-    fn read_exact(&mut self, buf: &mut [u8]) -> bool {
+    pub fn read_exact(&mut self, buf: &mut [u8]) -> bool {
         if self.s.read_exact(buf).is_err() {
             return false;
         }
