@@ -739,3 +739,79 @@ fn a_server_refusing_tls_gets_no_plaintext_startup() {
         assert_no_secret("stderr", err.as_bytes(), [0; 4]);
     }
 }
+
+#[test]
+fn channel_binding_over_tls_against_a_fake_that_checks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    pg_fake::make_certs(dir.path());
+    let hash = pg_fake::cert_hash(dir.path());
+    let tls_params = |port: u16, mode: ChannelBindingMode| ConnectParams {
+        host: "localhost".into(),
+        tls: TlsMode::VerifyFull,
+        tls_config: Some(
+            svc::sink::relational::wire::tls_client_config(Some(&dir.path().join("ca.pem")))
+                .unwrap(),
+        ),
+        channel_binding: mode,
+        ..params(port, "scram-sha-256")
+    };
+    let both: &'static [&'static str] = &["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"];
+    let plain_only: &'static [&'static str] = &["SCRAM-SHA-256"];
+
+    // (mechanisms offered, client mode, expected GS2 header or refusal)
+    let cases: [(&[&str], ChannelBindingMode, Result<&str, &str>); 5] = [
+        (
+            both,
+            ChannelBindingMode::Prefer,
+            Ok("p=tls-server-end-point,,"),
+        ),
+        (
+            both,
+            ChannelBindingMode::Require,
+            Ok("p=tls-server-end-point,,"),
+        ),
+        (both, ChannelBindingMode::Disable, Ok("n,,")),
+        (plain_only, ChannelBindingMode::Prefer, Ok("y,,")),
+        (
+            plain_only,
+            ChannelBindingMode::Require,
+            Err(
+                "protocol: sink.channel_binding require: the server does not offer \
+                 SCRAM-SHA-256-PLUS (offers: SCRAM-SHA-256); nothing was sent",
+            ),
+        ),
+    ];
+    for (offered, mode, want) in cases {
+        let h = hash.clone();
+        let fake = Fake::start_tls(dir.path(), move |p| {
+            p.startup();
+            if pg_fake::scram_server_with(p, PASSWORD, ScramEnd::Honest, offered, Some(&h)) {
+                p.serve_queries();
+            }
+        });
+        let res = Connection::connect(&tls_params(fake.port, mode), Some(PASSWORD.as_bytes()));
+        match (res, want) {
+            (Ok(mut conn), Ok(gs2)) => {
+                conn.simple("SELECT 1").unwrap();
+                drop(conn);
+                let received = String::from_utf8_lossy(&fake.finish()).into_owned();
+                assert!(
+                    received.contains(&format!("{gs2}n=,r=")),
+                    "{offered:?} {mode:?}: {received:?}"
+                );
+            }
+            (Err(e), Err(msg)) => {
+                assert_eq!(e.to_string(), msg);
+                let received = fake.finish();
+                assert!(
+                    !String::from_utf8_lossy(&received).contains("n=,r="),
+                    "client-first sent"
+                );
+            }
+            (res, want) => panic!(
+                "{offered:?} {mode:?}: got {:?}, want {want:?}",
+                res.map(|_| ()).map_err(|e| e.to_string())
+            ),
+        }
+    }
+}

@@ -10,7 +10,9 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -22,9 +24,13 @@ const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STA
 pub const SALT: &[u8] = b"fake-pg-salt-16b";
 pub const ITERATIONS: u32 = 4096;
 
+/// A byte stream the fake serves: plain TCP or rustls over TCP.
+pub trait Io: Read + Write + Send {}
+impl<T: Read + Write + Send> Io for T {}
+
 /// The server's side of one connection.
 pub struct Peer {
-    s: TcpStream,
+    s: Box<dyn Io>,
     received: Arc<Mutex<Vec<u8>>>,
 }
 
@@ -39,6 +45,41 @@ impl Fake {
     /// Listens on a free loopback port; the first connection runs `script`, then the fake
     /// reads (and records) whatever else the client sends until it closes.
     pub fn start(script: impl FnOnce(&mut Peer) + Send + 'static) -> Fake {
+        Fake::start_with(None, script)
+    }
+
+    /// Like [`Fake::start`], but the fake answers the SSLRequest with `S` and serves the
+    /// session over TLS with the certificate made by [`make_certs`] in `cert_dir`.
+    pub fn start_tls(cert_dir: &Path, script: impl FnOnce(&mut Peer) + Send + 'static) -> Fake {
+        let certs: Vec<_> = rustls_pemfile::certs(
+            &mut std::fs::read(cert_dir.join("server.pem"))
+                .unwrap()
+                .as_slice(),
+        )
+        .map(|c| c.unwrap())
+        .collect();
+        let key = rustls_pemfile::private_key(
+            &mut std::fs::read(cert_dir.join("server.key"))
+                .unwrap()
+                .as_slice(),
+        )
+        .unwrap()
+        .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+        Fake::start_with(Some(Arc::new(config)), script)
+    }
+
+    fn start_with(
+        tls: Option<Arc<rustls::ServerConfig>>,
+        script: impl FnOnce(&mut Peer) + Send + 'static,
+    ) -> Fake {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let received = Arc::new(Mutex::new(Vec::new()));
@@ -46,11 +87,22 @@ impl Fake {
         let handle = std::thread::Builder::new()
             .name("fake-pg".into())
             .spawn(move || {
-                let Ok((s, _)) = listener.accept() else {
+                let Ok((mut s, _)) = listener.accept() else {
                     return;
                 };
                 s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
                 s.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
+                let s: Box<dyn Io> = match tls {
+                    None => Box::new(s),
+                    Some(config) => {
+                        let mut req = [0u8; 8];
+                        s.read_exact(&mut req).unwrap();
+                        assert_eq!(req, [0, 0, 0, 8, 4, 0xd2, 0x16, 0x2f], "SSLRequest");
+                        s.write_all(b"S").unwrap();
+                        let conn = rustls::ServerConnection::new(config).unwrap();
+                        Box::new(rustls::StreamOwned::new(conn, s))
+                    }
+                };
                 let mut peer = Peer { s, received: rec };
                 script(&mut peer);
                 peer.drain();
@@ -272,19 +324,57 @@ pub enum ScramEnd {
 /// The server side of SCRAM-SHA-256 for `password`. Returns false when the client's proof was
 /// wrong (the fake then sent FATAL 28P01), or the client left.
 pub fn scram_server(peer: &mut Peer, password: &str, end: ScramEnd) -> bool {
-    peer.send(
-        b'R',
-        &[&10i32.to_be_bytes()[..], b"SCRAM-SHA-256\0\0"].concat(),
-    );
+    scram_server_with(peer, password, end, &["SCRAM-SHA-256"], None)
+}
+
+/// The server side of SCRAM offering `mechanisms`; `cert_hash` is the `tls-server-end-point`
+/// hash of the fake's own certificate (TLS sessions). Checks the client's GS2 header and
+/// channel binding data like PostgreSQL: `y` while `-PLUS` was offered is a downgrade (FATAL
+/// 28000), and `c=` must carry exactly the header and the certificate hash (FATAL 08P01).
+pub fn scram_server_with(
+    peer: &mut Peer,
+    password: &str,
+    end: ScramEnd,
+    mechanisms: &[&str],
+    cert_hash: Option<&[u8]>,
+) -> bool {
+    let mut offer = 10i32.to_be_bytes().to_vec();
+    for m in mechanisms {
+        offer.extend_from_slice(m.as_bytes());
+        offer.push(0);
+    }
+    offer.push(0);
+    peer.send(b'R', &offer);
     let Some((b'p', body)) = peer.read_msg() else {
         return false;
     };
     // SASLInitialResponse: mechanism, length, client-first-message.
     let nul = body.iter().position(|&b| b == 0).unwrap();
-    assert_eq!(&body[..nul], b"SCRAM-SHA-256");
+    let mechanism = String::from_utf8(body[..nul].to_vec()).unwrap();
+    assert!(mechanisms.contains(&mechanism.as_str()), "{mechanism}");
     let client_first = String::from_utf8(body[nul + 5..].to_vec()).unwrap();
-    let (gs2, bare) = client_first.split_at(3);
-    assert!(gs2 == "n,," || gs2 == "y,,", "gs2 header {gs2}");
+    let gs2_len = client_first.match_indices(',').nth(1).unwrap().0 + 1;
+    let (gs2, bare) = client_first.split_at(gs2_len);
+    let plus = mechanism.ends_with("-PLUS");
+    let gs2_ok = match gs2 {
+        "p=tls-server-end-point,," => plus && cert_hash.is_some(),
+        "y,," => !plus && !mechanisms.iter().any(|m| m.ends_with("-PLUS")),
+        "n,," => !plus,
+        _ => false,
+    };
+    if !gs2_ok {
+        peer.raw(&error_response(
+            "FATAL",
+            "28000",
+            "SCRAM channel binding negotiation error",
+        ));
+        return false;
+    }
+    let mut cbind = gs2.as_bytes().to_vec();
+    if plus {
+        cbind.extend_from_slice(cert_hash.unwrap());
+    }
+    let expected_c = format!("c={}", B64.encode(&cbind));
     let client_nonce = bare.split_once(",r=").unwrap().1;
     let nonce = format!("{client_nonce}FakeServerNonce");
     let server_first = format!("r={nonce},s={},i={ITERATIONS}", B64.encode(SALT));
@@ -297,6 +387,14 @@ pub fn scram_server(peer: &mut Peer, password: &str, end: ScramEnd) -> bool {
     };
     let client_final = String::from_utf8(body).unwrap();
     let (without_proof, proof) = client_final.rsplit_once(",p=").unwrap();
+    if without_proof.split(',').next() != Some(expected_c.as_str()) {
+        peer.raw(&error_response(
+            "FATAL",
+            "08P01",
+            "SCRAM channel binding check failed",
+        ));
+        return false;
+    }
     let auth_message = format!("{bare},{server_first},{without_proof}");
 
     let mut salted = [0u8; 32];
@@ -357,4 +455,93 @@ pub fn scram_server(peer: &mut Peer, password: &str, end: ScramEnd) -> bool {
         out.extend(frame(b'Z', b"I"));
     }
     peer.raw(&out)
+}
+
+/// Makes a CA (`ca.pem`) and a server certificate for `localhost` signed by it (`server.pem`,
+/// `server.key`; ECDSA P-256 with SHA-256) in `dir`, with the `openssl` command.
+pub fn make_certs(dir: &Path) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=fake-ca",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+        ],
+    ]
+    .concat());
+    run(&[
+        &["req"][..],
+        &ec,
+        &[
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    ]
+    .concat());
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+}
+
+/// SHA-256 of the DER of `dir/server.pem`: its `tls-server-end-point` hash (ECDSA with SHA-256).
+pub fn cert_hash(dir: &Path) -> Vec<u8> {
+    let der = rustls_pemfile::certs(&mut std::fs::read(dir.join("server.pem")).unwrap().as_slice())
+        .next()
+        .unwrap()
+        .unwrap();
+    digest::digest(&digest::SHA256, der.as_ref())
+        .as_ref()
+        .to_vec()
 }
