@@ -216,8 +216,8 @@ impl EventLoop {
             return;
         }
         let _ = stream.set_nodelay(true);
-        if self.open >= self.cfg.max_connections.max(1) && !self.evict() {
-            return; // every connection is being served: refuse (closes the socket)
+        if self.open >= self.cfg.max_connections.max(1) {
+            self.evict();
         }
         let index = self.free.pop().unwrap_or_else(|| {
             self.slots.push(Slot {
@@ -253,23 +253,18 @@ impl EventLoop {
         self.open += 1;
     }
 
-    /// Drops the idle, partial or lingering connection nearest its deadline. False when
-    /// every open connection is being served.
-    fn evict(&mut self) -> bool {
+    /// Drops the connection nearest its deadline: the longest-idle or slowest one, whatever
+    /// its state (a worker's answer for it is then dropped), so a newcomer always gets in.
+    fn evict(&mut self) {
         let victim = self
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.conn.as_ref().map(|c| (i, c)))
-            .filter(|(_, c)| matches!(c.state, State::Reading | State::Lingering { .. }))
-            .min_by_key(|(_, c)| c.deadline)
+            .filter_map(|(i, s)| s.conn.as_ref().map(|c| (i, c.deadline)))
+            .min_by_key(|(_, deadline)| *deadline)
             .map(|(i, _)| i);
-        match victim {
-            Some(i) => {
-                self.close(i);
-                true
-            }
-            None => false,
+        if let Some(i) = victim {
+            self.close(i);
         }
     }
 

@@ -26,8 +26,8 @@
 //! - One request at a time per connection: bytes pipelined behind a head stay in the kernel
 //!   until the response is written; after [`MAX_REQUESTS_PER_CONNECTION`] responses the
 //!   connection is closed (`Connection: close` on the last).
-//! - At most [`ServerConfig::max_connections`]; past that the idle or closing connection
-//!   nearest its deadline is dropped for the new one (none: the new one is refused).
+//! - At most [`ServerConfig::max_connections`]; past that the connection nearest its
+//!   deadline (the longest idle, or the slowest reader) is dropped for the new one.
 //! - Rendered bytes waiting for slow readers: at most [`MAX_BUFFERED_RESPONSE_BYTES`] in
 //!   total; past it new renders wait (every held response ends at its own deadline).
 //! - After an error response the server stops reading requests, shuts down its side, and
