@@ -82,7 +82,10 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
         return Err(too_big(bytes.len() as u64));
     }
     let text = String::from_utf8(bytes).map_err(|_| invalid("the file is not UTF-8".into()))?;
-    let snapshot = Snapshot::parse(&text).map_err(invalid)?;
+    // The parser's message quotes the file (an unknown field name, a wrong schema): peer text.
+    let snapshot = Snapshot::parse(&text).map_err(|reason| {
+        invalid(crate::text::peer::PeerText::with_limit(&reason, 512).to_string())
+    })?;
     snapshot
         .check_times(crate::metrics::now_epoch_seconds())
         .map_err(invalid)?;
@@ -313,6 +316,26 @@ mod tests {
         // A sparse 1 TiB file is refused as fast as a small one: nothing is read.
         f.set_len(1 << 40).unwrap();
         assert!(invalid_reason(&path).contains("1099511627776 bytes"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Text from the file reaches the error escaped and bounded.
+    #[test]
+    fn file_text_in_errors_is_escaped_and_bounded() {
+        let d = dir("peer");
+        let path = d.join("snap.json");
+        let evil = format!("x\n2026-01-01 ERROR forged{}", "y".repeat(5000));
+        let mut v: serde_json::Value = serde_json::from_str(&snapshot_text(0.0)).unwrap();
+        v["schema"] = evil.clone().into();
+        std::fs::write(&path, v.to_string()).unwrap();
+        let reason = invalid_reason(&path);
+        assert!(!reason.contains('\n'), "{reason}");
+        assert!(reason.len() < 1200, "{} chars", reason.len());
+        let mut v: serde_json::Value = serde_json::from_str(&snapshot_text(0.0)).unwrap();
+        v[evil.as_str()] = 1.into();
+        std::fs::write(&path, v.to_string()).unwrap();
+        let reason = invalid_reason(&path);
+        assert!(!reason.contains('\n') && reason.len() < 1200, "{reason}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

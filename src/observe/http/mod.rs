@@ -195,7 +195,11 @@ fn worker_loop(
     source: &dyn Source,
 ) {
     for job in rx.iter() {
-        let (status, body) = render(cfg, source);
+        // A panicking render must not take the worker (and its slot in the I/O thread's
+        // in-flight count) with it: the client gets a 500.
+        let rendered =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| render(cfg, source)));
+        let (status, body) = rendered.unwrap_or_else(|_| (500, b"internal error\n".to_vec()));
         let keep_alive = job.keep_alive && status == 200;
         let content_type = if status == 200 {
             CONTENT_TYPE

@@ -130,3 +130,24 @@ fn pipelined_requests_stop_at_the_cap() {
     assert!(out.ends_with("Connection: close\r\n\r\na_total 1\n"));
     server.stop();
 }
+
+struct Panics;
+impl Source for Panics {
+    fn render(&self) -> Reply {
+        panic!("render bug");
+    }
+}
+
+/// A panicking render answers 500 and leaves the worker serving.
+#[test]
+fn a_panicking_render_answers_500_and_the_worker_survives() {
+    let server = Server::start(cfg(1 << 20), Arc::new(Panics)).unwrap();
+    for _ in 0..(WORKER_QUEUE + 2) {
+        let c = TcpStream::connect(server.local_addr()).unwrap();
+        (&c).write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let out = read_all(&c);
+        assert!(out.starts_with("HTTP/1.1 500 "), "{out}");
+    }
+    server.stop();
+}
