@@ -8,7 +8,7 @@
 //! crate, because its accept loop is private.
 //!
 //! # Threads
-//! - `svc-observe-http-io` ([`io`]) owns the listener and every connection. It sleeps in
+//! - `svc-observe-http-io` (module `io`) owns the listener and every connection. It sleeps in
 //!   `epoll_wait` (through rustix's safe wrapper) until a socket is ready, a worker hands back a
 //!   response, or the earliest connection deadline passes: an idle or trickling connection
 //!   costs no CPU between its bytes, and its partial head is scanned once, not once per wakeup.

@@ -151,3 +151,30 @@ fn a_panicking_render_answers_500_and_the_worker_survives() {
     }
     server.stop();
 }
+
+/// The deadline covers the whole response: a client that keeps reading, but too slowly to
+/// take a 32 MiB body within the 1 s request timeout, is cut off although every single write
+/// makes progress (a per-write timeout would never fire).
+#[test]
+fn a_response_has_one_deadline_not_one_per_write() {
+    let body = "x".repeat(32 << 20);
+    let server = Server::start(cfg(64 << 20), Arc::new(Fixed(Reply::Metrics(body)))).unwrap();
+    let mut c = TcpStream::connect(server.local_addr()).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = 0usize;
+    let mut chunk = vec![0u8; 256 << 10];
+    loop {
+        match c.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("still open after {got} bytes: {e}"),
+        }
+        // About 2.5 MB/s: the whole body would take over 12 s.
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(got < 32 << 20, "the whole body arrived ({got} bytes)");
+    server.stop();
+}
