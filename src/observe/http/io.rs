@@ -15,7 +15,6 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -79,7 +78,7 @@ pub(super) struct EventLoop {
     epoll: OwnedFd,
     listener: TcpListener,
     accept_paused_until: Option<Instant>,
-    wake: UnixStream,
+    wake: Arc<OwnedFd>,
     jobs: Sender<Job>,
     done: Receiver<Done>,
     cfg: Arc<ServerConfig>,
@@ -102,7 +101,7 @@ fn token_of(index: usize, generation: u32) -> u64 {
 impl EventLoop {
     pub(super) fn new(
         listener: TcpListener,
-        wake: UnixStream,
+        wake: Arc<OwnedFd>,
         jobs: Sender<Job>,
         done: Receiver<Done>,
         cfg: Arc<ServerConfig>,
@@ -110,7 +109,7 @@ impl EventLoop {
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         let data = epoll::EventData::new_u64;
         epoll::add(&ep, &listener, data(LISTENER), epoll::EventFlags::IN)?;
-        epoll::add(&ep, &wake, data(WAKE), epoll::EventFlags::IN)?;
+        epoll::add(&ep, &*wake, data(WAKE), epoll::EventFlags::IN)?;
         Ok(EventLoop {
             epoll: ep,
             listener,
@@ -179,8 +178,9 @@ impl EventLoop {
     }
 
     fn drain_wake(&mut self) {
-        let mut b = [0u8; 64];
-        while matches!((&self.wake).read(&mut b), Ok(n) if n > 0) {}
+        // Reading an eventfd returns its counter and resets it.
+        let mut b = [0u8; 8];
+        let _ = rustix::io::read(&*self.wake, &mut b);
     }
 
     fn accept(&mut self) {

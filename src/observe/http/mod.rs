@@ -47,15 +47,15 @@ mod io;
 #[cfg(test)]
 mod tests;
 
-use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
+use rustix::event::{eventfd, EventfdFlags};
+use rustix::fd::OwnedFd;
 
 use crate::observe::exposition::CONTENT_TYPE;
 
@@ -108,7 +108,7 @@ pub struct ServerConfig {
 pub struct Server {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    wake: UnixStream,
+    wake: Arc<OwnedFd>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -133,13 +133,12 @@ impl Server {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let workers = cfg.workers.max(1);
-        let (wake_tx, wake_rx) = UnixStream::pair()?;
-        wake_tx.set_nonblocking(true)?;
-        wake_rx.set_nonblocking(true)?;
+        // An eventfd, not a socket pair: the shipped unit allows only IP address families.
+        let wake = Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
         let (job_tx, job_rx) = bounded::<Job>(WORKER_QUEUE * workers);
         let (done_tx, done_rx) = bounded::<Done>(WORKER_QUEUE * workers);
         let cfg = Arc::new(cfg);
-        let event_loop = io::EventLoop::new(listener, wake_rx, job_tx, done_rx, cfg.clone())?;
+        let event_loop = io::EventLoop::new(listener, wake.clone(), job_tx, done_rx, cfg.clone())?;
         let mut threads = Vec::with_capacity(workers + 1);
         {
             let stop = stop.clone();
@@ -152,7 +151,7 @@ impl Server {
         for i in 0..workers {
             let (cfg, rx, tx, source) =
                 (cfg.clone(), job_rx.clone(), done_tx.clone(), source.clone());
-            let wake = wake_tx.try_clone()?;
+            let wake = wake.clone();
             threads.push(
                 thread::Builder::new()
                     .name(format!("svc-observe-http-{i}"))
@@ -162,7 +161,7 @@ impl Server {
         Ok(Server {
             addr,
             stop,
-            wake: wake_tx,
+            wake,
             threads,
         })
     }
@@ -181,16 +180,22 @@ impl Server {
     /// Stops every thread and waits for them.
     pub fn stop(self) {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = (&self.wake).write(&[1]);
+        wake_up(&self.wake);
         self.wait();
     }
+}
+
+/// Wakes the I/O thread (adds 1 to the eventfd counter; it cannot overflow in practice, and
+/// a failed write means a wakeup is pending anyway).
+fn wake_up(fd: &OwnedFd) {
+    let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
 }
 
 /// Renders on request until the I/O thread goes away (its job sender is dropped).
 fn worker_loop(
     rx: Receiver<Job>,
     tx: Sender<Done>,
-    wake: UnixStream,
+    wake: Arc<OwnedFd>,
     cfg: &ServerConfig,
     source: &dyn Source,
 ) {
@@ -215,8 +220,7 @@ fn worker_loop(
         if tx.send(done).is_err() {
             return;
         }
-        // A full wake socket already holds a wakeup: WouldBlock is fine.
-        let _ = (&wake).write(&[1]);
+        wake_up(&wake);
     }
 }
 
