@@ -410,6 +410,68 @@ mod tests {
         );
     }
 
+    /// Random heads built from the grammar's own bytes never panic, and whatever is accepted
+    /// is a CRLF-only head within the limit whose scan, resumed anywhere, agrees.
+    #[test]
+    fn random_heads_never_panic_and_accepted_ones_are_strict() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        let pieces: &[&[u8]] = &[
+            b"GET",
+            b" ",
+            b"/metrics",
+            b"HTTP/1.1",
+            b"HTTP/1.0",
+            b"\r\n",
+            b"\r",
+            b"\n",
+            b"Host",
+            b":",
+            b" x",
+            b"\t",
+            b"\0",
+            b"Content-Length",
+            b"0",
+            b"7",
+            b"Transfer-Encoding",
+            b"Connection",
+            b"close",
+            b"\r\n\r\n",
+            b"\xff",
+            b"a",
+        ];
+        let mut accepted = 0;
+        for _ in 0..50_000 {
+            let mut input = Vec::new();
+            if rng.gen_bool(0.7) {
+                input.extend_from_slice(b"GET /metrics HTTP/1.1\r\nHost: x\r\n");
+            }
+            for _ in 0..rng.gen_range(0..12) {
+                input.extend_from_slice(pieces[rng.gen_range(0..pieces.len())]);
+            }
+            if rng.gen_bool(0.5) {
+                input.extend_from_slice(b"\r\n\r\n");
+            }
+            if let Ok(h) = parse_request_head(&input) {
+                accepted += 1;
+                let head = &input[..h.len];
+                assert!(h.len <= MAX_HEAD_BYTES && head.ends_with(b"\r\n\r\n"));
+                for (i, b) in head.iter().enumerate() {
+                    assert!(*b != 0 && (*b != b'\n' || head[i - 1] == b'\r'));
+                    assert!(*b != b'\r' || head[i + 1] == b'\n');
+                }
+                let cut = rng.gen_range(0..=h.len);
+                if let Scan::Incomplete(at) = scan(&input[..cut], 0) {
+                    assert_eq!(scan(&input, at), Scan::Complete(h.len));
+                }
+            }
+        }
+        assert!(
+            accepted > 1000,
+            "only {accepted} accepted: the generator is too hostile"
+        );
+    }
+
     /// Scanning resumed at every offset gives the answer of one scan over the whole input.
     #[test]
     fn scan_resumes_anywhere() {
