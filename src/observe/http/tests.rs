@@ -85,8 +85,13 @@ fn read_all(mut s: &TcpStream) -> String {
 /// scrape is still served.
 #[test]
 fn connection_bound_evicts_the_oldest_idle() {
+    // A deadline far beyond the 10 s read timeout below: an idle connection closed within it
+    // was evicted, not timed out (with the 1 s default the test passed without eviction).
     let server = Server::start(
-        cfg(1 << 20),
+        ServerConfig {
+            request_timeout: Duration::from_secs(60),
+            ..cfg(1 << 20)
+        },
         Arc::new(Fixed(Reply::Metrics("a_total 1\n".into()))),
     )
     .unwrap();
