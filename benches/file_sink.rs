@@ -8,9 +8,10 @@
 //!   lets one journal commit cover several threads' syncs: the same freedom the jsonl sink's
 //!   group commit has. (Until 2026-11-23 the lock guard lived through the `fdatasync`, which
 //!   serialized the raw threads and flattered the sink's ratio.)
-//! - `raw create+write+fsync`: the per_event baseline: one new file per record, `write_all` +
-//!   `fsync` each, and one directory `fsync` per batch, from the same 2 threads, on the same
-//!   smaller sample;
+//! - `raw create+write+fsync`: the per_event baseline, the file system's parallel capacity for
+//!   this shape: one new file per record, `write_all` + `fsync` each, one directory `fsync` per
+//!   chunk, from as many threads as the sink writes with (2 sink threads x `write_concurrency`
+//!   8 = 16), on the same smaller sample;
 //! - `jsonl` with 1 and 2 writer threads (2 = default `delivery.sink_workers`);
 //! - `per_event` (skip_existing, default `write_concurrency` 8) with 2 writer threads, on a
 //!   smaller sample (it is bound by one fsync per file);
@@ -32,6 +33,8 @@ use svc::sink::file::{encode_record, FileSink, FileSinkConfig};
 use svc::sink::{Sink, WriteOutcome};
 
 const BATCH: usize = 256;
+/// The per_event sink's default `write_concurrency`: files of one batch in flight at once.
+const PER_EVENT_WRITERS_PER_SINK_THREAD: usize = 8;
 
 fn batches(n: usize) -> Vec<Vec<svc::message::envelope::Envelope>> {
     let payload = format!(
@@ -107,10 +110,12 @@ fn sink(dir: &Path, mode: FileMode) -> Arc<FileSink> {
 }
 
 fn main() {
+    // Under `cargo test --all-targets` (no `--bench` flag) a small smoke pass.
+    let benching = std::env::args().any(|a| a == "--bench");
     let n: usize = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())
-        .unwrap_or(200_000);
+        .unwrap_or(if benching { 200_000 } else { 5_000 });
     let root = std::env::temp_dir().join(format!("svc-bench-file-sink-{}", std::process::id()));
     let data = Arc::new(batches(n));
     let bytes_per_batch: Vec<Vec<u8>> = data
@@ -173,11 +178,14 @@ fn main() {
     let per_event_data = Arc::new(batches(small));
     // Per batch: (stream sequence, encoded record) of each envelope.
     type EncodedBatch = Vec<(u64, Vec<u8>)>;
+    // Chunks of a batch's share per writer thread (BATCH / write_concurrency).
     let records: Arc<Vec<EncodedBatch>> = Arc::new(
         per_event_data
             .iter()
-            .map(|b| {
-                b.iter()
+            .flat_map(|b| b.chunks(BATCH / PER_EVENT_WRITERS_PER_SINK_THREAD))
+            .map(|chunk| {
+                chunk
+                    .iter()
                     .map(|e| {
                         let mut buf = Vec::new();
                         encode_record(&mut buf, e).unwrap();
@@ -189,7 +197,8 @@ fn main() {
     );
     let dir = scratch(&root, "raw_files");
     fs::create_dir_all(&dir).unwrap();
-    let raw_files = run("raw-files", 2, records, small, move |b| {
+    let writers = 2 * PER_EVENT_WRITERS_PER_SINK_THREAD;
+    let raw_files = run("raw-files", writers, records, small, move |b| {
         for (seq, bytes) in b {
             let mut f = fs::File::create(dir.join(format!("{seq}.json"))).unwrap();
             f.write_all(bytes).unwrap();
@@ -197,7 +206,7 @@ fn main() {
         }
         fs::File::open(&dir).unwrap().sync_all().unwrap();
     });
-    println!("raw create+write+fsync, 2 threads ({small} msgs): {raw_files:>10.0} msg/s");
+    println!("raw create+write+fsync, {writers} threads ({small} msgs): {raw_files:>10.0} msg/s");
     let dir = scratch(&root, "per_event");
     let s = sink(&dir, FileMode::PerEvent);
     let rate = run("per-event", 2, per_event_data, small, move |b| {

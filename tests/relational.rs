@@ -796,3 +796,53 @@ fn fanout_with_moto_object_store_optional_hang_acks_required_hang_does_not() {
         "redelivered rows counted"
     );
 }
+
+/// A row the database refuses for good (a CHECK constraint: SQLSTATE 23514) is a permanent
+/// sink failure: with a DLQ it is dead-lettered with the class `value_rejected` and never the
+/// value or the database's message (which quotes the row), then acknowledged; the other rows
+/// of its batch land and are acknowledged as usual.
+#[test]
+fn rows_the_database_refuses_are_dead_lettered_then_acked() {
+    let (server, dir) = setup(20, "orders.us.created");
+    server.publish_n(STREAM, "orders.eu.refused", 3, |i| {
+        format!("{{\"refused\":{i},\"mark\":\"ROW-MARK-91\"}}").into_bytes()
+    });
+    server.create_stream("DLQ", &["svc.dlq.rows"]);
+    let db = TestDb::new("refused");
+    let sink = db.sink(json!({}));
+    db.create_tables(&sink);
+    db.conn()
+        .simple(
+            "ALTER TABLE events ADD CONSTRAINT no_refused CHECK (subject <> 'orders.eu.refused')",
+        )
+        .unwrap();
+    let mut cfg = config(&server, dir.path(), sink);
+    cfg["dead_letter"] = json!({"enabled": true, "subject": "svc.dlq.rows",
+                                "expected_stream": "DLQ", "publish_timeout_ms": 2000});
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(60), "all 23 settled", || {
+        all_acked(&server, 23)
+    });
+    stop(runner);
+    assert_eq!(sequences_once(&db, "events").len(), 20);
+    assert_eq!(server.stream_messages("DLQ"), 3);
+    let js = server.js();
+    for seq in 1..=3 {
+        let m = js.get_message("DLQ", seq).unwrap();
+        let text = String::from_utf8(m.data.clone()).unwrap();
+        assert!(
+            !text.contains("ROW-MARK-91") && !text.contains("no_refused"),
+            "a value or the database's message reached the DLQ: {text}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["failure"]["stage"], "sink");
+        assert_eq!(v["failure"]["field"], "sink.relational_db");
+        assert_eq!(v["failure"]["reason"], "value_rejected");
+        assert_eq!(v["original"]["subject"], "orders.eu.refused");
+    }
+    let snap = dir.path().join("metrics.json");
+    assert_eq!(snapshot_counter(&snap, "sink_permanent_failures_total"), 3);
+    assert_eq!(snapshot_counter(&snap, "messages_dlq_total"), 3);
+    assert_eq!(snapshot_counter(&snap, "messages_acked_total"), 23);
+}

@@ -146,7 +146,16 @@ impl Source for Panics {
 /// A panicking render answers 500 and leaves the worker serving.
 #[test]
 fn a_panicking_render_answers_500_and_the_worker_survives() {
-    let server = Server::start(cfg(1 << 20), Arc::new(Panics)).unwrap();
+    // A generous deadline: a panic with RUST_BACKTRACE set symbolizes a backtrace, which
+    // takes over a second on a loaded host (the 1 s default then closed the connection first).
+    let server = Server::start(
+        ServerConfig {
+            request_timeout: Duration::from_secs(60),
+            ..cfg(1 << 20)
+        },
+        Arc::new(Panics),
+    )
+    .unwrap();
     for _ in 0..(WORKER_QUEUE + 2) {
         let c = TcpStream::connect(server.local_addr()).unwrap();
         (&c).write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
