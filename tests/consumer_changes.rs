@@ -203,3 +203,31 @@ fn changed_filter_stops_the_runner_with_a_clear_error() {
     );
     assert_calm(&a, &log);
 }
+
+#[test]
+fn consumer_recreated_alike_is_used_again() {
+    let (server, _dir, mut runner) = setup();
+    server.js().delete_consumer(STREAM, CONSUMER).unwrap();
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(5));
+    server.publish_n(STREAM, "orders.created", 10, |i| {
+        format!("{{\"order\":{}}}", 20 + i).into_bytes()
+    });
+    // The new durable delivers the whole stream again: the sink's keys absorb the first 20.
+    wait_until(
+        Duration::from_secs(30),
+        "every message acked by the recreated consumer",
+        || server.try_consumer_state(STREAM, CONSUMER) == Some((30, 0, 0)),
+    );
+    // Past the next routine check and its confirmation: still running.
+    std::thread::sleep(Duration::from_secs(7));
+    assert!(
+        runner.child.try_wait().unwrap().is_none(),
+        "stopped: {}",
+        runner.log_text()
+    );
+    runner.signal("TERM");
+    let status = runner
+        .wait_timeout(Duration::from_secs(15))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "{}", runner.log_text());
+}
