@@ -82,7 +82,8 @@ impl Collecting {
 }
 
 impl Fetcher {
-    /// Runs until the stop flag is set (Ok) or the connection is closed for good (Err).
+    /// Runs until the stop flag is set (Ok), or the connection is closed for good or the
+    /// consumer was deleted or changed under us (Err, the operator's message).
     pub fn run(mut self) -> Result<(), String> {
         let mut outstanding: VecDeque<Request> = VecDeque::new();
         let mut batch = Collecting::new(self.batch_size);
