@@ -1,5 +1,5 @@
-//! Scaling out: 1, 2 and 4 `svc run` processes on one durable pull consumer, into a sink whose
-//! latency, not CPU, is the limit, printing the rate and its ratio to one runner.
+//! Scaling out: 1, 2, 4 and 8 `svc run` processes on one durable pull consumer, into a sink
+//! whose latency, not CPU, is the limit, printing the rate and its ratio to one runner.
 //!
 //! ```text
 //! cargo bench --bench scaling              # 6000 messages per runner
@@ -18,8 +18,8 @@
 //! (moto) is CPU-bound near 480 PUT/s and would be the limit at once; a file sink's latency is
 //! the local fsync, shared by every runner of the host.
 //!
-//! Each case uses its own stream, durable and table (created before the runners start: see
-//! `docs/scaling.md` on creating tables once). The runners are started and bound first, then
+//! Each case uses its own stream, durable and table (created before the runners start, so no
+//! runner's first batch pays for the DDL). The runners are started and bound first, then
 //! `n x runners` messages are published at once (the publisher is far faster than the sink),
 //! and the clock runs from the first publish to the last acknowledgement. A last case runs 4
 //! runners straight to PostgreSQL, without the delay: what this host's database (and its two
@@ -267,7 +267,7 @@ fn run_case(
 fn main() {
     let per_runner = sinkbench::arg_n(6000, 500);
     let counts: &[usize] = if sinkbench::full() {
-        &[1, 2, 4]
+        &[1, 2, 4, 8]
     } else {
         &[1, 2]
     };
