@@ -17,9 +17,11 @@
 //! So `svc-fetch` asks the broker for the consumer's info (`$JS.API.CONSUMER.INFO`) every
 //! [`CHECK_INTERVAL`], and after a suspicious status at most every [`CONFIRM_INTERVAL`], and
 //! pauses its pull requests after such a status with a growing delay (no busy loop). The run
-//! stops only on [`STRIKES`] consecutive definite answers (consumer not found, or a filter other
-//! than `nats.subject`); a timeout or a cluster error proves nothing and is retried. Each check
-//! is one request bounded by [`INFO_TIMEOUT`] and its reply by [`MAX_INFO_BYTES`].
+//! stops only on [`STRIKES`] definite answers (consumer not found, or a filter other than
+//! `nats.subject`) with no good answer between them; a timeout or a cluster error proves
+//! nothing and is retried. Each check is one request with a deadline of [`INFO_TIMEOUT`] for
+//! request and reply together; a reply (already bounded by the connection's max payload)
+//! larger than [`MAX_INFO_BYTES`] is not parsed, and peer text is bounded and escaped.
 //!
 //! A consumer deleted and recreated with the same name and filter before the next check is
 //! simply used again: pull requests address the consumer by name.
@@ -72,7 +74,7 @@ pub struct ConsumerWatch {
     name: String,
     expected_filter: String,
     next_check: Instant,
-    /// Consecutive definite answers saying the consumer is gone or changed.
+    /// Definite answers saying the consumer is gone or changed, since the last good one.
     strikes: u32,
     /// Consecutive pull requests the consumer did not answer.
     unanswered: u32,
