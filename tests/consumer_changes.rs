@@ -231,3 +231,53 @@ fn consumer_recreated_alike_is_used_again() {
         .expect("exits after SIGTERM");
     assert!(status.success(), "{}", runner.log_text());
 }
+
+/// What the broker itself does, so that an upgrade that changes it is noticed: a waiting pull
+/// request of a deleted durable ends with `409 Consumer Deleted`; a later one gets no answer
+/// at all, not even its expiry (hence the runner's routine check, not only the statuses).
+#[test]
+fn broker_ends_pull_requests_of_a_deleted_consumer_with_409_then_silence() {
+    use nats::jetstream::{BatchOptions, PullSubscribeOptions};
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(5));
+    let js = server.js();
+    let sub = js
+        .pull_subscribe_with_options(
+            SUBJECT,
+            &PullSubscribeOptions::new()
+                .bind_stream(STREAM.into())
+                .durable_name(CONSUMER.into()),
+        )
+        .unwrap();
+    let request = || {
+        sub.request_batch(BatchOptions {
+            batch: 10,
+            expires: Some(Duration::from_secs(1).as_nanos() as usize),
+            no_wait: false,
+        })
+        .unwrap()
+    };
+    request();
+    // The request is waiting at the consumer (the broker holds it for its expiry).
+    std::thread::sleep(Duration::from_millis(300));
+    server.js().delete_consumer(STREAM, CONSUMER).unwrap();
+    let ended = sub
+        .next_timeout(Duration::from_secs(10))
+        .expect("the waiting request is ended");
+    let headers = ended.headers.expect("a status reply");
+    assert_eq!(
+        headers.get(nats::header::STATUS).map(String::as_str),
+        Some("409")
+    );
+    assert_eq!(
+        headers.get(nats::header::DESCRIPTION).map(String::as_str),
+        Some("Consumer Deleted")
+    );
+    request();
+    let later = sub.next_timeout(Duration::from_secs(3));
+    assert!(
+        matches!(&later, Err(e) if e.kind() == std::io::ErrorKind::TimedOut),
+        "a later request gets no answer, not even a 408 after its 1 s expiry: {later:?}"
+    );
+}
