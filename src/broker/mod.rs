@@ -6,6 +6,7 @@
 #![allow(deprecated)]
 
 pub mod advisory;
+pub mod consumer_watch;
 pub mod dead_letter;
 pub mod probe;
 

@@ -14,6 +14,11 @@
 //!
 //! A delivery that arrives with no request outstanding (late, after such a loss) holds no
 //! credit: it is NAKed at once so the broker redelivers it promptly, never dropped silently.
+//!
+//! The consumer can change under us (deleted, or its filter changed by an operator): a
+//! [`ConsumerWatch`] checks it now and then and after a refused pull request, pauses pull
+//! requests while the consumer does not take them (no request/503 loop), and ends the run
+//! with a clear error once the broker confirms the change (`broker/consumer_watch.rs`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +29,7 @@ use crossbeam_channel::Sender;
 
 use super::credit::CreditPool;
 use super::{AckMsg, Monitor, RawBatch, PIPELINED_PULL_REQUESTS};
+use crate::broker::consumer_watch::ConsumerWatch;
 use crate::broker::{self, AckHandle, AckVerb, Connection, Delivery};
 use crate::message::envelope::{now_unix_nanos, RawMessage};
 use crate::metrics::Metrics;
@@ -47,6 +53,8 @@ pub struct Fetcher {
     pub stop: Arc<AtomicBool>,
     pub metrics: Arc<Metrics>,
     pub monitor: Arc<Monitor>,
+    /// Notices the consumer deleted or its filter changed under the running runner.
+    pub watch: ConsumerWatch,
 }
 
 /// An outstanding pull request: how many deliveries it may still bring, and until when.
@@ -74,8 +82,9 @@ impl Collecting {
 }
 
 impl Fetcher {
-    /// Runs until the stop flag is set (Ok) or the connection is closed for good (Err).
-    pub fn run(self) -> Result<(), String> {
+    /// Runs until the stop flag is set (Ok), or the connection is closed for good or the
+    /// consumer was deleted or changed under us (Err, the operator's message).
+    pub fn run(mut self) -> Result<(), String> {
         let mut outstanding: VecDeque<Request> = VecDeque::new();
         let mut batch = Collecting::new(self.batch_size);
         let mut next_id: u64 = 1;
@@ -86,12 +95,18 @@ impl Fetcher {
         let mut doing: &'static str = "";
         // One clock reading per delivery, shared by everything that needs the time.
         let mut now = Instant::now();
+        // No pull request before this instant: the consumer did not take the last one.
+        let mut paused_until: Option<Instant> = None;
         let result = loop {
             if self.stop.load(Ordering::SeqCst) {
                 break Ok(());
             }
+            if let Err(e) = self.watch.check_if_due(now) {
+                break Err(e);
+            }
             // Keep the pipeline of pull requests full, each covered by its credits.
-            if outstanding.len() < PIPELINED_PULL_REQUESTS {
+            let paused = paused_until.is_some_and(|t| now < t);
+            if !paused && outstanding.len() < PIPELINED_PULL_REQUESTS {
                 let wait = if outstanding.is_empty() && batch.messages.is_empty() {
                     self.note(&mut doing, "waiting for free message credits");
                     POLL
@@ -142,6 +157,7 @@ impl Fetcher {
                 Delivery::Message(raw, handle) => {
                     // Counted as fetched when its batch ships (one shared add per batch).
                     self.monitor.mark_fetch(now);
+                    self.watch.delivered();
                     match outstanding.front_mut() {
                         Some(req) => {
                             req.remaining -= 1;
@@ -159,6 +175,9 @@ impl Fetcher {
                     log::trace!("pull request ended: {why}");
                     if let Some(req) = outstanding.pop_front() {
                         self.credits.give(req.remaining);
+                    }
+                    if let Some(pause) = self.watch.request_ended(&why, now) {
+                        paused_until = Some(now + pause);
                     }
                 }
                 Delivery::Idle => {}

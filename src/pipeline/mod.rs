@@ -306,6 +306,12 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         stop: stop.clone(),
         metrics: metrics.clone(),
         monitor: monitor.clone(),
+        watch: broker::consumer_watch::ConsumerWatch::new(
+            nc.clone(),
+            &consumer.stream,
+            &consumer.name,
+            &cfg.nats.subject,
+        ),
     };
     let fetch_thread = spawn("svc-fetch", move || fetcher.run())?;
 

@@ -4,10 +4,12 @@
 //! # Segments
 //! `<directory>/[<key_prefix>/]segment-<UTC yyyymmddThhmmssZ>-<pid>-<counter><suffix>`, e.g.
 //! `segment-20240501T120000Z-4711-000001.jsonl`. The counter starts at 1 per process and only
-//! grows, so one process's segments sort by creation; the pid keeps several runners on one
-//! directory (scale-out) apart. Segments are created exclusively (`O_EXCL`) and lazily (no
-//! empty segments); a segment is never reopened, neither by this process after a roll nor by a
-//! restarted one. A batch rolls the segment first when it is older than
+//! grows, so one process's segments sort by creation. Several runners may write one directory
+//! (scale-out, a shared volume): exclusive creation (`O_EXCL`), not the pid, keeps them apart,
+//! since runners on other hosts or in containers (each pid 1) can share a pid and a second;
+//! a name found taken is skipped. Segments are created lazily (no empty segments); a segment
+//! is never reopened, neither by this process after a roll nor by a restarted one. A batch
+//! rolls the segment first when it is older than
 //! `segment_max_age_seconds` or when the batch would push it past `segment_max_bytes` (a single
 //! batch larger than that gets a segment of its own). Age is checked only when a batch arrives.
 //!
@@ -617,5 +619,45 @@ mod tests {
         let sink = sink(cfg(&s));
         assert!(sink.write_batch(&[]).is_empty());
         assert!(s.files("out").is_empty());
+    }
+    #[test]
+    fn writers_sharing_a_directory_never_share_a_segment() {
+        // Two instances of one process share a pid, stamp and counter start, as runners in
+        // containers (each pid 1) writing one volume do: exclusive creation keeps them apart.
+        let s = Scratch::new();
+        fs::create_dir_all(s.path().join("out")).unwrap();
+        let (a, b) = (Jsonl::new(cfg(&s)), Jsonl::new(cfg(&s)));
+        for i in 0..5 {
+            assert_eq!(
+                a.write_batch(&batch(1 + i * 10, 10)),
+                vec![WriteOutcome::Durable; 10]
+            );
+            assert_eq!(
+                b.write_batch(&batch(1001 + i * 10, 10)),
+                vec![WriteOutcome::Durable; 10]
+            );
+        }
+        let segments = read_all(&s, false);
+        assert_eq!(segments.len(), 2, "one segment each");
+        let mut all = Vec::new();
+        for (name, bytes) in segments {
+            let seqs: Vec<u64> = bytes
+                .split(|c| *c == b'\n')
+                .filter(|l| !l.is_empty())
+                .map(|l| {
+                    serde_json::from_slice::<Value>(l).unwrap()["stream_sequence"]
+                        .as_u64()
+                        .unwrap()
+                })
+                .collect();
+            assert!(
+                seqs.iter().all(|q| *q < 1000) || seqs.iter().all(|q| *q > 1000),
+                "{name} holds lines of both writers"
+            );
+            all.extend(seqs);
+        }
+        all.sort_unstable();
+        let expected: Vec<u64> = (1..=50).chain(1001..=1050).collect();
+        assert_eq!(all, expected);
     }
 }

@@ -1,7 +1,8 @@
 //! `mode` = `per_event`: one file per envelope at its deterministic key.
 //!
-//! Every write goes through a temporary file in the final directory (`.svc-tmp-<pid>-<n>`, a
-//! dot name no key can take): write, set the mode, fsync, then publish the name atomically:
+//! Every write goes through a temporary file in the final directory
+//! (`.svc-tmp-<pid>-<random>-<n>`, a dot name no key can take): write, set the mode, fsync, then
+//! publish the name atomically:
 //!
 //! - `skip_existing` / `fail_existing`: `link(tmp, final)`. `link` fails with `EEXIST` when the
 //!   final name exists, so creation is exclusive with no check-then-write race, and the final
@@ -14,7 +15,10 @@
 //! dot-named temporary file remains (safe to delete, see `docs/sinks/file.md`).
 //!
 //! Concurrency: no lock. Sink workers share only the temp-name counter; racing writers of one
-//! key are arbitrated by the file system's `link`. Within one batch, files are written by up to
+//! key are arbitrated by the file system's `link`. Several runners may write one directory
+//! (scale-out, a shared volume): the random part of the temporary name keeps processes with the
+//! same pid (containers, where every runner is pid 1; other hosts) apart, and a temporary name
+//! found taken is left alone (it is another writer's), never removed. Within one batch, files are written by up to
 //! `write_concurrency` scoped threads (`svc-file-N`, living for that batch only), because the
 //! fsync of a new file costs a journal commit and concurrent fsyncs share commits; outcomes
 //! keep the batch order. The directories are synced once, after all files of the batch.
@@ -43,6 +47,8 @@ pub struct PerEvent {
     prefix: String,
     dir_mode: u32,
     limit: WriteLimit,
+    /// `<pid>-<random>`: this instance's part of every temporary name.
+    temp_tag: String,
     temp_counter: AtomicU64,
 }
 
@@ -73,6 +79,7 @@ impl PerEvent {
             limit: WriteLimit::of(&cfg),
             prefix,
             cfg,
+            temp_tag: format!("{}-{:08x}", std::process::id(), rand::random::<u32>()),
             temp_counter: AtomicU64::new(0),
         }
     }
@@ -201,11 +208,14 @@ impl PerEvent {
         let mut created_parents = Vec::new();
         let temp = dir.join(format!(
             ".svc-tmp-{}-{}",
-            std::process::id(),
+            self.temp_tag,
             self.temp_counter.fetch_add(1, Ordering::Relaxed)
         ));
         if let Err(e) = self.write_temp(&temp, &dir, body, &mut created_parents) {
-            let _ = fs::remove_file(&temp);
+            // A name found taken belongs to another writer: never remove it.
+            if e.kind() != io::ErrorKind::AlreadyExists {
+                let _ = fs::remove_file(&temp);
+            }
             return Written::Done(WriteOutcome::Transient(error(format!(
                 "write {}: {e}",
                 target.rel
@@ -690,5 +700,36 @@ mod tests {
             "{msg}"
         );
         assert!(files(&s).is_empty());
+    }
+    #[test]
+    fn writers_sharing_a_directory_leave_each_others_temporary_files_alone() {
+        // Two instances of one process share a pid, as runners in containers (each pid 1)
+        // writing one volume do.
+        let s = Scratch::new();
+        let a = PerEvent::new(cfg(&s));
+        let b = PerEvent::new(cfg(&s));
+        assert_ne!(a.temp_tag, b.temp_tag, "the random part tells them apart");
+        // Another writer's file in progress at the very name `a` tries first.
+        let dir = s.path().join("out/idempotency-key");
+        fs::create_dir_all(&dir).unwrap();
+        let theirs = dir.join(format!(".svc-tmp-{}-0", a.temp_tag));
+        fs::write(&theirs, b"in progress").unwrap();
+        let e = envelope("a", 1, None, b"{}");
+        let first = a.write_batch(std::slice::from_ref(&e));
+        assert!(transient(&first[0]).contains("File exists"), "{first:?}");
+        assert_eq!(fs::read(&theirs).unwrap(), b"in progress", "left alone");
+        // The retry (a redelivery) takes the next name.
+        assert_eq!(
+            a.write_batch(std::slice::from_ref(&e)),
+            vec![WriteOutcome::Durable]
+        );
+        assert_eq!(
+            b.write_batch(&[envelope("a", 2, None, b"{}")]),
+            vec![WriteOutcome::Durable]
+        );
+        assert_eq!(
+            fs::read(dir.join("s-ORDERS-1.json")).unwrap(),
+            record_of(&e)
+        );
     }
 }

@@ -1,0 +1,312 @@
+//! Watching the bound consumer while the runner runs, so that a durable deleted or its filter
+//! changed under running runners ends each run with a clear error, never with a busy loop or
+//! silent idling.
+//!
+//! What the broker tells a bound pull subscriber (nats-server 2.9.10, measured with
+//! `tests/consumer_changes.rs`):
+//! - the durable deleted: its waiting pull requests end with `409 Consumer Deleted`; every
+//!   later pull request goes unanswered (the JetStream API takes it and drops it) and ends
+//!   only by our own deadline. Before this watch `svc-fetch` kept asking, quietly, forever:
+//!   the runner idled with nothing in its log above trace level.
+//! - its filter changed: nothing at all. Pull requests keep working and deliver whatever the
+//!   new filter selects, or nothing, forever.
+//! - `503` (no responders) would say nobody serves the consumer; we have not seen it for pull
+//!   requests but treat it like `409 Consumer Deleted`. Neither proves the consumer gone: a
+//!   cluster may be moving the consumer to a new leader.
+//!
+//! So `svc-fetch` asks the broker for the consumer's info (`$JS.API.CONSUMER.INFO`) every
+//! [`CHECK_INTERVAL`], and after a suspicious status at most every [`CONFIRM_INTERVAL`], and
+//! pauses its pull requests after such a status with a growing delay (no busy loop). The run
+//! stops only on [`STRIKES`] definite answers (consumer not found, or a filter other than
+//! `nats.subject`) with no good answer between them; a timeout or a cluster error proves
+//! nothing and is retried. Each check is one request with a deadline of [`INFO_TIMEOUT`] for
+//! request and reply together; a reply (already bounded by the connection's max payload)
+//! larger than [`MAX_INFO_BYTES`] is not parsed, and peer text is bounded and escaped.
+//!
+//! A consumer deleted and recreated with the same name and filter before the next check is
+//! simply used again: pull requests address the consumer by name.
+
+use std::time::{Duration, Instant};
+
+use crate::backoff::{Backoff, Growth, Jitter};
+use crate::text::peer::PeerText;
+
+use super::Connection;
+
+/// Time between routine checks of the consumer's info.
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(5);
+/// Time between checks while something looks wrong.
+pub const CONFIRM_INTERVAL: Duration = Duration::from_secs(1);
+/// Consecutive definite answers that stop the run.
+pub const STRIKES: u32 = 2;
+/// Deadline of one consumer info request (request and reply).
+pub const INFO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Largest consumer info reply read; a real one is about 1 KiB.
+pub const MAX_INFO_BYTES: usize = 64 * 1024;
+
+/// Pause before the next pull request after the consumer did not answer one.
+const UNAVAILABLE_PAUSE: Backoff = Backoff {
+    growth: Growth::Exponential,
+    initial: Duration::from_millis(50),
+    multiplier: 2.0,
+    max: Duration::from_secs(1),
+    jitter: Jitter::Equal,
+};
+
+/// What one consumer info reply says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InfoAnswer {
+    /// The consumer exists and filters the expected subject.
+    Fine,
+    /// The broker says the consumer does not exist (JetStream error 10014).
+    NotFound,
+    /// The consumer exists with another filter subject (peer text, bounded and escaped).
+    FilterChanged(String),
+    /// Anything else (a cluster error, an unexpected reply): proves nothing.
+    Inconclusive(String),
+}
+
+/// Watches one bound consumer on behalf of `svc-fetch`.
+pub struct ConsumerWatch {
+    nc: Connection,
+    info_subject: String,
+    /// `ORDERS/svc`, for messages.
+    name: String,
+    expected_filter: String,
+    next_check: Instant,
+    /// Definite answers saying the consumer is gone or changed, since the last good one.
+    strikes: u32,
+    /// Consecutive pull requests the consumer did not answer.
+    unanswered: u32,
+}
+
+impl ConsumerWatch {
+    pub fn new(nc: Connection, stream: &str, consumer: &str, expected_filter: &str) -> Self {
+        ConsumerWatch {
+            nc,
+            info_subject: format!("$JS.API.CONSUMER.INFO.{stream}.{consumer}"),
+            name: format!("{stream}/{consumer}"),
+            expected_filter: expected_filter.to_string(),
+            next_check: Instant::now() + CHECK_INTERVAL,
+            strikes: 0,
+            unanswered: 0,
+        }
+    }
+
+    /// A pull request ended with `status` (e.g. `408 Request Timeout`, `503`). Returns how
+    /// long to wait before the next pull request when the status says the consumer did not
+    /// take the request; a check is then due soon.
+    pub fn request_ended(&mut self, status: &str, now: Instant) -> Option<Duration> {
+        if !consumer_unavailable(status) {
+            // The consumer answered (an expiry, a limit): it is there.
+            self.unanswered = 0;
+            return None;
+        }
+        self.unanswered = self.unanswered.saturating_add(1);
+        log::debug!(
+            "broker: consumer {} did not take a pull request ({}), {} in a row",
+            self.name,
+            PeerText::new(status),
+            self.unanswered
+        );
+        if self.unanswered == 1 {
+            log::warn!(
+                "broker: consumer {} did not take a pull request ({}): a consumer leader \
+                 election, or the consumer was deleted; checking",
+                self.name,
+                PeerText::new(status)
+            );
+        }
+        self.next_check = self
+            .next_check
+            .min(now + CONFIRM_INTERVAL.min(INFO_TIMEOUT));
+        Some(UNAVAILABLE_PAUSE.delay(self.unanswered))
+    }
+
+    /// A delivery arrived: the consumer works.
+    pub fn delivered(&mut self) {
+        if self.unanswered > 0 {
+            log::info!("broker: consumer {} delivers again", self.name);
+            self.unanswered = 0;
+        }
+    }
+
+    /// Checks the consumer when a check is due. `Err` is the operator's message: the run
+    /// must stop.
+    pub fn check_if_due(&mut self, now: Instant) -> Result<(), String> {
+        if now < self.next_check {
+            return Ok(());
+        }
+        let answer = match self
+            .nc
+            .request_timeout(&self.info_subject, b"", INFO_TIMEOUT)
+        {
+            Ok(reply) if reply.data.len() > MAX_INFO_BYTES => InfoAnswer::Inconclusive(format!(
+                "reply of {} bytes exceeds {MAX_INFO_BYTES}",
+                reply.data.len()
+            )),
+            Ok(reply) if reply.data.is_empty() => {
+                // A status only, e.g. 503: JetStream itself is not answering.
+                InfoAnswer::Inconclusive("no JetStream answer".into())
+            }
+            Ok(reply) => classify_info(&reply.data, &self.expected_filter),
+            Err(e) => InfoAnswer::Inconclusive(e.to_string()),
+        };
+        let now = Instant::now();
+        match answer {
+            InfoAnswer::Fine => {
+                if self.strikes > 0 {
+                    log::info!("broker: consumer {} is back as configured", self.name);
+                }
+                self.strikes = 0;
+                self.next_check = now + CHECK_INTERVAL;
+                Ok(())
+            }
+            InfoAnswer::Inconclusive(why) => {
+                log::debug!("broker: consumer {} check inconclusive: {why}", self.name);
+                self.next_check = now
+                    + if self.unanswered > 0 || self.strikes > 0 {
+                        CONFIRM_INTERVAL
+                    } else {
+                        CHECK_INTERVAL
+                    };
+                Ok(())
+            }
+            definite => {
+                self.strikes += 1;
+                self.next_check = now + CONFIRM_INTERVAL;
+                if self.strikes < STRIKES {
+                    return Ok(());
+                }
+                Err(match definite {
+                    InfoAnswer::FilterChanged(filter) => format!(
+                        "broker: consumer {} now filters subject \"{filter}\" but nats.subject \
+                         is \"{}\"; stopping: they must be equal (change one of them, then \
+                         start the runner again)",
+                        self.name, self.expected_filter
+                    ),
+                    _ => format!(
+                        "broker: consumer {} was deleted while this runner was bound (the \
+                         broker answers \"consumer not found\"); stopping: recreate it (or set \
+                         nats.create_consumer to true) and start the runner again",
+                        self.name
+                    ),
+                })
+            }
+        }
+    }
+}
+
+/// True when a pull request's end status says the consumer did not take it: `503` (no
+/// responders: no consumer, or no consumer leader yet) or `409 Consumer Deleted`.
+pub fn consumer_unavailable(status: &str) -> bool {
+    let status = status.trim_start();
+    status.starts_with("503")
+        || (status.starts_with("409") && status.to_ascii_lowercase().contains("consumer deleted"))
+}
+
+/// Reads a `$JS.API.CONSUMER.INFO` reply.
+pub fn classify_info(data: &[u8], expected_filter: &str) -> InfoAnswer {
+    let v: serde_json::Value = match serde_json::from_slice(data) {
+        Ok(v) => v,
+        Err(e) => return InfoAnswer::Inconclusive(format!("reply is not JSON: {e}")),
+    };
+    if let Some(error) = v.get("error") {
+        let code = error.get("err_code").and_then(|c| c.as_u64());
+        let description = error
+            .get("description")
+            .and_then(|d| d.as_str())
+            .unwrap_or_default();
+        return if code == Some(10014) {
+            InfoAnswer::NotFound
+        } else {
+            InfoAnswer::Inconclusive(format!(
+                "error {}: {}",
+                code.map_or_else(|| "?".to_string(), |c| c.to_string()),
+                PeerText::new(description)
+            ))
+        };
+    }
+    let Some(config) = v.get("config") else {
+        return InfoAnswer::Inconclusive("reply has neither config nor error".into());
+    };
+    let filter = config
+        .get("filter_subject")
+        .and_then(|f| f.as_str())
+        .unwrap_or_default();
+    if filter == expected_filter {
+        InfoAnswer::Fine
+    } else {
+        InfoAnswer::FilterChanged(PeerText::new(filter).to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_that_mean_the_consumer_did_not_take_the_request() {
+        for s in ["503", "503 No Responders", "409 Consumer Deleted"] {
+            assert!(consumer_unavailable(s), "{s}");
+        }
+        for s in [
+            "408 Request Timeout",
+            "409 Exceeded MaxWaiting",
+            "409 Leadership Change",
+            "next_timeout: Pull Request timed out",
+            "",
+        ] {
+            assert!(!consumer_unavailable(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn info_replies_are_classified() {
+        let fine = br#"{"type":"io.nats.jetstream.api.v1.consumer_info_response","stream_name":"ORDERS","name":"svc","config":{"durable_name":"svc","filter_subject":"orders.>"}}"#;
+        assert_eq!(classify_info(fine, "orders.>"), InfoAnswer::Fine);
+        assert_eq!(
+            classify_info(fine, "payments.>"),
+            InfoAnswer::FilterChanged("orders.>".into())
+        );
+        let gone = br#"{"type":"io.nats.jetstream.api.v1.consumer_info_response","error":{"code":404,"err_code":10014,"description":"consumer not found"}}"#;
+        assert_eq!(classify_info(gone, "orders.>"), InfoAnswer::NotFound);
+        let cluster = br#"{"error":{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}}"#;
+        assert!(matches!(
+            classify_info(cluster, "orders.>"),
+            InfoAnswer::Inconclusive(m) if m.contains("10008")
+        ));
+        assert!(matches!(
+            classify_info(b"<html>", "orders.>"),
+            InfoAnswer::Inconclusive(_)
+        ));
+        assert!(matches!(
+            classify_info(b"{}", "orders.>"),
+            InfoAnswer::Inconclusive(_)
+        ));
+        // A hostile filter is bounded and escaped before it reaches a message.
+        let hostile = format!(
+            r#"{{"config":{{"filter_subject":"x\u001b[31m{}"}}}}"#,
+            "y".repeat(5000)
+        );
+        match classify_info(hostile.as_bytes(), "orders.>") {
+            InfoAnswer::FilterChanged(f) => {
+                assert!(f.chars().count() < 400, "{}", f.len());
+                assert!(!f.contains('\u{1b}'));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn pauses_grow_and_stay_bounded() {
+        let mut last = Duration::ZERO;
+        for attempt in 1..20 {
+            let d = UNAVAILABLE_PAUSE.delay(attempt);
+            assert!(d <= Duration::from_secs(1));
+            assert!(d >= Duration::from_millis(25));
+            last = last.max(d);
+        }
+        assert!(last >= Duration::from_millis(500));
+    }
+}

@@ -1,0 +1,283 @@
+//! The consumer changed under a running runner, against a real `nats-server -js`: deleted, or
+//! its filter changed. The runner must stop with a clear error within a bounded time, and while
+//! it notices it must not spin (no request/503 loop).
+
+#![allow(deprecated)] // the nats crate's JetStream API, used to change the consumer
+
+mod util;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use util::*;
+
+const STREAM: &str = "ORDERS";
+const CONSUMER: &str = "svc";
+const SUBJECT: &str = "orders.>";
+const CONNECTION: &str = "svc-watched";
+
+fn setup() -> (NatsServer, tempfile::TempDir, Runner) {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>", "payments.>"]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(5));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = json!({
+        "nats": {"url": server.url(), "stream": STREAM, "consumer": CONSUMER,
+                 "subject": SUBJECT, "connection_name": CONNECTION},
+        "delivery": {"batch_size": 16, "fetch_expiry_ms": 500, "max_in_flight_batches": 2,
+                     "sink_workers": 1, "shutdown_timeout_seconds": 5},
+        "sink": {"type": "file", "directory": dir.path().join("out")},
+        "logging": {"level": "info"}
+    });
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(20), "runner bound", || {
+        runner.log_text().contains("bound to consumer")
+    });
+    server.publish_n(STREAM, "orders.created", 20, |i| {
+        format!("{{\"order\":{i}}}").into_bytes()
+    });
+    wait_until(Duration::from_secs(20), "first messages acked", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((20, 0, 0))
+    });
+    (server, dir, runner)
+}
+
+/// Messages the broker has received from the runner's connection (pull requests, ACKs,
+/// consumer checks), from the monitoring endpoint; None once the connection is gone.
+fn runner_messages_in(server: &NatsServer) -> Option<u64> {
+    let (_, body) = http_get(server.monitor_port, "/connz")?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["connections"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == CONNECTION)
+        .and_then(|c| c["in_msgs"].as_u64())
+}
+
+/// CPU time (user + system) of a process so far, from /proc; None once it is gone.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ is 100 on Linux.
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// What the runner did from `change` until it exited.
+struct Aftermath {
+    exit_code: Option<i32>,
+    took: Duration,
+    messages_sent: u64,
+    cpu: Duration,
+}
+
+/// Applies `change`, then samples the runner until it exits (at most `limit`).
+fn watch_exit(
+    server: &NatsServer,
+    runner: &mut Runner,
+    limit: Duration,
+    change: impl FnOnce(),
+) -> Aftermath {
+    let pid = runner.child.id();
+    let msgs_before = runner_messages_in(server).expect("runner connected");
+    let cpu_before = cpu_time(pid).expect("runner alive");
+    let (mut msgs_last, mut cpu_last) = (msgs_before, cpu_before);
+    let start = Instant::now();
+    change();
+    let status = loop {
+        if let Some(s) = runner.child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed() > limit {
+            break None;
+        }
+        if let Some(m) = runner_messages_in(server) {
+            msgs_last = m;
+        }
+        if let Some(c) = cpu_time(pid) {
+            cpu_last = c;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    Aftermath {
+        exit_code: status.and_then(|s| s.code()),
+        took: start.elapsed(),
+        messages_sent: msgs_last - msgs_before,
+        cpu: cpu_last.saturating_sub(cpu_before),
+    }
+}
+
+/// No spinning: a request/503 loop sends thousands of pull requests a second and keeps a
+/// core busy. The bounds are wide (a loaded machine), but far below a loop's.
+fn assert_calm(a: &Aftermath, log: &str) {
+    let per_second = a.messages_sent as f64 / a.took.as_secs_f64().max(1.0);
+    assert!(
+        per_second < 100.0,
+        "{} messages to the broker in {:?}: a busy loop\n{log}",
+        a.messages_sent,
+        a.took
+    );
+    assert!(
+        a.cpu < a.took / 2,
+        "{:?} CPU in {:?}: a busy loop\n{log}",
+        a.cpu,
+        a.took
+    );
+}
+
+fn assert_log_once(log: &Path, needle: &str) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(text.contains(needle), "log lacks {needle:?}:\n{text}");
+    assert!(
+        !text.contains("Error {"),
+        "a Debug-formatted error:\n{text}"
+    );
+    text
+}
+
+#[test]
+fn deleted_consumer_stops_the_runner_with_a_clear_error() {
+    let (server, dir, mut runner) = setup();
+    let a = watch_exit(&server, &mut runner, Duration::from_secs(30), || {
+        server.js().delete_consumer(STREAM, CONSUMER).unwrap();
+    });
+    let log = runner.log_text();
+    assert_eq!(
+        a.exit_code,
+        Some(1),
+        "exits non-zero in {:?}\n{log}",
+        a.took
+    );
+    assert_log_once(
+        &dir.path().join("svc.log"),
+        "consumer ORDERS/svc was deleted while this runner was bound (the broker answers \
+         \"consumer not found\"); stopping",
+    );
+    assert_calm(&a, &log);
+}
+
+#[test]
+fn changed_filter_stops_the_runner_with_a_clear_error() {
+    let (server, dir, mut runner) = setup();
+    let a = watch_exit(&server, &mut runner, Duration::from_secs(30), || {
+        // nats-server 2.9 updates a durable's filter when it is created again with another.
+        server
+            .js()
+            .add_consumer(
+                STREAM,
+                nats::jetstream::ConsumerConfig {
+                    durable_name: Some(CONSUMER.into()),
+                    ack_policy: nats::jetstream::AckPolicy::Explicit,
+                    filter_subject: "payments.>".into(),
+                    ack_wait: Duration::from_secs(5),
+                    max_ack_pending: 20_000,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            server
+                .js()
+                .consumer_info(STREAM, CONSUMER)
+                .unwrap()
+                .config
+                .filter_subject,
+            "payments.>",
+            "the broker changed the filter in place"
+        );
+    });
+    let log = runner.log_text();
+    assert_eq!(
+        a.exit_code,
+        Some(1),
+        "exits non-zero in {:?}\n{log}",
+        a.took
+    );
+    assert_log_once(
+        &dir.path().join("svc.log"),
+        "consumer ORDERS/svc now filters subject \"payments.>\" but nats.subject is \
+         \"orders.>\"; stopping",
+    );
+    assert_calm(&a, &log);
+}
+
+#[test]
+fn consumer_recreated_alike_is_used_again() {
+    let (server, _dir, mut runner) = setup();
+    server.js().delete_consumer(STREAM, CONSUMER).unwrap();
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(5));
+    server.publish_n(STREAM, "orders.created", 10, |i| {
+        format!("{{\"order\":{}}}", 20 + i).into_bytes()
+    });
+    // The new durable delivers the whole stream again: the sink's keys absorb the first 20.
+    wait_until(
+        Duration::from_secs(30),
+        "every message acked by the recreated consumer",
+        || server.try_consumer_state(STREAM, CONSUMER) == Some((30, 0, 0)),
+    );
+    // Past the next routine check and its confirmation: still running.
+    std::thread::sleep(Duration::from_secs(7));
+    assert!(
+        runner.child.try_wait().unwrap().is_none(),
+        "stopped: {}",
+        runner.log_text()
+    );
+    runner.signal("TERM");
+    let status = runner
+        .wait_timeout(Duration::from_secs(15))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "{}", runner.log_text());
+}
+
+/// What the broker itself does, so that an upgrade that changes it is noticed: a waiting pull
+/// request of a deleted durable ends with `409 Consumer Deleted`; a later one gets no answer
+/// at all, not even its expiry (hence the runner's routine check, not only the statuses).
+#[test]
+fn broker_ends_pull_requests_of_a_deleted_consumer_with_409_then_silence() {
+    use nats::jetstream::{BatchOptions, PullSubscribeOptions};
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(5));
+    let js = server.js();
+    let sub = js
+        .pull_subscribe_with_options(
+            SUBJECT,
+            &PullSubscribeOptions::new()
+                .bind_stream(STREAM.into())
+                .durable_name(CONSUMER.into()),
+        )
+        .unwrap();
+    let request = || {
+        sub.request_batch(BatchOptions {
+            batch: 10,
+            expires: Some(Duration::from_secs(1).as_nanos() as usize),
+            no_wait: false,
+        })
+        .unwrap()
+    };
+    request();
+    // The request is waiting at the consumer (the broker holds it for its expiry).
+    std::thread::sleep(Duration::from_millis(300));
+    server.js().delete_consumer(STREAM, CONSUMER).unwrap();
+    let ended = sub
+        .next_timeout(Duration::from_secs(10))
+        .expect("the waiting request is ended");
+    let headers = ended.headers.expect("a status reply");
+    assert_eq!(
+        headers.get(nats::header::STATUS).map(String::as_str),
+        Some("409")
+    );
+    assert_eq!(
+        headers.get(nats::header::DESCRIPTION).map(String::as_str),
+        Some("Consumer Deleted")
+    );
+    request();
+    let later = sub.next_timeout(Duration::from_secs(3));
+    assert!(
+        matches!(&later, Err(e) if e.kind() == std::io::ErrorKind::TimedOut),
+        "a later request gets no answer, not even a 408 after its 1 s expiry: {later:?}"
+    );
+}
