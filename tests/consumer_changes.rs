@@ -241,7 +241,8 @@ fn broker_ends_pull_requests_of_a_deleted_consumer_with_409_then_silence() {
     let server = NatsServer::start();
     server.create_stream(STREAM, &["orders.>"]);
     server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(5));
-    let js = server.js();
+    let nc = server.connect();
+    let js = nats::jetstream::new(nc.clone());
     let sub = js
         .pull_subscribe_with_options(
             SUBJECT,
@@ -250,16 +251,18 @@ fn broker_ends_pull_requests_of_a_deleted_consumer_with_409_then_silence() {
                 .durable_name(CONSUMER.into()),
         )
         .unwrap();
-    let request = || {
+    // A long expiry and an explicit flush: the request is surely waiting at the consumer when
+    // it is deleted, however loaded the host (the client otherwise writes it up to 5 ms late).
+    let request = |expires: Duration| {
         sub.request_batch(BatchOptions {
             batch: 10,
-            expires: Some(Duration::from_secs(1).as_nanos() as usize),
+            expires: Some(expires.as_nanos() as usize),
             no_wait: false,
         })
-        .unwrap()
+        .unwrap();
+        nc.flush().unwrap();
     };
-    request();
-    // The request is waiting at the consumer (the broker holds it for its expiry).
+    request(Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(300));
     server.js().delete_consumer(STREAM, CONSUMER).unwrap();
     let ended = sub
@@ -274,7 +277,7 @@ fn broker_ends_pull_requests_of_a_deleted_consumer_with_409_then_silence() {
         headers.get(nats::header::DESCRIPTION).map(String::as_str),
         Some("Consumer Deleted")
     );
-    request();
+    request(Duration::from_secs(1));
     let later = sub.next_timeout(Duration::from_secs(3));
     assert!(
         matches!(&later, Err(e) if e.kind() == std::io::ErrorKind::TimedOut),
