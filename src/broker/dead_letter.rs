@@ -274,7 +274,13 @@ pub struct Original {
 /// Digest and size of the payload (never its body).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PayloadDigest {
-    pub sha256: String,
+    /// Plain SHA-256 (hex) of the payload bytes; absent when the payload would be encrypted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Instead of `sha256` when `payload_encryption` applies to the subject: the keyed digest
+    /// that `payload_info.sha256` of a stored record would hold (`docs/payload-protection.md`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hmac_sha256: Option<String>,
     pub size_bytes: u64,
 }
 
@@ -309,6 +315,18 @@ impl DeadLetter {
         failed_at_unix_nanos: i128,
         cfg: &DeadLetterConfig,
     ) -> DeadLetter {
+        Self::build_with_digest(raw, failure, failed_at_unix_nanos, cfg, None)
+    }
+
+    /// [`Self::build`], with the keyed payload digest replacing the plain SHA-256 when the
+    /// payload would be encrypted (no unkeyed digest of such a payload leaves the runner).
+    pub fn build_with_digest(
+        raw: &RawMessage,
+        failure: &Failure,
+        failed_at_unix_nanos: i128,
+        cfg: &DeadLetterConfig,
+        keyed_digest: Option<String>,
+    ) -> DeadLetter {
         let headers = cfg
             .include_headers
             .iter()
@@ -338,7 +356,8 @@ impl DeadLetter {
                 published_at: raw.published_unix_nanos.map(format_rfc3339_nanos),
             },
             payload: PayloadDigest {
-                sha256: hex_sha256(&raw.data),
+                sha256: keyed_digest.is_none().then(|| hex_sha256(&raw.data)),
+                hmac_sha256: keyed_digest,
                 size_bytes: raw.data.len() as u64,
             },
             headers,

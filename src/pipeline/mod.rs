@@ -69,6 +69,7 @@ use crate::broker::dead_letter::{DeadLetter, DeadLetterPublisher};
 use crate::broker::{self, AckHandle, BrokerError};
 use crate::config::RuntimeConfig;
 use crate::message::envelope::{Envelope, RawMessage};
+use crate::message::protection::Protection;
 use crate::metrics::{now_epoch_seconds, Metrics};
 use crate::sink::{SinkError, WriteOutcome};
 
@@ -97,6 +98,10 @@ pub struct PreSinkFailure {
     /// The sanitized DLQ record, built by the normalizer when `dead_letter.enabled`;
     /// `svc-ack` publishes it and ACKs the original only once the broker confirmed it.
     pub dead_letter: Option<DeadLetter>,
+    /// Not permanent after all: the message is left unacknowledged (NAK with backoff) and
+    /// never dead-lettered (an encryption key at its message bound; see
+    /// `docs/payload-protection.md`).
+    pub retry: bool,
 }
 
 /// One normalized message ready for the sink, with what the metrics need.
@@ -160,6 +165,11 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     let monitor = Arc::new(Monitor::new());
 
+    // Keys first: a missing or unreadable key stops the runner before it touches the broker.
+    let protection = Arc::new(
+        Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody)
+            .map_err(|e| RunError::Fatal(e.join("; ")))?,
+    );
     let signal_handle = signals::spawn(stop.clone(), monitor.clone())?;
     let sink = cfg.sink.build(metrics.clone()).map_err(RunError::Sink)?;
     let nc = broker::connect(&cfg.nats, metrics.clone()).map_err(RunError::Broker)?;
@@ -277,7 +287,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         None
     };
 
-    let normalizer = Normalizer::new(&cfg, metrics.clone());
+    let normalizer = Normalizer::new(&cfg, protection, metrics.clone());
     let mon = monitor.clone();
     spawn("svc-normalize", move || {
         normalize::run(normalizer, raw_rx, prepared_tx, mon)

@@ -1,10 +1,14 @@
 //! `svc-normalize`: raw deliveries in, envelopes (or pre-sink verdicts) out. No I/O.
 //!
-//! Per message: the envelope (`normalize`), then the message metadata (`message_metadata`:
-//! priority, classification, labels), then the security label profile (`security_labels`).
-//! A metadata or profile failure is a permanent pre-sink failure: the message does not reach
-//! the sink; its verdict carries a value-free reason and, when a DLQ is configured, the
-//! sanitized DLQ record for `svc-ack` to publish. Other messages of the batch are unaffected.
+//! Per message: the publisher signature (`authenticity`), the envelope (`normalize`), the
+//! message metadata (`message_metadata`: priority, classification, labels), the security
+//! label profile (`security_labels`), then payload encryption (`payload_encryption`) and
+//! custody evidence (`custody`), last, over the record as the sinks will store it.
+//! A signature, metadata or profile failure is a permanent pre-sink failure: the message does
+//! not reach the sink; its verdict carries a value-free reason and, when a DLQ is configured,
+//! the sanitized DLQ record for `svc-ack` to publish. An encryption key at its message bound
+//! is a transient failure (the message stays unacknowledged until the key is rotated). Other
+//! messages of the batch are unaffected.
 
 use std::sync::Arc;
 
@@ -16,6 +20,8 @@ use crate::config::RuntimeConfig;
 use crate::message::envelope::{normalize, now_unix_nanos, EnvelopeConfig, RawMessage};
 use crate::message::labels::{self, SecurityLabelsConfig};
 use crate::message::metadata::MessageMetadataConfig;
+use crate::message::protection::authenticity::{AuthFailure, AuthOutcome};
+use crate::message::protection::Protection;
 use crate::metrics::{Metrics, Summary};
 
 /// Everything needed to turn one delivery into an envelope.
@@ -24,12 +30,18 @@ pub struct Normalizer {
     message_metadata: MessageMetadataConfig,
     security_labels: SecurityLabelsConfig,
     dead_letter: DeadLetterConfig,
+    protection: Arc<Protection>,
     metrics: Arc<Metrics>,
 }
 
 impl Normalizer {
-    pub fn new(cfg: &RuntimeConfig, metrics: Arc<Metrics>) -> Normalizer {
+    pub fn new(
+        cfg: &RuntimeConfig,
+        protection: Arc<Protection>,
+        metrics: Arc<Metrics>,
+    ) -> Normalizer {
         Normalizer {
+            protection,
             envelope: cfg.envelope.clone(),
             message_metadata: cfg.message_metadata.clone(),
             security_labels: cfg.security_labels.clone(),
@@ -47,8 +59,20 @@ impl Normalizer {
         family: Option<usize>,
         ages: &mut Summary,
     ) -> Result<Prepared, PreSinkFailure> {
-        let (mut envelope, fresh) = normalize(raw, received_unix_nanos, &self.envelope);
         let c = &self.metrics.counters;
+        match self.protection.authenticate(raw) {
+            Ok(None) => {}
+            Ok(Some(AuthOutcome::Verified(_))) => Metrics::add(&c.authenticity_verified_total, 1),
+            Ok(Some(AuthOutcome::Unsigned)) => Metrics::add(&c.authenticity_unsigned_total, 1),
+            Err(f) => {
+                Metrics::add(auth_counter(c, f), 1);
+                return Err(self.reject(
+                    raw,
+                    Failure::new("authenticity", "authenticity", f.code(), f.to_string()),
+                ));
+            }
+        }
+        let (mut envelope, fresh) = normalize(raw, received_unix_nanos, &self.envelope);
         if let Some(age) = fresh.age_seconds {
             ages.observe(age);
         }
@@ -87,6 +111,30 @@ impl Normalizer {
             .map_err(|r| self.reject(raw, Failure::from(&r)))?;
         meta.apply_to(&mut envelope);
         labels::apply_to(&mut envelope, profile);
+        match self
+            .protection
+            .protect(&mut envelope, raw, now_unix_nanos())
+        {
+            Ok(encrypted) => {
+                if encrypted {
+                    Metrics::add(&c.payload_encrypted_total, 1);
+                } else if self.protection.encryptor.is_some() {
+                    Metrics::add(&c.payload_encryption_clear_total, 1);
+                }
+                if self.protection.custodian.is_some() {
+                    Metrics::add(&c.custody_sealed_total, 1);
+                }
+            }
+            Err(e) => {
+                Metrics::add(&c.payload_encryption_refused_total, 1);
+                log::error!("stream sequence {}: {e}", raw.stream_sequence);
+                return Err(PreSinkFailure {
+                    reason: e.to_string(),
+                    dead_letter: None,
+                    retry: true,
+                });
+            }
+        }
         Ok(Prepared {
             family,
             envelope,
@@ -97,12 +145,29 @@ impl Normalizer {
     /// The verdict of a permanent pre-sink failure, with its DLQ record when a DLQ is on.
     fn reject(&self, raw: &RawMessage, failure: Failure) -> PreSinkFailure {
         PreSinkFailure {
-            dead_letter: self
-                .dead_letter
-                .enabled
-                .then(|| DeadLetter::build(raw, &failure, now_unix_nanos(), &self.dead_letter)),
+            dead_letter: self.dead_letter.enabled.then(|| {
+                DeadLetter::build_with_digest(
+                    raw,
+                    &failure,
+                    now_unix_nanos(),
+                    &self.dead_letter,
+                    self.protection.dlq_payload_digest(raw),
+                )
+            }),
             reason: failure.message,
+            retry: false,
         }
+    }
+}
+
+/// The counter of one authenticity failure reason.
+fn auth_counter(c: &crate::metrics::Counters, f: AuthFailure) -> &std::sync::atomic::AtomicU64 {
+    match f {
+        AuthFailure::MissingSignature => &c.authenticity_missing_signature_total,
+        AuthFailure::MalformedSignature => &c.authenticity_malformed_signature_total,
+        AuthFailure::DisallowedAlgorithm => &c.authenticity_disallowed_algorithm_total,
+        AuthFailure::UnknownKey => &c.authenticity_unknown_key_total,
+        AuthFailure::BadSignature => &c.authenticity_bad_signature_total,
     }
 }
 

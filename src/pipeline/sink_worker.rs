@@ -49,6 +49,9 @@ impl SinkWorker {
                     envelopes.push(p.envelope);
                     verdicts.push(None);
                 }
+                Err((failure, _)) if failure.retry => verdicts.push(Some(Verdict::Written(
+                    WriteOutcome::Transient(SinkError::new("pre-sink", failure.reason)),
+                ))),
                 Err((failure, _)) => verdicts.push(Some(Verdict::Rejected(failure))),
             }
         }
