@@ -3,7 +3,8 @@
 //! profile, the envelope that every sink receives, and its protection (publisher
 //! authenticity, payload encryption, custody evidence).
 //!
-//! Nothing here does I/O or holds a connection; `svc-normalize` calls into these modules and
+//! Nothing here does I/O or holds a connection (except reading protection keys once at start,
+//! `protection::keys`); `svc-normalize` calls into these modules and
 //! the unit tests feed them byte literals. The stage order inside `svc-normalize` is
 //! authenticity -> envelope -> metadata -> security labels -> payload encryption -> custody
 //! (see `src/pipeline/normalize.rs`); the first and the last two live in [`protection`].

@@ -5,6 +5,8 @@
 //!      │  ▲                                                                        ▲    │
 //!      │  └─────────────────────── message credits (one per message) ◀─────────────┼────┘
 //!      └──────────────────────────── Register (ack handles) ───────────────────────┘
+//!  svc-normalize, per message: authenticity -> envelope -> metadata -> security labels
+//!                              -> payload encryption -> custody (src/message/protection/)
 //!  svc-snapshot: reads the counters every interval; the final snapshot is written at exit
 //!  svc-signal:   SIGTERM/SIGINT set the stop flag; SIGUSR1 logs a pipeline dump
 //!  svc-flush:    writes queued pull requests and acknowledgements at once when kicked
@@ -20,9 +22,11 @@
 //!   each delivery into plain data (to the normalizer)
 //!   and an ack handle (to `svc-ack`, registered *before* the data leaves, on the same channel
 //!   the outcome will later travel, so the registration is always seen first).
-//! - `svc-normalize` builds envelopes, message metadata and security labels: pure work, no
-//!   I/O. A permanent pre-sink failure becomes a per-message `Verdict::Rejected` carrying the
-//!   sanitized DLQ record (when `dead_letter.enabled`).
+//! - `svc-normalize` checks publisher signatures, builds envelopes, message metadata and
+//!   security labels, encrypts payloads and seals custody evidence: pure work, no I/O (the keys
+//!   are loaded by `run` before any thread starts). A permanent pre-sink failure becomes a
+//!   per-message `Verdict::Rejected` carrying the sanitized DLQ record (when
+//!   `dead_letter.enabled`); an encryption key at its message bound, a transient one (NAK).
 //! - `svc-sink-N` call `Sink::write_batch` and report one verdict per message. They never see
 //!   an ack handle.
 //! - `svc-ack` is the ONLY thread that ACKs, NAKs, TERMs or sends in-progress. Invariant: a

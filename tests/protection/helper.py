@@ -10,6 +10,8 @@ Requests:
   {"op": "open", "keys": {id: b64}, "digest_key_id": id, "records": [record...],
    "raw_payloads": {"<stream_sequence>": b64}}
       -> {"results": [{"seq", "key_id", "plaintext", "swap_refused", "digest_ok"}]}
+  {"op": "s3_objects", "endpoint", "key_id", "secret", "bucket"}
+      -> {"objects": [{"key", "body"}]}   (boto3, signed requests against moto)
 """
 import base64
 import hashlib
@@ -81,9 +83,25 @@ def open_records(req):
             "key_id": p["key_id"],
             "plaintext": plain.decode("utf-8"),
             "swap_refused": swap_refused,
-            "digest_ok": digest == rec["payload_info"]["sha256"],
+            # A relational row (row_to_json) holds it in the payload_sha256 column.
+            "digest_ok": digest == (rec["payload_info"]["sha256"] if "payload_info" in rec
+                                    else rec["payload_sha256"]),
         })
     return {"results": out}
+
+
+def s3_objects(req):
+    import boto3
+
+    s3 = boto3.client(
+        "s3", endpoint_url=req["endpoint"], region_name="us-east-1",
+        aws_access_key_id=req["key_id"], aws_secret_access_key=req["secret"])
+    out = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=req["bucket"]):
+        for obj in page.get("Contents", []):
+            body = s3.get_object(Bucket=req["bucket"], Key=obj["Key"])["Body"].read()
+            out.append({"key": obj["Key"], "body": body.decode("utf-8")})
+    return {"objects": out}
 
 
 def main():
@@ -92,6 +110,8 @@ def main():
         ans = sign(req["items"])
     elif req["op"] == "open":
         ans = open_records(req)
+    elif req["op"] == "s3_objects":
+        ans = s3_objects(req)
     else:
         raise SystemExit("unknown op")
     json.dump(ans, sys.stdout)
