@@ -214,3 +214,115 @@ pub fn run(
     }
     monitor.activity("stopped");
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use base64::Engine as _;
+    use ring::signature::{Ed25519KeyPair, KeyPair};
+
+    use super::*;
+    use crate::message::protection::authenticity::signed_bytes;
+
+    const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+    /// A normalizer with all three protections (Ed25519 signatures required everywhere,
+    /// encryption bounded to `max` records, keyed custody) and a DLQ.
+    fn normalizer(dir: &std::path::Path, max: u64) -> (Normalizer, Arc<Metrics>) {
+        let key = dir.join("k1");
+        std::fs::write(&key, B64.encode([5u8; 32])).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // A name of this test only: nothing else reads or writes it.
+        std::env::set_var("SVC_NORMALIZE_TEST_CUSTODY_KEY", B64.encode([6u8; 32]));
+        let pair = Ed25519KeyPair::from_seed_unchecked(&[1; 32]).unwrap();
+        let cfg = RuntimeConfig::parse(
+            &serde_json::json!({
+                "nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c", "subject": "o.>"},
+                "sink": {"type": "file", "directory": dir.join("out")},
+                "dead_letter": {"enabled": true, "subject": "dlq"},
+                "payload_encryption": {"enabled": true, "keys": [{"key_id": "k1", "key_file": key}],
+                                       "active_key_id": "k1", "max_messages_per_key": max},
+                "authenticity": {"enabled": true, "default_required": true,
+                                 "keys": [{"key_id": "ed1",
+                                           "public_key_b64": B64.encode(pair.public_key().as_ref())}]},
+                "custody": {"enabled": true, "runner_id": "r1",
+                            "hmac_key_env": "SVC_NORMALIZE_TEST_CUSTODY_KEY"}
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let p = Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody).unwrap();
+        let metrics = Arc::new(Metrics::default());
+        (Normalizer::new(&cfg, Arc::new(p), metrics.clone()), metrics)
+    }
+
+    fn raw(seq: u64, signed: bool) -> RawMessage {
+        let data = br#"{"secret":"PLAINTEXT"}"#.to_vec();
+        let mut headers = vec![];
+        if signed {
+            let pair = Ed25519KeyPair::from_seed_unchecked(&[1; 32]).unwrap();
+            let sig = pair.sign(&signed_bytes(None, &data, "o.x"));
+            headers = vec![
+                ("Svc-Signature-Alg".to_string(), "ed25519".to_string()),
+                ("Svc-Signature-Key-Id".to_string(), "ed1".to_string()),
+                ("Svc-Signature".to_string(), B64.encode(sig.as_ref())),
+            ];
+        }
+        RawMessage {
+            subject: "o.x".into(),
+            stream: "S".into(),
+            consumer: "c".into(),
+            stream_sequence: seq,
+            consumer_sequence: seq,
+            delivery_count: 1,
+            published_unix_nanos: None,
+            headers,
+            data,
+        }
+    }
+
+    #[test]
+    fn signed_messages_are_encrypted_and_sealed_unsigned_ones_dead_lettered() {
+        let dir = tempfile::tempdir().unwrap();
+        let (n, metrics) = normalizer(dir.path(), 10);
+        let mut ages = Summary::default();
+        let p = n.prepare(&raw(1, true), 0, None, &mut ages).unwrap();
+        let text = serde_json::to_string(&p.envelope).unwrap();
+        assert!(!text.contains("PLAINTEXT"), "{text}");
+        assert!(text.contains("svc.encrypted_payload.v1") && text.contains("svc.custody.v1"));
+
+        let Err(f) = n.prepare(&raw(2, false), 0, None, &mut ages) else {
+            panic!("an unsigned message passed")
+        };
+        assert!(!f.retry);
+        let dl = f.dead_letter.expect("a DLQ record");
+        assert_eq!(dl.reason, "missing_signature");
+        let body: serde_json::Value = serde_json::from_slice(&dl.body).unwrap();
+        assert!(body["payload"].get("sha256").is_none(), "{body}");
+        assert_eq!(body["payload"]["hmac_sha256"].as_str().unwrap().len(), 64);
+        assert!(!String::from_utf8_lossy(&dl.body).contains("PLAINTEXT"));
+
+        let c = &metrics.counters;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(get(&c.authenticity_verified_total), 1);
+        assert_eq!(get(&c.authenticity_missing_signature_total), 1);
+        assert_eq!(get(&c.payload_encrypted_total), 1);
+        assert_eq!(get(&c.custody_sealed_total), 1);
+    }
+
+    #[test]
+    fn a_key_at_its_bound_is_a_transient_failure_never_dead_lettered() {
+        let dir = tempfile::tempdir().unwrap();
+        let (n, metrics) = normalizer(dir.path(), 1);
+        let mut ages = Summary::default();
+        assert!(n.prepare(&raw(1, true), 0, None, &mut ages).is_ok());
+        let Err(f) = n.prepare(&raw(2, true), 0, None, &mut ages) else {
+            panic!("the key's bound was not enforced")
+        };
+        assert!(f.retry && f.dead_letter.is_none());
+        assert!(f.reason.contains("rotate active_key_id"), "{}", f.reason);
+        let refused = &metrics.counters.payload_encryption_refused_total;
+        assert_eq!(refused.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+}
