@@ -174,9 +174,12 @@ impl Custodian {
             payload_digest: self.digest(raw_payload),
             record_digest: String::new(),
         };
-        // An envelope always serializes (strings, integers and JSON values only).
-        let record = serde_json::to_value(&*env).unwrap_or(Value::Null);
-        let input = digest_input(&record, &custody).unwrap_or_default();
+        // An envelope always serializes to an object with every record field.
+        let fields = match serde_json::to_value(&*env) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        let input = digest_input(fields, &custody).unwrap_or_default();
         custody.record_digest = self.digest(&input);
         env.custody = Some(custody);
     }
@@ -199,7 +202,7 @@ impl Custodian {
         if custody.schema != CUSTODY_SCHEMA {
             return Verdict::Unverifiable("the custody block is not svc.custody.v1".into());
         }
-        let Ok(input) = digest_input(&Value::Object(fields), &custody) else {
+        let Ok(input) = digest_input(fields, &custody) else {
             return Verdict::Unverifiable("the record lacks fields of the canonical record".into());
         };
         let Some(stored_digest) = decode_hex(&custody.record_digest) else {
@@ -253,12 +256,12 @@ pub fn record_fields(stored: &Value) -> Result<Map<String, Value>, String> {
     Ok(out)
 }
 
-/// The bytes the record digest covers: canonical JSON of `{"custody": ..., "record": ...}`.
-fn digest_input(record: &Value, custody: &Custody) -> Result<Vec<u8>, String> {
-    let mut canonical = Map::new();
-    for f in RECORD_FIELDS {
-        let v = record.get(*f).ok_or_else(|| format!("no {f} field"))?;
-        canonical.insert((*f).to_string(), v.clone());
+/// The bytes the record digest covers: canonical JSON of `{"custody": ..., "record": ...}`,
+/// the record being `fields` restricted to [`RECORD_FIELDS`] (all of them required).
+fn digest_input(mut fields: Map<String, Value>, custody: &Custody) -> Result<Vec<u8>, String> {
+    fields.retain(|k, _| RECORD_FIELDS.contains(&k.as_str()));
+    if let Some(missing) = RECORD_FIELDS.iter().find(|f| !fields.contains_key(**f)) {
+        return Err(format!("no {missing} field"));
     }
     let block = serde_json::json!({
         "alg": custody.alg,
@@ -268,9 +271,13 @@ fn digest_input(record: &Value, custody: &Custody) -> Result<Vec<u8>, String> {
         "schema": custody.schema,
         "sealed_at": custody.sealed_at,
     });
-    let doc = serde_json::json!({"custody": block, "record": Value::Object(canonical)});
     let mut out = Vec::with_capacity(1024);
-    canonical_json(&mut out, &doc);
+    // The outer object's two keys, already in sorted order.
+    out.extend_from_slice(b"{\"custody\":");
+    canonical_json(&mut out, &block);
+    out.extend_from_slice(b",\"record\":");
+    canonical_json(&mut out, &Value::Object(fields));
+    out.push(b'}');
     Ok(out)
 }
 
@@ -304,16 +311,24 @@ pub fn canonical_json(out: &mut Vec<u8>, v: &Value) {
             out.push(b']');
         }
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            // serde_json's map iterates in key order unless its `preserve_order` feature is
+            // on somewhere in the build: sort only when needed.
+            let in_order = map
+                .keys()
+                .zip(map.keys().skip(1))
+                .all(|(a, b)| a.as_bytes() < b.as_bytes());
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            if !in_order {
+                entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            }
             out.push(b'{');
-            for (i, k) in keys.into_iter().enumerate() {
+            for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
                 serde_json::to_writer(&mut *out, k).expect("a string serializes");
                 out.push(b':');
-                canonical_json(out, &map[k]);
+                canonical_json(out, v);
             }
             out.push(b'}');
         }
