@@ -14,6 +14,7 @@
 //! in types whose `Debug` redacts the bytes.
 
 pub mod authenticity;
+pub mod canonical;
 pub mod custody;
 pub mod encryption;
 pub mod keys;
