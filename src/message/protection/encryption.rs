@@ -243,7 +243,41 @@ pub struct Encryptor {
     keys: Vec<AeadKey>,
     active: usize,
     digest_key: hmac::Key,
+    nonces: NonceSource,
+}
+
+/// Random nonces drawn from the OS in blocks: one `getrandom` call per 341 records instead of
+/// one per record (measured: the system call was a third of encryption's cost). Nonces are
+/// public (they are stored with the record); each block position is handed out once.
+struct NonceSource {
     rng: SystemRandom,
+    /// The block and the position of the next unused nonce in it.
+    block: std::sync::Mutex<(Vec<u8>, usize)>,
+}
+
+const NONCE_BLOCK: usize = NONCE_LEN * 341;
+
+impl NonceSource {
+    fn new() -> NonceSource {
+        NonceSource {
+            rng: SystemRandom::new(),
+            // Starts "used up": the first call draws a block.
+            block: std::sync::Mutex::new((vec![0; NONCE_BLOCK], NONCE_BLOCK)),
+        }
+    }
+
+    fn next(&self) -> Result<[u8; NONCE_LEN], CryptError> {
+        let mut guard = self.block.lock().unwrap_or_else(|e| e.into_inner());
+        let (block, pos) = &mut *guard;
+        if *pos + NONCE_LEN > block.len() {
+            self.rng.fill(block).map_err(|_| CryptError::Random)?;
+            *pos = 0;
+        }
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&block[*pos..*pos + NONCE_LEN]);
+        *pos += NONCE_LEN;
+        Ok(nonce)
+    }
 }
 
 impl fmt::Debug for Encryptor {
@@ -295,7 +329,7 @@ impl Encryptor {
                 keys,
                 active,
                 digest_key,
-                rng: SystemRandom::new(),
+                nonces: NonceSource::new(),
             }),
             _ => {
                 if errors.is_empty() {
@@ -342,8 +376,7 @@ impl Encryptor {
                 limit,
             });
         }
-        let mut nonce = [0u8; NONCE_LEN];
-        self.rng.fill(&mut nonce).map_err(|_| CryptError::Random)?;
+        let nonce = self.nonces.next()?;
         let mut buf = env.payload.json().as_bytes().to_vec();
         buf.reserve(TAG_BYTES);
         key.key

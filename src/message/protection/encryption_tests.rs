@@ -234,3 +234,16 @@ fn loading_refuses_a_group_readable_key_file_without_echoing_it() {
         "{errors:?}"
     );
 }
+
+#[test]
+fn nonces_are_never_reused_across_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let enc = Encryptor::load(&config(dir.path(), &["k1"], "k1", "")).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..1000 {
+        assert!(
+            seen.insert(enc.nonces.next().unwrap()),
+            "a nonce came twice"
+        );
+    }
+}
