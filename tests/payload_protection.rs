@@ -382,3 +382,80 @@ fn bad_keys_and_configs_are_refused_without_echo() {
         assert!(err.contains(want), "{want}: {err}");
     }
 }
+
+/// A key at its message bound: the records beyond it are neither stored nor dead-lettered but
+/// left unacknowledged (NAKed, redelivered) and counted, until the operator rotates the key.
+#[test]
+fn records_beyond_the_key_bound_stay_unacknowledged_until_rotation() {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_stream("DLQ", &[DLQ_SUBJECT]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    let dir = tempfile::tempdir().unwrap();
+    let k1 = write_private(dir.path(), "k1.key", &AES_K1);
+    let k2 = write_private(dir.path(), "k2.key", &AES_K2);
+    let ed_pub = ed_public_key();
+    let out = dir.path().join("out");
+    let sink = json!({"type": "file", "directory": out});
+    let mut blocks = protection_blocks(&[("k1", &k1)], "k1", &ed_pub);
+    blocks["payload_encryption"]["max_messages_per_key"] = json!(2);
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(&server, dir.path(), sink.clone(), blocks),
+    );
+    let msgs: Vec<Msg> = (1..=3)
+        .map(|i| {
+            let payload = format!("{{\"n\":{i}}}");
+            signed(
+                "orders.pii.k",
+                payload.as_bytes(),
+                &format!("b{i}"),
+                "hmac-sha256",
+                "h1",
+            )
+        })
+        .collect();
+    publish(&server, &msgs);
+    let mut runner = start_runner(&cfg, &dir.path().join("svc.log"));
+    let snap = dir.path().join("metrics.json");
+    wait_until(
+        Duration::from_secs(60),
+        "the third record refused at least twice",
+        || snapshot_counter(&snap, "payload_encryption_refused_total") >= 2,
+    );
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    assert_eq!(
+        records(&out).keys().copied().collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert_eq!(server.stream_messages("DLQ"), 0, "never dead-lettered");
+    let (floor, pending, _) = server.consumer_state(STREAM, CONSUMER);
+    assert_eq!(floor, 2, "the third is not acknowledged");
+    assert!(pending <= 1);
+    assert!(
+        runner.log_text().contains("rotate active_key_id"),
+        "{}",
+        runner.log_text()
+    );
+
+    // Rotated: the third is stored under the new key.
+    let cfg2 = write_config(
+        dir.path(),
+        "c2.json",
+        &config(
+            &server,
+            dir.path(),
+            sink,
+            protection_blocks(&[("k1", &k1), ("k2", &k2)], "k2", &ed_pub),
+        ),
+    );
+    let mut runner = start_runner(&cfg2, &dir.path().join("svc2.log"));
+    wait_until(Duration::from_secs(60), "every message acked", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((3, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    assert_eq!(records(&out)[&3].1["payload"]["key_id"], "k2");
+}

@@ -173,3 +173,35 @@ pub fn verify_custody(cfg: &RuntimeConfig, files: &[PathBuf]) -> ExitCode {
         ExitCode::SUCCESS
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_files_are_one_object_an_array_or_json_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let one = read_records(&write("one.json", "{\"a\": 1}\n")).unwrap();
+        assert_eq!(one.len(), 1);
+        assert!(one[0].0.ends_with("one.json"));
+        let arr = read_records(&write("arr.json", "[{\"a\":1},{\"a\":2}]")).unwrap();
+        assert!(arr[1].0.ends_with("arr.json[1]"));
+        let lines = read_records(&write("l.jsonl", "{\"a\":1}\n\n{\"a\":2}\n")).unwrap();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[1].0.ends_with("l.jsonl:3"), "{}", lines[1].0);
+        assert_eq!(lines[1].1["a"], 2);
+        let e = read_records(&write("bad.jsonl", "{\"a\":1}\n{\"secret\": oops\n")).unwrap_err();
+        assert!(
+            e.ends_with("bad.jsonl:2: not a JSON record (syntax error)"),
+            "{e}"
+        );
+        assert!(!e.contains("secret"), "{e}");
+        let e = read_records(&dir.path().join("missing")).unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
+    }
+}
