@@ -252,3 +252,14 @@ fn published_test_vectors() {
         "+1DJ4yWz28XtJx15my8Th3cb5FAPuvDVejhUKs/21O2Q7B5oJXQ6itjIR3zsnPJ3RG9YYIJijJbPqtY5mnCGBw=="
     );
 }
+
+#[test]
+fn debug_shows_key_ids_only() {
+    let v = verifier("[]", false);
+    let d = format!("{v:?}");
+    assert!(
+        d.contains("h1") && d.contains("ed1") && d.contains("redacted"),
+        "{d}"
+    );
+    assert!(!d.contains("11, 11"), "{d}");
+}
