@@ -59,6 +59,47 @@ fn opt_value(out: &mut Vec<u8>, v: Option<&Value>) {
     }
 }
 
+/// The canonical JSON of a payload in exactly the layout `encryption.rs` writes (values of
+/// base64 and key-id characters, nothing to escape), keys reordered; false (nothing written)
+/// for anything else, which then takes the generic path.
+fn encrypted_payload(out: &mut Vec<u8>, text: &str) -> bool {
+    let head = concat!(
+        "{\"schema\":\"svc.encrypted_payload.v1\",\"alg\":\"A256GCM\",",
+        "\"key_id\":\""
+    );
+    let Some(rest) = text.strip_prefix(head) else {
+        return false;
+    };
+    let Some((key_id, rest)) = rest.split_once("\",\"nonce\":\"") else {
+        return false;
+    };
+    let Some((nonce, rest)) = rest.split_once("\",\"ciphertext\":\"") else {
+        return false;
+    };
+    let Some(ciphertext) = rest.strip_suffix("\"}") else {
+        return false;
+    };
+    let plain = |v: &str| {
+        v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+/=_-.".contains(&b))
+    };
+    if !(plain(key_id) && plain(nonce) && plain(ciphertext)) {
+        return false;
+    }
+    for part in [
+        "{\"alg\":\"A256GCM\",\"ciphertext\":\"",
+        ciphertext,
+        "\",\"key_id\":\"",
+        key_id,
+        "\",\"nonce\":\"",
+        nonce,
+        "\",\"schema\":\"svc.encrypted_payload.v1\"}",
+    ] {
+        out.extend_from_slice(part.as_bytes());
+    }
+    true
+}
+
 /// The canonical record of an envelope: its [`super::custody::RECORD_FIELDS`] in sorted order.
 pub fn canonical_envelope(out: &mut Vec<u8>, e: &Envelope) {
     out.extend_from_slice(b"{\"classification\":");
@@ -104,11 +145,15 @@ pub fn canonical_envelope(out: &mut Vec<u8>, e: &Envelope) {
     out.extend_from_slice(b",\"security_labels\":");
     opt_value(out, m.security_labels.as_ref());
     out.extend_from_slice(b"},\"payload\":");
-    match serde_json::from_str::<Value>(e.payload.json()) {
-        Ok(v) => canonical_json(out, &v),
-        // Not representable as a tree (a number beyond f64): the stored text itself, which
-        // is what a reader that cannot parse it either compares.
-        Err(_) => out.extend_from_slice(e.payload.json().as_bytes()),
+    if encrypted_payload(out, e.payload.json()) {
+        // Written from the known layout, without a tree.
+    } else {
+        match serde_json::from_str::<Value>(e.payload.json()) {
+            Ok(v) => canonical_json(out, &v),
+            // Not representable as a tree (a number beyond f64): the stored text itself, which
+            // is what a reader that cannot parse it either compares.
+            Err(_) => out.extend_from_slice(e.payload.json().as_bytes()),
+        }
     }
     let info = &e.payload_info;
     out.extend_from_slice(b",\"payload_info\":{\"original_format\":");
@@ -217,6 +262,19 @@ mod tests {
                 ..Default::default()
             };
             let (mut env, _) = normalize(&m, 1_700_000_001_000_000_000, &cfg);
+            if data.is_empty() {
+                // The layout `encryption.rs` writes takes the fast path.
+                env.payload = crate::message::envelope::Payload::from_compact_json(
+                    r#"{"schema":"svc.encrypted_payload.v1","alg":"A256GCM","key_id":"k-1.a","nonce":"AAECAwQFBgcICQoL","ciphertext":"q+/w=="}"#.into(),
+                )
+                .unwrap();
+                let mut fast = Vec::new();
+                assert!(encrypted_payload(&mut fast, env.payload.json()));
+                // Anything else (here: an escaped quote in a value) takes the generic path.
+                let odd = r#"{"schema":"svc.encrypted_payload.v1","alg":"A256GCM","key_id":"a\"b","nonce":"AA","ciphertext":"AA"}"#;
+                let mut none = Vec::new();
+                assert!(!encrypted_payload(&mut none, odd) && none.is_empty());
+            }
             env.labels_list = vec!["a".into(), "b c".into()];
             env.labels = "a;b c".into();
             env.priority = "high".into();
