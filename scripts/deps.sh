@@ -74,10 +74,11 @@ deps_test() {
     fi
     mkdir -p "$TOOLS_DIR"
     # moto (S3 and CloudWatch), served through waitress so connections are kept alive as real
-    # S3 keeps them; the OTLP protobuf JSON parser for the OTLP receivers.
-    if [ ! -x "$TOOLS_DIR/venv/bin/moto_server" ] || ! "$TOOLS_DIR/venv/bin/python" -c 'import opentelemetry.proto, boto3, waitress' 2>/dev/null; then
+    # S3 keeps them; the OTLP protobuf JSON parser for the OTLP receivers; cryptography for
+    # the independent AES-GCM / Ed25519 checks of tests/payload_protection.rs.
+    if [ ! -x "$TOOLS_DIR/venv/bin/moto_server" ] || ! "$TOOLS_DIR/venv/bin/python" -c 'import opentelemetry.proto, boto3, waitress, cryptography' 2>/dev/null; then
         python3 -m venv "$TOOLS_DIR/venv"
-        "$TOOLS_DIR/venv/bin/pip" install -q 'moto[server]' boto3 waitress opentelemetry-proto protobuf
+        "$TOOLS_DIR/venv/bin/pip" install -q 'moto[server]' boto3 waitress opentelemetry-proto protobuf cryptography
     fi
     if [ ! -f "$TOOLS_DIR/node_modules/statsd/stats.js" ]; then
         (cd "$TOOLS_DIR" && npm install --silent --no-audit --no-fund statsd@0.9.0 >/dev/null)

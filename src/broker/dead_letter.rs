@@ -30,6 +30,7 @@ use crate::document::reader::{ObjectReader, Problems};
 use crate::message::envelope::{hex_sha256, Envelope, RawMessage, MESSAGE_ID_HEADER};
 use crate::message::labels::LabelRejection;
 use crate::message::metadata::MetadataError;
+use crate::message::protection::encryption::ENCRYPTED_PAYLOAD_SCHEMA;
 use crate::message::subject::SubjectPattern;
 use crate::sink::SinkError;
 use crate::text::peer::{PeerText, PEER_TEXT_MAX_CHARS};
@@ -276,7 +277,13 @@ pub struct Original {
 /// Digest and size of the payload (never its body).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PayloadDigest {
-    pub sha256: String,
+    /// Plain SHA-256 (hex) of the payload bytes; absent when the payload would be encrypted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Instead of `sha256` when `payload_encryption` applies to the subject: the keyed digest
+    /// that `payload_info.sha256` of a stored record would hold (`docs/payload-protection.md`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hmac_sha256: Option<String>,
     pub size_bytes: u64,
 }
 
@@ -311,6 +318,18 @@ impl DeadLetter {
         failed_at_unix_nanos: i128,
         cfg: &DeadLetterConfig,
     ) -> DeadLetter {
+        Self::build_with_digest(raw, failure, failed_at_unix_nanos, cfg, None)
+    }
+
+    /// [`Self::build`], with the keyed payload digest replacing the plain SHA-256 when the
+    /// payload would be encrypted (no unkeyed digest of such a payload leaves the runner).
+    pub fn build_with_digest(
+        raw: &RawMessage,
+        failure: &Failure,
+        failed_at_unix_nanos: i128,
+        cfg: &DeadLetterConfig,
+        keyed_digest: Option<String>,
+    ) -> DeadLetter {
         let headers = included_headers(cfg, |name| raw.header(name));
         let original = Original {
             subject: raw.subject.clone(),
@@ -323,17 +342,19 @@ impl DeadLetter {
             published_at: raw.published_unix_nanos.map(format_rfc3339_nanos),
         };
         let payload = PayloadDigest {
-            sha256: hex_sha256(&raw.data),
+            sha256: keyed_digest.is_none().then(|| hex_sha256(&raw.data)),
+            hmac_sha256: keyed_digest,
             size_bytes: raw.data.len() as u64,
         };
         Self::assemble(failure, failed_at_unix_nanos, original, payload, headers)
     }
 
     /// Builds the record of a permanent sink failure (pure). The sink has the envelope, not
-    /// the raw message: the payload digest is the envelope's `payload_info`, and the headers
-    /// are those of `include_headers` that the envelope kept (`envelope.keep_headers`). The
-    /// failure names the sink and the error class, never the sink's message (a database
-    /// error may quote the refused value).
+    /// the raw message: the payload digest is the envelope's `payload_info` (already the
+    /// keyed digest when the payload was encrypted), and the headers are those of
+    /// `include_headers` that the envelope kept (`envelope.keep_headers`). The failure names
+    /// the sink and the error class, never the sink's message (a database error may quote the
+    /// refused value).
     pub fn build_for_sink(
         env: &Envelope,
         error: &SinkError,
@@ -360,8 +381,16 @@ impl DeadLetter {
             message_id: env.message_id.clone(),
             published_at: env.metadata.published_at.map(|t| t.as_str().to_string()),
         };
+        // An encrypted envelope carries the keyed digest in `payload_info.sha256`: label it so.
+        let digest = env.payload_info.sha256.clone();
+        let (sha256, hmac_sha256) = if is_encrypted(env) {
+            (None, Some(digest))
+        } else {
+            (Some(digest), None)
+        };
         let payload = PayloadDigest {
-            sha256: env.payload_info.sha256.clone(),
+            sha256,
+            hmac_sha256,
             size_bytes: env.payload_info.size_bytes,
         };
         Self::assemble(&failure, failed_at_unix_nanos, original, payload, headers)
@@ -390,6 +419,17 @@ impl DeadLetter {
             body: serde_json::to_vec(&record).unwrap_or_default(),
         }
     }
+}
+
+/// True when the envelope's payload is the encrypted-payload object the runner wrote (the
+/// encrypting stage writes it with exactly this prefix; a publisher's clear payload that
+/// imitates it only gets its plain digest labelled as keyed, never the reverse).
+fn is_encrypted(env: &Envelope) -> bool {
+    env.payload
+        .json()
+        .strip_prefix("{\"schema\":\"")
+        .and_then(|rest| rest.strip_prefix(ENCRYPTED_PAYLOAD_SCHEMA))
+        .is_some_and(|rest| rest.starts_with('"'))
 }
 
 /// The configured `include_headers` that are present, long values replaced by a size note.

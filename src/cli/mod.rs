@@ -2,4 +2,5 @@
 
 pub mod logging;
 pub mod observe;
+pub mod protect;
 pub mod svc;

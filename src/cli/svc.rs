@@ -1,4 +1,4 @@
-//! `svc`: validate, run, test-sink.
+//! `svc`: validate, run, test-sink, init-db, decrypt, verify-custody.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -16,6 +16,13 @@ USAGE:
     svc init-db <config_file> [--print]
                                   create the relational sink's tables (every relational_db
                                   sink, fan-out children included); --print only prints the DDL
+    svc decrypt <config_file> <record_file | ->
+                                  print the plaintext payload of each stored record (file
+                                  record, object-store object, relational row as JSON; one per
+                                  line in JSON lines); any configured key, rotated ones included
+    svc verify-custody <config_file> <record_file>...
+                                  recompute each record's custody digest and report it intact
+                                  or altered (exit 1 when any is altered or unverifiable)
 
 OPTIONS:
     -h, --help       print this help
@@ -40,6 +47,16 @@ pub enum Command {
         path: PathBuf,
         print_only: bool,
     },
+    /// `decrypt`: the plaintext payloads of stored records (`-` = standard input).
+    Decrypt {
+        path: PathBuf,
+        record: PathBuf,
+    },
+    /// `verify-custody`: check the custody digests of stored records.
+    VerifyCustody {
+        path: PathBuf,
+        records: Vec<PathBuf>,
+    },
     Help,
     Version,
 }
@@ -51,13 +68,16 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
     let mut command: Option<String> = None;
     let mut file: Option<PathBuf> = None;
     let mut print_only = false;
+    let mut records: Vec<PathBuf> = Vec::new();
     while let Some(arg) = parser.next()? {
+        let takes_records = matches!(command.as_deref(), Some("decrypt" | "verify-custody"));
         match arg {
             Short('h') | Long("help") => return Ok(Command::Help),
             Long("print") if command.as_deref() == Some("init-db") => print_only = true,
             Short('V') | Long("version") => return Ok(Command::Version),
             Value(v) if command.is_none() => command = Some(v.string()?),
             Value(v) if file.is_none() => file = Some(PathBuf::from(v)),
+            Value(v) if takes_records => records.push(PathBuf::from(v)),
             _ => return Err(arg.unexpected()),
         }
     }
@@ -76,6 +96,20 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
             path: need_file()?,
             print_only,
         }),
+        "decrypt" => {
+            let path = need_file()?;
+            match <[PathBuf; 1]>::try_from(records) {
+                Ok([record]) => Ok(Command::Decrypt { path, record }),
+                Err(_) => Err("decrypt: give exactly one <record_file> (or - for stdin)".into()),
+            }
+        }
+        "verify-custody" => {
+            let path = need_file()?;
+            if records.is_empty() {
+                return Err("verify-custody: missing <record_file>".into());
+            }
+            Ok(Command::VerifyCustody { path, records })
+        }
         "help" => Ok(Command::Help),
         other => Err(format!("unknown command {other:?}; see --help").into()),
     }
@@ -134,6 +168,14 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             super::logging::init_from(&cfg.logging);
             init_db(&cfg.sink, print_only)
         }
+        Command::Decrypt { path, record } => match load(&path) {
+            Ok(cfg) => super::protect::decrypt(&cfg, &record),
+            Err(code) => code,
+        },
+        Command::VerifyCustody { path, records } => match load(&path) {
+            Ok(cfg) => super::protect::verify_custody(&cfg, &records),
+            Err(code) => code,
+        },
         Command::Run(path) => {
             let cfg = match load(&path) {
                 Ok(c) => c,
@@ -257,5 +299,22 @@ mod tests {
             p(&["run", "c.json", "--print"]).is_err(),
             "--print is init-db's"
         );
+        assert_eq!(
+            p(&["decrypt", "c.json", "-"]),
+            Ok(Command::Decrypt {
+                path: "c.json".into(),
+                record: "-".into()
+            })
+        );
+        assert!(p(&["decrypt", "c.json"]).is_err());
+        assert!(p(&["decrypt", "c.json", "a", "b"]).is_err());
+        assert_eq!(
+            p(&["verify-custody", "c.json", "a", "b"]),
+            Ok(Command::VerifyCustody {
+                path: "c.json".into(),
+                records: vec!["a".into(), "b".into()]
+            })
+        );
+        assert!(p(&["verify-custody", "c.json"]).is_err());
     }
 }

@@ -16,6 +16,9 @@ use crate::document::reader::{self, parse_json, Invalid, ObjectReader, Problems}
 use crate::message::envelope::EnvelopeConfig;
 use crate::message::labels::SecurityLabelsConfig;
 use crate::message::metadata::MessageMetadataConfig;
+use crate::message::protection::authenticity::AuthenticityConfig;
+use crate::message::protection::custody::CustodyConfig;
+use crate::message::protection::encryption::EncryptionConfig;
 use crate::message::subject::SubjectPattern;
 use crate::metrics::SubjectFamily;
 use crate::sink::SinkConfig;
@@ -36,6 +39,11 @@ pub struct RuntimeConfig {
     pub security_labels: SecurityLabelsConfig,
     /// Where permanently failing messages go (`docs/dead-letter.md`).
     pub dead_letter: DeadLetterConfig,
+    /// Payload protection (`docs/payload-protection.md`): encryption at rest,
+    /// publisher authenticity, custody evidence.
+    pub payload_encryption: EncryptionConfig,
+    pub authenticity: AuthenticityConfig,
+    pub custody: CustodyConfig,
 }
 
 /// How the runner authenticates to the broker. Secrets come from the environment at connect
@@ -204,8 +212,12 @@ impl RuntimeConfig {
         let message_metadata = MessageMetadataConfig::read(root.object("message_metadata"));
         let security_labels = SecurityLabelsConfig::read(root.object("security_labels"));
         let dead_letter = DeadLetterConfig::read(root.object("dead_letter"));
+        let payload_encryption = EncryptionConfig::read(root.object("payload_encryption"));
+        let authenticity = AuthenticityConfig::read(root.object("authenticity"));
+        let custody = CustodyConfig::read(root.object("custody"));
         root.finish();
         security_labels.cross_check(&message_metadata, &problems);
+        let [alg_header, key_id_header, signature_header] = authenticity.headers();
         dead_letter.cross_check(
             nats.as_ref().map_or("", |n| n.subject.as_str()),
             &[
@@ -213,9 +225,18 @@ impl RuntimeConfig {
                 &message_metadata.priority_header,
                 &message_metadata.classification_header,
                 &message_metadata.labels_header,
+                alg_header,
+                key_id_header,
+                signature_header,
             ],
             &problems,
         );
+        crate::message::protection::cross_check(&payload_encryption, &custody, &problems);
+        if payload_encryption.enabled {
+            if let Some(sink) = &sink {
+                refuse_payload_sha256_keys(sink, "sink", &problems);
+            }
+        }
 
         match (nats, sink, problems.is_empty()) {
             (Some(nats), Some(sink), true) => Ok(RuntimeConfig {
@@ -229,9 +250,35 @@ impl RuntimeConfig {
                 message_metadata,
                 security_labels,
                 dead_letter,
+                payload_encryption,
+                authenticity,
+                custody,
             }),
             _ => Err(Invalid(problems.into_vec())),
         }
+    }
+}
+
+/// With payload encryption on, equal payloads must not share a storage key (the key would
+/// reveal equality, and a keyed digest rotates with its key).
+fn refuse_payload_sha256_keys(sink: &SinkConfig, path: &str, problems: &Problems) {
+    use crate::sink::key::KeyStrategy::PayloadSha256;
+    let refuse = || {
+        problems.push(
+            format!("{path}.key_strategy"),
+            "payload_sha256 is refused when payload_encryption is enabled (equal payloads \
+             would share a key); use idempotency_key or stream_sequence",
+        )
+    };
+    match sink {
+        SinkConfig::File(c) if c.key_strategy == PayloadSha256 => refuse(),
+        SinkConfig::ObjectStore(c) if c.key_strategy == PayloadSha256 => refuse(),
+        SinkConfig::Fanout(f) => {
+            for (name, child) in &f.sinks {
+                refuse_payload_sha256_keys(child, &format!("{path}.sinks.{name}"), problems);
+            }
+        }
+        _ => {}
     }
 }
 

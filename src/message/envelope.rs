@@ -101,6 +101,10 @@ pub struct Envelope {
     pub payload: Payload,
     pub payload_info: PayloadInfo,
     pub security_labels: Option<Value>,
+    /// Custody evidence (`svc.custody.v1`), when `custody.enabled`; absent from the
+    /// serialized envelope otherwise (see `docs/payload-protection.md`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub custody: Option<crate::message::protection::custody::Custody>,
     pub metadata: EventMetadata,
 }
 
@@ -193,6 +197,7 @@ pub fn normalize(
         payload,
         payload_info,
         security_labels: None,
+        custody: None,
         metadata: EventMetadata {
             schema: METADATA_SCHEMA,
             received_at: Rfc3339::from_unix_nanos(received_unix_nanos),
@@ -229,6 +234,12 @@ impl Payload {
     fn wrapped(key: &str, value: &str) -> Payload {
         let doc = serde_json::json!({ key: value });
         Payload(serde_json::value::to_raw_value(&doc).expect("a one-string object serializes"))
+    }
+
+    /// A payload from compact JSON text the caller built (no whitespace outside strings);
+    /// `None` when it is not one JSON value.
+    pub fn from_compact_json(text: String) -> Option<Payload> {
+        RawValue::from_string(text).ok().map(Payload)
     }
 
     /// The compact JSON text.

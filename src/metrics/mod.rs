@@ -102,6 +102,29 @@ counters! {
     advisory_terminated_total,
     /// Advisory observer: consumer NAK advisories seen.
     advisory_nak_total,
+    /// Authenticity: messages whose signature verified.
+    authenticity_verified_total,
+    /// Authenticity: messages without a signature on a subject that does not require one.
+    authenticity_unsigned_total,
+    /// Authenticity: refused, no signature where one is required.
+    authenticity_missing_signature_total,
+    /// Authenticity: refused, incomplete, repeated or undecodable signature headers.
+    authenticity_malformed_signature_total,
+    /// Authenticity: refused, algorithm not allowed for the subject.
+    authenticity_disallowed_algorithm_total,
+    /// Authenticity: refused, key id unknown or not allowed for the subject.
+    authenticity_unknown_key_total,
+    /// Authenticity: refused, the signature does not verify.
+    authenticity_bad_signature_total,
+    /// Payload encryption: payloads encrypted.
+    payload_encrypted_total,
+    /// Payload encryption: payloads left in clear by a `clear` rule or default.
+    payload_encryption_clear_total,
+    /// Payload encryption: messages refused because the active key reached its message bound
+    /// (left unacknowledged until the key is rotated).
+    payload_encryption_refused_total,
+    /// Custody: records sealed with a custody block.
+    custody_sealed_total,
 }
 
 /// Gauges: last-value metrics.

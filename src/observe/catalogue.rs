@@ -177,6 +177,47 @@ pub const KNOWN: &[Known] = &[
         "advisory_nak_total",
         "Broker advisories seen: negative acknowledgement.",
     ),
+    c(
+        "authenticity_verified_total",
+        "Messages whose publisher signature verified.",
+    ),
+    c(
+        "authenticity_unsigned_total",
+        "Messages without a signature on a subject that does not require one.",
+    ),
+    c(
+        "authenticity_missing_signature_total",
+        "Messages refused: no signature where the subject requires one.",
+    ),
+    c(
+        "authenticity_malformed_signature_total",
+        "Messages refused: incomplete, repeated or undecodable signature headers.",
+    ),
+    c(
+        "authenticity_disallowed_algorithm_total",
+        "Messages refused: signature algorithm not allowed for the subject.",
+    ),
+    c(
+        "authenticity_unknown_key_total",
+        "Messages refused: signing key id unknown or not allowed for the subject.",
+    ),
+    c(
+        "authenticity_bad_signature_total",
+        "Messages refused: the signature does not verify.",
+    ),
+    c("payload_encrypted_total", "Payloads encrypted at rest."),
+    c(
+        "payload_encryption_clear_total",
+        "Payloads left in clear by a payload-encryption clear rule or default.",
+    ),
+    c(
+        "payload_encryption_refused_total",
+        "Messages left unacknowledged: the active encryption key reached its message bound.",
+    ),
+    c(
+        "custody_sealed_total",
+        "Records sealed with a custody evidence block.",
+    ),
     Known {
         suffix: "last_sink_success_epoch_seconds",
         kind: Kind::Gauge,

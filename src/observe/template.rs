@@ -37,6 +37,9 @@ pub fn subject_hints(config: &RuntimeConfig) -> Vec<SubjectHint> {
     for fam in &config.metrics.subject_families {
         push(fam.pattern.as_str(), "metrics.subject_families");
     }
+    for rule in &config.payload_encryption.rules {
+        push(rule.pattern.as_str(), "payload_encryption.rules");
+    }
     for rule in &config.message_metadata.rules {
         push(rule.pattern.as_str(), "message_metadata.rules");
     }
@@ -202,6 +205,8 @@ mod tests {
                          "subject": "orders.>"},
                 "sink": {"type": "file", "directory": "/tmp/out"},
                 "message_metadata": {"rules": [{"subject": "orders.urgent.>", "priority": "high"}]},
+                "payload_encryption": {"rules": [{"subject": "orders.pii.>", "action": "encrypt"},
+                                                 {"subject": "orders.urgent.>", "action": "clear"}]},
                 "security_labels": {"enabled": true,
                                     "rules": [{"subject": "orders.eu.*", "profile": null},
                                               {"subject": "orders.>", "profile": null}]}}"#,
@@ -216,7 +221,8 @@ mod tests {
             got,
             [
                 ("orders.>", "nats.subject"),
-                ("orders.urgent.>", "message_metadata.rules"),
+                ("orders.pii.>", "payload_encryption.rules"),
+                ("orders.urgent.>", "payload_encryption.rules"),
                 ("orders.eu.*", "security_labels.rules"),
             ]
         );

@@ -5,6 +5,8 @@
 //!      │  ▲                                                                        ▲    │
 //!      │  └─────────────────────── message credits (one per message) ◀─────────────┼────┘
 //!      └──────────────────────────── Register (ack handles) ───────────────────────┘
+//!  svc-normalize, per message: authenticity -> envelope -> metadata -> security labels
+//!                              -> payload encryption -> custody (src/message/protection/)
 //!  svc-snapshot: reads the counters every interval; the final snapshot is written at exit
 //!  svc-signal:   SIGTERM/SIGINT set the stop flag; SIGUSR1 logs a pipeline dump
 //!  svc-flush:    writes queued pull requests and acknowledgements at once when kicked
@@ -20,9 +22,11 @@
 //!   each delivery into plain data (to the normalizer)
 //!   and an ack handle (to `svc-ack`, registered *before* the data leaves, on the same channel
 //!   the outcome will later travel, so the registration is always seen first).
-//! - `svc-normalize` builds envelopes, message metadata and security labels: pure work, no
-//!   I/O. A permanent pre-sink failure becomes a per-message `Verdict::Rejected` carrying the
-//!   sanitized DLQ record (when `dead_letter.enabled`).
+//! - `svc-normalize` checks publisher signatures, builds envelopes, message metadata and
+//!   security labels, encrypts payloads and seals custody evidence: pure work, no I/O (the keys
+//!   are loaded by `run` before any thread starts). A permanent pre-sink failure becomes a
+//!   per-message `Verdict::Rejected` carrying the sanitized DLQ record (when
+//!   `dead_letter.enabled`); an encryption key at its message bound, a transient one (NAK).
 //! - `svc-sink-N` call `Sink::write_batch` and report one verdict per message. They never see
 //!   an ack handle. With `dead_letter.enabled`, a permanent sink failure (a failure class
 //!   redelivery cannot fix, e.g. `duplicate_exists`, `value_rejected`) becomes a
@@ -73,6 +77,7 @@ use crate::broker::dead_letter::{DeadLetter, DeadLetterPublisher};
 use crate::broker::{self, AckHandle, BrokerError};
 use crate::config::RuntimeConfig;
 use crate::message::envelope::{Envelope, RawMessage};
+use crate::message::protection::Protection;
 use crate::metrics::{now_epoch_seconds, Metrics};
 use crate::sink::{SinkError, WriteOutcome};
 
@@ -102,6 +107,10 @@ pub struct Rejection {
     /// The sanitized DLQ record, built by the normalizer when `dead_letter.enabled`;
     /// `svc-ack` publishes it and ACKs the original only once the broker confirmed it.
     pub dead_letter: Option<DeadLetter>,
+    /// Not permanent after all: the message is left unacknowledged (NAK with backoff) and
+    /// never dead-lettered (an encryption key at its message bound; see
+    /// `docs/payload-protection.md`).
+    pub retry: bool,
 }
 
 /// One normalized message ready for the sink, with what the metrics need.
@@ -165,6 +174,11 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     let monitor = Arc::new(Monitor::new());
 
+    // Keys first: a missing or unreadable key stops the runner before it touches the broker.
+    let protection = Arc::new(
+        Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody)
+            .map_err(|e| RunError::Fatal(e.join("; ")))?,
+    );
     let signal_handle = signals::spawn(stop.clone(), monitor.clone())?;
     let sink = cfg.sink.build(metrics.clone()).map_err(RunError::Sink)?;
     let nc = broker::connect(&cfg.nats, metrics.clone()).map_err(RunError::Broker)?;
@@ -287,7 +301,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         None
     };
 
-    let normalizer = Normalizer::new(&cfg, metrics.clone());
+    let normalizer = Normalizer::new(&cfg, protection, metrics.clone());
     let mon = monitor.clone();
     spawn("svc-normalize", move || {
         normalize::run(normalizer, raw_rx, prepared_tx, mon)

@@ -1,10 +1,14 @@
 //! `svc-normalize`: raw deliveries in, envelopes (or pre-sink verdicts) out. No I/O.
 //!
-//! Per message: the envelope (`normalize`), then the message metadata (`message_metadata`:
-//! priority, classification, labels), then the security label profile (`security_labels`).
-//! A metadata or profile failure is a permanent pre-sink failure: the message does not reach
-//! the sink; its verdict carries a value-free reason and, when a DLQ is configured, the
-//! sanitized DLQ record for `svc-ack` to publish. Other messages of the batch are unaffected.
+//! Per message: the publisher signature (`authenticity`), the envelope (`normalize`), the
+//! message metadata (`message_metadata`: priority, classification, labels), the security
+//! label profile (`security_labels`), then payload encryption (`payload_encryption`) and
+//! custody evidence (`custody`), last, over the record as the sinks will store it.
+//! A signature, metadata or profile failure is a permanent pre-sink failure: the message does
+//! not reach the sink; its verdict carries a value-free reason and, when a DLQ is configured,
+//! the sanitized DLQ record for `svc-ack` to publish. An encryption key at its message bound
+//! is a transient failure (the message stays unacknowledged until the key is rotated). Other
+//! messages of the batch are unaffected.
 
 use std::sync::Arc;
 
@@ -16,6 +20,8 @@ use crate::config::RuntimeConfig;
 use crate::message::envelope::{normalize, now_unix_nanos, EnvelopeConfig, RawMessage};
 use crate::message::labels::{self, SecurityLabelsConfig};
 use crate::message::metadata::MessageMetadataConfig;
+use crate::message::protection::authenticity::{AuthFailure, AuthOutcome};
+use crate::message::protection::Protection;
 use crate::metrics::{Metrics, Summary};
 
 /// Everything needed to turn one delivery into an envelope.
@@ -24,12 +30,18 @@ pub struct Normalizer {
     message_metadata: MessageMetadataConfig,
     security_labels: SecurityLabelsConfig,
     dead_letter: DeadLetterConfig,
+    protection: Arc<Protection>,
     metrics: Arc<Metrics>,
 }
 
 impl Normalizer {
-    pub fn new(cfg: &RuntimeConfig, metrics: Arc<Metrics>) -> Normalizer {
+    pub fn new(
+        cfg: &RuntimeConfig,
+        protection: Arc<Protection>,
+        metrics: Arc<Metrics>,
+    ) -> Normalizer {
         Normalizer {
+            protection,
             envelope: cfg.envelope.clone(),
             message_metadata: cfg.message_metadata.clone(),
             security_labels: cfg.security_labels.clone(),
@@ -47,8 +59,20 @@ impl Normalizer {
         family: Option<usize>,
         ages: &mut Summary,
     ) -> Result<Prepared, Rejection> {
-        let (mut envelope, fresh) = normalize(raw, received_unix_nanos, &self.envelope);
         let c = &self.metrics.counters;
+        match self.protection.authenticate(raw) {
+            Ok(None) => {}
+            Ok(Some(AuthOutcome::Verified(_))) => Metrics::add(&c.authenticity_verified_total, 1),
+            Ok(Some(AuthOutcome::Unsigned)) => Metrics::add(&c.authenticity_unsigned_total, 1),
+            Err(f) => {
+                Metrics::add(auth_counter(c, f), 1);
+                return Err(self.reject(
+                    raw,
+                    Failure::new("authenticity", "authenticity", f.code(), f.to_string()),
+                ));
+            }
+        }
+        let (mut envelope, fresh) = normalize(raw, received_unix_nanos, &self.envelope);
         if let Some(age) = fresh.age_seconds {
             ages.observe(age);
         }
@@ -87,6 +111,30 @@ impl Normalizer {
             .map_err(|r| self.reject(raw, Failure::from(&r)))?;
         meta.apply_to(&mut envelope);
         labels::apply_to(&mut envelope, profile);
+        match self
+            .protection
+            .protect(&mut envelope, raw, now_unix_nanos())
+        {
+            Ok(encrypted) => {
+                if encrypted {
+                    Metrics::add(&c.payload_encrypted_total, 1);
+                } else if self.protection.encryptor.is_some() {
+                    Metrics::add(&c.payload_encryption_clear_total, 1);
+                }
+                if self.protection.custodian.is_some() {
+                    Metrics::add(&c.custody_sealed_total, 1);
+                }
+            }
+            Err(e) => {
+                Metrics::add(&c.payload_encryption_refused_total, 1);
+                log::error!("stream sequence {}: {e}", raw.stream_sequence);
+                return Err(Rejection {
+                    reason: e.to_string(),
+                    dead_letter: None,
+                    retry: true,
+                });
+            }
+        }
         Ok(Prepared {
             family,
             envelope,
@@ -97,12 +145,29 @@ impl Normalizer {
     /// The verdict of a permanent pre-sink failure, with its DLQ record when a DLQ is on.
     fn reject(&self, raw: &RawMessage, failure: Failure) -> Rejection {
         Rejection {
-            dead_letter: self
-                .dead_letter
-                .enabled
-                .then(|| DeadLetter::build(raw, &failure, now_unix_nanos(), &self.dead_letter)),
+            dead_letter: self.dead_letter.enabled.then(|| {
+                DeadLetter::build_with_digest(
+                    raw,
+                    &failure,
+                    now_unix_nanos(),
+                    &self.dead_letter,
+                    self.protection.dlq_payload_digest(raw),
+                )
+            }),
             reason: failure.message,
+            retry: false,
         }
+    }
+}
+
+/// The counter of one authenticity failure reason.
+fn auth_counter(c: &crate::metrics::Counters, f: AuthFailure) -> &std::sync::atomic::AtomicU64 {
+    match f {
+        AuthFailure::MissingSignature => &c.authenticity_missing_signature_total,
+        AuthFailure::MalformedSignature => &c.authenticity_malformed_signature_total,
+        AuthFailure::DisallowedAlgorithm => &c.authenticity_disallowed_algorithm_total,
+        AuthFailure::UnknownKey => &c.authenticity_unknown_key_total,
+        AuthFailure::BadSignature => &c.authenticity_bad_signature_total,
     }
 }
 
@@ -148,4 +213,116 @@ pub fn run(
         }
     }
     monitor.activity("stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use base64::Engine as _;
+    use ring::signature::{Ed25519KeyPair, KeyPair};
+
+    use super::*;
+    use crate::message::protection::authenticity::signed_bytes;
+
+    const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+    /// A normalizer with all three protections (Ed25519 signatures required everywhere,
+    /// encryption bounded to `max` records, keyed custody) and a DLQ.
+    fn normalizer(dir: &std::path::Path, max: u64) -> (Normalizer, Arc<Metrics>) {
+        let key = dir.join("k1");
+        std::fs::write(&key, B64.encode([5u8; 32])).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // A name of this test only: nothing else reads or writes it.
+        std::env::set_var("SVC_NORMALIZE_TEST_CUSTODY_KEY", B64.encode([6u8; 32]));
+        let pair = Ed25519KeyPair::from_seed_unchecked(&[1; 32]).unwrap();
+        let cfg = RuntimeConfig::parse(
+            &serde_json::json!({
+                "nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c", "subject": "o.>"},
+                "sink": {"type": "file", "directory": dir.join("out")},
+                "dead_letter": {"enabled": true, "subject": "dlq"},
+                "payload_encryption": {"enabled": true, "keys": [{"key_id": "k1", "key_file": key}],
+                                       "active_key_id": "k1", "max_messages_per_key": max},
+                "authenticity": {"enabled": true, "default_required": true,
+                                 "keys": [{"key_id": "ed1",
+                                           "public_key_b64": B64.encode(pair.public_key().as_ref())}]},
+                "custody": {"enabled": true, "runner_id": "r1",
+                            "hmac_key_env": "SVC_NORMALIZE_TEST_CUSTODY_KEY"}
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let p = Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody).unwrap();
+        let metrics = Arc::new(Metrics::default());
+        (Normalizer::new(&cfg, Arc::new(p), metrics.clone()), metrics)
+    }
+
+    fn raw(seq: u64, signed: bool) -> RawMessage {
+        let data = br#"{"secret":"PLAINTEXT"}"#.to_vec();
+        let mut headers = vec![];
+        if signed {
+            let pair = Ed25519KeyPair::from_seed_unchecked(&[1; 32]).unwrap();
+            let sig = pair.sign(&signed_bytes(None, &data, "o.x"));
+            headers = vec![
+                ("Svc-Signature-Alg".to_string(), "ed25519".to_string()),
+                ("Svc-Signature-Key-Id".to_string(), "ed1".to_string()),
+                ("Svc-Signature".to_string(), B64.encode(sig.as_ref())),
+            ];
+        }
+        RawMessage {
+            subject: "o.x".into(),
+            stream: "S".into(),
+            consumer: "c".into(),
+            stream_sequence: seq,
+            consumer_sequence: seq,
+            delivery_count: 1,
+            published_unix_nanos: None,
+            headers,
+            data,
+        }
+    }
+
+    #[test]
+    fn signed_messages_are_encrypted_and_sealed_unsigned_ones_dead_lettered() {
+        let dir = tempfile::tempdir().unwrap();
+        let (n, metrics) = normalizer(dir.path(), 10);
+        let mut ages = Summary::default();
+        let p = n.prepare(&raw(1, true), 0, None, &mut ages).unwrap();
+        let text = serde_json::to_string(&p.envelope).unwrap();
+        assert!(!text.contains("PLAINTEXT"), "{text}");
+        assert!(text.contains("svc.encrypted_payload.v1") && text.contains("svc.custody.v1"));
+
+        let Err(f) = n.prepare(&raw(2, false), 0, None, &mut ages) else {
+            panic!("an unsigned message passed")
+        };
+        assert!(!f.retry);
+        let dl = f.dead_letter.expect("a DLQ record");
+        assert_eq!(dl.reason, "missing_signature");
+        let body: serde_json::Value = serde_json::from_slice(&dl.body).unwrap();
+        assert!(body["payload"].get("sha256").is_none(), "{body}");
+        assert_eq!(body["payload"]["hmac_sha256"].as_str().unwrap().len(), 64);
+        assert!(!String::from_utf8_lossy(&dl.body).contains("PLAINTEXT"));
+
+        let c = &metrics.counters;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(get(&c.authenticity_verified_total), 1);
+        assert_eq!(get(&c.authenticity_missing_signature_total), 1);
+        assert_eq!(get(&c.payload_encrypted_total), 1);
+        assert_eq!(get(&c.custody_sealed_total), 1);
+    }
+
+    #[test]
+    fn a_key_at_its_bound_is_a_transient_failure_never_dead_lettered() {
+        let dir = tempfile::tempdir().unwrap();
+        let (n, metrics) = normalizer(dir.path(), 1);
+        let mut ages = Summary::default();
+        assert!(n.prepare(&raw(1, true), 0, None, &mut ages).is_ok());
+        let Err(f) = n.prepare(&raw(2, true), 0, None, &mut ages) else {
+            panic!("the key's bound was not enforced")
+        };
+        assert!(f.retry && f.dead_letter.is_none());
+        assert!(f.reason.contains("rotate active_key_id"), "{}", f.reason);
+        let refused = &metrics.counters.payload_encryption_refused_total;
+        assert_eq!(refused.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
 }

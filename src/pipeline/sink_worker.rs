@@ -55,6 +55,9 @@ impl SinkWorker {
                     envelopes.push(p.envelope);
                     verdicts.push(None);
                 }
+                Err((failure, _)) if failure.retry => verdicts.push(Some(Verdict::Written(
+                    WriteOutcome::Transient(SinkError::new("pre-sink", failure.reason)),
+                ))),
                 Err((failure, _)) => verdicts.push(Some(Verdict::Rejected(failure))),
             }
         }
@@ -150,6 +153,7 @@ impl SinkWorker {
                     e.class.code()
                 ),
                 dead_letter: Some(DeadLetter::build_for_sink(env, &e, now_unix_nanos(), cfg)),
+                retry: false,
             }),
             (outcome, _) => Verdict::Written(outcome),
         }

@@ -23,7 +23,7 @@ pub mod config;
 mod durable;
 pub mod jsonl;
 pub mod per_event;
-mod record;
+pub(crate) mod record;
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};

@@ -67,6 +67,11 @@ fn write_record(out: &mut Vec<u8>, e: &Envelope) -> serde_json::Result<()> {
     value(out, &info.size_bytes)?;
     out.extend_from_slice(b"},\"security_labels\":");
     value(out, &e.security_labels)?;
+    // Present only when `custody.enabled` (as the envelope's `Serialize` skips `None`).
+    if let Some(custody) = &e.custody {
+        out.extend_from_slice(b",\"custody\":");
+        value(out, custody)?;
+    }
 
     let m = &e.metadata;
     out.extend_from_slice(b",\"metadata\":{\"schema\":");

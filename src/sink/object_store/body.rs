@@ -40,8 +40,8 @@ pub struct StoredObject<'a> {
     /// Always `null` in this release (no mission metadata source is defined).
     pub mission_metadata: Option<Value>,
     pub security_labels: Option<&'a Value>,
-    /// Always `null` in this release (no custody chain is recorded in the object).
-    pub custody: Option<Value>,
+    /// The custody block (`custody.enabled`), else `null`.
+    pub custody: Option<&'a crate::message::protection::custody::Custody>,
     pub metadata: &'a EventMetadata,
 }
 
@@ -64,7 +64,7 @@ impl<'a> StoredObject<'a> {
             payload_info: &env.payload_info,
             mission_metadata: None,
             security_labels: env.security_labels.as_ref(),
-            custody: None,
+            custody: env.custody.as_ref(),
             metadata: &env.metadata,
         }
     }

@@ -83,6 +83,8 @@ const COLUMNS: &[(&str, &str, &str)] = &[
     ("security_labels_json", "jsonb", "jsonb"),
     ("metadata_json", "jsonb NOT NULL", "jsonb"),
     ("received_at", "timestamptz NOT NULL", "timestamptz"),
+    // `svc.custody.v1` when `custody.enabled` (docs/payload-protection.md), else NULL.
+    ("custody_json", "jsonb", "jsonb"),
 ];
 
 /// Every relational sink of a sink config with its name: the sink itself (`sink`) or the
@@ -126,6 +128,11 @@ fn table_ddl(t: &TableName) -> String {
         s.push_str(&format!("    {name} {ty},\n"));
     }
     s.push_str("    stored_at timestamptz NOT NULL DEFAULT now()\n);\n");
+    // Tables created before the custody column existed get it here (idempotent).
+    s.push_str(&format!(
+        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS custody_json jsonb;\n",
+        t.sql()
+    ));
     s.push_str(&format!(
         "CREATE INDEX IF NOT EXISTS \"{}\" ON {} (stream, stream_sequence);\n",
         t.derived("stream_seq_idx"),
@@ -214,6 +221,7 @@ struct Row<'a> {
     security_labels_json: Option<&'a serde_json::Value>,
     metadata_json: &'a EventMetadata,
     received_at: &'a str,
+    custody_json: Option<&'a crate::message::protection::custody::Custody>,
 }
 
 fn row<'a>(env: &'a Envelope, key: &'a str) -> Row<'a> {
@@ -237,6 +245,7 @@ fn row<'a>(env: &'a Envelope, key: &'a str) -> Row<'a> {
         security_labels_json: env.security_labels.as_ref(),
         metadata_json: &env.metadata,
         received_at: &env.metadata.received_at,
+        custody_json: env.custody.as_ref(),
     }
 }
 

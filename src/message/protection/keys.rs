@@ -1,0 +1,207 @@
+//! Key material of payload protection: where it comes from (an environment variable or a file
+//! only the service user can read) and how it is held (never printed, never in `Debug`).
+//!
+//! The JSON config only *names* a key's source; the bytes are read when the runner (or
+//! `svc decrypt` / `svc verify-custody`) starts, by [`KeySource::load`]. Every error names
+//! the source and the reason, never a byte of the value.
+
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+
+use crate::document::grammar::is_env_var_name;
+use crate::document::reader::ObjectReader;
+
+/// Largest key file read (a base64 key is a few dozen bytes; anything large is a mistake).
+pub const MAX_KEY_FILE_BYTES: u64 = 4096;
+
+/// Secret bytes. `Debug` and `Display` show only the length.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    pub fn new(bytes: Vec<u8>) -> Secret {
+        Secret(bytes)
+    }
+
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret(<{} bytes redacted>)", self.0.len())
+    }
+}
+
+impl Drop for Secret {
+    /// Best effort: overwrite before the allocation is freed (not guaranteed against the
+    /// optimizer without `unsafe`, which the crate forbids; it shortens the window only).
+    fn drop(&mut self) {
+        self.0.iter_mut().for_each(|b| *b = 0);
+    }
+}
+
+/// Where a key's bytes come from. The config holds this, never the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// The variable holds the base64 text.
+    Env(String),
+    /// The file holds the base64 text; it must not be readable by group or others.
+    File(PathBuf),
+}
+
+impl fmt::Display for KeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeySource::Env(v) => write!(f, "environment variable {v}"),
+            KeySource::File(p) => write!(f, "key file {}", p.display()),
+        }
+    }
+}
+
+impl KeySource {
+    /// Reads `<env_key> | <file_key>` of a key entry: exactly one must be set.
+    pub fn read(
+        r: &mut ObjectReader<'_>,
+        env_key: &'static str,
+        file_key: &'static str,
+    ) -> Option<KeySource> {
+        let env = r.opt_string(env_key);
+        let file = r.opt_nonempty(file_key);
+        match (env, file) {
+            (Some(_), Some(_)) => {
+                r.problem(
+                    env_key,
+                    format!("set either {env_key} or {file_key}, not both"),
+                );
+                None
+            }
+            (Some(v), None) if is_env_var_name(&v) => Some(KeySource::Env(v)),
+            (Some(_), None) => {
+                r.problem(env_key, "must be an environment variable name");
+                None
+            }
+            (None, Some(p)) => Some(KeySource::File(PathBuf::from(p))),
+            (None, None) => {
+                r.problem(env_key, format!("is required (or {file_key})"));
+                None
+            }
+        }
+    }
+
+    /// The decoded key: base64 (standard alphabet, surrounding whitespace ignored) of
+    /// `min..=max` bytes. Files readable by group or others are refused.
+    pub fn load(&self, min: usize, max: usize) -> Result<Secret, String> {
+        let text = match self {
+            KeySource::Env(name) => std::env::var(name).map_err(|e| match e {
+                std::env::VarError::NotPresent => format!("{self} is not set"),
+                std::env::VarError::NotUnicode(_) => format!("{self} is not valid UTF-8"),
+            })?,
+            KeySource::File(path) => read_private_file(path).map_err(|e| format!("{self}: {e}"))?,
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text.trim())
+            .map_err(|_| format!("{self} does not hold standard base64"))?;
+        if bytes.len() < min || bytes.len() > max {
+            let want = if min == max {
+                format!("{min}")
+            } else {
+                format!("{min} to {max}")
+            };
+            return Err(format!(
+                "{self} decodes to {} bytes; {want} bytes are required",
+                bytes.len()
+            ));
+        }
+        Ok(Secret(bytes))
+    }
+}
+
+/// Reads a small file that must be a regular file readable by its owner only (mode checked on
+/// the opened handle, so the check and the read concern the same file).
+pub fn read_private_file(path: &Path) -> Result<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot stat: {e}"))?;
+    if !meta.is_file() {
+        return Err("is not a regular file".into());
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "is readable or writable by group or others (mode {mode:04o}); \
+             restrict it to the service user (chmod 600)"
+        ));
+    }
+    read_bounded(file, MAX_KEY_FILE_BYTES)
+}
+
+/// Reads a small public file (an Ed25519 public key): bounded, no mode requirement.
+pub fn read_public_file(path: &Path) -> Result<String, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    read_bounded(file, MAX_KEY_FILE_BYTES)
+}
+
+fn read_bounded(file: std::fs::File, max: u64) -> Result<String, String> {
+    let mut text = String::new();
+    file.take(max + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if text.len() as u64 > max {
+        return Err(format!("is larger than {max} bytes"));
+    }
+    Ok(text)
+}
+
+/// True for a key id: 1 to 64 characters of `A-Z a-z 0-9 _ - .`.
+pub fn is_key_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn debug_never_shows_the_bytes() {
+        let s = Secret::new(b"hunter2hunter2".to_vec());
+        let d = format!("{s:?}");
+        assert!(!d.contains("hunter2"), "{d}");
+        assert!(d.contains("14 bytes"));
+    }
+
+    #[test]
+    fn key_files_must_be_private_and_base64_of_the_right_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        let key = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
+        std::fs::write(&path, format!("{key}\n")).unwrap();
+        let src = KeySource::File(path.clone());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let e = src.load(32, 32).unwrap_err();
+        assert!(e.contains("group or others") && e.contains("0640"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(src.load(32, 32).unwrap().expose(), &[7u8; 32]);
+        let e = src.load(16, 16).unwrap_err();
+        assert!(e.contains("32 bytes") && !e.contains(&key), "{e}");
+        std::fs::write(&path, "not base64 at all!").unwrap();
+        let e = src.load(32, 32).unwrap_err();
+        assert!(e.contains("base64") && !e.contains("at all"), "{e}");
+    }
+
+    #[test]
+    fn env_keys_report_the_variable_not_the_value() {
+        let e = KeySource::Env("SVC_TEST_KEYS_SURELY_UNSET".into())
+            .load(32, 32)
+            .unwrap_err();
+        assert!(e.contains("SVC_TEST_KEYS_SURELY_UNSET is not set"), "{e}");
+    }
+}
