@@ -9,8 +9,10 @@ use crossbeam_channel::Receiver;
 use serde_json::json;
 
 use super::*;
-use crate::document::reader::Problems;
+use crate::document::reader::{ObjectReader, Problems};
 use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
+use crate::message::subject::SubjectPattern;
+use crate::sink::SinkConfig;
 
 fn read_sink(v: &serde_json::Value) -> Result<SinkConfig, Vec<String>> {
     let problems = Problems::new();
