@@ -424,16 +424,13 @@ fn oversized_endless_failing_and_redirecting_answers_fail_the_poll() {
     assert_eq!(stderr(&out), "svc-observe broker-monitoring-poll: broker_server_monitoring: poll of /varz failed: the response is larger than max_response_bytes 262144 (Content-Length 300021)\n");
     assert_eq!(left, withheld);
 
+    // The poll's whole-request timeout is 10 s: the exact message below (the size limit, not a
+    // timeout) is what proves the endless body was cut off at the limit; no clock needed.
     let m = FakeMonitor::start(endless);
-    let started = Instant::now();
     let (out, left) = failing_poll(&m, &dir, 65_536);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(stderr(&out), "svc-observe broker-monitoring-poll: broker_server_monitoring: poll of /varz failed: the response is larger than max_response_bytes 65536\n");
     assert_eq!(left, withheld);
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "the endless body was not cut off"
-    );
     // the client stopped reading right after the limit: the server could not push much more
     // than the limit plus the socket buffers
     std::thread::sleep(Duration::from_millis(200));

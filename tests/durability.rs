@@ -1,0 +1,482 @@
+//! Durability when the disk says no: `fsync`/`fdatasync` failures injected into a running
+//! `svc run` (real nats-server, file sink) for a window, in both file modes.
+//!
+//! The failures come from strace's fault injection (`strace -f -p PID -e inject=fsync:error=EIO
+//! -e inject=fdatasync:error=EIO`): strace attaches to every thread of the running runner (and
+//! follows the short-lived `svc-file-N` threads it spawns), makes every targeted call return
+//! EIO without running it, and detaches when interrupted, after which the same process sees a
+//! healthy disk again. No test-only code path in `svc`: the runner cannot tell the injected
+//! EIO from a failing device. The trace strace writes is the positive control that the
+//! failures really reached the runner (`(INJECTED)` lines).
+//!
+//! What is proven, per mode:
+//! - nothing published during the window is acknowledged while every sync fails (the broker's
+//!   consumer state: ack floor unchanged, every window message still pending or undelivered),
+//!   although the runner fetched and tried them (failures in its log, injected calls in the
+//!   trace);
+//! - per_event: no final name of a window message appears while its fsync fails (only
+//!   dot-named temporary files, removed again); a second test fails every other fsync and
+//!   checks in the trace that every `link`/`rename` to a final name follows a successful
+//!   fsync of that temporary file;
+//! - the log names the failure with the OS error's Display text, never a Debug dump;
+//! - once strace detaches, the same runner process writes and acknowledges everything, and
+//!   every acknowledged sequence has a complete record on disk.
+//!
+//! jsonl by design appends a batch to its segment before the `fdatasync` (docs/sinks/file.md,
+//! "Durability"): a batch whose sync failed stays in the poisoned segment as whole lines
+//! and is never acknowledged; its redelivery lands in a later segment (at-least-once). So for
+//! jsonl the test proves whole lines only and no ACK, not the absence of unsynced lines.
+//!
+//! Needs strace (Debian package strace, installed by scripts/deps.sh) and ptrace permission
+//! (root, or `kernel.yama.ptrace_scope` 0/1 for a child of the test): an attach failure fails
+//! the test with strace's own message.
+
+#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
+
+mod util;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use util::*;
+
+const STREAM: &str = "ORDERS";
+const CONSUMER: &str = "svc";
+const SUBJECT: &str = "orders.>";
+const EIO_TEXT: &str = "Input/output error (os error 5)";
+
+fn config(server: &NatsServer, dir: &Path, out: &Path, sink: Value) -> Value {
+    let mut sink_block = json!({"type": "file", "directory": out});
+    if let (Value::Object(base), Value::Object(extra)) = (&mut sink_block, sink) {
+        base.extend(extra);
+    }
+    json!({
+        "nats": {"url": server.url(), "stream": STREAM, "consumer": CONSUMER, "subject": SUBJECT},
+        "delivery": {"batch_size": 16, "fetch_expiry_ms": 200, "max_in_flight_batches": 4,
+                     "sink_workers": 2, "shutdown_timeout_seconds": 10,
+                     "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}},
+        "sink": sink_block,
+        "metrics": {"enabled": true, "snapshot_file": dir.join("metrics.json"),
+                    "write_interval_seconds": 1},
+        "logging": {"level": "info"}
+    })
+}
+
+/// strace attached to a running process, injecting EIO into the given calls until dropped or
+/// [`Injector::detach`]ed.
+struct Injector {
+    child: Option<Child>,
+    target: u32,
+    trace: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Injector {
+    /// Attaches to every thread of `pid`; `inject` are strace `-e inject=` specs, `trace` the
+    /// calls written to the trace file. Returns once every thread is traced.
+    fn attach(pid: u32, dir: &Path, trace: &str, inject: &[&str]) -> Injector {
+        let trace_file = dir.join("strace.txt");
+        let stderr_file = dir.join("strace.err");
+        let mut cmd = Command::new("strace");
+        cmd.args(["-f", "-y", "-s", "512", "-p", &pid.to_string(), "-o"])
+            .arg(&trace_file)
+            .arg("-e")
+            .arg(format!("trace={trace}"));
+        for spec in inject {
+            cmd.arg("-e").arg(format!("inject={spec}"));
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr_file).unwrap())
+            .spawn()
+            .expect("strace (Debian package strace, installed by scripts/deps.sh)");
+        let mut inj = Injector {
+            child: Some(child),
+            target: pid,
+            trace: trace_file,
+            stderr: stderr_file,
+        };
+        let tracer = inj.child.as_ref().unwrap().id();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = inj.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "strace exited ({status}) before attaching: {}",
+                    std::fs::read_to_string(&inj.stderr).unwrap_or_default()
+                );
+            }
+            let tracers = tracer_pids(pid);
+            if !tracers.is_empty() && tracers.iter().all(|t| *t == tracer) {
+                return inj;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "strace did not attach to every thread: {tracers:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The trace so far.
+    fn trace_text(&self) -> String {
+        std::fs::read_to_string(&self.trace).unwrap_or_default()
+    }
+
+    fn injected(&self) -> usize {
+        self.trace_text().matches("(INJECTED)").count()
+    }
+
+    /// Stops injecting: strace detaches on SIGINT and exits; the process runs on untraced.
+    fn detach(&mut self) {
+        let mut child = self.child.take().expect("attached");
+        let sent = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .expect("kill (Debian package procps)");
+        assert!(sent.success(), "kill -INT strace: {sent}");
+        child.wait().unwrap();
+        wait_until(Duration::from_secs(30), "every thread detached", || {
+            tracer_pids(self.target).iter().all(|t| *t == 0)
+        });
+    }
+}
+
+impl Drop for Injector {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `TracerPid` of every thread of `pid`.
+fn tracer_pids(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("TracerPid:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect()
+}
+
+fn publish(server: &NatsServer, first: usize, n: usize) {
+    server.publish_n(STREAM, "orders.created", n, |i| {
+        format!("{{\"order\":{}}}", first + i).into_bytes()
+    });
+}
+
+fn all_acked(server: &NatsServer, n: u64) -> bool {
+    server.try_consumer_state(STREAM, CONSUMER) == Some((n, 0, 0))
+}
+
+/// per_event: stream sequence -> record, for every final (not dot-named) file; each must be
+/// one complete JSON record.
+fn per_event_records(out: &Path) -> BTreeMap<u64, Value> {
+    let mut records = BTreeMap::new();
+    for p in files_below(out) {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            assert!(name.starts_with(".svc-tmp-"), "{}", p.display());
+            continue;
+        }
+        let bytes = std::fs::read(out.join(&p)).unwrap();
+        let v: Value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("{} is not a complete record: {e}", p.display()));
+        let seq = v["stream_sequence"].as_u64().unwrap();
+        assert!(records.insert(seq, v).is_none(), "sequence {seq} twice");
+    }
+    records
+}
+
+/// jsonl: every sequence found in the segments; every line must be one complete record.
+fn jsonl_sequences(out: &Path) -> BTreeSet<u64> {
+    let mut seqs = BTreeSet::new();
+    for p in files_below(out) {
+        let bytes = std::fs::read(out.join(&p)).unwrap();
+        if bytes.is_empty() {
+            continue;
+        }
+        assert_eq!(
+            bytes.last(),
+            Some(&b'\n'),
+            "{} ends in a whole line",
+            p.display()
+        );
+        for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let v: Value = serde_json::from_slice(line)
+                .unwrap_or_else(|e| panic!("{}: incomplete line: {e}", p.display()));
+            seqs.insert(v["stream_sequence"].as_u64().unwrap());
+        }
+    }
+    seqs
+}
+
+/// The log names the failure with the error's Display text and shows no Debug dump of it.
+fn assert_failure_logged(log: &str) {
+    let line = log
+        .lines()
+        .find(|l| l.contains("sink file: ") && l.contains(EIO_TEXT))
+        .unwrap_or_else(|| panic!("no sink failure with {EIO_TEXT:?} in the log:\n{log}"));
+    assert!(line.contains("writes in batch"), "{line}");
+    for debug in ["Os {", "kind: ", "Custom {"] {
+        assert!(
+            !log.contains(debug),
+            "Debug output {debug:?} in the log:\n{log}"
+        );
+    }
+}
+
+/// One window of failing syncs in `mode`, then recovery in the same process.
+fn every_sync_fails_for_a_window(sink: Value, jsonl: bool) {
+    let (before, during) = (40usize, 120usize);
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &[SUBJECT]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(30));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(&server, dir.path(), &out, sink),
+    );
+    publish(&server, 0, before);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(60), "the first messages acked", || {
+        all_acked(&server, before as u64)
+    });
+
+    let mut inj = Injector::attach(
+        runner.child.id(),
+        dir.path(),
+        "fsync,fdatasync",
+        &["fsync:error=EIO", "fdatasync:error=EIO"],
+    );
+    publish(&server, before, during);
+    // Positive control: the runner fetched the window's messages and its syncs failed, more
+    // than once (NAK, redelivery, failing again), so "nothing acked" below is not slowness.
+    // (The wait also ends as soon as anything of the window is acknowledged, so a runner that
+    // ignored the failures fails on the assertions below, not on this wait.)
+    wait_until(Duration::from_secs(60), "failed writes, retried", || {
+        let (floor, pending, undelivered) = server.consumer_state(STREAM, CONSUMER);
+        let acked_some = floor > before as u64 || pending as u64 + undelivered < during as u64;
+        let failures = runner
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("writes in batch") && l.contains(EIO_TEXT))
+            .count();
+        undelivered == 0 && inj.injected() >= 4 && (failures >= 3 || acked_some)
+    });
+    assert!(runner.child.try_wait().unwrap().is_none(), "runner alive");
+    // No ACK of anything published in the window: ack floor unchanged, and every window
+    // message is still pending or undelivered (an out-of-order ACK would lower that sum).
+    // Acks are never taken back, so this one look covers the whole window so far.
+    let (floor, pending, undelivered) = server.consumer_state(STREAM, CONSUMER);
+    assert_eq!(
+        floor, before as u64,
+        "ack floor moved while every sync failed"
+    );
+    assert_eq!(
+        pending as u64 + undelivered,
+        during as u64,
+        "a message was acknowledged while every sync failed"
+    );
+    if jsonl {
+        let seqs = jsonl_sequences(&out);
+        assert!((1..=before as u64).all(|s| seqs.contains(&s)));
+    } else {
+        let seqs: Vec<u64> = per_event_records(&out).into_keys().collect();
+        assert_eq!(
+            seqs,
+            (1..=before as u64).collect::<Vec<_>>(),
+            "a final name appeared while its fsync failed"
+        );
+    }
+    assert_failure_logged(&runner.log_text());
+    if jsonl {
+        // The path under test was taken: a batch appended to the open segment failed its sync.
+        let log = runner.log_text();
+        assert!(
+            log.lines()
+                .any(|l| l.contains("sink file: sync segment-") && l.contains(EIO_TEXT)),
+            "no failed segment sync in the log:\n{log}"
+        );
+    }
+
+    // The disk recovers: the same process writes and acknowledges everything.
+    inj.detach();
+    let total = (before + during) as u64;
+    wait_until(
+        Duration::from_secs(120),
+        "everything acked after the window",
+        || all_acked(&server, total),
+    );
+    if jsonl {
+        let seqs = jsonl_sequences(&out);
+        assert_eq!(seqs, (1..=total).collect::<BTreeSet<_>>());
+    } else {
+        let records = per_event_records(&out);
+        assert_eq!(
+            records.keys().copied().collect::<Vec<_>>(),
+            (1..=total).collect::<Vec<_>>()
+        );
+        for (seq, v) in &records {
+            assert_eq!(v["payload"]["order"], json!(seq - 1), "record of {seq}");
+        }
+        let temps: Vec<_> = files_below(&out)
+            .into_iter()
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with('.'))
+            .collect();
+        assert!(temps.is_empty(), "temporary files left: {temps:?}");
+    }
+    runner.signal("TERM");
+    let status = runner
+        .wait_timeout(Duration::from_secs(30))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "{}", runner.log_text());
+}
+
+#[test]
+fn per_event_acks_nothing_while_fsync_fails_and_recovers_in_the_same_process() {
+    every_sync_fails_for_a_window(json!({}), false);
+}
+
+#[test]
+fn jsonl_acks_nothing_while_fdatasync_fails_and_recovers_in_the_same_process() {
+    // Segments large enough that the window's first batch goes to the open segment and meets
+    // the failing fdatasync (later ones fail earlier, at the new segment's fsync).
+    every_sync_fails_for_a_window(json!({"mode": "jsonl"}), true);
+}
+
+/// Every other fsync fails (strace `when=2+2`): some files of a batch make it, some do not.
+/// From the trace: every `link`/`rename` that gives a temporary file its final name comes after
+/// a successful `fsync` of that very file, never after a failed one; and after the window
+/// every message is stored once and acknowledged.
+#[test]
+fn per_event_links_a_final_name_only_after_a_successful_fsync() {
+    let (before, during) = (20usize, 100usize);
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &[SUBJECT]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(30));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(
+            &server,
+            dir.path(),
+            &out,
+            json!({"key_strategy": "stream_sequence"}),
+        ),
+    );
+    publish(&server, 0, before);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(60), "the first messages acked", || {
+        all_acked(&server, before as u64)
+    });
+    let mut inj = Injector::attach(
+        runner.child.id(),
+        dir.path(),
+        "fsync,link,linkat,rename,renameat,renameat2",
+        &["fsync:error=EIO:when=2+2"],
+    );
+    publish(&server, before, during);
+    let total = (before + during) as u64;
+    // Mixed failures: everything still gets through, by redelivery of what failed.
+    wait_until(
+        Duration::from_secs(120),
+        "everything acked under mixed failures",
+        || all_acked(&server, total),
+    );
+    inj.detach();
+    let trace = inj.trace_text();
+    let (links, failed) = check_links_follow_good_fsyncs(&trace);
+    assert!(
+        links > 0,
+        "no final name was published in the window:\n{trace}"
+    );
+    assert!(failed > 0, "no fsync of a temporary file failed:\n{trace}");
+    assert_failure_logged(&runner.log_text());
+    let records = per_event_records(&out);
+    assert_eq!(
+        records.keys().copied().collect::<Vec<_>>(),
+        (1..=total).collect::<Vec<_>>()
+    );
+    runner.signal("TERM");
+    let status = runner
+        .wait_timeout(Duration::from_secs(30))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "{}", runner.log_text());
+}
+
+/// Walks an `strace -f -y -o` trace: for each temporary file (`.svc-tmp-*`), the result of its
+/// last completed fsync; every link/rename from a temporary name must find that result to be
+/// success. Returns (links checked, failed fsyncs of temporary files seen).
+fn check_links_follow_good_fsyncs(trace: &str) -> (usize, usize) {
+    // pid -> the unfinished call's text, to join "<unfinished ...>" with "<... resumed>".
+    let mut unfinished: HashMap<String, String> = HashMap::new();
+    let mut last_fsync_ok: HashMap<String, bool> = HashMap::new();
+    let (mut links, mut failed) = (0, 0);
+    for raw in trace.lines() {
+        let Some((pid, rest)) = raw.split_once(' ') else {
+            continue;
+        };
+        let call = if let Some(head) = rest.strip_suffix(" <unfinished ...>") {
+            unfinished.insert(pid.to_string(), head.to_string());
+            continue;
+        } else if rest.starts_with("<... ") {
+            let tail = rest.split_once("resumed>").map(|(_, t)| t).unwrap_or("");
+            match unfinished.remove(pid) {
+                Some(head) => format!("{head}{tail}"),
+                None => continue,
+            }
+        } else {
+            rest.to_string()
+        };
+        // strace pads before the result: `fsync(7</d/.svc-tmp-1-2>)      = 0`.
+        let Some((_, result)) = call.rsplit_once(" = ") else {
+            continue;
+        };
+        let ok = result.trim() == "0";
+        if call.starts_with("fsync(") {
+            // fsync(7</dir/.svc-tmp-123-4>)
+            if let Some(path) = call
+                .split_once('<')
+                .and_then(|(_, p)| p.split_once('>'))
+                .map(|(p, _)| p)
+                .filter(|p| p.contains("/.svc-tmp-"))
+            {
+                if !ok {
+                    failed += 1;
+                }
+                last_fsync_ok.insert(path.to_string(), ok);
+            }
+        } else if ["link", "rename"].iter().any(|c| call.starts_with(c)) && ok {
+            // The first quoted path is the temporary (source) name.
+            let Some(src) = call.split('"').nth(1) else {
+                continue;
+            };
+            if !src.contains("/.svc-tmp-") {
+                continue;
+            }
+            links += 1;
+            assert_eq!(
+                last_fsync_ok.get(src),
+                Some(&true),
+                "{src} got a final name without a successful fsync: {call}"
+            );
+        }
+    }
+    (links, failed)
+}
