@@ -1,5 +1,6 @@
 //! Durability when the disk says no: `fsync`/`fdatasync` failures injected into a running
-//! `svc run` (real nats-server, file sink) for a window, in both file modes.
+//! `svc run` (real nats-server, file sink) for a window, and a window of a full disk (write
+//! failures), in both file modes.
 //!
 //! The failures come from strace's fault injection (`strace -f -p PID -e inject=fsync:error=EIO
 //! -e inject=fdatasync:error=EIO`): strace attaches to every thread of the running runner (and
@@ -21,6 +22,12 @@
 //! - the log names the failure with the OS error's Display text, never a Debug dump;
 //! - once strace detaches, the same runner process writes and acknowledges everything, and
 //!   every acknowledged sequence has a complete record on disk.
+//!
+//! Write failures: strace cannot limit an injected `write` error to the sink's files (the
+//! runner's broker socket and log use `write` too), so the disk-full tests mount a 4 MiB tmpfs
+//! as the output directory and fill it (real ENOSPC from the kernel), then free it; the same
+//! properties are checked (see [`SmallFs`]). Mounting needs root, as ptrace of a non-child
+//! does: the test machine runs the suite as root.
 //!
 //! jsonl by design appends a batch to its segment before the `fdatasync` (docs/sinks/file.md,
 //! "Durability"): a batch whose sync failed stays in the poisoned segment as whole lines
@@ -47,6 +54,7 @@ const STREAM: &str = "ORDERS";
 const CONSUMER: &str = "svc";
 const SUBJECT: &str = "orders.>";
 const EIO_TEXT: &str = "Input/output error (os error 5)";
+const ENOSPC_TEXT: &str = "No space left on device (os error 28)";
 
 fn config(server: &NatsServer, dir: &Path, out: &Path, sink: Value) -> Value {
     let mut sink_block = json!({"type": "file", "directory": out});
@@ -223,11 +231,11 @@ fn jsonl_sequences(out: &Path) -> BTreeSet<u64> {
 }
 
 /// The log names the failure with the error's Display text and shows no Debug dump of it.
-fn assert_failure_logged(log: &str) {
+fn assert_failure_logged(log: &str, text: &str) {
     let line = log
         .lines()
-        .find(|l| l.contains("sink file: ") && l.contains(EIO_TEXT))
-        .unwrap_or_else(|| panic!("no sink failure with {EIO_TEXT:?} in the log:\n{log}"));
+        .find(|l| l.contains("sink file: ") && l.contains(text))
+        .unwrap_or_else(|| panic!("no sink failure with {text:?} in the log:\n{log}"));
     assert!(line.contains("writes in batch"), "{line}");
     for debug in ["Os {", "kind: ", "Custom {"] {
         assert!(
@@ -237,14 +245,32 @@ fn assert_failure_logged(log: &str) {
     }
 }
 
-/// One window of failing syncs in `mode`, then recovery in the same process.
-fn every_sync_fails_for_a_window(sink: Value, jsonl: bool) {
+/// What goes wrong during the window.
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    /// Every fsync and fdatasync of the runner fails with EIO (strace injection).
+    SyncFails,
+    /// The sink's file system is full: writes fail with ENOSPC (a filled tmpfs).
+    DiskFull,
+}
+
+/// One window of `fault` in `mode`, then recovery in the same process.
+fn window(sink: Value, jsonl: bool, fault: Fault) {
     let (before, during) = (40usize, 120usize);
     let server = NatsServer::start();
     server.create_stream(STREAM, &[SUBJECT]);
     server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(30));
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    // Declared before the runner: dropped (unmounted) after it has been killed.
+    let fs = (fault == Fault::DiskFull).then(|| SmallFs::mount(&dir.path().join("mnt")));
+    let out = match &fs {
+        Some(fs) => fs.path.join("out"),
+        None => dir.path().join("out"),
+    };
+    let (text, what) = match fault {
+        Fault::SyncFails => (EIO_TEXT, "every sync failed"),
+        Fault::DiskFull => (ENOSPC_TEXT, "the disk was full"),
+    };
     let cfg = write_config(
         dir.path(),
         "c.json",
@@ -256,14 +282,20 @@ fn every_sync_fails_for_a_window(sink: Value, jsonl: bool) {
         all_acked(&server, before as u64)
     });
 
-    let mut inj = Injector::attach(
-        runner.child.id(),
-        dir.path(),
-        "fsync,fdatasync",
-        &["fsync:error=EIO", "fdatasync:error=EIO"],
-    );
+    let mut inj = match fault {
+        Fault::SyncFails => Some(Injector::attach(
+            runner.child.id(),
+            dir.path(),
+            "fsync,fdatasync",
+            &["fsync:error=EIO", "fdatasync:error=EIO"],
+        )),
+        Fault::DiskFull => {
+            fs.as_ref().unwrap().fill();
+            None
+        }
+    };
     publish(&server, before, during);
-    // Positive control: the runner fetched the window's messages and its syncs failed, more
+    // Positive control: the runner fetched the window's messages and its writes failed, more
     // than once (NAK, redelivery, failing again), so "nothing acked" below is not slowness.
     // (The wait also ends as soon as anything of the window is acknowledged, so a runner that
     // ignored the failures fails on the assertions below, not on this wait.)
@@ -273,23 +305,21 @@ fn every_sync_fails_for_a_window(sink: Value, jsonl: bool) {
         let failures = runner
             .log_text()
             .lines()
-            .filter(|l| l.contains("writes in batch") && l.contains(EIO_TEXT))
+            .filter(|l| l.contains("writes in batch") && l.contains(text))
             .count();
-        undelivered == 0 && inj.injected() >= 4 && (failures >= 3 || acked_some)
+        let injected = inj.as_ref().map_or(usize::MAX, Injector::injected);
+        undelivered == 0 && injected >= 4 && (failures >= 3 || acked_some)
     });
     assert!(runner.child.try_wait().unwrap().is_none(), "runner alive");
     // No ACK of anything published in the window: ack floor unchanged, and every window
     // message is still pending or undelivered (an out-of-order ACK would lower that sum).
     // Acks are never taken back, so this one look covers the whole window so far.
     let (floor, pending, undelivered) = server.consumer_state(STREAM, CONSUMER);
-    assert_eq!(
-        floor, before as u64,
-        "ack floor moved while every sync failed"
-    );
+    assert_eq!(floor, before as u64, "ack floor moved while {what}");
     assert_eq!(
         pending as u64 + undelivered,
         during as u64,
-        "a message was acknowledged while every sync failed"
+        "a message was acknowledged while {what}"
     );
     if jsonl {
         let seqs = jsonl_sequences(&out);
@@ -299,22 +329,30 @@ fn every_sync_fails_for_a_window(sink: Value, jsonl: bool) {
         assert_eq!(
             seqs,
             (1..=before as u64).collect::<Vec<_>>(),
-            "a final name appeared while its fsync failed"
+            "a final name appeared while {what}"
         );
     }
-    assert_failure_logged(&runner.log_text());
+    assert_failure_logged(&runner.log_text(), text);
     if jsonl {
-        // The path under test was taken: a batch appended to the open segment failed its sync.
+        // The path under test was taken: a batch meant for the open segment failed there
+        // (its sync, or its append, which is cut back to whole lines).
+        let prefix = match fault {
+            Fault::SyncFails => "sink file: sync segment-",
+            Fault::DiskFull => "sink file: append to segment-",
+        };
         let log = runner.log_text();
         assert!(
-            log.lines()
-                .any(|l| l.contains("sink file: sync segment-") && l.contains(EIO_TEXT)),
-            "no failed segment sync in the log:\n{log}"
+            log.lines().any(|l| l.contains(prefix) && l.contains(text)),
+            "no {prefix:?} failure in the log:\n{log}"
         );
     }
 
     // The disk recovers: the same process writes and acknowledges everything.
-    inj.detach();
+    match (&mut inj, &fs) {
+        (Some(inj), _) => inj.detach(),
+        (None, Some(fs)) => fs.free(),
+        (None, None) => unreachable!("a fault was set up"),
+    }
     let total = (before + during) as u64;
     wait_until(
         Duration::from_secs(120),
@@ -348,14 +386,78 @@ fn every_sync_fails_for_a_window(sink: Value, jsonl: bool) {
 
 #[test]
 fn per_event_acks_nothing_while_fsync_fails_and_recovers_in_the_same_process() {
-    every_sync_fails_for_a_window(json!({}), false);
+    window(json!({}), false, Fault::SyncFails);
 }
 
 #[test]
 fn jsonl_acks_nothing_while_fdatasync_fails_and_recovers_in_the_same_process() {
     // Segments large enough that the window's first batch goes to the open segment and meets
     // the failing fdatasync (later ones fail earlier, at the new segment's fsync).
-    every_sync_fails_for_a_window(json!({"mode": "jsonl"}), true);
+    window(json!({"mode": "jsonl"}), true, Fault::SyncFails);
+}
+
+#[test]
+fn per_event_acks_nothing_while_the_disk_is_full_and_recovers_when_space_returns() {
+    window(json!({}), false, Fault::DiskFull);
+}
+
+#[test]
+fn jsonl_acks_nothing_while_the_disk_is_full_and_recovers_when_space_returns() {
+    window(json!({"mode": "jsonl"}), true, Fault::DiskFull);
+}
+
+/// A 4 MiB tmpfs mounted for one test: a real file system that runs out of space on demand
+/// (ENOSPC from the kernel, on every write path the sink uses). tmpfs rather than a loop-mounted
+/// ext4 image: no image file on a tight disk, no loop device shared with other processes, and
+/// this window is about failing writes, not fsync (whose failures the strace tests inject).
+/// Mounting needs root, which the test machine gives; a mount failure fails the test.
+struct SmallFs {
+    path: PathBuf,
+}
+
+impl SmallFs {
+    fn mount(path: &Path) -> SmallFs {
+        std::fs::create_dir_all(path).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4m,mode=0755", "svc-durability"])
+            .arg(path)
+            .output()
+            .expect("mount (util-linux)");
+        assert!(
+            out.status.success(),
+            "mount -t tmpfs (needs root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallFs {
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// Takes every free byte with one file; the write that fails proves the disk is full.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.path.join("filler")).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        let err = loop {
+            if let Err(e) = f.write_all(&chunk) {
+                break e;
+            }
+        };
+        assert_eq!(err.raw_os_error(), Some(28), "filling: {err}");
+        // Smaller writes fill the last partial page too.
+        while f.write_all(&[0u8; 512]).is_ok() {}
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.path.join("filler")).unwrap();
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        // Lazy: succeeds even if a process still has a file open there.
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
 }
 
 /// Every other fsync fails (strace `when=2+2`): some files of a batch make it, some do not.
@@ -407,7 +509,7 @@ fn per_event_links_a_final_name_only_after_a_successful_fsync() {
         "no final name was published in the window:\n{trace}"
     );
     assert!(failed > 0, "no fsync of a temporary file failed:\n{trace}");
-    assert_failure_logged(&runner.log_text());
+    assert_failure_logged(&runner.log_text(), EIO_TEXT);
     let records = per_event_records(&out);
     assert_eq!(
         records.keys().copied().collect::<Vec<_>>(),
