@@ -18,7 +18,9 @@
 //! - per_event: no final name of a window message appears while its fsync fails (only
 //!   dot-named temporary files, removed again); a second test fails every other fsync and
 //!   checks in the trace that every `link`/`rename` to a final name follows a successful
-//!   fsync of that temporary file;
+//!   fsync of that temporary file, and that every `+ACK` the runner sends to the broker
+//!   follows the link of that message's final name and a later successful fsync of its
+//!   directory (so an ACK never covers a failed fsync);
 //! - the log names the failure with the OS error's Display text, never a Debug dump;
 //! - once strace detaches, the same runner process writes and acknowledges everything, and
 //!   every acknowledged sequence has a complete record on disk.
@@ -89,7 +91,7 @@ impl Injector {
         let trace_file = dir.join("strace.txt");
         let stderr_file = dir.join("strace.err");
         let mut cmd = Command::new("strace");
-        cmd.args(["-f", "-y", "-s", "512", "-p", &pid.to_string(), "-o"])
+        cmd.args(["-f", "-y", "-s", "65536", "-p", &pid.to_string(), "-o"])
             .arg(&trace_file)
             .arg("-e")
             .arg(format!("trace={trace}"));
@@ -460,12 +462,17 @@ impl Drop for SmallFs {
     }
 }
 
-/// Every other fsync fails (strace `when=2+2`): some files of a batch make it, some do not.
-/// From the trace: every `link`/`rename` that gives a temporary file its final name comes after
-/// a successful `fsync` of that very file, never after a failed one; and after the window
-/// every message is stored once and acknowledged.
+/// Every other fsync fails (strace `when=2+2`): some files of a batch make it, some do not,
+/// and so do some directory syncs. The trace (fsyncs, links, and the ACKs the runner sends to
+/// the broker) must show, in order:
+/// - every `link` that gives a temporary file its final name follows a successful `fsync` of
+///   that very file, never a failed one;
+/// - every `+ACK` of a message follows the link of its final name and then a successful
+///   `fsync` of that directory: an ACK never covers a failed fsync.
+///
+/// After the window every message is stored once and acknowledged.
 #[test]
-fn per_event_links_a_final_name_only_after_a_successful_fsync() {
+fn per_event_acks_only_after_a_successful_fsync_of_file_and_directory() {
     let (before, during) = (20usize, 100usize);
     let server = NatsServer::start();
     server.create_stream(STREAM, &[SUBJECT]);
@@ -490,7 +497,7 @@ fn per_event_links_a_final_name_only_after_a_successful_fsync() {
     let mut inj = Injector::attach(
         runner.child.id(),
         dir.path(),
-        "fsync,link,linkat,rename,renameat,renameat2",
+        "fsync,link,linkat,rename,renameat,renameat2,sendto,sendmsg,write,writev",
         &["fsync:error=EIO:when=2+2"],
     );
     publish(&server, before, during);
@@ -503,12 +510,26 @@ fn per_event_links_a_final_name_only_after_a_successful_fsync() {
     );
     inj.detach();
     let trace = inj.trace_text();
-    let (links, failed) = check_links_follow_good_fsyncs(&trace);
+    let checked = check_trace(&trace);
     assert!(
-        links > 0,
-        "no final name was published in the window:\n{trace}"
+        checked.links > 0,
+        "no final name was published in the window"
     );
-    assert!(failed > 0, "no fsync of a temporary file failed:\n{trace}");
+    assert!(
+        checked.failed_temp_fsyncs > 0,
+        "no fsync of a temporary file failed"
+    );
+    assert!(
+        checked.failed_dir_fsyncs > 0,
+        "no fsync of the directory failed"
+    );
+    // Every message of the window was acknowledged while traced: each ACK was checked.
+    let window: BTreeSet<u64> = (before as u64 + 1..=total).collect();
+    assert!(
+        window.is_subset(&checked.acked),
+        "ACKs missing from the trace: {:?}",
+        window.difference(&checked.acked).collect::<Vec<_>>()
+    );
     assert_failure_logged(&runner.log_text(), EIO_TEXT);
     let records = per_event_records(&out);
     assert_eq!(
@@ -522,30 +543,58 @@ fn per_event_links_a_final_name_only_after_a_successful_fsync() {
     assert!(status.success(), "{}", runner.log_text());
 }
 
-/// Walks an `strace -f -y -o` trace: for each temporary file (`.svc-tmp-*`), the result of its
-/// last completed fsync; every link/rename from a temporary name must find that result to be
-/// success. Returns (links checked, failed fsyncs of temporary files seen).
-fn check_links_follow_good_fsyncs(trace: &str) -> (usize, usize) {
+/// What [`check_trace`] saw.
+struct Checked {
+    links: usize,
+    failed_temp_fsyncs: usize,
+    failed_dir_fsyncs: usize,
+    acked: BTreeSet<u64>,
+}
+
+/// Walks an `strace -f -y -o` trace of a per_event runner with `key_strategy`
+/// `stream_sequence` (final names `<dir>/<sequence>.json`), in trace order. strace prints a
+/// call when it completes (or at entry, marked `<unfinished ...>`, and its result later as
+/// `<... resumed>`); a thread that acts on a result was stopped until strace printed it, so a
+/// line's position orders it after every call whose result it depended on.
+fn check_trace(trace: &str) -> Checked {
     // pid -> the unfinished call's text, to join "<unfinished ...>" with "<... resumed>".
     let mut unfinished: HashMap<String, String> = HashMap::new();
     let mut last_fsync_ok: HashMap<String, bool> = HashMap::new();
-    let (mut links, mut failed) = (0, 0);
-    for raw in trace.lines() {
+    // sequence -> trace position of the successful link of its final name.
+    let mut linked: HashMap<u64, usize> = HashMap::new();
+    // directory -> trace positions of its successful fsyncs.
+    let mut dir_synced: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut c = Checked {
+        links: 0,
+        failed_temp_fsyncs: 0,
+        failed_dir_fsyncs: 0,
+        acked: BTreeSet::new(),
+    };
+    for (at, raw) in trace.lines().enumerate() {
         let Some((pid, rest)) = raw.split_once(' ') else {
             continue;
         };
         let call = if let Some(head) = rest.strip_suffix(" <unfinished ...>") {
+            // A send's bytes may leave before it returns: check its ACKs at entry.
+            if head.starts_with("send") || head.starts_with("write") {
+                check_acks(head, at, &linked, &dir_synced, &mut c.acked);
+            }
             unfinished.insert(pid.to_string(), head.to_string());
             continue;
         } else if rest.starts_with("<... ") {
             let tail = rest.split_once("resumed>").map(|(_, t)| t).unwrap_or("");
             match unfinished.remove(pid) {
+                Some(head) if head.starts_with("send") || head.starts_with("write") => continue,
                 Some(head) => format!("{head}{tail}"),
                 None => continue,
             }
         } else {
             rest.to_string()
         };
+        if call.starts_with("send") || call.starts_with("write") {
+            check_acks(&call, at, &linked, &dir_synced, &mut c.acked);
+            continue;
+        }
         // strace pads before the result: `fsync(7</d/.svc-tmp-1-2>)      = 0`.
         let Some((_, result)) = call.rsplit_once(" = ") else {
             continue;
@@ -553,32 +602,81 @@ fn check_links_follow_good_fsyncs(trace: &str) -> (usize, usize) {
         let ok = result.trim() == "0";
         if call.starts_with("fsync(") {
             // fsync(7</dir/.svc-tmp-123-4>)
-            if let Some(path) = call
+            let Some(path) = call
                 .split_once('<')
-                .and_then(|(_, p)| p.split_once('>'))
-                .map(|(p, _)| p)
-                .filter(|p| p.contains("/.svc-tmp-"))
-            {
-                if !ok {
-                    failed += 1;
+                .and_then(|(_, p)| p.rsplit_once('>'))
+                .map(|(p, _)| p.to_string())
+            else {
+                continue;
+            };
+            if path.contains("/.svc-tmp-") {
+                c.failed_temp_fsyncs += usize::from(!ok);
+                last_fsync_ok.insert(path, ok);
+            } else if path.ends_with("/stream-sequence/ORDERS") {
+                c.failed_dir_fsyncs += usize::from(!ok);
+                if ok {
+                    dir_synced.entry(path).or_default().push(at);
                 }
-                last_fsync_ok.insert(path.to_string(), ok);
             }
-        } else if ["link", "rename"].iter().any(|c| call.starts_with(c)) && ok {
-            // The first quoted path is the temporary (source) name.
-            let Some(src) = call.split('"').nth(1) else {
+        } else if ["link", "rename"].iter().any(|p| call.starts_with(p)) && ok {
+            // link*(..., "src", ..., "dst", ...): the quoted paths are the 2nd and 4th fields.
+            let mut quoted = call.split('"').skip(1).step_by(2);
+            let (Some(src), Some(dst)) = (quoted.next(), quoted.next()) else {
                 continue;
             };
             if !src.contains("/.svc-tmp-") {
                 continue;
             }
-            links += 1;
+            c.links += 1;
             assert_eq!(
                 last_fsync_ok.get(src),
                 Some(&true),
                 "{src} got a final name without a successful fsync: {call}"
             );
+            let seq: u64 = Path::new(dst)
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("final name {dst}"));
+            linked.entry(seq).or_insert(at);
         }
     }
-    (links, failed)
+    c
+}
+
+/// Every `+ACK` in a send to the broker (`PUB $JS.ACK.<stream>.<consumer>.<delivered>.
+/// <stream seq>.<consumer seq>.<time>.<pending> <len>\r\n+ACK\r\n`, escaped by strace) must
+/// come after its final name was linked and the directory then fsynced successfully.
+fn check_acks(
+    call: &str,
+    at: usize,
+    linked: &HashMap<u64, usize>,
+    dir_synced: &HashMap<String, Vec<usize>>,
+    acked: &mut BTreeSet<u64>,
+) {
+    for part in call.split("PUB $JS.ACK.").skip(1) {
+        let Some((subject, rest)) = part.split_once(' ') else {
+            continue;
+        };
+        let Some((_, body)) = rest.split_once("\\r\\n") else {
+            continue;
+        };
+        if !body.starts_with("+ACK") {
+            continue; // -NAK, +WPI, or cut off by strace's string limit
+        }
+        let seq: u64 = subject
+            .split('.')
+            .nth(3)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("ACK subject {subject}"));
+        let link = *linked
+            .get(&seq)
+            .unwrap_or_else(|| panic!("sequence {seq} acknowledged before its final name existed"));
+        assert!(
+            dir_synced.values().flatten().any(|d| link < *d && *d < at),
+            "sequence {seq} acknowledged (trace line {at}) without a successful directory \
+             fsync after its link (line {link})"
+        );
+        acked.insert(seq);
+    }
 }
