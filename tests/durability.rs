@@ -21,6 +21,9 @@
 //!   fsync of that temporary file, and that every `+ACK` the runner sends to the broker
 //!   follows the link of that message's final name and a later successful fsync of its
 //!   directory (so an ACK never covers a failed fsync);
+//! - jsonl: with every other `fdatasync` failing, every `+ACK` in the trace follows a write of
+//!   that message's line and then a successful `fdatasync` of the segment entered after the
+//!   write, with no failed one in between;
 //! - the log names the failure with the OS error's Display text, never a Debug dump;
 //! - once strace detaches, the same runner process writes and acknowledges everything, and
 //!   every acknowledged sequence has a complete record on disk.
@@ -37,8 +40,8 @@
 //! jsonl the test proves whole lines only and no ACK, not the absence of unsynced lines.
 //!
 //! Needs strace (Debian package strace, installed by scripts/deps.sh) and ptrace permission
-//! (root, or `kernel.yama.ptrace_scope` 0/1 for a child of the test): an attach failure fails
-//! the test with strace's own message.
+//! (root or CAP_SYS_PTRACE, or `kernel.yama.ptrace_scope` 0: strace is the runner's sibling,
+//! not its parent): an attach failure fails the test with strace's own message.
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
@@ -571,9 +574,11 @@ fn check_trace(trace: &str) -> Checked {
         acked: BTreeSet::new(),
     };
     for (at, raw) in trace.lines().enumerate() {
+        // `PID  call`: strace pads the pid to five columns.
         let Some((pid, rest)) = raw.split_once(' ') else {
             continue;
         };
+        let rest = rest.trim_start();
         let call = if let Some(head) = rest.strip_suffix(" <unfinished ...>") {
             // A send's bytes may leave before it returns: check its ACKs at entry.
             if head.starts_with("send") || head.starts_with("write") {
@@ -679,4 +684,190 @@ fn check_acks(
         );
         acked.insert(seq);
     }
+}
+
+/// One system call of a trace: where it was entered and where its result was printed (the
+/// same line unless another thread's line came between), and its joined text.
+struct Call {
+    entry: usize,
+    done: usize,
+    text: String,
+}
+
+/// The calls of an `strace -f -o` trace, in order of their result.
+fn calls(trace: &str) -> Vec<Call> {
+    let mut unfinished: HashMap<&str, (usize, String)> = HashMap::new();
+    let mut out = Vec::new();
+    for (at, raw) in trace.lines().enumerate() {
+        // `PID  call`: strace pads the pid to five columns.
+        let Some((pid, rest)) = raw.split_once(' ') else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        if let Some(head) = rest.strip_suffix(" <unfinished ...>") {
+            unfinished.insert(pid, (at, head.to_string()));
+        } else if rest.starts_with("<... ") {
+            let tail = rest.split_once("resumed>").map(|(_, t)| t).unwrap_or("");
+            if let Some((entry, head)) = unfinished.remove(pid) {
+                out.push(Call {
+                    entry,
+                    done: at,
+                    text: format!("{head}{tail}"),
+                });
+            }
+        } else {
+            out.push(Call {
+                entry: at,
+                done: at,
+                text: rest.to_string(),
+            });
+        }
+    }
+    out
+}
+
+/// The fd path strace's `-y` printed for a call's first argument: `fdatasync(7</d/s.jsonl>)`.
+fn fd_path(call: &str) -> Option<&str> {
+    let (_, rest) = call.split_once('<')?;
+    rest.split_once(">,")
+        .or_else(|| rest.split_once(">)"))
+        .map(|(p, _)| p)
+}
+
+/// Whether a call's result (after strace's padding) is success.
+fn succeeded(call: &str) -> Option<bool> {
+    call.rsplit_once(" = ").map(|(_, r)| {
+        let r = r.trim();
+        r == "0" || (r.parse::<u64>().is_ok() && !r.starts_with('-'))
+    })
+}
+
+/// Every `+ACK` (stream sequence, trace position of the send's entry) in a trace.
+fn acks(calls: &[Call]) -> Vec<(u64, usize)> {
+    let mut out = Vec::new();
+    for c in calls.iter().filter(|c| c.text.starts_with("send")) {
+        for part in c.text.split("PUB $JS.ACK.").skip(1) {
+            let Some((subject, rest)) = part.split_once(' ') else {
+                continue;
+            };
+            let Some((_, body)) = rest.split_once("\\r\\n") else {
+                continue;
+            };
+            if body.starts_with("+ACK") {
+                let seq = subject.split('.').nth(3).and_then(|s| s.parse().ok());
+                out.push((
+                    seq.unwrap_or_else(|| panic!("ACK subject {subject}")),
+                    c.entry,
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// jsonl: every `+ACK` of a sequence follows a write of its line to a segment and then a
+/// successful `fdatasync` of that segment entered after the write returned, with no failed
+/// sync of the segment after the write and before that one (after a failed sync the unsynced
+/// tail may be gone, whatever a later sync says). Returns (ACKs checked, failed syncs seen).
+fn check_jsonl_trace(trace: &str) -> (BTreeSet<u64>, usize) {
+    let calls = calls(trace);
+    // segment -> (entry, done, ok) of each fdatasync.
+    let mut syncs: HashMap<&str, Vec<(usize, usize, bool)>> = HashMap::new();
+    // sequence -> (segment, done) of each write of its line.
+    let mut writes: HashMap<u64, Vec<(&str, usize)>> = HashMap::new();
+    let mut failed = 0;
+    for c in &calls {
+        let Some(path) = fd_path(&c.text).filter(|p| p.contains("/segment-")) else {
+            continue;
+        };
+        if c.text.starts_with("fdatasync(") {
+            let ok = succeeded(&c.text) == Some(true);
+            failed += usize::from(!ok);
+            syncs.entry(path).or_default().push((c.entry, c.done, ok));
+        } else if c.text.starts_with("write(") && succeeded(&c.text) == Some(true) {
+            for part in c.text.split("stream_sequence\\\":").skip(1) {
+                let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
+                writes
+                    .entry(digits.parse().unwrap())
+                    .or_default()
+                    .push((path, c.done));
+            }
+        }
+    }
+    let mut acked = BTreeSet::new();
+    for (seq, at) in acks(&calls) {
+        let covered = writes.get(&seq).into_iter().flatten().any(|(seg, w)| {
+            // The first sync of this segment entered after the write, done before the ACK.
+            syncs
+                .get(seg)
+                .into_iter()
+                .flatten()
+                .filter(|(entry, _, _)| entry > w)
+                .min_by_key(|(entry, _, _)| *entry)
+                .is_some_and(|(_, done, ok)| *ok && *done < at)
+        });
+        assert!(
+            covered,
+            "sequence {seq} acknowledged (trace line {at}) without a successful sync of its \
+             line: writes {:?}",
+            writes.get(&seq)
+        );
+        acked.insert(seq);
+    }
+    (acked, failed)
+}
+
+/// jsonl under mixed failures (every other fdatasync fails, strace `when=2+2`): every
+/// ACK in the trace is covered by a successful sync of the segment holding that message's line
+/// with no failed sync in between ([`check_jsonl_trace`]); afterwards every message is
+/// present as a complete line and acknowledged.
+#[test]
+fn jsonl_acks_only_lines_covered_by_a_successful_fdatasync() {
+    let (before, during) = (20usize, 100usize);
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &[SUBJECT]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(30));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(&server, dir.path(), &out, json!({"mode": "jsonl"})),
+    );
+    publish(&server, 0, before);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(60), "the first messages acked", || {
+        all_acked(&server, before as u64)
+    });
+    let mut inj = Injector::attach(
+        runner.child.id(),
+        dir.path(),
+        "fsync,fdatasync,write,sendto,sendmsg",
+        // fdatasync only: creating a segment takes exactly two fsyncs (file, directory), so
+        // failing every other fsync would fail every creation and nothing could progress.
+        &["fdatasync:error=EIO:when=2+2"],
+    );
+    publish(&server, before, during);
+    let total = (before + during) as u64;
+    wait_until(
+        Duration::from_secs(120),
+        "everything acked under mixed failures",
+        || all_acked(&server, total),
+    );
+    inj.detach();
+    let (acked, failed) = check_jsonl_trace(&inj.trace_text());
+    assert!(failed > 0, "no segment sync failed");
+    let window: BTreeSet<u64> = (before as u64 + 1..=total).collect();
+    assert!(
+        window.is_subset(&acked),
+        "ACKs missing from the trace: {:?}",
+        window.difference(&acked).collect::<Vec<_>>()
+    );
+    assert_failure_logged(&runner.log_text(), EIO_TEXT);
+    assert_eq!(jsonl_sequences(&out), (1..=total).collect::<BTreeSet<_>>());
+    runner.signal("TERM");
+    let status = runner
+        .wait_timeout(Duration::from_secs(30))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "{}", runner.log_text());
 }
