@@ -265,6 +265,8 @@ impl Jsonl {
                 .and_then(|()| sync_dir(&self.base))
                 .and_then(|()| created_parents.iter().try_for_each(|p| sync_dir(p)));
             if let Err(e) = synced {
+                // Not usable: leave no empty segment behind (one per retry during a sync outage).
+                let _ = std::fs::remove_file(&path);
                 return Err(error(format!("create {rel}: {e}")));
             }
             return Ok(Segment {
