@@ -202,9 +202,12 @@ fn run_svc(
     peak = peak.max(peak_rss_kib(child.id()));
     let cpu = thread_cpu(child.id());
     let broker_cpu = broker.cpu_seconds() - broker_cpu_before;
-    let _ = Command::new("kill")
+    // A failed SIGTERM would leave the wait below hanging: fail loudly instead.
+    let sent = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
-        .status();
+        .status()
+        .expect("kill (Debian package procps)");
+    assert!(sent.success(), "kill -TERM: {sent}");
     let _ = child.wait();
     RunResult {
         rate: n as f64 / elapsed,

@@ -46,9 +46,12 @@ TOOLS_DIR="${SVC_TEST_TOOLS:-$HOME/.cache/svc-test-tools}"
 
 deps_test() {
     need_rust
+    # procps: kill(1), which the tests use to pause and resume moto (SIGSTOP/SIGCONT);
+    # iproute2: ss(8), which the object-store bench (smoke-run by cargo test) uses to count
+    # sockets in TIME_WAIT; strace: fault injection (failing fsync/write) in tests/durability.rs.
     apt_install nats-server openssl ca-certificates \
         prometheus prometheus-node-exporter rsyslog wrk systemd \
-        lintian dpkg-dev man-db binutils
+        lintian dpkg-dev man-db binutils procps iproute2 strace
     apt_install_cmd curl curl
     apt_install_cmd python3 python3
     python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv

@@ -45,9 +45,11 @@ fn run_until_stored(
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         if files_below(out).len() >= n {
-            let _ = Command::new("kill")
+            let sent = Command::new("kill")
                 .args(["-TERM", &child.id().to_string()])
-                .status();
+                .status()
+                .expect("kill (Debian package procps)");
+            assert!(sent.success(), "kill -TERM: {sent}");
             let status = child.wait().unwrap();
             let text = std::fs::read_to_string(&log).unwrap();
             return if status.success() {

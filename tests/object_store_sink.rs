@@ -599,8 +599,14 @@ fn limits_are_enforced_before_the_call() {
     assert_eq!(p.write_batch(&[env1(2)]), vec![WriteOutcome::Durable]);
 }
 
+/// Eight racing writers of one key: exactly one `Durable`, seven `AlreadyDurable`, one version.
+/// What this proves is the sink's side: it sends `If-None-Match: *` and reads a 412 as "already
+/// durable". The single winner itself is decided by the test's own moto middleware
+/// (`AtomicConditionalPut` in tests/moto/helper.py), not by moto: moto 5.2 checks the condition
+/// and stores the object in separate steps, so without the middleware several writers can win.
+/// Real S3 guarantees one winner; the middleware stands in for that guarantee.
 #[test]
-fn eight_concurrent_writers_of_one_key_make_one_object() {
+fn eight_racing_writers_of_one_key_one_winner_by_the_test_middleware() {
     let m = shared();
     m.create_bucket("t-race", true);
     for round in 0..3u64 {

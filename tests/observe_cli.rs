@@ -244,6 +244,9 @@ fn disabled_policy_writes_one_comment_line_without_a_snapshot() {
     );
 }
 
+/// The end state (promtool-clean, no temporary file left). That a reader never sees a torn
+/// file while `write_atomically` replaces it is proven by a concurrent reader in
+/// `metrics::snapshot::tests::a_concurrent_reader_never_sees_a_torn_file`.
 #[test]
 fn textfile_is_written_atomically_and_promtool_clean() {
     let dir = TempDir::new("textfile");

@@ -1,7 +1,7 @@
 //! One real TLS handshake per HTTPS client of this branch (cloud A, B, C exports and the broker
 //! monitoring poll) against `openssl s_server -www`: a self-signed certificate must give a
-//! clean "invalid peer certificate" error and exit 1 (never a panic: TESTING.md's
-//! crypto-provider trap), and a certificate of a CA trusted through configuration
+//! clean "invalid peer certificate" error and exit 1 (never a panic: rustls 0.23 panics when no
+//! single process-wide crypto provider can be chosen), and a certificate of a CA trusted through configuration
 //! (`SSL_CERT_FILE` for the exports, `ca_file` for the poll) must pass the handshake (the
 //! `-www` server then answers the poll's GET with its HTML status page, "not valid JSON", and
 //! leaves an export's POST unanswered until the timeout: non-TLS errors after a handshake).

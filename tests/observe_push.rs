@@ -1057,8 +1057,18 @@ fn statsd_receiver_down_and_oversize() {
         "{}",
         stderr(&o)
     );
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(d.inspected("counters")["statsd.packets_received"], 0.0);
+    // Absence needs a live receiver: a control datagram sent through the same UDP port after
+    // the export exited must arrive, and be the only one. On loopback a datagram is queued
+    // on the receiving socket when it is sent, so anything the export had sent would be ahead
+    // of the control.
+    let control = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    control
+        .send_to(b"svc_test_control:1|c", ("127.0.0.1", d.port))
+        .unwrap();
+    d.wait_packets(1);
+    let counters = d.inspected("counters");
+    assert_eq!(counters["statsd.packets_received"], 1.0, "{counters:?}");
+    assert_eq!(counters["svc_test_control"], 1.0, "{counters:?}");
 }
 
 #[test]
@@ -1210,8 +1220,23 @@ fn syslog_oversize_and_socket_missing() {
         "{}",
         stderr(&o)
     );
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(rs.raw_lines().iter().all(|l| l.contains("probe")));
+    // Absence needs a live receiver: a control message sent over the same UDP input after the
+    // export exited must be written, and nothing but probes and it may be there.
+    let control = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    control
+        .send_to(
+            b"<13>1 2024-01-01T00:00:00Z probe probe - probe - control-after-oversize",
+            ("127.0.0.1", rs.port),
+        )
+        .unwrap();
+    wait_for("the control message", Duration::from_secs(10), || {
+        rs.raw_lines()
+            .iter()
+            .any(|l| l.contains("control-after-oversize"))
+            .then_some(())
+    });
+    let lines = rs.raw_lines();
+    assert!(lines.iter().all(|l| l.contains("probe")), "{lines:?}");
 }
 
 #[test]

@@ -258,8 +258,8 @@ fn sigkill_redelivery_adds_no_rows_and_counts_duplicates() {
     assert_eq!(sequences_once(&db, "events").len(), n);
     stop(runner);
 
-    // The broker's ack state can move backwards (TESTING.md): replay everything from the
-    // start, as a recreated consumer does. Every row is already there.
+    // A consumer's ack state can move backwards (nats-server after a SIGKILL and restart):
+    // replay everything from the start, as a recreated consumer does. Every row is already there.
     server.js().delete_consumer(STREAM, CONSUMER).unwrap();
     server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(30));
     let snap = dir.path().join("metrics.json");

@@ -19,7 +19,7 @@
 //! Shutdown: the thread checks the stop flag at least every [`POLL_INTERVAL`], unsubscribes and
 //! exits; it also exits when the connection is closed.
 
-// The nats crate marks every item deprecated (see TESTING.md); this module wraps it.
+// The nats crate (0.26) marks every JetStream item `#[deprecated]`; this module wraps it.
 #![allow(deprecated)]
 
 use std::io;

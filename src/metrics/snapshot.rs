@@ -223,6 +223,62 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The end state alone cannot tell an atomic write from a torn one: a reader polls the file
+    /// while it is rewritten and must only ever see one whole version or the other (or no file
+    /// before the first write). A plain truncate-and-write (`fs::write`) fails this.
+    #[test]
+    fn a_concurrent_reader_never_sees_a_torn_file() {
+        use std::sync::atomic::AtomicBool;
+        let dir = std::env::temp_dir().join(format!("svc-snap-torn-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("metrics.json");
+        // Two versions of different lengths and contents, large enough to need several writes.
+        let a = vec![b'a'; 300 * 1024];
+        let b = vec![b'b'; 700 * 1024];
+        let done = AtomicBool::new(false);
+        let (reads, whole) = std::thread::scope(|sc| {
+            let reader = std::thread::Builder::new()
+                .name("snapshot-reader".into())
+                .spawn_scoped(sc, || {
+                    let (mut reads, mut whole) = (0u64, 0u64);
+                    while !done.load(Ordering::Acquire) {
+                        reads += 1;
+                        match fs::read(&path) {
+                            Ok(bytes) => {
+                                assert!(
+                                    bytes == a || bytes == b,
+                                    "torn file seen: {} bytes",
+                                    bytes.len()
+                                );
+                                whole += 1;
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                            Err(e) => panic!("read: {e}"),
+                        }
+                        // Only the final name and the writer's dot-named temp file may exist.
+                        for entry in fs::read_dir(&dir).unwrap() {
+                            let name = entry.unwrap().file_name().into_string().unwrap();
+                            assert!(name == "metrics.json" || name.starts_with('.'), "{name}");
+                        }
+                    }
+                    (reads, whole)
+                })
+                .unwrap();
+            for i in 0..60 {
+                write_atomically(&path, if i % 2 == 0 { &a } else { &b }).unwrap();
+                // Let the reader in between writes even on a loaded machine.
+                std::thread::yield_now();
+            }
+            done.store(true, Ordering::Release);
+            reader.join().unwrap()
+        });
+        // Positive control: the reader really read whole files while the writes went on.
+        assert!(whole > 0 && reads >= whole, "reads {reads}, whole {whole}");
+        assert_eq!(fs::read(&path).unwrap(), b, "last write wins");
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 1, "no temp file left");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn timestamps_are_checked() {
         let m = Metrics::default();

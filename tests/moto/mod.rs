@@ -246,17 +246,23 @@ impl Moto {
 
 impl Drop for Moto {
     fn drop(&mut self) {
-        signal(self.pid(), "CONT");
+        // SIGKILL ends a stopped process too, so no SIGCONT is needed here; a drop must not
+        // panic (it may run while a failed test unwinds).
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
+/// Sends `sig` with kill(1) (Debian package procps, installed by scripts/deps.sh). A pause
+/// that silently failed would turn a "store hangs" test into a "store answers" test, so a
+/// missing `kill` or a failed signal fails the test.
 fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
+    let status = Command::new("kill")
         .arg(format!("-{sig}"))
         .arg(pid.to_string())
-        .status();
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run kill (Debian package procps): {e}"));
+    assert!(status.success(), "kill -{sig} {pid}: {status}");
 }
 
 pub fn wait_tcp(port: u16, limit: Duration) {

@@ -127,7 +127,8 @@ impl NatsServer {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
-    /// SIGKILL: no chance to flush state (TESTING.md: ack state may move backwards).
+    /// SIGKILL: no chance to flush state (after a restart a consumer's ack state may move
+    /// backwards: already-acknowledged messages can be delivered again).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();

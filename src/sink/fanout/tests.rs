@@ -564,7 +564,10 @@ fn optional_child_within_its_minimum_wait_is_awaited_and_failures_counted() {
     let r = routing(vec![(
         "all",
         ">",
-        vec![target("db", true, 0, 0), target("store", false, 5000, 9000)],
+        vec![
+            target("db", true, 0, 0),
+            target("store", false, 60_000, 120_000),
+        ],
     )]);
     let (sink, m) = fanout(vec![("db", db), ("store", store.clone())], r, 4);
     let started = Instant::now();
@@ -579,9 +582,11 @@ fn optional_child_within_its_minimum_wait_is_awaited_and_failures_counted() {
         took >= Duration::from_millis(50),
         "the gate awaited the optional result"
     );
+    // A minimum wait of 60 s, far beyond any scheduling delay: returning before it proves the
+    // gate released on the optional result, not on the minimum wait.
     assert!(
-        took < Duration::from_millis(4000),
-        "released as soon as the optional finished, not after the 5 s minimum wait: {took:?}"
+        took < Duration::from_secs(60),
+        "released as soon as the optional finished, not after the 60 s minimum wait: {took:?}"
     );
     assert_eq!(
         store.seqs(),
@@ -605,13 +610,12 @@ fn hung_optional_child_costs_a_bounded_number_of_threads() {
     )]);
     let (sink, m) = fanout(vec![("db", db), ("hung", hung.clone())], r, 2);
     for seq in 1..=5 {
-        let started = Instant::now();
         assert_eq!(
             sink.write_batch(&[env("a", seq)]),
             vec![WriteOutcome::Durable]
         );
-        // The child hangs forever: returning at all proves the gate did not wait for it.
-        assert!(started.elapsed() < Duration::from_secs(5));
+        // The child hangs until released below: returning at all proves the gate did not wait
+        // for it (no clock needed).
     }
     // Two writes run (the limit); three were skipped at once and counted as timeouts; the two
     // running ones time out at 50 ms.

@@ -267,6 +267,8 @@ impl Jsonl {
                 .and_then(|()| sync_dir(&self.base))
                 .and_then(|()| created_parents.iter().try_for_each(|p| sync_dir(p)));
             if let Err(e) = synced {
+                // Not usable: leave no empty segment behind (one per retry during a sync outage).
+                let _ = std::fs::remove_file(&path);
                 return Err(error(format!("create {rel}: {e}")));
             }
             return Ok(Segment {
@@ -466,7 +468,10 @@ mod tests {
         c.segment_max_age_seconds = 0;
         let sink = sink(c);
         for i in 0..3 {
-            sink.write_batch(&batch(i * 2 + 1, 2));
+            assert_eq!(
+                sink.write_batch(&batch(i * 2 + 1, 2)),
+                vec![WriteOutcome::Durable; 2]
+            );
         }
         let names: Vec<String> = read_all(&s, false).into_iter().map(|(n, _)| n).collect();
         assert_eq!(names.len(), 3, "{names:?}");
@@ -516,15 +521,47 @@ mod tests {
         c.compression = Compression::Gzip;
         c.file_suffix = ".jsonl.gz".into();
         let sink = sink(c);
-        sink.write_batch(&batch(1, 5));
-        sink.write_batch(&batch(6, 5));
+        for first in [1, 6, 11] {
+            assert_eq!(
+                sink.write_batch(&batch(first, 5)),
+                vec![WriteOutcome::Durable; 5]
+            );
+        }
         let seqs: Vec<u64> = lines(&s, true)
             .iter()
             .map(|v| v["stream_sequence"].as_u64().unwrap())
             .collect();
-        assert_eq!(seqs, (1..=10).collect::<Vec<_>>());
-        let name = &s.files("out")[0];
+        assert_eq!(seqs, (1..=15).collect::<Vec<_>>());
+        let files = s.files("out");
+        assert_eq!(files.len(), 1, "{files:?}");
+        let name = &files[0];
         assert!(name.ends_with(".jsonl.gz"), "{name}");
+        // Decode member by member: a single-member decoder stops at the end of its member's
+        // trailer, leaving the rest of the file for the next one.
+        let raw = fs::read(s.path().join("out").join(name)).unwrap();
+        let mut rest = &raw[..];
+        let mut members = Vec::new();
+        while !rest.is_empty() {
+            let mut member = flate2::bufread::GzDecoder::new(rest);
+            let mut text = Vec::new();
+            member.read_to_end(&mut text).expect("a whole gzip member");
+            rest = member.into_inner();
+            members.push(text);
+        }
+        assert_eq!(members.len(), 3, "one member per batch");
+        for (i, text) in members.iter().enumerate() {
+            let firsts: Vec<u64> = text
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .map(|l| {
+                    serde_json::from_slice::<Value>(l).unwrap()["stream_sequence"]
+                        .as_u64()
+                        .unwrap()
+                })
+                .collect();
+            let first = i as u64 * 5 + 1;
+            assert_eq!(firsts, (first..first + 5).collect::<Vec<_>>(), "member {i}");
+        }
     }
 
     #[test]
@@ -562,7 +599,7 @@ mod tests {
         let mut c = cfg(&s);
         c.key_prefix = Some("stream/a".into());
         let first = sink(c);
-        first.write_batch(&batch(1, 1));
+        assert_eq!(first.write_batch(&batch(1, 1)), vec![WriteOutcome::Durable]);
         let files = s.files("out");
         assert_eq!(files.len(), 1);
         assert!(files[0].starts_with("stream/a/segment-"), "{files:?}");

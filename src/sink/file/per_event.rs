@@ -591,7 +591,10 @@ mod tests {
         let mut c = cfg(&s);
         c.file_mode = 0o664;
         let sink = sink(c);
-        sink.write_batch(&[envelope("a", 1, None, b"{}")]);
+        assert_eq!(
+            sink.write_batch(&[envelope("a", 1, None, b"{}")]),
+            vec![WriteOutcome::Durable]
+        );
         let p = s.path().join("out/idempotency-key/s-ORDERS-1.json");
         assert_eq!(
             fs::metadata(p).unwrap().permissions().mode() & 0o7777,

@@ -461,25 +461,30 @@ mod tests {
 
     #[test]
     fn md5_matches_postgres() {
-        // SELECT 'md5' || md5(md5('secret' || 'alice') || E'\\x01\\x02\\x03\\x04') computed by
-        // hand: inner = md5("secretalice").
-        let inner = {
-            use md5::{Digest, Md5};
-            crate::text::hex::lower(&Md5::digest(b"secretalice"))
-        };
-        let mut outer = inner.into_bytes();
-        outer.extend_from_slice(&[1, 2, 3, 4]);
-        let want = {
-            use md5::{Digest, Md5};
-            format!("md5{}", crate::text::hex::lower(&Md5::digest(&outer)))
-        };
-        assert_eq!(md5_password("alice", b"secret", &[1, 2, 3, 4]), want);
-        // RFC 1321 test vector pins the primitive itself.
+        // Both literals were computed once by the real server (PostgreSQL 15.20 on
+        // 127.0.0.1:5432), not by this crate's MD5, so a wrong algorithm cannot agree with itself:
+        //   BEGIN; SET LOCAL password_encryption = 'md5';
+        //   CREATE ROLE alice LOGIN PASSWORD 'secret';
+        //   SELECT rolpassword,
+        //          'md5' || md5(convert_to(substr(rolpassword, 4), 'UTF8') || '\x01020304'::bytea)
+        //     FROM pg_authid WHERE rolname = 'alice';
+        //   ROLLBACK;
+        // The first column is what the server stores for the role; the second is what its md5
+        // authentication expects on the wire for the salt 01 02 03 04 (md5(stored hex || salt)).
+        const STORED: &str = "md54a0a68b43b6cd5cf266fa02f196e2371";
+        const ON_THE_WIRE: &str = "md598a0412b9c31436fc53776e863350083";
+        assert_eq!(md5_password("alice", b"secret", &[1, 2, 3, 4]), ON_THE_WIRE);
+        // The inner hash alone, as the server stores it.
         use md5::{Digest, Md5};
         assert_eq!(
-            crate::text::hex::lower(&Md5::digest(b"abc")),
-            "900150983cd24fb0d6963f7d28e17f72"
+            format!(
+                "md5{}",
+                crate::text::hex::lower(&Md5::digest(b"secretalice"))
+            ),
+            STORED
         );
+        // Another salt gives another answer: the salt is really mixed in.
+        assert_ne!(md5_password("alice", b"secret", &[1, 2, 3, 5]), ON_THE_WIRE);
     }
 
     #[test]

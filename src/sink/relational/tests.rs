@@ -48,7 +48,7 @@ impl TestDb {
             crate::message::envelope::now_unix_nanos() % 1_000_000
         );
         let mut admin = Connection::connect(&admin_params("postgres"), None)
-            .expect("PostgreSQL on 127.0.0.1:5432 (see TESTING.md)");
+            .expect("PostgreSQL on 127.0.0.1:5432 with trust auth (scripts/deps.sh installs it)");
         admin
             .simple(&format!("CREATE DATABASE \"{name}\""))
             .unwrap();

@@ -225,7 +225,8 @@ pub fn tls_client_config(
             }
         }
     }
-    // One explicit provider: no dependence on a process-wide default (see TESTING.md).
+    // One explicit provider: no dependence on a process-wide default (rustls 0.23 panics at
+    // `ClientConfig::builder()` when no single default provider can be chosen).
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
