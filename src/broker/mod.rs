@@ -409,6 +409,23 @@ impl AckSubject<'_> {
     }
 }
 
+/// Fuzzing entry point (`fuzz/fuzz_targets/ack_subject.rs`): [`AckSubject::parse`] as plain
+/// values `(stream, consumer, delivered, stream_sequence, consumer_sequence, published)`.
+#[doc(hidden)]
+pub fn fuzz_parse_ack_subject(reply: &str) -> Option<(&str, &str, u64, u64, u64, i128)> {
+    AckSubject::parse(reply).map(|a| {
+        let (s, c) = (a.stream, a.consumer);
+        (
+            s,
+            c,
+            a.delivered,
+            a.stream_sequence,
+            a.consumer_sequence,
+            a.published_unix_nanos,
+        )
+    })
+}
+
 /// Acknowledgement verbs of JetStream.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum AckVerb {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{now_epoch_seconds, Metrics, Summary};
+use crate::text::peer::PeerText;
 
 pub const SCHEMA: &str = "svc.metrics.snapshot.v1";
 
@@ -104,12 +105,13 @@ impl Snapshot {
 
     /// Parses a snapshot, checking its schema identifier.
     pub fn parse(text: &str) -> Result<Snapshot, String> {
-        let snap: Snapshot =
-            serde_json::from_str(text).map_err(|e| format!("snapshot is not valid: {e}"))?;
+        // serde_json's message quotes unknown keys: the file's text, bounded and escaped.
+        let snap: Snapshot = serde_json::from_str(text)
+            .map_err(|e| format!("snapshot is not valid: {}", PeerText::new(&e.to_string())))?;
         if snap.schema != SCHEMA {
             return Err(format!(
-                "snapshot schema must be {SCHEMA}, found {:?}",
-                snap.schema
+                "snapshot schema must be {SCHEMA}, found \"{}\"",
+                PeerText::new(&snap.schema)
             ));
         }
         Ok(snap)
@@ -156,6 +158,22 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
+
+    /// Found by `fuzz/fuzz_targets/metrics_snapshot.rs`: serde_json's message quotes an
+    /// unknown key of the file, and the schema was shown with Debug (bidi controls pass).
+    #[test]
+    fn refusals_escape_the_files_text() {
+        let e = Snapshot::parse(r#"{"schema":"x","x\n y\u202e":1}"#).unwrap_err();
+        assert!(e.contains("unknown field `x\\n y\\u{202e}`"), "{e}");
+        assert!(!e.chars().any(char::is_control), "{e}");
+        let mut snap = Snapshot::capture(&Metrics::default(), "svc", 1.0);
+        snap.schema = "v\u{202e}1\n".into();
+        let e = Snapshot::parse(&serde_json::to_string(&snap).unwrap()).unwrap_err();
+        assert_eq!(
+            e,
+            "snapshot schema must be svc.metrics.snapshot.v1, found \"v\\u{202e}1\\n\""
+        );
+    }
 
     #[test]
     fn round_trips_and_writes_atomically() {

@@ -384,6 +384,13 @@ fn parse_head(head: &[u8]) -> Option<Head<'_>> {
     })
 }
 
+/// Fuzzing entry point (`fuzz/fuzz_targets/http_head.rs`): [`parse_head`] as plain values
+/// `(method, target, keep_alive, has_body)`.
+#[doc(hidden)]
+pub fn fuzz_parse_head(head: &[u8]) -> Option<(&str, &str, bool, bool)> {
+    parse_head(head).map(|h| (h.method, h.target, h.keep_alive, h.has_body))
+}
+
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",

@@ -44,6 +44,7 @@ use super::{
 use crate::aws::{Env, ProcessEnv};
 use crate::observe::policy::cloud_a::AuthMode;
 use crate::observe::policy::CloudA;
+use crate::text::peer::PeerText;
 
 pub const CONNECTOR: Connector = Connector {
     command: "cloud-a-export",
@@ -203,7 +204,7 @@ pub fn check_answer(body: &[u8]) -> Result<(), String> {
         .and_then(|f| f.get("message"))
         .and_then(Json::as_str)
         .unwrap_or("no message");
-    let first: String = first.chars().take(200).collect();
+    let first = PeerText::with_limit(first, 200);
     Err(format!(
         "OCI rejected {failed} metric{} of the batch (first: {first})",
         if failed == 1 { "" } else { "s" }
@@ -345,6 +346,20 @@ pub fn plan_with(
 mod tests {
     use super::*;
     use crate::observe::policy::Policy;
+
+    /// Found by `fuzz/fuzz_targets/cloud_answers.rs`: the rejection message of the answer
+    /// reached the error text with its control characters.
+    #[test]
+    fn answer_messages_are_escaped() {
+        let e = check_answer(
+            br#"{"failedMetricsCount": 1, "failedMetrics": [{"message": "bad\nforged \u001b[2J"}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "OCI rejected 1 metric of the batch (first: bad\\nforged \\u{1b}[2J)"
+        );
+    }
 
     #[test]
     fn summaries_become_weighted_means_with_min_and_max() {

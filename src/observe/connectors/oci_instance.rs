@@ -36,6 +36,7 @@ use super::cloud;
 use super::oci_auth::{jwt_expiry, Identity};
 use super::oci_signature::{self, load_private_key, Signer};
 use crate::aws::Env;
+use crate::text::peer::PeerText;
 
 /// Test-only replacement of `http://169.254.169.254` (loopback only).
 pub const METADATA_OVERRIDE_ENV: &str = "SVC_OCI_METADATA_OVERRIDE";
@@ -385,13 +386,13 @@ fn read_body(resp: ureq::http::Response<ureq::Body>) -> Result<(u16, Vec<u8>), S
 
 /// The short error description of a failed federation answer (`code` and `message` of OCI's
 /// error JSON, cut; nothing else of the body).
-fn federation_failure(status: u16, body: &[u8]) -> String {
+pub fn federation_failure(status: u16, body: &[u8]) -> String {
     let v: Option<serde_json::Value> = serde_json::from_slice(body).ok();
     let field = |k: &str| {
         v.as_ref()
             .and_then(|v| v.get(k))
             .and_then(serde_json::Value::as_str)
-            .map(|s| s.chars().take(160).collect::<String>())
+            .map(|s| PeerText::with_limit(s, 160).to_string())
     };
     match (field("code"), field("message")) {
         (Some(c), Some(m)) => format!("HTTP {status} ({c}: {m})"),
@@ -521,6 +522,20 @@ pub fn identity(
 mod tests {
     use super::*;
     use std::process::Command;
+
+    /// Found by `fuzz/fuzz_targets/cloud_answers.rs`: the federation error's `code` and
+    /// `message` reached the error text with their control characters.
+    #[test]
+    fn federation_failures_are_escaped() {
+        assert_eq!(
+            federation_failure(
+                401,
+                br#"{"code":"NotAuth\nenticated","message":"pr\u007fvided"}"#
+            ),
+            "HTTP 401 (NotAuth\\nenticated: pr\\u{7f}vided)"
+        );
+        assert_eq!(federation_failure(502, b"<html>"), "HTTP 502");
+    }
 
     fn openssl(dir: &std::path::Path, args: &[&str]) {
         let out = Command::new("openssl")

@@ -25,6 +25,7 @@ use super::{
     Header, HttpRequest, Input, Limit, Method, Plan, Retry,
 };
 use crate::observe::select::Sample;
+use crate::text::peer::PeerText;
 
 pub const CONNECTOR: Connector = Connector {
     command: "siem-hec-export",
@@ -151,7 +152,7 @@ pub fn check_answer(body: &[u8]) -> Result<(), String> {
         Some(0) => Ok(()),
         Some(code) => Err(format!(
             "the collector rejected the event: code {code} ({})",
-            v.get("text").and_then(Value::as_str).unwrap_or("no text")
+            PeerText::new(v.get("text").and_then(Value::as_str).unwrap_or("no text"))
         )),
         None => Err("the collector's answer has no code".into()),
     }
@@ -160,6 +161,18 @@ pub fn check_answer(body: &[u8]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by `fuzz/fuzz_targets/cloud_answers.rs`: the collector's `text` reached the error
+    /// unbounded and with its control characters.
+    #[test]
+    fn answer_text_is_escaped_and_bounded() {
+        assert_eq!(
+            check_answer(br#"{"text":"no\r\nforged","code":9}"#),
+            Err("the collector rejected the event: code 9 (no\\r\\nforged)".into())
+        );
+        let long = format!(r#"{{"text":"{}","code":9}}"#, "x".repeat(100_000));
+        assert!(check_answer(long.as_bytes()).unwrap_err().len() < 400);
+    }
 
     #[test]
     fn collector_answers() {

@@ -23,6 +23,7 @@ use super::config::{endpoint_problem, AddressingStyle, ObjectStoreConfig};
 use super::resolver::CachingResolver;
 use crate::aws::credentials::Credentials;
 use crate::aws::{endpoint_override, sigv4, Env};
+use crate::text::peer::PeerText;
 
 /// Largest error or GET body read into memory.
 const MAX_ERROR_BODY: u64 = 64 * 1024;
@@ -117,6 +118,21 @@ pub enum S3Error {
 }
 
 impl S3Error {
+    /// The error of a non-success answer: its status and the `Code` and `Message` of the S3
+    /// error document in its body (message cut to 200 characters). The service's text is kept
+    /// as sent, for classification; Display escapes and bounds it. Also the fuzzing entry point
+    /// of the error XML (`fuzz/fuzz_targets/s3_error.rs`).
+    pub fn from_answer(status: u16, body: &[u8]) -> S3Error {
+        let text = String::from_utf8_lossy(body);
+        S3Error::Status {
+            status,
+            code: xml_field(&text, "Code").unwrap_or_default(),
+            message: xml_field(&text, "Message")
+                .map(|m| m.chars().take(200).collect())
+                .unwrap_or_default(),
+        }
+    }
+
     /// HTTP 412: a conditional create found the key.
     pub fn is_precondition_failed(&self) -> bool {
         matches!(self, S3Error::Status { status: 412, .. })
@@ -159,11 +175,12 @@ impl fmt::Display for S3Error {
                 message,
             } => {
                 write!(f, "status {status}")?;
+                // The service's words, bounded and escaped: they reach logs and DLQ records.
                 if !code.is_empty() {
-                    write!(f, " {code}")?;
+                    write!(f, " {}", PeerText::new(code))?;
                 }
                 if !message.is_empty() {
-                    write!(f, ": {message}")?;
+                    write!(f, ": {}", PeerText::new(message))?;
                 }
                 if *status == 403 {
                     write!(f, " (check the credentials and the bucket policy)")?;
@@ -430,14 +447,7 @@ impl S3Client {
                 body,
             })
         } else {
-            let text = String::from_utf8_lossy(&body);
-            Err(S3Error::Status {
-                status,
-                code: xml_field(&text, "Code").unwrap_or_default(),
-                message: xml_field(&text, "Message")
-                    .map(|m| m.chars().take(200).collect())
-                    .unwrap_or_default(),
-            })
+            Err(S3Error::from_answer(status, &body))
         }
     }
 
@@ -702,5 +712,23 @@ mod tests {
             xml_field("<Error><Code>A&amp;B</Code></Error>", "Code").as_deref(),
             Some("A&B")
         );
+    }
+
+    /// Found by `fuzz/fuzz_targets/s3_error.rs`: the answer's `Code` and `Message` reached the
+    /// error text raw (an escape sequence and a forged log line).
+    #[test]
+    fn hostile_error_answers_display_escaped_and_bounded() {
+        let body = "<Error><Code>SlowDown\u{1b}[31m</Code><Message>Reduce your request rate.\nforged line \u{202e}</Message></Error>";
+        let e = S3Error::from_answer(403, body.as_bytes());
+        assert_eq!(
+            e.to_string(),
+            "status 403 SlowDown\\u{1b}[31m: Reduce your request rate.\\nforged line \\u{202e} (check the credentials and the bucket policy)"
+        );
+        // The raw code still classifies.
+        let e = S3Error::from_answer(400, b"<Error><Code>EntityTooLarge</Code></Error>");
+        assert!(e.is_permanent_for_object());
+        let long = format!("<Error><Code>{}</Code></Error>", "C".repeat(100_000));
+        let shown = S3Error::from_answer(500, long.as_bytes()).to_string();
+        assert!(shown.len() < 300 && shown.ends_with("..."), "{shown}");
     }
 }

@@ -1,0 +1,118 @@
+//! AWS shared credentials and config files (src/aws/credentials.rs, `aws::parse_ini`): files
+//! the service does not own.
+//!
+//! Writes the input to a file named by `AWS_SHARED_CREDENTIALS_FILE` (first byte even) or
+//! `AWS_CONFIG_FILE` (odd) and calls `aws::credentials::resolve_chain` and `resolve` in
+//! `profile` mode, with no credential variables set.
+//! Properties: no panic; errors render without control characters; no value of the file ever
+//! appears in an error: the result (its text, or which fields are set) is identical when every
+//! value in the file is replaced by a different value of the same emptiness; accepted
+//! credentials are the non-empty values of the profile's section, and `Debug` hides them.
+#![no_main]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use svc::aws::credentials::{resolve, resolve_chain, CredentialMode, Credentials};
+use svc_fuzz::{assert_clean_display, split_selector};
+
+fn dir() -> &'static PathBuf {
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("svc-fuzz-aws-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("temp dir");
+        d
+    })
+}
+
+/// Every value (after the first `=` of a key line, trimmed) replaced, character by character,
+/// by a different character: emptiness and line structure stay, no substring of a value does.
+fn replace_values(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let t = line.trim();
+        let is_other =
+            t.is_empty() || t.starts_with(['#', ';']) || (t.starts_with('[') && t.ends_with(']'));
+        match line.split_once('=') {
+            Some((k, v)) if !is_other => {
+                let lead = &v[..v.len() - v.trim_start().len()];
+                let core = v.trim();
+                let swapped: String = core
+                    .chars()
+                    .map(|c| if c == 'Z' { 'Y' } else { 'Z' })
+                    .collect();
+                out.push_str(k);
+                out.push('=');
+                out.push_str(lead);
+                out.push_str(&swapped);
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The result with secrets reduced to which fields are present.
+fn shape(r: Result<(Credentials, String), String>) -> Result<(bool, String), String> {
+    r.map(|(c, source)| {
+        let debug = format!("{c:?}");
+        assert!(
+            !debug.contains(&c.secret_access_key) || c.secret_access_key == "<redacted>",
+            "Debug shows the secret"
+        );
+        (c.session_token.is_some(), source)
+    })
+}
+
+fn run(text: &str, in_config: bool) -> [Result<(bool, String), String>; 2] {
+    let path = dir().join(if in_config { "config" } else { "credentials" });
+    std::fs::write(&path, text).expect("write temp file");
+    let missing = dir().join("missing").to_string_lossy().into_owned();
+    let shown = path.to_string_lossy().into_owned();
+    let mut env: HashMap<String, String> = HashMap::new();
+    env.insert(
+        "AWS_SHARED_CREDENTIALS_FILE".into(),
+        if in_config {
+            missing.clone()
+        } else {
+            shown.clone()
+        },
+    );
+    env.insert(
+        "AWS_CONFIG_FILE".into(),
+        if in_config { shown } else { missing },
+    );
+    let chain = resolve_chain(&env)
+        .map(|(c, s)| (c, s.to_string()))
+        .map_err(|e| e.to_string());
+    let profile = resolve(
+        &CredentialMode::Profile {
+            profile_name: "fuzz".into(),
+        },
+        &env,
+    )
+    .map(|(c, s)| (c, s.to_string()));
+    for r in [&chain, &profile] {
+        if let Err(e) = r {
+            assert_clean_display("credentials", e, 4096);
+        }
+    }
+    [shape(chain), shape(profile)]
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((sel, rest)) = split_selector(data) else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let in_config = sel & 1 == 1;
+    let original: String = text.lines().flat_map(|l| [l, "\n"]).collect();
+    let a = run(&original, in_config);
+    let b = run(&replace_values(&original), in_config);
+    assert_eq!(a, b, "a value of the file changed the result's text");
+});

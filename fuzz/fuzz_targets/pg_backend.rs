@@ -1,0 +1,142 @@
+//! PostgreSQL backend messages (src/sink/relational/wire.rs): the database server, or whatever
+//! answers on its address, controls every byte the client reads.
+//!
+//! A loopback fake server answers each connection with the input bytes as its whole side of
+//! the conversation (then closes). The client runs `wire::Connection::connect` (startup and
+//! authentication) and, when that succeeds, `Connection::simple` and `Connection::query`, as
+//! the relational sink does. The wire code's message parsing lives inside `Connection`, so the
+//! target drives it through a real socket and needs no entry point in wire.rs.
+//! Properties (current client): no panic, no hang, every error renders non-empty.
+//! With `--features strict` (the client hardening of issue 13, item 2): errors render without
+//! control characters and bounded; a session is accepted only after an AuthenticationOk; the
+//! password never crosses the socket in clear; a protocol error leaves the connection broken.
+#![no_main]
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use libfuzzer_sys::fuzz_target;
+use svc::sink::relational::wire::{ConnectParams, Connection, DbError, TlsMode};
+
+const PASSWORD: &[u8] = b"pw-Fuzz-Secret-7f3a";
+
+struct Server {
+    port: u16,
+    scripts: Sender<Vec<u8>>,
+    /// What the client sent on each connection.
+    seen: Mutex<Receiver<Vec<u8>>>,
+}
+
+fn server() -> &'static Server {
+    static S: OnceLock<Server> = OnceLock::new();
+    S.get_or_init(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = channel::<Vec<u8>>();
+        let (seen_tx, seen_rx) = channel::<Vec<u8>>();
+        std::thread::Builder::new()
+            .name("fuzz-pg-server".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    let Ok(mut s) = stream else { continue };
+                    let Ok(script) = rx.recv() else { return };
+                    let _ = s.write_all(&script);
+                    let _ = s.shutdown(Shutdown::Write);
+                    // Drain until the client closes, so the close is an orderly FIN.
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                    let mut got = Vec::new();
+                    let _ = s.read_to_end(&mut got);
+                    let _ = seen_tx.send(got);
+                }
+            })
+            .expect("spawn server");
+        Server {
+            port,
+            scripts: tx,
+            seen: Mutex::new(seen_rx),
+        }
+    })
+}
+
+fn check_error(e: &DbError) {
+    let shown = e.to_string();
+    assert!(!shown.is_empty());
+    #[cfg(feature = "strict")]
+    svc_fuzz::assert_clean_display("database error", &shown, 1024);
+}
+
+/// Did the script send AuthenticationOk (`R`, code 0) before its first ReadyForQuery?
+#[cfg(feature = "strict")]
+fn auth_ok_before_ready(mut b: &[u8]) -> bool {
+    while b.len() >= 5 {
+        let tag = b[0];
+        let len = i32::from_be_bytes([b[1], b[2], b[3], b[4]]);
+        if len < 4 || (len as usize) > b.len() - 1 {
+            return false;
+        }
+        let body = &b[5..1 + len as usize];
+        match tag {
+            b'R' if body.len() >= 4 && body[..4] == [0, 0, 0, 0] => return true,
+            b'Z' => return false,
+            _ => {}
+        }
+        b = &b[1 + len as usize..];
+    }
+    false
+}
+
+fuzz_target!(|data: &[u8]| {
+    let srv = server();
+    srv.scripts.send(data.to_vec()).expect("server alive");
+    let params = ConnectParams {
+        host: "127.0.0.1".into(),
+        port: srv.port,
+        user: "svc".into(),
+        database: "svc".into(),
+        application_name: "svc-fuzz".into(),
+        tls: TlsMode::Disable,
+        tls_config: None,
+        connect_timeout: Duration::from_secs(10),
+        io_timeout: Duration::from_secs(10),
+    };
+    match Connection::connect(&params, Some(PASSWORD)) {
+        Ok(mut conn) => {
+            #[cfg(feature = "strict")]
+            assert!(
+                auth_ok_before_ready(data),
+                "session accepted without AuthenticationOk"
+            );
+            for step in 0..2 {
+                let r = if step == 0 {
+                    conn.simple("SELECT 1").map(|_| ())
+                } else {
+                    conn.query("SELECT $1, $2", &[Some("a"), None]).map(|_| ())
+                };
+                if let Err(e) = r {
+                    check_error(&e);
+                    #[cfg(feature = "strict")]
+                    if matches!(e, DbError::Protocol(_)) {
+                        assert!(
+                            conn.is_broken(),
+                            "protocol error left the connection usable: {e}"
+                        );
+                    }
+                }
+                if conn.is_broken() {
+                    break;
+                }
+            }
+        }
+        Err(e) => check_error(&e),
+    }
+    let sent = srv.seen.lock().unwrap().recv().expect("server alive");
+    #[cfg(feature = "strict")]
+    assert!(
+        !sent.windows(PASSWORD.len()).any(|w| w == PASSWORD),
+        "the password crossed the socket in clear"
+    );
+    let _ = sent;
+});
