@@ -8,6 +8,7 @@
 # (fuzz/corpus/<target>/seed-*) plus whatever it grew before (the grown corpus stays local:
 # .gitignore). Crashes land in fuzz/artifacts/<target>/; reproduce one with
 # `cargo +nightly fuzz run -s none <target> <file>`.
+# FUZZ_RUNS=N also stops each target after N executions (whichever comes first).
 # FUZZ_FEATURES=strict adds the properties of the hostile-peer rewrites (fuzz/Cargo.toml).
 # Not part of scripts/test.sh or the default build: the fuzz crate is its own workspace.
 set -euo pipefail
@@ -50,8 +51,12 @@ for t in "${targets[@]}"; do
     # One process, one job (libFuzzer's default; `-jobs=1` would fork a child that logs to
     # ./fuzz-0.log instead). The default -max_len (4096) covers these formats: heads, headers
     # and answers are small; the limits on large inputs are unit-tested.
+    limits=(-max_total_time="$secs")
+    if [ -n "${FUZZ_RUNS:-}" ]; then
+        limits+=(-runs="$FUZZ_RUNS")
+    fi
     if cargo +nightly fuzz run "${flags[@]}" "$t" -- \
-        -max_total_time="$secs" -print_final_stats=1 >"$log" 2>&1; then
+        "${limits[@]}" -print_final_stats=1 >"$log" 2>&1; then
         :
     else
         status=1
