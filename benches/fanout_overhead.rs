@@ -35,7 +35,8 @@ fn main() {
 
     let file = |name: &str| json!({"type": "file", "directory": dir.path().join(name)});
     let archive = |bucket: &str| {
-        store.create_bucket(bucket, false);
+        // Versioned: "every object once" counts versions, so a rewrite would show.
+        store.create_bucket(bucket, true);
         json!({
             "type": "object_store", "bucket": bucket, "endpoint_url": store.endpoint(),
             "allow_http_for_local_testing": true, "credential_mode": "environment",

@@ -47,7 +47,8 @@ TOOLS_DIR="${SVC_TEST_TOOLS:-$HOME/.cache/svc-test-tools}"
 deps_test() {
     need_rust
     apt_install nats-server openssl ca-certificates \
-        prometheus prometheus-node-exporter rsyslog wrk systemd
+        prometheus prometheus-node-exporter rsyslog wrk systemd \
+        lintian dpkg-dev man-db binutils
     apt_install_cmd curl curl
     apt_install_cmd python3 python3
     python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv

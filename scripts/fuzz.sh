@@ -9,7 +9,6 @@
 # .gitignore). Crashes land in fuzz/artifacts/<target>/; reproduce one with
 # `cargo +nightly fuzz run -s none <target> <file>`.
 # FUZZ_RUNS=N also stops each target after N executions (whichever comes first).
-# FUZZ_FEATURES=strict adds the properties of the hostile-peer rewrites (fuzz/Cargo.toml).
 # Not part of scripts/test.sh or the default build: the fuzz crate is its own workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,9 +27,6 @@ fi
 # No sanitizer: the svc crate forbids unsafe code, so ASan would mostly slow the runs down
 # (about 2x); overflow checks and debug assertions stay on (cargo fuzz's default build).
 flags=(-s none)
-if [ -n "${FUZZ_FEATURES:-}" ]; then
-    flags+=(--features "$FUZZ_FEATURES")
-fi
 
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then

@@ -225,3 +225,93 @@ fn tls_broker_trusted_through_ca_file_and_a_clean_error_otherwise() {
     );
     run_until_stored(&cfg, &[], &out, 3).unwrap();
 }
+
+/// A server process killed on drop (a failing test leaves nothing running).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `nats-server` with TLS on fixed ports; its store survives restarts.
+fn start_tls_server(port: u16, monitor: u16, certs: &Path, store: &Path) -> Killed {
+    let p = |f: &str| certs.join(f).to_str().unwrap().to_string();
+    let child = Command::new(NATS_SERVER)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-m", &monitor.to_string()])
+        .args([
+            "--tls",
+            "--tlscert",
+            &p("server.pem"),
+            "--tlskey",
+            &p("server.key"),
+        ])
+        .args(["-js", "-sd"])
+        .arg(store)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "nats-server healthy", || {
+        matches!(http_get(monitor, "/healthz"), Some((200, _)))
+    });
+    Killed(child)
+}
+
+/// TLS on every connection (the client's `tls_required`) does not get in the way of
+/// reconnecting: after a graceful broker restart (SIGTERM, which closes TLS sessions
+/// cleanly), the runner reconnects over TLS and delivers what was published meanwhile.
+#[test]
+fn tls_holds_across_a_graceful_broker_restart() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let store = tempfile::tempdir().unwrap();
+    let (port, monitor) = (free_port(), free_port());
+    let mut server = start_tls_server(port, monitor, certs.path(), store.path());
+    let url = format!("tls://127.0.0.1:{port}");
+    let ca = certs.path().join("ca.pem");
+    let connect = || {
+        nats::Options::new()
+            .add_root_certificate(&ca)
+            .connect(url.as_str())
+            .unwrap()
+    };
+    publish_via(&url, nats::Options::new().add_root_certificate(&ca));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(&url, dir.path(), json!({"tls_ca_file": ca})),
+    );
+    let runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(
+        Duration::from_secs(30),
+        "3 files before the restart",
+        || files_below(&out).len() >= 3,
+    );
+
+    let ok = Command::new("kill")
+        .args(["-TERM", &server.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    server.0.wait().unwrap();
+    server = start_tls_server(port, monitor, certs.path(), store.path());
+    let js = nats::jetstream::new(connect());
+    for i in 3..6 {
+        js.publish("orders.created", format!("{{\"n\":{i}}}"))
+            .unwrap();
+    }
+    wait_until(
+        Duration::from_secs(60),
+        "3 more files after the restart",
+        || files_below(&out).len() >= 6,
+    );
+    let log = runner.log_text();
+    assert!(log.contains("broker: reconnected"), "{log}");
+    drop(server);
+}

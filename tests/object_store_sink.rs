@@ -817,10 +817,22 @@ fn check_proves_write_access_and_leaves_no_event_data() {
         verdict.contains("probe object events/_svc-check/probe-"),
         "{verdict}"
     );
-    // Only the probe's version (and its delete marker) exists, under the reserved segment.
-    for key in m.versions("t-check").keys() {
-        assert!(key.starts_with("events/_svc-check/"), "{key}");
-    }
+    // The probe really was written (the bucket is versioned, so its version outlives the
+    // delete), and nothing else: only the key the verdict names, under the reserved segment.
+    let probe = verdict
+        .split("probe object ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .trim_end_matches([',', ';', '.', ')'])
+        .to_string();
+    assert!(probe.starts_with("events/_svc-check/probe-"), "{verdict}");
+    let versions = m.versions("t-check");
+    assert_eq!(
+        versions.keys().collect::<Vec<_>>(),
+        [&probe],
+        "{verdict}: {versions:?}"
+    );
     let missing = sink(m, "t-no-such-bucket", json!({}));
     let err = missing.check().unwrap_err().to_string();
     assert!(err.contains("404 NoSuchBucket"), "{err}");

@@ -354,6 +354,66 @@ fn shared_credentials_file_and_profile() {
     );
 }
 
+/// The connector runs the same default chain as the sink: a `role_arn` profile goes through
+/// moto's STS `AssumeRole` (signature checks on), and CloudWatch accepts data signed with the
+/// temporary credentials; a wrong source secret is refused by STS before any PutMetricData.
+#[test]
+fn role_profile_through_sts_assume_role() {
+    let moto = Moto::start();
+    let out = Command::new(venv().join("bin/python"))
+        .arg(helper())
+        .args(["role", &moto.url, &moto.key, &moto.secret, "svc-metrics"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "role: {}", stderr(&out));
+    let dir = TempDir::new("cloudb-role");
+    std::fs::create_dir_all(dir.path(".aws")).unwrap();
+    dir.write(
+        ".aws/credentials",
+        &format!(
+            "[base]\naws_access_key_id = {k}\naws_secret_access_key = {s}\n\
+             [wrong]\naws_access_key_id = {k}\naws_secret_access_key = not-the-secret-42\n",
+            k = moto.key,
+            s = moto.secret
+        ),
+    );
+    dir.write(
+        ".aws/config",
+        "[profile metrics]\nrole_arn = arn:aws:iam::123456789012:role/svc-metrics\n\
+         source_profile = base\n\
+         [profile broken]\nrole_arn = arn:aws:iam::123456789012:role/svc-metrics\n\
+         source_profile = wrong\n",
+    );
+    let (snap, pol) = files(
+        &dir,
+        json!({"enabled": true, "region": "us-east-1", "metric_namespace": "svc/role",
+               "max_metrics_per_request": 1000}),
+        r#"{"allowed_metrics": ["messages_acked_total"], "allowed_metric_patterns": []}"#,
+    );
+    let out = run(
+        &dir,
+        &["cloud-b-export", &snap, &pol],
+        &[("AWS_PROFILE", "metrics"), ("AWS_ENDPOINT_URL", &moto.url)],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        moto.stats("svc/role", &[]).1,
+        json!([{"name": "svc_messages_acked_total", "dimensions": {}}])
+    );
+    let out = run(
+        &dir,
+        &["cloud-b-export", &snap, &pol],
+        &[("AWS_PROFILE", "broken"), ("AWS_ENDPOINT_URL", &moto.url)],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("STS AssumeRole at http://127.0.0.1:"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("not-the-secret-42"));
+}
+
 const SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
 const TOKEN: &str = "FwoGZXIvYXdzEXAMPLESESSIONTOKEN";
 const AKID: &str = "AKIAIOSFODNN7EXAMPLE";
@@ -426,9 +486,18 @@ fn oversize_and_missing_credentials_fail_before_any_request() {
     );
     assert!(listener.accept().is_err(), "a request was made");
 
-    let out = run(&dir, &["cloud-b-export", &snap, &pol], &creds[2..]);
+    let out = run(
+        &dir,
+        &["cloud-b-export", &snap, &pol],
+        &[creds[2], ("AWS_EC2_METADATA_DISABLED", "true")],
+    );
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).starts_with("svc-observe cloud-b-export: cloud_b_monitoring: no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or provide profile default in the shared credentials file; instance metadata (IMDS) is not used"), "{}", stderr(&out));
+    assert!(stderr(&out).starts_with("svc-observe cloud-b-export: cloud_b_monitoring: no AWS credentials found: checked AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE, profile default in "), "{}", stderr(&out));
+    assert!(
+        stderr(&out).ends_with(", then instance metadata disabled by AWS_EC2_METADATA_DISABLED\n"),
+        "{}",
+        stderr(&out)
+    );
     let out = run(
         &dir,
         &["cloud-b-export", &snap, &pol],

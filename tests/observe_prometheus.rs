@@ -181,11 +181,18 @@ fn prometheus_scrapes_the_http_endpoint() {
     )
     .unwrap();
     assert_eq!(labels.len(), 2);
-    // The scrape was clean: no samples were dropped for format errors.
-    assert_eq!(
-        query(addr, "scrape_samples_post_metric_relabeling{job=\"svc\"}")
-            .unwrap()
-            .len(),
-        1
-    );
+    // The scrape was clean: Prometheus ingested exactly as many samples as the endpoint
+    // served (a sample it could not parse or had to drop would make these differ).
+    let (status, served) =
+        get10(SocketAddr::from(([127, 0, 0, 1], port)), "/metrics").expect("the endpoint answers");
+    assert_eq!(status, 200);
+    let served_samples = served
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count();
+    assert!(served_samples > 20, "{served}");
+    let scraped = query(addr, "scrape_samples_scraped{job=\"svc\"}").unwrap();
+    let ingested = query(addr, "scrape_samples_post_metric_relabeling{job=\"svc\"}").unwrap();
+    assert_eq!(scraped, [served_samples.to_string()]);
+    assert_eq!(ingested, [served_samples.to_string()]);
 }

@@ -253,7 +253,7 @@ fn search_stack_and_collector_agent_profiles() {
     let pol = dir.write(
         "policy.json",
         &policy_with(&format!(
-            r#""search_stack": {{"enabled": true, "endpoint": "http://127.0.0.1:{p}/v1/metrics",
+            r#""search_stack": {{"enabled": true, "endpoint": "http://127.0.0.1:{p}",
                    "data_stream_dataset": "svc.delivery", "data_stream_namespace": "prod"}},
                "collector_agent": {{"enabled": true, "endpoint": "http://localhost:{p}/v1/metrics"}}"#,
             p = rx.port
@@ -275,6 +275,56 @@ fn search_stack_and_collector_agent_profiles() {
     );
     check_otlp_request(&recs[1]["request"], &snap_text, &[]);
     assert_eq!(recs[1]["headers"]["host"], format!("localhost:{}", rx.port));
+}
+
+/// The OpenTelemetry exporter convention: a base URL (no path, or `/`) gets `/v1/metrics`; a
+/// URL that names the signal path is used as given (the receiver answers 404 elsewhere).
+#[test]
+fn otlp_base_url_gets_the_metrics_path_and_a_signal_url_is_kept() {
+    let dir = TempDir::new("otlp-paths");
+    let rx = Receiver::start(&dir, "otlp_receiver.py", &[], &[]);
+    let snap = dir.write("snap.json", &snapshot(FAMS, 0.0));
+    let cases = [
+        (
+            "otlp",
+            "otlp-export",
+            format!("http://127.0.0.1:{}", rx.port),
+        ),
+        (
+            "otlp",
+            "otlp-export",
+            format!("http://127.0.0.1:{}/", rx.port),
+        ),
+        (
+            "otlp",
+            "otlp-export",
+            format!("http://127.0.0.1:{}/v1/metrics", rx.port),
+        ),
+        (
+            "search_stack",
+            "search-stack-export",
+            format!("http://127.0.0.1:{}/v1/metrics", rx.port),
+        ),
+    ];
+    for (i, (block, command, endpoint)) in cases.iter().enumerate() {
+        let pol = dir.write(
+            &format!("p{i}.json"),
+            &policy_with(&format!(
+                r#""{block}": {{"enabled": true, "endpoint": "{endpoint}"}}"#
+            )),
+        );
+        let o = run(&[command, &snap, &pol], &[]);
+        assert_eq!(o.status.code(), Some(0), "{endpoint}: {}", stderr(&o));
+        assert!(
+            stdout(&o).ends_with(&format!(" to http://127.0.0.1:{}/v1/metrics\n", rx.port)),
+            "{endpoint}: {}",
+            stdout(&o)
+        );
+        let recs = rx.records();
+        assert_eq!(recs.len(), i + 1);
+        assert_eq!(recs[i]["path"], "/v1/metrics", "{endpoint}");
+        assert!(recs[i].get("error").is_none(), "{}", recs[i]);
+    }
 }
 
 #[test]
@@ -1166,24 +1216,38 @@ fn syslog_oversize_and_socket_missing() {
 
 #[test]
 fn planted_secrets_appear_in_no_output() {
-    // A receiver that echoes request headers in its error answers: the exporter must scrub
-    // them from its error message too.
+    // Receivers that echo request headers in their error answers (OTLP and HEC, each on its
+    // own receiver so each error path really gets the echo): the exporter must scrub them
+    // from its error message too.
     let dir = TempDir::new("secrets");
     let snap = dir.write("snap.json", &snapshot(FAMS, 0.0));
-    let rx = Receiver::start(
+    let otlp = Receiver::start(
         &dir,
         "otlp_receiver.py",
         &["--status", "500", "--echo-headers"],
         &[],
     );
+    let hec = Receiver::start(
+        &dir,
+        "hec_receiver.py",
+        &[
+            "--token-env",
+            "SVC_HEC_TOKEN",
+            "--status",
+            "503",
+            "--echo-headers",
+        ],
+        &[("SVC_HEC_TOKEN", TOKEN)],
+    );
     let pol = dir.write(
         "p.json",
         &policy_with(&format!(
-            r#""otlp": {{"enabled": true, "endpoint": "http://127.0.0.1:{p}/v1/metrics",
+            r#""otlp": {{"enabled": true, "endpoint": "http://127.0.0.1:{o}/v1/metrics",
                   "headers_env": {{"Authorization": "SVC_OTLP_AUTH", "X-Api-Key": "SVC_OTLP_KEY"}}}},
-               "siem_hec": {{"enabled": true, "endpoint": "http://127.0.0.1:{p}/services/collector/event",
+               "siem_hec": {{"enabled": true, "endpoint": "http://127.0.0.1:{h}/services/collector/event",
                   "token_env": "SVC_HEC_TOKEN", "headers_env": {{"X-Tenant": "SVC_OTLP_KEY"}}}}"#,
-            p = rx.port
+            o = otlp.port,
+            h = hec.port
         )),
     );
     let env = [
@@ -1191,13 +1255,15 @@ fn planted_secrets_appear_in_no_output() {
         ("SVC_OTLP_KEY", HEADER_SECRET),
         ("SVC_HEC_TOKEN", TOKEN),
     ];
-    for args in [
-        vec!["otlp-export", "--dry-run"],
-        vec!["otlp-export"],
-        vec!["siem-hec-export", "--dry-run"],
-        vec!["siem-hec-export"],
-        vec!["validate-policy"],
-        vec!["show-effective-policy"],
+    // (arguments, expected exit code): dry runs and policy commands succeed, the exports
+    // fail on the receivers' error answers.
+    for (args, code) in [
+        (vec!["otlp-export", "--dry-run"], 0),
+        (vec!["otlp-export"], 1),
+        (vec!["siem-hec-export", "--dry-run"], 0),
+        (vec!["siem-hec-export"], 1),
+        (vec!["validate-policy"], 0),
+        (vec!["show-effective-policy"], 0),
     ] {
         let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&args[0]];
         if !args[0].ends_with("policy") {
@@ -1208,12 +1274,23 @@ fn planted_secrets_appear_in_no_output() {
             a.push(extra);
         }
         let o = run(&a, &env);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
         assert_no_secret(&o);
     }
-    let recs = rx.records();
+    // Both receivers got the secrets (so there was something to leak) and echoed them.
+    let recs = otlp.records();
     assert!(
         recs.iter().any(|r| r["headers"]["authorization"] == TOKEN),
-        "the receiver did get the secret: {recs:?}"
+        "the OTLP receiver did get the secret: {recs:?}"
+    );
+    let recs = hec.records();
+    assert!(
+        recs.iter().any(
+            |r| r["headers"]["authorization"] == format!("Splunk {TOKEN}")
+                && r["headers"]["x-tenant"] == HEADER_SECRET
+                && r["answer"][0] == 503
+        ),
+        "the HEC receiver did get the secrets and answered 503: {recs:?}"
     );
     let o = run(&[&"otlp-export", &snap, &pol], &env);
     assert_eq!(o.status.code(), Some(1));
@@ -1221,6 +1298,15 @@ fn planted_secrets_appear_in_no_output() {
     // The echoed header was scrubbed before the excerpt was cut (at 200 characters).
     assert!(
         stderr(&o).contains(r#""authorization": "<redac"#),
+        "the echo was scrubbed: {}",
+        stderr(&o)
+    );
+    assert_no_secret(&o);
+    let o = run(&[&"siem-hec-export", &snap, &pol], &env);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("HTTP 503"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("<redac"),
         "the echo was scrubbed: {}",
         stderr(&o)
     );

@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use svc::sink::relational::wire::{ConnectParams, Connection, TlsMode};
+use svc::sink::relational::wire::{
+    AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode,
+};
 use util::*;
 
 const STREAM: &str = "ORDERS";
@@ -29,6 +31,9 @@ fn pg_params(database: &str) -> ConnectParams {
         application_name: "svc-e2e".into(),
         tls: TlsMode::Disable,
         tls_config: None,
+        // The shared test server trusts loopback: it asks for no authentication.
+        require_auth: AuthPolicy::parse("none").unwrap(),
+        channel_binding: ChannelBindingMode::Prefer,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(60),
     }
@@ -75,6 +80,7 @@ impl TestDb {
             "type": "relational_db",
             "dsn": format!("postgresql://postgres@127.0.0.1:5432/{}", self.name),
             "tls_mode": "disable",
+            "require_auth": "none",
             "table": "events",
         });
         for (k, x) in extra.as_object().unwrap() {
@@ -692,7 +698,8 @@ fn start_runner_env(
 #[test]
 fn fanout_with_moto_object_store_optional_hang_acks_required_hang_does_not() {
     let store = moto::Moto::start();
-    store.create_bucket("fan-archive", false);
+    // Versioned, so a rewritten object would show as a second version ("every object once").
+    store.create_bucket("fan-archive", true);
     let (server, dir) = setup(40, "orders.created");
     let db = TestDb::new("fanmoto");
     let archive = json!({

@@ -148,10 +148,26 @@ fn units_have_the_documented_shape() {
     }
 }
 
-/// The exporter units' command lines are accepted by the CLI (`--help` appended stops it
-/// before any file is touched).
+/// The exporter units' command lines run as written, with their paths moved into a scratch
+/// directory: a missing or extra argument fails here (an appended `--help` would return
+/// before the argument checks). A disabled policy needs no snapshot: the textfile unit writes
+/// its one comment line to the unit's `--output`, and the HTTP unit exits without listening.
 #[test]
-fn exporter_command_lines_parse() {
+fn exporter_command_lines_run() {
+    let root = std::env::temp_dir().join(format!("svc-unit-cmd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    for d in ["etc/svc", "var/lib/svc", "var/lib/prometheus/node-exporter"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::write(
+        root.join("etc/svc/observability-policy.json"),
+        r#"{"schema": "svc.observability.policy.v1"}"#,
+    )
+    .unwrap();
+    let moved = |arg: &str| match arg.strip_prefix('/') {
+        Some(rest) => root.join(rest).display().to_string(),
+        None => arg.to_string(),
+    };
     for unit in ["svc-observe-textfile.service", "svc-observe-http.service"] {
         let text = unit_text(unit);
         let exec = text
@@ -159,15 +175,19 @@ fn exporter_command_lines_parse() {
             .find_map(|l| l.strip_prefix("ExecStart=/usr/bin/svc-observe "))
             .unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_svc-observe"))
-            .args(exec.split_whitespace())
-            .arg("--help")
+            .args(exec.split_whitespace().map(moved))
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{unit}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(String::from_utf8_lossy(&out.stdout).starts_with("Usage: svc-observe scrape-"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{unit}: {stderr}");
+        if unit == "svc-observe-http.service" {
+            assert!(stderr.contains("disabled by policy"), "{unit}: {stderr}");
+        }
     }
+    let prom = root.join("var/lib/prometheus/node-exporter/svc.prom");
+    assert_eq!(
+        std::fs::read_to_string(&prom).unwrap(),
+        "# svc-observe: metrics export is disabled by policy (enabled=false)\n"
+    );
+    let _ = std::fs::remove_dir_all(&root);
 }

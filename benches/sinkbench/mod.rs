@@ -6,7 +6,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use svc::sink::relational::wire::{ConnectParams, Connection, TlsMode};
+use svc::sink::relational::wire::{
+    AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode,
+};
 
 #[path = "../support/mod.rs"]
 pub mod support;
@@ -24,6 +26,9 @@ fn pg(database: &str) -> ConnectParams {
         application_name: "svc-bench".into(),
         tls: TlsMode::Disable,
         tls_config: None,
+        // The shared test server trusts loopback: it asks for no authentication.
+        require_auth: AuthPolicy::parse("none").unwrap(),
+        channel_binding: ChannelBindingMode::Prefer,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(120),
     }
@@ -53,6 +58,8 @@ impl BenchDb {
             "type": "relational_db",
             "dsn": format!("postgresql://postgres@127.0.0.1:5432/{}", self.name),
             "tls_mode": "disable",
+            // The shared server trusts loopback: it asks for no authentication.
+            "require_auth": "none",
             "table": table,
             "auto_create_tables": true,
         })

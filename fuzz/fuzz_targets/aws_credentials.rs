@@ -2,8 +2,9 @@
 //! the service does not own.
 //!
 //! Writes the input to a file named by `AWS_SHARED_CREDENTIALS_FILE` (first byte even) or
-//! `AWS_CONFIG_FILE` (odd) and calls `aws::credentials::resolve_chain` and `resolve` in
-//! `profile` mode, with no credential variables set.
+//! `AWS_CONFIG_FILE` (odd) and calls `aws::credentials::load_profile` and
+//! `ProfileSettings::static_keys` (the file step of the chain) for the profiles `default` and
+//! `fuzz`. The chain's network sources have their own target (`aws_answers`).
 //! Properties: no panic; errors render without control characters; no value of the file ever
 //! appears in an error: the result (its text, or which fields are set) is identical when every
 //! value in the file is replaced by a different value of the same emptiness; accepted
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use svc::aws::credentials::{resolve, resolve_chain, CredentialMode, Credentials};
+use svc::aws::credentials::{load_profile, Credentials};
 use svc_fuzz::{assert_clean_display, split_selector};
 
 fn dir() -> &'static PathBuf {
@@ -99,22 +100,24 @@ fn run(text: &str, in_config: bool) -> [Result<(bool, String), String>; 2] {
         "AWS_CONFIG_FILE".into(),
         if in_config { shown } else { missing },
     );
-    let chain = resolve_chain(&env)
-        .map(|(c, s)| (c, s.to_string()))
-        .map_err(|e| e.to_string());
-    let profile = resolve(
-        &CredentialMode::Profile {
-            profile_name: "fuzz".into(),
-        },
-        &env,
-    )
-    .map(|(c, s)| (c, s.to_string()));
-    for r in [&chain, &profile] {
-        if let Err(e) = r {
+    let mut out = Vec::new();
+    for profile in ["default", "fuzz"] {
+        let r = load_profile(profile, &env).and_then(|settings| match settings {
+            Some(s) => s
+                .static_keys(profile)
+                .map(|found| found.map(|(c, source)| (c, source.to_string()))),
+            None => Ok(None),
+        });
+        if let Err(e) = &r {
             assert_clean_display("credentials", e, 4096);
         }
+        out.push(match r {
+            Ok(Some(found)) => shape(Ok(found)),
+            Ok(None) => Err("none".into()),
+            Err(e) => Err(e),
+        });
     }
-    [shape(chain), shape(profile)]
+    [out.remove(0), out.remove(0)]
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -1,8 +1,8 @@
 //! Metrics snapshot (`svc.metrics.snapshot.v1`): a file the exporter does not own, read on
 //! every scrape and export.
 //!
-//! Calls `Snapshot::parse` (what `observe::textfile::read_snapshot` runs on the file's text),
-//! then `observe::select::select` and `observe::exposition::render` with a policy that admits
+//! Calls `Snapshot::parse` and `Snapshot::check_times` (what `observe::textfile::read_snapshot`
+//! runs on the file's text), then `observe::select::select` and `observe::exposition::render` with a policy that admits
 //! every metric and subject family, as a scrape does.
 //! Properties: no panic; a refusal renders (Display) without control characters and bounded;
 //! an accepted snapshot round-trips through its JSON form; the exposition it renders has no
@@ -45,6 +45,10 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
     };
+    // What read_snapshot checks next: the times, against a fixed "now".
+    if let Err(why) = snap.check_times(1_718_000_000.0) {
+        assert_clean_display("snapshot times", &why, 1024);
+    }
     let json = serde_json::to_string(&snap).expect("a parsed snapshot serializes");
     assert_eq!(
         Snapshot::parse(&json).as_ref(),

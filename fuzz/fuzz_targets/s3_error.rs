@@ -62,7 +62,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = (
         e.is_retryable(),
         e.is_precondition_failed(),
-        e.is_permanent_for_object(),
+        e.permanent_class(),
     );
     assert_clean_display("s3 error", &e.to_string(), 8192);
 });

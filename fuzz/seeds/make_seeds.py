@@ -97,9 +97,11 @@ for i, h in enumerate([
     b"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
     b"GET /m HTTP/1.1\r\nHost: a\nX: b\r\nHost: c\r\n folded\r\n\r\nGET /m HTTP/1.1\r\n\r\n",
 ]):
-    put("http_head", f"{i}", h)
+    put("http_request_head", f"{i}", h)
 
-# pg_backend: the server's whole side of a conversation.
+# pg_backend: selector (even: the codec alone; odd: a conversation, bit 1 set = scram off,
+# bits 2-4 = md5, password, none allowed), then the server's whole side of a conversation.
+PG_SELECTORS = [b"\x00", b"\x01", b"\x1d"]
 def msg(tag, body):
     return tag + struct.pack(">i", len(body) + 4) + body
 def cstr(s):
@@ -115,14 +117,22 @@ err = msg(b"E", cstr("SERROR") + cstr("VERROR") + cstr("C42P01") + cstr("Mrelati
 fatal = msg(b"E", cstr("SFATAL") + cstr("VFATAL") + cstr("C28P01") + cstr("Mpassword authentication failed for user \"svc\"") + b"\0")
 notice = msg(b"N", cstr("SNOTICE") + cstr("C00000") + cstr("Mhello") + b"\0")
 ext = msg(b"1", b"") + msg(b"2", b"") + data_row + complete + ready
-put("pg_backend", "trust", R(0) + params + keydata + ready + row_desc + data_row + complete + ready + ext)
-put("pg_backend", "cleartext", R(3) + R(0) + params + ready + notice + err + ready)
-put("pg_backend", "md5", R(5, b"\x01\x02\x03\x04") + R(0) + ready + msg(b"I", b"") + ready)
-put("pg_backend", "sasl", R(10, cstr("SCRAM-SHA-256") + b"\0") + R(11, b"r=abc,s=c2FsdA==,i=4096") + R(12, b"v=AAAA") + R(0) + ready)
-put("pg_backend", "skip-scram", R(10, cstr("SCRAM-SHA-256-PLUS") + cstr("SCRAM-SHA-256") + b"\0") + ready + complete + ready)
-put("pg_backend", "fatal", fatal)
-put("pg_backend", "no-auth", params + ready + msg(b"D", struct.pack(">h", 3) + struct.pack(">i", 100) + b"x") + ready)
-put("pg_backend", "copy", R(0) + ready + msg(b"G", b"\0\0\0") + b"Z\x7f\xff\xff\xff")
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"trust-{i}", sel + R(0) + params + keydata + ready + row_desc + data_row + complete + ready + ext)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"cleartext-{i}", sel + R(3) + R(0) + params + ready + notice + err + ready)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"md5-{i}", sel + R(5, b"\x01\x02\x03\x04") + R(0) + ready + msg(b"I", b"") + ready)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"sasl-{i}", sel + R(10, cstr("SCRAM-SHA-256") + b"\0") + R(11, b"r=abc,s=c2FsdA==,i=4096") + R(12, b"v=AAAA") + R(0) + ready)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"skip-scram-{i}", sel + R(10, cstr("SCRAM-SHA-256-PLUS") + cstr("SCRAM-SHA-256") + b"\0") + ready + complete + ready)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"fatal-{i}", sel + fatal)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"no-auth-{i}", sel + params + ready + msg(b"D", struct.pack(">h", 3) + struct.pack(">i", 100) + b"x") + ready)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"copy-{i}", sel + R(0) + ready + msg(b"G", b"\0\0\0") + b"Z\x7f\xff\xff\xff")
 
 # s3_error: selector even = raw body, odd = code NUL message (harness builds the document).
 put("s3_error", "0", b"\x00" + b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><BucketName>event-archive</BucketName><RequestId>4442587FB7D0A2F9</RequestId></Error>')
@@ -176,6 +186,15 @@ put("aws_credentials", "0", b"\x00" + b"[default]\naws_access_key_id = AKIAIOSFO
 put("aws_credentials", "1", b"\x01" + b"[default]\nregion = eu-west-1\n\n[profile fuzz]\nrole_arn = arn:aws:iam::123456789012:role/x\nsource_profile = default\n")
 put("aws_credentials", "2", b"\x00" + b"# comment\n; other\n[ default ]\naws_secret_access_key = only-the-secret\n[fuzz]\naws_access_key_id = only-the-id\n")
 put("aws_credentials", "3", b"\x01" + b"[default]\r\naws_access_key_id=A\r\naws_secret_access_key=B\r\n[profile   fuzz]\r\ncredential_process = /bin/secret-helper --token=XYZ\r\n")
+
+# aws_answers: selector % 5: 0 STS AssumeRole XML, 1 STS error XML, 2 metadata JSON,
+# 3 credential_process JSON, 4 command line.
+put("aws_answers", "0", b"\x00" + b'<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleResult><Credentials><AccessKeyId>ASIAIOSFODNN7EXAMPLE</AccessKeyId><SecretAccessKey>wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY</SecretAccessKey><SessionToken>IQoJb3JpZ2luX2VjEXAMPLETOKEN</SessionToken><Expiration>2026-11-23T20:00:00Z</Expiration></Credentials><AssumedRoleUser><Arn>arn:aws:sts::123456789012:assumed-role/demo/svc</Arn></AssumedRoleUser></AssumeRoleResult></AssumeRoleResponse>')
+put("aws_answers", "1", b"\x01" + b'<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>User: arn:aws:iam::123456789012:user/x is not authorized to perform: sts:AssumeRole</Message></Error><RequestId>c6104cbe</RequestId></ErrorResponse>')
+put("aws_answers", "2", b"\x02" + b'{"Code":"Success","LastUpdated":"2026-11-23T18:00:00Z","Type":"AWS-HMAC","AccessKeyId":"ASIAIOSFODNN7EXAMPLE","SecretAccessKey":"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY","Token":"IQoJb3JpZ2luX2VjEXAMPLETOKEN","Expiration":"2026-11-23T20:00:00Z"}')
+put("aws_answers", "3", b"\x02" + b'{"Code":"AssumeRoleUnauthorizedAccess","Message":"EC2 cannot assume the role\\nforged"}')
+put("aws_answers", "4", b"\x03" + b'{"Version":1,"AccessKeyId":"AKIAIOSFODNN7EXAMPLE","SecretAccessKey":"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY","SessionToken":"tok","Expiration":"2026-11-23T20:00:00+00:00"}')
+put("aws_answers", "5", b"\x04" + b"/usr/local/bin/aws-vault exec 'my profile' --json \"a \\\"b\\\" c\" x\\ y")
 
 # ack_subject
 for i, s in enumerate([

@@ -1,35 +1,24 @@
-//! AWS credentials: the chain (environment, then the shared credentials and config files) and
-//! the credential modes of the object-store sink, one implementation for every AWS caller.
-//! Resolved once when the caller starts (restart it to pick up rotated static keys).
+//! AWS credentials: the types every AWS caller signs with ([`Credentials`], [`Source`]), the
+//! object-store sink's credential modes ([`CredentialMode`]), and the sources that are plain
+//! reads: the environment and the shared credentials and config files. The full chain, with
+//! the sources that talk to a service, is [`super::chain`]; it returns a
+//! [`super::provider::Provider`] that keeps temporary credentials fresh.
 //!
-//! The chain ([`resolve_chain`], and the sink's `default_chain` mode), first source that has an
-//! access key wins:
-//! 1. environment: `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY`, optional `AWS_SESSION_TOKEN`
-//!    (one of the first two without the other is an error);
-//! 2. the shared credentials file (`AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/credentials`),
-//!    section `[<profile>]`, keys `aws_access_key_id`, `aws_secret_access_key`,
-//!    `aws_session_token`;
-//! 3. the shared config file (`AWS_CONFIG_FILE`, else `~/.aws/config`), section
-//!    `[profile <profile>]` (`[default]` for the default profile), the same keys.
-//!
-//! `<profile>` is `AWS_PROFILE`, else `default`. The sink's other modes: `environment` (the
-//! variables named in its config) and `profile` (steps 2 and 3 for a named profile).
-//! Without `HOME`, only the files named by the variables are read.
-//!
-//! NOT covered (an honest list; each fails with a message saying so when it is the only thing
-//! configured): instance metadata (IMDS), container credentials
-//! (`AWS_CONTAINER_CREDENTIALS_*`), web identity (`AWS_WEB_IDENTITY_TOKEN_FILE`), SSO,
-//! `credential_process` and `role_arn` profiles. On EC2, ECS or EKS, export temporary
-//! credentials into the environment of the unit (e.g. from a credential helper) instead.
+//! Files: the shared credentials file (`AWS_SHARED_CREDENTIALS_FILE`, else
+//! `~/.aws/credentials`), section `[<profile>]`, and the shared config file
+//! (`AWS_CONFIG_FILE`, else `~/.aws/config`), section `[profile <profile>]` (`[default]` for
+//! the default profile). A profile's keys are merged from both, the credentials file winning
+//! (as the SDKs do). Without `HOME`, only the files named by the variables are read.
 //!
 //! Values are never printed: errors name the variable, file, profile and key, never the value,
 //! and `Debug` of [`Credentials`] redacts them.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::{parse_ini, Env};
+use crate::text::peer::PeerText;
 
 /// The credentials a request is signed with. `Debug` never shows the key id, the secret or
 /// the token.
@@ -71,6 +60,30 @@ pub enum Source {
         path: PathBuf,
         profile: String,
     },
+    /// `AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN` through STS
+    /// `AssumeRoleWithWebIdentity`.
+    WebIdentity {
+        role_arn: String,
+    },
+    /// A profile's `role_arn` through STS `AssumeRole`, signed with `source_profile`'s.
+    AssumeRole {
+        profile: String,
+        role_arn: String,
+        source_profile: String,
+    },
+    /// A profile's `credential_process`.
+    Process {
+        profile: String,
+    },
+    /// The ECS/EKS container credentials endpoint (scheme, authority and path).
+    Container {
+        url: String,
+    },
+    /// The EC2 instance metadata service (IMDSv2), the instance profile's role.
+    InstanceMetadata {
+        endpoint: String,
+        role: String,
+    },
 }
 
 impl fmt::Display for Source {
@@ -90,6 +103,29 @@ impl fmt::Display for Source {
             | Source::SharedConfigFile { path, profile } => {
                 write!(f, "profile {profile} of {}", path.display())
             }
+            Source::WebIdentity { role_arn } => write!(
+                f,
+                "web identity (AWS_WEB_IDENTITY_TOKEN_FILE) for role {} via STS \
+                 AssumeRoleWithWebIdentity",
+                PeerText::new(role_arn)
+            ),
+            Source::AssumeRole {
+                profile,
+                role_arn,
+                source_profile,
+            } => write!(
+                f,
+                "profile {profile}: role {} via STS AssumeRole with the credentials of \
+                 profile {source_profile}",
+                PeerText::new(role_arn)
+            ),
+            Source::Process { profile } => write!(f, "profile {profile}: credential_process"),
+            Source::Container { url } => write!(f, "container credentials endpoint {url}"),
+            Source::InstanceMetadata { endpoint, role } => write!(
+                f,
+                "instance metadata (IMDSv2) at {endpoint}, role {}",
+                PeerText::new(role)
+            ),
         }
     }
 }
@@ -110,8 +146,8 @@ impl std::error::Error for CredentialError {}
 /// ever names their source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CredentialMode {
-    /// Environment variables `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/`AWS_SESSION_TOKEN`,
-    /// then the shared credentials and config files (profile `AWS_PROFILE` or `default`).
+    /// The chain of [`super::chain`]: environment, web identity, profile `AWS_PROFILE` (or
+    /// `default`), container endpoint, instance metadata.
     DefaultChain,
     /// Variables named here, resolved when the sink starts.
     Environment {
@@ -119,101 +155,46 @@ pub enum CredentialMode {
         secret_access_key_env: String,
         session_token_env: Option<String>,
     },
-    /// A named profile of the shared credentials (or config) file.
+    /// A named profile of the shared credentials and config files (static keys, `role_arn`
+    /// with `source_profile`, or `credential_process`).
     Profile { profile_name: String },
 }
 
-/// Resolves the credentials of a sink `credential_mode`. Errors start with the mode and name
-/// variables, files and profiles, never values.
-pub fn resolve(mode: &CredentialMode, env: &dyn Env) -> Result<(Credentials, Source), String> {
-    match mode {
-        CredentialMode::Environment {
-            access_key_id_env,
-            secret_access_key_env,
-            session_token_env,
-        } => {
-            let get = |name: &str| {
-                env.var(name).ok_or_else(|| {
-                    format!("credential_mode environment: variable {name} is not set or empty")
-                })
-            };
-            let creds = Credentials {
-                access_key_id: get(access_key_id_env)?,
-                secret_access_key: get(secret_access_key_env)?,
-                session_token: match session_token_env {
-                    Some(n) => Some(get(n)?),
-                    None => None,
-                },
-            };
-            let source = Source::Variables {
-                access_key_id: access_key_id_env.clone(),
-                secret_access_key: secret_access_key_env.clone(),
-            };
-            Ok((creds, source))
-        }
-        CredentialMode::Profile { profile_name } => {
-            from_profile(profile_name, env)?.ok_or_else(|| {
-                format!(
-                    "credential_mode profile: profile {profile_name} not found in {} or {}",
-                    shown(credentials_file(env), "~/.aws/credentials"),
-                    shown(config_file(env), "~/.aws/config")
-                )
-            })
-        }
-        CredentialMode::DefaultChain => {
-            if let Some(found) =
-                from_environment(env).map_err(|e| format!("credential_mode default_chain: {e}"))?
-            {
-                return Ok(found);
-            }
-            let profile = chain_profile(env);
-            from_profile(&profile, env)?.ok_or_else(|| {
-                format!(
-                    "credential_mode default_chain: no credentials found (checked \
-                     AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, then profile {profile} in {} and \
-                     {}; instance metadata is not consulted)",
-                    shown(credentials_file(env), "~/.aws/credentials"),
-                    shown(config_file(env), "~/.aws/config")
-                )
-            })
-        }
-    }
-}
-
-/// Resolves credentials through the chain (what the AWS CLI calls the default chain, without
-/// the sources listed as not covered).
-pub fn resolve_chain(env: &dyn Env) -> Result<(Credentials, Source), CredentialError> {
-    if let Some(found) = from_environment(env).map_err(CredentialError)? {
-        return Ok(found);
-    }
-    let profile = chain_profile(env);
-    if let Some(found) = from_profile(&profile, env).map_err(CredentialError)? {
-        return Ok(found);
-    }
-    let mut hint = String::new();
-    for var in [
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-    ] {
-        if env.var(var).is_some() {
-            hint = format!(
-                " ({var} is set, but container and web-identity credentials are not supported by this release)"
-            );
-        }
-    }
-    Err(CredentialError(format!(
-        "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or provide profile {profile} in the shared credentials file; instance metadata (IMDS) is not used{hint}"
-    )))
+/// The sink's `environment` mode: the variables it names.
+pub fn from_named_variables(
+    access_key_id_env: &str,
+    secret_access_key_env: &str,
+    session_token_env: Option<&str>,
+    env: &dyn Env,
+) -> Result<(Credentials, Source), String> {
+    let get = |name: &str| {
+        env.var(name).ok_or_else(|| {
+            format!("credential_mode environment: variable {name} is not set or empty")
+        })
+    };
+    let creds = Credentials {
+        access_key_id: get(access_key_id_env)?,
+        secret_access_key: get(secret_access_key_env)?,
+        session_token: match session_token_env {
+            Some(n) => Some(get(n)?),
+            None => None,
+        },
+    };
+    let source = Source::Variables {
+        access_key_id: access_key_id_env.to_string(),
+        secret_access_key: secret_access_key_env.to_string(),
+    };
+    Ok((creds, source))
 }
 
 /// `AWS_PROFILE`, else `default`.
-fn chain_profile(env: &dyn Env) -> String {
+pub fn chain_profile(env: &dyn Env) -> String {
     env.var("AWS_PROFILE").unwrap_or_else(|| "default".into())
 }
 
-/// Step 1: `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`).
-fn from_environment(env: &dyn Env) -> Result<Option<(Credentials, Source)>, String> {
+/// `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`); one of the first
+/// two without the other is an error.
+pub fn from_environment(env: &dyn Env) -> Result<Option<(Credentials, Source)>, String> {
     match (
         env.var("AWS_ACCESS_KEY_ID"),
         env.var("AWS_SECRET_ACCESS_KEY"),
@@ -250,88 +231,153 @@ pub fn config_file(env: &dyn Env) -> Option<PathBuf> {
         .or_else(|| home(env).map(|h| h.join(".aws/config")))
 }
 
-fn shown(path: Option<PathBuf>, default: &str) -> String {
+/// A path for messages, or the default with a note when `HOME` is not set.
+pub fn shown(path: Option<PathBuf>, default: &str) -> String {
     match path {
         Some(p) => p.display().to_string(),
         None => format!("{default} (HOME is not set)"),
     }
 }
 
-/// Steps 2 and 3 for one profile: its section of the credentials file, then of the config
-/// file. `Ok(None)` when neither file has keys for it.
-fn from_profile(profile: &str, env: &dyn Env) -> Result<Option<(Credentials, Source)>, String> {
-    if let Some(path) = credentials_file(env) {
-        if let Some(c) = from_file(&path, profile, profile)? {
-            let profile = profile.to_string();
-            return Ok(Some((c, Source::SharedCredentialsFile { path, profile })));
-        }
-    }
-    if let Some(path) = config_file(env) {
-        let section = if profile == "default" {
-            "default".to_string()
-        } else {
-            format!("profile {profile}")
-        };
-        if let Some(c) = from_file(&path, &section, profile)? {
-            let profile = profile.to_string();
-            return Ok(Some((c, Source::SharedConfigFile { path, profile })));
-        }
-    }
-    Ok(None)
+/// The files' names for messages: `<credentials file> and <config file>`.
+pub fn files_shown(env: &dyn Env) -> String {
+    format!(
+        "{} and {}",
+        shown(credentials_file(env), "~/.aws/credentials"),
+        shown(config_file(env), "~/.aws/config")
+    )
 }
 
-fn from_file(path: &Path, section: &str, profile: &str) -> Result<Option<Credentials>, String> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
+/// One profile's settings, merged from both files.
+#[derive(Debug, Clone, Default)]
+pub struct ProfileSettings {
+    /// Key -> value; the credentials file's keys win.
+    pub keys: BTreeMap<String, String>,
+    /// The file each key came from.
+    pub origin: BTreeMap<String, PathBuf>,
+    /// True when the key came from the credentials file.
+    pub from_credentials_file: BTreeMap<String, bool>,
+}
+
+impl ProfileSettings {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.keys
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// `profile <name> of <file of key>`, for messages.
+    pub fn what(&self, profile: &str, key: &str) -> String {
+        match self.origin.get(key) {
+            Some(p) => format!("profile {profile} of {}", p.display()),
+            None => format!("profile {profile}"),
+        }
+    }
+
+    /// The static keys, if the profile has them: `Ok(None)` when it has neither key.
+    pub fn static_keys(&self, profile: &str) -> Result<Option<(Credentials, Source)>, String> {
+        let id = self.get("aws_access_key_id");
+        let secret = self.get("aws_secret_access_key");
+        match (id, secret) {
+            (Some(id), Some(secret)) => {
+                let path = self.origin["aws_access_key_id"].clone();
+                let profile = profile.to_string();
+                let source = if self.from_credentials_file["aws_access_key_id"] {
+                    Source::SharedCredentialsFile { path, profile }
+                } else {
+                    Source::SharedConfigFile { path, profile }
+                };
+                Ok(Some((
+                    Credentials {
+                        access_key_id: id.to_string(),
+                        secret_access_key: secret.to_string(),
+                        session_token: self.get("aws_session_token").map(str::to_string),
+                    },
+                    source,
+                )))
+            }
+            (Some(_), None) => Err(format!(
+                "{} has aws_access_key_id but no aws_secret_access_key",
+                self.what(profile, "aws_access_key_id")
+            )),
+            (None, Some(_)) => Err(format!(
+                "{} has aws_secret_access_key but no aws_access_key_id",
+                self.what(profile, "aws_secret_access_key")
+            )),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// Reads `profile` from both files; `Ok(None)` when neither has its section.
+pub fn load_profile(profile: &str, env: &dyn Env) -> Result<Option<ProfileSettings>, String> {
+    let mut out = ProfileSettings::default();
+    let mut found = false;
+    let config_section = if profile == "default" {
+        "default".to_string()
+    } else {
+        format!("profile {profile}")
+    };
+    // Config first, then the credentials file over it: its keys win.
+    for (path, section, is_creds) in [
+        (config_file(env), config_section, false),
+        (credentials_file(env), profile.to_string(), true),
+    ] {
+        let Some(path) = path else { continue };
+        let text = match read_file(&path)? {
+            Some(t) => t,
+            None => continue,
+        };
+        if let Some(keys) = parse_ini(&text).remove(&section) {
+            found = true;
+            for (k, v) in keys {
+                out.origin.insert(k.clone(), path.clone());
+                out.from_credentials_file.insert(k.clone(), is_creds);
+                out.keys.insert(k, v);
+            }
+        }
+    }
+    Ok(found.then_some(out))
+}
+
+/// Largest shared file read.
+const MAX_SHARED_FILE_BYTES: u64 = 1024 * 1024;
+
+fn read_file(path: &std::path::Path) -> Result<Option<String>, String> {
+    use std::io::Read;
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    match parse_ini(&text).get(section) {
-        Some(fields) => from_section(fields, &format!("profile {profile} of {}", path.display())),
-        None => Ok(None),
+    let mut text = String::new();
+    f.take(MAX_SHARED_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_SHARED_FILE_BYTES {
+        return Err(format!(
+            "{}: larger than {MAX_SHARED_FILE_BYTES} bytes",
+            path.display()
+        ));
     }
+    Ok(Some(text))
 }
 
-fn from_section(
-    section: &BTreeMap<String, String>,
-    what: &str,
-) -> Result<Option<Credentials>, String> {
-    let id = section.get("aws_access_key_id").filter(|v| !v.is_empty());
-    let secret = section
-        .get("aws_secret_access_key")
-        .filter(|v| !v.is_empty());
-    match (id, secret) {
-        (Some(id), Some(secret)) => Ok(Some(Credentials {
-            access_key_id: id.clone(),
-            secret_access_key: secret.clone(),
-            session_token: section
-                .get("aws_session_token")
-                .filter(|v| !v.is_empty())
-                .cloned(),
-        })),
-        (Some(_), None) => Err(format!(
-            "{what} has aws_access_key_id but no aws_secret_access_key"
-        )),
-        (None, Some(_)) => Err(format!(
-            "{what} has aws_secret_access_key but no aws_access_key_id"
-        )),
-        (None, None) => {
-            for key in [
-                "role_arn",
-                "credential_process",
-                "sso_session",
-                "sso_start_url",
-                "web_identity_token_file",
-            ] {
-                if section.contains_key(key) {
-                    return Err(format!(
-                        "{what} uses {key}, which this release does not support; provide static or temporary keys (in environment variables or in the profile)"
-                    ));
-                }
-            }
-            Ok(None)
-        }
-    }
+/// Resolves and returns the current credentials and their source (tests: the old one-shot
+/// interface over [`super::chain::provider`]).
+#[cfg(test)]
+pub fn resolve(mode: &CredentialMode, env: &dyn Env) -> Result<(Credentials, Source), String> {
+    let p = super::chain::provider(mode, env, None)?;
+    let c = p.current()?;
+    Ok(((*c).clone(), p.source()))
+}
+
+#[cfg(test)]
+pub fn resolve_chain(env: &dyn Env) -> Result<(Credentials, Source), CredentialError> {
+    let p = super::chain::default_chain(env, None).map_err(CredentialError)?;
+    let c = p.current().map_err(CredentialError)?;
+    Ok(((*c).clone(), p.source()))
 }
 
 #[cfg(test)]
@@ -435,9 +481,16 @@ mod tests {
             err.starts_with("credential_mode profile: profile missing not found"),
             "{err}"
         );
-        let none = env(&[("HOME", dir.join("nohome").to_str().unwrap())]);
+        let none = env(&[
+            ("HOME", dir.join("nohome").to_str().unwrap()),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ]);
         let err = resolve(&CredentialMode::DefaultChain, &none).unwrap_err();
-        assert!(err.contains("instance metadata is not consulted"), "{err}");
+        assert!(
+            err.starts_with("credential_mode default_chain: no AWS credentials found: checked")
+                && err.ends_with("then instance metadata disabled by AWS_EC2_METADATA_DISABLED"),
+            "{err}"
+        );
         let err = resolve(
             &CredentialMode::DefaultChain,
             &env(&[("AWS_ACCESS_KEY_ID", "AKID")]),
@@ -511,7 +564,7 @@ mod tests {
         assert!(matches!(s, Source::SharedConfigFile { .. }));
         let e = resolve_chain(&benv(&[("HOME", home), ("AWS_PROFILE", "role")])).unwrap_err();
         assert!(
-            e.0.contains("uses role_arn, which this release does not support"),
+            e.0.ends_with("has role_arn, but it needs source_profile (the profile whose credentials call STS AssumeRole)"),
             "{e}"
         );
         let e = resolve_chain(&benv(&[("HOME", home), ("AWS_PROFILE", "half")])).unwrap_err();
@@ -519,9 +572,14 @@ mod tests {
             e.0.ends_with("has aws_access_key_id but no aws_secret_access_key"),
             "{e}"
         );
-        let e = resolve_chain(&benv(&[("HOME", home), ("AWS_PROFILE", "nope")])).unwrap_err();
+        let e = resolve_chain(&benv(&[
+            ("HOME", home),
+            ("AWS_PROFILE", "nope"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ]))
+        .unwrap_err();
         assert!(e.0.starts_with("no AWS credentials found"), "{e}");
-        assert!(e.0.contains("instance metadata (IMDS) is not used"));
+        assert!(e.0.contains("profile nope in "), "{e}");
         let other = dir.path().join("other");
         std::fs::write(
             &other,

@@ -7,8 +7,15 @@
 //! the other. Validation of an endpoint URL (which schemes and hosts are acceptable) stays with
 //! each caller, whose configuration decides it.
 
+pub mod chain;
 pub mod credentials;
+pub mod http;
+pub mod metadata;
+pub mod parse;
+pub mod process;
+pub mod provider;
 pub mod sigv4;
+pub mod sts;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -57,6 +64,73 @@ pub fn endpoint_override(
     [service_var, "AWS_ENDPOINT_URL"]
         .into_iter()
         .find_map(|n| env.var(n).map(|v| (n, v)))
+}
+
+/// Which plain-http hosts a credential endpoint URL may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UrlRule {
+    /// https anywhere, http to loopback only (STS, `AWS_CONTAINER_CREDENTIALS_FULL_URI`).
+    HttpsOrLoopback,
+    /// As [`UrlRule::HttpsOrLoopback`], plus http to the link-local addresses AWS serves
+    /// credentials on: ECS `169.254.170.2`, EKS Pod Identity `169.254.170.23` and
+    /// `[fd00:ec2::23]`, instance metadata `169.254.169.254` and `[fd00:ec2::254]`.
+    AwsLinkLocal,
+}
+
+/// True for `localhost`, `127.0.0.0/8` and `[::1]`.
+pub fn is_loopback(host: &url::Host<&str>) -> bool {
+    match host {
+        url::Host::Domain(d) => d.eq_ignore_ascii_case("localhost"),
+        url::Host::Ipv4(a) => a.is_loopback(),
+        url::Host::Ipv6(a) => a.is_loopback(),
+    }
+}
+
+/// Parses and checks the URL of a credential endpoint: http or https, no user info, no
+/// fragment, plain http only to the hosts `rule` allows. Errors start with `name` (the
+/// variable or setting) and never repeat the URL (it may carry a token in its query).
+pub fn checked_url(name: &str, text: &str, rule: UrlRule) -> Result<url::Url, String> {
+    let u = url::Url::parse(text).map_err(|e| format!("{name}: not a valid URL ({e})"))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(format!("{name}: the scheme must be http or https"));
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(format!("{name}: must not contain credentials"));
+    }
+    if u.fragment().is_some() {
+        return Err(format!("{name}: must not contain a fragment"));
+    }
+    let Some(host) = u.host() else {
+        return Err(format!("{name}: has no host"));
+    };
+    if u.scheme() == "http" && !is_loopback(&host) {
+        let link_local = rule == UrlRule::AwsLinkLocal
+            && match host {
+                url::Host::Ipv4(a) => [
+                    [169, 254, 170, 2],
+                    [169, 254, 170, 23],
+                    [169, 254, 169, 254],
+                ]
+                .contains(&a.octets()),
+                url::Host::Ipv6(a) => {
+                    a == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x23)
+                        || a == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)
+                }
+                url::Host::Domain(_) => false,
+            };
+        if !link_local {
+            return Err(format!(
+                "{name}: plain http is allowed only for loopback hosts (localhost, \
+                 127.0.0.0/8, [::1]){}; use https",
+                if rule == UrlRule::AwsLinkLocal {
+                    " and AWS's link-local credential addresses"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    Ok(u)
 }
 
 /// Sections of an INI file (the dialect of the AWS, and OCI, shared config files): section

@@ -27,10 +27,12 @@ use serde::Serialize;
 use crate::document::grammar::is_header_name;
 use crate::document::grammar::looks_secret;
 use crate::document::reader::{ObjectReader, Problems};
-use crate::message::envelope::{hex_sha256, RawMessage, MESSAGE_ID_HEADER};
+use crate::message::envelope::{hex_sha256, Envelope, RawMessage, MESSAGE_ID_HEADER};
 use crate::message::labels::LabelRejection;
 use crate::message::metadata::MetadataError;
 use crate::message::subject::SubjectPattern;
+use crate::sink::SinkError;
+use crate::text::peer::{PeerText, PEER_TEXT_MAX_CHARS};
 use crate::text::rfc3339::format_rfc3339_nanos;
 
 /// Schema of the DLQ record.
@@ -302,54 +304,112 @@ pub struct DeadLetter {
 }
 
 impl DeadLetter {
-    /// Builds the record (pure).
+    /// Builds the record of a permanent pre-sink failure (pure).
     pub fn build(
         raw: &RawMessage,
         failure: &Failure,
         failed_at_unix_nanos: i128,
         cfg: &DeadLetterConfig,
     ) -> DeadLetter {
-        let headers = cfg
-            .include_headers
-            .iter()
-            .filter_map(|name| {
-                raw.header(name).map(|v| {
-                    let v = if v.len() > MAX_HEADER_VALUE_BYTES {
-                        format!("(omitted: {} bytes)", v.len())
-                    } else {
-                        v.to_string()
-                    };
-                    (name.clone(), v)
-                })
-            })
-            .collect();
+        let headers = included_headers(cfg, |name| raw.header(name));
+        let original = Original {
+            subject: raw.subject.clone(),
+            stream: raw.stream.to_string(),
+            stream_sequence: raw.stream_sequence,
+            consumer: raw.consumer.to_string(),
+            consumer_sequence: raw.consumer_sequence,
+            delivery_count: raw.delivery_count,
+            message_id: raw.header(MESSAGE_ID_HEADER).map(str::to_string),
+            published_at: raw.published_unix_nanos.map(format_rfc3339_nanos),
+        };
+        let payload = PayloadDigest {
+            sha256: hex_sha256(&raw.data),
+            size_bytes: raw.data.len() as u64,
+        };
+        Self::assemble(failure, failed_at_unix_nanos, original, payload, headers)
+    }
+
+    /// Builds the record of a permanent sink failure (pure). The sink has the envelope, not
+    /// the raw message: the payload digest is the envelope's `payload_info`, and the headers
+    /// are those of `include_headers` that the envelope kept (`envelope.keep_headers`). The
+    /// failure names the sink and the error class, never the sink's message (a database
+    /// error may quote the refused value).
+    pub fn build_for_sink(
+        env: &Envelope,
+        error: &SinkError,
+        failed_at_unix_nanos: i128,
+        cfg: &DeadLetterConfig,
+    ) -> DeadLetter {
+        let code = error.class.code();
+        let failure = Failure::new(
+            "sink",
+            &format!("sink.{}", error.sink),
+            code,
+            format!("sink {}: permanent write failure ({code})", error.sink),
+        );
+        let headers = included_headers(cfg, |name| {
+            env.metadata.headers.get(name).map(String::as_str)
+        });
+        let original = Original {
+            subject: env.subject.clone(),
+            stream: env.stream.to_string(),
+            stream_sequence: env.stream_sequence,
+            consumer: env.consumer.to_string(),
+            consumer_sequence: env.consumer_sequence,
+            delivery_count: env.metadata.delivery_count,
+            message_id: env.message_id.clone(),
+            published_at: env.metadata.published_at.map(|t| t.as_str().to_string()),
+        };
+        let payload = PayloadDigest {
+            sha256: env.payload_info.sha256.clone(),
+            size_bytes: env.payload_info.size_bytes,
+        };
+        Self::assemble(&failure, failed_at_unix_nanos, original, payload, headers)
+    }
+
+    fn assemble(
+        failure: &Failure,
+        failed_at_unix_nanos: i128,
+        original: Original,
+        payload: PayloadDigest,
+        headers: BTreeMap<String, String>,
+    ) -> DeadLetter {
+        let msg_id = format!("svc-dlq:{}:{}", original.stream, original.stream_sequence);
         let record = Record {
             schema: DEAD_LETTER_SCHEMA,
             failed_at: format_rfc3339_nanos(failed_at_unix_nanos),
             failure: failure.clone(),
-            original: Original {
-                subject: raw.subject.clone(),
-                stream: raw.stream.to_string(),
-                stream_sequence: raw.stream_sequence,
-                consumer: raw.consumer.to_string(),
-                consumer_sequence: raw.consumer_sequence,
-                delivery_count: raw.delivery_count,
-                message_id: raw.header(MESSAGE_ID_HEADER).map(str::to_string),
-                published_at: raw.published_unix_nanos.map(format_rfc3339_nanos),
-            },
-            payload: PayloadDigest {
-                sha256: hex_sha256(&raw.data),
-                size_bytes: raw.data.len() as u64,
-            },
+            original,
+            payload,
             headers,
         };
         DeadLetter {
-            msg_id: format!("svc-dlq:{}:{}", raw.stream, raw.stream_sequence),
+            msg_id,
             reason: failure.reason,
             // Serializing plain strings and integers cannot fail.
             body: serde_json::to_vec(&record).unwrap_or_default(),
         }
     }
+}
+
+/// The configured `include_headers` that are present, long values replaced by a size note.
+fn included_headers<'a>(
+    cfg: &DeadLetterConfig,
+    lookup: impl Fn(&str) -> Option<&'a str>,
+) -> BTreeMap<String, String> {
+    cfg.include_headers
+        .iter()
+        .filter_map(|name| {
+            lookup(name).map(|v| {
+                let v = if v.len() > MAX_HEADER_VALUE_BYTES {
+                    format!("(omitted: {} bytes)", v.len())
+                } else {
+                    v.to_string()
+                };
+                (name.clone(), v)
+            })
+        })
+        .collect()
 }
 
 /// The broker's confirmation of a stored DLQ record.
@@ -389,11 +449,16 @@ impl fmt::Display for DlqError {
             DlqError::Rejected { code, description } => {
                 write!(
                     f,
-                    "dlq publish: refused by the stream ({code}: {description})"
+                    "dlq publish: refused by the stream ({code}: {})",
+                    PeerText::new(description)
                 )
             }
             DlqError::WrongStream { stream } => {
-                write!(f, "dlq publish: stored in unexpected stream {stream}")
+                write!(
+                    f,
+                    "dlq publish: stored in unexpected stream {}",
+                    PeerText::new(stream)
+                )
             }
             DlqError::BadAck => f.write_str("dlq publish: unreadable confirmation"),
             DlqError::Connection(e) => write!(f, "dlq publish: connection: {e}"),
@@ -515,12 +580,12 @@ impl DeadLetterPublisher {
                     "dead_letter.subject {}: captured by {}, not by dead_letter.expected_stream \
                      {e}; dead-letter publishes will be refused",
                     self.cfg.subject,
-                    streams.join(", ")
+                    PeerText::new(&streams.join(", "))
                 ),
                 _ => log::info!(
                     "dead-letter queue: subject {} captured by stream {}",
                     self.cfg.subject,
-                    streams.join(", ")
+                    PeerText::new(&streams.join(", "))
                 ),
             },
             Err(e) => log::warn!("dead-letter queue: stream check failed: {e}"),
@@ -533,13 +598,13 @@ impl DeadLetterPublisher {
 pub fn parse_pub_ack(data: &[u8]) -> Result<PubAck, DlqError> {
     let v: serde_json::Value = serde_json::from_slice(data).map_err(|_| DlqError::BadAck)?;
     if let Some(err) = v.get("error") {
+        // The broker's text: kept bounded here, escaped when displayed (PeerText).
         let description: String = err
             .get("description")
             .and_then(|d| d.as_str())
             .unwrap_or("unknown error")
             .chars()
-            .filter(|c| !c.is_control())
-            .take(200)
+            .take(PEER_TEXT_MAX_CHARS + 1)
             .collect();
         return Err(DlqError::Rejected {
             code: err.get("code").and_then(|c| c.as_u64()).unwrap_or(0),
@@ -742,5 +807,31 @@ mod tests {
         );
         assert_eq!(parse_pub_ack(b"nope"), Err(DlqError::BadAck));
         assert_eq!(parse_pub_ack(b"{}"), Err(DlqError::BadAck));
+    }
+
+    #[test]
+    fn a_hostile_broker_answer_is_bounded_and_escaped_in_the_error() {
+        let forged = format!(
+            "limits\n2026-01-01T00:00:00.000Z INFO  [svc-ack] fine{}{}",
+            '\u{202e}',
+            "x".repeat(1 << 20)
+        );
+        let answer = serde_json::json!({"error": {"code": 503, "description": forged}});
+        let err = parse_pub_ack(answer.to_string().as_bytes()).unwrap_err();
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with("dlq publish: refused by the stream (503: limits\\n2026"),
+            "{shown}"
+        );
+        assert!(!shown.contains(['\n', '\u{202e}']), "{shown}");
+        assert!(shown.len() < 400, "{} bytes", shown.len());
+        let wrong = DlqError::WrongStream {
+            stream: "DLQ\r\nforged".repeat(1000),
+        };
+        let shown = wrong.to_string();
+        assert!(
+            !shown.contains(['\n', '\r']) && shown.len() < 400,
+            "{shown}"
+        );
     }
 }

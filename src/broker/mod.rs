@@ -7,6 +7,7 @@
 
 pub mod advisory;
 pub mod dead_letter;
+pub mod probe;
 
 use std::fmt;
 use std::io;
@@ -22,13 +23,15 @@ use crate::backoff::{Backoff, Growth, Jitter};
 use crate::config::{NatsAuth, NatsConfig};
 use crate::message::envelope::RawMessage;
 use crate::metrics::Metrics;
+use crate::text::peer::PeerText;
 
 /// The broker connection (aliased so the crate's deprecation allowance stays in this module).
 pub type Connection = nats::Connection;
 /// A bound pull subscription.
 pub type PullSubscription = nats::jetstream::PullSubscription;
 
-/// A broker failure, safe to print (never a credential).
+/// A broker failure, safe to print (never a credential). The source's text can carry what
+/// the broker said (a JetStream API error description, an `-ERR`): shown as [`PeerText`].
 #[derive(Debug)]
 pub struct BrokerError {
     /// What we were doing, e.g. `connect`, `bind consumer ORDERS/svc`.
@@ -36,9 +39,18 @@ pub struct BrokerError {
     pub source: io::Error,
 }
 
+/// Characters of a [`BrokerError`]'s source shown at most: our longest own message plus a
+/// bounded quote of the broker.
+const SOURCE_MAX_CHARS: usize = 512;
+
 impl fmt::Display for BrokerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "broker: {}: {}", self.action, self.source)
+        write!(
+            f,
+            "broker: {}: {}",
+            self.action,
+            PeerText::with_limit(&self.source.to_string(), SOURCE_MAX_CHARS)
+        )
     }
 }
 
@@ -64,8 +76,39 @@ fn secret_from_env(var: &str) -> Result<String, BrokerError> {
     })
 }
 
+/// Whole time allowed for reading one seed's INFO before connecting (see [`probe`]).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Refuses to start when a plaintext seed, to which the credentials may go (loopback, per
+/// validation), advertises servers off the host: a reconnect would carry the credentials to
+/// them in clear. A seed that cannot be probed is left to the connect that follows.
+fn check_advertised_servers(cfg: &NatsConfig) -> Result<(), BrokerError> {
+    if cfg.tls_required || cfg.allow_plaintext_credentials || cfg.auth == NatsAuth::None {
+        return Ok(());
+    }
+    for url in &cfg.urls {
+        let Ok(remote) = probe::advertised_remote_plaintext(url, PROBE_TIMEOUT) else {
+            continue;
+        };
+        if !remote.is_empty() {
+            let list = remote.join(", ");
+            return Err(invalid(
+                "connect",
+                &format!(
+                    "the broker at {url} advertises servers off this host ({}); a reconnect \
+                     would send them the nats.auth credentials in plaintext: use TLS, set \
+                     no_advertise on the broker, or set nats.allow_plaintext_credentials to true",
+                    PeerText::with_limit(&list, 120)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Connects with the configured auth and TLS, counting connection events into `metrics`.
 pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, BrokerError> {
+    check_advertised_servers(cfg)?;
     let mut opts = match &cfg.auth {
         NatsAuth::None => nats::Options::new(),
         NatsAuth::UserPassword {
@@ -81,9 +124,11 @@ pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, Br
     if let Some(ca) = &cfg.tls_ca_file {
         opts = opts.add_root_certificate(ca);
     }
-    if cfg.tls_required {
-        opts = opts.tls_required(true);
-    }
+    // The crate decides TLS per connection from this flag, the URL's scheme and the server's
+    // INFO; servers it learns from INFO `connect_urls` are added as `nats://`, so without
+    // the flag a `tls://` seed could hand the client (and our credential) to a plaintext
+    // address. `cfg.tls_required` is already true for every TLS trigger (config validation).
+    opts = opts.tls_required(cfg.tls_required);
     let (m1, m2, m3) = (metrics.clone(), metrics.clone(), metrics);
     opts = opts
         .with_name(&cfg.connection_name)
@@ -100,7 +145,11 @@ pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, Br
         })
         .error_callback(move |e| {
             Metrics::add(&m3.counters.broker_connection_errors_total, 1);
-            log::warn!("broker: asynchronous error: {e}");
+            // The server's `-ERR` text (and the crate's wording around it): peer text.
+            log::warn!(
+                "broker: asynchronous error: {}",
+                PeerText::new(&e.to_string())
+            );
         });
     opts.connect(cfg.urls.join(",").as_str())
         .map_err(err("connect"))
@@ -156,9 +205,11 @@ pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, Brok
             if info.config.filter_subject != cfg.subject {
                 return Err(invalid(
                     &what,
+                    // The broker's text last: the error's Display bounds and escapes it.
                     &format!(
-                        "filters subject {:?} but nats.subject is {:?}; they must be equal",
-                        info.config.filter_subject, cfg.subject
+                        "nats.subject is \"{}\" but the consumer filters subject \"{}\"; \
+                         they must be equal",
+                        cfg.subject, info.config.filter_subject
                     ),
                 ));
             }
@@ -299,7 +350,9 @@ pub fn next_delivery(
                         .as_ref()
                         .and_then(|h| h.get(nats::header::DESCRIPTION).cloned())
                         .unwrap_or_default();
-                    return Delivery::RequestEnded(format!("{status} {desc}").trim().to_string());
+                    // Status and description are the broker's text.
+                    let why = format!("{status} {desc}");
+                    return Delivery::RequestEnded(PeerText::new(why.trim()).to_string());
                 }
             }
             match split(m, names) {
@@ -309,8 +362,8 @@ pub fn next_delivery(
         }
         Err(e) if e.kind() == io::ErrorKind::TimedOut => Delivery::Idle,
         Err(e) if e.to_string().contains("unsubscribed") => Delivery::Closed,
-        // 408: the request expired.
-        Err(e) => Delivery::RequestEnded(e.to_string()),
+        // 408: the request expired. The crate quotes the broker's status description.
+        Err(e) => Delivery::RequestEnded(PeerText::new(&e.to_string()).to_string()),
     }
 }
 

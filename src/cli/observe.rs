@@ -648,7 +648,7 @@ fn scrape_http(
         request_timeout: std::time::Duration::from_secs_f64(ep.request_timeout_seconds),
         response_max_bytes: ep.response_max_bytes,
         workers: crate::observe::http::DEFAULT_WORKERS,
-        max_pending: crate::observe::http::DEFAULT_MAX_PENDING,
+        max_connections: crate::observe::http::DEFAULT_MAX_CONNECTIONS,
     };
     let server = match Server::start(cfg, Arc::new(source)) {
         Ok(s) => s,

@@ -113,7 +113,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            super::logging::init(cfg.logging.level);
+            super::logging::init_from(&cfg.logging);
             let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
             match cfg.sink.build(metrics).and_then(|s| s.check()) {
                 Ok(verdict) => {
@@ -131,7 +131,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            super::logging::init(cfg.logging.level);
+            super::logging::init_from(&cfg.logging);
             init_db(&cfg.sink, print_only)
         }
         Command::Run(path) => {
@@ -139,7 +139,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            super::logging::init(cfg.logging.level);
+            super::logging::init_from(&cfg.logging);
             match crate::pipeline::run(cfg) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -72,7 +72,12 @@ pub struct NatsConfig {
     pub subject: String,
     pub auth: NatsAuth,
     pub tls_ca_file: Option<PathBuf>,
+    /// TLS on every connection, servers learned from the broker's INFO included: set by
+    /// `tls_required`, by any `tls://` URL and by `tls_ca_file` (TLS, once asked for, is never
+    /// downgraded).
     pub tls_required: bool,
+    /// The operator accepts credentials sent in plaintext to non-loopback hosts.
+    pub allow_plaintext_credentials: bool,
     /// Create the durable pull consumer when missing (otherwise it must exist).
     pub create_consumer: bool,
     pub consumer_settings: ConsumerSettings,
@@ -115,6 +120,35 @@ pub struct AdvisoriesConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoggingConfig {
     pub level: log::LevelFilter,
+    pub format: LogFormat,
+    pub timestamps: LogTimestamps,
+}
+
+/// `logging.format`: human-readable lines, or one JSON object per line (Loki, Elastic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `logging.timestamps` (text format): `auto` drops the line's own timestamp when stderr is
+/// the systemd journal, which stamps every line itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogTimestamps {
+    Auto,
+    Always,
+    Never,
+}
+
+impl LoggingConfig {
+    /// The defaults with another level (the exporter has no config file).
+    pub fn with_level(level: log::LevelFilter) -> Self {
+        LoggingConfig {
+            level,
+            format: LogFormat::Text,
+            timestamps: LogTimestamps::Auto,
+        }
+    }
 }
 
 /// Bounds, named so docs and code agree.
@@ -171,6 +205,7 @@ impl RuntimeConfig {
         let security_labels = SecurityLabelsConfig::read(root.object("security_labels"));
         let dead_letter = DeadLetterConfig::read(root.object("dead_letter"));
         root.finish();
+        security_labels.cross_check(&message_metadata, &problems);
         dead_letter.cross_check(
             nats.as_ref().map_or("", |n| n.subject.as_str()),
             &[
@@ -245,7 +280,34 @@ fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
         None => NatsAuth::None,
     };
     let tls_ca_file = r.opt_nonempty("tls_ca_file").map(PathBuf::from);
-    let tls_required = r.bool_or("tls_required", false);
+    let tls_asked = tls_ca_file.is_some() || urls.iter().any(|u| u.starts_with("tls://"));
+    let tls_explicit = r.has("tls_required");
+    let tls_setting = r.bool_or("tls_required", false);
+    if tls_explicit && !tls_setting && tls_asked {
+        r.problem(
+            "tls_required",
+            "cannot be false with a tls:// URL or tls_ca_file: TLS applies to every server",
+        );
+    }
+    let tls_required = tls_setting || tls_asked;
+    let allow_plaintext_credentials = r.bool_or("allow_plaintext_credentials", false);
+    if !tls_required && !allow_plaintext_credentials && auth != NatsAuth::None {
+        let single = r.has("url");
+        let key = |i: usize| match single {
+            true => "url".to_string(),
+            false => format!("urls[{i}]"),
+        };
+        for (i, u) in urls.iter().enumerate() {
+            if !is_loopback_url(u) {
+                r.problem(
+                    &key(i),
+                    "would carry the nats.auth credentials in plaintext to a non-loopback \
+                     host; use tls:// (or tls_ca_file / tls_required), or set \
+                     nats.allow_plaintext_credentials to true",
+                );
+            }
+        }
+    }
     let create_consumer = r.bool_or("create_consumer", false);
     let consumer_settings = ConsumerSettings {
         ack_wait: Duration::from_secs(r.int_in("ack_wait_seconds", 30, 1, 86_400) as u64),
@@ -275,6 +337,7 @@ fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
         auth,
         tls_ca_file,
         tls_required,
+        allow_plaintext_credentials,
         create_consumer,
         consumer_settings,
         connection_name,
@@ -300,6 +363,25 @@ fn check_nats_url(r: &ObjectReader<'_>, key: &str, url: &str) {
     } else if authority.is_empty() || rest.len() > authority.len() + 1 {
         r.problem(key, "must be scheme://host[:port] without a path");
     }
+}
+
+/// True when the URL's host is `localhost`, in 127.0.0.0/8 or `::1`: plaintext there never
+/// crosses a network. Takes `scheme://host[:port]` (a config URL, checked by
+/// [`check_nats_url`]) or the bare `host:port` of a broker's INFO `connect_urls`.
+pub(crate) fn is_loopback_url(url: &str) -> bool {
+    let rest = url
+        .strip_prefix("nats://")
+        .or_else(|| url.strip_prefix("tls://"))
+        .unwrap_or(url);
+    let authority = rest.split('/').next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.split(':').next().unwrap_or(""),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn is_broker_name(s: &str) -> bool {
@@ -530,7 +612,7 @@ fn read_metrics(r: Option<ObjectReader<'_>>) -> MetricsConfig {
 fn read_logging(r: Option<ObjectReader<'_>>) -> LoggingConfig {
     use log::LevelFilter as L;
     let Some(mut r) = r else {
-        return LoggingConfig { level: L::Info };
+        return LoggingConfig::with_level(L::Info);
     };
     let level = r.one_of(
         "level",
@@ -543,8 +625,26 @@ fn read_logging(r: Option<ObjectReader<'_>>) -> LoggingConfig {
             ("trace", L::Trace),
         ],
     );
+    let format = r.one_of(
+        "format",
+        LogFormat::Text,
+        &[("text", LogFormat::Text), ("json", LogFormat::Json)],
+    );
+    let timestamps = r.one_of(
+        "timestamps",
+        LogTimestamps::Auto,
+        &[
+            ("auto", LogTimestamps::Auto),
+            ("always", LogTimestamps::Always),
+            ("never", LogTimestamps::Never),
+        ],
+    );
     r.finish();
-    LoggingConfig { level }
+    LoggingConfig {
+        level,
+        format,
+        timestamps,
+    }
 }
 
 #[cfg(test)]

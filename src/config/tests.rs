@@ -236,3 +236,144 @@ fn subject_family_labels_are_unique() {
         vec!["metrics.subject_families[1].label: is used by an earlier family; labels must be unique"]
     );
 }
+
+#[test]
+fn label_vocabularies_must_admit_the_metadata_values_they_are_filled_with() {
+    // The metadata defaults (`normal`, `unclassified`) and a rule's value fill a profile that
+    // omits them; a vocabulary without them refuses every such message at run time.
+    assert_eq!(
+        problems(&with(
+            r#"{"security_labels": {"enabled": true,
+                 "allowed_priorities": ["low", "high"],
+                 "allowed_classifications": ["UNCLASSIFIED", "restricted"]},
+                "message_metadata": {"rules": [
+                 {"subject": "orders.eu.>", "classification": "secret"},
+                 {"subject": "orders.us.>", "priority": "high"}]}}"#
+        )),
+        vec![
+            "message_metadata.default_priority: \"normal\" is not in \
+             security_labels.allowed_priorities: a label profile that omits priority gets this \
+             value and is refused at run time",
+            "message_metadata.default_classification: \"unclassified\" is not in \
+             security_labels.allowed_classifications: a label profile that omits classification \
+             gets this value and is refused at run time (differs from vocabulary entry \
+             \"UNCLASSIFIED\" only by case: vocabularies compare exactly)",
+            "message_metadata.rules[0].classification: \"secret\" is not in \
+             security_labels.allowed_classifications: a label profile that omits \
+             classification gets this value and is refused at run time",
+        ]
+    );
+    // Disabled labels, or vocabularies that admit the values: nothing to report.
+    let fine = r#"{"security_labels": {"enabled": true,
+                   "allowed_priorities": ["normal", "high"],
+                   "allowed_classifications": ["unclassified"]},
+                  "message_metadata": {"rules": [{"subject": "orders.>", "priority": "high"}]}}"#;
+    assert_eq!(problems(&with(fine)), Vec::<String>::new());
+    let disabled = r#"{"security_labels": {"enabled": false, "allowed_priorities": ["low"]}}"#;
+    assert_eq!(problems(&with(disabled)), Vec::<String>::new());
+}
+
+#[test]
+fn label_values_differing_only_by_case_are_flagged() {
+    assert_eq!(
+        problems(&with(
+            r#"{"security_labels": {"enabled": true,
+                 "allowed_classifications": ["unclassified", "Secret", "secret"],
+                 "default": {"classification": "SECRET"}}}"#
+        )),
+        vec![
+            "security_labels.default.classification: value is not in \
+             security_labels.allowed_classifications (differs from vocabulary entry \
+             \"Secret\" only by case: vocabularies compare exactly)",
+            "security_labels.allowed_classifications: \"secret\" and \"Secret\" differ only \
+             by case: vocabularies compare exactly; list the one form values arrive in \
+             (metadata values are lowercase)",
+        ]
+    );
+}
+
+#[test]
+fn any_tls_request_makes_tls_mandatory_for_every_server() {
+    let nats = |extra: &str| {
+        let c = RuntimeConfig::parse(&with(&format!(
+            r#"{{"nats": {{"url": "nats://127.0.0.1:4222"{extra}}}}}"#
+        )))
+        .unwrap();
+        c.nats.tls_required
+    };
+    assert!(!nats(""));
+    assert!(nats(r#", "tls_required": true"#));
+    assert!(nats(r#", "tls_ca_file": "/etc/svc/ca.pem""#));
+    let c = RuntimeConfig::parse(&with(
+        r#"{"nats": {"url": null, "urls": ["nats://127.0.0.1:4222", "tls://127.0.0.1:4223"]}}"#,
+    ))
+    .unwrap();
+    assert!(c.nats.tls_required, "one tls:// seed puts TLS on all");
+    assert_eq!(
+        problems(&with(
+            r#"{"nats": {"tls_ca_file": "/etc/svc/ca.pem", "tls_required": false}}"#
+        )),
+        vec![
+            "nats.tls_required: cannot be false with a tls:// URL or tls_ca_file: TLS applies \
+             to every server"
+        ]
+    );
+}
+
+#[test]
+fn plaintext_credentials_only_to_loopback_or_by_opt_in() {
+    const REFUSED: &str = "would carry the nats.auth credentials in plaintext to a \
+                           non-loopback host; use tls:// (or tls_ca_file / tls_required), or \
+                           set nats.allow_plaintext_credentials to true";
+    let auths = [
+        r#"{"mode": "token", "token_env": "T"}"#,
+        r#"{"mode": "user_password", "username_env": "U", "password_env": "P"}"#,
+        r#"{"mode": "credentials_file", "credentials_file": "/etc/svc/svc.creds"}"#,
+    ];
+    for auth in auths {
+        for host in [
+            "broker.example.com",
+            "10.0.0.7:4222",
+            "[2001:db8::1]:4222",
+            "127.example",
+        ] {
+            let cfg = format!(r#"{{"nats": {{"url": "nats://{host}", "auth": {auth}}}}}"#);
+            assert_eq!(
+                problems(&with(&cfg)),
+                vec![format!("nats.url: {REFUSED}")],
+                "{host} {auth}"
+            );
+            let opt_in = format!(
+                r#"{{"nats": {{"url": "nats://{host}", "auth": {auth},
+                              "allow_plaintext_credentials": true}}}}"#
+            );
+            assert_eq!(problems(&with(&opt_in)), Vec::<String>::new());
+            let tls = format!(r#"{{"nats": {{"url": "tls://{host}", "auth": {auth}}}}}"#);
+            assert_eq!(problems(&with(&tls)), Vec::<String>::new());
+        }
+        for host in [
+            "127.0.0.1:4222",
+            "127.1.2.3",
+            "localhost:4222",
+            "LOCALHOST",
+            "[::1]:4222",
+        ] {
+            let cfg = format!(r#"{{"nats": {{"url": "nats://{host}", "auth": {auth}}}}}"#);
+            assert_eq!(problems(&with(&cfg)), Vec::<String>::new(), "{host}");
+        }
+    }
+    // Every offending seed is named; no credentials, no problem.
+    let cfg = r#"{"nats": {"url": null, "auth": {"mode": "token", "token_env": "T"},
+                 "urls": ["nats://a.example", "nats://127.0.0.1", "nats://b.example"]}}"#;
+    assert_eq!(
+        problems(&with(cfg)),
+        vec![
+            format!("nats.urls[0]: {REFUSED}"),
+            format!("nats.urls[2]: {REFUSED}")
+        ]
+    );
+    assert_eq!(
+        problems(&with(r#"{"nats": {"url": "nats://a.example"}}"#)),
+        Vec::<String>::new()
+    );
+}

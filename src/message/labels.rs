@@ -34,11 +34,10 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::document::grammar::is_header_name;
-use crate::document::grammar::looks_secret;
-use crate::document::reader::{join, ObjectReader};
+use crate::document::grammar::{is_header_name, looks_secret};
+use crate::document::reader::{join, ObjectReader, Problems};
 use crate::message::envelope::{Envelope, RawMessage};
-use crate::message::metadata::MessageMetadata;
+use crate::message::metadata::{MessageMetadata, MessageMetadataConfig};
 use crate::message::subject::SubjectPattern;
 
 /// The only profile version this runner accepts.
@@ -441,11 +440,99 @@ impl SecurityLabelsConfig {
                     } else {
                         join(path, &e.field)
                     };
-                    r.problems().push(at, e.reason.to_string());
+                    let hint = match e.reason {
+                        LabelReason::NotInVocabulary { .. } => profile_value(v, &e.field)
+                            .and_then(|s| self.case_hint(&e.field, s))
+                            .unwrap_or_default(),
+                        _ => String::new(),
+                    };
+                    r.problems().push(at, format!("{}{hint}", e.reason));
                 }
                 None
             }
         }
+    }
+
+    /// Checks against the `message_metadata` block that only the two together can show: a
+    /// profile that omits `priority` or `classification` is filled from the message
+    /// metadata (its default, or a matching metadata rule), so each of those values must be
+    /// in the vocabulary, or every message that gets it fails at run time. Also flags
+    /// vocabulary entries that differ from another only by case (vocabularies compare
+    /// exactly, and metadata values are always lowercase).
+    pub fn cross_check(&self, meta: &MessageMetadataConfig, problems: &Problems) {
+        if !self.enabled {
+            return;
+        }
+        for (field, option, default) in [
+            ("priority", "allowed_priorities", &meta.default_priority),
+            (
+                "classification",
+                "allowed_classifications",
+                &meta.default_classification,
+            ),
+        ] {
+            let Some((set, _)) = self.vocabulary(field) else {
+                continue;
+            };
+            let mut filled = vec![(format!("message_metadata.default_{field}"), default)];
+            for (i, rule) in meta.rules.iter().enumerate() {
+                let value = match field {
+                    "priority" => rule.priority.as_ref(),
+                    _ => rule.classification.as_ref(),
+                };
+                if let Some(v) = value {
+                    filled.push((format!("message_metadata.rules[{i}].{field}"), v));
+                }
+            }
+            for (path, value) in filled {
+                if !set.contains(value.as_str()) {
+                    problems.push(
+                        path,
+                        format!(
+                            "\"{value}\" is not in security_labels.{option}: a label profile that \
+                             omits {field} gets this value and is refused at run time{}",
+                            self.case_hint(field, value).unwrap_or_default()
+                        ),
+                    );
+                }
+            }
+        }
+        for field in [
+            "priority",
+            "classification",
+            "releasability",
+            "handling_caveats",
+            "retention_category",
+        ] {
+            let Some((set, option)) = self.vocabulary(field) else {
+                continue;
+            };
+            let entries: Vec<&String> = set.iter().collect();
+            for (i, a) in entries.iter().enumerate() {
+                if let Some(b) = entries[..i].iter().find(|b| b.eq_ignore_ascii_case(a)) {
+                    problems.push(
+                        format!("security_labels.{option}"),
+                        format!(
+                            "\"{a}\" and \"{b}\" differ only by case: vocabularies compare \
+                             exactly; list the one form values arrive in (metadata values are \
+                             lowercase)"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// ` (differs from vocabulary entry "X" only by case ...)` when `value` matches an entry
+    /// of `field`'s vocabulary but for ASCII case.
+    fn case_hint(&self, field: &str, value: &str) -> Option<String> {
+        let key = field.split('[').next().unwrap_or(field);
+        let (set, _) = self.vocabulary(key)?;
+        let entry = set.iter().find(|e| e.eq_ignore_ascii_case(value))?;
+        Some(format!(
+            " (differs from vocabulary entry \"{entry}\" only by case: vocabularies compare \
+             exactly)"
+        ))
     }
 
     /// Longest header accepted before parsing.
@@ -629,6 +716,19 @@ impl SecurityLabelsConfig {
                 },
             );
         }
+    }
+}
+
+/// The string at `field` (`key` or `key[i]`) of a config profile object.
+fn profile_value<'v>(profile: &'v Value, field: &str) -> Option<&'v str> {
+    let (key, index) = match field.split_once('[') {
+        Some((key, rest)) => (key, rest.trim_end_matches(']').parse::<usize>().ok()),
+        None => (field, None),
+    };
+    let value = profile.get(key)?;
+    match index {
+        Some(i) => value.get(i)?.as_str(),
+        None => value.as_str(),
     }
 }
 

@@ -54,6 +54,9 @@ counters! {
     dlq_publish_errors_total,
     /// Sink write failures, counted per message.
     sink_write_errors_total,
+    /// Sink writes that failed permanently (a failure class redelivery cannot fix), counted per
+    /// message and delivery: dead-lettered when a DLQ is on, else NAKed until a delivery limit.
+    sink_permanent_failures_total,
     /// In-sink retries of a single write (object store: timeouts, 5xx, 409 conflicts).
     sink_retries_total,
     /// Events whose age at receive exceeded `envelope.stale_after_seconds`.

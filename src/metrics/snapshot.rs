@@ -16,6 +16,18 @@ use crate::text::peer::PeerText;
 
 pub const SCHEMA: &str = "svc.metrics.snapshot.v1";
 
+/// Largest snapshot file an exporter reads. The largest snapshot the runner can write (100
+/// subject families with 512-byte patterns and 64-byte labels, every value at its widest,
+/// pretty-printed) is about 180 KiB (`largest_snapshot_fits_the_read_cap` below): the cap
+/// leaves more than 5x room and bounds what a replaced or corrupted file costs per scrape.
+pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 20;
+
+/// How far `generated_at_epoch_seconds` may lie in the future of the exporter's clock. The
+/// runner and the exporters share a host (and so a clock): the allowance covers a clock
+/// stepped back by NTP between a write and a read, not hosts with different clocks. A
+/// snapshot dated further ahead would never go stale, so it is invalid.
+pub const MAX_CLOCK_SKEW_SECONDS: f64 = 5.0;
+
 /// A prepared, reviewed, low-cardinality row (spec "Metrics snapshot").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -117,6 +129,38 @@ impl Snapshot {
         Ok(snap)
     }
 
+    /// Checks the timestamps against `now` (Unix seconds): both finite and not negative, the
+    /// start not after the generation, the generation at most [`MAX_CLOCK_SKEW_SECONDS`]
+    /// ahead of `now`.
+    pub fn check_times(&self, now: f64) -> Result<(), String> {
+        let (generated, started) = (
+            self.generated_at_epoch_seconds,
+            self.started_at_epoch_seconds,
+        );
+        for (name, v) in [
+            ("generated_at_epoch_seconds", generated),
+            ("started_at_epoch_seconds", started),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!(
+                    "{name} must be a non-negative number of seconds, found {v}"
+                ));
+            }
+        }
+        if started > generated {
+            return Err(format!(
+                "started_at_epoch_seconds {started} is after generated_at_epoch_seconds {generated}"
+            ));
+        }
+        if generated > now + MAX_CLOCK_SKEW_SECONDS {
+            return Err(format!(
+                "generated_at_epoch_seconds {generated} is {:.0} s in the future (allowed clock skew: {MAX_CLOCK_SKEW_SECONDS} s)",
+                generated - now
+            ));
+        }
+        Ok(())
+    }
+
     /// Age in seconds relative to now (negative ages count as 0).
     pub fn age_seconds(&self) -> f64 {
         (now_epoch_seconds() - self.generated_at_epoch_seconds).max(0.0)
@@ -159,6 +203,29 @@ mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
 
+    /// Found by `fuzz/fuzz_targets/metrics_snapshot.rs`: without serde_json's
+    /// `float_roundtrip`, 1.718000000477778e69 read back one ULP off what was written.
+    #[test]
+    fn floats_read_back_exactly() {
+        let mut snap = Snapshot::capture(&Metrics::default(), "svc", 1.0);
+        for v in [
+            1.718000000477778e69,
+            0.1 + 0.2,
+            1717999999.123456,
+            5e-324,
+            f64::MAX,
+        ] {
+            snap.generated_at_epoch_seconds = v;
+            let text = serde_json::to_string(&snap).unwrap();
+            let back = Snapshot::parse(&text).unwrap();
+            assert_eq!(
+                back.generated_at_epoch_seconds.to_bits(),
+                v.to_bits(),
+                "{v:e}"
+            );
+        }
+    }
+
     /// Found by `fuzz/fuzz_targets/metrics_snapshot.rs`: serde_json's message quotes an
     /// unknown key of the file, and the schema was shown with Debug (bidi controls pass).
     #[test]
@@ -195,6 +262,71 @@ mod tests {
         assert_eq!(fs::read_to_string(&path).unwrap(), text);
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1, "no temp file left");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn timestamps_are_checked() {
+        let m = Metrics::default();
+        let now = 1_800_000_000.0;
+        let mut snap = Snapshot::capture(&m, "svc", now - 100.0);
+        snap.generated_at_epoch_seconds = now;
+        assert_eq!(snap.check_times(now), Ok(()));
+        // Within the skew allowance, then beyond it.
+        snap.generated_at_epoch_seconds = now + MAX_CLOCK_SKEW_SECONDS;
+        assert_eq!(snap.check_times(now), Ok(()));
+        snap.generated_at_epoch_seconds = now + MAX_CLOCK_SKEW_SECONDS + 0.5;
+        assert!(snap.check_times(now).unwrap_err().contains("in the future"));
+        snap.generated_at_epoch_seconds = now + 86400.0 * 365.0;
+        assert!(snap.check_times(now).unwrap_err().contains("in the future"));
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            snap.generated_at_epoch_seconds = bad;
+            assert!(snap
+                .check_times(now)
+                .unwrap_err()
+                .contains("generated_at_epoch_seconds must be"));
+        }
+        snap.generated_at_epoch_seconds = now;
+        snap.started_at_epoch_seconds = now + 1.0;
+        assert!(snap.check_times(now).unwrap_err().contains("is after"));
+        snap.started_at_epoch_seconds = -5.0;
+        assert!(snap.check_times(now).unwrap_err().contains("started_at"));
+    }
+
+    /// The largest snapshot the runner can produce stays well under the exporters' read cap.
+    #[test]
+    fn largest_snapshot_fits_the_read_cap() {
+        use crate::message::subject::{SubjectPattern, MAX_SUBJECT_BYTES};
+        use crate::metrics::SubjectFamily;
+        let families: Vec<SubjectFamily> = (0..100)
+            .map(|i| {
+                let mut p = format!("f{i:03}.");
+                while p.len() + 3 < MAX_SUBJECT_BYTES {
+                    p.push_str("ab.");
+                }
+                p.push('>');
+                SubjectFamily {
+                    pattern: SubjectPattern::parse(&p).unwrap(),
+                    label: format!("l{i:03}{}", "x".repeat(60)),
+                }
+            })
+            .collect();
+        let m = Metrics::new(families);
+        for (i, _) in m.families().iter().enumerate() {
+            for name in crate::metrics::FAMILY_METRICS {
+                m.add_family(Some(i), name, u64::MAX / 3);
+            }
+        }
+        for n in crate::metrics::SUMMARY_NAMES {
+            m.observe(n, 1.0e300 / 3.0);
+        }
+        let mut snap = Snapshot::capture(&m, "svc_namespace", 1_700_000_000.123_456_7);
+        snap.counters.values_mut().for_each(|v| *v = u64::MAX);
+        let bytes = serde_json::to_vec_pretty(&snap).unwrap().len() as u64;
+        assert!(bytes * 5 < MAX_SNAPSHOT_BYTES, "{bytes} bytes");
+        assert!(
+            bytes > 100_000,
+            "{bytes} bytes: the test no longer builds the worst case"
+        );
     }
 
     #[test]

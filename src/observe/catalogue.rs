@@ -86,6 +86,10 @@ pub const KNOWN: &[Known] = &[
         "In-progress acknowledgements sent to extend the ack wait of long batches.",
     ),
     c(
+        "sink_permanent_failures_total",
+        "Sink writes that failed permanently, counted per message and delivery.",
+    ),
+    c(
         "sink_write_errors_total",
         "Sink write failures, counted per message.",
     ),

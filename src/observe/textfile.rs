@@ -10,7 +10,7 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use crate::metrics::snapshot::{write_atomically, Snapshot};
+use crate::metrics::snapshot::{write_atomically, Snapshot, MAX_SNAPSHOT_BYTES};
 use crate::observe::exposition::{self, Options};
 use crate::observe::families::Overflow;
 use crate::observe::policy::Policy;
@@ -40,16 +40,56 @@ impl std::fmt::Display for SnapshotError {
 
 impl std::error::Error for SnapshotError {}
 
-/// Reads and parses a snapshot file.
+/// Reads, parses and checks a snapshot file, trusting nothing in it: the file must be a
+/// regular file (opened non-blocking, so a FIFO in its place cannot hang the reader) of at
+/// most [`MAX_SNAPSHOT_BYTES`] (a bigger one is refused unread), a valid document, and dated
+/// no later than [`crate::metrics::snapshot::MAX_CLOCK_SKEW_SECONDS`] ahead of now ([`Snapshot::check_times`]): a
+/// snapshot from the future would never go stale.
 pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SnapshotError::Read {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let read = |source| SnapshotError::Read {
         path: path.to_path_buf(),
         source,
-    })?;
-    Snapshot::parse(&text).map_err(|reason| SnapshotError::Invalid {
+    };
+    let invalid = |reason: String| SnapshotError::Invalid {
         path: path.to_path_buf(),
         reason,
-    })
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+        .map_err(read)?;
+    let meta = file.metadata().map_err(read)?;
+    if !meta.is_file() {
+        return Err(invalid("not a regular file".into()));
+    }
+    let too_big = |len: u64| {
+        invalid(format!(
+            "the file is {len} bytes, over the {MAX_SNAPSHOT_BYTES}-byte limit for snapshots"
+        ))
+    };
+    if meta.len() > MAX_SNAPSHOT_BYTES {
+        return Err(too_big(meta.len()));
+    }
+    // The file may grow between the stat and the read: never read past the limit.
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_SNAPSHOT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read)?;
+    if bytes.len() as u64 > MAX_SNAPSHOT_BYTES {
+        return Err(too_big(bytes.len() as u64));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| invalid("the file is not UTF-8".into()))?;
+    // The parser's message quotes the file (an unknown field name, a wrong schema): peer text.
+    let snapshot = Snapshot::parse(&text).map_err(|reason| {
+        invalid(crate::text::peer::PeerText::with_limit(&reason, 512).to_string())
+    })?;
+    snapshot
+        .check_times(crate::metrics::now_epoch_seconds())
+        .map_err(invalid)?;
+    Ok(snapshot)
 }
 
 /// Why a render could not be produced (the exporter withholds the metrics).
@@ -220,5 +260,96 @@ pub fn run(req: &Request<'_>, stdout: &mut dyn Write) -> Result<Outcome, Textfil
                 marker_written,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("svc-read-snap-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn snapshot_text(generated_ahead_seconds: f64) -> String {
+        let now = crate::metrics::now_epoch_seconds();
+        let mut snap = Snapshot::capture(&Metrics::default(), "svc", now - 10.0);
+        snap.generated_at_epoch_seconds = now + generated_ahead_seconds;
+        serde_json::to_string_pretty(&snap).unwrap()
+    }
+
+    fn invalid_reason(path: &Path) -> String {
+        match read_snapshot(path) {
+            Err(SnapshotError::Invalid { reason, .. }) => reason,
+            Err(e) => panic!("expected an invalid snapshot, got {e}"),
+            Ok(_) => panic!("accepted {}", path.display()),
+        }
+    }
+
+    #[test]
+    fn a_snapshot_from_the_future_is_invalid() {
+        let d = dir("future");
+        let path = d.join("snap.json");
+        std::fs::write(&path, snapshot_text(0.0)).unwrap();
+        read_snapshot(&path).unwrap();
+        std::fs::write(&path, snapshot_text(3600.0)).unwrap();
+        let reason = invalid_reason(&path);
+        assert!(reason.contains("in the future"), "{reason}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn an_oversize_file_is_refused_unread() {
+        let d = dir("big");
+        let path = d.join("snap.json");
+        // Exactly the limit is read (and then fails as JSON); one byte more is not read.
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(MAX_SNAPSHOT_BYTES).unwrap();
+        assert!(invalid_reason(&path).contains("not valid"));
+        f.set_len(MAX_SNAPSHOT_BYTES + 1).unwrap();
+        let reason = invalid_reason(&path);
+        assert!(reason.contains("over the 1048576-byte limit"), "{reason}");
+        // A sparse 1 TiB file is refused as fast as a small one: nothing is read.
+        f.set_len(1 << 40).unwrap();
+        assert!(invalid_reason(&path).contains("1099511627776 bytes"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Text from the file reaches the error escaped and bounded.
+    #[test]
+    fn file_text_in_errors_is_escaped_and_bounded() {
+        let d = dir("peer");
+        let path = d.join("snap.json");
+        let evil = format!("x\n2026-01-01 ERROR forged{}", "y".repeat(5000));
+        let mut v: serde_json::Value = serde_json::from_str(&snapshot_text(0.0)).unwrap();
+        v["schema"] = evil.clone().into();
+        std::fs::write(&path, v.to_string()).unwrap();
+        let reason = invalid_reason(&path);
+        assert!(!reason.contains('\n'), "{reason}");
+        assert!(reason.len() < 1200, "{} chars", reason.len());
+        let mut v: serde_json::Value = serde_json::from_str(&snapshot_text(0.0)).unwrap();
+        v[evil.as_str()] = 1.into();
+        std::fs::write(&path, v.to_string()).unwrap();
+        let reason = invalid_reason(&path);
+        assert!(!reason.contains('\n') && reason.len() < 1200, "{reason}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_or_directory_is_refused_without_blocking() {
+        let d = dir("fifo");
+        let fifo = d.join("snap.json");
+        let ok = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        assert_eq!(invalid_reason(&fifo), "not a regular file");
+        assert_eq!(invalid_reason(&d), "not a regular file");
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -19,12 +19,13 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::credit::CreditPool;
 
-use super::{AckMsg, BatchId, Monitor, PreSinkFailure, Verdict};
+use super::{AckMsg, BatchId, Monitor, Rejection, Verdict};
 use crate::backoff::Backoff;
 use crate::broker::dead_letter::DeadLetterPublisher;
 use crate::broker::{self, AckHandle, AckVerb, Connection};
 use crate::metrics::Metrics;
 use crate::sink::WriteOutcome;
+use crate::text::peer::PeerText;
 
 pub struct AckWorker {
     pub nc: Connection,
@@ -131,7 +132,7 @@ impl AckWorker {
                     AckVerb::Nak(self.nak_backoff.delay(handle.delivery_count as u32))
                 }
                 Verdict::Written(WriteOutcome::Permanent(e)) => {
-                    self.permanent(handle, family, &e.to_string())
+                    self.permanent(handle, family, &format!("{}: {e}", e.class.code()))
                 }
                 Verdict::Rejected(f) => self.rejected(handle, family, &f, &mut dlq_failed),
             };
@@ -161,6 +162,10 @@ impl AckWorker {
 
     /// A message that retrying will not fix: counted, logged without payload, and left to the
     /// broker's redelivery limits (NAK with backoff) or terminated at `max_deliveries`.
+    ///
+    /// Bounded and visible: the NAK delay grows with the delivery count, and the warning is
+    /// logged on deliveries 1, 2, 4, 8, ... only (a message redelivered for a day logs about
+    /// a dozen lines, not thousands); `messages_failed_total` counts every delivery.
     fn permanent(&self, handle: &AckHandle, family: Option<usize>, reason: &str) -> AckVerb {
         Metrics::add(&self.metrics.counters.messages_failed_total, 1);
         self.metrics.add_family(family, "messages_failed_total", 1);
@@ -176,11 +181,20 @@ impl AckWorker {
             );
             AckVerb::Term
         } else {
-            log::warn!(
-                "stream sequence {} failed permanently on delivery {} ({reason}); not acknowledged",
-                handle.stream_sequence,
-                handle.delivery_count
-            );
+            if handle.delivery_count.is_power_of_two() {
+                log::warn!(
+                    "stream sequence {} failed permanently on delivery {} ({reason}); not \
+                     acknowledged, redelivered with backoff{}; logged again on delivery {}",
+                    handle.stream_sequence,
+                    handle.delivery_count,
+                    match self.max_deliveries {
+                        Some(max) => format!(" until delivery {max}"),
+                        None => " (no delivery.max_deliveries and no dead_letter: without end)"
+                            .to_string(),
+                    },
+                    handle.delivery_count * 2
+                );
+            }
             AckVerb::Nak(self.nak_backoff.delay(handle.delivery_count as u32))
         }
     }
@@ -193,7 +207,7 @@ impl AckWorker {
         &self,
         handle: &AckHandle,
         family: Option<usize>,
-        failure: &PreSinkFailure,
+        failure: &Rejection,
         dlq_failed: &mut bool,
     ) -> AckVerb {
         let (Some(dlq), Some(record)) = (&self.dlq, &failure.dead_letter) else {
@@ -222,7 +236,7 @@ impl AckWorker {
                      sequence {}{}",
                     handle.stream_sequence,
                     failure.reason,
-                    ack.stream,
+                    PeerText::new(&ack.stream),
                     ack.sequence,
                     if ack.duplicate {
                         " (already there from an earlier delivery)"

@@ -24,7 +24,11 @@
 //!   I/O. A permanent pre-sink failure becomes a per-message `Verdict::Rejected` carrying the
 //!   sanitized DLQ record (when `dead_letter.enabled`).
 //! - `svc-sink-N` call `Sink::write_batch` and report one verdict per message. They never see
-//!   an ack handle.
+//!   an ack handle. With `dead_letter.enabled`, a permanent sink failure (a failure class
+//!   redelivery cannot fix, e.g. `duplicate_exists`, `value_rejected`) becomes a
+//!   `Verdict::Rejected` with a DLQ record built from the envelope, exactly like a pre-sink
+//!   failure; without a DLQ it stays `Written(Permanent)`: NAKed with backoff, terminated at
+//!   `delivery.max_deliveries`.
 //! - `svc-ack` is the ONLY thread that ACKs, NAKs, TERMs or sends in-progress. Invariant: a
 //!   message is ACKed only when its verdict says durable, or its DLQ publish was confirmed by
 //!   the broker (PubAck) just before. It returns the batch's credits when the batch is settled.
@@ -89,10 +93,11 @@ pub struct RawBatch {
     pub families: Vec<Option<usize>>,
 }
 
-/// A message that failed a permanent pre-sink check. `reason` names the failed field or rule
-/// and never contains the offending value.
+/// A message that can never be delivered: it failed a permanent pre-sink check, or (with a
+/// DLQ on) the sink refused it for good. `reason` names the failed field, rule or failure
+/// class and never contains the offending value.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PreSinkFailure {
+pub struct Rejection {
     pub reason: String,
     /// The sanitized DLQ record, built by the normalizer when `dead_letter.enabled`;
     /// `svc-ack` publishes it and ACKs the original only once the broker confirmed it.
@@ -109,14 +114,14 @@ pub struct Prepared {
 
 pub struct PreparedBatch {
     pub id: BatchId,
-    pub items: Vec<Result<Prepared, (PreSinkFailure, Option<usize>)>>,
+    pub items: Vec<Result<Prepared, (Rejection, Option<usize>)>>,
 }
 
 /// The fate of one message, decided on the data path and carried out by `svc-ack`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
     Written(WriteOutcome),
-    Rejected(PreSinkFailure),
+    Rejected(Rejection),
 }
 
 /// What `svc-ack` receives, in order per batch: the registration, then the outcome.
@@ -165,10 +170,10 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let nc = broker::connect(&cfg.nats, metrics.clone()).map_err(RunError::Broker)?;
     let consumer = broker::bind_consumer(&nc, &cfg.nats).map_err(RunError::Broker)?;
     log::info!(
-        "bound to consumer {}/{} (ack wait {:?}); sink {}; batch {} x {} in flight, {} sink workers",
+        "bound to consumer {}/{} (ack wait {} s); sink {}; batch {} x {} in flight, {} sink workers",
         consumer.stream,
         consumer.name,
-        consumer.ack_wait,
+        consumer.ack_wait.as_secs_f64(),
         sink.kind(),
         cfg.delivery.batch_size,
         cfg.delivery.max_in_flight_batches,
@@ -245,6 +250,10 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         let _ = ack_done_tx.send(());
     })?;
 
+    let dead_letter = cfg
+        .dead_letter
+        .enabled
+        .then(|| Arc::new(cfg.dead_letter.clone()));
     for n in 1..=d.sink_workers {
         let worker = sink_worker::SinkWorker {
             name: format!("svc-sink-{n}"),
@@ -253,6 +262,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             sink: sink.clone(),
             metrics: metrics.clone(),
             monitor: monitor.clone(),
+            dead_letter: dead_letter.clone(),
         };
         spawn(&worker.name.clone(), move || worker.run())?;
     }
@@ -314,8 +324,9 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             let _ = flush_thread.join();
         }
         Err(_) => log::warn!(
-            "shutdown timeout ({timeout:?}) reached with batches in flight; they stay \
-             unacknowledged and will be redelivered"
+            "shutdown timeout ({} s) reached with batches in flight; they stay \
+             unacknowledged and will be redelivered",
+            timeout.as_secs_f64()
         ),
     }
     if let Err(e) = broker::flush(&nc, std::time::Duration::from_secs(2)) {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::{Monitor, PreSinkFailure, Prepared, PreparedBatch, RawBatch};
+use super::{Monitor, Prepared, PreparedBatch, RawBatch, Rejection};
 use crate::broker::dead_letter::{DeadLetter, DeadLetterConfig, Failure};
 use crate::config::RuntimeConfig;
 use crate::message::envelope::{normalize, now_unix_nanos, EnvelopeConfig, RawMessage};
@@ -46,7 +46,7 @@ impl Normalizer {
         received_unix_nanos: i128,
         family: Option<usize>,
         ages: &mut Summary,
-    ) -> Result<Prepared, PreSinkFailure> {
+    ) -> Result<Prepared, Rejection> {
         let (mut envelope, fresh) = normalize(raw, received_unix_nanos, &self.envelope);
         let c = &self.metrics.counters;
         if let Some(age) = fresh.age_seconds {
@@ -95,8 +95,8 @@ impl Normalizer {
     }
 
     /// The verdict of a permanent pre-sink failure, with its DLQ record when a DLQ is on.
-    fn reject(&self, raw: &RawMessage, failure: Failure) -> PreSinkFailure {
-        PreSinkFailure {
+    fn reject(&self, raw: &RawMessage, failure: Failure) -> Rejection {
+        Rejection {
             dead_letter: self
                 .dead_letter
                 .enabled

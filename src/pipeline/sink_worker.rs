@@ -1,4 +1,7 @@
 //! `svc-sink-N`: calls `Sink::write_batch` and reports one verdict per message to `svc-ack`.
+//!
+//! A permanent outcome becomes a DLQ verdict here when a DLQ is on (the worker has the
+//! envelope the record is built from; `svc-ack` only has ack handles).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -6,8 +9,9 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::{AckMsg, Monitor, PreparedBatch, Verdict};
-use crate::message::envelope::now_unix_nanos;
+use super::{AckMsg, Monitor, PreparedBatch, Rejection, Verdict};
+use crate::broker::dead_letter::{DeadLetter, DeadLetterConfig};
+use crate::message::envelope::{now_unix_nanos, Envelope};
 use crate::metrics::{now_epoch_seconds, Metrics, Summary};
 use crate::sink::{Sink, SinkError, WriteOutcome};
 
@@ -18,6 +22,8 @@ pub struct SinkWorker {
     pub sink: Arc<dyn Sink>,
     pub metrics: Arc<Metrics>,
     pub monitor: Arc<Monitor>,
+    /// The DLQ settings when `dead_letter.enabled`.
+    pub dead_letter: Option<Arc<DeadLetterConfig>>,
 }
 
 impl SinkWorker {
@@ -97,7 +103,7 @@ impl SinkWorker {
             self.metrics.observe("sink_batch_write_seconds", elapsed);
         } else if let Some(first) = outcomes.iter().find(|o| !o.is_durable()) {
             log::warn!(
-                "{failed} of {} writes in batch {} failed; first: {first:?}",
+                "{failed} of {} writes in batch {} failed; first: {first}",
                 outcomes.len(),
                 batch_id
             );
@@ -116,12 +122,36 @@ impl SinkWorker {
         self.metrics
             .observe_all("event_age_at_store_seconds", &ages);
 
-        let mut outcomes = outcomes.into_iter();
+        let permanent = outcomes
+            .iter()
+            .filter(|o| matches!(o, WriteOutcome::Permanent(_)))
+            .count();
+        Metrics::add(&c.sink_permanent_failures_total, permanent as u64);
+
+        let mut outcomes = outcomes.into_iter().zip(envelopes.iter());
         verdicts
             .into_iter()
             .map(|v| {
-                v.unwrap_or_else(|| Verdict::Written(outcomes.next().expect("one per envelope")))
+                v.unwrap_or_else(|| {
+                    let (outcome, env) = outcomes.next().expect("one per envelope");
+                    self.verdict(outcome, env)
+                })
             })
             .collect()
+    }
+
+    /// With a DLQ, a permanent failure is dead-lettered (then ACKed) instead of redelivered.
+    fn verdict(&self, outcome: WriteOutcome, env: &Envelope) -> Verdict {
+        match (outcome, &self.dead_letter) {
+            (WriteOutcome::Permanent(e), Some(cfg)) => Verdict::Rejected(Rejection {
+                reason: format!(
+                    "sink {}: permanent write failure ({})",
+                    e.sink,
+                    e.class.code()
+                ),
+                dead_letter: Some(DeadLetter::build_for_sink(env, &e, now_unix_nanos(), cfg)),
+            }),
+            (outcome, _) => Verdict::Written(outcome),
+        }
     }
 }

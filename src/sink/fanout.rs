@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use serde_json::Value;
 
-use super::{Sink, SinkConfig, SinkError, WriteOutcome};
+use super::{FailureClass, Sink, SinkConfig, SinkError, WriteOutcome};
 use crate::document::reader::{join, ObjectReader};
 use crate::message::envelope::Envelope;
 use crate::message::subject::SubjectPattern;
@@ -706,10 +706,13 @@ impl Sink for FanoutSink {
         let mut jobs: Vec<Job> = Vec::new();
         for (i, env) in batch.iter().enumerate() {
             let Some(targets) = self.targets_for(&env.subject) else {
-                outcomes[i] = Some(WriteOutcome::Permanent(SinkError::new(
-                    KIND,
-                    "no fan-out route matches the subject (routing.unmatched = reject)",
-                )));
+                outcomes[i] = Some(WriteOutcome::Permanent(
+                    SinkError::new(
+                        KIND,
+                        "no fan-out route matches the subject (routing.unmatched = reject)",
+                    )
+                    .classified(FailureClass::Unroutable),
+                ));
                 continue;
             };
             Metrics::add(&c.fanout_messages_routed_total, 1);
@@ -854,10 +857,13 @@ impl Sink for FanoutSink {
 fn combine(results: Vec<(&str, WriteOutcome)>) -> WriteOutcome {
     if results.is_empty() {
         // Unreachable by config validation (every route has a required target); never ACK.
-        return WriteOutcome::Permanent(SinkError::new(KIND, "no required target"));
+        return WriteOutcome::Permanent(
+            SinkError::new(KIND, "no required target").classified(FailureClass::Unroutable),
+        );
     }
-    let wrap =
-        |name: &str, e: &SinkError| SinkError::new(KIND, format!("required child {name}: {e}"));
+    let wrap = |name: &str, e: &SinkError| {
+        SinkError::new(KIND, format!("required child {name}: {e}")).classified(e.class)
+    };
     if let Some((n, WriteOutcome::Permanent(e))) = results
         .iter()
         .find(|(_, o)| matches!(o, WriteOutcome::Permanent(_)))

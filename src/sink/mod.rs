@@ -30,10 +30,62 @@ pub enum WriteOutcome {
     Permanent(SinkError),
 }
 
+impl fmt::Display for WriteOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WriteOutcome::Durable => f.write_str("durable"),
+            WriteOutcome::AlreadyDurable => f.write_str("already durable"),
+            WriteOutcome::Transient(e) => write!(f, "transient: {e}"),
+            WriteOutcome::Permanent(e) => write!(f, "permanent ({}): {e}", e.class.code()),
+        }
+    }
+}
+
 impl WriteOutcome {
     /// True when the message may be acknowledged.
     pub fn is_durable(&self) -> bool {
         matches!(self, WriteOutcome::Durable | WriteOutcome::AlreadyDurable)
+    }
+}
+
+/// Why a write failed for good, as a stable code: what a dead-letter record and the log carry
+/// of a permanent sink failure. Never the value that caused it (a database message may quote
+/// the row; the code does not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureClass {
+    /// No finer class known (also every transient failure).
+    Unclassified,
+    /// The key already holds another event (`duplicate_policy` `fail_existing`, or a relational
+    /// idempotency key whose stored subject or digest differs).
+    DuplicateExists,
+    /// The destination refused the value itself (PostgreSQL SQLSTATE class 22, 23 or 54).
+    ValueRejected,
+    /// Over a size limit (`max_record_bytes`, `max_object_bytes`, `max_metadata_bytes`, or the
+    /// object store's own).
+    TooLarge,
+    /// No usable key or name can be made for it (strategy input missing, key too long).
+    InvalidKey,
+    /// The target name exists and is not a regular file.
+    DestinationConflict,
+    /// No route or required target for its subject (fan-out).
+    Unroutable,
+    /// The record could not be encoded.
+    EncodeFailed,
+}
+
+impl FailureClass {
+    /// The code in logs, DLQ records (`failure.reason`) and docs/delivery-semantics.md.
+    pub fn code(self) -> &'static str {
+        match self {
+            FailureClass::Unclassified => "sink_failure",
+            FailureClass::DuplicateExists => "duplicate_exists",
+            FailureClass::ValueRejected => "value_rejected",
+            FailureClass::TooLarge => "too_large",
+            FailureClass::InvalidKey => "invalid_key",
+            FailureClass::DestinationConflict => "destination_conflict",
+            FailureClass::Unroutable => "unroutable",
+            FailureClass::EncodeFailed => "encode_failed",
+        }
     }
 }
 
@@ -44,6 +96,8 @@ pub struct SinkError {
     pub sink: &'static str,
     /// What failed, e.g. `write stream-sequence/ORDERS/42.json: disk full`.
     pub message: String,
+    /// Why, as a stable code (meaningful for permanent failures).
+    pub class: FailureClass,
 }
 
 impl SinkError {
@@ -51,7 +105,14 @@ impl SinkError {
         SinkError {
             sink,
             message: message.into(),
+            class: FailureClass::Unclassified,
         }
+    }
+
+    /// The same error with its failure class.
+    pub fn classified(mut self, class: FailureClass) -> Self {
+        self.class = class;
+        self
     }
 }
 
@@ -137,5 +198,28 @@ impl SinkConfig {
             )?)),
             SinkConfig::Fanout(c) => Ok(Arc::new(fanout::FanoutSink::new(c, metrics)?)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_read_as_operator_text_not_debug() {
+        let full = SinkError::new(
+            "file",
+            "append to segment-1.jsonl: No space left on device (os error 28)",
+        );
+        assert_eq!(
+            WriteOutcome::Transient(full.clone()).to_string(),
+            "transient: sink file: append to segment-1.jsonl: No space left on device (os error 28)"
+        );
+        assert_eq!(
+            WriteOutcome::Permanent(full.classified(FailureClass::TooLarge)).to_string(),
+            "permanent (too_large): sink file: append to segment-1.jsonl: No space left on device (os error 28)"
+        );
+        assert_eq!(WriteOutcome::Durable.to_string(), "durable");
+        assert_eq!(WriteOutcome::AlreadyDurable.to_string(), "already durable");
     }
 }

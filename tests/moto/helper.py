@@ -8,6 +8,12 @@
                                   create a bucket (versioned when true)
   helper.py versions ENDPOINT KEY SECRET BUCKET
                                   print every object version of the bucket as JSON
+  helper.py role ENDPOINT KEY SECRET NAME
+                                  create role NAME (assumable by anyone, allowed everything)
+  helper.py assume ENDPOINT KEY SECRET N
+                                  N sets of temporary credentials from moto's STS AssumeRole
+                                  of role svc-issued (signed with KEY/SECRET), as a JSON list of
+                                  {"key_id", "secret", "token"}
 """
 import json
 import os
@@ -126,6 +132,37 @@ def versions(endpoint, key, secret, bucket):
     print(json.dumps(out))
 
 
+def role(endpoint, key, secret, name):
+    """A role anyone may assume, allowed everything (moto answers 500 to requests signed with
+    credentials of a role it does not know)."""
+    iam = client("iam", endpoint, key, secret)
+    trust = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]}
+    try:
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))
+    except iam.exceptions.EntityAlreadyExistsException:
+        pass
+    policy = {"Version": "2012-10-17",
+              "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    iam.put_role_policy(RoleName=name, PolicyName="all", PolicyDocument=json.dumps(policy))
+
+
+def assume(endpoint, key, secret, n):
+    role(endpoint, key, secret, "svc-issued")
+    sts = client("sts", endpoint, key, secret)
+    out = []
+    for i in range(int(n)):
+        c = sts.assume_role(
+            RoleArn="arn:aws:iam::123456789012:role/svc-issued",
+            RoleSessionName="svc-test-%d" % i,
+        )["Credentials"]
+        out.append(
+            {"key_id": c["AccessKeyId"], "secret": c["SecretAccessKey"],
+             "token": c["SessionToken"]}
+        )
+    print(json.dumps(out))
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "serve":
@@ -136,5 +173,10 @@ if __name__ == "__main__":
         bucket(*sys.argv[2:7])
     elif cmd == "versions":
         versions(*sys.argv[2:6])
+    elif cmd == "assume":
+        assume(*sys.argv[2:6])
+    elif cmd == "role":
+        role(*sys.argv[2:6])
+        print("{}")
     else:
         sys.exit("unknown command " + cmd)

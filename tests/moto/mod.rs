@@ -200,6 +200,32 @@ impl Moto {
         out
     }
 
+    /// Creates IAM role `name`, assumable by anyone and allowed everything: moto refuses
+    /// (HTTP 500) requests signed with credentials of a role it does not know.
+    pub fn create_role(&self, name: &str) {
+        self.py(&["role", &self.endpoint(), &self.key_id, &self.secret, name]);
+    }
+
+    /// `n` sets of temporary credentials issued by moto's STS `AssumeRole` (signed with the
+    /// IAM user's keys): `(key id, secret, session token)`.
+    pub fn temporary_credentials(&self, n: usize) -> Vec<(String, String, String)> {
+        let v = self.py(&[
+            "assume",
+            &self.endpoint(),
+            &self.key_id,
+            &self.secret,
+            &n.to_string(),
+        ]);
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let s = |k: &str| c[k].as_str().unwrap().to_string();
+                (s("key_id"), s("secret"), s("token"))
+            })
+            .collect()
+    }
+
     /// The environment the sink resolves credentials from (`credential_mode environment`
     /// with variables `T_KEY_ID`/`T_SECRET`).
     pub fn env(&self) -> HashMap<String, String> {

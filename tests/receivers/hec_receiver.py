@@ -14,7 +14,9 @@ documented format:
   names of letters, digits, "_", "." and ":" not starting with a digit or "_".
   A violation answers 400 code 6 "Invalid data format" naming the rule.
 Success answers 200 {"text":"Success","code":0}. --status makes every well-formed request
-answer that status instead (503 {"text":"Server is busy","code":9}).
+answer that status instead (503 {"text":"Server is busy","code":9}); with --echo-headers
+that answer also carries the request headers (a careless collector, for the secret-scrubbing
+test).
 
 Every request is appended to --record as one JSON line (path, headers lower-cased, the event
 or the rule that failed). Prints "LISTENING <port>" once bound. With --tls-cert/--tls-key the
@@ -71,6 +73,7 @@ def main():
     ap.add_argument("--record", required=True)
     ap.add_argument("--token-env", required=True)
     ap.add_argument("--status", type=int, default=200)
+    ap.add_argument("--echo-headers", action="store_true")
     ap.add_argument("--tls-cert")
     ap.add_argument("--tls-key")
     args = ap.parse_args()
@@ -80,11 +83,14 @@ def main():
         def log_message(self, *a):
             pass
 
-        def reply(self, status, text, code, entry):
+        def reply(self, status, text, code, entry, echo=False):
             entry["answer"] = [status, code, text]
             with open(args.record, "a") as f:
                 f.write(json.dumps(entry) + "\n")
-            data = json.dumps({"text": text, "code": code}).encode()
+            answer = {"text": text, "code": code}
+            if echo:
+                answer["headers"] = entry["headers"]
+            data = json.dumps(answer).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=UTF-8")
             self.send_header("Content-Length", str(len(data)))
@@ -123,7 +129,7 @@ def main():
                 return self.reply(400, "Invalid data format", 6, entry)
             entry["event"] = ev
             if args.status != 200:
-                return self.reply(args.status, "Server is busy", 9, entry)
+                return self.reply(args.status, "Server is busy", 9, entry, args.echo_headers)
             return self.reply(200, "Success", 0, entry)
 
     server = HTTPServer(("127.0.0.1", args.port), Handler)

@@ -7,7 +7,10 @@ INITIAL_NO_AUTH_ACTION_COUNT=3 (signature checking enforced after three calls).
   moto_cloudwatch.py stats URL REGION KEY SECRET NAMESPACE QUERY_JSON
       for each query {"name": ..., "dimensions": {...}} prints one JSON line with the
       datapoints boto3 get_metric_statistics returns (SampleCount, Sum, Minimum, Maximum),
-      plus list_metrics of the namespace as the last line.
+      plus list_metrics of the namespace as the last line;
+  moto_cloudwatch.py role URL KEY SECRET NAME
+      creates IAM role NAME, assumable by anyone and allowed everything (moto refuses requests
+      signed with credentials of a role it does not know).
 """
 import datetime
 import json
@@ -51,10 +54,22 @@ def stats(url, region, key, secret, namespace, queries):
         key=lambda m: (m["name"], sorted(m["dimensions"].items())))))
 
 
+def role(url, key, secret, name):
+    iam = client("iam", url, "us-east-1", key, secret)
+    iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]}))
+    iam.put_role_policy(RoleName=name, PolicyName="all", PolicyDocument=json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "keys":
         keys(sys.argv[2])
     elif sys.argv[1] == "stats":
         stats(*sys.argv[2:8])
+    elif sys.argv[1] == "role":
+        role(*sys.argv[2:6])
     else:
         sys.exit("unknown command " + sys.argv[1])

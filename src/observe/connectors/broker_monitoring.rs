@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use crate::observe::exposition::{escape_help, format_value};
 use crate::observe::policy::BrokerServerMonitoring;
+use crate::text::peer::PeerText;
 
 /// What a dotted path found.
 #[derive(Debug, Clone, PartialEq)]
@@ -171,9 +172,11 @@ impl std::fmt::Display for PollError {
         match self {
             PollError::Config(why) => write!(f, "broker_server_monitoring: {why}"),
             PollError::Endpoint { endpoint, reason } => {
+                // The reason can quote the server (a transport error's text).
                 write!(
                     f,
-                    "broker_server_monitoring: poll of {endpoint} failed: {reason}"
+                    "broker_server_monitoring: poll of {endpoint} failed: {}",
+                    PeerText::new(reason)
                 )
             }
         }
@@ -556,5 +559,19 @@ mod tests {
         // An endless body is cut after max + 1 bytes.
         let endless = std::io::repeat(b'x');
         assert!(read_bounded(endless, 1024).is_err());
+    }
+
+    #[test]
+    fn a_poll_failure_quotes_the_server_bounded_and_escaped() {
+        let e = PollError::Endpoint {
+            endpoint: "/varz".into(),
+            reason: format!("protocol: bad header\n\x1b[2J{}", "h".repeat(1 << 20)),
+        };
+        let shown = e.to_string();
+        assert!(shown.starts_with("broker_server_monitoring: poll of /varz failed: protocol"));
+        assert!(
+            !shown.contains(['\n', '\x1b']) && shown.len() < 400,
+            "{shown}"
+        );
     }
 }

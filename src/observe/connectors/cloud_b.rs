@@ -22,8 +22,9 @@
 //!   snapshot's time as `Timestamp`.
 //! - At most `max_metrics_per_request` data per request (cap 1000); every request body is
 //!   checked against `max_request_bytes` before the first one is sent.
-//! - Credentials: [`crate::aws::credentials`] (environment, then shared credentials/config file
-//!   with `AWS_PROFILE`; no IMDS). Endpoint: `AWS_ENDPOINT_URL_CLOUDWATCH`, `AWS_ENDPOINT_URL`,
+//! - Credentials: the AWS default chain [`crate::aws::chain`] (environment, web identity,
+//!   profile `AWS_PROFILE` with static keys, `role_arn` or `credential_process`, container
+//!   endpoint, IMDSv2), the region being the STS region when none is set. Endpoint: `AWS_ENDPOINT_URL_CLOUDWATCH`, `AWS_ENDPOINT_URL`,
 //!   else `https://monitoring.<region>.amazonaws.com`.
 //! - `--dry-run` prints the requests with `Authorization` and `X-Amz-Security-Token` as
 //!   `<redacted>` and the region replaced by `<redacted>`.
@@ -35,7 +36,8 @@ use super::{
     Action, Connector, Context, Delivery, ExportError, Header, HttpRequest, Input, Limit, Method,
     Plan, Retry, Secret,
 };
-use crate::aws::credentials::{self, CredentialError, Credentials};
+use crate::aws::chain;
+use crate::aws::credentials::{CredentialError, Credentials};
 use crate::aws::{endpoint_override, sigv4, Env, ProcessEnv};
 use crate::observe::exposition::format_value;
 use crate::observe::policy::checks::{is_loopback_host, parse_endpoint};
@@ -54,10 +56,14 @@ request, in cloud_b_monitoring.metric_namespace (needs enabled and
 cloud_b_monitoring.enabled). Counters and gauges are sent as values, summaries as statistic
 sets; subject-family rows only with include_metric_labels_as_dimensions.
 
-Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and optional AWS_SESSION_TOKEN, else
-the shared credentials file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials) or config file
-(AWS_CONFIG_FILE or ~/.aws/config) with profile AWS_PROFILE (default `default`). Instance
-metadata (IMDS), container, web-identity, SSO and credential_process credentials are not used.
+Credentials: the AWS default chain, first source configured wins: AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY and optional AWS_SESSION_TOKEN; AWS_WEB_IDENTITY_TOKEN_FILE with
+AWS_ROLE_ARN (STS AssumeRoleWithWebIdentity); profile AWS_PROFILE (default `default`) of the
+shared credentials file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials) and config file
+(AWS_CONFIG_FILE or ~/.aws/config): static keys, role_arn with source_profile (STS AssumeRole)
+or credential_process; AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI; instance metadata
+(IMDSv2; AWS_EC2_METADATA_DISABLED=true skips it). STS: AWS_ENDPOINT_URL_STS, else
+AWS_ENDPOINT_URL, else https://sts.<region>.amazonaws.com.
 Endpoint: AWS_ENDPOINT_URL_CLOUDWATCH, else AWS_ENDPOINT_URL, else
 https://monitoring.<region>.amazonaws.com (plain http only to loopback).
 
@@ -235,9 +241,13 @@ pub fn plan_with(
     )?;
     let (base, host, _) =
         endpoint(env, region).map_err(|e| ExportError::Environment(format!("{BLOCK}: {e}")))?;
-    let (creds, source) = credentials::resolve_chain(env)
+    // One export is one short run: the first fetch is all it needs (no refresh wait).
+    let provider = chain::default_chain(env, Some(region))
         .map_err(|e| ExportError::Environment(format!("{BLOCK}: {e}")))?;
-    log::info!("{BLOCK}: credentials from {source}");
+    let creds = provider
+        .current()
+        .map_err(|e| ExportError::Environment(format!("{BLOCK}: {e}")))?;
+    log::info!("{BLOCK}: credentials from {}", provider.describe());
     let data = cloud::data(ctx, cfg.include_metric_labels_as_dimensions);
     let timestamp = cloud::rfc3339_millis(prepared.snapshot.generated_at_epoch_seconds);
     let chunks: Vec<&[Datum]> = cloud::batches(&data, cfg.max_metrics_per_request).collect();

@@ -428,7 +428,9 @@ pub fn identity(
             .get(format!("{metadata}/opc/v2/{path}"))
             .header("Authorization", "Bearer Oracle")
             .call()
-            .map_err(|e| InstanceError::Failed(format!("{step} failed: {e}")))?;
+            .map_err(|e| {
+                InstanceError::Failed(format!("{step} failed: {}", PeerText::new(&e.to_string())))
+            })?;
         let (status, body) =
             read_body(resp).map_err(|e| InstanceError::Failed(format!("{step}: {e}")))?;
         if status != 200 {
@@ -667,5 +669,14 @@ mod tests {
             "HTTP 401 (NotAuthenticated: bad)"
         );
         assert_eq!(federation_failure(502, b"<html>"), "HTTP 502");
+        // The federation service's words are peer text: bounded and escaped.
+        let forged = serde_json::json!({
+            "code": format!("Bad\n2026-01-01T00:00:00Z INFO ok{}", "c".repeat(100_000)),
+            "message": format!("\u{1b}[2J\u{202e}{}", "m".repeat(100_000)),
+        });
+        let shown = federation_failure(401, forged.to_string().as_bytes());
+        assert!(shown.starts_with("HTTP 401 (Bad\\n2026"), "{shown}");
+        assert!(!shown.contains(['\n', '\x1b', '\u{202e}']), "{shown}");
+        assert!(shown.len() < 400, "{} bytes", shown.len());
     }
 }

@@ -113,7 +113,7 @@ pub fn otlp_plan(
         delivery: Delivery::Http {
             requests: vec![HttpRequest {
                 method: Method::Post,
-                url: target.endpoint.to_string(),
+                url: signal_url(target.endpoint),
                 headers,
                 body,
                 check: None,
@@ -127,6 +127,24 @@ pub fn otlp_plan(
         metrics,
         redact: Vec::new(),
     })
+}
+
+/// The OTLP/HTTP path of the metrics signal.
+pub const METRICS_PATH: &str = "/v1/metrics";
+
+/// The URL a request goes to, by the OpenTelemetry exporter convention: a base URL without a
+/// path (`https://collector:4318`, or with `/` only) gets [`METRICS_PATH`]; a URL with any
+/// other path (normally one that already names the signal, `.../v1/metrics`, or a vendor's own
+/// ingestion path) is used as given, query included. The endpoint was validated by the policy
+/// (absolute http(s) URL); something unparsable is passed through for the transport to refuse.
+pub fn signal_url(endpoint: &str) -> String {
+    match url::Url::parse(endpoint) {
+        Ok(mut u) if u.path().is_empty() || u.path() == "/" => {
+            u.set_path(METRICS_PATH);
+            u.to_string()
+        }
+        _ => endpoint.to_string(),
+    }
 }
 
 fn string_attr(key: &str, value: &str) -> Value {
@@ -272,6 +290,38 @@ fn summary(name: &str, help: &str, unit: &str, start: &str, time: &str, s: &Summ
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signal_path_by_the_exporter_convention() {
+        for (given, sent) in [
+            (
+                "https://collector:4318",
+                "https://collector:4318/v1/metrics",
+            ),
+            (
+                "https://collector:4318/",
+                "https://collector:4318/v1/metrics",
+            ),
+            (
+                "http://127.0.0.1:4318/?tenant=a",
+                "http://127.0.0.1:4318/v1/metrics?tenant=a",
+            ),
+            (
+                "https://collector:4318/v1/metrics",
+                "https://collector:4318/v1/metrics",
+            ),
+            (
+                "https://otlp.example/otlp/v1/metrics",
+                "https://otlp.example/otlp/v1/metrics",
+            ),
+            (
+                "https://vendor.example/ingest",
+                "https://vendor.example/ingest",
+            ),
+        ] {
+            assert_eq!(signal_url(given), sent, "{given}");
+        }
+    }
 
     #[test]
     fn doubles_and_ints_follow_the_json_mapping() {

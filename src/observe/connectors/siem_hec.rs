@@ -152,7 +152,10 @@ pub fn check_answer(body: &[u8]) -> Result<(), String> {
         Some(0) => Ok(()),
         Some(code) => Err(format!(
             "the collector rejected the event: code {code} ({})",
-            PeerText::new(v.get("text").and_then(Value::as_str).unwrap_or("no text"))
+            PeerText::with_limit(
+                v.get("text").and_then(Value::as_str).unwrap_or("no text"),
+                200
+            )
         )),
         None => Err("the collector's answer has no code".into()),
     }

@@ -277,3 +277,67 @@ fn epoch_conversion() {
     assert_eq!(epoch_nanos(-1.0), 0);
     assert_eq!(epoch_nanos(f64::NAN), 0);
 }
+
+/// A receiver answering every request on one connection with `status` and `body`.
+fn hostile_receiver(status: u16, body: Vec<u8>) -> (String, std::thread::JoinHandle<()>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/collect", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let (mut line, mut length) = (String::new(), 0usize);
+        while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+            line.clear();
+        }
+        let _ = reader.read_exact(&mut vec![0; length]);
+        let mut out = stream;
+        let head = format!(
+            "HTTP/1.1 {status} No\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = out.write_all(head.as_bytes());
+        let _ = out.write_all(&body);
+    });
+    (url, server)
+}
+
+#[test]
+fn a_hostile_answer_is_bounded_escaped_and_scrubbed_in_the_failure() {
+    let forged = "denied for tok-1\n2026-01-01T00:00:00.000Z INFO  [main] exported\x1b[2J\u{202e}";
+    let mut body = forged.as_bytes().to_vec();
+    body.extend(std::iter::repeat_n(b'z', 1 << 20));
+    let (url, server) = hostile_receiver(400, body);
+    let mut plan = http_plan("{}", 4096);
+    let Delivery::Http { requests, .. } = &mut plan.delivery else {
+        unreachable!()
+    };
+    let mut req = requests.remove(0);
+    req.url = url;
+    let agent = transport::http_agent(Duration::from_secs(10)).unwrap();
+    let failure = transport::send_http(&agent, &req, 2 << 20, &["tok-1"]).unwrap_err();
+    server.join().unwrap();
+    let Failure::Permanent(text) = failure else {
+        panic!("a 400 is permanent: {failure:?}")
+    };
+    assert!(
+        text.starts_with("HTTP 400: denied for <redacted>\\n2026-01-01"),
+        "{text}"
+    );
+    assert!(!text.contains(['\n', '\x1b', '\u{202e}']), "{text}");
+    assert!(text.len() < 300, "{} bytes", text.len());
+
+    // A 2xx whose body check quotes the receiver: the same bounds.
+    let hec = format!(
+        r#"{{"code": 7, "text": {}}}"#,
+        serde_json::json!(forged.repeat(500))
+    );
+    let why = siem_hec::check_answer(hec.as_bytes()).unwrap_err();
+    assert!(
+        !why.contains(['\n', '\x1b', '\u{202e}']) && why.len() < 400,
+        "{why}"
+    );
+}

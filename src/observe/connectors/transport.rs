@@ -18,6 +18,7 @@ use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig, TlsProvider};
 use ureq::Agent;
 
 use super::{scrub, Failure, HttpRequest};
+use crate::text::peer::PeerText;
 
 /// HTTP methods the connectors use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,30 +102,30 @@ pub fn retryable_status(status: u16) -> bool {
     status == 408 || status == 429 || status >= 500
 }
 
-/// A short printable excerpt of an answer body, for error messages. Secrets are scrubbed from
-/// the whole body before it is cut, so a cut can never leave part of a secret behind.
+/// Characters of an answer body quoted in an error at most.
+const EXCERPT_CHARS: usize = 200;
+
+/// A short printable excerpt of an answer body, for error messages: the peer's text, bounded
+/// and escaped ([`PeerText`]). Secrets are scrubbed from the whole body before it is cut, so a
+/// cut can never leave part of a secret behind.
 fn excerpt(body: &[u8], secrets: &[&str]) -> String {
     let whole = scrub(&String::from_utf8_lossy(body), secrets);
-    let text: String = whole
-        .chars()
-        .take(200)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let text = text.trim();
+    let text = whole.trim();
     if text.is_empty() {
         String::new()
     } else {
-        format!(": {text}")
+        format!(": {}", PeerText::with_limit(text, EXCERPT_CHARS))
     }
 }
 
 /// Classifies a ureq error: TLS and URL problems are permanent, the rest (refused, reset,
 /// timeout, DNS) may pass on another attempt.
 fn classify(e: &ureq::Error) -> Failure {
+    // Protocol errors can quote what the peer sent.
     let text = match e {
         ureq::Error::Timeout(t) => format!("timed out ({t})"),
-        ureq::Error::Io(io) => format!("{io}"),
-        other => other.to_string(),
+        ureq::Error::Io(io) => PeerText::new(&io.to_string()).to_string(),
+        other => PeerText::new(&other.to_string()).to_string(),
     };
     match e {
         ureq::Error::Tls(_)

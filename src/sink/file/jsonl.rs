@@ -42,7 +42,7 @@ use super::durable::{create_below, dir_mode, sync_dir};
 use super::per_event::gzip_into;
 use super::{encode_record, error, WriteLimit};
 use crate::message::envelope::Envelope;
-use crate::sink::WriteOutcome;
+use crate::sink::{FailureClass, WriteOutcome};
 
 /// Thread-local buffers kept after a batch only up to this capacity.
 const KEEP_BUFFER_BYTES: usize = 8 * 1024 * 1024;
@@ -139,10 +139,13 @@ impl Jsonl {
         for env in batch {
             let start = lines.len();
             let outcome = match encode_record(lines, env) {
-                Err(e) => Some(WriteOutcome::Permanent(error(format!(
-                    "encode record of stream sequence {}: {e}",
-                    env.stream_sequence
-                )))),
+                Err(e) => Some(WriteOutcome::Permanent(
+                    error(format!(
+                        "encode record of stream sequence {}: {e}",
+                        env.stream_sequence
+                    ))
+                    .classified(FailureClass::EncodeFailed),
+                )),
                 Ok(()) => {
                     let what = format_args!("of stream sequence {}", env.stream_sequence);
                     self.limit.check(lines.len() - start, what).err()

@@ -36,7 +36,7 @@ use config::{DuplicatePolicy, FileMode};
 use durable::{create_all, dir_mode, sync_dir};
 pub use record::{encode_record, RECORD_SCHEMA};
 
-use super::{Sink, SinkError, WriteOutcome};
+use super::{FailureClass, Sink, SinkError, WriteOutcome};
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
 
@@ -59,10 +59,13 @@ impl WriteLimit {
     /// `what` names the record in the error (`idempotency-key/...json`, `of stream sequence 7`).
     fn check(&self, len: usize, what: impl std::fmt::Display) -> Result<(), WriteOutcome> {
         if len as u64 > self.max {
-            return Err(WriteOutcome::Permanent(error(format!(
-                "record {what} is {len} bytes, over max_record_bytes {}",
-                self.max
-            ))));
+            return Err(WriteOutcome::Permanent(
+                error(format!(
+                    "record {what} is {len} bytes, over max_record_bytes {}",
+                    self.max
+                ))
+                .classified(FailureClass::TooLarge),
+            ));
         }
         Ok(())
     }

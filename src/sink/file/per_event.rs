@@ -32,7 +32,7 @@ use super::durable::{create_below, dir_mode, DirSync};
 use super::{encode_record, error, WriteLimit};
 use crate::message::envelope::Envelope;
 use crate::sink::key::{safe_component, strategy_key};
-use crate::sink::WriteOutcome;
+use crate::sink::{FailureClass, WriteOutcome};
 
 /// Longest file or directory name most Linux file systems accept.
 pub const NAME_MAX: usize = 255;
@@ -148,7 +148,7 @@ impl PerEvent {
     /// The key of an envelope relative to the output directory.
     fn target(&self, env: &Envelope) -> Result<Target, WriteOutcome> {
         let key = strategy_key(env, self.cfg.key_strategy, &self.cfg.file_suffix)
-            .map_err(|e| WriteOutcome::Permanent(error(e)))?;
+            .map_err(|e| WriteOutcome::Permanent(error(e).classified(FailureClass::InvalidKey)))?;
         let rel = if self.cfg.per_subject_directories {
             format!("{}{}/{key}", self.prefix, safe_component(&env.subject))
         } else {
@@ -156,9 +156,12 @@ impl PerEvent {
         };
         // The temporary name is short and fixed-size, so only the final names can be too long.
         if rel.split('/').any(|c| c.len() > NAME_MAX) {
-            return Err(WriteOutcome::Permanent(error(format!(
-                "key {rel} has a path component longer than {NAME_MAX} bytes"
-            ))));
+            return Err(WriteOutcome::Permanent(
+                error(format!(
+                    "key {rel} has a path component longer than {NAME_MAX} bytes"
+                ))
+                .classified(FailureClass::InvalidKey),
+            ));
         }
         let path = self.cfg.directory.join(&rel);
         Ok(Target { rel, path })
@@ -171,10 +174,9 @@ impl PerEvent {
         };
         record.clear();
         if let Err(e) = encode_record(record, env) {
-            return Written::Done(WriteOutcome::Permanent(error(format!(
-                "encode {}: {e}",
-                target.rel
-            ))));
+            return Written::Done(WriteOutcome::Permanent(
+                error(format!("encode {}: {e}", target.rel)).classified(FailureClass::EncodeFailed),
+            ));
         }
         if let Err(o) = self.limit.check(record.len(), &target.rel) {
             return Written::Done(o);
@@ -262,14 +264,18 @@ impl PerEvent {
         match result {
             Ok(()) => WriteOutcome::Durable,
             Err(e) => match fs::symlink_metadata(&target.path) {
-                Ok(m) if !m.file_type().is_file() => WriteOutcome::Permanent(error(format!(
-                    "{rel} exists and is not a regular file"
-                ))),
+                Ok(m) if !m.file_type().is_file() => WriteOutcome::Permanent(
+                    error(format!("{rel} exists and is not a regular file"))
+                        .classified(FailureClass::DestinationConflict),
+                ),
                 Ok(_) if e.kind() == io::ErrorKind::AlreadyExists => {
                     match self.cfg.duplicate_policy {
-                        DuplicatePolicy::FailExisting => WriteOutcome::Permanent(error(format!(
-                            "{rel} already exists (duplicate_policy fail_existing)"
-                        ))),
+                        DuplicatePolicy::FailExisting => WriteOutcome::Permanent(
+                            error(format!(
+                                "{rel} already exists (duplicate_policy fail_existing)"
+                            ))
+                            .classified(FailureClass::DuplicateExists),
+                        ),
                         // An earlier delivery (or a racing worker) wrote it; the directory sync
                         // of this batch makes sure its name is durable before we say so.
                         _ => WriteOutcome::AlreadyDurable,

@@ -22,7 +22,9 @@ use ureq::Agent;
 use super::config::{endpoint_problem, AddressingStyle, ObjectStoreConfig};
 use super::resolver::CachingResolver;
 use crate::aws::credentials::Credentials;
+use crate::aws::provider::Provider;
 use crate::aws::{endpoint_override, sigv4, Env};
+use crate::sink::FailureClass;
 use crate::text::peer::PeerText;
 
 /// Largest error or GET body read into memory.
@@ -100,7 +102,8 @@ pub fn resolve_region(cfg: &ObjectStoreConfig, env: &dyn Env) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum S3Error {
     /// The service answered with a non-success status; `code` is the S3 error code when the
-    /// body carried one.
+    /// body carried one. `code` and `message` are the server's text, kept whole for
+    /// classification and shown through [`PeerText`] (bounded, escaped).
     Status {
         status: u16,
         code: String,
@@ -113,6 +116,9 @@ pub enum S3Error {
     Unavailable(String),
     /// TLS handshake or certificate failure.
     Tls(String),
+    /// No valid credentials to sign with (temporary ones expired and the refresh is
+    /// failing); nothing was sent.
+    Credentials(String),
     /// Anything else (bad request construction, unreadable CA file).
     Other(String),
 }
@@ -147,21 +153,21 @@ impl S3Error {
             S3Error::Status { status, .. } => {
                 matches!(status, 408 | 409 | 429) || (500..600).contains(status)
             }
-            S3Error::Tls(_) | S3Error::Other(_) => false,
+            S3Error::Tls(_) | S3Error::Credentials(_) | S3Error::Other(_) => false,
         }
     }
 
     /// Rejections tied to this object's size or key: redelivery cannot help.
-    pub fn is_permanent_for_object(&self) -> bool {
+    pub fn permanent_class(&self) -> Option<FailureClass> {
         match self {
-            S3Error::Status { status, code, .. } => {
-                *status == 400
-                    && matches!(
-                        code.as_str(),
-                        "EntityTooLarge" | "KeyTooLongError" | "MetadataTooLarge"
-                    )
-            }
-            _ => false,
+            S3Error::Status {
+                status: 400, code, ..
+            } => match code.as_str() {
+                "EntityTooLarge" | "MetadataTooLarge" => Some(FailureClass::TooLarge),
+                "KeyTooLongError" => Some(FailureClass::InvalidKey),
+                _ => None,
+            },
+            _ => None,
         }
     }
 }
@@ -177,7 +183,7 @@ impl fmt::Display for S3Error {
                 write!(f, "status {status}")?;
                 // The service's words, bounded and escaped: they reach logs and DLQ records.
                 if !code.is_empty() {
-                    write!(f, " {}", PeerText::new(code))?;
+                    write!(f, " {}", PeerText::with_limit(code, 64))?;
                 }
                 if !message.is_empty() {
                     write!(f, ": {}", PeerText::new(message))?;
@@ -188,8 +194,10 @@ impl fmt::Display for S3Error {
                 Ok(())
             }
             S3Error::Timeout(d) => write!(f, "timeout: {d}"),
-            S3Error::Unavailable(d) => write!(f, "destination unavailable: {d}"),
+            // Transport errors can quote what the peer sent (a malformed status line).
+            S3Error::Unavailable(d) => write!(f, "destination unavailable: {}", PeerText::new(d)),
             S3Error::Tls(d) => write!(f, "tls: {d}"),
+            S3Error::Credentials(d) => write!(f, "no valid credentials: {d}"),
             S3Error::Other(d) => write!(f, "{d}"),
         }
     }
@@ -227,9 +235,12 @@ pub struct S3Client {
     path_style: bool,
     bucket: String,
     region: String,
-    creds: Credentials,
-    /// The SigV4 signing key of the current day (the credentials are fixed per client).
-    signing_key: Mutex<Option<Arc<sigv4::SigningKey>>>,
+    /// The credentials, kept fresh by the provider (temporary ones are refreshed ahead of
+    /// expiry on the provider's thread; reading them here never waits for a source).
+    creds: Provider,
+    /// The SigV4 signing key of the current day, with the credentials it was derived from (a
+    /// refresh changes them: the key is derived again).
+    signing_key: Mutex<Option<(Arc<Credentials>, Arc<sigv4::SigningKey>)>>,
 }
 
 impl fmt::Debug for S3Client {
@@ -259,7 +270,7 @@ impl S3Client {
         bucket: &str,
         region: &str,
         style: AddressingStyle,
-        creds: Credentials,
+        creds: Provider,
         opts: ClientOptions,
     ) -> Result<S3Client, S3Error> {
         let roots = match &opts.ca_pem {
@@ -336,21 +347,27 @@ impl S3Client {
         }
     }
 
-    /// The signing key of `scope`'s day: derived on the first request of each day, then
-    /// kept.
-    fn signing_key(&self, scope: &sigv4::Scope<'_>) -> Arc<sigv4::SigningKey> {
+    /// The signing key of `scope`'s day for `creds`: derived on the first request of each
+    /// day and after each credential refresh, then kept.
+    fn signing_key(
+        &self,
+        creds: &Arc<Credentials>,
+        scope: &sigv4::Scope<'_>,
+    ) -> Arc<sigv4::SigningKey> {
         let mut kept = self.signing_key.lock().unwrap_or_else(|e| e.into_inner());
         match kept.as_ref() {
-            Some(k) if k.fits(scope) => k.clone(),
+            Some((c, k)) if Arc::ptr_eq(c, creds) && k.fits(scope) => k.clone(),
             _ => {
-                let k = Arc::new(sigv4::SigningKey::derive(
-                    &self.creds.secret_access_key,
-                    scope,
-                ));
-                *kept = Some(k.clone());
+                let k = Arc::new(sigv4::SigningKey::derive(&creds.secret_access_key, scope));
+                *kept = Some((creds.clone(), k.clone()));
                 k
             }
         }
+    }
+
+    /// The credentials provider (where they come from, refresh count).
+    pub fn credentials(&self) -> &Provider {
+        &self.creds
     }
 
     /// Sends one signed request. `headers` are signed too. Non-2xx answers become
@@ -365,6 +382,7 @@ impl S3Client {
         body_limit: u64,
         response_headers: ResponseHeaders,
     ) -> Result<Reply, S3Error> {
+        let creds = self.creds.current().map_err(S3Error::Credentials)?;
         let (host, path) = self.target(key);
         let payload_sha256 = sigv4::hex_sha256(body);
         let amz_date = sigv4::amz_date(time::OffsetDateTime::now_utc());
@@ -386,8 +404,8 @@ impl S3Client {
                 payload_sha256: &payload_sha256,
             },
             &scope,
-            &self.creds,
-            &self.signing_key(&scope),
+            &creds,
+            &self.signing_key(&creds, &scope),
         );
         let scheme = if self.endpoint.https { "https" } else { "http" };
         let uri = format!("{scheme}://{host}{path}");
@@ -558,11 +576,14 @@ mod tests {
             bucket,
             "eu-west-1",
             style,
-            Credentials {
-                access_key_id: "AKID".into(),
-                secret_access_key: "s".into(),
-                session_token: None,
-            },
+            Provider::fixed(
+                Credentials {
+                    access_key_id: "AKID".into(),
+                    secret_access_key: "s".into(),
+                    session_token: None,
+                },
+                crate::aws::credentials::Source::Environment,
+            ),
             ClientOptions {
                 timeout: Duration::from_secs(1),
                 pool_per_host: 1,
@@ -570,6 +591,52 @@ mod tests {
             },
         )
         .unwrap()
+    }
+
+    /// Expired temporary credentials whose refresh fails: no request is sent, and the error
+    /// is one the sink treats as transient (the message is redelivered).
+    #[test]
+    fn expired_credentials_send_nothing() {
+        use crate::aws::parse::Issued;
+        let fetch: crate::aws::provider::Fetch = Box::new(|| {
+            Ok((
+                Issued {
+                    credentials: Credentials {
+                        access_key_id: "ASIAOLD".into(),
+                        secret_access_key: "s".into(),
+                        session_token: Some("t".into()),
+                    },
+                    expiration: Some(time::OffsetDateTime::now_utc() - Duration::from_secs(1)),
+                },
+                crate::aws::credentials::Source::Environment,
+            ))
+        });
+        let c = S3Client::new(
+            Endpoint {
+                https: false,
+                // Nothing listens there: a request would be a connection error instead.
+                authority: "127.0.0.1:9".into(),
+                default: false,
+            },
+            "b",
+            "eu-west-1",
+            AddressingStyle::Path,
+            Provider::refreshing(fetch).unwrap(),
+            ClientOptions {
+                timeout: Duration::from_secs(1),
+                pool_per_host: 1,
+                ca_pem: None,
+            },
+        )
+        .unwrap();
+        let e = c.put_object("k", b"x", &[]).unwrap_err();
+        assert!(matches!(e, S3Error::Credentials(_)), "{e}");
+        assert!(!e.is_retryable() && e.permanent_class().is_none());
+        assert!(
+            e.to_string()
+                .starts_with("no valid credentials: credentials from "),
+            "{e}"
+        );
     }
 
     #[test]
@@ -702,8 +769,15 @@ mod tests {
         for s in [400, 403, 404, 412] {
             assert!(!st(s, "").is_retryable(), "{s}");
         }
-        assert!(st(400, "EntityTooLarge").is_permanent_for_object());
-        assert!(!st(403, "AccessDenied").is_permanent_for_object());
+        assert_eq!(
+            st(400, "EntityTooLarge").permanent_class(),
+            Some(FailureClass::TooLarge)
+        );
+        assert_eq!(
+            st(400, "KeyTooLongError").permanent_class(),
+            Some(FailureClass::InvalidKey)
+        );
+        assert_eq!(st(403, "AccessDenied").permanent_class(), None);
         assert_eq!(
             st(403, "SignatureDoesNotMatch").to_string(),
             "status 403 SignatureDoesNotMatch (check the credentials and the bucket policy)"
@@ -714,21 +788,71 @@ mod tests {
         );
     }
 
-    /// Found by `fuzz/fuzz_targets/s3_error.rs`: the answer's `Code` and `Message` reached the
-    /// error text raw (an escape sequence and a forged log line).
+    /// A fake S3 endpoint answering every request on one connection with `status` and `body`
+    /// (it reads the request head only: the requests of this test have no body).
+    fn hostile_endpoint(status: u16, body: Vec<u8>) -> (Endpoint, std::thread::JoinHandle<()>) {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                if line == "\r\n" {
+                    break;
+                }
+                line.clear();
+            }
+            let mut out = stream;
+            let head = format!(
+                "HTTP/1.1 {status} Nope\r\ncontent-type: application/xml\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = out.write_all(head.as_bytes());
+            let _ = out.write_all(&body);
+        });
+        let endpoint = Endpoint {
+            https: false,
+            authority: format!("127.0.0.1:{port}"),
+            default: false,
+        };
+        (endpoint, server)
+    }
+
     #[test]
-    fn hostile_error_answers_display_escaped_and_bounded() {
-        let body = "<Error><Code>SlowDown\u{1b}[31m</Code><Message>Reduce your request rate.\nforged line \u{202e}</Message></Error>";
-        let e = S3Error::from_answer(403, body.as_bytes());
-        assert_eq!(
-            e.to_string(),
-            "status 403 SlowDown\\u{1b}[31m: Reduce your request rate.\\nforged line \\u{202e} (check the credentials and the bucket policy)"
+    fn a_hostile_error_body_cannot_forge_or_flood_a_log_line() {
+        let forged = "\n2026-01-01T00:00:00.000Z INFO  [svc-ack] all good\r\x1b[2J";
+        let body = format!(
+            "<Error><Code>AccessDenied{forged}{}</Code><Message>Denied{forged}{}</Message></Error>",
+            "C".repeat(20_000),
+            "M".repeat(40_000)
         );
-        // The raw code still classifies.
-        let e = S3Error::from_answer(400, b"<Error><Code>EntityTooLarge</Code></Error>");
-        assert!(e.is_permanent_for_object());
-        let long = format!("<Error><Code>{}</Code></Error>", "C".repeat(100_000));
-        let shown = S3Error::from_answer(500, long.as_bytes()).to_string();
-        assert!(shown.len() < 300 && shown.ends_with("..."), "{shown}");
+        let (endpoint, server) = hostile_endpoint(403, body.into_bytes());
+        let err = client(endpoint, "b", AddressingStyle::Path)
+            .delete_object("k")
+            .unwrap_err();
+        server.join().unwrap();
+        // Classification still sees the server's code (it starts with AccessDenied).
+        assert!(
+            matches!(&err, S3Error::Status { status: 403, code, .. } if code.starts_with("AccessDenied\n"))
+        );
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with("status 403 AccessDenied\\n2026"),
+            "{shown}"
+        );
+        assert!(!shown.contains(['\n', '\r', '\x1b']), "{shown}");
+        assert!(shown.len() < 1024, "{} bytes", shown.len());
+
+        // A megabyte body: bounded before it is even read whole.
+        let (endpoint, server) = hostile_endpoint(500, vec![b'\n'; 1 << 20]);
+        let err = client(endpoint, "b", AddressingStyle::Path)
+            .delete_object("k")
+            .unwrap_err();
+        server.join().unwrap();
+        let shown = err.to_string();
+        assert!(!shown.contains('\n') && shown.len() < 1024, "{shown}");
     }
 }

@@ -13,7 +13,7 @@ use crate::document::reader::ObjectReader;
 use crate::sink::key::{is_simple_suffix, KeyStrategy, KEY_STRATEGIES};
 
 /// Where credentials come from (shared with every AWS caller; resolved in
-/// [`crate::aws::credentials::resolve`]).
+/// [`crate::aws::chain::provider`]).
 pub use crate::aws::credentials::CredentialMode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +21,17 @@ pub enum DuplicatePolicy {
     SkipExisting,
     Replace,
     FailExisting,
+}
+
+/// The config spelling (`skip_existing`, ...), as operators wrote it.
+impl std::fmt::Display for DuplicatePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = DUPLICATE_POLICIES
+            .iter()
+            .find(|(_, p)| p == self)
+            .map_or("?", |(n, _)| n);
+        f.write_str(name)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,9 +46,9 @@ use crossbeam_channel::Sender;
 
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
-use crate::sink::{Sink, SinkError, WriteOutcome};
+use crate::sink::{FailureClass, Sink, SinkError, WriteOutcome};
 
-use crate::aws::credentials;
+use crate::aws::chain;
 use crate::aws::{Env, ProcessEnv};
 use client::{ClientOptions, S3Client, S3Error};
 use config::{Compression, DuplicatePolicy, ObjectFormat, ObjectStoreConfig};
@@ -143,7 +143,9 @@ impl BatchWork {
 
 impl ObjectStoreSink {
     /// Resolves region, endpoint and credentials from the process environment and builds the
-    /// HTTP client. Does not contact the service.
+    /// HTTP client. Does not contact the object store; the credential chain may call its
+    /// source (STS, the container endpoint, instance metadata, a `credential_process`) once,
+    /// and then refreshes temporary credentials on its own thread.
     pub fn new(cfg: ObjectStoreConfig, metrics: Arc<Metrics>) -> Result<Self, SinkError> {
         Self::with_env(cfg, metrics, &ProcessEnv)
     }
@@ -156,7 +158,7 @@ impl ObjectStoreSink {
         let err = |m: String| SinkError::new(KIND, m);
         let region = client::resolve_region(&cfg, env);
         let endpoint = client::resolve_endpoint(&cfg, &region, env).map_err(err)?;
-        let (creds, source) = credentials::resolve(&cfg.credential_mode, env).map_err(err)?;
+        let creds = chain::provider(&cfg.credential_mode, env, Some(&region)).map_err(err)?;
         let ca_pem =
             match &cfg.ca_file {
                 Some(path) => Some(std::fs::read(path).map_err(|e| {
@@ -169,7 +171,7 @@ impl ObjectStoreSink {
             cfg.bucket,
             if endpoint.https { "https" } else { "http" },
             endpoint.authority,
-            source
+            creds.describe()
         );
         let client = S3Client::new(
             endpoint,
@@ -215,7 +217,7 @@ impl ObjectStoreSink {
         }
         log::info!(
             "sink object_store: {description}; {threads_wanted} put threads, duplicate policy \
-             {:?}",
+             {}",
             shared.cfg.duplicate_policy
         );
         Ok(ObjectStoreSink {
@@ -248,10 +250,12 @@ impl Drop for ObjectStoreSink {
 impl Shared {
     /// Keys and bodies of an envelope; an error is a permanent outcome (no request made).
     fn prepare(&self, env: &Envelope) -> Result<Prepared, WriteOutcome> {
-        let permanent = |m: String| WriteOutcome::Permanent(SinkError::new(KIND, m));
-        let keys = layout::object_keys(&self.cfg, env).map_err(permanent)?;
+        let permanent =
+            |m: String, class| WriteOutcome::Permanent(SinkError::new(KIND, m).classified(class));
+        let keys = layout::object_keys(&self.cfg, env)
+            .map_err(|e| permanent(e, FailureClass::InvalidKey))?;
         let bodies = body::build(&self.cfg, env, &keys.primary, keys.sidecar.is_some())
-            .map_err(|e| permanent(format!("{}: {e}", keys.primary)))?;
+            .map_err(|e| permanent(format!("{}: {e}", keys.primary), FailureClass::TooLarge))?;
         Ok(Prepared {
             keys,
             bodies,
@@ -310,8 +314,8 @@ impl Shared {
     /// Maps a final request failure to an outcome.
     fn failure(&self, what: &str, e: S3Error) -> WriteOutcome {
         let err = SinkError::new(KIND, format!("{what}: {e}"));
-        if e.is_permanent_for_object() {
-            WriteOutcome::Permanent(err)
+        if let Some(class) = e.permanent_class() {
+            WriteOutcome::Permanent(err.classified(class))
         } else {
             WriteOutcome::Transient(err)
         }
@@ -322,10 +326,13 @@ impl Shared {
     /// ACK): then it is already durable. Anything else is the permanent duplicate error.
     fn existing_verdict(&self, key: &str, p: &Prepared, ours: &[u8]) -> WriteOutcome {
         let duplicate = || {
-            WriteOutcome::Permanent(SinkError::new(
-                KIND,
-                format!("put {key}: key already exists (duplicate_policy fail_existing)"),
-            ))
+            WriteOutcome::Permanent(
+                SinkError::new(
+                    KIND,
+                    format!("put {key}: key already exists (duplicate_policy fail_existing)"),
+                )
+                .classified(FailureClass::DuplicateExists),
+            )
         };
         let stored = match self.client.get_object(key, self.cfg.max_object_bytes) {
             Ok(Some(reply)) => reply.body,

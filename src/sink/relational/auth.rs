@@ -1,18 +1,14 @@
-//! Password authentication for the PostgreSQL client: SCRAM-SHA-256 (RFC 5802 / RFC 7677, as
-//! PostgreSQL uses it) and the legacy MD5 scheme.
+//! Authentication for the PostgreSQL client: which methods a server may ask for
+//! ([`AuthPolicy`], libpq's `require_auth`), SCRAM-SHA-256 and SCRAM-SHA-256-PLUS (RFC 5802 /
+//! RFC 7677 / RFC 5929 `tls-server-end-point`, as PostgreSQL uses them) and the legacy MD5
+//! scheme.
 //!
 //! Pure functions over bytes: the wire module feeds server messages in and sends what comes out,
 //! so the SCRAM arithmetic is unit-tested against the RFC 7677 test vector.
 //!
-//! Scope, stated honestly:
-//! - No channel binding (`SCRAM-SHA-256-PLUS`): the client sends the GS2 header `n,,` ("client
-//!   does not support channel binding"). With `tls_mode = verify_full` the certificate check
-//!   already authenticates the server.
-//! - SASLprep (RFC 4013) is not applied to the password: its UTF-8 bytes are used as they are.
-//!   This equals PostgreSQL's own result for every ASCII password and for non-ASCII passwords
-//!   that SASLprep leaves unchanged (NFKC-normalized text without mapped or prohibited
-//!   characters); a password that SASLprep would rewrite fails authentication with a clear
-//!   server error rather than silently.
+//! The password is SASLprep'ed (RFC 4013, the `stringprep` crate) exactly as PostgreSQL and
+//! libpq do: when SASLprep fails (invalid UTF-8 or a prohibited character) the raw bytes are
+//! used, which is what the server did when it stored the verifier.
 
 use base64::Engine as _;
 use ring::{digest, hmac, pbkdf2};
@@ -23,6 +19,167 @@ const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STA
 /// Upper bound on the iteration count a server may demand (PostgreSQL's default is 4096); a
 /// hostile server must not be able to pin a sink worker's CPU for minutes.
 pub const MAX_SCRAM_ITERATIONS: u32 = 1_000_000;
+
+/// One authentication method a server may ask for, named as libpq's `require_auth` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMethod {
+    /// SCRAM-SHA-256 (with or without channel binding).
+    ScramSha256,
+    /// MD5 challenge-response: a captured exchange allows offline guessing; legacy servers.
+    Md5,
+    /// Cleartext password: the password itself goes to the server.
+    Password,
+    /// No authentication at all (`trust`): the server asks for nothing.
+    None,
+}
+
+impl AuthMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            AuthMethod::ScramSha256 => "scram-sha-256",
+            AuthMethod::Md5 => "md5",
+            AuthMethod::Password => "password",
+            AuthMethod::None => "none",
+        }
+    }
+}
+
+/// The methods the client accepts (`sink.require_auth`). A server asking for any other is
+/// refused before anything is sent to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthPolicy {
+    pub scram_sha_256: bool,
+    pub md5: bool,
+    pub password: bool,
+    pub none: bool,
+}
+
+impl Default for AuthPolicy {
+    /// SCRAM-SHA-256 only: the one method where the server proves it knows the password and
+    /// the password never leaves the client.
+    fn default() -> Self {
+        AuthPolicy {
+            scram_sha_256: true,
+            md5: false,
+            password: false,
+            none: false,
+        }
+    }
+}
+
+impl AuthPolicy {
+    /// Parses libpq's list form: `scram-sha-256`, `md5`, `password`, `none`, comma-separated,
+    /// each at most once. libpq's negated form (`!md5`) is not offered: an allow-list only.
+    pub fn parse(text: &str) -> Result<AuthPolicy, &'static str> {
+        let mut p = AuthPolicy {
+            scram_sha_256: false,
+            md5: false,
+            password: false,
+            none: false,
+        };
+        if text.trim().is_empty() {
+            return Err("must name at least one method (scram-sha-256, md5, password, none)");
+        }
+        for name in text.split(',') {
+            let slot = match name.trim() {
+                "scram-sha-256" => &mut p.scram_sha_256,
+                "md5" => &mut p.md5,
+                "password" => &mut p.password,
+                "none" => &mut p.none,
+                n if n.starts_with('!') => {
+                    return Err(
+                        "negated methods (!name) are not supported; list the allowed \
+                                methods (scram-sha-256, md5, password, none)",
+                    )
+                }
+                _ => {
+                    return Err("must be a comma-separated list of scram-sha-256, md5, \
+                                password, none")
+                }
+            };
+            if *slot {
+                return Err("names a method twice");
+            }
+            *slot = true;
+        }
+        Ok(p)
+    }
+
+    pub fn allows(&self, m: AuthMethod) -> bool {
+        match m {
+            AuthMethod::ScramSha256 => self.scram_sha_256,
+            AuthMethod::Md5 => self.md5,
+            AuthMethod::Password => self.password,
+            AuthMethod::None => self.none,
+        }
+    }
+
+    /// The allowed methods as configured, e.g. `scram-sha-256,none`.
+    pub fn names(&self) -> String {
+        [
+            AuthMethod::ScramSha256,
+            AuthMethod::Md5,
+            AuthMethod::Password,
+            AuthMethod::None,
+        ]
+        .into_iter()
+        .filter(|m| self.allows(*m))
+        .map(AuthMethod::name)
+        .collect::<Vec<_>>()
+        .join(",")
+    }
+}
+
+/// SCRAM channel binding (`sink.channel_binding`, libpq's setting of the same name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelBindingMode {
+    /// Never bind (plain SCRAM-SHA-256 even over TLS).
+    Disable,
+    /// Bind when TLS is on and the server offers SCRAM-SHA-256-PLUS.
+    Prefer,
+    /// Refuse to authenticate without SCRAM-SHA-256-PLUS.
+    Require,
+}
+
+/// What the client tells the server about channel binding in its GS2 header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChannelBinding {
+    /// `n`: no TLS, or binding disabled.
+    NotSupported,
+    /// `y`: the client could bind but the server did not offer `-PLUS` (a server that did offer
+    /// it sees the downgrade and refuses).
+    NotOffered,
+    /// `p=tls-server-end-point` with the hash of the server's certificate.
+    TlsServerEndPoint(Vec<u8>),
+}
+
+impl ChannelBinding {
+    fn gs2_header(&self) -> &'static str {
+        match self {
+            ChannelBinding::NotSupported => "n,,",
+            ChannelBinding::NotOffered => "y,,",
+            ChannelBinding::TlsServerEndPoint(_) => "p=tls-server-end-point,,",
+        }
+    }
+
+    /// The SASL mechanism name this binding goes with.
+    pub fn mechanism(&self) -> &'static str {
+        match self {
+            ChannelBinding::TlsServerEndPoint(_) => "SCRAM-SHA-256-PLUS",
+            _ => "SCRAM-SHA-256",
+        }
+    }
+}
+
+/// SASLprep (RFC 4013) of a password as PostgreSQL applies it: the raw bytes when the password
+/// is not UTF-8 or SASLprep refuses it.
+pub fn saslprep(password: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    use std::borrow::Cow;
+    match std::str::from_utf8(password).map(stringprep::saslprep) {
+        Ok(Ok(Cow::Owned(s))) => Cow::Owned(s.into_bytes()),
+        _ => Cow::Borrowed(password),
+    }
+}
 
 /// The MD5 password message body: `"md5" + md5hex(md5hex(password + user) + salt)`.
 pub fn md5_password(user: &str, password: &[u8], salt: &[u8; 4]) -> String {
@@ -49,6 +206,7 @@ pub fn new_nonce() -> Result<String, String> {
 
 /// Client side of one SCRAM-SHA-256 exchange.
 pub struct Scram {
+    binding: ChannelBinding,
     client_nonce: String,
     client_first_bare: String,
     /// Server signature expected in server-final, known after [`Scram::client_final`].
@@ -58,72 +216,49 @@ pub struct Scram {
 impl Scram {
     /// Starts an exchange. PostgreSQL ignores the SCRAM user name (it uses the startup
     /// message's), so the client sends an empty one; the RFC test passes its own.
-    pub fn new(user: &str, client_nonce: String) -> Scram {
+    pub fn new(user: &str, client_nonce: String, binding: ChannelBinding) -> Scram {
         let client_first_bare = format!("n={},r={client_nonce}", saslname(user));
         Scram {
+            binding,
             client_nonce,
             client_first_bare,
             expected_server_signature: None,
         }
     }
 
-    /// `client-first-message`, with the GS2 header of a client without channel binding.
+    /// `client-first-message`, with the GS2 header of the channel binding choice.
     pub fn client_first(&self) -> String {
-        format!("n,,{}", self.client_first_bare)
+        format!("{}{}", self.binding.gs2_header(), self.client_first_bare)
     }
 
     /// Consumes `server-first-message` and returns `client-final-message`.
     pub fn client_final(&mut self, password: &[u8], server_first: &str) -> Result<String, String> {
-        let mut nonce = None;
-        let mut salt = None;
-        let mut iterations = None;
-        for attr in server_first.split(',') {
-            match attr.split_once('=') {
-                Some(("r", v)) => nonce = Some(v),
-                Some(("s", v)) => salt = Some(v),
-                Some(("i", v)) => iterations = Some(v),
-                Some(("m", _)) => {
-                    return Err("scram: server demands an unsupported extension".into())
-                }
-                _ => return Err("scram: malformed server-first message".into()),
-            }
-        }
-        let (Some(nonce), Some(salt), Some(iterations)) = (nonce, salt, iterations) else {
-            return Err("scram: server-first message lacks nonce, salt or iteration count".into());
-        };
-        if !nonce.starts_with(&self.client_nonce) || nonce.len() <= self.client_nonce.len() {
-            return Err("scram: server nonce does not extend the client nonce".into());
-        }
-        if nonce
-            .bytes()
-            .any(|b| !(0x21..=0x7e).contains(&b) || b == b',')
-        {
-            return Err("scram: server nonce has invalid characters".into());
-        }
-        let salt = B64
-            .decode(salt)
-            .map_err(|_| "scram: salt is not valid base64".to_string())?;
-        let iterations: u32 = iterations
-            .parse()
-            .ok()
-            .filter(|i| (1..=MAX_SCRAM_ITERATIONS).contains(i))
-            .ok_or_else(|| {
-                format!("scram: iteration count must be from 1 to {MAX_SCRAM_ITERATIONS}")
-            })?;
+        let ServerFirst {
+            nonce,
+            salt,
+            iterations,
+        } = parse_server_first(&self.client_nonce, server_first)?;
 
+        let password = saslprep(password);
         let mut salted = [0u8; 32];
         pbkdf2::derive(
             pbkdf2::PBKDF2_HMAC_SHA256,
             NonZeroU32::new(iterations).expect("checked above"),
             &salt,
-            password,
+            &password,
             &mut salted,
         );
         let salted_key = hmac::Key::new(hmac::HMAC_SHA256, &salted);
         let client_key = hmac::sign(&salted_key, b"Client Key");
         let stored_key = digest::digest(&digest::SHA256, client_key.as_ref());
 
-        let without_proof = format!("c=biws,r={nonce}");
+        // c= carries the GS2 header and, with -PLUS, the certificate hash: the server checks
+        // both, so a man in the middle with another certificate cannot relay the exchange.
+        let mut cbind = self.binding.gs2_header().as_bytes().to_vec();
+        if let ChannelBinding::TlsServerEndPoint(hash) = &self.binding {
+            cbind.extend_from_slice(hash);
+        }
+        let without_proof = format!("c={},r={nonce}", B64.encode(cbind));
         let auth_message = format!("{},{server_first},{without_proof}", self.client_first_bare);
         let client_signature = hmac::sign(
             &hmac::Key::new(hmac::HMAC_SHA256, stored_key.as_ref()),
@@ -152,27 +287,89 @@ impl Scram {
         let Some(expected) = self.expected_server_signature else {
             return Err("scram: server-final message before server-first".into());
         };
-        if let Some(e) = server_final.strip_prefix("e=") {
-            // The error value is a fixed token from RFC 5802 (e.g. `invalid-proof`).
-            let token: String = e
-                .chars()
-                .take(64)
-                .filter(|c| c.is_ascii_graphic())
-                .collect();
-            return Err(format!("scram: server reported {token}"));
-        }
-        let v = server_final
-            .split(',')
-            .find_map(|a| a.strip_prefix("v="))
-            .ok_or_else(|| "scram: malformed server-final message".to_string())?;
-        let got = B64
-            .decode(v)
-            .map_err(|_| "scram: server signature is not valid base64".to_string())?;
+        let got = parse_server_final(server_final)?;
         if got.as_slice() != expected.as_slice() {
             return Err("scram: server signature does not match (not the expected server)".into());
         }
         Ok(())
     }
+}
+
+/// The parts of a `server-first-message` (RFC 5802 section 7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerFirst<'a> {
+    /// The combined nonce (client nonce + server part).
+    pub nonce: &'a str,
+    pub salt: Vec<u8>,
+    pub iterations: u32,
+}
+
+/// Parses `server-first-message` strictly: `r=NONCE,s=SALT,i=COUNT` in this order (PostgreSQL
+/// sends exactly these), the nonce extending `client_nonce` with printable characters, the salt
+/// non-empty base64, the count within [`MAX_SCRAM_ITERATIONS`]. Pure: a fuzz entry point.
+pub fn parse_server_first<'a>(
+    client_nonce: &str,
+    text: &'a str,
+) -> Result<ServerFirst<'a>, String> {
+    if text.starts_with("m=") {
+        return Err("scram: server demands an unsupported extension".into());
+    }
+    let mut attrs = text.split(',');
+    let mut next = |name: &str| {
+        attrs
+            .next()
+            .and_then(|a| a.strip_prefix(name))
+            .ok_or_else(|| {
+                "scram: malformed server-first message (expected r=..,s=..,i=..)".to_string()
+            })
+    };
+    let (nonce, salt, iterations) = (next("r=")?, next("s=")?, next("i=")?);
+    if attrs.next().is_some() {
+        return Err("scram: server-first message has unexpected attributes".into());
+    }
+    if !nonce.starts_with(client_nonce) || nonce.len() <= client_nonce.len() {
+        return Err("scram: server nonce does not extend the client nonce".into());
+    }
+    if nonce.bytes().any(|b| !(0x21..=0x7e).contains(&b)) {
+        return Err("scram: server nonce has invalid characters".into());
+    }
+    let salt = B64
+        .decode(salt)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| "scram: salt is not valid non-empty base64".to_string())?;
+    let iterations: u32 = iterations
+        .parse()
+        .ok()
+        .filter(|i| (1..=MAX_SCRAM_ITERATIONS).contains(i))
+        .ok_or_else(|| {
+            format!("scram: iteration count must be from 1 to {MAX_SCRAM_ITERATIONS}")
+        })?;
+    Ok(ServerFirst {
+        nonce,
+        salt,
+        iterations,
+    })
+}
+
+/// Parses `server-final-message`: `v=SIGNATURE` (base64) gives the signature; `e=TOKEN` is the
+/// server's refusal, shown as at most 64 printable ASCII characters. Pure: a fuzz entry point.
+pub fn parse_server_final(text: &str) -> Result<Vec<u8>, String> {
+    if let Some(e) = text.strip_prefix("e=") {
+        // The error value is a fixed token from RFC 5802 (e.g. `invalid-proof`).
+        let token: String = e
+            .chars()
+            .take(64)
+            .filter(|c| c.is_ascii_graphic())
+            .collect();
+        return Err(format!("scram: server reported {token}"));
+    }
+    let v = text
+        .strip_prefix("v=")
+        .map(|v| v.split(',').next().unwrap_or(v))
+        .ok_or_else(|| "scram: malformed server-final message".to_string())?;
+    B64.decode(v)
+        .map_err(|_| "scram: server signature is not valid base64".to_string())
 }
 
 /// RFC 5802 `saslname`: `=` and `,` are escaped.
@@ -187,7 +384,11 @@ mod tests {
     /// RFC 7677 section 3: user "user", password "pencil".
     #[test]
     fn rfc7677_test_vector() {
-        let mut s = Scram::new("user", "rOprNGfwEbeRWgbNEkqO".into());
+        let mut s = Scram::new(
+            "user",
+            "rOprNGfwEbeRWgbNEkqO".into(),
+            ChannelBinding::NotSupported,
+        );
         assert_eq!(s.client_first(), "n,,n=user,r=rOprNGfwEbeRWgbNEkqO");
         let server_first = "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,\
                             s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
@@ -223,16 +424,26 @@ mod tests {
                 "r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=99999999",
                 "iteration count",
             ),
-            ("r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==", "lacks"),
+            ("r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==", "malformed"),
+            ("s=W22ZaJ0SNY7soEsUEjb6gQ==,r=abcX,i=1", "malformed"),
+            (
+                "r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=1,x=2",
+                "unexpected attributes",
+            ),
+            ("r=abcX,s=,i=1", "non-empty base64"),
+            (
+                "r=abc\u{7f}X,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=1",
+                "invalid characters",
+            ),
             ("m=ext,r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=1", "extension"),
             ("garbage", "malformed"),
         ];
         for (msg, want) in cases {
-            let mut s = Scram::new("", "abc".into());
+            let mut s = Scram::new("", "abc".into(), ChannelBinding::NotSupported);
             let err = s.client_final(b"pw", msg).unwrap_err();
             assert!(err.contains(want), "{msg}: {err}");
         }
-        let s = Scram::new("", "abc".into());
+        let s = Scram::new("", "abc".into(), ChannelBinding::NotSupported);
         assert!(
             s.verify_server_final("v=AAAA").is_err(),
             "final before first"
@@ -269,6 +480,72 @@ mod tests {
             crate::text::hex::lower(&Md5::digest(b"abc")),
             "900150983cd24fb0d6963f7d28e17f72"
         );
+    }
+
+    #[test]
+    fn require_auth_lists_parse_like_libpq() {
+        assert_eq!(AuthPolicy::default().names(), "scram-sha-256");
+        let p = AuthPolicy::parse("none, scram-sha-256").unwrap();
+        assert!(p.allows(AuthMethod::None) && p.allows(AuthMethod::ScramSha256));
+        assert!(!p.allows(AuthMethod::Md5) && !p.allows(AuthMethod::Password));
+        assert_eq!(p.names(), "scram-sha-256,none");
+        assert_eq!(
+            AuthPolicy::parse("md5,password").unwrap().names(),
+            "md5,password"
+        );
+        for bad in ["", "scram", "md5,md5", "!md5", "gss", "scram-sha-256,"] {
+            assert!(AuthPolicy::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn saslprep_maps_like_postgres() {
+        // RFC 4013 section 3 examples, and PostgreSQL's fallback to the raw bytes.
+        assert_eq!(&*saslprep("I\u{00AD}X".as_bytes()), b"IX");
+        assert_eq!(&*saslprep(b"user"), b"user");
+        assert_eq!(&*saslprep("\u{00AA}".as_bytes()), b"a");
+        assert_eq!(&*saslprep("\u{2168}".as_bytes()), b"IX");
+        assert_eq!(&*saslprep("a\u{00A0}b".as_bytes()), b"a b");
+        assert_eq!(&*saslprep(b"a\x07b"), b"a\x07b", "prohibited: raw bytes");
+        assert_eq!(&*saslprep(b"\xff\xfe"), b"\xff\xfe", "not utf-8: raw bytes");
+        // The SCRAM proof uses the prepared password: both spellings give one proof.
+        let proof = |pw: &str| {
+            let mut s = Scram::new("", "abc".into(), ChannelBinding::NotSupported);
+            s.client_final(pw.as_bytes(), "r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+                .unwrap()
+        };
+        assert_eq!(proof("\u{2168}"), proof("IX"));
+        assert_ne!(proof("IX"), proof("I X"));
+    }
+
+    #[test]
+    fn channel_binding_goes_into_the_gs2_header_and_c_attribute() {
+        let hash = vec![0xab; 32];
+        let mut s = Scram::new(
+            "",
+            "abc".into(),
+            ChannelBinding::TlsServerEndPoint(hash.clone()),
+        );
+        assert_eq!(s.client_first(), "p=tls-server-end-point,,n=,r=abc");
+        assert_eq!(
+            ChannelBinding::TlsServerEndPoint(hash.clone()).mechanism(),
+            "SCRAM-SHA-256-PLUS"
+        );
+        let fin = s
+            .client_final(b"pw", "r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+            .unwrap();
+        let mut cbind = b"p=tls-server-end-point,,".to_vec();
+        cbind.extend(&hash);
+        assert!(
+            fin.starts_with(&format!("c={},r=abcX,p=", B64.encode(cbind))),
+            "{fin}"
+        );
+        let mut s = Scram::new("", "abc".into(), ChannelBinding::NotOffered);
+        assert_eq!(s.client_first(), "y,,n=,r=abc");
+        let fin = s
+            .client_final(b"pw", "r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+            .unwrap();
+        assert!(fin.starts_with("c=eSws,r=abcX,p="), "{fin}"); // base64("y,,")
     }
 
     #[test]

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::tests::{envelope, parse_cfg};
-use super::wire::{tls_client_config, ConnectParams, Connection, TlsMode};
+use super::wire::{
+    tls_client_config, AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode,
+};
 use super::*;
 use crate::sink::Sink;
 
@@ -194,6 +196,7 @@ fn start_cluster() -> Cluster {
          host all scram_user 127.0.0.1/32 scram-sha-256\n\
          host all md5_user 127.0.0.1/32 md5\n\
          host all plain_user 127.0.0.1/32 password\n\
+         host all prep_user 127.0.0.1/32 scram-sha-256\n\
          hostssl all tls_user 127.0.0.1/32 scram-sha-256\n\
          hostnossl all tls_user 127.0.0.1/32 reject\n",
     )
@@ -252,6 +255,13 @@ fn params(port: u16, user: &str, host: &str, tls: TlsMode, ca: Option<&Path>) ->
         application_name: "svc-test".into(),
         tls,
         tls_config: (tls == TlsMode::VerifyFull).then(|| tls_client_config(ca).unwrap()),
+        // The cluster trusts the postgres role on loopback; the others use passwords.
+        require_auth: if user == "postgres" {
+            AuthPolicy::parse("none").unwrap()
+        } else {
+            AuthPolicy::default()
+        },
+        channel_binding: ChannelBindingMode::Prefer,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(10),
     }
@@ -284,6 +294,7 @@ fn password_authentication_and_verified_tls_against_a_private_cluster() {
              CREATE ROLE scram_user LOGIN PASSWORD 'scr4m pässword';
              CREATE ROLE plain_user LOGIN PASSWORD 'plain-pw';
              CREATE ROLE tls_user LOGIN PASSWORD 'tls-pw';
+             CREATE ROLE prep_user LOGIN PASSWORD 'IX';
              SET password_encryption = 'md5';
              CREATE ROLE md5_user LOGIN PASSWORD 'md5-pw';
              GRANT ALL ON SCHEMA public TO PUBLIC;",
@@ -298,11 +309,28 @@ fn password_authentication_and_verified_tls_against_a_private_cluster() {
     std::env::set_var("SVC_TEST_TLS_PW", "tls-pw");
     std::env::set_var("SVC_TEST_WRONG_PW", "not-the-password");
 
-    // Each method with the right password: a batch is committed.
-    for (i, (user, var)) in [
-        ("scram_user", "SVC_TEST_SCRAM_PW"),
-        ("md5_user", "SVC_TEST_MD5_PW"),
-        ("plain_user", "SVC_TEST_PLAIN_PW"),
+    // The default require_auth (scram-sha-256) refuses the md5 and cleartext servers before
+    // sending anything; the SCRAM one works.
+    for (user, var, method) in [
+        ("md5_user", "SVC_TEST_MD5_PW", "md5"),
+        ("plain_user", "SVC_TEST_PLAIN_PW", "password"),
+    ] {
+        let sink = sink_for(&c, user, "127.0.0.1", json!({"password_env": var}));
+        let err = sink.check().unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "the server asked for {method} authentication, which sink.require_auth \
+                 (scram-sha-256) does not allow; nothing was sent"
+            )),
+            "{user}: {err}"
+        );
+    }
+
+    // Each method with the right password, when allowed: a batch is committed.
+    for (i, (user, var, method)) in [
+        ("scram_user", "SVC_TEST_SCRAM_PW", "scram-sha-256"),
+        ("md5_user", "SVC_TEST_MD5_PW", "md5"),
+        ("plain_user", "SVC_TEST_PLAIN_PW", "password"),
     ]
     .iter()
     .enumerate()
@@ -311,7 +339,8 @@ fn password_authentication_and_verified_tls_against_a_private_cluster() {
             &c,
             user,
             "127.0.0.1",
-            json!({"password_env": var, "table": format!("events_{i}"), "auto_create_tables": true}),
+            json!({"password_env": var, "table": format!("events_{i}"), "auto_create_tables": true,
+                   "require_auth": method}),
         );
         let out = sink.write_batch(&[envelope("a.b", 1, b"{}")]);
         assert_eq!(out, vec![WriteOutcome::Durable], "{user}");
@@ -322,7 +351,8 @@ fn password_authentication_and_verified_tls_against_a_private_cluster() {
             &c,
             user,
             "127.0.0.1",
-            json!({"password_env": "SVC_TEST_WRONG_PW", "table": format!("events_{i}")}),
+            json!({"password_env": "SVC_TEST_WRONG_PW", "table": format!("events_{i}"),
+                   "require_auth": method}),
         );
         let err = wrong.check().unwrap_err().to_string();
         assert!(err.contains("28P01"), "{user}: {err}");
@@ -331,12 +361,16 @@ fn password_authentication_and_verified_tls_against_a_private_cluster() {
             "{err}"
         );
 
-        // No password configured at all.
+        // No password configured at all (config validation refuses md5/password without
+        // password_env, so only SCRAM reaches the server without one).
+        if *method != "scram-sha-256" {
+            continue;
+        }
         let none = sink_for(
             &c,
             user,
             "127.0.0.1",
-            json!({"table": format!("events_{i}")}),
+            json!({"table": format!("events_{i}"), "require_auth": "scram-sha-256"}),
         );
         let err = none.check().unwrap_err().to_string();
         assert!(
@@ -363,6 +397,45 @@ fn password_authentication_and_verified_tls_against_a_private_cluster() {
         let verdict = sink.check().unwrap();
         assert!(verdict.contains("(tls verified)"), "{verdict}");
     }
+    // SCRAM-SHA-256-PLUS: the server offers it over TLS and the client binds the session to
+    // the server's certificate (tls-server-end-point); `require` refuses anything else.
+    let bound = sink_for(
+        &c,
+        "tls_user",
+        "localhost",
+        json!({"password_env": "SVC_TEST_TLS_PW", "tls_mode": "verify_full",
+               "tls_ca_file": ca.to_str().unwrap(), "channel_binding": "require",
+               "table": "tls_events"}),
+    );
+    assert!(bound.check().unwrap().contains("(tls verified)"));
+    // The same with a wrong password: the server's verdict, not a binding error.
+    let wrong_bound = sink_for(
+        &c,
+        "tls_user",
+        "localhost",
+        json!({"password_env": "SVC_TEST_WRONG_PW", "tls_mode": "verify_full",
+               "tls_ca_file": ca.to_str().unwrap(), "channel_binding": "require",
+               "table": "tls_events"}),
+    );
+    let err = wrong_bound.check().unwrap_err().to_string();
+    assert!(err.contains("28P01"), "{err}");
+    // SASLprep: a password stored as the NFKC form of what the client holds. U+2168 (ROMAN
+    // NUMERAL NINE) and "IX" are the same password after SASLprep; U+00AD (soft hyphen) is
+    // mapped to nothing.
+    std::env::set_var("SVC_TEST_PREP_PW", "\u{2168}");
+    std::env::set_var("SVC_TEST_PREP_PW2", "I\u{00ad}X");
+    for var in ["SVC_TEST_PREP_PW", "SVC_TEST_PREP_PW2"] {
+        let sink = sink_for(
+            &c,
+            "prep_user",
+            "127.0.0.1",
+            json!({"password_env": var, "table": "prep_events", "auto_create_tables": true}),
+        );
+        if let Err(e) = sink.check() {
+            panic!("{var}: {e}");
+        }
+    }
+
     let mut tls_conn = Connection::connect(
         &params(
             c.port,

@@ -9,6 +9,7 @@ use crate::document::grammar::is_env_var_name;
 use crate::document::reader::ObjectReader;
 use crate::message::subject::SubjectPattern;
 
+use super::auth::{AuthPolicy, ChannelBindingMode};
 use super::wire::TlsMode;
 
 /// A validated table name, optionally schema-qualified.
@@ -204,6 +205,10 @@ pub struct RelationalConfig {
     pub tls_mode: TlsMode,
     /// PEM trust anchors for `verify_full`; the system store when absent.
     pub tls_ca_file: Option<PathBuf>,
+    /// Authentication methods the server may ask for (libpq's `require_auth`).
+    pub require_auth: AuthPolicy,
+    /// SCRAM channel binding (libpq's `channel_binding`).
+    pub channel_binding: ChannelBindingMode,
     /// Default table: subjects no route matches.
     pub table: TableName,
     /// Subject-to-table rules, first match wins.
@@ -259,6 +264,42 @@ impl RelationalConfig {
         let tls_ca_file = r.opt_nonempty("tls_ca_file").map(PathBuf::from);
         if tls_ca_file.is_some() && tls_mode == TlsMode::Disable {
             r.problem("tls_ca_file", "is only used with tls_mode verify_full");
+        }
+        let require_auth = match r.opt_string("require_auth") {
+            None => AuthPolicy::default(),
+            Some(text) => AuthPolicy::parse(&text).unwrap_or_else(|msg| {
+                r.problem("require_auth", msg);
+                AuthPolicy::default()
+            }),
+        };
+        if (require_auth.password || require_auth.md5) && password_env.is_none() {
+            r.problem(
+                "require_auth",
+                "allows a password method (md5 or password) but sink.password_env is not set",
+            );
+        }
+        let channel_binding = r.one_of(
+            "channel_binding",
+            ChannelBindingMode::Prefer,
+            &[
+                ("prefer", ChannelBindingMode::Prefer),
+                ("require", ChannelBindingMode::Require),
+                ("disable", ChannelBindingMode::Disable),
+            ],
+        );
+        if channel_binding == ChannelBindingMode::Require {
+            if tls_mode == TlsMode::Disable {
+                r.problem(
+                    "channel_binding",
+                    "require needs tls_mode verify_full (channel binding is a property of tls)",
+                );
+            }
+            if !require_auth.scram_sha_256 {
+                r.problem(
+                    "channel_binding",
+                    "require needs scram-sha-256 in sink.require_auth",
+                );
+            }
         }
         let table_text = r.req_string("table");
         let table = if table_text.is_empty() {
@@ -327,6 +368,8 @@ impl RelationalConfig {
             password_env,
             tls_mode,
             tls_ca_file,
+            require_auth,
+            channel_binding,
             table: table.unwrap_or(TableName {
                 schema: None,
                 name: String::new(),
@@ -464,6 +507,54 @@ mod tests {
         assert_eq!(
             p,
             vec!["sink.tls_ca_file: is only used with tls_mode verify_full"]
+        );
+    }
+
+    #[test]
+    fn require_auth_and_channel_binding() {
+        let (c, p) = read(r#"{"dsn": "postgresql://u@db/e", "table": "t"}"#);
+        assert!(p.is_empty(), "{p:?}");
+        assert_eq!(c.require_auth, AuthPolicy::default());
+        assert_eq!(c.channel_binding, ChannelBindingMode::Prefer);
+        let (c, p) = read(
+            r#"{"dsn": "postgresql://u@db/e", "table": "t", "password_env": "PW",
+                "require_auth": "scram-sha-256,md5", "channel_binding": "require"}"#,
+        );
+        assert!(p.is_empty(), "{p:?}");
+        assert!(c.require_auth.md5 && c.require_auth.scram_sha_256);
+        assert_eq!(c.channel_binding, ChannelBindingMode::Require);
+        let (_, p) = read(
+            r#"{"dsn": "postgresql://u@127.0.0.1/e", "table": "t", "tls_mode": "disable",
+                "require_auth": "md5,!password", "channel_binding": "require"}"#,
+        );
+        assert_eq!(
+            p,
+            vec![
+                "sink.require_auth: negated methods (!name) are not supported; list the allowed \
+                 methods (scram-sha-256, md5, password, none)",
+                "sink.channel_binding: require needs tls_mode verify_full (channel binding is a \
+                 property of tls)",
+            ]
+        );
+        let (_, p) = read(
+            r#"{"dsn": "postgresql://u@db/e", "table": "t", "require_auth": "md5",
+                "channel_binding": "always"}"#,
+        );
+        assert_eq!(
+            p,
+            vec![
+                "sink.require_auth: allows a password method (md5 or password) but \
+                 sink.password_env is not set",
+                "sink.channel_binding: must be one of: prefer, require, disable",
+            ]
+        );
+        let (_, p) = read(
+            r#"{"dsn": "postgresql://u@db/e", "table": "t", "require_auth": "none",
+                "channel_binding": "require"}"#,
+        );
+        assert_eq!(
+            p,
+            vec!["sink.channel_binding: require needs scram-sha-256 in sink.require_auth"]
         );
     }
 

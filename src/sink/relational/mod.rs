@@ -27,7 +27,11 @@
 //! not carry an async runtime and the sync `postgres` crate embeds tokio.
 
 pub mod auth;
+pub mod codec;
 pub mod config;
+pub mod error;
+mod startup;
+pub mod transport;
 pub mod wire;
 
 #[cfg(test)]
@@ -42,13 +46,17 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::key::{strategy_key, KeyStrategy};
-use super::{Sink, SinkError, WriteOutcome};
+use super::{FailureClass, Sink, SinkError, WriteOutcome};
 use crate::message::envelope::{Envelope, EventMetadata};
 use crate::metrics::Metrics;
 pub use config::{Dsn, RelationalConfig, TableName, TableRoute};
 use wire::{ConnectParams, Connection, DbError, TlsMode};
 
 const KIND: &str = "relational_db";
+
+/// Seconds the client waits beyond `statement_timeout_seconds` for a whole statement round
+/// trip before it gives up on the connection.
+pub const IO_DEADLINE_MARGIN_SECONDS: u64 = 10;
 
 /// Idle connections kept for reuse. Concurrency is bounded by the callers (sink workers and
 /// fan-out threads); connections beyond this many are closed after use.
@@ -287,10 +295,15 @@ impl RelationalSink {
             application_name: cfg.application_name.clone(),
             tls: cfg.tls_mode,
             tls_config,
+            require_auth: cfg.require_auth,
+            channel_binding: cfg.channel_binding,
             connect_timeout: Duration::from_secs(cfg.connect_timeout_seconds),
-            // The server cancels a statement at statement_timeout; the socket gives up a
-            // little later, which catches a silent network outage.
-            io_timeout: Duration::from_secs(cfg.statement_timeout_seconds + 10),
+            // The server cancels a statement at statement_timeout; the client gives up on the
+            // whole round trip a little later, which catches a silent network outage and a
+            // server that drips its answer.
+            io_timeout: Duration::from_secs(
+                cfg.statement_timeout_seconds + IO_DEADLINE_MARGIN_SECONDS,
+            ),
         };
         let sql = cfg
             .tables()
@@ -467,14 +480,17 @@ impl RelationalSink {
                         ignored += 1;
                         WriteOutcome::AlreadyDurable
                     }
-                    Some(_) => WriteOutcome::Permanent(SinkError::new(
-                        KIND,
-                        format!(
-                            "table {table}: idempotency key {} already holds a different event \
-                             (subject or payload digest differs); not overwritten",
-                            keys[i]
-                        ),
-                    )),
+                    Some(_) => WriteOutcome::Permanent(
+                        SinkError::new(
+                            KIND,
+                            format!(
+                                "table {table}: idempotency key {} already holds a different \
+                                 event (subject or payload digest differs); not overwritten",
+                                keys[i]
+                            ),
+                        )
+                        .classified(FailureClass::DuplicateExists),
+                    ),
                     // Vanished between insert and select: only possible if someone deleted it
                     // concurrently. Retry on redelivery.
                     None => WriteOutcome::Transient(SinkError::new(
@@ -548,13 +564,16 @@ impl RelationalSink {
                 }
                 Err(e) if is_row_error(&e) && !conn.is_broken() => {
                     conn.simple("ROLLBACK TO SAVEPOINT svc_row")?;
-                    outcomes[i] = Some(WriteOutcome::Permanent(SinkError::new(
-                        KIND,
-                        format!(
-                            "table {table}: row {} rejected by the database: {e}",
-                            keys[i]
-                        ),
-                    )));
+                    outcomes[i] = Some(WriteOutcome::Permanent(
+                        SinkError::new(
+                            KIND,
+                            format!(
+                                "table {table}: row {} rejected by the database: {e}",
+                                keys[i]
+                            ),
+                        )
+                        .classified(FailureClass::ValueRejected),
+                    ));
                 }
                 Err(e) => return Err(e),
             }
@@ -655,10 +674,11 @@ impl Sink for RelationalSink {
 
     fn check(&self) -> Result<String, SinkError> {
         let mut conn = self.connect().map_err(|e| self.err("connect to", &e))?;
-        let version = conn
-            .server_param("server_version")
-            .unwrap_or("?")
-            .to_string();
+        let version = crate::text::peer::PeerText::with_limit(
+            conn.server_param("server_version").unwrap_or("?"),
+            64,
+        )
+        .to_string();
         let mut missing = Vec::new();
         for t in self.cfg.tables() {
             match self.probe(&mut conn, t) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::wire::{ConnectParams, Connection, TlsMode};
+use super::wire::{AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode};
 use super::*;
 use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 use crate::sink::{Sink, WriteOutcome};
@@ -25,6 +25,9 @@ fn admin_params(database: &str) -> ConnectParams {
         application_name: "svc-test".into(),
         tls: TlsMode::Disable,
         tls_config: None,
+        // The shared test server trusts loopback: it asks for no authentication.
+        require_auth: AuthPolicy::parse("none").unwrap(),
+        channel_binding: ChannelBindingMode::Prefer,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(30),
     }
@@ -75,6 +78,7 @@ impl TestDb {
             "type": "relational_db",
             "dsn": format!("postgresql://postgres@{PG_HOST}:{PG_PORT}/{}", self.name),
             "tls_mode": "disable",
+            "require_auth": "none",
             "table": "events",
         });
         for (k, x) in extra.as_object().unwrap() {

@@ -1,0 +1,230 @@
+//! `credential_process`: runs the command a profile names and reads the credentials JSON it
+//! prints ([`super::parse::parse_process_credentials`]).
+//!
+//! No shell. The SDKs differ here: botocore (the AWS CLI, boto3) splits the line with POSIX
+//! shell-word rules (`shlex.split`) and runs it directly; the Rust, Go and Java SDKs hand it
+//! to `sh -c`. This follows botocore: quotes and backslashes group words as in a shell, and
+//! nothing else is interpreted (no variables, globs, pipes or redirections), so a command
+//! written for the CLI works unchanged, and a profile file cannot smuggle shell syntax. A
+//! command that needs a shell says so itself (`credential_process = sh -c '...'`).
+//!
+//! The process gets no stdin and its stderr is discarded (a helper's diagnostics may hold
+//! secrets); it must finish within [`PROCESS_DEADLINE`] and print at most
+//! [`MAX_PROCESS_OUTPUT`] bytes, else it is killed and the fetch fails.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::parse::{parse_process_credentials, Issued};
+
+/// Whole run of the command, start to exit.
+pub const PROCESS_DEADLINE: Duration = Duration::from_secs(30);
+/// Largest output read (a real answer is under 4 KiB).
+pub const MAX_PROCESS_OUTPUT: u64 = 64 * 1024;
+
+/// Splits a command line into words by POSIX shell quoting rules (as Python's `shlex.split`):
+/// blanks separate words, `'...'` is literal, `"..."` keeps blanks and honours `\` before
+/// `"`, `\`, `$`, `` ` `` and newline, `\` outside quotes escapes the next character.
+pub fn split_words(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' | '\n' => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => word.push(c),
+                        None => return Err("unterminated single quote".into()),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\' | '$' | '`')) => word.push(c),
+                            Some('\n') => {}
+                            Some(c) => {
+                                word.push('\\');
+                                word.push(c);
+                            }
+                            None => return Err("unterminated double quote".into()),
+                        },
+                        Some(c) => word.push(c),
+                        None => return Err("unterminated double quote".into()),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next() {
+                    Some('\n') => {}
+                    Some(c) => word.push(c),
+                    None => return Err("trailing backslash".into()),
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    Ok(words)
+}
+
+/// Runs `command` (the profile's `credential_process` line) and parses what it prints.
+/// `what` names the profile in errors; the command line itself is never repeated (it may
+/// carry an argument the operator considers secret).
+pub fn run(command: &str, what: &str) -> Result<Issued, String> {
+    run_with(command, what, PROCESS_DEADLINE)
+}
+
+/// [`run`] with the deadline given (tests).
+pub fn run_with(command: &str, what: &str, deadline: Duration) -> Result<Issued, String> {
+    let words = split_words(command).map_err(|e| format!("{what}: credential_process: {e}"))?;
+    let Some((program, args)) = words.split_first() else {
+        return Err(format!("{what}: credential_process is empty"));
+    };
+    let start = Instant::now();
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{what}: cannot start credential_process {program}: {e}"))?;
+    let stdout = child.stdout.take();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::Builder::new()
+        .name("svc-aws-credproc".into())
+        .spawn(move || {
+            let mut buf = Vec::new();
+            let r = match stdout {
+                Some(s) => s
+                    .take(MAX_PROCESS_OUTPUT + 1)
+                    .read_to_end(&mut buf)
+                    .map(|_| ()),
+                None => Ok(()),
+            };
+            let _ = tx.send(r.map(|_| buf));
+        });
+    let kill = |child: &mut std::process::Child| {
+        let _ = child.kill();
+        let _ = child.wait();
+    };
+    if let Err(e) = reader {
+        kill(&mut child);
+        return Err(format!("{what}: cannot start a reader thread: {e}"));
+    }
+    let out = match rx.recv_timeout(deadline.saturating_sub(start.elapsed())) {
+        Ok(Ok(buf)) => buf,
+        Ok(Err(e)) => {
+            kill(&mut child);
+            return Err(format!("{what}: credential_process output: {e}"));
+        }
+        Err(_) => {
+            kill(&mut child);
+            return Err(format!(
+                "{what}: credential_process did not finish within {:.0} s; killed",
+                deadline.as_secs_f64()
+            ));
+        }
+    };
+    if out.len() as u64 > MAX_PROCESS_OUTPUT {
+        kill(&mut child);
+        return Err(format!(
+            "{what}: credential_process printed more than {MAX_PROCESS_OUTPUT} bytes; killed"
+        ));
+    }
+    // Its stdout is closed: wait for the exit, still under the deadline.
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if start.elapsed() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                kill(&mut child);
+                return Err(format!(
+                    "{what}: credential_process did not exit within {:.0} s; killed",
+                    deadline.as_secs_f64()
+                ));
+            }
+            Err(e) => return Err(format!("{what}: credential_process: {e}")),
+        }
+    };
+    if !status.success() {
+        return Err(format!("{what}: credential_process failed ({status})"));
+    }
+    parse_process_credentials(&out).map_err(|e| format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_as_shlex_splits_them() {
+        let w = |s: &str| split_words(s).unwrap();
+        assert_eq!(
+            w("  /bin/helper --profile  x "),
+            ["/bin/helper", "--profile", "x"]
+        );
+        assert_eq!(
+            w(r#"a 'b c' "d \"e\" \n" f\ g"#),
+            ["a", "b c", "d \"e\" \\n", "f g"]
+        );
+        assert_eq!(
+            w("a $HOME `x` | y > z"),
+            ["a", "$HOME", "`x`", "|", "y", ">", "z"]
+        );
+        assert_eq!(w("''"), [""]);
+        assert!(split_words("a 'b").is_err());
+        assert!(split_words("a \"b").is_err());
+        assert!(w("").is_empty());
+    }
+
+    #[test]
+    fn runs_without_a_shell_with_bounds() {
+        let ok = run(
+            r#"printf '{"Version": 1, "AccessKeyId": "AKID", "SecretAccessKey": "s3cr3t"}'"#,
+            "profile p",
+        )
+        .unwrap();
+        assert_eq!(ok.credentials.access_key_id, "AKID");
+        // No shell: `;` is an argument of echo, not a second command.
+        let e = run("echo hi; true", "profile p").unwrap_err();
+        assert!(
+            e.starts_with("profile p: credential_process output: not JSON"),
+            "{e}"
+        );
+        let e = run("false", "profile p").unwrap_err();
+        assert!(
+            e.contains("credential_process failed (exit status: 1)"),
+            "{e}"
+        );
+        let e = run_with("sleep 5", "profile p", Duration::from_millis(200)).unwrap_err();
+        assert!(e.contains("did not finish within"), "{e}");
+        let e = run("head -c 100000 /dev/zero", "profile p").unwrap_err();
+        assert!(e.contains("more than 65536 bytes"), "{e}");
+        let e = run("/nonexistent/helper", "profile p").unwrap_err();
+        assert!(
+            e.starts_with("profile p: cannot start credential_process"),
+            "{e}"
+        );
+    }
+}

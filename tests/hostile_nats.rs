@@ -1,0 +1,544 @@
+//! Hostile brokers, each a fake on purpose (no real server misbehaves this way); they speak
+//! just enough of the protocol (INFO, CONNECT, PING/PONG, SUB/PUB/MSG) for the client.
+//!
+//! - A NATS seed that speaks TLS and, in its INFO, advertises a rogue plaintext server
+//!   (`connect_urls`) that records every byte it receives. Once the seed drops the
+//!   connection, the client reconnects, among others to the rogue. The runner must never send
+//!   its CONNECT (and so its credential) there: TLS, once asked for (a `tls://` URL or
+//!   `tls_ca_file`), applies to every server, those learned from INFO included.
+//! - A plaintext loopback seed that advertises a server off the host: with credentials, the
+//!   runner refuses to start and sends the seed nothing.
+//! - A lying broker whose `-ERR` and JetStream API error texts try to forge or flood log lines.
+//! - `svc validate` on credentials that would cross a network in plaintext.
+
+mod util;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use util::*;
+
+/// A CA and a server certificate for 127.0.0.1, made with openssl.
+fn make_certs(dir: &Path) {
+    let sh = |args: &str| {
+        let ok = Command::new("sh")
+            .arg("-c")
+            .arg(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{args}: {}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    };
+    sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=svc-test-ca");
+    sh("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1");
+    sh("printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile san.ext");
+}
+
+fn tls_server_config(dir: &Path) -> Arc<rustls::ServerConfig> {
+    let certs = rustls_pemfile::certs(&mut BufReader::new(
+        std::fs::File::open(dir.join("server.pem")).unwrap(),
+    ))
+    .collect::<Result<Vec<_>, _>>()
+    .unwrap();
+    let key = rustls_pemfile::private_key(&mut BufReader::new(
+        std::fs::File::open(dir.join("server.key")).unwrap(),
+    ))
+    .unwrap()
+    .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    Arc::new(config)
+}
+
+/// The rogue: accepts every connection, greets like a plaintext NATS server and records what
+/// the client sends until it stops or half a second passes.
+struct Rogue {
+    port: u16,
+    connections: Arc<AtomicUsize>,
+    received: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Rogue {
+    fn start() -> Rogue {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let (c, r) = (connections.clone(), received.clone());
+        std::thread::Builder::new()
+            .name("rogue".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    let Ok(mut stream) = stream else { continue };
+                    let info = format!(
+                        "INFO {{\"server_id\":\"rogue\",\"version\":\"2.10.0\",\"proto\":1,\
+                         \"host\":\"127.0.0.1\",\"port\":{port},\"max_payload\":1048576,\
+                         \"headers\":true,\"auth_required\":true,\"client_id\":1,\"go\":\"go1.22\"}}\r\n"
+                    );
+                    let _ = stream.write_all(info.as_bytes());
+                    stream
+                        .set_read_timeout(Some(Duration::from_millis(500)))
+                        .unwrap();
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = stream.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        r.lock().unwrap().extend_from_slice(&buf[..n]);
+                    }
+                    c.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .unwrap();
+        Rogue {
+            port,
+            connections,
+            received,
+        }
+    }
+}
+
+/// The seed: one TLS session. Plaintext INFO (TLS required, the rogue advertised), then TLS,
+/// CONNECT + PING answered with PONG; then it hangs up and stops listening, so the client's
+/// reconnects go to the rogue. Returns the port and what the seed received inside TLS.
+fn start_seed(tls: Arc<rustls::ServerConfig>, rogue_port: u16) -> (u16, Arc<Mutex<Vec<u8>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let r = received.clone();
+    std::thread::Builder::new()
+        .name("seed".into())
+        .spawn(move || {
+            let (mut tcp, _) = listener.accept().unwrap();
+            drop(listener);
+            let info = format!(
+                "INFO {{\"server_id\":\"seed\",\"version\":\"2.10.0\",\"proto\":1,\
+                 \"host\":\"127.0.0.1\",\"port\":{port},\"max_payload\":1048576,\
+                 \"headers\":true,\"auth_required\":true,\"tls_required\":true,\"client_id\":1,\
+                 \"go\":\"go1.22\",\
+                 \"connect_urls\":[\"127.0.0.1:{rogue_port}\"]}}\r\n"
+            );
+            tcp.write_all(info.as_bytes()).unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let conn = rustls::ServerConnection::new(tls).unwrap();
+            let mut reader = BufReader::new(rustls::StreamOwned::new(conn, tcp));
+            let mut line = String::new();
+            // CONNECT, then PING: answer every PING. Hang up at the first request (the
+            // runner's consumer lookup), so the client is connected when the seed goes.
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                let ping = line.starts_with("PING");
+                let request = line.starts_with("PUB") || line.starts_with("HPUB");
+                r.lock().unwrap().extend_from_slice(line.as_bytes());
+                line.clear();
+                if ping {
+                    let _ = reader.get_mut().write_all(b"PONG\r\n");
+                    let _ = reader.get_mut().flush();
+                }
+                if request {
+                    break;
+                }
+            }
+            // No close_notify: the crate's TLS reader waits forever after one (it stops
+            // polling for input), so the seed just drops the TCP connection.
+            let stream = reader.into_inner();
+            let _ = stream.sock.shutdown(std::net::Shutdown::Both);
+        })
+        .unwrap();
+    (port, received)
+}
+
+fn run_against_hostile_seed(
+    nats: serde_json::Value,
+    env: &[(&str, &str)],
+    secret: &str,
+    certs: &Path,
+) {
+    let rogue = Rogue::start();
+    let (seed_port, seed_received) = start_seed(tls_server_config(certs), rogue.port);
+    let dir = tempfile::tempdir().unwrap();
+    let mut nats = nats;
+    let url = nats["url"]
+        .as_str()
+        .unwrap()
+        .replace("SEED", &seed_port.to_string());
+    nats["url"] = json!(url);
+    nats["stream"] = json!("ORDERS");
+    nats["consumer"] = json!("svc");
+    nats["subject"] = json!("orders.>");
+    nats["tls_ca_file"] = json!(certs.join("ca.pem"));
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &json!({"nats": nats, "sink": {"type": "file", "directory": dir.path().join("out")}}),
+    );
+    let log = dir.path().join("svc.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_svc"));
+    cmd.arg("run").arg(&cfg).env("RUST_LOG", "info");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+
+    // Several reconnect attempts reach the rogue well within the runner's 5 s JetStream
+    // request timeout; wait for two of them (or the runner's exit).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rogue.connections.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log_text = std::fs::read_to_string(&log).unwrap();
+
+    // The setup did what it claims: the seed got the credential inside TLS, and the client
+    // went to the rogue it advertised.
+    let seed_got = String::from_utf8_lossy(&seed_received.lock().unwrap()).into_owned();
+    assert!(
+        seed_got.starts_with("CONNECT ") && seed_got.contains(secret),
+        "the seed should have been sent CONNECT over TLS: {seed_got:?}\n{log_text}"
+    );
+    assert!(
+        rogue.connections.load(Ordering::SeqCst) >= 1,
+        "the client never tried the advertised server\n{log_text}"
+    );
+    // The secure outcome: nothing readable, no CONNECT, no credential at the rogue. What it
+    // got is a TLS ClientHello (record type 0x16).
+    let rogue_got = rogue.received.lock().unwrap().clone();
+    let text = String::from_utf8_lossy(&rogue_got);
+    assert!(
+        !text.contains("CONNECT") && !text.contains(secret),
+        "plaintext CONNECT sent to the rogue: {text:?}"
+    );
+    assert!(
+        rogue_got.is_empty() || rogue_got[0] == 0x16,
+        "the rogue should only see TLS handshakes: {text:?}"
+    );
+    assert!(!log_text.contains(secret), "{log_text}");
+}
+
+#[test]
+fn an_advertised_plaintext_server_never_gets_the_token() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let token = "tok-hostile-seed-never-in-clear";
+    let auth = json!({"mode": "token", "token_env": "SVC_TEST_TOKEN"});
+    // The reported case: a tls:// seed, tls_ca_file, tls_required at its default.
+    run_against_hostile_seed(
+        json!({"url": "tls://127.0.0.1:SEED", "auth": auth}),
+        &[("SVC_TEST_TOKEN", token)],
+        token,
+        certs.path(),
+    );
+    // tls_ca_file alone (a nats:// seed whose INFO asks for TLS) is a TLS request too.
+    run_against_hostile_seed(
+        json!({"url": "nats://127.0.0.1:SEED", "auth": auth}),
+        &[("SVC_TEST_TOKEN", token)],
+        token,
+        certs.path(),
+    );
+}
+
+#[test]
+fn an_advertised_plaintext_server_never_gets_the_password() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let password = "pw-hostile-seed-never-in-clear";
+    run_against_hostile_seed(
+        json!({"url": "tls://127.0.0.1:SEED",
+               "auth": {"mode": "user_password", "username_env": "SVC_U", "password_env": "SVC_P"}}),
+        &[("SVC_U", "svc"), ("SVC_P", password)],
+        password,
+        certs.path(),
+    );
+}
+
+/// `svc validate` refuses credentials that would cross a network in plaintext, naming the
+/// field, and accepts them over TLS, to loopback, or with the documented opt-in.
+#[test]
+fn validate_refuses_plaintext_credentials_to_remote_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |name: &str, nats: serde_json::Value| {
+        let mut n = json!({"stream": "ORDERS", "consumer": "svc", "subject": "orders.>"});
+        for (k, v) in nats.as_object().unwrap() {
+            n[k] = v.clone();
+        }
+        let cfg = write_config(
+            dir.path(),
+            name,
+            &json!({"nats": n, "sink": {"type": "file", "directory": dir.path().join("out")}}),
+        );
+        let (code, out, err) = svc(&["validate", cfg.to_str().unwrap()]);
+        (code, format!("{out}{err}"))
+    };
+    let token = json!({"mode": "token", "token_env": "SVC_TEST_TOKEN"});
+    let (code, err) = check(
+        "remote.json",
+        json!({"url": "nats://broker.example.com:4222", "auth": token}),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("nats.url: would carry the nats.auth credentials in plaintext"),
+        "{err}"
+    );
+    assert!(err.contains("nats.allow_plaintext_credentials"), "{err}");
+
+    let creds = json!({"mode": "credentials_file", "credentials_file": "/etc/svc/svc.creds"});
+    let (code, err) = check(
+        "cluster.json",
+        json!({"urls": ["nats://127.0.0.1:4222", "nats://10.0.0.7:4222"], "auth": creds}),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("nats.urls[1]: would carry"), "{err}");
+    assert!(!err.contains("nats.urls[0]"), "{err}");
+
+    for (name, nats) in [
+        (
+            "tls.json",
+            json!({"url": "tls://broker.example.com:4222", "auth": token}),
+        ),
+        (
+            "ca.json",
+            json!({"url": "nats://broker.example.com:4222", "tls_ca_file": "/etc/ca.pem", "auth": token}),
+        ),
+        (
+            "loopback.json",
+            json!({"urls": ["nats://127.0.0.1:4222", "nats://localhost", "nats://[::1]:4222"], "auth": token}),
+        ),
+        (
+            "opt-in.json",
+            json!({"url": "nats://broker.example.com:4222", "auth": token,
+                   "allow_plaintext_credentials": true}),
+        ),
+        (
+            "no-auth.json",
+            json!({"url": "nats://broker.example.com:4222"}),
+        ),
+    ] {
+        let (code, out) = check(name, nats);
+        assert_eq!(code, 0, "{name}: {out}");
+    }
+
+    // TLS, once asked for, cannot be switched off again.
+    let (code, err) = check(
+        "contradiction.json",
+        json!({"url": "tls://broker.example.com:4222", "tls_required": false}),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("nats.tls_required: cannot be false"), "{err}");
+}
+
+/// A plaintext fake broker (loopback, no auth) that greets, answers PINGs, sends a forged
+/// `-ERR` once the client subscribes, and answers the runner's consumer lookup with a
+/// JetStream API error whose description is forged and huge.
+fn start_lying_broker(forged: &'static str) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::Builder::new()
+        .name("liar".into())
+        .spawn(move || {
+            let (tcp, _) = listener.accept().unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut out = tcp.try_clone().unwrap();
+            let info = format!(
+                "INFO {{\"server_id\":\"liar\",\"version\":\"2.10.0\",\"proto\":1,\
+                 \"host\":\"127.0.0.1\",\"port\":{port},\"max_payload\":8388608,\
+                 \"headers\":true,\"client_id\":1,\"go\":\"go1.22\"}}\r\n"
+            );
+            out.write_all(info.as_bytes()).unwrap();
+            let mut reader = BufReader::new(tcp);
+            let mut subs: Vec<(String, String)> = Vec::new();
+            let mut line = String::new();
+            let mut erred = false;
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+                line.clear();
+                match words.first().map(String::as_str) {
+                    Some("PING") => out.write_all(b"PONG\r\n").unwrap(),
+                    Some("SUB") if words.len() >= 3 => {
+                        subs.push((words[1].clone(), words[words.len() - 1].clone()));
+                        if !erred {
+                            erred = true;
+                            let err = format!("-ERR '{}'\r\n", forged.replace('\n', " "));
+                            out.write_all(err.as_bytes()).unwrap();
+                        }
+                    }
+                    Some("PUB") if words.len() == 4 => {
+                        let mut body = vec![0; words[3].parse::<usize>().unwrap() + 2];
+                        reader.read_exact(&mut body).unwrap();
+                        let inbox = &words[2];
+                        let sid = subs
+                            .iter()
+                            .find(|(s, _)| {
+                                s == inbox
+                                    || (s.ends_with(".*") && inbox.starts_with(&s[..s.len() - 1]))
+                            })
+                            .map(|(_, sid)| sid.clone())
+                            .unwrap_or_else(|| "1".into());
+                        let description = format!("{forged}{}", "x".repeat(200_000));
+                        let answer = json!({
+                            "type": "io.nats.jetstream.api.v1.consumer_info_response",
+                            "error": {"code": 500, "err_code": 10008, "description": description}
+                        })
+                        .to_string();
+                        let msg = format!("MSG {inbox} {sid} {}\r\n{answer}\r\n", answer.len());
+                        out.write_all(msg.as_bytes()).unwrap();
+                    }
+                    _ => {}
+                }
+            }
+        })
+        .unwrap();
+    port
+}
+
+/// What the broker says reaches the log bounded and escaped: a forged `-ERR` and a forged,
+/// 200 KB JetStream API error description cannot start a new log line, drive the terminal or
+/// make a megabyte line, with the client crate's own lines turned on too.
+#[test]
+fn broker_text_cannot_forge_or_flood_log_lines() {
+    const FORGED: &str =
+        "boom\r\n2026-01-01T00:00:00.000Z INFO  [svc-ack] all acknowledged\x1b[2J\u{202e}";
+    let port = start_lying_broker(FORGED);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &json!({"nats": {"url": format!("nats://127.0.0.1:{port}"), "stream": "ORDERS",
+                         "consumer": "svc", "subject": "orders.>"},
+                "sink": {"type": "file", "directory": dir.path().join("out")}}),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("run")
+        .arg(&cfg)
+        .env("RUST_LOG", "info,nats=error")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let log = String::from_utf8(out.stderr).unwrap() + &String::from_utf8(out.stdout).unwrap();
+    // Both peer texts arrived and were shown, escaped.
+    assert!(
+        log.contains("broker: asynchronous error: boom\\r"),
+        "the -ERR should be logged, escaped: {log}"
+    );
+    assert!(
+        log.contains("broker: look up consumer ORDERS/svc: ") && log.contains("boom\\r\\n2026"),
+        "the API error should be shown, escaped: {log}"
+    );
+    assert!(!log.contains(['\x1b', '\u{202e}', '\r']), "{log:?}");
+    for line in log.lines() {
+        assert!(!line.starts_with("2026-01-01T"), "a forged line: {line}");
+        assert!(line.len() <= 2048, "a {} byte line", line.len());
+    }
+}
+
+/// Credentials over plaintext go to loopback seeds only; a seed that advertises servers off
+/// the host would hand them the credentials in clear on a reconnect, so the runner refuses to
+/// start, having sent the seed nothing.
+#[test]
+fn a_plaintext_seed_advertising_remote_servers_is_refused_before_connect() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let r = received.clone();
+    std::thread::Builder::new()
+        .name("advertiser".into())
+        .spawn(move || {
+            // Every connection: the INFO, then record what comes until it hangs up.
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let info = format!(
+                    "INFO {{\"server_id\":\"seed\",\"version\":\"2.10.0\",\"proto\":1,\
+                     \"host\":\"127.0.0.1\",\"port\":{port},\"max_payload\":1048576,\
+                     \"client_id\":1,\"go\":\"go1.22\",\"auth_required\":true,\
+                     \"connect_urls\":[\"127.0.0.1:{port}\",\"10.255.0.1:4222\"]}}\r\n"
+                );
+                let _ = stream.write_all(info.as_bytes());
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(5)))
+                    .unwrap();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    r.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            }
+        })
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = "tok-loopback-only-never-remote";
+    let nats = json!({"url": format!("nats://127.0.0.1:{port}"), "stream": "ORDERS",
+                      "consumer": "svc", "subject": "orders.>",
+                      "auth": {"mode": "token", "token_env": "SVC_TEST_TOKEN"}});
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &json!({"nats": nats, "sink": {"type": "file", "directory": dir.path().join("out")}}),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("run")
+        .arg(&cfg)
+        .env("SVC_TEST_TOKEN", token)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("advertises servers off this host (10.255.0.1:4222)")
+            && log.contains("nats.allow_plaintext_credentials"),
+        "{log}"
+    );
+    assert!(!log.contains(token), "{log}");
+    let got = received.lock().unwrap().clone();
+    assert!(
+        got.is_empty(),
+        "the seed was sent {:?}",
+        String::from_utf8_lossy(&got)
+    );
+
+    // With the documented opt-in the operator accepts it: the runner goes on to CONNECT.
+    let mut opted = nats.clone();
+    opted["allow_plaintext_credentials"] = json!(true);
+    let cfg = write_config(
+        dir.path(),
+        "opt-in.json",
+        &json!({"nats": opted, "sink": {"type": "file", "directory": dir.path().join("out")}}),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("run")
+        .arg(&cfg)
+        .env("SVC_TEST_TOKEN", token)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(30), "CONNECT at the seed", || {
+        String::from_utf8_lossy(&received.lock().unwrap()).contains("CONNECT")
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+}
