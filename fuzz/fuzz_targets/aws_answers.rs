@@ -17,7 +17,7 @@ use svc::aws::parse::{
     Issued, MAX_KEY_ID_CHARS, MAX_SECRET_CHARS,
 };
 use svc::aws::process::split_words;
-use svc_fuzz::{assert_clean_display, is_unsafe_char, split_selector};
+use svc_fuzz::{assert_clean_display, is_unsafe_char, split_selector, MAX_ERROR_CHARS};
 
 fn header_safe(what: &str, v: &str, max: usize) {
     assert!(!v.is_empty(), "{what} empty");
@@ -48,7 +48,7 @@ fn check(r: Result<Issued, String>, temporary: bool) {
                 );
             }
         }
-        Err(e) => assert_clean_display("aws answer", &e, 2048),
+        Err(e) => assert_clean_display("aws answer", &e, MAX_ERROR_CHARS),
     }
 }
 
@@ -65,7 +65,7 @@ fuzz_target!(|data: &[u8]| {
                 "STS error text {shown:?}"
             );
             assert!(
-                shown.chars().count() <= 1024,
+                shown.chars().count() <= MAX_ERROR_CHARS,
                 "STS error text of {} chars",
                 shown.len()
             );
@@ -86,7 +86,7 @@ fuzz_target!(|data: &[u8]| {
                         .collect();
                     assert_eq!(split_words(&quoted.join(" ")).as_ref(), Ok(&words));
                 }
-                Err(e) => assert_clean_display("command line", &e, 1024),
+                Err(e) => assert_clean_display("command line", &e, MAX_ERROR_CHARS),
             }
         }
     }

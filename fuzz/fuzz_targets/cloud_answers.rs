@@ -12,7 +12,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use svc::observe::connectors::{cloud_a, oci_auth, oci_instance, siem_hec};
-use svc_fuzz::{assert_clean_display, split_selector};
+use svc_fuzz::{assert_clean_display, split_selector, MAX_ERROR_CHARS};
 
 const NOW: i64 = 1_718_000_000;
 
@@ -23,12 +23,12 @@ fuzz_target!(|data: &[u8]| {
     match sel % 6 {
         0 => {
             if let Err(e) = cloud_a::check_answer(body) {
-                assert_clean_display("cloud_a answer", &e, 1024);
+                assert_clean_display("cloud_a answer", &e, MAX_ERROR_CHARS);
             }
         }
         1 => {
             if let Err(e) = siem_hec::check_answer(body) {
-                assert_clean_display("siem_hec answer", &e, 1024);
+                assert_clean_display("siem_hec answer", &e, MAX_ERROR_CHARS);
             }
         }
         2 => match oci_instance::token_of(body, NOW) {
@@ -41,14 +41,14 @@ fuzz_target!(|data: &[u8]| {
                     "token {token:?}"
                 );
             }
-            Err(e) => assert_clean_display("federation answer", &e, 1024),
+            Err(e) => assert_clean_display("federation answer", &e, MAX_ERROR_CHARS),
         },
         3 => {
             let status = 400 + u16::from(body.first().copied().unwrap_or(0));
             assert_clean_display(
                 "federation failure",
                 &oci_instance::federation_failure(status, body),
-                1024,
+                MAX_ERROR_CHARS,
             );
         }
         4 => {
@@ -65,7 +65,7 @@ fuzz_target!(|data: &[u8]| {
                     );
                     assert_eq!(oci_instance::region_id(&id).as_deref(), Ok(id.as_str()));
                 }
-                Err(e) => assert_clean_display("region answer", &e, 1024),
+                Err(e) => assert_clean_display("region answer", &e, MAX_ERROR_CHARS),
             }
         }
         _ => {

@@ -16,7 +16,7 @@ use svc::metrics::snapshot::Snapshot;
 use svc::observe::exposition::{self, Options};
 use svc::observe::policy::Policy;
 use svc::observe::select;
-use svc_fuzz::{assert_clean_display, assert_clean_lines};
+use svc_fuzz::{assert_clean_display, assert_clean_lines, MAX_ERROR_CHARS};
 
 const POLICY: &str = r#"{
   "schema": "svc.observability.policy.v1",
@@ -41,13 +41,13 @@ fuzz_target!(|data: &[u8]| {
     let snap = match Snapshot::parse(text) {
         Ok(s) => s,
         Err(reason) => {
-            assert_clean_display("snapshot refusal", &reason, 1024);
+            assert_clean_display("snapshot refusal", &reason, MAX_ERROR_CHARS);
             return;
         }
     };
     // What read_snapshot checks next: the times, against a fixed "now".
     if let Err(why) = snap.check_times(1_718_000_000.0) {
-        assert_clean_display("snapshot times", &why, 1024);
+        assert_clean_display("snapshot times", &why, MAX_ERROR_CHARS);
     }
     let json = serde_json::to_string(&snap).expect("a parsed snapshot serializes");
     assert_eq!(
@@ -81,6 +81,6 @@ fuzz_target!(|data: &[u8]| {
                 );
             }
         }
-        Err(overflow) => assert_clean_display("overflow", &overflow.to_string(), 1024),
+        Err(overflow) => assert_clean_display("overflow", &overflow.to_string(), MAX_ERROR_CHARS),
     }
 });

@@ -24,7 +24,7 @@ use svc::sink::relational::codec::decode_backend_messages;
 use svc::sink::relational::wire::{
     AuthPolicy, ChannelBindingMode, ConnectParams, Connection, DbError, TlsMode,
 };
-use svc_fuzz::{assert_clean_display, split_selector};
+use svc_fuzz::{assert_clean_display, split_selector, MAX_ERROR_CHARS};
 
 const PASSWORD: &[u8] = b"pw-Fuzz-Secret-7f3a";
 
@@ -67,7 +67,7 @@ fn server() -> &'static Server {
 }
 
 fn check_error(e: &DbError) {
-    assert_clean_display("database error", &e.to_string(), 1024);
+    assert_clean_display("database error", &e.to_string(), MAX_ERROR_CHARS);
 }
 
 /// Did the script send AuthenticationOk (`R`, code 0) before its first ReadyForQuery?

@@ -11,7 +11,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use svc::sink::object_store::client::S3Error;
-use svc_fuzz::{assert_clean_display, split_selector};
+use svc_fuzz::{assert_clean_display, split_selector, MAX_ERROR_CHARS};
 
 fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -64,5 +64,5 @@ fuzz_target!(|data: &[u8]| {
         e.is_precondition_failed(),
         e.permanent_class(),
     );
-    assert_clean_display("s3 error", &e.to_string(), 8192);
+    assert_clean_display("s3 error", &e.to_string(), MAX_ERROR_CHARS);
 });

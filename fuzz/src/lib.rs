@@ -33,6 +33,12 @@ pub fn is_unsafe_char(c: char) -> bool {
         || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
+/// A bound for error texts that quote peer text: `PeerText` shows at most 256 characters, each
+/// escaped to at most 10 (`\u{10ffff}`), and an error may quote up to three such pieces.
+/// Inputs are at most 4096 bytes here (libFuzzer's default `-max_len`); the unit tests of
+/// each parser check the bound with megabyte inputs.
+pub const MAX_ERROR_CHARS: usize = 3 * (256 * 10 + 3) + 512;
+
 /// Splits fuzz input into a selector byte and the rest (for targets that drive several entry
 /// points or configurations from one input).
 pub fn split_selector(data: &[u8]) -> Option<(u8, &[u8])> {
