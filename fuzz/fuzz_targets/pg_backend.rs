@@ -2,7 +2,8 @@
 //! on its address, controls every byte the client reads.
 //!
 //! First input byte even: the rest goes to `codec::decode_backend_messages` (the pure message
-//! parser the connection uses). Odd: a loopback fake server answers one connection with the
+//! parser the connection uses), or (bits 1-2) to the SCRAM parsers `auth::parse_server_first`,
+//! `auth::parse_server_final` and `auth::saslprep`. Odd: a loopback fake server answers one connection with the
 //! rest as its whole side of the conversation (then closes), and the client runs
 //! `wire::Connection::connect` (startup and authentication, with the `require_auth` list
 //! picked by the selector's bits) and, when that succeeds, `Connection::simple` and
@@ -20,6 +21,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
+use svc::sink::relational::auth::{
+    parse_server_final, parse_server_first, saslprep, MAX_SCRAM_ITERATIONS,
+};
 use svc::sink::relational::codec::decode_backend_messages;
 use svc::sink::relational::wire::{
     AuthPolicy, ChannelBindingMode, ConnectParams, Connection, DbError, TlsMode,
@@ -89,14 +93,53 @@ fn auth_ok_before_ready(mut b: &[u8]) -> bool {
     false
 }
 
+const CLIENT_NONCE: &str = "rOprNGfwEbeRWgbNEkqO";
+
+/// SCRAM `server-first-message` (`auth::parse_server_first`): an accepted message extends the
+/// client nonce with printable characters and has a salt and a bounded iteration count.
+fn scram_server_first(bytes: &[u8]) {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return;
+    };
+    match parse_server_first(CLIENT_NONCE, text) {
+        Ok(f) => {
+            assert!(f.nonce.starts_with(CLIENT_NONCE) && f.nonce.len() > CLIENT_NONCE.len());
+            assert!(f
+                .nonce
+                .bytes()
+                .all(|b| (0x21..0x7f).contains(&b) && b != b','));
+            assert!(!f.salt.is_empty());
+            assert!((1..=MAX_SCRAM_ITERATIONS).contains(&f.iterations));
+        }
+        Err(e) => assert_clean_display("server-first", &e, MAX_ERROR_CHARS),
+    }
+}
+
+/// SCRAM `server-final-message` (`auth::parse_server_final`) and SASLprep of the bytes as a
+/// password (`auth::saslprep`, idempotent on what it changes).
+fn scram_server_final(bytes: &[u8]) {
+    let prepared = saslprep(bytes);
+    assert_eq!(saslprep(&prepared), prepared, "saslprep is idempotent");
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return;
+    };
+    if let Err(e) = parse_server_final(text) {
+        assert_clean_display("server-final", &e, MAX_ERROR_CHARS);
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let Some((sel, script)) = split_selector(data) else {
         return;
     };
     if sel & 1 == 0 {
-        match decode_backend_messages(script) {
-            Ok(msgs) => assert!(msgs.len() <= script.len() / 5),
-            Err(e) => check_error(&e),
+        match (sel >> 1) % 4 {
+            2 => scram_server_first(script),
+            3 => scram_server_final(script),
+            _ => match decode_backend_messages(script) {
+                Ok(msgs) => assert!(msgs.len() <= script.len() / 5),
+                Err(e) => check_error(&e),
+            },
         }
         return;
     }

@@ -134,6 +134,11 @@ for i, sel in enumerate(PG_SELECTORS):
 for i, sel in enumerate(PG_SELECTORS):
     put("pg_backend", f"copy-{i}", sel + R(0) + ready + msg(b"G", b"\0\0\0") + b"Z\x7f\xff\xff\xff")
 
+# pg_backend, SCRAM parsers: selector 4 = server-first, 6 = server-final and SASLprep.
+put("pg_backend", "scram-first", b"\x04" + b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+put("pg_backend", "scram-final", b"\x06" + b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+put("pg_backend", "scram-error", b"\x06" + "e=invalid-proof\u00a0\u2168".encode())
+
 # s3_error: selector even = raw body, odd = code NUL message (harness builds the document).
 put("s3_error", "0", b"\x00" + b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><BucketName>event-archive</BucketName><RequestId>4442587FB7D0A2F9</RequestId></Error>')
 put("s3_error", "1", b"\x02" + b"<Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated does not match &amp; &lt;x&gt;</Message></Error>")
