@@ -452,6 +452,10 @@ impl AckSubject<'_> {
             n if n >= 9 => &tokens[2..9],
             _ => return None,
         };
+        // Subjects have no empty tokens: an empty stream or consumer name is not the broker's.
+        if t[0].is_empty() || t[1].is_empty() {
+            return None;
+        }
         Some(AckSubject {
             stream: t[0],
             consumer: t[1],
@@ -461,6 +465,23 @@ impl AckSubject<'_> {
             published_unix_nanos: t[5].parse().ok()?,
         })
     }
+}
+
+/// Fuzzing entry point (`fuzz/fuzz_targets/ack_subject.rs`): [`AckSubject::parse`] as plain
+/// values `(stream, consumer, delivered, stream_sequence, consumer_sequence, published)`.
+#[doc(hidden)]
+pub fn fuzz_parse_ack_subject(reply: &str) -> Option<(&str, &str, u64, u64, u64, i128)> {
+    AckSubject::parse(reply).map(|a| {
+        let (s, c) = (a.stream, a.consumer);
+        (
+            s,
+            c,
+            a.delivered,
+            a.stream_sequence,
+            a.consumer_sequence,
+            a.published_unix_nanos,
+        )
+    })
 }
 
 /// Acknowledgement verbs of JetStream.
@@ -490,6 +511,19 @@ pub fn send_ack(nc: &Connection, handle: &AckHandle, verb: AckVerb) -> io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by `fuzz/fuzz_targets/ack_subject.rs`: empty stream or consumer tokens were
+    /// accepted (and became the delivery's stream name).
+    #[test]
+    fn ack_subjects_with_empty_names_are_refused() {
+        for bad in [
+            "$JS.ACK..svc.1.2.3.4.5",
+            "$JS.ACK.ORDERS..1.2.3.4.5",
+            "$JS.ACK.hub.ACC..svc.1.2.3.4.5.x",
+        ] {
+            assert_eq!(AckSubject::parse(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn ack_subjects_of_both_forms_parse() {

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::text::peer::PeerText;
+
 /// One configuration problem: where and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -23,15 +25,21 @@ pub struct Problem {
     pub message: String,
 }
 
+/// A path is made of the document's keys and a message may quote its values: both are shown
+/// escaped (control characters never reach the terminal or log) and bounded.
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let message = PeerText::with_limit(&self.message, MAX_MESSAGE_CHARS);
         if self.path.is_empty() {
-            write!(f, "{}", self.message)
+            write!(f, "{message}")
         } else {
-            write!(f, "{}: {}", self.path, self.message)
+            write!(f, "{}: {message}", PeerText::new(&self.path))
         }
     }
 }
+
+/// Longest problem message shown (longer ones are cut with `...`).
+const MAX_MESSAGE_CHARS: usize = 2048;
 
 /// Accumulates problems while a document is read. Shared by reference between nested readers.
 #[derive(Debug, Default)]
@@ -448,6 +456,24 @@ mod tests {
         f(&mut r);
         r.finish();
         p.into_vec().iter().map(|p| p.to_string()).collect()
+    }
+
+    /// Found by `fuzz/fuzz_targets/runtime_config.rs` and `observe_policy.rs`: an unknown key
+    /// reached the problem text raw (a control character in a key forges output lines).
+    #[test]
+    fn problems_show_document_text_escaped() {
+        let got = read(r#"{"a\u0001b\nc": 1, "ok": 2}"#, |_| {});
+        assert_eq!(
+            got,
+            vec!["a\\u{1}b\\nc: unknown field", "ok: unknown field"]
+        );
+        let long = format!(r#"{{"{}": 1}}"#, "k".repeat(1000));
+        let got = read(&long, |_| {});
+        assert!(
+            got[0].len() < 300 && got[0].contains("...: unknown"),
+            "{}",
+            got[0]
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{now_epoch_seconds, Metrics, Summary};
+use crate::text::peer::PeerText;
 
 pub const SCHEMA: &str = "svc.metrics.snapshot.v1";
 
@@ -116,12 +117,13 @@ impl Snapshot {
 
     /// Parses a snapshot, checking its schema identifier.
     pub fn parse(text: &str) -> Result<Snapshot, String> {
-        let snap: Snapshot =
-            serde_json::from_str(text).map_err(|e| format!("snapshot is not valid: {e}"))?;
+        // serde_json's message quotes unknown keys: the file's text, bounded and escaped.
+        let snap: Snapshot = serde_json::from_str(text)
+            .map_err(|e| format!("snapshot is not valid: {}", PeerText::new(&e.to_string())))?;
         if snap.schema != SCHEMA {
             return Err(format!(
-                "snapshot schema must be {SCHEMA}, found {:?}",
-                snap.schema
+                "snapshot schema must be {SCHEMA}, found \"{}\"",
+                PeerText::new(&snap.schema)
             ));
         }
         Ok(snap)
@@ -200,6 +202,45 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
+
+    /// Found by `fuzz/fuzz_targets/metrics_snapshot.rs`: without serde_json's
+    /// `float_roundtrip`, 1.718000000477778e69 read back one ULP off what was written.
+    #[test]
+    fn floats_read_back_exactly() {
+        let mut snap = Snapshot::capture(&Metrics::default(), "svc", 1.0);
+        for v in [
+            1.718000000477778e69,
+            0.1 + 0.2,
+            1717999999.123456,
+            5e-324,
+            f64::MAX,
+        ] {
+            snap.generated_at_epoch_seconds = v;
+            let text = serde_json::to_string(&snap).unwrap();
+            let back = Snapshot::parse(&text).unwrap();
+            assert_eq!(
+                back.generated_at_epoch_seconds.to_bits(),
+                v.to_bits(),
+                "{v:e}"
+            );
+        }
+    }
+
+    /// Found by `fuzz/fuzz_targets/metrics_snapshot.rs`: serde_json's message quotes an
+    /// unknown key of the file, and the schema was shown with Debug (bidi controls pass).
+    #[test]
+    fn refusals_escape_the_files_text() {
+        let e = Snapshot::parse(r#"{"schema":"x","x\n y\u202e":1}"#).unwrap_err();
+        assert!(e.contains("unknown field `x\\n y\\u{202e}`"), "{e}");
+        assert!(!e.chars().any(char::is_control), "{e}");
+        let mut snap = Snapshot::capture(&Metrics::default(), "svc", 1.0);
+        snap.schema = "v\u{202e}1\n".into();
+        let e = Snapshot::parse(&serde_json::to_string(&snap).unwrap()).unwrap_err();
+        assert_eq!(
+            e,
+            "snapshot schema must be svc.metrics.snapshot.v1, found \"v\\u{202e}1\\n\""
+        );
+    }
 
     #[test]
     fn round_trips_and_writes_atomically() {

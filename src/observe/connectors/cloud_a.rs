@@ -347,6 +347,20 @@ mod tests {
     use super::*;
     use crate::observe::policy::Policy;
 
+    /// Found by `fuzz/fuzz_targets/cloud_answers.rs`: the rejection message of the answer
+    /// reached the error text with its control characters.
+    #[test]
+    fn answer_messages_are_escaped() {
+        let e = check_answer(
+            br#"{"failedMetricsCount": 1, "failedMetrics": [{"message": "bad\nforged \u001b[2J"}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "OCI rejected 1 metric of the batch (first: bad\\nforged \\u{1b}[2J)"
+        );
+    }
+
     #[test]
     fn summaries_become_weighted_means_with_min_and_max() {
         let e = entries(&[

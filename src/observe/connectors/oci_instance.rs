@@ -386,7 +386,7 @@ fn read_body(resp: ureq::http::Response<ureq::Body>) -> Result<(u16, Vec<u8>), S
 
 /// The short error description of a failed federation answer (`code` and `message` of OCI's
 /// error JSON, cut; nothing else of the body).
-fn federation_failure(status: u16, body: &[u8]) -> String {
+pub fn federation_failure(status: u16, body: &[u8]) -> String {
     let v: Option<serde_json::Value> = serde_json::from_slice(body).ok();
     let field = |k: &str| {
         v.as_ref()
@@ -524,6 +524,20 @@ pub fn identity(
 mod tests {
     use super::*;
     use std::process::Command;
+
+    /// Found by `fuzz/fuzz_targets/cloud_answers.rs`: the federation error's `code` and
+    /// `message` reached the error text with their control characters.
+    #[test]
+    fn federation_failures_are_escaped() {
+        assert_eq!(
+            federation_failure(
+                401,
+                br#"{"code":"NotAuth\nenticated","message":"pr\u007fvided"}"#
+            ),
+            "HTTP 401 (NotAuth\\nenticated: pr\\u{7f}vided)"
+        );
+        assert_eq!(federation_failure(502, b"<html>"), "HTTP 502");
+    }
 
     fn openssl(dir: &std::path::Path, args: &[&str]) {
         let out = Command::new("openssl")

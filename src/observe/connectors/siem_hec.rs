@@ -165,6 +165,18 @@ pub fn check_answer(body: &[u8]) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// Found by `fuzz/fuzz_targets/cloud_answers.rs`: the collector's `text` reached the error
+    /// unbounded and with its control characters.
+    #[test]
+    fn answer_text_is_escaped_and_bounded() {
+        assert_eq!(
+            check_answer(br#"{"text":"no\r\nforged","code":9}"#),
+            Err("the collector rejected the event: code 9 (no\\r\\nforged)".into())
+        );
+        let long = format!(r#"{{"text":"{}","code":9}}"#, "x".repeat(100_000));
+        assert!(check_answer(long.as_bytes()).unwrap_err().len() < 400);
+    }
+
     #[test]
     fn collector_answers() {
         assert_eq!(check_answer(br#"{"text":"Success","code":0}"#), Ok(()));

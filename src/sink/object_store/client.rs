@@ -124,6 +124,21 @@ pub enum S3Error {
 }
 
 impl S3Error {
+    /// The error of a non-success answer: its status and the `Code` and `Message` of the S3
+    /// error document in its body (message cut to 200 characters). The service's text is kept
+    /// as sent, for classification; Display escapes and bounds it. Also the fuzzing entry point
+    /// of the error XML (`fuzz/fuzz_targets/s3_error.rs`).
+    pub fn from_answer(status: u16, body: &[u8]) -> S3Error {
+        let text = String::from_utf8_lossy(body);
+        S3Error::Status {
+            status,
+            code: xml_field(&text, "Code").unwrap_or_default(),
+            message: xml_field(&text, "Message")
+                .map(|m| m.chars().take(200).collect())
+                .unwrap_or_default(),
+        }
+    }
+
     /// HTTP 412: a conditional create found the key.
     pub fn is_precondition_failed(&self) -> bool {
         matches!(self, S3Error::Status { status: 412, .. })
@@ -166,6 +181,7 @@ impl fmt::Display for S3Error {
                 message,
             } => {
                 write!(f, "status {status}")?;
+                // The service's words, bounded and escaped: they reach logs and DLQ records.
                 if !code.is_empty() {
                     write!(f, " {}", PeerText::with_limit(code, 64))?;
                 }
@@ -449,14 +465,7 @@ impl S3Client {
                 body,
             })
         } else {
-            let text = String::from_utf8_lossy(&body);
-            Err(S3Error::Status {
-                status,
-                code: xml_field(&text, "Code").unwrap_or_default(),
-                message: xml_field(&text, "Message")
-                    .map(|m| m.chars().take(200).collect())
-                    .unwrap_or_default(),
-            })
+            Err(S3Error::from_answer(status, &body))
         }
     }
 

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Writes the committed seed corpora (fuzz/corpus/<target>/seed-*): small, realistic inputs
+per target, taken from the docs and the unit tests. Re-run after changing a seed here:
+`python3 fuzz/seeds/make_seeds.py`. The grown corpus is never committed (.gitignore)."""
+import base64, hashlib, os, struct
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "corpus")
+
+def put(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, "seed-" + name), "wb") as f:
+        f.write(data)
+
+# security_labels: selector byte (bits 0-1 max_bytes 64/512/8192/262144, bit 2 vocabularies).
+for i, h in enumerate([
+    '{"profile":"svc.security-label.v1","priority":"high","classification":"secret","labels":["eu","pii"],"releasability":["nato"],"handling_caveats":["noforn"],"owner":"team-a","originator":"orders-api","policy_id":"p-7","retention_category":"long"}',
+    '{"classification":"restricted","labels":["eu","pii"],"owner":"team-a","priority":null,"profile":"svc.security-label.v1","releasability":["X","Y"]}',
+    '{"extensions": {"site": "x", "nested": {"a": [1, {"b": null}]}, "o": {"p": {"q": {}}}}}',
+    '{"owner": 1, "releasability": [2]}',
+    '{"classification": "SECRET", "labels": []}',
+    '{"a":1,"a":2}',
+    '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]',
+    '{"owner":"a\\u0000b","extensions":{"password":"x"}}',
+]):
+    put("security_labels", f"{i}", bytes([[2, 6, 1, 4, 5, 2, 2, 6][i]]) + h.encode())
+
+# message_metadata: selector (bits 0-1 separator , ; | space; 2-3 max_labels 1/4/32/256;
+# bit 4 use_default), then `name:value` lines; p/c/l stand for the configured header names.
+for i, (sel, text) in enumerate([
+    (8, "p: High\nc:  Restricted   EU \nl:pii, eu,PII,gdpr"),
+    (9, "Svc-Priority:low\nSvc-Labels:a;b;c"),
+    (0, "p:HIGH\np:low"),
+    (16, "c:not ok!\nl:" + ",".join(f"l{i}" for i in range(40))),
+    (14, "l:a  b| c |d||e\nX-Other: v"),
+]):
+    put("message_metadata", f"{i}", bytes([sel]) + text.encode())
+
+# runtime_config
+base_nats = '"nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc", "subject": "orders.>"}'
+configs = [
+    '{\n  ' + base_nats + ',\n  "sink": {"type": "file", "directory": "/var/lib/svc/out"}\n}',
+    '{' + base_nats + ', "sink": {"type": "relational_db", "dsn": "postgresql://svc_writer@db.internal:5432/events", "password_env": "SVC_DB_PASSWORD", "tls_mode": "verify_full", "tls_ca_file": "/etc/svc/db-ca.pem", "table": "audit.events", "routes": [{"subject": "orders.eu.>", "table": "audit.eu_orders"}, {"subject": "orders.>", "table": "audit.orders"}]}}',
+    '{' + base_nats + ', "sink": {"type": "object_store", "bucket": "event-archive", "region": "eu-west-1"}, "delivery": {"batch_size": 100, "max_in_flight_batches": 4}}',
+    '{' + base_nats + ', "sink": {"type": "fanout", "sinks": {"archive": {"type": "file", "directory": "/tmp/a"}, "mirror": {"type": "file", "directory": "/tmp/b"}}, "routing": {"enabled": true, "target_sink_types": {"archive": "file", "mirror": "file"}, "routes": [{"name": "orders", "match": {"subject": "orders.>"}, "targets": ["archive", {"sink": "mirror", "required": false}]}]}}}',
+    '{' + base_nats + ', "sink": {"type": "file", "directory": "/tmp/out"}, "message_metadata": {"default_priority": "normal", "rules": [{"subject": "orders.eu.>", "classification": "restricted", "labels": ["eu"]}]}, "security_labels": {"enabled": true, "max_bytes": 2048, "allowed_classifications": ["unclassified", "restricted"], "default": {"classification": "unclassified"}, "rules": [{"subject": "public.>", "profile": null}]}, "dead_letter": {"enabled": true, "subject": "dlq.orders"}, "metrics": {"snapshot_path": "/run/svc/metrics.json"}}',
+    '{"nats": {"url": "http://x", "stream": "a b", "subject": "a..b", "bogus": 1}, "sink": {"type": "nope"}, "\\u0001key": 1}',
+    '{"nats": {"url": "nats://user:pw@host:4222"}}',
+]
+for i, c in enumerate(configs):
+    put("runtime_config", f"{i}", c)
+
+# observe_policy
+S = '"schema": "svc.observability.policy.v1"'
+policies = [
+    '{' + S + '}',
+    '{' + S + ', "enabled": true, "namespace": "svc", "allowed_metric_patterns": ["messages_*"], "denied_metrics": ["messages_dlq_total"], "include_observations": true, "scrape": {"enabled": true, "stale_after_seconds": 120, "http_endpoint": {"enabled": true, "bind": "127.0.0.1", "port": 9464, "path": "/metrics"}}}',
+    '{' + S + ', "enabled": true, "subject_metrics": {"enabled": true, "max_subject_families": 20, "rules": [{"subject": "orders.>", "label": "orders"}, {"subject": "orders.internal.>", "action": "deny"}]}}',
+    '{' + S + ', "enabled": true, "otlp": {"enabled": true, "endpoint": "https://otel.example.com/v1/metrics", "headers_env": {"Authorization": "OTLP_AUTH"}}, "siem_hec": {"enabled": true, "endpoint": "https://hec.example.com:8088/services/collector/event", "token_env": "HEC_TOKEN", "index": "svc_metrics"}}',
+    '{' + S + ', "enabled": true, "statsd": {"enabled": true, "host": "127.0.0.1", "port": 8125}, "agent_statsd": {"enabled": true, "tags": {"env": "prod"}}, "syslog": {"enabled": true, "transport": "udp"}}',
+    '{' + S + ', "enabled": true, "broker_server_monitoring": {"enabled": true, "base_url": "http://127.0.0.1:8222", "allowed_endpoints": ["/varz", "/jsz"], "allowed_fields": ["connections", "jetstream.stats.memory"]}, "cloud_a_monitoring": {"enabled": true, "compartment_id_env": "OCI_COMPARTMENT", "region": "eu-frankfurt-1"}, "cloud_b_monitoring": {"enabled": true, "region": "eu-west-1"}, "cloud_c_monitoring": {"enabled": true, "location": "westeurope"}}',
+    '{"schema": "v2", "bogus": 1, "namespace": "svc-metrics"}',
+]
+for i, p in enumerate(policies):
+    put("observe_policy", f"{i}", p)
+
+# metrics_snapshot
+snap = '''{
+  "schema": "svc.metrics.snapshot.v1",
+  "namespace": "svc",
+  "generated_at_epoch_seconds": 1718000000.25,
+  "started_at_epoch_seconds": 1717990000.0,
+  "counters": {"messages_acked_total": 1200, "messages_fetched_total": 1210},
+  "gauges": {"last_sink_success_epoch_seconds": 1717999999.0},
+  "summaries": {
+    "sink_batch_write_seconds": {"count": 40, "sum": 1.9, "min": 0.01, "max": 0.2, "last": 0.04}
+  },
+  "labeled_metrics": [
+    {"kind": "counter", "name": "messages_written_total", "value": 700,
+     "labels": {"subject_family": "orders_eu"}}
+  ],
+  "subject_families": [
+    {"label": "orders_eu", "subject": "orders.eu.>"}
+  ]
+}'''
+put("metrics_snapshot", "0", snap)
+put("metrics_snapshot", "1", '{"schema":"svc.metrics.snapshot.v1","namespace":"svc","generated_at_epoch_seconds":0,"started_at_epoch_seconds":0,"counters":{},"gauges":{},"summaries":{}}')
+put("metrics_snapshot", "2", '{"schema":"other","namespace":"svc","generated_at_epoch_seconds":1e300,"started_at_epoch_seconds":-1,"counters":{"x\\n y_total":18446744073709551615},"gauges":{"g":-0.0},"summaries":{},"extra":1}')
+
+# http_head
+for i, h in enumerate([
+    b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\nUser-Agent: Prometheus/2.53.0\r\nAccept: application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.1\r\nAccept-Encoding: gzip\r\nX-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n",
+    b"GET /metrics?x=1 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+    b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc",
+    b"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+    b"GET /m HTTP/1.1\r\nHost: a\nX: b\r\nHost: c\r\n folded\r\n\r\nGET /m HTTP/1.1\r\n\r\n",
+]):
+    put("http_request_head", f"{i}", h)
+
+# pg_backend: selector (even: the codec alone; odd: a conversation, bit 1 set = scram off,
+# bits 2-4 = md5, password, none allowed), then the server's whole side of a conversation.
+PG_SELECTORS = [b"\x00", b"\x01", b"\x1d"]
+def msg(tag, body):
+    return tag + struct.pack(">i", len(body) + 4) + body
+def cstr(s):
+    return s.encode() + b"\0"
+R = lambda code, rest=b"": msg(b"R", struct.pack(">i", code) + rest)
+params = msg(b"S", cstr("server_version") + cstr("16.3")) + msg(b"S", cstr("client_encoding") + cstr("UTF8"))
+ready = msg(b"Z", b"I")
+keydata = msg(b"K", struct.pack(">ii", 4242, 77))
+row_desc = msg(b"T", struct.pack(">h", 1) + cstr("?column?") + struct.pack(">ihihih", 0, 0, 23, 4, -1, 0))
+data_row = msg(b"D", struct.pack(">h", 2) + struct.pack(">i", 1) + b"1" + struct.pack(">i", -1))
+complete = msg(b"C", cstr("SELECT 1"))
+err = msg(b"E", cstr("SERROR") + cstr("VERROR") + cstr("C42P01") + cstr("Mrelation \"audit.events\" does not exist") + cstr("Ddetail with a row value") + b"\0")
+fatal = msg(b"E", cstr("SFATAL") + cstr("VFATAL") + cstr("C28P01") + cstr("Mpassword authentication failed for user \"svc\"") + b"\0")
+notice = msg(b"N", cstr("SNOTICE") + cstr("C00000") + cstr("Mhello") + b"\0")
+ext = msg(b"1", b"") + msg(b"2", b"") + data_row + complete + ready
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"trust-{i}", sel + R(0) + params + keydata + ready + row_desc + data_row + complete + ready + ext)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"cleartext-{i}", sel + R(3) + R(0) + params + ready + notice + err + ready)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"md5-{i}", sel + R(5, b"\x01\x02\x03\x04") + R(0) + ready + msg(b"I", b"") + ready)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"sasl-{i}", sel + R(10, cstr("SCRAM-SHA-256") + b"\0") + R(11, b"r=abc,s=c2FsdA==,i=4096") + R(12, b"v=AAAA") + R(0) + ready)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"skip-scram-{i}", sel + R(10, cstr("SCRAM-SHA-256-PLUS") + cstr("SCRAM-SHA-256") + b"\0") + ready + complete + ready)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"fatal-{i}", sel + fatal)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"no-auth-{i}", sel + params + ready + msg(b"D", struct.pack(">h", 3) + struct.pack(">i", 100) + b"x") + ready)
+for i, sel in enumerate(PG_SELECTORS):
+    put("pg_backend", f"copy-{i}", sel + R(0) + ready + msg(b"G", b"\0\0\0") + b"Z\x7f\xff\xff\xff")
+
+# pg_backend, SCRAM parsers: selector 4 = server-first, 6 = server-final and SASLprep.
+put("pg_backend", "scram-first", b"\x04" + b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+put("pg_backend", "scram-final", b"\x06" + b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+put("pg_backend", "scram-error", b"\x06" + "e=invalid-proof\u00a0\u2168".encode())
+
+# s3_error: selector even = raw body, odd = code NUL message (harness builds the document).
+put("s3_error", "0", b"\x00" + b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><BucketName>event-archive</BucketName><RequestId>4442587FB7D0A2F9</RequestId></Error>')
+put("s3_error", "1", b"\x02" + b"<Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated does not match &amp; &lt;x&gt;</Message></Error>")
+put("s3_error", "2", b"\x01" + b"EntityTooLarge\0Your proposed upload exceeds the maximum allowed size")
+put("s3_error", "3", b"\x08" + b"<html><body>502 Bad Gateway</body></html>")
+put("s3_error", "4", b"\x03" + "SlowDown\x1b[31m\0Reduce your request rate.\nforged line \u202e".encode())
+
+# cloud_answers: selector % 6: 0 cloud_a, 1 siem_hec, 2 token_of, 3 federation_failure,
+# 4 region_id, 5 jwt_expiry.
+def b64u(b):
+    return base64.urlsafe_b64encode(b).decode().rstrip("=")
+jwt = b64u(b'{"alg":"RS256"}') + "." + b64u(b'{"exp":1900000000,"sub":"ocid1.instance.oc1..x"}') + ".c2ln"
+old_jwt = b64u(b'{"alg":"RS256"}') + "." + b64u(b'{"exp":1000}') + ".c2ln"
+put("cloud_answers", "0", b"\x00" + b'{"failedMetricsCount": 0, "failedMetrics": []}')
+put("cloud_answers", "1", b"\x00" + b'{"failedMetricsCount": 2, "failedMetrics": [{"message": "Metric name invalid", "metricData": {"compartmentId": "ocid1.compartment.oc1..x"}}]}')
+put("cloud_answers", "2", b"\x01" + b'{"text":"Success","code":0}')
+put("cloud_answers", "3", b"\x01" + b'{"text":"Incorrect index","code":7}')
+put("cloud_answers", "4", b"\x02" + ('{"token":"%s"}' % jwt).encode())
+put("cloud_answers", "5", b"\x02" + ('{"token":"%s"}' % old_jwt).encode())
+put("cloud_answers", "6", b"\x03" + b'{"code":"NotAuthenticated","message":"The required information to complete authentication was not provided."}')
+put("cloud_answers", "7", b"\x04" + b"fra\n")
+put("cloud_answers", "8", b"\x04" + b"eu-frankfurt-1")
+put("cloud_answers", "9", b"\x05" + jwt.encode())
+
+# oci_certificate: selector even = PEM text, odd = DER.
+def der(tag, content):
+    n = len(content)
+    if n < 0x80:
+        return bytes([tag, n]) + content
+    ln = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(ln)]) + ln + content
+def atv(oid, value, tag=0x0c):
+    return der(0x31, der(0x30, der(0x06, oid) + der(tag, value.encode())))
+name = der(0x30, atv(b"\x55\x04\x03", "ocid1.instance.oc1.eu-frankfurt-1.abc") + atv(b"\x55\x04\x0b", "opc-certtype:instance") + atv(b"\x55\x04\x0b", "opc-tenant:ocid1.tenancy.oc1..aaaaaaaexample", 0x13))
+tbs = der(0x30, der(0xa0, der(0x02, b"\x02")) + der(0x02, b"\x01\x23") + der(0x30, der(0x06, b"\x2a\x86\x48\x86\xf7\x0d\x01\x01\x0b") + b"\x05\x00") + der(0x30, atv(b"\x55\x04\x03", "PKISVC Identity Intermediate")) + der(0x30, der(0x17, b"240101000000Z") + der(0x17, b"250101000000Z")) + name + der(0x30, b""))
+cert = der(0x30, tbs + der(0x30, der(0x06, b"\x2a\x86\x48\x86\xf7\x0d\x01\x01\x0b")) + der(0x03, b"\x00\x01\x02"))
+pem = "-----BEGIN CERTIFICATE-----\n" + "\n".join(base64.b64encode(cert).decode()[i:i+64] for i in range(0, len(base64.b64encode(cert)), 64)) + "\n-----END CERTIFICATE-----\n"
+put("oci_certificate", "0", b"\x00" + pem.encode())
+put("oci_certificate", "1", b"\x01" + cert)
+put("oci_certificate", "2", b"\x00" + b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n-----BEGIN CERTIFICATE-----\n")
+put("oci_certificate", "3", b"\x01" + b"\x30\x84\xff\xff\xff\xff\x30")
+
+# broker_monitoring: selector (bits 0-1 size limit 16/256/4096/1MiB, 2-3 endpoint, 4-5 help/type).
+put("broker_monitoring", "0", b"\x3e" + b'{"server_id":"NDXZ","version":"2.10.18","connections":3,"mem":12345678,"cpu":1.5,"in_msgs":1200,"slow_consumers":0}')
+put("broker_monitoring", "1", b"\x37" + b'{"server_id":"NDXZ","memory":0,"storage":2048,"config":{"max_memory":1073741824},"jetstream":{"stats":{"memory":0,"storage":2048},"config":{"max_memory":1e400}}}')
+put("broker_monitoring", "2", b"\x03" + b'{"a":{"b":{"c":{"d":-1.5e-7}}},"connections":"3\\n# HELP forged"}')
+
+# aws_credentials: selector even = credentials file, odd = config file; profiles default, fuzz.
+put("aws_credentials", "0", b"\x00" + b"[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n\n[fuzz]\naws_access_key_id=AKIAFUZZ\naws_secret_access_key=c2VjcmV0\naws_session_token = FwoGZXIvYXdzEXAMPLE\n")
+put("aws_credentials", "1", b"\x01" + b"[default]\nregion = eu-west-1\n\n[profile fuzz]\nrole_arn = arn:aws:iam::123456789012:role/x\nsource_profile = default\n")
+put("aws_credentials", "2", b"\x00" + b"# comment\n; other\n[ default ]\naws_secret_access_key = only-the-secret\n[fuzz]\naws_access_key_id = only-the-id\n")
+put("aws_credentials", "3", b"\x01" + b"[default]\r\naws_access_key_id=A\r\naws_secret_access_key=B\r\n[profile   fuzz]\r\ncredential_process = /bin/secret-helper --token=XYZ\r\n")
+
+# aws_answers: selector % 5: 0 STS AssumeRole XML, 1 STS error XML, 2 metadata JSON,
+# 3 credential_process JSON, 4 command line.
+put("aws_answers", "0", b"\x00" + b'<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleResult><Credentials><AccessKeyId>ASIAIOSFODNN7EXAMPLE</AccessKeyId><SecretAccessKey>wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY</SecretAccessKey><SessionToken>IQoJb3JpZ2luX2VjEXAMPLETOKEN</SessionToken><Expiration>2026-11-23T20:00:00Z</Expiration></Credentials><AssumedRoleUser><Arn>arn:aws:sts::123456789012:assumed-role/demo/svc</Arn></AssumedRoleUser></AssumeRoleResult></AssumeRoleResponse>')
+put("aws_answers", "1", b"\x01" + b'<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>User: arn:aws:iam::123456789012:user/x is not authorized to perform: sts:AssumeRole</Message></Error><RequestId>c6104cbe</RequestId></ErrorResponse>')
+put("aws_answers", "2", b"\x02" + b'{"Code":"Success","LastUpdated":"2026-11-23T18:00:00Z","Type":"AWS-HMAC","AccessKeyId":"ASIAIOSFODNN7EXAMPLE","SecretAccessKey":"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY","Token":"IQoJb3JpZ2luX2VjEXAMPLETOKEN","Expiration":"2026-11-23T20:00:00Z"}')
+put("aws_answers", "3", b"\x02" + b'{"Code":"AssumeRoleUnauthorizedAccess","Message":"EC2 cannot assume the role\\nforged"}')
+put("aws_answers", "4", b"\x03" + b'{"Version":1,"AccessKeyId":"AKIAIOSFODNN7EXAMPLE","SecretAccessKey":"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY","SessionToken":"tok","Expiration":"2026-11-23T20:00:00+00:00"}')
+put("aws_answers", "5", b"\x04" + b"/usr/local/bin/aws-vault exec 'my profile' --json \"a \\\"b\\\" c\" x\\ y")
+
+# ack_subject
+for i, s in enumerate([
+    "$JS.ACK.ORDERS.svc.1.1041.17.1718000000123456789.0",
+    "$JS.ACK.hub.ACCHASH.ORDERS.svc.2.1041.17.1718000000123456789.5.rnd",
+    "$JS.ACK.ORDERS.svc.1.1041.17.-1.0",
+    "$JS.ACK..svc.1.2.3.4.5",
+    "$JS.ACK.ORDERS.svc.+1.18446744073709551615.0.170141183460469231731687303715884105727.0",
+]):
+    put("ack_subject", f"{i}", s)
