@@ -19,7 +19,7 @@ use crate::message::metadata::MessageMetadataConfig;
 use crate::message::protection::authenticity::AuthenticityConfig;
 use crate::message::protection::custody::CustodyConfig;
 use crate::message::protection::encryption::EncryptionConfig;
-use crate::message::subject::SubjectPattern;
+use crate::message::subject::{read_pattern, SubjectPattern};
 use crate::metrics::SubjectFamily;
 use crate::sink::SinkConfig;
 
@@ -615,16 +615,8 @@ fn read_metrics(r: Option<ObjectReader<'_>>) -> MetricsConfig {
         );
     }
     for mut f in families {
-        let subject = f.req_string("subject");
         let label = f.req_string("label");
-        let pattern = match SubjectPattern::parse(&subject) {
-            Ok(p) => Some(p),
-            Err(e) if !subject.is_empty() => {
-                f.problem("subject", e.to_string());
-                None
-            }
-            Err(_) => None,
-        };
+        let pattern = read_pattern(&mut f, "subject");
         if !label.is_empty() && !is_family_label(&label) {
             f.problem(
                 "label",

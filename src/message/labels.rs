@@ -36,7 +36,7 @@ use crate::document::grammar::{is_header_name, looks_secret};
 use crate::document::reader::{join, ObjectReader, Problems};
 use crate::message::envelope::{Envelope, RawMessage};
 use crate::message::metadata::{MessageMetadata, MessageMetadataConfig};
-use crate::message::subject::SubjectPattern;
+use crate::message::subject::{read_pattern, SubjectPattern};
 
 /// The only profile version this runner accepts.
 pub const PROFILE_SCHEMA: &str = "svc.security-label.v1";
@@ -207,15 +207,7 @@ impl SecurityLabelsConfig {
             r.problem("rules", format!("must have at most {MAX_RULES} entries"));
         }
         for mut rr in rule_readers {
-            let subject = rr.req_string("subject");
-            let pattern = match SubjectPattern::parse(&subject) {
-                Ok(p) => Some(p),
-                Err(e) if !subject.is_empty() => {
-                    rr.problem("subject", e.to_string());
-                    None
-                }
-                Err(_) => None,
-            };
+            let pattern = read_pattern(&mut rr, "subject");
             let present = rr.keys().iter().any(|k| k.as_str() == "profile");
             let profile = match rr.raw("profile") {
                 Some(v) => cfg.config_profile(&rr, &rr.path_of("profile"), v),

@@ -29,7 +29,7 @@ use std::fmt;
 use crate::document::grammar::is_header_name;
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::{Envelope, RawMessage};
-use crate::message::subject::SubjectPattern;
+use crate::message::subject::{read_pattern, SubjectPattern};
 
 /// Longest normalized priority, classification or label, in bytes.
 pub const MAX_VALUE_BYTES: usize = 64;
@@ -300,15 +300,7 @@ impl MessageMetadataConfig {
         }
         let mut rules = Vec::new();
         for mut rr in rule_readers {
-            let subject = rr.req_string("subject");
-            let pattern = match SubjectPattern::parse(&subject) {
-                Ok(p) => Some(p),
-                Err(e) if !subject.is_empty() => {
-                    rr.problem("subject", e.to_string());
-                    None
-                }
-                Err(_) => None,
-            };
+            let pattern = read_pattern(&mut rr, "subject");
             let priority = rr
                 .has("priority")
                 .then(|| config_value(&mut rr, "priority", ""));

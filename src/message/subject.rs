@@ -8,6 +8,23 @@
 
 use std::fmt;
 
+use crate::document::reader::ObjectReader;
+
+/// Reads the required subject pattern at `key` of a config object: `None` when it is missing
+/// (reported as required) or invalid (reported with the grammar's reason).
+pub fn read_pattern(r: &mut ObjectReader<'_>, key: &'static str) -> Option<SubjectPattern> {
+    let subject = r.req_string(key);
+    match SubjectPattern::parse(&subject) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            if !subject.is_empty() {
+                r.problem(key, e.to_string());
+            }
+            None
+        }
+    }
+}
+
 /// A parsed, validated subject pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubjectPattern {

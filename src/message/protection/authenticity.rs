@@ -21,7 +21,7 @@ use super::keys::{is_key_id, read_public_file, KeySource};
 use crate::document::grammar::is_header_name;
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::{hex_sha256, RawMessage, MESSAGE_ID_HEADER};
-use crate::message::subject::SubjectPattern;
+use crate::message::subject::{read_pattern, SubjectPattern};
 
 pub const MAX_KEYS: usize = 256;
 pub const MAX_RULES: usize = 1000;
@@ -207,15 +207,7 @@ impl AuthenticityConfig {
         }
         let mut rules = Vec::new();
         for mut rr in rule_readers {
-            let subject = rr.req_string("subject");
-            let pattern = match SubjectPattern::parse(&subject) {
-                Ok(p) => Some(p),
-                Err(e) if !subject.is_empty() => {
-                    rr.problem("subject", e.to_string());
-                    None
-                }
-                Err(_) => None,
-            };
+            let pattern = read_pattern(&mut rr, "subject");
             let required = rr.bool_or("required", true);
             let mut algorithms = Vec::new();
             for (i, a) in rr.string_list("algorithms").iter().enumerate() {

@@ -32,7 +32,7 @@ use serde_json::Value;
 use super::keys::{is_key_id, KeySource, Secret};
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::{Envelope, Payload};
-use crate::message::subject::SubjectPattern;
+use crate::message::subject::{read_pattern, SubjectPattern};
 
 pub const ENCRYPTED_PAYLOAD_SCHEMA: &str = "svc.encrypted_payload.v1";
 pub const ALG: &str = "A256GCM";
@@ -141,15 +141,7 @@ impl EncryptionConfig {
         }
         let mut rules = Vec::new();
         for mut rr in rule_readers {
-            let subject = rr.req_string("subject");
-            let pattern = match SubjectPattern::parse(&subject) {
-                Ok(p) => Some(p),
-                Err(e) if !subject.is_empty() => {
-                    rr.problem("subject", e.to_string());
-                    None
-                }
-                Err(_) => None,
-            };
+            let pattern = read_pattern(&mut rr, "subject");
             if !rr.has("action") {
                 rr.problem("action", "is required (encrypt or clear)");
             }
