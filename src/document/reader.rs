@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::grammar::is_header_name;
 use crate::text::peer::PeerText;
 
 /// One configuration problem: where and why.
@@ -255,6 +256,18 @@ impl<'a> ObjectReader<'a> {
     /// A string with a default.
     pub fn string_or(&mut self, key: &'static str, default: &str) -> String {
         self.opt_string(key).unwrap_or_else(|| default.to_string())
+    }
+
+    /// A message header name at `key` (`default` when absent); anything else is a problem.
+    pub fn header_name_or(&mut self, key: &'static str, default: &str) -> String {
+        let h = self.string_or(key, default);
+        if !is_header_name(&h) {
+            self.problem(
+                key,
+                "must be a header name without spaces or control characters",
+            );
+        }
+        h
     }
 
     /// A non-empty optional string (empty is a problem).

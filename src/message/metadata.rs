@@ -26,7 +26,6 @@
 
 use std::fmt;
 
-use crate::document::grammar::is_header_name;
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::{Envelope, RawMessage};
 use crate::message::subject::{read_pattern, SubjectPattern};
@@ -256,20 +255,10 @@ impl MessageMetadataConfig {
             return d;
         };
         let trust_headers = r.bool_or("trust_headers", d.trust_headers);
-        let header = |r: &mut ObjectReader<'_>, key: &'static str, default: &str| {
-            let h = r.string_or(key, default);
-            if !is_header_name(&h) {
-                r.problem(
-                    key,
-                    "must be a header name without spaces or control characters",
-                );
-            }
-            h
-        };
-        let priority_header = header(&mut r, "priority_header", &d.priority_header);
+        let priority_header = r.header_name_or("priority_header", &d.priority_header);
         let classification_header =
-            header(&mut r, "classification_header", &d.classification_header);
-        let labels_header = header(&mut r, "labels_header", &d.labels_header);
+            r.header_name_or("classification_header", &d.classification_header);
+        let labels_header = r.header_name_or("labels_header", &d.labels_header);
         if priority_header == classification_header
             || priority_header == labels_header
             || classification_header == labels_header

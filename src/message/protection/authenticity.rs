@@ -18,7 +18,6 @@ use base64::Engine as _;
 use ring::{hmac, signature};
 
 use super::keys::{is_key_id, read_public_file, KeySource};
-use crate::document::grammar::is_header_name;
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::{hex_sha256, RawMessage, MESSAGE_ID_HEADER};
 use crate::message::subject::{read_pattern, SubjectPattern};
@@ -118,19 +117,9 @@ impl AuthenticityConfig {
             return d;
         };
         let enabled = r.bool_or("enabled", false);
-        let header = |r: &mut ObjectReader<'_>, key: &'static str, default: &str| {
-            let h = r.string_or(key, default);
-            if !is_header_name(&h) {
-                r.problem(
-                    key,
-                    "must be a header name without spaces or control characters",
-                );
-            }
-            h
-        };
-        let alg_header = header(&mut r, "alg_header", &d.alg_header);
-        let key_id_header = header(&mut r, "key_id_header", &d.key_id_header);
-        let signature_header = header(&mut r, "signature_header", &d.signature_header);
+        let alg_header = r.header_name_or("alg_header", &d.alg_header);
+        let key_id_header = r.header_name_or("key_id_header", &d.key_id_header);
+        let signature_header = r.header_name_or("signature_header", &d.signature_header);
         if alg_header == key_id_header
             || alg_header == signature_header
             || key_id_header == signature_header
