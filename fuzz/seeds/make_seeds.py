@@ -210,3 +210,54 @@ for i, s in enumerate([
     "$JS.ACK.ORDERS.svc.+1.18446744073709551615.0.170141183460469231731687303715884105727.0",
 ]):
     put("ack_subject", f"{i}", s)
+
+# payload_record: selector even = a record file's text (one object, an array, JSON lines);
+# odd = the target seals a record (stream, subject, sequence bytes, each length-prefixed,
+# then the payload) and alters it per bits 1-2 (none, sequence, subject, stream), bit 3 pretty.
+ENC = '{"schema":"svc.encrypted_payload.v1","alg":"A256GCM","key_id":"k1","nonce":"AAECAwQFBgcICQoL","ciphertext":"q83vEjRWeJASNFZ4kBI0Vg=="}'
+CUSTODY = '{"schema":"svc.custody.v1","alg":"hmac-sha256","runner_id":"runner-a","received_at":"2023-11-14T22:13:21Z","sealed_at":"2023-11-14T22:13:21.5Z","payload_digest":"' + "ab" * 32 + '","record_digest":"' + "cd" * 32 + '"}'
+REC = ('{"stream":"ORDERS","stream_sequence":7,"consumer":"svc","consumer_sequence":3,"subject":"orders.created","message_id":"m-7","priority":"normal","classification":"","labels":"","labels_list":[],"security_labels":null,'
+       '"metadata":{"schema":"svc.event_metadata.v1","received_at":"2023-11-14T22:13:21Z","published_at":"2023-11-14T22:13:20Z","event_time":null,"delivery_count":1,"headers":{},"security_labels":null},'
+       '"payload_info":{"original_format":"json","wrapped":false,"sha256":"' + "00" * 32 + '","size_bytes":12},'
+       '"payload":' + ENC + ',"custody":' + CUSTODY + '}')
+put("payload_record", "0", b"\x00" + REC.encode())
+put("payload_record", "1", b"\x00" + ("[" + REC + "," + REC.replace('"stream_sequence":7', '"stream_sequence":8') + "]").encode())
+put("payload_record", "2", b"\x00" + (REC + "\n\n" + REC.replace('"key_id":"k1"', '"key_id":"k2\\u001b[31m"') + "\n").encode())
+put("payload_record", "3", b"\x00" + b'{"stream":"ORDERS","stream_sequence":7,"subject":"orders.created","message_id":null,"metadata_json":{"received_at":"2023-11-14T22:13:21Z"},"payload_sha256":"00","payload_original_format":"json","payload_wrapped":false,"payload_size_bytes":1,"security_labels_json":null,"custody_json":' + CUSTODY.encode() + b',"payload":' + ENC.encode() + b'}')
+put("payload_record", "4", b"\x00" + b'{"stream":"S\\u202e","stream_sequence":"7\\u007f","subject":1,"payload":{"schema":"svc.encrypted_payload.v1","alg":"A256GCM","key_id":"k1","nonce":"!!","ciphertext":"AA=="}}\n{"secret": oops\n')
+def sealed(sel, stream, subject, seq, payload):
+    seqb = seq.to_bytes(8, "big").lstrip(b"\x00")
+    return bytes([sel, len(stream)]) + stream + bytes([len(subject)]) + subject + bytes([len(seqb)]) + seqb + payload
+put("payload_record", "5", sealed(1, b"ORDERS", b"orders.created", 7, b'{"amount": 1.50, "n": 1e2, "items": [1, 2]}'))
+put("payload_record", "6", sealed(3, b"ORDERS", b"orders.eu.created", 1 << 40, b"plain text \x00\xff"))
+put("payload_record", "7", sealed(5, b"S\n", b'orders."odd"', 0, b'{"z":{"y":[null,true,-0.0,1e300]}}'))
+put("payload_record", "8", sealed(15, b"", b"", 18446744073709551615, b""))
+
+# authenticity_headers: selector (bits 0-3 message id / alg / key id / signature headers
+# present, 4 one repeated, 5 required by default, 6-7 signer: input, HMAC, Ed25519, both),
+# then subject, message id, alg, key id, signature (length-prefixed), then the payload.
+def auth(sel, subject, mid, alg, kid, sig, payload):
+    out = bytes([sel])
+    for f in (subject, mid, alg, kid, sig):
+        out += bytes([len(f)]) + f
+    return out + payload
+put("authenticity_headers", "0", auth(0x0f, b"orders.created", b"order-1", b"hmac-sha256", b"h1", base64.b64encode(bytes(32)), b'{"a":1}'))
+put("authenticity_headers", "1", auth(0x0e, b"signed.x", b"", b"ed25519", b"ed1", base64.b64encode(bytes(64)), b"payload"))
+put("authenticity_headers", "2", auth(0x41, b"orders.created", b"order-\"1\"\n", b"", b"", b"", b'{"a":1}'))
+put("authenticity_headers", "3", auth(0x81, b"signed.orders", b"m-1", b"", b"", b"", b"\x00\xff bytes"))
+put("authenticity_headers", "4", auth(0x40, b"signed.a", b"", b"", b"", b"", b""))
+put("authenticity_headers", "5", auth(0xc0, b"orders.x", b"", b"", b"", b" =", b"x"))
+put("authenticity_headers", "6", auth(0x1e, b"orders.created", b"", b"HMAC-SHA256", b"unknown", b"not base64!", b"x"))
+put("authenticity_headers", "7", auth(0x20, b"orders.created", b"", b"", b"", b"", b"unsigned"))
+put("authenticity_headers", "8", auth(0x0c, b"orders.\xc3\x28", b"", b"", b"ed1", base64.b64encode(bytes(33)), b""))
+
+# consumer_info: selector bits 0-1 the expected filter (orders.>, "", a.*.b, payments.eu.>).
+put("consumer_info", "0", b"\x00" + b'{"type":"io.nats.jetstream.api.v1.consumer_info_response","stream_name":"ORDERS","name":"svc","config":{"durable_name":"svc","filter_subject":"orders.>"}}')
+put("consumer_info", "1", b"\x03" + b'{"type":"io.nats.jetstream.api.v1.consumer_info_response","stream_name":"ORDERS","name":"svc","config":{"durable_name":"svc","filter_subject":"orders.>"}}')
+put("consumer_info", "2", b"\x00" + b'{"type":"io.nats.jetstream.api.v1.consumer_info_response","error":{"code":404,"err_code":10014,"description":"consumer not found"}}')
+put("consumer_info", "3", b"\x00" + b'{"error":{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable\\u001b[2J"}}')
+put("consumer_info", "4", b"\x01" + b'{"config":{"filter_subjects":["a","b"]}}')
+put("consumer_info", "5", b"\x00" + b'{"config":{"filter_subject":"x\\u202e\\u0085y"},"error":null}')
+put("consumer_info", "6", b"\x00" + b"503 No Responders")
+put("consumer_info", "7", b"\x02" + b"409 Consumer Deleted")
+put("payload_record", "9", b"\x00" + b'{"stream":"S\\u202e","stream_sequence":{"n":"7\\u202e"},"subject":"s","payload":null}')

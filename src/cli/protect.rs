@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::config::RuntimeConfig;
 use crate::message::protection::custody::{Custodian, Verdict};
 use crate::message::protection::encryption::Encryptor;
+use crate::text::peer::PeerText;
 
 /// Largest record file read at once (a jsonl segment is bounded by the sink's rotation).
 pub const MAX_RECORD_FILE_BYTES: u64 = 1 << 30;
@@ -34,14 +35,22 @@ fn read_records(path: &Path) -> Result<Vec<(String, Value)>, String> {
     if text.len() as u64 > MAX_RECORD_FILE_BYTES {
         return Err(format!("{name}: larger than {MAX_RECORD_FILE_BYTES} bytes"));
     }
-    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+    parse_records(&name, &text)
+}
+
+/// The records of a record file's text (see the module docs), each with its position
+/// (`name`, `name[i]` or `name:line`) for reports. Pure, for `svc decrypt`, `svc
+/// verify-custody` and the `payload_record` fuzz target; an error names the line and the kind
+/// of JSON error, never the text.
+pub fn parse_records(name: &str, text: &str) -> Result<Vec<(String, Value)>, String> {
+    if let Ok(v) = serde_json::from_str::<Value>(text) {
         return Ok(match v {
             Value::Array(items) => items
                 .into_iter()
                 .enumerate()
                 .map(|(i, v)| (format!("{name}[{i}]"), v))
                 .collect(),
-            v => vec![(name, v)],
+            v => vec![(name.to_string(), v)],
         });
     }
     let mut out = Vec::new();
@@ -120,6 +129,27 @@ pub fn decrypt(cfg: &RuntimeConfig, record: &Path) -> ExitCode {
     }
 }
 
+/// Where a record says it comes from, for `svc verify-custody`'s report line:
+/// ` (stream S sequence N)`, or nothing without a string `stream` and a `stream_sequence`.
+pub fn record_place(v: &Value) -> String {
+    match (
+        v.get("stream").and_then(Value::as_str),
+        v.get("stream_sequence"),
+    ) {
+        // Both are the store's text: a sequence that is not an integer is shown as the
+        // peer text it is (bounded, escaped), not as raw JSON.
+        (Some(s), Some(n)) => match n.as_u64() {
+            Some(n) => format!(" (stream {} sequence {n})", PeerText::new(s)),
+            None => format!(
+                " (stream {} sequence {})",
+                PeerText::new(s),
+                PeerText::new(&n.to_string())
+            ),
+        },
+        _ => String::new(),
+    }
+}
+
 /// `svc verify-custody`: one line per record; exit 1 when any is altered or unverifiable.
 pub fn verify_custody(cfg: &RuntimeConfig, files: &[PathBuf]) -> ExitCode {
     let custodian = match Custodian::load(&cfg.custody) {
@@ -140,16 +170,7 @@ pub fn verify_custody(cfg: &RuntimeConfig, files: &[PathBuf]) -> ExitCode {
             }
         };
         for (at, v) in records {
-            let place = match (
-                v.get("stream").and_then(Value::as_str),
-                v.get("stream_sequence"),
-            ) {
-                (Some(s), Some(n)) => format!(
-                    " (stream {} sequence {n})",
-                    crate::text::peer::PeerText::new(s)
-                ),
-                _ => String::new(),
-            };
+            let place = record_place(&v);
             match custodian.verify(&v) {
                 Verdict::Intact => {
                     intact += 1;
@@ -203,5 +224,26 @@ mod tests {
         assert!(!e.contains("secret"), "{e}");
         let e = read_records(&dir.path().join("missing")).unwrap_err();
         assert!(e.contains("cannot read"), "{e}");
+    }
+
+    /// Found by the `payload_record` fuzz target: a `stream_sequence` that is not an integer
+    /// went into the report line as raw JSON (bidi controls, DEL, any length).
+    #[test]
+    fn the_report_line_shows_a_hostile_place_escaped_and_bounded() {
+        let v: Value = serde_json::from_str(
+            r#"{"stream":"S\u202e","stream_sequence":{"n":"7\u202e\u007f"},"subject":"s"}"#,
+        )
+        .unwrap();
+        let place = record_place(&v);
+        assert!(
+            !place.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{place:?}"
+        );
+        assert!(place.contains("sequence {"), "{place}");
+        let long = serde_json::json!({"stream": "S", "stream_sequence": "9".repeat(100_000)});
+        assert!(record_place(&long).chars().count() < 400);
+        let ok = serde_json::json!({"stream": "ORDERS", "stream_sequence": 7});
+        assert_eq!(record_place(&ok), " (stream ORDERS sequence 7)");
+        assert_eq!(record_place(&serde_json::json!({"stream": 1})), "");
     }
 }
