@@ -3,14 +3,18 @@
 //!
 //! The reference for every field, default and range is `docs/configuration.md`.
 
+mod broker;
+
+pub(crate) use broker::is_loopback_url;
+use broker::read_nats;
+pub use broker::{ConsumerSettings, NatsAuth, NatsConfig};
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::backoff::{Backoff, Growth, Jitter};
 use crate::broker::dead_letter::DeadLetterConfig;
-use crate::document::grammar::{
-    is_env_var_name, is_family_label, is_header_name, is_metric_name, looks_secret,
-};
+use crate::document::grammar::{is_family_label, is_header_name, is_metric_name, looks_secret};
 pub use crate::document::reader::LoadError;
 use crate::document::reader::{self, parse_json, Invalid, ObjectReader, Problems};
 use crate::message::envelope::EnvelopeConfig;
@@ -19,7 +23,7 @@ use crate::message::metadata::MessageMetadataConfig;
 use crate::message::protection::authenticity::AuthenticityConfig;
 use crate::message::protection::custody::CustodyConfig;
 use crate::message::protection::encryption::EncryptionConfig;
-use crate::message::subject::{read_pattern, SubjectPattern};
+use crate::message::subject::read_pattern;
 use crate::metrics::SubjectFamily;
 use crate::sink::SinkConfig;
 
@@ -44,53 +48,6 @@ pub struct RuntimeConfig {
     pub payload_encryption: EncryptionConfig,
     pub authenticity: AuthenticityConfig,
     pub custody: CustodyConfig,
-}
-
-/// How the runner authenticates to the broker. Secrets come from the environment at connect
-/// time; the config only names the variables.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NatsAuth {
-    None,
-    UserPassword {
-        username_env: String,
-        password_env: String,
-    },
-    Token {
-        token_env: String,
-    },
-    CredentialsFile {
-        path: PathBuf,
-    },
-}
-
-/// Settings used only when the runner creates the durable consumer itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsumerSettings {
-    pub ack_wait: Duration,
-    pub max_ack_pending: i64,
-    /// -1 = unlimited.
-    pub max_deliver: i64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NatsConfig {
-    pub urls: Vec<String>,
-    pub stream: String,
-    pub consumer: String,
-    pub subject: String,
-    pub auth: NatsAuth,
-    pub tls_ca_file: Option<PathBuf>,
-    /// TLS on every connection, servers learned from the broker's INFO included: set by
-    /// `tls_required`, by any `tls://` URL and by `tls_ca_file` (TLS, once asked for, is never
-    /// downgraded).
-    pub tls_required: bool,
-    /// The operator accepts credentials sent in plaintext to non-loopback hosts.
-    pub allow_plaintext_credentials: bool,
-    /// Create the durable pull consumer when missing (otherwise it must exist).
-    pub create_consumer: bool,
-    pub consumer_settings: ConsumerSettings,
-    /// Connection name shown in the broker's monitoring.
-    pub connection_name: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -279,215 +236,6 @@ fn refuse_payload_sha256_keys(sink: &SinkConfig, path: &str, problems: &Problems
             }
         }
         _ => {}
-    }
-}
-
-fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
-    let url = r.opt_string("url");
-    let list = r.has("urls").then(|| r.string_list("urls"));
-    let urls = match (url, list) {
-        (Some(_), Some(_)) => {
-            r.problem("urls", "set either url or urls, not both");
-            Vec::new()
-        }
-        (Some(u), None) => {
-            check_nats_url(&r, "url", &u);
-            vec![u]
-        }
-        (None, Some(list)) => {
-            if list.is_empty() {
-                r.problem("urls", "must name at least one server");
-            }
-            for (i, u) in list.iter().enumerate() {
-                check_nats_url(&r, &format!("urls[{i}]"), u);
-            }
-            list
-        }
-        (None, None) => {
-            r.problem("url", "is required (or urls)");
-            Vec::new()
-        }
-    };
-    let stream = r.req_string("stream");
-    if !stream.is_empty() && !is_broker_name(&stream) {
-        r.problem("stream", "must be 1 to 64 characters of A-Z a-z 0-9 _ -");
-    }
-    let consumer = r.req_string("consumer");
-    if !consumer.is_empty() && !is_broker_name(&consumer) {
-        r.problem("consumer", "must be 1 to 64 characters of A-Z a-z 0-9 _ -");
-    }
-    let subject = r.req_string("subject");
-    if !subject.is_empty() {
-        if let Err(e) = SubjectPattern::parse(&subject) {
-            r.problem("subject", e.to_string());
-        }
-    }
-    let auth = match r.object("auth") {
-        Some(a) => read_nats_auth(a),
-        None => NatsAuth::None,
-    };
-    let tls_ca_file = r.opt_nonempty("tls_ca_file").map(PathBuf::from);
-    let tls_asked = tls_ca_file.is_some() || urls.iter().any(|u| u.starts_with("tls://"));
-    let tls_explicit = r.has("tls_required");
-    let tls_setting = r.bool_or("tls_required", false);
-    if tls_explicit && !tls_setting && tls_asked {
-        r.problem(
-            "tls_required",
-            "cannot be false with a tls:// URL or tls_ca_file: TLS applies to every server",
-        );
-    }
-    let tls_required = tls_setting || tls_asked;
-    let allow_plaintext_credentials = r.bool_or("allow_plaintext_credentials", false);
-    if !tls_required && !allow_plaintext_credentials && auth != NatsAuth::None {
-        let single = r.has("url");
-        let key = |i: usize| match single {
-            true => "url".to_string(),
-            false => format!("urls[{i}]"),
-        };
-        for (i, u) in urls.iter().enumerate() {
-            if !is_loopback_url(u) {
-                r.problem(
-                    &key(i),
-                    "would carry the nats.auth credentials in plaintext to a non-loopback \
-                     host; use tls:// (or tls_ca_file / tls_required), or set \
-                     nats.allow_plaintext_credentials to true",
-                );
-            }
-        }
-    }
-    let create_consumer = r.bool_or("create_consumer", false);
-    let consumer_settings = ConsumerSettings {
-        ack_wait: Duration::from_secs(r.int_in("ack_wait_seconds", 30, 1, 86_400) as u64),
-        // The default in-flight bound: the broker never pauses a default runner.
-        max_ack_pending: r.int_in(
-            "max_ack_pending",
-            DEFAULT_MAX_IN_FLIGHT_BATCHES * DEFAULT_BATCH_SIZE,
-            1,
-            1_000_000,
-        ),
-        max_deliver: match r.opt_int_in("max_deliver", -1, 1_000_000) {
-            Some(0) => {
-                r.problem("max_deliver", "must be -1 (unlimited) or at least 1");
-                -1
-            }
-            Some(n) => n,
-            None => -1,
-        },
-    };
-    let connection_name = r.string_or("connection_name", "svc");
-    r.finish();
-    NatsConfig {
-        urls,
-        stream,
-        consumer,
-        subject,
-        auth,
-        tls_ca_file,
-        tls_required,
-        allow_plaintext_credentials,
-        create_consumer,
-        consumer_settings,
-        connection_name,
-    }
-}
-
-/// Broker URLs: `nats://` or `tls://` with a host; credentials in the URL are rejected (the
-/// URL gets logged; secrets come from the environment).
-fn check_nats_url(r: &ObjectReader<'_>, key: &str, url: &str) {
-    let rest = url
-        .strip_prefix("nats://")
-        .or_else(|| url.strip_prefix("tls://"));
-    let Some(rest) = rest else {
-        r.problem(key, "must start with nats:// or tls://");
-        return;
-    };
-    let authority = rest.split('/').next().unwrap_or("");
-    if authority.contains('@') {
-        r.problem(
-            key,
-            "must not contain credentials; use nats.auth with environment variables",
-        );
-    } else if authority.is_empty() || rest.len() > authority.len() + 1 {
-        r.problem(key, "must be scheme://host[:port] without a path");
-    }
-}
-
-/// True when the URL's host is `localhost`, in 127.0.0.0/8 or `::1`: plaintext there never
-/// crosses a network. Takes `scheme://host[:port]` (a config URL, checked by
-/// [`check_nats_url`]) or the bare `host:port` of a broker's INFO `connect_urls`.
-pub(crate) fn is_loopback_url(url: &str) -> bool {
-    let rest = url
-        .strip_prefix("nats://")
-        .or_else(|| url.strip_prefix("tls://"))
-        .unwrap_or(url);
-    let authority = rest.split('/').next().unwrap_or("");
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => authority.split(':').next().unwrap_or(""),
-    };
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-fn is_broker_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
-fn read_nats_auth(mut a: ObjectReader<'_>) -> NatsAuth {
-    #[derive(Clone, Copy)]
-    enum Mode {
-        None,
-        UserPassword,
-        Token,
-        CredentialsFile,
-    }
-    let mode = a.one_of(
-        "mode",
-        Mode::None,
-        &[
-            ("none", Mode::None),
-            ("user_password", Mode::UserPassword),
-            ("token", Mode::Token),
-            ("credentials_file", Mode::CredentialsFile),
-        ],
-    );
-    let env_name =
-        |a: &mut ObjectReader<'_>, key: &'static str, needed: bool| match a.opt_string(key) {
-            Some(n) if is_env_var_name(&n) => n,
-            Some(_) => {
-                a.problem(key, "must be an environment variable name");
-                String::new()
-            }
-            None => {
-                if needed {
-                    a.problem(key, "is required for this auth mode");
-                }
-                String::new()
-            }
-        };
-    let username_env = env_name(&mut a, "username_env", matches!(mode, Mode::UserPassword));
-    let password_env = env_name(&mut a, "password_env", matches!(mode, Mode::UserPassword));
-    let token_env = env_name(&mut a, "token_env", matches!(mode, Mode::Token));
-    let credentials_file = a.opt_nonempty("credentials_file");
-    if matches!(mode, Mode::CredentialsFile) && credentials_file.is_none() {
-        a.problem("credentials_file", "is required for this auth mode");
-    }
-    a.finish();
-    match mode {
-        Mode::None => NatsAuth::None,
-        Mode::UserPassword => NatsAuth::UserPassword {
-            username_env,
-            password_env,
-        },
-        Mode::Token => NatsAuth::Token { token_env },
-        Mode::CredentialsFile => NatsAuth::CredentialsFile {
-            path: PathBuf::from(credentials_file.unwrap_or_default()),
-        },
     }
 }
 
