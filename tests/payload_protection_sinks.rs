@@ -6,19 +6,17 @@
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
 mod moto;
+mod pg_util;
 mod protection;
 mod util;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use pg_util::TestDb;
 use protection::*;
 use serde_json::{json, Value};
-use svc::sink::relational::wire::{
-    AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode,
-};
 use util::*;
 
 /// What one run stored, by stream sequence.
@@ -217,80 +215,30 @@ fn object_store_objects_and_sidecars_are_protected() {
     }
 }
 
-fn pg_params(database: &str) -> ConnectParams {
-    ConnectParams {
-        host: "127.0.0.1".into(),
-        port: 5432,
-        user: "postgres".into(),
-        database: database.into(),
-        application_name: "svc-e2e".into(),
-        tls: TlsMode::Disable,
-        tls_config: None,
-        connect_timeout: Duration::from_secs(5),
-        io_timeout: Duration::from_secs(60),
-        // The local server trusts loopback (no authentication): allowed here explicitly.
-        require_auth: AuthPolicy::parse("none").unwrap(),
-        channel_binding: ChannelBindingMode::Prefer,
-    }
+/// Every row of `events` as `row_to_json` gives it, by stream sequence.
+fn rows(db: &TestDb) -> Stored {
+    db.conn()
+        .query("SELECT row_to_json(e)::text FROM events e", &[])
+        .unwrap()
+        .rows
+        .into_iter()
+        .map(|r| {
+            let v: Value = serde_json::from_str(r[0].as_deref().unwrap()).unwrap();
+            (v["stream_sequence"].as_u64().unwrap(), v)
+        })
+        .collect()
 }
 
-/// A database of its own, dropped at the end.
-struct TestDb(String);
-
-impl TestDb {
-    fn new(tag: &str) -> TestDb {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "svc_prot_{tag}_{}_{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let mut admin = Connection::connect(&pg_params("postgres"), None)
-            .expect("PostgreSQL on 127.0.0.1:5432 (scripts/test.sh installs it)");
-        admin
-            .simple(&format!("CREATE DATABASE \"{name}\""))
-            .unwrap();
-        TestDb(name)
-    }
-
-    fn sink(&self) -> Value {
-        json!({"type": "relational_db",
-               "dsn": format!("postgresql://postgres@127.0.0.1:5432/{}", self.0),
-               "tls_mode": "disable", "require_auth": "none", "table": "events",
-               "auto_create_tables": true})
-    }
-
-    /// Every row as `row_to_json` gives it, by stream sequence.
-    fn rows(&self) -> Stored {
-        let mut conn = Connection::connect(&pg_params(&self.0), None).unwrap();
-        conn.query("SELECT row_to_json(e)::text FROM events e", &[])
-            .unwrap()
-            .rows
-            .into_iter()
-            .map(|r| {
-                let v: Value = serde_json::from_str(r[0].as_deref().unwrap()).unwrap();
-                (v["stream_sequence"].as_u64().unwrap(), v)
-            })
-            .collect()
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        if let Ok(mut admin) = Connection::connect(&pg_params("postgres"), None) {
-            let _ = admin.simple(&format!(
-                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-                self.0
-            ));
-        }
-    }
+/// The relational sink block of `db`, creating its table at start.
+fn db_sink(db: &TestDb) -> Value {
+    db.sink(json!({"auto_create_tables": true}))
 }
 
 #[test]
 fn relational_rows_are_protected() {
     let db = TestDb::new("rel");
-    let stored = run_case("relational", |_| db.sink(), &HashMap::new(), &|| {
-        vec![db.rows()]
+    let stored = run_case("relational", |_| db_sink(&db), &HashMap::new(), &|| {
+        vec![rows(&db)]
     });
     for seq in [1, 2, 3] {
         assert_eq!(stored[0][&seq]["custody_json"]["schema"], "svc.custody.v1");
@@ -304,13 +252,13 @@ fn fanout_children_store_the_same_protected_envelope() {
     let db = TestDb::new("fan");
     let sink = json!({
         "type": "fanout",
-        "sinks": {"db": db.sink(), "store": s3_sink(&m, "fan")},
+        "sinks": {"db": db_sink(&db), "store": s3_sink(&m, "fan")},
         "routing": {"enabled": true,
                     "target_sink_types": {"db": "relational_db", "store": "object_store"},
                     "routes": [{"name": "all", "match": {"subject": ">"}, "targets": ["db", "store"]}]}
     });
     let stored = run_case("fanout", |_| sink, &m.env(), &|| {
-        vec![db.rows(), s3_records(&m, "fan").0]
+        vec![rows(&db), s3_records(&m, "fan").0]
     });
     // Encrypted and sealed once, before the fan-out: both children hold the same bytes.
     for seq in [1, 2, 3] {

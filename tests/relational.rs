@@ -4,132 +4,21 @@
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
 mod moto;
+mod pg_util;
 mod util;
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use pg_util::*;
 use serde_json::json;
-use svc::sink::relational::wire::{
-    AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode,
-};
 use util::*;
 
 const STREAM: &str = "ORDERS";
 const CONSUMER: &str = "svc";
 const SUBJECT: &str = "orders.>";
-
-fn pg_params(database: &str) -> ConnectParams {
-    ConnectParams {
-        host: "127.0.0.1".into(),
-        port: 5432,
-        user: "postgres".into(),
-        database: database.into(),
-        application_name: "svc-e2e".into(),
-        tls: TlsMode::Disable,
-        tls_config: None,
-        // The shared test server trusts loopback: it asks for no authentication.
-        require_auth: AuthPolicy::parse("none").unwrap(),
-        channel_binding: ChannelBindingMode::Prefer,
-        connect_timeout: Duration::from_secs(5),
-        io_timeout: Duration::from_secs(60),
-    }
-}
-
-/// A database of its own, dropped with its connections at the end.
-struct TestDb {
-    name: String,
-}
-
-impl TestDb {
-    fn new(tag: &str) -> TestDb {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "svc_e2e_{tag}_{}_{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let mut admin = Connection::connect(&pg_params("postgres"), None)
-            .expect("PostgreSQL on 127.0.0.1:5432 (scripts/test.sh installs it)");
-        admin
-            .simple(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-            .unwrap();
-        admin
-            .simple(&format!("CREATE DATABASE \"{name}\""))
-            .unwrap();
-        TestDb { name }
-    }
-
-    fn conn(&self) -> Connection {
-        Connection::connect(&pg_params(&self.name), None).unwrap()
-    }
-
-    fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
-        self.conn().query(sql, &[]).unwrap().rows
-    }
-
-    fn int(&self, sql: &str) -> i64 {
-        self.rows(sql)[0][0].as_deref().unwrap().parse().unwrap()
-    }
-
-    fn sink(&self, extra: serde_json::Value) -> serde_json::Value {
-        let mut v = json!({
-            "type": "relational_db",
-            "dsn": format!("postgresql://postgres@127.0.0.1:5432/{}", self.name),
-            "tls_mode": "disable",
-            "require_auth": "none",
-            "table": "events",
-        });
-        for (k, x) in extra.as_object().unwrap() {
-            v[k] = x.clone();
-        }
-        v
-    }
-
-    /// Creates the tables of a sink block with the DDL the docs show.
-    fn create_tables(&self, sink: &serde_json::Value) {
-        let cfg = svc::config::RuntimeConfig::parse(
-            &json!({"nats": {"url": "nats://127.0.0.1:1", "stream": "S", "consumer": "c",
-                             "subject": "a"},
-                    "sink": sink})
-            .to_string(),
-        )
-        .unwrap();
-        let svc::sink::SinkConfig::RelationalDb(rc) = cfg.sink else {
-            panic!("not a relational sink")
-        };
-        self.conn()
-            .simple(&svc::sink::relational::ddl(&rc))
-            .unwrap();
-    }
-
-    /// Kills the runner's sessions in this database; returns how many.
-    fn kill_runner_sessions(&self) -> usize {
-        self.conn()
-            .query(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND application_name = 'svc'",
-                &[],
-            )
-            .unwrap()
-            .rows
-            .len()
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        if let Ok(mut admin) = Connection::connect(&pg_params("postgres"), None) {
-            let _ = admin.simple(&format!(
-                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-                self.name
-            ));
-        }
-    }
-}
 
 fn config(server: &NatsServer, dir: &Path, sink: serde_json::Value) -> serde_json::Value {
     json!({
