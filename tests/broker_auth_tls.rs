@@ -167,26 +167,6 @@ fn user_and_password_from_the_environment() {
     );
 }
 
-/// A CA and a server certificate for 127.0.0.1, made with openssl.
-fn make_certs(dir: &Path) {
-    let sh = |args: &str| {
-        let ok = Command::new("sh")
-            .arg("-c")
-            .arg(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(
-            ok.status.success(),
-            "{args}: {}",
-            String::from_utf8_lossy(&ok.stderr)
-        );
-    };
-    sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=svc-test-ca");
-    sh("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1");
-    sh("printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile san.ext");
-}
-
 #[test]
 fn tls_broker_trusted_through_ca_file_and_a_clean_error_otherwise() {
     let certs = tempfile::tempdir().unwrap();

@@ -30,7 +30,6 @@ use crate::document::reader::{ObjectReader, Problems};
 use crate::message::envelope::{hex_sha256, Envelope, RawMessage, MESSAGE_ID_HEADER};
 use crate::message::labels::LabelRejection;
 use crate::message::metadata::MetadataError;
-use crate::message::protection::encryption::ENCRYPTED_PAYLOAD_SCHEMA;
 use crate::message::subject::SubjectPattern;
 use crate::sink::SinkError;
 use crate::text::peer::{PeerText, PEER_TEXT_MAX_CHARS};
@@ -383,7 +382,7 @@ impl DeadLetter {
         };
         // An encrypted envelope carries the keyed digest in `payload_info.sha256`: label it so.
         let digest = env.payload_info.sha256.clone();
-        let (sha256, hmac_sha256) = if is_encrypted(env) {
+        let (sha256, hmac_sha256) = if env.payload_info.keyed {
             (None, Some(digest))
         } else {
             (Some(digest), None)
@@ -419,17 +418,6 @@ impl DeadLetter {
             body: serde_json::to_vec(&record).unwrap_or_default(),
         }
     }
-}
-
-/// True when the envelope's payload is the encrypted-payload object the runner wrote (the
-/// encrypting stage writes it with exactly this prefix; a publisher's clear payload that
-/// imitates it only gets its plain digest labelled as keyed, never the reverse).
-fn is_encrypted(env: &Envelope) -> bool {
-    env.payload
-        .json()
-        .strip_prefix("{\"schema\":\"")
-        .and_then(|rest| rest.strip_prefix(ENCRYPTED_PAYLOAD_SCHEMA))
-        .is_some_and(|rest| rest.starts_with('"'))
 }
 
 /// The configured `include_headers` that are present, long values replaced by a size note.
@@ -873,5 +861,35 @@ mod tests {
             !shown.contains(['\n', '\r']) && shown.len() < 400,
             "{shown}"
         );
+    }
+
+    /// A permanent sink failure's record names the sink and the class, never the sink's
+    /// message; a keyed (encrypted) payload digest is labelled `hmac_sha256`, never `sha256`.
+    #[test]
+    fn sink_failure_records_are_value_free_and_label_keyed_digests() {
+        let cfg = DeadLetterConfig::default();
+        let (mut env, _) = crate::message::envelope::normalize(
+            &raw(),
+            1_700_000_001_000_000_000,
+            &Default::default(),
+        );
+        let err = SinkError::new("relational_db", "row rejected: Key (id)=(SECRETVALUE)")
+            .classified(crate::sink::FailureClass::ValueRejected);
+        let plain = DeadLetter::build_for_sink(&env, &err, 0, &cfg);
+        let text = String::from_utf8(plain.body.clone()).unwrap();
+        assert!(!text.contains("SECRETVALUE"), "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["failure"]["stage"], "sink");
+        assert_eq!(v["failure"]["field"], "sink.relational_db");
+        assert_eq!(v["failure"]["reason"], "value_rejected");
+        assert_eq!(v["payload"]["sha256"], env.payload_info.sha256.as_str());
+        assert!(v["payload"].get("hmac_sha256").is_none());
+
+        env.payload_info.sha256 = "ab".repeat(32);
+        env.payload_info.keyed = true;
+        let keyed = DeadLetter::build_for_sink(&env, &err, 0, &cfg);
+        let v: serde_json::Value = serde_json::from_slice(&keyed.body).unwrap();
+        assert!(v["payload"].get("sha256").is_none(), "{v}");
+        assert_eq!(v["payload"]["hmac_sha256"], "ab".repeat(32).as_str());
     }
 }

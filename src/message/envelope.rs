@@ -60,9 +60,13 @@ pub enum PayloadFormat {
 pub struct PayloadInfo {
     pub original_format: PayloadFormat,
     pub wrapped: bool,
-    /// Hex SHA-256 of the payload bytes as received.
+    /// Hex SHA-256 of the payload bytes as received; the keyed digest when `keyed`.
     pub sha256: String,
     pub size_bytes: u64,
+    /// `sha256` is the keyed digest of an encrypted payload (set by the encryption stage), not
+    /// the plain one. Not stored: records show it by their encrypted payload.
+    #[serde(skip)]
+    pub keyed: bool,
 }
 
 /// Event metadata (`svc.metadata.v1`).
@@ -377,6 +381,7 @@ pub fn normalize_payload(data: &[u8]) -> (Payload, PayloadInfo) {
             wrapped,
             sha256,
             size_bytes,
+            keyed: false,
         },
     )
 }

@@ -388,6 +388,7 @@ impl Encryptor {
         );
         env.payload = Payload::from_compact_json(text).ok_or(CryptError::Random)?;
         env.payload_info.sha256 = self.payload_digest(raw_payload);
+        env.payload_info.keyed = true;
         Ok(())
     }
 
