@@ -10,10 +10,10 @@
 //!   serialized the raw threads and flattered the sink's ratio.)
 //! - `raw create+write+fsync`: the per_event baseline, the file system's parallel capacity for
 //!   this shape: one new file per record, `write_all` + `fsync` each, one directory `fsync` per
-//!   chunk, from as many threads as the sink writes with (2 sink threads x `write_concurrency`
-//!   8 = 16), on the same smaller sample;
+//!   chunk, from as many threads as the sink writes with (its `write_concurrency` writers, 16
+//!   by default), on the same smaller sample;
 //! - `jsonl` with 1 and 2 writer threads (2 = default `delivery.sink_workers`);
-//! - `per_event` (skip_existing, default `write_concurrency` 8) with 2 writer threads, on a
+//! - `per_event` (skip_existing, default `write_concurrency`) called from 2 threads, on a
 //!   smaller sample (it is bound by one fsync per file);
 //!
 //! and each sink figure's ratio to the baseline. Batches of 256 envelopes (the default
@@ -33,8 +33,8 @@ use svc::sink::file::{encode_record, FileSink, FileSinkConfig};
 use svc::sink::{Sink, WriteOutcome};
 
 const BATCH: usize = 256;
-/// The per_event sink's default `write_concurrency`: files of one batch in flight at once.
-const PER_EVENT_WRITERS_PER_SINK_THREAD: usize = 8;
+/// The per_event sink's default `write_concurrency`: its writer threads, files in flight.
+const PER_EVENT_WRITERS: usize = svc::sink::file::config::DEFAULT_WRITE_CONCURRENCY as usize;
 
 fn batches(n: usize) -> Vec<Vec<svc::message::envelope::Envelope>> {
     let payload = format!(
@@ -178,11 +178,11 @@ fn main() {
     let per_event_data = Arc::new(batches(small));
     // Per batch: (stream sequence, encoded record) of each envelope.
     type EncodedBatch = Vec<(u64, Vec<u8>)>;
-    // Chunks of a batch's share per writer thread (BATCH / write_concurrency).
+    // A batch's share per writer thread (BATCH / write_concurrency).
     let records: Arc<Vec<EncodedBatch>> = Arc::new(
         per_event_data
             .iter()
-            .flat_map(|b| b.chunks(BATCH / PER_EVENT_WRITERS_PER_SINK_THREAD))
+            .flat_map(|b| b.chunks(BATCH / PER_EVENT_WRITERS))
             .map(|chunk| {
                 chunk
                     .iter()
@@ -197,7 +197,7 @@ fn main() {
     );
     let dir = scratch(&root, "raw_files");
     fs::create_dir_all(&dir).unwrap();
-    let writers = 2 * PER_EVENT_WRITERS_PER_SINK_THREAD;
+    let writers = PER_EVENT_WRITERS;
     let raw_files = run("raw-files", writers, records, small, move |b| {
         for (seq, bytes) in b {
             let mut f = fs::File::create(dir.join(format!("{seq}.json"))).unwrap();

@@ -66,45 +66,13 @@ fn raw_run(
     );
     let start = Instant::now();
     support::raw_fetch_ack(&broker.url, stream, consumer, subject, n, 256).unwrap();
-    wait_all_acked(&js, (stream, consumer), n, || {});
+    support::wait_all_acked(&js, (stream, consumer), n, || {});
     let rate = n as f64 / start.elapsed().as_secs_f64();
     RawResult {
         rate,
         client_cpu: support::process_cpu_seconds(std::process::id()) - own_before,
         broker_cpu: broker.cpu_seconds() - broker_before,
     }
-}
-
-/// Polls the consumer every 25 ms until the broker reports all `n` messages acknowledged,
-/// calling `each_poll` once per poll (the svc run samples its RSS there).
-fn wait_all_acked(
-    js: &nats::jetstream::JetStream,
-    (stream, consumer): (&str, &str),
-    n: usize,
-    mut each_poll: impl FnMut(),
-) {
-    loop {
-        each_poll();
-        if let Ok(i) = js.consumer_info(stream, consumer) {
-            if i.ack_floor.stream_seq as usize >= n && i.num_ack_pending == 0 {
-                return;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
-
-/// Peak resident set (VmHWM) of a running process, in KiB.
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 struct RunResult {
@@ -120,40 +88,6 @@ impl RunResult {
     fn svc_cpu(&self) -> f64 {
         self.thread_cpu.iter().map(|(_, s)| s).sum()
     }
-}
-
-/// CPU time (user + system) of every thread of a process, by thread name.
-fn thread_cpu(pid: u32) -> Vec<(String, f64)> {
-    let ticks = 100.0; // USER_HZ on Linux
-    let mut by_name: std::collections::BTreeMap<String, f64> = Default::default();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    for t in tasks.flatten() {
-        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let name = stat[open + 1..close].to_string();
-        let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
-        let cpu: f64 = fields
-            .get(11)
-            .and_then(|u| u.parse::<f64>().ok())
-            .unwrap_or(0.0)
-            + fields
-                .get(12)
-                .and_then(|s| s.parse::<f64>().ok())
-                .unwrap_or(0.0);
-        let name = name
-            .trim_end_matches(|c: char| c.is_ascii_digit())
-            .to_string();
-        *by_name.entry(name).or_default() += cpu / ticks;
-    }
-    let mut v: Vec<_> = by_name.into_iter().collect();
-    v.sort_by(|a, b| b.1.total_cmp(&a.1));
-    v
 }
 
 /// Runs `svc run` on a new `consumer` of (stream, subject) until `n` messages are acknowledged.
@@ -194,13 +128,13 @@ fn run_svc(
     // One connection for polling, so the measurement does not pay for reconnects.
     let js = nats::jetstream::new(support::connect(&broker.url).unwrap());
     let mut peak = 0;
-    wait_all_acked(&js, (stream, consumer), n, || {
-        peak = peak.max(peak_rss_kib(child.id()));
+    support::wait_all_acked(&js, (stream, consumer), n, || {
+        peak = peak.max(support::peak_rss_kib(child.id()));
         assert!(child.try_wait().unwrap().is_none(), "svc exited early");
     });
     let elapsed = start.elapsed().as_secs_f64();
-    peak = peak.max(peak_rss_kib(child.id()));
-    let cpu = thread_cpu(child.id());
+    peak = peak.max(support::peak_rss_kib(child.id()));
+    let cpu = support::thread_cpu(child.id());
     let broker_cpu = broker.cpu_seconds() - broker_cpu_before;
     // A failed SIGTERM would leave the wait below hanging: fail loudly instead.
     let sent = Command::new("kill")

@@ -475,8 +475,9 @@ impl Drop for SmallFs {
 /// Every other fsync fails (strace `when=2+2`): some files of a batch make it, some do not,
 /// and so do some directory syncs. The trace (fsyncs, links, and the ACKs the runner sends to
 /// the broker) must show, in order:
-/// - every `link` that gives a temporary file its final name follows a successful `fsync` of
-///   that very file, never a failed one;
+/// - every `link` that gives a file its final name (an unnamed `O_TMPFILE` file through
+///   `/proc/self/fd/<fd>`, or a `.svc-tmp-*` one) follows a successful `fsync` of that very
+///   file, never a failed one;
 /// - every `+ACK` of a message follows the link of its final name and then a successful
 ///   `fsync` of that directory: an ACK never covers a failed fsync.
 ///
@@ -612,7 +613,7 @@ fn check_trace(trace: &str) -> Checked {
             continue;
         };
         let ok = result.trim() == "0";
-        if call.starts_with("fsync(") {
+        if let Some(args) = call.strip_prefix("fsync(") {
             // fsync(7</dir/.svc-tmp-123-4>)
             let Some(path) = call
                 .split_once('<')
@@ -624,6 +625,12 @@ fn check_trace(trace: &str) -> Checked {
             if path.contains("/.svc-tmp-") {
                 c.failed_temp_fsyncs += usize::from(!ok);
                 last_fsync_ok.insert(path, ok);
+            } else if call.contains(">(deleted)") {
+                // An unnamed (O_TMPFILE) file, `fsync(7</dir/#<inode>>(deleted))`: known by its
+                // thread and descriptor until `linkat("/proc/self/fd/<fd>", ...)` names it.
+                let fd = args.split('<').next().unwrap_or("");
+                c.failed_temp_fsyncs += usize::from(!ok);
+                last_fsync_ok.insert(unnamed_key(pid, fd), ok);
             } else if path.ends_with("/stream-sequence/ORDERS") {
                 c.failed_dir_fsyncs += usize::from(!ok);
                 if ok {
@@ -636,12 +643,14 @@ fn check_trace(trace: &str) -> Checked {
             let (Some(src), Some(dst)) = (quoted.next(), quoted.next()) else {
                 continue;
             };
-            if !src.contains("/.svc-tmp-") {
-                continue;
-            }
+            let src = match src.strip_prefix("/proc/self/fd/") {
+                Some(fd) => unnamed_key(pid, fd),
+                None if src.contains("/.svc-tmp-") => src.to_string(),
+                None => continue,
+            };
             c.links += 1;
             assert_eq!(
-                last_fsync_ok.get(src),
+                last_fsync_ok.get(&src),
                 Some(&true),
                 "{src} got a final name without a successful fsync: {call}"
             );
@@ -654,6 +663,11 @@ fn check_trace(trace: &str) -> Checked {
         }
     }
     c
+}
+
+/// How [`check_trace`] knows an unnamed file: the thread that opened it and its descriptor.
+fn unnamed_key(pid: &str, fd: &str) -> String {
+    format!("{pid}:fd {fd}")
 }
 
 /// Every `+ACK` in a send to the broker (`PUB $JS.ACK.<stream>.<consumer>.<delivered>.

@@ -208,8 +208,13 @@ impl Drop for Broker {
     }
 }
 
+/// The store goes below the system temp directory, or `SVC_BENCH_BROKER_DIR` when set (for
+/// example a tmpfs, to keep the broker's own writes off the disk a file sink is measured on).
 pub fn start_broker() -> Broker {
-    let store = tempfile::tempdir().unwrap();
+    let store = match std::env::var_os("SVC_BENCH_BROKER_DIR") {
+        Some(base) => tempfile::tempdir_in(base).unwrap(),
+        None => tempfile::tempdir().unwrap(),
+    };
     let port = free_port();
     let child = Command::new("/usr/sbin/nats-server")
         .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
@@ -229,4 +234,70 @@ pub fn start_broker() -> Broker {
         url,
         _store: store,
     }
+}
+
+/// Polls the consumer every 25 ms until the broker reports all `n` messages acknowledged,
+/// calling `each_poll` once per poll (the svc run samples its RSS there).
+pub fn wait_all_acked(
+    js: &nats::jetstream::JetStream,
+    (stream, consumer): (&str, &str),
+    n: usize,
+    mut each_poll: impl FnMut(),
+) {
+    loop {
+        each_poll();
+        if let Ok(i) = js.consumer_info(stream, consumer) {
+            if i.ack_floor.stream_seq as usize >= n && i.num_ack_pending == 0 {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Peak resident set (VmHWM) of a running process, in KiB.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// CPU time (user + system) of every thread of a process, by thread name.
+pub fn thread_cpu(pid: u32) -> Vec<(String, f64)> {
+    let ticks = 100.0; // USER_HZ on Linux
+    let mut by_name: std::collections::BTreeMap<String, f64> = Default::default();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_string();
+        let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        let cpu: f64 = fields
+            .get(11)
+            .and_then(|u| u.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            + fields
+                .get(12)
+                .and_then(|s| s.parse::<f64>().ok())
+                .unwrap_or(0.0);
+        let name = name
+            .trim_end_matches(|c: char| c.is_ascii_digit())
+            .to_string();
+        *by_name.entry(name).or_default() += cpu / ticks;
+    }
+    let mut v: Vec<_> = by_name.into_iter().collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v
 }

@@ -119,8 +119,9 @@ impl LoggingConfig {
 /// Bounds, named so docs and code agree.
 pub const MAX_BATCH_SIZE: i64 = 10_000;
 pub const MAX_IN_FLIGHT_BATCHES: i64 = 64;
-const DEFAULT_BATCH_SIZE: i64 = 256;
+pub const DEFAULT_BATCH_SIZE: i64 = 256;
 const DEFAULT_MAX_IN_FLIGHT_BATCHES: i64 = 8;
+pub const DEFAULT_SINK_WORKERS: i64 = 2;
 pub const MAX_SINK_WORKERS: i64 = 64;
 pub const MAX_SUBJECT_FAMILIES: usize = 100;
 
@@ -261,7 +262,7 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
         1,
         MAX_IN_FLIGHT_BATCHES,
     ) as usize;
-    let sink_workers = r.int_in("sink_workers", 2, 1, MAX_SINK_WORKERS) as usize;
+    let sink_workers = r.int_in("sink_workers", DEFAULT_SINK_WORKERS, 1, MAX_SINK_WORKERS) as usize;
     let in_progress_fraction = r.number_in("in_progress_fraction", 0.5, 0.05, false, 0.9);
     let nak_backoff = match r.object("nak_backoff") {
         Some(mut b) => {

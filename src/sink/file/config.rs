@@ -75,8 +75,11 @@ const COMPRESSIONS: &[(&str, Compression)] =
     &[("none", Compression::None), ("gzip", Compression::Gzip)];
 const PAYLOAD_MODES: &[(&str, PayloadMode)] = &[("json_or_envelope", PayloadMode::JsonOrEnvelope)];
 
-/// `write_concurrency`: default 8, 1 to 64.
-pub const DEFAULT_WRITE_CONCURRENCY: i64 = 8;
+/// `write_concurrency`: the per_event sink's file writer threads, shared by every sink worker
+/// (files in flight at once). Default 16: the files in flight before the writers were shared
+/// (2 sink workers x 8), and the concurrency at which this host's disk peaks in its fast
+/// phases (docs/sinks/file.md, Performance). 1 to 64.
+pub const DEFAULT_WRITE_CONCURRENCY: i64 = 16;
 pub const MAX_WRITE_CONCURRENCY: i64 = 64;
 /// Longest accepted `directory` value, in bytes (Linux `PATH_MAX` is 4096 with the NUL).
 pub const MAX_DIRECTORY_BYTES: usize = 4095;
@@ -396,7 +399,7 @@ mod tests {
         assert_eq!(c.max_record_bytes, 16 * 1024 * 1024);
         assert!(!c.per_subject_directories);
         assert_eq!(c.key_prefix, None);
-        assert_eq!(c.write_concurrency, 8);
+        assert_eq!(c.write_concurrency, 16);
     }
 
     #[test]

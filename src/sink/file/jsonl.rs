@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use super::config::{Compression, FileSinkConfig};
 use super::durable::{create_below, dir_mode, sync_dir};
-use super::per_event::gzip_into;
+use super::gzip_into;
 use super::{encode_record, error, WriteLimit};
 use crate::message::envelope::Envelope;
 use crate::sink::{FailureClass, WriteOutcome};

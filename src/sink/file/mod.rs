@@ -21,10 +21,13 @@
 
 pub mod config;
 mod durable;
+mod durable_file;
 pub mod jsonl;
 pub mod per_event;
 pub(crate) mod record;
+mod writer_pool;
 
+use flate2::write::GzEncoder;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -42,6 +45,15 @@ use crate::metrics::Metrics;
 
 fn error(message: impl Into<String>) -> SinkError {
     SinkError::new("file", message)
+}
+
+/// Gzips `data` into `out` (cleared first), reusing its allocation.
+fn gzip_into(out: &mut Vec<u8>, data: &[u8]) -> io::Result<()> {
+    out.clear();
+    let mut enc = GzEncoder::new(std::mem::take(out), flate2::Compression::default());
+    enc.write_all(data)?;
+    *out = enc.finish()?;
+    Ok(())
 }
 
 /// `max_record_bytes`, applied to the serialized record before compression.

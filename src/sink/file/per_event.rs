@@ -1,39 +1,28 @@
 //! `mode` = `per_event`: one file per envelope at its deterministic key.
 //!
-//! Every write goes through a temporary file in the final directory
-//! (`.svc-tmp-<pid>-<random>-<n>`, a dot name no key can take): write, set the mode, fsync, then
-//! publish the name atomically:
+//! A batch goes through three steps:
+//! 1. here, on the sink worker's thread: each envelope's key and record (encoded, checked
+//!    against `max_record_bytes`);
+//! 2. on the sink's file writers ([`WriterPool`], `write_concurrency` threads shared by every
+//!    sink worker, alive as long as the sink): each record compressed if configured and
+//!    written durably under its final name ([`DurableFiles`]: a final name appears only with
+//!    complete, fsynced content; racing writers of one key are decided by `link`);
+//! 3. here again, once every file of the batch is done: each directory whose entries changed
+//!    (plus the parent of every directory created) fsynced once, before any outcome of the
+//!    batch is reported. Outcomes keep the batch's order.
 //!
-//! - `skip_existing` / `fail_existing`: `link(tmp, final)`. `link` fails with `EEXIST` when the
-//!   final name exists, so creation is exclusive with no check-then-write race, and the final
-//!   name only ever appears with complete, fsynced content.
-//! - `replace`: `rename(tmp, final)`, which atomically replaces an existing file.
-//!
-//! The temporary name is then removed and, once per batch, every directory whose entries
-//! changed (plus the parent of every directory created) is fsynced before any outcome is
-//! reported. A crash at any point leaves either no final file or a complete one; at worst a
-//! dot-named temporary file remains (safe to delete, see `docs/sinks/file.md`).
-//!
-//! Concurrency: no lock. Sink workers share only the temp-name counter; racing writers of one
-//! key are arbitrated by the file system's `link`. Several runners may write one directory
-//! (scale-out, a shared volume): the random part of the temporary name keeps processes with the
-//! same pid (containers, where every runner is pid 1; other hosts) apart, and a temporary name
-//! found taken is left alone (it is another writer's), never removed. Within one batch, files are written by up to
-//! `write_concurrency` scoped threads (`svc-file-N`, living for that batch only), because the
-//! fsync of a new file costs a journal commit and concurrent fsyncs share commits; outcomes
-//! keep the batch order. The directories are synced once, after all files of the batch.
+//! No lock: sink workers share only the writers' queue and the temporary-name counter.
 
-use std::fs::{self, File, OpenOptions, Permissions};
-use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
-use flate2::write::GzEncoder;
+use crossbeam_channel::bounded;
 
-use super::config::{Compression, DuplicatePolicy, FileSinkConfig};
-use super::durable::{create_below, dir_mode, DirSync};
-use super::{encode_record, error, WriteLimit};
+use super::config::{Compression, FileSinkConfig};
+use super::durable::DirSync;
+use super::durable_file::{DurableFiles, Target};
+use super::writer_pool::WriterPool;
+use super::{encode_record, error, gzip_into, WriteLimit};
 use crate::message::envelope::Envelope;
 use crate::sink::key::{safe_component, strategy_key};
 use crate::sink::{FailureClass, WriteOutcome};
@@ -45,26 +34,51 @@ pub struct PerEvent {
     cfg: FileSinkConfig,
     /// Prefix of every relative key: `<key_prefix>/` or empty.
     prefix: String,
-    dir_mode: u32,
     limit: WriteLimit,
-    /// `<pid>-<random>`: this instance's part of every temporary name.
-    temp_tag: String,
-    temp_counter: AtomicU64,
+    files: Arc<DurableFiles>,
+    /// Started by the first batch (`svc validate` and `svc test-sink` start no threads);
+    /// `None` inside when no thread could be started.
+    writers: OnceLock<Option<WriterPool>>,
 }
 
-/// Where one envelope's record goes.
-struct Target {
-    /// Path relative to the output directory (used in errors and logs).
-    rel: String,
-    path: PathBuf,
+/// One file for the writers: everything owned, it crosses threads.
+struct FileJob {
+    target: Target,
+    record: Vec<u8>,
+    compression: Compression,
 }
 
 /// Result of writing one envelope before its directory is synced.
 enum Written {
     /// Outcome is final (a failure).
     Done(WriteOutcome),
-    /// Durable or already durable once `dirs` are synced.
+    /// Durable or already durable once the target's directory and `created_parents` are synced.
     Pending(WriteOutcome, PathBuf, Vec<PathBuf>),
+}
+
+impl FileJob {
+    fn write(self, files: &DurableFiles) -> Written {
+        let mut gz = Vec::new();
+        let body: &[u8] = match self.compression {
+            Compression::None => &self.record,
+            Compression::Gzip => match gzip_into(&mut gz, &self.record) {
+                Ok(()) => &gz,
+                Err(e) => {
+                    return Written::Done(WriteOutcome::Transient(error(format!(
+                        "compress {}: {e}",
+                        self.target.rel
+                    ))))
+                }
+            },
+        };
+        let mut created_parents = Vec::new();
+        match files.write(&self.target, body, &mut created_parents) {
+            o @ (WriteOutcome::Durable | WriteOutcome::AlreadyDurable) => {
+                Written::Pending(o, self.target.dir().to_path_buf(), created_parents)
+            }
+            o => Written::Done(o),
+        }
+    }
 }
 
 impl PerEvent {
@@ -75,12 +89,11 @@ impl PerEvent {
             .map(|p| format!("{p}/"))
             .unwrap_or_default();
         PerEvent {
-            dir_mode: dir_mode(cfg.file_mode),
             limit: WriteLimit::of(&cfg),
+            files: Arc::new(DurableFiles::new(&cfg)),
+            writers: OnceLock::new(),
             prefix,
             cfg,
-            temp_tag: format!("{}-{:08x}", std::process::id(), rand::random::<u32>()),
-            temp_counter: AtomicU64::new(0),
         }
     }
 
@@ -109,47 +122,67 @@ impl PerEvent {
         outcomes
     }
 
-    /// Writes the files of a batch, in order, on up to `write_concurrency` threads: concurrent
-    /// fsyncs share journal commits, so throughput grows with them on ext4 and xfs.
+    /// Prepares each file here and has the writers write it; returns the results in order.
     fn write_files(&self, batch: &[Envelope]) -> Vec<Written> {
-        let threads = self.cfg.write_concurrency.min(batch.len());
-        if threads <= 1 {
-            return self.write_chunk(batch);
+        let writers = self
+            .writers
+            .get_or_init(|| WriterPool::start(self.cfg.write_concurrency));
+        let mut written: Vec<Option<Written>> = (0..batch.len()).map(|_| None).collect();
+        // Room for every result: a writer never waits to report.
+        let (tx, rx) = bounded(batch.len());
+        for (i, env) in batch.iter().enumerate() {
+            let job = match self.job(env) {
+                Ok(job) => job,
+                Err(o) => {
+                    written[i] = Some(Written::Done(o));
+                    continue;
+                }
+            };
+            let files = Arc::clone(&self.files);
+            let tx = tx.clone();
+            let task = Box::new(move || {
+                let _ = tx.send((i, job.write(&files)));
+            });
+            let queued = match writers {
+                Some(pool) => pool.run(task),
+                None => Err(task as Box<dyn FnOnce() + Send>),
+            };
+            if let Err(task) = queued {
+                task();
+            }
         }
-        let chunk = batch.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = batch
-                .chunks(chunk)
-                .enumerate()
-                .map(|(n, part)| {
-                    let handle = std::thread::Builder::new()
-                        .name(format!("svc-file-{n}"))
-                        .spawn_scoped(scope, move || self.write_chunk(part));
-                    (part, handle)
+        drop(tx);
+        for (i, w) in rx {
+            written[i] = Some(w);
+        }
+        written
+            .into_iter()
+            .map(|w| {
+                // A writer dropped the task's sender without a result: it panicked.
+                w.unwrap_or_else(|| {
+                    Written::Done(WriteOutcome::Transient(error(
+                        "file writer thread panicked",
+                    )))
                 })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|(part, handle)| match handle {
-                    Ok(h) => h.join().unwrap_or_else(|_| {
-                        let e = error("file writer thread panicked");
-                        part.iter()
-                            .map(|_| Written::Done(WriteOutcome::Transient(e.clone())))
-                            .collect()
-                    }),
-                    // No thread available (resource limits): write this part here instead.
-                    Err(_) => self.write_chunk(part),
-                })
-                .collect()
-        })
+            })
+            .collect()
     }
 
-    fn write_chunk(&self, part: &[Envelope]) -> Vec<Written> {
+    /// The key and encoded record of an envelope, or its (permanent) failure.
+    fn job(&self, env: &Envelope) -> Result<FileJob, WriteOutcome> {
+        let target = self.target(env)?;
         let mut record = Vec::new();
-        let mut gz = Vec::new();
-        part.iter()
-            .map(|env| self.write_one(env, &mut record, &mut gz))
-            .collect()
+        if let Err(e) = encode_record(&mut record, env) {
+            return Err(WriteOutcome::Permanent(
+                error(format!("encode {}: {e}", target.rel)).classified(FailureClass::EncodeFailed),
+            ));
+        }
+        self.limit.check(record.len(), &target.rel)?;
+        Ok(FileJob {
+            target,
+            record,
+            compression: self.cfg.compression,
+        })
     }
 
     /// The key of an envelope relative to the output directory.
@@ -174,130 +207,8 @@ impl PerEvent {
         Ok(Target { rel, path })
     }
 
-    fn write_one(&self, env: &Envelope, record: &mut Vec<u8>, gz: &mut Vec<u8>) -> Written {
-        let target = match self.target(env) {
-            Ok(t) => t,
-            Err(o) => return Written::Done(o),
-        };
-        record.clear();
-        if let Err(e) = encode_record(record, env) {
-            return Written::Done(WriteOutcome::Permanent(
-                error(format!("encode {}: {e}", target.rel)).classified(FailureClass::EncodeFailed),
-            ));
-        }
-        if let Err(o) = self.limit.check(record.len(), &target.rel) {
-            return Written::Done(o);
-        }
-        let body: &[u8] = match self.cfg.compression {
-            Compression::None => record,
-            Compression::Gzip => match gzip_into(gz, record) {
-                Ok(()) => gz,
-                Err(e) => {
-                    return Written::Done(WriteOutcome::Transient(error(format!(
-                        "compress {}: {e}",
-                        target.rel
-                    ))))
-                }
-            },
-        };
-        let dir = target
-            .path
-            .parent()
-            .expect("a key always has a file name below the output directory")
-            .to_path_buf();
-        let mut created_parents = Vec::new();
-        let temp = dir.join(format!(
-            ".svc-tmp-{}-{}",
-            self.temp_tag,
-            self.temp_counter.fetch_add(1, Ordering::Relaxed)
-        ));
-        if let Err(e) = self.write_temp(&temp, &dir, body, &mut created_parents) {
-            // A name found taken belongs to another writer: never remove it.
-            if e.kind() != io::ErrorKind::AlreadyExists {
-                let _ = fs::remove_file(&temp);
-            }
-            return Written::Done(WriteOutcome::Transient(error(format!(
-                "write {}: {e}",
-                target.rel
-            ))));
-        }
-        let outcome = self.publish(&temp, &target);
-        // Whatever happened, the temporary name must go; its removal is made durable by the
-        // directory sync below (or is harmless if lost in a crash: it is a dot name).
-        let _ = fs::remove_file(&temp);
-        match outcome {
-            o @ (WriteOutcome::Durable | WriteOutcome::AlreadyDurable) => {
-                Written::Pending(o, dir, created_parents)
-            }
-            o => Written::Done(o),
-        }
-    }
-
-    /// Creates the temporary file (and missing directories), writes and fsyncs it.
-    fn write_temp(
-        &self,
-        temp: &Path,
-        dir: &Path,
-        body: &[u8],
-        created_parents: &mut Vec<PathBuf>,
-    ) -> io::Result<()> {
-        let open = || {
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(self.cfg.file_mode)
-                .open(temp)
-        };
-        let mut f: File = match open() {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                create_below(&self.cfg.directory, dir, self.dir_mode, created_parents)?;
-                open()?
-            }
-            Err(e) => return Err(e),
-        };
-        // fchmod is not subject to the umask, so the configured mode is exact.
-        f.set_permissions(Permissions::from_mode(self.cfg.file_mode))?;
-        f.write_all(body)?;
-        f.sync_all()
-    }
-
-    /// Gives the temporary file its final name according to the duplicate policy.
-    fn publish(&self, temp: &Path, target: &Target) -> WriteOutcome {
-        let rel = &target.rel;
-        let result = match self.cfg.duplicate_policy {
-            DuplicatePolicy::Replace => fs::rename(temp, &target.path),
-            DuplicatePolicy::SkipExisting | DuplicatePolicy::FailExisting => {
-                fs::hard_link(temp, &target.path)
-            }
-        };
-        match result {
-            Ok(()) => WriteOutcome::Durable,
-            Err(e) => match fs::symlink_metadata(&target.path) {
-                Ok(m) if !m.file_type().is_file() => WriteOutcome::Permanent(
-                    error(format!("{rel} exists and is not a regular file"))
-                        .classified(FailureClass::DestinationConflict),
-                ),
-                Ok(_) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    match self.cfg.duplicate_policy {
-                        DuplicatePolicy::FailExisting => WriteOutcome::Permanent(
-                            error(format!(
-                                "{rel} already exists (duplicate_policy fail_existing)"
-                            ))
-                            .classified(FailureClass::DuplicateExists),
-                        ),
-                        // An earlier delivery (or a racing worker) wrote it; the directory sync
-                        // of this batch makes sure its name is durable before we say so.
-                        _ => WriteOutcome::AlreadyDurable,
-                    }
-                }
-                _ => WriteOutcome::Transient(error(format!("write {rel}: {e}"))),
-            },
-        }
-    }
-
     /// A directory below the output directory, as shown in errors.
-    fn relative(&self, dir: &Path) -> String {
+    fn relative(&self, dir: &std::path::Path) -> String {
         match dir.strip_prefix(&self.cfg.directory) {
             Ok(r) if r.as_os_str().is_empty() => ".".into(),
             Ok(r) => r.display().to_string(),
@@ -306,22 +217,16 @@ impl PerEvent {
     }
 }
 
-/// Gzips `data` into `out` (cleared first), reusing its allocation.
-pub fn gzip_into(out: &mut Vec<u8>, data: &[u8]) -> io::Result<()> {
-    out.clear();
-    let mut enc = GzEncoder::new(std::mem::take(out), flate2::Compression::default());
-    enc.write_all(data)?;
-    *out = enc.finish()?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sink::file::config::DuplicatePolicy;
     use crate::sink::file::tests::{envelope, record_of, sink, Scratch};
     use crate::sink::key::KeyStrategy;
     use crate::sink::{Sink, WriteOutcome};
+    use std::fs;
     use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
     use std::sync::{Arc, Barrier};
 
     fn cfg(s: &Scratch) -> FileSinkConfig {
@@ -707,32 +612,117 @@ mod tests {
     #[test]
     fn writers_sharing_a_directory_leave_each_others_temporary_files_alone() {
         // Two instances of one process share a pid, as runners in containers (each pid 1)
-        // writing one volume do.
+        // writing one volume do. The named way is the one with temporary names.
         let s = Scratch::new();
-        let a = PerEvent::new(cfg(&s));
-        let b = PerEvent::new(cfg(&s));
-        assert_ne!(a.temp_tag, b.temp_tag, "the random part tells them apart");
+        let a = DurableFiles::new(&cfg(&s)).named_only();
+        let b = DurableFiles::new(&cfg(&s)).named_only();
+        assert_ne!(
+            a.temp_tag(),
+            b.temp_tag(),
+            "the random part tells them apart"
+        );
         // Another writer's file in progress at the very name `a` tries first.
         let dir = s.path().join("out/idempotency-key");
         fs::create_dir_all(&dir).unwrap();
-        let theirs = dir.join(format!(".svc-tmp-{}-0", a.temp_tag));
+        let theirs = dir.join(format!(".svc-tmp-{}-0", a.temp_tag()));
         fs::write(&theirs, b"in progress").unwrap();
-        let e = envelope("a", 1, None, b"{}");
-        let first = a.write_batch(std::slice::from_ref(&e));
-        assert!(transient(&first[0]).contains("File exists"), "{first:?}");
+        let target = |n: u64| Target {
+            rel: format!("idempotency-key/s-ORDERS-{n}.json"),
+            path: dir.join(format!("s-ORDERS-{n}.json")),
+        };
+        let first = a.write(&target(1), b"one", &mut Vec::new());
+        assert!(transient(&first).contains("File exists"), "{first:?}");
         assert_eq!(fs::read(&theirs).unwrap(), b"in progress", "left alone");
         // The retry (a redelivery) takes the next name.
         assert_eq!(
-            a.write_batch(std::slice::from_ref(&e)),
-            vec![WriteOutcome::Durable]
+            a.write(&target(1), b"one", &mut Vec::new()),
+            WriteOutcome::Durable
         );
         assert_eq!(
-            b.write_batch(&[envelope("a", 2, None, b"{}")]),
-            vec![WriteOutcome::Durable]
+            b.write(&target(2), b"two", &mut Vec::new()),
+            WriteOutcome::Durable
         );
-        assert_eq!(
-            fs::read(dir.join("s-ORDERS-1.json")).unwrap(),
-            record_of(&e)
+        assert_eq!(fs::read(dir.join("s-ORDERS-1.json")).unwrap(), b"one");
+    }
+
+    #[test]
+    fn the_named_way_gives_the_same_results() {
+        for policy in [
+            DuplicatePolicy::SkipExisting,
+            DuplicatePolicy::FailExisting,
+            DuplicatePolicy::Replace,
+        ] {
+            let s = Scratch::new();
+            let mut c = cfg(&s);
+            c.duplicate_policy = policy;
+            c.file_mode = 0o600;
+            fs::create_dir(&c.directory).unwrap();
+            let files = DurableFiles::new(&c).named_only();
+            let target = Target {
+                rel: "k/1.json".into(),
+                path: s.path().join("out/k/1.json"),
+            };
+            let mut created = Vec::new();
+            assert_eq!(
+                files.write(&target, b"first", &mut created),
+                WriteOutcome::Durable
+            );
+            assert_eq!(created, vec![s.path().join("out")], "{policy:?}");
+            let again = files.write(&target, b"second", &mut Vec::new());
+            let expected: &[u8] = match policy {
+                DuplicatePolicy::SkipExisting => {
+                    assert_eq!(again, WriteOutcome::AlreadyDurable);
+                    b"first"
+                }
+                DuplicatePolicy::FailExisting => {
+                    assert!(permanent(&again).contains("already exists"), "{again:?}");
+                    b"first"
+                }
+                DuplicatePolicy::Replace => {
+                    assert_eq!(again, WriteOutcome::Durable);
+                    b"second"
+                }
+            };
+            assert_eq!(fs::read(&target.path).unwrap(), expected, "{policy:?}");
+            assert_eq!(
+                files_in(&s.path().join("out/k")),
+                vec!["1.json"],
+                "no temp left"
+            );
+            let mode = fs::metadata(&target.path).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o600);
+        }
+    }
+
+    #[test]
+    fn writer_threads_outlive_batches() {
+        let s = Scratch::new();
+        let mut c = cfg(&s);
+        c.write_concurrency = 3;
+        fs::create_dir(&c.directory).unwrap();
+        let sink = PerEvent::new(c);
+        assert!(
+            sink.writers.get().is_none(),
+            "no thread before the first batch"
         );
+        let threads = || sink.writers.get().unwrap().as_ref().unwrap().live_threads();
+        let batch: Vec<_> = (1..=20).map(|n| envelope("a", n, None, b"{}")).collect();
+        assert_eq!(sink.write_batch(&batch), vec![WriteOutcome::Durable; 20]);
+        let first = threads();
+        let batch: Vec<_> = (21..=40).map(|n| envelope("a", n, None, b"{}")).collect();
+        assert_eq!(sink.write_batch(&batch), vec![WriteOutcome::Durable; 20]);
+        assert_eq!(threads(), first, "the same threads wrote the second batch");
+        let names: Vec<&str> = first.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(names, ["svc-file-0", "svc-file-1", "svc-file-2"]);
+        assert_eq!(files(&s).len(), 40);
+    }
+
+    fn files_in(dir: &std::path::Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
     }
 }

@@ -1,0 +1,586 @@
+//! `svc run` -> file sink end to end next to the file system's own capacity, in one run.
+//!
+//! ```text
+//! cargo bench --bench file_capacity                       # 20000 mixed messages, defaults
+//! cargo bench --bench file_capacity -- 50000              # more messages
+//! cargo bench --bench file_capacity -- write_concurrency=8 sink_workers=4 batch_size=128
+//! cargo bench --bench file_capacity -- per_event       # one part only (jsonl, ways)
+//! ```
+//!
+//! per_event: the capacity is plain `open(O_CREAT|O_EXCL)` + `write` + `fsync` + `close` of
+//! one file per record, with the bytes the sink writes (the same records: normalized and
+//! encoded by the library), in the same layout (`idempotency-key/s-<stream>-<seq>.json`, one
+//! directory), from as many threads as the sink has files in flight (`write_concurrency`),
+//! with one directory `fsync` per `batch_size` files. No temporary name, no link: the least
+//! a file system must do to hold each record durably under its own name.
+//!
+//! jsonl: the capacity is the batches' bytes appended to one file with one `write` per batch
+//! under a lock and one `fdatasync` per batch outside it, from `sink_workers` threads.
+//!
+//! The virtual disks this runs on swing between slow and fast phases within seconds (and are
+//! slow for a few seconds after an idle spell), so a warm-up capacity run comes first, then
+//! capacity and `svc run` alternate (`C S C S ... C`) and each `svc run` is divided by the
+//! mean of the capacities measured right before and after it. A round whose two capacities
+//! differ by more than 25% saw the phase change and is marked; the summary gives the median
+//! ratio of the other rounds. `svc run` is timed from spawn until the
+//! broker reports every message acknowledged; it creates its consumer itself, with the
+//! defaults an operator gets (`max_ack_pending`), and runs with the default configuration
+//! except for the `key=value` arguments given.
+//!
+//! Nothing is deleted before the end: removing tens of thousands of files (on a file system
+//! mounted with `discard`) slows the fsyncs that follow for seconds, which would penalize
+//! whichever side came next.
+//!
+//! Messages are mixed: JSON of two sizes, text and raw bytes, on four subjects, so records
+//! average about 600 bytes.
+#![allow(deprecated)]
+
+mod support;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use svc::message::envelope::{normalize, EnvelopeConfig, RawMessage};
+use svc::sink::file::encode_record;
+
+/// per_event reads `FILES` (n messages), jsonl `LINES` (10 n): both hold the same mix.
+const FILES: &str = "FILES";
+const LINES: &str = "LINES";
+const ROUNDS: usize = 4;
+/// An `svc run` that has not acknowledged everything by then is reported as stalled.
+const RUN_DEADLINE: Duration = Duration::from_secs(600);
+
+/// The settings of one comparison: the defaults unless given as `key=value` arguments.
+struct Settings {
+    write_concurrency: usize,
+    /// Threads of the per_event capacity: `write_concurrency` unless given.
+    capacity_threads: usize,
+    sink_workers: usize,
+    batch_size: usize,
+    /// Other `key=value` arguments, passed to `svc run` as they are (`max_ack_pending=...`).
+    extra: Vec<(String, u64)>,
+}
+
+impl Settings {
+    fn from_args() -> Settings {
+        // The defaults of src/sink/file/config.rs and src/config/mod.rs.
+        let mut s = Settings {
+            write_concurrency: svc::sink::file::config::DEFAULT_WRITE_CONCURRENCY as usize,
+            capacity_threads: 0,
+            sink_workers: svc::config::DEFAULT_SINK_WORKERS as usize,
+            batch_size: svc::config::DEFAULT_BATCH_SIZE as usize,
+            extra: Vec::new(),
+        };
+        for arg in std::env::args().skip(1) {
+            let Some((key, value)) = arg.split_once('=') else {
+                continue;
+            };
+            let value: u64 = value
+                .parse()
+                .unwrap_or_else(|_| panic!("{key}: not a number"));
+            match key {
+                "write_concurrency" => s.write_concurrency = value as usize,
+                "capacity_threads" => s.capacity_threads = value as usize,
+                "sink_workers" => s.sink_workers = value as usize,
+                "batch_size" => s.batch_size = value as usize,
+                _ => s.extra.push((key.to_string(), value)),
+            }
+        }
+        if s.capacity_threads == 0 {
+            s.capacity_threads = s.write_concurrency;
+        }
+        s
+    }
+
+    /// The `svc run` configuration for `sink`.
+    fn config(&self, url: &str, stream: &str, consumer: &str, sink: Value) -> Value {
+        let mut cfg = json!({
+            "nats": {"url": url, "stream": stream, "consumer": consumer, "subject": format!("{}.>", stream.to_lowercase()),
+                     "create_consumer": true},
+            "delivery": {"sink_workers": self.sink_workers, "batch_size": self.batch_size},
+            "sink": sink,
+            "logging": {"level": "warn"}
+        });
+        for (key, value) in &self.extra {
+            let section = match key.as_str() {
+                "max_ack_pending" => "nats",
+                "max_in_flight_batches" | "max_batch_wait_ms" => "delivery",
+                _ => panic!("{key}: unknown setting"),
+            };
+            cfg[section][key] = json!(value);
+        }
+        cfg
+    }
+}
+
+/// Message `i` of the mixed stream: (subject below the stream's prefix, payload).
+fn message(i: usize) -> (&'static str, Vec<u8>) {
+    match i % 4 {
+        0 => (
+            "orders.created",
+            format!(
+                r#"{{"order_id":"ORD-{i:08}","customer":"c-{}","amount":{{"value":{},"currency":"EUR"}},"items":[{{"sku":"SKU-1","qty":2}}]}}"#,
+                i % 977,
+                i * 7 % 100_000
+            )
+            .into_bytes(),
+        ),
+        1 => (
+            "orders.paid",
+            format!(
+                r#"{{"order_id":"ORD-{i:08}","payment":{{"method":"card","reference":"{}","captured":true}},"lines":[{}]}}"#,
+                "r".repeat(40),
+                (0..6)
+                    .map(|n| format!(r#"{{"sku":"SKU-{n}","qty":{n},"price":{}}}"#, 100 + n))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+            .into_bytes(),
+        ),
+        2 => (
+            "logs.app",
+            format!("2024-05-01T12:00:00Z INFO request {i} served in 12 ms path=/api/v1/orders/{i} status=200").into_bytes(),
+        ),
+        _ => (
+            "blobs.raw",
+            (0..96u32).map(|b| (b * 37 + i as u32) as u8 | 0x80).collect(),
+        ),
+    }
+}
+
+fn publish(url: &str, stream: &str, n: usize) {
+    support::create_stream(url, stream, &[&format!("{}.>", stream.to_lowercase())]).unwrap();
+    let nc = support::connect(url).unwrap();
+    let js = nats::jetstream::new(nc.clone());
+    let before = js.stream_info(stream).unwrap().state.messages;
+    for i in 0..n {
+        let (subject, data) = message(i);
+        nc.publish(&format!("{}.{subject}", stream.to_lowercase()), data)
+            .unwrap();
+        if i % 5000 == 4999 {
+            nc.flush().unwrap();
+        }
+    }
+    nc.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while js.stream_info(stream).unwrap().state.messages < before + n as u64 {
+        assert!(Instant::now() < deadline, "the stream did not fill");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The records the sink writes for the first `n` messages (sequence, bytes).
+fn records(stream: &str, n: usize) -> Vec<(u64, Vec<u8>)> {
+    (0..n)
+        .map(|i| {
+            let (subject, data) = message(i);
+            let seq = i as u64 + 1;
+            let raw = RawMessage {
+                subject: format!("{}.{subject}", stream.to_lowercase()),
+                stream: stream.into(),
+                consumer: "svc".into(),
+                stream_sequence: seq,
+                consumer_sequence: seq,
+                delivery_count: 1,
+                published_unix_nanos: Some(1_700_000_000_000_000_000),
+                headers: Vec::new(),
+                data,
+            };
+            let env = normalize(&raw, 1_700_000_001_000_000_000, &EnvelopeConfig::default()).0;
+            let mut buf = Vec::new();
+            encode_record(&mut buf, &env).unwrap();
+            (seq, buf)
+        })
+        .collect()
+}
+
+/// Runs `threads` threads until `work` has been called for every index below `n`.
+fn parallel(threads: usize, n: usize, work: impl Fn(usize) + Sync) -> f64 {
+    let next = AtomicUsize::new(0);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (next, work) = (&next, &work);
+            std::thread::Builder::new()
+                .name(format!("capacity-{t}"))
+                .spawn_scoped(s, move || loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    work(i);
+                })
+                .unwrap();
+        }
+    });
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// per_event's capacity: create + write + fsync per file, a directory fsync per batch.
+fn per_event_capacity(dir: &Path, records: &[(u64, Vec<u8>)], s: &Settings) -> f64 {
+    let keys = dir.join("idempotency-key");
+    fs::create_dir_all(&keys).unwrap();
+    let done = AtomicUsize::new(0);
+    let rate = parallel(s.capacity_threads, records.len(), |i| {
+        let (seq, bytes) = &records[i];
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o640)
+            .open(keys.join(format!("s-{FILES}-{seq}.json")))
+            .unwrap();
+        f.write_all(bytes).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+        if finished % s.batch_size == 0 || finished == records.len() {
+            File::open(&keys).unwrap().sync_all().unwrap();
+        }
+    });
+    rate
+}
+
+/// How a file gets its final name, for the comparison of the file system's cost alone.
+#[derive(Clone, Copy, Debug)]
+enum Way {
+    /// `open(O_TMPFILE)`, `write`, `fsync`, `linkat(/proc/self/fd/N)`, `close`.
+    Unnamed,
+    /// `open(.tmp, O_CREAT|O_EXCL)`, `write`, `fsync`, `link`, `unlink`, `close`.
+    LinkUnlink,
+    /// `open(.tmp, O_CREAT|O_EXCL)`, `write`, `fsync`, `renameat2(RENAME_NOREPLACE)`, `close`.
+    RenameNoReplace,
+}
+
+/// per_event_capacity with a temporary file and a publishing step, as a sink could do it.
+fn way_capacity(dir: &Path, records: &[(u64, Vec<u8>)], s: &Settings, way: Way) -> f64 {
+    use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, CWD};
+    use std::os::fd::AsRawFd;
+    let keys = dir.join("idempotency-key");
+    fs::create_dir_all(&keys).unwrap();
+    let done = AtomicUsize::new(0);
+    parallel(s.capacity_threads, records.len(), |i| {
+        let (seq, bytes) = &records[i];
+        let last = keys.join(format!("s-{FILES}-{seq}.json"));
+        let temp = keys.join(format!(".tmp-{seq}"));
+        let mut f = match way {
+            Way::Unnamed => File::from(
+                rustix::fs::openat(
+                    CWD,
+                    &keys,
+                    OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
+                    Mode::from_bits_truncate(0o640),
+                )
+                .unwrap(),
+            ),
+            _ => OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o640)
+                .open(&temp)
+                .unwrap(),
+        };
+        f.write_all(bytes).unwrap();
+        f.sync_all().unwrap();
+        match way {
+            Way::Unnamed => rustix::fs::linkat(
+                CWD,
+                format!("/proc/self/fd/{}", f.as_raw_fd()),
+                CWD,
+                &last,
+                AtFlags::SYMLINK_FOLLOW,
+            )
+            .unwrap(),
+            Way::LinkUnlink => {
+                fs::hard_link(&temp, &last).unwrap();
+                fs::remove_file(&temp).unwrap();
+            }
+            Way::RenameNoReplace => {
+                rustix::fs::renameat_with(CWD, &temp, CWD, &last, RenameFlags::NOREPLACE).unwrap()
+            }
+        }
+        let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+        if finished % s.batch_size == 0 || finished == records.len() {
+            File::open(&keys).unwrap().sync_all().unwrap();
+        }
+    })
+}
+
+/// jsonl's capacity: one append per batch under a lock, one fdatasync per batch outside it.
+fn jsonl_capacity(dir: &Path, batches: &[Vec<u8>], msgs: usize, s: &Settings) -> f64 {
+    fs::create_dir_all(dir).unwrap();
+    let file = Mutex::new(
+        OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(dir.join("capacity.jsonl"))
+            .unwrap(),
+    );
+    let start = Instant::now();
+    parallel(s.sink_workers, batches.len(), |i| {
+        let f = {
+            let f = file.lock().unwrap();
+            (&*f).write_all(&batches[i]).unwrap();
+            f.try_clone().unwrap()
+        };
+        f.sync_data().unwrap();
+    });
+    msgs as f64 / start.elapsed().as_secs_f64()
+}
+
+struct SvcRun {
+    rate: f64,
+    threads_at_end: usize,
+    thread_cpu: Vec<(String, f64)>,
+}
+
+/// `svc run` on a new consumer of `subject` until `n` messages are acknowledged.
+fn svc_run(url: &str, work: &Path, (stream, name): (&str, &str), n: usize, cfg: Value) -> SvcRun {
+    let cfg_path = work.join(format!("{name}.json"));
+    fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let start = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("run")
+        .arg(&cfg_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let js = nats::jetstream::new(support::connect(url).unwrap());
+    // SVC_BENCH_TIMELINE=1: messages acknowledged per 250 ms, to see stalls.
+    let timeline = std::env::var_os("SVC_BENCH_TIMELINE").is_some();
+    let (mut marks, mut last) = (Vec::new(), Instant::now());
+    support::wait_all_acked(&js, (stream, name), n, || {
+        assert!(child.try_wait().unwrap().is_none(), "svc exited early");
+        assert!(start.elapsed() < RUN_DEADLINE, "svc run {name} stalled");
+        if timeline && last.elapsed() >= Duration::from_millis(250) {
+            last = Instant::now();
+            if let Ok(i) = js.consumer_info(stream, name) {
+                let files = fs::read_dir(work.join(name).join("idempotency-key"))
+                    .map(|d| d.count())
+                    .unwrap_or(0);
+                marks.push((i.ack_floor.stream_seq, files));
+            }
+        }
+    });
+    if timeline {
+        let steps: Vec<String> = marks
+            .windows(2)
+            .map(|w| format!("{}/{}", w[1].0 - w[0].0, w[1].1 - w[0].1))
+            .collect();
+        println!("      acked/files per 250 ms: {}", steps.join(" "));
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let threads_at_end = fs::read_dir(format!("/proc/{}/task", child.id()))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    let thread_cpu = support::thread_cpu(child.id());
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill (Debian package procps)");
+    assert!(sent.success(), "kill -TERM: {sent}");
+    let _ = child.wait();
+    SvcRun {
+        rate,
+        threads_at_end,
+        thread_cpu,
+    }
+}
+
+/// One `svc run` and the capacities measured right before and after it.
+struct Round {
+    before: f64,
+    svc: f64,
+    after: f64,
+}
+
+impl Round {
+    fn ratio(&self) -> f64 {
+        self.svc / ((self.before + self.after) / 2.0)
+    }
+
+    /// The disk held one phase through the round: the capacities around it agree within
+    /// `STEADY`.
+    fn steady(&self) -> bool {
+        self.before.min(self.after) >= self.before.max(self.after) * (1.0 - STEADY)
+    }
+}
+
+/// Capacities before and after a round may differ by this fraction for it to count.
+const STEADY: f64 = 0.25;
+
+/// A warm-up capacity run (the disk is often slow for seconds after an idle spell; its
+/// figure is printed, not used), then capacity and `svc run` alternating (C S C S ... C).
+fn compare(
+    label: &str,
+    mut capacity: impl FnMut(usize) -> f64,
+    mut svc: impl FnMut(usize) -> SvcRun,
+) -> Vec<Round> {
+    println!("  {label} warm-up: capacity {:>7.0}", capacity(0));
+    let mut before = capacity(1);
+    let mut rounds = Vec::new();
+    for round in 1..=ROUNDS {
+        let run = svc(round);
+        let after = capacity(round + 1);
+        let r = Round {
+            before,
+            svc: run.rate,
+            after,
+        };
+        println!(
+            "  {label} round {round}: capacity {:>7.0} -> svc run {:>7.0} msg/s -> capacity {:>7.0}   ratio {:.2}x{}   ({} threads at the end)",
+            r.before,
+            r.svc,
+            r.after,
+            r.ratio(),
+            if r.steady() { "" } else { " (phase changed)" },
+            run.threads_at_end,
+        );
+        let cpu: Vec<String> = run
+            .thread_cpu
+            .iter()
+            .map(|(n, s)| format!("{n} {s:.2}s"))
+            .collect();
+        println!("      CPU by thread: {}", cpu.join(", "));
+        before = after;
+        rounds.push(r);
+    }
+    rounds
+}
+
+/// The per-round ratios, and the median of the steady rounds.
+fn summary(rounds: &[Round]) -> String {
+    let all: Vec<String> = rounds
+        .iter()
+        .map(|r| format!("{:.2}x", r.ratio()))
+        .collect();
+    let mut steady: Vec<f64> = rounds
+        .iter()
+        .filter(|r| r.steady())
+        .map(Round::ratio)
+        .collect();
+    steady.sort_by(f64::total_cmp);
+    let median = match steady.len() {
+        0 => "no steady round".to_string(),
+        n => format!("median of {n} steady rounds {:.2}x", steady[n / 2]),
+    };
+    format!("{} ({median})", all.join(" / "))
+}
+
+fn main() {
+    // Under `cargo test --all-targets` (no `--bench` flag) a small smoke pass.
+    let benching = std::env::args().any(|a| a == "--bench");
+    let n: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(if benching { 20_000 } else { 600 });
+    let n_jsonl = n * 10;
+    let only = |mode: &str| {
+        let named: Vec<String> = std::env::args()
+            .filter(|a| ["per_event", "jsonl", "ways"].contains(&a.as_str()))
+            .collect();
+        named.is_empty() || named.iter().any(|a| a == mode)
+    };
+    let s = Settings::from_args();
+    let work = match std::env::var_os("SVC_BENCH_DIR") {
+        Some(base) => tempfile::tempdir_in(base).unwrap(),
+        None => tempfile::tempdir().unwrap(),
+    };
+    let broker = support::start_broker();
+    publish(&broker.url, FILES, n);
+    publish(&broker.url, LINES, n_jsonl);
+    let recs = records(FILES, n);
+    let avg = recs.iter().map(|(_, b)| b.len()).sum::<usize>() / n.max(1);
+    println!(
+        "file capacity bench: {n} mixed messages (per_event), {n_jsonl} (jsonl), records ~{avg} bytes; \
+         write_concurrency {}, sink_workers {}, batch_size {}{}",
+        s.write_concurrency,
+        s.sink_workers,
+        s.batch_size,
+        s.extra
+            .iter()
+            .map(|(k, v)| format!(", {k} {v}"))
+            .collect::<String>()
+    );
+    let out = |name: &str| work.path().join(name);
+
+    let mut per_event = Vec::new();
+    let mut jsonl = Vec::new();
+    if only("per_event") {
+        println!(
+            "per_event (capacity: create+write+fsync, {} threads):",
+            s.capacity_threads
+        );
+        per_event = compare(
+            "per_event",
+            |round| per_event_capacity(&out(&format!("cap-{round}")), &recs, &s),
+            |round| {
+                let name = format!("per-event-{round}");
+                let sink = json!({"type": "file", "directory": out(&name),
+                              "write_concurrency": s.write_concurrency});
+                let cfg = s.config(&broker.url, FILES, &name, sink);
+                svc_run(&broker.url, work.path(), (FILES, &name), n, cfg)
+            },
+        );
+    }
+    if only("ways") {
+        println!("file system alone, files/s: plain create, then the ways a sink can name a file:");
+        for round in 1..=ROUNDS {
+            let plain = per_event_capacity(&out(&format!("plain-{round}")), &recs, &s);
+            let ways: Vec<String> = [Way::Unnamed, Way::LinkUnlink, Way::RenameNoReplace]
+                .iter()
+                .map(|&w| {
+                    let rate = way_capacity(&out(&format!("{w:?}-{round}")), &recs, &s, w);
+                    format!("{w:?} {rate:>6.0} ({:.2}x)", rate / plain)
+                })
+                .collect();
+            println!(
+                "  round {round}: create {plain:>6.0}   {}",
+                ways.join("   ")
+            );
+        }
+    }
+    if only("jsonl") {
+        let all = records(LINES, n_jsonl);
+        let batches: Vec<Vec<u8>> = all
+            .chunks(s.batch_size)
+            .map(|c| {
+                let mut buf = Vec::new();
+                for (_, r) in c {
+                    buf.extend_from_slice(r);
+                    buf.push(b'\n');
+                }
+                buf
+            })
+            .collect();
+        println!(
+            "jsonl (capacity: append+fdatasync per batch, {} threads):",
+            s.sink_workers
+        );
+        jsonl = compare(
+            "jsonl",
+            |round| jsonl_capacity(&out(&format!("jcap-{round}")), &batches, n_jsonl, &s),
+            |round| {
+                let name = format!("jsonl-{round}");
+                let sink = json!({"type": "file", "mode": "jsonl", "directory": out(&name)});
+                let cfg = s.config(&broker.url, LINES, &name, sink);
+                svc_run(&broker.url, work.path(), (LINES, &name), n_jsonl, cfg)
+            },
+        );
+    }
+    println!(
+        "per_event end to end / file system capacity: {}",
+        summary(&per_event)
+    );
+    println!(
+        "jsonl end to end / append capacity:          {}",
+        summary(&jsonl)
+    );
+}
