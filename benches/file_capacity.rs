@@ -41,7 +41,6 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -79,7 +78,8 @@ impl Settings {
             extra: Vec::new(),
         };
         for arg in std::env::args().skip(1) {
-            let Some((key, value)) = arg.split_once('=') else {
+            // Flags of the test harness (`--test-threads=4` under `cargo test`) are not ours.
+            let Some((key, value)) = arg.split_once('=').filter(|_| !arg.starts_with('-')) else {
                 continue;
             };
             let value: u64 = value
@@ -90,7 +90,10 @@ impl Settings {
                 "capacity_threads" => s.capacity_threads = value as usize,
                 "sink_workers" => s.sink_workers = value as usize,
                 "batch_size" => s.batch_size = value as usize,
-                _ => s.extra.push((key.to_string(), value)),
+                "max_ack_pending" | "max_in_flight_batches" | "max_batch_wait_ms" => {
+                    s.extra.push((key.to_string(), value))
+                }
+                _ => panic!("{key}: unknown setting"),
             }
         }
         if s.capacity_threads == 0 {
@@ -111,8 +114,7 @@ impl Settings {
         for (key, value) in &self.extra {
             let section = match key.as_str() {
                 "max_ack_pending" => "nats",
-                "max_in_flight_batches" | "max_batch_wait_ms" => "delivery",
-                _ => panic!("{key}: unknown setting"),
+                _ => "delivery",
             };
             cfg[section][key] = json!(value);
         }
@@ -345,13 +347,7 @@ fn svc_run(url: &str, work: &Path, (stream, name): (&str, &str), n: usize, cfg: 
     let cfg_path = work.join(format!("{name}.json"));
     fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
     let start = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(&cfg_path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut child = support::spawn_svc_run(&cfg_path);
     let js = nats::jetstream::new(support::connect(url).unwrap());
     // SVC_BENCH_TIMELINE=1: messages acknowledged per 250 ms, to see stalls.
     let timeline = std::env::var_os("SVC_BENCH_TIMELINE").is_some();
@@ -381,12 +377,7 @@ fn svc_run(url: &str, work: &Path, (stream, name): (&str, &str), n: usize, cfg: 
         .map(|d| d.count())
         .unwrap_or(0);
     let thread_cpu = support::thread_cpu(child.id());
-    let sent = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill (Debian package procps)");
-    assert!(sent.success(), "kill -TERM: {sent}");
-    let _ = child.wait();
+    support::terminate(child);
     SvcRun {
         rate,
         threads_at_end,

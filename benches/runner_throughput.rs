@@ -22,7 +22,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SIZE: usize = 205;
@@ -118,13 +117,7 @@ fn run_svc(
     std::fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
     let broker_cpu_before = broker.cpu_seconds();
     let start = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(&cfg_path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut child = support::spawn_svc_run(&cfg_path);
     // One connection for polling, so the measurement does not pay for reconnects.
     let js = nats::jetstream::new(support::connect(&broker.url).unwrap());
     let mut peak = 0;
@@ -136,13 +129,7 @@ fn run_svc(
     peak = peak.max(support::peak_rss_kib(child.id()));
     let cpu = support::thread_cpu(child.id());
     let broker_cpu = broker.cpu_seconds() - broker_cpu_before;
-    // A failed SIGTERM would leave the wait below hanging: fail loudly instead.
-    let sent = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill (Debian package procps)");
-    assert!(sent.success(), "kill -TERM: {sent}");
-    let _ = child.wait();
+    support::terminate(child);
     RunResult {
         rate: n as f64 / elapsed,
         peak_rss_kib: peak,

@@ -301,3 +301,25 @@ pub fn thread_cpu(pid: u32) -> Vec<(String, f64)> {
     v.sort_by(|a, b| b.1.total_cmp(&a.1));
     v
 }
+
+/// Starts `svc run <config>` with its log on this process's stderr.
+pub fn spawn_svc_run(config: &std::path::Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("run")
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+/// SIGTERM, then waits for the exit. A failed SIGTERM would leave the wait hanging: fail
+/// loudly instead.
+pub fn terminate(mut child: Child) {
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill (Debian package procps)");
+    assert!(sent.success(), "kill -TERM: {sent}");
+    let _ = child.wait();
+}

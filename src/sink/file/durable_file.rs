@@ -7,7 +7,7 @@
 //!   `linkat("/proc/self/fd/<fd>", final, AT_SYMLINK_FOLLOW)`, which fails with `EEXIST` when
 //!   the final name exists (exclusive creation with no check-then-write race). The file has no
 //!   name before the link, so there is nothing to remove afterwards and a crash at any point
-//!   leaves nothing behind. Five calls per file: open, write, fsync, linkat, close.
+//!   leaves nothing behind. Six calls per file: open, fchmod, write, fsync, linkat, close.
 //! - **named**: a dot-named temporary file (`.svc-tmp-<pid>-<random>-<n>`, a name no key can
 //!   take) created exclusively, written and fsynced, then `link(tmp, final)` and `unlink(tmp)`
 //!   (`skip_existing`, `fail_existing`), or `rename(tmp, final)` (`replace`: an atomic
@@ -17,9 +17,10 @@
 //!   pid (containers, other hosts sharing a volume) apart; a temporary name found taken is
 //!   another writer's and is left alone.
 //!
-//! The file mode is set at creation; an `fchmod` follows only when the process's umask
-//! removes bits of `file_mode` (it is read once, from `/proc/self/status`; unreadable means
-//! always `fchmod`).
+//! Every file gets an `fchmod` to exactly `file_mode` before its fsync: the mode given at
+//! creation is reduced by the umask, or, in a directory with a default ACL, by that ACL's
+//! entries, which no umask reading can predict. It costs no I/O of its own (the inode is
+//! written by the fsync that follows anyway).
 
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write};
@@ -55,8 +56,6 @@ pub struct DurableFiles {
     file_mode: u32,
     dir_mode: u32,
     policy: DuplicatePolicy,
-    /// The umask removes bits of `file_mode`: creation alone does not give the exact mode.
-    needs_fchmod: bool,
     /// `O_TMPFILE` and `/proc/self/fd` work here (cleared the first time they do not).
     unnamed: AtomicBool,
     /// `<pid>-<random>`: this instance's part of every temporary name.
@@ -66,13 +65,11 @@ pub struct DurableFiles {
 
 impl DurableFiles {
     pub fn new(cfg: &FileSinkConfig) -> DurableFiles {
-        let needs_fchmod = umask().is_none_or(|mask| cfg.file_mode & mask != 0);
         DurableFiles {
             root: cfg.directory.clone(),
             file_mode: cfg.file_mode,
             dir_mode: dir_mode(cfg.file_mode),
             policy: cfg.duplicate_policy,
-            needs_fchmod,
             unnamed: AtomicBool::new(Path::new("/proc/self/fd").is_dir()),
             temp_tag: format!("{}-{:08x}", std::process::id(), rand::random::<u32>()),
             temp_counter: AtomicU64::new(0),
@@ -201,12 +198,10 @@ impl DurableFiles {
         self.outcome(target, published)
     }
 
-    /// Mode (when the umask took bits), content, fsync.
+    /// Exact mode, content, fsync.
     fn fill(&self, mut file: &File, body: &[u8]) -> io::Result<()> {
-        if self.needs_fchmod {
-            // fchmod is not subject to the umask, so the configured mode is exact.
-            file.set_permissions(Permissions::from_mode(self.file_mode))?;
-        }
+        // fchmod is not subject to the umask (nor to a default ACL): the mode is exact.
+        file.set_permissions(Permissions::from_mode(self.file_mode))?;
         file.write_all(body)?;
         file.sync_all()
     }
@@ -248,23 +243,4 @@ fn unsupported(e: &io::Error) -> bool {
         rustix::io::Errno::from_io_error(e),
         Some(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::ISDIR | rustix::io::Errno::INVAL)
     )
-}
-
-/// The process's umask, from `/proc/self/status` (`Umask:\t0022`, Linux 4.7 and later).
-fn umask() -> Option<u32> {
-    let status = fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
-    u32::from_str_radix(line.trim(), 8).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_umask_is_read() {
-        // The test process's umask is whatever the shell set; it parses and fits 0o777.
-        let mask = umask().expect("/proc/self/status has Umask");
-        assert!(mask <= 0o777, "{mask:o}");
-    }
 }
