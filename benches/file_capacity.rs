@@ -17,22 +17,37 @@
 //! jsonl: the capacity is the batches' bytes appended to one file with one `write` per batch
 //! under a lock and one `fdatasync` per batch outside it, from `sink_workers` threads.
 //!
-//! The virtual disks this runs on swing between slow and fast phases within seconds (and are
-//! slow for a few seconds after an idle spell), so a warm-up capacity run comes first, then
-//! capacity and `svc run` alternate (`C S C S ... C`) and each `svc run` is divided by the
-//! mean of the capacities measured right before and after it. A round whose two capacities
-//! differ by more than 25% saw the phase change and is marked; the summary gives the median
-//! ratio of the other rounds. `svc run` is timed from spawn until the
+//! A warm-up capacity run comes first, then capacity and `svc run` alternate
+//! (`C S C S ... C`) and each `svc run` is divided by the mean of the capacities measured
+//! right before and after it. A round whose two capacities differ by more than 25% saw the
+//! file system change pace (see below) and is marked; the summary gives the median ratio of
+//! the other rounds. `svc run` is timed from spawn until the
 //! broker reports every message acknowledged; it creates its consumer itself, with the
 //! defaults an operator gets (`max_ack_pending`), and runs with the default configuration
 //! except for the `key=value` arguments given.
 //!
-//! Nothing is deleted before the end: removing tens of thousands of files (on a file system
-//! mounted with `discard`) slows the fsyncs that follow for seconds, which would penalize
-//! whichever side came next.
+//! Nothing is deleted before the end, and measuring starts only after 35 quiet seconds: ext4
+//! does not reuse an inode within 30 s (`vm.dirty_expire_centisecs`) of its deletion, and
+//! while many such inodes sit near a new file's directory every allocation scans them under a
+//! contended lock (`recently_deleted` in the kernel's ext4/ialloc.c; `perf record -a -g` shows
+//! it). Measured here: 14k-18k files/s from 16 threads on a quiet file system, 0.8k-2.7k in
+//! the 30 s after `rm -rf` of 65,000 files, back to 14k-18k 36 s later. Without the wait, the
+//! clean-up of a previous run (or of a test suite) decides the figures, and it may hit the
+//! two sides differently: their directories can sit in different block groups.
 //!
-//! Messages are mixed: JSON of two sizes, text and raw bytes, on four subjects, so records
-//! average about 600 bytes.
+//! Each `svc run` also prints the CPU time of its threads and of the broker. The broker
+//! (nats-server on the same host) sometimes spends ~5 CPU seconds per 20,000 deliveries
+//! instead of ~0.2 s; those runs deliver slowly and the sink waits for messages (see
+//! docs/sinks/file.md, Performance).
+//!
+//! Diagnostics, by environment variable: `SVC_BENCH_TIMELINE=1` prints messages acknowledged
+//! and files written per 250 ms and the scheduler states of svc's threads sampled every 25 ms
+//! (R running, S sleeping, e.g. waiting for work, D waiting for the disk); with it,
+//! `SVC_BENCH_DUMP=1` has svc log its pipeline dump (SIGUSR1) every 250 ms;
+//! `SVC_BENCH_LOG=info` sets svc's log level.
+//!
+//! Messages are mixed: JSON of two sizes, text and raw bytes, on four subjects; records
+//! average about 780 bytes.
 #![allow(deprecated)]
 
 mod support;
@@ -41,6 +56,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -55,6 +71,8 @@ const LINES: &str = "LINES";
 const ROUNDS: usize = 4;
 /// An `svc run` that has not acknowledged everything by then is reported as stalled.
 const RUN_DEADLINE: Duration = Duration::from_secs(600);
+/// How long to wait, before measuring, for inodes freed before the bench to become reusable.
+const QUIET: Duration = Duration::from_secs(35);
 
 /// The settings of one comparison: the defaults unless given as `key=value` arguments.
 struct Settings {
@@ -109,7 +127,7 @@ impl Settings {
                      "create_consumer": true},
             "delivery": {"sink_workers": self.sink_workers, "batch_size": self.batch_size},
             "sink": sink,
-            "logging": {"level": "warn"}
+            "logging": {"level": std::env::var("SVC_BENCH_LOG").unwrap_or("warn".into())}
         });
         for (key, value) in &self.extra {
             let section = match key.as_str() {
@@ -338,12 +356,22 @@ fn jsonl_capacity(dir: &Path, batches: &[Vec<u8>], msgs: usize, s: &Settings) ->
 
 struct SvcRun {
     rate: f64,
+    /// CPU seconds the broker spent during the run.
+    broker_cpu: f64,
     threads_at_end: usize,
     thread_cpu: Vec<(String, f64)>,
 }
 
 /// `svc run` on a new consumer of `subject` until `n` messages are acknowledged.
-fn svc_run(url: &str, work: &Path, (stream, name): (&str, &str), n: usize, cfg: Value) -> SvcRun {
+fn svc_run(
+    broker: &support::Broker,
+    work: &Path,
+    (stream, name): (&str, &str),
+    n: usize,
+    cfg: Value,
+) -> SvcRun {
+    let url = &broker.url;
+    let broker_before = broker.cpu_seconds();
     let cfg_path = work.join(format!("{name}.json"));
     fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
     let start = Instant::now();
@@ -352,11 +380,20 @@ fn svc_run(url: &str, work: &Path, (stream, name): (&str, &str), n: usize, cfg: 
     // SVC_BENCH_TIMELINE=1: messages acknowledged per 250 ms, to see stalls.
     let timeline = std::env::var_os("SVC_BENCH_TIMELINE").is_some();
     let (mut marks, mut last) = (Vec::new(), Instant::now());
+    let mut states: std::collections::BTreeMap<String, usize> = Default::default();
     support::wait_all_acked(&js, (stream, name), n, || {
         assert!(child.try_wait().unwrap().is_none(), "svc exited early");
         assert!(start.elapsed() < RUN_DEADLINE, "svc run {name} stalled");
+        if timeline {
+            sample_states(child.id(), &mut states);
+        }
         if timeline && last.elapsed() >= Duration::from_millis(250) {
             last = Instant::now();
+            if std::env::var_os("SVC_BENCH_DUMP").is_some() {
+                let _ = Command::new("kill")
+                    .args(["-USR1", &child.id().to_string()])
+                    .status();
+            }
             if let Ok(i) = js.consumer_info(stream, name) {
                 let files = fs::read_dir(work.join(name).join("idempotency-key"))
                     .map(|d| d.count())
@@ -371,6 +408,7 @@ fn svc_run(url: &str, work: &Path, (stream, name): (&str, &str), n: usize, cfg: 
             .map(|w| format!("{}/{}", w[1].0 - w[0].0, w[1].1 - w[0].1))
             .collect();
         println!("      acked/files per 250 ms: {}", steps.join(" "));
+        println!("      thread states sampled every 25 ms: {states:?}");
     }
     let rate = n as f64 / start.elapsed().as_secs_f64();
     let threads_at_end = fs::read_dir(format!("/proc/{}/task", child.id()))
@@ -380,6 +418,7 @@ fn svc_run(url: &str, work: &Path, (stream, name): (&str, &str), n: usize, cfg: 
     support::terminate(child);
     SvcRun {
         rate,
+        broker_cpu: broker.cpu_seconds() - broker_before,
         threads_at_end,
         thread_cpu,
     }
@@ -407,8 +446,26 @@ impl Round {
 /// Capacities before and after a round may differ by this fraction for it to count.
 const STEADY: f64 = 0.25;
 
-/// A warm-up capacity run (the disk is often slow for seconds after an idle spell; its
-/// figure is printed, not used), then capacity and `svc run` alternating (C S C S ... C).
+/// Counts the scheduler state (R running, S sleeping, D in uninterruptible I/O wait) of the
+/// threads of `pid`, by name: a thread dump, summed.
+fn sample_states(pid: u32, into: &mut std::collections::BTreeMap<String, usize>) {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return;
+    };
+    for t in tasks.flatten() {
+        let Ok(stat) = fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].trim_end_matches(|c: char| c.is_ascii_digit());
+        let state = stat[close + 2..].chars().next().unwrap_or('?');
+        *into.entry(format!("{name}{state}")).or_default() += 1;
+    }
+}
+
+/// A warm-up capacity run (printed, not used), then capacity and `svc run` alternating (C S C S ... C).
 fn compare(
     label: &str,
     mut capacity: impl FnMut(usize) -> f64,
@@ -439,7 +496,11 @@ fn compare(
             .iter()
             .map(|(n, s)| format!("{n} {s:.2}s"))
             .collect();
-        println!("      CPU by thread: {}", cpu.join(", "));
+        println!(
+            "      CPU by thread: {}; broker {:.2}s",
+            cpu.join(", "),
+            run.broker_cpu
+        );
         before = after;
         rounds.push(r);
     }
@@ -501,6 +562,13 @@ fn main() {
             .collect::<String>()
     );
     let out = |name: &str| work.path().join(name);
+    if benching {
+        println!(
+            "waiting {} s: inodes deleted before the bench slow down file creation until ext4 may reuse them",
+            QUIET.as_secs()
+        );
+        std::thread::sleep(QUIET);
+    }
 
     let mut per_event = Vec::new();
     let mut jsonl = Vec::new();
@@ -517,7 +585,7 @@ fn main() {
                 let sink = json!({"type": "file", "directory": out(&name),
                               "write_concurrency": s.write_concurrency});
                 let cfg = s.config(&broker.url, FILES, &name, sink);
-                svc_run(&broker.url, work.path(), (FILES, &name), n, cfg)
+                svc_run(&broker, work.path(), (FILES, &name), n, cfg)
             },
         );
     }
@@ -562,7 +630,7 @@ fn main() {
                 let name = format!("jsonl-{round}");
                 let sink = json!({"type": "file", "mode": "jsonl", "directory": out(&name)});
                 let cfg = s.config(&broker.url, LINES, &name, sink);
-                svc_run(&broker.url, work.path(), (LINES, &name), n_jsonl, cfg)
+                svc_run(&broker, work.path(), (LINES, &name), n_jsonl, cfg)
             },
         );
     }
