@@ -4,7 +4,7 @@
 //! cargo bench --bench file_capacity                       # 20000 mixed messages, defaults
 //! cargo bench --bench file_capacity -- 50000              # more messages
 //! cargo bench --bench file_capacity -- write_concurrency=8 sink_workers=4 batch_size=128
-//! cargo bench --bench file_capacity -- per_event       # one part only (jsonl, ways)
+//! cargo bench --bench file_capacity -- per_event       # one part only (jsonl, ways, broker)
 //! ```
 //!
 //! per_event: the capacity is plain `open(O_CREAT|O_EXCL)` + `write` + `fsync` + `close` of
@@ -446,6 +446,121 @@ impl Round {
 /// Capacities before and after a round may differ by this fraction for it to count.
 const STEADY: f64 = 0.25;
 
+/// The broker's CPU per delivery without svc: the raw pull loop of `support::raw_fetch_ack`
+/// (two outstanding requests of `batch_size`, flush after each), acknowledging each batch at
+/// once or only after a pause, as a sink that takes that long per batch would. Each variant
+/// runs on a new consumer of the per_event stream, alternating.
+fn broker_alone(broker: &support::Broker, n: usize, s: &Settings) {
+    println!(
+        "broker alone: pull {} per request, ack each batch after a pause (no sink):",
+        s.batch_size
+    );
+    let records = records(FILES, 1);
+    let body = &records[0].1;
+    for round in 1..=2 {
+        for (pause_ms, files) in [(0u64, false), (15, false), (15, true), (0, true)] {
+            let name = format!("raw-{round}-{pause_ms}-{files}");
+            support::create_consumer(
+                &broker.url,
+                FILES,
+                &name,
+                "files.>",
+                Duration::from_secs(30),
+            )
+            .unwrap();
+            let before = broker.cpu_seconds();
+            let start = Instant::now();
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let written = AtomicUsize::new(0);
+            let dir =
+                std::env::temp_dir().join(format!("svc-bench-load-{}-{name}", std::process::id()));
+            std::thread::scope(|scope| {
+                if files {
+                    fs::create_dir_all(&dir).unwrap();
+                    for t in 0..s.write_concurrency {
+                        let (stop, written, dir) = (&stop, &written, &dir);
+                        scope.spawn(move || {
+                            let mut i = 0;
+                            while !stop.load(Ordering::Relaxed) {
+                                let mut f = File::create(dir.join(format!("{t}-{i}"))).unwrap();
+                                f.write_all(body).unwrap();
+                                f.sync_all().unwrap();
+                                written.fetch_add(1, Ordering::Relaxed);
+                                i += 1;
+                            }
+                        });
+                    }
+                }
+                raw_pull_with_pause(&broker.url, &name, n, s.batch_size, pause_ms);
+                stop.store(true, Ordering::Relaxed);
+            });
+            let secs = start.elapsed().as_secs_f64();
+            let load = if files {
+                format!(
+                    "{} threads creating files ({:.0}/s)",
+                    s.write_concurrency,
+                    written.load(Ordering::Relaxed) as f64 / secs
+                )
+            } else {
+                "no file load".to_string()
+            };
+            println!(
+                "  round {round}, pause {pause_ms:>2} ms per batch, {load}: {:>7.0} msg/s, broker {:.2} CPU-s",
+                n as f64 / secs,
+                broker.cpu_seconds() - before
+            );
+        }
+    }
+}
+
+fn raw_pull_with_pause(url: &str, consumer: &str, n: usize, batch: usize, pause_ms: u64) {
+    let nc = support::connect(url).unwrap();
+    let js = nats::jetstream::new(nc.clone());
+    let sub = js
+        .pull_subscribe_with_options(
+            "files.>",
+            &nats::jetstream::PullSubscribeOptions::new()
+                .bind_stream(FILES.into())
+                .durable_name(consumer.into()),
+        )
+        .unwrap();
+    let request = || {
+        sub.request_batch(nats::jetstream::BatchOptions {
+            batch,
+            expires: Some(Duration::from_secs(1).as_nanos() as usize),
+            no_wait: false,
+        })
+        .unwrap();
+        nc.flush().unwrap();
+    };
+    request();
+    request();
+    let (mut done, mut held) = (0, Vec::new());
+    while done < n {
+        let Ok(m) = sub.next_timeout(Duration::from_secs(5)) else {
+            panic!("raw pull stalled at {done}/{n}");
+        };
+        if m.data.is_empty()
+            && m.headers
+                .as_ref()
+                .is_some_and(|h| h.get("Status").is_some())
+        {
+            request();
+            continue;
+        }
+        held.push(m);
+        if held.len() == batch || done + held.len() == n {
+            std::thread::sleep(Duration::from_millis(pause_ms));
+            done += held.len();
+            for m in held.drain(..) {
+                m.ack().unwrap();
+            }
+            nc.flush().unwrap();
+            request();
+        }
+    }
+}
+
 /// Counts the scheduler state (R running, S sleeping, D in uninterruptible I/O wait) of the
 /// threads of `pid`, by name: a thread dump, summed.
 fn sample_states(pid: u32, into: &mut std::collections::BTreeMap<String, usize>) {
@@ -536,7 +651,7 @@ fn main() {
     let n_jsonl = n * 10;
     let only = |mode: &str| {
         let named: Vec<String> = std::env::args()
-            .filter(|a| ["per_event", "jsonl", "ways"].contains(&a.as_str()))
+            .filter(|a| ["per_event", "jsonl", "ways", "broker"].contains(&a.as_str()))
             .collect();
         named.is_empty() || named.iter().any(|a| a == mode)
     };
@@ -605,6 +720,9 @@ fn main() {
                 ways.join("   ")
             );
         }
+    }
+    if only("broker") {
+        broker_alone(&broker, n, &s);
     }
     if only("jsonl") {
         let all = records(LINES, n_jsonl);
