@@ -450,7 +450,7 @@ const STEADY: f64 = 0.25;
 /// (two outstanding requests of `batch_size`, flush after each), acknowledging each batch at
 /// once or only after a pause, as a sink that takes that long per batch would. Each variant
 /// runs on a new consumer of the per_event stream, alternating.
-fn broker_alone(broker: &support::Broker, n: usize, s: &Settings) {
+fn broker_alone(broker: &support::Broker, work: &Path, n: usize, s: &Settings) {
     println!(
         "broker alone: pull {} per request, ack each batch after a pause (no sink):",
         s.batch_size
@@ -472,8 +472,8 @@ fn broker_alone(broker: &support::Broker, n: usize, s: &Settings) {
             let start = Instant::now();
             let stop = std::sync::atomic::AtomicBool::new(false);
             let written = AtomicUsize::new(0);
-            let dir =
-                std::env::temp_dir().join(format!("svc-bench-load-{}-{name}", std::process::id()));
+            // Removed with the work directory at the end, not before: see the module comment.
+            let dir = work.join(format!("load-{name}"));
             std::thread::scope(|scope| {
                 if files {
                     fs::create_dir_all(&dir).unwrap();
@@ -722,7 +722,7 @@ fn main() {
         }
     }
     if only("broker") {
-        broker_alone(&broker, n, &s);
+        broker_alone(&broker, work.path(), n, &s);
     }
     if only("jsonl") {
         let all = records(LINES, n_jsonl);
