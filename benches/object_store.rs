@@ -371,13 +371,7 @@ fn end_to_end(m: &moto::Moto, n: usize, conc: usize, sample: &[u8]) -> EndToEnd 
         support::process_cpu_seconds(m.pid()) - moto_cpu_before,
         start.elapsed().as_secs_f64(),
     );
-    // A failed SIGTERM would leave the wait below hanging: fail loudly instead.
-    let sent = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill (Debian package procps)");
-    assert!(sent.success(), "kill -TERM: {sent}");
-    let _ = child.wait();
+    support::terminate(child);
     let raw_after = raw_puts(pooled, "e2e-after", n, conc, sample, Shape::AsSink);
     let raw_ms = (ms_before + last_moto_ms()) / 2.0;
     EndToEnd {

@@ -146,13 +146,7 @@ pub fn run_svc(
         std::thread::sleep(Duration::from_millis(20));
     }
     let rate = n as f64 / start.elapsed().as_secs_f64();
-    // A failed SIGTERM would leave the wait below hanging: fail loudly instead.
-    let sent = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill (Debian package procps)");
-    assert!(sent.success(), "kill -TERM: {sent}");
-    let _ = child.wait();
+    support::terminate(child);
     // The final snapshot is written at exit.
     let snap: serde_json::Value = std::fs::read(dir.join(format!("{consumer}.metrics.json")))
         .ok()
