@@ -11,7 +11,8 @@
 //!    (plus the parent of every directory created) fsynced once, before any outcome of the
 //!    batch is reported. Outcomes keep the batch's order.
 //!
-//! No lock: sink workers share only the writers' queue and the temporary-name counter.
+//! No lock around file system work: sink workers share the writers' queue (its mutex is held
+//! only to push or take a task) and the temporary-name counter.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
