@@ -125,13 +125,7 @@ impl DurableFiles {
             .map(File::from)
             .map_err(io::Error::from)
         };
-        let opened = match open() {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                create_below(&self.root, dir, self.dir_mode, created).and_then(|()| open())
-            }
-            r => r,
-        };
-        let file = match opened {
+        let file = match self.open_in(dir, created, open) {
             Ok(f) => f,
             Err(e) if unsupported(&e) => return None,
             Err(e) => return Some(transient(&target.rel, e)),
@@ -169,13 +163,9 @@ impl DurableFiles {
                 .mode(self.file_mode)
                 .open(&temp)
         };
-        let written = match open() {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                create_below(&self.root, dir, self.dir_mode, created).and_then(|()| open())
-            }
-            r => r,
-        }
-        .and_then(|f| self.fill(&f, body));
+        let written = self
+            .open_in(dir, created, open)
+            .and_then(|f| self.fill(&f, body));
         if let Err(e) = written {
             // A name found taken belongs to another writer: never remove it.
             if e.kind() != io::ErrorKind::AlreadyExists {
@@ -196,6 +186,22 @@ impl DurableFiles {
             let _ = fs::remove_file(&temp);
         }
         self.outcome(target, published)
+    }
+
+    /// `open()`s a file in `dir`, creating `dir` (never the output directory itself) and
+    /// retrying once when it is missing.
+    fn open_in(
+        &self,
+        dir: &Path,
+        created: &mut Vec<PathBuf>,
+        open: impl Fn() -> io::Result<File>,
+    ) -> io::Result<File> {
+        match open() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                create_below(&self.root, dir, self.dir_mode, created).and_then(|()| open())
+            }
+            r => r,
+        }
     }
 
     /// Exact mode, content, fsync.

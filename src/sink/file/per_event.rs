@@ -22,7 +22,7 @@ use crossbeam_channel::bounded;
 use super::config::{Compression, FileSinkConfig};
 use super::durable::DirSync;
 use super::durable_file::{DurableFiles, Target};
-use super::writer_pool::WriterPool;
+use super::writer_pool::{Task, WriterPool};
 use super::{encode_record, error, gzip_into, WriteLimit};
 use crate::message::envelope::Envelope;
 use crate::sink::key::{safe_component, strategy_key};
@@ -46,7 +46,6 @@ pub struct PerEvent {
 struct FileJob {
     target: Target,
     record: Vec<u8>,
-    compression: Compression,
 }
 
 /// Result of writing one envelope before its directory is synced.
@@ -58,9 +57,9 @@ enum Written {
 }
 
 impl FileJob {
-    fn write(self, files: &DurableFiles) -> Written {
+    fn write(self, files: &DurableFiles, compression: Compression) -> Written {
         let mut gz = Vec::new();
-        let body: &[u8] = match self.compression {
+        let body: &[u8] = match compression {
             Compression::None => &self.record,
             Compression::Gzip => match gzip_into(&mut gz, &self.record) {
                 Ok(()) => &gz,
@@ -139,14 +138,14 @@ impl PerEvent {
                     continue;
                 }
             };
-            let files = Arc::clone(&self.files);
-            let tx = tx.clone();
-            let task = Box::new(move || {
-                let _ = tx.send((i, job.write(&files)));
+            let (files, compression, tx) =
+                (Arc::clone(&self.files), self.cfg.compression, tx.clone());
+            let task: Task = Box::new(move || {
+                let _ = tx.send((i, job.write(&files, compression)));
             });
             let queued = match writers {
                 Some(pool) => pool.run(task),
-                None => Err(task as Box<dyn FnOnce() + Send>),
+                None => Err(task),
             };
             if let Err(task) = queued {
                 task();
@@ -179,11 +178,7 @@ impl PerEvent {
             ));
         }
         self.limit.check(record.len(), &target.rel)?;
-        Ok(FileJob {
-            target,
-            record,
-            compression: self.cfg.compression,
-        })
+        Ok(FileJob { target, record })
     }
 
     /// The key of an envelope relative to the output directory.
