@@ -50,6 +50,8 @@
 //! average about 780 bytes.
 #![allow(deprecated)]
 
+#[path = "file_capacity/diagnose.rs"]
+mod diagnose;
 mod support;
 
 use std::fs::{self, File, OpenOptions};
@@ -221,55 +223,12 @@ fn records(stream: &str, n: usize) -> Vec<(u64, Vec<u8>)> {
         .collect()
 }
 
-/// Runs `threads` threads until `work` has been called for every index below `n`.
-fn parallel(threads: usize, n: usize, work: impl Fn(usize) + Sync) -> f64 {
-    let next = AtomicUsize::new(0);
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let (next, work) = (&next, &work);
-            std::thread::Builder::new()
-                .name(format!("capacity-{t}"))
-                .spawn_scoped(s, move || loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
-                        break;
-                    }
-                    work(i);
-                })
-                .unwrap();
-        }
-    });
-    n as f64 / start.elapsed().as_secs_f64()
-}
-
-/// per_event's capacity: create + write + fsync per file, a directory fsync per batch.
-fn per_event_capacity(dir: &Path, records: &[(u64, Vec<u8>)], s: &Settings) -> f64 {
-    let keys = dir.join("idempotency-key");
-    fs::create_dir_all(&keys).unwrap();
-    let done = AtomicUsize::new(0);
-    let rate = parallel(s.capacity_threads, records.len(), |i| {
-        let (seq, bytes) = &records[i];
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o640)
-            .open(keys.join(format!("s-{FILES}-{seq}.json")))
-            .unwrap();
-        f.write_all(bytes).unwrap();
-        f.sync_all().unwrap();
-        drop(f);
-        let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
-        if finished % s.batch_size == 0 || finished == records.len() {
-            File::open(&keys).unwrap().sync_all().unwrap();
-        }
-    });
-    rate
-}
-
-/// How a file gets its final name, for the comparison of the file system's cost alone.
+/// How a file gets its final name. `Plain` is the capacity per_event is compared with; the
+/// others are the ways a sink can publish a complete file, for the file system's cost alone.
 #[derive(Clone, Copy, Debug)]
 enum Way {
+    /// `open(final, O_CREAT|O_EXCL)`, `write`, `fsync`, `close`: no temporary file at all.
+    Plain,
     /// `open(O_TMPFILE)`, `write`, `fsync`, `linkat(/proc/self/fd/N)`, `close`.
     Unnamed,
     /// `open(.tmp, O_CREAT|O_EXCL)`, `write`, `fsync`, `link`, `unlink`, `close`.
@@ -278,18 +237,28 @@ enum Way {
     RenameNoReplace,
 }
 
-/// per_event_capacity with a temporary file and a publishing step, as a sink could do it.
-fn way_capacity(dir: &Path, records: &[(u64, Vec<u8>)], s: &Settings, way: Way) -> f64 {
+/// One file per record in `dir/idempotency-key/` the given way, from `capacity_threads`
+/// threads, a directory fsync per `batch_size` files; returns files per second.
+fn capacity(dir: &Path, records: &[(u64, Vec<u8>)], s: &Settings, way: Way) -> f64 {
     use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, CWD};
     use std::os::fd::AsRawFd;
     let keys = dir.join("idempotency-key");
     fs::create_dir_all(&keys).unwrap();
     let done = AtomicUsize::new(0);
-    parallel(s.capacity_threads, records.len(), |i| {
+    support::parallel("capacity", s.capacity_threads, records.len(), |i| {
         let (seq, bytes) = &records[i];
         let last = keys.join(format!("s-{FILES}-{seq}.json"));
         let temp = keys.join(format!(".tmp-{seq}"));
+        let create = |path: &Path| {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o640)
+                .open(path)
+                .unwrap()
+        };
         let mut f = match way {
+            Way::Plain => create(&last),
             Way::Unnamed => File::from(
                 rustix::fs::openat(
                     CWD,
@@ -299,16 +268,12 @@ fn way_capacity(dir: &Path, records: &[(u64, Vec<u8>)], s: &Settings, way: Way) 
                 )
                 .unwrap(),
             ),
-            _ => OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o640)
-                .open(&temp)
-                .unwrap(),
+            Way::LinkUnlink | Way::RenameNoReplace => create(&temp),
         };
         f.write_all(bytes).unwrap();
         f.sync_all().unwrap();
         match way {
+            Way::Plain => {}
             Way::Unnamed => rustix::fs::linkat(
                 CWD,
                 format!("/proc/self/fd/{}", f.as_raw_fd()),
@@ -325,6 +290,7 @@ fn way_capacity(dir: &Path, records: &[(u64, Vec<u8>)], s: &Settings, way: Way) 
                 rustix::fs::renameat_with(CWD, &temp, CWD, &last, RenameFlags::NOREPLACE).unwrap()
             }
         }
+        drop(f);
         let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
         if finished % s.batch_size == 0 || finished == records.len() {
             File::open(&keys).unwrap().sync_all().unwrap();
@@ -343,7 +309,7 @@ fn jsonl_capacity(dir: &Path, batches: &[Vec<u8>], msgs: usize, s: &Settings) ->
             .unwrap(),
     );
     let start = Instant::now();
-    parallel(s.sink_workers, batches.len(), |i| {
+    support::parallel("capacity", s.sink_workers, batches.len(), |i| {
         let f = {
             let f = file.lock().unwrap();
             (&*f).write_all(&batches[i]).unwrap();
@@ -385,7 +351,7 @@ fn svc_run(
         assert!(child.try_wait().unwrap().is_none(), "svc exited early");
         assert!(start.elapsed() < RUN_DEADLINE, "svc run {name} stalled");
         if timeline {
-            sample_states(child.id(), &mut states);
+            diagnose::sample_states(child.id(), &mut states);
         }
         if timeline && last.elapsed() >= Duration::from_millis(250) {
             last = Instant::now();
@@ -445,140 +411,6 @@ impl Round {
 
 /// Capacities before and after a round may differ by this fraction for it to count.
 const STEADY: f64 = 0.25;
-
-/// The broker's CPU per delivery without svc: the raw pull loop of `support::raw_fetch_ack`
-/// (two outstanding requests of `batch_size`, flush after each), acknowledging each batch at
-/// once or only after a pause, as a sink that takes that long per batch would. Each variant
-/// runs on a new consumer of the per_event stream, alternating.
-fn broker_alone(broker: &support::Broker, work: &Path, n: usize, s: &Settings) {
-    println!(
-        "broker alone: pull {} per request, ack each batch after a pause (no sink):",
-        s.batch_size
-    );
-    let records = records(FILES, 1);
-    let body = &records[0].1;
-    for round in 1..=2 {
-        for (pause_ms, files) in [(0u64, false), (15, false), (15, true), (0, true)] {
-            let name = format!("raw-{round}-{pause_ms}-{files}");
-            support::create_consumer(
-                &broker.url,
-                FILES,
-                &name,
-                "files.>",
-                Duration::from_secs(30),
-            )
-            .unwrap();
-            let before = broker.cpu_seconds();
-            let start = Instant::now();
-            let stop = std::sync::atomic::AtomicBool::new(false);
-            let written = AtomicUsize::new(0);
-            // Removed with the work directory at the end, not before: see the module comment.
-            let dir = work.join(format!("load-{name}"));
-            std::thread::scope(|scope| {
-                if files {
-                    fs::create_dir_all(&dir).unwrap();
-                    for t in 0..s.write_concurrency {
-                        let (stop, written, dir) = (&stop, &written, &dir);
-                        scope.spawn(move || {
-                            let mut i = 0;
-                            while !stop.load(Ordering::Relaxed) {
-                                let mut f = File::create(dir.join(format!("{t}-{i}"))).unwrap();
-                                f.write_all(body).unwrap();
-                                f.sync_all().unwrap();
-                                written.fetch_add(1, Ordering::Relaxed);
-                                i += 1;
-                            }
-                        });
-                    }
-                }
-                raw_pull_with_pause(&broker.url, &name, n, s.batch_size, pause_ms);
-                stop.store(true, Ordering::Relaxed);
-            });
-            let secs = start.elapsed().as_secs_f64();
-            let load = if files {
-                format!(
-                    "{} threads creating files ({:.0}/s)",
-                    s.write_concurrency,
-                    written.load(Ordering::Relaxed) as f64 / secs
-                )
-            } else {
-                "no file load".to_string()
-            };
-            println!(
-                "  round {round}, pause {pause_ms:>2} ms per batch, {load}: {:>7.0} msg/s, broker {:.2} CPU-s",
-                n as f64 / secs,
-                broker.cpu_seconds() - before
-            );
-        }
-    }
-}
-
-fn raw_pull_with_pause(url: &str, consumer: &str, n: usize, batch: usize, pause_ms: u64) {
-    let nc = support::connect(url).unwrap();
-    let js = nats::jetstream::new(nc.clone());
-    let sub = js
-        .pull_subscribe_with_options(
-            "files.>",
-            &nats::jetstream::PullSubscribeOptions::new()
-                .bind_stream(FILES.into())
-                .durable_name(consumer.into()),
-        )
-        .unwrap();
-    let request = || {
-        sub.request_batch(nats::jetstream::BatchOptions {
-            batch,
-            expires: Some(Duration::from_secs(1).as_nanos() as usize),
-            no_wait: false,
-        })
-        .unwrap();
-        nc.flush().unwrap();
-    };
-    request();
-    request();
-    let (mut done, mut held) = (0, Vec::new());
-    while done < n {
-        let Ok(m) = sub.next_timeout(Duration::from_secs(5)) else {
-            panic!("raw pull stalled at {done}/{n}");
-        };
-        if m.data.is_empty()
-            && m.headers
-                .as_ref()
-                .is_some_and(|h| h.get("Status").is_some())
-        {
-            request();
-            continue;
-        }
-        held.push(m);
-        if held.len() == batch || done + held.len() == n {
-            std::thread::sleep(Duration::from_millis(pause_ms));
-            done += held.len();
-            for m in held.drain(..) {
-                m.ack().unwrap();
-            }
-            nc.flush().unwrap();
-            request();
-        }
-    }
-}
-
-/// Counts the scheduler state (R running, S sleeping, D in uninterruptible I/O wait) of the
-/// threads of `pid`, by name: a thread dump, summed.
-fn sample_states(pid: u32, into: &mut std::collections::BTreeMap<String, usize>) {
-    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return;
-    };
-    for t in tasks.flatten() {
-        let Ok(stat) = fs::read_to_string(t.path().join("stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let name = stat[open + 1..close].trim_end_matches(|c: char| c.is_ascii_digit());
-        let state = stat[close + 2..].chars().next().unwrap_or('?');
-        *into.entry(format!("{name}{state}")).or_default() += 1;
-    }
-}
 
 /// A warm-up capacity run (printed, not used), then capacity and `svc run` alternating (C S C S ... C).
 fn compare(
@@ -643,11 +475,7 @@ fn summary(rounds: &[Round]) -> String {
 
 fn main() {
     // Under `cargo test --all-targets` (no `--bench` flag) a small smoke pass.
-    let benching = std::env::args().any(|a| a == "--bench");
-    let n: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(if benching { 20_000 } else { 600 });
+    let (benching, n) = support::bench_count(20_000, 600);
     let n_jsonl = n * 10;
     let only = |mode: &str| {
         let named: Vec<String> = std::env::args()
@@ -694,7 +522,7 @@ fn main() {
         );
         per_event = compare(
             "per_event",
-            |round| per_event_capacity(&out(&format!("cap-{round}")), &recs, &s),
+            |round| capacity(&out(&format!("cap-{round}")), &recs, &s, Way::Plain),
             |round| {
                 let name = format!("per-event-{round}");
                 let sink = json!({"type": "file", "directory": out(&name),
@@ -707,11 +535,11 @@ fn main() {
     if only("ways") {
         println!("file system alone, files/s: plain create, then the ways a sink can name a file:");
         for round in 1..=ROUNDS {
-            let plain = per_event_capacity(&out(&format!("plain-{round}")), &recs, &s);
+            let plain = capacity(&out(&format!("plain-{round}")), &recs, &s, Way::Plain);
             let ways: Vec<String> = [Way::Unnamed, Way::LinkUnlink, Way::RenameNoReplace]
                 .iter()
                 .map(|&w| {
-                    let rate = way_capacity(&out(&format!("{w:?}-{round}")), &recs, &s, w);
+                    let rate = capacity(&out(&format!("{w:?}-{round}")), &recs, &s, w);
                     format!("{w:?} {rate:>6.0} ({:.2}x)", rate / plain)
                 })
                 .collect();
@@ -722,7 +550,7 @@ fn main() {
         }
     }
     if only("broker") {
-        broker_alone(&broker, work.path(), n, &s);
+        diagnose::broker_alone(&broker, work.path(), n, &s);
     }
     if only("jsonl") {
         let all = records(LINES, n_jsonl);

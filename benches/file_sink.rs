@@ -20,6 +20,8 @@
 //! `delivery.batch_size`) with a ~200-byte JSON payload. Output goes below the system temp
 //! directory and is removed afterwards.
 
+mod support;
+
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -111,11 +113,7 @@ fn sink(dir: &Path, mode: FileMode) -> Arc<FileSink> {
 
 fn main() {
     // Under `cargo test --all-targets` (no `--bench` flag) a small smoke pass.
-    let benching = std::env::args().any(|a| a == "--bench");
-    let n: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(if benching { 200_000 } else { 5_000 });
+    let (_, n) = support::bench_count(200_000, 5_000);
     let root = std::env::temp_dir().join(format!("svc-bench-file-sink-{}", std::process::id()));
     let data = Arc::new(batches(n));
     let bytes_per_batch: Vec<Vec<u8>> = data

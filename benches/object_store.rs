@@ -25,7 +25,7 @@ mod moto;
 mod support;
 
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,7 +85,6 @@ enum Shape {
 
 /// `n` PUTs of `body` from `threads` threads; objects/s.
 fn raw_puts(c: &S3Client, tag: &str, n: usize, threads: usize, body: &[u8], shape: Shape) -> f64 {
-    let next = AtomicUsize::new(0);
     let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
     if let Shape::AsSink = shape {
         headers.push(("if-none-match".to_string(), "*".to_string()));
@@ -96,24 +95,10 @@ fn raw_puts(c: &S3Client, tag: &str, n: usize, threads: usize, body: &[u8], shap
         ));
     }
     let cpu0 = moto_cpu();
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let (next, headers) = (&next, &headers);
-            std::thread::Builder::new()
-                .name(format!("bench-put-{t}"))
-                .spawn_scoped(s, move || loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
-                        break;
-                    }
-                    c.put_object(&format!("raw-{tag}/{i}.json"), body, headers)
-                        .expect("raw put");
-                })
-                .unwrap();
-        }
+    let rate = support::parallel("bench-put", threads, n, |i| {
+        c.put_object(&format!("raw-{tag}/{i}.json"), body, &headers)
+            .expect("raw put");
     });
-    let rate = n as f64 / start.elapsed().as_secs_f64();
     LAST_MOTO_MS.store(
         ((moto_cpu() - cpu0) * 1e6 / n as f64) as u64,
         Ordering::Relaxed,

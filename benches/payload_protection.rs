@@ -267,11 +267,7 @@ fn run_svc(broker: &support::Broker, consumer: &str, n: usize, dir: &Path, prote
 
 fn main() {
     // Under `cargo test --all-targets` (no `--bench` flag) run a small smoke pass.
-    let benching = std::env::args().any(|a| a == "--bench");
-    let n: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(if benching { 100_000 } else { 2_000 });
+    let (_, n) = support::bench_count(100_000, 2_000);
     let dir = tempfile::tempdir().unwrap();
     for (k, v) in env() {
         // Single-threaded here: nothing reads the environment concurrently.

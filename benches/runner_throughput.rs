@@ -140,11 +140,7 @@ fn run_svc(
 
 fn main() {
     // Under `cargo test --all-targets` (no `--bench` flag) run a small smoke pass.
-    let benching = std::env::args().any(|a| a == "--bench");
-    let n: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(if benching { 200_000 } else { 3_000 });
+    let (_, n) = support::bench_count(200_000, 3_000);
     let n_files = (n / 10).max(1000);
     let n_small = (n / 10).max(1000);
     let dir = match std::env::var_os("SVC_BENCH_DIR") {

@@ -323,3 +323,38 @@ pub fn terminate(mut child: Child) {
     assert!(sent.success(), "kill -TERM: {sent}");
     let _ = child.wait();
 }
+
+/// Runs `threads` threads named `<name>-<t>` until `work` has been called for every index
+/// below `n`, each thread taking the next index; returns calls per second.
+pub fn parallel(name: &str, threads: usize, n: usize, work: impl Fn(usize) + Sync) -> f64 {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (next, work) = (&next, &work);
+            std::thread::Builder::new()
+                .name(format!("{name}-{t}"))
+                .spawn_scoped(s, move || loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    work(i);
+                })
+                .unwrap();
+        }
+    });
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Whether this is a benchmark run (`cargo bench`, which passes `--bench`) rather than the
+/// smoke pass of `cargo test --all-targets`, and the message count: the first numeric
+/// argument, else `bench` or `smoke`.
+pub fn bench_count(bench: usize, smoke: usize) -> (bool, usize) {
+    let benching = std::env::args().any(|a| a == "--bench");
+    let n = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(if benching { bench } else { smoke });
+    (benching, n)
+}

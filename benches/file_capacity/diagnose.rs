@@ -1,0 +1,144 @@
+//! Diagnostics of `file_capacity`: what the broker costs without svc, and the scheduler
+//! states of svc's threads during a run (a summed thread dump).
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{records, support, Settings, FILES};
+
+/// The broker's CPU per delivery without svc: the raw pull loop of `support::raw_fetch_ack`
+/// (two outstanding requests of `batch_size`, flush after each), acknowledging each batch at
+/// once or only after a pause, as a sink that takes that long per batch would. Each variant
+/// runs on a new consumer of the per_event stream, alternating.
+pub fn broker_alone(broker: &support::Broker, work: &Path, n: usize, s: &Settings) {
+    println!(
+        "broker alone: pull {} per request, ack each batch after a pause (no sink):",
+        s.batch_size
+    );
+    let records = records(FILES, 1);
+    let body = &records[0].1;
+    for round in 1..=2 {
+        for (pause_ms, files) in [(0u64, false), (15, false), (15, true), (0, true)] {
+            let name = format!("raw-{round}-{pause_ms}-{files}");
+            support::create_consumer(
+                &broker.url,
+                FILES,
+                &name,
+                "files.>",
+                Duration::from_secs(30),
+            )
+            .unwrap();
+            let before = broker.cpu_seconds();
+            let start = Instant::now();
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let written = AtomicUsize::new(0);
+            // Removed with the work directory at the end, not before: see the module comment.
+            let dir = work.join(format!("load-{name}"));
+            std::thread::scope(|scope| {
+                if files {
+                    fs::create_dir_all(&dir).unwrap();
+                    for t in 0..s.write_concurrency {
+                        let (stop, written, dir) = (&stop, &written, &dir);
+                        scope.spawn(move || {
+                            let mut i = 0;
+                            while !stop.load(Ordering::Relaxed) {
+                                let mut f = File::create(dir.join(format!("{t}-{i}"))).unwrap();
+                                f.write_all(body).unwrap();
+                                f.sync_all().unwrap();
+                                written.fetch_add(1, Ordering::Relaxed);
+                                i += 1;
+                            }
+                        });
+                    }
+                }
+                raw_pull_with_pause(&broker.url, &name, n, s.batch_size, pause_ms);
+                stop.store(true, Ordering::Relaxed);
+            });
+            let secs = start.elapsed().as_secs_f64();
+            let load = if files {
+                format!(
+                    "{} threads creating files ({:.0}/s)",
+                    s.write_concurrency,
+                    written.load(Ordering::Relaxed) as f64 / secs
+                )
+            } else {
+                "no file load".to_string()
+            };
+            println!(
+                "  round {round}, pause {pause_ms:>2} ms per batch, {load}: {:>7.0} msg/s, broker {:.2} CPU-s",
+                n as f64 / secs,
+                broker.cpu_seconds() - before
+            );
+        }
+    }
+}
+
+fn raw_pull_with_pause(url: &str, consumer: &str, n: usize, batch: usize, pause_ms: u64) {
+    let nc = support::connect(url).unwrap();
+    let js = nats::jetstream::new(nc.clone());
+    let sub = js
+        .pull_subscribe_with_options(
+            "files.>",
+            &nats::jetstream::PullSubscribeOptions::new()
+                .bind_stream(FILES.into())
+                .durable_name(consumer.into()),
+        )
+        .unwrap();
+    let request = || {
+        sub.request_batch(nats::jetstream::BatchOptions {
+            batch,
+            expires: Some(Duration::from_secs(1).as_nanos() as usize),
+            no_wait: false,
+        })
+        .unwrap();
+        nc.flush().unwrap();
+    };
+    request();
+    request();
+    let (mut done, mut held) = (0, Vec::new());
+    while done < n {
+        let Ok(m) = sub.next_timeout(Duration::from_secs(5)) else {
+            panic!("raw pull stalled at {done}/{n}");
+        };
+        if m.data.is_empty()
+            && m.headers
+                .as_ref()
+                .is_some_and(|h| h.get("Status").is_some())
+        {
+            request();
+            continue;
+        }
+        held.push(m);
+        if held.len() == batch || done + held.len() == n {
+            std::thread::sleep(Duration::from_millis(pause_ms));
+            done += held.len();
+            for m in held.drain(..) {
+                m.ack().unwrap();
+            }
+            nc.flush().unwrap();
+            request();
+        }
+    }
+}
+
+/// Counts the scheduler state (R running, S sleeping, D in uninterruptible I/O wait) of the
+/// threads of `pid`, by name: a thread dump, summed.
+pub fn sample_states(pid: u32, into: &mut std::collections::BTreeMap<String, usize>) {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return;
+    };
+    for t in tasks.flatten() {
+        let Ok(stat) = fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].trim_end_matches(|c: char| c.is_ascii_digit());
+        let state = stat[close + 2..].chars().next().unwrap_or('?');
+        *into.entry(format!("{name}{state}")).or_default() += 1;
+    }
+}
