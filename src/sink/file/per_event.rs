@@ -229,6 +229,20 @@ mod tests {
         FileSinkConfig::new(s.path().join("out"))
     }
 
+    const POLICIES: [DuplicatePolicy; 3] = [
+        DuplicatePolicy::SkipExisting,
+        DuplicatePolicy::FailExisting,
+        DuplicatePolicy::Replace,
+    ];
+
+    /// A scratch directory and a configuration with `policy`.
+    fn scratch_with(policy: DuplicatePolicy) -> (Scratch, FileSinkConfig) {
+        let s = Scratch::new();
+        let mut c = cfg(&s);
+        c.duplicate_policy = policy;
+        (s, c)
+    }
+
     fn files(s: &Scratch) -> Vec<String> {
         s.files("out")
     }
@@ -510,14 +524,8 @@ mod tests {
 
     #[test]
     fn a_directory_at_the_final_name_is_permanent_and_leaves_nothing() {
-        for policy in [
-            DuplicatePolicy::SkipExisting,
-            DuplicatePolicy::FailExisting,
-            DuplicatePolicy::Replace,
-        ] {
-            let s = Scratch::new();
-            let mut c = cfg(&s);
-            c.duplicate_policy = policy;
+        for policy in POLICIES {
+            let (s, c) = scratch_with(policy);
             let sink = sink(c);
             let blocker = s.path().join("out/idempotency-key/s-ORDERS-5.json");
             fs::create_dir_all(blocker.join("inner")).unwrap();
@@ -643,14 +651,8 @@ mod tests {
 
     #[test]
     fn the_named_way_gives_the_same_results() {
-        for policy in [
-            DuplicatePolicy::SkipExisting,
-            DuplicatePolicy::FailExisting,
-            DuplicatePolicy::Replace,
-        ] {
-            let s = Scratch::new();
-            let mut c = cfg(&s);
-            c.duplicate_policy = policy;
+        for policy in POLICIES {
+            let (s, mut c) = scratch_with(policy);
             c.file_mode = 0o600;
             fs::create_dir(&c.directory).unwrap();
             let files = DurableFiles::new(&c).named_only();
