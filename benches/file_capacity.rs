@@ -340,14 +340,14 @@ fn svc_run(
     let broker_before = broker.cpu_seconds();
     let cfg_path = work.join(format!("{name}.json"));
     fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let mut acks = support::AckWatch::start(url, stream, name);
     let start = Instant::now();
     let mut child = support::spawn_svc_run(&cfg_path);
-    let js = nats::jetstream::new(support::connect(url).unwrap());
     // SVC_BENCH_TIMELINE=1: messages acknowledged per 250 ms, to see stalls.
     let timeline = std::env::var_os("SVC_BENCH_TIMELINE").is_some();
     let (mut marks, mut last) = (Vec::new(), Instant::now());
     let mut states: std::collections::BTreeMap<String, usize> = Default::default();
-    support::wait_all_acked(&js, (stream, name), n, || {
+    acks.wait(n, |acked| {
         assert!(child.try_wait().unwrap().is_none(), "svc exited early");
         assert!(start.elapsed() < RUN_DEADLINE, "svc run {name} stalled");
         if timeline {
@@ -360,12 +360,10 @@ fn svc_run(
                     .args(["-USR1", &child.id().to_string()])
                     .status();
             }
-            if let Ok(i) = js.consumer_info(stream, name) {
-                let files = fs::read_dir(work.join(name).join("idempotency-key"))
-                    .map(|d| d.count())
-                    .unwrap_or(0);
-                marks.push((i.ack_floor.stream_seq, files));
-            }
+            let files = fs::read_dir(work.join(name).join("idempotency-key"))
+                .map(|d| d.count())
+                .unwrap_or(0);
+            marks.push((acked, files));
         }
     });
     if timeline {

@@ -310,6 +310,7 @@ fn end_to_end(m: &moto::Moto, n: usize, conc: usize, sample: &[u8]) -> EndToEnd 
     let ms_before = last_moto_ms();
     let tw_base = time_wait(m.port);
     let moto_cpu_before = support::process_cpu_seconds(m.pid());
+    let mut acks = support::AckWatch::start(&url, "OBJ", "svc");
     // The broker has spent CPU on publishing the backlog: only the run's share is reported.
     let broker_cpu_before = broker.cpu_seconds();
     let start = Instant::now();
@@ -324,7 +325,6 @@ fn end_to_end(m: &moto::Moto, n: usize, conc: usize, sample: &[u8]) -> EndToEnd 
     // TIME_WAIT is sampled on its own thread: `ss` is slow on a busy host and must not delay
     // the detection of the end of the run.
     let done = AtomicBool::new(false);
-    let js = nats::jetstream::new(support::connect(&url).unwrap());
     let max_time_wait = std::thread::scope(|s| {
         let sampler = std::thread::Builder::new()
             .name("bench-time-wait".into())
@@ -337,15 +337,9 @@ fn end_to_end(m: &moto::Moto, n: usize, conc: usize, sample: &[u8]) -> EndToEnd 
                 max
             })
             .unwrap();
-        loop {
-            if let Ok(i) = js.consumer_info("OBJ", "svc") {
-                if i.ack_floor.stream_seq as usize >= n && i.num_ack_pending == 0 {
-                    break;
-                }
-            }
+        acks.wait(n, |_| {
             assert!(child.try_wait().unwrap().is_none(), "svc exited early");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        });
         done.store(true, Ordering::Relaxed);
         sampler.join().unwrap()
     });

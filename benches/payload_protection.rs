@@ -238,6 +238,7 @@ fn run_svc(broker: &support::Broker, consumer: &str, n: usize, dir: &Path, prote
     }
     let cfg_path = dir.join(format!("{consumer}.json"));
     std::fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let mut acks = support::AckWatch::start(&broker.url, "BENCH", consumer);
     let start = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_svc"))
         .arg("run")
@@ -247,16 +248,9 @@ fn run_svc(broker: &support::Broker, consumer: &str, n: usize, dir: &Path, prote
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let js = nats::jetstream::new(support::connect(&broker.url).unwrap());
-    loop {
-        if let Ok(i) = js.consumer_info("BENCH", consumer) {
-            if i.ack_floor.stream_seq as usize >= n && i.num_ack_pending == 0 {
-                break;
-            }
-        }
+    acks.wait(n, |_| {
         assert!(child.try_wait().unwrap().is_none(), "svc exited early");
-        std::thread::sleep(Duration::from_millis(25));
-    }
+    });
     let rate = n as f64 / start.elapsed().as_secs_f64();
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

@@ -58,14 +58,14 @@ fn raw_run(
         Duration::from_secs(30),
     )
     .unwrap();
-    let js = nats::jetstream::new(support::connect(&broker.url).unwrap());
+    let mut acks = support::AckWatch::start(&broker.url, stream, consumer);
     let (broker_before, own_before) = (
         broker.cpu_seconds(),
         support::process_cpu_seconds(std::process::id()),
     );
     let start = Instant::now();
     support::raw_fetch_ack(&broker.url, stream, consumer, subject, n, 256).unwrap();
-    support::wait_all_acked(&js, (stream, consumer), n, || {});
+    acks.wait(n, |_| {});
     let rate = n as f64 / start.elapsed().as_secs_f64();
     RawResult {
         rate,
@@ -115,13 +115,12 @@ fn run_svc(
     });
     let cfg_path = dir.join(format!("{consumer}.json"));
     std::fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let mut acks = support::AckWatch::start(&broker.url, stream, consumer);
     let broker_cpu_before = broker.cpu_seconds();
     let start = Instant::now();
     let mut child = support::spawn_svc_run(&cfg_path);
-    // One connection for polling, so the measurement does not pay for reconnects.
-    let js = nats::jetstream::new(support::connect(&broker.url).unwrap());
     let mut peak = 0;
-    support::wait_all_acked(&js, (stream, consumer), n, || {
+    acks.wait(n, |_| {
         peak = peak.max(support::peak_rss_kib(child.id()));
         assert!(child.try_wait().unwrap().is_none(), "svc exited early");
     });

@@ -11,8 +11,10 @@ use super::{records, support, Settings, FILES};
 
 /// The broker's CPU per delivery without svc: the raw pull loop of `support::raw_fetch_ack`
 /// (two outstanding requests of `batch_size`, flush after each), acknowledging each batch at
-/// once or only after a pause, as a sink that takes that long per batch would. Each variant
-/// runs on a new consumer of the per_event stream, alternating.
+/// once or only after a pause, as a sink that takes that long per batch would, with and
+/// without threads creating files, and with the consumer's info asked every 25 ms (what the
+/// benches did before `support::AckWatch`). Each variant runs on a new consumer of the
+/// per_event stream, alternating.
 pub fn broker_alone(broker: &support::Broker, work: &Path, n: usize, s: &Settings) {
     println!(
         "broker alone: pull {} per request, ack each batch after a pause (no sink):",
@@ -21,8 +23,14 @@ pub fn broker_alone(broker: &support::Broker, work: &Path, n: usize, s: &Setting
     let records = records(FILES, 1);
     let body = &records[0].1;
     for round in 1..=2 {
-        for (pause_ms, files) in [(0u64, false), (15, false), (15, true), (0, true)] {
-            let name = format!("raw-{round}-{pause_ms}-{files}");
+        let variants = [
+            (0u64, false, false),
+            (15, false, false),
+            (15, true, false),
+            (15, false, true),
+        ];
+        for (pause_ms, files, ask) in variants {
+            let name = format!("raw-{round}-{pause_ms}-{files}-{ask}");
             support::create_consumer(
                 &broker.url,
                 FILES,
@@ -38,6 +46,16 @@ pub fn broker_alone(broker: &support::Broker, work: &Path, n: usize, s: &Setting
             // Removed with the work directory at the end, not before: see the module comment.
             let dir = work.join(format!("load-{name}"));
             std::thread::scope(|scope| {
+                if ask {
+                    let (stop, name) = (&stop, &name);
+                    let js = nats::jetstream::new(support::connect(&broker.url).unwrap());
+                    scope.spawn(move || {
+                        while !stop.load(Ordering::Relaxed) {
+                            let _ = js.consumer_info(FILES, name);
+                            std::thread::sleep(Duration::from_millis(25));
+                        }
+                    });
+                }
                 if files {
                     fs::create_dir_all(&dir).unwrap();
                     for t in 0..s.write_concurrency {
@@ -67,8 +85,13 @@ pub fn broker_alone(broker: &support::Broker, work: &Path, n: usize, s: &Setting
             } else {
                 "no file load".to_string()
             };
+            let asking = if ask {
+                ", consumer info every 25 ms"
+            } else {
+                ""
+            };
             println!(
-                "  round {round}, pause {pause_ms:>2} ms per batch, {load}: {:>7.0} msg/s, broker {:.2} CPU-s",
+                "  round {round}, pause {pause_ms:>2} ms per batch, {load}{asking}: {:>7.0} msg/s, broker {:.2} CPU-s",
                 n as f64 / secs,
                 broker.cpu_seconds() - before
             );

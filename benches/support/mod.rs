@@ -216,9 +216,16 @@ pub fn start_broker() -> Broker {
         None => tempfile::tempdir().unwrap(),
     };
     let port = free_port();
-    let child = Command::new("/usr/sbin/nats-server")
+    let mut command = Command::new("/usr/sbin/nats-server");
+    command
         .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-        .arg(store.path())
+        .arg(store.path());
+    // SVC_BENCH_BROKER_PROFILE=<port>: the broker serves Go's pprof (CPU profiles, goroutine
+    // dumps) on that loopback port, to see where its time goes during a run.
+    if let Some(profile) = std::env::var_os("SVC_BENCH_BROKER_PROFILE") {
+        command.arg("--profile").arg(profile);
+    }
+    let child = command
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -236,22 +243,97 @@ pub fn start_broker() -> Broker {
     }
 }
 
-/// Polls the consumer every 25 ms until the broker reports all `n` messages acknowledged,
-/// calling `each_poll` once per poll (the svc run samples its RSS there).
-pub fn wait_all_acked(
-    js: &nats::jetstream::JetStream,
-    (stream, consumer): (&str, &str),
-    n: usize,
-    mut each_poll: impl FnMut(),
-) {
-    loop {
-        each_poll();
-        if let Ok(i) = js.consumer_info(stream, consumer) {
-            if i.ack_floor.stream_seq as usize >= n && i.num_ack_pending == 0 {
-                return;
+/// Counts the acknowledgements sent for one consumer by listening to them, not by asking the
+/// broker: start it before svc, then [`AckWatch::wait`].
+///
+/// Asking is not free. nats-server 2.9.10 answers `$JS.API.CONSUMER.INFO` by recounting the
+/// consumer's pending messages (`consumer.streamNumPending` -> `fileStore.FilteredState`),
+/// and when the consumer is past the middle of the stream's last block that count comes back
+/// without its last sequence (`msgBlock.filteredPendingLocked` scans the messages before the
+/// consumer and never sets it). A zero there marks the count stale, so from then on every
+/// delivery recounts, scanning up to a block of messages, until the consumer reaches the end
+/// of the stream. Polled every 25 ms, as the benches did, the broker spent 10-13 CPU-s per
+/// 20,000 deliveries instead of 0.3-0.4 and delivered 6-8x slower (`cargo bench --bench
+/// file_capacity -- broker`); whether a run was hit depended on where the consumer was when a
+/// poll landed. Acks pass the broker anyway: a plain subscription to
+/// `$JS.ACK.<stream>.<consumer>.>` gets a copy of each.
+pub struct AckWatch {
+    nc: nats::Connection,
+    sub: nats::Subscription,
+    stream: String,
+    consumer: String,
+    /// Stream sequences acknowledged (`+ACK`) or terminated (`+TERM`): done for good.
+    settled: std::collections::HashSet<u64>,
+}
+
+/// How often [`AckWatch::wait`] calls its callback.
+const POLL: Duration = Duration::from_millis(25);
+/// How often [`AckWatch::wait`] asks the broker before the acks it saw add up: only as a
+/// last resort, or every [`POLL`] once the client has dropped acks for a slow subscriber.
+const BACKSTOP: Duration = Duration::from_secs(30);
+
+impl AckWatch {
+    pub fn start(url: &str, stream: &str, consumer: &str) -> AckWatch {
+        let nc = connect(url).unwrap();
+        let sub = nc
+            .subscribe(&format!("$JS.ACK.{stream}.{consumer}.>"))
+            .unwrap();
+        // The subscription is in place on the broker before anything can ack.
+        nc.flush().unwrap();
+        AckWatch {
+            nc,
+            sub,
+            stream: stream.into(),
+            consumer: consumer.into(),
+            settled: Default::default(),
+        }
+    }
+
+    /// Waits until the broker reports all `n` messages of the stream (sequences 1..=n)
+    /// acknowledged, calling `each_poll` with the acks seen so far every 25 ms (the svc runs
+    /// sample their RSS or timeline there). The broker is asked only once the acks seen add
+    /// up to `n` (or the client dropped some of them, or [`BACKSTOP`] passed).
+    pub fn wait(&mut self, n: usize, mut each_poll: impl FnMut(usize)) {
+        let js = nats::jetstream::new(self.nc.clone());
+        let (stream, consumer) = (self.stream.clone(), self.consumer.clone());
+        let all_acked = || {
+            js.consumer_info(&stream, &consumer)
+                .is_ok_and(|i| i.ack_floor.stream_seq as usize >= n && i.num_ack_pending == 0)
+        };
+        let (mut next_poll, mut next_ask) = (Instant::now(), Instant::now() + BACKSTOP);
+        loop {
+            let now = Instant::now();
+            if now >= next_poll {
+                each_poll(self.settled.len());
+                next_poll = now + POLL;
+            }
+            let ask_now = self.settled.len() >= n || self.sub.dropped_messages().unwrap_or(0) > 0;
+            if ask_now || now >= next_ask {
+                if all_acked() {
+                    return;
+                }
+                next_ask = now + if ask_now { POLL } else { BACKSTOP };
+            }
+            let until = next_poll.min(next_ask);
+            let wait = until.saturating_duration_since(Instant::now());
+            if let Ok(m) = self.sub.next_timeout(wait.max(Duration::from_millis(1))) {
+                self.count(&m);
+                while let Some(m) = self.sub.try_next() {
+                    self.count(&m);
+                }
             }
         }
-        std::thread::sleep(Duration::from_millis(25));
+    }
+
+    /// `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>`
+    /// with `+ACK` (or an empty body, also an ack) or `+TERM`; `-NAK` and `+WPI` settle nothing.
+    fn count(&mut self, m: &nats::Message) {
+        if !(m.data.is_empty() || m.data.starts_with(b"+ACK") || m.data.starts_with(b"+TERM")) {
+            return;
+        }
+        if let Some(seq) = m.subject.split('.').nth(5).and_then(|s| s.parse().ok()) {
+            self.settled.insert(seq);
+        }
     }
 }
 
