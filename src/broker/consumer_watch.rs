@@ -25,6 +25,19 @@
 //!
 //! A consumer deleted and recreated with the same name and filter before the next check is
 //! simply used again: pull requests address the consumer by name.
+//!
+//! Routine checks wait while the consumer has a large backlog, for at most
+//! [`LONGEST_POSTPONEMENT`] since the last answer. nats-server 2.9.10 answers a consumer info
+//! by recounting the consumer's pending messages, and when the consumer is in the first half
+//! of the stream's last message block that count comes back without its last sequence
+//! (`msgBlock.filteredPendingLocked`), which marks it stale: every later delivery then
+//! recounts, scanning the block's messages before the consumer, until it passes the middle.
+//! With 100,000 messages waiting, one routine check cost the broker 12-15 CPU-s and the run
+//! a third of its rate (`cargo bench --bench file_capacity -- 100000 per_event`, broker
+//! profile in docs/sinks/file.md). The scan is at most as long as the backlog, so with
+//! [`LARGE_BACKLOG`] or fewer messages waiting (the count each delivery's ack subject
+//! carries) checks run on time. Checks after a suspicious status never wait; a filter
+//! changed while a large backlog drains is noticed within a minute instead of five seconds.
 
 use std::time::{Duration, Instant};
 
@@ -43,6 +56,10 @@ pub const STRIKES: u32 = 2;
 pub const INFO_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest consumer info reply read; a real one is about 1 KiB.
 pub const MAX_INFO_BYTES: usize = 64 * 1024;
+/// Messages waiting above which routine checks wait (see the module comment).
+pub const LARGE_BACKLOG: u64 = 1024;
+/// Longest time without an answer from the consumer while routine checks wait.
+pub const LONGEST_POSTPONEMENT: Duration = Duration::from_secs(60);
 
 /// Pause before the next pull request after the consumer did not answer one.
 const UNAVAILABLE_PAUSE: Backoff = Backoff {
@@ -74,6 +91,10 @@ pub struct ConsumerWatch {
     name: String,
     expected_filter: String,
     next_check: Instant,
+    /// When the last check was answered (or the watch began).
+    last_answer: Instant,
+    /// The consumer's messages still to deliver, as of the latest delivery.
+    backlog: u64,
     /// Definite answers saying the consumer is gone or changed, since the last good one.
     strikes: u32,
     /// Consecutive pull requests the consumer did not answer.
@@ -88,6 +109,8 @@ impl ConsumerWatch {
             name: format!("{stream}/{consumer}"),
             expected_filter: expected_filter.to_string(),
             next_check: Instant::now() + CHECK_INTERVAL,
+            last_answer: Instant::now(),
+            backlog: 0,
             strikes: 0,
             unanswered: 0,
         }
@@ -123,8 +146,9 @@ impl ConsumerWatch {
         Some(UNAVAILABLE_PAUSE.delay(self.unanswered))
     }
 
-    /// A delivery arrived: the consumer works.
-    pub fn delivered(&mut self) {
+    /// A delivery arrived: the consumer works, with `pending` messages still to deliver.
+    pub fn delivered(&mut self, pending: u64) {
+        self.backlog = pending;
         if self.unanswered > 0 {
             log::info!("broker: consumer {} delivers again", self.name);
             self.unanswered = 0;
@@ -135,6 +159,11 @@ impl ConsumerWatch {
     /// must stop.
     pub fn check_if_due(&mut self, now: Instant) -> Result<(), String> {
         if now < self.next_check {
+            return Ok(());
+        }
+        let routine = self.strikes == 0 && self.unanswered == 0;
+        if routine && postpone_routine_check(self.backlog, now - self.last_answer) {
+            self.next_check = now + CHECK_INTERVAL;
             return Ok(());
         }
         let answer = match self
@@ -153,6 +182,9 @@ impl ConsumerWatch {
             Err(e) => InfoAnswer::Inconclusive(e.to_string()),
         };
         let now = Instant::now();
+        if !matches!(answer, InfoAnswer::Inconclusive(_)) {
+            self.last_answer = now;
+        }
         match answer {
             InfoAnswer::Fine => {
                 if self.strikes > 0 {
@@ -195,6 +227,12 @@ impl ConsumerWatch {
             }
         }
     }
+}
+
+/// Whether a routine check due now waits: the consumer has more than [`LARGE_BACKLOG`]
+/// messages waiting and answered less than [`LONGEST_POSTPONEMENT`] ago.
+fn postpone_routine_check(backlog: u64, since_last_answer: Duration) -> bool {
+    backlog > LARGE_BACKLOG && since_last_answer < LONGEST_POSTPONEMENT
 }
 
 /// True when a pull request's end status says the consumer did not take it: `503` (no
@@ -244,6 +282,19 @@ pub fn classify_info(data: &[u8], expected_filter: &str) -> InfoAnswer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn routine_checks_wait_only_for_a_large_backlog_and_only_so_long() {
+        let soon = CHECK_INTERVAL;
+        assert!(!postpone_routine_check(0, soon));
+        assert!(!postpone_routine_check(LARGE_BACKLOG, soon));
+        assert!(postpone_routine_check(LARGE_BACKLOG + 1, soon));
+        assert!(postpone_routine_check(
+            u64::MAX,
+            LONGEST_POSTPONEMENT - soon
+        ));
+        assert!(!postpone_routine_check(u64::MAX, LONGEST_POSTPONEMENT));
+    }
 
     #[test]
     fn statuses_that_mean_the_consumer_did_not_take_the_request() {

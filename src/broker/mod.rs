@@ -305,8 +305,13 @@ pub fn flush(nc: &Connection, timeout: Duration) -> io::Result<()> {
 
 /// What one wait on the subscription produced.
 pub enum Delivery {
-    /// A message to process, split into data and its acknowledgement handle.
-    Message(RawMessage, AckHandle),
+    /// A message to process, split into data and its acknowledgement handle, with the
+    /// consumer's messages still to deliver after it (the broker's count in the ack subject).
+    Message {
+        raw: RawMessage,
+        handle: AckHandle,
+        pending: u64,
+    },
     /// The oldest outstanding pull request ended (408 expiry, 409 limits) without filling.
     RequestEnded(String),
     /// Nothing arrived within the wait.
@@ -357,7 +362,11 @@ pub fn next_delivery(
                 }
             }
             match split(m, names) {
-                Some((raw, handle)) => Delivery::Message(raw, handle),
+                Some((raw, handle, pending)) => Delivery::Message {
+                    raw,
+                    handle,
+                    pending,
+                },
                 None => Delivery::Idle,
             }
         }
@@ -376,13 +385,14 @@ pub struct AckHandle {
     pub stream_sequence: u64,
 }
 
-/// Splits a JetStream delivery into plain data and its ack handle. Messages that are not
-/// JetStream deliveries (no ack subject) yield `None`.
-fn split(m: nats::Message, names: &mut DeliveryNames) -> Option<(RawMessage, AckHandle)> {
+/// Splits a JetStream delivery into plain data, its ack handle and the consumer's pending
+/// count. Messages that are not JetStream deliveries (no ack subject) yield `None`.
+fn split(m: nats::Message, names: &mut DeliveryNames) -> Option<(RawMessage, AckHandle, u64)> {
     let info = AckSubject::parse(m.reply.as_deref()?)?;
     let stream = DeliveryNames::share(&mut names.stream, info.stream);
     let consumer = DeliveryNames::share(&mut names.consumer, info.consumer);
-    let (stream_sequence, consumer_sequence) = (info.stream_sequence, info.consumer_sequence);
+    let (stream_sequence, consumer_sequence, pending) =
+        (info.stream_sequence, info.consumer_sequence, info.pending);
     let delivery_count = info.delivered.max(1);
     let published_unix_nanos = Some(info.published_unix_nanos);
     // The message's own strings and bytes move into the result: no copies per delivery.
@@ -416,7 +426,7 @@ fn split(m: nats::Message, names: &mut DeliveryNames) -> Option<(RawMessage, Ack
         headers,
         data,
     };
-    Some((raw, handle))
+    Some((raw, handle, pending))
 }
 
 /// What the broker encodes in a delivery's ack subject.
@@ -428,6 +438,10 @@ struct AckSubject<'a> {
     stream_sequence: u64,
     consumer_sequence: u64,
     published_unix_nanos: i128,
+    /// The consumer's messages still to deliver after this one, as the broker counted them.
+    /// Only advice (it paces the consumer checks): a delivery whose count does not parse
+    /// is still a delivery, with 0.
+    pending: u64,
 }
 
 impl AckSubject<'_> {
@@ -463,6 +477,7 @@ impl AckSubject<'_> {
             stream_sequence: t[3].parse().ok()?,
             consumer_sequence: t[4].parse().ok()?,
             published_unix_nanos: t[5].parse().ok()?,
+            pending: t[6].parse().unwrap_or(0),
         })
     }
 }
@@ -534,6 +549,7 @@ mod tests {
             stream_sequence: 1041,
             consumer_sequence: 17,
             published_unix_nanos: 1_700_000_000_123_456_789,
+            pending: 5,
         };
         for reply in [
             "$JS.ACK.ORDERS.svc.2.1041.17.1700000000123456789.5",

@@ -154,10 +154,14 @@ impl Fetcher {
             let delivery = broker::next_delivery(&self.sub, wait, &mut names);
             now = Instant::now();
             match delivery {
-                Delivery::Message(raw, handle) => {
+                Delivery::Message {
+                    raw,
+                    handle,
+                    pending,
+                } => {
                     // Counted as fetched when its batch ships (one shared add per batch).
                     self.monitor.mark_fetch(now);
-                    self.watch.delivered();
+                    self.watch.delivered(pending);
                     match outstanding.front_mut() {
                         Some(req) => {
                             req.remaining -= 1;
