@@ -243,40 +243,68 @@ pub fn start_broker() -> Broker {
     }
 }
 
-/// Counts the acknowledgements sent for one consumer by listening to them, not by asking the
-/// broker: start it before svc, then [`AckWatch::wait`].
+/// Waits for svc to acknowledge a whole backlog without disturbing the broker while it
+/// delivers: start it before svc, then [`AckWatch::wait`].
 ///
-/// Asking is not free. nats-server 2.9.10 answers `$JS.API.CONSUMER.INFO` by recounting the
-/// consumer's pending messages (`consumer.streamNumPending` -> `fileStore.FilteredState`),
-/// and when the consumer is past the middle of the stream's last block that count comes back
-/// without its last sequence (`msgBlock.filteredPendingLocked` scans the messages before the
-/// consumer and never sets it). A zero there marks the count stale, so from then on every
-/// delivery recounts, scanning up to a block of messages, until the consumer reaches the end
-/// of the stream. Polled every 25 ms, as the benches did, the broker spent 10-13 CPU-s per
-/// 20,000 deliveries instead of 0.3-0.4 and delivered 6-8x slower (`cargo bench --bench
-/// file_capacity -- broker`); whether a run was hit depended on where the consumer was when a
-/// poll landed. Acks pass the broker anyway: a plain subscription to
-/// `$JS.ACK.<stream>.<consumer>.>` gets a copy of each.
+/// Asking the broker while it delivers is not free. nats-server 2.9.10 answers
+/// `$JS.API.CONSUMER.INFO` by recounting the consumer's pending messages
+/// (`consumer.streamNumPending` -> `fileStore.FilteredState`), and when the consumer is in
+/// the first half of the stream's last block that count comes back without its last
+/// sequence (`msgBlock.filteredPendingLocked` scans the messages before the consumer and
+/// never sets it). That marks the count stale, so every later delivery recounts, scanning
+/// the block's messages before the consumer, until it passes the middle. Polled every 25 ms,
+/// as the benches did, the broker spent 10-14 CPU-s per 20,000 deliveries instead of
+/// 0.3-0.4 and delivered 6-8x slower (`cargo bench --bench file_capacity -- broker`);
+/// whether a run was hit depended on where the consumer was when a poll landed.
+///
+/// Listening to every ack instead (a plain subscription to `$JS.ACK.<stream>.<consumer>.>`
+/// gets a copy of each) costs the broker about 11 us per ack for the extra delivery:
+/// 2.2 CPU-s per 200,000, which halved jsonl's rate on two cores. So the watch listens only
+/// to acks of deliveries the broker made with nothing left pending (the ack subject's last
+/// token is `0`): the end of the backlog. From then on nothing remains to be delivered, the
+/// broker answers an info request without scanning, and the watch asks every 25 ms until
+/// every message is acknowledged. [`AckWatch::counting`] listens to every ack, for the
+/// timeline diagnostics.
 pub struct AckWatch {
     nc: nats::Connection,
     sub: nats::Subscription,
     stream: String,
     consumer: String,
-    /// Stream sequences acknowledged (`+ACK`) or terminated (`+TERM`): done for good.
-    settled: std::collections::HashSet<u64>,
+    /// Stream sequences acknowledged (`+ACK`) or terminated (`+TERM`), when counting.
+    settled: Option<std::collections::HashSet<u64>>,
+    /// A delivery with nothing pending after it was acknowledged: the backlog is delivered.
+    end_seen: bool,
 }
 
-/// How often [`AckWatch::wait`] calls its callback.
+/// How often [`AckWatch::wait`] calls its callback, and asks the broker once the backlog is
+/// delivered.
 const POLL: Duration = Duration::from_millis(25);
-/// How often [`AckWatch::wait`] asks the broker before the acks it saw add up: only as a
-/// last resort, or every [`POLL`] once the client has dropped acks for a slow subscriber.
+/// How often [`AckWatch::wait`] asks the broker before that, in case the end went unseen
+/// (the client drops messages for a slow subscriber).
 const BACKSTOP: Duration = Duration::from_secs(30);
 
 impl AckWatch {
+    /// Listens for the end of the backlog only.
     pub fn start(url: &str, stream: &str, consumer: &str) -> AckWatch {
+        // `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>`
+        Self::listen(url, stream, consumer, "*.*.*.*.0", None)
+    }
+
+    /// Also counts every ack (see the type's comment for what that costs the broker).
+    pub fn counting(url: &str, stream: &str, consumer: &str) -> AckWatch {
+        Self::listen(url, stream, consumer, ">", Some(Default::default()))
+    }
+
+    fn listen(
+        url: &str,
+        stream: &str,
+        consumer: &str,
+        tail: &str,
+        settled: Option<std::collections::HashSet<u64>>,
+    ) -> AckWatch {
         let nc = connect(url).unwrap();
         let sub = nc
-            .subscribe(&format!("$JS.ACK.{stream}.{consumer}.>"))
+            .subscribe(&format!("$JS.ACK.{stream}.{consumer}.{tail}"))
             .unwrap();
         // The subscription is in place on the broker before anything can ack.
         nc.flush().unwrap();
@@ -285,15 +313,15 @@ impl AckWatch {
             sub,
             stream: stream.into(),
             consumer: consumer.into(),
-            settled: Default::default(),
+            settled,
+            end_seen: false,
         }
     }
 
     /// Waits until the broker reports all `n` messages of the stream (sequences 1..=n)
-    /// acknowledged, calling `each_poll` with the acks seen so far every 25 ms (the svc runs
-    /// sample their RSS or timeline there). The broker is asked only once the acks seen add
-    /// up to `n` (or the client dropped some of them, or [`BACKSTOP`] passed).
-    pub fn wait(&mut self, n: usize, mut each_poll: impl FnMut(usize)) {
+    /// acknowledged, calling `each_poll` every 25 ms with the acks counted so far (`None`
+    /// unless [`AckWatch::counting`]); the svc runs sample their RSS or timeline there.
+    pub fn wait(&mut self, n: usize, mut each_poll: impl FnMut(Option<usize>)) {
         let js = nats::jetstream::new(self.nc.clone());
         let (stream, consumer) = (self.stream.clone(), self.consumer.clone());
         let all_acked = || {
@@ -304,10 +332,10 @@ impl AckWatch {
         loop {
             let now = Instant::now();
             if now >= next_poll {
-                each_poll(self.settled.len());
+                each_poll(self.settled.as_ref().map(|s| s.len()));
                 next_poll = now + POLL;
             }
-            let ask_now = self.settled.len() >= n || self.sub.dropped_messages().unwrap_or(0) > 0;
+            let ask_now = self.end_seen || self.sub.dropped_messages().unwrap_or(0) > 0;
             if ask_now || now >= next_ask {
                 if all_acked() {
                     return;
@@ -317,22 +345,28 @@ impl AckWatch {
             let until = next_poll.min(next_ask);
             let wait = until.saturating_duration_since(Instant::now());
             if let Ok(m) = self.sub.next_timeout(wait.max(Duration::from_millis(1))) {
-                self.count(&m);
+                self.note(&m);
                 while let Some(m) = self.sub.try_next() {
-                    self.count(&m);
+                    self.note(&m);
                 }
             }
         }
     }
 
-    /// `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>`
-    /// with `+ACK` (or an empty body, also an ack) or `+TERM`; `-NAK` and `+WPI` settle nothing.
-    fn count(&mut self, m: &nats::Message) {
+    /// An ack (`+ACK`, or an empty body) or a termination (`+TERM`) settles its message;
+    /// `-NAK` and `+WPI` settle nothing.
+    fn note(&mut self, m: &nats::Message) {
         if !(m.data.is_empty() || m.data.starts_with(b"+ACK") || m.data.starts_with(b"+TERM")) {
             return;
         }
-        if let Some(seq) = m.subject.split('.').nth(5).and_then(|s| s.parse().ok()) {
-            self.settled.insert(seq);
+        let tokens: Vec<&str> = m.subject.split('.').collect();
+        if tokens.get(8) == Some(&"0") {
+            self.end_seen = true;
+        }
+        if let (Some(settled), Some(seq)) = (&mut self.settled, tokens.get(5)) {
+            if let Ok(seq) = seq.parse() {
+                settled.insert(seq);
+            }
         }
     }
 }
