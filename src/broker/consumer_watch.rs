@@ -162,7 +162,12 @@ impl ConsumerWatch {
             return Ok(());
         }
         let routine = self.strikes == 0 && self.unanswered == 0;
-        if routine && postpone_routine_check(self.backlog, now - self.last_answer) {
+        if routine
+            && postpone_routine_check(
+                self.backlog,
+                now.saturating_duration_since(self.last_answer),
+            )
+        {
             self.next_check = now + CHECK_INTERVAL;
             return Ok(());
         }
