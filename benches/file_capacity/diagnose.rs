@@ -4,7 +4,7 @@
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{records, support, Settings, FILES};
@@ -41,7 +41,7 @@ pub fn broker_alone(broker: &support::Broker, work: &Path, n: usize, s: &Setting
             .unwrap();
             let before = broker.cpu_seconds();
             let start = Instant::now();
-            let stop = std::sync::atomic::AtomicBool::new(false);
+            let stop = AtomicBool::new(false);
             let written = AtomicUsize::new(0);
             // Removed with the work directory at the end, not before: see the module comment.
             let dir = work.join(format!("load-{name}"));
@@ -72,8 +72,9 @@ pub fn broker_alone(broker: &support::Broker, work: &Path, n: usize, s: &Setting
                         });
                     }
                 }
+                // The helpers stop even if the pull loop panics (else the scope waits forever).
+                let _stop_helpers = SetOnDrop(&stop);
                 raw_pull_with_pause(&broker.url, &name, n, s.batch_size, pause_ms);
-                stop.store(true, Ordering::Relaxed);
             });
             let secs = start.elapsed().as_secs_f64();
             let load = if files {
@@ -96,6 +97,15 @@ pub fn broker_alone(broker: &support::Broker, work: &Path, n: usize, s: &Setting
                 broker.cpu_seconds() - before
             );
         }
+    }
+}
+
+/// Sets its flag when dropped, on success and on panic alike.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
