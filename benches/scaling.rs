@@ -224,19 +224,14 @@ fn run_case(
         .iter()
         .map(|((c, _), _)| support::process_cpu_seconds(c.id()))
         .sum();
+    let mut acks = support::AckWatch::start(url, &stream, "svc");
     let start = Instant::now();
     support::publish(url, &stream, &subject, total as usize, SIZE).unwrap();
-    loop {
-        if let Ok((floor, pending, _)) = support::consumer_state(url, &stream, "svc") {
-            if floor >= total && pending == 0 {
-                break;
-            }
-        }
+    acks.wait(total as usize, |_| {
         for ((c, _), _) in &mut children {
             assert!(c.try_wait().unwrap().is_none(), "svc exited early");
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
     let seconds = start.elapsed().as_secs_f64();
     let runner_cpu: f64 = children
         .iter()

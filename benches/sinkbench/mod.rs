@@ -123,6 +123,8 @@ pub fn run_svc(
     });
     let cfg_path = dir.join(format!("{consumer}.json"));
     std::fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    // Counting every ack (not only the end): the first one times the start-up.
+    let mut acks = support::AckWatch::counting(url, stream, consumer);
     let start = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_svc"))
         .arg("run")
@@ -133,18 +135,12 @@ pub fn run_svc(
         .spawn()
         .unwrap();
     let mut first_ack_s = None;
-    loop {
-        if let Ok((floor, pending, _)) = support::consumer_state(url, stream, consumer) {
-            if floor > 0 && first_ack_s.is_none() {
-                first_ack_s = Some(start.elapsed().as_secs_f64());
-            }
-            if floor as usize >= n && pending == 0 {
-                break;
-            }
+    acks.wait(n, |acked| {
+        if acked.unwrap_or(0) > 0 && first_ack_s.is_none() {
+            first_ack_s = Some(start.elapsed().as_secs_f64());
         }
         assert!(child.try_wait().unwrap().is_none(), "svc exited early");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
     let rate = n as f64 / start.elapsed().as_secs_f64();
     support::terminate(child);
     // The final snapshot is written at exit.
