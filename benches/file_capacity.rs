@@ -26,14 +26,16 @@
 //! defaults an operator gets (`max_ack_pending`), and runs with the default configuration
 //! except for the `key=value` arguments given.
 //!
-//! Nothing is deleted before the end, and measuring starts only after 35 quiet seconds: ext4
-//! does not reuse an inode within 30 s (`vm.dirty_expire_centisecs`) of its deletion, and
-//! while many such inodes sit near a new file's directory every allocation scans them under a
-//! contended lock (`recently_deleted` in the kernel's ext4/ialloc.c; `perf record -a -g` shows
-//! it). Measured here: 14k-18k files/s from 16 threads on a quiet file system, 0.8k-2.7k in
-//! the 30 s after `rm -rf` of 65,000 files, back to 14k-18k 36 s later. Without the wait, the
-//! clean-up of a previous run (or of a test suite) decides the figures, and it may hit the
-//! two sides differently: their directories can sit in different block groups.
+//! Nothing is deleted before the end, and measuring starts only after 65 quiet seconds: ext4
+//! without a journal (this project's test VM) does not reuse an inode within 60 s of its
+//! deletion, or 360 s while the inode's table block has not been written back
+//! (`recently_deleted`, `RECENTCY_MIN` and `RECENTCY_DIRTY` in the kernel's ext4/ialloc.c),
+//! and while many such inodes sit near a new file's directory every allocation scans past
+//! them (`perf record -a -g` shows it). Measured here: 14k-18k files/s from 16 threads on a
+//! quiet file system, 0.8k-2.7k in the 30 s after `rm -rf` of 65,000 files, 4.5k-5k about
+//! 40 s after one of 240,000. Without the wait, the clean-up of a previous run (or of a test
+//! suite) decides the figures, and it may hit the two sides differently: their directories
+//! can sit in different block groups.
 //!
 //! Each `svc run` also prints the CPU time of its threads and of the broker. The end of a
 //! run is seen without asking the broker while it delivers (`support::AckWatch`): asking for
@@ -75,7 +77,7 @@ const ROUNDS: usize = 4;
 /// An `svc run` that has not acknowledged everything by then is reported as stalled.
 const RUN_DEADLINE: Duration = Duration::from_secs(600);
 /// How long to wait, before measuring, for inodes freed before the bench to become reusable.
-const QUIET: Duration = Duration::from_secs(35);
+const QUIET: Duration = Duration::from_secs(65);
 
 /// The settings of one comparison: the defaults unless given as `key=value` arguments.
 struct Settings {
@@ -232,6 +234,9 @@ enum Way {
     Plain,
     /// `open(O_TMPFILE)`, `write`, `fsync`, `linkat(/proc/self/fd/N)`, `close`.
     Unnamed,
+    /// As `Unnamed`, then `fsync` again after the link: the inode's new link count is
+    /// written too, which a file system without a journal needs (docs/sinks/file.md).
+    UnnamedSynced,
     /// `open(.tmp, O_CREAT|O_EXCL)`, `write`, `fsync`, `link`, `unlink`, `close`.
     LinkUnlink,
     /// `open(.tmp, O_CREAT|O_EXCL)`, `write`, `fsync`, `renameat2(RENAME_NOREPLACE)`, `close`.
@@ -260,7 +265,7 @@ fn capacity(dir: &Path, records: &[(u64, Vec<u8>)], s: &Settings, way: Way) -> f
         };
         let mut f = match way {
             Way::Plain => create(&last),
-            Way::Unnamed => File::from(
+            Way::Unnamed | Way::UnnamedSynced => File::from(
                 rustix::fs::openat(
                     CWD,
                     &keys,
@@ -275,14 +280,19 @@ fn capacity(dir: &Path, records: &[(u64, Vec<u8>)], s: &Settings, way: Way) -> f
         f.sync_all().unwrap();
         match way {
             Way::Plain => {}
-            Way::Unnamed => rustix::fs::linkat(
-                CWD,
-                format!("/proc/self/fd/{}", f.as_raw_fd()),
-                CWD,
-                &last,
-                AtFlags::SYMLINK_FOLLOW,
-            )
-            .unwrap(),
+            Way::Unnamed | Way::UnnamedSynced => {
+                rustix::fs::linkat(
+                    CWD,
+                    format!("/proc/self/fd/{}", f.as_raw_fd()),
+                    CWD,
+                    &last,
+                    AtFlags::SYMLINK_FOLLOW,
+                )
+                .unwrap();
+                if matches!(way, Way::UnnamedSynced) {
+                    f.sync_all().unwrap();
+                }
+            }
             Way::LinkUnlink => {
                 fs::hard_link(&temp, &last).unwrap();
                 fs::remove_file(&temp).unwrap();
@@ -539,13 +549,18 @@ fn main() {
         println!("file system alone, files/s: plain create, then the ways a sink can name a file:");
         for round in 1..=ROUNDS {
             let plain = capacity(&out(&format!("plain-{round}")), &recs, &s, Way::Plain);
-            let ways: Vec<String> = [Way::Unnamed, Way::LinkUnlink, Way::RenameNoReplace]
-                .iter()
-                .map(|&w| {
-                    let rate = capacity(&out(&format!("{w:?}-{round}")), &recs, &s, w);
-                    format!("{w:?} {rate:>6.0} ({:.2}x)", rate / plain)
-                })
-                .collect();
+            let ways: Vec<String> = [
+                Way::Unnamed,
+                Way::UnnamedSynced,
+                Way::LinkUnlink,
+                Way::RenameNoReplace,
+            ]
+            .iter()
+            .map(|&w| {
+                let rate = capacity(&out(&format!("{w:?}-{round}")), &recs, &s, w);
+                format!("{w:?} {rate:>6.0} ({:.2}x)", rate / plain)
+            })
+            .collect();
             println!(
                 "  round {round}: create {plain:>6.0}   {}",
                 ways.join("   ")

@@ -472,14 +472,18 @@ impl Drop for SmallFs {
     }
 }
 
-/// Every other fsync fails (strace `when=2+2`): some files of a batch make it, some do not,
-/// and so do some directory syncs. The trace (fsyncs, links, and the ACKs the runner sends to
+/// Every third fsync fails (strace `when=3+3`; not every other one: an unnamed file takes two
+/// fsyncs, so a writer would fail the second one of every file, forever): some files of a
+/// batch make it, some do not, and so do some directory syncs. The trace (fsyncs, links, and the ACKs the runner sends to
 /// the broker) must show, in order:
 /// - every `link` that gives a file its final name (an unnamed `O_TMPFILE` file through
 ///   `/proc/self/fd/<fd>`, or a `.svc-tmp-*` one) follows a successful `fsync` of that very
 ///   file, never a failed one;
 /// - every `+ACK` of a message follows the link of its final name and then a successful
-///   `fsync` of that directory: an ACK never covers a failed fsync.
+///   `fsync` of that directory: an ACK never covers a failed fsync;
+/// - when that link named an unnamed file, the `+ACK` also follows a successful `fsync` of the
+///   file under its final name after the link (the link count the link raised is in the
+///   inode, which a directory fsync does not write everywhere: see durable_file.rs).
 ///
 /// After the window every message is stored once and acknowledged.
 #[test]
@@ -509,7 +513,7 @@ fn per_event_acks_only_after_a_successful_fsync_of_file_and_directory() {
         runner.child.id(),
         dir.path(),
         "fsync,link,linkat,rename,renameat,renameat2,sendto,sendmsg,write,writev",
-        &["fsync:error=EIO:when=2+2"],
+        &["fsync:error=EIO:when=3+3"],
     );
     publish(&server, before, during);
     let total = (before + during) as u64;
@@ -571,10 +575,12 @@ fn check_trace(trace: &str) -> Checked {
     // pid -> the unfinished call's text, to join "<unfinished ...>" with "<... resumed>".
     let mut unfinished: HashMap<String, String> = HashMap::new();
     let mut last_fsync_ok: HashMap<String, bool> = HashMap::new();
-    // sequence -> trace position of the successful link of its final name.
-    let mut linked: HashMap<u64, usize> = HashMap::new();
-    // directory -> trace positions of its successful fsyncs.
-    let mut dir_synced: HashMap<String, Vec<usize>> = HashMap::new();
+    // sequence -> trace position of the first successful link of its final name, and whether
+    // it named an unnamed file.
+    let mut linked: HashMap<u64, (usize, bool)> = HashMap::new();
+    let mut synced = Synced::default();
+    // unnamed file (thread and descriptor) -> the sequence its link just named.
+    let mut awaiting_second_fsync: HashMap<String, u64> = HashMap::new();
     let mut c = Checked {
         links: 0,
         failed_temp_fsyncs: 0,
@@ -590,7 +596,7 @@ fn check_trace(trace: &str) -> Checked {
         let call = if let Some(head) = rest.strip_suffix(" <unfinished ...>") {
             // A send's bytes may leave before it returns: check its ACKs at entry.
             if head.starts_with("send") || head.starts_with("write") {
-                check_acks(head, at, &linked, &dir_synced, &mut c.acked);
+                check_acks(head, at, &linked, &synced, &mut c.acked);
             }
             unfinished.insert(pid.to_string(), head.to_string());
             continue;
@@ -605,7 +611,7 @@ fn check_trace(trace: &str) -> Checked {
             rest.to_string()
         };
         if call.starts_with("send") || call.starts_with("write") {
-            check_acks(&call, at, &linked, &dir_synced, &mut c.acked);
+            check_acks(&call, at, &linked, &synced, &mut c.acked);
             continue;
         }
         // strace pads before the result: `fsync(7</d/.svc-tmp-1-2>)      = 0`.
@@ -628,14 +634,24 @@ fn check_trace(trace: &str) -> Checked {
             } else if call.contains(">(deleted)") {
                 // An unnamed (O_TMPFILE) file, `fsync(7</dir/#<inode>>(deleted))`: known by its
                 // thread and descriptor until `linkat("/proc/self/fd/<fd>", ...)` names it.
-                let fd = args.split('<').next().unwrap_or("");
-                c.failed_temp_fsyncs += usize::from(!ok);
-                last_fsync_ok.insert(unnamed_key(pid, fd), ok);
+                // Linked since its first fsync, it keeps that name in the trace: the first fsync
+                // of that thread and descriptor after a link is the file's second one.
+                let key = unnamed_key(pid, args.split('<').next().unwrap_or(""));
+                match awaiting_second_fsync.remove(&key) {
+                    Some(seq) if ok => synced.finals.entry(seq).or_default().push(at),
+                    Some(_) => {}
+                    None => {
+                        c.failed_temp_fsyncs += usize::from(!ok);
+                        last_fsync_ok.insert(key, ok);
+                    }
+                }
             } else if path.ends_with("/stream-sequence/ORDERS") {
                 c.failed_dir_fsyncs += usize::from(!ok);
                 if ok {
-                    dir_synced.entry(path).or_default().push(at);
+                    synced.dirs.entry(path).or_default().push(at);
                 }
+            } else if let (true, Some(seq)) = (ok, final_sequence(&path)) {
+                synced.finals.entry(seq).or_default().push(at);
             }
         } else if ["link", "rename"].iter().any(|p| call.starts_with(p)) && ok {
             // link*(..., "src", ..., "dst", ...): the quoted paths are the 2nd and 4th fields.
@@ -643,6 +659,7 @@ fn check_trace(trace: &str) -> Checked {
             let (Some(src), Some(dst)) = (quoted.next(), quoted.next()) else {
                 continue;
             };
+            let unnamed = src.starts_with("/proc/self/fd/");
             let src = match src.strip_prefix("/proc/self/fd/") {
                 Some(fd) => unnamed_key(pid, fd),
                 None if src.contains("/.svc-tmp-") => src.to_string(),
@@ -654,15 +671,31 @@ fn check_trace(trace: &str) -> Checked {
                 Some(&true),
                 "{src} got a final name without a successful fsync: {call}"
             );
-            let seq: u64 = Path::new(dst)
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .and_then(|s| s.parse().ok())
-                .unwrap_or_else(|| panic!("final name {dst}"));
-            linked.entry(seq).or_insert(at);
+            let seq = final_sequence(dst).unwrap_or_else(|| panic!("final name {dst}"));
+            linked.entry(seq).or_insert((at, unnamed));
+            if unnamed {
+                awaiting_second_fsync.insert(src, seq);
+            }
         }
     }
     c
+}
+
+/// The sequence in a final name `<dir>/<sequence>.json`.
+fn final_sequence(path: &str) -> Option<u64> {
+    let path = Path::new(path);
+    if path.extension()? != "json" {
+        return None;
+    }
+    path.file_stem()?.to_str()?.parse().ok()
+}
+
+/// Trace positions of successful fsyncs: of directories, and of files under their final name
+/// (by sequence).
+#[derive(Default)]
+struct Synced {
+    dirs: HashMap<String, Vec<usize>>,
+    finals: HashMap<u64, Vec<usize>>,
 }
 
 /// How [`check_trace`] knows an unnamed file: the thread that opened it and its descriptor.
@@ -672,12 +705,14 @@ fn unnamed_key(pid: &str, fd: &str) -> String {
 
 /// Every `+ACK` in a send to the broker (`PUB $JS.ACK.<stream>.<consumer>.<delivered>.
 /// <stream seq>.<consumer seq>.<time>.<pending> <len>\r\n+ACK\r\n`, escaped by strace) must
-/// come after its final name was linked and the directory then fsynced successfully.
+/// come after its final name was linked and the directory then fsynced successfully, and,
+/// for an unnamed file, after a successful fsync of the file under its final name.
+/// `linked`: sequence -> (trace position of its first link, whether an unnamed file).
 fn check_acks(
     call: &str,
     at: usize,
-    linked: &HashMap<u64, usize>,
-    dir_synced: &HashMap<String, Vec<usize>>,
+    linked: &HashMap<u64, (usize, bool)>,
+    synced: &Synced,
     acked: &mut BTreeSet<u64>,
 ) {
     for part in call.split("PUB $JS.ACK.").skip(1) {
@@ -695,14 +730,22 @@ fn check_acks(
             .nth(3)
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("ACK subject {subject}"));
-        let link = *linked
+        let (link, unnamed) = *linked
             .get(&seq)
             .unwrap_or_else(|| panic!("sequence {seq} acknowledged before its final name existed"));
         assert!(
-            dir_synced.values().flatten().any(|d| link < *d && *d < at),
+            synced.dirs.values().flatten().any(|d| link < *d && *d < at),
             "sequence {seq} acknowledged (trace line {at}) without a successful directory \
              fsync after its link (line {link})"
         );
+        if unnamed {
+            let after_link = synced.finals.get(&seq).into_iter().flatten();
+            assert!(
+                after_link.into_iter().any(|f| link < *f && *f < at),
+                "sequence {seq} acknowledged (trace line {at}) without a successful fsync of \
+                 its file after the link (line {link})"
+            );
+        }
         acked.insert(seq);
     }
 }

@@ -418,9 +418,11 @@ pub fn thread_cpu(pid: u32) -> Vec<(String, f64)> {
     v
 }
 
-/// Starts `svc run <config>` with its log on this process's stderr.
+/// Starts `svc run <config>` with its log on this process's stderr. `SVC_BENCH_SVC=<path>`
+/// runs another build of svc instead (an A/B comparison of two commits in one bench run).
 pub fn spawn_svc_run(config: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_svc"))
+    let svc = std::env::var_os("SVC_BENCH_SVC").unwrap_or(env!("CARGO_BIN_EXE_svc").into());
+    Command::new(svc)
         .arg("run")
         .arg(config)
         .stdout(Stdio::null())

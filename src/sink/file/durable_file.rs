@@ -5,9 +5,20 @@
 //! - **unnamed** (`skip_existing`, `fail_existing`; the default where the file system has
 //!   `O_TMPFILE`): `open(dir, O_TMPFILE)`, `write`, `fsync`, then
 //!   `linkat("/proc/self/fd/<fd>", final, AT_SYMLINK_FOLLOW)`, which fails with `EEXIST` when
-//!   the final name exists (exclusive creation with no check-then-write race). The file has no
-//!   name before the link, so there is nothing to remove afterwards and a crash at any point
-//!   leaves nothing behind. Six calls per file: open, fchmod, write, fsync, linkat, close.
+//!   the final name exists (exclusive creation with no check-then-write race), then `fsync`
+//!   again. The file has no name before the link, so there is nothing to remove afterwards and
+//!   a crash at any point leaves nothing behind. Seven calls per file: open, fstat, write,
+//!   fsync, linkat, fsync, close (and an fchmod where the mode needs it, see below).
+//!
+//!   Why the second fsync: the link raises the inode's link count from 0 to 1, and that count
+//!   lives in the inode, not in the directory. With a journal the directory's fsync commits
+//!   both together, but ext4 without a journal writes only the directory's own blocks then,
+//!   and its fsync of a file writes that file's inode (`ext4_fsync_nojournal`). A crash
+//!   before the kernel's writeback (about 30 s) would leave the durable name pointing to an
+//!   inode that says "no links", which `e2fsck` treats as deleted and whose entry it
+//!   clears: an acknowledged record lost. The second fsync writes the new count. It also
+//!   leaves the inode's table block clean, which matters to that same file system after bulk
+//!   deletions (docs/sinks/file.md, Performance).
 //! - **named**: a dot-named temporary file (`.svc-tmp-<pid>-<random>-<n>`, a name no key can
 //!   take) created exclusively, written and fsynced, then `link(tmp, final)` and `unlink(tmp)`
 //!   (`skip_existing`, `fail_existing`), or `rename(tmp, final)` (`replace`: an atomic
@@ -17,10 +28,12 @@
 //!   pid (containers, other hosts sharing a volume) apart; a temporary name found taken is
 //!   another writer's and is left alone.
 //!
-//! Every file gets an `fchmod` to exactly `file_mode` before its fsync: the mode given at
-//! creation is reduced by the umask, or, in a directory with a default ACL, by that ACL's
-//! entries, which no umask reading can predict. It costs no I/O of its own (the inode is
-//! written by the fsync that follows anyway).
+//! Every file has exactly `file_mode` before its fsync: the mode given at creation is reduced
+//! by the umask, or, in a directory with a default ACL, by that ACL's entries, which no umask
+//! reading can predict. So the mode the file got is read back (`fstat`) and set with `fchmod`
+//! only where it differs. Under the usual umasks (022, 027) and the default 0640 it never
+//! does, and `fchmod` is the dearer call: it changes the inode (ext4 takes the inode through
+//! its `setattr` path), where `fstat` only reads it.
 
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write};
@@ -140,7 +153,10 @@ impl DurableFiles {
             &target.path,
             AtFlags::SYMLINK_FOLLOW,
         )
-        .map_err(io::Error::from);
+        .map_err(io::Error::from)
+        // The link raised the inode's link count from 0 to 1 after its fsync; see the
+        // module comment for why that needs a second one.
+        .and_then(|()| file.sync_all());
         Some(self.outcome(target, linked))
     }
 
@@ -206,8 +222,10 @@ impl DurableFiles {
 
     /// Exact mode, content, fsync.
     fn fill(&self, mut file: &File, body: &[u8]) -> io::Result<()> {
-        // fchmod is not subject to the umask (nor to a default ACL): the mode is exact.
-        file.set_permissions(Permissions::from_mode(self.file_mode))?;
+        if file.metadata()?.permissions().mode() & 0o7777 != self.file_mode {
+            // fchmod is not subject to the umask (nor to a default ACL): the mode is exact.
+            file.set_permissions(Permissions::from_mode(self.file_mode))?;
+        }
         file.write_all(body)?;
         file.sync_all()
     }
@@ -230,13 +248,30 @@ impl DurableFiles {
                     ))
                     .classified(FailureClass::DuplicateExists),
                 ),
-                // An earlier delivery (or a racing worker) wrote it; the directory sync of
-                // this batch makes sure its name is durable before we say so.
-                _ => WriteOutcome::AlreadyDurable,
+                // An earlier delivery (or a racing worker) wrote it, possibly a process that
+                // died between its link and its second fsync: fsync it here, and the
+                // directory sync of this batch makes its name durable before we say so.
+                _ => match sync_existing(&target.path) {
+                    Ok(()) => WriteOutcome::AlreadyDurable,
+                    Err(e) => WriteOutcome::Transient(error(format!(
+                        "make the existing {rel} durable: {e}"
+                    ))),
+                },
             },
             _ => transient(rel, e),
         }
     }
+}
+
+/// fsync of a file found under its final name (never following a symbolic link there).
+fn sync_existing(path: &Path) -> io::Result<()> {
+    let fd = rustix::fs::openat(
+        CWD,
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    File::from(fd).sync_all()
 }
 
 fn transient(rel: &str, e: io::Error) -> WriteOutcome {

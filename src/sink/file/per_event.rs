@@ -12,17 +12,15 @@
 //!    batch is reported. Outcomes keep the batch's order.
 //!
 //! No lock around file system work: sink workers share the writers' queue (its mutex is held
-//! only to push or take a task) and the temporary-name counter.
+//! only to push a batch or take a task) and the temporary-name counter.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use crossbeam_channel::bounded;
-
 use super::config::{Compression, FileSinkConfig};
 use super::durable::DirSync;
 use super::durable_file::{DurableFiles, Target};
-use super::writer_pool::{Task, WriterPool};
+use super::writer_pool::{Results, Task, WriterPool};
 use super::{encode_record, error, gzip_into, WriteLimit};
 use crate::message::envelope::Envelope;
 use crate::sink::key::{safe_component, strategy_key};
@@ -127,38 +125,36 @@ impl PerEvent {
         let writers = self
             .writers
             .get_or_init(|| WriterPool::start(self.cfg.write_concurrency));
-        let mut written: Vec<Option<Written>> = (0..batch.len()).map(|_| None).collect();
-        // Room for every result: a writer never waits to report.
-        let (tx, rx) = bounded(batch.len());
+        let results = Results::new(batch.len());
+        let mut tasks: Vec<Task> = Vec::with_capacity(batch.len());
         for (i, env) in batch.iter().enumerate() {
+            let slot = results.slot(i);
             let job = match self.job(env) {
                 Ok(job) => job,
                 Err(o) => {
-                    written[i] = Some(Written::Done(o));
+                    slot.fill(Written::Done(o));
                     continue;
                 }
             };
-            let (files, compression, tx) =
-                (Arc::clone(&self.files), self.cfg.compression, tx.clone());
-            let task: Task = Box::new(move || {
-                let _ = tx.send((i, job.write(&files, compression)));
-            });
-            let queued = match writers {
-                Some(pool) => pool.run(task),
-                None => Err(task),
-            };
-            if let Err(task) = queued {
+            let (files, compression) = (Arc::clone(&self.files), self.cfg.compression);
+            tasks.push(Box::new(move || {
+                slot.fill(job.write(&files, compression));
+            }));
+        }
+        let queued = match writers {
+            Some(pool) => pool.run_all(tasks),
+            None => Err(tasks),
+        };
+        if let Err(tasks) = queued {
+            for task in tasks {
                 task();
             }
         }
-        drop(tx);
-        for (i, w) in rx {
-            written[i] = Some(w);
-        }
-        written
+        results
+            .wait()
             .into_iter()
             .map(|w| {
-                // A writer dropped the task's sender without a result: it panicked.
+                // A task's slot was dropped without a result: its writer panicked.
                 w.unwrap_or_else(|| {
                     Written::Done(WriteOutcome::Transient(error(
                         "file writer thread panicked",

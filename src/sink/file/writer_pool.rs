@@ -11,8 +11,13 @@
 //! docs/sinks/file.md). Taking files one at a time from a shared queue keeps every writer
 //! busy as long as any sink worker has a file waiting.
 //!
-//! A task that panics is caught here, so the writer survives it; the task's result channel is
-//! dropped with it, which the sink reports as a transient failure of that file.
+//! A sink worker hands over a whole batch at once and is woken once, when the batch's last
+//! file is done ([`Results`]), not once per file: on a two-core host every wake-up is a
+//! context switch taken from the writers, and per file they added up (measured in
+//! docs/sinks/file.md).
+//!
+//! A task that panics is caught here, so the writer survives it; its [`Slot`] is dropped
+//! unfilled, which the sink reports as a transient failure of that file.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -22,24 +27,19 @@ use std::thread::JoinHandle;
 /// One file's work, with the channel its result goes back on.
 pub type Task = Box<dyn FnOnce() + Send + 'static>;
 
-/// Files queued per writer thread: enough that a writer finishing a file always finds the
-/// next one, few enough that a sink worker's enqueueing stays close to what is being written.
-const QUEUED_PER_WRITER: usize = 4;
-
-/// The queue between sink workers and writers: a mutex and two condition variables rather than
+/// The queue between sink workers and writers: a mutex and a condition variable rather than
 /// a crossbeam channel, because a writer finding it empty should sleep at once. crossbeam's
 /// receivers spin and then `sched_yield` before they sleep; sixteen writers doing that on two
 /// cores compete with the pipeline and with a broker on the same host whenever deliveries
 /// slow down. Measured with `cargo bench --bench file_capacity` in runs where deliveries were
 /// slow: the writers spent 3.9-8.4 CPU seconds per 20,000 files with the channel, 1.5-1.6 s
-/// with this queue (1.3-1.6 s in runs that were not slowed).
+/// with this queue (1.3-1.6 s in runs that were not slowed). It needs no bound: each sink
+/// worker queues one batch and waits for it, so it never holds more than `sink_workers` x
+/// `batch_size` tasks, whose records are in memory anyway.
 struct Queue {
     state: Mutex<State>,
     /// A task was queued, or the queue closed.
     work: Condvar,
-    /// A task was taken: there is room again.
-    room: Condvar,
-    capacity: usize,
 }
 
 struct State {
@@ -58,8 +58,6 @@ impl Queue {
         let mut state = self.lock();
         loop {
             if let Some(task) = state.tasks.pop_front() {
-                drop(state);
-                self.room.notify_one();
                 return Some(task);
             }
             if state.closed {
@@ -85,8 +83,6 @@ impl WriterPool {
                 closed: false,
             }),
             work: Condvar::new(),
-            room: Condvar::new(),
-            capacity: threads * QUEUED_PER_WRITER,
         });
         let mut handles = Vec::with_capacity(threads);
         for n in 0..threads {
@@ -116,23 +112,22 @@ impl WriterPool {
         })
     }
 
-    /// Queues a task, waiting while the queue is full. Gives the task back when the pool is
-    /// closing.
-    pub fn run(&self, task: Task) -> Result<(), Task> {
+    /// Queues the tasks, under one lock. Gives them back when the pool is closing.
+    pub fn run_all(&self, tasks: Vec<Task>) -> Result<(), Vec<Task>> {
+        let n = tasks.len();
         let mut state = self.queue.lock();
-        while state.tasks.len() >= self.queue.capacity && !state.closed {
-            state = self
-                .queue
-                .room
-                .wait(state)
-                .unwrap_or_else(|e| e.into_inner());
-        }
         if state.closed {
-            return Err(task);
+            return Err(tasks);
         }
-        state.tasks.push_back(task);
+        state.tasks.extend(tasks);
         drop(state);
-        self.queue.work.notify_one();
+        if n >= self.threads.len() {
+            self.queue.work.notify_all();
+        } else {
+            for _ in 0..n {
+                self.queue.work.notify_one();
+            }
+        }
         Ok(())
     }
 
@@ -155,9 +150,80 @@ impl Drop for WriterPool {
     fn drop(&mut self) {
         self.queue.lock().closed = true;
         self.queue.work.notify_all();
-        self.queue.room.notify_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+    }
+}
+
+/// The results of one batch of tasks, by index. Whoever waits for them is woken once, when
+/// the last one is in.
+pub struct Results<T> {
+    state: Mutex<Collected<T>>,
+    all_in: Condvar,
+}
+
+struct Collected<T> {
+    values: Vec<Option<T>>,
+    outstanding: usize,
+}
+
+/// Where one task puts its result. Dropped unfilled (its task panicked, or never ran), it
+/// still counts as in, with no value.
+pub struct Slot<T> {
+    results: Arc<Results<T>>,
+    index: usize,
+    value: Option<T>,
+}
+
+impl<T> Results<T> {
+    /// Room for `n` results, one [`Slot`] each.
+    pub fn new(n: usize) -> Arc<Results<T>> {
+        Arc::new(Results {
+            state: Mutex::new(Collected {
+                values: (0..n).map(|_| None).collect(),
+                outstanding: n,
+            }),
+            all_in: Condvar::new(),
+        })
+    }
+
+    pub fn slot(self: &Arc<Self>, index: usize) -> Slot<T> {
+        Slot {
+            results: Arc::clone(self),
+            index,
+            value: None,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Collected<T>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until every slot is filled or dropped; `None` where a slot was dropped unfilled.
+    pub fn wait(&self) -> Vec<Option<T>> {
+        let mut state = self.lock();
+        while state.outstanding > 0 {
+            state = self.all_in.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        std::mem::take(&mut state.values)
+    }
+}
+
+impl<T> Slot<T> {
+    pub fn fill(mut self, value: T) {
+        self.value = Some(value);
+    }
+}
+
+impl<T> Drop for Slot<T> {
+    fn drop(&mut self) {
+        let mut state = self.results.lock();
+        state.values[self.index] = self.value.take();
+        state.outstanding -= 1;
+        if state.outstanding == 0 {
+            drop(state);
+            self.results.all_in.notify_one();
         }
     }
 }
@@ -165,32 +231,33 @@ impl Drop for WriterPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crossbeam_channel::bounded;
 
     #[test]
     fn writers_outlive_tasks_and_panics() {
         let pool = WriterPool::start(3).unwrap();
         assert_eq!(pool.live_threads().len(), 3);
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = bounded(100);
-        for i in 0..100 {
-            let seen = Arc::clone(&seen);
-            let tx = tx.clone();
-            pool.run(Box::new(move || {
-                if i == 7 {
-                    panic!("task 7 fails");
-                }
-                let name = std::thread::current().name().unwrap().to_string();
-                seen.lock().unwrap().push(name);
-                tx.send(i).unwrap();
-            }))
+        let results = Results::new(100);
+        let tasks: Vec<Task> = (0..100)
+            .map(|i| {
+                let (seen, slot) = (Arc::clone(&seen), results.slot(i));
+                Box::new(move || {
+                    if i == 7 {
+                        panic!("task 7 fails");
+                    }
+                    let name = std::thread::current().name().unwrap().to_string();
+                    seen.lock().unwrap().push(name);
+                    slot.fill(i);
+                }) as Task
+            })
+            .collect();
+        pool.run_all(tasks)
             .unwrap_or_else(|_| panic!("queue closed"));
+        let done = results.wait();
+        assert_eq!(done.len(), 100);
+        for (i, r) in done.iter().enumerate() {
+            assert_eq!(*r, (i != 7).then_some(i), "task {i}");
         }
-        drop(tx);
-        let mut done: Vec<i32> = rx.iter().collect();
-        done.sort();
-        assert_eq!(done.len(), 99, "all but the panicking task reported");
-        assert!(!done.contains(&7));
         let names = seen.lock().unwrap();
         assert!(
             names.iter().all(|n| n.starts_with("svc-file-")),
