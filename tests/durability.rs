@@ -482,7 +482,7 @@ impl Drop for SmallFs {
 /// - every `+ACK` of a message follows the link of its final name and then a successful
 ///   `fsync` of that directory: an ACK never covers a failed fsync;
 /// - when that link named an unnamed file, the `+ACK` also follows a successful `fsync` of the
-///   file under its final name after the link (the link count the link raised is in the
+///   file opened by its final name after the link (the link count the link raised is in the
 ///   inode, which a directory fsync does not write everywhere: see durable_file.rs).
 ///
 /// After the window every message is stored once and acknowledged.
@@ -579,8 +579,7 @@ fn check_trace(trace: &str) -> Checked {
     // it named an unnamed file.
     let mut linked: HashMap<u64, (usize, bool)> = HashMap::new();
     let mut synced = Synced::default();
-    // unnamed file (thread and descriptor) -> the sequence its link just named.
-    let mut awaiting_second_fsync: HashMap<String, u64> = HashMap::new();
+
     let mut c = Checked {
         links: 0,
         failed_temp_fsyncs: 0,
@@ -634,17 +633,9 @@ fn check_trace(trace: &str) -> Checked {
             } else if call.contains(">(deleted)") {
                 // An unnamed (O_TMPFILE) file, `fsync(7</dir/#<inode>>(deleted))`: known by its
                 // thread and descriptor until `linkat("/proc/self/fd/<fd>", ...)` names it.
-                // Linked since its first fsync, it keeps that name in the trace: the first fsync
-                // of that thread and descriptor after a link is the file's second one.
-                let key = unnamed_key(pid, args.split('<').next().unwrap_or(""));
-                match awaiting_second_fsync.remove(&key) {
-                    Some(seq) if ok => synced.finals.entry(seq).or_default().push(at),
-                    Some(_) => {}
-                    None => {
-                        c.failed_temp_fsyncs += usize::from(!ok);
-                        last_fsync_ok.insert(key, ok);
-                    }
-                }
+                let fd = args.split('<').next().unwrap_or("");
+                c.failed_temp_fsyncs += usize::from(!ok);
+                last_fsync_ok.insert(unnamed_key(pid, fd), ok);
             } else if path.ends_with("/stream-sequence/ORDERS") {
                 c.failed_dir_fsyncs += usize::from(!ok);
                 if ok {
@@ -673,9 +664,6 @@ fn check_trace(trace: &str) -> Checked {
             );
             let seq = final_sequence(dst).unwrap_or_else(|| panic!("final name {dst}"));
             linked.entry(seq).or_insert((at, unnamed));
-            if unnamed {
-                awaiting_second_fsync.insert(src, seq);
-            }
         }
     }
     c

@@ -5,10 +5,11 @@
 //! - **unnamed** (`skip_existing`, `fail_existing`; the default where the file system has
 //!   `O_TMPFILE`): `open(dir, O_TMPFILE)`, `write`, `fsync`, then
 //!   `linkat("/proc/self/fd/<fd>", final, AT_SYMLINK_FOLLOW)`, which fails with `EEXIST` when
-//!   the final name exists (exclusive creation with no check-then-write race), then `fsync`
-//!   again. The file has no name before the link, so there is nothing to remove afterwards and
-//!   a crash at any point leaves nothing behind. Seven calls per file: open, fstat, write,
-//!   fsync, linkat, fsync, close (and an fchmod where the mode needs it, see below).
+//!   the final name exists (exclusive creation with no check-then-write race), and once the
+//!   whole batch is linked, an `fsync` of each such file again, by name ([`sync_by_name`]).
+//!   The file has no name before the link, so there is nothing to remove afterwards and a crash
+//!   at any point leaves nothing behind. Per file: open, fstat, write, fsync, linkat, close,
+//!   then open, fsync, close (and an fchmod where the mode needs it, see below).
 //!
 //!   Why the second fsync: the link raises the inode's link count from 0 to 1, and that count
 //!   lives in the inode, not in the directory. With a journal the directory's fsync commits
@@ -16,9 +17,12 @@
 //!   and its fsync of a file writes that file's inode (`ext4_fsync_nojournal`). A crash
 //!   before the kernel's writeback (about 30 s) would leave the durable name pointing to an
 //!   inode that says "no links", which `e2fsck` treats as deleted and whose entry it
-//!   clears: an acknowledged record lost. The second fsync writes the new count. It also
-//!   leaves the inode's table block clean, which matters to that same file system after bulk
-//!   deletions (docs/sinks/file.md, Performance).
+//!   clears: an acknowledged record lost. The second fsync writes the new count. It waits
+//!   for the batch's last link because one inode-table block holds the inodes of many files
+//!   created together, and a block written for one of them is clean for the others: their
+//!   fsyncs then have nothing but the cache flush left to do, and concurrent flushes are
+//!   merged. It also leaves those blocks clean, which matters to the same file system after
+//!   bulk deletions (docs/sinks/file.md, Performance).
 //! - **named**: a dot-named temporary file (`.svc-tmp-<pid>-<random>-<n>`, a name no key can
 //!   take) created exclusively, written and fsynced, then `link(tmp, final)` and `unlink(tmp)`
 //!   (`skip_existing`, `fail_existing`), or `rename(tmp, final)` (`replace`: an atomic
@@ -64,6 +68,23 @@ impl Target {
     }
 }
 
+/// What [`DurableFiles::write`] did. When `sync_again` is set, `outcome` holds only once
+/// [`sync_by_name`] of the target has succeeded (a name given to an unnamed file).
+#[derive(Debug, PartialEq)]
+pub struct Publication {
+    pub outcome: WriteOutcome,
+    pub sync_again: bool,
+}
+
+impl From<WriteOutcome> for Publication {
+    fn from(outcome: WriteOutcome) -> Publication {
+        Publication {
+            outcome,
+            sync_again: false,
+        }
+    }
+}
+
 pub struct DurableFiles {
     root: PathBuf,
     file_mode: u32,
@@ -103,10 +124,10 @@ impl DurableFiles {
 
     /// Writes `body` to `target`. Directories created on the way are pushed to `created`'s
     /// parents list (they must be fsynced before the new names are durable).
-    pub fn write(&self, target: &Target, body: &[u8], created: &mut Vec<PathBuf>) -> WriteOutcome {
+    pub fn write(&self, target: &Target, body: &[u8], created: &mut Vec<PathBuf>) -> Publication {
         if self.policy != DuplicatePolicy::Replace && self.unnamed.load(Ordering::Relaxed) {
             match self.write_unnamed(target, body, created) {
-                Some(outcome) => return outcome,
+                Some(publication) => return publication,
                 None => {
                     if self.unnamed.swap(false, Ordering::Relaxed) {
                         log::info!(
@@ -117,7 +138,7 @@ impl DurableFiles {
                 }
             }
         }
-        self.write_named(target, body, created)
+        self.write_named(target, body, created).into()
     }
 
     /// `None` when `O_TMPFILE` is not supported here.
@@ -126,7 +147,7 @@ impl DurableFiles {
         target: &Target,
         body: &[u8],
         created: &mut Vec<PathBuf>,
-    ) -> Option<WriteOutcome> {
+    ) -> Option<Publication> {
         let dir = target.dir();
         let open = || {
             rustix::fs::openat(
@@ -141,10 +162,10 @@ impl DurableFiles {
         let file = match self.open_in(dir, created, open) {
             Ok(f) => f,
             Err(e) if unsupported(&e) => return None,
-            Err(e) => return Some(transient(&target.rel, e)),
+            Err(e) => return Some(transient(&target.rel, e).into()),
         };
         if let Err(e) = self.fill(&file, body) {
-            return Some(transient(&target.rel, e));
+            return Some(transient(&target.rel, e).into());
         }
         let linked = rustix::fs::linkat(
             CWD,
@@ -153,11 +174,14 @@ impl DurableFiles {
             &target.path,
             AtFlags::SYMLINK_FOLLOW,
         )
-        .map_err(io::Error::from)
+        .map_err(io::Error::from);
         // The link raised the inode's link count from 0 to 1 after its fsync; see the
         // module comment for why that needs a second one.
-        .and_then(|()| file.sync_all());
-        Some(self.outcome(target, linked))
+        let sync_again = linked.is_ok();
+        Some(Publication {
+            outcome: self.outcome(target, linked),
+            sync_again,
+        })
     }
 
     fn write_named(
@@ -251,7 +275,7 @@ impl DurableFiles {
                 // An earlier delivery (or a racing worker) wrote it, possibly a process that
                 // died between its link and its second fsync: fsync it here, and the
                 // directory sync of this batch makes its name durable before we say so.
-                _ => match sync_existing(&target.path) {
+                _ => match sync_by_name(&target.path) {
                     Ok(()) => WriteOutcome::AlreadyDurable,
                     Err(e) => WriteOutcome::Transient(error(format!(
                         "make the existing {rel} durable: {e}"
@@ -263,8 +287,8 @@ impl DurableFiles {
     }
 }
 
-/// fsync of a file found under its final name (never following a symbolic link there).
-fn sync_existing(path: &Path) -> io::Result<()> {
+/// fsync of a file under its final name (never following a symbolic link there).
+pub fn sync_by_name(path: &Path) -> io::Result<()> {
     let fd = rustix::fs::openat(
         CWD,
         path,

@@ -1,15 +1,17 @@
 //! `mode` = `per_event`: one file per envelope at its deterministic key.
 //!
-//! A batch goes through three steps:
+//! A batch goes through four steps:
 //! 1. here, on the sink worker's thread: each envelope's key and record (encoded, checked
 //!    against `max_record_bytes`);
 //! 2. on the sink's file writers ([`WriterPool`], `write_concurrency` threads shared by every
 //!    sink worker, alive as long as the sink): each record compressed if configured and
 //!    written durably under its final name ([`DurableFiles`]: a final name appears only with
 //!    complete, fsynced content; racing writers of one key are decided by `link`);
-//! 3. here again, once every file of the batch is done: each directory whose entries changed
-//!    (plus the parent of every directory created) fsynced once, before any outcome of the
-//!    batch is reported. Outcomes keep the batch's order.
+//! 3. on the writers again, once every file of the batch is linked: each file given a name in
+//!    step 2 fsynced again by that name (its inode's link count, see durable_file.rs);
+//! 4. here again: each directory whose entries changed (plus the parent of every directory
+//!    created) fsynced once, before any outcome of the batch is reported. Outcomes keep the
+//!    batch's order.
 //!
 //! No lock around file system work: sink workers share the writers' queue (its mutex is held
 //! only to push a batch or take a task) and the temporary-name counter.
@@ -19,7 +21,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::config::{Compression, FileSinkConfig};
 use super::durable::DirSync;
-use super::durable_file::{DurableFiles, Target};
+use super::durable_file::{sync_by_name, DurableFiles, Publication, Target};
 use super::writer_pool::{Results, Task, WriterPool};
 use super::{encode_record, error, gzip_into, WriteLimit};
 use crate::message::envelope::Envelope;
@@ -50,8 +52,9 @@ struct FileJob {
 enum Written {
     /// Outcome is final (a failure).
     Done(WriteOutcome),
-    /// Durable or already durable once the target's directory and `created_parents` are synced.
-    Pending(WriteOutcome, PathBuf, Vec<PathBuf>),
+    /// Durable or already durable once the target's directory and `created_parents` are synced,
+    /// and the target fsynced by name if it is given here.
+    Pending(WriteOutcome, PathBuf, Vec<PathBuf>, Option<Target>),
 }
 
 impl FileJob {
@@ -70,13 +73,26 @@ impl FileJob {
             },
         };
         let mut created_parents = Vec::new();
-        match files.write(&self.target, body, &mut created_parents) {
-            o @ (WriteOutcome::Durable | WriteOutcome::AlreadyDurable) => {
-                Written::Pending(o, self.target.dir().to_path_buf(), created_parents)
-            }
-            o => Written::Done(o),
+        let Publication {
+            outcome,
+            sync_again,
+        } = files.write(&self.target, body, &mut created_parents);
+        if !outcome.is_durable() {
+            return Written::Done(outcome);
         }
+        let dir = self.target.dir().to_path_buf();
+        Written::Pending(
+            outcome,
+            dir,
+            created_parents,
+            sync_again.then_some(self.target),
+        )
     }
+}
+
+/// A task's slot was dropped without a result: its writer panicked.
+fn writer_panicked() -> WriteOutcome {
+    WriteOutcome::Transient(error("file writer thread panicked"))
 }
 
 impl PerEvent {
@@ -96,13 +112,14 @@ impl PerEvent {
     }
 
     pub fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome> {
-        let written = self.write_files(batch);
+        let mut written = self.write_files(batch);
+        self.sync_linked(&mut written);
         let mut dirs = DirSync::default();
         let mut outcomes = Vec::with_capacity(batch.len());
         for (i, w) in written.into_iter().enumerate() {
             match w {
                 Written::Done(o) => outcomes.push(o),
-                Written::Pending(o, dir, created_parents) => {
+                Written::Pending(o, dir, created_parents, _) => {
                     dirs.need(i, &dir);
                     for p in &created_parents {
                         dirs.need(i, p);
@@ -122,9 +139,6 @@ impl PerEvent {
 
     /// Prepares each file here and has the writers write it; returns the results in order.
     fn write_files(&self, batch: &[Envelope]) -> Vec<Written> {
-        let writers = self
-            .writers
-            .get_or_init(|| WriterPool::start(self.cfg.write_concurrency));
         let results = Results::new(batch.len());
         let mut tasks: Vec<Task> = Vec::with_capacity(batch.len());
         for (i, env) in batch.iter().enumerate() {
@@ -141,6 +155,57 @@ impl PerEvent {
                 slot.fill(job.write(&files, compression));
             }));
         }
+        self.run(tasks);
+        results
+            .wait()
+            .into_iter()
+            .map(|w| w.unwrap_or_else(|| Written::Done(writer_panicked())))
+            .collect()
+    }
+
+    /// The second fsync, by name, of every file this batch gave a name to (durable_file.rs
+    /// says why), on the writers, once every link of the batch is done.
+    fn sync_linked(&self, written: &mut [Written]) {
+        let linked: Vec<(usize, Target)> = written
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, w)| match w {
+                Written::Pending(_, _, _, sync) => sync.take().map(|t| (i, t)),
+                Written::Done(_) => None,
+            })
+            .collect();
+        if linked.is_empty() {
+            return;
+        }
+        let results = Results::new(linked.len());
+        let mut at = Vec::with_capacity(linked.len());
+        let mut tasks: Vec<Task> = Vec::with_capacity(linked.len());
+        for (n, (i, target)) in linked.into_iter().enumerate() {
+            let slot = results.slot(n);
+            at.push(i);
+            tasks.push(Box::new(move || {
+                slot.fill(
+                    sync_by_name(&target.path)
+                        .map_err(|e| error(format!("write {}: {e}", target.rel))),
+                );
+            }));
+        }
+        self.run(tasks);
+        for (i, synced) in at.into_iter().zip(results.wait()) {
+            match synced {
+                Some(Ok(())) => {}
+                Some(Err(e)) => written[i] = Written::Done(WriteOutcome::Transient(e)),
+                None => written[i] = Written::Done(writer_panicked()),
+            }
+        }
+    }
+
+    /// Runs the tasks on the writers, or here when no writer thread could be started (or the
+    /// pool is closing).
+    fn run(&self, tasks: Vec<Task>) {
+        let writers = self
+            .writers
+            .get_or_init(|| WriterPool::start(self.cfg.write_concurrency));
         let queued = match writers {
             Some(pool) => pool.run_all(tasks),
             None => Err(tasks),
@@ -150,18 +215,6 @@ impl PerEvent {
                 task();
             }
         }
-        results
-            .wait()
-            .into_iter()
-            .map(|w| {
-                // A task's slot was dropped without a result: its writer panicked.
-                w.unwrap_or_else(|| {
-                    Written::Done(WriteOutcome::Transient(error(
-                        "file writer thread panicked",
-                    )))
-                })
-            })
-            .collect()
     }
 
     /// The key and encoded record of an envelope, or its (permanent) failure.
@@ -630,16 +683,16 @@ mod tests {
             rel: format!("idempotency-key/s-ORDERS-{n}.json"),
             path: dir.join(format!("s-ORDERS-{n}.json")),
         };
-        let first = a.write(&target(1), b"one", &mut Vec::new());
+        let first = a.write(&target(1), b"one", &mut Vec::new()).outcome;
         assert!(transient(&first).contains("File exists"), "{first:?}");
         assert_eq!(fs::read(&theirs).unwrap(), b"in progress", "left alone");
         // The retry (a redelivery) takes the next name.
         assert_eq!(
-            a.write(&target(1), b"one", &mut Vec::new()),
+            a.write(&target(1), b"one", &mut Vec::new()).outcome,
             WriteOutcome::Durable
         );
         assert_eq!(
-            b.write(&target(2), b"two", &mut Vec::new()),
+            b.write(&target(2), b"two", &mut Vec::new()).outcome,
             WriteOutcome::Durable
         );
         assert_eq!(fs::read(dir.join("s-ORDERS-1.json")).unwrap(), b"one");
@@ -658,11 +711,11 @@ mod tests {
             };
             let mut created = Vec::new();
             assert_eq!(
-                files.write(&target, b"first", &mut created),
+                files.write(&target, b"first", &mut created).outcome,
                 WriteOutcome::Durable
             );
             assert_eq!(created, vec![s.path().join("out")], "{policy:?}");
-            let again = files.write(&target, b"second", &mut Vec::new());
+            let again = files.write(&target, b"second", &mut Vec::new()).outcome;
             let expected: &[u8] = match policy {
                 DuplicatePolicy::SkipExisting => {
                     assert_eq!(again, WriteOutcome::AlreadyDurable);
