@@ -50,9 +50,11 @@ fn main() {
             // The raw fetch+ack limit of runner_throughput, on its own (for profiling).
             let batch = rest.first().and_then(|s| s.parse().ok()).unwrap_or(256);
             let count: usize = count.parse().expect("count");
-            support::raw_fetch_ack(url, stream, consumer, filter, count, batch).map(|rate| {
-                println!("raw fetch+ack: {count} messages, batch {batch}: {rate:.0} msg/s");
-            })
+            support::raw_fetch_ack(url, stream, consumer, filter, count, batch, Duration::ZERO).map(
+                |rate| {
+                    println!("raw fetch+ack: {count} messages, batch {batch}: {rate:.0} msg/s");
+                },
+            )
         }
         _ => {
             eprintln!("usage: see the header of benches/jsctl.rs");

@@ -284,7 +284,16 @@ fn main() {
         )
         .unwrap();
         raws.push(
-            support::raw_fetch_ack(&broker.url, "BENCH", &consumer, "bench.>", n, 256).unwrap(),
+            support::raw_fetch_ack(
+                &broker.url,
+                "BENCH",
+                &consumer,
+                "bench.>",
+                n,
+                256,
+                Duration::ZERO,
+            )
+            .unwrap(),
         );
         prots.push(run_svc(
             &broker,

@@ -83,7 +83,8 @@ fn main() {
     println!("published {n} messages of {SIZE} bytes ({p:.0} msg/s)");
 
     support::create_consumer(&broker.url, "REL", "raw", "rel.>", Duration::from_secs(60)).unwrap();
-    let raw = support::raw_fetch_ack(&broker.url, "REL", "raw", "rel.>", n, 256).unwrap();
+    let raw =
+        support::raw_fetch_ack(&broker.url, "REL", "raw", "rel.>", n, 256, Duration::ZERO).unwrap();
     let alone = sink_alone(&db, n);
     assert_eq!(db.count("direct"), n as u64);
     let e2e = sinkbench::run_svc(

@@ -64,7 +64,16 @@ fn raw_run(
         support::process_cpu_seconds(std::process::id()),
     );
     let start = Instant::now();
-    support::raw_fetch_ack(&broker.url, stream, consumer, subject, n, 256).unwrap();
+    support::raw_fetch_ack(
+        &broker.url,
+        stream,
+        consumer,
+        subject,
+        n,
+        256,
+        Duration::ZERO,
+    )
+    .unwrap();
     acks.wait(n, |_| {});
     let rate = n as f64 / start.elapsed().as_secs_f64();
     RawResult {

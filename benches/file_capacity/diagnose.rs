@@ -74,7 +74,17 @@ pub fn broker_alone(broker: &support::Broker, work: &Path, n: usize, s: &Setting
                 }
                 // The helpers stop even if the pull loop panics (else the scope waits forever).
                 let _stop_helpers = SetOnDrop(&stop);
-                raw_pull_with_pause(&broker.url, &name, n, s.batch_size, pause_ms);
+                let pause = Duration::from_millis(pause_ms);
+                support::raw_fetch_ack(
+                    &broker.url,
+                    FILES,
+                    &name,
+                    "files.>",
+                    n,
+                    s.batch_size,
+                    pause,
+                )
+                .unwrap();
             });
             let secs = start.elapsed().as_secs_f64();
             let load = if files {
@@ -106,60 +116,6 @@ struct SetOnDrop<'a>(&'a AtomicBool);
 impl Drop for SetOnDrop<'_> {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Relaxed);
-    }
-}
-
-fn raw_pull_with_pause(url: &str, consumer: &str, n: usize, batch: usize, pause_ms: u64) {
-    let nc = support::connect(url).unwrap();
-    let js = nats::jetstream::new(nc.clone());
-    let sub = js
-        .pull_subscribe_with_options(
-            "files.>",
-            &nats::jetstream::PullSubscribeOptions::new()
-                .bind_stream(FILES.into())
-                .durable_name(consumer.into()),
-        )
-        .unwrap();
-    let request = || {
-        sub.request_batch(nats::jetstream::BatchOptions {
-            batch,
-            expires: Some(Duration::from_secs(1).as_nanos() as usize),
-            no_wait: false,
-        })
-        .unwrap();
-        nc.flush().unwrap();
-    };
-    request();
-    request();
-    let (mut done, mut held, mut idle) = (0, Vec::new(), 0);
-    while done < n {
-        let Ok(m) = sub.next_timeout(Duration::from_secs(1)) else {
-            // A request that expired after delivering part of its batch may end without a
-            // status (slow deliveries): ask again rather than wait for it.
-            idle += 1;
-            assert!(idle < 30, "raw pull stalled at {done}/{n}");
-            request();
-            continue;
-        };
-        idle = 0;
-        if m.data.is_empty()
-            && m.headers
-                .as_ref()
-                .is_some_and(|h| h.get("Status").is_some())
-        {
-            request();
-            continue;
-        }
-        held.push(m);
-        if held.len() == batch || done + held.len() == n {
-            std::thread::sleep(Duration::from_millis(pause_ms));
-            done += held.len();
-            for m in held.drain(..) {
-                m.ack().unwrap();
-            }
-            nc.flush().unwrap();
-            request();
-        }
     }
 }
 

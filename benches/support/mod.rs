@@ -100,6 +100,10 @@ pub fn consumer_state(url: &str, stream: &str, consumer: &str) -> io::Result<(u6
 
 /// The limit: fetch and ack `count` messages with no sink, using the same technique as
 /// `svc-fetch` (two outstanding pull requests, flush after each request, ack without waiting).
+/// `pause`: hold each batch that long before acknowledging it (standing in for a sink's
+/// writes); zero acknowledges each message as it arrives. A request that expired after
+/// delivering part of its batch may end without a status (slow deliveries), so a second
+/// without a delivery sends a new request; 30 such seconds in a row are a stall.
 pub fn raw_fetch_ack(
     url: &str,
     stream: &str,
@@ -107,6 +111,7 @@ pub fn raw_fetch_ack(
     subject: &str,
     count: usize,
     batch: usize,
+    pause: Duration,
 ) -> io::Result<f64> {
     let nc = connect(url)?;
     let js = nats::jetstream::new(nc.clone());
@@ -125,35 +130,57 @@ pub fn raw_fetch_ack(
         nc.flush()
     };
     let start = Instant::now();
-    let mut done = 0;
-    let mut in_request = 0;
+    let (mut done, mut in_request, mut idle) = (0, 0, 0);
+    let mut held = Vec::new();
     request(&sub)?;
     request(&sub)?;
     while done < count {
-        match sub.next_timeout(Duration::from_secs(5)) {
-            Ok(m) => {
-                if m.data.is_empty()
-                    && m.headers
-                        .as_ref()
-                        .is_some_and(|h| h.get("Status").is_some())
-                {
-                    request(&sub)?;
-                    continue;
-                }
-                m.ack()?;
-                done += 1;
-                in_request += 1;
-                if in_request == batch {
-                    in_request = 0;
-                    request(&sub)?;
-                }
-            }
+        let m = match sub.next_timeout(Duration::from_secs(1)) {
+            Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                return Err(io::Error::other(format!(
-                    "raw drain stalled at {done}/{count}"
-                )))
+                idle += 1;
+                if idle >= 30 {
+                    return Err(io::Error::other(format!(
+                        "raw drain stalled at {done}/{count}"
+                    )));
+                }
+                request(&sub)?;
+                continue;
             }
-            Err(_) => request(&sub)?,
+            Err(_) => {
+                request(&sub)?;
+                continue;
+            }
+        };
+        idle = 0;
+        if m.data.is_empty()
+            && m.headers
+                .as_ref()
+                .is_some_and(|h| h.get("Status").is_some())
+        {
+            request(&sub)?;
+            continue;
+        }
+        in_request += 1;
+        if pause.is_zero() {
+            m.ack()?;
+            done += 1;
+        } else {
+            held.push(m);
+        }
+        if in_request == batch || done + held.len() == count {
+            in_request = 0;
+            if !held.is_empty() {
+                std::thread::sleep(pause);
+                done += held.len();
+                for m in held.drain(..) {
+                    m.ack()?;
+                }
+                nc.flush()?;
+            }
+            if done < count {
+                request(&sub)?;
+            }
         }
     }
     nc.flush()?;
