@@ -699,6 +699,48 @@ mod tests {
     }
 
     #[test]
+    fn only_a_name_given_to_an_unnamed_file_asks_for_the_second_fsync() {
+        let (s, c) = scratch_with(DuplicatePolicy::SkipExisting);
+        fs::create_dir(&c.directory).unwrap();
+        let target = |n: u64| Target {
+            rel: format!("k/{n}.json"),
+            path: s.path().join(format!("out/k/{n}.json")),
+        };
+        let unnamed = DurableFiles::new(&c);
+        let first = unnamed.write(&target(1), b"one", &mut Vec::new());
+        assert_eq!(first.outcome, WriteOutcome::Durable);
+        // Scratch directories live on a file system with O_TMPFILE (the unnamed way).
+        assert!(first.sync_again, "the link raised the inode's link count");
+        sync_by_name(&target(1).path).unwrap();
+        // Found existing: fsynced by name on the spot, nothing left for later.
+        let again = unnamed.write(&target(1), b"one", &mut Vec::new());
+        assert_eq!(
+            again,
+            Publication {
+                outcome: WriteOutcome::AlreadyDurable,
+                sync_again: false
+            }
+        );
+        let named = DurableFiles::new(&c).named_only();
+        let other = named.write(&target(2), b"two", &mut Vec::new());
+        assert_eq!(
+            other,
+            Publication {
+                outcome: WriteOutcome::Durable,
+                sync_again: false
+            },
+            "fsynced with its name and link count 1"
+        );
+        // sync_by_name never follows a symbolic link at the final name.
+        std::os::unix::fs::symlink(target(2).path, target(3).path).unwrap();
+        assert_eq!(
+            sync_by_name(&target(3).path).unwrap_err().raw_os_error(),
+            Some(40),
+            "ELOOP"
+        );
+    }
+
+    #[test]
     fn the_named_way_gives_the_same_results() {
         for policy in POLICIES {
             let (s, mut c) = scratch_with(policy);
