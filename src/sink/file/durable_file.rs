@@ -22,7 +22,9 @@
 //!   created together, and a block written for one of them is clean for the others: their
 //!   fsyncs then have nothing but the cache flush left to do, and concurrent flushes are
 //!   merged. It also leaves those blocks clean, which matters to the same file system after
-//!   bulk deletions (docs/sinks/file.md, Performance).
+//!   bulk deletions (docs/sinks/file.md, Performance). (Kernels before a 2026 stable fix,
+//!   "ext4: ... fsync in nojournal mode", skipped that inode write even in a file's fsync;
+//!   there, without a journal, the count reaches the disk only with writeback.)
 //! - **named**: a dot-named temporary file (`.svc-tmp-<pid>-<random>-<n>`, a name no key can
 //!   take) created exclusively, written and fsynced, then `link(tmp, final)` and `unlink(tmp)`
 //!   (`skip_existing`, `fail_existing`), or `rename(tmp, final)` (`replace`: an atomic
