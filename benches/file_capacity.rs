@@ -241,8 +241,9 @@ enum Way {
     Plain,
     /// `open(O_TMPFILE)`, `write`, `fsync`, `linkat(/proc/self/fd/N)`, `close`.
     Unnamed,
-    /// As `Unnamed`, then `fsync` again after the link: the inode's new link count is
-    /// written too, which a file system without a journal needs (docs/sinks/file.md).
+    /// As `Unnamed`, then `fsync` again right after the link: the inode's new link count is
+    /// written too, which a file system without a journal needs (docs/sinks/file.md). svc
+    /// defers that fsync until its batch is linked, which costs less than this per-file way.
     UnnamedSynced,
     /// `open(.tmp, O_CREAT|O_EXCL)`, `write`, `fsync`, `link`, `unlink`, `close`.
     LinkUnlink,
