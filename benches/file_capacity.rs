@@ -439,15 +439,22 @@ const STEADY: f64 = 0.25;
 /// A warm-up capacity run (printed, not used), then capacity and `svc run` alternating (C S C S ... C).
 fn compare(
     label: &str,
+    n: usize,
     mut capacity: impl FnMut(usize) -> f64,
     mut svc: impl FnMut(usize) -> SvcRun,
 ) -> Vec<Round> {
-    println!("  {label} warm-up: capacity {:>7.0}", capacity(0));
-    let mut before = capacity(1);
+    // The bench process does nothing else while a capacity runs: its CPU is the capacity's.
+    let mut capacity = |round| {
+        let cpu = support::process_cpu_seconds(std::process::id());
+        let rate = capacity(round);
+        (rate, support::process_cpu_seconds(std::process::id()) - cpu)
+    };
+    println!("  {label} warm-up: capacity {:>7.0}", capacity(0).0);
+    let (mut before, mut cpu_before) = capacity(1);
     let mut rounds = Vec::new();
     for round in 1..=ROUNDS {
         let run = svc(round);
-        let after = capacity(round + 1);
+        let (after, cpu_after) = capacity(round + 1);
         let r = Round {
             before,
             svc: run.rate,
@@ -472,7 +479,20 @@ fn compare(
             cpu.join(", "),
             run.broker_cpu
         );
-        before = after;
+        // Whether svc was short of CPU or waiting (for the disk, the broker, itself).
+        let svc_cpu: f64 = run.thread_cpu.iter().map(|(_, s)| s).sum();
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as f64;
+        let busy = (svc_cpu + run.broker_cpu) * r.svc / n as f64 / cores;
+        let per = |cpu: f64| cpu * 1e6 / n as f64;
+        println!(
+            "      CPU per message: svc {:.0} us + broker {:.0} us ({:.0}% of {cores} cores busy); capacity {:.0} / {:.0} us per file",
+            per(svc_cpu),
+            per(run.broker_cpu),
+            busy * 100.0,
+            per(cpu_before),
+            per(cpu_after),
+        );
+        (before, cpu_before) = (after, cpu_after);
         rounds.push(r);
     }
     rounds
@@ -550,6 +570,7 @@ fn main() {
         );
         per_event = compare(
             "per_event",
+            n,
             |round| capacity(&out(&format!("cap-{round}")), &recs, &s, Way::Plain),
             |round| {
                 let name = format!("per-event-{round}");
@@ -604,6 +625,7 @@ fn main() {
         );
         jsonl = compare(
             "jsonl",
+            n_jsonl,
             |round| jsonl_capacity(&out(&format!("jcap-{round}")), &batches, n_jsonl, &s),
             |round| {
                 let name = format!("jsonl-{round}");

@@ -476,8 +476,8 @@ impl Drop for SmallFs {
 /// fsyncs, so a writer would fail the second one of every file, forever): some files of a
 /// batch make it, some do not, and so do some directory syncs. The trace (fsyncs, links, and the ACKs the runner sends to
 /// the broker) must show, in order:
-/// - every `link` that gives a file its final name (an unnamed `O_TMPFILE` file through
-///   `/proc/self/fd/<fd>`, or a `.svc-tmp-*` one) follows a successful `fsync` of that very
+/// - every `link` that gives a file its final name (an unnamed `O_TMPFILE` file by its
+///   descriptor, or a `.svc-tmp-*` one) follows a successful `fsync` of that very
 ///   file, never a failed one;
 /// - every `+ACK` of a message follows the link of its final name and then a successful
 ///   `fsync` of that directory: an ACK never covers a failed fsync;
@@ -632,7 +632,7 @@ fn check_trace(trace: &str) -> Checked {
                 last_fsync_ok.insert(path, ok);
             } else if call.contains(">(deleted)") {
                 // An unnamed (O_TMPFILE) file, `fsync(7</dir/#<inode>>(deleted))`: known by its
-                // thread and descriptor until `linkat("/proc/self/fd/<fd>", ...)` names it.
+                // thread and descriptor until `linkat` names it.
                 let fd = args.split('<').next().unwrap_or("");
                 c.failed_temp_fsyncs += usize::from(!ok);
                 last_fsync_ok.insert(unnamed_key(pid, fd), ok);
@@ -650,11 +650,15 @@ fn check_trace(trace: &str) -> Checked {
             let (Some(src), Some(dst)) = (quoted.next(), quoted.next()) else {
                 continue;
             };
-            let unnamed = src.starts_with("/proc/self/fd/");
-            let src = match src.strip_prefix("/proc/self/fd/") {
-                Some(fd) => unnamed_key(pid, fd),
-                None if src.contains("/.svc-tmp-") => src.to_string(),
-                None => continue,
+            // An unnamed file: `linkat(7</dir/#123 (deleted)>, "", ..., AT_EMPTY_PATH)`, or
+            // `linkat(AT_FDCWD, "/proc/self/fd/7", ...)` where the kernel refuses the former.
+            let by_fd = call.strip_prefix("linkat(").filter(|_| src.is_empty());
+            let unnamed = by_fd.is_some() || src.starts_with("/proc/self/fd/");
+            let src = match (by_fd, src.strip_prefix("/proc/self/fd/")) {
+                (Some(args), _) => unnamed_key(pid, args.split('<').next().unwrap_or("")),
+                (None, Some(fd)) => unnamed_key(pid, fd),
+                (None, None) if src.contains("/.svc-tmp-") => src.to_string(),
+                (None, None) => continue,
             };
             c.links += 1;
             assert_eq!(
