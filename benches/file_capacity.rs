@@ -485,7 +485,7 @@ fn compare(
         let busy = (svc_cpu + run.broker_cpu) * r.svc / n as f64 / cores;
         let per = |cpu: f64| cpu * 1e6 / n as f64;
         println!(
-            "      CPU per message: svc {:.0} us + broker {:.0} us ({:.0}% of {cores} cores busy); capacity {:.0} / {:.0} us per file",
+            "      CPU per message: svc {:.0} us + broker {:.0} us ({:.0}% of {cores} cores busy); capacity {:.0} / {:.0} us per record",
             per(svc_cpu),
             per(run.broker_cpu),
             busy * 100.0,

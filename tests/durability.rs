@@ -650,7 +650,7 @@ fn check_trace(trace: &str) -> Checked {
             let (Some(src), Some(dst)) = (quoted.next(), quoted.next()) else {
                 continue;
             };
-            // An unnamed file: `linkat(7</dir/#123 (deleted)>, "", ..., AT_EMPTY_PATH)`, or
+            // An unnamed file: `linkat(7</dir/#123>(deleted), "", ..., AT_EMPTY_PATH)`, or
             // `linkat(AT_FDCWD, "/proc/self/fd/7", ...)` where the kernel refuses the former.
             let by_fd = call.strip_prefix("linkat(").filter(|_| src.is_empty());
             let unnamed = by_fd.is_some() || src.starts_with("/proc/self/fd/");
