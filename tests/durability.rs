@@ -481,9 +481,9 @@ impl Drop for SmallFs {
 ///   file, never a failed one;
 /// - every `+ACK` of a message follows the link of its final name and then a successful
 ///   `fsync` of that directory: an ACK never covers a failed fsync;
-/// - when that link named an unnamed file, the `+ACK` also follows a successful `fsync` of the
-///   file opened by its final name after the link (the link count the link raised is in the
-///   inode, which a directory fsync does not write everywhere: see durable_file.rs).
+/// - when that link named an unnamed file, the `+ACK` also follows a successful `fsync` of that
+///   file after the link, through the same descriptor (the link count the link raised is in
+///   the inode, which a directory fsync does not write everywhere: see durable_file.rs).
 ///
 /// After the window every message is stored once and acknowledged.
 #[test]
@@ -578,6 +578,9 @@ fn check_trace(trace: &str) -> Checked {
     // sequence -> trace position of the first successful link of its final name, and whether
     // it named an unnamed file.
     let mut linked: HashMap<u64, (usize, bool)> = HashMap::new();
+    // An unnamed file just linked, by its key -> its sequence: the next fsync of that
+    // descriptor is its second one (step 3), which the writer runs a few files later.
+    let mut named_unnamed: HashMap<String, u64> = HashMap::new();
     let mut synced = Synced::default();
 
     let mut c = Checked {
@@ -627,7 +630,14 @@ fn check_trace(trace: &str) -> Checked {
             else {
                 continue;
             };
-            if path.contains("/.svc-tmp-") {
+            let key = unnamed_key(pid, args.split('<').next().unwrap_or(""));
+            if let Some(seq) = named_unnamed.remove(&key) {
+                // The second fsync of an unnamed file, through the descriptor the link named
+                // (however strace shows its path).
+                if ok {
+                    synced.finals.entry(seq).or_default().push(at);
+                }
+            } else if path.contains("/.svc-tmp-") {
                 c.failed_temp_fsyncs += usize::from(!ok);
                 last_fsync_ok.insert(path, ok);
             } else if call.contains(">(deleted)") {
@@ -668,6 +678,9 @@ fn check_trace(trace: &str) -> Checked {
             );
             let seq = final_sequence(dst).unwrap_or_else(|| panic!("final name {dst}"));
             linked.entry(seq).or_insert((at, unnamed));
+            if unnamed {
+                named_unnamed.insert(src, seq);
+            }
         }
     }
     c

@@ -6,11 +6,11 @@
 //!   `O_TMPFILE`): `open(dir, O_TMPFILE)`, `write`, `fsync`, then
 //!   `linkat(<fd>, "", final, AT_EMPTY_PATH)` (or, where the kernel refuses that,
 //!   `linkat("/proc/self/fd/<fd>", final, AT_SYMLINK_FOLLOW)`), which fails with `EEXIST` when
-//!   the final name exists (exclusive creation with no check-then-write race), and once the
-//!   whole batch is linked, an `fsync` of each such file again, by name ([`sync_by_name`]).
-//!   The file has no name before the link, so there is nothing to remove afterwards and a crash
-//!   at any point leaves nothing behind. Per file: open, fstat, write, fsync, linkat, close,
-//!   then open, fsync, close (and an fchmod where the mode needs it, see below).
+//!   the final name exists (exclusive creation with no check-then-write race), and a few
+//!   files later an `fsync` of the same descriptor again ([`Publication::named`]). The file
+//!   has no name before the link, so there is nothing to remove afterwards and a crash at any
+//!   point leaves nothing behind. Per file: open, fstat, write, fsync, linkat, fsync, close
+//!   (and an fchmod where the mode needs it, see below).
 //!
 //!   Why the second fsync: the link raises the inode's link count from 0 to 1, and that count
 //!   lives in the inode, not in the directory. With a journal the directory's fsync commits
@@ -18,14 +18,18 @@
 //!   and its fsync of a file writes that file's inode (`ext4_fsync_nojournal`). A crash
 //!   before the kernel's writeback (about 30 s) would leave the durable name pointing to an
 //!   inode that says "no links", which `e2fsck` treats as deleted and whose entry it
-//!   clears: an acknowledged record lost. The second fsync writes the new count. It waits
-//!   for the batch's last link because one inode-table block holds the inodes of many files
-//!   created together, and a block written for one of them is clean for the others: their
-//!   fsyncs then have nothing but the cache flush left to do, and concurrent flushes are
-//!   merged. It also leaves those blocks clean, which matters to the same file system after
-//!   bulk deletions (docs/sinks/file.md, Performance). (Kernels before a 2026 stable fix,
-//!   "ext4: ... fsync in nojournal mode", skipped that inode write even in a file's fsync;
-//!   there, without a journal, the count reaches the disk only with writeback.)
+//!   clears: an acknowledged record lost. The second fsync writes the new count. The writer
+//!   runs it a few files later ([`super::writer_pool::FINISH_AFTER`]), not right after the
+//!   link: one inode-table block holds the inodes of the files created around the same time,
+//!   and once their links are done, one write of the block serves them all; the others'
+//!   fsyncs find it clean and have only the cache flush left, and concurrent flushes are
+//!   merged. Not the whole batch later either: without a journal, ext4 skips the free inodes
+//!   of a table block that is dirty in memory if they were deleted within the last six
+//!   minutes (one minute when clean), scanning past each on every allocation, so after bulk
+//!   deletions every block left dirty between a link and its fsync costs every new file time
+//!   (measured: docs/sinks/file.md, Performance). (Kernels before a 2026 stable fix, "ext4:
+//!   ... fsync in nojournal mode", skipped that inode write even in a file's fsync; there,
+//!   without a journal, the count reaches the disk only with writeback.)
 //! - **named**: a dot-named temporary file (`.svc-tmp-<pid>-<random>-<n>`, a name no key can
 //!   take) created exclusively, written and fsynced, then `link(tmp, final)` and `unlink(tmp)`
 //!   (`skip_existing`, `fail_existing`), or `rename(tmp, final)` (`replace`: an atomic
@@ -71,19 +75,20 @@ impl Target {
     }
 }
 
-/// What [`DurableFiles::write`] did. When `sync_again` is set, `outcome` holds only once
-/// [`sync_by_name`] of the target has succeeded (a name given to an unnamed file).
-#[derive(Debug, PartialEq)]
+/// What [`DurableFiles::write`] did.
+#[derive(Debug)]
 pub struct Publication {
     pub outcome: WriteOutcome,
-    pub sync_again: bool,
+    /// An unnamed file that was just given its name: `outcome` holds only once it has been
+    /// fsynced again (its link count; see the module comment).
+    pub named: Option<File>,
 }
 
 impl From<WriteOutcome> for Publication {
     fn from(outcome: WriteOutcome) -> Publication {
         Publication {
             outcome,
-            sync_again: false,
+            named: None,
         }
     }
 }
@@ -183,10 +188,10 @@ impl DurableFiles {
         let linked = self.link(&file, &target.path);
         // The link raised the inode's link count from 0 to 1 after its fsync; see the
         // module comment for why that needs a second one.
-        let sync_again = linked.is_ok();
+        let named = linked.is_ok().then_some(file);
         Some(Publication {
             outcome: self.outcome(target, linked),
-            sync_again,
+            named,
         })
     }
 

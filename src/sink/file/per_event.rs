@@ -7,11 +7,11 @@
 //!    sink worker, alive as long as the sink): each record compressed if configured and
 //!    written durably under its final name ([`DurableFiles`]: a final name appears only with
 //!    complete, fsynced content; racing writers of one key are decided by `link`);
-//! 3. on the writers again, once every file of the batch is linked: each file given a name in
-//!    step 2 fsynced again by that name (its inode's link count, see durable_file.rs);
-//! 4. here again: each directory whose entries changed (plus the parent of every directory
-//!    created) fsynced once, before any outcome of the batch is reported. Outcomes keep the
-//!    batch's order.
+//! 3. on the same writer, a few files later (a [`Finish`]): each file given a name in step 2
+//!    fsynced again (its inode's link count, see durable_file.rs);
+//! 4. here again, once every file is in: each directory whose entries changed (plus the
+//!    parent of every directory created) fsynced once, before any outcome of the batch is
+//!    reported. Outcomes keep the batch's order.
 //!
 //! No lock around file system work: sink workers share the writers' queue (its mutex is held
 //! only to push a batch or take a task) and the temporary-name counter.
@@ -21,8 +21,8 @@ use std::sync::{Arc, OnceLock};
 
 use super::config::{Compression, FileSinkConfig};
 use super::durable::DirSync;
-use super::durable_file::{sync_by_name, DurableFiles, Publication, Target};
-use super::writer_pool::{Results, Task, WriterPool};
+use super::durable_file::{DurableFiles, Publication, Target};
+use super::writer_pool::{run_here, Finish, Results, Slot, Task, WriterPool};
 use super::{encode_record, error, gzip_into, WriteLimit};
 use crate::message::envelope::Envelope;
 use crate::sink::key::{safe_component, strategy_key};
@@ -52,41 +52,62 @@ struct FileJob {
 enum Written {
     /// Outcome is final (a failure).
     Done(WriteOutcome),
-    /// Durable or already durable once the target's directory and `created_parents` are synced,
-    /// and the target fsynced by name if it is given here.
-    Pending(WriteOutcome, PathBuf, Vec<PathBuf>, Option<Target>),
+    /// Durable or already durable once the target's directory and `created_parents` are synced.
+    Pending(WriteOutcome, PathBuf, Vec<PathBuf>),
+}
+
+/// A file's step 2: its result, or the file still to be fsynced again (step 3) before its
+/// result holds.
+enum Step {
+    Written(Written),
+    SyncAgain(std::fs::File, String, Written),
 }
 
 impl FileJob {
-    fn write(self, files: &DurableFiles, compression: Compression) -> Written {
+    fn write(self, files: &DurableFiles, compression: Compression) -> Step {
         let mut gz = Vec::new();
         let body: &[u8] = match compression {
             Compression::None => &self.record,
             Compression::Gzip => match gzip_into(&mut gz, &self.record) {
                 Ok(()) => &gz,
                 Err(e) => {
-                    return Written::Done(WriteOutcome::Transient(error(format!(
+                    return Step::Written(Written::Done(WriteOutcome::Transient(error(format!(
                         "compress {}: {e}",
                         self.target.rel
-                    ))))
+                    )))))
                 }
             },
         };
         let mut created_parents = Vec::new();
-        let Publication {
-            outcome,
-            sync_again,
-        } = files.write(&self.target, body, &mut created_parents);
+        let Publication { outcome, named } = files.write(&self.target, body, &mut created_parents);
         if !outcome.is_durable() {
-            return Written::Done(outcome);
+            return Step::Written(Written::Done(outcome));
         }
-        let dir = self.target.dir().to_path_buf();
-        Written::Pending(
-            outcome,
-            dir,
-            created_parents,
-            sync_again.then_some(self.target),
-        )
+        let written = Written::Pending(outcome, self.target.dir().to_path_buf(), created_parents);
+        match named {
+            Some(file) => Step::SyncAgain(file, self.target.rel, written),
+            None => Step::Written(written),
+        }
+    }
+}
+
+impl Step {
+    /// Fills `slot` now, or returns the finish that fsyncs the file again and then fills it.
+    fn settle(self, slot: Slot<Written>) -> Option<Finish> {
+        match self {
+            Step::Written(written) => {
+                slot.fill(written);
+                None
+            }
+            Step::SyncAgain(file, rel, written) => Some(Box::new(move || {
+                slot.fill(match file.sync_all() {
+                    Ok(()) => written,
+                    Err(e) => {
+                        Written::Done(WriteOutcome::Transient(error(format!("write {rel}: {e}"))))
+                    }
+                });
+            })),
+        }
     }
 }
 
@@ -112,14 +133,13 @@ impl PerEvent {
     }
 
     pub fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome> {
-        let mut written = self.write_files(batch);
-        self.sync_linked(&mut written);
+        let written = self.write_files(batch);
         let mut dirs = DirSync::default();
         let mut outcomes = Vec::with_capacity(batch.len());
         for (i, w) in written.into_iter().enumerate() {
             match w {
                 Written::Done(o) => outcomes.push(o),
-                Written::Pending(o, dir, created_parents, _) => {
+                Written::Pending(o, dir, created_parents) => {
                     dirs.need(i, &dir);
                     for p in &created_parents {
                         dirs.need(i, p);
@@ -137,7 +157,8 @@ impl PerEvent {
         outcomes
     }
 
-    /// Prepares each file here and has the writers write it; returns the results in order.
+    /// Prepares each file here and has the writers write it (steps 2 and 3); returns the
+    /// results in order.
     fn write_files(&self, batch: &[Envelope]) -> Vec<Written> {
         let results = Results::new(batch.len());
         let mut tasks: Vec<Task> = Vec::with_capacity(batch.len());
@@ -152,7 +173,7 @@ impl PerEvent {
             };
             let (files, compression) = (Arc::clone(&self.files), self.cfg.compression);
             tasks.push(Box::new(move || {
-                slot.fill(job.write(&files, compression));
+                job.write(&files, compression).settle(slot)
             }));
         }
         self.run(tasks);
@@ -161,43 +182,6 @@ impl PerEvent {
             .into_iter()
             .map(|w| w.unwrap_or_else(|| Written::Done(writer_panicked())))
             .collect()
-    }
-
-    /// The second fsync, by name, of every file this batch gave a name to (durable_file.rs
-    /// says why), on the writers, once every link of the batch is done.
-    fn sync_linked(&self, written: &mut [Written]) {
-        let linked: Vec<(usize, Target)> = written
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, w)| match w {
-                Written::Pending(_, _, _, sync) => sync.take().map(|t| (i, t)),
-                Written::Done(_) => None,
-            })
-            .collect();
-        if linked.is_empty() {
-            return;
-        }
-        let results = Results::new(linked.len());
-        let mut at = Vec::with_capacity(linked.len());
-        let mut tasks: Vec<Task> = Vec::with_capacity(linked.len());
-        for (n, (i, target)) in linked.into_iter().enumerate() {
-            let slot = results.slot(n);
-            at.push(i);
-            tasks.push(Box::new(move || {
-                slot.fill(
-                    sync_by_name(&target.path)
-                        .map_err(|e| error(format!("write {}: {e}", target.rel))),
-                );
-            }));
-        }
-        self.run(tasks);
-        for (i, synced) in at.into_iter().zip(results.wait()) {
-            match synced {
-                Some(Ok(())) => {}
-                Some(Err(e)) => written[i] = Written::Done(WriteOutcome::Transient(e)),
-                None => written[i] = Written::Done(writer_panicked()),
-            }
-        }
     }
 
     /// Runs the tasks on the writers, or here when no writer thread could be started (or the
@@ -211,9 +195,7 @@ impl PerEvent {
             None => Err(tasks),
         };
         if let Err(tasks) = queued {
-            for task in tasks {
-                task();
-            }
+            run_here(tasks);
         }
     }
 
@@ -266,12 +248,13 @@ impl PerEvent {
 mod tests {
     use super::*;
     use crate::sink::file::config::DuplicatePolicy;
+    use crate::sink::file::durable_file::sync_by_name;
     use crate::sink::file::tests::{envelope, record_of, sink, Scratch};
     use crate::sink::key::KeyStrategy;
     use crate::sink::{Sink, WriteOutcome};
     use std::fs;
     use std::io::Read;
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::sync::{Arc, Barrier};
 
     fn cfg(s: &Scratch) -> FileSinkConfig {
@@ -710,25 +693,24 @@ mod tests {
         let first = unnamed.write(&target(1), b"one", &mut Vec::new());
         assert_eq!(first.outcome, WriteOutcome::Durable);
         // Scratch directories live on a file system with O_TMPFILE (the unnamed way).
-        assert!(first.sync_again, "the link raised the inode's link count");
-        sync_by_name(&target(1).path).unwrap();
+        let kept = first.named.expect("the link raised the inode's link count");
+        let at_name = fs::metadata(&target(1).path).unwrap();
+        let kept_meta = kept.metadata().unwrap();
+        assert_eq!(
+            (kept_meta.ino(), kept_meta.nlink()),
+            (at_name.ino(), 1),
+            "the descriptor kept for the second fsync is the file under its final name"
+        );
+        kept.sync_all().unwrap();
         // Found existing: fsynced by name on the spot, nothing left for later.
         let again = unnamed.write(&target(1), b"one", &mut Vec::new());
-        assert_eq!(
-            again,
-            Publication {
-                outcome: WriteOutcome::AlreadyDurable,
-                sync_again: false
-            }
-        );
+        assert_eq!(again.outcome, WriteOutcome::AlreadyDurable);
+        assert!(again.named.is_none());
         let named = DurableFiles::new(&c).named_only();
         let other = named.write(&target(2), b"two", &mut Vec::new());
-        assert_eq!(
-            other,
-            Publication {
-                outcome: WriteOutcome::Durable,
-                sync_again: false
-            },
+        assert_eq!(other.outcome, WriteOutcome::Durable);
+        assert!(
+            other.named.is_none(),
             "fsynced with its name and link count 1"
         );
         // sync_by_name never follows a symbolic link at the final name.

@@ -16,16 +16,30 @@
 //! context switch taken from the writers, and per file they added up (measured in
 //! docs/sinks/file.md).
 //!
-//! A task that panics is caught here, so the writer survives it; its [`Slot`] is dropped
-//! unfilled, which the sink reports as a transient failure of that file.
+//! A task may leave a [`Finish`] behind: work on the same file that should wait a little (the
+//! second fsync of a newly named file; durable_file.rs says why). The writer runs it after
+//! [`FINISH_AFTER`] more tasks of its own, or at once when the queue is empty: a writer never
+//! waits for work with a file unfinished, since a batch waits for each of its files.
+//!
+//! A task or finish that panics is caught here, so the writer survives it; its [`Slot`] is
+//! dropped unfilled, which the sink reports as a transient failure of that file.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-/// One file's work, with the channel its result goes back on.
-pub type Task = Box<dyn FnOnce() + Send + 'static>;
+/// One file's work, with the slot its result goes to; it may leave a [`Finish`] behind.
+pub type Task = Box<dyn FnOnce() -> Option<Finish> + Send + 'static>;
+
+/// What a task left to be done on its writer a few tasks later (see the module comment).
+pub type Finish = Box<dyn FnOnce()>;
+
+/// A writer runs a finish after this many more tasks of its own. Each waiting finish holds
+/// one open file, so a writer holds at most this many plus the one it is writing. Why a few
+/// tasks and not the rest of the batch: docs/sinks/file.md, Performance (2026-11-26, second
+/// machine).
+pub const FINISH_AFTER: usize = 4;
 
 /// The queue between sink workers and writers: a mutex and a condition variable rather than
 /// a crossbeam channel, because a writer finding it empty should sleep at once. crossbeam's
@@ -53,6 +67,11 @@ impl Queue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The next task if one is queued, without waiting.
+    fn try_take(&self) -> Option<Task> {
+        self.lock().tasks.pop_front()
+    }
+
     /// The next task, waiting for one; `None` once the queue is closed and empty.
     fn take(&self) -> Option<Task> {
         let mut state = self.lock();
@@ -64,6 +83,60 @@ impl Queue {
                 return None;
             }
             state = self.work.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// A writer's life: tasks from the queue, each one's finish [`FINISH_AFTER`] tasks later, and
+/// every finish still waiting before the writer waits for work or ends.
+fn work(queue: &Queue) {
+    let mut finishes = Finishes::default();
+    loop {
+        let task = match queue.try_take() {
+            Some(task) => task,
+            None => {
+                finishes.run_all();
+                match queue.take() {
+                    Some(task) => task,
+                    None => break,
+                }
+            }
+        };
+        finishes.run_task(task);
+    }
+    finishes.run_all();
+}
+
+/// Runs `tasks` on the calling thread, by the writers' rules (when no writer could start).
+pub fn run_here(tasks: Vec<Task>) {
+    let mut finishes = Finishes::default();
+    for task in tasks {
+        finishes.run_task(task);
+    }
+    finishes.run_all();
+}
+
+/// The finishes one thread's tasks left, oldest first.
+#[derive(Default)]
+struct Finishes(VecDeque<Finish>);
+
+impl Finishes {
+    /// Runs `task`, keeps its finish, and runs the oldest one once more than
+    /// [`FINISH_AFTER`] wait. A panic must not take the writer with it (module comment).
+    fn run_task(&mut self, task: Task) {
+        if let Ok(Some(finish)) = catch_unwind(AssertUnwindSafe(task)) {
+            self.0.push_back(finish);
+        }
+        if self.0.len() > FINISH_AFTER {
+            if let Some(finish) = self.0.pop_front() {
+                let _ = catch_unwind(AssertUnwindSafe(finish));
+            }
+        }
+    }
+
+    fn run_all(&mut self) {
+        while let Some(finish) = self.0.pop_front() {
+            let _ = catch_unwind(AssertUnwindSafe(finish));
         }
     }
 }
@@ -89,12 +162,7 @@ impl WriterPool {
             let queue = Arc::clone(&queue);
             let spawned = std::thread::Builder::new()
                 .name(format!("svc-file-{n}"))
-                .spawn(move || {
-                    while let Some(task) = queue.take() {
-                        // A panic must not take the writer with it; see the module comment.
-                        let _ = catch_unwind(AssertUnwindSafe(task));
-                    }
-                });
+                .spawn(move || work(&queue));
             match spawned {
                 Ok(h) => handles.push(h),
                 Err(e) => {
@@ -248,6 +316,7 @@ mod tests {
                     let name = std::thread::current().name().unwrap().to_string();
                     seen.lock().unwrap().push(name);
                     slot.fill(i);
+                    None
                 }) as Task
             })
             .collect();
@@ -268,5 +337,58 @@ mod tests {
             3,
             "the panic took no writer with it"
         );
+    }
+
+    /// One writer, so the order is certain: each finish runs after `FINISH_AFTER` more tasks,
+    /// the rest as soon as the queue is empty; the batch's results wait for the finishes.
+    #[test]
+    fn finishes_run_a_few_tasks_later_and_before_the_writer_waits() {
+        let pool = WriterPool::start(1).unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let results = Results::new(10);
+        let tasks: Vec<Task> = (0..10)
+            .map(|i| {
+                let (log, slot) = (Arc::clone(&log), results.slot(i));
+                Box::new(move || {
+                    log.lock().unwrap().push(format!("t{i}"));
+                    Some(Box::new(move || {
+                        if i == 3 {
+                            panic!("finish 3 fails");
+                        }
+                        log.lock().unwrap().push(format!("f{i}"));
+                        slot.fill(i);
+                    }) as Finish)
+                }) as Task
+            })
+            .collect();
+        pool.run_all(tasks)
+            .unwrap_or_else(|_| panic!("queue closed"));
+        let done = results.wait();
+        let expected: Vec<Option<usize>> = (0..10).map(|i| (i != 3).then_some(i)).collect();
+        assert_eq!(done, expected, "a panicking finish drops its slot only");
+        let order = log.lock().unwrap().join(" ");
+        assert_eq!(
+            order, "t0 t1 t2 t3 t4 f0 t5 f1 t6 f2 t7 t8 f4 t9 f5 f6 f7 f8 f9",
+            "FINISH_AFTER = {FINISH_AFTER}"
+        );
+        assert_eq!(
+            pool.live_threads().len(),
+            1,
+            "the panic took no writer with it"
+        );
+    }
+
+    #[test]
+    fn run_here_runs_every_finish() {
+        let ran = Arc::new(Mutex::new(0));
+        let tasks: Vec<Task> = (0..3)
+            .map(|_| {
+                let ran = Arc::clone(&ran);
+                Box::new(move || Some(Box::new(move || *ran.lock().unwrap() += 1) as Finish))
+                    as Task
+            })
+            .collect();
+        run_here(tasks);
+        assert_eq!(*ran.lock().unwrap(), 3);
     }
 }
