@@ -246,7 +246,8 @@ enum Way {
     Unnamed,
     /// As `Unnamed`, then `fsync` again right after the link: the inode's new link count is
     /// written too, which a file system without a journal needs (docs/sinks/file.md). svc
-    /// defers that fsync until its batch is linked, which costs less than this per-file way.
+    /// runs that fsync four files later on the same writer, so that one write of an
+    /// inode-table block serves the files linked around it.
     UnnamedSynced,
     /// `open(.tmp, O_CREAT|O_EXCL)`, `write`, `fsync`, `link`, `unlink`, `close`.
     LinkUnlink,
@@ -502,7 +503,7 @@ fn compare(
     rounds
 }
 
-/// The middle value of sorted `values`, or the mean of the two middle ones.
+/// The middle value of `sorted`, or the mean of the two middle ones.
 fn median(sorted: &[f64]) -> f64 {
     let n = sorted.len();
     if n % 2 == 1 {
@@ -512,7 +513,7 @@ fn median(sorted: &[f64]) -> f64 {
     }
 }
 
-/// The per-round ratios, and the median of the steady rounds.
+/// The per-round ratios, and the median and lowest of the steady rounds.
 fn summary(rounds: &[Round]) -> String {
     let all: Vec<String> = rounds
         .iter()
