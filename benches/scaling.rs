@@ -114,6 +114,7 @@ fn pg(database: &str) -> ConnectParams {
         // The local server trusts loopback (no authentication): allowed here explicitly.
         require_auth: AuthPolicy::parse("none").unwrap(),
         channel_binding: ChannelBindingMode::Prefer,
+        scram_min_iterations: 4096,
     }
 }
 

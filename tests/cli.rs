@@ -109,3 +109,41 @@ fn usage_errors_help_and_version() {
     assert_eq!(code, 2);
     assert!(err.contains("unknown command \"explode\""), "{err}");
 }
+
+/// `svc verify-custody ... | head`: a reader that leaves ends the command quietly with the
+/// shell's SIGPIPE status, never a panic; so do `--help` and `init-db --print`.
+#[test]
+fn a_closed_pipe_ends_printing_commands_quietly() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = valid(dir.path());
+    c["custody"] = json!({"enabled": true, "runner_id": "r1"});
+    let cfg = write_config(dir.path(), "c.json", &c);
+    // Many records, each a report line: more than a pipe holds.
+    let records = dir.path().join("records.jsonl");
+    std::fs::write(
+        &records,
+        "{\"stream\":\"S\",\"stream_sequence\":1}\n".repeat(20_000),
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let records = records.to_str().unwrap();
+    for args in [
+        vec!["verify-custody", cfg, records],
+        vec!["--help"],
+        vec!["validate", cfg],
+    ] {
+        let (read, write) = std::io::pipe().unwrap();
+        drop(read);
+        let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+            .args(&args)
+            .stdout(Stdio::from(write))
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(err, "", "{args:?}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}");
+    }
+}

@@ -88,6 +88,7 @@ fn params(port: u16, require_auth: &str) -> ConnectParams {
         tls_config: None,
         require_auth: AuthPolicy::parse(require_auth).unwrap(),
         channel_binding: ChannelBindingMode::Prefer,
+        scram_min_iterations: 4096,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(5),
     }
@@ -207,6 +208,11 @@ fn scram_impostor_without_the_server_signature_is_refused_before_any_statement()
             ScramEnd::ForgedSignature,
             "scram: server signature does not match (not the expected server)",
         ),
+        (
+            ScramEnd::OneIteration,
+            "scram: the server asks for 1 iterations, fewer than sink.scram_min_iterations \
+             (4096); no proof is sent",
+        ),
     ] {
         let fake = Fake::start(move |p| {
             p.startup();
@@ -222,6 +228,12 @@ fn scram_impostor_without_the_server_signature_is_refused_before_any_statement()
             "{end:?}: {err}"
         );
         assert!(!sent_any_statement(&received), "{end:?}: probe sent");
+        if end == ScramEnd::OneIteration {
+            assert!(
+                !String::from_utf8_lossy(&received).contains(",p="),
+                "a client-final proof was sent for one iteration"
+            );
+        }
         for (what, text) in [("stdout", out.as_bytes()), ("stderr", err.as_bytes())] {
             assert_no_secret(what, text, [0; 4]);
         }

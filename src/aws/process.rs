@@ -11,6 +11,11 @@
 //! The process gets no stdin and its stderr is discarded (a helper's diagnostics may hold
 //! secrets); it must finish within [`PROCESS_DEADLINE`] and print at most
 //! [`MAX_PROCESS_OUTPUT`] bytes, else it is killed and the fetch fails.
+//!
+//! Its environment is [`PASSED_ENV`] only, not the runner's: the runner's holds payload keys,
+//! custody and authenticity secrets, the database password and the broker token, none of
+//! which a credential helper needs. A helper that needs another variable is given it on its
+//! own line (`credential_process = env VAR=value helper ...`).
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -22,6 +27,22 @@ use super::parse::{parse_process_credentials, Issued};
 pub const PROCESS_DEADLINE: Duration = Duration::from_secs(30);
 /// Largest output read (a real answer is under 4 KiB).
 pub const MAX_PROCESS_OUTPUT: u64 = 64 * 1024;
+
+/// The variables passed on to the helper, when set: what finds programs, the home directory
+/// and locale, and the AWS variables that choose a profile, its files and the region (what
+/// the SDKs pass that a helper acts on). Never a credential variable.
+pub const PASSED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+];
 
 /// Splits a command line into words by POSIX shell quoting rules (as Python's `shlex.split`):
 /// blanks separate words, `'...'` is literal, `"..."` keeps blanks and honours `\` before
@@ -104,6 +125,12 @@ pub fn run_with(command: &str, what: &str, deadline: Duration) -> Result<Issued,
     let start = Instant::now();
     let mut child = Command::new(program)
         .args(args)
+        .env_clear()
+        .envs(
+            PASSED_ENV
+                .iter()
+                .filter_map(|k| Some((k, std::env::var_os(k)?))),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -221,6 +248,39 @@ mod tests {
         assert!(e.contains("did not finish within"), "{e}");
         let e = run("head -c 100000 /dev/zero", "profile p").unwrap_err();
         assert!(e.contains("more than 65536 bytes"), "{e}");
+        let e = run("/nonexistent/helper", "profile p").unwrap_err();
+        assert!(
+            e.starts_with("profile p: cannot start credential_process"),
+            "{e}"
+        );
+    }
+
+    /// The runner's environment holds payload keys, the database password, the broker token:
+    /// the helper sees only [`PASSED_ENV`] (and what `sh` itself adds).
+    #[test]
+    fn the_helper_gets_only_the_passed_variables() {
+        let dir = tempfile::tempdir().unwrap();
+        let dump = dir.path().join("env");
+        let command = format!(
+            r#"sh -c 'env > {}; printf "{{\"Version\": 1, \"AccessKeyId\": \"AKID\", \"SecretAccessKey\": \"s\"}}"'"#,
+            dump.display()
+        );
+        run(&command, "profile p").unwrap();
+        let seen = std::fs::read_to_string(&dump).unwrap();
+        let names: Vec<&str> = seen.lines().filter_map(|l| l.split('=').next()).collect();
+        assert!(names.contains(&"PATH"), "{names:?}");
+        let sh_own = ["PWD", "SHLVL", "_", "OLDPWD"];
+        let foreign: Vec<&&str> = names
+            .iter()
+            .filter(|n| !PASSED_ENV.contains(n) && !sh_own.contains(n))
+            .collect();
+        assert!(foreign.is_empty(), "passed on: {foreign:?}");
+        // The test process itself has more (cargo's own variables at least).
+        assert!(std::env::vars_os().count() > names.len());
+    }
+
+    #[test]
+    fn a_missing_program_is_named() {
         let e = run("/nonexistent/helper", "profile p").unwrap_err();
         assert!(
             e.starts_with("profile p: cannot start credential_process"),

@@ -2,5 +2,6 @@
 
 pub mod logging;
 pub mod observe;
+pub mod output;
 pub mod protect;
 pub mod svc;

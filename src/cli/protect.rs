@@ -9,9 +9,12 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::output::{self, say};
 use crate::config::RuntimeConfig;
+use crate::document::canonical::{self, Json};
 use crate::message::protection::custody::{Custodian, Verdict};
 use crate::message::protection::encryption::Encryptor;
 use crate::text::peer::PeerText;
@@ -19,8 +22,8 @@ use crate::text::peer::PeerText;
 /// Largest record file read at once (a jsonl segment is bounded by the sink's rotation).
 pub const MAX_RECORD_FILE_BYTES: u64 = 1 << 30;
 
-/// The records of a file (see the module docs), each with its position for reports.
-fn read_records(path: &Path) -> Result<Vec<(String, Value)>, String> {
+/// A record file's text, read whole (bounded).
+fn read_file(path: &Path) -> Result<String, String> {
     let name = path.display().to_string();
     let mut text = String::new();
     let read = if name == "-" {
@@ -35,54 +38,39 @@ fn read_records(path: &Path) -> Result<Vec<(String, Value)>, String> {
     if text.len() as u64 > MAX_RECORD_FILE_BYTES {
         return Err(format!("{name}: larger than {MAX_RECORD_FILE_BYTES} bytes"));
     }
-    parse_records(&name, &text)
+    Ok(text)
 }
 
-/// The records of a record file's text (see the module docs), each with its position
-/// (`name`, `name[i]` or `name:line`) for reports. Pure, for `svc decrypt`, `svc
-/// verify-custody` and the `payload_record` fuzz target; an error names the line and the kind
-/// of JSON error, never the text.
-pub fn parse_records(name: &str, text: &str) -> Result<Vec<(String, Value)>, String> {
-    if let Ok(v) = serde_json::from_str::<Value>(text) {
-        return Ok(match v {
-            Value::Array(items) => items
+/// One record of a file: its position (`name`, `name[i]` or `name:line`) and its JSON text,
+/// or why that one record cannot be read.
+pub type RecordText<'a> = (String, Result<&'a str, String>);
+
+/// The records of a record file's text (see the module docs), each on its own: a line that
+/// is not JSON is reported as that one record, never for the whole file (it would hide an
+/// altered record beside it). Pure, for `svc decrypt`, `svc verify-custody` and the
+/// `payload_record` fuzz target; no error quotes the text.
+pub fn parse_records<'a>(name: &str, text: &'a str) -> Vec<RecordText<'a>> {
+    if let Ok(whole) = serde_json::from_str::<&RawValue>(text) {
+        if let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(whole.get()) {
+            return items
                 .into_iter()
                 .enumerate()
-                .map(|(i, v)| (format!("{name}[{i}]"), v))
-                .collect(),
-            v => vec![(name.to_string(), v)],
-        });
-    }
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+                .map(|(i, v)| (format!("{name}[{i}]"), Ok(v.get())))
+                .collect();
         }
-        let v = serde_json::from_str(line).map_err(|e| {
-            format!(
-                "{name}:{}: not a JSON record ({})",
-                i + 1,
-                e.classify_name()
-            )
-        })?;
-        out.push((format!("{name}:{}", i + 1), v));
+        return vec![(name.to_string(), Ok(whole.get()))];
     }
-    Ok(out)
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(i, line)| (format!("{name}:{}", i + 1), Ok(line)))
+        .collect()
 }
 
-trait Classify {
-    fn classify_name(&self) -> &'static str;
-}
-
-impl Classify for serde_json::Error {
-    fn classify_name(&self) -> &'static str {
-        match self.classify() {
-            serde_json::error::Category::Io => "read error",
-            serde_json::error::Category::Syntax => "syntax error",
-            serde_json::error::Category::Data => "data error",
-            serde_json::error::Category::Eof => "truncated",
-        }
-    }
+/// A record read strictly (no duplicate keys, exact numbers); the error names the kind.
+fn strict(text: Result<&str, String>) -> Result<Json<'_>, String> {
+    let text = text?;
+    canonical::parse(text).map_err(|e| format!("not a JSON record: {e}"))
 }
 
 /// `svc decrypt`: exit 0 when every record decrypted, 1 when one did not, 2 on usage.
@@ -100,8 +88,8 @@ pub fn decrypt(cfg: &RuntimeConfig, record: &Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let records = match read_records(record) {
-        Ok(r) => r,
+    let text = match read_file(record) {
+        Ok(t) => t,
         Err(e) => {
             eprintln!("svc: decrypt: {e}");
             return ExitCode::from(1);
@@ -109,11 +97,18 @@ pub fn decrypt(cfg: &RuntimeConfig, record: &Path) -> ExitCode {
     };
     let mut out = std::io::stdout().lock();
     let mut failed = false;
-    for (at, v) in records {
-        match enc.decrypt_record(&v) {
+    for (at, rec) in parse_records(&record.display().to_string(), &text) {
+        // Strict first (a duplicated `payload` or `stream` could be read two ways), then
+        // as the tree the decryption reads.
+        let opened = strict(rec.clone()).and_then(|_| {
+            let v: Value = serde_json::from_str(rec?).map_err(|_| "not a JSON record")?;
+            enc.decrypt_record(&v).map_err(|e| e.to_string())
+        });
+        match opened {
             Ok(plain) => {
-                let _ = out.write_all(&plain);
-                let _ = out.write_all(b"\n");
+                if let Err(e) = out.write_all(&plain).and_then(|()| out.write_all(b"\n")) {
+                    return output::write_failed(&e);
+                }
             }
             Err(e) => {
                 eprintln!("svc: decrypt: {at}: {e}");
@@ -121,7 +116,9 @@ pub fn decrypt(cfg: &RuntimeConfig, record: &Path) -> ExitCode {
             }
         }
     }
-    let _ = out.flush();
+    if let Err(e) = out.flush() {
+        return output::write_failed(&e);
+    }
     if failed {
         ExitCode::from(1)
     } else {
@@ -131,21 +128,27 @@ pub fn decrypt(cfg: &RuntimeConfig, record: &Path) -> ExitCode {
 
 /// Where a record says it comes from, for `svc verify-custody`'s report line:
 /// ` (stream S sequence N)`, or nothing without a string `stream` and a `stream_sequence`.
-pub fn record_place(v: &Value) -> String {
+pub fn record_place(v: &Json<'_>) -> String {
     match (
-        v.get("stream").and_then(Value::as_str),
+        v.get("stream").and_then(Json::as_str),
         v.get("stream_sequence"),
     ) {
-        // Both are the store's text: a sequence that is not an integer is shown as the
-        // peer text it is (bounded, escaped), not as raw JSON.
-        (Some(s), Some(n)) => match n.as_u64() {
-            Some(n) => format!(" (stream {} sequence {n})", PeerText::new(s)),
-            None => format!(
-                " (stream {} sequence {})",
-                PeerText::new(s),
-                PeerText::new(&n.to_string())
-            ),
-        },
+        // Both are the store's text: anything but a plain integer is shown as the peer text
+        // it is (bounded, escaped), not as raw JSON.
+        (Some(s), Some(n)) => {
+            let mut text = Vec::new();
+            canonical::write(&mut text, n);
+            let text = String::from_utf8_lossy(&text);
+            if text.bytes().all(|b| b.is_ascii_digit()) && text.len() <= 20 {
+                format!(" (stream {} sequence {text})", PeerText::new(s))
+            } else {
+                format!(
+                    " (stream {} sequence {})",
+                    PeerText::new(s),
+                    PeerText::new(&text)
+                )
+            }
+        }
         _ => String::new(),
     }
 }
@@ -161,33 +164,36 @@ pub fn verify_custody(cfg: &RuntimeConfig, files: &[PathBuf]) -> ExitCode {
     };
     let (mut intact, mut altered, mut unverifiable) = (0u64, 0u64, 0u64);
     for file in files {
-        let records = match read_records(file) {
-            Ok(r) => r,
+        let text = match read_file(file) {
+            Ok(t) => t,
             Err(e) => {
-                println!("{e}: unverifiable");
+                say!("{e}: unverifiable");
                 unverifiable += 1;
                 continue;
             }
         };
-        for (at, v) in records {
-            let place = record_place(&v);
-            match custodian.verify(&v) {
+        for (at, rec) in parse_records(&file.display().to_string(), &text) {
+            let (place, verdict) = match strict(rec) {
+                Ok(doc) => (record_place(&doc), custodian.verify(&doc)),
+                Err(why) => (String::new(), Verdict::Unverifiable(why)),
+            };
+            match verdict {
                 Verdict::Intact => {
                     intact += 1;
-                    println!("{at}{place}: intact");
+                    say!("{at}{place}: intact");
                 }
                 Verdict::Altered => {
                     altered += 1;
-                    println!("{at}{place}: ALTERED");
+                    say!("{at}{place}: ALTERED");
                 }
                 Verdict::Unverifiable(why) => {
                     unverifiable += 1;
-                    println!("{at}{place}: unverifiable ({why})");
+                    say!("{at}{place}: unverifiable ({why})");
                 }
             }
         }
     }
-    println!("{intact} intact, {altered} altered, {unverifiable} unverifiable");
+    say!("{intact} intact, {altered} altered, {unverifiable} unverifiable");
     if altered + unverifiable > 0 {
         ExitCode::from(1)
     } else {
@@ -201,49 +207,59 @@ mod tests {
 
     #[test]
     fn record_files_are_one_object_an_array_or_json_lines() {
-        let dir = tempfile::tempdir().unwrap();
-        let write = |name: &str, text: &str| {
-            let p = dir.path().join(name);
-            std::fs::write(&p, text).unwrap();
-            p
-        };
-        let one = read_records(&write("one.json", "{\"a\": 1}\n")).unwrap();
-        assert_eq!(one.len(), 1);
-        assert!(one[0].0.ends_with("one.json"));
-        let arr = read_records(&write("arr.json", "[{\"a\":1},{\"a\":2}]")).unwrap();
-        assert!(arr[1].0.ends_with("arr.json[1]"));
-        let lines = read_records(&write("l.jsonl", "{\"a\":1}\n\n{\"a\":2}\n")).unwrap();
+        let one = parse_records("one.json", "{\"a\": 1}\n");
+        assert_eq!(one, [("one.json".to_string(), Ok("{\"a\": 1}"))]);
+        let arr = parse_records("arr.json", "[{\"a\":1},{\"a\":2}]");
+        assert_eq!(arr[1], ("arr.json[1]".to_string(), Ok("{\"a\":2}")));
+        let lines = parse_records("l.jsonl", "{\"a\":1}\n\n{\"a\":2}\n");
         assert_eq!(lines.len(), 2);
-        assert!(lines[1].0.ends_with("l.jsonl:3"), "{}", lines[1].0);
-        assert_eq!(lines[1].1["a"], 2);
-        let e = read_records(&write("bad.jsonl", "{\"a\":1}\n{\"secret\": oops\n")).unwrap_err();
-        assert!(
-            e.ends_with("bad.jsonl:2: not a JSON record (syntax error)"),
-            "{e}"
-        );
-        assert!(!e.contains("secret"), "{e}");
-        let e = read_records(&dir.path().join("missing")).unwrap_err();
+        assert_eq!(lines[1], ("l.jsonl:3".to_string(), Ok("{\"a\":2}")));
+        let dir = tempfile::tempdir().unwrap();
+        let e = read_file(&dir.path().join("missing")).unwrap_err();
         assert!(e.contains("cannot read"), "{e}");
+    }
+
+    /// One unreadable record is reported as that record: the ones beside it are still read
+    /// (a whole file given up would hide an altered record next to it).
+    #[test]
+    fn a_bad_line_is_one_bad_record() {
+        let text = "{\"a\":1}\n{\"secret\": oops\n{\"b\":2,\"b\":3}\n{\"c\":3}\n";
+        let records = parse_records("bad.jsonl", text);
+        assert_eq!(records.len(), 4);
+        let read: Vec<Result<Json<'_>, String>> =
+            records.into_iter().map(|(_, r)| strict(r)).collect();
+        assert!(read[0].is_ok() && read[3].is_ok());
+        let e = read[1].as_ref().unwrap_err();
+        assert_eq!(e, "not a JSON record: not JSON (syntax error at byte 11)");
+        assert!(!e.contains("secret") && !e.contains("oops"), "{e}");
+        let e = read[2].as_ref().unwrap_err();
+        assert_eq!(e, "not a JSON record: an object has a duplicate key");
+    }
+
+    fn place(text: &str) -> String {
+        record_place(&canonical::parse(text).unwrap())
     }
 
     /// Found by the `payload_record` fuzz target: a `stream_sequence` that is not an integer
     /// went into the report line as raw JSON (bidi controls, DEL, any length).
     #[test]
     fn the_report_line_shows_a_hostile_place_escaped_and_bounded() {
-        let v: Value = serde_json::from_str(
-            r#"{"stream":"S\u202e","stream_sequence":{"n":"7\u202e\u007f"},"subject":"s"}"#,
-        )
-        .unwrap();
-        let place = record_place(&v);
+        let hostile =
+            place(r#"{"stream":"S\u202e","stream_sequence":{"n":"7\u202e\u007f"},"subject":"s"}"#);
         assert!(
-            !place.chars().any(|c| c.is_control() || c == '\u{202e}'),
-            "{place:?}"
+            !hostile.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{hostile:?}"
         );
-        assert!(place.contains("sequence {"), "{place}");
-        let long = serde_json::json!({"stream": "S", "stream_sequence": "9".repeat(100_000)});
-        assert!(record_place(&long).chars().count() < 400);
-        let ok = serde_json::json!({"stream": "ORDERS", "stream_sequence": 7});
-        assert_eq!(record_place(&ok), " (stream ORDERS sequence 7)");
-        assert_eq!(record_place(&serde_json::json!({"stream": 1})), "");
+        assert!(hostile.contains("sequence {"), "{hostile}");
+        let long = format!(
+            r#"{{"stream": "S", "stream_sequence": "{}"}}"#,
+            "9".repeat(100_000)
+        );
+        assert!(place(&long).chars().count() < 400);
+        assert_eq!(
+            place(r#"{"stream": "ORDERS", "stream_sequence": 7}"#),
+            " (stream ORDERS sequence 7)"
+        );
+        assert_eq!(place(r#"{"stream": 1}"#), "");
     }
 }

@@ -4,6 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::output::{self, say};
 use crate::config::{LoadError, RuntimeConfig};
 
 pub const HELP: &str = "\
@@ -126,18 +127,20 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     };
     match command {
         Command::Help => {
-            print!("{HELP}");
+            if let Err(e) = output::print(format_args!("{HELP}")) {
+                return output::write_failed(&e);
+            }
             ExitCode::SUCCESS
         }
         Command::Version => {
-            println!("svc {}", env!("CARGO_PKG_VERSION"));
+            say!("svc {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
         Command::Validate(path) => match load(&path) {
             Ok(cfg) => {
-                println!("Configuration is valid.");
-                println!("Active sink: {}", cfg.sink.kind());
-                println!("ACK policy: commit-then-acknowledge");
+                say!("Configuration is valid.");
+                say!("Active sink: {}", cfg.sink.kind());
+                say!("ACK policy: commit-then-acknowledge");
                 ExitCode::SUCCESS
             }
             Err(code) => code,
@@ -151,7 +154,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
             match cfg.sink.build(metrics).and_then(|s| s.check()) {
                 Ok(verdict) => {
-                    println!("Sink {} is usable: {verdict}", cfg.sink.kind());
+                    say!("Sink {} is usable: {verdict}", cfg.sink.kind());
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -208,8 +211,10 @@ fn init_db(sink: &crate::sink::SinkConfig, print_only: bool) -> ExitCode {
     let mut failed = false;
     for (name, cfg) in targets {
         if print_only {
-            println!("-- sink {name}");
-            print!("{}", relational::ddl(cfg));
+            say!("-- sink {name}");
+            if let Err(e) = output::print(format_args!("{}", relational::ddl(cfg))) {
+                return output::write_failed(&e);
+            }
             continue;
         }
         let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
@@ -217,7 +222,7 @@ fn init_db(sink: &crate::sink::SinkConfig, print_only: bool) -> ExitCode {
             relational::RelationalSink::new(cfg.clone(), metrics).and_then(|s| s.create_tables());
         let tables: Vec<String> = cfg.tables().iter().map(|t| t.to_string()).collect();
         match result {
-            Ok(()) => println!(
+            Ok(()) => say!(
                 "Sink {name}: tables ready in {}:{}/{}: {}",
                 cfg.dsn.host,
                 cfg.dsn.port,

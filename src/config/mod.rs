@@ -189,6 +189,11 @@ impl RuntimeConfig {
             ],
             &problems,
         );
+        refuse_kept_signature_headers(
+            &envelope,
+            [alg_header, key_id_header, signature_header],
+            &problems,
+        );
         crate::message::protection::cross_check(&payload_encryption, &custody, &problems);
         if payload_encryption.enabled {
             if let Some(sink) = &sink {
@@ -288,6 +293,25 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
         nak_backoff,
         max_deliveries,
         shutdown_timeout,
+    }
+}
+
+/// A publisher's signature stored beside an encrypted payload lets anyone with the public key
+/// confirm guesses of the plaintext, and an HMAC tag is an unkeyed-to-them digest of it:
+/// signature headers are never kept, whether or not encryption is on today.
+fn refuse_kept_signature_headers(
+    envelope: &EnvelopeConfig,
+    signature_headers: [&str; 3],
+    problems: &Problems,
+) {
+    for (i, h) in envelope.keep_headers.iter().enumerate() {
+        if signature_headers.iter().any(|s| s.eq_ignore_ascii_case(h)) {
+            problems.push(
+                format!("envelope.keep_headers[{i}]"),
+                "names a signature header of authenticity; a stored signature lets anyone with \
+                 the public key confirm guesses of an encrypted payload, so it is never kept",
+            );
+        }
     }
 }
 

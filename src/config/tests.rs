@@ -214,6 +214,25 @@ fn envelope_rules() {
     );
 }
 
+/// A stored signature beside an encrypted payload is a guess-confirming oracle: the
+/// signature headers (default names or configured ones, any case) are never kept.
+#[test]
+fn signature_headers_are_never_kept() {
+    assert_eq!(
+        problems(&with(
+            r#"{"envelope": {"keep_headers": ["Content-Type", "Svc-Signature", "svc-signature-alg", "Svc-Signature-Key-Id"]}}"#
+        )),
+        [1, 2, 3]
+            .map(|i| format!("envelope.keep_headers[{i}]: names a signature header of authenticity; a stored signature lets anyone with the public key confirm guesses of an encrypted payload, so it is never kept"))
+            .to_vec()
+    );
+    let renamed = problems(&with(
+        r#"{"envelope": {"keep_headers": ["X-Sig", "Svc-Signature"]}, "authenticity": {"signature_header": "X-Sig"}}"#,
+    ));
+    assert_eq!(renamed.len(), 1, "{renamed:?}");
+    assert!(renamed[0].starts_with("envelope.keep_headers[0]: names a signature header"));
+}
+
 #[test]
 fn logging_and_advisories() {
     assert_eq!(

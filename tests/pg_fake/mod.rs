@@ -319,6 +319,8 @@ pub enum ScramEnd {
     SkipFinalThenReady,
     /// SASLFinal with a forged signature.
     ForgedSignature,
+    /// Asks for one PBKDF2 iteration (a proof cheap to crack offline), else honest.
+    OneIteration,
 }
 
 /// The server side of SCRAM-SHA-256 for `password`. Returns false when the client's proof was
@@ -377,7 +379,12 @@ pub fn scram_server_with(
     let expected_c = format!("c={}", B64.encode(&cbind));
     let client_nonce = bare.split_once(",r=").unwrap().1;
     let nonce = format!("{client_nonce}FakeServerNonce");
-    let server_first = format!("r={nonce},s={},i={ITERATIONS}", B64.encode(SALT));
+    let iterations = if matches!(end, ScramEnd::OneIteration) {
+        1
+    } else {
+        ITERATIONS
+    };
+    let server_first = format!("r={nonce},s={},i={iterations}", B64.encode(SALT));
     peer.send(
         b'R',
         &[&11i32.to_be_bytes()[..], server_first.as_bytes()].concat(),
@@ -400,7 +407,7 @@ pub fn scram_server_with(
     let mut salted = [0u8; 32];
     pbkdf2::derive(
         pbkdf2::PBKDF2_HMAC_SHA256,
-        std::num::NonZeroU32::new(ITERATIONS).unwrap(),
+        std::num::NonZeroU32::new(iterations).unwrap(),
         SALT,
         password.as_bytes(),
         &mut salted,
@@ -444,7 +451,7 @@ pub fn scram_server_with(
         )
     };
     let mut out = match end {
-        ScramEnd::Honest => sasl_final(server_sig.as_ref()),
+        ScramEnd::Honest | ScramEnd::OneIteration => sasl_final(server_sig.as_ref()),
         ScramEnd::ForgedSignature => sasl_final(&[7u8; 32]),
         ScramEnd::SkipFinalThenOk | ScramEnd::SkipFinalThenReady => Vec::new(),
     };

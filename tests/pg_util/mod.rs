@@ -23,6 +23,7 @@ pub fn pg_params(database: &str) -> ConnectParams {
         // The shared test server trusts loopback: it asks for no authentication.
         require_auth: AuthPolicy::parse("none").unwrap(),
         channel_binding: ChannelBindingMode::Prefer,
+        scram_min_iterations: 4096,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(60),
     }

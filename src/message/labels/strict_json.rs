@@ -9,64 +9,16 @@ use serde_json::{Map, Value};
 
 use super::LabelReason;
 
-/// Canonical JSON: object keys sorted by their UTF-8 bytes at every level, no whitespace,
-/// strings escaped as serde_json does (minimal escapes, UTF-8 kept).
+/// Canonical JSON (the project's one writer, [`crate::document::canonical`]).
 pub fn canonical_json(v: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(v, &mut out);
-    out
+    crate::document::canonical::value_to_string(v)
 }
 
-/// Length in bytes of the canonical JSON of a profile, without building it: serde_json's
-/// compact output of a key-ordered map is the canonical form (asserted by tests).
+/// Length in bytes of the canonical JSON of a profile.
 pub(super) fn canonical_len(map: &Map<String, Value>) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing to a counter cannot fail.
-    let _ = serde_json::to_writer(&mut count, map);
-    count.0
-}
-
-fn write_canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(m) => write_object(m, out),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        // Scalars: serde_json's compact form is already canonical.
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-fn write_object(m: &Map<String, Value>, out: &mut String) {
-    let mut keys: Vec<&String> = m.keys().collect();
-    keys.sort();
-    out.push('{');
-    for (i, k) in keys.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&Value::String(k.clone()).to_string());
-        out.push(':');
-        write_canonical(&m[k], out);
-    }
-    out.push('}');
+    let mut out = Vec::new();
+    crate::document::canonical::write_map(&mut out, map);
+    out.len()
 }
 
 /// Parses JSON refusing duplicate object keys (which serde_json would silently resolve to the
@@ -117,8 +69,17 @@ impl<'de> Visitor<'de> for StrictVisitor {
     fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
         Ok(Value::from(v))
     }
+    /// An integral number written as a float (`1.0`, `1e2`) becomes the integer it is, so
+    /// serde_json writes a profile in its canonical form (`1`, `100`), as custody reads it.
     fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(Value::from(v))
+        const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
+        Ok(if v.fract() == 0.0 && v >= 0.0 && v < TWO_POW_64 {
+            Value::from(v as u64)
+        } else if v.fract() == 0.0 && v < 0.0 && v >= i64::MIN as f64 {
+            Value::from(v as i64)
+        } else {
+            Value::from(v)
+        })
     }
     fn visit_str<E>(self, v: &str) -> Result<Value, E> {
         Ok(Value::String(v.to_string()))

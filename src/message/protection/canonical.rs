@@ -1,49 +1,15 @@
-//! Canonical JSON of custody evidence (`docs/payload-protection.md`, "Canonical record"):
-//! objects with keys sorted by their UTF-8 bytes, no whitespace, strings as RFC 8785 escapes
-//! them (`"`, `\` and control characters only, as serde_json does), integers in decimal, any
-//! other number as the shortest round-trip decimal of its double, written as an integer when
-//! integral and at most 2^53 in magnitude.
-//!
-//! Two writers with one output: [`canonical_json`] for any JSON value (what `svc
-//! verify-custody` reads back from a store), and [`canonical_envelope`], which writes the
-//! canonical record straight from an [`Envelope`] on `svc-normalize` without building a JSON
-//! tree first (measured: most of custody's cost was that tree). A test holds them equal.
+//! The canonical record of an envelope (`docs/payload-protection.md`, "Canonical record"),
+//! written straight from an [`Envelope`] on `svc-normalize` without building a JSON tree
+//! first (measured: most of custody's cost was that tree). Its output is byte for byte what
+//! the project's one canonical writer ([`crate::document::canonical`]) gives for the stored
+//! record, which `svc verify-custody` reads back; a test holds the two equal.
 
 use std::io::Write as _;
 
-use serde_json::{Number, Value};
+use serde_json::Value;
 
+use crate::document::canonical::{self, write_string as string, write_value};
 use crate::message::envelope::{Envelope, PayloadFormat};
-
-/// A JSON string as serde_json writes it, copied whole when nothing needs escaping.
-pub fn string(out: &mut Vec<u8>, s: &str) {
-    let needs_escape = s.bytes().fold(false, |acc, b| {
-        acc | (b < 0x20) | (b == b'"') | (b == b'\\')
-    });
-    if needs_escape {
-        serde_json::to_writer(&mut *out, s).expect("a string serializes");
-    } else {
-        out.reserve(s.len() + 2);
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-    }
-}
-
-fn number(out: &mut Vec<u8>, n: &Number) {
-    if let Some(u) = n.as_u64() {
-        let _ = write!(out, "{u}");
-    } else if let Some(i) = n.as_i64() {
-        let _ = write!(out, "{i}");
-    } else {
-        let f = n.as_f64().unwrap_or(0.0);
-        if f.is_finite() && f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0 {
-            let _ = write!(out, "{}", f as i64);
-        } else {
-            let _ = write!(out, "{n}");
-        }
-    }
-}
 
 fn opt_string(out: &mut Vec<u8>, s: Option<&str>) {
     match s {
@@ -54,7 +20,7 @@ fn opt_string(out: &mut Vec<u8>, s: Option<&str>) {
 
 fn opt_value(out: &mut Vec<u8>, v: Option<&Value>) {
     match v {
-        Some(v) => canonical_json(out, v),
+        Some(v) => write_value(out, v),
         None => out.extend_from_slice(b"null"),
     }
 }
@@ -148,10 +114,10 @@ pub fn canonical_envelope(out: &mut Vec<u8>, e: &Envelope) {
     if encrypted_payload(out, e.payload.json()) {
         // Written from the known layout, without a tree.
     } else {
-        match serde_json::from_str::<Value>(e.payload.json()) {
-            Ok(v) => canonical_json(out, &v),
-            // Not representable as a tree (a number beyond f64): the stored text itself, which
-            // is what a reader that cannot parse it either compares.
+        match canonical::parse(e.payload.json()) {
+            Ok(doc) => canonical::write(out, &doc),
+            // Not strict JSON (a duplicate key, an exponent beyond range): the stored text
+            // itself. `svc verify-custody` reports such a record unverifiable.
             Err(_) => out.extend_from_slice(e.payload.json().as_bytes()),
         }
     }
@@ -184,59 +150,19 @@ pub fn canonical_envelope(out: &mut Vec<u8>, e: &Envelope) {
     out.push(b'}');
 }
 
-/// Writes the canonical JSON of `v` (see the module docs).
-pub fn canonical_json(out: &mut Vec<u8>, v: &Value) {
-    match v {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Value::Number(n) => number(out, n),
-        Value::String(s) => string(out, s),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                canonical_json(out, item);
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            // serde_json's map iterates in key order unless its `preserve_order` feature is
-            // on somewhere in the build: sort only when needed.
-            let in_order = map
-                .keys()
-                .zip(map.keys().skip(1))
-                .all(|(a, b)| a.as_bytes() < b.as_bytes());
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            if !in_order {
-                entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            }
-            out.push(b'{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                string(out, k);
-                out.push(b':');
-                canonical_json(out, v);
-            }
-            out.push(b'}');
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 
-    /// The fast writer and the generic one agree on envelopes that fill every field.
+    /// The fast writer and the generic one (over the stored record's text) agree on
+    /// envelopes that fill every field.
     #[test]
     fn envelope_writer_matches_the_generic_canonical_json() {
         for data in [
             br#"{"z": 1, "a": [1.50, 1e2, -3, 12345678901234567890], "s": "q\"\u0001\u00e9"}"#
                 .as_slice(),
+            br#"[18446744073709551616, 1e400, 0.1000000000000000055511151231257827, 5e-324]"#,
             b"plain text with \"quotes\" and \x01 control",
             &[0xff, 0x00, 0x01],
             b"",
@@ -284,12 +210,13 @@ mod tests {
             env.metadata.security_labels = Some(profile);
             let mut fast = Vec::new();
             canonical_envelope(&mut fast, &env);
-            let serde_json::Value::Object(mut all) = serde_json::to_value(&env).unwrap() else {
+            let stored = serde_json::to_string(&env).unwrap();
+            let canonical::Json::Object(mut all) = canonical::parse(&stored).unwrap() else {
                 panic!("an envelope is an object")
             };
-            all.retain(|k, _| super::super::custody::RECORD_FIELDS.contains(&k.as_str()));
+            all.retain(|(k, _)| super::super::custody::RECORD_FIELDS.contains(&k.as_ref()));
             let mut generic = Vec::new();
-            canonical_json(&mut generic, &Value::Object(all));
+            canonical::write(&mut generic, &canonical::Json::Object(all));
             assert_eq!(
                 String::from_utf8(fast).unwrap(),
                 String::from_utf8(generic).unwrap()

@@ -9,25 +9,29 @@
 //! `{"custody": <the custody block without record_digest>, "record": <canonical record>}`, so
 //! the custody block's own fields (runner id, times, payload digest) are covered too.
 //!
-//! Canonical JSON: objects with keys sorted by their UTF-8 bytes, no whitespace, strings as
-//! RFC 8785 escapes them; integers in decimal; any other number as the shortest decimal of its
-//! IEEE 754 double, written as an integer when integral and at most 2^53 in magnitude (so
-//! `1e2`, `100.0` and `100` agree, as PostgreSQL's `jsonb` rewrites them).
+//! Canonical JSON is the project's one writer of it ([`crate::document::canonical`]): keys
+//! sorted by their UTF-8 bytes, no whitespace, numbers by their exact value (so `1e2`, `100.0`
+//! and `100` agree, as PostgreSQL's `jsonb` rewrites them, and no two different numbers do).
+//! A stored record is read back strictly: a duplicate key makes it unverifiable.
+//!
+//! The configuration, never the stored block, chooses the check: with a key configured only
+//! a keyed block can be intact.
 
 use std::fmt;
+
+use std::borrow::Cow;
 
 use ring::digest;
 use ring::hmac;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 use super::keys::{KeySource, Secret};
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::Envelope;
 use crate::text::rfc3339::format_rfc3339_nanos;
 
-pub use super::canonical::canonical_json;
-use super::canonical::{canonical_envelope, string};
+use super::canonical::canonical_envelope;
+use crate::document::canonical::{self, write_string as string, Json};
 
 pub const CUSTODY_SCHEMA: &str = "svc.custody.v1";
 /// The envelope fields the canonical record holds.
@@ -187,23 +191,32 @@ impl Custodian {
         env.custody = Some(custody);
     }
 
+    /// Reads a stored record's text strictly and checks it (see [`Custodian::verify`]).
+    pub fn verify_text(&self, record: &str) -> Verdict {
+        match canonical::parse(record) {
+            Ok(doc) => self.verify(&doc),
+            Err(e) => Verdict::Unverifiable(format!("the record is not strict JSON: {e}")),
+        }
+    }
+
     /// Recomputes the record digest of a stored record and compares.
-    pub fn verify(&self, stored: &Value) -> Verdict {
+    pub fn verify(&self, stored: &Json<'_>) -> Verdict {
         let fields = match record_fields(stored) {
             Ok(f) => f,
             Err(e) => return Verdict::Unverifiable(e),
         };
-        let Some(custody) = fields.get("custody").filter(|c| !c.is_null()) else {
-            return Verdict::Unverifiable("the record has no custody block".into());
-        };
-        let custody: Custody = match serde_json::from_value(custody.clone()) {
-            Ok(c) => c,
-            Err(_) => {
-                return Verdict::Unverifiable("the custody block is not svc.custody.v1".into())
+        let not_v1 = || Verdict::Unverifiable("the custody block is not svc.custody.v1".into());
+        let custody = match fields.iter().find(|(k, _)| k == "custody") {
+            None | Some((_, Json::Null)) => {
+                return Verdict::Unverifiable("the record has no custody block".into())
             }
+            Some((_, block)) => match custody_block(block) {
+                Some(c) => c,
+                None => return not_v1(),
+            },
         };
         if custody.schema != CUSTODY_SCHEMA {
-            return Verdict::Unverifiable("the custody block is not svc.custody.v1".into());
+            return not_v1();
         }
         let Ok(input) = digest_input(fields, &custody) else {
             return Verdict::Unverifiable("the record lacks fields of the canonical record".into());
@@ -218,7 +231,16 @@ impl Custodian {
                     "keyed (hmac-sha256) custody needs custody.hmac_key_env".into(),
                 )
             }
-            ("sha256", _) => {
+            // With a key configured, an unkeyed block proves nothing: anyone who can edit the
+            // store can recompute a plain digest.
+            ("sha256", Some(_)) => {
+                return Verdict::Unverifiable(
+                    "unkeyed (sha256) custody where custody.hmac_key_env is configured: \
+                     only keyed blocks can be intact"
+                        .into(),
+                )
+            }
+            ("sha256", None) => {
                 digest::digest(&digest::SHA256, &input).as_ref() == stored_digest.as_slice()
             }
             _ => return Verdict::Unverifiable("unknown custody algorithm".into()),
@@ -231,44 +253,68 @@ impl Custodian {
     }
 }
 
+/// The custody block's fields, all strings; `None` when it is not one.
+fn custody_block(block: &Json<'_>) -> Option<Custody> {
+    let text = |name: &str| block.get(name).and_then(Json::as_str).map(str::to_string);
+    Some(Custody {
+        schema: text("schema")?,
+        alg: text("alg")?,
+        runner_id: text("runner_id")?,
+        received_at: text("received_at")?,
+        sealed_at: text("sealed_at")?,
+        payload_digest: text("payload_digest")?,
+        record_digest: text("record_digest")?,
+    })
+}
+
+type Members<'a> = Vec<(Cow<'a, str>, Json<'a>)>;
+
 /// The record's fields under their envelope names: a file record, an object-store object or
 /// an envelope as is; a relational row (`payload_sha256`, `metadata_json`, ... columns)
 /// mapped back to the envelope's names.
-pub fn record_fields(stored: &Value) -> Result<Map<String, Value>, String> {
-    let Value::Object(obj) = stored else {
+pub fn record_fields<'a>(stored: &Json<'a>) -> Result<Members<'a>, String> {
+    let Json::Object(obj) = stored else {
         return Err("the record is not a JSON object".into());
     };
-    if !obj.contains_key("metadata_json") {
+    if stored.get("metadata_json").is_none() {
         return Ok(obj.clone());
     }
     let mut out = obj.clone();
-    let mut take = |from: &str| out.remove(from).unwrap_or(Value::Null);
-    let info = serde_json::json!({
-        "original_format": take("payload_original_format"),
-        "wrapped": take("payload_wrapped"),
-        "sha256": take("payload_sha256"),
-        "size_bytes": take("payload_size_bytes"),
-    });
+    let mut take = |from: &str| match out.iter().position(|(k, _)| k == from) {
+        Some(i) => out.remove(i).1,
+        None => Json::Null,
+    };
+    // In key order, as an object from `parse` has its members.
+    let info = Json::Object(vec![
+        ("original_format".into(), take("payload_original_format")),
+        ("sha256".into(), take("payload_sha256")),
+        ("size_bytes".into(), take("payload_size_bytes")),
+        ("wrapped".into(), take("payload_wrapped")),
+    ]);
     let security_labels = take("security_labels_json");
     let metadata = take("metadata_json");
     let custody = take("custody_json");
-    out.insert("payload_info".into(), info);
-    out.insert("security_labels".into(), security_labels);
-    out.insert("metadata".into(), metadata);
-    out.insert("custody".into(), custody);
+    out.push(("payload_info".into(), info));
+    out.push(("security_labels".into(), security_labels));
+    out.push(("metadata".into(), metadata));
+    out.push(("custody".into(), custody));
     Ok(out)
 }
 
 /// The bytes the record digest covers: canonical JSON of `{"custody": ..., "record": ...}`,
 /// the record being `fields` restricted to [`RECORD_FIELDS`] (all of them required).
-fn digest_input(mut fields: Map<String, Value>, custody: &Custody) -> Result<Vec<u8>, String> {
-    fields.retain(|k, _| RECORD_FIELDS.contains(&k.as_str()));
-    if let Some(missing) = RECORD_FIELDS.iter().find(|f| !fields.contains_key(**f)) {
+fn digest_input(mut fields: Members<'_>, custody: &Custody) -> Result<Vec<u8>, String> {
+    fields.retain(|(k, _)| RECORD_FIELDS.contains(&k.as_ref()));
+    if let Some(missing) = RECORD_FIELDS
+        .iter()
+        .find(|f| !fields.iter().any(|(k, _)| k == *f))
+    {
         return Err(format!("no {missing} field"));
     }
+    fields.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     let mut out = Vec::with_capacity(1024);
     digest_input_head(&mut out, custody);
-    canonical_json(&mut out, &Value::Object(fields));
+    canonical::write(&mut out, &Json::Object(fields));
     out.push(b'}');
     Ok(out)
 }

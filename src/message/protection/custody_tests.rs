@@ -1,7 +1,14 @@
 //! Unit tests of custody evidence: sealing, verification per stored shape, tampering.
 
+use serde_json::Value;
+
 use super::*;
 use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
+
+/// Verifies a record as a store holds it: its JSON text.
+fn verify(c: &Custodian, record: &Value) -> Verdict {
+    c.verify_text(&record.to_string())
+}
 
 fn custodian(key: Option<&[u8]>) -> Custodian {
     Custodian {
@@ -53,7 +60,7 @@ fn a_sealed_record_verifies_and_every_change_is_caught() {
         assert_eq!(custody.received_at, "2023-11-14T22:13:21Z");
         assert_eq!(custody.sealed_at, "2023-11-14T22:13:21.5Z");
         let rec = serde_json::to_value(&env).unwrap();
-        assert_eq!(c.verify(&rec), Verdict::Intact);
+        assert_eq!(verify(&c, &rec), Verdict::Intact);
         for (path, value) in [
             ("/payload/amount", serde_json::json!(2.5)),
             (
@@ -67,11 +74,11 @@ fn a_sealed_record_verifies_and_every_change_is_caught() {
         ] {
             let mut t = rec.clone();
             *t.pointer_mut(path).unwrap() = value;
-            assert_eq!(c.verify(&t), Verdict::Altered, "{path}");
+            assert_eq!(verify(&c, &t), Verdict::Altered, "{path}");
         }
         let mut t = rec.clone();
         t.as_object_mut().unwrap().remove("custody");
-        assert!(matches!(c.verify(&t), Verdict::Unverifiable(_)));
+        assert!(matches!(verify(&c, &t), Verdict::Unverifiable(_)));
     }
 }
 
@@ -79,10 +86,31 @@ fn a_sealed_record_verifies_and_every_change_is_caught() {
 fn a_keyed_block_needs_the_key() {
     let keyed = custodian(Some(&[9u8; 32]));
     let rec = serde_json::to_value(sealed(&keyed, b"x")).unwrap();
-    assert_eq!(custodian(Some(&[8u8; 32])).verify(&rec), Verdict::Altered);
+    assert_eq!(verify(&custodian(Some(&[8u8; 32])), &rec), Verdict::Altered);
     assert!(
-        matches!(custodian(None).verify(&rec), Verdict::Unverifiable(w) if w.contains("hmac_key_env"))
+        matches!(verify(&custodian(None), &rec), Verdict::Unverifiable(w) if w.contains("hmac_key_env"))
     );
+}
+
+/// Someone who can edit the store but holds no key changes the payload, writes
+/// `"alg":"sha256"` and recomputes plain digests: with a key configured that record is never
+/// intact.
+#[test]
+fn with_a_key_configured_an_unkeyed_block_is_never_intact() {
+    let keyed = custodian(Some(&[9u8; 32]));
+    let original = serde_json::to_value(sealed(&keyed, br#"{"order": 1}"#)).unwrap();
+    assert_eq!(verify(&keyed, &original), Verdict::Intact);
+    // The forgery: the same record with another payload, sealed without a key.
+    let forged = serde_json::to_value(sealed(&custodian(None), br#"{"order": 2}"#)).unwrap();
+    assert_eq!(forged["custody"]["alg"], "sha256");
+    assert_eq!(verify(&custodian(None), &forged), Verdict::Intact);
+    match verify(&keyed, &forged) {
+        Verdict::Unverifiable(why) => assert!(why.contains("only keyed blocks"), "{why}"),
+        other => panic!("a downgraded block must not verify: {other:?}"),
+    }
+    let mut odd = forged.clone();
+    odd["custody"]["alg"] = "none".into();
+    assert!(matches!(verify(&keyed, &odd), Verdict::Unverifiable(_)));
 }
 
 #[test]
@@ -92,10 +120,10 @@ fn file_records_objects_and_relational_rows_verify_alike() {
     let mut line = Vec::new();
     crate::sink::file::record::encode_record(&mut line, &env).unwrap();
     let file_rec: Value = serde_json::from_slice(&line).unwrap();
-    assert_eq!(c.verify(&file_rec), Verdict::Intact, "file record");
+    assert_eq!(verify(&c, &file_rec), Verdict::Intact, "file record");
     let object =
         serde_json::to_value(crate::sink::object_store::body::StoredObject::new(&env)).unwrap();
-    assert_eq!(c.verify(&object), Verdict::Intact, "object-store object");
+    assert_eq!(verify(&c, &object), Verdict::Intact, "object-store object");
     // A row as `row_to_json` gives it: columns, and jsonb's rewrite of the payload
     // (sorted keys, spaces, 1e2 -> 100).
     let e = &env;
@@ -112,24 +140,57 @@ fn file_records_objects_and_relational_rows_verify_alike() {
         "received_at": "2023-11-14T22:13:21+00:00", "custody_json": e.custody,
         "stored_at": "2023-11-14T22:13:22+00:00",
     });
-    assert_eq!(c.verify(&row), Verdict::Intact, "relational row");
+    assert_eq!(verify(&c, &row), Verdict::Intact, "relational row");
     let mut t = row.clone();
     t["payload_sha256"] = "ff".into();
-    assert_eq!(c.verify(&t), Verdict::Altered);
+    assert_eq!(verify(&c, &t), Verdict::Altered);
 }
 
+/// A number beyond what a double holds, edited in a sealed record: caught (it verified when
+/// numbers were compared through doubles).
 #[test]
-fn canonical_json_sorts_keys_and_normalizes_numbers() {
-    let v: Value = serde_json::from_str(
-        r#"{"b": [1.0, 1e2, 2.5, -0, 12345678901234567890], "a": "é\n", "A": null}"#,
-    )
-    .unwrap();
-    let mut out = Vec::new();
-    canonical_json(&mut out, &v);
-    assert_eq!(
-        String::from_utf8(out).unwrap(),
-        r#"{"A":null,"a":"é\n","b":[1,100,2.5,0,12345678901234567890]}"#
+fn an_edit_beyond_double_precision_is_caught() {
+    let c = custodian(Some(&[9u8; 32]));
+    let env = sealed(
+        &c,
+        br#"{"amount": 18446744073709551616, "rate": 0.1000000000000000055}"#,
     );
+    let text = serde_json::to_string(&env).unwrap();
+    assert_eq!(c.verify_text(&text), Verdict::Intact);
+    for (from, to) in [
+        ("18446744073709551616", "18446744073709551999"),
+        ("0.1000000000000000055", "0.1000000000000000056"),
+    ] {
+        assert!(text.contains(from), "{text}");
+        let edited = text.replace(from, to);
+        assert_eq!(c.verify_text(&edited), Verdict::Altered, "{to}");
+    }
+    // The same value in another form (as PostgreSQL's jsonb rewrites it) still verifies.
+    let rewritten = text.replace("18446744073709551616", "1.8446744073709551616e19");
+    assert_eq!(c.verify_text(&rewritten), Verdict::Intact);
+}
+
+/// Two readers could keep different values of a duplicated key: such a record is never
+/// intact, whichever value the digest covered.
+#[test]
+fn a_record_with_a_duplicate_key_is_unverifiable() {
+    let c = custodian(Some(&[9u8; 32]));
+    let text = serde_json::to_string(&sealed(&c, br#"{"order": 1}"#)).unwrap();
+    assert_eq!(c.verify_text(&text), Verdict::Intact);
+    for edited in [
+        text.replacen("{\"order\":1}", "{\"order\":1,\"order\":2}", 1),
+        text.replacen(
+            "\"stream\":\"ORDERS\"",
+            "\"stream\":\"ORDERS\",\"stream\":\"X\"",
+            1,
+        ),
+    ] {
+        assert_ne!(edited, text);
+        match c.verify_text(&edited) {
+            Verdict::Unverifiable(why) => assert!(why.contains("duplicate key"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
 }
 
 #[test]

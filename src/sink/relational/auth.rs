@@ -19,6 +19,10 @@ const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STA
 /// Upper bound on the iteration count a server may demand (PostgreSQL's default is 4096); a
 /// hostile server must not be able to pin a sink worker's CPU for minutes.
 pub const MAX_SCRAM_ITERATIONS: u32 = 1_000_000;
+/// Fewest iterations a server may ask for unless `sink.scram_min_iterations` lowers it
+/// (PostgreSQL's default): a server, an impostor that passed TLS verification or any loopback
+/// listener asking for fewer would get a proof that is cheap to crack offline.
+pub const DEFAULT_SCRAM_MIN_ITERATIONS: u32 = 4096;
 
 /// One authentication method a server may ask for, named as libpq's `require_auth` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,8 +213,11 @@ pub struct Scram {
     binding: ChannelBinding,
     client_nonce: String,
     client_first_bare: String,
-    /// Server signature expected in server-final, known after [`Scram::client_final`].
-    expected_server_signature: Option<[u8; 32]>,
+    /// Fewest PBKDF2 iterations accepted from the server.
+    min_iterations: u32,
+    /// The server key and the auth message, known after [`Scram::client_final`]: the server
+    /// signature in server-final is checked against them in constant time.
+    expected_server_signature: Option<(hmac::Key, String)>,
 }
 
 impl Scram {
@@ -222,8 +229,16 @@ impl Scram {
             binding,
             client_nonce,
             client_first_bare,
+            min_iterations: DEFAULT_SCRAM_MIN_ITERATIONS,
             expected_server_signature: None,
         }
+    }
+
+    /// The fewest iterations accepted (`sink.scram_min_iterations`); defaults to
+    /// [`DEFAULT_SCRAM_MIN_ITERATIONS`].
+    pub fn with_min_iterations(mut self, min_iterations: u32) -> Scram {
+        self.min_iterations = min_iterations;
+        self
     }
 
     /// `client-first-message`, with the GS2 header of the channel binding choice.
@@ -238,6 +253,14 @@ impl Scram {
             salt,
             iterations,
         } = parse_server_first(&self.client_nonce, server_first)?;
+        // Checked before any proof is computed: nothing cheap to crack leaves the client.
+        if iterations < self.min_iterations {
+            return Err(format!(
+                "scram: the server asks for {iterations} iterations, fewer than \
+                 sink.scram_min_iterations ({}); no proof is sent",
+                self.min_iterations
+            ));
+        }
 
         let password = saslprep(password);
         let mut salted = [0u8; 32];
@@ -272,26 +295,23 @@ impl Scram {
             .collect();
 
         let server_key = hmac::sign(&salted_key, b"Server Key");
-        let server_signature = hmac::sign(
-            &hmac::Key::new(hmac::HMAC_SHA256, server_key.as_ref()),
-            auth_message.as_bytes(),
-        );
-        let mut expected = [0u8; 32];
-        expected.copy_from_slice(server_signature.as_ref());
-        self.expected_server_signature = Some(expected);
+        self.expected_server_signature = Some((
+            hmac::Key::new(hmac::HMAC_SHA256, server_key.as_ref()),
+            auth_message,
+        ));
         Ok(format!("{without_proof},p={}", B64.encode(proof)))
     }
 
     /// Checks `server-final-message`: the server proves it knows the password too.
     pub fn verify_server_final(&self, server_final: &str) -> Result<(), String> {
-        let Some(expected) = self.expected_server_signature else {
+        let Some((server_key, auth_message)) = &self.expected_server_signature else {
             return Err("scram: server-final message before server-first".into());
         };
         let got = parse_server_final(server_final)?;
-        if got.as_slice() != expected.as_slice() {
-            return Err("scram: server signature does not match (not the expected server)".into());
-        }
-        Ok(())
+        // ring's verify compares in constant time.
+        hmac::verify(server_key, auth_message.as_bytes(), &got).map_err(|_| {
+            "scram: server signature does not match (not the expected server)".to_string()
+        })
     }
 }
 
@@ -408,6 +428,26 @@ mod tests {
             s.verify_server_final("e=invalid-proof").unwrap_err(),
             "scram: server reported invalid-proof"
         );
+    }
+
+    /// A server (or an impostor) asking for one iteration would get a proof that is cheap
+    /// to crack offline: below the floor no proof is computed or sent.
+    #[test]
+    fn too_few_iterations_get_no_proof() {
+        let first = |i: u32| format!("r=abcX,s=W22ZaJ0SNY7soEsUEjb6gQ==,i={i}");
+        let mut s = Scram::new("", "abc".into(), ChannelBinding::NotSupported);
+        let e = s.client_final(b"pencil", &first(1)).unwrap_err();
+        assert_eq!(
+            e,
+            "scram: the server asks for 1 iterations, fewer than sink.scram_min_iterations \
+             (4096); no proof is sent"
+        );
+        assert!(s.expected_server_signature.is_none());
+        assert!(s.client_final(b"pencil", &first(4095)).is_err());
+        assert!(s.client_final(b"pencil", &first(4096)).is_ok());
+        let mut lowered =
+            Scram::new("", "abc".into(), ChannelBinding::NotSupported).with_min_iterations(1);
+        assert!(lowered.client_final(b"pencil", &first(1)).is_ok());
     }
 
     #[test]

@@ -262,6 +262,7 @@ fn params(port: u16, user: &str, host: &str, tls: TlsMode, ca: Option<&Path>) ->
             AuthPolicy::default()
         },
         channel_binding: ChannelBindingMode::Prefer,
+        scram_min_iterations: 4096,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(10),
     }

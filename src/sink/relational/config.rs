@@ -209,6 +209,8 @@ pub struct RelationalConfig {
     pub require_auth: AuthPolicy,
     /// SCRAM channel binding (libpq's `channel_binding`).
     pub channel_binding: ChannelBindingMode,
+    /// Fewest SCRAM-SHA-256 iterations the server may ask for. Defaults to 4096.
+    pub scram_min_iterations: u32,
     /// Default table: subjects no route matches.
     pub table: TableName,
     /// Subject-to-table rules, first match wins.
@@ -301,6 +303,12 @@ impl RelationalConfig {
                 );
             }
         }
+        let scram_min_iterations = r.int_in(
+            "scram_min_iterations",
+            i64::from(super::auth::DEFAULT_SCRAM_MIN_ITERATIONS),
+            1,
+            i64::from(super::auth::MAX_SCRAM_ITERATIONS),
+        ) as u32;
         let table_text = r.req_string("table");
         let table = if table_text.is_empty() {
             None
@@ -370,6 +378,7 @@ impl RelationalConfig {
             tls_ca_file,
             require_auth,
             channel_binding,
+            scram_min_iterations,
             table: table.unwrap_or(TableName {
                 schema: None,
                 name: String::new(),
@@ -435,6 +444,7 @@ mod tests {
         assert_eq!(c.table.sql(), "\"events\"");
         assert_eq!(c.connect_timeout_seconds, 10);
         assert_eq!(c.statement_timeout_seconds, 30);
+        assert_eq!(c.scram_min_iterations, 4096);
         assert!(!c.auto_create_tables);
         assert_eq!(c.application_name, "svc");
     }

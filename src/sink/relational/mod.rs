@@ -306,6 +306,7 @@ impl RelationalSink {
             tls_config,
             require_auth: cfg.require_auth,
             channel_binding: cfg.channel_binding,
+            scram_min_iterations: cfg.scram_min_iterations,
             connect_timeout: Duration::from_secs(cfg.connect_timeout_seconds),
             // The server cancels a statement at statement_timeout; the client gives up on the
             // whole round trip a little later, which catches a silent network outage and a

@@ -132,7 +132,8 @@ impl Connection {
                     need_password(password)?;
                     let binding = self.choose_binding(p, &mechanisms)?;
                     let mechanism = binding.mechanism();
-                    let s = auth::Scram::new("", auth::new_nonce().map_err(refuse)?, binding);
+                    let s = auth::Scram::new("", auth::new_nonce().map_err(refuse)?, binding)
+                        .with_min_iterations(p.scram_min_iterations);
                     let first = s.client_first();
                     Msg::new(b'p')
                         .cstr(mechanism)

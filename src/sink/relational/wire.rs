@@ -78,6 +78,8 @@ pub struct ConnectParams {
     pub require_auth: AuthPolicy,
     /// SCRAM channel binding (`sink.channel_binding`).
     pub channel_binding: ChannelBindingMode,
+    /// Fewest SCRAM iterations accepted from the server (`sink.scram_min_iterations`).
+    pub scram_min_iterations: u32,
     /// One deadline for TCP connect, TLS handshake and authentication together.
     pub connect_timeout: Duration,
     /// One deadline for each operation after connect (a statement's whole round trip).

@@ -1,0 +1,702 @@
+//! Canonical JSON: the project's one writer of it, for custody evidence and for the size limit
+//! of a security-label profile alike.
+//!
+//! The rule: no whitespace; object keys sorted by their UTF-8 bytes; strings escaped as
+//! RFC 8785 and serde_json escape them (`"`, `\` and control characters, everything else kept);
+//! every number by its exact decimal value, laid out by [`write_number`]'s rule, so `1e2`,
+//! `100.0` and `100` agree (PostgreSQL's `jsonb` rewrites one into another), while
+//! `18446744073709551616` and `18446744073709551617` never do.
+//!
+//! Two inputs. [`parse`] reads JSON text strictly (no duplicate keys, bounded nesting, numbers
+//! kept as written) into a [`Json`] tree: what `svc verify-custody` reads back from a store
+//! and what a payload's text is sealed from. [`write_value`] writes a `serde_json::Value`
+//! (labels and metadata the runner built itself), whose floating-point numbers are taken by
+//! their shortest round-trip decimal.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::Write as _;
+
+use serde_json::Value;
+
+/// Deepest nesting [`parse`] accepts: a stored record holds a payload that may itself nest as
+/// deep as serde_json allows (128), inside a few levels of its own.
+pub const MAX_DEPTH: usize = 256;
+
+/// Largest exponent digits read from a number (after leading zeros): `1e999999999` is the
+/// most; beyond it a number is refused rather than compared by a truncated value.
+const MAX_EXPONENT_DIGITS: usize = 9;
+
+/// A JSON value with its numbers as written and its objects' members sorted by key bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json<'a> {
+    Null,
+    Bool(bool),
+    Number(Decimal<'a>),
+    String(Cow<'a, str>),
+    Array(Vec<Json<'a>>),
+    /// Members sorted by their keys' UTF-8 bytes; keys are unique.
+    Object(Vec<(Cow<'a, str>, Json<'a>)>),
+}
+
+impl<'a> Json<'a> {
+    /// The member `key` of an object.
+    pub fn get(&self, key: &str) -> Option<&Json<'a>> {
+        match self {
+            Json::Object(members) => members
+                .binary_search_by(|(k, _)| k.as_bytes().cmp(key.as_bytes()))
+                .ok()
+                .map(|i| &members[i].1),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Json::String(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// A JSON number's exact value: `-`? `int` `.frac`? `e exp`?, as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decimal<'a> {
+    negative: bool,
+    int: &'a str,
+    frac: &'a str,
+    exp: i64,
+}
+
+impl<'a> Decimal<'a> {
+    /// Reads JSON number text (RFC 8259 grammar, nothing around it).
+    pub fn parse(text: &'a str) -> Result<Decimal<'a>, ParseError> {
+        let b = text.as_bytes();
+        let bad = ParseError::Syntax { at: 0 };
+        let mut i = 0;
+        let negative = b.first() == Some(&b'-');
+        if negative {
+            i += 1;
+        }
+        let int_start = i;
+        match b.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => {
+                while b.get(i).is_some_and(u8::is_ascii_digit) {
+                    i += 1;
+                }
+            }
+            _ => return Err(bad),
+        }
+        let int = &text[int_start..i];
+        let mut frac = "";
+        if b.get(i) == Some(&b'.') {
+            let start = i + 1;
+            i = start;
+            while b.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            if i == start {
+                return Err(bad);
+            }
+            frac = &text[start..i];
+        }
+        let mut exp = 0i64;
+        if matches!(b.get(i), Some(b'e' | b'E')) {
+            i += 1;
+            let exp_negative = match b.get(i) {
+                Some(b'-') => {
+                    i += 1;
+                    true
+                }
+                Some(b'+') => {
+                    i += 1;
+                    false
+                }
+                _ => false,
+            };
+            let start = i;
+            while b.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            if i == start {
+                return Err(bad);
+            }
+            let digits = text[start..i].trim_start_matches('0');
+            if digits.len() > MAX_EXPONENT_DIGITS {
+                return Err(ParseError::NumberOutOfRange);
+            }
+            exp = digits.parse::<i64>().unwrap_or(0);
+            if exp_negative {
+                exp = -exp;
+            }
+        }
+        if i != b.len() {
+            return Err(bad);
+        }
+        Ok(Decimal {
+            negative,
+            int,
+            frac,
+            exp,
+        })
+    }
+}
+
+/// Why [`parse`] refused a text. Never quotes the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParseError {
+    /// Not JSON; the byte offset where reading stopped.
+    Syntax { at: usize },
+    /// An object names one key twice (two readers could keep different values).
+    DuplicateKey,
+    /// Nested deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// A number's exponent beyond `1e999999999`.
+    NumberOutOfRange,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParseError::Syntax { at } => write!(f, "not JSON (syntax error at byte {at})"),
+            ParseError::DuplicateKey => f.write_str("an object has a duplicate key"),
+            ParseError::TooDeep => write!(f, "nested deeper than {MAX_DEPTH} levels"),
+            ParseError::NumberOutOfRange => f.write_str("a number's exponent is out of range"),
+        }
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// Reads one JSON value (whitespace around it allowed), strictly: see the module docs.
+pub fn parse(text: &str) -> Result<Json<'_>, ParseError> {
+    let mut p = Parser { text, at: 0 };
+    p.whitespace();
+    let v = p.value(0)?;
+    p.whitespace();
+    if p.at != text.len() {
+        return Err(p.syntax());
+    }
+    Ok(v)
+}
+
+struct Parser<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn syntax(&self) -> ParseError {
+        ParseError::Syntax { at: self.at }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    fn whitespace(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    fn literal(&mut self, word: &str, v: Json<'a>) -> Result<Json<'a>, ParseError> {
+        if self.text[self.at..].starts_with(word) {
+            self.at += word.len();
+            Ok(v)
+        } else {
+            Err(self.syntax())
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Json<'a>, ParseError> {
+        match self.peek() {
+            Some(b'n') => self.literal("null", Json::Null),
+            Some(b't') => self.literal("true", Json::Bool(true)),
+            Some(b'f') => self.literal("false", Json::Bool(false)),
+            Some(b'"') => Ok(Json::String(self.string()?)),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(b'[') => self.array(depth + 1),
+            Some(b'{') => self.object(depth + 1),
+            _ => Err(self.syntax()),
+        }
+    }
+
+    fn number(&mut self) -> Result<Json<'a>, ParseError> {
+        let start = self.at;
+        let b = self.text.as_bytes();
+        while b
+            .get(self.at)
+            .is_some_and(|c| c.is_ascii_digit() || b"+-.eE".contains(c))
+        {
+            self.at += 1;
+        }
+        match Decimal::parse(&self.text[start..self.at]) {
+            Ok(d) => Ok(Json::Number(d)),
+            Err(ParseError::Syntax { .. }) => Err(ParseError::Syntax { at: start }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A string: borrowed when it has no escape; escapes decoded by serde_json (which refuses
+    /// unpaired surrogates and bad escapes).
+    fn string(&mut self) -> Result<Cow<'a, str>, ParseError> {
+        let b = self.text.as_bytes();
+        let start = self.at;
+        let mut i = start + 1;
+        let mut escaped = false;
+        loop {
+            match b.get(i) {
+                None => return Err(ParseError::Syntax { at: i }),
+                Some(b'"') => break,
+                Some(b'\\') => {
+                    escaped = true;
+                    i += 2;
+                }
+                Some(c) if *c < 0x20 => return Err(ParseError::Syntax { at: i }),
+                Some(_) => i += 1,
+            }
+        }
+        // `i` is on the closing quote (an ASCII byte, so a char boundary).
+        self.at = i + 1;
+        if !escaped {
+            return Ok(Cow::Borrowed(&self.text[start + 1..i]));
+        }
+        serde_json::from_str::<String>(&self.text[start..=i])
+            .map(Cow::Owned)
+            .map_err(|_| ParseError::Syntax { at: start })
+    }
+
+    fn array(&mut self, depth: usize) -> Result<Json<'a>, ParseError> {
+        if depth > MAX_DEPTH {
+            return Err(ParseError::TooDeep);
+        }
+        self.at += 1;
+        let mut items = Vec::new();
+        self.whitespace();
+        if self.peek() == Some(b']') {
+            self.at += 1;
+            return Ok(Json::Array(items));
+        }
+        loop {
+            self.whitespace();
+            items.push(self.value(depth)?);
+            self.whitespace();
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b']') => {
+                    self.at += 1;
+                    return Ok(Json::Array(items));
+                }
+                _ => return Err(self.syntax()),
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<Json<'a>, ParseError> {
+        if depth > MAX_DEPTH {
+            return Err(ParseError::TooDeep);
+        }
+        self.at += 1;
+        let mut members = Vec::new();
+        self.whitespace();
+        if self.peek() == Some(b'}') {
+            self.at += 1;
+            return Ok(Json::Object(members));
+        }
+        loop {
+            self.whitespace();
+            if self.peek() != Some(b'"') {
+                return Err(self.syntax());
+            }
+            let key = self.string()?;
+            self.whitespace();
+            if self.peek() != Some(b':') {
+                return Err(self.syntax());
+            }
+            self.at += 1;
+            self.whitespace();
+            let v = self.value(depth)?;
+            members.push((key, v));
+            self.whitespace();
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b'}') => {
+                    self.at += 1;
+                    break;
+                }
+                _ => return Err(self.syntax()),
+            }
+        }
+        members.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        if members.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(ParseError::DuplicateKey);
+        }
+        Ok(Json::Object(members))
+    }
+}
+
+/// A JSON string as serde_json writes it, copied whole when nothing needs escaping.
+pub fn write_string(out: &mut Vec<u8>, s: &str) {
+    let needs_escape = s.bytes().fold(false, |acc, b| {
+        acc | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if needs_escape {
+        serde_json::to_writer(&mut *out, s).expect("a string serializes");
+    } else {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    }
+}
+
+/// The canonical form of a number's exact value `±D × 10^E` (`D` its digits without leading
+/// or trailing zeros, `P` = len(D) + E the place of the decimal point):
+/// - zero: `0` (whatever its sign or form);
+/// - an integer (E ≥ 0) of at most 20 digits: plainly (`100`, `18446744073709551616`);
+/// - else, 0 < P ≤ 16: digits with the point inside (`2.5`, `123456.789`);
+/// - else, -5 < P ≤ 0: `0.` then zeros (`0.00001`);
+/// - else: `d.ddde±<P-1>` (`1e-6`, `1.5e+300`, `1e+21`).
+///
+/// These are the layouts serde_json gives the shortest round-trip form of a double, so every number a double holds exactly keeps the form it had when custody
+/// compared through doubles; what a double cannot hold is now compared exactly.
+pub fn write_number(out: &mut Vec<u8>, d: &Decimal<'_>) {
+    let int = d.int.trim_start_matches('0');
+    let (digits, point): (Cow<'_, str>, i64) = if int.is_empty() {
+        // 0.000ddd: the leading zeros of the fraction move the point.
+        let frac = d.frac.trim_start_matches('0');
+        let skipped = (d.frac.len() - frac.len()) as i64;
+        (Cow::Borrowed(frac), d.exp - skipped)
+    } else {
+        let all = if d.frac.is_empty() {
+            Cow::Borrowed(int)
+        } else {
+            Cow::Owned(format!("{int}{}", d.frac))
+        };
+        (all, d.exp + int.len() as i64)
+    };
+    let digits = digits.trim_end_matches('0');
+    if digits.is_empty() {
+        out.push(b'0');
+        return;
+    }
+    if d.negative {
+        out.push(b'-');
+    }
+    let n = digits.len() as i64;
+    let e = point - n;
+    if e >= 0 && point <= 20 {
+        out.extend_from_slice(digits.as_bytes());
+        out.resize(out.len() + e as usize, b'0');
+    } else if 0 < point && point <= 16 {
+        let (head, tail) = digits.split_at(point as usize);
+        out.extend_from_slice(head.as_bytes());
+        out.push(b'.');
+        out.extend_from_slice(tail.as_bytes());
+    } else if -5 < point && point <= 0 {
+        out.extend_from_slice(b"0.");
+        out.resize(out.len() + (-point) as usize, b'0');
+        out.extend_from_slice(digits.as_bytes());
+    } else {
+        let (first, rest) = digits.split_at(1);
+        out.extend_from_slice(first.as_bytes());
+        if !rest.is_empty() {
+            out.push(b'.');
+            out.extend_from_slice(rest.as_bytes());
+        }
+        let _ = write!(out, "e{:+}", point - 1);
+    }
+}
+
+/// Writes the canonical JSON of a parsed document.
+pub fn write(out: &mut Vec<u8>, v: &Json<'_>) {
+    match v {
+        Json::Null => out.extend_from_slice(b"null"),
+        Json::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Json::Number(d) => write_number(out, d),
+        Json::String(s) => write_string(out, s),
+        Json::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write(out, item);
+            }
+            out.push(b']');
+        }
+        Json::Object(members) => {
+            // Already sorted by `parse`.
+            out.push(b'{');
+            for (i, (k, v)) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_string(out, k);
+                out.push(b':');
+                write(out, v);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// Writes the canonical JSON of a `serde_json::Value`; a float by its shortest round-trip
+/// decimal, then by the number rule.
+pub fn write_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                let _ = write!(out, "{u}");
+            } else if let Some(i) = n.as_i64() {
+                let _ = write!(out, "{i}");
+            } else {
+                let text = n.to_string();
+                match Decimal::parse(&text) {
+                    Ok(d) => write_number(out, &d),
+                    // serde_json writes only valid numbers; kept as written if not.
+                    Err(_) => out.extend_from_slice(text.as_bytes()),
+                }
+            }
+        }
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => write_map(out, map),
+    }
+}
+
+/// Writes the canonical JSON of an object.
+pub fn write_map(out: &mut Vec<u8>, map: &serde_json::Map<String, Value>) {
+    // serde_json's map iterates in key order unless its `preserve_order` feature is
+    // on somewhere in the build: sort only when needed.
+    let in_order = map
+        .keys()
+        .zip(map.keys().skip(1))
+        .all(|(a, b)| a.as_bytes() < b.as_bytes());
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    if !in_order {
+        entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    }
+    out.push(b'{');
+    for (i, (k, v)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_string(out, k);
+        out.push(b':');
+        write_value(out, v);
+    }
+    out.push(b'}');
+}
+
+/// The canonical JSON of a value as a `String`.
+pub fn value_to_string(v: &Value) -> String {
+    let mut out = Vec::new();
+    write_value(&mut out, v);
+    String::from_utf8(out).expect("canonical JSON of a Value is UTF-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(text: &str) -> Result<String, ParseError> {
+        let mut out = Vec::new();
+        write(&mut out, &parse(text)?);
+        Ok(String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn numbers_by_their_exact_value() {
+        for (text, want) in [
+            ("0", "0"),
+            ("-0", "0"),
+            ("-0.000e5", "0"),
+            ("100", "100"),
+            ("1e2", "100"),
+            ("100.0", "100"),
+            ("1.50", "1.5"),
+            ("2.5", "2.5"),
+            ("-3", "-3"),
+            ("0.001", "0.001"),
+            ("0.00001", "0.00001"),
+            ("1e-5", "0.00001"),
+            ("1e-6", "1e-6"),
+            ("0.0000015", "1.5e-6"),
+            ("123456.789", "123456.789"),
+            ("12345678901234567890", "12345678901234567890"),
+            ("18446744073709551616", "18446744073709551616"),
+            ("18446744073709551999", "18446744073709551999"),
+            ("1e19", "10000000000000000000"),
+            ("1e20", "1e+20"),
+            ("1e21", "1e+21"),
+            ("1.5e300", "1.5e+300"),
+            ("1E+2", "100"),
+            ("1e131071", "1e+131071"),
+            ("-1e-400", "-1e-400"),
+            (
+                "0.1000000000000000055511151231257827",
+                "0.1000000000000000055511151231257827",
+            ),
+            ("1234567890123456.5", "1234567890123456.5"),
+            ("12345678901234567.5", "1.23456789012345675e+16"),
+        ] {
+            assert_eq!(canon(text).unwrap(), want, "{text}");
+        }
+        // Two numbers a double cannot tell apart stay apart.
+        assert_ne!(
+            canon("18446744073709551616").unwrap(),
+            canon("18446744073709551617").unwrap()
+        );
+        assert_eq!(
+            canon("1e1000000000"),
+            Err(ParseError::NumberOutOfRange),
+            "exponent beyond nine digits"
+        );
+        assert_eq!(canon("1e000000000000000000002").unwrap(), "100");
+    }
+
+    /// The rule custody used while it compared numbers through doubles: integers as written,
+    /// integral doubles up to 2^53 as integers, other doubles by serde_json's shortest form.
+    fn through_doubles(n: &serde_json::Number) -> String {
+        if let Some(u) = n.as_u64() {
+            u.to_string()
+        } else if let Some(i) = n.as_i64() {
+            i.to_string()
+        } else {
+            let f = n.as_f64().unwrap();
+            if f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0 {
+                (f as i64).to_string()
+            } else {
+                n.to_string()
+            }
+        }
+    }
+
+    /// Every number a double holds exactly (integral ones up to 2^53, and integers as
+    /// written) keeps the canonical form it had when custody compared through doubles, so
+    /// records sealed then verify now.
+    #[test]
+    fn doubles_keep_their_form() {
+        for text in [
+            "1.5",
+            "0.1",
+            "1e-7",
+            "2.5e-6",
+            "123.456",
+            "1e300",
+            "0.3333333333333333",
+            "-7.25",
+            "65536.5",
+            "9007199254740992",
+            "9007199254740992.0",
+            "1e2",
+            "100.0",
+            "-0.0",
+            "12345678901234567890",
+            "-5",
+            "0.00001",
+            "1e-5",
+            "5e-324",
+            "1.7976931348623157e308",
+        ] {
+            let v: Value = serde_json::from_str(text).unwrap();
+            let Value::Number(n) = &v else { unreachable!() };
+            assert_eq!(
+                canon(text).unwrap(),
+                through_doubles(n),
+                "{text}: from text"
+            );
+            assert_eq!(
+                value_to_string(&v),
+                through_doubles(n),
+                "{text}: from a Value"
+            );
+        }
+    }
+
+    #[test]
+    fn objects_sorted_strings_escaped_whitespace_gone() {
+        assert_eq!(
+            canon(" {\"b\": [1.0, true, null], \"a\": \"\u{e9}\\n\\u0041\", \"A\": {}} ").unwrap(),
+            "{\"A\":{},\"a\":\"\u{e9}\\nA\",\"b\":[1,true,null]}"
+        );
+        let v = parse(r#"{"z": 1, "m": {"k": "v"}}"#).unwrap();
+        assert_eq!(
+            v.get("m").and_then(|m| m.get("k")).and_then(Json::as_str),
+            Some("v")
+        );
+        assert_eq!(v.get("q"), None);
+    }
+
+    #[test]
+    fn strict_reading() {
+        assert_eq!(
+            canon(r#"{"amount":1,"amount":2}"#),
+            Err(ParseError::DuplicateKey)
+        );
+        assert_eq!(
+            canon(r#"{"a":{"x":1,"x":1}}"#),
+            Err(ParseError::DuplicateKey)
+        );
+        // The same key written with an escape is the same key.
+        assert_eq!(
+            canon(r#"{"a":1,"\u0061":2}"#),
+            Err(ParseError::DuplicateKey)
+        );
+        for bad in [
+            "",
+            "{",
+            "[1,]",
+            "{\"a\":1,}",
+            "01",
+            "1.",
+            ".5",
+            "-",
+            "1e",
+            "+1",
+            "nul",
+            "\"\u{1}\"",
+            "\"\\ud800\"",
+            "\"\\x\"",
+            "[1] 2",
+            "{a:1}",
+            "'a'",
+            "NaN",
+            "Infinity",
+        ] {
+            assert!(
+                matches!(canon(bad), Err(ParseError::Syntax { .. })),
+                "{bad:?}: {:?}",
+                canon(bad)
+            );
+        }
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(canon(&deep(MAX_DEPTH)).is_ok());
+        assert_eq!(canon(&deep(MAX_DEPTH + 1)), Err(ParseError::TooDeep));
+        let e = ParseError::Syntax { at: 3 }.to_string();
+        assert_eq!(e, "not JSON (syntax error at byte 3)");
+    }
+
+    /// What serde_json accepts, this accepts too, with the same strings and the same shape.
+    #[test]
+    fn agrees_with_serde_json_on_valid_documents() {
+        let doc = r#"{"s":"tab\there \"q\" \\ \u00e9 \ud83d\ude00","n":[-1,2.5,1e-3,0],"o":{"e":[]},"t":true,"f":false,"z":null}"#;
+        let ours = canon(doc).unwrap();
+        let v: Value = serde_json::from_str(doc).unwrap();
+        assert_eq!(ours, value_to_string(&v));
+    }
+}
