@@ -273,10 +273,6 @@ fn label_vocabularies_must_admit_the_metadata_values_they_are_filled_with() {
             "message_metadata.default_priority: \"normal\" is not in \
              security_labels.allowed_priorities: a label profile that omits priority gets this \
              value and is refused at run time",
-            "message_metadata.default_classification: \"unclassified\" is not in \
-             security_labels.allowed_classifications: a label profile that omits classification \
-             gets this value and is refused at run time (differs from vocabulary entry \
-             \"UNCLASSIFIED\" only by case: vocabularies compare exactly)",
             "message_metadata.rules[0].classification: \"secret\" is not in \
              security_labels.allowed_classifications: a label profile that omits \
              classification gets this value and is refused at run time",
@@ -293,7 +289,7 @@ fn label_vocabularies_must_admit_the_metadata_values_they_are_filled_with() {
 }
 
 #[test]
-fn label_values_differing_only_by_case_are_flagged() {
+fn vocabulary_entries_differing_only_by_case_are_refused() {
     assert_eq!(
         problems(&with(
             r#"{"security_labels": {"enabled": true,
@@ -301,14 +297,23 @@ fn label_values_differing_only_by_case_are_flagged() {
                  "default": {"classification": "SECRET"}}}"#
         )),
         vec![
-            "security_labels.default.classification: value is not in \
-             security_labels.allowed_classifications (differs from vocabulary entry \
-             \"Secret\" only by case: vocabularies compare exactly)",
             "security_labels.allowed_classifications: \"secret\" and \"Secret\" differ only \
-             by case: vocabularies compare exactly; list the one form values arrive in \
-             (metadata values are lowercase)",
+             by case: values compare ASCII case-insensitively and are stored in the \
+             vocabulary's form; list one form",
         ]
     );
+}
+
+/// Real markings are written in capitals while metadata values are lowercase: a vocabulary
+/// in capitals accepts both, and an empty profile filled from the metadata default loads.
+#[test]
+fn capital_markings_and_lowercase_metadata_go_together() {
+    let c = r#"{"security_labels": {"enabled": true,
+                 "allowed_classifications": ["UNCLASSIFIED", "SECRET"],
+                 "default": {}},
+                "message_metadata": {"default_classification": "unclassified",
+                 "rules": [{"subject": "orders.x.>", "classification": "Secret"}]}}"#;
+    assert_eq!(problems(&with(c)), Vec::<String>::new());
 }
 
 #[test]

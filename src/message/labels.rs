@@ -12,7 +12,10 @@
 //! Validation is strict and never coerces: the header must be one JSON object without duplicate
 //! keys; only the allow-listed root fields are accepted, each with exactly the type of the
 //! spec's table; `profile` must be `svc.security-label.v1` (filled in when missing); values are
-//! checked against the configured vocabularies (an empty vocabulary is unrestricted);
+//! checked against the configured vocabularies (an empty vocabulary is unrestricted), which
+//! are the authority on spelling: a value matches an entry ASCII case-insensitively and is
+//! stored in the entry's form (`secret` with vocabulary `SECRET` is stored `SECRET`), here and
+//! in the envelope's own `priority` and `classification` ([`SecurityLabelsConfig::spell_metadata`]);
 //! `extensions` is bounded ([`MAX_EXTENSION_DEPTH`], [`MAX_EXTENSION_KEYS`],
 //! [`MAX_EXTENSION_KEY_BYTES`]) and secret-looking key names are rejected; the canonical JSON
 //! (keys sorted by their UTF-8 bytes at every level, no whitespace) must fit in `max_bytes`.
@@ -231,9 +234,9 @@ impl SecurityLabelsConfig {
 
     /// Validates a configured profile; problems are recorded under `path`.
     fn config_profile(&self, r: &ObjectReader<'_>, path: &str, v: &Value) -> Option<Profile> {
-        let checked = self.check_structure(v.clone()).and_then(|p| {
+        let checked = self.check_structure(v.clone()).and_then(|mut p| {
             let mut errors = Errors::default();
-            self.check_vocabularies(&p.0, &mut errors);
+            self.spell_vocabularies(&mut p.0, &mut errors);
             self.check_size(&p.0, &mut errors);
             errors.into_result(p)
         });
@@ -246,13 +249,7 @@ impl SecurityLabelsConfig {
                     } else {
                         join(path, &e.field)
                     };
-                    let hint = match e.reason {
-                        LabelReason::NotInVocabulary { .. } => profile_value(v, &e.field)
-                            .and_then(|s| self.case_hint(&e.field, s))
-                            .unwrap_or_default(),
-                        _ => String::new(),
-                    };
-                    r.problems().push(at, format!("{}{hint}", e.reason));
+                    r.problems().push(at, e.reason.to_string());
                 }
                 None
             }
@@ -262,9 +259,9 @@ impl SecurityLabelsConfig {
     /// Checks against the `message_metadata` block that only the two together can show: a
     /// profile that omits `priority` or `classification` is filled from the message
     /// metadata (its default, or a matching metadata rule), so each of those values must be
-    /// in the vocabulary, or every message that gets it fails at run time. Also flags
-    /// vocabulary entries that differ from another only by case (vocabularies compare
-    /// exactly, and metadata values are always lowercase).
+    /// in the vocabulary (in any case), or every message that gets it fails at run time. Also
+    /// refuses vocabulary entries that differ from another only by case: values compare
+    /// case-insensitively, so which of the two a value would be stored as is ambiguous.
     pub fn cross_check(&self, meta: &MessageMetadataConfig, problems: &Problems) {
         if !self.enabled {
             return;
@@ -291,13 +288,12 @@ impl SecurityLabelsConfig {
                 }
             }
             for (path, value) in filled {
-                if !set.contains(value.as_str()) {
+                if spelled(set, value).is_none() {
                     problems.push(
                         path,
                         format!(
                             "\"{value}\" is not in security_labels.{option}: a label profile that \
-                             omits {field} gets this value and is refused at run time{}",
-                            self.case_hint(field, value).unwrap_or_default()
+                             omits {field} gets this value and is refused at run time"
                         ),
                     );
                 }
@@ -319,9 +315,9 @@ impl SecurityLabelsConfig {
                     problems.push(
                         format!("security_labels.{option}"),
                         format!(
-                            "\"{a}\" and \"{b}\" differ only by case: vocabularies compare \
-                             exactly; list the one form values arrive in (metadata values are \
-                             lowercase)"
+                            "\"{a}\" and \"{b}\" differ only by case: values compare ASCII \
+                             case-insensitively and are stored in the vocabulary's form; list \
+                             one form"
                         ),
                     );
                 }
@@ -329,16 +325,26 @@ impl SecurityLabelsConfig {
         }
     }
 
-    /// ` (differs from vocabulary entry "X" only by case ...)` when `value` matches an entry
-    /// of `field`'s vocabulary but for ASCII case.
-    fn case_hint(&self, field: &str, value: &str) -> Option<String> {
-        let key = field.split('[').next().unwrap_or(field);
-        let (set, _) = self.vocabulary(key)?;
-        let entry = set.iter().find(|e| e.eq_ignore_ascii_case(value))?;
-        Some(format!(
-            " (differs from vocabulary entry \"{entry}\" only by case: vocabularies compare \
-             exactly)"
-        ))
+    /// Writes the metadata's `priority` and `classification` in their vocabularies' forms
+    /// when those list them (ASCII case aside), so the envelope, every sink and the DLQ
+    /// record carry one spelling. Values no vocabulary lists are left as they are.
+    pub fn spell_metadata(&self, meta: &mut MessageMetadata) {
+        if !self.enabled {
+            return;
+        }
+        for (field, value) in [
+            ("priority", &mut meta.priority),
+            ("classification", &mut meta.classification),
+        ] {
+            if let Some(form) = self
+                .vocabulary(field)
+                .and_then(|(set, _)| spelled(set, value))
+            {
+                if form != value.as_str() {
+                    *value = form.to_string();
+                }
+            }
+        }
     }
 
     /// Longest header accepted before parsing.
@@ -374,7 +380,7 @@ impl SecurityLabelsConfig {
         };
         fill_from_metadata(&mut map, meta);
         let mut errors = Errors::default();
-        self.check_vocabularies(&map, &mut errors);
+        self.spell_vocabularies(&mut map, &mut errors);
         self.check_size(&map, &mut errors);
         errors.into_result(())?;
         // Invariant: serde_json's map is ordered by key (no `preserve_order` feature in the
@@ -483,25 +489,24 @@ impl SecurityLabelsConfig {
         (!set.is_empty()).then_some((set, option))
     }
 
-    /// Every vocabulary-controlled value must be listed (null is always allowed: no value).
-    fn check_vocabularies(&self, map: &Map<String, Value>, errors: &mut Errors) {
-        for (key, value) in map {
+    /// Every vocabulary-controlled value must be listed, ASCII case aside, and takes the
+    /// vocabulary's form (null is always allowed: no value).
+    fn spell_vocabularies(&self, map: &mut Map<String, Value>, errors: &mut Errors) {
+        for (key, value) in map.iter_mut() {
             let Some((set, option)) = self.vocabulary(key) else {
                 continue;
             };
+            let mut spell = |s: &mut String, field: String| match spelled(set, s) {
+                Some(form) if form != s.as_str() => *s = form.to_string(),
+                Some(_) => {}
+                None => errors.push(field, LabelReason::NotInVocabulary { option }),
+            };
             match value {
-                Value::String(s) if !set.contains(s) => {
-                    errors.push(key.as_str(), LabelReason::NotInVocabulary { option })
-                }
+                Value::String(s) => spell(s, key.clone()),
                 Value::Array(items) => {
-                    for (i, item) in items.iter().enumerate() {
+                    for (i, item) in items.iter_mut().enumerate() {
                         if let Value::String(s) = item {
-                            if !set.contains(s) {
-                                errors.push(
-                                    format!("{key}[{i}]"),
-                                    LabelReason::NotInVocabulary { option },
-                                );
-                            }
+                            spell(s, format!("{key}[{i}]"));
                         }
                     }
                 }
@@ -525,17 +530,12 @@ impl SecurityLabelsConfig {
     }
 }
 
-/// The string at `field` (`key` or `key[i]`) of a config profile object.
-fn profile_value<'v>(profile: &'v Value, field: &str) -> Option<&'v str> {
-    let (key, index) = match field.split_once('[') {
-        Some((key, rest)) => (key, rest.trim_end_matches(']').parse::<usize>().ok()),
-        None => (field, None),
-    };
-    let value = profile.get(key)?;
-    match index {
-        Some(i) => value.get(i)?.as_str(),
-        None => value.as_str(),
-    }
+/// The vocabulary's own form of `value`: the entry equal to it, else the one equal but for
+/// ASCII case (entries differing only by case are refused at config load).
+fn spelled<'s>(set: &'s BTreeSet<String>, value: &str) -> Option<&'s str> {
+    set.get(value)
+        .or_else(|| set.iter().find(|e| e.eq_ignore_ascii_case(value)))
+        .map(String::as_str)
 }
 
 /// Sets the resolved profile on the envelope: top level and `metadata.security_labels`.

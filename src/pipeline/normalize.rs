@@ -92,10 +92,11 @@ impl Normalizer {
                 Metrics::add(counter, 1);
             }
         }
-        let meta = self
+        let mut meta = self
             .message_metadata
             .resolve(raw)
             .map_err(|e| self.reject(raw, Failure::from(&e)))?;
+        self.security_labels.spell_metadata(&mut meta);
         if !meta.fell_back.is_empty() {
             let fields: Vec<&str> = meta.fell_back.iter().map(|f| f.as_str()).collect();
             log::warn!(

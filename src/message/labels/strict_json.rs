@@ -73,9 +73,9 @@ impl<'de> Visitor<'de> for StrictVisitor {
     /// serde_json writes a profile in its canonical form (`1`, `100`), as custody reads it.
     fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
         const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
-        Ok(if v.fract() == 0.0 && v >= 0.0 && v < TWO_POW_64 {
+        Ok(if v.fract() == 0.0 && (0.0..TWO_POW_64).contains(&v) {
             Value::from(v as u64)
-        } else if v.fract() == 0.0 && v < 0.0 && v >= i64::MIN as f64 {
+        } else if v.fract() == 0.0 && (i64::MIN as f64..0.0).contains(&v) {
             Value::from(v as i64)
         } else {
             Value::from(v)

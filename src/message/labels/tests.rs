@@ -89,6 +89,57 @@ fn header_profile_is_normalized_and_filled() {
     assert_eq!(got["priority"], "high");
 }
 
+/// The vocabulary is the authority on spelling: values match ASCII case-insensitively and
+/// are stored in the vocabulary's form, from the header, the metadata fill and the config.
+#[test]
+fn values_take_the_vocabularys_spelling() {
+    let c = cfg(r#"{"enabled": true,
+        "allowed_classifications": ["UNCLASSIFIED", "SECRET"],
+        "allowed_priorities": ["High", "low"],
+        "allowed_releasability": ["NATO", "EU"],
+        "rules": [{"subject": "r.>", "profile": {"classification": "unclassified"}}]}"#)
+    .unwrap();
+    let mut m = MessageMetadata {
+        classification: "secret".into(),
+        ..meta()
+    };
+    c.spell_metadata(&mut m);
+    assert_eq!(
+        (m.classification.as_str(), m.priority.as_str()),
+        ("SECRET", "High")
+    );
+    // Filled from the metadata.
+    let got = c.resolve(&msg("a", Some("{}")), &m).unwrap().unwrap();
+    assert_eq!(got["classification"], "SECRET");
+    assert_eq!(got["priority"], "High");
+    // From the header, arrays included.
+    let got = c
+        .resolve(
+            &msg(
+                "a",
+                Some(r#"{"classification":"Secret","releasability":["nato","Eu"]}"#),
+            ),
+            &m,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(got["classification"], "SECRET");
+    assert_eq!(got["releasability"], serde_json::json!(["NATO", "EU"]));
+    // A configured profile is stored spelled too.
+    let got = c.resolve(&msg("r.1", None), &m).unwrap().unwrap();
+    assert_eq!(got["classification"], "UNCLASSIFIED");
+    // Not listed in any case: refused, without the value.
+    let e = c
+        .resolve(&msg("a", Some(r#"{"classification":"TOPSECRET"}"#)), &m)
+        .unwrap_err();
+    assert!(!e.to_string().contains("TOPSECRET"), "{e}");
+    // Without a vocabulary, or with labels off, values stay as they are.
+    let mut m2 = meta();
+    enabled().spell_metadata(&mut m2);
+    SecurityLabelsConfig::default().spell_metadata(&mut m2);
+    assert_eq!(m2, meta());
+}
+
 #[test]
 fn envelope_gets_profile_in_both_places() {
     let (mut env, _) = crate::message::envelope::normalize(&msg("a", None), 0, &Default::default());
