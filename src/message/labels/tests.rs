@@ -76,7 +76,7 @@ fn header_profile_is_normalized_and_filled() {
         canonical_json(&got),
         r#"{"classification":"restricted","labels":["eu","pii"],"owner":"team-a","priority":null,"profile":"svc.security-label.v1","releasability":["X","Y"]}"#
     );
-    // Explicit values are kept as given (no coercion, no case change).
+    // Explicit values are kept as given (no coercion, no case change without a vocabulary).
     let got = c
         .resolve(
             &msg("a", Some(r#"{"classification":"SECRET","labels":[]}"#)),
