@@ -735,3 +735,54 @@ fn rows_the_database_refuses_are_dead_lettered_then_acked() {
     assert_eq!(snapshot_counter(&snap, "messages_dlq_total"), 3);
     assert_eq!(snapshot_counter(&snap, "messages_acked_total"), 23);
 }
+
+/// Payloads a publisher chooses to break the table for every reader: `[1e131071, ...]` (2.5 KB
+/// in `jsonb`, an out-of-memory error for `SELECT *` afterwards), duplicate keys (PostgreSQL
+/// would keep the last, a file both) and text holding U+0000 (refused by PostgreSQL, so NAKed
+/// forever). Each is stored as what it is (text or bytes), the message behind them too, and
+/// the table reads back whole.
+#[test]
+fn payloads_every_reader_can_read_back_are_stored_as_text() {
+    let (server, dir) = setup(0, "orders.us.created");
+    let bomb = format!("[{}]", vec!["1e131071"; 9_000].join(","));
+    let payloads: [&[u8]; 4] = [
+        bomb.as_bytes(),
+        br#"{"amount":1,"amount":2}"#,
+        b"ab\x00cd",
+        br#"{"order":1}"#,
+    ];
+    for p in payloads {
+        server.publish_with_headers("orders.us.created", &[], p);
+    }
+    let db = TestDb::new("readable");
+    let sink = db.sink(json!({"auto_create_tables": true}));
+    let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), sink));
+    let runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(60), "all 4 acked", || {
+        all_acked(&server, 4)
+    });
+    stop(runner);
+    // The whole table, every column, reads back.
+    let all = db.rows("SELECT * FROM events ORDER BY stream_sequence");
+    assert_eq!(all.len(), 4);
+    let rows = db.rows(
+        "SELECT payload_original_format, payload_wrapped, payload::text, \
+         length(payload::text) FROM events ORDER BY stream_sequence",
+    );
+    let col = |r: usize, c: usize| rows[r][c].as_deref().unwrap().to_string();
+    assert_eq!(col(0, 0), "text");
+    assert!(
+        col(0, 2).starts_with(r#"{"text": "[1e131071,1e131071"#),
+        "{}",
+        &col(0, 2)[..40]
+    );
+    assert!(col(0, 3).parse::<usize>().unwrap() < 2 * bomb.len());
+    assert_eq!(col(1, 0), "text");
+    assert_eq!(col(1, 2), r#"{"text": "{\"amount\":1,\"amount\":2}"}"#);
+    assert_eq!(
+        (col(2, 0), col(2, 2)),
+        ("bytes".into(), r#"{"base64": "YWIAY2Q="}"#.into())
+    );
+    assert_eq!((col(3, 0), col(3, 1)), ("json".into(), "f".into()));
+    assert_eq!(col(3, 2), r#"{"order": 1}"#);
+}

@@ -3,10 +3,11 @@
 //! controls their bytes.
 //!
 //! Calls what the two commands run on a record file: `cli::protect::parse_records` (one
-//! object, an array or JSON lines), then per record `Encryptor::decrypt_record`,
-//! `Custodian::verify` (keyed and unkeyed) and `cli::protect::record_place` (the report line),
-//! and `custody::canonical_json`. Keys are fixed test keys, set once through the environment
-//! variables the config names (as a real config does).
+//! object, an array or JSON lines), then per record the strict reader
+//! (`document::canonical::parse`), `Encryptor::decrypt_record`, `Custodian::verify` (keyed
+//! and unkeyed) and `cli::protect::record_place` (the report line), and the canonical writer.
+//! Keys are fixed test keys, set once through the environment variables the config names (as
+//! a real config does).
 //!
 //! First byte even: the rest is the record file's text. First byte odd: the target itself
 //! writes a record as `svc-normalize` does (`normalize`, `Encryptor::encrypt`,
@@ -17,10 +18,10 @@
 //! line) is clean and bounded, and never holds a key's base64 or hex unless the input itself
 //! does; a record that decrypts carries a string `stream` and `subject` and an integer
 //! `stream_sequence`, its payload opens under exactly that AAD and not under a neighbouring
-//! one; a random record never verifies under the keyed custodian; a record the target sealed
-//! decrypts to its payload and verifies intact, and once moved (sequence, subject, stream)
-//! fails to decrypt (`Open`) and verifies `Altered`; canonical JSON re-parses and is a fixed
-//! point.
+//! one; a random record never verifies under the keyed custodian, nor does any record whose
+//! custody block says `sha256` (no downgrade); a record the target sealed decrypts to its
+//! payload and verifies intact, and once moved (sequence, subject, stream) fails to decrypt
+//! (`Open`) and verifies `Altered`; canonical JSON re-parses and is a fixed point.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -28,8 +29,9 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use svc::cli::protect::{parse_records, record_place};
+use svc::document::canonical::{self, Json};
 use svc::message::envelope::{normalize, EnvelopeConfig, RawMessage};
-use svc::message::protection::custody::{canonical_json, Custodian, CustodyConfig, Verdict};
+use svc::message::protection::custody::{Custodian, CustodyConfig, Verdict};
 use svc::message::protection::encryption::{
     aad, Action, CryptError, EncryptionConfig, Encryptor, KeyEntry,
 };
@@ -116,34 +118,39 @@ fn check_text(k: &Keys, what: &str, text: &str, input: &str) {
     }
 }
 
-/// Canonical JSON re-parses, and writing it again gives the same bytes.
-fn check_canonical(v: &Value) {
+/// Canonical JSON re-parses strictly, and writing it again gives the same bytes.
+fn check_canonical(v: &Json<'_>) {
     let mut once = Vec::new();
-    canonical_json(&mut once, v);
-    let back: Value = serde_json::from_slice(&once).expect("canonical JSON parses");
+    canonical::write(&mut once, v);
+    let text = std::str::from_utf8(&once).expect("canonical JSON is UTF-8");
+    let back = canonical::parse(text).expect("canonical JSON parses");
     let mut twice = Vec::new();
-    canonical_json(&mut twice, &back);
+    canonical::write(&mut twice, &back);
     assert_eq!(once, twice, "canonical JSON is not a fixed point");
 }
 
 /// Reads one record file's text as both commands do; returns each record's decryption and
 /// verdict under the keyed custodian.
 fn read_back(k: &Keys, text: &str) -> Vec<(Result<Vec<u8>, CryptError>, Verdict)> {
-    let records = match parse_records("store/records.jsonl", text) {
-        Ok(r) => r,
-        Err(e) => {
-            check_text(k, "parse_records", &e, text);
-            return Vec::new();
-        }
-    };
     let mut out = Vec::new();
-    for (at, v) in records {
+    for (at, rec) in parse_records("store/records.jsonl", text) {
         check_text(k, "position", &at, text);
-        let place = record_place(&v);
+        let Ok(rec) = rec else { continue };
+        let doc = match canonical::parse(rec) {
+            Ok(doc) => doc,
+            Err(e) => {
+                check_text(k, "strict reader", &e.to_string(), text);
+                continue;
+            }
+        };
+        let place = record_place(&doc);
         if !place.is_empty() {
             check_text(k, "record_place", &place, text);
         }
-        check_canonical(&v);
+        check_canonical(&doc);
+        let Ok(v) = serde_json::from_str::<Value>(rec) else {
+            continue;
+        };
         let dec = k.enc.decrypt_record(&v);
         match &dec {
             Ok(plain) => {
@@ -166,8 +173,15 @@ fn read_back(k: &Keys, text: &str) -> Vec<(Result<Vec<u8>, CryptError>, Verdict)
             }
             Err(e) => check_text(k, "decrypt_record", &e.to_string(), text),
         }
-        let unkeyed = k.unkeyed.verify(&v);
-        let keyed = k.keyed.verify(&v);
+        let unkeyed = k.unkeyed.verify(&doc);
+        let keyed = k.keyed.verify(&doc);
+        let alg = doc
+            .get("custody")
+            .and_then(|c| c.get("alg"))
+            .and_then(Json::as_str);
+        if alg != Some("hmac-sha256") {
+            assert_ne!(keyed, Verdict::Intact, "an unkeyed block verified under a key");
+        }
         for verdict in [&keyed, &unkeyed] {
             if let Verdict::Unverifiable(why) = verdict {
                 check_text(k, "verify", why, text);
@@ -209,19 +223,20 @@ fn seal_and_read(k: &Keys, sel: u8, mut data: &[u8]) {
     let plain = env.payload.json().as_bytes().to_vec();
     k.enc.encrypt(&mut env, &msg.data).expect("encrypts");
     k.keyed.seal(&mut env, &msg.data, 1_700_000_001_500_000_000);
-    let mut record = serde_json::to_value(&env).expect("an envelope serializes");
+    // Moved after sealing; serialized from the envelope itself, so the payload keeps its
+    // exact text (numbers beyond a double included), as the sinks store it.
     let moved = (sel >> 1) & 3;
     match moved {
         0 => {}
-        1 => record["stream_sequence"] = Value::from(seq.wrapping_add(1)),
-        2 => record["subject"] = Value::from(format!("{subject}.x")),
-        _ => record["stream"] = Value::from(format!("{stream}x")),
+        1 => env.stream_sequence = seq.wrapping_add(1),
+        2 => env.subject = format!("{subject}.x"),
+        _ => env.stream = format!("{stream}x").as_str().into(),
     }
     // A JSON lines file, or one pretty-printed object.
     let text = if sel & 8 != 0 {
-        serde_json::to_string_pretty(&record).expect("serializes")
+        serde_json::to_string_pretty(&env).expect("serializes")
     } else {
-        serde_json::to_string(&record).expect("serializes") + "\n"
+        serde_json::to_string(&env).expect("serializes") + "\n"
     };
     let results = read_back(k, &text);
     assert_eq!(results.len(), 1, "one record written, one read");

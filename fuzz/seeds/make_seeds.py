@@ -261,3 +261,16 @@ put("consumer_info", "5", b"\x00" + b'{"config":{"filter_subject":"x\\u202e\\u00
 put("consumer_info", "6", b"\x00" + b"503 No Responders")
 put("consumer_info", "7", b"\x02" + b"409 Consumer Deleted")
 put("payload_record", "9", b"\x00" + b'{"stream":"S\\u202e","stream_sequence":{"n":"7\\u202e"},"subject":"s","payload":null}')
+
+# canonical_json: documents as stores hold them (numbers in every form, escapes, nesting).
+for i, doc in enumerate([
+    '{"amount": 1.50, "n": 1e2, "big": 18446744073709551616, "tiny": 5e-324, "neg": -0.0}',
+    '[0.1000000000000000055511151231257827, 1e-7, 1.5e300, 1E+2, 12345678901234567.5]',
+    '{"s": "tab\\there \\"q\\" \\u00e9 \\ud83d\\ude00", "o": {"b": [], "a": {}}, "t": true, "z": null}',
+    '{"amount":1,"amount":2}',
+    '{"a":1,"\\u0061":2}',
+    '[1e999999999, -1e-999999999]',
+    '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]',
+    '{"schema":"svc.envelope.v1","stream":"ORDERS","stream_sequence":7,"payload":{"order":42},"custody":{"alg":"sha256"}}',
+]):
+    put("canonical_json", f"{i}", doc)

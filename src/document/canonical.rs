@@ -143,6 +143,18 @@ impl<'a> Decimal<'a> {
     }
 }
 
+impl Decimal<'_> {
+    /// Characters of the number written without an exponent, as PostgreSQL prints a
+    /// `numeric` (integer digits, then the fraction's digits at the scale written): what a
+    /// short text such as `1e131071` becomes in a reader's hands. An upper bound, never less.
+    pub fn plain_len(&self) -> u64 {
+        let int = self.int.trim_start_matches('0').len() as i64;
+        let whole = (int + self.exp).max(1);
+        let fraction = (self.frac.len() as i64 - self.exp).max(0);
+        (whole + fraction) as u64
+    }
+}
+
 /// Why [`parse`] refused a text. Never quotes the text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ParseError {
@@ -640,6 +652,23 @@ mod tests {
             Some("v")
         );
         assert_eq!(v.get("q"), None);
+    }
+
+    #[test]
+    fn plain_lengths() {
+        for (text, len) in [
+            ("0", 1),
+            ("100", 3),
+            ("1.50", 3),
+            ("1e2", 3),
+            ("1.0e-3", 5),
+            ("-7", 1),
+            ("1e131071", 131072),
+            ("1e-400", 401),
+            ("123456789012345678901234567890", 30),
+        ] {
+            assert_eq!(Decimal::parse(text).unwrap().plain_len(), len, "{text}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::document::canonical::{self, Json};
 use crate::text::rfc3339::{parse_rfc3339_nanos, Rfc3339};
 
 pub const METADATA_SCHEMA: &str = "svc.metadata.v1";
@@ -225,10 +226,15 @@ pub fn normalize(
 pub struct Payload(Box<RawValue>);
 
 impl Payload {
-    /// The payload of a JSON document, or `None` when `data` is not one (see [`compact`]).
+    /// The payload of a JSON document, or `None` when `data` is not one (see [`compact`]) or
+    /// is one that every reader cannot take alike (see [`readable_alike`]).
     fn from_json(data: &[u8]) -> Option<Payload> {
         let raw: &RawValue = serde_json::from_slice(data).ok()?;
-        match compact(raw.get())? {
+        let text = compact(raw.get())?;
+        if !readable_alike(&text) {
+            return None;
+        }
+        match text {
             Cow::Borrowed(_) => Some(Payload(raw.to_owned())),
             Cow::Owned(text) => RawValue::from_string(text).ok().map(Payload),
         }
@@ -330,6 +336,30 @@ fn compact(text: &str) -> Option<Cow<'_, str>> {
     })
 }
 
+/// Longest a JSON number may become when written without an exponent (as PostgreSQL prints
+/// its `numeric`): 64 characters holds every 64- and 128-bit integer and every decimal128,
+/// while `1e131071` (8 bytes, 131,072 characters printed) and a 10,000-digit literal do not.
+pub const MAX_PLAIN_NUMBER_LEN: u64 = 64;
+
+/// Whether every reader of the stored payload gets the same value from it, and can read it
+/// back at all: no object with a duplicate key (a file keeps both values, PostgreSQL the last,
+/// custody could cover only one), no number longer than [`MAX_PLAIN_NUMBER_LEN`] written out
+/// (`[1e131071, ...]` is 2.5 KB in `jsonb` and an out-of-memory error for every `SELECT` of
+/// the table), no string holding U+0000 (PostgreSQL refuses `\u0000` in `jsonb`, so the
+/// message was never stored). A payload that fails is kept as text instead, exactly as sent.
+fn readable_alike(text: &str) -> bool {
+    fn walk(v: &Json<'_>) -> bool {
+        match v {
+            Json::Number(d) => d.plain_len() <= MAX_PLAIN_NUMBER_LEN,
+            Json::String(s) => !s.contains('\0'),
+            Json::Array(items) => items.iter().all(walk),
+            Json::Object(members) => members.iter().all(|(k, v)| !k.contains('\0') && walk(v)),
+            Json::Null | Json::Bool(_) => true,
+        }
+    }
+    canonical::parse(text).is_ok_and(|doc| walk(&doc))
+}
+
 /// How many of `bytes` are `wanted` (generic, so the test inlines and the loop vectorizes).
 fn count_bytes(bytes: &[u8], wanted: impl Fn(u8) -> bool) -> usize {
     bytes.iter().map(|&b| usize::from(wanted(b))).sum()
@@ -355,16 +385,20 @@ fn escaped_code_point_len(s: &[u8]) -> Option<usize> {
     }
 }
 
-/// `json_or_envelope`: a JSON document stays a JSON value; UTF-8 text is wrapped as a string;
-/// anything else is wrapped as base64.
+/// `json_or_envelope`: a JSON document every reader takes alike stays a JSON value; UTF-8
+/// text without U+0000 is wrapped as a string; anything else is wrapped as base64.
 pub fn normalize_payload(data: &[u8]) -> (Payload, PayloadInfo) {
     let sha256 = hex_sha256(data);
     let size_bytes = data.len() as u64;
     let (payload, original_format, wrapped) = match Payload::from_json(data) {
         Some(p) => (p, PayloadFormat::Json, false),
         None => match std::str::from_utf8(data) {
-            Ok(text) => (Payload::wrapped("text", text), PayloadFormat::Text, true),
-            Err(_) => (
+            // U+0000 is valid UTF-8 but no PostgreSQL text or `jsonb` string holds it: such a
+            // payload travels as bytes, which every sink stores alike.
+            Ok(text) if !text.contains('\0') => {
+                (Payload::wrapped("text", text), PayloadFormat::Text, true)
+            }
+            Ok(_) | Err(_) => (
                 Payload::wrapped(
                     "base64",
                     &base64::engine::general_purpose::STANDARD.encode(data),
@@ -459,8 +493,8 @@ mod tests {
             "string content untouched, escaped quotes and backslashes included"
         );
         assert_eq!(
-            normalized(b"[123456789012345678901234567890, 1.50, -0.0, 1e400]"),
-            json("[123456789012345678901234567890,1.50,-0.0,1e400]"),
+            normalized(b"[123456789012345678901234567890, 1.50, -0.0, 1e40]"),
+            json("[123456789012345678901234567890,1.50,-0.0,1e40]"),
             "numbers keep their exact digits"
         );
         assert_eq!(
@@ -470,6 +504,45 @@ mod tests {
         );
         let compact = br#"{"order":1,"pad":"xx"}"#;
         assert_eq!(normalized(compact), json(r#"{"order":1,"pad":"xx"}"#));
+    }
+
+    /// One rule for every sink: JSON that readers could take differently, or not read back,
+    /// is stored as the text it is.
+    #[test]
+    fn json_readers_would_disagree_on_is_wrapped_as_text() {
+        let big_exponents = format!("[{}]", vec!["1e131071"; 9_000].join(","));
+        let long_literal = "9".repeat(65);
+        for data in [
+            br#"{"amount":1,"amount":2}"#.as_slice(),
+            br#"{"a":{"b":1,"\u0062":2}}"#,
+            big_exponents.as_bytes(),
+            long_literal.as_bytes(),
+            b"[1e-64]",
+            br#"{"note":"ab\u0000cd"}"#,
+            br#"{"a\u0000":1}"#,
+        ] {
+            let (text, format) = normalized(data);
+            assert_eq!(format, PayloadFormat::Text, "{text}");
+            let wrapped: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(wrapped["text"].as_str().unwrap().as_bytes(), data);
+        }
+        // At the bound, and ordinary numbers, stay JSON.
+        let at_bound = "9".repeat(64);
+        for data in [
+            at_bound.as_bytes(),
+            b"[1e63, -1.5e-30, 0.000001, 340282366920938463463374607431768211455]".as_slice(),
+            br#"{"a":1,"b":{"a":2}}"#,
+        ] {
+            assert_eq!(normalized(data).1, PayloadFormat::Json, "{data:?}");
+        }
+    }
+
+    /// `ab\x00cd` is UTF-8 that no PostgreSQL text holds: bytes, base64, in every sink.
+    #[test]
+    fn text_with_nul_travels_as_bytes() {
+        let (text, format) = normalized(b"ab\x00cd");
+        assert_eq!(format, PayloadFormat::Bytes);
+        assert_eq!(text, r#"{"base64":"YWIAY2Q="}"#);
     }
 
     #[test]

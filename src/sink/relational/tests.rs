@@ -317,7 +317,11 @@ fn a_row_the_database_rejects_is_permanent_and_the_rest_commit() {
         "routes": [{"subject": "b.>", "table": "b_events"}]
     }));
     // jsonb cannot hold \u0000: the server rejects that row's data (SQLSTATE 22P05).
-    let bad = envelope("a.x", 2, br#"{"k":"secret\u0000value"}"#);
+    // Normalization keeps such a payload as text; set here as a row the server refuses.
+    let mut bad = envelope("a.x", 2, b"{}");
+    bad.payload =
+        crate::message::envelope::Payload::from_compact_json(r#"{"k":"secret\u0000value"}"#.into())
+            .unwrap();
     let b = vec![
         envelope("b.x", 10, b"{}"),
         envelope("a.x", 1, b"{}"),
