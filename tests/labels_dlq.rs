@@ -775,3 +775,86 @@ fn max_deliveries_advisory_is_counted_in_the_snapshot() {
     assert_eq!(server.consumer_state(STREAM, CONSUMER).0, 0);
     assert_eq!(server.stream_messages(STREAM), 1);
 }
+
+/// What one publisher can put into a message through the raw protocol (client libraries
+/// refuse most of it) is settled with its reason, and the messages behind it are delivered:
+/// 300 headers with a 20,000-byte message id of control characters (the DLQ record stays small
+/// enough for a DLQ stream with a 64 KiB `max_msg_size`), 40 KB of headers, U+0000 in the
+/// message id, a kept header and the subject (dead-lettered); text holding U+0000 (stored as
+/// bytes) and duplicate keys (stored as text).
+#[test]
+fn hostile_publisher_inputs_are_settled_with_their_reasons() {
+    let (server, dir) = setup();
+    server
+        .js()
+        .add_stream(nats::jetstream::StreamConfig {
+            name: "DLQ".into(),
+            subjects: vec![DLQ_SUBJECT.into()],
+            max_msg_size: 65_536,
+            storage: nats::jetstream::StorageType::File,
+            ..Default::default()
+        })
+        .unwrap();
+    let long_id = vec![1u8; 20_000];
+    let names: Vec<Vec<u8>> = (0..300).map(|i| format!("X-H{i}").into_bytes()).collect();
+    let mut many: Vec<(&[u8], &[u8])> = vec![(b"Nats-Msg-Id", &long_id)];
+    many.extend(names.iter().map(|k| (k.as_slice(), b"v".as_slice())));
+    let big = vec![b'b'; 40_000];
+    server.raw_publish(b"orders.many", &many, br#"{"n":1}"#);
+    server.raw_publish(b"orders.big", &[(b"X-Big", &big)], br#"{"n":2}"#);
+    server.raw_publish(b"orders.id", &[(b"Nats-Msg-Id", b"id\0x")], br#"{"n":3}"#);
+    server.raw_publish(b"orders.kept", &[(b"Content-Type", b"a\0b")], br#"{"n":4}"#);
+    server.raw_publish(b"orders.text", &[], b"ab\0cd");
+    server.raw_publish(b"orders.dup", &[], br#"{"amount":1,"amount":2}"#);
+    server.raw_publish(b"orders.ok", &[], br#"{"order":7}"#);
+    server.raw_publish(b"orders.a\0b", &[], br#"{"order":8}"#);
+    wait_until(Duration::from_secs(10), "8 stored", || {
+        server.stream_messages(STREAM) == 8
+    });
+    let cfg = config(
+        &server,
+        dir.path(),
+        json!({
+            "envelope": {"keep_headers": ["Content-Type"]},
+            "dead_letter": {"enabled": true, "subject": DLQ_SUBJECT, "expected_stream": "DLQ",
+                            "publish_timeout_ms": 2000}
+        }),
+    );
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "all 8 settled", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((8, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(15)).is_some());
+    let dlq = dlq_records(&server);
+    let got: Vec<(u64, &str, &str)> = dlq
+        .iter()
+        .map(|(_, v)| {
+            (
+                v["original"]["stream_sequence"].as_u64().unwrap(),
+                v["failure"]["field"].as_str().unwrap(),
+                v["failure"]["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, "headers", "too_many_headers"),
+            (2, "headers", "headers_too_large"),
+            (3, "message_id", "nul_character"),
+            (4, "envelope.keep_headers", "nul_character"),
+            (8, "subject", "nul_character"),
+        ]
+    );
+    assert_eq!(dlq[0].1["original"]["message_id"], "(omitted: 20000 bytes)");
+    assert!(dlq.iter().all(|(text, _)| text.len() < 4096));
+    let stored = records(&dir.path().join("out"));
+    assert_eq!(stored.keys().copied().collect::<Vec<_>>(), [5, 6, 7]);
+    let format = |seq: u64| stored[&seq]["payload_info"]["original_format"].clone();
+    assert_eq!(format(5), "bytes");
+    assert_eq!(stored[&5]["payload"], json!({"base64": "YWIAY2Q="}));
+    assert_eq!(format(6), "text");
+    assert_eq!(format(7), "json");
+}

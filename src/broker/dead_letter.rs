@@ -31,7 +31,7 @@ use crate::message::envelope::{hex_sha256, Envelope, RawMessage, MESSAGE_ID_HEAD
 use crate::message::labels::LabelRejection;
 use crate::message::metadata::MetadataError;
 use crate::message::subject::SubjectPattern;
-use crate::sink::SinkError;
+use crate::sink::{FailureClass, SinkError};
 use crate::text::peer::{PeerText, PEER_TEXT_MAX_CHARS};
 use crate::text::rfc3339::format_rfc3339_nanos;
 
@@ -337,7 +337,7 @@ impl DeadLetter {
             consumer: raw.consumer.to_string(),
             consumer_sequence: raw.consumer_sequence,
             delivery_count: raw.delivery_count,
-            message_id: raw.header(MESSAGE_ID_HEADER).map(str::to_string),
+            message_id: raw.header(MESSAGE_ID_HEADER).map(bounded),
             published_at: raw.published_unix_nanos.map(format_rfc3339_nanos),
         };
         let payload = PayloadDigest {
@@ -377,7 +377,12 @@ impl DeadLetter {
             consumer: env.consumer.to_string(),
             consumer_sequence: env.consumer_sequence,
             delivery_count: env.metadata.delivery_count,
-            message_id: env.message_id.clone(),
+            // A key that failed its grammar may have been made from the message id: that id
+            // is the offending value, and stays out of the record.
+            message_id: match error.class {
+                FailureClass::InvalidKey => env.message_id.as_ref().map(|_| WITHHELD_ID.into()),
+                _ => env.message_id.as_deref().map(bounded),
+            },
             published_at: env.metadata.published_at.map(|t| t.as_str().to_string()),
         };
         // An encrypted envelope carries the keyed digest in `payload_info.sha256`: label it so.
@@ -420,6 +425,20 @@ impl DeadLetter {
     }
 }
 
+/// `original.message_id` of a sink's `invalid_key` record: the id may be the refused value.
+pub const WITHHELD_ID: &str = "(withheld: the object key made from it was invalid)";
+
+/// A publisher's value as the record holds it: whole up to [`MAX_HEADER_VALUE_BYTES`], else a
+/// size note. JSON escapes a control character in six bytes, so a 20,000-byte id would make
+/// a 120 KB record that a DLQ stream with a 64 KiB `max_msg_size` refuses, NAKed forever.
+fn bounded(v: &str) -> String {
+    if v.len() > MAX_HEADER_VALUE_BYTES {
+        format!("(omitted: {} bytes)", v.len())
+    } else {
+        v.to_string()
+    }
+}
+
 /// The configured `include_headers` that are present, long values replaced by a size note.
 fn included_headers<'a>(
     cfg: &DeadLetterConfig,
@@ -427,16 +446,7 @@ fn included_headers<'a>(
 ) -> BTreeMap<String, String> {
     cfg.include_headers
         .iter()
-        .filter_map(|name| {
-            lookup(name).map(|v| {
-                let v = if v.len() > MAX_HEADER_VALUE_BYTES {
-                    format!("(omitted: {} bytes)", v.len())
-                } else {
-                    v.to_string()
-                };
-                (name.clone(), v)
-            })
-        })
+        .filter_map(|name| lookup(name).map(|v| (name.clone(), bounded(v))))
         .collect()
 }
 
@@ -861,6 +871,34 @@ mod tests {
             !shown.contains(['\n', '\r']) && shown.len() < 400,
             "{shown}"
         );
+    }
+
+    /// A 20,000-byte message id of control characters became a 120 KB record (six bytes per
+    /// escaped character) that a DLQ stream with a 64 KiB `max_msg_size` refuses: capped as
+    /// included headers are; and an id whose object key was invalid is withheld.
+    #[test]
+    fn a_huge_message_id_keeps_the_record_small() {
+        let mut m = raw();
+        m.headers[0].1 = "\u{1}".repeat(20_000);
+        let failure = Failure::new("x", "x", "x", "x".into());
+        let d = DeadLetter::build(&m, &failure, 0, &DeadLetterConfig::default());
+        assert!(d.body.len() < 2048, "{} bytes", d.body.len());
+        let v: serde_json::Value = serde_json::from_slice(&d.body).unwrap();
+        assert_eq!(v["original"]["message_id"], "(omitted: 20000 bytes)");
+        // Up to the bound the id is kept whole.
+        m.headers[0].1 = "i".repeat(MAX_HEADER_VALUE_BYTES);
+        let d = DeadLetter::build(&m, &failure, 0, &DeadLetterConfig::default());
+        let v: serde_json::Value = serde_json::from_slice(&d.body).unwrap();
+        assert_eq!(v["original"]["message_id"].as_str().unwrap().len(), 1024);
+
+        let mut m = raw();
+        m.headers[0].1 = "../../evil-id".into();
+        let (env, _) = crate::message::envelope::normalize(&m, 0, &Default::default());
+        let err = SinkError::new("object_store", "bad key").classified(FailureClass::InvalidKey);
+        let d = DeadLetter::build_for_sink(&env, &err, 0, &DeadLetterConfig::default());
+        let text = String::from_utf8(d.body).unwrap();
+        assert!(!text.contains("evil-id"), "{text}");
+        assert!(text.contains(WITHHELD_ID), "{text}");
     }
 
     /// A permanent sink failure's record names the sink and the class, never the sink's

@@ -1,10 +1,11 @@
 //! `svc-normalize`: raw deliveries in, envelopes (or pre-sink verdicts) out. No I/O.
 //!
-//! Per message: the publisher signature (`authenticity`), the envelope (`normalize`), the
+//! Per message: the input limits (`message::limits`: header count and bytes, U+0000 in what
+//! sinks store as text), the publisher signature (`authenticity`), the envelope (`normalize`), the
 //! message metadata (`message_metadata`: priority, classification, labels), the security
 //! label profile (`security_labels`), then payload encryption (`payload_encryption`) and
 //! custody evidence (`custody`), last, over the record as the sinks will store it.
-//! A signature, metadata or profile failure is a permanent pre-sink failure: the message does
+//! A limit, signature, metadata or profile failure is a permanent pre-sink failure: the message does
 //! not reach the sink; its verdict carries a value-free reason and, when a DLQ is configured,
 //! the sanitized DLQ record for `svc-ack` to publish. An encryption key at its message bound
 //! is a transient failure (the message stays unacknowledged until the key is rotated). Other
@@ -19,6 +20,7 @@ use crate::broker::dead_letter::{DeadLetter, DeadLetterConfig, Failure};
 use crate::config::RuntimeConfig;
 use crate::message::envelope::{normalize, now_unix_nanos, EnvelopeConfig, RawMessage};
 use crate::message::labels::{self, SecurityLabelsConfig};
+use crate::message::limits;
 use crate::message::metadata::MessageMetadataConfig;
 use crate::message::protection::authenticity::{AuthFailure, AuthOutcome};
 use crate::message::protection::Protection;
@@ -60,6 +62,12 @@ impl Normalizer {
         ages: &mut Summary,
     ) -> Result<Prepared, Rejection> {
         let c = &self.metrics.counters;
+        if let Err(limit) = limits::check(raw, &self.envelope.keep_headers) {
+            return Err(self.reject(
+                raw,
+                Failure::new("input", limit.field(), limit.code(), limit.to_string()),
+            ));
+        }
         match self.protection.authenticate(raw) {
             Ok(None) => {}
             Ok(Some(AuthOutcome::Verified(_))) => Metrics::add(&c.authenticity_verified_total, 1),

@@ -212,6 +212,52 @@ impl NatsServer {
         nats::jetstream::new(nc).publish_message(&msg).unwrap();
     }
 
+    /// Publishes with the raw protocol (`HPUB`), as a hostile publisher may: bytes in the
+    /// subject, header names and values that client libraries refuse. Returns once the server
+    /// answered the PING behind it (the message was processed); panics on `-ERR`.
+    pub fn raw_publish(&self, subject: &[u8], headers: &[(&[u8], &[u8])], data: &[u8]) {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut seen = Vec::new();
+        let mut read_until = |s: &mut TcpStream, end: &[u8]| {
+            let mut buf = [0u8; 4096];
+            while !seen.windows(end.len()).any(|w| w == end) {
+                let n = s.read(&mut buf).expect("the server answers");
+                assert!(
+                    n > 0,
+                    "the server hung up: {}",
+                    String::from_utf8_lossy(&seen)
+                );
+                seen.extend_from_slice(&buf[..n]);
+                assert!(
+                    !seen.windows(4).any(|w| w == b"-ERR"),
+                    "{}",
+                    String::from_utf8_lossy(&seen)
+                );
+            }
+        };
+        read_until(&mut s, b"\r\n"); // INFO
+        let mut head = b"NATS/1.0\r\n".to_vec();
+        for (k, v) in headers {
+            head.extend_from_slice(k);
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(v);
+            head.extend_from_slice(b"\r\n");
+        }
+        head.extend_from_slice(b"\r\n");
+        let mut frame =
+            b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true}\r\nHPUB ".to_vec();
+        frame.extend_from_slice(subject);
+        frame.extend_from_slice(
+            format!(" {} {}\r\n", head.len(), head.len() + data.len()).as_bytes(),
+        );
+        frame.extend_from_slice(&head);
+        frame.extend_from_slice(data);
+        frame.extend_from_slice(b"\r\nPING\r\n");
+        s.write_all(&frame).unwrap();
+        read_until(&mut s, b"PONG\r\n");
+    }
+
     pub fn stream_messages(&self, stream: &str) -> u64 {
         self.js()
             .stream_info(stream)
