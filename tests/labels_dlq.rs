@@ -781,7 +781,8 @@ fn max_deliveries_advisory_is_counted_in_the_snapshot() {
 /// 300 headers with a 20,000-byte message id of control characters (the DLQ record stays small
 /// enough for a DLQ stream with a 64 KiB `max_msg_size`), 40 KB of headers, U+0000 in the
 /// message id, a kept header and the subject (dead-lettered); text holding U+0000 (stored as
-/// bytes) and duplicate keys (stored as text).
+/// bytes), duplicate keys (stored as text) and an event time of year 1 (stored, counted, left
+/// out of the event ages).
 #[test]
 fn hostile_publisher_inputs_are_settled_with_their_reasons() {
     let (server, dir) = setup();
@@ -808,8 +809,10 @@ fn hostile_publisher_inputs_are_settled_with_their_reasons() {
     server.raw_publish(b"orders.dup", &[], br#"{"amount":1,"amount":2}"#);
     server.raw_publish(b"orders.ok", &[], br#"{"order":7}"#);
     server.raw_publish(b"orders.a\0b", &[], br#"{"order":8}"#);
-    wait_until(Duration::from_secs(10), "8 stored", || {
-        server.stream_messages(STREAM) == 8
+    let ancient: &[(&[u8], &[u8])] = &[(b"Svc-Event-Time", b"0001-01-01T00:00:00Z")];
+    server.raw_publish(b"orders.old", ancient, br#"{"order":9}"#);
+    wait_until(Duration::from_secs(10), "9 stored", || {
+        server.stream_messages(STREAM) == 9
     });
     let cfg = config(
         &server,
@@ -822,8 +825,8 @@ fn hostile_publisher_inputs_are_settled_with_their_reasons() {
     );
     let cfg = write_config(dir.path(), "c.json", &cfg);
     let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
-    wait_until(Duration::from_secs(30), "all 8 settled", || {
-        server.try_consumer_state(STREAM, CONSUMER) == Some((8, 0, 0))
+    wait_until(Duration::from_secs(30), "all 9 settled", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((9, 0, 0))
     });
     runner.signal("TERM");
     assert!(runner.wait_timeout(Duration::from_secs(15)).is_some());
@@ -851,10 +854,17 @@ fn hostile_publisher_inputs_are_settled_with_their_reasons() {
     assert_eq!(dlq[0].1["original"]["message_id"], "(omitted: 20000 bytes)");
     assert!(dlq.iter().all(|(text, _)| text.len() < 4096));
     let stored = records(&dir.path().join("out"));
-    assert_eq!(stored.keys().copied().collect::<Vec<_>>(), [5, 6, 7]);
+    assert_eq!(stored.keys().copied().collect::<Vec<_>>(), [5, 6, 7, 9]);
     let format = |seq: u64| stored[&seq]["payload_info"]["original_format"].clone();
     assert_eq!(format(5), "bytes");
     assert_eq!(stored[&5]["payload"], json!({"base64": "YWIAY2Q="}));
     assert_eq!(format(6), "text");
     assert_eq!(format(7), "json");
+    // An event time of year 1 is stored as sent, counted, and kept out of the event ages.
+    assert_eq!(stored[&9]["metadata"]["event_time"], "0001-01-01T00:00:00Z");
+    let snap = dir.path().join("metrics.json");
+    assert_eq!(snapshot_counter(&snap, "events_implausible_time_total"), 1);
+    let snapshot: Value = serde_json::from_slice(&std::fs::read(&snap).unwrap()).unwrap();
+    let ages = &snapshot["summaries"]["event_age_at_receive_seconds"];
+    assert!(ages["max"].as_f64().unwrap() < 3600.0, "{ages}");
 }

@@ -145,7 +145,18 @@ pub struct Freshness {
     pub missing_publisher_timestamp: bool,
     pub malformed_timestamp: bool,
     pub clock_skew: bool,
+    /// The event time header is far from when the broker stored the message (see
+    /// [`MAX_EVENT_TIME_LAG_SECONDS`]): kept in the envelope, left out of the age.
+    pub implausible_event_time: bool,
 }
+
+/// An event time more than this before the broker stored the message is implausible for a
+/// live stream (`0001-01-01T00:00:00Z` would add 6.3e10 s to the event-age sums and fire
+/// `SvcEventAgeHigh`): counted on its own, and the broker's time is the source time instead.
+pub const MAX_EVENT_TIME_LAG_SECONDS: i128 = 10 * 366 * 86_400;
+/// Likewise an event time more than this after the broker stored the message (a publisher's
+/// clock a little ahead is `clock_skew`, not this).
+pub const MAX_EVENT_TIME_LEAD_SECONDS: i128 = 3_600;
 
 /// Publisher message-ID header of the broker.
 pub const MESSAGE_ID_HEADER: &str = "Nats-Msg-Id";
@@ -177,7 +188,14 @@ pub fn normalize(
             }
         },
     };
-    fresh.source_unix_nanos = event_time.or(msg.published_unix_nanos);
+    let stored = msg.published_unix_nanos.unwrap_or(received_unix_nanos);
+    let plausible = |t: &i128| {
+        (stored - MAX_EVENT_TIME_LAG_SECONDS * 1_000_000_000
+            ..=stored + MAX_EVENT_TIME_LEAD_SECONDS * 1_000_000_000)
+            .contains(t)
+    };
+    fresh.implausible_event_time = event_time.is_some_and(|t| !plausible(&t));
+    fresh.source_unix_nanos = event_time.filter(plausible).or(msg.published_unix_nanos);
     if let Some(source) = fresh.source_unix_nanos {
         let age = (received_unix_nanos - source) as f64 / 1e9;
         if age < 0.0 {
@@ -616,6 +634,32 @@ mod tests {
         let (_, f) = normalize(&m, recv, &cfg);
         assert!(f.malformed_timestamp);
         assert_eq!(f.age_seconds, Some(400.0), "falls back to broker time");
+    }
+
+    /// A publisher's `0001-01-01T00:00:00Z` (or a year ahead) is kept in the envelope but
+    /// flagged, and the broker's time gives the age.
+    #[test]
+    fn implausible_event_times_are_flagged_and_left_out_of_the_age() {
+        let cfg = EnvelopeConfig::default();
+        let recv = 1_700_000_400_000_000_000;
+        for (time, implausible) in [
+            ("0001-01-01T00:00:00Z", true),
+            ("2024-11-14T22:13:20Z", true),
+            ("2013-11-01T00:00:00Z", true),
+            ("2014-11-20T22:13:20Z", false),
+            ("2023-11-14T23:13:20Z", false),
+            ("2023-11-14T23:13:21Z", true),
+        ] {
+            let mut m = msg(b"{}");
+            m.headers.push(("Svc-Event-Time".into(), time.into()));
+            let (e, f) = normalize(&m, recv, &cfg);
+            assert_eq!(f.implausible_event_time, implausible, "{time}");
+            assert_eq!(e.metadata.event_time.as_deref(), Some(time));
+            if implausible {
+                assert_eq!(f.age_seconds, Some(400.0), "{time}: the broker's time");
+                assert!(!f.clock_skew, "{time}");
+            }
+        }
     }
 
     #[test]

@@ -67,6 +67,9 @@ counters! {
     events_malformed_timestamp_total,
     /// Events whose source time lies in the runner's future (positive source clock skew).
     events_source_clock_skew_total,
+    /// Events whose event time header lies more than 10 years before or an hour after the
+    /// broker's store time: left out of the event-age summaries (broker time used instead).
+    events_implausible_time_total,
     /// Relational sink: rows whose idempotency key already existed (every duplicate detected).
     db_duplicates_total,
     /// Relational sink: the duplicates confirmed to be the same event (same subject and payload

@@ -114,6 +114,10 @@ pub const KNOWN: &[Known] = &[
         "Events whose source time lies in the future of the runner's clock.",
     ),
     c(
+        "events_implausible_time_total",
+        "Events whose event time lies far from the broker's store time (left out of event ages).",
+    ),
+    c(
         "db_duplicates_total",
         "Rows whose idempotency key the relational sink already held (every duplicate detected).",
     ),

@@ -95,6 +95,10 @@ impl Normalizer {
                 &c.events_malformed_timestamp_total,
             ),
             (fresh.clock_skew, &c.events_source_clock_skew_total),
+            (
+                fresh.implausible_event_time,
+                &c.events_implausible_time_total,
+            ),
         ] {
             if flag {
                 Metrics::add(counter, 1);
