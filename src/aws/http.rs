@@ -5,14 +5,17 @@
 //! Every answer is untrusted: each call reads at most a given number of bytes, the whole
 //! operation (all its requests, connect and body included) runs against one [`Deadline`], and
 //! errors carry the peer's text only through [`PeerText`], never a request header (tokens and
-//! signatures travel in headers).
+//! signatures travel in headers), and with every secret the request carried scrubbed first: a
+//! peer that echoes the request (a container endpoint quoting its `Authorization` header)
+//! cannot put a token in a log line.
 
 use std::time::{Duration, Instant};
 
 use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
 use ureq::Agent;
 
-use crate::text::peer::peer_bytes;
+use crate::text::peer::PeerText;
+use crate::text::secrets::Secrets;
 
 /// The end of a whole operation (e.g. IMDS: token, role name, credentials).
 #[derive(Debug, Clone, Copy)]
@@ -47,21 +50,45 @@ impl Deadline {
 pub struct Reply {
     pub status: u16,
     pub body: Vec<u8>,
+    /// The secrets the request carried in its headers.
+    secrets: Secrets,
 }
 
 impl Reply {
     /// The body when the status is 2xx, else an error with the status and the peer's text.
-    pub fn ok(self, what: &str) -> Result<Vec<u8>, String> {
+    pub fn ok(&self, what: &str) -> Result<&[u8], String> {
         if (200..300).contains(&self.status) {
-            Ok(self.body)
+            Ok(&self.body)
         } else {
+            let lossy = String::from_utf8_lossy(&self.body);
             Err(format!(
                 "{what}: HTTP {}: {}",
                 self.status,
-                peer_bytes(&self.body)
+                PeerText::new(&self.secrets.scrub(&lossy))
             ))
         }
     }
+
+    /// `text` (built from this answer) with the request's secrets scrubbed.
+    pub fn hide(&self, text: String) -> String {
+        self.secrets.scrub(&text).into_owned()
+    }
+}
+
+/// The secrets among request headers: the `Authorization` value (whole, and a SigV4 key id
+/// and signature on their own), session and metadata tokens.
+fn header_secrets(headers: &[(&str, &str)]) -> Secrets {
+    let mut s = Secrets::new();
+    for (k, v) in headers {
+        if k.eq_ignore_ascii_case("authorization") {
+            s.add_authorization(v);
+        } else if k.eq_ignore_ascii_case("x-amz-security-token")
+            || k.eq_ignore_ascii_case("x-aws-ec2-metadata-token")
+        {
+            s.add(v);
+        }
+    }
+    s
 }
 
 /// One request of [`Http::call`].
@@ -144,15 +171,21 @@ impl Http {
                 self.agent.run(req)
             }
         };
-        let mut resp = result.map_err(|e| describe(e, what, deadline))?;
+        let secrets = header_secrets(headers);
+        let failed = |e| secrets.scrub(&describe(e, what, deadline)).into_owned();
+        let mut resp = result.map_err(failed)?;
         let status = resp.status().as_u16();
         let body = resp
             .body_mut()
             .with_config()
             .limit(limit)
             .read_to_vec()
-            .map_err(|e| describe(e, what, deadline))?;
-        Ok(Reply { status, body })
+            .map_err(failed)?;
+        Ok(Reply {
+            status,
+            body,
+            secrets,
+        })
     }
 }
 

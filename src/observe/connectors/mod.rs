@@ -383,7 +383,7 @@ fn report_line(c: &Connector, plan: &Plan, sent: &Sent) -> String {
             "request",
             requests
                 .first()
-                .map(|r| scrub(&r.url, &plan_secrets(plan)))
+                .map(|r| plan_secrets(plan).scrub(&r.url).into_owned())
                 .unwrap_or_default(),
         ),
         Delivery::Datagrams { target, .. } => ("datagram", target.to_string()),

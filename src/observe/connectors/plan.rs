@@ -117,27 +117,25 @@ pub fn check_sizes(plan: &Plan) -> Result<(), ExportError> {
     Ok(())
 }
 
-/// Replaces every secret value and every `redact` string in `text` with `<redacted>`.
-pub fn scrub(text: &str, secrets: &[&str]) -> String {
-    let mut out = text.to_string();
-    for s in secrets {
-        if !s.is_empty() {
-            out = out.replace(s, REDACTED);
-        }
-    }
-    out
-}
+/// Replaces every secret value and every `redact` string in `text` with `<redacted>` (scrub
+/// the whole text before any cut: see [`crate::text::secrets`]).
+pub use crate::text::secrets::scrub;
+use crate::text::secrets::Secrets;
 
-/// Values to scrub from anything printed about `plan`: header secrets and `plan.redact`.
-pub(super) fn plan_secrets(plan: &Plan) -> Vec<&str> {
-    let mut v: Vec<&str> = plan.redact.iter().map(String::as_str).collect();
+/// Values to scrub from anything printed about `plan`: header secrets (whole, without their
+/// scheme prefix, and for an `Authorization` value its key id and signature) and `plan.redact`.
+pub(super) fn plan_secrets(plan: &Plan) -> Secrets {
+    let mut v = Secrets::of(plan.redact.iter().map(String::as_str));
     if let Delivery::Http { requests, .. } = &plan.delivery {
         for r in requests {
             for h in &r.headers {
                 if let HeaderValue::Secret(s) = &h.value {
-                    // The whole value first, so `Splunk <redacted>` never half-shows.
-                    v.push(s.expose());
-                    v.push(s.credential());
+                    if h.name.eq_ignore_ascii_case("authorization") {
+                        v.add_authorization(s.expose());
+                    } else {
+                        v.add(s.expose());
+                    }
+                    v.add(s.credential());
                 }
             }
         }
@@ -154,7 +152,7 @@ pub fn write_dry_run(
     out: &mut dyn Write,
 ) -> Result<(), std::io::Error> {
     let secrets = plan_secrets(plan);
-    let clean = |t: &str| scrub(t, &secrets);
+    let clean = |t: &str| secrets.scrub(t).into_owned();
     match &plan.delivery {
         Delivery::Http { requests, .. } => {
             writeln!(
@@ -245,7 +243,7 @@ pub fn deliver(block: &'static str, plan: &Plan) -> Result<Sent, ExportError> {
                             last: format!(
                                 "{}: {} (after {attempts} attempt{})",
                                 r.what,
-                                scrub(f.reason(), &secrets),
+                                secrets.scrub(f.reason()).into_owned(),
                                 plural(attempts as usize)
                             ),
                         })

@@ -7,6 +7,7 @@ use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::text::secrets::Secrets;
 
 fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
     let map: BTreeMap<String, String> = pairs
@@ -164,7 +165,7 @@ fn echoed_bare_credentials_are_scrubbed_too() {
     // A receiver may echo the token without its `Splunk ` / `Bearer ` scheme.
     let plan = http_plan("{}", 4096);
     let echoed = "403 from receiver: token tok-1 is invalid (header was Splunk tok-1)";
-    let text = scrub(echoed, &plan_secrets(&plan));
+    let text = plan_secrets(&plan).scrub(echoed).into_owned();
     assert_eq!(
         text,
         "403 from receiver: token <redacted> is invalid (header was <redacted>)"
@@ -318,7 +319,7 @@ fn a_hostile_answer_is_bounded_escaped_and_scrubbed_in_the_failure() {
     let mut req = requests.remove(0);
     req.url = url;
     let agent = transport::http_agent(Duration::from_secs(10)).unwrap();
-    let failure = transport::send_http(&agent, &req, 2 << 20, &["tok-1"]).unwrap_err();
+    let failure = transport::send_http(&agent, &req, 2 << 20, &Secrets::of(["tok-1"])).unwrap_err();
     server.join().unwrap();
     let Failure::Permanent(text) = failure else {
         panic!("a 400 is permanent: {failure:?}")

@@ -8,9 +8,17 @@
 //! in and ureq selects it explicitly, so a bad certificate is an ordinary error.
 //!
 //! Errors never contain a secret, a signature or a credential-bearing URL (endpoints with
-//! credentials are rejected by config validation; the Authorization header is never printed).
+//! credentials are rejected by config validation; the Authorization header is never printed),
+//! and whatever the store says is scrubbed of every secret the request carried (key id,
+//! secret, session token, signature) before it is kept: an error document may quote the
+//! request.
+//!
+//! Answers are classified by their status first: a body over the bound is cut, never a reason
+//! to lose the status (a 500 with a huge body is still a 500, retried; a 2xx PUT whose body is
+//! huge still stored the object).
 
 use std::fmt;
+use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,6 +34,7 @@ use crate::aws::provider::Provider;
 use crate::aws::{endpoint_override, sigv4, Env};
 use crate::sink::FailureClass;
 use crate::text::peer::PeerText;
+use crate::text::secrets::Secrets;
 
 /// Largest error or GET body read into memory.
 const MAX_ERROR_BODY: u64 = 64 * 1024;
@@ -119,6 +128,9 @@ pub enum S3Error {
     /// No valid credentials to sign with (temporary ones expired and the refresh is
     /// failing); nothing was sent.
     Credentials(String),
+    /// A 2xx answer whose body is over the reader's bound (a GET of an object larger than
+    /// the caller can use). Not retryable: the same object comes back.
+    BodyTooLarge { status: u16, limit: u64 },
     /// Anything else (bad request construction, unreadable CA file).
     Other(String),
 }
@@ -128,14 +140,42 @@ impl S3Error {
     /// error document in its body (message cut to 200 characters). The service's text is kept
     /// as sent, for classification; Display escapes and bounds it. Also the fuzzing entry point
     /// of the error XML (`fuzz/fuzz_targets/s3_error.rs`).
+    /// A body that is no error document (or was cut before its elements closed) gives an
+    /// excerpt of its start as the message.
     pub fn from_answer(status: u16, body: &[u8]) -> S3Error {
         let text = String::from_utf8_lossy(body);
+        let code = xml_field(&text, "Code").unwrap_or_default();
+        let message = match xml_field(&text, "Message") {
+            Some(m) => m.chars().take(200).collect(),
+            None if code.is_empty() => text.trim().chars().take(200).collect(),
+            None => String::new(),
+        };
         S3Error::Status {
             status,
-            code: xml_field(&text, "Code").unwrap_or_default(),
-            message: xml_field(&text, "Message")
-                .map(|m| m.chars().take(200).collect())
-                .unwrap_or_default(),
+            code,
+            message,
+        }
+    }
+
+    /// The same error with every secret in `secrets` scrubbed from the peer's text.
+    fn hidden(self, secrets: &Secrets) -> S3Error {
+        let h = |t: String| secrets.scrub(&t).into_owned();
+        match self {
+            S3Error::Status {
+                status,
+                code,
+                message,
+            } => S3Error::Status {
+                status,
+                code: h(code),
+                message: h(message),
+            },
+            S3Error::Timeout(t) => S3Error::Timeout(h(t)),
+            S3Error::Unavailable(t) => S3Error::Unavailable(h(t)),
+            S3Error::Tls(t) => S3Error::Tls(h(t)),
+            S3Error::Credentials(t) => S3Error::Credentials(h(t)),
+            S3Error::Other(t) => S3Error::Other(h(t)),
+            e @ S3Error::BodyTooLarge { .. } => e,
         }
     }
 
@@ -153,7 +193,10 @@ impl S3Error {
             S3Error::Status { status, .. } => {
                 matches!(status, 408 | 409 | 429) || (500..600).contains(status)
             }
-            S3Error::Tls(_) | S3Error::Credentials(_) | S3Error::Other(_) => false,
+            S3Error::Tls(_)
+            | S3Error::Credentials(_)
+            | S3Error::BodyTooLarge { .. }
+            | S3Error::Other(_) => false,
         }
     }
 
@@ -198,6 +241,9 @@ impl fmt::Display for S3Error {
             S3Error::Unavailable(d) => write!(f, "destination unavailable: {}", PeerText::new(d)),
             S3Error::Tls(d) => write!(f, "tls: {d}"),
             S3Error::Credentials(d) => write!(f, "no valid credentials: {d}"),
+            S3Error::BodyTooLarge { status, limit } => {
+                write!(f, "status {status}: answer body over {limit} bytes")
+            }
             S3Error::Other(d) => write!(f, "{d}"),
         }
     }
@@ -431,7 +477,23 @@ impl S3Client {
                 .map_err(|e| S3Error::Other(format!("build request: {e}")))?;
             self.agent.run(req)
         };
-        let mut resp = result.map_err(classify)?;
+        // What the request carried that a peer could quote back; built on error paths only.
+        let secrets = || {
+            let mut s = Secrets::of([
+                creds.access_key_id.as_str(),
+                creds.secret_access_key.as_str(),
+            ]);
+            if let Some(t) = &creds.session_token {
+                s.add(t);
+            }
+            for (k, v) in &signed.headers {
+                if k.eq_ignore_ascii_case("authorization") {
+                    s.add_authorization(v);
+                }
+            }
+            s
+        };
+        let mut resp = result.map_err(|e| classify(e).hidden(&secrets()))?;
         let status = resp.status().as_u16();
         let headers: Vec<(String, String)> = if response_headers == ResponseHeaders::Keep {
             resp.headers()
@@ -448,25 +510,35 @@ impl S3Client {
         };
         let ok = (200..300).contains(&status);
         let limit = if ok { body_limit } else { MAX_ERROR_BODY };
-        // Reading the body to its end is what lets the pool reuse the connection.
-        let body = if method == Method::HEAD {
-            Vec::new()
-        } else {
+        let mut body = Vec::new();
+        if method != Method::HEAD {
+            // One byte more than the bound tells a body at the bound from one over it. Reading
+            // the body to its end is what lets the pool reuse the connection; a body over the
+            // bound is left unread and its connection closed.
             resp.body_mut()
-                .with_config()
-                .limit(limit)
-                .read_to_vec()
-                .map_err(classify)?
-        };
-        if ok {
-            Ok(Reply {
-                status,
-                headers,
-                body,
-            })
-        } else {
-            Err(S3Error::from_answer(status, &body))
+                .as_reader()
+                .take(limit.saturating_add(1))
+                .read_to_end(&mut body)
+                .map_err(|e| read_failure(status, e).hidden(&secrets()))?;
         }
+        let over = body.len() as u64 > limit;
+        if over {
+            body.truncate(limit as usize);
+        }
+        if !ok {
+            // The status decides; the body only gives the words. Scrubbed whole, then cut.
+            let lossy = String::from_utf8_lossy(&body);
+            let scrubbed = secrets().scrub(&lossy).into_owned();
+            return Err(S3Error::from_answer(status, scrubbed.as_bytes()));
+        }
+        if over && method == Method::GET {
+            return Err(S3Error::BodyTooLarge { status, limit });
+        }
+        Ok(Reply {
+            status,
+            headers,
+            body,
+        })
     }
 
     /// PUT of one object with the given (signed) headers; `Ok` is the 2xx status.
@@ -528,6 +600,17 @@ fn not_found_as_none(r: Result<Reply, S3Error>) -> Result<Option<Reply>, S3Error
         Ok(reply) => Ok(Some(reply)),
         Err(S3Error::Status { status: 404, .. }) => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+/// A failure while reading the body of an answer whose status line arrived.
+fn read_failure(status: u16, e: std::io::Error) -> S3Error {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        S3Error::Timeout(format!(
+            "reading the body of a status {status} answer timed out"
+        ))
+    } else {
+        S3Error::Unavailable(format!("reading the body of a status {status} answer: {e}"))
     }
 }
 

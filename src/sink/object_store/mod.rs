@@ -32,10 +32,10 @@
 pub mod body;
 pub mod client;
 pub mod config;
+pub mod existing;
 pub mod layout;
 pub mod resolver;
 
-use std::io::Read;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -51,7 +51,7 @@ use crate::sink::{FailureClass, Sink, SinkError, WriteOutcome};
 use crate::aws::chain;
 use crate::aws::{Env, ProcessEnv};
 use client::{ClientOptions, S3Client, S3Error};
-use config::{Compression, DuplicatePolicy, ObjectFormat, ObjectStoreConfig};
+use config::{Compression, DuplicatePolicy, ObjectStoreConfig};
 
 const KIND: &str = "object_store";
 
@@ -323,13 +323,18 @@ impl Shared {
 
     /// `fail_existing` found the key taken. The stored object may be this very message,
     /// written by an earlier attempt whose answer was lost (timeout, runner killed before the
-    /// ACK): then it is already durable. Anything else is the permanent duplicate error.
+    /// ACK): then it is already durable. Anything else is the permanent duplicate error, with
+    /// the reason. The stored object is read bounded and never parsed into a tree
+    /// ([`existing`]).
     fn existing_verdict(&self, key: &str, p: &Prepared, ours: &[u8]) -> WriteOutcome {
-        let duplicate = || {
+        let duplicate = |why: &str| {
             WriteOutcome::Permanent(
                 SinkError::new(
                     KIND,
-                    format!("put {key}: key already exists (duplicate_policy fail_existing)"),
+                    format!(
+                        "put {key}: key already exists and {why} (duplicate_policy \
+                         fail_existing)"
+                    ),
                 )
                 .classified(FailureClass::DuplicateExists),
             )
@@ -343,42 +348,25 @@ impl Shared {
                     format!("put {key}: precondition failed but the object is gone"),
                 ))
             }
+            // Our own object is never larger than `max_object_bytes`.
+            Err(S3Error::BodyTooLarge { limit, .. }) => {
+                return duplicate(&format!("the stored object is over {limit} bytes"))
+            }
             Err(e) => return self.failure(&format!("get {key} after precondition failure"), e),
         };
-        if stored == ours || self.same_message(&stored, p) {
-            WriteOutcome::AlreadyDurable
-        } else {
-            duplicate()
+        if stored == ours {
+            return WriteOutcome::AlreadyDurable;
         }
-    }
-
-    /// True when a stored envelope-format body holds the same message (stream, sequence and
-    /// payload digest). Payload-format bodies are compared byte for byte by the caller.
-    fn same_message(&self, stored: &[u8], p: &Prepared) -> bool {
-        if self.cfg.object_format != ObjectFormat::Envelope {
-            return false;
+        let identity = existing::Ours {
+            stream: &p.stream,
+            stream_sequence: p.stream_sequence,
+            payload_sha256: &p.payload_sha256,
+            plain_len: p.bodies.plain_len,
+        };
+        match existing::same_message(&self.cfg, &stored, &identity) {
+            Ok(()) => WriteOutcome::AlreadyDurable,
+            Err(why) => duplicate(&why),
         }
-        let json = match self.cfg.compression {
-            Compression::None => stored.to_vec(),
-            Compression::Gzip => {
-                let mut out = Vec::new();
-                let limit = self.cfg.max_object_bytes.saturating_mul(64);
-                if flate2::read::GzDecoder::new(stored)
-                    .take(limit)
-                    .read_to_end(&mut out)
-                    .is_err()
-                {
-                    return false;
-                }
-                out
-            }
-        };
-        let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&json) else {
-            return false;
-        };
-        doc["stream"] == p.stream.as_str()
-            && doc["stream_sequence"] == p.stream_sequence
-            && doc["payload_info"]["sha256"] == p.payload_sha256.as_str()
     }
 
     /// One put, retried in place for retryable failures up to `max_retries`.
