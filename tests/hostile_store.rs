@@ -216,3 +216,215 @@ fn a_gzip_bomb_at_a_taken_key_is_refused_in_bounded_memory() {
         .count();
     assert_eq!(gets, 1, "one look at the stored object");
 }
+
+/// A store that accepts every PUT, `If-None-Match: *` on an existing key included (as s3rver
+/// does). `svc test-sink` must call it unusable for the policies that rely on conditional
+/// writes, and usable (with a note) for `replace`; an honest store passes.
+#[test]
+fn test_sink_refuses_a_store_that_ignores_conditional_writes() {
+    let ignoring = Receiver::start_raw(Box::new(|r: &Received| match r.method.as_str() {
+        "PUT" => (200, "application/xml", Vec::new()),
+        "DELETE" => (204, "application/xml", Vec::new()),
+        _ => (400, "text/plain", b"unexpected request".to_vec()),
+    }));
+    let stored = std::sync::Mutex::new(std::collections::HashSet::new());
+    let honest = Receiver::start_raw(Box::new(move |r: &Received| {
+        let mut stored = stored.lock().unwrap();
+        match r.method.as_str() {
+            "PUT" if r.header("if-none-match") == Some("*") && stored.contains(&r.target) => (
+                412,
+                "application/xml",
+                s3_error("PreconditionFailed", "At least one of the pre-conditions"),
+            ),
+            "PUT" => {
+                stored.insert(r.target.clone());
+                (200, "application/xml", Vec::new())
+            }
+            "DELETE" => {
+                stored.remove(&r.target);
+                (204, "application/xml", Vec::new())
+            }
+            _ => (400, "text/plain", b"unexpected request".to_vec()),
+        }
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let nats = "nats://127.0.0.1:4222";
+    let check = |store: &Receiver, policy: &str| {
+        let cfg = config(
+            nats,
+            dir.path(),
+            sink_block(&store.url(), json!({"duplicate_policy": policy})),
+            json!({"level": "info"}),
+        );
+        test_sink(&cfg, &credentials_env())
+    };
+    for policy in ["skip_existing", "fail_existing"] {
+        let (code, out) = check(&ignoring, policy);
+        assert_eq!(code, 1, "{policy}: {out}");
+        assert!(out.contains("Sink object_store is NOT usable"), "{out}");
+        assert!(
+            out.contains("to a second conditional put (If-None-Match: *) of probe")
+                && out.contains("it ignores conditional writes")
+                && out.contains(&format!("duplicate_policy {policy} relies on them")),
+            "{out}"
+        );
+    }
+    let (code, out) = check(&ignoring, "replace");
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("note: the store answered 200 to a second conditional put")
+            && out.contains("which duplicate_policy replace does not rely on"),
+        "{out}"
+    );
+    // Every probe was deleted again (three runs: three DELETEs, six PUTs).
+    let methods: Vec<String> = ignoring.requests().into_iter().map(|r| r.method).collect();
+    assert_eq!(methods.iter().filter(|m| *m == "DELETE").count(), 3);
+    assert_eq!(methods.iter().filter(|m| *m == "PUT").count(), 6);
+
+    let (code, out) = check(&honest, "skip_existing");
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("refuses to overwrite (probe object")
+            && out.contains("a second conditional put refused with 412; deleted)"),
+        "{out}"
+    );
+}
+
+/// Every value the test must never see in output, and the forms a peer may echo it in.
+fn forbidden(values: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for v in values {
+        out.push(v.clone());
+        out.push(v.replace('/', "\\/"));
+        // The last characters cut off would still leave a long prefix.
+        out.push(v[..v.len() - 1].to_string());
+    }
+    out
+}
+
+fn assert_clean(what: &str, text: &str, values: &[String]) {
+    for line in text.lines() {
+        for f in forbidden(values) {
+            assert!(!line.contains(&f), "{what}: a secret ({f}) in: {line}");
+        }
+    }
+}
+
+/// The signatures of every recorded request.
+fn signatures(store: &Receiver) -> Vec<String> {
+    store
+        .requests()
+        .iter()
+        .filter_map(|r| r.header("authorization").map(str::to_string))
+        .filter_map(|a| a.split("Signature=").nth(1).map(str::to_string))
+        .collect()
+}
+
+/// A store whose 403 error document quotes the request: its headers (session token,
+/// Authorization with key id and signature) raw, JSON-escaped and percent-encoded. Neither
+/// `svc test-sink` nor `svc run` (text and JSON logs) may print any of them.
+#[test]
+fn secrets_a_store_echoes_never_reach_the_output() {
+    let store = Receiver::start_raw(Box::new(|r: &Received| {
+        let token = r.header("x-amz-security-token").unwrap_or_default();
+        let auth = r.header("authorization").unwrap_or_default();
+        let message = format!(
+            "denied: token={token} json={} url={} Authorization: {auth}",
+            token.replace('/', "\\/"),
+            token
+                .replace('/', "%2F")
+                .replace('+', "%2B")
+                .replace('=', "%3D"),
+        );
+        let code = auth.split("Signature=").nth(1).unwrap_or("x");
+        (403, "application/xml", s3_error(code, &message))
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let server = broker_with(2);
+    let secrets = |store: &Receiver| {
+        let mut v = vec![KEY_ID.to_string(), SECRET.to_string(), TOKEN.to_string()];
+        v.extend(signatures(store));
+        v
+    };
+
+    let cfg = config(
+        &server.url(),
+        dir.path(),
+        sink_block(&store.url(), json!({})),
+        json!({"level": "info"}),
+    );
+    let (code, out) = test_sink(&cfg, &credentials_env());
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("status 403"), "{out}");
+    assert!(out.contains("denied: token=<redacted>"), "{out}");
+    assert_clean("svc test-sink", &out, &secrets(&store));
+
+    for format in ["text", "json"] {
+        let cfg = config(
+            &server.url(),
+            dir.path(),
+            sink_block(&store.url(), json!({})),
+            json!({"level": "info", "format": format}),
+        );
+        let log = dir.path().join(format!("run-{format}.log"));
+        let mut runner = start_runner(&cfg, &log, &credentials_env());
+        wait_for_log(&mut runner, Duration::from_secs(30), "a failed put", || {
+            runner_log(&log).contains("denied: token=<redacted>")
+        });
+        runner.signal("TERM");
+        runner.wait_timeout(Duration::from_secs(20));
+        let text = runner.log_text();
+        assert!(text.contains("status 403"), "{text}");
+        assert_clean(&format!("svc run ({format} logs)"), &text, &secrets(&store));
+    }
+}
+
+fn runner_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// A container credentials endpoint that answers 403 quoting the Authorization header it got
+/// (`AWS_CONTAINER_AUTHORIZATION_TOKEN`'s value), raw and JSON-escaped.
+#[test]
+fn a_container_endpoint_echoing_its_token_is_scrubbed() {
+    const CONTAINER_TOKEN: &str = "container/Auth+Token=hostile-0123456789";
+    let endpoint = Receiver::start_raw(Box::new(|r: &Received| {
+        let auth = r.header("authorization").unwrap_or_default();
+        let body = format!(
+            r#"{{"code": "AccessDenied", "message": "bad Authorization header {auth} ({})"}}"#,
+            auth.replace('/', "\\/")
+        );
+        (403, "application/json", body.into_bytes())
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cfg = config(
+        "nats://127.0.0.1:4222",
+        dir.path(),
+        json!({"type": "object_store", "bucket": "hostile",
+               "endpoint_url": "http://127.0.0.1:9", "allow_http_for_local_testing": true}),
+        json!({"level": "info"}),
+    );
+    let env = HashMap::from([
+        ("HOME".to_string(), home.path().display().to_string()),
+        ("AWS_EC2_METADATA_DISABLED".to_string(), "true".to_string()),
+        (
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI".to_string(),
+            format!("{}/v2/credentials", endpoint.url()),
+        ),
+        (
+            "AWS_CONTAINER_AUTHORIZATION_TOKEN".to_string(),
+            CONTAINER_TOKEN.to_string(),
+        ),
+    ]);
+    let (code, out) = test_sink(&cfg, &env);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("HTTP 403"), "{out}");
+    assert!(out.contains("bad Authorization header <redacted>"), "{out}");
+    assert_eq!(
+        endpoint.requests()[0].header("authorization"),
+        Some(CONTAINER_TOKEN),
+        "the endpoint got the token"
+    );
+    assert_clean("svc test-sink", &out, &[CONTAINER_TOKEN.to_string()]);
+}

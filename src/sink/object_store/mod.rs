@@ -451,39 +451,67 @@ impl Sink for ObjectStoreSink {
 
     /// Proves the bucket is reachable and writable: a conditional put of a probe object under
     /// `<prefix>/_svc-check/` (outside every event namespace) with the same headers as event
-    /// objects (content type, encryption), then its delete.
+    /// objects (content type, encryption), then its delete. The probe is put twice: the
+    /// second, conditional put must be refused (412), or the store ignores `If-None-Match`,
+    /// and the duplicate policies that rely on it (`skip_existing`, `fail_existing`) would
+    /// silently overwrite objects; the sink is then not usable with them.
     fn check(&self) -> Result<String, SinkError> {
+        let cfg = &self.shared.cfg;
+        let client = &self.shared.client;
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let key = layout::probe_key(&self.shared.cfg, &format!("{}-{nanos}", std::process::id()));
+        let key = layout::probe_key(cfg, &format!("{}-{nanos}", std::process::id()));
         let doc = serde_json::json!({
             "schema": "svc.objectstore.probe.v1",
             "purpose": "svc test-sink write check; safe to delete",
         });
         let json = serde_json::to_vec(&doc).unwrap_or_default();
-        let bytes = match self.shared.cfg.compression {
+        let bytes = match cfg.compression {
             Compression::Gzip => body::gzip(&json).unwrap_or_default(),
             Compression::None => json,
         };
-        let mut headers = body::common_headers(&self.shared.cfg, true);
+        let mut headers = body::common_headers(cfg, true);
         headers.push(("if-none-match".into(), "*".into()));
-        self.shared
-            .client
-            .put_object(&key, &bytes, &headers)
-            .map_err(|e| {
-                SinkError::new(KIND, format!("{}: put probe {key}: {e}", self.description))
-            })?;
-        match self.shared.client.delete_object(&key) {
-            Ok(()) => Ok(format!(
-                "{} is reachable and writable (probe object {key} written and deleted)",
+        client.put_object(&key, &bytes, &headers).map_err(|e| {
+            SinkError::new(KIND, format!("{}: put probe {key}: {e}", self.description))
+        })?;
+        let conditional = match client.put_object(&key, &bytes, &headers) {
+            Err(e) if e.is_precondition_failed() => Ok(()),
+            Ok(status) => Err(format!(
+                "the store answered {status} to a second conditional put (If-None-Match: *) of \
+                 probe {key}: it ignores conditional writes"
+            )),
+            Err(e) => Err(format!(
+                "the second conditional put of probe {key} was not refused with 412: {e}"
+            )),
+        };
+        let deleted = match client.delete_object(&key) {
+            Ok(()) => "deleted".to_string(),
+            Err(e) => format!(
+                "deleting it failed: {e}; it lies outside the event namespace and may be \
+                 removed by hand"
+            ),
+        };
+        match (conditional, cfg.duplicate_policy) {
+            (Ok(()), _) => Ok(format!(
+                "{} is reachable and writable, and refuses to overwrite (probe object {key} \
+                 written, a second conditional put refused with 412; {deleted})",
                 self.description
             )),
-            Err(e) => Ok(format!(
-                "{} is reachable and writable (probe object {key} written; deleting it failed: \
-                 {e}; it lies outside the event namespace and may be removed by hand)",
+            (Err(why), DuplicatePolicy::Replace) => Ok(format!(
+                "{} is reachable and writable (probe object {key} written; {deleted}); note: \
+                 {why}, which duplicate_policy replace does not rely on",
                 self.description
+            )),
+            (Err(why), policy) => Err(SinkError::new(
+                KIND,
+                format!(
+                    "{}: {why}; duplicate_policy {policy} relies on them (use a store that \
+                     honours If-None-Match, or duplicate_policy replace); probe {deleted}",
+                    self.description
+                ),
             )),
         }
     }
