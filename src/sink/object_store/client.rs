@@ -938,4 +938,92 @@ mod tests {
         let shown = err.to_string();
         assert!(!shown.contains('\n') && shown.len() < 1024, "{shown}");
     }
+
+    /// A fake S3 endpoint answering one request with `status`, a declared body of 1 GiB that
+    /// starts with `start`, and then as many bytes as the client reads.
+    fn endless_endpoint(
+        status: u16,
+        start: &'static [u8],
+    ) -> (Endpoint, std::thread::JoinHandle<()>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let (mut line, mut length) = (String::new(), 0usize);
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                if line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0u8; length];
+            let _ = reader.read_exact(&mut body);
+            let mut out = stream;
+            let head = format!(
+                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n\r\n",
+                1u64 << 30
+            );
+            let _ = out.write_all(head.as_bytes());
+            let _ = out.write_all(start);
+            let chunk = vec![b'z'; 64 * 1024];
+            // Until the client hangs up.
+            while out.write_all(&chunk).is_ok() {}
+        });
+        let endpoint = Endpoint {
+            https: false,
+            authority: format!("127.0.0.1:{port}"),
+            default: false,
+        };
+        (endpoint, server)
+    }
+
+    #[test]
+    fn a_large_body_never_hides_the_status() {
+        // A 500 with a gigabyte of body: still a 500 (retried in the sink), with an excerpt.
+        let (endpoint, server) = endless_endpoint(500, b"upstream exploded; ");
+        let err = client(endpoint, "b", AddressingStyle::Path)
+            .put_object("k", b"x", &[])
+            .unwrap_err();
+        server.join().unwrap();
+        assert!(
+            matches!(&err, S3Error::Status { status: 500, code, .. } if code.is_empty()),
+            "{err}"
+        );
+        assert!(err.is_retryable());
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with("status 500: upstream exploded; zzz"),
+            "{shown}"
+        );
+        assert!(shown.len() < 400, "{shown}");
+
+        // A 2xx PUT whose body is large: the object is stored.
+        let (endpoint, server) = endless_endpoint(200, b"");
+        let status = client(endpoint, "b", AddressingStyle::Path)
+            .put_object("k", b"x", &[])
+            .unwrap();
+        server.join().unwrap();
+        assert_eq!(status, 200);
+
+        // A GET over its bound: a clear, non-retryable error.
+        let (endpoint, server) = endless_endpoint(200, b"");
+        let err = client(endpoint, "b", AddressingStyle::Path)
+            .get_object("k", 1000)
+            .unwrap_err();
+        server.join().unwrap();
+        assert_eq!(
+            err,
+            S3Error::BodyTooLarge {
+                status: 200,
+                limit: 1000
+            }
+        );
+        assert_eq!(err.to_string(), "status 200: answer body over 1000 bytes");
+        assert!(!err.is_retryable());
+    }
 }
