@@ -342,3 +342,34 @@ fn a_hostile_answer_is_bounded_escaped_and_scrubbed_in_the_failure() {
         "{why}"
     );
 }
+
+/// OCI's 2xx answer quoting a secret where the check's 200-character cut falls inside it: the
+/// body is scrubbed before the check cuts it, so no part of the secret shows.
+#[test]
+fn a_check_cut_never_leaves_part_of_a_secret() {
+    let secret = "oci/secret+token-0123456789";
+    let body = format!(
+        r#"{{"failedMetricsCount": 1, "failedMetrics": [{{"message": "{}{secret} {}"}}]}}"#,
+        "m".repeat(190),
+        secret.replace('/', "\\/")
+    );
+    let (url, server) = hostile_receiver(200, body.into_bytes());
+    let mut plan = http_plan("{}", 4096);
+    let Delivery::Http { requests, .. } = &mut plan.delivery else {
+        unreachable!()
+    };
+    let mut req = requests.remove(0);
+    req.url = url;
+    req.check = Some(cloud_a::check_answer);
+    let agent = transport::http_agent(Duration::from_secs(10)).unwrap();
+    let failure = transport::send_http(&agent, &req, 1 << 20, &Secrets::of([secret])).unwrap_err();
+    server.join().unwrap();
+    let Failure::Permanent(text) = failure else {
+        panic!("a rejection is permanent: {failure:?}")
+    };
+    assert!(
+        text.starts_with("OCI rejected 1 metric of the batch"),
+        "{text}"
+    );
+    assert!(!text.contains(&secret[..4]), "{text}");
+}
