@@ -238,3 +238,51 @@ fn cloud_b_error_document_in_a_200_is_a_failure() {
         stderr(&o)
     );
 }
+
+/// A cloud C endpoint that answers every request just inside the request timeout, and fails
+/// it: without an overall deadline one export ran requests x attempts x timeout (121.6 s for
+/// 45 metrics). With `export_deadline_seconds` 3 the run ends near 3 s, naming the deadline.
+#[test]
+fn cloud_c_export_ends_at_its_deadline() {
+    let rx = Receiver::start_raw(Box::new(|_: &Received| {
+        std::thread::sleep(std::time::Duration::from_millis(900));
+        (503, "application/json", b"{\"error\": \"busy\"}".to_vec())
+    }));
+    let dir = TempDir::new("hostile-cloudc");
+    let (snap, pol) = files(
+        &dir,
+        json!({"cloud_c_monitoring": {"enabled": true,
+            "resource_id": "/subscriptions/0000/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm",
+            "location": "westeurope", "token_env": "AZ_MONITOR_TOKEN",
+            "timeout_seconds": 1, "max_retries": 3, "retry_backoff_seconds": 0.5,
+            "export_deadline_seconds": 3}}),
+    );
+    let url = rx.url();
+    let started = std::time::Instant::now();
+    let o = run(
+        &dir,
+        &[
+            "cloud-c-export",
+            snap.to_str().unwrap(),
+            pol.to_str().unwrap(),
+        ],
+        &[
+            ("AZ_MONITOR_TOKEN", "cloud-c-token-0123456789"),
+            ("SVC_CLOUD_C_ENDPOINT_OVERRIDE", &url),
+        ],
+    );
+    let took = started.elapsed();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "export deadline of 3 s reached (cloud_c_monitoring.export_deadline_seconds)"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    // The deadline plus the time to start and to notice it; without it: 45+ requests x 4
+    // attempts x 0.9 s.
+    assert!(took < std::time::Duration::from_secs(6), "took {took:?}");
+    assert!(rx.requests().len() <= 4, "{} requests", rx.requests().len());
+    assert_clean(&o, &["cloud-c-token-0123456789"]);
+}

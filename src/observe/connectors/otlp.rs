@@ -156,6 +156,7 @@ pub fn otlp_plan(
             }],
             timeout: Duration::from_secs_f64(target.timeout_seconds),
             max_response_bytes: MAX_RESPONSE_BYTES,
+            deadline: None,
         },
         limit: Limit::new(target.block, "max_request_bytes", target.max_request_bytes),
         retry: Retry::new(target.max_retries, target.retry_backoff_seconds),

@@ -2,11 +2,11 @@
 //! limits, shown by `--dry-run` with secrets redacted, and delivered with retries.
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{
-    check_size, transport, with_retries, DatagramTarget, ExportError, Limit, Method, Retry, Secret,
-    REDACTED,
+    check_size, transport, with_retries, with_retries_until, DatagramTarget, ExportError, Failure,
+    Limit, Method, Retry, Secret, REDACTED,
 };
 
 /// A request header value: plain (shown by `--dry-run`) or secret (shown as `<redacted>`).
@@ -75,6 +75,10 @@ pub enum Delivery {
         timeout: Duration,
         /// Largest response body read (longer answers are cut, never loaded unbounded).
         max_response_bytes: u64,
+        /// One deadline for the whole delivery (every request, attempt and wait), so a
+        /// timer-driven export never overlaps the next; `None`: bounded only by requests x
+        /// attempts x `timeout`.
+        deadline: Option<Duration>,
     },
     /// Datagrams over UDP or a Unix datagram socket, best effort: each datagram retried on
     /// its own, failures counted and reported.
@@ -220,15 +224,32 @@ pub fn deliver(block: &'static str, plan: &Plan) -> Result<Sent, ExportError> {
             requests,
             timeout,
             max_response_bytes,
+            deadline,
         } => {
             // A trust-root file named by SSL_CERT_FILE that cannot be used is an environment
             // problem (exit 2), like an unset token variable.
             let agent = transport::http_agent(*timeout).map_err(ExportError::Environment)?;
+            let end = deadline.map(|d| Instant::now() + d);
             let mut bytes = 0;
             for (i, r) in requests.iter().enumerate() {
                 let label = format!("{block}: {}", r.what);
-                let res = with_retries(&label, &plan.retry, |_| {
-                    transport::send_http(&agent, r, *max_response_bytes, &secrets)
+                let res = with_retries_until(&label, &plan.retry, end, |_| {
+                    // Each attempt gets what is left of the export's deadline at most.
+                    let limit = match (end, deadline) {
+                        (Some(end), Some(d)) => {
+                            let left = end.saturating_duration_since(Instant::now());
+                            if left.is_zero() {
+                                return Err(Failure::Permanent(format!(
+                                    "export deadline of {} s reached \
+                                     ({block}.export_deadline_seconds)",
+                                    d.as_secs_f64()
+                                )));
+                            }
+                            left.min(*timeout)
+                        }
+                        _ => *timeout,
+                    };
+                    transport::send_http(&agent, r, *max_response_bytes, &secrets, limit)
                 });
                 match res {
                     Ok(reply) => {

@@ -152,6 +152,7 @@ fn http_plan(body: &str, limit: u64) -> Plan {
             }],
             timeout: Duration::from_secs(1),
             max_response_bytes: 1024,
+            deadline: None,
         },
         limit: Limit::new("siem_hec", "max_request_bytes", limit),
         retry: Retry::new(0, 0.0),
@@ -319,7 +320,14 @@ fn a_hostile_answer_is_bounded_escaped_and_scrubbed_in_the_failure() {
     let mut req = requests.remove(0);
     req.url = url;
     let agent = transport::http_agent(Duration::from_secs(10)).unwrap();
-    let failure = transport::send_http(&agent, &req, 2 << 20, &Secrets::of(["tok-1"])).unwrap_err();
+    let failure = transport::send_http(
+        &agent,
+        &req,
+        2 << 20,
+        &Secrets::of(["tok-1"]),
+        Duration::from_secs(10),
+    )
+    .unwrap_err();
     server.join().unwrap();
     let Failure::Permanent(text) = failure else {
         panic!("a 400 is permanent: {failure:?}")
@@ -362,7 +370,14 @@ fn a_check_cut_never_leaves_part_of_a_secret() {
     req.url = url;
     req.check = Some(cloud_a::check_answer);
     let agent = transport::http_agent(Duration::from_secs(10)).unwrap();
-    let failure = transport::send_http(&agent, &req, 1 << 20, &Secrets::of([secret])).unwrap_err();
+    let failure = transport::send_http(
+        &agent,
+        &req,
+        1 << 20,
+        &Secrets::of([secret]),
+        Duration::from_secs(10),
+    )
+    .unwrap_err();
     server.join().unwrap();
     let Failure::Permanent(text) = failure else {
         panic!("a rejection is permanent: {failure:?}")
@@ -372,4 +387,20 @@ fn a_check_cut_never_leaves_part_of_a_secret() {
         "{text}"
     );
     assert!(!text.contains(&secret[..4]), "{text}");
+}
+
+/// The wait before another attempt never runs past the deadline.
+#[test]
+fn retries_never_wait_past_the_deadline() {
+    let started = Instant::now();
+    let end = Some(started + Duration::from_millis(200));
+    let r: Result<(), _> = with_retries_until("t", &Retry::new(1, 30.0), end, |_| {
+        Err(Failure::Retryable("busy".into()))
+    });
+    assert_eq!(r.unwrap_err().1, 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }

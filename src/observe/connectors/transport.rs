@@ -146,7 +146,8 @@ fn classify(e: &ureq::Error) -> Failure {
     }
 }
 
-/// One HTTP attempt. 2xx (and a passing body check) is success; 408, 429 and 5xx are
+/// One HTTP attempt of at most `timeout` (the whole request). 2xx (and a passing body check)
+/// is success; 408, 429 and 5xx are
 /// retryable; other statuses are permanent failures. Error texts carry the status and a short
 /// scrubbed excerpt of the answer, never a request header.
 pub fn send_http(
@@ -154,21 +155,27 @@ pub fn send_http(
     req: &HttpRequest,
     max_response_bytes: u64,
     secrets: &Secrets,
+    timeout: Duration,
 ) -> Result<HttpReply, Failure> {
     let result = match req.method {
         super::Method::Get => {
-            let mut b = agent.get(&req.url);
+            let mut b = agent
+                .get(&req.url)
+                .config()
+                .timeout_global(Some(timeout))
+                .build();
             for h in &req.headers {
                 b = b.header(h.name.as_str(), h.wire_value());
             }
             b.call()
         }
         m => {
-            let mut b = if m == super::Method::Put {
+            let b = if m == super::Method::Put {
                 agent.put(&req.url)
             } else {
                 agent.post(&req.url)
             };
+            let mut b = b.config().timeout_global(Some(timeout)).build();
             for h in &req.headers {
                 b = b.header(h.name.as_str(), h.wire_value());
             }
