@@ -32,6 +32,7 @@
 pub mod body;
 pub mod client;
 pub mod config;
+pub mod error;
 pub mod existing;
 pub mod layout;
 pub mod resolver;
