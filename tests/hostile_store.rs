@@ -248,6 +248,7 @@ fn test_sink_refuses_a_store_that_ignores_conditional_writes() {
         }
     }));
     let dir = tempfile::tempdir().unwrap();
+    // `svc test-sink` never contacts the broker: the URL only has to validate.
     let nats = "nats://127.0.0.1:4222";
     let check = |store: &Receiver, policy: &str| {
         let cfg = config(
@@ -398,6 +399,7 @@ fn a_container_endpoint_echoing_its_token_is_scrubbed() {
     }));
     let dir = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
+    // `svc test-sink` never contacts the broker (nor, here, the store: the chain fails first).
     let cfg = config(
         "nats://127.0.0.1:4222",
         dir.path(),
