@@ -349,8 +349,8 @@ fn fail_existing_is_permanent_for_a_different_object_at_the_key() {
     match &out[0] {
         WriteOutcome::Permanent(e) => assert_eq!(
             e.to_string(),
-            "sink object_store: put message-id/dup.json: key already exists (duplicate_policy \
-             fail_existing)"
+            "sink object_store: put message-id/dup.json: key already exists and the stored \
+             object holds another message (duplicate_policy fail_existing)"
         ),
         other => panic!("{other:?}"),
     }

@@ -5,14 +5,18 @@
 //! Every answer is untrusted: each call reads at most a given number of bytes, the whole
 //! operation (all its requests, connect and body included) runs against one [`Deadline`], and
 //! errors carry the peer's text only through [`PeerText`], never a request header (tokens and
-//! signatures travel in headers).
+//! signatures travel in headers), and with every secret the request carried scrubbed first: a
+//! peer that echoes the request (a container endpoint quoting its `Authorization` header)
+//! cannot put a token in a log line.
 
+use std::io::Read;
 use std::time::{Duration, Instant};
 
 use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
 use ureq::Agent;
 
-use crate::text::peer::peer_bytes;
+use crate::text::peer::PeerText;
+use crate::text::secrets::Secrets;
 
 /// The end of a whole operation (e.g. IMDS: token, role name, credentials).
 #[derive(Debug, Clone, Copy)]
@@ -47,21 +51,45 @@ impl Deadline {
 pub struct Reply {
     pub status: u16,
     pub body: Vec<u8>,
+    /// The secrets the request carried in its headers.
+    secrets: Secrets,
 }
 
 impl Reply {
     /// The body when the status is 2xx, else an error with the status and the peer's text.
-    pub fn ok(self, what: &str) -> Result<Vec<u8>, String> {
+    pub fn ok(&self, what: &str) -> Result<&[u8], String> {
         if (200..300).contains(&self.status) {
-            Ok(self.body)
+            Ok(&self.body)
         } else {
+            let lossy = String::from_utf8_lossy(&self.body);
             Err(format!(
                 "{what}: HTTP {}: {}",
                 self.status,
-                peer_bytes(&self.body)
+                PeerText::new(&self.secrets.scrub(&lossy))
             ))
         }
     }
+
+    /// `text` (built from this answer) with the request's secrets scrubbed.
+    pub fn hide(&self, text: String) -> String {
+        self.secrets.scrub(&text).into_owned()
+    }
+}
+
+/// The secrets among request headers: the `Authorization` value (whole, and a SigV4 key id
+/// and signature on their own), session and metadata tokens.
+fn header_secrets(headers: &[(&str, &str)]) -> Secrets {
+    let mut s = Secrets::new();
+    for (k, v) in headers {
+        if k.eq_ignore_ascii_case("authorization") {
+            s.add_authorization(v);
+        } else if k.eq_ignore_ascii_case("x-amz-security-token")
+            || k.eq_ignore_ascii_case("x-aws-ec2-metadata-token")
+        {
+            s.add(v);
+        }
+    }
+    s
 }
 
 /// One request of [`Http::call`].
@@ -144,15 +172,40 @@ impl Http {
                 self.agent.run(req)
             }
         };
-        let mut resp = result.map_err(|e| describe(e, what, deadline))?;
+        let secrets = header_secrets(headers);
+        let failed = |e| secrets.scrub(&describe(e, what, deadline)).into_owned();
+        let mut resp = result.map_err(failed)?;
         let status = resp.status().as_u16();
-        let body = resp
-            .body_mut()
-            .with_config()
-            .limit(limit)
-            .read_to_vec()
-            .map_err(|e| describe(e, what, deadline))?;
-        Ok(Reply { status, body })
+        // One byte over the bound tells a body at the bound from a larger one. A 2xx body over
+        // it is refused; an error answer keeps its status (what the caller acts on) and the
+        // start of its body.
+        let mut body = Vec::new();
+        resp.body_mut()
+            .as_reader()
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut body)
+            .map_err(|e| {
+                let text = if e.kind() == std::io::ErrorKind::TimedOut {
+                    format!(
+                        "{what}: no answer within the deadline of {:.1} s",
+                        deadline.total.as_secs_f64()
+                    )
+                } else {
+                    format!("{what}: reading the answer: {e}")
+                };
+                secrets.scrub(&text).into_owned()
+            })?;
+        if body.len() as u64 > limit {
+            if (200..300).contains(&status) {
+                return Err(format!("{what}: answer larger than {limit} bytes; refused"));
+            }
+            body.truncate(limit as usize);
+        }
+        Ok(Reply {
+            status,
+            body,
+            secrets,
+        })
     }
 }
 
@@ -193,6 +246,12 @@ mod tests {
                 let _ = silent.read(&mut buf);
                 // Holds the connection without answering until the client gives up.
                 let _ = silent.read(&mut buf);
+                // An error answer quoting the request's token, then 100 KB more.
+                let (mut echo, _) = listener.accept().unwrap();
+                let _ = echo.read(&mut buf);
+                let _ = echo.write_all(b"HTTP/1.1 500 X\r\nContent-Length: 100047\r\n\r\n");
+                let _ = echo.write_all(b"denied: Authorization was container/tok+en=001 ");
+                let _ = echo.write_all(&[b'b'; 100_000]);
             })
             .unwrap();
         let http = Http::new(false, Duration::from_secs(1));
@@ -213,6 +272,24 @@ mod tests {
             .err()
             .unwrap();
         assert_eq!(e, "peer: no answer within the deadline of 0.3 s");
+        // Status first: an error answer over the bound keeps its status, scrubbed and cut.
+        let reply = http
+            .call(
+                Call {
+                    headers: &[("Authorization", "container/tok+en=001")],
+                    ..call()
+                },
+                &Deadline::after(Duration::from_secs(30)),
+                "peer",
+            )
+            .unwrap();
+        assert_eq!((reply.status, reply.body.len()), (500, 1000));
+        let e = reply.ok("peer").unwrap_err();
+        assert!(
+            e.starts_with("peer: HTTP 500: denied: Authorization was <redacted> bbb"),
+            "{e}"
+        );
+        assert!(!e.contains("tok+en") && e.len() < 400, "{e}");
         drop(http);
         server.join().unwrap();
     }

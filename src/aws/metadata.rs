@@ -113,21 +113,18 @@ impl Container {
             None => vec![("Accept", "application/json")],
         };
         let deadline = Deadline::after(CONTAINER_DEADLINE);
-        let body = self
-            .http
-            .call(
-                Call {
-                    method: "GET",
-                    url: &self.url,
-                    headers: &headers,
-                    body: None,
-                    limit: MAX_CREDENTIALS_ANSWER,
-                },
-                &deadline,
-                &what,
-            )?
-            .ok(&what)?;
-        parse_metadata_credentials(&body).map_err(|e| format!("{what}: {e}"))
+        let reply = self.http.call(
+            Call {
+                method: "GET",
+                url: &self.url,
+                headers: &headers,
+                body: None,
+                limit: MAX_CREDENTIALS_ANSWER,
+            },
+            &deadline,
+            &what,
+        )?;
+        parse_metadata_credentials(reply.ok(&what)?).map_err(|e| reply.hide(format!("{what}: {e}")))
     }
 }
 
@@ -224,7 +221,8 @@ impl Imds {
                 &deadline,
                 &format!("{what}: session token"),
             )?
-            .ok(&format!("{what}: session token"))?;
+            .ok(&format!("{what}: session token"))?
+            .to_vec();
         let token = String::from_utf8(token)
             .ok()
             .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()))
@@ -246,7 +244,8 @@ impl Imds {
             )?
             .ok(&format!(
                 "{what}: role name (is an instance profile attached?)"
-            ))?;
+            ))?
+            .to_vec();
         let roles = String::from_utf8_lossy(&roles);
         let role = roles.lines().next().unwrap_or_default().trim().to_string();
         if role.is_empty()
@@ -257,21 +256,20 @@ impl Imds {
         {
             return Err(format!("{what}: not a role name: {}", PeerText::new(&role)));
         }
-        let body = self
-            .http
-            .call(
-                Call {
-                    method: "GET",
-                    url: &format!("{creds_path}{role}"),
-                    headers: &auth,
-                    body: None,
-                    limit: MAX_CREDENTIALS_ANSWER,
-                },
-                &deadline,
-                &format!("{what}: credentials of role {role}"),
-            )?
-            .ok(&format!("{what}: credentials of role {role}"))?;
-        let issued = parse_metadata_credentials(&body).map_err(|e| format!("{what}: {e}"))?;
+        let reply = self.http.call(
+            Call {
+                method: "GET",
+                url: &format!("{creds_path}{role}"),
+                headers: &auth,
+                body: None,
+                limit: MAX_CREDENTIALS_ANSWER,
+            },
+            &deadline,
+            &format!("{what}: credentials of role {role}"),
+        )?;
+        let body = reply.ok(&format!("{what}: credentials of role {role}"))?;
+        let issued =
+            parse_metadata_credentials(body).map_err(|e| reply.hide(format!("{what}: {e}")))?;
         Ok((issued, role))
     }
 }

@@ -11,6 +11,7 @@ use super::credentials::Credentials;
 use super::http::{Call, Deadline, Http};
 use super::parse::{parse_sts_credentials, parse_sts_error, Issued};
 use super::{checked_url, endpoint_override, sigv4, Env, UrlRule};
+use crate::text::secrets::Secrets;
 
 /// Deadline of one STS call, connect to last byte.
 pub const STS_DEADLINE: Duration = Duration::from_secs(10);
@@ -94,7 +95,7 @@ impl Sts {
         );
         let mut headers: Vec<(&str, &str)> = vec![("Content-Type", CONTENT_TYPE)];
         headers.extend(signed.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        self.call("AssumeRole", &headers, &body)
+        self.call("AssumeRole", &headers, &body, None)
     }
 
     /// `AssumeRoleWithWebIdentity` of `role_arn` with the web identity `token` (unsigned).
@@ -115,10 +116,17 @@ impl Sts {
             "AssumeRoleWithWebIdentity",
             &[("Content-Type", CONTENT_TYPE)],
             &body,
+            Some(token),
         )
     }
 
-    fn call(&self, action: &str, headers: &[(&str, &str)], body: &str) -> Result<Issued, String> {
+    fn call(
+        &self,
+        action: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+        body_secret: Option<&str>,
+    ) -> Result<Issued, String> {
         let what = format!("STS {action} at {} ({})", self.url, self.origin);
         let deadline = Deadline::after(STS_DEADLINE);
         let reply = self.http.call(
@@ -132,14 +140,24 @@ impl Sts {
             &deadline,
             &what,
         )?;
+        // The answer's text is shown scrubbed of the request's secrets (a web identity token
+        // travels in the body, not in a header) before it is cut.
+        let mut hidden = Secrets::new();
+        if let Some(t) = body_secret {
+            hidden.add(t);
+        }
+        let scrubbed = hidden
+            .scrub(&String::from_utf8_lossy(&reply.body))
+            .into_owned();
         if !(200..300).contains(&reply.status) {
-            return Err(format!(
+            return Err(reply.hide(format!(
                 "{what}: HTTP {}: {}",
                 reply.status,
-                parse_sts_error(&reply.body)
-            ));
+                parse_sts_error(scrubbed.as_bytes())
+            )));
         }
-        parse_sts_credentials(action, &reply.body).map_err(|e| format!("{what}: {e}"))
+        parse_sts_credentials(action, &reply.body)
+            .map_err(|e| reply.hide(hidden.scrub(&format!("{what}: {e}")).into_owned()))
     }
 }
 

@@ -1,7 +1,8 @@
 //! A strict local HTTP/1.1 receiver for the cloud connector tests (no real Azure Monitor or OCI
 //! Monitoring can run here): one named accept thread, requests parsed byte-exactly
 //! (`Content-Length` bodies only, no chunking accepted), every request recorded, the reply
-//! chosen by the test's validator. Each reply closes the connection.
+//! chosen by the test's validator. Each reply closes the connection. Also the hostile object
+//! stores and credential endpoints (`start_raw`: any content type, binary bodies).
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -37,6 +38,9 @@ impl Received {
 
 /// The test's decision for a request: `(status, body)`.
 pub type Validator = dyn Fn(&Received) -> (u16, String) + Send + Sync;
+
+/// The test's decision with any body: `(status, content type, body)`.
+pub type RawValidator = dyn Fn(&Received) -> (u16, &'static str, Vec<u8>) + Send + Sync;
 
 pub struct Receiver {
     pub addr: SocketAddr,
@@ -104,6 +108,14 @@ impl Receiver {
     /// Starts the receiver; `validator` answers each well-formed request (malformed ones get
     /// `400` and are recorded nowhere).
     pub fn start(validator: Box<Validator>) -> Receiver {
+        Receiver::start_raw(Box::new(move |r| {
+            let (status, body) = validator(r);
+            (status, "application/json", body.into_bytes())
+        }))
+    }
+
+    /// [`Receiver::start`] with replies of any content type and bytes.
+    pub fn start_raw(validator: Box<RawValidator>) -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -123,19 +135,20 @@ impl Receiver {
                     };
                     s.set_nonblocking(false).unwrap();
                     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-                    let (status, body) = match read_request(&mut s) {
+                    let (status, ctype, body) = match read_request(&mut s) {
                         Ok(r) => {
                             let reply = validator(&r);
                             rx.lock().unwrap().push(r);
                             reply
                         }
-                        Err(why) => (400, why),
+                        Err(why) => (400, "text/plain", why.into_bytes()),
                     };
                     let _ = write!(
                         s,
-                        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        "HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                         body.len()
                     );
+                    let _ = s.write_all(&body);
                     let _ = s.flush();
                 }
             })

@@ -334,6 +334,7 @@ pub fn plan_with(
             requests,
             timeout: Duration::from_secs_f64(cfg.timeout_seconds),
             max_response_bytes: MAX_RESPONSE_BYTES,
+            deadline: None,
         },
         limit: Limit::new(BLOCK, "max_request_bytes", cfg.max_request_bytes),
         retry: Retry::new(cfg.max_retries, cfg.retry_backoff_seconds),

@@ -42,6 +42,7 @@ use crate::aws::{endpoint_override, sigv4, Env, ProcessEnv};
 use crate::observe::exposition::format_value;
 use crate::observe::policy::checks::{is_loopback_host, parse_endpoint};
 use crate::observe::policy::CloudB;
+use crate::text::peer::PeerText;
 
 pub const CONNECTOR: Connector = Connector {
     command: "cloud-b-export",
@@ -184,6 +185,52 @@ pub fn signed_headers(
     headers
 }
 
+/// A 2xx answer must not be an error document: CloudWatch answers `PutMetricData` with a
+/// `PutMetricDataResponse` (query protocol); a body holding an `ErrorResponse`/`Error` element
+/// or a JSON `__type` (a proxy or a broken endpoint answering 200) is a failure.
+pub fn check_answer(body: &[u8]) -> Result<(), String> {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    let xml_error = text.contains("<ErrorResponse") || text.contains("<Error>");
+    let json_error = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| {
+            v.get("__type")
+                .or_else(|| v.get("Error"))
+                .map(|t| t.as_str().unwrap_or("error").to_string())
+        });
+    if !xml_error && json_error.is_none() {
+        return Ok(());
+    }
+    let code = json_error
+        .or_else(|| xml_text(text, "Code"))
+        .unwrap_or_else(|| "no code".into());
+    let message = xml_text(text, "Message")
+        .or_else(|| {
+            serde_json::from_str::<serde_json::Value>(text)
+                .ok()
+                .and_then(|v| {
+                    v.get("message")
+                        .or_else(|| v.get("Message"))
+                        .and_then(|m| m.as_str().map(str::to_string))
+                })
+        })
+        .unwrap_or_else(|| "no message".into());
+    Err(format!(
+        "the 2xx answer is an error document: {}: {}",
+        PeerText::with_limit(&code, 64),
+        PeerText::with_limit(&message, 200)
+    ))
+}
+
+/// The text of the first `<name>` element (no entity decoding: shown escaped anyway).
+fn xml_text(text: &str, name: &str) -> Option<String> {
+    let open = format!("<{name}>");
+    let start = text.find(&open)? + open.len();
+    let end = start + text[start..].find(&format!("</{name}>"))?;
+    Some(text[start..end].to_string())
+}
+
 /// The endpoint to call: `AWS_ENDPOINT_URL_CLOUDWATCH`, else `AWS_ENDPOINT_URL`, else
 /// `https://monitoring.<region>.amazonaws.com` (the variables are ignored when
 /// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS` is `true`). An override must be `http(s)://host[:port]`
@@ -260,7 +307,7 @@ pub fn plan_with(
             url: format!("{base}/"),
             headers: signed_headers(&host, region, &body, &creds, now),
             body,
-            check: None,
+            check: Some(check_answer),
             what: format!(
                 "PutMetricData request {} of {total} ({} data)",
                 i + 1,
@@ -273,6 +320,7 @@ pub fn plan_with(
             requests,
             timeout: Duration::from_secs_f64(cfg.timeout_seconds),
             max_response_bytes: MAX_RESPONSE_BYTES,
+            deadline: None,
         },
         limit: Limit::new(BLOCK, "max_request_bytes", cfg.max_request_bytes),
         retry: Retry::new(cfg.max_retries, cfg.retry_backoff_seconds),

@@ -215,6 +215,7 @@ pub fn plan_with(ctx: &Context<'_>, env: &dyn Env) -> Result<Plan, ExportError> 
             requests,
             timeout: Duration::from_secs_f64(cfg.timeout_seconds),
             max_response_bytes: MAX_RESPONSE_BYTES,
+            deadline: Some(Duration::from_secs_f64(cfg.export_deadline_seconds)),
         },
         limit: Limit::new(BLOCK, "max_request_bytes", cfg.max_request_bytes),
         retry: Retry::new(cfg.max_retries, cfg.retry_backoff_seconds),

@@ -194,6 +194,17 @@ impl Failure {
 pub fn with_retries<T>(
     what: &str,
     retry: &Retry,
+    attempt: impl FnMut(u32) -> Result<T, Failure>,
+) -> Result<T, (Failure, u32)> {
+    with_retries_until(what, retry, None, attempt)
+}
+
+/// [`with_retries`] that never sleeps past `end`: the wait before another attempt is cut to
+/// what is left (the attempt itself sees the deadline and fails).
+pub fn with_retries_until<T>(
+    what: &str,
+    retry: &Retry,
+    end: Option<std::time::Instant>,
     mut attempt: impl FnMut(u32) -> Result<T, Failure>,
 ) -> Result<T, (Failure, u32)> {
     let total = retry.attempts();
@@ -204,12 +215,18 @@ pub fn with_retries<T>(
             Err(f @ Failure::Permanent(_)) => return Err((f, n)),
             Err(f) if n >= total => return Err((f, n)),
             Err(f) => {
+                let wait = match end {
+                    Some(end) => retry
+                        .backoff
+                        .min(end.saturating_duration_since(std::time::Instant::now())),
+                    None => retry.backoff,
+                };
                 log::warn!(
                     "{what}: attempt {n} of {total} failed: {}; retrying in {:.3} s",
                     f.reason(),
-                    retry.backoff.as_secs_f64()
+                    wait.as_secs_f64()
                 );
-                std::thread::sleep(retry.backoff);
+                std::thread::sleep(wait);
                 n += 1;
             }
         }
@@ -383,7 +400,7 @@ fn report_line(c: &Connector, plan: &Plan, sent: &Sent) -> String {
             "request",
             requests
                 .first()
-                .map(|r| scrub(&r.url, &plan_secrets(plan)))
+                .map(|r| plan_secrets(plan).scrub(&r.url).into_owned())
                 .unwrap_or_default(),
         ),
         Delivery::Datagrams { target, .. } => ("datagram", target.to_string()),

@@ -31,6 +31,7 @@ use crate::observe::catalogue::Kind;
 use crate::observe::families::LABEL_NAME;
 use crate::observe::policy::Policy;
 use crate::observe::select::Sample;
+use crate::text::peer::PeerText;
 
 pub const CONNECTOR: Connector = Connector {
     command: "otlp-export",
@@ -92,6 +93,40 @@ fn plan(ctx: &Context<'_>) -> Result<Plan, ExportError> {
     otlp_plan(ctx, &target, &[])
 }
 
+/// An OTLP/HTTP 2xx answer may report a partial success: `partialSuccess.rejectedDataPoints`
+/// above zero means the receiver dropped that many points, and the export is a failure
+/// (permanent: sending the request again would duplicate the accepted points). An empty or
+/// non-JSON body, or `partialSuccess` without rejected points, is a full success.
+pub fn check_answer(body: &[u8]) -> Result<(), String> {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return Ok(());
+    };
+    let Some(partial) = v.get("partialSuccess") else {
+        return Ok(());
+    };
+    // int64 travels as a string in the OTLP JSON mapping; some receivers write a number.
+    let rejected = match partial.get("rejectedDataPoints") {
+        Some(Value::String(s)) => s.parse::<u64>().ok(),
+        Some(Value::Number(n)) => n.as_u64(),
+        _ => Some(0),
+    };
+    match rejected {
+        Some(0) => Ok(()),
+        rejected => {
+            let count = rejected.map_or_else(|| "some".to_string(), |n| n.to_string());
+            let why = partial
+                .get("errorMessage")
+                .and_then(Value::as_str)
+                .filter(|m| !m.is_empty())
+                .unwrap_or("no message");
+            Err(format!(
+                "the receiver rejected {count} data points (partialSuccess: {})",
+                PeerText::with_limit(why, 200)
+            ))
+        }
+    }
+}
+
 /// Builds the request of an OTLP-style connector: body with the given extra resource
 /// attributes, `Content-Type`, the `headers_env` headers.
 pub fn otlp_plan(
@@ -116,11 +151,12 @@ pub fn otlp_plan(
                 url: signal_url(target.endpoint),
                 headers,
                 body,
-                check: None,
+                check: Some(check_answer),
                 what: format!("OTLP request ({metrics} metrics)"),
             }],
             timeout: Duration::from_secs_f64(target.timeout_seconds),
             max_response_bytes: MAX_RESPONSE_BYTES,
+            deadline: None,
         },
         limit: Limit::new(target.block, "max_request_bytes", target.max_request_bytes),
         retry: Retry::new(target.max_retries, target.retry_backoff_seconds),

@@ -2,11 +2,11 @@
 //! limits, shown by `--dry-run` with secrets redacted, and delivered with retries.
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{
-    check_size, transport, with_retries, DatagramTarget, ExportError, Limit, Method, Retry, Secret,
-    REDACTED,
+    check_size, transport, with_retries, with_retries_until, DatagramTarget, ExportError, Failure,
+    Limit, Method, Retry, Secret, REDACTED,
 };
 
 /// A request header value: plain (shown by `--dry-run`) or secret (shown as `<redacted>`).
@@ -75,6 +75,10 @@ pub enum Delivery {
         timeout: Duration,
         /// Largest response body read (longer answers are cut, never loaded unbounded).
         max_response_bytes: u64,
+        /// One deadline for the whole delivery (every request, attempt and wait), so a
+        /// timer-driven export never overlaps the next; `None`: bounded only by requests x
+        /// attempts x `timeout`.
+        deadline: Option<Duration>,
     },
     /// Datagrams over UDP or a Unix datagram socket, best effort: each datagram retried on
     /// its own, failures counted and reported.
@@ -117,27 +121,25 @@ pub fn check_sizes(plan: &Plan) -> Result<(), ExportError> {
     Ok(())
 }
 
-/// Replaces every secret value and every `redact` string in `text` with `<redacted>`.
-pub fn scrub(text: &str, secrets: &[&str]) -> String {
-    let mut out = text.to_string();
-    for s in secrets {
-        if !s.is_empty() {
-            out = out.replace(s, REDACTED);
-        }
-    }
-    out
-}
+/// Replaces every secret value and every `redact` string in `text` with `<redacted>` (scrub
+/// the whole text before any cut: see [`crate::text::secrets`]).
+pub use crate::text::secrets::scrub;
+use crate::text::secrets::Secrets;
 
-/// Values to scrub from anything printed about `plan`: header secrets and `plan.redact`.
-pub(super) fn plan_secrets(plan: &Plan) -> Vec<&str> {
-    let mut v: Vec<&str> = plan.redact.iter().map(String::as_str).collect();
+/// Values to scrub from anything printed about `plan`: header secrets (whole, without their
+/// scheme prefix, and for an `Authorization` value its key id and signature) and `plan.redact`.
+pub(super) fn plan_secrets(plan: &Plan) -> Secrets {
+    let mut v = Secrets::of(plan.redact.iter().map(String::as_str));
     if let Delivery::Http { requests, .. } = &plan.delivery {
         for r in requests {
             for h in &r.headers {
                 if let HeaderValue::Secret(s) = &h.value {
-                    // The whole value first, so `Splunk <redacted>` never half-shows.
-                    v.push(s.expose());
-                    v.push(s.credential());
+                    if h.name.eq_ignore_ascii_case("authorization") {
+                        v.add_authorization(s.expose());
+                    } else {
+                        v.add(s.expose());
+                    }
+                    v.add(s.credential());
                 }
             }
         }
@@ -154,7 +156,7 @@ pub fn write_dry_run(
     out: &mut dyn Write,
 ) -> Result<(), std::io::Error> {
     let secrets = plan_secrets(plan);
-    let clean = |t: &str| scrub(t, &secrets);
+    let clean = |t: &str| secrets.scrub(t).into_owned();
     match &plan.delivery {
         Delivery::Http { requests, .. } => {
             writeln!(
@@ -222,15 +224,32 @@ pub fn deliver(block: &'static str, plan: &Plan) -> Result<Sent, ExportError> {
             requests,
             timeout,
             max_response_bytes,
+            deadline,
         } => {
             // A trust-root file named by SSL_CERT_FILE that cannot be used is an environment
             // problem (exit 2), like an unset token variable.
             let agent = transport::http_agent(*timeout).map_err(ExportError::Environment)?;
+            let end = deadline.map(|d| Instant::now() + d);
             let mut bytes = 0;
             for (i, r) in requests.iter().enumerate() {
                 let label = format!("{block}: {}", r.what);
-                let res = with_retries(&label, &plan.retry, |_| {
-                    transport::send_http(&agent, r, *max_response_bytes, &secrets)
+                let res = with_retries_until(&label, &plan.retry, end, |_| {
+                    // Each attempt gets what is left of the export's deadline at most.
+                    let limit = match (end, deadline) {
+                        (Some(end), Some(d)) => {
+                            let left = end.saturating_duration_since(Instant::now());
+                            if left.is_zero() {
+                                return Err(Failure::Permanent(format!(
+                                    "export deadline of {} s reached \
+                                     ({block}.export_deadline_seconds)",
+                                    d.as_secs_f64()
+                                )));
+                            }
+                            left.min(*timeout)
+                        }
+                        _ => *timeout,
+                    };
+                    transport::send_http(&agent, r, *max_response_bytes, &secrets, limit)
                 });
                 match res {
                     Ok(reply) => {
@@ -245,7 +264,7 @@ pub fn deliver(block: &'static str, plan: &Plan) -> Result<Sent, ExportError> {
                             last: format!(
                                 "{}: {} (after {attempts} attempt{})",
                                 r.what,
-                                scrub(f.reason(), &secrets),
+                                secrets.scrub(f.reason()).into_owned(),
                                 plural(attempts as usize)
                             ),
                         })

@@ -21,7 +21,7 @@ pub struct Secret {
 }
 
 /// What a secret prints as.
-pub const REDACTED: &str = "<redacted>";
+pub use crate::text::secrets::REDACTED;
 
 impl Secret {
     /// Wraps a value (for values derived from secrets, e.g. `Splunk <token>`).

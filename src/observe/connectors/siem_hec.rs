@@ -84,6 +84,7 @@ fn plan(ctx: &Context<'_>) -> Result<Plan, ExportError> {
             }],
             timeout: Duration::from_secs_f64(h.timeout_seconds),
             max_response_bytes: MAX_RESPONSE_BYTES,
+            deadline: None,
         },
         limit: Limit::new("siem_hec", "max_request_bytes", h.max_request_bytes),
         retry: Retry::new(h.max_retries, h.retry_backoff_seconds),

@@ -7,6 +7,7 @@ use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::text::secrets::Secrets;
 
 fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
     let map: BTreeMap<String, String> = pairs
@@ -151,6 +152,7 @@ fn http_plan(body: &str, limit: u64) -> Plan {
             }],
             timeout: Duration::from_secs(1),
             max_response_bytes: 1024,
+            deadline: None,
         },
         limit: Limit::new("siem_hec", "max_request_bytes", limit),
         retry: Retry::new(0, 0.0),
@@ -164,7 +166,7 @@ fn echoed_bare_credentials_are_scrubbed_too() {
     // A receiver may echo the token without its `Splunk ` / `Bearer ` scheme.
     let plan = http_plan("{}", 4096);
     let echoed = "403 from receiver: token tok-1 is invalid (header was Splunk tok-1)";
-    let text = scrub(echoed, &plan_secrets(&plan));
+    let text = plan_secrets(&plan).scrub(echoed).into_owned();
     assert_eq!(
         text,
         "403 from receiver: token <redacted> is invalid (header was <redacted>)"
@@ -318,7 +320,14 @@ fn a_hostile_answer_is_bounded_escaped_and_scrubbed_in_the_failure() {
     let mut req = requests.remove(0);
     req.url = url;
     let agent = transport::http_agent(Duration::from_secs(10)).unwrap();
-    let failure = transport::send_http(&agent, &req, 2 << 20, &["tok-1"]).unwrap_err();
+    let failure = transport::send_http(
+        &agent,
+        &req,
+        2 << 20,
+        &Secrets::of(["tok-1"]),
+        Duration::from_secs(10),
+    )
+    .unwrap_err();
     server.join().unwrap();
     let Failure::Permanent(text) = failure else {
         panic!("a 400 is permanent: {failure:?}")
@@ -339,5 +348,59 @@ fn a_hostile_answer_is_bounded_escaped_and_scrubbed_in_the_failure() {
     assert!(
         !why.contains(['\n', '\x1b', '\u{202e}']) && why.len() < 400,
         "{why}"
+    );
+}
+
+/// OCI's 2xx answer quoting a secret where the check's 200-character cut falls inside it: the
+/// body is scrubbed before the check cuts it, so no part of the secret shows.
+#[test]
+fn a_check_cut_never_leaves_part_of_a_secret() {
+    let secret = "oci/secret+token-0123456789";
+    let body = format!(
+        r#"{{"failedMetricsCount": 1, "failedMetrics": [{{"message": "{}{secret} {}"}}]}}"#,
+        "m".repeat(190),
+        secret.replace('/', "\\/")
+    );
+    let (url, server) = hostile_receiver(200, body.into_bytes());
+    let mut plan = http_plan("{}", 4096);
+    let Delivery::Http { requests, .. } = &mut plan.delivery else {
+        unreachable!()
+    };
+    let mut req = requests.remove(0);
+    req.url = url;
+    req.check = Some(cloud_a::check_answer);
+    let agent = transport::http_agent(Duration::from_secs(10)).unwrap();
+    let failure = transport::send_http(
+        &agent,
+        &req,
+        1 << 20,
+        &Secrets::of([secret]),
+        Duration::from_secs(10),
+    )
+    .unwrap_err();
+    server.join().unwrap();
+    let Failure::Permanent(text) = failure else {
+        panic!("a rejection is permanent: {failure:?}")
+    };
+    assert!(
+        text.starts_with("OCI rejected 1 metric of the batch"),
+        "{text}"
+    );
+    assert!(!text.contains(&secret[..4]), "{text}");
+}
+
+/// The wait before another attempt never runs past the deadline.
+#[test]
+fn retries_never_wait_past_the_deadline() {
+    let started = Instant::now();
+    let end = Some(started + Duration::from_millis(200));
+    let r: Result<(), _> = with_retries_until("t", &Retry::new(1, 30.0), end, |_| {
+        Err(Failure::Retryable("busy".into()))
+    });
+    assert_eq!(r.unwrap_err().1, 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
     );
 }

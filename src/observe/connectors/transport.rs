@@ -17,8 +17,9 @@ use std::time::Duration;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig, TlsProvider};
 use ureq::Agent;
 
-use super::{scrub, Failure, HttpRequest};
+use super::{Failure, HttpRequest};
 use crate::text::peer::PeerText;
+use crate::text::secrets::Secrets;
 
 /// HTTP methods the connectors use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,8 +109,9 @@ const EXCERPT_CHARS: usize = 200;
 /// A short printable excerpt of an answer body, for error messages: the peer's text, bounded
 /// and escaped ([`PeerText`]). Secrets are scrubbed from the whole body before it is cut, so a
 /// cut can never leave part of a secret behind.
-fn excerpt(body: &[u8], secrets: &[&str]) -> String {
-    let whole = scrub(&String::from_utf8_lossy(body), secrets);
+fn excerpt(body: &[u8], secrets: &Secrets) -> String {
+    let lossy = String::from_utf8_lossy(body);
+    let whole = secrets.scrub(&lossy);
     let text = whole.trim();
     if text.is_empty() {
         String::new()
@@ -144,29 +146,36 @@ fn classify(e: &ureq::Error) -> Failure {
     }
 }
 
-/// One HTTP attempt. 2xx (and a passing body check) is success; 408, 429 and 5xx are
+/// One HTTP attempt of at most `timeout` (the whole request). 2xx (and a passing body check)
+/// is success; 408, 429 and 5xx are
 /// retryable; other statuses are permanent failures. Error texts carry the status and a short
 /// scrubbed excerpt of the answer, never a request header.
 pub fn send_http(
     agent: &Agent,
     req: &HttpRequest,
     max_response_bytes: u64,
-    secrets: &[&str],
+    secrets: &Secrets,
+    timeout: Duration,
 ) -> Result<HttpReply, Failure> {
     let result = match req.method {
         super::Method::Get => {
-            let mut b = agent.get(&req.url);
+            let mut b = agent
+                .get(&req.url)
+                .config()
+                .timeout_global(Some(timeout))
+                .build();
             for h in &req.headers {
                 b = b.header(h.name.as_str(), h.wire_value());
             }
             b.call()
         }
         m => {
-            let mut b = if m == super::Method::Put {
+            let b = if m == super::Method::Put {
                 agent.put(&req.url)
             } else {
                 agent.post(&req.url)
             };
+            let mut b = b.config().timeout_global(Some(timeout)).build();
             for h in &req.headers {
                 b = b.header(h.name.as_str(), h.wire_value());
             }
@@ -176,8 +185,8 @@ pub fn send_http(
     let mut resp = result.map_err(|e| {
         let f = classify(&e);
         match f {
-            Failure::Retryable(t) => Failure::Retryable(scrub(&t, secrets)),
-            Failure::Permanent(t) => Failure::Permanent(scrub(&t, secrets)),
+            Failure::Retryable(t) => Failure::Retryable(secrets.scrub(&t).into_owned()),
+            Failure::Permanent(t) => Failure::Permanent(secrets.scrub(&t).into_owned()),
         }
     })?;
     let status = resp.status().as_u16();
@@ -195,7 +204,18 @@ pub fn send_http(
     }
     if (200..300).contains(&status) {
         if let Some(check) = req.check {
-            check(&body).map_err(|why| Failure::Permanent(scrub(&why, secrets)))?;
+            // The check quotes the receiver's text cut to a bound: it reads the body with the
+            // secrets already scrubbed, so a cut never leaves part of one behind.
+            let scrubbed;
+            let checked: &[u8] = match std::str::from_utf8(&body) {
+                Ok(text) => {
+                    scrubbed = secrets.scrub(text);
+                    scrubbed.as_bytes()
+                }
+                // Not UTF-8, so not JSON either: the check quotes none of it.
+                Err(_) => &body,
+            };
+            check(checked).map_err(Failure::Permanent)?;
         }
         return Ok(HttpReply { status, body });
     }

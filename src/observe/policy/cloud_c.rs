@@ -12,6 +12,10 @@ pub const MAX_DIMENSIONS: usize = 10;
 /// Namespace prefixes reserved by the platform.
 pub const RESERVED_PREFIXES: &[&str] = &["Microsoft.", "Azure."];
 
+/// Longest `export_deadline_seconds`: an hour (the longest timer interval that makes sense for
+/// a metrics export).
+pub const MAX_EXPORT_DEADLINE_SECONDS: f64 = 3600.0;
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CloudC {
     /// Defaults to false.
@@ -29,6 +33,8 @@ pub struct CloudC {
     /// Defaults to false.
     pub include_metric_labels_as_dimensions: bool,
     pub timeout_seconds: f64,
+    /// One deadline for a whole export run (every request, retry and wait). Defaults to 60.
+    pub export_deadline_seconds: f64,
     pub max_retries: u32,
     pub retry_backoff_seconds: f64,
     pub stale_after_seconds: Option<f64>,
@@ -90,6 +96,13 @@ impl CloudC {
             );
         }
         let timeout_seconds = checks::timeout(r, 5.0, super::otlp::MAX_TIMEOUT_SECONDS);
+        let export_deadline_seconds = r.number_in(
+            "export_deadline_seconds",
+            60.0,
+            0.0,
+            true,
+            MAX_EXPORT_DEADLINE_SECONDS,
+        );
         let max_retries = checks::retries(r);
         let retry_backoff_seconds = checks::backoff(r);
         let stale_after_seconds = checks::stale(r);
@@ -116,6 +129,7 @@ impl CloudC {
             dimensions,
             include_metric_labels_as_dimensions,
             timeout_seconds,
+            export_deadline_seconds,
             max_retries,
             retry_backoff_seconds,
             stale_after_seconds,

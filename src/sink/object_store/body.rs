@@ -105,6 +105,8 @@ pub struct Sidecar<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bodies {
     pub primary: Vec<u8>,
+    /// Bytes of the primary body before compression.
+    pub plain_len: usize,
     pub sidecar: Option<Vec<u8>>,
     /// `x-amz-meta-*` pairs (name without the prefix) of the primary object.
     pub metadata: Vec<(String, String)>,
@@ -123,6 +125,7 @@ pub fn build(
         ObjectFormat::Payload => Ok(env.payload.json().as_bytes().to_vec()),
     }
     .map_err(|e| format!("encode object: {e}"))?;
+    let plain_len = json.len();
     let primary = encode(cfg, json)?;
     check_size(cfg, "object", primary.len())?;
 
@@ -188,6 +191,7 @@ pub fn build(
     };
     Ok(Bodies {
         primary,
+        plain_len,
         sidecar,
         metadata,
     })

@@ -8,9 +8,17 @@
 //! in and ureq selects it explicitly, so a bad certificate is an ordinary error.
 //!
 //! Errors never contain a secret, a signature or a credential-bearing URL (endpoints with
-//! credentials are rejected by config validation; the Authorization header is never printed).
+//! credentials are rejected by config validation; the Authorization header is never printed),
+//! and whatever the store says is scrubbed of every secret the request carried (key id,
+//! secret, session token, signature) before it is kept: an error document may quote the
+//! request.
+//!
+//! Answers are classified by their status first: a body over the bound is cut, never a reason
+//! to lose the status (a 500 with a huge body is still a 500, retried; a 2xx PUT whose body is
+//! huge still stored the object).
 
 use std::fmt;
+use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,12 +28,13 @@ use ureq::unversioned::transport::DefaultConnector;
 use ureq::Agent;
 
 use super::config::{endpoint_problem, AddressingStyle, ObjectStoreConfig};
+pub use super::error::S3Error;
+use super::error::{classify, read_failure};
 use super::resolver::CachingResolver;
 use crate::aws::credentials::Credentials;
 use crate::aws::provider::Provider;
 use crate::aws::{endpoint_override, sigv4, Env};
-use crate::sink::FailureClass;
-use crate::text::peer::PeerText;
+use crate::text::secrets::Secrets;
 
 /// Largest error or GET body read into memory.
 const MAX_ERROR_BODY: u64 = 64 * 1024;
@@ -96,111 +105,6 @@ pub fn resolve_region(cfg: &ObjectStoreConfig, env: &dyn Env) -> String {
                 && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
         })
         .unwrap_or_else(|| DEFAULT_REGION.to_string())
-}
-
-/// A failed request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum S3Error {
-    /// The service answered with a non-success status; `code` is the S3 error code when the
-    /// body carried one. `code` and `message` are the server's text, kept whole for
-    /// classification and shown through [`PeerText`] (bounded, escaped).
-    Status {
-        status: u16,
-        code: String,
-        message: String,
-    },
-    /// The request did not complete within the timeout (the write may have happened).
-    Timeout(String),
-    /// Connection refused, reset, DNS failure, broken response: the service is unavailable
-    /// (the write may have happened).
-    Unavailable(String),
-    /// TLS handshake or certificate failure.
-    Tls(String),
-    /// No valid credentials to sign with (temporary ones expired and the refresh is
-    /// failing); nothing was sent.
-    Credentials(String),
-    /// Anything else (bad request construction, unreadable CA file).
-    Other(String),
-}
-
-impl S3Error {
-    /// The error of a non-success answer: its status and the `Code` and `Message` of the S3
-    /// error document in its body (message cut to 200 characters). The service's text is kept
-    /// as sent, for classification; Display escapes and bounds it. Also the fuzzing entry point
-    /// of the error XML (`fuzz/fuzz_targets/s3_error.rs`).
-    pub fn from_answer(status: u16, body: &[u8]) -> S3Error {
-        let text = String::from_utf8_lossy(body);
-        S3Error::Status {
-            status,
-            code: xml_field(&text, "Code").unwrap_or_default(),
-            message: xml_field(&text, "Message")
-                .map(|m| m.chars().take(200).collect())
-                .unwrap_or_default(),
-        }
-    }
-
-    /// HTTP 412: a conditional create found the key.
-    pub fn is_precondition_failed(&self) -> bool {
-        matches!(self, S3Error::Status { status: 412, .. })
-    }
-
-    /// Destination-unavailable or ambiguous: worth retrying the same request in the sink.
-    /// 409 is a conditional-write conflict (a concurrent writer of the key); 408, 429 and 5xx
-    /// are the service asking to come back.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            S3Error::Timeout(_) | S3Error::Unavailable(_) => true,
-            S3Error::Status { status, .. } => {
-                matches!(status, 408 | 409 | 429) || (500..600).contains(status)
-            }
-            S3Error::Tls(_) | S3Error::Credentials(_) | S3Error::Other(_) => false,
-        }
-    }
-
-    /// Rejections tied to this object's size or key: redelivery cannot help.
-    pub fn permanent_class(&self) -> Option<FailureClass> {
-        match self {
-            S3Error::Status {
-                status: 400, code, ..
-            } => match code.as_str() {
-                "EntityTooLarge" | "MetadataTooLarge" => Some(FailureClass::TooLarge),
-                "KeyTooLongError" => Some(FailureClass::InvalidKey),
-                _ => None,
-            },
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for S3Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            S3Error::Status {
-                status,
-                code,
-                message,
-            } => {
-                write!(f, "status {status}")?;
-                // The service's words, bounded and escaped: they reach logs and DLQ records.
-                if !code.is_empty() {
-                    write!(f, " {}", PeerText::with_limit(code, 64))?;
-                }
-                if !message.is_empty() {
-                    write!(f, ": {}", PeerText::new(message))?;
-                }
-                if *status == 403 {
-                    write!(f, " (check the credentials and the bucket policy)")?;
-                }
-                Ok(())
-            }
-            S3Error::Timeout(d) => write!(f, "timeout: {d}"),
-            // Transport errors can quote what the peer sent (a malformed status line).
-            S3Error::Unavailable(d) => write!(f, "destination unavailable: {}", PeerText::new(d)),
-            S3Error::Tls(d) => write!(f, "tls: {d}"),
-            S3Error::Credentials(d) => write!(f, "no valid credentials: {d}"),
-            S3Error::Other(d) => write!(f, "{d}"),
-        }
-    }
 }
 
 /// A successful response.
@@ -431,7 +335,23 @@ impl S3Client {
                 .map_err(|e| S3Error::Other(format!("build request: {e}")))?;
             self.agent.run(req)
         };
-        let mut resp = result.map_err(classify)?;
+        // What the request carried that a peer could quote back; built on error paths only.
+        let secrets = || {
+            let mut s = Secrets::of([
+                creds.access_key_id.as_str(),
+                creds.secret_access_key.as_str(),
+            ]);
+            if let Some(t) = &creds.session_token {
+                s.add(t);
+            }
+            for (k, v) in &signed.headers {
+                if k.eq_ignore_ascii_case("authorization") {
+                    s.add_authorization(v);
+                }
+            }
+            s
+        };
+        let mut resp = result.map_err(|e| classify(e).hidden(&secrets()))?;
         let status = resp.status().as_u16();
         let headers: Vec<(String, String)> = if response_headers == ResponseHeaders::Keep {
             resp.headers()
@@ -448,25 +368,35 @@ impl S3Client {
         };
         let ok = (200..300).contains(&status);
         let limit = if ok { body_limit } else { MAX_ERROR_BODY };
-        // Reading the body to its end is what lets the pool reuse the connection.
-        let body = if method == Method::HEAD {
-            Vec::new()
-        } else {
+        let mut body = Vec::new();
+        if method != Method::HEAD {
+            // One byte more than the bound tells a body at the bound from one over it. Reading
+            // the body to its end is what lets the pool reuse the connection; a body over the
+            // bound is left unread and its connection closed.
             resp.body_mut()
-                .with_config()
-                .limit(limit)
-                .read_to_vec()
-                .map_err(classify)?
-        };
-        if ok {
-            Ok(Reply {
-                status,
-                headers,
-                body,
-            })
-        } else {
-            Err(S3Error::from_answer(status, &body))
+                .as_reader()
+                .take(limit.saturating_add(1))
+                .read_to_end(&mut body)
+                .map_err(|e| read_failure(status, e).hidden(&secrets()))?;
         }
+        let over = body.len() as u64 > limit;
+        if over {
+            body.truncate(limit as usize);
+        }
+        if !ok {
+            // The status decides; the body only gives the words. Scrubbed whole, then cut.
+            let lossy = String::from_utf8_lossy(&body);
+            let scrubbed = secrets().scrub(&lossy).into_owned();
+            return Err(S3Error::from_answer(status, scrubbed.as_bytes()));
+        }
+        if over && method == Method::GET {
+            return Err(S3Error::BodyTooLarge { status, limit });
+        }
+        Ok(Reply {
+            status,
+            headers,
+            body,
+        })
     }
 
     /// PUT of one object with the given (signed) headers; `Ok` is the 2xx status.
@@ -531,44 +461,11 @@ fn not_found_as_none(r: Result<Reply, S3Error>) -> Result<Option<Reply>, S3Error
     }
 }
 
-/// Sorts transport errors into the classes the sink acts on.
-fn classify(e: ureq::Error) -> S3Error {
-    use ureq::Error as E;
-    match e {
-        E::Timeout(t) => S3Error::Timeout(format!("{t} timed out")),
-        E::Io(io) => match io.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
-            Some(tls) => S3Error::Tls(format!("rustls: {tls}")),
-            None => S3Error::Unavailable(io.to_string()),
-        },
-        E::ConnectionFailed | E::HostNotFound | E::Protocol(_) => {
-            S3Error::Unavailable(e.to_string())
-        }
-        E::Rustls(t) => S3Error::Tls(t.to_string()),
-        E::Tls(t) => S3Error::Tls(t.to_string()),
-        E::BodyExceedsLimit(n) => S3Error::Other(format!("response body over {n} bytes")),
-        other => S3Error::Other(other.to_string()),
-    }
-}
-
-/// The text of the first `<name>` element, unescaped for the five XML entities.
-fn xml_field(text: &str, name: &str) -> Option<String> {
-    let open = format!("<{name}>");
-    let close = format!("</{name}>");
-    let start = text.find(&open)? + open.len();
-    let end = start + text[start..].find(&close)?;
-    Some(
-        text[start..end]
-            .replace("&lt;", "<")
-            .replace("&gt;", ">")
-            .replace("&quot;", "\"")
-            .replace("&apos;", "'")
-            .replace("&amp;", "&"),
-    )
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::error::xml_field;
     use super::*;
+    use crate::sink::FailureClass;
 
     fn client(endpoint: Endpoint, bucket: &str, style: AddressingStyle) -> S3Client {
         S3Client::new(
@@ -854,5 +751,93 @@ mod tests {
         server.join().unwrap();
         let shown = err.to_string();
         assert!(!shown.contains('\n') && shown.len() < 1024, "{shown}");
+    }
+
+    /// A fake S3 endpoint answering one request with `status`, a declared body of 1 GiB that
+    /// starts with `start`, and then as many bytes as the client reads.
+    fn endless_endpoint(
+        status: u16,
+        start: &'static [u8],
+    ) -> (Endpoint, std::thread::JoinHandle<()>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let (mut line, mut length) = (String::new(), 0usize);
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                if line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0u8; length];
+            let _ = reader.read_exact(&mut body);
+            let mut out = stream;
+            let head = format!(
+                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n\r\n",
+                1u64 << 30
+            );
+            let _ = out.write_all(head.as_bytes());
+            let _ = out.write_all(start);
+            let chunk = vec![b'z'; 64 * 1024];
+            // Until the client hangs up.
+            while out.write_all(&chunk).is_ok() {}
+        });
+        let endpoint = Endpoint {
+            https: false,
+            authority: format!("127.0.0.1:{port}"),
+            default: false,
+        };
+        (endpoint, server)
+    }
+
+    #[test]
+    fn a_large_body_never_hides_the_status() {
+        // A 500 with a gigabyte of body: still a 500 (retried in the sink), with an excerpt.
+        let (endpoint, server) = endless_endpoint(500, b"upstream exploded; ");
+        let err = client(endpoint, "b", AddressingStyle::Path)
+            .put_object("k", b"x", &[])
+            .unwrap_err();
+        server.join().unwrap();
+        assert!(
+            matches!(&err, S3Error::Status { status: 500, code, .. } if code.is_empty()),
+            "{err}"
+        );
+        assert!(err.is_retryable());
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with("status 500: upstream exploded; zzz"),
+            "{shown}"
+        );
+        assert!(shown.len() < 400, "{shown}");
+
+        // A 2xx PUT whose body is large: the object is stored.
+        let (endpoint, server) = endless_endpoint(200, b"");
+        let status = client(endpoint, "b", AddressingStyle::Path)
+            .put_object("k", b"x", &[])
+            .unwrap();
+        server.join().unwrap();
+        assert_eq!(status, 200);
+
+        // A GET over its bound: a clear, non-retryable error.
+        let (endpoint, server) = endless_endpoint(200, b"");
+        let err = client(endpoint, "b", AddressingStyle::Path)
+            .get_object("k", 1000)
+            .unwrap_err();
+        server.join().unwrap();
+        assert_eq!(
+            err,
+            S3Error::BodyTooLarge {
+                status: 200,
+                limit: 1000
+            }
+        );
+        assert_eq!(err.to_string(), "status 200: answer body over 1000 bytes");
+        assert!(!err.is_retryable());
     }
 }

@@ -32,10 +32,11 @@
 pub mod body;
 pub mod client;
 pub mod config;
+pub mod error;
+pub mod existing;
 pub mod layout;
 pub mod resolver;
 
-use std::io::Read;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -51,7 +52,7 @@ use crate::sink::{FailureClass, Sink, SinkError, WriteOutcome};
 use crate::aws::chain;
 use crate::aws::{Env, ProcessEnv};
 use client::{ClientOptions, S3Client, S3Error};
-use config::{Compression, DuplicatePolicy, ObjectFormat, ObjectStoreConfig};
+use config::{Compression, DuplicatePolicy, ObjectStoreConfig};
 
 const KIND: &str = "object_store";
 
@@ -323,13 +324,18 @@ impl Shared {
 
     /// `fail_existing` found the key taken. The stored object may be this very message,
     /// written by an earlier attempt whose answer was lost (timeout, runner killed before the
-    /// ACK): then it is already durable. Anything else is the permanent duplicate error.
+    /// ACK): then it is already durable. Anything else is the permanent duplicate error, with
+    /// the reason. The stored object is read bounded and never parsed into a tree
+    /// ([`existing`]).
     fn existing_verdict(&self, key: &str, p: &Prepared, ours: &[u8]) -> WriteOutcome {
-        let duplicate = || {
+        let duplicate = |why: &str| {
             WriteOutcome::Permanent(
                 SinkError::new(
                     KIND,
-                    format!("put {key}: key already exists (duplicate_policy fail_existing)"),
+                    format!(
+                        "put {key}: key already exists and {why} (duplicate_policy \
+                         fail_existing)"
+                    ),
                 )
                 .classified(FailureClass::DuplicateExists),
             )
@@ -343,42 +349,25 @@ impl Shared {
                     format!("put {key}: precondition failed but the object is gone"),
                 ))
             }
+            // Our own object is never larger than `max_object_bytes`.
+            Err(S3Error::BodyTooLarge { limit, .. }) => {
+                return duplicate(&format!("the stored object is over {limit} bytes"))
+            }
             Err(e) => return self.failure(&format!("get {key} after precondition failure"), e),
         };
-        if stored == ours || self.same_message(&stored, p) {
-            WriteOutcome::AlreadyDurable
-        } else {
-            duplicate()
+        if stored == ours {
+            return WriteOutcome::AlreadyDurable;
         }
-    }
-
-    /// True when a stored envelope-format body holds the same message (stream, sequence and
-    /// payload digest). Payload-format bodies are compared byte for byte by the caller.
-    fn same_message(&self, stored: &[u8], p: &Prepared) -> bool {
-        if self.cfg.object_format != ObjectFormat::Envelope {
-            return false;
+        let identity = existing::Ours {
+            stream: &p.stream,
+            stream_sequence: p.stream_sequence,
+            payload_sha256: &p.payload_sha256,
+            plain_len: p.bodies.plain_len,
+        };
+        match existing::same_message(&self.cfg, &stored, &identity) {
+            Ok(()) => WriteOutcome::AlreadyDurable,
+            Err(why) => duplicate(&why),
         }
-        let json = match self.cfg.compression {
-            Compression::None => stored.to_vec(),
-            Compression::Gzip => {
-                let mut out = Vec::new();
-                let limit = self.cfg.max_object_bytes.saturating_mul(64);
-                if flate2::read::GzDecoder::new(stored)
-                    .take(limit)
-                    .read_to_end(&mut out)
-                    .is_err()
-                {
-                    return false;
-                }
-                out
-            }
-        };
-        let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&json) else {
-            return false;
-        };
-        doc["stream"] == p.stream.as_str()
-            && doc["stream_sequence"] == p.stream_sequence
-            && doc["payload_info"]["sha256"] == p.payload_sha256.as_str()
     }
 
     /// One put, retried in place for retryable failures up to `max_retries`.
@@ -463,39 +452,67 @@ impl Sink for ObjectStoreSink {
 
     /// Proves the bucket is reachable and writable: a conditional put of a probe object under
     /// `<prefix>/_svc-check/` (outside every event namespace) with the same headers as event
-    /// objects (content type, encryption), then its delete.
+    /// objects (content type, encryption), then its delete. The probe is put twice: the
+    /// second, conditional put must be refused (412), or the store ignores `If-None-Match`,
+    /// and the duplicate policies that rely on it (`skip_existing`, `fail_existing`) would
+    /// silently overwrite objects; the sink is then not usable with them.
     fn check(&self) -> Result<String, SinkError> {
+        let cfg = &self.shared.cfg;
+        let client = &self.shared.client;
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let key = layout::probe_key(&self.shared.cfg, &format!("{}-{nanos}", std::process::id()));
+        let key = layout::probe_key(cfg, &format!("{}-{nanos}", std::process::id()));
         let doc = serde_json::json!({
             "schema": "svc.objectstore.probe.v1",
             "purpose": "svc test-sink write check; safe to delete",
         });
         let json = serde_json::to_vec(&doc).unwrap_or_default();
-        let bytes = match self.shared.cfg.compression {
+        let bytes = match cfg.compression {
             Compression::Gzip => body::gzip(&json).unwrap_or_default(),
             Compression::None => json,
         };
-        let mut headers = body::common_headers(&self.shared.cfg, true);
+        let mut headers = body::common_headers(cfg, true);
         headers.push(("if-none-match".into(), "*".into()));
-        self.shared
-            .client
-            .put_object(&key, &bytes, &headers)
-            .map_err(|e| {
-                SinkError::new(KIND, format!("{}: put probe {key}: {e}", self.description))
-            })?;
-        match self.shared.client.delete_object(&key) {
-            Ok(()) => Ok(format!(
-                "{} is reachable and writable (probe object {key} written and deleted)",
+        client.put_object(&key, &bytes, &headers).map_err(|e| {
+            SinkError::new(KIND, format!("{}: put probe {key}: {e}", self.description))
+        })?;
+        let conditional = match client.put_object(&key, &bytes, &headers) {
+            Err(e) if e.is_precondition_failed() => Ok(()),
+            Ok(status) => Err(format!(
+                "the store answered {status} to a second conditional put (If-None-Match: *) of \
+                 probe {key}: it ignores conditional writes"
+            )),
+            Err(e) => Err(format!(
+                "the second conditional put of probe {key} was not refused with 412: {e}"
+            )),
+        };
+        let deleted = match client.delete_object(&key) {
+            Ok(()) => "deleted".to_string(),
+            Err(e) => format!(
+                "deleting it failed: {e}; it lies outside the event namespace and may be \
+                 removed by hand"
+            ),
+        };
+        match (conditional, cfg.duplicate_policy) {
+            (Ok(()), _) => Ok(format!(
+                "{} is reachable and writable, and refuses to overwrite (probe object {key} \
+                 written, a second conditional put refused with 412; {deleted})",
                 self.description
             )),
-            Err(e) => Ok(format!(
-                "{} is reachable and writable (probe object {key} written; deleting it failed: \
-                 {e}; it lies outside the event namespace and may be removed by hand)",
+            (Err(why), DuplicatePolicy::Replace) => Ok(format!(
+                "{} is reachable and writable (probe object {key} written; {deleted}); note: \
+                 {why}, which duplicate_policy replace does not rely on",
                 self.description
+            )),
+            (Err(why), policy) => Err(SinkError::new(
+                KIND,
+                format!(
+                    "{}: {why}; duplicate_policy {policy} relies on them (use a store that \
+                     honours If-None-Match, or duplicate_policy replace); probe {deleted}",
+                    self.description
+                ),
             )),
         }
     }

@@ -1,0 +1,235 @@
+//! Secrets a request carried (keys, tokens, signatures), hidden from anything a peer says
+//! back before it is shown: a store's error document, a metadata endpoint's answer, a
+//! receiver's rejection can quote the request, headers included.
+//!
+//! Rules, each from a leak seen with a hostile peer:
+//! - scrub the whole text first, cut it for display afterwards: a cut first can leave all but
+//!   the last characters of a secret behind, and the cut prefix no longer matches;
+//! - hide whole values and their parts in one pass over the original text (overlapping matches
+//!   merge), so replacing a part (a key id inside an `Authorization` value) never stops the
+//!   whole value from matching;
+//! - hide the forms a peer may echo a value in: JSON-escaped (`\/`), percent-encoded,
+//!   XML-escaped, in any ASCII letter case (hex signatures and `%2f` come back either way).
+
+use std::borrow::Cow;
+
+/// What a hidden value prints as.
+pub const REDACTED: &str = "<redacted>";
+
+/// Values shorter than this are not hidden: no real key, token or signature is that short,
+/// and hiding a two-letter value would garble every text it occurs in.
+const MIN_CHARS: usize = 4;
+
+/// A set of secret values and the forms they may be echoed in. Cheap to build; only error
+/// paths build one.
+#[derive(Clone, Default)]
+pub struct Secrets {
+    /// Lower-cased forms to hide.
+    forms: Vec<String>,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secrets({} forms)", self.forms.len())
+    }
+}
+
+impl Secrets {
+    pub fn new() -> Secrets {
+        Secrets::default()
+    }
+
+    /// The set of `values` (see [`Secrets::add`]).
+    pub fn of<'a>(values: impl IntoIterator<Item = &'a str>) -> Secrets {
+        let mut s = Secrets::new();
+        for v in values {
+            s.add(v);
+        }
+        s
+    }
+
+    /// Hides `value` and its escaped forms.
+    pub fn add(&mut self, value: &str) {
+        if value.chars().count() < MIN_CHARS {
+            return;
+        }
+        for form in [
+            value.to_string(),
+            json_escaped(value),
+            percent_encoded(value),
+            xml_escaped(value),
+        ] {
+            let form = form.to_ascii_lowercase();
+            if !self.forms.contains(&form) {
+                self.forms.push(form);
+            }
+        }
+    }
+
+    /// Hides an `Authorization` header value, its credential (after the scheme word), and for
+    /// SigV4 the access key id and the signature on their own.
+    pub fn add_authorization(&mut self, value: &str) {
+        self.add(value);
+        if let Some((_, credential)) = value.split_once(' ') {
+            self.add(credential.trim());
+        }
+        for part in value.split([',', ' ']) {
+            if let Some(scope) = part.strip_prefix("Credential=") {
+                self.add(scope.split('/').next().unwrap_or_default());
+            } else if let Some(sig) = part.strip_prefix("Signature=") {
+                self.add(sig);
+            }
+        }
+    }
+
+    /// Hides every value of `other` too.
+    pub fn extend(&mut self, other: &Secrets) {
+        for f in &other.forms {
+            if !self.forms.contains(f) {
+                self.forms.push(f.clone());
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.forms.is_empty()
+    }
+
+    /// `text` with every occurrence of a hidden value replaced by [`REDACTED`]. Overlapping
+    /// and adjacent occurrences become one `<redacted>`.
+    pub fn scrub<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        if self.forms.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        // Lower-casing ASCII keeps every byte offset and char boundary of `text`.
+        let lower = text.to_ascii_lowercase();
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        for form in &self.forms {
+            let mut from = 0;
+            while let Some(i) = lower[from..].find(form.as_str()) {
+                ranges.push((from + i, from + i + form.len()));
+                // Invariant: a form is non-empty, so the search moves on.
+                from += i + 1;
+                while !lower.is_char_boundary(from) {
+                    from += 1;
+                }
+            }
+        }
+        if ranges.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        ranges.sort_unstable();
+        let mut out = String::with_capacity(text.len());
+        let mut shown_to = 0;
+        let mut iter = ranges.into_iter().peekable();
+        while let Some((start, mut end)) = iter.next() {
+            while let Some(&(s, e)) = iter.peek() {
+                if s > end {
+                    break;
+                }
+                end = end.max(e);
+                iter.next();
+            }
+            out.push_str(&text[shown_to..start]);
+            out.push_str(REDACTED);
+            shown_to = end;
+        }
+        out.push_str(&text[shown_to..]);
+        Cow::Owned(out)
+    }
+}
+
+/// Replaces every value of `secrets` (and its escaped forms) in `text` by `<redacted>`.
+pub fn scrub(text: &str, secrets: &[&str]) -> String {
+    Secrets::of(secrets.iter().copied())
+        .scrub(text)
+        .into_owned()
+}
+
+/// The value as a JSON string body, with `/` escaped as `\/` (as PHP and some Java encoders
+/// write it).
+fn json_escaped(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 8);
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '/' => out.push_str("\\/"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// RFC 3986 percent-encoding of everything but the unreserved characters.
+fn percent_encoded(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 8);
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02x}"));
+        }
+    }
+    out
+}
+
+fn xml_escaped(value: &str) -> String {
+    value
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "IQoJb3JpZ2luX2VjE/Nz+abc=";
+
+    #[test]
+    fn every_echoed_form_is_hidden() {
+        let s = Secrets::of([TOKEN]);
+        for echoed in [
+            TOKEN.to_string(),
+            TOKEN.replace('/', "\\/"),
+            "IQoJb3JpZ2luX2VjE%2FNz%2Babc%3D".to_string(),
+            "iqojb3jpz2lux2vje%2fnz%2babc%3d".to_string(),
+            TOKEN.to_ascii_uppercase(),
+        ] {
+            let text = format!("before {echoed} after");
+            assert_eq!(s.scrub(&text), "before <redacted> after", "{echoed}");
+        }
+        assert!(matches!(s.scrub("nothing here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn whole_values_and_parts_in_one_pass() {
+        let auth =
+            "AWS4-HMAC-SHA256 Credential=AKIAEXAMPLE123/20260101/eu-west-1/s3/aws4_request, \
+                    SignedHeaders=host, Signature=0123456789abcdef0123";
+        let mut s = Secrets::new();
+        s.add("eu-west-1");
+        s.add_authorization(auth);
+        assert_eq!(s.scrub(&format!("got [{auth}]")), "got [<redacted>]");
+        assert_eq!(
+            s.scrub("key AKIAEXAMPLE123 sig 0123456789ABCDEF0123"),
+            "key <redacted> sig <redacted>"
+        );
+        // Parts overlapping or touching merge into one marker.
+        assert_eq!(s.scrub("AKIAEXAMPLE123AKIAEXAMPLE123"), "<redacted>");
+    }
+
+    #[test]
+    fn short_values_and_non_ascii_text() {
+        let s = Secrets::of(["s", "", "tökén-1"]);
+        assert_eq!(
+            s.scrub("status ünïcode TÖKÉN-1 tökén-1"),
+            "status ünïcode TÖKÉN-1 <redacted>"
+        );
+        assert_eq!(scrub("a-secret-value!", &["secret-value"]), "a-<redacted>!");
+    }
+}
