@@ -25,16 +25,12 @@ use serde_json::json;
 use util::*;
 
 fn tls_server_config(dir: &Path) -> Arc<rustls::ServerConfig> {
-    let certs = rustls_pemfile::certs(&mut BufReader::new(
-        std::fs::File::open(dir.join("server.pem")).unwrap(),
-    ))
-    .collect::<Result<Vec<_>, _>>()
-    .unwrap();
-    let key = rustls_pemfile::private_key(&mut BufReader::new(
-        std::fs::File::open(dir.join("server.key")).unwrap(),
-    ))
-    .unwrap()
-    .unwrap();
+    use rustls::pki_types::pem::PemObject;
+    let certs = rustls::pki_types::CertificateDer::pem_file_iter(dir.join("server.pem"))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap();
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))

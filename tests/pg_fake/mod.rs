@@ -51,20 +51,14 @@ impl Fake {
     /// Like [`Fake::start`], but the fake answers the SSLRequest with `S` and serves the
     /// session over TLS with the certificate made by [`make_certs`] in `cert_dir`.
     pub fn start_tls(cert_dir: &Path, script: impl FnOnce(&mut Peer) + Send + 'static) -> Fake {
-        let certs: Vec<_> = rustls_pemfile::certs(
-            &mut std::fs::read(cert_dir.join("server.pem"))
+        use rustls::pki_types::pem::PemObject;
+        let certs: Vec<_> =
+            rustls::pki_types::CertificateDer::pem_file_iter(cert_dir.join("server.pem"))
                 .unwrap()
-                .as_slice(),
-        )
-        .map(|c| c.unwrap())
-        .collect();
-        let key = rustls_pemfile::private_key(
-            &mut std::fs::read(cert_dir.join("server.key"))
-                .unwrap()
-                .as_slice(),
-        )
-        .unwrap()
-        .unwrap();
+                .map(|c| c.unwrap())
+                .collect();
+        let key =
+            rustls::pki_types::PrivateKeyDer::from_pem_file(cert_dir.join("server.key")).unwrap();
         let config = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
@@ -544,10 +538,8 @@ pub fn make_certs(dir: &Path) {
 
 /// SHA-256 of the DER of `dir/server.pem`: its `tls-server-end-point` hash (ECDSA with SHA-256).
 pub fn cert_hash(dir: &Path) -> Vec<u8> {
-    let der = rustls_pemfile::certs(&mut std::fs::read(dir.join("server.pem")).unwrap().as_slice())
-        .next()
-        .unwrap()
-        .unwrap();
+    use rustls::pki_types::pem::PemObject;
+    let der = rustls::pki_types::CertificateDer::from_pem_file(dir.join("server.pem")).unwrap();
     digest::digest(&digest::SHA256, der.as_ref())
         .as_ref()
         .to_vec()

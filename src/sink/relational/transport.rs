@@ -12,6 +12,9 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+
 use super::codec::{Msg, SSL_REQUEST_CODE};
 use super::error::{io_err, DbError};
 use super::wire::ConnectParams;
@@ -201,7 +204,7 @@ pub fn tls_client_config(
             let pem = std::fs::read(path)
                 .map_err(|e| format!("read tls_ca_file {}: {e}", path.display()))?;
             let mut added = 0;
-            for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+            for cert in CertificateDer::pem_slice_iter(&pem) {
                 let cert = cert
                     .map_err(|e| format!("tls_ca_file {}: not valid pem: {e}", path.display()))?;
                 roots
@@ -217,9 +220,11 @@ pub fn tls_client_config(
             }
         }
         None => {
-            let certs = rustls_native_certs::load_native_certs()
-                .map_err(|e| format!("load the system trust store: {e}"))?;
-            let (_, _ignored) = roots.add_parsable_certificates(certs);
+            let native = rustls_native_certs::load_native_certs();
+            if let (true, Some(e)) = (native.certs.is_empty(), native.errors.first()) {
+                return Err(format!("load the system trust store: {e}"));
+            }
+            let (_, _ignored) = roots.add_parsable_certificates(native.certs);
             if roots.is_empty() {
                 return Err("the system trust store holds no usable certificate".into());
             }
