@@ -93,6 +93,7 @@ fn main() {
                 published_unix_nanos: None,
                 headers: Vec::new(),
                 data: vec![b'x'; 200],
+                unreadable: None,
             };
             DeadLetter::build(&raw, &failure, 0, &cfg)
         })

@@ -56,6 +56,7 @@ fn batches(n: usize) -> Vec<Vec<svc::message::envelope::Envelope>> {
                     published_unix_nanos: Some(1_700_000_000_000_000_000),
                     headers: vec![("Nats-Msg-Id".into(), format!("m-{seq}"))],
                     data: payload.clone().into_bytes(),
+                    unreadable: None,
                 },
                 1_700_000_001_000_000_000,
                 &EnvelopeConfig::default(),

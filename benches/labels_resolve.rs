@@ -36,6 +36,7 @@ fn main() {
             ("Svc-Security-Labels".into(), profile.into()),
         ],
         data: br#"{"order":42,"amount":"12.30","currency":"EUR","items":[1,2,3]}"#.to_vec(),
+        unreadable: None,
     };
     let env_cfg = EnvelopeConfig::default();
     let meta_cfg = MessageMetadataConfig::default();

@@ -159,6 +159,7 @@ fn main() {
                 published_unix_nanos: Some(1_700_000_000_000_000_000),
                 headers: vec![],
                 data: support::body(seq as usize, 205),
+                unreadable: None,
             },
             1_700_000_001_000_000_000,
             &EnvelopeConfig::default(),

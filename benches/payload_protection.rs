@@ -91,6 +91,7 @@ fn raw(i: usize, headers: Vec<(String, String)>) -> RawMessage {
         published_unix_nanos: Some(1_700_000_000_000_000_000),
         headers,
         data: support::body(i, SIZE),
+        unreadable: None,
     }
 }
 

@@ -51,6 +51,7 @@ fn sink_alone(db: &BenchDb, n: usize) -> f64 {
                     published_unix_nanos: None,
                     headers: vec![],
                     data: support::body(i, SIZE),
+                    unreadable: None,
                 },
                 svc::message::envelope::now_unix_nanos(),
                 &EnvelopeConfig::default(),

@@ -592,6 +592,7 @@ fn a_protocol_error_inside_a_batch_is_never_followed_by_rollback_or_terminate() 
             published_unix_nanos: None,
             headers: Vec::new(),
             data: b"{}".to_vec(),
+            unreadable: None,
         },
         svc::message::envelope::now_unix_nanos(),
         &svc::message::envelope::EnvelopeConfig::default(),

@@ -30,6 +30,7 @@ fn raw(seq: u64) -> RawMessage {
         published_unix_nanos: None,
         headers: vec![("Svc-Security-Labels".into(), "{\"x\":\"OFFENDING\"}".into())],
         data: b"secret payload body".to_vec(),
+        unreadable: None,
     }
 }
 
@@ -867,4 +868,73 @@ fn hostile_publisher_inputs_are_settled_with_their_reasons() {
     let snapshot: Value = serde_json::from_slice(&std::fs::read(&snap).unwrap()).unwrap();
     let ages = &snapshot["summaries"]["event_age_at_receive_seconds"];
     assert!(ages["max"].as_f64().unwrap() < 3600.0, "{ages}");
+}
+
+/// Messages the published `nats` crate could not parse (it dropped the connection, the runner
+/// reconnected every AckWait and never saw them or anything behind them): each is settled
+/// with its reason, or delivered when it can be read, and the message behind them arrives.
+#[test]
+fn messages_the_client_could_not_parse_no_longer_stop_delivery() {
+    let (server, dir) = setup();
+    server.create_stream("DLQ", &[DLQ_SUBJECT]);
+    let long = format!("orders.{}", "l".repeat(4_070));
+    let nbsp = "orders.caf\u{e9}\u{a0}menu";
+    server.raw_publish(b"orders.x", &[(b"X-Bad", b"\xff\xfe")], br#"{"n":1}"#);
+    server.raw_publish_block(b"orders.x", b"NATS/1.0\r\nno colon\r\n\r\n", br#"{"n":2}"#);
+    server.raw_publish(b"orders.\xffx", &[], br#"{"n":3}"#);
+    server.raw_publish(nbsp.as_bytes(), &[], br#"{"n":4}"#);
+    server.raw_publish(long.as_bytes(), &[], br#"{"n":5}"#);
+    let twice: &[(&[u8], &[u8])] = &[(b"X-Note", b"Nats-Msg-Id"), (b"Nats-Msg-Id", b"m-6")];
+    server.raw_publish(b"orders.x", twice, br#"{"n":6}"#);
+    server.raw_publish(b"orders.x", &[(b"Status", b"404")], b"");
+    server.raw_publish(b"orders.ok", &[], br#"{"n":8}"#);
+    wait_until(Duration::from_secs(10), "8 stored", || {
+        server.stream_messages(STREAM) == 8
+    });
+    let cfg = config(
+        &server,
+        dir.path(),
+        json!({"dead_letter": {"enabled": true, "subject": DLQ_SUBJECT,
+                               "expected_stream": "DLQ", "publish_timeout_ms": 2000}}),
+    );
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "all 8 settled", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((8, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(15)).is_some());
+    let log = runner.log_text();
+    assert!(!log.contains("connection lost"), "{log}");
+    let dlq: Vec<(u64, String, String)> = dlq_records(&server)
+        .into_iter()
+        .map(|(_, v)| {
+            (
+                v["original"]["stream_sequence"].as_u64().unwrap(),
+                v["failure"]["reason"].as_str().unwrap().to_string(),
+                v["failure"]["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want = [
+        (1, "a header is not UTF-8"),
+        (2, "a header line has no ':'"),
+        (3, "the subject is not UTF-8"),
+        (
+            6,
+            "the broker and this client would read Nats-Msg-Id differently",
+        ),
+    ];
+    assert_eq!(dlq.len(), want.len(), "{dlq:?}");
+    for ((seq, reason, message), (want_seq, why)) in dlq.iter().zip(want) {
+        assert_eq!((*seq, reason.as_str()), (want_seq, "unreadable"));
+        assert_eq!(
+            message,
+            &format!("the message could not be read as sent: {why}")
+        );
+    }
+    let stored = records(&dir.path().join("out"));
+    assert_eq!(stored.keys().copied().collect::<Vec<_>>(), [4, 5, 7, 8]);
+    assert_eq!(stored[&4]["subject"], nbsp);
+    assert_eq!(stored[&5]["subject"], long.as_str());
 }

@@ -104,6 +104,7 @@ fn envelope(
             published_unix_nanos: Some(1_700_000_000_000_000_000),
             headers,
             data: data.to_vec(),
+            unreadable: None,
         },
         received,
         &EnvelopeConfig::default(),

@@ -181,6 +181,7 @@ fuzz_target!(|data: &[u8]| {
         published_unix_nanos: None,
         headers,
         data: payload.clone(),
+        unreadable: None,
     };
     let verifier = if sel & 32 != 0 {
         &f.required

@@ -75,6 +75,7 @@ fuzz_target!(|data: &[u8]| {
         published_unix_nanos: None,
         headers,
         data: Vec::new(),
+        unreadable: None,
     };
     match cfg.resolve(&msg) {
         Ok(meta) => {

@@ -218,6 +218,7 @@ fn seal_and_read(k: &Keys, sel: u8, mut data: &[u8]) {
         published_unix_nanos: Some(1_700_000_000_000_000_000),
         headers: vec![("Nats-Msg-Id".into(), "m-1".into())],
         data: data.to_vec(),
+        unreadable: None,
     };
     let (mut env, _) = normalize(&msg, 1_700_000_001_000_000_000, &EnvelopeConfig::default());
     let plain = env.payload.json().as_bytes().to_vec();

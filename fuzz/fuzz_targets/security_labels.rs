@@ -93,6 +93,7 @@ fuzz_target!(|data: &[u8]| {
         published_unix_nanos: None,
         headers: vec![(cfg.header.clone(), text.to_string())],
         data: Vec::new(),
+        unreadable: None,
     };
     let meta = MessageMetadata {
         priority: "normal".into(),

@@ -274,3 +274,10 @@ for i, doc in enumerate([
     '{"schema":"svc.envelope.v1","stream":"ORDERS","stream_sequence":7,"payload":{"order":42},"custody":{"alg":"sha256"}}',
 ]):
     put("canonical_json", f"{i}", doc)
+
+# nats_protocol: selector (bits 0-5 read size - 1, bit 6 publisher mode). Mode 0: a server's
+# stream; mode 1: a subject length byte, the subject, then a header block's lines.
+put("nats_protocol", "0", b'\x07' + b'INFO {"server_id":"x","host":"h","port":4222,"version":"2.9.10","max_payload":1048576,"proto":1,"client_id":1,"go":"go"}\r\nPING\r\nMSG a.b 1 _INBOX.x 2\r\n{}\r\nHMSG _INBOX.x 1 20 20\r\nNATS/1.0 408 Timeout\r\n\r\n\r\n')
+put("nats_protocol", "1", b'\x40' + bytes([8]) + b'orders.a' + b'Nats-Msg-Id: m-1\r\nX: y')
+put("nats_protocol", "2", b'\x41' + bytes([9]) + b'orders.\xff\xfe' + b'X-Note: Nats-Msg-Id\r\nNats-Msg-Id: real')
+put("nats_protocol", "3", b'\x7f' + bytes([14]) + 'orders.caf\u00e9\u00a0m'.encode() + b'no colon\r\n folded')

@@ -702,6 +702,7 @@ mod tests {
                 ("X-Big".into(), "b".repeat(2000)),
             ],
             data: br#"{"card":"4111111111111111"}"#.to_vec(),
+            unreadable: None,
         }
     }
 

@@ -345,19 +345,13 @@ pub fn next_delivery(
 ) -> Delivery {
     match sub.next_timeout(timeout) {
         Ok(m) => {
-            if let Some(status) = m
-                .headers
-                .as_ref()
-                .and_then(|h| h.get(nats::header::STATUS).cloned())
-            {
-                if m.data.is_empty() {
-                    let desc = m
-                        .headers
-                        .as_ref()
-                        .and_then(|h| h.get(nats::header::DESCRIPTION).cloned())
-                        .unwrap_or_default();
+            // A pull request's status comes on the version line of a message without an ack
+            // subject; a publisher's message always has one, and its `Status` header line is
+            // just a header (it once ended the pull request and the message was never seen).
+            if let (None, true, Some(h)) = (&m.reply, m.data.is_empty(), &m.headers) {
+                if let Some(status) = h.status() {
                     // Status and description are the broker's text.
-                    let why = format!("{status} {desc}");
+                    let why = format!("{status} {}", h.description().unwrap_or_default());
                     return Delivery::RequestEnded(PeerText::new(why.trim()).to_string());
                 }
             }
@@ -401,9 +395,11 @@ fn split(m: nats::Message, names: &mut DeliveryNames) -> Option<(RawMessage, Ack
         reply,
         data,
         headers,
+        unreadable,
         ..
     } = m;
     let headers = headers
+        .filter(|_| unreadable.is_none())
         .map(|h| {
             h.iter()
                 .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.clone())))
@@ -425,6 +421,7 @@ fn split(m: nats::Message, names: &mut DeliveryNames) -> Option<(RawMessage, Ack
         published_unix_nanos,
         headers,
         data,
+        unreadable,
     };
     Some((raw, handle, pending))
 }
@@ -639,3 +636,7 @@ mod tests {
         assert!(connect_delay(usize::MAX) <= Duration::from_secs(4));
     }
 }
+
+#[cfg(test)]
+#[path = "client_parser_tests.rs"]
+mod client_parser_tests;

@@ -36,6 +36,10 @@ pub struct RawMessage {
     /// broker's are).
     pub headers: Vec<(String, String)>,
     pub data: Vec<u8>,
+    /// What of the message the broker client could not read as sent (a subject that is not
+    /// UTF-8, a header block the broker would read differently); `svc-normalize` settles such
+    /// a message with this reason, and its `headers` are then empty.
+    pub unreadable: Option<&'static str>,
 }
 
 impl RawMessage {
@@ -469,6 +473,7 @@ mod tests {
                 ("Content-Type".into(), "application/json".into()),
             ],
             data: data.to_vec(),
+            unreadable: None,
         }
     }
 

@@ -1,6 +1,8 @@
-//! What one message may bring before anything is built from it: its headers are bounded in
-//! count and bytes, and the text every sink stores as text (subject, message id, kept headers)
-//! holds no U+0000, which no PostgreSQL text or `jsonb` string can hold.
+//! What one message may bring before anything is built from it: what the broker client could
+//! read of it as sent (`unreadable`: a subject that is not UTF-8, a header block the broker and
+//! the client would read differently), its headers bounded in count and bytes, and the text
+//! every sink stores as text (subject, message id, kept headers) without U+0000, which no
+//! PostgreSQL text or `jsonb` string can hold.
 //!
 //! Checked first in `svc-normalize`: a message over a bound is a permanent pre-sink failure
 //! with its own reason code (dead-lettered, then acknowledged), and the runner moves on. The
@@ -28,6 +30,8 @@ pub enum InputLimit {
     HeadersTooLarge(usize),
     /// The subject, the message id or a kept header holds U+0000.
     NulCharacter(NulIn),
+    /// The broker client could not read the message as sent; the reason is static text.
+    Unreadable(&'static str),
 }
 
 /// Where a U+0000 was found.
@@ -45,6 +49,7 @@ impl InputLimit {
             InputLimit::TooManyHeaders(_) => "too_many_headers",
             InputLimit::HeadersTooLarge(_) => "headers_too_large",
             InputLimit::NulCharacter(_) => "nul_character",
+            InputLimit::Unreadable(_) => "unreadable",
         }
     }
 
@@ -55,6 +60,7 @@ impl InputLimit {
             InputLimit::NulCharacter(NulIn::Subject) => "subject",
             InputLimit::NulCharacter(NulIn::MessageId) => "message_id",
             InputLimit::NulCharacter(NulIn::KeptHeader) => "envelope.keep_headers",
+            InputLimit::Unreadable(_) => "message",
         }
     }
 }
@@ -74,6 +80,9 @@ impl fmt::Display for InputLimit {
                 "{} holds U+0000, which no sink can store as text",
                 self.field()
             ),
+            InputLimit::Unreadable(why) => {
+                write!(f, "the message could not be read as sent: {why}")
+            }
         }
     }
 }
@@ -81,6 +90,9 @@ impl fmt::Display for InputLimit {
 /// Checks one message against the bounds (see the module docs). `keep_headers` are the
 /// header names the envelope keeps.
 pub fn check(raw: &RawMessage, keep_headers: &[String]) -> Result<(), InputLimit> {
+    if let Some(why) = raw.unreadable {
+        return Err(InputLimit::Unreadable(why));
+    }
     if raw.headers.len() > MAX_HEADERS {
         return Err(InputLimit::TooManyHeaders(raw.headers.len()));
     }
@@ -120,6 +132,7 @@ mod tests {
             published_unix_nanos: None,
             headers,
             data: Vec::new(),
+            unreadable: None,
         }
     }
 

@@ -483,6 +483,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             data: Vec::new(),
+            unreadable: None,
         }
     }
 

@@ -292,6 +292,7 @@ mod tests {
             published_unix_nanos: None,
             headers,
             data,
+            unreadable: None,
         }
     }
 

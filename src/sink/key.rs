@@ -131,6 +131,7 @@ mod tests {
                 published_unix_nanos: None,
                 headers,
                 data: b"{}".to_vec(),
+                unreadable: None,
             },
             0,
             &EnvelopeConfig::default(),

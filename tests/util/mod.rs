@@ -216,6 +216,20 @@ impl NatsServer {
     /// subject, header names and values that client libraries refuse. Returns once the server
     /// answered the PING behind it (the message was processed); panics on `-ERR`.
     pub fn raw_publish(&self, subject: &[u8], headers: &[(&[u8], &[u8])], data: &[u8]) {
+        let mut head = b"NATS/1.0\r\n".to_vec();
+        for (k, v) in headers {
+            head.extend_from_slice(k);
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(v);
+            head.extend_from_slice(b"\r\n");
+        }
+        head.extend_from_slice(b"\r\n");
+        self.raw_publish_block(subject, &head, data);
+    }
+
+    /// [`Self::raw_publish`] with the header block given whole (version line, lines, the
+    /// empty line), for header lines no `name: value` pair can express.
+    pub fn raw_publish_block(&self, subject: &[u8], head: &[u8], data: &[u8]) {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut seen = Vec::new();
@@ -237,21 +251,13 @@ impl NatsServer {
             }
         };
         read_until(&mut s, b"\r\n"); // INFO
-        let mut head = b"NATS/1.0\r\n".to_vec();
-        for (k, v) in headers {
-            head.extend_from_slice(k);
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(v);
-            head.extend_from_slice(b"\r\n");
-        }
-        head.extend_from_slice(b"\r\n");
         let mut frame =
             b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true}\r\nHPUB ".to_vec();
         frame.extend_from_slice(subject);
         frame.extend_from_slice(
             format!(" {} {}\r\n", head.len(), head.len() + data.len()).as_bytes(),
         );
-        frame.extend_from_slice(&head);
+        frame.extend_from_slice(head);
         frame.extend_from_slice(data);
         frame.extend_from_slice(b"\r\nPING\r\n");
         s.write_all(&frame).unwrap();

@@ -38,6 +38,7 @@ fn msg(subject: &str, header: Option<&str>) -> RawMessage {
             .map(|h| vec![(DEFAULT_HEADER.to_string(), h.to_string())])
             .unwrap_or_default(),
         data: Vec::new(),
+        unreadable: None,
     }
 }
 

@@ -55,6 +55,7 @@ fn msg(subject: &str, headers: &[(&str, &str)], data: &[u8]) -> RawMessage {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         data: data.to_vec(),
+        unreadable: None,
     }
 }
 

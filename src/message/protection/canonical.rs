@@ -182,6 +182,7 @@ mod tests {
                     ("Svc-Event-Time".into(), "2023-11-14T22:13:20Z".into()),
                 ],
                 data: data.to_vec(),
+                unreadable: None,
             };
             let cfg = EnvelopeConfig {
                 keep_headers: vec!["B".into(), "A".into()],

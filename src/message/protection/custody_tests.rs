@@ -31,6 +31,7 @@ fn sealed(c: &Custodian, data: &[u8]) -> Envelope {
             ("Content-Type".into(), "application/json".into()),
         ],
         data: data.to_vec(),
+        unreadable: None,
     };
     let cfg = EnvelopeConfig {
         keep_headers: vec!["Content-Type".into()],

@@ -44,6 +44,7 @@ fn raw(subject: &str, seq: u64, data: &[u8]) -> RawMessage {
         published_unix_nanos: None,
         headers: vec![],
         data: data.to_vec(),
+        unreadable: None,
     }
 }
 

@@ -43,6 +43,7 @@ fn env(subject: &str, seq: u64) -> Envelope {
             published_unix_nanos: None,
             headers: vec![],
             data: format!("{{\"n\":{seq}}}").into_bytes(),
+            unreadable: None,
         },
         0,
         &EnvelopeConfig::default(),

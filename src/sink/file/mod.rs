@@ -280,6 +280,7 @@ pub(crate) mod tests {
                 published_unix_nanos: Some(1_700_000_000_000_000_000),
                 headers,
                 data: data.to_vec(),
+                unreadable: None,
             },
             1_700_000_001_000_000_000,
             &EnvelopeConfig::default(),

@@ -172,6 +172,7 @@ mod tests {
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
                 data: data.to_vec(),
+                unreadable: None,
             },
             1_700_000_001_000_000_000,
             &cfg,

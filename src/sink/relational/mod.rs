@@ -632,6 +632,7 @@ fn probe_envelope() -> Envelope {
             published_unix_nanos: None,
             headers: Vec::new(),
             data: b"{\"probe\":true}".to_vec(),
+            unreadable: None,
         },
         crate::message::envelope::now_unix_nanos(),
         &crate::message::envelope::EnvelopeConfig::default(),

@@ -128,6 +128,7 @@ pub(crate) fn envelope(subject: &str, seq: u64, data: &[u8]) -> Envelope {
             published_unix_nanos: Some(1_700_000_000_000_000_000),
             headers: vec![("Nats-Msg-Id".into(), format!("msg-{seq}"))],
             data: data.to_vec(),
+            unreadable: None,
         },
         1_700_000_001_000_000_000,
         &EnvelopeConfig::default(),

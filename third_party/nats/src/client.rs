@@ -880,6 +880,7 @@ impl Client {
                     sid,
                     reply_to,
                     payload,
+                    unreadable,
                 } => {
                     // Ignore muted subscriptions
                     if self.state.meta.lock().mutes.get(&sid).is_some() {
@@ -897,6 +898,7 @@ impl Client {
                             headers: None,
                             client: Some(self.clone()),
                             double_acked: Default::default(),
+                            unreadable,
                         };
 
                         // Preprocess and drop the message from the buffer if it the predicate
@@ -938,6 +940,7 @@ impl Client {
                     sid,
                     reply_to,
                     payload,
+                    unreadable,
                 } => {
                     // Ignore muted subscriptions
                     if self.state.meta.lock().mutes.get(&sid).is_some() {
@@ -954,6 +957,7 @@ impl Client {
                             headers: Some(headers),
                             client: Some(self.clone()),
                             double_acked: Default::default(),
+                            unreadable,
                         };
 
                         // Preprocess and drop the message from the buffer if it the predicate

@@ -58,6 +58,22 @@ pub const NATS_CONSUMER_STALLED: &str = "Nats-Consumer-Stalled";
 pub struct HeaderMap {
     /// A multi-map from header name to a set of values for that header
     inner: HashMap<String, HashSet<String>>,
+    /// The status code and description of the version line (`NATS/1.0 408 Request
+    /// Timeout`): the server's, never a publisher's header line named `Status`.
+    status: Option<String>,
+    description: Option<String>,
+}
+
+impl HeaderMap {
+    /// The status code of the version line, set by the server only (404, 408, 100, ...).
+    pub fn status(&self) -> Option<&str> {
+        self.status.as_deref()
+    }
+
+    /// The description of the version line, set by the server only.
+    pub fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
 }
 
 impl FromIterator<(String, String)> for HeaderMap {
@@ -70,7 +86,10 @@ impl FromIterator<(String, String)> for HeaderMap {
             let entry = inner.entry(k).or_insert_with(HashSet::default);
             entry.insert(v);
         }
-        HeaderMap { inner }
+        HeaderMap {
+            inner,
+            ..Default::default()
+        }
     }
 }
 
@@ -86,7 +105,10 @@ impl<'a> FromIterator<(&'a String, &'a String)> for HeaderMap {
             let entry = inner.entry(k).or_insert_with(HashSet::default);
             entry.insert(v);
         }
-        HeaderMap { inner }
+        HeaderMap {
+            inner,
+            ..Default::default()
+        }
     }
 }
 
@@ -102,7 +124,10 @@ impl<'a> FromIterator<&'a (&'a String, &'a String)> for HeaderMap {
             let entry = inner.entry(k).or_insert_with(HashSet::default);
             entry.insert(v);
         }
-        HeaderMap { inner }
+        HeaderMap {
+            inner,
+            ..Default::default()
+        }
     }
 }
 
@@ -118,7 +143,10 @@ impl<'a> FromIterator<(&'a str, &'a str)> for HeaderMap {
             let entry = inner.entry(k).or_insert_with(HashSet::default);
             entry.insert(v);
         }
-        HeaderMap { inner }
+        HeaderMap {
+            inner,
+            ..Default::default()
+        }
     }
 }
 
@@ -134,7 +162,10 @@ impl<'a> FromIterator<&'a (&'a str, &'a str)> for HeaderMap {
             let entry = inner.entry(k).or_insert_with(HashSet::default);
             entry.insert(v);
         }
-        HeaderMap { inner }
+        HeaderMap {
+            inner,
+            ..Default::default()
+        }
     }
 }
 
@@ -154,73 +185,66 @@ impl TryFrom<&[u8]> for HeaderMap {
     type Error = std::io::Error;
 
     fn try_from(buf: &[u8]) -> std::io::Result<Self> {
-        let mut inner = HashMap::default();
-        let mut lines = if let Ok(line) = std::str::from_utf8(buf) {
-            line.lines().peekable()
-        } else {
-            return parse_error("invalid header received");
-        };
-
-        if let Some(line) = lines.next() {
-            if !line.starts_with(HEADER_LINE) {
-                return parse_error("version line does not begin with NATS/1.0");
-            }
-
-            if let Some(slice) = line.get(HEADER_LINE_LEN..).map(|s| s.trim()) {
-                match slice.split_once(' ') {
-                    Some((status, description)) => {
-                        if !status.is_empty() {
-                            let entry = inner
-                                .entry(STATUS.to_string())
-                                .or_insert_with(HashSet::default);
-                            entry.insert(status.trim().to_string());
-                        }
-
-                        if !description.is_empty() {
-                            let entry = inner
-                                .entry(DESCRIPTION.to_string())
-                                .or_insert_with(HashSet::default);
-                            entry.insert(description.trim().to_string());
-                        }
-                    }
-                    None => {
-                        if !slice.is_empty() {
-                            let entry = inner
-                                .entry(STATUS.to_string())
-                                .or_insert_with(HashSet::default);
-                            entry.insert(slice.to_string());
-                        }
-                    }
-                }
-            }
-        } else {
-            return parse_error("expected header information not present");
-        };
-
-        while let Some(line) = lines.next() {
-            if line.is_empty() {
-                continue;
-            }
-
-            if let Some((k, v)) = line.split_once(':') {
-                let entry = inner
-                    .entry(k.trim().to_string())
-                    .or_insert_with(HashSet::default);
-
-                let mut s = String::from(v.trim());
-                while let Some(v) = lines.next_if(|s| s.starts_with(is_continuation)) {
-                    s.push(' ');
-                    s.push_str(v.trim());
-                }
-
-                entry.insert(s);
-            } else {
-                return parse_error("malformed header line");
-            }
-        }
-
-        Ok(HeaderMap { inner })
+        parse_headers(buf).or_else(parse_error)
     }
+}
+
+/// Parses a header block strictly: what the server and this client could read differently is
+/// refused, with a static reason (never the block's bytes), so the caller can deliver the
+/// message as unreadable instead of dropping the connection.
+pub(crate) fn parse_headers(buf: &[u8]) -> Result<HeaderMap, &'static str> {
+    let text = std::str::from_utf8(buf).map_err(|_| "a header is not UTF-8")?;
+    // The server reads `Nats-Msg-Id` at the first place its bytes appear, and only when that
+    // place starts a line and `:` follows; this client reads header lines by name. Where the
+    // two would read different ids (the name inside another header first, `Nats-Msg-Id :`, the
+    // header twice), the block is refused.
+    let server_reads_id = text.find(NATS_MSG_ID).is_some_and(|i| {
+        i >= 2 && &text[i - 2..i] == "\r\n" && text[i + NATS_MSG_ID.len()..].starts_with(':')
+    });
+    let mut id_lines = 0;
+    let mut map = HeaderMap::default();
+    let mut lines = text.split("\r\n");
+    let version = lines.next().ok_or("expected header information not present")?;
+    let rest = version
+        .strip_prefix(HEADER_LINE)
+        .ok_or("the version line does not begin with NATS/1.0")?;
+    let rest = rest.trim();
+    if !rest.is_empty() {
+        match rest.split_once(' ') {
+            Some((status, description)) => {
+                map.status = Some(status.trim().to_string());
+                let description = description.trim();
+                if !description.is_empty() {
+                    map.description = Some(description.to_string());
+                }
+            }
+            None => map.status = Some(rest.to_string()),
+        }
+    }
+    for line in lines {
+        if line.is_empty() {
+            continue;
+        }
+        // The server does not fold lines: a folded one would be read two ways.
+        if line.starts_with(is_continuation) {
+            return Err("a header line is folded (starts with a space or tab)");
+        }
+        if line.contains(['\r', '\n']) {
+            return Err("a header line holds a bare CR or LF");
+        }
+        let (k, v) = line.split_once(':').ok_or("a header line has no ':'")?;
+        if k.trim() == NATS_MSG_ID {
+            id_lines += 1;
+        }
+        map.inner
+            .entry(k.trim().to_string())
+            .or_insert_with(HashSet::default)
+            .insert(v.trim().to_string());
+    }
+    if id_lines != usize::from(server_reads_id) {
+        return Err("the broker and this client would read Nats-Msg-Id differently");
+    }
+    Ok(map)
 }
 
 impl Deref for HeaderMap {
@@ -483,122 +507,59 @@ impl<'a> Iterator for ValueIter<'a> {
 mod try_from {
     use super::*;
 
+    fn values(h: &HeaderMap, k: &str) -> Option<HashSet<String>> {
+        h.inner.get(k).cloned()
+    }
+
+    fn set(v: &str) -> Option<HashSet<String>> {
+        Some(HashSet::from_iter(vec![v.to_string()]))
+    }
+
     #[test]
     fn inline_status() {
-        // With single spacing.
-        let headers = HeaderMap::try_from("NATS/1.0 100".as_bytes()).unwrap();
-
-        assert_eq!(
-            headers.inner.get(&STATUS.to_string()),
-            Some(&HashSet::from_iter(vec!["100".to_string(),]))
-        );
-
-        // With double spacing.
-        let headers = HeaderMap::try_from("NATS/1.0  100".as_bytes()).unwrap();
-
-        assert_eq!(
-            headers.inner.get(&STATUS.to_string()),
-            Some(&HashSet::from_iter(vec!["100".to_string(),]))
-        );
+        for line in ["NATS/1.0 100", "NATS/1.0  100"] {
+            let headers = HeaderMap::try_from(line.as_bytes()).unwrap();
+            assert_eq!(headers.status(), Some("100"));
+            // The server's status is not a header: a publisher cannot forge it.
+            assert_eq!(values(&headers, STATUS), None);
+        }
     }
 
     #[test]
     fn inline_status_with_description() {
-        // With single spacing
-        let headers = HeaderMap::try_from("NATS/1.0 100 Idle Heartbeat".as_bytes()).unwrap();
-
-        assert_eq!(
-            headers.inner.get(&STATUS.to_string()),
-            Some(&HashSet::from_iter(vec!["100".to_string()]))
-        );
-
-        assert_eq!(
-            headers.inner.get(&DESCRIPTION.to_string()),
-            Some(&HashSet::from_iter(vec!["Idle Heartbeat".to_string()]))
-        );
-
-        // With double spacing.
-        let headers = HeaderMap::try_from("NATS/1.0  100  Idle Heartbeat".as_bytes()).unwrap();
-
-        assert_eq!(
-            headers.inner.get(&STATUS.to_string()),
-            Some(&HashSet::from_iter(vec!["100".to_string()]))
-        );
-
-        assert_eq!(
-            headers.inner.get(&DESCRIPTION.to_string()),
-            Some(&HashSet::from_iter(vec!["Idle Heartbeat".to_string()]))
-        );
+        for line in ["NATS/1.0 100 Idle Heartbeat", "NATS/1.0  100  Idle Heartbeat"] {
+            let headers = HeaderMap::try_from(line.as_bytes()).unwrap();
+            assert_eq!(headers.status(), Some("100"));
+            assert_eq!(headers.description(), Some("Idle Heartbeat"));
+        }
+        let forged = HeaderMap::try_from("NATS/1.0\r\nStatus: 404\r\n\r\n".as_bytes()).unwrap();
+        assert_eq!(forged.status(), None);
+        assert_eq!(values(&forged, STATUS), set("404"));
     }
 
     #[test]
-    fn malformed_line() {
-        let error = HeaderMap::try_from("NATS/1.0 200\r\n\nX-Test-A a\r\n".as_bytes()).unwrap_err();
-        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+    fn malformed_lines_are_refused() {
+        for block in [
+            "NATS/1.0 200\r\nX-Test-A a\r\n",
+            "NATS/1.0 200\r\n\nX-Test-A: a\r\n",
+            "NATS/1.0 200\r\nX-Test: one,\r\n\ttwo\r\n",
+            "NATS/1.0 200\r\nX-Test: one,\r\n two\r\n",
+            "HTTP/1.0 200\r\n",
+        ] {
+            let error = HeaderMap::try_from(block.as_bytes()).unwrap_err();
+            assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput, "{block:?}");
+        }
     }
 
     #[test]
-    fn empty_lines() {
+    fn lines() {
         let headers = HeaderMap::try_from(
-            "NATS/1.0 200\r\n\nX-Test-A: a\r\n\nX-Test-B: b\r\n\nX-Test-C: c\r\n\n".as_bytes(),
+            "NATS/1.0 200\r\nAccept-Encoding: json\r\nAuthorization: s3cr3t\r\n\r\nX-C: c\r\n\r\n"
+                .as_bytes(),
         )
         .unwrap();
-
-        assert_eq!(
-            headers.inner.get(&"X-Test-A".to_string()),
-            Some(&HashSet::from_iter(vec!["a".to_string()]))
-        );
-
-        assert_eq!(
-            headers.inner.get(&"X-Test-B".to_string()),
-            Some(&HashSet::from_iter(vec!["b".to_string()]))
-        );
-
-        assert_eq!(
-            headers.inner.get(&"X-Test-C".to_string()),
-            Some(&HashSet::from_iter(vec!["c".to_string()]))
-        );
-    }
-
-    #[test]
-    fn single_line() {
-        let headers = HeaderMap::try_from(
-            "NATS/1.0 200\r\nAccept-Encoding: json\r\nAuthorization: s3cr3t\r\n".as_bytes(),
-        )
-        .unwrap();
-
-        assert_eq!(
-            headers.inner.get(&"Accept-Encoding".to_string()),
-            Some(&HashSet::from_iter(vec!["json".to_string()]))
-        );
-
-        assert_eq!(
-            headers.inner.get(&"Authorization".to_string()),
-            Some(&HashSet::from_iter(vec!["s3cr3t".to_string()]))
-        );
-    }
-
-    #[test]
-    fn multi_line_with_tabs() {
-        let headers =
-            HeaderMap::try_from("NATS/1.0 200\r\nX-Test: one,\r\n\ttwo,\r\n\tthree\r\n".as_bytes())
-                .unwrap();
-
-        assert_eq!(
-            headers.inner.get(&"X-Test".to_string()),
-            Some(&HashSet::from_iter(vec!["one, two, three".to_string()]))
-        );
-    }
-
-    #[test]
-    fn multi_line_with_spaces() {
-        let headers =
-            HeaderMap::try_from("NATS/1.0 200\r\nX-Test: one,\r\n two,\r\n three\r\n".as_bytes())
-                .unwrap();
-
-        assert_eq!(
-            headers.inner.get(&"X-Test".to_string()),
-            Some(&HashSet::from_iter(vec!["one, two, three".to_string()]))
-        );
+        assert_eq!(values(&headers, "Accept-Encoding"), set("json"));
+        assert_eq!(values(&headers, "Authorization"), set("s3cr3t"));
+        assert_eq!(values(&headers, "X-C"), set("c"));
     }
 }

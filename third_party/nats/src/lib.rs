@@ -290,6 +290,9 @@ pub use rustls;
 #[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use connect::ConnectInfo;
 
+#[doc(hidden)]
+pub use proto::{decode_all, DecodedMessage};
+
 use client::Client;
 use options::AuthStyle;
 use secure_wipe::{SecureString, SecureVec};

@@ -52,6 +52,12 @@ pub struct Message {
     /// using `JetStream`.
     #[doc(hidden)]
     pub double_acked: Arc<AtomicBool>,
+
+    /// What of the message could not be read as sent (a subject that is not UTF-8, a header
+    /// block this client would read differently from the server, ...). The message is still
+    /// delivered, so that its receiver can settle it with this reason; its headers are then
+    /// empty and a non-UTF-8 subject is given lossily.
+    pub unreadable: Option<&'static str>,
 }
 
 impl Message {
@@ -94,7 +100,7 @@ impl Message {
         }
 
         if let Some(headers) = &self.headers {
-            if headers.get(header::STATUS) == Some(&"503".to_string()) {
+            if headers.status() == Some("503") {
                 return true;
             }
         }
@@ -105,7 +111,7 @@ impl Message {
     /// Determine if a message is `404 No Messages`.
     pub(crate) fn is_no_messages(&self) -> bool {
         if let Some(headers) = &self.headers {
-            if headers.get(header::STATUS) == Some(&"404".to_string()) {
+            if headers.status() == Some("404") {
                 return true;
             }
         }
@@ -116,7 +122,7 @@ impl Message {
     // Determine if a message is `408 Request Timeout`.
     pub(crate) fn is_request_timeout(&self) -> bool {
         if let Some(headers) = &self.headers {
-            if headers.get(header::STATUS) == Some(&"408".to_string()) {
+            if headers.status() == Some("408") {
                 return true;
             }
         }
@@ -130,15 +136,15 @@ impl Message {
         }
 
         if let Some(headers) = &self.headers {
-            if headers.get(header::STATUS) != Some(&"100".to_string()) {
+            if headers.status() != Some("100") {
                 return false;
             }
 
-            if headers.get(header::DESCRIPTION) == Some(&"Flow Control".to_string()) {
+            if headers.description() == Some("Flow Control") {
                 return true;
             }
 
-            if headers.get(header::DESCRIPTION) == Some(&"FlowControl Request".to_string()) {
+            if headers.description() == Some("FlowControl Request") {
                 return true;
             }
         }
@@ -153,11 +159,11 @@ impl Message {
         }
 
         if let Some(headers) = &self.headers {
-            if headers.get(header::STATUS) != Some(&"100".to_string()) {
+            if headers.status() != Some("100") {
                 return false;
             }
 
-            if headers.get(header::DESCRIPTION) == Some(&"Idle Heartbeat".to_string()) {
+            if headers.description() == Some("Idle Heartbeat") {
                 return true;
             }
         }
@@ -382,6 +388,7 @@ impl Default for Message {
             headers: None,
             client: None,
             double_acked: Arc::new(AtomicBool::new(false)),
+            unreadable: None,
         }
     }
 }

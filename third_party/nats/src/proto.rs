@@ -31,6 +31,8 @@ pub(crate) enum ServerOp {
         sid: u64,
         reply_to: Option<String>,
         payload: Vec<u8>,
+        /// What could not be read as sent (see [`crate::Message::unreadable`]).
+        unreadable: Option<&'static str>,
     },
 
     /// `HMSG <subject> <sid> [reply-to] <# header bytes> <# total
@@ -41,6 +43,8 @@ pub(crate) enum ServerOp {
         sid: u64,
         reply_to: Option<String>,
         payload: Vec<u8>,
+        /// What could not be read as sent (see [`crate::Message::unreadable`]).
+        unreadable: Option<&'static str>,
     },
 
     /// `PING`
@@ -56,239 +60,166 @@ pub(crate) enum ServerOp {
     Unknown(String),
 }
 
-// adapted from `std::io::BufRead::read_until`, made
-// to use a fixed buffer instead of a growable vector.
-fn read_line<R: BufRead + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
-    let mut read = 0;
-    loop {
-        let available = match r.fill_buf() {
-            Ok(n) => n,
-            Err(ref e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
+/// Longest control line read from the server (`MSG`/`HMSG` carry the subject and the reply
+/// subject). A publisher's subject can be as long as the server's `max_control_line` allows
+/// for its own `PUB` line (4 KiB by default), so the server's line to us is longer than that;
+/// a fixed 4 KiB buffer made such a message drop the connection, again on every redelivery.
+pub(crate) const MAX_CONTROL_LINE: u64 = 1024 * 1024;
 
-        let (done, len) = {
-            if let Some(i) = memchr::memchr(b'\n', available) {
-                (true, i + 1)
-            } else {
-                buf[read..read + available.len()].copy_from_slice(available);
-                (false, available.len())
-            }
-        };
-        if len + read > buf.len() {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                "received command exceeded fixed command buffer",
-            ));
-        }
-        buf[read..read + len].copy_from_slice(&available[..len]);
-        r.consume(len);
-        read += len;
-        if done || len == 0 {
-            return Ok(read);
+/// Largest payload (headers included) read for one message: the server's own hard limit on
+/// `max_payload` is 64 MiB. A larger announced size is a broken or hostile server.
+pub(crate) const MAX_MESSAGE_BYTES: u32 = 64 * 1024 * 1024;
+
+fn invalid(what: &'static str) -> Error {
+    Error::new(ErrorKind::InvalidInput, what)
+}
+
+/// The protocol's argument separators are ASCII space and tab only: a subject may hold any
+/// other byte (a non-breaking space in `orders.café menu` is not a separator).
+fn args(line: &[u8]) -> Vec<&[u8]> {
+    line.split(|b| *b == b' ' || *b == b'\t')
+        .filter(|a| !a.is_empty())
+        .collect()
+}
+
+fn number<T: FromStr>(arg: &[u8], what: &'static str) -> io::Result<T> {
+    str::from_utf8(arg)
+        .ok()
+        .and_then(|a| T::from_str(a).ok())
+        .ok_or_else(|| invalid(what))
+}
+
+/// A subject as text; one that is not UTF-8 is kept lossily, with the reason.
+fn subject_text(arg: &[u8], what: &'static str, unreadable: &mut Option<&'static str>) -> String {
+    match str::from_utf8(arg) {
+        Ok(s) => s.to_string(),
+        Err(_) => {
+            unreadable.get_or_insert(what);
+            String::from_utf8_lossy(arg).into_owned()
         }
     }
 }
 
 /// Decodes a single operation from the server.
 ///
-/// If the connection is closed, `None` will be returned.
+/// If the connection is closed, `None` will be returned. A message whose subject, reply
+/// subject or headers cannot be read as this client reads them is still returned, marked
+/// `unreadable` with the reason: the connection is never dropped for what a publisher sent.
 pub(crate) fn decode(mut stream: impl BufRead) -> io::Result<Option<ServerOp>> {
     // Inject random I/O failures when testing.
     inject_io_failure()?;
 
-    // Read a line, which should be human readable.
-    let mut command_buf: [u8; 4096] = [0; 4096];
-
-    let command_len = read_line(&mut stream, &mut command_buf)?;
-    if command_len == 0 {
+    let mut line = Vec::with_capacity(256);
+    let read = (&mut stream)
+        .take(MAX_CONTROL_LINE)
+        .read_until(b'\n', &mut line)?;
+    if read == 0 {
         // If zero bytes were read, the connection is closed.
         return Ok(None);
     }
+    if line.last() != Some(&b'\n') {
+        return Err(if read as u64 == MAX_CONTROL_LINE {
+            invalid("received command exceeded the control line limit")
+        } else {
+            Error::new(ErrorKind::UnexpectedEof, "connection closed inside a command")
+        });
+    }
+    while matches!(line.last(), Some(b'\n' | b'\r')) {
+        line.pop();
+    }
+    let arguments = args(&line);
+    let op = arguments
+        .first()
+        .map(|op| op.to_ascii_uppercase())
+        .unwrap_or_default();
 
-    // Convert into a UTF8 string for simpler parsing.
-    let line = str::from_utf8(&command_buf[..command_len])
-        .map_err(|err| Error::new(ErrorKind::InvalidInput, err))?;
-
-    let op = line
-        .split_ascii_whitespace()
-        .next()
-        .unwrap_or("")
-        .to_ascii_uppercase();
-
-    if op == "PING" {
-        return Ok(Some(ServerOp::Ping));
+    match op.as_slice() {
+        b"PING" => return Ok(Some(ServerOp::Ping)),
+        b"PONG" => return Ok(Some(ServerOp::Pong)),
+        b"INFO" => {
+            let text = str::from_utf8(&line).map_err(|_| invalid("server info is not UTF-8"))?;
+            // Parse the JSON-formatted server information.
+            let server_info = ServerInfo::parse(text["INFO".len()..].trim_start())
+                .ok_or_else(|| invalid("cannot parse server info"))?;
+            return Ok(Some(ServerOp::Info(server_info)));
+        }
+        b"MSG" | b"HMSG" => {}
+        b"-ERR" => {
+            // Extract the message argument (the server's text, shown escaped by callers).
+            let text = String::from_utf8_lossy(&line);
+            let msg = text["-ERR".len()..].trim().trim_matches('\'').to_string();
+            return Ok(Some(ServerOp::Err(msg)));
+        }
+        _ => return Ok(Some(ServerOp::Unknown(String::from_utf8_lossy(&line).into_owned()))),
     }
 
-    if op == "PONG" {
-        return Ok(Some(ServerOp::Pong));
+    // `MSG <subject> <sid> [reply-to] <#bytes>` or
+    // `HMSG <subject> <sid> [reply-to] <# header bytes> <# total bytes>`
+    let with_headers = op.as_slice() == b"HMSG";
+    let fixed = if with_headers { 5 } else { 4 };
+    let (subject, sid, reply_to, sizes) = match arguments.len() {
+        n if n == fixed => (arguments[1], arguments[2], None, &arguments[3..]),
+        n if n == fixed + 1 => (
+            arguments[1],
+            arguments[2],
+            Some(arguments[3]),
+            &arguments[4..],
+        ),
+        _ => return Err(invalid("invalid number of arguments after MSG or HMSG")),
+    };
+    let mut unreadable = None;
+    let subject = subject_text(subject, "the subject is not UTF-8", &mut unreadable);
+    let sid: u64 = number(sid, "cannot parse sid argument after MSG or HMSG")?;
+    let reply_to =
+        reply_to.map(|r| subject_text(r, "the reply subject is not UTF-8", &mut unreadable));
+    let (num_header_bytes, num_bytes): (u32, u32) = if with_headers {
+        (
+            number(sizes[0], "cannot parse the number of header bytes after HMSG")?,
+            number(sizes[1], "cannot parse the number of bytes after HMSG")?,
+        )
+    } else {
+        (0, number(sizes[0], "cannot parse the number of bytes after MSG")?)
+    };
+    if num_bytes < num_header_bytes {
+        return Err(invalid(
+            "number of header bytes was greater than the total number of bytes after HMSG",
+        ));
+    }
+    if num_bytes > MAX_MESSAGE_BYTES {
+        return Err(invalid("message larger than the server's 64 MiB maximum"));
     }
 
-    if op == "INFO" {
-        // Parse the JSON-formatted server information.
-        let server_info = ServerInfo::parse(&line["INFO".len()..])
-            .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "cannot parse server info"))?;
+    let mut header_payload = vec![0_u8; num_header_bytes as usize];
+    stream.read_exact(&mut header_payload[..])?;
+    let mut payload = vec![0_u8; (num_bytes - num_header_bytes) as usize];
+    stream.read_exact(&mut payload[..])?;
+    // Read "\r\n".
+    stream.read_exact(&mut [0_u8; 2])?;
 
-        return Ok(Some(ServerOp::Info(server_info)));
-    }
-
-    if op == "MSG" {
-        // Extract whitespace-delimited arguments that come after "MSG".
-        let args = line["MSG".len()..]
-            .split_whitespace()
-            .filter(|s| !s.is_empty());
-        let args = args.collect::<Vec<_>>();
-
-        // Parse the operation syntax: MSG <subject> <sid> [reply-to] <#bytes>
-        let (subject, sid, reply_to, num_bytes) = match args[..] {
-            [subject, sid, num_bytes] => (subject, sid, None, num_bytes),
-            [subject, sid, reply_to, num_bytes] => (subject, sid, Some(reply_to), num_bytes),
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::InvalidInput,
-                    "invalid number of arguments after MSG",
-                ));
-            }
-        };
-
-        // Convert the slice into an owned string.
-        let subject = subject.to_string();
-
-        // Parse the subject ID.
-        let sid = u64::from_str(sid).map_err(|_| {
-            Error::new(
-                ErrorKind::InvalidInput,
-                "cannot parse sid argument after MSG",
-            )
-        })?;
-
-        // Convert the slice into an owned string.
-        let reply_to = reply_to.map(ToString::to_string);
-
-        // Parse the number of payload bytes.
-        let num_bytes = u32::from_str(num_bytes).map_err(|_| {
-            Error::new(
-                ErrorKind::InvalidInput,
-                "cannot parse the number of bytes argument after MSG",
-            )
-        })?;
-
-        // Read the payload.
-        let mut payload = Vec::new();
-        payload.resize(num_bytes as usize, 0_u8);
-        stream.read_exact(&mut payload[..])?;
-        // Read "\r\n".
-        stream.read_exact(&mut [0_u8; 2])?;
-
+    if !with_headers {
         return Ok(Some(ServerOp::Msg {
             subject,
             sid,
             reply_to,
             payload,
+            unreadable,
         }));
     }
-
-    if op == "HMSG" {
-        // Extract whitespace-delimited arguments that come after "HMSG".
-        let args = line["HMSG".len()..]
-            .split_whitespace()
-            .filter(|s| !s.is_empty());
-        let args = args.collect::<Vec<_>>();
-
-        // Parse the operation syntax:
-        // `HMSG <subject> <sid> [reply-to] <# header bytes>
-        // <# total bytes>\r\n<version line>\r\n[headers]\r\n\r\n[payload]\r\n`
-        let (subject, sid, reply_to, num_header_bytes, num_bytes) = match args[..] {
-            [subject, sid, num_header_bytes, num_bytes] => {
-                (subject, sid, None, num_header_bytes, num_bytes)
-            }
-            [subject, sid, reply_to, num_header_bytes, num_bytes] => {
-                (subject, sid, Some(reply_to), num_header_bytes, num_bytes)
-            }
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::InvalidInput,
-                    "invalid number of arguments after HMSG",
-                ));
-            }
-        };
-
-        // Convert the slice into an owned string.
-        let subject = subject.to_string();
-
-        // Parse the subject ID.
-        let sid = u64::from_str(sid).map_err(|_| {
-            Error::new(
-                ErrorKind::InvalidInput,
-                "cannot parse sid argument after HMSG",
-            )
-        })?;
-
-        // Convert the slice into an owned string.
-        let reply_to = reply_to.map(ToString::to_string);
-
-        // Parse the number of payload bytes.
-        let num_header_bytes = u32::from_str(num_header_bytes).map_err(|_| {
-            Error::new(
-                ErrorKind::InvalidInput,
-                "cannot parse the number of header bytes argument after \
-                     HMSG",
-            )
-        })?;
-
-        // Parse the number of payload bytes.
-        let num_bytes = u32::from_str(num_bytes).map_err(|_| {
-            Error::new(
-                ErrorKind::InvalidInput,
-                "cannot parse the number of bytes argument after HMSG",
-            )
-        })?;
-
-        if num_bytes < num_header_bytes {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                "number of header bytes was greater than or equal to the \
-                 total number of bytes after HMSG",
-            ));
+    let headers = match crate::header::parse_headers(&header_payload) {
+        Ok(h) => h,
+        Err(why) => {
+            unreadable.get_or_insert(why);
+            HeaderMap::default()
         }
-
-        let num_payload_bytes = num_bytes - num_header_bytes;
-
-        // `HMSG <subject> <sid> [reply-to]
-        // <# header bytes> <# total bytes>\r\n
-        // <version line>\r\n[headers]\r\n\r\n[payload]\r\n`
-
-        // Read the header payload.
-        let mut header_payload = Vec::new();
-        header_payload.resize(num_header_bytes as usize, 0_u8);
-        stream.read_exact(&mut header_payload[..])?;
-
-        let headers = HeaderMap::try_from(&*header_payload)?;
-
-        // Read the payload.
-        let mut payload = Vec::new();
-        payload.resize(num_payload_bytes as usize, 0_u8);
-        stream.read_exact(&mut payload[..])?;
-        // Read "\r\n".
-        stream.read_exact(&mut [0_u8; 2])?;
-
-        return Ok(Some(ServerOp::Hmsg {
-            subject,
-            headers,
-            sid,
-            reply_to,
-            payload,
-        }));
-    }
-
-    if op == "-ERR" {
-        // Extract the message argument.
-        let msg = line["-ERR".len()..].trim().trim_matches('\'').to_string();
-
-        return Ok(Some(ServerOp::Err(msg)));
-    }
-
-    Ok(Some(ServerOp::Unknown(line.to_owned())))
+    };
+    Ok(Some(ServerOp::Hmsg {
+        subject,
+        headers,
+        sid,
+        reply_to,
+        payload,
+        unreadable,
+    }))
 }
 
 /// A protocol operation sent by the client.
@@ -432,4 +363,56 @@ pub(crate) fn encode(mut stream: impl Write, op: ClientOp<'_>) -> io::Result<()>
     }
 
     Ok(())
+}
+
+/// A message as [`decode`] returned it, for svc's tests and fuzz target: subject, reply
+/// subject, the `unreadable` reason, header pairs and the payload's length.
+#[doc(hidden)]
+pub type DecodedMessage = (
+    String,
+    Option<String>,
+    Option<&'static str>,
+    Vec<(String, String)>,
+    usize,
+);
+
+/// Decodes every operation in `bytes`, read through a buffer of `chunk` bytes (so a command
+/// arrives split across reads as it does from a socket), and returns the messages, or the
+/// error that would close the connection. Not an API: svc's hostile-input tests and fuzz
+/// target call it.
+#[doc(hidden)]
+pub fn decode_all(bytes: &[u8], chunk: usize) -> io::Result<Vec<DecodedMessage>> {
+    let mut reader = io::BufReader::with_capacity(chunk.max(1), bytes);
+    let mut out = Vec::new();
+    while let Some(op) = decode(&mut reader)? {
+        match op {
+            ServerOp::Msg {
+                subject,
+                reply_to,
+                payload,
+                unreadable,
+                ..
+            } => out.push((subject, reply_to, unreadable, Vec::new(), payload.len())),
+            ServerOp::Hmsg {
+                subject,
+                reply_to,
+                payload,
+                unreadable,
+                headers,
+                ..
+            } => {
+                let mut pairs: Vec<(String, String)> = headers
+                    .iter()
+                    .flat_map(|(k, vs)| vs.iter().map(move |v| (k.clone(), v.clone())))
+                    .collect();
+                pairs.sort();
+                if let Some(status) = headers.status() {
+                    pairs.insert(0, ("(status)".into(), status.to_string()));
+                }
+                out.push((subject, reply_to, unreadable, pairs, payload.len()))
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
 }
