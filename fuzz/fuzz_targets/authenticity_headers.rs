@@ -34,7 +34,7 @@ use svc::message::protection::authenticity::{
     signed_bytes, Algorithm, AuthFailure, AuthOutcome, AuthRule, AuthenticityConfig, Verifier,
     VerifyKeyEntry, VerifyKeySource,
 };
-use svc::message::protection::custody::canonical_json;
+use svc::document::canonical::write_value as canonical_json;
 use svc::message::protection::keys::KeySource;
 use svc::message::subject::SubjectPattern;
 use svc_fuzz::{assert_clean_display, split_selector};

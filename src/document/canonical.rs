@@ -367,7 +367,8 @@ pub fn write_string(out: &mut Vec<u8>, s: &str) {
 /// The canonical form of a number's exact value `±D × 10^E` (`D` its digits without leading
 /// or trailing zeros, `P` = len(D) + E the place of the decimal point):
 /// - zero: `0` (whatever its sign or form);
-/// - an integer (E ≥ 0) of at most 20 digits: plainly (`100`, `18446744073709551616`);
+/// - an integer (E ≥ 0) within -2^63 ..= 2^64-1, the range serde_json holds as integers:
+///   plainly (`100`, `18446744073709551615`);
 /// - else, 0 < P ≤ 16: digits with the point inside (`2.5`, `123456.789`);
 /// - else, -5 < P ≤ 0: `0.` then zeros (`0.00001`);
 /// - else: `d.ddde±<P-1>` (`1e-6`, `1.5e+300`, `1e+21`).
@@ -399,7 +400,7 @@ pub fn write_number(out: &mut Vec<u8>, d: &Decimal<'_>) {
     }
     let n = digits.len() as i64;
     let e = point - n;
-    if e >= 0 && point <= 20 {
+    if e >= 0 && fits_64_bits(digits, point, d.negative) {
         out.extend_from_slice(digits.as_bytes());
         out.resize(out.len() + e as usize, b'0');
     } else if 0 < point && point <= 16 {
@@ -419,6 +420,24 @@ pub fn write_number(out: &mut Vec<u8>, d: &Decimal<'_>) {
             out.extend_from_slice(rest.as_bytes());
         }
         let _ = write!(out, "e{:+}", point - 1);
+    }
+}
+
+/// Whether the integer `digits` followed by zeros up to `point` digits lies within
+/// -2^63 ..= 2^64-1.
+fn fits_64_bits(digits: &str, point: i64, negative: bool) -> bool {
+    let bound = if negative {
+        "9223372036854775808"
+    } else {
+        "18446744073709551615"
+    };
+    match point.cmp(&(bound.len() as i64)) {
+        std::cmp::Ordering::Less => true,
+        std::cmp::Ordering::Greater => false,
+        std::cmp::Ordering::Equal => {
+            let zeros = bound.len() - digits.len();
+            format!("{digits}{}", "0".repeat(zeros)).as_str() <= bound
+        }
     }
 }
 
@@ -550,8 +569,12 @@ mod tests {
             ("0.0000015", "1.5e-6"),
             ("123456.789", "123456.789"),
             ("12345678901234567890", "12345678901234567890"),
-            ("18446744073709551616", "18446744073709551616"),
-            ("18446744073709551999", "18446744073709551999"),
+            ("18446744073709551615", "18446744073709551615"),
+            ("18446744073709551616", "1.8446744073709551616e+19"),
+            ("18446744073709551999", "1.8446744073709551999e+19"),
+            ("-9223372036854775808", "-9223372036854775808"),
+            ("-9223372036854775809", "-9.223372036854775809e+18"),
+            ("-1e19", "-1e+19"),
             ("1e19", "10000000000000000000"),
             ("1e20", "1e+20"),
             ("1e21", "1e+21"),
@@ -637,6 +660,13 @@ mod tests {
                 through_doubles(n),
                 "{text}: from a Value"
             );
+        }
+        assert_eq!(value_to_string(&serde_json::json!(1.0)), "1");
+        // Beyond the 64-bit range serde_json writes a double in exponent form, and so does
+        // the canonical rule: a label profile's stored form is its canonical form there too.
+        for f in [-1e19, 1e20, -9.3e18, 3e19] {
+            let v = serde_json::json!(f);
+            assert_eq!(value_to_string(&v), v.to_string(), "{f}");
         }
     }
 
