@@ -1,13 +1,10 @@
 //! The metrics snapshot: the only thing the runner shares with the exporters.
 //!
 //! Schema `svc.metrics.snapshot.v1` (documented in `docs/metrics-snapshot.md`). Written
-//! atomically: a temporary file in the same directory, fsync, rename, fsync of the directory,
-//! so a reader sees either the previous snapshot or the new one, never a torn file.
+//! atomically with [`crate::files::atomic::write_atomically`] (mode [`SNAPSHOT_MODE`]), so a
+//! reader sees either the previous snapshot or the new one, never a torn file.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -167,40 +164,17 @@ impl Snapshot {
     }
 }
 
-/// Writes `bytes` to `path` atomically: temp file beside it, fsync, rename, fsync directory.
-/// Used for the snapshot and for the exporter's textfile.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp.{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)?;
-        File::open(&dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
+/// Mode of the snapshot file: the runner's user writes it, its group (the exporter's user is
+/// in the runner's group in the packages) reads it, nobody else does. Set exactly, whatever
+/// the umask.
+pub const SNAPSHOT_MODE: u32 = 0o640;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::files::atomic::write_atomically;
+    use std::fs;
+    use std::io;
     use std::sync::atomic::Ordering;
 
     /// Found by `fuzz/fuzz_targets/metrics_snapshot.rs`: without serde_json's
@@ -257,8 +231,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("svc-snap-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("metrics.json");
-        write_atomically(&path, text.as_bytes()).unwrap();
-        write_atomically(&path, text.as_bytes()).unwrap();
+        write_atomically(&path, text.as_bytes(), SNAPSHOT_MODE).unwrap();
+        write_atomically(&path, text.as_bytes(), SNAPSHOT_MODE).unwrap();
         assert_eq!(fs::read_to_string(&path).unwrap(), text);
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1, "no temp file left");
         fs::remove_dir_all(&dir).unwrap();
@@ -306,7 +280,7 @@ mod tests {
                 })
                 .unwrap();
             for i in 0..60 {
-                write_atomically(&path, if i % 2 == 0 { &a } else { &b }).unwrap();
+                write_atomically(&path, if i % 2 == 0 { &a } else { &b }, SNAPSHOT_MODE).unwrap();
                 // Let the reader in between writes even on a loaded machine.
                 std::thread::yield_now();
             }

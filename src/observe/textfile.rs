@@ -1,6 +1,6 @@
 //! The textfile connector (`scrape-textfile`): renders the approved metrics into a `*.prom`
-//! file for the node exporter's textfile collector, written atomically (temp file, fsync,
-//! rename), so the collector never reads a torn file.
+//! file for the node exporter's textfile collector, written atomically and with an exact mode
+//! ([`crate::files::atomic`], [`TEXTFILE_MODE`]), so the collector never reads a torn file.
 //!
 //! Failing closed: when the snapshot is missing, invalid or stale, or the subject-family pass
 //! fails closed, the file is replaced by one comment line saying the metrics are withheld and
@@ -10,11 +10,17 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use crate::metrics::snapshot::{write_atomically, Snapshot, MAX_SNAPSHOT_BYTES};
+use crate::files::atomic::write_atomically;
+use crate::metrics::snapshot::{Snapshot, MAX_SNAPSHOT_BYTES};
 use crate::observe::exposition::{self, Options};
 use crate::observe::families::Overflow;
 use crate::observe::policy::Policy;
 use crate::observe::select::{self, Stale};
+
+/// Mode of the textfile output (`svc.prom`, the broker-monitoring file): readable by everyone,
+/// because the node exporter runs as its own user, and writable by the exporter's user only.
+/// Set exactly, whatever the umask. The content is what the node exporter serves anyway.
+pub const TEXTFILE_MODE: u32 = 0o644;
 
 /// A snapshot that could not be used.
 #[derive(Debug)]
@@ -210,9 +216,11 @@ pub fn run(req: &Request<'_>, stdout: &mut dyn Write) -> Result<Outcome, Textfil
     };
     let emit = |bytes: &[u8], stdout: &mut dyn Write| -> Result<(), TextfileError> {
         match &destination {
-            Some(path) => write_atomically(path, bytes).map_err(|source| TextfileError::Write {
-                path: path.clone(),
-                source,
+            Some(path) => write_atomically(path, bytes, TEXTFILE_MODE).map_err(|source| {
+                TextfileError::Write {
+                    path: path.clone(),
+                    source,
+                }
             }),
             None => stdout
                 .write_all(bytes)
@@ -251,7 +259,7 @@ pub fn run(req: &Request<'_>, stdout: &mut dyn Write) -> Result<Outcome, Textfil
             let mut marker_written = None;
             if let Some(path) = &destination {
                 let line = format!("# svc-observe: metrics withheld ({})\n", cause.short());
-                if write_atomically(path, line.as_bytes()).is_ok() {
+                if write_atomically(path, line.as_bytes(), TEXTFILE_MODE).is_ok() {
                     marker_written = Some(path.clone());
                 }
             }
