@@ -629,3 +629,127 @@ fn planted_or_foreign_key_files_are_refused_at_once() {
     });
     stop(&mut runner);
 }
+
+#[test]
+fn planted_segment_names_neither_exhaust_nor_redirect_jsonl_segments() {
+    attacker_uid();
+    let server = broker();
+    let dir = scratch();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    chmod(&out, 0o777);
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    chmod(&victim, 0o644);
+    let mut cfg = config(&server, &out, &dir.path().join("metrics.json"), json!({}));
+    cfg["sink"] = json!({"type": "file", "directory": out, "mode": "jsonl",
+                         "segment_max_age_seconds": 1});
+    let cfg = write_config(dir.path(), "svc.json", &cfg);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    let pid = runner.child.id();
+    // Every name the runner's counter would reach in the next seconds under the old,
+    // predictable scheme (1,100 counters per second: over its 1,000 attempts), as links.
+    attacker_does(
+        65534,
+        &format!(
+            "python3 -c 'import os, time; t = time.time(); \
+             [os.symlink(\"{victim}\", \"{out}/segment-%s-{pid}-%06d.jsonl\" \
+             % (time.strftime(\"%Y%m%dT%H%M%SZ\", time.gmtime(t + s)), c)) \
+             for s in range(6) for c in range(1, 1101)]'",
+            victim = victim.display(),
+            out = out.display()
+        ),
+    );
+    for round in 0..3u64 {
+        for n in 1..=3 {
+            publish(&server, "orders.eu", round * 3 + n);
+        }
+        wait_until(Duration::from_secs(30), "round settled", || {
+            server.try_consumer_state(STREAM, "svc") == Some(((round + 1) * 3, 0, 0))
+        });
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    stop(&mut runner);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    let mut seqs = BTreeSet::new();
+    let mut segments = 0;
+    for e in std::fs::read_dir(&out).unwrap() {
+        let e = e.unwrap();
+        let meta = std::fs::symlink_metadata(e.path()).unwrap();
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        assert_eq!(meta.uid(), 0);
+        segments += 1;
+        for line in std::fs::read_to_string(e.path()).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            seqs.insert(v["stream_sequence"].as_u64().unwrap());
+        }
+    }
+    assert!(segments >= 2, "{segments} segments");
+    assert_eq!(seqs, (1..=9).collect::<BTreeSet<u64>>());
+    assert!(!runner.log_text().contains("no free segment name"));
+}
+
+#[test]
+fn a_snapshot_from_another_account_or_with_absurd_values_is_withheld() {
+    attacker_uid();
+    let dir = scratch();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    chmod(&shared, 0o1777);
+    let prom = dir.path().join("svc.prom");
+    let policy = dir.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        observe_util::policy(&format!(
+            r#"{{"scrape": {{"output_file": "{}"}}}}"#,
+            prom.display()
+        )),
+    )
+    .unwrap();
+    let good = observe_util::snapshot(&[], 0.0);
+    let scrape = |snap: &Path| {
+        Command::new(observe_util::bin())
+            .arg("scrape-textfile")
+            .arg(snap)
+            .arg(&policy)
+            .output()
+            .unwrap()
+    };
+    // The attacker's own, fresh and well-formed snapshot in the shared directory.
+    let theirs = shared.join("metrics.json");
+    std::fs::write(dir.path().join("good.json"), &good).unwrap();
+    chmod(&dir.path().join("good.json"), 0o644);
+    attacker_does(
+        65534,
+        &format!(
+            "cp {} {}",
+            dir.path().join("good.json").display(),
+            theirs.display()
+        ),
+    );
+    let o = scrape(&theirs);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("refused as possibly forged"), "{err}");
+    assert!(std::fs::read_to_string(&prom)
+        .unwrap()
+        .starts_with("# svc-observe: metrics withheld"));
+    // The service's own file with an absurd value.
+    let absurd = dir.path().join("absurd.json");
+    let mut v: Value = serde_json::from_str(&good).unwrap();
+    v["gauges"]["last_sink_success_epoch_seconds"] = json!(1e308);
+    std::fs::write(&absurd, v.to_string()).unwrap();
+    let o = scrape(&absurd);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("outside the plausible range"));
+    // Positive control: the service's own, plausible snapshot.
+    let o = scrape(&dir.path().join("good.json"));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

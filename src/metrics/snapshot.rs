@@ -25,6 +25,14 @@ pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 20;
 /// snapshot dated further ahead would never go stale, so it is invalid.
 pub const MAX_CLOCK_SKEW_SECONDS: f64 = 5.0;
 
+/// Largest counter value a snapshot may hold: 2^53, the largest up to which every integer is
+/// exact in a double (the runner would need centuries at a million messages per second).
+pub const MAX_COUNTER: u64 = 1 << 53;
+
+/// Largest magnitude of a gauge, summary field or labelled value (seconds, bytes, epoch
+/// times: all far below).
+pub const MAX_VALUE: f64 = 1e15;
+
 /// A prepared, reviewed, low-cardinality row (spec "Metrics snapshot").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,6 +162,47 @@ impl Snapshot {
                 "generated_at_epoch_seconds {generated} is {:.0} s in the future (allowed clock skew: {MAX_CLOCK_SKEW_SECONDS} s)",
                 generated - now
             ));
+        }
+        Ok(())
+    }
+
+    /// Checks every value: counters at most [`MAX_COUNTER`] (exact in a double, which is how
+    /// every exporter prints them), gauges, summary fields and labelled values finite and at
+    /// most [`MAX_VALUE`] in magnitude. (Negative counters and non-finite numbers cannot even
+    /// be parsed.) A snapshot another account forged must not export `1e308` as a
+    /// 309-digit number.
+    pub fn check_values(&self) -> Result<(), String> {
+        let bad = |what: &str, name: &str, v: String| {
+            Err(format!(
+                "{what} {} is {v}, outside the plausible range",
+                PeerText::new(name)
+            ))
+        };
+        for (name, v) in &self.counters {
+            if *v > MAX_COUNTER {
+                return bad("counter", name, v.to_string());
+            }
+        }
+        let plausible = |v: f64| v.is_finite() && v.abs() <= MAX_VALUE;
+        for (name, v) in &self.gauges {
+            if !plausible(*v) {
+                return bad("gauge", name, v.to_string());
+            }
+        }
+        for (name, s) in &self.summaries {
+            if s.count > MAX_COUNTER {
+                return bad("summary count", name, s.count.to_string());
+            }
+            for v in [s.sum, s.min, s.max, s.last] {
+                if !plausible(v) {
+                    return bad("summary", name, v.to_string());
+                }
+            }
+        }
+        for row in &self.labeled_metrics {
+            if !plausible(row.value) || (row.kind == "counter" && row.value < 0.0) {
+                return bad("labelled metric", &row.name, row.value.to_string());
+            }
         }
         Ok(())
     }
@@ -292,6 +341,36 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b, "last write wins");
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1, "no temp file left");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn absurd_values_are_refused() {
+        let m = Metrics::default();
+        m.observe("sink_batch_write_seconds", 0.5);
+        let good = Snapshot::capture(&m, "svc", 1.0);
+        assert_eq!(good.check_values(), Ok(()));
+        let mut snap = good.clone();
+        snap.gauges
+            .insert("last_sink_success_epoch_seconds".into(), 1e308);
+        let e = snap.check_values().unwrap_err();
+        assert!(
+            e.starts_with("gauge last_sink_success_epoch_seconds is 1"),
+            "{e}"
+        );
+        let mut snap = good.clone();
+        snap.counters
+            .insert("messages_acked_total".into(), u64::MAX);
+        assert!(snap.check_values().is_err());
+        let mut snap = good.clone();
+        snap.summaries
+            .get_mut("sink_batch_write_seconds")
+            .unwrap()
+            .max = -1e300;
+        assert!(snap.check_values().is_err());
+        let text = serde_json::to_string(&good)
+            .unwrap()
+            .replace("\"messages_acked_total\":0", "\"messages_acked_total\":-1");
+        assert!(Snapshot::parse(&text).is_err(), "a negative counter parses");
     }
 
     #[test]

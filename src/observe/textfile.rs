@@ -50,7 +50,8 @@ impl std::error::Error for SnapshotError {}
 /// regular file (opened non-blocking, so a FIFO in its place cannot hang the reader) of at
 /// most [`MAX_SNAPSHOT_BYTES`] (a bigger one is refused unread), a valid document, and dated
 /// no later than [`crate::metrics::snapshot::MAX_CLOCK_SKEW_SECONDS`] ahead of now ([`Snapshot::check_times`]): a
-/// snapshot from the future would never go stale.
+/// snapshot from the future would never go stale. It must belong to a trusted account
+/// ([`check_owner`]) and hold only plausible values ([`Snapshot::check_values`]).
 pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
@@ -71,6 +72,7 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
     if !meta.is_file() {
         return Err(invalid("not a regular file".into()));
     }
+    check_owner(path, &meta).map_err(invalid)?;
     let too_big = |len: u64| {
         invalid(format!(
             "the file is {len} bytes, over the {MAX_SNAPSHOT_BYTES}-byte limit for snapshots"
@@ -95,7 +97,29 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
     snapshot
         .check_times(crate::metrics::now_epoch_seconds())
         .map_err(invalid)?;
+    snapshot.check_values().map_err(invalid)?;
     Ok(snapshot)
+}
+
+/// Whom a snapshot may belong to: the exporter's own user, root, or the owner of the
+/// directory holding it (the runner's state directory in the packages, whose owner could
+/// replace the file anyway). Anyone else may have forged it.
+fn check_owner(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = meta.uid();
+    let me = crate::files::owner::service_uid();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let dir_owner = std::fs::metadata(dir).map(|m| m.uid()).ok();
+    if uid == me || uid == 0 || Some(uid) == dir_owner {
+        return Ok(());
+    }
+    Err(format!(
+        "the file belongs to uid {uid}, not to this exporter's user (uid {me}), root, or the \
+         owner of its directory: refused as possibly forged"
+    ))
 }
 
 /// Why a render could not be produced (the exporter withholds the metrics).
