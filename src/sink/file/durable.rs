@@ -56,6 +56,21 @@ pub fn open_below(
     mode: u32,
     parents: &mut Vec<PathBuf>,
 ) -> Result<OwnedFd, DirProblem> {
+    walk_below(root, rel, Some(mode), parents)
+}
+
+/// [`open_below`] without creating anything: a missing directory is an error.
+pub fn open_existing_below(root: &Path, rel: &Path) -> Result<OwnedFd, DirProblem> {
+    walk_below(root, rel, None, &mut Vec::new())
+}
+
+/// [`open_below`]; creates missing directories only with `create` (their mode).
+fn walk_below(
+    root: &Path,
+    rel: &Path,
+    create: Option<u32>,
+    parents: &mut Vec<PathBuf>,
+) -> Result<OwnedFd, DirProblem> {
     let mut dir = rustix::fs::openat(
         CWD,
         root,
@@ -79,6 +94,9 @@ pub fn open_below(
         let next = match owner::open_dir_at(&dir, Path::new(name)) {
             Ok(fd) => fd,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let Some(mode) = create else {
+                    return Err(DirProblem::Failed(e));
+                };
                 match rustix::fs::mkdirat(&dir, name, Mode::from_bits_truncate(mode)) {
                     Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                     Err(e) => return Err(DirProblem::Failed(e.into())),
@@ -216,13 +234,26 @@ impl DirSync {
     }
 
     /// Syncs every directory once (deepest first) and returns, for each outcome whose
-    /// directory failed, the directory and the error.
-    pub fn sync(self) -> Vec<(usize, PathBuf, io::Error)> {
+    /// directory failed, the directory and the error. Each directory below `root` is opened
+    /// by [`open_existing_below`]'s rules, so a directory another account renamed away and
+    /// replaced with a link fails the sync (and the write is retried) instead of a sync of
+    /// whatever the link points to.
+    pub fn sync(self, root: &Path) -> Vec<(usize, PathBuf, io::Error)> {
         let mut order: Vec<usize> = (0..self.dirs.len()).collect();
         order.sort_by_key(|&d| std::cmp::Reverse(self.dirs[d].components().count()));
         let mut failed: HashMap<usize, io::Error> = HashMap::new();
         for d in order {
-            if let Err(e) = sync_dir(&self.dirs[d]) {
+            let dir = &self.dirs[d];
+            let synced = match dir.strip_prefix(root) {
+                Ok(rel) => open_existing_below(root, rel)
+                    .map_err(|p| match p {
+                        DirProblem::Failed(e) => e,
+                        DirProblem::Refused(why) => io::Error::other(why),
+                    })
+                    .and_then(|fd| File::from(fd).sync_all()),
+                Err(_) => sync_dir(dir),
+            };
+            if let Err(e) = synced {
                 failed.insert(d, e);
             }
         }

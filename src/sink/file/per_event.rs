@@ -149,7 +149,7 @@ impl PerEvent {
                 }
             }
         }
-        for (i, dir, e) in dirs.sync() {
+        for (i, dir, e) in dirs.sync(&self.cfg.directory) {
             if outcomes[i].is_durable() {
                 let rel = self.relative(&dir);
                 outcomes[i] = WriteOutcome::Transient(error(format!("sync directory {rel}: {e}")));
