@@ -752,4 +752,23 @@ fn a_snapshot_from_another_account_or_with_absurd_values_is_withheld() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // `expected_owner` names the one account whose snapshot counts.
+    let with_owner = |uid: u32| {
+        observe_util::policy(&format!(
+            r#"{{"expected_owner": {uid}, "scrape": {{"output_file": "{}"}}}}"#,
+            prom.display()
+        ))
+    };
+    std::fs::write(&policy, with_owner(attacker_uid())).unwrap();
+    let o = scrape(&dir.path().join("good.json"));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not to expected_owner"));
+    std::fs::write(&policy, with_owner(0)).unwrap();
+    let o = scrape(&dir.path().join("good.json"));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

@@ -52,7 +52,7 @@ impl std::error::Error for SnapshotError {}
 /// no later than [`crate::metrics::snapshot::MAX_CLOCK_SKEW_SECONDS`] ahead of now ([`Snapshot::check_times`]): a
 /// snapshot from the future would never go stale. It must belong to a trusted account
 /// ([`check_owner`]) and hold only plausible values ([`Snapshot::check_values`]).
-pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
+pub fn read_snapshot(path: &Path, expected_owner: Option<u32>) -> Result<Snapshot, SnapshotError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let read = |source| SnapshotError::Read {
@@ -72,7 +72,7 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
     if !meta.is_file() {
         return Err(invalid("not a regular file".into()));
     }
-    check_owner(path, &meta).map_err(invalid)?;
+    check_owner(path, &meta, expected_owner).map_err(invalid)?;
     let too_big = |len: u64| {
         invalid(format!(
             "the file is {len} bytes, over the {MAX_SNAPSHOT_BYTES}-byte limit for snapshots"
@@ -101,12 +101,23 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
     Ok(snapshot)
 }
 
-/// Whom a snapshot may belong to: the exporter's own user, root, or the owner of the
-/// directory holding it (the runner's state directory in the packages, whose owner could
-/// replace the file anyway). Anyone else may have forged it.
-fn check_owner(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+/// Whom a snapshot may belong to: the policy's `expected_owner` where set; else the
+/// exporter's own user, root, or the owner of the directory holding it (the runner's state
+/// directory in the packages, whose owner could replace the file anyway). Anyone else may
+/// have forged it.
+fn check_owner(path: &Path, meta: &std::fs::Metadata, expected: Option<u32>) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let uid = meta.uid();
+    if let Some(expected) = expected {
+        return if uid == expected {
+            Ok(())
+        } else {
+            Err(format!(
+                "the file belongs to uid {uid}, not to expected_owner {expected}: refused as \
+                 possibly forged"
+            ))
+        };
+    }
     let me = crate::files::owner::service_uid();
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -160,7 +171,8 @@ pub fn render_snapshot(
     policy: &Policy,
     allow_stale: bool,
 ) -> Result<String, RenderError> {
-    let snapshot = read_snapshot(snapshot_path).map_err(RenderError::Snapshot)?;
+    let snapshot =
+        read_snapshot(snapshot_path, policy.expected_owner).map_err(RenderError::Snapshot)?;
     select::check_fresh(&snapshot, policy.scrape.stale_after_seconds, allow_stale)
         .map_err(RenderError::Stale)?;
     let selection = select::select(&snapshot, policy).map_err(RenderError::Overflow)?;
@@ -315,7 +327,7 @@ mod tests {
     }
 
     fn invalid_reason(path: &Path) -> String {
-        match read_snapshot(path) {
+        match read_snapshot(path, None) {
             Err(SnapshotError::Invalid { reason, .. }) => reason,
             Err(e) => panic!("expected an invalid snapshot, got {e}"),
             Ok(_) => panic!("accepted {}", path.display()),
@@ -327,7 +339,7 @@ mod tests {
         let d = dir("future");
         let path = d.join("snap.json");
         std::fs::write(&path, snapshot_text(0.0)).unwrap();
-        read_snapshot(&path).unwrap();
+        read_snapshot(&path, None).unwrap();
         std::fs::write(&path, snapshot_text(3600.0)).unwrap();
         let reason = invalid_reason(&path);
         assert!(reason.contains("in the future"), "{reason}");
