@@ -51,7 +51,7 @@ impl std::error::Error for SnapshotError {}
 /// most [`MAX_SNAPSHOT_BYTES`] (a bigger one is refused unread), a valid document, and dated
 /// no later than [`crate::metrics::snapshot::MAX_CLOCK_SKEW_SECONDS`] ahead of now ([`Snapshot::check_times`]): a
 /// snapshot from the future would never go stale. It must belong to a trusted account
-/// ([`check_owner`]) and hold only plausible values ([`Snapshot::check_values`]).
+/// (`check_owner` below) and hold only plausible values ([`Snapshot::check_values`]).
 pub fn read_snapshot(path: &Path, expected_owner: Option<u32>) -> Result<Snapshot, SnapshotError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;

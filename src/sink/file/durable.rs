@@ -47,8 +47,9 @@ pub enum DirProblem {
 /// the service's user; `root` by the service's user or root. None may have a default ACL
 /// (files created in it would inherit entries granting other accounts access; see
 /// docs/security.md, "Shared directories"). With those rules nobody else can rename, replace
-/// or add entries in the directories a record's name goes through, so the path stays the
-/// directory checked here. The parent of every directory created (or found created by a racing
+/// or add entries in the directories below `root` that a record's name goes through; what
+/// another account that may write `root` itself can still do (rename a directory away) is
+/// caught by the directory fsyncs, which reopen by the same rules ([`DirSync::sync`]). The parent of every directory created (or found created by a racing
 /// writer) is pushed to `parents`: those must be fsynced before the new names are durable.
 pub fn open_below(
     root: &Path,
