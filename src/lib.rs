@@ -7,6 +7,7 @@ pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod document;
+pub mod files;
 pub mod message;
 pub mod metrics;
 pub mod observe;

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use crate::config::RuntimeConfig;
-use crate::metrics::snapshot::write_atomically;
+use crate::files::atomic::write_atomically;
 use crate::observe::catalogue;
 use crate::observe::connectors::{
     self, broker_monitoring, collector_agent, Connector, ExportArgs, Input,
@@ -577,7 +577,11 @@ fn init(
         }
         return EXIT_INVALID;
     }
-    if let Err(e) = write_atomically(policy, doc.as_bytes()) {
+    // The policy keeps the mode it had (the exporter's user must go on reading it).
+    let mode = std::fs::metadata(policy)
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
+        .unwrap_or(0o644);
+    if let Err(e) = write_atomically(policy, doc.as_bytes(), mode) {
         let _ = writeln!(err, "svc-observe: cannot write {}: {e}", policy.display());
         return EXIT_FAILURE;
     }

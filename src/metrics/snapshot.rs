@@ -1,13 +1,10 @@
 //! The metrics snapshot: the only thing the runner shares with the exporters.
 //!
 //! Schema `svc.metrics.snapshot.v1` (documented in `docs/metrics-snapshot.md`). Written
-//! atomically: a temporary file in the same directory, fsync, rename, fsync of the directory,
-//! so a reader sees either the previous snapshot or the new one, never a torn file.
+//! atomically with [`crate::files::atomic::write_atomically`] (mode [`SNAPSHOT_MODE`]), so a
+//! reader sees either the previous snapshot or the new one, never a torn file.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +24,14 @@ pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 20;
 /// stepped back by NTP between a write and a read, not hosts with different clocks. A
 /// snapshot dated further ahead would never go stale, so it is invalid.
 pub const MAX_CLOCK_SKEW_SECONDS: f64 = 5.0;
+
+/// Largest counter value a snapshot may hold: 2^53, the largest up to which every integer is
+/// exact in a double (the runner would need centuries at a million messages per second).
+pub const MAX_COUNTER: u64 = 1 << 53;
+
+/// Largest magnitude of a gauge, summary field or labelled value (seconds, bytes, epoch
+/// times: all far below).
+pub const MAX_VALUE: f64 = 1e15;
 
 /// A prepared, reviewed, low-cardinality row (spec "Metrics snapshot").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -161,46 +166,64 @@ impl Snapshot {
         Ok(())
     }
 
+    /// Checks every value: counters at most [`MAX_COUNTER`] (exact in a double, which is how
+    /// every exporter prints them), gauges, summary fields and labelled values finite and at
+    /// most [`MAX_VALUE`] in magnitude. (Negative counters and non-finite numbers cannot even
+    /// be parsed.) A snapshot another account forged must not export `1e308` as a
+    /// 309-digit number.
+    pub fn check_values(&self) -> Result<(), String> {
+        let bad = |what: &str, name: &str, v: String| {
+            Err(format!(
+                "{what} {} is {v}, outside the plausible range",
+                PeerText::new(name)
+            ))
+        };
+        for (name, v) in &self.counters {
+            if *v > MAX_COUNTER {
+                return bad("counter", name, v.to_string());
+            }
+        }
+        let plausible = |v: f64| v.is_finite() && v.abs() <= MAX_VALUE;
+        for (name, v) in &self.gauges {
+            if !plausible(*v) {
+                return bad("gauge", name, v.to_string());
+            }
+        }
+        for (name, s) in &self.summaries {
+            if s.count > MAX_COUNTER {
+                return bad("summary count", name, s.count.to_string());
+            }
+            for v in [s.sum, s.min, s.max, s.last] {
+                if !plausible(v) {
+                    return bad("summary", name, v.to_string());
+                }
+            }
+        }
+        for row in &self.labeled_metrics {
+            if !plausible(row.value) || (row.kind == "counter" && row.value < 0.0) {
+                return bad("labelled metric", &row.name, row.value.to_string());
+            }
+        }
+        Ok(())
+    }
+
     /// Age in seconds relative to now (negative ages count as 0).
     pub fn age_seconds(&self) -> f64 {
         (now_epoch_seconds() - self.generated_at_epoch_seconds).max(0.0)
     }
 }
 
-/// Writes `bytes` to `path` atomically: temp file beside it, fsync, rename, fsync directory.
-/// Used for the snapshot and for the exporter's textfile.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp.{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)?;
-        File::open(&dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
+/// Mode of the snapshot file: the runner's user writes it, its group (the exporter's user is
+/// in the runner's group in the packages) reads it, nobody else does. Set exactly, whatever
+/// the umask.
+pub const SNAPSHOT_MODE: u32 = 0o640;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::files::atomic::write_atomically;
+    use std::fs;
+    use std::io;
     use std::sync::atomic::Ordering;
 
     /// Found by `fuzz/fuzz_targets/metrics_snapshot.rs`: without serde_json's
@@ -257,8 +280,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("svc-snap-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("metrics.json");
-        write_atomically(&path, text.as_bytes()).unwrap();
-        write_atomically(&path, text.as_bytes()).unwrap();
+        write_atomically(&path, text.as_bytes(), SNAPSHOT_MODE).unwrap();
+        write_atomically(&path, text.as_bytes(), SNAPSHOT_MODE).unwrap();
         assert_eq!(fs::read_to_string(&path).unwrap(), text);
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1, "no temp file left");
         fs::remove_dir_all(&dir).unwrap();
@@ -306,7 +329,7 @@ mod tests {
                 })
                 .unwrap();
             for i in 0..60 {
-                write_atomically(&path, if i % 2 == 0 { &a } else { &b }).unwrap();
+                write_atomically(&path, if i % 2 == 0 { &a } else { &b }, SNAPSHOT_MODE).unwrap();
                 // Let the reader in between writes even on a loaded machine.
                 std::thread::yield_now();
             }
@@ -318,6 +341,36 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b, "last write wins");
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1, "no temp file left");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn absurd_values_are_refused() {
+        let m = Metrics::default();
+        m.observe("sink_batch_write_seconds", 0.5);
+        let good = Snapshot::capture(&m, "svc", 1.0);
+        assert_eq!(good.check_values(), Ok(()));
+        let mut snap = good.clone();
+        snap.gauges
+            .insert("last_sink_success_epoch_seconds".into(), 1e308);
+        let e = snap.check_values().unwrap_err();
+        assert!(
+            e.starts_with("gauge last_sink_success_epoch_seconds is 1"),
+            "{e}"
+        );
+        let mut snap = good.clone();
+        snap.counters
+            .insert("messages_acked_total".into(), u64::MAX);
+        assert!(snap.check_values().is_err());
+        let mut snap = good.clone();
+        snap.summaries
+            .get_mut("sink_batch_write_seconds")
+            .unwrap()
+            .max = -1e300;
+        assert!(snap.check_values().is_err());
+        let text = serde_json::to_string(&good)
+            .unwrap()
+            .replace("\"messages_acked_total\":0", "\"messages_acked_total\":-1");
+        assert!(Snapshot::parse(&text).is_err(), "a negative counter parses");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The textfile connector (`scrape-textfile`): renders the approved metrics into a `*.prom`
-//! file for the node exporter's textfile collector, written atomically (temp file, fsync,
-//! rename), so the collector never reads a torn file.
+//! file for the node exporter's textfile collector, written atomically and with an exact mode
+//! ([`crate::files::atomic`], [`TEXTFILE_MODE`]), so the collector never reads a torn file.
 //!
 //! Failing closed: when the snapshot is missing, invalid or stale, or the subject-family pass
 //! fails closed, the file is replaced by one comment line saying the metrics are withheld and
@@ -10,11 +10,17 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use crate::metrics::snapshot::{write_atomically, Snapshot, MAX_SNAPSHOT_BYTES};
+use crate::files::atomic::write_atomically;
+use crate::metrics::snapshot::{Snapshot, MAX_SNAPSHOT_BYTES};
 use crate::observe::exposition::{self, Options};
 use crate::observe::families::Overflow;
 use crate::observe::policy::Policy;
 use crate::observe::select::{self, Stale};
+
+/// Mode of the textfile output (`svc.prom`, the broker-monitoring file): readable by everyone,
+/// because the node exporter runs as its own user, and writable by the exporter's user only.
+/// Set exactly, whatever the umask. The content is what the node exporter serves anyway.
+pub const TEXTFILE_MODE: u32 = 0o644;
 
 /// A snapshot that could not be used.
 #[derive(Debug)]
@@ -44,8 +50,9 @@ impl std::error::Error for SnapshotError {}
 /// regular file (opened non-blocking, so a FIFO in its place cannot hang the reader) of at
 /// most [`MAX_SNAPSHOT_BYTES`] (a bigger one is refused unread), a valid document, and dated
 /// no later than [`crate::metrics::snapshot::MAX_CLOCK_SKEW_SECONDS`] ahead of now ([`Snapshot::check_times`]): a
-/// snapshot from the future would never go stale.
-pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
+/// snapshot from the future would never go stale. It must belong to a trusted account
+/// (`check_owner` below) and hold only plausible values ([`Snapshot::check_values`]).
+pub fn read_snapshot(path: &Path, expected_owner: Option<u32>) -> Result<Snapshot, SnapshotError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let read = |source| SnapshotError::Read {
@@ -65,6 +72,7 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
     if !meta.is_file() {
         return Err(invalid("not a regular file".into()));
     }
+    check_owner(path, &meta, expected_owner).map_err(invalid)?;
     let too_big = |len: u64| {
         invalid(format!(
             "the file is {len} bytes, over the {MAX_SNAPSHOT_BYTES}-byte limit for snapshots"
@@ -89,7 +97,40 @@ pub fn read_snapshot(path: &Path) -> Result<Snapshot, SnapshotError> {
     snapshot
         .check_times(crate::metrics::now_epoch_seconds())
         .map_err(invalid)?;
+    snapshot.check_values().map_err(invalid)?;
     Ok(snapshot)
+}
+
+/// Whom a snapshot may belong to: the policy's `expected_owner` where set; else the
+/// exporter's own user, root, or the owner of the directory holding it (the runner's state
+/// directory in the packages, whose owner could replace the file anyway). Anyone else may
+/// have forged it.
+fn check_owner(path: &Path, meta: &std::fs::Metadata, expected: Option<u32>) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = meta.uid();
+    if let Some(expected) = expected {
+        return if uid == expected {
+            Ok(())
+        } else {
+            Err(format!(
+                "the file belongs to uid {uid}, not to expected_owner {expected}: refused as \
+                 possibly forged"
+            ))
+        };
+    }
+    let me = crate::files::owner::service_uid();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let dir_owner = std::fs::metadata(dir).map(|m| m.uid()).ok();
+    if uid == me || uid == 0 || Some(uid) == dir_owner {
+        return Ok(());
+    }
+    Err(format!(
+        "the file belongs to uid {uid}, not to this exporter's user (uid {me}), root, or the \
+         owner of its directory: refused as possibly forged"
+    ))
 }
 
 /// Why a render could not be produced (the exporter withholds the metrics).
@@ -130,7 +171,8 @@ pub fn render_snapshot(
     policy: &Policy,
     allow_stale: bool,
 ) -> Result<String, RenderError> {
-    let snapshot = read_snapshot(snapshot_path).map_err(RenderError::Snapshot)?;
+    let snapshot =
+        read_snapshot(snapshot_path, policy.expected_owner).map_err(RenderError::Snapshot)?;
     select::check_fresh(&snapshot, policy.scrape.stale_after_seconds, allow_stale)
         .map_err(RenderError::Stale)?;
     let selection = select::select(&snapshot, policy).map_err(RenderError::Overflow)?;
@@ -210,9 +252,11 @@ pub fn run(req: &Request<'_>, stdout: &mut dyn Write) -> Result<Outcome, Textfil
     };
     let emit = |bytes: &[u8], stdout: &mut dyn Write| -> Result<(), TextfileError> {
         match &destination {
-            Some(path) => write_atomically(path, bytes).map_err(|source| TextfileError::Write {
-                path: path.clone(),
-                source,
+            Some(path) => write_atomically(path, bytes, TEXTFILE_MODE).map_err(|source| {
+                TextfileError::Write {
+                    path: path.clone(),
+                    source,
+                }
             }),
             None => stdout
                 .write_all(bytes)
@@ -251,7 +295,7 @@ pub fn run(req: &Request<'_>, stdout: &mut dyn Write) -> Result<Outcome, Textfil
             let mut marker_written = None;
             if let Some(path) = &destination {
                 let line = format!("# svc-observe: metrics withheld ({})\n", cause.short());
-                if write_atomically(path, line.as_bytes()).is_ok() {
+                if write_atomically(path, line.as_bytes(), TEXTFILE_MODE).is_ok() {
                     marker_written = Some(path.clone());
                 }
             }
@@ -283,7 +327,7 @@ mod tests {
     }
 
     fn invalid_reason(path: &Path) -> String {
-        match read_snapshot(path) {
+        match read_snapshot(path, None) {
             Err(SnapshotError::Invalid { reason, .. }) => reason,
             Err(e) => panic!("expected an invalid snapshot, got {e}"),
             Ok(_) => panic!("accepted {}", path.display()),
@@ -295,7 +339,7 @@ mod tests {
         let d = dir("future");
         let path = d.join("snap.json");
         std::fs::write(&path, snapshot_text(0.0)).unwrap();
-        read_snapshot(&path).unwrap();
+        read_snapshot(&path, None).unwrap();
         std::fs::write(&path, snapshot_text(3600.0)).unwrap();
         let reason = invalid_reason(&path);
         assert!(reason.contains("in the future"), "{reason}");

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use super::RunError;
 use crate::config::MetricsConfig;
-use crate::metrics::snapshot::{write_atomically, Snapshot};
+use crate::files::atomic::write_atomically;
+use crate::metrics::snapshot::{Snapshot, SNAPSHOT_MODE};
 use crate::metrics::Metrics;
 
 #[derive(Clone)]
@@ -40,7 +41,7 @@ impl SnapshotWriter {
             Ok(b) => b,
             Err(e) => return log::error!("metrics snapshot: cannot serialize: {e}"),
         };
-        if let Err(e) = write_atomically(path, &bytes) {
+        if let Err(e) = write_atomically(path, &bytes, SNAPSHOT_MODE) {
             log::warn!("metrics snapshot: cannot write {}: {e}", path.display());
         }
     }

@@ -1,5 +1,5 @@
 //! Key material of payload protection: where it comes from (an environment variable or a file
-//! only the service user can read) and how it is held (never printed, never in `Debug`).
+//! only the service user can read and owns) and how it is held (never printed, never in `Debug`).
 //!
 //! The JSON config only *names* a key's source; the bytes are read when the runner (or
 //! `svc decrypt` / `svc verify-custody`) starts, by [`KeySource::load`]. Every error names
@@ -13,6 +13,7 @@ use base64::Engine as _;
 
 use crate::document::grammar::is_env_var_name;
 use crate::document::reader::ObjectReader;
+use crate::files::owner;
 
 /// Largest key file read (a base64 key is a few dozen bytes; anything large is a mistake).
 pub const MAX_KEY_FILE_BYTES: u64 = 4096;
@@ -121,15 +122,14 @@ impl KeySource {
     }
 }
 
-/// Reads a small file that must be a regular file readable by its owner only (mode checked on
-/// the opened handle, so the check and the read concern the same file).
+/// Reads a small file that must be a regular file readable by its owner only. Checked on the
+/// opened handle (so the check and the read concern the same file): opened without following
+/// a link at the name and without blocking (a FIFO there is refused at once), owned by the
+/// service's user or root (as root, a key another account owns is theirs to choose).
 pub fn read_private_file(path: &Path) -> Result<String, String> {
     use std::os::unix::fs::PermissionsExt;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let file = open_trusted(path)?;
     let meta = file.metadata().map_err(|e| format!("cannot stat: {e}"))?;
-    if !meta.is_file() {
-        return Err("is not a regular file".into());
-    }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(format!(
@@ -140,10 +140,30 @@ pub fn read_private_file(path: &Path) -> Result<String, String> {
     read_bounded(file, MAX_KEY_FILE_BYTES)
 }
 
-/// Reads a small public file (an Ed25519 public key): bounded, no mode requirement.
+/// Reads a small public file (an Ed25519 public key): not secret, but trusted (whoever can
+/// write it chooses which signatures pass), so the same rules as a private key file except
+/// readability: a regular file, no link, owned by the service's user or root, and writable by
+/// its owner only.
 pub fn read_public_file(path: &Path) -> Result<String, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    use std::os::unix::fs::PermissionsExt;
+    let file = open_trusted(path)?;
+    let meta = file.metadata().map_err(|e| format!("cannot stat: {e}"))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "is writable by group or others (mode {mode:04o}); \
+             restrict writing to its owner (chmod 644)"
+        ));
+    }
     read_bounded(file, MAX_KEY_FILE_BYTES)
+}
+
+/// Opens a key file: no link at the name, never blocking, a regular file owned by the
+/// service's user or root.
+fn open_trusted(path: &Path) -> Result<std::fs::File, String> {
+    let (file, stat) = owner::open_regular(path).map_err(|e| e.to_string())?;
+    owner::check_owner(&stat, true).map_err(|e| e.to_string())?;
+    Ok(file)
 }
 
 fn read_bounded(file: std::fs::File, max: u64) -> Result<String, String> {
@@ -195,6 +215,35 @@ mod tests {
         std::fs::write(&path, "not base64 at all!").unwrap();
         let e = src.load(32, 32).unwrap_err();
         assert!(e.contains("base64") && !e.contains("at all"), "{e}");
+    }
+
+    #[test]
+    fn key_files_are_never_links_fifos_or_writable_by_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let key = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
+        std::fs::write(d.join("k"), &key).unwrap();
+        std::fs::set_permissions(d.join("k"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(d.join("k"), d.join("link")).unwrap();
+        let status = std::process::Command::new("mkfifo")
+            .arg(d.join("fifo"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let started = std::time::Instant::now();
+        let e = KeySource::File(d.join("fifo")).load(32, 32).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        let e = KeySource::File(d.join("link")).load(32, 32).unwrap_err();
+        assert!(e.contains("symbolic link") && !e.contains(&key), "{e}");
+        assert!(read_public_file(&d.join("link"))
+            .unwrap_err()
+            .contains("symbolic link"));
+        std::fs::set_permissions(d.join("k"), std::fs::Permissions::from_mode(0o664)).unwrap();
+        let e = read_public_file(&d.join("k")).unwrap_err();
+        assert!(e.contains("writable by group or others"), "{e}");
+        std::fs::set_permissions(d.join("k"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(read_public_file(&d.join("k")).unwrap(), key);
     }
 
     #[test]

@@ -344,7 +344,8 @@ pub fn run_poll(
     out: &mut dyn std::io::Write,
     err: &mut dyn std::io::Write,
 ) -> u8 {
-    use crate::metrics::snapshot::write_atomically;
+    use crate::files::atomic::write_atomically;
+    use crate::observe::textfile::TEXTFILE_MODE;
     let cfg = &policy.broker_server_monitoring;
     let dest = if dry_run {
         None
@@ -369,7 +370,7 @@ pub fn run_poll(
     };
     let emit = |text: &str, out: &mut dyn std::io::Write| -> std::io::Result<()> {
         match dest {
-            Some(p) => write_atomically(p, text.as_bytes()),
+            Some(p) => write_atomically(p, text.as_bytes(), TEXTFILE_MODE),
             None => out.write_all(text.as_bytes()).and_then(|_| out.flush()),
         }
     };
@@ -400,7 +401,7 @@ pub fn run_poll(
         Ok(p) => p,
         Err(e) => {
             if let Some(p) = dest {
-                if let Err(we) = write_atomically(p, WITHHELD_LINE.as_bytes()) {
+                if let Err(we) = write_atomically(p, WITHHELD_LINE.as_bytes(), TEXTFILE_MODE) {
                     let _ = writeln!(
                         err,
                         "svc-observe broker-monitoring-poll: cannot write {}: {we}",

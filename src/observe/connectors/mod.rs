@@ -102,7 +102,8 @@ pub fn prepare(
     stale_after: Option<f64>,
     allow_stale: bool,
 ) -> Result<Prepared, ExportError> {
-    let snapshot = read_snapshot(snapshot_path).map_err(ExportError::Snapshot)?;
+    let snapshot =
+        read_snapshot(snapshot_path, policy.expected_owner).map_err(ExportError::Snapshot)?;
     select::check_fresh(&snapshot, stale_after, allow_stale)
         .map_err(|stale| ExportError::Stale { block, stale })?;
     let selection = select::select(&snapshot, policy).map_err(ExportError::Overflow)?;

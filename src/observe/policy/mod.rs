@@ -63,6 +63,9 @@ pub struct Policy {
     pub include_observations: bool,
     /// Allows legacy aliases. Defaults to false.
     pub include_legacy: bool,
+    /// The uid the snapshot must belong to. Defaults to null: the exporter's own user, root,
+    /// or the owner of the snapshot's directory (see `observe::textfile::read_snapshot`).
+    pub expected_owner: Option<u32>,
     /// Review hints only; never a label source.
     pub subjects: Vec<SubjectEntry>,
     pub subject_metrics: SubjectMetrics,
@@ -145,6 +148,9 @@ impl Policy {
         let denied_metric_patterns = metric_patterns(r, "denied_metric_patterns");
         let include_observations = r.bool_or("include_observations", false);
         let include_legacy = r.bool_or("include_legacy", false);
+        let expected_owner = r
+            .opt_int_in("expected_owner", 0, i64::from(u32::MAX - 1))
+            .map(|uid| uid as u32);
         let entries = r.objects("subjects");
         if entries.len() > MAX_LIST {
             r.problem("subjects", format!("must have at most {MAX_LIST} entries"));
@@ -167,6 +173,7 @@ impl Policy {
             denied_metric_patterns,
             include_observations,
             include_legacy,
+            expected_owner,
             subjects,
             subject_metrics: read_block(r, "subject_metrics", SubjectMetrics::read),
             scrape: read_block(r, "scrape", Scrape::read),

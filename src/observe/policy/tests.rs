@@ -158,6 +158,7 @@ fn effective_policy_serializes_every_field() {
             "denied_metric_patterns",
             "include_observations",
             "include_legacy",
+            "expected_owner",
             "subjects",
             "subject_metrics",
             "scrape",

@@ -31,7 +31,7 @@
 //!   ... fsync in nojournal mode", skipped that inode write even in a file's fsync; there,
 //!   without a journal, the count reaches the disk only with writeback.)
 //! - **named**: a dot-named temporary file (`.svc-tmp-<pid>-<random>-<n>`, a name no key can
-//!   take) created exclusively, written and fsynced, then `link(tmp, final)` and `unlink(tmp)`
+//!   take) created exclusively (never through a link, never blocking), written and fsynced, then `link(tmp, final)` and `unlink(tmp)`
 //!   (`skip_existing`, `fail_existing`), or `rename(tmp, final)` (`replace`: an atomic
 //!   replacement needs a name to rename). Used for `replace`, and where `O_TMPFILE` or
 //!   `/proc` is missing (found out once, then remembered). A crash may leave a `.svc-tmp-*`
@@ -39,25 +39,31 @@
 //!   pid (containers, other hosts sharing a volume) apart; a temporary name found taken is
 //!   another writer's and is left alone.
 //!
+//! Directories: every name is created and linked relative to a directory descriptor opened by
+//! [`open_below`] (no link followed below the output directory, every directory owned by the
+//! service's user, none with a default ACL), so nobody else can redirect a record into a
+//! directory of their choosing. A name found taken under `skip_existing` counts as the durable
+//! copy only when the file there is the service's and holds this record (`existing.rs`).
+//!
 //! Every file has exactly `file_mode` before its fsync: the mode given at creation is reduced
-//! by the umask, or, in a directory with a default ACL, by that ACL's entries, which no umask
-//! reading can predict. So the mode the file got is read back (`fstat`) and set with `fchmod`
+//! by the umask. So the mode the file got is read back (`fstat`) and set with `fchmod`
 //! only where it differs. Under the usual umasks (022, 027) and the default 0640 it never
 //! does, and `fchmod` is the dearer call: it changes the inode (ext4 takes the inode through
 //! its `setattr` path), where `fstat` only reads it.
 
-use std::fs::{self, File, OpenOptions, Permissions};
-use std::io::{self, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use rustix::fs::{AtFlags, Mode, OFlags, CWD};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
-use super::config::{DuplicatePolicy, FileSinkConfig};
-use super::durable::{create_below, dir_mode};
+use super::config::{Compression, DuplicatePolicy, FileSinkConfig};
+use super::durable::{dir_mode, open_below, DirProblem};
 use super::error;
+use super::existing::RecordId;
+use crate::files::{owner, unnamed};
 use crate::sink::{FailureClass, WriteOutcome};
 
 /// Where one envelope's record goes.
@@ -65,6 +71,8 @@ pub struct Target {
     /// Path relative to the output directory (used in errors and logs).
     pub rel: String,
     pub path: PathBuf,
+    /// The record it is for: a file found at `path` counts only when it holds that record.
+    pub id: Option<RecordId>,
 }
 
 impl Target {
@@ -72,6 +80,14 @@ impl Target {
         self.path
             .parent()
             .expect("a key always has a file name below the output directory")
+    }
+
+    fn name(&self) -> &Path {
+        Path::new(
+            self.path
+                .file_name()
+                .expect("a key always has a file name below the output directory"),
+        )
     }
 }
 
@@ -98,6 +114,9 @@ pub struct DurableFiles {
     file_mode: u32,
     dir_mode: u32,
     policy: DuplicatePolicy,
+    compression: Compression,
+    /// Bound on what is read of a file found at a record's name (decompressed).
+    max_record_bytes: u64,
     /// `O_TMPFILE` and `/proc/self/fd` work here (cleared the first time they do not).
     unnamed: AtomicBool,
     /// `linkat(AT_EMPTY_PATH)` works (cleared the first time the kernel refuses it).
@@ -114,7 +133,9 @@ impl DurableFiles {
             file_mode: cfg.file_mode,
             dir_mode: dir_mode(cfg.file_mode),
             policy: cfg.duplicate_policy,
-            unnamed: AtomicBool::new(Path::new("/proc/self/fd").is_dir()),
+            compression: cfg.compression,
+            max_record_bytes: cfg.max_record_bytes,
+            unnamed: AtomicBool::new(unnamed::proc_fd_available()),
             empty_path_link: AtomicBool::new(true),
             temp_tag: format!("{}-{:08x}", std::process::id(), rand::random::<u32>()),
             temp_counter: AtomicU64::new(0),
@@ -143,8 +164,12 @@ impl DurableFiles {
     /// Writes `body` to `target`. Directories created on the way are pushed to `created`'s
     /// parents list (they must be fsynced before the new names are durable).
     pub fn write(&self, target: &Target, body: &[u8], created: &mut Vec<PathBuf>) -> Publication {
+        let dir = match self.open_dir(target, created) {
+            Ok(dir) => dir,
+            Err(outcome) => return outcome.into(),
+        };
         if self.policy != DuplicatePolicy::Replace && self.unnamed.load(Ordering::Relaxed) {
-            match self.write_unnamed(target, body, created) {
+            match self.write_unnamed(&dir, target, body) {
                 Some(publication) => return publication,
                 None => {
                     if self.unnamed.swap(false, Ordering::Relaxed) {
@@ -156,155 +181,123 @@ impl DurableFiles {
                 }
             }
         }
-        self.write_named(target, body, created).into()
+        self.write_named(&dir, target, body).into()
+    }
+
+    /// The target's directory, opened (and created where missing) by [`open_below`]'s rules.
+    fn open_dir(
+        &self,
+        target: &Target,
+        created: &mut Vec<PathBuf>,
+    ) -> Result<OwnedFd, WriteOutcome> {
+        let rel = target
+            .dir()
+            .strip_prefix(&self.root)
+            .expect("a target is below the output directory");
+        open_below(&self.root, rel, self.dir_mode, created).map_err(|p| match p {
+            DirProblem::Refused(why) => WriteOutcome::Permanent(
+                error(format!("write {}: {why}", target.rel))
+                    .classified(FailureClass::DestinationConflict),
+            ),
+            DirProblem::Failed(e) => transient(&target.rel, e),
+        })
     }
 
     /// `None` when `O_TMPFILE` is not supported here.
-    fn write_unnamed(
-        &self,
-        target: &Target,
-        body: &[u8],
-        created: &mut Vec<PathBuf>,
-    ) -> Option<Publication> {
-        let dir = target.dir();
-        let open = || {
-            rustix::fs::openat(
-                CWD,
-                dir,
-                OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
-                Mode::from_bits_truncate(self.file_mode),
-            )
-            .map(File::from)
-            .map_err(io::Error::from)
-        };
-        let file = match self.open_in(dir, created, open) {
+    fn write_unnamed(&self, dir: &OwnedFd, target: &Target, body: &[u8]) -> Option<Publication> {
+        let file = match unnamed::open_in(dir, self.file_mode) {
             Ok(f) => f,
-            Err(e) if unsupported(&e) => return None,
+            Err(e) if unnamed::unsupported(&e) => return None,
             Err(e) => return Some(transient(&target.rel, e).into()),
         };
         if let Err(e) = self.fill(&file, body) {
             return Some(transient(&target.rel, e).into());
         }
-        let linked = self.link(&file, &target.path);
+        let linked = unnamed::link(&file, dir, target.name(), &self.empty_path_link);
         // The link raised the inode's link count from 0 to 1 after its fsync; see the
         // module comment for why that needs a second one.
         let named = linked.is_ok().then_some(file);
         Some(Publication {
-            outcome: self.outcome(target, linked),
+            outcome: self.outcome(dir, target, body, linked),
             named,
         })
     }
 
-    /// Gives the unnamed `file` its name: `linkat(<fd>, "", AT_EMPTY_PATH)` where the kernel
-    /// allows that (Linux 6.10 and later for a file the process opened itself; before, only
-    /// with `CAP_DAC_READ_SEARCH`), else `linkat("/proc/self/fd/<fd>", AT_SYMLINK_FOLLOW)`,
-    /// which walks a path through /proc for every file (a quarter of `linkat`'s time in a
-    /// profile of the writers; docs/sinks/file.md, Performance).
-    fn link(&self, file: &File, path: &Path) -> io::Result<()> {
-        if self.empty_path_link.load(Ordering::Relaxed) {
-            match rustix::fs::linkat(file, "", CWD, path, AtFlags::EMPTY_PATH) {
-                // A refusal (ENOENT, as for a missing directory): decided below.
-                Err(rustix::io::Errno::NOENT) => {}
-                linked => return linked.map_err(io::Error::from),
-            }
-        }
-        let linked = rustix::fs::linkat(
-            CWD,
-            format!("/proc/self/fd/{}", file.as_raw_fd()),
-            CWD,
-            path,
-            AtFlags::SYMLINK_FOLLOW,
-        );
-        // The same link through /proc worked: the empty path was refused, not the name.
-        if linked.is_ok() && self.empty_path_link.swap(false, Ordering::Relaxed) {
-            log::debug!(
-                "file sink: this kernel refuses linkat(AT_EMPTY_PATH); linking through /proc"
-            );
-        }
-        linked.map_err(io::Error::from)
-    }
-
-    fn write_named(
-        &self,
-        target: &Target,
-        body: &[u8],
-        created: &mut Vec<PathBuf>,
-    ) -> WriteOutcome {
-        let dir = target.dir();
-        let temp = dir.join(format!(
+    fn write_named(&self, dir: &OwnedFd, target: &Target, body: &[u8]) -> WriteOutcome {
+        let temp = PathBuf::from(format!(
             ".svc-tmp-{}-{}",
             self.temp_tag,
             self.temp_counter.fetch_add(1, Ordering::Relaxed)
         ));
-        let open = || {
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(self.file_mode)
-                .open(&temp)
-        };
-        let written = self
-            .open_in(dir, created, open)
-            .and_then(|f| self.fill(&f, body));
-        if let Err(e) = written {
+        let created = rustix::fs::openat(
+            dir,
+            &temp,
+            OFlags::WRONLY
+                | OFlags::CREATE
+                | OFlags::EXCL
+                | OFlags::NOFOLLOW
+                | OFlags::NONBLOCK
+                | OFlags::CLOEXEC,
+            Mode::from_bits_truncate(self.file_mode),
+        );
+        let written = match created {
+            Ok(fd) => self.fill(&File::from(fd), body),
             // A name found taken belongs to another writer: never remove it.
-            if e.kind() != io::ErrorKind::AlreadyExists {
-                let _ = fs::remove_file(&temp);
-            }
+            Err(e) => return transient(&target.rel, e.into()),
+        };
+        let remove = || {
+            let _ = rustix::fs::unlinkat(dir, &temp, AtFlags::empty());
+        };
+        if let Err(e) = written {
+            remove();
             return transient(&target.rel, e);
         }
         let published = match self.policy {
-            DuplicatePolicy::Replace => fs::rename(&temp, &target.path),
+            DuplicatePolicy::Replace => rustix::fs::renameat(dir, &temp, dir, target.name()),
             DuplicatePolicy::SkipExisting | DuplicatePolicy::FailExisting => {
-                fs::hard_link(&temp, &target.path)
+                rustix::fs::linkat(dir, &temp, dir, target.name(), AtFlags::empty())
             }
         };
         // A successful rename consumed the temporary name; otherwise it must go. Its removal
         // is made durable by the batch's directory sync (or is harmless if lost in a crash:
         // it is a dot name).
         if self.policy != DuplicatePolicy::Replace || published.is_err() {
-            let _ = fs::remove_file(&temp);
+            remove();
         }
-        self.outcome(target, published)
-    }
-
-    /// `open()`s a file in `dir`, creating `dir` (never the output directory itself) and
-    /// retrying once when it is missing.
-    fn open_in(
-        &self,
-        dir: &Path,
-        created: &mut Vec<PathBuf>,
-        open: impl Fn() -> io::Result<File>,
-    ) -> io::Result<File> {
-        match open() {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                create_below(&self.root, dir, self.dir_mode, created).and_then(|()| open())
-            }
-            r => r,
-        }
+        self.outcome(dir, target, body, published.map_err(io::Error::from))
     }
 
     /// Exact mode, content, fsync.
     fn fill(&self, mut file: &File, body: &[u8]) -> io::Result<()> {
-        if file.metadata()?.permissions().mode() & 0o7777 != self.file_mode {
-            // fchmod is not subject to the umask (nor to a default ACL): the mode is exact.
-            file.set_permissions(Permissions::from_mode(self.file_mode))?;
+        let stat = rustix::fs::fstat(file)?;
+        if stat.st_mode & 0o7777 != self.file_mode {
+            // fchmod is not subject to the umask: the mode is exact. (A default ACL is refused
+            // on the directory, see open_below.)
+            rustix::fs::fchmod(file, Mode::from_bits_truncate(self.file_mode))?;
         }
         file.write_all(body)?;
         file.sync_all()
     }
 
     /// The outcome of giving the file its final name.
-    fn outcome(&self, target: &Target, published: io::Result<()>) -> WriteOutcome {
+    fn outcome(
+        &self,
+        dir: &OwnedFd,
+        target: &Target,
+        body: &[u8],
+        published: io::Result<()>,
+    ) -> WriteOutcome {
         let rel = &target.rel;
         let Err(e) = published else {
             return WriteOutcome::Durable;
         };
-        match fs::symlink_metadata(&target.path) {
-            Ok(m) if !m.file_type().is_file() => WriteOutcome::Permanent(
-                error(format!("{rel} exists and is not a regular file"))
-                    .classified(FailureClass::DestinationConflict),
-            ),
+        match rustix::fs::statat(dir, target.name(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile => {
+                WriteOutcome::Permanent(
+                    error(format!("{rel} exists and is not a regular file"))
+                        .classified(FailureClass::DestinationConflict),
+                )
+            }
             Ok(_) if e.kind() == io::ErrorKind::AlreadyExists => match self.policy {
                 DuplicatePolicy::FailExisting => WriteOutcome::Permanent(
                     error(format!(
@@ -312,25 +305,65 @@ impl DurableFiles {
                     ))
                     .classified(FailureClass::DuplicateExists),
                 ),
-                // An earlier delivery (or a racing worker) wrote it, possibly a process that
-                // died between its link and its second fsync: fsync it here, and the
-                // directory sync of this batch makes its name durable before we say so.
-                _ => match sync_by_name(&target.path) {
-                    Ok(()) => WriteOutcome::AlreadyDurable,
-                    Err(e) => WriteOutcome::Transient(error(format!(
-                        "make the existing {rel} durable: {e}"
-                    ))),
-                },
+                _ => self.existing(dir, target, body),
             },
             _ => transient(rel, e),
         }
     }
+
+    /// `skip_existing` found the name taken: already durable only when the file there holds
+    /// this record (super::existing), and belongs to the service's user.
+    fn existing(&self, dir: &OwnedFd, target: &Target, body: &[u8]) -> WriteOutcome {
+        let rel = &target.rel;
+        let conflict = |why: String| {
+            WriteOutcome::Permanent(
+                error(format!("{rel} exists and {why}")).classified(FailureClass::DuplicateExists),
+            )
+        };
+        let (file, stat) = match owner::open_regular_at(dir, target.name()) {
+            Ok(opened) => opened,
+            Err(owner::Refusal::Open(e)) => {
+                return WriteOutcome::Transient(error(format!("read the existing {rel}: {e}")))
+            }
+            Err(refused) => return conflict(refused.to_string()),
+        };
+        if let Err(refused) = owner::check_owner(&stat, false) {
+            return conflict(refused.to_string());
+        }
+        // Stored records are at most max_record_bytes before compression; gzip adds little.
+        let cap = self.max_record_bytes.saturating_add(64 * 1024);
+        let mut stored = Vec::new();
+        if let Err(e) = (&file).take(cap + 1).read_to_end(&mut stored) {
+            return WriteOutcome::Transient(error(format!("read the existing {rel}: {e}")));
+        }
+        if stored.len() as u64 > cap {
+            return conflict(format!("is larger than any record ({cap} bytes)"));
+        }
+        if let Some(id) = &target.id {
+            let gzip = self.compression == Compression::Gzip;
+            if let Err(why) = id.check(&stored, body, gzip, self.max_record_bytes) {
+                return conflict(why);
+            }
+        } else if stored != body {
+            return conflict("holds another record".into());
+        }
+        // An earlier delivery (or a racing worker) wrote it, possibly a process that died
+        // between its link and its second fsync: fsync it here, and the directory sync of
+        // this batch makes its name durable before we say so.
+        match file.sync_all() {
+            Ok(()) => WriteOutcome::AlreadyDurable,
+            Err(e) => {
+                WriteOutcome::Transient(error(format!("make the existing {rel} durable: {e}")))
+            }
+        }
+    }
 }
 
-/// fsync of a file under its final name (never following a symbolic link there).
+/// fsync of a file under its final name (never following a symbolic link there; tests).
+#[cfg(test)]
 pub fn sync_by_name(path: &Path) -> io::Result<()> {
     let fd = rustix::fs::openat(
-        CWD,
+        rustix::fs::CWD,
         path,
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
@@ -342,18 +375,12 @@ fn transient(rel: &str, e: io::Error) -> WriteOutcome {
     WriteOutcome::Transient(error(format!("write {rel}: {e}")))
 }
 
-/// `O_TMPFILE` refused by the kernel or the file system (not a failure of this write).
-fn unsupported(e: &io::Error) -> bool {
-    matches!(
-        rustix::io::Errno::from_io_error(e),
-        Some(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::ISDIR | rustix::io::Errno::INVAL)
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sink::file::tests::Scratch;
+    use rustix::fs::CWD;
+    use std::fs;
 
     fn files(s: &Scratch) -> DurableFiles {
         let cfg = FileSinkConfig::new(s.path().join("out"));
@@ -379,8 +406,19 @@ mod tests {
             };
             let out = s.path().join("out");
             let path = out.join("1.json");
-            files.link(&unnamed_file(&out, b"first"), &path).unwrap();
-            let second = files.link(&unnamed_file(&out, b"second"), &path);
+            unnamed::link(
+                &unnamed_file(&out, b"first"),
+                CWD,
+                &path,
+                &files.empty_path_link,
+            )
+            .unwrap();
+            let second = unnamed::link(
+                &unnamed_file(&out, b"second"),
+                CWD,
+                &path,
+                &files.empty_path_link,
+            );
             assert_eq!(
                 second.unwrap_err().kind(),
                 io::ErrorKind::AlreadyExists,
@@ -397,12 +435,18 @@ mod tests {
         let files = files(&s);
         let file = unnamed_file(&s.path().join("out"), b"x");
         let gone = s.path().join("out/gone/1.json");
-        let e = files.link(&file, &gone).unwrap_err();
+        let e = unnamed::link(&file, CWD, &gone, &files.empty_path_link).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         assert!(
             files.empty_path_link.load(Ordering::Relaxed),
             "the /proc way failed as well: the empty path stays in use"
         );
-        files.link(&file, &s.path().join("out/1.json")).unwrap();
+        unnamed::link(
+            &file,
+            CWD,
+            &s.path().join("out/1.json"),
+            &files.empty_path_link,
+        )
+        .unwrap();
     }
 }

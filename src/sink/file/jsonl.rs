@@ -2,9 +2,11 @@
 //! batch. At-least-once: a redelivered message is appended again.
 //!
 //! # Segments
-//! `<directory>/[<key_prefix>/]segment-<UTC yyyymmddThhmmssZ>-<pid>-<counter><suffix>`, e.g.
-//! `segment-20240501T120000Z-4711-000001.jsonl`. The counter starts at 1 per process and only
-//! grows, so one process's segments sort by creation. Several runners may write one directory
+//! `<directory>/[<key_prefix>/]segment-<UTC yyyymmddThhmmssZ>-<pid>-<counter>-<random><suffix>`,
+//! e.g. `segment-20240501T120000Z-4711-000001-9f3c07a2.jsonl`. The counter starts at 1 per
+//! process and only grows, so one process's segments sort by creation; the 32 random bits make
+//! a name unpredictable, so another account able to write the directory cannot plant the next
+//! names in advance. Several runners may write one directory
 //! (scale-out, a shared volume): exclusive creation (`O_EXCL`), not the pid, keeps them apart,
 //! since runners on other hosts or in containers (each pid 1) can share a pid and a second;
 //! a name found taken is skipped. Segments are created lazily (no empty segments); a segment
@@ -31,16 +33,17 @@
 //! are redelivered into a later segment.
 
 use std::cell::RefCell;
-use std::fs::{File, OpenOptions, Permissions};
+use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::config::{Compression, FileSinkConfig};
-use super::durable::{create_below, dir_mode, sync_dir};
+use super::durable::{dir_mode, open_below, sync_dir};
 use super::gzip_into;
 use super::{encode_record, error, WriteLimit};
 use crate::message::envelope::Envelope;
@@ -57,8 +60,6 @@ thread_local! {
 
 pub struct Jsonl {
     cfg: FileSinkConfig,
-    /// `directory/key_prefix`.
-    base: PathBuf,
     /// `key_prefix/` or empty: segment names in errors are relative to the directory.
     prefix: String,
     dir_mode: u32,
@@ -96,12 +97,11 @@ struct SegmentFile {
 
 impl Jsonl {
     pub fn new(cfg: FileSinkConfig) -> Jsonl {
-        let (base, prefix) = match &cfg.key_prefix {
-            Some(p) => (cfg.directory.join(p), format!("{p}/")),
-            None => (cfg.directory.clone(), String::new()),
+        let prefix = match &cfg.key_prefix {
+            Some(p) => format!("{p}/"),
+            None => String::new(),
         };
         Jsonl {
-            base,
             prefix,
             dir_mode: dir_mode(cfg.file_mode),
             limit: WriteLimit::of(&cfg),
@@ -235,40 +235,58 @@ impl Jsonl {
         let stamp = utc_stamp();
         let pid = std::process::id();
         let mut created_parents = Vec::new();
-        // A restarted process may reuse a pid within the same second: skip taken names.
+        let rel_dir = self.prefix.trim_end_matches('/');
+        let in_dir = |e: &dyn std::fmt::Display| {
+            error(format!(
+                "create segment in {}: {e}",
+                if rel_dir.is_empty() { "." } else { rel_dir }
+            ))
+        };
+        // No link followed, every directory the service's (see durable::open_below).
+        let dir = open_below(
+            &self.cfg.directory,
+            Path::new(rel_dir),
+            self.dir_mode,
+            &mut created_parents,
+        )
+        .map_err(|p| in_dir(&p))?;
+        // A restarted process may reuse a pid within the same second, and another account
+        // able to write the directory could plant names: the random part makes names
+        // unpredictable, and a taken one is skipped.
         for _ in 0..1000 {
-            let name = format!("segment-{stamp}-{pid}-{:06}{}", *next, self.cfg.file_suffix);
+            let name = format!(
+                "segment-{stamp}-{pid}-{:06}-{:08x}{}",
+                *next,
+                rand::random::<u32>(),
+                self.cfg.file_suffix
+            );
             *next += 1;
             let rel = format!("{}{name}", self.prefix);
-            let path = self.base.join(&name);
-            let open = || {
-                OpenOptions::new()
-                    .append(true)
-                    .create_new(true)
-                    .mode(self.cfg.file_mode)
-                    .open(&path)
+            let created = rustix::fs::openat(
+                &dir,
+                &name,
+                OFlags::WRONLY
+                    | OFlags::APPEND
+                    | OFlags::CREATE
+                    | OFlags::EXCL
+                    | OFlags::NOFOLLOW
+                    | OFlags::NONBLOCK
+                    | OFlags::CLOEXEC,
+                Mode::from_bits_truncate(self.cfg.file_mode),
+            );
+            let file = match created {
+                Ok(fd) => File::from(fd),
+                Err(rustix::io::Errno::EXIST) => continue,
+                Err(e) => return Err(error(format!("create {rel}: {}", io::Error::from(e)))),
             };
-            let file = match open() {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => create_below(
-                    &self.cfg.directory,
-                    &self.base,
-                    self.dir_mode,
-                    &mut created_parents,
-                )
-                .and_then(|()| open())
-                .map_err(|e| error(format!("create {rel}: {e}")))?,
-                Err(e) => return Err(error(format!("create {rel}: {e}"))),
-            };
-            let synced = file
-                .set_permissions(Permissions::from_mode(self.cfg.file_mode))
+            let synced = rustix::fs::fchmod(&file, Mode::from_bits_truncate(self.cfg.file_mode))
+                .map_err(io::Error::from)
                 .and_then(|()| file.sync_all())
-                .and_then(|()| sync_dir(&self.base))
+                .and_then(|()| rustix::fs::fsync(&dir).map_err(io::Error::from))
                 .and_then(|()| created_parents.iter().try_for_each(|p| sync_dir(p)));
             if let Err(e) = synced {
                 // Not usable: leave no empty segment behind (one per retry during a sync outage).
-                let _ = std::fs::remove_file(&path);
+                let _ = rustix::fs::unlinkat(&dir, &name, rustix::fs::AtFlags::empty());
                 return Err(error(format!("create {rel}: {e}")));
             }
             return Ok(Segment {
@@ -345,7 +363,9 @@ mod tests {
     use serde_json::Value;
     use std::collections::BTreeSet;
     use std::fs;
+    use std::fs::OpenOptions;
     use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
 
     fn cfg(s: &Scratch) -> FileSinkConfig {
         let mut c = FileSinkConfig::new(s.path().join("out"));
@@ -404,12 +424,12 @@ mod tests {
         let (name, bytes) = &segs[0];
         let pid = std::process::id();
         assert!(
-            name.starts_with("segment-") && name.ends_with(&format!("-{pid}-000001.jsonl")),
+            name.starts_with("segment-") && name.contains(&format!("-{pid}-000001-")),
             "{name}"
         );
         assert_eq!(
             name.len(),
-            "segment-20240501T120000Z-".len() + format!("{pid}-000001.jsonl").len()
+            "segment-20240501T120000Z-".len() + format!("{pid}-000001-9f3c07a2.jsonl").len()
         );
         let mut expected = Vec::new();
         for e in b1.iter().chain(&b2) {
@@ -476,7 +496,7 @@ mod tests {
         let names: Vec<String> = read_all(&s, false).into_iter().map(|(n, _)| n).collect();
         assert_eq!(names.len(), 3, "{names:?}");
         for (i, n) in names.iter().enumerate() {
-            assert!(n.ends_with(&format!("-{:06}.jsonl", i + 1)), "{n}");
+            assert!(n.contains(&format!("-{:06}-", i + 1)), "{n}");
         }
     }
 
@@ -612,8 +632,10 @@ mod tests {
         match &second.write_batch(&batch(1, 1))[0] {
             WriteOutcome::Transient(e) => {
                 let m = e.to_string();
-                assert!(m.starts_with("sink file: create segment-"), "{m}");
-                assert!(m.ends_with(": output directory is missing"), "{m}");
+                assert_eq!(
+                    m,
+                    "sink file: create segment in .: output directory is missing"
+                );
             }
             o => panic!("{o:?}"),
         }

@@ -22,6 +22,7 @@
 pub mod config;
 mod durable;
 mod durable_file;
+mod existing;
 pub mod jsonl;
 pub mod per_event;
 pub(crate) mod record;

@@ -22,6 +22,7 @@ use std::sync::{Arc, OnceLock};
 use super::config::{Compression, FileSinkConfig};
 use super::durable::DirSync;
 use super::durable_file::{DurableFiles, Publication, Target};
+use super::existing::RecordId;
 use super::writer_pool::{run_here, Finish, Results, Slot, Task, WriterPool};
 use super::{encode_record, error, gzip_into, WriteLimit};
 use crate::message::envelope::Envelope;
@@ -148,7 +149,7 @@ impl PerEvent {
                 }
             }
         }
-        for (i, dir, e) in dirs.sync() {
+        for (i, dir, e) in dirs.sync(&self.cfg.directory) {
             if outcomes[i].is_durable() {
                 let rel = self.relative(&dir);
                 outcomes[i] = WriteOutcome::Transient(error(format!("sync directory {rel}: {e}")));
@@ -231,7 +232,8 @@ impl PerEvent {
             ));
         }
         let path = self.cfg.directory.join(&rel);
-        Ok(Target { rel, path })
+        let id = Some(RecordId::of(env, self.cfg.key_strategy));
+        Ok(Target { rel, path, id })
     }
 
     /// A directory below the output directory, as shown in errors.
@@ -665,6 +667,7 @@ mod tests {
         let target = |n: u64| Target {
             rel: format!("idempotency-key/s-ORDERS-{n}.json"),
             path: dir.join(format!("s-ORDERS-{n}.json")),
+            id: None,
         };
         let first = a.write(&target(1), b"one", &mut Vec::new()).outcome;
         assert!(transient(&first).contains("File exists"), "{first:?}");
@@ -688,6 +691,7 @@ mod tests {
         let target = |n: u64| Target {
             rel: format!("k/{n}.json"),
             path: s.path().join(format!("out/k/{n}.json")),
+            id: None,
         };
         let unnamed = DurableFiles::new(&c);
         let first = unnamed.write(&target(1), b"one", &mut Vec::new());
@@ -732,6 +736,7 @@ mod tests {
             let target = Target {
                 rel: "k/1.json".into(),
                 path: s.path().join("out/k/1.json"),
+                id: None,
             };
             let mut created = Vec::new();
             assert_eq!(
@@ -742,7 +747,15 @@ mod tests {
             let again = files.write(&target, b"second", &mut Vec::new()).outcome;
             let expected: &[u8] = match policy {
                 DuplicatePolicy::SkipExisting => {
-                    assert_eq!(again, WriteOutcome::AlreadyDurable);
+                    // Other bytes and no record identity: not this record's copy.
+                    assert!(
+                        permanent(&again).contains("holds another record"),
+                        "{again:?}"
+                    );
+                    assert_eq!(
+                        files.write(&target, b"first", &mut Vec::new()).outcome,
+                        WriteOutcome::AlreadyDurable
+                    );
                     b"first"
                 }
                 DuplicatePolicy::FailExisting => {

@@ -1,0 +1,136 @@
+//! Opening files and directories the service trusts: without following a symbolic link at the
+//! last component, without blocking on a FIFO, and checking on the open handle (never by
+//! path, so the check and the use concern the same inode) what it is and who owns it.
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{FileType, Mode, OFlags, Stat, CWD};
+
+/// The effective uid of this process: the service's user.
+pub fn service_uid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// Why a file the service trusts was refused. `Display` never shows its content.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The open itself failed.
+    Open(io::Error),
+    /// A symbolic link is at the name.
+    Link,
+    /// A FIFO, device, socket or directory is at the name.
+    NotRegular,
+    /// Owned by an account the rule does not allow.
+    Owner { uid: u32, allowed: String },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Open(e) => write!(f, "cannot open: {e}"),
+            Refusal::Link => f.write_str("is a symbolic link (links are not followed)"),
+            Refusal::NotRegular => f.write_str("is not a regular file"),
+            Refusal::Owner { uid, allowed } => {
+                write!(f, "is owned by uid {uid}; it must belong to {allowed}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// Opens `name` in `dir` (or `path` with `CWD`) read-only, not following a link at the name,
+/// never blocking (a FIFO opens at once and is then refused), and requires a regular file.
+pub fn open_regular_at(dir: impl AsFd, name: &Path) -> Result<(File, Stat), Refusal> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::LOOP => Refusal::Link,
+        e => Refusal::Open(e.into()),
+    })?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| Refusal::Open(e.into()))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(Refusal::NotRegular);
+    }
+    Ok((File::from(fd), stat))
+}
+
+/// [`open_regular_at`] for a path.
+pub fn open_regular(path: &Path) -> Result<(File, Stat), Refusal> {
+    open_regular_at(CWD, path)
+}
+
+/// Requires `stat`'s owner to be the service's user, or root when `root_too`.
+pub fn check_owner(stat: &Stat, root_too: bool) -> Result<(), Refusal> {
+    let me = service_uid();
+    let uid = stat.st_uid;
+    if uid == me || (root_too && uid == 0) {
+        return Ok(());
+    }
+    let allowed = match (root_too, me) {
+        (_, 0) | (false, _) => format!("the service's user (uid {me})"),
+        (true, _) => format!("the service's user (uid {me}) or root"),
+    };
+    Err(Refusal::Owner { uid, allowed })
+}
+
+/// Opens the directory `name` in `dir` without following a link at the name.
+pub fn open_dir_at(dir: impl AsFd, name: &Path) -> io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io::Error::from)
+}
+
+/// True when the directory has a default ACL: what is created in it inherits its entries
+/// (another user may be granted read access whatever mode the creator asks for).
+pub fn has_default_acl(dir: impl AsFd) -> io::Result<bool> {
+    match rustix::fs::fgetxattr_query(dir, "system.posix_acl_default") {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes an access ACL the file inherited from its directory's default ACL, so its mode
+/// bits are its whole permission set.
+pub fn strip_access_acl(file: impl AsFd) -> io::Result<()> {
+    match rustix::fs::fremovexattr(file, "system.posix_acl_access") {
+        Ok(()) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_fifos_and_directories_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("f"), b"x").unwrap();
+        std::os::unix::fs::symlink(d.join("f"), d.join("l")).unwrap();
+        rustix::fs::mknodat(CWD, d.join("p"), FileType::Fifo, Mode::RUSR | Mode::WUSR, 0).unwrap();
+        assert!(open_regular(&d.join("f")).is_ok());
+        assert!(matches!(open_regular(&d.join("l")), Err(Refusal::Link)));
+        assert!(matches!(
+            open_regular(&d.join("p")),
+            Err(Refusal::NotRegular)
+        ));
+        assert!(matches!(open_regular(d), Err(Refusal::NotRegular)));
+        let (_, stat) = open_regular(&d.join("f")).unwrap();
+        check_owner(&stat, false).unwrap();
+    }
+}
