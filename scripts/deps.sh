@@ -46,6 +46,11 @@ TOOLS_DIR="${SVC_TEST_TOOLS:-$HOME/.cache/svc-test-tools}"
 
 deps_test() {
     need_rust
+    # cargo-deny for the supply-chain checks (scripts/audit.sh), built from the crate registry.
+    if ! cargo deny --version 2>/dev/null | grep -q '^cargo-deny 0\.20\.'; then
+        echo "installing: cargo-deny 0.20.2 (cargo install, a few minutes)"
+        cargo install --locked --quiet cargo-deny --version 0.20.2
+    fi
     # procps: kill(1), which the tests use to pause and resume moto (SIGSTOP/SIGCONT);
     # iproute2: ss(8), which the object-store bench (smoke-run by cargo test) uses to count
     # sockets in TIME_WAIT; strace: fault injection (failing fsync/write) in tests/durability.rs.

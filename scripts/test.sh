@@ -15,5 +15,7 @@ if cargo tree -e normal --prefix none | grep -E '^(tokio|async-std|mio|async-io|
     echo "an async runtime crate is in the default dependency tree" >&2
     exit 1
 fi
+echo "== supply chain: advisories, licences, bans, sources (deny.toml)"
+bash scripts/audit.sh
 echo "== cargo test"
 cargo test --all-targets --no-fail-fast -- --test-threads="${SVC_TEST_THREADS:-4}"

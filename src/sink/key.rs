@@ -23,6 +23,36 @@ pub enum KeyStrategy {
     PayloadSha256,
 }
 
+/// The fields besides the payload digest that a key of an envelope was made from: what a record
+/// found at that key must share with the envelope to be its durable copy (a file sink's or an
+/// object store's `skip_existing`). Otherwise anyone who gets a record in first, a publisher
+/// sending a victim's future `Nats-Msg-Id` or an account planting a file, would have the
+/// victim's message acknowledged with someone else's content stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyBasis {
+    StreamSequence,
+    MessageId,
+    /// `payload_sha256` keys: identical payloads on one subject collapse by design.
+    Subject,
+    /// An idempotency key with neither a sequence nor a message id: the digest alone.
+    Digest,
+}
+
+impl KeyBasis {
+    pub fn of(strategy: KeyStrategy, env: &Envelope) -> KeyBasis {
+        let has_sequence = !env.stream.is_empty() && env.stream_sequence > 0;
+        let has_id = env.message_id.as_deref().is_some_and(|m| !m.is_empty());
+        match strategy {
+            KeyStrategy::StreamSequence => KeyBasis::StreamSequence,
+            KeyStrategy::MessageId => KeyBasis::MessageId,
+            KeyStrategy::PayloadSha256 => KeyBasis::Subject,
+            KeyStrategy::IdempotencyKey if has_sequence => KeyBasis::StreamSequence,
+            KeyStrategy::IdempotencyKey if has_id => KeyBasis::MessageId,
+            KeyStrategy::IdempotencyKey => KeyBasis::Digest,
+        }
+    }
+}
+
 pub const KEY_STRATEGIES: &[(&str, KeyStrategy)] = &[
     ("idempotency_key", KeyStrategy::IdempotencyKey),
     ("stream_sequence", KeyStrategy::StreamSequence),

@@ -13,16 +13,7 @@
 use std::io::Read;
 
 use crate::message::envelope::Envelope;
-use crate::sink::key::KeyStrategy;
-
-/// Which fields besides the payload digest a key was made from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Basis {
-    StreamSequence,
-    MessageId,
-    Subject,
-    Digest,
-}
+use crate::sink::key::{KeyBasis as Basis, KeyStrategy};
 
 /// What identifies the record a key was made for.
 #[derive(Debug, Clone)]
@@ -37,18 +28,8 @@ pub struct RecordId {
 
 impl RecordId {
     pub fn of(env: &Envelope, strategy: KeyStrategy) -> RecordId {
-        let has_sequence = !env.stream.is_empty() && env.stream_sequence > 0;
-        let has_id = env.message_id.as_deref().is_some_and(|m| !m.is_empty());
-        let basis = match strategy {
-            KeyStrategy::StreamSequence => Basis::StreamSequence,
-            KeyStrategy::MessageId => Basis::MessageId,
-            KeyStrategy::PayloadSha256 => Basis::Subject,
-            KeyStrategy::IdempotencyKey if has_sequence => Basis::StreamSequence,
-            KeyStrategy::IdempotencyKey if has_id => Basis::MessageId,
-            KeyStrategy::IdempotencyKey => Basis::Digest,
-        };
         RecordId {
-            basis,
+            basis: Basis::of(strategy, env),
             stream: env.stream.to_string(),
             sequence: env.stream_sequence,
             subject: env.subject.clone(),

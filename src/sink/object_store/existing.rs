@@ -1,5 +1,9 @@
-//! `fail_existing` met a taken key: is the stored object this very message (written by an
-//! earlier attempt whose answer was lost), or another one?
+//! A conditional put met a taken key: is the stored object this very message (written by an
+//! earlier attempt whose answer was lost), or another one? `fail_existing` asks for the same
+//! delivery (stream, sequence, payload digest); `skip_existing` for the same payload digest
+//! and the fields the key was made from ([`KeyBasis`]): a publisher who first sends a victim's
+//! future `Nats-Msg-Id` must not have the victim's message acknowledged with its own content
+//! stored.
 //!
 //! The store is not trusted: what it serves at the key may be a decompression bomb (65 KB of
 //! gzip inflating to a gigabyte) or a huge JSON array. So the stored body is never inflated
@@ -14,6 +18,7 @@ use std::io::{self, BufReader, Read};
 use serde::Deserialize;
 
 use super::config::{Compression, ObjectFormat, ObjectStoreConfig};
+use crate::sink::key::KeyBasis;
 
 /// What identifies the message of a stored envelope; other members are skipped unkept.
 #[derive(Deserialize)]
@@ -21,6 +26,10 @@ struct Identity {
     stream: String,
     stream_sequence: u64,
     payload_info: PayloadDigest,
+    #[serde(default)]
+    subject: Option<String>,
+    #[serde(default)]
+    message_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -33,6 +42,11 @@ pub struct Ours<'a> {
     pub stream: &'a str,
     pub stream_sequence: u64,
     pub payload_sha256: &'a str,
+    pub subject: &'a str,
+    pub message_id: Option<&'a str>,
+    /// What the stored object must share besides the payload digest: `StreamSequence` for
+    /// `fail_existing` (the same delivery), the key's own basis for `skip_existing`.
+    pub basis: KeyBasis,
     /// Bytes of our own envelope before compression.
     pub plain_len: usize,
 }
@@ -63,10 +77,15 @@ pub fn same_message(cfg: &ObjectStoreConfig, stored: &[u8], ours: &Ours<'_>) -> 
         }
     }
     .map_err(|e| format!("the stored object is not an envelope of this message: {e}"))?;
-    if found.stream == ours.stream
-        && found.stream_sequence == ours.stream_sequence
-        && found.payload_info.sha256 == ours.payload_sha256
-    {
+    let same_key_input = match ours.basis {
+        KeyBasis::StreamSequence => {
+            found.stream == ours.stream && found.stream_sequence == ours.stream_sequence
+        }
+        KeyBasis::MessageId => ours.message_id.is_some() && found.message_id.as_deref() == ours.message_id,
+        KeyBasis::Subject => found.subject.as_deref() == Some(ours.subject),
+        KeyBasis::Digest => true,
+    };
+    if same_key_input && found.payload_info.sha256 == ours.payload_sha256 {
         Ok(())
     } else {
         Err("the stored object holds another message".into())
@@ -153,8 +172,42 @@ mod tests {
         stream: "ORDERS",
         stream_sequence: 7,
         payload_sha256: "ab12",
+        subject: "orders.created",
+        message_id: Some("m-7"),
+        basis: KeyBasis::StreamSequence,
         plain_len: 300,
     };
+
+    /// `skip_existing` with message-id keys: a publisher's retry of the same payload under the
+    /// same id is the durable copy, another payload under the victim's id is not.
+    #[test]
+    fn skip_existing_compares_what_the_key_was_made_from() {
+        let c = cfg("");
+        let by_id = Ours {
+            basis: KeyBasis::MessageId,
+            ..OURS
+        };
+        let retry = br#"{"stream":"ORDERS","stream_sequence":9,"message_id":"m-7",
+                        "payload_info":{"sha256":"ab12"}}"#;
+        assert_eq!(same_message(&c, retry, &by_id), Ok(()));
+        let planted = br#"{"stream":"ORDERS","stream_sequence":3,"message_id":"m-7",
+                          "payload_info":{"sha256":"ffff"}}"#;
+        assert_eq!(
+            same_message(&c, planted, &by_id).unwrap_err(),
+            "the stored object holds another message"
+        );
+        let no_id = br#"{"stream":"ORDERS","stream_sequence":9,"payload_info":{"sha256":"ab12"}}"#;
+        assert!(same_message(&c, no_id, &by_id).is_err());
+        let by_subject = Ours {
+            basis: KeyBasis::Subject,
+            ..OURS
+        };
+        let same_payload = br#"{"stream":"ORDERS","stream_sequence":1,"subject":"orders.created",
+                               "payload_info":{"sha256":"ab12"}}"#;
+        assert_eq!(same_message(&c, same_payload, &by_subject), Ok(()));
+        // The same delivery is asked for by fail_existing.
+        assert!(same_message(&c, retry, &OURS).is_err());
+    }
 
     #[test]
     fn only_the_identity_is_read_and_compared() {

@@ -47,6 +47,7 @@ use crossbeam_channel::Sender;
 
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
+use crate::sink::key::KeyBasis;
 use crate::sink::{FailureClass, Sink, SinkError, WriteOutcome};
 
 use crate::aws::chain;
@@ -81,10 +82,13 @@ struct Shared {
 struct Prepared {
     keys: layout::ObjectKeys,
     bodies: body::Bodies,
-    /// Identity of the message, to recognise it in an existing object (`fail_existing`).
+    /// Identity of the message, to recognise it in an existing object.
     stream: String,
     stream_sequence: u64,
     payload_sha256: String,
+    subject: String,
+    message_id: Option<String>,
+    basis: KeyBasis,
 }
 
 /// One batch being written: the prepared objects, claimed one at a time by the put threads
@@ -263,6 +267,9 @@ impl Shared {
             stream: env.stream.to_string(),
             stream_sequence: env.stream_sequence,
             payload_sha256: env.payload_info.sha256.clone(),
+            subject: env.subject.clone(),
+            message_id: env.message_id.clone(),
+            basis: KeyBasis::of(self.cfg.key_strategy, env),
         })
     }
 
@@ -280,12 +287,7 @@ impl Shared {
         let mut outcome = match self.put_with_retries(&keys.primary, &bodies.primary, &headers) {
             Ok(()) => WriteOutcome::Durable,
             Err(e) if e.is_precondition_failed() && conditional => {
-                match self.cfg.duplicate_policy {
-                    DuplicatePolicy::FailExisting => {
-                        self.existing_verdict(&keys.primary, p, &bodies.primary)
-                    }
-                    _ => WriteOutcome::AlreadyDurable,
-                }
+                self.existing_verdict(&keys.primary, p, &bodies.primary)
             }
             Err(e) => return self.failure(&format!("put {}", keys.primary), e),
         };
@@ -322,19 +324,20 @@ impl Shared {
         }
     }
 
-    /// `fail_existing` found the key taken. The stored object may be this very message,
+    /// A conditional put found the key taken. The stored object may be this very message,
     /// written by an earlier attempt whose answer was lost (timeout, runner killed before the
-    /// ACK): then it is already durable. Anything else is the permanent duplicate error, with
-    /// the reason. The stored object is read bounded and never parsed into a tree
-    /// ([`existing`]).
+    /// ACK): then it is already durable. `skip_existing` also takes a copy of the message made
+    /// under the same key (the same payload and the fields the key was made from). Anything
+    /// else is the permanent duplicate error, with the reason. The stored object is read
+    /// bounded and never parsed into a tree ([`existing`]).
     fn existing_verdict(&self, key: &str, p: &Prepared, ours: &[u8]) -> WriteOutcome {
+        let policy = self.cfg.duplicate_policy;
         let duplicate = |why: &str| {
             WriteOutcome::Permanent(
                 SinkError::new(
                     KIND,
                     format!(
-                        "put {key}: key already exists and {why} (duplicate_policy \
-                         fail_existing)"
+                        "put {key}: key already exists and {why} (duplicate_policy {policy})"
                     ),
                 )
                 .classified(FailureClass::DuplicateExists),
@@ -362,6 +365,12 @@ impl Shared {
             stream: &p.stream,
             stream_sequence: p.stream_sequence,
             payload_sha256: &p.payload_sha256,
+            subject: &p.subject,
+            message_id: p.message_id.as_deref(),
+            basis: match policy {
+                DuplicatePolicy::SkipExisting => p.basis,
+                _ => KeyBasis::StreamSequence,
+            },
             plain_len: p.bodies.plain_len,
         };
         match existing::same_message(&self.cfg, &stored, &identity) {
