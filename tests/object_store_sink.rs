@@ -300,6 +300,54 @@ fn skip_existing_sends_if_none_match_and_treats_412_as_prior_success() {
     );
 }
 
+/// A publisher who first sends a victim's future `Nats-Msg-Id` with its own content: with
+/// `message_id` keys and `skip_existing`, the victim's message is no longer taken as already
+/// durable (acknowledged with the attacker's content stored) but refused for good, while a
+/// publisher's retry of the same payload under the same id still counts as durable.
+#[test]
+fn skip_existing_takes_a_taken_key_only_for_the_same_message() {
+    let m = shared();
+    m.create_bucket("t-skip-id", true);
+    let s = sink(m, "t-skip-id", json!({"key_strategy": "message_id"}));
+    let at = 1_700_000_001_000_000_000;
+    let attacker = envelope(
+        1,
+        "orders.created",
+        Some("victim-1"),
+        br#"{"order":666}"#,
+        at,
+    );
+    assert_eq!(s.write_batch(&[attacker]), vec![WriteOutcome::Durable]);
+    let victim = envelope(
+        2,
+        "orders.created",
+        Some("victim-1"),
+        br#"{"order":42}"#,
+        at,
+    );
+    match &s.write_batch(&[victim])[..] {
+        [WriteOutcome::Permanent(e)] => {
+            let text = e.to_string();
+            assert!(text.contains("holds another message"), "{text}");
+            assert!(text.contains("duplicate_policy skip_existing"), "{text}");
+            assert!(!text.contains("666") && !text.contains("42"), "{text}");
+        }
+        other => panic!("the victim's message counted as written: {other:?}"),
+    }
+    let retry = envelope(
+        3,
+        "orders.created",
+        Some("victim-1"),
+        br#"{"order":666}"#,
+        at,
+    );
+    assert_eq!(s.write_batch(&[retry]), vec![WriteOutcome::AlreadyDurable]);
+    assert_eq!(
+        m.versions("t-skip-id").get("message-id/victim-1.json"),
+        Some(&1)
+    );
+}
+
 #[test]
 fn replace_overwrites_without_condition() {
     let m = shared();

@@ -81,7 +81,9 @@ pub fn same_message(cfg: &ObjectStoreConfig, stored: &[u8], ours: &Ours<'_>) -> 
         KeyBasis::StreamSequence => {
             found.stream == ours.stream && found.stream_sequence == ours.stream_sequence
         }
-        KeyBasis::MessageId => ours.message_id.is_some() && found.message_id.as_deref() == ours.message_id,
+        KeyBasis::MessageId => {
+            ours.message_id.is_some() && found.message_id.as_deref() == ours.message_id
+        }
         KeyBasis::Subject => found.subject.as_deref() == Some(ours.subject),
         KeyBasis::Digest => true,
     };

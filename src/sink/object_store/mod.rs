@@ -336,9 +336,7 @@ impl Shared {
             WriteOutcome::Permanent(
                 SinkError::new(
                     KIND,
-                    format!(
-                        "put {key}: key already exists and {why} (duplicate_policy {policy})"
-                    ),
+                    format!("put {key}: key already exists and {why} (duplicate_policy {policy})"),
                 )
                 .classified(FailureClass::DuplicateExists),
             )
