@@ -297,3 +297,136 @@ fn tls_holds_across_a_graceful_broker_restart() {
     assert!(log.contains("broker: reconnected"), "{log}");
     drop(server);
 }
+
+/// A network namespace of the test's own, whose `/etc/hosts` (`/etc/netns/<name>/hosts`, as
+/// `ip netns exec` mounts it) makes `names` resolve to its loopback; removed on drop.
+struct Namespace {
+    name: String,
+}
+
+impl Namespace {
+    fn new(names: &[&str]) -> Namespace {
+        let name = format!("svc-nc-{}", std::process::id());
+        let ip = |args: &[&str]| {
+            let ok = Command::new("ip")
+                .args(args)
+                .status()
+                .expect("ip (iproute2)");
+            assert!(ok.success(), "ip {args:?}");
+        };
+        let _ = Command::new("ip").args(["netns", "del", &name]).status();
+        ip(&["netns", "add", &name]);
+        ip(&["-n", &name, "link", "set", "lo", "up"]);
+        let etc = format!("/etc/netns/{name}");
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::write(
+            format!("{etc}/hosts"),
+            format!("127.0.0.1 localhost {}\n", names.join(" ")),
+        )
+        .unwrap();
+        Namespace { name }
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+        let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", self.name));
+    }
+}
+
+/// The advisories' own scenario (RUSTSEC-2026-0099, name constraints with wildcard names,
+/// which rustls-webpki 0.102 under the published nats crate accepted): a CA whose permitted DNS
+/// subtree is `accept.broker.test` issues `*.broker.test`; the runner connecting to
+/// `reject.broker.test` (loopback, in a namespace of the test's own) refuses the broker. The
+/// same CA's certificate for `accept.broker.test`, by that name, is accepted.
+#[test]
+fn a_name_constrained_ca_cannot_vouch_for_a_name_outside_its_subtree() {
+    let certs = tempfile::tempdir().unwrap();
+    let sh = |args: &str| {
+        let ok = Command::new("sh")
+            .args(["-c", args])
+            .current_dir(certs.path())
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{args}: {}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    };
+    sh(
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 \
+        -subj /CN=svc-name-constrained-ca -addext basicConstraints=critical,CA:TRUE \
+        -addext keyUsage=critical,keyCertSign,cRLSign \
+        -addext nameConstraints=critical,permitted\\;DNS:accept.broker.test",
+    );
+    for (name, san) in [("wild", "*.broker.test"), ("accept", "accept.broker.test")] {
+        sh(&format!(
+            "openssl req -newkey rsa:2048 -nodes -keyout {name}.key -out {name}.csr -subj /CN={name} \
+             && printf 'subjectAltName=DNS:{san}\\n' > {name}.ext \
+             && openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+                -out {name}.pem -days 2 -extfile {name}.ext"
+        ));
+    }
+    let ns = Namespace::new(&["accept.broker.test", "reject.broker.test"]);
+    let p = |f: &str| certs.path().join(f).to_str().unwrap().to_string();
+    let run = |cert: &str, host: &str| -> String {
+        let store = tempfile::tempdir().unwrap();
+        let server = ns
+            .command(NATS_SERVER)
+            .args(["-a", "127.0.0.1", "-p", "4222", "-m", "8222", "-js", "-sd"])
+            .arg(store.path())
+            .args(["--tls", "--tlscert", &p(&format!("{cert}.pem"))])
+            .args(["--tlskey", &p(&format!("{cert}.key"))])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let _server = Killed(server);
+        wait_until(
+            Duration::from_secs(10),
+            "nats-server in the namespace",
+            || {
+                ns.command("curl")
+                    .args(["-sf", "http://127.0.0.1:8222/healthz"])
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            },
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("tls://{host}:4222");
+        let cfg = write_config(
+            dir.path(),
+            "c.json",
+            &config(
+                &url,
+                dir.path(),
+                json!({"tls_ca_file": p("ca.pem"), "tls_required": true}),
+            ),
+        );
+        // No stream exists: past TLS, the runner stops at the missing stream.
+        let out = ns
+            .command(env!("CARGO_BIN_EXE_svc"))
+            .arg("run")
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let refused = run("wild", "reject.broker.test");
+    assert!(refused.contains("broker: connect: TLS error"), "{refused}");
+    assert!(refused.contains("NameConstraintViolation"), "{refused}");
+    let accepted = run("accept", "accept.broker.test");
+    assert!(!accepted.contains("TLS error"), "{accepted}");
+    assert!(accepted.contains("stream not found"), "{accepted}");
+}
