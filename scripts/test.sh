@@ -19,3 +19,13 @@ echo "== supply chain: advisories, licences, bans, sources (deny.toml)"
 bash scripts/audit.sh
 echo "== cargo test"
 cargo test --all-targets --no-fail-fast -- --test-threads="${SVC_TEST_THREADS:-4}"
+
+# The tests that run a real broker, again against the current nats-server release (the run
+# above used Debian's 2.9.10): what either does, the runner must handle.
+current="$TOOLS_DIR/venv/bin/nats-server"
+echo "== broker-facing tests against $("$current" --version)"
+broker_tests=(aws_credentials broker_auth_tls consumer_changes dashboard durability hostile_store
+    jetstream_cluster labels_dlq logging_format object_store_e2e observe_broker_monitoring
+    payload_protection payload_protection_sinks relational runner shared_dirs sink_permanent)
+SVC_NATS_SERVER="$current" cargo test --no-fail-fast "${broker_tests[@]/#/--test=}" \
+    -- --test-threads="${SVC_TEST_THREADS:-4}"

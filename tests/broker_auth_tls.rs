@@ -221,7 +221,7 @@ impl Drop for Killed {
 /// A `nats-server` with TLS on fixed ports; its store survives restarts.
 fn start_tls_server(port: u16, monitor: u16, certs: &Path, store: &Path) -> Killed {
     let p = |f: &str| certs.join(f).to_str().unwrap().to_string();
-    let child = Command::new(NATS_SERVER)
+    let child = Command::new(nats_server())
         .args(["-a", "127.0.0.1", "-p", &port.to_string()])
         .args(["-m", &monitor.to_string()])
         .args([
@@ -382,7 +382,7 @@ fn a_name_constrained_ca_cannot_vouch_for_a_name_outside_its_subtree() {
     let run = |cert: &str, host: &str| -> String {
         let store = tempfile::tempdir().unwrap();
         let server = ns
-            .command(NATS_SERVER)
+            .command(&nats_server())
             .args(["-a", "127.0.0.1", "-p", "4222", "-m", "8222", "-js", "-sd"])
             .arg(store.path())
             .args(["--tls", "--tlscert", &p(&format!("{cert}.pem"))])

@@ -9,7 +9,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{free_port, http_get, wait_until, NATS_SERVER};
+use crate::util::{free_port, http_get, nats_server, wait_until};
 
 /// One node of the cluster.
 pub struct Node {
@@ -80,7 +80,7 @@ impl Cluster {
             .collect::<Vec<_>>()
             .join(",");
         let node = &self.nodes[i];
-        let child = Command::new(NATS_SERVER)
+        let child = Command::new(nats_server())
             .args(["-a", "127.0.0.1", "-p", &node.port.to_string()])
             .args(["-m", &node.monitor_port.to_string()])
             .args(["-n", &node.name])
