@@ -1,8 +1,11 @@
 //! The broker side: connecting, binding the durable pull consumer, turning deliveries into
 //! plain data plus an acknowledgement handle, and sending ACK/NAK/TERM/in-progress.
 //!
-//! Every JetStream item of the `nats` crate is `#[deprecated]` (the crate points at its async
-//! successor, which the design card rules out); the allowance is taken once, here.
+//! The client is the sync `nats` crate, carried in-tree (`third_party/nats`, its changes in
+//! `CHANGES.md` there): it delivers every message the broker sends, marking what it could not
+//! read as sent (`unreadable`), which `svc-normalize` settles. Every JetStream item of the
+//! crate is `#[deprecated]` (upstream points at its async successor, which the design card
+//! rules out); the allowance is taken once, here.
 #![allow(deprecated)]
 
 pub mod advisory;
