@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use base64::Engine as _;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -113,7 +113,7 @@ pub struct Envelope {
     /// Custody evidence (`svc.custody.v1`), when `custody.enabled`; absent from the
     /// serialized envelope otherwise (see `docs/payload-protection.md`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub custody: Option<crate::message::protection::custody::Custody>,
+    pub custody: Option<Custody>,
     pub metadata: EventMetadata,
 }
 
@@ -161,6 +161,24 @@ pub const MAX_EVENT_TIME_LAG_SECONDS: i128 = 10 * 366 * 86_400;
 /// Likewise an event time more than this after the broker stored the message (a publisher's
 /// clock a little ahead is `clock_skew`, not this).
 pub const MAX_EVENT_TIME_LEAD_SECONDS: i128 = 3_600;
+
+/// The custody block of one record (`svc.custody.v1`): plain data the envelope holds;
+/// `message::protection::custody` seals and verifies it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Custody {
+    pub schema: String,
+    /// `sha256` or `hmac-sha256`.
+    pub alg: String,
+    pub runner_id: String,
+    /// When the runner received the message (RFC 3339).
+    pub received_at: String,
+    /// When the runner computed this block (RFC 3339).
+    pub sealed_at: String,
+    /// Hex digest of the payload bytes as received.
+    pub payload_digest: String,
+    /// Hex digest of the canonical record and this block (see the module docs).
+    pub record_digest: String,
+}
 
 /// Publisher message-ID header of the broker.
 pub const MESSAGE_ID_HEADER: &str = "Nats-Msg-Id";

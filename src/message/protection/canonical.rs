@@ -66,7 +66,25 @@ fn encrypted_payload(out: &mut Vec<u8>, text: &str) -> bool {
     true
 }
 
-/// The canonical record of an envelope: its [`super::custody::RECORD_FIELDS`] in sorted order.
+/// The envelope fields the canonical record holds.
+pub const RECORD_FIELDS: &[&str] = &[
+    "classification",
+    "consumer",
+    "consumer_sequence",
+    "labels",
+    "labels_list",
+    "message_id",
+    "metadata",
+    "payload",
+    "payload_info",
+    "priority",
+    "security_labels",
+    "stream",
+    "stream_sequence",
+    "subject",
+];
+
+/// The canonical record of an envelope: its [`RECORD_FIELDS`] in sorted order.
 pub fn canonical_envelope(out: &mut Vec<u8>, e: &Envelope) {
     out.extend_from_slice(b"{\"classification\":");
     string(out, &e.classification);
@@ -215,7 +233,7 @@ mod tests {
             let canonical::Json::Object(mut all) = canonical::parse(&stored).unwrap() else {
                 panic!("an envelope is an object")
             };
-            all.retain(|(k, _)| super::super::custody::RECORD_FIELDS.contains(&k.as_ref()));
+            all.retain(|(k, _)| RECORD_FIELDS.contains(&k.as_ref()));
             let mut generic = Vec::new();
             canonical::write(&mut generic, &canonical::Json::Object(all));
             assert_eq!(

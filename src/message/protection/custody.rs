@@ -23,10 +23,10 @@ use std::borrow::Cow;
 
 use ring::digest;
 use ring::hmac;
-use serde::{Deserialize, Serialize};
 
 use super::keys::{KeySource, Secret};
 use crate::document::reader::ObjectReader;
+pub use crate::message::envelope::Custody;
 use crate::message::envelope::Envelope;
 use crate::text::rfc3339::format_rfc3339_nanos;
 
@@ -34,23 +34,7 @@ use super::canonical::canonical_envelope;
 use crate::document::canonical::{self, write_string as string, Json};
 
 pub const CUSTODY_SCHEMA: &str = "svc.custody.v1";
-/// The envelope fields the canonical record holds.
-pub const RECORD_FIELDS: &[&str] = &[
-    "classification",
-    "consumer",
-    "consumer_sequence",
-    "labels",
-    "labels_list",
-    "message_id",
-    "metadata",
-    "payload",
-    "payload_info",
-    "priority",
-    "security_labels",
-    "stream",
-    "stream_sequence",
-    "subject",
-];
+pub use super::canonical::RECORD_FIELDS;
 
 /// The `custody` block.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -93,23 +77,6 @@ impl CustodyConfig {
             hmac_key,
         }
     }
-}
-
-/// The custody block of one record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Custody {
-    pub schema: String,
-    /// `sha256` or `hmac-sha256`.
-    pub alg: String,
-    pub runner_id: String,
-    /// When the runner received the message (RFC 3339).
-    pub received_at: String,
-    /// When the runner computed this block (RFC 3339).
-    pub sealed_at: String,
-    /// Hex digest of the payload bytes as received.
-    pub payload_digest: String,
-    /// Hex digest of the canonical record and this block (see the module docs).
-    pub record_digest: String,
 }
 
 /// Seals and verifies. `Debug` never shows the key.

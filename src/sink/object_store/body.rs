@@ -41,7 +41,7 @@ pub struct StoredObject<'a> {
     pub mission_metadata: Option<Value>,
     pub security_labels: Option<&'a Value>,
     /// The custody block (`custody.enabled`), else `null`.
-    pub custody: Option<&'a crate::message::protection::custody::Custody>,
+    pub custody: Option<&'a crate::message::envelope::Custody>,
     pub metadata: &'a EventMetadata,
 }
 

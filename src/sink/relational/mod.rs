@@ -221,7 +221,7 @@ struct Row<'a> {
     security_labels_json: Option<&'a serde_json::Value>,
     metadata_json: &'a EventMetadata,
     received_at: &'a str,
-    custody_json: Option<&'a crate::message::protection::custody::Custody>,
+    custody_json: Option<&'a crate::message::envelope::Custody>,
 }
 
 fn row<'a>(env: &'a Envelope, key: &'a str) -> Row<'a> {
