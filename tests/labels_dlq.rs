@@ -938,3 +938,60 @@ fn messages_the_client_could_not_parse_no_longer_stop_delivery() {
     assert_eq!(stored[&4]["subject"], nbsp);
     assert_eq!(stored[&5]["subject"], long.as_str());
 }
+
+/// The broker answers a publish on a literal `orders.*` or `orders.>` with an error and
+/// stores it all the same; no subject rule matches such a subject, so a rule requiring a
+/// signature on `orders.>` was skipped and the unsigned message stored. Now it is refused
+/// before any rule is looked up.
+#[test]
+fn wildcard_subjects_fail_closed_before_a_required_signature_rule() {
+    let (server, dir) = setup();
+    server.create_stream("DLQ", &[DLQ_SUBJECT]);
+    for subject in [&b"orders.*"[..], b"orders.>", b"orders.x"] {
+        server.raw_publish(subject, &[], br#"{"unsigned":true}"#);
+    }
+    wait_until(Duration::from_secs(10), "3 stored", || {
+        server.stream_messages(STREAM) == 3
+    });
+    let cfg = config(
+        &server,
+        dir.path(),
+        json!({
+            "authenticity": {
+                "enabled": true,
+                "keys": [{"key_id": "ed1", "public_key_b64": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}],
+                "rules": [{"subject": "orders.>", "required": true}]
+            },
+            "dead_letter": {"enabled": true, "subject": DLQ_SUBJECT, "expected_stream": "DLQ",
+                            "publish_timeout_ms": 2000}
+        }),
+    );
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "all 3 settled", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((3, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(15)).is_some());
+    let reasons: Vec<(u64, String)> = dlq_records(&server)
+        .into_iter()
+        .map(|(_, v)| {
+            (
+                v["original"]["stream_sequence"].as_u64().unwrap(),
+                v["failure"]["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (1, "wildcard_subject".to_string()),
+            (2, "wildcard_subject".to_string()),
+            (3, "missing_signature".to_string()),
+        ]
+    );
+    assert!(
+        records(&dir.path().join("out")).is_empty(),
+        "nothing stored"
+    );
+}

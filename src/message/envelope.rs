@@ -32,8 +32,10 @@ pub struct RawMessage {
     pub delivery_count: u64,
     /// Broker receive time of the original publish, Unix nanoseconds.
     pub published_unix_nanos: Option<i128>,
-    /// Headers in arrival order; names keep their case (lookups are case-sensitive, as the
-    /// broker's are).
+    /// Headers; names keep their case (lookups are case-sensitive, as the broker's are). Not
+    /// in arrival order: the client keeps them in a map, one entry per distinct value, and a
+    /// message whose id the broker and the client would read differently never gets here
+    /// with headers (see `unreadable`).
     pub headers: Vec<(String, String)>,
     pub data: Vec<u8>,
     /// What of the message the broker client could not read as sent (a subject that is not

@@ -1,8 +1,9 @@
 //! What one message may bring before anything is built from it: what the broker client could
 //! read of it as sent (`unreadable`: a subject that is not UTF-8, a header block the broker and
-//! the client would read differently), its headers bounded in count and bytes, and the text
-//! every sink stores as text (subject, message id, kept headers) without U+0000, which no
-//! PostgreSQL text or `jsonb` string can hold.
+//! the client would read differently), its headers bounded in count and bytes, the text every
+//! sink stores as text (subject, message id, kept headers) without U+0000, which no PostgreSQL
+//! text or `jsonb` string can hold, and a literal subject (every subject rule matches literal
+//! subjects only: a wildcard subject would skip a required signature).
 //!
 //! Checked first in `svc-normalize`: a message over a bound is a permanent pre-sink failure
 //! with its own reason code (dead-lettered, then acknowledged), and the runner moves on. The
@@ -11,6 +12,7 @@
 use std::fmt;
 
 use super::envelope::{RawMessage, MESSAGE_ID_HEADER};
+use super::subject::is_literal_subject;
 
 /// Most header lines one message may carry. NATS's own and a publisher's tracing, signature
 /// and label headers are a few dozen at most; 8,669 small headers per message made
@@ -32,6 +34,8 @@ pub enum InputLimit {
     NulCharacter(NulIn),
     /// The broker client could not read the message as sent; the reason is static text.
     Unreadable(&'static str),
+    /// The subject is not a literal subject (a wildcard or an empty token).
+    NotALiteralSubject,
 }
 
 /// Where a U+0000 was found.
@@ -50,6 +54,7 @@ impl InputLimit {
             InputLimit::HeadersTooLarge(_) => "headers_too_large",
             InputLimit::NulCharacter(_) => "nul_character",
             InputLimit::Unreadable(_) => "unreadable",
+            InputLimit::NotALiteralSubject => "wildcard_subject",
         }
     }
 
@@ -57,7 +62,7 @@ impl InputLimit {
     pub fn field(self) -> &'static str {
         match self {
             InputLimit::TooManyHeaders(_) | InputLimit::HeadersTooLarge(_) => "headers",
-            InputLimit::NulCharacter(NulIn::Subject) => "subject",
+            InputLimit::NulCharacter(NulIn::Subject) | InputLimit::NotALiteralSubject => "subject",
             InputLimit::NulCharacter(NulIn::MessageId) => "message_id",
             InputLimit::NulCharacter(NulIn::KeptHeader) => "envelope.keep_headers",
             InputLimit::Unreadable(_) => "message",
@@ -83,6 +88,9 @@ impl fmt::Display for InputLimit {
             InputLimit::Unreadable(why) => {
                 write!(f, "the message could not be read as sent: {why}")
             }
+            InputLimit::NotALiteralSubject => f.write_str(
+                "the subject has a wildcard or an empty token: no subject rule could match it",
+            ),
         }
     }
 }
@@ -102,6 +110,9 @@ pub fn check(raw: &RawMessage, keep_headers: &[String]) -> Result<(), InputLimit
     }
     if raw.subject.contains('\0') {
         return Err(InputLimit::NulCharacter(NulIn::Subject));
+    }
+    if !is_literal_subject(&raw.subject) {
+        return Err(InputLimit::NotALiteralSubject);
     }
     for (k, v) in &raw.headers {
         if !v.contains('\0') {
@@ -170,6 +181,22 @@ mod tests {
             assert_eq!((e.code(), e.field()), ("nul_character", field));
             assert!(!e.to_string().contains('\0'));
         }
+        for subject in [
+            "orders.*",
+            "orders.>",
+            "orders..x",
+            ".orders",
+            "orders.",
+            "",
+        ] {
+            let e = check(&msg(subject, vec![]), &keep).unwrap_err();
+            assert_eq!(
+                (e.code(), e.field()),
+                ("wildcard_subject", "subject"),
+                "{subject:?}"
+            );
+        }
+        assert_eq!(check(&msg("orders.x*y.>z", vec![]), &keep), Ok(()));
         // A header that is not kept may hold anything: it never reaches a sink.
         assert_eq!(check(&msg("a", vec![h("X-Other", "x\0y")]), &keep), Ok(()));
     }

@@ -135,6 +135,15 @@ impl fmt::Display for SubjectPattern {
 
 /// A subject token that is itself a wildcard: such a subject is a pattern, not a concrete
 /// subject (the broker refuses to publish to it), and matches nothing.
+/// Whether a delivered subject is a literal subject: non-empty tokens, none a wildcard. The
+/// broker answers a publish on `orders.*` with an error and stores it all the same; no pattern
+/// matches such a subject, so a rule (a required signature) would be skipped: fail closed.
+pub fn is_literal_subject(subject: &str) -> bool {
+    subject
+        .split('.')
+        .all(|token| !token.is_empty() && !is_wildcard(token))
+}
+
 fn is_wildcard(token: &str) -> bool {
     token == "*" || token == ">"
 }
