@@ -430,3 +430,208 @@ fn a_name_constrained_ca_cannot_vouch_for_a_name_outside_its_subtree() {
     assert!(!accepted.contains("TLS error"), "{accepted}");
     assert!(accepted.contains("stream not found"), "{accepted}");
 }
+
+/// A CA and, signed by it, the server certificate for 127.0.0.1 and client certificates for
+/// each `clients` common name; `other-ca` signs `stranger` (a client from another CA).
+fn make_mtls_certs(dir: &Path, clients: &[&str]) {
+    let sh = |args: &str| {
+        let ok = Command::new("sh")
+            .args(["-c", args])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{args}: {}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    };
+    make_certs(dir);
+    let client = |ca: &str, cn: &str| {
+        sh(&format!(
+            "openssl req -newkey rsa:2048 -nodes -keyout {cn}.key -out {cn}.csr -subj /CN={cn} \
+             && printf 'extendedKeyUsage=clientAuth\\n' > {cn}.ext \
+             && openssl x509 -req -in {cn}.csr -CA {ca}.pem -CAkey {ca}.key -CAcreateserial \
+                -out {cn}.pem -days 2 -extfile {cn}.ext && chmod 600 {cn}.key"
+        ))
+    };
+    for cn in clients {
+        client("ca", cn);
+    }
+    sh(
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout other-ca.key -out other-ca.pem \
+        -days 2 -subj /CN=other-ca",
+    );
+    client("other-ca", "stranger");
+}
+
+/// Mutual TLS: a server with `verify` refuses a runner without a client certificate or with
+/// one from another CA, and takes one its CA signed; a key file others can read is refused
+/// before anything is sent. With `verify_and_map`, the certificate is the user: a mapped one
+/// runs with its permissions, an unmapped one from the same CA is refused.
+#[test]
+fn mutual_tls_with_verify_and_with_verify_and_map() {
+    let certs = tempfile::tempdir().unwrap();
+    make_mtls_certs(certs.path(), &["svc-client", "unmapped"]);
+    let p = |f: &str| certs.path().join(f).to_str().unwrap().to_string();
+    let client = |cn: &str| json!({"tls_cert_file": p(&format!("{cn}.pem")), "tls_key_file": p(&format!("{cn}.key"))});
+    let with = |extra: serde_json::Value| {
+        let mut v = json!({"tls_ca_file": p("ca.pem")});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    };
+
+    let server = NatsServer::start_with(&[
+        "--tls",
+        "--tlscert",
+        &p("server.pem"),
+        "--tlskey",
+        &p("server.key"),
+        "--tlsverify",
+        "--tlscacert",
+        &p("ca.pem"),
+    ]);
+    let url = format!("tls://127.0.0.1:{}", server.port);
+    publish_via(
+        &url,
+        nats::Options::new()
+            .add_root_certificate(p("ca.pem"))
+            .client_cert(p("svc-client.pem"), p("svc-client.key")),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |name: &str, extra: serde_json::Value| {
+        let cfg = write_config(dir.path(), name, &config(&url, dir.path(), with(extra)));
+        let err = run_until_stored(&cfg, &[], &dir.path().join("none"), 1).unwrap_err();
+        assert!(err.starts_with("exit exit status: 1"), "{name}: {err}");
+        assert!(err.contains("broker: connect"), "{name}: {err}");
+        assert!(!err.contains("BEGIN"), "{name}: key material in {err}");
+        err
+    };
+    refused("none.json", json!({}));
+    refused("stranger.json", client("stranger"));
+    std::fs::set_permissions(
+        p("unmapped.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let e = refused("readable.json", client("unmapped"));
+    assert!(
+        e.contains("nats.tls_key_file") && e.contains("chmod 600"),
+        "{e}"
+    );
+    std::fs::set_permissions(
+        p("unmapped.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "mtls.json",
+        &config(&url, dir.path(), with(client("svc-client"))),
+    );
+    run_until_stored(&cfg, &[], &out, 3).unwrap();
+    drop(server);
+
+    // verify_and_map: the certificate's subject is the user name.
+    let conf = certs.path().join("map.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "tls {{ cert_file: \"{}\", key_file: \"{}\", ca_file: \"{}\", verify_and_map: true }}\n\
+             authorization {{ users = [ {{ user: \"CN=svc-client\", permissions: {{ publish: \">\", subscribe: \">\" }} }} ] }}\n",
+            p("server.pem"), p("server.key"), p("ca.pem")
+        ),
+    )
+    .unwrap();
+    let server = NatsServer::start_with(&["-c", conf.to_str().unwrap()]);
+    let url = format!("tls://127.0.0.1:{}", server.port);
+    publish_via(
+        &url,
+        nats::Options::new()
+            .add_root_certificate(p("ca.pem"))
+            .client_cert(p("svc-client.pem"), p("svc-client.key")),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "unmapped.json",
+        &config(&url, dir.path(), with(client("unmapped"))),
+    );
+    let err = run_until_stored(&cfg, &[], &dir.path().join("none"), 1).unwrap_err();
+    assert!(err.contains("broker: connect"), "{err}");
+    let out = dir.path().join("out");
+    let cfg = write_config(
+        dir.path(),
+        "mapped.json",
+        &config(&url, dir.path(), with(client("svc-client"))),
+    );
+    run_until_stored(&cfg, &[], &out, 3).unwrap();
+}
+
+/// NKey authentication without a JWT: a server with an `nkey` user takes the runner signing
+/// with that user's seed, refuses another seed; the seed is never printed, and a seed file
+/// others can read is refused.
+#[test]
+fn nkey_user_authenticates_with_its_seed_file() {
+    let user = nkeys::KeyPair::new_user();
+    let other = nkeys::KeyPair::new_user();
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("nkey.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "authorization {{ users = [ {{ nkey: \"{}\" }} ] }}\n",
+            user.public_key()
+        ),
+    )
+    .unwrap();
+    let server = NatsServer::start_with(&["-c", conf.to_str().unwrap()]);
+    let url = server.url();
+    let seed = user.seed().unwrap();
+    let sign_with = user.seed().unwrap();
+    publish_via(
+        &url,
+        nats::Options::with_nkey(&user.public_key(), move |nonce| {
+            nkeys::KeyPair::from_seed(&sign_with)
+                .unwrap()
+                .sign(nonce)
+                .unwrap()
+        }),
+    );
+    let write_seed = |name: &str, seed: &str, mode: u32| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("{seed}\n")).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .unwrap();
+        path
+    };
+    let cfg_for = |name: &str, seed_file: &Path| {
+        write_config(
+            dir.path(),
+            name,
+            &config(
+                &url,
+                dir.path(),
+                json!({"auth": {"mode": "nkey", "nkey_seed_file": seed_file}}),
+            ),
+        )
+    };
+    let other_seed = other.seed().unwrap();
+    let wrong = cfg_for("wrong.json", &write_seed("other.nk", &other_seed, 0o600));
+    let err = run_until_stored(&wrong, &[], &dir.path().join("none"), 1).unwrap_err();
+    assert!(err.contains("broker: connect"), "{err}");
+    assert!(!err.contains(&other_seed), "the seed was printed: {err}");
+    let readable = cfg_for("readable.json", &write_seed("readable.nk", &seed, 0o640));
+    let err = run_until_stored(&readable, &[], &dir.path().join("none"), 1).unwrap_err();
+    assert!(
+        err.contains("nats.auth.nkey_seed_file") && err.contains("chmod 600"),
+        "{err}"
+    );
+    assert!(!err.contains(&seed), "the seed was printed: {err}");
+    let good = cfg_for("good.json", &write_seed("user.nk", &seed, 0o600));
+    let log = run_until_stored(&good, &[], &dir.path().join("out"), 3).unwrap();
+    assert!(!log.contains(&seed), "the seed was printed: {log}");
+}

@@ -15,6 +15,7 @@ pub mod probe;
 
 use std::fmt;
 use std::io;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +27,7 @@ use nats::jetstream::{
 use crate::backoff::{Backoff, Growth, Jitter};
 use crate::config::{NatsAuth, NatsConfig};
 use crate::message::envelope::RawMessage;
+use crate::message::protection::keys::read_private_file;
 use crate::metrics::Metrics;
 use crate::text::peer::PeerText;
 
@@ -124,9 +126,14 @@ pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, Br
         ),
         NatsAuth::Token { token_env } => nats::Options::with_token(&secret_from_env(token_env)?),
         NatsAuth::CredentialsFile { path } => nats::Options::with_credentials(path),
+        NatsAuth::NKey { seed_file } => nkey_options(seed_file)?,
     };
     if let Some(ca) = &cfg.tls_ca_file {
         opts = opts.add_root_certificate(ca);
+    }
+    if let Some((cert, key)) = &cfg.tls_client_cert {
+        let (cert_pem, key_pem) = client_identity(cert, key)?;
+        opts = opts.client_identity_pem(cert_pem, key_pem);
     }
     // The crate decides TLS per connection from this flag, the URL's scheme and the server's
     // INFO; servers it learns from INFO `connect_urls` are added as `nats://`, so without
@@ -157,6 +164,65 @@ pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, Br
         });
     opts.connect(cfg.urls.join(",").as_str())
         .map_err(err("connect"))
+}
+
+/// Largest client certificate chain read.
+const MAX_CERT_FILE_BYTES: u64 = 1 << 20;
+
+/// The client certificate (public, read bounded) and key (a private file: the payload keys'
+/// rule) for mutual TLS, read once here and handed to the client as bytes.
+fn client_identity(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), BrokerError> {
+    use std::io::Read;
+    let mut cert_pem = Vec::new();
+    std::fs::File::open(cert)
+        .and_then(|f| f.take(MAX_CERT_FILE_BYTES + 1).read_to_end(&mut cert_pem))
+        .map_err(|e| {
+            invalid(
+                "connect",
+                &format!("nats.tls_cert_file {}: {e}", cert.display()),
+            )
+        })?;
+    if cert_pem.len() as u64 > MAX_CERT_FILE_BYTES {
+        return Err(invalid(
+            "connect",
+            &format!(
+                "nats.tls_cert_file {}: larger than {MAX_CERT_FILE_BYTES} bytes",
+                cert.display()
+            ),
+        ));
+    }
+    let key_pem = read_private_file(key).map_err(|e| {
+        invalid(
+            "connect",
+            &format!("nats.tls_key_file {}: {e}", key.display()),
+        )
+    })?;
+    Ok((cert_pem, key_pem.into_bytes()))
+}
+
+/// NKey authentication: the seed (a private file: the payload keys' rule) signs the server's
+/// nonce. Neither the seed nor anything derived from it but the public key leaves here.
+fn nkey_options(seed_file: &Path) -> Result<nats::Options, BrokerError> {
+    let what = |why: &str| {
+        invalid(
+            "connect",
+            &format!("nats.auth.nkey_seed_file {}: {why}", seed_file.display()),
+        )
+    };
+    let seed = read_private_file(seed_file).map_err(|e| what(&e))?;
+    let pair = nkeys::KeyPair::from_seed(seed.trim())
+        .map_err(|_| what("is not an NKey seed (one line, starting with S)"))?;
+    if !pair.public_key().starts_with('U') {
+        return Err(what(
+            "is not a user NKey seed (its public key must start with U)",
+        ));
+    }
+    let public = pair.public_key();
+    Ok(nats::Options::with_nkey(&public, move |nonce| {
+        // Signing with a seed that parsed cannot fail; an empty signature is refused by the
+        // server rather than panicking here.
+        pair.sign(nonce).unwrap_or_default()
+    }))
 }
 
 /// Retry delays of connection attempts to one server: exponential from 100 ms, doubling up

@@ -25,6 +25,10 @@ pub enum NatsAuth {
     CredentialsFile {
         path: PathBuf,
     },
+    /// NKey authentication without a JWT: the seed file, readable by its owner only.
+    NKey {
+        seed_file: PathBuf,
+    },
 }
 
 /// Settings used only when the runner creates the durable consumer itself.
@@ -44,6 +48,9 @@ pub struct NatsConfig {
     pub subject: String,
     pub auth: NatsAuth,
     pub tls_ca_file: Option<PathBuf>,
+    /// Client certificate chain and key for mutual TLS (`tls_cert_file`, `tls_key_file`); the
+    /// key file must be readable by its owner only.
+    pub tls_client_cert: Option<(PathBuf, PathBuf)>,
     /// TLS on every connection, servers learned from the broker's INFO included: set by
     /// `tls_required`, by any `tls://` URL and by `tls_ca_file` (TLS, once asked for, is never
     /// downgraded).
@@ -102,13 +109,31 @@ pub(super) fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
         None => NatsAuth::None,
     };
     let tls_ca_file = r.opt_nonempty("tls_ca_file").map(PathBuf::from);
-    let tls_asked = tls_ca_file.is_some() || urls.iter().any(|u| u.starts_with("tls://"));
+    let tls_client_cert = match (
+        r.opt_nonempty("tls_cert_file"),
+        r.opt_nonempty("tls_key_file"),
+    ) {
+        (Some(cert), Some(key)) => Some((PathBuf::from(cert), PathBuf::from(key))),
+        (Some(_), None) => {
+            r.problem("tls_key_file", "is required with tls_cert_file");
+            None
+        }
+        (None, Some(_)) => {
+            r.problem("tls_cert_file", "is required with tls_key_file");
+            None
+        }
+        (None, None) => None,
+    };
+    let tls_asked = tls_ca_file.is_some()
+        || tls_client_cert.is_some()
+        || urls.iter().any(|u| u.starts_with("tls://"));
     let tls_explicit = r.has("tls_required");
     let tls_setting = r.bool_or("tls_required", false);
     if tls_explicit && !tls_setting && tls_asked {
         r.problem(
             "tls_required",
-            "cannot be false with a tls:// URL or tls_ca_file: TLS applies to every server",
+            "cannot be false with a tls:// URL, tls_ca_file or a client certificate: TLS applies \
+             to every server",
         );
     }
     let tls_required = tls_setting || tls_asked;
@@ -158,6 +183,7 @@ pub(super) fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
         subject,
         auth,
         tls_ca_file,
+        tls_client_cert,
         tls_required,
         allow_plaintext_credentials,
         create_consumer,
@@ -220,6 +246,7 @@ fn read_nats_auth(mut a: ObjectReader<'_>) -> NatsAuth {
         UserPassword,
         Token,
         CredentialsFile,
+        NKey,
     }
     let mode = a.one_of(
         "mode",
@@ -229,6 +256,7 @@ fn read_nats_auth(mut a: ObjectReader<'_>) -> NatsAuth {
             ("user_password", Mode::UserPassword),
             ("token", Mode::Token),
             ("credentials_file", Mode::CredentialsFile),
+            ("nkey", Mode::NKey),
         ],
     );
     let env_name =
@@ -252,6 +280,10 @@ fn read_nats_auth(mut a: ObjectReader<'_>) -> NatsAuth {
     if matches!(mode, Mode::CredentialsFile) && credentials_file.is_none() {
         a.problem("credentials_file", "is required for this auth mode");
     }
+    let nkey_seed_file = a.opt_nonempty("nkey_seed_file");
+    if matches!(mode, Mode::NKey) && nkey_seed_file.is_none() {
+        a.problem("nkey_seed_file", "is required for this auth mode");
+    }
     a.finish();
     match mode {
         Mode::None => NatsAuth::None,
@@ -262,6 +294,9 @@ fn read_nats_auth(mut a: ObjectReader<'_>) -> NatsAuth {
         Mode::Token => NatsAuth::Token { token_env },
         Mode::CredentialsFile => NatsAuth::CredentialsFile {
             path: PathBuf::from(credentials_file.unwrap_or_default()),
+        },
+        Mode::NKey => NatsAuth::NKey {
+            seed_file: PathBuf::from(nkey_seed_file.unwrap_or_default()),
         },
     }
 }

@@ -134,7 +134,7 @@ fn nats_auth_rules() {
     );
     assert_eq!(
         problems(&with(r#"{"nats": {"auth": {"mode": "kerberos"}}}"#)),
-        vec!["nats.auth.mode: must be one of: none, user_password, token, credentials_file"]
+        vec!["nats.auth.mode: must be one of: none, user_password, token, credentials_file, nkey"]
     );
     let ok = RuntimeConfig::parse(&with(
         r#"{"nats": {"auth": {"mode": "token", "token_env": "NATS_TOKEN"}}}"#,
@@ -338,9 +338,39 @@ fn any_tls_request_makes_tls_mandatory_for_every_server() {
             r#"{"nats": {"tls_ca_file": "/etc/svc/ca.pem", "tls_required": false}}"#
         )),
         vec![
-            "nats.tls_required: cannot be false with a tls:// URL or tls_ca_file: TLS applies \
-             to every server"
+            "nats.tls_required: cannot be false with a tls:// URL, tls_ca_file or a client \
+             certificate: TLS applies to every server"
         ]
+    );
+    // A client certificate puts TLS on too, and comes with its key.
+    assert!(nats(
+        r#", "tls_cert_file": "/etc/svc/c.pem", "tls_key_file": "/etc/svc/c.key""#
+    ));
+    assert_eq!(
+        problems(&with(r#"{"nats": {"tls_cert_file": "/etc/svc/c.pem"}}"#)),
+        vec!["nats.tls_key_file: is required with tls_cert_file"]
+    );
+    assert_eq!(
+        problems(&with(r#"{"nats": {"tls_key_file": "/etc/svc/c.key"}}"#)),
+        vec!["nats.tls_cert_file: is required with tls_key_file"]
+    );
+}
+
+#[test]
+fn nkey_auth_names_its_seed_file() {
+    assert_eq!(
+        problems(&with(r#"{"nats": {"auth": {"mode": "nkey"}}}"#)),
+        vec!["nats.auth.nkey_seed_file: is required for this auth mode"]
+    );
+    let c = RuntimeConfig::parse(&with(
+        r#"{"nats": {"auth": {"mode": "nkey", "nkey_seed_file": "/etc/svc/user.nk"}}}"#,
+    ))
+    .unwrap();
+    assert_eq!(
+        c.nats.auth,
+        NatsAuth::NKey {
+            seed_file: "/etc/svc/user.nk".into()
+        }
     );
 }
 

@@ -88,6 +88,35 @@ fn configure_tls(options: &Arc<Options>) -> Result<ClientConfig, Error> {
         .map_err(|e| io::Error::new(ErrorKind::Other, format!("tls: {e}")))?
         .with_root_certificates(root_store);
 
+        if let Some(identity) = &options.client_identity_pem {
+            use rustls::pki_types::pem::PemObject;
+            use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+            let (cert_pem, key_pem) = &**identity;
+            let certs = CertificateDer::pem_slice_iter(cert_pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| {
+                    io::Error::new(ErrorKind::InvalidInput, "the client certificate is not PEM")
+                })?;
+            if certs.is_empty() {
+                return Err(io::Error::new(
+                    ErrorKind::InvalidInput,
+                    "the client certificate file holds no certificate",
+                ));
+            }
+            let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|_| {
+                io::Error::new(
+                    ErrorKind::InvalidInput,
+                    "the client key file holds no PEM private key",
+                )
+            })?;
+            return builder.with_client_auth_cert(certs, key).map_err(|_| {
+                io::Error::new(
+                    ErrorKind::InvalidInput,
+                    "the client certificate and key do not go together",
+                )
+            });
+        }
+
         if let Some(cert) = &options.client_cert {
             if let Some(key) = &options.client_key {
                 let cert = auth_utils::load_certs(cert)?;

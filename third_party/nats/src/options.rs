@@ -38,6 +38,8 @@ pub struct Options {
     pub(crate) certificates: Vec<PathBuf>,
     pub(crate) client_cert: Option<PathBuf>,
     pub(crate) client_key: Option<PathBuf>,
+    /// Client certificate chain and key as PEM, read by the caller (who checked the files).
+    pub(crate) client_identity_pem: Option<Arc<(Vec<u8>, Vec<u8>)>>,
     pub(crate) tls_client_config: Option<crate::rustls::ClientConfig>,
 
     pub(crate) error_callback: ErrorCallback,
@@ -61,6 +63,10 @@ impl fmt::Debug for Options {
             .entry(&"certificates", &self.certificates)
             .entry(&"client_cert", &self.client_cert)
             .entry(&"client_key", &self.client_key)
+            .entry(
+                &"client_identity_pem",
+                &self.client_identity_pem.as_ref().map(|_| "set"),
+            )
             .entry(&"tls_client_config", &"XXXXXXXX")
             .entry(&"error_callback", &self.error_callback)
             .entry(&"disconnect_callback", &self.disconnect_callback)
@@ -85,6 +91,7 @@ impl Default for Options {
             certificates: Vec::new(),
             client_cert: None,
             client_key: None,
+            client_identity_pem: None,
             error_callback: ErrorCallback(None),
             disconnect_callback: Callback(None),
             reconnect_callback: Callback(None),
@@ -331,6 +338,13 @@ impl Options {
     pub fn client_cert(mut self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Options {
         self.client_cert = Some(cert.as_ref().to_owned());
         self.client_key = Some(key.as_ref().to_owned());
+        self
+    }
+
+    /// Mutual TLS with a client certificate chain and key given as PEM bytes, so a caller that
+    /// opened and checked the files itself passes what it checked (no second open by path).
+    pub fn client_identity_pem(mut self, cert_pem: Vec<u8>, key_pem: Vec<u8>) -> Options {
+        self.client_identity_pem = Some(Arc::new((cert_pem, key_pem)));
         self
     }
 
