@@ -5,8 +5,9 @@
 //!      │  ▲                                                                        ▲    │
 //!      │  └─────────────────────── message credits (one per message) ◀─────────────┼────┘
 //!      └──────────────────────────── Register (ack handles) ───────────────────────┘
-//!  svc-normalize, per message: authenticity -> envelope -> metadata -> security labels
-//!                              -> payload encryption -> custody (src/message/protection/)
+//!  svc-normalize, per message: input limits -> authenticity -> envelope -> metadata
+//!                              -> security labels -> payload encryption -> custody
+//!                              (src/message/limits.rs, src/message/protection/)
 //!  svc-snapshot: reads the counters every interval; the final snapshot is written at exit
 //!  svc-signal:   SIGTERM/SIGINT set the stop flag; SIGUSR1 logs a pipeline dump
 //!  svc-flush:    writes queued pull requests and acknowledgements at once when kicked
@@ -22,7 +23,9 @@
 //!   each delivery into plain data (to the normalizer)
 //!   and an ack handle (to `svc-ack`, registered *before* the data leaves, on the same channel
 //!   the outcome will later travel, so the registration is always seen first).
-//! - `svc-normalize` checks publisher signatures, builds envelopes, message metadata and
+//! - `svc-normalize` first settles what one message may not bring (`message::limits`: what the
+//!   broker client could not read as sent, headers over their bounds, U+0000 where sinks store
+//!   text, a wildcard subject), then checks publisher signatures, builds envelopes, message metadata and
 //!   security labels, encrypts payloads and seals custody evidence: pure work, no I/O (the keys
 //!   are loaded by `run` before any thread starts). A permanent pre-sink failure becomes a
 //!   per-message `Verdict::Rejected` carrying the sanitized DLQ record (when
