@@ -995,3 +995,63 @@ fn wildcard_subjects_fail_closed_before_a_required_signature_rule() {
         "nothing stored"
     );
 }
+
+/// A publisher who first sends a victim's future `Nats-Msg-Id` with its own content (after the
+/// stream's duplicate window, so the broker stores both): with `message_id` keys and
+/// `skip_existing`, the victim's message is no longer acknowledged as written with the
+/// attacker's content stored; it is dead-lettered (`duplicate_exists`), and the message after
+/// it is delivered.
+#[test]
+fn a_victims_message_id_taken_first_is_dead_lettered_not_counted_as_written() {
+    let server = NatsServer::start();
+    server
+        .js()
+        .add_stream(nats::jetstream::StreamConfig {
+            name: STREAM.into(),
+            subjects: vec!["orders.>".into()],
+            duplicate_window: 100_000_000, // 100 ms
+            storage: nats::jetstream::StorageType::File,
+            ..Default::default()
+        })
+        .unwrap();
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    server.create_stream("DLQ", &[DLQ_SUBJECT]);
+    let dir = tempfile::tempdir().unwrap();
+    let id: &[(&[u8], &[u8])] = &[(b"Nats-Msg-Id", b"victim-1")];
+    server.raw_publish(b"orders.x", id, br#"{"order":666}"#);
+    std::thread::sleep(Duration::from_millis(300));
+    server.raw_publish(b"orders.x", id, br#"{"order":42}"#);
+    server.raw_publish(
+        b"orders.x",
+        &[(b"Nats-Msg-Id", b"other-1")],
+        br#"{"order":7}"#,
+    );
+    wait_until(Duration::from_secs(10), "3 stored", || {
+        server.stream_messages(STREAM) == 3
+    });
+    let cfg = config(
+        &server,
+        dir.path(),
+        json!({
+            "sink": {"type": "file", "directory": dir.path().join("out"),
+                     "key_strategy": "message_id"},
+            "dead_letter": {"enabled": true, "subject": DLQ_SUBJECT, "expected_stream": "DLQ",
+                            "publish_timeout_ms": 2000}
+        }),
+    );
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "all 3 settled", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((3, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(15)).is_some());
+    let dlq = dlq_records(&server);
+    assert_eq!(dlq.len(), 1, "{dlq:?}");
+    assert_eq!(dlq[0].1["original"]["stream_sequence"], 2);
+    assert_eq!(dlq[0].1["failure"]["reason"], "duplicate_exists");
+    let stored = records(&dir.path().join("out"));
+    assert_eq!(stored.keys().copied().collect::<Vec<_>>(), [1, 3]);
+    let snap = dir.path().join("metrics.json");
+    assert_eq!(snapshot_counter(&snap, "messages_written_total"), 2);
+}
