@@ -134,14 +134,48 @@ impl<'a> Decimal<'a> {
         if i != b.len() {
             return Err(bad);
         }
-        Ok(Decimal {
+        let d = Decimal {
             negative,
             int,
             frac,
             exp,
-        })
+        };
+        // The bound is on the exponent the canonical form writes (`0.10e-999999999` is
+        // `1e-1000000000`), so that every canonical form reads back.
+        let (digits, point) = d.normalized();
+        if !digits.is_empty() && (point - 1).abs() > MAX_CANONICAL_EXPONENT {
+            return Err(ParseError::NumberOutOfRange);
+        }
+        Ok(d)
+    }
+
+    /// The digits without leading or trailing zeros (empty for zero) and the place of the
+    /// decimal point: the value is `0.digits x 10^point`.
+    fn normalized(&self) -> (Cow<'a, str>, i64) {
+        let int = self.int.trim_start_matches('0');
+        let (digits, point): (Cow<'a, str>, i64) = if int.is_empty() {
+            // 0.000ddd: the leading zeros of the fraction move the point.
+            let frac = self.frac.trim_start_matches('0');
+            let skipped = (self.frac.len() - frac.len()) as i64;
+            (Cow::Borrowed(frac), self.exp - skipped)
+        } else if self.frac.is_empty() {
+            (Cow::Borrowed(int), self.exp + int.len() as i64)
+        } else {
+            (
+                Cow::Owned(format!("{int}{}", self.frac)),
+                self.exp + int.len() as i64,
+            )
+        };
+        match digits {
+            Cow::Borrowed(d) => (Cow::Borrowed(d.trim_end_matches('0')), point),
+            Cow::Owned(d) => (Cow::Owned(d.trim_end_matches('0').to_string()), point),
+        }
     }
 }
+
+/// Largest exponent magnitude of a canonical number (nine digits, as [`Decimal::parse`]
+/// reads).
+const MAX_CANONICAL_EXPONENT: i64 = 999_999_999;
 
 impl Decimal<'_> {
     /// Characters of the number written without an exponent, as PostgreSQL prints a
@@ -376,21 +410,8 @@ pub fn write_string(out: &mut Vec<u8>, s: &str) {
 /// These are the layouts serde_json gives the shortest round-trip form of a double, so every number a double holds exactly keeps the form it had when custody
 /// compared through doubles; what a double cannot hold is now compared exactly.
 pub fn write_number(out: &mut Vec<u8>, d: &Decimal<'_>) {
-    let int = d.int.trim_start_matches('0');
-    let (digits, point): (Cow<'_, str>, i64) = if int.is_empty() {
-        // 0.000ddd: the leading zeros of the fraction move the point.
-        let frac = d.frac.trim_start_matches('0');
-        let skipped = (d.frac.len() - frac.len()) as i64;
-        (Cow::Borrowed(frac), d.exp - skipped)
-    } else {
-        let all = if d.frac.is_empty() {
-            Cow::Borrowed(int)
-        } else {
-            Cow::Owned(format!("{int}{}", d.frac))
-        };
-        (all, d.exp + int.len() as i64)
-    };
-    let digits = digits.trim_end_matches('0');
+    let (digits, point) = d.normalized();
+    let digits: &str = &digits;
     if digits.is_empty() {
         out.push(b'0');
         return;
@@ -602,6 +623,13 @@ mod tests {
             "exponent beyond nine digits"
         );
         assert_eq!(canon("1e000000000000000000002").unwrap(), "100");
+        // Found by the canonical_json fuzz target: the written exponent has nine digits, the
+        // canonical one would need ten.
+        assert_eq!(canon("0.10e-999999999"), Err(ParseError::NumberOutOfRange));
+        assert_eq!(canon("0.1e-999999998").unwrap(), "1e-999999999");
+        assert_eq!(canon("12e999999998").unwrap(), "1.2e+999999999");
+        assert_eq!(canon("123e999999998"), Err(ParseError::NumberOutOfRange));
+        assert_eq!(canon("0.000e-999999999").unwrap(), "0");
     }
 
     /// The rule custody used while it compared numbers through doubles: integers as written,
