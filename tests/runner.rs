@@ -478,3 +478,60 @@ fn missing_consumer_is_a_clear_error_or_created_on_request() {
         .unwrap()
         .success());
 }
+
+/// Nothing left waiting at a clean stop: deliveries into pull requests still open when
+/// SIGTERM arrived are handed back at once (NAK, no delay) instead of waiting out their
+/// AckWait (60 s here) before another runner may have them. After three quick stop/start
+/// cycles, the next runner delivers everything well within one AckWait.
+#[test]
+fn a_clean_stop_leaves_no_delivery_waiting_for_its_ack_wait() {
+    let n = 30_000;
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(60));
+    server.publish_n(STREAM, "orders.created", n, |i| {
+        format!("{{\"order\":{i}}}").into_bytes()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    // Long pull requests, as a busy consumer has them: at a stop they stay open a while.
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(
+            &server,
+            dir.path(),
+            &out,
+            json!({"delivery": {"batch_size": 256, "fetch_expiry_ms": 3000,
+                                "max_in_flight_batches": 4, "sink_workers": 2,
+                                "shutdown_timeout_seconds": 10}}),
+        ),
+    );
+    let mut released = 0;
+    for cycle in 0..3 {
+        let mut runner = Runner::start(&cfg, &dir.path().join(format!("svc{cycle}.log")));
+        let before = files_below(&out).len();
+        wait_until(Duration::from_secs(30), "some files written", || {
+            files_below(&out).len() >= before + 300
+        });
+        runner.signal("TERM");
+        let status = runner
+            .wait_timeout(Duration::from_secs(20))
+            .expect("bounded shutdown");
+        let log = runner.log_text();
+        assert!(status.success(), "{log}");
+        released += usize::from(log.contains("released for redelivery at once"));
+    }
+    assert!(
+        released > 0,
+        "no stop met an open pull request: nothing proven"
+    );
+    let runner = Runner::start(&cfg, &dir.path().join("last.log"));
+    // Well within the 60 s AckWait: nothing was left waiting for it.
+    wait_until(
+        Duration::from_secs(25),
+        "every message acknowledged",
+        || server.try_consumer_state(STREAM, CONSUMER) == Some((n as u64, 0, 0)),
+    );
+    drop(runner);
+}

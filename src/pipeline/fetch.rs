@@ -202,16 +202,68 @@ impl Fetcher {
             }
         };
         // Ship what was collected: those messages were delivered to us and may as well be
-        // written and acknowledged while the pipeline drains. Credits of requests still
-        // outstanding are not needed any more.
+        // written and acknowledged while the pipeline drains.
         if !batch.messages.is_empty() {
             self.ship(batch, &mut next_id)?;
         }
+        if result.is_ok() {
+            self.release_until_expired(&mut outstanding, &mut names);
+        }
+        // Credits of requests still outstanding are not needed any more.
         for req in outstanding {
             self.credits.give(req.remaining);
         }
         self.monitor.activity("stopped");
         result
+    }
+
+    /// At a clean stop the pull requests still open keep delivering: each such message would
+    /// wait a whole AckWait before any other runner got it (hundreds per rolling restart). So
+    /// stop asking, and hand back at once (NAK, no delay) whatever arrives until the requests
+    /// have ended or expired.
+    fn release_until_expired(
+        &self,
+        outstanding: &mut VecDeque<Request>,
+        names: &mut broker::DeliveryNames,
+    ) {
+        self.monitor
+            .activity("releasing deliveries of open pull requests");
+        let mut released = 0u64;
+        while let Some(last) = outstanding.back().map(|r| r.deadline) {
+            let now = Instant::now();
+            if now >= last {
+                break;
+            }
+            match broker::next_delivery(&self.sub, POLL.min(last - now), names) {
+                Delivery::Message { handle, .. } => {
+                    if broker::send_ack(&self.nc, &handle, AckVerb::Nak(Duration::ZERO)).is_ok() {
+                        Metrics::add(&self.metrics.counters.messages_nacked_total, 1);
+                        released += 1;
+                    }
+                    if let Some(req) = outstanding.front_mut() {
+                        req.remaining = req.remaining.saturating_sub(1);
+                        if req.remaining == 0 {
+                            outstanding.pop_front();
+                        }
+                    }
+                }
+                Delivery::RequestEnded(_) => {
+                    outstanding.pop_front();
+                }
+                Delivery::Idle => {}
+                Delivery::Closed => break,
+            }
+        }
+        // The NAKs go out before the process ends (a PING round trip: they are written).
+        if released > 0 {
+            let _ = broker::flush(&self.nc, Duration::from_secs(2));
+        }
+        if released > 0 {
+            log::info!(
+                "stop: {released} messages delivered into still-open pull requests were \
+                 released for redelivery at once"
+            );
+        }
     }
 
     /// Reports `what` to the monitor when it differs from what was last reported.
