@@ -173,15 +173,18 @@ const MAX_CERT_FILE_BYTES: u64 = 1 << 20;
 /// rule) for mutual TLS, read once here and handed to the client as bytes.
 fn client_identity(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), BrokerError> {
     use std::io::Read;
+    let cert_error = |e: &dyn fmt::Display| {
+        invalid(
+            "connect",
+            &format!("nats.tls_cert_file {}: {e}", cert.display()),
+        )
+    };
+    // Not a secret, but opened as a key is (no link, never blocking on a FIFO planted there).
+    let (file, _) = crate::files::owner::open_regular(cert).map_err(|e| cert_error(&e))?;
     let mut cert_pem = Vec::new();
-    std::fs::File::open(cert)
-        .and_then(|f| f.take(MAX_CERT_FILE_BYTES + 1).read_to_end(&mut cert_pem))
-        .map_err(|e| {
-            invalid(
-                "connect",
-                &format!("nats.tls_cert_file {}: {e}", cert.display()),
-            )
-        })?;
+    file.take(MAX_CERT_FILE_BYTES + 1)
+        .read_to_end(&mut cert_pem)
+        .map_err(|e| cert_error(&e))?;
     if cert_pem.len() as u64 > MAX_CERT_FILE_BYTES {
         return Err(invalid(
             "connect",

@@ -407,8 +407,9 @@ pub fn write_string(out: &mut Vec<u8>, s: &str) {
 /// - else, -5 < P ≤ 0: `0.` then zeros (`0.00001`);
 /// - else: `d.ddde±<P-1>` (`1e-6`, `1.5e+300`, `1e+21`).
 ///
-/// These are the layouts serde_json gives the shortest round-trip form of a double, so every number a double holds exactly keeps the form it had when custody
-/// compared through doubles; what a double cannot hold is now compared exactly.
+/// These are the layouts serde_json gives the shortest round-trip form of a double, so every
+/// number a double holds exactly keeps the form it had when custody compared through doubles;
+/// what a double cannot hold is now compared exactly.
 pub fn write_number(out: &mut Vec<u8>, d: &Decimal<'_>) {
     let (digits, point) = d.normalized();
     let digits: &str = &digits;

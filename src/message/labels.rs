@@ -15,7 +15,8 @@
 //! checked against the configured vocabularies (an empty vocabulary is unrestricted), which
 //! are the authority on spelling: a value matches an entry ASCII case-insensitively and is
 //! stored in the entry's form (`secret` with vocabulary `SECRET` is stored `SECRET`), here and
-//! in the envelope's own `priority` and `classification` ([`SecurityLabelsConfig::spell_metadata`]);
+//! in the envelope's own `priority` and `classification`
+//! ([`SecurityLabelsConfig::spell_metadata`]);
 //! `extensions` is bounded ([`MAX_EXTENSION_DEPTH`], [`MAX_EXTENSION_KEYS`],
 //! [`MAX_EXTENSION_KEY_BYTES`]) and secret-looking key names are rejected; the canonical JSON
 //! (keys sorted by their UTF-8 bytes at every level, no whitespace) must fit in `max_bytes`.

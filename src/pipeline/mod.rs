@@ -23,11 +23,12 @@
 //!   each delivery into plain data (to the normalizer)
 //!   and an ack handle (to `svc-ack`, registered *before* the data leaves, on the same channel
 //!   the outcome will later travel, so the registration is always seen first).
-//! - `svc-normalize` first settles what one message may not bring (`message::limits`: what the
-//!   broker client could not read as sent, headers over their bounds, U+0000 where sinks store
-//!   text, a wildcard subject), then checks publisher signatures, builds envelopes, message metadata and
-//!   security labels, encrypts payloads and seals custody evidence: pure work, no I/O (the keys
-//!   are loaded by `run` before any thread starts). A permanent pre-sink failure becomes a
+//! - `svc-normalize` first settles what one message may not bring (`message::limits`: what
+//!   the broker client could not read as sent, headers over their bounds, U+0000 where sinks
+//!   store text, a wildcard subject), then checks publisher signatures, builds envelopes,
+//!   message metadata and security labels, encrypts payloads and seals custody evidence: pure
+//!   work, no I/O (the keys are loaded by `run` before any thread starts). A permanent
+//!   pre-sink failure becomes a
 //!   per-message `Verdict::Rejected` carrying the sanitized DLQ record (when
 //!   `dead_letter.enabled`); an encryption key at its message bound, a transient one (NAK).
 //! - `svc-sink-N` call `Sink::write_batch` and report one verdict per message. They never see
