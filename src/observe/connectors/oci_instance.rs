@@ -524,8 +524,8 @@ pub fn identity(
 mod tests {
     /// deny.toml ignores RUSTSEC-2023-0071 (the Marvin timing side channel in rsa's
     /// private-key operations) because svc uses rsa only to generate the session key pair and
-    /// ring performs every private-key operation. This keeps it so: `rsa::` appears in this
-    /// file alone, for generation and encoding.
+    /// ring performs every private-key operation. This keeps it so: the rsa crate's paths
+    /// appear in this file alone, for generation and encoding.
     #[test]
     fn rsa_only_generates_keys() {
         fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
@@ -552,7 +552,9 @@ mod tests {
         let mut uses = Vec::new();
         for file in files {
             let text = std::fs::read_to_string(&file).unwrap();
-            for line in text.lines().filter(|l| l.contains(&needle)) {
+            // A comment that mentions the crate is not a use of it.
+            let code = text.lines().filter(|l| !l.trim_start().starts_with("//"));
+            for line in code.filter(|l| l.contains(&needle)) {
                 uses.push((file.display().to_string(), line.trim().to_string()));
             }
         }
