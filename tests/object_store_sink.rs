@@ -408,9 +408,16 @@ fn fail_existing_is_permanent_for_a_different_object_at_the_key() {
         json!({"v": 1})
     );
     assert_eq!(m.versions("t-fail").get("message-id/dup.json"), Some(&1));
-    // skip_existing on the same collision: prior success.
+    // skip_existing on the same collision: another payload under the id is not this
+    // message's copy either (it used to count as prior success).
     let skip = sink(m, "t-fail", json!({"key_strategy": "message_id"}));
-    assert_eq!(skip.write_batch(&[b]), vec![WriteOutcome::AlreadyDurable]);
+    match &skip.write_batch(&[b])[..] {
+        [WriteOutcome::Permanent(e)] => assert!(
+            e.to_string().ends_with("(duplicate_policy skip_existing)"),
+            "{e}"
+        ),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
