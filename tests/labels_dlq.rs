@@ -1018,17 +1018,9 @@ fn a_victims_message_id_taken_first_is_dead_lettered_not_counted_as_written() {
     server.create_stream("DLQ", &[DLQ_SUBJECT]);
     let dir = tempfile::tempdir().unwrap();
     let id: &[(&[u8], &[u8])] = &[(b"Nats-Msg-Id", b"victim-1")];
+    // The attacker's message first, delivered and written on its own (in one batch, two
+    // writers would race for the name and either could win).
     server.raw_publish(b"orders.x", id, br#"{"order":666}"#);
-    std::thread::sleep(Duration::from_millis(300));
-    server.raw_publish(b"orders.x", id, br#"{"order":42}"#);
-    server.raw_publish(
-        b"orders.x",
-        &[(b"Nats-Msg-Id", b"other-1")],
-        br#"{"order":7}"#,
-    );
-    wait_until(Duration::from_secs(10), "3 stored", || {
-        server.stream_messages(STREAM) == 3
-    });
     let cfg = config(
         &server,
         dir.path(),
@@ -1041,6 +1033,16 @@ fn a_victims_message_id_taken_first_is_dead_lettered_not_counted_as_written() {
     );
     let cfg = write_config(dir.path(), "c.json", &cfg);
     let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(
+        Duration::from_secs(30),
+        "the attacker's message written",
+        || server.try_consumer_state(STREAM, CONSUMER) == Some((1, 0, 0)),
+    );
+    // Past the stream's duplicate window, so the broker stores the victim's message too.
+    std::thread::sleep(Duration::from_millis(300));
+    server.raw_publish(b"orders.x", id, br#"{"order":42}"#);
+    let other: &[(&[u8], &[u8])] = &[(b"Nats-Msg-Id", b"other-1")];
+    server.raw_publish(b"orders.x", other, br#"{"order":7}"#);
     wait_until(Duration::from_secs(30), "all 3 settled", || {
         server.try_consumer_state(STREAM, CONSUMER) == Some((3, 0, 0))
     });
