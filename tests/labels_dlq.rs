@@ -871,8 +871,10 @@ fn hostile_publisher_inputs_are_settled_with_their_reasons() {
 }
 
 /// Messages the published `nats` crate could not parse (it dropped the connection, the runner
-/// reconnected every AckWait and never saw them or anything behind them): each is settled
-/// with its reason, or delivered when it can be read, and the message behind them arrives.
+/// reconnected every AckWait and never saw them or anything behind them), and messages it took
+/// for the broker's status (a `Status: 404` header, a publisher's own `NATS/1.0 404` or `408`
+/// version line) and dropped: each is settled with its reason, or delivered when it can be
+/// read, and the message behind them arrives.
 #[test]
 fn messages_the_client_could_not_parse_no_longer_stop_delivery() {
     let (server, dir) = setup();
@@ -888,8 +890,11 @@ fn messages_the_client_could_not_parse_no_longer_stop_delivery() {
     server.raw_publish(b"orders.x", twice, br#"{"n":6}"#);
     server.raw_publish(b"orders.x", &[(b"Status", b"404")], b"");
     server.raw_publish(b"orders.ok", &[], br#"{"n":8}"#);
-    wait_until(Duration::from_secs(10), "8 stored", || {
-        server.stream_messages(STREAM) == 8
+    // The server stores a publisher's header block as sent, version line included.
+    server.raw_publish_block(b"orders.x", b"NATS/1.0 404 No Messages\r\n\r\n", b"");
+    server.raw_publish_block(b"orders.x", b"NATS/1.0 408 Request Timeout\r\n\r\n", b"");
+    wait_until(Duration::from_secs(10), "10 stored", || {
+        server.stream_messages(STREAM) == 10
     });
     let cfg = config(
         &server,
@@ -899,8 +904,8 @@ fn messages_the_client_could_not_parse_no_longer_stop_delivery() {
     );
     let cfg = write_config(dir.path(), "c.json", &cfg);
     let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
-    wait_until(Duration::from_secs(30), "all 8 settled", || {
-        server.try_consumer_state(STREAM, CONSUMER) == Some((8, 0, 0))
+    wait_until(Duration::from_secs(30), "all 10 settled", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((10, 0, 0))
     });
     runner.signal("TERM");
     assert!(runner.wait_timeout(Duration::from_secs(15)).is_some());
@@ -934,7 +939,10 @@ fn messages_the_client_could_not_parse_no_longer_stop_delivery() {
         );
     }
     let stored = records(&dir.path().join("out"));
-    assert_eq!(stored.keys().copied().collect::<Vec<_>>(), [4, 5, 7, 8]);
+    assert_eq!(
+        stored.keys().copied().collect::<Vec<_>>(),
+        [4, 5, 7, 8, 9, 10]
+    );
     assert_eq!(stored[&4]["subject"], nbsp);
     assert_eq!(stored[&5]["subject"], long.as_str());
 }

@@ -93,9 +93,19 @@ impl Message {
         Ok(())
     }
 
+    /// A stream message (its reply is a JetStream ack subject) is never a status message,
+    /// whatever its header block says: the server stores a publisher's header block as sent,
+    /// version line included, so `NATS/1.0 404` from a publisher must not make the pull
+    /// subscription drop the message as "no messages".
+    fn is_stream_message(&self) -> bool {
+        self.reply
+            .as_deref()
+            .is_some_and(|r| r.starts_with("$JS.ACK."))
+    }
+
     /// Determine if the message is a no responders response from the server.
     pub fn is_no_responders(&self) -> bool {
-        if !self.data.is_empty() {
+        if !self.data.is_empty() || self.is_stream_message() {
             return false;
         }
 
@@ -110,6 +120,9 @@ impl Message {
 
     /// Determine if a message is `404 No Messages`.
     pub(crate) fn is_no_messages(&self) -> bool {
+        if self.is_stream_message() {
+            return false;
+        }
         if let Some(headers) = &self.headers {
             if headers.status() == Some("404") {
                 return true;
@@ -121,6 +134,9 @@ impl Message {
 
     // Determine if a message is `408 Request Timeout`.
     pub(crate) fn is_request_timeout(&self) -> bool {
+        if self.is_stream_message() {
+            return false;
+        }
         if let Some(headers) = &self.headers {
             if headers.status() == Some("408") {
                 return true;
@@ -131,7 +147,7 @@ impl Message {
 
     // Helper for detecting flow control messages.
     pub(crate) fn is_flow_control(&self) -> bool {
-        if !self.data.is_empty() {
+        if !self.data.is_empty() || self.is_stream_message() {
             return false;
         }
 
@@ -154,7 +170,7 @@ impl Message {
 
     // Helper for detecting idle heartbeat messages.
     pub(crate) fn is_idle_heartbeat(&self) -> bool {
-        if !self.data.is_empty() {
+        if !self.data.is_empty() || self.is_stream_message() {
             return false;
         }
 
