@@ -139,7 +139,7 @@ impl Settings {
     fn config(&self, url: &str, stream: &str, consumer: &str, sink: Value) -> Value {
         let mut cfg = json!({
             "nats": {"url": url, "stream": stream, "consumer": consumer, "subject": format!("{}.>", stream.to_lowercase()),
-                     "create_consumer": true},
+                     "consumer_mode": "create"},
             "delivery": {"sink_workers": self.sink_workers, "batch_size": self.batch_size},
             "sink": sink,
             "logging": {"level": std::env::var("SVC_BENCH_LOG").unwrap_or("warn".into())}

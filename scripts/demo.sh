@@ -34,7 +34,7 @@ jsctl publish "$url" ORDERS orders.created 20 48
 cat >"$work/config.json" <<JSON
 {
   "nats": {"url": "$url", "stream": "ORDERS", "consumer": "svc-demo", "subject": "orders.>",
-           "create_consumer": true},
+           "consumer_mode": "create"},
   "delivery": {"batch_size": 16, "fetch_expiry_ms": 200},
   "sink": {"type": "file", "directory": "$work/out"},
   "metrics": {"enabled": true, "namespace": "svc", "snapshot_file": "$work/metrics.json",

@@ -1,6 +1,7 @@
 //! `svc`: a message-delivery runner (NATS JetStream pull consumer -> one sink, commit first,
 //! ACK last) and the library behind its metrics exporter. See `docs/architecture.md`.
 
+pub mod allocator;
 pub mod aws;
 pub mod backoff;
 pub mod broker;

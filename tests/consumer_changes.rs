@@ -259,6 +259,7 @@ fn broker_ends_pull_requests_of_a_deleted_consumer_with_409_then_silence() {
             batch: 10,
             expires: Some(expires.as_nanos() as usize),
             no_wait: false,
+            max_bytes: None,
         })
         .unwrap();
         nc.flush().unwrap();

@@ -435,3 +435,103 @@ fn batches_held_past_ack_wait_get_in_progress_acks_not_redelivery() {
         "in-progress acks sent repeatedly"
     );
 }
+
+/// Unacknowledged messages the broker counts for the consumer now.
+fn ack_pending(server: &NatsServer) -> usize {
+    server
+        .try_consumer_state(STREAM, CONSUMER)
+        .map(|s| s.1)
+        .unwrap_or(0)
+}
+
+/// The most unacknowledged messages seen over `span`, sampled every 100 ms.
+fn max_ack_pending_over(server: &NatsServer, span: Duration) -> usize {
+    let end = std::time::Instant::now() + span;
+    let mut max = 0;
+    while std::time::Instant::now() < end {
+        max = max.max(ack_pending(server));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    max
+}
+
+/// `delivery.max_in_flight_bytes` bounds what the runner holds in bytes, whatever its message
+/// credits allow (256 here): with the store hung, a backlog of 256 KiB messages stops at the
+/// few that fit 1 MiB. A message larger than the bound (3 MiB, the broker takes 4 MiB) is
+/// fetched alone: nothing else is delivered while it is held. Everything arrives once the
+/// store answers again.
+#[test]
+fn the_byte_bound_holds_in_flight_payload_and_a_larger_message_flows_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("nats-server.conf");
+    std::fs::write(&conf, "max_payload: 4194304\n").unwrap();
+    let server = NatsServer::start_with(&["-c", conf.to_str().unwrap()]);
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(30));
+    let body = |i: usize, size: usize| {
+        let mut b = format!("{{\"order\":{i},\"pad\":\"").into_bytes();
+        b.resize(size - 2, b'x');
+        b.extend_from_slice(b"\"}");
+        b
+    };
+    let small = 256 * 1024;
+    server.publish_n(STREAM, "orders.created", 40, |i| body(i, small));
+    let m = moto::Moto::start();
+    m.create_bucket("bound", false);
+    m.pause();
+    let mut cfg: Value = serde_json::from_slice(
+        &std::fs::read(config(
+            &server,
+            dir.path(),
+            sink_block(&m.endpoint(), "bound", json!({})),
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    cfg["delivery"]["max_in_flight_bytes"] = json!(1024 * 1024);
+    let cfg = write_config(dir.path(), "bound.json", &cfg);
+    let mut runner = start_runner(&cfg, &dir.path().join("svc.log"), &m.env());
+
+    wait_until(Duration::from_secs(20), "first deliveries", || {
+        ack_pending(&server) > 0
+    });
+    let held = max_ack_pending_over(&server, Duration::from_secs(3));
+    // 1 MiB holds three messages of 256 KiB and their subjects; the message credits would
+    // allow every one of the 40.
+    assert!(
+        (1..=4).contains(&held),
+        "{held} messages of 256 KiB unacknowledged under a 1 MiB bound"
+    );
+    m.resume();
+    wait_until(Duration::from_secs(60), "the backlog acknowledged", || {
+        all_acked(&server, 40)
+    });
+
+    m.pause();
+    server.publish_n(STREAM, "orders.created", 1, |_| body(40, 3 * 1024 * 1024));
+    server.publish_n(STREAM, "orders.created", 5, |i| body(41 + i, small));
+    wait_until(
+        Duration::from_secs(20),
+        "the large message delivered",
+        || ack_pending(&server) > 0,
+    );
+    let held = max_ack_pending_over(&server, Duration::from_secs(3));
+    assert_eq!(held, 1, "the message over the bound is held alone");
+    m.resume();
+    wait_until(Duration::from_secs(60), "everything acknowledged", || {
+        all_acked(&server, 46)
+    });
+    assert_stored_once(&m, "bound", 46);
+    assert!(
+        runner
+            .log_text()
+            .contains("the next message is larger than a pull request's allowance of 1048576"),
+        "{}",
+        runner.log_text()
+    );
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(15))
+        .unwrap()
+        .success());
+}

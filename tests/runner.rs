@@ -437,7 +437,7 @@ fn missing_consumer_is_a_clear_error_or_created_on_request() {
     assert!(
         runner
             .log_text()
-            .contains("does not exist (create it, or set nats.create_consumer to true)"),
+            .contains("does not exist (create it, or set nats.consumer_mode to \"create\")"),
         "{}",
         runner.log_text()
     );
@@ -477,6 +477,86 @@ fn missing_consumer_is_a_clear_error_or_created_on_request() {
         .wait_timeout(Duration::from_secs(15))
         .unwrap()
         .success());
+}
+
+/// `consumer_mode: reconcile` brings AckWait, MaxAckPending, MaxDeliver and BackOff of an
+/// existing consumer to the config (once: a second start finds nothing to change), and
+/// refuses, without touching it, a consumer whose filter subject differs.
+#[test]
+fn reconcile_updates_the_consumer_settings_and_never_its_filter() {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(30));
+    server.publish_n(STREAM, "orders.created", 5, |_| b"{}".to_vec());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let settings = json!({"consumer_mode": "reconcile", "ack_wait_seconds": 7,
+                          "max_ack_pending": 300, "max_deliver": 5, "backoff_seconds": [2, 4]});
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(&server, dir.path(), &out, json!({ "nats": settings })),
+    );
+    for start in 0..2 {
+        let mut runner = Runner::start(&cfg, &dir.path().join(format!("svc{start}.log")));
+        wait_until(Duration::from_secs(20), "all acked", || {
+            all_acked(&server, 5)
+        });
+        let info = server.js().consumer_info(STREAM, CONSUMER).unwrap().config;
+        // With a backoff list the broker's AckWait is its first delay.
+        assert_eq!(info.ack_wait, Duration::from_secs(2));
+        assert_eq!(info.max_ack_pending, 300);
+        assert_eq!(info.max_deliver, 5);
+        assert_eq!(
+            info.backoff,
+            [Duration::from_secs(2), Duration::from_secs(4)]
+        );
+        assert_eq!(info.filter_subject, SUBJECT);
+        let updated = runner.log_text().contains("updated to the config");
+        assert_eq!(updated, start == 0, "{}", runner.log_text());
+        if start == 0 {
+            assert!(
+                runner.log_text().contains(
+                    "ack_wait 30 s -> 2 s, max_ack_pending 20000 -> 300, max_deliver -1 -> 5, \
+                     backoff [] -> [2, 4] s"
+                ),
+                "{}",
+                runner.log_text()
+            );
+        }
+        runner.signal("TERM");
+        assert!(runner
+            .wait_timeout(Duration::from_secs(15))
+            .unwrap()
+            .success());
+    }
+
+    // Another filter: refused, and the consumer keeps it.
+    server.create_consumer(STREAM, "narrow", "orders.eu", Duration::from_secs(30));
+    let cfg = write_config(
+        dir.path(),
+        "narrow.json",
+        &config(
+            &server,
+            dir.path(),
+            &out,
+            json!({"nats": {"consumer": "narrow", "consumer_mode": "reconcile",
+                            "max_ack_pending": 300}}),
+        ),
+    );
+    let mut runner = Runner::start(&cfg, &dir.path().join("narrow.log"));
+    let status = runner.wait_timeout(Duration::from_secs(10)).expect("exits");
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        runner.log_text().contains(
+            "nats.subject is \"orders.>\" but the consumer filters subject \"orders.eu\""
+        ),
+        "{}",
+        runner.log_text()
+    );
+    let info = server.js().consumer_info(STREAM, "narrow").unwrap().config;
+    assert_eq!(info.filter_subject, "orders.eu");
+    assert_ne!(info.max_ack_pending, 300, "not reconciled either");
 }
 
 /// Nothing left waiting at a clean stop: deliveries into pull requests still open when

@@ -126,6 +126,7 @@ pub fn raw_fetch_ack(
             batch,
             expires: Some(Duration::from_secs(1).as_nanos() as usize),
             no_wait: false,
+            max_bytes: None,
         })?;
         nc.flush()
     };
@@ -238,6 +239,11 @@ impl Drop for Broker {
 /// The store goes below the system temp directory, or `SVC_BENCH_BROKER_DIR` when set (for
 /// example a tmpfs, to keep the broker's own writes off the disk a file sink is measured on).
 pub fn start_broker() -> Broker {
+    start_broker_with_config("")
+}
+
+/// [`start_broker`] with extra lines of nats-server configuration (e.g. `max_payload`).
+pub fn start_broker_with_config(config: &str) -> Broker {
     let store = match std::env::var_os("SVC_BENCH_BROKER_DIR") {
         Some(base) => tempfile::tempdir_in(base).unwrap(),
         None => tempfile::tempdir().unwrap(),
@@ -247,6 +253,11 @@ pub fn start_broker() -> Broker {
     command
         .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
         .arg(store.path());
+    if !config.is_empty() {
+        let file = store.path().join("nats-server.conf");
+        std::fs::write(&file, config).unwrap();
+        command.arg("-c").arg(file);
+    }
     // SVC_BENCH_BROKER_PROFILE=<port>: the broker serves Go's pprof (CPU profiles, goroutine
     // dumps) on that loopback port, to see where its time goes during a run.
     if let Some(profile) = std::env::var_os("SVC_BENCH_BROKER_PROFILE") {

@@ -224,8 +224,8 @@ impl ConsumerWatch {
                     ),
                     _ => format!(
                         "broker: consumer {} was deleted while this runner was bound (the \
-                         broker answers \"consumer not found\"); stopping: recreate it (or set \
-                         nats.create_consumer to true) and start the runner again",
+                         broker answers \"consumer not found\"); stopping: recreate it (or set
+                         nats.consumer_mode to \"create\") and start the runner again",
                         self.name
                     ),
                 })

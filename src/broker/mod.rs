@@ -25,7 +25,7 @@ use nats::jetstream::{
 };
 
 use crate::backoff::{Backoff, Growth, Jitter};
-use crate::config::{NatsAuth, NatsConfig};
+use crate::config::{ConsumerMode, NatsAuth, NatsConfig};
 use crate::message::envelope::RawMessage;
 use crate::message::protection::keys::read_private_file;
 use crate::metrics::Metrics;
@@ -260,41 +260,28 @@ pub struct Consumer {
     pub name: String,
 }
 
-/// Binds to the durable pull consumer, creating it first when the config asks for it.
+/// Binds to the durable pull consumer, creating or reconciling it first when
+/// `nats.consumer_mode` asks for it.
 pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, BrokerError> {
     let js = nats::jetstream::new(nc.clone());
     let what = format!("consumer {}/{}", cfg.stream, cfg.consumer);
     match js.consumer_info(&cfg.stream, &cfg.consumer) {
         Ok(info) => {
-            if info.config.deliver_subject.is_some() {
-                return Err(invalid(
-                    &what,
-                    "is a push consumer; a pull consumer is required",
-                ));
-            }
-            if info.config.ack_policy != AckPolicy::Explicit {
-                return Err(invalid(&what, "must use explicit acknowledgement"));
-            }
-            if info.config.filter_subject != cfg.subject {
-                return Err(invalid(
-                    &what,
-                    // The broker's text last: the error's Display bounds and escapes it.
-                    &format!(
-                        "nats.subject is \"{}\" but the consumer filters subject \"{}\"; \
-                         they must be equal",
-                        cfg.subject, info.config.filter_subject
-                    ),
-                ));
+            check_bindable(&info.config, cfg).map_err(|why| invalid(&what, &why))?;
+            if cfg.consumer_mode == ConsumerMode::Reconcile {
+                reconcile_consumer(&js, &info.config, cfg)
+                    .map_err(err(format!("update {what}")))?;
             }
         }
-        Err(e) if cfg.create_consumer && is_not_found(&e) => {
-            create_consumer(&js, cfg).map_err(err(format!("create {what}")))?;
+        Err(e) if cfg.consumer_mode != ConsumerMode::Bind && is_not_found(&e) => {
+            js.add_consumer(&cfg.stream, planned_consumer(cfg))
+                .map_err(err(format!("create {what}")))?;
             log::info!("broker: created durable pull {what}");
         }
         Err(e) if is_not_found(&e) => {
             return Err(invalid(
                 &what,
-                "does not exist (create it, or set nats.create_consumer to true)",
+                "does not exist (create it, or set nats.consumer_mode to \"create\")",
             ))
         }
         Err(e) => return Err(err(format!("look up {what}"))(e)),
@@ -326,23 +313,112 @@ pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, Brok
     })
 }
 
-fn create_consumer(js: &JetStream, cfg: &NatsConfig) -> io::Result<()> {
+/// What an existing consumer must be for this runner: a pull consumer with explicit acks on
+/// exactly the configured subject. Never changed by the runner, whatever the mode: another
+/// filter or ack policy changes which messages are delivered and how they are settled.
+fn check_bindable(existing: &ConsumerConfig, cfg: &NatsConfig) -> Result<(), String> {
+    if existing.deliver_subject.is_some() {
+        return Err("is a push consumer; a pull consumer is required".into());
+    }
+    if existing.ack_policy != AckPolicy::Explicit {
+        return Err("must use explicit acknowledgement".into());
+    }
+    if existing.filter_subject != cfg.subject {
+        // The broker's text last: the error's Display bounds and escapes it.
+        return Err(format!(
+            "nats.subject is \"{}\" but the consumer filters subject \"{}\"; they must be equal",
+            cfg.subject, existing.filter_subject
+        ));
+    }
+    Ok(())
+}
+
+/// The durable consumer as the runner creates it (`consumer_mode` `create` or `reconcile`).
+pub fn planned_consumer(cfg: &NatsConfig) -> ConsumerConfig {
     let s = &cfg.consumer_settings;
-    js.add_consumer(
-        &cfg.stream,
-        ConsumerConfig {
-            durable_name: Some(cfg.consumer.clone()),
-            deliver_policy: DeliverPolicy::All,
-            ack_policy: AckPolicy::Explicit,
-            ack_wait: s.ack_wait,
-            max_deliver: s.max_deliver,
-            max_ack_pending: s.max_ack_pending,
-            filter_subject: cfg.subject.clone(),
-            replay_policy: ReplayPolicy::Instant,
-            ..Default::default()
-        },
-    )
-    .map(|_| ())
+    ConsumerConfig {
+        durable_name: Some(cfg.consumer.clone()),
+        deliver_policy: DeliverPolicy::All,
+        ack_policy: AckPolicy::Explicit,
+        ack_wait: s.effective_ack_wait(),
+        max_deliver: s.max_deliver,
+        max_ack_pending: s.max_ack_pending,
+        backoff: s.backoff.clone(),
+        filter_subject: cfg.subject.clone(),
+        replay_policy: ReplayPolicy::Instant,
+        ..Default::default()
+    }
+}
+
+/// The settings `reconcile` owns that differ between the broker's consumer and the config, as
+/// `name: broker -> config` for the log.
+fn settings_drift(existing: &ConsumerConfig, cfg: &NatsConfig) -> Vec<String> {
+    let s = &cfg.consumer_settings;
+    let mut drift = Vec::new();
+    let wanted_ack_wait = s.effective_ack_wait();
+    if existing.ack_wait != wanted_ack_wait {
+        drift.push(format!(
+            "ack_wait {} s -> {} s",
+            existing.ack_wait.as_secs_f64(),
+            wanted_ack_wait.as_secs_f64()
+        ));
+    }
+    if existing.max_ack_pending != s.max_ack_pending {
+        drift.push(format!(
+            "max_ack_pending {} -> {}",
+            existing.max_ack_pending, s.max_ack_pending
+        ));
+    }
+    // The broker reports "unlimited" as -1 (or 0 from old servers).
+    let max_deliver = |n: i64| if n <= 0 { -1 } else { n };
+    if max_deliver(existing.max_deliver) != max_deliver(s.max_deliver) {
+        drift.push(format!(
+            "max_deliver {} -> {}",
+            existing.max_deliver, s.max_deliver
+        ));
+    }
+    if existing.backoff != s.backoff {
+        let secs = |b: &[Duration]| {
+            b.iter()
+                .map(|d| d.as_secs_f64().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        drift.push(format!(
+            "backoff [{}] -> [{}] s",
+            secs(&existing.backoff),
+            secs(&s.backoff)
+        ));
+    }
+    drift
+}
+
+/// `reconcile`: brings AckWait, MaxAckPending, MaxDeliver and BackOff of an existing consumer
+/// to the config, keeping everything else the broker holds (its config is sent back with
+/// only those changed), and logs what changed.
+fn reconcile_consumer(
+    js: &JetStream,
+    existing: &ConsumerConfig,
+    cfg: &NatsConfig,
+) -> io::Result<()> {
+    let drift = settings_drift(existing, cfg);
+    if drift.is_empty() {
+        return Ok(());
+    }
+    let s = &cfg.consumer_settings;
+    let mut updated = existing.clone();
+    updated.ack_wait = s.effective_ack_wait();
+    updated.max_ack_pending = s.max_ack_pending;
+    updated.max_deliver = s.max_deliver;
+    updated.backoff = s.backoff.clone();
+    js.add_consumer(&cfg.stream, updated)?;
+    log::info!(
+        "broker: consumer {}/{} updated to the config: {}",
+        cfg.stream,
+        cfg.consumer,
+        drift.join(", ")
+    );
+    Ok(())
 }
 
 fn is_not_found(e: &io::Error) -> bool {
@@ -360,12 +436,29 @@ fn invalid(what: &str, why: &str) -> BrokerError {
 
 /// Queues one pull request. The client writes it within its flusher's 5 ms floor; call
 /// [`flush`] (from a thread that may wait) to write it at once.
-pub fn request_batch(sub: &PullSubscription, batch: usize, expires: Duration) -> io::Result<()> {
+pub fn request_batch(
+    sub: &PullSubscription,
+    batch: usize,
+    max_bytes: Option<usize>,
+    expires: Duration,
+) -> io::Result<()> {
     sub.request_batch(BatchOptions {
         batch,
         expires: Some(expires.as_nanos() as usize),
         no_wait: false,
+        max_bytes,
     })
+}
+
+/// True when a pull request ended because the next message did not fit in its `max_bytes`.
+pub fn message_over_max_bytes(status: &str) -> bool {
+    let status = status.trim_start();
+    status.starts_with("409") && status.to_ascii_lowercase().contains("exceeds maxbytes")
+}
+
+/// The largest message the connected server accepts (`max_payload` of its INFO).
+pub fn max_payload(nc: &Connection) -> usize {
+    nc.max_payload()
 }
 
 /// Writes everything queued on the connection now and waits for the server's PONG. The wait
@@ -385,7 +478,7 @@ pub enum Delivery {
         pending: u64,
     },
     /// The oldest outstanding pull request ended (408 expiry, 409 limits) without filling.
-    RequestEnded(String),
+    RequestEnded(RequestEnd),
     /// Nothing arrived within the wait.
     Idle,
     /// The subscription is gone (connection closed).
@@ -409,6 +502,14 @@ impl DeliveryNames {
     }
 }
 
+/// Why a pull request ended, as the broker said it.
+pub struct RequestEnd {
+    /// Status and description, e.g. `409 Message Size Exceeds MaxBytes` (peer text, escaped).
+    pub why: String,
+    /// The request's byte allowance left unused (`Nats-Pending-Bytes`), when the broker says.
+    pub unused_bytes: Option<usize>,
+}
+
 /// Waits up to `timeout` for the next delivery.
 pub fn next_delivery(
     sub: &PullSubscription,
@@ -424,7 +525,12 @@ pub fn next_delivery(
                 if let Some(status) = h.status() {
                     // Status and description are the broker's text.
                     let why = format!("{status} {}", h.description().unwrap_or_default());
-                    return Delivery::RequestEnded(PeerText::new(why.trim()).to_string());
+                    return Delivery::RequestEnded(RequestEnd {
+                        why: PeerText::new(why.trim()).to_string(),
+                        unused_bytes: h
+                            .get("Nats-Pending-Bytes")
+                            .and_then(|b| b.trim().parse().ok()),
+                    });
                 }
             }
             match split(m, names) {
@@ -439,7 +545,10 @@ pub fn next_delivery(
         Err(e) if e.kind() == io::ErrorKind::TimedOut => Delivery::Idle,
         Err(e) if e.to_string().contains("unsubscribed") => Delivery::Closed,
         // 408: the request expired. The crate quotes the broker's status description.
-        Err(e) => Delivery::RequestEnded(PeerText::new(&e.to_string()).to_string()),
+        Err(e) => Delivery::RequestEnded(RequestEnd {
+            why: PeerText::new(&e.to_string()).to_string(),
+            unused_bytes: None,
+        }),
     }
 }
 

@@ -31,13 +31,45 @@ pub enum NatsAuth {
     },
 }
 
-/// Settings used only when the runner creates the durable consumer itself.
+/// What the runner may do to the durable consumer at start (`nats.consumer_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumerMode {
+    /// It must exist; the runner never changes it.
+    Bind,
+    /// Created from [`ConsumerSettings`] when missing; an existing one is used as it is.
+    Create,
+    /// Created when missing; an existing one gets the settings' AckWait, MaxAckPending,
+    /// MaxDeliver and BackOff. A different filter subject or ack policy is refused, never
+    /// changed: that would change which messages the consumer delivers.
+    Reconcile,
+}
+
+impl ConsumerMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ConsumerMode::Bind => "bind",
+            ConsumerMode::Create => "create",
+            ConsumerMode::Reconcile => "reconcile",
+        }
+    }
+}
+
+/// The consumer's settings when the runner creates it or reconciles it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerSettings {
     pub ack_wait: Duration,
     pub max_ack_pending: i64,
     /// -1 = unlimited.
     pub max_deliver: i64,
+    /// Redelivery delays after an unacknowledged delivery (empty: AckWait each time).
+    pub backoff: Vec<Duration>,
+}
+
+impl ConsumerSettings {
+    /// The AckWait the broker keeps: with a backoff list it sets AckWait to its first value.
+    pub fn effective_ack_wait(&self) -> Duration {
+        self.backoff.first().copied().unwrap_or(self.ack_wait)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,8 +89,8 @@ pub struct NatsConfig {
     pub tls_required: bool,
     /// The operator accepts credentials sent in plaintext to non-loopback hosts.
     pub allow_plaintext_credentials: bool,
-    /// Create the durable pull consumer when missing (otherwise it must exist).
-    pub create_consumer: bool,
+    /// What the runner may do to the durable consumer at start.
+    pub consumer_mode: ConsumerMode,
     pub consumer_settings: ConsumerSettings,
     /// Connection name shown in the broker's monitoring.
     pub connection_name: String,
@@ -155,7 +187,7 @@ pub(super) fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
             }
         }
     }
-    let create_consumer = r.bool_or("create_consumer", false);
+    let consumer_mode = read_consumer_mode(&mut r);
     let consumer_settings = ConsumerSettings {
         ack_wait: Duration::from_secs(r.int_in("ack_wait_seconds", 30, 1, 86_400) as u64),
         // The default in-flight bound: the broker never pauses a default runner.
@@ -173,7 +205,20 @@ pub(super) fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
             Some(n) => n,
             None => -1,
         },
+        backoff: read_backoff(&mut r),
     };
+    let s = &consumer_settings;
+    if s.max_deliver != -1 && s.backoff.len() as i64 > s.max_deliver {
+        r.problem(
+            "backoff_seconds",
+            format!(
+                "has {} delays but max_deliver is {}: the broker refuses more delays than \
+                 deliveries",
+                s.backoff.len(),
+                s.max_deliver
+            ),
+        );
+    }
     let connection_name = r.string_or("connection_name", "svc");
     r.finish();
     NatsConfig {
@@ -186,9 +231,62 @@ pub(super) fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
         tls_client_cert,
         tls_required,
         allow_plaintext_credentials,
-        create_consumer,
+        consumer_mode,
         consumer_settings,
         connection_name,
+    }
+}
+
+/// `consumer_mode`, with `create_consumer: true` as the older spelling of `create`.
+fn read_consumer_mode(r: &mut ObjectReader<'_>) -> ConsumerMode {
+    let legacy = r
+        .has("create_consumer")
+        .then(|| r.bool_or("create_consumer", false));
+    let mode = r.has("consumer_mode").then(|| {
+        r.one_of(
+            "consumer_mode",
+            ConsumerMode::Bind,
+            &[
+                ("bind", ConsumerMode::Bind),
+                ("create", ConsumerMode::Create),
+                ("reconcile", ConsumerMode::Reconcile),
+            ],
+        )
+    });
+    match (mode, legacy) {
+        (Some(ConsumerMode::Bind), Some(true)) => {
+            r.problem(
+                "create_consumer",
+                "is true but consumer_mode is \"bind\"; set only consumer_mode",
+            );
+            ConsumerMode::Bind
+        }
+        (Some(mode), _) => mode,
+        (None, Some(true)) => ConsumerMode::Create,
+        (None, _) => ConsumerMode::Bind,
+    }
+}
+
+/// `backoff_seconds`: the consumer's redelivery delays, whole seconds, 1 to 100 of them.
+fn read_backoff(r: &mut ObjectReader<'_>) -> Vec<Duration> {
+    let Some(v) = r.raw("backoff_seconds") else {
+        return Vec::new();
+    };
+    let why = "must be an array of 1 to 100 whole seconds, each from 1 to 86400";
+    let Some(items) = v.as_array().filter(|a| !a.is_empty() && a.len() <= 100) else {
+        r.problem("backoff_seconds", why);
+        return Vec::new();
+    };
+    let seconds: Option<Vec<u64>> = items
+        .iter()
+        .map(|i| i.as_u64().filter(|n| (1..=86_400).contains(n)))
+        .collect();
+    match seconds {
+        Some(s) => s.into_iter().map(Duration::from_secs).collect(),
+        None => {
+            r.problem("backoff_seconds", why);
+            Vec::new()
+        }
     }
 }
 

@@ -7,7 +7,7 @@ mod broker;
 
 pub(crate) use broker::is_loopback_url;
 use broker::read_nats;
-pub use broker::{ConsumerSettings, NatsAuth, NatsConfig};
+pub use broker::{ConsumerMode, ConsumerSettings, NatsAuth, NatsConfig};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -58,6 +58,9 @@ pub struct DeliveryConfig {
     /// Longest a message waits in a partly filled batch before it is handed to the sink.
     pub max_batch_wait: Duration,
     pub max_in_flight_batches: usize,
+    /// Payload bytes the runner may have requested, hold in the pipeline and await
+    /// acknowledgement for, in all (`pipeline/credit.rs`); one larger message still flows alone.
+    pub max_in_flight_bytes: usize,
     pub sink_workers: usize,
     /// Batches older than this fraction of AckWait get in-progress acks.
     pub in_progress_fraction: f64,
@@ -121,6 +124,10 @@ pub const MAX_BATCH_SIZE: i64 = 10_000;
 pub const MAX_IN_FLIGHT_BATCHES: i64 = 64;
 pub const DEFAULT_BATCH_SIZE: i64 = 256;
 const DEFAULT_MAX_IN_FLIGHT_BATCHES: i64 = 8;
+const MIB: i64 = 1024 * 1024;
+const DEFAULT_MAX_IN_FLIGHT_BYTES: i64 = 64 * MIB;
+const MIN_MAX_IN_FLIGHT_BYTES: i64 = MIB;
+const MAX_MAX_IN_FLIGHT_BYTES: i64 = 64 * 1024 * MIB;
 pub const DEFAULT_SINK_WORKERS: i64 = 2;
 pub const MAX_SINK_WORKERS: i64 = 64;
 pub const MAX_SUBJECT_FAMILIES: usize = 100;
@@ -267,6 +274,12 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
         1,
         MAX_IN_FLIGHT_BATCHES,
     ) as usize;
+    let max_in_flight_bytes = r.int_in(
+        "max_in_flight_bytes",
+        DEFAULT_MAX_IN_FLIGHT_BYTES,
+        MIN_MAX_IN_FLIGHT_BYTES,
+        MAX_MAX_IN_FLIGHT_BYTES,
+    ) as usize;
     let sink_workers = r.int_in("sink_workers", DEFAULT_SINK_WORKERS, 1, MAX_SINK_WORKERS) as usize;
     let in_progress_fraction = r.number_in("in_progress_fraction", 0.5, 0.05, false, 0.9);
     let nak_backoff = match r.object("nak_backoff") {
@@ -288,6 +301,7 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
         fetch_expiry,
         max_batch_wait,
         max_in_flight_batches,
+        max_in_flight_bytes,
         sink_workers,
         in_progress_fraction,
         nak_backoff,

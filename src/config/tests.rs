@@ -431,3 +431,48 @@ fn plaintext_credentials_only_to_loopback_or_by_opt_in() {
         Vec::<String>::new()
     );
 }
+
+#[test]
+fn consumer_mode_reads_its_older_spelling_and_refuses_contradictions() {
+    use crate::config::ConsumerMode;
+    let mode = |nats: &str| {
+        RuntimeConfig::parse(&with(&format!(r#"{{"nats": {nats}}}"#))).map(|c| c.nats.consumer_mode)
+    };
+    let problem = |nats: &str| problems(&with(&format!(r#"{{"nats": {nats}}}"#))).join("; ");
+    assert_eq!(mode("{}").unwrap(), ConsumerMode::Bind);
+    assert_eq!(
+        mode(r#"{"create_consumer": true}"#).unwrap(),
+        ConsumerMode::Create
+    );
+    assert_eq!(
+        mode(r#"{"consumer_mode": "reconcile", "create_consumer": true}"#).unwrap(),
+        ConsumerMode::Reconcile
+    );
+    assert_eq!(
+        problem(r#"{"consumer_mode": "bind", "create_consumer": true}"#),
+        "nats.create_consumer: is true but consumer_mode is \"bind\"; set only consumer_mode"
+    );
+    assert_eq!(
+        problem(r#"{"consumer_mode": "adopt"}"#),
+        "nats.consumer_mode: must be one of: bind, create, reconcile"
+    );
+    assert_eq!(
+        problem(r#"{"backoff_seconds": [1, 0]}"#),
+        "nats.backoff_seconds: must be an array of 1 to 100 whole seconds, each from 1 to 86400"
+    );
+    assert_eq!(
+        problem(r#"{"backoff_seconds": [1, 2, 3], "max_deliver": 2}"#),
+        "nats.backoff_seconds: has 3 delays but max_deliver is 2: the broker refuses more \
+         delays than deliveries"
+    );
+}
+
+#[test]
+fn max_in_flight_bytes_defaults_to_64_mib_and_is_bounded() {
+    let c = RuntimeConfig::parse(MINIMAL).unwrap();
+    assert_eq!(c.delivery.max_in_flight_bytes, 64 * 1024 * 1024);
+    assert_eq!(
+        problems(&with(r#"{"delivery": {"max_in_flight_bytes": 1000}}"#)),
+        ["delivery.max_in_flight_bytes: must be an integer from 1048576 to 68719476736"]
+    );
+}

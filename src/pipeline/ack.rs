@@ -1,6 +1,6 @@
 //! `svc-ack`: the only thread that acknowledges. It holds every in-flight batch's ack handles,
 //! settles each batch when its outcome arrives, keeps long batches alive with in-progress
-//! acks, and returns the batch's message credits to the pool `svc-fetch` draws from.
+//! acks, and returns the batch's credits (messages and bytes) to the pool `svc-fetch` draws from.
 //!
 //! Invariant: `AckVerb::Ack` is sent only for a message whose verdict is durable, or whose
 //! DLQ record the broker confirmed (stored in a stream) just before.
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::credit::CreditPool;
+use super::credit::{Credit, CreditPool};
 
 use super::{AckMsg, BatchId, Monitor, Rejection, Verdict};
 use crate::backoff::Backoff;
@@ -46,6 +46,7 @@ pub struct AckWorker {
 struct InFlight {
     handles: Vec<AckHandle>,
     families: Vec<Option<usize>>,
+    bytes: usize,
     last_progress: Instant,
 }
 
@@ -61,6 +62,7 @@ impl AckWorker {
                     id,
                     handles,
                     families,
+                    bytes,
                 }) => {
                     self.monitor
                         .batch_started(id, handles.len(), max_delivery(&handles));
@@ -69,6 +71,7 @@ impl AckWorker {
                         InFlight {
                             handles,
                             families,
+                            bytes,
                             last_progress: Instant::now(),
                         },
                     );
@@ -76,11 +79,11 @@ impl AckWorker {
                 Ok(AckMsg::Outcome { id, verdicts }) => match in_flight.remove(&id) {
                     Some(batch) => {
                         self.monitor.activity("settling batch");
-                        let size = batch.handles.len();
+                        let held = Credit::new(batch.handles.len(), batch.bytes);
                         self.settle(batch, verdicts);
                         self.monitor.batch_settled(id);
                         // Settled or not, these messages no longer occupy the pipeline.
-                        self.credits.give(size);
+                        self.credits.give(held);
                         let _ = self.flush_kick.try_send(());
                     }
                     None => log::error!("outcome for unknown batch {id}: nothing acknowledged"),

@@ -1,7 +1,13 @@
 //! `svc-fetch`: turns credits into pull requests and deliveries into batches.
 //!
 //! Pull requests and batches are decoupled. Each pull request asks for `batch_size` messages
-//! and holds that many credits (see `credit.rs`) until it is answered; the broker serves
+//! and at most its byte allowance (`max_bytes`), and holds that many credits (see `credit.rs`)
+//! until it is answered; each delivery then holds its own size until it is settled. The
+//! allowance is the byte bound's share per batch, raised to fit the broker's largest message
+//! where the bound allows. When the next message does not fit a whole allowance (the broker
+//! ends such a request with a 409, the message untouched), one request for that message alone
+//! follows, once everything held is settled: the largest message flows, alone, and the bound
+//! holds for everything else. The broker serves
 //! outstanding requests in order, so each delivery belongs to the oldest one. A request ends
 //! when it is full, when the broker says it expired (408) or hit a limit (409), or when its
 //! deadline passes without word (its answer was lost to a reconnect); its unused credits go
@@ -27,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use super::credit::CreditPool;
+use super::credit::{Credit, CreditPool};
 use super::{AckMsg, Monitor, RawBatch, PIPELINED_PULL_REQUESTS};
 use crate::broker::consumer_watch::ConsumerWatch;
 use crate::broker::{self, AckHandle, AckVerb, Connection, Delivery};
@@ -46,6 +52,9 @@ pub struct Fetcher {
     pub expiry: Duration,
     pub max_batch_wait: Duration,
     pub credits: Arc<CreditPool>,
+    /// Each pull request's byte allowance (`max_bytes`), see [`request_allowance`]; at most
+    /// the pool's byte capacity.
+    pub request_bytes: usize,
     /// Wakes `svc-flush` (capacity 1: kicks coalesce).
     pub flush_kick: Sender<()>,
     pub raw_tx: Sender<RawBatch>,
@@ -60,13 +69,44 @@ pub struct Fetcher {
 /// An outstanding pull request: how many deliveries it may still bring, and until when.
 struct Request {
     remaining: usize,
+    /// Byte credits the request still holds for deliveries to come.
+    bytes_left: usize,
+    delivered: usize,
     deadline: Instant,
+}
+
+impl Request {
+    /// What the request holds that no delivery took: given back when it ends.
+    fn unused(&self) -> Credit {
+        Credit::new(self.remaining, self.bytes_left)
+    }
+}
+
+/// Added to the broker's largest message in a request's allowance: the broker counts a
+/// message's subject and headers as well as its payload.
+const ALLOWANCE_SLACK: usize = 64 * 1024;
+
+/// The byte allowance of each pull request: the bound's share per batch in flight, raised to
+/// the broker's largest message (`max_payload`, and what the broker counts beside it) as far as
+/// the bound allows, so that such a message normally needs no request of its own.
+pub fn request_allowance(bound: usize, batches: usize, max_payload: usize) -> usize {
+    let largest = max_payload.saturating_add(ALLOWANCE_SLACK);
+    (bound / batches.max(1)).max(largest.min(bound))
+}
+
+/// The bytes a delivery holds while the runner has it: payload, subject and headers (with
+/// their separators), about what the broker counts against a pull request's `max_bytes`.
+pub fn delivery_bytes(m: &RawMessage) -> usize {
+    let headers: usize = m.headers.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
+    m.data.len() + m.subject.len() + headers
 }
 
 /// Deliveries collected for the next batch.
 struct Collecting {
     messages: Vec<(RawMessage, i128)>,
     handles: Vec<AckHandle>,
+    /// Byte credits the messages hold.
+    bytes: usize,
     /// Arrival of the oldest message in the batch.
     since: Option<Instant>,
 }
@@ -76,6 +116,7 @@ impl Collecting {
         Collecting {
             messages: Vec::with_capacity(capacity),
             handles: Vec::with_capacity(capacity),
+            bytes: 0,
             since: None,
         }
     }
@@ -97,6 +138,8 @@ impl Fetcher {
         let mut now = Instant::now();
         // No pull request before this instant: the consumer did not take the last one.
         let mut paused_until: Option<Instant> = None;
+        // The next message did not fit a whole allowance: it gets a request of its own.
+        let mut oversize = false;
         let result = loop {
             if self.stop.load(Ordering::SeqCst) {
                 break Ok(());
@@ -113,21 +156,32 @@ impl Fetcher {
                 } else {
                     Duration::ZERO
                 };
-                if self.credits.take(self.batch_size, wait) {
+                // One message with no byte limit, once the whole byte pool is free; otherwise
+                // a batch within the allowance.
+                let (held, max_bytes) = if oversize {
+                    (Credit::new(1, self.credits.capacity().bytes), None)
+                } else {
+                    let held = Credit::new(self.batch_size, self.request_bytes);
+                    (held, Some(self.request_bytes))
+                };
+                if self.credits.take(held, wait) {
                     self.note(&mut doing, "sending pull request");
-                    match broker::request_batch(&self.sub, self.batch_size, self.expiry) {
+                    match broker::request_batch(&self.sub, held.messages, max_bytes, self.expiry) {
                         Ok(()) => {
                             // Written at once by svc-flush, not after the client's 5 ms floor.
                             let _ = self.flush_kick.try_send(());
                             request_failures = 0;
+                            oversize = false;
                             outstanding.push_back(Request {
-                                remaining: self.batch_size,
+                                remaining: held.messages,
+                                bytes_left: held.bytes,
+                                delivered: 0,
                                 deadline: Instant::now() + self.expiry + EXPIRY_GRACE,
                             });
                         }
                         Err(e) => {
                             // Disconnected: the client reconnects on its own; retry calmly.
-                            self.credits.give(self.batch_size);
+                            self.credits.give(held);
                             request_failures += 1;
                             if request_failures == 1 || request_failures % 50 == 0 {
                                 log::warn!(
@@ -164,10 +218,19 @@ impl Fetcher {
                     self.watch.delivered(pending);
                     match outstanding.front_mut() {
                         Some(req) => {
+                            let size = delivery_bytes(&raw);
+                            let from_allowance = size.min(req.bytes_left);
+                            req.bytes_left -= from_allowance;
+                            // Larger than what is left of the allowance: held all the same
+                            // (it was delivered), in debt until settled.
+                            self.credits.charge_bytes(size - from_allowance);
                             req.remaining -= 1;
+                            req.delivered += 1;
                             if req.remaining == 0 {
-                                outstanding.pop_front();
+                                let done = outstanding.pop_front().expect("front exists");
+                                self.credits.give(done.unused());
                             }
+                            batch.bytes += size;
                             batch.since.get_or_insert(now);
                             batch.messages.push((raw, now_unix_nanos()));
                             batch.handles.push(handle);
@@ -175,22 +238,43 @@ impl Fetcher {
                         None => self.release_stray(&handle),
                     }
                 }
-                Delivery::RequestEnded(why) => {
-                    log::trace!("pull request ended: {why}");
-                    if let Some(req) = outstanding.pop_front() {
-                        self.credits.give(req.remaining);
+                Delivery::RequestEnded(end) => {
+                    log::trace!("pull request ended: {}", end.why);
+                    let ended = outstanding.pop_front();
+                    if let Some(req) = &ended {
+                        self.credits.give(req.unused());
                     }
-                    if let Some(pause) = self.watch.request_ended(&why, now) {
+                    // The broker says how much of the allowance was left (servers that do not
+                    // say: the request brought nothing). All of it: the next message is larger.
+                    let untouched = match (end.unused_bytes, &ended) {
+                        (Some(unused), _) => unused >= self.request_bytes,
+                        (None, Some(req)) => req.delivered == 0,
+                        (None, None) => false,
+                    };
+                    if broker::message_over_max_bytes(&end.why) && untouched && !oversize {
+                        oversize = true;
+                        log::info!(
+                            "broker: the next message is larger than a pull request's allowance \
+                             of {} bytes: it is fetched alone once what is held is settled \
+                             (delivery.max_in_flight_bytes)",
+                            self.request_bytes
+                        );
+                    }
+                    if let Some(pause) = self.watch.request_ended(&end.why, now) {
                         paused_until = Some(now + pause);
                     }
                 }
-                Delivery::Idle => {}
+                Delivery::Idle => {
+                    // Requests whose answer never came (lost in a reconnect). Only when
+                    // nothing is queued: a deadline may also pass while this thread waited
+                    // to hand a batch on, and the answers queued meanwhile belong to those
+                    // requests.
+                    while outstanding.front().is_some_and(|r| r.deadline <= now) {
+                        let req = outstanding.pop_front().expect("front exists");
+                        self.credits.give(req.unused());
+                    }
+                }
                 Delivery::Closed => break Err("broker subscription closed".to_string()),
-            }
-            // Requests whose answer never came (lost in a reconnect).
-            while outstanding.front().is_some_and(|r| r.deadline <= now) {
-                let req = outstanding.pop_front().expect("front exists");
-                self.credits.give(req.remaining);
             }
             let due = batch.messages.len() >= self.batch_size
                 || outstanding.is_empty()
@@ -211,7 +295,7 @@ impl Fetcher {
         }
         // Credits of requests still outstanding are not needed any more.
         for req in outstanding {
-            self.credits.give(req.remaining);
+            self.credits.give(req.unused());
         }
         self.monitor.activity("stopped");
         result
@@ -298,6 +382,7 @@ impl Fetcher {
                 id,
                 handles: batch.handles,
                 families: families.clone(),
+                bytes: batch.bytes,
             })
             .map_err(|_| "svc-ack stopped unexpectedly".to_string())?;
         self.raw_tx

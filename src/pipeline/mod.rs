@@ -3,7 +3,7 @@
 //! ```text
 //!  svc-fetch ──RawBatch──▶ svc-normalize ──PreparedBatch──▶ svc-sink-1..N ──Outcome──▶ svc-ack
 //!      │  ▲                                                                        ▲    │
-//!      │  └─────────────────────── message credits (one per message) ◀─────────────┼────┘
+//!      │  └──────────────── credits (one per message, and its bytes) ◀─────────────┼────┘
 //!      └──────────────────────────── Register (ack handles) ───────────────────────┘
 //!  svc-normalize, per message: input limits -> authenticity -> envelope -> metadata
 //!                              -> security labels -> payload encryption -> custody
@@ -15,9 +15,10 @@
 //! ```
 //!
 //! Ownership:
-//! - `svc-fetch` owns the pull subscription. It takes `batch_size` message credits before
-//!   every pull request (`credit.rs`), so at most `max_in_flight_batches x batch_size`
-//!   messages exist anywhere in the pipeline, and keeps up to [`PIPELINED_PULL_REQUESTS`]
+//! - `svc-fetch` owns the pull subscription. It takes `batch_size` message credits and a
+//!   byte allowance before every pull request (`credit.rs`; the request's `max_bytes`), so at
+//!   most `max_in_flight_batches x batch_size` messages and `max_in_flight_bytes` payload
+//!   bytes exist anywhere in the pipeline, and keeps up to [`PIPELINED_PULL_REQUESTS`]
 //!   requests outstanding so the broker is never idle waiting for our next request. A batch
 //!   ships when full or when its oldest message has waited `max_batch_wait_ms`. It splits
 //!   each delivery into plain data (to the normalizer)
@@ -48,7 +49,7 @@
 //!
 //! Backpressure: every channel is bounded; when the sinks are slow, credits run out and
 //! `svc-fetch` stops asking the broker, which keeps the messages. Memory is bounded by
-//! `max_in_flight_batches x batch_size x message size`, not by the backlog.
+//! `max_in_flight_bytes` (and the message credits), not by the backlog or the message size.
 //!
 //! The ACK path cannot deadlock behind the data path: `svc-ack` never waits for a data-path
 //! thread (returning credits never blocks), so the channel into it always drains. Its capacity
@@ -143,6 +144,8 @@ pub enum AckMsg {
         id: BatchId,
         handles: Vec<AckHandle>,
         families: Vec<Option<usize>>,
+        /// Byte credits the batch's messages hold, given back when it is settled.
+        bytes: usize,
     },
     Outcome {
         id: BatchId,
@@ -173,6 +176,7 @@ impl std::error::Error for RunError {}
 
 /// Runs the pipeline until SIGTERM/SIGINT (Ok) or a fatal error.
 pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
+    crate::allocator::keep_large_buffers_returnable();
     let started_at = now_epoch_seconds();
     let metrics = Arc::new(Metrics::new(cfg.metrics.subject_families.clone()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -213,13 +217,20 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             d.batch_size
         );
     }
-    let credits = Arc::new(credit::CreditPool::new(in_flight));
+    let credits = Arc::new(credit::CreditPool::new(credit::Credit::new(
+        in_flight,
+        d.max_in_flight_bytes,
+    )));
     let (raw_tx, raw_rx) = bounded::<RawBatch>(d.max_in_flight_batches);
     let (prepared_tx, prepared_rx) = bounded::<PreparedBatch>(d.max_in_flight_batches);
     let (ack_tx, ack_rx) = bounded::<AckMsg>(2 * d.max_in_flight_batches + 2);
     let pool = credits.clone();
     monitor.watch_fn("credits (free messages)", move || {
-        (pool.available(), Some(pool.capacity()))
+        (pool.available_messages(), Some(pool.capacity().messages))
+    });
+    let pool = credits.clone();
+    monitor.watch_fn("credits (free payload bytes)", move || {
+        (pool.available_bytes(), Some(pool.capacity().bytes))
     });
     monitor.watch("svc-fetch -> svc-normalize", &raw_rx);
     monitor.watch("svc-normalize -> svc-sink", &prepared_rx);
@@ -318,6 +329,11 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         expiry: d.fetch_expiry,
         max_batch_wait: d.max_batch_wait,
         credits,
+        request_bytes: fetch::request_allowance(
+            d.max_in_flight_bytes,
+            d.max_in_flight_batches,
+            broker::max_payload(&nc),
+        ),
         flush_kick,
         raw_tx,
         ack_tx,

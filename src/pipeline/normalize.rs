@@ -213,14 +213,12 @@ pub fn run(
             &normalizer.metrics.counters.messages_prepared_total,
             prepared,
         );
+        // The raw messages are not needed any more: freed before a wait for a sink worker,
+        // so a full pipeline holds each payload once, not twice.
+        let id = batch.id;
+        drop(batch);
         monitor.activity("handing batch to sink workers");
-        if tx
-            .send(PreparedBatch {
-                id: batch.id,
-                items,
-            })
-            .is_err()
-        {
+        if tx.send(PreparedBatch { id, items }).is_err() {
             log::error!("sink workers stopped unexpectedly; svc-normalize exits");
             break;
         }

@@ -114,6 +114,7 @@ impl PullSubscription {
     /// let messages = consumer.fetch(BatchOptions {
     ///     expires: None,
     ///     no_wait: false,
+    ///     max_bytes: None,
     ///     batch: 10,
     /// })?;
     /// for message in messages {
@@ -371,6 +372,7 @@ impl PullSubscription {
     /// consumer.request_batch(BatchOptions {
     ///     expires: None,
     ///     no_wait: false,
+    ///     max_bytes: None,
     ///     batch: 10,
     /// })?;
     /// # Ok(())
@@ -546,6 +548,7 @@ impl From<usize> for BatchOptions {
             batch,
             expires: None,
             no_wait: false,
+            max_bytes: None,
         }
     }
 }

@@ -263,6 +263,9 @@ pub struct ConsumerConfig {
     /// Threshold for ephemeral consumer inactivity
     #[serde(default, with = "serde_nanos", skip_serializing_if = "is_default")]
     pub inactive_threshold: Duration,
+    /// Redelivery delays after an AckWait passed without an ack (the last one repeats).
+    #[serde(default, with = "serde_nanos", skip_serializing_if = "Vec::is_empty")]
+    pub backoff: Vec<Duration>,
 }
 
 mod from_str {
@@ -768,6 +771,10 @@ pub struct BatchOptions {
     /// Consumer has reached MaxAckPending limits.
     #[serde(default, skip_serializing_if = "is_default")]
     pub no_wait: bool,
+    /// The most bytes (payload, headers and subject, as the server counts them) this request
+    /// may bring; the server ends the request with a 409 when the next message does not fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<usize>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize, Clone)]
