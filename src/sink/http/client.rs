@@ -215,5 +215,29 @@ fn client_identity(cert: &Path, key: &Path) -> Result<ClientCert, String> {
             key.display()
         )
     })?;
+    check_identity(&chain, key_pem.as_bytes())
+        .map_err(|e| format!("tls_cert_file {}: {e}", cert.display()))?;
     Ok(ClientCert::new_with_certs(&chain, private))
+}
+
+/// Gives the pair to rustls once here: ureq builds its TLS config on the first connection
+/// and panics when rustls refuses the pair (an X.509 v1 certificate, a key of another
+/// certificate), where an operator needs an error at start.
+fn check_identity(chain: &[Certificate<'static>], key_pem: &[u8]) -> Result<(), String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = chain
+        .iter()
+        .map(|c| CertificateDer::from(c.der().to_vec()))
+        .collect();
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|_| "the key file holds no usable PEM private key".to_string())?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_client_auth_cert(certs, key)
+        .map(|_| ())
+        .map_err(|e| format!("not usable as a client certificate with its key: {e}"))
 }

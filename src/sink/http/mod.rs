@@ -48,6 +48,8 @@ use outcome::{next_wait, HttpError};
 use request::Record;
 use signature::Signer;
 
+use crate::text::secrets::Secrets;
+
 const KIND: &str = "http";
 
 pub struct HttpSink {
@@ -67,6 +69,8 @@ struct Shared {
     signer: Option<Signer>,
     /// `headers_env`, read at start. Never logged, never in the config or a snapshot.
     secret_headers: Vec<(String, String)>,
+    /// Every secret value a request carries, scrubbed from what a receiver answers.
+    secrets: Secrets,
     metrics: Arc<Metrics>,
 }
 
@@ -150,6 +154,16 @@ impl HttpSink {
             }
             secret_headers.push((name.clone(), value));
         }
+        let mut secrets = Secrets::new();
+        for (_, value) in &secret_headers {
+            secrets.add_authorization(value);
+        }
+        for name in &cfg.signing_secrets_env {
+            if let Some(v) = var(name) {
+                secrets.add(v.trim());
+                secrets.add(v.trim().trim_start_matches("whsec_"));
+            }
+        }
         let cfg = Arc::new(cfg);
         let client = Client::new(cfg.clone()).map_err(err)?;
         let description = describe(&cfg, signer.is_some(), secret_headers.len());
@@ -159,6 +173,7 @@ impl HttpSink {
             client,
             signer,
             secret_headers,
+            secrets,
             metrics,
         });
         // Tokens of two batches per thread can wait (the object-store sink's measured choice).
@@ -299,7 +314,10 @@ impl Shared {
                 unix_now(),
             );
             let started = Instant::now();
-            let result = self.client.send(&headers, &req.body);
+            let result = self
+                .client
+                .send(&headers, &req.body)
+                .map_err(|e| e.hidden(&self.secrets));
             self.metrics
                 .observe("http_request_seconds", started.elapsed().as_secs_f64());
             Metrics::add(&c.http_request_bytes_total, req.body.len() as u64);
@@ -428,7 +446,12 @@ impl Sink for HttpSink {
             .collect();
         headers.extend(self.shared.secret_headers.iter().cloned());
         let probe = cfg.probe_method.as_str();
-        match self.shared.client.probe(&headers) {
+        match self
+            .shared
+            .client
+            .probe(&headers)
+            .map_err(|e| e.hidden(&self.shared.secrets))
+        {
             Ok(status) if (200..300).contains(&status) => Ok(format!(
                 "{}: the receiver answered {status} to {probe}",
                 self.description

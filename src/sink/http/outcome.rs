@@ -6,6 +6,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use crate::text::peer::PeerText;
+use crate::text::secrets::Secrets;
 
 /// Largest part of a response body read (the rest is never read: the connection is closed).
 pub const MAX_RESPONSE_BODY: u64 = 64 * 1024;
@@ -37,6 +38,32 @@ impl HttpError {
     /// Worth sending again: retry statuses and every failure that left no answer.
     pub fn is_transient(&self) -> bool {
         !matches!(self, HttpError::Refused { .. } | HttpError::Other(_))
+    }
+
+    /// The same error with every secret the request carried scrubbed from the receiver's
+    /// words (an answer may quote the request's `Authorization` header), before anything
+    /// cuts them.
+    pub fn hidden(self, secrets: &Secrets) -> HttpError {
+        let h = |t: String| secrets.scrub(&t).into_owned();
+        match self {
+            HttpError::Refused { status, body } => HttpError::Refused {
+                status,
+                body: h(body),
+            },
+            HttpError::Retry {
+                status,
+                body,
+                retry_after,
+            } => HttpError::Retry {
+                status,
+                body: h(body),
+                retry_after,
+            },
+            HttpError::Timeout(t) => HttpError::Timeout(h(t)),
+            HttpError::Unavailable(t) => HttpError::Unavailable(h(t)),
+            HttpError::Tls(t) => HttpError::Tls(h(t)),
+            HttpError::Other(t) => HttpError::Other(h(t)),
+        }
     }
 
     pub fn status(&self) -> Option<u16> {
@@ -208,6 +235,11 @@ mod tests {
         let e = judge(400, b"bad \x1b[31m record", None, OK, RETRY, now).unwrap();
         assert!(!e.to_string().contains('\x1b'), "{e}");
         assert!(judge(206, b"", None, OK, RETRY, now).is_some());
+        let echo = judge(401, b"denied: Bearer tok-123456789", None, OK, RETRY, now).unwrap();
+        let mut secrets = Secrets::new();
+        secrets.add_authorization("Bearer tok-123456789");
+        let shown = echo.hidden(&secrets).to_string();
+        assert!(!shown.contains("tok-123456789"), "{shown}");
     }
 
     #[test]

@@ -153,8 +153,9 @@ pub struct Request {
     pub key: String,
     /// The body as sent (gzipped when on).
     pub body: Vec<u8>,
-    /// Uncompressed size, for the metrics of bytes sent.
-    pub plain_len: usize,
+    /// The uncompressed body when `body` is gzipped: what the signature covers (Standard
+    /// Webhooks signs the payload as text; receivers verify it after decoding the transfer).
+    pub plain: Option<Vec<u8>>,
     pub content_type: &'static str,
     pub gzip: bool,
     /// Forwarded NATS headers (one record only).
@@ -190,14 +191,15 @@ pub fn build(cfg: &HttpSinkConfig, records: &[&Record]) -> std::io::Result<Reque
             }
         }
     }
-    let plain_len = body.len();
+    let mut plain = None;
     if cfg.gzip {
-        body = gzip(&body)?;
+        let zipped = gzip(&body)?;
+        plain = Some(std::mem::replace(&mut body, zipped));
     }
     Ok(Request {
         key: batch_key(records),
         body,
-        plain_len,
+        plain,
         content_type: content_type(cfg),
         gzip: cfg.gzip,
         forwarded: if records.len() == 1 {
@@ -229,7 +231,11 @@ pub fn headers(
     out.extend(req.forwarded.iter().cloned());
     out.extend(secret_headers.iter().cloned());
     if let Some(s) = signer {
-        let signed = s.sign(&req.key, unix_seconds, &req.body);
+        let signed = s.sign(
+            &req.key,
+            unix_seconds,
+            req.plain.as_ref().unwrap_or(&req.body),
+        );
         out.push(("webhook-id".into(), signed.id));
         out.push(("webhook-timestamp".into(), signed.timestamp));
         out.push(("webhook-signature".into(), signed.signature));

@@ -48,7 +48,7 @@ impl Signer {
         Ok(Some(Signer { keys }))
     }
 
-    /// Signs `body` as sent (after gzip, when on): the receiver verifies the bytes it read.
+    /// Signs `body` (before gzip, when on: the reference verifiers take the payload as text).
     pub fn sign(&self, id: &str, unix_seconds: u64, body: &[u8]) -> Signed {
         let timestamp = unix_seconds.to_string();
         let mut entries = Vec::with_capacity(self.keys.len());
