@@ -756,3 +756,44 @@ fn as_a_fanout_child_beside_a_file_sink() {
         .collect();
     assert_eq!(orders, (0..10).collect());
 }
+
+#[test]
+fn kept_nats_headers_are_forwarded_and_no_proxy_bypasses_the_proxy() {
+    let (server, dir) = setup(0);
+    server.publish_with_headers(
+        "orders.created",
+        &[("Trace-Id", "trace-77")],
+        b"{\"order\":1}",
+    );
+    let receiver = Receiver::start(dir.path(), &[]);
+    // Nothing listens on the proxy's port: a request through it cannot succeed.
+    let proxy = format!("http://127.0.0.1:{}", free_port());
+    let direct = sink(
+        &receiver.url(),
+        json!({"batching": "none", "keep_headers": ["Trace-Id"], "proxy": proxy,
+               "no_proxy": ["127.0.0.1"]}),
+    );
+    let envelope = json!({"envelope": {"keep_headers": ["Trace-Id"]}});
+    let cfg = config(&server, dir.path(), direct, envelope.clone());
+    let (code, text) = test_sink(&cfg);
+    assert_eq!(code, 0, "{text}");
+    let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+    wait_all_acked(&server, &runner, 1, 30);
+    stop(&mut runner);
+    let requests = receiver.requests();
+    assert_eq!(requests[0]["headers"]["trace-id"], "trace-77");
+    assert!(requests[0]["body"]
+        .as_str()
+        .unwrap()
+        .starts_with("{\"schema\":\"svc.file.message.v1\""));
+
+    let proxied = sink(&receiver.url(), json!({"proxy": proxy}));
+    let (code, text) = test_sink(&config(&server, dir.path(), proxied, envelope));
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("got no answer"), "{text}");
+    assert_eq!(
+        receiver.requests().len(),
+        1,
+        "the probe went through the proxy"
+    );
+}

@@ -287,6 +287,45 @@ mod tests {
         }
     }
 
+    fn envelope(seq: u64, payload: &[u8]) -> Envelope {
+        use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
+        normalize(
+            &RawMessage {
+                subject: "orders.created".into(),
+                stream: "ORDERS".into(),
+                consumer: "svc".into(),
+                stream_sequence: seq,
+                consumer_sequence: seq,
+                delivery_count: 1,
+                published_unix_nanos: Some(1_700_000_000_000_000_000),
+                headers: vec![],
+                data: payload.to_vec(),
+                unreadable: None,
+            },
+            1_700_000_001_000_000_000,
+            &EnvelopeConfig::default(),
+        )
+        .0
+    }
+
+    #[test]
+    fn records_carry_their_key_and_an_oversized_one_fails_alone() {
+        let env = envelope(42, br#"{"order":42}"#);
+        let batched = record(&cfg(""), &env).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&batched.bytes).unwrap();
+        assert_eq!(v["idempotency_key"], "nats:ORDERS:42");
+        assert_eq!(v["schema"], "svc.file.message.v1");
+        assert_eq!(v["payload"]["order"], 42);
+        let alone = record(&cfg(r#", "batching": "none", "body": "payload""#), &env).unwrap();
+        assert_eq!(alone.bytes, br#"{"order":42}"#);
+        let small = cfg(r#", "max_batch_bytes": 1024, "max_request_bytes": 1024"#);
+        let big = envelope(7, format!(r#"{{"pad":"{}"}}"#, "x".repeat(2000)).as_bytes());
+        let (why, class) = record(&small, &big).unwrap_err();
+        assert_eq!(class, FailureClass::TooLarge);
+        assert!(why.starts_with("nats:ORDERS:7: record is "), "{why}");
+        assert!(!why.contains("xxxx"), "no payload in the reason: {why}");
+    }
+
     #[test]
     fn groups_respect_message_and_byte_bounds_and_keep_order() {
         let c = cfg(r#", "max_batch_messages": 3, "max_batch_bytes": 1024"#);
