@@ -155,6 +155,13 @@ impl HttpSink {
             secret_headers.push((name.clone(), value));
         }
         let mut secrets = Secrets::new();
+        // A token in the URL's query must not come back through an error's text either.
+        if let Some(query) = url::Url::parse(&cfg.url)
+            .ok()
+            .and_then(|u| u.query().map(str::to_string))
+        {
+            secrets.add(&query);
+        }
         for (_, value) in &secret_headers {
             secrets.add_authorization(value);
         }
@@ -332,6 +339,8 @@ impl Shared {
             let e = match result {
                 Ok(_) => return Ok(()),
                 Err(e) if !e.is_transient() => return Err(e),
+                // A certificate or handshake failure repeats until an operator acts: NAK now.
+                Err(e @ HttpError::Tls(_)) => return Err(e),
                 Err(e) => e,
             };
             attempt += 1;
