@@ -60,14 +60,14 @@ pub fn record(cfg: &HttpSinkConfig, env: &Envelope) -> Result<Record, (String, F
     let encoded = match (cfg.body, batched) {
         (BodyMode::Envelope, false) => encode_record(&mut bytes, env),
         (BodyMode::Envelope, true) => {
-            // `{"idempotency_key":"...",` then the record without its opening brace.
-            let mut inner = Vec::with_capacity(512 + env.payload.json().len());
-            let r = encode_record(&mut inner, env);
+            // `{"idempotency_key":"..."` then the record, whose opening brace becomes the
+            // comma: one pass over the record, no second copy.
+            bytes.extend_from_slice(b"{\"idempotency_key\":");
+            json_string(&mut bytes, &key);
+            let brace = bytes.len();
+            let r = encode_record(&mut bytes, env);
             if r.is_ok() {
-                bytes.extend_from_slice(b"{\"idempotency_key\":");
-                json_string(&mut bytes, &key);
-                bytes.push(b',');
-                bytes.extend_from_slice(&inner[1..]);
+                bytes[brace] = b',';
             }
             r
         }
