@@ -156,11 +156,13 @@ impl HttpSink {
         }
         let mut secrets = Secrets::new();
         // A token in the URL's query must not come back through an error's text either.
-        if let Some(query) = url::Url::parse(&cfg.url)
-            .ok()
-            .and_then(|u| u.query().map(str::to_string))
-        {
-            secrets.add(&query);
+        if let Ok(u) = url::Url::parse(&cfg.url) {
+            if let Some(query) = u.query() {
+                secrets.add(query);
+            }
+            for (_, value) in u.query_pairs() {
+                secrets.add(&value);
+            }
         }
         for (_, value) in &secret_headers {
             secrets.add_authorization(value);
@@ -169,6 +171,19 @@ impl HttpSink {
             if let Some(v) = var(name) {
                 secrets.add(v.trim());
                 secrets.add(v.trim().trim_start_matches("whsec_"));
+            }
+        }
+        // A header the HTTP library refuses would fail every request, transiently, forever:
+        // refuse it at start instead (naming the header, never its value).
+        let static_headers = cfg.headers.iter().map(|(k, v)| (k, v, "headers"));
+        let env_headers = secret_headers.iter().map(|(k, v)| (k, v, "headers_env"));
+        for (name, value, field) in static_headers.chain(env_headers) {
+            if ureq::http::HeaderName::from_bytes(name.as_bytes()).is_err()
+                || ureq::http::HeaderValue::from_str(value).is_err()
+            {
+                return Err(err(format!(
+                    "{field}.{name}: not a valid HTTP header name and value"
+                )));
             }
         }
         let cfg = Arc::new(cfg);
@@ -238,7 +253,10 @@ fn describe(cfg: &HttpSinkConfig, signed: bool, secret_headers: usize) -> String
             config::Batching::Ndjson => "ndjson batches",
         },
         if secret_headers > 0 {
-            format!(", {secret_headers} headers from the environment")
+            format!(
+                ", {secret_headers} header{} from the environment",
+                if secret_headers == 1 { "" } else { "s" }
+            )
         } else {
             String::new()
         }
@@ -482,5 +500,82 @@ impl Sink for HttpSink {
                 format!("{}: {probe} got no answer: {e}", self.description),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(extra: &str, env: &[(&str, &str)]) -> Result<HttpSink, SinkError> {
+        let v: serde_json::Value = serde_json::from_str(&format!(
+            r#"{{"type": "http", "url": "http://127.0.0.1:9/hook?token=q-secret-123456",
+                 "allow_http_for_local_testing": true {extra}}}"#
+        ))
+        .unwrap();
+        let problems = crate::document::reader::Problems::new();
+        let cfg = match crate::sink::SinkConfig::read(crate::document::reader::ObjectReader::at(
+            "sink".into(),
+            &v,
+            &problems,
+        )) {
+            Some(crate::sink::SinkConfig::Http(c)) if problems.is_empty() => *c,
+            _ => panic!("bad test config"),
+        };
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        HttpSink::with_env(cfg, Arc::new(Metrics::default()), move |name| {
+            env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn secrets_come_from_the_environment_and_no_error_or_description_shows_one() {
+        let headers = r#", "headers_env": {"Authorization": "T_TOKEN"},
+                         "signing_secrets_env": ["T_SIGN"]"#;
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let ok = build(
+            headers,
+            &[("T_TOKEN", "Bearer tok-abcdef123"), ("T_SIGN", secret)],
+        )
+        .unwrap();
+        assert_eq!(
+            ok.description,
+            "POST http://127.0.0.1:9/hook (signed, json_array batches, 1 header from the \
+             environment)"
+        );
+        let missing = build(headers, &[("T_SIGN", secret)])
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            missing,
+            "sink http: headers_env.Authorization: environment variable T_TOKEN is not set"
+        );
+        // The config's header grammar lets `(` through; the HTTP library does not.
+        let odd = r#", "headers": {"X(Team)": "payments"}"#;
+        let bad = build(odd, &[]).err().unwrap().to_string();
+        assert_eq!(
+            bad,
+            "sink http: headers.X(Team): not a valid HTTP header name and value"
+        );
+        let unsigned = build(
+            headers,
+            &[("T_TOKEN", "Bearer x"), ("T_SIGN", "raw-secret-value")],
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(!unsigned.contains("raw-secret-value"), "{unsigned}");
+        // The URL's query is one of the secrets scrubbed from a receiver's words.
+        let echoed = HttpError::Refused {
+            status: 400,
+            body: "bad token q-secret-123456".into(),
+        }
+        .hidden(&ok.shared.secrets)
+        .to_string();
+        assert!(!echoed.contains("q-secret-123456"), "{echoed}");
     }
 }
