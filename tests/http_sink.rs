@@ -797,3 +797,35 @@ fn kept_nats_headers_are_forwarded_and_no_proxy_bypasses_the_proxy() {
         "the probe went through the proxy"
     );
 }
+
+#[test]
+fn test_sink_reports_the_probe_status_and_never_success_without_an_answer() {
+    let (server, dir) = setup(0);
+    let mut receiver = Receiver::start(dir.path(), &[]);
+    let probe = format!("http://127.0.0.1:{}/health", receiver.port);
+    for (method, want) in [
+        ("GET", "answered 200 to GET"),
+        ("HEAD", "answered 200 to HEAD"),
+    ] {
+        let s = sink(
+            &receiver.url(),
+            json!({"probe_method": method, "probe_url": probe}),
+        );
+        let (code, text) = test_sink(&config(&server, dir.path(), s, json!({})));
+        assert_eq!(code, 0, "{text}");
+        assert!(text.contains(want), "{text}");
+    }
+    receiver.kill();
+    let (code, text) = test_sink(&config(
+        &server,
+        dir.path(),
+        sink(&receiver.url(), json!({})),
+        json!({}),
+    ));
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("OPTIONS got no answer"), "{text}");
+    assert!(
+        receiver.requests().is_empty(),
+        "probes are never stored as deliveries"
+    );
+}
