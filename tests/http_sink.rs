@@ -358,7 +358,7 @@ fn signed_batches_verify_with_standardwebhooks_and_a_tampered_one_is_refused() {
 fn retry_after_is_waited_for_then_the_message_is_committed() {
     let (server, dir) = setup(1);
     let receiver = Receiver::start(dir.path(), &["--mode", "retry_after", "--count", "1"]);
-    let sink = sink(&receiver.url(), json!({"batching": "none"}));
+    let sink = sink(&receiver.url(), json!({"batching": "none", "method": "PUT"}));
     let cfg = config(&server, dir.path(), sink, json!({}));
     let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
     wait_all_acked(&server, &runner, 1, 30);
@@ -367,6 +367,7 @@ fn retry_after_is_waited_for_then_the_message_is_committed() {
     assert_eq!(requests.len(), 2, "{requests:?}");
     assert_eq!(requests[0]["status"], 503);
     assert_eq!(requests[1]["status"], 200);
+    assert!(requests.iter().all(|r| r["method"] == "PUT"));
     let waited = requests[1]["at"].as_f64().unwrap() - requests[0]["at"].as_f64().unwrap();
     assert!(waited >= 1.9, "Retry-After: 2 honoured, waited {waited} s");
     // Same key on the retry: the receiver can drop a repeat.
