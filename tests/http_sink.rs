@@ -358,7 +358,10 @@ fn signed_batches_verify_with_standardwebhooks_and_a_tampered_one_is_refused() {
 fn retry_after_is_waited_for_then_the_message_is_committed() {
     let (server, dir) = setup(1);
     let receiver = Receiver::start(dir.path(), &["--mode", "retry_after", "--count", "1"]);
-    let sink = sink(&receiver.url(), json!({"batching": "none", "method": "PUT"}));
+    let sink = sink(
+        &receiver.url(),
+        json!({"batching": "none", "method": "PUT"}),
+    );
     let cfg = config(&server, dir.path(), sink, json!({}));
     let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
     wait_all_acked(&server, &runner, 1, 30);

@@ -275,7 +275,11 @@ mod tests {
             &problems,
         )) {
             Some(crate::sink::SinkConfig::Http(c)) if problems.is_empty() => *c,
-            _ => panic!("bad test config: {:?}", problems.into_vec()),
+            _ => {
+                let shown: Vec<String> =
+                    problems.into_vec().iter().map(|p| p.to_string()).collect();
+                panic!("bad test config: {}", shown.join("; "))
+            }
         }
     }
 
