@@ -6,14 +6,15 @@
 //! lists, `parse_retry_after`, `next_wait` and the scrubbing of a known secret.
 //! Properties: no panic; success exactly for a success status; a retry exactly for a retry
 //! status; a wait never below the backoff nor above the cap (or the backoff when higher); the
-//! error's Display is clean and bounded whatever the body, and never holds the secret.
+//! error's Display is clean and bounded whatever the body, and the words it keeps never hold
+//! the secret.
 #![no_main]
 
 use std::time::{Duration, SystemTime};
 
 use libfuzzer_sys::fuzz_target;
 use svc::sink::http::config::{DEFAULT_RETRY_STATUSES, DEFAULT_SUCCESS_STATUSES};
-use svc::sink::http::outcome::{judge, next_wait, parse_retry_after};
+use svc::sink::http::outcome::{judge, next_wait, parse_retry_after, HttpError};
 use svc::text::secrets::Secrets;
 use svc_fuzz::{assert_clean_display, split_selector, MAX_ERROR_CHARS};
 
@@ -49,8 +50,15 @@ fuzz_target!(|data: &[u8]| {
     if let Some(e) = e {
         assert_eq!(e.is_transient(), DEFAULT_RETRY_STATUSES.contains(&status));
         assert_eq!(e.status(), Some(status));
-        let text = e.hidden(&Secrets::of([SECRET])).to_string();
-        assert_clean_display("http answer", &text, MAX_ERROR_CHARS);
-        assert!(!text.contains(SECRET), "the secret in {text:?}");
+        let hidden = e.hidden(&Secrets::of([SECRET]));
+        // The kept words, not the Display: an escape can spell the secret from bytes that
+        // are not it (a TAB before `ok-fuzz-...` shows as `\tok-fuzz-...`).
+        if let HttpError::Refused { body, .. } | HttpError::Retry { body, .. } = &hidden {
+            assert!(
+                !body.to_ascii_lowercase().contains(SECRET),
+                "the secret kept in {body:?}"
+            );
+        }
+        assert_clean_display("http answer", &hidden.to_string(), MAX_ERROR_CHARS);
     }
 });
