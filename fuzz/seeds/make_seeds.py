@@ -139,6 +139,13 @@ put("pg_backend", "scram-first", b"\x04" + b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaT
 put("pg_backend", "scram-final", b"\x06" + b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
 put("pg_backend", "scram-error", b"\x06" + "e=invalid-proof\u00a0\u2168".encode())
 
+# http_answer: status 100 + 2 * first byte; Retry-After NUL body.
+put("http_answer", "0", b"\xca" + b"2\0service unavailable")
+put("http_answer", "1", b"\xca" + b"Wed, 21 Oct 2015 07:28:00 GMT\0")
+put("http_answer", "2", b"\x96" + b"\0refused: bad record \x1b[31m tok-fuzz-5a1d0c3e9b\n")
+put("http_answer", "3", b"\x64" + b"\0<html>moved</html>")
+put("http_answer", "4", b"\xa4" + b"99999999999999999999999\0slow down")
+
 # s3_error: selector even = raw body, odd = code NUL message (harness builds the document).
 put("s3_error", "0", b"\x00" + b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><BucketName>event-archive</BucketName><RequestId>4442587FB7D0A2F9</RequestId></Error>')
 put("s3_error", "1", b"\x02" + b"<Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated does not match &amp; &lt;x&gt;</Message></Error>")

@@ -68,7 +68,7 @@ fn every_problem_is_reported_at_once() {
             "nats.bogus: unknown field",
             "delivery.batch_size: must be an integer from 1 to 10000",
             "delivery.sink_workers: must be an integer from 1 to 64",
-            "sink.type: must be one of: file, object_store, relational_db, fanout",
+            "sink.type: must be one of: file, object_store, http, relational_db, fanout",
             "extra: unknown field",
         ]
     );

@@ -128,6 +128,22 @@ counters! {
     payload_encryption_refused_total,
     /// Custody: records sealed with a custody block.
     custody_sealed_total,
+    /// HTTP sink: requests answered with a 2xx status.
+    http_requests_2xx_total,
+    /// HTTP sink: requests answered with a 3xx status (never followed: permanent).
+    http_requests_3xx_total,
+    /// HTTP sink: requests answered with a 4xx status.
+    http_requests_4xx_total,
+    /// HTTP sink: requests answered with a 5xx status.
+    http_requests_5xx_total,
+    /// HTTP sink: requests without an answer (timeout, connection or TLS failure).
+    http_request_failures_total,
+    /// HTTP sink: requests sent again in the call (retry statuses, timeouts, no answer).
+    http_retries_total,
+    /// HTTP sink: retries that waited as the receiver's `Retry-After` asked.
+    http_retry_after_waits_total,
+    /// HTTP sink: request body bytes sent (as sent: after gzip), retries included.
+    http_request_bytes_total,
 }
 
 /// Gauges: last-value metrics.
@@ -143,6 +159,8 @@ pub const SUMMARY_NAMES: &[&str] = &[
     "event_age_at_receive_seconds",
     "event_age_at_store_seconds",
     "fanout_ack_gate_wait_seconds",
+    "http_request_seconds",
+    "http_retry_after_wait_seconds",
 ];
 
 /// Count, sum, min, max and last of an observed quantity.

@@ -222,6 +222,38 @@ pub const KNOWN: &[Known] = &[
         "custody_sealed_total",
         "Records sealed with a custody evidence block.",
     ),
+    c(
+        "http_requests_2xx_total",
+        "HTTP sink: requests answered with a 2xx status.",
+    ),
+    c(
+        "http_requests_3xx_total",
+        "HTTP sink: requests answered with a 3xx status (redirects are never followed).",
+    ),
+    c(
+        "http_requests_4xx_total",
+        "HTTP sink: requests answered with a 4xx status.",
+    ),
+    c(
+        "http_requests_5xx_total",
+        "HTTP sink: requests answered with a 5xx status.",
+    ),
+    c(
+        "http_request_failures_total",
+        "HTTP sink: requests without an answer (timeout, connection or TLS failure).",
+    ),
+    c(
+        "http_retries_total",
+        "HTTP sink: requests sent again within the batch's retry budget.",
+    ),
+    c(
+        "http_retry_after_waits_total",
+        "HTTP sink: retries that waited as the receiver's Retry-After asked.",
+    ),
+    c(
+        "http_request_bytes_total",
+        "HTTP sink: request body bytes sent, after gzip, retries included.",
+    ),
     Known {
         suffix: "last_sink_success_epoch_seconds",
         kind: Kind::Gauge,
@@ -246,6 +278,16 @@ pub const KNOWN: &[Known] = &[
         suffix: "fanout_ack_gate_wait_seconds",
         kind: Kind::Summary,
         help: "Time spent waiting at the fan-out acknowledgement gate, in seconds.",
+    },
+    Known {
+        suffix: "http_request_seconds",
+        kind: Kind::Summary,
+        help: "HTTP sink: time of one request until its answer was read, in seconds.",
+    },
+    Known {
+        suffix: "http_retry_after_wait_seconds",
+        kind: Kind::Summary,
+        help: "HTTP sink: waits before a retry that honoured Retry-After, in seconds.",
     },
 ];
 

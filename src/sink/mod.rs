@@ -6,12 +6,13 @@
 
 pub mod fanout;
 pub mod file;
+pub mod http;
 pub mod key;
 pub mod object_store;
 pub mod relational;
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::Envelope;
@@ -71,6 +72,8 @@ pub enum FailureClass {
     Unroutable,
     /// The record could not be encoded.
     EncodeFailed,
+    /// An HTTP receiver refused the record with this status (code `http_<status>`).
+    HttpStatus(u16),
 }
 
 impl FailureClass {
@@ -85,7 +88,19 @@ impl FailureClass {
             FailureClass::DestinationConflict => "destination_conflict",
             FailureClass::Unroutable => "unroutable",
             FailureClass::EncodeFailed => "encode_failed",
+            FailureClass::HttpStatus(status) => http_status_code(status),
         }
+    }
+}
+
+/// `http_<status>` as a `'static` text (DLQ records and log lines take the code by
+/// reference): one table of the 500 possible codes, made once.
+fn http_status_code(status: u16) -> &'static str {
+    static CODES: OnceLock<Vec<String>> = OnceLock::new();
+    let codes = CODES.get_or_init(|| (100..600).map(|s| format!("http_{s}")).collect());
+    match status {
+        100..=599 => &codes[usize::from(status - 100)],
+        _ => "http_other",
     }
 }
 
@@ -143,6 +158,7 @@ pub trait Sink: Send + Sync {
 pub enum SinkConfig {
     File(file::FileSinkConfig),
     ObjectStore(Box<object_store::config::ObjectStoreConfig>),
+    Http(Box<http::config::HttpSinkConfig>),
     RelationalDb(relational::RelationalConfig),
     Fanout(fanout::FanoutConfig),
 }
@@ -156,6 +172,9 @@ impl SinkConfig {
             "object_store" => Some(SinkConfig::ObjectStore(Box::new(
                 object_store::config::ObjectStoreConfig::read(&mut r),
             ))),
+            "http" => Some(SinkConfig::Http(Box::new(
+                http::config::HttpSinkConfig::read(&mut r),
+            ))),
             "relational_db" => Some(SinkConfig::RelationalDb(
                 relational::RelationalConfig::read(&mut r),
             )),
@@ -164,7 +183,7 @@ impl SinkConfig {
             _ => {
                 r.problem(
                     "type",
-                    "must be one of: file, object_store, relational_db, fanout",
+                    "must be one of: file, object_store, http, relational_db, fanout",
                 );
                 None
             }
@@ -179,6 +198,7 @@ impl SinkConfig {
         match self {
             SinkConfig::File(_) => "file",
             SinkConfig::ObjectStore(_) => "object_store",
+            SinkConfig::Http(_) => "http",
             SinkConfig::RelationalDb(_) => "relational_db",
             SinkConfig::Fanout(_) => "fanout",
         }
@@ -192,6 +212,7 @@ impl SinkConfig {
                 (**c).clone(),
                 metrics,
             )?)),
+            SinkConfig::Http(c) => Ok(Arc::new(http::HttpSink::new((**c).clone(), metrics)?)),
             SinkConfig::RelationalDb(c) => Ok(Arc::new(relational::RelationalSink::new(
                 c.clone(),
                 metrics,
@@ -221,5 +242,12 @@ mod tests {
         );
         assert_eq!(WriteOutcome::Durable.to_string(), "durable");
         assert_eq!(WriteOutcome::AlreadyDurable.to_string(), "already durable");
+    }
+
+    #[test]
+    fn http_refusals_carry_their_status_in_the_code() {
+        assert_eq!(FailureClass::HttpStatus(400).code(), "http_400");
+        assert_eq!(FailureClass::HttpStatus(599).code(), "http_599");
+        assert_eq!(FailureClass::HttpStatus(42).code(), "http_other");
     }
 }

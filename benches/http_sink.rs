@@ -1,0 +1,252 @@
+//! HTTP sink benchmark against a local receiver (`tests/receivers/http_receiver.py`, counting
+//! only, keep-alive), started here.
+//!
+//! Prints, measured in the same run against the same receiver:
+//! 1. receiver capacity: records/s of requests with the sink's shape (json_array bodies of B
+//!    envelope records of 205-byte payloads, the sink's headers) sent at concurrency C from
+//!    the sink's own client, right before and right after the run;
+//! 2. end to end: records/s of `svc run` (real nats-server, pipeline, ACKs; from process start
+//!    to the last ACK) into the receiver with `max_batch_messages` = B and
+//!    `max_concurrent_requests` = C, and the ratio to the capacity around it (aim: >= 0.8);
+//! 3. the reference shape: one request per message, in sequence, a new connection each time
+//!    (`Connection: close`), and the end-to-end ratio to it (aim: >= 20).
+//!
+//! Run: `cargo bench --bench http_sink` (args: message count, default 300000, or 2000 as a
+//! smoke pass under `cargo test --all-targets`; env SVC_BENCH_BATCH, default 100;
+//! SVC_BENCH_CONCURRENCY, default 8; SVC_BENCH_RECEIVER: `store`, the default, the tests'
+//! receiver storing every request durably, or `discard`). Needs nats-server and python3 (the test venv's, when
+//! `scripts/deps.sh` made it).
+#![allow(deprecated)]
+
+mod support;
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use svc::config::RuntimeConfig;
+use svc::message::envelope::{normalize, Envelope, EnvelopeConfig, RawMessage};
+use svc::sink::http::client::Client;
+use svc::sink::http::config::HttpSinkConfig;
+use svc::sink::http::request;
+use svc::sink::SinkConfig;
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn python() -> PathBuf {
+    let venv = match std::env::var_os("SVC_TEST_VENV") {
+        Some(v) => PathBuf::from(v),
+        None => PathBuf::from(std::env::var("HOME").unwrap_or_default())
+            .join(".cache/svc-test-tools/venv"),
+    };
+    let p = venv.join("bin/python");
+    if p.exists() {
+        p
+    } else {
+        "python3".into()
+    }
+}
+
+struct Receiver {
+    port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Receiver {
+    /// `store`: the tests' receiver (parses, stores each request as a line, fsync before the
+    /// answer); `discard`: reads the body and answers (the receiver costs next to nothing,
+    /// which measures the runner's own ceiling).
+    fn start(mode: &str) -> Receiver {
+        let dir = tempfile::tempdir().unwrap();
+        let port = support::free_port();
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/receivers/http_receiver.py");
+        let child = Command::new(python())
+            .arg(script)
+            .args(["--port", &port.to_string()])
+            .args(if mode == "discard" {
+                &["--no-store"][..]
+            } else {
+                &[][..]
+            })
+            .arg("--out")
+            .arg(dir.path().join("received.jsonl"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "receiver did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Receiver {
+            port,
+            child,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/hook", self.port)
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn envelope(seq: u64) -> Envelope {
+    normalize(
+        &RawMessage {
+            subject: "orders.created".into(),
+            stream: "ORDERS".into(),
+            consumer: "svc".into(),
+            stream_sequence: seq,
+            consumer_sequence: seq,
+            delivery_count: 1,
+            published_unix_nanos: Some(1_700_000_000_000_000_000),
+            headers: vec![],
+            data: support::body(seq as usize, 205),
+            unreadable: None,
+        },
+        1_700_000_001_000_000_000,
+        &EnvelopeConfig::default(),
+    )
+    .0
+}
+
+fn sink_config(sink: serde_json::Value) -> HttpSinkConfig {
+    let doc = json!({
+        "nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c", "subject": "a.>"},
+        "sink": sink,
+    });
+    let SinkConfig::Http(cfg) = RuntimeConfig::parse(&doc.to_string()).unwrap().sink else {
+        unreachable!()
+    };
+    *cfg
+}
+
+/// Records/s the receiver takes: `requests` requests of `per` records each, at concurrency
+/// `conc`, with the sink's client and headers.
+fn capacity(cfg: &Arc<HttpSinkConfig>, requests: usize, conc: usize) -> f64 {
+    let client = Client::new(cfg.clone()).unwrap();
+    let records: Vec<_> = (1..=cfg.max_batch_messages as u64)
+        .map(|s| request::record(cfg, &envelope(s)).unwrap())
+        .collect();
+    let refs: Vec<_> = records.iter().collect();
+    let req = request::build(cfg, &refs).unwrap();
+    let headers = request::headers(cfg, &[], None, &req, 0);
+    let rate = support::parallel("bench-capacity", conc, requests, |_| {
+        client.send(&headers, &req.body).unwrap();
+    });
+    rate * cfg.max_batch_messages as f64
+}
+
+/// Messages/s of the reference shape: one request per message, in sequence, a new
+/// connection each time.
+fn one_by_one(url: &str, n: usize) -> f64 {
+    let cfg = Arc::new(sink_config(json!({
+        "type": "http", "url": url, "allow_http_for_local_testing": true, "batching": "none"
+    })));
+    let client = Client::new(cfg.clone()).unwrap();
+    let start = Instant::now();
+    for seq in 1..=n as u64 {
+        let rec = request::record(&cfg, &envelope(seq)).unwrap();
+        let req = request::build(&cfg, &[&rec]).unwrap();
+        let mut headers = request::headers(&cfg, &[], None, &req, 0);
+        headers.push(("connection".into(), "close".into()));
+        client.send(&headers, &req.body).unwrap();
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let (benching, n) = support::bench_count(300_000, 2_000);
+    let batch = env_num("SVC_BENCH_BATCH", 100);
+    let conc = env_num("SVC_BENCH_CONCURRENCY", 8);
+    let mode = std::env::var("SVC_BENCH_RECEIVER").unwrap_or_else(|_| "store".into());
+    let receiver = Receiver::start(&mode);
+    let sink = json!({
+        "type": "http", "url": receiver.url(), "allow_http_for_local_testing": true,
+        "batching": "json_array", "max_batch_messages": batch, "max_concurrent_requests": conc,
+    });
+    let cfg = Arc::new(sink_config(sink.clone()));
+    println!(
+        "http sink: {n} messages of 205-byte payloads, json_array of {batch} envelope records \
+         per request, concurrency {conc}, receiver mode {mode}{}",
+        if benching { "" } else { " (smoke pass)" }
+    );
+    // At least a few seconds of requests: shorter runs varied by a factor of six here.
+    let requests = (n / batch).max(if benching { 20_000 } else { conc * 10 });
+    capacity(&cfg, conc * 4, conc);
+    let before = capacity(&cfg, requests, conc);
+    println!("  receiver capacity, same shape (before)  {before:9.0} records/s");
+
+    let broker = support::start_broker();
+    let url = broker.url.clone();
+    support::create_stream(&url, "HTTP", &["http.>"]).unwrap();
+    support::publish(&url, "HTTP", "http.orders", n, 205).unwrap();
+    support::create_consumer(&url, "HTTP", "svc", "http.>", Duration::from_secs(60)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg_path = dir.path().join("svc.json");
+    let doc = json!({
+        "nats": {"url": url, "stream": "HTTP", "consumer": "svc", "subject": "http.>"},
+        "delivery": {"batch_size": batch.max(64), "max_in_flight_batches": 8,
+                     "sink_workers": 4},
+        "sink": sink,
+        "logging": {"level": "warn"}
+    });
+    std::fs::write(&cfg_path, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let mut acks = support::AckWatch::start(&url, "HTTP", "svc");
+    let broker_cpu = broker.cpu_seconds();
+    let start = Instant::now();
+    let mut child = support::spawn_svc_run(&cfg_path);
+    acks.wait(n, |_| {
+        assert!(child.try_wait().unwrap().is_none(), "svc exited early");
+    });
+    let wall = start.elapsed().as_secs_f64();
+    let rate = n as f64 / wall;
+    let svc_cpu = support::process_cpu_seconds(child.id());
+    let threads = support::thread_cpu(child.id());
+    let receiver_cpu = support::process_cpu_seconds(receiver.child.id());
+    support::terminate(child);
+    let after = capacity(&cfg, requests, conc);
+    println!("  receiver capacity, same shape (after)   {after:9.0} records/s");
+    let around = (before + after) / 2.0;
+    println!(
+        "  svc run end to end                      {rate:9.0} records/s   ratio {:.2} to the \
+         capacity around it ({around:.0})",
+        rate / around
+    );
+    println!(
+        "    (cpu seconds: svc {svc_cpu:.2}, nats-server {:.2}, receiver {receiver_cpu:.2} \
+         incl. the capacity runs; wall {wall:.2})",
+        broker.cpu_seconds() - broker_cpu
+    );
+    let top: Vec<String> = threads
+        .iter()
+        .take(6)
+        .map(|(name, cpu)| format!("{name} {cpu:.2}"))
+        .collect();
+    println!("    (svc threads by cpu seconds: {})", top.join(", "));
+    let m = (n / 20).clamp(200, 3000);
+    let reference = one_by_one(&receiver.url(), m);
+    println!(
+        "  one request per message, in sequence, new connection each ({m} messages) \
+         {reference:9.0} messages/s   svc run is {:.1}x that",
+        rate / reference
+    );
+}

@@ -1,0 +1,581 @@
+//! HTTP sink (`sink.type = "http"`): the batch's messages as records in one or more requests
+//! to one URL (a webhook, an ingestion API), committed when the receiver answers a success
+//! status, signed the Standard Webhooks way when secrets are configured.
+//!
+//! Threading: the sink owns `max_concurrent_requests` threads named `svc-http-N`, started when
+//! it is built and shared by every `svc-sink-N` worker, over one `ureq` agent whose pool keeps
+//! the connections alive. `write_batch` (on a sink worker) encodes the records and groups them
+//! into requests itself, puts them in one shared [`BatchWork`], hands one token per thread that
+//! can help (at most one per request) to the bounded channel, and sleeps until every request
+//! of the batch has its verdict. Request threads claim the batch's requests one at a time
+//! (an atomic index), as the object-store sink's put threads claim objects. Requests in flight
+//! are `max_concurrent_requests` for the whole sink, whatever `sink_workers` is. Dropping the
+//! sink closes the channel; the threads finish the tokens queued and are joined.
+//!
+//! Failure semantics (see `docs/sinks/http.md`):
+//! - A success status: every record of the request is durable.
+//! - A retry status, a timeout or a connection failure: the same request is sent again after
+//!   the backoff (or the receiver's `Retry-After`, capped, never shorter) while the batch's
+//!   retry budget lasts; then `Transient` for its records (NAK, redelivered under the same
+//!   keys; the runner's in-progress acknowledgements keep the batch alive meanwhile).
+//! - Any other status (3xx included: redirects are never followed): a request of several
+//!   records is split in halves and each half sent again, down to single records, so only
+//!   the records the receiver refuses become `Permanent` (class `http_<status>`), the others
+//!   are durable. A record is never durable without a success status for a request holding it.
+//! - A record over `max_request_bytes`, or one that cannot be encoded: `Permanent` for that
+//!   message alone, before any request.
+
+pub mod client;
+pub mod config;
+pub mod outcome;
+pub mod request;
+pub mod signature;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::Sender;
+
+use crate::message::envelope::Envelope;
+use crate::metrics::Metrics;
+use crate::sink::{FailureClass, Sink, SinkError, WriteOutcome};
+use client::Client;
+use config::HttpSinkConfig;
+use outcome::{next_wait, HttpError};
+use request::Record;
+use signature::Signer;
+
+use crate::text::secrets::Secrets;
+
+const KIND: &str = "http";
+
+pub struct HttpSink {
+    shared: Arc<Shared>,
+    /// Tokens for the request threads; `None` only while dropping.
+    tokens: Option<Sender<Arc<BatchWork>>>,
+    threads: Vec<JoinHandle<()>>,
+    /// `POST https://host/path (signed, 2 secret headers)`, safe to print: the URL was
+    /// validated to hold no credentials, and the query is left out (it may hold a token).
+    description: String,
+}
+
+/// What the request threads share with the sink.
+struct Shared {
+    cfg: Arc<HttpSinkConfig>,
+    client: Client,
+    signer: Option<Signer>,
+    /// `headers_env`, read at start. Never logged, never in the config or a snapshot.
+    secret_headers: Vec<(String, String)>,
+    /// Every secret value a request carries, scrubbed from what a receiver answers.
+    secrets: Secrets,
+    metrics: Arc<Metrics>,
+}
+
+/// One batch being written: its records, its requests (groups of batch indexes), claimed
+/// one at a time by the request threads, and one outcome slot per message of the batch.
+struct BatchWork {
+    records: Vec<Option<Record>>,
+    requests: Vec<Vec<usize>>,
+    next: AtomicUsize,
+    outcomes: Vec<OnceLock<WriteOutcome>>,
+    /// Requests not completed yet.
+    pending: AtomicUsize,
+    done: Mutex<bool>,
+    done_cv: Condvar,
+    /// In-call retries of this batch stop here.
+    retry_until: Instant,
+}
+
+impl BatchWork {
+    fn claim(&self) -> Option<&Vec<usize>> {
+        self.requests.get(self.next.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn help(&self, shared: &Shared) {
+        while let Some(group) = self.claim() {
+            // A bug must neither kill the thread nor leave the worker waiting: the records
+            // get a transient outcome (redelivered). The panic hook has reported it.
+            let outcomes = catch_unwind(AssertUnwindSafe(|| shared.deliver(self, group)))
+                .unwrap_or_else(|_| {
+                    vec![
+                        WriteOutcome::Transient(SinkError::new(KIND, "request thread panicked"));
+                        group.len()
+                    ]
+                });
+            for (index, outcome) in group.iter().zip(outcomes) {
+                // Invariant: each batch index is in one request only.
+                let _ = self.outcomes[*index].set(outcome);
+            }
+            if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+                *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+                self.done_cv.notify_all();
+            }
+        }
+    }
+
+    fn wait(&self) {
+        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        while !*done {
+            done = self.done_cv.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+impl HttpSink {
+    /// Reads secrets from the process environment, the CA and client identity files, and
+    /// starts the request threads. Does not contact the receiver.
+    pub fn new(cfg: HttpSinkConfig, metrics: Arc<Metrics>) -> Result<Self, SinkError> {
+        Self::with_env(cfg, metrics, |name| std::env::var(name).ok())
+    }
+
+    pub fn with_env(
+        cfg: HttpSinkConfig,
+        metrics: Arc<Metrics>,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, SinkError> {
+        let err = |m: String| SinkError::new(KIND, m);
+        let signer = Signer::from_env(&cfg.signing_secrets_env, &var)
+            .map_err(|e| err(format!("signing_secrets_env: {e}")))?;
+        let mut secret_headers = Vec::with_capacity(cfg.headers_env.len());
+        for (name, env) in &cfg.headers_env {
+            let value = var(env).ok_or_else(|| {
+                err(format!(
+                    "headers_env.{name}: environment variable {env} is not set"
+                ))
+            })?;
+            if value.is_empty() || value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
+                return Err(err(format!(
+                    "headers_env.{name}: environment variable {env} must hold a non-empty \
+                     value without control characters"
+                )));
+            }
+            secret_headers.push((name.clone(), value));
+        }
+        let mut secrets = Secrets::new();
+        // A token in the URL's query must not come back through an error's text either.
+        if let Ok(u) = url::Url::parse(&cfg.url) {
+            if let Some(query) = u.query() {
+                secrets.add(query);
+            }
+            for (_, value) in u.query_pairs() {
+                secrets.add(&value);
+            }
+        }
+        for (_, value) in &secret_headers {
+            secrets.add_authorization(value);
+        }
+        for name in &cfg.signing_secrets_env {
+            if let Some(v) = var(name) {
+                secrets.add(v.trim());
+                secrets.add(v.trim().trim_start_matches("whsec_"));
+            }
+        }
+        // A header the HTTP library refuses would fail every request, transiently, forever:
+        // refuse it at start instead (naming the header, never its value).
+        let static_headers = cfg.headers.iter().map(|(k, v)| (k, v, "headers"));
+        let env_headers = secret_headers.iter().map(|(k, v)| (k, v, "headers_env"));
+        for (name, value, field) in static_headers.chain(env_headers) {
+            if ureq::http::HeaderName::from_bytes(name.as_bytes()).is_err()
+                || ureq::http::HeaderValue::from_str(value).is_err()
+            {
+                return Err(err(format!(
+                    "{field}.{name}: not a valid HTTP header name and value"
+                )));
+            }
+        }
+        let cfg = Arc::new(cfg);
+        let client = Client::new(cfg.clone()).map_err(err)?;
+        let description = describe(&cfg, signer.is_some(), secret_headers.len());
+        let threads_wanted = cfg.max_concurrent_requests;
+        let shared = Arc::new(Shared {
+            cfg,
+            client,
+            signer,
+            secret_headers,
+            secrets,
+            metrics,
+        });
+        // Tokens of two batches per thread can wait (the object-store sink's measured choice).
+        let (tx, rx) = crossbeam_channel::bounded::<Arc<BatchWork>>(threads_wanted * 2);
+        let mut threads = Vec::with_capacity(threads_wanted);
+        for n in 0..threads_wanted {
+            let (shared, rx) = (shared.clone(), rx.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("svc-http-{n}"))
+                .spawn(move || {
+                    for work in rx {
+                        work.help(&shared);
+                    }
+                });
+            match spawned {
+                Ok(h) => threads.push(h),
+                Err(e) => return Err(err(format!("cannot start request thread {n}: {e}"))),
+            }
+        }
+        log::info!("sink http: {description}; {threads_wanted} request threads");
+        Ok(HttpSink {
+            shared,
+            tokens: Some(tx),
+            threads,
+            description,
+        })
+    }
+}
+
+impl Drop for HttpSink {
+    fn drop(&mut self) {
+        self.tokens = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What the sink writes to, without the URL's query (it may carry a token).
+fn describe(cfg: &HttpSinkConfig, signed: bool, secret_headers: usize) -> String {
+    let target = url::Url::parse(&cfg.url)
+        .map(|u| {
+            let host = u.host_str().unwrap_or_default().to_string();
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            format!("{}://{host}{port}{}", u.scheme(), u.path())
+        })
+        .unwrap_or_default();
+    format!(
+        "{} {target} ({}, {}{})",
+        cfg.method.as_str(),
+        if signed { "signed" } else { "unsigned" },
+        match cfg.batching {
+            config::Batching::None => "one message per request",
+            config::Batching::JsonArray => "json_array batches",
+            config::Batching::Ndjson => "ndjson batches",
+        },
+        if secret_headers > 0 {
+            format!(
+                ", {secret_headers} header{} from the environment",
+                if secret_headers == 1 { "" } else { "s" }
+            )
+        } else {
+            String::new()
+        }
+    )
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Shared {
+    /// The outcomes of one request's records, in order: sent with retries, and split on a
+    /// permanent refusal until the refused records are found.
+    fn deliver(&self, work: &BatchWork, group: &[usize]) -> Vec<WriteOutcome> {
+        let records: Vec<&Record> = group
+            .iter()
+            .filter_map(|i| work.records[*i].as_ref())
+            .collect();
+        if records.len() != group.len() {
+            // Invariant: only encoded records are grouped; never durable without a request.
+            return vec![
+                WriteOutcome::Transient(SinkError::new(KIND, "record missing"));
+                group.len()
+            ];
+        }
+        self.deliver_records(&records, work.retry_until)
+    }
+
+    fn deliver_records(&self, records: &[&Record], retry_until: Instant) -> Vec<WriteOutcome> {
+        let err = match self.send_with_retries(records, retry_until) {
+            Ok(()) => return vec![WriteOutcome::Durable; records.len()],
+            Err(e) => e,
+        };
+        let what = if records.len() == 1 {
+            records[0].key.clone()
+        } else {
+            format!("request of {} records", records.len())
+        };
+        match err.status() {
+            Some(status) if !err.is_transient() => {
+                if records.len() > 1 {
+                    log::debug!("sink http: {what}: {err}; splitting to find the refused records");
+                    let (left, right) = records.split_at(records.len() / 2);
+                    let mut out = self.deliver_records(left, retry_until);
+                    out.extend(self.deliver_records(right, retry_until));
+                    return out;
+                }
+                vec![WriteOutcome::Permanent(
+                    SinkError::new(KIND, format!("{what}: {err}"))
+                        .classified(FailureClass::HttpStatus(status)),
+                )]
+            }
+            _ => vec![
+                WriteOutcome::Transient(SinkError::new(KIND, format!("{what}: {err}")));
+                records.len()
+            ],
+        }
+    }
+
+    /// One request, sent again on transient failures while the budget lasts.
+    fn send_with_retries(
+        &self,
+        records: &[&Record],
+        retry_until: Instant,
+    ) -> Result<(), HttpError> {
+        let cfg = &self.cfg;
+        let req = request::build(cfg, records)
+            .map_err(|e| HttpError::Other(format!("gzip of the request body: {e}")))?;
+        let c = &self.metrics.counters;
+        let mut attempt = 0u32;
+        loop {
+            let headers = request::headers(
+                cfg,
+                &self.secret_headers,
+                self.signer.as_ref(),
+                &req,
+                unix_now(),
+            );
+            let started = Instant::now();
+            let result = self
+                .client
+                .send(&headers, &req.body)
+                .map_err(|e| e.hidden(&self.secrets));
+            self.metrics
+                .observe("http_request_seconds", started.elapsed().as_secs_f64());
+            Metrics::add(&c.http_request_bytes_total, req.body.len() as u64);
+            let counter = match result.as_ref().map(|a| a.status).map_err(HttpError::status) {
+                Ok(s) | Err(Some(s)) if s < 300 => &c.http_requests_2xx_total,
+                Ok(s) | Err(Some(s)) if s < 400 => &c.http_requests_3xx_total,
+                Ok(s) | Err(Some(s)) if s < 500 => &c.http_requests_4xx_total,
+                Ok(_) | Err(Some(_)) => &c.http_requests_5xx_total,
+                Err(None) => &c.http_request_failures_total,
+            };
+            Metrics::add(counter, 1);
+            let e = match result {
+                Ok(_) => return Ok(()),
+                Err(e) if !e.is_transient() => return Err(e),
+                // A certificate or handshake failure repeats until an operator acts: NAK now.
+                Err(e @ HttpError::Tls(_)) => return Err(e),
+                Err(e) => e,
+            };
+            attempt += 1;
+            let wait = next_wait(
+                cfg.retry.delay(attempt),
+                e.retry_after(),
+                cfg.max_retry_after,
+            );
+            if Instant::now() + wait > retry_until {
+                return Err(e);
+            }
+            Metrics::add(&c.http_retries_total, 1);
+            Metrics::add(&c.sink_retries_total, 1);
+            if let Some(asked) = e.retry_after() {
+                Metrics::add(&c.http_retry_after_waits_total, 1);
+                self.metrics
+                    .observe("http_retry_after_wait_seconds", wait.as_secs_f64());
+                log::info!(
+                    "sink http: {}: {e}; waiting {:.3} s as asked ({:.3} s)",
+                    req.key,
+                    wait.as_secs_f64(),
+                    asked.as_secs_f64()
+                );
+            } else {
+                log::debug!("sink http: {}: {e}; retry {attempt}", req.key);
+            }
+            std::thread::sleep(wait);
+        }
+    }
+}
+
+impl Sink for HttpSink {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome> {
+        let cfg = &self.shared.cfg;
+        let outcomes: Vec<OnceLock<WriteOutcome>> = batch.iter().map(|_| OnceLock::new()).collect();
+        let mut records = Vec::with_capacity(batch.len());
+        let mut sizes = Vec::with_capacity(batch.len());
+        let mut indexes = Vec::with_capacity(batch.len());
+        for (index, env) in batch.iter().enumerate() {
+            match request::record(cfg, env) {
+                Ok(r) => {
+                    sizes.push(r.bytes.len());
+                    records.push(Some(r));
+                    indexes.push(index);
+                }
+                Err((why, class)) => {
+                    sizes.push(0);
+                    records.push(None);
+                    let _ = outcomes[index].set(WriteOutcome::Permanent(
+                        SinkError::new(KIND, why).classified(class),
+                    ));
+                }
+            }
+        }
+        let requests = request::group(cfg, &indexes, &sizes);
+        let helpers = requests.len().min(self.threads.len());
+        let work = Arc::new(BatchWork {
+            pending: AtomicUsize::new(requests.len()),
+            done: Mutex::new(requests.is_empty()),
+            records,
+            requests,
+            next: AtomicUsize::new(0),
+            outcomes,
+            done_cv: Condvar::new(),
+            retry_until: Instant::now() + cfg.retry_budget,
+        });
+        let mut handed_out = 0;
+        for _ in 0..helpers {
+            // Blocks while the tokens of earlier batches fill the channel.
+            match self.tokens.as_ref().map(|t| t.send(work.clone()).is_ok()) {
+                Some(true) => handed_out += 1,
+                _ => break,
+            }
+        }
+        if handed_out == 0 && helpers > 0 {
+            // No request thread will see this batch (cannot happen while the sink lives).
+            return batch
+                .iter()
+                .enumerate()
+                .map(|(i, _)| {
+                    work.outcomes[i].get().cloned().unwrap_or_else(|| {
+                        WriteOutcome::Transient(SinkError::new(KIND, "request threads stopped"))
+                    })
+                })
+                .collect();
+        }
+        work.wait();
+        work.outcomes
+            .iter()
+            .map(|o| {
+                o.get().cloned().unwrap_or_else(|| {
+                    WriteOutcome::Transient(SinkError::new(KIND, "request thread ended early"))
+                })
+            })
+            .collect()
+    }
+
+    /// A real request: the probe method on the probe URL (or the sink's URL), with the
+    /// configured headers. Usable when the receiver answers 2xx, or 405/501 to a method it
+    /// does not serve (it answered: the address, TLS and any proxy work); never without an
+    /// answer.
+    fn check(&self) -> Result<String, SinkError> {
+        let cfg = &self.shared.cfg;
+        let mut headers: Vec<(String, String)> = cfg
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        headers.extend(self.shared.secret_headers.iter().cloned());
+        let probe = cfg.probe_method.as_str();
+        match self
+            .shared
+            .client
+            .probe(&headers)
+            .map_err(|e| e.hidden(&self.shared.secrets))
+        {
+            Ok(status) if (200..300).contains(&status) => Ok(format!(
+                "{}: the receiver answered {status} to {probe}",
+                self.description
+            )),
+            Ok(status @ (405 | 501)) => Ok(format!(
+                "{}: the receiver answered {status} to {probe} (it does not serve that method; \
+                 address, TLS and proxy work)",
+                self.description
+            )),
+            Ok(status) => Err(SinkError::new(
+                KIND,
+                format!(
+                    "{}: the receiver answered {status} to {probe}",
+                    self.description
+                ),
+            )),
+            Err(e) => Err(SinkError::new(
+                KIND,
+                format!("{}: {probe} got no answer: {e}", self.description),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(extra: &str, env: &[(&str, &str)]) -> Result<HttpSink, SinkError> {
+        let v: serde_json::Value = serde_json::from_str(&format!(
+            r#"{{"type": "http", "url": "http://127.0.0.1:9/hook?token=q-secret-123456",
+                 "allow_http_for_local_testing": true {extra}}}"#
+        ))
+        .unwrap();
+        let problems = crate::document::reader::Problems::new();
+        let cfg = match crate::sink::SinkConfig::read(crate::document::reader::ObjectReader::at(
+            "sink".into(),
+            &v,
+            &problems,
+        )) {
+            Some(crate::sink::SinkConfig::Http(c)) if problems.is_empty() => *c,
+            _ => panic!("bad test config"),
+        };
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        HttpSink::with_env(cfg, Arc::new(Metrics::default()), move |name| {
+            env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn secrets_come_from_the_environment_and_no_error_or_description_shows_one() {
+        let headers = r#", "headers_env": {"Authorization": "T_TOKEN"},
+                         "signing_secrets_env": ["T_SIGN"]"#;
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let ok = build(
+            headers,
+            &[("T_TOKEN", "Bearer tok-abcdef123"), ("T_SIGN", secret)],
+        )
+        .unwrap();
+        assert_eq!(
+            ok.description,
+            "POST http://127.0.0.1:9/hook (signed, json_array batches, 1 header from the \
+             environment)"
+        );
+        let missing = build(headers, &[("T_SIGN", secret)])
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            missing,
+            "sink http: headers_env.Authorization: environment variable T_TOKEN is not set"
+        );
+        // The config's header grammar lets `(` through; the HTTP library does not.
+        let odd = r#", "headers": {"X(Team)": "payments"}"#;
+        let bad = build(odd, &[]).err().unwrap().to_string();
+        assert_eq!(
+            bad,
+            "sink http: headers.X(Team): not a valid HTTP header name and value"
+        );
+        let unsigned = build(
+            headers,
+            &[("T_TOKEN", "Bearer x"), ("T_SIGN", "raw-secret-value")],
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(!unsigned.contains("raw-secret-value"), "{unsigned}");
+        // The URL's query is one of the secrets scrubbed from a receiver's words.
+        let echoed = HttpError::Refused {
+            status: 400,
+            body: "bad token q-secret-123456".into(),
+        }
+        .hidden(&ok.shared.secrets)
+        .to_string();
+        assert!(!echoed.contains("q-secret-123456"), "{echoed}");
+    }
+}

@@ -1,0 +1,836 @@
+//! `svc` end to end into the HTTP sink: a real `nats-server -js`, a Python receiver that stores
+//! every request it gets (`tests/receivers/http_receiver.py`, verifying Standard Webhooks
+//! signatures with the `standardwebhooks` package from PyPI), nginx in front of it for TLS and
+//! mutual TLS, and the `svc` binary. Commit first, ACK last: a record is acknowledged only
+//! after a success status for a request that held it.
+//!
+//! Needs python3 with `standardwebhooks` (the venv of `scripts/deps.sh`, `$SVC_TEST_VENV`,
+//! default `~/.cache/svc-test-tools/venv`) and nginx (`scripts/deps.sh` installs both).
+
+#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
+
+mod util;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use util::{free_port, snapshot_counter, wait_until, write_config, NatsServer, Runner};
+
+const STREAM: &str = "ORDERS";
+const CONSUMER: &str = "svc";
+const SUBJECT: &str = "orders.>";
+/// Signing secrets (two: a rotation in progress) and a bearer token: none may be printed.
+const SECRET_NEW: &str = "whsec_c3ZjLXRlc3Qtc2lnbmluZy1zZWNyZXQtbmV3LTAx";
+const SECRET_OLD: &str = "whsec_c3ZjLXRlc3Qtc2lnbmluZy1zZWNyZXQtb2xkLTAy";
+const TOKEN: &str = "Bearer tok-3f9a77c1d2e4-very-secret";
+
+fn venv_python() -> PathBuf {
+    let venv = match std::env::var_os("SVC_TEST_VENV") {
+        Some(v) => PathBuf::from(v),
+        None => PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/svc-test-tools/venv"),
+    };
+    venv.join("bin/python")
+}
+
+/// The Python receiver on its own port, killed on drop.
+struct Receiver {
+    port: u16,
+    out: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Receiver {
+    fn start(dir: &Path, args: &[&str]) -> Receiver {
+        let mut r = Receiver {
+            port: free_port(),
+            out: dir.join(format!("received-{}.jsonl", free_port())),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            child: None,
+        };
+        r.launch();
+        r
+    }
+
+    fn launch(&mut self) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/receivers/http_receiver.py");
+        let child = Command::new(venv_python())
+            .arg(script)
+            .args(["--port", &self.port.to_string()])
+            .arg("--out")
+            .arg(&self.out)
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python of the test venv (scripts/deps.sh)");
+        self.child = Some(child);
+        let port = self.port;
+        wait_until(Duration::from_secs(20), "receiver listening", || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/hook", self.port)
+    }
+
+    /// Every stored request.
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// The records of every request answered `status`, as JSON values.
+    fn records(&self, status: u64) -> Vec<Value> {
+        self.requests()
+            .iter()
+            .filter(|r| r["status"] == status)
+            .flat_map(records_of)
+            .collect()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The records of one stored request: a JSON array, ndjson lines, or one record.
+fn records_of(req: &Value) -> Vec<Value> {
+    let body = req["body"].as_str().unwrap_or_default();
+    match serde_json::from_str::<Value>(body) {
+        Ok(Value::Array(items)) => items,
+        Ok(one) => vec![one],
+        Err(_) => body
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect(),
+    }
+}
+
+fn setup(n: usize) -> (NatsServer, tempfile::TempDir) {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &[SUBJECT]);
+    server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(30));
+    if n > 0 {
+        publish(&server, 0, n);
+    }
+    (server, tempfile::tempdir().unwrap())
+}
+
+fn publish(server: &NatsServer, from: usize, n: usize) {
+    server.publish_n(STREAM, "orders.created", n, |i| {
+        format!("{{\"order\":{}}}", from + i).into_bytes()
+    });
+}
+
+fn sink(url: &str, extra: Value) -> Value {
+    let mut v = json!({
+        "type": "http", "url": url, "allow_http_for_local_testing": true,
+        "request_timeout_seconds": 5, "retry_backoff_ms": 100, "retry_max_backoff_ms": 400,
+    });
+    for (k, x) in extra.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    v
+}
+
+fn config(server: &NatsServer, dir: &Path, sink: Value, extra: Value) -> PathBuf {
+    let mut cfg = json!({
+        "nats": {"url": server.url(), "stream": STREAM, "consumer": CONSUMER, "subject": SUBJECT},
+        "delivery": {"batch_size": 64, "fetch_expiry_ms": 200, "max_in_flight_batches": 4,
+                     "sink_workers": 2, "shutdown_timeout_seconds": 10,
+                     "nak_backoff": {"mode": "fixed", "initial_ms": 200, "jitter": "none"}},
+        "sink": sink,
+        "metrics": {"enabled": true, "snapshot_file": dir.join("metrics.json"),
+                    "write_interval_seconds": 1},
+        "logging": {"level": "info"}
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        cfg[k] = v.clone();
+    }
+    write_config(dir, "c.json", &cfg)
+}
+
+fn env() -> HashMap<String, String> {
+    HashMap::from([
+        ("T_WEBHOOK_NEW".to_string(), SECRET_NEW.to_string()),
+        ("T_WEBHOOK_OLD".to_string(), SECRET_OLD.to_string()),
+        ("T_TOKEN".to_string(), TOKEN.to_string()),
+    ])
+}
+
+fn start_runner(config: &Path, log: &Path) -> Runner {
+    let out = std::fs::File::create(log).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("run")
+        .arg(config)
+        .envs(env())
+        .env("RUST_LOG", "debug")
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    Runner {
+        child,
+        log: log.to_path_buf(),
+    }
+}
+
+fn test_sink(config: &Path) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("test-sink")
+        .arg(config)
+        .envs(env())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_no_secret(&text);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn stop(runner: &mut Runner) {
+    runner.signal("TERM");
+    let status = runner.wait_timeout(Duration::from_secs(20)).expect("exits");
+    assert!(status.success(), "{status}: {}", runner.log_text());
+    assert_no_secret(&runner.log_text());
+}
+
+/// No line holds a secret value, nor the key part of a signing secret.
+fn assert_no_secret(text: &str) {
+    for line in text.lines() {
+        for s in [
+            SECRET_NEW,
+            SECRET_OLD,
+            TOKEN,
+            &SECRET_NEW[6..],
+            &SECRET_OLD[6..],
+            &TOKEN[7..],
+        ] {
+            assert!(!line.contains(s), "a secret in: {line}");
+        }
+    }
+}
+
+/// Waits until the consumer acknowledged all `n` messages; on timeout, shows the run's log.
+fn wait_all_acked(server: &NatsServer, runner: &Runner, n: u64, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while acked(server) != (n, 0, 0) {
+        if Instant::now() > deadline {
+            let log = runner.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            panic!(
+                "not all {n} acknowledged: {:?}; log tail:\n{}",
+                acked(server),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn acked(server: &NatsServer) -> (u64, usize, u64) {
+    server
+        .try_consumer_state(STREAM, CONSUMER)
+        .unwrap_or((0, 0, 0))
+}
+
+/// `sequence -> times received` from the per-record idempotency keys of accepted requests.
+fn accepted_keys(r: &Receiver) -> BTreeMap<String, usize> {
+    let mut keys = BTreeMap::new();
+    for rec in r.records(200) {
+        let key = rec["idempotency_key"].as_str().unwrap().to_string();
+        *keys.entry(key).or_insert(0) += 1;
+    }
+    keys
+}
+
+fn expected_keys(n: u64) -> BTreeSet<String> {
+    (1..=n).map(|s| format!("nats:{STREAM}:{s}")).collect()
+}
+
+#[test]
+fn signed_batches_verify_with_standardwebhooks_and_a_tampered_one_is_refused() {
+    let n = 300;
+    let (server, dir) = setup(n);
+    let receiver = Receiver::start(dir.path(), &["--secret", SECRET_OLD]);
+    let sink = sink(
+        &receiver.url(),
+        json!({"batching": "json_array", "max_batch_messages": 50, "gzip": true,
+               "signing_secrets_env": ["T_WEBHOOK_NEW", "T_WEBHOOK_OLD"],
+               "headers": {"X-Team": "payments"},
+               "headers_env": {"Authorization": "T_TOKEN"}}),
+    );
+    let cfg = config(&server, dir.path(), sink, json!({}));
+    let (code, text) = test_sink(&cfg);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("answered 204 to OPTIONS"), "{text}");
+
+    let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+    wait_all_acked(&server, &runner, n as u64, 60);
+    stop(&mut runner);
+
+    let requests = receiver.requests();
+    assert!(requests.len() >= 6, "batched: {} requests", requests.len());
+    assert!(
+        requests.len() < n / 10,
+        "batched: {} requests",
+        requests.len()
+    );
+    for r in &requests {
+        assert_eq!(r["verified"], true, "{r}");
+        assert_eq!(r["status"], 200);
+        let h = &r["headers"];
+        assert_eq!(h["authorization"], TOKEN);
+        assert_eq!(h["x-team"], "payments");
+        assert_eq!(h["content-encoding"], "gzip");
+        assert_eq!(h["content-type"], "application/json");
+        assert_eq!(h["idempotency-key"], h["webhook-id"]);
+        assert_eq!(
+            h["webhook-signature"].as_str().unwrap().split(' ').count(),
+            2
+        );
+    }
+    let keys = accepted_keys(&receiver);
+    assert_eq!(
+        keys.keys().cloned().collect::<BTreeSet<_>>(),
+        expected_keys(n as u64)
+    );
+    let rec = &receiver.records(200)[0];
+    assert_eq!(rec["schema"], "svc.file.message.v1");
+    assert_eq!(rec["stream"], STREAM);
+    let snap = dir.path().join("metrics.json");
+    assert_eq!(
+        snapshot_counter(&snap, "http_requests_2xx_total"),
+        requests.len() as u64
+    );
+    assert!(snapshot_counter(&snap, "http_request_bytes_total") > 0);
+    assert!(!std::fs::read_to_string(&snap).unwrap().contains("tok-3f9a"));
+
+    // The first request again with one byte of its body changed: refused by the verifier.
+    let first = &requests[0];
+    let mut body = serde_json::to_vec(&records_of(first)).unwrap();
+    body[1] = b' ';
+    let h = &first["headers"];
+    let mut s = TcpStream::connect(("127.0.0.1", receiver.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "POST /hook HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         webhook-id: {}\r\nwebhook-timestamp: {}\r\nwebhook-signature: {}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        h["webhook-id"].as_str().unwrap(),
+        h["webhook-timestamp"].as_str().unwrap(),
+        h["webhook-signature"].as_str().unwrap(),
+        body.len()
+    )
+    .unwrap();
+    s.write_all(&body).unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert_eq!(receiver.requests().last().unwrap()["verified"], false);
+}
+
+#[test]
+fn retry_after_is_waited_for_then_the_message_is_committed() {
+    let (server, dir) = setup(1);
+    let receiver = Receiver::start(dir.path(), &["--mode", "retry_after", "--count", "1"]);
+    let sink = sink(
+        &receiver.url(),
+        json!({"batching": "none", "method": "PUT"}),
+    );
+    let cfg = config(&server, dir.path(), sink, json!({}));
+    let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+    wait_all_acked(&server, &runner, 1, 30);
+    stop(&mut runner);
+    let requests = receiver.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    assert_eq!(requests[0]["status"], 503);
+    assert_eq!(requests[1]["status"], 200);
+    assert!(requests.iter().all(|r| r["method"] == "PUT"));
+    let waited = requests[1]["at"].as_f64().unwrap() - requests[0]["at"].as_f64().unwrap();
+    assert!(waited >= 1.9, "Retry-After: 2 honoured, waited {waited} s");
+    // Same key on the retry: the receiver can drop a repeat.
+    assert_eq!(
+        requests[0]["headers"]["idempotency-key"],
+        requests[1]["headers"]["idempotency-key"]
+    );
+    assert_eq!(requests[1]["headers"]["idempotency-key"], "nats:ORDERS:1");
+    let snap = dir.path().join("metrics.json");
+    assert_eq!(snapshot_counter(&snap, "http_retry_after_waits_total"), 1);
+    assert_eq!(snapshot_counter(&snap, "http_requests_5xx_total"), 1);
+    assert_eq!(snapshot_counter(&snap, "messages_nacked_total"), 0);
+}
+
+#[test]
+fn a_record_refused_with_400_alone_is_dead_lettered_the_rest_of_its_batch_committed() {
+    let (server, dir) = setup(0);
+    server.create_stream("DLQ", &["svc.dlq.orders"]);
+    server.publish_n(STREAM, "orders.created", 20, |i| {
+        if i == 13 {
+            b"{\"order\":\"POISON\"}".to_vec()
+        } else {
+            format!("{{\"order\":{i}}}").into_bytes()
+        }
+    });
+    let receiver = Receiver::start(dir.path(), &["--mode", "reject_marker"]);
+    let sink = sink(&receiver.url(), json!({"batching": "ndjson"}));
+    let dlq = json!({"dead_letter": {"enabled": true, "subject": "svc.dlq.orders",
+                                     "expected_stream": "DLQ", "publish_timeout_ms": 2000}});
+    let cfg = config(&server, dir.path(), sink, dlq);
+    let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+    wait_all_acked(&server, &runner, 20, 30);
+    stop(&mut runner);
+    assert_eq!(server.stream_messages("DLQ"), 1);
+    let m = server.js().get_message("DLQ", 1).unwrap();
+    let v: Value = serde_json::from_slice(&m.data).unwrap();
+    assert_eq!(v["failure"]["reason"], "http_400");
+    assert_eq!(v["original"]["stream_sequence"], 14);
+    let keys = accepted_keys(&receiver);
+    let mut want = expected_keys(20);
+    want.remove("nats:ORDERS:14");
+    assert_eq!(keys.keys().cloned().collect::<BTreeSet<_>>(), want);
+    let log = runner.log_text();
+    assert!(log.contains("status 400: refused: bad record"), "{log}");
+}
+
+#[test]
+fn a_receiver_quoting_the_token_back_never_gets_it_printed() {
+    let (server, dir) = setup(1);
+    let receiver = Receiver::start(dir.path(), &["--mode", "echo"]);
+    let sink = sink(
+        &receiver.url(),
+        json!({"batching": "none", "headers_env": {"Authorization": "T_TOKEN"}}),
+    );
+    let cfg = config(&server, dir.path(), sink, json!({}));
+    let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+    let snap = dir.path().join("metrics.json");
+    wait_until(Duration::from_secs(30), "a permanent failure", || {
+        snapshot_counter(&snap, "sink_permanent_failures_total") >= 1
+    });
+    // `stop` scans every log line for the token, whole and without its scheme word.
+    stop(&mut runner);
+    let log = runner.log_text();
+    assert!(log.contains("status 400: denied for <redacted>"), "{log}");
+}
+
+#[test]
+fn redirects_are_never_followed_and_nothing_is_acknowledged() {
+    let (server, dir) = setup(1);
+    let receiver = Receiver::start(dir.path(), &["--mode", "redirect"]);
+    let sink = sink(&receiver.url(), json!({"batching": "none"}));
+    let cfg = config(&server, dir.path(), sink, json!({}));
+    let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+    let snap = dir.path().join("metrics.json");
+    wait_until(Duration::from_secs(30), "a permanent failure", || {
+        snapshot_counter(&snap, "sink_permanent_failures_total") >= 2
+    });
+    stop(&mut runner);
+    assert_eq!(acked(&server).0, 0);
+    assert!(receiver.requests().iter().all(|r| r["path"] == "/hook"));
+    assert!(snapshot_counter(&snap, "http_requests_3xx_total") >= 2);
+    let log = runner.log_text();
+    assert!(log.contains("permanent (http_301)"), "{log}");
+    assert!(log.contains("redirects are never followed"), "{log}");
+}
+
+#[test]
+fn a_slow_receiver_times_out_and_a_cut_answer_is_retried_never_acknowledged() {
+    for (mode, expect) in [("slow", "timeout"), ("close", "receiver unavailable")] {
+        let (server, dir) = setup(2);
+        let receiver = Receiver::start(dir.path(), &["--mode", mode, "--delay", "5"]);
+        let sink = sink(
+            &receiver.url(),
+            json!({"request_timeout_seconds": 1, "retry_budget_seconds": 2}),
+        );
+        let cfg = config(&server, dir.path(), sink, json!({}));
+        let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+        let snap = dir.path().join("metrics.json");
+        wait_until(Duration::from_secs(30), "failed requests", || {
+            snapshot_counter(&snap, "http_request_failures_total") >= 2
+                && snapshot_counter(&snap, "messages_nacked_total") >= 2
+        });
+        assert_eq!(acked(&server).0, 0, "{mode}");
+        stop(&mut runner);
+        assert_eq!(acked(&server).0, 0, "{mode}");
+        assert!(snapshot_counter(&snap, "http_retries_total") >= 1, "{mode}");
+        let log = runner.log_text();
+        assert!(log.contains(expect), "{mode}: {log}");
+    }
+}
+
+#[test]
+fn a_gigabyte_answer_is_read_only_to_the_bound() {
+    let (server, dir) = setup(1);
+    let receiver = Receiver::start(dir.path(), &["--mode", "huge"]);
+    let sink = sink(&receiver.url(), json!({}));
+    let cfg = config(&server, dir.path(), sink, json!({}));
+    let started = Instant::now();
+    let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+    wait_all_acked(&server, &runner, 1, 30);
+    let took = started.elapsed();
+    stop(&mut runner);
+    // Success decided by the status; the body read stops at 64 KiB and the connection is
+    // dropped, so the receiver's writes fail long before 1 GiB.
+    let sent = receiver.huge_sent();
+    assert!(sent < 256 << 20, "the receiver wrote {sent} bytes");
+    println!("1 GiB answer: acknowledged after {took:?}, receiver wrote {sent} bytes");
+}
+
+impl Receiver {
+    /// Bytes of the huge answer the receiver managed to write before the client went away.
+    fn huge_sent(&self) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(v) = self
+                .requests()
+                .iter()
+                .find_map(|r| r.get("huge_sent").and_then(Value::as_u64))
+            {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the receiver never stopped writing"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn kill_9_of_the_runner_and_a_receiver_restart_lose_nothing() {
+    let n: u64 = 3000;
+    let (server, dir) = setup(n as usize);
+    let mut receiver = Receiver::start(dir.path(), &[]);
+    let sink = sink(
+        &receiver.url(),
+        json!({"max_batch_messages": 20, "max_concurrent_requests": 4}),
+    );
+    let cfg = config(&server, dir.path(), sink, json!({}));
+    let mut runner = start_runner(&cfg, &dir.path().join("run1.log"));
+    wait_until(Duration::from_secs(60), "some delivered", || {
+        receiver.records(200).len() > 300
+    });
+    runner.sigkill();
+    receiver.kill();
+    // Acknowledgements the runner wrote before it died reach the broker meanwhile.
+    std::thread::sleep(Duration::from_millis(500));
+    let floor_at_kill = acked(&server).0;
+    // Every acknowledged message had been received before the kill.
+    let keys = accepted_keys(&receiver);
+    for seq in 1..=floor_at_kill {
+        assert!(
+            keys.contains_key(&format!("nats:{STREAM}:{seq}")),
+            "{seq} acked unsent"
+        );
+    }
+    let mut runner = start_runner(&cfg, &dir.path().join("run2.log"));
+    // Receiver down: nothing can be committed.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        acked(&server).0,
+        floor_at_kill,
+        "nothing acknowledged while the receiver is down"
+    );
+    receiver.launch();
+    wait_all_acked(&server, &runner, n, 120);
+    stop(&mut runner);
+    let keys = accepted_keys(&receiver);
+    assert_eq!(
+        keys.keys().cloned().collect::<BTreeSet<_>>(),
+        expected_keys(n)
+    );
+    let repeats: usize = keys.values().map(|c| c - 1).sum();
+    println!(
+        "{n} messages: {} distinct keys, {repeats} repeats dropped by key",
+        keys.len()
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl.
+fn make_pki(dir: &Path) {
+    util::make_certs(dir);
+    let sh = |args: &str| {
+        let ok = Command::new("sh")
+            .arg("-c")
+            .arg(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{args}: {}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    };
+    sh("openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=svc-client");
+    sh("printf 'extendedKeyUsage=clientAuth\\n' > client.ext && openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2 -extfile client.ext");
+    // X.509 v1 (no extensions): rustls refuses it; the sink must say so, not panic.
+    sh("openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client-v1.pem -days 2");
+    sh("chmod 600 client.key");
+}
+
+/// nginx terminating TLS on its own port (client certificates required when `mtls`) and
+/// proxying to the receiver. Stopped on drop.
+struct Nginx {
+    port: u16,
+    child: Child,
+}
+
+impl Nginx {
+    fn start(dir: &Path, upstream: u16, mtls: bool) -> Nginx {
+        let port = free_port();
+        let verify = if mtls {
+            format!(
+                "ssl_client_certificate {}; ssl_verify_client on;",
+                dir.join("ca.pem").display()
+            )
+        } else {
+            String::new()
+        };
+        let d = dir.display();
+        let conf = format!(
+            "daemon off; master_process off; worker_processes 1; pid {d}/nginx-{port}.pid;
+             error_log {d}/nginx-{port}.err warn;
+             events {{ worker_connections 256; }}
+             http {{
+               access_log off;
+               client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};
+               uwsgi_temp_path {d}; scgi_temp_path {d};
+               server {{
+                 listen 127.0.0.1:{port} ssl;
+                 ssl_certificate {d}/server.pem; ssl_certificate_key {d}/server.key;
+                 {verify}
+                 location / {{ proxy_pass http://127.0.0.1:{upstream}; proxy_http_version 1.1;
+                              proxy_set_header Connection \"\"; }}
+               }}
+             }}"
+        );
+        let path = dir.join(format!("nginx-{port}.conf"));
+        std::fs::write(&path, conf).unwrap();
+        let child = Command::new("nginx")
+            .arg("-c")
+            .arg(&path)
+            .arg("-p")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("nginx (scripts/deps.sh installs it)");
+        wait_until(Duration::from_secs(10), "nginx listening", || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        Nginx { port, child }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn tls_and_mutual_tls_through_nginx() {
+    let (server, dir) = setup(5);
+    let d = dir.path();
+    make_pki(d);
+    let receiver = Receiver::start(d, &[]);
+    let tls = Nginx::start(d, receiver.port, false);
+    let mtls = Nginx::start(d, receiver.port, true);
+    let https = |port: u16| format!("https://127.0.0.1:{port}/hook");
+    let ca = d.join("ca.pem");
+    let client =
+        json!({"tls_cert_file": d.join("client.pem"), "tls_key_file": d.join("client.key")});
+    let check = |url: String, extra: Value| {
+        let mut s = sink(&url, json!({"tls_ca_file": ca}));
+        for (k, v) in extra.as_object().unwrap() {
+            s[k] = v.clone();
+        }
+        s.as_object_mut()
+            .unwrap()
+            .retain(|k, v| !(k == "tls_ca_file" && v.is_null()));
+        test_sink(&config(&server, d, s, json!({})))
+    };
+
+    // Server TLS with the CA from the config: the receiver answers the probe.
+    let (code, text) = check(https(tls.port), json!({}));
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("answered 204 to OPTIONS"), "{text}");
+    // The system trust store does not know the test CA: a certificate error, not a panic.
+    let (code, text) = check(https(tls.port), json!({"tls_ca_file": null}));
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("tls") && text.contains("UnknownIssuer"),
+        "{text}"
+    );
+    // mTLS without a client certificate: nginx refuses (400), never usable.
+    let (code, text) = check(https(mtls.port), json!({}));
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("answered 400"), "{text}");
+    // With it: accepted.
+    let (code, text) = check(https(mtls.port), client.clone());
+    assert_eq!(code, 0, "{text}");
+    // A certificate rustls cannot use: a clean error at start, not a panic on first use.
+    let v1 =
+        json!({"tls_cert_file": d.join("client-v1.pem"), "tls_key_file": d.join("client.key")});
+    let (code, text) = check(https(mtls.port), v1);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("not usable as a client certificate") && !text.contains("panicked"),
+        "{text}"
+    );
+    // A key file others can read is refused before any request (the broker's key rule).
+    std::fs::set_permissions(
+        d.join("client.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let (code, text) = check(https(mtls.port), client.clone());
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("readable or writable by group or others"),
+        "{text}"
+    );
+    std::fs::set_permissions(
+        d.join("client.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+
+    // Delivery through mTLS.
+    let mut s = sink(&https(mtls.port), json!({"tls_ca_file": ca}));
+    for (k, v) in client.as_object().unwrap() {
+        s[k] = v.clone();
+    }
+    let cfg = config(&server, d, s, json!({}));
+    let mut runner = start_runner(&cfg, &d.join("run.log"));
+    wait_all_acked(&server, &runner, 5, 30);
+    stop(&mut runner);
+    assert_eq!(accepted_keys(&receiver).len(), 5);
+}
+
+#[test]
+fn as_a_fanout_child_beside_a_file_sink() {
+    let (server, dir) = setup(10);
+    let receiver = Receiver::start(dir.path(), &[]);
+    let out = dir.path().join("files");
+    let fan = json!({
+        "type": "fanout",
+        "sinks": {"files": {"type": "file", "directory": out},
+                  "hook": sink(&receiver.url(), json!({"body": "payload"}))},
+        "routing": {"enabled": true,
+                    "target_sink_types": {"files": "file", "hook": "http"},
+                    "routes": [{"name": "all", "match": {"subject": ">"},
+                                "targets": ["files", "hook"]}]}
+    });
+    let cfg = config(&server, dir.path(), fan, json!({}));
+    let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+    wait_all_acked(&server, &runner, 10, 30);
+    stop(&mut runner);
+    let records = receiver.records(200);
+    assert_eq!(records.len(), 10);
+    let orders: BTreeSet<u64> = records
+        .iter()
+        .map(|r| r["payload"]["order"].as_u64().unwrap())
+        .collect();
+    assert_eq!(orders, (0..10).collect());
+}
+
+#[test]
+fn kept_nats_headers_are_forwarded_and_no_proxy_bypasses_the_proxy() {
+    let (server, dir) = setup(0);
+    server.publish_with_headers(
+        "orders.created",
+        &[("Trace-Id", "trace-77")],
+        b"{\"order\":1}",
+    );
+    let receiver = Receiver::start(dir.path(), &[]);
+    // Nothing listens on the proxy's port: a request through it cannot succeed.
+    let proxy = format!("http://127.0.0.1:{}", free_port());
+    let direct = sink(
+        &receiver.url(),
+        json!({"batching": "none", "keep_headers": ["Trace-Id"], "proxy": proxy,
+               "no_proxy": ["127.0.0.1"]}),
+    );
+    let envelope = json!({"envelope": {"keep_headers": ["Trace-Id"]}});
+    let cfg = config(&server, dir.path(), direct, envelope.clone());
+    let (code, text) = test_sink(&cfg);
+    assert_eq!(code, 0, "{text}");
+    let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+    wait_all_acked(&server, &runner, 1, 30);
+    stop(&mut runner);
+    let requests = receiver.requests();
+    assert_eq!(requests[0]["headers"]["trace-id"], "trace-77");
+    assert!(requests[0]["body"]
+        .as_str()
+        .unwrap()
+        .starts_with("{\"schema\":\"svc.file.message.v1\""));
+
+    let proxied = sink(&receiver.url(), json!({"proxy": proxy}));
+    let (code, text) = test_sink(&config(&server, dir.path(), proxied, envelope));
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("got no answer"), "{text}");
+    assert_eq!(
+        receiver.requests().len(),
+        1,
+        "the probe went through the proxy"
+    );
+}
+
+#[test]
+fn test_sink_reports_the_probe_status_and_never_success_without_an_answer() {
+    let (server, dir) = setup(0);
+    let mut receiver = Receiver::start(dir.path(), &[]);
+    let probe = format!("http://127.0.0.1:{}/health", receiver.port);
+    for (method, want) in [
+        ("GET", "answered 200 to GET"),
+        ("HEAD", "answered 200 to HEAD"),
+    ] {
+        let s = sink(
+            &receiver.url(),
+            json!({"probe_method": method, "probe_url": probe}),
+        );
+        let (code, text) = test_sink(&config(&server, dir.path(), s, json!({})));
+        assert_eq!(code, 0, "{text}");
+        assert!(text.contains(want), "{text}");
+    }
+    receiver.kill();
+    let (code, text) = test_sink(&config(
+        &server,
+        dir.path(),
+        sink(&receiver.url(), json!({})),
+        json!({}),
+    ));
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("OPTIONS got no answer"), "{text}");
+    assert!(
+        receiver.requests().is_empty(),
+        "probes are never stored as deliveries"
+    );
+}

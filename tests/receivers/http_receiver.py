@@ -1,0 +1,166 @@
+"""A webhook receiver for the HTTP sink's tests: stores every request it gets as one JSON line
+(method, path, headers, body after gzip, the Standard Webhooks verdict, the status it answered)
+in --out, flushed and fsynced before it answers, and misbehaves on purpose with --mode.
+
+Modes:
+  ok            answer 200 to everything (a request whose signature does not verify: 401)
+  retry_after   answer 503 with Retry-After: 2 to the first --count requests, then 200
+  reject_marker answer 400 to a request whose body holds --marker, 200 to others
+  redirect      answer 301 with a Location
+  slow          sleep --delay seconds, then answer 200
+  close         send half a status line, then close the connection
+  huge          answer 200 with a body of --size bytes (never buffered whole)
+  echo          answer 400 quoting the request's Authorization header (a hostile echo)
+
+With --secret (whsec_...), every request is verified with the `standardwebhooks` package from
+PyPI; a request that fails verification is answered 401 and stored with "verified": false.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--port", type=int, required=True)
+parser.add_argument("--out", required=True)
+parser.add_argument("--mode", default="ok")
+parser.add_argument("--secret")
+parser.add_argument("--count", type=int, default=1)
+parser.add_argument("--marker", default="POISON")
+parser.add_argument("--delay", type=float, default=5.0)
+parser.add_argument("--size", type=int, default=1 << 30)
+parser.add_argument("--no-store", action="store_true", help="count only (benchmarks)")
+args = parser.parse_args()
+
+webhook = None
+if args.secret:
+    from standardwebhooks.webhooks import Webhook
+
+    webhook = Webhook(args.secret)
+
+lock = threading.Lock()
+out = open(args.out, "a", encoding="utf-8")
+seen = {"requests": 0}
+
+
+def store(entry):
+    with lock:
+        out.write(json.dumps(entry) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def answer(self, status, body=b"", headers=()):
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body and self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_OPTIONS(self):
+        self.answer(204, headers=[("Allow", "POST, PUT, PATCH, OPTIONS")])
+
+    def do_GET(self):
+        self.answer(200, b"ok")
+
+    def do_HEAD(self):
+        self.answer(200)
+
+    def do_PUT(self):
+        self.do_POST()
+
+    def do_PATCH(self):
+        self.do_POST()
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        raw = self.rfile.read(length)
+        with lock:
+            seen["requests"] += 1
+            n = seen["requests"]
+        if args.no_store:
+            self.answer(200)
+            return
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        body = raw
+        if headers.get("content-encoding") == "gzip":
+            body = gzip.decompress(raw)
+        verified = None
+        if webhook is not None:
+            # The signature covers the payload as text, after the transfer's gzip is undone.
+            try:
+                webhook.verify(body, headers)
+                verified = True
+            except Exception:
+                verified = False
+        status = 200
+        extra = []
+        if verified is False:
+            status = 401
+        elif args.mode == "retry_after" and n <= args.count:
+            status = 503
+            extra = [("Retry-After", "2")]
+        elif args.mode == "reject_marker" and args.marker.encode() in body:
+            status = 400
+        elif args.mode == "redirect":
+            status = 301
+            extra = [("Location", "http://127.0.0.1:1/elsewhere")]
+        store(
+            {
+                "n": n,
+                "at": time.time(),
+                "method": self.command,
+                "path": self.path,
+                "headers": headers,
+                "body": body.decode("utf-8", "replace"),
+                "verified": verified,
+                "status": status,
+            }
+        )
+        if args.mode == "slow":
+            time.sleep(args.delay)
+        if args.mode == "close":
+            self.wfile.write(b"HTTP/1.1 20")
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        if args.mode == "huge":
+            self.send_response(200)
+            self.send_header("Content-Length", str(args.size))
+            self.end_headers()
+            chunk = b"x" * 65536
+            sent = 0
+            try:
+                while sent < args.size:
+                    self.wfile.write(chunk)
+                    sent += len(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            store({"huge_sent": sent})
+            self.close_connection = True
+            return
+        if args.mode == "echo":
+            quoted = ("denied for " + headers.get("authorization", "")).encode()
+            self.answer(400, quoted)
+            return
+        self.answer(status, b"refused: bad record" if status == 400 else b"", extra)
+
+
+server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+server.daemon_threads = True
+print("ready", flush=True)
+sys.stdout.flush()
+server.serve_forever()
