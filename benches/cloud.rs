@@ -79,6 +79,7 @@ fn build(c: &Connector, policy: &Policy, args: &ExportArgs) -> Built {
         prepared: Some(&prepared),
         dry_run: false,
         allow_stale: true,
+        deadline: connectors::Deadline::start(c.block, 60.0),
     };
     let Delivery::Http { requests, .. } = f(&ctx).unwrap().delivery else {
         unreachable!()

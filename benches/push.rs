@@ -80,6 +80,7 @@ fn build(c: &Connector, policy: &Policy, args: &ExportArgs) -> Payload {
         prepared: Some(&prepared),
         dry_run: true,
         allow_stale: true,
+        deadline: connectors::Deadline::start(c.block, 60.0),
     };
     let plan = f(&ctx).unwrap();
     match plan.delivery {

@@ -29,6 +29,7 @@ usage.
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.agent_statsd.base.enabled,
     stale_after: |p| p.agent_statsd.base.stale_after_seconds,
+    export_deadline: |p| p.agent_statsd.base.export_deadline_seconds,
     action: Action::Plan(plan),
 };
 

@@ -79,6 +79,7 @@ environment (no credentials, bad endpoint variable).
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.cloud_b_monitoring.enabled,
     stale_after: |p| p.cloud_b_monitoring.stale_after_seconds,
+    export_deadline: |p| p.cloud_b_monitoring.export_deadline_seconds,
     action: Action::Plan(plan),
 };
 
@@ -320,7 +321,6 @@ pub fn plan_with(
             requests,
             timeout: Duration::from_secs_f64(cfg.timeout_seconds),
             max_response_bytes: MAX_RESPONSE_BYTES,
-            deadline: None,
         },
         limit: Limit::new(BLOCK, "max_request_bytes", cfg.max_request_bytes),
         retry: Retry::new(cfg.max_retries, cfg.retry_backoff_seconds),

@@ -64,6 +64,7 @@ environment (token variable unset).
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.cloud_c_monitoring.enabled,
     stale_after: |p| p.cloud_c_monitoring.stale_after_seconds,
+    export_deadline: |p| p.cloud_c_monitoring.export_deadline_seconds,
     action: Action::Plan(plan),
 };
 
@@ -215,7 +216,6 @@ pub fn plan_with(ctx: &Context<'_>, env: &dyn Env) -> Result<Plan, ExportError> 
             requests,
             timeout: Duration::from_secs_f64(cfg.timeout_seconds),
             max_response_bytes: MAX_RESPONSE_BYTES,
-            deadline: Some(Duration::from_secs_f64(cfg.export_deadline_seconds)),
         },
         limit: Limit::new(BLOCK, "max_request_bytes", cfg.max_request_bytes),
         retry: Retry::new(cfg.max_retries, cfg.retry_backoff_seconds),

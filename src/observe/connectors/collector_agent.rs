@@ -32,6 +32,7 @@ Exit codes: 0 sent (or disabled by policy), 1 not sent, 2 invalid policy, usage 
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.collector_agent.enabled,
     stale_after: |p| p.collector_agent.stale_after_seconds,
+    export_deadline: |p| p.collector_agent.export_deadline_seconds,
     action: Action::Plan(plan),
 };
 

@@ -4,12 +4,14 @@
 //! ```text
 //! CLI <command> <snapshot> <policy> [--dry-run] [--allow-stale]
 //!   └─ run_export(connector)
-//!        1. switches: top-level `enabled` and the block's own (disabled -> exit 0, no snapshot)
+//!        1. switches: top-level `enabled` and the block's own (disabled -> exit 0, no snapshot);
+//!           the run's one Deadline (`export_deadline_seconds`) starts here
 //!        2. prepare(): read snapshot ─ check_fresh (the one stale check) ─ select (the one filter)
 //!        3. connector.plan(): bodies or datagrams, headers with `Secret` values (env resolved here)
 //!        4. check_sizes() (the one size guard): any item over its limit -> nothing is sent
 //!        5. --dry-run: print the plan with every secret as `<redacted>`; otherwise
-//!           deliver(): HTTP requests or datagrams, each through with_retries() (the one loop)
+//!           deliver(): HTTP requests or datagrams, each through with_retries_until() (the one
+//!           loop), every attempt and wait cut to what is left of the deadline
 //! ```
 //!
 //! Shared pieces: [`Secret`] and [`resolve_env`] / [`resolve_headers`] (environment-variable
@@ -50,10 +52,12 @@ use crate::observe::policy::{LoadError, Policy};
 use crate::observe::select::{self, Selection};
 use crate::observe::textfile::read_snapshot;
 
+mod deadline;
 mod error;
 mod plan;
 mod secret;
 
+pub use deadline::Deadline;
 pub use error::ExportError;
 pub use plan::*;
 pub use secret::*;
@@ -244,6 +248,8 @@ pub struct Context<'a> {
     pub prepared: Option<&'a Prepared>,
     pub dry_run: bool,
     pub allow_stale: bool,
+    /// The run's deadline; network steps inside `plan` (e.g. fetching an identity) keep to it.
+    pub deadline: Deadline,
 }
 
 impl Context<'_> {
@@ -287,6 +293,8 @@ pub struct Connector {
     pub enabled: fn(&Policy) -> bool,
     /// The connector's `stale_after_seconds`.
     pub stale_after: fn(&Policy) -> Option<f64>,
+    /// The connector's `export_deadline_seconds`.
+    pub export_deadline: fn(&Policy) -> f64,
     pub action: Action,
 }
 
@@ -350,6 +358,7 @@ pub fn run_with_policy(
     if !(c.enabled)(policy) {
         return Ok(Outcome::Disabled(format!("{}.enabled=false", c.block)));
     }
+    let deadline = Deadline::start(c.block, (c.export_deadline)(policy));
     let prepared = match (c.input, &args.snapshot) {
         (Input::SnapshotAndPolicy, Some(path)) => Some(prepare(
             path,
@@ -371,6 +380,7 @@ pub fn run_with_policy(
         prepared: prepared.as_ref(),
         dry_run: args.dry_run,
         allow_stale: args.allow_stale,
+        deadline,
     };
     match c.action {
         Action::Custom(f) => {
@@ -388,7 +398,7 @@ pub fn run_with_policy(
                 write_dry_run(c.command, &plan, out).map_err(ExportError::Output)?;
                 return Ok(Outcome::DryRun);
             }
-            let sent = deliver(c.block, &plan)?;
+            let sent = deliver(c.block, &plan, &deadline)?;
             Ok(Outcome::Sent(report_line(c, &plan, &sent)))
         }
     }

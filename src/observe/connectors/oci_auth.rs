@@ -66,6 +66,7 @@ pub fn identity(cfg: &CloudA, env: &dyn Env, now_epoch: i64) -> Result<Identity,
         AuthMode::InstancePrincipal => super::oci_instance::identity(
             env,
             std::time::Duration::from_secs_f64(cfg.timeout_seconds),
+            &super::Deadline::start("cloud_a_monitoring", cfg.export_deadline_seconds),
             time::OffsetDateTime::from_unix_timestamp(now_epoch)
                 .unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
         )

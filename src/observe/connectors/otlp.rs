@@ -55,6 +55,7 @@ usage or environment.
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.otlp.enabled,
     stale_after: |p| p.otlp.stale_after_seconds,
+    export_deadline: |p| p.otlp.export_deadline_seconds,
     action: Action::Plan(plan),
 };
 
@@ -156,7 +157,6 @@ pub fn otlp_plan(
             }],
             timeout: Duration::from_secs_f64(target.timeout_seconds),
             max_response_bytes: MAX_RESPONSE_BYTES,
-            deadline: None,
         },
         limit: Limit::new(target.block, "max_request_bytes", target.max_request_bytes),
         retry: Retry::new(target.max_retries, target.retry_backoff_seconds),

@@ -28,6 +28,7 @@ Exit codes: 0 sent (or disabled by policy), 1 not sent, 2 invalid policy, usage 
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.search_stack.enabled,
     stale_after: |p| p.search_stack.stale_after_seconds,
+    export_deadline: |p| p.search_stack.export_deadline_seconds,
     action: Action::Plan(plan),
 };
 

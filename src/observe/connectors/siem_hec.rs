@@ -49,6 +49,7 @@ Exit codes: 0 sent (or disabled by policy), 1 not sent, 2 invalid policy, usage 
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.siem_hec.enabled,
     stale_after: |p| p.siem_hec.stale_after_seconds,
+    export_deadline: |p| p.siem_hec.export_deadline_seconds,
     action: Action::Plan(plan),
 };
 
@@ -84,7 +85,6 @@ fn plan(ctx: &Context<'_>) -> Result<Plan, ExportError> {
             }],
             timeout: Duration::from_secs_f64(h.timeout_seconds),
             max_response_bytes: MAX_RESPONSE_BYTES,
-            deadline: None,
         },
         limit: Limit::new("siem_hec", "max_request_bytes", h.max_request_bytes),
         retry: Retry::new(h.max_retries, h.retry_backoff_seconds),

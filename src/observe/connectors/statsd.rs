@@ -54,6 +54,7 @@ usage.
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.statsd.enabled,
     stale_after: |p| p.statsd.stale_after_seconds,
+    export_deadline: |p| p.statsd.export_deadline_seconds,
     action: Action::Plan(plan),
 };
 

@@ -52,6 +52,7 @@ usage.
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.syslog.enabled,
     stale_after: |p| p.syslog.stale_after_seconds,
+    export_deadline: |p| p.syslog.export_deadline_seconds,
     action: Action::Plan(plan),
 };
 

@@ -54,6 +54,8 @@ pub struct CloudA {
     /// Defaults to false.
     pub include_metric_labels_as_dimensions: bool,
     pub timeout_seconds: f64,
+    /// One deadline for a whole export run (every request, retry and wait). Defaults to 60.
+    pub export_deadline_seconds: f64,
     pub max_retries: u32,
     pub retry_backoff_seconds: f64,
     pub stale_after_seconds: Option<f64>,
@@ -158,6 +160,7 @@ impl CloudA {
         let include_metric_labels_as_dimensions =
             r.bool_or("include_metric_labels_as_dimensions", false);
         let timeout_seconds = checks::timeout(r, 5.0, super::otlp::MAX_TIMEOUT_SECONDS);
+        let export_deadline_seconds = checks::export_deadline(r);
         let max_retries = checks::retries(r);
         let retry_backoff_seconds = checks::backoff(r);
         let stale_after_seconds = checks::stale(r);
@@ -184,6 +187,7 @@ impl CloudA {
             metadata,
             include_metric_labels_as_dimensions,
             timeout_seconds,
+            export_deadline_seconds,
             max_retries,
             retry_backoff_seconds,
             stale_after_seconds,

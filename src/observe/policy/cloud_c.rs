@@ -12,10 +12,6 @@ pub const MAX_DIMENSIONS: usize = 10;
 /// Namespace prefixes reserved by the platform.
 pub const RESERVED_PREFIXES: &[&str] = &["Microsoft.", "Azure."];
 
-/// Longest `export_deadline_seconds`: an hour (the longest timer interval that makes sense for
-/// a metrics export).
-pub const MAX_EXPORT_DEADLINE_SECONDS: f64 = 3600.0;
-
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CloudC {
     /// Defaults to false.
@@ -96,13 +92,7 @@ impl CloudC {
             );
         }
         let timeout_seconds = checks::timeout(r, 5.0, super::otlp::MAX_TIMEOUT_SECONDS);
-        let export_deadline_seconds = r.number_in(
-            "export_deadline_seconds",
-            60.0,
-            0.0,
-            true,
-            MAX_EXPORT_DEADLINE_SECONDS,
-        );
+        let export_deadline_seconds = checks::export_deadline(r);
         let max_retries = checks::retries(r);
         let retry_backoff_seconds = checks::backoff(r);
         let stale_after_seconds = checks::stale(r);

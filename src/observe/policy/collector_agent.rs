@@ -31,6 +31,8 @@ pub struct CollectorAgent {
     /// Local collector endpoint; path `/v1/metrics` when enabled. Defaults to null.
     pub endpoint: Option<String>,
     pub timeout_seconds: f64,
+    /// One deadline for a whole export run (every request, retry and wait). Defaults to 60.
+    pub export_deadline_seconds: f64,
     pub max_retries: u32,
     pub retry_backoff_seconds: f64,
     pub stale_after_seconds: Option<f64>,
@@ -96,6 +98,7 @@ impl CollectorAgent {
             handoff_mode,
             endpoint,
             timeout_seconds: common.timeout_seconds,
+            export_deadline_seconds: common.export_deadline_seconds,
             max_retries: common.max_retries,
             retry_backoff_seconds: common.retry_backoff_seconds,
             stale_after_seconds: common.stale_after_seconds,

@@ -27,6 +27,8 @@ pub struct Otlp {
     pub protocol: Protocol,
     /// Greater than 0, at most 60. Defaults to 5.
     pub timeout_seconds: f64,
+    /// One deadline for a whole export run (every request, retry and wait). Defaults to 60.
+    pub export_deadline_seconds: f64,
     /// Retries after the first attempt, 0 to 10. Defaults to 0.
     pub max_retries: u32,
     /// Defaults to 0.25.
@@ -60,6 +62,7 @@ impl Otlp {
             endpoint,
             protocol,
             timeout_seconds: common.timeout_seconds,
+            export_deadline_seconds: common.export_deadline_seconds,
             max_retries: common.max_retries,
             retry_backoff_seconds: common.retry_backoff_seconds,
             stale_after_seconds: common.stale_after_seconds,
@@ -72,6 +75,7 @@ impl Otlp {
 /// The timing, retry and size fields shared by `otlp`, `search_stack` and `collector_agent`.
 pub(crate) struct Common {
     pub timeout_seconds: f64,
+    pub export_deadline_seconds: f64,
     pub max_retries: u32,
     pub retry_backoff_seconds: f64,
     pub stale_after_seconds: Option<f64>,
@@ -82,6 +86,7 @@ impl Common {
     pub fn read(r: &mut ObjectReader<'_>) -> Common {
         Common {
             timeout_seconds: checks::timeout(r, 5.0, MAX_TIMEOUT_SECONDS),
+            export_deadline_seconds: checks::export_deadline(r),
             max_retries: checks::retries(r),
             retry_backoff_seconds: checks::backoff(r),
             stale_after_seconds: checks::stale(r),

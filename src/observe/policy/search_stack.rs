@@ -23,6 +23,8 @@ pub struct SearchStack {
     pub endpoint: Option<String>,
     /// Defaults to 5 (greater than 0, at most 60).
     pub timeout_seconds: f64,
+    /// One deadline for a whole export run (every request, retry and wait). Defaults to 60.
+    pub export_deadline_seconds: f64,
     pub max_retries: u32,
     pub retry_backoff_seconds: f64,
     pub stale_after_seconds: Option<f64>,
@@ -71,6 +73,7 @@ impl SearchStack {
             enabled,
             endpoint,
             timeout_seconds: common.timeout_seconds,
+            export_deadline_seconds: common.export_deadline_seconds,
             max_retries: common.max_retries,
             retry_backoff_seconds: common.retry_backoff_seconds,
             stale_after_seconds: common.stale_after_seconds,

@@ -20,6 +20,8 @@ pub struct SiemHec {
     /// Environment variable holding the collector token; required when enabled.
     pub token_env: Option<String>,
     pub timeout_seconds: f64,
+    /// One deadline for a whole export run (every request, retry and wait). Defaults to 60.
+    pub export_deadline_seconds: f64,
     pub max_retries: u32,
     pub retry_backoff_seconds: f64,
     pub stale_after_seconds: Option<f64>,
@@ -86,6 +88,7 @@ impl SiemHec {
             endpoint,
             token_env,
             timeout_seconds: common.timeout_seconds,
+            export_deadline_seconds: common.export_deadline_seconds,
             max_retries: common.max_retries,
             retry_backoff_seconds: common.retry_backoff_seconds,
             stale_after_seconds: common.stale_after_seconds,

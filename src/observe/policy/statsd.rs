@@ -29,6 +29,8 @@ pub struct Statsd {
     pub metric_prefix: Option<String>,
     /// Greater than 0, at most 60. Defaults to 1.
     pub timeout_seconds: f64,
+    /// One deadline for a whole export run (every request, retry and wait). Defaults to 60.
+    pub export_deadline_seconds: f64,
     pub max_retries: u32,
     pub retry_backoff_seconds: f64,
     pub stale_after_seconds: Option<f64>,
@@ -67,6 +69,7 @@ impl Statsd {
             }
         }
         let timeout_seconds = checks::timeout(r, 1.0, MAX_TIMEOUT_SECONDS);
+        let export_deadline_seconds = checks::export_deadline(r);
         let max_retries = checks::retries(r);
         let retry_backoff_seconds = checks::backoff(r);
         let stale_after_seconds = checks::stale(r);
@@ -80,6 +83,7 @@ impl Statsd {
             socket_path,
             metric_prefix,
             timeout_seconds,
+            export_deadline_seconds,
             max_retries,
             retry_backoff_seconds,
             stale_after_seconds,

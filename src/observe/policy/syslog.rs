@@ -73,6 +73,8 @@ pub struct Syslog {
     pub structured_data_id: String,
     /// Greater than 0, at most 60. Defaults to 1.
     pub timeout_seconds: f64,
+    /// One deadline for a whole export run (every request, retry and wait). Defaults to 60.
+    pub export_deadline_seconds: f64,
     pub max_retries: u32,
     pub retry_backoff_seconds: f64,
     pub stale_after_seconds: Option<f64>,
@@ -130,6 +132,7 @@ impl Syslog {
             );
         }
         let timeout_seconds = checks::timeout(r, 1.0, super::statsd::MAX_TIMEOUT_SECONDS);
+        let export_deadline_seconds = checks::export_deadline(r);
         let max_retries = checks::retries(r);
         let retry_backoff_seconds = checks::backoff(r);
         let stale_after_seconds = checks::stale(r);
@@ -154,6 +157,7 @@ impl Syslog {
             msgid,
             structured_data_id,
             timeout_seconds,
+            export_deadline_seconds,
             max_retries,
             retry_backoff_seconds,
             stale_after_seconds,
