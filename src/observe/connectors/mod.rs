@@ -48,7 +48,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::metrics::snapshot::Snapshot;
-use crate::observe::policy::{LoadError, Policy};
+use crate::observe::policy::{LoadError, Policy, PushSettings};
 use crate::observe::select::{self, Selection};
 use crate::observe::textfile::read_snapshot;
 
@@ -149,6 +149,11 @@ impl Limit {
             max,
         }
     }
+
+    /// The size bound of a block's shared settings.
+    pub fn of(block: &str, push: &PushSettings) -> Limit {
+        Limit::new(block, push.size_key, push.max_bytes)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -168,6 +173,11 @@ impl Retry {
             max_retries,
             backoff: Duration::from_secs_f64(retry_backoff_seconds.clamp(0.0, 60.0)),
         }
+    }
+
+    /// The retry policy of a block's shared settings.
+    pub fn of(push: &PushSettings) -> Retry {
+        Retry::new(push.max_retries, push.retry_backoff_seconds)
     }
 
     /// Attempts in total.
@@ -291,10 +301,9 @@ pub struct Connector {
     pub input: Input,
     /// The connector's own `enabled` switch (the top-level one is checked by the framework).
     pub enabled: fn(&Policy) -> bool,
-    /// The connector's `stale_after_seconds`.
-    pub stale_after: fn(&Policy) -> Option<f64>,
-    /// The connector's `export_deadline_seconds`.
-    pub export_deadline: fn(&Policy) -> f64,
+    /// The block's shared delivery settings (`stale_after_seconds`, `export_deadline_seconds`,
+    /// ...).
+    pub push: fn(&Policy) -> &PushSettings,
     pub action: Action,
 }
 
@@ -358,13 +367,14 @@ pub fn run_with_policy(
     if !(c.enabled)(policy) {
         return Ok(Outcome::Disabled(format!("{}.enabled=false", c.block)));
     }
-    let deadline = Deadline::start(c.block, (c.export_deadline)(policy));
+    let push = (c.push)(policy);
+    let deadline = Deadline::start(c.block, push.export_deadline_seconds);
     let prepared = match (c.input, &args.snapshot) {
         (Input::SnapshotAndPolicy, Some(path)) => Some(prepare(
             path,
             policy,
             c.block,
-            (c.stale_after)(policy),
+            push.stale_after_seconds,
             args.allow_stale,
         )?),
         (Input::SnapshotAndPolicy, None) => {
