@@ -301,7 +301,11 @@ impl<'a> ObjectReader<'a> {
                 None
             }
             None => {
-                self.problem(key, format!("must be an integer from {min} to {max}"));
+                let got = match v {
+                    Value::Number(_) => String::new(),
+                    other => format!(" (got {})", kind_of(other)),
+                };
+                self.problem(key, format!("must be an integer from {min} to {max}{got}"));
                 None
             }
         }
@@ -331,10 +335,14 @@ impl<'a> ObjectReader<'a> {
                 } else {
                     format!("from {min}")
                 };
+                let got = match v {
+                    Value::Number(_) => String::new(),
+                    other => format!(" (got {})", kind_of(other)),
+                };
                 let msg = if exclusive_min {
-                    format!("must be a number {low} and at most {max}")
+                    format!("must be a number {low} and at most {max}{got}")
                 } else {
-                    format!("must be a number {low} to {max}")
+                    format!("must be a number {low} to {max}{got}")
                 };
                 self.problem(key, msg);
                 None
@@ -447,20 +455,89 @@ impl<'a> ObjectReader<'a> {
         self.map.map(|m| m.keys().collect()).unwrap_or_default()
     }
 
-    /// Reports every key that no getter asked for.
+    /// Reports every key that no getter asked for, with the nearest known key when one is
+    /// close enough to be a typo of it.
     pub fn finish(self) {
         let Some(map) = self.map else { return };
         for key in map.keys() {
             if !self.known.iter().any(|k| k == key) {
-                self.problems.push(join(&self.path, key), "unknown field");
+                let message = match nearest(key, &self.known) {
+                    Some(k) => format!("unknown field; did you mean {k}?"),
+                    None => "unknown field".to_string(),
+                };
+                self.problems.push(join(&self.path, key), message);
             }
         }
+    }
+}
+
+/// The known key closest to `key` by edit distance, when at most 2 edits (and fewer than a
+/// third of the key) apart: a typo, not a different word.
+fn nearest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
+    // Long keys are not typos worth the quadratic distance (and may be hostile input).
+    if key.len() > 64 {
+        return None;
+    }
+    known
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, _)| *d <= 2 && *d * 3 <= key.len())
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance over bytes (keys are ASCII names).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = substitute.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// What a JSON value is, for "got a string" in a type problem.
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typo_names_the_nearest_field_and_a_wrong_type_is_named() {
+        let got = read(
+            r#"{"batch_sise": 5, "fetch_expiry_ms": "10", "colour": 1}"#,
+            |r| {
+                r.int_in("batch_size", 1, 1, 10);
+                r.number_in("fetch_expiry_ms", 1.0, 0.0, true, 9.0);
+                r.bool_or("color_mode", false);
+            },
+        );
+        assert_eq!(
+            got,
+            [
+                "fetch_expiry_ms: must be a number greater than 0 and at most 9 (got a string)",
+                "batch_sise: unknown field; did you mean batch_size?",
+                "colour: unknown field",
+            ]
+        );
+        assert_eq!(edit_distance("batch_sise", "batch_size"), 1);
+        assert_eq!(nearest("zz", &["ok"]), None);
+    }
 
     fn read(text: &str, f: impl FnOnce(&mut ObjectReader)) -> Vec<String> {
         let v = parse_json(text).unwrap();
@@ -505,7 +582,7 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                "a: must be an integer from 0 to 10",
+                "a: must be an integer from 0 to 10 (got a string)",
                 "b: must be an integer from 0 to 5",
                 "c: must be a string",
                 "n.deep: must be a string",

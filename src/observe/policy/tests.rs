@@ -297,11 +297,16 @@ fn scrape_rules() {
         );
     }
     for port in ["0", "65536", "-1", "80.5", "\"80\""] {
+        let got = if port.starts_with('"') {
+            " (got a string)"
+        } else {
+            ""
+        };
         assert_eq!(
             one(&format!(
                 r#""scrape": {{"http_endpoint": {{"port": {port}}}}}"#
             )),
-            "scrape.http_endpoint.port: must be an integer from 1 to 65535"
+            format!("scrape.http_endpoint.port: must be an integer from 1 to 65535{got}")
         );
     }
     assert_eq!(

@@ -1,0 +1,116 @@
+//! The hand-written help texts of `svc`: the global one and one per command, so
+//! `svc <command> --help` answers the question about that command only.
+
+pub const HELP: &str = "\
+svc - message-delivery runner: JetStream pull consumer -> one sink, commit first, ACK last
+
+USAGE:
+    svc validate <config_file>    check the configuration (no network access)
+    svc run <config_file>         deliver until SIGTERM/SIGINT (SIGUSR1 logs a pipeline dump)
+    svc test-sink <config_file>   initialize the configured sink and prove it is usable
+    svc init-db <config_file> [--print]
+                                  create the relational sink's tables (every relational_db
+                                  sink, fan-out children included); --print only prints the DDL
+    svc decrypt <config_file> <record_file | ->
+                                  print the plaintext payload of each stored record (file
+                                  record, object-store object, relational row as JSON; one per
+                                  line in JSON lines); any configured key, rotated ones included
+    svc verify-custody <config_file> <record_file>...
+                                  recompute each record's custody digest and report it intact
+                                  or altered (exit 1 when any is altered or unverifiable)
+
+    svc <command> --help          the command's own help
+
+OPTIONS:
+    -h, --help       print this help
+    -V, --version    print the version
+
+EXIT CODES:
+    0  success (run: clean stop after a signal)
+    1  runtime failure (broker, sink, test-sink verdict)
+    2  invalid configuration or usage
+
+Configuration reference: docs/configuration.md
+";
+
+/// Every command, in the order the help lists them.
+pub const COMMANDS: &[&str] = &[
+    "validate",
+    "run",
+    "test-sink",
+    "init-db",
+    "decrypt",
+    "verify-custody",
+];
+
+const VALIDATE: &str = "\
+Usage: svc validate <config_file>
+
+Checks the configuration without touching the network: every problem is reported at once,
+each with its field path (an unknown field names the nearest known one). On success prints
+`Configuration is valid.`, the active sink, the ACK policy and a one-paragraph summary:
+stream, consumer and subject, sink (and fan-out children), protections, dead-letter queue,
+metrics snapshot.
+
+Exit codes: 0 valid, 2 invalid or unreadable.
+";
+
+const RUN: &str = "\
+Usage: svc run <config_file>
+
+Delivers messages from the configured stream's durable pull consumer to the sink: each batch
+is committed durably first and acknowledged after. Runs until SIGTERM or SIGINT (in-flight
+batches finish; nothing is acknowledged early); SIGUSR1 logs a pipeline dump.
+
+Exit codes: 0 clean stop after a signal, 1 runtime failure (broker, sink), 2 invalid
+configuration. A failure is printed once, through the configured log format.
+";
+
+const TEST_SINK: &str = "\
+Usage: svc test-sink <config_file>
+
+Initializes the configured sink and proves it is usable (writes and removes a probe where the
+sink allows it). Prints `Sink <type> is usable: ...` or `Sink <type> is NOT usable: ...`.
+
+Exit codes: 0 usable, 1 not usable, 2 invalid configuration.
+";
+
+const INIT_DB: &str = "\
+Usage: svc init-db <config_file> [--print]
+
+Creates the tables of every relational_db sink of the configuration (fan-out children
+included). --print only prints the DDL, connecting to nothing.
+
+Exit codes: 0 ready, 1 a database refused, 2 invalid configuration or no relational_db sink.
+";
+
+const DECRYPT: &str = "\
+Usage: svc decrypt <config_file> <record_file | ->
+
+Prints the plaintext payload of each stored record (a file-sink record, an object-store
+object, a relational row as JSON; one per line in JSON lines) with any configured key,
+rotated ones included. `-` reads standard input.
+
+Exit codes: 0 every record decrypted, 1 a record could not be, 2 invalid configuration.
+";
+
+const VERIFY_CUSTODY: &str = "\
+Usage: svc verify-custody <config_file> <record_file>...
+
+Recomputes each record's custody digest and reports it intact or ALTERED.
+
+Exit codes: 0 every record intact, 1 any altered or unverifiable, 2 invalid configuration.
+";
+
+/// The help of `command`, the global help for an unknown one.
+pub fn of(command: Option<&str>) -> &'static str {
+    match command {
+        Some("validate") => VALIDATE,
+        Some("run") => RUN,
+        Some("test-sink") => TEST_SINK,
+        Some("init-db") => INIT_DB,
+        Some("decrypt") => DECRYPT,
+        Some("verify-custody") => VERIFY_CUSTODY,
+        _ => HELP,
+    }
+}
