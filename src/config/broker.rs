@@ -240,7 +240,7 @@ fn is_broker_name(s: &str) -> bool {
 }
 
 fn read_nats_auth(mut a: ObjectReader<'_>) -> NatsAuth {
-    #[derive(Clone, Copy)]
+    #[derive(Clone, Copy, PartialEq)]
     enum Mode {
         None,
         UserPassword,

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::effective::{self, Node};
 use super::grammar::is_header_name;
 use crate::text::peer::PeerText;
 
@@ -173,6 +174,8 @@ pub struct ObjectReader<'a> {
     path: String,
     map: Option<&'a Map<String, Value>>,
     known: Vec<&'static str>,
+    /// Keys `has` found absent: their absence has a meaning, so no default is recorded.
+    absent_checked: Vec<&'static str>,
     problems: &'a Problems,
 }
 
@@ -184,6 +187,11 @@ impl<'a> ObjectReader<'a> {
 
     /// Reader over `value` found at `path`.
     pub fn at(path: String, value: &'a Value, problems: &'a Problems) -> Self {
+        if effective::recording() && value.is_object() {
+            // Filled field by field by this reader, in its reading order (the parsed
+            // document's own key order is alphabetical, and would differ on a second pass).
+            effective::record(&path, Node::Object(Vec::new()));
+        }
         let map = match value {
             Value::Object(m) => Some(m),
             _ => {
@@ -195,7 +203,20 @@ impl<'a> ObjectReader<'a> {
             path,
             map,
             known: Vec::new(),
+            absent_checked: Vec::new(),
             problems,
+        }
+    }
+
+    /// Records the default a getter used for an absent field (see [`effective`]).
+    fn record_default(&self, key: &'static str, default: Value) {
+        if effective::recording() {
+            let v = if self.absent_checked.contains(&key) {
+                Value::Null
+            } else {
+                default
+            };
+            effective::record(&self.path_of(key), Node::Leaf(v));
         }
     }
 
@@ -220,16 +241,25 @@ impl<'a> ObjectReader<'a> {
 
     /// True when the key is present with a non-null value.
     pub fn has(&mut self, key: &'static str) -> bool {
-        self.raw(key).is_some()
+        let present = self.raw(key).is_some();
+        if !present {
+            self.absent_checked.push(key);
+        }
+        present
     }
 
     /// The raw value of a key; `null` counts as absent (the spec's null defaults).
     pub fn raw(&mut self, key: &'static str) -> Option<&'a Value> {
         self.known.push(key);
-        match self.map?.get(key) {
+        let v = match self.map.and_then(|m| m.get(key)) {
             None | Some(Value::Null) => None,
             Some(v) => Some(v),
+        };
+        if effective::recording() {
+            let recorded = v.cloned().unwrap_or(Value::Null);
+            effective::record(&self.path_of(key), Node::Leaf(recorded));
         }
+        v
     }
 
     /// An optional string.
@@ -255,7 +285,10 @@ impl<'a> ObjectReader<'a> {
 
     /// A string with a default.
     pub fn string_or(&mut self, key: &'static str, default: &str) -> String {
-        self.opt_string(key).unwrap_or_else(|| default.to_string())
+        self.opt_string(key).unwrap_or_else(|| {
+            self.record_default(key, Value::from(default));
+            default.to_string()
+        })
     }
 
     /// A message header name at `key` (`default` when absent); anything else is a problem.
@@ -282,7 +315,10 @@ impl<'a> ObjectReader<'a> {
 
     pub fn bool_or(&mut self, key: &'static str, default: bool) -> bool {
         match self.raw(key) {
-            None => default,
+            None => {
+                self.record_default(key, Value::Bool(default));
+                default
+            }
             Some(Value::Bool(b)) => *b,
             Some(_) => {
                 self.problem(key, "must be true or false");
@@ -313,7 +349,10 @@ impl<'a> ObjectReader<'a> {
 
     /// An integer within `min..=max` with a default.
     pub fn int_in(&mut self, key: &'static str, default: i64, min: i64, max: i64) -> i64 {
-        self.opt_int_in(key, min, max).unwrap_or(default)
+        self.opt_int_in(key, min, max).unwrap_or_else(|| {
+            self.record_default(key, Value::from(default));
+            default
+        })
     }
 
     /// An optional number within `min..=max` (`exclusive_min` makes the lower bound open).
@@ -359,17 +398,23 @@ impl<'a> ObjectReader<'a> {
         max: f64,
     ) -> f64 {
         self.opt_number_in(key, min, exclusive_min, max)
-            .unwrap_or(default)
+            .unwrap_or_else(|| {
+                self.record_default(key, Value::from(default));
+                default
+            })
     }
 
     /// One of a fixed set of string values.
-    pub fn one_of<T: Copy>(
+    pub fn one_of<T: Copy + PartialEq>(
         &mut self,
         key: &'static str,
         default: T,
         choices: &[(&'static str, T)],
     ) -> T {
         let Some(s) = self.opt_string(key) else {
+            if let Some((name, _)) = choices.iter().find(|(_, v)| *v == default) {
+                self.record_default(key, Value::from(*name));
+            }
             return default;
         };
         match choices.iter().find(|(name, _)| *name == s) {
@@ -385,6 +430,7 @@ impl<'a> ObjectReader<'a> {
     /// An array of strings (absent = empty).
     pub fn string_list(&mut self, key: &'static str) -> Vec<String> {
         let Some(v) = self.raw(key) else {
+            self.record_default(key, Value::Array(Vec::new()));
             return Vec::new();
         };
         let Value::Array(items) = v else {
@@ -406,6 +452,7 @@ impl<'a> ObjectReader<'a> {
     /// An object of string to string (absent = empty).
     pub fn string_map(&mut self, key: &'static str) -> BTreeMap<String, String> {
         let Some(v) = self.raw(key) else {
+            self.record_default(key, Value::Object(Map::new()));
             return BTreeMap::new();
         };
         let Value::Object(m) = v else {
@@ -429,7 +476,10 @@ impl<'a> ObjectReader<'a> {
     /// A nested object; absent gives `None`.
     pub fn object(&mut self, key: &'static str) -> Option<ObjectReader<'a>> {
         let path = self.path_of(key);
-        let v = self.raw(key)?;
+        let Some(v) = self.raw(key) else {
+            effective::record_absent_object(&path);
+            return None;
+        };
         Some(ObjectReader::at(path, v, self.problems))
     }
 
@@ -437,12 +487,17 @@ impl<'a> ObjectReader<'a> {
     pub fn objects(&mut self, key: &'static str) -> Vec<ObjectReader<'a>> {
         let path = self.path_of(key);
         let Some(v) = self.raw(key) else {
+            self.record_default(key, Value::Array(Vec::new()));
             return Vec::new();
         };
         let Value::Array(items) = v else {
             self.problem(key, "must be an array of objects");
             return Vec::new();
         };
+        if effective::recording() {
+            let empty = items.iter().map(|_| Node::Object(Vec::new())).collect();
+            effective::record(&path, Node::Array(empty));
+        }
         items
             .iter()
             .enumerate()

@@ -6,6 +6,9 @@ svc - message-delivery runner: JetStream pull consumer -> one sink, commit first
 
 USAGE:
     svc validate <config_file>    check the configuration (no network access)
+    svc show-effective-config <config_file>
+                                  print the whole configuration with every default filled
+                                  in (validated first; the output is itself a valid config)
     svc run <config_file>         deliver until SIGTERM/SIGINT (SIGUSR1 logs a pipeline dump)
     svc test-sink <config_file>   initialize the configured sink and prove it is usable
     svc init-db <config_file> [--print]
@@ -36,6 +39,7 @@ Configuration reference: docs/configuration.md
 /// Every command, in the order the help lists them.
 pub const COMMANDS: &[&str] = &[
     "validate",
+    "show-effective-config",
     "run",
     "test-sink",
     "init-db",
@@ -53,6 +57,19 @@ stream, consumer and subject, sink (and fan-out children), protections, dead-let
 metrics snapshot.
 
 Exit codes: 0 valid, 2 invalid or unreadable.
+";
+
+const SHOW_EFFECTIVE_CONFIG: &str = "\
+Usage: svc show-effective-config <config_file>
+
+Validates the configuration (the same problems and exit code as `svc validate`), then prints
+it as JSON with every default filled in, the sink's and every fan-out child's included, in the
+order of docs/configuration.md. A field whose absence has its own meaning (for example
+nats.tls_required, decided by the URLs when left out) is shown as null. Names of environment
+variables and key files are shown as written; no value is read from the environment or a file.
+The output is itself a valid configuration, and reads back to the same output.
+
+Exit codes: 0 printed, 2 invalid or unreadable.
 ";
 
 const RUN: &str = "\
@@ -106,6 +123,7 @@ Exit codes: 0 every record intact, 1 any altered or unverifiable, 2 invalid conf
 pub fn of(command: Option<&str>) -> &'static str {
     match command {
         Some("validate") => VALIDATE,
+        Some("show-effective-config") => SHOW_EFFECTIVE_CONFIG,
         Some("run") => RUN,
         Some("test-sink") => TEST_SINK,
         Some("init-db") => INIT_DB,

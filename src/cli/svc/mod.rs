@@ -17,6 +17,8 @@ use crate::config::{LoadError, RuntimeConfig};
 #[derive(Debug, PartialEq, Eq)]
 pub enum Command {
     Validate(PathBuf),
+    /// `show-effective-config`: the whole configuration with every default filled in.
+    ShowEffectiveConfig(PathBuf),
     Run(PathBuf),
     TestSink(PathBuf),
     /// `init-db`: create (or, with `--print`, print) the relational tables.
@@ -72,6 +74,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
     };
     match command.as_str() {
         "validate" => Ok(Command::Validate(need_file()?)),
+        "show-effective-config" => Ok(Command::ShowEffectiveConfig(need_file()?)),
         "run" => Ok(Command::Run(need_file()?)),
         "test-sink" => Ok(Command::TestSink(need_file()?)),
         "init-db" => Ok(Command::InitDb {
@@ -135,6 +138,17 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             }
             Err(code) => code,
         },
+        Command::ShowEffectiveConfig(path) => {
+            match crate::document::reader::load_document(&path, "", crate::config::effective_json) {
+                Ok(json) => {
+                    if let Err(e) = output::print(format_args!("{json}")) {
+                        return output::write_failed(&e);
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => report(e),
+            }
+        }
         Command::TestSink(path) => {
             let cfg = match load(&path) {
                 Ok(c) => c,
@@ -239,20 +253,23 @@ fn init_db(sink: &crate::sink::SinkConfig, print_only: bool) -> ExitCode {
 
 /// Loads the config, printing every problem on failure.
 fn load(path: &std::path::Path) -> Result<RuntimeConfig, ExitCode> {
-    RuntimeConfig::load(path).map_err(|e| {
-        match e {
-            LoadError::Read { .. } => eprintln!("svc: {e}"),
-            LoadError::Invalid(inv) => {
-                let n = inv.0.len();
-                let s = if n == 1 { "" } else { "s" };
-                eprintln!("Configuration is invalid ({n} problem{s}):");
-                for p in &inv.0 {
-                    eprintln!("  {p}");
-                }
+    RuntimeConfig::load(path).map_err(report)
+}
+
+/// Prints why a config could not be loaded, as `validate` does; exit code 2.
+fn report(e: LoadError) -> ExitCode {
+    match e {
+        LoadError::Read { .. } => eprintln!("svc: {e}"),
+        LoadError::Invalid(inv) => {
+            let n = inv.0.len();
+            let s = if n == 1 { "" } else { "s" };
+            eprintln!("Configuration is invalid ({n} problem{s}):");
+            for p in &inv.0 {
+                eprintln!("  {p}");
             }
         }
-        ExitCode::from(2)
-    })
+    }
+    ExitCode::from(2)
 }
 
 #[cfg(test)]
@@ -298,8 +315,8 @@ mod tests {
         assert_eq!(p(&["-V"]), Ok(Command::Version));
         assert_eq!(
             p(&[]).unwrap_err(),
-            "missing command: one of validate, run, test-sink, init-db, decrypt, verify-custody \
-             (svc --help describes them)"
+            "missing command: one of validate, show-effective-config, run, test-sink, init-db, \
+             decrypt, verify-custody (svc --help describes them)"
         );
         assert!(p(&["run"]).unwrap_err().contains("missing <config_file>"));
         assert!(p(&["fly", "x"]).unwrap_err().contains("unknown command"));
