@@ -1,7 +1,9 @@
-//! Operator-facing behaviour of `svc` a newcomer meets first: each command's own help, the
-//! command list, configuration problems that point at the fix, the `validate` summary, and a
-//! broker failure that names the server and is printed once. No broker is started: the
-//! connect test aims at a closed loopback port.
+//! The operator commands of `svc` and what a newcomer meets first: each command's own help,
+//! the command list, configuration problems that point at the fix, the `validate` summary, a
+//! broker failure that names the server and is printed once, `show-effective-config`'s round
+//! trip, and `inspect` against a real nats-server (one per test, from `util`).
+
+#![allow(deprecated)] // the nats crate marks every JetStream item deprecated
 
 mod util;
 
@@ -12,6 +14,7 @@ const COMMANDS: &[&str] = &[
     "validate",
     "show-effective-config",
     "run",
+    "inspect",
     "test-sink",
     "init-db",
     "decrypt",
@@ -265,4 +268,216 @@ fn show_effective_config_fills_every_default_and_validates_first() {
     let shown = svc(&["show-effective-config", bad.to_str().unwrap()]);
     let validated = svc(&["validate", bad.to_str().unwrap()]);
     assert_eq!(shown, (2, String::new(), validated.2));
+}
+
+const HMAC_ENV: &str = "INSPECT_TEST_HMAC";
+
+/// A stream of 6 messages (sequence 1 to 6), a durable consumer nobody reads, and a config
+/// with a fan-out sink routing `orders.eu.>` to `eu` only, and authenticity required on
+/// `orders.signed.>`.
+fn inspect_setup(dir: &std::path::Path) -> (NatsServer, std::path::PathBuf) {
+    let server = NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer(
+        "ORDERS",
+        "svc",
+        "orders.>",
+        std::time::Duration::from_secs(30),
+    );
+    let secret = "Bearer inspect-secret-value-123";
+    for (subject, prio) in [
+        ("orders.eu.created", "high"),
+        ("orders.us.created", "low"),
+        ("orders.eu.paid", "high"),
+        ("orders.us.paid", "normal"),
+        ("orders.signed.x", "normal"),
+        ("orders.eu.closed", "low"),
+    ] {
+        server.publish_with_headers(
+            subject,
+            &[
+                ("Svc-Priority", prio),
+                ("Authorization", secret),
+                ("X-Trace", "t-1"),
+            ],
+            format!("{{\"subject\": \"{subject}\"}}").as_bytes(),
+        );
+    }
+    let cfg = json!({
+        "nats": {"url": server.url(), "stream": "ORDERS", "consumer": "svc", "subject": "orders.>"},
+        "sink": {"type": "fanout",
+                 "sinks": {"eu": {"type": "file", "directory": dir.join("eu")},
+                           "all": {"type": "file", "directory": dir.join("all")}},
+                 "routing": {"enabled": true, "unmatched": "all_required",
+                             "target_sink_types": {"eu": "file", "all": "file"},
+                             "routes": [{"name": "eu", "match": {"subject": "orders.eu.>"},
+                                         "targets": ["eu"]}]}},
+        "authenticity": {"enabled": true,
+                         "keys": [{"key_id": "h1", "secret_env": HMAC_ENV}],
+                         "rules": [{"subject": "orders.signed.>", "required": true}]}
+    });
+    let path = write_config(dir, "c.json", &cfg);
+    (server, path)
+}
+
+/// `svc inspect` with the test's HMAC key in the environment.
+fn inspect(args: &[&str]) -> (i32, String, String) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("inspect")
+        .args(args)
+        .env(HMAC_ENV, "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn jsonl(out: &str) -> Vec<serde_json::Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+fn sequences(lines: &[serde_json::Value]) -> Vec<u64> {
+    lines
+        .iter()
+        .map(|v| v["stream_sequence"].as_u64().unwrap())
+        .collect()
+}
+
+/// Waits until the stream holds exactly `n` consumers.
+fn wait_consumers(server: &NatsServer, n: usize, within: std::time::Duration) {
+    wait_until(within, &format!("{n} consumer(s) on ORDERS"), || {
+        server
+            .js()
+            .stream_info("ORDERS")
+            .map(|i| i.state.consumer_count == n)
+            .unwrap_or(false)
+    });
+}
+
+#[test]
+fn inspect_shows_what_the_runner_would_make_of_each_message_and_touches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, cfg) = inspect_setup(dir.path());
+    let cfg = cfg.to_str().unwrap();
+    let durable_before = server.consumer_state("ORDERS", "svc");
+
+    let (code, out, err) = inspect(&[cfg, "--last", "3", "--format", "jsonl"]);
+    assert_eq!(code, 0, "{err}");
+    let lines = jsonl(&out);
+    assert_eq!(sequences(&lines), [4, 5, 6]);
+    let first = &lines[0];
+    assert_eq!(first["subject"], "orders.us.paid");
+    assert_eq!(first["payload_format"], "json");
+    assert_eq!(first["metadata"]["priority"], "normal");
+    assert_eq!(
+        first["fanout"],
+        json!(["all", "eu"]),
+        "unmatched: every child"
+    );
+    assert_eq!(lines[2]["fanout"], json!(["eu"]));
+    assert_eq!(first["authenticity"], "unsigned (not required)");
+    assert!(
+        lines[1]["authenticity"]
+            .as_str()
+            .unwrap()
+            .starts_with("rejected: authenticity: the subject requires a signature"),
+        "{}",
+        lines[1]
+    );
+    assert!(first["time"].as_str().unwrap().ends_with('Z'), "{first}");
+    assert!(
+        first.get("payload").is_none(),
+        "payloads only with --payload"
+    );
+    assert!(first["headers"]
+        .as_array()
+        .unwrap()
+        .contains(&json!(["Authorization", "<redacted>"])));
+    assert!(first["headers"]
+        .as_array()
+        .unwrap()
+        .contains(&json!(["X-Trace", "t-1"])));
+    assert!(!out.contains("inspect-secret-value"), "{out}");
+
+    // Other starts, a narrower subject, payloads, the text format.
+    let (_, out, _) = inspect(&[cfg, "--start-seq", "2", "--max", "2", "--format", "jsonl"]);
+    assert_eq!(sequences(&jsonl(&out)), [2, 3]);
+    let (_, out, _) = inspect(&[
+        cfg,
+        "--since",
+        "2000-01-01T00:00:00Z",
+        "--max",
+        "50",
+        "--subject",
+        "orders.eu.>",
+        "--format",
+        "jsonl",
+        "--payload",
+    ]);
+    let eu = jsonl(&out);
+    assert_eq!(sequences(&eu), [1, 3, 6]);
+    assert_eq!(eu[0]["payload"], "{\"subject\": \"orders.eu.created\"}");
+    let (code, out, _) = inspect(&[cfg, "--subject", "payments.>"]);
+    assert_eq!(code, 2, "{out}");
+    let (code, out, err) = inspect(&[cfg, "--last", "2"]);
+    assert_eq!(code, 0, "{err}");
+    let text: Vec<&str> = out.lines().collect();
+    assert_eq!(text.len(), 3, "{out}");
+    assert!(
+        text[0].starts_with("#5 ") && text[0].contains(" orders.signed.x "),
+        "{out}"
+    );
+    assert!(
+        text[1].contains(" high/unclassified [] ") || text[1].contains(" low/unclassified [] "),
+        "{out}"
+    );
+    assert!(
+        text[1].contains("fanout=eu") && text[1].contains("Authorization=<redacted>"),
+        "{out}"
+    );
+    assert_eq!(text[2], "(2 messages read)");
+
+    // Nothing acknowledged, the durable untouched, no consumer left behind.
+    assert_eq!(server.consumer_state("ORDERS", "svc"), durable_before);
+    wait_consumers(&server, 1, std::time::Duration::from_secs(10));
+}
+
+/// A killed `svc inspect` leaves no consumer behind: the broker drops it once nobody listens.
+#[test]
+fn a_killed_inspect_leaves_no_consumer_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, cfg) = inspect_setup(dir.path());
+    // Enough output to fill the pipe nobody reads: the process blocks alive with its consumer.
+    let big = "x".repeat(2000);
+    let js = server.js();
+    for _ in 0..200 {
+        js.publish("orders.eu.bulk", big.as_bytes()).unwrap();
+    }
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args([
+            "inspect",
+            cfg.to_str().unwrap(),
+            "--start-seq",
+            "1",
+            "--max",
+            "10000",
+        ])
+        .args(["--payload", "--timeout", "60"])
+        .env(HMAC_ENV, "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_consumers(&server, 2, std::time::Duration::from_secs(10));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = std::time::Instant::now();
+    // 5 s of inactivity, plus the broker's sweep.
+    wait_consumers(&server, 1, std::time::Duration::from_secs(30));
+    eprintln!("consumer gone {:?} after the kill", killed.elapsed());
 }

@@ -11,6 +11,7 @@
 pub mod advisory;
 pub mod consumer_watch;
 pub mod dead_letter;
+pub mod inspect;
 pub mod probe;
 
 use std::fmt;

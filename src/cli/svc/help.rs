@@ -10,6 +10,10 @@ USAGE:
                                   print the whole configuration with every default filled
                                   in (validated first; the output is itself a valid config)
     svc run <config_file>         deliver until SIGTERM/SIGINT (SIGUSR1 logs a pipeline dump)
+    svc inspect <config_file> [--last N | --start-seq S | --since TIME] [--subject S]
+                [--max N] [--timeout SECONDS] [--format text|jsonl] [--payload]
+                                  read-only look at the configured stream: what the runner
+                                  would make of each message; never acknowledges
     svc test-sink <config_file>   initialize the configured sink and prove it is usable
     svc init-db <config_file> [--print]
                                   create the relational sink's tables (every relational_db
@@ -41,6 +45,7 @@ pub const COMMANDS: &[&str] = &[
     "validate",
     "show-effective-config",
     "run",
+    "inspect",
     "test-sink",
     "init-db",
     "decrypt",
@@ -81,6 +86,30 @@ batches finish; nothing is acknowledged early); SIGUSR1 logs a pipeline dump.
 
 Exit codes: 0 clean stop after a signal, 1 runtime failure (broker, sink), 2 invalid
 configuration. A failure is printed once, through the configured log format.
+";
+
+const INSPECT: &str = "\
+Usage: svc inspect <config_file> [--last N | --start-seq S | --since TIME] [--subject S]
+                   [--max N] [--timeout SECONDS] [--format text|jsonl] [--payload]
+
+Reads messages of the configured stream through an ephemeral consumer of its own (no
+acknowledgement, one delivery each, in stream order): the durable consumer is never touched,
+nothing is acknowledged, and the consumer is deleted at the end (the broker drops it after 5 s
+without interest if the process is killed). Shows per message: stream sequence, time, subject,
+size, headers (values of secret-looking names as <redacted>), what the runner would make of it:
+payload format, priority, classification and labels, the authenticity verdict when configured,
+the fan-out children it would be routed to. Payloads only with --payload; never decrypts.
+
+  --last N          the last N messages of the stream (those the filter matches); default 10
+  --start-seq S     from stream sequence S
+  --since TIME      from the first message stored at or after TIME (RFC 3339)
+  --subject S       narrow the configured subject (must lie within it)
+  --max N           at most N messages (1 to 10000); default 100 (--last N: N)
+  --timeout SECONDS stop when nothing arrives for this long (1 to 300); default 5
+  --format F        text (one line per message, the default) or jsonl
+  --payload         include payloads (UTF-8 as text, anything else base64 in jsonl)
+
+Exit codes: 0 read, 1 broker failure, 2 invalid configuration, options or a missing key.
 ";
 
 const TEST_SINK: &str = "\
@@ -125,6 +154,7 @@ pub fn of(command: Option<&str>) -> &'static str {
         Some("validate") => VALIDATE,
         Some("show-effective-config") => SHOW_EFFECTIVE_CONFIG,
         Some("run") => RUN,
+        Some("inspect") => INSPECT,
         Some("test-sink") => TEST_SINK,
         Some("init-db") => INIT_DB,
         Some("decrypt") => DECRYPT,

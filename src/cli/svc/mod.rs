@@ -2,6 +2,7 @@
 //! running live here; the help texts in [`help`], the `validate` summary in [`summary`].
 
 mod help;
+mod inspect;
 mod summary;
 
 pub use help::{COMMANDS, HELP};
@@ -36,6 +37,8 @@ pub enum Command {
         path: PathBuf,
         records: Vec<PathBuf>,
     },
+    /// `inspect`: a read-only look at the stream.
+    Inspect(inspect::Options),
     /// The global help or one command's.
     Help(&'static str),
     Version,
@@ -55,7 +58,17 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
             Short('h') | Long("help") => return Ok(Command::Help(help::of(command.as_deref()))),
             Long("print") if command.as_deref() == Some("init-db") => print_only = true,
             Short('V') | Long("version") => return Ok(Command::Version),
-            Value(v) if command.is_none() => command = Some(v.string()?),
+            Value(v) if command.is_none() => {
+                let name = v.string()?;
+                if name == "inspect" {
+                    // Its options are its own: the parser is handed on.
+                    return Ok(match inspect::parse(&mut parser)? {
+                        Some(o) => Command::Inspect(o),
+                        None => Command::Help(help::of(Some("inspect"))),
+                    });
+                }
+                command = Some(name)
+            }
             Value(v) if file.is_none() => file = Some(PathBuf::from(v)),
             Value(v) if takes_records => records.push(PathBuf::from(v)),
             _ => return Err(arg.unexpected()),
@@ -135,6 +148,13 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
                 say!("");
                 say!("{}", summary::paragraph(&cfg));
                 ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Command::Inspect(opts) => match load(&opts.config) {
+            Ok(cfg) => {
+                super::logging::init_from(&cfg.logging);
+                inspect::run(&cfg, &opts)
             }
             Err(code) => code,
         },
@@ -315,8 +335,8 @@ mod tests {
         assert_eq!(p(&["-V"]), Ok(Command::Version));
         assert_eq!(
             p(&[]).unwrap_err(),
-            "missing command: one of validate, show-effective-config, run, test-sink, init-db, \
-             decrypt, verify-custody (svc --help describes them)"
+            "missing command: one of validate, show-effective-config, run, inspect, test-sink, \
+             init-db, decrypt, verify-custody (svc --help describes them)"
         );
         assert!(p(&["run"]).unwrap_err().contains("missing <config_file>"));
         assert!(p(&["fly", "x"]).unwrap_err().contains("unknown command"));
