@@ -12,6 +12,14 @@ use svc::message::labels::SecurityLabelsConfig;
 use svc::message::metadata::MessageMetadataConfig;
 
 fn main() {
+    // Under `cargo test` this runs unoptimized as a smoke pass: its ratios and rates are not
+    // measurements, and printed bare they contradict the published figures.
+    if cfg!(debug_assertions) || !std::env::args().any(|a| a == "--bench") {
+        println!(
+            "== SMOKE PASS, NOT A MEASUREMENT (debug build or no --bench): the figures below \
+             only prove the bench runs; measure with `cargo bench --bench labels_resolve`"
+        );
+    }
     // `cargo test --all-targets` runs this unoptimized as a smoke test: keep it short there.
     let n = if cfg!(debug_assertions) {
         2_000

@@ -15,9 +15,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== building (release)"
-cargo build --release --quiet --bin svc --bin svc-observe
-cargo bench --quiet --bench jsctl --no-run 2>/dev/null
+# The first release build takes about ten minutes on two cores: cargo's progress stays visible.
+echo "== building (release; the first build takes about ten minutes on two cores)"
+cargo build --release --bin svc --bin svc-observe
+cargo bench --bench jsctl --no-run
 jsctl() { cargo bench --quiet --bench jsctl -- "$@" 2>/dev/null; }
 
 echo "== starting a throwaway nats-server -js on 127.0.0.1:$port (store: $work/nats)"

@@ -20,7 +20,10 @@ fn validate_prints_the_three_lines() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         out,
-        "Configuration is valid.\nActive sink: file\nACK policy: commit-then-acknowledge\n"
+        "Configuration is valid.\nActive sink: file\nACK policy: commit-then-acknowledge\n\n\
+         Consumes stream ORDERS through durable consumer svc filtered on orders.>; the \
+         consumer must already exist. Writes to a file sink. Protections: none. No dead-letter queue (permanent \
+         failures are left to the broker's limits). No metrics snapshot.\n"
     );
     assert!(
         !dir.path().join("out").exists(),
@@ -93,7 +96,7 @@ fn usage_errors_help_and_version() {
     assert!(out.contains("svc validate <config_file>") && out.contains("EXIT CODES"));
     let (code, out, _) = svc(&["run", "--help"]);
     assert_eq!(code, 0);
-    assert!(out.starts_with("svc - "));
+    assert!(out.starts_with("Usage: svc run <config_file>"), "{out}");
     let (code, out, _) = svc(&["--version"]);
     assert_eq!(
         (code, out.trim()),

@@ -286,3 +286,209 @@ fn cloud_c_export_ends_at_its_deadline() {
     assert!(rx.requests().len() <= 4, "{} requests", rx.requests().len());
     assert_clean(&o, &["cloud-c-token-0123456789"]);
 }
+
+// -------------------------------------------------------------------------------------------
+// One deadline per export run, for every push connector (cloud C's test above is the model).
+
+/// The hostile timing every deadline test uses: 1 s per attempt, ten retries half a second
+/// apart, and a 3 s deadline. Without the deadline a single request alone takes 11 x ~1.4 s.
+fn slow_settings(block: Value) -> Value {
+    let mut b = block;
+    for (k, v) in [
+        ("timeout_seconds", json!(1)),
+        ("max_retries", json!(10)),
+        ("retry_backoff_seconds", json!(0.5)),
+        ("export_deadline_seconds", json!(3)),
+    ] {
+        b[k] = v;
+    }
+    b
+}
+
+/// A receiver that answers every request just inside the 1 s timeout, and fails it.
+fn slow_receiver() -> Receiver {
+    Receiver::start_raw(Box::new(|_: &Received| {
+        std::thread::sleep(std::time::Duration::from_millis(900));
+        (503, "application/json", b"{\"error\": \"busy\"}".to_vec())
+    }))
+}
+
+/// Runs `command` with `block` (made slow) as the policy's `name` block and asserts the run
+/// ended near its 3 s deadline, naming the field, without printing a secret.
+fn assert_ends_at_deadline(
+    dir: &TempDir,
+    command: &str,
+    name: &str,
+    block: Value,
+    env: &[(&str, &str)],
+    secrets: &[&str],
+) -> Output {
+    let (snap, pol) = files(dir, json!({ name: slow_settings(block) }));
+    let started = std::time::Instant::now();
+    let o = run(
+        dir,
+        &[command, snap.to_str().unwrap(), pol.to_str().unwrap()],
+        env,
+    );
+    let took = started.elapsed();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let expected = format!("export deadline of 3 s reached ({name}.export_deadline_seconds)");
+    assert!(stderr(&o).contains(&expected), "{}", stderr(&o));
+    // The deadline plus the time to start and to notice it.
+    assert!(
+        took < std::time::Duration::from_secs(6),
+        "{command} took {took:?}"
+    );
+    assert_clean(&o, secrets);
+    o
+}
+
+/// At most the attempts that fit in 3 s: one every 1.4 s.
+fn assert_few_requests(rx: &Receiver) {
+    let n = rx.requests().len();
+    assert!((1..=4).contains(&n), "{n} requests");
+}
+
+#[test]
+fn otlp_export_ends_at_its_deadline() {
+    let rx = slow_receiver();
+    let dir = TempDir::new("deadline-otlp");
+    let block = json!({"enabled": true, "endpoint": format!("{}/v1/metrics", rx.url()),
+                       "headers_env": {"X-Api-Key": "OTLP_KEY"}});
+    let env = [("OTLP_KEY", "otlp-key-0123456789")];
+    assert_ends_at_deadline(&dir, "otlp-export", "otlp", block, &env, &[env[0].1]);
+    assert_few_requests(&rx);
+}
+
+#[test]
+fn search_stack_export_ends_at_its_deadline() {
+    let rx = slow_receiver();
+    let dir = TempDir::new("deadline-search");
+    let block = json!({"enabled": true, "endpoint": format!("{}/v1/metrics", rx.url())});
+    assert_ends_at_deadline(&dir, "search-stack-export", "search_stack", block, &[], &[]);
+    assert_few_requests(&rx);
+}
+
+#[test]
+fn collector_agent_export_ends_at_its_deadline() {
+    let rx = slow_receiver();
+    let dir = TempDir::new("deadline-collector");
+    let block = json!({"enabled": true, "endpoint": format!("{}/v1/metrics", rx.url())});
+    assert_ends_at_deadline(
+        &dir,
+        "collector-agent-export",
+        "collector_agent",
+        block,
+        &[],
+        &[],
+    );
+    assert_few_requests(&rx);
+}
+
+#[test]
+fn siem_hec_export_ends_at_its_deadline() {
+    let rx = slow_receiver();
+    let dir = TempDir::new("deadline-hec");
+    let block = json!({"enabled": true,
+                       "endpoint": format!("{}/services/collector/event", rx.url()),
+                       "token_env": "SVC_HEC_TOKEN"});
+    let env = [("SVC_HEC_TOKEN", "hec-token-0123456789")];
+    assert_ends_at_deadline(
+        &dir,
+        "siem-hec-export",
+        "siem_hec",
+        block,
+        &env,
+        &[env[0].1],
+    );
+    assert_few_requests(&rx);
+}
+
+#[test]
+fn cloud_a_export_ends_at_its_deadline() {
+    let rx = slow_receiver();
+    let dir = TempDir::new("deadline-clouda");
+    let key = dir.path("api.pem");
+    let out = Command::new("openssl")
+        .args(["genrsa", "-out", key.to_str().unwrap(), "2048"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let config = dir.write(
+        "oci-config",
+        &format!(
+            "[DEFAULT]\nuser=ocid1.user.oc1..aaaatestuserxyz\n\
+             fingerprint=20:3b:97:13:55:1c:5b:0d:d3:37:d8:50:4e:c5:3a:34\n\
+             tenancy=ocid1.tenancy.oc1..aaaatesttenancyxyz\nregion=eu-frankfurt-1\nkey_file={}\n",
+            key.display()
+        ),
+    );
+    let block = json!({"enabled": true, "region": "eu-frankfurt-1",
+                       "compartment_id": "ocid1.compartment.oc1..aaaatestcompartmentxyz",
+                       "auth_mode": "config_file", "config_file": config});
+    let url = rx.url();
+    assert_ends_at_deadline(
+        &dir,
+        "cloud-a-export",
+        "cloud_a_monitoring",
+        block,
+        &[("SVC_CLOUD_A_ENDPOINT_OVERRIDE", &url)],
+        &[],
+    );
+    assert_few_requests(&rx);
+}
+
+#[test]
+fn cloud_b_export_ends_at_its_deadline() {
+    const SECRET: &str = "cloud/B+secret/0123456789abcdefghijklmn";
+    let rx = slow_receiver();
+    let dir = TempDir::new("deadline-cloudb");
+    let block = json!({"enabled": true, "region": "us-west-2", "metric_namespace": "svc/hostile"});
+    let url = rx.url();
+    assert_ends_at_deadline(
+        &dir,
+        "cloud-b-export",
+        "cloud_b_monitoring",
+        block,
+        &[
+            ("AWS_ACCESS_KEY_ID", "AKIAHOSTILERECEIVER1"),
+            ("AWS_SECRET_ACCESS_KEY", SECRET),
+            ("AWS_ENDPOINT_URL_CLOUDWATCH", &url),
+        ],
+        &[SECRET],
+    );
+    assert_few_requests(&rx);
+}
+
+/// A Unix datagram receiver that never reads: once its queue is full (10 datagrams by
+/// default) every send blocks for the whole timeout. Without the deadline the run took
+/// datagrams x attempts x timeout.
+fn datagram_connector_ends_at_its_deadline(command: &str, name: &str) {
+    let dir = TempDir::new(&format!("deadline-{name}"));
+    let path = dir.path("receiver.sock");
+    let _receiver = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    let block = json!({"enabled": true, "transport": "unixgram",
+                       "socket_path": path.to_str().unwrap()});
+    let o = assert_ends_at_deadline(&dir, command, name, block, &[], &[]);
+    // Some went through before the queue filled; the run says how many.
+    assert!(
+        stderr(&o).contains(&format!("{name}: sent ")),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn statsd_export_ends_at_its_deadline() {
+    datagram_connector_ends_at_its_deadline("statsd-export", "statsd");
+}
+
+#[test]
+fn agent_statsd_export_ends_at_its_deadline() {
+    datagram_connector_ends_at_its_deadline("agent-statsd-export", "agent_statsd");
+}
+
+#[test]
+fn syslog_export_ends_at_its_deadline() {
+    datagram_connector_ends_at_its_deadline("syslog-export", "syslog");
+}

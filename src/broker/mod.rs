@@ -11,6 +11,7 @@
 pub mod advisory;
 pub mod consumer_watch;
 pub mod dead_letter;
+pub mod inspect;
 pub mod probe;
 
 use std::fmt;
@@ -162,8 +163,13 @@ pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, Br
                 PeerText::new(&e.to_string())
             );
         });
-    opts.connect(cfg.urls.join(",").as_str())
-        .map_err(err("connect"))
+    // The servers are named: "Connection refused" alone does not say which address was
+    // tried. Validation keeps credentials out of the URLs, so they are safe to print.
+    let urls = cfg.urls.join(",");
+    opts.connect(urls.as_str()).map_err(|e| BrokerError {
+        action: "connect".into(),
+        source: io::Error::new(e.kind(), format!("{e} (servers: {})", cfg.urls.join(", "))),
+    })
 }
 
 /// Largest client certificate chain read.

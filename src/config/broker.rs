@@ -239,32 +239,30 @@ pub(super) fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
 
 /// `consumer_mode`, with `create_consumer: true` as the older spelling of `create`.
 fn read_consumer_mode(r: &mut ObjectReader<'_>) -> ConsumerMode {
+    let explicit = r.has("consumer_mode");
     let legacy = r
         .has("create_consumer")
         .then(|| r.bool_or("create_consumer", false));
-    let mode = r.has("consumer_mode").then(|| {
-        r.one_of(
-            "consumer_mode",
-            ConsumerMode::Bind,
-            &[
-                ("bind", ConsumerMode::Bind),
-                ("create", ConsumerMode::Create),
-                ("reconcile", ConsumerMode::Reconcile),
-            ],
-        )
-    });
-    match (mode, legacy) {
-        (Some(ConsumerMode::Bind), Some(true)) => {
-            r.problem(
-                "create_consumer",
-                "is true but consumer_mode is \"bind\"; set only consumer_mode",
-            );
-            ConsumerMode::Bind
-        }
-        (Some(mode), _) => mode,
-        (None, Some(true)) => ConsumerMode::Create,
-        (None, _) => ConsumerMode::Bind,
+    let default = match legacy {
+        Some(true) => ConsumerMode::Create,
+        _ => ConsumerMode::Bind,
+    };
+    let mode = r.one_of(
+        "consumer_mode",
+        default,
+        &[
+            ("bind", ConsumerMode::Bind),
+            ("create", ConsumerMode::Create),
+            ("reconcile", ConsumerMode::Reconcile),
+        ],
+    );
+    if explicit && mode == ConsumerMode::Bind && legacy == Some(true) {
+        r.problem(
+            "create_consumer",
+            "is true but consumer_mode is \"bind\"; set only consumer_mode",
+        );
     }
+    mode
 }
 
 /// `backoff_seconds`: the consumer's redelivery delays, whole seconds, 1 to 100 of them.
@@ -338,7 +336,7 @@ fn is_broker_name(s: &str) -> bool {
 }
 
 fn read_nats_auth(mut a: ObjectReader<'_>) -> NatsAuth {
-    #[derive(Clone, Copy)]
+    #[derive(Clone, Copy, PartialEq)]
     enum Mode {
         None,
         UserPassword,

@@ -4,10 +4,12 @@
 //! The reference for every field, default and range is `docs/configuration.md`.
 
 mod broker;
+mod effective;
 
 pub(crate) use broker::is_loopback_url;
 use broker::read_nats;
 pub use broker::{ConsumerMode, ConsumerSettings, NatsAuth, NatsConfig};
+pub use effective::effective_json;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -2,5 +2,6 @@
 //! name grammars both documents (runtime config, observability policy) share.
 
 pub mod canonical;
+pub mod effective;
 pub mod grammar;
 pub mod reader;

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::effective::{self, Node};
 use super::grammar::is_header_name;
 use crate::text::peer::PeerText;
 
@@ -173,6 +174,8 @@ pub struct ObjectReader<'a> {
     path: String,
     map: Option<&'a Map<String, Value>>,
     known: Vec<&'static str>,
+    /// Keys `has` found absent: their absence has a meaning, so no default is recorded.
+    absent_checked: Vec<&'static str>,
     problems: &'a Problems,
 }
 
@@ -184,6 +187,11 @@ impl<'a> ObjectReader<'a> {
 
     /// Reader over `value` found at `path`.
     pub fn at(path: String, value: &'a Value, problems: &'a Problems) -> Self {
+        if effective::recording() && value.is_object() {
+            // Filled field by field by this reader, in its reading order (the parsed
+            // document's own key order is alphabetical, and would differ on a second pass).
+            effective::record(&path, Node::Object(Vec::new()));
+        }
         let map = match value {
             Value::Object(m) => Some(m),
             _ => {
@@ -195,7 +203,20 @@ impl<'a> ObjectReader<'a> {
             path,
             map,
             known: Vec::new(),
+            absent_checked: Vec::new(),
             problems,
+        }
+    }
+
+    /// Records the default a getter used for an absent field (see [`effective`]).
+    fn record_default(&self, key: &'static str, default: Value) {
+        if effective::recording() {
+            let v = if self.absent_checked.contains(&key) {
+                Value::Null
+            } else {
+                default
+            };
+            effective::record(&self.path_of(key), Node::Leaf(v));
         }
     }
 
@@ -220,16 +241,25 @@ impl<'a> ObjectReader<'a> {
 
     /// True when the key is present with a non-null value.
     pub fn has(&mut self, key: &'static str) -> bool {
-        self.raw(key).is_some()
+        let present = self.raw(key).is_some();
+        if !present {
+            self.absent_checked.push(key);
+        }
+        present
     }
 
     /// The raw value of a key; `null` counts as absent (the spec's null defaults).
     pub fn raw(&mut self, key: &'static str) -> Option<&'a Value> {
         self.known.push(key);
-        match self.map?.get(key) {
+        let v = match self.map.and_then(|m| m.get(key)) {
             None | Some(Value::Null) => None,
             Some(v) => Some(v),
+        };
+        if effective::recording() {
+            let recorded = v.cloned().unwrap_or(Value::Null);
+            effective::record(&self.path_of(key), Node::Leaf(recorded));
         }
+        v
     }
 
     /// An optional string.
@@ -255,7 +285,10 @@ impl<'a> ObjectReader<'a> {
 
     /// A string with a default.
     pub fn string_or(&mut self, key: &'static str, default: &str) -> String {
-        self.opt_string(key).unwrap_or_else(|| default.to_string())
+        self.opt_string(key).unwrap_or_else(|| {
+            self.record_default(key, Value::from(default));
+            default.to_string()
+        })
     }
 
     /// A message header name at `key` (`default` when absent); anything else is a problem.
@@ -282,7 +315,10 @@ impl<'a> ObjectReader<'a> {
 
     pub fn bool_or(&mut self, key: &'static str, default: bool) -> bool {
         match self.raw(key) {
-            None => default,
+            None => {
+                self.record_default(key, Value::Bool(default));
+                default
+            }
             Some(Value::Bool(b)) => *b,
             Some(_) => {
                 self.problem(key, "must be true or false");
@@ -301,7 +337,11 @@ impl<'a> ObjectReader<'a> {
                 None
             }
             None => {
-                self.problem(key, format!("must be an integer from {min} to {max}"));
+                let got = match v {
+                    Value::Number(_) => String::new(),
+                    other => format!(" (got {})", kind_of(other)),
+                };
+                self.problem(key, format!("must be an integer from {min} to {max}{got}"));
                 None
             }
         }
@@ -309,7 +349,10 @@ impl<'a> ObjectReader<'a> {
 
     /// An integer within `min..=max` with a default.
     pub fn int_in(&mut self, key: &'static str, default: i64, min: i64, max: i64) -> i64 {
-        self.opt_int_in(key, min, max).unwrap_or(default)
+        self.opt_int_in(key, min, max).unwrap_or_else(|| {
+            self.record_default(key, Value::from(default));
+            default
+        })
     }
 
     /// An optional number within `min..=max` (`exclusive_min` makes the lower bound open).
@@ -331,10 +374,14 @@ impl<'a> ObjectReader<'a> {
                 } else {
                     format!("from {min}")
                 };
+                let got = match v {
+                    Value::Number(_) => String::new(),
+                    other => format!(" (got {})", kind_of(other)),
+                };
                 let msg = if exclusive_min {
-                    format!("must be a number {low} and at most {max}")
+                    format!("must be a number {low} and at most {max}{got}")
                 } else {
-                    format!("must be a number {low} to {max}")
+                    format!("must be a number {low} to {max}{got}")
                 };
                 self.problem(key, msg);
                 None
@@ -351,17 +398,23 @@ impl<'a> ObjectReader<'a> {
         max: f64,
     ) -> f64 {
         self.opt_number_in(key, min, exclusive_min, max)
-            .unwrap_or(default)
+            .unwrap_or_else(|| {
+                self.record_default(key, Value::from(default));
+                default
+            })
     }
 
     /// One of a fixed set of string values.
-    pub fn one_of<T: Copy>(
+    pub fn one_of<T: Copy + PartialEq>(
         &mut self,
         key: &'static str,
         default: T,
         choices: &[(&'static str, T)],
     ) -> T {
         let Some(s) = self.opt_string(key) else {
+            if let Some((name, _)) = choices.iter().find(|(_, v)| *v == default) {
+                self.record_default(key, Value::from(*name));
+            }
             return default;
         };
         match choices.iter().find(|(name, _)| *name == s) {
@@ -377,6 +430,7 @@ impl<'a> ObjectReader<'a> {
     /// An array of strings (absent = empty).
     pub fn string_list(&mut self, key: &'static str) -> Vec<String> {
         let Some(v) = self.raw(key) else {
+            self.record_default(key, Value::Array(Vec::new()));
             return Vec::new();
         };
         let Value::Array(items) = v else {
@@ -398,6 +452,7 @@ impl<'a> ObjectReader<'a> {
     /// An object of string to string (absent = empty).
     pub fn string_map(&mut self, key: &'static str) -> BTreeMap<String, String> {
         let Some(v) = self.raw(key) else {
+            self.record_default(key, Value::Object(Map::new()));
             return BTreeMap::new();
         };
         let Value::Object(m) = v else {
@@ -421,7 +476,10 @@ impl<'a> ObjectReader<'a> {
     /// A nested object; absent gives `None`.
     pub fn object(&mut self, key: &'static str) -> Option<ObjectReader<'a>> {
         let path = self.path_of(key);
-        let v = self.raw(key)?;
+        let Some(v) = self.raw(key) else {
+            effective::record_absent_object(&path);
+            return None;
+        };
         Some(ObjectReader::at(path, v, self.problems))
     }
 
@@ -429,12 +487,17 @@ impl<'a> ObjectReader<'a> {
     pub fn objects(&mut self, key: &'static str) -> Vec<ObjectReader<'a>> {
         let path = self.path_of(key);
         let Some(v) = self.raw(key) else {
+            self.record_default(key, Value::Array(Vec::new()));
             return Vec::new();
         };
         let Value::Array(items) = v else {
             self.problem(key, "must be an array of objects");
             return Vec::new();
         };
+        if effective::recording() {
+            let empty = items.iter().map(|_| Node::Object(Vec::new())).collect();
+            effective::record(&path, Node::Array(empty));
+        }
         items
             .iter()
             .enumerate()
@@ -447,20 +510,89 @@ impl<'a> ObjectReader<'a> {
         self.map.map(|m| m.keys().collect()).unwrap_or_default()
     }
 
-    /// Reports every key that no getter asked for.
+    /// Reports every key that no getter asked for, with the nearest known key when one is
+    /// close enough to be a typo of it.
     pub fn finish(self) {
         let Some(map) = self.map else { return };
         for key in map.keys() {
             if !self.known.iter().any(|k| k == key) {
-                self.problems.push(join(&self.path, key), "unknown field");
+                let message = match nearest(key, &self.known) {
+                    Some(k) => format!("unknown field; did you mean {k}?"),
+                    None => "unknown field".to_string(),
+                };
+                self.problems.push(join(&self.path, key), message);
             }
         }
+    }
+}
+
+/// The known key closest to `key` by edit distance, when at most 2 edits (and fewer than a
+/// third of the key) apart: a typo, not a different word.
+fn nearest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
+    // Long keys are not typos worth the quadratic distance (and may be hostile input).
+    if key.len() > 64 {
+        return None;
+    }
+    known
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, _)| *d <= 2 && *d * 3 <= key.len())
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance over bytes (keys are ASCII names).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = substitute.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// What a JSON value is, for "got a string" in a type problem.
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typo_names_the_nearest_field_and_a_wrong_type_is_named() {
+        let got = read(
+            r#"{"batch_sise": 5, "fetch_expiry_ms": "10", "colour": 1}"#,
+            |r| {
+                r.int_in("batch_size", 1, 1, 10);
+                r.number_in("fetch_expiry_ms", 1.0, 0.0, true, 9.0);
+                r.bool_or("color_mode", false);
+            },
+        );
+        assert_eq!(
+            got,
+            [
+                "fetch_expiry_ms: must be a number greater than 0 and at most 9 (got a string)",
+                "batch_sise: unknown field; did you mean batch_size?",
+                "colour: unknown field",
+            ]
+        );
+        assert_eq!(edit_distance("batch_sise", "batch_size"), 1);
+        assert_eq!(nearest("zz", &["ok"]), None);
+    }
 
     fn read(text: &str, f: impl FnOnce(&mut ObjectReader)) -> Vec<String> {
         let v = parse_json(text).unwrap();
@@ -505,7 +637,7 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                "a: must be an integer from 0 to 10",
+                "a: must be an integer from 0 to 10 (got a string)",
                 "b: must be an integer from 0 to 5",
                 "c: must be a string",
                 "n.deep: must be a string",

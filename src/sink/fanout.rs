@@ -194,34 +194,7 @@ impl FanoutSink {
 
     /// The targets of one subject, or `None` when it must be rejected.
     fn targets_for(&self, subject: &str) -> Option<Cow<'_, [Target]>> {
-        let all_required = || {
-            Cow::Owned(
-                self.children
-                    .keys()
-                    .map(|name| Target {
-                        sink: name.clone(),
-                        required: true,
-                        minimum_wait: Duration::ZERO,
-                        timeout: Duration::ZERO,
-                    })
-                    .collect(),
-            )
-        };
-        if !self.routing.enabled {
-            return Some(all_required());
-        }
-        match self
-            .routing
-            .routes
-            .iter()
-            .find(|r| r.subject.matches(subject))
-        {
-            Some(r) => Some(Cow::Borrowed(&r.targets)),
-            None => match self.routing.unmatched {
-                Unmatched::AllRequired => Some(all_required()),
-                Unmatched::Reject => None,
-            },
-        }
+        self.routing.targets_for(self.children.keys(), subject)
     }
 
     /// Starts one optional write on its own thread, or accounts it as a timeout when the child

@@ -370,11 +370,36 @@ pub fn svc(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// Writes a JSON config file into `dir` and returns its path.
+/// Writes a JSON config file into `dir` and returns its path. A valid config is also checked
+/// to survive `svc show-effective-config` (see [`assert_effective_round_trip`]), so every
+/// config the suite uses proves the round trip.
 pub fn write_config(dir: &Path, name: &str, value: &serde_json::Value) -> PathBuf {
     let p = dir.join(name);
-    std::fs::write(&p, serde_json::to_vec_pretty(value).unwrap()).unwrap();
+    let text = serde_json::to_string_pretty(value).unwrap();
+    assert_effective_round_trip(&text);
+    std::fs::write(&p, &text).unwrap();
     p
+}
+
+/// A valid config's effective form (every default filled in) is valid, reads back to the same
+/// configuration, and prints the same bytes again. Invalid configs are left to their test.
+pub fn assert_effective_round_trip(text: &str) {
+    use svc::config::{effective_json, RuntimeConfig};
+    let Ok(cfg) = RuntimeConfig::parse(text) else {
+        return;
+    };
+    let once = effective_json(text).unwrap_or_else(|e| panic!("effective config: {e}\n{text}"));
+    let back = RuntimeConfig::parse(&once)
+        .unwrap_or_else(|e| panic!("the effective config is invalid: {e}\n{once}"));
+    assert!(
+        back == cfg,
+        "the effective config reads back differently:\n{once}"
+    );
+    assert_eq!(
+        effective_json(&once).unwrap(),
+        once,
+        "show-effective-config of its own output"
+    );
 }
 
 /// Every regular file below `dir` (recursive), relative paths, sorted.

@@ -28,7 +28,7 @@ usage.
 ",
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.agent_statsd.base.enabled,
-    stale_after: |p| p.agent_statsd.base.stale_after_seconds,
+    push: |p| &p.agent_statsd.base.push,
     action: Action::Plan(plan),
 };
 

@@ -29,8 +29,6 @@
 //!   `https://telemetry-ingestion.<region>.oraclecloud.com`; any other host is refused. The
 //!   instance principal's hooks are in [`super::oci_instance`].
 
-use std::time::Duration;
-
 use serde_json::{json, Map, Value as Json};
 
 use super::cloud::{self, Datum, Value};
@@ -79,7 +77,7 @@ failed: metadata service, federation service), 2 invalid policy, usage, identity
 ",
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.cloud_a_monitoring.enabled,
-    stale_after: |p| p.cloud_a_monitoring.stale_after_seconds,
+    push: |p| &p.cloud_a_monitoring.push,
     action: Action::Plan(plan),
 };
 
@@ -281,19 +279,18 @@ pub fn plan_with(
     }
     let identity = if cfg.auth_mode == AuthMode::InstancePrincipal {
         // Network steps: an unreachable or refusing service is a failed run (exit 1).
-        oci_instance::identity(env, Duration::from_secs_f64(cfg.timeout_seconds), now).map_err(
-            |e| match e {
-                oci_instance::InstanceError::Failed(m) => ExportError::Send {
-                    block: BLOCK,
-                    sent: 0,
-                    total: entries.len(),
-                    last: m,
-                },
-                oci_instance::InstanceError::Invalid(m) => {
-                    ExportError::Environment(format!("{BLOCK}: {m}"))
-                }
+        let timeout = cfg.push.timeout();
+        oci_instance::identity(env, timeout, &ctx.deadline, now).map_err(|e| match e {
+            oci_instance::InstanceError::Failed(m) => ExportError::Send {
+                block: BLOCK,
+                sent: 0,
+                total: entries.len(),
+                last: m,
             },
-        )?
+            oci_instance::InstanceError::Invalid(m) => {
+                ExportError::Environment(format!("{BLOCK}: {m}"))
+            }
+        })?
     } else {
         oci_auth::identity(cfg, env, now.unix_timestamp())
             .map_err(|e| ExportError::Environment(format!("{BLOCK}: {e}")))?
@@ -332,12 +329,11 @@ pub fn plan_with(
     Ok(Plan {
         delivery: Delivery::Http {
             requests,
-            timeout: Duration::from_secs_f64(cfg.timeout_seconds),
+            timeout: cfg.push.timeout(),
             max_response_bytes: MAX_RESPONSE_BYTES,
-            deadline: None,
         },
-        limit: Limit::new(BLOCK, "max_request_bytes", cfg.max_request_bytes),
-        retry: Retry::new(cfg.max_retries, cfg.retry_backoff_seconds),
+        limit: Limit::of(BLOCK, &cfg.push),
+        retry: Retry::of(&cfg.push),
         metrics: entries.len(),
         redact,
     })

@@ -29,8 +29,6 @@
 //! - `--dry-run` prints the requests with `Authorization` and `X-Amz-Security-Token` as
 //!   `<redacted>` and the region replaced by `<redacted>`.
 
-use std::time::Duration;
-
 use super::cloud::{self, Datum, Value};
 use super::{
     Action, Connector, Context, Delivery, ExportError, Header, HttpRequest, Input, Limit, Method,
@@ -78,7 +76,7 @@ environment (no credentials, bad endpoint variable).
 ",
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.cloud_b_monitoring.enabled,
-    stale_after: |p| p.cloud_b_monitoring.stale_after_seconds,
+    push: |p| &p.cloud_b_monitoring.push,
     action: Action::Plan(plan),
 };
 
@@ -318,12 +316,11 @@ pub fn plan_with(
     Ok(Plan {
         delivery: Delivery::Http {
             requests,
-            timeout: Duration::from_secs_f64(cfg.timeout_seconds),
+            timeout: cfg.push.timeout(),
             max_response_bytes: MAX_RESPONSE_BYTES,
-            deadline: None,
         },
-        limit: Limit::new(BLOCK, "max_request_bytes", cfg.max_request_bytes),
-        retry: Retry::new(cfg.max_retries, cfg.retry_backoff_seconds),
+        limit: Limit::of(BLOCK, &cfg.push),
+        retry: Retry::of(&cfg.push),
         metrics: data.len(),
         // The access key id too: it is inside the Authorization header, and services echo it.
         redact: vec![region.to_string(), creds.access_key_id.clone()],

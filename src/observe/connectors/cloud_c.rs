@@ -28,8 +28,6 @@
 //!   e.g. `http://127.0.0.1:8443`) replaces `https://<location>.monitoring.azure.com`; any
 //!   other host is refused. It exists for tests with a local receiver, not for production.
 
-use std::time::Duration;
-
 use serde_json::{json, Map, Value as Json};
 
 use super::cloud::{self, Datum, Value};
@@ -63,7 +61,7 @@ environment (token variable unset).
 ",
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.cloud_c_monitoring.enabled,
-    stale_after: |p| p.cloud_c_monitoring.stale_after_seconds,
+    push: |p| &p.cloud_c_monitoring.push,
     action: Action::Plan(plan),
 };
 
@@ -213,12 +211,11 @@ pub fn plan_with(ctx: &Context<'_>, env: &dyn Env) -> Result<Plan, ExportError> 
     Ok(Plan {
         delivery: Delivery::Http {
             requests,
-            timeout: Duration::from_secs_f64(cfg.timeout_seconds),
+            timeout: cfg.push.timeout(),
             max_response_bytes: MAX_RESPONSE_BYTES,
-            deadline: Some(Duration::from_secs_f64(cfg.export_deadline_seconds)),
         },
-        limit: Limit::new(BLOCK, "max_request_bytes", cfg.max_request_bytes),
-        retry: Retry::new(cfg.max_retries, cfg.retry_backoff_seconds),
+        limit: Limit::of(BLOCK, &cfg.push),
+        retry: Retry::of(&cfg.push),
         metrics: data.len(),
         // The bearer token is scrubbed with or without its prefix by `plan_secrets`.
         redact: vec![resource_id.to_string(), location.to_string()],

@@ -31,7 +31,7 @@ Exit codes: 0 sent (or disabled by policy), 1 not sent, 2 invalid policy, usage 
 ",
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.collector_agent.enabled,
-    stale_after: |p| p.collector_agent.stale_after_seconds,
+    push: |p| &p.collector_agent.push,
     action: Action::Plan(plan),
 };
 
@@ -51,10 +51,7 @@ fn plan(ctx: &Context<'_>) -> Result<Plan, ExportError> {
     let target = Target {
         block: "collector_agent",
         endpoint: c.endpoint.as_deref().unwrap_or_default(),
-        timeout_seconds: c.timeout_seconds,
-        max_retries: c.max_retries,
-        retry_backoff_seconds: c.retry_backoff_seconds,
-        max_request_bytes: c.max_request_bytes,
+        push: &c.push,
         headers_env: &c.headers_env,
     };
     otlp_plan(ctx, &target, &[])

@@ -4,12 +4,14 @@
 //! ```text
 //! CLI <command> <snapshot> <policy> [--dry-run] [--allow-stale]
 //!   └─ run_export(connector)
-//!        1. switches: top-level `enabled` and the block's own (disabled -> exit 0, no snapshot)
+//!        1. switches: top-level `enabled` and the block's own (disabled -> exit 0, no snapshot);
+//!           the run's one Deadline (`export_deadline_seconds`) starts here
 //!        2. prepare(): read snapshot ─ check_fresh (the one stale check) ─ select (the one filter)
 //!        3. connector.plan(): bodies or datagrams, headers with `Secret` values (env resolved here)
 //!        4. check_sizes() (the one size guard): any item over its limit -> nothing is sent
 //!        5. --dry-run: print the plan with every secret as `<redacted>`; otherwise
-//!           deliver(): HTTP requests or datagrams, each through with_retries() (the one loop)
+//!           deliver(): HTTP requests or datagrams, each through with_retries_until() (the one
+//!           loop), every attempt and wait cut to what is left of the deadline
 //! ```
 //!
 //! Shared pieces: [`Secret`] and [`resolve_env`] / [`resolve_headers`] (environment-variable
@@ -46,14 +48,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::metrics::snapshot::Snapshot;
-use crate::observe::policy::{LoadError, Policy};
+use crate::observe::policy::{LoadError, Policy, PushSettings};
 use crate::observe::select::{self, Selection};
 use crate::observe::textfile::read_snapshot;
 
+mod deadline;
 mod error;
 mod plan;
 mod secret;
 
+pub use deadline::Deadline;
 pub use error::ExportError;
 pub use plan::*;
 pub use secret::*;
@@ -145,6 +149,11 @@ impl Limit {
             max,
         }
     }
+
+    /// The size bound of a block's shared settings.
+    pub fn of(block: &str, push: &PushSettings) -> Limit {
+        Limit::new(block, push.size_key, push.max_bytes)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -164,6 +173,11 @@ impl Retry {
             max_retries,
             backoff: Duration::from_secs_f64(retry_backoff_seconds.clamp(0.0, 60.0)),
         }
+    }
+
+    /// The retry policy of a block's shared settings.
+    pub fn of(push: &PushSettings) -> Retry {
+        Retry::new(push.max_retries, push.retry_backoff_seconds)
     }
 
     /// Attempts in total.
@@ -244,6 +258,8 @@ pub struct Context<'a> {
     pub prepared: Option<&'a Prepared>,
     pub dry_run: bool,
     pub allow_stale: bool,
+    /// The run's deadline; network steps inside `plan` (e.g. fetching an identity) keep to it.
+    pub deadline: Deadline,
 }
 
 impl Context<'_> {
@@ -285,8 +301,9 @@ pub struct Connector {
     pub input: Input,
     /// The connector's own `enabled` switch (the top-level one is checked by the framework).
     pub enabled: fn(&Policy) -> bool,
-    /// The connector's `stale_after_seconds`.
-    pub stale_after: fn(&Policy) -> Option<f64>,
+    /// The block's shared delivery settings (`stale_after_seconds`, `export_deadline_seconds`,
+    /// ...).
+    pub push: fn(&Policy) -> &PushSettings,
     pub action: Action,
 }
 
@@ -350,12 +367,14 @@ pub fn run_with_policy(
     if !(c.enabled)(policy) {
         return Ok(Outcome::Disabled(format!("{}.enabled=false", c.block)));
     }
+    let push = (c.push)(policy);
+    let deadline = Deadline::start(c.block, push.export_deadline_seconds);
     let prepared = match (c.input, &args.snapshot) {
         (Input::SnapshotAndPolicy, Some(path)) => Some(prepare(
             path,
             policy,
             c.block,
-            (c.stale_after)(policy),
+            push.stale_after_seconds,
             args.allow_stale,
         )?),
         (Input::SnapshotAndPolicy, None) => {
@@ -371,6 +390,7 @@ pub fn run_with_policy(
         prepared: prepared.as_ref(),
         dry_run: args.dry_run,
         allow_stale: args.allow_stale,
+        deadline,
     };
     match c.action {
         Action::Custom(f) => {
@@ -388,7 +408,7 @@ pub fn run_with_policy(
                 write_dry_run(c.command, &plan, out).map_err(ExportError::Output)?;
                 return Ok(Outcome::DryRun);
             }
-            let sent = deliver(c.block, &plan)?;
+            let sent = deliver(c.block, &plan, &deadline)?;
             Ok(Outcome::Sent(report_line(c, &plan, &sent)))
         }
     }

@@ -65,7 +65,8 @@ pub fn identity(cfg: &CloudA, env: &dyn Env, now_epoch: i64) -> Result<Identity,
         AuthMode::ResourcePrincipal => resource_principal(env, now_epoch),
         AuthMode::InstancePrincipal => super::oci_instance::identity(
             env,
-            std::time::Duration::from_secs_f64(cfg.timeout_seconds),
+            cfg.push.timeout(),
+            &super::Deadline::start("cloud_a_monitoring", cfg.push.export_deadline_seconds),
             time::OffsetDateTime::from_unix_timestamp(now_epoch)
                 .unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
         )
@@ -411,7 +412,7 @@ mod tests {
     fn instance_principal_names_the_failed_step() {
         let mut cfg = crate::observe::policy::Policy::disabled().cloud_a_monitoring;
         cfg.auth_mode = AuthMode::InstancePrincipal;
-        cfg.timeout_seconds = 2.0;
+        cfg.push.timeout_seconds = 2.0;
         // a closed loopback port stands for an unreachable metadata service
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()

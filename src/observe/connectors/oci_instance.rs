@@ -402,9 +402,11 @@ pub fn federation_failure(status: u16, body: &[u8]) -> String {
 }
 
 /// `instance_principal`: the identity from the metadata service and the federation service.
+/// Each request takes at most `timeout`, and all of them end by the run's `deadline`.
 pub fn identity(
     env: &dyn Env,
     timeout: Duration,
+    deadline: &super::Deadline,
     now: time::OffsetDateTime,
 ) -> Result<Identity, InstanceError> {
     let invalid = |e: super::ExportError| InstanceError::Invalid(e.to_string());
@@ -424,8 +426,14 @@ pub fn identity(
         .into();
     let fetch = |path: &str| -> Result<String, InstanceError> {
         let step = format!("instance principal step 1 (instance metadata /opc/v2/{path})");
+        let limit = deadline
+            .cap(timeout)
+            .map_err(|e| InstanceError::Failed(format!("{step}: {e}")))?;
         let resp = md_agent
             .get(format!("{metadata}/opc/v2/{path}"))
+            .config()
+            .timeout_global(Some(limit))
+            .build()
             .header("Authorization", "Bearer Oracle")
             .call()
             .map_err(|e| {
@@ -494,7 +502,14 @@ pub fn identity(
     let headers = federation_headers(&leaf_signer, &body, now)
         .map_err(|e| InstanceError::Failed(format!("{step}: signing failed: {e}")))?;
     let agent = super::transport::http_agent(timeout).map_err(InstanceError::Invalid)?;
-    let mut req = agent.post(format!("{base}{FEDERATION_PATH}"));
+    let limit = deadline
+        .cap(timeout)
+        .map_err(|e| InstanceError::Failed(format!("{step}: {e}")))?;
+    let mut req = agent
+        .post(format!("{base}{FEDERATION_PATH}"))
+        .config()
+        .timeout_global(Some(limit))
+        .build();
     // ureq sets Host and Content-Length itself
     for (name, value) in &headers {
         req = req.header(name.as_str(), value.as_str());

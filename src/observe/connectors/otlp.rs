@@ -18,7 +18,6 @@
 //! Names are the exposition names (`<namespace>_<suffix>`), descriptions the HELP texts.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -29,7 +28,7 @@ use super::{
 use crate::metrics::Summary;
 use crate::observe::catalogue::Kind;
 use crate::observe::families::LABEL_NAME;
-use crate::observe::policy::Policy;
+use crate::observe::policy::{Policy, PushSettings};
 use crate::observe::select::Sample;
 use crate::text::peer::PeerText;
 
@@ -54,7 +53,7 @@ usage or environment.
 ",
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.otlp.enabled,
-    stale_after: |p| p.otlp.stale_after_seconds,
+    push: |p| &p.otlp.push,
     action: Action::Plan(plan),
 };
 
@@ -72,10 +71,7 @@ pub const MAX_RESPONSE_BYTES: u64 = 65_536;
 pub struct Target<'a> {
     pub block: &'static str,
     pub endpoint: &'a str,
-    pub timeout_seconds: f64,
-    pub max_retries: u32,
-    pub retry_backoff_seconds: f64,
-    pub max_request_bytes: u64,
+    pub push: &'a PushSettings,
     pub headers_env: &'a BTreeMap<String, String>,
 }
 
@@ -84,10 +80,7 @@ fn plan(ctx: &Context<'_>) -> Result<Plan, ExportError> {
     let target = Target {
         block: "otlp",
         endpoint: o.endpoint.as_deref().unwrap_or_default(),
-        timeout_seconds: o.timeout_seconds,
-        max_retries: o.max_retries,
-        retry_backoff_seconds: o.retry_backoff_seconds,
-        max_request_bytes: o.max_request_bytes,
+        push: &o.push,
         headers_env: &o.headers_env,
     };
     otlp_plan(ctx, &target, &[])
@@ -154,12 +147,11 @@ pub fn otlp_plan(
                 check: Some(check_answer),
                 what: format!("OTLP request ({metrics} metrics)"),
             }],
-            timeout: Duration::from_secs_f64(target.timeout_seconds),
+            timeout: target.push.timeout(),
             max_response_bytes: MAX_RESPONSE_BYTES,
-            deadline: None,
         },
-        limit: Limit::new(target.block, "max_request_bytes", target.max_request_bytes),
-        retry: Retry::new(target.max_retries, target.retry_backoff_seconds),
+        limit: Limit::of(target.block, target.push),
+        retry: Retry::of(target.push),
         metrics,
         redact: Vec::new(),
     })

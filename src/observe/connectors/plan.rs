@@ -2,10 +2,10 @@
 //! limits, shown by `--dry-run` with secrets redacted, and delivered with retries.
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{
-    check_size, transport, with_retries, with_retries_until, DatagramTarget, ExportError, Failure,
+    check_size, transport, with_retries_until, DatagramTarget, Deadline, ExportError, Failure,
     Limit, Method, Retry, Secret, REDACTED,
 };
 
@@ -75,10 +75,6 @@ pub enum Delivery {
         timeout: Duration,
         /// Largest response body read (longer answers are cut, never loaded unbounded).
         max_response_bytes: u64,
-        /// One deadline for the whole delivery (every request, attempt and wait), so a
-        /// timer-driven export never overlaps the next; `None`: bounded only by requests x
-        /// attempts x `timeout`.
-        deadline: Option<Duration>,
     },
     /// Datagrams over UDP or a Unix datagram socket, best effort: each datagram retried on
     /// its own, failures counted and reported.
@@ -214,41 +210,28 @@ pub struct Sent {
     pub bytes: usize,
 }
 
-/// Sends a plan (after [`check_sizes`]). HTTP: every request must succeed (after retries);
-/// the first request that fails stops the delivery. Datagrams: every datagram is tried (best
-/// effort); any failure makes the delivery fail with the counts.
-pub fn deliver(block: &'static str, plan: &Plan) -> Result<Sent, ExportError> {
+/// Sends a plan (after [`check_sizes`]) within the run's `deadline`: each attempt gets at most
+/// what is left of it, and no wait between attempts runs past it. HTTP: every request must
+/// succeed (after retries); the first request that fails stops the delivery. Datagrams: every
+/// datagram is tried (best effort) until the deadline; any failure makes the delivery fail
+/// with the counts.
+pub fn deliver(block: &'static str, plan: &Plan, deadline: &Deadline) -> Result<Sent, ExportError> {
     let secrets = plan_secrets(plan);
+    let end = Some(deadline.end());
     match &plan.delivery {
         Delivery::Http {
             requests,
             timeout,
             max_response_bytes,
-            deadline,
         } => {
             // A trust-root file named by SSL_CERT_FILE that cannot be used is an environment
             // problem (exit 2), like an unset token variable.
             let agent = transport::http_agent(*timeout).map_err(ExportError::Environment)?;
-            let end = deadline.map(|d| Instant::now() + d);
             let mut bytes = 0;
             for (i, r) in requests.iter().enumerate() {
                 let label = format!("{block}: {}", r.what);
                 let res = with_retries_until(&label, &plan.retry, end, |_| {
-                    // Each attempt gets what is left of the export's deadline at most.
-                    let limit = match (end, deadline) {
-                        (Some(end), Some(d)) => {
-                            let left = end.saturating_duration_since(Instant::now());
-                            if left.is_zero() {
-                                return Err(Failure::Permanent(format!(
-                                    "export deadline of {} s reached \
-                                     ({block}.export_deadline_seconds)",
-                                    d.as_secs_f64()
-                                )));
-                            }
-                            left.min(*timeout)
-                        }
-                        _ => *timeout,
-                    };
+                    let limit = deadline.cap(*timeout).map_err(Failure::Permanent)?;
                     transport::send_http(&agent, r, *max_response_bytes, &secrets, limit)
                 });
                 match res {
@@ -291,8 +274,18 @@ pub fn deliver(block: &'static str, plan: &Plan) -> Result<Sent, ExportError> {
             })?;
             let (mut sent, mut bytes, mut last) = (0, 0, None);
             for (what, d) in datagrams {
+                if deadline.left().is_zero() {
+                    // The rest is not tried: a receiver that blocks every send would otherwise
+                    // hold the run for datagrams x attempts x timeout.
+                    last = Some(format!("{what}: {}", deadline.reached()));
+                    break;
+                }
                 let label = format!("{block}: {what}");
-                match with_retries(&label, &plan.retry, |_| socket.send(d)) {
+                let res = with_retries_until(&label, &plan.retry, end, |_| {
+                    let limit = deadline.cap(*timeout).map_err(Failure::Permanent)?;
+                    socket.send_within(d, limit)
+                });
+                match res {
                     Ok(()) => {
                         sent += 1;
                         bytes += d.len();

@@ -27,7 +27,7 @@ Exit codes: 0 sent (or disabled by policy), 1 not sent, 2 invalid policy, usage 
 ",
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.search_stack.enabled,
-    stale_after: |p| p.search_stack.stale_after_seconds,
+    push: |p| &p.search_stack.push,
     action: Action::Plan(plan),
 };
 
@@ -41,10 +41,7 @@ fn plan(ctx: &Context<'_>) -> Result<Plan, ExportError> {
     let target = Target {
         block: "search_stack",
         endpoint: s.endpoint.as_deref().unwrap_or_default(),
-        timeout_seconds: s.timeout_seconds,
-        max_retries: s.max_retries,
-        retry_backoff_seconds: s.retry_backoff_seconds,
-        max_request_bytes: s.max_request_bytes,
+        push: &s.push,
         headers_env: &s.headers_env,
     };
     otlp_plan(

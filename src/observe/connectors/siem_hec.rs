@@ -16,8 +16,6 @@
 //! `Authorization: Splunk <token>`; `Authorization` and `Content-Type` are refused in
 //! `headers_env` (validation, and again here). TLS verification is always on.
 
-use std::time::Duration;
-
 use serde_json::{json, Map, Value};
 
 use super::{
@@ -48,7 +46,7 @@ Exit codes: 0 sent (or disabled by policy), 1 not sent, 2 invalid policy, usage 
 ",
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.siem_hec.enabled,
-    stale_after: |p| p.siem_hec.stale_after_seconds,
+    push: |p| &p.siem_hec.push,
     action: Action::Plan(plan),
 };
 
@@ -82,12 +80,11 @@ fn plan(ctx: &Context<'_>) -> Result<Plan, ExportError> {
                 check: Some(check_answer),
                 what: format!("HEC event ({metrics} metrics)"),
             }],
-            timeout: Duration::from_secs_f64(h.timeout_seconds),
+            timeout: h.push.timeout(),
             max_response_bytes: MAX_RESPONSE_BYTES,
-            deadline: None,
         },
-        limit: Limit::new("siem_hec", "max_request_bytes", h.max_request_bytes),
-        retry: Retry::new(h.max_retries, h.retry_backoff_seconds),
+        limit: Limit::of("siem_hec", &h.push),
+        retry: Retry::of(&h.push),
         metrics,
         redact: Vec::new(),
     })

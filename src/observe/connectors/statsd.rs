@@ -20,8 +20,6 @@
 //! and the export exits 1 naming how many were sent. A datagram over `max_datagram_bytes`
 //! fails the export before anything is sent.
 
-use std::time::Duration;
-
 use super::{
     Action, Connector, Context, DatagramTarget, Delivery, ExportError, Input, Limit, Plan, Retry,
 };
@@ -53,7 +51,7 @@ usage.
 ",
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.statsd.enabled,
-    stale_after: |p| p.statsd.stale_after_seconds,
+    push: |p| &p.statsd.push,
     action: Action::Plan(plan),
 };
 
@@ -129,10 +127,10 @@ pub fn datagram_plan(
         delivery: Delivery::Datagrams {
             target: target(s),
             datagrams,
-            timeout: Duration::from_secs_f64(s.timeout_seconds),
+            timeout: s.push.timeout(),
         },
-        limit: Limit::new(block, "max_datagram_bytes", s.max_datagram_bytes),
-        retry: Retry::new(s.max_retries, s.retry_backoff_seconds),
+        limit: Limit::of(block, &s.push),
+        retry: Retry::of(&s.push),
         metrics,
         redact: Vec::new(),
     })

@@ -16,8 +16,6 @@
 //! A message over `max_message_bytes` fails the export before anything is sent. Best effort
 //! like the StatsD connectors: failures are counted and reported (exit 1).
 
-use std::time::Duration;
-
 use super::{
     metric_name, Action, Connector, Context, DatagramTarget, Delivery, ExportError, Input, Limit,
     Plan, Retry,
@@ -51,7 +49,7 @@ usage.
 ",
     input: Input::SnapshotAndPolicy,
     enabled: |p| p.syslog.enabled,
-    stale_after: |p| p.syslog.stale_after_seconds,
+    push: |p| &p.syslog.push,
     action: Action::Plan(plan),
 };
 
@@ -144,10 +142,10 @@ fn plan(ctx: &Context<'_>) -> Result<Plan, ExportError> {
         delivery: Delivery::Datagrams {
             target: target(s),
             datagrams,
-            timeout: Duration::from_secs_f64(s.timeout_seconds),
+            timeout: s.push.timeout(),
         },
-        limit: Limit::new("syslog", "max_message_bytes", s.max_message_bytes),
-        retry: Retry::new(s.max_retries, s.retry_backoff_seconds),
+        limit: Limit::of("syslog", &s.push),
+        retry: Retry::of(&s.push),
         metrics,
         redact: Vec::new(),
     })

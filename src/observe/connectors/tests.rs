@@ -152,7 +152,6 @@ fn http_plan(body: &str, limit: u64) -> Plan {
             }],
             timeout: Duration::from_secs(1),
             max_response_bytes: 1024,
-            deadline: None,
         },
         limit: Limit::new("siem_hec", "max_request_bytes", limit),
         retry: Retry::new(0, 0.0),

@@ -281,6 +281,19 @@ impl DatagramSocket {
         }
     }
 
+    /// Sends one datagram (one attempt) waiting at most `timeout` for room in the receiver's
+    /// queue: a Unix receiver that stops reading blocks every send once its queue is full.
+    pub fn send_within(&self, bytes: &[u8], timeout: Duration) -> Result<(), Failure> {
+        // A zero timeout means "block forever" to the kernel: at least a millisecond.
+        let timeout = Some(timeout.max(Duration::from_millis(1)));
+        let set = match self {
+            DatagramSocket::Udp(s) => s.set_write_timeout(timeout),
+            DatagramSocket::Unix(s, _) => s.set_write_timeout(timeout),
+        };
+        set.map_err(|e| Failure::Permanent(format!("cannot set the send timeout: {e}")))?;
+        self.send(bytes)
+    }
+
     /// Sends one datagram (one attempt). A short send is a failure.
     pub fn send(&self, bytes: &[u8]) -> Result<(), Failure> {
         let r = match self {

@@ -27,6 +27,22 @@ pub fn timeout(r: &mut ObjectReader<'_>, default: f64, max: f64) -> f64 {
     r.number_in("timeout_seconds", default, 0.0, true, max)
 }
 
+/// Longest `export_deadline_seconds`: an hour (the longest timer interval that makes sense for
+/// a metrics export).
+pub const MAX_EXPORT_DEADLINE_SECONDS: f64 = 3600.0;
+
+/// `export_deadline_seconds`: one deadline for a whole export run (every request, retry and
+/// wait); greater than 0, at most an hour, default 60.
+pub fn export_deadline(r: &mut ObjectReader<'_>) -> f64 {
+    r.number_in(
+        "export_deadline_seconds",
+        60.0,
+        0.0,
+        true,
+        MAX_EXPORT_DEADLINE_SECONDS,
+    )
+}
+
 /// `max_retries`: 0 to [`MAX_RETRIES`], default 0.
 pub fn retries(r: &mut ObjectReader<'_>) -> u32 {
     r.int_in("max_retries", 0, 0, MAX_RETRIES) as u32

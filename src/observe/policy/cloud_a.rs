@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::checks;
+use super::push::{self, PushSettings};
 use crate::document::reader::ObjectReader;
 
 /// Cap of `max_metrics_per_request` (spec "Limits").
@@ -53,13 +54,11 @@ pub struct CloudA {
     pub metadata: BTreeMap<String, String>,
     /// Defaults to false.
     pub include_metric_labels_as_dimensions: bool,
-    pub timeout_seconds: f64,
-    pub max_retries: u32,
-    pub retry_backoff_seconds: f64,
-    pub stale_after_seconds: Option<f64>,
+    /// Timeout, export deadline, retries, backoff, staleness and size bound.
+    #[serde(flatten)]
+    pub push: PushSettings,
     /// 1 to 50. Defaults to 20.
     pub max_metrics_per_request: u32,
-    pub max_request_bytes: u64,
 }
 
 impl CloudA {
@@ -157,19 +156,9 @@ impl CloudA {
         let metadata = checks::dimensions(r, "metadata", BTreeMap::new(), false);
         let include_metric_labels_as_dimensions =
             r.bool_or("include_metric_labels_as_dimensions", false);
-        let timeout_seconds = checks::timeout(r, 5.0, super::otlp::MAX_TIMEOUT_SECONDS);
-        let max_retries = checks::retries(r);
-        let retry_backoff_seconds = checks::backoff(r);
-        let stale_after_seconds = checks::stale(r);
+        let push = PushSettings::read(r, &push::HTTP);
         let max_metrics_per_request =
             r.int_in("max_metrics_per_request", 20, 1, MAX_METRICS_PER_REQUEST) as u32;
-        let max_request_bytes = checks::bytes(
-            r,
-            "max_request_bytes",
-            1_048_576,
-            checks::MIN_BYTES,
-            checks::MAX_BYTES,
-        );
         CloudA {
             enabled,
             metric_namespace,
@@ -183,12 +172,8 @@ impl CloudA {
             dimensions,
             metadata,
             include_metric_labels_as_dimensions,
-            timeout_seconds,
-            max_retries,
-            retry_backoff_seconds,
-            stale_after_seconds,
+            push,
             max_metrics_per_request,
-            max_request_bytes,
         }
     }
 }

@@ -5,16 +5,13 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::checks;
+use super::push::{self, PushSettings};
 use crate::document::reader::ObjectReader;
 
 /// Dimensions per custom metric the service accepts.
 pub const MAX_DIMENSIONS: usize = 10;
 /// Namespace prefixes reserved by the platform.
 pub const RESERVED_PREFIXES: &[&str] = &["Microsoft.", "Azure."];
-
-/// Longest `export_deadline_seconds`: an hour (the longest timer interval that makes sense for
-/// a metrics export).
-pub const MAX_EXPORT_DEADLINE_SECONDS: f64 = 3600.0;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CloudC {
@@ -32,13 +29,9 @@ pub struct CloudC {
     pub dimensions: BTreeMap<String, String>,
     /// Defaults to false.
     pub include_metric_labels_as_dimensions: bool,
-    pub timeout_seconds: f64,
-    /// One deadline for a whole export run (every request, retry and wait). Defaults to 60.
-    pub export_deadline_seconds: f64,
-    pub max_retries: u32,
-    pub retry_backoff_seconds: f64,
-    pub stale_after_seconds: Option<f64>,
-    pub max_request_bytes: u64,
+    /// Timeout, export deadline, retries, backoff, staleness and size bound.
+    #[serde(flatten)]
+    pub push: PushSettings,
     /// Always verified: must be true. Defaults to true.
     pub verify_tls: bool,
 }
@@ -95,24 +88,7 @@ impl CloudC {
                 format!("must have at most {} entries with include_metric_labels_as_dimensions (subject_family is one more; the service allows {MAX_DIMENSIONS} per metric)", MAX_DIMENSIONS - 1),
             );
         }
-        let timeout_seconds = checks::timeout(r, 5.0, super::otlp::MAX_TIMEOUT_SECONDS);
-        let export_deadline_seconds = r.number_in(
-            "export_deadline_seconds",
-            60.0,
-            0.0,
-            true,
-            MAX_EXPORT_DEADLINE_SECONDS,
-        );
-        let max_retries = checks::retries(r);
-        let retry_backoff_seconds = checks::backoff(r);
-        let stale_after_seconds = checks::stale(r);
-        let max_request_bytes = checks::bytes(
-            r,
-            "max_request_bytes",
-            1_048_576,
-            checks::MIN_BYTES,
-            checks::MAX_BYTES,
-        );
+        let push = PushSettings::read(r, &push::HTTP);
         let verify_tls = r.bool_or("verify_tls", true);
         if !verify_tls {
             r.problem(
@@ -128,12 +104,7 @@ impl CloudC {
             token_env,
             dimensions,
             include_metric_labels_as_dimensions,
-            timeout_seconds,
-            export_deadline_seconds,
-            max_retries,
-            retry_backoff_seconds,
-            stale_after_seconds,
-            max_request_bytes,
+            push,
             verify_tls,
         }
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::checks;
-use super::otlp::Common;
+use super::push::{self, PushSettings};
 use crate::document::reader::ObjectReader;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -30,11 +30,9 @@ pub struct CollectorAgent {
     pub handoff_mode: HandoffMode,
     /// Local collector endpoint; path `/v1/metrics` when enabled. Defaults to null.
     pub endpoint: Option<String>,
-    pub timeout_seconds: f64,
-    pub max_retries: u32,
-    pub retry_backoff_seconds: f64,
-    pub stale_after_seconds: Option<f64>,
-    pub max_request_bytes: u64,
+    /// Timeout, export deadline, retries, backoff, staleness and size bound.
+    #[serde(flatten)]
+    pub push: PushSettings,
     pub headers_env: BTreeMap<String, String>,
     /// Defaults to `svc`.
     pub receiver_label: String,
@@ -71,7 +69,7 @@ impl CollectorAgent {
             enabled.then_some("the profile is enabled"),
             enabled.then_some((METRICS_PATH, "the profile is enabled")),
         );
-        let common = Common::read(r);
+        let push = PushSettings::read(r, &push::HTTP);
         let headers_env = checks::headers_env(r, checks::RESERVED_HEADERS);
         let receiver_label = checks::component_label(r, "receiver_label", "svc");
         let batch_label = checks::component_label(r, "batch_label", "svc_batch");
@@ -95,11 +93,7 @@ impl CollectorAgent {
             enabled,
             handoff_mode,
             endpoint,
-            timeout_seconds: common.timeout_seconds,
-            max_retries: common.max_retries,
-            retry_backoff_seconds: common.retry_backoff_seconds,
-            stale_after_seconds: common.stale_after_seconds,
-            max_request_bytes: common.max_request_bytes,
+            push,
             headers_env,
             receiver_label,
             batch_label,

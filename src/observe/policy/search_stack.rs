@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::checks;
-use super::otlp::Common;
+use super::push::{self, PushSettings};
 use crate::document::reader::ObjectReader;
 
 /// The only ingestion mode: OTLP to a collector-style endpoint, never direct index writes.
@@ -21,12 +21,9 @@ pub struct SearchStack {
     pub enabled: bool,
     /// Defaults to null; required when enabled.
     pub endpoint: Option<String>,
-    /// Defaults to 5 (greater than 0, at most 60).
-    pub timeout_seconds: f64,
-    pub max_retries: u32,
-    pub retry_backoff_seconds: f64,
-    pub stale_after_seconds: Option<f64>,
-    pub max_request_bytes: u64,
+    /// Timeout, export deadline, retries, backoff, staleness and size bound.
+    #[serde(flatten)]
+    pub push: PushSettings,
     pub headers_env: BTreeMap<String, String>,
     /// Defaults to `otlp_collector`, the only value.
     pub ingestion_path: IngestionPath,
@@ -45,7 +42,7 @@ impl SearchStack {
             enabled.then_some("the connector is enabled"),
             None,
         );
-        let common = Common::read(r);
+        let push = PushSettings::read(r, &push::HTTP);
         let headers_env = checks::headers_env(r, checks::RESERVED_HEADERS);
         let ingestion_path = r.one_of(
             "ingestion_path",
@@ -70,11 +67,7 @@ impl SearchStack {
         SearchStack {
             enabled,
             endpoint,
-            timeout_seconds: common.timeout_seconds,
-            max_retries: common.max_retries,
-            retry_backoff_seconds: common.retry_backoff_seconds,
-            stale_after_seconds: common.stale_after_seconds,
-            max_request_bytes: common.max_request_bytes,
+            push,
             headers_env,
             ingestion_path,
             data_stream_dataset,

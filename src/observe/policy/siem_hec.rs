@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::checks;
-use super::otlp::Common;
+use super::push::{self, PushSettings};
 use crate::document::reader::ObjectReader;
 
 /// Path every enabled SIEM endpoint must have.
@@ -19,11 +19,9 @@ pub struct SiemHec {
     pub endpoint: Option<String>,
     /// Environment variable holding the collector token; required when enabled.
     pub token_env: Option<String>,
-    pub timeout_seconds: f64,
-    pub max_retries: u32,
-    pub retry_backoff_seconds: f64,
-    pub stale_after_seconds: Option<f64>,
-    pub max_request_bytes: u64,
+    /// Timeout, export deadline, retries, backoff, staleness and size bound.
+    #[serde(flatten)]
+    pub push: PushSettings,
     /// Must be true. Defaults to true.
     pub verify_tls: bool,
     /// Extra headers; `Authorization` and `Content-Type` cannot be overridden.
@@ -52,7 +50,7 @@ impl SiemHec {
             "token_env",
             enabled.then_some("the connector is enabled"),
         );
-        let common = Common::read(r);
+        let push = PushSettings::read(r, &push::HTTP);
         let verify_tls = r.bool_or("verify_tls", true);
         if !verify_tls {
             r.problem(
@@ -85,11 +83,7 @@ impl SiemHec {
             enabled,
             endpoint,
             token_env,
-            timeout_seconds: common.timeout_seconds,
-            max_retries: common.max_retries,
-            retry_backoff_seconds: common.retry_backoff_seconds,
-            stale_after_seconds: common.stale_after_seconds,
-            max_request_bytes: common.max_request_bytes,
+            push,
             verify_tls,
             headers_env,
             source,

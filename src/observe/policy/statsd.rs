@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::checks::{self, Transport};
+use super::push::{self, PushSettings};
 use crate::document::reader::ObjectReader;
 
 /// Upper bound of the datagram connectors' `timeout_seconds`.
-pub const MAX_TIMEOUT_SECONDS: f64 = 60.0;
+pub const MAX_TIMEOUT_SECONDS: f64 = push::MAX_TIMEOUT_SECONDS;
 /// Largest UDP payload over IPv4.
-pub const MAX_DATAGRAM_BYTES: i64 = 65_507;
+pub const MAX_DATAGRAM_BYTES: i64 = push::MAX_DATAGRAM_BYTES;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Statsd {
@@ -27,13 +28,9 @@ pub struct Statsd {
     pub socket_path: Option<String>,
     /// Defaults to null (the policy namespace is used).
     pub metric_prefix: Option<String>,
-    /// Greater than 0, at most 60. Defaults to 1.
-    pub timeout_seconds: f64,
-    pub max_retries: u32,
-    pub retry_backoff_seconds: f64,
-    pub stale_after_seconds: Option<f64>,
-    /// 64 to 65507. Defaults to 1432.
-    pub max_datagram_bytes: u64,
+    /// Timeout, export deadline, retries, backoff, staleness and size bound.
+    #[serde(flatten)]
+    pub push: PushSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -66,12 +63,7 @@ impl Statsd {
                 );
             }
         }
-        let timeout_seconds = checks::timeout(r, 1.0, MAX_TIMEOUT_SECONDS);
-        let max_retries = checks::retries(r);
-        let retry_backoff_seconds = checks::backoff(r);
-        let stale_after_seconds = checks::stale(r);
-        let max_datagram_bytes =
-            checks::bytes(r, "max_datagram_bytes", 1432, 64, MAX_DATAGRAM_BYTES);
+        let push = PushSettings::read(r, &push::STATSD);
         Statsd {
             enabled,
             transport,
@@ -79,11 +71,7 @@ impl Statsd {
             port,
             socket_path,
             metric_prefix,
-            timeout_seconds,
-            max_retries,
-            retry_backoff_seconds,
-            stale_after_seconds,
-            max_datagram_bytes,
+            push,
         }
     }
 }

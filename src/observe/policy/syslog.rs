@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::checks::{self, Transport};
+use super::push::{self, PushSettings};
 use crate::document::reader::ObjectReader;
 
 /// Facility names and their RFC 5424 codes.
@@ -71,13 +72,9 @@ pub struct Syslog {
     pub msgid: String,
     /// SD-ID of the metric parameters. Defaults to `svc`.
     pub structured_data_id: String,
-    /// Greater than 0, at most 60. Defaults to 1.
-    pub timeout_seconds: f64,
-    pub max_retries: u32,
-    pub retry_backoff_seconds: f64,
-    pub stale_after_seconds: Option<f64>,
-    /// 480 to 65507. Defaults to 1024.
-    pub max_message_bytes: u64,
+    /// Timeout, export deadline, retries, backoff, staleness and size bound.
+    #[serde(flatten)]
+    pub push: PushSettings,
 }
 
 impl Syslog {
@@ -129,17 +126,7 @@ impl Syslog {
                 "must be 1 to 32 printable ASCII characters without = ] \" or space",
             );
         }
-        let timeout_seconds = checks::timeout(r, 1.0, super::statsd::MAX_TIMEOUT_SECONDS);
-        let max_retries = checks::retries(r);
-        let retry_backoff_seconds = checks::backoff(r);
-        let stale_after_seconds = checks::stale(r);
-        let max_message_bytes = checks::bytes(
-            r,
-            "max_message_bytes",
-            1024,
-            480,
-            super::statsd::MAX_DATAGRAM_BYTES,
-        );
+        let push = PushSettings::read(r, &push::SYSLOG);
         Syslog {
             enabled,
             transport,
@@ -153,11 +140,7 @@ impl Syslog {
             procid,
             msgid,
             structured_data_id,
-            timeout_seconds,
-            max_retries,
-            retry_backoff_seconds,
-            stale_after_seconds,
-            max_message_bytes,
+            push,
         }
     }
 }

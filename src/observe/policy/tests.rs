@@ -47,13 +47,13 @@ fn minimal_policy_has_every_default() {
     assert_eq!(p.otlp.protocol, otlp::Protocol::HttpJson);
     assert_eq!(
         (
-            p.otlp.timeout_seconds,
-            p.otlp.max_retries,
-            p.otlp.retry_backoff_seconds
+            p.otlp.push.timeout_seconds,
+            p.otlp.push.max_retries,
+            p.otlp.push.retry_backoff_seconds
         ),
         (5.0, 0, 0.25)
     );
-    assert_eq!(p.otlp.max_request_bytes, 1_048_576);
+    assert_eq!(p.otlp.push.max_bytes, 1_048_576);
     assert_eq!(p.search_stack.data_stream_dataset, "svc.metrics");
     assert_eq!(p.search_stack.data_stream_namespace, "default");
     let c = &p.collector_agent;
@@ -87,8 +87,8 @@ fn minimal_policy_has_every_default() {
     assert_eq!(
         (
             p.statsd.port,
-            p.statsd.timeout_seconds,
-            p.statsd.max_datagram_bytes
+            p.statsd.push.timeout_seconds,
+            p.statsd.push.max_bytes
         ),
         (8125, 1.0, 1432)
     );
@@ -113,7 +113,7 @@ fn minimal_policy_has_every_default() {
         ("-", "svc", "-", "metrics")
     );
     assert_eq!(
-        (y.structured_data_id.as_str(), y.max_message_bytes),
+        (y.structured_data_id.as_str(), y.push.max_bytes),
         ("svc", 1024)
     );
     let b = &p.broker_server_monitoring;
@@ -180,6 +180,32 @@ fn effective_policy_serializes_every_field() {
     assert_eq!(v["agent_statsd"]["tags"], serde_json::json!({}));
     assert_eq!(v["cloud_a_monitoring"]["batch_atomicity"], "ATOMIC");
     assert_eq!(v["otlp"]["endpoint"], serde_json::Value::Null);
+    // The shared settings are flat in every block, the size field under the block's own name.
+    for (block, size) in [
+        ("otlp", "max_request_bytes"),
+        ("search_stack", "max_request_bytes"),
+        ("collector_agent", "max_request_bytes"),
+        ("siem_hec", "max_request_bytes"),
+        ("cloud_a_monitoring", "max_request_bytes"),
+        ("cloud_b_monitoring", "max_request_bytes"),
+        ("cloud_c_monitoring", "max_request_bytes"),
+        ("statsd", "max_datagram_bytes"),
+        ("agent_statsd", "max_datagram_bytes"),
+        ("syslog", "max_message_bytes"),
+    ] {
+        for key in [
+            "timeout_seconds",
+            "export_deadline_seconds",
+            "max_retries",
+            "retry_backoff_seconds",
+            "stale_after_seconds",
+            size,
+        ] {
+            assert!(v[block].get(key).is_some(), "{block}.{key}");
+        }
+        assert!(v[block].get("push").is_none(), "{block}");
+        assert_eq!(v[block]["export_deadline_seconds"], 60.0, "{block}");
+    }
     // The effective policy reads back to itself.
     let back = Policy::parse(&Policy::disabled().to_json_pretty()).unwrap();
     assert_eq!(back, Policy::disabled());
@@ -271,11 +297,16 @@ fn scrape_rules() {
         );
     }
     for port in ["0", "65536", "-1", "80.5", "\"80\""] {
+        let got = if port.starts_with('"') {
+            " (got a string)"
+        } else {
+            ""
+        };
         assert_eq!(
             one(&format!(
                 r#""scrape": {{"http_endpoint": {{"port": {port}}}}}"#
             )),
-            "scrape.http_endpoint.port: must be an integer from 1 to 65535"
+            format!("scrape.http_endpoint.port: must be an integer from 1 to 65535{got}")
         );
     }
     assert_eq!(

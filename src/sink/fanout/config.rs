@@ -56,6 +56,42 @@ pub struct Routing {
     pub unmatched: Unmatched,
 }
 
+impl Routing {
+    /// The targets of one subject among the `children`, or `None` when it must be rejected.
+    /// With routing off, and for an unmatched subject under `all_required`, every child is a
+    /// required target.
+    pub fn targets_for<'r>(
+        &'r self,
+        children: impl Iterator<Item = &'r String>,
+        subject: &str,
+    ) -> Option<std::borrow::Cow<'r, [Target]>> {
+        use std::borrow::Cow;
+        let all_required = |children: &mut dyn Iterator<Item = &'r String>| {
+            Cow::Owned(
+                children
+                    .map(|name| Target {
+                        sink: name.clone(),
+                        required: true,
+                        minimum_wait: Duration::ZERO,
+                        timeout: Duration::ZERO,
+                    })
+                    .collect(),
+            )
+        };
+        let mut children = children;
+        if !self.enabled {
+            return Some(all_required(&mut children));
+        }
+        match self.routes.iter().find(|r| r.subject.matches(subject)) {
+            Some(r) => Some(Cow::Borrowed(&r.targets)),
+            None => match self.unmatched {
+                Unmatched::AllRequired => Some(all_required(&mut children)),
+                Unmatched::Reject => None,
+            },
+        }
+    }
+}
+
 /// The `fanout` sink block.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FanoutConfig {

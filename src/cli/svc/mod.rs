@@ -1,4 +1,11 @@
-//! `svc`: validate, run, test-sink, init-db, decrypt, verify-custody.
+//! `svc`: validate, run, test-sink, init-db, decrypt, verify-custody. Parsing (lexopt) and
+//! running live here; the help texts in [`help`], the `validate` summary in [`summary`].
+
+mod help;
+mod inspect;
+mod summary;
+
+pub use help::{COMMANDS, HELP};
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -7,40 +14,12 @@ use std::process::ExitCode;
 use super::output::{self, say};
 use crate::config::{LoadError, RuntimeConfig};
 
-pub const HELP: &str = "\
-svc - message-delivery runner: JetStream pull consumer -> one sink, commit first, ACK last
-
-USAGE:
-    svc validate <config_file>    check the configuration (no network access)
-    svc run <config_file>         deliver until SIGTERM/SIGINT (SIGUSR1 logs a pipeline dump)
-    svc test-sink <config_file>   initialize the configured sink and prove it is usable
-    svc init-db <config_file> [--print]
-                                  create the relational sink's tables (every relational_db
-                                  sink, fan-out children included); --print only prints the DDL
-    svc decrypt <config_file> <record_file | ->
-                                  print the plaintext payload of each stored record (file
-                                  record, object-store object, relational row as JSON; one per
-                                  line in JSON lines); any configured key, rotated ones included
-    svc verify-custody <config_file> <record_file>...
-                                  recompute each record's custody digest and report it intact
-                                  or altered (exit 1 when any is altered or unverifiable)
-
-OPTIONS:
-    -h, --help       print this help
-    -V, --version    print the version
-
-EXIT CODES:
-    0  success (run: clean stop after a signal)
-    1  runtime failure (broker, sink, test-sink verdict)
-    2  invalid configuration or usage
-
-Configuration reference: docs/configuration.md
-";
-
 /// A parsed command line.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Command {
     Validate(PathBuf),
+    /// `show-effective-config`: the whole configuration with every default filled in.
+    ShowEffectiveConfig(PathBuf),
     Run(PathBuf),
     TestSink(PathBuf),
     /// `init-db`: create (or, with `--print`, print) the relational tables.
@@ -58,7 +37,10 @@ pub enum Command {
         path: PathBuf,
         records: Vec<PathBuf>,
     },
-    Help,
+    /// `inspect`: a read-only look at the stream.
+    Inspect(inspect::Options),
+    /// The global help or one command's.
+    Help(&'static str),
     Version,
 }
 
@@ -73,17 +55,31 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
     while let Some(arg) = parser.next()? {
         let takes_records = matches!(command.as_deref(), Some("decrypt" | "verify-custody"));
         match arg {
-            Short('h') | Long("help") => return Ok(Command::Help),
+            Short('h') | Long("help") => return Ok(Command::Help(help::of(command.as_deref()))),
             Long("print") if command.as_deref() == Some("init-db") => print_only = true,
             Short('V') | Long("version") => return Ok(Command::Version),
-            Value(v) if command.is_none() => command = Some(v.string()?),
+            Value(v) if command.is_none() => {
+                let name = v.string()?;
+                if name == "inspect" {
+                    // Its options are its own: the parser is handed on.
+                    return Ok(match inspect::parse(&mut parser)? {
+                        Some(o) => Command::Inspect(o),
+                        None => Command::Help(help::of(Some("inspect"))),
+                    });
+                }
+                command = Some(name)
+            }
             Value(v) if file.is_none() => file = Some(PathBuf::from(v)),
             Value(v) if takes_records => records.push(PathBuf::from(v)),
             _ => return Err(arg.unexpected()),
         }
     }
     let Some(command) = command else {
-        return Err("missing command (validate, run or test-sink); see --help".into());
+        return Err(format!(
+            "missing command: one of {} (svc --help describes them)",
+            COMMANDS.join(", ")
+        )
+        .into());
     };
     let need_file = || -> Result<PathBuf, lexopt::Error> {
         file.clone()
@@ -91,6 +87,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
     };
     match command.as_str() {
         "validate" => Ok(Command::Validate(need_file()?)),
+        "show-effective-config" => Ok(Command::ShowEffectiveConfig(need_file()?)),
         "run" => Ok(Command::Run(need_file()?)),
         "test-sink" => Ok(Command::TestSink(need_file()?)),
         "init-db" => Ok(Command::InitDb {
@@ -111,8 +108,15 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
             }
             Ok(Command::VerifyCustody { path, records })
         }
-        "help" => Ok(Command::Help),
-        other => Err(format!("unknown command {other:?}; see --help").into()),
+        // `svc help <command>`: the file slot holds the command's name.
+        "help" => Ok(Command::Help(help::of(
+            file.as_deref().and_then(|f| f.to_str()),
+        ))),
+        other => Err(format!(
+            "unknown command {other:?}: one of {} (svc --help describes them)",
+            COMMANDS.join(", ")
+        )
+        .into()),
     }
 }
 
@@ -126,8 +130,8 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         }
     };
     match command {
-        Command::Help => {
-            if let Err(e) = output::print(format_args!("{HELP}")) {
+        Command::Help(text) => {
+            if let Err(e) = output::print(format_args!("{text}")) {
                 return output::write_failed(&e);
             }
             ExitCode::SUCCESS
@@ -141,10 +145,30 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
                 say!("Configuration is valid.");
                 say!("Active sink: {}", cfg.sink.kind());
                 say!("ACK policy: commit-then-acknowledge");
+                say!("");
+                say!("{}", summary::paragraph(&cfg));
                 ExitCode::SUCCESS
             }
             Err(code) => code,
         },
+        Command::Inspect(opts) => match load(&opts.config) {
+            Ok(cfg) => {
+                super::logging::init_from(&cfg.logging);
+                inspect::run(&cfg, &opts)
+            }
+            Err(code) => code,
+        },
+        Command::ShowEffectiveConfig(path) => {
+            match crate::document::reader::load_document(&path, "", crate::config::effective_json) {
+                Ok(json) => {
+                    if let Err(e) = output::print(format_args!("{json}")) {
+                        return output::write_failed(&e);
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => report(e),
+            }
+        }
         Command::TestSink(path) => {
             let cfg = match load(&path) {
                 Ok(c) => c,
@@ -188,8 +212,13 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             match crate::pipeline::run(cfg) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    log::error!("{e}");
-                    eprintln!("svc: {e}");
+                    // Once: through the configured log format when it shows errors (a JSON
+                    // log shipper must see it), else as a plain line.
+                    if log::log_enabled!(log::Level::Error) {
+                        log::error!("{e}");
+                    } else {
+                        eprintln!("svc: {e}");
+                    }
                     ExitCode::from(1)
                 }
             }
@@ -244,18 +273,23 @@ fn init_db(sink: &crate::sink::SinkConfig, print_only: bool) -> ExitCode {
 
 /// Loads the config, printing every problem on failure.
 fn load(path: &std::path::Path) -> Result<RuntimeConfig, ExitCode> {
-    RuntimeConfig::load(path).map_err(|e| {
-        match e {
-            LoadError::Read { .. } => eprintln!("svc: {e}"),
-            LoadError::Invalid(inv) => {
-                eprintln!("Configuration is invalid ({} problems):", inv.0.len());
-                for p in &inv.0 {
-                    eprintln!("  {p}");
-                }
+    RuntimeConfig::load(path).map_err(report)
+}
+
+/// Prints why a config could not be loaded, as `validate` does; exit code 2.
+fn report(e: LoadError) -> ExitCode {
+    match e {
+        LoadError::Read { .. } => eprintln!("svc: {e}"),
+        LoadError::Invalid(inv) => {
+            let n = inv.0.len();
+            let s = if n == 1 { "" } else { "s" };
+            eprintln!("Configuration is invalid ({n} problem{s}):");
+            for p in &inv.0 {
+                eprintln!("  {p}");
             }
         }
-        ExitCode::from(2)
-    })
+    }
+    ExitCode::from(2)
 }
 
 #[cfg(test)]
@@ -278,10 +312,32 @@ mod tests {
             p(&["test-sink", "c.json"]),
             Ok(Command::TestSink("c.json".into()))
         );
-        assert_eq!(p(&["--help"]), Ok(Command::Help));
-        assert_eq!(p(&["run", "--help"]), Ok(Command::Help));
+        assert_eq!(p(&["--help"]), Ok(Command::Help(HELP)));
+        assert_eq!(
+            p(&["run", "--help"]),
+            Ok(Command::Help(help::of(Some("run"))))
+        );
+        assert!(p(&["init-db", "-h"]).unwrap() != Command::Help(HELP));
+        assert_eq!(
+            p(&["help", "decrypt"]),
+            Ok(Command::Help(help::of(Some("decrypt"))))
+        );
+        for c in COMMANDS {
+            let Ok(Command::Help(text)) = p(&[c, "--help"]) else {
+                panic!("{c}")
+            };
+            assert!(
+                text.starts_with(&format!("Usage: svc {c} <config_file>")),
+                "{c}"
+            );
+            assert!(HELP.contains(&format!("svc {c} <config_file>")), "{c}");
+        }
         assert_eq!(p(&["-V"]), Ok(Command::Version));
-        assert!(p(&[]).unwrap_err().contains("missing command"));
+        assert_eq!(
+            p(&[]).unwrap_err(),
+            "missing command: one of validate, show-effective-config, run, inspect, test-sink, \
+             init-db, decrypt, verify-custody (svc --help describes them)"
+        );
         assert!(p(&["run"]).unwrap_err().contains("missing <config_file>"));
         assert!(p(&["fly", "x"]).unwrap_err().contains("unknown command"));
         assert!(p(&["run", "a", "b"]).is_err());

@@ -1,0 +1,141 @@
+//! A read-only look at the stream for `svc inspect`: an ephemeral push consumer of our own
+//! (no acknowledgement, one delivery per message, in stream order, flow-controlled), read
+//! through a plain subscription on a fresh inbox. The durable consumer is never touched and
+//! nothing is ever acknowledged.
+//!
+//! The consumer is deleted when the reading ends; if the process dies first, the broker drops
+//! it after [`INACTIVE_THRESHOLD`] without interest, so none is left behind.
+
+#![allow(deprecated)] // the crate marks every JetStream item deprecated (see `super`)
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use nats::jetstream::{AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy};
+
+use super::{split, BrokerError, Connection, DeliveryNames};
+use crate::message::envelope::RawMessage;
+
+/// How long the broker keeps the consumer once nobody listens (a killed `svc inspect`).
+pub const INACTIVE_THRESHOLD: Duration = Duration::from_secs(5);
+/// Heartbeat interval asked of the broker: an idle consumer still proves it is alive.
+const IDLE_HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// Where reading starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// The last `n` messages of the stream (those of them the filter matches).
+    Last(u64),
+    /// From this stream sequence.
+    Sequence(u64),
+    /// From the first message stored at or after this time (Unix nanoseconds).
+    Since(i128),
+}
+
+/// What to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub stream: String,
+    /// Subject filter (the configured subject, or a narrower one).
+    pub subject: String,
+    pub start: Start,
+    /// At most this many messages.
+    pub max: u64,
+    /// Stop when nothing arrives for this long; also bounds each broker request.
+    pub timeout: Duration,
+}
+
+/// Reads up to `req.max` messages, calling `each` for every one in stream order. Returns how
+/// many were read. Ends early when the consumer has nothing more pending or nothing arrives
+/// within `req.timeout`.
+pub fn read(
+    nc: &Connection,
+    req: &Request,
+    mut each: impl FnMut(RawMessage),
+) -> Result<u64, BrokerError> {
+    let js = nats::jetstream::new(nc.clone());
+    let what = format!("inspect stream {}", req.stream);
+    let fail = |e: io::Error| BrokerError {
+        action: what.clone(),
+        source: e,
+    };
+    let (deliver_policy, opt_start_seq, opt_start_time) = match req.start {
+        Start::Last(n) => {
+            let info = js.stream_info(&req.stream).map_err(&fail)?;
+            let last = info.state.last_seq;
+            let first = last.saturating_sub(n.saturating_sub(1)).max(1);
+            (DeliverPolicy::ByStartSeq, Some(first), None)
+        }
+        Start::Sequence(s) => (DeliverPolicy::ByStartSeq, Some(s.max(1)), None),
+        Start::Since(nanos) => {
+            let t = time::OffsetDateTime::from_unix_timestamp_nanos(nanos).map_err(|_| {
+                fail(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "--since is out of range",
+                ))
+            })?;
+            (DeliverPolicy::ByStartTime, None, Some(t))
+        }
+    };
+    let inbox = nc.new_inbox();
+    // Subscribe before the consumer exists: its first deliveries must find us listening.
+    let sub = nc.subscribe(&inbox).map_err(&fail)?;
+    let info = js
+        .add_consumer(
+            &req.stream,
+            ConsumerConfig {
+                durable_name: None,
+                description: Some("svc inspect (read-only, ephemeral)".into()),
+                deliver_subject: Some(inbox),
+                deliver_policy,
+                opt_start_seq,
+                opt_start_time,
+                ack_policy: AckPolicy::None,
+                max_deliver: 1,
+                filter_subject: req.subject.clone(),
+                replay_policy: ReplayPolicy::Instant,
+                flow_control: true,
+                idle_heartbeat: IDLE_HEARTBEAT,
+                inactive_threshold: INACTIVE_THRESHOLD,
+                ..Default::default()
+            },
+        )
+        .map_err(&fail)?;
+    let consumer = info.name.clone();
+    let mut names = DeliveryNames::default();
+    let mut read = 0;
+    // Nothing matched: the consumer says so at once, no need to wait out the timeout.
+    let mut pending = info.num_pending;
+    let mut last_seen = Instant::now();
+    while read < req.max && pending > 0 {
+        let wait = req.timeout.saturating_sub(last_seen.elapsed());
+        if wait.is_zero() {
+            break;
+        }
+        let m = match sub.next_timeout(wait) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => break,
+            Err(e) => {
+                let _ = js.delete_consumer(&req.stream, &consumer);
+                return Err(fail(e));
+            }
+        };
+        last_seen = Instant::now();
+        if m.data.is_empty() && m.headers.as_ref().and_then(|h| h.status()) == Some("100") {
+            // Flow control asks for an answer on its reply subject; a heartbeat has none.
+            if let Some(reply) = &m.reply {
+                let _ = nc.publish(reply, b"");
+            }
+            continue;
+        }
+        if let Some((raw, _, left)) = split(m, &mut names) {
+            pending = left;
+            read += 1;
+            each(raw);
+        }
+    }
+    drop(sub);
+    // Best effort: the inactivity threshold removes it otherwise.
+    let _ = js.delete_consumer(&req.stream, &consumer);
+    Ok(read)
+}

@@ -1,0 +1,112 @@
+//! The `svc-observe` command line: lexopt parsing into [`Command`], then [`run`].
+//!
+//! Exit codes: 0 success; 1 runtime failure (snapshot missing, invalid or stale, subject-family
+//! overflow with `fail_closed`, a write or listen failure); 2 invalid input (usage error,
+//! unreadable or invalid policy or config, no output destination, refusing to overwrite).
+//!
+//! Laid out like ripgrep's `flags/`: [`help`] holds the texts, [`parse`] turns arguments into
+//! a [`Command`] (no I/O), [`run`] executes it and prints; this file holds the types they share
+//! and the binary's entry point.
+
+mod help;
+mod parse;
+mod run;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::observe::connectors::{Connector, ExportArgs};
+
+pub use help::main_help;
+pub use parse::parse;
+pub use run::{run, shell_quote, subject_var_name};
+
+pub const EXIT_OK: u8 = 0;
+pub const EXIT_FAILURE: u8 = 1;
+pub const EXIT_INVALID: u8 = 2;
+
+/// A parsed command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Help(String),
+    Version,
+    InitScrapePolicy {
+        config: PathBuf,
+        policy: PathBuf,
+        output_file: Option<String>,
+        force: bool,
+    },
+    ValidatePolicy {
+        policy: PathBuf,
+    },
+    ShowEffectivePolicy {
+        policy: PathBuf,
+    },
+    ListMetrics,
+    ListSubjects {
+        policy: PathBuf,
+    },
+    ScrapeTextfile {
+        snapshot: PathBuf,
+        policy: PathBuf,
+        dry_run: bool,
+        output: Option<PathBuf>,
+        allow_stale: bool,
+    },
+    ScrapeHttp {
+        snapshot: PathBuf,
+        policy: PathBuf,
+        dry_run: bool,
+        allow_stale: bool,
+    },
+    /// One of the push connectors of [`crate::observe::connectors::CONNECTORS`].
+    Export {
+        connector: &'static Connector,
+        args: ExportArgs,
+    },
+    CollectorAgentConfig {
+        policy: PathBuf,
+    },
+    BrokerMonitoringPoll {
+        policy: PathBuf,
+        dry_run: bool,
+        output: Option<PathBuf>,
+    },
+}
+
+/// A usage error, printed with a pointer to `--help`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<lexopt::Error> for UsageError {
+    fn from(e: lexopt::Error) -> Self {
+        UsageError(e.to_string())
+    }
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    crate::cli::logging::init(log::LevelFilter::Warn);
+    // Unlocked handles: `scrape-http` runs for the life of the process and its worker threads
+    // log to stderr, so holding the lock here would block them.
+    let mut stdout = std::io::stdout();
+    let mut stderr = std::io::stderr();
+    let code = match parse(std::env::args_os().skip(1)) {
+        Ok(cmd) => run(cmd, &mut stdout, &mut stderr),
+        Err(e) => {
+            let _ = writeln!(
+                stderr,
+                "svc-observe: {e}\nRun `svc-observe --help` for usage."
+            );
+            EXIT_INVALID
+        }
+    };
+    ExitCode::from(code)
+}

@@ -1,0 +1,164 @@
+//! The hand-written help texts of `svc`: the global one and one per command, so
+//! `svc <command> --help` answers the question about that command only.
+
+pub const HELP: &str = "\
+svc - message-delivery runner: JetStream pull consumer -> one sink, commit first, ACK last
+
+USAGE:
+    svc validate <config_file>    check the configuration (no network access)
+    svc show-effective-config <config_file>
+                                  print the whole configuration with every default filled
+                                  in (validated first; the output is itself a valid config)
+    svc run <config_file>         deliver until SIGTERM/SIGINT (SIGUSR1 logs a pipeline dump)
+    svc inspect <config_file> [--last N | --start-seq S | --since TIME] [--subject S]
+                [--max N] [--timeout SECONDS] [--format text|jsonl] [--payload]
+                                  read-only look at the configured stream: what the runner
+                                  would make of each message; never acknowledges
+    svc test-sink <config_file>   initialize the configured sink and prove it is usable
+    svc init-db <config_file> [--print]
+                                  create the relational sink's tables (every relational_db
+                                  sink, fan-out children included); --print only prints the DDL
+    svc decrypt <config_file> <record_file | ->
+                                  print the plaintext payload of each stored record (file
+                                  record, object-store object, relational row as JSON; one per
+                                  line in JSON lines); any configured key, rotated ones included
+    svc verify-custody <config_file> <record_file>...
+                                  recompute each record's custody digest and report it intact
+                                  or altered (exit 1 when any is altered or unverifiable)
+
+    svc <command> --help          the command's own help
+
+OPTIONS:
+    -h, --help       print this help
+    -V, --version    print the version
+
+EXIT CODES:
+    0  success (run: clean stop after a signal)
+    1  runtime failure (broker, sink, test-sink verdict)
+    2  invalid configuration or usage
+
+Configuration reference: docs/configuration.md
+";
+
+/// Every command, in the order the help lists them.
+pub const COMMANDS: &[&str] = &[
+    "validate",
+    "show-effective-config",
+    "run",
+    "inspect",
+    "test-sink",
+    "init-db",
+    "decrypt",
+    "verify-custody",
+];
+
+const VALIDATE: &str = "\
+Usage: svc validate <config_file>
+
+Checks the configuration without touching the network: every problem is reported at once,
+each with its field path (an unknown field names the nearest known one). On success prints
+`Configuration is valid.`, the active sink, the ACK policy and a one-paragraph summary:
+stream, consumer and subject, sink (and fan-out children), protections, dead-letter queue,
+metrics snapshot.
+
+Exit codes: 0 valid, 2 invalid or unreadable.
+";
+
+const SHOW_EFFECTIVE_CONFIG: &str = "\
+Usage: svc show-effective-config <config_file>
+
+Validates the configuration (the same problems and exit code as `svc validate`), then prints
+it as JSON with every default filled in, the sink's and every fan-out child's included, in the
+order of docs/configuration.md. A field whose absence has its own meaning (for example
+nats.tls_required, decided by the URLs when left out) is shown as null. Names of environment
+variables and key files are shown as written; no value is read from the environment or a file.
+The output is itself a valid configuration, and reads back to the same output.
+
+Exit codes: 0 printed, 2 invalid or unreadable.
+";
+
+const RUN: &str = "\
+Usage: svc run <config_file>
+
+Delivers messages from the configured stream's durable pull consumer to the sink: each batch
+is committed durably first and acknowledged after. Runs until SIGTERM or SIGINT (in-flight
+batches finish; nothing is acknowledged early); SIGUSR1 logs a pipeline dump.
+
+Exit codes: 0 clean stop after a signal, 1 runtime failure (broker, sink), 2 invalid
+configuration. A failure is printed once, through the configured log format.
+";
+
+const INSPECT: &str = "\
+Usage: svc inspect <config_file> [--last N | --start-seq S | --since TIME] [--subject S]
+                   [--max N] [--timeout SECONDS] [--format text|jsonl] [--payload]
+
+Reads messages of the configured stream through an ephemeral consumer of its own (no
+acknowledgement, one delivery each, in stream order): the durable consumer is never touched,
+nothing is acknowledged, and the consumer is deleted at the end (the broker drops it after 5 s
+without interest if the process is killed). Shows per message: stream sequence, time, subject,
+size, headers (values of secret-looking names as <redacted>), what the runner would make of it:
+payload format, priority, classification and labels, the authenticity verdict when configured,
+the fan-out children it would be routed to. Payloads only with --payload; never decrypts.
+
+  --last N          the last N messages of the stream (those the filter matches); default 10
+  --start-seq S     from stream sequence S
+  --since TIME      from the first message stored at or after TIME (RFC 3339)
+  --subject S       narrow the configured subject (must lie within it)
+  --max N           at most N messages (1 to 10000); default 100 (--last N: N)
+  --timeout SECONDS stop when nothing arrives for this long (1 to 300); default 5
+  --format F        text (one line per message, the default) or jsonl
+  --payload         include payloads (UTF-8 as text, anything else base64 in jsonl)
+
+Exit codes: 0 read, 1 broker failure, 2 invalid configuration, options or a missing key.
+";
+
+const TEST_SINK: &str = "\
+Usage: svc test-sink <config_file>
+
+Initializes the configured sink and proves it is usable (writes and removes a probe where the
+sink allows it). Prints `Sink <type> is usable: ...` or `Sink <type> is NOT usable: ...`.
+
+Exit codes: 0 usable, 1 not usable, 2 invalid configuration.
+";
+
+const INIT_DB: &str = "\
+Usage: svc init-db <config_file> [--print]
+
+Creates the tables of every relational_db sink of the configuration (fan-out children
+included). --print only prints the DDL, connecting to nothing.
+
+Exit codes: 0 ready, 1 a database refused, 2 invalid configuration or no relational_db sink.
+";
+
+const DECRYPT: &str = "\
+Usage: svc decrypt <config_file> <record_file | ->
+
+Prints the plaintext payload of each stored record (a file-sink record, an object-store
+object, a relational row as JSON; one per line in JSON lines) with any configured key,
+rotated ones included. `-` reads standard input.
+
+Exit codes: 0 every record decrypted, 1 a record could not be, 2 invalid configuration.
+";
+
+const VERIFY_CUSTODY: &str = "\
+Usage: svc verify-custody <config_file> <record_file>...
+
+Recomputes each record's custody digest and reports it intact or ALTERED.
+
+Exit codes: 0 every record intact, 1 any altered or unverifiable, 2 invalid configuration.
+";
+
+/// The help of `command`, the global help for an unknown one.
+pub fn of(command: Option<&str>) -> &'static str {
+    match command {
+        Some("validate") => VALIDATE,
+        Some("show-effective-config") => SHOW_EFFECTIVE_CONFIG,
+        Some("run") => RUN,
+        Some("inspect") => INSPECT,
+        Some("test-sink") => TEST_SINK,
+        Some("init-db") => INIT_DB,
+        Some("decrypt") => DECRYPT,
+        Some("verify-custody") => VERIFY_CUSTODY,
+        _ => HELP,
+    }
+}

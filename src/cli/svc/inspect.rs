@@ -1,0 +1,424 @@
+//! `svc inspect <config>`: a read-only look at the configured stream. Each message is shown
+//! with what the runner would make of it (payload format, priority, classification, labels,
+//! the authenticity verdict, the fan-out children it would go to), never acknowledged, never
+//! decrypted; payloads only with `--payload`; secret-looking header values redacted.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::output;
+use crate::broker::inspect::{self, Request, Start};
+use crate::config::RuntimeConfig;
+use crate::document::grammar::looks_secret;
+use crate::message::envelope::{normalize_payload, PayloadFormat, RawMessage};
+use crate::message::protection::authenticity::{AuthOutcome, Verifier};
+use crate::message::subject::SubjectPattern;
+use crate::sink::SinkConfig;
+use crate::text::peer::PeerText;
+use crate::text::rfc3339::{format_rfc3339_nanos, parse_rfc3339_nanos};
+
+/// Most messages one run may show.
+pub const MAX_MESSAGES: u64 = 10_000;
+/// Longest `--timeout`.
+pub const MAX_TIMEOUT_SECONDS: u64 = 300;
+/// Characters of a payload shown in the text format (the JSON lines carry it whole).
+const TEXT_PAYLOAD_CHARS: usize = 1024;
+/// What a redacted header value reads as.
+const REDACTED: &str = "<redacted>";
+
+/// `svc inspect` options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub config: PathBuf,
+    pub start: Start,
+    pub subject: Option<String>,
+    pub max: u64,
+    pub timeout: Duration,
+    pub jsonl: bool,
+    pub payload: bool,
+}
+
+/// Parses what follows `inspect` (lexopt hands its parser on); `None`: help was asked for.
+pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
+    use lexopt::prelude::*;
+    let mut config = None;
+    let mut start = None;
+    let mut subject = None;
+    let (mut max, mut timeout_s, mut jsonl, mut payload) = (100, 5, false, false);
+    let number = |v: std::ffi::OsString, flag: &str, lo: u64, hi: u64| {
+        let s = v.string()?;
+        match s.parse::<u64>() {
+            Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+            _ => Err(lexopt::Error::from(format!(
+                "{flag} must be an integer from {lo} to {hi}"
+            ))),
+        }
+    };
+    let set_start = |s: Start, start: &mut Option<Start>| {
+        if start.replace(s).is_some() {
+            return Err(lexopt::Error::from(
+                "give at most one of --last, --start-seq, --since",
+            ));
+        }
+        Ok(())
+    };
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("last") => {
+                let n = number(p.value()?, "--last", 1, MAX_MESSAGES)?;
+                set_start(Start::Last(n), &mut start)?
+            }
+            Long("start-seq") => {
+                let n = number(p.value()?, "--start-seq", 1, u64::MAX)?;
+                set_start(Start::Sequence(n), &mut start)?
+            }
+            Long("since") => {
+                let text = p.value()?.string()?;
+                let nanos = parse_rfc3339_nanos(&text)
+                    .ok_or("--since must be an RFC 3339 time, e.g. 2026-11-26T14:00:00Z")?;
+                set_start(Start::Since(nanos), &mut start)?
+            }
+            Long("subject") => subject = Some(p.value()?.string()?),
+            Long("max") => max = number(p.value()?, "--max", 1, MAX_MESSAGES)?,
+            Long("timeout") => timeout_s = number(p.value()?, "--timeout", 1, MAX_TIMEOUT_SECONDS)?,
+            Long("format") => {
+                jsonl = match p.value()?.string()?.as_str() {
+                    "text" => false,
+                    "jsonl" => true,
+                    _ => return Err("--format must be text or jsonl".into()),
+                }
+            }
+            Long("payload") => payload = true,
+            Short('h') | Long("help") => return Ok(None),
+            Value(v) if config.is_none() => config = Some(PathBuf::from(v)),
+            _ => return Err(arg.unexpected()),
+        }
+    }
+    let config = config.ok_or("inspect: missing <config_file>")?;
+    let start = start.unwrap_or(Start::Last(10));
+    if let Start::Last(n) = start {
+        max = max.min(n).max(1);
+    }
+    Ok(Some(Options {
+        config,
+        start,
+        subject,
+        max,
+        timeout: Duration::from_secs(timeout_s),
+        jsonl,
+        payload,
+    }))
+}
+
+/// Runs `svc inspect`: exit 0 after reading, 1 on a broker failure, 2 on invalid input.
+pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
+    let filter = match narrowed(&cfg.nats.subject, opts.subject.as_deref()) {
+        Ok(f) => f,
+        Err(why) => {
+            eprintln!("svc: inspect: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    // Keys come from the environment, as for `svc run`: a missing one is an input problem.
+    let verifier = if cfg.authenticity.enabled {
+        match Verifier::load(&cfg.authenticity) {
+            Ok(v) => Some(v),
+            Err(problems) => {
+                for p in problems {
+                    eprintln!("svc: inspect: {p}");
+                }
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        None
+    };
+    let metrics = Arc::new(crate::metrics::Metrics::default());
+    let nc = match crate::broker::connect(&cfg.nats, metrics) {
+        Ok(nc) => nc,
+        Err(e) => {
+            eprintln!("svc: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let req = Request {
+        stream: cfg.nats.stream.clone(),
+        subject: filter,
+        start: opts.start,
+        max: opts.max,
+        timeout: opts.timeout,
+    };
+    let mut out = std::io::stdout().lock();
+    let mut write_error = None;
+    let result = inspect::read(&nc, &req, |raw| {
+        if write_error.is_some() {
+            return;
+        }
+        let view = view(cfg, verifier.as_ref(), &raw, opts.payload);
+        let line = if opts.jsonl {
+            serde_json::to_string(&view).expect("JSON values always serialize")
+        } else {
+            text_line(&view)
+        };
+        if let Err(e) = writeln!(out, "{line}") {
+            write_error = Some(e);
+        }
+    });
+    if let Some(e) = write_error {
+        return output::write_failed(&e);
+    }
+    match result {
+        Ok(n) => {
+            if !opts.jsonl {
+                let _ = writeln!(out, "({n} message{} read)", if n == 1 { "" } else { "s" });
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("svc: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The configured subject, or `--subject` when it lies within it.
+fn narrowed(configured: &str, asked: Option<&str>) -> Result<String, String> {
+    let Some(asked) = asked else {
+        return Ok(configured.to_string());
+    };
+    SubjectPattern::parse(asked).map_err(|e| format!("--subject: {e}"))?;
+    if within(asked, configured) {
+        Ok(asked.to_string())
+    } else {
+        Err(format!(
+            "--subject {asked} is not within the configured subject {configured}"
+        ))
+    }
+}
+
+/// Does every subject `asked` matches also match `configured`? (Both valid patterns.)
+fn within(asked: &str, configured: &str) -> bool {
+    let mut a = asked.split('.');
+    let mut c = configured.split('.');
+    loop {
+        match (a.next(), c.next()) {
+            (_, Some(">")) => return true,
+            (None, None) => return true,
+            (Some(">"), _) | (None, Some(_)) | (Some(_), None) => return false,
+            (Some("*"), Some(ct)) => {
+                if ct != "*" {
+                    return false;
+                }
+            }
+            (Some(_), Some("*")) => {}
+            (Some(at), Some(ct)) => {
+                if at != ct {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// One message as shown: a JSON object (the `jsonl` line; the text line is made from it).
+fn view(
+    cfg: &RuntimeConfig,
+    verifier: Option<&Verifier>,
+    raw: &RawMessage,
+    payload: bool,
+) -> Value {
+    let headers: Vec<Value> = raw
+        .headers
+        .iter()
+        .map(|(k, v)| {
+            let value = if looks_secret(k) {
+                REDACTED
+            } else {
+                v.as_str()
+            };
+            json!([k, value])
+        })
+        .collect();
+    let (_, info) = normalize_payload(&raw.data);
+    let format = match info.original_format {
+        PayloadFormat::Json => "json",
+        PayloadFormat::Text => "text",
+        PayloadFormat::Bytes => "bytes",
+    };
+    let metadata = match cfg.message_metadata.resolve(raw) {
+        Ok(m) => json!({"priority": m.priority, "classification": m.classification,
+                        "labels": m.labels}),
+        Err(e) => json!({"rejected": e.to_string()}),
+    };
+    let authenticity = verifier.map(|v| match v.check(raw) {
+        Ok(AuthOutcome::Verified(alg)) => format!("verified ({})", alg.name()),
+        Ok(AuthOutcome::Unsigned) => "unsigned (not required)".to_string(),
+        Err(f) => format!("rejected: {f}"),
+    });
+    let fanout = match &cfg.sink {
+        SinkConfig::Fanout(f) => Some(match f.routing.targets_for(f.sinks.keys(), &raw.subject) {
+            Some(targets) => json!(targets
+                .iter()
+                .map(|t| if t.required {
+                    t.sink.clone()
+                } else {
+                    format!("{} (optional)", t.sink)
+                })
+                .collect::<Vec<_>>()),
+            None => json!("rejected: no route matches"),
+        }),
+        _ => None,
+    };
+    let mut v = json!({
+        "stream_sequence": raw.stream_sequence,
+        "time": raw.published_unix_nanos.map(format_rfc3339_nanos),
+        "subject": raw.subject,
+        "size": raw.data.len(),
+        "headers": headers,
+        "payload_format": format,
+        "metadata": metadata,
+    });
+    if let Some(a) = authenticity {
+        v["authenticity"] = json!(a);
+    }
+    if let Some(f) = fanout {
+        v["fanout"] = f;
+    }
+    if let Some(why) = raw.unreadable {
+        v["unreadable"] = json!(why);
+    }
+    if payload {
+        match std::str::from_utf8(&raw.data) {
+            Ok(text) => v["payload"] = json!(text),
+            Err(_) => {
+                use base64::Engine;
+                v["payload_base64"] =
+                    json!(base64::engine::general_purpose::STANDARD.encode(&raw.data))
+            }
+        }
+    }
+    v
+}
+
+/// One terminal line: `#42 2026-... orders.created 17 B json normal/unclassified [a,b] ...`.
+/// Everything that came from the message is escaped and bounded.
+fn text_line(v: &Value) -> String {
+    let s = |v: &Value| {
+        v.as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| v.to_string())
+    };
+    let mut line = format!(
+        "#{} {} {} {} B {}",
+        v["stream_sequence"],
+        v["time"].as_str().unwrap_or("-"),
+        PeerText::new(&s(&v["subject"])),
+        v["size"],
+        s(&v["payload_format"]),
+    );
+    let m = &v["metadata"];
+    match m.get("rejected") {
+        Some(why) => line.push_str(&format!(" metadata rejected ({})", PeerText::new(&s(why)))),
+        None => {
+            let labels: Vec<String> = m["labels"]
+                .as_array()
+                .map(|a| a.iter().map(s).collect())
+                .unwrap_or_default();
+            line.push_str(&format!(
+                " {}/{} [{}]",
+                PeerText::new(&s(&m["priority"])),
+                PeerText::new(&s(&m["classification"])),
+                PeerText::new(&labels.join(","))
+            ));
+        }
+    }
+    if let Some(a) = v.get("authenticity") {
+        line.push_str(&format!(" auth={}", PeerText::new(&s(a))));
+    }
+    if let Some(f) = v.get("fanout") {
+        let shown = match f.as_array() {
+            Some(a) => a.iter().map(s).collect::<Vec<_>>().join(","),
+            None => s(f),
+        };
+        line.push_str(&format!(" fanout={shown}"));
+    }
+    if let Some(h) = v["headers"].as_array().filter(|h| !h.is_empty()) {
+        let shown: Vec<String> = h
+            .iter()
+            .map(|pair| format!("{}={}", s(&pair[0]), s(&pair[1])))
+            .collect();
+        line.push_str(&format!(" headers: {}", PeerText::new(&shown.join("; "))));
+    }
+    if let Some(p) = v.get("payload") {
+        line.push_str(&format!(
+            " payload: {}",
+            PeerText::with_limit(&s(p), TEXT_PAYLOAD_CHARS)
+        ));
+    }
+    if let Some(p) = v.get("payload_base64") {
+        line.push_str(&format!(
+            " payload (base64): {}",
+            PeerText::with_limit(&s(p), TEXT_PAYLOAD_CHARS)
+        ));
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(args: &[&str]) -> Result<Options, String> {
+        let mut p = lexopt::Parser::from_iter(std::iter::once("x").chain(args.iter().copied()));
+        parse(&mut p).map(Option::unwrap).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn options_and_their_bounds() {
+        let o = opts(&["c.json"]).unwrap();
+        assert_eq!(
+            (o.start, o.max, o.jsonl, o.payload),
+            (Start::Last(10), 10, false, false)
+        );
+        let o = opts(&[
+            "c.json",
+            "--start-seq",
+            "5",
+            "--max",
+            "3",
+            "--format",
+            "jsonl",
+        ])
+        .unwrap();
+        assert_eq!((o.start, o.max, o.jsonl), (Start::Sequence(5), 3, true));
+        assert!(opts(&["c.json", "--last", "2", "--start-seq", "1"])
+            .unwrap_err()
+            .contains("at most one of"));
+        assert!(opts(&["c.json", "--since", "yesterday"])
+            .unwrap_err()
+            .contains("RFC 3339"));
+        assert!(opts(&["c.json", "--max", "0"]).is_err());
+        assert!(opts(&["c.json", "--timeout", "301"]).is_err());
+        assert!(opts(&["--max", "3"])
+            .unwrap_err()
+            .contains("missing <config_file>"));
+    }
+
+    #[test]
+    fn subject_narrowing() {
+        assert_eq!(narrowed("orders.>", None).unwrap(), "orders.>");
+        assert_eq!(
+            narrowed("orders.>", Some("orders.eu.*")).unwrap(),
+            "orders.eu.*"
+        );
+        assert!(narrowed("orders.>", Some("payments.>")).is_err());
+        assert!(within("orders.*.new", "orders.*.new") && within("a.b", "a.*"));
+        assert!(!within("orders.*", "orders.eu") && !within("orders.>", "orders.*"));
+        assert!(!within("a", "a.b") && !within("a.b", "a"));
+    }
+}

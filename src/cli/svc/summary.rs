@@ -1,0 +1,67 @@
+//! The paragraph `svc validate` prints after success: what the runner will consume, where it
+//! writes, which protections are on, where dead letters and metrics go. Names and paths only
+//! (a config holds no secret, and no value is read from the environment here).
+
+use crate::config::{ConsumerMode, RuntimeConfig};
+use crate::sink::SinkConfig;
+
+/// One paragraph, lines wrapped by the caller's terminal.
+pub fn paragraph(cfg: &RuntimeConfig) -> String {
+    let n = &cfg.nats;
+    let mut parts = vec![format!(
+        "Consumes stream {} through durable consumer {} filtered on {}; the consumer {}.",
+        n.stream,
+        n.consumer,
+        n.subject,
+        match n.consumer_mode {
+            ConsumerMode::Bind => "must already exist",
+            ConsumerMode::Create => "is created when missing",
+            ConsumerMode::Reconcile =>
+                "is created when missing, or its AckWait, MaxAckPending, MaxDeliver and BackOff \
+                 are brought to this config",
+        }
+    )];
+    parts.push(format!("Writes to {}.", sink(&cfg.sink)));
+    let protections: Vec<&str> = [
+        (cfg.payload_encryption.enabled, "payload encryption"),
+        (cfg.authenticity.enabled, "publisher authenticity"),
+        (cfg.custody.enabled, "custody evidence"),
+        (cfg.security_labels.enabled, "security labels"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    parts.push(if protections.is_empty() {
+        "Protections: none.".to_string()
+    } else {
+        format!("Protections: {}.", protections.join(", "))
+    });
+    parts.push(if cfg.dead_letter.enabled {
+        format!("Dead letters go to {}.", cfg.dead_letter.subject)
+    } else {
+        "No dead-letter queue (permanent failures are left to the broker's limits).".to_string()
+    });
+    parts.push(match (&cfg.metrics.enabled, &cfg.metrics.snapshot_file) {
+        (true, Some(path)) => format!("Metrics snapshot: {}.", path.display()),
+        _ => "No metrics snapshot.".to_string(),
+    });
+    if cfg.advisories.enabled {
+        parts.push("Broker advisories are watched.".to_string());
+    }
+    parts.join(" ")
+}
+
+/// `file`, or `fanout (a: file, b: object_store)` with every child.
+fn sink(s: &SinkConfig) -> String {
+    match s {
+        SinkConfig::Fanout(f) => {
+            let children: Vec<String> = f
+                .sinks
+                .iter()
+                .map(|(name, c)| format!("{name}: {}", sink(c)))
+                .collect();
+            format!("a fanout sink ({})", children.join(", "))
+        }
+        other => format!("a {} sink", other.kind()),
+    }
+}
