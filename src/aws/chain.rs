@@ -263,3 +263,7 @@ fn profile_fetch(
     }
     Ok(None)
 }
+
+#[cfg(test)]
+#[path = "credentials_tests.rs"]
+mod credentials_tests;

@@ -9,6 +9,7 @@
 #![allow(deprecated)]
 
 pub mod advisory;
+pub mod config;
 pub mod consumer_watch;
 pub mod dead_letter;
 pub mod inspect;
@@ -26,11 +27,11 @@ use nats::jetstream::{
 };
 
 use crate::backoff::{Backoff, Growth, Jitter};
-use crate::config::{ConsumerMode, NatsAuth, NatsConfig};
 use crate::message::envelope::RawMessage;
 use crate::message::protection::keys::read_private_file;
 use crate::metrics::Metrics;
 use crate::text::peer::PeerText;
+use config::{ConsumerMode, NatsAuth, NatsConfig};
 
 /// The broker connection (aliased so the crate's deprecation allowance stays in this module).
 pub type Connection = nats::Connection;

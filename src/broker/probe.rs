@@ -15,7 +15,7 @@ use std::io::{self, Read};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use crate::config::is_loopback_url;
+use super::config::is_loopback_url;
 
 /// Longest INFO line read (a large cluster's `connect_urls` included).
 const MAX_INFO_BYTES: usize = 64 * 1024;

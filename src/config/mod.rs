@@ -3,12 +3,10 @@
 //!
 //! The reference for every field, default and range is `docs/configuration.md`.
 
-mod broker;
 mod effective;
 
-pub(crate) use broker::is_loopback_url;
-use broker::read_nats;
-pub use broker::{ConsumerMode, ConsumerSettings, NatsAuth, NatsConfig};
+use crate::broker::config::read_nats;
+pub use crate::broker::config::{ConsumerMode, ConsumerSettings, NatsAuth, NatsConfig};
 pub use effective::effective_json;
 
 use std::path::{Path, PathBuf};
@@ -149,7 +147,10 @@ impl RuntimeConfig {
         let mut root = ObjectReader::root(&value, &problems);
 
         let nats = match root.object("nats") {
-            Some(r) => Some(read_nats(r)),
+            Some(r) => Some(read_nats(
+                r,
+                DEFAULT_MAX_IN_FLIGHT_BATCHES * DEFAULT_BATCH_SIZE,
+            )),
             None => {
                 root.problem("nats", "is required");
                 None

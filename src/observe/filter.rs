@@ -3,7 +3,7 @@
 //! legacy aliases only with `include_legacy`. Empty allow lists admit nothing.
 //!
 //! The connector switches (top-level `enabled` plus the connector's own) are checked by each
-//! connector before it calls [`crate::observe::select::select`], because they differ per
+//! connector before it calls `select` (`observe/select.rs`), because they differ per
 //! connector (the HTTP endpoint does not need `scrape.enabled`).
 
 use crate::observe::catalogue::{self, Kind};

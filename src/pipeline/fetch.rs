@@ -406,3 +406,46 @@ impl Fetcher {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1024 * 1024;
+
+    #[test]
+    fn the_allowance_fits_the_largest_message_where_the_bound_allows() {
+        // The default: 64 MiB over 8 batches, the broker's default 1 MiB messages.
+        assert_eq!(request_allowance(64 * MIB, 8, MIB), 8 * MIB);
+        // 8 MiB messages: raised to fit one with what the broker counts beside it.
+        assert_eq!(request_allowance(64 * MIB, 8, 8 * MIB), 8 * MIB + 64 * 1024);
+        // A bound below the largest message: never more than the bound (such a message is
+        // fetched alone).
+        assert_eq!(request_allowance(MIB, 4, 4 * MIB), MIB);
+    }
+
+    #[test]
+    fn a_delivery_holds_its_headers_as_well_as_its_payload() {
+        let message = |headers: Vec<(String, String)>| RawMessage {
+            subject: "orders.created".into(),
+            stream: "S".into(),
+            consumer: "c".into(),
+            stream_sequence: 1,
+            consumer_sequence: 1,
+            delivery_count: 1,
+            published_unix_nanos: None,
+            headers,
+            data: vec![b'x'; 100],
+            unreadable: None,
+        };
+        assert_eq!(delivery_bytes(&message(vec![])), 100 + 14);
+        // Many small headers (a shape that once swelled memory) count byte for byte.
+        let many = (0..1000)
+            .map(|i| (format!("H{i:03}"), "v".repeat(20)))
+            .collect::<Vec<_>>();
+        assert_eq!(
+            delivery_bytes(&message(many)),
+            100 + 14 + 1000 * (4 + 20 + 4)
+        );
+    }
+}

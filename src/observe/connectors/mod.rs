@@ -33,6 +33,7 @@ pub mod cloud_b;
 pub mod cloud_c;
 pub mod collector_agent;
 pub mod oci_auth;
+pub mod oci_identity;
 pub mod oci_instance;
 pub mod oci_signature;
 pub mod otlp;

@@ -14,7 +14,7 @@
 //!   absolute path to a file holding it. Key id `ST$<token>`. An expired token (JWT `exp`) is
 //!   refused before any request. Versions 1.1 and 3.0 (token exchange over the network) are not
 //!   implemented.
-//! - `instance_principal`: the federation of [`super::oci_instance`] (instance metadata
+//! - `instance_principal`: the federation of `oci_instance.rs` (instance metadata
 //!   service, then `https://auth.<region>.oraclecloud.com/v1/x509`); key id `ST$<token>` with a
 //!   session key generated for the run. The connector calls that module directly to tell a
 //!   failed network step (exit 1) from an unusable environment (exit 2).
@@ -25,9 +25,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
-
+pub use super::oci_identity::{jwt_expiry, Identity};
 use super::oci_signature::{load_private_key, Signer};
 use crate::aws::{parse_ini, Env};
 use crate::observe::policy::cloud_a::{AuthMode, CloudA};
@@ -43,13 +41,6 @@ impl std::fmt::Display for AuthError {
 }
 
 impl std::error::Error for AuthError {}
-
-/// A signer plus a description of where it came from (no secret in it).
-#[derive(Debug)]
-pub struct Identity {
-    pub signer: Signer,
-    pub source: String,
-}
 
 /// Builds the signer for the policy's `auth_mode`. `now` is used for the token expiry check.
 pub fn identity(cfg: &CloudA, env: &dyn Env, now_epoch: i64) -> Result<Identity, AuthError> {
@@ -181,14 +172,6 @@ fn value_or_file(env: &dyn Env, var: &str) -> Result<Option<String>, AuthError> 
     }
 }
 
-/// The `exp` claim of a JWT, if it has one (the signature is the service's business).
-pub fn jwt_expiry(token: &str) -> Option<i64> {
-    let payload = token.split('.').nth(1)?;
-    let bytes = URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    v.get("exp")?.as_i64()
-}
-
 /// `resource_principal` mode (version 2.2, from the environment).
 pub fn resource_principal(env: &dyn Env, now_epoch: i64) -> Result<Identity, AuthError> {
     match env.var("OCI_RESOURCE_PRINCIPAL_VERSION").as_deref() {
@@ -249,6 +232,8 @@ pub fn resource_principal(env: &dyn Env, now_epoch: i64) -> Result<Identity, Aut
 mod tests {
     use super::super::oci_signature::tests::openssl_key_pair;
     use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
 
     const USER: &str = "ocid1.user.oc1..aaaauser";
     const TENANCY: &str = "ocid1.tenancy.oc1..aaaatenancy";

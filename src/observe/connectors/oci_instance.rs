@@ -33,7 +33,7 @@ use rsa::pkcs8::{EncodePrivateKey, EncodePublicKey};
 use sha2::{Digest, Sha256};
 
 use super::cloud;
-use super::oci_auth::{jwt_expiry, Identity};
+use super::oci_identity::{jwt_expiry, Identity};
 use super::oci_signature::{self, load_private_key, Signer};
 use crate::aws::Env;
 use crate::text::peer::PeerText;

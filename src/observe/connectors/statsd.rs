@@ -1,6 +1,6 @@
 //! `statsd-export`: one datagram per approved aggregate metric to a StatsD daemon over UDP or
 //! a Unix datagram socket; the datagram builder is shared with `agent-statsd-export` (the
-//! tagged dialect, [`super::agent_statsd`]).
+//! tagged dialect, `agent_statsd.rs`).
 //!
 //! Every value is sent as a gauge (`<name>:<value>|g`), counters included. The snapshot holds
 //! cumulative totals since the runner started; a StatsD counter (`|c`) adds each value it

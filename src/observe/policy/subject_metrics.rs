@@ -1,6 +1,6 @@
 //! `subject_metrics`: the subject-family policy over the snapshot's prepared rows.
 //!
-//! Evaluation lives in `crate::observe::families`; this file is the model and its validation.
+//! Evaluation lives in `observe/families.rs`; this file is the model and its validation.
 
 use serde::Serialize;
 

@@ -30,6 +30,7 @@ pub mod auth;
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod params;
 mod startup;
 pub mod transport;
 pub mod wire;

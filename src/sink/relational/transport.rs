@@ -17,7 +17,7 @@ use rustls::pki_types::CertificateDer;
 
 use super::codec::{Msg, SSL_REQUEST_CODE};
 use super::error::{io_err, DbError};
-use super::wire::ConnectParams;
+use super::params::ConnectParams;
 use crate::text::peer::PeerText;
 
 /// A TCP stream whose every read and write must finish before the current deadline.

@@ -5,16 +5,15 @@
 //! adopted (see docs/sinks/relational.md). The relational sink needs only a narrow slice of the
 //! protocol, implemented here and nothing more:
 //! - startup over TCP, optionally upgraded to TLS (SSLRequest + rustls, certificate and host
-//!   name verified) — [`super::transport`];
+//!   name verified) — `transport.rs`;
 //! - authentication limited by an allow-list ([`AuthPolicy`], libpq's `require_auth`):
 //!   SCRAM-SHA-256 and SCRAM-SHA-256-PLUS by default, MD5, cleartext and no authentication only
-//!   when allowed (the state machine is in [`super::startup`], the arithmetic in
-//!   [`super::auth`]);
+//!   when allowed (the state machine is in `startup.rs`, the arithmetic in `auth.rs`);
 //! - the simple query protocol (for `BEGIN`, `COMMIT`, `SAVEPOINT`, `SET`, DDL);
 //! - the extended query protocol with text-format parameters and results (unnamed statement and
 //!   portal; one Parse/Bind/Execute/Sync round trip per statement);
 //! - ErrorResponse with SQLSTATE; NoticeResponse, ParameterStatus and NotificationResponse are
-//!   consumed. Messages are parsed by [`super::codec`].
+//!   consumed. Messages are parsed by `codec.rs`. Connection parameters are in `params.rs`.
 //!
 //! Not supported: COPY, binary formats, cancellation requests, multiple hosts, Unix sockets.
 //!
@@ -29,15 +28,14 @@
 //! server error leaves the connection usable after the server's ReadyForQuery.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::io::{BufReader, Read, Write};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use super::auth::{AuthPolicy, ChannelBindingMode};
 use super::codec::{self, BackendMessage, Msg};
 use super::error::io_err;
 pub use super::error::{condition_name, DbError, ServerError};
+pub use super::params::{ConnectParams, TlsMode};
 pub use super::transport::tls_client_config;
 use super::transport::{start_tls, DeadlineTcp, Stream};
 use crate::text::peer::PeerText;
@@ -52,52 +50,6 @@ pub const MAX_SERVER_PARAMS: usize = 64;
 pub const MAX_PARAM_BYTES: usize = 4096;
 /// How long Drop waits to write Terminate to a healthy connection.
 const TERMINATE_DEADLINE: Duration = Duration::from_secs(1);
-
-/// How the connection is protected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TlsMode {
-    /// Plain TCP (the config allows it only for loopback hosts).
-    Disable,
-    /// TLS required; the certificate chain and the host name are verified.
-    VerifyFull,
-}
-
-/// Everything needed to open a connection. Holds no secret: the password is resolved by the
-/// caller at connect time and passed separately.
-#[derive(Clone)]
-pub struct ConnectParams {
-    pub host: String,
-    pub port: u16,
-    pub user: String,
-    pub database: String,
-    pub application_name: String,
-    pub tls: TlsMode,
-    /// Trust anchors for `VerifyFull` (from the configured CA file or the system store).
-    pub tls_config: Option<Arc<rustls::ClientConfig>>,
-    /// Authentication methods the server may ask for (`sink.require_auth`).
-    pub require_auth: AuthPolicy,
-    /// SCRAM channel binding (`sink.channel_binding`).
-    pub channel_binding: ChannelBindingMode,
-    /// Fewest SCRAM iterations accepted from the server (`sink.scram_min_iterations`).
-    pub scram_min_iterations: u32,
-    /// One deadline for TCP connect, TLS handshake and authentication together.
-    pub connect_timeout: Duration,
-    /// One deadline for each operation after connect (a statement's whole round trip).
-    pub io_timeout: Duration,
-}
-
-impl fmt::Debug for ConnectParams {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConnectParams")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("user", &self.user)
-            .field("database", &self.database)
-            .field("tls", &self.tls)
-            .field("require_auth", &self.require_auth.names())
-            .finish_non_exhaustive()
-    }
-}
 
 /// The result of one statement: rows in text format (`None` = SQL NULL) and the command tag.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{DEFAULT_BATCH_SIZE, DEFAULT_MAX_IN_FLIGHT_BATCHES};
 use crate::document::grammar::is_env_var_name;
 use crate::document::reader::ObjectReader;
 use crate::message::subject::SubjectPattern;
@@ -96,7 +95,10 @@ pub struct NatsConfig {
     pub connection_name: String,
 }
 
-pub(super) fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
+/// Reads the `nats` block. `default_max_ack_pending`: the MaxAckPending of a consumer the
+/// runner creates when the block names none (the config passes one default runner's in-flight
+/// messages, so the broker never pauses a default runner).
+pub fn read_nats(mut r: ObjectReader<'_>, default_max_ack_pending: i64) -> NatsConfig {
     let url = r.opt_string("url");
     let list = r.has("urls").then(|| r.string_list("urls"));
     let urls = match (url, list) {
@@ -191,12 +193,7 @@ pub(super) fn read_nats(mut r: ObjectReader<'_>) -> NatsConfig {
     let consumer_settings = ConsumerSettings {
         ack_wait: Duration::from_secs(r.int_in("ack_wait_seconds", 30, 1, 86_400) as u64),
         // The default in-flight bound: the broker never pauses a default runner.
-        max_ack_pending: r.int_in(
-            "max_ack_pending",
-            DEFAULT_MAX_IN_FLIGHT_BATCHES * DEFAULT_BATCH_SIZE,
-            1,
-            1_000_000,
-        ),
+        max_ack_pending: r.int_in("max_ack_pending", default_max_ack_pending, 1, 1_000_000),
         max_deliver: match r.opt_int_in("max_deliver", -1, 1_000_000) {
             Some(0) => {
                 r.problem("max_deliver", "must be -1 (unlimited) or at least 1");
@@ -312,7 +309,7 @@ fn check_nats_url(r: &ObjectReader<'_>, key: &str, url: &str) {
 /// True when the URL's host is `localhost`, in 127.0.0.0/8 or `::1`: plaintext there never
 /// crosses a network. Takes `scheme://host[:port]` (a config URL, checked by
 /// [`check_nats_url`]) or the bare `host:port` of a broker's INFO `connect_urls`.
-pub(crate) fn is_loopback_url(url: &str) -> bool {
+pub fn is_loopback_url(url: &str) -> bool {
     let rest = url
         .strip_prefix("nats://")
         .or_else(|| url.strip_prefix("tls://"))
