@@ -10,6 +10,11 @@ echo "== cargo fmt --check"
 cargo fmt --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets --quiet -- -D warnings
+echo "== cargo doc (warnings denied)"
+# Private items are documented (the docs are for the people who work on the code), so a public
+# module's comment may link to its private parts.
+RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" \
+    cargo doc --no-deps --document-private-items --quiet
 echo "== no async runtime in the default build"
 if cargo tree -e normal --prefix none | grep -E '^(tokio|async-std|mio|async-io|smol) v'; then
     echo "an async runtime crate is in the default dependency tree" >&2

@@ -1,11 +1,11 @@
-//! The `svc-observe` command line: lexopt parsing into [`Command`], then [`run`].
+//! The `svc-observe` command line: lexopt parsing into [`Command`], then [`run()`].
 //!
 //! Exit codes: 0 success; 1 runtime failure (snapshot missing, invalid or stale, subject-family
 //! overflow with `fail_closed`, a write or listen failure); 2 invalid input (usage error,
 //! unreadable or invalid policy or config, no output destination, refusing to overwrite).
 //!
-//! Laid out like ripgrep's `flags/`: [`help`] holds the texts, [`parse`] turns arguments into
-//! a [`Command`] (no I/O), [`run`] executes it and prints; this file holds the types they share
+//! Laid out like ripgrep's `flags/`: [`help`] holds the texts, [`mod@parse`] turns arguments into
+//! a [`Command`] (no I/O), [`mod@run`] executes it and prints; this file holds the types they share
 //! and the binary's entry point.
 
 mod help;
