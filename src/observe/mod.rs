@@ -1,8 +1,10 @@
 //! `svc-observe`, the exporter: snapshot + policy in, approved metrics out.
 //!
-//! It reads only the runner's JSON snapshot (`crate::metrics::snapshot`) and the observability
-//! policy ([`policy`]); it never connects to the broker, a database, sink output or DLQ
-//! subjects, and never sees a payload. Flow of every connector:
+//! Its exports read only the runner's JSON snapshot (`crate::metrics::snapshot`) and the
+//! observability policy ([`policy`]); they never connect to the broker, a database, sink output
+//! or DLQ subjects, and never see a payload. Two commands reach further when run for it:
+//! `broker-monitoring-poll` (the broker's HTTP monitoring endpoints the policy allows) and
+//! `init-scrape-policy` (the runner's config, to draft a policy). Flow of every connector:
 //!
 //! ```text
 //! policy::Policy::load ──▶ connector switches ──▶ select::select (filter + families)
