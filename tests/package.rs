@@ -231,6 +231,33 @@ fn packages_have_the_metadata_contents_and_run_unpacked() {
             "{b} is not stripped"
         );
     }
+    // Each package's SBOM: valid CycloneDX 1.5, the binary's run-time dependencies, no dev or
+    // build dependency.
+    for (package, binary) in [("svc", "svc"), ("svc-observe", "svc-observe")] {
+        let path = r(&format!("/usr/share/doc/{package}/sbom.cdx.json"));
+        assert_valid_cyclonedx(&path);
+        let sbom: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(sbom["metadata"]["component"]["name"], binary, "{package}");
+        let names: Vec<&str> = sbom["components"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        for needed in ["nats", "rustls", "ring", "serde_json", "crossbeam-channel"] {
+            assert!(
+                names.contains(&needed),
+                "{package}: {needed} missing: {names:?}"
+            );
+        }
+        for absent in ["tempfile", "cc"] {
+            assert!(
+                !names.contains(&absent),
+                "{package}: {absent} is not a run-time dependency"
+            );
+        }
+    }
     let help = run(Command::new(r("/usr/bin/svc")).arg("--help"));
     assert!(help.contains("svc validate <config_file>"), "{help}");
     let ver = run(Command::new(r("/usr/bin/svc")).arg("--version"));
@@ -361,4 +388,55 @@ fn bad_arguments_are_refused() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no executable"));
+}
+
+/// Validates a CycloneDX 1.5 JSON document with the CycloneDX project's own Python library
+/// (scripts/deps.sh installs it in the test venv).
+fn assert_valid_cyclonedx(path: &Path) {
+    let venv = std::env::var("SVC_TEST_VENV").unwrap_or_default();
+    let python = if venv.is_empty() {
+        "python3".to_string()
+    } else {
+        format!("{venv}/bin/python")
+    };
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "import sys\n\
+             from cyclonedx.schema import SchemaVersion\n\
+             from cyclonedx.validation.json import JsonStrictValidator\n\
+             error = JsonStrictValidator(SchemaVersion.V1_5).validate_str(open(sys.argv[1]).read())\n\
+             sys.exit(f'invalid: {error}' if error else 0)",
+        ])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Binaries built by the packaging script carry their dependency list (cargo auditable's
+/// `.dep-v0` section), kept through stripping; the test build's own binaries do not, so this
+/// packages a build of its own (the debug profile: the auditable link takes seconds).
+#[test]
+fn built_binaries_carry_their_dependency_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(Command::new(repo("scripts/package.sh"))
+        .args(["--profile", "debug", "--compress", "gzip", "--out-dir"])
+        .arg(dir.path()));
+    let root = tempfile::tempdir().unwrap();
+    for deb in out.lines() {
+        run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(root.path()));
+    }
+    for b in ["usr/bin/svc", "usr/bin/svc-observe"] {
+        let sections = run(Command::new("readelf").arg("-SW").arg(root.path().join(b)));
+        assert!(
+            sections.contains(".dep-v0"),
+            "{b} has no .dep-v0 section:\n{sections}"
+        );
+    }
 }
