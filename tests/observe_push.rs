@@ -169,7 +169,7 @@ fn check_otlp_request(req: &Value, snap: &str, resource_extra: &[(&str, &str)]) 
         let last = &by_name[&format!("svc_{name}_last")]["gauge"]["dataPoints"][0];
         assert_eq!(last["asDouble"], 2.0);
     }
-    // Nothing else: counters + gauge + 4 summaries with their `_last` gauges.
+    // Nothing else: counters + gauge + every summary with its `_last` gauge.
     assert_eq!(
         metrics.len(),
         svc::metrics::Counters::NAMES.len() + 1 + 2 * svc::metrics::SUMMARY_NAMES.len()
