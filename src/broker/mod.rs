@@ -12,6 +12,9 @@ pub mod advisory;
 pub mod consumer_watch;
 pub mod dead_letter;
 pub mod inspect;
+pub mod permissions;
+pub mod plan;
+pub mod plan_apply;
 pub mod probe;
 
 use std::fmt;
@@ -31,6 +34,7 @@ use crate::message::envelope::RawMessage;
 use crate::message::protection::keys::read_private_file;
 use crate::metrics::Metrics;
 use crate::text::peer::PeerText;
+pub use permissions::Denials;
 
 /// The broker connection (aliased so the crate's deprecation allowance stays in this module).
 pub type Connection = nats::Connection;
@@ -113,8 +117,13 @@ fn check_advertised_servers(cfg: &NatsConfig) -> Result<(), BrokerError> {
     Ok(())
 }
 
-/// Connects with the configured auth and TLS, counting connection events into `metrics`.
-pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, BrokerError> {
+/// Connects with the configured auth and TLS, counting connection events into `metrics` and
+/// keeping the broker's permission violations in `denials`.
+pub fn connect(
+    cfg: &NatsConfig,
+    metrics: Arc<Metrics>,
+    denials: Arc<Denials>,
+) -> Result<Connection, BrokerError> {
     check_advertised_servers(cfg)?;
     let mut opts = match &cfg.auth {
         NatsAuth::None => nats::Options::new(),
@@ -157,11 +166,13 @@ pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, Br
         })
         .error_callback(move |e| {
             Metrics::add(&m3.counters.broker_connection_errors_total, 1);
+            let text = e.to_string();
+            if denials.note(&text) {
+                // Logged once by whoever stops on it (the runner: its fatal error).
+                return;
+            }
             // The server's `-ERR` text (and the crate's wording around it): peer text.
-            log::warn!(
-                "broker: asynchronous error: {}",
-                PeerText::new(&e.to_string())
-            );
+            log::warn!("broker: asynchronous error: {}", PeerText::new(&text));
         });
     // The servers are named: "Connection refused" alone does not say which address was
     // tried. Validation keeps credentials out of the URLs, so they are safe to print.
@@ -322,7 +333,7 @@ pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, Brok
 /// What an existing consumer must be for this runner: a pull consumer with explicit acks on
 /// exactly the configured subject. Never changed by the runner, whatever the mode: another
 /// filter or ack policy changes which messages are delivered and how they are settled.
-fn check_bindable(existing: &ConsumerConfig, cfg: &NatsConfig) -> Result<(), String> {
+pub(crate) fn check_bindable(existing: &ConsumerConfig, cfg: &NatsConfig) -> Result<(), String> {
     if existing.deliver_subject.is_some() {
         return Err("is a push consumer; a pull consumer is required".into());
     }
@@ -358,7 +369,7 @@ pub fn planned_consumer(cfg: &NatsConfig) -> ConsumerConfig {
 
 /// The settings `reconcile` owns that differ between the broker's consumer and the config, as
 /// `name: broker -> config` for the log.
-fn settings_drift(existing: &ConsumerConfig, cfg: &NatsConfig) -> Vec<String> {
+pub(crate) fn settings_drift(existing: &ConsumerConfig, cfg: &NatsConfig) -> Vec<String> {
     let s = &cfg.consumer_settings;
     let mut drift = Vec::new();
     let wanted_ack_wait = s.effective_ack_wait();
@@ -427,7 +438,7 @@ fn reconcile_consumer(
     Ok(())
 }
 
-fn is_not_found(e: &io::Error) -> bool {
+pub(crate) fn is_not_found(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound
         || e.to_string().contains("10014")
         || e.to_string().to_lowercase().contains("not found")

@@ -6,8 +6,8 @@
 mod broker;
 mod effective;
 
-pub(crate) use broker::is_loopback_url;
 use broker::read_nats;
+pub(crate) use broker::{is_broker_name, is_loopback_url};
 pub use broker::{ConsumerMode, ConsumerSettings, NatsAuth, NatsConfig};
 pub use effective::effective_json;
 

@@ -139,7 +139,8 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
         None
     };
     let metrics = Arc::new(crate::metrics::Metrics::default());
-    let nc = match crate::broker::connect(&cfg.nats, metrics) {
+    let denials = Arc::new(crate::broker::Denials::default());
+    let nc = match crate::broker::connect(&cfg.nats, metrics, denials.clone()) {
         Ok(nc) => nc,
         Err(e) => {
             eprintln!("svc: {e}");
@@ -181,6 +182,9 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
         }
         Err(e) => {
             eprintln!("svc: {e}");
+            if let Some(denied) = denials.first() {
+                eprintln!("svc: inspect: {denied}");
+            }
             ExitCode::from(1)
         }
     }
