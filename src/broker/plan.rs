@@ -219,7 +219,7 @@ fn permissions(cfg: &RuntimeConfig) -> Permissions {
     let mut subscribe = |subject: String, why| p.subscribe.push(Grant { subject, why });
     subscribe(
         "_INBOX.>".into(),
-        "replies: deliveries of its pull requests, API answers, dead-letter confirmations",
+        "replies: deliveries of its pull requests, answers to its requests",
     );
     if cfg.advisories.enabled {
         for kind in AdvisoryKind::ALL {
