@@ -344,7 +344,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         raw_tx,
         ack_tx,
         stop: stop.clone(),
-        denials,
+        denials: denials.clone(),
         metrics: metrics.clone(),
         monitor: monitor.clone(),
         watch: broker::consumer_watch::ConsumerWatch::new(
@@ -385,6 +385,9 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let _ = snapshot_thread.join();
     snapshot.write_now();
     signal_handle.close();
+    // The final flush waited for the broker's PONG, so a violation by the last
+    // acknowledgements of a clean stop has arrived by now: a clean exit would hide it.
+    let fatal = fatal.or_else(|| denials.first().map(|d| format!("broker: {d}")));
     match fatal {
         None => Ok(()),
         Some(e) => Err(RunError::Fatal(e)),
