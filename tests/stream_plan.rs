@@ -138,6 +138,26 @@ fn exactly_the_planned_permissions_deliver_everything() {
     let server = server_with(dir.path(), "exact", &publish_perms, &subscribe_perms);
     let cfg = config_for(&server, dir.path(), "run.json");
 
+    // A wrong administrator password: refused, and neither password is printed.
+    let wrong = "wrong-admin-Secret-1234";
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(["stream-plan", cfg.to_str().unwrap(), "--apply"])
+        .env("SVC_ADMIN_NATS_USER", "admin")
+        .env("SVC_ADMIN_NATS_PASSWORD", wrong)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("svc: stream-plan --apply: broker: connect"),
+        "{err}"
+    );
+    let printed = format!("{}{err}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !printed.contains(wrong) && !printed.contains(ADMIN_PASSWORD),
+        "{printed}"
+    );
+
     let (ok, report) = apply(&cfg);
     assert!(ok, "{report}");
     for what in ["stream ORDERS", "stream ORDERS_DLQ", "consumer ORDERS/svc"] {
@@ -319,4 +339,38 @@ fn apply_reports_what_differs_and_changes_nothing() {
         js.consumer_info("ORDERS", "svc").unwrap().config.ack_wait,
         Duration::from_secs(7)
     );
+}
+
+/// The JSON plan is what the JetStream API takes: its requests, sent as they are, create what
+/// `--apply` then finds exactly as planned.
+#[test]
+fn the_planned_json_requests_are_what_apply_creates() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut value = config(&server.url(), dir.path());
+    value["nats"].as_object_mut().unwrap().remove("auth");
+    let cfg = write_config(dir.path(), "open.json", &value);
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(["stream-plan", cfg.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nc = server.connect();
+    for part in ["stream", "dead_letter_stream", "consumer"] {
+        let api = plan[part]["api"].as_str().unwrap();
+        let body = serde_json::to_vec(&plan[part]["request"]).unwrap();
+        let reply = nc
+            .request_timeout(api, body, Duration::from_secs(5))
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&reply.data).unwrap();
+        assert!(answer.get("error").is_none(), "{part}: {answer}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(["stream-plan", cfg.to_str().unwrap(), "--apply"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches("exists as planned").count(), 3, "{err}");
 }

@@ -409,4 +409,34 @@ mod tests {
             assert!(p(bad).is_err(), "{bad:?}");
         }
     }
+
+    #[test]
+    fn text_shows_each_part_the_permissions_and_the_warnings() {
+        let cfg = RuntimeConfig::parse(
+            r#"{"nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc",
+                "subject": "orders.>"},
+               "sink": {"type": "file", "directory": "/tmp/x"},
+               "dead_letter": {"enabled": true, "subject": "dlq.orders"}}"#,
+        )
+        .unwrap();
+        let settings = StreamSettings {
+            storage: StorageType::Memory,
+            ..Default::default()
+        };
+        let t = text(&plan::plan(&cfg, &settings).unwrap());
+        for line in [
+            "Stream ORDERS\n  subjects          orders.>\n  storage           memory\n",
+            "  max age           7 d\n",
+            "Durable pull consumer ORDERS/svc (nats.consumer_mode ",
+            "  ack policy        explicit\n",
+            "Dead-letter stream ORDERS_DLQ\n  subjects          dlq.orders\n",
+            "  publish   $JS.ACK.ORDERS.svc.>  ",
+            "  publish   dlq.orders  ",
+            "  subscribe _INBOX.>  ",
+            "Warnings\n  - replicas 1: ",
+            "  - storage memory: ",
+        ] {
+            assert!(t.contains(line), "{line:?} missing from:\n{t}");
+        }
+    }
 }
