@@ -51,10 +51,15 @@ fn violation(server_error: &str) -> Option<String> {
         Some(c) => c.to_lowercase().chain(chars).collect::<String>(),
         None => shown,
     };
-    Some(format!(
-        "permission denied: {shown} (the NATS user of nats.auth lacks this permission; \
+    Some(format!("permission denied: {shown}"))
+}
+
+/// How `svc run` reports a violation: the user is its own, and the plan says what it needs.
+pub fn runner_error(denied: &str) -> String {
+    format!(
+        "broker: {denied} (the NATS user of nats.auth lacks this permission; \
          `svc stream-plan` lists the permissions the runner needs)"
-    ))
+    )
 }
 
 #[cfg(test)]

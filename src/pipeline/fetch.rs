@@ -149,7 +149,7 @@ impl Fetcher {
             // Whatever was denied (an ACK, the DLQ, an advisory subscription), going on would
             // only redeliver or lose sight of messages: stop, naming the subject.
             if let Some(denied) = self.denials.first() {
-                break Err(format!("broker: {denied}"));
+                break Err(broker::permissions::runner_error(&denied));
             }
             if let Err(e) = self.watch.check_if_due(now) {
                 break Err(e);

@@ -194,7 +194,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         broker::connect(&cfg.nats, metrics.clone(), denials.clone()).map_err(RunError::Broker)?;
     // A denied request only times out: the violation the broker reported is the real cause.
     let consumer = broker::bind_consumer(&nc, &cfg.nats).map_err(|e| match denials.first() {
-        Some(denied) => RunError::Fatal(format!("broker: {denied}")),
+        Some(denied) => RunError::Fatal(broker::permissions::runner_error(&denied)),
         None => RunError::Broker(e),
     })?;
     log::info!(
@@ -387,7 +387,11 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     signal_handle.close();
     // The final flush waited for the broker's PONG, so a violation by the last
     // acknowledgements of a clean stop has arrived by now: a clean exit would hide it.
-    let fatal = fatal.or_else(|| denials.first().map(|d| format!("broker: {d}")));
+    let fatal = fatal.or_else(|| {
+        denials
+            .first()
+            .map(|d| broker::permissions::runner_error(&d))
+    });
     match fatal {
         None => Ok(()),
         Some(e) => Err(RunError::Fatal(e)),

@@ -178,6 +178,10 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
             if !opts.jsonl {
                 let _ = writeln!(out, "({n} message{} read)", if n == 1 { "" } else { "s" });
             }
+            // Read, but something was denied on the way (the clean-up of its consumer).
+            if let Some(denied) = denials.first() {
+                eprintln!("svc: inspect: {denied}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -217,7 +217,7 @@ fn apply(cfg: &RuntimeConfig, plan: &Plan) -> ExitCode {
             eprintln!("svc: stream-plan --apply: {e}");
             // A denied request only times out: the broker's report says why.
             if let Some(denied) = denials.first() {
-                eprintln!("svc: stream-plan --apply: {denied}");
+                eprintln!("svc: stream-plan --apply: {denied} (the administrator's user lacks it)");
             }
             return ExitCode::from(1);
         }
