@@ -325,7 +325,7 @@ pub fn is_loopback_url(url: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-fn is_broker_name(s: &str) -> bool {
+pub(crate) fn is_broker_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.bytes()

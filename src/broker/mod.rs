@@ -1,5 +1,6 @@
-//! The broker side: connecting, binding the durable pull consumer, turning deliveries into
-//! plain data plus an acknowledgement handle, and sending ACK/NAK/TERM/in-progress.
+//! The broker side: connecting ([`connection`]), binding the durable pull consumer, turning
+//! deliveries into plain data plus an acknowledgement handle, and sending
+//! ACK/NAK/TERM/in-progress.
 //!
 //! The client is the sync `nats` crate, carried in-tree (`third_party/nats`, its changes in
 //! `CHANGES.md` there): it delivers every message the broker sends, marking what it could not
@@ -10,14 +11,15 @@
 
 pub mod advisory;
 pub mod config;
+mod connection;
 pub mod consumer_watch;
 pub mod dead_letter;
 pub mod inspect;
+pub mod permissions;
 pub mod probe;
 
 use std::fmt;
 use std::io;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,12 +28,11 @@ use nats::jetstream::{
     ReplayPolicy,
 };
 
-use crate::backoff::{Backoff, Growth, Jitter};
 use crate::message::envelope::RawMessage;
-use crate::message::protection::keys::read_private_file;
-use crate::metrics::Metrics;
 use crate::text::peer::PeerText;
-use config::{ConsumerMode, NatsAuth, NatsConfig};
+use config::{ConsumerMode, NatsConfig};
+pub use connection::connect;
+pub use permissions::Denials;
 
 /// The broker connection (aliased so the crate's deprecation allowance stays in this module).
 pub type Connection = nats::Connection;
@@ -71,189 +72,6 @@ impl std::error::Error for BrokerError {
 fn err(action: impl Into<String>) -> impl FnOnce(io::Error) -> BrokerError {
     let action = action.into();
     move |source| BrokerError { action, source }
-}
-
-/// Reads a secret from the named environment variable; the error names the variable only.
-fn secret_from_env(var: &str) -> Result<String, BrokerError> {
-    std::env::var(var).map_err(|_| BrokerError {
-        action: "connect".into(),
-        source: io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("environment variable {var} is not set or not valid UTF-8"),
-        ),
-    })
-}
-
-/// Whole time allowed for reading one seed's INFO before connecting (see [`probe`]).
-const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Refuses to start when a plaintext seed, to which the credentials may go (loopback, per
-/// validation), advertises servers off the host: a reconnect would carry the credentials to
-/// them in clear. A seed that cannot be probed is left to the connect that follows.
-fn check_advertised_servers(cfg: &NatsConfig) -> Result<(), BrokerError> {
-    if cfg.tls_required || cfg.allow_plaintext_credentials || cfg.auth == NatsAuth::None {
-        return Ok(());
-    }
-    for url in &cfg.urls {
-        let Ok(remote) = probe::advertised_remote_plaintext(url, PROBE_TIMEOUT) else {
-            continue;
-        };
-        if !remote.is_empty() {
-            let list = remote.join(", ");
-            return Err(invalid(
-                "connect",
-                &format!(
-                    "the broker at {url} advertises servers off this host ({}); a reconnect \
-                     would send them the nats.auth credentials in plaintext: use TLS, set \
-                     no_advertise on the broker, or set nats.allow_plaintext_credentials to true",
-                    PeerText::with_limit(&list, 120)
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Connects with the configured auth and TLS, counting connection events into `metrics`.
-pub fn connect(cfg: &NatsConfig, metrics: Arc<Metrics>) -> Result<Connection, BrokerError> {
-    check_advertised_servers(cfg)?;
-    let mut opts = match &cfg.auth {
-        NatsAuth::None => nats::Options::new(),
-        NatsAuth::UserPassword {
-            username_env,
-            password_env,
-        } => nats::Options::with_user_pass(
-            &secret_from_env(username_env)?,
-            &secret_from_env(password_env)?,
-        ),
-        NatsAuth::Token { token_env } => nats::Options::with_token(&secret_from_env(token_env)?),
-        NatsAuth::CredentialsFile { path } => nats::Options::with_credentials(path),
-        NatsAuth::NKey { seed_file } => nkey_options(seed_file)?,
-    };
-    if let Some(ca) = &cfg.tls_ca_file {
-        opts = opts.add_root_certificate(ca);
-    }
-    if let Some((cert, key)) = &cfg.tls_client_cert {
-        let (cert_pem, key_pem) = client_identity(cert, key)?;
-        opts = opts.client_identity_pem(cert_pem, key_pem);
-    }
-    // The crate decides TLS per connection from this flag, the URL's scheme and the server's
-    // INFO; servers it learns from INFO `connect_urls` are added as `nats://`, so without
-    // the flag a `tls://` seed could hand the client (and our credential) to a plaintext
-    // address. `cfg.tls_required` is already true for every TLS trigger (config validation).
-    opts = opts.tls_required(cfg.tls_required);
-    let (m1, m2, m3) = (metrics.clone(), metrics.clone(), metrics);
-    opts = opts
-        .with_name(&cfg.connection_name)
-        // Reconnect forever: an outage must not end the runner; unacked work is redelivered.
-        .max_reconnects(None)
-        .reconnect_delay_callback(connect_delay)
-        .disconnect_callback(move || {
-            Metrics::add(&m1.counters.broker_connection_disconnects_total, 1);
-            log::warn!("broker: connection lost; reconnecting");
-        })
-        .reconnect_callback(move || {
-            Metrics::add(&m2.counters.broker_connection_reconnects_total, 1);
-            log::info!("broker: reconnected");
-        })
-        .error_callback(move |e| {
-            Metrics::add(&m3.counters.broker_connection_errors_total, 1);
-            // The server's `-ERR` text (and the crate's wording around it): peer text.
-            log::warn!(
-                "broker: asynchronous error: {}",
-                PeerText::new(&e.to_string())
-            );
-        });
-    // The servers are named: "Connection refused" alone does not say which address was
-    // tried. Validation keeps credentials out of the URLs, so they are safe to print.
-    let urls = cfg.urls.join(",");
-    opts.connect(urls.as_str()).map_err(|e| BrokerError {
-        action: "connect".into(),
-        source: io::Error::new(e.kind(), format!("{e} (servers: {})", cfg.urls.join(", "))),
-    })
-}
-
-/// Largest client certificate chain read.
-const MAX_CERT_FILE_BYTES: u64 = 1 << 20;
-
-/// The client certificate (public, read bounded) and key (a private file: the payload keys'
-/// rule) for mutual TLS, read once here and handed to the client as bytes.
-fn client_identity(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), BrokerError> {
-    use std::io::Read;
-    let cert_error = |e: &dyn fmt::Display| {
-        invalid(
-            "connect",
-            &format!("nats.tls_cert_file {}: {e}", cert.display()),
-        )
-    };
-    // Not a secret, but opened as a key is (no link, never blocking on a FIFO planted there).
-    let (file, _) = crate::files::owner::open_regular(cert).map_err(|e| cert_error(&e))?;
-    let mut cert_pem = Vec::new();
-    file.take(MAX_CERT_FILE_BYTES + 1)
-        .read_to_end(&mut cert_pem)
-        .map_err(|e| cert_error(&e))?;
-    if cert_pem.len() as u64 > MAX_CERT_FILE_BYTES {
-        return Err(invalid(
-            "connect",
-            &format!(
-                "nats.tls_cert_file {}: larger than {MAX_CERT_FILE_BYTES} bytes",
-                cert.display()
-            ),
-        ));
-    }
-    let key_pem = read_private_file(key).map_err(|e| {
-        invalid(
-            "connect",
-            &format!("nats.tls_key_file {}: {e}", key.display()),
-        )
-    })?;
-    Ok((cert_pem, key_pem.into_bytes()))
-}
-
-/// NKey authentication: the seed (a private file: the payload keys' rule) signs the server's
-/// nonce. Neither the seed nor anything derived from it but the public key leaves here.
-fn nkey_options(seed_file: &Path) -> Result<nats::Options, BrokerError> {
-    let what = |why: &str| {
-        invalid(
-            "connect",
-            &format!("nats.auth.nkey_seed_file {}: {why}", seed_file.display()),
-        )
-    };
-    let seed = read_private_file(seed_file).map_err(|e| what(&e))?;
-    let pair = nkeys::KeyPair::from_seed(seed.trim())
-        .map_err(|_| what("is not an NKey seed (one line, starting with S)"))?;
-    if !pair.public_key().starts_with('U') {
-        return Err(what(
-            "is not a user NKey seed (its public key must start with U)",
-        ));
-    }
-    let public = pair.public_key();
-    Ok(nats::Options::with_nkey(&public, move |nonce| {
-        // Signing with a seed that parsed cannot fail; an empty signature is refused by the
-        // server rather than panicking here.
-        pair.sign(nonce).unwrap_or_default()
-    }))
-}
-
-/// Retry delays of connection attempts to one server: exponential from 100 ms, doubling up
-/// to 4 s, equal jitter (so runners that lost the same broker do not return in step).
-const RECONNECT_BACKOFF: Backoff = Backoff {
-    growth: Growth::Exponential,
-    initial: Duration::from_millis(100),
-    multiplier: 2.0,
-    max: Duration::from_secs(4),
-    jitter: Jitter::Equal,
-};
-
-/// Wait before connection attempt `attempt` to a server (0 = the first since the last
-/// success). The crate's default sleeps a random 0-1 s even before the first attempt, which
-/// delayed every start of `svc run` by half a second on average; the first attempt goes out
-/// at once here.
-fn connect_delay(attempt: usize) -> Duration {
-    match attempt {
-        0 => Duration::ZERO,
-        n => RECONNECT_BACKOFF.delay(u32::try_from(n).unwrap_or(u32::MAX)),
-    }
 }
 
 /// The bound consumer: subscription plus what the pipeline needs to know about it.
@@ -323,7 +141,7 @@ pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, Brok
 /// What an existing consumer must be for this runner: a pull consumer with explicit acks on
 /// exactly the configured subject. Never changed by the runner, whatever the mode: another
 /// filter or ack policy changes which messages are delivered and how they are settled.
-fn check_bindable(existing: &ConsumerConfig, cfg: &NatsConfig) -> Result<(), String> {
+pub(crate) fn check_bindable(existing: &ConsumerConfig, cfg: &NatsConfig) -> Result<(), String> {
     if existing.deliver_subject.is_some() {
         return Err("is a push consumer; a pull consumer is required".into());
     }
@@ -359,7 +177,7 @@ pub fn planned_consumer(cfg: &NatsConfig) -> ConsumerConfig {
 
 /// The settings `reconcile` owns that differ between the broker's consumer and the config, as
 /// `name: broker -> config` for the log.
-fn settings_drift(existing: &ConsumerConfig, cfg: &NatsConfig) -> Vec<String> {
+pub(crate) fn settings_drift(existing: &ConsumerConfig, cfg: &NatsConfig) -> Vec<String> {
     let s = &cfg.consumer_settings;
     let mut drift = Vec::new();
     let wanted_ack_wait = s.effective_ack_wait();
@@ -428,7 +246,7 @@ fn reconcile_consumer(
     Ok(())
 }
 
-fn is_not_found(e: &io::Error) -> bool {
+pub(crate) fn is_not_found(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound
         || e.to_string().contains("10014")
         || e.to_string().to_lowercase().contains("not found")
@@ -793,35 +611,6 @@ mod tests {
         ] {
             assert_eq!(AckSubject::parse(reply), None, "{reply}");
         }
-    }
-
-    #[test]
-    fn first_connection_attempt_is_not_delayed() {
-        for _ in 0..100 {
-            assert_eq!(connect_delay(0), Duration::ZERO);
-        }
-    }
-
-    #[test]
-    fn retries_back_off_exponentially_with_jitter_up_to_four_seconds() {
-        for (attempt, full_ms) in [
-            (1, 100),
-            (2, 200),
-            (3, 400),
-            (6, 3200),
-            (7, 4000),
-            (99, 4000),
-        ] {
-            for _ in 0..100 {
-                let d = connect_delay(attempt).as_secs_f64() * 1000.0;
-                let half = full_ms as f64 / 2.0;
-                assert!(
-                    (half - 1e-6..=full_ms as f64 + 1e-6).contains(&d),
-                    "attempt {attempt}: {d} ms outside [{half}, {full_ms}]"
-                );
-            }
-        }
-        assert!(connect_delay(usize::MAX) <= Duration::from_secs(4));
     }
 }
 

@@ -60,6 +60,8 @@ pub struct Fetcher {
     pub raw_tx: Sender<RawBatch>,
     pub ack_tx: Sender<AckMsg>,
     pub stop: Arc<AtomicBool>,
+    /// Permission violations the broker reported: the runner stops on the first.
+    pub denials: Arc<broker::Denials>,
     pub metrics: Arc<Metrics>,
     pub monitor: Arc<Monitor>,
     /// Notices the consumer deleted or its filter changed under the running runner.
@@ -143,6 +145,11 @@ impl Fetcher {
         let result = loop {
             if self.stop.load(Ordering::SeqCst) {
                 break Ok(());
+            }
+            // Whatever was denied (an ACK, the DLQ, an advisory subscription), going on would
+            // only redeliver or lose sight of messages: stop, naming the subject.
+            if let Some(denied) = self.denials.first() {
+                break Err(broker::permissions::runner_error(&denied));
             }
             if let Err(e) = self.watch.check_if_due(now) {
                 break Err(e);

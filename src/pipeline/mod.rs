@@ -189,8 +189,14 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     );
     let signal_handle = signals::spawn(stop.clone(), monitor.clone())?;
     let sink = cfg.sink.build(metrics.clone()).map_err(RunError::Sink)?;
-    let nc = broker::connect(&cfg.nats, metrics.clone()).map_err(RunError::Broker)?;
-    let consumer = broker::bind_consumer(&nc, &cfg.nats).map_err(RunError::Broker)?;
+    let denials = Arc::new(broker::Denials::default());
+    let nc =
+        broker::connect(&cfg.nats, metrics.clone(), denials.clone()).map_err(RunError::Broker)?;
+    // A denied request only times out: the violation the broker reported is the real cause.
+    let consumer = broker::bind_consumer(&nc, &cfg.nats).map_err(|e| match denials.first() {
+        Some(denied) => RunError::Fatal(broker::permissions::runner_error(&denied)),
+        None => RunError::Broker(e),
+    })?;
     log::info!(
         "bound to consumer {}/{} (ack wait {} s); sink {}; batch {} x {} in flight, {} sink workers",
         consumer.stream,
@@ -338,6 +344,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         raw_tx,
         ack_tx,
         stop: stop.clone(),
+        denials: denials.clone(),
         metrics: metrics.clone(),
         monitor: monitor.clone(),
         watch: broker::consumer_watch::ConsumerWatch::new(
@@ -378,6 +385,13 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let _ = snapshot_thread.join();
     snapshot.write_now();
     signal_handle.close();
+    // The final flush waited for the broker's PONG, so a violation by the last
+    // acknowledgements of a clean stop has arrived by now: a clean exit would hide it.
+    let fatal = fatal.or_else(|| {
+        denials
+            .first()
+            .map(|d| broker::permissions::runner_error(&d))
+    });
     match fatal {
         None => Ok(()),
         Some(e) => Err(RunError::Fatal(e)),

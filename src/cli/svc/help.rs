@@ -14,6 +14,10 @@ USAGE:
                 [--max N] [--timeout SECONDS] [--format text|jsonl] [--payload]
                                   read-only look at the configured stream: what the runner
                                   would make of each message; never acknowledges
+    svc stream-plan <config_file> [--format text|json] [--apply] [stream options]
+                                  what the broker must hold for the config: stream, durable
+                                  consumer, dead-letter stream, the runner user's permissions;
+                                  --apply creates what is missing (never changes what exists)
     svc test-sink <config_file>   initialize the configured sink and prove it is usable
     svc init-db <config_file> [--print]
                                   create the relational sink's tables (every relational_db
@@ -46,6 +50,7 @@ pub const COMMANDS: &[&str] = &[
     "show-effective-config",
     "run",
     "inspect",
+    "stream-plan",
     "test-sink",
     "init-db",
     "decrypt",
@@ -112,6 +117,43 @@ the fan-out children it would be routed to. Payloads only with --payload; never 
 Exit codes: 0 read, 1 broker failure, 2 invalid configuration, options or a missing key.
 ";
 
+const STREAM_PLAN: &str = "\
+Usage: svc stream-plan <config_file> [--format text|json] [--apply] [--user NAME]
+                       [--storage file|memory] [--replicas N] [--retention limits|interest|workqueue]
+                       [--discard old|new] [--duplicate-window D] [--max-age D]
+                       [--max-bytes B] [--max-msgs N] [--dlq-stream NAME]
+
+Prints, from the configuration alone (no network access), what the broker must hold for
+`svc run`: the stream capturing nats.subject, the durable pull consumer exactly as `svc run`
+creates it, the dead-letter stream when dead_letter is enabled, and the permissions of the
+runner's NATS user: exactly the subjects it publishes and subscribes to, nothing more.
+
+  --format F             text (the default, with warnings such as replicas 1 or memory
+                         storage) or json: the stream and consumer as JetStream API requests,
+                         the permissions as a nats-server `authorization` block
+  --user NAME            the user named in the authorization block; default svc
+  --storage S            file (default) or memory
+  --replicas N           1 to 5; default 1
+  --retention R          limits (default: messages stay after delivery), interest, workqueue
+  --discard P            new (default: a full stream refuses publishes) or old (deletes the
+                         oldest messages, delivered or not)
+  --duplicate-window D   default 2m
+  --max-age D            default 7d; D is seconds or <n>s|m|h|d, or unlimited
+  --max-bytes B          default 1G; B is bytes or <n>K|M|G|T, or unlimited
+  --max-msgs N           default unlimited
+  --dlq-stream NAME      the dead-letter stream; default dead_letter.expected_stream, else
+                         <stream>_DLQ
+  --apply                after printing, create what is missing (stream, dead-letter stream,
+                         consumer) exactly as planned; an existing one that differs from the
+                         plan is reported on standard error and left unchanged. Connects with
+                         the config's URLs and TLS settings and an administrator's credentials
+                         from SVC_ADMIN_NATS_USER + SVC_ADMIN_NATS_PASSWORD, SVC_ADMIN_NATS_TOKEN
+                         or SVC_ADMIN_NATS_CREDS (a .creds file); none set: no credentials
+
+Exit codes: 0 printed (and applied: everything as planned), 1 broker failure or something
+existing differs from the plan, 2 invalid configuration or options.
+";
+
 const TEST_SINK: &str = "\
 Usage: svc test-sink <config_file>
 
@@ -155,6 +197,7 @@ pub fn of(command: Option<&str>) -> &'static str {
         Some("show-effective-config") => SHOW_EFFECTIVE_CONFIG,
         Some("run") => RUN,
         Some("inspect") => INSPECT,
+        Some("stream-plan") => STREAM_PLAN,
         Some("test-sink") => TEST_SINK,
         Some("init-db") => INIT_DB,
         Some("decrypt") => DECRYPT,

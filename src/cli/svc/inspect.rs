@@ -139,7 +139,8 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
         None
     };
     let metrics = Arc::new(crate::metrics::Metrics::default());
-    let nc = match crate::broker::connect(&cfg.nats, metrics) {
+    let denials = Arc::new(crate::broker::Denials::default());
+    let nc = match crate::broker::connect(&cfg.nats, metrics, denials.clone()) {
         Ok(nc) => nc,
         Err(e) => {
             eprintln!("svc: {e}");
@@ -177,10 +178,17 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
             if !opts.jsonl {
                 let _ = writeln!(out, "({n} message{} read)", if n == 1 { "" } else { "s" });
             }
+            // Read, but something was denied on the way (the clean-up of its consumer).
+            if let Some(denied) = denials.first() {
+                eprintln!("svc: inspect: {denied}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
             eprintln!("svc: {e}");
+            if let Some(denied) = denials.first() {
+                eprintln!("svc: inspect: {denied}");
+            }
             ExitCode::from(1)
         }
     }

@@ -1,8 +1,12 @@
-//! `svc`: validate, run, test-sink, init-db, decrypt, verify-custody. Parsing (lexopt) and
+//! `svc`: validate, show-effective-config, run, inspect, stream-plan, test-sink, init-db,
+//! decrypt, verify-custody. Parsing (lexopt) and
 //! running live here; the help texts in [`help`], the `validate` summary in [`summary`].
 
 mod help;
 mod inspect;
+mod plan;
+mod plan_apply;
+mod stream_plan;
 mod summary;
 
 pub use help::{COMMANDS, HELP};
@@ -39,6 +43,8 @@ pub enum Command {
     },
     /// `inspect`: a read-only look at the stream.
     Inspect(inspect::Options),
+    /// `stream-plan`: what the broker must hold for the config (and `--apply`: create it).
+    StreamPlan(stream_plan::Options),
     /// The global help or one command's.
     Help(&'static str),
     Version,
@@ -65,6 +71,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
                     return Ok(match inspect::parse(&mut parser)? {
                         Some(o) => Command::Inspect(o),
                         None => Command::Help(help::of(Some("inspect"))),
+                    });
+                }
+                if name == "stream-plan" {
+                    return Ok(match stream_plan::parse(&mut parser)? {
+                        Some(o) => Command::StreamPlan(o),
+                        None => Command::Help(help::of(Some("stream-plan"))),
                     });
                 }
                 command = Some(name)
@@ -155,6 +167,13 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             Ok(cfg) => {
                 super::logging::init_from(&cfg.logging);
                 inspect::run(&cfg, &opts)
+            }
+            Err(code) => code,
+        },
+        Command::StreamPlan(opts) => match load(&opts.config) {
+            Ok(cfg) => {
+                super::logging::init_from(&cfg.logging);
+                stream_plan::run(&cfg, &opts)
             }
             Err(code) => code,
         },
@@ -335,8 +354,8 @@ mod tests {
         assert_eq!(p(&["-V"]), Ok(Command::Version));
         assert_eq!(
             p(&[]).unwrap_err(),
-            "missing command: one of validate, show-effective-config, run, inspect, test-sink, \
-             init-db, decrypt, verify-custody (svc --help describes them)"
+            "missing command: one of validate, show-effective-config, run, inspect, stream-plan, \
+             test-sink, init-db, decrypt, verify-custody (svc --help describes them)"
         );
         assert!(p(&["run"]).unwrap_err().contains("missing <config_file>"));
         assert!(p(&["fly", "x"]).unwrap_err().contains("unknown command"));

@@ -1,0 +1,241 @@
+//! Connecting to the broker: credentials from the environment or private files, TLS and
+//! mutual TLS, the refusal to send credentials in plaintext to advertised servers, reconnect
+//! pacing, and the callbacks that count connection events and keep permission violations.
+#![allow(deprecated)]
+
+use std::fmt;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{invalid, probe, BrokerError, Connection, Denials};
+use crate::backoff::{Backoff, Growth, Jitter};
+use super::config::{NatsAuth, NatsConfig};
+use crate::message::protection::keys::read_private_file;
+use crate::metrics::Metrics;
+use crate::text::peer::PeerText;
+
+/// Reads a secret from the named environment variable; the error names the variable only.
+fn secret_from_env(var: &str) -> Result<String, BrokerError> {
+    std::env::var(var).map_err(|_| BrokerError {
+        action: "connect".into(),
+        source: io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("environment variable {var} is not set or not valid UTF-8"),
+        ),
+    })
+}
+
+/// Whole time allowed for reading one seed's INFO before connecting (see [`probe`]).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Refuses to start when a plaintext seed, to which the credentials may go (loopback, per
+/// validation), advertises servers off the host: a reconnect would carry the credentials to
+/// them in clear. A seed that cannot be probed is left to the connect that follows.
+fn check_advertised_servers(cfg: &NatsConfig) -> Result<(), BrokerError> {
+    if cfg.tls_required || cfg.allow_plaintext_credentials || cfg.auth == NatsAuth::None {
+        return Ok(());
+    }
+    for url in &cfg.urls {
+        let Ok(remote) = probe::advertised_remote_plaintext(url, PROBE_TIMEOUT) else {
+            continue;
+        };
+        if !remote.is_empty() {
+            let list = remote.join(", ");
+            return Err(invalid(
+                "connect",
+                &format!(
+                    "the broker at {url} advertises servers off this host ({}); a reconnect \
+                     would send them the nats.auth credentials in plaintext: use TLS, set \
+                     no_advertise on the broker, or set nats.allow_plaintext_credentials to true",
+                    PeerText::with_limit(&list, 120)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Connects with the configured auth and TLS, counting connection events into `metrics` and
+/// keeping the broker's permission violations in `denials`.
+pub fn connect(
+    cfg: &NatsConfig,
+    metrics: Arc<Metrics>,
+    denials: Arc<Denials>,
+) -> Result<Connection, BrokerError> {
+    check_advertised_servers(cfg)?;
+    let mut opts = match &cfg.auth {
+        NatsAuth::None => nats::Options::new(),
+        NatsAuth::UserPassword {
+            username_env,
+            password_env,
+        } => nats::Options::with_user_pass(
+            &secret_from_env(username_env)?,
+            &secret_from_env(password_env)?,
+        ),
+        NatsAuth::Token { token_env } => nats::Options::with_token(&secret_from_env(token_env)?),
+        NatsAuth::CredentialsFile { path } => nats::Options::with_credentials(path),
+        NatsAuth::NKey { seed_file } => nkey_options(seed_file)?,
+    };
+    if let Some(ca) = &cfg.tls_ca_file {
+        opts = opts.add_root_certificate(ca);
+    }
+    if let Some((cert, key)) = &cfg.tls_client_cert {
+        let (cert_pem, key_pem) = client_identity(cert, key)?;
+        opts = opts.client_identity_pem(cert_pem, key_pem);
+    }
+    // The crate decides TLS per connection from this flag, the URL's scheme and the server's
+    // INFO; servers it learns from INFO `connect_urls` are added as `nats://`, so without
+    // the flag a `tls://` seed could hand the client (and our credential) to a plaintext
+    // address. `cfg.tls_required` is already true for every TLS trigger (config validation).
+    opts = opts.tls_required(cfg.tls_required);
+    let (m1, m2, m3) = (metrics.clone(), metrics.clone(), metrics);
+    opts = opts
+        .with_name(&cfg.connection_name)
+        // Reconnect forever: an outage must not end the runner; unacked work is redelivered.
+        .max_reconnects(None)
+        .reconnect_delay_callback(connect_delay)
+        .disconnect_callback(move || {
+            Metrics::add(&m1.counters.broker_connection_disconnects_total, 1);
+            log::warn!("broker: connection lost; reconnecting");
+        })
+        .reconnect_callback(move || {
+            Metrics::add(&m2.counters.broker_connection_reconnects_total, 1);
+            log::info!("broker: reconnected");
+        })
+        .error_callback(move |e| {
+            Metrics::add(&m3.counters.broker_connection_errors_total, 1);
+            let text = e.to_string();
+            if denials.note(&text) {
+                // Logged once by whoever stops on it (the runner: its fatal error).
+                return;
+            }
+            // The server's `-ERR` text (and the crate's wording around it): peer text.
+            log::warn!("broker: asynchronous error: {}", PeerText::new(&text));
+        });
+    // The servers are named: "Connection refused" alone does not say which address was
+    // tried. Validation keeps credentials out of the URLs, so they are safe to print.
+    let urls = cfg.urls.join(",");
+    opts.connect(urls.as_str()).map_err(|e| BrokerError {
+        action: "connect".into(),
+        source: io::Error::new(e.kind(), format!("{e} (servers: {})", cfg.urls.join(", "))),
+    })
+}
+
+/// Largest client certificate chain read.
+const MAX_CERT_FILE_BYTES: u64 = 1 << 20;
+
+/// The client certificate (public, read bounded) and key (a private file: the payload keys'
+/// rule) for mutual TLS, read once here and handed to the client as bytes.
+fn client_identity(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), BrokerError> {
+    use std::io::Read;
+    let cert_error = |e: &dyn fmt::Display| {
+        invalid(
+            "connect",
+            &format!("nats.tls_cert_file {}: {e}", cert.display()),
+        )
+    };
+    // Not a secret, but opened as a key is (no link, never blocking on a FIFO planted there).
+    let (file, _) = crate::files::owner::open_regular(cert).map_err(|e| cert_error(&e))?;
+    let mut cert_pem = Vec::new();
+    file.take(MAX_CERT_FILE_BYTES + 1)
+        .read_to_end(&mut cert_pem)
+        .map_err(|e| cert_error(&e))?;
+    if cert_pem.len() as u64 > MAX_CERT_FILE_BYTES {
+        return Err(invalid(
+            "connect",
+            &format!(
+                "nats.tls_cert_file {}: larger than {MAX_CERT_FILE_BYTES} bytes",
+                cert.display()
+            ),
+        ));
+    }
+    let key_pem = read_private_file(key).map_err(|e| {
+        invalid(
+            "connect",
+            &format!("nats.tls_key_file {}: {e}", key.display()),
+        )
+    })?;
+    Ok((cert_pem, key_pem.into_bytes()))
+}
+
+/// NKey authentication: the seed (a private file: the payload keys' rule) signs the server's
+/// nonce. Neither the seed nor anything derived from it but the public key leaves here.
+fn nkey_options(seed_file: &Path) -> Result<nats::Options, BrokerError> {
+    let what = |why: &str| {
+        invalid(
+            "connect",
+            &format!("nats.auth.nkey_seed_file {}: {why}", seed_file.display()),
+        )
+    };
+    let seed = read_private_file(seed_file).map_err(|e| what(&e))?;
+    let pair = nkeys::KeyPair::from_seed(seed.trim())
+        .map_err(|_| what("is not an NKey seed (one line, starting with S)"))?;
+    if !pair.public_key().starts_with('U') {
+        return Err(what(
+            "is not a user NKey seed (its public key must start with U)",
+        ));
+    }
+    let public = pair.public_key();
+    Ok(nats::Options::with_nkey(&public, move |nonce| {
+        // Signing with a seed that parsed cannot fail; an empty signature is refused by the
+        // server rather than panicking here.
+        pair.sign(nonce).unwrap_or_default()
+    }))
+}
+
+/// Retry delays of connection attempts to one server: exponential from 100 ms, doubling up
+/// to 4 s, equal jitter (so runners that lost the same broker do not return in step).
+const RECONNECT_BACKOFF: Backoff = Backoff {
+    growth: Growth::Exponential,
+    initial: Duration::from_millis(100),
+    multiplier: 2.0,
+    max: Duration::from_secs(4),
+    jitter: Jitter::Equal,
+};
+
+/// Wait before connection attempt `attempt` to a server (0 = the first since the last
+/// success). The crate's default sleeps a random 0-1 s even before the first attempt, which
+/// delayed every start of `svc run` by half a second on average; the first attempt goes out
+/// at once here.
+fn connect_delay(attempt: usize) -> Duration {
+    match attempt {
+        0 => Duration::ZERO,
+        n => RECONNECT_BACKOFF.delay(u32::try_from(n).unwrap_or(u32::MAX)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_connection_attempt_is_not_delayed() {
+        for _ in 0..100 {
+            assert_eq!(connect_delay(0), Duration::ZERO);
+        }
+    }
+
+    #[test]
+    fn retries_back_off_exponentially_with_jitter_up_to_four_seconds() {
+        for (attempt, full_ms) in [
+            (1, 100),
+            (2, 200),
+            (3, 400),
+            (6, 3200),
+            (7, 4000),
+            (99, 4000),
+        ] {
+            for _ in 0..100 {
+                let d = connect_delay(attempt).as_secs_f64() * 1000.0;
+                let half = full_ms as f64 / 2.0;
+                assert!(
+                    (half - 1e-6..=full_ms as f64 + 1e-6).contains(&d),
+                    "attempt {attempt}: {d} ms outside [{half}, {full_ms}]"
+                );
+            }
+        }
+        assert!(connect_delay(usize::MAX) <= Duration::from_secs(4));
+    }
+}

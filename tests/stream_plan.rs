@@ -1,0 +1,376 @@
+//! `svc stream-plan`: the plan's permissions are exactly what `svc run` needs. A real
+//! nats-server whose runner user holds exactly the planned permissions delivers everything
+//! (DLQ, advisories and metrics on) after `svc stream-plan --apply` created the streams and
+//! the consumer; and a server lacking any single one of them makes `svc run` stop with an
+//! error naming that subject, never printing a secret.
+#![allow(deprecated)] // the nats crate's JetStream API, used to publish and look
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use util::*;
+
+const RUNNER_PASSWORD: &str = "runner-pw-Secret-4711";
+const ADMIN_PASSWORD: &str = "admin-pw-Secret-0815";
+const DLQ_SUBJECT: &str = "dlq.orders";
+const GOOD: usize = 5;
+
+fn config(url: &str, dir: &Path) -> Value {
+    json!({
+        "nats": {"url": url, "stream": "ORDERS", "consumer": "svc", "subject": "orders.>",
+                 "consumer_mode": "create",
+                 "auth": {"mode": "user_password", "username_env": "SVC_TEST_RUNNER_USER",
+                          "password_env": "SVC_TEST_RUNNER_PASSWORD"}},
+        "delivery": {"batch_size": 16, "fetch_expiry_ms": 200, "max_batch_wait_ms": 20,
+                     "shutdown_timeout_seconds": 5},
+        "sink": {"type": "file", "directory": dir.join("out")},
+        "security_labels": {"enabled": true, "allowed_classifications": ["unclassified"]},
+        "dead_letter": {"enabled": true, "subject": DLQ_SUBJECT, "publish_timeout_ms": 2000},
+        "advisories": {"enabled": true},
+        "metrics": {"enabled": true, "snapshot_file": dir.join("metrics.json"),
+                    "write_interval_seconds": 1},
+        "logging": {"level": "info"}
+    })
+}
+
+/// `svc <args>` with the administrator's (apply) and runner's credentials in the environment.
+fn svc_env(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(args)
+        .env("SVC_ADMIN_NATS_USER", "admin")
+        .env("SVC_ADMIN_NATS_PASSWORD", ADMIN_PASSWORD)
+        .output()
+        .unwrap()
+}
+
+/// The planned `authorization` block's runner permissions (publish, subscribe subjects).
+fn planned_permissions(cfg: &Path) -> (Vec<String>, Vec<String>) {
+    let out = svc_env(&["stream-plan", cfg.to_str().unwrap(), "--format", "json"]);
+    assert!(out.status.success(), "{out:?}");
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let perms = &plan["authorization"]["users"][0]["permissions"];
+    let list = |v: &Value| -> Vec<String> {
+        v["allow"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    (list(&perms["publish"]), list(&perms["subscribe"]))
+}
+
+/// A server whose `runner` user has exactly `publish`/`subscribe`, and an unrestricted admin.
+fn server_with(dir: &Path, name: &str, publish: &[String], subscribe: &[String]) -> NatsServer {
+    let block = json!({"users": [
+        {"user": "runner", "password": RUNNER_PASSWORD,
+         "permissions": {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}},
+        {"user": "admin", "password": ADMIN_PASSWORD}
+    ]});
+    let conf = dir.join(format!("{name}.conf"));
+    std::fs::write(&conf, format!("authorization: {block}\n")).unwrap();
+    NatsServer::start_with(&["-c", conf.to_str().unwrap()])
+}
+
+fn admin(server: &NatsServer) -> nats::Connection {
+    nats::Options::with_user_pass("admin", ADMIN_PASSWORD)
+        .connect(server.url().as_str())
+        .unwrap()
+}
+
+/// `GOOD` messages and one whose security labels are invalid (it goes to the DLQ).
+fn publish(server: &NatsServer) {
+    let js = nats::jetstream::new(admin(server));
+    for i in 0..GOOD {
+        js.publish("orders.created", format!("{{\"n\":{i}}}"))
+            .unwrap();
+    }
+    let mut h = nats::HeaderMap::new();
+    h.insert("Svc-Security-Labels", "{\"classification\":\"nonsense\"}");
+    let bad = nats::Message::new("orders.created", None, b"{\"bad\":1}", Some(h));
+    js.publish_message(&bad).unwrap();
+}
+
+fn apply(cfg: &Path) -> (bool, String) {
+    let out = svc_env(&["stream-plan", cfg.to_str().unwrap(), "--apply"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!err.contains(ADMIN_PASSWORD), "a secret was printed: {err}");
+    (out.status.success(), err)
+}
+
+fn start_runner(cfg: &Path, log: &Path) -> std::process::Child {
+    let file = std::fs::File::create(log).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_svc"))
+        .arg("run")
+        .arg(cfg)
+        .env("SVC_TEST_RUNNER_USER", "runner")
+        .env("SVC_TEST_RUNNER_PASSWORD", RUNNER_PASSWORD)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::from(file.try_clone().unwrap()))
+        .stderr(Stdio::from(file))
+        .spawn()
+        .unwrap()
+}
+
+fn setup(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    // The URL is patched per server; the plan itself does not depend on it.
+    let cfg = write_config(
+        dir.path(),
+        &format!("{name}.json"),
+        &config("nats://127.0.0.1:4222", dir.path()),
+    );
+    (dir, cfg)
+}
+
+fn config_for(server: &NatsServer, dir: &Path, name: &str) -> PathBuf {
+    write_config(dir, name, &config(&server.url(), dir))
+}
+
+#[test]
+fn exactly_the_planned_permissions_deliver_everything() {
+    let (dir, plan_cfg) = setup("plan");
+    let (publish_perms, subscribe_perms) = planned_permissions(&plan_cfg);
+    let server = server_with(dir.path(), "exact", &publish_perms, &subscribe_perms);
+    let cfg = config_for(&server, dir.path(), "run.json");
+
+    // A wrong administrator password: refused, and neither password is printed.
+    let wrong = "wrong-admin-Secret-1234";
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(["stream-plan", cfg.to_str().unwrap(), "--apply"])
+        .env("SVC_ADMIN_NATS_USER", "admin")
+        .env("SVC_ADMIN_NATS_PASSWORD", wrong)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("svc: stream-plan --apply: broker: connect"),
+        "{err}"
+    );
+    let printed = format!("{}{err}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !printed.contains(wrong) && !printed.contains(ADMIN_PASSWORD),
+        "{printed}"
+    );
+
+    let (ok, report) = apply(&cfg);
+    assert!(ok, "{report}");
+    for what in ["stream ORDERS", "stream ORDERS_DLQ", "consumer ORDERS/svc"] {
+        assert!(
+            report.contains(&format!("applied: {what} created")),
+            "{report}"
+        );
+    }
+    // Idempotent: the second run finds everything as planned.
+    let (ok, report) = apply(&cfg);
+    assert!(ok, "{report}");
+    assert_eq!(report.matches("exists as planned").count(), 3, "{report}");
+
+    publish(&server);
+    let log = dir.path().join("run.log");
+    let mut child = start_runner(&cfg, &log);
+    let snap = dir.path().join("metrics.json");
+    let js = nats::jetstream::new(admin(&server));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stored = files_below(&dir.path().join("out")).len();
+        let dlq = js.stream_info("ORDERS_DLQ").unwrap().state.messages;
+        if stored >= GOOD
+            && dlq == 1
+            && snapshot_counter(&snap, "messages_acked_total") > GOOD as u64
+        {
+            break;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "svc run exited ({status}): {}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not delivered: {stored} stored, {dlq} dead-lettered; {}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let info = js.consumer_info("ORDERS", "svc").unwrap();
+    assert_eq!(info.num_ack_pending, 0);
+    assert_eq!(info.num_pending, 0);
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}: {text}");
+    assert!(!text.contains("ermission"), "{text}");
+    assert!(!text.contains("asynchronous error"), "{text}");
+    assert!(
+        !text.contains(RUNNER_PASSWORD),
+        "a secret was printed: {text}"
+    );
+}
+
+/// Runs `svc run` against a server lacking `missing`; returns its exit code and output.
+fn run_without(missing: &str, publish_subject: bool) -> (Option<i32>, String) {
+    let (dir, plan_cfg) = setup("plan");
+    let (mut publish_perms, mut subscribe_perms) = planned_permissions(&plan_cfg);
+    let list = if publish_subject {
+        &mut publish_perms
+    } else {
+        &mut subscribe_perms
+    };
+    let before = list.len();
+    list.retain(|s| s != missing);
+    assert_eq!(list.len() + 1, before, "{missing} is not in the plan");
+    let server = server_with(dir.path(), "less", &publish_perms, &subscribe_perms);
+    let cfg = config_for(&server, dir.path(), "run.json");
+    let (ok, report) = apply(&cfg);
+    assert!(ok, "{report}");
+    if missing.starts_with("$JS.API.CONSUMER.DURABLE.CREATE.") {
+        // The runner needs it only for a consumer it must create.
+        let js = nats::jetstream::new(admin(&server));
+        js.delete_consumer("ORDERS", "svc").unwrap();
+    }
+    publish(&server);
+    let log = dir.path().join("run.log");
+    let mut child = start_runner(&cfg, &log);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = std::fs::read_to_string(&log).unwrap();
+    (status.and_then(|s| s.code()), text)
+}
+
+#[test]
+fn each_planned_permission_is_needed() {
+    let (_dir, plan_cfg) = setup("plan");
+    let (publish_perms, subscribe_perms) = planned_permissions(&plan_cfg);
+    let cases = publish_perms
+        .iter()
+        .map(|s| (s.clone(), true))
+        .chain(subscribe_perms.iter().map(|s| (s.clone(), false)));
+    for (missing, is_publish) in cases {
+        let (code, text) = run_without(&missing, is_publish);
+        // The operator's view of each case, for `--nocapture`.
+        eprintln!("without {missing}: {}", text.lines().last().unwrap_or(""));
+        assert_eq!(code, Some(1), "without {missing}: {text}");
+        let verb = if is_publish {
+            "publish"
+        } else {
+            "subscription to"
+        };
+        // The subject as the broker named it: an ACK's subject is one of the pattern.
+        let named = missing.trim_end_matches('>');
+        assert!(
+            text.contains("permission denied") && text.contains(verb) && text.contains(named),
+            "without {missing}: {text}"
+        );
+        assert!(
+            !text.contains(RUNNER_PASSWORD),
+            "a secret was printed: {text}"
+        );
+    }
+}
+
+/// `--apply` creates only what is missing: an existing stream or consumer that differs from
+/// the plan is reported (exit 1) and left as it is.
+#[test]
+fn apply_reports_what_differs_and_changes_nothing() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut value = config(&server.url(), dir.path());
+    value["nats"].as_object_mut().unwrap().remove("auth");
+    let cfg = write_config(dir.path(), "open.json", &value);
+    let js = server.js();
+    js.add_stream(nats::jetstream::StreamConfig {
+        name: "ORDERS".into(),
+        subjects: vec!["orders.>".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    server.create_consumer("ORDERS", "svc", "orders.>", Duration::from_secs(7));
+    // No administrator variables: a server without authentication.
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args([
+            "stream-plan",
+            cfg.to_str().unwrap(),
+            "--apply",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // Standard output stays one JSON document.
+    serde_json::from_slice::<Value>(&out.stdout).unwrap();
+    assert!(
+        err.contains("applied: stream ORDERS exists and DIFFERS from the plan (left unchanged)")
+            && err.contains("max_age_s 0 -> 604800")
+            && err.contains("discard old -> new"),
+        "{err}"
+    );
+    assert!(err.contains("applied: stream ORDERS_DLQ created"), "{err}");
+    assert!(
+        err.contains("applied: consumer ORDERS/svc exists and DIFFERS")
+            && err.contains("ack_wait 7 s -> 30 s"),
+        "{err}"
+    );
+    let stream = js.stream_info("ORDERS").unwrap().config;
+    assert_eq!(stream.max_age, Duration::ZERO);
+    assert_eq!(
+        js.consumer_info("ORDERS", "svc").unwrap().config.ack_wait,
+        Duration::from_secs(7)
+    );
+}
+
+/// The JSON plan is what the JetStream API takes: its requests, sent as they are, create what
+/// `--apply` then finds exactly as planned.
+#[test]
+fn the_planned_json_requests_are_what_apply_creates() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut value = config(&server.url(), dir.path());
+    value["nats"].as_object_mut().unwrap().remove("auth");
+    let cfg = write_config(dir.path(), "open.json", &value);
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(["stream-plan", cfg.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nc = server.connect();
+    for part in ["stream", "dead_letter_stream", "consumer"] {
+        let api = plan[part]["api"].as_str().unwrap();
+        let body = serde_json::to_vec(&plan[part]["request"]).unwrap();
+        let reply = nc
+            .request_timeout(api, body, Duration::from_secs(5))
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&reply.data).unwrap();
+        assert!(answer.get("error").is_none(), "{part}: {answer}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(["stream-plan", cfg.to_str().unwrap(), "--apply"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches("exists as planned").count(), 3, "{err}");
+}
