@@ -4,8 +4,8 @@
 //!
 //! Why a pool that outlives batches: a new file's `fsync` waits for a journal commit, and
 //! concurrent fsyncs share commits, so the file system's throughput grows with the number of
-//! files in flight. Writers spawned per batch and given fixed shares of it (the design before
-//! 2026-11-25) kept that number up only until the first writer of a batch ran out of files:
+//! files in flight. Writers spawned per batch and given fixed shares of it (an earlier design)
+//! kept that number up only until the first writer of a batch ran out of files:
 //! every batch then waited for its slowest share, one sink worker's next batch could not use
 //! the idle writers, and each batch paid for spawning its threads (measured in
 //! docs/sinks/file.md). Taking files one at a time from a shared queue keeps every writer
@@ -37,8 +37,8 @@ pub type Finish = Box<dyn FnOnce()>;
 
 /// A writer runs a finish after this many more tasks of its own. Each waiting finish holds
 /// one open file, so a writer holds at most this many plus the one it is writing. Why a few
-/// tasks and not the rest of the batch: docs/sinks/file.md, Performance (2026-11-26, second
-/// machine).
+/// tasks and not the rest of the batch: the runs of `benches/file_capacity.rs` in the commit
+/// log that moved the second fsync.
 pub const FINISH_AFTER: usize = 4;
 
 /// The queue between sink workers and writers: a mutex and a condition variable rather than

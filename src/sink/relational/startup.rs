@@ -1,7 +1,7 @@
 //! Startup and authentication of a PostgreSQL session: the state machine that decides what a
 //! server may ask for and when, before anything else is accepted.
 //!
-//! Rules (issue 13): a method not in `sink.require_auth` is refused before anything is sent for
+//! Rules: a method not in `sink.require_auth` is refused before anything is sent for
 //! it; one method per startup, in protocol order; SCRAM must complete (server signature
 //! verified) before AuthenticationOk is accepted; nothing but authentication messages before
 //! AuthenticationOk; channel binding as `sink.channel_binding` says. Every refusal is a
