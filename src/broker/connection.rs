@@ -9,9 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::config::{NatsAuth, NatsConfig};
 use super::{invalid, probe, BrokerError, Connection, Denials};
 use crate::backoff::{Backoff, Growth, Jitter};
-use super::config::{NatsAuth, NatsConfig};
 use crate::message::protection::keys::read_private_file;
 use crate::metrics::Metrics;
 use crate::text::peer::PeerText;
