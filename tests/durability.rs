@@ -316,20 +316,40 @@ fn window(sink: Value, jsonl: bool, fault: Fault) {
         undelivered == 0 && injected >= 4 && (failures >= 3 || acked_some)
     });
     assert!(runner.child.try_wait().unwrap().is_none(), "runner alive");
-    // No ACK of anything published in the window: ack floor unchanged, and every window
-    // message is still pending or undelivered (an out-of-order ACK would lower that sum).
-    // Acks are never taken back, so this one look covers the whole window so far.
+    // No ACK of anything published in the window that is not written: every window message
+    // is still pending or undelivered (an out-of-order ACK would lower that sum), or in the
+    // file. Acks are never taken back, so this one look covers the whole window so far.
     let (floor, pending, undelivered) = server.consumer_state(STREAM, CONSUMER);
-    assert_eq!(floor, before as u64, "ack floor moved while {what}");
-    assert_eq!(
-        pending as u64 + undelivered,
-        during as u64,
-        "a message was acknowledged while {what}"
-    );
+    let acked_in_window = during as u64 - (pending as u64 + undelivered);
     if jsonl {
         let seqs = jsonl_sequences(&out);
         assert!((1..=before as u64).all(|s| seqs.contains(&s)));
+        // A full tmpfs still takes an append that fits in the free part of the open segment's
+        // last page (no new page needed): such a batch is written and synced, and may be
+        // acknowledged (seen on nats-server 2.15.1: 4 of 120). Every window message
+        // acknowledged must be in the file; while syncs fail, none may be acknowledged.
+        let written_in_window = seqs.iter().filter(|s| **s > before as u64).count() as u64;
+        if acked_in_window > 0 {
+            eprintln!("{acked_in_window} acknowledged, {written_in_window} written while {what}");
+        }
+        assert!(
+            fault == Fault::DiskFull || (acked_in_window == 0 && floor == before as u64),
+            "{acked_in_window} messages acknowledged while {what}"
+        );
+        assert!(
+            acked_in_window <= written_in_window,
+            "{acked_in_window} messages acknowledged while {what}, {written_in_window} written"
+        );
+        assert!(
+            (before as u64 + 1..=floor).all(|s| seqs.contains(&s)),
+            "the ack floor passed a message that is not written while {what}"
+        );
     } else {
+        assert_eq!(floor, before as u64, "ack floor moved while {what}");
+        assert_eq!(
+            acked_in_window, 0,
+            "a message was acknowledged while {what}"
+        );
         let seqs: Vec<u64> = per_event_records(&out).into_keys().collect();
         assert_eq!(
             seqs,

@@ -275,6 +275,13 @@ pub fn request_batch(
     })
 }
 
+/// The broker's confirmation that a request brought all its messages (nats-server 2.10 and
+/// later, for requests with `max_bytes`): not the end of any request still open.
+fn batch_completed(status: &str, description: Option<&str>) -> bool {
+    status.trim() == "409"
+        && description.is_some_and(|d| d.trim().eq_ignore_ascii_case("batch completed"))
+}
+
 /// True when a pull request ended because the next message did not fit in its `max_bytes`.
 pub fn message_over_max_bytes(status: &str) -> bool {
     let status = status.trim_start();
@@ -348,6 +355,14 @@ pub fn next_delivery(
             // just a header (it once ended the pull request and the message was never seen).
             if let (None, true, Some(h)) = (&m.reply, m.data.is_empty(), &m.headers) {
                 if let Some(status) = h.status() {
+                    // Current servers confirm a request that a byte allowance came with, once
+                    // its last message is delivered (`409 Batch Completed`, nothing pending).
+                    // svc-fetch closed that request with its last delivery: taking this for
+                    // the end of the next one lost track of a request still open, whose
+                    // deliveries a clean stop then left waiting for AckWait.
+                    if batch_completed(status, h.description()) {
+                        return Delivery::Idle;
+                    }
                     // Status and description are the broker's text.
                     let why = format!("{status} {}", h.description().unwrap_or_default());
                     return Delivery::RequestEnded(RequestEnd {
@@ -528,6 +543,17 @@ pub fn send_ack(nc: &Connection, handle: &AckHandle, verb: AckVerb) -> io::Resul
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_batch_completed_confirmation_ends_no_request() {
+        assert!(batch_completed("409", Some("Batch Completed")));
+        assert!(!batch_completed(
+            "409",
+            Some("Message Size Exceeds MaxBytes")
+        ));
+        assert!(!batch_completed("408", Some("Request Timeout")));
+        assert!(!batch_completed("409", None));
+    }
+
     use super::*;
 
     /// Found by `fuzz/fuzz_targets/ack_subject.rs`: empty stream or consumer tokens were

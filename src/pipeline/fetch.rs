@@ -271,17 +271,13 @@ impl Fetcher {
                         paused_until = Some(now + pause);
                     }
                 }
-                Delivery::Idle => {
-                    // Requests whose answer never came (lost in a reconnect). Only when
-                    // nothing is queued: a deadline may also pass while this thread waited
-                    // to hand a batch on, and the answers queued meanwhile belong to those
-                    // requests.
-                    while outstanding.front().is_some_and(|r| r.deadline <= now) {
-                        let req = outstanding.pop_front().expect("front exists");
-                        self.credits.give(req.unused());
-                    }
-                }
+                Delivery::Idle => {}
                 Delivery::Closed => break Err("broker subscription closed".to_string()),
+            }
+            // Requests whose answer never came (lost in a reconnect).
+            while outstanding.front().is_some_and(|r| r.deadline <= now) {
+                let req = outstanding.pop_front().expect("front exists");
+                self.credits.give(req.unused());
             }
             let due = batch.messages.len() >= self.batch_size
                 || outstanding.is_empty()
