@@ -24,6 +24,16 @@ USAGE:
     svc verify-custody <config_file> <record_file>...
                                   recompute each record's custody digest and report it intact
                                   or altered (exit 1 when any is altered or unverifiable)
+    svc spool status <config_file>
+                                  the spool's records, bytes, oldest record's age, segments,
+                                  quarantined files (read-only; safe beside a runner)
+    svc spool inspect <config_file> [--payload]
+                                  one JSON line per waiting record: stream, sequence,
+                                  subject, sizes; the payload only with --payload (read-only)
+    svc spool drain <config_file>
+                                  deliver the spool to its sink (the configured sink, or
+                                  sink.target when sink.type is spool) and exit when empty;
+                                  refused while a runner holds the spool (docs/spool.md)
 
 OPTIONS:
     -h, --help       print this help
@@ -58,6 +68,8 @@ pub enum Command {
         path: PathBuf,
         records: Vec<PathBuf>,
     },
+    /// `spool drain|status|inspect`.
+    Spool(super::spool::SpoolCommand),
     Help,
     Version,
 }
@@ -76,7 +88,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
             Short('h') | Long("help") => return Ok(Command::Help),
             Long("print") if command.as_deref() == Some("init-db") => print_only = true,
             Short('V') | Long("version") => return Ok(Command::Version),
-            Value(v) if command.is_none() => command = Some(v.string()?),
+            Value(v) if command.is_none() => {
+                command = Some(v.string()?);
+                if command.as_deref() == Some("spool") {
+                    return super::spool::parse(&mut parser).map(Command::Spool);
+                }
+            }
             Value(v) if file.is_none() => file = Some(PathBuf::from(v)),
             Value(v) if takes_records => records.push(PathBuf::from(v)),
             _ => return Err(arg.unexpected()),
@@ -179,6 +196,19 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             Ok(cfg) => super::protect::verify_custody(&cfg, &records),
             Err(code) => code,
         },
+        Command::Spool(sub) => {
+            use super::spool::SpoolCommand;
+            let path = match &sub {
+                SpoolCommand::Drain(p) | SpoolCommand::Status(p) => p.clone(),
+                SpoolCommand::Inspect { path, .. } => path.clone(),
+            };
+            let cfg = match load(&path) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            super::logging::init_from(&cfg.logging);
+            super::spool::main(sub, &cfg)
+        }
         Command::Run(path) => {
             let cfg = match load(&path) {
                 Ok(c) => c,
@@ -321,5 +351,20 @@ mod tests {
             })
         );
         assert!(p(&["verify-custody", "c.json"]).is_err());
+        use super::super::spool::SpoolCommand;
+        assert_eq!(
+            p(&["spool", "drain", "c.json"]),
+            Ok(Command::Spool(SpoolCommand::Drain("c.json".into())))
+        );
+        assert_eq!(
+            p(&["spool", "inspect", "c.json", "--payload"]),
+            Ok(Command::Spool(SpoolCommand::Inspect {
+                path: "c.json".into(),
+                payload: true
+            }))
+        );
+        assert!(p(&["spool", "status"]).is_err());
+        assert!(p(&["spool", "fly", "c.json"]).is_err());
+        assert!(p(&["spool", "status", "c.json", "--payload"]).is_err());
     }
 }
