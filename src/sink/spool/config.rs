@@ -37,7 +37,11 @@ impl SpoolConfig {
     /// Reads the fields of a `spool` block (or of a `sink` block of type `spool`) without
     /// finishing the reader.
     pub fn read_fields(r: &mut ObjectReader<'_>) -> SpoolConfig {
-        let dir = PathBuf::from(r.req_string("dir"));
+        let dir = r.req_string("dir");
+        if dir.is_empty() && r.has("dir") {
+            r.problem("dir", "must not be empty");
+        }
+        let dir = PathBuf::from(dir);
         let max_bytes = r
             .opt_int_in("max_bytes", 1 << 16, i64::MAX)
             .unwrap_or_else(|| {
