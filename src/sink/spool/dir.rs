@@ -8,7 +8,7 @@ use std::fs::{DirBuilder, File};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, CWD};
 
@@ -122,17 +122,22 @@ pub fn open_file(dir: &OwnedFd, path: &Path, name: &str, write: bool) -> Result<
     Ok(File::from(fd))
 }
 
-/// Creates a new file (it must not exist), mode 0600 whatever the umask.
+/// Creates a new file (it must not exist), mode 0600 whatever the umask, open for writing.
 pub fn create_file(dir: &OwnedFd, path: &Path, name: &str) -> Result<File, SpoolError> {
+    create(dir, path, name, OFlags::RDWR)
+}
+
+/// [`create_file`] in append mode: every write lands at the end of the file, also after a
+/// failed write was cut back (a file offset left past the cut would leave a hole of zeros).
+pub fn create_appending(dir: &OwnedFd, path: &Path, name: &str) -> Result<File, SpoolError> {
+    create(dir, path, name, OFlags::WRONLY | OFlags::APPEND)
+}
+
+fn create(dir: &OwnedFd, path: &Path, name: &str, access: OFlags) -> Result<File, SpoolError> {
     let fd = rustix::fs::openat(
         dir,
         name,
-        OFlags::CREATE
-            | OFlags::EXCL
-            | OFlags::WRONLY
-            | OFlags::APPEND
-            | OFlags::NOFOLLOW
-            | OFlags::CLOEXEC,
+        OFlags::CREATE | OFlags::EXCL | access | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(FILE_MODE),
     )
     .map_err(|e| fail(path, &format!("create {name}"), io::Error::from(e)))?;
@@ -224,16 +229,28 @@ fn parse_position(data: &[u8]) -> Option<Position> {
     })
 }
 
-/// Replaces the drain position durably (file and directory fsynced).
-pub fn write_position(path: &Path, pos: Position) -> Result<(), SpoolError> {
+/// Overwrites the drain position in place and fsyncs it. In place, not by replacing the
+/// file: a spool on a full disk must still record progress, or it could never free a
+/// segment. The 28 bytes lie in one sector; a torn write fails the checksum and the drain
+/// restarts at the oldest segment (repeats an idempotent sink absorbs).
+pub fn write_position(dir: &OwnedFd, path: &Path, pos: Position) -> Result<(), SpoolError> {
+    use std::os::unix::fs::FileExt;
     let mut data = POSITION_MAGIC.to_vec();
     data.extend_from_slice(&pos.segment.to_le_bytes());
     data.extend_from_slice(&pos.offset.to_le_bytes());
     let sum = crc32fast::hash(&data);
     data.extend_from_slice(&sum.to_le_bytes());
-    let file: PathBuf = path.join(POSITION_NAME);
-    crate::files::atomic::write_atomically(&file, &data, FILE_MODE)
-        .map_err(|e| fail(path, "write drain position", e))
+    let (file, created) = match open_file(dir, path, POSITION_NAME, true) {
+        Ok(f) => (f, false),
+        Err(_) => (create_file(dir, path, POSITION_NAME)?, true),
+    };
+    file.write_all_at(&data, 0)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| fail(path, "write drain position", e))?;
+    if created {
+        sync(dir, path)?;
+    }
+    Ok(())
 }
 
 /// `segment-<id>.spool`.
@@ -282,6 +299,9 @@ pub fn quarantine(
 
 /// Writes a new file with `bytes` durably; false when it already existed or failed (logged).
 pub fn keep(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> bool {
+    if rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+        return false;
+    }
     let result = create_file(dir, path, name).and_then(|mut f| {
         f.write_all(bytes)
             .and_then(|()| f.sync_all())
@@ -290,7 +310,6 @@ pub fn keep(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> bool {
     });
     match result {
         Ok(()) => true,
-        Err(e) if e.0.contains("File exists") => false,
         Err(e) => {
             log::error!("{e}");
             false

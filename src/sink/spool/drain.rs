@@ -274,13 +274,17 @@ impl Drainer {
                 refused_count += 1;
             }
         }
-        if refused_count > 0 {
-            self.spool.reject(
+        if refused_count > 0
+            && !self.spool.reject(
                 view.segment,
                 loaded.base + frames[0].0 as u64,
                 &refused,
                 refused_count,
-            );
+            )
+        {
+            return Ok(Step::Refused(
+                "records the sink refused for good could not be kept".into(),
+            ));
         }
         let delivered = envelopes.len() as u64 - refused_count;
         self.spool.commit(to, delivered, refused_count + dropped)?;

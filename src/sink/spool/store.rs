@@ -81,6 +81,7 @@ impl Spool {
         let dir = dir::open_dir(&path, true)?;
         let lock = dir::lock(&dir, &path)?;
         let found = scan::recover(&dir, &path, cfg, &metrics)?;
+        dir::write_position(&dir, &path, found.position)?;
         let next_id = found
             .segments
             .last()
@@ -187,7 +188,7 @@ impl Spool {
         if roll {
             let id = st.next_id;
             let name = dir::segment_name(id);
-            let file = dir::create_file(&self.dir, &self.path, &name)
+            let file = dir::create_appending(&self.dir, &self.path, &name)
                 .map_err(|e| AppendError::Failed(e.to_string()))?;
             st.next_id = id + 1;
             st.segments.push(Segment { id, len: 0 });
@@ -207,11 +208,20 @@ impl Spool {
         } else {
             frames
         };
-        let result = file.write_all(to_write).and_then(|()| file.sync_data());
+        let mut result = file
+            .write_all(to_write)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| failed("append", &e));
+        if let (Ok(()), Some(name)) = (&result, &new_name) {
+            // The new segment's name must be durable before its records count as written.
+            result = dir::sync(&self.dir, &self.path)
+                .map_err(|e| AppendError::Failed(format!("{e} (after creating {name})")));
+        }
         if let Err(e) = result {
             // Cut what may have reached the file so the next batch starts on a frame
-            // boundary; when even that fails, the next batch begins a new segment and the
-            // stray bytes past `len` are never read (recovery quarantines them).
+            // boundary (segments are opened O_APPEND: the next write lands at the cut); when
+            // even that fails, the next batch begins a new segment and the stray bytes past
+            // `len` are never read (recovery quarantines them).
             if file
                 .set_len(last.len)
                 .and_then(|()| file.sync_data())
@@ -219,11 +229,7 @@ impl Spool {
             {
                 st.active = None;
             }
-            return Err(failed("append", &e));
-        }
-        if let Some(name) = new_name {
-            dir::sync(&self.dir, &self.path)
-                .map_err(|e| AppendError::Failed(format!("{e} (after creating {name})")))?;
+            return Err(e);
         }
         last.len += to_write.len() as u64;
         added += to_write.len() as u64;
@@ -294,7 +300,7 @@ impl Spool {
                 offset: 0,
             };
         }
-        dir::write_position(&self.path, to)?;
+        dir::write_position(&self.dir, &self.path, to)?;
         st.position = to;
         st.records = st.records.saturating_sub(delivered + dropped);
         Metrics::add(&self.metrics.counters.spool_drained_total, delivered);
@@ -333,12 +339,15 @@ impl Spool {
         dir::quarantine(&self.dir, &self.path, &self.metrics, segment, offset, bytes);
     }
 
-    /// Keeps records the sink refused for good (framed as in a segment) and counts them.
-    pub fn reject(&self, segment: u64, offset: u64, frames: &[u8], records: u64) {
+    /// Keeps records the sink refused for good (framed as in a segment) and counts them;
+    /// false when they could not be kept (the drain then does not move past them).
+    pub fn reject(&self, segment: u64, offset: u64, frames: &[u8], records: u64) -> bool {
         let name = dir::rejected_name(segment, offset);
-        if dir::keep(&self.dir, &self.path, &name, frames) {
+        let kept = dir::keep(&self.dir, &self.path, &name, frames);
+        if kept {
             Metrics::add(&self.metrics.counters.spool_rejected_total, records);
         }
+        kept
     }
 
     /// Publishes the gauges.
