@@ -121,6 +121,13 @@ fn drain(dir: &Path, sink: Arc<dyn Sink>, n: usize) -> f64 {
     n as f64 / start.elapsed().as_secs_f64()
 }
 
+const ROUNDS: usize = 3;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn line(name: &str, rate: f64, base: Option<(&str, f64)>) {
     match base {
         Some((of, b)) => println!("  {name:<28} {rate:9.0} msg/s   {:.2}x {of}", rate / b),
@@ -142,24 +149,24 @@ fn main() {
         root.path().display()
     );
 
-    let jsonl_direct = direct(&*jsonl(&root.path().join("jsonl-direct")), &envs);
-    line("jsonl direct", jsonl_direct, None);
-    let appended = append(&root.path().join("spool-a"), &envs);
-    line(
-        "spool append",
-        appended,
-        Some(("jsonl direct", jsonl_direct)),
-    );
-    let drained = drain(
-        &root.path().join("spool-a"),
-        jsonl(&root.path().join("jsonl-drained")),
-        n,
-    );
-    line(
-        "drain -> jsonl",
-        drained,
-        Some(("jsonl direct", jsonl_direct)),
-    );
+    // The disk is shared: three rounds, each measuring the three side by side, and the
+    // median of each figure.
+    let (mut direct_rates, mut append_rates, mut drain_rates) = (vec![], vec![], vec![]);
+    for round in 0..ROUNDS {
+        let at = |name: &str| root.path().join(format!("{name}-{round}"));
+        direct_rates.push(direct(&*jsonl(&at("jsonl-direct")), &envs));
+        append_rates.push(append(&at("spool"), &envs));
+        drain_rates.push(drain(&at("spool"), jsonl(&at("jsonl-drained")), n));
+        println!(
+            "  round {round}: jsonl direct {:.0}, spool append {:.0}, drain -> jsonl {:.0} msg/s",
+            direct_rates[round], append_rates[round], drain_rates[round]
+        );
+    }
+    let jsonl_direct = median(direct_rates);
+    line("jsonl direct (median)", jsonl_direct, None);
+    let base = Some(("jsonl direct", jsonl_direct));
+    line("spool append (median)", median(append_rates), base);
+    line("drain -> jsonl (median)", median(drain_rates), base);
 
     if !benching {
         return;

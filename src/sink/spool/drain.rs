@@ -122,6 +122,9 @@ impl Drainer {
                 }
             }
         }
+        if let Err(e) = self.spool.persist_position() {
+            log::error!("{e}");
+        }
     }
 
     /// `svc spool drain`: delivers until the spool is empty; gives up after `attempts`
@@ -137,10 +140,14 @@ impl Drainer {
                     failures = 0;
                     backoff = FIRST_BACKOFF;
                 }
-                Step::Empty => return Ok(delivered),
+                Step::Empty => {
+                    self.spool.persist_position()?;
+                    return Ok(delivered);
+                }
                 Step::Refused(why) => {
                     failures += 1;
                     if failures >= attempts {
+                        self.spool.persist_position()?;
                         return Err(fail(
                             self.spool.path(),
                             "drain stopped",

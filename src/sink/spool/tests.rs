@@ -106,7 +106,16 @@ fn appended_records_survive_reopening_and_drain_in_order() {
     drop(spool);
     let spool = open(&cfg);
     drain_all(&spool, &sink);
-    assert_eq!(*sink.got.lock().unwrap(), (1..=100).collect::<Vec<_>>());
+    // The crash may repeat what was drained since the position was last fsynced (an
+    // idempotent sink keeps one copy); nothing is lost or reordered.
+    let got = sink.got.lock().unwrap().clone();
+    let mut seen = std::collections::BTreeSet::new();
+    let first: Vec<u64> = got.iter().copied().filter(|s| seen.insert(*s)).collect();
+    assert_eq!(first, (1..=100).collect::<Vec<_>>());
+    assert!(
+        got.len() <= 100 + 7 * 7,
+        "repeats at most what the crash left unsynced"
+    );
     assert_eq!(spool.records(), 0);
     assert!(segments(&cfg).is_empty(), "drained segments are removed");
     let mode = std::fs::metadata(&cfg.dir).unwrap();
