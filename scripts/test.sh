@@ -32,6 +32,6 @@ echo "== broker-facing tests against $("$current" --version)"
 broker_tests=(aws_credentials broker_auth_tls consumer_changes dashboard durability hostile_store
     http_sink jetstream_cluster labels_dlq logging_format object_store_e2e observe_broker_monitoring
     operator_commands payload_protection payload_protection_sinks relational runner shared_dirs
-    sink_permanent stream_plan)
+    sink_permanent spool stream_plan)
 SVC_NATS_SERVER="$current" cargo test --no-fail-fast "${broker_tests[@]/#/--test=}" \
     -- --test-threads="${SVC_TEST_THREADS:-4}"

@@ -384,7 +384,7 @@ fn config_file_mode_requests_are_signed_and_verified_by_openssl() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let counters = svc::metrics::Counters::NAMES.len();
-    // counters + gauge + every summary x 3 entries + 5 family rows (orders only)
+    // counters + gauge + every summary x 3 entries (value, min, max) + 5 family rows (orders only)
     let n = counters + 1 + svc::metrics::SUMMARY_NAMES.len() * 3 + 5;
     let requests = n.div_ceil(20);
     assert_eq!(s.rx.requests().len(), requests);

@@ -1028,7 +1028,7 @@ fn statsd_over_a_unix_datagram_socket() {
     let err = stderr(&o);
     assert!(
         err.contains(&format!(
-            "statsd: sent 0 of {n}; last failure: svc.sink_write_errors_total: No such file or directory"
+            "statsd: sent 0 of {n}; last failure: svc.spool_rejected_total: No such file or directory"
         )),
         "{err}"
     );

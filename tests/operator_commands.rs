@@ -259,7 +259,8 @@ fn show_effective_config_fills_every_default_and_validates_first() {
             "dead_letter",
             "payload_encryption",
             "authenticity",
-            "custody"
+            "custody",
+            "spool"
         ]
     );
 

@@ -288,3 +288,36 @@ put("nats_protocol", "0", b'\x07' + b'INFO {"server_id":"x","host":"h","port":42
 put("nats_protocol", "1", b'\x40' + bytes([8]) + b'orders.a' + b'Nats-Msg-Id: m-1\r\nX: y')
 put("nats_protocol", "2", b'\x41' + bytes([9]) + b'orders.\xff\xfe' + b'X-Note: Nats-Msg-Id\r\nNats-Msg-Id: real')
 put("nats_protocol", "3", b'\x7f' + bytes([14]) + 'orders.caf\u00e9\u00a0m'.encode() + b'no colon\r\n folded')
+
+# spool_segment: a segment's bytes after its 8-byte header; frames are
+# mark F5 53 52 0A | length u32 LE | CRC-32 (IEEE, of the length bytes and the body) | body,
+# the body a flag byte, the append time (u64 LE ms) and the file sink's record JSON.
+import json, zlib
+
+def spool_frame(body):
+    length = struct.pack("<I", len(body))
+    return b"\xf5SR\n" + length + struct.pack("<I", zlib.crc32(length + body)) + body
+
+def spool_body(seq, payload, flags=0):
+    record = {
+        "schema": "svc.file.message.v1", "subject": "orders.created", "stream": "ORDERS",
+        "stream_sequence": seq, "consumer": "svc", "consumer_sequence": seq,
+        "message_id": f"m-{seq}", "priority": "normal", "classification": "unclassified",
+        "labels": "", "labels_list": [], "payload": payload,
+        "payload_info": {"original_format": "json", "wrapped": False,
+                         "sha256": "00" * 32, "size_bytes": 12},
+        "security_labels": None,
+        "metadata": {"schema": "svc.metadata.v1", "received_at": "2023-11-14T22:13:21Z",
+                     "published_at": "2023-11-14T22:13:20.123456789Z", "event_time": None,
+                     "delivery_count": 1, "headers": {}, "security_labels": None},
+    }
+    text = json.dumps(record, separators=(",", ":")).encode()
+    return bytes([flags]) + struct.pack("<Q", 1_700_000_000_000) + text
+
+one = spool_frame(spool_body(1, {"order": 1}))
+two = spool_frame(spool_body(2, {"order": 2, "items": [1, 2.5, "x"]}, flags=1))
+put("spool_segment", "0", one + two)
+put("spool_segment", "1", one + two[:-5])                       # torn tail
+put("spool_segment", "2", one[:20] + b"\x00" + one[21:] + two)   # damaged first record
+put("spool_segment", "3", spool_frame(b"\x07short") + two)       # intact frame, bad body
+put("spool_segment", "4", b"\xf5SR\n\xff\xff\xff\xff\x00\x00\x00\x00" + two)

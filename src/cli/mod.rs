@@ -4,4 +4,5 @@ pub mod logging;
 pub mod observe;
 pub mod output;
 pub mod protect;
+pub mod spool;
 pub mod svc;

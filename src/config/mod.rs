@@ -25,6 +25,7 @@ use crate::message::protection::custody::CustodyConfig;
 use crate::message::protection::encryption::EncryptionConfig;
 use crate::message::subject::read_pattern;
 use crate::metrics::SubjectFamily;
+use crate::sink::spool::SpoolConfig;
 use crate::sink::SinkConfig;
 
 /// The whole runtime config.
@@ -48,6 +49,8 @@ pub struct RuntimeConfig {
     pub payload_encryption: EncryptionConfig,
     pub authenticity: AuthenticityConfig,
     pub custody: CustodyConfig,
+    /// The fallback spool beside the sink (`docs/spool.md`), when configured.
+    pub spool: Option<SpoolConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -183,6 +186,10 @@ impl RuntimeConfig {
         let payload_encryption = EncryptionConfig::read(root.object("payload_encryption"));
         let authenticity = AuthenticityConfig::read(root.object("authenticity"));
         let custody = CustodyConfig::read(root.object("custody"));
+        let spool = root.object("spool").map(SpoolConfig::read);
+        if spool.is_some() && matches!(sink, Some(SinkConfig::Spool(_))) {
+            problems.push("spool", "must not be set when sink.type is spool");
+        }
         root.finish();
         security_labels.cross_check(&message_metadata, &problems);
         let [alg_header, key_id_header, signature_header] = authenticity.headers();
@@ -226,6 +233,7 @@ impl RuntimeConfig {
                 payload_encryption,
                 authenticity,
                 custody,
+                spool,
             }),
             _ => Err(Invalid(problems.into_vec())),
         }

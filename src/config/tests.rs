@@ -68,7 +68,7 @@ fn every_problem_is_reported_at_once() {
             "nats.bogus: unknown field",
             "delivery.batch_size: must be an integer from 1 to 10000",
             "delivery.sink_workers: must be an integer from 1 to 64",
-            "sink.type: must be one of: file, object_store, http, relational_db, fanout",
+            "sink.type: must be one of: file, object_store, http, relational_db, fanout, spool",
             "extra: unknown field",
         ]
     );
@@ -474,5 +474,48 @@ fn max_in_flight_bytes_defaults_to_64_mib_and_is_bounded() {
     assert_eq!(
         problems(&with(r#"{"delivery": {"max_in_flight_bytes": 1000}}"#)),
         ["delivery.max_in_flight_bytes: must be an integer from 1048576 to 68719476736"]
+    );
+}
+
+#[test]
+fn spool_blocks_are_read_with_their_paths() {
+    const NATS: &str = r#""nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc", "subject": "orders.>"}"#;
+    let fallback = format!(
+        r#"{{{NATS}, "sink": {{"type": "file", "directory": "/tmp/out"}},
+            "spool": {{"dir": "/var/spool/svc", "max_bytes": 1048576, "after_seconds": 5}}}}"#
+    );
+    let c = RuntimeConfig::parse(&fallback).unwrap();
+    let spool = c.spool.unwrap();
+    assert_eq!(spool.max_bytes, 1 << 20);
+    assert_eq!(spool.after, std::time::Duration::from_secs(5));
+    assert_eq!(spool.max_records, i64::MAX as u64);
+
+    let as_sink = format!(
+        r#"{{{NATS}, "sink": {{"type": "spool", "dir": "/s", "max_bytes": 1048576,
+            "target": {{"type": "file", "directory": "/tmp/out"}}}}}}"#
+    );
+    let c = RuntimeConfig::parse(&as_sink).unwrap();
+    assert_eq!(c.sink.kind(), "spool");
+
+    let bad = format!(
+        r#"{{{NATS}, "sink": {{"type": "spool", "dir": "/s", "max_bytes": 1048576,
+            "target": {{"type": "file", "directory": "/tmp/out"}}}},
+            "spool": {{"dir": "", "after_seconds": -1, "bogus": 1}}}}"#
+    );
+    assert_eq!(
+        problems(&bad),
+        vec![
+            "spool.dir: must not be empty",
+            "spool.max_bytes: is required",
+            "spool.after_seconds: must be a number from 0 to 86400",
+            "spool.bogus: unknown field",
+            "spool: must not be set when sink.type is spool",
+        ]
+    );
+    let no_target =
+        format!(r#"{{{NATS}, "sink": {{"type": "spool", "dir": "/s", "max_bytes": 1048576}}}}"#);
+    assert_eq!(
+        problems(&no_target),
+        vec!["sink.target: is required (the sink `svc spool drain` delivers to)"]
     );
 }

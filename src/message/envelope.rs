@@ -294,6 +294,12 @@ impl Payload {
         RawValue::from_string(text).ok().map(Payload)
     }
 
+    /// A payload read back from text this runner wrote as a payload (the spool's records):
+    /// kept as it is, not validated or compacted again.
+    pub fn from_raw(raw: Box<RawValue>) -> Payload {
+        Payload(raw)
+    }
+
     /// The compact JSON text.
     pub fn json(&self) -> &str {
         self.0.get()

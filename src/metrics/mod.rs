@@ -128,6 +128,16 @@ counters! {
     payload_encryption_refused_total,
     /// Custody: records sealed with a custody block.
     custody_sealed_total,
+    /// Spool: records appended (fsynced) instead of being written to the sink directly.
+    spool_appended_total,
+    /// Spool: records the drain delivered and the sink confirmed.
+    spool_drained_total,
+    /// Spool: damaged stretches of a segment moved to a quarantine file.
+    spool_quarantined_total,
+    /// Spool: records refused because the spool was full (left to the broker, NAKed).
+    spool_full_refusals_total,
+    /// Spool: records the sink refused for good while draining (kept in a `rejected-*` file).
+    spool_rejected_total,
     /// HTTP sink: requests answered with a 2xx status.
     http_requests_2xx_total,
     /// HTTP sink: requests answered with a 3xx status (never followed: permanent).
@@ -151,6 +161,44 @@ counters! {
 pub struct Gauges {
     /// Unix time (seconds) of the last successful sink batch, 0 before the first.
     pub last_sink_success_epoch_seconds: AtomicU64,
+    /// Spool: records waiting to be drained.
+    pub spool_records: AtomicU64,
+    /// Spool: bytes of its segment files.
+    pub spool_bytes: AtomicU64,
+    /// Spool: Unix time (seconds) the oldest waiting record was appended, 0 when empty.
+    pub spool_oldest_record_epoch_seconds: AtomicU64,
+    /// Spool: 0 direct, 1 spooling (the sink does not answer), 2 draining.
+    pub spool_mode: AtomicU64,
+    /// A spool is configured: the spool gauges are in the snapshot.
+    pub spool_enabled: std::sync::atomic::AtomicBool,
+}
+
+/// The spool's gauges, in the snapshot only when a spool is configured.
+pub const SPOOL_GAUGE_NAMES: &[&str] = &[
+    "spool_records",
+    "spool_bytes",
+    "spool_oldest_record_epoch_seconds",
+    "spool_mode",
+];
+
+impl Gauges {
+    /// The spool gauges as `(name, value)`, empty without a spool.
+    pub fn spool_values(&self) -> Vec<(&'static str, u64)> {
+        if !self.spool_enabled.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let values = [
+            &self.spool_records,
+            &self.spool_bytes,
+            &self.spool_oldest_record_epoch_seconds,
+            &self.spool_mode,
+        ];
+        SPOOL_GAUGE_NAMES
+            .iter()
+            .zip(values)
+            .map(|(n, v)| (*n, v.load(Ordering::Relaxed)))
+            .collect()
+    }
 }
 
 /// Summary suffixes the runner produces.

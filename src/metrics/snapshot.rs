@@ -88,13 +88,16 @@ impl Snapshot {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect();
-        let gauges = BTreeMap::from([(
+        let mut gauges = BTreeMap::from([(
             "last_sink_success_epoch_seconds".to_string(),
             metrics
                 .gauges
                 .last_sink_success_epoch_seconds
                 .load(std::sync::atomic::Ordering::Relaxed) as f64,
         )]);
+        for (name, v) in metrics.gauges.spool_values() {
+            gauges.insert(name.to_string(), v as f64);
+        }
         let summaries = metrics
             .summaries()
             .into_iter()

@@ -254,6 +254,46 @@ pub const KNOWN: &[Known] = &[
         "http_request_bytes_total",
         "HTTP sink: request body bytes sent, after gzip, retries included.",
     ),
+    c(
+        "spool_appended_total",
+        "Spool: records appended (fsynced) instead of being written to the sink directly.",
+    ),
+    c(
+        "spool_drained_total",
+        "Spool: records the drain delivered and the sink confirmed.",
+    ),
+    c(
+        "spool_quarantined_total",
+        "Spool: damaged stretches of a segment moved to a quarantine file.",
+    ),
+    c(
+        "spool_full_refusals_total",
+        "Spool: records refused because the spool was full (left to the broker).",
+    ),
+    c(
+        "spool_rejected_total",
+        "Spool: records the sink refused for good while draining (kept in a rejected file).",
+    ),
+    Known {
+        suffix: "spool_records",
+        kind: Kind::Gauge,
+        help: "Spool: records waiting to be drained.",
+    },
+    Known {
+        suffix: "spool_bytes",
+        kind: Kind::Gauge,
+        help: "Spool: bytes of its segment files.",
+    },
+    Known {
+        suffix: "spool_oldest_record_epoch_seconds",
+        kind: Kind::Gauge,
+        help: "Spool: Unix time the oldest waiting record was appended (0 when empty).",
+    },
+    Known {
+        suffix: "spool_mode",
+        kind: Kind::Gauge,
+        help: "Spool: 0 direct delivery, 1 spooling (the sink does not answer), 2 draining.",
+    },
     Known {
         suffix: "last_sink_success_epoch_seconds",
         kind: Kind::Gauge,
@@ -367,6 +407,7 @@ pub fn runner_names() -> impl Iterator<Item = &'static str> {
         .chain(SUMMARY_NAMES.iter())
         .copied()
         .chain(std::iter::once("last_sink_success_epoch_seconds"))
+        .chain(crate::metrics::SPOOL_GAUGE_NAMES.iter().copied())
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //!  svc-signal:   SIGTERM/SIGINT set the stop flag; SIGUSR1 logs a pipeline dump
 //!  svc-flush:    writes queued pull requests and acknowledgements at once when kicked
 //!  svc-advisory: (advisories.enabled) counts JetStream consumer advisories; no ack handles
+//!  svc-spool-drain: (a `spool` block) delivers the spool to the sink, oldest first
 //! ```
 //!
 //! Ownership:
@@ -41,6 +42,13 @@
 //! - `svc-ack` is the ONLY thread that ACKs, NAKs, TERMs or sends in-progress. Invariant: a
 //!   message is ACKed only when its verdict says durable, or its DLQ publish was confirmed by
 //!   the broker (PubAck) just before. It returns the batch's credits when the batch is settled.
+//!
+//! With a `spool` block the sink workers write through `FallbackSink` (src/sink/spool/): a
+//! batch whose sink has failed transiently for `after_seconds`, and every batch while the
+//! spool holds records, is appended and fsynced there and reported durable, so `svc-ack`
+//! ACKs it as before. `svc-spool-drain` owns the drain position: it reads the spool, writes
+//! to the same sink, and advances the position only after the sink confirmed; it never
+//! touches an ack handle. A full spool makes the batch transient (NAK), not a loss.
 //!
 //! `svc-flush` exists because the broker client writes a publish only after its flusher's 5 ms
 //! floor, and an explicit flush is a PING/PONG round trip whose PONG queues behind every
@@ -189,6 +197,25 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     );
     let signal_handle = signals::spawn(stop.clone(), monitor.clone())?;
     let sink = cfg.sink.build(metrics.clone()).map_err(RunError::Sink)?;
+    let (sink, drainer) = match &cfg.spool {
+        None => (sink, None),
+        Some(spool_cfg) => {
+            use crate::sink::spool::{drain::Drainer, fallback::FallbackSink, Spool};
+            let spool = Spool::open(spool_cfg, metrics.clone())
+                .map_err(|e| RunError::Sink(SinkError::new("spool", e.to_string())))?;
+            let spool = Arc::new(spool);
+            log::info!(
+                "spool {}: {} records waiting; spooling after {} s of sink failures",
+                spool.path().display(),
+                spool.records(),
+                spool_cfg.after.as_secs_f64()
+            );
+            let drainer = Drainer::new(spool.clone(), sink.clone(), metrics.clone());
+            let wrapped: Arc<dyn crate::sink::Sink> =
+                Arc::new(FallbackSink::new(sink, spool, metrics.clone()));
+            (wrapped, Some(drainer))
+        }
+    };
     let denials = Arc::new(broker::Denials::default());
     let nc =
         broker::connect(&cfg.nats, metrics.clone(), denials.clone()).map_err(RunError::Broker)?;
@@ -241,6 +268,15 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     monitor.watch("svc-fetch -> svc-normalize", &raw_rx);
     monitor.watch("svc-normalize -> svc-sink", &prepared_rx);
     monitor.watch("-> svc-ack", &ack_rx);
+
+    let drain_stop = Arc::new(AtomicBool::new(false));
+    let drain_thread = match drainer {
+        Some(d) => {
+            let flag = drain_stop.clone();
+            Some(spawn("svc-spool-drain", move || d.run(&flag))?)
+        }
+        None => None,
+    };
 
     let snapshot = snapshot_writer::SnapshotWriter::new(&cfg.metrics, metrics.clone(), started_at);
     let snapshot_thread = snapshot.spawn(stop.clone())?;
@@ -381,6 +417,12 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     }
     if let Some(observer) = advisories {
         observer.join();
+    }
+    // After the sink workers: the drain may finish the batch it is writing; what it has not
+    // confirmed stays behind the durable position and is delivered after a restart.
+    drain_stop.store(true, Ordering::SeqCst);
+    if let Some(t) = drain_thread {
+        let _ = t.join();
     }
     let _ = snapshot_thread.join();
     snapshot.write_now();

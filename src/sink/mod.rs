@@ -10,6 +10,7 @@ pub mod http;
 pub mod key;
 pub mod object_store;
 pub mod relational;
+pub mod spool;
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -161,6 +162,7 @@ pub enum SinkConfig {
     Http(Box<http::config::HttpSinkConfig>),
     RelationalDb(relational::RelationalConfig),
     Fanout(fanout::FanoutConfig),
+    Spool(Box<spool::SpoolSinkConfig>),
 }
 
 impl SinkConfig {
@@ -179,11 +181,12 @@ impl SinkConfig {
                 relational::RelationalConfig::read(&mut r),
             )),
             "fanout" => Some(SinkConfig::Fanout(fanout::FanoutConfig::read(&mut r))),
+            "spool" => spool::SpoolSinkConfig::read(&mut r).map(|c| SinkConfig::Spool(Box::new(c))),
             "" => None,
             _ => {
                 r.problem(
                     "type",
-                    "must be one of: file, object_store, http, relational_db, fanout",
+                    "must be one of: file, object_store, http, relational_db, fanout, spool",
                 );
                 None
             }
@@ -201,6 +204,7 @@ impl SinkConfig {
             SinkConfig::Http(_) => "http",
             SinkConfig::RelationalDb(_) => "relational_db",
             SinkConfig::Fanout(_) => "fanout",
+            SinkConfig::Spool(_) => "spool",
         }
     }
 
@@ -218,6 +222,11 @@ impl SinkConfig {
                 metrics,
             )?)),
             SinkConfig::Fanout(c) => Ok(Arc::new(fanout::FanoutSink::new(c, metrics)?)),
+            SinkConfig::Spool(c) => {
+                let spool = spool::Spool::open(&c.spool, metrics)
+                    .map_err(|e| SinkError::new("spool", e.to_string()))?;
+                Ok(Arc::new(spool::fallback::SpoolSink::new(Arc::new(spool))))
+            }
         }
     }
 }

@@ -29,6 +29,9 @@ USAGE:
     svc verify-custody <config_file> <record_file>...
                                   recompute each record's custody digest and report it intact
                                   or altered (exit 1 when any is altered or unverifiable)
+    svc spool status|inspect|drain <config_file>
+                                  the spool (docs/spool.md): what waits in it, its records,
+                                  or deliver it to its sink
 
     svc <command> --help          the command's own help
 
@@ -55,6 +58,7 @@ pub const COMMANDS: &[&str] = &[
     "init-db",
     "decrypt",
     "verify-custody",
+    "spool",
 ];
 
 const VALIDATE: &str = "\
@@ -190,6 +194,24 @@ Recomputes each record's custody digest and reports it intact or ALTERED.
 Exit codes: 0 every record intact, 1 any altered or unverifiable, 2 invalid configuration.
 ";
 
+const SPOOL: &str = "\
+Usage: svc spool status <config_file>
+       svc spool inspect <config_file> [--payload]
+       svc spool drain <config_file>
+
+status   the spool's records, bytes, oldest record's age, segments, quarantined files
+         (read-only; safe beside a runner)
+inspect  one JSON line per waiting record: stream, sequence, subject, sizes; the payload only
+         with --payload (read-only)
+drain    deliver the spool to its sink (the configured sink, or sink.target when sink.type is
+         spool) and exit when empty; refused while a runner holds the spool
+
+The spool is the config's `spool` block or `sink.type: \"spool\"` (docs/spool.md).
+
+Exit codes: 0 success, 1 runtime failure (spool locked, sink failure), 2 invalid configuration
+or usage.
+";
+
 /// The help of `command`, the global help for an unknown one.
 pub fn of(command: Option<&str>) -> &'static str {
     match command {
@@ -202,6 +224,7 @@ pub fn of(command: Option<&str>) -> &'static str {
         Some("init-db") => INIT_DB,
         Some("decrypt") => DECRYPT,
         Some("verify-custody") => VERIFY_CUSTODY,
+        Some("spool") => SPOOL,
         _ => HELP,
     }
 }

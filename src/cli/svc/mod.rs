@@ -45,6 +45,8 @@ pub enum Command {
     Inspect(inspect::Options),
     /// `stream-plan`: what the broker must hold for the config (and `--apply`: create it).
     StreamPlan(stream_plan::Options),
+    /// `spool drain|status|inspect`.
+    Spool(super::spool::SpoolCommand),
     /// The global help or one command's.
     Help(&'static str),
     Version,
@@ -77,6 +79,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
                     return Ok(match stream_plan::parse(&mut parser)? {
                         Some(o) => Command::StreamPlan(o),
                         None => Command::Help(help::of(Some("stream-plan"))),
+                    });
+                }
+                if name == "spool" {
+                    return Ok(match super::spool::parse(&mut parser)? {
+                        Some(c) => Command::Spool(c),
+                        None => Command::Help(help::of(Some("spool"))),
                     });
                 }
                 command = Some(name)
@@ -222,6 +230,19 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             Ok(cfg) => super::protect::verify_custody(&cfg, &records),
             Err(code) => code,
         },
+        Command::Spool(sub) => {
+            use super::spool::SpoolCommand;
+            let path = match &sub {
+                SpoolCommand::Drain(p) | SpoolCommand::Status(p) => p.clone(),
+                SpoolCommand::Inspect { path, .. } => path.clone(),
+            };
+            let cfg = match load(&path) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            super::logging::init_from(&cfg.logging);
+            super::spool::main(sub, &cfg)
+        }
         Command::Run(path) => {
             let cfg = match load(&path) {
                 Ok(c) => c,
@@ -346,16 +367,17 @@ mod tests {
                 panic!("{c}")
             };
             assert!(
-                text.starts_with(&format!("Usage: svc {c} <config_file>")),
+                text.starts_with(&format!("Usage: svc {c} "))
+                    && text.lines().next().unwrap().contains("<config_file>"),
                 "{c}"
             );
-            assert!(HELP.contains(&format!("svc {c} <config_file>")), "{c}");
+            assert!(HELP.contains(&format!("    svc {c} ")), "{c}");
         }
         assert_eq!(p(&["-V"]), Ok(Command::Version));
         assert_eq!(
             p(&[]).unwrap_err(),
             "missing command: one of validate, show-effective-config, run, inspect, stream-plan, \
-             test-sink, init-db, decrypt, verify-custody (svc --help describes them)"
+             test-sink, init-db, decrypt, verify-custody, spool (svc --help describes them)"
         );
         assert!(p(&["run"]).unwrap_err().contains("missing <config_file>"));
         assert!(p(&["fly", "x"]).unwrap_err().contains("unknown command"));
@@ -396,5 +418,20 @@ mod tests {
             })
         );
         assert!(p(&["verify-custody", "c.json"]).is_err());
+        use super::super::spool::SpoolCommand;
+        assert_eq!(
+            p(&["spool", "drain", "c.json"]),
+            Ok(Command::Spool(SpoolCommand::Drain("c.json".into())))
+        );
+        assert_eq!(
+            p(&["spool", "inspect", "c.json", "--payload"]),
+            Ok(Command::Spool(SpoolCommand::Inspect {
+                path: "c.json".into(),
+                payload: true
+            }))
+        );
+        assert!(p(&["spool", "status"]).is_err());
+        assert!(p(&["spool", "fly", "c.json"]).is_err());
+        assert!(p(&["spool", "status", "c.json", "--payload"]).is_err());
     }
 }

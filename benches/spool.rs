@@ -1,0 +1,210 @@
+//! Spool throughput next to the sinks it stands in for, on the same disk and in the same run:
+//! `cargo bench --bench spool [-- N]`.
+//!
+//! Prints messages per second of
+//! - `jsonl direct`: the jsonl file sink's `write_batch` (one thread, batches of 256, one
+//!   `fdatasync` per batch): the baseline the spool's append is compared with;
+//! - `spool append`: `Spool::append` of the same batches (one `fdatasync` per batch, plus a
+//!   directory fsync per new segment), and its ratio to `jsonl direct` (aim: at least 0.8);
+//! - `drain -> jsonl`: `svc spool drain`'s loop (`Drainer::run_until_empty`, 256 records a
+//!   step) into a fresh jsonl sink, and its ratio to `jsonl direct` (the same sink written
+//!   directly);
+//! - `object store direct` and `drain -> object store` (moto, keys by stream sequence, 16
+//!   concurrent PUTs; bench runs only), and their ratio.
+//!
+//! Output goes below `SVC_BENCH_DIR` (default: the system temp directory) and is removed.
+//! Envelopes carry a ~200-byte JSON payload.
+
+#[path = "../tests/moto/mod.rs"]
+mod moto;
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use svc::config::RuntimeConfig;
+use svc::message::envelope::{normalize, Envelope, EnvelopeConfig, RawMessage};
+use svc::metrics::Metrics;
+use svc::sink::spool::drain::Drainer;
+use svc::sink::spool::{Spool, SpoolConfig};
+use svc::sink::{Sink, SinkConfig};
+
+const BATCH: usize = 256;
+
+fn envelopes(n: usize) -> Vec<Envelope> {
+    let payload = format!(
+        r#"{{"order_id":"ORD-000000","customer":"c-42","amount":{{"value":1999,"currency":"EUR"}},"items":[{{"sku":"SKU-1","qty":2}},{{"sku":"SKU-2","qty":1}}],"note":"{}"}}"#,
+        "x".repeat(64)
+    );
+    (1..=n as u64)
+        .map(|seq| {
+            normalize(
+                &RawMessage {
+                    subject: "orders.created".into(),
+                    stream: "ORDERS".into(),
+                    consumer: "svc".into(),
+                    stream_sequence: seq,
+                    consumer_sequence: seq,
+                    delivery_count: 1,
+                    published_unix_nanos: Some(1_700_000_000_000_000_000),
+                    headers: vec![("Nats-Msg-Id".into(), format!("m-{seq}"))],
+                    data: payload.clone().into_bytes(),
+                    unreadable: None,
+                },
+                1_700_000_001_000_000_000,
+                &EnvelopeConfig::default(),
+            )
+            .0
+        })
+        .collect()
+}
+
+fn sink_of(sink: serde_json::Value) -> SinkConfig {
+    let doc = json!({
+        "nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c", "subject": "a.>"},
+        "sink": sink,
+    });
+    RuntimeConfig::parse(&doc.to_string()).unwrap().sink
+}
+
+fn jsonl(dir: &Path) -> Arc<dyn Sink> {
+    std::fs::create_dir_all(dir).unwrap();
+    sink_of(json!({"type": "file", "directory": dir, "mode": "jsonl"}))
+        .build(Arc::new(Metrics::default()))
+        .unwrap()
+}
+
+fn spool_config(dir: &Path) -> SpoolConfig {
+    SpoolConfig {
+        dir: dir.to_path_buf(),
+        max_bytes: 1 << 40,
+        max_records: u64::MAX,
+        after: Duration::ZERO,
+        segment_bytes: 16 << 20,
+        drain_batch: BATCH,
+        max_backoff: Duration::from_secs(1),
+    }
+}
+
+/// msg/s of writing every envelope to `sink` in batches.
+fn direct(sink: &dyn Sink, envs: &[Envelope]) -> f64 {
+    let start = Instant::now();
+    for batch in envs.chunks(BATCH) {
+        for o in sink.write_batch(batch) {
+            assert!(o.is_durable(), "{o}");
+        }
+    }
+    envs.len() as f64 / start.elapsed().as_secs_f64()
+}
+
+/// msg/s of appending every envelope to a new spool at `dir`; leaves the spool there.
+fn append(dir: &Path, envs: &[Envelope]) -> f64 {
+    let spool = Spool::open(&spool_config(dir), Arc::new(Metrics::default())).unwrap();
+    let start = Instant::now();
+    for batch in envs.chunks(BATCH) {
+        spool.append(batch).unwrap();
+    }
+    envs.len() as f64 / start.elapsed().as_secs_f64()
+}
+
+/// msg/s of draining the spool at `dir` into `sink`.
+fn drain(dir: &Path, sink: Arc<dyn Sink>, n: usize) -> f64 {
+    let metrics = Arc::new(Metrics::default());
+    let spool = Arc::new(Spool::open(&spool_config(dir), metrics.clone()).unwrap());
+    let start = Instant::now();
+    let delivered = Drainer::new(spool, sink, metrics)
+        .run_until_empty(1)
+        .unwrap();
+    assert_eq!(delivered as usize, n);
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+const ROUNDS: usize = 3;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn line(name: &str, rate: f64, base: Option<(&str, f64)>) {
+    match base {
+        Some((of, b)) => println!("  {name:<28} {rate:9.0} msg/s   {:.2}x {of}", rate / b),
+        None => println!("  {name:<28} {rate:9.0} msg/s"),
+    }
+}
+
+fn main() {
+    let (benching, n) = support::bench_count(50_000, 2_000);
+    let root = tempfile::Builder::new()
+        .prefix("svc-spool-bench")
+        .tempdir_in(
+            std::env::var_os("SVC_BENCH_DIR").unwrap_or_else(|| std::env::temp_dir().into()),
+        )
+        .unwrap();
+    let envs = envelopes(n);
+    println!(
+        "spool bench: {n} envelopes, batches of {BATCH}, in {}",
+        root.path().display()
+    );
+
+    // The disk is shared: three rounds, each measuring the three side by side, and the
+    // median of each figure.
+    let (mut direct_rates, mut append_rates, mut drain_rates) = (vec![], vec![], vec![]);
+    for round in 0..ROUNDS {
+        let at = |name: &str| root.path().join(format!("{name}-{round}"));
+        direct_rates.push(direct(&*jsonl(&at("jsonl-direct")), &envs));
+        append_rates.push(append(&at("spool"), &envs));
+        drain_rates.push(drain(&at("spool"), jsonl(&at("jsonl-drained")), n));
+        println!(
+            "  round {round}: jsonl direct {:.0}, spool append {:.0}, drain -> jsonl {:.0} msg/s",
+            direct_rates[round], append_rates[round], drain_rates[round]
+        );
+    }
+    let jsonl_direct = median(direct_rates);
+    line("jsonl direct (median)", jsonl_direct, None);
+    let base = Some(("jsonl direct", jsonl_direct));
+    line("spool append (median)", median(append_rates), base);
+    line("drain -> jsonl (median)", median(drain_rates), base);
+
+    if !benching {
+        return;
+    }
+    let m = moto::Moto::start();
+    m.create_bucket("direct", false);
+    m.create_bucket("drained", false);
+    let object_store = |bucket: &str| -> Arc<dyn Sink> {
+        let SinkConfig::ObjectStore(cfg) = sink_of(json!({
+            "type": "object_store", "bucket": bucket, "endpoint_url": m.endpoint(),
+            "allow_http_for_local_testing": true, "credential_mode": "environment",
+            "access_key_id_env": "T_KEY_ID", "secret_access_key_env": "T_SECRET",
+            "key_strategy": "stream_sequence", "max_concurrent_puts": 16}))
+        else {
+            unreachable!()
+        };
+        Arc::new(
+            svc::sink::object_store::ObjectStoreSink::with_env(
+                *cfg,
+                Arc::new(Metrics::default()),
+                &m.env(),
+            )
+            .unwrap(),
+        )
+    };
+    // moto takes a few hundred objects per second: a smaller sample.
+    let sample = &envs[..n.min(3_000)];
+    let store_direct = direct(&*object_store("direct"), sample);
+    line("object store direct", store_direct, None);
+    append(&root.path().join("spool-o"), sample);
+    let store_drained = drain(
+        &root.path().join("spool-o"),
+        object_store("drained"),
+        sample.len(),
+    );
+    line(
+        "drain -> object store",
+        store_drained,
+        Some(("object store direct", store_direct)),
+    );
+}

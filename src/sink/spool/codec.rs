@@ -1,0 +1,279 @@
+//! A spool record's body: the envelope exactly as the sink would have received it.
+//!
+//! `flags (1 byte) | appended at, Unix ms (8 bytes LE) | the svc.file.message.v1 record`.
+//! The JSON is the file sink's record (its hand-written encoder is the fast one, and it holds
+//! every field of the envelope, stream and sequence included); the flag byte carries the one
+//! field that record leaves out (`payload_info.keyed`). Decoding rebuilds the same envelope,
+//! so a drain after a crash writes the same key to an idempotent sink and no duplicate.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::message::envelope::{
+    Custody, Envelope, EventMetadata, Payload, PayloadFormat, PayloadInfo, METADATA_SCHEMA,
+};
+use crate::sink::file::record::encode_record;
+use crate::text::rfc3339::{parse_rfc3339_nanos, Rfc3339};
+
+const FLAG_KEYED: u8 = 1;
+/// Flag byte and append time.
+pub const PREFIX_LEN: usize = 9;
+
+/// Appends the body of `env` to `out`; on error `out` is left as it was.
+pub fn encode(out: &mut Vec<u8>, env: &Envelope, appended_unix_ms: u64) -> Result<(), String> {
+    let start = out.len();
+    out.push(if env.payload_info.keyed {
+        FLAG_KEYED
+    } else {
+        0
+    });
+    out.extend_from_slice(&appended_unix_ms.to_le_bytes());
+    encode_record(out, env).map_err(|e| {
+        out.truncate(start);
+        format!("encode: {e}")
+    })
+}
+
+/// When the record was appended (Unix ms), from a body's prefix.
+pub fn appended_unix_ms(body: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        body.get(1..PREFIX_LEN)?.try_into().ok()?,
+    ))
+}
+
+#[derive(Deserialize)]
+struct Rec {
+    subject: String,
+    stream: String,
+    stream_sequence: u64,
+    consumer: String,
+    consumer_sequence: u64,
+    message_id: Option<String>,
+    priority: String,
+    classification: String,
+    labels: String,
+    labels_list: Vec<String>,
+    payload: Box<RawValue>,
+    payload_info: Info,
+    security_labels: Option<Value>,
+    #[serde(default)]
+    custody: Option<Custody>,
+    metadata: Meta,
+}
+
+#[derive(Deserialize)]
+struct Info {
+    original_format: String,
+    wrapped: bool,
+    sha256: String,
+    size_bytes: u64,
+}
+
+#[derive(Deserialize)]
+struct Meta {
+    schema: String,
+    received_at: String,
+    published_at: Option<String>,
+    event_time: Option<String>,
+    delivery_count: u64,
+    headers: BTreeMap<String, String>,
+    security_labels: Option<Value>,
+}
+
+/// The envelope of a body. Errors say which part is wrong, never quoting the data.
+pub fn decode(body: &[u8]) -> Result<Envelope, &'static str> {
+    if body.len() < PREFIX_LEN {
+        return Err("shorter than its prefix");
+    }
+    let keyed = match body[0] {
+        0 => false,
+        FLAG_KEYED => true,
+        _ => return Err("unknown flags"),
+    };
+    let r: Rec =
+        serde_json::from_slice(&body[PREFIX_LEN..]).map_err(|_| "record is not readable")?;
+    if r.metadata.schema != METADATA_SCHEMA {
+        return Err("unknown metadata schema");
+    }
+    let original_format = match r.payload_info.original_format.as_str() {
+        "json" => PayloadFormat::Json,
+        "text" => PayloadFormat::Text,
+        "bytes" => PayloadFormat::Bytes,
+        _ => return Err("unknown payload format"),
+    };
+    let time = |t: &str| -> Result<Rfc3339, &'static str> {
+        let nanos = canonical_nanos(t)
+            .or_else(|| parse_rfc3339_nanos(t))
+            .ok_or("a time is not RFC 3339")?;
+        let back = Rfc3339::from_unix_nanos(nanos);
+        // Every time the runner writes is in this canonical form: anything else was altered.
+        (back.as_str() == t)
+            .then_some(back)
+            .ok_or("a time is not canonical")
+    };
+    let opt_time = |t: Option<String>| t.as_deref().map(time).transpose();
+    let payload = Payload::from_raw(r.payload);
+    Ok(Envelope {
+        subject: r.subject,
+        stream: Arc::from(r.stream),
+        stream_sequence: r.stream_sequence,
+        consumer: Arc::from(r.consumer),
+        consumer_sequence: r.consumer_sequence,
+        message_id: r.message_id,
+        priority: r.priority,
+        classification: r.classification,
+        labels: r.labels,
+        labels_list: r.labels_list,
+        payload,
+        payload_info: PayloadInfo {
+            original_format,
+            wrapped: r.payload_info.wrapped,
+            sha256: r.payload_info.sha256,
+            size_bytes: r.payload_info.size_bytes,
+            keyed,
+        },
+        security_labels: r.security_labels,
+        custody: r.custody,
+        metadata: EventMetadata {
+            schema: METADATA_SCHEMA,
+            received_at: time(&r.metadata.received_at)?,
+            published_at: opt_time(r.metadata.published_at)?,
+            event_time: opt_time(r.metadata.event_time)?,
+            delivery_count: r.metadata.delivery_count,
+            headers: r.metadata.headers,
+            security_labels: r.metadata.security_labels,
+        },
+    })
+}
+
+/// Unix nanoseconds of `YYYY-MM-DDTHH:MM:SS[.f]Z`, the only form the runner writes, without
+/// the general parser (the drain reads two or three times per record). `None` for anything
+/// else; the caller formats the result again and requires the same text, so a wrong parse
+/// here can only refuse a record, never alter it.
+fn canonical_nanos(t: &str) -> Option<i128> {
+    let b = t.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' {
+        return None;
+    }
+    if b[16] != b':' || *b.last()? != b'Z' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let digits = b.get(r)?;
+        digits.iter().try_fold(0i64, |acc, d| {
+            d.is_ascii_digit().then(|| acc * 10 + i64::from(d - b'0'))
+        })
+    };
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let nanos = match &b[19..b.len() - 1] {
+        [] => 0,
+        [b'.', frac @ ..] if (1..=9).contains(&frac.len()) => {
+            num(20..20 + frac.len())? * 10i64.pow(9 - frac.len() as u32)
+        }
+        _ => return None,
+    };
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = year - i64::from(month <= 2);
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = (month + 9) % 12;
+    let doy = (153 * m + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second;
+    Some(i128::from(seconds) * 1_000_000_000 + i128::from(nanos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
+
+    pub fn envelope(seq: u64, data: &[u8]) -> Envelope {
+        let msg = RawMessage {
+            subject: "orders.eu".into(),
+            stream: Arc::from("ORDERS"),
+            consumer: Arc::from("svc"),
+            stream_sequence: seq,
+            consumer_sequence: seq,
+            delivery_count: 2,
+            published_unix_nanos: Some(1_700_000_000_123_456_789),
+            headers: vec![
+                ("Nats-Msg-Id".into(), format!("id-{seq}")),
+                ("Svc-Event-Time".into(), "2023-11-14T22:13:20.5Z".into()),
+                ("Keep".into(), "v\"al\n".into()),
+            ],
+            data: data.to_vec(),
+            unreadable: None,
+        };
+        let cfg = EnvelopeConfig {
+            keep_headers: vec!["Keep".into()],
+            ..EnvelopeConfig::default()
+        };
+        normalize(&msg, 1_700_000_001_000_000_001, &cfg).0
+    }
+
+    #[test]
+    fn every_envelope_reads_back_equal() {
+        for data in [
+            &br#"{"b": [1, 2.50, 1e400, "x\u00e9"], "a": null}"#[..],
+            b"plain text",
+            b"\x00\xffbytes",
+        ] {
+            let mut env = envelope(42, data);
+            env.security_labels = Some(serde_json::json!({"level": "secret"}));
+            env.metadata.security_labels = env.security_labels.clone();
+            env.custody = Some(Custody {
+                schema: "svc.custody.v1".into(),
+                alg: "sha256".into(),
+                runner_id: "r".into(),
+                received_at: "t".into(),
+                sealed_at: "t".into(),
+                payload_digest: "00".into(),
+                record_digest: "11".into(),
+            });
+            env.payload_info.keyed = data[0] == b'p';
+            let mut body = Vec::new();
+            encode(&mut body, &env, 7).unwrap();
+            assert_eq!(appended_unix_ms(&body), Some(7));
+            assert_eq!(decode(&body).unwrap(), env);
+        }
+    }
+
+    #[test]
+    fn canonical_times_parse_as_the_general_parser_does() {
+        let mut n: i128 = -62_167_219_200_000_000_000;
+        while n < 253_402_300_799_999_999_999 {
+            let text = Rfc3339::from_unix_nanos(n);
+            assert_eq!(canonical_nanos(&text), Some(n), "{text}");
+            assert_eq!(parse_rfc3339_nanos(&text), Some(n), "{text}");
+            n += 7_919_000_000_123_457;
+        }
+        for bad in [
+            "2023-11-14T22:13:20+01:00",
+            "2023-11-14 22:13:20Z",
+            "2023-11-14T22:13:20.Z",
+        ] {
+            assert_eq!(canonical_nanos(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn altered_bodies_are_refused_without_quoting_them() {
+        let env = envelope(1, b"{}");
+        let mut body = Vec::new();
+        encode(&mut body, &env, 7).unwrap();
+        let mut bad = body.clone();
+        bad[0] = 9;
+        assert_eq!(decode(&bad).unwrap_err(), "unknown flags");
+        assert!(decode(&body[..20]).is_err());
+    }
+}

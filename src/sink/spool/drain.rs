@@ -1,0 +1,342 @@
+//! Delivering the spool to its sink, oldest record first: the `svc-spool-drain` thread of a
+//! runner with a fallback spool, and `svc spool drain`.
+//!
+//! Each step reads up to `drain_batch` records after the drain position, writes them to the
+//! sink in one batch, and moves the position past them only when the sink confirmed every
+//! one (a record the sink refuses for good is kept in a `rejected-*` file first). A crash
+//! between the sink's write and the position's fsync makes the next drain deliver those
+//! records again: an idempotent sink keeps one copy. A transient failure moves nothing; the
+//! thread probes again with a doubling pause.
+
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::codec;
+use super::dir::{fail, read_at, Position, SpoolError};
+use super::frame::{self, Item};
+use super::store::{ReadView, Spool};
+use crate::message::envelope::Envelope;
+use crate::metrics::Metrics;
+use crate::sink::{Sink, WriteOutcome};
+
+/// `spool_mode` gauge values.
+pub const MODE_DIRECT: u64 = 0;
+pub const MODE_SPOOLING: u64 = 1;
+pub const MODE_DRAINING: u64 = 2;
+
+/// First pause after a failed probe.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// Consumed bytes kept in the read buffer before it is compacted.
+const KEEP_CONSUMED: u64 = 8 << 20;
+
+/// What one drain step did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to deliver now.
+    Empty,
+    /// The position moved past this many delivered records.
+    Delivered(u64),
+    /// The sink did not take the batch (transient); nothing moved.
+    Refused(String),
+}
+
+struct Loaded {
+    segment: u64,
+    base: u64,
+    data: Vec<u8>,
+    file: File,
+}
+
+pub struct Drainer {
+    spool: Arc<Spool>,
+    sink: Arc<dyn Sink>,
+    metrics: Arc<Metrics>,
+    loaded: Option<Loaded>,
+}
+
+impl Drainer {
+    pub fn new(spool: Arc<Spool>, sink: Arc<dyn Sink>, metrics: Arc<Metrics>) -> Drainer {
+        Drainer {
+            spool,
+            sink,
+            metrics,
+            loaded: None,
+        }
+    }
+
+    /// The runner's drain thread: until `stop`, deliver whenever the spool holds records.
+    pub fn run(mut self, stop: &AtomicBool) {
+        let max_backoff = self.spool.config().max_backoff;
+        let mut backoff = FIRST_BACKOFF;
+        let mut failures: u64 = 0;
+        while !stop.load(Ordering::Relaxed) {
+            if !self.spool.wait_for_records(Duration::from_millis(200)) {
+                self.set_mode(MODE_DIRECT);
+                continue;
+            }
+            match self.step() {
+                Ok(Step::Delivered(n)) => {
+                    if failures > 0 {
+                        log::info!(
+                            "spool {}: sink {} answers again; draining",
+                            self.spool.path().display(),
+                            self.sink.kind()
+                        );
+                    }
+                    failures = 0;
+                    backoff = FIRST_BACKOFF;
+                    let left = self.spool.records();
+                    self.set_mode(if left == 0 {
+                        MODE_DIRECT
+                    } else {
+                        MODE_DRAINING
+                    });
+                    if left == 0 && n > 0 {
+                        log::info!(
+                            "spool {}: drained; back to direct delivery",
+                            self.spool.path().display()
+                        );
+                    }
+                }
+                Ok(Step::Empty) => pause(stop, Duration::from_millis(50)),
+                Ok(Step::Refused(why)) => {
+                    failures += 1;
+                    self.set_mode(MODE_SPOOLING);
+                    if failures.is_power_of_two() {
+                        log::warn!(
+                            "spool {}: drain probe {failures} failed: {why}; next in {:.1} s",
+                            self.spool.path().display(),
+                            backoff.as_secs_f64()
+                        );
+                    }
+                    pause(stop, backoff);
+                    backoff = (backoff * 2).min(max_backoff);
+                }
+                Err(e) => {
+                    failures += 1;
+                    log::error!("{e}");
+                    pause(stop, backoff);
+                    backoff = (backoff * 2).min(max_backoff);
+                }
+            }
+        }
+        if let Err(e) = self.spool.persist_position() {
+            log::error!("{e}");
+        }
+    }
+
+    /// `svc spool drain`: delivers until the spool is empty; gives up after `attempts`
+    /// transient failures in a row.
+    pub fn run_until_empty(&mut self, attempts: u32) -> Result<u64, SpoolError> {
+        let mut delivered = 0;
+        let mut failures = 0;
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            match self.step()? {
+                Step::Delivered(n) => {
+                    delivered += n;
+                    failures = 0;
+                    backoff = FIRST_BACKOFF;
+                }
+                Step::Empty => {
+                    self.spool.persist_position()?;
+                    return Ok(delivered);
+                }
+                Step::Refused(why) => {
+                    failures += 1;
+                    if failures >= attempts {
+                        self.spool.persist_position()?;
+                        return Err(fail(
+                            self.spool.path(),
+                            "drain stopped",
+                            format!(
+                                "sink {} failed {failures} times in a row: {why}; {} records \
+                                 remain spooled",
+                                self.sink.kind(),
+                                self.spool.records()
+                            ),
+                        ));
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(self.spool.config().max_backoff);
+                }
+            }
+        }
+    }
+
+    fn set_mode(&self, mode: u64) {
+        self.metrics
+            .gauges
+            .spool_mode
+            .store(mode, Ordering::Relaxed);
+    }
+
+    /// Reads the next records and delivers them (see the module comment).
+    pub fn step(&mut self) -> Result<Step, SpoolError> {
+        let Some(view) = self.spool.read_view() else {
+            return Ok(Step::Empty);
+        };
+        if view.from >= view.len {
+            if view.sealed {
+                // Every record of this segment is delivered: move on (removes it).
+                self.loaded = None;
+                let next = Position {
+                    segment: view.segment + 1,
+                    offset: 0,
+                };
+                self.spool.commit(next, 0, 0)?;
+                return Ok(Step::Delivered(0));
+            }
+            return Ok(Step::Empty);
+        }
+        self.load(&view)?;
+        let loaded = self.loaded.as_ref().expect("loaded above");
+        let end = (view.len - loaded.base) as usize;
+        let data = &loaded.data[..end.min(loaded.data.len())];
+        let from = (view.from - loaded.base) as usize;
+        let limit = self.spool.config().drain_batch;
+
+        let mut envelopes: Vec<Envelope> = Vec::new();
+        let mut frames: Vec<(usize, usize)> = Vec::new();
+        let mut first_ms = None;
+        let mut dropped = 0u64;
+        let mut next = from;
+        for item in frame::items(data, from) {
+            if envelopes.len() >= limit {
+                break;
+            }
+            let abs = |at: usize| loaded.base + at as u64;
+            match item {
+                Item::Record { start, end, body } => {
+                    next = end;
+                    match codec::decode(body) {
+                        Ok(env) => {
+                            first_ms = first_ms.or(codec::appended_unix_ms(body));
+                            envelopes.push(env);
+                            frames.push((start, end));
+                        }
+                        Err(why) => {
+                            log::error!(
+                                "spool {}: record at segment {} offset {} is intact but \
+                                 unreadable ({why}); quarantined",
+                                self.spool.path().display(),
+                                view.segment,
+                                abs(start)
+                            );
+                            self.spool
+                                .quarantine(view.segment, abs(start), &data[start..end]);
+                            dropped += 1;
+                        }
+                    }
+                }
+                Item::Corrupt { start, end } => {
+                    next = end;
+                    self.spool
+                        .quarantine(view.segment, abs(start), &data[start..end]);
+                }
+                Item::Tail { start } => {
+                    // Committed bytes always end on a frame boundary: this is damage.
+                    next = data.len();
+                    self.spool
+                        .quarantine(view.segment, abs(start), &data[start..]);
+                }
+            }
+        }
+        let to = Position {
+            segment: view.segment,
+            offset: loaded.base + next as u64,
+        };
+        if envelopes.is_empty() {
+            self.spool.commit(to, 0, dropped)?;
+            return Ok(Step::Delivered(0));
+        }
+        if let Some(ms) = first_ms {
+            self.spool.set_oldest(ms);
+        }
+        let outcomes = self.sink.write_batch(&envelopes);
+        if outcomes.len() != envelopes.len() {
+            return Ok(Step::Refused("outcome count mismatch".into()));
+        }
+        if let Some(WriteOutcome::Transient(e)) = outcomes
+            .iter()
+            .find(|o| matches!(o, WriteOutcome::Transient(_)))
+        {
+            return Ok(Step::Refused(e.to_string()));
+        }
+        let mut refused = Vec::new();
+        let mut refused_count = 0;
+        for (outcome, &(start, end)) in outcomes.iter().zip(&frames) {
+            if let WriteOutcome::Permanent(e) = outcome {
+                log::error!(
+                    "spool {}: sink refused the record at segment {} offset {} for good: {e}; \
+                     kept in {}",
+                    self.spool.path().display(),
+                    view.segment,
+                    loaded.base + start as u64,
+                    super::dir::rejected_name(view.segment, loaded.base + frames[0].0 as u64)
+                );
+                refused.extend_from_slice(&data[start..end]);
+                refused_count += 1;
+            }
+        }
+        if refused_count > 0
+            && !self.spool.reject(
+                view.segment,
+                loaded.base + frames[0].0 as u64,
+                &refused,
+                refused_count,
+            )
+        {
+            return Ok(Step::Refused(
+                "records the sink refused for good could not be kept".into(),
+            ));
+        }
+        let delivered = envelopes.len() as u64 - refused_count;
+        self.spool.commit(to, delivered, refused_count + dropped)?;
+        Ok(Step::Delivered(delivered))
+    }
+
+    /// Makes the read buffer hold the segment's bytes from `view.from` to `view.len`.
+    fn load(&mut self, view: &ReadView) -> Result<(), SpoolError> {
+        let path = self.spool.path().to_path_buf();
+        let reusable = self
+            .loaded
+            .as_ref()
+            .is_some_and(|l| l.segment == view.segment && l.base <= view.from);
+        if !reusable {
+            let file = self.spool.open_segment(view.segment)?;
+            self.loaded = Some(Loaded {
+                segment: view.segment,
+                base: view.from,
+                data: Vec::new(),
+                file,
+            });
+        }
+        let l = self.loaded.as_mut().expect("set above");
+        if view.from - l.base > KEEP_CONSUMED {
+            let cut = (view.from - l.base) as usize;
+            l.data.drain(..cut.min(l.data.len()));
+            l.base = view.from;
+        }
+        let have = l.base + l.data.len() as u64;
+        if have < view.len {
+            let more = read_at(&l.file, have, view.len - have)
+                .map_err(|e| fail(&path, "read segment", e))?;
+            l.data.extend_from_slice(&more);
+        }
+        Ok(())
+    }
+}
+
+/// Sleeps up to `d`, waking early when `stop` is set.
+fn pause(stop: &AtomicBool, d: Duration) {
+    let step = Duration::from_millis(50);
+    let mut left = d;
+    while !left.is_zero() && !stop.load(Ordering::Relaxed) {
+        let s = left.min(step);
+        std::thread::sleep(s);
+        left -= s;
+    }
+}

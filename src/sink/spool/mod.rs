@@ -1,0 +1,25 @@
+//! The spool: a local, durable, bounded queue of envelope records for when the downstream is
+//! gone (see docs/spool.md).
+//!
+//! - [`frame`]: segment framing (length, CRC-32, resync mark); pure, fuzzed.
+//! - [`codec`]: a record's body, the envelope as the sink would receive it.
+//! - [`dir`]: the directory boundary, the lock, the drain position file.
+//! - [`store`]: appends, the drain position, removal of drained segments.
+//! - [`scan`]: recovery at open, and the read-only survey of `svc spool status`.
+//! - [`drain`]: delivering the spool to a sink, oldest first.
+//! - [`fallback`]: the sinks built on it (fallback wrapper, `sink.type` = `spool`).
+
+pub mod codec;
+pub mod config;
+pub mod dir;
+pub mod drain;
+pub mod fallback;
+pub mod frame;
+pub mod scan;
+pub mod store;
+
+pub use config::{SpoolConfig, SpoolSinkConfig};
+pub use store::Spool;
+
+#[cfg(test)]
+mod tests;

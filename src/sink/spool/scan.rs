@@ -1,0 +1,206 @@
+//! Reading a whole spool directory: recovery when a runner or `svc spool drain` opens it
+//! (writes allowed), and the read-only survey behind `svc spool status` (safe while a runner
+//! appends: the tail of the last segment may be a write in progress and is not counted).
+
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use super::codec;
+use super::config::SpoolConfig;
+use super::dir::{self, fail, quarantine, Position, SpoolError};
+use super::frame::{self, Item};
+use crate::metrics::Metrics;
+
+/// One segment file as the spool knows it.
+#[derive(Debug, Clone)]
+pub struct Segment {
+    pub id: u64,
+    /// Bytes known durable: everything a reader may look at.
+    pub len: u64,
+}
+
+/// What recovery found.
+pub struct Found {
+    pub segments: Vec<Segment>,
+    pub position: Position,
+    pub records: u64,
+    pub oldest_ms: Option<u64>,
+}
+
+/// Most bytes read of one segment: segments close at `segment_bytes`, and the batch that
+/// passed it is bounded by the spool's size.
+fn read_cap(cfg: &SpoolConfig) -> u64 {
+    cfg.segment_bytes
+        .saturating_add(cfg.max_bytes)
+        .saturating_add(frame::MAX_BODY as u64)
+}
+
+/// The segment ids in the directory, and the drain position (the oldest segment's start when
+/// none was written).
+fn layout(dir: &OwnedFd, path: &Path) -> Result<(Vec<u64>, Position, Vec<String>), SpoolError> {
+    let names = dir::names(dir, path)?;
+    let ids: Vec<u64> = names.iter().filter_map(|n| dir::segment_id(n)).collect();
+    let position = dir::read_position(dir, path).unwrap_or(Position {
+        segment: ids.first().copied().unwrap_or(0),
+        offset: 0,
+    });
+    Ok((ids, position, names))
+}
+
+fn start_in(id: u64, position: Position) -> usize {
+    if id == position.segment {
+        (position.offset as usize).max(frame::HEADER_LEN)
+    } else {
+        frame::HEADER_LEN
+    }
+}
+
+/// Recovers the spool of an open, locked directory (see `Spool::open`).
+pub fn recover(
+    dir: &OwnedFd,
+    path: &Path,
+    cfg: &SpoolConfig,
+    metrics: &Metrics,
+) -> Result<Found, SpoolError> {
+    let (ids, position, _) = layout(dir, path)?;
+    let mut found = Found {
+        segments: Vec::new(),
+        position,
+        records: 0,
+        oldest_ms: None,
+    };
+    let mut removed = false;
+    for (i, &id) in ids.iter().enumerate() {
+        let name = dir::segment_name(id);
+        if id < position.segment {
+            // Drained before a crash cut its removal short.
+            dir::remove(dir, path, &name)?;
+            removed = true;
+            continue;
+        }
+        let last = i + 1 == ids.len();
+        let file = dir::open_file(dir, path, &name, last)?;
+        let data = dir::read_at(&file, 0, read_cap(cfg)).map_err(|e| fail(path, &name, e))?;
+        if !frame::has_header(&data) {
+            if !data.is_empty() {
+                quarantine(dir, path, metrics, id, 0, &data);
+            }
+            dir::remove(dir, path, &name)?;
+            removed = true;
+            continue;
+        }
+        let mut len = data.len();
+        for item in frame::items(&data, start_in(id, position).min(data.len())) {
+            match item {
+                Item::Record { body, .. } => {
+                    found.records += 1;
+                    if found.oldest_ms.is_none() {
+                        found.oldest_ms = codec::appended_unix_ms(body);
+                    }
+                }
+                Item::Corrupt { start, end } => {
+                    quarantine(dir, path, metrics, id, start as u64, &data[start..end]);
+                }
+                Item::Tail { start } if last => {
+                    log::warn!(
+                        "spool {}: cut a torn tail of {} bytes from {name} (a write the crash \
+                         interrupted; it was never acknowledged)",
+                        path.display(),
+                        data.len() - start
+                    );
+                    truncate(&file, start as u64).map_err(|e| fail(path, &name, e))?;
+                    len = start;
+                }
+                Item::Tail { start } => {
+                    quarantine(dir, path, metrics, id, start as u64, &data[start..]);
+                }
+            }
+        }
+        found.segments.push(Segment {
+            id,
+            len: len as u64,
+        });
+    }
+    if removed {
+        dir::sync(dir, path)?;
+    }
+    Ok(found)
+}
+
+fn truncate(file: &File, len: u64) -> std::io::Result<()> {
+    file.set_len(len)?;
+    file.sync_all()
+}
+
+/// What `svc spool status` reports.
+#[derive(Debug, Default)]
+pub struct Survey {
+    pub records: u64,
+    pub bytes: u64,
+    pub segments: u64,
+    pub oldest_ms: Option<u64>,
+    /// Damaged stretches found now and not yet quarantined (the next open quarantines them).
+    pub damaged: u64,
+    pub quarantine_files: u64,
+    pub rejected_files: u64,
+    pub position: Position,
+}
+
+/// One record seen by [`walk`].
+pub struct Seen<'a> {
+    pub segment: u64,
+    pub offset: usize,
+    pub body: &'a [u8],
+}
+
+/// Reads the spool without changing it, calling `visit` for every record not yet drained.
+pub fn walk(
+    path: &Path,
+    cfg: &SpoolConfig,
+    mut visit: impl FnMut(Seen<'_>),
+) -> Result<Survey, SpoolError> {
+    let dir = dir::open_dir(path, false)?;
+    let (ids, position, names) = layout(&dir, path)?;
+    let mut survey = Survey {
+        position,
+        quarantine_files: names
+            .iter()
+            .filter(|n| n.starts_with("quarantine-"))
+            .count() as u64,
+        rejected_files: names.iter().filter(|n| n.starts_with("rejected-")).count() as u64,
+        ..Survey::default()
+    };
+    for &id in ids.iter().filter(|&&id| id >= position.segment) {
+        let name = dir::segment_name(id);
+        let file = match dir::open_file(&dir, path, &name, false) {
+            Ok(f) => f,
+            // Removed by the drain since the listing.
+            Err(_) => continue,
+        };
+        let data = dir::read_at(&file, 0, read_cap(cfg)).map_err(|e| fail(path, &name, e))?;
+        survey.segments += 1;
+        survey.bytes += data.len() as u64;
+        if !frame::has_header(&data) {
+            continue;
+        }
+        for item in frame::items(&data, start_in(id, position).min(data.len())) {
+            match item {
+                Item::Record { start, body, .. } => {
+                    survey.records += 1;
+                    if survey.oldest_ms.is_none() {
+                        survey.oldest_ms = codec::appended_unix_ms(body);
+                    }
+                    visit(Seen {
+                        segment: id,
+                        offset: start,
+                        body,
+                    });
+                }
+                Item::Corrupt { .. } => survey.damaged += 1,
+                Item::Tail { .. } => {}
+            }
+        }
+    }
+    Ok(survey)
+}

@@ -1,0 +1,388 @@
+//! The spool: append-only segments in one locked directory, a durable drain position, and the
+//! counts the metrics and `svc spool status` show.
+//!
+//! Invariant: a record counts as appended only after its segment file was fsynced (and the
+//! directory too when the segment is new); a record is behind the drain position only after
+//! the sink confirmed it; a segment is removed only once the position is past it, and the
+//! removal is fsynced before anything else depends on it.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::config::SpoolConfig;
+use super::dir::{self, Position, SpoolError};
+use super::scan::{self, Segment};
+use super::{codec, frame};
+use crate::message::envelope::Envelope;
+use crate::metrics::{now_epoch_seconds, Metrics};
+
+/// What `append` could not do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendError {
+    /// `max_bytes` or `max_records` would be passed: nothing was written.
+    Full(String),
+    /// The write or its fsync failed (a full disk, an I/O error): nothing counts as written.
+    Failed(String),
+}
+
+impl std::fmt::Display for AppendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AppendError::Full(m) | AppendError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+struct State {
+    /// Sorted by id; the last one is appended to.
+    segments: Vec<Segment>,
+    active: Option<File>,
+    position: Position,
+    records: u64,
+    /// Bytes of every segment file, drained parts included (what the disk holds).
+    bytes: u64,
+    /// Append time (Unix ms) of the oldest record not yet drained, when known.
+    oldest_ms: Option<u64>,
+    next_id: u64,
+    /// The position last made durable, and when.
+    persisted: Position,
+    persisted_at: Instant,
+}
+
+/// Longest time the durable drain position lags behind the drain (each fsync of the position
+/// costs about as much as the sink's own batch fsync; measured in benches/spool.rs).
+const POSITION_INTERVAL: Duration = Duration::from_millis(200);
+
+/// A spool directory held by this process.
+pub struct Spool {
+    path: PathBuf,
+    dir: OwnedFd,
+    _lock: OwnedFd,
+    cfg: SpoolConfig,
+    state: Mutex<State>,
+    appended: Condvar,
+    metrics: Arc<Metrics>,
+}
+
+/// The drain's view of where to read next.
+pub struct ReadView {
+    pub segment: u64,
+    pub from: u64,
+    pub len: u64,
+    /// No more appends will come to this segment.
+    pub sealed: bool,
+}
+
+impl Spool {
+    /// Opens the spool directory (creating it), takes its lock, and recovers: removes
+    /// segments the position is past, cuts a torn tail of the last segment, quarantines
+    /// damaged records, and counts what is left.
+    pub fn open(cfg: &SpoolConfig, metrics: Arc<Metrics>) -> Result<Spool, SpoolError> {
+        let path = cfg.dir.clone();
+        metrics.gauges.spool_enabled.store(true, Ordering::Relaxed);
+        let dir = dir::open_dir(&path, true)?;
+        let lock = dir::lock(&dir, &path)?;
+        let found = scan::recover(&dir, &path, cfg, &metrics)?;
+        dir::write_position(&dir, &path, found.position)?;
+        let next_id = found
+            .segments
+            .last()
+            .map_or(found.position.segment, |s| s.id + 1);
+        let bytes = found.segments.iter().map(|s| s.len).sum();
+        let spool = Spool {
+            path,
+            dir,
+            _lock: lock,
+            cfg: cfg.clone(),
+            state: Mutex::new(State {
+                segments: found.segments,
+                active: None,
+                position: found.position,
+                records: found.records,
+                bytes,
+                oldest_ms: found.oldest_ms,
+                next_id: next_id.max(1),
+                persisted: found.position,
+                persisted_at: Instant::now(),
+            }),
+            appended: Condvar::new(),
+            metrics,
+        };
+        spool.publish(&spool.lock_state());
+        Ok(spool)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn config(&self) -> &SpoolConfig {
+        &self.cfg
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records waiting to be drained.
+    pub fn records(&self) -> u64 {
+        self.lock_state().records
+    }
+
+    /// Appends the envelopes as one batch: all of them durable when `Ok`, none counted when
+    /// not.
+    pub fn append<'a>(
+        &self,
+        envelopes: impl IntoIterator<Item = &'a Envelope>,
+    ) -> Result<(), AppendError> {
+        let now_ms = (now_epoch_seconds() * 1000.0) as u64;
+        let mut buf = Vec::with_capacity(64 * 1024);
+        let mut body = Vec::with_capacity(1024);
+        let mut n = 0u64;
+        for env in envelopes {
+            n += 1;
+            body.clear();
+            codec::encode(&mut body, env, now_ms).map_err(AppendError::Failed)?;
+            if body.len() > frame::MAX_BODY {
+                return Err(AppendError::Failed(format!(
+                    "spool {}: record of {} bytes over the frame limit",
+                    self.path.display(),
+                    body.len()
+                )));
+            }
+            frame::encode(&mut buf, &body);
+        }
+        let mut st = self.lock_state();
+        if st.bytes + buf.len() as u64 > self.cfg.max_bytes || st.records + n > self.cfg.max_records
+        {
+            Metrics::add(&self.metrics.counters.spool_full_refusals_total, n);
+            return Err(AppendError::Full(format!(
+                "spool {}: full ({} records, {} of {} bytes)",
+                self.path.display(),
+                st.records,
+                st.bytes,
+                self.cfg.max_bytes
+            )));
+        }
+        let written = self.write_locked(&mut st, &buf)?;
+        st.bytes += written;
+        st.records += n;
+        if st.oldest_ms.is_none() {
+            st.oldest_ms = Some(now_ms);
+        }
+        Metrics::add(&self.metrics.counters.spool_appended_total, n);
+        self.publish(&st);
+        drop(st);
+        self.appended.notify_all();
+        Ok(())
+    }
+
+    /// Writes `frames` at the end of the active segment (rolling to a new one when needed),
+    /// fsyncs, and returns the bytes added to the disk.
+    fn write_locked(&self, st: &mut State, frames: &[u8]) -> Result<u64, AppendError> {
+        let failed = |what: &str, e: &dyn std::fmt::Display| {
+            AppendError::Failed(format!("spool {}: {what}: {e}", self.path.display()))
+        };
+        let roll = match (st.segments.last(), &st.active) {
+            (Some(last), Some(_)) => last.len >= self.cfg.segment_bytes,
+            _ => true,
+        };
+        let mut added = 0u64;
+        let mut new_name = None;
+        if roll {
+            let id = st.next_id;
+            let name = dir::segment_name(id);
+            let file = dir::create_appending(&self.dir, &self.path, &name)
+                .map_err(|e| AppendError::Failed(e.to_string()))?;
+            st.next_id = id + 1;
+            st.segments.push(Segment { id, len: 0 });
+            st.active = Some(file);
+            new_name = Some(name);
+        }
+        let last = st.segments.last_mut().expect("a segment was just ensured");
+        let file = st
+            .active
+            .as_mut()
+            .expect("an active segment was just ensured");
+        let mut data = Vec::new();
+        let to_write: &[u8] = if last.len == 0 {
+            data.extend_from_slice(frame::SEGMENT_MAGIC);
+            data.extend_from_slice(frames);
+            &data
+        } else {
+            frames
+        };
+        let mut result = file
+            .write_all(to_write)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| failed("append", &e));
+        if let (Ok(()), Some(name)) = (&result, &new_name) {
+            // The new segment's name must be durable before its records count as written.
+            result = dir::sync(&self.dir, &self.path)
+                .map_err(|e| AppendError::Failed(format!("{e} (after creating {name})")));
+        }
+        if let Err(e) = result {
+            // Cut what may have reached the file so the next batch starts on a frame
+            // boundary (segments are opened O_APPEND: the next write lands at the cut); when
+            // even that fails, the next batch begins a new segment and the stray bytes past
+            // `len` are never read (recovery quarantines them).
+            if file
+                .set_len(last.len)
+                .and_then(|()| file.sync_data())
+                .is_err()
+            {
+                st.active = None;
+            }
+            return Err(e);
+        }
+        last.len += to_write.len() as u64;
+        added += to_write.len() as u64;
+        Ok(added)
+    }
+
+    /// Waits up to `timeout` for records to drain; true when there are some.
+    pub fn wait_for_records(&self, timeout: Duration) -> bool {
+        let st = self.lock_state();
+        if st.records > 0 {
+            return true;
+        }
+        let (st, _) = self
+            .appended
+            .wait_timeout(st, timeout)
+            .unwrap_or_else(|p| p.into_inner());
+        st.records > 0
+    }
+
+    /// Where the drain reads next: the segment holding the position (or the first after it).
+    pub fn read_view(&self) -> Option<ReadView> {
+        let st = self.lock_state();
+        let idx = st
+            .segments
+            .iter()
+            .position(|s| s.id >= st.position.segment)?;
+        let seg = &st.segments[idx];
+        let from = if seg.id == st.position.segment {
+            st.position.offset
+        } else {
+            0
+        };
+        Some(ReadView {
+            segment: seg.id,
+            from: from.max(frame::HEADER_LEN as u64),
+            len: seg.len,
+            sealed: idx + 1 < st.segments.len(),
+        })
+    }
+
+    /// Opens a segment for reading.
+    pub fn open_segment(&self, id: u64) -> Result<File, SpoolError> {
+        dir::open_file(&self.dir, &self.path, &dir::segment_name(id), false)
+    }
+
+    /// Notes the append time of the oldest record left.
+    pub fn set_oldest(&self, ms: u64) {
+        let mut st = self.lock_state();
+        st.oldest_ms = Some(ms);
+        self.publish(&st);
+    }
+
+    /// Makes `to` the durable drain position after the sink confirmed `delivered` records
+    /// before it (and `dropped` were quarantined or rejected), then removes the segments the
+    /// position has passed. When the spool is empty, the last segment is removed as well and
+    /// the next append begins a new one.
+    pub fn commit(&self, to: Position, delivered: u64, dropped: u64) -> Result<(), SpoolError> {
+        let mut st = self.lock_state();
+        let mut to = to;
+        let emptied = st.records <= delivered + dropped
+            && st
+                .segments
+                .last()
+                .is_some_and(|s| s.id == to.segment && s.len <= to.offset);
+        if emptied {
+            to = Position {
+                segment: st.next_id,
+                offset: 0,
+            };
+        }
+        // The position is fsynced at most every POSITION_INTERVAL, and always before a segment
+        // it passed is removed: a crash in between only repeats that much of the drain.
+        let passes_segment = st.segments.first().is_some_and(|s| s.id < to.segment);
+        if emptied || passes_segment || st.persisted_at.elapsed() >= POSITION_INTERVAL {
+            dir::write_position(&self.dir, &self.path, to)?;
+            st.persisted_at = Instant::now();
+            st.persisted = to;
+        }
+        st.position = to;
+        st.records = st.records.saturating_sub(delivered + dropped);
+        Metrics::add(&self.metrics.counters.spool_drained_total, delivered);
+        let mut removed = false;
+        while st.segments.first().is_some_and(|s| s.id < to.segment) {
+            let seg = st.segments.remove(0);
+            if st.segments.is_empty() {
+                st.active = None;
+            }
+            let name = dir::segment_name(seg.id);
+            if let Err(e) =
+                rustix::fs::unlinkat(&self.dir, name.as_str(), rustix::fs::AtFlags::empty())
+            {
+                log::warn!(
+                    "spool {}: cannot remove drained {name}: {}",
+                    self.path.display(),
+                    std::io::Error::from(e)
+                );
+            }
+            st.bytes = st.bytes.saturating_sub(seg.len);
+            removed = true;
+        }
+        if removed {
+            dir::sync(&self.dir, &self.path)?;
+        }
+        if st.records == 0 {
+            st.oldest_ms = None;
+        }
+        self.publish(&st);
+        Ok(())
+    }
+
+    /// Makes the drain position durable now (when the drain stops).
+    pub fn persist_position(&self) -> Result<(), SpoolError> {
+        let mut st = self.lock_state();
+        if st.persisted != st.position {
+            dir::write_position(&self.dir, &self.path, st.position)?;
+            st.persisted = st.position;
+            st.persisted_at = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Keeps damaged bytes in a quarantine file (once: a name already there means an earlier
+    /// pass kept them) and counts them.
+    pub fn quarantine(&self, segment: u64, offset: u64, bytes: &[u8]) {
+        dir::quarantine(&self.dir, &self.path, &self.metrics, segment, offset, bytes);
+    }
+
+    /// Keeps records the sink refused for good (framed as in a segment) and counts them;
+    /// false when they could not be kept (the drain then does not move past them).
+    pub fn reject(&self, segment: u64, offset: u64, frames: &[u8], records: u64) -> bool {
+        let name = dir::rejected_name(segment, offset);
+        let kept = dir::keep(&self.dir, &self.path, &name, frames);
+        if kept {
+            Metrics::add(&self.metrics.counters.spool_rejected_total, records);
+        }
+        kept
+    }
+
+    /// Publishes the gauges.
+    fn publish(&self, st: &State) {
+        let g = &self.metrics.gauges;
+        g.spool_records.store(st.records, Ordering::Relaxed);
+        g.spool_bytes.store(st.bytes, Ordering::Relaxed);
+        g.spool_oldest_record_epoch_seconds
+            .store(st.oldest_ms.map_or(0, |ms| ms / 1000), Ordering::Relaxed);
+    }
+}
