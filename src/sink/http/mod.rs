@@ -31,9 +31,10 @@ pub mod outcome;
 pub mod request;
 pub mod signature;
 
+use super::countdown::Countdown;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -81,10 +82,8 @@ struct BatchWork {
     requests: Vec<Vec<usize>>,
     next: AtomicUsize,
     outcomes: Vec<OnceLock<WriteOutcome>>,
-    /// Requests not completed yet.
-    pending: AtomicUsize,
-    done: Mutex<bool>,
-    done_cv: Condvar,
+    /// Items not completed yet; the sink worker waits for the last.
+    left: Countdown,
     /// In-call retries of this batch stop here.
     retry_until: Instant,
 }
@@ -109,17 +108,7 @@ impl BatchWork {
                 // Invariant: each batch index is in one request only.
                 let _ = self.outcomes[*index].set(outcome);
             }
-            if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-                *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
-                self.done_cv.notify_all();
-            }
-        }
-    }
-
-    fn wait(&self) {
-        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
-        while !*done {
-            done = self.done_cv.wait(done).unwrap_or_else(|e| e.into_inner());
+            self.left.complete_one();
         }
     }
 }
@@ -420,13 +409,11 @@ impl Sink for HttpSink {
         let requests = request::group(cfg, &indexes, &sizes);
         let helpers = requests.len().min(self.threads.len());
         let work = Arc::new(BatchWork {
-            pending: AtomicUsize::new(requests.len()),
-            done: Mutex::new(requests.is_empty()),
+            left: Countdown::new(requests.len()),
             records,
             requests,
             next: AtomicUsize::new(0),
             outcomes,
-            done_cv: Condvar::new(),
             retry_until: Instant::now() + cfg.retry_budget,
         });
         let mut handed_out = 0;
@@ -449,7 +436,7 @@ impl Sink for HttpSink {
                 })
                 .collect();
         }
-        work.wait();
+        work.left.wait();
         work.outcomes
             .iter()
             .map(|o| {

@@ -37,9 +37,10 @@ pub mod existing;
 pub mod layout;
 pub mod resolver;
 
+use super::countdown::Countdown;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -101,11 +102,8 @@ struct BatchWork {
     /// Outcome per batch index. The sink worker fills those of objects that failed before a
     /// request (permanent) before it hands out tokens.
     outcomes: Vec<OnceLock<WriteOutcome>>,
-    /// Entries of `objects` not completed yet.
-    pending: AtomicUsize,
-    /// Set (and `done_cv` notified) by whoever completes the last object.
-    done: Mutex<bool>,
-    done_cv: Condvar,
+    /// Items not completed yet; the sink worker waits for the last.
+    left: Countdown,
 }
 
 impl BatchWork {
@@ -131,18 +129,7 @@ impl BatchWork {
     fn complete(&self, index: usize, outcome: WriteOutcome) {
         // Invariant: each batch index is completed once (claims are unique).
         let _ = self.outcomes[index].set(outcome);
-        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
-            self.done_cv.notify_all();
-        }
-    }
-
-    /// Sleeps until every object is completed.
-    fn wait(&self) {
-        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
-        while !*done {
-            done = self.done_cv.wait(done).unwrap_or_else(|e| e.into_inner());
-        }
+        self.left.complete_one();
     }
 }
 
@@ -418,13 +405,10 @@ impl Sink for ObjectStoreSink {
         }
         let helpers = objects.len().min(self.threads.len());
         let work = Arc::new(BatchWork {
-            pending: AtomicUsize::new(objects.len()),
-            // Nothing to put: done already.
-            done: Mutex::new(objects.is_empty()),
+            left: Countdown::new(objects.len()),
             objects,
             next: AtomicUsize::new(0),
             outcomes,
-            done_cv: Condvar::new(),
         });
         let mut handed_out = 0;
         for _ in 0..helpers {
@@ -444,7 +428,7 @@ impl Sink for ObjectStoreSink {
                 );
             }
         }
-        work.wait();
+        work.left.wait();
         // Outcomes are cloned, not moved out: a put thread may still hold a token of this
         // finished batch. Clones are cheap (`Durable` is a unit).
         work.outcomes
