@@ -115,10 +115,48 @@ impl Jsonl {
     }
 
     pub fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome> {
+        self.write_each(
+            batch,
+            |lines, env| {
+                encode_record(lines, env).map_err(|e| {
+                    WriteOutcome::Permanent(
+                        error(format!(
+                            "encode record of stream sequence {}: {e}",
+                            env.stream_sequence
+                        ))
+                        .classified(FailureClass::EncodeFailed),
+                    )
+                })
+            },
+            |env| format!("of stream sequence {}", env.stream_sequence),
+        )
+    }
+
+    /// Appends records already encoded (a spool drain's), exactly as `write_batch` appends
+    /// the records it encodes.
+    pub fn write_records(&self, records: &[&[u8]]) -> Vec<WriteOutcome> {
+        self.write_each(
+            records,
+            |lines, record| {
+                lines.extend_from_slice(record);
+                Ok(())
+            },
+            |_| "drained from the spool".to_string(),
+        )
+    }
+
+    /// Appends one line per item, written into the buffer by `encode`; `name` names an item
+    /// in a size error.
+    fn write_each<T>(
+        &self,
+        items: &[T],
+        encode: impl FnMut(&mut Vec<u8>, &T) -> Result<(), WriteOutcome>,
+        name: impl Fn(&T) -> String,
+    ) -> Vec<WriteOutcome> {
         BUFFERS.with(|cell| {
             let mut bufs = cell.borrow_mut();
             let (lines, gz) = &mut *bufs;
-            let out = self.write_with(batch, lines, gz);
+            let out = self.write_with(items, encode, name, lines, gz);
             for b in [lines, gz] {
                 b.clear();
                 if b.capacity() > KEEP_BUFFER_BYTES {
@@ -129,29 +167,22 @@ impl Jsonl {
         })
     }
 
-    fn write_with(
+    fn write_with<T>(
         &self,
-        batch: &[Envelope],
+        items: &[T],
+        mut encode: impl FnMut(&mut Vec<u8>, &T) -> Result<(), WriteOutcome>,
+        name: impl Fn(&T) -> String,
         lines: &mut Vec<u8>,
         gz: &mut Vec<u8>,
     ) -> Vec<WriteOutcome> {
         // `None` = pending, appended with the batch.
-        let mut outcomes: Vec<Option<WriteOutcome>> = Vec::with_capacity(batch.len());
+        let mut outcomes: Vec<Option<WriteOutcome>> = Vec::with_capacity(items.len());
         lines.clear();
-        for env in batch {
+        for item in items {
             let start = lines.len();
-            let outcome = match encode_record(lines, env) {
-                Err(e) => Some(WriteOutcome::Permanent(
-                    error(format!(
-                        "encode record of stream sequence {}: {e}",
-                        env.stream_sequence
-                    ))
-                    .classified(FailureClass::EncodeFailed),
-                )),
-                Ok(()) => {
-                    let what = format_args!("of stream sequence {}", env.stream_sequence);
-                    self.limit.check(lines.len() - start, what).err()
-                }
+            let outcome = match encode(lines, item) {
+                Err(failed) => Some(failed),
+                Ok(()) => self.limit.check(lines.len() - start, || name(item)).err(),
             };
             if outcome.is_some() {
                 lines.truncate(start);

@@ -69,12 +69,18 @@ impl WriteLimit {
         }
     }
 
-    /// `what` names the record in the error (`idempotency-key/...json`, `of stream sequence 7`).
-    fn check(&self, len: usize, what: impl std::fmt::Display) -> Result<(), WriteOutcome> {
+    /// `what` names the record in the error (`idempotency-key/...json`, `of stream sequence 7`);
+    /// it is only formatted for a record over the limit.
+    fn check<W: std::fmt::Display>(
+        &self,
+        len: usize,
+        what: impl FnOnce() -> W,
+    ) -> Result<(), WriteOutcome> {
         if len as u64 > self.max {
             return Err(WriteOutcome::Permanent(
                 error(format!(
-                    "record {what} is {len} bytes, over max_record_bytes {}",
+                    "record {} is {len} bytes, over max_record_bytes {}",
+                    what(),
                     self.max
                 ))
                 .classified(FailureClass::TooLarge),
@@ -177,6 +183,21 @@ impl Sink for FileSink {
         match &self.writer {
             Writer::PerEvent(w) => w.write_batch(batch),
             Writer::Jsonl(w) => w.write_batch(batch),
+        }
+    }
+
+    fn takes_file_records(&self) -> bool {
+        matches!(self.writer, Writer::Jsonl(_))
+    }
+
+    fn write_file_records(&self, records: &[&[u8]]) -> Vec<WriteOutcome> {
+        match &self.writer {
+            Writer::Jsonl(w) => w.write_records(records),
+            // Each per-event file is named from its envelope: nothing to pass through.
+            Writer::PerEvent(_) => {
+                let refuse = error("mode per_event takes no encoded records");
+                vec![WriteOutcome::Transient(refuse); records.len()]
+            }
         }
     }
 

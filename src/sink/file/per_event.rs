@@ -209,7 +209,7 @@ impl PerEvent {
                 error(format!("encode {}: {e}", target.rel)).classified(FailureClass::EncodeFailed),
             ));
         }
-        self.limit.check(record.len(), &target.rel)?;
+        self.limit.check(record.len(), || &target.rel)?;
         Ok(FileJob { target, record })
     }
 

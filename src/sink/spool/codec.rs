@@ -84,6 +84,40 @@ struct Meta {
     security_labels: Option<Value>,
 }
 
+/// The file record inside a body, for a sink that takes records as they are
+/// ([`crate::sink::Sink::takes_file_records`]): checked to begin with the
+/// `svc.file.message.v1` schema, end its object, and be UTF-8 without a control character,
+/// so a damaged record can never split a line of the sink's output or carry bytes its
+/// encoder never writes (it escapes every control character and writes no whitespace).
+///
+/// Not a full JSON parse: that cost twice the write itself, and the frame's checksum
+/// already catches damage. A record forged with a valid checksum needs the service's own
+/// account, and even then it chooses nothing: it only lands as one line.
+pub fn file_record(body: &[u8]) -> Result<&[u8], &'static str> {
+    if body.len() < PREFIX_LEN {
+        return Err("shorter than its prefix");
+    }
+    if !matches!(body[0], 0 | FLAG_KEYED) {
+        return Err("unknown flags");
+    }
+    let record = &body[PREFIX_LEN..];
+    if !record.starts_with(RECORD_START.as_bytes()) {
+        return Err("unknown record schema");
+    }
+    if record.last() != Some(&b'}') {
+        return Err("record is not readable");
+    }
+    // The smallest byte, without an early exit: this form compiles to vector code.
+    if record.iter().fold(u8::MAX, |low, &b| low.min(b)) < 0x20 {
+        return Err("record holds a control character");
+    }
+    std::str::from_utf8(record).map_err(|_| "record is not UTF-8")?;
+    Ok(record)
+}
+
+/// How every record the file sink's encoder writes begins.
+const RECORD_START: &str = concat!("{\"schema\":\"", "svc.file.message.v1", "\",");
+
 /// The envelope of a body. Errors say which part is wrong, never quoting the data.
 pub fn decode(body: &[u8]) -> Result<Envelope, &'static str> {
     if body.len() < PREFIX_LEN {
@@ -275,5 +309,45 @@ mod tests {
         bad[0] = 9;
         assert_eq!(decode(&bad).unwrap_err(), "unknown flags");
         assert!(decode(&body[..20]).is_err());
+    }
+
+    #[test]
+    fn record_start_is_the_encoders_own() {
+        let head = format!("{{\"schema\":\"{}\",", crate::sink::file::RECORD_SCHEMA);
+        assert_eq!(RECORD_START, head);
+    }
+
+    #[test]
+    fn a_stored_record_passes_as_it_is_and_damage_does_not() {
+        let env = envelope(3, br#"{"a":"line\nbreak"}"#);
+        let mut body = Vec::new();
+        encode(&mut body, &env, 7).unwrap();
+        let mut direct = Vec::new();
+        encode_record(&mut direct, &env).unwrap();
+        assert_eq!(file_record(&body).unwrap(), &direct[..]);
+
+        let with = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut b = body.clone();
+            f(&mut b);
+            file_record(&b).unwrap_err()
+        };
+        assert_eq!(with(&|b| b[0] = 9), "unknown flags");
+        assert_eq!(
+            with(&|b| b[PREFIX_LEN + 12] = b'X'),
+            "unknown record schema"
+        );
+        // Whitespace between tokens is valid JSON but would split the output line.
+        let control = "record holds a control character";
+        assert_eq!(with(&|b| b.insert(b.len() - 1, b'\n')), control);
+        assert_eq!(with(&|b| b.insert(b.len() - 1, 0)), control);
+        assert_eq!(
+            with(&|b| b.insert(b.len() - 1, 0xff)),
+            "record is not UTF-8"
+        );
+        assert_eq!(
+            with(&|b| *b.last_mut().unwrap() = b' '),
+            "record is not readable"
+        );
+        assert_eq!(with(&|b| b.truncate(4)), "shorter than its prefix");
     }
 }

@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::fs::{DirBuilder, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
@@ -183,11 +183,24 @@ pub fn names(dir: &OwnedFd, path: &Path) -> Result<Vec<String>, SpoolError> {
 
 /// Reads `file` from `offset`, at most `limit` bytes.
 pub fn read_at(file: &File, offset: u64, limit: u64) -> io::Result<Vec<u8>> {
-    use std::io::{Seek, SeekFrom};
-    let mut f = file;
-    f.seek(SeekFrom::Start(offset))?;
-    let mut buf = Vec::new();
-    f.take(limit).read_to_end(&mut buf)?;
+    use std::os::unix::fs::FileExt;
+    // Sized from the file once: growing a buffer while reading a 16 MiB segment copied it
+    // over and over, the largest cost of a drain.
+    let size = file.metadata()?.len();
+    let want = usize::try_from(limit.min(size.saturating_sub(offset)))
+        .map_err(|_| io::Error::other("segment larger than memory"))?;
+    let mut buf = vec![0u8; want];
+    let mut filled = 0;
+    while filled < want {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
+            // The file is shorter than it was: what is there is all there is.
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(filled);
     Ok(buf)
 }
 

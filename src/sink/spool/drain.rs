@@ -7,6 +7,10 @@
 //! between the sink's write and the position's fsync makes the next drain deliver those
 //! records again: an idempotent sink keeps one copy. A transient failure moves nothing; the
 //! thread probes again with a doubling pause.
+//!
+//! A sink that takes the file sink's records as they are (jsonl) is handed the stored
+//! records after a syntax and schema check; any other sink gets the envelopes decoded from
+//! them. Either way an intact record that does not pass is quarantined.
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -198,23 +202,30 @@ impl Drainer {
         let from = (view.from - loaded.base) as usize;
         let limit = self.spool.config().drain_batch;
 
+        // A sink that takes file records gets them as stored; any other gets envelopes.
+        let as_stored = self.sink.takes_file_records();
         let mut envelopes: Vec<Envelope> = Vec::new();
+        let mut records: Vec<&[u8]> = Vec::new();
         let mut frames: Vec<(usize, usize)> = Vec::new();
         let mut first_ms = None;
         let mut dropped = 0u64;
         let mut next = from;
         for item in frame::items(data, from) {
-            if envelopes.len() >= limit {
+            if frames.len() >= limit {
                 break;
             }
             let abs = |at: usize| loaded.base + at as u64;
             match item {
                 Item::Record { start, end, body } => {
                     next = end;
-                    match codec::decode(body) {
-                        Ok(env) => {
+                    let readable = if as_stored {
+                        codec::file_record(body).map(|r| records.push(r))
+                    } else {
+                        codec::decode(body).map(|env| envelopes.push(env))
+                    };
+                    match readable {
+                        Ok(()) => {
                             first_ms = first_ms.or(codec::appended_unix_ms(body));
-                            envelopes.push(env);
                             frames.push((start, end));
                         }
                         Err(why) => {
@@ -248,15 +259,19 @@ impl Drainer {
             segment: view.segment,
             offset: loaded.base + next as u64,
         };
-        if envelopes.is_empty() {
+        if frames.is_empty() {
             self.spool.commit(to, 0, dropped)?;
             return Ok(Step::Delivered(0));
         }
         if let Some(ms) = first_ms {
             self.spool.set_oldest(ms);
         }
-        let outcomes = self.sink.write_batch(&envelopes);
-        if outcomes.len() != envelopes.len() {
+        let outcomes = if as_stored {
+            self.sink.write_file_records(&records)
+        } else {
+            self.sink.write_batch(&envelopes)
+        };
+        if outcomes.len() != frames.len() {
             return Ok(Step::Refused("outcome count mismatch".into()));
         }
         if let Some(WriteOutcome::Transient(e)) = outcomes
@@ -293,7 +308,7 @@ impl Drainer {
                 "records the sink refused for good could not be kept".into(),
             ));
         }
-        let delivered = envelopes.len() as u64 - refused_count;
+        let delivered = frames.len() as u64 - refused_count;
         self.spool.commit(to, delivered, refused_count + dropped)?;
         Ok(Step::Delivered(delivered))
     }
@@ -324,7 +339,11 @@ impl Drainer {
         if have < view.len {
             let more = read_at(&l.file, have, view.len - have)
                 .map_err(|e| fail(&path, "read segment", e))?;
-            l.data.extend_from_slice(&more);
+            if l.data.is_empty() {
+                l.data = more;
+            } else {
+                l.data.extend_from_slice(&more);
+            }
         }
         Ok(())
     }

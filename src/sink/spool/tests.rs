@@ -212,3 +212,50 @@ fn a_link_in_place_of_the_directory_is_refused() {
         .unwrap();
     assert!(err.to_string().contains("symbolic link"), "{err}");
 }
+
+/// Every line a jsonl file sink holds, in file order.
+fn jsonl_lines(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .flat_map(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            text.lines().map(str::to_string).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn a_drain_into_jsonl_writes_what_the_sink_writes_directly() {
+    use crate::sink::file::{FileSink, FileSinkConfig};
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path());
+    let envs: Vec<Envelope> = (1..=40).map(envelope).collect();
+    let jsonl = |name: &str| {
+        let sink_cfg = FileSinkConfig {
+            mode: crate::sink::file::config::FileMode::Jsonl,
+            ..FileSinkConfig::new(tmp.path().join(name))
+        };
+        std::fs::create_dir_all(&sink_cfg.directory).unwrap();
+        Arc::new(FileSink::new(sink_cfg, Arc::new(Metrics::default())).unwrap())
+    };
+    let direct = jsonl("direct");
+    assert!(direct.takes_file_records());
+    assert!(direct.write_batch(&envs).iter().all(|o| o.is_durable()));
+
+    let spool = open(&cfg);
+    for chunk in envs.chunks(9) {
+        spool.append(chunk).unwrap();
+    }
+    let drained = jsonl("drained");
+    let mut d = Drainer::new(spool.clone(), drained, Arc::new(Metrics::default()));
+    assert_eq!(d.run_until_empty(1).unwrap(), 40);
+    assert_eq!(
+        jsonl_lines(&tmp.path().join("drained")),
+        jsonl_lines(&tmp.path().join("direct"))
+    );
+}
