@@ -1065,3 +1065,91 @@ fn a_victims_message_id_taken_first_is_dead_lettered_not_counted_as_written() {
     let snap = dir.path().join("metrics.json");
     assert_eq!(snapshot_counter(&snap, "messages_written_total"), 2);
 }
+
+/// `delivery.priority_lanes`: one fetched batch with mixed priorities reaches the sink lane
+/// by lane (flash, then priority, then the default lane), in fetch order inside a lane, and
+/// every message is ACKed; the snapshot counts each lane.
+#[test]
+fn a_mixed_batch_is_written_lane_by_lane() {
+    let (server, dir) = setup();
+    // Published before the runner starts: the first pull takes all twelve in one batch.
+    let priorities = [
+        "routine", "flash", "normal", "priority", "flash", "routine", "high", "", "flash",
+        "priority", "routine", "flash",
+    ];
+    for p in priorities {
+        let headers: &[(&str, &str)] = if p.is_empty() {
+            &[]
+        } else {
+            &[("Svc-Priority", p)]
+        };
+        server.publish_with_headers("orders.created", headers, b"{}");
+    }
+    let extra = json!({
+        "delivery": {"priority_lanes": {"lanes": [
+            {"name": "flash", "priorities": ["flash"]},
+            {"name": "priority", "priorities": ["priority", "high"]},
+            {"name": "routine", "priorities": ["routine"]}
+        ]}},
+        "sink": {"type": "file", "directory": dir.path().join("out"), "mode": "jsonl"}
+    });
+    let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), extra));
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "every message acked", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((12, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(15))
+        .expect("exits")
+        .success());
+
+    let out = dir.path().join("out");
+    let mut lines = Vec::new();
+    for f in files_below(&out) {
+        let text = std::fs::read_to_string(out.join(f)).unwrap();
+        lines.extend(
+            text.lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap()),
+        );
+    }
+    let seen: Vec<(u64, String)> = lines
+        .iter()
+        .map(|r| {
+            let p = r["priority"].as_str().unwrap().to_string();
+            (r["stream_sequence"].as_u64().unwrap(), p)
+        })
+        .collect();
+    let lane = |p: &str| match p {
+        "flash" => 0,
+        "priority" | "high" => 1,
+        _ => 2,
+    };
+    let mut expected: Vec<(u64, String)> = priorities
+        .iter()
+        .enumerate()
+        // No header: the default priority, `normal`, in the default lane.
+        .map(|(i, p)| {
+            (
+                i as u64 + 1,
+                if p.is_empty() { "normal" } else { p }.to_string(),
+            )
+        })
+        .collect();
+    expected.sort_by_key(|(seq, p)| (lane(p), *seq));
+    assert_eq!(
+        seen, expected,
+        "file order: lane by lane, fetch order inside a lane"
+    );
+
+    let snap: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(
+        snap["priority_lanes"],
+        json!([
+            {"lane": "flash", "messages_total": 4, "messages_written_total": 4, "sink_writes_total": 1},
+            {"lane": "priority", "messages_total": 3, "messages_written_total": 3, "sink_writes_total": 1},
+            {"lane": "routine", "messages_total": 5, "messages_written_total": 5, "sink_writes_total": 1}
+        ])
+    );
+}

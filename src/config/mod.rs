@@ -4,6 +4,7 @@
 //! The reference for every field, default and range is `docs/configuration.md`.
 
 mod effective;
+pub mod lanes;
 
 use crate::broker::config::read_nats;
 pub use crate::broker::config::{ConsumerMode, ConsumerSettings, NatsAuth, NatsConfig};
@@ -72,6 +73,8 @@ pub struct DeliveryConfig {
     /// `None` leaves them to the broker's own limits.
     pub max_deliveries: Option<u64>,
     pub shutdown_timeout: Duration,
+    /// `priority_lanes`: the order a batch is handed to the sink in; `None` = one call.
+    pub priority_lanes: Option<lanes::PriorityLanes>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -306,6 +309,11 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
         .map(|n| n as u64);
     let shutdown_timeout =
         Duration::from_secs(r.int_in("shutdown_timeout_seconds", 30, 1, 600) as u64);
+    let priority_lanes = r.object("priority_lanes").and_then(|mut l| {
+        let lanes = lanes::PriorityLanes::read(&mut l);
+        l.finish();
+        lanes
+    });
     r.finish();
     DeliveryConfig {
         batch_size,
@@ -318,6 +326,7 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
         nak_backoff,
         max_deliveries,
         shutdown_timeout,
+        priority_lanes,
     }
 }
 

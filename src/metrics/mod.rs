@@ -277,6 +277,20 @@ pub struct Metrics {
     families: Vec<SubjectFamily>,
     /// `family_counts[family][metric]`, indexes into `families` and [`FAMILY_METRICS`].
     family_counts: Vec<[AtomicU64; 5]>,
+    /// Names of the priority lanes, in hand-off order (empty without lanes).
+    lanes: Vec<String>,
+    lane_counts: Vec<LaneCounts>,
+}
+
+/// Counters of one priority lane (`delivery.priority_lanes`).
+#[derive(Debug, Default)]
+pub struct LaneCounts {
+    /// Messages handed to the sink in this lane.
+    pub messages_total: AtomicU64,
+    /// Of those, durably written.
+    pub messages_written_total: AtomicU64,
+    /// `write_batch` calls made for this lane.
+    pub sink_writes_total: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -299,7 +313,26 @@ impl Metrics {
             ),
             families,
             family_counts,
+            lanes: Vec::new(),
+            lane_counts: Vec::new(),
         }
+    }
+
+    /// Adds one set of lane counters per priority lane, in hand-off order.
+    pub fn with_lanes(mut self, lanes: Vec<String>) -> Self {
+        self.lane_counts = lanes.iter().map(|_| LaneCounts::default()).collect();
+        self.lanes = lanes;
+        self
+    }
+
+    /// The counters of lane `lane` (an index into the configured lanes).
+    pub fn lane(&self, lane: usize) -> Option<&LaneCounts> {
+        self.lane_counts.get(lane)
+    }
+
+    /// The lanes' names and counters, in hand-off order.
+    pub fn lanes(&self) -> impl Iterator<Item = (&str, &LaneCounts)> {
+        self.lanes.iter().map(String::as_str).zip(&self.lane_counts)
     }
 
     /// Adds `n` to a counter.

@@ -5,6 +5,7 @@
 //! reader sees either the previous snapshot or the new one, never a torn file.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +78,21 @@ pub struct Snapshot {
     /// order; absent when no families are configured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subject_families: Vec<FamilyEntry>,
+    /// One row per priority lane (`delivery.priority_lanes`), in hand-off order; absent
+    /// without lanes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub priority_lanes: Vec<LaneRow>,
+}
+
+/// The counters of one priority lane.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaneRow {
+    /// The lane's configured name (a reviewed label).
+    pub lane: String,
+    pub messages_total: u64,
+    pub messages_written_total: u64,
+    pub sink_writes_total: u64,
 }
 
 impl Snapshot {
@@ -118,6 +134,15 @@ impl Snapshot {
                 .map(|f| FamilyEntry {
                     label: f.label.clone(),
                     subject: f.pattern.as_str().to_string(),
+                })
+                .collect(),
+            priority_lanes: metrics
+                .lanes()
+                .map(|(lane, c)| LaneRow {
+                    lane: lane.to_string(),
+                    messages_total: c.messages_total.load(Ordering::Relaxed),
+                    messages_written_total: c.messages_written_total.load(Ordering::Relaxed),
+                    sink_writes_total: c.sink_writes_total.load(Ordering::Relaxed),
                 })
                 .collect(),
         }

@@ -33,8 +33,9 @@
 //!   pre-sink failure becomes a
 //!   per-message `Verdict::Rejected` carrying the sanitized DLQ record (when
 //!   `dead_letter.enabled`); an encryption key at its message bound, a transient one (NAK).
-//! - `svc-sink-N` call `Sink::write_batch` and report one verdict per message. They never see
-//!   an ack handle. With `dead_letter.enabled`, a permanent sink failure (a failure class
+//! - `svc-sink-N` call `Sink::write_batch` and report one verdict per message (with
+//!   `delivery.priority_lanes`, once per lane of the batch, first lane first: `lanes.rs`).
+//!   They never see an ack handle. With `dead_letter.enabled`, a permanent sink failure (a failure class
 //!   redelivery cannot fix, e.g. `duplicate_exists`, `value_rejected`) becomes a
 //!   `Verdict::Rejected` with a DLQ record built from the envelope, exactly like a pre-sink
 //!   failure; without a DLQ it stays `Written(Permanent)`: NAKed with backoff, terminated at
@@ -73,6 +74,7 @@
 mod ack;
 mod credit;
 mod fetch;
+mod lanes;
 mod monitor;
 mod normalize;
 mod signals;
@@ -186,7 +188,11 @@ impl std::error::Error for RunError {}
 pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     crate::allocator::keep_large_buffers_returnable();
     let started_at = now_epoch_seconds();
-    let metrics = Arc::new(Metrics::new(cfg.metrics.subject_families.clone()));
+    let lane_names = cfg.delivery.priority_lanes.iter().flat_map(|l| &l.lanes);
+    let metrics = Arc::new(
+        Metrics::new(cfg.metrics.subject_families.clone())
+            .with_lanes(lane_names.map(|l| l.name.clone()).collect()),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let monitor = Arc::new(Monitor::new());
 
@@ -334,6 +340,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             metrics: metrics.clone(),
             monitor: monitor.clone(),
             dead_letter: dead_letter.clone(),
+            lanes: cfg.delivery.priority_lanes.clone().map(Arc::new),
         };
         spawn(&worker.name.clone(), move || worker.run())?;
     }

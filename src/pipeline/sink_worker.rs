@@ -9,8 +9,10 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::lanes::write_by_lane;
 use super::{AckMsg, Monitor, PreparedBatch, Rejection, Verdict};
 use crate::broker::dead_letter::{DeadLetter, DeadLetterConfig};
+use crate::config::lanes::PriorityLanes;
 use crate::message::envelope::{now_unix_nanos, Envelope};
 use crate::metrics::{now_epoch_seconds, Metrics, Summary};
 use crate::sink::{Sink, SinkError, WriteOutcome};
@@ -24,6 +26,8 @@ pub struct SinkWorker {
     pub monitor: Arc<Monitor>,
     /// The DLQ settings when `dead_letter.enabled`.
     pub dead_letter: Option<Arc<DeadLetterConfig>>,
+    /// `delivery.priority_lanes`: the batch goes to the sink lane by lane.
+    pub lanes: Option<Arc<PriorityLanes>>,
 }
 
 impl SinkWorker {
@@ -71,7 +75,10 @@ impl SinkWorker {
             self.sink.kind()
         ));
         let started = Instant::now();
-        let mut outcomes = self.sink.write_batch(&envelopes);
+        let mut outcomes = match &self.lanes {
+            Some(lanes) => write_by_lane(&*self.sink, lanes, &mut envelopes, &self.metrics),
+            None => self.sink.write_batch(&envelopes),
+        };
         let elapsed = started.elapsed().as_secs_f64();
         if outcomes.len() != envelopes.len() {
             // A sink bug must never turn into an ACK: treat the whole batch as not durable.
