@@ -12,6 +12,7 @@ pub mod key;
 pub mod object_store;
 pub mod relational;
 pub mod spool;
+pub mod url_scheme;
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};

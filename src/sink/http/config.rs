@@ -10,13 +10,11 @@ use std::time::Duration;
 use crate::backoff::{Backoff, Growth, Jitter, GROWTHS, JITTERS};
 use crate::document::grammar::{is_env_var_name, is_header_name, looks_secret};
 use crate::document::reader::ObjectReader;
+use crate::sink::url_scheme::scheme_problem;
 
 pub const DEFAULT_SUCCESS_STATUSES: &[u16] = &[200, 201, 202, 204];
 pub const DEFAULT_RETRY_STATUSES: &[u16] = &[408, 425, 429, 500, 502, 503, 504];
 pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
-
-/// Hosts for which plain http may be allowed (the object-store sink's rule).
-const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "[::1]"];
 
 /// Header names the sink sets itself: a static, secret or forwarded header of the same name
 /// would contradict the request's framing, its signature or its idempotency key.
@@ -421,19 +419,7 @@ pub fn url_problem(text: &str, allow_http_for_local_testing: bool) -> Option<Str
     let Some(host) = u.host_str() else {
         return Some("must name a host".into());
     };
-    match u.scheme() {
-        "https" => None,
-        "http" if !allow_http_for_local_testing => Some(
-            "must use https (http is allowed only with allow_http_for_local_testing = true \
-             and a loopback host)"
-                .into(),
-        ),
-        "http" if !LOOPBACK_HOSTS.contains(&host) => Some(
-            "http is allowed only for the loopback hosts localhost, 127.0.0.1 and [::1]".into(),
-        ),
-        "http" => None,
-        _ => Some("must be an https URL".into()),
-    }
+    scheme_problem(u.scheme(), host, allow_http_for_local_testing)
 }
 
 /// A proxy is `http://host:port` without credentials (they would be a secret in the config).

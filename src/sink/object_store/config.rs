@@ -11,6 +11,7 @@ use crate::backoff::{Backoff, Growth, Jitter, GROWTHS, JITTERS};
 use crate::document::grammar::{is_env_var_name, looks_secret};
 use crate::document::reader::ObjectReader;
 use crate::sink::key::{is_simple_suffix, KeyStrategy, KEY_STRATEGIES};
+use crate::sink::url_scheme::scheme_problem;
 
 /// Where credentials come from (shared with every AWS caller; resolved in
 /// [`crate::aws::chain::provider`]).
@@ -553,9 +554,6 @@ pub fn prefix_problem(p: &str) -> Option<&'static str> {
     None
 }
 
-/// Hosts for which plain http may be allowed.
-pub const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "[::1]"];
-
 /// Why an endpoint URL is not acceptable, if it is not. Never echoes the URL (it might carry
 /// credentials).
 pub fn endpoint_problem(text: &str, allow_http_for_local_testing: bool) -> Option<String> {
@@ -577,19 +575,7 @@ pub fn endpoint_problem(text: &str, allow_http_for_local_testing: bool) -> Optio
     let Some(host) = u.host_str() else {
         return Some("must name a host".into());
     };
-    match u.scheme() {
-        "https" => None,
-        "http" if !allow_http_for_local_testing => Some(
-            "must use https (http is allowed only with allow_http_for_local_testing = true \
-             and a loopback host)"
-                .into(),
-        ),
-        "http" if !LOOPBACK_HOSTS.contains(&host) => Some(
-            "http is allowed only for the loopback hosts localhost, 127.0.0.1 and [::1]".into(),
-        ),
-        "http" => None,
-        _ => Some("must be an https URL".into()),
-    }
+    scheme_problem(u.scheme(), host, allow_http_for_local_testing)
 }
 
 fn is_region(s: &str) -> bool {
