@@ -159,63 +159,31 @@ fn outcome(drift: Vec<String>) -> Outcome {
 
 /// The planned stream settings the broker's stream does not have, as `name broker -> plan`.
 fn stream_drift(existing: &StreamConfig, planned: &StreamConfig) -> Vec<String> {
-    let mut d = Vec::new();
-    let mut check = |name: &str, broker: String, plan: String| {
-        if broker != plan {
-            d.push(format!("{name} {broker} -> {plan}"));
-        }
-    };
     let sorted = |s: &[String]| {
         let mut v = s.to_vec();
         v.sort();
         v.join(", ")
     };
-    check(
-        "subjects",
-        sorted(&existing.subjects),
-        sorted(&planned.subjects),
-    );
-    check(
-        "storage",
-        api_name(&existing.storage),
-        api_name(&planned.storage),
-    );
-    check(
-        "replicas",
-        existing.num_replicas.to_string(),
-        planned.num_replicas.to_string(),
-    );
-    check(
-        "retention",
-        api_name(&existing.retention),
-        api_name(&planned.retention),
-    );
-    check(
-        "discard",
-        api_name(&existing.discard),
-        api_name(&planned.discard),
-    );
-    check(
-        "duplicate_window_ns",
-        existing.duplicate_window.to_string(),
-        planned.duplicate_window.to_string(),
-    );
-    check(
-        "max_age_s",
-        existing.max_age.as_secs_f64().to_string(),
-        planned.max_age.as_secs_f64().to_string(),
-    );
-    check(
-        "max_bytes",
-        existing.max_bytes.to_string(),
-        planned.max_bytes.to_string(),
-    );
-    check(
-        "max_msgs",
-        existing.max_msgs.to_string(),
-        planned.max_msgs.to_string(),
-    );
-    d
+    // (name, the broker's value, the plan's value) of each setting the plan owns.
+    let fields = |c: &StreamConfig| {
+        [
+            ("subjects", sorted(&c.subjects)),
+            ("storage", api_name(&c.storage)),
+            ("replicas", c.num_replicas.to_string()),
+            ("retention", api_name(&c.retention)),
+            ("discard", api_name(&c.discard)),
+            ("duplicate_window_ns", c.duplicate_window.to_string()),
+            ("max_age_s", c.max_age.as_secs_f64().to_string()),
+            ("max_bytes", c.max_bytes.to_string()),
+            ("max_msgs", c.max_msgs.to_string()),
+        ]
+    };
+    fields(existing)
+        .into_iter()
+        .zip(fields(planned))
+        .filter(|((_, broker), (_, plan))| broker != plan)
+        .map(|((name, broker), (_, plan))| format!("{name} {broker} -> {plan}"))
+        .collect()
 }
 
 /// What the runner checks of an existing consumer, and what `reconcile` owns: the runner's
