@@ -183,24 +183,19 @@ pub fn names(dir: &OwnedFd, path: &Path) -> Result<Vec<String>, SpoolError> {
 
 /// Reads `file` from `offset`, at most `limit` bytes.
 pub fn read_at(file: &File, offset: u64, limit: u64) -> io::Result<Vec<u8>> {
-    use std::os::unix::fs::FileExt;
+    use std::io::{Read, Seek, SeekFrom};
     // Sized from the file once: growing a buffer while reading a 16 MiB segment copied it
-    // over and over, the largest cost of a drain.
+    // over and over, the largest cost of a drain. `read_to_end` fills the reserved space
+    // without zeroing it first.
     let size = file.metadata()?.len();
-    let want = usize::try_from(limit.min(size.saturating_sub(offset)))
-        .map_err(|_| io::Error::other("segment larger than memory"))?;
-    let mut buf = vec![0u8; want];
-    let mut filled = 0;
-    while filled < want {
-        match file.read_at(&mut buf[filled..], offset + filled as u64) {
-            // The file is shorter than it was: what is there is all there is.
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    buf.truncate(filled);
+    let want = limit.min(size.saturating_sub(offset));
+    let mut buf = Vec::with_capacity(
+        usize::try_from(want).map_err(|_| io::Error::other("segment larger than memory"))?,
+    );
+    let mut f = file;
+    f.seek(SeekFrom::Start(offset))?;
+    // A file that grew since is read only to the size it had; one that shrank, to its end.
+    f.take(want).read_to_end(&mut buf)?;
     Ok(buf)
 }
 
