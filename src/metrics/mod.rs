@@ -128,6 +128,14 @@ counters! {
     payload_encryption_refused_total,
     /// Custody: records sealed with a custody block.
     custody_sealed_total,
+    /// Mission metadata: records given a mission metadata object.
+    mission_metadata_attached_total,
+    /// Mission metadata: messages refused (dead-lettered) by the mission metadata stage.
+    mission_metadata_rejected_total,
+    /// Pre-sink policy: messages refused (dead-lettered) by a policy rule or as unmatched.
+    pre_sink_policy_rejected_total,
+    /// Size policy: messages refused (dead-lettered) by a size bound.
+    size_policy_rejected_total,
     /// Spool: records appended (fsynced) instead of being written to the sink directly.
     spool_appended_total,
     /// Spool: records the drain delivered and the sink confirmed.

@@ -223,6 +223,22 @@ pub const KNOWN: &[Known] = &[
         "Records sealed with a custody evidence block.",
     ),
     c(
+        "mission_metadata_attached_total",
+        "Records given a mission metadata object.",
+    ),
+    c(
+        "mission_metadata_rejected_total",
+        "Messages refused by the mission metadata stage (dead-lettered).",
+    ),
+    c(
+        "pre_sink_policy_rejected_total",
+        "Messages refused by the pre-sink policy (dead-lettered).",
+    ),
+    c(
+        "size_policy_rejected_total",
+        "Messages refused by a size policy bound (dead-lettered).",
+    ),
+    c(
         "http_requests_2xx_total",
         "HTTP sink: requests answered with a 2xx status.",
     ),

@@ -1,11 +1,17 @@
 //! `svc-normalize`: raw deliveries in, envelopes (or pre-sink verdicts) out. No I/O.
 //!
 //! Per message: the input limits (`message::limits`: header count and bytes, U+0000 in what
-//! sinks store as text), the publisher signature (`authenticity`), the envelope (`normalize`), the
+//! sinks store as text) and the size policy's input bounds (`size_policy`: payload, headers),
+//! the publisher signature (`authenticity`), the envelope (`normalize`), the
 //! message metadata (`message_metadata`: priority, classification, labels), the security
-//! label profile (`security_labels`), then payload encryption (`payload_encryption`) and
-//! custody evidence (`custody`), last, over the record as the sinks will store it.
-//! A limit, signature, metadata or profile failure is a permanent pre-sink failure: the message does
+//! label profile (`security_labels`), the mission metadata (`mission_metadata`), the size
+//! policy's label and mission metadata bounds, the pre-sink policy (`pre_sink_policy`: it
+//! needs metadata, labels, mission metadata and whether the payload will be encrypted), then
+//! payload encryption (`payload_encryption`) and custody evidence (`custody`) over the record
+//! as the sinks will store it, and last the size policy's bound on that record's bytes.
+//! The governance stages run before encryption so a refused message uses no encryption key
+//! budget; only the record bound, which needs the final bytes, runs after.
+//! A limit, signature, metadata, profile or governance failure is a permanent pre-sink failure: the message does
 //! not reach the sink; its verdict carries a value-free reason and, when a DLQ is configured,
 //! the sanitized DLQ record for `svc-ack` to publish. An encryption key at its message bound
 //! is a transient failure (the message stays unacknowledged until the key is rotated). Other
@@ -22,8 +28,12 @@ use crate::message::envelope::{normalize, now_unix_nanos, EnvelopeConfig, RawMes
 use crate::message::labels::{self, SecurityLabelsConfig};
 use crate::message::limits;
 use crate::message::metadata::MessageMetadataConfig;
+use crate::message::mission::MissionMetadataConfig;
+use crate::message::policy::PreSinkPolicyConfig;
 use crate::message::protection::authenticity::{AuthFailure, AuthOutcome};
 use crate::message::protection::Protection;
+use crate::message::refusal::Refusal;
+use crate::message::size_policy::SizePolicyConfig;
 use crate::metrics::{Metrics, Summary};
 
 /// Everything needed to turn one delivery into an envelope.
@@ -31,6 +41,9 @@ pub struct Normalizer {
     envelope: EnvelopeConfig,
     message_metadata: MessageMetadataConfig,
     security_labels: SecurityLabelsConfig,
+    mission_metadata: MissionMetadataConfig,
+    pre_sink_policy: PreSinkPolicyConfig,
+    size_policy: SizePolicyConfig,
     dead_letter: DeadLetterConfig,
     protection: Arc<Protection>,
     metrics: Arc<Metrics>,
@@ -47,6 +60,9 @@ impl Normalizer {
             envelope: cfg.envelope.clone(),
             message_metadata: cfg.message_metadata.clone(),
             security_labels: cfg.security_labels.clone(),
+            mission_metadata: cfg.mission_metadata.clone(),
+            pre_sink_policy: cfg.pre_sink_policy.clone(),
+            size_policy: cfg.size_policy.clone(),
             dead_letter: cfg.dead_letter.clone(),
             metrics,
         }
@@ -67,6 +83,9 @@ impl Normalizer {
                 raw,
                 Failure::new("input", limit.field(), limit.code(), limit.to_string()),
             ));
+        }
+        if let Err(r) = self.size_policy.check_input(raw) {
+            return Err(self.refuse(raw, &r));
         }
         match self.protection.authenticate(raw) {
             Ok(None) => {}
@@ -124,6 +143,21 @@ impl Normalizer {
             .map_err(|r| self.reject(raw, Failure::from(&r)))?;
         meta.apply_to(&mut envelope);
         labels::apply_to(&mut envelope, profile);
+        envelope.mission_metadata = self
+            .mission_metadata
+            .resolve(raw)
+            .map_err(|r| self.refuse(raw, &r))?;
+        self.size_policy
+            .check_envelope(&envelope)
+            .map_err(|r| self.refuse(raw, &r))?;
+        let will_encrypt = self
+            .protection
+            .encryptor
+            .as_ref()
+            .is_some_and(|e| e.applies_to(&raw.subject));
+        self.pre_sink_policy
+            .check(&envelope, will_encrypt)
+            .map_err(|r| self.refuse(raw, &r))?;
         match self
             .protection
             .protect(&mut envelope, raw, now_unix_nanos())
@@ -148,11 +182,29 @@ impl Normalizer {
                 });
             }
         }
+        self.size_policy
+            .check_record(&envelope)
+            .map_err(|r| self.refuse(raw, &r))?;
+        if envelope.mission_metadata.is_some() {
+            Metrics::add(&c.mission_metadata_attached_total, 1);
+        }
         Ok(Prepared {
             family,
             envelope,
             source_unix_nanos: fresh.source_unix_nanos,
         })
+    }
+
+    /// A governance stage's refusal: counted per stage, then a permanent pre-sink failure.
+    fn refuse(&self, raw: &RawMessage, r: &Refusal) -> Rejection {
+        let c = &self.metrics.counters;
+        let counter = match r.stage {
+            crate::message::mission::STAGE => &c.mission_metadata_rejected_total,
+            crate::message::policy::STAGE => &c.pre_sink_policy_rejected_total,
+            _ => &c.size_policy_rejected_total,
+        };
+        Metrics::add(counter, 1);
+        self.reject(raw, Failure::from(r))
     }
 
     /// The verdict of a permanent pre-sink failure, with its DLQ record when a DLQ is on.

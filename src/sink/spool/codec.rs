@@ -61,6 +61,8 @@ struct Rec {
     payload_info: Info,
     security_labels: Option<Value>,
     #[serde(default)]
+    mission_metadata: Option<Value>,
+    #[serde(default)]
     custody: Option<Custody>,
     metadata: Meta,
 }
@@ -137,6 +139,7 @@ pub fn decode(body: &[u8]) -> Result<Envelope, &'static str> {
             keyed,
         },
         security_labels: r.security_labels,
+        mission_metadata: r.mission_metadata,
         custody: r.custody,
         metadata: EventMetadata {
             schema: METADATA_SCHEMA,
