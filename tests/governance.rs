@@ -597,6 +597,44 @@ fn every_rule_and_limit_stores_or_dead_letters_in_every_sink() {
         "{line}"
     );
 
+    // `svc inspect` shows each message's verdict: the same, but for the record-bytes bound
+    // (it needs the encrypted, sealed record, which only the runner makes).
+    let last = total.to_string();
+    let (code, out, err) = svc_env(&["inspect", c, "--last", &last, "--format", "jsonl"], None);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len() as u64, total);
+    for line in &lines {
+        let seq = line["stream_sequence"].as_u64().unwrap();
+        let g = &line["governance"];
+        match expected[&seq] {
+            Ok(mission) => {
+                assert_eq!(g["verdict"], "stored", "{line}");
+                assert_eq!(&g["mission_metadata"], mission, "{line}");
+            }
+            Err((_, "record_too_large")) => assert_eq!(g["verdict"], "stored", "{line}"),
+            Err((field, reason)) => {
+                assert_eq!(g["verdict"], "refused", "{line}");
+                assert_eq!(
+                    (g["field"].as_str(), g["reason"].as_str()),
+                    (Some(*field), Some(*reason))
+                );
+            }
+        }
+    }
+    let (_, text, _) = svc_env(&["inspect", c, "--last", &last], None);
+    assert!(
+        text.contains("governance=refused size_policy/payload_too_large (payload)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("governance=stored mission={\"profile\":\"sortie.v1\""),
+        "{text}"
+    );
+
     let snap = dir.path().join("metrics.json");
     let n = |name: &str| snapshot_counter(&snap, name);
     assert_eq!(n("mission_metadata_rejected_total"), 15);
