@@ -4,10 +4,9 @@
 //! measured size and the limit, never the content (`docs/governance.md`).
 //!
 //! Two checks: [`SizePolicyConfig::check_input`] on the raw message, first, before any work
-//! is spent on it; [`SizePolicyConfig::check_record`] on the envelope as the sinks will store
-//! it, after encryption and custody (so `max_record_bytes` bounds the stored bytes).
-
-use std::io::Write;
+//! is spent on it; [`SizePolicyConfig::check_envelope`] on labels and mission metadata; and
+//! [`SizePolicyConfig::check_record_bytes`] on the record as the sinks will store it, after
+//! encryption and custody (so `max_record_bytes` bounds the stored bytes).
 
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::{Envelope, RawMessage};
@@ -154,28 +153,19 @@ impl SizePolicyConfig {
         Ok(())
     }
 
-    /// The normalized record's bytes (the envelope's JSON, as the file sink writes it).
-    pub fn check_record(&self, env: &Envelope) -> Result<(), Refusal> {
-        if !self.enabled || self.max_record_bytes.is_none() {
+    /// Whether `max_record_bytes` is set: the caller measures the record only then.
+    pub fn bounds_record(&self) -> bool {
+        self.enabled && self.max_record_bytes.is_some()
+    }
+
+    /// The normalized record's bytes, measured by the caller as the file sink writes the
+    /// record (`svc.file.message.v1`, byte for byte what serde writes for the envelope plus
+    /// its `schema`): the sinks live above this module, and their encoder is the fast one.
+    pub fn check_record_bytes(&self, measured: u64) -> Result<(), Refusal> {
+        if !self.enabled {
             return Ok(());
         }
-        let mut counter = Counter(0);
-        // Writing to a counter fails only if serialization itself does: nothing to count.
-        let _ = serde_json::to_writer(&mut counter, env);
-        self.over(8, counter.0)
-    }
-}
-
-/// Counts bytes written, keeping none.
-struct Counter(u64);
-
-impl Write for Counter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len() as u64;
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+        self.over(8, measured)
     }
 }
 
@@ -252,7 +242,7 @@ mod tests {
             assert!(!r.to_string().contains("SECRET"), "{r}");
         }
         let (mut env, _) = normalize(&raw(vec![], b"{}"), 0, &EnvelopeConfig::default());
-        assert!(c.check_envelope(&env).is_ok() && c.check_record(&env).is_err());
+        assert!(c.check_envelope(&env).is_ok());
         env.labels_list = vec!["a".into(), "b".into()];
         assert_eq!(
             c.check_envelope(&env).unwrap_err().code(),
@@ -270,13 +260,16 @@ mod tests {
         let r = c.check_envelope(&env).unwrap_err();
         assert_eq!(r.code(), "mission_metadata_too_large");
         assert_eq!(r.measured.unwrap().limit, 20);
-        let r = all(1000).check_record(&env);
-        assert!(r.is_ok());
-        let r = all(20).check_record(&env).unwrap_err();
+        assert!(all(20).bounds_record() && !SizePolicyConfig::default().bounds_record());
+        assert!(all(20).check_record_bytes(200).is_ok());
+        let r = all(20).check_record_bytes(201).unwrap_err();
         assert_eq!(r.code(), "record_too_large");
         assert_eq!(
-            r.measured.unwrap().measured,
-            serde_json::to_vec(&env).unwrap().len() as u64
+            r.measured,
+            Some(crate::message::refusal::Measured {
+                measured: 201,
+                limit: 200
+            })
         );
         assert!(SizePolicyConfig::default()
             .check_input(&raw(vec![], &[0; 99]))
