@@ -534,6 +534,7 @@ fn every_rule_and_limit_stores_or_dead_letters_in_every_sink() {
         .collect();
     assert_eq!(dlq.len(), failing.len());
     let mut stages = BTreeMap::<String, u64>::new();
+    let mut reasons = BTreeMap::<String, u64>::new();
     for (text, v) in &dlq {
         assert!(!text.contains(MARK), "offending value or payload in {text}");
         assert!(!text.contains("plantedlabel"), "labels in {text}");
@@ -543,6 +544,9 @@ fn every_rule_and_limit_stores_or_dead_letters_in_every_sink() {
         assert_eq!(v["failure"]["field"], field, "{text}");
         let stage = v["failure"]["stage"].as_str().unwrap().to_string();
         *stages.entry(stage.clone()).or_default() += 1;
+        *reasons
+            .entry(format!("{stage}_{reason}_total"))
+            .or_default() += 1;
         if stage == "size_policy" || reason == "policy_payload_too_large" || reason == "too_large" {
             let size = &v["failure"]["size"];
             assert!(
@@ -645,6 +649,11 @@ fn every_rule_and_limit_stores_or_dead_letters_in_every_sink() {
         passing.len() as u64 - 1
     );
     assert_eq!(n("messages_dlq_total"), failing.len() as u64);
+    // Each reason has its own counter.
+    for (counter, count) in &reasons {
+        assert_eq!(n(counter), *count, "{counter}");
+    }
+    assert_eq!(reasons.len(), 31, "{reasons:?}");
     assert_eq!(n("messages_acked_total"), total);
     let log = runner.log_text();
     assert!(!log.contains(MARK), "offending value in the log");

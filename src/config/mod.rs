@@ -203,6 +203,22 @@ impl RuntimeConfig {
         }
         root.finish();
         security_labels.cross_check(&message_metadata, &problems);
+        if mission_metadata.enabled {
+            let others = [
+                &security_labels.header,
+                &message_metadata.priority_header,
+                &message_metadata.classification_header,
+                &message_metadata.labels_header,
+                &envelope.event_time_header,
+            ];
+            if others.contains(&&mission_metadata.header) {
+                problems.push(
+                    "mission_metadata.header",
+                    "must differ from the label, metadata and event time headers (one header \
+                     cannot carry two things)",
+                );
+            }
+        }
         let [alg_header, key_id_header, signature_header] = authenticity.headers();
         dead_letter.cross_check(
             nats.as_ref().map_or("", |n| n.subject.as_str()),

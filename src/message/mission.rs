@@ -28,6 +28,24 @@ use crate::message::subject::{read_pattern, SubjectPattern};
 use schema::{Profile, PROFILE_KEY};
 
 pub const STAGE: &str = "mission_metadata";
+/// Every reason code of the stage.
+pub const CODES: &[&str] = &[
+    "duplicate_header",
+    "header_too_large",
+    "invalid_json",
+    "duplicate_key",
+    "not_object",
+    "control_character",
+    "too_deep",
+    "too_large",
+    "missing_profile",
+    "wrong_type",
+    "unknown_profile",
+    "profile_not_allowed",
+    "missing_field",
+    "out_of_bounds",
+    "unknown_field",
+];
 pub const DEFAULT_HEADER: &str = "Svc-Mission-Metadata";
 pub const DEFAULT_MAX_BYTES: i64 = 8192;
 pub const MAX_BYTES_LIMIT: i64 = 262_144;

@@ -210,6 +210,9 @@ impl Normalizer {
             _ => &c.size_policy_rejected_total,
         };
         Metrics::add(counter, 1);
+        if let Some(reason) = reason_counter(c, r.stage, r.code()) {
+            Metrics::add(reason, 1);
+        }
         self.reject(raw, Failure::from(r))
     }
 
@@ -229,6 +232,63 @@ impl Normalizer {
             retry: false,
         }
     }
+}
+
+/// The per-reason counter of a governance refusal; `None` for a code this table lacks (a
+/// test holds it complete).
+fn reason_counter<'c>(
+    c: &'c crate::metrics::Counters,
+    stage: &str,
+    code: &str,
+) -> Option<&'c std::sync::atomic::AtomicU64> {
+    use crate::message::{mission, policy, size_policy as size};
+    Some(match (stage, code) {
+        (mission::STAGE, "duplicate_header") => &c.mission_metadata_duplicate_header_total,
+        (mission::STAGE, "header_too_large") => &c.mission_metadata_header_too_large_total,
+        (mission::STAGE, "invalid_json") => &c.mission_metadata_invalid_json_total,
+        (mission::STAGE, "duplicate_key") => &c.mission_metadata_duplicate_key_total,
+        (mission::STAGE, "not_object") => &c.mission_metadata_not_object_total,
+        (mission::STAGE, "control_character") => &c.mission_metadata_control_character_total,
+        (mission::STAGE, "too_deep") => &c.mission_metadata_too_deep_total,
+        (mission::STAGE, "too_large") => &c.mission_metadata_too_large_total,
+        (mission::STAGE, "missing_profile") => &c.mission_metadata_missing_profile_total,
+        (mission::STAGE, "wrong_type") => &c.mission_metadata_wrong_type_total,
+        (mission::STAGE, "unknown_profile") => &c.mission_metadata_unknown_profile_total,
+        (mission::STAGE, "profile_not_allowed") => &c.mission_metadata_profile_not_allowed_total,
+        (mission::STAGE, "missing_field") => &c.mission_metadata_missing_field_total,
+        (mission::STAGE, "out_of_bounds") => &c.mission_metadata_out_of_bounds_total,
+        (mission::STAGE, "unknown_field") => &c.mission_metadata_unknown_field_total,
+        (policy::STAGE, "unmatched_subject") => &c.pre_sink_policy_unmatched_subject_total,
+        (policy::STAGE, "priority_not_allowed") => &c.pre_sink_policy_priority_not_allowed_total,
+        (policy::STAGE, "classification_not_allowed") => {
+            &c.pre_sink_policy_classification_not_allowed_total
+        }
+        (policy::STAGE, "missing_required_label") => {
+            &c.pre_sink_policy_missing_required_label_total
+        }
+        (policy::STAGE, "missing_mission_metadata") => {
+            &c.pre_sink_policy_missing_mission_metadata_total
+        }
+        (policy::STAGE, "payload_not_encrypted") => &c.pre_sink_policy_payload_not_encrypted_total,
+        (policy::STAGE, "policy_payload_too_large") => {
+            &c.pre_sink_policy_policy_payload_too_large_total
+        }
+        (policy::STAGE, "mission_metadata_key_not_allowed") => {
+            &c.pre_sink_policy_mission_metadata_key_not_allowed_total
+        }
+        (size::STAGE, "payload_too_large") => &c.size_policy_payload_too_large_total,
+        (size::STAGE, "too_many_headers") => &c.size_policy_too_many_headers_total,
+        (size::STAGE, "header_name_too_long") => &c.size_policy_header_name_too_long_total,
+        (size::STAGE, "header_value_too_long") => &c.size_policy_header_value_too_long_total,
+        (size::STAGE, "headers_too_large") => &c.size_policy_headers_too_large_total,
+        (size::STAGE, "too_many_labels") => &c.size_policy_too_many_labels_total,
+        (size::STAGE, "labels_too_large") => &c.size_policy_labels_too_large_total,
+        (size::STAGE, "mission_metadata_too_large") => {
+            &c.size_policy_mission_metadata_too_large_total
+        }
+        (size::STAGE, "record_too_large") => &c.size_policy_record_too_large_total,
+        _ => return None,
+    })
 }
 
 /// The counter of one authenticity failure reason.
@@ -379,6 +439,23 @@ mod tests {
         assert_eq!(get(&c.authenticity_missing_signature_total), 1);
         assert_eq!(get(&c.payload_encrypted_total), 1);
         assert_eq!(get(&c.custody_sealed_total), 1);
+    }
+
+    #[test]
+    fn every_governance_reason_has_its_counter() {
+        use crate::message::{mission, policy, size_policy};
+        let c = crate::metrics::Counters::default();
+        let all = mission::CODES
+            .iter()
+            .map(|code| (mission::STAGE, *code))
+            .chain(policy::CODES.iter().map(|code| (policy::STAGE, *code)))
+            .chain(size_policy::codes().map(|code| (size_policy::STAGE, code)));
+        let mut n = 0;
+        for (stage, code) in all {
+            assert!(reason_counter(&c, stage, code).is_some(), "{stage}/{code}");
+            n += 1;
+        }
+        assert_eq!(n, 32);
     }
 
     #[test]

@@ -199,6 +199,11 @@ fn config_problems_carry_their_paths_all_at_once() {
     ] {
         assert!(err.contains(want), "{want} missing from:\n{err}");
     }
+    let err = cfg(json!({"enabled": true, "header": "Svc-Security-Labels"})).unwrap_err();
+    assert!(
+        err.contains("mission_metadata.header: must differ"),
+        "{err}"
+    );
     let err = cfg(
         json!({"enabled": true, "profiles": {"p": {"required_fields": {"a": {"type": "string"}}}},
                          "default": {"profile": "p"}}),

@@ -234,6 +234,7 @@ mod tests {
             let mut env = envelope(42, data);
             env.security_labels = Some(serde_json::json!({"level": "secret"}));
             env.metadata.security_labels = env.security_labels.clone();
+            env.mission_metadata = Some(serde_json::json!({"profile": "p", "wave": 2}));
             env.custody = Some(Custody {
                 schema: "svc.custody.v1".into(),
                 alg: "sha256".into(),
