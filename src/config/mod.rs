@@ -203,6 +203,11 @@ impl RuntimeConfig {
         }
         root.finish();
         security_labels.cross_check(&message_metadata, &problems);
+        pre_sink_policy.cross_check(
+            mission_metadata.enabled,
+            payload_encryption.enabled,
+            &problems,
+        );
         if mission_metadata.enabled {
             let others = [
                 &security_labels.header,

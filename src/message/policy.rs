@@ -130,15 +130,42 @@ impl PreSinkPolicyConfig {
                 );
             }
             rr.finish();
-            if pattern.is_some() {
-                rules.push(rule);
-            }
+            // Kept even with an invalid pattern (the config is refused then anyway), so rule
+            // indexes stay those of the document for the cross-checks.
+            rules.push(rule);
         }
         r.finish();
         PreSinkPolicyConfig {
             enabled,
             rules,
             allow_unmatched,
+        }
+    }
+
+    /// Refuses rules that no message could pass: mission metadata required while the stage
+    /// is off, an encrypted payload required while encryption is off.
+    pub fn cross_check(
+        &self,
+        mission_enabled: bool,
+        encryption_enabled: bool,
+        problems: &crate::document::reader::Problems,
+    ) {
+        if !self.enabled {
+            return;
+        }
+        for (i, rule) in self.rules.iter().enumerate() {
+            if rule.require_mission_metadata && !mission_enabled {
+                problems.push(
+                    format!("pre_sink_policy.rules[{i}].require_mission_metadata"),
+                    "mission_metadata.enabled is false: every matching message would be refused",
+                );
+            }
+            if rule.require_encrypted_payload && !encryption_enabled {
+                problems.push(
+                    format!("pre_sink_policy.rules[{i}].require_encrypted_payload"),
+                    "payload_encryption.enabled is false: every matching message would be refused",
+                );
+            }
         }
     }
 

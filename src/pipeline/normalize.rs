@@ -441,6 +441,51 @@ mod tests {
         assert_eq!(get(&c.custody_sealed_total), 1);
     }
 
+    /// The governance stages run before encryption: a refused message spends none of the
+    /// active key's message budget, and it is counted per stage and per reason.
+    #[test]
+    fn a_refused_message_spends_no_encryption_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("k1");
+        std::fs::write(&key, B64.encode([5u8; 32])).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let cfg = RuntimeConfig::parse(
+            &serde_json::json!({
+                "nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c", "subject": "o.>"},
+                "sink": {"type": "file", "directory": dir.path().join("out")},
+                "dead_letter": {"enabled": true, "subject": "dlq"},
+                "payload_encryption": {"enabled": true, "keys": [{"key_id": "k1", "key_file": key}],
+                                       "active_key_id": "k1", "max_messages_per_key": 1},
+                "mission_metadata": {"enabled": true, "default": {"unit": "a"}},
+                "pre_sink_policy": {"enabled": true, "rules": [
+                    {"subject": "o.>", "max_payload_bytes": 30, "require_encrypted_payload": true}]}
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let p = Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody).unwrap();
+        let metrics = Arc::new(Metrics::default());
+        let n = Normalizer::new(&cfg, Arc::new(p), metrics.clone());
+        let mut ages = Summary::default();
+        let mut big = raw(1, false);
+        big.data = vec![b' '; 31];
+        let Err(f) = n.prepare(&big, 0, None, &mut ages) else {
+            panic!("a payload over the rule's bound passed")
+        };
+        assert_eq!(f.dead_letter.unwrap().reason, "policy_payload_too_large");
+        let p = n.prepare(&raw(2, false), 0, None, &mut ages).unwrap();
+        assert_eq!(
+            p.envelope.mission_metadata,
+            Some(serde_json::json!({"unit": "a"}))
+        );
+        let c = &metrics.counters;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(get(&c.pre_sink_policy_rejected_total), 1);
+        assert_eq!(get(&c.pre_sink_policy_policy_payload_too_large_total), 1);
+        assert_eq!(get(&c.payload_encrypted_total), 1);
+        assert_eq!(get(&c.mission_metadata_attached_total), 1);
+    }
+
     #[test]
     fn every_governance_reason_has_its_counter() {
         use crate::message::{mission, policy, size_policy};

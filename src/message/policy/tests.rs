@@ -9,6 +9,9 @@ fn cfg(block: serde_json::Value) -> Result<PreSinkPolicyConfig, String> {
         "nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c", "subject": "o.>"},
         "sink": {"type": "file", "directory": "/tmp/x"},
         "pre_sink_policy": block,
+        "mission_metadata": {"enabled": true},
+        "payload_encryption": {"enabled": true, "active_key_id": "k1",
+                               "keys": [{"key_id": "k1", "key_file": "/nonexistent/k1"}]},
     });
     RuntimeConfig::parse(&doc.to_string())
         .map(|c| c.pre_sink_policy)
@@ -105,6 +108,26 @@ fn each_requirement_has_its_code_and_the_first_matching_rule_applies() {
 
 #[test]
 fn config_problems_carry_their_paths() {
+    let doc = json!({
+        "nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c", "subject": "o.>"},
+        "sink": {"type": "file", "directory": "/tmp/x"},
+        "pre_sink_policy": {"enabled": true, "rules": [
+            {"subject": "o.>", "require_mission_metadata": true, "require_encrypted_payload": true}
+        ]},
+    });
+    let err = RuntimeConfig::parse(&doc.to_string())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "pre_sink_policy.rules[0].require_mission_metadata: mission_metadata.enabled is false"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("pre_sink_policy.rules[0].require_encrypted_payload: payload_encryption.enabled is false"),
+        "{err}"
+    );
     let err = cfg(json!({"enabled": true})).unwrap_err();
     assert!(
         err.contains("pre_sink_policy.rules: must hold at least one rule"),
