@@ -30,6 +30,7 @@ use crate::document::reader::{ObjectReader, Problems};
 use crate::message::envelope::{hex_sha256, Envelope, RawMessage, MESSAGE_ID_HEADER};
 use crate::message::labels::LabelRejection;
 use crate::message::metadata::MetadataError;
+use crate::message::refusal::Refusal;
 use crate::message::subject::SubjectPattern;
 use crate::sink::{FailureClass, SinkError};
 use crate::text::peer::{PeerText, PEER_TEXT_MAX_CHARS};
@@ -196,6 +197,40 @@ pub struct Failure {
     pub message: String,
     /// Every problem found (bounded by the check that produced them).
     pub problems: Vec<FailureProblem>,
+    /// A size limit's measured value and the limit (size refusals only; never the content).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<FailureSize>,
+}
+
+/// `failure.size` of a DLQ record: what was measured and the limit it exceeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FailureSize {
+    pub measured: u64,
+    pub limit: u64,
+}
+
+impl From<&Refusal> for Failure {
+    fn from(r: &Refusal) -> Self {
+        let first = r.first();
+        Failure {
+            stage: r.stage,
+            field: first.field.clone(),
+            reason: first.code,
+            message: r.to_string(),
+            problems: r
+                .problems
+                .iter()
+                .map(|p| FailureProblem {
+                    field: p.field.clone(),
+                    reason: p.code,
+                })
+                .collect(),
+            size: r.measured.map(|m| FailureSize {
+                measured: m.measured,
+                limit: m.limit,
+            }),
+        }
+    }
 }
 
 impl Failure {
@@ -210,6 +245,7 @@ impl Failure {
                 field: field.to_string(),
                 reason,
             }],
+            size: None,
         }
     }
 }
@@ -244,6 +280,7 @@ impl From<&LabelRejection> for Failure {
                     reason: e.reason.code(),
                 })
                 .collect(),
+            size: None,
         }
     }
 }

@@ -21,9 +21,12 @@ use crate::document::reader::{self, parse_json, Invalid, ObjectReader, Problems}
 use crate::message::envelope::EnvelopeConfig;
 use crate::message::labels::SecurityLabelsConfig;
 use crate::message::metadata::MessageMetadataConfig;
+use crate::message::mission::MissionMetadataConfig;
+use crate::message::policy::PreSinkPolicyConfig;
 use crate::message::protection::authenticity::AuthenticityConfig;
 use crate::message::protection::custody::CustodyConfig;
 use crate::message::protection::encryption::EncryptionConfig;
+use crate::message::size_policy::SizePolicyConfig;
 use crate::message::subject::read_pattern;
 use crate::metrics::SubjectFamily;
 use crate::sink::spool::SpoolConfig;
@@ -43,6 +46,11 @@ pub struct RuntimeConfig {
     pub message_metadata: MessageMetadataConfig,
     /// The security label profile (`docs/labels.md`).
     pub security_labels: SecurityLabelsConfig,
+    /// The governance stages (`docs/governance.md`): mission metadata, the pre-sink policy
+    /// and the size policy.
+    pub mission_metadata: MissionMetadataConfig,
+    pub pre_sink_policy: PreSinkPolicyConfig,
+    pub size_policy: SizePolicyConfig,
     /// Where permanently failing messages go (`docs/dead-letter.md`).
     pub dead_letter: DeadLetterConfig,
     /// Payload protection (`docs/payload-protection.md`): encryption at rest,
@@ -185,6 +193,9 @@ impl RuntimeConfig {
         let logging = read_logging(root.object("logging"));
         let message_metadata = MessageMetadataConfig::read(root.object("message_metadata"));
         let security_labels = SecurityLabelsConfig::read(root.object("security_labels"));
+        let mission_metadata = MissionMetadataConfig::read(root.object("mission_metadata"));
+        let pre_sink_policy = PreSinkPolicyConfig::read(root.object("pre_sink_policy"));
+        let size_policy = SizePolicyConfig::read(root.object("size_policy"));
         let dead_letter = DeadLetterConfig::read(root.object("dead_letter"));
         let payload_encryption = EncryptionConfig::read(root.object("payload_encryption"));
         let authenticity = AuthenticityConfig::read(root.object("authenticity"));
@@ -195,11 +206,33 @@ impl RuntimeConfig {
         }
         root.finish();
         security_labels.cross_check(&message_metadata, &problems);
+        pre_sink_policy.cross_check(
+            mission_metadata.enabled,
+            payload_encryption.enabled,
+            &problems,
+        );
+        if mission_metadata.enabled {
+            let others = [
+                &security_labels.header,
+                &message_metadata.priority_header,
+                &message_metadata.classification_header,
+                &message_metadata.labels_header,
+                &envelope.event_time_header,
+            ];
+            if others.contains(&&mission_metadata.header) {
+                problems.push(
+                    "mission_metadata.header",
+                    "must differ from the label, metadata and event time headers (one header \
+                     cannot carry two things)",
+                );
+            }
+        }
         let [alg_header, key_id_header, signature_header] = authenticity.headers();
         dead_letter.cross_check(
             nats.as_ref().map_or("", |n| n.subject.as_str()),
             &[
                 &security_labels.header,
+                &mission_metadata.header,
                 &message_metadata.priority_header,
                 &message_metadata.classification_header,
                 &message_metadata.labels_header,
@@ -232,6 +265,9 @@ impl RuntimeConfig {
                 logging,
                 message_metadata,
                 security_labels,
+                mission_metadata,
+                pre_sink_policy,
+                size_policy,
                 dead_letter,
                 payload_encryption,
                 authenticity,

@@ -112,6 +112,11 @@ pub struct Envelope {
     pub payload: Payload,
     pub payload_info: PayloadInfo,
     pub security_labels: Option<Value>,
+    /// Mission metadata (`docs/governance.md`), when the stage gave one; absent from the
+    /// serialized envelope otherwise, so records of runners without the stage keep their
+    /// shape (the object-store body always holds the member, `null` when absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mission_metadata: Option<Value>,
     /// Custody evidence (`svc.custody.v1`), when `custody.enabled`; absent from the
     /// serialized envelope otherwise (see `docs/payload-protection.md`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -244,6 +249,7 @@ pub fn normalize(
         payload,
         payload_info,
         security_labels: None,
+        mission_metadata: None,
         custody: None,
         metadata: EventMetadata {
             schema: METADATA_SCHEMA,

@@ -6,13 +6,19 @@
 //! Nothing here does I/O or holds a connection (except reading protection keys once at start,
 //! `protection::keys`); `svc-normalize` calls into these modules and
 //! the unit tests feed them byte literals. The stage order inside `svc-normalize` is
-//! input limits -> authenticity -> envelope -> metadata -> security labels -> payload
-//! encryption -> custody (see `src/pipeline/normalize.rs`); [`limits`] bounds what one
-//! message may bring, authenticity and the last two live in [`protection`].
+//! input limits -> size policy (input) -> authenticity -> envelope -> metadata -> security
+//! labels -> mission metadata -> pre-sink policy -> payload encryption -> custody -> size
+//! policy (record) (see `src/pipeline/normalize.rs`); [`limits`] bounds what one message may
+//! bring, authenticity and encryption and custody live in [`protection`], the three
+//! governance stages ([`mission`], [`policy`], [`size_policy`]) refuse with a [`refusal`].
 
 pub mod envelope;
 pub mod labels;
 pub mod limits;
 pub mod metadata;
+pub mod mission;
+pub mod policy;
 pub mod protection;
+pub mod refusal;
+pub mod size_policy;
 pub mod subject;

@@ -128,6 +128,78 @@ counters! {
     payload_encryption_refused_total,
     /// Custody: records sealed with a custody block.
     custody_sealed_total,
+    /// Mission metadata: records given a mission metadata object.
+    mission_metadata_attached_total,
+    /// Mission metadata: messages refused (dead-lettered) by the mission metadata stage.
+    mission_metadata_rejected_total,
+    /// Pre-sink policy: messages refused (dead-lettered) by a policy rule or as unmatched.
+    pre_sink_policy_rejected_total,
+    /// Size policy: messages refused (dead-lettered) by a size bound.
+    size_policy_rejected_total,
+    /// Mission metadata refused: `duplicate_header`.
+    mission_metadata_duplicate_header_total,
+    /// Mission metadata refused: `header_too_large`.
+    mission_metadata_header_too_large_total,
+    /// Mission metadata refused: `invalid_json`.
+    mission_metadata_invalid_json_total,
+    /// Mission metadata refused: `duplicate_key`.
+    mission_metadata_duplicate_key_total,
+    /// Mission metadata refused: `not_object`.
+    mission_metadata_not_object_total,
+    /// Mission metadata refused: `control_character`.
+    mission_metadata_control_character_total,
+    /// Mission metadata refused: `too_deep`.
+    mission_metadata_too_deep_total,
+    /// Mission metadata refused: `too_large`.
+    mission_metadata_too_large_total,
+    /// Mission metadata refused: `missing_profile`.
+    mission_metadata_missing_profile_total,
+    /// Mission metadata refused: `wrong_type`.
+    mission_metadata_wrong_type_total,
+    /// Mission metadata refused: `unknown_profile`.
+    mission_metadata_unknown_profile_total,
+    /// Mission metadata refused: `profile_not_allowed`.
+    mission_metadata_profile_not_allowed_total,
+    /// Mission metadata refused: `missing_field`.
+    mission_metadata_missing_field_total,
+    /// Mission metadata refused: `out_of_bounds`.
+    mission_metadata_out_of_bounds_total,
+    /// Mission metadata refused: `unknown_field`.
+    mission_metadata_unknown_field_total,
+    /// Pre-sink policy refused: `unmatched_subject`.
+    pre_sink_policy_unmatched_subject_total,
+    /// Pre-sink policy refused: `priority_not_allowed`.
+    pre_sink_policy_priority_not_allowed_total,
+    /// Pre-sink policy refused: `classification_not_allowed`.
+    pre_sink_policy_classification_not_allowed_total,
+    /// Pre-sink policy refused: `missing_required_label`.
+    pre_sink_policy_missing_required_label_total,
+    /// Pre-sink policy refused: `missing_mission_metadata`.
+    pre_sink_policy_missing_mission_metadata_total,
+    /// Pre-sink policy refused: `payload_not_encrypted`.
+    pre_sink_policy_payload_not_encrypted_total,
+    /// Pre-sink policy refused: `policy_payload_too_large`.
+    pre_sink_policy_policy_payload_too_large_total,
+    /// Pre-sink policy refused: `mission_metadata_key_not_allowed`.
+    pre_sink_policy_mission_metadata_key_not_allowed_total,
+    /// Size policy refused: `payload_too_large`.
+    size_policy_payload_too_large_total,
+    /// Size policy refused: `too_many_headers`.
+    size_policy_too_many_headers_total,
+    /// Size policy refused: `header_name_too_long`.
+    size_policy_header_name_too_long_total,
+    /// Size policy refused: `header_value_too_long`.
+    size_policy_header_value_too_long_total,
+    /// Size policy refused: `headers_too_large`.
+    size_policy_headers_too_large_total,
+    /// Size policy refused: `too_many_labels`.
+    size_policy_too_many_labels_total,
+    /// Size policy refused: `labels_too_large`.
+    size_policy_labels_too_large_total,
+    /// Size policy refused: `mission_metadata_too_large`.
+    size_policy_mission_metadata_too_large_total,
+    /// Size policy refused: `record_too_large`.
+    size_policy_record_too_large_total,
     /// Spool: records appended (fsynced) instead of being written to the sink directly.
     spool_appended_total,
     /// Spool: records the drain delivered and the sink confirmed.

@@ -223,6 +223,150 @@ pub const KNOWN: &[Known] = &[
         "Records sealed with a custody evidence block.",
     ),
     c(
+        "mission_metadata_attached_total",
+        "Records given a mission metadata object.",
+    ),
+    c(
+        "mission_metadata_rejected_total",
+        "Messages refused by the mission metadata stage (dead-lettered).",
+    ),
+    c(
+        "pre_sink_policy_rejected_total",
+        "Messages refused by the pre-sink policy (dead-lettered).",
+    ),
+    c(
+        "size_policy_rejected_total",
+        "Messages refused by a size policy bound (dead-lettered).",
+    ),
+    c(
+        "mission_metadata_duplicate_header_total",
+        "Messages refused by the mission metadata stage with reason duplicate_header.",
+    ),
+    c(
+        "mission_metadata_header_too_large_total",
+        "Messages refused by the mission metadata stage with reason header_too_large.",
+    ),
+    c(
+        "mission_metadata_invalid_json_total",
+        "Messages refused by the mission metadata stage with reason invalid_json.",
+    ),
+    c(
+        "mission_metadata_duplicate_key_total",
+        "Messages refused by the mission metadata stage with reason duplicate_key.",
+    ),
+    c(
+        "mission_metadata_not_object_total",
+        "Messages refused by the mission metadata stage with reason not_object.",
+    ),
+    c(
+        "mission_metadata_control_character_total",
+        "Messages refused by the mission metadata stage with reason control_character.",
+    ),
+    c(
+        "mission_metadata_too_deep_total",
+        "Messages refused by the mission metadata stage with reason too_deep.",
+    ),
+    c(
+        "mission_metadata_too_large_total",
+        "Messages refused by the mission metadata stage with reason too_large.",
+    ),
+    c(
+        "mission_metadata_missing_profile_total",
+        "Messages refused by the mission metadata stage with reason missing_profile.",
+    ),
+    c(
+        "mission_metadata_wrong_type_total",
+        "Messages refused by the mission metadata stage with reason wrong_type.",
+    ),
+    c(
+        "mission_metadata_unknown_profile_total",
+        "Messages refused by the mission metadata stage with reason unknown_profile.",
+    ),
+    c(
+        "mission_metadata_profile_not_allowed_total",
+        "Messages refused by the mission metadata stage with reason profile_not_allowed.",
+    ),
+    c(
+        "mission_metadata_missing_field_total",
+        "Messages refused by the mission metadata stage with reason missing_field.",
+    ),
+    c(
+        "mission_metadata_out_of_bounds_total",
+        "Messages refused by the mission metadata stage with reason out_of_bounds.",
+    ),
+    c(
+        "mission_metadata_unknown_field_total",
+        "Messages refused by the mission metadata stage with reason unknown_field.",
+    ),
+    c(
+        "pre_sink_policy_unmatched_subject_total",
+        "Messages refused by the pre-sink policy with reason unmatched_subject.",
+    ),
+    c(
+        "pre_sink_policy_priority_not_allowed_total",
+        "Messages refused by the pre-sink policy with reason priority_not_allowed.",
+    ),
+    c(
+        "pre_sink_policy_classification_not_allowed_total",
+        "Messages refused by the pre-sink policy with reason classification_not_allowed.",
+    ),
+    c(
+        "pre_sink_policy_missing_required_label_total",
+        "Messages refused by the pre-sink policy with reason missing_required_label.",
+    ),
+    c(
+        "pre_sink_policy_missing_mission_metadata_total",
+        "Messages refused by the pre-sink policy with reason missing_mission_metadata.",
+    ),
+    c(
+        "pre_sink_policy_payload_not_encrypted_total",
+        "Messages refused by the pre-sink policy with reason payload_not_encrypted.",
+    ),
+    c(
+        "pre_sink_policy_policy_payload_too_large_total",
+        "Messages refused by the pre-sink policy with reason policy_payload_too_large.",
+    ),
+    c(
+        "pre_sink_policy_mission_metadata_key_not_allowed_total",
+        "Messages refused by the pre-sink policy with reason mission_metadata_key_not_allowed.",
+    ),
+    c(
+        "size_policy_payload_too_large_total",
+        "Messages refused by the size policy with reason payload_too_large.",
+    ),
+    c(
+        "size_policy_too_many_headers_total",
+        "Messages refused by the size policy with reason too_many_headers.",
+    ),
+    c(
+        "size_policy_header_name_too_long_total",
+        "Messages refused by the size policy with reason header_name_too_long.",
+    ),
+    c(
+        "size_policy_header_value_too_long_total",
+        "Messages refused by the size policy with reason header_value_too_long.",
+    ),
+    c(
+        "size_policy_headers_too_large_total",
+        "Messages refused by the size policy with reason headers_too_large.",
+    ),
+    c(
+        "size_policy_too_many_labels_total",
+        "Messages refused by the size policy with reason too_many_labels.",
+    ),
+    c(
+        "size_policy_labels_too_large_total",
+        "Messages refused by the size policy with reason labels_too_large.",
+    ),
+    c(
+        "size_policy_mission_metadata_too_large_total",
+        "Messages refused by the size policy with reason mission_metadata_too_large.",
+    ),
+    c(
+        "size_policy_record_too_large_total",
+        "Messages refused by the size policy with reason record_too_large.",
+    ),
+    c(
         "http_requests_2xx_total",
         "HTTP sink: requests answered with a 2xx status.",
     ),

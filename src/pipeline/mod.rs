@@ -5,9 +5,12 @@
 //!      │  ▲                                                                        ▲    │
 //!      │  └──────────────── credits (one per message, and its bytes) ◀─────────────┼────┘
 //!      └──────────────────────────── Register (ack handles) ───────────────────────┘
-//!  svc-normalize, per message: input limits -> authenticity -> envelope -> metadata
-//!                              -> security labels -> payload encryption -> custody
-//!                              (src/message/limits.rs, src/message/protection/)
+//!  svc-normalize, per message: input limits -> size policy (input) -> authenticity
+//!                              -> envelope -> metadata -> security labels
+//!                              -> mission metadata -> size policy -> pre-sink policy
+//!                              -> payload encryption -> custody -> size policy (record)
+//!                              (src/message/limits.rs, src/message/protection/,
+//!                              the governance stages: docs/governance.md)
 //!  svc-snapshot: reads the counters every interval; the final snapshot is written at exit
 //!  svc-signal:   SIGTERM/SIGINT set the stop flag; SIGUSR1 logs a pipeline dump
 //!  svc-flush:    writes queued pull requests and acknowledgements at once when kicked
@@ -28,7 +31,8 @@
 //! - `svc-normalize` first settles what one message may not bring (`message::limits`: what
 //!   the broker client could not read as sent, headers over their bounds, U+0000 where sinks
 //!   store text, a wildcard subject), then checks publisher signatures, builds envelopes,
-//!   message metadata and security labels, encrypts payloads and seals custody evidence: pure
+//!   message metadata, security labels and mission metadata, applies the pre-sink and size
+//!   policies, encrypts payloads and seals custody evidence: pure
 //!   work, no I/O (the keys are loaded by `run` before any thread starts). A permanent
 //!   pre-sink failure becomes a
 //!   per-message `Verdict::Rejected` carrying the sanitized DLQ record (when

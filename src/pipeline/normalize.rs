@@ -1,11 +1,17 @@
 //! `svc-normalize`: raw deliveries in, envelopes (or pre-sink verdicts) out. No I/O.
 //!
 //! Per message: the input limits (`message::limits`: header count and bytes, U+0000 in what
-//! sinks store as text), the publisher signature (`authenticity`), the envelope (`normalize`), the
+//! sinks store as text) and the size policy's input bounds (`size_policy`: payload, headers),
+//! the publisher signature (`authenticity`), the envelope (`normalize`), the
 //! message metadata (`message_metadata`: priority, classification, labels), the security
-//! label profile (`security_labels`), then payload encryption (`payload_encryption`) and
-//! custody evidence (`custody`), last, over the record as the sinks will store it.
-//! A limit, signature, metadata or profile failure is a permanent pre-sink failure: the message does
+//! label profile (`security_labels`), the mission metadata (`mission_metadata`), the size
+//! policy's label and mission metadata bounds, the pre-sink policy (`pre_sink_policy`: it
+//! needs metadata, labels, mission metadata and whether the payload will be encrypted), then
+//! payload encryption (`payload_encryption`) and custody evidence (`custody`) over the record
+//! as the sinks will store it, and last the size policy's bound on that record's bytes.
+//! The governance stages run before encryption so a refused message uses no encryption key
+//! budget; only the record bound, which needs the final bytes, runs after.
+//! A limit, signature, metadata, profile or governance failure is a permanent pre-sink failure: the message does
 //! not reach the sink; its verdict carries a value-free reason and, when a DLQ is configured,
 //! the sanitized DLQ record for `svc-ack` to publish. An encryption key at its message bound
 //! is a transient failure (the message stays unacknowledged until the key is rotated). Other
@@ -22,8 +28,12 @@ use crate::message::envelope::{normalize, now_unix_nanos, EnvelopeConfig, RawMes
 use crate::message::labels::{self, SecurityLabelsConfig};
 use crate::message::limits;
 use crate::message::metadata::MessageMetadataConfig;
+use crate::message::mission::MissionMetadataConfig;
+use crate::message::policy::PreSinkPolicyConfig;
 use crate::message::protection::authenticity::{AuthFailure, AuthOutcome};
 use crate::message::protection::Protection;
+use crate::message::refusal::Refusal;
+use crate::message::size_policy::SizePolicyConfig;
 use crate::metrics::{Metrics, Summary};
 
 /// Everything needed to turn one delivery into an envelope.
@@ -31,6 +41,9 @@ pub struct Normalizer {
     envelope: EnvelopeConfig,
     message_metadata: MessageMetadataConfig,
     security_labels: SecurityLabelsConfig,
+    mission_metadata: MissionMetadataConfig,
+    pre_sink_policy: PreSinkPolicyConfig,
+    size_policy: SizePolicyConfig,
     dead_letter: DeadLetterConfig,
     protection: Arc<Protection>,
     metrics: Arc<Metrics>,
@@ -47,6 +60,9 @@ impl Normalizer {
             envelope: cfg.envelope.clone(),
             message_metadata: cfg.message_metadata.clone(),
             security_labels: cfg.security_labels.clone(),
+            mission_metadata: cfg.mission_metadata.clone(),
+            pre_sink_policy: cfg.pre_sink_policy.clone(),
+            size_policy: cfg.size_policy.clone(),
             dead_letter: cfg.dead_letter.clone(),
             metrics,
         }
@@ -67,6 +83,9 @@ impl Normalizer {
                 raw,
                 Failure::new("input", limit.field(), limit.code(), limit.to_string()),
             ));
+        }
+        if let Err(r) = self.size_policy.check_input(raw) {
+            return Err(self.refuse(raw, &r));
         }
         match self.protection.authenticate(raw) {
             Ok(None) => {}
@@ -124,6 +143,21 @@ impl Normalizer {
             .map_err(|r| self.reject(raw, Failure::from(&r)))?;
         meta.apply_to(&mut envelope);
         labels::apply_to(&mut envelope, profile);
+        envelope.mission_metadata = self
+            .mission_metadata
+            .resolve(raw)
+            .map_err(|r| self.refuse(raw, &r))?;
+        self.size_policy
+            .check_envelope(&envelope)
+            .map_err(|r| self.refuse(raw, &r))?;
+        let will_encrypt = self
+            .protection
+            .encryptor
+            .as_ref()
+            .is_some_and(|e| e.applies_to(&raw.subject));
+        self.pre_sink_policy
+            .check(&envelope, will_encrypt)
+            .map_err(|r| self.refuse(raw, &r))?;
         match self
             .protection
             .protect(&mut envelope, raw, now_unix_nanos())
@@ -148,11 +182,38 @@ impl Normalizer {
                 });
             }
         }
+        if self.size_policy.bounds_record() {
+            let mut record = Vec::with_capacity(1024 + envelope.payload.json().len());
+            // An envelope the encoder refuses is left to the sink, which refuses it the same way.
+            if crate::sink::file::record::encode_record(&mut record, &envelope).is_ok() {
+                self.size_policy
+                    .check_record_bytes(record.len() as u64)
+                    .map_err(|r| self.refuse(raw, &r))?;
+            }
+        }
+        if envelope.mission_metadata.is_some() {
+            Metrics::add(&c.mission_metadata_attached_total, 1);
+        }
         Ok(Prepared {
             family,
             envelope,
             source_unix_nanos: fresh.source_unix_nanos,
         })
+    }
+
+    /// A governance stage's refusal: counted per stage, then a permanent pre-sink failure.
+    fn refuse(&self, raw: &RawMessage, r: &Refusal) -> Rejection {
+        let c = &self.metrics.counters;
+        let counter = match r.stage {
+            crate::message::mission::STAGE => &c.mission_metadata_rejected_total,
+            crate::message::policy::STAGE => &c.pre_sink_policy_rejected_total,
+            _ => &c.size_policy_rejected_total,
+        };
+        Metrics::add(counter, 1);
+        if let Some(reason) = reason_counter(c, r.stage, r.code()) {
+            Metrics::add(reason, 1);
+        }
+        self.reject(raw, Failure::from(r))
     }
 
     /// The verdict of a permanent pre-sink failure, with its DLQ record when a DLQ is on.
@@ -171,6 +232,63 @@ impl Normalizer {
             retry: false,
         }
     }
+}
+
+/// The per-reason counter of a governance refusal; `None` for a code this table lacks (a
+/// test holds it complete).
+fn reason_counter<'c>(
+    c: &'c crate::metrics::Counters,
+    stage: &str,
+    code: &str,
+) -> Option<&'c std::sync::atomic::AtomicU64> {
+    use crate::message::{mission, policy, size_policy as size};
+    Some(match (stage, code) {
+        (mission::STAGE, "duplicate_header") => &c.mission_metadata_duplicate_header_total,
+        (mission::STAGE, "header_too_large") => &c.mission_metadata_header_too_large_total,
+        (mission::STAGE, "invalid_json") => &c.mission_metadata_invalid_json_total,
+        (mission::STAGE, "duplicate_key") => &c.mission_metadata_duplicate_key_total,
+        (mission::STAGE, "not_object") => &c.mission_metadata_not_object_total,
+        (mission::STAGE, "control_character") => &c.mission_metadata_control_character_total,
+        (mission::STAGE, "too_deep") => &c.mission_metadata_too_deep_total,
+        (mission::STAGE, "too_large") => &c.mission_metadata_too_large_total,
+        (mission::STAGE, "missing_profile") => &c.mission_metadata_missing_profile_total,
+        (mission::STAGE, "wrong_type") => &c.mission_metadata_wrong_type_total,
+        (mission::STAGE, "unknown_profile") => &c.mission_metadata_unknown_profile_total,
+        (mission::STAGE, "profile_not_allowed") => &c.mission_metadata_profile_not_allowed_total,
+        (mission::STAGE, "missing_field") => &c.mission_metadata_missing_field_total,
+        (mission::STAGE, "out_of_bounds") => &c.mission_metadata_out_of_bounds_total,
+        (mission::STAGE, "unknown_field") => &c.mission_metadata_unknown_field_total,
+        (policy::STAGE, "unmatched_subject") => &c.pre_sink_policy_unmatched_subject_total,
+        (policy::STAGE, "priority_not_allowed") => &c.pre_sink_policy_priority_not_allowed_total,
+        (policy::STAGE, "classification_not_allowed") => {
+            &c.pre_sink_policy_classification_not_allowed_total
+        }
+        (policy::STAGE, "missing_required_label") => {
+            &c.pre_sink_policy_missing_required_label_total
+        }
+        (policy::STAGE, "missing_mission_metadata") => {
+            &c.pre_sink_policy_missing_mission_metadata_total
+        }
+        (policy::STAGE, "payload_not_encrypted") => &c.pre_sink_policy_payload_not_encrypted_total,
+        (policy::STAGE, "policy_payload_too_large") => {
+            &c.pre_sink_policy_policy_payload_too_large_total
+        }
+        (policy::STAGE, "mission_metadata_key_not_allowed") => {
+            &c.pre_sink_policy_mission_metadata_key_not_allowed_total
+        }
+        (size::STAGE, "payload_too_large") => &c.size_policy_payload_too_large_total,
+        (size::STAGE, "too_many_headers") => &c.size_policy_too_many_headers_total,
+        (size::STAGE, "header_name_too_long") => &c.size_policy_header_name_too_long_total,
+        (size::STAGE, "header_value_too_long") => &c.size_policy_header_value_too_long_total,
+        (size::STAGE, "headers_too_large") => &c.size_policy_headers_too_large_total,
+        (size::STAGE, "too_many_labels") => &c.size_policy_too_many_labels_total,
+        (size::STAGE, "labels_too_large") => &c.size_policy_labels_too_large_total,
+        (size::STAGE, "mission_metadata_too_large") => {
+            &c.size_policy_mission_metadata_too_large_total
+        }
+        (size::STAGE, "record_too_large") => &c.size_policy_record_too_large_total,
+        _ => return None,
+    })
 }
 
 /// The counter of one authenticity failure reason.
@@ -321,6 +439,68 @@ mod tests {
         assert_eq!(get(&c.authenticity_missing_signature_total), 1);
         assert_eq!(get(&c.payload_encrypted_total), 1);
         assert_eq!(get(&c.custody_sealed_total), 1);
+    }
+
+    /// The governance stages run before encryption: a refused message spends none of the
+    /// active key's message budget, and it is counted per stage and per reason.
+    #[test]
+    fn a_refused_message_spends_no_encryption_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("k1");
+        std::fs::write(&key, B64.encode([5u8; 32])).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let cfg = RuntimeConfig::parse(
+            &serde_json::json!({
+                "nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c", "subject": "o.>"},
+                "sink": {"type": "file", "directory": dir.path().join("out")},
+                "dead_letter": {"enabled": true, "subject": "dlq"},
+                "payload_encryption": {"enabled": true, "keys": [{"key_id": "k1", "key_file": key}],
+                                       "active_key_id": "k1", "max_messages_per_key": 1},
+                "mission_metadata": {"enabled": true, "default": {"unit": "a"}},
+                "pre_sink_policy": {"enabled": true, "rules": [
+                    {"subject": "o.>", "max_payload_bytes": 30, "require_encrypted_payload": true}]}
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let p = Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody).unwrap();
+        let metrics = Arc::new(Metrics::default());
+        let n = Normalizer::new(&cfg, Arc::new(p), metrics.clone());
+        let mut ages = Summary::default();
+        let mut big = raw(1, false);
+        big.data = vec![b' '; 31];
+        let Err(f) = n.prepare(&big, 0, None, &mut ages) else {
+            panic!("a payload over the rule's bound passed")
+        };
+        assert_eq!(f.dead_letter.unwrap().reason, "policy_payload_too_large");
+        let p = n.prepare(&raw(2, false), 0, None, &mut ages).unwrap();
+        assert_eq!(
+            p.envelope.mission_metadata,
+            Some(serde_json::json!({"unit": "a"}))
+        );
+        let c = &metrics.counters;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(get(&c.pre_sink_policy_rejected_total), 1);
+        assert_eq!(get(&c.pre_sink_policy_policy_payload_too_large_total), 1);
+        assert_eq!(get(&c.payload_encrypted_total), 1);
+        assert_eq!(get(&c.mission_metadata_attached_total), 1);
+    }
+
+    #[test]
+    fn every_governance_reason_has_its_counter() {
+        use crate::message::{mission, policy, size_policy};
+        let c = crate::metrics::Counters::default();
+        let all = mission::CODES
+            .iter()
+            .map(|code| (mission::STAGE, *code))
+            .chain(policy::CODES.iter().map(|code| (policy::STAGE, *code)))
+            .chain(size_policy::codes().map(|code| (size_policy::STAGE, code)));
+        let mut n = 0;
+        for (stage, code) in all {
+            assert!(reason_counter(&c, stage, code).is_some(), "{stage}/{code}");
+            n += 1;
+        }
+        assert_eq!(n, 32);
     }
 
     #[test]

@@ -107,6 +107,8 @@ nothing is acknowledged, and the consumer is deleted at the end (the broker drop
 without interest if the process is killed). Shows per message: stream sequence, time, subject,
 size, headers (values of secret-looking names as <redacted>), what the runner would make of it:
 payload format, priority, classification and labels, the authenticity verdict when configured,
+the governance verdict when a governance stage is on (stored with its mission metadata, or the
+stage, reason and field that would refuse it; the record-bytes bound only the runner measures),
 the fan-out children it would be routed to. Payloads only with --payload; never decrypts.
 
   --last N          the last N messages of the stream (those the filter matches); default 10

@@ -1,6 +1,7 @@
 //! `svc inspect <config>`: a read-only look at the configured stream. Each message is shown
 //! with what the runner would make of it (payload format, priority, classification, labels,
-//! the authenticity verdict, the fan-out children it would go to), never acknowledged, never
+//! the authenticity verdict, the governance stages' verdict and mission metadata, the fan-out
+//! children it would go to), never acknowledged, never
 //! decrypted; payloads only with `--payload`; secret-looking header values redacted.
 
 use std::io::Write;
@@ -15,8 +16,11 @@ use super::output;
 use crate::broker::inspect::{self, Request, Start};
 use crate::config::RuntimeConfig;
 use crate::document::grammar::looks_secret;
-use crate::message::envelope::{normalize_payload, PayloadFormat, RawMessage};
+use crate::message::envelope::{normalize, normalize_payload, PayloadFormat, RawMessage};
+use crate::message::labels;
 use crate::message::protection::authenticity::{AuthOutcome, Verifier};
+use crate::message::protection::encryption::Action;
+use crate::message::refusal::Refusal;
 use crate::message::subject::SubjectPattern;
 use crate::sink::SinkConfig;
 use crate::text::peer::PeerText;
@@ -294,6 +298,9 @@ fn view(
     if let Some(a) = authenticity {
         v["authenticity"] = json!(a);
     }
+    if let Some(g) = governance(cfg, raw) {
+        v["governance"] = g;
+    }
     if let Some(f) = fanout {
         v["fanout"] = f;
     }
@@ -311,6 +318,53 @@ fn view(
         }
     }
     v
+}
+
+/// The verdict of the governance stages (`docs/governance.md`) when one is enabled: the
+/// mission metadata a record would get, or the first refusal (stage, field, reason; value-free).
+/// The record-bytes bound is left out: it needs the encrypted, sealed record, so only the
+/// runner can measure it.
+fn governance(cfg: &RuntimeConfig, raw: &RawMessage) -> Option<Value> {
+    if !(cfg.mission_metadata.enabled || cfg.pre_sink_policy.enabled || cfg.size_policy.enabled) {
+        return None;
+    }
+    let refused = |r: &Refusal| {
+        let p = r.first();
+        let mut v = json!({"verdict": "refused", "stage": r.stage, "field": p.field,
+                           "reason": p.code, "message": r.to_string()});
+        if let Some(m) = r.measured {
+            v["size"] = json!({"measured": m.measured, "limit": m.limit});
+        }
+        v
+    };
+    if let Err(r) = cfg.size_policy.check_input(raw) {
+        return Some(refused(&r));
+    }
+    let (mut env, _) = normalize(raw, 0, &cfg.envelope);
+    // A metadata or label failure is shown under "metadata" / by the runner's DLQ record; the
+    // stages after them would not run.
+    let Ok(mut meta) = cfg.message_metadata.resolve(raw) else {
+        return Some(json!({"verdict": "not reached (message metadata refused)"}));
+    };
+    cfg.security_labels.spell_metadata(&mut meta);
+    let Ok(profile) = cfg.security_labels.resolve(raw, &meta) else {
+        return Some(json!({"verdict": "not reached (security labels refused)"}));
+    };
+    meta.apply_to(&mut env);
+    labels::apply_to(&mut env, profile);
+    env.mission_metadata = match cfg.mission_metadata.resolve(raw) {
+        Ok(m) => m,
+        Err(r) => return Some(refused(&r)),
+    };
+    let encrypted = cfg.payload_encryption.action_for(&raw.subject) == Action::Encrypt;
+    let checked = cfg
+        .size_policy
+        .check_envelope(&env)
+        .and_then(|()| cfg.pre_sink_policy.check(&env, encrypted));
+    Some(match checked {
+        Ok(()) => json!({"verdict": "stored", "mission_metadata": env.mission_metadata}),
+        Err(r) => refused(&r),
+    })
 }
 
 /// One terminal line: `#42 2026-... orders.created 17 B json normal/unclassified [a,b] ...`.
@@ -347,6 +401,24 @@ fn text_line(v: &Value) -> String {
     }
     if let Some(a) = v.get("authenticity") {
         line.push_str(&format!(" auth={}", PeerText::new(&s(a))));
+    }
+    if let Some(g) = v.get("governance") {
+        let verdict = s(&g["verdict"]);
+        match g.get("stage") {
+            Some(stage) => line.push_str(&format!(
+                " governance={verdict} {}/{} ({})",
+                s(stage),
+                s(&g["reason"]),
+                s(&g["field"])
+            )),
+            None => line.push_str(&format!(" governance={}", PeerText::new(&verdict))),
+        }
+        if let Some(m) = g.get("mission_metadata").filter(|m| !m.is_null()) {
+            line.push_str(&format!(
+                " mission={}",
+                PeerText::with_limit(&m.to_string(), TEXT_PAYLOAD_CHARS)
+            ));
+        }
     }
     if let Some(f) = v.get("fanout") {
         let shown = match f.as_array() {

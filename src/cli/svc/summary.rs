@@ -36,6 +36,34 @@ pub fn paragraph(cfg: &RuntimeConfig) -> String {
     } else {
         format!("Protections: {}.", protections.join(", "))
     });
+    let governance: Vec<String> = [
+        (
+            cfg.mission_metadata.enabled,
+            format!(
+                "mission metadata ({} profile(s))",
+                cfg.mission_metadata.profiles.len()
+            ),
+        ),
+        (
+            cfg.pre_sink_policy.enabled,
+            format!(
+                "pre-sink policy ({} rule(s), unmatched subjects {})",
+                cfg.pre_sink_policy.rules.len(),
+                if cfg.pre_sink_policy.allow_unmatched {
+                    "allowed"
+                } else {
+                    "refused"
+                }
+            ),
+        ),
+        (cfg.size_policy.enabled, "size policy".to_string()),
+    ]
+    .into_iter()
+    .filter_map(|(on, text)| on.then_some(text))
+    .collect();
+    if !governance.is_empty() {
+        parts.push(format!("Governance: {}.", governance.join(", ")));
+    }
     parts.push(if cfg.dead_letter.enabled {
         format!("Dead letters go to {}.", cfg.dead_letter.subject)
     } else {

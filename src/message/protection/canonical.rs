@@ -84,7 +84,12 @@ pub const RECORD_FIELDS: &[&str] = &[
     "subject",
 ];
 
-/// The canonical record of an envelope: its [`RECORD_FIELDS`] in sorted order.
+/// The member of the canonical record present only when the record holds a non-null value:
+/// a record sealed before it existed still verifies.
+pub const OPTIONAL_RECORD_FIELD: &str = "mission_metadata";
+
+/// The canonical record of an envelope: its [`RECORD_FIELDS`] (and
+/// [`OPTIONAL_RECORD_FIELD`] when set) in sorted order.
 pub fn canonical_envelope(out: &mut Vec<u8>, e: &Envelope) {
     out.extend_from_slice(b"{\"classification\":");
     string(out, &e.classification);
@@ -128,7 +133,14 @@ pub fn canonical_envelope(out: &mut Vec<u8>, e: &Envelope) {
     string(out, m.schema);
     out.extend_from_slice(b",\"security_labels\":");
     opt_value(out, m.security_labels.as_ref());
-    out.extend_from_slice(b"},\"payload\":");
+    out.push(b'}');
+    // Only when present: records made before the member existed (and records without mission
+    // metadata) keep the canonical form, and so the digest, they were sealed with.
+    if let Some(m) = &e.mission_metadata {
+        out.extend_from_slice(b",\"mission_metadata\":");
+        write_value(out, m);
+    }
+    out.extend_from_slice(b",\"payload\":");
     if encrypted_payload(out, e.payload.json()) {
         // Written from the known layout, without a tree.
     } else {
@@ -227,13 +239,19 @@ mod tests {
             let profile = serde_json::json!({"classification": "restricted", "releasability": ["eu", "nato"], "n": 1.0});
             env.security_labels = Some(profile.clone());
             env.metadata.security_labels = Some(profile);
+            if data.is_empty() {
+                env.mission_metadata =
+                    Some(serde_json::json!({"z": [1.0, {"b": null}], "a": "q\""}));
+            }
             let mut fast = Vec::new();
             canonical_envelope(&mut fast, &env);
             let stored = serde_json::to_string(&env).unwrap();
             let canonical::Json::Object(mut all) = canonical::parse(&stored).unwrap() else {
                 panic!("an envelope is an object")
             };
-            all.retain(|(k, _)| RECORD_FIELDS.contains(&k.as_ref()));
+            all.retain(|(k, _)| {
+                RECORD_FIELDS.contains(&k.as_ref()) || k.as_ref() == OPTIONAL_RECORD_FIELD
+            });
             let mut generic = Vec::new();
             canonical::write(&mut generic, &canonical::Json::Object(all));
             assert_eq!(

@@ -34,7 +34,7 @@ use super::canonical::canonical_envelope;
 use crate::document::canonical::{self, write_string as string, Json};
 
 pub const CUSTODY_SCHEMA: &str = "svc.custody.v1";
-pub use super::canonical::RECORD_FIELDS;
+pub use super::canonical::{OPTIONAL_RECORD_FIELD, RECORD_FIELDS};
 
 /// The `custody` block.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -259,19 +259,25 @@ pub fn record_fields<'a>(stored: &Json<'a>) -> Result<Members<'a>, String> {
         ("wrapped".into(), take("payload_wrapped")),
     ]);
     let security_labels = take("security_labels_json");
+    let mission_metadata = take("mission_metadata_json");
     let metadata = take("metadata_json");
     let custody = take("custody_json");
     out.push(("payload_info".into(), info));
     out.push(("security_labels".into(), security_labels));
+    out.push(("mission_metadata".into(), mission_metadata));
     out.push(("metadata".into(), metadata));
     out.push(("custody".into(), custody));
     Ok(out)
 }
 
 /// The bytes the record digest covers: canonical JSON of `{"custody": ..., "record": ...}`,
-/// the record being `fields` restricted to [`RECORD_FIELDS`] (all of them required).
+/// the record being `fields` restricted to [`RECORD_FIELDS`] (all of them required) and
+/// [`OPTIONAL_RECORD_FIELD`] when it is there and not null.
 fn digest_input(mut fields: Members<'_>, custody: &Custody) -> Result<Vec<u8>, String> {
-    fields.retain(|(k, _)| RECORD_FIELDS.contains(&k.as_ref()));
+    fields.retain(|(k, v)| {
+        RECORD_FIELDS.contains(&k.as_ref())
+            || (k.as_ref() == OPTIONAL_RECORD_FIELD && !matches!(v, Json::Null))
+    });
     if let Some(missing) = RECORD_FIELDS
         .iter()
         .find(|f| !fields.iter().any(|(k, _)| k == *f))

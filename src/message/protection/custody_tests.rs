@@ -199,3 +199,58 @@ fn debug_never_shows_the_key() {
     let d = format!("{:?}", custodian(Some(&[9u8; 32])));
     assert!(d.contains("keyed: true") && !d.contains("9, 9"), "{d}");
 }
+
+/// Mission metadata is covered by the record digest in every stored shape, and only when the
+/// record holds one: a record without it (or sealed before the member existed, whose stored
+/// shape is the same) verifies with the member absent or `null`.
+#[test]
+fn mission_metadata_is_covered_when_present() {
+    let c = custodian(Some(&[9u8; 32]));
+    let raw = br#"{"a": 1}"#;
+    let mut env = sealed(&c, raw);
+    env.mission_metadata = Some(serde_json::json!({"profile": "sortie.v1", "wave": 2}));
+    c.seal(&mut env, raw, 1_700_000_002_000_000_000);
+    let mut line = Vec::new();
+    crate::sink::file::record::encode_record(&mut line, &env).unwrap();
+    let file_rec: Value = serde_json::from_slice(&line).unwrap();
+    assert_eq!(file_rec["mission_metadata"]["wave"], 2);
+    assert_eq!(verify(&c, &file_rec), Verdict::Intact, "file record");
+    let object =
+        serde_json::to_value(crate::sink::object_store::body::StoredObject::new(&env)).unwrap();
+    assert_eq!(verify(&c, &object), Verdict::Intact, "object-store object");
+    let mut row = file_rec.clone();
+    let m = row.as_object_mut().unwrap();
+    let mission = m.remove("mission_metadata").unwrap();
+    m.insert("mission_metadata_json".into(), mission);
+    let info = m.remove("payload_info").unwrap();
+    for (k, v) in info.as_object().unwrap() {
+        m.insert(format!("payload_{k}"), v.clone());
+    }
+    let labels = m.remove("security_labels").unwrap();
+    m.insert("security_labels_json".into(), labels);
+    let metadata = m.remove("metadata").unwrap();
+    m.insert("metadata_json".into(), metadata);
+    let custody = m.remove("custody").unwrap();
+    m.insert("custody_json".into(), custody);
+    assert_eq!(verify(&c, &row), Verdict::Intact, "relational row");
+
+    for edit in [
+        serde_json::json!({"profile": "sortie.v1", "wave": 3}),
+        Value::Null,
+    ] {
+        let mut t = file_rec.clone();
+        t["mission_metadata"] = edit;
+        assert_eq!(verify(&c, &t), Verdict::Altered);
+    }
+    let mut t = file_rec.clone();
+    t.as_object_mut().unwrap().remove("mission_metadata");
+    assert_eq!(verify(&c, &t), Verdict::Altered, "removed");
+
+    // Without mission metadata: the member may be absent (file record) or null (object).
+    let plain = sealed(&c, raw);
+    let mut v = serde_json::to_value(&plain).unwrap();
+    assert!(v.get("mission_metadata").is_none());
+    assert_eq!(verify(&c, &v), Verdict::Intact);
+    v["mission_metadata"] = Value::Null;
+    assert_eq!(verify(&c, &v), Verdict::Intact);
+}

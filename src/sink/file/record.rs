@@ -67,6 +67,11 @@ fn write_record(out: &mut Vec<u8>, e: &Envelope) -> serde_json::Result<()> {
     value(out, &info.size_bytes)?;
     out.extend_from_slice(b"},\"security_labels\":");
     value(out, &e.security_labels)?;
+    // Present only when the mission metadata stage gave one (as `Serialize` skips `None`).
+    if let Some(m) = &e.mission_metadata {
+        out.extend_from_slice(b",\"mission_metadata\":");
+        value(out, m)?;
+    }
     // Present only when `custody.enabled` (as the envelope's `Serialize` skips `None`).
     if let Some(custody) = &e.custody {
         out.extend_from_slice(b",\"custody\":");
@@ -194,6 +199,7 @@ mod tests {
         let labels = serde_json::json!({"profile": "svc.security-label.v1", "owner": "o\"ps"});
         full.security_labels = Some(labels.clone());
         full.metadata.security_labels = Some(labels);
+        full.mission_metadata = Some(serde_json::json!({"profile": "p", "wave": 2, "n": "x\"y"}));
         full.priority = "high".into();
         full.classification = "internal".into();
         full.labels_list = vec!["a".into(), "b\\c".into(), "ü".into()];

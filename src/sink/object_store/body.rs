@@ -37,8 +37,8 @@ pub struct StoredObject<'a> {
     pub labels_list: &'a [String],
     pub payload: &'a Payload,
     pub payload_info: &'a PayloadInfo,
-    /// Always `null` in this release (no mission metadata source is defined).
-    pub mission_metadata: Option<Value>,
+    /// The record's mission metadata (`docs/governance.md`), else `null`.
+    pub mission_metadata: Option<&'a Value>,
     pub security_labels: Option<&'a Value>,
     /// The custody block (`custody.enabled`), else `null`.
     pub custody: Option<&'a crate::message::envelope::Custody>,
@@ -62,7 +62,7 @@ impl<'a> StoredObject<'a> {
             labels_list: &env.labels_list,
             payload: &env.payload,
             payload_info: &env.payload_info,
-            mission_metadata: None,
+            mission_metadata: env.mission_metadata.as_ref(),
             security_labels: env.security_labels.as_ref(),
             custody: env.custody.as_ref(),
             metadata: &env.metadata,

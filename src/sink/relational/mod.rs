@@ -82,6 +82,8 @@ const COLUMNS: &[(&str, &str, &str)] = &[
     ("payload_sha256", "text NOT NULL", "text"),
     ("payload_size_bytes", "bigint NOT NULL", "bigint"),
     ("security_labels_json", "jsonb", "jsonb"),
+    // Mission metadata (docs/governance.md), NULL when the record has none.
+    ("mission_metadata_json", "jsonb", "jsonb"),
     ("metadata_json", "jsonb NOT NULL", "jsonb"),
     ("received_at", "timestamptz NOT NULL", "timestamptz"),
     // `svc.custody.v1` when `custody.enabled` (docs/payload-protection.md), else NULL.
@@ -129,9 +131,14 @@ fn table_ddl(t: &TableName) -> String {
         s.push_str(&format!("    {name} {ty},\n"));
     }
     s.push_str("    stored_at timestamptz NOT NULL DEFAULT now()\n);\n");
-    // Tables created before the custody column existed get it here (idempotent).
+    // Tables created before the custody and mission metadata columns existed get them here
+    // (idempotent).
     s.push_str(&format!(
         "ALTER TABLE {} ADD COLUMN IF NOT EXISTS custody_json jsonb;\n",
+        t.sql()
+    ));
+    s.push_str(&format!(
+        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS mission_metadata_json jsonb;\n",
         t.sql()
     ));
     s.push_str(&format!(
@@ -220,6 +227,7 @@ struct Row<'a> {
     payload_sha256: &'a str,
     payload_size_bytes: u64,
     security_labels_json: Option<&'a serde_json::Value>,
+    mission_metadata_json: Option<&'a serde_json::Value>,
     metadata_json: &'a EventMetadata,
     received_at: &'a str,
     custody_json: Option<&'a crate::message::envelope::Custody>,
@@ -244,6 +252,7 @@ fn row<'a>(env: &'a Envelope, key: &'a str) -> Row<'a> {
         payload_sha256: &env.payload_info.sha256,
         payload_size_bytes: env.payload_info.size_bytes,
         security_labels_json: env.security_labels.as_ref(),
+        mission_metadata_json: env.mission_metadata.as_ref(),
         metadata_json: &env.metadata,
         received_at: &env.metadata.received_at,
         custody_json: env.custody.as_ref(),

@@ -61,6 +61,8 @@ struct Rec {
     payload_info: Info,
     security_labels: Option<Value>,
     #[serde(default)]
+    mission_metadata: Option<Value>,
+    #[serde(default)]
     custody: Option<Custody>,
     metadata: Meta,
 }
@@ -171,6 +173,7 @@ pub fn decode(body: &[u8]) -> Result<Envelope, &'static str> {
             keyed,
         },
         security_labels: r.security_labels,
+        mission_metadata: r.mission_metadata,
         custody: r.custody,
         metadata: EventMetadata {
             schema: METADATA_SCHEMA,
@@ -265,6 +268,7 @@ mod tests {
             let mut env = envelope(42, data);
             env.security_labels = Some(serde_json::json!({"level": "secret"}));
             env.metadata.security_labels = env.security_labels.clone();
+            env.mission_metadata = Some(serde_json::json!({"profile": "p", "wave": 2}));
             env.custody = Some(Custody {
                 schema: "svc.custody.v1".into(),
                 alg: "sha256".into(),
