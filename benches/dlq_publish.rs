@@ -6,21 +6,17 @@
 //! Run: `cargo bench --bench dlq_publish` (needs /usr/sbin/nats-server).
 #![allow(deprecated)]
 
+#[path = "../tests/support/net.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod net;
+use net::free_port;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use svc::broker::dead_letter::{DeadLetter, DeadLetterConfig, DeadLetterPublisher, Failure};
 use svc::message::envelope::RawMessage;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn healthy(mon: u16) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", mon)) else {

@@ -1,4 +1,4 @@
-//! HTTP sink benchmark against a local receiver (`tests/receivers/http_receiver.py`, counting
+//! HTTP sink benchmark against a local receiver (`tests/support/receivers/http_receiver.py`, counting
 //! only, keep-alive), started here.
 //!
 //! Prints, measured in the same run against the same receiver:
@@ -69,7 +69,7 @@ impl Receiver {
         let dir = tempfile::tempdir().unwrap();
         let port = support::free_port();
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/receivers/http_receiver.py");
+            .join("tests/support/receivers/http_receiver.py");
         let child = Command::new(python())
             .arg(script)
             .args(["--port", &port.to_string()])

@@ -20,9 +20,16 @@
 //! nats-server, and python3 with moto[server], boto3 and waitress.
 #![allow(deprecated)]
 
-#[path = "../tests/moto/mod.rs"]
+#[path = "../tests/support/moto.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
 mod moto;
 mod support;
+
+// The shared test helpers below reach the loopback helpers as `super::net`.
+use support::net;
+#[path = "../tests/support/temp.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod temp;
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -296,7 +303,7 @@ struct EndToEnd {
 fn end_to_end(m: &moto::Moto, n: usize, conc: usize, sample: &[u8]) -> EndToEnd {
     let broker = support::start_broker();
     let url = broker.url.clone();
-    let store = moto::TempDir::new("bench-svc");
+    let store = temp::TempDir::new("bench-svc");
     support::create_stream(&url, "OBJ", &["obj.>"]).unwrap();
     support::publish(&url, "OBJ", "obj.orders", n, 205).unwrap();
     support::create_consumer(&url, "OBJ", "svc", "obj.>", Duration::from_secs(60)).unwrap();

@@ -15,9 +15,13 @@
 //! Output goes below `SVC_BENCH_DIR` (default: the system temp directory) and is removed.
 //! Envelopes carry a ~200-byte JSON payload.
 
-#[path = "../tests/moto/mod.rs"]
+#[path = "../tests/support/moto.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
 mod moto;
 mod support;
+
+// The shared test helpers below reach the loopback helpers as `super::net`.
+use support::net;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -11,9 +11,6 @@
 //!
 //! `svc test-sink` and `svc run` name the source that answered in their output, never a key.
 
-mod moto;
-mod util;
-
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -21,7 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use moto::{Moto, TempDir};
+use crate::support::moto::Moto;
+use crate::support::TempDir;
 use serde_json::json;
 use svc::config::RuntimeConfig;
 use svc::metrics::Metrics;
@@ -120,7 +118,7 @@ fn lifetime(n: usize) -> u64 {
 /// that a fake endpoint answers what AWS's SDKs ask and expect. Empty when it found none.
 fn boto3_access_key(env: &HashMap<String, String>) -> String {
     let home = TempDir::new("boto3-home");
-    let out = std::process::Command::new(moto::python())
+    let out = std::process::Command::new(crate::support::moto::python())
         .args([
             "-c",
             "import boto3\nc = boto3.Session().get_credentials()\n\
@@ -727,7 +725,7 @@ fn svc_run_stores_with_container_credentials_and_logs_the_source() {
         Arc::new(AtomicUsize::new(0)),
         |_| 3600,
     );
-    let server = util::NatsServer::start();
+    let server = crate::support::broker::NatsServer::start();
     server.create_stream("ORDERS", &["orders.>"]);
     server.create_consumer("ORDERS", "svc", "orders.>", Duration::from_secs(30));
     server.publish_n("ORDERS", "orders.created", 5, |i| {
@@ -735,7 +733,7 @@ fn svc_run_stores_with_container_credentials_and_logs_the_source() {
     });
     let m = &store().0;
     m.create_bucket("creds-run", false);
-    let cfg = util::write_config(
+    let cfg = crate::support::write_config(
         dir.path(),
         "c.json",
         &json!({
@@ -763,8 +761,8 @@ fn svc_run_stores_with_container_credentials_and_logs_the_source() {
         .stderr(out)
         .spawn()
         .unwrap();
-    let mut runner = util::Runner { child, log };
-    util::wait_until(Duration::from_secs(60), "5 messages acked", || {
+    let mut runner = crate::support::process::Runner { child, log };
+    crate::support::wait_until(Duration::from_secs(60), "5 messages acked", || {
         server.try_consumer_state("ORDERS", "svc") == Some((5, 0, 0))
     });
     let keys = stored("creds-run");

@@ -3,14 +3,15 @@
 //! otherwise, never a panic).
 #![allow(deprecated)] // the nats crate's JetStream API, used to set up the broker
 
-mod util;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support::broker::*;
+use crate::support::certs::*;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::json;
-use util::*;
 
 fn config(url: &str, dir: &Path, nats_extra: serde_json::Value) -> serde_json::Value {
     let mut nats = json!({"url": url, "stream": "ORDERS", "consumer": "svc", "subject": "orders.>",

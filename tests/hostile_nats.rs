@@ -11,8 +11,6 @@
 //! - A lying broker whose `-ERR` and JetStream API error texts try to forge or flood log lines.
 //! - `svc validate` on credentials that would cross a network in plaintext.
 
-mod util;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
@@ -21,8 +19,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::certs::*;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::json;
-use util::*;
 
 fn tls_server_config(dir: &Path) -> Arc<rustls::ServerConfig> {
     use rustls::pki_types::pem::PemObject;

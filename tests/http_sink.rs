@@ -1,5 +1,5 @@
 //! `svc` end to end into the HTTP sink: a real `nats-server -js`, a Python receiver that stores
-//! every request it gets (`tests/receivers/http_receiver.py`, verifying Standard Webhooks
+//! every request it gets (`tests/support/receivers/http_receiver.py`, verifying Standard Webhooks
 //! signatures with the `standardwebhooks` package from PyPI), nginx in front of it for TLS and
 //! mutual TLS, and the `svc` binary. Commit first, ACK last: a record is acknowledged only
 //! after a success status for a request that held it.
@@ -9,8 +9,6 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
-mod util;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -18,8 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::broker::NatsServer;
+use crate::support::process::Runner;
+use crate::support::{free_port, snapshot_counter, wait_until, write_config};
 use serde_json::{json, Value};
-use util::{free_port, snapshot_counter, wait_until, write_config, NatsServer, Runner};
 
 const STREAM: &str = "ORDERS";
 const CONSUMER: &str = "svc";
@@ -58,7 +58,8 @@ impl Receiver {
     }
 
     fn launch(&mut self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/receivers/http_receiver.py");
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/receivers/http_receiver.py");
         let child = Command::new(venv_python())
             .arg(script)
             .args(["--port", &self.port.to_string()])
@@ -573,7 +574,7 @@ fn kill_9_of_the_runner_and_a_receiver_restart_lose_nothing() {
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl.
 fn make_pki(dir: &Path) {
-    util::make_certs(dir);
+    crate::support::certs::make_certs(dir);
     let sh = |args: &str| {
         let ok = Command::new("sh")
             .arg("-c")

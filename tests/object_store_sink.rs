@@ -2,15 +2,14 @@
 //! calling `write_batch` and `check` directly. End-to-end runner tests live in
 //! `tests/object_store_e2e.rs`.
 
-mod moto;
-
 use std::collections::HashMap;
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use moto::{free_port, wait_tcp, Moto, OutageProxy, TempDir};
+use crate::support::moto::{Moto, OutageProxy};
+use crate::support::{free_port, wait_tcp, TempDir};
 use serde_json::{json, Value};
 use svc::config::RuntimeConfig;
 use svc::message::envelope::{normalize, Envelope, EnvelopeConfig, RawMessage};
@@ -95,16 +94,9 @@ fn envelope(
     }
     normalize(
         &RawMessage {
-            subject: subject.into(),
-            stream: "ORDERS".into(),
-            consumer: "svc".into(),
-            stream_sequence: seq,
-            consumer_sequence: seq,
-            delivery_count: 1,
             published_unix_nanos: Some(1_700_000_000_000_000_000),
             headers,
-            data: data.to_vec(),
-            unreadable: None,
+            ..crate::support::message::raw(subject, seq, data)
         },
         received,
         &EnvelopeConfig::default(),
@@ -658,7 +650,7 @@ fn limits_are_enforced_before_the_call() {
 /// Eight racing writers of one key: exactly one `Durable`, seven `AlreadyDurable`, one version.
 /// What this proves is the sink's side: it sends `If-None-Match: *` and reads a 412 as "already
 /// durable". The single winner itself is decided by the test's own moto middleware
-/// (`AtomicConditionalPut` in tests/moto/helper.py), not by moto: moto 5.2 checks the condition
+/// (`AtomicConditionalPut` in tests/support/moto_helper.py), not by moto: moto 5.2 checks the condition
 /// and stores the object in separate steps, so without the middleware several writers can win.
 /// Real S3 guarantees one winner; the middleware stands in for that guarantee.
 #[test]
@@ -938,7 +930,7 @@ struct Certs {
 impl Certs {
     fn new() -> Certs {
         let dir = TempDir::new("certs");
-        moto::make_certs(dir.path());
+        crate::support::certs::make_certs(dir.path());
         Certs { dir }
     }
     fn path(&self, name: &str) -> std::path::PathBuf {

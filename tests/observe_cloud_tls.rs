@@ -6,22 +6,13 @@
 //! `-www` server then answers the poll's GET with its HTML status page, "not valid JSON", and
 //! leaves an export's POST unanswered until the timeout: non-TLS errors after a handshake).
 
-mod observe_util;
-mod push_util;
-
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use observe_util::*;
-use push_util::{make_certs, Certs};
+use crate::support::certs::{make_certs, Certs};
+use crate::support::observe::*;
+use crate::support::{free_port, TempDir};
 use serde_json::{json, Value};
-
-/// Needed by `push_util` (unique file names of its receivers).
-pub fn unique() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    N.fetch_add(1, Ordering::SeqCst)
-}
 
 /// `openssl s_server -www` with the given certificate on a free port.
 fn s_server(cert: &std::path::Path, key: &std::path::Path) -> (ChildGuard, u16) {
@@ -83,7 +74,7 @@ struct Env {
 
 fn setup(tag: &str) -> Env {
     let dir = TempDir::new(tag);
-    let certs = make_certs(&dir);
+    let certs = make_certs(dir.path());
     let snap = dir
         .write("snap.json", &snapshot(&[], 0.0))
         .to_str()
@@ -178,7 +169,7 @@ fn cloud_c_verifies_the_endpoint_certificate() {
 #[test]
 fn cloud_a_verifies_the_endpoint_certificate() {
     let e = setup("tls-clouda");
-    let key = e.dir.path("api.pem");
+    let key = e.dir.join("api.pem");
     let o = Command::new("openssl")
         .args(["genrsa", "-out", key.to_str().unwrap(), "2048"])
         .output()

@@ -5,12 +5,10 @@
 //! config and policy, `systemd-sysusers --dry-run` on the shipped sysusers.d entries.
 //! Nothing is installed on the host.
 
-mod kit_util;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kit_util::repo;
+use crate::support::kit::repo;
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));

@@ -3,18 +3,16 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
-mod moto;
-mod pg_util;
-mod util;
-
 use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::Path;
 use std::time::Duration;
 
-use pg_util::*;
+use crate::support::broker::*;
+use crate::support::postgres::*;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::json;
-use util::*;
 
 const STREAM: &str = "ORDERS";
 const CONSUMER: &str = "svc";
@@ -588,7 +586,7 @@ fn start_runner_env(
 
 #[test]
 fn fanout_with_moto_object_store_optional_hang_acks_required_hang_does_not() {
-    let store = moto::Moto::start();
+    let store = crate::support::moto::Moto::start();
     // Versioned, so a rewritten object would show as a second version ("every object once").
     store.create_bucket("fan-archive", true);
     let (server, dir) = setup(40, "orders.created");

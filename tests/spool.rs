@@ -13,10 +13,6 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
-mod moto;
-mod pg_util;
-mod util;
-
 use std::collections::{BTreeSet, HashMap};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -25,10 +21,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use moto::{Moto, OutageProxy};
-use pg_util::TestDb;
+use crate::support::broker::*;
+use crate::support::moto::{Moto, OutageProxy};
+use crate::support::postgres::TestDb;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::{json, Value};
-use util::*;
 
 const STREAM: &str = "ORDERS";
 const CONSUMER: &str = "svc";
@@ -438,7 +436,8 @@ impl Downstream for Http {
         }
     }
     fn bring_back(&mut self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/receivers/http_receiver.py");
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/receivers/http_receiver.py");
         let child = Command::new(venv_python())
             .arg(script)
             .args(["--port", &self.port.to_string()])

@@ -2,8 +2,12 @@
 //! baseline measured with the same client and technique as `svc-fetch`.
 #![allow(dead_code, deprecated)]
 
+#[path = "../../tests/support/net.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+pub mod net;
+
+pub use net::free_port;
 use std::io;
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -189,15 +193,6 @@ pub fn raw_fetch_ack(
 }
 
 /// A throw-away JetStream server on a free loopback port with a temporary store.
-/// A port nobody listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 pub struct Broker {
     child: Child,
     pub url: String,

@@ -3,7 +3,6 @@
 //! (`Content-Length` bodies only, no chunking accepted), every request recorded, the reply
 //! chosen by the test's validator. Each reply closes the connection. Also the hostile object
 //! stores and credential endpoints (`start_raw`: any content type, binary bodies).
-#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

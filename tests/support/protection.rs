@@ -1,7 +1,7 @@
 //! Shared harness of the payload-protection tests: the Python helper (an independent
 //! implementation of the documented formats), keys, configs, signed publishing.
 
-#![allow(dead_code, deprecated)]
+#![allow(deprecated)] // the nats crate marks every JetStream item deprecated
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -12,7 +12,9 @@ use std::process::{Command, Stdio};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use crate::util::*;
+use super::broker::NatsServer;
+use super::files_below;
+use super::process::Runner;
 
 pub const STREAM: &str = "ORDERS";
 pub const CONSUMER: &str = "svc";
@@ -46,7 +48,7 @@ pub fn python() -> String {
 
 /// One request to the Python helper.
 pub fn py(req: &Value) -> Value {
-    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/protection/helper.py");
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/protection_helper.py");
     let mut child = Command::new(python())
         .arg(helper)
         .stdin(Stdio::piped())
