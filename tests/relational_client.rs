@@ -150,14 +150,15 @@ fn key_collision_with_a_different_event_is_permanent_and_not_overwritten() {
 #[test]
 fn subjects_are_routed_to_their_tables() {
     let db = TestDb::new("route");
-    let (sink, _) = db.relational_sink(json!({
+    let extra = json!({
         "table": "other",
         "routes": [
             {"subject": "orders.eu.*", "table": "audit.eu_orders"},
             {"subject": "orders.>", "table": "orders"}
         ]
-    }));
-    let ddl_text = ddl(&parse_cfg(&db.sink(json!({}))));
+    });
+    let (sink, _) = db.relational_sink(extra.clone());
+    let ddl_text = ddl(&parse_cfg(&db.sink(extra)));
     assert!(
         ddl_text.starts_with("CREATE SCHEMA IF NOT EXISTS \"audit\";"),
         "{ddl_text}"
