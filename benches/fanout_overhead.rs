@@ -18,6 +18,9 @@
 #[path = "../tests/support/moto.rs"]
 #[allow(dead_code)] // shared with the tests, which use the rest
 mod moto;
+#[path = "../tests/support/python.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod python;
 mod sinkbench;
 
 use serde_json::json;

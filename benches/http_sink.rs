@@ -18,10 +18,13 @@
 //! `scripts/deps.sh` made it).
 #![allow(deprecated)]
 
+#[path = "../tests/support/python.rs"]
+mod python;
 mod support;
 
+use python::{python, script};
+
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,20 +44,6 @@ fn env_num(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn python() -> PathBuf {
-    let venv = match std::env::var_os("SVC_TEST_VENV") {
-        Some(v) => PathBuf::from(v),
-        None => PathBuf::from(std::env::var("HOME").unwrap_or_default())
-            .join(".cache/svc-test-tools/venv"),
-    };
-    let p = venv.join("bin/python");
-    if p.exists() {
-        p
-    } else {
-        "python3".into()
-    }
-}
-
 struct Receiver {
     port: u16,
     child: Child,
@@ -68,8 +57,7 @@ impl Receiver {
     fn start(mode: &str) -> Receiver {
         let dir = tempfile::tempdir().unwrap();
         let port = support::free_port();
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/support/receivers/http_receiver.py");
+        let script = script("receivers/http_receiver.py");
         let child = Command::new(python())
             .arg(script)
             .args(["--port", &port.to_string()])

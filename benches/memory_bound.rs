@@ -23,6 +23,9 @@ use support::net;
 #[path = "../tests/support/moto.rs"]
 #[allow(dead_code)] // shared with the tests, which use the rest
 mod moto;
+#[path = "../tests/support/python.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod python;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -23,6 +23,9 @@
 #[path = "../tests/support/moto.rs"]
 #[allow(dead_code)] // shared with the tests, which use the rest
 mod moto;
+#[path = "../tests/support/python.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod python;
 mod support;
 
 // The shared test helpers below reach the loopback helpers as `super::net`.

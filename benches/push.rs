@@ -23,6 +23,9 @@ mod observe;
 #[path = "../tests/support/push.rs"]
 #[allow(dead_code)] // shared with the tests, which use the rest
 mod push_util;
+#[path = "../tests/support/python.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod python;
 #[path = "../tests/support/temp.rs"]
 #[allow(dead_code)] // shared with the tests, which use the rest
 mod temp;

@@ -12,12 +12,13 @@
 //! `svc test-sink` and `svc run` name the source that answered in their output, never a key.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::support::http::read_request;
 use crate::support::moto::Moto;
 use crate::support::TempDir;
 use serde_json::json;
@@ -118,7 +119,7 @@ fn lifetime(n: usize) -> u64 {
 /// that a fake endpoint answers what AWS's SDKs ask and expect. Empty when it found none.
 fn boto3_access_key(env: &HashMap<String, String>) -> String {
     let home = TempDir::new("boto3-home");
-    let out = std::process::Command::new(crate::support::moto::python())
+    let out = std::process::Command::new(crate::support::python::python())
         .args([
             "-c",
             "import boto3\nc = boto3.Session().get_credentials()\n\
@@ -210,47 +211,21 @@ fn serve(mut conn: TcpStream, handler: &Handler, violations: &Mutex<Vec<String>>
     conn.set_nonblocking(false).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        match conn.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-        if buf.len() > 65536 {
+    let r = match read_request(&mut conn) {
+        Ok(r) => r,
+        Err(e) => {
+            violations
+                .lock()
+                .unwrap()
+                .push(format!("malformed request: {e}"));
             return;
         }
     };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next().unwrap_or_default().split(' ');
-    let (method, path) = (
-        first.next().unwrap_or_default().to_string(),
-        first.next().unwrap_or_default().to_string(),
-    );
-    let headers: BTreeMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let len: usize = headers
-        .get("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < len {
-        match conn.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => body.extend_from_slice(&chunk[..n]),
-        }
-    }
     let req = Req {
-        method,
-        path,
-        headers,
-        body,
+        method: r.method,
+        path: r.target,
+        headers: r.headers.into_iter().collect(),
+        body: r.body,
     };
     let (status, ctype, text) = match handler(&req) {
         Ok(a) => a,

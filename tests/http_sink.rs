@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::broker::NatsServer;
 use crate::support::process::Runner;
+use crate::support::python::{python, script};
 use crate::support::{free_port, snapshot_counter, wait_until, write_config};
 use serde_json::{json, Value};
 
@@ -28,14 +29,6 @@ const SUBJECT: &str = "orders.>";
 const SECRET_NEW: &str = "whsec_c3ZjLXRlc3Qtc2lnbmluZy1zZWNyZXQtbmV3LTAx";
 const SECRET_OLD: &str = "whsec_c3ZjLXRlc3Qtc2lnbmluZy1zZWNyZXQtb2xkLTAy";
 const TOKEN: &str = "Bearer tok-3f9a77c1d2e4-very-secret";
-
-fn venv_python() -> PathBuf {
-    let venv = match std::env::var_os("SVC_TEST_VENV") {
-        Some(v) => PathBuf::from(v),
-        None => PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/svc-test-tools/venv"),
-    };
-    venv.join("bin/python")
-}
 
 /// The Python receiver on its own port, killed on drop.
 struct Receiver {
@@ -58,9 +51,8 @@ impl Receiver {
     }
 
     fn launch(&mut self) {
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/receivers/http_receiver.py");
-        let child = Command::new(venv_python())
+        let script = script("receivers/http_receiver.py");
+        let child = Command::new(python())
             .arg(script)
             .args(["--port", &self.port.to_string()])
             .arg("--out")

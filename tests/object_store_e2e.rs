@@ -278,15 +278,6 @@ fn certs(dir: &Path) {
     crate::support::certs::make_certs(dir);
 }
 
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn tls_verdicts_of_test_sink_and_run() {
     let tmp = tempfile::tempdir().unwrap();
@@ -297,21 +288,11 @@ fn tls_verdicts_of_test_sink_and_run() {
     publish(&server, 0, 20);
 
     // A self-signed server: a clean certificate error, never a panic.
-    let port = crate::support::free_port();
-    let s_server = KillOnDrop(
-        Command::new("openssl")
-            .args(["s_server", "-accept", &port.to_string(), "-cert"])
-            .arg(tmp.path().join("self.pem"))
-            .arg("-key")
-            .arg(tmp.path().join("self.key"))
-            .arg("-www")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("openssl s_server"),
+    let s_server = crate::support::certs::TlsServer::start(
+        &tmp.path().join("self.pem"),
+        &tmp.path().join("self.key"),
     );
-    crate::support::wait_tcp(port, Duration::from_secs(10));
+    let port = s_server.port;
     let env = HashMap::from([
         ("T_KEY_ID".to_string(), "AKIDEXAMPLE".to_string()),
         ("T_SECRET".to_string(), "secret".to_string()),

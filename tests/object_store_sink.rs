@@ -4,12 +4,11 @@
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::support::moto::{Moto, OutageProxy};
-use crate::support::{free_port, wait_tcp, TempDir};
+use crate::support::TempDir;
 use serde_json::{json, Value};
 use svc::config::RuntimeConfig;
 use svc::message::envelope::{normalize, Envelope, EnvelopeConfig, RawMessage};
@@ -941,20 +940,9 @@ impl Certs {
 #[test]
 fn tls_self_signed_server_is_a_clean_certificate_error() {
     let certs = Certs::new();
-    let port = free_port();
-    let server = Command::new("openssl")
-        .args(["s_server", "-accept", &port.to_string(), "-cert"])
-        .arg(certs.path("self.pem"))
-        .arg("-key")
-        .arg(certs.path("self.key"))
-        .arg("-www")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("openssl s_server");
-    let server = KillOnDrop(server);
-    wait_tcp(port, Duration::from_secs(10));
+    let server =
+        crate::support::certs::TlsServer::start(&certs.path("self.pem"), &certs.path("self.key"));
+    let port = server.port;
     let env = HashMap::from([
         ("T_KEY_ID".to_string(), "AKIDEXAMPLE".to_string()),
         ("T_SECRET".to_string(), "secret".to_string()),
@@ -980,15 +968,6 @@ fn tls_self_signed_server_is_a_clean_certificate_error() {
 }
 
 /// Kills a child process this test started, also when the test panics.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn tls_with_the_configured_ca_succeeds() {
     let certs = Certs::new();

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::broker::NatsServer;
+use crate::support::http::read_head;
 use crate::support::observe::{assert_promtool_clean, bin, stderr, stdout};
 use crate::support::wait_until;
 use crate::support::TempDir;
@@ -21,18 +22,6 @@ struct CountingProxy {
     port: u16,
     seen: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
-}
-
-fn read_head(s: &mut TcpStream) -> Option<String> {
-    let mut buf = Vec::new();
-    let mut b = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        if s.read(&mut b).ok()? == 0 {
-            return None;
-        }
-        buf.push(b[0]);
-    }
-    String::from_utf8(buf).ok()
 }
 
 impl CountingProxy {
@@ -55,7 +44,7 @@ impl CountingProxy {
                     client
                         .set_read_timeout(Some(Duration::from_secs(5)))
                         .unwrap();
-                    let Some(head) = read_head(&mut client) else {
+                    let Ok(head) = read_head(&mut client) else {
                         continue;
                     };
                     let target = head.split(' ').nth(1).unwrap_or("").to_string();
@@ -351,7 +340,7 @@ impl FakeMonitor {
             .spawn(move || {
                 for conn in listener.incoming() {
                     let Ok(mut s) = conn else { break };
-                    let Some(head) = read_head(&mut s) else {
+                    let Ok(head) = read_head(&mut s) else {
                         continue;
                     };
                     if !head.starts_with("GET /varz HTTP/1.1\r\n") {

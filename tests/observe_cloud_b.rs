@@ -7,7 +7,7 @@
 //! `~/.cache/svc-test-tools/venv`, with `moto[server]` and `boto3`).
 
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ fn venv() -> PathBuf {
 }
 
 fn helper() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/receivers/moto_cloudwatch.py")
+    crate::support::python::script("receivers/moto_cloudwatch.py")
 }
 
 /// A moto server enforcing signatures, and the keys of the user made for the test.

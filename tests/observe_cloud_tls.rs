@@ -7,32 +7,17 @@
 //! leaves an export's POST unanswered until the timeout: non-TLS errors after a handshake).
 
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 
-use crate::support::certs::{make_certs, Certs};
+use crate::support::certs::{make_certs, Certs, TlsServer};
 use crate::support::observe::*;
-use crate::support::{free_port, TempDir};
+use crate::support::TempDir;
 use serde_json::{json, Value};
 
-/// `openssl s_server -www` with the given certificate on a free port.
-fn s_server(cert: &std::path::Path, key: &std::path::Path) -> (ChildGuard, u16) {
-    let port = free_port();
-    let child = Command::new("openssl")
-        .args(["s_server", "-accept", &port.to_string(), "-cert"])
-        .arg(cert)
-        .arg("-key")
-        .arg(key)
-        .args(["-www", "-quiet"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let guard = ChildGuard(child);
-    wait_for("openssl s_server", Duration::from_secs(10), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
-    });
-    (guard, port)
+/// `openssl s_server -www` with the given certificate on a free port: (server, port).
+fn s_server(cert: &std::path::Path, key: &std::path::Path) -> (TlsServer, u16) {
+    let server = TlsServer::start(cert, key);
+    let port = server.port;
+    (server, port)
 }
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {

@@ -401,13 +401,7 @@ fn bad_arguments_are_refused() {
 /// Validates a CycloneDX 1.5 JSON document with the CycloneDX project's own Python library
 /// (scripts/deps.sh installs it in the test venv).
 fn assert_valid_cyclonedx(path: &Path) {
-    let venv = std::env::var("SVC_TEST_VENV").unwrap_or_default();
-    let python = if venv.is_empty() {
-        "python3".to_string()
-    } else {
-        format!("{venv}/bin/python")
-    };
-    let out = Command::new(python)
+    let out = Command::new(crate::support::python::python())
         .args([
             "-c",
             "import sys\n\

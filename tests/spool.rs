@@ -25,6 +25,7 @@ use crate::support::broker::*;
 use crate::support::moto::{Moto, OutageProxy};
 use crate::support::postgres::TestDb;
 use crate::support::process::*;
+use crate::support::python::{python, script};
 use crate::support::*;
 use serde_json::{json, Value};
 
@@ -413,14 +414,6 @@ impl Drop for Http {
     }
 }
 
-fn venv_python() -> PathBuf {
-    match std::env::var_os("SVC_TEST_VENV") {
-        Some(v) => PathBuf::from(v),
-        None => PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/svc-test-tools/venv"),
-    }
-    .join("bin/python")
-}
-
 impl Downstream for Http {
     fn sink(&self) -> Value {
         json!({"type": "http", "url": format!("http://127.0.0.1:{}/hook", self.port),
@@ -436,9 +429,8 @@ impl Downstream for Http {
         }
     }
     fn bring_back(&mut self) {
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/receivers/http_receiver.py");
-        let child = Command::new(venv_python())
+        let script = script("receivers/http_receiver.py");
+        let child = Command::new(python())
             .arg(script)
             .args(["--port", &self.port.to_string()])
             .arg("--out")

@@ -3,7 +3,10 @@
 //! milliseconds, where RSA 2048 took a good part of a second per key on this machine.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::net::{free_port, wait_tcp};
 
 /// What [`make_certs`] wrote. The server certificate names `localhost` and 127.0.0.1 (as
 /// subject alternative names: rustls, Go and Python read those, not the common name); the
@@ -90,5 +93,39 @@ pub fn make_certs(dir: &Path) -> Certs {
         key: dir.join("server.key"),
         rogue_cert: dir.join("self.pem"),
         rogue_key: dir.join("self.key"),
+    }
+}
+
+/// `openssl s_server -www` on a free loopback port with the given certificate and key, for
+/// real TLS handshakes against a server no test code wrote. Killed on drop.
+pub struct TlsServer {
+    child: Child,
+    pub port: u16,
+}
+
+impl TlsServer {
+    pub fn start(cert: &Path, key: &Path) -> TlsServer {
+        let port = free_port();
+        let child = Command::new("openssl")
+            .args(["s_server", "-accept", &port.to_string(), "-cert"])
+            .arg(cert)
+            .arg("-key")
+            .arg(key)
+            .args(["-www", "-quiet"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("openssl s_server");
+        let server = TlsServer { child, port };
+        wait_tcp(port, Duration::from_secs(10));
+        server
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

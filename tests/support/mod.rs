@@ -6,8 +6,8 @@
 //! kit ([`kit`]), and messages made in-process ([`message`]). Loopback networking ([`net`]) is
 //! plain `std` so the benches include it too.
 //!
-//! Python helpers live beside the modules that run them: `moto_helper.py`,
-//! `protection_helper.py`, `receivers/*.py`.
+//! Python helpers live beside the modules that run them (`moto_helper.py`,
+//! `protection_helper.py`, `receivers/*.py`); [`python`] finds the interpreter and them.
 
 pub mod accounts;
 pub mod broker;
@@ -24,11 +24,12 @@ pub mod postgres;
 pub mod process;
 pub mod protection;
 pub mod push;
+pub mod python;
 mod temp;
 
 use std::path::{Path, PathBuf};
 
-pub use net::{free_port, http_get, wait_tcp, wait_until};
+pub use net::{free_port, http_get, wait_until};
 pub use temp::TempDir;
 
 /// Writes a JSON config file into `dir` and returns its path. A valid config is also checked

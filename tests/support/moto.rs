@@ -17,22 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::net::{free_port, wait_tcp};
-
-/// The Python with moto[server], boto3 and waitress: `SVC_TEST_PYTHON`, else
-/// `$SVC_TEST_VENV/bin/python` (set by `scripts/deps.sh`), else `python3`.
-pub fn python() -> String {
-    if let Ok(p) = std::env::var("SVC_TEST_PYTHON") {
-        return p;
-    }
-    match std::env::var("SVC_TEST_VENV") {
-        Ok(venv) if !venv.is_empty() => format!("{venv}/bin/python"),
-        _ => "python3".into(),
-    }
-}
-
-fn helper() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/moto_helper.py")
-}
+use super::python::{python, script};
 
 pub struct Moto {
     child: Child,
@@ -71,7 +56,9 @@ impl Moto {
     fn try_start(tls: Option<(&Path, &Path, &Path)>) -> Option<Moto> {
         let port = free_port();
         let mut cmd = Command::new(python());
-        cmd.arg(helper()).arg("serve").arg(port.to_string());
+        cmd.arg(script("moto_helper.py"))
+            .arg("serve")
+            .arg(port.to_string());
         if let Some((cert, key, _)) = tls {
             cmd.arg(cert).arg(key);
         }
@@ -124,7 +111,7 @@ impl Moto {
 
     fn py(&self, args: &[&str]) -> serde_json::Value {
         let mut cmd = Command::new(python());
-        cmd.arg(helper()).args(args);
+        cmd.arg(script("moto_helper.py")).args(args);
         if let Some(ca) = &self.ca_bundle {
             cmd.env("AWS_CA_BUNDLE", ca);
         }

@@ -15,6 +15,8 @@ use serde_json::{json, Value};
 use super::broker::NatsServer;
 use super::files_below;
 use super::process::Runner;
+pub use super::python::python;
+use super::python::script;
 
 pub const STREAM: &str = "ORDERS";
 pub const CONSUMER: &str = "svc";
@@ -27,28 +29,9 @@ pub const AES_K1: [u8; 32] = [0x11; 32];
 pub const AES_K2: [u8; 32] = [0x22; 32];
 pub const CUSTODY_KEY: [u8; 32] = [0x33; 32];
 
-/// The Python with `cryptography`: `SVC_TEST_PYTHON`, `$SVC_TEST_VENV/bin/python`, the
-/// default venv of `scripts/deps.sh`, else `python3`.
-pub fn python() -> String {
-    if let Ok(p) = std::env::var("SVC_TEST_PYTHON") {
-        return p;
-    }
-    if let Ok(v) = std::env::var("SVC_TEST_VENV") {
-        if !v.is_empty() {
-            return format!("{v}/bin/python");
-        }
-    }
-    let home = PathBuf::from(std::env::var("HOME").unwrap_or_default());
-    let venv = home.join(".cache/svc-test-tools/venv/bin/python");
-    if venv.exists() {
-        return venv.display().to_string();
-    }
-    "python3".into()
-}
-
 /// One request to the Python helper.
 pub fn py(req: &Value) -> Value {
-    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/protection_helper.py");
+    let helper = script("protection_helper.py");
     let mut child = Command::new(python())
         .arg(helper)
         .stdin(Stdio::piped())

@@ -15,6 +15,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use super::observe::{bin, wait_for, ChildGuard};
+use super::python::python;
 use super::temp::TempDir;
 
 /// A number no other call in this process got: receivers of one test share its directory.
@@ -27,20 +28,6 @@ fn unique() -> usize {
 fn tools_dir() -> PathBuf {
     PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
         .join(".cache/svc-test-tools")
-}
-
-/// Python of the test venv.
-pub fn venv_python() -> PathBuf {
-    let venv = std::env::var_os("SVC_TEST_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| tools_dir().join("venv"));
-    let py = venv.join("bin/python");
-    assert!(
-        py.exists(),
-        "{} missing: run scripts/test.sh (or create the venv with opentelemetry-proto protobuf)",
-        py.display()
-    );
-    py
 }
 
 /// `stats.js` of the StatsD daemon.
@@ -56,12 +43,6 @@ pub fn statsd_js() -> PathBuf {
     p
 }
 
-pub fn receiver_script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/support/receivers")
-        .join(name)
-}
-
 /// A Python receiver: its process, port and record file (one JSON line per request).
 pub struct Receiver {
     // Held for its Drop: the receiver stops with this value.
@@ -74,8 +55,8 @@ impl Receiver {
     /// Starts `script` with `--port 0 --record <file>` plus `args`, waits for `LISTENING`.
     pub fn start(dir: &TempDir, script: &str, args: &[&str], env: &[(&str, &str)]) -> Receiver {
         let record = dir.join(&format!("{script}.{}.jsonl", unique()));
-        let mut cmd = Command::new(venv_python());
-        cmd.arg(receiver_script(script))
+        let mut cmd = Command::new(python());
+        cmd.arg(super::python::script(&format!("receivers/{script}")))
             .args(["--port", "0", "--record"])
             .arg(&record)
             .args(args)
