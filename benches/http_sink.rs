@@ -56,7 +56,7 @@ impl Receiver {
     /// which measures the runner's own ceiling).
     fn start(mode: &str) -> Receiver {
         let dir = tempfile::tempdir().unwrap();
-        let port = support::free_port();
+        let port = support::net::free_port();
         let script = script("receivers/http_receiver.py");
         let child = Command::new(python())
             .arg(script)

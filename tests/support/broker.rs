@@ -32,10 +32,16 @@ impl NatsServer {
 
     /// Starts with extra `nats-server` arguments, e.g. `["--auth", "token"]`.
     pub fn start_with(extra: &[&str]) -> NatsServer {
+        Self::start_in(tempfile::tempdir().unwrap(), extra)
+    }
+
+    /// [`Self::start_with`] on a store directory of the caller's (the benches put it on a
+    /// tmpfs, or write a configuration file into it first).
+    pub fn start_in(store: tempfile::TempDir, extra: &[&str]) -> NatsServer {
         let mut s = NatsServer {
             port: free_port(),
             monitor_port: free_port(),
-            store: tempfile::tempdir().unwrap(),
+            store,
             extra: extra.iter().map(|a| a.to_string()).collect(),
             child: None,
         };
@@ -97,6 +103,12 @@ impl NatsServer {
 
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The server process's id, while it runs.
+    #[allow(dead_code)] // for the benches, which read the broker's CPU time by it
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// SIGKILL: no chance to flush state (after a restart a consumer's ack state may move
