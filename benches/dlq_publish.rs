@@ -56,18 +56,7 @@ fn main() {
     );
     let letters: Vec<DeadLetter> = (0..n)
         .map(|seq| {
-            let raw = RawMessage {
-                subject: "orders.eu".into(),
-                stream: "ORDERS".into(),
-                consumer: "svc".into(),
-                stream_sequence: seq + 1,
-                consumer_sequence: seq + 1,
-                delivery_count: 1,
-                published_unix_nanos: None,
-                headers: Vec::new(),
-                data: vec![b'x'; 200],
-                unreadable: None,
-            };
+            let raw = RawMessage::sample("orders.eu", seq + 1, &[b'x'; 200]);
             DeadLetter::build(&raw, &failure, 0, &cfg)
         })
         .collect();

@@ -99,16 +99,8 @@ impl Drop for Receiver {
 fn envelope(seq: u64) -> Envelope {
     normalize(
         &RawMessage {
-            subject: "orders.created".into(),
-            stream: "ORDERS".into(),
-            consumer: "svc".into(),
-            stream_sequence: seq,
-            consumer_sequence: seq,
-            delivery_count: 1,
             published_unix_nanos: Some(1_700_000_000_000_000_000),
-            headers: vec![],
-            data: support::body(seq as usize, 205),
-            unreadable: None,
+            ..RawMessage::sample("orders.created", seq, &support::body(seq as usize, 205))
         },
         1_700_000_001_000_000_000,
         &EnvelopeConfig::default(),

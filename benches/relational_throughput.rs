@@ -42,16 +42,9 @@ fn sink_alone(db: &BenchDb, n: usize) -> f64 {
         .map(|i| {
             normalize(
                 &RawMessage {
-                    subject: "direct.orders".into(),
                     stream: "DIRECT".into(),
                     consumer: "bench".into(),
-                    stream_sequence: i as u64 + 1,
-                    consumer_sequence: i as u64 + 1,
-                    delivery_count: 1,
-                    published_unix_nanos: None,
-                    headers: vec![],
-                    data: support::body(i, SIZE),
-                    unreadable: None,
+                    ..RawMessage::sample("direct.orders", i as u64 + 1, &support::body(i, SIZE))
                 },
                 svc::message::envelope::now_unix_nanos(),
                 &EnvelopeConfig::default(),

@@ -587,7 +587,7 @@ fn a_protocol_error_inside_a_batch_is_never_followed_by_rollback_or_terminate() 
         &svc::message::envelope::RawMessage {
             stream: "S".into(),
             consumer: "c".into(),
-            ..crate::support::message::raw("a.b", 1, b"{}")
+            ..svc::message::envelope::RawMessage::sample("a.b", 1, b"{}")
         },
         svc::message::envelope::now_unix_nanos(),
         &svc::message::envelope::EnvelopeConfig::default(),

@@ -22,7 +22,7 @@ use svc::metrics::Metrics;
 fn raw(seq: u64) -> RawMessage {
     RawMessage {
         headers: vec![("Svc-Security-Labels".into(), "{\"x\":\"OFFENDING\"}".into())],
-        ..crate::support::message::raw("orders.eu", seq, b"secret payload body")
+        ..RawMessage::sample("orders.eu", seq, b"secret payload body")
     }
 }
 

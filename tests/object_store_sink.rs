@@ -95,7 +95,7 @@ fn envelope(
         &RawMessage {
             published_unix_nanos: Some(1_700_000_000_000_000_000),
             headers,
-            ..crate::support::message::raw(subject, seq, data)
+            ..RawMessage::sample(subject, seq, data)
         },
         received,
         &EnvelopeConfig::default(),

@@ -3,8 +3,7 @@
 //! hostile [`pg_fake`]), moto ([`moto`]), strict HTTP fakes ([`http`]), push receivers
 //! ([`push`]), the exporter's helpers ([`observe`]), payload protection's Python twin
 //! ([`protection`]), the test PKI ([`certs`]), a second account ([`accounts`]), the shipped
-//! kit ([`kit`]), and messages made in-process ([`message`]). Loopback networking ([`net`]) is
-//! plain `std` so the benches include it too.
+//! kit ([`kit`]). Loopback networking ([`net`]) is plain `std` so the benches include it too.
 //!
 //! Python helpers live beside the modules that run them (`moto_helper.py`,
 //! `protection_helper.py`, `receivers/*.py`); [`python`] finds the interpreter and them.
@@ -15,7 +14,6 @@ pub mod certs;
 pub mod cluster;
 pub mod http;
 pub mod kit;
-pub mod message;
 pub mod moto;
 pub mod net;
 pub mod observe;

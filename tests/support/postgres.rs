@@ -156,7 +156,7 @@ pub fn envelope(subject: &str, seq: u64, data: &[u8]) -> Envelope {
         &RawMessage {
             published_unix_nanos: Some(1_700_000_000_000_000_000),
             headers: vec![("Nats-Msg-Id".into(), format!("msg-{seq}"))],
-            ..super::message::raw(subject, seq, data)
+            ..RawMessage::sample(subject, seq, data)
         },
         1_700_000_001_000_000_000,
         &EnvelopeConfig::default(),

@@ -24,16 +24,9 @@ pub(crate) fn parse_cfg(v: &serde_json::Value) -> RelationalConfig {
 pub(crate) fn envelope(subject: &str, seq: u64, data: &[u8]) -> Envelope {
     let (mut e, _) = normalize(
         &RawMessage {
-            subject: subject.into(),
-            stream: "ORDERS".into(),
-            consumer: "svc".into(),
-            stream_sequence: seq,
-            consumer_sequence: seq,
-            delivery_count: 1,
             published_unix_nanos: Some(1_700_000_000_000_000_000),
             headers: vec![("Nats-Msg-Id".into(), format!("msg-{seq}"))],
-            data: data.to_vec(),
-            unreadable: None,
+            ..RawMessage::sample(subject, seq, data)
         },
         1_700_000_001_000_000_000,
         &EnvelopeConfig::default(),
