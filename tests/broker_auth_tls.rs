@@ -307,7 +307,10 @@ struct Namespace {
 
 impl Namespace {
     fn new(names: &[&str]) -> Namespace {
-        let name = format!("svc-nc-{}", std::process::id());
+        // The process id alone is not unique: every test of the suite shares the process.
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("svc-nc-{}-{n}", std::process::id());
         let ip = |args: &[&str]| {
             let ok = Command::new("ip")
                 .args(args)
