@@ -721,22 +721,17 @@ fn svc_run_stores_with_container_credentials_and_logs_the_source() {
         }),
     );
     let log = dir.path().join("svc.log");
-    let out = std::fs::File::create(&log).unwrap();
     let uri = format!("{}/v1/credentials", fake.url());
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(&cfg)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap())
-        .env("HOME", dir.path())
-        .env("RUST_LOG", "info")
-        .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", &uri)
-        .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &token_file)
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    let mut runner = crate::support::process::Runner { child, log };
+    let mut runner = crate::support::process::Runner::spawn(
+        crate::support::process::svc_run(&cfg)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("HOME", dir.path())
+            .env("RUST_LOG", "info")
+            .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", &uri)
+            .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &token_file),
+        &log,
+    );
     crate::support::wait_until(Duration::from_secs(60), "5 messages acked", || {
         server.try_consumer_state("ORDERS", "svc") == Some((5, 0, 0))
     });

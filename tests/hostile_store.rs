@@ -73,20 +73,7 @@ fn broker_with(n: usize) -> NatsServer {
 }
 
 fn start_runner(config: &Path, log: &Path, env: &HashMap<String, String>) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(config)
-        .envs(env)
-        .env("RUST_LOG", "info")
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::start_env(config, log, env)
 }
 
 /// `svc test-sink` with exactly `env` (plus PATH): (exit code, stdout + stderr).

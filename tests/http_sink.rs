@@ -171,20 +171,13 @@ fn env() -> HashMap<String, String> {
 }
 
 fn start_runner(config: &Path, log: &Path) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(config)
-        .envs(env())
-        .env("RUST_LOG", "debug")
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::start_env(
+        config,
+        log,
+        env()
+            .into_iter()
+            .chain([("RUST_LOG".into(), "debug".into())]),
+    )
 }
 
 fn test_sink(config: &Path) -> (i32, String) {

@@ -61,20 +61,7 @@ fn config(server: &NatsServer, dir: &Path, sink: Value) -> PathBuf {
 
 /// `svc run` with the sink's credentials in its environment.
 fn start_runner(config: &Path, log: &Path, env: &HashMap<String, String>) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(config)
-        .envs(env)
-        .env("RUST_LOG", "info")
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::start_env(config, log, env)
 }
 
 /// `svc test-sink` with the given environment: (exit code, stdout, stderr).

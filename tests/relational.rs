@@ -568,20 +568,7 @@ fn start_runner_env(
     log: &Path,
     env: &std::collections::HashMap<String, String>,
 ) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(config)
-        .envs(env)
-        .env("RUST_LOG", "info")
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::start_env(config, log, env)
 }
 
 #[test]

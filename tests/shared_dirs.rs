@@ -73,21 +73,15 @@ fn publish(server: &NatsServer, subject: &str, n: u64) {
 
 /// `svc run` under `umask`, logging to `log`.
 fn start_with_umask(config: &Path, log: &Path, umask: &str) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg(format!("umask {umask} && exec \"$0\" run \"$1\""))
-        .arg(env!("CARGO_BIN_EXE_svc"))
-        .arg(config)
-        .env("RUST_LOG", "info")
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::spawn(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("umask {umask} && exec \"$0\" run \"$1\""))
+            .arg(env!("CARGO_BIN_EXE_svc"))
+            .arg(config)
+            .env("RUST_LOG", "info"),
+        log,
+    )
 }
 
 fn stop(runner: &mut Runner) {

@@ -124,20 +124,7 @@ fn spool_block(dir: &Path, after_seconds: f64) -> Value {
 }
 
 fn start(config: &Path, log: &Path, env: &HashMap<String, String>) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(config)
-        .envs(env)
-        .env("RUST_LOG", "info")
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::start_env(config, log, env)
 }
 
 fn ack_floor(server: &NatsServer) -> u64 {

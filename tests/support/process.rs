@@ -1,6 +1,7 @@
 //! The built binaries as child processes: a running `svc run` with its log captured, and
 //! one-shot `svc <args>` calls.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -12,12 +13,30 @@ pub struct Runner {
 }
 
 impl Runner {
+    /// `svc run <config>` at log level info.
     pub fn start(config: &Path, log: &Path) -> Runner {
+        Runner::spawn(svc_run(config).env("RUST_LOG", "info"), log)
+    }
+
+    /// [`Runner::start`] with variables for the child's environment (credentials, secrets; a
+    /// `RUST_LOG` among them wins).
+    pub fn start_env<K, V>(
+        config: &Path,
+        log: &Path,
+        env: impl IntoIterator<Item = (K, V)>,
+    ) -> Runner
+    where
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        Runner::spawn(svc_run(config).env("RUST_LOG", "info").envs(env), log)
+    }
+
+    /// Starts `command` (an `svc run` however prepared: [`svc_run`], or under a shell that sets
+    /// its umask) with stdout and stderr in `log`.
+    pub fn spawn(command: &mut Command, log: &Path) -> Runner {
         let out = std::fs::File::create(log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_svc"))
-            .arg("run")
-            .arg(config)
-            .env("RUST_LOG", "info")
+        let child = command
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
@@ -66,6 +85,13 @@ impl Drop for Runner {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `svc run <config>`, not started yet.
+pub fn svc_run(config: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_svc"));
+    c.arg("run").arg(config);
+    c
 }
 
 /// Runs `svc <args>` to completion: (exit code, stdout, stderr).

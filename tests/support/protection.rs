@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::broker::NatsServer;
 use super::files_below;
-use super::process::Runner;
+use super::process::{svc_run, Runner};
 pub use super::python::python;
 use super::python::script;
 
@@ -96,20 +96,7 @@ pub fn start_runner(config: &Path, log: &Path) -> Runner {
 
 /// [`start_runner`] with more variables (a sink's credentials).
 pub fn start_runner_env(config: &Path, log: &Path, extra: &HashMap<String, String>) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(config)
-        .envs(secrets_env())
-        .envs(extra)
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::spawn(svc_run(config).envs(secrets_env()).envs(extra), log)
 }
 
 /// `svc <args>` with the secrets in the environment: (exit code, stdout, stderr).

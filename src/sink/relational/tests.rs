@@ -11,7 +11,7 @@ use super::*;
 use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 use crate::sink::{Sink, WriteOutcome};
 
-pub(crate) fn parse_cfg(v: &serde_json::Value) -> RelationalConfig {
+fn parse_cfg(v: &serde_json::Value) -> RelationalConfig {
     let problems = crate::document::reader::Problems::new();
     let mut r = crate::document::reader::ObjectReader::at("sink".into(), v, &problems);
     r.req_string("type");
@@ -21,29 +21,17 @@ pub(crate) fn parse_cfg(v: &serde_json::Value) -> RelationalConfig {
     cfg
 }
 
-pub(crate) fn envelope(subject: &str, seq: u64, data: &[u8]) -> Envelope {
-    let (mut e, _) = normalize(
+/// A normalized message with a message id (the rows of these tests are never written).
+fn envelope(subject: &str, seq: u64, data: &[u8]) -> Envelope {
+    normalize(
         &RawMessage {
-            published_unix_nanos: Some(1_700_000_000_000_000_000),
             headers: vec![("Nats-Msg-Id".into(), format!("msg-{seq}"))],
             ..RawMessage::sample(subject, seq, data)
         },
         1_700_000_001_000_000_000,
         &EnvelopeConfig::default(),
-    );
-    let labels = json!({
-        "profile": "svc.security-label.v1",
-        "classification": "restricted",
-        "releasability": ["team-a"],
-        "owner": "ops",
-    });
-    e.priority = "high".into();
-    e.classification = "restricted".into();
-    e.labels_list = vec!["pii".into(), "eu".into()];
-    e.labels = "pii;eu".into();
-    e.security_labels = Some(labels.clone());
-    e.metadata.security_labels = Some(labels);
-    e
+    )
+    .0
 }
 
 fn batch(subject: &str, seqs: std::ops::RangeInclusive<u64>) -> Vec<Envelope> {
