@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::net::{free_port, wait_tcp};
@@ -94,6 +95,26 @@ pub fn make_certs(dir: &Path) -> Certs {
         rogue_cert: dir.join("self.pem"),
         rogue_key: dir.join("self.key"),
     }
+}
+
+/// A rustls server configuration with the server certificate and key [`make_certs`] wrote in
+/// `dir`, for fakes that speak TLS themselves (ring, the provider the product uses).
+pub fn tls_server_config(dir: &Path) -> Arc<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let certs = rustls::pki_types::CertificateDer::pem_file_iter(dir.join("server.pem"))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    Arc::new(config)
 }
 
 /// `openssl s_server -www` on a free loopback port with the given certificate and key, for

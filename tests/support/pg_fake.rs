@@ -49,23 +49,7 @@ impl Fake {
     /// Like [`Fake::start`], but the fake answers the SSLRequest with `S` and serves the
     /// session over TLS with the certificate made by [`make_certs`] in `cert_dir`.
     pub fn start_tls(cert_dir: &Path, script: impl FnOnce(&mut Peer) + Send + 'static) -> Fake {
-        use rustls::pki_types::pem::PemObject;
-        let certs: Vec<_> =
-            rustls::pki_types::CertificateDer::pem_file_iter(cert_dir.join("server.pem"))
-                .unwrap()
-                .map(|c| c.unwrap())
-                .collect();
-        let key =
-            rustls::pki_types::PrivateKeyDer::from_pem_file(cert_dir.join("server.key")).unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
-        Fake::start_with(Some(Arc::new(config)), script)
+        Fake::start_with(Some(super::certs::tls_server_config(cert_dir)), script)
     }
 
     fn start_with(
