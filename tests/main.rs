@@ -8,6 +8,7 @@
 //!   `broker_auth_tls`, `jetstream_cluster`, `shared_dirs`, `spool`
 //! - sinks: `object_store_sink`, `object_store_e2e`, `aws_credentials`, `http_sink`,
 //!   `relational`, `relational_client` (the PostgreSQL client and sink on the local server),
+//!   `relational_cluster` (password authentication and TLS on a private server),
 //!   `payload_protection`, `payload_protection_sinks`
 //! - hostile peers: `hostile_nats`, `hostile_postgres`, `hostile_store`, `hostile_http`,
 //!   `hostile_receivers`
@@ -24,8 +25,10 @@
 //! the current nats-server release. One module alone: `cargo test --test main -- spool::`.
 //!
 //! Tests share one process and run on several threads: a test never changes the process's
-//! environment or working directory (it passes variables to the child it starts instead), and
-//! never counts what the whole process holds (threads, descriptors) as if it were alone.
+//! environment or working directory (it passes variables to the child it starts, or runs
+//! itself in a child of this binary as `relational_cluster` does), names its scratch files by
+//! more than the process id, and never counts what the whole process holds (threads,
+//! descriptors) as if it were alone.
 
 mod support;
 
