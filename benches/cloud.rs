@@ -15,10 +15,18 @@
 //! `SVC_TEST_VENV`, nats-server, openssl). Without `--bench` (under `cargo test --all-targets`)
 //! it is a 3-run smoke pass.
 
-#[path = "../tests/cloud_util/mod.rs"]
+#[path = "../tests/support/http.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
 mod cloud_util;
-#[path = "../tests/observe_util/mod.rs"]
+#[path = "../tests/support/net.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod net;
+#[path = "../tests/support/observe.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
 mod observe_util;
+#[path = "../tests/support/temp.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod temp;
 
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -139,7 +147,7 @@ fn main() {
     }
     let runs = if full() { 100 } else { 3 };
     let cli_runs = if full() { 20 } else { 1 };
-    let dir = observe_util::TempDir::new("cloud-bench");
+    let dir = temp::TempDir::new("cloud-bench");
     let fams: Vec<(String, String)> = (0..20)
         .map(|i| (format!("tenant{i}.orders.>"), format!("tenant{i}")))
         .collect();
@@ -148,7 +156,7 @@ fn main() {
 
     // Receivers: moto (signatures not enforced: the bench measures throughput) and the
     // strict local receiver of the tests answering 200.
-    let moto_port = observe_util::free_port();
+    let moto_port = net::free_port();
     let _moto = observe_util::ChildGuard(
         Command::new(venv().join("bin/moto_server"))
             .args(["-H", "127.0.0.1", "-p", &moto_port.to_string()])
@@ -166,7 +174,7 @@ fn main() {
             r#"{"failedMetricsCount": 0, "failedMetrics": []}"#.into(),
         )
     }));
-    let key = dir.path("api.pem");
+    let key = dir.join("api.pem");
     assert!(Command::new("openssl")
         .args(["genrsa", "-out", key.to_str().unwrap(), "2048"])
         .output()
@@ -267,18 +275,13 @@ fn main() {
     }
 
     // Broker monitoring against a real nats-server.
-    let mon = observe_util::free_port();
-    let store = observe_util::TempDir::new("cloud-bench-nats");
+    let mon = net::free_port();
+    let store = temp::TempDir::new("cloud-bench-nats");
     let _nats = observe_util::ChildGuard(
         Command::new("/usr/sbin/nats-server")
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &observe_util::free_port().to_string(),
-            ])
+            .args(["-a", "127.0.0.1", "-p", &net::free_port().to_string()])
             .args(["-m", &mon.to_string(), "-js", "-sd"])
-            .arg(&store.0)
+            .arg(store.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -314,7 +317,7 @@ fn main() {
         }
     });
     let bpath = dir.write("broker.json", &bpol.to_json_pretty());
-    let prom = dir.path("svc-broker.prom");
+    let prom = dir.join("svc-broker.prom");
     let t_cli = cli_wall(
         cli_runs,
         &[

@@ -3,34 +3,20 @@
 //! client's 5 ms flusher delays each request), measured in the same run on a private
 //! nats-server. Prints figures and the ratio; asserts nothing about time.
 //!
-//! Run: `cargo bench --bench dlq_publish` (needs /usr/sbin/nats-server).
+//! Run: `cargo bench --bench dlq_publish` (needs nats-server; `SVC_NATS_SERVER` picks another).
 #![allow(deprecated)]
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+#[path = "../tests/support/broker.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod broker;
+#[path = "../tests/support/net.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod net;
+
 use std::time::{Duration, Instant};
 
 use svc::broker::dead_letter::{DeadLetter, DeadLetterConfig, DeadLetterPublisher, Failure};
 use svc::message::envelope::RawMessage;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn healthy(mon: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", mon)) else {
-        return false;
-    };
-    let _ = s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.contains(" 200 ")
-}
 
 fn main() {
     // Under `cargo test` this runs unoptimized as a smoke pass: its ratios and rates are not
@@ -46,29 +32,8 @@ fn main() {
         .and_then(|v| v.parse().ok())
         // `cargo test --all-targets` runs this unoptimized as a smoke test: keep it short there.
         .unwrap_or(if cfg!(debug_assertions) { 50 } else { 500 });
-    let dir = std::env::temp_dir().join(format!("svc-dlq-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (port, mon) = (free_port(), free_port());
-    let mut child = Command::new("/usr/sbin/nats-server")
-        .args([
-            "-a",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-m",
-            &mon.to_string(),
-        ])
-        .args(["-js", "-sd", dir.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nats-server");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !healthy(mon) {
-        assert!(Instant::now() < deadline, "nats-server not healthy");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let nc = nats::connect(format!("nats://127.0.0.1:{port}")).unwrap();
+    let server = broker::NatsServer::start();
+    let nc = nats::connect(server.url()).unwrap();
     let js = nats::jetstream::new(nc.clone());
     js.add_stream(nats::jetstream::StreamConfig {
         name: "DLQ".into(),
@@ -91,18 +56,7 @@ fn main() {
     );
     let letters: Vec<DeadLetter> = (0..n)
         .map(|seq| {
-            let raw = RawMessage {
-                subject: "orders.eu".into(),
-                stream: "ORDERS".into(),
-                consumer: "svc".into(),
-                stream_sequence: seq + 1,
-                consumer_sequence: seq + 1,
-                delivery_count: 1,
-                published_unix_nanos: None,
-                headers: Vec::new(),
-                data: vec![b'x'; 200],
-                unreadable: None,
-            };
+            let raw = RawMessage::sample("orders.eu", seq + 1, &[b'x'; 200]);
             DeadLetter::build(&raw, &failure, 0, &cfg)
         })
         .collect();
@@ -140,7 +94,4 @@ fn main() {
         base.as_secs_f64() * 1e3 / n as f64
     );
     println!("  ratio ours/baseline: {:.1}x", rate(ours) / rate(base));
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,11 +15,17 @@
 //! round. Needs nats-server, python3 with moto[server], boto3 and waitress (scripts/deps.sh).
 #![allow(deprecated)]
 
-#[path = "../tests/moto/mod.rs"]
+#[path = "../tests/support/moto.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
 mod moto;
+#[path = "../tests/support/python.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod python;
 mod sinkbench;
 
 use serde_json::json;
+// The shared test helpers above reach the loopback helpers as `super::net`.
+use sinkbench::support::net;
 use sinkbench::{support, SIZE};
 
 fn main() {

@@ -47,16 +47,9 @@ fn batches(n: usize) -> Vec<Vec<svc::message::envelope::Envelope>> {
         .map(|seq| {
             normalize(
                 &RawMessage {
-                    subject: "orders.created".into(),
-                    stream: "ORDERS".into(),
-                    consumer: "svc".into(),
-                    stream_sequence: seq,
-                    consumer_sequence: seq,
-                    delivery_count: 1,
                     published_unix_nanos: Some(1_700_000_000_000_000_000),
                     headers: vec![("Nats-Msg-Id".into(), format!("m-{seq}"))],
-                    data: payload.clone().into_bytes(),
-                    unreadable: None,
+                    ..RawMessage::sample("orders.created", seq, payload.as_bytes())
                 },
                 1_700_000_001_000_000_000,
                 &EnvelopeConfig::default(),

@@ -1,4 +1,4 @@
-//! HTTP sink benchmark against a local receiver (`tests/receivers/http_receiver.py`, counting
+//! HTTP sink benchmark against a local receiver (`tests/support/receivers/http_receiver.py`, counting
 //! only, keep-alive), started here.
 //!
 //! Prints, measured in the same run against the same receiver:
@@ -18,10 +18,13 @@
 //! `scripts/deps.sh` made it).
 #![allow(deprecated)]
 
+#[path = "../tests/support/python.rs"]
+mod python;
 mod support;
 
+use python::{python, script};
+
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,20 +44,6 @@ fn env_num(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn python() -> PathBuf {
-    let venv = match std::env::var_os("SVC_TEST_VENV") {
-        Some(v) => PathBuf::from(v),
-        None => PathBuf::from(std::env::var("HOME").unwrap_or_default())
-            .join(".cache/svc-test-tools/venv"),
-    };
-    let p = venv.join("bin/python");
-    if p.exists() {
-        p
-    } else {
-        "python3".into()
-    }
-}
-
 struct Receiver {
     port: u16,
     child: Child,
@@ -67,9 +56,8 @@ impl Receiver {
     /// which measures the runner's own ceiling).
     fn start(mode: &str) -> Receiver {
         let dir = tempfile::tempdir().unwrap();
-        let port = support::free_port();
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/receivers/http_receiver.py");
+        let port = support::net::free_port();
+        let script = script("receivers/http_receiver.py");
         let child = Command::new(python())
             .arg(script)
             .args(["--port", &port.to_string()])
@@ -111,16 +99,8 @@ impl Drop for Receiver {
 fn envelope(seq: u64) -> Envelope {
     normalize(
         &RawMessage {
-            subject: "orders.created".into(),
-            stream: "ORDERS".into(),
-            consumer: "svc".into(),
-            stream_sequence: seq,
-            consumer_sequence: seq,
-            delivery_count: 1,
             published_unix_nanos: Some(1_700_000_000_000_000_000),
-            headers: vec![],
-            data: support::body(seq as usize, 205),
-            unreadable: None,
+            ..RawMessage::sample("orders.created", seq, &support::body(seq as usize, 205))
         },
         1_700_000_001_000_000_000,
         &EnvelopeConfig::default(),

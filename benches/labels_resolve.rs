@@ -30,12 +30,6 @@ fn main() {
         "handling_caveats":["no-export"],"policy_id":"pol-7","retention_category":"standard",
         "extensions":{"site":"eu-1","ticket":{"id":"T-42","tags":["a","b"]}}}"#;
     let msg = RawMessage {
-        subject: "orders.eu.created".into(),
-        stream: "ORDERS".into(),
-        consumer: "svc".into(),
-        stream_sequence: 1,
-        consumer_sequence: 1,
-        delivery_count: 1,
         published_unix_nanos: Some(1_700_000_000_000_000_000),
         headers: vec![
             ("Svc-Priority".into(), "High".into()),
@@ -43,8 +37,11 @@ fn main() {
             ("Svc-Labels".into(), "eu,pii,orders".into()),
             ("Svc-Security-Labels".into(), profile.into()),
         ],
-        data: br#"{"order":42,"amount":"12.30","currency":"EUR","items":[1,2,3]}"#.to_vec(),
-        unreadable: None,
+        ..RawMessage::sample(
+            "orders.eu.created",
+            1,
+            br#"{"order":42,"amount":"12.30","currency":"EUR","items":[1,2,3]}"#,
+        )
     };
     let env_cfg = EnvelopeConfig::default();
     let meta_cfg = MessageMetadataConfig::default();

@@ -17,8 +17,15 @@
 
 mod support;
 
-#[path = "../tests/moto/mod.rs"]
+// The shared test helpers below reach the loopback helpers as `super::net`.
+use support::net;
+
+#[path = "../tests/support/moto.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
 mod moto;
+#[path = "../tests/support/python.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod python;
 
 use std::collections::HashMap;
 use std::path::Path;

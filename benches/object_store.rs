@@ -20,9 +20,19 @@
 //! nats-server, and python3 with moto[server], boto3 and waitress.
 #![allow(deprecated)]
 
-#[path = "../tests/moto/mod.rs"]
+#[path = "../tests/support/moto.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
 mod moto;
+#[path = "../tests/support/python.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod python;
 mod support;
+
+// The shared test helpers below reach the loopback helpers as `super::net`.
+use support::net;
+#[path = "../tests/support/temp.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod temp;
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -158,16 +168,8 @@ fn main() {
     let envelope = |seq: u64| {
         normalize(
             &RawMessage {
-                subject: "orders.created".into(),
-                stream: "ORDERS".into(),
-                consumer: "svc".into(),
-                stream_sequence: seq,
-                consumer_sequence: seq,
-                delivery_count: 1,
                 published_unix_nanos: Some(1_700_000_000_000_000_000),
-                headers: vec![],
-                data: support::body(seq as usize, 205),
-                unreadable: None,
+                ..RawMessage::sample("orders.created", seq, &support::body(seq as usize, 205))
             },
             1_700_000_001_000_000_000,
             &EnvelopeConfig::default(),
@@ -296,7 +298,7 @@ struct EndToEnd {
 fn end_to_end(m: &moto::Moto, n: usize, conc: usize, sample: &[u8]) -> EndToEnd {
     let broker = support::start_broker();
     let url = broker.url.clone();
-    let store = moto::TempDir::new("bench-svc");
+    let store = temp::TempDir::new("bench-svc");
     support::create_stream(&url, "OBJ", &["obj.>"]).unwrap();
     support::publish(&url, "OBJ", "obj.orders", n, 205).unwrap();
     support::create_consumer(&url, "OBJ", "svc", "obj.>", Duration::from_secs(60)).unwrap();

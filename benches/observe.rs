@@ -9,7 +9,11 @@
 //! `--bench` flag that `cargo bench` passes (i.e. under `cargo test --all-targets`) it runs a
 //! short smoke pass: 3 runs and 1 s of wrk, figures not meaningful.
 
-use std::net::{TcpListener, TcpStream};
+#[path = "../tests/support/net.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod net;
+use net::free_port;
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -32,14 +36,6 @@ impl Drop for Guard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn wait_port(port: u16) {

@@ -9,8 +9,12 @@
 //! Without the `--bench` flag (under `cargo test --all-targets`) it runs a short smoke pass
 //! (100 connections, 1 s windows), figures not meaningful.
 
+#[path = "../tests/support/net.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod net;
+use net::free_port;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,14 +32,6 @@ impl Drop for Guard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn clock_ticks() -> f64 {

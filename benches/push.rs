@@ -14,23 +14,28 @@
 //! Run: `cargo bench --bench push` (needs the test tools: `SVC_TEST_VENV`, `SVC_TEST_STATSD`,
 //! rsyslog). Without `--bench` (under `cargo test --all-targets`) it is a 3-run smoke pass.
 
-#[path = "../tests/observe_util/mod.rs"]
-mod observe_util;
-#[path = "../tests/push_util/mod.rs"]
+#[path = "../tests/support/net.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod net;
+#[path = "../tests/support/observe.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod observe;
+#[path = "../tests/support/push.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
 mod push_util;
+#[path = "../tests/support/python.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod python;
+#[path = "../tests/support/temp.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod temp;
 
 use std::net::UdpSocket;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use svc::observe::connectors::{self, run_with_policy, Connector, Delivery, ExportArgs, Outcome};
 use svc::observe::policy::Policy;
-
-pub fn unique() -> usize {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    N.fetch_add(1, Ordering::SeqCst)
-}
 
 fn full() -> bool {
     std::env::args().any(|a| a == "--bench")
@@ -172,12 +177,12 @@ fn main() {
     }
     let runs = if full() { 200 } else { 3 };
     let cli_runs = if full() { 30 } else { 1 };
-    let dir = observe_util::TempDir::new("push-bench");
+    let dir = temp::TempDir::new("push-bench");
     let fams: Vec<(String, String)> = (0..20)
         .map(|i| (format!("tenant{i}.orders.>"), format!("tenant{i}")))
         .collect();
     let fam_refs: Vec<(&str, &str)> = fams.iter().map(|(s, l)| (s.as_str(), l.as_str())).collect();
-    let snap = dir.write("snap.json", &observe_util::snapshot(&fam_refs, 0.0));
+    let snap = dir.write("snap.json", &observe::snapshot(&fam_refs, 0.0));
     std::env::set_var("SVC_BENCH_HEC_TOKEN", TOKEN);
 
     let otlp = push_util::Receiver::start(&dir, "otlp_receiver.py", &[], &[]);
@@ -203,7 +208,7 @@ fn main() {
         sp = statsd.port,
         yp = rsyslog.port
     );
-    let policy_path = dir.write("policy.json", &observe_util::policy(&blocks));
+    let policy_path = dir.write("policy.json", &observe::policy(&blocks));
     let policy = Policy::load(&policy_path).unwrap();
     let args = ExportArgs {
         snapshot: Some(snap.clone()),

@@ -20,15 +20,16 @@ mod sinkbench;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sinkbench::{support, BenchDb, SIZE};
+use sinkbench::postgres::TestDb;
+use sinkbench::{support, SIZE};
 use svc::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 
 /// The sink alone: `n` envelopes written by two threads in batches of 256.
-fn sink_alone(db: &BenchDb, n: usize) -> f64 {
+fn sink_alone(db: &TestDb, n: usize) -> f64 {
     let cfg = svc::config::RuntimeConfig::parse(
         &serde_json::json!({
             "nats": {"url": "nats://127.0.0.1:1", "stream": "S", "consumer": "c", "subject": "a"},
-            "sink": db.sink("direct"),
+            "sink": db.sink(serde_json::json!({"table": "direct", "auto_create_tables": true})),
         })
         .to_string(),
     )
@@ -42,16 +43,9 @@ fn sink_alone(db: &BenchDb, n: usize) -> f64 {
         .map(|i| {
             normalize(
                 &RawMessage {
-                    subject: "direct.orders".into(),
                     stream: "DIRECT".into(),
                     consumer: "bench".into(),
-                    stream_sequence: i as u64 + 1,
-                    consumer_sequence: i as u64 + 1,
-                    delivery_count: 1,
-                    published_unix_nanos: None,
-                    headers: vec![],
-                    data: support::body(i, SIZE),
-                    unreadable: None,
+                    ..RawMessage::sample("direct.orders", i as u64 + 1, &support::body(i, SIZE))
                 },
                 svc::message::envelope::now_unix_nanos(),
                 &EnvelopeConfig::default(),
@@ -85,7 +79,7 @@ fn main() {
     }
     let n = sinkbench::arg_n(50_000, 1_000);
     let dir = tempfile::tempdir().unwrap();
-    let db = BenchDb::new("rel");
+    let db = TestDb::new("rel");
     let broker = sinkbench::start_broker();
     support::create_stream(&broker.url, "REL", &["rel.>"]).unwrap();
     let p = support::publish(&broker.url, "REL", "rel.orders", n, SIZE).unwrap();
@@ -95,18 +89,18 @@ fn main() {
     let raw =
         support::raw_fetch_ack(&broker.url, "REL", "raw", "rel.>", n, 256, Duration::ZERO).unwrap();
     let alone = sink_alone(&db, n);
-    assert_eq!(db.count("direct"), n as u64);
+    assert_eq!(db.count("direct"), n as i64);
     let e2e = sinkbench::run_svc(
         &broker.url,
         "REL",
         "rel.>",
         "svc-rel",
         n,
-        db.sink("events"),
+        db.sink(serde_json::json!({"auto_create_tables": true})),
         dir.path(),
         &[],
     );
-    assert_eq!(db.count("events"), n as u64, "every message is one row");
+    assert_eq!(db.count("events"), n as i64, "every message is one row");
 
     println!();
     println!("relational sink throughput, {SIZE}-byte JSON payloads, PostgreSQL + broker + svc on one 2-core host");

@@ -36,10 +36,9 @@ use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sinkbench::{support, BenchDb, SIZE};
-use svc::sink::relational::wire::{
-    AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode,
-};
+use sinkbench::postgres::TestDb;
+use sinkbench::{support, SIZE};
+use svc::sink::relational::wire::Connection;
 
 /// Held on every client-to-server chunk: one network round trip to the database.
 const DELAY: Duration = Duration::from_millis(20);
@@ -100,25 +99,7 @@ fn start_delay_proxy(upstream: u16, delay: Duration) -> u16 {
     port
 }
 
-fn pg(database: &str) -> ConnectParams {
-    ConnectParams {
-        host: "127.0.0.1".into(),
-        port: 5432,
-        user: "postgres".into(),
-        database: database.into(),
-        application_name: "svc-bench".into(),
-        tls: TlsMode::Disable,
-        tls_config: None,
-        connect_timeout: Duration::from_secs(5),
-        io_timeout: Duration::from_secs(60),
-        // The local server trusts loopback (no authentication): allowed here explicitly.
-        require_auth: AuthPolicy::parse("none").unwrap(),
-        channel_binding: ChannelBindingMode::Prefer,
-        scram_min_iterations: 4096,
-    }
-}
-
-fn sink(db: &BenchDb, port: u16, table: &str) -> serde_json::Value {
+fn sink(db: &TestDb, port: u16, table: &str) -> serde_json::Value {
     serde_json::json!({
         "type": "relational_db",
         "dsn": format!("postgresql://postgres@127.0.0.1:{port}/{}", db.name),
@@ -130,7 +111,7 @@ fn sink(db: &BenchDb, port: u16, table: &str) -> serde_json::Value {
 }
 
 /// Creates `table` once, straight to the database, as `svc init-db` would.
-fn create_table(db: &BenchDb, table: &str) {
+fn create_table(db: &TestDb, table: &str) {
     let cfg = svc::config::RuntimeConfig::parse(
         &serde_json::json!({
             "nats": {"url": "nats://127.0.0.1:1", "stream": "S", "consumer": "c", "subject": "a"},
@@ -180,7 +161,7 @@ fn start_runner(dir: &Path, tag: &str, cfg: &serde_json::Value) -> (Child, PathB
 /// `runners` processes on one new durable; `per_runner x runners` messages.
 fn run_case(
     broker: &support::Broker,
-    db: &BenchDb,
+    db: &TestDb,
     db_port: u16,
     label: &str,
     runners: usize,
@@ -256,7 +237,7 @@ fn run_case(
         batches += s["count"].as_u64().unwrap_or(0);
         sum += s["sum"].as_f64().unwrap_or(0.0);
     }
-    assert_eq!(db.count(&table), total, "every message stored once");
+    assert_eq!(db.count(&table) as u64, total, "every message stored once");
     Case {
         runners,
         messages: total,
@@ -282,8 +263,8 @@ fn main() {
         &[1, 2]
     };
     let broker = sinkbench::start_broker();
-    let db = BenchDb::new("scaling");
-    let sync_commit = Connection::connect(&pg(&db.name), None)
+    let db = TestDb::new("scaling");
+    let sync_commit = Connection::connect(&sinkbench::postgres::pg_params(&db.name), None)
         .unwrap()
         .query("SHOW synchronous_commit", &[])
         .unwrap()

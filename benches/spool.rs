@@ -15,9 +15,16 @@
 //! Output goes below `SVC_BENCH_DIR` (default: the system temp directory) and is removed.
 //! Envelopes carry a ~200-byte JSON payload.
 
-#[path = "../tests/moto/mod.rs"]
+#[path = "../tests/support/moto.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
 mod moto;
+#[path = "../tests/support/python.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+mod python;
 mod support;
+
+// The shared test helpers below reach the loopback helpers as `super::net`.
+use support::net;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -42,16 +49,9 @@ fn envelopes(n: usize) -> Vec<Envelope> {
         .map(|seq| {
             normalize(
                 &RawMessage {
-                    subject: "orders.created".into(),
-                    stream: "ORDERS".into(),
-                    consumer: "svc".into(),
-                    stream_sequence: seq,
-                    consumer_sequence: seq,
-                    delivery_count: 1,
                     published_unix_nanos: Some(1_700_000_000_000_000_000),
                     headers: vec![("Nats-Msg-Id".into(), format!("m-{seq}"))],
-                    data: payload.clone().into_bytes(),
-                    unreadable: None,
+                    ..RawMessage::sample("orders.created", seq, payload.as_bytes())
                 },
                 1_700_000_001_000_000_000,
                 &EnvelopeConfig::default(),

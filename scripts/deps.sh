@@ -95,7 +95,7 @@ deps_test() {
     # moto (S3 and CloudWatch), served through waitress so connections are kept alive as real
     # S3 keeps them; the OTLP protobuf JSON parser for the OTLP receivers; cryptography for
     # the independent AES-GCM / Ed25519 checks of tests/payload_protection.rs; standardwebhooks
-    # verifies the HTTP sink's signatures in its receiver (tests/receivers/http_receiver.py);
+    # verifies the HTTP sink's signatures in its receiver (tests/support/receivers/http_receiver.py);
     # cyclonedx-python-lib validates the packages' SBOMs against the CycloneDX schema.
     if [ ! -x "$TOOLS_DIR/venv/bin/moto_server" ] || ! "$TOOLS_DIR/venv/bin/python" -c 'import opentelemetry.proto, boto3, waitress, cryptography, standardwebhooks, cyclonedx.validation.json' 2>/dev/null; then
         python3 -m venv "$TOOLS_DIR/venv"

@@ -25,13 +25,15 @@ bash scripts/audit.sh
 echo "== cargo test"
 cargo test --all-targets --no-fail-fast -- --test-threads="${SVC_TEST_THREADS:-4}"
 
-# The tests that run a real broker, again against the current nats-server release (the run
-# above used Debian's 2.9.10): what either does, the runner must handle.
+# The test modules that run a real broker, again against the current nats-server release (the
+# run above used Debian's 2.9.10): what either does, the runner must handle. Each name becomes
+# the filter `<module>::` of the one integration test binary (tests/main.rs); libtest runs the
+# tests that match any of them.
 current="$TOOLS_DIR/venv/bin/nats-server"
 echo "== broker-facing tests against $("$current" --version)"
-broker_tests=(aws_credentials broker_auth_tls consumer_changes dashboard durability hostile_store
+broker_modules=(aws_credentials broker_auth_tls consumer_changes dashboard durability hostile_store
     http_sink jetstream_cluster labels_dlq logging_format object_store_e2e observe_broker_monitoring
     operator_commands payload_protection payload_protection_sinks relational runner shared_dirs
     sink_permanent spool stream_plan)
-SVC_NATS_SERVER="$current" cargo test --no-fail-fast "${broker_tests[@]/#/--test=}" \
-    -- --test-threads="${SVC_TEST_THREADS:-4}"
+SVC_NATS_SERVER="$current" cargo test --test main --no-fail-fast \
+    -- "${broker_modules[@]/%/::}" --test-threads="${SVC_TEST_THREADS:-4}"

@@ -4,16 +4,14 @@
 //! files a real `svc-observe` writes when it withholds, served by a real node exporter to a
 //! real Prometheus.
 
-mod kit_util;
-mod observe_util;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use kit_util::*;
-use observe_util::{free_port, get10, observe, policy, wait_for, ChildGuard, TempDir};
+use crate::support::kit::*;
+use crate::support::observe::{get10, observe, policy, wait_for, ChildGuard};
+use crate::support::{free_port, TempDir};
 
 fn promtool(args: &[&str]) -> (bool, String) {
     let out = Command::new("promtool")
@@ -151,7 +149,7 @@ fn alert_states(addr: SocketAddr) -> Option<BTreeMap<String, (String, Vec<serde_
 #[test]
 fn exporter_alerts_catch_what_svc_observe_really_writes() {
     let dir = TempDir::new("alerts");
-    let textdir = dir.path("textfile");
+    let textdir = dir.join("textfile");
     std::fs::create_dir_all(&textdir).unwrap();
     // A policy that shares everything, with a broker poll aimed at a port nobody listens on.
     let mut p: serde_json::Value = serde_json::from_str(&policy("{}")).unwrap();
@@ -164,7 +162,7 @@ fn exporter_alerts_catch_what_svc_observe_really_writes() {
     let svc_prom = textdir.join("svc.prom");
     let o = observe(&[
         &"scrape-textfile",
-        &dir.path("missing.json"),
+        &dir.join("missing.json"),
         &pol,
         &"--output",
         &svc_prom,
@@ -214,10 +212,10 @@ fn exporter_alerts_catch_what_svc_observe_really_writes() {
             .arg(format!("--config.file={}", conf.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
-                dir.path("tsdb").display()
+                dir.join("tsdb").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .current_dir(&dir.0)
+            .current_dir(dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -11,17 +11,16 @@
 //!
 //! `svc test-sink` and `svc run` name the source that answered in their output, never a key.
 
-mod moto;
-mod util;
-
 use std::collections::{BTreeMap, HashMap};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use moto::{Moto, TempDir};
+use crate::support::http::read_request;
+use crate::support::moto::Moto;
+use crate::support::TempDir;
 use serde_json::json;
 use svc::config::RuntimeConfig;
 use svc::metrics::Metrics;
@@ -120,7 +119,7 @@ fn lifetime(n: usize) -> u64 {
 /// that a fake endpoint answers what AWS's SDKs ask and expect. Empty when it found none.
 fn boto3_access_key(env: &HashMap<String, String>) -> String {
     let home = TempDir::new("boto3-home");
-    let out = std::process::Command::new(moto::python())
+    let out = std::process::Command::new(crate::support::python::python())
         .args([
             "-c",
             "import boto3\nc = boto3.Session().get_credentials()\n\
@@ -212,47 +211,21 @@ fn serve(mut conn: TcpStream, handler: &Handler, violations: &Mutex<Vec<String>>
     conn.set_nonblocking(false).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        match conn.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-        if buf.len() > 65536 {
+    let r = match read_request(&mut conn) {
+        Ok(r) => r,
+        Err(e) => {
+            violations
+                .lock()
+                .unwrap()
+                .push(format!("malformed request: {e}"));
             return;
         }
     };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next().unwrap_or_default().split(' ');
-    let (method, path) = (
-        first.next().unwrap_or_default().to_string(),
-        first.next().unwrap_or_default().to_string(),
-    );
-    let headers: BTreeMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let len: usize = headers
-        .get("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < len {
-        match conn.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => body.extend_from_slice(&chunk[..n]),
-        }
-    }
     let req = Req {
-        method,
-        path,
-        headers,
-        body,
+        method: r.method,
+        path: r.target,
+        headers: r.headers.into_iter().collect(),
+        body: r.body,
     };
     let (status, ctype, text) = match handler(&req) {
         Ok(a) => a,
@@ -727,7 +700,7 @@ fn svc_run_stores_with_container_credentials_and_logs_the_source() {
         Arc::new(AtomicUsize::new(0)),
         |_| 3600,
     );
-    let server = util::NatsServer::start();
+    let server = crate::support::broker::NatsServer::start();
     server.create_stream("ORDERS", &["orders.>"]);
     server.create_consumer("ORDERS", "svc", "orders.>", Duration::from_secs(30));
     server.publish_n("ORDERS", "orders.created", 5, |i| {
@@ -735,7 +708,7 @@ fn svc_run_stores_with_container_credentials_and_logs_the_source() {
     });
     let m = &store().0;
     m.create_bucket("creds-run", false);
-    let cfg = util::write_config(
+    let cfg = crate::support::write_config(
         dir.path(),
         "c.json",
         &json!({
@@ -748,23 +721,18 @@ fn svc_run_stores_with_container_credentials_and_logs_the_source() {
         }),
     );
     let log = dir.path().join("svc.log");
-    let out = std::fs::File::create(&log).unwrap();
     let uri = format!("{}/v1/credentials", fake.url());
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(&cfg)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap())
-        .env("HOME", dir.path())
-        .env("RUST_LOG", "info")
-        .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", &uri)
-        .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &token_file)
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    let mut runner = util::Runner { child, log };
-    util::wait_until(Duration::from_secs(60), "5 messages acked", || {
+    let mut runner = crate::support::process::Runner::spawn(
+        crate::support::process::svc_run(&cfg)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("HOME", dir.path())
+            .env("RUST_LOG", "info")
+            .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", &uri)
+            .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &token_file),
+        &log,
+    );
+    crate::support::wait_until(Duration::from_secs(60), "5 messages acked", || {
         server.try_consumer_state("ORDERS", "svc") == Some((5, 0, 0))
     });
     let keys = stored("creds-run");

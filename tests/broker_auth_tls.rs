@@ -3,14 +3,15 @@
 //! otherwise, never a panic).
 #![allow(deprecated)] // the nats crate's JetStream API, used to set up the broker
 
-mod util;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support::broker::*;
+use crate::support::certs::*;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::json;
-use util::*;
 
 fn config(url: &str, dir: &Path, nats_extra: serde_json::Value) -> serde_json::Value {
     let mut nats = json!({"url": url, "stream": "ORDERS", "consumer": "svc", "subject": "orders.>",
@@ -306,7 +307,10 @@ struct Namespace {
 
 impl Namespace {
     fn new(names: &[&str]) -> Namespace {
-        let name = format!("svc-nc-{}", std::process::id());
+        // The process id alone is not unique: every test of the suite shares the process.
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("svc-nc-{}-{n}", std::process::id());
         let ip = |args: &[&str]| {
             let ok = Command::new("ip")
                 .args(args)

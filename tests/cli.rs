@@ -1,9 +1,8 @@
 //! `svc validate`, `svc test-sink`, `--help`, `--version`: exact outputs and exit codes.
 
-mod util;
-
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::json;
-use util::*;
 
 fn valid(dir: &std::path::Path) -> serde_json::Value {
     json!({

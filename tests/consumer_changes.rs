@@ -4,13 +4,13 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to change the consumer
 
-mod util;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support::broker::*;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::json;
-use util::*;
 
 const STREAM: &str = "ORDERS";
 const CONSUMER: &str = "svc";

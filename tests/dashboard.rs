@@ -6,21 +6,21 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
-mod kit_util;
-mod observe_util;
-mod util;
-
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use observe_util::{get10, policy, start_http, urlencode, wait_for, ChildGuard};
+use crate::support::broker::NatsServer;
+use crate::support::observe::{get10, policy, start_http, urlencode, wait_for, ChildGuard};
+use crate::support::process::Runner;
+use crate::support::write_config;
 use serde_json::{json, Value};
-use util::{write_config, NatsServer, Runner};
 
 fn dashboard() -> Value {
-    let text =
-        std::fs::read_to_string(kit_util::repo("contrib/grafana/svc-dashboard.json")).unwrap();
+    let text = std::fs::read_to_string(crate::support::kit::repo(
+        "contrib/grafana/svc-dashboard.json",
+    ))
+    .unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
@@ -85,11 +85,11 @@ fn dashboard_is_provisionable_and_names_real_metrics() {
             }
         }
     }
-    let served = kit_util::exported_names();
+    let served = crate::support::kit::exported_names();
     let queries = panel_queries(&d);
     assert!(queries.len() >= 30, "{}", queries.len());
     for (title, expr) in &queries {
-        for name in kit_util::svc_names(expr) {
+        for name in crate::support::kit::svc_names(expr) {
             assert!(served.contains(&name), "{title}: {name} is not served");
         }
     }
@@ -114,8 +114,10 @@ fn dashboard_is_provisionable_and_names_real_metrics() {
         ]
     );
     // The provisioning example points Grafana at a folder of dashboards.
-    let prov =
-        std::fs::read_to_string(kit_util::repo("contrib/grafana/svc-dashboards.yaml")).unwrap();
+    let prov = std::fs::read_to_string(crate::support::kit::repo(
+        "contrib/grafana/svc-dashboards.yaml",
+    ))
+    .unwrap();
     assert!(prov.contains("type: file") && prov.contains("path: /var/lib/grafana/dashboards/svc"));
 }
 
@@ -142,11 +144,11 @@ fn every_panel_query_returns_data_from_a_real_prometheus() {
     server.publish_n("ORDERS", "orders.created", 20, |i| {
         format!("{{\"order\":{i}}}").into_bytes()
     });
-    util::wait_until(Duration::from_secs(30), "the first snapshot", || {
-        util::snapshot_counter(&snap, "messages_acked_total") >= 20
+    crate::support::wait_until(Duration::from_secs(30), "the first snapshot", || {
+        crate::support::snapshot_counter(&snap, "messages_acked_total") >= 20
     });
 
-    let port = observe_util::free_port();
+    let port = crate::support::free_port();
     let mut p: Value = serde_json::from_str(&policy(
         r#"{"subject_metrics": {"enabled": true, "rules": [{"subject": "orders.>", "label": "orders"}]}}"#,
     ))
@@ -156,13 +158,13 @@ fn every_panel_query_returns_data_from_a_real_prometheus() {
     std::fs::write(&pol, p.to_string()).unwrap();
     let _observe = start_http(&snap, &pol, &[], port);
 
-    let prom_port = observe_util::free_port();
+    let prom_port = crate::support::free_port();
     let conf = dir.path().join("prometheus.yml");
     std::fs::write(
         &conf,
         format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: svc\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n",
-            kit_util::repo("contrib/prometheus/svc-rules.yml").display()
+            crate::support::kit::repo("contrib/prometheus/svc-rules.yml").display()
         ),
     )
     .unwrap();

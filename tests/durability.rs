@@ -45,15 +45,15 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
-mod util;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::broker::*;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::{json, Value};
-use util::*;
 
 const STREAM: &str = "ORDERS";
 const CONSUMER: &str = "svc";

@@ -4,15 +4,14 @@
 //! the future, oversize). Each case asserts the secure outcome. No tight timing: latencies are
 //! compared with the request timeout, which the old server exceeded several times over.
 
-mod observe_util;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use observe_util::*;
+use crate::support::observe::*;
+use crate::support::{free_port, TempDir};
 
 const FAMILIES: &[(&str, &str)] = &[
     ("a.>", "a"),
@@ -344,27 +343,27 @@ fn lying_snapshots_fail_closed() {
     assert_eq!((r.status, r.body.as_str()), (503, "snapshot invalid\n"));
     let o = observe(&[
         &"scrape-textfile",
-        &dir.path("snap.json"),
-        &dir.path("policy.json"),
+        &dir.join("snap.json"),
+        &dir.join("policy.json"),
         &"--dry-run",
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("in the future"), "{}", stderr(&o));
 
     // Within the allowed skew it is served.
-    std::fs::write(dir.path("snap.json"), snapshot(&[], -2.0)).unwrap();
+    std::fs::write(dir.join("snap.json"), snapshot(&[], -2.0)).unwrap();
     assert_eq!(get(addr, "/metrics").status, 200);
 
     // Valid JSON padded past the 1 MiB cap.
     let mut big = snapshot(&[], 0.0);
     big.push_str(&" ".repeat(1 << 20));
-    std::fs::write(dir.path("snap.json"), &big).unwrap();
+    std::fs::write(dir.join("snap.json"), &big).unwrap();
     let r = get(addr, "/metrics");
     assert_eq!((r.status, r.body.as_str()), (503, "snapshot invalid\n"));
     let o = observe(&[
         &"scrape-textfile",
-        &dir.path("snap.json"),
-        &dir.path("policy.json"),
+        &dir.join("snap.json"),
+        &dir.join("policy.json"),
         &"--dry-run",
     ]);
     assert_eq!(o.status.code(), Some(1));

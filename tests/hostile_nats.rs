@@ -11,8 +11,6 @@
 //! - A lying broker whose `-ERR` and JetStream API error texts try to forge or flood log lines.
 //! - `svc validate` on credentials that would cross a network in plaintext.
 
-mod util;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
@@ -21,26 +19,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::certs::*;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::json;
-use util::*;
-
-fn tls_server_config(dir: &Path) -> Arc<rustls::ServerConfig> {
-    use rustls::pki_types::pem::PemObject;
-    let certs = rustls::pki_types::CertificateDer::pem_file_iter(dir.join("server.pem"))
-        .unwrap()
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .unwrap();
-    Arc::new(config)
-}
 
 /// The rogue: accepts every connection, greets like a plaintext NATS server and records what
 /// the client sends until it stops or half a second passes.

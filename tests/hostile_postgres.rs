@@ -1,5 +1,5 @@
 //! The relational sink's PostgreSQL client against hostile servers (issue 13): a fake server
-//! (tests/pg_fake) that skips SCRAM's proof, asks for the password in clear or as MD5, streams
+//! (tests/support/pg_fake.rs) that skips SCRAM's proof, asks for the password in clear or as MD5, streams
 //! rows forever, drips its answers, sends malformed rows and absurd lengths.
 //!
 //! Each case asserts the secure outcome, a clear Display error, and that no secret appears in
@@ -7,28 +7,23 @@
 //! received. The fake itself is proven right with `psql`, which completes its SCRAM exchange
 //! and refuses its impostor variants.
 
-mod pg_fake;
-mod util;
-
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pg_fake::{data_row, error_response, frame, scram_server, Fake, Peer, ScramEnd};
+use crate::support::pg_fake::{
+    data_row, error_response, frame, scram_server, Fake, Peer, ScramEnd,
+};
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::json;
 use svc::sink::relational::wire::{
     AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode, MAX_ROWS_PER_STATEMENT,
 };
-use util::*;
 
 const PASSWORD: &str = "Hostile-Test-s3cret-9f2";
 const PASSWORD_ENV: &str = "SVC_HOSTILE_PG_PASSWORD";
 const USER: &str = "app";
-
-fn set_password() {
-    // Every test sets the same value: safe under parallel tests.
-    std::env::set_var(PASSWORD_ENV, PASSWORD);
-}
 
 /// Every form of the secret an impostor could collect: the password, and the MD5 answer and
 /// its inner hash (both replayable or crackable offline).
@@ -52,7 +47,6 @@ fn assert_no_secret(what: &str, text: &[u8], salt: [u8; 4]) {
 /// Runs `svc test-sink` against the fake with extra sink fields: (exit code, stdout, stderr,
 /// elapsed).
 fn test_sink(port: u16, extra: serde_json::Value) -> (i32, String, String, Duration) {
-    set_password();
     let dir = tempfile::tempdir().unwrap();
     let mut sink = json!({
         "type": "relational_db",
@@ -73,7 +67,11 @@ fn test_sink(port: u16, extra: serde_json::Value) -> (i32, String, String, Durat
                 "sink": sink}),
     );
     let start = Instant::now();
-    let (code, out, err) = svc(&["test-sink", cfg.to_str().unwrap()]);
+    // The password goes to the child only: the test process's environment is shared.
+    let (code, out, err) = svc_with_env(
+        &["test-sink", cfg.to_str().unwrap()],
+        &[(PASSWORD_ENV, PASSWORD)],
+    );
     (code, out, err, start.elapsed())
 }
 
@@ -259,7 +257,11 @@ fn cleartext_and_md5_requests_are_refused_by_default_and_nothing_is_sent() {
         ),
         (
             "trust",
-            [frame(b'R', &0i32.to_be_bytes()), pg_fake::after_auth()].concat(),
+            [
+                frame(b'R', &0i32.to_be_bytes()),
+                crate::support::pg_fake::after_auth(),
+            ]
+            .concat(),
             "the server asked for no authentication (trust), which sink.require_auth \
              (scram-sha-256) does not allow; nothing was sent",
         ),
@@ -376,7 +378,7 @@ fn a_dripped_handshake_fails_at_the_connect_deadline() {
     let fake = Fake::start(|p| {
         p.startup();
         let mut all = frame(b'R', &0i32.to_be_bytes());
-        all.extend(pg_fake::after_auth());
+        all.extend(crate::support::pg_fake::after_auth());
         assert!(all.len() > 100);
         p.drip(&all, Duration::from_millis(200));
     });
@@ -551,7 +553,7 @@ fn a_protocol_error_inside_a_batch_is_never_followed_by_rollback_or_terminate() 
         // SET statement_timeout; SHOW synchronous_commit
         let _ = p.read_msg();
         let mut out = frame(b'C', b"SET\0");
-        out.extend(pg_fake::row_description());
+        out.extend(crate::support::pg_fake::row_description());
         out.extend(data_row(&[Some(b"on")]));
         out.extend(frame(b'C', b"SHOW\0"));
         out.extend(frame(b'Z', b"I"));
@@ -583,16 +585,9 @@ fn a_protocol_error_inside_a_batch_is_never_followed_by_rollback_or_terminate() 
             .unwrap();
     let env = svc::message::envelope::normalize(
         &svc::message::envelope::RawMessage {
-            subject: "a.b".into(),
             stream: "S".into(),
             consumer: "c".into(),
-            stream_sequence: 1,
-            consumer_sequence: 1,
-            delivery_count: 1,
-            published_unix_nanos: None,
-            headers: Vec::new(),
-            data: b"{}".to_vec(),
-            unreadable: None,
+            ..svc::message::envelope::RawMessage::sample("a.b", 1, b"{}")
         },
         svc::message::envelope::now_unix_nanos(),
         &svc::message::envelope::EnvelopeConfig::default(),
@@ -756,8 +751,8 @@ fn a_server_refusing_tls_gets_no_plaintext_startup() {
 #[test]
 fn channel_binding_over_tls_against_a_fake_that_checks_it() {
     let dir = tempfile::tempdir().unwrap();
-    pg_fake::make_certs(dir.path());
-    let hash = pg_fake::cert_hash(dir.path());
+    crate::support::certs::make_certs(dir.path());
+    let hash = crate::support::pg_fake::cert_hash(dir.path());
     let tls_params = |port: u16, mode: ChannelBindingMode| ConnectParams {
         host: "localhost".into(),
         tls: TlsMode::VerifyFull,
@@ -798,7 +793,13 @@ fn channel_binding_over_tls_against_a_fake_that_checks_it() {
         let h = hash.clone();
         let fake = Fake::start_tls(dir.path(), move |p| {
             p.startup();
-            if pg_fake::scram_server_with(p, PASSWORD, ScramEnd::Honest, offered, Some(&h)) {
+            if crate::support::pg_fake::scram_server_with(
+                p,
+                PASSWORD,
+                ScramEnd::Honest,
+                offered,
+                Some(&h),
+            ) {
                 p.serve_queries();
             }
         });

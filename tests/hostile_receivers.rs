@@ -2,26 +2,24 @@
 //! echo the request's secrets where a cut would split them, JSON-escaped, or whole next to
 //! their parts; 200 answers that report a partial success or hold an error document.
 //!
-//! The receivers are `cloud_util::Receiver`s (each request parsed strictly and recorded, the
+//! The receivers are `support::http::Receiver`s (each request parsed strictly and recorded, the
 //! answer chosen by the test).
-
-mod cloud_util;
-mod observe_util;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-use cloud_util::{Received, Receiver};
-use observe_util::{policy, snapshot, stderr, stdout, TempDir};
+use crate::support::http::{Received, Receiver};
+use crate::support::observe::{policy, snapshot, stderr, stdout};
+use crate::support::TempDir;
 use serde_json::{json, Value};
 
 /// `svc-observe` with a clean environment: `PATH`, `HOME` = the test dir, plus `env`.
 fn run(dir: &TempDir, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(observe_util::bin())
+    Command::new(crate::support::observe::bin())
         .args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap())
-        .env("HOME", &dir.0)
+        .env("HOME", dir.path())
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
@@ -408,7 +406,7 @@ fn siem_hec_export_ends_at_its_deadline() {
 fn cloud_a_export_ends_at_its_deadline() {
     let rx = slow_receiver();
     let dir = TempDir::new("deadline-clouda");
-    let key = dir.path("api.pem");
+    let key = dir.join("api.pem");
     let out = Command::new("openssl")
         .args(["genrsa", "-out", key.to_str().unwrap(), "2048"])
         .output()
@@ -465,7 +463,7 @@ fn cloud_b_export_ends_at_its_deadline() {
 /// datagrams x attempts x timeout.
 fn datagram_connector_ends_at_its_deadline(command: &str, name: &str) {
     let dir = TempDir::new(&format!("deadline-{name}"));
-    let path = dir.path("receiver.sock");
+    let path = dir.join("receiver.sock");
     let _receiver = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
     let block = json!({"enabled": true, "transport": "unixgram",
                        "socket_path": path.to_str().unwrap()});

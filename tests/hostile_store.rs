@@ -2,12 +2,9 @@
 //! a decompression bomb served at a taken key (`fail_existing`), a store that ignores
 //! `If-None-Match`, and peers that echo the request's secrets back in their error text.
 //!
-//! The fakes are `cloud_util::Receiver`s: each request parsed strictly and recorded, the answer
+//! The fakes are `support::http::Receiver`s: each request parsed strictly and recorded, the answer
 //! chosen by the test.
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
-mod cloud_util;
-mod util;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -15,9 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use cloud_util::{Received, Receiver};
+use crate::support::broker::NatsServer;
+use crate::support::http::{Received, Receiver};
+use crate::support::process::Runner;
+use crate::support::{snapshot_counter, write_config};
 use serde_json::{json, Value};
-use util::{snapshot_counter, write_config, NatsServer, Runner};
 
 const STREAM: &str = "ORDERS";
 const CONSUMER: &str = "svc";
@@ -74,20 +73,7 @@ fn broker_with(n: usize) -> NatsServer {
 }
 
 fn start_runner(config: &Path, log: &Path, env: &HashMap<String, String>) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(config)
-        .envs(env)
-        .env("RUST_LOG", "info")
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::start_env(config, log, env)
 }
 
 /// `svc test-sink` with exactly `env` (plus PATH): (exit code, stdout + stderr).

@@ -1,5 +1,5 @@
 //! `svc` end to end into the HTTP sink: a real `nats-server -js`, a Python receiver that stores
-//! every request it gets (`tests/receivers/http_receiver.py`, verifying Standard Webhooks
+//! every request it gets (`tests/support/receivers/http_receiver.py`, verifying Standard Webhooks
 //! signatures with the `standardwebhooks` package from PyPI), nginx in front of it for TLS and
 //! mutual TLS, and the `svc` binary. Commit first, ACK last: a record is acknowledged only
 //! after a success status for a request that held it.
@@ -9,8 +9,6 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
-mod util;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -18,8 +16,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::broker::NatsServer;
+use crate::support::process::Runner;
+use crate::support::python::{python, script};
+use crate::support::{free_port, snapshot_counter, wait_until, write_config};
 use serde_json::{json, Value};
-use util::{free_port, snapshot_counter, wait_until, write_config, NatsServer, Runner};
 
 const STREAM: &str = "ORDERS";
 const CONSUMER: &str = "svc";
@@ -28,14 +29,6 @@ const SUBJECT: &str = "orders.>";
 const SECRET_NEW: &str = "whsec_c3ZjLXRlc3Qtc2lnbmluZy1zZWNyZXQtbmV3LTAx";
 const SECRET_OLD: &str = "whsec_c3ZjLXRlc3Qtc2lnbmluZy1zZWNyZXQtb2xkLTAy";
 const TOKEN: &str = "Bearer tok-3f9a77c1d2e4-very-secret";
-
-fn venv_python() -> PathBuf {
-    let venv = match std::env::var_os("SVC_TEST_VENV") {
-        Some(v) => PathBuf::from(v),
-        None => PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/svc-test-tools/venv"),
-    };
-    venv.join("bin/python")
-}
 
 /// The Python receiver on its own port, killed on drop.
 struct Receiver {
@@ -58,8 +51,8 @@ impl Receiver {
     }
 
     fn launch(&mut self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/receivers/http_receiver.py");
-        let child = Command::new(venv_python())
+        let script = script("receivers/http_receiver.py");
+        let child = Command::new(python())
             .arg(script)
             .args(["--port", &self.port.to_string()])
             .arg("--out")
@@ -178,20 +171,13 @@ fn env() -> HashMap<String, String> {
 }
 
 fn start_runner(config: &Path, log: &Path) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(config)
-        .envs(env())
-        .env("RUST_LOG", "debug")
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::start_env(
+        config,
+        log,
+        env()
+            .into_iter()
+            .chain([("RUST_LOG".into(), "debug".into())]),
+    )
 }
 
 fn test_sink(config: &Path) -> (i32, String) {
@@ -573,7 +559,7 @@ fn kill_9_of_the_runner_and_a_receiver_restart_lose_nothing() {
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl.
 fn make_pki(dir: &Path) {
-    util::make_certs(dir);
+    crate::support::certs::make_certs(dir);
     let sh = |args: &str| {
         let ok = Command::new("sh")
             .arg("-c")

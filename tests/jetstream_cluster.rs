@@ -11,17 +11,15 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the cluster
 
-mod cluster_util;
-mod util;
-
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cluster_util::Cluster;
+use crate::support::cluster::Cluster;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::json;
-use util::*;
 
 const STREAM: &str = "ORDERS";
 const CONSUMER: &str = "svc";

@@ -2,14 +2,15 @@
 //! real nats-server (JetStream): the publisher and observer directly, then the `svc` binary.
 #![allow(deprecated)]
 
-mod util;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::broker::*;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::{json, Value};
 use svc::broker::advisory::AdvisoryObserver;
 use svc::broker::dead_letter::{
@@ -17,20 +18,11 @@ use svc::broker::dead_letter::{
 };
 use svc::message::envelope::RawMessage;
 use svc::metrics::Metrics;
-use util::*;
 
 fn raw(seq: u64) -> RawMessage {
     RawMessage {
-        subject: "orders.eu".into(),
-        stream: "ORDERS".into(),
-        consumer: "svc".into(),
-        stream_sequence: seq,
-        consumer_sequence: seq,
-        delivery_count: 1,
-        published_unix_nanos: None,
         headers: vec![("Svc-Security-Labels".into(), "{\"x\":\"OFFENDING\"}".into())],
-        data: b"secret payload body".to_vec(),
-        unreadable: None,
+        ..RawMessage::sample("orders.eu", seq, b"secret payload body")
     }
 }
 

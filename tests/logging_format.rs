@@ -4,14 +4,14 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
-mod util;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::broker::*;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::json;
-use util::*;
 
 /// A config whose broker refuses connections: `svc run` logs one ERROR line and exits 1.
 fn unreachable(dir: &Path, logging: serde_json::Value) -> std::path::PathBuf {

@@ -4,16 +4,15 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
-mod moto;
-mod util;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::broker::NatsServer;
+use crate::support::process::Runner;
+use crate::support::{snapshot_counter, wait_until, write_config};
 use serde_json::{json, Value};
-use util::{snapshot_counter, wait_until, write_config, NatsServer, Runner};
 
 const STREAM: &str = "ORDERS";
 const CONSUMER: &str = "svc";
@@ -62,20 +61,7 @@ fn config(server: &NatsServer, dir: &Path, sink: Value) -> PathBuf {
 
 /// `svc run` with the sink's credentials in its environment.
 fn start_runner(config: &Path, log: &Path, env: &HashMap<String, String>) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(config)
-        .envs(env)
-        .env("RUST_LOG", "info")
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::start_env(config, log, env)
 }
 
 /// `svc test-sink` with the given environment: (exit code, stdout, stderr).
@@ -106,7 +92,7 @@ fn all_acked(server: &NatsServer, n: u64) -> bool {
 }
 
 /// Every sequence 1..=n has exactly one object version, and nothing else is in the bucket.
-fn assert_stored_once(m: &moto::Moto, bucket: &str, n: u64) {
+fn assert_stored_once(m: &crate::support::moto::Moto, bucket: &str, n: u64) {
     let versions = m.versions(bucket);
     for seq in 1..=n {
         let key = format!("stream-sequence/{STREAM}/{seq}.json");
@@ -124,9 +110,9 @@ fn assert_stored_once(m: &moto::Moto, bucket: &str, n: u64) {
 fn store_outage_acks_nothing_until_it_returns_then_stores_once() {
     let n = 200;
     let (server, dir) = setup(n);
-    let m = moto::Moto::start();
+    let m = crate::support::moto::Moto::start();
     m.create_bucket("e2e-outage", true);
-    let proxy = moto::OutageProxy::start(m.port);
+    let proxy = crate::support::moto::OutageProxy::start(m.port);
     let cfg = config(
         &server,
         dir.path(),
@@ -177,7 +163,7 @@ fn store_outage_acks_nothing_until_it_returns_then_stores_once() {
 fn sigkill_mid_run_and_restart_stores_every_message_once() {
     let n = 1500;
     let (server, dir) = setup(n);
-    let m = moto::Moto::start();
+    let m = crate::support::moto::Moto::start();
     m.create_bucket("e2e-kill", true);
     let cfg = config(
         &server,
@@ -212,7 +198,7 @@ fn sigkill_mid_run_and_restart_stores_every_message_once() {
 fn test_sink_verdicts() {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let m = moto::Moto::start();
+    let m = crate::support::moto::Moto::start();
     m.create_bucket("e2e-check", false);
     let cfg = config(
         &server,
@@ -253,7 +239,7 @@ fn test_sink_verdicts() {
     assert!(err.contains("404 NoSuchBucket"), "{err}");
 
     // validate never contacts the store and names the sink.
-    let (code, out, _) = util::svc(&["validate", cfg.to_str().unwrap()]);
+    let (code, out, _) = crate::support::process::svc(&["validate", cfg.to_str().unwrap()]);
     assert_eq!(code, 0);
     assert!(out.contains("Active sink: object_store"), "{out}");
     let bad = config(
@@ -263,7 +249,7 @@ fn test_sink_verdicts() {
                "endpoint_url": "http://10.1.2.3:9000", "allow_http_for_local_testing": true,
                "metadata_mode": "sidecar", "duplicate_policy": "fail_existing"}),
     );
-    let (code, _, err) = util::svc(&["validate", bad.to_str().unwrap()]);
+    let (code, _, err) = crate::support::process::svc(&["validate", bad.to_str().unwrap()]);
     assert_eq!(code, 2, "{err}");
     for line in [
         "sink.bucket: must contain only lowercase letters, digits, '.' and '-'",
@@ -276,16 +262,7 @@ fn test_sink_verdicts() {
 
 /// A test CA, a server certificate for 127.0.0.1 signed by it, and a self-signed leaf.
 fn certs(dir: &Path) {
-    moto::make_certs(dir);
-}
-
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    crate::support::certs::make_certs(dir);
 }
 
 #[test]
@@ -298,21 +275,11 @@ fn tls_verdicts_of_test_sink_and_run() {
     publish(&server, 0, 20);
 
     // A self-signed server: a clean certificate error, never a panic.
-    let port = moto::free_port();
-    let s_server = KillOnDrop(
-        Command::new("openssl")
-            .args(["s_server", "-accept", &port.to_string(), "-cert"])
-            .arg(tmp.path().join("self.pem"))
-            .arg("-key")
-            .arg(tmp.path().join("self.key"))
-            .arg("-www")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("openssl s_server"),
+    let s_server = crate::support::certs::TlsServer::start(
+        &tmp.path().join("self.pem"),
+        &tmp.path().join("self.key"),
     );
-    moto::wait_tcp(port, Duration::from_secs(10));
+    let port = s_server.port;
     let env = HashMap::from([
         ("T_KEY_ID".to_string(), "AKIDEXAMPLE".to_string()),
         ("T_SECRET".to_string(), "secret".to_string()),
@@ -350,7 +317,7 @@ fn tls_verdicts_of_test_sink_and_run() {
     drop(s_server);
 
     // moto over TLS with the test CA configured: success, then the messages are stored.
-    let m = moto::Moto::start_tls(
+    let m = crate::support::moto::Moto::start_tls(
         &tmp.path().join("server.pem"),
         &tmp.path().join("server.key"),
         &tmp.path().join("ca.pem"),
@@ -390,7 +357,7 @@ fn batches_held_past_ack_wait_get_in_progress_acks_not_redelivery() {
     server.create_stream(STREAM, &["orders.>"]);
     server.create_consumer(STREAM, CONSUMER, SUBJECT, Duration::from_secs(2));
     let dir = tempfile::tempdir().unwrap();
-    let m = moto::Moto::start();
+    let m = crate::support::moto::Moto::start();
     m.create_bucket("e2e-progress", true);
     let cfg = write_config(
         dir.path(),
@@ -476,7 +443,7 @@ fn the_byte_bound_holds_in_flight_payload_and_a_larger_message_flows_alone() {
     };
     let small = 256 * 1024;
     server.publish_n(STREAM, "orders.created", 40, |i| body(i, small));
-    let m = moto::Moto::start();
+    let m = crate::support::moto::Moto::start();
     m.create_bucket("bound", false);
     m.pause();
     let mut cfg: Value = serde_json::from_slice(

@@ -2,15 +2,13 @@
 //! calling `write_batch` and `check` directly. End-to-end runner tests live in
 //! `tests/object_store_e2e.rs`.
 
-mod moto;
-
 use std::collections::HashMap;
 use std::io::Read;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use moto::{free_port, wait_tcp, Moto, OutageProxy, TempDir};
+use crate::support::moto::{Moto, OutageProxy};
+use crate::support::TempDir;
 use serde_json::{json, Value};
 use svc::config::RuntimeConfig;
 use svc::message::envelope::{normalize, Envelope, EnvelopeConfig, RawMessage};
@@ -95,16 +93,9 @@ fn envelope(
     }
     normalize(
         &RawMessage {
-            subject: subject.into(),
-            stream: "ORDERS".into(),
-            consumer: "svc".into(),
-            stream_sequence: seq,
-            consumer_sequence: seq,
-            delivery_count: 1,
             published_unix_nanos: Some(1_700_000_000_000_000_000),
             headers,
-            data: data.to_vec(),
-            unreadable: None,
+            ..RawMessage::sample(subject, seq, data)
         },
         received,
         &EnvelopeConfig::default(),
@@ -658,7 +649,7 @@ fn limits_are_enforced_before_the_call() {
 /// Eight racing writers of one key: exactly one `Durable`, seven `AlreadyDurable`, one version.
 /// What this proves is the sink's side: it sends `If-None-Match: *` and reads a 412 as "already
 /// durable". The single winner itself is decided by the test's own moto middleware
-/// (`AtomicConditionalPut` in tests/moto/helper.py), not by moto: moto 5.2 checks the condition
+/// (`AtomicConditionalPut` in tests/support/moto_helper.py), not by moto: moto 5.2 checks the condition
 /// and stores the object in separate steps, so without the middleware several writers can win.
 /// Real S3 guarantees one winner; the middleware stands in for that guarantee.
 #[test]
@@ -938,7 +929,7 @@ struct Certs {
 impl Certs {
     fn new() -> Certs {
         let dir = TempDir::new("certs");
-        moto::make_certs(dir.path());
+        crate::support::certs::make_certs(dir.path());
         Certs { dir }
     }
     fn path(&self, name: &str) -> std::path::PathBuf {
@@ -949,20 +940,9 @@ impl Certs {
 #[test]
 fn tls_self_signed_server_is_a_clean_certificate_error() {
     let certs = Certs::new();
-    let port = free_port();
-    let server = Command::new("openssl")
-        .args(["s_server", "-accept", &port.to_string(), "-cert"])
-        .arg(certs.path("self.pem"))
-        .arg("-key")
-        .arg(certs.path("self.key"))
-        .arg("-www")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("openssl s_server");
-    let server = KillOnDrop(server);
-    wait_tcp(port, Duration::from_secs(10));
+    let server =
+        crate::support::certs::TlsServer::start(&certs.path("self.pem"), &certs.path("self.key"));
+    let port = server.port;
     let env = HashMap::from([
         ("T_KEY_ID".to_string(), "AKIDEXAMPLE".to_string()),
         ("T_SECRET".to_string(), "secret".to_string()),
@@ -988,15 +968,6 @@ fn tls_self_signed_server_is_a_clean_certificate_error() {
 }
 
 /// Kills a child process this test started, also when the test panics.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn tls_with_the_configured_ca_succeeds() {
     let certs = Certs::new();

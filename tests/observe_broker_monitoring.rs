@@ -3,18 +3,18 @@
 //! that disallowed endpoints are never called); oversized, endless, failing and redirecting
 //! monitoring answers from local receivers; every rendering checked with `promtool`.
 
-mod observe_util;
-mod util;
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use observe_util::{assert_promtool_clean, bin, stderr, stdout, TempDir};
+use crate::support::broker::NatsServer;
+use crate::support::http::read_head;
+use crate::support::observe::{assert_promtool_clean, bin, stderr, stdout};
+use crate::support::wait_until;
+use crate::support::TempDir;
 use serde_json::{json, Value};
-use util::{wait_until, NatsServer};
 
 /// A forward proxy on loopback: records each request target, forwards the request (with
 /// `Connection: close`) to `upstream` and relays the answer. One named thread.
@@ -22,18 +22,6 @@ struct CountingProxy {
     port: u16,
     seen: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
-}
-
-fn read_head(s: &mut TcpStream) -> Option<String> {
-    let mut buf = Vec::new();
-    let mut b = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        if s.read(&mut b).ok()? == 0 {
-            return None;
-        }
-        buf.push(b[0]);
-    }
-    String::from_utf8(buf).ok()
 }
 
 impl CountingProxy {
@@ -56,7 +44,7 @@ impl CountingProxy {
                     client
                         .set_read_timeout(Some(Duration::from_secs(5)))
                         .unwrap();
-                    let Some(head) = read_head(&mut client) else {
+                    let Ok(head) = read_head(&mut client) else {
                         continue;
                     };
                     let target = head.split(' ').nth(1).unwrap_or("").to_string();
@@ -155,7 +143,7 @@ fn allowed_fields_of_allowed_endpoints_only_render_promtool_clean() {
         json!({"base_url": proxy.url(), "allowed_endpoints": ["/varz", "/jsz", "/healthz"],
                "allowed_fields": FIELDS}),
     );
-    let out_file = dir.path("svc-broker.prom");
+    let out_file = dir.join("svc-broker.prom");
     let out = poll(&[&pol, "--output", out_file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
@@ -194,8 +182,12 @@ fn allowed_fields_of_allowed_endpoints_only_render_promtool_clean() {
         "# HELP svc_broker_jsz_messages Broker server monitoring: field messages of /jsz.\n# TYPE svc_broker_jsz_messages gauge\n"
     ));
     // nothing that identifies the server or its topology
-    let varz: Value =
-        serde_json::from_str(&util::http_get(nats.monitor_port, "/varz").unwrap().1).unwrap();
+    let varz: Value = serde_json::from_str(
+        &crate::support::http_get(nats.monitor_port, "/varz")
+            .unwrap()
+            .1,
+    )
+    .unwrap();
     for s in [
         varz["server_id"].as_str().unwrap(),
         varz["server_name"].as_str().unwrap(),
@@ -246,7 +238,7 @@ fn allowed_fields_of_allowed_endpoints_only_render_promtool_clean() {
 fn switches_and_usage() {
     let proxy = CountingProxy::start(9); // nothing may be polled
     let dir = TempDir::new("broker-switches");
-    let out_file = dir.path("b.prom");
+    let out_file = dir.join("b.prom");
     let out_path = out_file.to_str().unwrap();
     for (block, reason) in [
         (
@@ -289,7 +281,7 @@ fn switches_and_usage() {
     let out = poll(&[&pol]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(stderr(&out), "svc-observe broker-monitoring-poll: no output file: pass --output <path> (a .prom file) or --dry-run\n");
-    let out = poll(&[&pol, "--output", dir.path("b.txt").to_str().unwrap()]);
+    let out = poll(&[&pol, "--output", dir.join("b.txt").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let out = poll(&[&pol, "--allow-stale"]);
     assert_eq!(out.status.code(), Some(2));
@@ -348,7 +340,7 @@ impl FakeMonitor {
             .spawn(move || {
                 for conn in listener.incoming() {
                     let Ok(mut s) = conn else { break };
-                    let Some(head) = read_head(&mut s) else {
+                    let Ok(head) = read_head(&mut s) else {
                         continue;
                     };
                     if !head.starts_with("GET /varz HTTP/1.1\r\n") {
@@ -416,7 +408,7 @@ fn failing_poll(monitor: &FakeMonitor, dir: &TempDir, max: u64) -> (std::process
                "allowed_endpoints": ["/varz"], "allowed_fields": ["mem"],
                "max_response_bytes": max, "timeout_seconds": 10}),
     );
-    let out_file = dir.path("svc-broker.prom");
+    let out_file = dir.join("svc-broker.prom");
     std::fs::write(&out_file, "svc_broker_varz_mem 1\n").unwrap();
     let out = poll(&[&pol, "--output", out_file.to_str().unwrap()]);
     let left = std::fs::read_to_string(&out_file).unwrap();
@@ -473,7 +465,7 @@ fn oversized_endless_failing_and_redirecting_answers_fail_the_poll() {
     assert_eq!(stderr(&out), "svc-observe broker-monitoring-poll: broker_server_monitoring: poll of /varz failed: the response is not valid JSON\n");
 
     // nobody listening
-    let port = observe_util::free_port();
+    let port = crate::support::free_port();
     let pol = write_policy(
         &dir,
         json!({"base_url": format!("http://127.0.0.1:{port}"), "allowed_endpoints": ["/varz"],
@@ -534,7 +526,7 @@ fn every_numeric_field_of_every_endpoint_renders_promtool_clean() {
     ];
     let mut fields: Vec<String> = Vec::new();
     for e in endpoints {
-        let (status, body) = util::http_get(nats.monitor_port, e).unwrap();
+        let (status, body) = crate::support::http_get(nats.monitor_port, e).unwrap();
         assert_eq!(status, 200, "{e}");
         let mut paths = Vec::new();
         numeric_paths(&serde_json::from_str(&body).unwrap(), "", &mut paths);
@@ -572,7 +564,7 @@ fn every_numeric_field_of_every_endpoint_renders_promtool_clean() {
         !bare.contains("# HELP") && !bare.contains("# TYPE"),
         "{bare}"
     );
-    let (code, findings) = observe_util::promtool(&bare);
+    let (code, findings) = crate::support::observe::promtool(&bare);
     // promtool's only findings without HELP are "no help text" lints, never parse errors
     assert!(
         code == 0

@@ -1,9 +1,8 @@
 //! `svc-observe` commands end to end: exact outputs, exit codes, the textfile connector,
 //! filtering and subject families, every rendering checked by the real `promtool`.
 
-mod observe_util;
-
-use observe_util::*;
+use crate::support::observe::*;
+use crate::support::TempDir;
 
 const CONFIG: &str = r#"{
   "nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc", "subject": "orders.>"},
@@ -38,7 +37,7 @@ fn sample_lines(text: &str) -> Vec<&str> {
 fn init_validate_show_and_list() {
     let dir = TempDir::new("init");
     let config = dir.write("config.json", CONFIG);
-    let policy = dir.path("policy.json");
+    let policy = dir.join("policy.json");
     let o = observe(&[
         &"init-scrape-policy",
         &config,
@@ -114,7 +113,7 @@ fn init_validate_show_and_list() {
             "{}\nprintf %s \"$SVC_SUBJECT_0_ORDERS_REST\"",
             stdout(&o)
         ))
-        .current_dir(&dir.0)
+        .current_dir(dir.path())
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&sh.stdout), "orders.>");
@@ -151,7 +150,7 @@ fn invalid_inputs_exit_2_with_every_problem() {
     for cmd in ["show-effective-policy", "list-subjects"] {
         assert_eq!(observe(&[&cmd, &p]).status.code(), Some(2), "{cmd}");
     }
-    let missing = dir.path("nope.json");
+    let missing = dir.join("nope.json");
     let o = observe(&[&"validate-policy", &missing]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("cannot read policy"));
@@ -160,14 +159,14 @@ fn invalid_inputs_exit_2_with_every_problem() {
     assert_eq!(observe(&[]).status.code(), Some(2));
     // An invalid runtime config.
     let bad = dir.write("config.json", r#"{"nats": {}}"#);
-    let o = observe(&[&"init-scrape-policy", &bad, &dir.path("new.json")]);
+    let o = observe(&[&"init-scrape-policy", &bad, &dir.join("new.json")]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("nats.stream: is required"),
         "{}",
         stderr(&o)
     );
-    assert!(!dir.path("new.json").exists());
+    assert!(!dir.join("new.json").exists());
 }
 
 #[test]
@@ -204,8 +203,8 @@ fn help_and_version_everywhere() {
 #[test]
 fn disabled_policy_writes_one_comment_line_without_a_snapshot() {
     let dir = TempDir::new("disabled");
-    let out = dir.path("svc.prom");
-    let no_snapshot = dir.path("missing.json");
+    let out = dir.join("svc.prom");
+    let no_snapshot = dir.join("missing.json");
     for (policy_text, reason) in [
         (
             r#"{"schema": "svc.observability.policy.v1"}"#.to_string(),
@@ -251,7 +250,7 @@ fn disabled_policy_writes_one_comment_line_without_a_snapshot() {
 fn textfile_is_written_atomically_and_promtool_clean() {
     let dir = TempDir::new("textfile");
     let snap = dir.write("snap.json", &snapshot(FAMS, 0.0));
-    let out = dir.path("svc.prom");
+    let out = dir.join("svc.prom");
     let p = dir.write(
         "policy.json",
         &policy(&format!(
@@ -266,7 +265,7 @@ fn textfile_is_written_atomically_and_promtool_clean() {
     let text = std::fs::read_to_string(&out).unwrap();
     assert_promtool_clean(&text);
     assert!(text.ends_with('\n'));
-    let entries: Vec<_> = std::fs::read_dir(&dir.0)
+    let entries: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
@@ -507,7 +506,7 @@ fn subject_family_overflow_modes() {
     );
     // fail_closed: nothing is exported, the file is replaced by the withheld marker, exit 1.
     let s = dir.write("snap.json", &snap);
-    let out = dir.path("svc.prom");
+    let out = dir.join("svc.prom");
     std::fs::write(&out, "svc_old_total 1\n").unwrap();
     let p = dir.write(
         "policy.json",
@@ -548,7 +547,7 @@ fn subject_family_overflow_modes() {
 #[test]
 fn stale_missing_and_invalid_snapshots_fail_closed() {
     let dir = TempDir::new("stale");
-    let out = dir.path("svc.prom");
+    let out = dir.join("svc.prom");
     let p = dir.write(
         "policy.json",
         &policy(r#"{"scrape": {"stale_after_seconds": 30}}"#),
@@ -578,7 +577,7 @@ fn stale_missing_and_invalid_snapshots_fail_closed() {
 
     let o = observe(&[
         &"scrape-textfile",
-        &dir.path("missing.json"),
+        &dir.join("missing.json"),
         &p,
         &"--output",
         &out,

@@ -11,18 +11,16 @@
 //! signature with the leaf's public key and every body field, and answers a token; the metrics
 //! receiver then verifies PostMetricData against the session public key posted to it.
 
-mod cloud_util;
-mod observe_util;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::support::http::{keys_exactly, rfc3339_age, Received, Receiver};
+use crate::support::observe::*;
+use crate::support::TempDir;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
-use cloud_util::{keys_exactly, rfc3339_age, Received, Receiver};
-use observe_util::*;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -40,8 +38,8 @@ fn openssl(args: &[&str]) {
 
 /// A key pair: (private PEM path, public PEM path).
 fn key_pair(dir: &TempDir, name: &str) -> (PathBuf, PathBuf) {
-    let key = dir.path(&format!("{name}.pem"));
-    let public = dir.path(&format!("{name}.pub.pem"));
+    let key = dir.join(&format!("{name}.pem"));
+    let public = dir.join(&format!("{name}.pub.pem"));
     openssl(&["genrsa", "-out", key.to_str().unwrap(), "2048"]);
     openssl(&[
         "rsa",
@@ -273,9 +271,9 @@ struct Setup {
 fn setup(tag: &str, key_id: impl Fn(&Path) -> String, max_entries: usize) -> Setup {
     let dir = TempDir::new(tag);
     let (key, public) = key_pair(&dir, "api");
-    let scratch = dir.path("scratch");
+    let scratch = dir.join("scratch");
     std::fs::create_dir_all(&scratch).unwrap();
-    let expected = key_id(&dir.0);
+    let expected = key_id(dir.path());
     let host = Arc::new(std::sync::OnceLock::<String>::new());
     let (h, pubkey) = (host.clone(), public.clone());
     let rx = Receiver::start(Box::new(move |r| {
@@ -641,7 +639,7 @@ fn failures_before_any_request() {
     assert!(stdout(&v).starts_with("Observability policy is valid.\n"));
     assert_eq!(stderr(&v), "");
     // an encrypted key is refused without echoing the passphrase
-    let enc = s.dir.path("enc.pem");
+    let enc = s.dir.join("enc.pem");
     openssl(&[
         "pkey",
         "-in",
@@ -690,7 +688,7 @@ fn cert_b64(pem: &Path) -> String {
 
 /// CA -> intermediate -> leaf, made with openssl. Returns (leaf.pem, leaf.key, intermediate.pem).
 fn instance_chain(dir: &TempDir) -> (PathBuf, PathBuf, PathBuf) {
-    let p = |n: &str| dir.path(n).to_str().unwrap().to_string();
+    let p = |n: &str| dir.join(n).to_str().unwrap().to_string();
     let ext = dir.write(
         "ca.ext",
         "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n",
@@ -775,9 +773,9 @@ fn instance_chain(dir: &TempDir) -> (PathBuf, PathBuf, PathBuf) {
         &p("leaf.pub.pem"),
     ]);
     (
-        dir.path("leaf.pem"),
-        dir.path("leaf.key"),
-        dir.path("int.pem"),
+        dir.join("leaf.pem"),
+        dir.join("leaf.key"),
+        dir.join("int.pem"),
     )
 }
 
@@ -895,7 +893,7 @@ struct Instance {
 
 fn instance(tag: &str, federation_status: u16) -> Instance {
     let dir = TempDir::new(tag);
-    std::fs::create_dir_all(dir.path("scratch")).unwrap();
+    std::fs::create_dir_all(dir.join("scratch")).unwrap();
     let (leaf, leaf_key, intermediate) = instance_chain(&dir);
     let leaf_key_pem = std::fs::read_to_string(&leaf_key).unwrap();
     let answers = vec![
@@ -916,7 +914,7 @@ fn instance(tag: &str, federation_status: u16) -> Instance {
     ];
     let metadata = metadata_service(answers);
     let token = jwt(time::OffsetDateTime::now_utc().unix_timestamp() + 1200);
-    let (t, d) = (token.clone(), dir.0.clone());
+    let (t, d) = (token.clone(), dir.path().to_path_buf());
     let host = Arc::new(std::sync::OnceLock::<String>::new());
     let h = host.clone();
     let federation = Receiver::start(Box::new(move |r| {
@@ -940,7 +938,7 @@ fn instance(tag: &str, federation_status: u16) -> Instance {
         }
     }));
     host.set(federation.addr.to_string()).unwrap();
-    let (t, d) = (token.clone(), dir.0.clone());
+    let (t, d) = (token.clone(), dir.path().to_path_buf());
     let mhost = Arc::new(std::sync::OnceLock::<String>::new());
     let h = mhost.clone();
     let metrics = Receiver::start(Box::new(move |r| {
@@ -1050,13 +1048,13 @@ fn instance_principal_federates_and_signs_with_the_session_key() {
             .unwrap()
             .contains(&format!("keyId=\"ST${}\"", i.token)));
     }
-    let first_key = std::fs::read(i.dir.path("session.pub.der")).unwrap();
+    let first_key = std::fs::read(i.dir.join("session.pub.der")).unwrap();
     assert_no_secret(&i, &out);
     // the session key is not the leaf key, and each run makes its own (token fetched per run)
-    let leaf_pub = std::fs::read_to_string(i.dir.path("leaf.pub.pem")).unwrap();
+    let leaf_pub = std::fs::read_to_string(i.dir.join("leaf.pub.pem")).unwrap();
     assert_ne!(
         leaf_pub,
-        std::fs::read_to_string(i.dir.path("session.pub.pem")).unwrap()
+        std::fs::read_to_string(i.dir.join("session.pub.pem")).unwrap()
     );
     let dry = run(&["cloud-a-export", &snap, &pol, "--dry-run"], &env);
     assert!(dry.status.success(), "{}", stderr(&dry));
@@ -1065,7 +1063,7 @@ fn instance_principal_federates_and_signs_with_the_session_key() {
     assert_eq!(i.federation.requests().len(), 2);
     assert_ne!(
         first_key,
-        std::fs::read(i.dir.path("session.pub.der")).unwrap()
+        std::fs::read(i.dir.join("session.pub.der")).unwrap()
     );
     assert_eq!(
         i.metrics.requests().len(),
@@ -1119,7 +1117,7 @@ fn instance_principal_failures_name_the_step() {
         ("/opc/v2/instance/region".into(), "fra".into()),
         (
             "/opc/v2/identity/cert.pem".into(),
-            std::fs::read_to_string(i.dir.path("leaf.pem")).unwrap(),
+            std::fs::read_to_string(i.dir.join("leaf.pem")).unwrap(),
         ),
     ]);
     let pu = partial.url();
@@ -1136,7 +1134,7 @@ fn instance_principal_failures_name_the_step() {
         ("/opc/v2/instance/region".into(), "fra".into()),
         (
             "/opc/v2/identity/cert.pem".into(),
-            std::fs::read_to_string(i.dir.path("leaf.pem")).unwrap(),
+            std::fs::read_to_string(i.dir.join("leaf.pem")).unwrap(),
         ),
         (
             "/opc/v2/identity/key.pem".into(),
@@ -1147,7 +1145,7 @@ fn instance_principal_failures_name_the_step() {
         ),
         (
             "/opc/v2/identity/intermediate.pem".into(),
-            std::fs::read_to_string(i.dir.path("int.pem")).unwrap(),
+            std::fs::read_to_string(i.dir.join("int.pem")).unwrap(),
         ),
     ]);
     let bu = broken.url();

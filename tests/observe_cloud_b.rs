@@ -6,14 +6,13 @@
 //! Needs the Python venv of `scripts/deps.sh` (`$SVC_TEST_VENV`, default
 //! `~/.cache/svc-test-tools/venv`, with `moto[server]` and `boto3`).
 
-mod observe_util;
-
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use observe_util::*;
+use crate::support::observe::*;
+use crate::support::{free_port, TempDir};
 use serde_json::{json, Value};
 
 /// True when the server on `port` is moto (its `/moto-api/` page answers 200).
@@ -38,7 +37,7 @@ fn venv() -> PathBuf {
 }
 
 fn helper() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/receivers/moto_cloudwatch.py")
+    crate::support::python::script("receivers/moto_cloudwatch.py")
 }
 
 /// A moto server enforcing signatures, and the keys of the user made for the test.
@@ -135,7 +134,7 @@ fn run(dir: &TempDir, args: &[&str], env: &[(&str, &str)]) -> Output {
     c.args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap())
-        .env("HOME", &dir.0)
+        .env("HOME", dir.path())
         .stdin(Stdio::null());
     for (k, v) in env {
         c.env(k, v);
@@ -333,7 +332,7 @@ fn a_wrong_secret_fails_clearly_and_stores_nothing() {
 fn shared_credentials_file_and_profile() {
     let moto = Moto::start();
     let dir = TempDir::new("cloudb-profile");
-    std::fs::create_dir_all(dir.path(".aws")).unwrap();
+    std::fs::create_dir_all(dir.join(".aws")).unwrap();
     dir.write(
         ".aws/credentials",
         &format!(
@@ -373,7 +372,7 @@ fn role_profile_through_sts_assume_role() {
         .unwrap();
     assert!(out.status.success(), "role: {}", stderr(&out));
     let dir = TempDir::new("cloudb-role");
-    std::fs::create_dir_all(dir.path(".aws")).unwrap();
+    std::fs::create_dir_all(dir.join(".aws")).unwrap();
     dir.write(
         ".aws/credentials",
         &format!(

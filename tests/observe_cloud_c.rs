@@ -5,15 +5,13 @@
 //! No Azure service can run here; the receiver is reached through the test-only
 //! `SVC_CLOUD_C_ENDPOINT_OVERRIDE` (loopback only).
 
-mod cloud_util;
-mod observe_util;
-
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use cloud_util::{keys_exactly, rfc3339_age, Received, Receiver};
-use observe_util::*;
+use crate::support::http::{keys_exactly, rfc3339_age, Received, Receiver};
+use crate::support::observe::*;
+use crate::support::TempDir;
 use serde_json::{json, Value};
 
 const TOKEN: &str = "eyJ0eXAiOiJKV1QiLCJhbGciOiJSUzI1NiJ9.azure-test-token.c2lnbmF0dXJl";

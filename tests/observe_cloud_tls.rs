@@ -6,42 +6,18 @@
 //! `-www` server then answers the poll's GET with its HTML status page, "not valid JSON", and
 //! leaves an export's POST unanswered until the timeout: non-TLS errors after a handshake).
 
-mod observe_util;
-mod push_util;
-
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 
-use observe_util::*;
-use push_util::{make_certs, Certs};
+use crate::support::certs::{make_certs, Certs, TlsServer};
+use crate::support::observe::*;
+use crate::support::TempDir;
 use serde_json::{json, Value};
 
-/// Needed by `push_util` (unique file names of its receivers).
-pub fn unique() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    N.fetch_add(1, Ordering::SeqCst)
-}
-
-/// `openssl s_server -www` with the given certificate on a free port.
-fn s_server(cert: &std::path::Path, key: &std::path::Path) -> (ChildGuard, u16) {
-    let port = free_port();
-    let child = Command::new("openssl")
-        .args(["s_server", "-accept", &port.to_string(), "-cert"])
-        .arg(cert)
-        .arg("-key")
-        .arg(key)
-        .args(["-www", "-quiet"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let guard = ChildGuard(child);
-    wait_for("openssl s_server", Duration::from_secs(10), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
-    });
-    (guard, port)
+/// `openssl s_server -www` with the given certificate on a free port: (server, port).
+fn s_server(cert: &std::path::Path, key: &std::path::Path) -> (TlsServer, u16) {
+    let server = TlsServer::start(cert, key);
+    let port = server.port;
+    (server, port)
 }
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -83,7 +59,7 @@ struct Env {
 
 fn setup(tag: &str) -> Env {
     let dir = TempDir::new(tag);
-    let certs = make_certs(&dir);
+    let certs = make_certs(dir.path());
     let snap = dir
         .write("snap.json", &snapshot(&[], 0.0))
         .to_str()
@@ -178,7 +154,7 @@ fn cloud_c_verifies_the_endpoint_certificate() {
 #[test]
 fn cloud_a_verifies_the_endpoint_certificate() {
     let e = setup("tls-clouda");
-    let key = e.dir.path("api.pem");
+    let key = e.dir.join("api.pem");
     let o = Command::new("openssl")
         .args(["genrsa", "-out", key.to_str().unwrap(), "2048"])
         .output()

@@ -1,13 +1,12 @@
 //! `svc-observe scrape-http` as a process: status codes, stale and oversize snapshots, and
 //! hostile clients (idle connections, half-sent requests) measured through /proc.
 
-mod observe_util;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use observe_util::*;
+use crate::support::observe::*;
+use crate::support::{free_port, TempDir};
 
 /// Writes snapshot + policy with the endpoint on a free port and starts the server.
 fn serve(dir: &TempDir, snap: &str, extra_policy: &str, args: &[&str]) -> (ChildGuard, SocketAddr) {
@@ -49,8 +48,8 @@ fn serves_the_exposition_with_documented_statuses() {
     // The body equals the dry run.
     let o = observe(&[
         &"scrape-http",
-        &dir.path("snap.json"),
-        &dir.path("policy.json"),
+        &dir.join("snap.json"),
+        &dir.join("policy.json"),
         &"--dry-run",
     ]);
     assert_eq!(stdout(&o), r.body);
@@ -128,9 +127,9 @@ fn stale_snapshot_gets_503_unless_allow_stale() {
         &[],
     );
     assert_eq!(get(addr, "/metrics").status, 503);
-    std::fs::write(dir.path("snap.json"), snapshot(&[], 0.0)).unwrap();
+    std::fs::write(dir.join("snap.json"), snapshot(&[], 0.0)).unwrap();
     assert_eq!(get(addr, "/metrics").status, 200);
-    std::fs::remove_file(dir.path("snap.json")).unwrap();
+    std::fs::remove_file(dir.join("snap.json")).unwrap();
     let r = get(addr, "/metrics");
     assert_eq!((r.status, r.body.as_str()), (503, "snapshot unavailable\n"));
 }
@@ -151,8 +150,8 @@ fn oversize_and_unsafe_renders_get_small_errors() {
     // The dry run fails the same way.
     let o = observe(&[
         &"scrape-http",
-        &dir.path("snap.json"),
-        &dir.path("policy.json"),
+        &dir.join("snap.json"),
+        &dir.join("policy.json"),
         &"--dry-run",
     ]);
     assert_eq!(o.status.code(), Some(1));

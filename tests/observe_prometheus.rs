@@ -1,13 +1,12 @@
 //! The real consumers: the node exporter's textfile collector serving our file, and a
 //! Prometheus server scraping `svc-observe scrape-http`, queried through its HTTP API.
 
-mod observe_util;
-
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use observe_util::*;
+use crate::support::observe::*;
+use crate::support::{free_port, TempDir};
 
 const FAMS: &[(&str, &str)] = &[("orders.>", "orders_all"), ("payments.*", "payments")];
 const SUBJECT_RULES: &str = r#"{"subject_metrics": {"enabled": true, "rules": [
@@ -16,7 +15,7 @@ const SUBJECT_RULES: &str = r#"{"subject_metrics": {"enabled": true, "rules": [
 #[test]
 fn node_exporter_textfile_collector_serves_our_file() {
     let dir = TempDir::new("node");
-    let textdir = dir.path("textfile");
+    let textdir = dir.join("textfile");
     std::fs::create_dir_all(&textdir).unwrap();
     let snap = dir.write("snap.json", &snapshot(FAMS, 0.0));
     let p = dir.write("policy.json", &policy(SUBJECT_RULES));
@@ -139,10 +138,10 @@ fn prometheus_scrapes_the_http_endpoint() {
             .arg(format!("--config.file={}", conf.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
-                dir.path("tsdb").display()
+                dir.join("tsdb").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .current_dir(&dir.0)
+            .current_dir(dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

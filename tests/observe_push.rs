@@ -5,27 +5,20 @@
 //! down or failing (bounded retries, exit 1, snapshot untouched), stale, oversize, disabled,
 //! missing secrets, and secrets never appearing in any output.
 
-mod observe_util;
-mod push_util;
-
 use std::collections::BTreeMap;
 use std::os::unix::net::UnixDatagram;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use observe_util::*;
-use push_util::*;
+use crate::support::certs::make_certs;
+use crate::support::observe::*;
+use crate::support::push::*;
+use crate::support::{free_port, TempDir};
 use serde_json::Value;
 
 /// Approved metrics of the test snapshot under an allow-all policy: every counter, the
 /// gauge, every summary.
 fn approved() -> usize {
     svc::metrics::Counters::NAMES.len() + 1 + svc::metrics::SUMMARY_NAMES.len()
-}
-
-pub fn unique() -> usize {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    N.fetch_add(1, Ordering::SeqCst)
 }
 
 const FAMS: &[(&str, &str)] = &[
@@ -543,7 +536,7 @@ fn stale_oversize_disabled_and_missing_secrets_fail_closed() {
     assert_eq!(rx.records().len(), 1);
 
     // Missing or invalid snapshot: exit 1, nothing sent.
-    let o = run(&[&"otlp-export", &dir.path("none.json"), &pol], &[]);
+    let o = run(&[&"otlp-export", &dir.join("none.json"), &pol], &[]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("metrics withheld: cannot read snapshot"));
 
@@ -562,7 +555,7 @@ fn stale_oversize_disabled_and_missing_secrets_fail_closed() {
     let on_but_blocks_off = dir.write("off.json", &policy("{}"));
     for c in svc::observe::connectors::CONNECTORS {
         let o = run(
-            &[&c.command, &dir.path("none.json"), &on_but_blocks_off],
+            &[&c.command, &dir.join("none.json"), &on_but_blocks_off],
             &[],
         );
         assert_eq!(o.status.code(), Some(0), "{}", c.command);
@@ -579,7 +572,7 @@ fn stale_oversize_disabled_and_missing_secrets_fail_closed() {
         r#"{"schema": "svc.observability.policy.v1"}"#,
     );
     for c in svc::observe::connectors::CONNECTORS {
-        let o = run(&[&c.command, &dir.path("none.json"), &off], &[]);
+        let o = run(&[&c.command, &dir.join("none.json"), &off], &[]);
         assert_eq!(o.status.code(), Some(0), "{}", c.command);
         assert_eq!(
             stdout(&o),
@@ -768,7 +761,7 @@ fn siem_hec_event_passes_the_strict_receiver() {
 #[test]
 fn siem_hec_over_tls_verifies_the_certificate() {
     let dir = TempDir::new("hec-tls");
-    let certs = make_certs(&dir);
+    let certs = make_certs(dir.path());
     let snap = dir.write("snap.json", &snapshot(FAMS, 0.0));
     let env = [("SVC_HEC_TOKEN", TOKEN), ("SVC_TENANT", HEADER_SECRET)];
     // Signed by a CA trusted through SSL_CERT_FILE: delivered.
@@ -975,7 +968,7 @@ fn statsd_over_a_unix_datagram_socket() {
     // unchanged, so its parser still judges every datagram.
     let dir = TempDir::new("statsd-unix");
     let d = Statsd::start(&dir);
-    let sock = dir.path("statsd.sock");
+    let sock = dir.join("statsd.sock");
     let rx = UnixDatagram::bind(&sock).unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -1182,7 +1175,7 @@ fn syslog_messages_parse_in_rsyslog_over_udp_and_unix_socket() {
 fn syslog_oversize_and_socket_missing() {
     let dir = TempDir::new("syslog-fail");
     let snap = dir.write("snap.json", &snapshot(FAMS, 0.0));
-    let sock = dir.path("nobody.sock");
+    let sock = dir.join("nobody.sock");
     let pol = dir.write(
         "p.json",
         &policy_with(&format!(

@@ -5,10 +5,10 @@
 
 #![allow(deprecated)] // the nats crate marks every JetStream item deprecated
 
-mod util;
-
+use crate::support::broker::*;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::json;
-use util::*;
 
 const COMMANDS: &[&str] = &[
     "validate",

@@ -5,12 +5,10 @@
 //! config and policy, `systemd-sysusers --dry-run` on the shipped sysusers.d entries.
 //! Nothing is installed on the host.
 
-mod kit_util;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kit_util::repo;
+use crate::support::kit::repo;
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -403,13 +401,7 @@ fn bad_arguments_are_refused() {
 /// Validates a CycloneDX 1.5 JSON document with the CycloneDX project's own Python library
 /// (scripts/deps.sh installs it in the test venv).
 fn assert_valid_cyclonedx(path: &Path) {
-    let venv = std::env::var("SVC_TEST_VENV").unwrap_or_default();
-    let python = if venv.is_empty() {
-        "python3".to_string()
-    } else {
-        format!("{venv}/bin/python")
-    };
-    let out = Command::new(python)
+    let out = Command::new(crate::support::python::python())
         .args([
             "-c",
             "import sys\n\

@@ -1,22 +1,21 @@
 //! Payload protection end to end (issue 14): a real nats-server (JetStream), the `svc`
 //! binary, and an independent implementation of the documented formats in Python
-//! (`tests/protection/helper.py`, `cryptography`): Python signs what publishers send and
+//! (`tests/support/protection_helper.py`, `cryptography`): Python signs what publishers send and
 //! decrypts what the sinks store; `svc decrypt` and `svc verify-custody` work on the files.
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
-mod protection;
-mod util;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::broker::*;
+use crate::support::process::*;
+use crate::support::protection::*;
+use crate::support::*;
 use base64::Engine as _;
-use protection::*;
 use serde_json::{json, Value};
-use util::*;
 
 #[test]
 fn file_sink_encrypts_verifies_signatures_and_seals_custody() {

@@ -5,19 +5,15 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
-mod moto;
-mod pg_util;
-mod protection;
-mod util;
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
-use pg_util::TestDb;
-use protection::*;
+use crate::support::broker::*;
+use crate::support::postgres::TestDb;
+use crate::support::protection::*;
+use crate::support::*;
 use serde_json::{json, Value};
-use util::*;
 
 /// What one run stored, by stream sequence.
 type Stored = BTreeMap<u64, Value>;
@@ -167,7 +163,7 @@ fn run_case(
 }
 
 /// Object-store primary objects (not sidecars) by stream sequence, and the sidecars.
-fn s3_records(m: &moto::Moto, bucket: &str) -> (Stored, Stored) {
+fn s3_records(m: &crate::support::moto::Moto, bucket: &str) -> (Stored, Stored) {
     let ans = py(
         &json!({"op": "s3_objects", "endpoint": m.endpoint(), "key_id": m.key_id,
                          "secret": m.secret, "bucket": bucket}),
@@ -185,7 +181,7 @@ fn s3_records(m: &moto::Moto, bucket: &str) -> (Stored, Stored) {
     (objects, sidecars)
 }
 
-fn s3_sink(m: &moto::Moto, bucket: &str) -> Value {
+fn s3_sink(m: &crate::support::moto::Moto, bucket: &str) -> Value {
     json!({
         "type": "object_store", "bucket": bucket, "endpoint_url": m.endpoint(),
         "allow_http_for_local_testing": true, "credential_mode": "environment",
@@ -196,7 +192,7 @@ fn s3_sink(m: &moto::Moto, bucket: &str) -> Value {
 
 #[test]
 fn object_store_objects_and_sidecars_are_protected() {
-    let m = moto::Moto::start();
+    let m = crate::support::moto::Moto::start();
     m.create_bucket("prot", false);
     let stored = run_case("object_store", |_| s3_sink(&m, "prot"), &m.env(), &|| {
         vec![s3_records(&m, "prot").0]
@@ -247,7 +243,7 @@ fn relational_rows_are_protected() {
 
 #[test]
 fn fanout_children_store_the_same_protected_envelope() {
-    let m = moto::Moto::start();
+    let m = crate::support::moto::Moto::start();
     m.create_bucket("fan", false);
     let db = TestDb::new("fan");
     let sink = json!({

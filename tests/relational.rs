@@ -3,18 +3,16 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
-mod moto;
-mod pg_util;
-mod util;
-
 use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::Path;
 use std::time::Duration;
 
-use pg_util::*;
+use crate::support::broker::*;
+use crate::support::postgres::*;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::json;
-use util::*;
 
 const STREAM: &str = "ORDERS";
 const CONSUMER: &str = "svc";
@@ -570,25 +568,12 @@ fn start_runner_env(
     log: &Path,
     env: &std::collections::HashMap<String, String>,
 ) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(config)
-        .envs(env)
-        .env("RUST_LOG", "info")
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::start_env(config, log, env)
 }
 
 #[test]
 fn fanout_with_moto_object_store_optional_hang_acks_required_hang_does_not() {
-    let store = moto::Moto::start();
+    let store = crate::support::moto::Moto::start();
     // Versioned, so a rewritten object would show as a second version ("every object once").
     store.create_bucket("fan-archive", true);
     let (server, dir) = setup(40, "orders.created");

@@ -5,17 +5,17 @@
 //! a file that holds it or in the DLQ. See docs/security.md, "Shared directories".
 #![allow(deprecated)]
 
-mod observe_util;
-mod util;
-
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::accounts::*;
+use crate::support::broker::*;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::{json, Value};
-use util::*;
 
 const STREAM: &str = "ORDERS";
 const DLQ_SUBJECT: &str = "svc.dlq.orders";
@@ -73,21 +73,15 @@ fn publish(server: &NatsServer, subject: &str, n: u64) {
 
 /// `svc run` under `umask`, logging to `log`.
 fn start_with_umask(config: &Path, log: &Path, umask: &str) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg(format!("umask {umask} && exec \"$0\" run \"$1\""))
-        .arg(env!("CARGO_BIN_EXE_svc"))
-        .arg(config)
-        .env("RUST_LOG", "info")
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::spawn(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("umask {umask} && exec \"$0\" run \"$1\""))
+            .arg(env!("CARGO_BIN_EXE_svc"))
+            .arg(config)
+            .env("RUST_LOG", "info"),
+        log,
+    )
 }
 
 fn stop(runner: &mut Runner) {
@@ -477,12 +471,12 @@ fn scrape_textfile_as_root_never_writes_through_a_planted_link() {
     std::fs::write(&victim, "root:keep\n").unwrap();
     chmod(&victim, 0o600);
     let snap = dir.path().join("snap.json");
-    std::fs::write(&snap, observe_util::snapshot(&[], 0.0)).unwrap();
+    std::fs::write(&snap, crate::support::observe::snapshot(&[], 0.0)).unwrap();
     let prom = textdir.join("svc.prom");
     let policy = dir.path().join("policy.json");
     std::fs::write(
         &policy,
-        observe_util::policy(&format!(
+        crate::support::observe::policy(&format!(
             r#"{{"scrape": {{"output_file": "{}"}}}}"#,
             prom.display()
         )),
@@ -510,7 +504,7 @@ fn scrape_textfile_as_root_never_writes_through_a_planted_link() {
             .arg(format!(
                 "umask {umask} && exec \"$0\" scrape-textfile \"$1\" \"$2\""
             ))
-            .arg(observe_util::bin())
+            .arg(crate::support::observe::bin())
             .arg(&snap)
             .arg(&policy)
             .output()
@@ -702,15 +696,15 @@ fn a_snapshot_from_another_account_or_with_absurd_values_is_withheld() {
     let policy = dir.path().join("policy.json");
     std::fs::write(
         &policy,
-        observe_util::policy(&format!(
+        crate::support::observe::policy(&format!(
             r#"{{"scrape": {{"output_file": "{}"}}}}"#,
             prom.display()
         )),
     )
     .unwrap();
-    let good = observe_util::snapshot(&[], 0.0);
+    let good = crate::support::observe::snapshot(&[], 0.0);
     let scrape = |snap: &Path| {
-        Command::new(observe_util::bin())
+        Command::new(crate::support::observe::bin())
             .arg("scrape-textfile")
             .arg(snap)
             .arg(&policy)
@@ -754,7 +748,7 @@ fn a_snapshot_from_another_account_or_with_absurd_values_is_withheld() {
     );
     // `expected_owner` names the one account whose snapshot counts.
     let with_owner = |uid: u32| {
-        observe_util::policy(&format!(
+        crate::support::observe::policy(&format!(
             r#"{{"expected_owner": {uid}, "scrape": {{"output_file": "{}"}}}}"#,
             prom.display()
         ))

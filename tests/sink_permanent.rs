@@ -4,13 +4,13 @@
 //! `delivery.max_deliveries`.
 #![allow(deprecated)]
 
-mod util;
-
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::broker::*;
+use crate::support::process::*;
+use crate::support::*;
 use serde_json::{json, Value};
-use util::*;
 
 const STREAM: &str = "ORDERS";
 const DLQ_SUBJECT: &str = "svc.dlq.orders";

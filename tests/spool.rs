@@ -13,10 +13,6 @@
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
-mod moto;
-mod pg_util;
-mod util;
-
 use std::collections::{BTreeSet, HashMap};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -25,10 +21,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use moto::{Moto, OutageProxy};
-use pg_util::TestDb;
+use crate::support::broker::*;
+use crate::support::moto::{Moto, OutageProxy};
+use crate::support::postgres::TestDb;
+use crate::support::process::*;
+use crate::support::python::{python, script};
+use crate::support::*;
 use serde_json::{json, Value};
-use util::*;
 
 const STREAM: &str = "ORDERS";
 const CONSUMER: &str = "svc";
@@ -125,20 +124,7 @@ fn spool_block(dir: &Path, after_seconds: f64) -> Value {
 }
 
 fn start(config: &Path, log: &Path, env: &HashMap<String, String>) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(config)
-        .envs(env)
-        .env("RUST_LOG", "info")
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::start_env(config, log, env)
 }
 
 fn ack_floor(server: &NatsServer) -> u64 {
@@ -415,14 +401,6 @@ impl Drop for Http {
     }
 }
 
-fn venv_python() -> PathBuf {
-    match std::env::var_os("SVC_TEST_VENV") {
-        Some(v) => PathBuf::from(v),
-        None => PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/svc-test-tools/venv"),
-    }
-    .join("bin/python")
-}
-
 impl Downstream for Http {
     fn sink(&self) -> Value {
         json!({"type": "http", "url": format!("http://127.0.0.1:{}/hook", self.port),
@@ -438,8 +416,8 @@ impl Downstream for Http {
         }
     }
     fn bring_back(&mut self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/receivers/http_receiver.py");
-        let child = Command::new(venv_python())
+        let script = script("receivers/http_receiver.py");
+        let child = Command::new(python())
             .arg(script)
             .args(["--port", &self.port.to_string()])
             .arg("--out")

@@ -5,14 +5,13 @@
 //! error naming that subject, never printing a secret.
 #![allow(deprecated)] // the nats crate's JetStream API, used to publish and look
 
-mod util;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::broker::*;
+use crate::support::*;
 use serde_json::{json, Value};
-use util::*;
 
 const RUNNER_PASSWORD: &str = "runner-pw-Secret-4711";
 const ADMIN_PASSWORD: &str = "admin-pw-Secret-0815";

@@ -28,9 +28,12 @@ fn unit_text(name: &str) -> String {
 /// Copies the units into a temporary directory with `ExecStart` pointing at the binaries
 /// built by this test run (verify checks that the command exists).
 fn staged() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("svc-units-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    // The process id alone is not unique: every test of the suite shares the process.
+    let dir = tempfile::Builder::new()
+        .prefix("svc-units-")
+        .tempdir()
+        .unwrap()
+        .keep();
     for u in UNITS {
         let text = unit_text(u)
             .replace(
@@ -154,8 +157,11 @@ fn units_have_the_documented_shape() {
 /// its one comment line to the unit's `--output`, and the HTTP unit exits without listening.
 #[test]
 fn exporter_command_lines_run() {
-    let root = std::env::temp_dir().join(format!("svc-unit-cmd-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let scratch = tempfile::Builder::new()
+        .prefix("svc-unit-cmd-")
+        .tempdir()
+        .unwrap();
+    let root = scratch.path();
     for d in ["etc/svc", "var/lib/svc", "var/lib/prometheus/node-exporter"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
@@ -189,5 +195,4 @@ fn exporter_command_lines_run() {
         std::fs::read_to_string(&prom).unwrap(),
         "# svc-observe: metrics export is disabled by policy (enabled=false)\n"
     );
-    let _ = std::fs::remove_dir_all(&root);
 }

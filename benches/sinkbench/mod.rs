@@ -6,89 +6,14 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use svc::sink::relational::wire::{
-    AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode,
-};
-
+#[path = "../../tests/support/postgres.rs"]
+pub mod postgres;
 #[path = "../support/mod.rs"]
 pub mod support;
 
 pub const SIZE: usize = 205;
 
 pub use support::start_broker;
-
-fn pg(database: &str) -> ConnectParams {
-    ConnectParams {
-        host: "127.0.0.1".into(),
-        port: 5432,
-        user: "postgres".into(),
-        database: database.into(),
-        application_name: "svc-bench".into(),
-        tls: TlsMode::Disable,
-        tls_config: None,
-        // The shared test server trusts loopback: it asks for no authentication.
-        require_auth: AuthPolicy::parse("none").unwrap(),
-        channel_binding: ChannelBindingMode::Prefer,
-        scram_min_iterations: 4096,
-        connect_timeout: Duration::from_secs(5),
-        io_timeout: Duration::from_secs(120),
-    }
-}
-
-/// A database of its own on the local PostgreSQL, dropped at the end.
-pub struct BenchDb {
-    pub name: String,
-}
-
-impl BenchDb {
-    pub fn new(tag: &str) -> BenchDb {
-        let name = format!("svc_bench_{tag}_{}", std::process::id());
-        let mut admin = Connection::connect(&pg("postgres"), None)
-            .expect("PostgreSQL on 127.0.0.1:5432 with trust auth");
-        admin
-            .simple(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-            .unwrap();
-        admin
-            .simple(&format!("CREATE DATABASE \"{name}\""))
-            .unwrap();
-        BenchDb { name }
-    }
-
-    pub fn sink(&self, table: &str) -> serde_json::Value {
-        serde_json::json!({
-            "type": "relational_db",
-            "dsn": format!("postgresql://postgres@127.0.0.1:5432/{}", self.name),
-            "tls_mode": "disable",
-            // The shared server trusts loopback: it asks for no authentication.
-            "require_auth": "none",
-            "table": table,
-            "auto_create_tables": true,
-        })
-    }
-
-    pub fn count(&self, table: &str) -> u64 {
-        Connection::connect(&pg(&self.name), None)
-            .unwrap()
-            .query(&format!("SELECT count(*) FROM \"{table}\""), &[])
-            .unwrap()
-            .rows[0][0]
-            .as_deref()
-            .unwrap()
-            .parse()
-            .unwrap()
-    }
-}
-
-impl Drop for BenchDb {
-    fn drop(&mut self) {
-        if let Ok(mut admin) = Connection::connect(&pg("postgres"), None) {
-            let _ = admin.simple(&format!(
-                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-                self.name
-            ));
-        }
-    }
-}
 
 /// One `svc run` measurement.
 pub struct Run {

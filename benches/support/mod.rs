@@ -2,8 +2,14 @@
 //! baseline measured with the same client and technique as `svc-fetch`.
 #![allow(dead_code, deprecated)]
 
+#[path = "../../tests/support/broker.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+pub mod broker;
+#[path = "../../tests/support/net.rs"]
+#[allow(dead_code)] // shared with the tests, which use the rest
+pub mod net;
+
 use std::io;
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -189,25 +195,17 @@ pub fn raw_fetch_ack(
 }
 
 /// A throw-away JetStream server on a free loopback port with a temporary store.
-/// A port nobody listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
+/// A throw-away JetStream server on free loopback ports with a temporary store: the tests'
+/// [`broker::NatsServer`] (the same binary choice, `SVC_NATS_SERVER`, and start-up checks).
 pub struct Broker {
-    child: Child,
+    server: broker::NatsServer,
     pub url: String,
-    _store: tempfile::TempDir,
 }
 
 impl Broker {
     /// CPU seconds (user + system) the broker process has used so far.
     pub fn cpu_seconds(&self) -> f64 {
-        process_cpu_seconds(self.child.id())
+        self.server.pid().map_or(0.0, process_cpu_seconds)
     }
 }
 
@@ -229,13 +227,6 @@ pub fn process_cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0 // USER_HZ on Linux
 }
 
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The store goes below the system temp directory, or `SVC_BENCH_BROKER_DIR` when set (for
 /// example a tmpfs, to keep the broker's own writes off the disk a file sink is measured on).
 pub fn start_broker() -> Broker {
@@ -248,36 +239,24 @@ pub fn start_broker_with_config(config: &str) -> Broker {
         Some(base) => tempfile::tempdir_in(base).unwrap(),
         None => tempfile::tempdir().unwrap(),
     };
-    let port = free_port();
-    let mut command = Command::new("/usr/sbin/nats-server");
-    command
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-        .arg(store.path());
+    let mut extra = Vec::new();
     if !config.is_empty() {
         let file = store.path().join("nats-server.conf");
         std::fs::write(&file, config).unwrap();
-        command.arg("-c").arg(file);
+        extra.push("-c".to_string());
+        extra.push(file.display().to_string());
     }
     // SVC_BENCH_BROKER_PROFILE=<port>: the broker serves Go's pprof (CPU profiles, goroutine
     // dumps) on that loopback port, to see where its time goes during a run.
-    if let Some(profile) = std::env::var_os("SVC_BENCH_BROKER_PROFILE") {
-        command.arg("--profile").arg(profile);
+    if let Ok(profile) = std::env::var("SVC_BENCH_BROKER_PROFILE") {
+        extra.push("--profile".to_string());
+        extra.push(profile);
     }
-    let child = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nats-server");
-    let url = format!("nats://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while connect(&url).is_err() {
-        assert!(Instant::now() < deadline, "nats-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let server = broker::NatsServer::start_in(store, &extra);
     Broker {
-        child,
-        url,
-        _store: store,
+        url: server.url(),
+        server,
     }
 }
 

@@ -721,10 +721,6 @@ mod tests {
 
     fn raw() -> RawMessage {
         RawMessage {
-            subject: "orders.eu".into(),
-            stream: "ORDERS".into(),
-            consumer: "svc".into(),
-            stream_sequence: 42,
             consumer_sequence: 7,
             delivery_count: 2,
             published_unix_nanos: Some(1_700_000_000_000_000_000),
@@ -738,8 +734,7 @@ mod tests {
                 ("Authorization".into(), "Bearer hunter2".into()),
                 ("X-Big".into(), "b".repeat(2000)),
             ],
-            data: br#"{"card":"4111111111111111"}"#.to_vec(),
-            unreadable: None,
+            ..RawMessage::sample("orders.eu", 42, br#"{"card":"4111111111111111"}"#)
         }
     }
 

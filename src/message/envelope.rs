@@ -45,6 +45,26 @@ pub struct RawMessage {
 }
 
 impl RawMessage {
+    /// A first delivery of `data` on `subject` from stream `ORDERS` to consumer `svc`, consumer
+    /// sequence equal to the stream's, no headers, no publish time. For tests, benches and
+    /// fuzz targets, which set what they care about with struct update syntax
+    /// (`RawMessage { headers, ..RawMessage::sample("a.b", 1, b"{}") }`); not part of the API.
+    #[doc(hidden)]
+    pub fn sample(subject: &str, stream_sequence: u64, data: &[u8]) -> RawMessage {
+        RawMessage {
+            subject: subject.into(),
+            stream: "ORDERS".into(),
+            consumer: "svc".into(),
+            stream_sequence,
+            consumer_sequence: stream_sequence,
+            delivery_count: 1,
+            published_unix_nanos: None,
+            headers: Vec::new(),
+            data: data.to_vec(),
+            unreadable: None,
+        }
+    }
+
     /// First value of a header, case-sensitive.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
@@ -492,20 +512,14 @@ mod tests {
 
     fn msg(data: &[u8]) -> RawMessage {
         RawMessage {
-            subject: "orders.created".into(),
-            stream: "ORDERS".into(),
-            consumer: "svc".into(),
-            stream_sequence: 42,
             consumer_sequence: 7,
-            delivery_count: 1,
             published_unix_nanos: Some(1_700_000_000_000_000_000),
             headers: vec![
                 ("Nats-Msg-Id".into(), "abc".into()),
                 ("Authorization".into(), "Bearer hunter2".into()),
                 ("Content-Type".into(), "application/json".into()),
             ],
-            data: data.to_vec(),
-            unreadable: None,
+            ..RawMessage::sample("orders.created", 42, data)
         }
     }
 

@@ -471,19 +471,13 @@ mod tests {
 
     fn msg(subject: &str, headers: &[(&str, &str)]) -> RawMessage {
         RawMessage {
-            subject: subject.into(),
             stream: "S".into(),
             consumer: "c".into(),
-            stream_sequence: 1,
-            consumer_sequence: 1,
-            delivery_count: 1,
-            published_unix_nanos: None,
             headers: headers
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            data: Vec::new(),
-            unreadable: None,
+            ..RawMessage::sample(subject, 1, &Vec::new())
         }
     }
 

@@ -362,10 +362,8 @@ mod tests {
         let key = dir.join("k1");
         std::fs::write(&key, B64.encode([5u8; 32])).unwrap();
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-        // A name of this test only: nothing else reads or writes it.
-        std::env::set_var("SVC_NORMALIZE_TEST_CUSTODY_KEY", B64.encode([6u8; 32]));
         let pair = Ed25519KeyPair::from_seed_unchecked(&[1; 32]).unwrap();
-        let cfg = RuntimeConfig::parse(
+        let mut cfg = RuntimeConfig::parse(
             &serde_json::json!({
                 "nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c", "subject": "o.>"},
                 "sink": {"type": "file", "directory": dir.join("out")},
@@ -381,6 +379,14 @@ mod tests {
             .to_string(),
         )
         .unwrap();
+        // The custody key comes from a file rather than the variable the config names: the
+        // test threads share the process environment, so no test sets a variable in it.
+        let custody_key = dir.join("custody");
+        std::fs::write(&custody_key, B64.encode([6u8; 32])).unwrap();
+        std::fs::set_permissions(&custody_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        cfg.custody.hmac_key = Some(crate::message::protection::keys::KeySource::File(
+            custody_key,
+        ));
         let p = Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody).unwrap();
         let metrics = Arc::new(Metrics::default());
         (Normalizer::new(&cfg, Arc::new(p), metrics.clone()), metrics)

@@ -43,19 +43,13 @@ fn verifier(rules: &str, default_required: bool) -> Verifier {
 
 fn msg(subject: &str, headers: &[(&str, &str)], data: &[u8]) -> RawMessage {
     RawMessage {
-        subject: subject.into(),
         stream: "S".into(),
         consumer: "c".into(),
-        stream_sequence: 1,
-        consumer_sequence: 1,
-        delivery_count: 1,
-        published_unix_nanos: None,
         headers: headers
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-        data: data.to_vec(),
-        unreadable: None,
+        ..RawMessage::sample(subject, 1, data)
     }
 }
 

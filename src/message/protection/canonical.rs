@@ -198,10 +198,8 @@ mod tests {
             b"",
         ] {
             let m = RawMessage {
-                subject: "orders.\"odd\"".into(),
                 stream: "S".into(),
                 consumer: "c".into(),
-                stream_sequence: 9,
                 consumer_sequence: 3,
                 delivery_count: 2,
                 published_unix_nanos: Some(1_700_000_000_000_000_000),
@@ -211,8 +209,7 @@ mod tests {
                     ("A".into(), "1".into()),
                     ("Svc-Event-Time".into(), "2023-11-14T22:13:20Z".into()),
                 ],
-                data: data.to_vec(),
-                unreadable: None,
+                ..RawMessage::sample("orders.\"odd\"", 9, data)
             };
             let cfg = EnvelopeConfig {
                 keep_headers: vec!["B".into(), "A".into()],

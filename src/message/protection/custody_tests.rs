@@ -19,19 +19,13 @@ fn custodian(key: Option<&[u8]>) -> Custodian {
 
 fn sealed(c: &Custodian, data: &[u8]) -> Envelope {
     let m = RawMessage {
-        subject: "orders.created".into(),
-        stream: "ORDERS".into(),
-        consumer: "svc".into(),
-        stream_sequence: 7,
         consumer_sequence: 3,
-        delivery_count: 1,
         published_unix_nanos: Some(1_700_000_000_000_000_000),
         headers: vec![
             ("Nats-Msg-Id".into(), "m-7".into()),
             ("Content-Type".into(), "application/json".into()),
         ],
-        data: data.to_vec(),
-        unreadable: None,
+        ..RawMessage::sample("orders.created", 7, data)
     };
     let cfg = EnvelopeConfig {
         keep_headers: vec!["Content-Type".into()],

@@ -34,18 +34,7 @@ fn config(dir: &std::path::Path, ids: &[&str], active: &str, extra: &str) -> Enc
 }
 
 fn raw(subject: &str, seq: u64, data: &[u8]) -> RawMessage {
-    RawMessage {
-        subject: subject.into(),
-        stream: "ORDERS".into(),
-        consumer: "svc".into(),
-        stream_sequence: seq,
-        consumer_sequence: seq,
-        delivery_count: 1,
-        published_unix_nanos: None,
-        headers: vec![],
-        data: data.to_vec(),
-        unreadable: None,
-    }
+    RawMessage::sample(subject, seq, data)
 }
 
 fn sealed(enc: &Encryptor, subject: &str, seq: u64, data: &[u8]) -> Value {

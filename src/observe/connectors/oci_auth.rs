@@ -264,7 +264,7 @@ mod tests {
     #[test]
     fn config_file_profiles() {
         let dir = tempfile::tempdir().unwrap();
-        let (pkcs8, _, _) = openssl_key_pair(dir.path());
+        let (pkcs8, _, _) = openssl_key_pair();
         std::fs::write(dir.path().join("api.pem"), &pkcs8).unwrap();
         let cfg = dir.path().join("config");
         std::fs::write(
@@ -324,7 +324,7 @@ mod tests {
     #[test]
     fn resource_principal_from_env() {
         let dir = tempfile::tempdir().unwrap();
-        let (pkcs8, pkcs1, _) = openssl_key_pair(dir.path());
+        let (pkcs8, pkcs1, _) = openssl_key_pair();
         let token = jwt(2_000_000_000);
         let pem_path = dir.path().join("rp.pem");
         std::fs::write(&pem_path, &pkcs1).unwrap();

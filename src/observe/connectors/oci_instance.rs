@@ -581,7 +581,6 @@ mod tests {
     }
 
     use super::*;
-    use std::process::Command;
 
     /// Found by `fuzz/fuzz_targets/cloud_answers.rs`: the federation error's `code` and
     /// `message` reached the error text with their control characters.
@@ -597,15 +596,6 @@ mod tests {
         assert_eq!(federation_failure(502, b"<html>"), "HTTP 502");
     }
 
-    fn openssl(dir: &std::path::Path, args: &[&str]) {
-        let out = Command::new("openssl")
-            .current_dir(dir)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "openssl {args:?}: {out:?}");
-    }
-
     #[test]
     fn regions() {
         assert_eq!(region_id("fra\n").unwrap(), "eu-frankfurt-1");
@@ -619,25 +609,17 @@ mod tests {
 
     #[test]
     fn tenancy_and_fingerprint_of_openssl_certificates() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        for (name, subj, want) in [
-            ("a", "/CN=ocid1.instance.oc1..x/OU=opc-certtype:instance/OU=opc-compartment:ocid1.compartment.oc1..c/OU=opc-instance:ocid1.instance.oc1..x/OU=opc-tenant:ocid1.tenancy.oc1..aaaatest", Ok("ocid1.tenancy.oc1..aaaatest")),
-            ("b", "/CN=x/O=opc-identity:ocid1.tenancy.oc1..older", Ok("ocid1.tenancy.oc1..older")),
-            ("c", "/CN=x/OU=opc-certtype:instance", Err("the leaf certificate's subject has no opc-tenant: or opc-identity: attribute")),
-            ("d", "/CN=x/OU=opc-tenant:ocid1.user.oc1..u", Err("the leaf certificate's opc-tenant: attribute is not a tenancy OCID")),
+        // Made once with `openssl req -x509 -newkey rsa:2048 -subj SUBJECT`; the fingerprints
+        // are what `openssl x509 -noout -fingerprint -sha256` printed for them.
+        for (name, pem, fingerprint, want) in [
+            ("a", include_str!("testdata/cert-a.pem"), "5C:B8:E8:B0:45:04:DC:BD:DF:2C:D9:82:6A:FF:83:B3:89:8E:62:A4:E2:62:BA:A6:48:91:90:78:61:15:22:1D", Ok("ocid1.tenancy.oc1..aaaatest")),
+            ("b", include_str!("testdata/cert-b.pem"), "86:A3:55:FF:EE:FB:52:7F:AF:88:24:5E:33:C8:6D:E6:2A:53:93:17:65:E4:4C:24:70:A2:73:AB:44:27:CF:4B", Ok("ocid1.tenancy.oc1..older")),
+            ("c", include_str!("testdata/cert-c.pem"), "7C:3D:C8:85:AB:18:C3:54:16:12:3C:97:D8:03:AD:CF:54:EC:39:C6:EF:EF:CB:88:CB:21:53:9F:CB:2A:C6:7C", Err("the leaf certificate's subject has no opc-tenant: or opc-identity: attribute")),
+            ("d", include_str!("testdata/cert-d.pem"), "CD:BD:63:25:80:72:E7:57:4D:4D:08:E6:F0:8D:F1:EF:B4:C3:A5:CC:69:B4:A2:2C:2F:FA:06:46:C6:20:C9:AA", Err("the leaf certificate's opc-tenant: attribute is not a tenancy OCID")),
         ] {
-            openssl(d, &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &format!("{name}.key"), "-out", &format!("{name}.pem"), "-subj", subj, "-days", "1"]);
-            let pem = std::fs::read_to_string(d.join(format!("{name}.pem"))).unwrap();
-            let der = pem_blocks(&pem, "CERTIFICATE").unwrap().remove(0);
+            let der = pem_blocks(pem, "CERTIFICATE").unwrap().remove(0);
             assert_eq!(tenancy_of(&der).as_deref(), want.map_err(str::to_string).as_deref(), "{name}");
-            let out = Command::new("openssl")
-                .current_dir(d)
-                .args(["x509", "-in", &format!("{name}.pem"), "-noout", "-fingerprint", "-sha256"])
-                .output()
-                .unwrap();
-            let text = String::from_utf8(out.stdout).unwrap();
-            assert_eq!(text.trim().split_once('=').unwrap().1, fingerprint_sha256(&der));
+            assert_eq!(fingerprint_sha256(&der), fingerprint, "{name}");
         }
         assert!(tenancy_of(b"\x30\x03\x02\x01").is_err());
         assert!(tenancy_of(b"").is_err());

@@ -220,29 +220,17 @@ impl Signer {
 pub(crate) mod tests {
     use super::*;
     use ring::signature::{UnparsedPublicKey, RSA_PKCS1_2048_8192_SHA256};
-    use std::process::Command;
 
-    /// Generates an RSA key pair with openssl: (PKCS#8 PEM, PKCS#1 PEM, public key DER (PKCS#1)).
-    pub(crate) fn openssl_key_pair(dir: &std::path::Path) -> (String, String, Vec<u8>) {
-        let key = dir.join("key.pem");
-        let run = |args: &[&str]| {
-            let out = Command::new("openssl").args(args).output().unwrap();
-            assert!(out.status.success(), "openssl {args:?}: {out:?}");
-            out.stdout
-        };
-        run(&["genrsa", "-out", key.to_str().unwrap(), "2048"]);
-        let pkcs8 = String::from_utf8(run(&["pkey", "-in", key.to_str().unwrap()])).unwrap();
-        let pkcs1 =
-            String::from_utf8(run(&["rsa", "-in", key.to_str().unwrap(), "-traditional"])).unwrap();
-        let public = run(&[
-            "rsa",
-            "-in",
-            key.to_str().unwrap(),
-            "-RSAPublicKey_out",
-            "-outform",
-            "DER",
-        ]);
-        (pkcs8, pkcs1, public)
+    /// A test-only RSA 2048 key pair made once by openssl (`genrsa`; `pkey`; `rsa -traditional`;
+    /// `rsa -RSAPublicKey_out -outform DER`): (PKCS#8 PEM, PKCS#1 PEM, public key DER
+    /// (PKCS#1)). Kept as files so the unit tests need no openssl, and still read keys another
+    /// implementation wrote.
+    pub(crate) fn openssl_key_pair() -> (String, String, Vec<u8>) {
+        (
+            include_str!("testdata/test-key.pkcs8.pem").to_string(),
+            include_str!("testdata/test-key.pkcs1.pem").to_string(),
+            include_bytes!("testdata/test-key.public.der").to_vec(),
+        )
     }
 
     #[test]
@@ -291,8 +279,7 @@ pub(crate) mod tests {
 
     #[test]
     fn signatures_verify_with_the_public_key() {
-        let dir = tempfile::tempdir().unwrap();
-        let (pkcs8, pkcs1, public) = openssl_key_pair(dir.path());
+        let (pkcs8, pkcs1, public) = openssl_key_pair();
         for pem in [&pkcs8, &pkcs1] {
             let signer = Signer::new("t/u/f".into(), load_private_key(pem).unwrap());
             let body = b"{}";

@@ -33,18 +33,7 @@ fn fanout_cfg(v: &serde_json::Value) -> FanoutConfig {
 
 fn env(subject: &str, seq: u64) -> Envelope {
     normalize(
-        &RawMessage {
-            subject: subject.into(),
-            stream: "ORDERS".into(),
-            consumer: "svc".into(),
-            stream_sequence: seq,
-            consumer_sequence: seq,
-            delivery_count: 1,
-            published_unix_nanos: None,
-            headers: vec![],
-            data: format!("{{\"n\":{seq}}}").into_bytes(),
-            unreadable: None,
-        },
+        &RawMessage::sample(subject, seq, &format!("{{\"n\":{seq}}}").into_bytes()),
         0,
         &EnvelopeConfig::default(),
     )

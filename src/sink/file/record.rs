@@ -165,10 +165,6 @@ mod tests {
         };
         normalize(
             &RawMessage {
-                subject: "orders.créé".into(),
-                stream: "ORDERS".into(),
-                consumer: "svc".into(),
-                stream_sequence: 42,
                 consumer_sequence: 7,
                 delivery_count: 3,
                 published_unix_nanos: Some(1_700_000_000_123_456_789),
@@ -176,8 +172,7 @@ mod tests {
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
-                data: data.to_vec(),
-                unreadable: None,
+                ..RawMessage::sample("orders.créé", 42, data)
             },
             1_700_000_001_000_000_000,
             &cfg,

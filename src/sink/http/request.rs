@@ -295,16 +295,8 @@ mod tests {
         use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
         normalize(
             &RawMessage {
-                subject: "orders.created".into(),
-                stream: "ORDERS".into(),
-                consumer: "svc".into(),
-                stream_sequence: seq,
-                consumer_sequence: seq,
-                delivery_count: 1,
                 published_unix_nanos: Some(1_700_000_000_000_000_000),
-                headers: vec![],
-                data: payload.to_vec(),
-                unreadable: None,
+                ..RawMessage::sample("orders.created", seq, payload)
             },
             1_700_000_001_000_000_000,
             &EnvelopeConfig::default(),

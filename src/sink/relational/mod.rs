@@ -36,8 +36,6 @@ pub mod transport;
 pub mod wire;
 
 #[cfg(test)]
-mod cluster_tests;
-#[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, HashMap};

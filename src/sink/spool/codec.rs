@@ -236,11 +236,8 @@ mod tests {
 
     pub fn envelope(seq: u64, data: &[u8]) -> Envelope {
         let msg = RawMessage {
-            subject: "orders.eu".into(),
             stream: Arc::from("ORDERS"),
             consumer: Arc::from("svc"),
-            stream_sequence: seq,
-            consumer_sequence: seq,
             delivery_count: 2,
             published_unix_nanos: Some(1_700_000_000_123_456_789),
             headers: vec![
@@ -248,8 +245,7 @@ mod tests {
                 ("Svc-Event-Time".into(), "2023-11-14T22:13:20.5Z".into()),
                 ("Keep".into(), "v\"al\n".into()),
             ],
-            data: data.to_vec(),
-            unreadable: None,
+            ..RawMessage::sample("orders.eu", seq, data)
         };
         let cfg = EnvelopeConfig {
             keep_headers: vec!["Keep".into()],

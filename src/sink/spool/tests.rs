@@ -14,16 +14,10 @@ use crate::sink::{Sink, SinkError, WriteOutcome};
 
 fn envelope(seq: u64) -> Envelope {
     let msg = RawMessage {
-        subject: "orders.eu".into(),
         stream: Arc::from("ORDERS"),
         consumer: Arc::from("svc"),
-        stream_sequence: seq,
-        consumer_sequence: seq,
-        delivery_count: 1,
         published_unix_nanos: Some(1_700_000_000_000_000_000),
-        headers: Vec::new(),
-        data: format!("{{\"n\":{seq}}}").into_bytes(),
-        unreadable: None,
+        ..RawMessage::sample("orders.eu", seq, &format!("{{\"n\":{seq}}}").into_bytes())
     };
     normalize(&msg, 1_700_000_000_000_000_001, &EnvelopeConfig::default()).0
 }

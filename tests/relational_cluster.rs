@@ -13,12 +13,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::tests::{envelope, parse_cfg};
-use super::wire::{
+use svc::metrics::Metrics;
+use svc::sink::relational::wire::{
     tls_client_config, AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode,
 };
-use super::*;
-use crate::sink::Sink;
+use svc::sink::relational::RelationalSink;
+use svc::sink::{Sink, WriteOutcome};
+
+use crate::support::certs::make_certs;
+use crate::support::free_port;
+use crate::support::postgres::{envelope, parse_cfg};
 
 fn pg_bindir() -> PathBuf {
     let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
@@ -57,14 +61,6 @@ fn run(cmd: &mut Command, what: &str) {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Cluster {
     dir: PathBuf,
     port: u16,
@@ -96,73 +92,18 @@ impl Drop for Cluster {
     }
 }
 
-/// Makes a CA and a server certificate for `localhost` / `127.0.0.1` in `dir`.
-fn make_certs(dir: &Path, ca_name: &str) {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    run(
-        Command::new("openssl")
-            .current_dir(dir)
-            .args(["req", "-x509"])
-            .args(ec)
-            .args([
-                "-keyout",
-                &format!("{ca_name}.key"),
-                "-out",
-                &format!("{ca_name}.pem"),
-            ])
-            .args(["-days", "2", "-subj", &format!("/CN={ca_name}")])
-            .args(["-addext", "basicConstraints=critical,CA:TRUE"])
-            .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"]),
-        "openssl ca",
-    );
-    run(
-        Command::new("openssl")
-            .current_dir(dir)
-            .arg("req")
-            .args(ec)
-            .args(["-keyout", "server.key", "-out", "server.csr"])
-            .args(["-subj", "/CN=localhost"]),
-        "openssl csr",
-    );
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    run(
-        Command::new("openssl")
-            .current_dir(dir)
-            .args(["x509", "-req", "-in", "server.csr"])
-            .args([
-                "-CA",
-                &format!("{ca_name}.pem"),
-                "-CAkey",
-                &format!("{ca_name}.key"),
-            ])
-            .args(["-CAcreateserial", "-out", "server.pem", "-days", "2"])
-            .args(["-extfile", "ext.cnf"]),
-        "openssl sign",
-    );
-}
-
 fn start_cluster() -> Cluster {
     let bin = pg_bindir();
     let dir = std::env::temp_dir().join(format!(
         "svc-pgauth-{}-{}",
         std::process::id(),
-        crate::message::envelope::now_unix_nanos() % 1_000_000_000
+        svc::message::envelope::now_unix_nanos() % 1_000_000_000
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    make_certs(&dir, "test-ca");
+    make_certs(&dir);
     let other = dir.join("other");
     std::fs::create_dir_all(&other).unwrap();
-    make_certs(&other, "other-ca");
+    make_certs(&other);
     if is_root() {
         run(
             Command::new("chown")
@@ -281,8 +222,51 @@ fn sink_for(c: &Cluster, user: &str, host: &str, extra: serde_json::Value) -> Re
     RelationalSink::new(parse_cfg(&v), Arc::new(Metrics::default())).unwrap()
 }
 
+/// The passwords the sink reads from its `password_env` variables. The sink reads them in this
+/// process, and a test binary's environment is shared by every test thread (setting a variable
+/// while another thread reads one is a data race in libc), so the test runs in a child process
+/// of this same binary that gets them at its start.
+const PASSWORDS: [(&str, &str); 7] = [
+    ("SVC_TEST_SCRAM_PW", "scr4m pässword"),
+    ("SVC_TEST_MD5_PW", "md5-pw"),
+    ("SVC_TEST_PLAIN_PW", "plain-pw"),
+    ("SVC_TEST_TLS_PW", "tls-pw"),
+    ("SVC_TEST_WRONG_PW", "not-the-password"),
+    // SASLprep: U+2168 (ROMAN NUMERAL NINE) and "IX" are the same password after it; U+00AD
+    // (soft hyphen) is mapped to nothing.
+    ("SVC_TEST_PREP_PW", "\u{2168}"),
+    ("SVC_TEST_PREP_PW2", "I\u{00ad}X"),
+];
+
 #[test]
 fn password_authentication_and_verified_tls_against_a_private_cluster() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "relational_cluster::with_passwords_in_the_environment",
+        ])
+        .args(["--ignored", "--nocapture", "--test-threads=1"])
+        .envs(PASSWORDS)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+#[ignore = "run by password_authentication_and_verified_tls_against_a_private_cluster"]
+fn with_passwords_in_the_environment() {
+    for (name, value) in PASSWORDS {
+        assert_eq!(
+            std::env::var(name).as_deref(),
+            Ok(value),
+            "started without {name}"
+        );
+    }
     let c = start_cluster();
     let mut admin = Connection::connect(
         &params(c.port, "postgres", "127.0.0.1", TlsMode::Disable, None),
@@ -301,14 +285,8 @@ fn password_authentication_and_verified_tls_against_a_private_cluster() {
              GRANT ALL ON SCHEMA public TO PUBLIC;",
         )
         .unwrap();
-    let ca = c.dir.join("test-ca.pem");
-    let other_ca = c.dir.join("other").join("other-ca.pem");
-
-    std::env::set_var("SVC_TEST_SCRAM_PW", "scr4m pässword");
-    std::env::set_var("SVC_TEST_MD5_PW", "md5-pw");
-    std::env::set_var("SVC_TEST_PLAIN_PW", "plain-pw");
-    std::env::set_var("SVC_TEST_TLS_PW", "tls-pw");
-    std::env::set_var("SVC_TEST_WRONG_PW", "not-the-password");
+    let ca = c.dir.join("ca.pem");
+    let other_ca = c.dir.join("other").join("ca.pem");
 
     // The default require_auth (scram-sha-256) refuses the md5 and cleartext servers before
     // sending anything; the SCRAM one works.
@@ -420,11 +398,7 @@ fn password_authentication_and_verified_tls_against_a_private_cluster() {
     );
     let err = wrong_bound.check().unwrap_err().to_string();
     assert!(err.contains("28P01"), "{err}");
-    // SASLprep: a password stored as the NFKC form of what the client holds. U+2168 (ROMAN
-    // NUMERAL NINE) and "IX" are the same password after SASLprep; U+00AD (soft hyphen) is
-    // mapped to nothing.
-    std::env::set_var("SVC_TEST_PREP_PW", "\u{2168}");
-    std::env::set_var("SVC_TEST_PREP_PW2", "I\u{00ad}X");
+    // SASLprep: a password stored as the NFKC form of what the client holds (see PASSWORDS).
     for var in ["SVC_TEST_PREP_PW", "SVC_TEST_PREP_PW2"] {
         let sink = sink_for(
             &c,

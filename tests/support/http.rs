@@ -3,7 +3,6 @@
 //! (`Content-Length` bodies only, no chunking accepted), every request recorded, the reply
 //! chosen by the test's validator. Each reply closes the connection. Also the hostile object
 //! stores and credential endpoints (`start_raw`: any content type, binary bodies).
-#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -49,7 +48,9 @@ pub struct Receiver {
     thread: Option<JoinHandle<()>>,
 }
 
-fn read_request(s: &mut TcpStream) -> Result<Received, String> {
+/// Reads a request or response head up to and including its empty line, byte by byte so
+/// nothing after it is consumed (a proxy forwards the rest as it comes).
+pub fn read_head(s: &mut TcpStream) -> Result<String, String> {
     let mut buf = Vec::new();
     let mut byte = [0u8; 1];
     while !buf.ends_with(b"\r\n\r\n") {
@@ -62,7 +63,13 @@ fn read_request(s: &mut TcpStream) -> Result<Received, String> {
             return Err("head over 64 KiB".into());
         }
     }
-    let head = String::from_utf8(buf).map_err(|_| "head is not UTF-8".to_string())?;
+    String::from_utf8(buf).map_err(|_| "head is not UTF-8".to_string())
+}
+
+/// Reads one request strictly: a three-part request line, `name: value` header lines, no
+/// `Transfer-Encoding`, at most one `Content-Length` and a body of exactly that length.
+pub fn read_request(s: &mut TcpStream) -> Result<Received, String> {
+    let head = read_head(s)?;
     let mut lines = head.trim_end_matches("\r\n\r\n").split("\r\n");
     let request_line = lines.next().unwrap_or_default();
     let parts: Vec<&str> = request_line.split(' ').collect();

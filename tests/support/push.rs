@@ -1,12 +1,11 @@
 //! Real receivers for the push-connector tests, each started per test on free loopback ports
 //! and stopped by its own PID: the OTLP protobuf decoder and the strict HEC receiver
-//! (`tests/receivers/*.py`, run with the test venv), a private rsyslogd with mmpstrucdata, and
+//! (`tests/support/receivers/*.py`, run with the test venv), a private rsyslogd with mmpstrucdata, and
 //! the npm StatsD daemon with its management port.
 //!
 //! Tools: `SVC_TEST_VENV` (a venv with opentelemetry-proto and protobuf; default
 //! `$HOME/.cache/svc-test-tools/venv`) and `SVC_TEST_STATSD` (the daemon's `stats.js`; default
 //! `$HOME/.cache/svc-test-tools/node_modules/statsd/stats.js`), as `scripts/test.sh` exports.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -15,25 +14,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::observe_util::{bin, wait_for, ChildGuard, TempDir};
+use super::observe::{bin, wait_for, ChildGuard};
+use super::python::python;
+use super::temp::TempDir;
+
+/// A number no other call in this process got: receivers of one test share its directory.
+fn unique() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    N.fetch_add(1, Ordering::SeqCst)
+}
 
 fn tools_dir() -> PathBuf {
     PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
         .join(".cache/svc-test-tools")
-}
-
-/// Python of the test venv.
-pub fn venv_python() -> PathBuf {
-    let venv = std::env::var_os("SVC_TEST_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| tools_dir().join("venv"));
-    let py = venv.join("bin/python");
-    assert!(
-        py.exists(),
-        "{} missing: run scripts/test.sh (or create the venv with opentelemetry-proto protobuf)",
-        py.display()
-    );
-    py
 }
 
 /// `stats.js` of the StatsD daemon.
@@ -49,15 +43,10 @@ pub fn statsd_js() -> PathBuf {
     p
 }
 
-pub fn receiver_script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/receivers")
-        .join(name)
-}
-
 /// A Python receiver: its process, port and record file (one JSON line per request).
 pub struct Receiver {
-    pub guard: ChildGuard,
+    // Held for its Drop: the receiver stops with this value.
+    _guard: ChildGuard,
     pub port: u16,
     pub record: PathBuf,
 }
@@ -65,9 +54,9 @@ pub struct Receiver {
 impl Receiver {
     /// Starts `script` with `--port 0 --record <file>` plus `args`, waits for `LISTENING`.
     pub fn start(dir: &TempDir, script: &str, args: &[&str], env: &[(&str, &str)]) -> Receiver {
-        let record = dir.path(&format!("{script}.{}.jsonl", crate::unique()));
-        let mut cmd = Command::new(venv_python());
-        cmd.arg(receiver_script(script))
+        let record = dir.join(&format!("{script}.{}.jsonl", unique()));
+        let mut cmd = Command::new(python());
+        cmd.arg(super::python::script(&format!("receivers/{script}")))
             .args(["--port", "0", "--record"])
             .arg(&record)
             .args(args)
@@ -87,7 +76,7 @@ impl Receiver {
             .and_then(|p| p.trim().parse().ok())
             .unwrap_or_else(|| panic!("receiver {script} did not start: {line:?}"));
         Receiver {
-            guard,
+            _guard: guard,
             port,
             record,
         }
@@ -132,7 +121,8 @@ pub fn free_udp_port() -> u16 {
 /// ruleset writing the RFC 5424 fields (`raw.log`) and mmpstrucdata's parse of the structured
 /// data as JSON (`sd.log`).
 pub struct Rsyslog {
-    pub guard: ChildGuard,
+    // Held for its Drop: the receiver stops with this value.
+    _guard: ChildGuard,
     pub port: u16,
     pub socket: PathBuf,
     pub raw: PathBuf,
@@ -141,7 +131,7 @@ pub struct Rsyslog {
 
 impl Rsyslog {
     pub fn start(dir: &TempDir) -> Rsyslog {
-        let work = dir.path("rsyslog");
+        let work = dir.join("rsyslog");
         std::fs::create_dir_all(&work).unwrap();
         let port = free_udp_port();
         let socket = work.join("log.sock");
@@ -191,7 +181,7 @@ input(type="imuxsock" Socket="{sock}" UseSpecialParser="off" ParseHostname="on" 
             .spawn()
             .unwrap();
         let r = Rsyslog {
-            guard: ChildGuard(child),
+            _guard: ChildGuard(child),
             port,
             socket,
             raw,
@@ -252,7 +242,8 @@ input(type="imuxsock" Socket="{sock}" UseSpecialParser="off" ParseHostname="on" 
 /// The npm StatsD daemon: UDP on a free port, management on another, flush interval long
 /// enough that its counters are not reset during a test.
 pub struct Statsd {
-    pub guard: ChildGuard,
+    // Held for its Drop: the receiver stops with this value.
+    _guard: ChildGuard,
     pub port: u16,
     pub mgmt: u16,
 }
@@ -260,8 +251,8 @@ pub struct Statsd {
 impl Statsd {
     pub fn start(dir: &TempDir) -> Statsd {
         let port = free_udp_port();
-        let mgmt = crate::observe_util::free_port();
-        let conf = dir.path(&format!("statsd.{}.js", crate::unique()));
+        let mgmt = super::net::free_port();
+        let conf = dir.join(&format!("statsd.{}.js", unique()));
         std::fs::write(
             &conf,
             format!(
@@ -282,7 +273,7 @@ impl Statsd {
             .spawn()
             .expect("node is installed");
         let s = Statsd {
-            guard: ChildGuard(child),
+            _guard: ChildGuard(child),
             port,
             mgmt,
         };
@@ -351,100 +342,5 @@ impl Statsd {
             },
         );
         self.inspected("gauges")
-    }
-}
-
-/// Self-signed test CA and a server certificate for `localhost` / 127.0.0.1 signed by it,
-/// plus an unrelated self-signed certificate; made with the openssl CLI.
-pub struct Certs {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub rogue_cert: PathBuf,
-    pub rogue_key: PathBuf,
-}
-
-pub fn make_certs(dir: &TempDir) -> Certs {
-    let p = |n: &str| dir.path(n);
-    let openssl = |args: &[&str]| {
-        let o = Command::new("openssl")
-            .args(args)
-            .current_dir(&dir.0)
-            .output()
-            .expect("openssl is installed");
-        assert!(o.status.success(), "openssl {args:?}: {o:?}");
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=svc test CA",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    std::fs::write(
-        p("ext.cnf"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ]);
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "rogue.key",
-        "-out",
-        "rogue.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=localhost",
-        "-addext",
-        "subjectAltName=DNS:localhost,IP:127.0.0.1",
-    ]);
-    Certs {
-        ca: p("ca.pem"),
-        cert: p("server.pem"),
-        key: p("server.key"),
-        rogue_cert: p("rogue.pem"),
-        rogue_key: p("rogue.key"),
     }
 }

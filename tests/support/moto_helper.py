@@ -1,16 +1,16 @@
 """Test helper around moto (the S3-compatible server the object-store tests run against).
 
-  helper.py serve PORT [CERT KEY] run moto on 127.0.0.1:PORT with signature checking enforced
+  moto_helper.py serve PORT [CERT KEY] run moto on 127.0.0.1:PORT with signature checking enforced
                                   after three unauthenticated IAM calls; exits when the parent
                                   (the test process) is gone, so no server outlives a test run
-  helper.py setup ENDPOINT        make those three IAM calls; print {"key_id", "secret"}
-  helper.py bucket ENDPOINT KEY SECRET NAME true|false
+  moto_helper.py setup ENDPOINT        make those three IAM calls; print {"key_id", "secret"}
+  moto_helper.py bucket ENDPOINT KEY SECRET NAME true|false
                                   create a bucket (versioned when true)
-  helper.py versions ENDPOINT KEY SECRET BUCKET
+  moto_helper.py versions ENDPOINT KEY SECRET BUCKET
                                   print every object version of the bucket as JSON
-  helper.py role ENDPOINT KEY SECRET NAME
+  moto_helper.py role ENDPOINT KEY SECRET NAME
                                   create role NAME (assumable by anyone, allowed everything)
-  helper.py assume ENDPOINT KEY SECRET N
+  moto_helper.py assume ENDPOINT KEY SECRET N
                                   N sets of temporary credentials from moto's STS AssumeRole
                                   of role svc-issued (signed with KEY/SECRET), as a JSON list of
                                   {"key_id", "secret", "token"}

@@ -1,6 +1,5 @@
 //! Shared by the operator-kit tests (alert rules, dashboard): the metric names the exporter
 //! can really serve, and the `svc_` names a PromQL text refers to.
-#![allow(dead_code)]
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

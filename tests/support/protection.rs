@@ -1,7 +1,7 @@
 //! Shared harness of the payload-protection tests: the Python helper (an independent
 //! implementation of the documented formats), keys, configs, signed publishing.
 
-#![allow(dead_code, deprecated)]
+#![allow(deprecated)] // the nats crate marks every JetStream item deprecated
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -12,7 +12,11 @@ use std::process::{Command, Stdio};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use crate::util::*;
+use super::broker::NatsServer;
+use super::files_below;
+use super::process::{svc_run, Runner};
+pub use super::python::python;
+use super::python::script;
 
 pub const STREAM: &str = "ORDERS";
 pub const CONSUMER: &str = "svc";
@@ -25,28 +29,9 @@ pub const AES_K1: [u8; 32] = [0x11; 32];
 pub const AES_K2: [u8; 32] = [0x22; 32];
 pub const CUSTODY_KEY: [u8; 32] = [0x33; 32];
 
-/// The Python with `cryptography`: `SVC_TEST_PYTHON`, `$SVC_TEST_VENV/bin/python`, the
-/// default venv of `scripts/deps.sh`, else `python3`.
-pub fn python() -> String {
-    if let Ok(p) = std::env::var("SVC_TEST_PYTHON") {
-        return p;
-    }
-    if let Ok(v) = std::env::var("SVC_TEST_VENV") {
-        if !v.is_empty() {
-            return format!("{v}/bin/python");
-        }
-    }
-    let home = PathBuf::from(std::env::var("HOME").unwrap_or_default());
-    let venv = home.join(".cache/svc-test-tools/venv/bin/python");
-    if venv.exists() {
-        return venv.display().to_string();
-    }
-    "python3".into()
-}
-
 /// One request to the Python helper.
 pub fn py(req: &Value) -> Value {
-    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/protection/helper.py");
+    let helper = script("protection_helper.py");
     let mut child = Command::new(python())
         .arg(helper)
         .stdin(Stdio::piped())
@@ -111,20 +96,7 @@ pub fn start_runner(config: &Path, log: &Path) -> Runner {
 
 /// [`start_runner`] with more variables (a sink's credentials).
 pub fn start_runner_env(config: &Path, log: &Path, extra: &HashMap<String, String>) -> Runner {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(config)
-        .envs(secrets_env())
-        .envs(extra)
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    Runner {
-        child,
-        log: log.to_path_buf(),
-    }
+    Runner::spawn(svc_run(config).envs(secrets_env()).envs(extra), log)
 }
 
 /// `svc <args>` with the secrets in the environment: (exit code, stdout, stderr).

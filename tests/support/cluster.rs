@@ -4,12 +4,13 @@
 //!
 //! Each node runs `nats-server -a 127.0.0.1 -p P -m M -n nodeI --cluster_name C
 //! --cluster nats://127.0.0.1:R --routes <the other nodes' route URLs> -js -sd DIR`.
-#![allow(dead_code, deprecated)]
+#![allow(deprecated)] // the nats crate marks every JetStream item deprecated
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{free_port, http_get, nats_server, wait_until};
+use super::broker::nats_server;
+use super::net::{free_port, http_get, wait_until};
 
 /// One node of the cluster.
 pub struct Node {

@@ -1,0 +1,76 @@
+//! The integration tests: one test binary (`cargo test --test main`), one module per area, one
+//! [`support`] module they share. One binary links the library once, where a binary per file
+//! linked it about forty times.
+//!
+//! Areas and their modules:
+//! - the runner against a real broker: `runner`, `durability`, `consumer_changes`,
+//!   `stream_plan`, `operator_commands`, `logging_format`, `labels_dlq`, `sink_permanent`,
+//!   `broker_auth_tls`, `jetstream_cluster`, `shared_dirs`, `spool`
+//! - sinks: `object_store_sink`, `object_store_e2e`, `aws_credentials`, `http_sink`,
+//!   `relational`, `relational_client` (the PostgreSQL client and sink on the local server),
+//!   `relational_cluster` (password authentication and TLS on a private server),
+//!   `payload_protection`, `payload_protection_sinks`
+//! - hostile peers: `hostile_nats`, `hostile_postgres`, `hostile_store`, `hostile_http`,
+//!   `hostile_receivers`
+//! - the exporter (`svc-observe`): `observe_cli`, `observe_http`, `observe_prometheus`,
+//!   `observe_push`, `observe_cloud_a`, `observe_cloud_b`, `observe_cloud_c`,
+//!   `observe_cloud_tls`, `observe_broker_monitoring`
+//! - the shipped kit: `package`, `systemd_units`, `alert_rules`, `dashboard`
+//! - the source tree and the command line: `layers`, `log_hygiene`, `cli`
+//!
+//! Two tiers. The fast one needs nothing but cargo: `bash scripts/test-fast.sh` runs the unit
+//! tests and the modules listed in it, which start no outside service (no broker, PostgreSQL,
+//! moto, openssl, Prometheus or Python). The full one is `bash scripts/test.sh` (what CI runs):
+//! it installs the tools, runs everything, then runs the broker-facing modules again against
+//! the current nats-server release. One module alone: `cargo test --test main -- spool::`.
+//!
+//! Tests share one process and run on several threads: a test never changes the process's
+//! environment or working directory (it passes variables to the child it starts, or runs
+//! itself in a child of this binary as `relational_cluster` does), names its scratch files by
+//! more than the process id, and never counts what the whole process holds (threads,
+//! descriptors) as if it were alone.
+
+mod support;
+
+mod alert_rules;
+mod aws_credentials;
+mod broker_auth_tls;
+mod cli;
+mod consumer_changes;
+mod dashboard;
+mod durability;
+mod hostile_http;
+mod hostile_nats;
+mod hostile_postgres;
+mod hostile_receivers;
+mod hostile_store;
+mod http_sink;
+mod jetstream_cluster;
+mod labels_dlq;
+mod layers;
+mod log_hygiene;
+mod logging_format;
+mod object_store_e2e;
+mod object_store_sink;
+mod observe_broker_monitoring;
+mod observe_cli;
+mod observe_cloud_a;
+mod observe_cloud_b;
+mod observe_cloud_c;
+mod observe_cloud_tls;
+mod observe_http;
+mod observe_prometheus;
+mod observe_push;
+mod operator_commands;
+mod package;
+mod payload_protection;
+mod payload_protection_sinks;
+mod relational;
+mod relational_client;
+mod relational_cluster;
+mod runner;
+mod shared_dirs;
+mod sink_permanent;
+mod spool;
+mod stream_plan;
+mod systemd_units;
