@@ -5,26 +5,23 @@
 //! one is dead-lettered with its stage, field and reason (sizes with the measured size and the
 //! limit), and no record, log line or snapshot holds the offending value or the payload.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
-mod governance_cases;
-mod moto;
-mod pg_util;
-mod protection;
-mod util;
+mod cases;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use governance_cases::{body, cases, governance_blocks, sortie, HEADER, MARK};
-use pg_util::TestDb;
-use protection::{
+use crate::support::broker::*;
+use crate::support::moto;
+use crate::support::postgres::TestDb;
+use crate::support::process::*;
+use crate::support::protection::{
     dlq_records, py, records, start_runner_env, svc_env, write_private, AES_K1, CONSUMER,
     DLQ_SUBJECT, STREAM,
 };
+use crate::support::*;
+use cases::{body, cases, governance_blocks, sortie, HEADER, MARK};
 use serde_json::{json, Value};
-use util::*;
 
 fn s3_sink(m: &moto::Moto, bucket: &str) -> Value {
     json!({

@@ -4,8 +4,9 @@
 //!
 //! Areas and their modules:
 //! - the runner against a real broker: `runner`, `durability`, `consumer_changes`,
-//!   `stream_plan`, `operator_commands`, `logging_format`, `labels_dlq`, `sink_permanent`,
-//!   `broker_auth_tls`, `jetstream_cluster`, `shared_dirs`, `spool`
+//!   `stream_plan`, `operator_commands`, `logging_format`, `labels_dlq` (with priority lanes),
+//!   `governance`, `sink_permanent`, `broker_auth_tls`, `jetstream_cluster`, `shared_dirs`,
+//!   `spool`
 //! - sinks: `object_store_sink`, `object_store_e2e`, `aws_credentials`, `http_sink`,
 //!   `relational`, `relational_client` (the PostgreSQL client and sink on the local server),
 //!   `relational_cluster` (password authentication and TLS on a private server),
@@ -39,6 +40,7 @@ mod cli;
 mod consumer_changes;
 mod dashboard;
 mod durability;
+mod governance;
 mod hostile_http;
 mod hostile_nats;
 mod hostile_postgres;

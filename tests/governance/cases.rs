@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::protection::DLQ_SUBJECT;
+use crate::support::protection::DLQ_SUBJECT;
 
 /// Planted in every offending value and every payload.
 pub const MARK: &str = "PLANTED-MARKER";
