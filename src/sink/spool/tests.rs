@@ -253,3 +253,55 @@ fn a_drain_into_jsonl_writes_what_the_sink_writes_directly() {
         jsonl_lines(&tmp.path().join("direct"))
     );
 }
+
+/// Records larger than the drain's read-ahead, and many small ones spanning several
+/// refills, all arrive once and in order; damage the drain finds past a refill is
+/// quarantined, the rest delivered.
+#[test]
+fn the_drain_reads_on_past_its_read_ahead() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = SpoolConfig {
+        max_bytes: 64 << 20,
+        segment_bytes: 32 << 20,
+        drain_batch: 50,
+        ..config(tmp.path())
+    };
+    let big = |seq: u64| {
+        let msg = RawMessage {
+            stream: Arc::from("ORDERS"),
+            consumer: Arc::from("svc"),
+            ..RawMessage::sample("orders.eu", seq, &vec![b'x'; 3 << 20])
+        };
+        normalize(&msg, 1, &EnvelopeConfig::default()).0
+    };
+    let mut envs: Vec<Envelope> = (1..=3000).map(envelope).collect();
+    envs.insert(10, big(100_001));
+    envs.insert(2500, big(100_002));
+    envs.push(big(100_003));
+    let metrics = Arc::new(Metrics::default());
+    let spool = Arc::new(Spool::open(&cfg, metrics.clone()).unwrap());
+    for chunk in envs.chunks(64) {
+        spool.append(chunk).unwrap();
+    }
+    // Damage one record well past the first read-ahead after the spool was opened: only the
+    // drain can find it.
+    let seg = cfg.dir.join(&segments(&cfg)[0]);
+    let mut data = std::fs::read(&seg).unwrap();
+    let (damaged, at) = frame::items(&data, frame::HEADER_LEN)
+        .enumerate()
+        .find_map(|(i, item)| match item {
+            frame::Item::Record { start, .. } if start > (5 << 20) => Some((i, start)),
+            _ => None,
+        })
+        .unwrap();
+    data[at + frame::FRAME_OVERHEAD + 20] ^= 0xff;
+    std::fs::write(&seg, &data).unwrap();
+
+    let sink = Arc::new(Memory::default());
+    drain_all(&spool, &sink);
+    let mut want: Vec<u64> = envs.iter().map(|e| e.stream_sequence).collect();
+    want.remove(damaged);
+    assert_eq!(*sink.got.lock().unwrap(), want);
+    let quarantined = &metrics.counters.spool_quarantined_total;
+    assert_eq!(quarantined.load(std::sync::atomic::Ordering::Relaxed), 1);
+}
