@@ -1,7 +1,9 @@
 //! Per-message cost of `svc-normalize` with the three governance stages on (mission metadata
 //! with a profile, a pre-sink policy rule, every size bound including the record's bytes),
 //! next to the baseline of the same run: the same normalizer with message metadata and
-//! security labels alone. Prints figures and the ratio only.
+//! security labels alone. The fourth stage, priority lanes, acts in the sink worker: its cost
+//! is measured as a batch of 256 split over four lanes into a sink that keeps nothing, next to
+//! one `write_batch` of the same batch. Prints figures and the ratio only.
 //!
 //! Run: `cargo bench --bench governance`.
 
@@ -10,11 +12,45 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use svc::config::lanes::{Lane, PriorityLanes};
 use svc::config::RuntimeConfig;
+use svc::message::envelope::Envelope;
 use svc::message::envelope::RawMessage;
 use svc::message::protection::Protection;
 use svc::metrics::{Metrics, Summary};
-use svc::pipeline::Normalizer;
+use svc::pipeline::{write_by_lane, Normalizer};
+use svc::sink::{Sink, SinkError, WriteOutcome};
+
+/// Takes every batch and keeps nothing: what is left is the caller's own cost.
+struct Discard;
+
+impl Sink for Discard {
+    fn kind(&self) -> &'static str {
+        "discard"
+    }
+    fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome> {
+        black_box(batch);
+        vec![WriteOutcome::Durable; batch.len()]
+    }
+    fn check(&self) -> Result<String, SinkError> {
+        Ok(String::new())
+    }
+}
+
+/// Time of handing `rounds` batches to `Discard`, split by lane or in one call.
+fn hand_off(rounds: usize, batch: &mut Vec<Envelope>, lanes: Option<&PriorityLanes>) -> Duration {
+    let metrics =
+        Metrics::default().with_lanes(vec!["a".into(), "b".into(), "c".into(), "d".into()]);
+    let start = Instant::now();
+    for _ in 0..rounds {
+        let outcomes = match lanes {
+            Some(l) => write_by_lane(&Discard, l, batch, &metrics),
+            None => Discard.write_batch(batch),
+        };
+        black_box(outcomes);
+    }
+    start.elapsed()
+}
 
 fn config(extra: Value) -> RuntimeConfig {
     let mut doc = json!({
@@ -134,5 +170,46 @@ fn main() {
         "  added by the three stages {:>7.2} us/msg; ratio all/labels: {:.2}",
         per(ours) - per(base),
         per(ours) / per(base)
+    );
+
+    // Priority lanes: one envelope per priority, four lanes, a batch of 256.
+    let envelope = match labels_only.prepare(&msg, 1, None, &mut Summary::default()) {
+        Ok(p) => p.envelope,
+        Err(_) => panic!("the bench message must pass"),
+    };
+    let priorities = ["flash", "immediate", "priority", "routine"];
+    let mut batch: Vec<Envelope> = (0..256)
+        .map(|i| {
+            let mut e = envelope.clone();
+            e.priority = priorities[i % 4].to_string();
+            e
+        })
+        .collect();
+    let lanes = PriorityLanes {
+        lanes: priorities
+            .iter()
+            .map(|p| Lane {
+                name: p.to_string(),
+                priorities: vec![p.to_string()],
+            })
+            .collect(),
+        default_lane: 3,
+    };
+    let rounds = n / 256;
+    hand_off(rounds / 10, &mut batch, Some(&lanes));
+    let (mut one, mut split) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..2 {
+        one += hand_off(rounds / 2, &mut batch, None);
+        split += hand_off(rounds / 2, &mut batch, Some(&lanes));
+    }
+    let lane_cost = per(split) - per(one);
+    println!(
+        "  priority lanes (4 lanes, batch of 256, into a sink keeping nothing): {lane_cost:>7.2} \
+         us/msg over one write_batch"
+    );
+    println!(
+        "  all four stages {:>7.2} us/msg; ratio all four/labels: {:.2}",
+        per(ours) + lane_cost,
+        (per(ours) + lane_cost) / per(base)
     );
 }

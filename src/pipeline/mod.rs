@@ -100,6 +100,7 @@ use crate::message::protection::Protection;
 use crate::metrics::{now_epoch_seconds, Metrics};
 use crate::sink::{SinkError, WriteOutcome};
 
+pub use lanes::write_by_lane;
 pub use monitor::Monitor;
 pub use normalize::Normalizer;
 
