@@ -49,20 +49,6 @@ fn s3_objects(m: &moto::Moto, bucket: &str) -> BTreeMap<u64, Value> {
         .collect()
 }
 
-/// Rows of `events` as `row_to_json` gives them, by stream sequence.
-fn rows(db: &TestDb) -> BTreeMap<u64, Value> {
-    db.conn()
-        .query("SELECT row_to_json(e)::text FROM events e", &[])
-        .unwrap()
-        .rows
-        .into_iter()
-        .map(|r| {
-            let v: Value = serde_json::from_str(r[0].as_deref().unwrap()).unwrap();
-            (v["stream_sequence"].as_u64().unwrap(), v)
-        })
-        .collect()
-}
-
 /// `svc verify-custody` over records written to files: every one intact.
 fn assert_intact(config: &str, dir: &Path, tag: &str, stored: &BTreeMap<u64, Value>) {
     let recs = dir.join(format!("verify-{tag}"));
@@ -194,7 +180,7 @@ fn every_rule_and_limit_stores_or_dead_letters_in_every_sink() {
         .map(|(seq, (_, v))| (seq, v))
         .collect();
     let objects = s3_objects(&m, "gov");
-    let rows = rows(&db);
+    let rows = db.events_by_sequence();
     for (tag, stored, member) in [
         ("file", &files, "mission_metadata"),
         ("object store", &objects, "mission_metadata"),

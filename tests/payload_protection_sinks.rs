@@ -211,20 +211,6 @@ fn object_store_objects_and_sidecars_are_protected() {
     }
 }
 
-/// Every row of `events` as `row_to_json` gives it, by stream sequence.
-fn rows(db: &TestDb) -> Stored {
-    db.conn()
-        .query("SELECT row_to_json(e)::text FROM events e", &[])
-        .unwrap()
-        .rows
-        .into_iter()
-        .map(|r| {
-            let v: Value = serde_json::from_str(r[0].as_deref().unwrap()).unwrap();
-            (v["stream_sequence"].as_u64().unwrap(), v)
-        })
-        .collect()
-}
-
 /// The relational sink block of `db`, creating its table at start.
 fn db_sink(db: &TestDb) -> Value {
     db.sink(json!({"auto_create_tables": true}))
@@ -234,7 +220,7 @@ fn db_sink(db: &TestDb) -> Value {
 fn relational_rows_are_protected() {
     let db = TestDb::new("rel");
     let stored = run_case("relational", |_| db_sink(&db), &HashMap::new(), &|| {
-        vec![rows(&db)]
+        vec![db.events_by_sequence()]
     });
     for seq in [1, 2, 3] {
         assert_eq!(stored[0][&seq]["custody_json"]["schema"], "svc.custody.v1");
@@ -254,7 +240,7 @@ fn fanout_children_store_the_same_protected_envelope() {
                     "routes": [{"name": "all", "match": {"subject": ">"}, "targets": ["db", "store"]}]}
     });
     let stored = run_case("fanout", |_| sink, &m.env(), &|| {
-        vec![rows(&db), s3_records(&m, "fan").0]
+        vec![db.events_by_sequence(), s3_records(&m, "fan").0]
     });
     // Encrypted and sealed once, before the fan-out: both children hold the same bytes.
     for seq in [1, 2, 3] {

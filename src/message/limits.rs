@@ -134,16 +134,10 @@ mod tests {
 
     fn msg(subject: &str, headers: Vec<(String, String)>) -> RawMessage {
         RawMessage {
-            subject: subject.into(),
             stream: "S".into(),
             consumer: "c".into(),
-            stream_sequence: 1,
-            consumer_sequence: 1,
-            delivery_count: 1,
-            published_unix_nanos: None,
             headers,
-            data: Vec::new(),
-            unreadable: None,
+            ..RawMessage::sample(subject, 1, b"")
         }
     }
 

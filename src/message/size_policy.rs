@@ -176,19 +176,13 @@ mod tests {
 
     fn raw(headers: Vec<(&str, &str)>, data: &[u8]) -> RawMessage {
         RawMessage {
-            subject: "o.x".into(),
             stream: "S".into(),
             consumer: "c".into(),
-            stream_sequence: 1,
-            consumer_sequence: 1,
-            delivery_count: 1,
-            published_unix_nanos: None,
             headers: headers
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            data: data.to_vec(),
-            unreadable: None,
+            ..RawMessage::sample("o.x", 1, data)
         }
     }
 

@@ -67,6 +67,18 @@ impl TestDb {
         self.rows(sql)[0][0].as_deref().unwrap().parse().unwrap()
     }
 
+    /// Every row of `events` as `row_to_json` gives it, by stream sequence.
+    pub fn events_by_sequence(&self) -> std::collections::BTreeMap<u64, serde_json::Value> {
+        self.rows("SELECT row_to_json(e)::text FROM events e")
+            .into_iter()
+            .map(|r| {
+                let v: serde_json::Value =
+                    serde_json::from_str(r[0].as_deref().expect("a row")).expect("JSON");
+                (v["stream_sequence"].as_u64().expect("a sequence"), v)
+            })
+            .collect()
+    }
+
     pub fn count(&self, table: &str) -> i64 {
         self.int(&format!("SELECT count(*) FROM {table}"))
     }

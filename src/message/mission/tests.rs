@@ -42,18 +42,12 @@ fn profiled() -> MissionMetadataConfig {
 
 fn raw(subject: &str, header: Option<&str>) -> RawMessage {
     RawMessage {
-        subject: subject.into(),
         stream: "S".into(),
         consumer: "c".into(),
-        stream_sequence: 1,
-        consumer_sequence: 1,
-        delivery_count: 1,
-        published_unix_nanos: None,
         headers: header
             .map(|h| vec![(DEFAULT_HEADER.to_string(), h.to_string())])
             .unwrap_or_default(),
-        data: b"{}".to_vec(),
-        unreadable: None,
+        ..RawMessage::sample(subject, 1, b"{}")
     }
 }
 

@@ -20,16 +20,9 @@ fn cfg(block: serde_json::Value) -> Result<PreSinkPolicyConfig, String> {
 
 fn env(subject: &str, payload: &[u8]) -> Envelope {
     let raw = RawMessage {
-        subject: subject.into(),
         stream: "S".into(),
         consumer: "c".into(),
-        stream_sequence: 1,
-        consumer_sequence: 1,
-        delivery_count: 1,
-        published_unix_nanos: None,
-        headers: vec![],
-        data: payload.to_vec(),
-        unreadable: None,
+        ..RawMessage::sample(subject, 1, payload)
     };
     let (mut e, _) = normalize(&raw, 0, &EnvelopeConfig::default());
     e.priority = "high".into();
