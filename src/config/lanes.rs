@@ -50,7 +50,7 @@ impl PriorityLanes {
             if lanes.iter().any(|o| o.name == name) {
                 l.problem(
                     "name",
-                    format!("repeats the name of an earlier lane {name:?}"),
+                    format!("repeats the name of an earlier lane \"{name}\""),
                 );
             }
             let priorities = l.string_list("priorities");
@@ -64,10 +64,10 @@ impl PriorityLanes {
                 } else if let Some(other) = lanes.iter().position(|o| o.priorities.contains(p)) {
                     l.problems().push(
                         path,
-                        format!("{p:?} is already in lane {other} ({})", lanes[other].name),
+                        format!("\"{p}\" is already in lane {other} ({})", lanes[other].name),
                     );
                 } else if priorities[..j].contains(p) {
-                    l.problems().push(path, format!("{p:?} is listed twice"));
+                    l.problems().push(path, format!("\"{p}\" is listed twice"));
                 }
             }
             l.finish();
@@ -78,7 +78,7 @@ impl PriorityLanes {
             Some(d) => match lanes.iter().position(|l| l.name == d) {
                 Some(i) => i,
                 None => {
-                    r.problem("default_lane", format!("{d:?} names no lane in lanes"));
+                    r.problem("default_lane", format!("\"{d}\" names no lane in lanes"));
                     0
                 }
             },
