@@ -16,8 +16,8 @@ use crate::support::moto;
 use crate::support::postgres::TestDb;
 use crate::support::process::*;
 use crate::support::protection::{
-    dlq_records, py, records, start_runner_env, svc_env, write_private, AES_K1, CONSUMER,
-    DLQ_SUBJECT, STREAM,
+    dlq_records, py, records, start_runner_env, svc_env, write_private, write_record_files, AES_K1,
+    CONSUMER, DLQ_SUBJECT, STREAM,
 };
 use crate::support::*;
 use cases::{body, cases, governance_blocks, sortie, HEADER, MARK};
@@ -51,16 +51,7 @@ fn s3_objects(m: &moto::Moto, bucket: &str) -> BTreeMap<u64, Value> {
 
 /// `svc verify-custody` over records written to files: every one intact.
 fn assert_intact(config: &str, dir: &Path, tag: &str, stored: &BTreeMap<u64, Value>) {
-    let recs = dir.join(format!("verify-{tag}"));
-    std::fs::create_dir_all(&recs).unwrap();
-    let files: Vec<String> = stored
-        .iter()
-        .map(|(seq, v)| {
-            let p = recs.join(format!("{seq}.json"));
-            std::fs::write(&p, v.to_string()).unwrap();
-            p.display().to_string()
-        })
-        .collect();
+    let files = write_record_files(&dir.join(format!("verify-{tag}")), stored);
     let mut args = vec!["verify-custody", config];
     args.extend(files.iter().map(String::as_str));
     let (code, stdout, err) = svc_env(&args, None);

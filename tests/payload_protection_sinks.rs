@@ -110,15 +110,7 @@ fn run_case(
 
         // The records as files: svc decrypt and svc verify-custody, then a tampered copy.
         let recs = dir.path().join(format!("recs-{}", stored.len()));
-        std::fs::create_dir_all(&recs).unwrap();
-        let files: Vec<String> = stored
-            .iter()
-            .map(|(seq, v)| {
-                let p = recs.join(format!("{seq}.json"));
-                std::fs::write(&p, v.to_string()).unwrap();
-                p.display().to_string()
-            })
-            .collect();
+        let files = write_record_files(&recs, stored);
         let (code, stdout, err) = svc_env(&["decrypt", c, &files[1]], None);
         assert_eq!(
             (code, stdout.as_str()),

@@ -215,6 +215,20 @@ pub fn records(out: &Path) -> BTreeMap<u64, (PathBuf, Value)> {
         .collect()
 }
 
+/// Each stored record written to `<dir>/<stream sequence>.json`, for `svc decrypt` and
+/// `svc verify-custody`; the paths in sequence order.
+pub fn write_record_files(dir: &Path, stored: &BTreeMap<u64, Value>) -> Vec<String> {
+    std::fs::create_dir_all(dir).unwrap();
+    stored
+        .iter()
+        .map(|(seq, v)| {
+            let p = dir.join(format!("{seq}.json"));
+            std::fs::write(&p, v.to_string()).unwrap();
+            p.display().to_string()
+        })
+        .collect()
+}
+
 pub fn dlq_records(server: &NatsServer) -> Vec<(String, Value)> {
     let js = server.js();
     (1..=server.stream_messages("DLQ"))
