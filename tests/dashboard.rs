@@ -110,7 +110,8 @@ fn dashboard_is_provisionable_and_names_real_metrics() {
             "Failures and dead letters",
             "Sink batches",
             "Fan-out children",
-            "Exporter and broker connection"
+            "Exporter and broker connection",
+            "Governance and spool"
         ]
     );
     // The provisioning example points Grafana at a folder of dashboards.
