@@ -172,16 +172,11 @@ fuzz_target!(|data: &[u8]| {
         headers.push(h);
     }
     let msg = RawMessage {
-        subject: subject.clone(),
         stream: "S".into(),
         consumer: "c".into(),
-        stream_sequence: 1,
-        consumer_sequence: 1,
-        delivery_count: 1,
-        published_unix_nanos: None,
         headers,
         data: payload.clone(),
-        unreadable: None,
+        ..RawMessage::sample(&subject, 1, b"")
     };
     let verifier = if sel & 32 != 0 {
         &f.required

@@ -66,16 +66,11 @@ fuzz_target!(|data: &[u8]| {
         })
         .collect();
     let msg = RawMessage {
-        subject: "orders.created".into(),
         stream: Arc::from("ORDERS"),
         consumer: Arc::from("svc"),
-        stream_sequence: 1,
-        consumer_sequence: 1,
-        delivery_count: 1,
         published_unix_nanos: None,
         headers,
-        data: Vec::new(),
-        unreadable: None,
+        ..RawMessage::sample("orders.created", 1, b"")
     };
     match cfg.resolve(&msg) {
         Ok(meta) => {

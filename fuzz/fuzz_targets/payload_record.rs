@@ -209,16 +209,11 @@ fn seal_and_read(k: &Keys, sel: u8, mut data: &[u8]) {
         .iter()
         .fold(0u64, |a, &b| a.wrapping_mul(256).wrapping_add(b as u64));
     let msg = RawMessage {
-        subject: subject.clone(),
         stream: stream.as_str().into(),
-        consumer: "svc".into(),
-        stream_sequence: seq,
         consumer_sequence: 1,
-        delivery_count: 1,
         published_unix_nanos: Some(1_700_000_000_000_000_000),
         headers: vec![("Nats-Msg-Id".into(), "m-1".into())],
-        data: data.to_vec(),
-        unreadable: None,
+        ..RawMessage::sample(&subject, seq, data)
     };
     let (mut env, _) = normalize(&msg, 1_700_000_001_000_000_000, &EnvelopeConfig::default());
     let plain = env.payload.json().as_bytes().to_vec();

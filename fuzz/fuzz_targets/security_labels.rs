@@ -84,16 +84,10 @@ fuzz_target!(|data: &[u8]| {
     }
 
     let msg = RawMessage {
-        subject: "orders.created".into(),
         stream: Arc::from("ORDERS"),
         consumer: Arc::from("svc"),
-        stream_sequence: 1,
-        consumer_sequence: 1,
-        delivery_count: 1,
-        published_unix_nanos: None,
         headers: vec![(cfg.header.clone(), text.to_string())],
-        data: Vec::new(),
-        unreadable: None,
+        ..RawMessage::sample("orders.created", 1, b"")
     };
     let meta = MessageMetadata {
         priority: "normal".into(),

@@ -321,3 +321,15 @@ put("spool_segment", "1", one + two[:-5])                       # torn tail
 put("spool_segment", "2", one[:20] + b"\x00" + one[21:] + two)   # damaged first record
 put("spool_segment", "3", spool_frame(b"\x07short") + two)       # intact frame, bad body
 put("spool_segment", "4", b"\xf5SR\n\xff\xff\xff\xff\x00\x00\x00\x00" + two)
+
+# mission_metadata: selector (bit 0: the open profile with unknown fields allowed, else the
+# bounded `sortie.v1`), then the header's JSON text; `ZQXJ` is the marker no refusal may show.
+for i, (sel, text) in enumerate([
+    (0, '{"profile":"sortie.v1","sortie_id":"S-1","wave":3,"tags":["a"],"ratio":0.5,"area":{"g":"32U"},"ok":true}'),
+    (1, '{"profile":"open.v1","ZQXJ":[1,2,{"x":null}],"n":-0.5e3}'),
+    (0, '{"profile":"sortie.v1","sortie_id":"ZQXJ-too-long-for-the-bound","wave":10}'),
+    (1, '{"a":1,"a":2}'),
+    (0, '{"profile":"sortie.v1","sortie_id":"S","wave":1,"ZQXJ":true}'),
+    (1, '[[[[[[[[[[["ZQXJ"]]]]]]]]]]]'),
+]):
+    put("mission_metadata", f"{i}", bytes([sel]) + text.encode())
