@@ -202,7 +202,6 @@ impl Drainer {
             view.len.min(view.from.saturating_add(READ_AHEAD / 2)),
         )?;
         if self.next_is_cut(&view) {
-            // A record longer than the read-ahead: read the rest of the segment.
             self.load(&view, view.len)?;
         }
         let loaded = self.loaded.as_ref().expect("loaded above");
@@ -253,15 +252,16 @@ impl Drainer {
                         }
                     }
                 }
+                Item::Corrupt { start, .. } | Item::Tail { start } if partial => {
+                    // Judged on the whole segment only: what follows may be a record the
+                    // buffer cuts. The next step starts here and reads the rest first.
+                    next = start;
+                    break;
+                }
                 Item::Corrupt { start, end } => {
                     next = end;
                     self.spool
                         .quarantine(view.segment, abs(start), &data[start..end]);
-                }
-                Item::Tail { start } if partial => {
-                    // Not read yet, not damage: the next step reads on from here.
-                    next = start;
-                    break;
                 }
                 Item::Tail { start } => {
                     // Committed bytes always end on a frame boundary: this is damage.
@@ -329,12 +329,14 @@ impl Drainer {
         Ok(Step::Delivered(delivered))
     }
 
-    /// True when what is read past the drain position ends inside the next frame.
+    /// True when the buffer holds less than the whole segment and the next item in it is no
+    /// intact record: a record longer than the read-ahead, or damage, which is judged only
+    /// with the rest of the segment read.
     fn next_is_cut(&self, view: &ReadView) -> bool {
         let Some(l) = &self.loaded else { return false };
         let from = (view.from - l.base) as usize;
         l.base + (l.data.len() as u64) < view.len
-            && (from >= l.data.len() || matches!(frame::next(&l.data, from), Item::Tail { .. }))
+            && (from >= l.data.len() || !matches!(frame::next(&l.data, from), Item::Record { .. }))
     }
 
     /// Makes the read buffer hold the segment's bytes from `view.from` to at least `need`
