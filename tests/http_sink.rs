@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::broker::NatsServer;
 use crate::support::process::Runner;
-use crate::support::python::{python, script};
+use crate::support::receiver::{records_of, Receiver};
 use crate::support::{free_port, snapshot_counter, wait_until, write_config};
 use serde_json::{json, Value};
 
@@ -29,94 +29,6 @@ const SUBJECT: &str = "orders.>";
 const SECRET_NEW: &str = "whsec_c3ZjLXRlc3Qtc2lnbmluZy1zZWNyZXQtbmV3LTAx";
 const SECRET_OLD: &str = "whsec_c3ZjLXRlc3Qtc2lnbmluZy1zZWNyZXQtb2xkLTAy";
 const TOKEN: &str = "Bearer tok-3f9a77c1d2e4-very-secret";
-
-/// The Python receiver on its own port, killed on drop.
-struct Receiver {
-    port: u16,
-    out: PathBuf,
-    args: Vec<String>,
-    child: Option<Child>,
-}
-
-impl Receiver {
-    fn start(dir: &Path, args: &[&str]) -> Receiver {
-        let mut r = Receiver {
-            port: free_port(),
-            out: dir.join(format!("received-{}.jsonl", free_port())),
-            args: args.iter().map(|a| a.to_string()).collect(),
-            child: None,
-        };
-        r.launch();
-        r
-    }
-
-    fn launch(&mut self) {
-        let script = script("receivers/http_receiver.py");
-        let child = Command::new(python())
-            .arg(script)
-            .args(["--port", &self.port.to_string()])
-            .arg("--out")
-            .arg(&self.out)
-            .args(&self.args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python of the test venv (scripts/deps.sh)");
-        self.child = Some(child);
-        let port = self.port;
-        wait_until(Duration::from_secs(20), "receiver listening", || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/hook", self.port)
-    }
-
-    /// Every stored request.
-    fn requests(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.out)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    }
-
-    /// The records of every request answered `status`, as JSON values.
-    fn records(&self, status: u64) -> Vec<Value> {
-        self.requests()
-            .iter()
-            .filter(|r| r["status"] == status)
-            .flat_map(records_of)
-            .collect()
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// The records of one stored request: a JSON array, ndjson lines, or one record.
-fn records_of(req: &Value) -> Vec<Value> {
-    let body = req["body"].as_str().unwrap_or_default();
-    match serde_json::from_str::<Value>(body) {
-        Ok(Value::Array(items)) => items,
-        Ok(one) => vec![one],
-        Err(_) => body
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect(),
-    }
-}
 
 fn setup(n: usize) -> (NatsServer, tempfile::TempDir) {
     let server = NatsServer::start();

@@ -14,9 +14,8 @@
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
 use std::collections::{BTreeSet, HashMap};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +24,7 @@ use crate::support::broker::*;
 use crate::support::moto::{Moto, OutageProxy};
 use crate::support::postgres::TestDb;
 use crate::support::process::*;
-use crate::support::python::{python, script};
+use crate::support::receiver::Receiver;
 use crate::support::*;
 use serde_json::{json, Value};
 
@@ -377,83 +376,35 @@ fn postgres_outage_spools_then_every_row_lands_once() {
 }
 
 /// The HTTP sink's receiver, killed and started again on the same port.
-struct Http {
-    port: u16,
-    out: PathBuf,
-    child: Option<Child>,
-}
+/// The HTTP sink's receiver, taken down and brought back on the same port.
+struct Http(Receiver);
 
 impl Http {
     fn start(dir: &Path) -> Http {
-        let mut h = Http {
-            port: free_port(),
-            out: dir.join("received.jsonl"),
-            child: None,
-        };
-        h.bring_back();
-        h
-    }
-}
-
-impl Drop for Http {
-    fn drop(&mut self) {
-        self.take_down();
+        Http(Receiver::start(dir, &[]))
     }
 }
 
 impl Downstream for Http {
     fn sink(&self) -> Value {
-        json!({"type": "http", "url": format!("http://127.0.0.1:{}/hook", self.port),
+        json!({"type": "http", "url": self.0.url(),
                "allow_http_for_local_testing": true, "request_timeout_seconds": 2,
                "retry_backoff_ms": 50, "retry_max_backoff_ms": 100, "retry_budget_seconds": 1,
                // One request at a time: the sink itself then keeps the order it is given.
                "max_concurrent_requests": 1})
     }
     fn take_down(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.0.kill();
     }
     fn bring_back(&mut self) {
-        let script = script("receivers/http_receiver.py");
-        let child = Command::new(python())
-            .arg(script)
-            .args(["--port", &self.port.to_string()])
-            .arg("--out")
-            .arg(&self.out)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python of the test venv (scripts/deps.sh)");
-        self.child = Some(child);
-        let port = self.port;
-        wait_until(Duration::from_secs(20), "receiver listening", || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
+        self.0.launch();
     }
     fn delivered(&self) -> Vec<u64> {
-        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
-        let mut out = Vec::new();
-        for req in text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        {
-            if req["status"] != 200 {
-                continue;
-            }
-            let body = req["body"].as_str().unwrap_or_default();
-            let records: Vec<Value> = match serde_json::from_str::<Value>(body) {
-                Ok(Value::Array(items)) => items,
-                Ok(one) => vec![one],
-                Err(_) => body
-                    .lines()
-                    .filter_map(|l| serde_json::from_str(l).ok())
-                    .collect(),
-            };
-            out.extend(records.iter().filter_map(|r| r["stream_sequence"].as_u64()));
-        }
-        out
+        self.0
+            .records(200)
+            .iter()
+            .filter_map(|r| r["stream_sequence"].as_u64())
+            .collect()
     }
     fn ordered(&self) -> bool {
         true

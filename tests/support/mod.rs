@@ -23,6 +23,7 @@ pub mod process;
 pub mod protection;
 pub mod push;
 pub mod python;
+pub mod receiver;
 mod temp;
 
 use std::path::{Path, PathBuf};
