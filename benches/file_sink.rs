@@ -28,7 +28,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use svc::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 use svc::metrics::Metrics;
 use svc::sink::file::config::FileMode;
 use svc::sink::file::{encode_record, FileSink, FileSinkConfig};
@@ -39,24 +38,7 @@ const BATCH: usize = 256;
 const PER_EVENT_WRITERS: usize = svc::sink::file::config::DEFAULT_WRITE_CONCURRENCY as usize;
 
 fn batches(n: usize) -> Vec<Vec<svc::message::envelope::Envelope>> {
-    let payload = format!(
-        r#"{{"order_id":"ORD-000000","customer":"c-42","amount":{{"value":1999,"currency":"EUR"}},"items":[{{"sku":"SKU-1","qty":2}},{{"sku":"SKU-2","qty":1}}],"note":"{}"}}"#,
-        "x".repeat(64)
-    );
-    let envs: Vec<_> = (1..=n as u64)
-        .map(|seq| {
-            normalize(
-                &RawMessage {
-                    published_unix_nanos: Some(1_700_000_000_000_000_000),
-                    headers: vec![("Nats-Msg-Id".into(), format!("m-{seq}"))],
-                    ..RawMessage::sample("orders.created", seq, payload.as_bytes())
-                },
-                1_700_000_001_000_000_000,
-                &EnvelopeConfig::default(),
-            )
-            .0
-        })
-        .collect();
+    let envs = support::order_envelopes(n);
     envs.chunks(BATCH).map(|c| c.to_vec()).collect()
 }
 

@@ -32,34 +32,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use svc::config::RuntimeConfig;
-use svc::message::envelope::{normalize, Envelope, EnvelopeConfig, RawMessage};
+use svc::message::envelope::Envelope;
 use svc::metrics::Metrics;
 use svc::sink::spool::drain::Drainer;
 use svc::sink::spool::{Spool, SpoolConfig};
 use svc::sink::{Sink, SinkConfig};
 
 const BATCH: usize = 256;
-
-fn envelopes(n: usize) -> Vec<Envelope> {
-    let payload = format!(
-        r#"{{"order_id":"ORD-000000","customer":"c-42","amount":{{"value":1999,"currency":"EUR"}},"items":[{{"sku":"SKU-1","qty":2}},{{"sku":"SKU-2","qty":1}}],"note":"{}"}}"#,
-        "x".repeat(64)
-    );
-    (1..=n as u64)
-        .map(|seq| {
-            normalize(
-                &RawMessage {
-                    published_unix_nanos: Some(1_700_000_000_000_000_000),
-                    headers: vec![("Nats-Msg-Id".into(), format!("m-{seq}"))],
-                    ..RawMessage::sample("orders.created", seq, payload.as_bytes())
-                },
-                1_700_000_001_000_000_000,
-                &EnvelopeConfig::default(),
-            )
-            .0
-        })
-        .collect()
-}
 
 fn sink_of(sink: serde_json::Value) -> SinkConfig {
     let doc = json!({
@@ -153,7 +132,7 @@ fn main() {
             std::env::var_os("SVC_BENCH_DIR").unwrap_or_else(|| std::env::temp_dir().into()),
         )
         .unwrap();
-    let envs = envelopes(n);
+    let envs = support::order_envelopes(n);
     println!(
         "spool bench: {n} envelopes, batches of {BATCH}, in {}",
         root.path().display()

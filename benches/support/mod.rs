@@ -493,3 +493,23 @@ pub fn bench_count(bench: usize, smoke: usize) -> (bool, usize) {
         .unwrap_or(if benching { bench } else { smoke });
     (benching, n)
 }
+
+/// `n` envelopes of one order event each (a ~200-byte JSON payload, stream sequences 1..=n),
+/// what the file-sink and spool benches write.
+pub fn order_envelopes(n: usize) -> Vec<svc::message::envelope::Envelope> {
+    use svc::message::envelope::{normalize, EnvelopeConfig, RawMessage};
+    let payload = format!(
+        r#"{{"order_id":"ORD-000000","customer":"c-42","amount":{{"value":1999,"currency":"EUR"}},"items":[{{"sku":"SKU-1","qty":2}},{{"sku":"SKU-2","qty":1}}],"note":"{}"}}"#,
+        "x".repeat(64)
+    );
+    (1..=n as u64)
+        .map(|seq| {
+            let msg = RawMessage {
+                published_unix_nanos: Some(1_700_000_000_000_000_000),
+                headers: vec![("Nats-Msg-Id".into(), format!("m-{seq}"))],
+                ..RawMessage::sample("orders.created", seq, payload.as_bytes())
+            };
+            normalize(&msg, 1_700_000_001_000_000_000, &EnvelopeConfig::default()).0
+        })
+        .collect()
+}
