@@ -170,7 +170,7 @@ impl MissionMetadataConfig {
         r: &ObjectReader<'_>,
     ) -> Option<Map<String, Value>> {
         match self.check(v.clone()) {
-            Ok(m) => Some(m),
+            Ok((m, _)) => Some(m),
             Err(refusal) => {
                 for p in refusal.problems {
                     let rel = p.field.strip_prefix(STAGE).unwrap_or(&p.field);
@@ -195,6 +195,16 @@ impl MissionMetadataConfig {
     /// The mission metadata of one message: `Ok(None)` when the stage is off or nothing
     /// applies. Pure.
     pub fn resolve(&self, msg: &RawMessage) -> Result<Option<Value>, Refusal> {
+        Ok(self.resolve_measured(msg)?.map(|(v, _)| v))
+    }
+
+    /// As [`Self::resolve`], with the object's canonical size when it was measured here (a
+    /// header's is; a rule's or the default's is not), so a later bound need not measure it
+    /// again.
+    pub fn resolve_measured(
+        &self,
+        msg: &RawMessage,
+    ) -> Result<Option<(Value, Option<usize>)>, Refusal> {
         if !self.enabled {
             return Ok(None);
         }
@@ -208,19 +218,27 @@ impl MissionMetadataConfig {
                     "the header appears more than once",
                 ))
             }
-            Some((_, text)) => Some(self.parse_header(text)?),
+            Some((_, text)) => {
+                let (map, size) = self.parse_measured(text)?;
+                Some((map, Some(size)))
+            }
             None => match self.rules.iter().find(|r| r.pattern.matches(&msg.subject)) {
-                Some(rule) => rule.metadata.clone(),
-                None => self.default.clone(),
+                Some(rule) => rule.metadata.clone().map(|m| (m, None)),
+                None => self.default.clone().map(|m| (m, None)),
             },
         };
         // Invariant: serde_json's map is ordered by key (no `preserve_order` feature in the
         // tree), so every sink writes the object in canonical key order.
-        Ok(object.map(Value::Object))
+        Ok(object.map(|(m, size)| (Value::Object(m), size)))
     }
 
     /// Parses and checks a header value.
     pub fn parse_header(&self, text: &str) -> Result<Map<String, Value>, Refusal> {
+        self.parse_measured(text).map(|(map, _)| map)
+    }
+
+    /// A header's object and its canonical size.
+    fn parse_measured(&self, text: &str) -> Result<(Map<String, Value>, usize), Refusal> {
         let limit = self.header_limit();
         if text.len() > limit {
             return Err(Refusal::size(
@@ -243,12 +261,13 @@ impl MissionMetadataConfig {
         self.check(value)
     }
 
-    /// Structure, bounds and profile of one object (from a header or the config).
-    fn check(&self, v: Value) -> Result<Map<String, Value>, Refusal> {
+    /// Structure, bounds and profile of one object (from a header or the config), with its
+    /// canonical size.
+    fn check(&self, v: Value) -> Result<(Map<String, Value>, usize), Refusal> {
         let mut out = Problems::new(STAGE);
         let Value::Object(map) = v else {
             out.push(STAGE, "not_object", "must be a JSON object");
-            return out.into_result(Map::new());
+            return out.into_result((Map::new(), 0));
         };
         let mut walk = Walk::default();
         walk.visit_map(&map, 1);
@@ -281,10 +300,10 @@ impl MissionMetadataConfig {
             );
         }
         if !out.is_empty() {
-            return out.into_result(map);
+            return out.into_result((map, size));
         }
         self.check_profile(&map, &mut out);
-        out.into_result(map)
+        out.into_result((map, size))
     }
 
     fn check_profile(&self, map: &Map<String, Value>, out: &mut Problems) {

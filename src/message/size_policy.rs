@@ -140,7 +140,12 @@ impl SizePolicyConfig {
     }
 
     /// Label and mission metadata bounds of an envelope (before encryption and custody).
-    pub fn check_envelope(&self, env: &Envelope) -> Result<(), Refusal> {
+    /// `mission_bytes`: the mission object's canonical size when already measured.
+    pub fn check_envelope(
+        &self,
+        env: &Envelope,
+        mission_bytes: Option<usize>,
+    ) -> Result<(), Refusal> {
         if !self.enabled {
             return Ok(());
         }
@@ -148,7 +153,8 @@ impl SizePolicyConfig {
         // `labels` is the list joined by `;`: the bytes every sink stores.
         self.over(6, env.labels.len() as u64)?;
         if let Some(serde_json::Value::Object(m)) = &env.mission_metadata {
-            self.over(7, crate::message::mission::canonical_len(m) as u64)?;
+            let size = mission_bytes.unwrap_or_else(|| crate::message::mission::canonical_len(m));
+            self.over(7, size as u64)?;
         }
         Ok(())
     }
@@ -236,22 +242,22 @@ mod tests {
             assert!(!r.to_string().contains("SECRET"), "{r}");
         }
         let (mut env, _) = normalize(&raw(vec![], b"{}"), 0, &EnvelopeConfig::default());
-        assert!(c.check_envelope(&env).is_ok());
+        assert!(c.check_envelope(&env, None).is_ok());
         env.labels_list = vec!["a".into(), "b".into()];
         assert_eq!(
-            c.check_envelope(&env).unwrap_err().code(),
+            c.check_envelope(&env, None).unwrap_err().code(),
             "too_many_labels"
         );
         env.labels_list = vec!["abcde".into()];
         env.labels = "abcde".into();
         assert_eq!(
-            c.check_envelope(&env).unwrap_err().code(),
+            c.check_envelope(&env, None).unwrap_err().code(),
             "labels_too_large"
         );
         env.labels_list.clear();
         env.labels.clear();
         env.mission_metadata = Some(serde_json::json!({"k": "SECRET-VALUE-123456789"}));
-        let r = c.check_envelope(&env).unwrap_err();
+        let r = c.check_envelope(&env, None).unwrap_err();
         assert_eq!(r.code(), "mission_metadata_too_large");
         assert_eq!(r.measured.unwrap().limit, 20);
         assert!(all(20).bounds_record() && !SizePolicyConfig::default().bounds_record());

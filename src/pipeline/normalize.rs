@@ -143,21 +143,26 @@ impl Normalizer {
             .map_err(|r| self.reject(raw, Failure::from(&r)))?;
         meta.apply_to(&mut envelope);
         labels::apply_to(&mut envelope, profile);
-        envelope.mission_metadata = self
+        let (mission, mission_bytes) = self
             .mission_metadata
-            .resolve(raw)
-            .map_err(|r| self.refuse(raw, &r))?;
+            .resolve_measured(raw)
+            .map_err(|r| self.refuse(raw, &r))?
+            .map_or((None, None), |(v, size)| (Some(v), size));
+        envelope.mission_metadata = mission;
         self.size_policy
-            .check_envelope(&envelope)
+            .check_envelope(&envelope, mission_bytes)
             .map_err(|r| self.refuse(raw, &r))?;
-        let will_encrypt = self
-            .protection
-            .encryptor
-            .as_ref()
-            .is_some_and(|e| e.applies_to(&raw.subject));
-        self.pre_sink_policy
-            .check(&envelope, will_encrypt)
-            .map_err(|r| self.refuse(raw, &r))?;
+        if self.pre_sink_policy.enabled {
+            // Matched against the encryption rules only when a policy may ask.
+            let will_encrypt = self
+                .protection
+                .encryptor
+                .as_ref()
+                .is_some_and(|e| e.applies_to(&raw.subject));
+            self.pre_sink_policy
+                .check(&envelope, will_encrypt)
+                .map_err(|r| self.refuse(raw, &r))?;
+        }
         match self
             .protection
             .protect(&mut envelope, raw, now_unix_nanos())

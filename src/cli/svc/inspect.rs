@@ -359,7 +359,7 @@ fn governance(cfg: &RuntimeConfig, raw: &RawMessage) -> Option<Value> {
     let encrypted = cfg.payload_encryption.action_for(&raw.subject) == Action::Encrypt;
     let checked = cfg
         .size_policy
-        .check_envelope(&env)
+        .check_envelope(&env, None)
         .and_then(|()| cfg.pre_sink_policy.check(&env, encrypted));
     Some(match checked {
         Ok(()) => json!({"verdict": "stored", "mission_metadata": env.mission_metadata}),
