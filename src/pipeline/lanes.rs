@@ -22,6 +22,10 @@ pub fn write_by_lane(
         .iter()
         .map(|e| lanes.lane_of(&e.priority))
         .collect();
+    if lane_of.is_sorted() {
+        // One lane, or already in lane order: nothing needs to move.
+        return write_runs(sink, lanes, envelopes, &lane_of, metrics);
+    }
     // A stable sort: the fetch order stays within a lane.
     let mut order: Vec<usize> = (0..envelopes.len()).collect();
     order.sort_by_key(|&i| lane_of[i]);
@@ -30,17 +34,36 @@ pub fn write_by_lane(
         .iter()
         .map(|&i| places[i].take().expect("each place is taken once"))
         .collect();
+    let sorted_lanes: Vec<usize> = order.iter().map(|&i| lane_of[i]).collect();
+    let outcomes = write_runs(sink, lanes, &sorted, &sorted_lanes, metrics);
 
-    let mut outcomes = Vec::with_capacity(sorted.len());
+    let mut back: Vec<Option<(Envelope, WriteOutcome)>> = (0..sorted.len()).map(|_| None).collect();
+    for ((&at, env), outcome) in order.iter().zip(sorted).zip(outcomes) {
+        back[at] = Some((env, outcome));
+    }
+    let mut in_order = Vec::with_capacity(back.len());
+    for (env, outcome) in back.into_iter().map(|b| b.expect("every place is filled")) {
+        envelopes.push(env);
+        in_order.push(outcome);
+    }
+    in_order
+}
+
+/// Writes `envelopes`, already in lane order (`lane_of` per envelope), one call per run of
+/// one lane; the outcomes in the same order.
+fn write_runs(
+    sink: &dyn Sink,
+    lanes: &PriorityLanes,
+    envelopes: &[Envelope],
+    lane_of: &[usize],
+    metrics: &Metrics,
+) -> Vec<WriteOutcome> {
+    let mut outcomes = Vec::with_capacity(envelopes.len());
     let mut start = 0;
-    while start < sorted.len() {
-        let lane = lane_of[order[start]];
-        let len = order[start..]
-            .iter()
-            .take_while(|&&i| lane_of[i] == lane)
-            .count();
-        let part = &sorted[start..start + len];
-        let mut got = sink.write_batch(part);
+    while start < envelopes.len() {
+        let lane = lane_of[start];
+        let len = lane_of[start..].iter().take_while(|&&l| l == lane).count();
+        let mut got = sink.write_batch(&envelopes[start..start + len]);
         if got.len() != len {
             // A sink bug must never turn into an ACK: the lane is treated as not written.
             log::error!(
@@ -63,17 +86,7 @@ pub fn write_by_lane(
         outcomes.extend(got);
         start += len;
     }
-
-    let mut back: Vec<Option<(Envelope, WriteOutcome)>> = (0..sorted.len()).map(|_| None).collect();
-    for ((&at, env), outcome) in order.iter().zip(sorted).zip(outcomes) {
-        back[at] = Some((env, outcome));
-    }
-    let mut in_order = Vec::with_capacity(back.len());
-    for (env, outcome) in back.into_iter().map(|b| b.expect("every place is filled")) {
-        envelopes.push(env);
-        in_order.push(outcome);
-    }
-    in_order
+    outcomes
 }
 
 #[cfg(test)]
