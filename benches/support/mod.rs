@@ -22,13 +22,8 @@ pub fn create_stream(url: &str, stream: &str, subjects: &[&str]) -> io::Result<(
     if js.stream_info(stream).is_ok() {
         return Ok(());
     }
-    js.add_stream(nats::jetstream::StreamConfig {
-        name: stream.into(),
-        subjects: subjects.iter().map(|s| s.to_string()).collect(),
-        storage: nats::jetstream::StorageType::File,
-        ..Default::default()
-    })
-    .map(|_| ())
+    js.add_stream(broker::stream_config(stream, subjects))
+        .map(|_| ())
 }
 
 pub fn create_consumer(
@@ -41,14 +36,7 @@ pub fn create_consumer(
     let js = nats::jetstream::new(connect(url)?);
     js.add_consumer(
         stream,
-        nats::jetstream::ConsumerConfig {
-            durable_name: Some(name.into()),
-            ack_policy: nats::jetstream::AckPolicy::Explicit,
-            filter_subject: filter.into(),
-            ack_wait,
-            max_ack_pending: 100_000,
-            ..Default::default()
-        },
+        broker::durable_config(name, filter, ack_wait, 100_000),
     )
     .map(|_| ())
 }

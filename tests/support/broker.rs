@@ -138,30 +138,12 @@ impl NatsServer {
     }
 
     pub fn create_stream(&self, name: &str, subjects: &[&str]) {
-        self.js()
-            .add_stream(nats::jetstream::StreamConfig {
-                name: name.into(),
-                subjects: subjects.iter().map(|s| s.to_string()).collect(),
-                storage: nats::jetstream::StorageType::File,
-                ..Default::default()
-            })
-            .unwrap();
+        self.js().add_stream(stream_config(name, subjects)).unwrap();
     }
 
     pub fn create_consumer(&self, stream: &str, name: &str, filter: &str, ack_wait: Duration) {
-        self.js()
-            .add_consumer(
-                stream,
-                nats::jetstream::ConsumerConfig {
-                    durable_name: Some(name.into()),
-                    ack_policy: nats::jetstream::AckPolicy::Explicit,
-                    filter_subject: filter.into(),
-                    ack_wait,
-                    max_ack_pending: 20_000,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let config = durable_config(name, filter, ack_wait, 20_000);
+        self.js().add_consumer(stream, config).unwrap();
     }
 
     /// Publishes `n` messages (core publish, then waits until the stream holds them all).
@@ -271,5 +253,32 @@ impl NatsServer {
 impl Drop for NatsServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A file-backed stream over `subjects`, as the tests and benches make them.
+pub fn stream_config(name: &str, subjects: &[&str]) -> nats::jetstream::StreamConfig {
+    nats::jetstream::StreamConfig {
+        name: name.into(),
+        subjects: subjects.iter().map(|s| s.to_string()).collect(),
+        storage: nats::jetstream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// A durable pull consumer with explicit acknowledgement, as the runner expects one.
+pub fn durable_config(
+    name: &str,
+    filter: &str,
+    ack_wait: Duration,
+    max_ack_pending: i64,
+) -> nats::jetstream::ConsumerConfig {
+    nats::jetstream::ConsumerConfig {
+        durable_name: Some(name.into()),
+        ack_policy: nats::jetstream::AckPolicy::Explicit,
+        filter_subject: filter.into(),
+        ack_wait,
+        max_ack_pending,
+        ..Default::default()
     }
 }
