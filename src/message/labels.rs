@@ -40,7 +40,7 @@ use crate::document::grammar::{is_header_name, looks_secret};
 use crate::document::reader::{join, ObjectReader, Problems};
 use crate::message::envelope::{Envelope, RawMessage};
 use crate::message::metadata::{MessageMetadata, MessageMetadataConfig};
-use crate::message::subject::{read_pattern, SubjectPattern};
+use crate::message::subject::{read_pattern, SubjectPattern, SubjectRule, SubjectRules};
 
 /// The only profile version this runner accepts.
 pub const PROFILE_SCHEMA: &str = "svc.security-label.v1";
@@ -125,6 +125,12 @@ pub struct LabelRule {
     pub profile: Option<Profile>,
 }
 
+impl SubjectRule for LabelRule {
+    fn pattern(&self) -> &SubjectPattern {
+        &self.pattern
+    }
+}
+
 /// The `security_labels` block.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SecurityLabelsConfig {
@@ -134,7 +140,7 @@ pub struct SecurityLabelsConfig {
     pub header: String,
     /// Defaults to none.
     pub default: Option<Profile>,
-    pub rules: Vec<LabelRule>,
+    pub rules: SubjectRules<LabelRule>,
     /// 1 to 262144. Defaults to 8192.
     pub max_bytes: usize,
     pub allowed_priorities: BTreeSet<String>,
@@ -150,7 +156,7 @@ impl Default for SecurityLabelsConfig {
             enabled: false,
             header: DEFAULT_HEADER.into(),
             default: None,
-            rules: Vec::new(),
+            rules: SubjectRules::default(),
             max_bytes: DEFAULT_MAX_BYTES as usize,
             allowed_priorities: BTreeSet::new(),
             allowed_classifications: BTreeSet::new(),
@@ -195,7 +201,7 @@ impl SecurityLabelsConfig {
             enabled,
             header,
             default: None,
-            rules: Vec::new(),
+            rules: SubjectRules::default(),
             max_bytes,
             allowed_priorities: vocab(&mut r, "allowed_priorities"),
             allowed_classifications: vocab(&mut r, "allowed_classifications"),
@@ -210,6 +216,7 @@ impl SecurityLabelsConfig {
         if rule_readers.len() > MAX_RULES {
             r.problem("rules", format!("must have at most {MAX_RULES} entries"));
         }
+        let mut rules = Vec::new();
         for mut rr in rule_readers {
             let pattern = read_pattern(&mut rr, "subject");
             let present = rr.keys().iter().any(|k| k.as_str() == "profile");
@@ -226,9 +233,10 @@ impl SecurityLabelsConfig {
             };
             rr.finish();
             if let Some(pattern) = pattern {
-                cfg.rules.push(LabelRule { pattern, profile });
+                rules.push(LabelRule { pattern, profile });
             }
         }
+        cfg.rules = SubjectRules::new(rules);
         r.finish();
         cfg
     }
@@ -371,8 +379,8 @@ impl SecurityLabelsConfig {
                 return e.into_result(None);
             }
             Some((_, text)) => Some(self.parse_header(text)?),
-            None => match self.rules.iter().find(|r| r.pattern.matches(&msg.subject)) {
-                Some(rule) => rule.profile.clone(),
+            None => match self.rules.first_match(&msg.subject) {
+                Some((_, rule)) => rule.profile.clone(),
                 None => self.default.clone(),
             },
         };

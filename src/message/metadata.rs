@@ -28,7 +28,7 @@ use std::fmt;
 
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::{Envelope, RawMessage};
-use crate::message::subject::{read_pattern, SubjectPattern};
+use crate::message::subject::{read_pattern, SubjectPattern, SubjectRule, SubjectRules};
 
 /// Longest normalized priority, classification or label, in bytes.
 pub const MAX_VALUE_BYTES: usize = 64;
@@ -61,6 +61,12 @@ pub struct MetadataRule {
     pub labels: Option<Vec<String>>,
 }
 
+impl SubjectRule for MetadataRule {
+    fn pattern(&self) -> &SubjectPattern {
+        &self.pattern
+    }
+}
+
 /// The `message_metadata` block.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MessageMetadataConfig {
@@ -84,7 +90,7 @@ pub struct MessageMetadataConfig {
     pub default_classification: String,
     /// Defaults to none.
     pub default_labels: Vec<String>,
-    pub rules: Vec<MetadataRule>,
+    pub rules: SubjectRules<MetadataRule>,
 }
 
 impl Default for MessageMetadataConfig {
@@ -100,7 +106,7 @@ impl Default for MessageMetadataConfig {
             default_priority: "normal".into(),
             default_classification: "unclassified".into(),
             default_labels: Vec::new(),
-            rules: Vec::new(),
+            rules: SubjectRules::default(),
         }
     }
 }
@@ -329,13 +335,13 @@ impl MessageMetadataConfig {
             default_priority,
             default_classification,
             default_labels,
-            rules,
+            rules: SubjectRules::new(rules),
         }
     }
 
     /// Resolves the three values of one message (pure).
     pub fn resolve(&self, msg: &RawMessage) -> Result<MessageMetadata, MetadataError> {
-        let rule = self.rules.iter().find(|r| r.pattern.matches(&msg.subject));
+        let rule = self.rules.first_match(&msg.subject).map(|(_, rule)| rule);
         let mut fell_back = Vec::new();
         let priority = self
             .header_field(msg, MetadataField::Priority, &mut fell_back)?

@@ -24,7 +24,7 @@ use crate::message::envelope::RawMessage;
 use crate::message::labels::parse_strict;
 use crate::message::labels::LabelReason;
 use crate::message::refusal::{Measured, Problems, Refusal};
-use crate::message::subject::{read_pattern, SubjectPattern};
+use crate::message::subject::{read_pattern, SubjectPattern, SubjectRule, SubjectRules};
 use schema::{Profile, PROFILE_KEY};
 
 pub const STAGE: &str = "mission_metadata";
@@ -65,6 +65,12 @@ pub struct MissionRule {
     pub metadata: Option<Map<String, Value>>,
 }
 
+impl SubjectRule for MissionRule {
+    fn pattern(&self) -> &SubjectPattern {
+        &self.pattern
+    }
+}
+
 /// The `mission_metadata` block.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MissionMetadataConfig {
@@ -77,7 +83,7 @@ pub struct MissionMetadataConfig {
     /// Nesting bound (the object itself is level 1), 1 to 64. Defaults to 8.
     pub max_depth: usize,
     pub default: Option<Map<String, Value>>,
-    pub rules: Vec<MissionRule>,
+    pub rules: SubjectRules<MissionRule>,
     pub profiles: BTreeMap<String, Profile>,
     /// Empty: every configured profile may be named.
     pub allowed_profiles: BTreeSet<String>,
@@ -91,7 +97,7 @@ impl Default for MissionMetadataConfig {
             max_bytes: DEFAULT_MAX_BYTES as usize,
             max_depth: DEFAULT_MAX_DEPTH as usize,
             default: None,
-            rules: Vec::new(),
+            rules: SubjectRules::default(),
             profiles: BTreeMap::new(),
             allowed_profiles: BTreeSet::new(),
         }
@@ -128,7 +134,7 @@ impl MissionMetadataConfig {
             max_bytes,
             max_depth,
             default: None,
-            rules: Vec::new(),
+            rules: SubjectRules::default(),
             profiles,
             allowed_profiles: allowed.into_iter().collect(),
         };
@@ -139,6 +145,7 @@ impl MissionMetadataConfig {
         if rule_readers.len() > MAX_RULES {
             r.problem("rules", format!("must have at most {MAX_RULES} entries"));
         }
+        let mut rules = Vec::new();
         for mut rr in rule_readers {
             let pattern = read_pattern(&mut rr, "subject");
             let present = rr.keys().iter().any(|k| k.as_str() == "metadata");
@@ -155,9 +162,10 @@ impl MissionMetadataConfig {
             };
             rr.finish();
             if let Some(pattern) = pattern {
-                cfg.rules.push(MissionRule { pattern, metadata });
+                rules.push(MissionRule { pattern, metadata });
             }
         }
+        cfg.rules = SubjectRules::new(rules);
         r.finish();
         cfg
     }
@@ -222,8 +230,8 @@ impl MissionMetadataConfig {
                 let (map, size) = self.parse_measured(text)?;
                 Some((map, Some(size)))
             }
-            None => match self.rules.iter().find(|r| r.pattern.matches(&msg.subject)) {
-                Some(rule) => rule.metadata.clone().map(|m| (m, None)),
+            None => match self.rules.first_match(&msg.subject) {
+                Some((_, rule)) => rule.metadata.clone().map(|m| (m, None)),
                 None => self.default.clone().map(|m| (m, None)),
             },
         };

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::Envelope;
 use crate::message::refusal::{Problems, Refusal};
-use crate::message::subject::{read_pattern, SubjectPattern};
+use crate::message::subject::{read_pattern, SubjectPattern, SubjectRule, SubjectRules};
 
 pub const STAGE: &str = "pre_sink_policy";
 /// Most rules.
@@ -49,12 +49,18 @@ pub struct PolicyRule {
     pub allowed_mission_metadata_keys: Option<BTreeSet<String>>,
 }
 
+impl SubjectRule for PolicyRule {
+    fn pattern(&self) -> &SubjectPattern {
+        &self.pattern
+    }
+}
+
 /// The `pre_sink_policy` block.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PreSinkPolicyConfig {
     /// Defaults to false.
     pub enabled: bool,
-    pub rules: Vec<PolicyRule>,
+    pub rules: SubjectRules<PolicyRule>,
     /// `unmatched_subject`: `reject` (false, the default) or `allow`.
     pub allow_unmatched: bool,
 }
@@ -137,7 +143,7 @@ impl PreSinkPolicyConfig {
         r.finish();
         PreSinkPolicyConfig {
             enabled,
-            rules,
+            rules: SubjectRules::new(rules),
             allow_unmatched,
         }
     }
@@ -175,12 +181,7 @@ impl PreSinkPolicyConfig {
         if !self.enabled {
             return Ok(());
         }
-        let Some((i, rule)) = self
-            .rules
-            .iter()
-            .enumerate()
-            .find(|(_, r)| r.pattern.matches(&env.subject))
-        else {
+        let Some((i, rule)) = self.rules.first_match(&env.subject) else {
             if self.allow_unmatched {
                 return Ok(());
             }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::message::subject::SubjectPattern;
+use crate::message::subject::{SubjectPattern, SubjectRule, SubjectRules};
 
 /// Declares the counter set once: the struct, its names and the snapshot iteration stay in step.
 macro_rules! counters {
@@ -331,6 +331,12 @@ pub struct SubjectFamily {
     pub label: String,
 }
 
+impl SubjectRule for SubjectFamily {
+    fn pattern(&self) -> &SubjectPattern {
+        &self.pattern
+    }
+}
+
 /// Metrics kept per subject family (the `labeled_metrics` rows of the snapshot).
 pub const FAMILY_METRICS: &[&str] = &[
     "messages_fetched_total",
@@ -346,7 +352,7 @@ pub struct Metrics {
     pub counters: Counters,
     pub gauges: Gauges,
     summaries: Mutex<BTreeMap<&'static str, Summary>>,
-    families: Vec<SubjectFamily>,
+    families: SubjectRules<SubjectFamily>,
     /// `family_counts[family][metric]`, indexes into `families` and [`FAMILY_METRICS`].
     family_counts: Vec<[AtomicU64; 5]>,
     /// Names of the priority lanes, in hand-off order (empty without lanes).
@@ -383,7 +389,7 @@ impl Metrics {
                     .map(|n| (*n, Summary::default()))
                     .collect(),
             ),
-            families,
+            families: SubjectRules::new(families),
             family_counts,
             lanes: Vec::new(),
             lane_counts: Vec::new(),
@@ -448,9 +454,7 @@ impl Metrics {
 
     /// Index of the family a subject belongs to (first matching rule), if any.
     pub fn family_of(&self, subject: &str) -> Option<usize> {
-        self.families
-            .iter()
-            .position(|f| f.pattern.matches(subject))
+        self.families.first_match(subject).map(|(i, _)| i)
     }
 
     /// Counts `n` for the family of `subject` under a [`FAMILY_METRICS`] name.

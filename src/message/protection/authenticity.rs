@@ -20,7 +20,7 @@ use ring::{hmac, signature};
 use super::keys::{is_key_id, read_public_file, KeySource};
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::{hex_sha256, RawMessage, MESSAGE_ID_HEADER};
-use crate::message::subject::{read_pattern, SubjectPattern};
+use crate::message::subject::{read_pattern, SubjectPattern, SubjectRule, SubjectRules};
 
 pub const MAX_KEYS: usize = 256;
 pub const MAX_RULES: usize = 1000;
@@ -82,6 +82,12 @@ pub struct AuthRule {
     pub key_ids: Vec<String>,
 }
 
+impl SubjectRule for AuthRule {
+    fn pattern(&self) -> &SubjectPattern {
+        &self.pattern
+    }
+}
+
 /// The `authenticity` block.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuthenticityConfig {
@@ -90,7 +96,7 @@ pub struct AuthenticityConfig {
     pub key_id_header: String,
     pub signature_header: String,
     pub keys: Vec<VerifyKeyEntry>,
-    pub rules: Vec<AuthRule>,
+    pub rules: SubjectRules<AuthRule>,
     /// Subjects no rule matches: signature required or not. Defaults to false.
     pub default_required: bool,
 }
@@ -103,7 +109,7 @@ impl Default for AuthenticityConfig {
             key_id_header: "Svc-Signature-Key-Id".into(),
             signature_header: "Svc-Signature".into(),
             keys: Vec::new(),
-            rules: Vec::new(),
+            rules: SubjectRules::default(),
             default_required: false,
         }
     }
@@ -234,7 +240,7 @@ impl AuthenticityConfig {
             key_id_header,
             signature_header,
             keys,
-            rules,
+            rules: SubjectRules::new(rules),
             default_required,
         }
     }
@@ -386,8 +392,8 @@ impl Verifier {
         let rule = self
             .cfg
             .rules
-            .iter()
-            .find(|r| r.pattern.matches(&msg.subject));
+            .first_match(&msg.subject)
+            .map(|(_, rule)| rule);
         let required = rule.map_or(self.cfg.default_required, |r| r.required);
         let one = |name: &str| -> Result<Option<&str>, AuthFailure> {
             let mut it = msg.headers.iter().filter(|(k, _)| k == name);

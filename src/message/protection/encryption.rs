@@ -32,7 +32,7 @@ use serde_json::Value;
 use super::keys::{is_key_id, KeySource, Secret};
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::{Envelope, Payload};
-use crate::message::subject::{read_pattern, SubjectPattern};
+use crate::message::subject::{read_pattern, SubjectPattern, SubjectRule, SubjectRules};
 
 pub const ENCRYPTED_PAYLOAD_SCHEMA: &str = "svc.encrypted_payload.v1";
 pub const ALG: &str = "A256GCM";
@@ -59,6 +59,12 @@ pub struct EncryptionRule {
     pub action: Action,
 }
 
+impl SubjectRule for EncryptionRule {
+    fn pattern(&self) -> &SubjectPattern {
+        &self.pattern
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyEntry {
     pub key_id: String,
@@ -73,7 +79,7 @@ pub struct EncryptionConfig {
     pub active_key_id: String,
     pub digest_key_id: String,
     pub default_action: Action,
-    pub rules: Vec<EncryptionRule>,
+    pub rules: SubjectRules<EncryptionRule>,
     pub max_messages_per_key: u64,
 }
 
@@ -85,7 +91,7 @@ impl Default for EncryptionConfig {
             active_key_id: String::new(),
             digest_key_id: String::new(),
             default_action: Action::Encrypt,
-            rules: Vec::new(),
+            rules: SubjectRules::default(),
             max_messages_per_key: MAX_MESSAGES_PER_KEY,
         }
     }
@@ -164,7 +170,7 @@ impl EncryptionConfig {
             active_key_id,
             digest_key_id,
             default_action,
-            rules,
+            rules: SubjectRules::new(rules),
             max_messages_per_key,
         }
     }
@@ -175,9 +181,8 @@ impl EncryptionConfig {
             return Action::Clear;
         }
         self.rules
-            .iter()
-            .find(|r| r.pattern.matches(subject))
-            .map_or(self.default_action, |r| r.action)
+            .first_match(subject)
+            .map_or(self.default_action, |(_, r)| r.action)
     }
 }
 

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::KIND;
 use crate::document::reader::{join, ObjectReader};
-use crate::message::subject::SubjectPattern;
+use crate::message::subject::{SubjectPattern, SubjectRule, SubjectRules};
 use crate::sink::SinkConfig;
 
 /// Default waits of an optional target whose child is an object store (spec: 1000 / 5000 ms).
@@ -48,11 +48,17 @@ pub struct Route {
     pub targets: Vec<Target>,
 }
 
+impl SubjectRule for Route {
+    fn pattern(&self) -> &SubjectPattern {
+        &self.subject
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Routing {
     pub enabled: bool,
     pub target_sink_types: BTreeMap<String, String>,
-    pub routes: Vec<Route>,
+    pub routes: SubjectRules<Route>,
     pub unmatched: Unmatched,
 }
 
@@ -82,7 +88,7 @@ impl Routing {
         if !self.enabled {
             return Some(all_required(&mut children));
         }
-        match self.routes.iter().find(|r| r.subject.matches(subject)) {
+        match self.routes.first_match(subject).map(|(_, route)| route) {
             Some(r) => Some(Cow::Borrowed(&r.targets)),
             None => match self.unmatched {
                 Unmatched::AllRequired => Some(all_required(&mut children)),
@@ -151,7 +157,7 @@ impl FanoutConfig {
             None => Routing {
                 enabled: false,
                 target_sink_types: BTreeMap::new(),
-                routes: Vec::new(),
+                routes: SubjectRules::default(),
                 unmatched: Unmatched::Reject,
             },
         };
@@ -275,7 +281,7 @@ fn read_routing(r: &mut ObjectReader<'_>, sinks: &BTreeMap<String, SinkConfig>) 
     Routing {
         enabled,
         target_sink_types,
-        routes,
+        routes: SubjectRules::new(routes),
         unmatched,
     }
 }

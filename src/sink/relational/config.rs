@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use crate::document::grammar::is_env_var_name;
 
 use crate::document::reader::ObjectReader;
-use crate::message::subject::SubjectPattern;
+use crate::message::subject::{SubjectPattern, SubjectRule, SubjectRules};
 
 use super::auth::{AuthPolicy, ChannelBindingMode};
 use super::wire::TlsMode;
@@ -79,6 +79,12 @@ impl std::fmt::Display for TableName {
 pub struct TableRoute {
     pub subject: SubjectPattern,
     pub table: TableName,
+}
+
+impl SubjectRule for TableRoute {
+    fn pattern(&self) -> &SubjectPattern {
+        &self.subject
+    }
 }
 
 /// The parsed DSN: where to connect and as whom. Never holds a password.
@@ -214,7 +220,7 @@ pub struct RelationalConfig {
     /// Default table: subjects no route matches.
     pub table: TableName,
     /// Subject-to-table rules, first match wins.
-    pub routes: Vec<TableRoute>,
+    pub routes: SubjectRules<TableRoute>,
     /// Create missing tables (`CREATE TABLE IF NOT EXISTS`) on each new connection.
     pub auto_create_tables: bool,
     pub application_name: String,
@@ -383,7 +389,7 @@ impl RelationalConfig {
                 schema: None,
                 name: String::new(),
             }),
-            routes,
+            routes: SubjectRules::new(routes),
             auto_create_tables,
             application_name,
             connect_timeout_seconds,
@@ -394,9 +400,8 @@ impl RelationalConfig {
     /// The table a subject's rows go to: first matching route, else the default table.
     pub fn table_for(&self, subject: &str) -> &TableName {
         self.routes
-            .iter()
-            .find(|r| r.subject.matches(subject))
-            .map(|r| &r.table)
+            .first_match(subject)
+            .map(|(_, r)| &r.table)
             .unwrap_or(&self.table)
     }
 
