@@ -259,6 +259,9 @@ impl Node {
     }
 }
 
+/// Lists of at most this many rules are scanned, not looked up in their index.
+pub const LINEAR_RULES: usize = 4;
+
 /// A rule of a first-match subject rule list.
 pub trait SubjectRule {
     /// The pattern the rule applies to.
@@ -281,7 +284,16 @@ impl<T: SubjectRule> SubjectRules<T> {
     }
 
     /// The first rule (in config order) whose pattern matches `subject`, with its position.
+    /// Up to [`LINEAR_RULES`] rules are scanned in order: for so few, matching each costs less
+    /// than hashing the subject's tokens into the index (`cargo bench --bench subject_rules`).
     pub fn first_match(&self, subject: &str) -> Option<(usize, &T)> {
+        if self.rules.len() <= LINEAR_RULES {
+            return self
+                .rules
+                .iter()
+                .enumerate()
+                .find(|(_, rule)| rule.pattern().matches(subject));
+        }
         let i = self.index.first_match(subject)?;
         Some((i, &self.rules[i]))
     }
@@ -582,5 +594,37 @@ mod tests {
         assert_eq!(index.first_match("a"), Some(4));
         assert_eq!(index.first_match("a..b"), None);
         assert_eq!(SubjectIndex::default().first_match("a"), None);
+    }
+
+    /// Short lists (scanned) and long ones (indexed) answer alike.
+    #[test]
+    fn rule_lists_agree_on_both_sides_of_the_linear_bound() {
+        #[derive(Debug)]
+        struct Rule(SubjectPattern);
+        impl SubjectRule for Rule {
+            fn pattern(&self) -> &SubjectPattern {
+                &self.0
+            }
+        }
+        let texts = [
+            "a.b", "a.*", "*.b", "a.>", ">", "c.d", "c.*.e", "*.*", "a.b.c", "b",
+        ];
+        for len in 1..=texts.len() {
+            let rules: SubjectRules<Rule> = texts[..len]
+                .iter()
+                .rev()
+                .map(|t| Rule(SubjectPattern::parse(t).unwrap()))
+                .collect();
+            for subject in [
+                "a.b", "x.b", "c.d", "c.x.e", "b", "a.b.c", "q", "a..b", "a.*",
+            ] {
+                let linear = rules.iter().position(|r| r.0.matches(subject));
+                assert_eq!(
+                    rules.first_match(subject).map(|(i, _)| i),
+                    linear,
+                    "{len} {subject}"
+                );
+            }
+        }
     }
 }
