@@ -335,24 +335,62 @@ fn a_receiver_quoting_the_token_back_never_gets_it_printed() {
     assert!(log.contains("status 400: denied for <redacted>"), "{log}");
 }
 
+/// A wrong token, a moved endpoint, a proxy or a redirect says the sink is unusable, not that
+/// a message is bad: the messages are NAKed and wait (never dead-lettered), the refusal is
+/// counted and said once, and once the receiver is fixed every message arrives.
 #[test]
-fn redirects_are_never_followed_and_nothing_is_acknowledged() {
-    let (server, dir) = setup(1);
-    let receiver = Receiver::start(dir.path(), &["--mode", "redirect"]);
-    let sink = sink(&receiver.url(), json!({"batching": "none"}));
-    let cfg = config(&server, dir.path(), sink, json!({}));
-    let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
-    let snap = dir.path().join("metrics.json");
-    wait_until(Duration::from_secs(30), "a permanent failure", || {
-        snapshot_counter(&snap, "sink_permanent_failures_total") >= 2
-    });
-    stop(&mut runner);
-    assert_eq!(acked(&server).0, 0);
-    assert!(receiver.requests().iter().all(|r| r["path"] == "/hook"));
-    assert!(snapshot_counter(&snap, "http_requests_3xx_total") >= 2);
-    let log = runner.log_text();
-    assert!(log.contains("permanent (http_301)"), "{log}");
-    assert!(log.contains("redirects are never followed"), "{log}");
+fn statuses_that_refuse_the_sink_nak_and_never_dead_letter() {
+    for (args, status) in [
+        (vec!["--mode", "status", "--status", "401"], 401),
+        (vec!["--mode", "status", "--status", "403"], 403),
+        (vec!["--mode", "status", "--status", "404"], 404),
+        (vec!["--mode", "status", "--status", "407"], 407),
+        (vec!["--mode", "redirect"], 301),
+    ] {
+        let n = 5;
+        let (server, dir) = setup(n);
+        server.create_stream("DLQ", &["svc.dlq.orders"]);
+        let mut receiver = Receiver::start(dir.path(), &args);
+        let sink = sink(&receiver.url(), json!({"batching": "none"}));
+        let dlq = json!({"dead_letter": {"enabled": true, "subject": "svc.dlq.orders",
+                                         "expected_stream": "DLQ", "publish_timeout_ms": 2000}});
+        let cfg = config(&server, dir.path(), sink, dlq);
+        let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+        let snap = dir.path().join("metrics.json");
+        wait_until(Duration::from_secs(30), "redeliveries after NAKs", || {
+            snapshot_counter(&snap, "http_sink_unusable_total") >= 2 * n as u64
+                && snapshot_counter(&snap, "messages_nacked_total") >= n as u64
+        });
+        assert_eq!(acked(&server).0, 0, "{status}");
+        assert_eq!(server.stream_messages("DLQ"), 0, "{status}");
+        assert_eq!(snapshot_counter(&snap, "sink_permanent_failures_total"), 0);
+        assert!(snapshot_counter(&snap, "sink_write_errors_total") >= n as u64);
+        assert!(receiver.requests().iter().all(|r| r["path"] == "/hook"));
+        let log = runner.log_text();
+        let said = log.matches("the receiver refuses the sink:").count();
+        assert_eq!(said, 1, "{status}: said {said} times:\n{log}");
+        assert!(log.contains(&format!("status {status}")), "{log}");
+        // The operator fixes the receiver: every message arrives, none was lost to a DLQ.
+        receiver.relaunch_with(&["--mode", "ok"]);
+        wait_all_acked(&server, &runner, n as u64, 30);
+        stop(&mut runner);
+        let keys: BTreeSet<String> = receiver
+            .requests()
+            .iter()
+            .filter(|r| r["status"] == 200)
+            .map(|r| {
+                r["headers"]["idempotency-key"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(keys, expected_keys(n as u64));
+        assert_eq!(server.stream_messages("DLQ"), 0);
+        assert!(runner
+            .log_text()
+            .contains("the receiver accepts requests again"));
+    }
 }
 
 #[test]

@@ -14,6 +14,11 @@ use crate::sink::url_scheme::scheme_problem;
 
 pub const DEFAULT_SUCCESS_STATUSES: &[u16] = &[200, 201, 202, 204];
 pub const DEFAULT_RETRY_STATUSES: &[u16] = &[408, 425, 429, 500, 502, 503, 504];
+/// Statuses that judge a record (malformed, too large, unsupported type, unprocessable).
+pub const DEFAULT_DEAD_LETTER_STATUSES: &[u16] = &[400, 413, 415, 422];
+/// Statuses that say the sink is unusable (credentials, permission, a moved endpoint, a
+/// proxy): never a record's fault, so never a dead-letter status.
+const SINK_LEVEL_STATUSES: &[u16] = &[401, 403, 404, 407];
 pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 
 /// Header names the sink sets itself: a static, secret or forwarded header of the same name
@@ -122,6 +127,9 @@ pub struct HttpSinkConfig {
     pub max_concurrent_requests: usize,
     pub success_statuses: Vec<u16>,
     pub retry_statuses: Vec<u16>,
+    /// Statuses that refuse one record for good (dead-lettered); any status in none of the
+    /// three lists refuses the sink itself (NAK, never a dead letter).
+    pub dead_letter_statuses: Vec<u16>,
     pub retry: Backoff,
     /// How long one write may keep retrying in the call before the batch is NAKed.
     pub retry_budget: Duration,
@@ -230,6 +238,7 @@ impl HttpSinkConfig {
         if let Some(both) = retry_statuses.iter().find(|s| success_statuses.contains(s)) {
             r.problem("retry_statuses", format!("{both} is also a success status"));
         }
+        let dead_letter_statuses = dead_letter_list(r, &success_statuses, &retry_statuses);
         let initial_ms = r.int_in("retry_backoff_ms", 250, 1, 60_000);
         let max_ms = r.int_in("retry_max_backoff_ms", 5000, 1, 300_000);
         if max_ms < initial_ms {
@@ -278,6 +287,7 @@ impl HttpSinkConfig {
             max_concurrent_requests,
             success_statuses,
             retry_statuses,
+            dead_letter_statuses,
             retry,
             retry_budget,
             max_retry_after,
@@ -402,6 +412,30 @@ fn status_list(r: &mut ObjectReader<'_>, key: &'static str, default: &[u16]) -> 
     }
 }
 
+/// `dead_letter_statuses`: 4xx or 5xx statuses that judge a record; never one that says the
+/// sink is unusable, never a success or retry status.
+fn dead_letter_list(r: &mut ObjectReader<'_>, success: &[u16], retry: &[u16]) -> Vec<u16> {
+    const KEY: &str = "dead_letter_statuses";
+    let list = status_list(r, KEY, DEFAULT_DEAD_LETTER_STATUSES);
+    for s in &list {
+        let why = if !(400..600).contains(s) {
+            format!("{s} is not a 4xx or 5xx status")
+        } else if SINK_LEVEL_STATUSES.contains(s) {
+            format!(
+                "{s} says the sink is unusable (credentials, permission, a moved endpoint, a \
+                 proxy), not that a record is bad; it is never dead-lettered"
+            )
+        } else if success.contains(s) || retry.contains(s) {
+            format!("{s} is also a success or retry status")
+        } else {
+            continue;
+        };
+        r.problem(KEY, why);
+        return DEFAULT_DEAD_LETTER_STATUSES.to_vec();
+    }
+    list
+}
+
 /// Why a request URL is not acceptable, if it is not. Never echoes the URL (it might carry
 /// credentials).
 pub fn url_problem(text: &str, allow_http_for_local_testing: bool) -> Option<String> {
@@ -473,6 +507,7 @@ mod tests {
         assert_eq!(c.idempotency_header, "Idempotency-Key");
         assert_eq!(c.success_statuses, vec![200, 201, 202, 204]);
         assert_eq!(c.retry_statuses, vec![408, 425, 429, 500, 502, 503, 504]);
+        assert_eq!(c.dead_letter_statuses, vec![400, 413, 415, 422]);
         assert_eq!(c.probe_method, ProbeMethod::Options);
         assert_eq!(c.max_retry_after, Duration::from_secs(60));
         assert!(!c.gzip && c.signing_secrets_env.is_empty());
@@ -557,6 +592,41 @@ mod tests {
                 "sink.keep_headers[0]: looks like a secret-bearing header and is never forwarded",
                 "sink.keep_headers[1]: names a broker header (Nats-*); those are never forwarded",
                 "sink.keep_headers[2]: is set by the sink itself",
+            ]
+        );
+    }
+
+    #[test]
+    fn dead_letter_statuses_judge_records_never_the_sink() {
+        let p = |list: &str| {
+            read(&format!(
+                r#"{{"type": "http", "url": "https://h.example/", "dead_letter_statuses": {list}}}"#
+            ))
+            .err()
+            .unwrap_or_default()
+        };
+        assert!(p("[400, 409, 410, 422]").is_empty());
+        assert_eq!(
+            p("[400, 401]"),
+            vec![
+                "sink.dead_letter_statuses: 401 says the sink is unusable (credentials, \
+                 permission, a moved endpoint, a proxy), not that a record is bad; it is never \
+                 dead-lettered"
+            ]
+        );
+        assert_eq!(
+            p("[301]"),
+            vec!["sink.dead_letter_statuses: 301 is not a 4xx or 5xx status"]
+        );
+        assert_eq!(
+            p("[503]"),
+            vec!["sink.dead_letter_statuses: 503 is also a success or retry status"]
+        );
+        assert_eq!(
+            p("[]"),
+            vec![
+                "sink.dead_letter_statuses: must be a non-empty array of HTTP statuses (100 to \
+                 599)"
             ]
         );
     }
