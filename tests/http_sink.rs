@@ -17,9 +17,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::broker::NatsServer;
+use crate::support::process::svc_run;
 use crate::support::process::Runner;
 use crate::support::receiver::{records_of, Receiver};
-use crate::support::{free_port, snapshot_counter, wait_until, write_config};
+use crate::support::{
+    assert_no_secret_piece, free_port, snapshot_counter, wait_until, write_config,
+};
 use serde_json::{json, Value};
 
 const STREAM: &str = "ORDERS";
@@ -390,6 +393,60 @@ fn statuses_that_refuse_the_sink_nak_and_never_dead_letter() {
         assert!(runner
             .log_text()
             .contains("the receiver accepts requests again"));
+    }
+}
+
+/// `logging.level: "trace"` (and a bare `RUST_LOG=trace`): ureq logs the URL with its query
+/// and ureq-proto hex-dumps every request byte at trace; neither the query's token, the
+/// `headers_env` Authorization value nor a signing secret may reach the log, in whole or in
+/// the 16-byte rows of a dump. Naming the module in `RUST_LOG` still opens it.
+#[test]
+fn at_trace_level_no_secret_of_the_sink_reaches_the_log() {
+    const QUERY_TOKEN: &str = "q-7c1e5a9d3b2f-query-secret";
+    for rust_log in [None, Some("trace"), Some("trace,ureq_proto=trace")] {
+        let n = 20;
+        let (server, dir) = setup(n);
+        let receiver = Receiver::start(dir.path(), &["--secret", SECRET_NEW]);
+        let url = format!("{}?token={QUERY_TOKEN}", receiver.url());
+        let sink = sink(
+            &url,
+            json!({"headers_env": {"Authorization": "T_TOKEN"},
+                   "signing_secrets_env": ["T_WEBHOOK_NEW", "T_WEBHOOK_OLD"]}),
+        );
+        let cfg = config(
+            &server,
+            dir.path(),
+            sink,
+            json!({"logging": {"level": "trace"}}),
+        );
+        let mut cmd = svc_run(&cfg);
+        cmd.envs(env()).env_remove("RUST_LOG");
+        if let Some(spec) = rust_log {
+            cmd.env("RUST_LOG", spec);
+        }
+        let mut runner = Runner::spawn(&mut cmd, &dir.path().join("run.log"));
+        wait_all_acked(&server, &runner, n as u64, 30);
+        runner.signal("TERM");
+        runner.wait_timeout(Duration::from_secs(20)).expect("exits");
+        let log = runner.log_text();
+        // Trace is on: svc's own trace lines and ureq's debug lines are there.
+        assert!(log.contains("TRACE"), "{rust_log:?}: no trace line");
+        assert!(log.contains("Return to pool"), "{rust_log:?}: no ureq line");
+        assert!(receiver.requests().iter().all(|r| r["verified"] == true));
+        let secrets = [
+            QUERY_TOKEN,
+            TOKEN,
+            &TOKEN[7..],
+            &SECRET_NEW[6..],
+            &SECRET_OLD[6..],
+        ];
+        if rust_log == Some("trace,ureq_proto=trace") {
+            // The operator named the module: its dump is there (and holds the token).
+            let dumped = std::panic::catch_unwind(|| assert_no_secret_piece(&log, &secrets));
+            assert!(dumped.is_err(), "ureq_proto=trace did not open the dump");
+        } else {
+            assert_no_secret_piece(&log, &secrets);
+        }
     }
 }
 

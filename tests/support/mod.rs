@@ -92,3 +92,24 @@ pub fn snapshot_counter(path: &Path, name: &str) -> u64 {
         .and_then(|v| v["counters"][name].as_u64())
         .unwrap_or(0)
 }
+
+/// Panics when a line of `text` holds any 10-character piece of a secret: a dependency that
+/// hex-dumps request bytes prints them 16 to a row, so a whole secret never shows on one line
+/// while every one of its rows does.
+pub fn assert_no_secret_piece(text: &str, secrets: &[&str]) {
+    const PIECE: usize = 10;
+    for secret in secrets {
+        let chars: Vec<char> = secret.chars().collect();
+        assert!(
+            chars.len() >= PIECE,
+            "a secret too short to test: {} chars",
+            chars.len()
+        );
+        for piece in chars.windows(PIECE) {
+            let piece: String = piece.iter().collect();
+            if let Some(line) = text.lines().find(|l| l.contains(&piece)) {
+                panic!("a piece of a secret ({piece}) in: {line}");
+            }
+        }
+    }
+}
