@@ -450,6 +450,62 @@ fn at_trace_level_no_secret_of_the_sink_reaches_the_log() {
     }
 }
 
+/// A 401 that quotes back a key header (`X-Auth-Key`, from `headers_env`) and a static one
+/// (`X-Tenant`): neither value reaches a log line; static headers named like keys are refused.
+#[test]
+fn a_401_quoting_every_configured_header_never_gets_one_printed() {
+    const KEY: &str = "k-5e0f3a7b9c1d-auth-key";
+    const TENANT: &str = "tenant-2b8e6f4a";
+    let (server, dir) = setup(2);
+    let receiver = Receiver::start(
+        dir.path(),
+        &[
+            "--mode",
+            "status",
+            "--status",
+            "401",
+            "--quote",
+            "x-auth-key,x-tenant",
+        ],
+    );
+    let refused = sink(&receiver.url(), json!({"headers": {"X-Auth-Key": KEY}}));
+    let cfg = config(&server, dir.path(), refused, json!({}));
+    let (code, text) = test_sink(&cfg);
+    assert_ne!(code, 0, "{text}");
+    assert!(
+        text.contains("sink.headers.X-Auth-Key: looks like a secret-bearing header"),
+        "{text}"
+    );
+    assert!(!text.contains(KEY), "{text}");
+    let sink = sink(
+        &receiver.url(),
+        json!({"batching": "none", "headers": {"X-Tenant": TENANT},
+               "headers_env": {"X-Auth-Key": "T_KEY"}}),
+    );
+    let cfg = config(&server, dir.path(), sink, json!({}));
+    let mut runner = Runner::start_env(
+        &cfg,
+        &dir.path().join("run.log"),
+        env().into_iter().chain([
+            ("T_KEY".into(), KEY.into()),
+            ("RUST_LOG".into(), "debug".into()),
+        ]),
+    );
+    let snap = dir.path().join("metrics.json");
+    wait_until(Duration::from_secs(30), "refusals", || {
+        snapshot_counter(&snap, "http_sink_unusable_total") >= 4
+    });
+    stop(&mut runner);
+    let quoted = receiver.requests();
+    assert!(quoted.iter().any(|r| r["headers"]["x-auth-key"] == KEY));
+    let log = runner.log_text();
+    assert!(
+        log.contains("status 401: refused, you sent x-auth-key: <redacted>; x-tenant: <redacted>"),
+        "{log}"
+    );
+    assert_no_secret_piece(&log, &[KEY, TENANT]);
+}
+
 #[test]
 fn a_slow_receiver_times_out_and_a_cut_answer_is_retried_never_acknowledged() {
     for (mode, expect) in [("slow", "timeout"), ("close", "receiver unavailable")] {

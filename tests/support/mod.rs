@@ -43,7 +43,8 @@ pub fn write_config(dir: &Path, name: &str, value: &serde_json::Value) -> PathBu
 }
 
 /// A valid config's effective form (every default filled in) is valid, reads back to the same
-/// configuration, and prints the same bytes again. Invalid configs are left to their test.
+/// configuration (unless it redacted a value: a URL's query, a secret-named header), and
+/// prints the same bytes again. Invalid configs are left to their test.
 pub fn assert_effective_round_trip(text: &str) {
     use svc::config::{effective_json, RuntimeConfig};
     let Ok(cfg) = RuntimeConfig::parse(text) else {
@@ -53,7 +54,7 @@ pub fn assert_effective_round_trip(text: &str) {
     let back = RuntimeConfig::parse(&once)
         .unwrap_or_else(|e| panic!("the effective config is invalid: {e}\n{once}"));
     assert!(
-        back == cfg,
+        back == cfg || once.contains("<redacted>"),
         "the effective config reads back differently:\n{once}"
     );
     assert_eq!(

@@ -15,7 +15,6 @@ use serde_json::{json, Value};
 use super::output;
 use crate::broker::inspect::{self, Request, Start};
 use crate::config::RuntimeConfig;
-use crate::document::grammar::looks_secret;
 use crate::message::envelope::{normalize, normalize_payload, PayloadFormat, RawMessage};
 use crate::message::labels;
 use crate::message::protection::authenticity::{AuthOutcome, Verifier};
@@ -25,6 +24,7 @@ use crate::message::subject::SubjectPattern;
 use crate::sink::SinkConfig;
 use crate::text::peer::PeerText;
 use crate::text::rfc3339::{format_rfc3339_nanos, parse_rfc3339_nanos};
+use crate::text::secrets::is_secret_name;
 
 /// Most messages one run may show.
 pub const MAX_MESSAGES: u64 = 10_000;
@@ -248,7 +248,7 @@ fn view(
         .headers
         .iter()
         .map(|(k, v)| {
-            let value = if looks_secret(k) {
+            let value = if is_secret_name(k) {
                 REDACTED
             } else {
                 v.as_str()

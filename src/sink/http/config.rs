@@ -11,6 +11,7 @@ use crate::backoff::{Backoff, Growth, Jitter, GROWTHS, JITTERS};
 use crate::document::grammar::{is_env_var_name, is_header_name, looks_secret};
 use crate::document::reader::ObjectReader;
 use crate::sink::url_scheme::scheme_problem;
+use crate::text::secrets::is_secret_name;
 
 pub const DEFAULT_SUCCESS_STATUSES: &[u16] = &[200, 201, 202, 204];
 pub const DEFAULT_RETRY_STATUSES: &[u16] = &[408, 425, 429, 500, 502, 503, 504];
@@ -179,6 +180,7 @@ impl HttpSinkConfig {
             r.problem("max_request_bytes", "must be at least max_batch_bytes");
         }
         let idempotency_header = r.header_name_or("idempotency_header", DEFAULT_IDEMPOTENCY_HEADER);
+        // The narrow rule here: `Idempotency-Key` (the default) names a key, not a secret.
         if is_reserved(&idempotency_header) || looks_secret(&idempotency_header) {
             r.problem(
                 "idempotency_header",
@@ -303,8 +305,8 @@ fn is_reserved(name: &str) -> bool {
         .any(|h| h.eq_ignore_ascii_case(name))
 }
 
-/// Static headers must not look secret (their values are in the config file and the pipeline
-/// dump); secret headers come from the environment; forwarded ones are never secret-looking.
+/// Static headers must not look secret ([`is_secret_name`]: their values are in the config
+/// file, the pipeline dump and `show-effective-config`); secret headers come from the environment; forwarded ones are never secret-looking.
 /// None may name a header the sink sets, and no name may appear twice across the three.
 fn check_headers(
     r: &ObjectReader<'_>,
@@ -336,7 +338,7 @@ fn check_headers(
         if name_problem(field.clone(), name) {
             continue;
         }
-        if looks_secret(name) || name.eq_ignore_ascii_case("proxy-authorization") {
+        if is_secret_name(name) {
             problems.push(
                 field,
                 "looks like a secret-bearing header; put its value in an environment variable \
@@ -363,7 +365,7 @@ fn check_headers(
         if name_problem(field.clone(), name) {
             continue;
         }
-        if looks_secret(name) {
+        if is_secret_name(name) {
             problems.push(
                 field,
                 "looks like a secret-bearing header and is never forwarded",
@@ -629,6 +631,36 @@ mod tests {
                  599)"
             ]
         );
+    }
+
+    #[test]
+    fn header_names_that_carry_keys_are_secret_under_one_rule() {
+        for name in [
+            "Ocp-Apim-Subscription-Key",
+            "X-Functions-Key",
+            "X-Auth-Key",
+            "X-Hub-Signature",
+            "X-Signature",
+            "Authentication",
+            "X-Access-Key",
+            "Proxy-Authorization",
+        ] {
+            let problems = read(&format!(
+                r#"{{"type": "http", "url": "https://h.example/", "headers": {{"{name}": "v"}}}}"#
+            ))
+            .unwrap_err();
+            assert_eq!(
+                problems,
+                vec![format!(
+                    "sink.headers.{name}: looks like a secret-bearing header; put its value in \
+                     an environment variable and name it in headers_env"
+                )]
+            );
+            let env = format!(
+                r#"{{"type": "http", "url": "https://h.example/", "headers_env": {{"{name}": "V"}}}}"#
+            );
+            assert!(read(&env).is_ok(), "{name} from the environment");
+        }
     }
 
     #[test]

@@ -163,6 +163,11 @@ impl HttpSink {
         for (_, value) in &secret_headers {
             secrets.add_authorization(value);
         }
+        // A static header's value is not secret by its name, but a receiver quoting it back
+        // (a tenant id, a routing key) is still the request's words: scrubbed the same way.
+        for value in cfg.headers.values() {
+            secrets.add(value);
+        }
         for name in &cfg.signing_secrets_env {
             if let Some(v) = var(name) {
                 secrets.add(v.trim());
@@ -587,6 +592,15 @@ mod tests {
         .unwrap()
         .to_string();
         assert!(!unsigned.contains("raw-secret-value"), "{unsigned}");
+        // A static header's value is scrubbed as the secret ones are.
+        let with_static = build(r#", "headers": {"X-Tenant": "tenant-9f8e7d6c"}"#, &[]).unwrap();
+        let echoed = HttpError::Unusable {
+            status: 401,
+            body: "unknown tenant tenant-9f8e7d6c".into(),
+        }
+        .hidden(&with_static.shared.secrets)
+        .to_string();
+        assert!(!echoed.contains("tenant-9f8e7d6c"), "{echoed}");
         // The URL's query is one of the secrets scrubbed from a receiver's words.
         let echoed = HttpError::Refused {
             status: 400,
