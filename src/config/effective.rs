@@ -103,6 +103,33 @@ fn without_query_values(url: &str) -> String {
 mod tests {
     use super::*;
 
+    fn nats_field(text: &str, key: &str) -> Value {
+        let shown: Value = serde_json::from_str(&effective_json(text).unwrap()).unwrap();
+        shown["nats"][key].clone()
+    }
+
+    #[test]
+    fn tls_and_consumer_mode_are_shown_as_the_runner_applies_them() {
+        let doc = |nats: &str| {
+            format!(
+                r#"{{"nats": {{"stream": "S", "consumer": "c", "subject": "a.>", {nats}}},
+                     "sink": {{"type": "file", "directory": "/tmp/x"}}}}"#
+            )
+        };
+        let tls = doc(r#""url": "tls://broker.example:4222""#);
+        assert_eq!(nats_field(&tls, "tls_required"), Value::Bool(true));
+        assert_eq!(nats_field(&tls, "consumer_mode"), "bind");
+        let plain = doc(r#""url": "nats://127.0.0.1:4222", "create_consumer": true"#);
+        assert_eq!(nats_field(&plain, "tls_required"), Value::Bool(false));
+        assert_eq!(nats_field(&plain, "consumer_mode"), "create");
+        let shown = effective_json(&tls).unwrap();
+        assert_eq!(effective_json(&shown).unwrap(), shown);
+        assert_eq!(
+            RuntimeConfig::parse(&shown).unwrap(),
+            RuntimeConfig::parse(&tls).unwrap()
+        );
+    }
+
     #[test]
     fn the_http_sink_query_and_secret_headers_are_redacted() {
         let text = r#"{"nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c",
