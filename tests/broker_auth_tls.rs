@@ -107,6 +107,13 @@ fn token_from_the_environment_and_never_printed() {
     );
     let log = run_until_stored(&cfg, &[("SVC_TEST_NATS_TOKEN", token)], &out, 3).unwrap();
     assert!(!log.contains(token));
+    // Loopback is no excuse: whoever holds the port during a restart gets the token.
+    let warned = format!(
+        "broker: nats.auth sends the token to {} without TLS",
+        server.url()
+    );
+    assert!(log.contains(&warned), "{log}");
+    assert!(log.contains("use NKey authentication"), "{log}");
 
     // Wrong token: a clear failure, exit 1, and neither token in the output.
     let wrong = "wrong-token-also-secret";
@@ -155,6 +162,10 @@ fn user_and_password_from_the_environment() {
     )
     .unwrap();
     assert!(!log.contains("pw-1234-secret"));
+    assert!(
+        log.contains("broker: nats.auth sends the user name and password to"),
+        "{log}"
+    );
     let err = run_until_stored(
         &cfg,
         &[("SVC_U", "svc"), ("SVC_P", "nope-secret")],
@@ -638,4 +649,6 @@ fn nkey_user_authenticates_with_its_seed_file() {
     let good = cfg_for("good.json", &write_seed("user.nk", &seed, 0o600));
     let log = run_until_stored(&good, &[], &dir.path().join("out"), 3).unwrap();
     assert!(!log.contains(&seed), "the seed was printed: {log}");
+    // An NKey sends a signature of the server's nonce, never a secret: no warning.
+    assert!(!log.contains("without TLS"), "{log}");
 }

@@ -17,9 +17,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::broker::NatsServer;
+use crate::support::process::svc_run;
 use crate::support::process::Runner;
 use crate::support::receiver::{records_of, Receiver};
-use crate::support::{free_port, snapshot_counter, wait_until, write_config};
+use crate::support::{
+    assert_no_secret_piece, free_port, snapshot_counter, wait_until, write_config,
+};
 use serde_json::{json, Value};
 
 const STREAM: &str = "ORDERS";
@@ -335,24 +338,172 @@ fn a_receiver_quoting_the_token_back_never_gets_it_printed() {
     assert!(log.contains("status 400: denied for <redacted>"), "{log}");
 }
 
+/// A wrong token, a moved endpoint, a proxy or a redirect says the sink is unusable, not that
+/// a message is bad: the messages are NAKed and wait (never dead-lettered), the refusal is
+/// counted and said once, and once the receiver is fixed every message arrives.
 #[test]
-fn redirects_are_never_followed_and_nothing_is_acknowledged() {
-    let (server, dir) = setup(1);
-    let receiver = Receiver::start(dir.path(), &["--mode", "redirect"]);
-    let sink = sink(&receiver.url(), json!({"batching": "none"}));
+fn statuses_that_refuse_the_sink_nak_and_never_dead_letter() {
+    for (args, status) in [
+        (vec!["--mode", "status", "--status", "401"], 401),
+        (vec!["--mode", "status", "--status", "403"], 403),
+        (vec!["--mode", "status", "--status", "404"], 404),
+        (vec!["--mode", "status", "--status", "407"], 407),
+        (vec!["--mode", "redirect"], 301),
+    ] {
+        let n = 5;
+        let (server, dir) = setup(n);
+        server.create_stream("DLQ", &["svc.dlq.orders"]);
+        let mut receiver = Receiver::start(dir.path(), &args);
+        let sink = sink(&receiver.url(), json!({"batching": "none"}));
+        let dlq = json!({"dead_letter": {"enabled": true, "subject": "svc.dlq.orders",
+                                         "expected_stream": "DLQ", "publish_timeout_ms": 2000}});
+        let cfg = config(&server, dir.path(), sink, dlq);
+        let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+        let snap = dir.path().join("metrics.json");
+        wait_until(Duration::from_secs(30), "redeliveries after NAKs", || {
+            snapshot_counter(&snap, "http_sink_unusable_total") >= 2 * n as u64
+                && snapshot_counter(&snap, "messages_nacked_total") >= n as u64
+        });
+        assert_eq!(acked(&server).0, 0, "{status}");
+        assert_eq!(server.stream_messages("DLQ"), 0, "{status}");
+        assert_eq!(snapshot_counter(&snap, "sink_permanent_failures_total"), 0);
+        assert!(snapshot_counter(&snap, "sink_write_errors_total") >= n as u64);
+        assert!(receiver.requests().iter().all(|r| r["path"] == "/hook"));
+        let log = runner.log_text();
+        let said = log.matches("the receiver refuses the sink:").count();
+        assert_eq!(said, 1, "{status}: said {said} times:\n{log}");
+        assert!(log.contains(&format!("status {status}")), "{log}");
+        // The operator fixes the receiver: every message arrives, none was lost to a DLQ.
+        receiver.relaunch_with(&["--mode", "ok"]);
+        wait_all_acked(&server, &runner, n as u64, 30);
+        stop(&mut runner);
+        let keys: BTreeSet<String> = receiver
+            .requests()
+            .iter()
+            .filter(|r| r["status"] == 200)
+            .map(|r| {
+                r["headers"]["idempotency-key"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(keys, expected_keys(n as u64));
+        assert_eq!(server.stream_messages("DLQ"), 0);
+        assert!(runner
+            .log_text()
+            .contains("the receiver accepts requests again"));
+    }
+}
+
+/// `logging.level: "trace"` (and a bare `RUST_LOG=trace`): ureq logs the URL with its query
+/// and ureq-proto hex-dumps every request byte at trace; neither the query's token, the
+/// `headers_env` Authorization value nor a signing secret may reach the log, in whole or in
+/// the 16-byte rows of a dump. Naming the module in `RUST_LOG` still opens it.
+#[test]
+fn at_trace_level_no_secret_of_the_sink_reaches_the_log() {
+    const QUERY_TOKEN: &str = "q-7c1e5a9d3b2f-query-secret";
+    for rust_log in [None, Some("trace"), Some("trace,ureq_proto=trace")] {
+        let n = 20;
+        let (server, dir) = setup(n);
+        let receiver = Receiver::start(dir.path(), &["--secret", SECRET_NEW]);
+        let url = format!("{}?token={QUERY_TOKEN}", receiver.url());
+        let sink = sink(
+            &url,
+            json!({"headers_env": {"Authorization": "T_TOKEN"},
+                   "signing_secrets_env": ["T_WEBHOOK_NEW", "T_WEBHOOK_OLD"]}),
+        );
+        let cfg = config(
+            &server,
+            dir.path(),
+            sink,
+            json!({"logging": {"level": "trace"}}),
+        );
+        let mut cmd = svc_run(&cfg);
+        cmd.envs(env()).env_remove("RUST_LOG");
+        if let Some(spec) = rust_log {
+            cmd.env("RUST_LOG", spec);
+        }
+        let mut runner = Runner::spawn(&mut cmd, &dir.path().join("run.log"));
+        wait_all_acked(&server, &runner, n as u64, 30);
+        runner.signal("TERM");
+        runner.wait_timeout(Duration::from_secs(20)).expect("exits");
+        let log = runner.log_text();
+        // Trace is on: svc's own trace lines and ureq's debug lines are there.
+        assert!(log.contains("TRACE"), "{rust_log:?}: no trace line");
+        assert!(log.contains("Return to pool"), "{rust_log:?}: no ureq line");
+        assert!(receiver.requests().iter().all(|r| r["verified"] == true));
+        let secrets = [
+            QUERY_TOKEN,
+            TOKEN,
+            &TOKEN[7..],
+            &SECRET_NEW[6..],
+            &SECRET_OLD[6..],
+        ];
+        if rust_log == Some("trace,ureq_proto=trace") {
+            // The operator named the module: its dump is there (and holds the token).
+            let dumped = std::panic::catch_unwind(|| assert_no_secret_piece(&log, &secrets));
+            assert!(dumped.is_err(), "ureq_proto=trace did not open the dump");
+        } else {
+            assert_no_secret_piece(&log, &secrets);
+        }
+    }
+}
+
+/// A 401 that quotes back a key header (`X-Auth-Key`, from `headers_env`) and a static one
+/// (`X-Tenant`): neither value reaches a log line; static headers named like keys are refused.
+#[test]
+fn a_401_quoting_every_configured_header_never_gets_one_printed() {
+    const KEY: &str = "k-5e0f3a7b9c1d-auth-key";
+    const TENANT: &str = "tenant-2b8e6f4a";
+    let (server, dir) = setup(2);
+    let receiver = Receiver::start(
+        dir.path(),
+        &[
+            "--mode",
+            "status",
+            "--status",
+            "401",
+            "--quote",
+            "x-auth-key,x-tenant",
+        ],
+    );
+    let refused = sink(&receiver.url(), json!({"headers": {"X-Auth-Key": KEY}}));
+    let cfg = config(&server, dir.path(), refused, json!({}));
+    let (code, text) = test_sink(&cfg);
+    assert_ne!(code, 0, "{text}");
+    assert!(
+        text.contains("sink.headers.X-Auth-Key: looks like a secret-bearing header"),
+        "{text}"
+    );
+    assert!(!text.contains(KEY), "{text}");
+    let sink = sink(
+        &receiver.url(),
+        json!({"batching": "none", "headers": {"X-Tenant": TENANT},
+               "headers_env": {"X-Auth-Key": "T_KEY"}}),
+    );
     let cfg = config(&server, dir.path(), sink, json!({}));
-    let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+    let mut runner = Runner::start_env(
+        &cfg,
+        &dir.path().join("run.log"),
+        env().into_iter().chain([
+            ("T_KEY".into(), KEY.into()),
+            ("RUST_LOG".into(), "debug".into()),
+        ]),
+    );
     let snap = dir.path().join("metrics.json");
-    wait_until(Duration::from_secs(30), "a permanent failure", || {
-        snapshot_counter(&snap, "sink_permanent_failures_total") >= 2
+    wait_until(Duration::from_secs(30), "refusals", || {
+        snapshot_counter(&snap, "http_sink_unusable_total") >= 4
     });
     stop(&mut runner);
-    assert_eq!(acked(&server).0, 0);
-    assert!(receiver.requests().iter().all(|r| r["path"] == "/hook"));
-    assert!(snapshot_counter(&snap, "http_requests_3xx_total") >= 2);
+    let quoted = receiver.requests();
+    assert!(quoted.iter().any(|r| r["headers"]["x-auth-key"] == KEY));
     let log = runner.log_text();
-    assert!(log.contains("permanent (http_301)"), "{log}");
-    assert!(log.contains("redirects are never followed"), "{log}");
+    assert!(
+        log.contains("status 401: refused, you sent x-auth-key: <redacted>; x-tenant: <redacted>"),
+        "{log}"
+    );
+    assert_no_secret_piece(&log, &[KEY, TENANT]);
 }
 
 #[test]

@@ -10,8 +10,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::broker::NatsServer;
+use crate::support::process::svc_run;
 use crate::support::process::Runner;
-use crate::support::{snapshot_counter, wait_until, write_config};
+use crate::support::{assert_no_secret_piece, snapshot_counter, wait_until, write_config};
 use serde_json::{json, Value};
 
 const STREAM: &str = "ORDERS";
@@ -104,6 +105,49 @@ fn assert_stored_once(m: &crate::support::moto::Moto, bucket: &str, n: u64) {
         );
     }
     assert_eq!(versions.len() as u64, n, "no other objects");
+}
+
+/// `logging.level: "trace"` with a bare `RUST_LOG=trace` too: the HTTP library's request
+/// dump would print the session token (`X-Amz-Security-Token`) and the SigV4 signature; none
+/// of the secret key, the session token or the key id reaches the log, in whole or in rows.
+#[test]
+fn at_trace_level_no_credential_of_the_sink_reaches_the_log() {
+    let m = crate::support::moto::Moto::start();
+    let (key_id, secret, token) = m.temporary_credentials(1).remove(0);
+    for rust_log in [None, Some("trace")] {
+        let n = 20;
+        let (server, dir) = setup(n);
+        let bucket = format!("e2e-trace-{}", if rust_log.is_some() { 1 } else { 0 });
+        m.create_bucket(&bucket, false);
+        let sink = sink_block(
+            &m.endpoint(),
+            &bucket,
+            json!({"session_token_env": "T_TOKEN"}),
+        );
+        let mut cfg: Value = serde_json::from_str(
+            &std::fs::read_to_string(config(&server, dir.path(), sink)).unwrap(),
+        )
+        .unwrap();
+        cfg["logging"]["level"] = json!("trace");
+        let cfg = write_config(dir.path(), "trace.json", &cfg);
+        let mut cmd = svc_run(&cfg);
+        cmd.env_remove("RUST_LOG")
+            .env("T_KEY_ID", &key_id)
+            .env("T_SECRET", &secret)
+            .env("T_TOKEN", &token);
+        if let Some(spec) = rust_log {
+            cmd.env("RUST_LOG", spec);
+        }
+        let mut runner = Runner::spawn(&mut cmd, &dir.path().join("run.log"));
+        wait_until(Duration::from_secs(60), "all acknowledged", || {
+            all_acked(&server, n as u64)
+        });
+        runner.signal("TERM");
+        runner.wait_timeout(Duration::from_secs(20)).expect("exits");
+        let log = runner.log_text();
+        assert!(log.contains("TRACE"), "{rust_log:?}: no trace line");
+        assert_no_secret_piece(&log, &[&secret, &token, &key_id]);
+    }
 }
 
 #[test]

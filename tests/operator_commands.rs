@@ -486,3 +486,149 @@ fn a_killed_inspect_leaves_no_consumer_behind() {
     wait_consumers(&server, 1, std::time::Duration::from_secs(30));
     eprintln!("consumer gone {:?} after the kill", killed.elapsed());
 }
+
+/// What a terminal must never receive raw: C0, DEL, C1, bidi embeddings, overrides, isolates
+/// and marks, the line and paragraph separators.
+fn raw_terminal_controls(text: &str) -> Vec<String> {
+    text.chars()
+        .filter(|c| {
+            (c.is_control() && *c != '\n')
+                || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}'
+                               | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .map(|c| format!("U+{:04X}", c as u32))
+        .collect()
+}
+
+/// `svc inspect` against a hostile publisher: every terminal control escaped in both formats
+/// (jsonl with JSON escapes, the same values for a parser), a header whose name carries a key
+/// redacted, and a message the runner dead-letters at its input check (300 header lines) shown
+/// as refused there, never as `governance=stored`.
+#[test]
+fn inspect_escapes_every_terminal_control_and_runs_the_input_check_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer(
+        "ORDERS",
+        "svc",
+        "orders.>",
+        std::time::Duration::from_secs(30),
+    );
+    let note = "a\u{202e}b\u{2066}c\u{200e}d\u{200f}e\u{61c}f\u{9b}31mg\u{9d}h\u{7f}i\u{2028}j";
+    let payload = "{\"t\":\"\u{9b}2J\u{7f}\u{2029}\u{202a}\"}";
+    server.raw_publish(
+        b"orders.eu.created",
+        &[
+            (b"X-Note", note.as_bytes()),
+            (b"X-Auth-Key", b"k-inspect-secret-4711"),
+        ],
+        payload.as_bytes(),
+    );
+    let many: Vec<(Vec<u8>, Vec<u8>)> = (0..300)
+        .map(|i| (format!("X-H{i}").into_bytes(), b"v".to_vec()))
+        .collect();
+    let many: Vec<(&[u8], &[u8])> = many.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+    server.raw_publish(b"orders.eu.created", &many, b"{}");
+    let cfg = json!({
+        "nats": {"url": server.url(), "stream": "ORDERS", "consumer": "svc", "subject": "orders.>"},
+        "sink": {"type": "file", "directory": dir.path().join("out")},
+        "size_policy": {"enabled": true, "max_payload_bytes": 1_000_000}
+    });
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let cfg = cfg.to_str().unwrap();
+
+    let (code, out, err) = inspect(&[cfg, "--format", "jsonl", "--payload", "--max", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(raw_terminal_controls(&out), Vec::<String>::new(), "{out}");
+    assert!(
+        out.contains("\\u009b31m") && out.contains("\\u202e"),
+        "{out}"
+    );
+    let lines = jsonl(&out);
+    assert_eq!(sequences(&lines), [1, 2]);
+    let headers = lines[0]["headers"].as_array().unwrap();
+    assert!(headers.contains(&json!(["X-Note", note])), "{headers:?}");
+    assert!(
+        headers.contains(&json!(["X-Auth-Key", "<redacted>"])),
+        "{headers:?}"
+    );
+    assert_eq!(lines[0]["payload"], payload);
+    assert_eq!(lines[0]["input"]["verdict"], "accepted");
+    assert_eq!(lines[0]["governance"]["verdict"], "stored");
+    assert_eq!(
+        lines[1]["input"]["reason"], "too_many_headers",
+        "{}",
+        lines[1]
+    );
+    assert_ne!(lines[1]["governance"]["verdict"], "stored", "{}", lines[1]);
+    assert!(!out.contains("k-inspect-secret-4711"));
+
+    let (code, out, err) = inspect(&[cfg, "--payload", "--max", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(raw_terminal_controls(&out), Vec::<String>::new(), "{out}");
+    let text: Vec<&str> = out.lines().collect();
+    assert!(text[0].contains("X-Note=a\\u{202e}b"), "{out}");
+    assert!(text[0].contains("governance=stored"), "{out}");
+    assert!(
+        text[1].contains("input refused too_many_headers")
+            && !text[1].contains("governance=stored"),
+        "{out}"
+    );
+}
+
+/// `svc spool inspect` of records a hostile publisher chose (a subject with a bidi override, a
+/// payload with C1 controls, separators and a 100,000-character string): no raw terminal
+/// control, and no line longer than the string bound allows.
+#[test]
+fn spool_inspect_escapes_terminal_controls_and_bounds_its_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer(
+        "ORDERS",
+        "svc",
+        "orders.>",
+        std::time::Duration::from_secs(30),
+    );
+    let long = "x".repeat(100_000);
+    let payload = format!("{{\"t\":\"\u{9b}2J\u{202e}\u{2066}\u{2028}\",\"long\":\"{long}\"}}");
+    server.raw_publish(
+        "orders.\u{202e}gpj.exe".as_bytes(),
+        &[(b"Nats-Msg-Id", "id-\u{9d}\u{200f}".as_bytes())],
+        payload.as_bytes(),
+    );
+    server.raw_publish(b"orders.plain", &[], b"{\"ok\":1}");
+    let cfg = json!({
+        "nats": {"url": server.url(), "stream": "ORDERS", "consumer": "svc", "subject": "orders.>"},
+        "delivery": {"fetch_expiry_ms": 200},
+        "sink": {"type": "spool", "dir": dir.path().join("spool"), "max_bytes": 64 << 20,
+                 "target": {"type": "file", "directory": dir.path().join("out")}}
+    });
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let mut runner = Runner::start(&cfg, &dir.path().join("run.log"));
+    wait_until(std::time::Duration::from_secs(30), "both spooled", || {
+        server
+            .try_consumer_state("ORDERS", "svc")
+            .is_some_and(|s| s.0 >= 2)
+    });
+    runner.signal("TERM");
+    runner
+        .wait_timeout(std::time::Duration::from_secs(20))
+        .expect("exits");
+    let cfg = cfg.to_str().unwrap();
+    for args in [
+        vec!["spool", "inspect", cfg],
+        vec!["spool", "inspect", cfg, "--payload"],
+    ] {
+        let (code, out, err) = svc(&args);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(raw_terminal_controls(&out), Vec::<String>::new(), "{out}");
+        let lines: Vec<serde_json::Value> = jsonl(&out);
+        assert_eq!(lines.len(), 2, "{out}");
+        assert_eq!(lines[0]["subject"], "orders.\u{202e}gpj.exe");
+        assert!(out.contains("orders.\\u202egpj.exe"), "{out}");
+        let longest = out.lines().map(str::len).max().unwrap();
+        assert!(longest < 4096, "a line of {longest} bytes");
+    }
+}

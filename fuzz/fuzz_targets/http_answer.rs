@@ -5,7 +5,8 @@
 //! the first NUL into a `Retry-After` value and the body. Calls `judge` with the default status
 //! lists, `parse_retry_after`, `next_wait` and the scrubbing of a known secret.
 //! Properties: no panic; success exactly for a success status; a retry exactly for a retry
-//! status; a wait never below the backoff nor above the cap (or the backoff when higher); the
+//! status; a record refused exactly for a dead-letter status, every other status refusing the
+//! sink (transient, never a dead letter); a wait never below the backoff nor above the cap (or the backoff when higher); the
 //! error's Display is clean and bounded whatever the body, and the words it keeps never hold
 //! the secret.
 #![no_main]
@@ -13,8 +14,10 @@
 use std::time::{Duration, SystemTime};
 
 use libfuzzer_sys::fuzz_target;
-use svc::sink::http::config::{DEFAULT_RETRY_STATUSES, DEFAULT_SUCCESS_STATUSES};
-use svc::sink::http::outcome::{judge, next_wait, parse_retry_after, HttpError};
+use svc::sink::http::config::{
+    DEFAULT_DEAD_LETTER_STATUSES, DEFAULT_RETRY_STATUSES, DEFAULT_SUCCESS_STATUSES,
+};
+use svc::sink::http::outcome::{judge, next_wait, parse_retry_after, HttpError, Statuses};
 use svc::text::secrets::Secrets;
 use svc_fuzz::{assert_clean_display, split_selector, MAX_ERROR_CHARS};
 
@@ -37,8 +40,11 @@ fuzz_target!(|data: &[u8]| {
         status,
         body,
         Some(&retry_after),
-        DEFAULT_SUCCESS_STATUSES,
-        DEFAULT_RETRY_STATUSES,
+        Statuses {
+            success: DEFAULT_SUCCESS_STATUSES,
+            retry: DEFAULT_RETRY_STATUSES,
+            dead_letter: DEFAULT_DEAD_LETTER_STATUSES,
+        },
         now,
     );
     assert_eq!(e.is_none(), DEFAULT_SUCCESS_STATUSES.contains(&status));
@@ -48,12 +54,22 @@ fuzz_target!(|data: &[u8]| {
     let wait = next_wait(backoff, parsed, cap);
     assert!(wait >= backoff && wait <= cap.max(backoff));
     if let Some(e) = e {
-        assert_eq!(e.is_transient(), DEFAULT_RETRY_STATUSES.contains(&status));
+        assert_eq!(
+            e.is_transient(),
+            !DEFAULT_DEAD_LETTER_STATUSES.contains(&status)
+        );
+        assert_eq!(
+            matches!(e, HttpError::Refused { .. }),
+            DEFAULT_DEAD_LETTER_STATUSES.contains(&status)
+        );
         assert_eq!(e.status(), Some(status));
         let hidden = e.hidden(&Secrets::of([SECRET]));
         // The kept words, not the Display: an escape can spell the secret from bytes that
         // are not it (a TAB before `ok-fuzz-...` shows as `\tok-fuzz-...`).
-        if let HttpError::Refused { body, .. } | HttpError::Retry { body, .. } = &hidden {
+        if let HttpError::Refused { body, .. }
+        | HttpError::Unusable { body, .. }
+        | HttpError::Retry { body, .. } = &hidden
+        {
             assert!(
                 !body.to_ascii_lowercase().contains(SECRET),
                 "the secret kept in {body:?}"

@@ -171,6 +171,9 @@ pub fn read_nats(mut r: ObjectReader<'_>, default_max_ack_pending: i64) -> NatsC
         );
     }
     let tls_required = tls_setting || tls_asked;
+    // Shown as the runner applies it (true also when a tls:// URL or a CA asks for TLS),
+    // which reads back to the same setting.
+    r.record_resolved("tls_required", serde_json::Value::Bool(tls_required));
     let allow_plaintext_credentials = r.bool_or("allow_plaintext_credentials", false);
     if !tls_required && !allow_plaintext_credentials && auth != NatsAuth::None {
         let single = r.has("url");
@@ -259,6 +262,12 @@ fn read_consumer_mode(r: &mut ObjectReader<'_>) -> ConsumerMode {
             "is true but consumer_mode is \"bind\"; set only consumer_mode",
         );
     }
+    let shown = match mode {
+        ConsumerMode::Bind => "bind",
+        ConsumerMode::Create => "create",
+        ConsumerMode::Reconcile => "reconcile",
+    };
+    r.record_resolved("consumer_mode", serde_json::Value::String(shown.into()));
     mode
 }
 

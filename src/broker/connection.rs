@@ -57,6 +57,35 @@ fn check_advertised_servers(cfg: &NatsConfig) -> Result<(), BrokerError> {
     Ok(())
 }
 
+/// What of `auth` a server receives in clear without TLS, when it is a secret: a token, a
+/// password, or a credentials file's user JWT (NKey sends only a signature of the server's
+/// nonce, which is worth nothing to whoever receives it).
+fn cleartext_secret(auth: &NatsAuth) -> Option<&'static str> {
+    match auth {
+        NatsAuth::Token { .. } => Some("the token"),
+        NatsAuth::UserPassword { .. } => Some("the user name and password"),
+        NatsAuth::CredentialsFile { .. } => Some("the credentials file's user JWT"),
+        NatsAuth::None | NatsAuth::NKey { .. } => None,
+    }
+}
+
+/// Warns once per connect when a secret would go to the broker in clear. Validation allows it
+/// only to loopback (or with `allow_plaintext_credentials`), and loopback is not safe either:
+/// whatever local process holds the broker's port (during a broker restart, say) receives it.
+fn warn_cleartext_credentials(cfg: &NatsConfig) {
+    if cfg.tls_required {
+        return;
+    }
+    if let Some(what) = cleartext_secret(&cfg.auth) {
+        log::warn!(
+            "broker: nats.auth sends {what} to {} without TLS: any local process that holds the broker's \
+             port (during a broker restart, say) receives it; use NKey authentication \
+             (nats.auth.mode nkey) or TLS (docs/security.md)",
+            cfg.urls.join(", ")
+        );
+    }
+}
+
 /// Connects with the configured auth and TLS, counting connection events into `metrics` and
 /// keeping the broker's permission violations in `denials`.
 pub fn connect(
@@ -65,6 +94,7 @@ pub fn connect(
     denials: Arc<Denials>,
 ) -> Result<Connection, BrokerError> {
     check_advertised_servers(cfg)?;
+    warn_cleartext_credentials(cfg);
     let mut opts = match &cfg.auth {
         NatsAuth::None => nats::Options::new(),
         NatsAuth::UserPassword {

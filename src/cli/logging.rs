@@ -20,6 +20,15 @@ use crate::text::peer::PeerText;
 /// Characters of one line of the broker client crate shown at most.
 const CRATE_LINE_MAX_CHARS: usize = 1024;
 
+/// Dependencies whose trace lines carry what a request holds, capped at debug whatever
+/// `logging.level` says (an operator who names one in `RUST_LOG` still gets its trace):
+/// - `ureq` logs the URL with its query at trace (an HTTP sink's token), and the redirect
+///   `Location`; at debug it prints `/******` and redacts header values;
+/// - `ureq_proto` hex-dumps every byte sent and received at trace: `Authorization`, the
+///   object store's `X-Amz-Security-Token`, signatures, payloads;
+/// - `rustls` prints handshake messages at trace (session tickets, PSK identities).
+const REQUEST_BYTE_LOGGERS: &[&str] = &["ureq", "ureq_proto", "rustls"];
+
 /// The defaults (text, journal-aware timestamps) at `level`: for commands without a config.
 pub fn init(level: log::LevelFilter) {
     init_from(&LoggingConfig::with_level(level));
@@ -33,8 +42,14 @@ pub fn init_from(cfg: &LoggingConfig) {
     // at ERROR, even when we handle it; our own callbacks report connection events. Its
     // lines appear only when RUST_LOG asks for them.
     builder.filter_module("nats", log::LevelFilter::Off);
-    if let Ok(spec) = std::env::var("RUST_LOG") {
-        builder.parse_filters(&spec);
+    let spec = std::env::var("RUST_LOG").ok();
+    if let Some(spec) = &spec {
+        builder.parse_filters(spec);
+    }
+    for target in REQUEST_BYTE_LOGGERS {
+        if let Some(level) = capped_level(spec.as_deref(), cfg.level, target) {
+            builder.filter_module(target, level);
+        }
     }
     match cfg.format {
         LogFormat::Json => {
@@ -77,6 +92,45 @@ pub fn init_from(cfg: &LoggingConfig) {
         }
     }
     let _ = builder.try_init();
+}
+
+/// The level of a [`REQUEST_BYTE_LOGGERS`] module: the level everything else gets (a bare
+/// level in `RUST_LOG`, else `logging.level`), at most debug; `None` when `RUST_LOG` names
+/// the module (`ureq_proto=trace`, `ureq::run=trace`): the operator asked for its lines.
+fn capped_level(
+    spec: Option<&str>,
+    config: log::LevelFilter,
+    target: &str,
+) -> Option<log::LevelFilter> {
+    let mut base = config;
+    // `RUST_LOG` is `directive,directive/regex`; a directive is `level`, `module` or
+    // `module=level` (env_filter's grammar).
+    let directives = spec
+        .unwrap_or_default()
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    for d in directives
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+    {
+        let name = d.split('=').next().unwrap_or_default().trim();
+        if let Ok(level) = name.parse::<log::LevelFilter>() {
+            if !d.contains('=') {
+                base = level;
+                continue;
+            }
+        }
+        let names_it = name == target
+            || name
+                .strip_prefix(target)
+                .is_some_and(|rest| rest.starts_with("::"));
+        if names_it {
+            return None;
+        }
+    }
+    Some(base.min(log::LevelFilter::Debug))
 }
 
 fn message(record: &log::Record<'_>) -> String {
@@ -147,6 +201,21 @@ mod tests {
             .args(args)
             .build();
         assert_eq!(message(&ours), long);
+    }
+
+    #[test]
+    fn request_byte_loggers_stay_below_trace_unless_named() {
+        use log::LevelFilter as L;
+        let cap = |spec: Option<&str>, level| capped_level(spec, level, "ureq_proto");
+        assert_eq!(cap(None, L::Trace), Some(L::Debug));
+        assert_eq!(cap(None, L::Info), Some(L::Info));
+        assert_eq!(cap(Some("trace"), L::Info), Some(L::Debug));
+        assert_eq!(cap(Some("svc=trace,warn"), L::Trace), Some(L::Warn));
+        assert_eq!(cap(Some("ureq=trace"), L::Trace), Some(L::Debug));
+        assert_eq!(cap(Some("debug,ureq_proto=trace"), L::Info), None);
+        assert_eq!(cap(Some("ureq_proto::util=trace"), L::Info), None);
+        assert_eq!(cap(Some("ureq_proto"), L::Info), None);
+        assert_eq!(cap(Some("trace/secret"), L::Info), Some(L::Debug));
     }
 
     #[test]

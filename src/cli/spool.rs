@@ -14,6 +14,7 @@ use crate::sink::spool::drain::Drainer;
 use crate::sink::spool::scan::{self, Seen};
 use crate::sink::spool::{codec, Spool, SpoolConfig};
 use crate::sink::SinkConfig;
+use crate::text::terminal;
 
 /// Transient sink failures in a row after which `drain` gives up (the pauses double up to
 /// `max_backoff_seconds`).
@@ -162,6 +163,10 @@ fn inspect(spool_cfg: &SpoolConfig, payload: bool) -> ExitCode {
     }
 }
 
+/// Characters of one string of a record shown at most (a subject, a message id, a string in
+/// the payload): no line of `svc spool inspect` grows with what a publisher sent.
+const SHOWN_STRING_CHARS: usize = 1024;
+
 /// One JSON line per record: where it is and its headers; the payload only when asked.
 fn describe(seen: &Seen<'_>, payload: bool) -> String {
     let mut doc = serde_json::json!({
@@ -184,5 +189,7 @@ fn describe(seen: &Seen<'_>, payload: bool) -> String {
         }
         Err(why) => doc["unreadable"] = why.into(),
     }
-    doc.to_string()
+    // A record's strings are a publisher's: bounded, and escaped by the one terminal rule.
+    terminal::bound_strings(&mut doc, SHOWN_STRING_CHARS);
+    terminal::json_line(&doc)
 }

@@ -2,13 +2,17 @@
 //! in, in reading order (the order of `docs/configuration.md`). The values are recorded by the
 //! readers themselves while they validate ([`crate::document::effective`]), so the output
 //! cannot drift from the defaults the runner uses, and it is a valid configuration that reads
-//! back to the same [`RuntimeConfig`] and prints the same bytes again.
+//! back to the same [`RuntimeConfig`] and prints the same bytes again, except where a value is
+//! redacted: the values of a URL's query (`url`, `probe_url`: the HTTP sink treats the query
+//! as secret) and of a header whose name is secret ([`is_secret_name`]) print as
+//! `<redacted>`, and read back as that text.
 
 use serde_json::Value;
 
 use super::RuntimeConfig;
-use crate::document::effective;
+use crate::document::effective::{self, Node};
 use crate::document::reader::{parse_json, Invalid};
+use crate::text::secrets::{is_secret_name, REDACTED};
 
 /// Rounds of filling absent blocks with `{}` (a block found in one round can hold more).
 const FILL_ROUNDS: usize = 4;
@@ -41,7 +45,123 @@ pub fn effective_json(text: &str) -> Result<String, Invalid> {
             break;
         }
     }
-    let (read, captured) = effective::capture(|| RuntimeConfig::parse(&doc.to_string()));
+    let (read, mut captured) = effective::capture(|| RuntimeConfig::parse(&doc.to_string()));
     read?;
+    redact(&mut captured.tree);
     Ok(captured.tree.to_json_pretty())
+}
+
+/// Hides what may be secret in the recorded document: the query values of every `*url`
+/// field, and the value of every entry of a `headers` object whose name is secret.
+fn redact(node: &mut Node) {
+    match node {
+        Node::Object(entries) => {
+            for (key, child) in entries.iter_mut() {
+                match child {
+                    Node::Leaf(Value::String(url)) if key.ends_with("url") => {
+                        *url = without_query_values(url);
+                    }
+                    Node::Object(headers) if key == "headers" => {
+                        for (name, value) in headers.iter_mut() {
+                            if is_secret_name(name) {
+                                *value = Node::Leaf(Value::String(REDACTED.into()));
+                            }
+                        }
+                    }
+                    _ => redact(child),
+                }
+            }
+        }
+        Node::Array(items) => items.iter_mut().for_each(redact),
+        Node::Leaf(_) => {}
+    }
+}
+
+/// `https://h/p?token=abc&x` -> `https://h/p?token=<redacted>&x=<redacted>`: the names
+/// stay (an operator recognises the parameter), every value goes.
+fn without_query_values(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_string();
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((q, f)) => (q, Some(f)),
+        None => (query, None),
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|p| format!("{}={REDACTED}", p.split('=').next().unwrap_or_default()))
+        .collect();
+    let mut out = format!("{base}?{}", pairs.join("&"));
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nats_field(text: &str, key: &str) -> Value {
+        let shown: Value = serde_json::from_str(&effective_json(text).unwrap()).unwrap();
+        shown["nats"][key].clone()
+    }
+
+    #[test]
+    fn tls_and_consumer_mode_are_shown_as_the_runner_applies_them() {
+        let doc = |nats: &str| {
+            format!(
+                r#"{{"nats": {{"stream": "S", "consumer": "c", "subject": "a.>", {nats}}},
+                     "sink": {{"type": "file", "directory": "/tmp/x"}}}}"#
+            )
+        };
+        let tls = doc(r#""url": "tls://broker.example:4222""#);
+        assert_eq!(nats_field(&tls, "tls_required"), Value::Bool(true));
+        assert_eq!(nats_field(&tls, "consumer_mode"), "bind");
+        let plain = doc(r#""url": "nats://127.0.0.1:4222", "create_consumer": true"#);
+        assert_eq!(nats_field(&plain, "tls_required"), Value::Bool(false));
+        assert_eq!(nats_field(&plain, "consumer_mode"), "create");
+        let shown = effective_json(&tls).unwrap();
+        assert_eq!(effective_json(&shown).unwrap(), shown);
+        assert_eq!(
+            RuntimeConfig::parse(&shown).unwrap(),
+            RuntimeConfig::parse(&tls).unwrap()
+        );
+    }
+
+    #[test]
+    fn the_http_sink_query_and_secret_headers_are_redacted() {
+        let text = r#"{"nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c",
+                                 "subject": "a.>"},
+                       "sink": {"type": "http",
+                                "url": "https://h.example/hook?token=q-secret-7788&tenant=blue",
+                                "probe_url": "https://h.example/ping?sig=abc123def",
+                                "headers": {"X-Team": "payments"}}}"#;
+        let shown = effective_json(text).unwrap();
+        assert!(
+            !shown.contains("q-secret-7788") && !shown.contains("abc123def"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(r#""url": "https://h.example/hook?token=<redacted>&tenant=<redacted>""#),
+            "{shown}"
+        );
+        assert!(shown.contains(r#""X-Team": "payments""#), "{shown}");
+        // What it prints is a valid configuration that prints the same bytes again.
+        assert_eq!(effective_json(&shown).unwrap(), shown);
+        let mut node = Node::Object(vec![(
+            "headers".into(),
+            Node::Object(vec![
+                ("X-Auth-Key".into(), Node::Leaf(Value::String("k-1".into()))),
+                ("X-Team".into(), Node::Leaf(Value::String("ops".into()))),
+            ]),
+        )]);
+        redact(&mut node);
+        let json = node.to_json_pretty();
+        assert!(
+            json.contains(r#""X-Auth-Key": "<redacted>""#) && json.contains("ops"),
+            "{json}"
+        );
+    }
 }

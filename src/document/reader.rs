@@ -220,6 +220,15 @@ impl<'a> ObjectReader<'a> {
         }
     }
 
+    /// Records `value` as what field `key` resolved to, in place of what the getters
+    /// recorded: for a field the reader decides from others when it is absent (`null` would
+    /// hide what the runner does). The value must read back to the same configuration.
+    pub fn record_resolved(&self, key: &'static str, value: Value) {
+        if effective::recording() {
+            effective::record(&self.path_of(key), Node::Leaf(value));
+        }
+    }
+
     /// Path of a field of this object.
     pub fn path_of(&self, key: &str) -> String {
         join(&self.path, key)

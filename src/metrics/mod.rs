@@ -212,12 +212,15 @@ counters! {
     spool_rejected_total,
     /// HTTP sink: requests answered with a 2xx status.
     http_requests_2xx_total,
-    /// HTTP sink: requests answered with a 3xx status (never followed: permanent).
+    /// HTTP sink: requests answered with a 3xx status (never followed: the sink is unusable).
     http_requests_3xx_total,
     /// HTTP sink: requests answered with a 4xx status.
     http_requests_4xx_total,
     /// HTTP sink: requests answered with a 5xx status.
     http_requests_5xx_total,
+    /// HTTP sink: requests answered with a status that refuses the sink itself (401, 403, 404,
+    /// 407, a redirect: any status outside the success, retry and dead-letter lists).
+    http_sink_unusable_total,
     /// HTTP sink: requests without an answer (timeout, connection or TLS failure).
     http_request_failures_total,
     /// HTTP sink: requests sent again in the call (retry statuses, timeouts, no answer).

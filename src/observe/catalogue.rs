@@ -375,6 +375,11 @@ pub const KNOWN: &[Known] = &[
         "HTTP sink: requests answered with a 3xx status (redirects are never followed).",
     ),
     c(
+        "http_sink_unusable_total",
+        "HTTP sink: requests answered with a status that refuses the sink itself (401, 403, \
+         404, 407, a redirect); their messages are NAKed, never dead-lettered.",
+    ),
+    c(
         "http_requests_4xx_total",
         "HTTP sink: requests answered with a 4xx status.",
     ),

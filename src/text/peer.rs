@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use super::terminal::is_terminal_control;
+
 /// Characters of peer text shown at most; enough for any real error message's gist.
 pub const PEER_TEXT_MAX_CHARS: usize = 256;
 
@@ -50,11 +52,7 @@ impl fmt::Display for PeerText<'_> {
                 '\t' => f.write_str("\\t")?,
                 '\\' => f.write_str("\\\\")?,
                 // C0, DEL, C1, and the bidi/line controls a terminal or log viewer may act on.
-                c if c.is_control()
-                    || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
-                {
-                    write!(f, "\\u{{{:x}}}", c as u32)?
-                }
+                c if is_terminal_control(c) => write!(f, "\\u{{{:x}}}", c as u32)?,
                 c => f.write_char(c)?,
             }
         }
@@ -97,6 +95,10 @@ mod tests {
     #[test]
     fn bidi_overrides_and_backslashes_are_escaped() {
         assert_eq!(PeerText::new("a\u{202e}b\\").to_string(), "a\\u{202e}b\\\\");
+        assert_eq!(
+            PeerText::new("\u{200e}\u{200f}\u{61c}\u{9b}").to_string(),
+            "\\u{200e}\\u{200f}\\u{61c}\\u{9b}"
+        );
     }
 
     #[test]

@@ -16,6 +16,33 @@ use std::borrow::Cow;
 /// What a hidden value prints as.
 pub const REDACTED: &str = "<redacted>";
 
+/// Parts of a header or field name that make its value secret, wherever they occur in the
+/// name, in any letter case: `X-Auth-Key`, `Ocp-Apim-Subscription-Key`, `X-Functions-Key`,
+/// `X-Hub-Signature`, `Authentication`, `X-Access-Key`, `Session-Id`, `Cookie`.
+const SECRET_NAME_PARTS: &[&str] = &[
+    "key",
+    "auth",
+    "sign",
+    "session",
+    "cookie",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "credential",
+    "bearer",
+];
+
+/// The secret-name rule of headers a request or an operator command shows: true when the
+/// name contains any of [`SECRET_NAME_PARTS`] (case-insensitive). Wide on purpose: a false
+/// alarm costs an operator a move to `headers_env` or a `<redacted>` in a listing, a miss
+/// costs a key in a config file, a dump or a terminal. Used by the HTTP sink's static and
+/// forwarded headers, `svc show-effective-config` and `svc inspect`.
+pub fn is_secret_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    SECRET_NAME_PARTS.iter().any(|part| lower.contains(part))
+}
+
 /// Values shorter than this are not hidden: no real key, token or signature is that short,
 /// and hiding a two-letter value would garble every text it occurs in.
 const MIN_CHARS: usize = 4;
@@ -189,6 +216,40 @@ mod tests {
     use super::*;
 
     const TOKEN: &str = "IQoJb3JpZ2luX2VjE/Nz+abc=";
+
+    #[test]
+    fn secret_names_are_found_anywhere_in_the_name() {
+        for n in [
+            "Ocp-Apim-Subscription-Key",
+            "X-Functions-Key",
+            "X-Auth-Key",
+            "X-Hub-Signature",
+            "X-Signature",
+            "Authentication",
+            "X-Access-Key",
+            "Authorization",
+            "Proxy-Authorization",
+            "Cookie",
+            "Set-Cookie",
+            "X-Session-Id",
+            "x-csrf-token",
+            "DB_PASSWORD",
+            "X-Client-Secret",
+            "X-Api-Key",
+        ] {
+            assert!(is_secret_name(n), "{n}");
+        }
+        for n in [
+            "Content-Type",
+            "X-Team",
+            "Trace-Id",
+            "X-Tenant",
+            "Accept",
+            "User-Agent",
+        ] {
+            assert!(!is_secret_name(n), "{n}");
+        }
+    }
 
     #[test]
     fn every_echoed_form_is_hidden() {

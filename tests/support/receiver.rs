@@ -51,6 +51,14 @@ impl Receiver {
         });
     }
 
+    /// Stops the receiver and starts it again on the same port with other arguments (an
+    /// operator fixing the receiver's side).
+    pub fn relaunch_with(&mut self, args: &[&str]) {
+        self.kill();
+        self.args = args.iter().map(|a| a.to_string()).collect();
+        self.launch();
+    }
+
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();

@@ -78,8 +78,10 @@ Usage: svc show-effective-config <config_file>
 
 Validates the configuration (the same problems and exit code as `svc validate`), then prints
 it as JSON with every default filled in, the sink's and every fan-out child's included, in the
-order of docs/configuration.md. A field whose absence has its own meaning (for example
-nats.tls_required, decided by the URLs when left out) is shown as null. Names of environment
+order of docs/configuration.md. A field the runner decides from others when it is left out
+is shown as decided (nats.tls_required: true with a tls:// URL; nats.consumer_mode); one whose
+absence has its own meaning is shown as null. The values of a URL's query and of a header with
+a secret name are shown as <redacted>. Names of environment
 variables and key files are shown as written; no value is read from the environment or a file.
 The output is itself a valid configuration, and reads back to the same output.
 

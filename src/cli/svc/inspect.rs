@@ -15,9 +15,9 @@ use serde_json::{json, Value};
 use super::output;
 use crate::broker::inspect::{self, Request, Start};
 use crate::config::RuntimeConfig;
-use crate::document::grammar::looks_secret;
 use crate::message::envelope::{normalize, normalize_payload, PayloadFormat, RawMessage};
 use crate::message::labels;
+use crate::message::limits;
 use crate::message::protection::authenticity::{AuthOutcome, Verifier};
 use crate::message::protection::encryption::Action;
 use crate::message::refusal::Refusal;
@@ -25,6 +25,8 @@ use crate::message::subject::SubjectPattern;
 use crate::sink::SinkConfig;
 use crate::text::peer::PeerText;
 use crate::text::rfc3339::{format_rfc3339_nanos, parse_rfc3339_nanos};
+use crate::text::secrets::is_secret_name;
+use crate::text::terminal;
 
 /// Most messages one run may show.
 pub const MAX_MESSAGES: u64 = 10_000;
@@ -165,10 +167,12 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
             return;
         }
         let view = view(cfg, verifier.as_ref(), &raw, opts.payload);
+        // Both formats pass the one terminal rule last (`text::terminal`), whatever the
+        // parts did before.
         let line = if opts.jsonl {
-            serde_json::to_string(&view).expect("JSON values always serialize")
+            terminal::json_line(&view)
         } else {
-            text_line(&view)
+            terminal::text_line(&text_line(&view)).into_owned()
         };
         if let Err(e) = writeln!(out, "{line}") {
             write_error = Some(e);
@@ -248,7 +252,7 @@ fn view(
         .headers
         .iter()
         .map(|(k, v)| {
-            let value = if looks_secret(k) {
+            let value = if is_secret_name(k) {
                 REDACTED
             } else {
                 v.as_str()
@@ -298,8 +302,22 @@ fn view(
     if let Some(a) = authenticity {
         v["authenticity"] = json!(a);
     }
-    if let Some(g) = governance(cfg, raw) {
-        v["governance"] = g;
+    // The runner's first check: a message over an input limit (or one the client could not
+    // read as sent) is dead-lettered before any stage runs, so no stage verdict is shown.
+    match limits::check(raw, &cfg.envelope.keep_headers) {
+        Err(limit) => {
+            v["input"] = json!({"verdict": "refused", "stage": "input", "field": limit.field(),
+                                "reason": limit.code(), "message": limit.to_string()});
+            if governance_enabled(cfg) {
+                v["governance"] = json!({"verdict": "not reached (input refused)"});
+            }
+        }
+        Ok(()) => {
+            v["input"] = json!({"verdict": "accepted"});
+            if let Some(g) = governance(cfg, raw) {
+                v["governance"] = g;
+            }
+        }
     }
     if let Some(f) = fanout {
         v["fanout"] = f;
@@ -320,12 +338,16 @@ fn view(
     v
 }
 
+fn governance_enabled(cfg: &RuntimeConfig) -> bool {
+    cfg.mission_metadata.enabled || cfg.pre_sink_policy.enabled || cfg.size_policy.enabled
+}
+
 /// The verdict of the governance stages (`docs/governance.md`) when one is enabled: the
 /// mission metadata a record would get, or the first refusal (stage, field, reason; value-free).
 /// The record-bytes bound is left out: it needs the encrypted, sealed record, so only the
 /// runner can measure it.
 fn governance(cfg: &RuntimeConfig, raw: &RawMessage) -> Option<Value> {
-    if !(cfg.mission_metadata.enabled || cfg.pre_sink_policy.enabled || cfg.size_policy.enabled) {
+    if !governance_enabled(cfg) {
         return None;
     }
     let refused = |r: &Refusal| {
@@ -398,6 +420,13 @@ fn text_line(v: &Value) -> String {
                 PeerText::new(&labels.join(","))
             ));
         }
+    }
+    if let Some(i) = v.get("input").filter(|i| i["verdict"] == "refused") {
+        line.push_str(&format!(
+            " input refused {} ({})",
+            s(&i["reason"]),
+            PeerText::new(&s(&i["message"]))
+        ));
     }
     if let Some(a) = v.get("authenticity") {
         line.push_str(&format!(" auth={}", PeerText::new(&s(a))));

@@ -3,9 +3,10 @@
 //! applied to each object. Field names come from the config (a grammar keeps them plain), so
 //! errors may name them; a field the object brings that no profile lists is never named.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Number, Value};
 
 use crate::document::reader::join;
 use crate::message::refusal::Problems;
@@ -68,8 +69,10 @@ impl FieldType {
 #[derive(Debug, Clone, PartialEq)]
 pub struct FieldSpec {
     pub kind: FieldType,
-    pub min: Option<f64>,
-    pub max: Option<f64>,
+    /// Kept as written: an integer bound compares with an integer value exactly (as f64,
+    /// every value up to 1,024 above 2^63 - 1 equalled a `max` of 2^63 - 1).
+    pub min: Option<Number>,
+    pub max: Option<Number>,
     pub min_length: Option<u64>,
     pub max_length: Option<u64>,
 }
@@ -251,10 +254,10 @@ fn read_spec(
         );
         return None;
     };
-    let number = |key: &str, ok: &mut bool| -> Option<f64> {
+    let number = |key: &str, ok: &mut bool| -> Option<Number> {
         match map.get(key) {
             None | Some(Value::Null) => None,
-            Some(Value::Number(n)) => n.as_f64(),
+            Some(Value::Number(n)) => Some(n.clone()),
             Some(_) => {
                 problems.push(join(path, key), "must be a number");
                 *ok = false;
@@ -302,8 +305,8 @@ fn read_spec(
             ok = false;
         }
     }
-    if let (Some(lo), Some(hi)) = (spec.min, spec.max) {
-        if lo > hi {
+    if let (Some(lo), Some(hi)) = (&spec.min, &spec.max) {
+        if compare(lo, hi) == Ordering::Greater {
             problems.push(join(path, "min"), "must not be greater than max");
             ok = false;
         }
@@ -365,6 +368,43 @@ impl Profile {
     }
 }
 
+/// Two JSON numbers compared exactly: integers as integers (i64 and u64 alike), an integer
+/// and a fraction without rounding the integer to f64.
+pub fn compare(a: &Number, b: &Number) -> Ordering {
+    match (integer(a), integer(b)) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(x), None) => integer_vs_float(x, b.as_f64().unwrap_or(0.0)),
+        (None, Some(y)) => integer_vs_float(y, a.as_f64().unwrap_or(0.0)).reverse(),
+        (None, None) => {
+            let (x, y) = (a.as_f64().unwrap_or(0.0), b.as_f64().unwrap_or(0.0));
+            x.partial_cmp(&y).unwrap_or(Ordering::Equal)
+        }
+    }
+}
+
+fn integer(n: &Number) -> Option<i128> {
+    n.as_i64()
+        .map(i128::from)
+        .or_else(|| n.as_u64().map(i128::from))
+}
+
+/// `i` against the finite `f` (JSON has no NaN or infinity), exactly.
+fn integer_vs_float(i: i128, f: f64) -> Ordering {
+    // Beyond +-2^120 no i64 or u64 value can reach; below it, `floor` converts exactly.
+    const FAR: f64 = 1.329_227_995_784_916e36;
+    if f >= FAR {
+        return Ordering::Less;
+    }
+    if f <= -FAR {
+        return Ordering::Greater;
+    }
+    let floor = f.floor();
+    match i.cmp(&(floor as i128)) {
+        Ordering::Equal if f > floor => Ordering::Less,
+        other => other,
+    }
+}
+
 impl FieldSpec {
     fn check(&self, v: &Value, path: &str, out: &mut Problems) {
         if !self.kind.is(v) {
@@ -375,9 +415,15 @@ impl FieldSpec {
             );
             return;
         }
-        if let Some(n) = v.as_f64().filter(|_| v.is_number()) {
-            let low = self.min.is_some_and(|m| n < m);
-            let high = self.max.is_some_and(|m| n > m);
+        if let Value::Number(n) = v {
+            let low = self
+                .min
+                .as_ref()
+                .is_some_and(|m| compare(n, m) == Ordering::Less);
+            let high = self
+                .max
+                .as_ref()
+                .is_some_and(|m| compare(n, m) == Ordering::Greater);
             if low || high {
                 out.push(
                     path,
@@ -403,5 +449,40 @@ impl FieldSpec {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod exact {
+    use super::*;
+
+    fn n(text: &str) -> Number {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn integer_bounds_compare_exactly() {
+        let max = n("9223372036854775807");
+        for above in [
+            "9223372036854775808",
+            "9223372036854776832",
+            "18446744073709551615",
+        ] {
+            assert_eq!(compare(&n(above), &max), Ordering::Greater, "{above}");
+        }
+        assert_eq!(compare(&max, &max), Ordering::Equal);
+        assert_eq!(
+            compare(&n("-9223372036854775808"), &n("-9223372036854775807")),
+            Ordering::Less
+        );
+        assert_eq!(compare(&n("3"), &n("2.5")), Ordering::Greater);
+        assert_eq!(compare(&n("2"), &n("2.5")), Ordering::Less);
+        assert_eq!(compare(&n("-3"), &n("-2.5")), Ordering::Less);
+        assert_eq!(compare(&n("2"), &n("2.0")), Ordering::Equal);
+        assert_eq!(
+            compare(&n("1e300"), &n("18446744073709551615")),
+            Ordering::Greater
+        );
+        assert_eq!(compare(&n("0.5"), &n("0.25")), Ordering::Greater);
     }
 }

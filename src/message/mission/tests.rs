@@ -314,3 +314,27 @@ fn randomised_headers_never_panic_and_never_echo() {
         "only {accepted} accepted: the generator is too damaging"
     );
 }
+
+#[test]
+fn integer_bounds_at_the_edge_of_i64_are_exact() {
+    let c = cfg(json!({
+        "enabled": true,
+        "profiles": {"big.v1": {"required_fields": {
+            "n": {"type": "integer", "min": -9223372036854775807i64, "max": 9223372036854775807i64}
+        }}},
+        "allowed_profiles": ["big.v1"]
+    }))
+    .unwrap();
+    for n in [
+        "9223372036854775808",
+        "9223372036854776832",
+        "-9223372036854775808",
+    ] {
+        let (_, got) = code(&c, &format!(r#"{{"profile": "big.v1", "n": {n}}}"#));
+        assert_eq!(got, "out_of_bounds", "{n}");
+    }
+    for n in ["9223372036854775807", "-9223372036854775807", "0"] {
+        let header = format!(r#"{{"profile": "big.v1", "n": {n}}}"#);
+        assert!(c.resolve(&raw("o.x", Some(&header))).is_ok(), "{n}");
+    }
+}

@@ -16,7 +16,7 @@ use ureq::unversioned::transport::DefaultConnector;
 use ureq::Agent;
 
 use super::config::HttpSinkConfig;
-use super::outcome::{classify, judge, read_failure, HttpError, MAX_RESPONSE_BODY};
+use super::outcome::{classify, judge, read_failure, HttpError, Statuses, MAX_RESPONSE_BODY};
 use crate::message::protection::keys::read_private_file;
 use crate::sink::object_store::resolver::CachingResolver;
 
@@ -119,8 +119,11 @@ impl Client {
             status,
             &text,
             retry_after.as_deref(),
-            &self.cfg.success_statuses,
-            &self.cfg.retry_statuses,
+            Statuses {
+                success: &self.cfg.success_statuses,
+                retry: &self.cfg.retry_statuses,
+                dead_letter: &self.cfg.dead_letter_statuses,
+            },
             SystemTime::now(),
         ) {
             None => Ok(Answer { status }),

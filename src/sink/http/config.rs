@@ -11,9 +11,15 @@ use crate::backoff::{Backoff, Growth, Jitter, GROWTHS, JITTERS};
 use crate::document::grammar::{is_env_var_name, is_header_name, looks_secret};
 use crate::document::reader::ObjectReader;
 use crate::sink::url_scheme::scheme_problem;
+use crate::text::secrets::is_secret_name;
 
 pub const DEFAULT_SUCCESS_STATUSES: &[u16] = &[200, 201, 202, 204];
 pub const DEFAULT_RETRY_STATUSES: &[u16] = &[408, 425, 429, 500, 502, 503, 504];
+/// Statuses that judge a record (malformed, too large, unsupported type, unprocessable).
+pub const DEFAULT_DEAD_LETTER_STATUSES: &[u16] = &[400, 413, 415, 422];
+/// Statuses that say the sink is unusable (credentials, permission, a moved endpoint, a
+/// proxy): never a record's fault, so never a dead-letter status.
+const SINK_LEVEL_STATUSES: &[u16] = &[401, 403, 404, 407];
 pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 
 /// Header names the sink sets itself: a static, secret or forwarded header of the same name
@@ -122,6 +128,9 @@ pub struct HttpSinkConfig {
     pub max_concurrent_requests: usize,
     pub success_statuses: Vec<u16>,
     pub retry_statuses: Vec<u16>,
+    /// Statuses that refuse one record for good (dead-lettered); any status in none of the
+    /// three lists refuses the sink itself (NAK, never a dead letter).
+    pub dead_letter_statuses: Vec<u16>,
     pub retry: Backoff,
     /// How long one write may keep retrying in the call before the batch is NAKed.
     pub retry_budget: Duration,
@@ -171,6 +180,7 @@ impl HttpSinkConfig {
             r.problem("max_request_bytes", "must be at least max_batch_bytes");
         }
         let idempotency_header = r.header_name_or("idempotency_header", DEFAULT_IDEMPOTENCY_HEADER);
+        // The narrow rule here: `Idempotency-Key` (the default) names a key, not a secret.
         if is_reserved(&idempotency_header) || looks_secret(&idempotency_header) {
             r.problem(
                 "idempotency_header",
@@ -230,6 +240,7 @@ impl HttpSinkConfig {
         if let Some(both) = retry_statuses.iter().find(|s| success_statuses.contains(s)) {
             r.problem("retry_statuses", format!("{both} is also a success status"));
         }
+        let dead_letter_statuses = dead_letter_list(r, &success_statuses, &retry_statuses);
         let initial_ms = r.int_in("retry_backoff_ms", 250, 1, 60_000);
         let max_ms = r.int_in("retry_max_backoff_ms", 5000, 1, 300_000);
         if max_ms < initial_ms {
@@ -278,6 +289,7 @@ impl HttpSinkConfig {
             max_concurrent_requests,
             success_statuses,
             retry_statuses,
+            dead_letter_statuses,
             retry,
             retry_budget,
             max_retry_after,
@@ -293,8 +305,8 @@ fn is_reserved(name: &str) -> bool {
         .any(|h| h.eq_ignore_ascii_case(name))
 }
 
-/// Static headers must not look secret (their values are in the config file and the pipeline
-/// dump); secret headers come from the environment; forwarded ones are never secret-looking.
+/// Static headers must not look secret ([`is_secret_name`]: their values are in the config
+/// file, the pipeline dump and `show-effective-config`); secret headers come from the environment; forwarded ones are never secret-looking.
 /// None may name a header the sink sets, and no name may appear twice across the three.
 fn check_headers(
     r: &ObjectReader<'_>,
@@ -326,7 +338,7 @@ fn check_headers(
         if name_problem(field.clone(), name) {
             continue;
         }
-        if looks_secret(name) || name.eq_ignore_ascii_case("proxy-authorization") {
+        if is_secret_name(name) {
             problems.push(
                 field,
                 "looks like a secret-bearing header; put its value in an environment variable \
@@ -353,7 +365,7 @@ fn check_headers(
         if name_problem(field.clone(), name) {
             continue;
         }
-        if looks_secret(name) {
+        if is_secret_name(name) {
             problems.push(
                 field,
                 "looks like a secret-bearing header and is never forwarded",
@@ -400,6 +412,30 @@ fn status_list(r: &mut ObjectReader<'_>, key: &'static str, default: &[u16]) -> 
             default.to_vec()
         }
     }
+}
+
+/// `dead_letter_statuses`: 4xx or 5xx statuses that judge a record; never one that says the
+/// sink is unusable, never a success or retry status.
+fn dead_letter_list(r: &mut ObjectReader<'_>, success: &[u16], retry: &[u16]) -> Vec<u16> {
+    const KEY: &str = "dead_letter_statuses";
+    let list = status_list(r, KEY, DEFAULT_DEAD_LETTER_STATUSES);
+    for s in &list {
+        let why = if !(400..600).contains(s) {
+            format!("{s} is not a 4xx or 5xx status")
+        } else if SINK_LEVEL_STATUSES.contains(s) {
+            format!(
+                "{s} says the sink is unusable (credentials, permission, a moved endpoint, a \
+                 proxy), not that a record is bad; it is never dead-lettered"
+            )
+        } else if success.contains(s) || retry.contains(s) {
+            format!("{s} is also a success or retry status")
+        } else {
+            continue;
+        };
+        r.problem(KEY, why);
+        return DEFAULT_DEAD_LETTER_STATUSES.to_vec();
+    }
+    list
 }
 
 /// Why a request URL is not acceptable, if it is not. Never echoes the URL (it might carry
@@ -473,6 +509,7 @@ mod tests {
         assert_eq!(c.idempotency_header, "Idempotency-Key");
         assert_eq!(c.success_statuses, vec![200, 201, 202, 204]);
         assert_eq!(c.retry_statuses, vec![408, 425, 429, 500, 502, 503, 504]);
+        assert_eq!(c.dead_letter_statuses, vec![400, 413, 415, 422]);
         assert_eq!(c.probe_method, ProbeMethod::Options);
         assert_eq!(c.max_retry_after, Duration::from_secs(60));
         assert!(!c.gzip && c.signing_secrets_env.is_empty());
@@ -559,6 +596,71 @@ mod tests {
                 "sink.keep_headers[2]: is set by the sink itself",
             ]
         );
+    }
+
+    #[test]
+    fn dead_letter_statuses_judge_records_never_the_sink() {
+        let p = |list: &str| {
+            read(&format!(
+                r#"{{"type": "http", "url": "https://h.example/", "dead_letter_statuses": {list}}}"#
+            ))
+            .err()
+            .unwrap_or_default()
+        };
+        assert!(p("[400, 409, 410, 422]").is_empty());
+        assert_eq!(
+            p("[400, 401]"),
+            vec![
+                "sink.dead_letter_statuses: 401 says the sink is unusable (credentials, \
+                 permission, a moved endpoint, a proxy), not that a record is bad; it is never \
+                 dead-lettered"
+            ]
+        );
+        assert_eq!(
+            p("[301]"),
+            vec!["sink.dead_letter_statuses: 301 is not a 4xx or 5xx status"]
+        );
+        assert_eq!(
+            p("[503]"),
+            vec!["sink.dead_letter_statuses: 503 is also a success or retry status"]
+        );
+        assert_eq!(
+            p("[]"),
+            vec![
+                "sink.dead_letter_statuses: must be a non-empty array of HTTP statuses (100 to \
+                 599)"
+            ]
+        );
+    }
+
+    #[test]
+    fn header_names_that_carry_keys_are_secret_under_one_rule() {
+        for name in [
+            "Ocp-Apim-Subscription-Key",
+            "X-Functions-Key",
+            "X-Auth-Key",
+            "X-Hub-Signature",
+            "X-Signature",
+            "Authentication",
+            "X-Access-Key",
+            "Proxy-Authorization",
+        ] {
+            let problems = read(&format!(
+                r#"{{"type": "http", "url": "https://h.example/", "headers": {{"{name}": "v"}}}}"#
+            ))
+            .unwrap_err();
+            assert_eq!(
+                problems,
+                vec![format!(
+                    "sink.headers.{name}: looks like a secret-bearing header; put its value in \
+                     an environment variable and name it in headers_env"
+                )]
+            );
+            let env = format!(
+                r#"{{"type": "http", "url": "https://h.example/", "headers_env": {{"{name}": "V"}}}}"#
+            );
+            assert!(read(&env).is_ok(), "{name} from the environment");
+        }
     }
 
     #[test]

@@ -18,10 +18,15 @@
 //!   the backoff (or the receiver's `Retry-After`, capped, never shorter) while the batch's
 //!   retry budget lasts; then `Transient` for its records (NAK, redelivered under the same
 //!   keys; the runner's in-progress acknowledgements keep the batch alive meanwhile).
-//! - Any other status (3xx included: redirects are never followed): a request of several
-//!   records is split in halves and each half sent again, down to single records, so only
-//!   the records the receiver refuses become `Permanent` (class `http_<status>`), the others
-//!   are durable. A record is never durable without a success status for a request holding it.
+//! - A `dead_letter_statuses` status (400, 413, 415, 422 by default: the receiver judged a
+//!   record): a request of several records is split in halves and each half sent again, down
+//!   to single records, so only the records the receiver refuses become `Permanent` (class
+//!   `http_<status>`), the others are durable. A record is never durable without a success
+//!   status for a request holding it.
+//! - Any other status (401, 403, 404, 407, 3xx: redirects are never followed): the receiver
+//!   refuses the sink itself, not a record. `Transient` for the request's records at once (NAK
+//!   with the runner's backoff, never a dead letter), `http_sink_unusable_total`, and one
+//!   error line until a request succeeds again.
 //! - A record over `max_request_bytes`, or one that cannot be encoded: `Permanent` for that
 //!   message alone, before any request.
 
@@ -33,7 +38,7 @@ pub mod signature;
 
 use super::countdown::Countdown;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -73,6 +78,8 @@ struct Shared {
     /// Every secret value a request carries, scrubbed from what a receiver answers.
     secrets: Secrets,
     metrics: Arc<Metrics>,
+    /// The receiver refuses the sink itself (said once at error level until a success).
+    unusable: AtomicBool,
 }
 
 /// One batch being written: its records, its requests (groups of batch indexes), claimed
@@ -156,6 +163,11 @@ impl HttpSink {
         for (_, value) in &secret_headers {
             secrets.add_authorization(value);
         }
+        // A static header's value is not secret by its name, but a receiver quoting it back
+        // (a tenant id, a routing key) is still the request's words: scrubbed the same way.
+        for value in cfg.headers.values() {
+            secrets.add(value);
+        }
         for name in &cfg.signing_secrets_env {
             if let Some(v) = var(name) {
                 secrets.add(v.trim());
@@ -186,6 +198,7 @@ impl HttpSink {
             secret_headers,
             secrets,
             metrics,
+            unusable: AtomicBool::new(false),
         });
         // Tokens of two batches per thread can wait (the object-store sink's measured choice).
         let (tx, rx) = crossbeam_channel::bounded::<Arc<BatchWork>>(threads_wanted * 2);
@@ -344,10 +357,17 @@ impl Shared {
             };
             Metrics::add(counter, 1);
             let e = match result {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    self.usable_again();
+                    return Ok(());
+                }
                 Err(e) if !e.is_transient() => return Err(e),
                 // A certificate or handshake failure repeats until an operator acts: NAK now.
                 Err(e @ HttpError::Tls(_)) => return Err(e),
+                Err(e @ HttpError::Unusable { .. }) => {
+                    self.unusable(&e);
+                    return Err(e);
+                }
                 Err(e) => e,
             };
             attempt += 1;
@@ -375,6 +395,22 @@ impl Shared {
                 log::debug!("sink http: {}: {e}; retry {attempt}", req.key);
             }
             std::thread::sleep(wait);
+        }
+    }
+}
+
+impl Shared {
+    /// A status that refuses the sink itself: counted every time, said once.
+    fn unusable(&self, e: &HttpError) {
+        Metrics::add(&self.metrics.counters.http_sink_unusable_total, 1);
+        if !self.unusable.swap(true, Ordering::Relaxed) {
+            log::error!("sink http: the receiver refuses the sink: {e}");
+        }
+    }
+
+    fn usable_again(&self) {
+        if self.unusable.swap(false, Ordering::Relaxed) {
+            log::warn!("sink http: the receiver accepts requests again");
         }
     }
 }
@@ -556,6 +592,15 @@ mod tests {
         .unwrap()
         .to_string();
         assert!(!unsigned.contains("raw-secret-value"), "{unsigned}");
+        // A static header's value is scrubbed as the secret ones are.
+        let with_static = build(r#", "headers": {"X-Tenant": "tenant-9f8e7d6c"}"#, &[]).unwrap();
+        let echoed = HttpError::Unusable {
+            status: 401,
+            body: "unknown tenant tenant-9f8e7d6c".into(),
+        }
+        .hidden(&with_static.shared.secrets)
+        .to_string();
+        assert!(!echoed.contains("tenant-9f8e7d6c"), "{echoed}");
         // The URL's query is one of the secrets scrubbed from a receiver's words.
         let echoed = HttpError::Refused {
             status: 400,

@@ -1,6 +1,7 @@
-//! What an answer (or its absence) means: success, retry, or a permanent refusal, with the
-//! receiver's words kept bounded and shown only as peer text, and `Retry-After` read as
-//! seconds or an HTTP date.
+//! What an answer (or its absence) means: success, retry, a refusal of one record (the
+//! `dead_letter_statuses`), or a refusal of the sink itself (any other status: a wrong token,
+//! a moved endpoint, a proxy, a redirect), with the receiver's words kept bounded and shown
+//! only as peer text, and `Retry-After` read as seconds or an HTTP date.
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -16,8 +17,12 @@ const SHOWN_BODY_CHARS: usize = 200;
 /// One attempt that did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HttpError {
-    /// The receiver answered with a status that is neither success nor retry.
+    /// The receiver judged the record: a `dead_letter_statuses` status.
     Refused { status: u16, body: String },
+    /// The receiver refused the sink itself (credentials, URL, proxy, a redirect): a status
+    /// that is neither success, retry nor dead-letter. Nothing is wrong with the records;
+    /// they wait (NAK) until an operator fixes the sink.
+    Unusable { status: u16, body: String },
     /// A retry status; `retry_after` as the receiver asked, when it did.
     Retry {
         status: u16,
@@ -50,6 +55,10 @@ impl HttpError {
                 status,
                 body: h(body),
             },
+            HttpError::Unusable { status, body } => HttpError::Unusable {
+                status,
+                body: h(body),
+            },
             HttpError::Retry {
                 status,
                 body,
@@ -68,7 +77,9 @@ impl HttpError {
 
     pub fn status(&self) -> Option<u16> {
         match self {
-            HttpError::Refused { status, .. } | HttpError::Retry { status, .. } => Some(*status),
+            HttpError::Refused { status, .. }
+            | HttpError::Unusable { status, .. }
+            | HttpError::Retry { status, .. } => Some(*status),
             _ => None,
         }
     }
@@ -93,12 +104,16 @@ impl fmt::Display for HttpError {
             Ok(())
         };
         match self {
-            HttpError::Refused { status, body } => {
+            HttpError::Refused { status, body } => answer(f, *status, body),
+            HttpError::Unusable { status, body } => {
                 answer(f, *status, body)?;
                 if (300..400).contains(status) {
                     f.write_str(" (redirects are never followed)")?;
                 }
-                Ok(())
+                f.write_str(
+                    " (the receiver refuses the sink, not a record: check the URL, the \
+                     credentials and any proxy; messages wait, NAKed)",
+                )
             }
             HttpError::Retry {
                 status,
@@ -122,27 +137,38 @@ impl fmt::Display for HttpError {
     }
 }
 
+/// What each status means: the sink's `success_statuses`, `retry_statuses` and
+/// `dead_letter_statuses`; any other status refuses the sink itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Statuses<'a> {
+    pub success: &'a [u16],
+    pub retry: &'a [u16],
+    pub dead_letter: &'a [u16],
+}
+
 /// The error of an answered request whose status is not a success, or `None` for success.
 pub fn judge(
     status: u16,
     body: &[u8],
     retry_after: Option<&str>,
-    success: &[u16],
-    retry: &[u16],
+    statuses: Statuses<'_>,
     now: SystemTime,
 ) -> Option<HttpError> {
-    if success.contains(&status) {
+    if statuses.success.contains(&status) {
         return None;
     }
     let body = String::from_utf8_lossy(body).into_owned();
-    if retry.contains(&status) {
+    if statuses.retry.contains(&status) {
         return Some(HttpError::Retry {
             status,
             body,
             retry_after: retry_after.and_then(|v| parse_retry_after(v, now)),
         });
     }
-    Some(HttpError::Refused { status, body })
+    if statuses.dead_letter.contains(&status) {
+        return Some(HttpError::Refused { status, body });
+    }
+    Some(HttpError::Unusable { status, body })
 }
 
 /// `Retry-After`: delta seconds or an HTTP date (a date in the past means now). Anything
@@ -218,24 +244,45 @@ pub fn read_failure(status: u16, e: std::io::Error) -> HttpError {
 mod tests {
     use super::*;
 
-    const OK: &[u16] = &[200, 201, 202, 204];
-    const RETRY: &[u16] = &[408, 425, 429, 500, 502, 503, 504];
+    const S: Statuses<'static> = Statuses {
+        success: &[200, 201, 202, 204],
+        retry: &[408, 425, 429, 500, 502, 503, 504],
+        dead_letter: &[400, 413, 415, 422],
+    };
 
     #[test]
     fn statuses_sort_into_success_retry_and_refusal() {
         let now = SystemTime::now();
-        assert_eq!(judge(204, b"", None, OK, RETRY, now), None);
-        let e = judge(503, b"busy", Some("2"), OK, RETRY, now).unwrap();
+        assert_eq!(judge(204, b"", None, S, now), None);
+        let e = judge(503, b"busy", Some("2"), S, now).unwrap();
         assert!(e.is_transient());
         assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
         assert_eq!(e.to_string(), "status 503: busy (retry after 2 s)");
-        let e = judge(301, b"", Some("2"), OK, RETRY, now).unwrap();
-        assert!(!e.is_transient());
-        assert_eq!(e.to_string(), "status 301 (redirects are never followed)");
-        let e = judge(400, b"bad \x1b[31m record", None, OK, RETRY, now).unwrap();
+        let e = judge(301, b"", Some("2"), S, now).unwrap();
+        assert!(
+            matches!(e, HttpError::Unusable { status: 301, .. }),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().starts_with(
+                "status 301 (redirects are never followed) (the receiver refuses the sink"
+            ),
+            "{e}"
+        );
+        // Statuses that say the sink is unusable never judge a record.
+        for status in [401, 403, 404, 407, 409, 501] {
+            let e = judge(status, b"no", None, S, now).unwrap();
+            assert!(matches!(e, HttpError::Unusable { .. }), "{status}: {e:?}");
+        }
+        for status in [400, 413, 415, 422] {
+            let e = judge(status, b"no", None, S, now).unwrap();
+            assert!(matches!(e, HttpError::Refused { .. }), "{status}: {e:?}");
+            assert!(!e.is_transient());
+        }
+        let e = judge(400, b"bad \x1b[31m record", None, S, now).unwrap();
         assert!(!e.to_string().contains('\x1b'), "{e}");
-        assert!(judge(206, b"", None, OK, RETRY, now).is_some());
-        let echo = judge(401, b"denied: Bearer tok-123456789", None, OK, RETRY, now).unwrap();
+        assert!(judge(206, b"", None, S, now).is_some());
+        let echo = judge(401, b"denied: Bearer tok-123456789", None, S, now).unwrap();
         let mut secrets = Secrets::new();
         secrets.add_authorization("Bearer tok-123456789");
         let shown = echo.hidden(&secrets).to_string();

@@ -11,6 +11,8 @@ Modes:
   close         send half a status line, then close the connection
   huge          answer 200 with a body of --size bytes (never buffered whole)
   echo          answer 400 quoting the request's Authorization header (a hostile echo)
+  status        answer --status to every request, quoting the values of the --quote headers
+                (comma-separated names) in the body (a 401 that echoes the credentials)
 
 With --secret (whsec_...), every request is verified with the `standardwebhooks` package from
 PyPI; a request that fails verification is answered 401 and stored with "verified": false.
@@ -34,6 +36,8 @@ parser.add_argument("--count", type=int, default=1)
 parser.add_argument("--marker", default="POISON")
 parser.add_argument("--delay", type=float, default=5.0)
 parser.add_argument("--size", type=int, default=1 << 30)
+parser.add_argument("--status", type=int, default=401)
+parser.add_argument("--quote", default="")
 parser.add_argument("--no-store", action="store_true", help="count only (benchmarks)")
 args = parser.parse_args()
 
@@ -115,6 +119,8 @@ class Handler(BaseHTTPRequestHandler):
             extra = [("Retry-After", "2")]
         elif args.mode == "reject_marker" and args.marker.encode() in body:
             status = 400
+        elif args.mode == "status":
+            status = args.status
         elif args.mode == "redirect":
             status = 301
             extra = [("Location", "http://127.0.0.1:1/elsewhere")]
@@ -155,6 +161,11 @@ class Handler(BaseHTTPRequestHandler):
         if args.mode == "echo":
             quoted = ("denied for " + headers.get("authorization", "")).encode()
             self.answer(400, quoted)
+            return
+        if args.mode == "status":
+            names = [n.strip().lower() for n in args.quote.split(",") if n.strip()]
+            quoted = "; ".join(n + ": " + headers.get(n, "") for n in names)
+            self.answer(status, ("refused, you sent " + quoted).encode(), extra)
             return
         self.answer(status, b"refused: bad record" if status == 400 else b"", extra)
 
