@@ -753,3 +753,190 @@ fn a_second_runner_or_drain_on_the_same_spool_is_refused() {
     assert!(out.contains("records: 0\n"), "{out}");
     stop(first);
 }
+
+/// The HTTP sink one record per request, no retry in the call: the receiver's refusal of the
+/// marked record is a permanent outcome of that record alone.
+fn http_target(receiver: &Receiver) -> Value {
+    json!({"type": "http", "url": receiver.url(), "allow_http_for_local_testing": true,
+           "batching": "none", "retry_budget_seconds": 0, "request_timeout_seconds": 5})
+}
+
+/// 60 messages spooled by a runner with `sink.type: spool` (drain steps of 8 records), the
+/// 30th marked for the receiver to refuse (400).
+fn spool_sixty_with_a_poison(
+    server: &NatsServer,
+    dir: &Path,
+    spool_dir: &Path,
+    receiver: &Receiver,
+) -> PathBuf {
+    let sink = json!({"type": "spool", "dir": spool_dir, "max_bytes": 1 << 20,
+                      "drain_batch": 8, "target": http_target(receiver)});
+    let cfg = config(server, dir, sink, None);
+    server.publish_n(STREAM, "orders.created", 60, |i| {
+        let order = if i + 1 == 30 {
+            json!("POISON")
+        } else {
+            json!(i + 1)
+        };
+        json!({ "order": order }).to_string().into_bytes()
+    });
+    let runner = start(&cfg, &dir.join("svc.log"), &HashMap::new());
+    wait_until(Duration::from_secs(30), "all spooled and acked", || {
+        ack_floor(server) >= 60
+    });
+    stop(runner);
+    cfg
+}
+
+/// Sequences the receiver accepted (200), repeats included.
+fn accepted(receiver: &Receiver) -> Vec<u64> {
+    receiver
+        .records(200)
+        .iter()
+        .filter_map(|r| r["stream_sequence"].as_u64())
+        .collect()
+}
+
+/// The spool's rejected files and the records (frames) each holds.
+fn rejected_files(spool: &Path) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = std::fs::read_dir(spool)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("rejected-"))
+        .map(|n| {
+            let data = std::fs::read(spool.join(&n)).unwrap();
+            let marks = data
+                .windows(4)
+                .filter(|w| *w == [0xF5, b'S', b'R', 0x0A])
+                .count();
+            (n, marks)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// After the interrupted drain: a plain `svc spool drain` delivers every accepted record (at
+/// most the one repeated step twice), keeps the refused one in one rejected file, and leaves
+/// the spool empty; a further drain has nothing to do.
+fn assert_a_drain_finishes(cfg: &Path, spool: &Path, receiver: &Receiver) {
+    let cfg_arg = cfg.to_str().unwrap();
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(
+        code, 0,
+        "the drain after the interruption completes: {out}{err}"
+    );
+    let got = accepted(receiver);
+    let unique: BTreeSet<u64> = got.iter().copied().collect();
+    let want: BTreeSet<u64> = (1..=60).filter(|s| *s != 30).collect();
+    assert_eq!(unique, want, "every accepted record delivered");
+    assert!(
+        got.len() <= 59 + 32,
+        "repeats at most the steps up to the refusal: {}",
+        got.len()
+    );
+    assert_eq!(
+        rejected_files(spool),
+        vec![(dir_name_of_rejection(spool), 1)],
+        "the refused record kept once, whole"
+    );
+    let (_, out, _) = svc(&["spool", "status", cfg_arg]);
+    assert!(out.contains("records: 0\n"), "{out}");
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(" 0 records delivered"), "{out}");
+    assert_eq!(
+        accepted(receiver).len(),
+        got.len(),
+        "nothing delivered twice later"
+    );
+}
+
+fn dir_name_of_rejection(spool: &Path) -> String {
+    rejected_files(spool)
+        .first()
+        .map(|(n, _)| n.clone())
+        .unwrap_or_default()
+}
+
+/// Kill -9 (strace: the drain position's second write, the first after the drain began, fails
+/// and SIGKILL follows at once) in the drain step that kept a refused record: the next drain
+/// finds the complete rejected file, counts it as kept and goes on.
+#[test]
+fn kill_9_in_a_drain_step_with_a_refused_record_then_a_drain_delivers_everything_once() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path(), &["--mode", "reject_marker"]);
+    let spool = dir.path().join("spool");
+    let cfg = spool_sixty_with_a_poison(&server, dir.path(), &spool, &receiver);
+    let trace = dir.path().join("strace.txt");
+    let status = Command::new("strace")
+        .args(["-f", "-o"])
+        .arg(&trace)
+        .args([
+            "-e",
+            "trace=pwrite64",
+            "-e",
+            "inject=pwrite64:error=EIO:signal=SIGKILL:when=2",
+            env!("CARGO_BIN_EXE_svc"),
+            "spool",
+            "drain",
+        ])
+        .arg(&cfg)
+        .output()
+        .expect("strace (Debian package strace)");
+    let text = std::fs::read_to_string(&trace).unwrap_or_default();
+    assert!(
+        text.contains("+++ killed by SIGKILL"),
+        "killed: {text}\n{status:?}"
+    );
+    assert!(
+        !rejected_files(&spool).is_empty(),
+        "killed after the refusal was kept"
+    );
+    assert!(
+        accepted(&receiver).len() < 59,
+        "killed before the drain finished: {}",
+        accepted(&receiver).len()
+    );
+    assert_a_drain_finishes(&cfg, &spool, &receiver);
+}
+
+/// The spool's disk full when the refused record is written: that drain stops with the
+/// reason, and once there is room again a drain keeps it and delivers the rest.
+#[test]
+fn a_full_disk_while_keeping_a_refused_record_then_a_drain_delivers_everything_once() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path(), &["--mode", "reject_marker"]);
+    let fs = SmallFs::mount(&dir.path().join("small"), "2m");
+    let spool = fs.0.join("spool");
+    let cfg = spool_sixty_with_a_poison(&server, dir.path(), &spool, &receiver);
+    let filler = fs.0.join("filler");
+    fill(&filler);
+    let (code, out, err) = svc(&["spool", "drain", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(
+        std::fs::read_dir(&spool).unwrap().count() > 0 && accepted(&receiver).len() < 59,
+        "stopped at the refusal"
+    );
+    std::fs::remove_file(&filler).unwrap();
+    assert_a_drain_finishes(&cfg, &spool, &receiver);
+    drop(fs);
+}
+
+/// Writes `path` until the disk refuses (ENOSPC).
+fn fill(path: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap();
+    let block = vec![0u8; 4096];
+    loop {
+        match f.write_all(&block) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(28) => break,
+            Err(e) => panic!("fill {}: {e}", path.display()),
+        }
+    }
+    let _ = f.sync_all();
+}

@@ -122,6 +122,7 @@ impl Drainer {
                 }
                 Err(e) => {
                     failures += 1;
+                    Metrics::add(&self.metrics.counters.spool_drain_errors_total, 1);
                     log::error!("{e}");
                     pause(stop, backoff);
                     backoff = (backoff * 2).min(max_backoff);
@@ -312,20 +313,26 @@ impl Drainer {
                 refused_count += 1;
             }
         }
-        if refused_count > 0
-            && !self.spool.reject(
-                view.segment,
-                loaded.base + frames[0].0 as u64,
-                &refused,
-                refused_count,
-            )
-        {
-            return Ok(Step::Refused(
-                "records the sink refused for good could not be kept".into(),
-            ));
-        }
         let delivered = frames.len() as u64 - refused_count;
-        self.spool.commit(to, delivered, refused_count + dropped)?;
+        if refused_count == 0 {
+            self.spool.commit(to, delivered, dropped)?;
+            return Ok(Step::Delivered(delivered));
+        }
+        let offset = loaded.base + frames[0].0 as u64;
+        self.spool
+            .reject(view.segment, offset, &refused, refused_count)
+            .map_err(|e| {
+                fail(
+                    self.spool.path(),
+                    "drain stuck",
+                    format!(
+                        "records the sink refused for good could not be kept ({e}); the drain \
+                         retries this step and moves no further until they are"
+                    ),
+                )
+            })?;
+        self.spool
+            .commit_rejection(to, delivered, refused_count + dropped)?;
         Ok(Step::Delivered(delivered))
     }
 

@@ -296,6 +296,27 @@ impl Spool {
     /// position has passed. When the spool is empty, the last segment is removed as well and
     /// the next append begins a new one.
     pub fn commit(&self, to: Position, delivered: u64, dropped: u64) -> Result<(), SpoolError> {
+        self.commit_step(to, delivered, dropped, false)
+    }
+
+    /// [`Spool::commit`] of a step that kept rejected records: the position is made durable
+    /// now, so a crash cannot repeat a step whose rejection is already on disk.
+    pub fn commit_rejection(
+        &self,
+        to: Position,
+        delivered: u64,
+        dropped: u64,
+    ) -> Result<(), SpoolError> {
+        self.commit_step(to, delivered, dropped, true)
+    }
+
+    fn commit_step(
+        &self,
+        to: Position,
+        delivered: u64,
+        dropped: u64,
+        durable_now: bool,
+    ) -> Result<(), SpoolError> {
         let mut st = self.lock_state();
         let mut to = to;
         let emptied = st.records <= delivered + dropped
@@ -312,7 +333,11 @@ impl Spool {
         // The position is fsynced at most every POSITION_INTERVAL, and always before a segment
         // it passed is removed: a crash in between only repeats that much of the drain.
         let passes_segment = st.segments.first().is_some_and(|s| s.id < to.segment);
-        if emptied || passes_segment || st.persisted_at.elapsed() >= POSITION_INTERVAL {
+        if durable_now
+            || emptied
+            || passes_segment
+            || st.persisted_at.elapsed() >= POSITION_INTERVAL
+        {
             dir::write_position(&self.dir, &self.path, to)?;
             st.persisted_at = Instant::now();
             st.persisted = to;
@@ -366,15 +391,21 @@ impl Spool {
         dir::quarantine(&self.dir, &self.path, &self.metrics, segment, offset, bytes);
     }
 
-    /// Keeps records the sink refused for good (framed as in a segment) and counts them;
-    /// false when they could not be kept (the drain then does not move past them).
-    pub fn reject(&self, segment: u64, offset: u64, frames: &[u8], records: u64) -> bool {
+    /// Keeps records the sink refused for good (framed as in a segment) durably and counts
+    /// them; an error when they could not be kept (the drain then does not move past them).
+    /// A complete file of the same records left by a run that crashed before its position
+    /// moved on counts as kept.
+    pub fn reject(
+        &self,
+        segment: u64,
+        offset: u64,
+        frames: &[u8],
+        records: u64,
+    ) -> Result<(), SpoolError> {
         let name = dir::rejected_name(segment, offset);
-        let kept = dir::keep(&self.dir, &self.path, &name, frames);
-        if kept {
-            Metrics::add(&self.metrics.counters.spool_rejected_total, records);
-        }
-        kept
+        dir::keep(&self.dir, &self.path, &name, frames)?;
+        Metrics::add(&self.metrics.counters.spool_rejected_total, records);
+        Ok(())
     }
 
     /// Publishes the gauges.
