@@ -940,3 +940,91 @@ fn fill(path: &Path) {
     }
     let _ = f.sync_all();
 }
+
+/// 50 messages spooled by `sink.type: spool` (a file target), the runner stopped; returns the
+/// config, the file target and the one segment.
+fn fifty_spooled(server: &NatsServer, dir: &Path) -> (PathBuf, Files, PathBuf) {
+    let files = files_in(dir);
+    let cfg = spool_sink_config(server, dir, &files);
+    server.publish_n(STREAM, "orders.created", 50, |i| {
+        format!("{{\"order\":{}}}", i + 1).into_bytes()
+    });
+    let runner = start(&cfg, &dir.join("svc.log"), &HashMap::new());
+    wait_until(Duration::from_secs(30), "all spooled and acked", || {
+        ack_floor(server) >= 50
+    });
+    stop(runner);
+    let segment = std::fs::read_dir(dir.join("spool"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "spool"))
+        .expect("a segment");
+    (cfg, files, segment)
+}
+
+fn flip(file: &Path, at: impl Fn(usize) -> usize) {
+    let mut data = std::fs::read(file).unwrap();
+    let i = at(data.len());
+    data[i] ^= 0x20;
+    std::fs::write(file, &data).unwrap();
+}
+
+fn quarantine_files(spool: &Path) -> Vec<Vec<u8>> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(spool)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "bad"))
+        .collect();
+    names.sort();
+    names.iter().map(|p| std::fs::read(p).unwrap()).collect()
+}
+
+/// One flipped byte in a segment's header: every record is still delivered, the damaged
+/// header bytes are quarantined and counted.
+#[test]
+fn a_flipped_segment_header_byte_loses_no_record() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, files, segment) = fifty_spooled(&server, dir.path());
+    flip(&segment, |_| 3);
+    let cfg_arg = cfg.to_str().unwrap();
+    let (_, out, _) = svc(&["spool", "status", cfg_arg]);
+    assert!(out.contains("records: 50\n"), "{out}");
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("50 records delivered"), "{out}{err}");
+    assert_every_file(&files, 50);
+    let q = quarantine_files(&dir.path().join("spool"));
+    assert_eq!(
+        q,
+        vec![b"SVCsPL01".to_vec()],
+        "the header bytes quarantined"
+    );
+}
+
+/// One flipped byte in the body of the last record (its declared length fits in the file):
+/// quarantined and counted, never cut off as a torn tail; the other 49 delivered.
+#[test]
+fn a_flipped_byte_in_the_last_record_is_quarantined_not_cut() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, files, segment) = fifty_spooled(&server, dir.path());
+    let whole = std::fs::read(&segment).unwrap();
+    let last = whole
+        .windows(4)
+        .rposition(|w| w == [0xF5, b'S', b'R', 0x0A])
+        .unwrap();
+    flip(&segment, |len| len - 3);
+    let (code, out, err) = svc(&["spool", "drain", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("49 records delivered"), "{out}{err}");
+    assert!(!err.contains("torn tail"), "{err}");
+    assert!(err.contains("moved to quarantine-"), "{err}");
+    let mut damaged = whole[last..].to_vec();
+    let n = damaged.len();
+    damaged[n - 3] ^= 0x20;
+    let q = quarantine_files(&dir.path().join("spool"));
+    assert_eq!(q, vec![damaged], "the whole damaged record kept");
+    let got: BTreeSet<u64> = files.delivered().into_iter().collect();
+    assert_eq!(got, (1..=49).collect::<BTreeSet<u64>>());
+}
