@@ -1028,3 +1028,76 @@ fn a_flipped_byte_in_the_last_record_is_quarantined_not_cut() {
     let got: BTreeSet<u64> = files.delivered().into_iter().collect();
     assert_eq!(got, (1..=49).collect::<BTreeSet<u64>>());
 }
+
+/// A segment whose first write hit ENOSPC (a full 2 MiB tmpfs) is used once there is room
+/// again: before any of its records is acknowledged, the spool directory is fsynced, so the
+/// segment's name is durable (strace of the runner: an `fsync` of the directory between the
+/// disk's return and the first `+ACK`).
+#[test]
+fn a_segment_whose_first_write_hit_enospc_has_its_name_fsynced_before_the_ack() {
+    use crate::durability::Injector;
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    let fs = SmallFs::mount(&dir.path().join("small"), "2m");
+    let spool = fs.0.join("spool");
+    let sink = json!({"type": "spool", "dir": spool, "max_bytes": 1 << 20,
+                      "target": files.sink()});
+    let cfg = config(&server, dir.path(), sink, None);
+    let mut runner = start(&cfg, &dir.path().join("svc.log"), &HashMap::new());
+    wait_until(
+        Duration::from_secs(20),
+        "the runner holds the spool",
+        || runner.log_text().contains("bound to consumer"),
+    );
+    let filler = fs.0.join("filler");
+    fill(&filler);
+    server.publish_n(STREAM, "orders.created", 20, |i| {
+        format!("{{\"order\":{}}}", i + 1).into_bytes()
+    });
+    wait_until(
+        Duration::from_secs(30),
+        "the first write hits ENOSPC",
+        || runner.log_text().contains("No space left on device"),
+    );
+    assert_eq!(ack_floor(&server), 0, "nothing acked on a full disk");
+    let trace_dir = dir.path().join("trace");
+    std::fs::create_dir(&trace_dir).unwrap();
+    let mut inj = Injector::attach(
+        runner.child.id(),
+        &trace_dir,
+        "fsync,fdatasync,write,writev,sendto,sendmsg",
+        &[],
+    );
+    std::fs::remove_file(&filler).unwrap();
+    wait_until(Duration::from_secs(30), "acked once there is room", || {
+        ack_floor(&server) >= 20
+    });
+    inj.detach();
+    let trace = inj.trace_text();
+    let first_ack = trace
+        .lines()
+        .position(|l| l.contains("+ACK"))
+        .unwrap_or_else(|| panic!("no +ACK in the trace: {trace}"));
+    let dir_sync = "fsync(";
+    let spool_dir = format!("<{}>", spool.display());
+    let synced = trace
+        .lines()
+        .take(first_ack)
+        .any(|l| l.contains(dir_sync) && l.contains(&spool_dir) && l.trim_end().ends_with("= 0"));
+    let segment_synced = trace
+        .lines()
+        .take(first_ack)
+        .any(|l| l.contains("fdatasync(") && l.contains("segment-") && l.ends_with("= 0"));
+    assert!(
+        segment_synced,
+        "the segment's data fsynced before the ACK: {trace}"
+    );
+    assert!(
+        synced,
+        "the spool directory fsynced before the first ACK: {trace}"
+    );
+    runner.signal("TERM");
+    let _ = runner.wait_timeout(Duration::from_secs(30));
+    drop(fs);
+}

@@ -18,6 +18,9 @@ pub struct Segment {
     pub id: u64,
     /// Bytes known durable: everything a reader may look at.
     pub len: u64,
+    /// Its directory entry is durable (the directory was fsynced since it was created): until
+    /// then no record in it may be reported durable.
+    pub entry_durable: bool,
 }
 
 /// What recovery found.
@@ -109,6 +112,7 @@ pub fn recover(
         found.segments.push(Segment {
             id,
             len: len as u64,
+            entry_durable: false,
         });
     }
     if removed {

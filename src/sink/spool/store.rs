@@ -193,16 +193,18 @@ impl Spool {
             _ => true,
         };
         let mut added = 0u64;
-        let mut new_name = None;
         if roll {
             let id = st.next_id;
             let name = dir::segment_name(id);
             let file = dir::create_appending(&self.dir, &self.path, &name)
                 .map_err(|e| AppendError::Failed(e.to_string()))?;
             st.next_id = id + 1;
-            st.segments.push(Segment { id, len: 0 });
+            st.segments.push(Segment {
+                id,
+                len: 0,
+                entry_durable: false,
+            });
             st.active = Some(file);
-            new_name = Some(name);
         }
         let last = st.segments.last_mut().expect("a segment was just ensured");
         let file = st
@@ -221,10 +223,16 @@ impl Spool {
             .write_all(to_write)
             .and_then(|()| file.sync_data())
             .map_err(|e| failed("append", &e));
-        if let (Ok(()), Some(name)) = (&result, &new_name) {
-            // The new segment's name must be durable before its records count as written.
-            result = dir::sync(&self.dir, &self.path)
-                .map_err(|e| AppendError::Failed(format!("{e} (after creating {name})")));
+        if result.is_ok() && !last.entry_durable {
+            // The segment's name must be durable before its records count as written: also
+            // when its first write failed (a full disk) and a later one is the first to land.
+            result = dir::sync(&self.dir, &self.path).map_err(|e| {
+                AppendError::Failed(format!(
+                    "{e} (after creating {})",
+                    dir::segment_name(last.id)
+                ))
+            });
+            last.entry_durable = result.is_ok();
         }
         if let Err(e) = result {
             // Cut what may have reached the file so the next batch starts on a frame
