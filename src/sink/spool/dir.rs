@@ -105,7 +105,8 @@ fn regular_and_mine(fd: &OwnedFd, path: &Path, name: &str) -> Result<(), SpoolEr
     if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
         return Err(fail(path, name, "is not a regular file"));
     }
-    owner::check_owner(&stat, false).map_err(|e| fail(path, name, e))
+    owner::check_owner(&stat, false).map_err(|e| fail(path, name, e))?;
+    owner::check_single_link(&stat).map_err(|e| fail(path, name, e))
 }
 
 /// Opens an existing file of the spool for reading (or writing with `write`).
@@ -250,6 +251,10 @@ pub fn write_position(dir: &OwnedFd, path: &Path, pos: Position) -> Result<(), S
     data.extend_from_slice(&sum.to_le_bytes());
     let (file, created) = match open_file(dir, path, POSITION_NAME, true) {
         Ok(f) => (f, false),
+        // Refused (a link, another owner, more than one name): that error, not a create's.
+        Err(e) if rustix::fs::statat(dir, POSITION_NAME, AtFlags::SYMLINK_NOFOLLOW).is_ok() => {
+            return Err(e)
+        }
         Err(_) => (create_file(dir, path, POSITION_NAME)?, true),
     };
     file.write_all_at(&data, 0)

@@ -305,3 +305,38 @@ fn the_drain_reads_on_past_its_read_ahead() {
     let quarantined = &metrics.counters.spool_quarantined_total;
     assert_eq!(quarantined.load(std::sync::atomic::Ordering::Relaxed), 1);
 }
+
+/// A hard link planted at `position` or at a segment's name (by someone who could write the
+/// directory before the runner made it 0700, on a host without `fs.protected_hardlinks`) is
+/// refused with a clear error; the file it points at is never written.
+#[test]
+fn a_hard_link_planted_in_the_spool_is_refused_and_its_target_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path());
+    let victim = tmp.path().join("victim");
+    let original = b"the first bytes of another file of the service's user".to_vec();
+    std::fs::write(&victim, &original).unwrap();
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&cfg.dir)
+            .unwrap();
+    }
+    std::fs::hard_link(&victim, cfg.dir.join("position")).unwrap();
+    let err = Spool::open(&cfg, Arc::new(Metrics::default()))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("position: has 2 hard links"), "{err}");
+    assert_eq!(std::fs::read(&victim).unwrap(), original);
+
+    std::fs::remove_file(cfg.dir.join("position")).unwrap();
+    std::fs::hard_link(&victim, cfg.dir.join(dir::segment_name(1))).unwrap();
+    let err = Spool::open(&cfg, Arc::new(Metrics::default()))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("has 2 hard links"), "{err}");
+    assert_eq!(std::fs::read(&victim).unwrap(), original);
+}
