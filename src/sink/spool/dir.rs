@@ -289,7 +289,9 @@ pub fn rejected_name(id: u64, offset: u64) -> String {
     format!("rejected-{id:016}-{offset:012}.spool")
 }
 
-/// Keeps damaged bytes of segment `segment` in their quarantine file, once, and counts them.
+/// Keeps damaged bytes of segment `segment` in their quarantine file, once, and counts them;
+/// false when an earlier pass had kept them already (the opening scan, which did not count
+/// them as waiting records).
 pub fn quarantine(
     dir: &OwnedFd,
     path: &Path,
@@ -297,7 +299,7 @@ pub fn quarantine(
     segment: u64,
     offset: u64,
     bytes: &[u8],
-) {
+) -> bool {
     let name = quarantine_name(segment, offset);
     match keep(dir, path, &name, bytes) {
         Ok(Kept::New) => {
@@ -308,9 +310,13 @@ pub fn quarantine(
                 bytes.len(),
                 segment_name(segment)
             );
+            true
         }
-        Ok(Kept::Already) => {}
-        Err(e) => log::error!("{e}"),
+        Ok(Kept::Already) => false,
+        Err(e) => {
+            log::error!("{e}");
+            true
+        }
     }
 }
 

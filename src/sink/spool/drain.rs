@@ -259,16 +259,18 @@ impl Drainer {
                     next = start;
                     break;
                 }
+                // Damage found now (not by the opening scan, which did not count it) was
+                // counted as a waiting record: it is dropped, so the count follows the disk.
                 Item::Corrupt { start, end } => {
                     next = end;
-                    self.spool
-                        .quarantine(view.segment, abs(start), &data[start..end]);
+                    let bytes = &data[start..end];
+                    dropped += u64::from(self.spool.quarantine(view.segment, abs(start), bytes));
                 }
                 Item::Tail { start } => {
                     // Committed bytes always end on a frame boundary: this is damage.
                     next = data.len();
-                    self.spool
-                        .quarantine(view.segment, abs(start), &data[start..]);
+                    let bytes = &data[start..];
+                    dropped += u64::from(self.spool.quarantine(view.segment, abs(start), bytes));
                 }
             }
         }

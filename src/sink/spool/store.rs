@@ -327,11 +327,12 @@ impl Spool {
     ) -> Result<(), SpoolError> {
         let mut st = self.lock_state();
         let mut to = to;
-        let emptied = st.records <= delivered + dropped
-            && st
-                .segments
-                .last()
-                .is_some_and(|s| s.id == to.segment && s.len <= to.offset);
+        // Nothing left on disk past `to`: the spool is empty whatever the count says (a
+        // damaged stretch may have held more than the one record it counted for).
+        let emptied = st
+            .segments
+            .last()
+            .is_some_and(|s| s.id == to.segment && s.len <= to.offset);
         if emptied {
             to = Position {
                 segment: st.next_id,
@@ -351,7 +352,13 @@ impl Spool {
             st.persisted = to;
         }
         st.position = to;
-        st.records = st.records.saturating_sub(delivered + dropped);
+        // Exact at the end; before it, records remain on disk, so never 0 (the drain would
+        // stop and the fallback go direct with records still spooled).
+        st.records = if emptied {
+            0
+        } else {
+            st.records.saturating_sub(delivered + dropped).max(1)
+        };
         Metrics::add(&self.metrics.counters.spool_drained_total, delivered);
         let mut removed = false;
         while st.segments.first().is_some_and(|s| s.id < to.segment) {
@@ -393,10 +400,11 @@ impl Spool {
         Ok(())
     }
 
-    /// Keeps damaged bytes in a quarantine file (once: a name already there means an earlier
-    /// pass kept them) and counts them.
-    pub fn quarantine(&self, segment: u64, offset: u64, bytes: &[u8]) {
-        dir::quarantine(&self.dir, &self.path, &self.metrics, segment, offset, bytes);
+    /// Keeps damaged bytes in a quarantine file (once: the same bytes already there mean an
+    /// earlier pass kept them) and counts them; true when they were found now, so they were
+    /// counted among the waiting records and are dropped from them.
+    pub fn quarantine(&self, segment: u64, offset: u64, bytes: &[u8]) -> bool {
+        dir::quarantine(&self.dir, &self.path, &self.metrics, segment, offset, bytes)
     }
 
     /// Keeps records the sink refused for good (framed as in a segment) durably and counts
