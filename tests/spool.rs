@@ -1101,3 +1101,87 @@ fn a_segment_whose_first_write_hit_enospc_has_its_name_fsynced_before_the_ack() 
     let _ = runner.wait_timeout(Duration::from_secs(30));
     drop(fs);
 }
+
+/// `svc spool inspect --payload` streams: its peak memory (`/usr/bin/time -f %M`) stays near
+/// one segment's bytes on a 64 MiB spool (8 segments of 8 MiB, the frames of 200 real
+/// records repeated), where collecting the lines first held every payload at once.
+#[test]
+fn spool_inspect_streams_in_the_memory_of_one_segment() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    let cfg = spool_sink_config(&server, dir.path(), &files);
+    let pad = "x".repeat(1000);
+    server.publish_n(STREAM, "orders.created", 200, |i| {
+        format!("{{\"order\":{},\"pad\":\"{pad}\"}}", i + 1).into_bytes()
+    });
+    let runner = start(&cfg, &dir.path().join("svc.log"), &HashMap::new());
+    wait_until(Duration::from_secs(30), "all spooled and acked", || {
+        ack_floor(&server) >= 200
+    });
+    stop(runner);
+    let spool = dir.path().join("spool");
+    let segment = std::fs::read_dir(&spool)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "spool"))
+        .unwrap();
+    let data = std::fs::read(&segment).unwrap();
+    let frames = &data[8..];
+    let mut big = data[..8].to_vec();
+    while big.len() < 8 << 20 {
+        big.extend_from_slice(frames);
+    }
+    let per_segment = (big.len() - 8) / frames.len() * 200;
+    let first = svc_segment_id(&segment);
+    for id in first..first + 8 {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = spool.join(format!("segment-{id:016}.spool"));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, &big).unwrap();
+    }
+    let out = Command::new("/usr/bin/time")
+        .args([
+            "-f",
+            "peak_kib=%M",
+            env!("CARGO_BIN_EXE_svc"),
+            "spool",
+            "inspect",
+        ])
+        .arg(&cfg)
+        .arg("--payload")
+        .output()
+        .expect("/usr/bin/time (Debian package time)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = out.stdout.iter().filter(|b| **b == b'\n').count();
+    assert_eq!(lines, 8 * per_segment, "every record printed");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let peak: u64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("peak_kib="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak in {err}"));
+    // The output is about 64 MiB; one segment is 8 MiB.
+    assert!(
+        peak < 40 * 1024,
+        "peak RSS {peak} KiB for {} bytes of output",
+        out.stdout.len()
+    );
+}
+
+fn svc_segment_id(path: &Path) -> u64 {
+    let name = path.file_name().unwrap().to_str().unwrap();
+    name["segment-".len().."segment-".len() + 16]
+        .parse()
+        .unwrap()
+}

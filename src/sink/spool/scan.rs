@@ -196,11 +196,13 @@ pub struct Seen<'a> {
     pub body: &'a [u8],
 }
 
-/// Reads the spool without changing it, calling `visit` for every record not yet drained.
+/// Reads the spool without changing it, calling `visit` for every record not yet drained,
+/// one segment in memory at a time; stops early (with the survey so far) when `visit`
+/// returns false.
 pub fn walk(
     path: &Path,
     cfg: &SpoolConfig,
-    mut visit: impl FnMut(Seen<'_>),
+    mut visit: impl FnMut(Seen<'_>) -> bool,
 ) -> Result<Survey, SpoolError> {
     let dir = dir::open_dir(path, false)?;
     let (ids, position, names) = layout(&dir, path)?;
@@ -234,11 +236,14 @@ pub fn walk(
                     if survey.oldest_ms.is_none() {
                         survey.oldest_ms = codec::appended_unix_ms(body);
                     }
-                    visit(Seen {
+                    let more = visit(Seen {
                         segment: id,
                         offset: start,
                         body,
                     });
+                    if !more {
+                        return Ok(survey);
+                    }
                 }
                 Item::Corrupt { .. } => survey.damaged += 1,
                 Item::Tail { .. } => {}
