@@ -1185,3 +1185,56 @@ fn svc_segment_id(path: &Path) -> u64 {
         .parse()
         .unwrap()
 }
+
+/// SIGTERM while the drain is in a sink write that retries for its whole budget (an HTTP
+/// receiver answering 503 with Retry-After, a 60 s retry budget): the runner exits within
+/// `delivery.shutdown_timeout_seconds` (3 s here) and every record stays spooled.
+#[test]
+fn sigterm_stops_the_drain_within_the_shutdown_timeout() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    let spool_cfg = spool_sink_config(&server, dir.path(), &files);
+    server.publish_n(STREAM, "orders.created", 30, |i| {
+        format!("{{\"order\":{}}}", i + 1).into_bytes()
+    });
+    let runner = start(&spool_cfg, &dir.path().join("svc-1.log"), &HashMap::new());
+    wait_until(Duration::from_secs(30), "all spooled", || {
+        ack_floor(&server) >= 30
+    });
+    stop(runner);
+
+    let receiver = Receiver::start(dir.path(), &["--mode", "retry_after", "--count", "1000000"]);
+    let sink = json!({"type": "http", "url": receiver.url(), "allow_http_for_local_testing": true,
+                      "retry_budget_seconds": 60, "request_timeout_seconds": 5});
+    let spool = json!({"dir": dir.path().join("spool"), "max_bytes": 1 << 20,
+                       "after_seconds": 0});
+    let cfg = config(&server, dir.path(), sink, Some(spool));
+    let mut text: Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    text["delivery"]["shutdown_timeout_seconds"] = json!(3);
+    let cfg = write_config(dir.path(), "fallback.json", &text);
+    let mut runner = start(&cfg, &dir.path().join("svc-2.log"), &HashMap::new());
+    wait_until(
+        Duration::from_secs(30),
+        "the drain writes to the receiver",
+        || !receiver.requests().is_empty(),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let asked = Instant::now();
+    runner.signal("TERM");
+    let status = runner
+        .wait_timeout(Duration::from_secs(90))
+        .expect("exits after SIGTERM");
+    let took = asked.elapsed();
+    assert!(status.success(), "{}", runner.log_text());
+    assert!(
+        took < Duration::from_secs(8),
+        "exit took {took:?} with a 3 s shutdown timeout: {}",
+        runner.log_text()
+    );
+    let (_, out, _) = svc(&["spool", "status", cfg.to_str().unwrap()]);
+    assert!(
+        out.contains("records: 30\n"),
+        "every record still spooled: {out}"
+    );
+}
