@@ -97,6 +97,7 @@ pub fn check_owner(stat: &Stat, root_too: bool) -> Result<(), Refusal> {
 /// and rejected files) or replaces whole by `rename` (the metrics snapshot, the textfile
 /// output, [`super::atomic`]) are never written through a name someone else made.
 pub fn check_single_link(stat: &Stat) -> Result<(), Refusal> {
+    #[allow(clippy::unnecessary_cast)] // `st_nlink` is u32 on some targets
     let links = stat.st_nlink as u64;
     if links == 1 {
         Ok(())
