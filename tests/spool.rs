@@ -1242,3 +1242,29 @@ fn sigterm_stops_the_drain_within_the_shutdown_timeout() {
         "every record still spooled: {out}"
     );
 }
+
+/// Damage found when the disk is full cannot be quarantined: the drain stops there ("drain
+/// stuck") instead of moving past bytes it could not keep; with room again the damaged
+/// record is quarantined and the other 49 delivered.
+#[test]
+fn damage_that_cannot_be_quarantined_stops_the_drain_until_it_can() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let fs = SmallFs::mount(&dir.path().join("spool"), "2m");
+    let (cfg, files, segment) = fifty_spooled(&server, dir.path());
+    flip(&segment, |len| len / 2);
+    let filler = fs.0.join("filler");
+    fill(&filler);
+    let cfg_arg = cfg.to_str().unwrap();
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("drain stuck"), "{err}");
+    assert!(quarantine_files(&fs.0).is_empty());
+    std::fs::remove_file(&filler).unwrap();
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(quarantine_files(&fs.0).len(), 1, "the damage kept: {err}");
+    let got: BTreeSet<u64> = files.delivered().into_iter().collect();
+    assert_eq!(got.len(), 49, "the other records delivered");
+    drop(fs);
+}

@@ -291,7 +291,7 @@ pub fn rejected_name(id: u64, offset: u64) -> String {
 
 /// Keeps damaged bytes of segment `segment` in their quarantine file, once, and counts them;
 /// false when an earlier pass had kept them already (the opening scan, which did not count
-/// them as waiting records).
+/// them as waiting records); an error when they could not be kept (they stay in the segment).
 pub fn quarantine(
     dir: &OwnedFd,
     path: &Path,
@@ -299,10 +299,10 @@ pub fn quarantine(
     segment: u64,
     offset: u64,
     bytes: &[u8],
-) -> bool {
+) -> Result<bool, SpoolError> {
     let name = quarantine_name(segment, offset);
-    match keep(dir, path, &name, bytes) {
-        Ok(Kept::New) => {
+    match keep(dir, path, &name, bytes)? {
+        Kept::New => {
             Metrics::add(&metrics.counters.spool_quarantined_total, 1);
             log::error!(
                 "spool {}: {} damaged bytes at {} offset {offset} moved to {name}",
@@ -310,13 +310,9 @@ pub fn quarantine(
                 bytes.len(),
                 segment_name(segment)
             );
-            true
+            Ok(true)
         }
-        Ok(Kept::Already) => false,
-        Err(e) => {
-            log::error!("{e}");
-            true
-        }
+        Kept::Already => Ok(false),
     }
 }
 

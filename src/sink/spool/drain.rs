@@ -247,8 +247,7 @@ impl Drainer {
                                 view.segment,
                                 abs(start)
                             );
-                            self.spool
-                                .quarantine(view.segment, abs(start), &data[start..end]);
+                            self.keep_damage(view.segment, abs(start), &data[start..end])?;
                             dropped += 1;
                         }
                     }
@@ -264,13 +263,13 @@ impl Drainer {
                 Item::Corrupt { start, end } => {
                     next = end;
                     let bytes = &data[start..end];
-                    dropped += u64::from(self.spool.quarantine(view.segment, abs(start), bytes));
+                    dropped += u64::from(self.keep_damage(view.segment, abs(start), bytes)?);
                 }
                 Item::Tail { start } => {
                     // Committed bytes always end on a frame boundary: this is damage.
                     next = data.len();
                     let bytes = &data[start..];
-                    dropped += u64::from(self.spool.quarantine(view.segment, abs(start), bytes));
+                    dropped += u64::from(self.keep_damage(view.segment, abs(start), bytes)?);
                 }
             }
         }
@@ -336,6 +335,21 @@ impl Drainer {
         self.spool
             .commit_rejection(to, delivered, refused_count + dropped)?;
         Ok(Step::Delivered(delivered))
+    }
+
+    /// Quarantines damage the drain found (see [`Spool::quarantine`]); damage that cannot be
+    /// kept stops the step, as a refused record that cannot be kept does.
+    fn keep_damage(&self, segment: u64, offset: u64, bytes: &[u8]) -> Result<bool, SpoolError> {
+        self.spool.quarantine(segment, offset, bytes).map_err(|e| {
+            fail(
+                self.spool.path(),
+                "drain stuck",
+                format!(
+                    "damaged bytes could not be quarantined ({e}); the drain retries this \
+                     step and moves no further until they are"
+                ),
+            )
+        })
     }
 
     /// True when the buffer holds less than the whole segment and the next item in it is no

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::codec;
 use super::config::SpoolConfig;
-use super::dir::{self, fail, quarantine, Position, SpoolError};
+use super::dir::{self, fail, Position, SpoolError};
 use super::frame::{self, Item};
 use crate::metrics::Metrics;
 
@@ -119,6 +119,14 @@ pub fn recover(
         dir::sync(dir, path)?;
     }
     Ok(found)
+}
+
+/// Quarantines damage found by the opening scan; one that cannot be kept is logged and left
+/// in the segment, where the drain finds it again (and stops until it can keep it).
+fn quarantine(dir: &OwnedFd, path: &Path, metrics: &Metrics, id: u64, at: u64, bytes: &[u8]) {
+    if let Err(e) = dir::quarantine(dir, path, metrics, id, at, bytes) {
+        log::error!("{e}");
+    }
 }
 
 /// Counts the records of one segment from `from` and quarantines its damage; returns the

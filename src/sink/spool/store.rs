@@ -402,8 +402,9 @@ impl Spool {
 
     /// Keeps damaged bytes in a quarantine file (once: the same bytes already there mean an
     /// earlier pass kept them) and counts them; true when they were found now, so they were
-    /// counted among the waiting records and are dropped from them.
-    pub fn quarantine(&self, segment: u64, offset: u64, bytes: &[u8]) -> bool {
+    /// counted among the waiting records and are dropped from them; an error when they could
+    /// not be kept (the drain then does not move past them).
+    pub fn quarantine(&self, segment: u64, offset: u64, bytes: &[u8]) -> Result<bool, SpoolError> {
         dir::quarantine(&self.dir, &self.path, &self.metrics, segment, offset, bytes)
     }
 
