@@ -79,8 +79,8 @@ fn config(server: &NatsServer, dir: &Path, out: &Path, sink: Value) -> Value {
 }
 
 /// strace attached to a running process, injecting EIO into the given calls until dropped or
-/// [`Injector::detach`]ed.
-struct Injector {
+/// [`Injector::detach`]ed. Also the spool's tests' tracer (tests/spool.rs).
+pub(crate) struct Injector {
     child: Option<Child>,
     target: u32,
     trace: PathBuf,
@@ -90,7 +90,7 @@ struct Injector {
 impl Injector {
     /// Attaches to every thread of `pid`; `inject` are strace `-e inject=` specs, `trace` the
     /// calls written to the trace file. Returns once every thread is traced.
-    fn attach(pid: u32, dir: &Path, trace: &str, inject: &[&str]) -> Injector {
+    pub(crate) fn attach(pid: u32, dir: &Path, trace: &str, inject: &[&str]) -> Injector {
         let trace_file = dir.join("strace.txt");
         let stderr_file = dir.join("strace.err");
         let mut cmd = Command::new("strace");
@@ -135,7 +135,7 @@ impl Injector {
     }
 
     /// The trace so far.
-    fn trace_text(&self) -> String {
+    pub(crate) fn trace_text(&self) -> String {
         std::fs::read_to_string(&self.trace).unwrap_or_default()
     }
 
@@ -144,7 +144,7 @@ impl Injector {
     }
 
     /// Stops injecting: strace detaches on SIGINT and exits; the process runs on untraced.
-    fn detach(&mut self) {
+    pub(crate) fn detach(&mut self) {
         let mut child = self.child.take().expect("attached");
         let sent = Command::new("kill")
             .args(["-INT", &child.id().to_string()])

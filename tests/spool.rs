@@ -753,3 +753,518 @@ fn a_second_runner_or_drain_on_the_same_spool_is_refused() {
     assert!(out.contains("records: 0\n"), "{out}");
     stop(first);
 }
+
+/// The HTTP sink one record per request, no retry in the call: the receiver's refusal of the
+/// marked record is a permanent outcome of that record alone.
+fn http_target(receiver: &Receiver) -> Value {
+    json!({"type": "http", "url": receiver.url(), "allow_http_for_local_testing": true,
+           "batching": "none", "retry_budget_seconds": 0, "request_timeout_seconds": 5})
+}
+
+/// The sequence the receiver refuses: in the first drain step, so the drain position's first
+/// write after the opening one is that step's.
+const POISON: u64 = 5;
+
+/// 60 messages spooled by a runner with `sink.type: spool` (drain steps of 8 records), the
+/// [`POISON`]th marked for the receiver to refuse (400).
+fn spool_sixty_with_a_poison(
+    server: &NatsServer,
+    dir: &Path,
+    spool_dir: &Path,
+    receiver: &Receiver,
+) -> PathBuf {
+    let sink = json!({"type": "spool", "dir": spool_dir, "max_bytes": 1 << 20,
+                      "drain_batch": 8, "target": http_target(receiver)});
+    let cfg = config(server, dir, sink, None);
+    server.publish_n(STREAM, "orders.created", 60, |i| {
+        let order = if i as u64 + 1 == POISON {
+            json!("POISON")
+        } else {
+            json!(i + 1)
+        };
+        json!({ "order": order }).to_string().into_bytes()
+    });
+    let runner = start(&cfg, &dir.join("svc.log"), &HashMap::new());
+    wait_until(Duration::from_secs(30), "all spooled and acked", || {
+        ack_floor(server) >= 60
+    });
+    stop(runner);
+    cfg
+}
+
+/// Sequences the receiver accepted (200), repeats included.
+fn accepted(receiver: &Receiver) -> Vec<u64> {
+    receiver
+        .records(200)
+        .iter()
+        .filter_map(|r| r["stream_sequence"].as_u64())
+        .collect()
+}
+
+/// The spool's rejected files and the records (frames) each holds.
+fn rejected_files(spool: &Path) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = std::fs::read_dir(spool)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("rejected-"))
+        .map(|n| {
+            let data = std::fs::read(spool.join(&n)).unwrap();
+            let marks = data
+                .windows(4)
+                .filter(|w| *w == [0xF5, b'S', b'R', 0x0A])
+                .count();
+            (n, marks)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// After the interrupted drain: a plain `svc spool drain` delivers every accepted record (at
+/// most the one repeated step twice), keeps the refused one in one rejected file, and leaves
+/// the spool empty; a further drain has nothing to do.
+fn assert_a_drain_finishes(cfg: &Path, spool: &Path, receiver: &Receiver) {
+    let cfg_arg = cfg.to_str().unwrap();
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(
+        code, 0,
+        "the drain after the interruption completes: {out}{err}"
+    );
+    let got = accepted(receiver);
+    let unique: BTreeSet<u64> = got.iter().copied().collect();
+    let want: BTreeSet<u64> = (1..=60).filter(|s| *s != POISON).collect();
+    assert_eq!(unique, want, "every accepted record delivered");
+    assert!(
+        got.len() <= 59 + 7,
+        "repeats at most the refusing step: {}",
+        got.len()
+    );
+    assert_eq!(
+        rejected_files(spool),
+        vec![(dir_name_of_rejection(spool), 1)],
+        "the refused record kept once, whole"
+    );
+    let (_, out, _) = svc(&["spool", "status", cfg_arg]);
+    assert!(out.contains("records: 0\n"), "{out}");
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(" 0 records delivered"), "{out}");
+    assert_eq!(
+        accepted(receiver).len(),
+        got.len(),
+        "nothing delivered twice later"
+    );
+}
+
+fn dir_name_of_rejection(spool: &Path) -> String {
+    rejected_files(spool)
+        .first()
+        .map(|(n, _)| n.clone())
+        .unwrap_or_default()
+}
+
+/// Kill -9 (strace: the drain position's second write, the first after the drain began, fails
+/// and SIGKILL follows at once) in the drain step that kept a refused record: the next drain
+/// finds the complete rejected file, counts it as kept and goes on.
+#[test]
+fn kill_9_in_a_drain_step_with_a_refused_record_then_a_drain_delivers_everything_once() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path(), &["--mode", "reject_marker"]);
+    let spool = dir.path().join("spool");
+    let cfg = spool_sixty_with_a_poison(&server, dir.path(), &spool, &receiver);
+    let trace = dir.path().join("strace.txt");
+    let status = Command::new("strace")
+        .args(["-f", "-o"])
+        .arg(&trace)
+        .args([
+            "-e",
+            "trace=pwrite64",
+            "-e",
+            "inject=pwrite64:error=EIO:signal=SIGKILL:when=2",
+            env!("CARGO_BIN_EXE_svc"),
+            "spool",
+            "drain",
+        ])
+        .arg(&cfg)
+        .output()
+        .expect("strace (Debian package strace)");
+    let text = std::fs::read_to_string(&trace).unwrap_or_default();
+    assert!(
+        text.contains("+++ killed by SIGKILL"),
+        "killed: {text}\n{status:?}"
+    );
+    assert!(
+        !rejected_files(&spool).is_empty(),
+        "killed after the refusal was kept"
+    );
+    assert!(
+        accepted(&receiver).len() < 59,
+        "killed before the drain finished: {}",
+        accepted(&receiver).len()
+    );
+    assert_a_drain_finishes(&cfg, &spool, &receiver);
+}
+
+/// The spool's disk full when the refused record is written: that drain stops with the
+/// reason, and once there is room again a drain keeps it and delivers the rest.
+#[test]
+fn a_full_disk_while_keeping_a_refused_record_then_a_drain_delivers_everything_once() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path(), &["--mode", "reject_marker"]);
+    let fs = SmallFs::mount(&dir.path().join("small"), "2m");
+    let spool = fs.0.join("spool");
+    let cfg = spool_sixty_with_a_poison(&server, dir.path(), &spool, &receiver);
+    let filler = fs.0.join("filler");
+    fill(&filler);
+    let (code, out, err) = svc(&["spool", "drain", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(
+        std::fs::read_dir(&spool).unwrap().count() > 0 && accepted(&receiver).len() < 59,
+        "stopped at the refusal"
+    );
+    std::fs::remove_file(&filler).unwrap();
+    assert_a_drain_finishes(&cfg, &spool, &receiver);
+    drop(fs);
+}
+
+/// Writes `path` until the disk refuses (ENOSPC).
+fn fill(path: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap();
+    let block = vec![0u8; 4096];
+    loop {
+        match f.write_all(&block) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(28) => break,
+            Err(e) => panic!("fill {}: {e}", path.display()),
+        }
+    }
+    let _ = f.sync_all();
+}
+
+/// 50 messages spooled by `sink.type: spool` (a file target), the runner stopped; returns the
+/// config, the file target and the one segment.
+fn fifty_spooled(server: &NatsServer, dir: &Path) -> (PathBuf, Files, PathBuf) {
+    let files = files_in(dir);
+    let cfg = spool_sink_config(server, dir, &files);
+    server.publish_n(STREAM, "orders.created", 50, |i| {
+        format!("{{\"order\":{}}}", i + 1).into_bytes()
+    });
+    let runner = start(&cfg, &dir.join("svc.log"), &HashMap::new());
+    wait_until(Duration::from_secs(30), "all spooled and acked", || {
+        ack_floor(server) >= 50
+    });
+    stop(runner);
+    let segment = std::fs::read_dir(dir.join("spool"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "spool"))
+        .expect("a segment");
+    (cfg, files, segment)
+}
+
+fn flip(file: &Path, at: impl Fn(usize) -> usize) {
+    let mut data = std::fs::read(file).unwrap();
+    let i = at(data.len());
+    data[i] ^= 0x20;
+    std::fs::write(file, &data).unwrap();
+}
+
+fn quarantine_files(spool: &Path) -> Vec<Vec<u8>> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(spool)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "bad"))
+        .collect();
+    names.sort();
+    names.iter().map(|p| std::fs::read(p).unwrap()).collect()
+}
+
+/// One flipped byte in a segment's header: every record is still delivered, the damaged
+/// header bytes are quarantined and counted.
+#[test]
+fn a_flipped_segment_header_byte_loses_no_record() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, files, segment) = fifty_spooled(&server, dir.path());
+    flip(&segment, |_| 3);
+    let cfg_arg = cfg.to_str().unwrap();
+    let (_, out, _) = svc(&["spool", "status", cfg_arg]);
+    assert!(out.contains("records: 50\n"), "{out}");
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("50 records delivered"), "{out}{err}");
+    assert_every_file(&files, 50);
+    let q = quarantine_files(&dir.path().join("spool"));
+    assert_eq!(
+        q,
+        vec![b"SVCsPL01".to_vec()],
+        "the header bytes quarantined"
+    );
+}
+
+/// One flipped byte in the body of the last record (its declared length fits in the file):
+/// quarantined and counted, never cut off as a torn tail; the other 49 delivered.
+#[test]
+fn a_flipped_byte_in_the_last_record_is_quarantined_not_cut() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, files, segment) = fifty_spooled(&server, dir.path());
+    let whole = std::fs::read(&segment).unwrap();
+    let last = whole
+        .windows(4)
+        .rposition(|w| w == [0xF5, b'S', b'R', 0x0A])
+        .unwrap();
+    flip(&segment, |len| len - 3);
+    let (code, out, err) = svc(&["spool", "drain", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("49 records delivered"), "{out}{err}");
+    assert!(!err.contains("torn tail"), "{err}");
+    assert!(err.contains("moved to quarantine-"), "{err}");
+    let mut damaged = whole[last..].to_vec();
+    let n = damaged.len();
+    damaged[n - 3] ^= 0x20;
+    let q = quarantine_files(&dir.path().join("spool"));
+    assert_eq!(q, vec![damaged], "the whole damaged record kept");
+    let got: BTreeSet<u64> = files.delivered().into_iter().collect();
+    assert_eq!(got, (1..=49).collect::<BTreeSet<u64>>());
+}
+
+/// A segment whose first write hit ENOSPC (a full 2 MiB tmpfs) is used once there is room
+/// again: before any of its records is acknowledged, the spool directory is fsynced, so the
+/// segment's name is durable (strace of the runner: an `fsync` of the directory between the
+/// disk's return and the first `+ACK`).
+#[test]
+fn a_segment_whose_first_write_hit_enospc_has_its_name_fsynced_before_the_ack() {
+    use crate::durability::Injector;
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    let fs = SmallFs::mount(&dir.path().join("small"), "2m");
+    let spool = fs.0.join("spool");
+    let sink = json!({"type": "spool", "dir": spool, "max_bytes": 1 << 20,
+                      "target": files.sink()});
+    let cfg = config(&server, dir.path(), sink, None);
+    let mut runner = start(&cfg, &dir.path().join("svc.log"), &HashMap::new());
+    wait_until(
+        Duration::from_secs(20),
+        "the runner holds the spool",
+        || runner.log_text().contains("bound to consumer"),
+    );
+    let filler = fs.0.join("filler");
+    fill(&filler);
+    server.publish_n(STREAM, "orders.created", 20, |i| {
+        format!("{{\"order\":{}}}", i + 1).into_bytes()
+    });
+    wait_until(
+        Duration::from_secs(30),
+        "the first write hits ENOSPC",
+        || runner.log_text().contains("No space left on device"),
+    );
+    assert_eq!(ack_floor(&server), 0, "nothing acked on a full disk");
+    let trace_dir = dir.path().join("trace");
+    std::fs::create_dir(&trace_dir).unwrap();
+    let mut inj = Injector::attach(
+        runner.child.id(),
+        &trace_dir,
+        "fsync,fdatasync,write,writev,sendto,sendmsg",
+        &[],
+    );
+    std::fs::remove_file(&filler).unwrap();
+    wait_until(Duration::from_secs(30), "acked once there is room", || {
+        ack_floor(&server) >= 20
+    });
+    inj.detach();
+    let trace = inj.trace_text();
+    let first_ack = trace
+        .lines()
+        .position(|l| l.contains("+ACK"))
+        .unwrap_or_else(|| panic!("no +ACK in the trace: {trace}"));
+    let dir_sync = "fsync(";
+    let spool_dir = format!("<{}>", spool.display());
+    let synced = trace
+        .lines()
+        .take(first_ack)
+        .any(|l| l.contains(dir_sync) && l.contains(&spool_dir) && l.trim_end().ends_with("= 0"));
+    let segment_synced = trace
+        .lines()
+        .take(first_ack)
+        .any(|l| l.contains("fdatasync(") && l.contains("segment-") && l.ends_with("= 0"));
+    assert!(
+        segment_synced,
+        "the segment's data fsynced before the ACK: {trace}"
+    );
+    assert!(
+        synced,
+        "the spool directory fsynced before the first ACK: {trace}"
+    );
+    runner.signal("TERM");
+    let _ = runner.wait_timeout(Duration::from_secs(30));
+    drop(fs);
+}
+
+/// `svc spool inspect --payload` streams: its peak memory (`/usr/bin/time -f %M`) stays near
+/// one segment's bytes on a 64 MiB spool (8 segments of 8 MiB, the frames of 200 real
+/// records repeated), where collecting the lines first held every payload at once.
+#[test]
+fn spool_inspect_streams_in_the_memory_of_one_segment() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    let cfg = spool_sink_config(&server, dir.path(), &files);
+    let pad = "x".repeat(1000);
+    server.publish_n(STREAM, "orders.created", 200, |i| {
+        format!("{{\"order\":{},\"pad\":\"{pad}\"}}", i + 1).into_bytes()
+    });
+    let runner = start(&cfg, &dir.path().join("svc.log"), &HashMap::new());
+    wait_until(Duration::from_secs(30), "all spooled and acked", || {
+        ack_floor(&server) >= 200
+    });
+    stop(runner);
+    let spool = dir.path().join("spool");
+    let segment = std::fs::read_dir(&spool)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "spool"))
+        .unwrap();
+    let data = std::fs::read(&segment).unwrap();
+    let frames = &data[8..];
+    let mut big = data[..8].to_vec();
+    while big.len() < 8 << 20 {
+        big.extend_from_slice(frames);
+    }
+    let per_segment = (big.len() - 8) / frames.len() * 200;
+    let first = svc_segment_id(&segment);
+    for id in first..first + 8 {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = spool.join(format!("segment-{id:016}.spool"));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, &big).unwrap();
+    }
+    let out = Command::new("/usr/bin/time")
+        .args([
+            "-f",
+            "peak_kib=%M",
+            env!("CARGO_BIN_EXE_svc"),
+            "spool",
+            "inspect",
+        ])
+        .arg(&cfg)
+        .arg("--payload")
+        .output()
+        .expect("/usr/bin/time (Debian package time)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = out.stdout.iter().filter(|b| **b == b'\n').count();
+    assert_eq!(lines, 8 * per_segment, "every record printed");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let peak: u64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("peak_kib="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak in {err}"));
+    // The output is about 64 MiB; one segment is 8 MiB.
+    assert!(
+        peak < 40 * 1024,
+        "peak RSS {peak} KiB for {} bytes of output",
+        out.stdout.len()
+    );
+}
+
+fn svc_segment_id(path: &Path) -> u64 {
+    let name = path.file_name().unwrap().to_str().unwrap();
+    name["segment-".len().."segment-".len() + 16]
+        .parse()
+        .unwrap()
+}
+
+/// SIGTERM while the drain is in a sink write that retries for its whole budget (an HTTP
+/// receiver answering 503 with Retry-After, a 60 s retry budget): the runner exits within
+/// `delivery.shutdown_timeout_seconds` (3 s here) and every record stays spooled.
+#[test]
+fn sigterm_stops_the_drain_within_the_shutdown_timeout() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    let spool_cfg = spool_sink_config(&server, dir.path(), &files);
+    server.publish_n(STREAM, "orders.created", 30, |i| {
+        format!("{{\"order\":{}}}", i + 1).into_bytes()
+    });
+    let runner = start(&spool_cfg, &dir.path().join("svc-1.log"), &HashMap::new());
+    wait_until(Duration::from_secs(30), "all spooled", || {
+        ack_floor(&server) >= 30
+    });
+    stop(runner);
+
+    let receiver = Receiver::start(dir.path(), &["--mode", "retry_after", "--count", "1000000"]);
+    let sink = json!({"type": "http", "url": receiver.url(), "allow_http_for_local_testing": true,
+                      "retry_budget_seconds": 60, "request_timeout_seconds": 5});
+    let spool = json!({"dir": dir.path().join("spool"), "max_bytes": 1 << 20,
+                       "after_seconds": 0});
+    let cfg = config(&server, dir.path(), sink, Some(spool));
+    let mut text: Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    text["delivery"]["shutdown_timeout_seconds"] = json!(3);
+    let cfg = write_config(dir.path(), "fallback.json", &text);
+    let mut runner = start(&cfg, &dir.path().join("svc-2.log"), &HashMap::new());
+    wait_until(
+        Duration::from_secs(30),
+        "the drain writes to the receiver",
+        || !receiver.requests().is_empty(),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let asked = Instant::now();
+    runner.signal("TERM");
+    let status = runner
+        .wait_timeout(Duration::from_secs(90))
+        .expect("exits after SIGTERM");
+    let took = asked.elapsed();
+    assert!(status.success(), "{}", runner.log_text());
+    assert!(
+        took < Duration::from_secs(8),
+        "exit took {took:?} with a 3 s shutdown timeout: {}",
+        runner.log_text()
+    );
+    let (_, out, _) = svc(&["spool", "status", cfg.to_str().unwrap()]);
+    assert!(
+        out.contains("records: 30\n"),
+        "every record still spooled: {out}"
+    );
+}
+
+/// Damage found when the disk is full cannot be quarantined: the drain stops there ("drain
+/// stuck") instead of moving past bytes it could not keep; with room again the damaged
+/// record is quarantined and the other 49 delivered.
+#[test]
+fn damage_that_cannot_be_quarantined_stops_the_drain_until_it_can() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let fs = SmallFs::mount(&dir.path().join("spool"), "2m");
+    let (cfg, files, segment) = fifty_spooled(&server, dir.path());
+    flip(&segment, |len| len / 2);
+    let filler = fs.0.join("filler");
+    fill(&filler);
+    let cfg_arg = cfg.to_str().unwrap();
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("drain stuck"), "{err}");
+    assert!(quarantine_files(&fs.0).is_empty());
+    std::fs::remove_file(&filler).unwrap();
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(quarantine_files(&fs.0).len(), 1, "the damage kept: {err}");
+    let got: BTreeSet<u64> = files.delivered().into_iter().collect();
+    assert_eq!(got.len(), 49, "the other records delivered");
+    drop(fs);
+}

@@ -114,7 +114,7 @@ fn drain(spool_cfg: &SpoolConfig, target: &SinkConfig) -> ExitCode {
 }
 
 fn status(spool_cfg: &SpoolConfig) -> ExitCode {
-    match scan::walk(&spool_cfg.dir, spool_cfg, |_| {}) {
+    match scan::walk(&spool_cfg.dir, spool_cfg, |_| true) {
         Ok(s) => {
             let age = s
                 .oldest_ms
@@ -144,18 +144,30 @@ fn status(spool_cfg: &SpoolConfig) -> ExitCode {
     }
 }
 
+/// Streams one line per record as the walk meets it: memory stays at one segment's bytes,
+/// whatever the spool holds (collecting the lines first took 84 MiB for a 512 MiB spool).
 fn inspect(spool_cfg: &SpoolConfig, payload: bool) -> ExitCode {
-    let mut lines = Vec::new();
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut failed: Option<std::io::Error> = None;
     let result = scan::walk(&spool_cfg.dir, spool_cfg, |seen: Seen<'_>| {
-        lines.push(describe(&seen, payload));
-    });
-    match result {
-        Ok(_) => {
-            for line in lines {
-                say!("{line}");
+        match writeln!(out, "{}", describe(&seen, payload)) {
+            Ok(()) => true,
+            Err(e) => {
+                failed = Some(e);
+                false
             }
-            ExitCode::SUCCESS
         }
+    });
+    if let Err(e) = out.flush() {
+        failed = failed.or(Some(e));
+    }
+    drop(out);
+    if let Some(e) = failed {
+        return crate::cli::output::write_failed(&e);
+    }
+    match result {
+        Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("svc: {e}");
             ExitCode::from(1)

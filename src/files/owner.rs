@@ -26,6 +26,8 @@ pub enum Refusal {
     NotRegular,
     /// Owned by an account the rule does not allow.
     Owner { uid: u32, allowed: String },
+    /// The file has other names (hard links): writing it in place would write them too.
+    Links(u64),
 }
 
 impl fmt::Display for Refusal {
@@ -37,6 +39,11 @@ impl fmt::Display for Refusal {
             Refusal::Owner { uid, allowed } => {
                 write!(f, "is owned by uid {uid}; it must belong to {allowed}")
             }
+            Refusal::Links(n) => write!(
+                f,
+                "has {n} hard links; a file the service writes in place must have exactly one \
+                 (another name may be planted to redirect the write)"
+            ),
         }
     }
 }
@@ -80,6 +87,23 @@ pub fn check_owner(stat: &Stat, root_too: bool) -> Result<(), Refusal> {
         (true, _) => format!("the service's user (uid {me}) or root"),
     };
     Err(Refusal::Owner { uid, allowed })
+}
+
+/// Requires the file of `stat` to have exactly one name. The one rule for every file the
+/// service opens to write in place (today the spool's position, lock and segments, through
+/// `sink::spool::dir`): a hard link planted at such a name, by anyone who could write the
+/// directory once, would make the write land in another file of the service's user. Files
+/// the service creates (`O_EXCL`, or `O_TMPFILE` linked in: the file sink's, the quarantine
+/// and rejected files) or replaces whole by `rename` (the metrics snapshot, the textfile
+/// output, [`super::atomic`]) are never written through a name someone else made.
+pub fn check_single_link(stat: &Stat) -> Result<(), Refusal> {
+    #[allow(clippy::unnecessary_cast)] // `st_nlink` is u32 on some targets
+    let links = stat.st_nlink as u64;
+    if links == 1 {
+        Ok(())
+    } else {
+        Err(Refusal::Links(links))
+    }
 }
 
 /// Opens the directory `name` in `dir` without following a link at the name.
@@ -132,5 +156,10 @@ mod tests {
         assert!(matches!(open_regular(d), Err(Refusal::NotRegular)));
         let (_, stat) = open_regular(&d.join("f")).unwrap();
         check_owner(&stat, false).unwrap();
+        check_single_link(&stat).unwrap();
+        std::fs::hard_link(d.join("f"), d.join("h")).unwrap();
+        let (_, stat) = open_regular(&d.join("h")).unwrap();
+        let err = check_single_link(&stat).unwrap_err().to_string();
+        assert!(err.contains("has 2 hard links"), "{err}");
     }
 }

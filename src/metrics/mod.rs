@@ -210,6 +210,10 @@ counters! {
     spool_full_refusals_total,
     /// Spool: records the sink refused for good while draining (kept in a `rejected-*` file).
     spool_rejected_total,
+    /// Spool: drain steps that failed on the spool's side (records the sink refused that
+    /// could not be kept, a segment or the position that could not be read or written); the
+    /// drain does not move past such a step.
+    spool_drain_errors_total,
     /// HTTP sink: requests answered with a 2xx status.
     http_requests_2xx_total,
     /// HTTP sink: requests answered with a 3xx status (never followed: the sink is unusable).

@@ -423,6 +423,10 @@ pub const KNOWN: &[Known] = &[
         "spool_rejected_total",
         "Spool: records the sink refused for good while draining (kept in a rejected file).",
     ),
+    c(
+        "spool_drain_errors_total",
+        "Spool: drain steps that failed on the spool's side; the drain does not move past them.",
+    ),
     Known {
         suffix: "spool_records",
         kind: Kind::Gauge,

@@ -74,6 +74,9 @@
 //! receives and exits when all senders are gone. `run` waits for that at most
 //! `delivery.shutdown_timeout_seconds`, writes the final snapshot and returns. Work that never
 //! reached an outcome stays unacknowledged and is redelivered: correct, not a loss.
+//! `svc-spool-drain` stops with the stop flag between its attempts and is waited for within
+//! the same timeout; one still in a sink write then (an HTTP retry budget) is left to the
+//! process's exit, its records behind the drain position, which `run` makes durable.
 
 mod ack;
 mod credit;
@@ -223,8 +226,8 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             );
             let drainer = Drainer::new(spool.clone(), sink.clone(), metrics.clone());
             let wrapped: Arc<dyn crate::sink::Sink> =
-                Arc::new(FallbackSink::new(sink, spool, metrics.clone()));
-            (wrapped, Some(drainer))
+                Arc::new(FallbackSink::new(sink, spool.clone(), metrics.clone()));
+            (wrapped, Some((drainer, spool)))
         }
     };
     let denials = Arc::new(broker::Denials::default());
@@ -282,9 +285,14 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
 
     let drain_stop = Arc::new(AtomicBool::new(false));
     let drain_thread = match drainer {
-        Some(d) => {
+        Some((d, spool)) => {
             let flag = drain_stop.clone();
-            Some(spawn("svc-spool-drain", move || d.run(&flag))?)
+            let (done_tx, done_rx) = bounded::<()>(1);
+            spawn("svc-spool-drain", move || {
+                d.run(&flag);
+                let _ = done_tx.send(());
+            })?;
+            Some((done_rx, spool))
         }
         None => None,
     };
@@ -412,6 +420,9 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     };
     stop.store(true, Ordering::SeqCst);
     let timeout = d.shutdown_timeout;
+    let deadline = std::time::Instant::now() + timeout;
+    // The drain stops now too, between its attempts; a sink write it is in is bounded below.
+    drain_stop.store(true, Ordering::SeqCst);
     match ack_done_rx.recv_timeout(timeout) {
         Ok(()) => {
             log::info!("pipeline drained; every settled message acknowledged");
@@ -430,11 +441,8 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     if let Some(observer) = advisories {
         observer.join();
     }
-    // After the sink workers: the drain may finish the batch it is writing; what it has not
-    // confirmed stays behind the durable position and is delivered after a restart.
-    drain_stop.store(true, Ordering::SeqCst);
-    if let Some(t) = drain_thread {
-        let _ = t.join();
+    if let Some((done, spool)) = drain_thread {
+        stop_drain(&done, &spool, deadline);
     }
     let _ = snapshot_thread.join();
     snapshot.write_now();
@@ -449,6 +457,30 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     match fatal {
         None => Ok(()),
         Some(e) => Err(RunError::Fatal(e)),
+    }
+}
+
+/// Waits for `svc-spool-drain` until the shutdown deadline. It may finish the sink write it
+/// is in (a sink's in-call retries can outlast `shutdown_timeout_seconds`, as the HTTP sink's
+/// retry budget does); past the deadline it is left to the process's exit: what it has not
+/// confirmed stays behind the drain position, made durable here, and is delivered after a
+/// restart (at least once, as after a crash).
+fn stop_drain(
+    done: &crossbeam_channel::Receiver<()>,
+    spool: &crate::sink::spool::Spool,
+    deadline: std::time::Instant,
+) {
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    if done.recv_timeout(left).is_ok() {
+        return;
+    }
+    log::warn!(
+        "spool {}: shutdown timeout reached with the drain in a sink write; the records it \
+         has not confirmed stay spooled and are delivered after a restart",
+        spool.path().display()
+    );
+    if let Err(e) = spool.persist_position() {
+        log::error!("{e}");
     }
 }
 

@@ -105,7 +105,8 @@ fn regular_and_mine(fd: &OwnedFd, path: &Path, name: &str) -> Result<(), SpoolEr
     if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
         return Err(fail(path, name, "is not a regular file"));
     }
-    owner::check_owner(&stat, false).map_err(|e| fail(path, name, e))
+    owner::check_owner(&stat, false).map_err(|e| fail(path, name, e))?;
+    owner::check_single_link(&stat).map_err(|e| fail(path, name, e))
 }
 
 /// Opens an existing file of the spool for reading (or writing with `write`).
@@ -250,6 +251,10 @@ pub fn write_position(dir: &OwnedFd, path: &Path, pos: Position) -> Result<(), S
     data.extend_from_slice(&sum.to_le_bytes());
     let (file, created) = match open_file(dir, path, POSITION_NAME, true) {
         Ok(f) => (f, false),
+        // Refused (a link, another owner, more than one name): that error, not a create's.
+        Err(e) if rustix::fs::statat(dir, POSITION_NAME, AtFlags::SYMLINK_NOFOLLOW).is_ok() => {
+            return Err(e)
+        }
         Err(_) => (create_file(dir, path, POSITION_NAME)?, true),
     };
     file.write_all_at(&data, 0)
@@ -284,7 +289,9 @@ pub fn rejected_name(id: u64, offset: u64) -> String {
     format!("rejected-{id:016}-{offset:012}.spool")
 }
 
-/// Keeps damaged bytes of segment `segment` in their quarantine file, once, and counts them.
+/// Keeps damaged bytes of segment `segment` in their quarantine file, once, and counts them;
+/// false when an earlier pass had kept them already (the opening scan, which did not count
+/// them as waiting records); an error when they could not be kept (they stay in the segment).
 pub fn quarantine(
     dir: &OwnedFd,
     path: &Path,
@@ -292,35 +299,73 @@ pub fn quarantine(
     segment: u64,
     offset: u64,
     bytes: &[u8],
-) {
+) -> Result<bool, SpoolError> {
     let name = quarantine_name(segment, offset);
-    if keep(dir, path, &name, bytes) {
-        Metrics::add(&metrics.counters.spool_quarantined_total, 1);
-        log::error!(
-            "spool {}: {} damaged bytes at {} offset {offset} moved to {name}",
-            path.display(),
-            bytes.len(),
-            segment_name(segment)
-        );
+    match keep(dir, path, &name, bytes)? {
+        Kept::New => {
+            Metrics::add(&metrics.counters.spool_quarantined_total, 1);
+            log::error!(
+                "spool {}: {} damaged bytes at {} offset {offset} moved to {name}",
+                path.display(),
+                bytes.len(),
+                segment_name(segment)
+            );
+            Ok(true)
+        }
+        Kept::Already => Ok(false),
     }
 }
 
-/// Writes a new file with `bytes` durably; false when it already existed or failed (logged).
-pub fn keep(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> bool {
-    if rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
-        return false;
-    }
-    let result = create_file(dir, path, name).and_then(|mut f| {
-        f.write_all(bytes)
-            .and_then(|()| f.sync_all())
-            .map_err(|e| fail(path, &format!("write {name}"), e))?;
-        sync(dir, path)
-    });
-    match result {
-        Ok(()) => true,
-        Err(e) => {
-            log::error!("{e}");
-            false
+/// What [`keep`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// Written now.
+    New,
+    /// A complete file with exactly these bytes was there already (an earlier pass kept them
+    /// and a crash came before the drain position moved on); it is durable now.
+    Already,
+}
+
+/// Makes a file `name` holding exactly `bytes` durable: written under a temporary name,
+/// fsynced, renamed in, and the directory fsynced, so the name never holds a partial file
+/// (a crash or a full disk leaves at most the temporary name, replaced next time). A file
+/// already at `name` with the same bytes counts as kept; one with other bytes (empty, cut
+/// short by an older version, or the refusals of another batch) is replaced.
+pub fn keep(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> Result<Kept, SpoolError> {
+    if let Ok(existing) = open_file(dir, path, name, false) {
+        let same = read_at(&existing, 0, bytes.len() as u64 + 1).is_ok_and(|d| d == bytes);
+        if same {
+            existing
+                .sync_all()
+                .map_err(|e| fail(path, &format!("fsync {name}"), e))?;
+            sync(dir, path)?;
+            return Ok(Kept::Already);
         }
     }
+    let temp = format!(".{name}.tmp");
+    // A temporary file a crash or a full disk left behind.
+    match rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(fail(path, &format!("remove {temp}"), io::Error::from(e))),
+    }
+    let written = create_file(dir, path, &temp).and_then(|mut f| {
+        f.write_all(bytes)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| fail(path, &format!("write {name}"), e))
+    });
+    let renamed = written.and_then(|()| {
+        rustix::fs::renameat(dir, temp.as_str(), dir, name).map_err(|e| {
+            fail(
+                path,
+                &format!("rename {temp} to {name}"),
+                io::Error::from(e),
+            )
+        })
+    });
+    if let Err(e) = renamed {
+        let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
+        return Err(e);
+    }
+    sync(dir, path)?;
+    Ok(Kept::New)
 }

@@ -122,6 +122,7 @@ impl Drainer {
                 }
                 Err(e) => {
                     failures += 1;
+                    Metrics::add(&self.metrics.counters.spool_drain_errors_total, 1);
                     log::error!("{e}");
                     pause(stop, backoff);
                     backoff = (backoff * 2).min(max_backoff);
@@ -246,8 +247,7 @@ impl Drainer {
                                 view.segment,
                                 abs(start)
                             );
-                            self.spool
-                                .quarantine(view.segment, abs(start), &data[start..end]);
+                            self.keep_damage(view.segment, abs(start), &data[start..end])?;
                             dropped += 1;
                         }
                     }
@@ -258,16 +258,18 @@ impl Drainer {
                     next = start;
                     break;
                 }
+                // Damage found now (not by the opening scan, which did not count it) was
+                // counted as a waiting record: it is dropped, so the count follows the disk.
                 Item::Corrupt { start, end } => {
                     next = end;
-                    self.spool
-                        .quarantine(view.segment, abs(start), &data[start..end]);
+                    let bytes = &data[start..end];
+                    dropped += u64::from(self.keep_damage(view.segment, abs(start), bytes)?);
                 }
                 Item::Tail { start } => {
                     // Committed bytes always end on a frame boundary: this is damage.
                     next = data.len();
-                    self.spool
-                        .quarantine(view.segment, abs(start), &data[start..]);
+                    let bytes = &data[start..];
+                    dropped += u64::from(self.keep_damage(view.segment, abs(start), bytes)?);
                 }
             }
         }
@@ -312,21 +314,42 @@ impl Drainer {
                 refused_count += 1;
             }
         }
-        if refused_count > 0
-            && !self.spool.reject(
-                view.segment,
-                loaded.base + frames[0].0 as u64,
-                &refused,
-                refused_count,
-            )
-        {
-            return Ok(Step::Refused(
-                "records the sink refused for good could not be kept".into(),
-            ));
-        }
         let delivered = frames.len() as u64 - refused_count;
-        self.spool.commit(to, delivered, refused_count + dropped)?;
+        if refused_count == 0 {
+            self.spool.commit(to, delivered, dropped)?;
+            return Ok(Step::Delivered(delivered));
+        }
+        let offset = loaded.base + frames[0].0 as u64;
+        self.spool
+            .reject(view.segment, offset, &refused, refused_count)
+            .map_err(|e| {
+                fail(
+                    self.spool.path(),
+                    "drain stuck",
+                    format!(
+                        "records the sink refused for good could not be kept ({e}); the drain \
+                         retries this step and moves no further until they are"
+                    ),
+                )
+            })?;
+        self.spool
+            .commit_rejection(to, delivered, refused_count + dropped)?;
         Ok(Step::Delivered(delivered))
+    }
+
+    /// Quarantines damage the drain found (see [`Spool::quarantine`]); damage that cannot be
+    /// kept stops the step, as a refused record that cannot be kept does.
+    fn keep_damage(&self, segment: u64, offset: u64, bytes: &[u8]) -> Result<bool, SpoolError> {
+        self.spool.quarantine(segment, offset, bytes).map_err(|e| {
+            fail(
+                self.spool.path(),
+                "drain stuck",
+                format!(
+                    "damaged bytes could not be quarantined ({e}); the drain retries this \
+                     step and moves no further until they are"
+                ),
+            )
+        })
     }
 
     /// True when the buffer holds less than the whole segment and the next item in it is no

@@ -113,6 +113,23 @@ pub fn items(data: &[u8], mut pos: usize) -> impl Iterator<Item = Item<'_>> {
     })
 }
 
+/// True when the bytes from `start` to the end of `data` are the beginning of a frame that
+/// runs past the end: its mark (or the part of it there is) and a declared length the data
+/// cannot hold. Only that is a write cut short; a frame that would fit but fails its check,
+/// or bytes without a mark, are damage.
+pub fn runs_past_end(data: &[u8], start: usize) -> bool {
+    let rest = data.get(start..).unwrap_or_default();
+    if rest.len() < FRAME_OVERHEAD {
+        let n = rest.len().min(MARK.len());
+        return rest[..n] == MARK[..n];
+    }
+    if rest[..4] != MARK {
+        return false;
+    }
+    let len = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes")) as usize;
+    len <= MAX_BODY && FRAME_OVERHEAD + len > rest.len()
+}
+
 /// True when `data` starts with the segment header.
 pub fn has_header(data: &[u8]) -> bool {
     data.starts_with(SEGMENT_MAGIC)
@@ -180,6 +197,22 @@ mod tests {
         }
         data.truncate(third - 2);
         assert_eq!(bodies(&data)[1], Item::Tail { start: second });
+    }
+
+    #[test]
+    fn only_a_frame_running_past_the_end_is_torn() {
+        let mut data = segment(&[b"one", b"two"]);
+        let last = HEADER_LEN + FRAME_OVERHEAD + 3;
+        for cut in last + 1..data.len() {
+            assert!(runs_past_end(&data[..cut], last), "cut at {cut}");
+        }
+        // Whole but damaged: the length fits, the checksum fails.
+        let end = data.len();
+        data[end - 1] ^= 0x01;
+        assert!(!runs_past_end(&data, last));
+        // No mark: damage.
+        data[last] = 0;
+        assert!(!runs_past_end(&data, last));
     }
 
     #[test]

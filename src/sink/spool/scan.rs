@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::codec;
 use super::config::SpoolConfig;
-use super::dir::{self, fail, quarantine, Position, SpoolError};
+use super::dir::{self, fail, Position, SpoolError};
 use super::frame::{self, Item};
 use crate::metrics::Metrics;
 
@@ -18,6 +18,9 @@ pub struct Segment {
     pub id: u64,
     /// Bytes known durable: everything a reader may look at.
     pub len: u64,
+    /// Its directory entry is durable (the directory was fsynced since it was created): until
+    /// then no record in it may be reported durable.
+    pub entry_durable: bool,
 }
 
 /// What recovery found.
@@ -80,52 +83,99 @@ pub fn recover(
             continue;
         }
         let last = i + 1 == ids.len();
-        let file = dir::open_file(dir, path, &name, last)?;
+        let file = dir::open_file(dir, path, &name, true)?;
         let data = dir::read_at(&file, 0, read_cap(cfg)).map_err(|e| fail(path, &name, e))?;
-        if !frame::has_header(&data) {
-            if !data.is_empty() {
+        if data.len() < frame::HEADER_LEN {
+            // Too short to hold a record: a creation the crash interrupted, or damage.
+            if !frame::SEGMENT_MAGIC.starts_with(&data) {
                 quarantine(dir, path, metrics, id, 0, &data);
             }
             dir::remove(dir, path, &name)?;
             removed = true;
             continue;
         }
-        let mut len = data.len();
-        for item in frame::items(&data, start_in(id, position).min(data.len())) {
-            match item {
-                Item::Record { body, .. } => {
-                    found.records += 1;
-                    if found.oldest_ms.is_none() {
-                        found.oldest_ms = codec::appended_unix_ms(body);
-                    }
-                }
-                Item::Corrupt { start, end } => {
-                    quarantine(dir, path, metrics, id, start as u64, &data[start..end]);
-                }
-                Item::Tail { start } if last => {
-                    log::warn!(
-                        "spool {}: cut a torn tail of {} bytes from {name} (a write the crash \
-                         interrupted; it was never acknowledged)",
-                        path.display(),
-                        data.len() - start
-                    );
-                    truncate(&file, start as u64).map_err(|e| fail(path, &name, e))?;
-                    len = start;
-                }
-                Item::Tail { start } => {
-                    quarantine(dir, path, metrics, id, start as u64, &data[start..]);
-                }
-            }
+        if !frame::has_header(&data) {
+            // The header decides nothing about how frames are read: keep the damaged bytes,
+            // write the header again and read on by the frame marks.
+            quarantine(dir, path, metrics, id, 0, &data[..frame::HEADER_LEN]);
+            repair_header(&file).map_err(|e| fail(path, &name, e))?;
         }
+        let len = recover_frames(
+            (dir, path, metrics),
+            (id, &name),
+            &file,
+            &data,
+            start_in(id, position),
+            last,
+            &mut found,
+        )?;
         found.segments.push(Segment {
             id,
             len: len as u64,
+            entry_durable: false,
         });
     }
     if removed {
         dir::sync(dir, path)?;
     }
     Ok(found)
+}
+
+/// Quarantines damage found by the opening scan; one that cannot be kept is logged and left
+/// in the segment, where the drain finds it again (and stops until it can keep it).
+fn quarantine(dir: &OwnedFd, path: &Path, metrics: &Metrics, id: u64, at: u64, bytes: &[u8]) {
+    if let Err(e) = dir::quarantine(dir, path, metrics, id, at, bytes) {
+        log::error!("{e}");
+    }
+}
+
+/// Counts the records of one segment from `from` and quarantines its damage; returns the
+/// length to keep. Only a last frame running past the end of the last segment (a write the
+/// crash interrupted, never acknowledged) is cut off: a whole frame that fails its check was
+/// written, and maybe acknowledged, and is quarantined like damage anywhere else.
+fn recover_frames(
+    (dir, path, metrics): (&OwnedFd, &Path, &Metrics),
+    (id, name): (u64, &str),
+    file: &File,
+    data: &[u8],
+    from: usize,
+    last: bool,
+    found: &mut Found,
+) -> Result<usize, SpoolError> {
+    let mut len = data.len();
+    for item in frame::items(data, from.min(data.len())) {
+        match item {
+            Item::Record { body, .. } => {
+                found.records += 1;
+                if found.oldest_ms.is_none() {
+                    found.oldest_ms = codec::appended_unix_ms(body);
+                }
+            }
+            Item::Corrupt { start, end } => {
+                quarantine(dir, path, metrics, id, start as u64, &data[start..end]);
+            }
+            Item::Tail { start } if last && frame::runs_past_end(data, start) => {
+                log::warn!(
+                    "spool {}: cut a torn tail of {} bytes from {name} (a write the crash \
+                     interrupted; it was never acknowledged)",
+                    path.display(),
+                    data.len() - start
+                );
+                truncate(file, start as u64).map_err(|e| fail(path, name, e))?;
+                len = start;
+            }
+            Item::Tail { start } => {
+                quarantine(dir, path, metrics, id, start as u64, &data[start..]);
+            }
+        }
+    }
+    Ok(len)
+}
+
+fn repair_header(file: &File) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(frame::SEGMENT_MAGIC, 0)?;
+    file.sync_data()
 }
 
 fn truncate(file: &File, len: u64) -> std::io::Result<()> {
@@ -154,11 +204,13 @@ pub struct Seen<'a> {
     pub body: &'a [u8],
 }
 
-/// Reads the spool without changing it, calling `visit` for every record not yet drained.
+/// Reads the spool without changing it, calling `visit` for every record not yet drained,
+/// one segment in memory at a time; stops early (with the survey so far) when `visit`
+/// returns false.
 pub fn walk(
     path: &Path,
     cfg: &SpoolConfig,
-    mut visit: impl FnMut(Seen<'_>),
+    mut visit: impl FnMut(Seen<'_>) -> bool,
 ) -> Result<Survey, SpoolError> {
     let dir = dir::open_dir(path, false)?;
     let (ids, position, names) = layout(&dir, path)?;
@@ -181,8 +233,9 @@ pub fn walk(
         let data = dir::read_at(&file, 0, read_cap(cfg)).map_err(|e| fail(path, &name, e))?;
         survey.segments += 1;
         survey.bytes += data.len() as u64;
-        if !frame::has_header(&data) {
-            continue;
+        if data.len() >= frame::HEADER_LEN && !frame::has_header(&data) {
+            // Read on by the frame marks, as recovery does.
+            survey.damaged += 1;
         }
         for item in frame::items(&data, start_in(id, position).min(data.len())) {
             match item {
@@ -191,11 +244,14 @@ pub fn walk(
                     if survey.oldest_ms.is_none() {
                         survey.oldest_ms = codec::appended_unix_ms(body);
                     }
-                    visit(Seen {
+                    let more = visit(Seen {
                         segment: id,
                         offset: start,
                         body,
                     });
+                    if !more {
+                        return Ok(survey);
+                    }
                 }
                 Item::Corrupt { .. } => survey.damaged += 1,
                 Item::Tail { .. } => {}

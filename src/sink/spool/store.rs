@@ -193,16 +193,18 @@ impl Spool {
             _ => true,
         };
         let mut added = 0u64;
-        let mut new_name = None;
         if roll {
             let id = st.next_id;
             let name = dir::segment_name(id);
             let file = dir::create_appending(&self.dir, &self.path, &name)
                 .map_err(|e| AppendError::Failed(e.to_string()))?;
             st.next_id = id + 1;
-            st.segments.push(Segment { id, len: 0 });
+            st.segments.push(Segment {
+                id,
+                len: 0,
+                entry_durable: false,
+            });
             st.active = Some(file);
-            new_name = Some(name);
         }
         let last = st.segments.last_mut().expect("a segment was just ensured");
         let file = st
@@ -221,10 +223,16 @@ impl Spool {
             .write_all(to_write)
             .and_then(|()| file.sync_data())
             .map_err(|e| failed("append", &e));
-        if let (Ok(()), Some(name)) = (&result, &new_name) {
-            // The new segment's name must be durable before its records count as written.
-            result = dir::sync(&self.dir, &self.path)
-                .map_err(|e| AppendError::Failed(format!("{e} (after creating {name})")));
+        if result.is_ok() && !last.entry_durable {
+            // The segment's name must be durable before its records count as written: also
+            // when its first write failed (a full disk) and a later one is the first to land.
+            result = dir::sync(&self.dir, &self.path).map_err(|e| {
+                AppendError::Failed(format!(
+                    "{e} (after creating {})",
+                    dir::segment_name(last.id)
+                ))
+            });
+            last.entry_durable = result.is_ok();
         }
         if let Err(e) = result {
             // Cut what may have reached the file so the next batch starts on a frame
@@ -296,13 +304,35 @@ impl Spool {
     /// position has passed. When the spool is empty, the last segment is removed as well and
     /// the next append begins a new one.
     pub fn commit(&self, to: Position, delivered: u64, dropped: u64) -> Result<(), SpoolError> {
+        self.commit_step(to, delivered, dropped, false)
+    }
+
+    /// [`Spool::commit`] of a step that kept rejected records: the position is made durable
+    /// now, so a crash cannot repeat a step whose rejection is already on disk.
+    pub fn commit_rejection(
+        &self,
+        to: Position,
+        delivered: u64,
+        dropped: u64,
+    ) -> Result<(), SpoolError> {
+        self.commit_step(to, delivered, dropped, true)
+    }
+
+    fn commit_step(
+        &self,
+        to: Position,
+        delivered: u64,
+        dropped: u64,
+        durable_now: bool,
+    ) -> Result<(), SpoolError> {
         let mut st = self.lock_state();
         let mut to = to;
-        let emptied = st.records <= delivered + dropped
-            && st
-                .segments
-                .last()
-                .is_some_and(|s| s.id == to.segment && s.len <= to.offset);
+        // Nothing left on disk past `to`: the spool is empty whatever the count says (a
+        // damaged stretch may have held more than the one record it counted for).
+        let emptied = st
+            .segments
+            .last()
+            .is_some_and(|s| s.id == to.segment && s.len <= to.offset);
         if emptied {
             to = Position {
                 segment: st.next_id,
@@ -312,13 +342,23 @@ impl Spool {
         // The position is fsynced at most every POSITION_INTERVAL, and always before a segment
         // it passed is removed: a crash in between only repeats that much of the drain.
         let passes_segment = st.segments.first().is_some_and(|s| s.id < to.segment);
-        if emptied || passes_segment || st.persisted_at.elapsed() >= POSITION_INTERVAL {
+        if durable_now
+            || emptied
+            || passes_segment
+            || st.persisted_at.elapsed() >= POSITION_INTERVAL
+        {
             dir::write_position(&self.dir, &self.path, to)?;
             st.persisted_at = Instant::now();
             st.persisted = to;
         }
         st.position = to;
-        st.records = st.records.saturating_sub(delivered + dropped);
+        // Exact at the end; before it, records remain on disk, so never 0 (the drain would
+        // stop and the fallback go direct with records still spooled).
+        st.records = if emptied {
+            0
+        } else {
+            st.records.saturating_sub(delivered + dropped).max(1)
+        };
         Metrics::add(&self.metrics.counters.spool_drained_total, delivered);
         let mut removed = false;
         while st.segments.first().is_some_and(|s| s.id < to.segment) {
@@ -360,21 +400,29 @@ impl Spool {
         Ok(())
     }
 
-    /// Keeps damaged bytes in a quarantine file (once: a name already there means an earlier
-    /// pass kept them) and counts them.
-    pub fn quarantine(&self, segment: u64, offset: u64, bytes: &[u8]) {
-        dir::quarantine(&self.dir, &self.path, &self.metrics, segment, offset, bytes);
+    /// Keeps damaged bytes in a quarantine file (once: the same bytes already there mean an
+    /// earlier pass kept them) and counts them; true when they were found now, so they were
+    /// counted among the waiting records and are dropped from them; an error when they could
+    /// not be kept (the drain then does not move past them).
+    pub fn quarantine(&self, segment: u64, offset: u64, bytes: &[u8]) -> Result<bool, SpoolError> {
+        dir::quarantine(&self.dir, &self.path, &self.metrics, segment, offset, bytes)
     }
 
-    /// Keeps records the sink refused for good (framed as in a segment) and counts them;
-    /// false when they could not be kept (the drain then does not move past them).
-    pub fn reject(&self, segment: u64, offset: u64, frames: &[u8], records: u64) -> bool {
+    /// Keeps records the sink refused for good (framed as in a segment) durably and counts
+    /// them; an error when they could not be kept (the drain then does not move past them).
+    /// A complete file of the same records left by a run that crashed before its position
+    /// moved on counts as kept.
+    pub fn reject(
+        &self,
+        segment: u64,
+        offset: u64,
+        frames: &[u8],
+        records: u64,
+    ) -> Result<(), SpoolError> {
         let name = dir::rejected_name(segment, offset);
-        let kept = dir::keep(&self.dir, &self.path, &name, frames);
-        if kept {
-            Metrics::add(&self.metrics.counters.spool_rejected_total, records);
-        }
-        kept
+        dir::keep(&self.dir, &self.path, &name, frames)?;
+        Metrics::add(&self.metrics.counters.spool_rejected_total, records);
+        Ok(())
     }
 
     /// Publishes the gauges.

@@ -305,3 +305,81 @@ fn the_drain_reads_on_past_its_read_ahead() {
     let quarantined = &metrics.counters.spool_quarantined_total;
     assert_eq!(quarantined.load(std::sync::atomic::Ordering::Relaxed), 1);
 }
+
+/// A hard link planted at `position` or at a segment's name (by someone who could write the
+/// directory before the runner made it 0700, on a host without `fs.protected_hardlinks`) is
+/// refused with a clear error; the file it points at is never written.
+#[test]
+fn a_hard_link_planted_in_the_spool_is_refused_and_its_target_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path());
+    let victim = tmp.path().join("victim");
+    let original = b"the first bytes of another file of the service's user".to_vec();
+    std::fs::write(&victim, &original).unwrap();
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&cfg.dir)
+            .unwrap();
+    }
+    std::fs::hard_link(&victim, cfg.dir.join("position")).unwrap();
+    let err = Spool::open(&cfg, Arc::new(Metrics::default()))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("position: has 2 hard links"), "{err}");
+    assert_eq!(std::fs::read(&victim).unwrap(), original);
+
+    std::fs::remove_file(cfg.dir.join("position")).unwrap();
+    std::fs::hard_link(&victim, cfg.dir.join(dir::segment_name(1))).unwrap();
+    let err = Spool::open(&cfg, Arc::new(Metrics::default()))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("has 2 hard links"), "{err}");
+    assert_eq!(std::fs::read(&victim).unwrap(), original);
+}
+
+/// A record damaged while the spool is held (after its opening scan counted it): the drain
+/// quarantines it and counts it dropped, so the count in memory reaches 0 with the disk, the
+/// spool empties, and the fallback sink goes direct again.
+#[test]
+fn a_record_damaged_while_held_is_dropped_and_the_fallback_goes_direct() {
+    use super::fallback::FallbackSink;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path());
+    let metrics = Arc::new(Metrics::default());
+    let spool = Arc::new(Spool::open(&cfg, metrics.clone()).unwrap());
+    spool
+        .append(&(1..=10).map(envelope).collect::<Vec<_>>())
+        .unwrap();
+    let seg = cfg.dir.join(&segments(&cfg)[0]);
+    let mut data = std::fs::read(&seg).unwrap();
+    let fifth = frame::items(&data, frame::HEADER_LEN)
+        .nth(4)
+        .map(|i| match i {
+            frame::Item::Record { start, .. } => start,
+            other => panic!("{other:?}"),
+        })
+        .unwrap();
+    data[fifth + frame::FRAME_OVERHEAD + 20] ^= 0xff;
+    std::fs::write(&seg, &data).unwrap();
+
+    let sink = Arc::new(Memory::default());
+    drain_all(&spool, &sink);
+    assert_eq!(*sink.got.lock().unwrap(), vec![1, 2, 3, 4, 6, 7, 8, 9, 10]);
+    assert_eq!(spool.records(), 0, "the count follows the disk");
+    let gauge = metrics
+        .gauges
+        .spool_records
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(gauge, 0);
+    let quarantined = &metrics.counters.spool_quarantined_total;
+    assert_eq!(quarantined.load(std::sync::atomic::Ordering::Relaxed), 1);
+
+    let fallback = FallbackSink::new(sink.clone(), spool.clone(), metrics);
+    assert!(fallback.write_batch(&[envelope(11)])[0].is_durable());
+    assert_eq!(sink.got.lock().unwrap().last(), Some(&11), "direct again");
+    assert_eq!(spool.records(), 0, "nothing spooled");
+}
