@@ -247,6 +247,24 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     );
 
     let d = &cfg.delivery;
+    let request_bytes = fetch::request_allowance(
+        d.max_in_flight_bytes,
+        d.max_in_flight_batches,
+        broker::max_payload(&nc),
+    );
+    // Request limits below what svc-fetch asks: the broker would refuse every pull request.
+    let asked = broker::consumer_shape::RequestShape {
+        batch: d.batch_size,
+        expires: d.fetch_expiry,
+        max_bytes: request_bytes,
+        open_requests: PIPELINED_PULL_REQUESTS,
+    };
+    broker::consumer_shape::check_request_limits(&consumer.config, asked).map_err(|why| {
+        RunError::Fatal(format!(
+            "broker: consumer {}/{}: {why}",
+            consumer.stream, consumer.name
+        ))
+    })?;
     let in_flight = d.max_in_flight_batches * d.batch_size;
     if let Some(max) = consumer.max_ack_pending.filter(|m| *m < in_flight as u64) {
         // Not an error (several runners may share a consumer on purpose), but the broker
@@ -383,11 +401,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         expiry: d.fetch_expiry,
         max_batch_wait: d.max_batch_wait,
         credits,
-        request_bytes: fetch::request_allowance(
-            d.max_in_flight_bytes,
-            d.max_in_flight_batches,
-            broker::max_payload(&nc),
-        ),
+        request_bytes,
         flush_kick,
         raw_tx,
         ack_tx,

@@ -11,11 +11,13 @@ use std::io;
 use std::sync::Arc;
 
 use nats::jetstream::{ConsumerConfig, DeliverPolicy, JetStream, StreamConfig};
+use serde_json::Value;
 
 use super::plan::{api_name, Plan};
 use crate::broker::config::{is_loopback_url, NatsAuth, NatsConfig};
 use crate::broker::{
-    check_bindable, connect, is_not_found, settings_drift, BrokerError, Connection, Denials,
+    check_bindable, connect, consumer_shape, is_not_found, settings_drift, typed_config,
+    BrokerError, Connection, Denials,
 };
 use crate::metrics::Metrics;
 
@@ -109,7 +111,7 @@ pub fn apply(nc: &Connection, plan: &Plan, nats: &NatsConfig) -> Result<Vec<Appl
     let name = plan.consumer.durable_name.clone().unwrap_or_default();
     let what = format!("consumer {}/{name}", plan.stream.name);
     let outcome =
-        apply_consumer(&js, &plan.stream.name, &plan.consumer, nats).map_err(fail(&what))?;
+        apply_consumer(nc, &js, &plan.stream.name, &plan.consumer, nats).map_err(fail(&what))?;
     done.push(Applied { what, outcome });
     Ok(done)
 }
@@ -133,14 +135,15 @@ fn apply_stream(js: &JetStream, planned: &StreamConfig) -> io::Result<Outcome> {
 }
 
 fn apply_consumer(
+    nc: &Connection,
     js: &JetStream,
     stream: &str,
     planned: &ConsumerConfig,
     nats: &NatsConfig,
 ) -> io::Result<Outcome> {
     let name = planned.durable_name.as_deref().unwrap_or_default();
-    match js.consumer_info(stream, name) {
-        Ok(info) => Ok(outcome(consumer_drift(&info.config, nats))),
+    match consumer_shape::consumer_config(nc, stream, name) {
+        Ok(config) => Ok(outcome(consumer_drift(&config, nats))),
         Err(e) if is_not_found(&e) => {
             js.add_consumer(stream, planned)?;
             Ok(Outcome::Created)
@@ -188,13 +191,14 @@ fn stream_drift(existing: &StreamConfig, planned: &StreamConfig) -> Vec<String> 
 
 /// What the runner checks of an existing consumer, and what `reconcile` owns: the runner's
 /// own comparisons, so `--apply` and `svc run` judge a consumer alike.
-fn consumer_drift(existing: &ConsumerConfig, nats: &NatsConfig) -> Vec<String> {
+fn consumer_drift(existing: &Value, nats: &NatsConfig) -> Vec<String> {
     let mut d = Vec::new();
     if let Err(why) = check_bindable(existing, nats) {
         d.push(why);
     }
-    d.extend(settings_drift(existing, nats));
-    if existing.deliver_policy != DeliverPolicy::All {
+    let typed = typed_config(existing);
+    d.extend(settings_drift(&typed, nats));
+    if typed.deliver_policy != DeliverPolicy::All {
         d.push("deliver_policy is not all".into());
     }
     d
