@@ -299,6 +299,14 @@ pub fn request_batch(
     })
 }
 
+/// Makes the broker forget this subscription's open pull requests (it delivers into a waiting
+/// request only while its reply subject has interest: the `UNSUB` ends that), while what it
+/// delivered before reading the `UNSUB` still arrives here. For a clean stop: a NAK then goes
+/// back to the broker for another runner, not into one of our own requests again.
+pub fn forget_pull_requests(sub: &PullSubscription) -> io::Result<()> {
+    sub.stop_interest()
+}
+
 /// The broker's confirmation that a request brought all its messages (nats-server 2.10 and
 /// later, for requests with `max_bytes`): not the end of any request still open.
 fn batch_completed(status: &str, description: Option<&str>) -> bool {

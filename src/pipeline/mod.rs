@@ -69,10 +69,12 @@
 //! (`2 x max_in_flight_batches + 2`) covers the registration and outcome of every full batch
 //! in flight; only many short batches can make a sink worker wait on it, briefly.
 //!
-//! Shutdown: the stop flag makes `svc-fetch` stop pulling; it ships what it holds and drops
-//! its senders; each stage drains and drops its own; `svc-ack` settles every outcome it
-//! receives and exits when all senders are gone. `run` waits for that at most
-//! `delivery.shutdown_timeout_seconds`, writes the final snapshot and returns. Work that never
+//! Shutdown: the stop flag makes `svc-fetch` stop pulling; it ships what it holds, makes the
+//! broker forget its open pull requests (`UNSUB` of their inbox) and NAKs, once each, what
+//! they delivered before that; then it drops its senders; each stage drains and drops its
+//! own; `svc-ack` settles every outcome it receives and exits when all senders are gone. One
+//! clock runs from the signal: all of that and the final flush fit in
+//! `delivery.shutdown_timeout_seconds`; then `run` writes the final snapshot and returns. Work that never
 //! reached an outcome stays unacknowledged and is redelivered: correct, not a loss.
 
 mod ack;
@@ -86,8 +88,9 @@ mod sink_worker;
 mod snapshot_writer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread;
+use std::time::Instant;
 
 use crossbeam_channel::bounded;
 
@@ -206,7 +209,8 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody)
             .map_err(|e| RunError::Fatal(e.join("; ")))?,
     );
-    let signal_handle = signals::spawn(stop.clone(), monitor.clone())?;
+    let stop_at = Arc::new(OnceLock::new());
+    let signal_handle = signals::spawn(stop.clone(), stop_at.clone(), monitor.clone())?;
     let sink = cfg.sink.build(metrics.clone()).map_err(RunError::Sink)?;
     let (sink, drainer) = match &cfg.spool {
         None => (sink, None),
@@ -406,6 +410,8 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         raw_tx,
         ack_tx,
         stop: stop.clone(),
+        stop_at: stop_at.clone(),
+        shutdown_timeout: d.shutdown_timeout,
         denials: denials.clone(),
         metrics: metrics.clone(),
         monitor: monitor.clone(),
@@ -424,9 +430,12 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         Ok(Err(e)) => Some(e),
         Err(_) => Some("svc-fetch panicked".to_string()),
     };
+    // One clock from the stop signal (or from svc-fetch's end): the release of open pull
+    // requests, the drain and the final flush all fit in `shutdown_timeout_seconds`.
+    let deadline = *stop_at.get_or_init(Instant::now) + d.shutdown_timeout;
     stop.store(true, Ordering::SeqCst);
     let timeout = d.shutdown_timeout;
-    match ack_done_rx.recv_timeout(timeout) {
+    match ack_done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
         Ok(()) => {
             log::info!("pipeline drained; every settled message acknowledged");
             // Both kick senders are gone now, so svc-flush has ended or is ending.
@@ -438,7 +447,8 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             timeout.as_secs_f64()
         ),
     }
-    if let Err(e) = broker::flush(&nc, std::time::Duration::from_secs(2)) {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if let Err(e) = broker::flush(&nc, left.max(fetch::MIN_FINAL_FLUSH)) {
         log::warn!("broker: final flush of acknowledgements failed: {e}");
     }
     if let Some(observer) = advisories {
