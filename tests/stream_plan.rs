@@ -426,3 +426,59 @@ fn apply_reports_stream_settings_that_drop_or_keep_messages() {
     // Nothing else: the planned fields match.
     assert_eq!(line.matches(" -> ").count(), 5, "{line}");
 }
+
+/// The administrator permissions docs/operations.md gives, read from its sentence: the
+/// subjects in backquotes after "administrator's user publishes to", and after "subscribes
+/// to", up to "nothing else".
+fn documented_admin_permissions() -> (Vec<String>, Vec<String>) {
+    let doc = std::fs::read_to_string(crate::support::kit::repo("docs/operations.md")).unwrap();
+    let flat = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    let start = flat
+        .find("administrator's user publishes to")
+        .expect("the sentence is in docs/operations.md");
+    let sentence = &flat[start..];
+    let sentence = &sentence[..sentence.find("nothing else").expect("its end")];
+    let (publish, subscribe) = sentence.split_once("subscribes to").expect("both parts");
+    let quoted = |text: &str| -> Vec<String> {
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    };
+    (quoted(publish), quoted(subscribe))
+}
+
+/// The documented administrator permissions (`$JS.API.CONSUMER.INFO.*` once) could not create
+/// the consumer: its look-up is `$JS.API.CONSUMER.INFO.<stream>.<consumer>`. `--apply`, run
+/// twice under exactly what the documentation says, creates everything and then finds it as
+/// planned.
+#[test]
+fn apply_works_with_exactly_the_documented_administrator_permissions() {
+    let (publish, subscribe) = documented_admin_permissions();
+    assert!(
+        publish.len() >= 4 && subscribe == ["_INBOX.>"],
+        "{publish:?} {subscribe:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let block = json!({"users": [
+        {"user": "admin", "password": ADMIN_PASSWORD,
+         "permissions": {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}}
+    ]});
+    let conf = dir.path().join("admin.conf");
+    std::fs::write(&conf, format!("authorization: {block}\n")).unwrap();
+    let server = NatsServer::start_with(&["-c", conf.to_str().unwrap()]);
+    let cfg = config_for(&server, dir.path(), "run.json");
+    let (ok, report) = apply(&cfg);
+    assert!(ok, "{report}");
+    for what in ["stream ORDERS", "stream ORDERS_DLQ", "consumer ORDERS/svc"] {
+        assert!(
+            report.contains(&format!("applied: {what} created")),
+            "{report}"
+        );
+    }
+    let (ok, report) = apply(&cfg);
+    assert!(ok, "{report}");
+    assert_eq!(report.matches("exists as planned").count(), 3, "{report}");
+    assert!(!report.contains("ermission"), "{report}");
+}
