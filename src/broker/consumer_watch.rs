@@ -1,6 +1,8 @@
-//! Watching the bound consumer while the runner runs, so that a durable deleted or its filter
-//! changed under running runners ends each run with a clear error, never with a busy loop or
-//! silent idling.
+//! Watching the bound consumer while the runner runs, so that a durable deleted, its filter
+//! changed, or changed to deliver something else (`headers_only`, say: judged as at bind by
+//! `consumer_shape.rs`) under running runners ends each run with a clear error, never with a
+//! busy loop, silent idling or stored empty payloads. Pull requests the consumer refuses over
+//! its request limits (`409 Exceeded Max...`) are logged at warn once and paced.
 //!
 //! What the broker tells a bound pull subscriber (nats-server 2.9.10, measured with
 //! `tests/consumer_changes.rs`):
