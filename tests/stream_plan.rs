@@ -373,3 +373,112 @@ fn the_planned_json_requests_are_what_apply_creates() {
     assert!(out.status.success(), "{err}");
     assert_eq!(err.matches("exists as planned").count(), 3, "{err}");
 }
+
+/// A stream that keeps one message per subject or honours a publisher's `Nats-Rollup`
+/// header dropped 4-5 of 5-6 messages before delivery, and `--apply` called it "as planned"
+/// (it compared nine fields). Now every field the plan sets and each setting that changes
+/// what reaches the consumer or a replay is compared, from the broker's own JSON.
+#[test]
+fn apply_reports_stream_settings_that_drop_or_keep_messages() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut value = config(&server.url(), dir.path());
+    value["nats"].as_object_mut().unwrap().remove("auth");
+    value["dead_letter"]["enabled"] = json!(false);
+    let cfg = write_config(dir.path(), "open.json", &value);
+    // As planned in every planned field, and lossy in the others.
+    let stream = json!({"name": "ORDERS", "subjects": ["orders.>"], "storage": "file",
+        "num_replicas": 1, "retention": "limits", "discard": "new",
+        "duplicate_window": 120_000_000_000u64, "max_age": 604_800_000_000_000u64,
+        "max_bytes": 1u64 << 30, "max_msgs": -1, "max_consumers": -1,
+        "max_msgs_per_subject": 1, "allow_rollup_hdrs": true, "deny_delete": true,
+        "max_msg_size": 1000, "no_ack": true});
+    let reply = server
+        .connect()
+        .request_timeout(
+            "$JS.API.STREAM.CREATE.ORDERS",
+            serde_json::to_vec(&stream).unwrap(),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&reply.data).unwrap();
+    assert!(answer.get("error").is_none(), "{answer}");
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(["stream-plan", cfg.to_str().unwrap(), "--apply"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("applied: stream ORDERS "))
+        .unwrap_or_default();
+    assert!(line.contains("DIFFERS"), "{err}");
+    for said in [
+        "max_msgs_per_subject 1 -> -1",
+        "allow_rollup_hdrs true -> false",
+        "deny_delete true -> false",
+        "max_msg_size 1000 -> -1",
+        "no_ack true -> false",
+    ] {
+        assert!(line.contains(said), "{said}: {line}");
+    }
+    // Nothing else: the planned fields match.
+    assert_eq!(line.matches(" -> ").count(), 5, "{line}");
+}
+
+/// The administrator permissions docs/operations.md gives, read from its sentence: the
+/// subjects in backquotes after "administrator's user publishes to", and after "subscribes
+/// to", up to "nothing else".
+fn documented_admin_permissions() -> (Vec<String>, Vec<String>) {
+    let doc = std::fs::read_to_string(crate::support::kit::repo("docs/operations.md")).unwrap();
+    let flat = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    let start = flat
+        .find("administrator's user publishes to")
+        .expect("the sentence is in docs/operations.md");
+    let sentence = &flat[start..];
+    let sentence = &sentence[..sentence.find("nothing else").expect("its end")];
+    let (publish, subscribe) = sentence.split_once("subscribes to").expect("both parts");
+    let quoted = |text: &str| -> Vec<String> {
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    };
+    (quoted(publish), quoted(subscribe))
+}
+
+/// The documented administrator permissions (`$JS.API.CONSUMER.INFO.*` once) could not create
+/// the consumer: its look-up is `$JS.API.CONSUMER.INFO.<stream>.<consumer>`. `--apply`, run
+/// twice under exactly what the documentation says, creates everything and then finds it as
+/// planned.
+#[test]
+fn apply_works_with_exactly_the_documented_administrator_permissions() {
+    let (publish, subscribe) = documented_admin_permissions();
+    assert!(
+        publish.len() >= 4 && subscribe == ["_INBOX.>"],
+        "{publish:?} {subscribe:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let block = json!({"users": [
+        {"user": "admin", "password": ADMIN_PASSWORD,
+         "permissions": {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}}
+    ]});
+    let conf = dir.path().join("admin.conf");
+    std::fs::write(&conf, format!("authorization: {block}\n")).unwrap();
+    let server = NatsServer::start_with(&["-c", conf.to_str().unwrap()]);
+    let cfg = config_for(&server, dir.path(), "run.json");
+    let (ok, report) = apply(&cfg);
+    assert!(ok, "{report}");
+    for what in ["stream ORDERS", "stream ORDERS_DLQ", "consumer ORDERS/svc"] {
+        assert!(
+            report.contains(&format!("applied: {what} created")),
+            "{report}"
+        );
+    }
+    let (ok, report) = apply(&cfg);
+    assert!(ok, "{report}");
+    assert_eq!(report.matches("exists as planned").count(), 3, "{report}");
+    assert!(!report.contains("ermission"), "{report}");
+}

@@ -1,6 +1,8 @@
-//! Watching the bound consumer while the runner runs, so that a durable deleted or its filter
-//! changed under running runners ends each run with a clear error, never with a busy loop or
-//! silent idling.
+//! Watching the bound consumer while the runner runs, so that a durable deleted, its filter
+//! changed, or changed to deliver something else (`headers_only`, say: judged as at bind by
+//! `consumer_shape.rs`) under running runners ends each run with a clear error, never with a
+//! busy loop, silent idling or stored empty payloads. Pull requests the consumer refuses over
+//! its request limits (`409 Exceeded Max...`) are logged at warn once and paced.
 //!
 //! What the broker tells a bound pull subscriber (nats-server 2.9.10, measured with
 //! `tests/consumer_changes.rs`):
@@ -70,6 +72,23 @@ const UNAVAILABLE_PAUSE: Backoff = Backoff {
     jitter: Jitter::Equal,
 };
 
+/// Pause before the next pull request after the consumer refused one over its request limits.
+const REFUSED_PAUSE: Backoff = Backoff {
+    growth: Growth::Exponential,
+    initial: Duration::from_millis(100),
+    multiplier: 2.0,
+    max: Duration::from_secs(5),
+    jitter: Jitter::Equal,
+};
+
+/// True when the broker refused a pull request over one of the consumer's request limits:
+/// `409 Exceeded MaxRequestBatch of N`, `MaxRequestExpires`, `MaxRequestMaxBytes`,
+/// `409 Exceeded MaxWaiting`.
+pub fn request_over_limit(status: &str) -> bool {
+    let status = status.trim_start();
+    status.starts_with("409") && status.to_ascii_lowercase().contains("exceeded max")
+}
+
 /// What one consumer info reply says.
 #[derive(Debug, Clone, PartialEq)]
 pub enum InfoAnswer {
@@ -79,6 +98,8 @@ pub enum InfoAnswer {
     NotFound,
     /// The consumer exists with another filter subject (peer text, bounded and escaped).
     FilterChanged(String),
+    /// The consumer now delivers something else (why, the broker's text escaped).
+    Changed(String),
     /// Anything else (a cluster error, an unexpected reply): proves nothing.
     Inconclusive(String),
 }
@@ -99,6 +120,10 @@ pub struct ConsumerWatch {
     strikes: u32,
     /// Consecutive pull requests the consumer did not answer.
     unanswered: u32,
+    /// Consecutive pull requests refused over a request limit (`409 Exceeded Max...`).
+    refused: u32,
+    /// Whether such a refusal was logged (at warn, once per run).
+    refusal_logged: bool,
 }
 
 impl ConsumerWatch {
@@ -113,6 +138,8 @@ impl ConsumerWatch {
             backlog: 0,
             strikes: 0,
             unanswered: 0,
+            refused: 0,
+            refusal_logged: false,
         }
     }
 
@@ -120,6 +147,23 @@ impl ConsumerWatch {
     /// long to wait before the next pull request when the status says the consumer did not
     /// take the request; a check is then due soon.
     pub fn request_ended(&mut self, status: &str, now: Instant) -> Option<Duration> {
+        if request_over_limit(status) {
+            // The consumer's request limits were lowered under the running runner (they are
+            // checked at start): without a pause this is thousands of refusals a second.
+            self.refused = self.refused.saturating_add(1);
+            if !self.refusal_logged {
+                self.refusal_logged = true;
+                log::warn!(
+                    "broker: consumer {} refused a pull request ({}): its request limits are \
+                     below this runner's requests; retrying with a growing pause (restart \
+                     the runner to have its limits checked)",
+                    self.name,
+                    PeerText::new(status)
+                );
+            }
+            return Some(REFUSED_PAUSE.delay(self.refused));
+        }
+        self.refused = 0;
         if !consumer_unavailable(status) {
             // The consumer answered (an expiry, a limit): it is there.
             self.unanswered = 0;
@@ -222,6 +266,11 @@ impl ConsumerWatch {
                          start the runner again)",
                         self.name, self.expected_filter
                     ),
+                    InfoAnswer::Changed(why) => format!(
+                        "broker: consumer {} changed while this runner was bound: it {why}; \
+                         stopping (change it back, then start the runner again)",
+                        self.name
+                    ),
                     _ => format!(
                         "broker: consumer {} was deleted while this runner was bound (the \
                          broker answers \"consumer not found\"); stopping: recreate it (or set
@@ -273,14 +322,15 @@ pub fn classify_info(data: &[u8], expected_filter: &str) -> InfoAnswer {
     let Some(config) = v.get("config") else {
         return InfoAnswer::Inconclusive("reply has neither config nor error".into());
     };
-    let filter = config
-        .get("filter_subject")
-        .and_then(|f| f.as_str())
-        .unwrap_or_default();
-    if filter == expected_filter {
-        InfoAnswer::Fine
-    } else {
-        InfoAnswer::FilterChanged(PeerText::new(filter).to_string())
+    let filter = super::consumer_shape::filter_of(config);
+    if filter != expected_filter {
+        return InfoAnswer::FilterChanged(PeerText::new(&filter).to_string());
+    }
+    // Any other change of what is delivered (headers only, say: the broker takes that as an
+    // update of a running consumer) is judged as at bind.
+    match super::consumer_shape::check_bindable(config, expected_filter) {
+        Ok(()) => InfoAnswer::Fine,
+        Err(why) => InfoAnswer::Changed(why),
     }
 }
 
@@ -318,9 +368,34 @@ mod tests {
     }
 
     #[test]
+    fn refusals_over_request_limits_are_recognized() {
+        for s in [
+            "409 Exceeded MaxRequestBatch of 4",
+            "409 Exceeded MaxRequestExpires of 100ms",
+            "409 Exceeded MaxRequestMaxBytes of 1000",
+            "409 Exceeded MaxWaiting",
+        ] {
+            assert!(request_over_limit(s), "{s}");
+        }
+        for s in [
+            "409 Message Size Exceeds MaxBytes",
+            "408 Request Timeout",
+            "503",
+        ] {
+            assert!(!request_over_limit(s), "{s}");
+        }
+    }
+
+    #[test]
     fn info_replies_are_classified() {
-        let fine = br#"{"type":"io.nats.jetstream.api.v1.consumer_info_response","stream_name":"ORDERS","name":"svc","config":{"durable_name":"svc","filter_subject":"orders.>"}}"#;
+        let fine = br#"{"type":"io.nats.jetstream.api.v1.consumer_info_response","stream_name":"ORDERS","name":"svc","config":{"durable_name":"svc","ack_policy":"explicit","filter_subject":"orders.>"}}"#;
         assert_eq!(classify_info(fine, "orders.>"), InfoAnswer::Fine);
+        // Switched to headers only under the runner: judged as at bind.
+        let headers_only = br#"{"config":{"durable_name":"svc","ack_policy":"explicit","filter_subject":"orders.>","headers_only":true}}"#;
+        assert!(matches!(
+            classify_info(headers_only, "orders.>"),
+            InfoAnswer::Changed(why) if why.contains("headers_only")
+        ));
         assert_eq!(
             classify_info(fine, "payments.>"),
             InfoAnswer::FilterChanged("orders.>".into())

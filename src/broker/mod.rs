@@ -12,6 +12,7 @@
 pub mod advisory;
 pub mod config;
 mod connection;
+pub mod consumer_shape;
 pub mod consumer_watch;
 pub mod dead_letter;
 pub mod inspect;
@@ -24,8 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nats::jetstream::{
-    AckPolicy, BatchOptions, ConsumerConfig, DeliverPolicy, JetStream, PullSubscribeOptions,
-    ReplayPolicy,
+    AckPolicy, BatchOptions, ConsumerConfig, DeliverPolicy, PullSubscribeOptions, ReplayPolicy,
 };
 
 use crate::message::envelope::RawMessage;
@@ -83,6 +83,9 @@ pub struct Consumer {
     pub max_ack_pending: Option<u64>,
     pub stream: String,
     pub name: String,
+    /// The consumer's config as the broker reported it at bind (its request limits are
+    /// checked against the pipeline's requests: [`consumer_shape::check_request_limits`]).
+    pub config: serde_json::Value,
 }
 
 /// Binds to the durable pull consumer, creating or reconciling it first when
@@ -90,12 +93,11 @@ pub struct Consumer {
 pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, BrokerError> {
     let js = nats::jetstream::new(nc.clone());
     let what = format!("consumer {}/{}", cfg.stream, cfg.consumer);
-    match js.consumer_info(&cfg.stream, &cfg.consumer) {
-        Ok(info) => {
-            check_bindable(&info.config, cfg).map_err(|why| invalid(&what, &why))?;
+    match consumer_shape::consumer_config(nc, &cfg.stream, &cfg.consumer) {
+        Ok(existing) => {
+            check_bindable(&existing, cfg).map_err(|why| invalid(&what, &why))?;
             if cfg.consumer_mode == ConsumerMode::Reconcile {
-                reconcile_consumer(&js, &info.config, cfg)
-                    .map_err(err(format!("update {what}")))?;
+                reconcile_consumer(nc, existing, cfg).map_err(err(format!("update {what}")))?;
             }
         }
         Err(e) if cfg.consumer_mode != ConsumerMode::Bind && is_not_found(&e) => {
@@ -117,45 +119,57 @@ pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, Brok
     let subscription = js
         .pull_subscribe_with_options(&cfg.subject, &opts)
         .map_err(err(format!("bind {what}")))?;
-    let config = js
-        .consumer_info(&cfg.stream, &cfg.consumer)
-        .ok()
-        .map(|i| i.config);
-    let ack_wait = config
-        .as_ref()
-        .map(|c| c.ack_wait)
+    // What the consumer is now (created, updated or as it was), judged again: a consumer
+    // changed between the look-up and the bind is caught here, not by its first delivery.
+    let config = consumer_shape::consumer_config(nc, &cfg.stream, &cfg.consumer)
+        .map_err(err(format!("look up {what}")))?;
+    check_bindable(&config, cfg).map_err(|why| invalid(&what, &why))?;
+    let typed = typed_config(&config);
+    let ack_wait = Some(typed.ack_wait)
         .filter(|d| !d.is_zero())
         .unwrap_or(Duration::from_secs(30));
-    let max_ack_pending = config
-        .and_then(|c| u64::try_from(c.max_ack_pending).ok())
-        .filter(|n| *n > 0);
+    let max_ack_pending = u64::try_from(typed.max_ack_pending).ok().filter(|n| *n > 0);
     Ok(Consumer {
         subscription,
         ack_wait,
         max_ack_pending,
         stream: cfg.stream.clone(),
         name: cfg.consumer.clone(),
+        config,
     })
 }
 
+/// The settings of the broker's consumer JSON the runner reads (AckWait, MaxAckPending,
+/// MaxDeliver, BackOff, the deliver policy) in the crate's typed config; the rest stays at
+/// its default. Read field by field: the whole config does not always parse into the typed
+/// struct (`sample_freq` `"50%"`, fields it does not know), and a value it cannot read counts
+/// as unset.
+pub(crate) fn typed_config(config: &serde_json::Value) -> ConsumerConfig {
+    let int = |name: &str| config.get(name).and_then(serde_json::Value::as_i64);
+    let nanos = |v: &serde_json::Value| v.as_u64().map(Duration::from_nanos);
+    ConsumerConfig {
+        ack_wait: config.get("ack_wait").and_then(nanos).unwrap_or_default(),
+        max_ack_pending: int("max_ack_pending").unwrap_or_default(),
+        max_deliver: int("max_deliver").unwrap_or_default(),
+        backoff: config
+            .get("backoff")
+            .and_then(serde_json::Value::as_array)
+            .map(|b| b.iter().filter_map(nanos).collect())
+            .unwrap_or_default(),
+        deliver_policy: config
+            .get("deliver_policy")
+            .and_then(|p| serde_json::from_value(p.clone()).ok())
+            .unwrap_or(DeliverPolicy::All),
+        ..Default::default()
+    }
+}
+
 /// What an existing consumer must be for this runner: a pull consumer with explicit acks on
-/// exactly the configured subject. Never changed by the runner, whatever the mode: another
-/// filter or ack policy changes which messages are delivered and how they are settled.
-pub(crate) fn check_bindable(existing: &ConsumerConfig, cfg: &NatsConfig) -> Result<(), String> {
-    if existing.deliver_subject.is_some() {
-        return Err("is a push consumer; a pull consumer is required".into());
-    }
-    if existing.ack_policy != AckPolicy::Explicit {
-        return Err("must use explicit acknowledgement".into());
-    }
-    if existing.filter_subject != cfg.subject {
-        // The broker's text last: the error's Display bounds and escapes it.
-        return Err(format!(
-            "nats.subject is \"{}\" but the consumer filters subject \"{}\"; they must be equal",
-            cfg.subject, existing.filter_subject
-        ));
-    }
-    Ok(())
+/// exactly the configured subject, delivering whole messages, every other field reviewed
+/// (`consumer_shape.rs`). Never changed by the runner, whatever the mode: each of these
+/// changes which messages are delivered, what of them, or how they are settled.
+pub(crate) fn check_bindable(existing: &serde_json::Value, cfg: &NatsConfig) -> Result<(), String> {
+    consumer_shape::check_bindable(existing, &cfg.subject)
 }
 
 /// The durable consumer as the runner creates it (`consumer_mode` `create` or `reconcile`).
@@ -219,24 +233,34 @@ pub(crate) fn settings_drift(existing: &ConsumerConfig, cfg: &NatsConfig) -> Vec
 }
 
 /// `reconcile`: brings AckWait, MaxAckPending, MaxDeliver and BackOff of an existing consumer
-/// to the config, keeping everything else the broker holds (its config is sent back with
-/// only those changed), and logs what changed.
+/// to the config, and logs what changed. The update is the broker's own JSON with only those
+/// four changed: the crate's typed config lacks fields (`max_bytes`, `metadata`,
+/// `mem_storage`, ...), and sending it back erased them (2.9) or was refused (2.15, a
+/// memory-storage consumer).
 fn reconcile_consumer(
-    js: &JetStream,
-    existing: &ConsumerConfig,
+    nc: &Connection,
+    mut existing: serde_json::Value,
     cfg: &NatsConfig,
 ) -> io::Result<()> {
-    let drift = settings_drift(existing, cfg);
+    let drift = settings_drift(&typed_config(&existing), cfg);
     if drift.is_empty() {
         return Ok(());
     }
     let s = &cfg.consumer_settings;
-    let mut updated = existing.clone();
-    updated.ack_wait = s.effective_ack_wait();
-    updated.max_ack_pending = s.max_ack_pending;
-    updated.max_deliver = s.max_deliver;
-    updated.backoff = s.backoff.clone();
-    js.add_consumer(&cfg.stream, updated)?;
+    let nanos = |d: Duration| serde_json::Value::from(d.as_nanos() as u64);
+    let fields = existing
+        .as_object_mut()
+        .ok_or_else(|| io::Error::other("the broker's consumer config is not an object"))?;
+    fields.insert("ack_wait".into(), nanos(s.effective_ack_wait()));
+    fields.insert("max_ack_pending".into(), s.max_ack_pending.into());
+    fields.insert("max_deliver".into(), s.max_deliver.into());
+    if s.backoff.is_empty() {
+        fields.remove("backoff");
+    } else {
+        let backoff = s.backoff.iter().map(|d| nanos(*d)).collect::<Vec<_>>();
+        fields.insert("backoff".into(), backoff.into());
+    }
+    consumer_shape::put_consumer(nc, &cfg.stream, &existing)?;
     log::info!(
         "broker: consumer {}/{} updated to the config: {}",
         cfg.stream,
@@ -273,6 +297,14 @@ pub fn request_batch(
         no_wait: false,
         max_bytes,
     })
+}
+
+/// Makes the broker forget this subscription's open pull requests (it delivers into a waiting
+/// request only while its reply subject has interest: the `UNSUB` ends that), while what it
+/// delivered before reading the `UNSUB` still arrives here. For a clean stop: a NAK then goes
+/// back to the broker for another runner, not into one of our own requests again.
+pub fn forget_pull_requests(sub: &PullSubscription) -> io::Result<()> {
+    sub.stop_interest()
 }
 
 /// The broker's confirmation that a request brought all its messages (nats-server 2.10 and

@@ -69,10 +69,12 @@
 //! (`2 x max_in_flight_batches + 2`) covers the registration and outcome of every full batch
 //! in flight; only many short batches can make a sink worker wait on it, briefly.
 //!
-//! Shutdown: the stop flag makes `svc-fetch` stop pulling; it ships what it holds and drops
-//! its senders; each stage drains and drops its own; `svc-ack` settles every outcome it
-//! receives and exits when all senders are gone. `run` waits for that at most
-//! `delivery.shutdown_timeout_seconds`, writes the final snapshot and returns. Work that never
+//! Shutdown: the stop flag makes `svc-fetch` stop pulling; it ships what it holds, makes the
+//! broker forget its open pull requests (`UNSUB` of their inbox) and NAKs, once each, what
+//! they delivered before that; then it drops its senders; each stage drains and drops its
+//! own; `svc-ack` settles every outcome it receives and exits when all senders are gone. One
+//! clock runs from the signal: all of that and the final flush fit in
+//! `delivery.shutdown_timeout_seconds`; then `run` writes the final snapshot and returns. Work that never
 //! reached an outcome stays unacknowledged and is redelivered: correct, not a loss.
 //! `svc-spool-drain` stops with the stop flag between its attempts and is waited for within
 //! the same timeout; one still in a sink write then (an HTTP retry budget) is left to the
@@ -89,8 +91,9 @@ mod sink_worker;
 mod snapshot_writer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread;
+use std::time::Instant;
 
 use crossbeam_channel::bounded;
 
@@ -209,7 +212,8 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody)
             .map_err(|e| RunError::Fatal(e.join("; ")))?,
     );
-    let signal_handle = signals::spawn(stop.clone(), monitor.clone())?;
+    let stop_at = Arc::new(OnceLock::new());
+    let signal_handle = signals::spawn(stop.clone(), stop_at.clone(), monitor.clone())?;
     let sink = cfg.sink.build(metrics.clone()).map_err(RunError::Sink)?;
     let (sink, drainer) = match &cfg.spool {
         None => (sink, None),
@@ -250,6 +254,24 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     );
 
     let d = &cfg.delivery;
+    let request_bytes = fetch::request_allowance(
+        d.max_in_flight_bytes,
+        d.max_in_flight_batches,
+        broker::max_payload(&nc),
+    );
+    // Request limits below what svc-fetch asks: the broker would refuse every pull request.
+    let asked = broker::consumer_shape::RequestShape {
+        batch: d.batch_size,
+        expires: d.fetch_expiry,
+        max_bytes: request_bytes,
+        open_requests: PIPELINED_PULL_REQUESTS,
+    };
+    broker::consumer_shape::check_request_limits(&consumer.config, asked).map_err(|why| {
+        RunError::Fatal(format!(
+            "broker: consumer {}/{}: {why}",
+            consumer.stream, consumer.name
+        ))
+    })?;
     let in_flight = d.max_in_flight_batches * d.batch_size;
     if let Some(max) = consumer.max_ack_pending.filter(|m| *m < in_flight as u64) {
         // Not an error (several runners may share a consumer on purpose), but the broker
@@ -391,15 +413,13 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         expiry: d.fetch_expiry,
         max_batch_wait: d.max_batch_wait,
         credits,
-        request_bytes: fetch::request_allowance(
-            d.max_in_flight_bytes,
-            d.max_in_flight_batches,
-            broker::max_payload(&nc),
-        ),
+        request_bytes,
         flush_kick,
         raw_tx,
         ack_tx,
         stop: stop.clone(),
+        stop_at: stop_at.clone(),
+        shutdown_timeout: d.shutdown_timeout,
         denials: denials.clone(),
         metrics: metrics.clone(),
         monitor: monitor.clone(),
@@ -418,12 +438,14 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         Ok(Err(e)) => Some(e),
         Err(_) => Some("svc-fetch panicked".to_string()),
     };
+    // One clock from the stop signal (or from svc-fetch's end): the release of open pull
+    // requests, the drain and the final flush all fit in `shutdown_timeout_seconds`.
+    let deadline = *stop_at.get_or_init(Instant::now) + d.shutdown_timeout;
     stop.store(true, Ordering::SeqCst);
     let timeout = d.shutdown_timeout;
-    let deadline = std::time::Instant::now() + timeout;
     // The drain stops now too, between its attempts; a sink write it is in is bounded below.
     drain_stop.store(true, Ordering::SeqCst);
-    match ack_done_rx.recv_timeout(timeout) {
+    match ack_done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
         Ok(()) => {
             log::info!("pipeline drained; every settled message acknowledged");
             // Both kick senders are gone now, so svc-flush has ended or is ending.
@@ -435,7 +457,8 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             timeout.as_secs_f64()
         ),
     }
-    if let Err(e) = broker::flush(&nc, std::time::Duration::from_secs(2)) {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if let Err(e) = broker::flush(&nc, left.max(fetch::MIN_FINAL_FLUSH)) {
         log::warn!("broker: final flush of acknowledgements failed: {e}");
     }
     if let Some(observer) = advisories {

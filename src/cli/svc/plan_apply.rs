@@ -11,13 +11,16 @@ use std::io;
 use std::sync::Arc;
 
 use nats::jetstream::{ConsumerConfig, DeliverPolicy, JetStream, StreamConfig};
+use serde_json::Value;
 
-use super::plan::{api_name, Plan};
+use super::plan::Plan;
 use crate::broker::config::{is_loopback_url, NatsAuth, NatsConfig};
 use crate::broker::{
-    check_bindable, connect, is_not_found, settings_drift, BrokerError, Connection, Denials,
+    check_bindable, connect, consumer_shape, is_not_found, settings_drift, typed_config,
+    BrokerError, Connection, Denials,
 };
 use crate::metrics::Metrics;
+use crate::text::peer::PeerText;
 
 /// Administrator user name (with [`ADMIN_PASSWORD_ENV`]).
 pub const ADMIN_USER_ENV: &str = "SVC_ADMIN_NATS_USER";
@@ -103,13 +106,13 @@ pub fn apply(nc: &Connection, plan: &Plan, nats: &NatsConfig) -> Result<Vec<Appl
     let mut done = Vec::new();
     for stream in std::iter::once(&plan.stream).chain(&plan.dead_letter_stream) {
         let what = format!("stream {}", stream.name);
-        let outcome = apply_stream(&js, stream).map_err(fail(&what))?;
+        let outcome = apply_stream(nc, &js, stream).map_err(fail(&what))?;
         done.push(Applied { what, outcome });
     }
     let name = plan.consumer.durable_name.clone().unwrap_or_default();
     let what = format!("consumer {}/{name}", plan.stream.name);
     let outcome =
-        apply_consumer(&js, &plan.stream.name, &plan.consumer, nats).map_err(fail(&what))?;
+        apply_consumer(nc, &js, &plan.stream.name, &plan.consumer, nats).map_err(fail(&what))?;
     done.push(Applied { what, outcome });
     Ok(done)
 }
@@ -121,9 +124,11 @@ fn fail(what: &str) -> impl Fn(io::Error) -> BrokerError + '_ {
     }
 }
 
-fn apply_stream(js: &JetStream, planned: &StreamConfig) -> io::Result<Outcome> {
-    match js.stream_info(&planned.name) {
-        Ok(info) => Ok(outcome(stream_drift(&info.config, planned))),
+fn apply_stream(nc: &Connection, js: &JetStream, planned: &StreamConfig) -> io::Result<Outcome> {
+    let info =
+        consumer_shape::api_request(nc, &format!("$JS.API.STREAM.INFO.{}", planned.name), b"");
+    match info {
+        Ok(info) => Ok(outcome(stream_drift(&info["config"], planned))),
         Err(e) if is_not_found(&e) => {
             js.add_stream(planned)?;
             Ok(Outcome::Created)
@@ -133,14 +138,15 @@ fn apply_stream(js: &JetStream, planned: &StreamConfig) -> io::Result<Outcome> {
 }
 
 fn apply_consumer(
+    nc: &Connection,
     js: &JetStream,
     stream: &str,
     planned: &ConsumerConfig,
     nats: &NatsConfig,
 ) -> io::Result<Outcome> {
     let name = planned.durable_name.as_deref().unwrap_or_default();
-    match js.consumer_info(stream, name) {
-        Ok(info) => Ok(outcome(consumer_drift(&info.config, nats))),
+    match consumer_shape::consumer_config(nc, stream, name) {
+        Ok(config) => Ok(outcome(consumer_drift(&config, nats))),
         Err(e) if is_not_found(&e) => {
             js.add_consumer(stream, planned)?;
             Ok(Outcome::Created)
@@ -157,45 +163,143 @@ fn outcome(drift: Vec<String>) -> Outcome {
     }
 }
 
-/// The planned stream settings the broker's stream does not have, as `name broker -> plan`.
-fn stream_drift(existing: &StreamConfig, planned: &StreamConfig) -> Vec<String> {
-    let sorted = |s: &[String]| {
-        let mut v = s.to_vec();
-        v.sort();
-        v.join(", ")
+/// Stream settings the plan leaves at their defaults but which change what reaches the
+/// consumer or what a replay finds, with the default the plan means: a stream that differs
+/// is reported. (`max_msgs_per_subject` 1 or `allow_rollup_hdrs` with a publisher's
+/// `Nats-Rollup: all` made 4-5 of 5-6 messages vanish before delivery.)
+const UNPLANNED_DEFAULTS: &[(&str, &str)] = &[
+    ("max_msgs_per_subject", "-1"),
+    ("max_msg_size", "-1"),
+    ("allow_rollup_hdrs", "false"),
+    ("sealed", "false"),
+    ("deny_delete", "false"),
+    ("deny_purge", "false"),
+    ("no_ack", "false"),
+    ("mirror", "none"),
+    ("sources", "none"),
+];
+
+/// The stream settings the broker's stream (its own JSON config) does not have as planned, as
+/// `name broker -> plan`: every field the plan sets, and [`UNPLANNED_DEFAULTS`].
+fn stream_drift(existing: &Value, planned: &StreamConfig) -> Vec<String> {
+    let plan = serde_json::to_value(planned).unwrap_or_default();
+    let mut drift = Vec::new();
+    let mut compare = |name: &str, broker: String, plan: String| {
+        if broker != plan {
+            drift.push(format!("{name} {broker} -> {plan}"));
+        }
     };
-    // (name, the broker's value, the plan's value) of each setting the plan owns.
-    let fields = |c: &StreamConfig| {
-        [
-            ("subjects", sorted(&c.subjects)),
-            ("storage", api_name(&c.storage)),
-            ("replicas", c.num_replicas.to_string()),
-            ("retention", api_name(&c.retention)),
-            ("discard", api_name(&c.discard)),
-            ("duplicate_window_ns", c.duplicate_window.to_string()),
-            ("max_age_s", c.max_age.as_secs_f64().to_string()),
-            ("max_bytes", c.max_bytes.to_string()),
-            ("max_msgs", c.max_msgs.to_string()),
-        ]
+    for (name, value) in plan.as_object().into_iter().flatten() {
+        if name == "name" {
+            continue;
+        }
+        compare(
+            &display_name(name),
+            setting(name, existing.get(name)),
+            setting(name, Some(value)),
+        );
+    }
+    for (name, default) in UNPLANNED_DEFAULTS {
+        if plan.get(*name).is_none() {
+            compare(
+                name,
+                setting(name, existing.get(*name)),
+                default.to_string(),
+            );
+        }
+    }
+    drift
+}
+
+/// How a setting is shown in a drift line (the names the report has always used).
+fn display_name(name: &str) -> String {
+    match name {
+        "num_replicas" => "replicas",
+        "duplicate_window" => "duplicate_window_ns",
+        "max_age" => "max_age_s",
+        n => n,
+    }
+    .to_string()
+}
+
+/// A stream setting as compared and shown: unlimited limits as -1, durations in seconds,
+/// subjects sorted, empty mirror and sources as `none`; the broker's text bounded and escaped.
+fn setting(name: &str, v: Option<&Value>) -> String {
+    let v = v.unwrap_or(&Value::Null);
+    let text = match name {
+        "max_msgs_per_subject" | "max_msg_size" | "max_msgs" | "max_bytes" | "max_consumers" => {
+            match v.as_i64() {
+                Some(n) if n > 0 => n.to_string(),
+                _ => "-1".into(),
+            }
+        }
+        "max_age" => (v.as_u64().unwrap_or(0) as f64 / 1e9).to_string(),
+        "subjects" => {
+            let mut s: Vec<String> = v
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| s.as_str().unwrap_or("?").to_string())
+                .collect();
+            s.sort();
+            s.join(", ")
+        }
+        "allow_rollup_hdrs" | "sealed" | "deny_delete" | "deny_purge" | "no_ack" => {
+            // The broker leaves out a flag that is off.
+            v.as_bool().unwrap_or(false).to_string()
+        }
+        _ => match v {
+            Value::Null => "none".into(),
+            Value::Array(a) if a.is_empty() => "none".into(),
+            Value::Object(o) if o.is_empty() => "none".into(),
+            Value::Bool(b) => b.to_string(),
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        },
     };
-    fields(existing)
-        .into_iter()
-        .zip(fields(planned))
-        .filter(|((_, broker), (_, plan))| broker != plan)
-        .map(|((name, broker), (_, plan))| format!("{name} {broker} -> {plan}"))
-        .collect()
+    PeerText::with_limit(&text, 200).to_string()
 }
 
 /// What the runner checks of an existing consumer, and what `reconcile` owns: the runner's
 /// own comparisons, so `--apply` and `svc run` judge a consumer alike.
-fn consumer_drift(existing: &ConsumerConfig, nats: &NatsConfig) -> Vec<String> {
+fn consumer_drift(existing: &Value, nats: &NatsConfig) -> Vec<String> {
     let mut d = Vec::new();
     if let Err(why) = check_bindable(existing, nats) {
         d.push(why);
     }
-    d.extend(settings_drift(existing, nats));
-    if existing.deliver_policy != DeliverPolicy::All {
+    let typed = typed_config(existing);
+    d.extend(settings_drift(&typed, nats));
+    if typed.deliver_policy != DeliverPolicy::All {
         d.push("deliver_policy is not all".into());
     }
     d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn mirrors_sources_and_a_sealed_stream_are_differences() {
+        let planned = StreamConfig {
+            name: "ORDERS".into(),
+            subjects: vec!["orders.>".into()],
+            max_msgs_per_subject: -1,
+            max_consumers: -1,
+            ..Default::default()
+        };
+        let mut broker = serde_json::to_value(&planned).unwrap();
+        assert_eq!(stream_drift(&broker, &planned), Vec::<String>::new());
+        broker["sealed"] = json!(true);
+        broker["mirror"] = json!({"name": "UPSTREAM"});
+        broker["sources"] = json!([{"name": "A"}]);
+        let drift = stream_drift(&broker, &planned);
+        assert_eq!(drift.len(), 3, "{drift:?}");
+        assert!(drift.iter().any(|d| d == "sealed true -> false"));
+        assert!(drift
+            .iter()
+            .any(|d| d.starts_with("mirror {") && d.ends_with("-> none")));
+        assert!(drift.iter().any(|d| d.starts_with("sources [")));
+    }
 }

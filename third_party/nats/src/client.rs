@@ -517,6 +517,19 @@ impl Client {
         Ok(new_sid)
     }
 
+    /// Tells the server this subscription wants no more messages (`UNSUB`), but keeps it
+    /// here: what the server sent before it read the `UNSUB` still reaches the subscription's
+    /// channel instead of being dropped (svc: a clean stop hands such deliveries back).
+    pub(crate) fn stop_interest(&self, sid: u64) -> io::Result<()> {
+        let mut write = self.state.write.lock();
+        if let Some(writer) = write.writer.as_mut() {
+            let max_msgs = None;
+            proto::encode(writer, ClientOp::Unsub { sid, max_msgs })?;
+            write.flush_kicker.try_send(()).ok();
+        }
+        Ok(())
+    }
+
     /// Unsubscribes from a subject.
     pub(crate) fn unsubscribe(&self, sid: u64) -> io::Result<()> {
         // Inject random delays when testing.

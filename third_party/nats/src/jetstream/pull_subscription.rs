@@ -399,6 +399,14 @@ impl PullSubscription {
         Ok(())
     }
 
+    /// Ends the server's interest in this subscription's inbox, keeping the subscription
+    /// here. The server drops the pull requests still open on the inbox (it delivers into a
+    /// waiting request only while its reply subject has interest), and what it delivered
+    /// before reading the `UNSUB` still arrives on this subscription (svc: a clean stop).
+    pub fn stop_interest(&self) -> io::Result<()> {
+        self.0.context.connection.0.client.stop_interest(self.0.pid)
+    }
+
     /// Low level API that should be used with care.
     /// For standard use cases consider using [`PullSubscription::fetch`] or [`PullSubscription::fetch_with_handler`].
     /// Returns iterator for Current Subscription.

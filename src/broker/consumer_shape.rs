@@ -1,0 +1,465 @@
+//! What an existing durable consumer must be for this runner, judged from the consumer's
+//! config as the broker itself reports it (the JSON of `$JS.API.CONSUMER.INFO`), not from the
+//! crate's typed `ConsumerConfig`: that struct lacks fields current servers have
+//! (`max_bytes`, `metadata`, `mem_storage`, `filter_subjects`, priority groups, ...), so
+//! judging or sending it back saw and kept only part of the consumer.
+//!
+//! Every field the broker reports is reviewed by name ([`review`]): a field that changes what
+//! is delivered refuses the consumer (at bind, in `stream-plan --apply`, and when the consumer
+//! watch sees it change under a running runner); the others are named with the reason they
+//! are harmless; a field this code does not know refuses the consumer when it is set to
+//! anything but its empty value, since nobody here has judged what it does.
+
+use std::io;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::Connection;
+use crate::text::peer::PeerText;
+
+/// Deadline of one JetStream API request (request and reply), as the crate's own.
+pub const API_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest API reply read; a consumer's info is about 1 KiB.
+pub const MAX_REPLY_BYTES: usize = 64 * 1024;
+
+/// The fields that do not change what a pull consumer with explicit acks on the configured
+/// subject delivers, each with the reason.
+const HARMLESS: &[(&str, &str)] = &[
+    (
+        "durable_name",
+        "the consumer's name, which the runner looked it up by",
+    ),
+    (
+        "name",
+        "the consumer's name, which the runner looked it up by",
+    ),
+    ("description", "text for people"),
+    ("metadata", "labels for people and tools"),
+    (
+        "deliver_policy",
+        "where the consumer began in the stream, used once when it was created; an existing \
+         consumer keeps its position (`--apply` reports a policy other than all)",
+    ),
+    (
+        "opt_start_seq",
+        "a starting point of deliver_policy, used once at creation",
+    ),
+    (
+        "opt_start_time",
+        "a starting point of deliver_policy, used once at creation",
+    ),
+    (
+        "ack_wait",
+        "when an unacknowledged message is redelivered: owned by reconcile, reported by --apply",
+    ),
+    (
+        "max_deliver",
+        "how often a message is delivered: owned by reconcile, reported by --apply; the \
+         dead-letter queue and advisories account for messages at the limit",
+    ),
+    (
+        "backoff",
+        "redelivery delays: owned by reconcile, reported by --apply",
+    ),
+    (
+        "max_ack_pending",
+        "how many deliveries may wait for their ACK: owned by reconcile, read at bind",
+    ),
+    (
+        "replay_policy",
+        "`original` paces deliveries at the publish rate: the same messages, later",
+    ),
+    (
+        "rate_limit_bps",
+        "push consumers only: the broker refuses it on a pull consumer (10086)",
+    ),
+    (
+        "flow_control",
+        "push consumers only: the broker refuses it on a pull consumer (10089)",
+    ),
+    (
+        "idle_heartbeat",
+        "push consumers only: the broker refuses it on a pull consumer (10088)",
+    ),
+    (
+        "deliver_group",
+        "push consumers only (a push consumer is refused by deliver_subject)",
+    ),
+    (
+        "sample_freq",
+        "the share of acknowledgements the broker reports as advisories: metrics only",
+    ),
+    (
+        "inactive_threshold",
+        "the broker deletes a consumer idle that long: the consumer watch stops the run with \
+         a clear error; its messages stay in the stream",
+    ),
+    (
+        "num_replicas",
+        "where the broker keeps the consumer's state; losing it redelivers, which sinks absorb",
+    ),
+    (
+        "mem_storage",
+        "the consumer's state in memory: a broker restart redelivers, which sinks absorb",
+    ),
+    (
+        "direct",
+        "set by the broker on its own mirror and source consumers; no effect on deliveries",
+    ),
+    (
+        "pause_until",
+        "the broker delivers nothing until then: the same messages, later",
+    ),
+    (
+        "priority_timeout",
+        "only with priority groups, which are refused",
+    ),
+    (
+        "max_batch",
+        "a pull request limit, checked against delivery.batch_size at start",
+    ),
+    (
+        "max_expires",
+        "a pull request limit, checked against delivery.fetch_expiry_ms at start",
+    ),
+    (
+        "max_bytes",
+        "a pull request limit, checked against each request's byte allowance at start",
+    ),
+    (
+        "max_waiting",
+        "a limit of open pull requests, checked against the runner's at start",
+    ),
+];
+
+/// The consumer's config as the broker reports it (`$JS.API.CONSUMER.INFO`'s `config`).
+/// A missing consumer is `ErrorKind::NotFound`.
+pub fn consumer_config(nc: &Connection, stream: &str, consumer: &str) -> io::Result<Value> {
+    let reply = api_request(
+        nc,
+        &format!("$JS.API.CONSUMER.INFO.{stream}.{consumer}"),
+        b"",
+    )?;
+    match reply {
+        Value::Object(mut m) => m
+            .remove("config")
+            .filter(Value::is_object)
+            .ok_or_else(|| io::Error::other("consumer info reply has no config")),
+        _ => Err(io::Error::other("consumer info reply is not an object")),
+    }
+}
+
+/// Creates or updates a durable consumer with exactly `config` (the broker's own JSON, with
+/// whatever the caller changed), answering the broker's error as an `io::Error`.
+pub fn put_consumer(nc: &Connection, stream: &str, config: &Value) -> io::Result<()> {
+    let name = config
+        .get("durable_name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let body = serde_json::json!({"stream_name": stream, "config": config});
+    api_request(
+        nc,
+        &format!("$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{name}"),
+        &serde_json::to_vec(&body)?,
+    )
+    .map(|_| ())
+}
+
+/// One JetStream API request; the broker's `error` becomes an `io::Error` (10014 and 10059,
+/// consumer or stream not found: `NotFound`) whose text is the broker's, bounded and escaped.
+pub fn api_request(nc: &Connection, subject: &str, body: &[u8]) -> io::Result<Value> {
+    let reply = nc.request_timeout(subject, body, API_TIMEOUT)?;
+    if reply.data.len() > MAX_REPLY_BYTES {
+        return Err(io::Error::other(format!(
+            "reply of {} bytes exceeds {MAX_REPLY_BYTES}",
+            reply.data.len()
+        )));
+    }
+    if reply.data.is_empty() {
+        return Err(io::Error::other("no JetStream answer (a status only)"));
+    }
+    let v: Value = serde_json::from_slice(&reply.data)
+        .map_err(|e| io::Error::other(format!("reply is not JSON: {e}")))?;
+    api_error(&v).map_or(Ok(v), Err)
+}
+
+/// The `error` of an API reply, if any.
+fn api_error(v: &Value) -> Option<io::Error> {
+    let error = v.get("error")?;
+    let code = error.get("err_code").and_then(Value::as_u64);
+    let description = error
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let kind = match code {
+        Some(10014 | 10059) => io::ErrorKind::NotFound,
+        _ => io::ErrorKind::Other,
+    };
+    let code = code.map_or_else(|| "?".to_string(), |c| c.to_string());
+    Some(io::Error::new(
+        kind,
+        format!("{} (error {code})", PeerText::new(description)),
+    ))
+}
+
+/// Why an existing consumer cannot serve this runner, judged field by field from the broker's
+/// JSON: not a pull consumer, not explicit acks, another filter, headers only, priority groups,
+/// or a field nobody here has judged set to a value. `Ok`: every field is one this runner
+/// checked or one of [`HARMLESS`].
+pub fn check_bindable(config: &Value, subject: &str) -> Result<(), String> {
+    let Some(fields) = config.as_object() else {
+        return Err("the broker's consumer config is not an object".into());
+    };
+    let problems = review(fields, subject);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// Every problem of `fields`, in the broker's order; the broker's text is escaped.
+fn review(fields: &Map<String, Value>, subject: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !fields.get("ack_policy").is_some_and(|p| p == "explicit") {
+        problems.push("must use explicit acknowledgement".to_string());
+    }
+    if let Some(why) = filter_problem(fields, subject) {
+        problems.push(why);
+    }
+    for (name, value) in fields {
+        let set = !is_empty(value);
+        match name.as_str() {
+            "ack_policy" | "filter_subject" | "filter_subjects" => {}
+            "deliver_subject" if set => {
+                problems.push("is a push consumer; a pull consumer is required".into())
+            }
+            "headers_only" if set => problems.push(
+                "delivers headers only (headers_only): the runner would store empty payloads; \
+                 a consumer that delivers whole messages is required"
+                    .into(),
+            ),
+            "priority_groups" if set => problems.push(
+                "has priority groups (priority_groups): the broker refuses pull requests that \
+                 name no group, and the runner names none"
+                    .into(),
+            ),
+            "priority_policy" => {
+                if set && value != "none" {
+                    problems.push(format!(
+                        "has priority policy \"{}\": the runner's pull requests name no group",
+                        PeerText::new(value.as_str().unwrap_or("?"))
+                    ))
+                }
+            }
+            n if HARMLESS.iter().any(|(h, _)| *h == n) => {}
+            _ if !set => {}
+            n => problems.push(format!(
+                "sets {} = {}, a consumer setting this svc does not know: it may change what \
+                 is delivered",
+                PeerText::new(n),
+                PeerText::with_limit(&value.to_string(), 80)
+            )),
+        }
+    }
+    problems
+}
+
+/// The filter must be exactly `subject`: `filter_subject`, or (nats-server 2.10 and later) a
+/// `filter_subjects` list of that one subject.
+fn filter_problem(fields: &Map<String, Value>, subject: &str) -> Option<String> {
+    let single = fields
+        .get("filter_subject")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let many: Vec<&str> = fields
+        .get("filter_subjects")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(|s| s.as_str().unwrap_or("?")).collect())
+        .unwrap_or_default();
+    let effective = match (single, many.as_slice()) {
+        (s, []) => s.to_string(),
+        ("", [one]) => one.to_string(),
+        (s, more) if s.is_empty() || more.iter().all(|m| *m == s) => more.join(", "),
+        (s, more) => format!("{s}, {}", more.join(", ")),
+    };
+    (effective != subject).then(|| {
+        // The broker's text last: the error's Display bounds and escapes it.
+        format!(
+            "nats.subject is \"{subject}\" but the consumer filters subject \"{}\"; they must \
+             be equal",
+            PeerText::new(&effective)
+        )
+    })
+}
+
+/// The consumer's filter as the broker reports it (for messages).
+pub fn filter_of(config: &Value) -> String {
+    match config.get("filter_subject").and_then(Value::as_str) {
+        Some(f) if !f.is_empty() => f.to_string(),
+        _ => config
+            .get("filter_subjects")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|s| s.as_str().unwrap_or("?"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// A field's "not set" value: what the broker reports for a default.
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
+}
+
+/// What the runner asks of each pull request, checked against the consumer's request limits.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestShape {
+    /// Messages per request (`delivery.batch_size`).
+    pub batch: usize,
+    /// A request's expiry (`delivery.fetch_expiry_ms`).
+    pub expires: Duration,
+    /// A request's byte allowance (`max_bytes`).
+    pub max_bytes: usize,
+    /// Pull requests the runner keeps open at once.
+    pub open_requests: usize,
+}
+
+/// Refuses a consumer whose pull request limits are below what the runner asks: the broker
+/// would refuse every request with a 409 and deliver nothing. Each problem names the consumer
+/// field and the setting of the runner to change.
+pub fn check_request_limits(config: &Value, asked: RequestShape) -> Result<(), String> {
+    let limit = |name: &str| {
+        config
+            .get(name)
+            .and_then(Value::as_i64)
+            .filter(|n| *n > 0)
+            .map(|n| n as u128)
+    };
+    let mut problems = Vec::new();
+    let mut compare = |field: &str, wanted: u128, what: &str, setting: &str| {
+        if let Some(max) = limit(field) {
+            if max < wanted {
+                problems.push(format!(
+                    "the consumer's {field} is {max} but the runner asks {wanted} {what} \
+                     ({setting}): raise {field} or lower {setting}"
+                ));
+            }
+        }
+    };
+    compare(
+        "max_batch",
+        asked.batch as u128,
+        "messages per pull request",
+        "delivery.batch_size",
+    );
+    compare(
+        "max_expires",
+        asked.expires.as_nanos(),
+        "nanoseconds of expiry per pull request",
+        "delivery.fetch_expiry_ms",
+    );
+    compare(
+        "max_bytes",
+        asked.max_bytes as u128,
+        "bytes per pull request",
+        "delivery.max_in_flight_bytes / max_in_flight_batches",
+    );
+    compare(
+        "max_waiting",
+        asked.open_requests as u128,
+        "open pull requests",
+        "the runner's pipelined pull requests",
+    );
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A pull consumer as nats-server 2.9.10 reports it.
+    fn reported() -> Value {
+        json!({"durable_name":"svc","deliver_policy":"all","ack_policy":"explicit",
+               "ack_wait":30000000000u64,"max_deliver":-1,"filter_subject":"orders.>",
+               "replay_policy":"instant","max_waiting":512,"max_ack_pending":1000,
+               "num_replicas":0})
+    }
+
+    #[test]
+    fn a_plain_pull_consumer_binds() {
+        assert_eq!(check_bindable(&reported(), "orders.>"), Ok(()));
+        let mut c = reported();
+        c["filter_subject"] = json!("");
+        c["filter_subjects"] = json!(["orders.>"]);
+        c["metadata"] = json!({"team": "x"});
+        c["mem_storage"] = json!(true);
+        c["priority_policy"] = json!("none");
+        c["some_future_field"] = json!(false);
+        assert_eq!(check_bindable(&c, "orders.>"), Ok(()));
+    }
+
+    #[test]
+    fn settings_that_change_what_is_delivered_are_refused() {
+        for (field, value, said) in [
+            ("headers_only", json!(true), "headers_only"),
+            ("deliver_subject", json!("push.x"), "push consumer"),
+            ("ack_policy", json!("all"), "explicit acknowledgement"),
+            (
+                "filter_subject",
+                json!("orders.a"),
+                "filters subject \"orders.a\"",
+            ),
+            ("filter_subjects", json!(["orders.a"]), "filters subject"),
+            ("priority_groups", json!(["g"]), "priority groups"),
+            ("priority_policy", json!("overflow"), "priority policy"),
+            ("some_future_field", json!(3), "does not know"),
+        ] {
+            let mut c = reported();
+            c[field] = value;
+            let why = check_bindable(&c, "orders.>").unwrap_err();
+            assert!(why.contains(said), "{field}: {why}");
+        }
+    }
+
+    #[test]
+    fn request_limits_below_what_the_runner_asks_are_refused() {
+        let asked = RequestShape {
+            batch: 256,
+            expires: Duration::from_secs(5),
+            max_bytes: 1 << 20,
+            open_requests: 2,
+        };
+        assert_eq!(check_request_limits(&reported(), asked), Ok(()));
+        for (field, value) in [
+            ("max_batch", 10),
+            ("max_expires", 1_000_000_000),
+            ("max_bytes", 1000),
+            ("max_waiting", 1),
+        ] {
+            let mut c = reported();
+            c[field] = json!(value);
+            let why = check_request_limits(&c, asked).unwrap_err();
+            assert!(
+                why.contains(&format!("consumer's {field} is {value}")),
+                "{why}"
+            );
+        }
+    }
+}
