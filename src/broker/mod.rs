@@ -28,7 +28,7 @@ use nats::jetstream::{
     ReplayPolicy,
 };
 
-use crate::message::envelope::RawMessage;
+use crate::message::envelope::{HeaderBlock, RawMessage};
 use crate::text::peer::PeerText;
 use config::{ConsumerMode, NatsConfig};
 pub use connection::connect;
@@ -419,12 +419,24 @@ fn split(m: nats::Message, names: &mut DeliveryNames) -> Option<(RawMessage, Ack
         unreadable,
         ..
     } = m;
+    let header_block = headers.as_ref().map_or_else(Default::default, |h| {
+        let counted = h.counted();
+        HeaderBlock {
+            lines: counted.lines,
+            bytes: counted.bytes,
+        }
+    });
     let headers = headers
         .filter(|_| unreadable.is_none())
         .map(|h| {
-            h.iter()
-                .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.clone())))
-                .collect()
+            // Exactly as many pairs as held: a growing vector could hold twice the room, which
+            // the credit (`pipeline::fetch::delivery_bytes`) does not charge.
+            let mut pairs = Vec::with_capacity(h.values().map(|vs| vs.len()).sum());
+            pairs.extend(
+                h.iter()
+                    .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.clone()))),
+            );
+            pairs
         })
         .unwrap_or_default();
     let handle = AckHandle {
@@ -443,6 +455,7 @@ fn split(m: nats::Message, names: &mut DeliveryNames) -> Option<(RawMessage, Ack
         headers,
         data,
         unreadable,
+        header_block,
     };
     Some((raw, handle, pending))
 }

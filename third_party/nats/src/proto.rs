@@ -205,13 +205,10 @@ pub(crate) fn decode(mut stream: impl BufRead) -> io::Result<Option<ServerOp>> {
             unreadable,
         }));
     }
-    let headers = match crate::header::parse_headers(&header_payload) {
-        Ok(h) => h,
-        Err(why) => {
-            unreadable.get_or_insert(why);
-            HeaderMap::default()
-        }
-    };
+    let (headers, why) = crate::header::read_headers(&header_payload);
+    if let Some(why) = why {
+        unreadable.get_or_insert(why);
+    }
     Ok(Some(ServerOp::Hmsg {
         subject,
         headers,
