@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::broker::NatsServer;
 use crate::support::certs::*;
 use crate::support::process::*;
 use crate::support::*;
@@ -499,4 +500,151 @@ fn a_plaintext_seed_advertising_remote_servers_is_refused_before_connect() {
     });
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// How a hostile broker behaves once a client connects.
+#[derive(Clone, Copy, Debug)]
+enum Stall {
+    /// Accepts and never sends a byte.
+    Silent,
+    /// Sends INFO, reads everything, never answers the PING.
+    InfoThenNoPong,
+    /// Sends INFO, then PINGs as fast as it can, never a PONG.
+    PingFlood,
+    /// Sends an INFO line that never ends.
+    EndlessInfo,
+}
+
+/// A broker that stalls every connection its own way (each in its own thread, which ends when
+/// the client goes away). Returns its port.
+fn start_stalling_broker(stall: Stall) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::Builder::new()
+        .name(format!("stall-{stall:?}"))
+        .spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                std::thread::spawn(move || stall_one(stream, stall, port));
+            }
+        })
+        .unwrap();
+    port
+}
+
+fn stall_one(mut stream: std::net::TcpStream, stall: Stall, port: u16) {
+    let info = format!(
+        "INFO {{\"server_id\":\"stall\",\"version\":\"2.10.0\",\"proto\":1,\"host\":\"127.0.0.1\",\
+         \"port\":{port},\"max_payload\":1048576,\"headers\":true,\"client_id\":1}}\r\n"
+    );
+    let mut reader = stream.try_clone().unwrap();
+    // Reads (and drops) what the client sends until it hangs up.
+    let drain = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    match stall {
+        Stall::Silent => {}
+        Stall::InfoThenNoPong => {
+            let _ = stream.write_all(info.as_bytes());
+        }
+        Stall::PingFlood => {
+            let _ = stream.write_all(info.as_bytes());
+            let pings = b"PING\r\n".repeat(1000);
+            while stream.write_all(&pings).is_ok() {}
+        }
+        Stall::EndlessInfo => {
+            let _ = stream.write_all(b"INFO {\"server_id\":\"");
+            let chunk = vec![b'x'; 64 * 1024];
+            while stream.write_all(&chunk).is_ok() {}
+        }
+    }
+    let _ = drain.join();
+}
+
+/// A config for `orders.>` of stream ORDERS through durable `svc` at `urls`, files into `dir`.
+fn config_at(dir: &Path, urls: &[String]) -> std::path::PathBuf {
+    write_config(
+        dir,
+        "c.json",
+        &json!({"nats": {"urls": urls, "stream": "ORDERS", "consumer": "svc",
+                         "subject": "orders.>"},
+                "sink": {"type": "file", "directory": dir.join("out")}}),
+    )
+}
+
+/// A broker that stalls the handshake costs a connect its one deadline, never more: `svc
+/// inspect --timeout 2` against a silent server, one that sends INFO and never PONG, one that
+/// floods PINGs and one whose INFO line never ends, exits 1 within about its timeout, naming
+/// the connect. (The client once waited forever in each, and read an endless INFO line into
+/// memory without bound.)
+#[test]
+fn a_stalling_broker_costs_inspect_its_timeout_only() {
+    for stall in [
+        Stall::Silent,
+        Stall::InfoThenNoPong,
+        Stall::PingFlood,
+        Stall::EndlessInfo,
+    ] {
+        let port = start_stalling_broker(stall);
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config_at(dir.path(), &[format!("nats://127.0.0.1:{port}")]);
+        let started = Instant::now();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_svc"));
+        cmd.arg("inspect").arg(&cfg).args(["--timeout", "2"]);
+        let mut inspect = Runner::spawn(&mut cmd, &dir.path().join("inspect.log"));
+        let status = inspect.wait_timeout(Duration::from_secs(15));
+        let elapsed = started.elapsed();
+        let log = inspect.log_text();
+        let status = status.unwrap_or_else(|| panic!("{stall:?}: inspect still running\n{log}"));
+        assert_eq!(status.code(), Some(1), "{stall:?}: {log}");
+        assert!(
+            elapsed < Duration::from_secs(5),
+            "{stall:?}: {elapsed:?} for --timeout 2\n{log}"
+        );
+        assert!(log.contains("svc: broker: connect"), "{stall:?}: {log}");
+    }
+}
+
+/// `svc run` with three seeds, two of which accept and never answer, reaches the healthy one
+/// (whichever order the client tries them in) and delivers; the client once stayed in the
+/// first hung seed for good.
+#[test]
+fn run_with_hung_seeds_reaches_the_healthy_one() {
+    let server = NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer("ORDERS", "svc", "orders.>", Duration::from_secs(30));
+    server.publish_n("ORDERS", "orders.created", 3, |i| {
+        format!("{{\"n\":{i}}}").into_bytes()
+    });
+    let hung: Vec<String> = (0..2)
+        .map(|_| format!("nats://127.0.0.1:{}", start_stalling_broker(Stall::Silent)))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let mut urls = hung.clone();
+    urls.insert(1, server.url());
+    let cfg = config_at(dir.path(), &urls);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    // Two hung seeds at 5 s each at most, then the healthy one.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.try_consumer_state("ORDERS", "svc") != Some((3, 0, 0)) {
+        assert!(
+            Instant::now() < deadline,
+            "not delivered from the healthy seed\n{}",
+            runner.log_text()
+        );
+        assert!(
+            runner.child.try_wait().unwrap().is_none(),
+            "{}",
+            runner.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(15)).is_some());
+    let stored = files_below(&dir.path().join("out"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .count();
+    assert_eq!(stored, 3);
 }

@@ -33,12 +33,12 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Refuses to start when a plaintext seed, to which the credentials may go (loopback, per
 /// validation), advertises servers off the host: a reconnect would carry the credentials to
 /// them in clear. A seed that cannot be probed is left to the connect that follows.
-fn check_advertised_servers(cfg: &NatsConfig) -> Result<(), BrokerError> {
+fn check_advertised_servers(cfg: &NatsConfig, timeout: Duration) -> Result<(), BrokerError> {
     if cfg.tls_required || cfg.allow_plaintext_credentials || cfg.auth == NatsAuth::None {
         return Ok(());
     }
     for url in &cfg.urls {
-        let Ok(remote) = probe::advertised_remote_plaintext(url, PROBE_TIMEOUT) else {
+        let Ok(remote) = probe::advertised_remote_plaintext(url, timeout.min(PROBE_TIMEOUT)) else {
             continue;
         };
         if !remote.is_empty() {
@@ -58,13 +58,26 @@ fn check_advertised_servers(cfg: &NatsConfig) -> Result<(), BrokerError> {
 }
 
 /// Connects with the configured auth and TLS, counting connection events into `metrics` and
-/// keeping the broker's permission violations in `denials`.
+/// keeping the broker's permission violations in `denials`. Each attempt to one server (TCP,
+/// INFO, TLS, CONNECT, the first PONG) takes at most the client's default 5 s
+/// ([`nats::DEFAULT_CONNECT_TIMEOUT`]); then the next server is tried.
 pub fn connect(
     cfg: &NatsConfig,
     metrics: Arc<Metrics>,
     denials: Arc<Denials>,
 ) -> Result<Connection, BrokerError> {
-    check_advertised_servers(cfg)?;
+    connect_within(cfg, metrics, denials, nats::DEFAULT_CONNECT_TIMEOUT)
+}
+
+/// [`connect`] with each attempt to one server bounded by `timeout` (an operator command's
+/// `--timeout`).
+pub fn connect_within(
+    cfg: &NatsConfig,
+    metrics: Arc<Metrics>,
+    denials: Arc<Denials>,
+    timeout: Duration,
+) -> Result<Connection, BrokerError> {
+    check_advertised_servers(cfg, timeout)?;
     let mut opts = match &cfg.auth {
         NatsAuth::None => nats::Options::new(),
         NatsAuth::UserPassword {
@@ -93,6 +106,7 @@ pub fn connect(
     let (m1, m2, m3) = (metrics.clone(), metrics.clone(), metrics);
     opts = opts
         .with_name(&cfg.connection_name)
+        .connect_timeout(timeout)
         // Reconnect forever: an outage must not end the runner; unacked work is redelivered.
         .max_reconnects(None)
         .reconnect_delay_callback(connect_delay)
