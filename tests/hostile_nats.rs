@@ -648,3 +648,110 @@ fn run_with_hung_seeds_reaches_the_healthy_one() {
         .count();
     assert_eq!(stored, 3);
 }
+
+/// A proxy in front of a real broker that adds `entry` to the `connect_urls` of every INFO
+/// greeting it passes on. Returns its port and the client-side sockets, to cut them.
+fn start_info_rewriting_proxy(
+    upstream: u16,
+    entry: &'static str,
+) -> (u16, Arc<Mutex<Vec<std::net::TcpStream>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let clients = Arc::new(Mutex::new(Vec::new()));
+    let kept = clients.clone();
+    std::thread::Builder::new()
+        .name("info-proxy".into())
+        .spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                kept.lock().unwrap().push(client.try_clone().unwrap());
+                let (mut c_in, mut c_out) = (client.try_clone().unwrap(), client);
+                let (mut s_in, mut s_out) = (server.try_clone().unwrap(), server);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c_in, &mut s_out);
+                    let _ = s_out.shutdown(std::net::Shutdown::Both);
+                });
+                std::thread::spawn(move || {
+                    let mut greeting = Vec::new();
+                    let mut byte = [0u8];
+                    while !greeting.ends_with(b"\r\n") {
+                        if s_in.read_exact(&mut byte).is_err() {
+                            return;
+                        }
+                        greeting.push(byte[0]);
+                    }
+                    let text = String::from_utf8(greeting).unwrap().replacen(
+                        "INFO {",
+                        &format!("INFO {{\"connect_urls\":[\"{entry}\"],"),
+                        1,
+                    );
+                    let _ = c_out.write_all(text.as_bytes());
+                    let _ = std::io::copy(&mut s_in, &mut c_out);
+                    let _ = c_out.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        })
+        .unwrap();
+    (port, clients)
+}
+
+/// A `connect_urls` entry that is not a server address is skipped, reported once, and the
+/// client goes on: it delivers, and after the connection is cut it reconnects and delivers
+/// again. (It once ended the client's thread for good: the runner stayed up, said
+/// "reconnecting" and delivered nothing.)
+#[test]
+fn a_malformed_advertised_server_is_skipped_and_the_client_reconnects() {
+    let server = NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer("ORDERS", "svc", "orders.>", Duration::from_secs(30));
+    let upstream: u16 = server.url().rsplit(':').next().unwrap().parse().unwrap();
+    let (port, clients) = start_info_rewriting_proxy(upstream, "127.0.0.1:99999\\u001b[2J");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_at(dir.path(), &[format!("nats://127.0.0.1:{port}")]);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    let delivered = |n: u64, runner: &mut Runner| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while server.try_consumer_state("ORDERS", "svc") != Some((n, 0, 0)) {
+            assert!(
+                Instant::now() < deadline,
+                "{n} not delivered\n{}",
+                runner.log_text()
+            );
+            assert!(
+                runner.child.try_wait().unwrap().is_none(),
+                "{}",
+                runner.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    server.publish_n("ORDERS", "orders.created", 2, |i| {
+        format!("{{\"n\":{i}}}").into_bytes()
+    });
+    delivered(2, &mut runner);
+    for c in clients.lock().unwrap().drain(..) {
+        let _ = c.shutdown(std::net::Shutdown::Both);
+    }
+    server.publish_n("ORDERS", "orders.created", 2, |i| {
+        format!("{{\"n\":{i}}}").into_bytes()
+    });
+    delivered(4, &mut runner);
+    runner.signal("TERM");
+    assert_eq!(
+        runner.wait_timeout(Duration::from_secs(15)).unwrap().code(),
+        Some(0)
+    );
+    let log = runner.log_text();
+    assert_eq!(
+        log.matches("skipped a connect_urls entry").count(),
+        1,
+        "reported once: {log}"
+    );
+    assert!(
+        !log.contains('\u{1b}'),
+        "the entry is shown escaped: {log:?}"
+    );
+}

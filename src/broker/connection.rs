@@ -104,6 +104,7 @@ pub fn connect_within(
     // address. `cfg.tls_required` is already true for every TLS trigger (config validation).
     opts = opts.tls_required(cfg.tls_required);
     let (m1, m2, m3) = (metrics.clone(), metrics.clone(), metrics);
+    let ended = denials.clone();
     opts = opts
         .with_name(&cfg.connection_name)
         .connect_timeout(timeout)
@@ -118,6 +119,10 @@ pub fn connect_within(
             Metrics::add(&m2.counters.broker_connection_reconnects_total, 1);
             log::info!("broker: reconnected");
         })
+        // The client's thread ends only when the connection is closed on purpose; if it ever
+        // ends otherwise, the runner must stop rather than wait for a reconnect that never
+        // comes.
+        .close_callback(move || ended.note_client_ended())
         .error_callback(move |e| {
             Metrics::add(&m3.counters.broker_connection_errors_total, 1);
             let text = e.to_string();

@@ -163,6 +163,11 @@ impl Fetcher {
             if let Some(denied) = self.denials.first() {
                 break Err(broker::permissions::runner_error(&denied));
             }
+            if self.denials.client_ended() {
+                break Err("broker: the client's connection thread ended; it will not \
+                           reconnect"
+                    .to_string());
+            }
             if let Err(e) = self.watch.check_if_due(now) {
                 break Err(e);
             }

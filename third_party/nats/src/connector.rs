@@ -44,6 +44,9 @@ pub(crate) struct Connector {
 
     /// TLS config.
     tls_config: Arc<ClientConfig>,
+
+    /// Entries of the servers' INFO `connect_urls` that were not server addresses, skipped.
+    skipped_urls: usize,
 }
 
 fn configure_tls(options: &Arc<Options>) -> Result<ClientConfig, Error> {
@@ -147,6 +150,7 @@ impl Connector {
             attempts: urls.into_iter().map(|url| (url, 0)).collect(),
             options,
             tls_config: Arc::new(tls_config),
+            skipped_urls: 0,
         };
 
         Ok(connector)
@@ -155,6 +159,29 @@ impl Connector {
     /// Adds an URL to the list of servers.
     pub(crate) fn add_server(&mut self, url: ServerAddress) {
         self.attempts.insert(url, 0);
+    }
+
+    /// Adds the servers a server advertises (INFO `connect_urls`). An entry that is not a
+    /// server address is skipped and counted; the first one is reported through the error
+    /// callback, once. (Returning its parse error here once ended the client's thread for
+    /// good: the client never connected again.)
+    pub(crate) fn add_advertised(&mut self, urls: &[String], client: &crate::client::Client) {
+        for url in urls {
+            match url.parse() {
+                Ok(address) => self.add_server(address),
+                Err(_) => {
+                    self.skipped_urls += 1;
+                    if self.skipped_urls == 1 {
+                        let why = format!(
+                            "skipped a connect_urls entry of the server's INFO that is not a \
+                             server address: {url}"
+                        );
+                        let error = Error::new(ErrorKind::InvalidData, why);
+                        self.options.error_callback.call(client, error);
+                    }
+                }
+            }
+        }
     }
 
     pub(crate) fn get_options(&self) -> Arc<Options> {
@@ -190,7 +217,11 @@ impl Connector {
     ///
     /// If `use_backoff` is `true`, this method will try connecting in a loop
     /// and will back off after failed connect attempts.
-    pub(crate) fn connect(&mut self, use_backoff: bool) -> io::Result<(ServerInfo, NatsStream)> {
+    pub(crate) fn connect(
+        &mut self,
+        use_backoff: bool,
+        client: &crate::client::Client,
+    ) -> io::Result<(ServerInfo, NatsStream)> {
         // The last seen error, which gets returned if all connect attempts
         // fail.
         let mut last_err = Error::new(ErrorKind::AddrNotAvailable, "no socket addresses");
@@ -239,9 +270,7 @@ impl Connector {
                     };
 
                     // Add URLs discovered through the INFO message.
-                    for url in &server_info.connect_urls {
-                        self.add_server(url.parse()?);
-                    }
+                    self.add_advertised(&server_info.connect_urls, client);
 
                     *self.attempts.get_mut(server).unwrap() = 0;
                     return Ok((server_info, stream));
