@@ -755,3 +755,44 @@ fn a_malformed_advertised_server_is_skipped_and_the_client_reconnects() {
         "the entry is shown escaped: {log:?}"
     );
 }
+
+/// `svc run` stops on SIGTERM within `shutdown_timeout_seconds` while the broker is gone: the
+/// final flush waits for its PONG no longer than its timeout, and the client's reconnect loop
+/// ends when the client is closed. (The flush once waited for a PONG forever, and closing the
+/// client waited for a reconnect loop that never ends while the broker is down.)
+#[test]
+fn run_stops_on_sigterm_while_the_broker_is_unreachable() {
+    let mut server = NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer("ORDERS", "svc", "orders.>", Duration::from_secs(30));
+    server.publish_n("ORDERS", "orders.created", 2, |i| {
+        format!("{{\"n\":{i}}}").into_bytes()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &json!({"nats": {"url": server.url(), "stream": "ORDERS", "consumer": "svc",
+                         "subject": "orders.>"},
+                "delivery": {"shutdown_timeout_seconds": 5},
+                "sink": {"type": "file", "directory": dir.path().join("out")}}),
+    );
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "2 delivered", || {
+        server.try_consumer_state("ORDERS", "svc") == Some((2, 0, 0))
+    });
+    server.kill();
+    wait_until(Duration::from_secs(30), "the runner to notice", || {
+        runner.log_text().contains("connection lost")
+    });
+    let started = Instant::now();
+    runner.signal("TERM");
+    let status = runner.wait_timeout(Duration::from_secs(20));
+    let elapsed = started.elapsed();
+    let log = runner.log_text();
+    assert!(status.is_some(), "still running 20 s after SIGTERM\n{log}");
+    assert!(
+        elapsed <= Duration::from_secs(5),
+        "{elapsed:?} from SIGTERM to exit, shutdown_timeout_seconds 5\n{log}"
+    );
+}

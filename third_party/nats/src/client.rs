@@ -329,10 +329,18 @@ impl Client {
             receiver
         };
 
-        // Wait until the PONG operation is received.
-        match pong.recv() {
+        // Wait until the PONG operation is received, for the same timeout: while the server
+        // is unreachable no PONG comes (the PING waits in no writer), and an unbounded wait
+        // here kept a stopping runner alive for good.
+        match pong.recv_timeout(timeout) {
             Ok(()) => Ok(()),
-            Err(_) => Err(Error::new(ErrorKind::ConnectionReset, "flush failed")),
+            Err(channel::RecvTimeoutError::Timeout) => Err(Error::new(
+                ErrorKind::TimedOut,
+                "flush: the server did not answer in time",
+            )),
+            Err(channel::RecvTimeoutError::Disconnected) => {
+                Err(Error::new(ErrorKind::ConnectionReset, "flush failed"))
+            }
         }
     }
 
@@ -390,7 +398,7 @@ impl Client {
         !old
     }
 
-    fn check_shutdown(&self) -> io::Result<()> {
+    pub(crate) fn check_shutdown(&self) -> io::Result<()> {
         if *self.shutdown.lock() {
             Err(Error::new(ErrorKind::NotConnected, "the client is closed"))
         } else {

@@ -233,6 +233,8 @@ impl Connector {
 
             // Iterate over the server list in random order.
             for server in &servers {
+                // A client being closed stops trying: its owner waits for this thread.
+                client.check_shutdown()?;
                 // Calculate sleep duration for exponential backoff and bump the
                 // reconnect counter.
                 let reconnects = self.attempts.get_mut(server).unwrap();
@@ -254,8 +256,8 @@ impl Connector {
 
                 for addr in addrs {
                     // Sleep for some time if this is not the first connection
-                    // attempt for this server.
-                    thread::sleep(sleep_duration);
+                    // attempt for this server (in slices, to see a close at once).
+                    sleep_unless_closed(sleep_duration, client)?;
 
                     // Try connecting to this address.
                     let res = self.connect_addr(addr, server);
@@ -402,6 +404,20 @@ impl Connector {
             }
         }
         Ok(connect_info)
+    }
+}
+
+/// Sleeps `duration`, returning early with an error once `client` is being closed.
+fn sleep_unless_closed(duration: Duration, client: &crate::client::Client) -> io::Result<()> {
+    const SLICE: Duration = Duration::from_millis(50);
+    let until = Instant::now() + duration;
+    loop {
+        client.check_shutdown()?;
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        thread::sleep(left.min(SLICE));
     }
 }
 
