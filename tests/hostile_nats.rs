@@ -796,3 +796,31 @@ fn run_stops_on_sigterm_while_the_broker_is_unreachable() {
         "{elapsed:?} from SIGTERM to exit, shutdown_timeout_seconds 5\n{log}"
     );
 }
+
+/// A wrong token: the broker's refusal is shown as the broker said it, in Display, not as the
+/// client's `Debug` of its parsed operation (`Err("Authorization Violation")`).
+#[test]
+fn a_refused_connect_shows_the_brokers_words_not_debug() {
+    let server = NatsServer::start_with(&["--auth", "the-right-token"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &json!({"nats": {"url": server.url(), "stream": "ORDERS", "consumer": "svc",
+                         "subject": "orders.>",
+                         "auth": {"mode": "token", "token_env": "SVC_TEST_TOKEN"}},
+                "sink": {"type": "file", "directory": dir.path().join("out")}}),
+    );
+    let (code, out, err) = svc_with_env(
+        &["run", cfg.to_str().unwrap()],
+        &[("SVC_TEST_TOKEN", "a-wrong-token")],
+    );
+    let log = format!("{out}{err}");
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains("broker: connect: the server answered -ERR 'Authorization Violation'"),
+        "{log}"
+    );
+    assert!(!log.contains("Err(\""), "{log}");
+    assert!(!log.contains("a-wrong-token"), "{log}");
+}

@@ -468,7 +468,7 @@ fn read_info(mut stream: &TcpStream, deadline: Instant) -> io::Result<ServerInfo
         Some(ServerOp::Info(server_info)) => Ok(server_info),
         Some(op) => Err(Error::new(
             ErrorKind::Other,
-            format!("expected INFO, received: {op:?}"),
+            format!("expected INFO, received {}", op.describe()),
         )),
         None => Err(Error::new(ErrorKind::UnexpectedEof, "connection closed")),
     }
@@ -507,7 +507,7 @@ fn await_pong(stream: &mut NatsStream) -> io::Result<()> {
             Some(op) => {
                 return Err(Error::new(
                     ErrorKind::InvalidData,
-                    format!("unexpected line while connecting: {op:?}"),
+                    format!("the server answered {} while connecting", op.describe()),
                 ));
             }
 
