@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::config::{NatsAuth, NatsConfig};
 use super::{invalid, probe, BrokerError, Connection, Denials};
 use crate::backoff::{Backoff, Growth, Jitter};
-use crate::message::protection::keys::read_private_file;
+use crate::message::protection::keys::{read_private_file, read_private_file_up_to};
 use crate::metrics::Metrics;
 use crate::text::peer::PeerText;
 
@@ -88,7 +88,7 @@ pub fn connect_within(
             &secret_from_env(password_env)?,
         ),
         NatsAuth::Token { token_env } => nats::Options::with_token(&secret_from_env(token_env)?),
-        NatsAuth::CredentialsFile { path } => nats::Options::with_credentials(path),
+        NatsAuth::CredentialsFile { path } => credentials_options(path)?,
         NatsAuth::NKey { seed_file } => nkey_options(seed_file)?,
     };
     if let Some(ca) = &cfg.tls_ca_file {
@@ -177,6 +177,32 @@ fn client_identity(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), Broker
         )
     })?;
     Ok((cert_pem, key_pem.into_bytes()))
+}
+
+/// Largest NATS credentials file read: a user JWT (a few KiB with many permissions) and the
+/// seed.
+pub const MAX_CREDS_FILE_BYTES: u64 = 64 * 1024;
+
+/// Reads a NATS credentials file (user JWT and NKey seed) by the payload keys' rule (no link,
+/// a regular file opened without blocking, owned by the service's user or root, readable by
+/// its owner only, at most [`MAX_CREDS_FILE_BYTES`]), once: the client signs with what was
+/// read and never opens the path itself (it used to, at every connect, following links and
+/// blocking on a FIFO).
+pub fn read_credentials_file(path: &Path) -> Result<String, String> {
+    read_private_file_up_to(path, MAX_CREDS_FILE_BYTES)
+}
+
+fn credentials_options(path: &Path) -> Result<nats::Options, BrokerError> {
+    let what = |why: &str| {
+        invalid(
+            "connect",
+            &format!("nats.auth.credentials_file {}: {why}", path.display()),
+        )
+    };
+    let text = read_credentials_file(path).map_err(|e| what(&e))?;
+    // The parse error is not shown: it could quote the file.
+    nats::Options::with_static_credentials(&text)
+        .map_err(|_| what("is not a NATS credentials file (a user JWT and an NKey seed)"))
 }
 
 /// NKey authentication: the seed (a private file: the payload keys' rule) signs the server's

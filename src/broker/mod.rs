@@ -31,7 +31,7 @@ use nats::jetstream::{
 use crate::message::envelope::{HeaderBlock, RawMessage};
 use crate::text::peer::PeerText;
 use config::{ConsumerMode, NatsConfig};
-pub use connection::{connect, connect_within};
+pub use connection::{connect, connect_within, read_credentials_file};
 pub use permissions::Denials;
 
 /// The broker connection (aliased so the crate's deprecation allowance stays in this module).
