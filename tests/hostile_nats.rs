@@ -513,6 +513,8 @@ enum Stall {
     PingFlood,
     /// Sends an INFO line that never ends.
     EndlessInfo,
+    /// Asks for TLS in its INFO, then never answers the client's TLS hello.
+    SilentTls,
 }
 
 /// A broker that stalls every connection its own way (each in its own thread, which ends when
@@ -535,7 +537,7 @@ fn start_stalling_broker(stall: Stall) -> u16 {
 fn stall_one(mut stream: std::net::TcpStream, stall: Stall, port: u16) {
     let info = format!(
         "INFO {{\"server_id\":\"stall\",\"version\":\"2.10.0\",\"proto\":1,\"host\":\"127.0.0.1\",\
-         \"port\":{port},\"max_payload\":1048576,\"headers\":true,\"client_id\":1}}\r\n"
+         \"port\":{port},\"max_payload\":1048576,\"headers\":true,\"client_id\":1,\"go\":\"go1.22\"}}\r\n"
     );
     let mut reader = stream.try_clone().unwrap();
     // Reads (and drops) what the client sends until it hangs up.
@@ -552,6 +554,10 @@ fn stall_one(mut stream: std::net::TcpStream, stall: Stall, port: u16) {
             let _ = stream.write_all(info.as_bytes());
             let pings = b"PING\r\n".repeat(1000);
             while stream.write_all(&pings).is_ok() {}
+        }
+        Stall::SilentTls => {
+            let tls = info.replace("\"client_id\":1", "\"client_id\":1,\"tls_required\":true");
+            let _ = stream.write_all(tls.as_bytes());
         }
         Stall::EndlessInfo => {
             let _ = stream.write_all(b"INFO {\"server_id\":\"");
@@ -575,16 +581,21 @@ fn config_at(dir: &Path, urls: &[String]) -> std::path::PathBuf {
 
 /// A broker that stalls the handshake costs a connect its one deadline, never more: `svc
 /// inspect --timeout 2` against a silent server, one that sends INFO and never PONG, one that
-/// floods PINGs and one whose INFO line never ends, exits 1 within about its timeout, naming
-/// the connect. (The client once waited forever in each, and read an endless INFO line into
-/// memory without bound.)
+/// floods PINGs, one whose INFO line never ends and one that asks for TLS and never answers
+/// the hello, exits 1 within about its timeout, naming the connect. (The client once waited
+/// forever in each, and read an endless INFO line into memory without bound.)
 #[test]
 fn a_stalling_broker_costs_inspect_its_timeout_only() {
-    for stall in [
-        Stall::Silent,
-        Stall::InfoThenNoPong,
-        Stall::PingFlood,
-        Stall::EndlessInfo,
+    const DEADLINE: &str = "the server did not complete the handshake in time";
+    for (stall, why) in [
+        (Stall::Silent, DEADLINE),
+        (Stall::InfoThenNoPong, DEADLINE),
+        (Stall::PingFlood, "the server sent PINGs but no PONG"),
+        (
+            Stall::EndlessInfo,
+            "the server's INFO line is longer than 64 KiB",
+        ),
+        (Stall::SilentTls, DEADLINE),
     ] {
         let port = start_stalling_broker(stall);
         let dir = tempfile::tempdir().unwrap();
@@ -602,7 +613,10 @@ fn a_stalling_broker_costs_inspect_its_timeout_only() {
             elapsed < Duration::from_secs(5),
             "{stall:?}: {elapsed:?} for --timeout 2\n{log}"
         );
-        assert!(log.contains("svc: broker: connect"), "{stall:?}: {log}");
+        assert!(
+            log.contains("svc: broker: connect: ") && log.contains(why),
+            "{stall:?}: {log}"
+        );
     }
 }
 
