@@ -838,3 +838,82 @@ fn a_refused_connect_shows_the_brokers_words_not_debug() {
     assert!(!log.contains("Err(\""), "{log}");
     assert!(!log.contains("a-wrong-token"), "{log}");
 }
+
+/// A proxy in front of a real broker that, once `frozen` is set, forwards nothing either way
+/// and keeps every connection open: a broker that stopped answering (a black hole).
+fn start_freezable_proxy(upstream: u16) -> (u16, Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::AtomicBool;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let frozen = Arc::new(AtomicBool::new(false));
+    let f = frozen.clone();
+    let pump =
+        |mut from: std::net::TcpStream, mut to: std::net::TcpStream, frozen: Arc<AtomicBool>| {
+            let mut buf = [0u8; 16 * 1024];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                // Frozen: what arrives is read and dropped, never answered.
+                if !frozen.load(Ordering::SeqCst) && to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        };
+    std::thread::Builder::new()
+        .name("freezable-proxy".into())
+        .spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (f1, f2) = (f.clone(), f.clone());
+                std::thread::spawn(move || pump(client, server, f1));
+                std::thread::spawn(move || pump(s2, c2, f2));
+            }
+        })
+        .unwrap();
+    (port, frozen)
+}
+
+/// `svc run` stops on SIGTERM within `shutdown_timeout_seconds` when the broker's connection
+/// is open but nothing answers any more: the final flush's PING is written, and its PONG is
+/// waited for no longer than the flush's timeout (it was waited for forever).
+#[test]
+fn run_stops_on_sigterm_while_the_broker_no_longer_answers() {
+    let server = NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer("ORDERS", "svc", "orders.>", Duration::from_secs(30));
+    server.publish_n("ORDERS", "orders.created", 2, |i| {
+        format!("{{\"n\":{i}}}").into_bytes()
+    });
+    let upstream: u16 = server.url().rsplit(':').next().unwrap().parse().unwrap();
+    let (port, frozen) = start_freezable_proxy(upstream);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &json!({"nats": {"url": format!("nats://127.0.0.1:{port}"), "stream": "ORDERS",
+                         "consumer": "svc", "subject": "orders.>"},
+                "delivery": {"shutdown_timeout_seconds": 5},
+                "sink": {"type": "file", "directory": dir.path().join("out")}}),
+    );
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "2 delivered", || {
+        server.try_consumer_state("ORDERS", "svc") == Some((2, 0, 0))
+    });
+    frozen.store(true, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    runner.signal("TERM");
+    let status = runner.wait_timeout(Duration::from_secs(20));
+    let elapsed = started.elapsed();
+    let log = runner.log_text();
+    assert!(status.is_some(), "still running 20 s after SIGTERM\n{log}");
+    assert!(
+        elapsed <= Duration::from_secs(5),
+        "{elapsed:?} from SIGTERM to exit, shutdown_timeout_seconds 5\n{log}"
+    );
+}
