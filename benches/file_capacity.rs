@@ -228,6 +228,7 @@ fn records(stream: &str, n: usize) -> Vec<(u64, Vec<u8>)> {
                 headers: Vec::new(),
                 data,
                 unreadable: None,
+                header_block: Default::default(),
             };
             let env = normalize(&raw, 1_700_000_001_000_000_000, &EnvelopeConfig::default()).0;
             let mut buf = Vec::new();

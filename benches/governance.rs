@@ -119,6 +119,7 @@ fn main() {
         ],
         data: br#"{"order":42,"amount":"12.30","currency":"EUR","items":[1,2,3]}"#.to_vec(),
         unreadable: None,
+        header_block: Default::default(),
     };
     let labels_only = normalizer(&config(json!({})));
     let governed = normalizer(&config(json!({

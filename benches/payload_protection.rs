@@ -92,6 +92,7 @@ fn raw(i: usize, headers: Vec<(String, String)>) -> RawMessage {
         headers,
         data: support::body(i, SIZE),
         unreadable: None,
+        header_block: Default::default(),
     }
 }
 

@@ -652,3 +652,87 @@ fn nkey_user_authenticates_with_its_seed_file() {
     // An NKey sends a signature of the server's nonce, never a secret: no warning.
     assert!(!log.contains("without TLS"), "{log}");
 }
+
+/// `credentials_file` (the runner's) and `SVC_ADMIN_NATS_CREDS` (`stream-plan --apply`'s) get
+/// the NKey seed file's rule: a FIFO, a link, a file others may read and a file that is no
+/// credentials file are refused at once, naming the field or variable and never quoting the
+/// file. (The client opened the path itself at every connect: a FIFO hung `svc inspect`.)
+#[test]
+fn credentials_files_get_the_private_file_checks() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("creds.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let open = dir.path().join("open.creds");
+    std::fs::write(&open, "x").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let garbage = dir.path().join("garbage.creds");
+    std::fs::write(&garbage, "SECRET-GARBAGE-NOT-A-JWT").unwrap();
+    std::fs::set_permissions(&garbage, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let link = dir.path().join("link.creds");
+    std::os::unix::fs::symlink(&garbage, &link).unwrap();
+    // Nothing listens here: every refusal comes before a connection is tried.
+    let url = format!("nats://127.0.0.1:{}", free_port());
+    let bounded = |args: &[&str], env: &[(&str, &std::path::Path)], log: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_svc"));
+        cmd.args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = Runner::spawn(&mut cmd, &dir.path().join(log));
+        let status = child.wait_timeout(Duration::from_secs(10));
+        let text = child.log_text();
+        let status = status.unwrap_or_else(|| panic!("{args:?} still running\n{text}"));
+        assert_ne!(status.code(), Some(0), "{text}");
+        assert!(!text.contains("SECRET-GARBAGE"), "{text}");
+        text
+    };
+    for (name, path, why) in [
+        ("fifo", &fifo, "not a regular file"),
+        ("link", &link, "link"),
+        ("open", &open, "readable or writable by group or others"),
+        ("garbage", &garbage, "is not a NATS credentials file"),
+    ] {
+        let auth = json!({"mode": "credentials_file", "credentials_file": path});
+        let cfg = write_config(
+            dir.path(),
+            &format!("{name}.json"),
+            &config(&url, dir.path(), json!({"auth": auth})),
+        );
+        let text = bounded(
+            &["inspect", cfg.to_str().unwrap(), "--timeout", "2"],
+            &[],
+            &format!("{name}.log"),
+        );
+        let field = format!("nats.auth.credentials_file {}: ", path.display());
+        assert!(
+            text.contains(&field) && text.contains(why),
+            "{name}: {text}"
+        );
+    }
+    let cfg = write_config(
+        dir.path(),
+        "plan.json",
+        &config(&url, dir.path(), json!({})),
+    );
+    for (name, path, why) in [
+        ("admin-fifo", &fifo, "not a regular file"),
+        (
+            "admin-open",
+            &open,
+            "readable or writable by group or others",
+        ),
+    ] {
+        let text = bounded(
+            &["stream-plan", cfg.to_str().unwrap(), "--apply"],
+            &[("SVC_ADMIN_NATS_CREDS", path.as_path())],
+            &format!("{name}.log"),
+        );
+        let var = format!("SVC_ADMIN_NATS_CREDS {}: ", path.display());
+        assert!(text.contains(&var) && text.contains(why), "{name}: {text}");
+    }
+}

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::broker::NatsServer;
 use crate::support::certs::*;
 use crate::support::process::*;
 use crate::support::*;
@@ -499,4 +500,420 @@ fn a_plaintext_seed_advertising_remote_servers_is_refused_before_connect() {
     });
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// How a hostile broker behaves once a client connects.
+#[derive(Clone, Copy, Debug)]
+enum Stall {
+    /// Accepts and never sends a byte.
+    Silent,
+    /// Sends INFO, reads everything, never answers the PING.
+    InfoThenNoPong,
+    /// Sends INFO, then PINGs as fast as it can, never a PONG.
+    PingFlood,
+    /// Sends an INFO line that never ends.
+    EndlessInfo,
+    /// Asks for TLS in its INFO, then never answers the client's TLS hello.
+    SilentTls,
+}
+
+/// A broker that stalls every connection its own way (each in its own thread, which ends when
+/// the client goes away). Returns its port.
+fn start_stalling_broker(stall: Stall) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::Builder::new()
+        .name(format!("stall-{stall:?}"))
+        .spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                std::thread::spawn(move || stall_one(stream, stall, port));
+            }
+        })
+        .unwrap();
+    port
+}
+
+fn stall_one(mut stream: std::net::TcpStream, stall: Stall, port: u16) {
+    let info = format!(
+        "INFO {{\"server_id\":\"stall\",\"version\":\"2.10.0\",\"proto\":1,\"host\":\"127.0.0.1\",\
+         \"port\":{port},\"max_payload\":1048576,\"headers\":true,\"client_id\":1,\"go\":\"go1.22\"}}\r\n"
+    );
+    let mut reader = stream.try_clone().unwrap();
+    // Reads (and drops) what the client sends until it hangs up.
+    let drain = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    match stall {
+        Stall::Silent => {}
+        Stall::InfoThenNoPong => {
+            let _ = stream.write_all(info.as_bytes());
+        }
+        Stall::PingFlood => {
+            let _ = stream.write_all(info.as_bytes());
+            let pings = b"PING\r\n".repeat(1000);
+            while stream.write_all(&pings).is_ok() {}
+        }
+        Stall::SilentTls => {
+            let tls = info.replace("\"client_id\":1", "\"client_id\":1,\"tls_required\":true");
+            let _ = stream.write_all(tls.as_bytes());
+        }
+        Stall::EndlessInfo => {
+            let _ = stream.write_all(b"INFO {\"server_id\":\"");
+            let chunk = vec![b'x'; 64 * 1024];
+            while stream.write_all(&chunk).is_ok() {}
+        }
+    }
+    let _ = drain.join();
+}
+
+/// A config for `orders.>` of stream ORDERS through durable `svc` at `urls`, files into `dir`.
+fn config_at(dir: &Path, urls: &[String]) -> std::path::PathBuf {
+    write_config(
+        dir,
+        "c.json",
+        &json!({"nats": {"urls": urls, "stream": "ORDERS", "consumer": "svc",
+                         "subject": "orders.>"},
+                "sink": {"type": "file", "directory": dir.join("out")}}),
+    )
+}
+
+/// A broker that stalls the handshake costs a connect its one deadline, never more: `svc
+/// inspect --timeout 2` against a silent server, one that sends INFO and never PONG, one that
+/// floods PINGs, one whose INFO line never ends and one that asks for TLS and never answers
+/// the hello, exits 1 within about its timeout, naming the connect. (The client once waited
+/// forever in each, and read an endless INFO line into memory without bound.)
+#[test]
+fn a_stalling_broker_costs_inspect_its_timeout_only() {
+    const DEADLINE: &str = "the server did not complete the handshake in time";
+    for (stall, why) in [
+        (Stall::Silent, DEADLINE),
+        (Stall::InfoThenNoPong, DEADLINE),
+        (Stall::PingFlood, "the server sent PINGs but no PONG"),
+        (
+            Stall::EndlessInfo,
+            "the server's INFO line is longer than 64 KiB",
+        ),
+        (Stall::SilentTls, DEADLINE),
+    ] {
+        let port = start_stalling_broker(stall);
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config_at(dir.path(), &[format!("nats://127.0.0.1:{port}")]);
+        let started = Instant::now();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_svc"));
+        cmd.arg("inspect").arg(&cfg).args(["--timeout", "2"]);
+        let mut inspect = Runner::spawn(&mut cmd, &dir.path().join("inspect.log"));
+        let status = inspect.wait_timeout(Duration::from_secs(15));
+        let elapsed = started.elapsed();
+        let log = inspect.log_text();
+        let status = status.unwrap_or_else(|| panic!("{stall:?}: inspect still running\n{log}"));
+        assert_eq!(status.code(), Some(1), "{stall:?}: {log}");
+        assert!(
+            elapsed < Duration::from_secs(5),
+            "{stall:?}: {elapsed:?} for --timeout 2\n{log}"
+        );
+        assert!(
+            log.contains("svc: broker: connect: ") && log.contains(why),
+            "{stall:?}: {log}"
+        );
+    }
+}
+
+/// `svc run` with three seeds, two of which accept and never answer, reaches the healthy one
+/// (whichever order the client tries them in) and delivers; the client once stayed in the
+/// first hung seed for good.
+#[test]
+fn run_with_hung_seeds_reaches_the_healthy_one() {
+    let server = NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer("ORDERS", "svc", "orders.>", Duration::from_secs(30));
+    server.publish_n("ORDERS", "orders.created", 3, |i| {
+        format!("{{\"n\":{i}}}").into_bytes()
+    });
+    let hung: Vec<String> = (0..2)
+        .map(|_| format!("nats://127.0.0.1:{}", start_stalling_broker(Stall::Silent)))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let mut urls = hung.clone();
+    urls.insert(1, server.url());
+    let cfg = config_at(dir.path(), &urls);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    // Two hung seeds at 5 s each at most, then the healthy one.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.try_consumer_state("ORDERS", "svc") != Some((3, 0, 0)) {
+        assert!(
+            Instant::now() < deadline,
+            "not delivered from the healthy seed\n{}",
+            runner.log_text()
+        );
+        assert!(
+            runner.child.try_wait().unwrap().is_none(),
+            "{}",
+            runner.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(15)).is_some());
+    let stored = files_below(&dir.path().join("out"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .count();
+    assert_eq!(stored, 3);
+}
+
+/// A proxy in front of a real broker that adds `entry` to the `connect_urls` of every INFO
+/// greeting it passes on. Returns its port and the client-side sockets, to cut them.
+fn start_info_rewriting_proxy(
+    upstream: u16,
+    entry: &'static str,
+) -> (u16, Arc<Mutex<Vec<std::net::TcpStream>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let clients = Arc::new(Mutex::new(Vec::new()));
+    let kept = clients.clone();
+    std::thread::Builder::new()
+        .name("info-proxy".into())
+        .spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                kept.lock().unwrap().push(client.try_clone().unwrap());
+                let (mut c_in, mut c_out) = (client.try_clone().unwrap(), client);
+                let (mut s_in, mut s_out) = (server.try_clone().unwrap(), server);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c_in, &mut s_out);
+                    let _ = s_out.shutdown(std::net::Shutdown::Both);
+                });
+                std::thread::spawn(move || {
+                    let mut greeting = Vec::new();
+                    let mut byte = [0u8];
+                    while !greeting.ends_with(b"\r\n") {
+                        if s_in.read_exact(&mut byte).is_err() {
+                            return;
+                        }
+                        greeting.push(byte[0]);
+                    }
+                    let text = String::from_utf8(greeting).unwrap().replacen(
+                        "INFO {",
+                        &format!("INFO {{\"connect_urls\":[\"{entry}\"],"),
+                        1,
+                    );
+                    let _ = c_out.write_all(text.as_bytes());
+                    let _ = std::io::copy(&mut s_in, &mut c_out);
+                    let _ = c_out.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        })
+        .unwrap();
+    (port, clients)
+}
+
+/// A `connect_urls` entry that is not a server address is skipped, reported once, and the
+/// client goes on: it delivers, and after the connection is cut it reconnects and delivers
+/// again. (It once ended the client's thread for good: the runner stayed up, said
+/// "reconnecting" and delivered nothing.)
+#[test]
+fn a_malformed_advertised_server_is_skipped_and_the_client_reconnects() {
+    let server = NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer("ORDERS", "svc", "orders.>", Duration::from_secs(30));
+    let upstream: u16 = server.url().rsplit(':').next().unwrap().parse().unwrap();
+    let (port, clients) = start_info_rewriting_proxy(upstream, "127.0.0.1:99999\\u001b[2J");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_at(dir.path(), &[format!("nats://127.0.0.1:{port}")]);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    let delivered = |n: u64, runner: &mut Runner| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while server.try_consumer_state("ORDERS", "svc") != Some((n, 0, 0)) {
+            assert!(
+                Instant::now() < deadline,
+                "{n} not delivered\n{}",
+                runner.log_text()
+            );
+            assert!(
+                runner.child.try_wait().unwrap().is_none(),
+                "{}",
+                runner.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    server.publish_n("ORDERS", "orders.created", 2, |i| {
+        format!("{{\"n\":{i}}}").into_bytes()
+    });
+    delivered(2, &mut runner);
+    for c in clients.lock().unwrap().drain(..) {
+        let _ = c.shutdown(std::net::Shutdown::Both);
+    }
+    server.publish_n("ORDERS", "orders.created", 2, |i| {
+        format!("{{\"n\":{i}}}").into_bytes()
+    });
+    delivered(4, &mut runner);
+    runner.signal("TERM");
+    assert_eq!(
+        runner.wait_timeout(Duration::from_secs(15)).unwrap().code(),
+        Some(0)
+    );
+    let log = runner.log_text();
+    assert_eq!(
+        log.matches("skipped a connect_urls entry").count(),
+        1,
+        "reported once: {log}"
+    );
+    assert!(
+        !log.contains('\u{1b}'),
+        "the entry is shown escaped: {log:?}"
+    );
+}
+
+/// `svc run` stops on SIGTERM within `shutdown_timeout_seconds` while the broker is gone: the
+/// final flush waits for its PONG no longer than its timeout, and the client's reconnect loop
+/// ends when the client is closed. (The flush once waited for a PONG forever, and closing the
+/// client waited for a reconnect loop that never ends while the broker is down.)
+#[test]
+fn run_stops_on_sigterm_while_the_broker_is_unreachable() {
+    let mut server = NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer("ORDERS", "svc", "orders.>", Duration::from_secs(30));
+    server.publish_n("ORDERS", "orders.created", 2, |i| {
+        format!("{{\"n\":{i}}}").into_bytes()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &json!({"nats": {"url": server.url(), "stream": "ORDERS", "consumer": "svc",
+                         "subject": "orders.>"},
+                "delivery": {"shutdown_timeout_seconds": 5},
+                "sink": {"type": "file", "directory": dir.path().join("out")}}),
+    );
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "2 delivered", || {
+        server.try_consumer_state("ORDERS", "svc") == Some((2, 0, 0))
+    });
+    server.kill();
+    wait_until(Duration::from_secs(30), "the runner to notice", || {
+        runner.log_text().contains("connection lost")
+    });
+    let started = Instant::now();
+    runner.signal("TERM");
+    let status = runner.wait_timeout(Duration::from_secs(20));
+    let elapsed = started.elapsed();
+    let log = runner.log_text();
+    assert!(status.is_some(), "still running 20 s after SIGTERM\n{log}");
+    assert!(
+        elapsed <= Duration::from_secs(5),
+        "{elapsed:?} from SIGTERM to exit, shutdown_timeout_seconds 5\n{log}"
+    );
+}
+
+/// A wrong token: the broker's refusal is shown as the broker said it, in Display, not as the
+/// client's `Debug` of its parsed operation (`Err("Authorization Violation")`).
+#[test]
+fn a_refused_connect_shows_the_brokers_words_not_debug() {
+    let server = NatsServer::start_with(&["--auth", "the-right-token"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &json!({"nats": {"url": server.url(), "stream": "ORDERS", "consumer": "svc",
+                         "subject": "orders.>",
+                         "auth": {"mode": "token", "token_env": "SVC_TEST_TOKEN"}},
+                "sink": {"type": "file", "directory": dir.path().join("out")}}),
+    );
+    let (code, out, err) = svc_with_env(
+        &["run", cfg.to_str().unwrap()],
+        &[("SVC_TEST_TOKEN", "a-wrong-token")],
+    );
+    let log = format!("{out}{err}");
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains("broker: connect: the server answered -ERR 'Authorization Violation'"),
+        "{log}"
+    );
+    assert!(!log.contains("Err(\""), "{log}");
+    assert!(!log.contains("a-wrong-token"), "{log}");
+}
+
+/// A proxy in front of a real broker that, once `frozen` is set, forwards nothing either way
+/// and keeps every connection open: a broker that stopped answering (a black hole).
+fn start_freezable_proxy(upstream: u16) -> (u16, Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::AtomicBool;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let frozen = Arc::new(AtomicBool::new(false));
+    let f = frozen.clone();
+    let pump =
+        |mut from: std::net::TcpStream, mut to: std::net::TcpStream, frozen: Arc<AtomicBool>| {
+            let mut buf = [0u8; 16 * 1024];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                // Frozen: what arrives is read and dropped, never answered.
+                if !frozen.load(Ordering::SeqCst) && to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        };
+    std::thread::Builder::new()
+        .name("freezable-proxy".into())
+        .spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (f1, f2) = (f.clone(), f.clone());
+                std::thread::spawn(move || pump(client, server, f1));
+                std::thread::spawn(move || pump(s2, c2, f2));
+            }
+        })
+        .unwrap();
+    (port, frozen)
+}
+
+/// `svc run` stops on SIGTERM within `shutdown_timeout_seconds` when the broker's connection
+/// is open but nothing answers any more: the final flush's PING is written, and its PONG is
+/// waited for no longer than the flush's timeout (it was waited for forever).
+#[test]
+fn run_stops_on_sigterm_while_the_broker_no_longer_answers() {
+    let server = NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer("ORDERS", "svc", "orders.>", Duration::from_secs(30));
+    server.publish_n("ORDERS", "orders.created", 2, |i| {
+        format!("{{\"n\":{i}}}").into_bytes()
+    });
+    let upstream: u16 = server.url().rsplit(':').next().unwrap().parse().unwrap();
+    let (port, frozen) = start_freezable_proxy(upstream);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &json!({"nats": {"url": format!("nats://127.0.0.1:{port}"), "stream": "ORDERS",
+                         "consumer": "svc", "subject": "orders.>"},
+                "delivery": {"shutdown_timeout_seconds": 5},
+                "sink": {"type": "file", "directory": dir.path().join("out")}}),
+    );
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "2 delivered", || {
+        server.try_consumer_state("ORDERS", "svc") == Some((2, 0, 0))
+    });
+    frozen.store(true, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    runner.signal("TERM");
+    let status = runner.wait_timeout(Duration::from_secs(20));
+    let elapsed = started.elapsed();
+    let log = runner.log_text();
+    assert!(status.is_some(), "still running 20 s after SIGTERM\n{log}");
+    assert!(
+        elapsed <= Duration::from_secs(5),
+        "{elapsed:?} from SIGTERM to exit, shutdown_timeout_seconds 5\n{log}"
+    );
 }

@@ -771,8 +771,9 @@ fn max_deliveries_advisory_is_counted_in_the_snapshot() {
 
 /// What one publisher can put into a message through the raw protocol (client libraries
 /// refuse most of it) is settled with its reason, and the messages behind it are delivered:
-/// 300 headers with a 20,000-byte message id of control characters (the DLQ record stays small
-/// enough for a DLQ stream with a 64 KiB `max_msg_size`), 40 KB of headers, U+0000 in the
+/// 300 headers with a 20,000-byte message id of control characters (never read: the client
+/// refuses the block unread; the DLQ record stays small enough for a DLQ stream with a 64 KiB
+/// `max_msg_size`), 40 KB of headers, U+0000 in the
 /// message id, a kept header and the subject (dead-lettered); text holding U+0000 (stored as
 /// bytes), duplicate keys (stored as text) and an event time of year 1 (stored, counted, left
 /// out of the event ages).
@@ -844,7 +845,8 @@ fn hostile_publisher_inputs_are_settled_with_their_reasons() {
             (8, "subject", "nul_character"),
         ]
     );
-    assert_eq!(dlq[0].1["original"]["message_id"], "(omitted: 20000 bytes)");
+    // Over the client's 256-line bound the block is refused unread: no id, no headers.
+    assert_eq!(dlq[0].1["original"]["message_id"], Value::Null);
     assert!(dlq.iter().all(|(text, _)| text.len() < 4096));
     let stored = records(&dir.path().join("out"));
     assert_eq!(stored.keys().copied().collect::<Vec<_>>(), [5, 6, 7, 9]);
@@ -860,6 +862,60 @@ fn hostile_publisher_inputs_are_settled_with_their_reasons() {
     let snapshot: Value = serde_json::from_slice(&std::fs::read(&snap).unwrap()).unwrap();
     let ages = &snapshot["summaries"]["event_age_at_receive_seconds"];
     assert!(ages["max"].as_f64().unwrap() < 3600.0, "{ages}");
+}
+
+/// Header lines are counted as the publisher sent them, before the client builds any map:
+/// 1,000 identical lines (one pair in the client's map, which passed the 256-line bound) and
+/// 7,000 one-byte lines (which the client once turned into a map a hundred times their size)
+/// are dead-lettered as `too_many_headers` with their line counts; three identical lines are
+/// within the bound and stored.
+#[test]
+fn header_lines_are_counted_as_sent() {
+    let (server, dir) = setup();
+    server.create_stream("DLQ", &[DLQ_SUBJECT]);
+    let same: Vec<(&[u8], &[u8])> = vec![(b"X-Same", b"1"); 1_000];
+    server.raw_publish(b"orders.same", &same, br#"{"n":1}"#);
+    let mut block = b"NATS/1.0\r\n".to_vec();
+    for i in 0..7_000 {
+        block.extend_from_slice(format!("a:{}\r\n", i % 10).as_bytes());
+    }
+    block.extend_from_slice(b"\r\n");
+    server.raw_publish_block(b"orders.tiny", &block, br#"{"n":2}"#);
+    server.raw_publish(b"orders.three", &same[..3], br#"{"n":3}"#);
+    wait_until(Duration::from_secs(10), "3 stored", || {
+        server.stream_messages(STREAM) == 3
+    });
+    let cfg = config(
+        &server,
+        dir.path(),
+        json!({"dead_letter": {"enabled": true, "subject": DLQ_SUBJECT, "expected_stream": "DLQ",
+                               "publish_timeout_ms": 2000}}),
+    );
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "all 3 settled", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((3, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(15)).is_some());
+    let got: Vec<(u64, String, String)> = dlq_records(&server)
+        .iter()
+        .map(|(_, v)| {
+            let failure = &v["failure"];
+            (
+                v["original"]["stream_sequence"].as_u64().unwrap(),
+                failure["reason"].as_str().unwrap().to_string(),
+                failure["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!((got[0].0, got[0].1.as_str()), (1, "too_many_headers"));
+    assert!(got[0].2.contains("1000 header lines"), "{got:?}");
+    assert_eq!((got[1].0, got[1].1.as_str()), (2, "too_many_headers"));
+    assert!(got[1].2.contains("7000 header lines"), "{got:?}");
+    let stored = records(&dir.path().join("out"));
+    assert_eq!(stored.keys().copied().collect::<Vec<_>>(), [3]);
 }
 
 /// Messages the published `nats` crate could not parse (it dropped the connection, the runner

@@ -49,6 +49,60 @@ fn calls<'a>(source: &'a str, name: &str) -> Vec<(usize, &'a str)> {
     found
 }
 
+/// The carried broker client (third_party/nats) formats what the server sent into its errors
+/// and log lines: a wrong token ended `svc run` with `unexpected line while connecting:
+/// Err("Authorization Violation")`. Its log lines, and every error text it builds
+/// (`format!`), use Display too; svc shows them as peer text.
+#[test]
+fn the_carried_client_formats_nothing_with_debug() {
+    let mut files = Vec::new();
+    rust_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("third_party/nats/src"),
+        &mut files,
+    );
+    assert!(files.len() > 10, "scanned too few files: {}", files.len());
+    let mut offenders = Vec::new();
+    let mut scanned = 0;
+    for file in &files {
+        let source = std::fs::read_to_string(file).unwrap();
+        // Doc examples (`/// println!("{:?}", x)`) are not the client's output.
+        let code: String = source
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with("//") {
+                    ""
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        for macro_name in [
+            "log::trace!(",
+            "log::debug!(",
+            "log::info!(",
+            "log::warn!(",
+            "log::error!(",
+            "trace!(",
+            "eprintln!(",
+            "format!(",
+        ] {
+            for (line, call) in calls(&code, macro_name) {
+                scanned += 1;
+                if call.contains(":?}") || call.contains(":#?}") {
+                    offenders.push(format!("{}:{line}: {call}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(scanned > 50, "found too few calls: {scanned}");
+    assert!(
+        offenders.is_empty(),
+        "Debug in the client's output:\n{}",
+        offenders.join("\n")
+    );
+}
+
 #[test]
 fn no_log_line_formats_with_debug() {
     let mut files = Vec::new();

@@ -210,3 +210,53 @@ fn random_publisher_bytes_never_close_the_connection() {
         }
     }
 }
+
+/// A header block of many small lines: lines and bytes are counted as sent (a repeated line
+/// each time), and over svc's input limits no map is built at all.
+#[test]
+fn header_lines_are_counted_as_sent_and_no_map_is_built_over_the_bound() {
+    let block = |lines: &[String]| {
+        let mut b = "NATS/1.0\r\n".to_string();
+        for l in lines {
+            b.push_str(l);
+            b.push_str("\r\n");
+        }
+        b.push_str("\r\n");
+        b.into_bytes()
+    };
+    // 8,000 distinct one-byte values: refused before the map, the count says how many.
+    let many: Vec<String> = (0..8_000).map(|i| format!("a:{i}")).collect();
+    let (map, why) = nats::header::read_headers(&block(&many));
+    assert_eq!(why, Some(nats::header::TOO_MANY_LINES));
+    assert!(map.is_empty());
+    assert_eq!(map.counted().lines, 8_000);
+    // 1,000 identical lines: one pair in a map would pass a bound on pairs; the count is 1,000.
+    let same = vec!["X-Same: 1".to_string(); 1_000];
+    let (map, why) = nats::header::read_headers(&block(&same));
+    assert_eq!(why, Some(nats::header::TOO_MANY_LINES));
+    assert!(map.is_empty());
+    assert_eq!(map.counted().lines, 1_000);
+    assert_eq!(map.counted().bytes, 1_000 * 7);
+    // Three identical lines are read (one pair), and counted three times.
+    let (map, why) = nats::header::read_headers(&block(&same[..3]));
+    assert_eq!(why, None);
+    assert_eq!(map.len(), 1);
+    assert_eq!(map.counted().lines, 3);
+    // Bytes: 40,000 in one value is over the bytes bound, whatever the line count.
+    let big = vec![format!("X-Big: {}", "b".repeat(40_000))];
+    let (map, why) = nats::header::read_headers(&block(&big));
+    assert_eq!(why, Some(nats::header::TOO_MANY_BYTES));
+    assert!(map.is_empty());
+    // At the bounds a block is still read.
+    let at: Vec<String> = (0..256).map(|i| format!("a:{i}")).collect();
+    assert_eq!(nats::header::read_headers(&block(&at)).1, None);
+}
+
+/// The client's bounds are svc's input limits: anything the client refuses unread, svc's
+/// check would refuse too, with the same bound named.
+#[test]
+fn the_clients_header_bounds_are_the_input_limits() {
+    use crate::message::limits;
+    assert_eq!(nats::header::MAX_HEADER_LINES, limits::MAX_HEADERS);
+    assert_eq!(nats::header::MAX_HEADER_BYTES, limits::MAX_HEADER_BYTES);
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::config::{NatsAuth, NatsConfig};
 use super::{invalid, probe, BrokerError, Connection, Denials};
 use crate::backoff::{Backoff, Growth, Jitter};
-use crate::message::protection::keys::read_private_file;
+use crate::message::protection::keys::{read_private_file, read_private_file_up_to};
 use crate::metrics::Metrics;
 use crate::text::peer::PeerText;
 
@@ -33,12 +33,12 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Refuses to start when a plaintext seed, to which the credentials may go (loopback, per
 /// validation), advertises servers off the host: a reconnect would carry the credentials to
 /// them in clear. A seed that cannot be probed is left to the connect that follows.
-fn check_advertised_servers(cfg: &NatsConfig) -> Result<(), BrokerError> {
+fn check_advertised_servers(cfg: &NatsConfig, timeout: Duration) -> Result<(), BrokerError> {
     if cfg.tls_required || cfg.allow_plaintext_credentials || cfg.auth == NatsAuth::None {
         return Ok(());
     }
     for url in &cfg.urls {
-        let Ok(remote) = probe::advertised_remote_plaintext(url, PROBE_TIMEOUT) else {
+        let Ok(remote) = probe::advertised_remote_plaintext(url, timeout.min(PROBE_TIMEOUT)) else {
             continue;
         };
         if !remote.is_empty() {
@@ -87,13 +87,26 @@ fn warn_cleartext_credentials(cfg: &NatsConfig) {
 }
 
 /// Connects with the configured auth and TLS, counting connection events into `metrics` and
-/// keeping the broker's permission violations in `denials`.
+/// keeping the broker's permission violations in `denials`. Each attempt to one server (TCP,
+/// INFO, TLS, CONNECT, the first PONG) takes at most the client's default 5 s
+/// ([`nats::DEFAULT_CONNECT_TIMEOUT`]); then the next server is tried.
 pub fn connect(
     cfg: &NatsConfig,
     metrics: Arc<Metrics>,
     denials: Arc<Denials>,
 ) -> Result<Connection, BrokerError> {
-    check_advertised_servers(cfg)?;
+    connect_within(cfg, metrics, denials, nats::DEFAULT_CONNECT_TIMEOUT)
+}
+
+/// [`connect`] with each attempt to one server bounded by `timeout` (an operator command's
+/// `--timeout`).
+pub fn connect_within(
+    cfg: &NatsConfig,
+    metrics: Arc<Metrics>,
+    denials: Arc<Denials>,
+    timeout: Duration,
+) -> Result<Connection, BrokerError> {
+    check_advertised_servers(cfg, timeout)?;
     warn_cleartext_credentials(cfg);
     let mut opts = match &cfg.auth {
         NatsAuth::None => nats::Options::new(),
@@ -105,7 +118,7 @@ pub fn connect(
             &secret_from_env(password_env)?,
         ),
         NatsAuth::Token { token_env } => nats::Options::with_token(&secret_from_env(token_env)?),
-        NatsAuth::CredentialsFile { path } => nats::Options::with_credentials(path),
+        NatsAuth::CredentialsFile { path } => credentials_options(path)?,
         NatsAuth::NKey { seed_file } => nkey_options(seed_file)?,
     };
     if let Some(ca) = &cfg.tls_ca_file {
@@ -121,8 +134,10 @@ pub fn connect(
     // address. `cfg.tls_required` is already true for every TLS trigger (config validation).
     opts = opts.tls_required(cfg.tls_required);
     let (m1, m2, m3) = (metrics.clone(), metrics.clone(), metrics);
+    let ended = denials.clone();
     opts = opts
         .with_name(&cfg.connection_name)
+        .connect_timeout(timeout)
         // Reconnect forever: an outage must not end the runner; unacked work is redelivered.
         .max_reconnects(None)
         .reconnect_delay_callback(connect_delay)
@@ -134,6 +149,10 @@ pub fn connect(
             Metrics::add(&m2.counters.broker_connection_reconnects_total, 1);
             log::info!("broker: reconnected");
         })
+        // The client's thread ends only when the connection is closed on purpose; if it ever
+        // ends otherwise, the runner must stop rather than wait for a reconnect that never
+        // comes.
+        .close_callback(move || ended.note_client_ended())
         .error_callback(move |e| {
             Metrics::add(&m3.counters.broker_connection_errors_total, 1);
             let text = e.to_string();
@@ -188,6 +207,32 @@ fn client_identity(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), Broker
         )
     })?;
     Ok((cert_pem, key_pem.into_bytes()))
+}
+
+/// Largest NATS credentials file read: a user JWT (a few KiB with many permissions) and the
+/// seed.
+pub const MAX_CREDS_FILE_BYTES: u64 = 64 * 1024;
+
+/// Reads a NATS credentials file (user JWT and NKey seed) by the payload keys' rule (no link,
+/// a regular file opened without blocking, owned by the service's user or root, readable by
+/// its owner only, at most [`MAX_CREDS_FILE_BYTES`]), once: the client signs with what was
+/// read and never opens the path itself (it used to, at every connect, following links and
+/// blocking on a FIFO).
+pub fn read_credentials_file(path: &Path) -> Result<String, String> {
+    read_private_file_up_to(path, MAX_CREDS_FILE_BYTES)
+}
+
+fn credentials_options(path: &Path) -> Result<nats::Options, BrokerError> {
+    let what = |why: &str| {
+        invalid(
+            "connect",
+            &format!("nats.auth.credentials_file {}: {why}", path.display()),
+        )
+    };
+    let text = read_credentials_file(path).map_err(|e| what(&e))?;
+    // The parse error is not shown: it could quote the file.
+    nats::Options::with_static_credentials(&text)
+        .map_err(|_| what("is not a NATS credentials file (a user JWT and an NKey seed)"))
 }
 
 /// NKey authentication: the seed (a private file: the payload keys' rule) signs the server's

@@ -28,10 +28,10 @@ use nats::jetstream::{
     AckPolicy, BatchOptions, ConsumerConfig, DeliverPolicy, PullSubscribeOptions, ReplayPolicy,
 };
 
-use crate::message::envelope::RawMessage;
+use crate::message::envelope::{HeaderBlock, RawMessage};
 use crate::text::peer::PeerText;
 use config::{ConsumerMode, NatsConfig};
-pub use connection::connect;
+pub use connection::{connect, connect_within, read_credentials_file};
 pub use permissions::Denials;
 
 /// The broker connection (aliased so the crate's deprecation allowance stays in this module).
@@ -451,12 +451,24 @@ fn split(m: nats::Message, names: &mut DeliveryNames) -> Option<(RawMessage, Ack
         unreadable,
         ..
     } = m;
+    let header_block = headers.as_ref().map_or_else(Default::default, |h| {
+        let counted = h.counted();
+        HeaderBlock {
+            lines: counted.lines,
+            bytes: counted.bytes,
+        }
+    });
     let headers = headers
         .filter(|_| unreadable.is_none())
         .map(|h| {
-            h.iter()
-                .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.clone())))
-                .collect()
+            // Exactly as many pairs as held: a growing vector could hold twice the room, which
+            // the credit (`pipeline::fetch::delivery_bytes`) does not charge.
+            let mut pairs = Vec::with_capacity(h.values().map(|vs| vs.len()).sum());
+            pairs.extend(
+                h.iter()
+                    .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.clone()))),
+            );
+            pairs
         })
         .unwrap_or_default();
     let handle = AckHandle {
@@ -475,6 +487,7 @@ fn split(m: nats::Message, names: &mut DeliveryNames) -> Option<(RawMessage, Ack
         headers,
         data,
         unreadable,
+        header_block,
     };
     Some((raw, handle, pending))
 }

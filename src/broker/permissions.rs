@@ -8,6 +8,7 @@
 //! the subject is the server's text and shown as [`PeerText`]. The text never holds a secret:
 //! the server names the subject, not the user or its credentials.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::text::peer::PeerText;
@@ -19,6 +20,8 @@ const MAX_TEXT_CHARS: usize = 300;
 #[derive(Debug, Default)]
 pub struct Denials {
     first: Mutex<Option<String>>,
+    /// The client's connection thread has ended: it will never reconnect or deliver again.
+    client_ended: AtomicBool,
 }
 
 impl Denials {
@@ -30,6 +33,17 @@ impl Denials {
         let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
         first.get_or_insert(text);
         true
+    }
+
+    /// Notes that the client's connection thread ended (its close callback).
+    pub fn note_client_ended(&self) {
+        self.client_ended.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the client's connection thread ended: a runner still running then would log
+    /// "reconnecting" and deliver nothing, for good.
+    pub fn client_ended(&self) -> bool {
+        self.client_ended.load(Ordering::SeqCst)
     }
 
     /// The first violation as an operator reads it, if any.

@@ -42,6 +42,18 @@ pub struct RawMessage {
     /// UTF-8, a header block the broker would read differently); `svc-normalize` settles such
     /// a message with this reason, and its `headers` are then empty.
     pub unreadable: Option<&'static str>,
+    /// The header block as the broker sent it, counted by the client before it built a map:
+    /// what the header bounds measure (see [`RawMessage::header_lines`]).
+    pub header_block: HeaderBlock,
+}
+
+/// Header lines and their name and value bytes in the block the broker delivered, repeated
+/// lines included (the client's map keeps a repeated name and value once, and keeps nothing
+/// of a block over its own bound). Zero when the message was not read from a broker.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeaderBlock {
+    pub lines: usize,
+    pub bytes: usize,
 }
 
 impl RawMessage {
@@ -62,7 +74,20 @@ impl RawMessage {
             headers: Vec::new(),
             data: data.to_vec(),
             unreadable: None,
+            header_block: HeaderBlock::default(),
         }
+    }
+
+    /// Header lines as sent: the lines the client counted (1,000 identical lines are 1,000,
+    /// though the headers hold the pair once), or the pairs held when nothing was counted.
+    pub fn header_lines(&self) -> usize {
+        self.header_block.lines.max(self.headers.len())
+    }
+
+    /// Name and value bytes of the header lines as sent, counted as [`Self::header_lines`].
+    pub fn header_bytes(&self) -> usize {
+        let held: usize = self.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+        self.header_block.bytes.max(held)
     }
 
     /// First value of a header, case-sensitive.

@@ -98,15 +98,18 @@ impl fmt::Display for InputLimit {
 /// Checks one message against the bounds (see the module docs). `keep_headers` are the
 /// header names the envelope keeps.
 pub fn check(raw: &RawMessage, keep_headers: &[String]) -> Result<(), InputLimit> {
-    if let Some(why) = raw.unreadable {
-        return Err(InputLimit::Unreadable(why));
+    // Lines as sent, repeated ones included, and first: the client marks a block over these
+    // bounds unreadable without reading it, and this names the bound it crossed.
+    let lines = raw.header_lines();
+    if lines > MAX_HEADERS {
+        return Err(InputLimit::TooManyHeaders(lines));
     }
-    if raw.headers.len() > MAX_HEADERS {
-        return Err(InputLimit::TooManyHeaders(raw.headers.len()));
-    }
-    let bytes: usize = raw.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let bytes = raw.header_bytes();
     if bytes > MAX_HEADER_BYTES {
         return Err(InputLimit::HeadersTooLarge(bytes));
+    }
+    if let Some(why) = raw.unreadable {
+        return Err(InputLimit::Unreadable(why));
     }
     if raw.subject.contains('\0') {
         return Err(InputLimit::NulCharacter(NulIn::Subject));
@@ -190,6 +193,31 @@ mod tests {
                 "{subject:?}"
             );
         }
+        // Header lines as the client counted them, not the pairs it kept: 1,000 identical
+        // lines are one pair; a block the client refused unread is named by its bound.
+        let repeated = RawMessage {
+            header_block: crate::message::envelope::HeaderBlock {
+                lines: 1_000,
+                bytes: 7_000,
+            },
+            ..msg("a", vec![h("X-Same", "1")])
+        };
+        assert_eq!(
+            check(&repeated, &keep),
+            Err(InputLimit::TooManyHeaders(1_000))
+        );
+        let unread = RawMessage {
+            unreadable: Some("the client did not read it"),
+            header_block: crate::message::envelope::HeaderBlock {
+                lines: 3,
+                bytes: 40_000,
+            },
+            ..msg("a", vec![])
+        };
+        assert_eq!(
+            check(&unread, &keep),
+            Err(InputLimit::HeadersTooLarge(40_000))
+        );
         assert_eq!(check(&msg("orders.x*y.>z", vec![]), &keep), Ok(()));
         // A header that is not kept may hold anything: it never reaches a sink.
         assert_eq!(check(&msg("a", vec![h("X-Other", "x\0y")]), &keep), Ok(()));

@@ -130,13 +130,13 @@ impl SizePolicyConfig {
             return Ok(());
         }
         self.over(0, raw.data.len() as u64)?;
-        self.over(1, raw.headers.len() as u64)?;
+        // Lines as sent: 1,000 identical lines are 1,000, though the map holds one pair.
+        self.over(1, raw.header_lines() as u64)?;
         let longest_name = raw.headers.iter().map(|(k, _)| k.len()).max();
         self.over(2, longest_name.unwrap_or(0) as u64)?;
         let longest_value = raw.headers.iter().map(|(_, v)| v.len()).max();
         self.over(3, longest_value.unwrap_or(0) as u64)?;
-        let total: usize = raw.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
-        self.over(4, total as u64)
+        self.over(4, raw.header_bytes() as u64)
     }
 
     /// Label and mission metadata bounds of an envelope (before encryption and custody).
@@ -236,6 +236,13 @@ mod tests {
                 32,
             ),
         ];
+        // Lines as sent: three identical lines are one pair held and three lines counted.
+        let repeated = RawMessage {
+            header_block: crate::message::envelope::HeaderBlock { lines: 3, bytes: 3 },
+            ..raw(vec![("a", "")], b"")
+        };
+        let mut cases = cases;
+        cases.push((repeated, "too_many_headers", 3));
         for (m, code, measured) in cases {
             let r = c.check_input(&m).unwrap_err();
             assert_eq!((r.code(), r.measured.unwrap().measured), (code, measured));

@@ -134,6 +134,7 @@ mod tests {
             headers: Vec::new(),
             data: b"{}".to_vec(),
             unreadable: None,
+            header_block: Default::default(),
         };
         let mut env = normalize(&msg, 1, &EnvelopeConfig::default()).0;
         env.priority = priority.to_string();

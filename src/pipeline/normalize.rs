@@ -420,6 +420,7 @@ mod tests {
             headers,
             data,
             unreadable: None,
+            header_block: Default::default(),
         }
     }
 

@@ -162,6 +162,7 @@ mod tests {
                 headers,
                 data: b"{}".to_vec(),
                 unreadable: None,
+                header_block: Default::default(),
             },
             0,
             &EnvelopeConfig::default(),

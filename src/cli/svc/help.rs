@@ -118,7 +118,8 @@ the fan-out children it would be routed to. Payloads only with --payload; never 
   --since TIME      from the first message stored at or after TIME (RFC 3339)
   --subject S       narrow the configured subject (must lie within it)
   --max N           at most N messages (1 to 10000); default 100 (--last N: N)
-  --timeout SECONDS stop when nothing arrives for this long (1 to 300); default 5
+  --timeout SECONDS stop when nothing arrives for this long (1 to 300); default 5;
+                    also the most one attempt to connect to a server may take
   --format F        text (one line per message, the default) or jsonl
   --payload         include payloads (UTF-8 as text, anything else base64 in jsonl)
 

@@ -146,7 +146,8 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
     };
     let metrics = Arc::new(crate::metrics::Metrics::default());
     let denials = Arc::new(crate::broker::Denials::default());
-    let nc = match crate::broker::connect(&cfg.nats, metrics, denials.clone()) {
+    let nc = match crate::broker::connect_within(&cfg.nats, metrics, denials.clone(), opts.timeout)
+    {
         Ok(nc) => nc,
         Err(e) => {
             eprintln!("svc: {e}");

@@ -49,8 +49,9 @@ pub struct Applied {
 }
 
 /// The runner's connection settings with the administrator's credentials (whichever of the
-/// variables is set; none: no credentials, as a development server takes). Values are read
-/// by [`connect`], never here; errors name variables only.
+/// variables is set; none: no credentials, as a development server takes). Secret values are
+/// read by [`connect`], never here; the credentials file is checked here (the NKey seed
+/// file's rule) so that a refusal names its variable. Errors name variables and paths only.
 pub fn admin_config(nats: &NatsConfig) -> Result<NatsConfig, String> {
     let set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
     let user = set(ADMIN_USER_ENV) || set(ADMIN_PASSWORD_ENV);
@@ -71,8 +72,11 @@ pub fn admin_config(nats: &NatsConfig) -> Result<NatsConfig, String> {
             token_env: ADMIN_TOKEN_ENV.into(),
         }
     } else if chosen[2] {
-        let path = std::env::var_os(ADMIN_CREDS_ENV).unwrap_or_default();
-        NatsAuth::CredentialsFile { path: path.into() }
+        let path = std::path::PathBuf::from(std::env::var_os(ADMIN_CREDS_ENV).unwrap_or_default());
+        // Checked here to name the variable; `connect` reads it again under the same rule.
+        crate::broker::read_credentials_file(&path)
+            .map_err(|e| format!("{ADMIN_CREDS_ENV} {}: {e}", path.display()))?;
+        NatsAuth::CredentialsFile { path }
     } else {
         NatsAuth::None
     };

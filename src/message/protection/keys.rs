@@ -127,6 +127,12 @@ impl KeySource {
 /// a link at the name and without blocking (a FIFO there is refused at once), owned by the
 /// service's user or root (as root, a key another account owns is theirs to choose).
 pub fn read_private_file(path: &Path) -> Result<String, String> {
+    read_private_file_up_to(path, MAX_KEY_FILE_BYTES)
+}
+
+/// [`read_private_file`] for a private file that may be larger than a key: at most `max`
+/// bytes (a NATS credentials file holds a JWT as well as the seed).
+pub fn read_private_file_up_to(path: &Path, max: u64) -> Result<String, String> {
     use std::os::unix::fs::PermissionsExt;
     let file = open_trusted(path)?;
     let meta = file.metadata().map_err(|e| format!("cannot stat: {e}"))?;
@@ -137,7 +143,7 @@ pub fn read_private_file(path: &Path) -> Result<String, String> {
              restrict it to the service user (chmod 600)"
         ));
     }
-    read_bounded(file, MAX_KEY_FILE_BYTES)
+    read_bounded(file, max)
 }
 
 /// Reads a small public file (an Ed25519 public key): not secret, but trusted (whoever can

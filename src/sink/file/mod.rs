@@ -303,6 +303,7 @@ pub(crate) mod tests {
                 headers,
                 data: data.to_vec(),
                 unreadable: None,
+                header_block: Default::default(),
             },
             1_700_000_001_000_000_000,
             &EnvelopeConfig::default(),

@@ -641,6 +641,7 @@ fn probe_envelope() -> Envelope {
             headers: Vec::new(),
             data: b"{\"probe\":true}".to_vec(),
             unreadable: None,
+            header_block: Default::default(),
         },
         crate::message::envelope::now_unix_nanos(),
         &crate::message::envelope::EnvelopeConfig::default(),

@@ -105,7 +105,7 @@ fn parse_decorated_nkey(contents: &str) -> Option<SecureString> {
 /// empty set of Certificates, not error.
 /// Can be used to parse only client certificates from .pem file containing both client key and certs.
 pub(crate) fn load_certs(path: &Path) -> io::Result<Vec<CertificateDer<'static>>> {
-    let pem_error = |e| io::Error::new(ErrorKind::InvalidData, format!("{path:?}: {e}"));
+    let pem_error = |e| io::Error::new(ErrorKind::InvalidData, format!("{}: {e}", path.display()));
     CertificateDer::pem_file_iter(path)
         .map_err(pem_error)?
         .collect::<Result<Vec<_>, _>>()
@@ -119,6 +119,6 @@ pub(crate) fn load_key(path: &Path) -> io::Result<PrivateKeyDer<'static>> {
         rustls::pki_types::pem::Error::NoItemsFound => {
             io::Error::new(ErrorKind::NotFound, "could not find client key in the path")
         }
-        e => io::Error::new(ErrorKind::InvalidData, format!("{path:?}: {e}")),
+        e => io::Error::new(ErrorKind::InvalidData, format!("{}: {e}", path.display())),
     })
 }

@@ -168,6 +168,9 @@ impl Client {
         let handle = thread::spawn({
             let client = client.clone();
             move || {
+                // The close callback runs however the thread ends, a panic included: the
+                // owner must learn that nothing will reconnect.
+                let _closed = CloseOnExit(options);
                 let res = client.run(connector);
                 run_sender.send(res).ok();
 
@@ -180,8 +183,6 @@ impl Client {
                         writer.flush().ok();
                     }
                 }
-
-                options.close_callback.call();
             }
         });
 
@@ -328,10 +329,18 @@ impl Client {
             receiver
         };
 
-        // Wait until the PONG operation is received.
-        match pong.recv() {
+        // Wait until the PONG operation is received, for the same timeout: while the server
+        // is unreachable no PONG comes (the PING waits in no writer), and an unbounded wait
+        // here kept a stopping runner alive for good.
+        match pong.recv_timeout(timeout) {
             Ok(()) => Ok(()),
-            Err(_) => Err(Error::new(ErrorKind::ConnectionReset, "flush failed")),
+            Err(channel::RecvTimeoutError::Timeout) => Err(Error::new(
+                ErrorKind::TimedOut,
+                "flush: the server did not answer in time",
+            )),
+            Err(channel::RecvTimeoutError::Disconnected) => {
+                Err(Error::new(ErrorKind::ConnectionReset, "flush failed"))
+            }
         }
     }
 
@@ -389,7 +398,7 @@ impl Client {
         !old
     }
 
-    fn check_shutdown(&self) -> io::Result<()> {
+    pub(crate) fn check_shutdown(&self) -> io::Result<()> {
         if *self.shutdown.lock() {
             Err(Error::new(ErrorKind::NotConnected, "the client is closed"))
         } else {
@@ -717,7 +726,7 @@ impl Client {
             let use_backoff = self.options.retry_on_failed_connect || !first_connect;
 
             // Make a connection to the server.
-            let (server_info, stream) = connector.connect(use_backoff)?;
+            let (server_info, stream) = connector.connect(use_backoff, self)?;
             self.process_info(&server_info, &connector);
 
             let reader = BufReader::with_capacity(BUF_CAPACITY, stream.clone());
@@ -843,9 +852,7 @@ impl Client {
 
             match op {
                 ServerOp::Info(server_info) => {
-                    for url in &server_info.connect_urls {
-                        connector.add_server(url.parse()?);
-                    }
+                    connector.add_advertised(&server_info.connect_urls, self);
                     self.process_info(&server_info, connector);
                     *self.server_info.lock() = server_info;
                 }
@@ -1016,6 +1023,15 @@ impl Client {
         }
         // The stream of operation is broken, meaning the connection was lost.
         Err(ErrorKind::ConnectionReset.into())
+    }
+}
+
+/// Calls the close callback when dropped: at the end of the client thread, however it ends.
+struct CloseOnExit(Arc<Options>);
+
+impl Drop for CloseOnExit {
+    fn drop(&mut self) {
+        self.0.close_callback.call();
     }
 }
 

@@ -21,7 +21,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use url::{Host, Url};
 
 use crate::auth_utils;
@@ -44,6 +44,9 @@ pub(crate) struct Connector {
 
     /// TLS config.
     tls_config: Arc<ClientConfig>,
+
+    /// Entries of the servers' INFO `connect_urls` that were not server addresses, skipped.
+    skipped_urls: usize,
 }
 
 fn configure_tls(options: &Arc<Options>) -> Result<ClientConfig, Error> {
@@ -147,6 +150,7 @@ impl Connector {
             attempts: urls.into_iter().map(|url| (url, 0)).collect(),
             options,
             tls_config: Arc::new(tls_config),
+            skipped_urls: 0,
         };
 
         Ok(connector)
@@ -155,6 +159,29 @@ impl Connector {
     /// Adds an URL to the list of servers.
     pub(crate) fn add_server(&mut self, url: ServerAddress) {
         self.attempts.insert(url, 0);
+    }
+
+    /// Adds the servers a server advertises (INFO `connect_urls`). An entry that is not a
+    /// server address is skipped and counted; the first one is reported through the error
+    /// callback, once. (Returning its parse error here once ended the client's thread for
+    /// good: the client never connected again.)
+    pub(crate) fn add_advertised(&mut self, urls: &[String], client: &crate::client::Client) {
+        for url in urls {
+            match url.parse() {
+                Ok(address) => self.add_server(address),
+                Err(_) => {
+                    self.skipped_urls += 1;
+                    if self.skipped_urls == 1 {
+                        let why = format!(
+                            "skipped a connect_urls entry of the server's INFO that is not a \
+                             server address: {url}"
+                        );
+                        let error = Error::new(ErrorKind::InvalidData, why);
+                        self.options.error_callback.call(client, error);
+                    }
+                }
+            }
+        }
     }
 
     pub(crate) fn get_options(&self) -> Arc<Options> {
@@ -190,7 +217,11 @@ impl Connector {
     ///
     /// If `use_backoff` is `true`, this method will try connecting in a loop
     /// and will back off after failed connect attempts.
-    pub(crate) fn connect(&mut self, use_backoff: bool) -> io::Result<(ServerInfo, NatsStream)> {
+    pub(crate) fn connect(
+        &mut self,
+        use_backoff: bool,
+        client: &crate::client::Client,
+    ) -> io::Result<(ServerInfo, NatsStream)> {
         // The last seen error, which gets returned if all connect attempts
         // fail.
         let mut last_err = Error::new(ErrorKind::AddrNotAvailable, "no socket addresses");
@@ -202,6 +233,8 @@ impl Connector {
 
             // Iterate over the server list in random order.
             for server in &servers {
+                // A client being closed stops trying: its owner waits for this thread.
+                client.check_shutdown()?;
                 // Calculate sleep duration for exponential backoff and bump the
                 // reconnect counter.
                 let reconnects = self.attempts.get_mut(server).unwrap();
@@ -223,8 +256,8 @@ impl Connector {
 
                 for addr in addrs {
                     // Sleep for some time if this is not the first connection
-                    // attempt for this server.
-                    thread::sleep(sleep_duration);
+                    // attempt for this server (in slices, to see a close at once).
+                    sleep_unless_closed(sleep_duration, client)?;
 
                     // Try connecting to this address.
                     let res = self.connect_addr(addr, server);
@@ -239,9 +272,7 @@ impl Connector {
                     };
 
                     // Add URLs discovered through the INFO message.
-                    for url in &server_info.connect_urls {
-                        self.add_server(url.parse()?);
-                    }
+                    self.add_advertised(&server_info.connect_urls, client);
 
                     *self.attempts.get_mut(server).unwrap() = 0;
                     return Ok((server_info, stream));
@@ -255,7 +286,10 @@ impl Connector {
         }
     }
 
-    /// Attempts to establish a connection to a single socket address.
+    /// Attempts to establish a connection to a single socket address, within the options'
+    /// `connect_timeout` for the whole of it: a server that accepts and then stays silent,
+    /// sends an endless INFO line, never answers the PING or floods PINGs costs that long at
+    /// most, and the caller goes on to the next server.
     fn connect_addr(
         &self,
         addr: SocketAddr,
@@ -263,30 +297,12 @@ impl Connector {
     ) -> io::Result<(ServerInfo, NatsStream)> {
         // Inject random I/O failures when testing.
         inject_io_failure()?;
+        let deadline = Instant::now() + self.options.connect_timeout;
 
         // Connect to the remote socket.
-        let mut stream = TcpStream::connect(addr)?;
+        let stream = TcpStream::connect_timeout(&addr, left(deadline)?)?;
         stream.set_nodelay(true)?;
-
-        // Expect an INFO message.
-        let mut line = crate::SecureVec::with_capacity(1024);
-        while !line.ends_with(b"\r\n") {
-            let byte = &mut [0];
-            stream.read_exact(byte)?;
-            line.push(byte[0]);
-        }
-        let server_info = match proto::decode(&line[..])? {
-            Some(ServerOp::Info(server_info)) => server_info,
-            Some(op) => {
-                return Err(Error::new(
-                    ErrorKind::Other,
-                    format!("expected INFO, received: {op:?}"),
-                ));
-            }
-            None => {
-                return Err(Error::new(ErrorKind::UnexpectedEof, "connection closed"));
-            }
-        };
+        let server_info = read_info(&stream, deadline)?;
 
         // Check if TLS authentication is required:
         // - Has `self.options.tls_required(true)` been set?
@@ -317,7 +333,26 @@ impl Connector {
             None
         };
         let mut stream = NatsStream::new(stream, session)?;
+        // Every read and write of the handshake (the TLS one included) ends by the deadline.
+        stream.set_deadline(Some(deadline))?;
 
+        let connect_info = self.connect_info(server, &server_info, tls_required)?;
+        // Send CONNECT and PING messages.
+        proto::encode(&mut stream, ClientOp::Connect(&connect_info))?;
+        proto::encode(&mut stream, ClientOp::Ping)?;
+        stream.flush()?;
+        await_pong(&mut stream)?;
+        stream.set_deadline(None)?;
+        Ok((server_info, stream))
+    }
+
+    /// The CONNECT message's content: options, and the credentials for `server`.
+    fn connect_info(
+        &self,
+        server: &ServerAddress,
+        server_info: &ServerInfo,
+        tls_required: bool,
+    ) -> io::Result<ConnectInfo> {
         // Data that will be formatted as a CONNECT message.
         let mut connect_info = ConnectInfo {
             tls_required,
@@ -368,46 +403,122 @@ impl Connector {
                 connect_info.signature = Some(sig);
             }
         }
+        Ok(connect_info)
+    }
+}
 
-        // Send CONNECT and PING messages.
-        proto::encode(&mut stream, ClientOp::Connect(&connect_info))?;
-        proto::encode(&mut stream, ClientOp::Ping)?;
-        stream.flush()?;
+/// Sleeps `duration`, returning early with an error once `client` is being closed.
+fn sleep_unless_closed(duration: Duration, client: &crate::client::Client) -> io::Result<()> {
+    const SLICE: Duration = Duration::from_millis(50);
+    let until = Instant::now() + duration;
+    loop {
+        client.check_shutdown()?;
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        thread::sleep(left.min(SLICE));
+    }
+}
 
-        let mut reader = BufReader::new(stream.clone());
+/// Longest INFO line read while connecting (a large cluster's `connect_urls` fit many times
+/// over); a longer one is a broken or hostile server, not a reason to grow without bound.
+pub(crate) const MAX_INFO_LINE: usize = 64 * 1024;
 
-        // Wait for a PONG.
-        loop {
-            match proto::decode(&mut reader)? {
-                // If we get PONG, the server is happy and we're done
-                // connecting.
-                Some(ServerOp::Pong) => break,
+/// Most PINGs answered while waiting for the first PONG: a server asks once, if at all.
+const MAX_CONNECT_PINGS: usize = 8;
 
-                // Respond to a PING with a PONG.
-                Some(ServerOp::Ping) => {
-                    proto::encode(&mut stream, ClientOp::Pong)?;
-                    stream.flush()?;
-                }
+/// The time left until `deadline`, or the error that ends the attempt.
+fn left(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(connect_timed_out());
+    }
+    Ok(left)
+}
 
-                // No other operations should arrive at this time.
-                Some(op) => {
-                    return Err(Error::new(
-                        ErrorKind::InvalidData,
-                        format!("unexpected line while connecting: {op:?}"),
-                    ));
-                }
+fn connect_timed_out() -> Error {
+    Error::new(
+        ErrorKind::TimedOut,
+        "the server did not complete the handshake in time",
+    )
+}
 
-                // Error if the connection was closed.
-                None => {
-                    return Err(Error::new(
-                        ErrorKind::UnexpectedEof,
-                        "connection closed while waiting for the first PONG",
-                    ));
-                }
+/// Reads the server's INFO line byte by byte (a TLS handshake may follow right after it, so
+/// nothing past the line may be read), at most [`MAX_INFO_LINE`] bytes, by `deadline`.
+fn read_info(mut stream: &TcpStream, deadline: Instant) -> io::Result<ServerInfo> {
+    let mut line = crate::SecureVec::with_capacity(1024);
+    while !line.ends_with(b"\r\n") {
+        if line.len() >= MAX_INFO_LINE {
+            return Err(Error::new(
+                ErrorKind::InvalidData,
+                "the server's INFO line is longer than 64 KiB",
+            ));
+        }
+        stream.set_read_timeout(Some(left(deadline)?))?;
+        let byte = &mut [0];
+        match stream.read_exact(byte) {
+            Ok(()) => line.push(byte[0]),
+            Err(e) if timed_out(&e) => return Err(connect_timed_out()),
+            Err(e) => return Err(e),
+        }
+    }
+    stream.set_read_timeout(None)?;
+    match proto::decode(&line[..])? {
+        Some(ServerOp::Info(server_info)) => Ok(server_info),
+        Some(op) => Err(Error::new(
+            ErrorKind::Other,
+            format!("expected INFO, received {}", op.describe()),
+        )),
+        None => Err(Error::new(ErrorKind::UnexpectedEof, "connection closed")),
+    }
+}
+
+/// Whether a socket error is a read or write timeout (`WouldBlock` on Unix).
+fn timed_out(e: &Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+/// Waits for the PONG that answers the client's first PING, answering at most
+/// [`MAX_CONNECT_PINGS`] of the server's PINGs meanwhile (the stream's deadline bounds the
+/// wait).
+fn await_pong(stream: &mut NatsStream) -> io::Result<()> {
+    let mut reader = BufReader::new(stream.clone());
+    let mut pings = 0;
+    loop {
+        match proto::decode(&mut reader)? {
+            // If we get PONG, the server is happy and we're done connecting.
+            Some(ServerOp::Pong) => return Ok(()),
+
+            // Respond to a PING with a PONG.
+            Some(ServerOp::Ping) if pings < MAX_CONNECT_PINGS => {
+                pings += 1;
+                proto::encode(&mut *stream, ClientOp::Pong)?;
+                stream.flush()?;
+            }
+            Some(ServerOp::Ping) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidData,
+                    "the server sent PINGs but no PONG",
+                ));
+            }
+
+            // No other operations should arrive at this time.
+            Some(op) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidData,
+                    format!("the server answered {} while connecting", op.describe()),
+                ));
+            }
+
+            // Error if the connection was closed.
+            None => {
+                return Err(Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "connection closed while waiting for the first PONG",
+                ));
             }
         }
-
-        Ok((server_info, stream))
     }
 }
 
@@ -417,6 +528,9 @@ impl Connector {
 #[derive(Clone)]
 pub(crate) struct NatsStream {
     flavor: Arc<Flavor>,
+    /// When set (while connecting), every read and write ends by this instant with
+    /// `TimedOut`, whatever the peer sends or withholds.
+    deadline: Arc<Mutex<Option<Instant>>>,
 }
 
 enum Flavor {
@@ -440,7 +554,34 @@ impl NatsStream {
             }
         };
         let flavor = Arc::new(flavor);
-        Ok(NatsStream { flavor })
+        let deadline = Arc::new(Mutex::new(None));
+        Ok(NatsStream { flavor, deadline })
+    }
+
+    /// Bounds every read and write by `deadline` (`None`: no bound, as after connecting).
+    pub(crate) fn set_deadline(&self, deadline: Option<Instant>) -> io::Result<()> {
+        *self.deadline.lock() = deadline;
+        if deadline.is_none() {
+            if let Flavor::Tcp(tcp) = &*self.flavor {
+                tcp.set_read_timeout(None)?;
+                tcp.set_write_timeout(None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The deadline, and for a plain TCP stream the socket timeouts set to what is left.
+    fn arm(&self, write: bool) -> io::Result<Option<Instant>> {
+        let deadline = *self.deadline.lock();
+        if let (Some(deadline), Flavor::Tcp(tcp)) = (deadline, &*self.flavor) {
+            let left = left(deadline)?;
+            if write {
+                tcp.set_write_timeout(Some(left))?;
+            } else {
+                tcp.set_read_timeout(Some(left))?;
+            }
+        }
+        Ok(deadline)
     }
 
     pub(crate) fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
@@ -468,13 +609,17 @@ impl Read for NatsStream {
 
 impl Read for &NatsStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match &*self.flavor {
+        let deadline = self.arm(false)?;
+        let res = match &*self.flavor {
             Flavor::Tcp(tcp) => (tcp.deref()).read(buf),
-            Flavor::Tls(tls) => tls_op(tls, |session, eof| match session.reader().read(buf) {
-                Ok(0) if !eof => Err(io::ErrorKind::WouldBlock.into()),
-                res => res,
+            Flavor::Tls(tls) => tls_op(tls, deadline, |session, eof| {
+                match session.reader().read(buf) {
+                    Ok(0) if !eof => Err(io::ErrorKind::WouldBlock.into()),
+                    res => res,
+                }
             }),
-        }
+        };
+        within(res, deadline)
     }
 }
 
@@ -490,17 +635,29 @@ impl Write for NatsStream {
 
 impl Write for &NatsStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match &*self.flavor {
+        let deadline = self.arm(true)?;
+        let res = match &*self.flavor {
             Flavor::Tcp(tcp) => (tcp.deref()).write(buf),
-            Flavor::Tls(tls) => tls_op(tls, |session, _| session.writer().write(buf)),
-        }
+            Flavor::Tls(tls) => tls_op(tls, deadline, |session, _| session.writer().write(buf)),
+        };
+        within(res, deadline)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match &*self.flavor {
+        let deadline = self.arm(true)?;
+        let res = match &*self.flavor {
             Flavor::Tcp(tcp) => (tcp.deref()).flush(),
-            Flavor::Tls(tls) => tls_op(tls, |session, _| session.writer().flush()),
-        }
+            Flavor::Tls(tls) => tls_op(tls, deadline, |session, _| session.writer().flush()),
+        };
+        within(res, deadline)
+    }
+}
+
+/// A socket timeout under a deadline is the deadline's `TimedOut`.
+fn within<T>(res: io::Result<T>, deadline: Option<Instant>) -> io::Result<T> {
+    match res {
+        Err(e) if deadline.is_some() && timed_out(&e) => Err(connect_timed_out()),
+        res => res,
     }
 }
 
@@ -509,6 +666,7 @@ impl Write for &NatsStream {
 /// However, note that the inner TCP stream is in non-blocking mode.
 fn tls_op<T: std::fmt::Debug>(
     tls: &Mutex<TlsStream>,
+    deadline: Option<Instant>,
     mut op: impl FnMut(&mut ClientConnection, bool) -> io::Result<T>,
 ) -> io::Result<T> {
     loop {
@@ -545,12 +703,12 @@ fn tls_op<T: std::fmt::Debug>(
             res => return res,
         }
 
-        tls_wait(tls)?;
+        tls_wait(tls, deadline)?;
     }
 }
 
 /// Waits until the TLS stream becomes ready.
-fn tls_wait(mut tls: MutexGuard<'_, TlsStream>) -> io::Result<()> {
+fn tls_wait(mut tls: MutexGuard<'_, TlsStream>, deadline: Option<Instant>) -> io::Result<()> {
     #[cfg(unix)]
     use {
         libc::{self as sys, poll, pollfd},
@@ -588,16 +746,27 @@ fn tls_wait(mut tls: MutexGuard<'_, TlsStream>) -> io::Result<()> {
     // This way concurrent operations on the TLS stream won't block each other.
     drop(tls);
 
-    // Wait until the TCP stream becomes ready.
-    #[allow(unsafe_code)]
-    while unsafe { poll(&mut pollfd, 1, -1) } == -1 {
-        let err = Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
+    // Wait until the TCP stream becomes ready, or the deadline passes.
+    loop {
+        let timeout_ms = match deadline {
+            None => -1,
+            Some(deadline) => {
+                let left = left(deadline)?;
+                i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX)
+            }
+        };
+        #[allow(unsafe_code)]
+        match unsafe { poll(&mut pollfd, 1, timeout_ms) } {
+            -1 => {
+                let err = Error::last_os_error();
+                if err.kind() != io::ErrorKind::Interrupted {
+                    return Err(err);
+                }
+            }
+            0 => return Err(connect_timed_out()),
+            _ => return Ok(()),
         }
     }
-
-    Ok(())
 }
 
 /// Address of a NATS server.

@@ -62,7 +62,35 @@ pub struct HeaderMap {
     /// Timeout`): the server's, never a publisher's header line named `Status`.
     status: Option<String>,
     description: Option<String>,
+    /// The block's header lines and their name and value bytes as the server sent them,
+    /// counted before any map is built: repeated lines, which the map keeps once, included.
+    counted: HeaderCount,
 }
+
+/// Header lines and their name and value bytes (trimmed, a folded line's bytes plus one),
+/// counted in the raw block. A line repeated with the same name and value counts each time.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderCount {
+    /// Header lines (a folded continuation belongs to its line).
+    pub lines: usize,
+    /// Name and value bytes of those lines.
+    pub bytes: usize,
+}
+
+/// Most header lines this client builds a map from: svc's own input limit
+/// (`src/message/limits.rs` `MAX_HEADERS`; a test there keeps the two equal). A block with more
+/// is marked unreadable and no map is built: thousands of one-byte lines otherwise cost more
+/// than a hundred times their bytes in the map (1.0 GiB for 1,500 messages of 8,000 lines).
+pub const MAX_HEADER_LINES: usize = 256;
+
+/// Most name and value bytes this client builds a map from: svc's `MAX_HEADER_BYTES`.
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+
+/// The reason given for a block over [`MAX_HEADER_LINES`].
+pub const TOO_MANY_LINES: &str = "the message has more header lines than the client reads";
+
+/// The reason given for a block over [`MAX_HEADER_BYTES`].
+pub const TOO_MANY_BYTES: &str = "the message has more header bytes than the client reads";
 
 impl HeaderMap {
     /// The status code of the version line, set by the server only (404, 408, 100, ...).
@@ -73,6 +101,64 @@ impl HeaderMap {
     /// The description of the version line, set by the server only.
     pub fn description(&self) -> Option<&str> {
         self.description.as_deref()
+    }
+
+    /// The raw block's header lines and bytes, repeated lines included; zero for a map not
+    /// read from a message.
+    pub fn counted(&self) -> HeaderCount {
+        self.counted
+    }
+}
+
+/// Counts the header lines of a block (after its version line) and their name and value bytes,
+/// allocating nothing.
+fn count_lines(text: &str) -> HeaderCount {
+    let mut count = HeaderCount::default();
+    for line in text.lines().skip(1) {
+        if line.is_empty() {
+            continue;
+        }
+        if line.starts_with(is_continuation) {
+            count.bytes += line.trim().len() + 1;
+            continue;
+        }
+        count.lines += 1;
+        count.bytes += match line.split_once(':') {
+            Some((k, v)) => k.trim().len() + v.trim().len(),
+            None => line.trim().len(),
+        };
+    }
+    count
+}
+
+/// Reads a message's header block: the map, or an empty map and the reason it could not be
+/// read (see [`parse_headers`]). Lines and bytes are counted first, and a block over
+/// [`MAX_HEADER_LINES`] or [`MAX_HEADER_BYTES`] is refused before any map is built; either
+/// way the map carries the counts, so the caller can name the bound. Public for svc's tests only.
+#[doc(hidden)]
+pub fn read_headers(buf: &[u8]) -> (HeaderMap, Option<&'static str>) {
+    let counted = std::str::from_utf8(buf)
+        .map(count_lines)
+        .unwrap_or_default();
+    let refused = |why| {
+        let map = HeaderMap {
+            counted,
+            ..Default::default()
+        };
+        (map, Some(why))
+    };
+    if counted.lines > MAX_HEADER_LINES {
+        return refused(TOO_MANY_LINES);
+    }
+    if counted.bytes > MAX_HEADER_BYTES {
+        return refused(TOO_MANY_BYTES);
+    }
+    match parse_headers(buf) {
+        Ok(mut map) => {
+            map.counted = counted;
+            (map, None)
+        }
+        Err(why) => refused(why),
     }
 }
 

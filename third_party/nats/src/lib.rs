@@ -276,7 +276,7 @@ pub use jetstream::JetStreamOptions;
 #[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use message::Message;
 #[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
-pub use options::Options;
+pub use options::{Options, DEFAULT_CONNECT_TIMEOUT};
 #[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use subscription::{Handler, Subscription};
 

@@ -306,9 +306,9 @@ impl Message {
                     Err(e) => {
                         log::error!(
                             "failed to parse jetstream reply \
-                            subject: {}, error: {:?}. Is your \
+                            subject: {}, error: {}. Is your \
                             nats-server up to date?",
-                            reply,
+                            reply.escape_default(),
                             e
                         );
                         return None;

@@ -41,6 +41,9 @@ pub struct Options {
     /// Client certificate chain and key as PEM, read by the caller (who checked the files).
     pub(crate) client_identity_pem: Option<Arc<(Vec<u8>, Vec<u8>)>>,
     pub(crate) tls_client_config: Option<crate::rustls::ClientConfig>,
+    /// The whole time one connection attempt may take: TCP connect, INFO, TLS handshake,
+    /// CONNECT and the first PING/PONG.
+    pub(crate) connect_timeout: Duration,
 
     pub(crate) error_callback: ErrorCallback,
     pub(crate) disconnect_callback: Callback,
@@ -68,6 +71,7 @@ impl fmt::Debug for Options {
                 &self.client_identity_pem.as_ref().map(|_| "set"),
             )
             .entry(&"tls_client_config", &"XXXXXXXX")
+            .entry(&"connect_timeout", &self.connect_timeout)
             .entry(&"error_callback", &self.error_callback)
             .entry(&"disconnect_callback", &self.disconnect_callback)
             .entry(&"reconnect_callback", &self.reconnect_callback)
@@ -99,9 +103,14 @@ impl Default for Options {
             close_callback: Callback(None),
             lame_duck_callback: Callback(None),
             tls_client_config: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
 }
+
+/// How long one connection attempt may take unless [`Options::connect_timeout`] says
+/// otherwise: nats.go's default is 2 s; a TLS handshake across a slow link needs more.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Calculates how long to sleep for before connecting to a server.
 pub(crate) fn backoff(reconnects: usize) -> Duration {
@@ -145,6 +154,14 @@ impl Options {
     /// ```
     pub fn new() -> Options {
         Options::default()
+    }
+
+    /// The whole time one connection attempt to one server may take, from the TCP connect
+    /// to the first PONG (INFO, TLS handshake and CONNECT included); then the next server is
+    /// tried. Defaults to [`DEFAULT_CONNECT_TIMEOUT`] (5 s). A zero duration is read as 1 ms.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Options {
+        self.connect_timeout = timeout.max(Duration::from_millis(1));
+        self
     }
 
     /// Authenticate with NATS using a token.

@@ -60,6 +60,23 @@ pub(crate) enum ServerOp {
     Unknown(String),
 }
 
+impl ServerOp {
+    /// What the operation is, for an error an operator reads: its name, and for `-ERR` and an
+    /// unknown operation the server's text, which the caller shows as peer text (escaped and
+    /// bounded), never with `Debug`.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            ServerOp::Info(_) => "INFO".into(),
+            ServerOp::Msg { .. } => "MSG".into(),
+            ServerOp::Hmsg { .. } => "HMSG".into(),
+            ServerOp::Ping => "PING".into(),
+            ServerOp::Pong => "PONG".into(),
+            ServerOp::Err(text) => format!("-ERR '{text}'"),
+            ServerOp::Unknown(line) => format!("an unknown operation: {line}"),
+        }
+    }
+}
+
 /// Longest control line read from the server (`MSG`/`HMSG` carry the subject and the reply
 /// subject). A publisher's subject can be as long as the server's `max_control_line` allows
 /// for its own `PUB` line (4 KiB by default), so the server's line to us is longer than that;
@@ -205,13 +222,10 @@ pub(crate) fn decode(mut stream: impl BufRead) -> io::Result<Option<ServerOp>> {
             unreadable,
         }));
     }
-    let headers = match crate::header::parse_headers(&header_payload) {
-        Ok(h) => h,
-        Err(why) => {
-            unreadable.get_or_insert(why);
-            HeaderMap::default()
-        }
-    };
+    let (headers, why) = crate::header::read_headers(&header_payload);
+    if let Some(why) = why {
+        unreadable.get_or_insert(why);
+    }
     Ok(Some(ServerOp::Hmsg {
         subject,
         headers,

@@ -249,7 +249,7 @@ impl Subscription {
                 for m in &sub {
                     if let Err(e) = handler(m) {
                         // TODO(dlc) - Capture for last error?
-                        log::error!("Error in callback! {:?}", e);
+                        log::error!("Error in callback! {}", e);
                     }
                 }
             })

@@ -658,10 +658,8 @@ impl JetStream {
         match res {
             ApiResponse::Ok(pub_ack) => Ok(pub_ack),
             ApiResponse::Err { error, .. } => {
-                log::debug!(
-                    "failed to parse API response: {:?}",
-                    std::str::from_utf8(&res_msg.data)
-                );
+                // The server's answer is peer text: its length only, never its bytes.
+                log::debug!("API error response of {} bytes", res_msg.data.len());
 
                 Err(io::Error::new(ErrorKind::Other, error))
             }
@@ -1010,15 +1008,15 @@ impl JetStream {
                 {
                     return Err(io::Error::new(
                         io::ErrorKind::Other,
-                        format!("configuration requests durable name to be {:?}, but consumer's value is {:?}", options.durable_name, info.config.durable_name
-                    )));
+                        "the consumer's durable name differs from the configuration",
+                    ));
                 }
 
                 if options.description.is_some() && options.description != info.config.description {
                     return Err(io::Error::new(
                         io::ErrorKind::Other,
-                        format!("configuration requests description to be {:?}, but consumer's value is {:?}", options.description, info.config.description
-                    )));
+                        "the consumer's description differs from the configuration",
+                    ));
                 }
 
                 if options.deliver_policy.is_some()
@@ -1026,8 +1024,8 @@ impl JetStream {
                 {
                     return Err(io::Error::new(
                         io::ErrorKind::Other,
-                        format!("configuration requests deliver policy to be {:?}, but consumer's value is {:?}", options.deliver_policy, info.config.deliver_policy
-                    )));
+                        "the consumer's deliver policy differs from the configuration",
+                    ));
                 }
 
                 if options.opt_start_seq.is_some()
@@ -1035,8 +1033,8 @@ impl JetStream {
                 {
                     return Err(io::Error::new(
                         io::ErrorKind::Other,
-                        format!("configuration requests optional start sequence to be {:?}, but consumer's value is {:?}", options.opt_start_seq, info.config.opt_start_seq
-                    )));
+                        "the consumer's optional start sequence differs from the configuration",
+                    ));
                 }
 
                 if options.opt_start_time.is_some()
@@ -1044,8 +1042,8 @@ impl JetStream {
                 {
                     return Err(io::Error::new(
                        io::ErrorKind::Other,
-                       format!("configuration requests optional start time to be {:?}, but consumer's value is {:?}", options.opt_start_time, info.config.opt_start_time
-                   )));
+                       "the consumer's optional start time differs from the configuration",
+                   ));
                 }
 
                 if options.ack_policy.is_some()
@@ -1053,15 +1051,15 @@ impl JetStream {
                 {
                     return Err(io::Error::new(
                         io::ErrorKind::Other,
-                        format!("configuration requests ack policy to be {:?}, but consumer's value is {:?}", options.ack_policy, info.config.ack_policy
-                    )));
+                        "the consumer's ack policy differs from the configuration",
+                    ));
                 }
 
                 if options.ack_wait.is_some() && options.ack_wait.unwrap() != info.config.ack_wait {
                     return Err(io::Error::new(
                         io::ErrorKind::Other,
-                        format!("configuration requests ack wait to be {:?}, but consumer's value is {:?}", options.ack_wait, info.config.ack_wait
-                    )));
+                        "the consumer's ack wait differs from the configuration",
+                    ));
                 }
 
                 if options.max_deliver.is_some()
@@ -1069,8 +1067,8 @@ impl JetStream {
                 {
                     return Err(io::Error::new(
                         io::ErrorKind::Other,
-                        format!("configuration requests max deliver to be {:?}, but consumer's value is {:?}", options.max_deliver, info.config.max_deliver
-                    )));
+                        "the consumer's max deliver differs from the configuration",
+                    ));
                 }
 
                 if options.replay_policy.is_some()
@@ -1078,8 +1076,8 @@ impl JetStream {
                 {
                     return Err(io::Error::new(
                         io::ErrorKind::Other,
-                        format!("configuration requests replay policy to be {:?}, but consumer's value is {:?}", options.replay_policy, info.config.replay_policy
-                    )));
+                        "the consumer's replay policy differs from the configuration",
+                    ));
                 }
 
                 if options.rate_limit.is_some()
@@ -1087,8 +1085,8 @@ impl JetStream {
                 {
                     return Err(io::Error::new(
                         io::ErrorKind::Other,
-                        format!("configuration requests rate limit to be {:?}, but consumer's value is {:?}", options.rate_limit, info.config.rate_limit
-                    )));
+                        "the consumer's rate limit differs from the configuration",
+                    ));
                 }
 
                 if options.sample_frequency.is_some()
@@ -1096,8 +1094,8 @@ impl JetStream {
                 {
                     return Err(io::Error::new(
                             io::ErrorKind::Other,
-                            format!("configuration requests sample frequency to be {:?}, but consumer's value is {:?}", options.sample_frequency, info.config.sample_frequency
-                    )));
+                            "the consumer's sample frequency differs from the configuration",
+                    ));
                 }
 
                 if options.max_waiting.is_some()
@@ -1105,8 +1103,8 @@ impl JetStream {
                 {
                     return Err(io::Error::new(
                         io::ErrorKind::Other,
-                        format!("configuration requests max waiting to be {:?}, but consumer's value is {:?}", options.max_waiting, info.config.max_waiting
-                    )));
+                        "the consumer's max waiting differs from the configuration",
+                    ));
                 }
 
                 if options.max_ack_pending.is_some()
@@ -1114,8 +1112,8 @@ impl JetStream {
                 {
                     return Err(io::Error::new(
                         io::ErrorKind::Other,
-                        format!("configuration requests max ack pending to be {:?}, but consumer's value is {:?}", options.max_ack_pending, info.config.max_ack_pending
-                    )));
+                        "the consumer's max ack pending differs from the configuration",
+                    ));
                 }
 
                 // For flow control, we want to fail if the user explicit wanted it, but
@@ -1124,8 +1122,8 @@ impl JetStream {
                 if options.flow_control.is_some() && !info.config.flow_control {
                     return Err(io::Error::new(
                         io::ErrorKind::Other,
-                        format!("configuration requests flow control to be {:?}, but consumer's value is {:?}", options.flow_control, info.config.flow_control
-                    )));
+                        "the consumer's flow control differs from the configuration",
+                    ));
                 }
 
                 if options.idle_heartbeat.is_some()
@@ -1133,8 +1131,8 @@ impl JetStream {
                 {
                     return Err(io::Error::new(
                         io::ErrorKind::Other,
-                        format!("configuration requests heartbeat to be {:?}, but consumer's value is {:?}", options.idle_heartbeat, info.config.idle_heartbeat
-                    )));
+                        "the consumer's heartbeat differs from the configuration",
+                    ));
                 }
             }
 
@@ -1798,10 +1796,8 @@ impl JetStream {
         match res {
             ApiResponse::Ok(stream_info) => Ok(stream_info),
             ApiResponse::Err { error, .. } => {
-                log::error!(
-                    "failed to parse API response: {:?}",
-                    std::str::from_utf8(&res_msg.data)
-                );
+                // The server's answer is peer text: its length only, never its bytes.
+                log::error!("API error response of {} bytes", res_msg.data.len());
 
                 Err(io::Error::new(io::ErrorKind::Other, error))
             }

@@ -346,7 +346,7 @@ impl PushSubscription {
                 for m in &sub {
                     if let Err(e) = handler(m) {
                         // TODO(dlc) - Capture for last error?
-                        log::error!("Error in callback! {:?}", e);
+                        log::error!("Error in callback! {}", e);
                     }
                 }
             })
@@ -397,12 +397,12 @@ impl PushSubscription {
             .spawn(move || {
                 for message in &sub {
                     if let Err(err) = handler(&message) {
-                        log::error!("Error in callback! {:?}", err);
+                        log::error!("Error in callback! {}", err);
                     }
 
                     if consumer_ack_policy != AckPolicy::None {
                         if let Err(err) = message.ack() {
-                            log::error!("Error in callback! {:?}", err);
+                            log::error!("Error in callback! {}", err);
                         }
                     }
                 }
