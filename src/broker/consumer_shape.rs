@@ -167,7 +167,8 @@ pub fn put_consumer(nc: &Connection, stream: &str, config: &Value) -> io::Result
 }
 
 /// One JetStream API request; the broker's `error` becomes an `io::Error` (10014 and 10059,
-/// consumer or stream not found: `NotFound`) whose text is the broker's, bounded and escaped.
+/// consumer or stream not found: `NotFound`) whose text is the broker's (at most 64 KiB; shown
+/// bounded and escaped by [`super::BrokerError`]).
 pub fn api_request(nc: &Connection, subject: &str, body: &[u8]) -> io::Result<Value> {
     let reply = nc.request_timeout(subject, body, API_TIMEOUT)?;
     if reply.data.len() > MAX_REPLY_BYTES {
@@ -199,7 +200,9 @@ fn api_error(v: &Value) -> Option<io::Error> {
     let code = code.map_or_else(|| "?".to_string(), |c| c.to_string());
     Some(io::Error::new(
         kind,
-        format!("{} (error {code})", PeerText::new(description)),
+        // Raw here: every caller wraps it in a BrokerError, whose Display bounds and escapes
+        // it once (escaping here too showed `\\r` for `\r`).
+        format!("{description} (error {code})"),
     ))
 }
 

@@ -321,7 +321,9 @@ impl Fetcher {
         }
         if result.is_ok() {
             let stopped = *self.stop_at.get_or_init(Instant::now);
-            self.release_after_stop(&outstanding, &mut names, stopped + self.shutdown_timeout);
+            // The final flush's least time stays inside the stop's budget.
+            let until = stopped + self.shutdown_timeout.saturating_sub(MIN_FINAL_FLUSH);
+            self.release_after_stop(&outstanding, &mut names, until);
         }
         // Credits of requests still outstanding are not needed any more.
         for req in outstanding {

@@ -445,7 +445,11 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let timeout = d.shutdown_timeout;
     // The drain stops now too, between its attempts; a sink write it is in is bounded below.
     drain_stop.store(true, Ordering::SeqCst);
-    match ack_done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+    // The final flush's least time is kept inside the budget, not added past it.
+    let drain_until = deadline
+        .checked_sub(fetch::MIN_FINAL_FLUSH)
+        .unwrap_or(deadline);
+    match ack_done_rx.recv_timeout(drain_until.saturating_duration_since(Instant::now())) {
         Ok(()) => {
             log::info!("pipeline drained; every settled message acknowledged");
             // Both kick senders are gone now, so svc-flush has ended or is ending.
