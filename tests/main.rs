@@ -38,6 +38,7 @@ mod aws_credentials;
 mod broker_auth_tls;
 mod cli;
 mod consumer_changes;
+mod crash;
 mod dashboard;
 mod durability;
 mod governance;
