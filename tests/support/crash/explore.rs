@@ -56,6 +56,10 @@ pub trait Workload {
     /// After the run ended (killed or not): restart or drain until done, and return every
     /// invariant broken, each as `<invariant>: <details>`.
     fn check(&mut self, dir: &Path) -> Vec<String>;
+    /// Points the fast tier runs at most (spread evenly over the sample). Defaults to 6.
+    fn fast_points(&self) -> usize {
+        6
+    }
 }
 
 /// What one workload's exploration found.
@@ -116,7 +120,11 @@ pub fn explore(w: &mut dyn Workload, scratch: &Path) -> Report {
         !all.is_empty(),
         "the dry run made no durable call below {roots:?}"
     );
-    let chosen = if full() { all.clone() } else { sample(&all) };
+    let chosen = if full() {
+        all.clone()
+    } else {
+        sample(&all, w.fast_points())
+    };
     let mut killed = 0;
     for (k, p) in chosen.iter().enumerate() {
         let dir = scratch.join(k.to_string());
@@ -201,8 +209,9 @@ fn fold(label: &str) -> String {
     out
 }
 
-/// The fast tier's points: the first and the last of each class.
-pub fn sample(all: &[Point]) -> Vec<Point> {
+/// The fast tier's points: the first and the last of each class, at most `cap` of them
+/// (spread evenly, the first and the last always among them).
+pub fn sample(all: &[Point], cap: usize) -> Vec<Point> {
     let mut classes: Vec<(String, Vec<usize>)> = Vec::new();
     for (i, p) in all.iter().enumerate() {
         match classes.iter_mut().find(|c| c.0 == p.class) {
@@ -216,6 +225,13 @@ pub fn sample(all: &[Point]) -> Vec<Point> {
         .collect();
     keep.sort_unstable();
     keep.dedup();
+    if keep.len() > cap && cap > 1 {
+        let step = (keep.len() - 1) as f64 / (cap - 1) as f64;
+        keep = (0..cap)
+            .map(|k| keep[(k as f64 * step).round() as usize])
+            .collect();
+        keep.dedup();
+    }
     keep.into_iter().map(|i| all[i].clone()).collect()
 }
 
