@@ -23,6 +23,7 @@ use crate::support::crash::explore::{self, Setup, Workload};
 use crate::support::crash::power::{self, Recording};
 use crate::support::crash::{position_whole, AckLog};
 use crate::support::process::{svc, Runner};
+use crate::support::receiver::Receiver;
 use crate::support::{files_below, wait_until, write_config};
 
 const CONSUMER: &str = "C";
@@ -211,41 +212,56 @@ impl<'a> RunWorkload<'a> {
 
     /// Restarts the runner until every message is acknowledged; the problems seen.
     fn restart(&self, dir: &Path) -> Vec<String> {
-        let mut runner = Runner::start(&dir.join("c.json"), &dir.join("restart.log"));
-        let deadline = Instant::now() + Duration::from_secs(30);
         let n = self.messages as u64;
-        let mut v = Vec::new();
-        loop {
-            if let Some(status) = runner.child.try_wait().unwrap() {
-                v.push(format!(
-                    "a later start refused ({status}): {}",
-                    tail(&runner.log_text())
-                ));
-                return v;
-            }
-            let done = self
-                .server
-                .try_consumer_state(&self.stream, CONSUMER)
-                .is_some_and(|s| s.0 >= n && s.1 == 0);
-            if done {
-                break;
-            }
-            if Instant::now() >= deadline {
-                v.push(format!(
-                    "the restart made no progress: ack floor {} of {n} after 30 s: {}",
-                    self.floor(),
-                    tail(&runner.log_text())
-                ));
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        runner.signal("TERM");
-        if runner.wait_timeout(Duration::from_secs(20)).is_none() {
-            v.push("the restarted runner did not stop on SIGTERM".into());
-        }
-        v
+        restart_until(dir, &|| acked_all(self.server, &self.stream, n), &|| {
+            format!("ack floor {} of {n}", self.floor())
+        })
     }
+}
+
+/// The consumer's ack floor reached `n` and nothing awaits an ACK.
+fn acked_all(server: &NatsServer, stream: &str, n: u64) -> bool {
+    server
+        .try_consumer_state(stream, CONSUMER)
+        .is_some_and(|s| s.0 >= n && s.1 == 0)
+}
+
+/// Starts `svc run` on `dir/c.json` until `done` (30 s at most), then stops it; the problems
+/// seen (`progress` says where it stood when it gave up).
+fn restart_until(
+    dir: &Path,
+    done: &dyn Fn() -> bool,
+    progress: &dyn Fn() -> String,
+) -> Vec<String> {
+    let mut runner = Runner::start(&dir.join("c.json"), &dir.join("restart.log"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut v = Vec::new();
+    loop {
+        if let Some(status) = runner.child.try_wait().unwrap() {
+            v.push(format!(
+                "a later start refused ({status}): {}",
+                tail(&runner.log_text())
+            ));
+            return v;
+        }
+        if done() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            v.push(format!(
+                "the restart made no progress: {} after 30 s: {}",
+                progress(),
+                tail(&runner.log_text())
+            ));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    runner.signal("TERM");
+    if runner.wait_timeout(Duration::from_secs(20)).is_none() {
+        v.push("the restarted runner did not stop on SIGTERM".into());
+    }
+    v
 }
 
 impl Workload for RunWorkload<'_> {
@@ -674,5 +690,132 @@ fn spool_after_enospc_survives_every_power_cut() {
         "spool power loss (ENOSPC)",
     );
     report(&r);
+    assert!(r.violations.is_empty(), "{r}");
+}
+
+/// A fallback spool beside the HTTP sink: the receiver is down, so every batch is spooled and
+/// ACKed (the switch); once all are, the receiver comes up and the runner drains the spool
+/// into it. Recovery restarts the runner until the receiver holds every message (at least
+/// once: the HTTP sink has no key).
+struct FallbackWorkload<'a> {
+    server: &'a NatsServer,
+    messages: usize,
+    runs: usize,
+    stream: String,
+    acks: Option<AckLog>,
+    receiver: std::cell::RefCell<Option<Receiver>>,
+    receiving: std::cell::Cell<bool>,
+}
+
+impl FallbackWorkload<'_> {
+    fn delivered(&self) -> BTreeMap<u64, usize> {
+        let mut seqs = BTreeMap::new();
+        if let Some(r) = self.receiver.borrow().as_ref() {
+            for rec in r.records(200) {
+                if let Some(s) = rec["stream_sequence"].as_u64() {
+                    *seqs.entry(s).or_insert(0) += 1;
+                }
+            }
+        }
+        seqs
+    }
+
+    fn receive(&self) {
+        if !self.receiving.replace(true) {
+            if let Some(r) = self.receiver.borrow_mut().as_mut() {
+                r.launch();
+            }
+        }
+    }
+}
+
+impl Workload for FallbackWorkload<'_> {
+    fn component(&self) -> String {
+        "spool fallback (switch, drain, segment removal)".into()
+    }
+
+    fn prepare(&mut self, dir: &Path) -> Setup {
+        self.runs += 1;
+        self.stream = stream_with(
+            self.server,
+            &format!("FALLBACK{}", self.runs),
+            self.messages,
+        );
+        std::fs::create_dir_all(dir.join("state")).unwrap();
+        let mut receiver = Receiver::start(dir, &[]);
+        receiver.kill();
+        let sink = json!({"type": "http", "url": receiver.url(), "allow_http_for_local_testing": true,
+                          "request_timeout_seconds": 2, "retry_backoff_ms": 50,
+                          "retry_max_backoff_ms": 100, "retry_budget_seconds": 1,
+                          "max_concurrent_requests": 1});
+        *self.receiver.borrow_mut() = Some(receiver);
+        self.receiving.set(false);
+        let cfg = run_config(self.server, &self.stream, dir, sink);
+        let mut value: Value =
+            serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+        value["spool"] = json!({"dir": dir.join("spool"), "max_bytes": 1 << 20, "after_seconds": 0,
+                                "segment_bytes": 8192, "drain_batch": 20, "max_backoff_seconds": 0.2});
+        let cfg = write_config(dir, "c.json", &value);
+        self.acks = Some(AckLog::start(
+            &self.server.connect(),
+            &self.stream,
+            CONSUMER,
+        ));
+        Setup {
+            args: vec![OsString::from("run"), cfg.into_os_string()],
+            env: vec![("RUST_LOG".into(), "warn".into())],
+            roots: vec![dir.join("spool"), dir.join("state")],
+        }
+    }
+
+    fn complete(&self, _dir: &Path) -> bool {
+        if !self.receiving.get() {
+            if acked_all(self.server, &self.stream, self.messages as u64) {
+                self.receive();
+            }
+            return false;
+        }
+        self.delivered().len() >= self.messages
+    }
+
+    fn check(&mut self, dir: &Path) -> Vec<String> {
+        let acked = self
+            .acks
+            .as_mut()
+            .expect("prepared")
+            .acked(Duration::from_millis(300))
+            .clone();
+        let mut v = state_files(dir);
+        self.receive();
+        let n = self.messages as u64;
+        v.extend(restart_until(
+            dir,
+            &|| acked_all(self.server, &self.stream, n) && self.delivered().len() as u64 >= n,
+            &|| format!("{} of {n} delivered", self.delivered().len()),
+        ));
+        v.extend(compare(&self.delivered(), &acked, n, false));
+        if let Some(mut r) = self.receiver.borrow_mut().take() {
+            r.kill();
+        }
+        v
+    }
+}
+
+#[test]
+fn spool_fallback_survives_a_kill_at_every_call() {
+    let server = NatsServer::start();
+    let scratch = tempfile::tempdir().unwrap();
+    let mut w = FallbackWorkload {
+        server: &server,
+        messages: 60,
+        runs: 0,
+        stream: String::new(),
+        acks: None,
+        receiver: Default::default(),
+        receiving: Default::default(),
+    };
+    let r = explore::explore(&mut w, scratch.path());
+    report(&r);
+    assert!(r.killed > 0, "no kill landed on the spool's files: {r}");
     assert!(r.violations.is_empty(), "{r}");
 }
