@@ -93,6 +93,8 @@ pub fn snapshot(roots: &[String]) -> BTreeMap<String, Option<Vec<u8>>> {
 struct Parser<'a> {
     roots: &'a [String],
     names: HashMap<String, usize>,
+    /// Directories (a descriptor of one is synced as a directory, however it was opened).
+    dirs: HashSet<String>,
     tmp: HashMap<String, usize>,
     fds: HashMap<i64, (usize, bool, u64)>,
     sizes: Vec<u64>,
@@ -115,7 +117,10 @@ impl Parser<'_> {
             return;
         };
         let flags = c.other(2).to_string();
-        if !trace::below(&p, self.roots) || flags.contains("O_DIRECTORY") {
+        // The number is this file's now, whatever it was before.
+        self.fds.remove(&fd);
+        if !trace::below(&p, self.roots) || flags.contains("O_DIRECTORY") || self.dirs.contains(&p)
+        {
             return;
         }
         let append = flags.contains("O_APPEND");
@@ -178,12 +183,12 @@ impl Parser<'_> {
                     self.push(c, Op::Truncate(i, len));
                 }
             }
-            "fsync" | "fdatasync" => match (fd(0), c.fd_path(0)) {
-                (Some(i), _) => self.push(c, Op::SyncFile(i)),
-                (None, Some(p)) if trace::below(p, self.roots) => {
+            "fsync" | "fdatasync" => match (c.fd_path(0), fd(0)) {
+                (Some(p), _) if self.dirs.contains(p) => {
                     let p = p.to_string();
                     self.push(c, Op::SyncDir(p))
                 }
+                (_, Some(i)) => self.push(c, Op::SyncFile(i)),
                 _ => {}
             },
             _ => self.namespace(c),
@@ -199,6 +204,7 @@ impl Parser<'_> {
             "mkdir" | "mkdirat" => {
                 let i = self.inode();
                 self.names.insert(t[0].clone(), i);
+                self.dirs.insert(t[0].clone());
                 self.push(c, Op::Mkdir(t[0].clone(), i));
             }
             "unlink" | "unlinkat" => {
@@ -237,6 +243,7 @@ impl Recording {
         let mut p = Parser {
             roots,
             names: HashMap::new(),
+            dirs: HashSet::new(),
             tmp: HashMap::new(),
             fds: HashMap::new(),
             sizes: Vec::new(),
@@ -246,6 +253,9 @@ impl Recording {
             let i = p.inode();
             p.sizes[i] = content.as_ref().map_or(0, |c| c.len() as u64);
             p.names.insert(path.clone(), i);
+            if content.is_none() {
+                p.dirs.insert(path.clone());
+            }
         }
         let mut acks = Vec::new();
         for c in &calls {
