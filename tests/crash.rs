@@ -565,16 +565,17 @@ fn record_run(server: &NatsServer, dir: &Path, n: usize, what: Recorder) -> Reco
         crate::support::crash::trace::DURABLE.join(",")
     );
     let log = dir.join("traced.log");
-    let mut child = cmd
-        .args(["-s", "4000000", "-x", "-e", &calls])
-        .arg(env!("CARGO_BIN_EXE_svc"))
-        .arg("run")
-        .arg(&cfg)
-        .env("RUST_LOG", "info")
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(std::fs::File::create(dir.join("strace.err")).unwrap())
-        .spawn()
-        .unwrap();
+    let mut traced = explore::Traced(
+        cmd.args(["-s", "4000000", "-x", "-e", &calls])
+            .arg(env!("CARGO_BIN_EXE_svc"))
+            .arg("run")
+            .arg(&cfg)
+            .env("RUST_LOG", "info")
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(dir.join("strace.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     // Started: the spool opened, or the first snapshot written.
     let ready = match what {
         Recorder::Jsonl | Recorder::PerEvent => dir.join("state").join("metrics.json"),
@@ -606,7 +607,7 @@ fn record_run(server: &NatsServer, dir: &Path, n: usize, what: Recorder) -> Reco
                 .is_some_and(|s| s.0 >= n as u64)
         },
     );
-    explore::stop(&mut child, "TERM");
+    explore::stop(&mut traced.0, "TERM");
     Recorded {
         trace: std::fs::read_to_string(&trace_file).unwrap(),
         roots,

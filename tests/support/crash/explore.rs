@@ -265,12 +265,14 @@ fn run(setup: &Setup, dir: &Path, point: Option<&Point>, w: &dyn Workload) -> St
     cmd.arg(env!("CARGO_BIN_EXE_svc")).args(&setup.args);
     cmd.envs(setup.env.iter().map(|(k, v)| (k, v)));
     let log = std::fs::File::create(dir.join("traced.log")).unwrap();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("strace must be installed (scripts/deps.sh installs it)");
+    let mut traced = Traced(
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("strace must be installed (scripts/deps.sh installs it)"),
+    );
+    let child = &mut traced.0;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if child.try_wait().unwrap().is_some() {
@@ -278,7 +280,7 @@ fn run(setup: &Setup, dir: &Path, point: Option<&Point>, w: &dyn Workload) -> St
         }
         let late = Instant::now() >= deadline;
         if late || w.complete(dir) {
-            stop(&mut child, if late { "KILL" } else { "TERM" });
+            stop(child, if late { "KILL" } else { "TERM" });
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -298,6 +300,18 @@ pub fn strace(trace_file: &Path, point: Option<&Point>) -> Command {
             .arg(format!("inject={}:signal=SIGKILL:when={}", p.syscall, p.n));
     }
     cmd
+}
+
+/// strace and the `svc` it runs, stopped with SIGKILL when dropped still running: a test
+/// that panics leaves no runner behind (holding its tmpfs busy).
+pub struct Traced(pub Child);
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            stop(&mut self.0, "KILL");
+        }
+    }
 }
 
 /// Signals the traced process (strace's child) and waits for strace to exit.
