@@ -12,6 +12,6 @@ export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 started=$(date +%s)
 status=0
 SVC_CRASH_FULL=1 cargo test --test main -- crash:: --skip support:: --test-threads=1 --nocapture "$@" \
-    2>&1 | grep -E '^(crash explorer|VIOLATION|test |test result)' || status=$?
+    2>&1 | grep --line-buffered -E '^(crash explorer|VIOLATION|test |test result)' || status=$?
 echo "crash exploration took $(( $(date +%s) - started )) s"
 exit "$status"
