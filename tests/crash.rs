@@ -7,7 +7,10 @@
 //!
 //! Expected on a branch without the spool fixes of issue 43 (items 1 and 3):
 //! `spool_drain_with_a_refused_record_survives_a_kill_at_every_call` and
-//! `spool_after_enospc_survives_every_power_cut` fail, naming the call and the invariant.
+//! `spool_after_enospc_survives_every_power_cut` fail, naming the call and the invariant. With
+//! every point (`SVC_CRASH_FULL=1`), `spool_appends_survive_a_kill_at_every_call` and
+//! `spool_fallback_survives_a_kill_at_every_call` also find the empty `position` a kill at its
+//! first write leaves.
 
 #![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
