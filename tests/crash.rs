@@ -562,23 +562,7 @@ fn record_run(server: &NatsServer, dir: &Path, n: usize, what: Recorder) -> Reco
     ];
     let initial = power::snapshot(&roots);
     let trace_file = dir.join("strace.txt");
-    let mut cmd = explore::strace(&trace_file, None);
-    let calls = format!(
-        "trace={},lseek,sendto,writev,sendmsg",
-        crate::support::crash::trace::DURABLE.join(",")
-    );
-    let log = dir.join("traced.log");
-    let mut traced = explore::Traced(
-        cmd.args(["-s", "4000000", "-x", "-e", &calls])
-            .arg(env!("CARGO_BIN_EXE_svc"))
-            .arg("run")
-            .arg(&cfg)
-            .env("RUST_LOG", "info")
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(std::fs::File::create(dir.join("strace.err")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let mut traced = record(dir, &trace_file, &cfg);
     // Started: the spool opened, or the first snapshot written.
     let ready = match what {
         Recorder::Jsonl | Recorder::PerEvent => dir.join("state").join("metrics.json"),
@@ -616,6 +600,26 @@ fn record_run(server: &NatsServer, dir: &Path, n: usize, what: Recorder) -> Reco
         roots,
         initial,
     }
+}
+
+/// `svc run <cfg>` under strace with every write's data and the socket writes (the ACKs).
+fn record(dir: &Path, trace_file: &Path, cfg: &Path) -> explore::Traced {
+    let calls = format!(
+        "trace={},lseek,sendto,writev,sendmsg",
+        crate::support::crash::trace::DURABLE.join(",")
+    );
+    explore::Traced(
+        explore::strace(trace_file, None)
+            .args(["-s", "4000000", "-x", "-e", &calls])
+            .arg(env!("CARGO_BIN_EXE_svc"))
+            .arg("run")
+            .arg(cfg)
+            .env("RUST_LOG", "info")
+            .stdout(std::fs::File::create(dir.join("traced.log")).unwrap())
+            .stderr(std::fs::File::create(dir.join("strace.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 /// Writes `path` until the file system is full.
