@@ -18,6 +18,9 @@
 //!   `observe_cloud_tls`, `observe_broker_monitoring`
 //! - the shipped kit: `package`, `systemd_units`, `alert_rules`, `dashboard`
 //! - the source tree and the command line: `layers`, `log_hygiene`, `cli`
+//! - crash consistency: `crash` (the explorer in `support::crash`: a kill at every durable
+//!   call and every power-loss state of each durable component; a sample of the points here,
+//!   all of them with `SVC_CRASH_FULL=1`, which `scripts/crash-explore.sh` sets)
 //!
 //! Two tiers. The fast one needs nothing but cargo: `bash scripts/test-fast.sh` runs the unit
 //! tests and the modules listed in it, which start no outside service (no broker, PostgreSQL,
@@ -40,6 +43,7 @@ mod clean_stop;
 mod cli;
 mod consumer_changes;
 mod consumer_shapes;
+mod crash;
 mod dashboard;
 mod durability;
 mod governance;

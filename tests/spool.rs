@@ -558,10 +558,10 @@ fn kill_9_during_spool_writes_and_during_drains_loses_nothing() {
 }
 
 /// A small tmpfs, unmounted on drop.
-struct SmallFs(PathBuf);
+pub(crate) struct SmallFs(PathBuf);
 
 impl SmallFs {
-    fn mount(at: &Path, size: &str) -> SmallFs {
+    pub(crate) fn mount(at: &Path, size: &str) -> SmallFs {
         std::fs::create_dir(at).unwrap();
         let ok = Command::new("mount")
             .args([

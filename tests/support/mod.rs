@@ -12,6 +12,7 @@ pub mod accounts;
 pub mod broker;
 pub mod certs;
 pub mod cluster;
+pub mod crash;
 pub mod http;
 pub mod kit;
 pub mod moto;
