@@ -40,11 +40,24 @@ pub fn fail(dir: &Path, what: &str, cause: impl fmt::Display) -> SpoolError {
     SpoolError(format!("spool {}: {what}: {cause}", dir.display()))
 }
 
+/// Fsyncs the directory that holds `path`.
+fn sync_parent(path: &Path) -> Result<(), SpoolError> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    File::open(parent)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| fail(path, "fsync the parent directory", e))
+}
+
 /// Opens (with `create`, creating) the spool directory and checks it.
 pub fn open_dir(path: &Path, create: bool) -> Result<OwnedFd, SpoolError> {
     if create {
         match DirBuilder::new().mode(DIR_MODE).create(path) {
-            Ok(()) => {}
+            // Created now: its entry in the parent is durable before anything in it is
+            // reported durable (a power cut could otherwise lose the whole spool).
+            Ok(()) => sync_parent(path)?,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(fail(path, "create directory", e)),
         }
@@ -249,21 +262,21 @@ pub fn write_position(dir: &OwnedFd, path: &Path, pos: Position) -> Result<(), S
     data.extend_from_slice(&pos.offset.to_le_bytes());
     let sum = crc32fast::hash(&data);
     data.extend_from_slice(&sum.to_le_bytes());
-    let (file, created) = match open_file(dir, path, POSITION_NAME, true) {
-        Ok(f) => (f, false),
+    let file = match open_file(dir, path, POSITION_NAME, true) {
+        Ok(f) => f,
         // Refused (a link, another owner, more than one name): that error, not a create's.
         Err(e) if rustix::fs::statat(dir, POSITION_NAME, AtFlags::SYMLINK_NOFOLLOW).is_ok() => {
             return Err(e)
         }
-        Err(_) => (create_file(dir, path, POSITION_NAME)?, true),
+        // The first position comes into being whole (temporary name, fsync, rename, directory
+        // fsync): created in place, a kill between the create and the write left an empty file
+        // and the next start drained again from the oldest segment (the crash explorer's
+        // `spool_appends_survive_a_kill_at_every_call`, a kill at the first pwrite64).
+        Err(_) => return keep(dir, path, POSITION_NAME, &data).map(|_| ()),
     };
     file.write_all_at(&data, 0)
         .and_then(|()| file.sync_data())
-        .map_err(|e| fail(path, "write drain position", e))?;
-    if created {
-        sync(dir, path)?;
-    }
-    Ok(())
+        .map_err(|e| fail(path, "write drain position", e))
 }
 
 /// `segment-<id>.spool`.
@@ -326,22 +339,53 @@ pub enum Kept {
     Already,
 }
 
-/// Makes a file `name` holding exactly `bytes` durable: written under a temporary name,
+/// Alternative names [`keep`] tries when a file with other bytes holds `name`.
+const KEEP_NAMES: usize = 100;
+
+/// `name`, or for `k > 0` `name` with `~k` before its extension
+/// (`quarantine-…-000000000040~1.bad`).
+fn alternate_name(name: &str, k: usize) -> String {
+    match (k, name.rfind('.')) {
+        (0, _) => name.to_string(),
+        (_, Some(dot)) => format!("{}~{k}{}", &name[..dot], &name[dot..]),
+        (_, None) => format!("{name}~{k}"),
+    }
+}
+
+/// Makes a file holding exactly `bytes` durable under `name`: written under a temporary name,
 /// fsynced, renamed in, and the directory fsynced, so the name never holds a partial file
 /// (a crash or a full disk leaves at most the temporary name, replaced next time). A file
-/// already at `name` with the same bytes counts as kept; one with other bytes (empty, cut
-/// short by an older version, or the refusals of another batch) is replaced.
+/// already at `name` with the same bytes counts as kept (an earlier pass kept them). Anything
+/// else at `name` (other bytes, a directory, a link) is never replaced: it may be the only
+/// copy of other records (segment numbers start again at 1 after a damaged position on an
+/// empty spool); the bytes go to the first free alternative name (`name` with `~1`, `~2`, ...).
 pub fn keep(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> Result<Kept, SpoolError> {
-    if let Ok(existing) = open_file(dir, path, name, false) {
-        let same = read_at(&existing, 0, bytes.len() as u64 + 1).is_ok_and(|d| d == bytes);
-        if same {
-            existing
-                .sync_all()
-                .map_err(|e| fail(path, &format!("fsync {name}"), e))?;
-            sync(dir, path)?;
-            return Ok(Kept::Already);
+    for k in 0..KEEP_NAMES {
+        let candidate = alternate_name(name, k);
+        if rustix::fs::statat(dir, candidate.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_err() {
+            write_new(dir, path, &candidate, bytes)?;
+            return Ok(Kept::New);
+        }
+        if let Ok(existing) = open_file(dir, path, &candidate, false) {
+            let same = read_at(&existing, 0, bytes.len() as u64 + 1).is_ok_and(|d| d == bytes);
+            if same {
+                existing
+                    .sync_all()
+                    .map_err(|e| fail(path, &format!("fsync {candidate}"), e))?;
+                sync(dir, path)?;
+                return Ok(Kept::Already);
+            }
         }
     }
+    Err(fail(
+        path,
+        &format!("keep {name}"),
+        format!("{KEEP_NAMES} files with other contents hold its names"),
+    ))
+}
+
+/// Writes a new file `name` by temporary name and rename, then fsyncs the directory.
+fn write_new(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> Result<(), SpoolError> {
     let temp = format!(".{name}.tmp");
     // A temporary file a crash or a full disk left behind.
     match rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty()) {
@@ -366,6 +410,5 @@ pub fn keep(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> Result<Kept
         let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
         return Err(e);
     }
-    sync(dir, path)?;
-    Ok(Kept::New)
+    sync(dir, path)
 }

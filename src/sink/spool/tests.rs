@@ -383,3 +383,33 @@ fn a_record_damaged_while_held_is_dropped_and_the_fallback_goes_direct() {
     assert_eq!(sink.got.lock().unwrap().last(), Some(&11), "direct again");
     assert_eq!(spool.records(), 0, "nothing spooled");
 }
+
+/// A file at a kept name with other bytes (a quarantine or rejected file of an earlier
+/// numbering of the segments, a planted directory) is never replaced: the new bytes go to the
+/// next free `~k` name, and the same bytes again count as kept.
+#[test]
+fn keeping_never_replaces_a_file_with_other_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("spool");
+    let fd = dir::open_dir(&path, true).unwrap();
+    let name = dir::quarantine_name(1, 40);
+    std::fs::write(path.join(&name), b"the only copy of an earlier record").unwrap();
+    std::fs::create_dir(path.join("quarantine-0000000000000001-000000000040~1.bad")).unwrap();
+    assert_eq!(
+        dir::keep(&fd, &path, &name, b"new").unwrap(),
+        dir::Kept::New
+    );
+    assert_eq!(
+        std::fs::read(path.join(&name)).unwrap(),
+        b"the only copy of an earlier record"
+    );
+    let second = path.join("quarantine-0000000000000001-000000000040~2.bad");
+    assert_eq!(std::fs::read(&second).unwrap(), b"new");
+    assert_eq!(
+        dir::keep(&fd, &path, &name, b"new").unwrap(),
+        dir::Kept::Already
+    );
+    assert!(!path
+        .join("quarantine-0000000000000001-000000000040~3.bad")
+        .exists());
+}

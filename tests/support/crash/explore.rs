@@ -209,8 +209,10 @@ fn fold(label: &str) -> String {
     out
 }
 
-/// The fast tier's points: the first and the last of each class, at most `cap` of them
-/// (spread evenly, the first and the last always among them).
+/// The fast tier's points: the first and the last of each class, at most `cap` of them. The
+/// first call of each class comes before the lasts (a file's first write is where creation
+/// windows lie: an empty `position` left by a kill at its first `pwrite64`); when even those
+/// are more than `cap`, they are spread evenly.
 pub fn sample(all: &[Point], cap: usize) -> Vec<Point> {
     let mut classes: Vec<(String, Vec<usize>)> = Vec::new();
     for (i, p) in all.iter().enumerate() {
@@ -219,19 +221,28 @@ pub fn sample(all: &[Point], cap: usize) -> Vec<Point> {
             None => classes.push((p.class.clone(), vec![i])),
         }
     }
-    let mut keep: Vec<usize> = classes
+    let spread = |mut v: Vec<usize>| {
+        if v.len() > cap && cap > 1 {
+            let step = (v.len() - 1) as f64 / (cap - 1) as f64;
+            v = (0..cap)
+                .map(|k| v[(k as f64 * step).round() as usize])
+                .collect();
+        }
+        v
+    };
+    let mut keep = spread(classes.iter().map(|(_, idx)| idx[0]).collect());
+    let lasts: Vec<usize> = classes
         .iter()
-        .flat_map(|(_, idx)| [idx[0], idx[idx.len() - 1]])
+        .map(|(_, idx)| idx[idx.len() - 1])
+        .filter(|i| !keep.contains(i))
         .collect();
+    let room = cap.saturating_sub(keep.len());
+    if room > 0 {
+        let step = lasts.len().div_ceil(room).max(1);
+        keep.extend(lasts.iter().step_by(step).take(room));
+    }
     keep.sort_unstable();
     keep.dedup();
-    if keep.len() > cap && cap > 1 {
-        let step = (keep.len() - 1) as f64 / (cap - 1) as f64;
-        keep = (0..cap)
-            .map(|k| keep[(k as f64 * step).round() as usize])
-            .collect();
-        keep.dedup();
-    }
     keep.into_iter().map(|i| all[i].clone()).collect()
 }
 
