@@ -23,6 +23,9 @@
 //!   to single records, so only the records the receiver refuses become `Permanent` (class
 //!   `http_<status>`), the others are durable. A record is never durable without a success
 //!   status for a request holding it.
+//! - Every record of a batch of two or more judged by a dead-letter status, or a dead-letter
+//!   status after `refusal::STREAK_LIMIT` dead letters in a row with none accepted: the
+//!   receiver refuses the sink (a wrong signing secret, a proxy): as below, never a dead letter.
 //! - Any other status (401, 403, 404, 407, 3xx: redirects are never followed): the receiver
 //!   refuses the sink itself, not a record. `Transient` for the request's records at once (NAK
 //!   with the runner's backoff, never a dead letter), `http_sink_unusable_total`, and one
@@ -33,6 +36,7 @@
 pub mod client;
 pub mod config;
 pub mod outcome;
+pub mod refusal;
 pub mod request;
 pub mod signature;
 
@@ -80,6 +84,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// The receiver refuses the sink itself (said once at error level until a success).
     unusable: AtomicBool,
+    /// Dead letters in a row: a receiver judging every record bad refuses the sink.
+    streak: refusal::Streak,
 }
 
 /// One batch being written: its records, its requests (groups of batch indexes), claimed
@@ -199,6 +205,7 @@ impl HttpSink {
             secrets,
             metrics,
             unusable: AtomicBool::new(false),
+            streak: refusal::Streak::default(),
         });
         // Tokens of two batches per thread can wait (the object-store sink's measured choice).
         let (tx, rx) = crossbeam_channel::bounded::<Arc<BatchWork>>(threads_wanted * 2);
@@ -401,7 +408,7 @@ impl Shared {
 
 impl Shared {
     /// A status that refuses the sink itself: counted every time, said once.
-    fn unusable(&self, e: &HttpError) {
+    fn unusable(&self, e: &dyn std::fmt::Display) {
         Metrics::add(&self.metrics.counters.http_sink_unusable_total, 1);
         if !self.unusable.swap(true, Ordering::Relaxed) {
             log::error!("sink http: the receiver refuses the sink: {e}");
@@ -412,6 +419,22 @@ impl Shared {
         if self.unusable.swap(false, Ordering::Relaxed) {
             log::warn!("sink http: the receiver accepts requests again");
         }
+    }
+}
+
+impl HttpSink {
+    /// Dead letters that are the receiver refusing the sink (see [`refusal`]) become NAKs,
+    /// counted and said as any refusal of the sink.
+    fn refused_whole(&self, outcomes: &mut [WriteOutcome]) {
+        let turned = self.shared.streak.apply(outcomes);
+        if turned == 0 {
+            return;
+        }
+        let first = outcomes.iter().find_map(|o| match o {
+            WriteOutcome::Transient(e) => Some(e.message.clone()),
+            _ => None,
+        });
+        self.shared.unusable(&first.unwrap_or_default());
     }
 }
 
@@ -473,14 +496,17 @@ impl Sink for HttpSink {
                 .collect();
         }
         work.left.wait();
-        work.outcomes
+        let mut outcomes: Vec<WriteOutcome> = work
+            .outcomes
             .iter()
             .map(|o| {
                 o.get().cloned().unwrap_or_else(|| {
                     WriteOutcome::Transient(SinkError::new(KIND, "request thread ended early"))
                 })
             })
-            .collect()
+            .collect();
+        self.refused_whole(&mut outcomes);
+        outcomes
     }
 
     /// A real request: the probe method on the probe URL (or the sink's URL), with the
