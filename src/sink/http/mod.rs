@@ -243,13 +243,14 @@ impl Drop for HttpSink {
     }
 }
 
-/// What the sink writes to, without the URL's query (it may carry a token).
+/// What the sink writes to: scheme, host and port only (a webhook URL's path and a query
+/// may carry a token).
 fn describe(cfg: &HttpSinkConfig, signed: bool, secret_headers: usize) -> String {
     let target = url::Url::parse(&cfg.url)
         .map(|u| {
             let host = u.host_str().unwrap_or_default().to_string();
             let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
-            format!("{}://{host}{port}{}", u.scheme(), u.path())
+            format!("{}://{host}{port}", u.scheme())
         })
         .unwrap_or_default();
     format!(
@@ -557,8 +558,12 @@ mod tests {
     use super::*;
 
     fn build(extra: &str, env: &[(&str, &str)]) -> Result<HttpSink, SinkError> {
+        build_at("http://127.0.0.1:9/hook?token=q-secret-123456", extra, env)
+    }
+
+    fn build_at(url: &str, extra: &str, env: &[(&str, &str)]) -> Result<HttpSink, SinkError> {
         let v: serde_json::Value = serde_json::from_str(&format!(
-            r#"{{"type": "http", "url": "http://127.0.0.1:9/hook?token=q-secret-123456",
+            r#"{{"type": "http", "url": "{url}",
                  "allow_http_for_local_testing": true {extra}}}"#
         ))
         .unwrap();
@@ -581,6 +586,32 @@ mod tests {
     }
 
     #[test]
+    fn the_start_line_shows_scheme_host_and_port_never_a_webhook_path() {
+        for (url, shown) in [
+            (
+                "https://hooks.slack.com/services/T0AB12/B0CD34/q-secret-7788",
+                "POST https://hooks.slack.com (",
+            ),
+            (
+                "https://discord.com/api/webhooks/123/q-secret-7788",
+                "POST https://discord.com (",
+            ),
+            (
+                "http://127.0.0.1:8080/x/q-secret-7788",
+                "POST http://127.0.0.1:8080 (",
+            ),
+        ] {
+            let sink = build_at(url, "", &[]).unwrap();
+            assert!(sink.description.starts_with(shown), "{}", sink.description);
+            assert!(
+                !sink.description.contains("q-secret"),
+                "{}",
+                sink.description
+            );
+        }
+    }
+
+    #[test]
     fn secrets_come_from_the_environment_and_no_error_or_description_shows_one() {
         let headers = r#", "headers_env": {"Authorization": "T_TOKEN"},
                          "signing_secrets_env": ["T_SIGN"]"#;
@@ -592,7 +623,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             ok.description,
-            "POST http://127.0.0.1:9/hook (signed, json_array batches, 1 header from the \
+            "POST http://127.0.0.1:9 (signed, json_array batches, 1 header from the \
              environment)"
         );
         let missing = build(headers, &[("T_SIGN", secret)])
