@@ -396,6 +396,54 @@ fn statuses_that_refuse_the_sink_nak_and_never_dead_letter() {
     }
 }
 
+/// A receiver answering 400 to every request (a wrong Standard Webhooks signing secret, a
+/// proxy) judges the sink, not the records: nothing is acknowledged or dead-lettered, the
+/// refusal is counted and said once, and once the receiver is fixed every message arrives once.
+#[test]
+fn a_receiver_refusing_every_record_with_400_naks_and_never_dead_letters() {
+    for batching in ["none", "ndjson"] {
+        let n = 20;
+        let (server, dir) = setup(n);
+        server.create_stream("DLQ", &["svc.dlq.orders"]);
+        let mut receiver = Receiver::start(dir.path(), &["--mode", "status", "--status", "400"]);
+        let sink = sink(&receiver.url(), json!({"batching": batching}));
+        let dlq = json!({"dead_letter": {"enabled": true, "subject": "svc.dlq.orders",
+                                         "expected_stream": "DLQ", "publish_timeout_ms": 2000}});
+        let cfg = config(&server, dir.path(), sink, dlq);
+        let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
+        let snap = dir.path().join("metrics.json");
+        wait_until(Duration::from_secs(30), "redeliveries after NAKs", || {
+            snapshot_counter(&snap, "http_sink_unusable_total") >= 2
+                && snapshot_counter(&snap, "messages_nacked_total") >= n as u64
+        });
+        assert_eq!(acked(&server).0, 0, "{batching}");
+        assert_eq!(server.stream_messages("DLQ"), 0, "{batching}");
+        assert_eq!(snapshot_counter(&snap, "sink_permanent_failures_total"), 0);
+        let log = runner.log_text();
+        let said = log.matches("the receiver refuses the sink:").count();
+        assert_eq!(said, 1, "{batching}: said {said} times:\n{log}");
+        receiver.relaunch_with(&["--mode", "ok"]);
+        wait_all_acked(&server, &runner, n as u64, 30);
+        stop(&mut runner);
+        let keys = if batching == "ndjson" {
+            accepted_keys(&receiver)
+        } else {
+            let mut keys = BTreeMap::new();
+            for r in receiver.requests().iter().filter(|r| r["status"] == 200) {
+                let key = r["headers"]["idempotency-key"].as_str().unwrap();
+                *keys.entry(key.to_string()).or_insert(0) += 1;
+            }
+            keys
+        };
+        assert_eq!(
+            keys.keys().cloned().collect::<BTreeSet<_>>(),
+            expected_keys(n as u64)
+        );
+        assert!(keys.values().all(|c| *c == 1), "{batching}: {keys:?}");
+        assert_eq!(server.stream_messages("DLQ"), 0);
+    }
+}
+
 /// `logging.level: "trace"` (and a bare `RUST_LOG=trace`): ureq logs the URL with its query
 /// and ureq-proto hex-dumps every request byte at trace; neither the query's token, the
 /// `headers_env` Authorization value nor a signing secret may reach the log, in whole or in

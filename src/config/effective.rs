@@ -3,8 +3,9 @@
 //! readers themselves while they validate ([`crate::document::effective`]), so the output
 //! cannot drift from the defaults the runner uses, and it is a valid configuration that reads
 //! back to the same [`RuntimeConfig`] and prints the same bytes again, except where a value is
-//! redacted: the values of a URL's query (`url`, `probe_url`: the HTTP sink treats the query
-//! as secret) and of a header whose name is secret ([`is_secret_name`]) print as
+//! redacted: the values of a URL's query and its path segments after the first (`url`,
+//! `probe_url`: the HTTP sink treats the query as secret, and webhook URLs carry their
+//! secret in the path) and of a header whose name is secret ([`is_secret_name`]) print as
 //! `<redacted>`, and read back as that text.
 
 use serde_json::Value;
@@ -59,7 +60,7 @@ fn redact(node: &mut Node) {
             for (key, child) in entries.iter_mut() {
                 match child {
                     Node::Leaf(Value::String(url)) if key.ends_with("url") => {
-                        *url = without_query_values(url);
+                        *url = without_query_values(&without_secret_path(url));
                     }
                     Node::Object(headers) if key == "headers" => {
                         for (name, value) in headers.iter_mut() {
@@ -74,6 +75,27 @@ fn redact(node: &mut Node) {
         }
         Node::Array(items) => items.iter_mut().for_each(redact),
         Node::Leaf(_) => {}
+    }
+}
+
+/// `https://hooks.slack.com/services/T0/B0/XyZ` -> `https://hooks.slack.com/services/<redacted>`:
+/// webhook URLs (Slack, Discord, Teams) carry their secret in the path; the first segment
+/// stays (an operator recognises the endpoint), the rest goes. Query and fragment are kept.
+fn without_secret_path(url: &str) -> String {
+    let end = url.find(['?', '#']).unwrap_or(url.len());
+    let (before, after) = url.split_at(end);
+    let Some(scheme_end) = before.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let Some(path_start) = before[scheme_end..].find('/').map(|i| i + scheme_end) else {
+        return url.to_string();
+    };
+    let path = &before[path_start + 1..];
+    match path.split_once('/') {
+        Some((first, rest)) if !rest.is_empty() => {
+            format!("{}/{first}/{REDACTED}{after}", &before[..path_start])
+        }
+        _ => url.to_string(),
     }
 }
 
@@ -148,8 +170,26 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains(r#""X-Team": "payments""#), "{shown}");
+        assert!(
+            shown.contains(r#""probe_url": "https://h.example/ping?sig=<redacted>""#),
+            "{shown}"
+        );
         // What it prints is a valid configuration that prints the same bytes again.
         assert_eq!(effective_json(&shown).unwrap(), shown);
+        // A webhook URL carries its secret in the path (Slack, Discord, Teams).
+        let slack = text.replace(
+            "https://h.example/hook?token=q-secret-7788&tenant=blue",
+            "https://hooks.slack.com/services/T0AB12/B0CD34/q-secret-7788",
+        );
+        let shown = effective_json(&slack).unwrap();
+        assert!(
+            !shown.contains("q-secret-7788") && !shown.contains("T0AB12"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(r#""url": "https://hooks.slack.com/services/<redacted>""#),
+            "{shown}"
+        );
         let mut node = Node::Object(vec![(
             "headers".into(),
             Node::Object(vec![

@@ -22,7 +22,7 @@ pub const REDACTED: &str = "<redacted>";
 const SECRET_NAME_PARTS: &[&str] = &[
     "key",
     "auth",
-    "sign",
+    "signature",
     "session",
     "cookie",
     "token",
@@ -33,14 +33,26 @@ const SECRET_NAME_PARTS: &[&str] = &[
     "bearer",
 ];
 
+/// Short parts that make a value secret when they are a whole token of the name (tokens split
+/// on `-`, `_`, `.`): `X-Shopify-Hmac-Sha256`, `X-Api-Sig`, `X-Jwt`, `X-Pwd`, `X-Creds`,
+/// `X-Psk`, `X-Sign`. Whole tokens only, so `X-Design-Id` or `X-Passenger` stay visible (`sign` was
+/// a substring part before, which caught `X-Design-Id`; `signature` still is).
+const SECRET_NAME_TOKENS: &[&str] = &[
+    "sig", "sign", "signed", "signing", "hmac", "jwt", "pass", "pwd", "psk", "creds", "cred",
+];
+
 /// The secret-name rule of headers a request or an operator command shows: true when the
-/// name contains any of [`SECRET_NAME_PARTS`] (case-insensitive). Wide on purpose: a false
+/// name contains any of [`SECRET_NAME_PARTS`] or has a token among [`SECRET_NAME_TOKENS`]
+/// (case-insensitive). Wide on purpose: a false
 /// alarm costs an operator a move to `headers_env` or a `<redacted>` in a listing, a miss
 /// costs a key in a config file, a dump or a terminal. Used by the HTTP sink's static and
 /// forwarded headers, `svc show-effective-config` and `svc inspect`.
 pub fn is_secret_name(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     SECRET_NAME_PARTS.iter().any(|part| lower.contains(part))
+        || lower
+            .split(['-', '_', '.'])
+            .any(|token| SECRET_NAME_TOKENS.contains(&token))
 }
 
 /// Values shorter than this are not hidden: no real key, token or signature is that short,
@@ -238,6 +250,26 @@ mod tests {
             "X-Api-Key",
         ] {
             assert!(is_secret_name(n), "{n}");
+        }
+        // Short parts count as whole tokens only (the names an attack got through).
+        for n in [
+            "X-Shopify-Hmac-Sha256",
+            "X-Hmac",
+            "X-Api-Sig",
+            "X-Jwt",
+            "X-Pwd",
+            "X-Pass",
+            "X-Creds",
+            "X-Psk",
+            "x_cred",
+            "upstream.jwt",
+            "X-Sign",
+            "X-Signed-By",
+        ] {
+            assert!(is_secret_name(n), "{n}");
+        }
+        for n in ["X-Design-Id", "X-Passenger", "X-Hmacro", "X-Compass"] {
+            assert!(!is_secret_name(n), "{n}");
         }
         for n in [
             "Content-Type",

@@ -23,6 +23,9 @@
 //!   to single records, so only the records the receiver refuses become `Permanent` (class
 //!   `http_<status>`), the others are durable. A record is never durable without a success
 //!   status for a request holding it.
+//! - Every record of a batch of two or more judged by a dead-letter status, or a dead-letter
+//!   status after `refusal::STREAK_LIMIT` dead letters in a row with none accepted: the
+//!   receiver refuses the sink (a wrong signing secret, a proxy): as below, never a dead letter.
 //! - Any other status (401, 403, 404, 407, 3xx: redirects are never followed): the receiver
 //!   refuses the sink itself, not a record. `Transient` for the request's records at once (NAK
 //!   with the runner's backoff, never a dead letter), `http_sink_unusable_total`, and one
@@ -33,6 +36,7 @@
 pub mod client;
 pub mod config;
 pub mod outcome;
+pub mod refusal;
 pub mod request;
 pub mod signature;
 
@@ -80,6 +84,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// The receiver refuses the sink itself (said once at error level until a success).
     unusable: AtomicBool,
+    /// Dead letters in a row: a receiver judging every record bad refuses the sink.
+    streak: refusal::Streak,
 }
 
 /// One batch being written: its records, its requests (groups of batch indexes), claimed
@@ -199,6 +205,7 @@ impl HttpSink {
             secrets,
             metrics,
             unusable: AtomicBool::new(false),
+            streak: refusal::Streak::default(),
         });
         // Tokens of two batches per thread can wait (the object-store sink's measured choice).
         let (tx, rx) = crossbeam_channel::bounded::<Arc<BatchWork>>(threads_wanted * 2);
@@ -236,13 +243,14 @@ impl Drop for HttpSink {
     }
 }
 
-/// What the sink writes to, without the URL's query (it may carry a token).
+/// What the sink writes to: scheme, host and port only (a webhook URL's path and a query
+/// may carry a token).
 fn describe(cfg: &HttpSinkConfig, signed: bool, secret_headers: usize) -> String {
     let target = url::Url::parse(&cfg.url)
         .map(|u| {
             let host = u.host_str().unwrap_or_default().to_string();
             let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
-            format!("{}://{host}{port}{}", u.scheme(), u.path())
+            format!("{}://{host}{port}", u.scheme())
         })
         .unwrap_or_default();
     format!(
@@ -401,7 +409,7 @@ impl Shared {
 
 impl Shared {
     /// A status that refuses the sink itself: counted every time, said once.
-    fn unusable(&self, e: &HttpError) {
+    fn unusable(&self, e: &dyn std::fmt::Display) {
         Metrics::add(&self.metrics.counters.http_sink_unusable_total, 1);
         if !self.unusable.swap(true, Ordering::Relaxed) {
             log::error!("sink http: the receiver refuses the sink: {e}");
@@ -412,6 +420,22 @@ impl Shared {
         if self.unusable.swap(false, Ordering::Relaxed) {
             log::warn!("sink http: the receiver accepts requests again");
         }
+    }
+}
+
+impl HttpSink {
+    /// Dead letters that are the receiver refusing the sink (see [`refusal`]) become NAKs,
+    /// counted and said as any refusal of the sink.
+    fn refused_whole(&self, outcomes: &mut [WriteOutcome]) {
+        let turned = self.shared.streak.apply(outcomes);
+        if turned == 0 {
+            return;
+        }
+        let first = outcomes.iter().find_map(|o| match o {
+            WriteOutcome::Transient(e) => Some(e.message.clone()),
+            _ => None,
+        });
+        self.shared.unusable(&first.unwrap_or_default());
     }
 }
 
@@ -473,14 +497,17 @@ impl Sink for HttpSink {
                 .collect();
         }
         work.left.wait();
-        work.outcomes
+        let mut outcomes: Vec<WriteOutcome> = work
+            .outcomes
             .iter()
             .map(|o| {
                 o.get().cloned().unwrap_or_else(|| {
                     WriteOutcome::Transient(SinkError::new(KIND, "request thread ended early"))
                 })
             })
-            .collect()
+            .collect();
+        self.refused_whole(&mut outcomes);
+        outcomes
     }
 
     /// A real request: the probe method on the probe URL (or the sink's URL), with the
@@ -531,8 +558,12 @@ mod tests {
     use super::*;
 
     fn build(extra: &str, env: &[(&str, &str)]) -> Result<HttpSink, SinkError> {
+        build_at("http://127.0.0.1:9/hook?token=q-secret-123456", extra, env)
+    }
+
+    fn build_at(url: &str, extra: &str, env: &[(&str, &str)]) -> Result<HttpSink, SinkError> {
         let v: serde_json::Value = serde_json::from_str(&format!(
-            r#"{{"type": "http", "url": "http://127.0.0.1:9/hook?token=q-secret-123456",
+            r#"{{"type": "http", "url": "{url}",
                  "allow_http_for_local_testing": true {extra}}}"#
         ))
         .unwrap();
@@ -555,6 +586,32 @@ mod tests {
     }
 
     #[test]
+    fn the_start_line_shows_scheme_host_and_port_never_a_webhook_path() {
+        for (url, shown) in [
+            (
+                "https://hooks.slack.com/services/T0AB12/B0CD34/q-secret-7788",
+                "POST https://hooks.slack.com (",
+            ),
+            (
+                "https://discord.com/api/webhooks/123/q-secret-7788",
+                "POST https://discord.com (",
+            ),
+            (
+                "http://127.0.0.1:8080/x/q-secret-7788",
+                "POST http://127.0.0.1:8080 (",
+            ),
+        ] {
+            let sink = build_at(url, "", &[]).unwrap();
+            assert!(sink.description.starts_with(shown), "{}", sink.description);
+            assert!(
+                !sink.description.contains("q-secret"),
+                "{}",
+                sink.description
+            );
+        }
+    }
+
+    #[test]
     fn secrets_come_from_the_environment_and_no_error_or_description_shows_one() {
         let headers = r#", "headers_env": {"Authorization": "T_TOKEN"},
                          "signing_secrets_env": ["T_SIGN"]"#;
@@ -566,7 +623,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             ok.description,
-            "POST http://127.0.0.1:9/hook (signed, json_array batches, 1 header from the \
+            "POST http://127.0.0.1:9 (signed, json_array batches, 1 header from the \
              environment)"
         );
         let missing = build(headers, &[("T_SIGN", secret)])
