@@ -1,6 +1,7 @@
 //! What may reach an operator's terminal from data someone else chose (a publisher's subject,
 //! headers and payload; a spool record): one rule for which characters are escaped, used by
-//! [`crate::text::peer::PeerText`], `svc inspect` (text and jsonl) and `svc spool inspect`.
+//! the log's peer text (`PeerText`, in `text/peer.rs`), `svc inspect` (text and jsonl) and
+//! `svc spool inspect`.
 //!
 //! Escaped: C0 controls, DEL and C1 controls (U+009B is a one-byte CSI: it starts an escape
 //! sequence on many terminals), the bidi embeddings and overrides U+202A-U+202E, the isolates
