@@ -6,7 +6,9 @@
 //! Escaped: C0 controls, DEL and C1 controls (U+009B is a one-byte CSI: it starts an escape
 //! sequence on many terminals), the bidi embeddings and overrides U+202A-U+202E, the isolates
 //! U+2066-U+2069, the marks U+200E, U+200F and U+061C (they reorder what is shown around
-//! them), and the line and paragraph separators U+2028, U+2029 (a new line in some viewers).
+//! them), the line and paragraph separators U+2028, U+2029 (a new line in some viewers), and
+//! the invisible characters that hide or join text without showing (U+180E, U+200B-U+200D,
+//! U+2060-U+2064, U+FEFF, the tag characters U+E0000-U+E007F).
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -25,6 +27,11 @@ pub fn is_terminal_control(c: char) -> bool {
                 | '\u{2029}'
                 | '\u{202a}'..='\u{202e}'
                 | '\u{2066}'..='\u{2069}'
+                | '\u{180e}'
+                | '\u{200b}'..='\u{200d}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{feff}'
+                | '\u{e0000}'..='\u{e007f}'
         )
 }
 
@@ -57,7 +64,10 @@ pub fn json_line(v: &Value) -> String {
         // Invariant: outside strings, serde_json writes ASCII punctuation, digits and
         // letters only, so every control found here sits inside a string.
         if is_terminal_control(c) {
-            let _ = write!(out, "\\u{:04x}", c as u32);
+            // UTF-16 units: a tag character (beyond U+FFFF) is a surrogate pair in JSON.
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                let _ = write!(out, "\\u{:04x}", unit);
+            }
         } else {
             out.push(c);
         }
@@ -87,8 +97,27 @@ mod tests {
 
     /// Every character the issue names, and one of each class.
     const HOSTILE: &[char] = &[
-        '\u{1b}', '\u{7f}', '\u{9b}', '\u{9d}', '\u{202a}', '\u{202e}', '\u{2066}', '\u{2069}',
-        '\u{200e}', '\u{200f}', '\u{061c}', '\u{2028}', '\u{2029}', '\n',
+        '\u{1b}',
+        '\u{7f}',
+        '\u{9b}',
+        '\u{9d}',
+        '\u{202a}',
+        '\u{202e}',
+        '\u{2066}',
+        '\u{2069}',
+        '\u{200e}',
+        '\u{200f}',
+        '\u{061c}',
+        '\u{2028}',
+        '\u{2029}',
+        '\n',
+        '\u{200b}',
+        '\u{200d}',
+        '\u{2060}',
+        '\u{feff}',
+        '\u{180e}',
+        '\u{e0041}',
+        '\u{e007f}',
     ];
 
     #[test]
@@ -101,6 +130,8 @@ mod tests {
         let json = json_line(&v);
         assert!(!json.chars().any(is_terminal_control), "{json}");
         assert!(json.contains("\\u009bx"), "{json}");
+        // A tag character is a surrogate pair, as JSON writes characters beyond U+FFFF.
+        assert!(json.contains("\\udb40\\udc41x"), "{json}");
         // The same JSON value for a parser.
         assert_eq!(serde_json::from_str::<Value>(&json).unwrap(), v);
         assert!(matches!(text_line("plain \\ text é"), Cow::Borrowed(_)));
