@@ -51,17 +51,21 @@ impl Streak {
             *dead = (*dead).max(STREAK_LIMIT);
             return outcomes.len();
         }
+        // Judged by the streak as it stood when the batch was written: a receiver that
+        // recovers during a batch answers some requests 200 and some (sent before) 400, and
+        // those 400s are still the refusal's, not the records'.
+        let refusing = *dead >= STREAK_LIMIT;
         let mut turned = 0;
-        for o in outcomes.iter_mut() {
-            match o {
-                WriteOutcome::Durable => *dead = 0,
-                _ if judged_by_status(o) && *dead >= STREAK_LIMIT => {
-                    *o = refused(o);
-                    turned += 1;
-                }
-                _ if judged_by_status(o) => *dead += 1,
-                _ => {}
+        for o in outcomes.iter_mut().filter(|o| judged_by_status(o)) {
+            if refusing || *dead >= STREAK_LIMIT {
+                *o = refused(o);
+                turned += 1;
+            } else {
+                *dead += 1;
             }
+        }
+        if outcomes.iter().any(|o| matches!(o, WriteOutcome::Durable)) {
+            *dead = 0;
         }
         turned
     }
@@ -90,6 +94,10 @@ mod tests {
         // The redeliveries, one at a time, are refusals too until a record is accepted.
         let mut single = vec![dead()];
         assert_eq!(s.apply(&mut single), 1);
+        // Right after a refusal the batch's 400 is still the refusal's (NAKed once); its
+        // accepted records end the streak, and the next bad record alone is dead-lettered.
+        let mut one = vec![WriteOutcome::Durable, dead(), WriteOutcome::Durable];
+        assert_eq!(s.apply(&mut one), 1);
         let mut one = vec![WriteOutcome::Durable, dead(), WriteOutcome::Durable];
         assert_eq!(s.apply(&mut one), 0);
         assert!(is_dead(&one[1]));
