@@ -218,6 +218,7 @@ fn records(stream: &str, n: usize) -> Vec<(u64, Vec<u8>)> {
             let (subject, data) = message(i);
             let seq = i as u64 + 1;
             let raw = RawMessage {
+                stream_incarnation: Default::default(),
                 subject: format!("{}.{subject}", stream.to_lowercase()),
                 stream: stream.into(),
                 consumer: "svc".into(),

@@ -103,6 +103,7 @@ fn main() {
     let mission = r#"{"profile":"sortie.v1","sortie_id":"S-2026-0042","wave":3,
         "notes":"resupply","area":{"grid":"32U","cells":[4,5,6]}}"#;
     let msg = RawMessage {
+        stream_incarnation: Default::default(),
         subject: "orders.eu.created".into(),
         stream: "ORDERS".into(),
         consumer: "svc".into(),

@@ -82,6 +82,7 @@ fn sign(alg: &str, id: &str, data: &[u8], subject: &str) -> Vec<(String, String)
 
 fn raw(i: usize, headers: Vec<(String, String)>) -> RawMessage {
     RawMessage {
+        stream_incarnation: Default::default(),
         subject: "bench.orders".into(),
         stream: "BENCH".into(),
         consumer: "svc".into(),

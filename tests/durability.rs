@@ -666,7 +666,7 @@ fn check_trace(trace: &str) -> Checked {
                 let fd = args.split('<').next().unwrap_or("");
                 c.failed_temp_fsyncs += usize::from(!ok);
                 last_fsync_ok.insert(unnamed_key(pid, fd), ok);
-            } else if path.ends_with("/stream-sequence/ORDERS") {
+            } else if is_key_directory(&path) {
                 c.failed_dir_fsyncs += usize::from(!ok);
                 if ok {
                     synced.dirs.entry(path).or_default().push(at);
@@ -716,6 +716,13 @@ fn check_trace(trace: &str) -> Checked {
 }
 
 /// The sequence in a final name `<dir>/<sequence>.json`.
+/// The directory the final names are linked into: `.../stream-sequence/ORDERS/<incarnation>`.
+fn is_key_directory(path: &str) -> bool {
+    Path::new(path)
+        .parent()
+        .is_some_and(|p| p.ends_with("stream-sequence/ORDERS"))
+}
+
 fn final_sequence(path: &str) -> Option<u64> {
     let path = Path::new(path);
     if path.extension()? != "json" {

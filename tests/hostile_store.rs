@@ -188,11 +188,12 @@ fn a_gzip_bomb_at_a_taken_key_is_refused_in_bounded_memory() {
     assert_eq!(snapshot_counter(&snap, "messages_acked_total"), 0);
     let log = runner.log_text();
     assert!(
-        log.contains(
-            "put stream-sequence/ORDERS/1.json.gz: key already exists and the stored object is \
-             not an envelope of this message: its body decompresses to over 1048576 bytes \
-             (duplicate_policy fail_existing)"
-        ),
+        log.contains(&format!(
+            "put stream-sequence/ORDERS/{}/1.json.gz: key already exists and the stored object \
+             is not an envelope of this message: its body decompresses to over 1048576 bytes \
+             (duplicate_policy fail_existing)",
+            server.incarnation("ORDERS")
+        )),
         "{log}"
     );
     let gets = store

@@ -168,8 +168,16 @@ fn accepted_keys(r: &Receiver) -> BTreeMap<String, usize> {
     keys
 }
 
-fn expected_keys(n: u64) -> BTreeSet<String> {
-    (1..=n).map(|s| format!("nats:{STREAM}:{s}")).collect()
+/// The idempotency key of message `seq` of the test stream (its incarnation included).
+fn key(server: &NatsServer, seq: u64) -> String {
+    format!("nats:{STREAM}:{}:{seq}", server.incarnation(STREAM))
+}
+
+fn expected_keys(server: &NatsServer, n: u64) -> BTreeSet<String> {
+    let incarnation = server.incarnation(STREAM);
+    (1..=n)
+        .map(|s| format!("nats:{STREAM}:{incarnation}:{s}"))
+        .collect()
 }
 
 #[test]
@@ -217,7 +225,7 @@ fn signed_batches_verify_with_standardwebhooks_and_a_tampered_one_is_refused() {
     let keys = accepted_keys(&receiver);
     assert_eq!(
         keys.keys().cloned().collect::<BTreeSet<_>>(),
-        expected_keys(n as u64)
+        expected_keys(&server, n as u64)
     );
     let rec = &receiver.records(200)[0];
     assert_eq!(rec["schema"], "svc.file.message.v1");
@@ -279,7 +287,10 @@ fn retry_after_is_waited_for_then_the_message_is_committed() {
         requests[0]["headers"]["idempotency-key"],
         requests[1]["headers"]["idempotency-key"]
     );
-    assert_eq!(requests[1]["headers"]["idempotency-key"], "nats:ORDERS:1");
+    assert_eq!(
+        requests[1]["headers"]["idempotency-key"],
+        key(&server, 1).as_str()
+    );
     let snap = dir.path().join("metrics.json");
     assert_eq!(snapshot_counter(&snap, "http_retry_after_waits_total"), 1);
     assert_eq!(snapshot_counter(&snap, "http_requests_5xx_total"), 1);
@@ -311,8 +322,8 @@ fn a_record_refused_with_400_alone_is_dead_lettered_the_rest_of_its_batch_commit
     assert_eq!(v["failure"]["reason"], "http_400");
     assert_eq!(v["original"]["stream_sequence"], 14);
     let keys = accepted_keys(&receiver);
-    let mut want = expected_keys(20);
-    want.remove("nats:ORDERS:14");
+    let mut want = expected_keys(&server, 20);
+    want.remove(&key(&server, 14));
     assert_eq!(keys.keys().cloned().collect::<BTreeSet<_>>(), want);
     let log = runner.log_text();
     assert!(log.contains("status 400: refused: bad record"), "{log}");
@@ -388,7 +399,7 @@ fn statuses_that_refuse_the_sink_nak_and_never_dead_letter() {
                     .to_string()
             })
             .collect();
-        assert_eq!(keys, expected_keys(n as u64));
+        assert_eq!(keys, expected_keys(&server, n as u64));
         assert_eq!(server.stream_messages("DLQ"), 0);
         assert!(runner
             .log_text()
@@ -437,7 +448,7 @@ fn a_receiver_refusing_every_record_with_400_naks_and_never_dead_letters() {
         };
         assert_eq!(
             keys.keys().cloned().collect::<BTreeSet<_>>(),
-            expected_keys(n as u64)
+            expected_keys(&server, n as u64)
         );
         assert!(keys.values().all(|c| *c == 1), "{batching}: {keys:?}");
         assert_eq!(server.stream_messages("DLQ"), 0);
@@ -639,9 +650,10 @@ fn kill_9_of_the_runner_and_a_receiver_restart_lose_nothing() {
     let floor_at_kill = acked(&server).0;
     // Every acknowledged message had been received before the kill.
     let keys = accepted_keys(&receiver);
+    let incarnation = server.incarnation(STREAM);
     for seq in 1..=floor_at_kill {
         assert!(
-            keys.contains_key(&format!("nats:{STREAM}:{seq}")),
+            keys.contains_key(&format!("nats:{STREAM}:{incarnation}:{seq}")),
             "{seq} acked unsent"
         );
     }
@@ -659,7 +671,7 @@ fn kill_9_of_the_runner_and_a_receiver_restart_lose_nothing() {
     let keys = accepted_keys(&receiver);
     assert_eq!(
         keys.keys().cloned().collect::<BTreeSet<_>>(),
-        expected_keys(n)
+        expected_keys(&server, n)
     );
     let repeats: usize = keys.values().map(|c| c - 1).sum();
     println!(

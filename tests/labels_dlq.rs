@@ -1201,3 +1201,144 @@ fn a_mixed_batch_is_written_lane_by_lane() {
         ])
     );
 }
+
+/// A record published first under the id the runner's record will carry (a publisher allowed
+/// on the DLQ subject, or a stream's from before it was created again) makes the stream call
+/// ours a duplicate: that is not "stored". The publish fails, retryably, and says why.
+#[test]
+fn a_forged_record_under_our_id_is_not_taken_for_ours() {
+    let b = NatsServer::start();
+    let nc = b.connect();
+    b.create_stream("DLQ", &["svc.dlq"]);
+    let cfg = DeadLetterConfig {
+        expected_stream: Some("DLQ".into()),
+        ..dlq_cfg("svc.dlq")
+    };
+    let ours = DeadLetter::build(&raw(7), &failure(), 0, &cfg);
+    let forged = DeadLetter::build(
+        &RawMessage {
+            data: b"another payload".to_vec(),
+            ..raw(7)
+        },
+        &failure(),
+        0,
+        &cfg,
+    );
+    assert_eq!(forged.msg_id, ours.msg_id);
+    let mut h = nats::HeaderMap::new();
+    h.insert("Nats-Msg-Id", ours.msg_id.as_str());
+    let js = nats::jetstream::new(nc.clone());
+    js.publish_with_options(
+        "svc.dlq",
+        &forged.body,
+        &nats::jetstream::PublishOptions {
+            id: Some(ours.msg_id.clone()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let publisher = DeadLetterPublisher::new(nc, cfg);
+    let err = publisher.publish(&ours).unwrap_err();
+    assert!(
+        matches!(err, DlqError::ForeignDuplicate { sequence: 1, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("is a record of another message"),
+        "{err}"
+    );
+    assert_eq!(b.stream_messages("DLQ"), 1);
+    // The same message's record from an earlier delivery still counts as stored.
+    let other_delivery = DeadLetter::build(
+        &RawMessage {
+            delivery_count: 4,
+            ..raw(8)
+        },
+        &failure(),
+        9,
+        &dlq_cfg("svc.dlq"),
+    );
+    publisher
+        .publish(&DeadLetter::build(
+            &raw(8),
+            &failure(),
+            0,
+            &dlq_cfg("svc.dlq"),
+        ))
+        .unwrap();
+    assert!(publisher.publish(&other_delivery).unwrap().duplicate);
+}
+
+/// A stream deleted and created again under a running runner numbers from 1 again. Its first
+/// messages must not meet the old stream's ids: a failure of its message 1 is dead-lettered
+/// (not dropped as the old message 1's duplicate), and its records carry the new incarnation.
+#[test]
+fn a_stream_created_again_under_the_runner_gets_ids_of_its_own() {
+    let (server, dir) = setup();
+    server.create_stream("DLQ", &[DLQ_SUBJECT]);
+    let bad = [("Svc-Security-Labels", "{\"x\": 1}")];
+    server.publish_with_headers("orders.a", &bad, b"{\"old\":1}");
+    server.publish_with_headers("orders.a", &[], b"{\"old\":2}");
+    let mut extra = labels_config();
+    extra["sink"] = json!({"type": "file", "directory": dir.path().join("out"),
+                           "mode": "per_event", "key_strategy": "stream_sequence"});
+    let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), extra));
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "first stream settled", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((2, 0, 0))
+    });
+    assert_eq!(server.stream_messages("DLQ"), 1);
+
+    let js = server.js();
+    js.delete_stream(STREAM).unwrap();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    server.publish_with_headers("orders.a", &bad, b"{\"new\":1}");
+    server.publish_with_headers("orders.a", &[], b"{\"new\":2}");
+    wait_until(Duration::from_secs(30), "second stream settled", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((2, 0, 0))
+    });
+    let dlq = dlq_records(&server);
+    assert_eq!(
+        dlq.len(),
+        2,
+        "the new message 1 was dropped as a duplicate: {dlq:?}"
+    );
+    let incarnations: Vec<&str> = dlq
+        .iter()
+        .map(|(_, v)| v["original"]["stream_incarnation"].as_str().unwrap())
+        .collect();
+    assert_ne!(incarnations[0], incarnations[1]);
+    for (i, (_, v)) in dlq.iter().enumerate() {
+        assert_eq!(v["original"]["stream_sequence"], 1);
+        let m = js.get_message("DLQ", i as u64 + 1).unwrap();
+        assert_eq!(
+            m.headers.unwrap().get("Nats-Msg-Id").map(String::as_str),
+            Some(format!("svc-dlq:ORDERS:{}:1", incarnations[i]).as_str())
+        );
+    }
+    // Both messages 2 are stored, each under its stream's incarnation.
+    let out = dir.path().join("out");
+    let mut stored: Vec<String> = files_below(&out)
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .filter(|p| p.ends_with("/2.json"))
+        .collect();
+    stored.sort();
+    let mut expected: Vec<String> = incarnations
+        .iter()
+        .map(|i| format!("stream-sequence/ORDERS/{i}/2.json"))
+        .collect();
+    expected.sort();
+    assert_eq!(stored, expected);
+    assert!(
+        runner.log_text().contains("was created again"),
+        "{}",
+        runner.log_text()
+    );
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(15))
+        .expect("exits")
+        .success());
+}

@@ -93,10 +93,11 @@ fn all_acked(server: &NatsServer, n: u64) -> bool {
 }
 
 /// Every sequence 1..=n has exactly one object version, and nothing else is in the bucket.
-fn assert_stored_once(m: &crate::support::moto::Moto, bucket: &str, n: u64) {
+fn assert_stored_once(server: &NatsServer, m: &crate::support::moto::Moto, bucket: &str, n: u64) {
     let versions = m.versions(bucket);
+    let incarnation = server.incarnation(STREAM);
     for seq in 1..=n {
-        let key = format!("stream-sequence/{STREAM}/{seq}.json");
+        let key = format!("stream-sequence/{STREAM}/{incarnation}/{seq}.json");
         assert_eq!(
             versions.get(&key),
             Some(&1),
@@ -194,7 +195,7 @@ fn store_outage_acks_nothing_until_it_returns_then_stores_once() {
         "everything acked after the outage",
         || all_acked(&server, 2 * n as u64),
     );
-    assert_stored_once(&m, "e2e-outage", 2 * n as u64);
+    assert_stored_once(&server, &m, "e2e-outage", 2 * n as u64);
     assert!(snapshot_counter(&snap, "sink_retries_total") > 0);
     runner.signal("TERM");
     let status = runner.wait_timeout(Duration::from_secs(20)).expect("exits");
@@ -230,7 +231,7 @@ fn sigkill_mid_run_and_restart_stores_every_message_once() {
         all_acked(&server, n as u64)
     });
     // One version per key: no object was ever written twice (with different bytes or not).
-    assert_stored_once(&m, "e2e-kill", n as u64);
+    assert_stored_once(&server, &m, "e2e-kill", n as u64);
     runner.signal("TERM");
     assert!(runner
         .wait_timeout(Duration::from_secs(20))
@@ -432,7 +433,7 @@ fn batches_held_past_ack_wait_get_in_progress_acks_not_redelivery() {
     wait_until(Duration::from_secs(60), "all acked", || {
         all_acked(&server, n as u64)
     });
-    assert_stored_once(&m, "e2e-progress", n as u64);
+    assert_stored_once(&server, &m, "e2e-progress", n as u64);
     let info = server.js().consumer_info(STREAM, CONSUMER).unwrap();
     assert_eq!(info.num_redelivered, 0, "nothing redelivered");
     runner.signal("TERM");
@@ -532,7 +533,7 @@ fn the_byte_bound_holds_in_flight_payload_and_a_larger_message_flows_alone() {
     wait_until(Duration::from_secs(60), "everything acknowledged", || {
         all_acked(&server, 46)
     });
-    assert_stored_once(&m, "bound", 46);
+    assert_stored_once(&server, &m, "bound", 46);
     assert!(
         runner
             .log_text()

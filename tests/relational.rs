@@ -108,7 +108,8 @@ fn rows_land_routed_by_subject_and_are_acked() {
     assert_eq!(r[0][2].as_deref(), Some(CONSUMER));
     assert_eq!(r[0][3].as_deref(), Some(r#"{"eu": 0}"#));
     assert_eq!(r[0][5].as_deref(), Some("svc.metadata.v1"));
-    assert_eq!(r[0][6].as_deref(), Some("s-ORDERS-201"));
+    let key = format!("s-ORDERS-{}-201", server.incarnation(STREAM));
+    assert_eq!(r[0][6].as_deref(), Some(key.as_str()));
     stop(runner);
     let snap = dir.path().join("metrics.json");
     assert_eq!(snapshot_counter(&snap, "messages_written_total"), 300);
@@ -663,8 +664,9 @@ fn fanout_with_moto_object_store_optional_hang_acks_required_hang_does_not() {
     stop(runner);
     assert_eq!(sequences_once(&db, "events").len(), 100, "db rows once");
     let versions = store.versions("fan-archive");
+    let incarnation = server.incarnation(STREAM);
     for seq in 81..=100 {
-        let key = format!("stream-sequence/{STREAM}/{seq}.json");
+        let key = format!("stream-sequence/{STREAM}/{incarnation}/{seq}.json");
         assert_eq!(versions.get(&key), Some(&1), "{key}");
     }
     assert!(

@@ -277,9 +277,8 @@ impl Downstream for ObjectStore {
     fn delivered(&self) -> Vec<u64> {
         let mut out = Vec::new();
         for (key, versions) in self.moto.versions("spool") {
-            let seq = key
-                .trim_start_matches("stream-sequence/ORDERS/")
-                .trim_end_matches(".json");
+            // stream-sequence/ORDERS/<incarnation>/<seq>.json
+            let seq = key.rsplit('/').next().unwrap().trim_end_matches(".json");
             for _ in 0..versions {
                 out.push(seq.parse().unwrap());
             }

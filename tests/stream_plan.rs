@@ -239,6 +239,16 @@ fn run_without(missing: &str, publish_subject: bool) -> (Option<i32>, String) {
         js.delete_consumer("ORDERS", "svc").unwrap();
     }
     publish(&server);
+    if missing.starts_with("$JS.API.STREAM.MSG.GET.") {
+        // The runner needs it only to read back a record the DLQ stream calls a duplicate:
+        // one is there first under the id of the bad message's record.
+        let nc = admin(&server);
+        let inc = svc::broker::incarnation::read(&nc, "ORDERS").unwrap();
+        let mut h = nats::HeaderMap::new();
+        h.insert("Nats-Msg-Id", format!("svc-dlq:ORDERS:{inc}:{}", GOOD + 1));
+        let first = nats::Message::new("dlq.orders", None, b"{}", Some(h));
+        nats::jetstream::new(nc).publish_message(&first).unwrap();
+    }
     let log = dir.path().join("run.log");
     let mut child = start_runner(&cfg, &log);
     let deadline = Instant::now() + Duration::from_secs(40);

@@ -170,10 +170,20 @@ pub fn put_consumer(nc: &Connection, stream: &str, config: &Value) -> io::Result
 /// consumer or stream not found: `NotFound`) whose text is the broker's (at most 64 KiB; shown
 /// bounded and escaped by [`super::BrokerError`]).
 pub fn api_request(nc: &Connection, subject: &str, body: &[u8]) -> io::Result<Value> {
+    api_request_within(nc, subject, body, MAX_REPLY_BYTES)
+}
+
+/// [`api_request`] with a reply of at most `max_bytes` read.
+pub fn api_request_within(
+    nc: &Connection,
+    subject: &str,
+    body: &[u8],
+    max_bytes: usize,
+) -> io::Result<Value> {
     let reply = nc.request_timeout(subject, body, API_TIMEOUT)?;
-    if reply.data.len() > MAX_REPLY_BYTES {
+    if reply.data.len() > max_bytes {
         return Err(io::Error::other(format!(
-            "reply of {} bytes exceeds {MAX_REPLY_BYTES}",
+            "reply of {} bytes exceeds {max_bytes}",
             reply.data.len()
         )));
     }

@@ -27,7 +27,7 @@ use serde::Serialize;
 use crate::document::grammar::is_header_name;
 use crate::document::grammar::looks_secret;
 use crate::document::reader::{ObjectReader, Problems};
-use crate::message::envelope::{hex_sha256, Envelope, RawMessage, MESSAGE_ID_HEADER};
+use crate::message::envelope::{hex_sha256, stream_place, Envelope, RawMessage, MESSAGE_ID_HEADER};
 use crate::message::labels::LabelRejection;
 use crate::message::metadata::MetadataError;
 use crate::message::refusal::Refusal;
@@ -301,6 +301,9 @@ impl From<&MetadataError> for Failure {
 pub struct Original {
     pub subject: String,
     pub stream: String,
+    /// The stream's incarnation (`broker/incarnation.rs`), when known.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub stream_incarnation: String,
     pub stream_sequence: u64,
     pub consumer: String,
     pub consumer_sequence: u64,
@@ -370,6 +373,7 @@ impl DeadLetter {
         let original = Original {
             subject: raw.subject.clone(),
             stream: raw.stream.to_string(),
+            stream_incarnation: raw.stream_incarnation.to_string(),
             stream_sequence: raw.stream_sequence,
             consumer: raw.consumer.to_string(),
             consumer_sequence: raw.consumer_sequence,
@@ -410,6 +414,7 @@ impl DeadLetter {
         let original = Original {
             subject: env.subject.clone(),
             stream: env.stream.to_string(),
+            stream_incarnation: env.stream_incarnation.to_string(),
             stream_sequence: env.stream_sequence,
             consumer: env.consumer.to_string(),
             consumer_sequence: env.consumer_sequence,
@@ -444,7 +449,15 @@ impl DeadLetter {
         payload: PayloadDigest,
         headers: BTreeMap<String, String>,
     ) -> DeadLetter {
-        let msg_id = format!("svc-dlq:{}:{}", original.stream, original.stream_sequence);
+        let msg_id = format!(
+            "svc-dlq:{}",
+            stream_place(
+                &original.stream,
+                &original.stream_incarnation,
+                original.stream_sequence,
+                ":"
+            )
+        );
         let record = Record {
             schema: DEAD_LETTER_SCHEMA,
             failed_at: format_rfc3339_nanos(failed_at_unix_nanos),
@@ -512,6 +525,15 @@ pub enum DlqError {
     BadAck,
     /// The connection failed.
     Connection(String),
+    /// The stream called the record a duplicate, but what it holds under the record's id is
+    /// not a record of this message (a forged one published first, or a stream's from
+    /// before it was created again); or what it holds could not be read back. The message
+    /// stays unacknowledged: retried until the stream's duplicate window has passed.
+    ForeignDuplicate {
+        stream: String,
+        sequence: u64,
+        why: &'static str,
+    },
 }
 
 impl fmt::Display for DlqError {
@@ -537,6 +559,17 @@ impl fmt::Display for DlqError {
             }
             DlqError::BadAck => f.write_str("dlq publish: unreadable confirmation"),
             DlqError::Connection(e) => write!(f, "dlq publish: connection: {e}"),
+            DlqError::ForeignDuplicate {
+                stream,
+                sequence,
+                why,
+            } => write!(
+                f,
+                "dlq publish: stream {} calls the record a duplicate of its message {sequence}, \
+                 which {why}; the message stays unacknowledged until the stream's duplicate \
+                 window has passed",
+                PeerText::new(stream)
+            ),
         }
     }
 }
@@ -609,8 +642,96 @@ impl DeadLetterPublisher {
                 return Err(DlqError::WrongStream { stream: ack.stream });
             }
         }
+        if ack.duplicate {
+            let left = timeout.saturating_sub(started.elapsed());
+            self.check_duplicate(dl, &ack, left)?;
+        }
         Ok(ack)
     }
+
+    /// A duplicate PubAck counts as stored only when the stream's record under our id is a
+    /// record of this very message: the same original (stream, incarnation, sequence, subject)
+    /// and payload digest. An earlier delivery's record differs only in its failure and times.
+    fn check_duplicate(
+        &self,
+        dl: &DeadLetter,
+        ack: &PubAck,
+        left: Duration,
+    ) -> Result<(), DlqError> {
+        let foreign = |why| DlqError::ForeignDuplicate {
+            stream: ack.stream.clone(),
+            sequence: ack.sequence,
+            why,
+        };
+        if !is_stream_name(&ack.stream) {
+            return Err(DlqError::BadAck);
+        }
+        let request = serde_json::json!({ "seq": ack.sequence }).to_string();
+        let subject = format!("$JS.API.STREAM.MSG.GET.{}", ack.stream);
+        let reply = self
+            .nc
+            .request_timeout(&subject, request, left)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut => DlqError::Timeout {
+                    phase: "duplicate check",
+                    ms: self.cfg.publish_timeout.as_millis(),
+                },
+                _ => DlqError::Connection(e.kind().to_string()),
+            })?;
+        if reply.data.len() > MAX_STORED_RECORD_REPLY_BYTES {
+            return Err(foreign("could not be read back (its answer is too large)"));
+        }
+        let stored =
+            stored_message_data(&reply.data).ok_or_else(|| foreign("could not be read back"))?;
+        if same_original(&stored, &dl.body) {
+            Ok(())
+        } else {
+            Err(foreign("is a record of another message"))
+        }
+    }
+}
+
+/// Largest `STREAM.MSG.GET` answer read back: a record is a few KiB (values are bounded to
+/// [`MAX_HEADER_VALUE_BYTES`]), base64 adds a third, headers a little.
+const MAX_STORED_RECORD_REPLY_BYTES: usize = 256 * 1024;
+
+/// A JetStream stream name as the broker can name it in a subject: no wildcard, separator or
+/// white space.
+fn is_stream_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 255
+        && !s
+            .bytes()
+            .any(|b| matches!(b, b'.' | b'*' | b'>') || b.is_ascii_whitespace() || b < 0x20)
+}
+
+/// The record bytes of a `STREAM.MSG.GET` answer (`message.data`, base64).
+fn stored_message_data(answer: &[u8]) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let v: serde_json::Value = serde_json::from_slice(answer).ok()?;
+    let data = v.get("message")?.get("data")?.as_str()?;
+    base64::engine::general_purpose::STANDARD.decode(data).ok()
+}
+
+/// True when two DLQ records are of the same original message: `original`'s stream,
+/// incarnation, sequence and subject, and the payload digest, are equal.
+fn same_original(stored: &[u8], ours: &[u8]) -> bool {
+    let parse = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).ok();
+    let (Some(a), Some(b)) = (parse(stored), parse(ours)) else {
+        return false;
+    };
+    let identity = |v: &serde_json::Value| {
+        let o = &v["original"];
+        (
+            v["schema"].clone(),
+            o["stream"].clone(),
+            o["stream_incarnation"].clone(),
+            o["stream_sequence"].clone(),
+            o["subject"].clone(),
+            v["payload"].clone(),
+        )
+    };
+    a["schema"] == DEAD_LETTER_SCHEMA && identity(&a) == identity(&b)
 }
 
 impl DeadLetterPublisher {
@@ -811,6 +932,15 @@ mod tests {
         let failure = Failure::from(&rejection);
         let dl = DeadLetter::build(&m, &failure, 1_700_000_001_000_000_000, &c);
         assert_eq!(dl.msg_id, "svc-dlq:ORDERS:42");
+        // The stream's incarnation, when known, tells a stream created again from the old one.
+        let again = RawMessage {
+            stream_incarnation: "20261128T071943.5Z".into(),
+            ..m.clone()
+        };
+        let dl2 = DeadLetter::build(&again, &failure, 1_700_000_001_000_000_000, &c);
+        assert_eq!(dl2.msg_id, "svc-dlq:ORDERS:20261128T071943.5Z:42");
+        let v: serde_json::Value = serde_json::from_slice(&dl2.body).unwrap();
+        assert_eq!(v["original"]["stream_incarnation"], "20261128T071943.5Z");
         assert_eq!(dl.reason, "not_in_vocabulary");
         let text = String::from_utf8(dl.body.clone()).unwrap();
         for never in ["TOPSECRETVALUE", "hunter2", "4111", "card", "bbbbbbbb"] {
@@ -852,6 +982,53 @@ mod tests {
         assert_eq!(f.field, "message_metadata.priority");
         assert_eq!(f.reason, "invalid_value");
         assert!(!serde_json::to_string(&f).unwrap().contains("SECRET"));
+    }
+
+    /// A duplicate PubAck is believed only for a record of the same message (issue 51.11).
+    #[test]
+    fn a_duplicate_counts_only_for_a_record_of_the_same_message() {
+        use base64::Engine as _;
+        let c = DeadLetterConfig::default();
+        let failure = Failure::new("normalize", "payload", "invalid_json", "bad".into());
+        let m = RawMessage {
+            stream_incarnation: "20261128T071943Z".into(),
+            ..raw()
+        };
+        let first = DeadLetter::build(&m, &failure, 1_700_000_001_000_000_000, &c);
+        // An earlier delivery's record: another time and delivery count, the same message.
+        let again = RawMessage {
+            delivery_count: 5,
+            ..m.clone()
+        };
+        let later = DeadLetter::build(&again, &failure, 1_700_000_009_000_000_000, &c);
+        assert_ne!(first.body, later.body);
+        assert!(same_original(&first.body, &later.body));
+        // Another incarnation's message 42, or another payload: not ours.
+        let old = RawMessage {
+            stream_incarnation: "20251128T071943Z".into(),
+            ..m.clone()
+        };
+        let old = DeadLetter::build(&old, &failure, 1_700_000_001_000_000_000, &c);
+        assert!(!same_original(&old.body, &first.body));
+        let forged = RawMessage {
+            data: b"other".to_vec(),
+            ..m.clone()
+        };
+        let forged = DeadLetter::build(&forged, &failure, 1_700_000_001_000_000_000, &c);
+        assert!(!same_original(&forged.body, &first.body));
+        assert!(!same_original(b"not json", &first.body));
+        assert!(!same_original(br#"{"original":{}}"#, br#"{"original":{}}"#));
+
+        let answer = serde_json::json!({"message": {"seq": 3, "data":
+            base64::engine::general_purpose::STANDARD.encode(&first.body)}})
+        .to_string();
+        assert_eq!(stored_message_data(answer.as_bytes()).unwrap(), first.body);
+        assert!(stored_message_data(br#"{"message":{"data":"%%"}}"#).is_none());
+        assert!(stored_message_data(br#"{"error":{"code":404}}"#).is_none());
+        for bad in ["", "A.B", "A*", ">", "A B", "A\u{7}"] {
+            assert!(!is_stream_name(bad), "{bad}");
+        }
+        assert!(is_stream_name("ORDERS_DLQ"));
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod connection;
 pub mod consumer_shape;
 pub mod consumer_watch;
 pub mod dead_letter;
+pub mod incarnation;
 pub mod inspect;
 pub mod permissions;
 pub mod probe;
@@ -82,6 +83,8 @@ pub struct Consumer {
     /// when known and limited.
     pub max_ack_pending: Option<u64>,
     pub stream: String,
+    /// The stream's incarnation at bind ([`incarnation`]).
+    pub incarnation: Arc<str>,
     pub name: String,
     /// The consumer's config as the broker reported it at bind (its request limits are
     /// checked against the pipeline's requests: [`consumer_shape::check_request_limits`]).
@@ -124,6 +127,8 @@ pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, Brok
     let config = consumer_shape::consumer_config(nc, &cfg.stream, &cfg.consumer)
         .map_err(err(format!("look up {what}")))?;
     check_bindable(&config, cfg).map_err(|why| invalid(&what, &why))?;
+    let stream_incarnation = incarnation::read(nc, &cfg.stream)
+        .map_err(err(format!("look up stream {}", cfg.stream)))?;
     let typed = typed_config(&config);
     let ack_wait = Some(typed.ack_wait)
         .filter(|d| !d.is_zero())
@@ -134,6 +139,7 @@ pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, Brok
         ack_wait,
         max_ack_pending,
         stream: cfg.stream.clone(),
+        incarnation: stream_incarnation,
         name: cfg.consumer.clone(),
         config,
     })
@@ -333,6 +339,9 @@ pub fn flush(nc: &Connection, timeout: Duration) -> io::Result<()> {
 }
 
 /// What one wait on the subscription produced.
+// A message is the common case and moves straight into a batch: boxing it would cost an
+// allocation per delivery to shrink a value that only lives on `svc-fetch`'s stack.
+#[allow(clippy::large_enum_variant)]
 pub enum Delivery {
     /// A message to process, split into data and its acknowledgement handle, with the
     /// consumer's messages still to deliver after it (the broker's count in the ack subject).
@@ -355,9 +364,52 @@ pub enum Delivery {
 pub struct DeliveryNames {
     stream: Option<Arc<str>>,
     consumer: Option<Arc<str>>,
+    /// The bound stream's incarnation, stamped on every delivery.
+    incarnation: Arc<str>,
+    /// The highest consumer sequence delivered so far. The broker numbers every delivery of a
+    /// consumer, redeliveries included, upwards from 1: a lower one comes from a consumer
+    /// created again, perhaps on a stream created again ([`DeliveryNames::take_restart`]).
+    last_consumer_sequence: u64,
+    restarted: bool,
 }
 
 impl DeliveryNames {
+    /// Names for the deliveries of a consumer on the stream of `incarnation`.
+    pub fn new(incarnation: Arc<str>) -> DeliveryNames {
+        DeliveryNames {
+            incarnation,
+            ..DeliveryNames::default()
+        }
+    }
+
+    /// True once after a delivery whose consumer sequence was not above every earlier one:
+    /// the consumer was created again since, and its stream may have been too. The caller
+    /// reads the stream's incarnation again before that delivery goes on
+    /// ([`DeliveryNames::set_incarnation`]).
+    pub fn take_restart(&mut self) -> bool {
+        std::mem::take(&mut self.restarted)
+    }
+
+    pub fn incarnation(&self) -> &Arc<str> {
+        &self.incarnation
+    }
+
+    /// Asks the next delivery to read the incarnation again (this one's read failed).
+    pub fn note_restart(&mut self) {
+        self.restarted = true;
+    }
+
+    pub fn set_incarnation(&mut self, incarnation: Arc<str>) {
+        self.incarnation = incarnation;
+    }
+
+    fn note_consumer_sequence(&mut self, sequence: u64) {
+        if sequence <= self.last_consumer_sequence {
+            self.restarted = true;
+        }
+        self.last_consumer_sequence = sequence;
+    }
+
     fn share(cached: &mut Option<Arc<str>>, name: &str) -> Arc<str> {
         match cached {
             Some(arc) if **arc == *name => Arc::clone(arc),
@@ -440,6 +492,8 @@ fn split(m: nats::Message, names: &mut DeliveryNames) -> Option<(RawMessage, Ack
     let consumer = DeliveryNames::share(&mut names.consumer, info.consumer);
     let (stream_sequence, consumer_sequence, pending) =
         (info.stream_sequence, info.consumer_sequence, info.pending);
+    names.note_consumer_sequence(consumer_sequence);
+    let stream_incarnation = Arc::clone(&names.incarnation);
     let delivery_count = info.delivered.max(1);
     let published_unix_nanos = Some(info.published_unix_nanos);
     // The message's own strings and bytes move into the result: no copies per delivery.
@@ -479,6 +533,7 @@ fn split(m: nats::Message, names: &mut DeliveryNames) -> Option<(RawMessage, Ack
     let raw = RawMessage {
         subject,
         stream,
+        stream_incarnation,
         consumer,
         stream_sequence,
         consumer_sequence,

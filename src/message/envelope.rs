@@ -25,6 +25,11 @@ pub struct RawMessage {
     pub subject: String,
     /// Shared by every message of the consumer (no allocation per message).
     pub stream: Arc<str>,
+    /// Which stream of that name: its creation time as the broker reported it, as
+    /// [`crate::text::rfc3339::compact_utc`] writes it; empty when not known (a message not
+    /// read from a broker). A stream deleted and created again numbers from 1 again: every id
+    /// and key made from stream and sequence carries this too (docs/delivery-semantics.md).
+    pub stream_incarnation: Arc<str>,
     pub consumer: Arc<str>,
     pub stream_sequence: u64,
     pub consumer_sequence: u64,
@@ -66,6 +71,7 @@ impl RawMessage {
         RawMessage {
             subject: subject.into(),
             stream: "ORDERS".into(),
+            stream_incarnation: Arc::default(),
             consumer: "svc".into(),
             stream_sequence,
             consumer_sequence: stream_sequence,
@@ -76,6 +82,18 @@ impl RawMessage {
             unreadable: None,
             header_block: HeaderBlock::default(),
         }
+    }
+
+    /// `<stream>:<sequence>`, or `<stream>:<incarnation>:<sequence>` when the incarnation is
+    /// known: what ids made from a message's place in its stream are made of
+    /// ([`stream_place`]).
+    pub fn place(&self) -> String {
+        stream_place(
+            &self.stream,
+            &self.stream_incarnation,
+            self.stream_sequence,
+            ":",
+        )
     }
 
     /// Header lines as sent: the lines the client counted (1,000 identical lines are 1,000,
@@ -139,11 +157,26 @@ pub struct EventMetadata {
     pub security_labels: Option<Value>,
 }
 
+/// A message's place in its stream as one text: stream, incarnation when known, sequence,
+/// joined by `sep`. The incarnation tells apart two streams of one name that each number
+/// from 1 (`broker/incarnation.rs`); without it (a message not read from a broker, a spool
+/// record of an earlier version) the text is what it was before incarnations.
+pub fn stream_place(stream: &str, incarnation: &str, sequence: u64, sep: &str) -> String {
+    if incarnation.is_empty() {
+        format!("{stream}{sep}{sequence}")
+    } else {
+        format!("{stream}{sep}{incarnation}{sep}{sequence}")
+    }
+}
+
 /// The normalized event every sink writes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Envelope {
     pub subject: String,
     pub stream: Arc<str>,
+    /// See [`RawMessage::stream_incarnation`]; empty when not known.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub stream_incarnation: Arc<str>,
     pub stream_sequence: u64,
     pub consumer: Arc<str>,
     pub consumer_sequence: u64,
@@ -167,6 +200,18 @@ pub struct Envelope {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub custody: Option<Custody>,
     pub metadata: EventMetadata,
+}
+
+impl Envelope {
+    /// See [`RawMessage::place`].
+    pub fn place(&self) -> String {
+        stream_place(
+            &self.stream,
+            &self.stream_incarnation,
+            self.stream_sequence,
+            ":",
+        )
+    }
 }
 
 /// Settings of normalization (runtime config block `envelope`).
@@ -283,6 +328,7 @@ pub fn normalize(
     let envelope = Envelope {
         subject: msg.subject.clone(),
         stream: msg.stream.clone(),
+        stream_incarnation: msg.stream_incarnation.clone(),
         stream_sequence: msg.stream_sequence,
         consumer: msg.consumer.clone(),
         consumer_sequence: msg.consumer_sequence,

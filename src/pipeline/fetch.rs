@@ -39,6 +39,7 @@ use crate::broker::consumer_watch::ConsumerWatch;
 use crate::broker::{self, AckHandle, AckVerb, Connection, Delivery};
 use crate::message::envelope::{now_unix_nanos, RawMessage};
 use crate::metrics::Metrics;
+use crate::text::peer::PeerText;
 
 /// Longest single wait, so the stop flag and deadlines are checked often.
 const POLL: Duration = Duration::from_millis(50);
@@ -75,6 +76,9 @@ pub struct Fetcher {
     pub monitor: Arc<Monitor>,
     /// Notices the consumer deleted or its filter changed under the running runner.
     pub watch: ConsumerWatch,
+    /// The stream and its incarnation at bind (`broker/incarnation.rs`).
+    pub stream: String,
+    pub incarnation: Arc<str>,
 }
 
 /// An outstanding pull request: how many deliveries it may still bring, and until when.
@@ -153,7 +157,7 @@ impl Fetcher {
         let mut batch = Collecting::new(self.batch_size);
         let mut next_id: u64 = 1;
         let mut request_failures: u32 = 0;
-        let mut names = broker::DeliveryNames::default();
+        let mut names = broker::DeliveryNames::new(Arc::clone(&self.incarnation));
         // What this thread last told the monitor: it is told again only on a change, so the
         // per-delivery path takes no lock for it.
         let mut doing: &'static str = "";
@@ -249,27 +253,7 @@ impl Fetcher {
                     // Counted as fetched when its batch ships (one shared add per batch).
                     self.monitor.mark_fetch(now);
                     self.watch.delivered(pending);
-                    match outstanding.front_mut() {
-                        Some(req) => {
-                            let size = delivery_bytes(&raw);
-                            let from_allowance = size.min(req.bytes_left);
-                            req.bytes_left -= from_allowance;
-                            // Larger than what is left of the allowance: held all the same
-                            // (it was delivered), in debt until settled.
-                            self.credits.charge_bytes(size - from_allowance);
-                            req.remaining -= 1;
-                            req.delivered += 1;
-                            if req.remaining == 0 {
-                                let done = outstanding.pop_front().expect("front exists");
-                                self.credits.give(done.unused());
-                            }
-                            batch.bytes += size;
-                            batch.since.get_or_insert(now);
-                            batch.messages.push((raw, now_unix_nanos()));
-                            batch.handles.push(handle);
-                        }
-                        None => self.release_stray(&handle),
-                    }
+                    self.take(&mut outstanding, &mut batch, &mut names, raw, handle, now);
                 }
                 Delivery::RequestEnded(end) => {
                     log::trace!("pull request ended: {}", end.why);
@@ -434,6 +418,75 @@ impl Fetcher {
     }
 
     /// A delivery no request is waiting for: hand it straight back to the broker.
+    /// One delivery into the batch, held against the oldest outstanding request.
+    fn take(
+        &self,
+        outstanding: &mut VecDeque<Request>,
+        batch: &mut Collecting,
+        names: &mut broker::DeliveryNames,
+        mut raw: RawMessage,
+        handle: AckHandle,
+        now: Instant,
+    ) {
+        let Some(req) = outstanding.front_mut() else {
+            return self.release_stray(&handle);
+        };
+        req.remaining -= 1;
+        req.delivered += 1;
+        let admitted = !names.take_restart() || self.restamp(names, &mut raw);
+        if admitted {
+            let size = delivery_bytes(&raw);
+            let from_allowance = size.min(req.bytes_left);
+            req.bytes_left -= from_allowance;
+            // Larger than what is left of the allowance: held all the same (it was
+            // delivered), in debt until settled.
+            self.credits.charge_bytes(size - from_allowance);
+            batch.bytes += size;
+            batch.since.get_or_insert(now);
+            batch.messages.push((raw, now_unix_nanos()));
+            batch.handles.push(handle);
+        } else {
+            self.release_stray(&handle);
+        }
+        if req.remaining == 0 {
+            let done = outstanding.pop_front().expect("front exists");
+            self.credits.give(done.unused());
+        }
+    }
+
+    /// The consumer was created again (its delivery sequence went back): reads the stream's
+    /// incarnation again before this delivery goes on, so that a stream created again since
+    /// never lends its sequences the old one's ids (`broker/incarnation.rs`). False when it
+    /// could not be read: the delivery is released for redelivery and the next one asks again.
+    fn restamp(&self, names: &mut broker::DeliveryNames, raw: &mut RawMessage) -> bool {
+        match broker::incarnation::read(&self.nc, &self.stream) {
+            Ok(now) => {
+                if now != *names.incarnation() {
+                    log::warn!(
+                        "broker: stream {} was created again ({} -> {}); ids and keys of its \
+                         messages carry the new incarnation",
+                        self.stream,
+                        names.incarnation(),
+                        now
+                    );
+                    names.set_incarnation(now);
+                }
+                raw.stream_incarnation = Arc::clone(names.incarnation());
+                true
+            }
+            Err(e) => {
+                log::warn!(
+                    "broker: the consumer was created again and stream {}'s info could not be \
+                     read ({}); its delivery is released and the next one asks again",
+                    self.stream,
+                    PeerText::new(&e.to_string())
+                );
+                names.note_restart();
+                false
+            }
+        }
+    }
+
     fn release_stray(&self, handle: &AckHandle) {
         Metrics::add(&self.metrics.counters.messages_fetched_total, 1);
         log::debug!(
@@ -466,6 +519,7 @@ mod tests {
     #[test]
     fn a_delivery_holds_its_headers_as_well_as_its_payload() {
         let message = |headers: Vec<(String, String)>| RawMessage {
+            stream_incarnation: Default::default(),
             subject: "orders.created".into(),
             stream: "S".into(),
             consumer: "c".into(),

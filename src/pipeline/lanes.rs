@@ -124,6 +124,7 @@ mod tests {
 
     fn envelope(seq: u64, priority: &str) -> Envelope {
         let msg = RawMessage {
+            stream_incarnation: Default::default(),
             subject: "orders.eu".into(),
             stream: Arc::from("ORDERS"),
             consumer: Arc::from("svc"),

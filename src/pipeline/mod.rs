@@ -429,6 +429,8 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             &consumer.name,
             &cfg.nats.subject,
         ),
+        stream: consumer.stream.clone(),
+        incarnation: Arc::clone(&consumer.incarnation),
     };
     let fetch_thread = spawn("svc-fetch", move || fetcher.run())?;
 

@@ -410,6 +410,7 @@ mod tests {
             ];
         }
         RawMessage {
+            stream_incarnation: Default::default(),
             subject: "o.x".into(),
             stream: "S".into(),
             consumer: "c".into(),

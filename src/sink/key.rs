@@ -8,7 +8,7 @@
 //! a leading `.` (so `.` and `..` can never appear as components). The mapping is injective:
 //! two different inputs never share a key component.
 
-use crate::message::envelope::Envelope;
+use crate::message::envelope::{stream_place, Envelope};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyStrategy {
@@ -83,7 +83,13 @@ pub fn strategy_key(env: &Envelope, strategy: KeyStrategy, suffix: &str) -> Resu
     let key = match strategy {
         KeyStrategy::IdempotencyKey => {
             let id = if !env.stream.is_empty() && env.stream_sequence > 0 {
-                format!("s-{}-{}", safe_component(&env.stream), env.stream_sequence)
+                let place = stream_place(
+                    &safe_component(&env.stream),
+                    &incarnation_component(env),
+                    env.stream_sequence,
+                    "-",
+                );
+                format!("s-{place}")
             } else if let Some(m) = env.message_id.as_deref().filter(|m| !m.is_empty()) {
                 format!("m-{}", safe_component(m))
             } else {
@@ -95,11 +101,13 @@ pub fn strategy_key(env: &Envelope, strategy: KeyStrategy, suffix: &str) -> Resu
             if env.stream.is_empty() || env.stream_sequence == 0 {
                 return Err("key strategy stream_sequence needs a stream and sequence".into());
             }
-            format!(
-                "stream-sequence/{}/{}",
-                safe_component(&env.stream),
-                env.stream_sequence
-            )
+            let place = stream_place(
+                &safe_component(&env.stream),
+                &incarnation_component(env),
+                env.stream_sequence,
+                "/",
+            );
+            format!("stream-sequence/{place}")
         }
         KeyStrategy::MessageId => match env.message_id.as_deref().filter(|m| !m.is_empty()) {
             Some(m) => format!("message-id/{}", safe_component(m)),
@@ -112,6 +120,15 @@ pub fn strategy_key(env: &Envelope, strategy: KeyStrategy, suffix: &str) -> Resu
         ),
     };
     Ok(format!("{key}{suffix}"))
+}
+
+/// The stream's incarnation as a key component; empty when not known (the key is then what
+/// it was before incarnations).
+fn incarnation_component(env: &Envelope) -> String {
+    match &*env.stream_incarnation {
+        "" => String::new(),
+        known => safe_component(known),
+    }
 }
 
 /// True for a suffix such as `.json`, `.json.gz`, `.metadata.json`: dot-separated ASCII
@@ -152,6 +169,7 @@ mod tests {
         }
         normalize(
             &RawMessage {
+                stream_incarnation: Default::default(),
                 subject: subject.into(),
                 stream: "ORDERS".into(),
                 consumer: "c".into(),
@@ -168,6 +186,30 @@ mod tests {
             &EnvelopeConfig::default(),
         )
         .0
+    }
+
+    /// A stream deleted and created again numbers from 1 again: its keys differ from the old
+    /// one's by the incarnation (issue 51.11).
+    #[test]
+    fn keys_of_a_stream_created_again_differ() {
+        let mut e = env("orders.created", None);
+        e.stream_incarnation = "20261128T071943.123456789Z".into();
+        assert_eq!(
+            strategy_key(&e, KeyStrategy::StreamSequence, ".json").unwrap(),
+            "stream-sequence/ORDERS/20261128T071943.123456789Z/42.json"
+        );
+        assert_eq!(
+            strategy_key(&e, KeyStrategy::IdempotencyKey, "").unwrap(),
+            "idempotency-key/s-ORDERS-20261128T071943.123456789Z-42"
+        );
+        let mut again = e.clone();
+        again.stream_incarnation = "20261128T081943Z".into();
+        for s in [KeyStrategy::StreamSequence, KeyStrategy::IdempotencyKey] {
+            assert_ne!(
+                strategy_key(&e, s, "").unwrap(),
+                strategy_key(&again, s, "").unwrap()
+            );
+        }
     }
 
     #[test]

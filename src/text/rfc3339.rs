@@ -141,6 +141,17 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// The instant as a compact UTC stamp without separators, `YYYYMMDDTHHMMSS[.fraction]Z`
+/// (RFC 3339's text with `-` and `:` left out): made only of `[0-9TZ.]`, so it can stand in an
+/// object key, a header value or a message id as it is.
+pub fn compact_utc(unix_nanos: i128) -> String {
+    Rfc3339::from_unix_nanos(unix_nanos)
+        .as_str()
+        .chars()
+        .filter(|c| *c != '-' && *c != ':')
+        .collect()
+}
+
 pub fn parse_rfc3339_nanos(text: &str) -> Option<i128> {
     time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
         .ok()
@@ -150,6 +161,15 @@ pub fn parse_rfc3339_nanos(text: &str) -> Option<i128> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compact_stamps_keep_only_key_safe_characters() {
+        let n = parse_rfc3339_nanos("2026-11-28T07:19:43.123456789Z").unwrap();
+        assert_eq!(compact_utc(n), "20261128T071943.123456789Z");
+        let offset = parse_rfc3339_nanos("2026-11-28T08:19:43.1+01:00").unwrap();
+        assert_eq!(compact_utc(offset), "20261128T071943.1Z");
+        assert_eq!(compact_utc(0), "19700101T000000Z");
+    }
 
     #[test]
     fn rfc3339_matches_the_time_crate() {

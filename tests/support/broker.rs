@@ -230,6 +230,13 @@ impl NatsServer {
         read_until(&mut s, b"PONG\r\n");
     }
 
+    /// The stream's incarnation as the runner reads it: what its ids and keys carry.
+    pub fn incarnation(&self, stream: &str) -> String {
+        svc::broker::incarnation::read(&self.connect(), stream)
+            .unwrap()
+            .to_string()
+    }
+
     pub fn stream_messages(&self, stream: &str) -> u64 {
         self.js()
             .stream_info(stream)

@@ -120,12 +120,13 @@ pub fn plan(cfg: &RuntimeConfig, settings: &StreamSettings) -> Result<Plan, Stri
         ),
         ConsumerMode::Create | ConsumerMode::Reconcile => {}
     }
+    let permissions = permissions(cfg, dead_letter_stream.as_ref().map(|s| s.name.as_str()));
     Ok(Plan {
         stream,
         consumer: planned_consumer(n),
         consumer_mode: n.consumer_mode,
         dead_letter_stream,
-        permissions: permissions(cfg),
+        permissions,
         warnings,
     })
 }
@@ -186,10 +187,16 @@ fn stream_warnings(s: &StreamSettings) -> Vec<String> {
 }
 
 /// Every subject the runner uses, and why.
-fn permissions(cfg: &RuntimeConfig) -> Permissions {
+fn permissions(cfg: &RuntimeConfig, dead_letter_stream: Option<&str>) -> Permissions {
     let (stream, consumer) = (&cfg.nats.stream, &cfg.nats.consumer);
     let mut p = Permissions::default();
     let mut publish = |subject: String, why| p.publish.push(Grant { subject, why });
+    // broker/incarnation.rs.
+    publish(
+        format!("$JS.API.STREAM.INFO.{stream}"),
+        "the stream's incarnation (creation time), at start and when the consumer was created \
+         again",
+    );
     // bind_consumer and the consumer watch (consumer_watch.rs).
     publish(
         format!("$JS.API.CONSUMER.INFO.{stream}.{consumer}"),
@@ -215,6 +222,12 @@ fn permissions(cfg: &RuntimeConfig) -> Permissions {
             "$JS.API.STREAM.NAMES".into(),
             "start-up check of the stream that captures the dead-letter subject",
         );
+        if let Some(dlq) = dead_letter_stream {
+            publish(
+                format!("$JS.API.STREAM.MSG.GET.{dlq}"),
+                "read back a record the dead-letter stream calls a duplicate",
+            );
+        }
     }
     let mut subscribe = |subject: String, why| p.subscribe.push(Grant { subject, why });
     subscribe(
@@ -309,6 +322,7 @@ mod tests {
         assert_eq!(
             subjects(&p.permissions.publish),
             [
+                "$JS.API.STREAM.INFO.ORDERS",
                 "$JS.API.CONSUMER.INFO.ORDERS.svc",
                 "$JS.API.CONSUMER.DURABLE.CREATE.ORDERS.svc",
                 "$JS.API.CONSUMER.MSG.NEXT.ORDERS.svc",
@@ -341,6 +355,7 @@ mod tests {
         );
         let publish = subjects(&p.permissions.publish);
         assert!(publish.contains(&"dlq.orders") && publish.contains(&"$JS.API.STREAM.NAMES"));
+        assert!(publish.contains(&"$JS.API.STREAM.MSG.GET.ORDERS_DLQ"));
         assert_eq!(p.permissions.subscribe.len(), 4);
         let block = authorization_block(&p.permissions, "runner");
         assert_eq!(

@@ -20,6 +20,7 @@ use crate::sink::key::{KeyBasis as Basis, KeyStrategy};
 pub struct RecordId {
     basis: Basis,
     stream: String,
+    incarnation: String,
     sequence: u64,
     subject: String,
     message_id: Option<String>,
@@ -31,6 +32,7 @@ impl RecordId {
         RecordId {
             basis: Basis::of(strategy, env),
             stream: env.stream.to_string(),
+            incarnation: env.stream_incarnation.to_string(),
             sequence: env.stream_sequence,
             subject: env.subject.clone(),
             message_id: env.message_id.clone(),
@@ -62,7 +64,10 @@ impl RecordId {
         let same_digest = doc["payload_info"]["sha256"] == self.digest.as_str();
         let same_key_input = match self.basis {
             Basis::StreamSequence => {
-                doc["stream"] == self.stream.as_str() && doc["stream_sequence"] == self.sequence
+                doc["stream"] == self.stream.as_str()
+                    && doc["stream_sequence"] == self.sequence
+                    // Written only when known: absent reads as none.
+                    && doc["stream_incarnation"].as_str().unwrap_or_default() == self.incarnation
             }
             Basis::MessageId => match &self.message_id {
                 Some(id) => doc["message_id"] == id.as_str(),

@@ -293,6 +293,7 @@ pub(crate) mod tests {
         }
         normalize(
             &RawMessage {
+                stream_incarnation: Default::default(),
                 subject: subject.into(),
                 stream: "ORDERS".into(),
                 consumer: "svc".into(),

@@ -32,6 +32,11 @@ fn write_record(out: &mut Vec<u8>, e: &Envelope) -> serde_json::Result<()> {
     string(out, &e.subject)?;
     out.extend_from_slice(b",\"stream\":");
     string(out, &e.stream)?;
+    // Present only when known (as the envelope's `Serialize` skips it when empty).
+    if !e.stream_incarnation.is_empty() {
+        out.extend_from_slice(b",\"stream_incarnation\":");
+        string(out, &e.stream_incarnation)?;
+    }
     out.extend_from_slice(b",\"stream_sequence\":");
     value(out, &e.stream_sequence)?;
     out.extend_from_slice(b",\"consumer\":");
@@ -199,6 +204,7 @@ mod tests {
         full.classification = "internal".into();
         full.labels_list = vec!["a".into(), "b\\c".into(), "ü".into()];
         full.labels = "a;b\\c;ü".into();
+        full.stream_incarnation = "20261128T071943.123456789Z".into();
         assert!(full.message_id.is_some() && full.metadata.event_time.is_some());
         assert_eq!(full.metadata.headers.len(), 4);
 

@@ -11,7 +11,7 @@ use flate2::write::GzEncoder;
 
 use super::config::{Batching, BodyMode, HttpSinkConfig};
 use super::signature::Signer;
-use crate::message::envelope::{hex_sha256, Envelope};
+use crate::message::envelope::{hex_sha256, stream_place, Envelope};
 use crate::sink::file::record::encode_record;
 use crate::sink::key::safe_component;
 use crate::sink::FailureClass;
@@ -31,9 +31,13 @@ pub struct Record {
 /// whatever the delivery. The stream name is escaped to stay a plain header value.
 pub fn message_key(env: &Envelope) -> String {
     format!(
-        "nats:{}:{}",
-        safe_component(&env.stream),
-        env.stream_sequence
+        "nats:{}",
+        stream_place(
+            &safe_component(&env.stream),
+            &env.stream_incarnation,
+            env.stream_sequence,
+            ":"
+        )
     )
 }
 
@@ -310,6 +314,9 @@ mod tests {
         let batched = record(&cfg(""), &env).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&batched.bytes).unwrap();
         assert_eq!(v["idempotency_key"], "nats:ORDERS:42");
+        let mut again = env.clone();
+        again.stream_incarnation = "20261128T071943Z".into();
+        assert_eq!(message_key(&again), "nats:ORDERS:20261128T071943Z:42");
         assert_eq!(v["schema"], "svc.file.message.v1");
         assert_eq!(v["payload"]["order"], 42);
         let alone = record(&cfg(r#", "batching": "none", "body": "payload""#), &env).unwrap();

@@ -27,6 +27,9 @@ pub struct StoredObject<'a> {
     pub schema_version: u32,
     pub subject: &'a str,
     pub stream: &'a str,
+    /// The stream's incarnation (`broker/incarnation.rs`), absent when not known.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub stream_incarnation: &'a str,
     pub stream_sequence: u64,
     pub consumer: &'a str,
     pub consumer_sequence: u64,
@@ -52,6 +55,7 @@ impl<'a> StoredObject<'a> {
             schema_version: SCHEMA_VERSION,
             subject: &env.subject,
             stream: &env.stream,
+            stream_incarnation: &env.stream_incarnation,
             stream_sequence: env.stream_sequence,
             consumer: &env.consumer,
             consumer_sequence: env.consumer_sequence,
@@ -82,6 +86,8 @@ pub struct Sidecar<'a> {
     pub content_type: &'a str,
     pub subject: &'a str,
     pub stream: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub stream_incarnation: &'a str,
     pub stream_sequence: u64,
     pub consumer: &'a str,
     pub consumer_sequence: u64,
@@ -145,6 +151,7 @@ pub fn build(
             content_type: &cfg.content_type,
             subject: &env.subject,
             stream: &env.stream,
+            stream_incarnation: &env.stream_incarnation,
             stream_sequence: env.stream_sequence,
             consumer: &env.consumer,
             consumer_sequence: env.consumer_sequence,
@@ -178,6 +185,12 @@ pub fn build(
             "svc-stream-sequence".into(),
             env.stream_sequence.to_string(),
         ));
+        if !env.stream_incarnation.is_empty() {
+            m.push((
+                "svc-stream-incarnation".into(),
+                env.stream_incarnation.to_string(),
+            ));
+        }
         let total: usize = m.iter().map(|(k, v)| k.len() + v.len()).sum();
         if total > cfg.max_metadata_bytes {
             return Err(format!(

@@ -24,6 +24,9 @@ use crate::sink::key::KeyBasis;
 #[derive(Deserialize)]
 struct Identity {
     stream: String,
+    /// Written only when known: absent reads as none.
+    #[serde(default)]
+    stream_incarnation: String,
     stream_sequence: u64,
     payload_info: PayloadDigest,
     #[serde(default)]
@@ -40,6 +43,7 @@ struct PayloadDigest {
 /// The message a put was for.
 pub struct Ours<'a> {
     pub stream: &'a str,
+    pub stream_incarnation: &'a str,
     pub stream_sequence: u64,
     pub payload_sha256: &'a str,
     pub subject: &'a str,
@@ -79,7 +83,9 @@ pub fn same_message(cfg: &ObjectStoreConfig, stored: &[u8], ours: &Ours<'_>) -> 
     .map_err(|e| format!("the stored object is not an envelope of this message: {e}"))?;
     let same_key_input = match ours.basis {
         KeyBasis::StreamSequence => {
-            found.stream == ours.stream && found.stream_sequence == ours.stream_sequence
+            found.stream == ours.stream
+                && found.stream_incarnation == ours.stream_incarnation
+                && found.stream_sequence == ours.stream_sequence
         }
         KeyBasis::MessageId => {
             ours.message_id.is_some() && found.message_id.as_deref() == ours.message_id
@@ -170,8 +176,36 @@ mod tests {
         enc.finish().unwrap()
     }
 
+    /// An object the sink wrote is recognised as its message's by the identity the sink reads
+    /// back, the stream's incarnation included; another incarnation's is not.
+    #[test]
+    fn a_stored_envelope_is_its_messages_in_its_incarnation_only() {
+        use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
+        let raw = RawMessage {
+            stream_incarnation: "20261128T071943Z".into(),
+            ..RawMessage::sample("orders.created", 7, b"{}")
+        };
+        let env = normalize(&raw, 0, &EnvelopeConfig::default()).0;
+        let stored = serde_json::to_vec(&super::super::body::StoredObject::new(&env)).unwrap();
+        let ours = |incarnation| Ours {
+            stream: "ORDERS",
+            stream_incarnation: incarnation,
+            stream_sequence: 7,
+            payload_sha256: &env.payload_info.sha256,
+            subject: "orders.created",
+            message_id: None,
+            basis: KeyBasis::StreamSequence,
+            plain_len: stored.len(),
+        };
+        let c = cfg("");
+        assert_eq!(same_message(&c, &stored, &ours("20261128T071943Z")), Ok(()));
+        assert!(same_message(&c, &stored, &ours("20251128T071943Z")).is_err());
+        assert!(same_message(&c, &stored, &ours("")).is_err());
+    }
+
     const OURS: Ours<'static> = Ours {
         stream: "ORDERS",
+        stream_incarnation: "",
         stream_sequence: 7,
         payload_sha256: "ab12",
         subject: "orders.created",

@@ -85,6 +85,7 @@ struct Prepared {
     bodies: body::Bodies,
     /// Identity of the message, to recognise it in an existing object.
     stream: String,
+    stream_incarnation: String,
     stream_sequence: u64,
     payload_sha256: String,
     subject: String,
@@ -252,6 +253,7 @@ impl Shared {
             keys,
             bodies,
             stream: env.stream.to_string(),
+            stream_incarnation: env.stream_incarnation.to_string(),
             stream_sequence: env.stream_sequence,
             payload_sha256: env.payload_info.sha256.clone(),
             subject: env.subject.clone(),
@@ -348,6 +350,7 @@ impl Shared {
         }
         let identity = existing::Ours {
             stream: &p.stream,
+            stream_incarnation: &p.stream_incarnation,
             stream_sequence: p.stream_sequence,
             payload_sha256: &p.payload_sha256,
             subject: &p.subject,

@@ -10,7 +10,8 @@
 //!   row of the same batch) — every duplicate detected.
 //! - `db_duplicate_ignored_total`: the subset confirmed to be the same event (same subject and
 //!   payload SHA-256 as the stored row) and therefore ignored without error. A key that holds a
-//!   *different* event (a reset stream reusing sequence numbers, a reused message ID) is never
+//!   *different* event (a reused message ID, a row a runner before stream incarnations wrote
+//!   for a stream since created again) is never
 //!   overwritten and never dropped silently: it is a `Permanent` outcome for operator review.
 //!   So `db_duplicates_total - db_duplicate_ignored_total` counts key collisions.
 //!
@@ -66,6 +67,8 @@ const COLUMNS: &[(&str, &str, &str)] = &[
     ("idempotency_key", "text NOT NULL PRIMARY KEY", "text"),
     ("subject", "text NOT NULL", "text"),
     ("stream", "text NOT NULL", "text"),
+    // The stream's incarnation (its creation time, `broker/incarnation.rs`), NULL when unknown.
+    ("stream_incarnation", "text", "text"),
     ("stream_sequence", "bigint NOT NULL", "bigint"),
     ("consumer", "text NOT NULL", "text"),
     ("consumer_sequence", "bigint NOT NULL", "bigint"),
@@ -129,14 +132,18 @@ fn table_ddl(t: &TableName) -> String {
         s.push_str(&format!("    {name} {ty},\n"));
     }
     s.push_str("    stored_at timestamptz NOT NULL DEFAULT now()\n);\n");
-    // Tables created before the custody and mission metadata columns existed get them here
-    // (idempotent).
+    // Tables created before the custody, mission metadata and stream incarnation columns
+    // existed get them here (idempotent).
     s.push_str(&format!(
         "ALTER TABLE {} ADD COLUMN IF NOT EXISTS custody_json jsonb;\n",
         t.sql()
     ));
     s.push_str(&format!(
         "ALTER TABLE {} ADD COLUMN IF NOT EXISTS mission_metadata_json jsonb;\n",
+        t.sql()
+    ));
+    s.push_str(&format!(
+        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS stream_incarnation text;\n",
         t.sql()
     ));
     s.push_str(&format!(
@@ -211,6 +218,7 @@ struct Row<'a> {
     idempotency_key: &'a str,
     subject: &'a str,
     stream: &'a str,
+    stream_incarnation: Option<&'a str>,
     stream_sequence: u64,
     consumer: &'a str,
     consumer_sequence: u64,
@@ -236,6 +244,7 @@ fn row<'a>(env: &'a Envelope, key: &'a str) -> Row<'a> {
         idempotency_key: key,
         subject: &env.subject,
         stream: &env.stream,
+        stream_incarnation: Some(&*env.stream_incarnation).filter(|i| !i.is_empty()),
         stream_sequence: env.stream_sequence,
         consumer: &env.consumer,
         consumer_sequence: env.consumer_sequence,
@@ -633,6 +642,7 @@ fn probe_envelope() -> Envelope {
         &crate::message::envelope::RawMessage {
             subject: "svc.check".into(),
             stream: "SVC_CHECK".into(),
+            stream_incarnation: Default::default(),
             consumer: "svc-check".into(),
             stream_sequence: 1,
             consumer_sequence: 1,

@@ -49,6 +49,8 @@ pub fn appended_unix_ms(body: &[u8]) -> Option<u64> {
 struct Rec {
     subject: String,
     stream: String,
+    #[serde(default)]
+    stream_incarnation: String,
     stream_sequence: u64,
     consumer: String,
     consumer_sequence: u64,
@@ -152,10 +154,14 @@ pub fn decode(body: &[u8]) -> Result<Envelope, &'static str> {
             .ok_or("a time is not canonical")
     };
     let opt_time = |t: Option<String>| t.as_deref().map(time).transpose();
+    if !is_incarnation(&r.stream_incarnation) {
+        return Err("stream incarnation is not a compact UTC time");
+    }
     let payload = Payload::from_raw(r.payload);
     Ok(Envelope {
         subject: r.subject,
         stream: Arc::from(r.stream),
+        stream_incarnation: Arc::from(r.stream_incarnation),
         stream_sequence: r.stream_sequence,
         consumer: Arc::from(r.consumer),
         consumer_sequence: r.consumer_sequence,
@@ -185,6 +191,16 @@ pub fn decode(body: &[u8]) -> Result<Envelope, &'static str> {
             security_labels: r.metadata.security_labels,
         },
     })
+}
+
+/// Empty (a record of a runner before incarnations, or of a message not from a broker) or what
+/// [`crate::text::rfc3339::compact_utc`] writes: it becomes part of keys and ids.
+fn is_incarnation(s: &str) -> bool {
+    s.is_empty()
+        || (s.len() <= 32
+            && s.ends_with('Z')
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || matches!(b, b'T' | b'Z' | b'.')))
 }
 
 /// Unix nanoseconds of `YYYY-MM-DDTHH:MM:SS[.f]Z`, the only form the runner writes, without
@@ -275,6 +291,10 @@ mod tests {
                 record_digest: "11".into(),
             });
             env.payload_info.keyed = data[0] == b'p';
+            // Known for one of them, unknown (a record of an earlier version) for the others.
+            if data[0] == b'p' {
+                env.stream_incarnation = "20261128T071943.5Z".into();
+            }
             let mut body = Vec::new();
             encode(&mut body, &env, 7).unwrap();
             assert_eq!(appended_unix_ms(&body), Some(7));
@@ -309,6 +329,15 @@ mod tests {
         bad[0] = 9;
         assert_eq!(decode(&bad).unwrap_err(), "unknown flags");
         assert!(decode(&body[..20]).is_err());
+        // The incarnation becomes part of keys: only what the runner writes is read back.
+        let mut planted = env.clone();
+        planted.stream_incarnation = "../../etc".into();
+        let mut body = Vec::new();
+        encode(&mut body, &planted, 7).unwrap();
+        assert_eq!(
+            decode(&body).unwrap_err(),
+            "stream incarnation is not a compact UTC time"
+        );
     }
 
     #[test]
