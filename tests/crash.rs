@@ -386,6 +386,8 @@ const SPOOLED: usize = 60;
 /// keeps it in a `rejected-*` file. Recovery is one more `svc spool drain`.
 struct DrainWorkload {
     template: PathBuf,
+    /// The incarnation of the stream the records came from: part of their keys.
+    incarnation: String,
 }
 
 impl DrainWorkload {
@@ -405,6 +407,7 @@ impl DrainWorkload {
         runner.wait_timeout(Duration::from_secs(20)).expect("stops");
         DrainWorkload {
             template: dir.join("spool"),
+            incarnation: server.incarnation(&stream),
         }
     }
 
@@ -418,8 +421,11 @@ impl DrainWorkload {
         write_config(dir, "c.json", &cfg)
     }
 
-    fn refused_path(dir: &Path) -> PathBuf {
-        dir.join(format!("out/stream-sequence/T/{REFUSED}.json"))
+    fn refused_path(&self, dir: &Path) -> PathBuf {
+        dir.join(format!(
+            "out/stream-sequence/T/{}/{REFUSED}.json",
+            self.incarnation
+        ))
     }
 }
 
@@ -434,7 +440,7 @@ impl Workload for DrainWorkload {
         for rel in files_below(&self.template) {
             std::fs::copy(self.template.join(&rel), spool.join(&rel)).unwrap();
         }
-        let taken = Self::refused_path(dir);
+        let taken = self.refused_path(dir);
         std::fs::create_dir_all(taken.parent().unwrap()).unwrap();
         std::fs::write(&taken, "{\"not\":\"the record\"}\n").unwrap();
         let cfg = Self::config(dir);

@@ -111,7 +111,8 @@ fn dead_letters(server: &NatsServer) -> Vec<(u64, String)> {
 
 /// Stream sequences of the records in the service's regular files below `dir` (links never
 /// followed) that are at their own record's name.
-fn stored_sequences(dir: &Path) -> BTreeSet<u64> {
+fn stored_sequences(server: &NatsServer, dir: &Path) -> BTreeSet<u64> {
+    let incarnation = server.incarnation(STREAM);
     let mut seqs = BTreeSet::new();
     for rel in files_below(dir) {
         let path = dir.join(&rel);
@@ -123,7 +124,7 @@ fn stored_sequences(dir: &Path) -> BTreeSet<u64> {
         let seq = v["stream_sequence"].as_u64().unwrap();
         // A file at another record's name (a planted hard link) stores nothing.
         let name = rel.file_name().unwrap().to_string_lossy().into_owned();
-        if name == format!("s-{STREAM}-{seq}.json") {
+        if name == format!("s-{STREAM}-{incarnation}-{seq}.json") {
             seqs.insert(seq);
         }
     }
@@ -134,7 +135,7 @@ fn stored_sequences(dir: &Path) -> BTreeSet<u64> {
 /// dead-lettered, and the consumer has acknowledged all of them.
 fn assert_nothing_lost(server: &NatsServer, out: &Path, n: u64) -> Vec<(u64, String)> {
     assert_eq!(server.consumer_state(STREAM, "svc"), (n, 0, 0));
-    let stored = stored_sequences(out);
+    let stored = stored_sequences(server, out);
     let dlq = dead_letters(server);
     for seq in 1..=n {
         assert!(
@@ -177,17 +178,19 @@ fn planted_records_and_foreign_or_linked_directories_never_count_as_written() {
     };
     publish(&server, "orders.eu", 1);
     settled(1);
+    let key = format!("s-{STREAM}-{}", server.incarnation(STREAM));
     // A hard link to the service's own record 1 at record 2's name (the file is the
     // service's, and holds another record); a forged file of theirs at record 3's name; a
     // link and a directory of theirs in place of two subject directories.
     attacker_does(
         0,
         &format!(
-            "ln {eu}/s-{STREAM}-1.json {eu}/s-{STREAM}-2.json && \
-             printf '{{\"forged\":true}}' > {eu}/s-{STREAM}-3.json && \
+            "ln {eu}/{key}-1.json {eu}/{key}-2.json && \
+             printf '{{\"forged\":true}}' > {eu}/{key}-3.json && \
              ln -s {theirs} {out}/orders.link && mkdir {out}/orders.owned && \
              chmod 777 {out}/orders.owned",
             eu = eu.display(),
+            key = key,
             theirs = theirs.display(),
             out = out.display()
         ),
@@ -219,10 +222,10 @@ fn planted_records_and_foreign_or_linked_directories_never_count_as_written() {
         "{}",
         runner.log_text()
     );
-    assert_eq!(stored_sequences(&out), BTreeSet::from([1, 6]));
+    assert_eq!(stored_sequences(&server, &out), BTreeSet::from([1, 6]));
     // Their files are left as they were; nothing went through the link or into their directory.
     assert_eq!(
-        std::fs::read(eu.join(format!("s-{STREAM}-3.json"))).unwrap(),
+        std::fs::read(eu.join(format!("{key}-3.json"))).unwrap(),
         br#"{"forged":true}"#
     );
     assert!(files_below(&theirs).is_empty());
@@ -231,12 +234,12 @@ fn planted_records_and_foreign_or_linked_directories_never_count_as_written() {
     assert_eq!(snapshot_counter(&snap, "messages_dlq_total"), 4);
     let log = runner.log_text();
     for reason in [
-        "s-ORDERS-2.json exists and holds another record",
-        "s-ORDERS-3.json exists and is owned by uid",
-        "directory orders.link is a symbolic link",
-        "directory orders.owned is owned by uid",
+        format!("{key}-2.json exists and holds another record"),
+        format!("{key}-3.json exists and is owned by uid"),
+        "directory orders.link is a symbolic link".into(),
+        "directory orders.owned is owned by uid".into(),
     ] {
-        assert!(log.contains(reason), "{reason}: {log}");
+        assert!(log.contains(&reason), "{reason}: {log}");
     }
     assert!(!log.contains(MARK), "{log}");
 }
@@ -318,7 +321,7 @@ fn directories_swapped_for_links_never_redirect_a_mode_change_or_a_record() {
     eprintln!(
         "{swaps} directories swapped for links; {} messages dead-lettered, {} stored",
         dlq.len(),
-        stored_sequences(&out).len()
+        stored_sequences(&server, &out).len()
     );
     assert!(
         swaps > 0,
