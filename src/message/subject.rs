@@ -628,3 +628,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "subject_attack_tests.rs"]
+mod attack_tests;
