@@ -164,6 +164,11 @@ fn is_wildcard(token: &str) -> bool {
 #[derive(Debug, Clone, Default)]
 pub struct SubjectIndex {
     root: Node,
+    /// Bytes of the longest literal token of any pattern: a longer subject token can only
+    /// match a wildcard, and is never hashed to look it up.
+    longest_literal: usize,
+    /// Tokens of the longest pattern: a walk never reads deeper than one token past them.
+    deepest: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -194,10 +199,21 @@ impl SubjectIndex {
     /// Compiles the patterns, in order (their positions are what [`Self::first_match`] returns).
     pub fn new<'a>(patterns: impl IntoIterator<Item = &'a SubjectPattern>) -> Self {
         let mut root = Node::default();
+        let (mut longest_literal, mut deepest) = (0, 0);
         for (i, pattern) in patterns.into_iter().enumerate() {
             root.insert(&pattern.tokens, i);
+            deepest = deepest.max(pattern.tokens.len());
+            for token in &pattern.tokens {
+                if let Token::Literal(lit) = token {
+                    longest_literal = longest_literal.max(lit.len());
+                }
+            }
         }
-        SubjectIndex { root }
+        SubjectIndex {
+            root,
+            longest_literal,
+            deepest,
+        }
     }
 
     /// The lowest position whose pattern matches `subject`. A subject with an empty or
@@ -206,8 +222,12 @@ impl SubjectIndex {
         if self.root.min == usize::MAX || !is_literal_subject(subject) {
             return None;
         }
+        // Split once: a walk visits many nodes at one depth, and each re-reading a publisher's
+        // 1 MiB token cost a lookup seconds (found by the attack on this index).
+        // Tokens past the deepest pattern's only say "more follow" (what `>` needs): one is kept.
+        let tokens: Vec<&str> = subject.split('.').take(self.deepest + 1).collect();
         let mut best = usize::MAX;
-        self.root.walk(Some(subject), &mut best);
+        self.root.walk(&tokens, self.longest_literal, &mut best);
         (best != usize::MAX).then_some(best)
     }
 }
@@ -231,13 +251,14 @@ impl Node {
         }
     }
 
-    /// `rest`: the subject's tokens not yet consumed (`None` when all are); every token is
-    /// non-empty and no wildcard (checked by the caller).
-    fn walk(&self, rest: Option<&str>, best: &mut usize) {
+    /// `rest`: the subject's tokens not yet consumed; every token is non-empty and no
+    /// wildcard (checked by the caller). A token longer than `longest_literal` is no literal
+    /// branch's: it is not hashed.
+    fn walk(&self, rest: &[&str], longest_literal: usize, best: &mut usize) {
         if self.min >= *best {
             return;
         }
-        let Some(rest) = rest else {
+        let Some((token, after)) = rest.split_first() else {
             if let Some(i) = self.end {
                 *best = (*best).min(i);
             }
@@ -246,15 +267,13 @@ impl Node {
         if let Some(i) = self.tail {
             *best = (*best).min(i);
         }
-        let (token, after) = match rest.split_once('.') {
-            Some((token, after)) => (token, Some(after)),
-            None => (rest, None),
-        };
-        if let Some(child) = self.literal.get(token) {
-            child.walk(after, best);
+        if token.len() <= longest_literal {
+            if let Some(child) = self.literal.get(*token) {
+                child.walk(after, longest_literal, best);
+            }
         }
         if let Some(child) = &self.one {
-            child.walk(after, best);
+            child.walk(after, longest_literal, best);
         }
     }
 }
