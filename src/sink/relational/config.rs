@@ -328,7 +328,17 @@ impl RelationalConfig {
             }
         };
         let mut routes = Vec::new();
-        for mut rr in r.objects("routes") {
+        let route_readers = r.objects("routes");
+        if route_readers.len() > crate::message::subject::MAX_RULES {
+            r.problem(
+                "routes",
+                format!(
+                    "must have at most {} entries",
+                    crate::message::subject::MAX_RULES
+                ),
+            );
+        }
+        for mut rr in route_readers {
             let subject = rr.req_string("subject");
             let t = rr.req_string("table");
             let subject = if subject.is_empty() {
@@ -475,6 +485,26 @@ mod tests {
         assert_eq!(problems.len(), 1);
         assert!(problems[0].starts_with("sink.dsn: must not have query parameters"));
         assert!(!problems[0].contains("hunter2"));
+    }
+
+    /// Route lists are capped as every other subject rule list is (the index's memory).
+    #[test]
+    fn routes_are_capped() {
+        let routes = |n: usize| {
+            let list: Vec<String> = (0..n)
+                .map(|i| format!(r#"{{"subject": "s{i}.>", "table": "t"}}"#))
+                .collect();
+            read(&format!(
+                r#"{{"dsn": "postgresql://svc@db/events", "table": "t", "routes": [{}]}}"#,
+                list.join(",")
+            ))
+            .1
+        };
+        assert_eq!(routes(1000), Vec::<String>::new());
+        assert_eq!(
+            routes(1001),
+            vec!["sink.routes: must have at most 1000 entries"]
+        );
     }
 
     #[test]
