@@ -352,6 +352,25 @@ fn alternate_name(name: &str, k: usize) -> String {
     }
 }
 
+/// A temporary name for `name` with nothing at it: `.<name>.tmp`, once a file a crash or a
+/// full disk left there is removed, else `.<name>.tmp~1`, ... A directory or anything else
+/// that cannot be removed at a name (another account's, planted in a shared spool
+/// directory) takes that name out of use instead of stopping every later drain.
+fn free_temp_name(dir: &OwnedFd, path: &Path, name: &str) -> Result<String, SpoolError> {
+    for k in 0..KEEP_NAMES {
+        let temp = alternate_name(&format!(".{name}.tmp"), k);
+        match rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => return Ok(temp),
+            Err(_) => continue,
+        }
+    }
+    Err(fail(
+        path,
+        &format!("keep {name}"),
+        format!("{KEEP_NAMES} things that cannot be removed hold its temporary names"),
+    ))
+}
+
 /// Makes a file holding exactly `bytes` durable under `name`: written under a temporary name,
 /// fsynced, renamed in, and the directory fsynced, so the name never holds a partial file
 /// (a crash or a full disk leaves at most the temporary name, replaced next time). A file
@@ -386,12 +405,7 @@ pub fn keep(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> Result<Kept
 
 /// Writes a new file `name` by temporary name and rename, then fsyncs the directory.
 fn write_new(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> Result<(), SpoolError> {
-    let temp = format!(".{name}.tmp");
-    // A temporary file a crash or a full disk left behind.
-    match rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty()) {
-        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
-        Err(e) => return Err(fail(path, &format!("remove {temp}"), io::Error::from(e))),
-    }
+    let temp = free_temp_name(dir, path, name)?;
     let written = create_file(dir, path, &temp).and_then(|mut f| {
         f.write_all(bytes)
             .and_then(|()| f.sync_all())

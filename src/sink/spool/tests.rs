@@ -413,3 +413,27 @@ fn keeping_never_replaces_a_file_with_other_bytes() {
         .join("quarantine-0000000000000001-000000000040~3.bad")
         .exists());
 }
+
+/// A directory planted at a kept file's temporary name (another account's, in a shared spool
+/// directory) used to fail every keep of that name, and so every later drain step: the next
+/// temporary name is used, and the directory is left as it was.
+#[test]
+fn a_directory_at_the_temporary_name_does_not_stop_keeping() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("spool");
+    let fd = dir::open_dir(&path, true).unwrap();
+    let name = dir::quarantine_name(2, 80);
+    let planted = path.join(format!(".{name}.tmp"));
+    std::fs::create_dir(&planted).unwrap();
+    std::fs::write(planted.join("theirs"), b"x").unwrap();
+    // A file a crash left at the next temporary name is removed and the name used.
+    let leftover = path.join(".quarantine-0000000000000002-000000000080.bad~1.tmp");
+    std::fs::write(&leftover, b"half").unwrap();
+    assert_eq!(
+        dir::keep(&fd, &path, &name, b"kept").unwrap(),
+        dir::Kept::New
+    );
+    assert_eq!(std::fs::read(path.join(&name)).unwrap(), b"kept");
+    assert_eq!(std::fs::read(planted.join("theirs")).unwrap(), b"x");
+    assert!(!leftover.exists());
+}
