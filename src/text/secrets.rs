@@ -13,6 +13,9 @@
 
 use std::borrow::Cow;
 
+use base64::engine::general_purpose::{STANDARD as B64, URL_SAFE as B64_URL};
+use base64::Engine as _;
+
 /// What a hidden value prints as.
 pub const REDACTED: &str = "<redacted>";
 
@@ -95,8 +98,11 @@ impl Secrets {
         for form in [
             value.to_string(),
             json_escaped(value),
+            json_fully_escaped(value),
             percent_encoded(value),
             xml_escaped(value),
+            B64.encode(value),
+            B64_URL.encode(value),
         ] {
             let form = form.to_ascii_lowercase();
             if !self.forms.contains(&form) {
@@ -109,8 +115,19 @@ impl Secrets {
     /// SigV4 the access key id and the signature on their own.
     pub fn add_authorization(&mut self, value: &str) {
         self.add(value);
-        if let Some((_, credential)) = value.split_once(' ') {
-            self.add(credential.trim());
+        if let Some((scheme, credential)) = value.split_once(' ') {
+            let credential = credential.trim();
+            self.add(credential);
+            // Basic: a peer may quote back the decoded `user:password`, or the password.
+            if scheme.eq_ignore_ascii_case("basic") {
+                let decoded = B64.decode(credential).ok();
+                if let Some(pair) = decoded.as_deref().and_then(|d| std::str::from_utf8(d).ok()) {
+                    self.add(pair);
+                    if let Some((_, password)) = pair.split_once(':') {
+                        self.add(password);
+                    }
+                }
+            }
         }
         for part in value.split([',', ' ']) {
             if let Some(scope) = part.strip_prefix("Credential=") {
@@ -201,6 +218,19 @@ fn json_escaped(value: &str) -> String {
     out
 }
 
+/// Every character as a JSON `\uXXXX` escape (UTF-16 units): what a peer that escapes all
+/// non-alphanumerics, or everything, would echo.
+fn json_fully_escaped(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() * 6);
+    let mut units = [0u16; 2];
+    for c in value.chars() {
+        for u in c.encode_utf16(&mut units) {
+            out.push_str(&format!("\\u{:04x}", u));
+        }
+    }
+    out
+}
+
 /// RFC 3986 percent-encoding of everything but the unreserved characters.
 fn percent_encoded(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 8);
@@ -228,6 +258,31 @@ mod tests {
     use super::*;
 
     const TOKEN: &str = "IQoJb3JpZ2luX2VjE/Nz+abc=";
+
+    /// A peer quoting a credential back base64-encoded, every character `\u`-escaped, or a
+    /// Basic credential decoded: none of it reaches the text (HTTP sink attack, issue 43).
+    #[test]
+    fn encoded_and_decoded_echoes_are_hidden() {
+        let mut s = Secrets::new();
+        s.add("tok-4711-secret");
+        let b64 = B64.encode("tok-4711-secret");
+        let escaped: String = "tok-4711-secret"
+            .chars()
+            .map(|c| format!("\\u{:04X}", c as u32))
+            .collect();
+        for echo in [b64.as_str(), escaped.as_str()] {
+            let out = s.scrub(&format!("{{\"echo\": \"{echo}\"}}")).into_owned();
+            assert!(!out.contains(echo) && out.contains(REDACTED), "{out}");
+        }
+        let mut basic = Secrets::new();
+        basic.add_authorization(&format!("Basic {}", B64.encode("alice:pa55-word")));
+        for echo in ["alice:pa55-word", "pa55-word"] {
+            let out = basic
+                .scrub(&format!("bad credentials for {echo}"))
+                .into_owned();
+            assert!(!out.contains("pa55-word"), "{out}");
+        }
+    }
 
     #[test]
     fn secret_names_are_found_anywhere_in_the_name() {
