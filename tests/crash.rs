@@ -1,7 +1,9 @@
 //! The crash explorer (tests/support/crash) on each durable component: the file sink (`jsonl`,
 //! `per_event`), the spool (appends with segment rollover, a drain with a record the sink
 //! refuses for good, a first segment write that hit ENOSPC), and the metrics snapshot (a root
-//! of every `svc run` workload). The fast tier runs a sample of the crash points (the first
+//! of every `svc run` workload). Power-loss states are read as the cut left them and then
+//! started on: `svc spool drain` for a spool, `svc run` storing new messages beside what is
+//! there for a file sink. The fast tier runs a sample of the crash points (the first
 //! and the last of each class) and a bounded sample of power-loss states;
 //! `scripts/crash-explore.sh` sets `SVC_CRASH_FULL=1` for all of them.
 //!
@@ -707,7 +709,8 @@ fn drained(dest: &Path, st: &power::State) -> Vec<String> {
     v
 }
 
-/// A file sink state, read as it is: every record ACKed before the cut whole under `out`; a
+/// A file sink state, read as it is (and then started on: [`restarted_on`]): every record
+/// ACKed before the cut whole under `out`; a
 /// record file that does not parse only as a `jsonl` segment's torn last line (never ACKed,
 /// docs/sinks/file.md), never under a `per_event` final name.
 fn stored_whole(dest: &Path, st: &power::State, jsonl: bool) -> Vec<String> {
@@ -749,6 +752,21 @@ fn stored_whole(dest: &Path, st: &power::State, jsonl: bool) -> Vec<String> {
     v
 }
 
+/// `svc run` started on a file sink's power-loss state: it must take the state as it is and
+/// store new messages beside what is there (three, on a stream of their own), and stop
+/// cleanly. Every state with `SVC_CRASH_FULL=1`, every 10th in the fast tier.
+fn restarted_on(server: &NatsServer, dest: &Path, kind: Kind, k: usize) -> Vec<String> {
+    if !explore::full() && k % 10 != 0 {
+        return Vec::new();
+    }
+    let stream = stream_with(server, &format!("AFTER{kind:?}{k}").to_uppercase(), 3);
+    std::fs::create_dir_all(dest.join("state")).unwrap();
+    run_config(server, &stream, dest, sink_for(kind, dest));
+    restart_until(dest, &|| acked_all(server, &stream, 3), &|| {
+        format!("new messages not stored on the state ({stream})")
+    })
+}
+
 /// Records a run through `what` and explores its power-loss states.
 fn power_run(what: Recorder, n: usize) -> explore::Report {
     let server = NatsServer::start();
@@ -768,12 +786,20 @@ fn power_run(what: Recorder, n: usize) -> explore::Report {
         Recorder::Spool | Recorder::SpoolFullDisk => {
             explore_power(&rec, &base, &states, &component, &drained)
         }
-        Recorder::Jsonl => explore_power(&rec, &base, &states, &component, &|d, st| {
-            stored_whole(d, st, true)
-        }),
-        Recorder::PerEvent => explore_power(&rec, &base, &states, &component, &|d, st| {
-            stored_whole(d, st, false)
-        }),
+        Recorder::Jsonl | Recorder::PerEvent => {
+            let (kind, jsonl) = match what {
+                Recorder::Jsonl => (Kind::Jsonl, true),
+                _ => (Kind::PerEvent, false),
+            };
+            let k = std::cell::Cell::new(0);
+            explore_power(&rec, &base, &states, &component, &|d, st| {
+                // Read as the cut left it, then started on.
+                let mut v = stored_whole(d, st, jsonl);
+                k.set(k.get() + 1);
+                v.extend(restarted_on(&server, d, kind, k.get() - 1));
+                v
+            })
+        }
     };
     report(&r);
     r
