@@ -126,21 +126,28 @@ pub fn record(cfg: &HttpSinkConfig, env: &Envelope) -> Result<Record, (String, F
 /// Groups records (given as indexes into `sizes`, in batch order) into requests: one each
 /// with `none`; else consecutive runs of at most `max_batch_messages` records whose body stays
 /// within `max_batch_bytes` (a record larger than that goes alone).
+///
+/// The records are spread evenly over the fewest requests `max_batch_messages` allows (256
+/// records at 100: 86, 85, 85, not 100, 100, 56): the batch is done when its last request is,
+/// and a short request would leave its request thread idle while the long ones finish.
 pub fn group(cfg: &HttpSinkConfig, indexes: &[usize], sizes: &[usize]) -> Vec<Vec<usize>> {
     if cfg.batching == Batching::None {
         return indexes.iter().map(|i| vec![*i]).collect();
     }
+    // Records of a request starting with `left` records to place: the fewest requests for
+    // them, evenly (never above max_batch_messages; a byte cut re-plans what is left).
+    let even = |left: usize| left.div_ceil(left.div_ceil(cfg.max_batch_messages).max(1));
+    let mut cap = even(indexes.len());
     let mut out: Vec<Vec<usize>> = Vec::new();
     let mut current: Vec<usize> = Vec::new();
     // Framing: `[`, `]` and a `,` per record for an array; a `\n` per record for ndjson.
     let mut bytes = 2;
-    for &i in indexes {
+    for (placed, &i) in indexes.iter().enumerate() {
         let add = sizes[i] + 1;
-        if !current.is_empty()
-            && (current.len() >= cfg.max_batch_messages || bytes + add > cfg.max_batch_bytes)
-        {
+        if !current.is_empty() && (current.len() >= cap || bytes + add > cfg.max_batch_bytes) {
             out.push(std::mem::take(&mut current));
             bytes = 2;
+            cap = even(indexes.len() - placed);
         }
         current.push(i);
         bytes += add;
@@ -340,6 +347,21 @@ mod tests {
         );
         let none = cfg(r#", "batching": "none""#);
         assert_eq!(group(&none, &[2, 5], &sizes), vec![vec![2], vec![5]]);
+        // Spread evenly over the fewest requests the message bound allows.
+        let lengths = |n: usize, max: usize| -> Vec<usize> {
+            let c = cfg(&format!(r#", "max_batch_messages": {max}"#));
+            let idx: Vec<usize> = (0..n).collect();
+            let groups = group(&c, &idx, &vec![10; n]);
+            let flat: Vec<usize> = groups.iter().flatten().copied().collect();
+            assert_eq!(flat, idx, "every record once, in order");
+            groups.iter().map(Vec::len).collect()
+        };
+        assert_eq!(lengths(256, 100), vec![86, 85, 85]);
+        assert_eq!(lengths(200, 100), vec![100, 100]);
+        assert_eq!(lengths(101, 100), vec![51, 50]);
+        assert_eq!(lengths(64, 100), vec![64]);
+        assert_eq!(lengths(7, 3), vec![3, 2, 2]);
+        assert_eq!(lengths(10_000, 10_000), vec![10_000]);
     }
 
     #[test]

@@ -13,6 +13,13 @@ Modes:
   echo          answer 400 quoting the request's Authorization header (a hostile echo)
   status        answer --status to every request, quoting the values of the --quote headers
                 (comma-separated names) in the body (a 401 that echoes the credentials)
+  verify        a receiver that does real work and stores nothing (benchmarks): verifies the
+                Standard Webhooks signature (--secret, required; 401 on failure), parses the
+                JSON body (400 if it does not parse), answers 200. GET /stats answers what it
+                did: requests, seconds with at least one request in a handler ("busy"), and
+                the seconds spent at each number of requests in handlers at once, and the
+                Unix times of the first request since the last GET /stats and of the last
+                answer.
 
 With --secret (whsec_...), every request is verified with the `standardwebhooks` package from
 PyPI; a request that fails verification is answered 401 and stored with "verified": false.
@@ -41,6 +48,9 @@ parser.add_argument("--quote", default="")
 parser.add_argument("--no-store", action="store_true", help="count only (benchmarks)")
 args = parser.parse_args()
 
+if args.mode == "verify" and not args.secret:
+    sys.exit("--mode verify needs --secret")
+
 webhook = None
 if args.secret:
     from standardwebhooks.webhooks import Webhook
@@ -50,6 +60,35 @@ if args.secret:
 lock = threading.Lock()
 out = open(args.out, "a", encoding="utf-8")
 seen = {"requests": 0}
+# verify mode: requests in handlers now, since when, and the seconds spent at each count.
+activity = {"inside": 0, "since": time.monotonic(), "at": [0.0] * 257, "first": None, "last": None}
+
+
+def enter(delta):
+    with lock:
+        now = time.monotonic()
+        if delta > 0 and activity["first"] is None:
+            activity["first"] = time.time()
+        if delta < 0:
+            activity["last"] = time.time()
+        activity["at"][min(activity["inside"], 256)] += now - activity["since"]
+        activity["since"] = now
+        activity["inside"] += delta
+
+
+def stats():
+    enter(0)
+    with lock:
+        at = activity["at"]
+        top = max([i for i, s in enumerate(at) if s > 0] or [0])
+        first, activity["first"] = activity["first"], None
+        return {
+            "first_request_at": first,
+            "last_answer_at": activity["last"],
+            "requests": seen["requests"],
+            "busy_seconds": sum(at[1:]),
+            "seconds_at": at[: top + 1],
+        }
 
 
 def store(entry):
@@ -78,6 +117,9 @@ class Handler(BaseHTTPRequestHandler):
         self.answer(204, headers=[("Allow", "POST, PUT, PATCH, OPTIONS")])
 
     def do_GET(self):
+        if self.path == "/stats":
+            self.answer(200, json.dumps(stats()).encode())
+            return
         self.answer(200, b"ok")
 
     def do_HEAD(self):
@@ -97,6 +139,9 @@ class Handler(BaseHTTPRequestHandler):
             n = seen["requests"]
         if args.no_store:
             self.answer(200)
+            return
+        if args.mode == "verify":
+            self.verify(raw)
             return
         headers = {k.lower(): v for k, v in self.headers.items()}
         body = raw
@@ -168,6 +213,27 @@ class Handler(BaseHTTPRequestHandler):
             self.answer(status, ("refused, you sent " + quoted).encode(), extra)
             return
         self.answer(status, b"refused: bad record" if status == 400 else b"", extra)
+
+    def verify(self, raw):
+        enter(1)
+        try:
+            body = raw
+            if self.headers.get("Content-Encoding") == "gzip":
+                body = gzip.decompress(raw)
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            status = 200
+            try:
+                webhook.verify(body, headers, json_parse=False)
+            except Exception:
+                status = 401
+            if status == 200:
+                try:
+                    json.loads(body)
+                except ValueError:
+                    status = 400
+        finally:
+            enter(-1)
+        self.answer(status)
 
 
 server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
