@@ -1342,3 +1342,82 @@ fn a_stream_created_again_under_the_runner_gets_ids_of_its_own() {
         .expect("exits")
         .success());
 }
+
+/// Hostile review (atk-broker): a runner restarted after its stream's messages were settled
+/// has delivered nothing in this process (last consumer sequence 0). The stream is then
+/// deleted and created again with its consumer: the new consumer's first delivery (its
+/// sequence 1) is above 0, so `DeliveryNames::take_restart` never fires and the new messages carry the
+/// old incarnation read at bind. Their ids collide with the old stream's: the new message 1's
+/// DLQ record meets the old one's id (a foreign duplicate, retried forever) and the new
+/// message 2 lands on the old message 2's key. The same happens with several runners on one
+/// consumer, to any runner whose own last sequence is below the new consumer's deliveries.
+#[test]
+#[ignore = "finding: the incarnation is not re-read when a re-created consumer's first delivery \
+            is above this process's last consumer sequence (fresh runner, several runners)"]
+fn a_stream_created_again_under_a_fresh_runner_gets_ids_of_its_own() {
+    let (server, dir) = setup();
+    server.create_stream("DLQ", &[DLQ_SUBJECT]);
+    let bad = [("Svc-Security-Labels", "{\"x\": 1}")];
+    server.publish_with_headers("orders.a", &bad, b"{\"old\":1}");
+    server.publish_with_headers("orders.a", &[], b"{\"old\":2}");
+    let mut extra = labels_config();
+    extra["sink"] = json!({"type": "file", "directory": dir.path().join("out"),
+                           "mode": "per_event", "key_strategy": "stream_sequence"});
+    let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), extra));
+    let mut first = Runner::start(&cfg, &dir.path().join("svc1.log"));
+    wait_until(Duration::from_secs(30), "first stream settled", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((2, 0, 0))
+    });
+    first.signal("TERM");
+    assert!(first
+        .wait_timeout(Duration::from_secs(15))
+        .expect("exits")
+        .success());
+    // A new process: it binds (reading the old incarnation) and is handed nothing.
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    std::thread::sleep(Duration::from_secs(2));
+
+    let js = server.js();
+    js.delete_stream(STREAM).unwrap();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    server.publish_with_headers("orders.a", &bad, b"{\"new\":1}");
+    server.publish_with_headers("orders.a", &[], b"{\"new\":2}");
+    let settled = wait_until_or(Duration::from_secs(20), || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((2, 0, 0))
+    });
+    let dlq = dlq_records(&server);
+    let incarnations: Vec<String> = dlq
+        .iter()
+        .map(|(_, v)| {
+            v["original"]["stream_incarnation"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let stored: Vec<String> = files_below(&dir.path().join("out"))
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .filter(|p| p.ends_with("/2.json"))
+        .collect();
+    let log = runner.log_text();
+    runner.signal("TERM");
+    let _ = runner.wait_timeout(Duration::from_secs(15));
+    assert!(
+        settled && dlq.len() == 2 && incarnations[0] != incarnations[1] && stored.len() == 2,
+        "settled {settled}; DLQ incarnations {incarnations:?}; files {stored:?}; log:\n{log}"
+    );
+}
+
+/// Polls `ok` until it holds or `limit` passes; true when it held.
+fn wait_until_or(limit: Duration, mut ok: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    ok()
+}
