@@ -1343,17 +1343,13 @@ fn a_stream_created_again_under_the_runner_gets_ids_of_its_own() {
         .success());
 }
 
-/// Hostile review (atk-broker): a runner restarted after its stream's messages were settled
-/// has delivered nothing in this process (last consumer sequence 0). The stream is then
-/// deleted and created again with its consumer: the new consumer's first delivery (its
-/// sequence 1) is above 0, so `DeliveryNames::take_restart` never fires and the new messages carry the
-/// old incarnation read at bind. Their ids collide with the old stream's: the new message 1's
-/// DLQ record meets the old one's id (a foreign duplicate, retried forever) and the new
-/// message 2 lands on the old message 2's key. The same happens with several runners on one
-/// consumer, to any runner whose own last sequence is below the new consumer's deliveries.
+/// Found by the hostile review (atk-broker): a runner restarted after its stream's messages
+/// were settled has delivered nothing in this process. The stream is then deleted and created
+/// again with its consumer: the new consumer's first delivery (sequence 1) is above the nothing
+/// seen, so the sequence check never fired and the new messages carried the old incarnation
+/// (the new message 1's DLQ record met the old one's id, retried forever; the new message 2
+/// met the old message 2's key). The first delivery of every bind now reads it again.
 #[test]
-#[ignore = "finding: the incarnation is not re-read when a re-created consumer's first delivery \
-            is above this process's last consumer sequence (fresh runner, several runners)"]
 fn a_stream_created_again_under_a_fresh_runner_gets_ids_of_its_own() {
     let (server, dir) = setup();
     server.create_stream("DLQ", &[DLQ_SUBJECT]);

@@ -374,10 +374,13 @@ pub struct DeliveryNames {
 }
 
 impl DeliveryNames {
-    /// Names for the deliveries of a consumer on the stream of `incarnation`.
+    /// Names for the deliveries of a consumer on the stream of `incarnation` (read at bind).
+    /// The first delivery reads it again: a stream and consumer created again between the
+    /// bind and that delivery number from 1, above the nothing this runner has seen yet.
     pub fn new(incarnation: Arc<str>) -> DeliveryNames {
         DeliveryNames {
             incarnation,
+            restarted: true,
             ..DeliveryNames::default()
         }
     }

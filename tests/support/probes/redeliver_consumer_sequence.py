@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Hostile review (atk-broker): measures the consumer sequence of redeliveries (NAK, AckWait)
-# on each nats-server given: python3 contrib/attack/redeliver_consumer_sequence.py $(which nats-server) ...
+# on each nats-server given: python3 tests/support/probes/redeliver_consumer_sequence.py $(which nats-server) ...
 import socket, subprocess, sys, time, json, tempfile, os, re
 def freeport():
     s=socket.socket(); s.bind(('127.0.0.1',0)); p=s.getsockname()[1]; s.close(); return p
