@@ -655,3 +655,7 @@ mod tests {
 #[cfg(test)]
 #[path = "subject_attack_tests.rs"]
 mod attack_tests;
+
+#[cfg(test)]
+#[path = "subject_index_attack_tests.rs"]
+mod index_attack;
