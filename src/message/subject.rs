@@ -5,8 +5,9 @@
 //! one or more trailing tokens and may only be the last token. Tokens are non-empty and contain
 //! no whitespace. A literal subject is a pattern without wildcards. Rule lists pick the first
 //! rule whose pattern matches; a list of rules is held as [`SubjectRules`], whose compiled
-//! [`SubjectIndex`] finds that rule in time bounded by the subject's tokens, not by the number of
-//! rules (a token trie with `*` and `>` branches, as the broker's own subject index is).
+//! [`SubjectIndex`] finds that rule in time bounded by the subject's tokens and the wildcard
+//! branches its prefixes take, not by the number of rules (a token trie with `*` and `>`
+//! branches, as the broker's own subject index is; docs/performance.md has its worst case).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -301,7 +302,11 @@ pub struct SubjectRules<T> {
 }
 
 impl<T: SubjectRule> SubjectRules<T> {
-    pub fn new(rules: Vec<T>) -> Self {
+    /// At most [`MAX_RULES`] rules are kept: every reader refuses a longer list (a config
+    /// problem, so such a list never runs), and compiling all of a generated 5,000-rule list
+    /// before that refusal took 730 MiB (the second attack on this index).
+    pub fn new(mut rules: Vec<T>) -> Self {
+        rules.truncate(MAX_RULES);
         let index = SubjectIndex::new(rules.iter().map(T::pattern));
         SubjectRules { rules, index }
     }
