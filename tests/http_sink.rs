@@ -485,6 +485,9 @@ fn at_trace_level_no_secret_of_the_sink_reaches_the_log() {
         }
         let mut runner = Runner::spawn(&mut cmd, &dir.path().join("run.log"));
         wait_all_acked(&server, &runner, n as u64, 30);
+        // svc's trace line is a pull request's end: idle ones expire after fetch_expiry_ms
+        // (200). A run that settled everything sooner had none (a flaky "no trace line").
+        std::thread::sleep(Duration::from_millis(1000));
         runner.signal("TERM");
         runner.wait_timeout(Duration::from_secs(20)).expect("exits");
         let log = runner.log_text();
