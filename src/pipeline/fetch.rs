@@ -454,10 +454,11 @@ impl Fetcher {
         }
     }
 
-    /// The consumer was created again (its delivery sequence went back): reads the stream's
-    /// incarnation again before this delivery goes on, so that a stream created again since
-    /// never lends its sequences the old one's ids (`broker/incarnation.rs`). False when it
-    /// could not be read: the delivery is released for redelivery and the next one asks again.
+    /// The first delivery of the bind, or the consumer was created again (its delivery
+    /// sequence went back): reads the stream's incarnation again before this delivery goes on,
+    /// so that a stream created again since never lends its sequences the old one's ids
+    /// (`broker/incarnation.rs`). False when it could not be read: the delivery is released
+    /// for redelivery and the next one asks again.
     fn restamp(&self, names: &mut broker::DeliveryNames, raw: &mut RawMessage) -> bool {
         match broker::incarnation::read(&self.nc, &self.stream) {
             Ok(now) => {
@@ -476,8 +477,8 @@ impl Fetcher {
             }
             Err(e) => {
                 log::warn!(
-                    "broker: the consumer was created again and stream {}'s info could not be \
-                     read ({}); its delivery is released and the next one asks again",
+                    "broker: stream {}'s incarnation could not be read again before a \
+                     delivery ({}); the delivery is released and the next one asks again",
                     self.stream,
                     PeerText::new(&e.to_string())
                 );
