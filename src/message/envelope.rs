@@ -84,18 +84,6 @@ impl RawMessage {
         }
     }
 
-    /// `<stream>:<sequence>`, or `<stream>:<incarnation>:<sequence>` when the incarnation is
-    /// known: what ids made from a message's place in its stream are made of
-    /// ([`stream_place`]).
-    pub fn place(&self) -> String {
-        stream_place(
-            &self.stream,
-            &self.stream_incarnation,
-            self.stream_sequence,
-            ":",
-        )
-    }
-
     /// Header lines as sent: the lines the client counted (1,000 identical lines are 1,000,
     /// though the headers hold the pair once), or the pairs held when nothing was counted.
     pub fn header_lines(&self) -> usize {
@@ -200,18 +188,6 @@ pub struct Envelope {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub custody: Option<Custody>,
     pub metadata: EventMetadata,
-}
-
-impl Envelope {
-    /// See [`RawMessage::place`].
-    pub fn place(&self) -> String {
-        stream_place(
-            &self.stream,
-            &self.stream_incarnation,
-            self.stream_sequence,
-            ":",
-        )
-    }
 }
 
 /// Settings of normalization (runtime config block `envelope`).
