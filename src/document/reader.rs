@@ -492,6 +492,17 @@ impl<'a> ObjectReader<'a> {
         Some(ObjectReader::at(path, v, self.problems))
     }
 
+    /// [`Self::objects`] with at most `max` elements: a longer array is a problem ("must have at
+    /// most N entries") and only its first `max` elements are read.
+    pub fn objects_at_most(&mut self, key: &'static str, max: usize) -> Vec<ObjectReader<'a>> {
+        let mut readers = self.objects(key);
+        if readers.len() > max {
+            self.problem(key, format!("must have at most {max} entries"));
+            readers.truncate(max);
+        }
+        readers
+    }
+
     /// An array of objects (absent = empty); each element gets its own reader.
     pub fn objects(&mut self, key: &'static str) -> Vec<ObjectReader<'a>> {
         let path = self.path_of(key);

@@ -59,7 +59,7 @@ pub const MIN_HEADER_LIMIT_BYTES: usize = 1 << 20;
 /// Most errors reported for one profile (the first ones found).
 pub const MAX_ERRORS: usize = 16;
 /// Most subject rules.
-pub const MAX_RULES: usize = 1000;
+pub const MAX_RULES: usize = crate::message::subject::MAX_RULES;
 
 /// The JSON type a root field must have (the spec's table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,10 +212,7 @@ impl SecurityLabelsConfig {
         if let Some(v) = r.raw("default") {
             cfg.default = cfg.config_profile(&r, &r.path_of("default"), v);
         }
-        let rule_readers = r.objects("rules");
-        if rule_readers.len() > MAX_RULES {
-            r.problem("rules", format!("must have at most {MAX_RULES} entries"));
-        }
+        let rule_readers = r.objects_at_most("rules", MAX_RULES);
         let mut rules = Vec::new();
         for mut rr in rule_readers {
             let pattern = read_pattern(&mut rr, "subject");

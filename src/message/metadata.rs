@@ -35,7 +35,7 @@ pub const MAX_VALUE_BYTES: usize = 64;
 /// Upper bound of `max_labels`.
 pub const MAX_LABELS_LIMIT: i64 = 256;
 /// Upper bound of the number of subject rules.
-pub const MAX_RULES: usize = 1000;
+pub const MAX_RULES: usize = crate::message::subject::MAX_RULES;
 /// Character set of a normalized value, for messages and docs.
 pub const VALUE_GRAMMAR: &str =
     "1 to 64 characters of a-z 0-9 and _ - . : / + (inner single spaces allowed)";
@@ -289,10 +289,7 @@ impl MessageMetadataConfig {
             config_value(&mut r, "default_classification", &d.default_classification);
         let default_labels =
             config_labels(&mut r, "default_labels", max_labels).unwrap_or_default();
-        let rule_readers = r.objects("rules");
-        if rule_readers.len() > MAX_RULES {
-            r.problem("rules", format!("must have at most {MAX_RULES} entries"));
-        }
+        let rule_readers = r.objects_at_most("rules", MAX_RULES);
         let mut rules = Vec::new();
         for mut rr in rule_readers {
             let pattern = read_pattern(&mut rr, "subject");

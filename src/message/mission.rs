@@ -53,7 +53,7 @@ pub const DEFAULT_MAX_DEPTH: i64 = 8;
 /// Deeper than the strict reader's own recursion limit (128) makes no sense.
 pub const MAX_DEPTH_LIMIT: i64 = 64;
 /// Most subject rules.
-pub const MAX_RULES: usize = 1000;
+pub const MAX_RULES: usize = crate::message::subject::MAX_RULES;
 /// A header longer than `max(64 KiB, 8 x max_bytes)` is refused before it is parsed:
 /// room for whitespace and escapes around the largest canonical object.
 pub const MIN_HEADER_LIMIT_BYTES: usize = 64 * 1024;
@@ -141,10 +141,7 @@ impl MissionMetadataConfig {
         if let Some(v) = r.raw("default") {
             cfg.default = cfg.config_object(&r.path_of("default"), v, &r);
         }
-        let rule_readers = r.objects("rules");
-        if rule_readers.len() > MAX_RULES {
-            r.problem("rules", format!("must have at most {MAX_RULES} entries"));
-        }
+        let rule_readers = r.objects_at_most("rules", MAX_RULES);
         let mut rules = Vec::new();
         for mut rr in rule_readers {
             let pattern = read_pattern(&mut rr, "subject");

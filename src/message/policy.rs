@@ -18,7 +18,7 @@ use crate::message::subject::{read_pattern, SubjectPattern, SubjectRule, Subject
 
 pub const STAGE: &str = "pre_sink_policy";
 /// Most rules.
-pub const MAX_RULES: usize = 1000;
+pub const MAX_RULES: usize = crate::message::subject::MAX_RULES;
 
 /// Every reason code of the stage.
 pub const CODES: &[&str] = &[
@@ -76,10 +76,7 @@ impl PreSinkPolicyConfig {
             false,
             &[("reject", false), ("allow", true)],
         );
-        let readers = r.objects("rules");
-        if readers.len() > MAX_RULES {
-            r.problem("rules", format!("must have at most {MAX_RULES} entries"));
-        }
+        let readers = r.objects_at_most("rules", MAX_RULES);
         if enabled && readers.is_empty() {
             r.problem(
                 "rules",

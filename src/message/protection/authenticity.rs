@@ -23,7 +23,7 @@ use crate::message::envelope::{hex_sha256, RawMessage, MESSAGE_ID_HEADER};
 use crate::message::subject::{read_pattern, SubjectPattern, SubjectRule, SubjectRules};
 
 pub const MAX_KEYS: usize = 256;
-pub const MAX_RULES: usize = 1000;
+pub const MAX_RULES: usize = crate::message::subject::MAX_RULES;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
@@ -196,10 +196,7 @@ impl AuthenticityConfig {
             r.problem("keys", "must name at least one key when enabled is true");
         }
         let default_required = r.bool_or("default_required", false);
-        let rule_readers = r.objects("rules");
-        if rule_readers.len() > MAX_RULES {
-            r.problem("rules", format!("must have at most {MAX_RULES} entries"));
-        }
+        let rule_readers = r.objects_at_most("rules", MAX_RULES);
         let mut rules = Vec::new();
         for mut rr in rule_readers {
             let pattern = read_pattern(&mut rr, "subject");

@@ -42,7 +42,7 @@ pub const DIGEST_KEY_INFO: &[u8] = b"svc.payload_info.sha256.v1";
 /// 96-bit nonces (NIST SP 800-38D, 8.3).
 pub const MAX_MESSAGES_PER_KEY: u64 = 1 << 32;
 pub const MAX_KEYS: usize = 32;
-pub const MAX_RULES: usize = 1000;
+pub const MAX_RULES: usize = crate::message::subject::MAX_RULES;
 const KEY_BYTES: usize = 32;
 const TAG_BYTES: usize = 16;
 
@@ -141,10 +141,7 @@ impl EncryptionConfig {
         }
         let actions = [("encrypt", Action::Encrypt), ("clear", Action::Clear)];
         let default_action = r.one_of("default", Action::Encrypt, &actions);
-        let rule_readers = r.objects("rules");
-        if rule_readers.len() > MAX_RULES {
-            r.problem("rules", format!("must have at most {MAX_RULES} entries"));
-        }
+        let rule_readers = r.objects_at_most("rules", MAX_RULES);
         let mut rules = Vec::new();
         for mut rr in rule_readers {
             let pattern = read_pattern(&mut rr, "subject");

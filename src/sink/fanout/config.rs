@@ -209,16 +209,7 @@ fn read_routing(r: &mut ObjectReader<'_>, sinks: &BTreeMap<String, SinkConfig>) 
     let problems = r.problems();
     let mut routes = Vec::new();
     let mut names: Vec<String> = Vec::new();
-    let route_readers = r.objects("routes");
-    if route_readers.len() > crate::message::subject::MAX_RULES {
-        r.problem(
-            "routes",
-            format!(
-                "must have at most {} entries",
-                crate::message::subject::MAX_RULES
-            ),
-        );
-    }
+    let route_readers = r.objects_at_most("routes", crate::message::subject::MAX_RULES);
     for mut rr in route_readers {
         let name = rr.req_string("name");
         if !name.is_empty() {

@@ -328,16 +328,7 @@ impl RelationalConfig {
             }
         };
         let mut routes = Vec::new();
-        let route_readers = r.objects("routes");
-        if route_readers.len() > crate::message::subject::MAX_RULES {
-            r.problem(
-                "routes",
-                format!(
-                    "must have at most {} entries",
-                    crate::message::subject::MAX_RULES
-                ),
-            );
-        }
+        let route_readers = r.objects_at_most("routes", crate::message::subject::MAX_RULES);
         for mut rr in route_readers {
             let subject = rr.req_string("subject");
             let t = rr.req_string("table");
