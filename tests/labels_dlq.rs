@@ -1269,36 +1269,41 @@ fn a_forged_record_under_our_id_is_not_taken_for_ours() {
     assert!(publisher.publish(&other_delivery).unwrap().duplicate);
 }
 
-/// A stream deleted and created again under a running runner numbers from 1 again. Its first
-/// messages must not meet the old stream's ids: a failure of its message 1 is dead-lettered
-/// (not dropped as the old message 1's duplicate), and its records carry the new incarnation.
-#[test]
-fn a_stream_created_again_under_the_runner_gets_ids_of_its_own() {
+const BAD_LABELS: [(&str, &str); 1] = [("Svc-Security-Labels", "{\"x\": 1}")];
+
+/// A broker with a DLQ stream and two messages (1 fails its labels, 2 is stored), and the
+/// config of a runner storing per event by stream sequence.
+fn recreation_setup() -> (NatsServer, tempfile::TempDir, std::path::PathBuf) {
     let (server, dir) = setup();
     server.create_stream("DLQ", &[DLQ_SUBJECT]);
-    let bad = [("Svc-Security-Labels", "{\"x\": 1}")];
-    server.publish_with_headers("orders.a", &bad, b"{\"old\":1}");
+    server.publish_with_headers("orders.a", &BAD_LABELS, b"{\"old\":1}");
     server.publish_with_headers("orders.a", &[], b"{\"old\":2}");
     let mut extra = labels_config();
     extra["sink"] = json!({"type": "file", "directory": dir.path().join("out"),
                            "mode": "per_event", "key_strategy": "stream_sequence"});
     let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), extra));
-    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
-    wait_until(Duration::from_secs(30), "first stream settled", || {
+    (server, dir, cfg)
+}
+
+fn settled(server: &NatsServer, what: &str) {
+    wait_until(Duration::from_secs(30), what, || {
         server.try_consumer_state(STREAM, CONSUMER) == Some((2, 0, 0))
     });
-    assert_eq!(server.stream_messages("DLQ"), 1);
+}
 
-    let js = server.js();
-    js.delete_stream(STREAM).unwrap();
+/// Deletes the stream, creates it and its consumer again, and publishes the same two shapes.
+fn recreate_and_publish(server: &NatsServer) {
+    server.js().delete_stream(STREAM).unwrap();
     server.create_stream(STREAM, &["orders.>"]);
     server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
-    server.publish_with_headers("orders.a", &bad, b"{\"new\":1}");
+    server.publish_with_headers("orders.a", &BAD_LABELS, b"{\"new\":1}");
     server.publish_with_headers("orders.a", &[], b"{\"new\":2}");
-    wait_until(Duration::from_secs(30), "second stream settled", || {
-        server.try_consumer_state(STREAM, CONSUMER) == Some((2, 0, 0))
-    });
-    let dlq = dlq_records(&server);
+}
+
+/// Both messages 1 are dead-lettered, each under its stream's incarnation, and both messages 2
+/// are stored under their own keys.
+fn assert_ids_of_their_own(server: &NatsServer, out: &Path) {
+    let dlq = dlq_records(server);
     assert_eq!(
         dlq.len(),
         2,
@@ -1309,6 +1314,7 @@ fn a_stream_created_again_under_the_runner_gets_ids_of_its_own() {
         .map(|(_, v)| v["original"]["stream_incarnation"].as_str().unwrap())
         .collect();
     assert_ne!(incarnations[0], incarnations[1]);
+    let js = server.js();
     for (i, (_, v)) in dlq.iter().enumerate() {
         assert_eq!(v["original"]["stream_sequence"], 1);
         let m = js.get_message("DLQ", i as u64 + 1).unwrap();
@@ -1317,9 +1323,7 @@ fn a_stream_created_again_under_the_runner_gets_ids_of_its_own() {
             Some(format!("svc-dlq:ORDERS:{}:1", incarnations[i]).as_str())
         );
     }
-    // Both messages 2 are stored, each under its stream's incarnation.
-    let out = dir.path().join("out");
-    let mut stored: Vec<String> = files_below(&out)
+    let mut stored: Vec<String> = files_below(out)
         .iter()
         .map(|p| p.to_string_lossy().into_owned())
         .filter(|p| p.ends_with("/2.json"))
@@ -1331,16 +1335,34 @@ fn a_stream_created_again_under_the_runner_gets_ids_of_its_own() {
         .collect();
     expected.sort();
     assert_eq!(stored, expected);
-    assert!(
-        runner.log_text().contains("was created again"),
-        "{}",
-        runner.log_text()
-    );
+}
+
+fn stop_cleanly(mut runner: Runner) {
     runner.signal("TERM");
     assert!(runner
         .wait_timeout(Duration::from_secs(15))
         .expect("exits")
         .success());
+}
+
+/// A stream deleted and created again under a running runner numbers from 1 again. Its first
+/// messages must not meet the old stream's ids: a failure of its message 1 is dead-lettered
+/// (not dropped as the old message 1's duplicate), and its records carry the new incarnation.
+#[test]
+fn a_stream_created_again_under_the_runner_gets_ids_of_its_own() {
+    let (server, dir, cfg) = recreation_setup();
+    let runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    settled(&server, "first stream settled");
+    assert_eq!(server.stream_messages("DLQ"), 1);
+    recreate_and_publish(&server);
+    settled(&server, "second stream settled");
+    assert_ids_of_their_own(&server, &dir.path().join("out"));
+    assert!(
+        runner.log_text().contains("was created again"),
+        "{}",
+        runner.log_text()
+    );
+    stop_cleanly(runner);
 }
 
 /// Found by the hostile review (atk-broker): a runner restarted after its stream's messages
@@ -1351,69 +1373,15 @@ fn a_stream_created_again_under_the_runner_gets_ids_of_its_own() {
 /// met the old message 2's key). The first delivery of every bind now reads it again.
 #[test]
 fn a_stream_created_again_under_a_fresh_runner_gets_ids_of_its_own() {
-    let (server, dir) = setup();
-    server.create_stream("DLQ", &[DLQ_SUBJECT]);
-    let bad = [("Svc-Security-Labels", "{\"x\": 1}")];
-    server.publish_with_headers("orders.a", &bad, b"{\"old\":1}");
-    server.publish_with_headers("orders.a", &[], b"{\"old\":2}");
-    let mut extra = labels_config();
-    extra["sink"] = json!({"type": "file", "directory": dir.path().join("out"),
-                           "mode": "per_event", "key_strategy": "stream_sequence"});
-    let cfg = write_config(dir.path(), "c.json", &config(&server, dir.path(), extra));
-    let mut first = Runner::start(&cfg, &dir.path().join("svc1.log"));
-    wait_until(Duration::from_secs(30), "first stream settled", || {
-        server.try_consumer_state(STREAM, CONSUMER) == Some((2, 0, 0))
-    });
-    first.signal("TERM");
-    assert!(first
-        .wait_timeout(Duration::from_secs(15))
-        .expect("exits")
-        .success());
+    let (server, dir, cfg) = recreation_setup();
+    let first = Runner::start(&cfg, &dir.path().join("svc1.log"));
+    settled(&server, "first stream settled");
+    stop_cleanly(first);
     // A new process: it binds (reading the old incarnation) and is handed nothing.
-    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    let runner = Runner::start(&cfg, &dir.path().join("svc.log"));
     std::thread::sleep(Duration::from_secs(2));
-
-    let js = server.js();
-    js.delete_stream(STREAM).unwrap();
-    server.create_stream(STREAM, &["orders.>"]);
-    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
-    server.publish_with_headers("orders.a", &bad, b"{\"new\":1}");
-    server.publish_with_headers("orders.a", &[], b"{\"new\":2}");
-    let settled = wait_until_or(Duration::from_secs(20), || {
-        server.try_consumer_state(STREAM, CONSUMER) == Some((2, 0, 0))
-    });
-    let dlq = dlq_records(&server);
-    let incarnations: Vec<String> = dlq
-        .iter()
-        .map(|(_, v)| {
-            v["original"]["stream_incarnation"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
-    let stored: Vec<String> = files_below(&dir.path().join("out"))
-        .iter()
-        .map(|p| p.to_string_lossy().into_owned())
-        .filter(|p| p.ends_with("/2.json"))
-        .collect();
-    let log = runner.log_text();
-    runner.signal("TERM");
-    let _ = runner.wait_timeout(Duration::from_secs(15));
-    assert!(
-        settled && dlq.len() == 2 && incarnations[0] != incarnations[1] && stored.len() == 2,
-        "settled {settled}; DLQ incarnations {incarnations:?}; files {stored:?}; log:\n{log}"
-    );
-}
-
-/// Polls `ok` until it holds or `limit` passes; true when it held.
-fn wait_until_or(limit: Duration, mut ok: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + limit;
-    while Instant::now() < until {
-        if ok() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    ok()
+    recreate_and_publish(&server);
+    settled(&server, "second stream settled under the fresh runner");
+    assert_ids_of_their_own(&server, &dir.path().join("out"));
+    stop_cleanly(runner);
 }
