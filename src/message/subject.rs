@@ -226,12 +226,30 @@ impl SubjectIndex {
         // Split once: a walk visits many nodes at one depth, and each re-reading a publisher's
         // 1 MiB token cost a lookup seconds (found by the attack on this index).
         // Tokens past the deepest pattern's only say "more follow" (what `>` needs): one is kept.
-        let tokens: Vec<&str> = subject.split('.').take(self.deepest + 1).collect();
+        // On the stack for subjects of up to STACK_TOKENS tokens: this runs per message and list.
+        let mut parts = subject.split('.').take(self.deepest + 1);
+        let mut stack = [""; STACK_TOKENS];
+        let mut held = 0;
+        for (slot, token) in stack.iter_mut().zip(&mut parts) {
+            *slot = token;
+            held += 1;
+        }
+        let deeper: Vec<&str>;
+        let tokens: &[&str] = match parts.next() {
+            None => &stack[..held],
+            Some(next) => {
+                deeper = stack.iter().copied().chain([next]).chain(parts).collect();
+                &deeper
+            }
+        };
         let mut best = usize::MAX;
-        self.root.walk(&tokens, self.longest_literal, &mut best);
+        self.root.walk(tokens, self.longest_literal, &mut best);
         (best != usize::MAX).then_some(best)
     }
 }
+
+/// Subject tokens a lookup holds without allocating.
+const STACK_TOKENS: usize = 16;
 
 impl Node {
     fn insert(&mut self, tokens: &[Token], i: usize) {
