@@ -208,7 +208,9 @@ fn outage_under_live_publishing(d: &mut dyn Downstream, after_seconds: f64) {
         "acks continue while the downstream is down: {floor} -> {}",
         ack_floor(&server)
     );
-    assert!(worst < 400, "the broker's backlog grew to {worst}");
+    // 4 s of publishing is 1,200 messages: a spool that stopped taking them would pass that.
+    // Smaller bounds failed on a loaded 2-core host (562 and 713) with the spool keeping up.
+    assert!(worst < 1000, "the broker's backlog grew to {worst}");
     assert!(publisher.sent() > down_at + 1000);
     assert!(snapshot_gauge(&snapshot, "spool_records") > 0.0);
 
