@@ -192,7 +192,11 @@ fn signed_batches_verify_with_standardwebhooks_and_a_tampered_one_is_refused() {
                "headers": {"X-Team": "payments"},
                "headers_env": {"Authorization": "T_TOKEN"}}),
     );
-    let cfg = config(&server, dir.path(), sink, json!({}));
+    // No `sink_workers`: batches of 64 in requests of at most 50 are 2 requests each, so 8
+    // request threads need 4 batches at once, and a fifth worker prepares the next.
+    let delivery = json!({"batch_size": 64, "fetch_expiry_ms": 200, "max_in_flight_batches": 8,
+                          "shutdown_timeout_seconds": 10});
+    let cfg = config(&server, dir.path(), sink, json!({ "delivery": delivery }));
     let (code, text) = test_sink(&cfg);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("answered 204 to OPTIONS"), "{text}");
@@ -200,6 +204,13 @@ fn signed_batches_verify_with_standardwebhooks_and_a_tampered_one_is_refused() {
     let mut runner = start_runner(&cfg, &dir.path().join("run.log"));
     wait_all_acked(&server, &runner, n as u64, 60);
     stop(&mut runner);
+    assert!(
+        runner
+            .log_text()
+            .contains("batch 64 x 8 in flight, 5 sink workers"),
+        "{}",
+        runner.log_text()
+    );
 
     let requests = receiver.requests();
     assert!(requests.len() >= 6, "batched: {} requests", requests.len());

@@ -130,6 +130,34 @@ mod tests {
         shown["nats"][key].clone()
     }
 
+    /// The HTTP sink's `sink_workers` comes from its request shape when not set: shown as
+    /// the number the runner uses, and reading it back changes nothing.
+    #[test]
+    fn sink_workers_are_shown_as_the_runner_uses_them() {
+        let doc = |sink: &str| {
+            format!(
+                r#"{{"nats": {{"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c",
+                              "subject": "a.>"}}, "sink": {sink}}}"#
+            )
+        };
+        let workers = |text: &str| {
+            let shown: Value = serde_json::from_str(&effective_json(text).unwrap()).unwrap();
+            shown["delivery"]["sink_workers"].clone()
+        };
+        let http = doc(r#"{"type": "http", "url": "https://receiver.example/in"}"#);
+        assert_eq!(workers(&http), 4);
+        assert_eq!(
+            workers(&doc(r#"{"type": "file", "directory": "/tmp/x"}"#)),
+            2
+        );
+        let shown = effective_json(&http).unwrap();
+        assert_eq!(effective_json(&shown).unwrap(), shown);
+        assert_eq!(
+            RuntimeConfig::parse(&shown).unwrap(),
+            RuntimeConfig::parse(&http).unwrap()
+        );
+    }
+
     #[test]
     fn tls_and_consumer_mode_are_shown_as_the_runner_applies_them() {
         let doc = |nats: &str| {

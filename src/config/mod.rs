@@ -73,6 +73,8 @@ pub struct DeliveryConfig {
     /// Payload bytes the runner may have requested, hold in the pipeline and await
     /// acknowledgement for, in all (`pipeline/credit.rs`); one larger message still flows alone.
     pub max_in_flight_bytes: usize,
+    /// Without `sink_workers` in the config: 2, or for the HTTP sink what keeps its request
+    /// threads busy ([`crate::sink::http::config::HttpSinkConfig::workers_to_fill`]).
     pub sink_workers: usize,
     /// Batches older than this fraction of AckWait get in-progress acks.
     pub in_progress_fraction: f64,
@@ -170,7 +172,7 @@ impl RuntimeConfig {
                 None
             }
         };
-        let delivery = read_delivery(root.object("delivery"));
+        let (mut delivery, workers_set) = read_delivery(root.object("delivery"));
         let envelope = read_envelope(root.object("envelope"));
         let sink = match root.object("sink") {
             Some(r) => SinkConfig::read(r),
@@ -179,6 +181,18 @@ impl RuntimeConfig {
                 None
             }
         };
+        if !workers_set {
+            if let Some(SinkConfig::Http(http)) = &sink {
+                delivery.sink_workers = http
+                    .workers_to_fill(delivery.batch_size)
+                    .min(MAX_SINK_WORKERS as usize);
+            }
+            // Shown as the runner uses it (`null` would hide it).
+            crate::document::effective::record(
+                "delivery.sink_workers",
+                crate::document::effective::Node::Leaf(delivery.sink_workers.into()),
+            );
+        }
         let metrics = read_metrics(root.object("metrics"));
         let advisories = AdvisoriesConfig {
             enabled: match root.object("advisories") {
@@ -310,7 +324,8 @@ pub const DEFAULT_NAK_BACKOFF: Backoff = Backoff {
     jitter: Jitter::Full,
 };
 
-fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
+/// The `delivery` block, and whether it set `sink_workers` (else a sink may choose).
+fn read_delivery(r: Option<ObjectReader<'_>>) -> (DeliveryConfig, bool) {
     let empty = serde_json::Value::Object(Default::default());
     let scratch = Problems::new();
     let mut r = r.unwrap_or_else(|| ObjectReader::at("delivery".into(), &empty, &scratch));
@@ -330,7 +345,9 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
         MIN_MAX_IN_FLIGHT_BYTES,
         MAX_MAX_IN_FLIGHT_BYTES,
     ) as usize;
-    let sink_workers = r.int_in("sink_workers", DEFAULT_SINK_WORKERS, 1, MAX_SINK_WORKERS) as usize;
+    let sink_workers = r
+        .opt_int_in("sink_workers", 1, MAX_SINK_WORKERS)
+        .map(|n| n as usize);
     let in_progress_fraction = r.number_in("in_progress_fraction", 0.5, 0.05, false, 0.9);
     let nak_backoff = match r.object("nak_backoff") {
         Some(mut b) => {
@@ -351,19 +368,20 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> DeliveryConfig {
         lanes
     });
     r.finish();
-    DeliveryConfig {
+    let config = DeliveryConfig {
         batch_size,
         fetch_expiry,
         max_batch_wait,
         max_in_flight_batches,
         max_in_flight_bytes,
-        sink_workers,
+        sink_workers: sink_workers.unwrap_or(DEFAULT_SINK_WORKERS as usize),
         in_progress_fraction,
         nak_backoff,
         max_deliveries,
         shutdown_timeout,
         priority_lanes,
-    }
+    };
+    (config, sink_workers.is_some())
 }
 
 /// A publisher's signature stored beside an encrypted payload lets anyone with the public key

@@ -519,3 +519,33 @@ fn spool_blocks_are_read_with_their_paths() {
         vec!["sink.target: is required (the sink `svc spool drain` delivers to)"]
     );
 }
+
+/// Without `delivery.sink_workers`, the HTTP sink gets enough workers to keep its request
+/// threads busy (batches of 256 in requests of 100: 3 requests a batch, 8 threads: 4 workers);
+/// a configured value is kept, and other sinks keep the default.
+#[test]
+fn http_sink_workers_default_to_what_fills_its_request_threads() {
+    let http = |delivery: &str, sink: &str| {
+        let text = format!(
+            r#"{{"nats": {{"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c",
+                          "subject": "s.>"}},
+                 "delivery": {{{delivery}}},
+                 "sink": {{"type": "http", "url": "https://receiver.example/in"{sink}}}}}"#
+        );
+        RuntimeConfig::parse(&text).unwrap().delivery.sink_workers
+    };
+    assert_eq!(http("", ""), 4);
+    assert_eq!(http(r#""sink_workers": 2"#, ""), 2);
+    assert_eq!(http(r#""batch_size": 64"#, ""), 9);
+    assert_eq!(http("", r#", "max_concurrent_requests": 32"#), 12);
+    assert_eq!(http("", r#", "batching": "none""#), 2);
+    assert_eq!(
+        http("", r#", "max_concurrent_requests": 256"#),
+        64,
+        "87, at most 64"
+    );
+    assert_eq!(
+        RuntimeConfig::parse(MINIMAL).unwrap().delivery.sink_workers,
+        2
+    );
+}
