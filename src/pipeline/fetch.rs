@@ -149,100 +149,60 @@ impl Collecting {
     }
 }
 
+/// What svc-fetch keeps between events: its open pull requests, the batch it collects and
+/// what decides the next request.
+struct Pulls {
+    /// Outstanding pull requests, oldest first (the broker serves them in order).
+    outstanding: VecDeque<Request>,
+    batch: Collecting,
+    next_id: u64,
+    /// Pull requests that failed in a row (disconnected): logged at the first and every 50th.
+    request_failures: u32,
+    names: broker::DeliveryNames,
+    /// What this thread last told the monitor: it is told again only on a change, so the
+    /// per-delivery path takes no lock for it.
+    doing: &'static str,
+    /// No pull request before this instant: the consumer did not take the last one.
+    paused_until: Option<Instant>,
+    /// The next message did not fit a whole allowance: it gets a request of its own.
+    oversize: bool,
+}
+
 impl Fetcher {
     /// Runs until the stop flag is set (Ok), or the connection is closed for good or the
     /// consumer was deleted or changed under us (Err, the operator's message).
     pub fn run(mut self) -> Result<(), String> {
-        let mut outstanding: VecDeque<Request> = VecDeque::new();
-        let mut batch = Collecting::new(self.batch_size);
-        let mut next_id: u64 = 1;
-        let mut request_failures: u32 = 0;
-        let mut names = broker::DeliveryNames::new(Arc::clone(&self.incarnation));
-        // What this thread last told the monitor: it is told again only on a change, so the
-        // per-delivery path takes no lock for it.
-        let mut doing: &'static str = "";
+        let mut p = Pulls {
+            outstanding: VecDeque::new(),
+            batch: Collecting::new(self.batch_size),
+            next_id: 1,
+            request_failures: 0,
+            names: broker::DeliveryNames::new(Arc::clone(&self.incarnation)),
+            doing: "",
+            paused_until: None,
+            oversize: false,
+        };
         // One clock reading per delivery, shared by everything that needs the time.
         let mut now = Instant::now();
-        // No pull request before this instant: the consumer did not take the last one.
-        let mut paused_until: Option<Instant> = None;
-        // The next message did not fit a whole allowance: it gets a request of its own.
-        let mut oversize = false;
         let result = loop {
             if self.stop.load(Ordering::SeqCst) {
                 break Ok(());
             }
-            // Whatever was denied (an ACK, the DLQ, an advisory subscription), going on would
-            // only redeliver or lose sight of messages: stop, naming the subject.
-            if let Some(denied) = self.denials.first() {
-                break Err(broker::permissions::runner_error(&denied));
-            }
-            if self.denials.client_ended() {
-                break Err("broker: the client's connection thread ended; it will not \
-                           reconnect"
-                    .to_string());
-            }
-            if let Err(e) = self.watch.check_if_due(now) {
+            if let Err(e) = self.still_allowed(now) {
                 break Err(e);
             }
             // Keep the pipeline of pull requests full, each covered by its credits.
-            let paused = paused_until.is_some_and(|t| now < t);
-            if !paused && outstanding.len() < PIPELINED_PULL_REQUESTS {
-                let wait = if outstanding.is_empty() && batch.messages.is_empty() {
-                    self.note(&mut doing, "waiting for free message credits");
-                    POLL
-                } else {
-                    Duration::ZERO
-                };
-                // One message with no byte limit, once the whole byte pool is free; otherwise
-                // a batch within the allowance.
-                let (held, max_bytes) = if oversize {
-                    (Credit::new(1, self.credits.capacity().bytes), None)
-                } else {
-                    let held = Credit::new(self.batch_size, self.request_bytes);
-                    (held, Some(self.request_bytes))
-                };
-                if self.credits.take(held, wait) {
-                    self.note(&mut doing, "sending pull request");
-                    match broker::request_batch(&self.sub, held.messages, max_bytes, self.expiry) {
-                        Ok(()) => {
-                            // Written at once by svc-flush, not after the client's 5 ms floor.
-                            let _ = self.flush_kick.try_send(());
-                            request_failures = 0;
-                            oversize = false;
-                            outstanding.push_back(Request {
-                                remaining: held.messages,
-                                bytes_left: held.bytes,
-                                delivered: 0,
-                                deadline: Instant::now() + self.expiry + EXPIRY_GRACE,
-                            });
-                        }
-                        Err(e) => {
-                            // Disconnected: the client reconnects on its own; retry calmly.
-                            self.credits.give(held);
-                            request_failures += 1;
-                            if request_failures == 1 || request_failures % 50 == 0 {
-                                log::warn!(
-                                    "broker: pull request failed ({request_failures}x): {e}"
-                                );
-                            }
-                            std::thread::sleep(Duration::from_millis(100));
-                        }
-                    }
-                    continue;
-                }
-                if outstanding.is_empty() && batch.messages.is_empty() {
-                    continue;
-                }
+            if self.top_up(&mut p, now) {
+                continue;
             }
-
-            let wait = match batch.since {
+            let wait = match p.batch.since {
                 Some(since) => (since + self.max_batch_wait)
                     .saturating_duration_since(now)
                     .min(POLL),
                 None => POLL,
             };
-            self.note(&mut doing, "waiting for deliveries");
-            let delivery = broker::next_delivery(&self.sub, wait, &mut names);
+            self.note(&mut p.doing, "waiting for deliveries");
+            let delivery = broker::next_delivery(&self.sub, wait, &mut p.names);
             now = Instant::now();
             match delivery {
                 Delivery::Message {
@@ -253,68 +213,145 @@ impl Fetcher {
                     // Counted as fetched when its batch ships (one shared add per batch).
                     self.monitor.mark_fetch(now);
                     self.watch.delivered(pending);
-                    self.take(&mut outstanding, &mut batch, &mut names, raw, handle, now);
+                    self.take(&mut p, raw, handle, now);
                 }
-                Delivery::RequestEnded(end) => {
-                    log::trace!("pull request ended: {}", end.why);
-                    let ended = outstanding.pop_front();
-                    if let Some(req) = &ended {
-                        self.credits.give(req.unused());
-                    }
-                    // The broker says how much of the allowance was left (servers that do not
-                    // say: the request brought nothing). All of it: the next message is larger.
-                    let untouched = match (end.unused_bytes, &ended) {
-                        (Some(unused), _) => unused >= self.request_bytes,
-                        (None, Some(req)) => req.delivered == 0,
-                        (None, None) => false,
-                    };
-                    if broker::message_over_max_bytes(&end.why) && untouched && !oversize {
-                        oversize = true;
-                        log::info!(
-                            "broker: the next message is larger than a pull request's allowance \
-                             of {} bytes: it is fetched alone once what is held is settled \
-                             (delivery.max_in_flight_bytes)",
-                            self.request_bytes
-                        );
-                    }
-                    if let Some(pause) = self.watch.request_ended(&end.why, now) {
-                        paused_until = Some(now + pause);
-                    }
-                }
+                Delivery::RequestEnded(end) => self.request_ended(&mut p, &end, now),
                 Delivery::Idle => {}
                 Delivery::Closed => break Err("broker subscription closed".to_string()),
             }
             // Requests whose answer never came (lost in a reconnect).
-            while outstanding.front().is_some_and(|r| r.deadline <= now) {
-                let req = outstanding.pop_front().expect("front exists");
+            while p.outstanding.front().is_some_and(|r| r.deadline <= now) {
+                let req = p.outstanding.pop_front().expect("front exists");
                 self.credits.give(req.unused());
             }
-            let due = batch.messages.len() >= self.batch_size
-                || outstanding.is_empty()
-                || batch.since.is_some_and(|s| now >= s + self.max_batch_wait);
-            if due && !batch.messages.is_empty() {
-                let full = std::mem::replace(&mut batch, Collecting::new(self.batch_size));
-                self.ship(full, &mut next_id)?;
-                doing = "handing batch to svc-normalize";
+            let due = p.batch.messages.len() >= self.batch_size
+                || p.outstanding.is_empty()
+                || p.batch
+                    .since
+                    .is_some_and(|s| now >= s + self.max_batch_wait);
+            if due && !p.batch.messages.is_empty() {
+                let full = std::mem::replace(&mut p.batch, Collecting::new(self.batch_size));
+                self.ship(full, &mut p.next_id)?;
+                p.doing = "handing batch to svc-normalize";
             }
         };
         // Ship what was collected: those messages were delivered to us and may as well be
         // written and acknowledged while the pipeline drains.
-        if !batch.messages.is_empty() {
-            self.ship(batch, &mut next_id)?;
+        if !p.batch.messages.is_empty() {
+            let held = std::mem::replace(&mut p.batch, Collecting::new(0));
+            self.ship(held, &mut p.next_id)?;
         }
         if result.is_ok() {
             let stopped = *self.stop_at.get_or_init(Instant::now);
             // The final flush's least time stays inside the stop's budget.
             let until = stopped + self.shutdown_timeout.saturating_sub(MIN_FINAL_FLUSH);
-            self.release_after_stop(&outstanding, &mut names, until);
+            self.release_after_stop(&p.outstanding, &mut p.names, until);
         }
         // Credits of requests still outstanding are not needed any more.
-        for req in outstanding {
+        for req in p.outstanding {
             self.credits.give(req.unused());
         }
         self.monitor.activity("stopped");
         result
+    }
+
+    /// Err (the operator's message) when going on would only redeliver or lose sight of
+    /// messages: something was denied (an ACK, the DLQ, an advisory subscription), the
+    /// client's connection thread ended, or the consumer was deleted or changed.
+    fn still_allowed(&mut self, now: Instant) -> Result<(), String> {
+        if let Some(denied) = self.denials.first() {
+            return Err(broker::permissions::runner_error(&denied));
+        }
+        if self.denials.client_ended() {
+            return Err(
+                "broker: the client's connection thread ended; it will not reconnect".to_string(),
+            );
+        }
+        self.watch.check_if_due(now)
+    }
+
+    /// Sends the next pull request when fewer than [`PIPELINED_PULL_REQUESTS`] are open, the
+    /// consumer takes them and the credits allow (waiting a moment for credits when nothing
+    /// is open or collected). True when the loop should come back here before waiting for a
+    /// delivery: a request went out or failed, or there is nothing to wait for.
+    fn top_up(&self, p: &mut Pulls, now: Instant) -> bool {
+        let paused = p.paused_until.is_some_and(|t| now < t);
+        if paused || p.outstanding.len() >= PIPELINED_PULL_REQUESTS {
+            return false;
+        }
+        let idle = p.outstanding.is_empty() && p.batch.messages.is_empty();
+        let wait = if idle {
+            self.note(&mut p.doing, "waiting for free message credits");
+            POLL
+        } else {
+            Duration::ZERO
+        };
+        // One message with no byte limit, once the whole byte pool is free; otherwise a
+        // batch within the allowance.
+        let (held, max_bytes) = if p.oversize {
+            (Credit::new(1, self.credits.capacity().bytes), None)
+        } else {
+            let held = Credit::new(self.batch_size, self.request_bytes);
+            (held, Some(self.request_bytes))
+        };
+        if !self.credits.take(held, wait) {
+            return idle;
+        }
+        self.note(&mut p.doing, "sending pull request");
+        match broker::request_batch(&self.sub, held.messages, max_bytes, self.expiry) {
+            Ok(()) => {
+                // Written at once by svc-flush, not after the client's 5 ms floor.
+                let _ = self.flush_kick.try_send(());
+                p.request_failures = 0;
+                p.oversize = false;
+                p.outstanding.push_back(Request {
+                    remaining: held.messages,
+                    bytes_left: held.bytes,
+                    delivered: 0,
+                    deadline: Instant::now() + self.expiry + EXPIRY_GRACE,
+                });
+            }
+            Err(e) => {
+                // Disconnected: the client reconnects on its own; retry calmly.
+                self.credits.give(held);
+                p.request_failures += 1;
+                if p.request_failures == 1 || p.request_failures % 50 == 0 {
+                    log::warn!("broker: pull request failed ({}x): {e}", p.request_failures);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        true
+    }
+
+    /// The broker ended the oldest request (expired, or a limit): its unused credits go back;
+    /// a message over the whole allowance gets a request of its own next; a request the
+    /// consumer refused pauses the next ones.
+    fn request_ended(&mut self, p: &mut Pulls, end: &broker::RequestEnd, now: Instant) {
+        log::trace!("pull request ended: {}", end.why);
+        let ended = p.outstanding.pop_front();
+        if let Some(req) = &ended {
+            self.credits.give(req.unused());
+        }
+        // The broker says how much of the allowance was left (servers that do not say: the
+        // request brought nothing). All of it: the next message is larger.
+        let untouched = match (end.unused_bytes, &ended) {
+            (Some(unused), _) => unused >= self.request_bytes,
+            (None, Some(req)) => req.delivered == 0,
+            (None, None) => false,
+        };
+        if broker::message_over_max_bytes(&end.why) && untouched && !p.oversize {
+            p.oversize = true;
+            log::info!(
+                "broker: the next message is larger than a pull request's allowance of {} \
+                 bytes: it is fetched alone once what is held is settled \
+                 (delivery.max_in_flight_bytes)",
+                self.request_bytes
+            );
+        }
+        if let Some(pause) = self.watch.request_ended(&end.why, now) {
+            p.paused_until = Some(now + pause);
+        }
     }
 
     /// At a clean stop the pull requests still open keep delivering: each such message would
@@ -419,21 +456,13 @@ impl Fetcher {
 
     /// A delivery no request is waiting for: hand it straight back to the broker.
     /// One delivery into the batch, held against the oldest outstanding request.
-    fn take(
-        &self,
-        outstanding: &mut VecDeque<Request>,
-        batch: &mut Collecting,
-        names: &mut broker::DeliveryNames,
-        mut raw: RawMessage,
-        handle: AckHandle,
-        now: Instant,
-    ) {
-        let Some(req) = outstanding.front_mut() else {
+    fn take(&self, p: &mut Pulls, mut raw: RawMessage, handle: AckHandle, now: Instant) {
+        let Some(req) = p.outstanding.front_mut() else {
             return self.release_stray(&handle);
         };
         req.remaining -= 1;
         req.delivered += 1;
-        let admitted = !names.take_restart() || self.restamp(names, &mut raw);
+        let admitted = !p.names.take_restart() || self.restamp(&mut p.names, &mut raw);
         if admitted {
             let size = delivery_bytes(&raw);
             let from_allowance = size.min(req.bytes_left);
@@ -441,15 +470,15 @@ impl Fetcher {
             // Larger than what is left of the allowance: held all the same (it was
             // delivered), in debt until settled.
             self.credits.charge_bytes(size - from_allowance);
-            batch.bytes += size;
-            batch.since.get_or_insert(now);
-            batch.messages.push((raw, now_unix_nanos()));
-            batch.handles.push(handle);
+            p.batch.bytes += size;
+            p.batch.since.get_or_insert(now);
+            p.batch.messages.push((raw, now_unix_nanos()));
+            p.batch.handles.push(handle);
         } else {
             self.release_stray(&handle);
         }
         if req.remaining == 0 {
-            let done = outstanding.pop_front().expect("front exists");
+            let done = p.outstanding.pop_front().expect("front exists");
             self.credits.give(done.unused());
         }
     }

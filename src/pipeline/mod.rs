@@ -214,52 +214,188 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     );
     let stop_at = Arc::new(OnceLock::new());
     let signal_handle = signals::spawn(stop.clone(), stop_at.clone(), monitor.clone())?;
-    let sink = cfg.sink.build(metrics.clone()).map_err(RunError::Sink)?;
-    let (sink, drainer) = match &cfg.spool {
-        None => (sink, None),
-        Some(spool_cfg) => {
-            use crate::sink::spool::{drain::Drainer, fallback::FallbackSink, Spool};
-            let spool = Spool::open(spool_cfg, metrics.clone())
-                .map_err(|e| RunError::Sink(SinkError::new("spool", e.to_string())))?;
-            let spool = Arc::new(spool);
-            log::info!(
-                "spool {}: {} records waiting; spooling after {} s of sink failures",
-                spool.path().display(),
-                spool.records(),
-                spool_cfg.after.as_secs_f64()
-            );
-            let drainer = Drainer::new(spool.clone(), sink.clone(), metrics.clone());
-            let wrapped: Arc<dyn crate::sink::Sink> =
-                Arc::new(FallbackSink::new(sink, spool.clone(), metrics.clone()));
-            (wrapped, Some((drainer, spool)))
-        }
-    };
+    let (sink, drainer) = build_sink(&cfg, &metrics)?;
     let denials = Arc::new(broker::Denials::default());
     let nc =
         broker::connect(&cfg.nats, metrics.clone(), denials.clone()).map_err(RunError::Broker)?;
+    let consumer = bind(&nc, &cfg, &denials, sink.kind())?;
+    let d = &cfg.delivery;
+    let request_bytes = check_consumer_limits(&nc, d, &consumer)?;
+    let credits = Arc::new(credit::CreditPool::new(credit::Credit::new(
+        d.max_in_flight_batches * d.batch_size,
+        d.max_in_flight_bytes,
+    )));
+    let (raw_tx, raw_rx) = bounded::<RawBatch>(d.max_in_flight_batches);
+    let (prepared_tx, prepared_rx) = bounded::<PreparedBatch>(d.max_in_flight_batches);
+    let (ack_tx, ack_rx) = bounded::<AckMsg>(2 * d.max_in_flight_batches + 2);
+    watch_pipeline(&monitor, &credits, &raw_rx, &prepared_rx, &ack_rx);
+
+    let drain_stop = Arc::new(AtomicBool::new(false));
+    let drain_thread = spawn_drain(drainer, &drain_stop)?;
+    let snapshot = snapshot_writer::SnapshotWriter::new(&cfg.metrics, metrics.clone(), started_at);
+    let snapshot_thread = snapshot.spawn(stop.clone())?;
+    let (flush_kick, flush_thread) = spawn_flush(nc.clone())?;
+    let ack = ack::AckWorker {
+        nc: nc.clone(),
+        rx: ack_rx,
+        credits: credits.clone(),
+        flush_kick: flush_kick.clone(),
+        metrics: metrics.clone(),
+        monitor: monitor.clone(),
+        nak_backoff: d.nak_backoff,
+        max_deliveries: d.max_deliveries,
+        dlq: cfg.dead_letter.enabled.then(|| {
+            let publisher = DeadLetterPublisher::new(nc.clone(), cfg.dead_letter.clone());
+            publisher.log_stream_check();
+            publisher
+        }),
+        progress_after: consumer.ack_wait.mul_f64(d.in_progress_fraction),
+    };
+    let (ack_done_tx, ack_done_rx) = bounded::<()>(1);
+    spawn("svc-ack", move || {
+        ack.run();
+        let _ = ack_done_tx.send(());
+    })?;
+    spawn_sink_workers(&cfg, &sink, &prepared_rx, &ack_tx, &metrics, &monitor)?;
+    drop(prepared_rx);
+    let advisories = start_advisories(&cfg, &nc, &consumer, &metrics, &stop);
+    let normalizer = Normalizer::new(&cfg, protection, metrics.clone());
+    let mon = monitor.clone();
+    spawn("svc-normalize", move || {
+        normalize::run(normalizer, raw_rx, prepared_tx, mon)
+    })?;
+
+    let fetcher = fetch::Fetcher {
+        nc: nc.clone(),
+        batch_size: d.batch_size,
+        expiry: d.fetch_expiry,
+        max_batch_wait: d.max_batch_wait,
+        credits,
+        request_bytes,
+        flush_kick,
+        raw_tx,
+        ack_tx,
+        stop: stop.clone(),
+        stop_at: stop_at.clone(),
+        shutdown_timeout: d.shutdown_timeout,
+        denials: denials.clone(),
+        metrics: metrics.clone(),
+        monitor: monitor.clone(),
+        watch: broker::consumer_watch::ConsumerWatch::new(
+            nc.clone(),
+            &consumer.stream,
+            &consumer.name,
+            &cfg.nats.subject,
+        ),
+        stream: consumer.stream.clone(),
+        incarnation: Arc::clone(&consumer.incarnation),
+        sub: consumer.subscription,
+    };
+    let fetch_thread = spawn("svc-fetch", move || fetcher.run())?;
+    let fatal = match fetch_thread.join() {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e),
+        Err(_) => Some("svc-fetch panicked".to_string()),
+    };
+    let stopping = Stopping {
+        nc,
+        stop,
+        stop_at,
+        drain_stop,
+        timeout: d.shutdown_timeout,
+    };
+    stopping.drain_pipeline(&ack_done_rx, flush_thread);
+    if let Some(observer) = advisories {
+        observer.join();
+    }
+    if let Some((done, spool)) = drain_thread {
+        stop_drain(&done, &spool, stopping.deadline());
+    }
+    let _ = snapshot_thread.join();
+    snapshot.write_now();
+    signal_handle.close();
+    // The final flush waited for the broker's PONG, so a violation by the last
+    // acknowledgements of a clean stop has arrived by now: a clean exit would hide it.
+    let fatal = fatal.or_else(|| {
+        denials
+            .first()
+            .map(|d| broker::permissions::runner_error(&d))
+    });
+    match fatal {
+        None => Ok(()),
+        Some(e) => Err(RunError::Fatal(e)),
+    }
+}
+
+/// The spool's drainer and the spool, when a `spool` block wraps the sink.
+type SpoolDrain = (
+    crate::sink::spool::drain::Drainer,
+    Arc<crate::sink::spool::Spool>,
+);
+
+/// The configured sink, wrapped in the fallback spool when a `spool` block is set.
+fn build_sink(
+    cfg: &RuntimeConfig,
+    metrics: &Arc<Metrics>,
+) -> Result<(Arc<dyn crate::sink::Sink>, Option<SpoolDrain>), RunError> {
+    use crate::sink::spool::{drain::Drainer, fallback::FallbackSink, Spool};
+    let sink = cfg.sink.build(metrics.clone()).map_err(RunError::Sink)?;
+    let Some(spool_cfg) = &cfg.spool else {
+        return Ok((sink, None));
+    };
+    let spool = Spool::open(spool_cfg, metrics.clone())
+        .map_err(|e| RunError::Sink(SinkError::new("spool", e.to_string())))?;
+    let spool = Arc::new(spool);
+    log::info!(
+        "spool {}: {} records waiting; spooling after {} s of sink failures",
+        spool.path().display(),
+        spool.records(),
+        spool_cfg.after.as_secs_f64()
+    );
+    let drainer = Drainer::new(spool.clone(), sink.clone(), metrics.clone());
+    let wrapped: Arc<dyn crate::sink::Sink> =
+        Arc::new(FallbackSink::new(sink, spool.clone(), metrics.clone()));
+    Ok((wrapped, Some((drainer, spool))))
+}
+
+/// Binds the durable consumer and logs what the runner will do with it.
+fn bind(
+    nc: &broker::Connection,
+    cfg: &RuntimeConfig,
+    denials: &broker::Denials,
+    sink_kind: &str,
+) -> Result<broker::Consumer, RunError> {
     // A denied request only times out: the violation the broker reported is the real cause.
-    let consumer = broker::bind_consumer(&nc, &cfg.nats).map_err(|e| match denials.first() {
+    let consumer = broker::bind_consumer(nc, &cfg.nats).map_err(|e| match denials.first() {
         Some(denied) => RunError::Fatal(broker::permissions::runner_error(&denied)),
         None => RunError::Broker(e),
     })?;
     log::info!(
-        "bound to consumer {}/{} (ack wait {} s); sink {}; batch {} x {} in flight, {} sink workers",
+        "bound to consumer {}/{} (ack wait {} s); sink {sink_kind}; batch {} x {} in flight, {} \
+         sink workers",
         consumer.stream,
         consumer.name,
         consumer.ack_wait.as_secs_f64(),
-        sink.kind(),
         cfg.delivery.batch_size,
         cfg.delivery.max_in_flight_batches,
         cfg.delivery.sink_workers
     );
+    Ok(consumer)
+}
 
-    let d = &cfg.delivery;
+/// The byte allowance of one pull request, after checking that the consumer's request limits
+/// take the requests svc-fetch will make (else the broker refuses every one), and warning
+/// when its MaxAckPending leaves part of the pipeline idle.
+fn check_consumer_limits(
+    nc: &broker::Connection,
+    d: &crate::config::DeliveryConfig,
+    consumer: &broker::Consumer,
+) -> Result<usize, RunError> {
     let request_bytes = fetch::request_allowance(
         d.max_in_flight_bytes,
         d.max_in_flight_batches,
-        broker::max_payload(&nc),
+        broker::max_payload(nc),
     );
-    // Request limits below what svc-fetch asks: the broker would refuse every pull request.
     let asked = broker::consumer_shape::RequestShape {
         batch: d.batch_size,
         expires: d.fetch_expiry,
@@ -286,13 +422,17 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             d.batch_size
         );
     }
-    let credits = Arc::new(credit::CreditPool::new(credit::Credit::new(
-        in_flight,
-        d.max_in_flight_bytes,
-    )));
-    let (raw_tx, raw_rx) = bounded::<RawBatch>(d.max_in_flight_batches);
-    let (prepared_tx, prepared_rx) = bounded::<PreparedBatch>(d.max_in_flight_batches);
-    let (ack_tx, ack_rx) = bounded::<AckMsg>(2 * d.max_in_flight_batches + 2);
+    Ok(request_bytes)
+}
+
+/// What the SIGUSR1 dump shows of the credits and the channels.
+fn watch_pipeline(
+    monitor: &Monitor,
+    credits: &Arc<credit::CreditPool>,
+    raw: &crossbeam_channel::Receiver<RawBatch>,
+    prepared: &crossbeam_channel::Receiver<PreparedBatch>,
+    ack: &crossbeam_channel::Receiver<AckMsg>,
+) {
     let pool = credits.clone();
     monitor.watch_fn("credits (free messages)", move || {
         (pool.available_messages(), Some(pool.capacity().messages))
@@ -301,34 +441,44 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     monitor.watch_fn("credits (free payload bytes)", move || {
         (pool.available_bytes(), Some(pool.capacity().bytes))
     });
-    monitor.watch("svc-fetch -> svc-normalize", &raw_rx);
-    monitor.watch("svc-normalize -> svc-sink", &prepared_rx);
-    monitor.watch("-> svc-ack", &ack_rx);
+    monitor.watch("svc-fetch -> svc-normalize", raw);
+    monitor.watch("svc-normalize -> svc-sink", prepared);
+    monitor.watch("-> svc-ack", ack);
+}
 
-    let drain_stop = Arc::new(AtomicBool::new(false));
-    let drain_thread = match drainer {
-        Some((d, spool)) => {
-            let flag = drain_stop.clone();
-            let (done_tx, done_rx) = bounded::<()>(1);
-            spawn("svc-spool-drain", move || {
-                d.run(&flag);
-                let _ = done_tx.send(());
-            })?;
-            Some((done_rx, spool))
-        }
-        None => None,
+/// `svc-spool-drain`'s end (a message when it returns) and its spool.
+type DrainThread = (
+    crossbeam_channel::Receiver<()>,
+    Arc<crate::sink::spool::Spool>,
+);
+
+/// Starts `svc-spool-drain` when there is a spool.
+fn spawn_drain(
+    drainer: Option<SpoolDrain>,
+    drain_stop: &Arc<AtomicBool>,
+) -> Result<Option<DrainThread>, RunError> {
+    let Some((d, spool)) = drainer else {
+        return Ok(None);
     };
+    let flag = drain_stop.clone();
+    let (done_tx, done_rx) = bounded::<()>(1);
+    spawn("svc-spool-drain", move || {
+        d.run(&flag);
+        let _ = done_tx.send(());
+    })?;
+    Ok(Some((done_rx, spool)))
+}
 
-    let snapshot = snapshot_writer::SnapshotWriter::new(&cfg.metrics, metrics.clone(), started_at);
-    let snapshot_thread = snapshot.spawn(stop.clone())?;
-
+/// Starts `svc-flush`, which flushes the connection each time it is kicked; it ends when
+/// svc-fetch and svc-ack have dropped their kick senders.
+fn spawn_flush(
+    nc: broker::Connection,
+) -> Result<(crossbeam_channel::Sender<()>, thread::JoinHandle<()>), RunError> {
     let (flush_kick, flush_rx) = bounded::<()>(1);
-    let flush_nc = nc.clone();
-    let flush_thread = spawn("svc-flush", move || {
-        // Ends when svc-fetch and svc-ack have dropped their kick senders.
+    let thread = spawn("svc-flush", move || {
         let mut failures: u32 = 0;
         while flush_rx.recv().is_ok() {
-            match broker::flush(&flush_nc, std::time::Duration::from_secs(2)) {
+            match broker::flush(&nc, std::time::Duration::from_secs(2)) {
                 Ok(()) => failures = 0,
                 Err(e) => {
                     failures += 1;
@@ -339,38 +489,27 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             }
         }
     })?;
+    Ok((flush_kick, thread))
+}
 
-    let (ack_done_tx, ack_done_rx) = bounded::<()>(1);
-    let ack = ack::AckWorker {
-        nc: nc.clone(),
-        rx: ack_rx,
-        credits: credits.clone(),
-        flush_kick: flush_kick.clone(),
-        metrics: metrics.clone(),
-        monitor: monitor.clone(),
-        nak_backoff: d.nak_backoff,
-        max_deliveries: d.max_deliveries,
-        dlq: cfg.dead_letter.enabled.then(|| {
-            let publisher = DeadLetterPublisher::new(nc.clone(), cfg.dead_letter.clone());
-            publisher.log_stream_check();
-            publisher
-        }),
-        progress_after: consumer.ack_wait.mul_f64(d.in_progress_fraction),
-    };
-    spawn("svc-ack", move || {
-        ack.run();
-        let _ = ack_done_tx.send(());
-    })?;
-
+/// Starts the `svc-sink-N` workers.
+fn spawn_sink_workers(
+    cfg: &RuntimeConfig,
+    sink: &Arc<dyn crate::sink::Sink>,
+    prepared: &crossbeam_channel::Receiver<PreparedBatch>,
+    ack: &crossbeam_channel::Sender<AckMsg>,
+    metrics: &Arc<Metrics>,
+    monitor: &Arc<Monitor>,
+) -> Result<(), RunError> {
     let dead_letter = cfg
         .dead_letter
         .enabled
         .then(|| Arc::new(cfg.dead_letter.clone()));
-    for n in 1..=d.sink_workers {
+    for n in 1..=cfg.delivery.sink_workers {
         let worker = sink_worker::SinkWorker {
             name: format!("svc-sink-{n}"),
-            rx: prepared_rx.clone(),
-            tx: ack_tx.clone(),
+            rx: prepared.clone(),
+            tx: ack.clone(),
             sink: sink.clone(),
             metrics: metrics.clone(),
             monitor: monitor.clone(),
@@ -379,113 +518,85 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         };
         spawn(&worker.name.clone(), move || worker.run())?;
     }
-    drop(prepared_rx);
+    Ok(())
+}
 
-    // Aggregate counters only: the observer has no handle on any acknowledgement.
-    let advisories = if cfg.advisories.enabled {
-        match AdvisoryObserver::start(
-            &nc,
-            &consumer.stream,
-            &consumer.name,
-            metrics.clone(),
-            stop.clone(),
-        ) {
-            Ok(o) => Some(o),
-            Err(e) => {
-                log::warn!("advisory observer not started: {e}; delivery continues without it");
-                None
+/// The advisory observer when `advisories.enabled` (aggregate counters only: it has no
+/// handle on any acknowledgement); delivery goes on without it if it cannot start.
+fn start_advisories(
+    cfg: &RuntimeConfig,
+    nc: &broker::Connection,
+    consumer: &broker::Consumer,
+    metrics: &Arc<Metrics>,
+    stop: &Arc<AtomicBool>,
+) -> Option<AdvisoryObserver> {
+    if !cfg.advisories.enabled {
+        return None;
+    }
+    let started = AdvisoryObserver::start(
+        nc,
+        &consumer.stream,
+        &consumer.name,
+        metrics.clone(),
+        stop.clone(),
+    );
+    match started {
+        Ok(o) => Some(o),
+        Err(e) => {
+            log::warn!("advisory observer not started: {e}; delivery continues without it");
+            None
+        }
+    }
+}
+
+/// The stop after svc-fetch ended: one clock from the stop signal (or from svc-fetch's end),
+/// within which the release of open pull requests, the drain and the final flush all fit
+/// (`shutdown_timeout_seconds`).
+struct Stopping {
+    nc: broker::Connection,
+    stop: Arc<AtomicBool>,
+    stop_at: Arc<OnceLock<Instant>>,
+    drain_stop: Arc<AtomicBool>,
+    timeout: std::time::Duration,
+}
+
+impl Stopping {
+    fn deadline(&self) -> Instant {
+        *self.stop_at.get_or_init(Instant::now) + self.timeout
+    }
+
+    /// Stops every stage, waits for svc-ack to settle what reaches it, then flushes the
+    /// acknowledgements, all before the deadline.
+    fn drain_pipeline(
+        &self,
+        ack_done: &crossbeam_channel::Receiver<()>,
+        flush_thread: thread::JoinHandle<()>,
+    ) {
+        let deadline = self.deadline();
+        self.stop.store(true, Ordering::SeqCst);
+        // The drain stops now too, between its attempts; a sink write it is in is bounded
+        // by stop_drain.
+        self.drain_stop.store(true, Ordering::SeqCst);
+        // The final flush's least time is kept inside the budget, not added past it.
+        let drain_until = deadline
+            .checked_sub(fetch::MIN_FINAL_FLUSH)
+            .unwrap_or(deadline);
+        match ack_done.recv_timeout(drain_until.saturating_duration_since(Instant::now())) {
+            Ok(()) => {
+                log::info!("pipeline drained; every settled message acknowledged");
+                // Both kick senders are gone now, so svc-flush has ended or is ending.
+                let _ = flush_thread.join();
             }
+            Err(_) => log::warn!(
+                "shutdown timeout ({} s) reached with batches in flight; they stay \
+                 unacknowledged and will be redelivered",
+                self.timeout.as_secs_f64()
+            ),
         }
-    } else {
-        None
-    };
-
-    let normalizer = Normalizer::new(&cfg, protection, metrics.clone());
-    let mon = monitor.clone();
-    spawn("svc-normalize", move || {
-        normalize::run(normalizer, raw_rx, prepared_tx, mon)
-    })?;
-
-    let fetcher = fetch::Fetcher {
-        nc: nc.clone(),
-        sub: consumer.subscription,
-        batch_size: d.batch_size,
-        expiry: d.fetch_expiry,
-        max_batch_wait: d.max_batch_wait,
-        credits,
-        request_bytes,
-        flush_kick,
-        raw_tx,
-        ack_tx,
-        stop: stop.clone(),
-        stop_at: stop_at.clone(),
-        shutdown_timeout: d.shutdown_timeout,
-        denials: denials.clone(),
-        metrics: metrics.clone(),
-        monitor: monitor.clone(),
-        watch: broker::consumer_watch::ConsumerWatch::new(
-            nc.clone(),
-            &consumer.stream,
-            &consumer.name,
-            &cfg.nats.subject,
-        ),
-        stream: consumer.stream.clone(),
-        incarnation: Arc::clone(&consumer.incarnation),
-    };
-    let fetch_thread = spawn("svc-fetch", move || fetcher.run())?;
-
-    let fetch_result = fetch_thread.join();
-    let fatal = match fetch_result {
-        Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(e),
-        Err(_) => Some("svc-fetch panicked".to_string()),
-    };
-    // One clock from the stop signal (or from svc-fetch's end): the release of open pull
-    // requests, the drain and the final flush all fit in `shutdown_timeout_seconds`.
-    let deadline = *stop_at.get_or_init(Instant::now) + d.shutdown_timeout;
-    stop.store(true, Ordering::SeqCst);
-    let timeout = d.shutdown_timeout;
-    // The drain stops now too, between its attempts; a sink write it is in is bounded below.
-    drain_stop.store(true, Ordering::SeqCst);
-    // The final flush's least time is kept inside the budget, not added past it.
-    let drain_until = deadline
-        .checked_sub(fetch::MIN_FINAL_FLUSH)
-        .unwrap_or(deadline);
-    match ack_done_rx.recv_timeout(drain_until.saturating_duration_since(Instant::now())) {
-        Ok(()) => {
-            log::info!("pipeline drained; every settled message acknowledged");
-            // Both kick senders are gone now, so svc-flush has ended or is ending.
-            let _ = flush_thread.join();
+        let left = deadline.saturating_duration_since(Instant::now());
+        if let Err(e) = broker::flush(&self.nc, left.max(fetch::MIN_FINAL_FLUSH)) {
+            log::warn!("broker: final flush of acknowledgements failed: {e}");
         }
-        Err(_) => log::warn!(
-            "shutdown timeout ({} s) reached with batches in flight; they stay \
-             unacknowledged and will be redelivered",
-            timeout.as_secs_f64()
-        ),
-    }
-    let left = deadline.saturating_duration_since(Instant::now());
-    if let Err(e) = broker::flush(&nc, left.max(fetch::MIN_FINAL_FLUSH)) {
-        log::warn!("broker: final flush of acknowledgements failed: {e}");
-    }
-    if let Some(observer) = advisories {
-        observer.join();
-    }
-    if let Some((done, spool)) = drain_thread {
-        stop_drain(&done, &spool, deadline);
-    }
-    let _ = snapshot_thread.join();
-    snapshot.write_now();
-    signal_handle.close();
-    // The final flush waited for the broker's PONG, so a violation by the last
-    // acknowledgements of a clean stop has arrived by now: a clean exit would hide it.
-    let fatal = fatal.or_else(|| {
-        denials
-            .first()
-            .map(|d| broker::permissions::runner_error(&d))
-    });
-    match fatal {
-        None => Ok(()),
-        Some(e) => Err(RunError::Fatal(e)),
     }
 }
 
