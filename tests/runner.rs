@@ -130,6 +130,24 @@ fn n_published_are_n_stored_and_acked() {
     let first: serde_json::Value = serde_json::from_slice(&records[&1]).unwrap();
     assert_eq!(first["payload"], json!({"order": 0}));
     assert_eq!(first["subject"], "orders.created");
+    // Every thread has a name of its own (a thread dump reads), the broker client's too;
+    // only the main thread is called `svc`.
+    let tasks = format!("/proc/{}/task", runner.child.id());
+    let names: Vec<String> = std::fs::read_dir(&tasks)
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    assert_eq!(names.iter().filter(|n| *n == "svc").count(), 1, "{names:?}");
+    for name in [
+        "svc-fetch",
+        "svc-ack",
+        "svc-sink-1",
+        "nats-client",
+        "nats-flusher",
+    ] {
+        assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+    }
 
     runner.signal("TERM");
     let status = runner

@@ -165,7 +165,8 @@ impl Client {
         //   broken.
         // - Reading messages from the server and processing them.
         // - Forwarding MSG operations to subscribers.
-        let handle = thread::spawn({
+        // Named (svc): someone reading a thread dump knows which thread this is.
+        let handle = thread::Builder::new().name("nats-client".into()).spawn({
             let client = client.clone();
             move || {
                 // The close callback runs however the thread ends, a panic included: the
@@ -184,7 +185,7 @@ impl Client {
                     }
                 }
             }
-        });
+        })?;
 
         *client.client_thread.lock() = Some(handle);
 
@@ -197,7 +198,7 @@ impl Client {
         }
 
         // Spawn a thread that periodically flushes buffered messages.
-        let handle = thread::spawn({
+        let handle = thread::Builder::new().name("nats-flusher".into()).spawn({
             let client = client.clone();
             move || {
                 // Track last flush/write time.
@@ -280,7 +281,7 @@ impl Client {
                     }
                 }
             }
-        });
+        })?;
 
         *client.flush_thread.lock() = Some(handle);
         Ok(client)

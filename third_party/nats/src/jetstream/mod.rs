@@ -1281,7 +1281,8 @@ impl JetStream {
                         return true;
                     }
 
-                    thread::spawn(move || {
+                    let resubscribe = thread::Builder::new().name("nats-resub".into());
+                    let _ = resubscribe.spawn(move || {
                         let new_deliver_subject = context.connection.new_inbox();
                         let result = context
                             .connection
