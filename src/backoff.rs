@@ -90,6 +90,24 @@ impl Backoff {
             jitter: r.one_of("jitter", default.jitter, JITTERS),
         }
     }
+
+    /// A sink's in-call retry shape, from `retry_backoff_ms` (250), `retry_max_backoff_ms`
+    /// (5000, at least the first), `retry_backoff_mode`, `retry_backoff_multiplier` and
+    /// `retry_jitter` (`jitter` by default); `min_ms` is the least either delay may be.
+    pub fn read_sink_retry(r: &mut ObjectReader<'_>, min_ms: i64, jitter: Jitter) -> Backoff {
+        let initial_ms = r.int_in("retry_backoff_ms", 250, min_ms, 60_000);
+        let max_ms = r.int_in("retry_max_backoff_ms", 5000, min_ms, 300_000);
+        if max_ms < initial_ms {
+            r.problem("retry_max_backoff_ms", "must be at least retry_backoff_ms");
+        }
+        Backoff {
+            growth: r.one_of("retry_backoff_mode", Growth::Exponential, GROWTHS),
+            initial: Duration::from_millis(initial_ms as u64),
+            multiplier: r.number_in("retry_backoff_multiplier", 2.0, 1.0, false, 10.0),
+            max: Duration::from_millis(max_ms as u64),
+            jitter: r.one_of("retry_jitter", jitter, JITTERS),
+        }
+    }
 }
 
 pub const GROWTHS: &[(&str, Growth)] = &[

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::backoff::{Backoff, Growth, Jitter, GROWTHS, JITTERS};
+use crate::backoff::{Backoff, Jitter};
 use crate::document::grammar::{is_env_var_name, is_header_name, looks_secret};
 use crate::document::reader::ObjectReader;
 use crate::sink::url_scheme::scheme_problem;
@@ -254,18 +254,7 @@ impl HttpSinkConfig {
             r.problem("retry_statuses", format!("{both} is also a success status"));
         }
         let dead_letter_statuses = dead_letter_list(r, &success_statuses, &retry_statuses);
-        let initial_ms = r.int_in("retry_backoff_ms", 250, 1, 60_000);
-        let max_ms = r.int_in("retry_max_backoff_ms", 5000, 1, 300_000);
-        if max_ms < initial_ms {
-            r.problem("retry_max_backoff_ms", "must be at least retry_backoff_ms");
-        }
-        let retry = Backoff {
-            growth: r.one_of("retry_backoff_mode", Growth::Exponential, GROWTHS),
-            initial: Duration::from_millis(initial_ms as u64),
-            multiplier: r.number_in("retry_backoff_multiplier", 2.0, 1.0, false, 10.0),
-            max: Duration::from_millis(max_ms as u64),
-            jitter: r.one_of("retry_jitter", Jitter::Equal, JITTERS),
-        };
+        let retry = Backoff::read_sink_retry(r, 1, Jitter::Equal);
         let retry_budget =
             Duration::from_secs(r.int_in("retry_budget_seconds", 30, 0, 3600) as u64);
         let max_retry_after =

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::backoff::{Backoff, Growth, Jitter, GROWTHS, JITTERS};
+use crate::backoff::{Backoff, Jitter};
 use crate::document::grammar::{is_env_var_name, looks_secret};
 use crate::document::reader::ObjectReader;
 use crate::sink::key::{is_simple_suffix, KeyStrategy, KEY_STRATEGIES};
@@ -196,38 +196,12 @@ impl ObjectStoreConfig {
         {
             r.problem("endpoint_url", why);
         }
-        let region_name = r.opt_string("region_name");
-        if let Some(region) = &region_name {
-            if !is_region(region) {
-                r.problem(
-                    "region_name",
-                    "must be 1 to 64 characters of letters, digits, '-' or '_'",
-                );
-            }
-        }
+        let region_name = read_region(r);
         let credential_mode = read_credentials(r);
-        for field in SECRET_FIELDS {
-            if r.has(field) {
-                r.problem(
-                    field,
-                    "secrets must not be stored in the configuration; use credential_mode \
-                     environment (access_key_id_env, secret_access_key_env) or a profile",
-                );
-            }
-        }
+        refuse_secret_fields(r);
 
         let key_strategy = r.one_of("key_strategy", KeyStrategy::IdempotencyKey, KEY_STRATEGIES);
-        let key_prefix = r.opt_string("key_prefix");
-        if let Some(kp) = &key_prefix {
-            if let Some(why) = prefix_problem(kp) {
-                r.problem("key_prefix", why);
-            } else if kp.split('/').next() == Some(CHECK_NAMESPACE) {
-                r.problem(
-                    "key_prefix",
-                    format!("must not start with the reserved segment {CHECK_NAMESPACE}"),
-                );
-            }
-        }
+        let key_prefix = read_key_prefix(r);
         let object_suffix = r.string_or("object_suffix", ".json");
         if !is_simple_suffix(&object_suffix) {
             r.problem(
@@ -246,18 +220,7 @@ impl ObjectStoreConfig {
             MetadataMode::ObjectMetadata,
             METADATA_MODES,
         );
-        let sidecar_suffix = r.string_or("sidecar_suffix", ".metadata.json");
-        if !is_simple_suffix(&sidecar_suffix) {
-            r.problem(
-                "sidecar_suffix",
-                "must be a simple extension such as .metadata.json",
-            );
-        } else if object_suffix.ends_with(&sidecar_suffix) {
-            r.problem(
-                "sidecar_suffix",
-                "must not be a suffix of object_suffix (sidecars would collide with objects)",
-            );
-        }
+        let sidecar_suffix = read_sidecar_suffix(r, &object_suffix);
         if metadata_mode == MetadataMode::Sidecar
             && duplicate_policy == DuplicatePolicy::FailExisting
         {
@@ -268,18 +231,7 @@ impl ObjectStoreConfig {
         }
         let payload_mode = r.one_of("payload_mode", PayloadMode::JsonOrEnvelope, PAYLOAD_MODES);
         let compression = r.one_of("compression", Compression::None, COMPRESSIONS);
-        let gz = object_suffix.ends_with(".gz");
-        match compression {
-            Compression::Gzip if !gz => r.problem(
-                "object_suffix",
-                "must end with .gz (such as .json.gz) when compression is gzip",
-            ),
-            Compression::None if gz => r.problem(
-                "object_suffix",
-                "must not end with .gz unless compression is gzip",
-            ),
-            _ => {}
-        }
+        check_gzip_suffix(r, compression, &object_suffix);
         let content_type = r.string_or("content_type", "application/json");
         if content_type != "application/json" {
             r.problem("content_type", "must be one of: application/json");
@@ -304,18 +256,7 @@ impl ObjectStoreConfig {
         let request_timeout =
             Duration::from_secs_f64(r.number_in("request_timeout_seconds", 10.0, 0.0, true, 300.0));
         let max_retries = r.int_in("max_retries", 0, 0, 10) as u32;
-        let initial_ms = r.int_in("retry_backoff_ms", 250, 0, 60_000);
-        let max_ms = r.int_in("retry_max_backoff_ms", 5000, 0, 300_000);
-        if max_ms < initial_ms {
-            r.problem("retry_max_backoff_ms", "must be at least retry_backoff_ms");
-        }
-        let retry = Backoff {
-            growth: r.one_of("retry_backoff_mode", Growth::Exponential, GROWTHS),
-            initial: Duration::from_millis(initial_ms as u64),
-            multiplier: r.number_in("retry_backoff_multiplier", 2.0, 1.0, false, 10.0),
-            max: Duration::from_millis(max_ms as u64),
-            jitter: r.one_of("retry_jitter", Jitter::Full, JITTERS),
-        };
+        let retry = Backoff::read_sink_retry(r, 0, Jitter::Full);
         let ca_file = r.opt_string("ca_file").and_then(|p| {
             if p.trim().is_empty() {
                 r.problem("ca_file", "must not be empty");
@@ -362,6 +303,79 @@ impl ObjectStoreConfig {
             max_concurrent_puts,
             addressing_style,
         }
+    }
+}
+
+fn read_region(r: &mut ObjectReader<'_>) -> Option<String> {
+    let region_name = r.opt_string("region_name");
+    if region_name
+        .as_deref()
+        .is_some_and(|region| !is_region(region))
+    {
+        r.problem(
+            "region_name",
+            "must be 1 to 64 characters of letters, digits, '-' or '_'",
+        );
+    }
+    region_name
+}
+
+fn refuse_secret_fields(r: &mut ObjectReader<'_>) {
+    for field in SECRET_FIELDS {
+        if r.has(field) {
+            r.problem(
+                field,
+                "secrets must not be stored in the configuration; use credential_mode \
+                 environment (access_key_id_env, secret_access_key_env) or a profile",
+            );
+        }
+    }
+}
+
+fn read_key_prefix(r: &mut ObjectReader<'_>) -> Option<String> {
+    let key_prefix = r.opt_string("key_prefix");
+    if let Some(kp) = &key_prefix {
+        if let Some(why) = prefix_problem(kp) {
+            r.problem("key_prefix", why);
+        } else if kp.split('/').next() == Some(CHECK_NAMESPACE) {
+            r.problem(
+                "key_prefix",
+                format!("must not start with the reserved segment {CHECK_NAMESPACE}"),
+            );
+        }
+    }
+    key_prefix
+}
+
+fn read_sidecar_suffix(r: &mut ObjectReader<'_>, object_suffix: &str) -> String {
+    let sidecar_suffix = r.string_or("sidecar_suffix", ".metadata.json");
+    if !is_simple_suffix(&sidecar_suffix) {
+        r.problem(
+            "sidecar_suffix",
+            "must be a simple extension such as .metadata.json",
+        );
+    } else if object_suffix.ends_with(&sidecar_suffix) {
+        r.problem(
+            "sidecar_suffix",
+            "must not be a suffix of object_suffix (sidecars would collide with objects)",
+        );
+    }
+    sidecar_suffix
+}
+
+/// Gzip objects end with `.gz`, and only they do.
+fn check_gzip_suffix(r: &mut ObjectReader<'_>, compression: Compression, object_suffix: &str) {
+    let gz = object_suffix.ends_with(".gz");
+    match compression {
+        Compression::Gzip if !gz => r.problem(
+            "object_suffix",
+            "must end with .gz (such as .json.gz) when compression is gzip",
+        ),
+        Compression::None if gz => r.problem(
+            "object_suffix",
+            "must not end with .gz unless compression is gzip",
+        ),
+        _ => {}
     }
 }
 
@@ -594,6 +608,7 @@ fn is_profile_name(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use crate::backoff::Growth;
     use crate::config::RuntimeConfig;
     use crate::sink::SinkConfig;
 

@@ -296,18 +296,7 @@ impl RelationalConfig {
             ],
         );
         if channel_binding == ChannelBindingMode::Require {
-            if tls_mode == TlsMode::Disable {
-                r.problem(
-                    "channel_binding",
-                    "require needs tls_mode verify_full (channel binding is a property of tls)",
-                );
-            }
-            if !require_auth.scram_sha_256 {
-                r.problem(
-                    "channel_binding",
-                    "require needs scram-sha-256 in sink.require_auth",
-                );
-            }
+            check_required_binding(r, tls_mode, &require_auth);
         }
         let scram_min_iterations = r.int_in(
             "scram_min_iterations",
@@ -316,60 +305,10 @@ impl RelationalConfig {
             i64::from(super::auth::MAX_SCRAM_ITERATIONS),
         ) as u32;
         let table_text = r.req_string("table");
-        let table = if table_text.is_empty() {
-            None
-        } else {
-            match TableName::parse(&table_text) {
-                Ok(t) => Some(t),
-                Err(msg) => {
-                    r.problem("table", msg);
-                    None
-                }
-            }
-        };
-        let mut routes = Vec::new();
-        let route_readers = r.objects_at_most("routes", crate::message::subject::MAX_RULES);
-        for mut rr in route_readers {
-            let subject = rr.req_string("subject");
-            let t = rr.req_string("table");
-            let subject = if subject.is_empty() {
-                None
-            } else {
-                match SubjectPattern::parse(&subject) {
-                    Ok(p) => Some(p),
-                    Err(e) => {
-                        rr.problem("subject", e.to_string());
-                        None
-                    }
-                }
-            };
-            let t = if t.is_empty() {
-                None
-            } else {
-                match TableName::parse(&t) {
-                    Ok(t) => Some(t),
-                    Err(msg) => {
-                        rr.problem("table", msg);
-                        None
-                    }
-                }
-            };
-            if let (Some(subject), Some(table)) = (subject, t) {
-                routes.push(TableRoute { subject, table });
-            }
-            rr.finish();
-        }
+        let table = table_named(r, &table_text);
+        let routes = read_routes(r);
         let auto_create_tables = r.bool_or("auto_create_tables", false);
-        let application_name = r.string_or("application_name", "svc");
-        if application_name.is_empty()
-            || application_name.len() > 63
-            || !application_name.bytes().all(|b| (0x20..0x7f).contains(&b))
-        {
-            r.problem(
-                "application_name",
-                "must be 1 to 63 printable ASCII characters",
-            );
-        }
+        let application_name = read_application_name(r);
         let connect_timeout_seconds = r.int_in("connect_timeout_seconds", 10, 1, 300) as u64;
         let statement_timeout_seconds = r.int_in("statement_timeout_seconds", 30, 1, 3600) as u64;
 
@@ -416,6 +355,67 @@ impl RelationalConfig {
         }
         out
     }
+}
+
+/// `channel_binding: require` needs TLS and SCRAM (the binding is a property of both).
+fn check_required_binding(r: &mut ObjectReader<'_>, tls_mode: TlsMode, auth: &AuthPolicy) {
+    if tls_mode == TlsMode::Disable {
+        r.problem(
+            "channel_binding",
+            "require needs tls_mode verify_full (channel binding is a property of tls)",
+        );
+    }
+    if !auth.scram_sha_256 {
+        r.problem(
+            "channel_binding",
+            "require needs scram-sha-256 in sink.require_auth",
+        );
+    }
+}
+
+/// The table named by field `table` (read as `text`); None, with the problem recorded, when
+/// it is empty or not a table name.
+fn table_named(r: &mut ObjectReader<'_>, text: &str) -> Option<TableName> {
+    if text.is_empty() {
+        return None;
+    }
+    TableName::parse(text)
+        .map_err(|msg| r.problem("table", msg))
+        .ok()
+}
+
+/// `routes`: subject pattern -> table, at most [`crate::message::subject::MAX_RULES`].
+fn read_routes(r: &mut ObjectReader<'_>) -> Vec<TableRoute> {
+    let mut routes = Vec::new();
+    let route_readers = r.objects_at_most("routes", crate::message::subject::MAX_RULES);
+    for mut rr in route_readers {
+        let subject = rr.req_string("subject");
+        let t = rr.req_string("table");
+        let subject = if subject.is_empty() {
+            None
+        } else {
+            SubjectPattern::parse(&subject)
+                .map_err(|e| rr.problem("subject", e.to_string()))
+                .ok()
+        };
+        let t = table_named(&mut rr, &t);
+        if let (Some(subject), Some(table)) = (subject, t) {
+            routes.push(TableRoute { subject, table });
+        }
+        rr.finish();
+    }
+    routes
+}
+
+fn read_application_name(r: &mut ObjectReader<'_>) -> String {
+    let name = r.string_or("application_name", "svc");
+    if name.is_empty() || name.len() > 63 || !name.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        r.problem(
+            "application_name",
+            "must be 1 to 63 printable ASCII characters",
+        );
+    }
+    name
 }
 
 #[cfg(test)]
