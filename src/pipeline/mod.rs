@@ -1,4 +1,6 @@
-//! The runner's threads and the channels between them: the one place that spawns threads.
+//! The runner's threads and the channels between them. The pipeline's threads are spawned
+//! here; a sink owns its worker threads (`svc-http-N`, `svc-s3-put-N`, `svc-file-N`,
+//! `svc-fanout-*`: docs/architecture.md has the table), the broker client its own.
 //!
 //! ```text
 //!  svc-fetch ──RawBatch──▶ svc-normalize ──PreparedBatch──▶ svc-sink-1..N ──Outcome──▶ svc-ack
