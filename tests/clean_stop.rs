@@ -133,18 +133,28 @@ fn sigterm_during_a_backlog_leaves_nothing_waiting_for_ack_wait() {
 
 /// A sole runner stopped while 5 messages arrived sent 512 NAKs in 0.6 s (each went back into
 /// its own open pull requests), every message reached `max_deliver` 5 and the next runner
-/// stored 0 of 5; the log said "stop: 512 messages". Now the next runner stores 5 of 5 and
-/// the log counts messages.
+/// stored 0 of 5; the log said "stop: 512 messages". Then, with the NAKs once per message but
+/// without delay, the broker (which may hold a request after its UNSUB) still delivered them
+/// back into the stopping runner's requests: at `max_deliver` 2 one message of 5 was lost in 2
+/// of 3 tries. Now the NAK waits until those requests have expired: the next runner stores 5
+/// of 5 at `max_deliver` 2, whenever the messages arrive during the stop, and the log counts
+/// messages.
 #[test]
 fn a_runner_stopped_as_messages_arrive_burns_no_delivery() {
-    let server = server_with_consumer(5);
+    for offset in [0, 30, 100] {
+        stopped_as_messages_arrive(Duration::from_millis(offset));
+    }
+}
+
+fn stopped_as_messages_arrive(offset: Duration) {
+    let server = server_with_consumer(2);
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&server, dir.path(), file_sink(dir.path()), json!({}));
     let mut first = Runner::start(&cfg, &dir.path().join("first.log"));
     wait_bound(&mut first);
     std::thread::sleep(Duration::from_millis(500));
     first.signal("TERM");
-    std::thread::sleep(Duration::from_millis(100));
+    std::thread::sleep(offset);
     let nc = server.connect();
     for i in 0..5 {
         nc.publish("orders.created", format!("{{\"order\":{i}}}"))
@@ -168,7 +178,7 @@ fn a_runner_stopped_as_messages_arrive_burns_no_delivery() {
     while server.consumer_state(STREAM, CONSUMER) != (5, 0, 0) {
         assert!(
             Instant::now() < deadline,
-            "the next runner did not store 5 of 5: {:?}\nfirst: {log}\nnext: {}",
+            "{offset:?}: the next runner did not store 5 of 5: {:?}\nfirst: {log}\nnext: {}",
             server.consumer_state(STREAM, CONSUMER),
             next.log_text()
         );
@@ -176,6 +186,14 @@ fn a_runner_stopped_as_messages_arrive_burns_no_delivery() {
     }
     next.signal("TERM");
     assert!(next.wait_timeout(Duration::from_secs(15)).is_some());
+    let stored = files_below(&dir.path().join("out"))
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .count();
+    assert_eq!(
+        stored, 5,
+        "{offset:?}: 5 records, none lost at max_deliver 2"
+    );
 }
 
 /// The shutdown bound held only after the open pull requests had expired, and a 2 s flush

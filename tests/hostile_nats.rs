@@ -516,6 +516,13 @@ enum Stall {
     EndlessInfo,
     /// Asks for TLS in its INFO, then never answers the client's TLS hello.
     SilentTls,
+    /// Completes the handshake, then answers nothing (its PONG was the last word).
+    PongThenSilent,
+    /// Completes the handshake, then floods PINGs and never reads again: the client's PONGs
+    /// fill the socket and its writes stall.
+    PongThenUnreadPings,
+    /// Completes the handshake, then sends INFO lines naming 20,000 new servers each.
+    PongThenHugeInfo,
 }
 
 /// A broker that stalls every connection its own way (each in its own thread, which ends when
@@ -540,6 +547,9 @@ fn stall_one(mut stream: std::net::TcpStream, stall: Stall, port: u16) {
         "INFO {{\"server_id\":\"stall\",\"version\":\"2.10.0\",\"proto\":1,\"host\":\"127.0.0.1\",\
          \"port\":{port},\"max_payload\":1048576,\"headers\":true,\"client_id\":1,\"go\":\"go1.22\"}}\r\n"
     );
+    if let Stall::PongThenSilent | Stall::PongThenUnreadPings | Stall::PongThenHugeInfo = stall {
+        return after_handshake(stream, stall, &info);
+    }
     let mut reader = stream.try_clone().unwrap();
     // Reads (and drops) what the client sends until it hangs up.
     let drain = std::thread::spawn(move || {
@@ -565,8 +575,50 @@ fn stall_one(mut stream: std::net::TcpStream, stall: Stall, port: u16) {
             let chunk = vec![b'x'; 64 * 1024];
             while stream.write_all(&chunk).is_ok() {}
         }
+        _ => {}
     }
     let _ = drain.join();
+}
+
+/// Greets, answers the client's CONNECT + PING with a PONG, then misbehaves as `stall` says
+/// until the client goes away.
+fn after_handshake(mut stream: std::net::TcpStream, stall: Stall, info: &str) {
+    let _ = stream.write_all(info.as_bytes());
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !seen.windows(6).any(|w| w == b"PING\r\n") {
+        match stream.read(&mut buf) {
+            Ok(n) if n > 0 => seen.extend_from_slice(&buf[..n]),
+            _ => return,
+        }
+    }
+    if stream.write_all(b"PONG\r\n").is_err() {
+        return;
+    }
+    match stall {
+        Stall::PongThenUnreadPings => {
+            let pings = b"PING\r\n".repeat(1000);
+            while stream.write_all(&pings).is_ok() {}
+        }
+        Stall::PongThenHugeInfo => {
+            for round in 0.. {
+                let urls: Vec<String> = (0..20_000)
+                    .map(|i| format!("\"10.{}.{}.{}:4222\"", round % 250, i / 250, i % 250))
+                    .collect();
+                let line = format!(
+                    "INFO {{\"server_id\":\"x\",\"connect_urls\":[{}]}}\r\n",
+                    urls.join(",")
+                );
+                if stream.write_all(line.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        }
+        _ => {
+            // Reads (and drops) what the client sends until it hangs up.
+            while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+        }
+    }
 }
 
 /// A config for `orders.>` of stream ORDERS through durable `svc` at `urls`, files into `dir`.
@@ -619,6 +671,58 @@ fn a_stalling_broker_costs_inspect_its_timeout_only() {
             "{stall:?}: {log}"
         );
     }
+}
+
+/// A broker that completes the handshake and then misbehaves costs `svc inspect --timeout 2`
+/// a bounded time: one that answers nothing more (the connect's own round trip once waited
+/// 10 s), one that floods PINGs and stops reading (the client's write of a PONG blocked with
+/// its write lock held, and inspect never ended), one whose INFO lines name 20,000 new
+/// servers each (peak RSS once grew to 677 MiB in 5 s).
+#[test]
+fn a_broker_that_misbehaves_after_the_handshake_costs_a_bounded_time() {
+    for (stall, bound) in [
+        (Stall::PongThenSilent, 5),
+        (Stall::PongThenUnreadPings, 15),
+        (Stall::PongThenHugeInfo, 15),
+    ] {
+        let port = start_stalling_broker(stall);
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config_at(dir.path(), &[format!("nats://127.0.0.1:{port}")]);
+        let started = Instant::now();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_svc"));
+        cmd.arg("inspect").arg(&cfg).args(["--timeout", "2"]);
+        let mut inspect = Runner::spawn(&mut cmd, &dir.path().join("inspect.log"));
+        let pid = inspect.child.id();
+        let mut peak_kib = 0;
+        let status = loop {
+            if let Some(status) = inspect.wait_timeout(Duration::from_millis(100)) {
+                break Some(status);
+            }
+            peak_kib = peak_kib.max(vm_hwm_kib(pid));
+            if started.elapsed() > Duration::from_secs(30) {
+                break None;
+            }
+        };
+        let log = inspect.log_text();
+        let status = status.unwrap_or_else(|| panic!("{stall:?}: inspect still running\n{log}"));
+        assert_eq!(status.code(), Some(1), "{stall:?}: {log}");
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed < Duration::from_secs(bound),
+            "{stall:?}: {elapsed:?} for --timeout 2\n{log}"
+        );
+        assert!(peak_kib < 64 * 1024, "{stall:?}: peak RSS {peak_kib} KiB");
+    }
+}
+
+/// Peak resident memory of a running process (`VmHWM`), 0 once it is gone.
+fn vm_hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// `svc run` with three seeds, two of which accept and never answer, reaches the healthy one

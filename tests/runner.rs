@@ -617,7 +617,7 @@ fn a_clean_stop_leaves_no_delivery_waiting_for_its_ack_wait() {
             .expect("bounded shutdown");
         let log = runner.log_text();
         assert!(status.success(), "{log}");
-        log.contains("released for redelivery at once")
+        log.contains("released for redelivery in")
     };
     for cycle in 0..3 {
         let runner = Runner::start(&cfg, &dir.path().join(format!("svc{cycle}.log")));

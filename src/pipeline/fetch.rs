@@ -48,6 +48,9 @@ const EXPIRY_GRACE: Duration = Duration::from_secs(1);
 /// At a clean stop, how long deliveries are still awaited after the flush that follows the
 /// end of our pull requests (one the broker was writing as it read the `UNSUB`).
 const LATE_DELIVERY_WAIT: Duration = Duration::from_millis(100);
+/// After a pull request's expiry as we count it, until the broker surely counts it expired
+/// too (it started the clock a little later, when the request arrived).
+const EXPIRY_MARGIN: Duration = Duration::from_millis(100);
 /// The least time given to writing the stop's NAKs, even past the shutdown deadline.
 pub const MIN_FINAL_FLUSH: Duration = Duration::from_millis(200);
 
@@ -360,7 +363,8 @@ impl Fetcher {
     /// 86-119 deliveries per message this way, past `max_deliver`). So: the broker first
     /// forgets our open requests ([`broker::forget_pull_requests`]); a flush then waits until
     /// everything it sent before that has arrived; each of those deliveries is handed back
-    /// once (NAK, no delay). All within the stop's one deadline.
+    /// once (NAK, with the delay until those requests have expired, so the NAK cannot go
+    /// back into them). All within the stop's one deadline.
     fn release_after_stop(
         &self,
         outstanding: &VecDeque<Request>,
@@ -380,6 +384,15 @@ impl Fetcher {
         // was writing just then gets a moment more.
         let _ = broker::flush(&self.nc, left(Instant::now()));
         let until = Instant::now() + LATE_DELIVERY_WAIT.min(left(Instant::now()));
+        // The broker may keep our pull requests open until they expire whatever the UNSUB
+        // (2.9.10 does): a NAK without delay went straight back into them, and each round
+        // trip burnt a delivery (a message at `max_deliver` 2 was lost at a stop). So the
+        // redelivery waits until the last of them has expired.
+        let last_expiry = outstanding
+            .iter()
+            .map(|r| r.deadline - EXPIRY_GRACE + EXPIRY_MARGIN)
+            .max();
+        let delay = last_expiry.map_or(Duration::ZERO, |d| d.saturating_duration_since(until));
         let mut released = std::collections::HashSet::new();
         loop {
             let now = Instant::now();
@@ -390,7 +403,7 @@ impl Fetcher {
                 Delivery::Message { handle, .. } => {
                     // Once per message, whatever arrives twice.
                     if released.insert(handle.stream_sequence)
-                        && broker::send_ack(&self.nc, &handle, AckVerb::Nak(Duration::ZERO)).is_ok()
+                        && broker::send_ack(&self.nc, &handle, AckVerb::Nak(delay)).is_ok()
                     {
                         Metrics::add(&self.metrics.counters.messages_nacked_total, 1);
                     }
@@ -404,8 +417,9 @@ impl Fetcher {
             let _ = broker::flush(&self.nc, left(Instant::now()).max(MIN_FINAL_FLUSH));
             log::info!(
                 "stop: {} messages delivered into still-open pull requests were released for \
-                 redelivery at once",
-                released.len()
+                 redelivery in {:.1} s, once those requests have expired",
+                released.len(),
+                delay.as_secs_f64()
             );
         }
     }

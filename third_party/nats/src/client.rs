@@ -312,10 +312,11 @@ impl Client {
                     // TODO(stjepang): We probably want to set the deadline
                     // rather than the timeout because right now the timeout
                     // applies to each write syscall individually.
-                    writer.get_ref().set_write_timeout(Some(timeout))?;
+                    let stall = crate::connector::WRITE_STALL_TIMEOUT;
+                    writer.get_ref().set_write_timeout(Some(timeout.min(stall)))?;
                     proto::encode(&mut writer, ClientOp::Ping)?;
                     writer.flush()?;
-                    writer.get_ref().set_write_timeout(None)?;
+                    writer.get_ref().set_write_timeout(Some(stall))?;
                 }
             }
 

@@ -36,8 +36,11 @@ use crate::{connect::ConnectInfo, inject_io_failure, AuthStyle, Options, ServerI
 /// INFO messages, reconnect when the connection is lost, and do exponential
 /// backoff after failed connect attempts.
 pub(crate) struct Connector {
-    /// A map of servers and number of connect attempts.
+    /// A map of servers and number of connect attempts: the configured ones, and at most
+    /// [`MAX_SERVERS`] in all with those the servers advertise.
     attempts: HashMap<ServerAddress, usize>,
+    /// An advertised server was dropped because the map was full (reported once).
+    warned_full: bool,
 
     /// Configured options for establishing connections.
     options: Arc<Options>,
@@ -151,6 +154,7 @@ impl Connector {
             options,
             tls_config: Arc::new(tls_config),
             skipped_urls: 0,
+            warned_full: false,
         };
 
         Ok(connector)
@@ -168,6 +172,19 @@ impl Connector {
     pub(crate) fn add_advertised(&mut self, urls: &[String], client: &crate::client::Client) {
         for url in urls {
             match url.parse() {
+                Ok(address) if self.attempts.contains_key(&address) => {}
+                Ok(address) if self.attempts.len() >= MAX_SERVERS => {
+                    self.skipped_urls += 1;
+                    if !self.warned_full {
+                        self.warned_full = true;
+                        let why = format!(
+                            "the server advertised more than {MAX_SERVERS} servers \
+                             (connect_urls); the others are not kept"
+                        );
+                        let error = Error::new(ErrorKind::InvalidData, why);
+                        self.options.error_callback.call(client, error);
+                    }
+                }
                 Ok(address) => self.add_server(address),
                 Err(_) => {
                     self.skipped_urls += 1;
@@ -343,6 +360,7 @@ impl Connector {
         stream.flush()?;
         await_pong(&mut stream)?;
         stream.set_deadline(None)?;
+        stream.set_write_timeout(Some(WRITE_STALL_TIMEOUT))?;
         Ok((server_info, stream))
     }
 
@@ -424,6 +442,15 @@ fn sleep_unless_closed(duration: Duration, client: &crate::client::Client) -> io
 /// Longest INFO line read while connecting (a large cluster's `connect_urls` fit many times
 /// over); a longer one is a broken or hostile server, not a reason to grow without bound.
 pub(crate) const MAX_INFO_LINE: usize = 64 * 1024;
+
+/// Servers kept to connect to (svc): a hostile server's INFO lines, each naming thousands of
+/// new `connect_urls`, once grew the list by hundreds of MiB in seconds.
+pub(crate) const MAX_SERVERS: usize = 64;
+
+/// A write that makes no progress for this long fails, and the connection is dropped (and
+/// reconnected): a server that stops reading while it floods us with PINGs once kept the
+/// client's write lock, and with it every publish, flush and stop, forever.
+pub(crate) const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Most PINGs answered while waiting for the first PONG: a server asks once, if at all.
 const MAX_CONNECT_PINGS: usize = 8;

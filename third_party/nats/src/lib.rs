@@ -465,8 +465,11 @@ impl Connection {
         I: IntoServerList,
     {
         let urls = urls.into_server_list()?;
+        // The handshake already waited for a PONG; this round trip through the client's own
+        // thread gets the connect timeout, not 10 s more (svc).
+        let timeout = options.connect_timeout;
         let client = Client::connect(urls, options)?;
-        client.flush(DEFAULT_FLUSH_TIMEOUT)?;
+        client.flush(timeout)?;
         Ok(Connection(Arc::new(Inner { client })))
     }
 

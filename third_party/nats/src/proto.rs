@@ -154,6 +154,11 @@ pub(crate) fn decode(mut stream: impl BufRead) -> io::Result<Option<ServerOp>> {
         b"PING" => return Ok(Some(ServerOp::Ping)),
         b"PONG" => return Ok(Some(ServerOp::Pong)),
         b"INFO" => {
+            // The handshake's bound holds for every INFO: a server's asynchronous INFO lines
+            // (cluster changes) are as small as its first one.
+            if line.len() >= crate::connector::MAX_INFO_LINE {
+                return Err(invalid("server info exceeded 64 KiB"));
+            }
             let text = str::from_utf8(&line).map_err(|_| invalid("server info is not UTF-8"))?;
             // Parse the JSON-formatted server information.
             let server_info = ServerInfo::parse(text["INFO".len()..].trim_start())
