@@ -100,6 +100,8 @@ def main():
     ap.add_argument("--svc", default="target/release/svc")
     ap.add_argument("--count", type=int, default=3000)
     ap.add_argument("--lines", type=int, default=8000)
+    ap.add_argument("--batch-size", type=int, help="delivery.batch_size (default: svc's)")
+    ap.add_argument("--max-ack-pending", type=int, default=4096)
     args = ap.parse_args()
     server_bin = os.environ.get("SVC_NATS_SERVER", "/usr/sbin/nats-server")
     tmp = tempfile.mkdtemp(prefix="svc-hdr-amp-")
@@ -132,7 +134,7 @@ def main():
                     "deliver_policy": "all",
                     "filter_subject": "orders.>",
                     "ack_wait": 30_000_000_000,
-                    "max_ack_pending": 4096,
+                    "max_ack_pending": args.max_ack_pending,
                 },
             },
         )
@@ -157,6 +159,8 @@ def main():
             "dead_letter": {"enabled": True, "subject": "dlq.orders", "expected_stream": "DLQ"},
             "logging": {"level": "warn"},
         }
+        if args.batch_size:
+            cfg["delivery"] = {"batch_size": args.batch_size}
         with open(os.path.join(tmp, "c.json"), "w") as f:
             json.dump(cfg, f)
         log = open(os.path.join(tmp, "svc.log"), "w")

@@ -38,6 +38,7 @@ use super::{AckMsg, Monitor, RawBatch, PIPELINED_PULL_REQUESTS};
 use crate::broker::consumer_watch::ConsumerWatch;
 use crate::broker::{self, AckHandle, AckVerb, Connection, Delivery};
 use crate::message::envelope::{now_unix_nanos, RawMessage};
+use crate::message::limits;
 use crate::metrics::Metrics;
 use crate::text::peer::PeerText;
 
@@ -58,6 +59,8 @@ pub struct Fetcher {
     pub nc: Connection,
     pub sub: broker::PullSubscription,
     pub batch_size: usize,
+    /// Messages per pull request ([`request_messages`]).
+    pub request_messages: usize,
     pub expiry: Duration,
     pub max_batch_wait: Duration,
     pub credits: Arc<CreditPool>,
@@ -118,6 +121,20 @@ pub fn request_allowance(bound: usize, batches: usize, max_payload: usize) -> us
 /// runner about 112: charging name + value + 4, as before, let 3,000 messages of 8,000 such
 /// lines hold 2.1 GiB under a 64 MiB bound.
 const HEADER_PAIR_COST: usize = 48 + 2 * 32;
+
+/// The most a delivery's headers may hold: the client refuses a block over svc's input limits
+/// (as many lines and bytes as `message::limits` allows) before building anything, so at most
+/// that many pairs at [`HEADER_PAIR_COST`] each, and the bytes.
+const WORST_HEADERS_HELD: usize = limits::MAX_HEADERS * HEADER_PAIR_COST + limits::MAX_HEADER_BYTES;
+
+/// Messages one pull request asks for: `batch_size`, but no more than its byte allowance
+/// covers at the worst header cost. The broker counts wire bytes against `max_bytes`, while a
+/// held one-byte header line costs about 112: two requests of 10,000 messages of 256 short
+/// headers each held 580 MiB-1 GiB under a 160 MiB bound. With the defaults (a 20 MiB
+/// allowance) this is 341, above the default `batch_size` of 256.
+pub fn request_messages(batch_size: usize, request_bytes: usize) -> usize {
+    batch_size.min((request_bytes / WORST_HEADERS_HELD).max(1))
+}
 
 /// The bytes a delivery holds while the runner has it: payload, subject and what its headers
 /// really cost in memory (at least what the broker counts against a pull request's
@@ -294,7 +311,7 @@ impl Fetcher {
         let (held, max_bytes) = if p.oversize {
             (Credit::new(1, self.credits.capacity().bytes), None)
         } else {
-            let held = Credit::new(self.batch_size, self.request_bytes);
+            let held = Credit::new(self.request_messages, self.request_bytes);
             (held, Some(self.request_bytes))
         };
         if !self.credits.take(held, wait) {
@@ -548,6 +565,15 @@ mod tests {
     use super::*;
 
     const MIB: usize = 1024 * 1024;
+
+    #[test]
+    fn a_request_asks_for_no_more_messages_than_its_allowance_holds_at_the_worst() {
+        // The defaults: a 20 MiB allowance covers a batch of 256 at the worst header cost.
+        assert_eq!(request_messages(256, 20 * MIB), 256);
+        assert_eq!(request_messages(10_000, 20 * MIB), 341);
+        assert_eq!(request_messages(10_000, MIB), 17);
+        assert_eq!(request_messages(10_000, 1024), 1, "one message always");
+    }
 
     #[test]
     fn the_allowance_fits_the_largest_message_where_the_bound_allows() {

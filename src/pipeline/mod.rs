@@ -272,6 +272,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let fetcher = fetch::Fetcher {
         nc: nc.clone(),
         batch_size: d.batch_size,
+        request_messages: fetch::request_messages(d.batch_size, request_bytes),
         expiry: d.fetch_expiry,
         max_batch_wait: d.max_batch_wait,
         credits,
