@@ -1324,3 +1324,37 @@ fn a_spool_directory_the_runner_creates_is_fsynced_into_its_parent() {
         parent.display()
     );
 }
+
+/// A spool that refuses batches (full by `max_records`) while the broker redelivers them: the
+/// spool logs the refusal at warn once for the outage, not on every NAK cycle, and every
+/// refused batch is still counted.
+#[test]
+fn a_spool_refusing_batches_warns_once_per_outage() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    let sink = json!({"type": "spool", "dir": dir.path().join("spool"), "max_bytes": 64 << 20,
+                      "max_records": 20, "target": files.sink()});
+    let cfg = config(&server, dir.path(), sink, None);
+    server.publish_n(STREAM, "orders.created", 100, |i| {
+        format!("{{\"order\":{}}}", i + 1).into_bytes()
+    });
+    let runner = start(&cfg, &dir.path().join("svc.log"), &HashMap::new());
+    let snapshot = dir.path().join("metrics.json");
+    wait_until(Duration::from_secs(60), "several refused batches", || {
+        snapshot_counter(&snapshot, "spool_full_refusals_total") >= 5
+    });
+    let log = runner.log_text();
+    stop(runner);
+    let warned = log
+        .lines()
+        .filter(|l| l.contains("full (") && l.contains("WARN"))
+        // The sink worker's line per failed batch is the pipeline's, for every sink.
+        .filter(|l| !l.contains("writes in batch"))
+        .count();
+    assert_eq!(warned, 1, "one warning for the outage: {log}");
+    assert!(
+        log.contains("logged once until the spool takes batches again"),
+        "{log}"
+    );
+}

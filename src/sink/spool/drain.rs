@@ -298,43 +298,57 @@ impl Drainer {
         {
             return Ok(Step::Refused(e.to_string()));
         }
-        let mut refused = Vec::new();
-        let mut refused_count = 0;
-        for (outcome, &(start, end)) in outcomes.iter().zip(&frames) {
-            if let WriteOutcome::Permanent(e) = outcome {
-                log::error!(
-                    "spool {}: sink refused the record at segment {} offset {} for good: {e}; \
-                     kept in {}",
-                    self.spool.path().display(),
-                    view.segment,
-                    loaded.base + start as u64,
-                    super::dir::rejected_name(view.segment, loaded.base + frames[0].0 as u64)
-                );
-                refused.extend_from_slice(&data[start..end]);
-                refused_count += 1;
-            }
-        }
+        let refused_count =
+            self.keep_refusals(view.segment, loaded.base, data, &frames, &outcomes)?;
         let delivered = frames.len() as u64 - refused_count;
         if refused_count == 0 {
             self.spool.commit(to, delivered, dropped)?;
             return Ok(Step::Delivered(delivered));
         }
-        let offset = loaded.base + frames[0].0 as u64;
-        self.spool
-            .reject(view.segment, offset, &refused, refused_count)
-            .map_err(|e| {
-                fail(
-                    self.spool.path(),
-                    "drain stuck",
-                    format!(
-                        "records the sink refused for good could not be kept ({e}); the drain \
-                         retries this step and moves no further until they are"
-                    ),
-                )
-            })?;
         self.spool
             .commit_rejection(to, delivered, refused_count + dropped)?;
         Ok(Step::Delivered(delivered))
+    }
+
+    /// Keeps every record the sink refused for good, each in its own file named by its own
+    /// offset: a step repeated after a crash (from an older durable position, so holding other
+    /// records) finds the same name with the same bytes and counts it as kept, never a second
+    /// copy. Returns how many were refused; an error stops the step.
+    fn keep_refusals(
+        &self,
+        segment: u64,
+        base: u64,
+        data: &[u8],
+        frames: &[(usize, usize)],
+        outcomes: &[WriteOutcome],
+    ) -> Result<u64, SpoolError> {
+        let mut refused_count = 0;
+        for (outcome, &(start, end)) in outcomes.iter().zip(frames) {
+            if let WriteOutcome::Permanent(e) = outcome {
+                let offset = base + start as u64;
+                log::error!(
+                    "spool {}: sink refused the record at segment {segment} offset {offset} for \
+                     good: {e}; kept in {}",
+                    self.spool.path().display(),
+                    super::dir::rejected_name(segment, offset)
+                );
+                self.spool
+                    .reject(segment, offset, &data[start..end])
+                    .map_err(|e| {
+                        fail(
+                            self.spool.path(),
+                            "drain stuck",
+                            format!(
+                                "records the sink refused for good could not be kept ({e}); \
+                                 the drain retries this step and moves no further until they \
+                                 are"
+                            ),
+                        )
+                    })?;
+                refused_count += 1;
+            }
+        }
+        Ok(refused_count)
     }
 
     /// Quarantines damage the drain found (see [`Spool::quarantine`]); damage that cannot be

@@ -131,8 +131,9 @@ fn quarantine(dir: &OwnedFd, path: &Path, metrics: &Metrics, id: u64, at: u64, b
 
 /// Counts the records of one segment from `from` and quarantines its damage; returns the
 /// length to keep. Only a last frame running past the end of the last segment (a write the
-/// crash interrupted, never acknowledged) is cut off: a whole frame that fails its check was
-/// written, and maybe acknowledged, and is quarantined like damage anywhere else.
+/// crash interrupted, never acknowledged) is cut off (see [`recover_tail`]): a whole frame
+/// that fails its check was written, and maybe acknowledged, and is quarantined like damage
+/// anywhere else.
 fn recover_frames(
     (dir, path, metrics): (&OwnedFd, &Path, &Metrics),
     (id, name): (u64, &str),
@@ -154,15 +155,8 @@ fn recover_frames(
             Item::Corrupt { start, end } => {
                 quarantine(dir, path, metrics, id, start as u64, &data[start..end]);
             }
-            Item::Tail { start } if last && frame::runs_past_end(data, start) => {
-                log::warn!(
-                    "spool {}: cut a torn tail of {} bytes from {name} (a write the crash \
-                     interrupted; it was never acknowledged)",
-                    path.display(),
-                    data.len() - start
-                );
-                truncate(file, start as u64).map_err(|e| fail(path, name, e))?;
-                len = start;
+            Item::Tail { start } if last => {
+                len = recover_tail((dir, path, metrics), (id, name), file, data, start)?;
             }
             Item::Tail { start } => {
                 quarantine(dir, path, metrics, id, start as u64, &data[start..]);
@@ -170,6 +164,53 @@ fn recover_frames(
         }
     }
     Ok(len)
+}
+
+/// The end of the last segment from `start`, where no intact frame follows; returns the
+/// length to keep. A whole frame whose length field alone is damaged (its checksum matches
+/// the length the file holds, up to the next mark or the end) was written and maybe
+/// acknowledged: quarantined. What runs past the end after that is a write the crash cut
+/// short: cut off, its bytes first kept in a quarantine file (damage to both the length and
+/// the contents of the last record looks the same). Anything else is damage: quarantined.
+fn recover_tail(
+    (dir, path, metrics): (&OwnedFd, &Path, &Metrics),
+    (id, name): (u64, &str),
+    file: &File,
+    data: &[u8],
+    start: usize,
+) -> Result<usize, SpoolError> {
+    let mut at = start;
+    while let Some(end) = frame::whole_frame_end(data, at) {
+        quarantine(dir, path, metrics, id, at as u64, &data[at..end]);
+        at = end;
+    }
+    if at >= data.len() {
+        return Ok(data.len());
+    }
+    if !frame::runs_past_end(data, at) {
+        quarantine(dir, path, metrics, id, at as u64, &data[at..]);
+        return Ok(data.len());
+    }
+    let kept = dir::quarantine_name(id, at as u64);
+    if let Err(e) = dir::keep(dir, path, &kept, &data[at..]) {
+        // Left in place: the drain finds the bytes and quarantines them once it can.
+        log::error!(
+            "spool {}: a torn tail of {} bytes at offset {at} of {name} cannot be kept ({e}); \
+             left in place",
+            path.display(),
+            data.len() - at
+        );
+        return Ok(data.len());
+    }
+    log::warn!(
+        "spool {}: cut a torn tail of {} bytes at offset {at} of {name}: a write the crash \
+         interrupted, never acknowledged, unless damage hit both the length and the contents \
+         of the segment's last record (the bytes are kept in {kept})",
+        path.display(),
+        data.len() - at
+    );
+    truncate(file, at as u64).map_err(|e| fail(path, name, e))?;
+    Ok(at)
 }
 
 fn repair_header(file: &File) -> std::io::Result<()> {
