@@ -87,7 +87,7 @@ impl Spool {
         metrics.gauges.spool_enabled.store(true, Ordering::Relaxed);
         let dir = dir::open_dir(&path, true)?;
         let lock = dir::lock(&dir, &path)?;
-        let found = scan::recover(&dir, &path, cfg, &metrics)?;
+        let found = scan::recover(&dir, &path, &metrics)?;
         dir::write_position(&dir, &path, found.position)?;
         let next_id = found
             .segments

@@ -340,6 +340,81 @@ fn a_refused_record_kept_before_a_crash_is_kept_once() {
     assert_eq!(spool.records(), 0);
 }
 
+/// A segment far larger than `segment_bytes` (five read windows), damaged in the middle:
+/// recovery and the survey count every record and quarantine the damage holding at most two
+/// windows of it, never the whole file.
+#[test]
+fn an_oversized_segment_is_read_a_window_at_a_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = config(tmp.path());
+    cfg.segment_bytes = 1 << 20;
+    {
+        let spool = open(&cfg);
+        spool
+            .append(&(1..=100).map(envelope).collect::<Vec<_>>())
+            .unwrap();
+    }
+    let seg = cfg.dir.join(&segments(&cfg)[0]);
+    let data = std::fs::read(&seg).unwrap();
+    let frames = &data[frame::HEADER_LEN..];
+    let mut big = data[..frame::HEADER_LEN].to_vec();
+    while big.len() < 20 << 20 {
+        big.extend_from_slice(frames);
+    }
+    let copies = (big.len() - frame::HEADER_LEN) / frames.len();
+    // One flipped body byte near the middle: one record lost, quarantined.
+    let middle = frame::HEADER_LEN + copies / 2 * frames.len() + frame::FRAME_OVERHEAD + 30;
+    big[middle] ^= 0x40;
+    std::fs::write(&seg, &big).unwrap();
+
+    super::scan::HELD.with(|h| h.set(0));
+    let survey = super::scan::walk(&cfg.dir, |_| true).unwrap();
+    assert_eq!(survey.records as usize, copies * 100 - 1);
+    assert_eq!(survey.damaged, 1);
+    let metrics = Arc::new(Metrics::default());
+    let spool = Spool::open(&cfg, metrics.clone()).unwrap();
+    assert_eq!(spool.records() as usize, copies * 100 - 1);
+    let counted = &metrics.counters.spool_quarantined_total;
+    assert_eq!(counted.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let held = super::scan::HELD.with(|h| h.get());
+    assert!(
+        held <= 8 << 20,
+        "held {held} bytes of a {} byte segment",
+        big.len()
+    );
+    assert_eq!(std::fs::metadata(&seg).unwrap().len() as usize, big.len());
+}
+
+/// Damage longer than the most the reader holds (the largest frame and a window): it comes
+/// in pieces that cover it exactly, and the records after it are read.
+#[test]
+fn damage_longer_than_the_reader_holds_comes_in_pieces() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path());
+    {
+        let spool = open(&cfg);
+        spool
+            .append(&(1..=3).map(envelope).collect::<Vec<_>>())
+            .unwrap();
+    }
+    let seg = cfg.dir.join(&segments(&cfg)[0]);
+    let data = std::fs::read(&seg).unwrap();
+    let garbage = frame::MAX_BODY + (9 << 20);
+    let mut big = data[..frame::HEADER_LEN].to_vec();
+    big.resize(frame::HEADER_LEN + garbage, 0x5A);
+    big.extend_from_slice(&data[frame::HEADER_LEN..]);
+    std::fs::write(&seg, &big).unwrap();
+    let survey = super::scan::walk(&cfg.dir, |_| true).unwrap();
+    assert_eq!(survey.records, 3);
+    assert!(survey.damaged >= 2, "{:?}", survey.damage);
+    let mut at = frame::HEADER_LEN as u64;
+    for d in &survey.damage {
+        assert_eq!(d.offset, at, "{:?}", survey.damage);
+        at += d.bytes;
+    }
+    assert_eq!(at as usize, frame::HEADER_LEN + garbage);
+}
+
 #[test]
 fn a_full_spool_refuses_and_a_second_opener_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
