@@ -203,7 +203,9 @@ impl Drainer {
             view.len.min(view.from.saturating_add(READ_AHEAD / 2)),
         )?;
         if self.next_is_cut(&view) {
-            self.load(&view, view.len)?;
+            // Enough to judge the damage or hold the frame (never the whole segment).
+            let need = view.from.saturating_add(super::scan::MAX_HELD as u64);
+            self.load(&view, view.len.min(need))?;
         }
         let loaded = self.loaded.as_ref().expect("loaded above");
         let end = (view.len - loaded.base) as usize;
@@ -252,10 +254,24 @@ impl Drainer {
                         }
                     }
                 }
-                Item::Corrupt { start, .. } | Item::Tail { start } if partial => {
-                    // Judged on the whole segment only: what follows may be a record the
-                    // buffer cuts. The next step starts here and reads the rest first.
+                Item::Corrupt { start, .. } | Item::Tail { start }
+                    if partial && !super::scan::ready(data, item, false) =>
+                {
+                    // Judged only with more of the segment read: what follows may be a
+                    // record the buffer cuts. The next step starts here and reads more first,
+                    // up to the most the reader holds; damage at the start of a buffer that
+                    // full is cut into pieces as the opening scan cuts it.
                     next = start;
+                    if start == from && data.len() - start >= super::scan::MAX_HELD {
+                        let intact = match item {
+                            Item::Corrupt { end, .. } => end,
+                            _ => data.len(),
+                        };
+                        let end = super::scan::damage_piece_end(&data[start..], intact - start);
+                        next = start + end;
+                        let bytes = &data[start..next];
+                        dropped += u64::from(self.keep_damage(view.segment, abs(start), bytes)?);
+                    }
                     break;
                 }
                 // Damage found now (not by the opening scan, which did not count it) was
@@ -368,7 +384,7 @@ impl Drainer {
 
     /// True when the buffer holds less than the whole segment and the next item in it is no
     /// intact record: a record longer than the read-ahead, or damage, which is judged only
-    /// with the rest of the segment read.
+    /// with more of the segment read (see `scan::ready`).
     fn next_is_cut(&self, view: &ReadView) -> bool {
         let Some(l) = &self.loaded else { return false };
         let from = (view.from - l.base) as usize;

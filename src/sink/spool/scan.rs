@@ -36,7 +36,7 @@ pub struct Found {
 /// no more memory than a normal one.
 const WINDOW: usize = 4 << 20;
 /// Most bytes held of one segment at once: the largest frame and a window behind it.
-const MAX_HELD: usize = frame::MAX_BODY + frame::FRAME_OVERHEAD + WINDOW;
+pub const MAX_HELD: usize = frame::MAX_BODY + frame::FRAME_OVERHEAD + WINDOW;
 
 #[cfg(test)]
 thread_local! {
@@ -48,7 +48,7 @@ thread_local! {
 /// an intact record; or damage where neither the frame its stretch starts with nor any frame
 /// a mark inside the stretch declares would run past the end of `buf` (such a frame may be
 /// whole in the file, and a false frame inside its body would end the stretch wrongly).
-fn ready(buf: &[u8], item: Item<'_>, eof: bool) -> bool {
+pub fn ready(buf: &[u8], item: Item<'_>, eof: bool) -> bool {
     let cut_off = |at: usize| match buf.get(at..at + frame::FRAME_OVERHEAD) {
         None => buf[at..].iter().zip(&frame::MARK).all(|(a, b)| a == b),
         Some(head) => {
@@ -70,6 +70,13 @@ fn ready(buf: &[u8], item: Item<'_>, eof: bool) -> bool {
                     .any(|(i, w)| w == frame::MARK && cut_off(start + 1 + i))
         }
     }
+}
+
+/// Where the damage at the start of a full buffer (`MAX_HELD` bytes from it) is cut when no
+/// item there is judged: no intact frame starts before `intact` in the first part (one would
+/// lie wholly in the buffer), so that part is damage, handed over in one piece.
+pub fn damage_piece_end(buf: &[u8], intact: usize) -> usize {
+    intact.min(buf.len() - (frame::MAX_BODY + frame::FRAME_OVERHEAD))
 }
 
 /// Reads the items of a segment from byte `from` on with bounded memory, handing each to
@@ -109,9 +116,7 @@ pub fn read_frames(
             return Ok(());
         }
         if pos == 0 && buf.len() >= MAX_HELD {
-            // No intact frame starts in the first part of a full buffer before `intact` (one
-            // would lie wholly in it): that part is damage, handed over in one piece.
-            let end = intact.min(buf.len() - (frame::MAX_BODY + frame::FRAME_OVERHEAD));
+            let end = damage_piece_end(&buf, intact);
             if !visit(base, &buf, Item::Corrupt { start: 0, end })? {
                 return Ok(());
             }
