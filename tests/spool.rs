@@ -1540,3 +1540,57 @@ fn spool_inspect_flags_records_over_the_http_sinks_max_request_bytes() {
         .collect();
     assert_eq!(refused, vec![2, 4, 6, 8, 10], "{out}");
 }
+
+/// A fallback spool full while its sink is down: the spool's refusal is logged at warn once for
+/// the outage; once the sink is back and the drain emptied the spool, one info line says the
+/// spool takes batches again, and every message lands.
+#[test]
+fn a_full_fallback_spool_warns_once_and_says_when_it_takes_batches_again() {
+    let server = broker();
+    let root = tempfile::tempdir().unwrap();
+    let mut files = files_in(root.path());
+    let spool = json!({"dir": root.path().join("spool"), "max_bytes": 64 << 20,
+                       "max_records": 100, "after_seconds": 0, "segment_bytes": 65536,
+                       "max_backoff_seconds": 1});
+    let cfg = config(&server, root.path(), files.sink(), Some(spool));
+    let runner = start(&cfg, &root.path().join("svc.log"), &HashMap::new());
+    let snapshot = root.path().join("metrics.json");
+    // Down after the start (a starting runner makes a missing output directory again).
+    wait_until(Duration::from_secs(30), "the runner up", || {
+        snapshot.exists()
+    });
+    files.take_down();
+    server.publish_n(STREAM, "orders.created", 300, |i| {
+        format!("{{\"order\":{}}}", i + 1).into_bytes()
+    });
+    wait_until(
+        Duration::from_secs(60),
+        "the full spool refused batches",
+        || snapshot_counter(&snapshot, "spool_full_refusals_total") >= 3,
+    );
+    files.bring_back();
+    wait_until(
+        Duration::from_secs(120),
+        "every message acknowledged",
+        || ack_floor(&server) >= 300,
+    );
+    wait_until(Duration::from_secs(60), "every file", || {
+        files.delivered().iter().collect::<BTreeSet<_>>().len() >= 300
+    });
+    let log = runner.log_text();
+    stop(runner);
+    let warned = log
+        .lines()
+        .filter(|l| l.contains("full (") && l.contains("WARN"))
+        .filter(|l| !l.contains("writes in batch"))
+        .count();
+    // At least 3 refusals before the sink came back; a second, brief outage is possible
+    // while the drain and new batches race for the last places.
+    assert!((1..=2).contains(&warned), "one warning per outage: {log}");
+    let again = log
+        .lines()
+        .filter(|l| l.contains("INFO") && l.ends_with(": takes batches again"))
+        .count();
+    assert_eq!(again, warned, "said when each outage ended: {log}");
+    assert_every_file(&files, 300);
+}

@@ -32,10 +32,15 @@ impl Refusing {
                 "{e}; {left} (logged once until the spool takes batches again; \
                  spool_full_refusals_total and messages_nacked_total count the refusals)"
             ),
-            Ok(()) if self.0.swap(false, Ordering::Relaxed) => {
-                log::info!("spool {}: takes batches again", path.display());
-            }
-            _ => {}
+            Err(_) => {}
+            Ok(()) => self.ended(path),
+        }
+    }
+
+    /// The spool took a batch, or is empty and the sink takes batches directly again.
+    fn ended(&self, path: &std::path::Path) {
+        if self.0.swap(false, Ordering::Relaxed) {
+            log::info!("spool {}: takes batches again", path.display());
         }
     }
 }
@@ -110,6 +115,9 @@ impl Sink for FallbackSink {
         let mut since = self.failing_since.lock().unwrap_or_else(|p| p.into_inner());
         if transient.is_empty() || outcomes.len() != batch.len() {
             *since = None;
+            if transient.is_empty() {
+                self.refusing.ended(self.spool.path());
+            }
             return outcomes;
         }
         let started = *since.get_or_insert_with(Instant::now);
