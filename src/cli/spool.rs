@@ -24,7 +24,7 @@ const DRAIN_ATTEMPTS: u32 = 8;
 #[derive(Debug, PartialEq, Eq)]
 pub enum SpoolCommand {
     Drain(PathBuf),
-    Status(PathBuf),
+    Status { path: PathBuf, json: bool },
     Inspect { path: PathBuf, payload: bool },
 }
 
@@ -34,10 +34,12 @@ pub fn parse(parser: &mut lexopt::Parser) -> Result<Option<SpoolCommand>, lexopt
     let mut action: Option<String> = None;
     let mut file: Option<PathBuf> = None;
     let mut payload = false;
+    let mut json = false;
     while let Some(arg) = parser.next()? {
         match arg {
             Short('h') | Long("help") => return Ok(None),
             Long("payload") if action.as_deref() == Some("inspect") => payload = true,
+            Long("json") if action.as_deref() == Some("status") => json = true,
             Value(v) if action.is_none() => action = Some(v.string()?),
             Value(v) if file.is_none() => file = Some(PathBuf::from(v)),
             _ => return Err(arg.unexpected()),
@@ -49,7 +51,7 @@ pub fn parse(parser: &mut lexopt::Parser) -> Result<Option<SpoolCommand>, lexopt
     let path = file.ok_or_else(|| format!("spool {action}: missing <config_file>"))?;
     match action.as_str() {
         "drain" => Ok(Some(SpoolCommand::Drain(path))),
-        "status" => Ok(Some(SpoolCommand::Status(path))),
+        "status" => Ok(Some(SpoolCommand::Status { path, json })),
         "inspect" => Ok(Some(SpoolCommand::Inspect { path, payload })),
         other => Err(format!("spool: unknown action {other:?}; see --help").into()),
     }
@@ -74,7 +76,7 @@ pub fn main(command: SpoolCommand, cfg: &RuntimeConfig) -> ExitCode {
     };
     match command {
         SpoolCommand::Drain(_) => drain(spool_cfg, target),
-        SpoolCommand::Status(_) => status(spool_cfg),
+        SpoolCommand::Status { json, .. } => status(spool_cfg, json),
         SpoolCommand::Inspect { payload, .. } => inspect(spool_cfg, target, payload),
     }
 }
@@ -113,8 +115,12 @@ fn drain(spool_cfg: &SpoolConfig, target: &SinkConfig) -> ExitCode {
     }
 }
 
-fn status(spool_cfg: &SpoolConfig) -> ExitCode {
+fn status(spool_cfg: &SpoolConfig, json: bool) -> ExitCode {
     match scan::walk(&spool_cfg.dir, |_| true) {
+        Ok(s) if json => {
+            say!("{}", terminal::json_line(&status_json(spool_cfg, &s)));
+            ExitCode::SUCCESS
+        }
         Ok(s) => {
             let age = s
                 .oldest_ms
@@ -175,6 +181,47 @@ fn status(spool_cfg: &SpoolConfig) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `svc spool status --json`: what the text says, as one JSON object, escaped as inspect's
+/// lines are.
+fn status_json(spool_cfg: &SpoolConfig, s: &scan::Survey) -> serde_json::Value {
+    use serde_json::json;
+    let age = s
+        .oldest_ms
+        .map(|ms| (now_epoch_seconds() - ms as f64 / 1000.0).max(0.0));
+    let rejected: Vec<_> = s
+        .rejected
+        .iter()
+        .map(|(file, records)| json!({"file": file, "records": records}))
+        .collect();
+    let quarantined: Vec<_> = s
+        .quarantined
+        .iter()
+        .map(|(file, bytes)| json!({"file": file, "bytes": bytes}))
+        .collect();
+    let damaged: Vec<_> = s
+        .damage
+        .iter()
+        .map(|d| json!({"segment": d.segment, "offset": d.offset, "bytes": d.bytes}))
+        .collect();
+    json!({
+        "spool": spool_cfg.dir.display().to_string(),
+        "records": s.records,
+        "bytes": s.bytes,
+        "max_bytes": spool_cfg.max_bytes,
+        "segments": s.segments,
+        "oldest_record_age_seconds": age,
+        "quarantined_files": s.quarantine_files,
+        "damaged_not_yet_quarantined": s.damaged,
+        "rejected_files": s.rejected_files,
+        "rejected_records": s.rejected_records,
+        "drain_position": {"segment": s.position.segment, "offset": s.position.offset},
+        "rejected": rejected,
+        "quarantined": quarantined,
+        "damaged": damaged,
+        "listed_at_most": scan::LISTED,
+    })
 }
 
 /// Streams one line per record as the walk meets it: memory stays at one segment's bytes,
