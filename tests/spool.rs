@@ -1485,7 +1485,10 @@ fn spool_status_and_inspect_show_rejected_records_quarantine_and_tail_damage() {
     assert_eq!(status["records"], 48, "{out}");
     assert_eq!(status["rejected_records"], 1, "{out}");
     assert_eq!(status["damaged_not_yet_quarantined"], 2, "{out}");
-    assert_eq!(status["quarantined"][0]["file"], "quarantine-\u{1b}[31mred.bad");
+    assert_eq!(
+        status["quarantined"][0]["file"],
+        "quarantine-\u{1b}[31mred.bad"
+    );
     assert_eq!(status["rejected"][0]["records"], 1, "{out}");
     assert_eq!(status["damaged"][1]["offset"], marks[49] as u64, "{out}");
 
