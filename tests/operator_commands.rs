@@ -625,7 +625,8 @@ fn spool_inspect_escapes_terminal_controls_and_bounds_its_lines() {
         assert_eq!(code, 0, "{err}");
         assert_eq!(raw_terminal_controls(&out), Vec::<String>::new(), "{out}");
         let lines: Vec<serde_json::Value> = jsonl(&out);
-        assert_eq!(lines.len(), 2, "{out}");
+        assert_eq!(lines.len(), 3, "two records and the summary: {out}");
+        assert_eq!(lines[2]["state"], "summary", "{out}");
         assert_eq!(lines[0]["subject"], "orders.\u{202e}gpj.exe");
         assert!(out.contains("orders.\\u202egpj.exe"), "{out}");
         let longest = out.lines().map(str::len).max().unwrap();

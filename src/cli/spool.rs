@@ -24,7 +24,7 @@ const DRAIN_ATTEMPTS: u32 = 8;
 #[derive(Debug, PartialEq, Eq)]
 pub enum SpoolCommand {
     Drain(PathBuf),
-    Status(PathBuf),
+    Status { path: PathBuf, json: bool },
     Inspect { path: PathBuf, payload: bool },
 }
 
@@ -34,10 +34,12 @@ pub fn parse(parser: &mut lexopt::Parser) -> Result<Option<SpoolCommand>, lexopt
     let mut action: Option<String> = None;
     let mut file: Option<PathBuf> = None;
     let mut payload = false;
+    let mut json = false;
     while let Some(arg) = parser.next()? {
         match arg {
             Short('h') | Long("help") => return Ok(None),
             Long("payload") if action.as_deref() == Some("inspect") => payload = true,
+            Long("json") if action.as_deref() == Some("status") => json = true,
             Value(v) if action.is_none() => action = Some(v.string()?),
             Value(v) if file.is_none() => file = Some(PathBuf::from(v)),
             _ => return Err(arg.unexpected()),
@@ -49,7 +51,7 @@ pub fn parse(parser: &mut lexopt::Parser) -> Result<Option<SpoolCommand>, lexopt
     let path = file.ok_or_else(|| format!("spool {action}: missing <config_file>"))?;
     match action.as_str() {
         "drain" => Ok(Some(SpoolCommand::Drain(path))),
-        "status" => Ok(Some(SpoolCommand::Status(path))),
+        "status" => Ok(Some(SpoolCommand::Status { path, json })),
         "inspect" => Ok(Some(SpoolCommand::Inspect { path, payload })),
         other => Err(format!("spool: unknown action {other:?}; see --help").into()),
     }
@@ -74,8 +76,8 @@ pub fn main(command: SpoolCommand, cfg: &RuntimeConfig) -> ExitCode {
     };
     match command {
         SpoolCommand::Drain(_) => drain(spool_cfg, target),
-        SpoolCommand::Status(_) => status(spool_cfg),
-        SpoolCommand::Inspect { payload, .. } => inspect(spool_cfg, payload),
+        SpoolCommand::Status { json, .. } => status(spool_cfg, json),
+        SpoolCommand::Inspect { payload, .. } => inspect(spool_cfg, target, payload),
     }
 }
 
@@ -113,13 +115,20 @@ fn drain(spool_cfg: &SpoolConfig, target: &SinkConfig) -> ExitCode {
     }
 }
 
-fn status(spool_cfg: &SpoolConfig) -> ExitCode {
-    match scan::walk(&spool_cfg.dir, spool_cfg, |_| true) {
+fn status(spool_cfg: &SpoolConfig, json: bool) -> ExitCode {
+    match scan::walk(&spool_cfg.dir, |_| true) {
+        Ok(s) if json => {
+            say!("{}", terminal::json_line(&status_json(spool_cfg, &s)));
+            ExitCode::SUCCESS
+        }
         Ok(s) => {
             let age = s
                 .oldest_ms
                 .map(|ms| (now_epoch_seconds() - ms as f64 / 1000.0).max(0.0));
-            say!("spool: {}", spool_cfg.dir.display());
+            say!(
+                "spool: {}",
+                terminal::text_line(&spool_cfg.dir.display().to_string())
+            );
             say!("records: {}", s.records);
             say!("bytes: {} (max {})", s.bytes, spool_cfg.max_bytes);
             say!("segments: {}", s.segments);
@@ -130,11 +139,41 @@ fn status(spool_cfg: &SpoolConfig) -> ExitCode {
             say!("quarantined_files: {}", s.quarantine_files);
             say!("damaged_not_yet_quarantined: {}", s.damaged);
             say!("rejected_files: {}", s.rejected_files);
+            say!("rejected_records: {}", s.rejected_records);
             say!(
                 "drain_position: segment {} offset {}",
                 s.position.segment,
                 s.position.offset
             );
+            // File names are shown escaped: anything may have been put in the directory.
+            for (name, records) in &s.rejected {
+                say!(
+                    "rejected_file: {} ({records} records)",
+                    terminal::text_line(name)
+                );
+            }
+            for (name, bytes) in &s.quarantined {
+                say!(
+                    "quarantined_file: {} ({bytes} bytes)",
+                    terminal::text_line(name)
+                );
+            }
+            for d in &s.damage {
+                say!(
+                    "damaged: segment {} offset {} ({} bytes, not yet quarantined)",
+                    d.segment,
+                    d.offset,
+                    d.bytes
+                );
+            }
+            let listed = s.rejected.len() + s.quarantined.len() + s.damage.len();
+            let all = s.rejected_files + s.quarantine_files + s.damaged;
+            if (listed as u64) < all {
+                say!(
+                    "(listed {listed} of {all}; the first {} of each kind)",
+                    scan::LISTED
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -144,14 +183,58 @@ fn status(spool_cfg: &SpoolConfig) -> ExitCode {
     }
 }
 
+/// `svc spool status --json`: what the text says, as one JSON object, escaped as inspect's
+/// lines are.
+fn status_json(spool_cfg: &SpoolConfig, s: &scan::Survey) -> serde_json::Value {
+    use serde_json::json;
+    let age = s
+        .oldest_ms
+        .map(|ms| (now_epoch_seconds() - ms as f64 / 1000.0).max(0.0));
+    let rejected: Vec<_> = s
+        .rejected
+        .iter()
+        .map(|(file, records)| json!({"file": file, "records": records}))
+        .collect();
+    let quarantined: Vec<_> = s
+        .quarantined
+        .iter()
+        .map(|(file, bytes)| json!({"file": file, "bytes": bytes}))
+        .collect();
+    let damaged: Vec<_> = s
+        .damage
+        .iter()
+        .map(|d| json!({"segment": d.segment, "offset": d.offset, "bytes": d.bytes}))
+        .collect();
+    json!({
+        "spool": spool_cfg.dir.display().to_string(),
+        "records": s.records,
+        "bytes": s.bytes,
+        "max_bytes": spool_cfg.max_bytes,
+        "segments": s.segments,
+        "oldest_record_age_seconds": age,
+        "quarantined_files": s.quarantine_files,
+        "damaged_not_yet_quarantined": s.damaged,
+        "rejected_files": s.rejected_files,
+        "rejected_records": s.rejected_records,
+        "drain_position": {"segment": s.position.segment, "offset": s.position.offset},
+        "rejected": rejected,
+        "quarantined": quarantined,
+        "damaged": damaged,
+        "listed_at_most": scan::LISTED,
+    })
+}
+
 /// Streams one line per record as the walk meets it: memory stays at one segment's bytes,
 /// whatever the spool holds (collecting the lines first took 84 MiB for a 512 MiB spool).
-fn inspect(spool_cfg: &SpoolConfig, payload: bool) -> ExitCode {
+/// Waiting records first (`"state": "waiting"`), then the records of rejected files
+/// (`"rejected"`), then a line per quarantine file (`"quarantined"`) and per damaged stretch
+/// not yet quarantined (`"damaged"`), then one `"summary"` line with the counts.
+fn inspect(spool_cfg: &SpoolConfig, target: &SinkConfig, payload: bool) -> ExitCode {
     use std::io::Write;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut failed: Option<std::io::Error> = None;
-    let result = scan::walk(&spool_cfg.dir, spool_cfg, |seen: Seen<'_>| {
-        match writeln!(out, "{}", describe(&seen, payload)) {
+    let result = scan::walk(&spool_cfg.dir, |seen: Seen<'_>| {
+        match writeln!(out, "{}", describe(&seen, target, payload)) {
             Ok(()) => true,
             Err(e) => {
                 failed = Some(e);
@@ -159,6 +242,14 @@ fn inspect(spool_cfg: &SpoolConfig, payload: bool) -> ExitCode {
             }
         }
     });
+    if let (Ok(s), None) = (&result, &failed) {
+        for line in inventory(s) {
+            if let Err(e) = writeln!(out, "{}", terminal::json_line(&line)) {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
     if let Err(e) = out.flush() {
         failed = failed.or(Some(e));
     }
@@ -175,18 +266,45 @@ fn inspect(spool_cfg: &SpoolConfig, payload: bool) -> ExitCode {
     }
 }
 
+/// The lines after the records: quarantine files, damage not yet quarantined, the counts.
+fn inventory(s: &scan::Survey) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let mut lines: Vec<serde_json::Value> = s
+        .quarantined
+        .iter()
+        .map(|(name, bytes)| json!({"state": "quarantined", "file": name, "bytes": bytes}))
+        .collect();
+    lines.extend(s.damage.iter().map(
+        |d| json!({"state": "damaged", "segment": d.segment, "offset": d.offset, "bytes": d.bytes}),
+    ));
+    lines.push(json!({
+        "state": "summary",
+        "records": s.records,
+        "rejected_files": s.rejected_files,
+        "rejected_records": s.rejected_records,
+        "quarantined_files": s.quarantine_files,
+        "damaged_not_yet_quarantined": s.damaged,
+    }));
+    lines
+}
+
 /// Characters of one string of a record shown at most (a subject, a message id, a string in
 /// the payload): no line of `svc spool inspect` grows with what a publisher sent.
 const SHOWN_STRING_CHARS: usize = 1024;
 
-/// One JSON line per record: where it is and its headers; the payload only when asked.
-fn describe(seen: &Seen<'_>, payload: bool) -> String {
+/// One JSON line per record: where it is and its headers; the payload only when asked; for a
+/// waiting record the sink would refuse for good (the HTTP sink's `max_request_bytes`), why.
+fn describe(seen: &Seen<'_>, target: &SinkConfig, payload: bool) -> String {
     let mut doc = serde_json::json!({
+        "state": if seen.rejected_in.is_some() { "rejected" } else { "waiting" },
         "segment": seen.segment,
         "offset": seen.offset,
         "bytes": seen.body.len(),
         "appended_unix_ms": codec::appended_unix_ms(seen.body),
     });
+    if let Some(file) = seen.rejected_in {
+        doc["file"] = file.into();
+    }
     match codec::decode(seen.body) {
         Ok(env) => {
             doc["stream"] = env.stream.as_ref().into();
@@ -195,6 +313,11 @@ fn describe(seen: &Seen<'_>, payload: bool) -> String {
             doc["message_id"] = env.message_id.clone().into();
             doc["received_at"] = env.metadata.received_at.as_str().into();
             doc["payload_bytes"] = env.payload_info.size_bytes.into();
+            if seen.rejected_in.is_none() {
+                if let Some(why) = target.refuses_for_good(&env) {
+                    doc["sink_refuses"] = why.into();
+                }
+            }
             if payload {
                 doc["payload"] = serde_json::from_str(env.payload.json()).unwrap_or_default();
             }

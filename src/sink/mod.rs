@@ -225,6 +225,17 @@ impl SinkConfig {
         }
     }
 
+    /// Why this sink would refuse `env` for good without sending it, by the check its own
+    /// writer makes (the HTTP sink: a record over `max_request_bytes`, or one it cannot
+    /// encode); `None` when it would send it. `svc spool inspect` shows what the drain would
+    /// keep as rejected.
+    pub fn refuses_for_good(&self, env: &Envelope) -> Option<String> {
+        match self {
+            SinkConfig::Http(c) => http::request::record(c, env).err().map(|(why, _)| why),
+            _ => None,
+        }
+    }
+
     /// Builds the sink. May touch the destination (create directories, open clients).
     pub fn build(&self, metrics: Arc<Metrics>) -> Result<Arc<dyn Sink>, SinkError> {
         match self {

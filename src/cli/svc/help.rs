@@ -200,14 +200,16 @@ Exit codes: 0 every record intact, 1 any altered or unverifiable, 2 invalid conf
 ";
 
 const SPOOL: &str = "\
-Usage: svc spool status <config_file>
+Usage: svc spool status <config_file> [--json]
        svc spool inspect <config_file> [--payload]
        svc spool drain <config_file>
 
-status   the spool's records, bytes, oldest record's age, segments, quarantined files
+status   the spool's records, bytes, oldest record's age, segments, rejected records and
+         files, quarantine files, damage not yet quarantined; one JSON object with --json
          (read-only; safe beside a runner)
 inspect  one JSON line per waiting record: stream, sequence, subject, sizes; the payload only
-         with --payload (read-only)
+         with --payload; then rejected records, quarantine files, damage and a summary
+         (read-only)
 drain    deliver the spool to its sink (the configured sink, or sink.target when sink.type is
          spool) and exit when empty; refused while a runner holds the spool
 

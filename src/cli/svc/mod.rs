@@ -233,8 +233,10 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Command::Spool(sub) => {
             use super::spool::SpoolCommand;
             let path = match &sub {
-                SpoolCommand::Drain(p) | SpoolCommand::Status(p) => p.clone(),
-                SpoolCommand::Inspect { path, .. } => path.clone(),
+                SpoolCommand::Drain(p) => p.clone(),
+                SpoolCommand::Status { path, .. } | SpoolCommand::Inspect { path, .. } => {
+                    path.clone()
+                }
             };
             let cfg = match load(&path) {
                 Ok(c) => c,

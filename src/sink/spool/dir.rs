@@ -302,6 +302,15 @@ pub fn rejected_name(id: u64, offset: u64) -> String {
     format!("rejected-{id:016}-{offset:012}.spool")
 }
 
+/// The segment a rejected file's name gives (`rejected-<segment>-<offset>.spool`).
+pub fn rejected_segment(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("rejected-")?.get(..16)?;
+    digits
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| digits.parse().ok())?
+}
+
 /// Keeps damaged bytes of segment `segment` in their quarantine file, once, and counts them;
 /// false when an earlier pass had kept them already (the opening scan, which did not count
 /// them as waiting records); an error when they could not be kept (they stay in the segment).

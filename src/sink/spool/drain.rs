@@ -203,7 +203,9 @@ impl Drainer {
             view.len.min(view.from.saturating_add(READ_AHEAD / 2)),
         )?;
         if self.next_is_cut(&view) {
-            self.load(&view, view.len)?;
+            // Enough to judge the damage or hold the frame (never the whole segment).
+            let need = view.from.saturating_add(super::scan::MAX_HELD as u64);
+            self.load(&view, view.len.min(need))?;
         }
         let loaded = self.loaded.as_ref().expect("loaded above");
         let end = (view.len - loaded.base) as usize;
@@ -252,10 +254,24 @@ impl Drainer {
                         }
                     }
                 }
-                Item::Corrupt { start, .. } | Item::Tail { start } if partial => {
-                    // Judged on the whole segment only: what follows may be a record the
-                    // buffer cuts. The next step starts here and reads the rest first.
+                Item::Corrupt { start, .. } | Item::Tail { start }
+                    if partial && !super::scan::ready(data, item, false) =>
+                {
+                    // Judged only with more of the segment read: what follows may be a
+                    // record the buffer cuts. The next step starts here and reads more first,
+                    // up to the most the reader holds; damage at the start of a buffer that
+                    // full is cut into pieces as the opening scan cuts it.
                     next = start;
+                    if start == from && data.len() - start >= super::scan::MAX_HELD {
+                        let intact = match item {
+                            Item::Corrupt { end, .. } => end,
+                            _ => data.len(),
+                        };
+                        let end = super::scan::damage_piece_end(&data[start..], intact - start);
+                        next = start + end;
+                        let bytes = &data[start..next];
+                        dropped += u64::from(self.keep_damage(view.segment, abs(start), bytes)?);
+                    }
                     break;
                 }
                 // Damage found now (not by the opening scan, which did not count it) was
@@ -298,43 +314,57 @@ impl Drainer {
         {
             return Ok(Step::Refused(e.to_string()));
         }
-        let mut refused = Vec::new();
-        let mut refused_count = 0;
-        for (outcome, &(start, end)) in outcomes.iter().zip(&frames) {
-            if let WriteOutcome::Permanent(e) = outcome {
-                log::error!(
-                    "spool {}: sink refused the record at segment {} offset {} for good: {e}; \
-                     kept in {}",
-                    self.spool.path().display(),
-                    view.segment,
-                    loaded.base + start as u64,
-                    super::dir::rejected_name(view.segment, loaded.base + frames[0].0 as u64)
-                );
-                refused.extend_from_slice(&data[start..end]);
-                refused_count += 1;
-            }
-        }
+        let refused_count =
+            self.keep_refusals(view.segment, loaded.base, data, &frames, &outcomes)?;
         let delivered = frames.len() as u64 - refused_count;
         if refused_count == 0 {
             self.spool.commit(to, delivered, dropped)?;
             return Ok(Step::Delivered(delivered));
         }
-        let offset = loaded.base + frames[0].0 as u64;
-        self.spool
-            .reject(view.segment, offset, &refused, refused_count)
-            .map_err(|e| {
-                fail(
-                    self.spool.path(),
-                    "drain stuck",
-                    format!(
-                        "records the sink refused for good could not be kept ({e}); the drain \
-                         retries this step and moves no further until they are"
-                    ),
-                )
-            })?;
         self.spool
             .commit_rejection(to, delivered, refused_count + dropped)?;
         Ok(Step::Delivered(delivered))
+    }
+
+    /// Keeps every record the sink refused for good, each in its own file named by its own
+    /// offset: a step repeated after a crash (from an older durable position, so holding other
+    /// records) finds the same name with the same bytes and counts it as kept, never a second
+    /// copy. Returns how many were refused; an error stops the step.
+    fn keep_refusals(
+        &self,
+        segment: u64,
+        base: u64,
+        data: &[u8],
+        frames: &[(usize, usize)],
+        outcomes: &[WriteOutcome],
+    ) -> Result<u64, SpoolError> {
+        let mut refused_count = 0;
+        for (outcome, &(start, end)) in outcomes.iter().zip(frames) {
+            if let WriteOutcome::Permanent(e) = outcome {
+                let offset = base + start as u64;
+                log::error!(
+                    "spool {}: sink refused the record at segment {segment} offset {offset} for \
+                     good: {e}; kept in {}",
+                    self.spool.path().display(),
+                    super::dir::rejected_name(segment, offset)
+                );
+                self.spool
+                    .reject(segment, offset, &data[start..end])
+                    .map_err(|e| {
+                        fail(
+                            self.spool.path(),
+                            "drain stuck",
+                            format!(
+                                "records the sink refused for good could not be kept ({e}); \
+                                 the drain retries this step and moves no further until they \
+                                 are"
+                            ),
+                        )
+                    })?;
+                refused_count += 1;
+            }
+        }
+        Ok(refused_count)
     }
 
     /// Quarantines damage the drain found (see [`Spool::quarantine`]); damage that cannot be
@@ -354,7 +384,7 @@ impl Drainer {
 
     /// True when the buffer holds less than the whole segment and the next item in it is no
     /// intact record: a record longer than the read-ahead, or damage, which is judged only
-    /// with the rest of the segment read.
+    /// with more of the segment read (see `scan::ready`).
     fn next_is_cut(&self, view: &ReadView) -> bool {
         let Some(l) = &self.loaded else { return false };
         let from = (view.from - l.base) as usize;

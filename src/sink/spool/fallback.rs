@@ -7,7 +7,7 @@
 //! lasted `after_seconds` goes to the spool instead of back to the broker. Permanent
 //! failures are never spooled: they stay with the pipeline's DLQ path.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -17,16 +17,43 @@ use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
 use crate::sink::{Sink, SinkError, WriteOutcome};
 
+/// Whether the spool refuses batches now (full, or a failing disk): logged once when an
+/// outage of the spool begins (warn) and once when it takes batches again (info), not on every
+/// batch the broker redelivers; `spool_full_refusals_total` and `messages_nacked_total` count
+/// every refused batch.
+#[derive(Default)]
+struct Refusing(AtomicBool);
+
+impl Refusing {
+    /// Notes an append's result, logging a change.
+    fn note(&self, path: &std::path::Path, result: &Result<(), AppendError>, left: &str) {
+        match result {
+            Err(e) if !self.0.swap(true, Ordering::Relaxed) => log::warn!(
+                "{e}; {left} (logged once until the spool takes batches again; \
+                 spool_full_refusals_total and messages_nacked_total count the refusals)"
+            ),
+            Err(_) => {}
+            Ok(()) => self.ended(path),
+        }
+    }
+
+    /// The spool took a batch, or is empty and the sink takes batches directly again.
+    fn ended(&self, path: &std::path::Path) {
+        if self.0.swap(false, Ordering::Relaxed) {
+            log::info!("spool {}: takes batches again", path.display());
+        }
+    }
+}
+
 /// The outcome of every envelope of a batch given to the spool.
 fn spooled(n: usize, result: Result<(), AppendError>) -> Vec<WriteOutcome> {
     match result {
         Ok(()) => vec![WriteOutcome::Durable; n],
-        Err(e) => {
-            log::warn!("{e}; the batch is left to the broker (redelivered later)");
-            vec![WriteOutcome::Transient(SinkError::new("spool", e.to_string())); n]
-        }
+        Err(e) => vec![WriteOutcome::Transient(SinkError::new("spool", e.to_string())); n],
     }
 }
+
+const LEFT_TO_BROKER: &str = "the batch is left to the broker (redelivered later)";
 
 /// A sink with a spool behind it (the top-level `spool` block).
 pub struct FallbackSink {
@@ -35,6 +62,7 @@ pub struct FallbackSink {
     metrics: Arc<Metrics>,
     /// When the current run of transient failures began.
     failing_since: Mutex<Option<Instant>>,
+    refusing: Refusing,
 }
 
 impl FallbackSink {
@@ -44,6 +72,7 @@ impl FallbackSink {
             spool,
             metrics,
             failing_since: Mutex::new(None),
+            refusing: Refusing::default(),
         }
     }
 
@@ -52,6 +81,8 @@ impl FallbackSink {
         envelopes: impl IntoIterator<Item = &'a Envelope>,
     ) -> Result<(), AppendError> {
         let result = self.spool.append(envelopes);
+        self.refusing
+            .note(self.spool.path(), &result, LEFT_TO_BROKER);
         if result.is_ok() {
             // The drain thread sets draining/direct as it makes progress.
             let _ = self.metrics.gauges.spool_mode.compare_exchange(
@@ -84,6 +115,9 @@ impl Sink for FallbackSink {
         let mut since = self.failing_since.lock().unwrap_or_else(|p| p.into_inner());
         if transient.is_empty() || outcomes.len() != batch.len() {
             *since = None;
+            if transient.is_empty() {
+                self.refusing.ended(self.spool.path());
+            }
             return outcomes;
         }
         let started = *since.get_or_insert_with(Instant::now);
@@ -91,20 +125,18 @@ impl Sink for FallbackSink {
         if started.elapsed() < self.spool.config().after {
             return outcomes;
         }
-        match self.to_spool(transient.iter().map(|&i| &batch[i])) {
-            Ok(()) => {
-                log::info!(
-                    "sink {} failing for {:.0} s: {} messages committed to the spool {}",
-                    self.inner.kind(),
-                    started.elapsed().as_secs_f64(),
-                    transient.len(),
-                    self.spool.path().display()
-                );
-                for i in transient {
-                    outcomes[i] = WriteOutcome::Durable;
-                }
+        // A refusal is logged once per outage of the spool by `to_spool`.
+        if self.to_spool(transient.iter().map(|&i| &batch[i])).is_ok() {
+            log::info!(
+                "sink {} failing for {:.0} s: {} messages committed to the spool {}",
+                self.inner.kind(),
+                started.elapsed().as_secs_f64(),
+                transient.len(),
+                self.spool.path().display()
+            );
+            for i in transient {
+                outcomes[i] = WriteOutcome::Durable;
             }
-            Err(e) => log::warn!("{e}; the failed messages are left to the broker"),
         }
         outcomes
     }
@@ -117,11 +149,15 @@ impl Sink for FallbackSink {
 /// `sink.type` = `spool`: every batch is appended; `svc spool drain` delivers later.
 pub struct SpoolSink {
     spool: Arc<Spool>,
+    refusing: Refusing,
 }
 
 impl SpoolSink {
     pub fn new(spool: Arc<Spool>) -> SpoolSink {
-        SpoolSink { spool }
+        SpoolSink {
+            spool,
+            refusing: Refusing::default(),
+        }
     }
 }
 
@@ -131,7 +167,10 @@ impl Sink for SpoolSink {
     }
 
     fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome> {
-        spooled(batch.len(), self.spool.append(batch))
+        let result = self.spool.append(batch);
+        self.refusing
+            .note(self.spool.path(), &result, LEFT_TO_BROKER);
+        spooled(batch.len(), result)
     }
 
     fn check(&self) -> Result<String, SinkError> {

@@ -87,7 +87,7 @@ impl Spool {
         metrics.gauges.spool_enabled.store(true, Ordering::Relaxed);
         let dir = dir::open_dir(&path, true)?;
         let lock = dir::lock(&dir, &path)?;
-        let found = scan::recover(&dir, &path, cfg, &metrics)?;
+        let found = scan::recover(&dir, &path, &metrics)?;
         dir::write_position(&dir, &path, found.position)?;
         let next_id = found
             .segments
@@ -408,20 +408,16 @@ impl Spool {
         dir::quarantine(&self.dir, &self.path, &self.metrics, segment, offset, bytes)
     }
 
-    /// Keeps records the sink refused for good (framed as in a segment) durably and counts
-    /// them; an error when they could not be kept (the drain then does not move past them).
-    /// A complete file of the same records left by a run that crashed before its position
-    /// moved on counts as kept.
-    pub fn reject(
-        &self,
-        segment: u64,
-        offset: u64,
-        frames: &[u8],
-        records: u64,
-    ) -> Result<(), SpoolError> {
+    /// Keeps one record the sink refused for good (its frame, as in the segment) durably in
+    /// `rejected-<segment>-<offset>.spool`, named by the record's own offset, and counts it;
+    /// an error when it could not be kept (the drain then does not move past it). A complete
+    /// file of the same record, left by a run that crashed before its position moved on,
+    /// counts as kept (and is not counted again).
+    pub fn reject(&self, segment: u64, offset: u64, frame: &[u8]) -> Result<(), SpoolError> {
         let name = dir::rejected_name(segment, offset);
-        dir::keep(&self.dir, &self.path, &name, frames)?;
-        Metrics::add(&self.metrics.counters.spool_rejected_total, records);
+        if dir::keep(&self.dir, &self.path, &name, frame)? == dir::Kept::New {
+            Metrics::add(&self.metrics.counters.spool_rejected_total, 1);
+        }
         Ok(())
     }
 
