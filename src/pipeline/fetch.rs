@@ -49,6 +49,10 @@ const EXPIRY_GRACE: Duration = Duration::from_secs(1);
 /// At a clean stop, how long deliveries are still awaited after the flush that follows the
 /// end of our pull requests (one the broker was writing as it read the `UNSUB`).
 const LATE_DELIVERY_WAIT: Duration = Duration::from_millis(100);
+/// How often the stream's incarnation is read again while deliveries pass (one
+/// `STREAM.INFO` before the next delivery): with several runners on one consumer, the
+/// longest a runner keeps the old incarnation after the stream was created again.
+const INCARNATION_RECHECK: Duration = Duration::from_secs(1);
 /// After a pull request's expiry as we count it, until the broker surely counts it expired
 /// too (it started the clock a little later, when the request arrived).
 const EXPIRY_MARGIN: Duration = Duration::from_millis(100);
@@ -186,6 +190,8 @@ struct Pulls {
     paused_until: Option<Instant>,
     /// The next message did not fit a whole allowance: it gets a request of its own.
     oversize: bool,
+    /// When the stream's incarnation is read again before the next delivery passes on.
+    incarnation_due: Instant,
 }
 
 impl Fetcher {
@@ -201,6 +207,7 @@ impl Fetcher {
             doing: "",
             paused_until: None,
             oversize: false,
+            incarnation_due: Instant::now() + INCARNATION_RECHECK,
         };
         // One clock reading per delivery, shared by everything that needs the time.
         let mut now = Instant::now();
@@ -210,6 +217,12 @@ impl Fetcher {
             }
             if let Err(e) = self.still_allowed(now) {
                 break Err(e);
+            }
+            // Another runner on this consumer may have seen the consumer created again when
+            // this one saw no sequence go back: read the incarnation again now and then.
+            if now >= p.incarnation_due {
+                p.names.note_restart();
+                p.incarnation_due = now + INCARNATION_RECHECK;
             }
             // Keep the pipeline of pull requests full, each covered by its credits.
             if self.top_up(&mut p, now) {
