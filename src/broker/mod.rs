@@ -762,6 +762,44 @@ mod tests {
     }
 
     #[test]
+    fn a_consumer_created_again_starts_a_new_ack_generation() {
+        let shared = Arc::new(AckGeneration::default());
+        let mut names = DeliveryNames::new("I1".into(), Arc::clone(&shared));
+        for sequence in [1, 2, 7] {
+            names.note_consumer_sequence(sequence);
+        }
+        assert_eq!((names.generation, shared.current()), (0, 0));
+        // Delivery sequence 1 again: handles of earlier deliveries are of another generation.
+        names.note_consumer_sequence(1);
+        assert_eq!((names.generation, shared.current()), (1, 1));
+        names.note_consumer_sequence(2);
+        assert_eq!(shared.current(), 1);
+    }
+
+    #[test]
+    fn empty_deliveries_with_a_size_header_may_be_headers_only() {
+        let size = |name: &str| vec![(name.to_string(), "60".to_string())];
+        let empty = |headers| RawMessage {
+            headers,
+            ..RawMessage::sample("orders.a", 1, b"")
+        };
+        assert!(maybe_headers_only(&empty(size("Nats-Msg-Size"))));
+        assert!(maybe_headers_only(&empty(size("nats-msg-size"))));
+        let unreadable = RawMessage {
+            unreadable: Some("a header block"),
+            ..empty(vec![])
+        };
+        assert!(maybe_headers_only(&unreadable));
+        assert!(!maybe_headers_only(&empty(vec![])));
+        assert!(!maybe_headers_only(&empty(size("Nats-Msg-Id"))));
+        let whole = RawMessage {
+            headers: size("Nats-Msg-Size"),
+            ..RawMessage::sample("orders.a", 1, b"{}")
+        };
+        assert!(!maybe_headers_only(&whole));
+    }
+
+    #[test]
     fn delivery_names_are_shared_until_they_change() {
         let mut cached = None;
         let first = DeliveryNames::share(&mut cached, "ORDERS");
