@@ -155,6 +155,132 @@ fn a_consumer_switched_to_headers_only_stops_the_run() {
     );
 }
 
+/// A runner storing one file per message, keyed by stream sequence, with `ack_wait` 2 s so a
+/// message its stop left unsettled comes back soon.
+fn per_event_config(server: &NatsServer, dir: &Path) -> PathBuf {
+    let cfg = json!({
+        "nats": {"url": server.url(), "stream": STREAM, "consumer": CONSUMER,
+                 "subject": SUBJECT, "consumer_mode": "bind"},
+        "delivery": {"batch_size": 16, "fetch_expiry_ms": 500, "max_in_flight_batches": 2,
+                     "sink_workers": 1, "shutdown_timeout_seconds": 5},
+        "sink": {"type": "file", "directory": dir.join("out"), "mode": "per_event",
+                 "key_strategy": "stream_sequence"},
+        "logging": {"level": "info"}
+    });
+    write_config(dir, "c.json", &cfg)
+}
+
+/// Stored records: stream sequence -> payload size in bytes.
+fn stored_sizes(out: &Path) -> std::collections::BTreeMap<u64, u64> {
+    files_below(out)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| {
+            let v: Value = serde_json::from_slice(&std::fs::read(out.join(&p)).unwrap()).unwrap();
+            let size = v["payload_info"]["size_bytes"].as_u64().unwrap();
+            (v["stream_sequence"].as_u64().unwrap(), size)
+        })
+        .collect()
+}
+
+/// Found by the hostile review (atk51): the consumer watch needs 5-60 s and two strikes to
+/// see a consumer switched to `headers_only`, and meanwhile every delivery came with no
+/// payload and a `Nats-Msg-Size` header: 195 of 294 such records were stored and ACKed, the
+/// messages lost. Now the first batch holding such a delivery is checked before it ships: the
+/// run stops with the watch's error, nothing empty is stored, and once the consumer is changed
+/// back a new run stores every message whole.
+#[test]
+fn deliveries_of_a_consumer_switched_to_headers_only_are_never_stored() {
+    let server = server_with_stream();
+    let mut short_wait = plain();
+    short_wait["ack_wait"] = json!(2_000_000_000u64);
+    put_consumer(&server, short_wait.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = per_event_config(&server, dir.path());
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_bound(&mut runner);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let publisher = {
+        let (nc, stop) = (server.connect(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                nc.publish("orders.created", format!("{{\"order\":{n}}}"))
+                    .unwrap();
+                n += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            nc.flush().unwrap();
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let mut changed = short_wait.clone();
+    changed["headers_only"] = json!(true);
+    put_consumer(&server, changed);
+    let status = runner.wait_timeout(Duration::from_secs(30));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    publisher.join().unwrap();
+    let log = runner.log_text();
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{log}");
+    assert!(
+        log.contains("changed while this runner was bound") && log.contains("headers_only"),
+        "{log}"
+    );
+    let out = dir.path().join("out");
+    let sizes = stored_sizes(&out);
+    assert!(sizes.values().all(|s| *s > 0), "empty records: {sizes:?}");
+    // Everything acknowledged was stored whole.
+    let (floor, _, _) = server.consumer_state(STREAM, CONSUMER);
+    assert!((1..=floor).all(|seq| sizes.contains_key(&seq)), "{floor}");
+    // Changed back, a new run stores every published message, none empty.
+    put_consumer(&server, short_wait);
+    let total = server.stream_messages(STREAM);
+    let runner = Runner::start(&cfg, &dir.path().join("svc2.log"));
+    wait_until(Duration::from_secs(60), "every message stored", || {
+        server.consumer_state(STREAM, CONSUMER) == (total, 0, 0)
+    });
+    let sizes = stored_sizes(&out);
+    assert_eq!(sizes.len() as u64, total, "{}", runner.log_text());
+    assert!(sizes.values().all(|s| *s > 0), "empty records: {sizes:?}");
+    stop_runner(runner);
+}
+
+/// A publisher may send an empty message with a `Nats-Msg-Size` header of its own: the check
+/// finds the consumer as configured, and the message is stored like any other, the run goes on.
+#[test]
+fn a_publishers_empty_message_with_a_size_header_is_stored() {
+    let server = server_with_stream();
+    put_consumer(&server, plain());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = per_event_config(&server, dir.path());
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    wait_bound(&mut runner);
+    server.publish_with_headers("orders.a", &[("Nats-Msg-Size", "60")], b"");
+    server.publish_with_headers("orders.a", &[], b"{\"order\":2}");
+    server.publish_with_headers("orders.a", &[("nats-msg-size", "7")], b"");
+    wait_until(Duration::from_secs(30), "all three acknowledged", || {
+        server.consumer_state(STREAM, CONSUMER) == (3, 0, 0)
+    });
+    let sizes = stored_sizes(&dir.path().join("out"));
+    assert_eq!(
+        sizes.into_iter().collect::<Vec<_>>(),
+        [(1, 0), (2, 11), (3, 0)]
+    );
+    assert!(runner.child.try_wait().unwrap().is_none(), "still running");
+    assert!(
+        !runner.log_text().contains("changed while"),
+        "{}",
+        runner.log_text()
+    );
+    stop_runner(runner);
+}
+
+fn stop_runner(mut runner: Runner) {
+    runner.signal("TERM");
+    let status = runner.wait_timeout(Duration::from_secs(15));
+    assert!(status.expect("exits").success(), "{}", runner.log_text());
+}
+
 /// Request limits below what svc-fetch asks made the broker refuse every pull request
 /// (2,000-17,000 a second, nothing delivered, nothing logged). Now each is a clear error at
 /// start naming the consumer's field and the runner's setting.

@@ -1385,3 +1385,108 @@ fn a_stream_created_again_under_a_fresh_runner_gets_ids_of_its_own() {
     assert_ids_of_their_own(&server, &dir.path().join("out"));
     stop_cleanly(runner);
 }
+
+/// An HTTP receiver that holds every record of the old stream (`{"old":..}`) until `release`
+/// is set, and refuses the new stream's (503) until `accept_new` is.
+struct Gate {
+    receiver: crate::support::http::Receiver,
+    old_arrived: Arc<AtomicBool>,
+    release: Arc<AtomicBool>,
+    accept_new: Arc<AtomicBool>,
+    accepted_new: Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl Gate {
+    fn start() -> Gate {
+        let [old_arrived, release, accept_new] = [(); 3].map(|_| Arc::new(AtomicBool::new(false)));
+        let accepted_new = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (o, r, a, n) = (
+            old_arrived.clone(),
+            release.clone(),
+            accept_new.clone(),
+            accepted_new.clone(),
+        );
+        let receiver = crate::support::http::Receiver::start(Box::new(move |req| {
+            let rec: Value = serde_json::from_slice(&req.body).unwrap();
+            if rec["payload"].get("old").is_some() {
+                o.store(true, Ordering::SeqCst);
+                while !r.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                return (200, String::new());
+            }
+            if !a.load(Ordering::SeqCst) {
+                return (503, String::new());
+            }
+            n.lock()
+                .unwrap()
+                .push(rec["payload"]["new"].as_u64().unwrap());
+            (200, String::new())
+        }));
+        Gate {
+            receiver,
+            old_arrived,
+            release,
+            accept_new,
+            accepted_new,
+        }
+    }
+}
+
+/// Found by the hostile review (atk51): ack subjects name stream, consumer and stream
+/// sequence, not the stream's incarnation. A batch of the old stream still in the sink when the
+/// stream and its consumer were created again sent its ACKs after the new consumer had
+/// delivered sequences 1..N: the broker took them for the new messages, which were never
+/// written (0 of 5 delivered after a crash). Now no handle delivered before the consumer was
+/// created again is settled: the new messages stay pending until they are written.
+#[test]
+fn acks_of_an_old_streams_batch_never_settle_the_new_streams_messages() {
+    let (server, dir) = setup();
+    let gate = Gate::start();
+    let mut cfg = config(&server, dir.path(), json!({}));
+    cfg["sink"] = json!({"type": "http", "url": gate.receiver.url(),
+                         "allow_http_for_local_testing": true, "batching": "none",
+                         "request_timeout_seconds": 60, "retry_backoff_ms": 100,
+                         "retry_max_backoff_ms": 200, "retry_budget_seconds": 1});
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    for i in 1..=3 {
+        server.publish_with_headers("orders.a", &[], format!("{{\"old\":{i}}}").as_bytes());
+    }
+    wait_until(Duration::from_secs(30), "the old batch in the sink", || {
+        gate.old_arrived.load(Ordering::SeqCst)
+            && server.try_consumer_state(STREAM, CONSUMER) == Some((0, 3, 0))
+    });
+    server.js().delete_stream(STREAM).unwrap();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    for i in 1..=3 {
+        server.publish_with_headers("orders.a", &[], format!("{{\"new\":{i}}}").as_bytes());
+    }
+    wait_until(
+        Duration::from_secs(30),
+        "the new messages delivered",
+        || {
+            runner.log_text().contains("was created again")
+                && server.try_consumer_state(STREAM, CONSUMER) == Some((0, 3, 0))
+        },
+    );
+    gate.release.store(true, Ordering::SeqCst);
+    wait_until(Duration::from_secs(30), "the old batch settled", || {
+        runner
+            .log_text()
+            .contains("3 deliveries made before the consumer was created again")
+    });
+    // The old batch's outcome came and went: the new messages are still all pending.
+    assert_eq!(server.consumer_state(STREAM, CONSUMER), (0, 3, 0));
+    assert!(gate.accepted_new.lock().unwrap().is_empty());
+    gate.accept_new.store(true, Ordering::SeqCst);
+    wait_until(Duration::from_secs(30), "the new messages written", || {
+        server.consumer_state(STREAM, CONSUMER) == (3, 0, 0)
+    });
+    let mut accepted = gate.accepted_new.lock().unwrap().clone();
+    accepted.sort();
+    accepted.dedup();
+    assert_eq!(accepted, [1, 2, 3], "{}", runner.log_text());
+    stop_cleanly(runner);
+}

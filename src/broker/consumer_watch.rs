@@ -28,6 +28,15 @@
 //! A consumer deleted and recreated with the same name and filter before the next check is
 //! simply used again: pull requests address the consumer by name.
 //!
+//! A consumer switched to `headers_only` delivers every message with no payload and a
+//! `Nats-Msg-Size` header, at once, while the checks above take 5-60 s and two strikes: 195
+//! of 294 such records were stored and ACKed before the run stopped (1,664 with a 3,000
+//! backlog). So a batch holding such a delivery ships only after one check made then
+//! ([`ConsumerWatch::confirm_whole_messages`], one request per batch whatever it holds: a
+//! publisher may send such messages, and must not be able to stop the runner or flood the
+//! API with them): a changed consumer stops the run at the first answer, and an answer that
+//! proves nothing releases those deliveries instead of storing them.
+//!
 //! Routine checks wait while the consumer has a large backlog, for at most
 //! [`LONGEST_POSTPONEMENT`] since the last answer. nats-server 2.9.10 answers a consumer info
 //! by recounting the consumer's pending messages, and when the consumer is in the first half
@@ -124,6 +133,8 @@ pub struct ConsumerWatch {
     refused: u32,
     /// Whether such a refusal was logged (at warn, once per run).
     refusal_logged: bool,
+    /// Batches of possibly headers-only deliveries the broker's answer could not vouch for.
+    unconfirmed: u64,
 }
 
 impl ConsumerWatch {
@@ -140,6 +151,7 @@ impl ConsumerWatch {
             unanswered: 0,
             refused: 0,
             refusal_logged: false,
+            unconfirmed: 0,
         }
     }
 
@@ -215,25 +227,8 @@ impl ConsumerWatch {
             self.next_check = now + CHECK_INTERVAL;
             return Ok(());
         }
-        let answer = match self
-            .nc
-            .request_timeout(&self.info_subject, b"", INFO_TIMEOUT)
-        {
-            Ok(reply) if reply.data.len() > MAX_INFO_BYTES => InfoAnswer::Inconclusive(format!(
-                "reply of {} bytes exceeds {MAX_INFO_BYTES}",
-                reply.data.len()
-            )),
-            Ok(reply) if reply.data.is_empty() => {
-                // A status only, e.g. 503: JetStream itself is not answering.
-                InfoAnswer::Inconclusive("no JetStream answer".into())
-            }
-            Ok(reply) => classify_info(&reply.data, &self.expected_filter),
-            Err(e) => InfoAnswer::Inconclusive(e.to_string()),
-        };
+        let answer = self.ask();
         let now = Instant::now();
-        if !matches!(answer, InfoAnswer::Inconclusive(_)) {
-            self.last_answer = now;
-        }
         match answer {
             InfoAnswer::Fine => {
                 if self.strikes > 0 {
@@ -259,26 +254,87 @@ impl ConsumerWatch {
                 if self.strikes < STRIKES {
                     return Ok(());
                 }
-                Err(match definite {
-                    InfoAnswer::FilterChanged(filter) => format!(
-                        "broker: consumer {} now filters subject \"{filter}\" but nats.subject \
-                         is \"{}\"; stopping: they must be equal (change one of them, then \
-                         start the runner again)",
-                        self.name, self.expected_filter
-                    ),
-                    InfoAnswer::Changed(why) => format!(
-                        "broker: consumer {} changed while this runner was bound: it {why}; \
-                         stopping (change it back, then start the runner again)",
-                        self.name
-                    ),
-                    _ => format!(
-                        "broker: consumer {} was deleted while this runner was bound (the \
-                         broker answers \"consumer not found\"); stopping: recreate it (or set
-                         nats.consumer_mode to \"create\") and start the runner again",
-                        self.name
-                    ),
-                })
+                Err(self.stop_error(definite))
             }
+        }
+    }
+
+    /// A batch holds deliveries that may come from a consumer switched to `headers_only`
+    /// ([`super::maybe_headers_only`]): asks the broker now, once for the whole batch. Ok(true)
+    /// when the consumer is as configured (a publisher's messages: they go on); Ok(false) when
+    /// the answer proves nothing (they must not be stored on trust: released, and the routine
+    /// check comes soon); Err (the operator's message) when it now delivers something else:
+    /// such proof needs no second strike.
+    pub fn confirm_whole_messages(&mut self) -> Result<bool, String> {
+        let answer = self.ask();
+        let now = Instant::now();
+        match answer {
+            InfoAnswer::Fine => Ok(true),
+            InfoAnswer::FilterChanged(_) | InfoAnswer::Changed(_) => Err(self.stop_error(answer)),
+            InfoAnswer::NotFound | InfoAnswer::Inconclusive(_) => {
+                let why = match answer {
+                    InfoAnswer::Inconclusive(why) => why,
+                    _ => "consumer not found".to_string(),
+                };
+                self.unconfirmed = self.unconfirmed.saturating_add(1);
+                if self.unconfirmed == 1 || self.unconfirmed % 100 == 0 {
+                    log::warn!(
+                        "broker: deliveries with no payload and a Nats-Msg-Size header (as a \
+                         consumer switched to headers_only sends) came while consumer {} could \
+                         not be checked ({why}); released for redelivery, not stored ({}x)",
+                        self.name,
+                        self.unconfirmed
+                    );
+                }
+                self.next_check = self.next_check.min(now + CONFIRM_INTERVAL);
+                Ok(false)
+            }
+        }
+    }
+
+    /// One consumer info request, its answer classified.
+    fn ask(&mut self) -> InfoAnswer {
+        let answer = match self
+            .nc
+            .request_timeout(&self.info_subject, b"", INFO_TIMEOUT)
+        {
+            Ok(reply) if reply.data.len() > MAX_INFO_BYTES => InfoAnswer::Inconclusive(format!(
+                "reply of {} bytes exceeds {MAX_INFO_BYTES}",
+                reply.data.len()
+            )),
+            Ok(reply) if reply.data.is_empty() => {
+                // A status only, e.g. 503: JetStream itself is not answering.
+                InfoAnswer::Inconclusive("no JetStream answer".into())
+            }
+            Ok(reply) => classify_info(&reply.data, &self.expected_filter),
+            Err(e) => InfoAnswer::Inconclusive(e.to_string()),
+        };
+        if !matches!(answer, InfoAnswer::Inconclusive(_)) {
+            self.last_answer = Instant::now();
+        }
+        answer
+    }
+
+    /// The operator's message for a definite answer that stops the run.
+    fn stop_error(&self, definite: InfoAnswer) -> String {
+        match definite {
+            InfoAnswer::FilterChanged(filter) => format!(
+                "broker: consumer {} now filters subject \"{filter}\" but nats.subject \
+                 is \"{}\"; stopping: they must be equal (change one of them, then \
+                 start the runner again)",
+                self.name, self.expected_filter
+            ),
+            InfoAnswer::Changed(why) => format!(
+                "broker: consumer {} changed while this runner was bound: it {why}; \
+                 stopping (change it back, then start the runner again)",
+                self.name
+            ),
+            _ => format!(
+                "broker: consumer {} was deleted while this runner was bound (the \
+                 broker answers \"consumer not found\"); stopping: recreate it (or set \
+                 nats.consumer_mode to \"create\") and start the runner again",
+                self.name
+            ),
         }
     }
 }

@@ -103,7 +103,8 @@ pub fn read(
         .map_err(&fail)?;
     let consumer = info.name.clone();
     // The ids `svc run` would give these messages carry the stream's incarnation too.
-    let mut names = DeliveryNames::new(super::incarnation::read(nc, &req.stream).map_err(&fail)?);
+    let incarnation = super::incarnation::read(nc, &req.stream).map_err(&fail)?;
+    let mut names = DeliveryNames::new(incarnation, Default::default());
     let mut read = 0;
     // Nothing matched: the consumer says so at once, no need to wait out the timeout.
     let mut pending = info.num_pending;

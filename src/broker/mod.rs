@@ -22,6 +22,7 @@ pub mod probe;
 
 use std::fmt;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -358,6 +359,28 @@ pub enum Delivery {
     Closed,
 }
 
+/// Which incarnation of the bound consumer (and so of its stream) deliveries come from,
+/// counted from 0 at bind. An ack subject names stream, consumer and stream sequence, not the
+/// incarnation: an acknowledgement of a delivery made before the consumer was created again
+/// (with its stream, say) settles the new consumer's message of the same sequence, unwritten.
+/// `svc-fetch` advances it the moment a delivery shows the consumer created again (before
+/// anything else, even the stream info read); `svc-ack` compares each handle's generation
+/// with it and sends nothing for an older one. One atomic, read once per batch: no lock on
+/// the ACK path.
+#[derive(Debug, Default)]
+pub struct AckGeneration(AtomicU64);
+
+impl AckGeneration {
+    /// The generation of deliveries made now.
+    pub fn current(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    fn advance(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
 /// The stream and consumer names of recent deliveries, shared by every message that carries
 /// the same names instead of allocated per message.
 #[derive(Default)]
@@ -366,6 +389,9 @@ pub struct DeliveryNames {
     consumer: Option<Arc<str>>,
     /// The bound stream's incarnation, stamped on every delivery.
     incarnation: Arc<str>,
+    /// Shared with `svc-ack`; `generation` is its value as this side last set it.
+    shared_generation: Arc<AckGeneration>,
+    generation: u64,
     /// The highest consumer sequence delivered so far. The broker numbers every delivery of a
     /// consumer, redeliveries included, upwards from 1: a lower one comes from a consumer
     /// created again, perhaps on a stream created again ([`DeliveryNames::take_restart`]).
@@ -377,9 +403,12 @@ impl DeliveryNames {
     /// Names for the deliveries of a consumer on the stream of `incarnation` (read at bind).
     /// The first delivery reads it again: a stream and consumer created again between the
     /// bind and that delivery number from 1, above the nothing this runner has seen yet.
-    pub fn new(incarnation: Arc<str>) -> DeliveryNames {
+    /// `generation` is shared with whoever settles the handles.
+    pub fn new(incarnation: Arc<str>, generation: Arc<AckGeneration>) -> DeliveryNames {
         DeliveryNames {
             incarnation,
+            generation: generation.current(),
+            shared_generation: generation,
             restarted: true,
             ..DeliveryNames::default()
         }
@@ -406,9 +435,12 @@ impl DeliveryNames {
         self.incarnation = incarnation;
     }
 
+    /// A consumer sequence not above every earlier one: the consumer was created again, so
+    /// the handles of earlier deliveries belong to another generation from here on.
     fn note_consumer_sequence(&mut self, sequence: u64) {
         if sequence <= self.last_consumer_sequence {
             self.restarted = true;
+            self.generation = self.shared_generation.advance();
         }
         self.last_consumer_sequence = sequence;
     }
@@ -485,6 +517,21 @@ pub struct AckHandle {
     reply: String,
     pub delivery_count: u64,
     pub stream_sequence: u64,
+    /// The [`AckGeneration`] it was delivered under: an older one is never settled.
+    pub generation: u64,
+}
+
+/// True when a delivery may be one of a consumer switched to `headers_only` under the runner:
+/// no payload, and the broker's `Nats-Msg-Size` header (any case), or headers the client
+/// could not read. A publisher can send such a message too; only the consumer's config tells
+/// (`pipeline/fetch.rs` asks before the batch ships).
+pub fn maybe_headers_only(raw: &RawMessage) -> bool {
+    raw.data.is_empty()
+        && (raw.unreadable.is_some()
+            || raw
+                .headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("Nats-Msg-Size")))
 }
 
 /// Splits a JetStream delivery into plain data, its ack handle and the consumer's pending
@@ -532,6 +579,7 @@ fn split(m: nats::Message, names: &mut DeliveryNames) -> Option<(RawMessage, Ack
         reply: reply?,
         delivery_count,
         stream_sequence,
+        generation: names.generation,
     };
     let raw = RawMessage {
         subject,
@@ -711,6 +759,44 @@ mod tests {
             info.published.unix_timestamp_nanos(),
             1_700_000_000_123_456_789
         );
+    }
+
+    #[test]
+    fn a_consumer_created_again_starts_a_new_ack_generation() {
+        let shared = Arc::new(AckGeneration::default());
+        let mut names = DeliveryNames::new("I1".into(), Arc::clone(&shared));
+        for sequence in [1, 2, 7] {
+            names.note_consumer_sequence(sequence);
+        }
+        assert_eq!((names.generation, shared.current()), (0, 0));
+        // Delivery sequence 1 again: handles of earlier deliveries are of another generation.
+        names.note_consumer_sequence(1);
+        assert_eq!((names.generation, shared.current()), (1, 1));
+        names.note_consumer_sequence(2);
+        assert_eq!(shared.current(), 1);
+    }
+
+    #[test]
+    fn empty_deliveries_with_a_size_header_may_be_headers_only() {
+        let size = |name: &str| vec![(name.to_string(), "60".to_string())];
+        let empty = |headers| RawMessage {
+            headers,
+            ..RawMessage::sample("orders.a", 1, b"")
+        };
+        assert!(maybe_headers_only(&empty(size("Nats-Msg-Size"))));
+        assert!(maybe_headers_only(&empty(size("nats-msg-size"))));
+        let unreadable = RawMessage {
+            unreadable: Some("a header block"),
+            ..empty(vec![])
+        };
+        assert!(maybe_headers_only(&unreadable));
+        assert!(!maybe_headers_only(&empty(vec![])));
+        assert!(!maybe_headers_only(&empty(size("Nats-Msg-Id"))));
+        let whole = RawMessage {
+            headers: size("Nats-Msg-Size"),
+            ..RawMessage::sample("orders.a", 1, b"{}")
+        };
+        assert!(!maybe_headers_only(&whole));
     }
 
     #[test]

@@ -10,6 +10,11 @@
 //! delays the good messages of its batch. After the first failed DLQ publish of a batch the
 //! remaining rejections of that batch are NAKed without trying again, so a broken DLQ costs
 //! at most one publish timeout per batch.
+//!
+//! Invariant: no verb is sent for a handle of an older [`broker::AckGeneration`] than the
+//! current one (delivered before the consumer, and perhaps its stream, was created again): its
+//! ack subject would settle the new consumer's message of the same stream sequence. Such
+//! handles are dropped, counted, and logged once when no batch holds any more of them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +46,8 @@ pub struct AckWorker {
     pub dlq: Option<DeadLetterPublisher>,
     /// A batch older than this (since fetch or its last in-progress ack) gets in-progress acks.
     pub progress_after: Duration,
+    /// The generation of current deliveries, advanced by `svc-fetch`.
+    pub generation: Arc<broker::AckGeneration>,
 }
 
 struct InFlight {
@@ -53,6 +60,8 @@ struct InFlight {
 impl AckWorker {
     pub fn run(self) {
         let mut in_flight: HashMap<BatchId, InFlight> = HashMap::new();
+        // Handles of older generations dropped and not yet logged.
+        let mut dropped = 0;
         let tick =
             (self.progress_after / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
         loop {
@@ -80,7 +89,7 @@ impl AckWorker {
                     Some(batch) => {
                         self.monitor.activity("settling batch");
                         let held = Credit::new(batch.handles.len(), batch.bytes);
-                        self.settle(batch, verdicts);
+                        dropped += self.settle(batch, verdicts);
                         self.monitor.batch_settled(id);
                         // Settled or not, these messages no longer occupy the pipeline.
                         self.credits.give(held);
@@ -92,6 +101,12 @@ impl AckWorker {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             self.keep_alive(&mut in_flight);
+            if dropped > 0 && !self.holds_stale(&in_flight) {
+                log_dropped(std::mem::take(&mut dropped));
+            }
+        }
+        if dropped > 0 {
+            log_dropped(dropped);
         }
         if !in_flight.is_empty() {
             log::warn!(
@@ -102,8 +117,17 @@ impl AckWorker {
         self.monitor.activity("stopped");
     }
 
-    /// Carries out one verdict per message.
-    fn settle(&self, batch: InFlight, verdicts: Vec<Verdict>) {
+    /// True while a batch in flight holds a handle of an older generation.
+    fn holds_stale(&self, in_flight: &HashMap<BatchId, InFlight>) -> bool {
+        let current = self.generation.current();
+        in_flight
+            .values()
+            .any(|b| b.handles.iter().any(|h| h.generation != current))
+    }
+
+    /// Carries out one verdict per message of the current generation; returns how many
+    /// handles of an older one were dropped.
+    fn settle(&self, batch: InFlight, verdicts: Vec<Verdict>) -> u64 {
         let c = &self.metrics.counters;
         if verdicts.len() != batch.handles.len() {
             log::error!(
@@ -111,13 +135,17 @@ impl AckWorker {
                 verdicts.len(),
                 batch.handles.len()
             );
-            return;
+            return 0;
         }
-        let (rejected, others): (Vec<_>, Vec<_>) = batch
+        let current = self.generation.current();
+        let (current_ones, stale): (Vec<_>, Vec<_>) = batch
             .handles
             .iter()
             .zip(verdicts)
             .zip(batch.families)
+            .partition(|((h, _), _)| h.generation == current);
+        let (rejected, others): (Vec<_>, Vec<_>) = current_ones
+            .into_iter()
             .partition(|((_, v), _)| matches!(v, Verdict::Rejected(_)));
         let mut dlq_failed = false;
         // Sent verbs are counted here and added to the shared counters once per batch.
@@ -161,6 +189,7 @@ impl AckWorker {
         Metrics::add(&c.messages_terminated_total, terminated);
         Metrics::add(&c.messages_in_progress_total, in_progress);
         self.monitor.mark_ack();
+        stale.len() as u64
     }
 
     /// A message that retrying will not fix: counted, logged without payload, and left to the
@@ -265,11 +294,12 @@ impl AckWorker {
     /// Sends in-progress acks for batches held longer than `progress_after`.
     fn keep_alive(&self, in_flight: &mut HashMap<BatchId, InFlight>) {
         let now = Instant::now();
+        let current = self.generation.current();
         for batch in in_flight.values_mut() {
             if now.duration_since(batch.last_progress) < self.progress_after {
                 continue;
             }
-            for h in &batch.handles {
+            for h in batch.handles.iter().filter(|h| h.generation == current) {
                 if broker::send_ack(&self.nc, h, AckVerb::InProgress).is_ok() {
                     Metrics::add(&self.metrics.counters.messages_in_progress_total, 1);
                 }
@@ -277,6 +307,17 @@ impl AckWorker {
             batch.last_progress = now;
         }
     }
+}
+
+/// Says once, for all the batches in flight then, why their handles were not settled.
+fn log_dropped(count: u64) {
+    log::warn!(
+        "broker: {count} deliveries made before the consumer was created again (with its \
+         stream, when \"stream ... was created again\" is logged) were not acknowledged: their \
+         ack subjects would settle the new consumer's messages of the same stream sequences; \
+         the old consumer and its pending messages are gone, and what the new one holds is \
+         delivered anew"
+    );
 }
 
 fn max_delivery(handles: &[AckHandle]) -> u64 {

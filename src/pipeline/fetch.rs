@@ -89,6 +89,9 @@ pub struct Fetcher {
     /// The stream and its incarnation at bind (`broker/incarnation.rs`).
     pub stream: String,
     pub incarnation: Arc<str>,
+    /// Advanced when a delivery shows the consumer created again: `svc-ack` settles no
+    /// handle of an older generation ([`broker::AckGeneration`]).
+    pub generation: Arc<broker::AckGeneration>,
 }
 
 /// An outstanding pull request: how many deliveries it may still bring, and until when.
@@ -160,6 +163,9 @@ struct Collecting {
     bytes: usize,
     /// Arrival of the oldest message in the batch.
     since: Option<Instant>,
+    /// Holds a delivery that may come from a consumer switched to `headers_only`
+    /// ([`broker::maybe_headers_only`]): the consumer is checked before the batch ships.
+    suspect: bool,
 }
 
 impl Collecting {
@@ -169,6 +175,7 @@ impl Collecting {
             handles: Vec::with_capacity(capacity),
             bytes: 0,
             since: None,
+            suspect: false,
         }
     }
 }
@@ -203,7 +210,10 @@ impl Fetcher {
             batch: Collecting::new(self.batch_size),
             next_id: 1,
             request_failures: 0,
-            names: broker::DeliveryNames::new(Arc::clone(&self.incarnation)),
+            names: broker::DeliveryNames::new(
+                Arc::clone(&self.incarnation),
+                Arc::clone(&self.generation),
+            ),
             doing: "",
             paused_until: None,
             oversize: false,
@@ -264,7 +274,9 @@ impl Fetcher {
                     .is_some_and(|s| now >= s + self.max_batch_wait);
             if due && !p.batch.messages.is_empty() {
                 let full = std::mem::replace(&mut p.batch, Collecting::new(self.batch_size));
-                self.ship(full, &mut p.next_id)?;
+                if let Err(e) = self.ship_checked(full, &mut p.next_id) {
+                    break Err(e);
+                }
                 p.doing = "handing batch to svc-normalize";
             }
         };
@@ -272,7 +284,7 @@ impl Fetcher {
         // written and acknowledged while the pipeline drains.
         if !p.batch.messages.is_empty() {
             let held = std::mem::replace(&mut p.batch, Collecting::new(0));
-            self.ship(held, &mut p.next_id)?;
+            self.ship_checked(held, &mut p.next_id)?;
         }
         if result.is_ok() {
             let stopped = *self.stop_at.get_or_init(Instant::now);
@@ -462,6 +474,52 @@ impl Fetcher {
         }
     }
 
+    /// Sends a batch downstream as [`Self::ship`] does, but one holding a delivery that may
+    /// come from a consumer switched to `headers_only` only once the consumer is checked
+    /// (`broker/consumer_watch.rs`): changed, the run stops and the whole batch is released;
+    /// not known, those deliveries are released and the rest ships.
+    fn ship_checked(&mut self, mut batch: Collecting, next_id: &mut u64) -> Result<(), String> {
+        if batch.suspect {
+            match self.watch.confirm_whole_messages() {
+                Ok(true) => {}
+                Ok(false) => batch = self.release_where(batch, broker::maybe_headers_only),
+                Err(stop) => {
+                    self.release_where(batch, |_| true);
+                    return Err(stop);
+                }
+            }
+        }
+        if batch.messages.is_empty() {
+            return Ok(());
+        }
+        self.ship(batch, next_id)
+    }
+
+    /// NAKs the deliveries of `batch` that `release` picks (redelivered once any of our
+    /// pull requests open now has expired) and gives back their credits; the rest stays.
+    fn release_where(&self, batch: Collecting, release: fn(&RawMessage) -> bool) -> Collecting {
+        let mut kept = Collecting::new(batch.messages.len());
+        kept.since = batch.since;
+        let (mut count, mut bytes) = (0, 0);
+        for (message, handle) in batch.messages.into_iter().zip(batch.handles) {
+            if !release(&message.0) {
+                kept.bytes += delivery_bytes(&message.0);
+                kept.messages.push(message);
+                kept.handles.push(handle);
+                continue;
+            }
+            (count, bytes) = (count + 1, bytes + delivery_bytes(&message.0));
+            let delay = AckVerb::Nak(self.expiry + EXPIRY_GRACE);
+            if broker::send_ack(&self.nc, &handle, delay).is_ok() {
+                Metrics::add(&self.metrics.counters.messages_nacked_total, 1);
+            }
+        }
+        Metrics::add(&self.metrics.counters.messages_fetched_total, count as u64);
+        self.credits.give(Credit::new(count, bytes));
+        let _ = self.flush_kick.try_send(());
+        kept
+    }
+
     /// Sends a batch downstream: registration first, then the data.
     fn ship(&self, batch: Collecting, next_id: &mut u64) -> Result<(), String> {
         let id = *next_id;
@@ -515,6 +573,7 @@ impl Fetcher {
             // delivered), in debt until settled.
             self.credits.charge_bytes(size - from_allowance);
             p.batch.bytes += size;
+            p.batch.suspect |= broker::maybe_headers_only(&raw);
             p.batch.since.get_or_insert(now);
             p.batch.messages.push((raw, now_unix_nanos()));
             p.batch.handles.push(handle);

@@ -239,6 +239,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let snapshot = snapshot_writer::SnapshotWriter::new(&cfg.metrics, metrics.clone(), started_at);
     let snapshot_thread = snapshot.spawn(stop.clone())?;
     let (flush_kick, flush_thread) = spawn_flush(nc.clone())?;
+    let generation = Arc::new(broker::AckGeneration::default());
     let ack = ack::AckWorker {
         nc: nc.clone(),
         rx: ack_rx,
@@ -254,6 +255,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             publisher
         }),
         progress_after: consumer.ack_wait.mul_f64(d.in_progress_fraction),
+        generation: Arc::clone(&generation),
     };
     let (ack_done_tx, ack_done_rx) = bounded::<()>(1);
     spawn("svc-ack", move || {
@@ -294,6 +296,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         ),
         stream: consumer.stream.clone(),
         incarnation: Arc::clone(&consumer.incarnation),
+        generation,
         sub: consumer.subscription,
     };
     let fetch_thread = spawn("svc-fetch", move || fetcher.run())?;
