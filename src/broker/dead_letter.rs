@@ -599,21 +599,22 @@ impl DeadLetterPublisher {
     /// acknowledged only once its own record is stored, and a forger who keeps the id taken
     /// cannot hold it back. The cost: while the id is taken, each redelivery of the original
     /// stores one more copy (readers de-duplicate on `original`'s stream, incarnation and
-    /// sequence). At most two publish timeouts and a read-back.
+    /// sequence). All of it within one `publish_timeout_ms`.
     pub fn publish(&self, dl: &DeadLetter) -> Result<PubAck, DlqError> {
-        let ack = self.send(dl, true)?;
+        let deadline = Instant::now() + self.cfg.publish_timeout;
+        let ack = self.send(dl, true, deadline)?;
         if !ack.duplicate {
             return Ok(ack);
         }
-        match self.check_duplicate(dl, &ack) {
+        match self.check_duplicate(dl, &ack, deadline) {
             Ok(()) => Ok(ack),
             Err(DlqError::ForeignDuplicate { why, .. }) => {
-                let ours = self.send(dl, false)?;
+                let ours = self.send(dl, false, deadline)?;
                 if ours.duplicate {
                     return Err(DlqError::ForeignDuplicate {
                         stream: ours.stream,
                         sequence: ours.sequence,
-                        why: "was published without a message id",
+                        why: "cannot be: the record carried no message id",
                     });
                 }
                 log::warn!(
@@ -645,9 +646,8 @@ impl DeadLetterPublisher {
         h
     }
 
-    /// One publish and its confirmation, within `publish_timeout_ms`.
-    fn send(&self, dl: &DeadLetter, with_id: bool) -> Result<PubAck, DlqError> {
-        let started = Instant::now();
+    /// One publish and its confirmation, by `deadline`.
+    fn send(&self, dl: &DeadLetter, with_id: bool, deadline: Instant) -> Result<PubAck, DlqError> {
         let timeout = self.cfg.publish_timeout;
         let conn = |e: std::io::Error| DlqError::Connection(e.kind().to_string());
         let mut headers = nats::HeaderMap::new();
@@ -664,7 +664,8 @@ impl DeadLetterPublisher {
                 &dl.body,
             )
             .map_err(conn)?;
-        self.nc.flush_timeout(timeout).map_err(|e| {
+        let left = || deadline.saturating_duration_since(Instant::now());
+        self.nc.flush_timeout(left()).map_err(|e| {
             if e.kind() == std::io::ErrorKind::TimedOut {
                 DlqError::Timeout {
                     phase: "flush",
@@ -674,8 +675,7 @@ impl DeadLetterPublisher {
                 conn(e)
             }
         })?;
-        let left = timeout.saturating_sub(started.elapsed());
-        let reply = sub.next_timeout(left).map_err(|e| {
+        let reply = sub.next_timeout(left()).map_err(|e| {
             if e.kind() == std::io::ErrorKind::TimedOut {
                 DlqError::Timeout {
                     phase: "confirmation",
@@ -699,8 +699,13 @@ impl DeadLetterPublisher {
     }
 
     /// Whether the stream's message under our id (read back with `STREAM.MSG.GET`) is this
-    /// record: see [`same_record`]. Within `publish_timeout_ms` of its own.
-    fn check_duplicate(&self, dl: &DeadLetter, ack: &PubAck) -> Result<(), DlqError> {
+    /// record: see [`same_record`]. By `deadline`.
+    fn check_duplicate(
+        &self,
+        dl: &DeadLetter,
+        ack: &PubAck,
+        deadline: Instant,
+    ) -> Result<(), DlqError> {
         let foreign = |why| DlqError::ForeignDuplicate {
             stream: ack.stream.clone(),
             sequence: ack.sequence,
@@ -713,7 +718,11 @@ impl DeadLetterPublisher {
         let subject = format!("$JS.API.STREAM.MSG.GET.{}", ack.stream);
         let reply = self
             .nc
-            .request_timeout(&subject, request, self.cfg.publish_timeout)
+            .request_timeout(
+                &subject,
+                request,
+                deadline.saturating_duration_since(Instant::now()),
+            )
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::TimedOut => DlqError::Timeout {
                     phase: "duplicate check",
