@@ -186,10 +186,11 @@ enum Review {
 /// false, 0, empty) is reported as not reviewed: a newer server's setting is a difference
 /// until someone has read what it does.
 ///
-/// Measured with a publisher on nats-server 2.15.1 (5 messages each, `svc run` after
-/// `--apply`): `max_msgs_per_subject` 1 or `allow_rollup_hdrs` with `Nats-Rollup: all` kept
-/// 1 of 5-6; `allow_msg_ttl` with `Nats-TTL: 1s` kept 0 of 5; `subject_transform` to
-/// `moved.>` stored all 5 where the consumer's `orders.>` filter never sees them.
+/// Measured with a publisher and `svc run` after `--apply`: `max_msgs_per_subject` 1 or
+/// `allow_rollup_hdrs` with `Nats-Rollup: all` made 4-5 of 5-6 messages vanish before
+/// delivery; on nats-server 2.15.1, `allow_msg_ttl` with `Nats-TTL: 1s` left 0 of 5 in the
+/// stream, and `subject_transform` to `moved.>` stored all 5 where the consumer's `orders.>`
+/// filter never delivered one.
 const STREAM_FIELDS: &[(&str, Review)] = &[
     ("name", Review::Planned),
     ("subjects", Review::Planned),
