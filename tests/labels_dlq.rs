@@ -1202,9 +1202,40 @@ fn a_mixed_batch_is_written_lane_by_lane() {
     );
 }
 
+/// Publishes `body` on `svc.dlq` under the message id `id`, as a publisher allowed on the DLQ
+/// subject can.
+fn publish_under(nc: &nats::Connection, id: &str, body: &[u8]) {
+    nats::jetstream::new(nc.clone())
+        .publish_with_options(
+            "svc.dlq",
+            body,
+            &nats::jetstream::PublishOptions {
+                id: Some(id.to_string()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+}
+
+/// The DLQ stream's message `seq`: its body and whether it carries a `Nats-Msg-Id`.
+fn dlq_message(b: &NatsServer, seq: u64) -> (Vec<u8>, bool) {
+    let m = b.js().get_message("DLQ", seq).unwrap();
+    let has_id = m
+        .headers
+        .as_ref()
+        .is_some_and(|h| h.get("Nats-Msg-Id").is_some());
+    (m.data, has_id)
+}
+
 /// A record published first under the id the runner's record will carry (a publisher allowed
 /// on the DLQ subject, or a stream's from before it was created again) makes the stream call
-/// ours a duplicate: that is not "stored". The publish fails, retryably, and says why.
+/// ours a duplicate: that is not "stored". Review 51: a forged record with the real
+/// original's identity and payload digest but the forger's own `failure` and `headers` was
+/// taken for ours, the original ACKed, and the forged failure was the only record. Now a
+/// duplicate counts only when the stream holds our very record (all but the time, delivery
+/// count and consumer sequence equal, our headers, our subject); otherwise ours is stored
+/// again without a message id, so the original is acknowledged only with its true record and
+/// a forger cannot hold it back.
 #[test]
 fn a_forged_record_under_our_id_is_not_taken_for_ours() {
     let b = NatsServer::start();
@@ -1214,6 +1245,9 @@ fn a_forged_record_under_our_id_is_not_taken_for_ours() {
         expected_stream: Some("DLQ".into()),
         ..dlq_cfg("svc.dlq")
     };
+    let publisher = DeadLetterPublisher::new(nc.clone(), cfg.clone());
+
+    // Another message's record under our id.
     let ours = DeadLetter::build(&raw(7), &failure(), 0, &cfg);
     let forged = DeadLetter::build(
         &RawMessage {
@@ -1225,33 +1259,51 @@ fn a_forged_record_under_our_id_is_not_taken_for_ours() {
         &cfg,
     );
     assert_eq!(forged.msg_id, ours.msg_id);
+    publish_under(&nc, &ours.msg_id, &forged.body);
+    let ack = publisher.publish(&ours).unwrap();
+    assert_eq!((ack.sequence, ack.duplicate), (2, false));
+    assert_eq!(dlq_message(&b, 2), (ours.body.clone(), false));
+
+    // The reviewer's forgery: our record's identity and payload digest, the forger's failure
+    // and headers.
+    let real = DeadLetter::build(&raw(9), &failure(), 5, &cfg);
+    let mut lie: Value = serde_json::from_slice(&real.body).unwrap();
+    lie["failure"]["reason"] = json!("forged");
+    lie["failure"]["message"] = json!("nothing wrong here, ignore");
+    lie["headers"] = json!({"X-Forged": "yes"});
+    publish_under(&nc, &real.msg_id, &serde_json::to_vec(&lie).unwrap());
+    assert_eq!(b.stream_messages("DLQ"), 3);
+    let ack = publisher.publish(&real).unwrap();
+    assert_eq!((ack.sequence, ack.duplicate), (4, false));
+    assert_eq!(dlq_message(&b, 4), (real.body.clone(), false));
+    let of_9: Vec<Value> = dlq_records(&b)
+        .into_iter()
+        .map(|(_, v)| v)
+        .filter(|v| v["original"]["stream_sequence"] == 9)
+        .collect();
+    assert_eq!(of_9.len(), 2, "{of_9:?}");
+    assert_eq!(of_9[1]["failure"]["reason"], "unknown_field");
+    // Our own body under our id but with another reason header is not ours either.
+    let tagged = DeadLetter::build(&raw(10), &failure(), 0, &cfg);
     let mut h = nats::HeaderMap::new();
-    h.insert("Nats-Msg-Id", ours.msg_id.as_str());
-    let js = nats::jetstream::new(nc.clone());
-    js.publish_with_options(
-        "svc.dlq",
-        &forged.body,
-        &nats::jetstream::PublishOptions {
-            id: Some(ours.msg_id.clone()),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let publisher = DeadLetterPublisher::new(nc, cfg);
-    let err = publisher.publish(&ours).unwrap_err();
-    assert!(
-        matches!(err, DlqError::ForeignDuplicate { sequence: 1, .. }),
-        "{err}"
-    );
-    assert!(
-        err.to_string().contains("is a record of another message"),
-        "{err}"
-    );
-    assert_eq!(b.stream_messages("DLQ"), 1);
+    h.insert("Nats-Msg-Id", tagged.msg_id.as_str());
+    h.insert("Svc-Dlq-Reason", "forged");
+    nats::jetstream::new(nc.clone())
+        .publish_message(&nats::Message::new(
+            "svc.dlq",
+            None,
+            tagged.body.clone(),
+            Some(h),
+        ))
+        .unwrap();
+    let ack = publisher.publish(&tagged).unwrap();
+    assert_eq!((ack.sequence, ack.duplicate), (6, false));
+
     // The same message's record from an earlier delivery still counts as stored.
     let other_delivery = DeadLetter::build(
         &RawMessage {
             delivery_count: 4,
+            consumer_sequence: 31,
             ..raw(8)
         },
         &failure(),
@@ -1266,7 +1318,9 @@ fn a_forged_record_under_our_id_is_not_taken_for_ours() {
             &dlq_cfg("svc.dlq"),
         ))
         .unwrap();
-    assert!(publisher.publish(&other_delivery).unwrap().duplicate);
+    let ack = publisher.publish(&other_delivery).unwrap();
+    assert!(ack.duplicate && ack.sequence == 7, "{ack:?}");
+    assert_eq!(b.stream_messages("DLQ"), 7);
 }
 
 const BAD_LABELS: [(&str, &str); 1] = [("Svc-Security-Labels", "{\"x\": 1}")];

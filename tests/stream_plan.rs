@@ -384,25 +384,21 @@ fn the_planned_json_requests_are_what_apply_creates() {
     assert_eq!(err.matches("exists as planned").count(), 3, "{err}");
 }
 
-/// A stream that keeps one message per subject or honours a publisher's `Nats-Rollup`
-/// header dropped 4-5 of 5-6 messages before delivery, and `--apply` called it "as planned"
-/// (it compared nine fields). Now every field the plan sets and each setting that changes
-/// what reaches the consumer or a replay is compared, from the broker's own JSON.
-#[test]
-fn apply_reports_stream_settings_that_drop_or_keep_messages() {
-    let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let mut value = config(&server.url(), dir.path());
+/// An open server's config for `--apply` without a DLQ, and the `ORDERS` stream created with
+/// the broker's own JSON: as planned in every planned field, plus `extra`. The broker's
+/// answer (its config of the stream).
+fn stream_as_planned_plus(server: &NatsServer, dir: &Path, extra: Value) -> (PathBuf, Value) {
+    let mut value = config(&server.url(), dir);
     value["nats"].as_object_mut().unwrap().remove("auth");
     value["dead_letter"]["enabled"] = json!(false);
-    let cfg = write_config(dir.path(), "open.json", &value);
-    // As planned in every planned field, and lossy in the others.
-    let stream = json!({"name": "ORDERS", "subjects": ["orders.>"], "storage": "file",
+    let cfg = write_config(dir, "open.json", &value);
+    let mut stream = json!({"name": "ORDERS", "subjects": ["orders.>"], "storage": "file",
         "num_replicas": 1, "retention": "limits", "discard": "new",
         "duplicate_window": 120_000_000_000u64, "max_age": 604_800_000_000_000u64,
-        "max_bytes": 1u64 << 30, "max_msgs": -1, "max_consumers": -1,
-        "max_msgs_per_subject": 1, "allow_rollup_hdrs": true, "deny_delete": true,
-        "max_msg_size": 1000, "no_ack": true});
+        "max_bytes": 1u64 << 30, "max_msgs": -1, "max_consumers": -1});
+    for (k, v) in extra.as_object().unwrap() {
+        stream[k] = v.clone();
+    }
     let reply = server
         .connect()
         .request_timeout(
@@ -413,17 +409,42 @@ fn apply_reports_stream_settings_that_drop_or_keep_messages() {
         .unwrap();
     let answer: Value = serde_json::from_slice(&reply.data).unwrap();
     assert!(answer.get("error").is_none(), "{answer}");
+    (cfg, answer["config"].clone())
+}
+
+/// `--apply`'s exit code and its line about the stream `ORDERS`.
+fn apply_stream_line(cfg: &Path) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_svc"))
         .args(["stream-plan", cfg.to_str().unwrap(), "--apply"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
     let line = err
         .lines()
         .find(|l| l.contains("applied: stream ORDERS "))
-        .unwrap_or_default();
-    assert!(line.contains("DIFFERS"), "{err}");
+        .unwrap_or_else(|| panic!("no line about the stream: {err}"))
+        .to_string();
+    (out.status.code(), line)
+}
+
+/// A stream that keeps one message per subject or honours a publisher's `Nats-Rollup`
+/// header dropped 4-5 of 5-6 messages before delivery, and `--apply` called it "as planned"
+/// (it compared nine fields). Now every field the plan sets and each setting that changes
+/// what reaches the consumer or a replay is compared, from the broker's own JSON.
+#[test]
+fn apply_reports_stream_settings_that_drop_or_keep_messages() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // As planned in every planned field, and lossy in the others.
+    let (cfg, _) = stream_as_planned_plus(
+        &server,
+        dir.path(),
+        json!({"max_msgs_per_subject": 1, "allow_rollup_hdrs": true, "deny_delete": true,
+               "max_msg_size": 1000, "no_ack": true}),
+    );
+    let (code, line) = apply_stream_line(&cfg);
+    assert_eq!(code, Some(1), "{line}");
+    assert!(line.contains("DIFFERS"), "{line}");
     for said in [
         "max_msgs_per_subject 1 -> -1",
         "allow_rollup_hdrs true -> false",
@@ -435,6 +456,65 @@ fn apply_reports_stream_settings_that_drop_or_keep_messages() {
     }
     // Nothing else: the planned fields match.
     assert_eq!(line.matches(" -> ").count(), 5, "{line}");
+}
+
+/// nats-server 2.11+ settings `--apply` called "as planned" (review 51): with
+/// `allow_msg_ttl` a publisher's `Nats-TTL: 1s` removed all 5 messages before delivery, and a
+/// `subject_transform` to `moved.>` stored all 5 where the consumer's `orders.>` filter never
+/// delivers them. Each is now a difference (exit 1), and so is the server's `async`
+/// persistence. A server that does not know a setting (2.9.10 ignores it) is skipped for it.
+#[test]
+fn apply_reports_newer_server_settings_that_lose_or_move_messages() {
+    let cases = [
+        (
+            json!({"allow_msg_ttl": true}),
+            "allow_msg_ttl",
+            "allow_msg_ttl true -> false",
+        ),
+        (
+            json!({"subject_transform": {"src": "orders.>", "dest": "moved.>"}}),
+            "subject_transform",
+            "subject_transform {\"dest\":\"moved.>\",\"src\":\"orders.>\"} -> none",
+        ),
+        (
+            json!({"persist_mode": "async"}),
+            "persist_mode",
+            "persist_mode async -> default",
+        ),
+        (
+            json!({"allow_msg_ttl": true, "subject_delete_marker_ttl": 5_000_000_000u64}),
+            "subject_delete_marker_ttl",
+            "subject_delete_marker_ttl_s 5 -> 0",
+        ),
+    ];
+    let mut checked = 0;
+    for (extra, field, said) in cases {
+        let server = NatsServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let (cfg, created) = stream_as_planned_plus(&server, dir.path(), extra);
+        if created.get(field).is_none() {
+            eprintln!(
+                "{}: the server does not know {field}; skipped",
+                nats_server()
+            );
+            continue;
+        }
+        let (code, line) = apply_stream_line(&cfg);
+        assert_eq!(code, Some(1), "{field}: {line}");
+        assert!(
+            line.contains("DIFFERS") && line.contains(said),
+            "{field}: {line}"
+        );
+        checked += 1;
+    }
+    // The same stream without them is as planned (the harmless fields 2.15 reports too).
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _) = stream_as_planned_plus(&server, dir.path(), json!({}));
+    let (code, line) = apply_stream_line(&cfg);
+    assert_eq!(code, Some(0), "{line}");
+    assert!(line.contains("exists as planned"), "{line}");
+    eprintln!("{}: {checked} of 4 settings checked", nats_server());
 }
 
 /// The administrator permissions docs/operations.md gives, read from its sentence: the

@@ -526,9 +526,11 @@ pub enum DlqError {
     /// The connection failed.
     Connection(String),
     /// The stream called the record a duplicate, but what it holds under the record's id is
-    /// not a record of this message (a forged one published first, or a stream's from
-    /// before it was created again); or what it holds could not be read back. The message
-    /// stays unacknowledged: retried until the stream's duplicate window has passed.
+    /// not this record (a forged one published first, or one of the same message with
+    /// another failure), or could not be read back. [`DeadLetterPublisher::publish`] then
+    /// stores the record once more without a message id; this error remains only when the
+    /// stream calls that one a duplicate too (no honest stream does). The message stays
+    /// unacknowledged.
     ForeignDuplicate {
         stream: String,
         sequence: u64,
@@ -566,8 +568,7 @@ impl fmt::Display for DlqError {
             } => write!(
                 f,
                 "dlq publish: stream {} calls the record a duplicate of its message {sequence}, \
-                 which {why}; the message stays unacknowledged until the stream's duplicate \
-                 window has passed",
+                 which {why}",
                 PeerText::new(stream)
             ),
         }
@@ -590,16 +591,68 @@ impl DeadLetterPublisher {
     /// Publishes one record through JetStream and returns the broker's PubAck: the record is
     /// stored in a stream. A request with its own inbox and an explicit flush, so one publish
     /// costs a round trip and not the client's 5 ms flush delay; bounded by the timeout.
+    ///
+    /// A duplicate PubAck counts as stored only when the stream holds this very record under
+    /// the id ([`Self::check_duplicate`]). When it holds another one (a publisher allowed on
+    /// the DLQ subject can write any record under the next id first), the record is published
+    /// again without a message id, which no stream drops as a duplicate: the original is
+    /// acknowledged only once its own record is stored, and a forger who keeps the id taken
+    /// cannot hold it back. The cost: while the id is taken, each redelivery of the original
+    /// stores one more copy (readers de-duplicate on `original`'s stream, incarnation and
+    /// sequence). All of it within one `publish_timeout_ms`.
     pub fn publish(&self, dl: &DeadLetter) -> Result<PubAck, DlqError> {
-        let started = Instant::now();
+        let deadline = Instant::now() + self.cfg.publish_timeout;
+        let ack = self.send(dl, true, deadline)?;
+        if !ack.duplicate {
+            return Ok(ack);
+        }
+        match self.check_duplicate(dl, &ack, deadline) {
+            Ok(()) => Ok(ack),
+            Err(DlqError::ForeignDuplicate { why, .. }) => {
+                let ours = self.send(dl, false, deadline)?;
+                if ours.duplicate {
+                    return Err(DlqError::ForeignDuplicate {
+                        stream: ours.stream,
+                        sequence: ours.sequence,
+                        why: "cannot be: the record carried no message id",
+                    });
+                }
+                log::warn!(
+                    "dead-letter queue: stream {} holds under {} its message {}, which {why}; \
+                     the record is stored again without a message id as sequence {}",
+                    PeerText::new(&ack.stream),
+                    PeerText::new(&dl.msg_id),
+                    ack.sequence,
+                    ours.sequence
+                );
+                Ok(ours)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The headers of the DLQ message: `Nats-Msg-Id` (when `with_id`), the content type, the
+    /// reason and, when configured, the expected stream. The stream stores them as they are.
+    fn headers(&self, dl: &DeadLetter, with_id: bool) -> Vec<(&'static str, String)> {
+        let mut h = Vec::new();
+        if with_id {
+            h.push((MESSAGE_ID_HEADER, dl.msg_id.clone()));
+        }
+        h.push(("Content-Type", "application/json".to_string()));
+        h.push((REASON_HEADER, dl.reason.to_string()));
+        if let Some(stream) = &self.cfg.expected_stream {
+            h.push(("Nats-Expected-Stream", stream.clone()));
+        }
+        h
+    }
+
+    /// One publish and its confirmation, by `deadline`.
+    fn send(&self, dl: &DeadLetter, with_id: bool, deadline: Instant) -> Result<PubAck, DlqError> {
         let timeout = self.cfg.publish_timeout;
         let conn = |e: std::io::Error| DlqError::Connection(e.kind().to_string());
         let mut headers = nats::HeaderMap::new();
-        headers.insert(MESSAGE_ID_HEADER, dl.msg_id.clone());
-        headers.insert("Content-Type", "application/json".to_string());
-        headers.insert(REASON_HEADER, dl.reason.to_string());
-        if let Some(stream) = &self.cfg.expected_stream {
-            headers.insert("Nats-Expected-Stream", stream.clone());
+        for (name, value) in self.headers(dl, with_id) {
+            headers.insert(name, value);
         }
         let inbox = self.nc.new_inbox();
         let sub = self.nc.subscribe(&inbox).map_err(conn)?;
@@ -611,7 +664,8 @@ impl DeadLetterPublisher {
                 &dl.body,
             )
             .map_err(conn)?;
-        self.nc.flush_timeout(timeout).map_err(|e| {
+        let left = || deadline.saturating_duration_since(Instant::now());
+        self.nc.flush_timeout(left()).map_err(|e| {
             if e.kind() == std::io::ErrorKind::TimedOut {
                 DlqError::Timeout {
                     phase: "flush",
@@ -621,8 +675,7 @@ impl DeadLetterPublisher {
                 conn(e)
             }
         })?;
-        let left = timeout.saturating_sub(started.elapsed());
-        let reply = sub.next_timeout(left).map_err(|e| {
+        let reply = sub.next_timeout(left()).map_err(|e| {
             if e.kind() == std::io::ErrorKind::TimedOut {
                 DlqError::Timeout {
                     phase: "confirmation",
@@ -642,21 +695,16 @@ impl DeadLetterPublisher {
                 return Err(DlqError::WrongStream { stream: ack.stream });
             }
         }
-        if ack.duplicate {
-            let left = timeout.saturating_sub(started.elapsed());
-            self.check_duplicate(dl, &ack, left)?;
-        }
         Ok(ack)
     }
 
-    /// A duplicate PubAck counts as stored only when the stream's record under our id is a
-    /// record of this very message: the same original (stream, incarnation, sequence, subject)
-    /// and payload digest. An earlier delivery's record differs only in its failure and times.
+    /// Whether the stream's message under our id (read back with `STREAM.MSG.GET`) is this
+    /// record: see [`same_record`]. By `deadline`.
     fn check_duplicate(
         &self,
         dl: &DeadLetter,
         ack: &PubAck,
-        left: Duration,
+        deadline: Instant,
     ) -> Result<(), DlqError> {
         let foreign = |why| DlqError::ForeignDuplicate {
             stream: ack.stream.clone(),
@@ -670,7 +718,11 @@ impl DeadLetterPublisher {
         let subject = format!("$JS.API.STREAM.MSG.GET.{}", ack.stream);
         let reply = self
             .nc
-            .request_timeout(&subject, request, left)
+            .request_timeout(
+                &subject,
+                request,
+                deadline.saturating_duration_since(Instant::now()),
+            )
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::TimedOut => DlqError::Timeout {
                     phase: "duplicate check",
@@ -682,12 +734,8 @@ impl DeadLetterPublisher {
             return Err(foreign("could not be read back (its answer is too large)"));
         }
         let stored =
-            stored_message_data(&reply.data).ok_or_else(|| foreign("could not be read back"))?;
-        if same_original(&stored, &dl.body) {
-            Ok(())
-        } else {
-            Err(foreign("is a record of another message"))
-        }
+            stored_message(&reply.data).ok_or_else(|| foreign("could not be read back"))?;
+        same_record(&stored, dl, &self.cfg.subject, &self.headers(dl, true)).map_err(foreign)
     }
 }
 
@@ -705,25 +753,77 @@ fn is_stream_name(s: &str) -> bool {
             .any(|b| matches!(b, b'.' | b'*' | b'>') || b.is_ascii_whitespace() || b < 0x20)
 }
 
-/// The record bytes of a `STREAM.MSG.GET` answer (`message.data`, base64).
-fn stored_message_data(answer: &[u8]) -> Option<Vec<u8>> {
-    use base64::Engine as _;
-    let v: serde_json::Value = serde_json::from_slice(answer).ok()?;
-    let data = v.get("message")?.get("data")?.as_str()?;
-    base64::engine::general_purpose::STANDARD.decode(data).ok()
+/// A message as `STREAM.MSG.GET` returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StoredMessage {
+    subject: String,
+    /// The header block (`hdrs`, base64), empty without headers.
+    headers: Vec<u8>,
+    data: Vec<u8>,
 }
 
-/// True when two DLQ records are of the same original message: `original`'s stream,
-/// incarnation, sequence and subject, and the payload digest, are equal.
-fn same_original(stored: &[u8], ours: &[u8]) -> bool {
-    let parse = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).ok();
-    let (Some(a), Some(b)) = (parse(stored), parse(ours)) else {
-        return false;
+/// The message of a `STREAM.MSG.GET` answer (`message.subject`, `hdrs` and `data`, base64).
+fn stored_message(answer: &[u8]) -> Option<StoredMessage> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let v: serde_json::Value = serde_json::from_slice(answer).ok()?;
+    let m = v.get("message")?;
+    let headers = match m.get("hdrs") {
+        None => Vec::new(),
+        Some(h) => b64.decode(h.as_str()?).ok()?,
     };
+    Some(StoredMessage {
+        subject: m.get("subject")?.as_str()?.to_string(),
+        headers,
+        data: b64.decode(m.get("data")?.as_str()?).ok()?,
+    })
+}
+
+/// The fields of a record that two honest publishes of the same failure may differ in: when
+/// the runner decided (`failed_at`), and which delivery it was (`original.delivery_count`,
+/// `original.consumer_sequence`: the broker numbers every delivery, redeliveries included).
+/// Everything else follows from the message, its stream position and the runner's
+/// configuration, and must be equal.
+const VARYING_FIELDS: [(&str, &str); 3] = [
+    ("", "failed_at"),
+    ("original", "delivery_count"),
+    ("original", "consumer_sequence"),
+];
+
+/// Ok when `stored` is the record `dl` as this runner publishes it: on the DLQ subject, with
+/// exactly our headers (`ours`, in any order and letter case of names) and a body equal to
+/// ours in every field but [`VARYING_FIELDS`] (no field more, none less). A record under our
+/// id with another failure, other headers or another original is not ours, even of the same
+/// message: the one stored must say what happened. Err: why not.
+fn same_record(
+    stored: &StoredMessage,
+    dl: &DeadLetter,
+    subject: &str,
+    ours: &[(&'static str, String)],
+) -> Result<(), &'static str> {
+    if stored.subject != subject {
+        return Err("is on another subject");
+    }
+    let mut theirs = header_lines(&stored.headers).ok_or("has unreadable headers")?;
+    let mut mine: Vec<(String, String)> = ours
+        .iter()
+        .map(|(n, v)| (n.to_ascii_lowercase(), v.clone()))
+        .collect();
+    theirs.sort();
+    mine.sort();
+    if theirs != mine {
+        return Err("has other headers");
+    }
+    let parse = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).ok();
+    let (Some(mut a), Some(mut b)) = (parse(&stored.data), parse(&dl.body)) else {
+        return Err("is not a record");
+    };
+    if a["schema"] != DEAD_LETTER_SCHEMA {
+        return Err("is not a record");
+    }
     let identity = |v: &serde_json::Value| {
         let o = &v["original"];
         (
-            v["schema"].clone(),
             o["stream"].clone(),
             o["stream_incarnation"].clone(),
             o["stream_sequence"].clone(),
@@ -731,7 +831,45 @@ fn same_original(stored: &[u8], ours: &[u8]) -> bool {
             v["payload"].clone(),
         )
     };
-    a["schema"] == DEAD_LETTER_SCHEMA && identity(&a) == identity(&b)
+    if identity(&a) != identity(&b) {
+        return Err("is a record of another message");
+    }
+    for v in [&mut a, &mut b] {
+        for (parent, field) in VARYING_FIELDS {
+            let holder = if parent.is_empty() {
+                Some(&mut *v)
+            } else {
+                v.get_mut(parent)
+            };
+            if let Some(obj) = holder.and_then(|h| h.as_object_mut()) {
+                obj.remove(field);
+            }
+        }
+    }
+    if a == b {
+        Ok(())
+    } else {
+        Err("is a record of this message with another failure, headers or original")
+    }
+}
+
+/// The `Name: value` lines of a NATS header block (after its `NATS/1.0` status line), names
+/// lower-cased; None when the block is not one.
+fn header_lines(block: &[u8]) -> Option<Vec<(String, String)>> {
+    if block.is_empty() {
+        return Some(Vec::new());
+    }
+    let text = std::str::from_utf8(block).ok()?;
+    let mut lines = text.split("\r\n");
+    if !lines.next()?.starts_with("NATS/1.0") {
+        return None;
+    }
+    let mut out = Vec::new();
+    for line in lines.filter(|l| !l.is_empty()) {
+        let (name, value) = line.split_once(':')?;
+        out.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+    }
+    Some(out)
 }
 
 impl DeadLetterPublisher {
@@ -984,10 +1122,13 @@ mod tests {
         assert!(!serde_json::to_string(&f).unwrap().contains("SECRET"));
     }
 
-    /// A duplicate PubAck is believed only for a record of the same message (issue 51.11).
+    /// A duplicate PubAck is believed only for this very record: the same message (issue
+    /// 51.11), and the same failure, headers and original (review 51: a forged record with
+    /// the real identity and payload digest but its own failure was taken for ours).
     #[test]
-    fn a_duplicate_counts_only_for_a_record_of_the_same_message() {
+    fn a_duplicate_counts_only_for_this_very_record() {
         use base64::Engine as _;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
         let c = DeadLetterConfig::default();
         let failure = Failure::new("normalize", "payload", "invalid_json", "bad".into());
         let m = RawMessage {
@@ -995,36 +1136,116 @@ mod tests {
             ..raw()
         };
         let first = DeadLetter::build(&m, &failure, 1_700_000_001_000_000_000, &c);
-        // An earlier delivery's record: another time and delivery count, the same message.
+        let ours = vec![
+            (MESSAGE_ID_HEADER, first.msg_id.clone()),
+            ("Content-Type", "application/json".to_string()),
+            (REASON_HEADER, first.reason.to_string()),
+        ];
+        let head = |lines: &[(&str, &str)]| {
+            let mut h = b"NATS/1.0\r\n".to_vec();
+            for (n, v) in lines {
+                h.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
+            }
+            h.extend_from_slice(b"\r\n");
+            h
+        };
+        let our_head = head(&[
+            ("Svc-Dlq-Reason", "invalid_json"),
+            ("nats-msg-id", &first.msg_id),
+            ("Content-Type", "application/json"),
+        ]);
+        let stored = |data: &[u8]| StoredMessage {
+            subject: c.subject.clone(),
+            headers: our_head.clone(),
+            data: data.to_vec(),
+        };
+        let check = |s: &StoredMessage| same_record(s, &first, &c.subject, &ours);
+        // An earlier delivery's record: another time, delivery count and consumer sequence.
         let again = RawMessage {
             delivery_count: 5,
+            consumer_sequence: 99,
             ..m.clone()
         };
         let later = DeadLetter::build(&again, &failure, 1_700_000_009_000_000_000, &c);
         assert_ne!(first.body, later.body);
-        assert!(same_original(&first.body, &later.body));
+        assert_eq!(check(&stored(&later.body)), Ok(()));
         // Another incarnation's message 42, or another payload: not ours.
         let old = RawMessage {
             stream_incarnation: "20251128T071943Z".into(),
             ..m.clone()
         };
         let old = DeadLetter::build(&old, &failure, 1_700_000_001_000_000_000, &c);
-        assert!(!same_original(&old.body, &first.body));
+        assert_eq!(
+            check(&stored(&old.body)),
+            Err("is a record of another message")
+        );
         let forged = RawMessage {
             data: b"other".to_vec(),
             ..m.clone()
         };
         let forged = DeadLetter::build(&forged, &failure, 1_700_000_001_000_000_000, &c);
-        assert!(!same_original(&forged.body, &first.body));
-        assert!(!same_original(b"not json", &first.body));
-        assert!(!same_original(br#"{"original":{}}"#, br#"{"original":{}}"#));
+        assert!(check(&stored(&forged.body)).is_err());
+        // The same message's identity and digest with the forger's failure, headers, an
+        // extra field, or one missing: not ours either.
+        let body: serde_json::Value = serde_json::from_slice(&first.body).unwrap();
+        for change in [
+            ("/failure/reason", serde_json::json!("forged")),
+            ("/failure/message", serde_json::json!("nothing wrong here")),
+            ("/headers", serde_json::json!({"X-Forged": "yes"})),
+            ("/original/consumer", serde_json::json!("other")),
+            ("/extra", serde_json::json!(1)),
+        ] {
+            let mut v = body.clone();
+            match v.pointer_mut(change.0) {
+                Some(slot) => *slot = change.1.clone(),
+                None => v["extra"] = change.1.clone(),
+            }
+            let data = serde_json::to_vec(&v).unwrap();
+            assert!(check(&stored(&data)).is_err(), "{}", change.0);
+        }
+        let mut v = body.clone();
+        v["original"].as_object_mut().unwrap().remove("message_id");
+        assert!(check(&stored(&serde_json::to_vec(&v).unwrap())).is_err());
+        // Our body under other headers or on another subject: not ours.
+        for bad_head in [
+            head(&[("Svc-Dlq-Reason", "forged"), ("Nats-Msg-Id", &first.msg_id)]),
+            head(&[
+                ("Svc-Dlq-Reason", "invalid_json"),
+                ("Nats-Msg-Id", &first.msg_id),
+                ("Content-Type", "application/json"),
+                ("X-Forged", "yes"),
+            ]),
+            Vec::new(),
+            b"HTTP/1.1 200\r\n\r\n".to_vec(),
+        ] {
+            let s = StoredMessage {
+                headers: bad_head,
+                ..stored(&first.body)
+            };
+            assert!(check(&s).is_err());
+        }
+        let elsewhere = StoredMessage {
+            subject: "dlq.other".into(),
+            ..stored(&first.body)
+        };
+        assert_eq!(check(&elsewhere), Err("is on another subject"));
+        assert!(check(&stored(b"not json")).is_err());
+        assert!(check(&stored(br#"{"original":{}}"#)).is_err());
 
-        let answer = serde_json::json!({"message": {"seq": 3, "data":
-            base64::engine::general_purpose::STANDARD.encode(&first.body)}})
+        let answer = serde_json::json!({"message": {"subject": "dlq", "seq": 3,
+            "hdrs": b64(&our_head), "data": b64(&first.body)}})
         .to_string();
-        assert_eq!(stored_message_data(answer.as_bytes()).unwrap(), first.body);
-        assert!(stored_message_data(br#"{"message":{"data":"%%"}}"#).is_none());
-        assert!(stored_message_data(br#"{"error":{"code":404}}"#).is_none());
+        let read = stored_message(answer.as_bytes()).unwrap();
+        assert_eq!((read.data, read.headers), (first.body.clone(), our_head));
+        let no_headers =
+            serde_json::json!({"message": {"subject": "dlq", "data": b64(b"{}")}}).to_string();
+        assert!(stored_message(no_headers.as_bytes())
+            .unwrap()
+            .headers
+            .is_empty());
+        assert!(stored_message(br#"{"message":{"subject":"d","data":"%%"}}"#).is_none());
+        assert!(stored_message(br#"{"message":{"data":"e30="}}"#).is_none());
+        assert!(stored_message(br#"{"error":{"code":404}}"#).is_none());
         for bad in ["", "A.B", "A*", ">", "A B", "A\u{7}"] {
             assert!(!is_stream_name(bad), "{bad}");
         }

@@ -38,10 +38,32 @@ const SECRET_NAME_PARTS: &[&str] = &[
 
 /// Short parts that make a value secret when they are a whole token of the name (tokens split
 /// on `-`, `_`, `.`): `X-Shopify-Hmac-Sha256`, `X-Api-Sig`, `X-Jwt`, `X-Pwd`, `X-Creds`,
-/// `X-Psk`, `X-Sign`. Whole tokens only, so `X-Design-Id` or `X-Passenger` stay visible (`sign` was
-/// a substring part before, which caught `X-Design-Id`; `signature` still is).
+/// `X-Psk`, `X-Sign`, `X-Otp`, `X-Pin`, `X-Csrf`, `X-Xsrf`, `X-Sas` (one-time passwords, PINs,
+/// anti-forgery tokens and Azure shared access signatures were shown by `svc inspect`). Whole
+/// tokens only, so `X-Design-Id`, `X-Passenger`, `X-Ping` or `X-Shipping` stay visible (`sign`
+/// was a substring part before, which caught `X-Design-Id`). `signature`, `credential` and
+/// `apikey` are also substring parts or contain one; they are listed here too so that the
+/// whole word stays secret should the substring rule ever be narrowed.
 const SECRET_NAME_TOKENS: &[&str] = &[
-    "sig", "sign", "signed", "signing", "hmac", "jwt", "pass", "pwd", "psk", "creds", "cred",
+    "sig",
+    "sign",
+    "signed",
+    "signing",
+    "signature",
+    "hmac",
+    "jwt",
+    "pass",
+    "pwd",
+    "psk",
+    "creds",
+    "cred",
+    "credential",
+    "otp",
+    "pin",
+    "csrf",
+    "xsrf",
+    "sas",
+    "apikey",
 ];
 
 /// The secret-name rule of headers a request or an operator command shows: true when the
@@ -323,7 +345,36 @@ mod tests {
         ] {
             assert!(is_secret_name(n), "{n}");
         }
-        for n in ["X-Design-Id", "X-Passenger", "X-Hmacro", "X-Compass"] {
+        // One-time passwords, PINs, anti-forgery tokens, shared access signatures (`svc
+        // inspect` showed these values).
+        for n in [
+            "X-Otp",
+            "X-Pin",
+            "x-csrf",
+            "X-XSRF-Header",
+            "X-Sas",
+            "X_OTP_CODE",
+            "card.pin",
+            "X-Signature",
+            "X-Credential",
+            "X-Apikey",
+        ] {
+            assert!(is_secret_name(n), "{n}");
+        }
+        for n in [
+            "X-Design-Id",
+            "X-Passenger",
+            "X-Hmacro",
+            "X-Compass",
+            "X-Ping",
+            "X-Shipping",
+            "X-Pinned-Version",
+            "X-Spinner",
+            "X-Otpx",
+            "X-Sass-Version",
+            "X-Saskatoon",
+            "X-Hotpath",
+        ] {
             assert!(!is_secret_name(n), "{n}");
         }
         for n in [

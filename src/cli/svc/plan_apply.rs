@@ -167,30 +167,114 @@ fn outcome(drift: Vec<String>) -> Outcome {
     }
 }
 
-/// Stream settings the plan leaves at their defaults but which change what reaches the
-/// consumer or what a replay finds, with the default the plan means: a stream that differs
-/// is reported. (`max_msgs_per_subject` 1 or `allow_rollup_hdrs` with a publisher's
-/// `Nats-Rollup: all` made 4-5 of 5-6 messages vanish before delivery.)
-const UNPLANNED_DEFAULTS: &[(&str, &str)] = &[
-    ("max_msgs_per_subject", "-1"),
-    ("max_msg_size", "-1"),
-    ("allow_rollup_hdrs", "false"),
-    ("sealed", "false"),
-    ("deny_delete", "false"),
-    ("deny_purge", "false"),
-    ("no_ack", "false"),
-    ("mirror", "none"),
-    ("sources", "none"),
+/// How `--apply` judges one field of an existing stream's config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Review {
+    /// The plan sets it: compared with the plan's value.
+    Planned,
+    /// The plan leaves it at this default (as [`setting`] shows it), and any other value can
+    /// drop, move, hide or rewrite a message before the consumer delivers it, or change what
+    /// a replay finds: compared with the default.
+    Lossy(&'static str),
+    /// Whatever its value, what is stored is what was published and stays until delivered
+    /// (the reason is beside each entry of [`STREAM_FIELDS`]): not compared.
+    Harmless,
+}
+
+/// Every field of nats-server 2.15's `StreamConfig` (server/stream.go; 2.9 knows a subset),
+/// judged one by one. A field the broker reports that is not here and is set (not absent,
+/// false, 0, empty) is reported as not reviewed: a newer server's setting is a difference
+/// until someone has read what it does.
+///
+/// Measured with a publisher and `svc run` after `--apply`: `max_msgs_per_subject` 1 or
+/// `allow_rollup_hdrs` with `Nats-Rollup: all` made 4-5 of 5-6 messages vanish before
+/// delivery; on nats-server 2.15.1, `allow_msg_ttl` with `Nats-TTL: 1s` left 0 of 5 in the
+/// stream, and `subject_transform` to `moved.>` stored all 5 where the consumer's `orders.>`
+/// filter never delivered one.
+const STREAM_FIELDS: &[(&str, Review)] = &[
+    ("name", Review::Planned),
+    ("subjects", Review::Planned),
+    ("retention", Review::Planned),
+    ("max_consumers", Review::Planned),
+    ("max_msgs", Review::Planned),
+    ("max_bytes", Review::Planned),
+    ("max_age", Review::Planned),
+    ("discard", Review::Planned),
+    ("storage", Review::Planned),
+    ("num_replicas", Review::Planned),
+    ("duplicate_window", Review::Planned),
+    // Keeps only the newest N messages of a subject: the others vanish undelivered.
+    ("max_msgs_per_subject", Review::Lossy("-1")),
+    // Refuses a larger publish the plan's stream would store.
+    ("max_msg_size", Review::Lossy("-1")),
+    // `Nats-Rollup` from any publisher purges the subject or the stream.
+    ("allow_rollup_hdrs", Review::Lossy("false")),
+    // Nothing gets in; nothing can be removed for a redo.
+    ("sealed", Review::Lossy("false")),
+    ("deny_delete", Review::Lossy("false")),
+    ("deny_purge", Review::Lossy("false")),
+    // Publishers get no PubAck: a lost publish goes unnoticed.
+    ("no_ack", Review::Lossy("false")),
+    // A mirror takes no publishes; sources add another stream's messages.
+    ("mirror", Review::Lossy("none")),
+    ("sources", Review::Lossy("none")),
+    // A publisher's `Nats-TTL` removes its message when the TTL passes, delivered or not.
+    ("allow_msg_ttl", Review::Lossy("false")),
+    // Rewrites the subject before storing: a message moved out of the consumer's filter is
+    // stored and never delivered, one moved into another subject is delivered under it.
+    ("subject_transform", Review::Lossy("none")),
+    // Stores delete markers (messages no publisher sent) where max_age emptied a subject;
+    // the server also turns on `allow_msg_ttl` and `allow_rollup_hdrs` for it.
+    ("subject_delete_marker_ttl", Review::Lossy("0")),
+    // Counter streams store the running sum instead of the published payload and refuse
+    // publishes without `Nats-Incr`.
+    ("allow_msg_counter", Review::Lossy("false")),
+    // A schedule message makes the server publish messages later and roll up subjects.
+    ("allow_msg_schedules", Review::Lossy("false")),
+    // Refuses a publish on a subject holding `max_msgs_per_subject` messages (it acts only
+    // with that limit, itself a difference; named so that the report shows both).
+    ("discard_new_per_subject", Review::Lossy("false")),
+    // `async`: the PubAck comes before the write reaches the disk; a crash loses
+    // acknowledged messages that were never delivered.
+    ("persist_mode", Review::Lossy("default")),
+    // Copies every stored message, headers and payload, to another subject for any core
+    // NATS subscriber: past the consumer, the security labels and the sink's access rules.
+    ("republish", Review::Lossy("none")),
+    // Defaults imposed on the stream's consumers: `inactive_threshold` deletes an idle
+    // durable with its acknowledgement state (under interest retention, its messages too),
+    // `max_ack_pending` caps the consumer the plan creates.
+    ("consumer_limits", Review::Lossy("none")),
+    // Text for people.
+    ("description", Review::Harmless),
+    // The server's own `_nats.*` keys and an operator's notes; no behaviour.
+    ("metadata", Review::Harmless),
+    // Where replicas live; the messages are the same on any server.
+    ("placement", Review::Harmless),
+    // Storage compression, undone on every read.
+    ("compression", Review::Harmless),
+    // The first sequence number of a new stream: numbering only, nothing is dropped (the
+    // runner's ids carry the stream's incarnation, not an assumption of sequence 1).
+    ("first_seq", Review::Harmless),
+    // Direct get: another way to read, nothing removed.
+    ("allow_direct", Review::Harmless),
+    ("mirror_direct", Review::Harmless),
+    // Atomic and fast batch publishing: what a batch stores is stored and delivered like
+    // any message; a batch the server drops was never acknowledged to its publisher.
+    ("allow_atomic", Review::Harmless),
+    ("allow_batched", Review::Harmless),
+    // nats-server 2.9's stream templates (removed in 2.10): who created the stream.
+    ("template_owner", Review::Harmless),
 ];
 
 /// The stream settings the broker's stream (its own JSON config) does not have as planned, as
-/// `name broker -> plan`: every field the plan sets, and [`UNPLANNED_DEFAULTS`].
+/// `name broker -> plan`: every field the plan sets, every [`Review::Lossy`] field of
+/// [`STREAM_FIELDS`], and every set field that is not listed there.
 fn stream_drift(existing: &Value, planned: &StreamConfig) -> Vec<String> {
     let plan = serde_json::to_value(planned).unwrap_or_default();
     let mut drift = Vec::new();
     let mut compare = |name: &str, broker: String, plan: String| {
         if broker != plan {
-            drift.push(format!("{name} {broker} -> {plan}"));
+            drift.push(format!("{} {broker} -> {plan}", display_name(name)));
         }
     };
     for (name, value) in plan.as_object().into_iter().flatten() {
@@ -198,13 +282,13 @@ fn stream_drift(existing: &Value, planned: &StreamConfig) -> Vec<String> {
             continue;
         }
         compare(
-            &display_name(name),
+            name,
             setting(name, existing.get(name)),
             setting(name, Some(value)),
         );
     }
-    for (name, default) in UNPLANNED_DEFAULTS {
-        if plan.get(*name).is_none() {
+    for (name, review) in STREAM_FIELDS {
+        if let (Review::Lossy(default), None) = (review, plan.get(*name)) {
             compare(
                 name,
                 setting(name, existing.get(*name)),
@@ -212,7 +296,29 @@ fn stream_drift(existing: &Value, planned: &StreamConfig) -> Vec<String> {
             );
         }
     }
+    for (name, value) in existing.as_object().into_iter().flatten() {
+        let known = STREAM_FIELDS.iter().any(|(n, _)| n == name) || plan.get(name).is_some();
+        if !known && is_set(value) {
+            compare(
+                name,
+                setting(name, Some(value)),
+                "(a setting this svc has not reviewed)".into(),
+            );
+        }
+    }
     drift
+}
+
+/// Whether a broker field is set: not absent, false, zero or empty.
+fn is_set(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
 }
 
 /// How a setting is shown in a drift line (the names the report has always used).
@@ -221,13 +327,15 @@ fn display_name(name: &str) -> String {
         "num_replicas" => "replicas",
         "duplicate_window" => "duplicate_window_ns",
         "max_age" => "max_age_s",
+        "subject_delete_marker_ttl" => "subject_delete_marker_ttl_s",
         n => n,
     }
     .to_string()
 }
 
 /// A stream setting as compared and shown: unlimited limits as -1, durations in seconds,
-/// subjects sorted, empty mirror and sources as `none`; the broker's text bounded and escaped.
+/// subjects sorted, empty objects, mirror and sources as `none`; the broker's text bounded
+/// and escaped.
 fn setting(name: &str, v: Option<&Value>) -> String {
     let v = v.unwrap_or(&Value::Null);
     let text = match name {
@@ -237,7 +345,9 @@ fn setting(name: &str, v: Option<&Value>) -> String {
                 _ => "-1".into(),
             }
         }
-        "max_age" => (v.as_u64().unwrap_or(0) as f64 / 1e9).to_string(),
+        "max_age" | "subject_delete_marker_ttl" => {
+            (v.as_u64().unwrap_or(0) as f64 / 1e9).to_string()
+        }
         "subjects" => {
             let mut s: Vec<String> = v
                 .as_array()
@@ -248,10 +358,23 @@ fn setting(name: &str, v: Option<&Value>) -> String {
             s.sort();
             s.join(", ")
         }
-        "allow_rollup_hdrs" | "sealed" | "deny_delete" | "deny_purge" | "no_ack" => {
+        "allow_rollup_hdrs"
+        | "sealed"
+        | "deny_delete"
+        | "deny_purge"
+        | "no_ack"
+        | "allow_msg_ttl"
+        | "allow_msg_counter"
+        | "allow_msg_schedules"
+        | "discard_new_per_subject" => {
             // The broker leaves out a flag that is off.
             v.as_bool().unwrap_or(false).to_string()
         }
+        // Absent or empty: the server's default mode.
+        "persist_mode" => match v.as_str() {
+            None | Some("") => "default".into(),
+            Some(mode) => mode.to_string(),
+        },
         _ => match v {
             Value::Null => "none".into(),
             Value::Array(a) if a.is_empty() => "none".into(),
@@ -305,5 +428,116 @@ mod tests {
             .iter()
             .any(|d| d.starts_with("mirror {") && d.ends_with("-> none")));
         assert!(drift.iter().any(|d| d.starts_with("sources [")));
+    }
+
+    fn planned() -> StreamConfig {
+        StreamConfig {
+            name: "ORDERS".into(),
+            subjects: vec!["orders.>".into()],
+            max_msgs_per_subject: -1,
+            max_consumers: -1,
+            ..Default::default()
+        }
+    }
+
+    /// nats-server 2.15's stream config as it reports it for the planned stream, with every
+    /// field that cannot lose a message set to something other than its default.
+    fn harmless_broker() -> Value {
+        let mut broker = serde_json::to_value(planned()).unwrap();
+        for (k, v) in [
+            ("description", json!("orders")),
+            ("metadata", json!({"_nats.ver": "2.15.1", "team": "a"})),
+            ("placement", json!({"cluster": "east", "tags": ["ssd"]})),
+            ("compression", json!("s2")),
+            ("first_seq", json!(1000)),
+            ("allow_direct", json!(true)),
+            ("mirror_direct", json!(true)),
+            ("allow_atomic", json!(true)),
+            ("allow_batched", json!(true)),
+            ("consumer_limits", json!({})),
+            ("allow_msg_ttl", json!(false)),
+            ("persist_mode", json!("default")),
+        ] {
+            broker[k] = v;
+        }
+        broker
+    }
+
+    #[test]
+    fn every_field_is_reviewed_and_the_harmless_ones_are_not_differences() {
+        for (name, _) in STREAM_FIELDS {
+            assert_eq!(
+                STREAM_FIELDS.iter().filter(|(n, _)| n == name).count(),
+                1,
+                "{name}"
+            );
+        }
+        assert_eq!(
+            stream_drift(&harmless_broker(), &planned()),
+            Vec::<String>::new()
+        );
+    }
+
+    /// Each setting that drops, moves, hides, rewrites or copies out a message before
+    /// delivery is a difference on its own; so is a setting this svc does not know.
+    #[test]
+    fn settings_that_lose_or_move_messages_are_differences() {
+        for (k, v, said) in [
+            ("allow_msg_ttl", json!(true), "allow_msg_ttl true -> false"),
+            (
+                "subject_transform",
+                json!({"src": "orders.>", "dest": "moved.>"}),
+                "subject_transform {\"dest\":\"moved.>\",\"src\":\"orders.>\"} -> none",
+            ),
+            (
+                "subject_delete_marker_ttl",
+                json!(5_000_000_000u64),
+                "subject_delete_marker_ttl_s 5 -> 0",
+            ),
+            (
+                "allow_msg_counter",
+                json!(true),
+                "allow_msg_counter true -> false",
+            ),
+            (
+                "allow_msg_schedules",
+                json!(true),
+                "allow_msg_schedules true -> false",
+            ),
+            (
+                "discard_new_per_subject",
+                json!(true),
+                "discard_new_per_subject true -> false",
+            ),
+            (
+                "persist_mode",
+                json!("async"),
+                "persist_mode async -> default",
+            ),
+            (
+                "republish",
+                json!({"src": ">", "dest": "copy.>"}),
+                "republish {\"dest\":\"copy.>\",\"src\":\">\"} -> none",
+            ),
+            (
+                "consumer_limits",
+                json!({"inactive_threshold": 1_000_000_000u64}),
+                "consumer_limits {\"inactive_threshold\":1000000000} -> none",
+            ),
+            (
+                "allow_future_thing",
+                json!(true),
+                "allow_future_thing true -> (a setting this svc has not reviewed)",
+            ),
+        ] {
+            let mut broker = harmless_broker();
+            broker[k] = v;
+            assert_eq!(stream_drift(&broker, &planned()), vec![said.to_string()]);
+        }
+        // Unset fields a newer server reports are not differences.
+        let mut broker = harmless_broker();
+        broker["allow_future_thing"] = json!(false);
+        broker["future_limits"] = json!({});
+        assert_eq!(stream_drift(&broker, &planned()), Vec::<String>::new());
     }
 }

@@ -646,6 +646,10 @@ mod tests {
             "Authentication",
             "X-Access-Key",
             "Proxy-Authorization",
+            "X-Otp",
+            "X-Pin",
+            "X-Csrf",
+            "X-Sas",
         ] {
             let problems = read(&format!(
                 r#"{{"type": "http", "url": "https://h.example/", "headers": {{"{name}": "v"}}}}"#
