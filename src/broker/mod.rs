@@ -397,6 +397,9 @@ pub struct DeliveryNames {
     /// created again, perhaps on a stream created again ([`DeliveryNames::take_restart`]).
     last_consumer_sequence: u64,
     restarted: bool,
+    /// The generation was advanced for the delivery being named (its consumer sequence went
+    /// back): a stream found created again then needs no second one.
+    generation_fresh: bool,
 }
 
 impl DeliveryNames {
@@ -431,16 +434,27 @@ impl DeliveryNames {
         self.restarted = true;
     }
 
-    pub fn set_incarnation(&mut self, incarnation: Arc<str>) {
+    /// The stream was found created again. Unless the delivery being named already started
+    /// a generation (its consumer sequence went back), the handles of earlier deliveries
+    /// belong to another one from here on (a runner that saw no sequence go back, beside
+    /// others on one consumer): returns the new generation, for the delivery's handle.
+    pub fn set_incarnation(&mut self, incarnation: Arc<str>) -> Option<u64> {
         self.incarnation = incarnation;
+        if std::mem::take(&mut self.generation_fresh) {
+            return None;
+        }
+        self.generation = self.shared_generation.advance();
+        Some(self.generation)
     }
 
     /// A consumer sequence not above every earlier one: the consumer was created again, so
     /// the handles of earlier deliveries belong to another generation from here on.
     fn note_consumer_sequence(&mut self, sequence: u64) {
+        self.generation_fresh = false;
         if sequence <= self.last_consumer_sequence {
             self.restarted = true;
             self.generation = self.shared_generation.advance();
+            self.generation_fresh = true;
         }
         self.last_consumer_sequence = sequence;
     }
@@ -774,6 +788,22 @@ mod tests {
         assert_eq!((names.generation, shared.current()), (1, 1));
         names.note_consumer_sequence(2);
         assert_eq!(shared.current(), 1);
+    }
+
+    /// A stream found created again starts a generation too, unless the delivery's own
+    /// consumer sequence already did (a runner beside others may see no sequence go back).
+    #[test]
+    fn a_stream_found_created_again_starts_one_generation() {
+        let shared = Arc::new(AckGeneration::default());
+        let mut names = DeliveryNames::new("I1".into(), Arc::clone(&shared));
+        names.note_consumer_sequence(5);
+        assert_eq!(names.set_incarnation("I2".into()), Some(1));
+        assert_eq!((names.generation, shared.current()), (1, 1));
+        names.note_consumer_sequence(6);
+        names.note_consumer_sequence(2);
+        assert_eq!(shared.current(), 2, "the sequence went back");
+        assert_eq!(names.set_incarnation("I3".into()), None, "not twice");
+        assert_eq!((names.generation, shared.current()), (2, 2));
     }
 
     #[test]

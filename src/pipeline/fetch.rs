@@ -558,13 +558,13 @@ impl Fetcher {
 
     /// A delivery no request is waiting for: hand it straight back to the broker.
     /// One delivery into the batch, held against the oldest outstanding request.
-    fn take(&self, p: &mut Pulls, mut raw: RawMessage, handle: AckHandle, now: Instant) {
+    fn take(&self, p: &mut Pulls, mut raw: RawMessage, mut handle: AckHandle, now: Instant) {
         let Some(req) = p.outstanding.front_mut() else {
             return self.release_stray(&handle);
         };
         req.remaining -= 1;
         req.delivered += 1;
-        let admitted = !p.names.take_restart() || self.restamp(&mut p.names, &mut raw);
+        let admitted = !p.names.take_restart() || self.restamp(&mut p.names, &mut raw, &mut handle);
         if admitted {
             let size = delivery_bytes(&raw);
             let from_allowance = size.min(req.bytes_left);
@@ -591,7 +591,12 @@ impl Fetcher {
     /// so that a stream created again since never lends its sequences the old one's ids
     /// (`broker/incarnation.rs`). False when it could not be read: the delivery is released
     /// for redelivery and the next one asks again.
-    fn restamp(&self, names: &mut broker::DeliveryNames, raw: &mut RawMessage) -> bool {
+    fn restamp(
+        &self,
+        names: &mut broker::DeliveryNames,
+        raw: &mut RawMessage,
+        handle: &mut AckHandle,
+    ) -> bool {
         match broker::incarnation::read(&self.nc, &self.stream) {
             Ok(now) => {
                 if now != *names.incarnation() {
@@ -602,7 +607,9 @@ impl Fetcher {
                         names.incarnation(),
                         now
                     );
-                    names.set_incarnation(now);
+                    if let Some(generation) = names.set_incarnation(now) {
+                        handle.generation = generation;
+                    }
                 }
                 raw.stream_incarnation = Arc::clone(names.incarnation());
                 true
