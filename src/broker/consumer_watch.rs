@@ -61,6 +61,10 @@ use super::Connection;
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(5);
 /// Time between checks while something looks wrong.
 pub const CONFIRM_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Checks in a row for possibly headers-only deliveries that may prove nothing before the
+/// runner stops.
+pub const UNCONFIRMED_LIMIT: u64 = 3;
 /// Consecutive definite answers that stop the run.
 pub const STRIKES: u32 = 2;
 /// Deadline of one consumer info request (request and reply).
@@ -133,8 +137,13 @@ pub struct ConsumerWatch {
     refused: u32,
     /// Whether such a refusal was logged (at warn, once per run).
     refusal_logged: bool,
-    /// Batches of possibly headers-only deliveries the broker's answer could not vouch for.
+    /// Checks in a row, asked for possibly headers-only deliveries, that proved nothing.
     unconfirmed: u64,
+    /// No check for such deliveries before this (a publisher can send them on purpose: at
+    /// most one consumer info request per [`CONFIRM_INTERVAL`] for all of them).
+    next_confirm: Instant,
+    /// When (Unix ns) the broker last said the consumer delivers whole messages.
+    whole_at: Option<i128>,
 }
 
 impl ConsumerWatch {
@@ -152,6 +161,8 @@ impl ConsumerWatch {
             refused: 0,
             refusal_logged: false,
             unconfirmed: 0,
+            next_confirm: Instant::now(),
+            whole_at: None,
         }
     }
 
@@ -259,37 +270,56 @@ impl ConsumerWatch {
         }
     }
 
-    /// A batch holds deliveries that may come from a consumer switched to `headers_only`
-    /// ([`super::maybe_headers_only`]): asks the broker now, once for the whole batch. Ok(true)
-    /// when the consumer is as configured (a publisher's messages: they go on); Ok(false) when
-    /// the answer proves nothing (they must not be stored on trust: released, and the routine
-    /// check comes soon); Err (the operator's message) when it now delivers something else:
-    /// such proof needs no second strike.
-    pub fn confirm_whole_messages(&mut self) -> Result<bool, String> {
-        let answer = self.ask();
+    /// For deliveries that may come from a consumer switched to `headers_only`
+    /// ([`super::maybe_headers_only`]): asks the broker, at most once per
+    /// [`CONFIRM_INTERVAL`], whether the consumer delivers whole messages. Ok(Some(t)): it said
+    /// so at `t` (Unix ns); a delivery received before `t`, and delivered before (so not the
+    /// first delivery under a switch that was undone at once), is a publisher's. Ok(None): no
+    /// answer vouches for any. Err (the operator's message): the consumer now delivers
+    /// something else, or [`UNCONFIRMED_LIMIT`] checks in a row proved nothing (an oversized
+    /// or missing answer: the runner stops rather than store on trust or burn deliveries
+    /// releasing them).
+    pub fn confirm_whole_messages(&mut self) -> Result<Option<i128>, String> {
         let now = Instant::now();
+        if now < self.next_confirm {
+            return Ok(self.whole_at);
+        }
+        self.next_confirm = now + CONFIRM_INTERVAL;
+        let answer = self.ask();
         match answer {
-            InfoAnswer::Fine => Ok(true),
-            InfoAnswer::FilterChanged(_) | InfoAnswer::Changed(_) => Err(self.stop_error(answer)),
+            InfoAnswer::Fine => {
+                self.unconfirmed = 0;
+                self.whole_at = Some(crate::message::envelope::now_unix_nanos());
+            }
+            InfoAnswer::FilterChanged(_) | InfoAnswer::Changed(_) => {
+                return Err(self.stop_error(answer))
+            }
             InfoAnswer::NotFound | InfoAnswer::Inconclusive(_) => {
                 let why = match answer {
                     InfoAnswer::Inconclusive(why) => why,
                     _ => "consumer not found".to_string(),
                 };
-                self.unconfirmed = self.unconfirmed.saturating_add(1);
-                if self.unconfirmed == 1 || self.unconfirmed % 100 == 0 {
-                    log::warn!(
-                        "broker: deliveries with no payload and a Nats-Msg-Size header (as a \
-                         consumer switched to headers_only sends) came while consumer {} could \
-                         not be checked ({why}); released for redelivery, not stored ({}x)",
-                        self.name,
-                        self.unconfirmed
-                    );
+                self.unconfirmed += 1;
+                if self.unconfirmed >= UNCONFIRMED_LIMIT {
+                    return Err(format!(
+                        "broker: consumer {} could not be checked {} times in a row ({why}) \
+                         while deliveries with no payload and a Nats-Msg-Size header (as a \
+                         consumer switched to headers_only sends) came; stopping rather than \
+                         store them on trust",
+                        self.name, self.unconfirmed
+                    ));
                 }
+                log::warn!(
+                    "broker: deliveries with no payload and a Nats-Msg-Size header came while \
+                     consumer {} could not be checked ({why}); released for redelivery, not \
+                     stored ({}x)",
+                    self.name,
+                    self.unconfirmed
+                );
                 self.next_check = self.next_check.min(now + CONFIRM_INTERVAL);
-                Ok(false)
             }
         }
+        Ok(self.whole_at)
     }
 
     /// One consumer info request, its answer classified.

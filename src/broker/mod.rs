@@ -540,12 +540,13 @@ pub struct AckHandle {
 /// could not read. A publisher can send such a message too; only the consumer's config tells
 /// (`pipeline/fetch.rs` asks before the batch ships).
 pub fn maybe_headers_only(raw: &RawMessage) -> bool {
+    // `Nats-Msg-Size: 0` with no payload is an empty message whichever way it came.
     raw.data.is_empty()
         && (raw.unreadable.is_some()
             || raw
                 .headers
                 .iter()
-                .any(|(k, _)| k.eq_ignore_ascii_case("Nats-Msg-Size")))
+                .any(|(k, v)| k.eq_ignore_ascii_case("Nats-Msg-Size") && v.trim() != "0"))
 }
 
 /// Splits a JetStream delivery into plain data, its ack handle and the consumer's pending

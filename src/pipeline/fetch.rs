@@ -481,10 +481,18 @@ impl Fetcher {
     fn ship_checked(&mut self, mut batch: Collecting, next_id: &mut u64) -> Result<(), String> {
         if batch.suspect {
             match self.watch.confirm_whole_messages() {
-                Ok(true) => {}
-                Ok(false) => batch = self.release_where(batch, broker::maybe_headers_only),
+                // Only a redelivery received before the broker vouched for the consumer: a
+                // first delivery may come from a switch undone before the answer.
+                Ok(whole_at) => {
+                    let vouched = |m: &RawMessage, received: i128| {
+                        m.delivery_count >= 2 && whole_at.is_some_and(|t| received <= t)
+                    };
+                    batch = self.release_where(batch, |m, received| {
+                        broker::maybe_headers_only(m) && !vouched(m, received)
+                    });
+                }
                 Err(stop) => {
-                    self.release_where(batch, |_| true);
+                    self.release_where(batch, |_, _| true);
                     return Err(stop);
                 }
             }
@@ -497,12 +505,16 @@ impl Fetcher {
 
     /// NAKs the deliveries of `batch` that `release` picks (redelivered once any of our
     /// pull requests open now has expired) and gives back their credits; the rest stays.
-    fn release_where(&self, batch: Collecting, release: fn(&RawMessage) -> bool) -> Collecting {
+    fn release_where(
+        &self,
+        batch: Collecting,
+        release: impl Fn(&RawMessage, i128) -> bool,
+    ) -> Collecting {
         let mut kept = Collecting::new(batch.messages.len());
         kept.since = batch.since;
         let (mut count, mut bytes) = (0, 0);
         for (message, handle) in batch.messages.into_iter().zip(batch.handles) {
-            if !release(&message.0) {
+            if !release(&message.0, message.1) {
                 kept.bytes += delivery_bytes(&message.0);
                 kept.messages.push(message);
                 kept.handles.push(handle);
