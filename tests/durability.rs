@@ -216,7 +216,12 @@ fn per_event_records(out: &Path) -> BTreeMap<u64, Value> {
 fn jsonl_sequences(out: &Path) -> BTreeSet<u64> {
     let mut seqs = BTreeSet::new();
     for p in files_below(out) {
-        let bytes = std::fs::read(out.join(&p)).unwrap();
+        // Read while the runner runs: a segment it removed since the listing (an empty one
+        // whose first append failed) holds nothing.
+        let bytes = match std::fs::read(out.join(&p)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            read => read.unwrap(),
+        };
         if bytes.is_empty() {
             continue;
         }
