@@ -1352,6 +1352,7 @@ fn a_spool_refusing_batches_warns_once_per_outage() {
     wait_until(Duration::from_secs(60), "several refused batches", || {
         snapshot_counter(&snapshot, "spool_full_refusals_total") >= 5
     });
+    let refused = snapshot_counter(&snapshot, "spool_full_refusals_total");
     let log = runner.log_text();
     stop(runner);
     let warned = log
@@ -1360,7 +1361,18 @@ fn a_spool_refusing_batches_warns_once_per_outage() {
         // The sink worker's line per failed batch is the pipeline's, for every sink.
         .filter(|l| !l.contains("writes in batch"))
         .count();
-    assert_eq!(warned, 1, "one warning for the outage: {log}");
+    // A redelivered batch small enough to fit ends the outage (the spool takes it), and the
+    // next refusal starts another: one warning per outage, however many refusals (the last
+    // "takes batches again" may come with no refusal after it).
+    let ended = log.matches("takes batches again").count();
+    assert!(
+        warned >= 1 && (ended..=ended + 1).contains(&warned),
+        "one warning per outage ({warned} warnings, {ended} ended): {log}"
+    );
+    assert!(
+        (warned as u64) < refused,
+        "{warned} warnings for {refused} refusals: {log}"
+    );
     assert!(
         log.contains("logged once until the spool takes batches again"),
         "{log}"
