@@ -3,7 +3,7 @@
 //! linked it about forty times.
 //!
 //! Areas and their modules:
-//! - the runner against a real broker: `runner`, `durability`, `clean_stop`, `consumer_changes`, `consumer_shapes`,
+//! - the runner against a real broker: `runner`, `ack_confirmation`, `durability`, `clean_stop`, `consumer_changes`, `consumer_shapes`,
 //!   `stream_plan`, `operator_commands`, `logging_format`, `labels_dlq` (with priority lanes),
 //!   `governance`, `sink_permanent`, `broker_auth_tls`, `jetstream_cluster`, `shared_dirs`,
 //!   `spool`
@@ -36,6 +36,7 @@
 
 mod support;
 
+mod ack_confirmation;
 mod alert_rules;
 mod aws_credentials;
 mod broker_auth_tls;

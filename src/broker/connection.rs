@@ -14,6 +14,7 @@ use super::{invalid, probe, BrokerError, Connection, Denials};
 use crate::backoff::{Backoff, Growth, Jitter};
 use crate::message::protection::keys::{read_private_file, read_private_file_up_to};
 use crate::metrics::Metrics;
+use crate::text::log_budget::LogBudget;
 use crate::text::peer::PeerText;
 
 /// Reads a secret from the named environment variable; the error names the variable only.
@@ -184,37 +185,6 @@ pub fn connect_within(
     })
 }
 
-/// Lines of one kind logged per [`LogBudget::WINDOW`]; the rest are counted and the number is
-/// said in the next line logged.
-#[derive(Default)]
-struct LogBudget {
-    window_start: Option<Instant>,
-    used: u32,
-    suppressed: u64,
-}
-
-impl LogBudget {
-    const WINDOW: Duration = Duration::from_secs(10);
-    const LINES: u32 = 5;
-
-    /// `Some(lines suppressed since the last one logged)` when a line may be logged now.
-    fn admit(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .window_start
-            .is_none_or(|start| now.duration_since(start) >= Self::WINDOW)
-        {
-            self.window_start = Some(now);
-            self.used = 0;
-        }
-        if self.used >= Self::LINES {
-            self.suppressed += 1;
-            return None;
-        }
-        self.used += 1;
-        Some(std::mem::take(&mut self.suppressed))
-    }
-}
-
 /// Largest client certificate chain read.
 const MAX_CERT_FILE_BYTES: u64 = 1 << 20;
 
@@ -355,20 +325,5 @@ mod tests {
             }
         }
         assert!(connect_delay(usize::MAX) <= Duration::from_secs(4));
-    }
-}
-
-#[cfg(test)]
-mod log_budget_tests {
-    use super::*;
-
-    #[test]
-    fn a_flood_is_logged_five_lines_a_window_and_counted() {
-        let mut b = LogBudget::default();
-        let t0 = Instant::now();
-        let logged: Vec<Option<u64>> = (0..1000).map(|_| b.admit(t0)).collect();
-        assert_eq!(logged.iter().filter(|l| l.is_some()).count(), 5);
-        assert_eq!(b.admit(t0 + LogBudget::WINDOW), Some(995));
-        assert_eq!(b.admit(t0 + LogBudget::WINDOW), Some(0));
     }
 }

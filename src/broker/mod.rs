@@ -11,6 +11,7 @@
 
 pub mod advisory;
 pub mod config;
+pub mod confirm_inbox;
 mod connection;
 pub mod consumer_shape;
 pub mod consumer_watch;
@@ -705,6 +706,12 @@ pub fn send_ack(nc: &Connection, handle: &AckHandle, verb: AckVerb) -> io::Resul
         AckVerb::Term => nc.publish(&handle.reply, b"+TERM"),
         AckVerb::InProgress => nc.publish(&handle.reply, b"+WPI"),
     }
+}
+
+/// Sends `+ACK` as a request: the broker answers on `confirm_to` once it has processed it
+/// (JetStream's double acknowledgement; `pipeline/confirm.rs` waits for that answer).
+pub fn send_confirmed_ack(nc: &Connection, handle: &AckHandle, confirm_to: &str) -> io::Result<()> {
+    nc.publish_request(&handle.reply, confirm_to, b"+ACK")
 }
 
 #[cfg(test)]

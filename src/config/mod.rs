@@ -83,6 +83,9 @@ pub struct DeliveryConfig {
     /// `None` leaves them to the broker's own limits.
     pub max_deliveries: Option<u64>,
     pub shutdown_timeout: Duration,
+    /// `ack_confirmation`: every ACK sent as a request and settled only when the broker
+    /// confirms it; unconfirmed ones are sent again after this long (`pipeline/confirm.rs`).
+    pub ack_confirmation: Option<Duration>,
     /// `priority_lanes`: the order a batch is handed to the sink in; `None` = one call.
     pub priority_lanes: Option<lanes::PriorityLanes>,
 }
@@ -362,6 +365,9 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> (DeliveryConfig, bool) {
         .map(|n| n as u64);
     let shutdown_timeout =
         Duration::from_secs(r.int_in("shutdown_timeout_seconds", 30, 1, 600) as u64);
+    let ack_confirmation = r.bool_or("ack_confirmation", false);
+    let confirmation_timeout =
+        Duration::from_millis(r.int_in("ack_confirmation_timeout_ms", 1000, 50, 60_000) as u64);
     let priority_lanes = r.object("priority_lanes").and_then(|mut l| {
         let lanes = lanes::PriorityLanes::read(&mut l);
         l.finish();
@@ -379,6 +385,7 @@ fn read_delivery(r: Option<ObjectReader<'_>>) -> (DeliveryConfig, bool) {
         nak_backoff,
         max_deliveries,
         shutdown_timeout,
+        ack_confirmation: ack_confirmation.then_some(confirmation_timeout),
         priority_lanes,
     };
     (config, sink_workers.is_some())

@@ -83,6 +83,13 @@ counters! {
     broker_connection_errors_total,
     /// In-progress acknowledgements sent to extend AckWait of long batches.
     messages_in_progress_total,
+    /// `ack_confirmation`: ACKs the broker confirmed having processed.
+    ack_confirmations_total,
+    /// `ack_confirmation`: ACKs sent again because no confirmation came in time.
+    acks_resent_total,
+    /// `ack_confirmation`: ACKs given up unconfirmed (after the ack wait, at a stop, or for a
+    /// consumer created again); the broker redelivers what they did not settle.
+    ack_confirmations_abandoned_total,
     /// Fan-out: messages routed to at least one child.
     fanout_messages_routed_total,
     /// Fan-out: child sinks selected, summed over messages.
@@ -288,6 +295,7 @@ pub const SUMMARY_NAMES: &[&str] = &[
     "fanout_ack_gate_wait_seconds",
     "http_request_seconds",
     "http_retry_after_wait_seconds",
+    "ack_confirmation_seconds",
 ];
 
 /// Count, sum, min, max and last of an observed quantity.

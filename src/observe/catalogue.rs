@@ -86,6 +86,18 @@ pub const KNOWN: &[Known] = &[
         "In-progress acknowledgements sent to extend the ack wait of long batches.",
     ),
     c(
+        "ack_confirmations_total",
+        "Acknowledgements the broker confirmed having processed (delivery.ack_confirmation).",
+    ),
+    c(
+        "acks_resent_total",
+        "Acknowledgements sent again because no confirmation came in time.",
+    ),
+    c(
+        "ack_confirmations_abandoned_total",
+        "Acknowledgements given up unconfirmed; the broker redelivers what they did not settle.",
+    ),
+    c(
         "sink_permanent_failures_total",
         "Sink writes that failed permanently, counted per message and delivery.",
     ),
@@ -481,6 +493,11 @@ pub const KNOWN: &[Known] = &[
         suffix: "http_retry_after_wait_seconds",
         kind: Kind::Summary,
         help: "HTTP sink: waits before a retry that honoured Retry-After, in seconds.",
+    },
+    Known {
+        suffix: "ack_confirmation_seconds",
+        kind: Kind::Summary,
+        help: "Confirmed ACKs: time from the first send of an ACK to the broker's confirmation, in seconds.",
     },
 ];
 

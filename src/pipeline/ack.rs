@@ -20,8 +20,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 
+use super::confirm::Confirmations;
 use super::credit::{Credit, CreditPool};
 
 use super::{AckMsg, BatchId, Monitor, Rejection, Verdict};
@@ -48,6 +49,8 @@ pub struct AckWorker {
     pub progress_after: Duration,
     /// The generation of current deliveries, advanced by `svc-fetch`.
     pub generation: Arc<broker::AckGeneration>,
+    /// `delivery.ack_confirmation`: ACKs sent as requests and awaited.
+    pub confirmations: Option<Confirmations>,
 }
 
 struct InFlight {
@@ -58,53 +61,37 @@ struct InFlight {
 }
 
 impl AckWorker {
-    pub fn run(self) {
+    pub fn run(mut self) {
         let mut in_flight: HashMap<BatchId, InFlight> = HashMap::new();
         // Handles of older generations dropped and not yet logged.
         let mut dropped = 0;
         let tick =
             (self.progress_after / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let answers = self
+            .confirmations
+            .as_ref()
+            .map_or_else(crossbeam_channel::never, |c| c.receiver().clone());
         loop {
             self.monitor.activity("waiting for outcomes");
-            match self.rx.recv_timeout(tick) {
-                Ok(AckMsg::Register {
-                    id,
-                    handles,
-                    families,
-                    bytes,
-                }) => {
-                    self.monitor
-                        .batch_started(id, handles.len(), max_delivery(&handles));
-                    in_flight.insert(
-                        id,
-                        InFlight {
-                            handles,
-                            families,
-                            bytes,
-                            last_progress: Instant::now(),
-                        },
-                    );
-                }
-                Ok(AckMsg::Outcome { id, verdicts }) => match in_flight.remove(&id) {
-                    Some(batch) => {
-                        self.monitor.activity("settling batch");
-                        let held = Credit::new(batch.handles.len(), batch.bytes);
-                        dropped += self.settle(batch, verdicts);
-                        self.monitor.batch_settled(id);
-                        // Settled or not, these messages no longer occupy the pipeline.
-                        self.credits.give(held);
-                        let _ = self.flush_kick.try_send(());
-                    }
-                    None => log::error!("outcome for unknown batch {id}: nothing acknowledged"),
+            crossbeam_channel::select! {
+                recv(self.rx) -> msg => match msg {
+                    Ok(msg) => dropped += self.on_message(msg, &mut in_flight),
+                    Err(_) => break,
                 },
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+                recv(answers) -> msg => {
+                    if let Ok(msg) = msg {
+                        self.on_answer(&msg);
+                    }
+                }
+                default(tick) => {}
             }
+            self.resend_due();
             self.keep_alive(&mut in_flight);
             if dropped > 0 && !self.holds_stale(&in_flight) {
                 log_dropped(std::mem::take(&mut dropped));
             }
         }
+        self.finish_confirmations(&answers);
         if dropped > 0 {
             log_dropped(dropped);
         }
@@ -117,6 +104,90 @@ impl AckWorker {
         self.monitor.activity("stopped");
     }
 
+    /// A batch registered or its outcome; returns the handles of older generations dropped.
+    fn on_message(&mut self, msg: AckMsg, in_flight: &mut HashMap<BatchId, InFlight>) -> u64 {
+        match msg {
+            AckMsg::Register {
+                id,
+                handles,
+                families,
+                bytes,
+            } => {
+                self.monitor
+                    .batch_started(id, handles.len(), max_delivery(&handles));
+                in_flight.insert(
+                    id,
+                    InFlight {
+                        handles,
+                        families,
+                        bytes,
+                        last_progress: Instant::now(),
+                    },
+                );
+                0
+            }
+            AckMsg::Outcome { id, verdicts } => {
+                let Some(batch) = in_flight.remove(&id) else {
+                    log::error!("outcome for unknown batch {id}: nothing acknowledged");
+                    return 0;
+                };
+                self.monitor.activity("settling batch");
+                let held = Credit::new(batch.handles.len(), batch.bytes);
+                let (dropped, awaiting) = self.settle(id, batch, verdicts);
+                self.monitor.batch_settled(id);
+                // Settled or not, these messages no longer occupy the pipeline; with
+                // confirmations, once the broker answered for their ACKs.
+                match self.confirmations.as_mut() {
+                    Some(c) => self.credits.give_all(c.hold(id, awaiting, held)),
+                    None => self.credits.give(held),
+                }
+                let _ = self.flush_kick.try_send(());
+                dropped
+            }
+        }
+    }
+
+    /// One message on the confirmations' inbox.
+    fn on_answer(&mut self, msg: &nats::Message) {
+        if let Some(c) = self.confirmations.as_mut() {
+            self.credits.give_all(c.answered(msg));
+        }
+    }
+
+    /// Sends again the ACKs whose answers are overdue.
+    fn resend_due(&mut self) {
+        let current = self.generation.current();
+        if let Some(c) = self.confirmations.as_mut() {
+            let freed = c.resend_due(&self.nc, current);
+            self.credits.give_all(freed);
+            let _ = self.flush_kick.try_send(());
+        }
+    }
+
+    /// After the last outcome: waits a short while for the answers still due (one resend),
+    /// then gives the rest up; the broker redelivers what they did not settle.
+    fn finish_confirmations(&mut self, answers: &crossbeam_channel::Receiver<nats::Message>) {
+        let Some(resend_after) = self.confirmations.as_ref().map(|c| c.resend_after()) else {
+            return;
+        };
+        self.monitor.activity("waiting for ack confirmations");
+        let until = Instant::now() + 2 * resend_after;
+        while self.confirmations.as_ref().is_some_and(|c| c.is_waiting()) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if let Ok(msg) = answers.recv_timeout(left.min(resend_after / 4)) {
+                self.on_answer(&msg);
+            }
+            self.resend_due();
+        }
+        if let Some(c) = self.confirmations.as_mut() {
+            let freed = c.give_up_all();
+            self.credits.give_all(freed);
+        }
+    }
+
     /// True while a batch in flight holds a handle of an older generation.
     fn holds_stale(&self, in_flight: &HashMap<BatchId, InFlight>) -> bool {
         let current = self.generation.current();
@@ -126,8 +197,8 @@ impl AckWorker {
     }
 
     /// Carries out one verdict per message of the current generation; returns how many
-    /// handles of an older one were dropped.
-    fn settle(&self, batch: InFlight, verdicts: Vec<Verdict>) -> u64 {
+    /// handles of an older one were dropped, and how many ACKs await the broker's answer.
+    fn settle(&mut self, id: BatchId, batch: InFlight, verdicts: Vec<Verdict>) -> (u64, usize) {
         let c = &self.metrics.counters;
         if verdicts.len() != batch.handles.len() {
             log::error!(
@@ -135,7 +206,7 @@ impl AckWorker {
                 verdicts.len(),
                 batch.handles.len()
             );
-            return 0;
+            return (0, 0);
         }
         let current = self.generation.current();
         let (current_ones, stale): (Vec<_>, Vec<_>) = batch
@@ -150,6 +221,7 @@ impl AckWorker {
         let mut dlq_failed = false;
         // Sent verbs are counted here and added to the shared counters once per batch.
         let (mut acked, mut nacked, mut terminated, mut in_progress) = (0, 0, 0, 0);
+        let mut awaiting = 0;
         for ((handle, verdict), family) in others.into_iter().chain(rejected) {
             let verb = match verdict {
                 Verdict::Written(WriteOutcome::Durable | WriteOutcome::AlreadyDurable) => {
@@ -167,6 +239,19 @@ impl AckWorker {
                 }
                 Verdict::Rejected(f) => self.rejected(handle, family, &f, &mut dlq_failed),
             };
+            if verb == AckVerb::Ack {
+                if let Some(c) = self.confirmations.as_mut() {
+                    // Counted as acknowledged when the broker answers.
+                    match c.send(&self.nc, handle, family, id) {
+                        Ok(()) => awaiting += 1,
+                        Err(e) => log::warn!(
+                            "broker: acknowledgement of stream sequence {} not sent: {e}",
+                            handle.stream_sequence
+                        ),
+                    }
+                    continue;
+                }
+            }
             match broker::send_ack(&self.nc, handle, verb) {
                 Ok(()) => match verb {
                     AckVerb::Ack => {
@@ -189,7 +274,7 @@ impl AckWorker {
         Metrics::add(&c.messages_terminated_total, terminated);
         Metrics::add(&c.messages_in_progress_total, in_progress);
         self.monitor.mark_ack();
-        stale.len() as u64
+        (stale.len() as u64, awaiting)
     }
 
     /// A message that retrying will not fix: counted, logged without payload, and left to the

@@ -101,6 +101,13 @@ impl CreditPool {
     }
 
     /// Free message credits.
+    /// Gives back every credit of `credits` (e.g. the batches a confirmation completed).
+    pub fn give_all(&self, credits: impl IntoIterator<Item = Credit>) {
+        for c in credits {
+            self.give(c);
+        }
+    }
+
     pub fn available_messages(&self) -> usize {
         self.available
             .lock()

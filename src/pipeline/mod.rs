@@ -85,6 +85,7 @@
 //! process's exit, its records behind the drain position, which `run` makes durable.
 
 mod ack;
+mod confirm;
 mod credit;
 mod fetch;
 mod lanes;
@@ -256,6 +257,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         }),
         progress_after: consumer.ack_wait.mul_f64(d.in_progress_fraction),
         generation: Arc::clone(&generation),
+        confirmations: open_confirmations(&nc, d, &consumer, &metrics)?,
     };
     let (ack_done_tx, ack_done_rx) = bounded::<()>(1);
     spawn("svc-ack", move || {
@@ -523,10 +525,37 @@ fn spawn_sink_workers(
             monitor: monitor.clone(),
             dead_letter: dead_letter.clone(),
             lanes: cfg.delivery.priority_lanes.clone().map(Arc::new),
+            failures_logged: Default::default(),
         };
         spawn(&worker.name.clone(), move || worker.run())?;
     }
     Ok(())
+}
+
+/// The inbox and state of confirmed acknowledgements when `delivery.ack_confirmation` is on.
+fn open_confirmations(
+    nc: &broker::Connection,
+    d: &crate::config::DeliveryConfig,
+    consumer: &broker::Consumer,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<confirm::Confirmations>, RunError> {
+    let Some(resend_after) = d.ack_confirmation else {
+        return Ok(None);
+    };
+    let capacity = d.max_in_flight_batches * d.batch_size;
+    confirm::Confirmations::open(
+        nc,
+        capacity,
+        resend_after,
+        consumer.ack_wait,
+        metrics.clone(),
+    )
+    .map(Some)
+    .map_err(|e| {
+        RunError::Fatal(format!(
+            "broker: subscribing the inbox for ack confirmations failed: {e}"
+        ))
+    })
 }
 
 /// The advisory observer when `advisories.enabled` (aggregate counters only: it has no

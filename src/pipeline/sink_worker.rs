@@ -3,6 +3,7 @@
 //! A permanent outcome becomes a DLQ verdict here when a DLQ is on (the worker has the
 //! envelope the record is built from; `svc-ack` only has ack handles).
 
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,6 +17,7 @@ use crate::config::lanes::PriorityLanes;
 use crate::message::envelope::{now_unix_nanos, Envelope};
 use crate::metrics::{now_epoch_seconds, Metrics, Summary};
 use crate::sink::{Sink, SinkError, WriteOutcome};
+use crate::text::log_budget::LogBudget;
 
 pub struct SinkWorker {
     pub name: String,
@@ -28,6 +30,16 @@ pub struct SinkWorker {
     pub dead_letter: Option<Arc<DeadLetterConfig>>,
     /// `delivery.priority_lanes`: the batch goes to the sink lane by lane.
     pub lanes: Option<Arc<PriorityLanes>>,
+    /// Batch failure lines logged lately (a few per window).
+    pub failures_logged: RefCell<LogBudget>,
+}
+
+/// Says how many failure lines the budget held back since the last one logged.
+fn suppressed_note(suppressed: u64) -> String {
+    match suppressed {
+        0 => String::new(),
+        n => format!(" ({n} more failed batches not logged since the last such line)"),
+    }
 }
 
 impl SinkWorker {
@@ -112,11 +124,17 @@ impl SinkWorker {
         if failed == 0 {
             self.metrics.observe("sink_batch_write_seconds", elapsed);
         } else if let Some(first) = outcomes.iter().find(|o| !o.is_durable()) {
-            log::warn!(
-                "{failed} of {} writes in batch {} failed; first: {first}",
-                outcomes.len(),
-                batch_id
-            );
+            // A sink that fails every batch of a redelivery loop would log a line per NAK
+            // cycle: `sink_write_errors_total` counts them all, the log says a few.
+            let admitted = self.failures_logged.borrow_mut().admit(Instant::now());
+            if let Some(suppressed) = admitted {
+                log::warn!(
+                    "{failed} of {} writes in batch {} failed; first: {first}{}",
+                    outcomes.len(),
+                    batch_id,
+                    suppressed_note(suppressed)
+                );
+            }
         }
         let now = now_unix_nanos();
         let mut ages = Summary::default();

@@ -1,8 +1,10 @@
 //! Text forms the service writes: lower-case hex digests, RFC 3339 instants, the bounded,
-//! escaped form in which anything a peer said may reach a log line or an error, and the
-//! scrubbing of secrets a peer echoes back, and the escaping of what reaches a terminal.
+//! escaped form in which anything a peer said may reach a log line or an error, the scrubbing
+//! of secrets a peer echoes back, the escaping of what reaches a terminal, and the budget of
+//! log lines a peer can cause.
 
 pub mod hex;
+pub mod log_budget;
 pub mod peer;
 pub mod rfc3339;
 pub mod secrets;

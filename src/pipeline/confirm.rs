@@ -1,0 +1,234 @@
+//! Confirmed acknowledgements (`delivery.ack_confirmation`), kept by `svc-ack`.
+//!
+//! Every ACK is sent as a request answered on one inbox ([`ConfirmInbox`]); the broker answers
+//! with an empty message once it has processed the ACK. Until that answer the message is not
+//! counted as acknowledged (`messages_acked_total` grows on the answer) and its batch's credits
+//! stay taken, so no more ACKs wait for answers than the runner may hold messages, whatever
+//! the broker does. Sending never waits for an answer: a batch's ACKs are all in flight at once.
+//!
+//! An ACK unanswered after `ack_confirmation_timeout_ms` is sent again: an ACK lost on the
+//! wire, or a connection cut between the ACK and its answer, is seen and repaired instead of
+//! becoming a redelivery. One unanswered for the consumer's ack wait is given up (counted and
+//! logged): by then the broker has redelivered the message, and the sink's keys recognise it.
+//! A handle of an older [`broker::AckGeneration`] is never sent again (see `ack.rs`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::credit::Credit;
+use super::BatchId;
+use crate::broker::confirm_inbox::{Answer, ConfirmInbox};
+use crate::broker::{AckHandle, Connection};
+use crate::metrics::{Metrics, Summary};
+use crate::text::log_budget::LogBudget;
+
+/// One ACK waiting for its answer.
+struct Waiting {
+    handle: AckHandle,
+    family: Option<usize>,
+    batch: BatchId,
+    first_sent: Instant,
+}
+
+/// The credits of a settled batch, given back when its last ACK is answered or given up.
+struct Held {
+    unanswered: usize,
+    credit: Credit,
+}
+
+pub struct Confirmations {
+    inbox: ConfirmInbox,
+    next_token: u64,
+    waiting: HashMap<u64, Waiting>,
+    /// `(when to send again, token)` in that order; answered tokens are skipped when met.
+    due: VecDeque<(Instant, u64)>,
+    held: HashMap<BatchId, Held>,
+    resend_after: Duration,
+    give_up_after: Duration,
+    metrics: Arc<Metrics>,
+    /// Answers that confirmed nothing, and ACKs given up: logged a few per window.
+    odd_logged: LogBudget,
+}
+
+impl Confirmations {
+    /// `capacity`: the most messages the runner holds (its message credits).
+    pub fn open(
+        nc: &Connection,
+        capacity: usize,
+        resend_after: Duration,
+        ack_wait: Duration,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<Confirmations> {
+        Ok(Confirmations {
+            // Room for every ACK's answer twice over (a resent ACK may be answered twice).
+            inbox: ConfirmInbox::open(nc, 2 * capacity + 64)?,
+            next_token: 0,
+            waiting: HashMap::new(),
+            due: VecDeque::new(),
+            held: HashMap::new(),
+            resend_after,
+            give_up_after: ack_wait.max(resend_after),
+            metrics,
+            odd_logged: LogBudget::default(),
+        })
+    }
+
+    pub fn receiver(&self) -> &crossbeam_channel::Receiver<nats::Message> {
+        self.inbox.receiver()
+    }
+
+    /// How long an ACK waits for its answer before it is sent again.
+    pub fn resend_after(&self) -> Duration {
+        self.resend_after
+    }
+
+    /// True while an ACK waits for its answer.
+    pub fn is_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// Sends `+ACK` for `handle` of `batch` as a request; its answer is awaited.
+    pub fn send(
+        &mut self,
+        nc: &Connection,
+        handle: &AckHandle,
+        family: Option<usize>,
+        batch: BatchId,
+    ) -> std::io::Result<()> {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.inbox.send_ack(nc, handle, token)?;
+        let now = Instant::now();
+        self.waiting.insert(
+            token,
+            Waiting {
+                handle: handle.clone(),
+                family,
+                batch,
+                first_sent: now,
+            },
+        );
+        self.due.push_back((now + self.resend_after, token));
+        Ok(())
+    }
+
+    /// Holds a settled batch's credits until its `sent` confirmed ACKs are answered; gives
+    /// them back at once when none was sent.
+    pub fn hold(&mut self, batch: BatchId, sent: usize, credit: Credit) -> Option<Credit> {
+        if sent == 0 {
+            return Some(credit);
+        }
+        self.held.insert(
+            batch,
+            Held {
+                unanswered: sent,
+                credit,
+            },
+        );
+        None
+    }
+
+    /// One message on the inbox; returns the credits of a batch it completed.
+    pub fn answered(&mut self, msg: &nats::Message) -> Option<Credit> {
+        let token = match self.inbox.answer(msg) {
+            Answer::Confirmed(token) => token,
+            Answer::NotConfirmed(token, what) => {
+                self.note_odd(&format!(
+                    "broker: answer to acknowledgement {token} confirms nothing ({what}); \
+                     sent again at its time"
+                ));
+                return None;
+            }
+            Answer::Foreign => return None,
+        };
+        // A second answer to a resent ACK names a token no longer waiting.
+        let waiting = self.waiting.remove(&token)?;
+        let c = &self.metrics.counters;
+        Metrics::add(&c.messages_acked_total, 1);
+        Metrics::add(&c.ack_confirmations_total, 1);
+        self.metrics
+            .add_family(waiting.family, "messages_acked_total", 1);
+        let mut latency = Summary::default();
+        latency.observe(waiting.first_sent.elapsed().as_secs_f64());
+        self.metrics
+            .observe_all("ack_confirmation_seconds", &latency);
+        self.release(waiting.batch)
+    }
+
+    /// Sends again every ACK whose answer is overdue, and gives up those unanswered for the
+    /// ack wait or of an older generation; returns the credits of batches that completed.
+    pub fn resend_due(&mut self, nc: &Connection, current_generation: u64) -> Vec<Credit> {
+        let now = Instant::now();
+        let mut freed = Vec::new();
+        while let Some(&(at, token)) = self.due.front() {
+            if at > now {
+                break;
+            }
+            self.due.pop_front();
+            let Some(w) = self.waiting.get(&token) else {
+                continue;
+            };
+            let expired = now.duration_since(w.first_sent) >= self.give_up_after;
+            if expired || w.handle.generation != current_generation {
+                freed.extend(self.give_up(token, expired));
+                continue;
+            }
+            match self.inbox.send_ack(nc, &w.handle, token) {
+                Ok(()) => Metrics::add(&self.metrics.counters.acks_resent_total, 1),
+                Err(e) => log::debug!("broker: acknowledgement not sent again: {e}"),
+            }
+            self.due.push_back((now + self.resend_after, token));
+        }
+        freed
+    }
+
+    /// Gives up every ACK still waiting (the runner stops); returns the credits held.
+    pub fn give_up_all(&mut self) -> Vec<Credit> {
+        let tokens: Vec<u64> = self.waiting.keys().copied().collect();
+        let n = tokens.len();
+        let freed = tokens
+            .into_iter()
+            .filter_map(|t| self.give_up(t, false))
+            .collect();
+        if n > 0 {
+            log::warn!(
+                "broker: {n} acknowledgements were not confirmed before the stop; the broker \
+                 redelivers what they did not settle, and the sink's keys recognise it"
+            );
+        }
+        freed
+    }
+
+    fn give_up(&mut self, token: u64, expired: bool) -> Option<Credit> {
+        let w = self.waiting.remove(&token)?;
+        Metrics::add(&self.metrics.counters.ack_confirmations_abandoned_total, 1);
+        if expired {
+            self.note_odd(&format!(
+                "broker: acknowledgement of stream sequence {} unconfirmed for {:.1} s (the \
+                 ack wait); given up: the broker redelivers the message if the ACK was lost",
+                w.handle.stream_sequence,
+                self.give_up_after.as_secs_f64()
+            ));
+        }
+        self.release(w.batch)
+    }
+
+    fn release(&mut self, batch: BatchId) -> Option<Credit> {
+        let held = self.held.get_mut(&batch)?;
+        held.unanswered -= 1;
+        if held.unanswered > 0 {
+            return None;
+        }
+        self.held.remove(&batch).map(|h| h.credit)
+    }
+
+    fn note_odd(&mut self, line: &str) {
+        if let Some(suppressed) = self.odd_logged.admit(Instant::now()) {
+            match suppressed {
+                0 => log::warn!("{line}"),
+                n => log::warn!("{line} ({n} more such lines not logged)"),
+            }
+        }
+    }
+}
