@@ -4,6 +4,7 @@
 //!
 //! Areas and their modules:
 //! - the runner against a real broker: `runner`, `durability`, `clean_stop`, `consumer_changes`, `consumer_shapes`,
+//!   `consumer_start`,
 //!   `stream_plan`, `operator_commands`, `logging_format`, `labels_dlq` (with priority lanes),
 //!   `governance`, `sink_permanent`, `broker_auth_tls`, `jetstream_cluster`, `shared_dirs`,
 //!   `spool`
@@ -43,6 +44,7 @@ mod clean_stop;
 mod cli;
 mod consumer_changes;
 mod consumer_shapes;
+mod consumer_start;
 mod crash;
 mod dashboard;
 mod durability;
