@@ -369,3 +369,187 @@ fn bad_subjects_and_starts_are_config_errors() {
         assert!(err.contains(said), "{nats}: {err}");
     }
 }
+
+/// `svc inspect` of a config with several subjects reads the messages of those subjects
+/// only (as `filter_subjects`, 2.10 and later; refused naming the version before), and
+/// `--subject` may narrow to within any one of them, never outside them.
+#[test]
+fn inspect_reads_the_configured_subjects_only() {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    for subject in [
+        "orders.a",
+        "orders.c",
+        "orders.b.eu",
+        "orders.c",
+        "orders.a",
+    ] {
+        server.publish_n(STREAM, subject, 1, |_| b"{}".to_vec());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &server,
+        dir.path(),
+        json!({"subjects": ["orders.a", "orders.b.>"], "consumer_mode": "create"}),
+    );
+    let inspect = |extra: &[&str]| {
+        let mut args = vec!["inspect", cfg.to_str().unwrap(), "--last", "5", "--format"];
+        args.push("jsonl");
+        args.extend_from_slice(extra);
+        svc(&args)
+    };
+    let sequences = |out: &str| -> Vec<u64> {
+        out.lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["stream_sequence"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let (code, out, err) = inspect(&[]);
+    if !has_filter_subjects(&server) {
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(
+            err.contains(
+                "needs a consumer with filter_subjects (nats-server 2.10 or later), \
+                          but the server is nats-server 2.9"
+            ),
+            "{err}"
+        );
+        return;
+    }
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(sequences(&out), [1, 3, 5]);
+    let (code, out, err) = inspect(&["--subject", "orders.b.*"]);
+    assert_eq!((code, sequences(&out)), (0, vec![3]), "{err}");
+    let (code, _, err) = inspect(&["--subject", "orders.c"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "--subject orders.c is not within the configured subjects orders.a, orders.b.>"
+        ),
+        "{err}"
+    );
+}
+
+/// A fake broker (loopback, no auth, version 2.10.0) for one connection: the first
+/// `$JS.API.CONSUMER.INFO` says "consumer not found", every later one and the consumer's
+/// creation answer a consumer whose config is `config`, whatever was asked.
+fn start_hostile_broker(config: Value) -> u16 {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::Builder::new()
+        .name("hostile-consumer".into())
+        .spawn(move || {
+            let (tcp, _) = listener.accept().unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut out = tcp.try_clone().unwrap();
+            let info = format!(
+                "INFO {{\"server_id\":\"hostile\",\"version\":\"2.10.0\",\"proto\":1,\
+                 \"host\":\"127.0.0.1\",\"port\":{port},\"max_payload\":1048576,\
+                 \"headers\":true,\"client_id\":1,\"go\":\"go1.22\"}}\r\n"
+            );
+            out.write_all(info.as_bytes()).unwrap();
+            let consumer = json!({
+                "type": "io.nats.jetstream.api.v1.consumer_info_response",
+                "stream_name": STREAM, "name": "svc", "created": "2026-11-28T10:00:00Z",
+                "config": config, "delivered": {"consumer_seq": 0, "stream_seq": 0},
+                "ack_floor": {"consumer_seq": 0, "stream_seq": 0}, "num_ack_pending": 0,
+                "num_redelivered": 0, "num_waiting": 0, "num_pending": 0
+            })
+            .to_string();
+            let missing = json!({"error": {"code": 404, "err_code": 10014,
+                                           "description": "consumer not found"}})
+            .to_string();
+            let mut reader = BufReader::new(tcp);
+            let (mut subs, mut line, mut looked_up) =
+                (Vec::<(String, String)>::new(), String::new(), false);
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+                line.clear();
+                match words.first().map(String::as_str) {
+                    Some("PING") => out.write_all(b"PONG\r\n").unwrap(),
+                    Some("SUB") if words.len() >= 3 => {
+                        subs.push((words[1].clone(), words[words.len() - 1].clone()))
+                    }
+                    Some("PUB") if words.len() == 4 => {
+                        let mut body = vec![0; words[3].parse::<usize>().unwrap() + 2];
+                        reader.read_exact(&mut body).unwrap();
+                        let (subject, inbox) = (&words[1], &words[2]);
+                        let answer = if subject.starts_with("$JS.API.CONSUMER.INFO.") && !looked_up
+                        {
+                            looked_up = true;
+                            &missing
+                        } else {
+                            &consumer
+                        };
+                        let sid = subs
+                            .iter()
+                            .find(|(s, _)| {
+                                s == inbox
+                                    || (s.ends_with(".*") && inbox.starts_with(&s[..s.len() - 1]))
+                            })
+                            .map(|(_, sid)| sid.clone())
+                            .unwrap_or_else(|| "1".into());
+                        let msg = format!("MSG {inbox} {sid} {}\r\n{answer}\r\n", answer.len());
+                        out.write_all(msg.as_bytes()).unwrap();
+                    }
+                    _ => {}
+                }
+            }
+        })
+        .unwrap();
+    port
+}
+
+/// A broker that creates the consumer with a filter set or a start other than asked would
+/// deliver other messages: the runner refuses it before its first pull request.
+#[test]
+fn a_consumer_created_otherwise_than_asked_is_refused() {
+    let pull = json!({"durable_name": "svc", "ack_policy": "explicit", "replay_policy": "instant",
+                      "ack_wait": 30_000_000_000u64, "max_ack_pending": 2048, "max_deliver": -1});
+    let with = |extra: Value| {
+        let mut c = pull.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        c
+    };
+    for (asked, answered, said) in [
+        (
+            json!({"subjects": ["orders.a", "orders.b"]}),
+            with(json!({"deliver_policy": "all",
+                        "filter_subjects": ["orders.a", "orders.b", "orders.c"]})),
+            "nats.subjects are \"orders.a, orders.b\" but the consumer filters subjects \
+             \"orders.a, orders.b, orders.c\"; they must be equal",
+        ),
+        (
+            json!({"subject": "orders.>", "deliver_policy": "new"}),
+            with(json!({"deliver_policy": "all", "filter_subject": "orders.>"})),
+            "the consumer starts at deliver_policy all, not new",
+        ),
+    ] {
+        let port = start_hostile_broker(answered);
+        let dir = tempfile::tempdir().unwrap();
+        let mut n = json!({"url": format!("nats://127.0.0.1:{port}"), "stream": STREAM,
+                           "consumer": "svc", "consumer_mode": "create"});
+        for (k, v) in asked.as_object().unwrap() {
+            n[k] = v.clone();
+        }
+        let cfg = write_config(
+            dir.path(),
+            "c.json",
+            &json!({"nats": n, "sink": {"type": "file", "directory": dir.path().join("out")}}),
+        );
+        let (code, out, err) = svc(&["run", cfg.to_str().unwrap()]);
+        assert_eq!(code, 1, "{asked}: {out}{err}");
+        let log = format!("{out}{err}");
+        assert!(
+            log.contains("broker: consumer ORDERS/svc: ") && log.contains(said),
+            "{asked}: {log}"
+        );
+        assert!(files_below(&dir.path().join("out")).is_empty());
+    }
+}

@@ -41,7 +41,8 @@ const HARMLESS: &[(&str, &str)] = &[
     (
         "deliver_policy",
         "where the consumer began in the stream, used once when it was created; an existing \
-         consumer keeps its position (`--apply` reports a policy other than all)",
+         consumer keeps its position (`svc run` logs and `--apply` reports a start other than \
+         nats.deliver_policy)",
     ),
     (
         "opt_start_seq",

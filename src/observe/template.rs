@@ -207,6 +207,29 @@ mod tests {
     }
 
     #[test]
+    fn several_filter_subjects_each_become_a_subject_hint() {
+        let config = RuntimeConfig::parse(
+            r#"{"nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc",
+                         "subjects": ["orders.>", "payments.eu.*"]},
+                "sink": {"type": "file", "directory": "/tmp/out"},
+                "metrics": {"subject_families": [{"subject": "payments.eu.*", "label": "pay"}]}}"#,
+        )
+        .unwrap();
+        let hints = subject_hints(&config);
+        let got: Vec<(&str, &str)> = hints
+            .iter()
+            .map(|h| (h.subject.as_str(), h.source))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("orders.>", "nats.subjects"),
+                ("payments.eu.*", "nats.subjects")
+            ]
+        );
+    }
+
+    #[test]
     fn metadata_and_label_rules_become_subject_hints() {
         let config = RuntimeConfig::parse(
             r#"{"nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc",

@@ -21,7 +21,7 @@ pub fn paragraph(cfg: &RuntimeConfig) -> String {
                  are brought to this config",
         }
     )];
-    if n.consumer_mode != ConsumerMode::Bind {
+    if n.consumer_mode != ConsumerMode::Bind && n.consumer_settings.start != Default::default() {
         parts.push(format!(
             "A consumer created by the runner starts at deliver_policy {}.",
             n.consumer_settings.start
