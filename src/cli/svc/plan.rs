@@ -373,6 +373,29 @@ mod tests {
     }
 
     #[test]
+    fn several_subjects_and_a_start_are_planned() {
+        let c = RuntimeConfig::parse(
+            r#"{"nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc",
+                "subjects": ["orders.a", "payments.>"], "consumer_mode": "reconcile",
+                "deliver_policy": "by_start_time", "opt_start_time": "2026-11-28T09:00:00Z"},
+               "sink": {"type": "file", "directory": "/tmp/x"}}"#,
+        )
+        .unwrap();
+        let p = plan(&c, &StreamSettings::default()).unwrap();
+        assert_eq!(p.stream.subjects, ["orders.a", "payments.>"]);
+        assert_eq!(p.consumer.filter_subjects, ["orders.a", "payments.>"]);
+        assert_eq!(p.consumer.filter_subject, "");
+        let j = to_json(&p, "svc");
+        let config = &j["consumer"]["request"]["config"];
+        assert_eq!(config["deliver_policy"], "by_start_time");
+        assert_eq!(config["opt_start_time"], "2026-11-28T09:00:00Z");
+        assert_eq!(
+            p.start.to_string(),
+            "by_start_time (opt_start_time 2026-11-28T09:00:00Z)"
+        );
+    }
+
+    #[test]
     fn impossible_settings_are_refused() {
         // Validation keeps the DLQ subject outside nats.subject; the stream names are ours.
         let c = cfg(r#", "dead_letter": {"enabled": true, "subject": "dlq.orders"}"#);
