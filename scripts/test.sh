@@ -31,7 +31,7 @@ cargo test --all-targets --no-fail-fast -- --test-threads="${SVC_TEST_THREADS:-4
 # tests that match any of them.
 current="$TOOLS_DIR/venv/bin/nats-server"
 echo "== broker-facing tests against $("$current" --version)"
-broker_modules=(ack_confirmation aws_credentials broker_auth_tls clean_stop consumer_changes consumer_shapes dashboard durability governance hostile_store
+broker_modules=(ack_confirmation aws_credentials broker_auth_tls clean_stop consumer_changes consumer_shapes consumer_start dashboard durability governance hostile_store
     http_sink jetstream_cluster labels_dlq logging_format object_store_e2e observe_broker_monitoring
     operator_commands payload_protection payload_protection_sinks relational runner shared_dirs
     sink_permanent spool stream_plan)

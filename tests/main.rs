@@ -3,7 +3,8 @@
 //! linked it about forty times.
 //!
 //! Areas and their modules:
-//! - the runner against a real broker: `runner`, `ack_confirmation`, `durability`, `clean_stop`, `consumer_changes`, `consumer_shapes`,
+//! - the runner against a real broker: `runner`, `ack_confirmation`, `durability`, `clean_stop`,
+//!   `consumer_changes`, `consumer_shapes`, `consumer_start`,
 //!   `stream_plan`, `operator_commands`, `logging_format`, `labels_dlq` (with priority lanes),
 //!   `governance`, `sink_permanent`, `broker_auth_tls`, `jetstream_cluster`, `shared_dirs`,
 //!   `spool`
@@ -44,6 +45,7 @@ mod clean_stop;
 mod cli;
 mod consumer_changes;
 mod consumer_shapes;
+mod consumer_start;
 mod crash;
 mod dashboard;
 mod durability;

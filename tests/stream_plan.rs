@@ -572,3 +572,120 @@ fn apply_works_with_exactly_the_documented_administrator_permissions() {
     assert_eq!(report.matches("exists as planned").count(), 3, "{report}");
     assert!(!report.contains("ermission"), "{report}");
 }
+
+/// Several filter subjects and a start (`nats.subjects`, `nats.deliver_policy`): the plan
+/// prints both, `--apply` creates the consumer so (nats-server 2.10 and later; refused naming
+/// the version before, nothing created), and the runner under exactly the planned permissions
+/// stores the planned subjects' messages from the planned start, never a third subject's.
+#[test]
+fn several_subjects_and_a_start_under_the_planned_permissions() {
+    let dir = tempfile::tempdir().unwrap();
+    let with_subjects = |url: &str, name: &str| {
+        let mut c = config(url, dir.path());
+        let n = c["nats"].as_object_mut().unwrap();
+        n.remove("subject");
+        n.insert("subjects".into(), json!(["orders.created", "orders.paid"]));
+        n.insert("deliver_policy".into(), json!("by_start_sequence"));
+        n.insert("opt_start_seq".into(), json!(2));
+        write_config(dir.path(), name, &c)
+    };
+    let plan_cfg = with_subjects("nats://127.0.0.1:4222", "plan.json");
+    let out = svc_env(&["stream-plan", plan_cfg.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    for line in [
+        "  subjects          orders.created, orders.paid",
+        "  filter subjects   orders.created, orders.paid",
+        "  deliver policy    by_start_sequence (opt_start_seq 2) (when created; an existing \
+         consumer is never moved)",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+    let out = svc_env(&[
+        "stream-plan",
+        plan_cfg.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let consumer = &plan["consumer"]["request"]["config"];
+    assert_eq!(
+        consumer["filter_subjects"],
+        json!(["orders.created", "orders.paid"])
+    );
+    assert_eq!(consumer["deliver_policy"], "by_start_sequence");
+    assert_eq!(consumer["opt_start_seq"], 2);
+    assert!(consumer.get("filter_subject").is_none(), "{consumer}");
+
+    let (publish_perms, subscribe_perms) = planned_permissions(&plan_cfg);
+    let server = server_with(dir.path(), "exact", &publish_perms, &subscribe_perms);
+    let cfg = with_subjects(&server.url(), "run.json");
+    let version = admin(&server).server_version();
+    let (ok, report) = apply(&cfg);
+    if !version.starts_with("2.") || version.split('.').nth(1).unwrap().parse::<u64>().unwrap() < 10
+    {
+        assert!(!ok, "{report}");
+        assert!(
+            report.contains(&format!(
+                "needs a consumer with filter_subjects (nats-server 2.10 or later), but the \
+                 server is nats-server {version}"
+            )),
+            "{report}"
+        );
+        let js = nats::jetstream::new(admin(&server));
+        assert!(
+            js.consumer_info("ORDERS", "svc").is_err(),
+            "nothing created"
+        );
+        return;
+    }
+    assert!(ok, "{report}");
+    let js = nats::jetstream::new(admin(&server));
+    // The stream captures exactly the two subjects: a third is not stored at all. Sequences:
+    // created 1, paid 2, created 3, paid 4.
+    for subject in [
+        "orders.created",
+        "orders.paid",
+        "orders.created",
+        "orders.paid",
+    ] {
+        js.publish(subject, "{}").unwrap();
+    }
+    assert!(js.publish("orders.other", "{}").is_err());
+    let log = dir.path().join("run.log");
+    let mut child = start_runner(&cfg, &log);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let done = || {
+        let info = js.consumer_info("ORDERS", "svc").unwrap();
+        !files_below(&dir.path().join("out")).is_empty()
+            && info.num_ack_pending == 0
+            && info.num_pending == 0
+            && info.delivered.stream_seq == 4
+    };
+    while !done() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "svc run exited ({status}): {}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let info = js.consumer_info("ORDERS", "svc").unwrap();
+    assert_eq!(info.ack_floor.stream_seq, 4);
+    assert_eq!(info.delivered.consumer_seq, 3, "sequences 2, 3 and 4 only");
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}: {text}");
+    assert!(!text.contains("ermission"), "{text}");
+}

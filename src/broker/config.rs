@@ -8,6 +8,10 @@ use std::time::Duration;
 use crate::document::grammar::is_env_var_name;
 use crate::document::reader::ObjectReader;
 use crate::message::subject::SubjectPattern;
+use crate::text::rfc3339::{format_rfc3339_nanos, parse_rfc3339_nanos};
+
+/// Most filter subjects of `nats.subjects` (a consumer's `filter_subjects`).
+pub const MAX_SUBJECTS: usize = 64;
 
 /// How the runner authenticates to the broker. Secrets come from the environment at connect
 /// time; the config only names the variables.
@@ -62,6 +66,55 @@ pub struct ConsumerSettings {
     pub max_deliver: i64,
     /// Redelivery delays after an unacknowledged delivery (empty: AckWait each time).
     pub backoff: Vec<Duration>,
+    /// Where a consumer the runner creates starts (`nats.deliver_policy`); an existing
+    /// consumer is never moved.
+    pub start: StartPosition,
+}
+
+/// `nats.deliver_policy` with its starting point: where in the stream a consumer the runner
+/// creates begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartPosition {
+    /// The oldest message the stream holds.
+    #[default]
+    All,
+    /// Only messages stored after the consumer was created.
+    New,
+    /// From this stream sequence (`opt_start_seq`).
+    ByStartSequence(u64),
+    /// From the first message stored at or after this instant (`opt_start_time`, Unix ns).
+    ByStartTime(i128),
+    /// The newest message of each subject, then everything after.
+    LastPerSubject,
+}
+
+impl StartPosition {
+    /// The policy's name as the config and the JetStream API spell it.
+    pub fn policy_name(self) -> &'static str {
+        match self {
+            StartPosition::All => "all",
+            StartPosition::New => "new",
+            StartPosition::ByStartSequence(_) => "by_start_sequence",
+            StartPosition::ByStartTime(_) => "by_start_time",
+            StartPosition::LastPerSubject => "last_per_subject",
+        }
+    }
+}
+
+impl std::fmt::Display for StartPosition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartPosition::ByStartSequence(seq) => {
+                write!(f, "by_start_sequence (opt_start_seq {seq})")
+            }
+            StartPosition::ByStartTime(nanos) => write!(
+                f,
+                "by_start_time (opt_start_time {})",
+                format_rfc3339_nanos(*nanos)
+            ),
+            other => f.write_str(other.policy_name()),
+        }
+    }
 }
 
 impl ConsumerSettings {
@@ -76,7 +129,9 @@ pub struct NatsConfig {
     pub urls: Vec<String>,
     pub stream: String,
     pub consumer: String,
-    pub subject: String,
+    /// The consumer's filter subjects: `nats.subject` (one) or `nats.subjects` (1 to
+    /// [`MAX_SUBJECTS`], disjoint). Never empty in a valid config.
+    pub subjects: Vec<String>,
     pub auth: NatsAuth,
     pub tls_ca_file: Option<PathBuf>,
     /// Client certificate chain and key for mutual TLS (`tls_cert_file`, `tls_key_file`); the
@@ -132,12 +187,7 @@ pub fn read_nats(mut r: ObjectReader<'_>, default_max_ack_pending: i64) -> NatsC
     if !consumer.is_empty() && !is_broker_name(&consumer) {
         r.problem("consumer", "must be 1 to 64 characters of A-Z a-z 0-9 _ -");
     }
-    let subject = r.req_string("subject");
-    if !subject.is_empty() {
-        if let Err(e) = SubjectPattern::parse(&subject) {
-            r.problem("subject", e.to_string());
-        }
-    }
+    let subjects = read_subjects(&mut r);
     let auth = match r.object("auth") {
         Some(a) => read_nats_auth(a),
         None => NatsAuth::None,
@@ -206,6 +256,7 @@ pub fn read_nats(mut r: ObjectReader<'_>, default_max_ack_pending: i64) -> NatsC
             None => -1,
         },
         backoff: read_backoff(&mut r),
+        start: read_start(&mut r, consumer_mode),
     };
     let s = &consumer_settings;
     if s.max_deliver != -1 && s.backoff.len() as i64 > s.max_deliver {
@@ -225,7 +276,7 @@ pub fn read_nats(mut r: ObjectReader<'_>, default_max_ack_pending: i64) -> NatsC
         urls,
         stream,
         consumer,
-        subject,
+        subjects,
         auth,
         tls_ca_file,
         tls_client_cert,
@@ -269,6 +320,152 @@ fn read_consumer_mode(r: &mut ObjectReader<'_>) -> ConsumerMode {
     };
     r.record_resolved("consumer_mode", serde_json::Value::String(shown.into()));
     mode
+}
+
+/// `subject` or `subjects` (exactly one of them): the consumer's filter subjects, each a
+/// valid pattern, at most [`MAX_SUBJECTS`], no two of them matching a common subject (the
+/// broker refuses overlapping filter subjects, and one message must not be wanted twice).
+fn read_subjects(r: &mut ObjectReader<'_>) -> Vec<String> {
+    let one = r.has("subject");
+    let many = r.has("subjects");
+    if one && many {
+        r.problem("subjects", "set either subject or subjects, not both");
+        return Vec::new();
+    }
+    if !many {
+        let subject = r.req_string("subject");
+        if subject.is_empty() {
+            return Vec::new();
+        }
+        if let Err(e) = SubjectPattern::parse(&subject) {
+            r.problem("subject", e.to_string());
+        }
+        return vec![subject];
+    }
+    let list = r.string_list("subjects");
+    if list.is_empty() {
+        if r.raw("subjects").is_some_and(|v| v.is_array()) {
+            r.problem("subjects", "must name at least one subject");
+        }
+        return list;
+    }
+    if list.len() > MAX_SUBJECTS {
+        r.problem(
+            "subjects",
+            format!(
+                "names {} subjects; at most {MAX_SUBJECTS} (a consumer's filter_subjects)",
+                list.len()
+            ),
+        );
+        return list;
+    }
+    let mut parsed: Vec<(usize, SubjectPattern)> = Vec::with_capacity(list.len());
+    for (i, text) in list.iter().enumerate() {
+        let pattern = match SubjectPattern::parse(text) {
+            Ok(p) => p,
+            Err(e) => {
+                r.problem(&format!("subjects[{i}]"), e.to_string());
+                continue;
+            }
+        };
+        if let Some((j, other)) = parsed.iter().find(|(_, p)| p.overlaps(&pattern)) {
+            r.problem(
+                &format!("subjects[{i}]"),
+                format!(
+                    "\"{text}\" overlaps subjects[{j}] \"{other}\": a subject matches both; \
+                     the filter subjects must be disjoint"
+                ),
+            );
+        }
+        parsed.push((i, pattern));
+    }
+    list
+}
+
+/// `deliver_policy` with `opt_start_seq` / `opt_start_time`: where a consumer the runner
+/// creates starts. Each starting point goes with its policy only; a policy at all only when
+/// the runner may create the consumer.
+fn read_start(r: &mut ObjectReader<'_>, mode: ConsumerMode) -> StartPosition {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Policy {
+        All,
+        New,
+        Sequence,
+        Time,
+        LastPerSubject,
+    }
+    let explicit = r.has("deliver_policy");
+    let policy = r.one_of(
+        "deliver_policy",
+        Policy::All,
+        &[
+            ("all", Policy::All),
+            ("new", Policy::New),
+            ("by_start_sequence", Policy::Sequence),
+            ("by_start_time", Policy::Time),
+            ("last_per_subject", Policy::LastPerSubject),
+        ],
+    );
+    if explicit && mode == ConsumerMode::Bind {
+        r.problem(
+            "deliver_policy",
+            "applies only to a consumer the runner creates; consumer_mode \"bind\" never \
+             creates one (set consumer_mode to \"create\" or \"reconcile\", or remove it)",
+        );
+    }
+    let seq = r.opt_int_in("opt_start_seq", 1, i64::MAX);
+    let time_text = r.opt_nonempty("opt_start_time");
+    let time = time_text.as_deref().and_then(|t| {
+        let nanos = parse_rfc3339_nanos(t);
+        if nanos.is_none() {
+            r.problem(
+                "opt_start_time",
+                "must be an RFC 3339 time, e.g. 2026-11-26T14:00:00Z",
+            );
+        }
+        nanos
+    });
+    if policy != Policy::Sequence && r.has("opt_start_seq") {
+        r.problem(
+            "opt_start_seq",
+            "goes only with deliver_policy \"by_start_sequence\"",
+        );
+    }
+    if policy != Policy::Time && time_text.is_some() {
+        r.problem(
+            "opt_start_time",
+            "goes only with deliver_policy \"by_start_time\"",
+        );
+    }
+    match policy {
+        Policy::All => StartPosition::All,
+        Policy::New => StartPosition::New,
+        Policy::LastPerSubject => StartPosition::LastPerSubject,
+        Policy::Sequence => match seq {
+            Some(n) => StartPosition::ByStartSequence(n as u64),
+            None => {
+                if !r.has("opt_start_seq") {
+                    r.problem(
+                        "opt_start_seq",
+                        "is required with deliver_policy \"by_start_sequence\"",
+                    );
+                }
+                StartPosition::All
+            }
+        },
+        Policy::Time => match time {
+            Some(nanos) => StartPosition::ByStartTime(nanos),
+            None => {
+                if time_text.is_none() {
+                    r.problem(
+                        "opt_start_time",
+                        "is required with deliver_policy \"by_start_time\"",
+                    );
+                }
+                StartPosition::All
+            }
+        },
+    }
 }
 
 /// `backoff_seconds`: the consumer's redelivery delays, whole seconds, 1 to 100 of them.

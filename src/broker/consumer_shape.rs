@@ -15,8 +15,10 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use super::config::StartPosition;
 use super::Connection;
 use crate::text::peer::PeerText;
+use crate::text::rfc3339::{format_rfc3339_nanos, parse_rfc3339_nanos};
 
 /// Deadline of one JetStream API request (request and reply), as the crate's own.
 pub const API_TIMEOUT: Duration = Duration::from_secs(5);
@@ -39,7 +41,8 @@ const HARMLESS: &[(&str, &str)] = &[
     (
         "deliver_policy",
         "where the consumer began in the stream, used once when it was created; an existing \
-         consumer keeps its position (`--apply` reports a policy other than all)",
+         consumer keeps its position (`svc run` logs and `--apply` reports a start other than \
+         nats.deliver_policy)",
     ),
     (
         "opt_start_seq",
@@ -220,11 +223,11 @@ fn api_error(v: &Value) -> Option<io::Error> {
 /// JSON: not a pull consumer, not explicit acks, another filter, headers only, priority groups,
 /// or a field nobody here has judged set to a value. `Ok`: every field is one this runner
 /// checked or one of [`HARMLESS`].
-pub fn check_bindable(config: &Value, subject: &str) -> Result<(), String> {
+pub fn check_bindable(config: &Value, subjects: &[String]) -> Result<(), String> {
     let Some(fields) = config.as_object() else {
         return Err("the broker's consumer config is not an object".into());
     };
-    let problems = review(fields, subject);
+    let problems = review(fields, subjects);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -233,12 +236,12 @@ pub fn check_bindable(config: &Value, subject: &str) -> Result<(), String> {
 }
 
 /// Every problem of `fields`, in the broker's order; the broker's text is escaped.
-fn review(fields: &Map<String, Value>, subject: &str) -> Vec<String> {
+fn review(fields: &Map<String, Value>, subjects: &[String]) -> Vec<String> {
     let mut problems = Vec::new();
     if !fields.get("ack_policy").is_some_and(|p| p == "explicit") {
         problems.push("must use explicit acknowledgement".to_string());
     }
-    if let Some(why) = filter_problem(fields, subject) {
+    if let Some(why) = filter_problem(fields, subjects) {
         problems.push(why);
     }
     for (name, value) in fields {
@@ -279,49 +282,106 @@ fn review(fields: &Map<String, Value>, subject: &str) -> Vec<String> {
     problems
 }
 
-/// The filter must be exactly `subject`: `filter_subject`, or (nats-server 2.10 and later) a
-/// `filter_subjects` list of that one subject.
-fn filter_problem(fields: &Map<String, Value>, subject: &str) -> Option<String> {
-    let single = fields
-        .get("filter_subject")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let many: Vec<&str> = fields
-        .get("filter_subjects")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().map(|s| s.as_str().unwrap_or("?")).collect())
-        .unwrap_or_default();
-    let effective = match (single, many.as_slice()) {
-        (s, []) => s.to_string(),
-        ("", [one]) => one.to_string(),
-        (s, more) if s.is_empty() || more.iter().all(|m| *m == s) => more.join(", "),
-        (s, more) => format!("{s}, {}", more.join(", ")),
+/// The filter must be exactly the configured subjects: `filter_subject`, or (nats-server 2.10
+/// and later) a `filter_subjects` list of the same subjects in any order. A consumer that
+/// reports both (no server accepts that) is another filter.
+fn filter_problem(fields: &Map<String, Value>, subjects: &[String]) -> Option<String> {
+    let reported = reported_filters(fields)?;
+    // Both fields, saying different things: which one the broker applies is unknown.
+    let single = fields.get("filter_subject").and_then(Value::as_str);
+    let both = single.is_some_and(|s| !s.is_empty() && reported.iter().any(|r| r != s));
+    let mut wanted: Vec<&str> = subjects.iter().map(String::as_str).collect();
+    let mut have: Vec<&str> = reported.iter().map(String::as_str).collect();
+    wanted.sort_unstable();
+    have.sort_unstable();
+    if wanted == have && !both {
+        return None;
+    }
+    let (key, noun) = match subjects {
+        [_] => ("nats.subject is", "subject"),
+        _ => ("nats.subjects are", "subjects"),
     };
-    (effective != subject).then(|| {
-        // The broker's text last: the error's Display bounds and escapes it.
-        format!(
-            "nats.subject is \"{subject}\" but the consumer filters subject \"{}\"; they must \
-             be equal",
-            PeerText::new(&effective)
-        )
-    })
+    // The broker's text last: the error's Display bounds and escapes it.
+    Some(format!(
+        "{key} \"{}\" but the consumer filters {noun} \"{}\"; they must be equal",
+        subjects.join(", "),
+        PeerText::new(&reported.join(", "))
+    ))
+}
+
+/// The consumer's filter subjects as the broker reports them: `filter_subject` and
+/// `filter_subjects` together (a value that is not text reads `?`). `None`: the config is
+/// not an object.
+fn reported_filters(fields: &Map<String, Value>) -> Option<Vec<String>> {
+    let mut all = Vec::new();
+    if let Some(single) = fields.get("filter_subject") {
+        match single.as_str() {
+            Some("") => {}
+            Some(s) => all.push(s.to_string()),
+            None if single.is_null() => {}
+            None => all.push("?".to_string()),
+        }
+    }
+    if let Some(many) = fields.get("filter_subjects").filter(|v| !v.is_null()) {
+        match many.as_array() {
+            Some(a) => all.extend(a.iter().map(|s| s.as_str().unwrap_or("?").to_string())),
+            None => all.push("?".to_string()),
+        }
+    }
+    // The one subject in both fields is that subject.
+    if all.len() > 1
+        && all.iter().all(|f| *f == all[0])
+        && fields.get("filter_subject") == Some(&Value::String(all[0].clone()))
+    {
+        all.truncate(1);
+    }
+    Some(all)
 }
 
 /// The consumer's filter as the broker reports it (for messages).
 pub fn filter_of(config: &Value) -> String {
-    match config.get("filter_subject").and_then(Value::as_str) {
-        Some(f) if !f.is_empty() => f.to_string(),
-        _ => config
-            .get("filter_subjects")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .map(|s| s.as_str().unwrap_or("?"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default(),
+    config
+        .as_object()
+        .and_then(reported_filters)
+        .unwrap_or_default()
+        .join(", ")
+}
+
+/// The consumer's filter when it is not exactly `subjects` (for messages), else `None`.
+pub fn filter_differs(config: &Value, subjects: &[String]) -> Option<String> {
+    let fields = config.as_object()?;
+    filter_problem(fields, subjects).map(|_| filter_of(config))
+}
+
+/// Whether the consumer starts where `wanted` says: its `deliver_policy` and the starting
+/// point that goes with it (`opt_start_seq`, `opt_start_time` compared as instants). Err
+/// names what the broker reports.
+pub fn check_start(config: &Value, wanted: StartPosition) -> Result<(), String> {
+    let policy = config
+        .get("deliver_policy")
+        .and_then(Value::as_str)
+        .unwrap_or("all");
+    let seq = config.get("opt_start_seq").and_then(Value::as_u64);
+    let time_text = config.get("opt_start_time").and_then(Value::as_str);
+    let time = time_text.and_then(parse_rfc3339_nanos);
+    let same = policy == wanted.policy_name()
+        && match wanted {
+            StartPosition::ByStartSequence(n) => seq == Some(n),
+            StartPosition::ByStartTime(nanos) => time == Some(nanos),
+            _ => true,
+        };
+    if same {
+        return Ok(());
     }
+    let point = match (seq, time) {
+        (Some(n), _) if n > 0 => format!(" (opt_start_seq {n})"),
+        (_, Some(t)) => format!(" (opt_start_time {})", format_rfc3339_nanos(t)),
+        _ => String::new(),
+    };
+    Err(format!(
+        "the consumer starts at deliver_policy {}{point}, not {wanted}",
+        PeerText::with_limit(policy, 40)
+    ))
 }
 
 /// A field's "not set" value: what the broker reports for a default.
@@ -407,6 +467,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn one(subject: &str) -> Vec<String> {
+        vec![subject.to_string()]
+    }
+
     /// A pull consumer as nats-server 2.9.10 reports it.
     fn reported() -> Value {
         json!({"durable_name":"svc","deliver_policy":"all","ack_policy":"explicit",
@@ -417,7 +481,7 @@ mod tests {
 
     #[test]
     fn a_plain_pull_consumer_binds() {
-        assert_eq!(check_bindable(&reported(), "orders.>"), Ok(()));
+        assert_eq!(check_bindable(&reported(), &one("orders.>")), Ok(()));
         let mut c = reported();
         c["filter_subject"] = json!("");
         c["filter_subjects"] = json!(["orders.>"]);
@@ -425,7 +489,7 @@ mod tests {
         c["mem_storage"] = json!(true);
         c["priority_policy"] = json!("none");
         c["some_future_field"] = json!(false);
-        assert_eq!(check_bindable(&c, "orders.>"), Ok(()));
+        assert_eq!(check_bindable(&c, &one("orders.>")), Ok(()));
     }
 
     #[test]
@@ -446,8 +510,93 @@ mod tests {
         ] {
             let mut c = reported();
             c[field] = value;
-            let why = check_bindable(&c, "orders.>").unwrap_err();
+            let why = check_bindable(&c, &one("orders.>")).unwrap_err();
             assert!(why.contains(said), "{field}: {why}");
+        }
+    }
+
+    #[test]
+    fn several_filter_subjects_bind_only_as_the_same_set() {
+        let wanted = vec!["orders.a".to_string(), "orders.b".to_string()];
+        let mut c = reported();
+        c["filter_subject"] = json!("");
+        c["filter_subjects"] = json!(["orders.b", "orders.a"]);
+        assert_eq!(check_bindable(&c, &wanted), Ok(()));
+        // A broker that answers with a filter set we did not ask for: refused.
+        for other in [
+            json!(["orders.a"]),
+            json!(["orders.a", "orders.b", "orders.c"]),
+            json!(["orders.a", "orders.a"]),
+            json!("orders.a"),
+        ] {
+            c["filter_subjects"] = other.clone();
+            let why = check_bindable(&c, &wanted).unwrap_err();
+            assert!(
+                why.contains("nats.subjects are \"orders.a, orders.b\" but the consumer filters"),
+                "{other}: {why}"
+            );
+        }
+        // A single-subject consumer, or a consumer of everything, for several subjects.
+        c["filter_subjects"] = Value::Null;
+        for single in ["orders.>", ""] {
+            c["filter_subject"] = json!(single);
+            assert!(check_bindable(&c, &wanted).is_err(), "{single}");
+        }
+        // Several subjects on a consumer for one.
+        c["filter_subject"] = json!("");
+        c["filter_subjects"] = json!(["orders.>", "payments.>"]);
+        let why = check_bindable(&c, &one("orders.>")).unwrap_err();
+        assert!(
+            why.contains("filters subject \"orders.>, payments.>\""),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn the_start_is_compared_with_its_starting_point() {
+        use super::super::config::StartPosition;
+        let mut c = reported();
+        assert_eq!(check_start(&c, StartPosition::All), Ok(()));
+        let why = check_start(&c, StartPosition::New).unwrap_err();
+        assert_eq!(why, "the consumer starts at deliver_policy all, not new");
+        c["deliver_policy"] = json!("by_start_sequence");
+        c["opt_start_seq"] = json!(42);
+        assert_eq!(check_start(&c, StartPosition::ByStartSequence(42)), Ok(()));
+        let why = check_start(&c, StartPosition::ByStartSequence(7)).unwrap_err();
+        assert_eq!(
+            why,
+            "the consumer starts at deliver_policy by_start_sequence (opt_start_seq 42), not \
+             by_start_sequence (opt_start_seq 7)"
+        );
+        c["deliver_policy"] = json!("by_start_time");
+        c["opt_start_seq"] = Value::Null;
+        // The broker's own spelling of the instant (another offset, more digits).
+        c["opt_start_time"] = json!("2026-11-28T10:00:00.500000000+01:00");
+        let at = crate::text::rfc3339::parse_rfc3339_nanos("2026-11-28T09:00:00.5Z").unwrap();
+        assert_eq!(check_start(&c, StartPosition::ByStartTime(at)), Ok(()));
+        assert!(check_start(&c, StartPosition::ByStartTime(at + 1)).is_err());
+        // Hostile text is bounded and escaped.
+        c["deliver_policy"] = json!(format!("x\u{1b}[31m{}", "y".repeat(500)));
+        let why = check_start(&c, StartPosition::All).unwrap_err();
+        assert!(!why.contains('\u{1b}') && why.len() < 200, "{why}");
+    }
+
+    #[test]
+    fn filter_subjects_need_nats_server_2_10() {
+        for v in ["2.10.0", "2.15.1", "v2.10.22-RC.1", "3.0.0", "2.11"] {
+            assert!(super::super::supports_filter_subjects(v), "{v}");
+        }
+        for v in [
+            "2.9.10",
+            "2.9",
+            "1.99.0",
+            "",
+            "2",
+            "two.ten",
+            "2.x",
+            "\u{1b}2.10",
+        ] {
+            assert!(!super::super::supports_filter_subjects(v), "{v}");
         }
     }
 

@@ -20,7 +20,7 @@
 //! [`CHECK_INTERVAL`], and after a suspicious status at most every [`CONFIRM_INTERVAL`], and
 //! pauses its pull requests after such a status with a growing delay (no busy loop). The run
 //! stops only on [`STRIKES`] definite answers (consumer not found, or a filter other than
-//! `nats.subject`) with no good answer between them; a timeout or a cluster error proves
+//! `nats.subject` / `nats.subjects`) with no good answer between them; a timeout or a cluster error proves
 //! nothing and is retried. Each check is one request with a deadline of [`INFO_TIMEOUT`] for
 //! request and reply together; a reply (already bounded by the connection's max payload)
 //! larger than [`MAX_INFO_BYTES`] is not parsed, and peer text is bounded and escaped.
@@ -123,7 +123,8 @@ pub struct ConsumerWatch {
     info_subject: String,
     /// `ORDERS/svc`, for messages.
     name: String,
-    expected_filter: String,
+    /// The configured filter subjects (`nats.subject` or `nats.subjects`).
+    expected: Vec<String>,
     next_check: Instant,
     /// When the last check was answered (or the watch began).
     last_answer: Instant,
@@ -147,12 +148,12 @@ pub struct ConsumerWatch {
 }
 
 impl ConsumerWatch {
-    pub fn new(nc: Connection, stream: &str, consumer: &str, expected_filter: &str) -> Self {
+    pub fn new(nc: Connection, stream: &str, consumer: &str, expected: &[String]) -> Self {
         ConsumerWatch {
             nc,
             info_subject: format!("$JS.API.CONSUMER.INFO.{stream}.{consumer}"),
             name: format!("{stream}/{consumer}"),
-            expected_filter: expected_filter.to_string(),
+            expected: expected.to_vec(),
             next_check: Instant::now() + CHECK_INTERVAL,
             last_answer: Instant::now(),
             backlog: 0,
@@ -336,7 +337,7 @@ impl ConsumerWatch {
                 // A status only, e.g. 503: JetStream itself is not answering.
                 InfoAnswer::Inconclusive("no JetStream answer".into())
             }
-            Ok(reply) => classify_info(&reply.data, &self.expected_filter),
+            Ok(reply) => classify_info(&reply.data, &self.expected),
             Err(e) => InfoAnswer::Inconclusive(e.to_string()),
         };
         if !matches!(answer, InfoAnswer::Inconclusive(_)) {
@@ -349,10 +350,15 @@ impl ConsumerWatch {
     fn stop_error(&self, definite: InfoAnswer) -> String {
         match definite {
             InfoAnswer::FilterChanged(filter) => format!(
-                "broker: consumer {} now filters subject \"{filter}\" but nats.subject \
-                 is \"{}\"; stopping: they must be equal (change one of them, then \
+                "broker: consumer {} now filters subject \"{filter}\" but {} \
+                 \"{}\"; stopping: they must be equal (change one of them, then \
                  start the runner again)",
-                self.name, self.expected_filter
+                self.name,
+                match self.expected.len() {
+                    1 => "nats.subject is",
+                    _ => "nats.subjects are",
+                },
+                self.expected.join(", ")
             ),
             InfoAnswer::Changed(why) => format!(
                 "broker: consumer {} changed while this runner was bound: it {why}; \
@@ -384,7 +390,7 @@ pub fn consumer_unavailable(status: &str) -> bool {
 }
 
 /// Reads a `$JS.API.CONSUMER.INFO` reply.
-pub fn classify_info(data: &[u8], expected_filter: &str) -> InfoAnswer {
+pub fn classify_info(data: &[u8], expected: &[String]) -> InfoAnswer {
     let v: serde_json::Value = match serde_json::from_slice(data) {
         Ok(v) => v,
         Err(e) => return InfoAnswer::Inconclusive(format!("reply is not JSON: {e}")),
@@ -408,13 +414,12 @@ pub fn classify_info(data: &[u8], expected_filter: &str) -> InfoAnswer {
     let Some(config) = v.get("config") else {
         return InfoAnswer::Inconclusive("reply has neither config nor error".into());
     };
-    let filter = super::consumer_shape::filter_of(config);
-    if filter != expected_filter {
+    if let Some(filter) = super::consumer_shape::filter_differs(config, expected) {
         return InfoAnswer::FilterChanged(PeerText::new(&filter).to_string());
     }
     // Any other change of what is delivered (headers only, say: the broker takes that as an
     // update of a running consumer) is judged as at bind.
-    match super::consumer_shape::check_bindable(config, expected_filter) {
+    match super::consumer_shape::check_bindable(config, expected) {
         Ok(()) => InfoAnswer::Fine,
         Err(why) => InfoAnswer::Changed(why),
     }
@@ -472,33 +477,68 @@ mod tests {
         }
     }
 
+    fn one(subject: &str) -> Vec<String> {
+        vec![subject.to_string()]
+    }
+
+    /// Several filter subjects: the same set in any order is fine; a set the broker changed
+    /// (one more, one less, or a single filter) stops the run.
+    #[test]
+    fn several_filter_subjects_are_compared_as_a_set() {
+        let wanted = vec!["orders.a".to_string(), "orders.b".to_string()];
+        let reply = |filters: &str| {
+            format!(r#"{{"config":{{"durable_name":"svc","ack_policy":"explicit",{filters}}}}}"#)
+        };
+        let fine = reply(r#""filter_subjects":["orders.b","orders.a"]"#);
+        assert_eq!(classify_info(fine.as_bytes(), &wanted), InfoAnswer::Fine);
+        for (filters, shown) in [
+            (
+                r#""filter_subjects":["orders.a","orders.b","orders.c"]"#,
+                "orders.a, orders.b, orders.c",
+            ),
+            (r#""filter_subjects":["orders.a"]"#, "orders.a"),
+            (r#""filter_subject":"orders.>""#, "orders.>"),
+            (r#""filter_subject":"""#, ""),
+            (
+                r#""filter_subject":"orders.a","filter_subjects":["orders.b"]"#,
+                "orders.a, orders.b",
+            ),
+        ] {
+            assert_eq!(
+                classify_info(reply(filters).as_bytes(), &wanted),
+                InfoAnswer::FilterChanged(shown.into()),
+                "{filters}"
+            );
+        }
+    }
+
     #[test]
     fn info_replies_are_classified() {
         let fine = br#"{"type":"io.nats.jetstream.api.v1.consumer_info_response","stream_name":"ORDERS","name":"svc","config":{"durable_name":"svc","ack_policy":"explicit","filter_subject":"orders.>"}}"#;
-        assert_eq!(classify_info(fine, "orders.>"), InfoAnswer::Fine);
+        assert_eq!(classify_info(fine, &one("orders.>")), InfoAnswer::Fine);
         // Switched to headers only under the runner: judged as at bind.
         let headers_only = br#"{"config":{"durable_name":"svc","ack_policy":"explicit","filter_subject":"orders.>","headers_only":true}}"#;
         assert!(matches!(
-            classify_info(headers_only, "orders.>"),
+            classify_info(headers_only, &one("orders.>")),
             InfoAnswer::Changed(why) if why.contains("headers_only")
         ));
         assert_eq!(
-            classify_info(fine, "payments.>"),
+            classify_info(fine, &one("payments.>")),
             InfoAnswer::FilterChanged("orders.>".into())
         );
         let gone = br#"{"type":"io.nats.jetstream.api.v1.consumer_info_response","error":{"code":404,"err_code":10014,"description":"consumer not found"}}"#;
-        assert_eq!(classify_info(gone, "orders.>"), InfoAnswer::NotFound);
+        assert_eq!(classify_info(gone, &one("orders.>")), InfoAnswer::NotFound);
         let cluster = br#"{"error":{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}}"#;
         assert!(matches!(
-            classify_info(cluster, "orders.>"),
+            classify_info(cluster, &one("orders.>")),
             InfoAnswer::Inconclusive(m) if m.contains("10008")
         ));
         assert!(matches!(
-            classify_info(b"<html>", "orders.>"),
+            classify_info(b"<html>", &one("orders.>")),
             InfoAnswer::Inconclusive(_)
         ));
         assert!(matches!(
-            classify_info(b"{}", "orders.>"),
+            classify_info(b"{}", &one("orders.>")),
             InfoAnswer::Inconclusive(_)
         ));
         // A hostile filter is bounded and escaped before it reaches a message.
@@ -506,7 +546,7 @@ mod tests {
             r#"{{"config":{{"filter_subject":"x\u001b[31m{}"}}}}"#,
             "y".repeat(5000)
         );
-        match classify_info(hostile.as_bytes(), "orders.>") {
+        match classify_info(hostile.as_bytes(), &one("orders.>")) {
             InfoAnswer::FilterChanged(f) => {
                 assert!(f.chars().count() < 400, "{}", f.len());
                 assert!(!f.contains('\u{1b}'));

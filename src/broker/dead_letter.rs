@@ -152,9 +152,12 @@ impl DeadLetterConfig {
     /// Checks against the rest of the runtime config: the runner must not consume its own
     /// dead letters, and the record must not copy the headers whose values fail validation
     /// (that would echo the offending value).
-    pub fn cross_check(&self, consumed: &str, value_headers: &[&str], problems: &Problems) {
+    pub fn cross_check(&self, consumed: &[String], value_headers: &[&str], problems: &Problems) {
         if self.enabled && !self.subject.is_empty() {
-            if let Ok(p) = SubjectPattern::parse(consumed) {
+            let patterns = consumed
+                .iter()
+                .filter_map(|c| SubjectPattern::parse(c).ok());
+            for p in patterns {
                 if p.matches(&self.subject) {
                     problems.push(
                         "dead_letter.subject",
@@ -1037,7 +1040,11 @@ mod tests {
             cfg(r#"{"enabled": true, "subject": "orders.dlq", "include_headers": ["Svc-Labels"]}"#)
                 .unwrap();
         let p = Problems::new();
-        c.cross_check("orders.>", &["Svc-Security-Labels", "Svc-Labels"], &p);
+        c.cross_check(
+            &["orders.>".to_string()],
+            &["Svc-Security-Labels", "Svc-Labels"],
+            &p,
+        );
         let got: Vec<String> = p.into_vec().iter().map(|p| p.to_string()).collect();
         assert_eq!(
             got,

@@ -36,8 +36,8 @@ pub enum Start {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
     pub stream: String,
-    /// Subject filter (the configured subject, or a narrower one).
-    pub subject: String,
+    /// Subject filters (the configured subjects, or one narrower than one of them).
+    pub subjects: Vec<String>,
     pub start: Start,
     /// At most this many messages.
     pub max: u64,
@@ -58,6 +58,12 @@ pub fn read(
     let fail = |e: io::Error| BrokerError {
         action: what.clone(),
         source: e,
+    };
+    super::require_filter_subjects(nc, &req.subjects)
+        .map_err(|why| fail(io::Error::new(io::ErrorKind::InvalidInput, why)))?;
+    let (filter_subject, filter_subjects) = match req.subjects.as_slice() {
+        [one] => (one.clone(), Vec::new()),
+        many => (String::new(), many.to_vec()),
     };
     let (deliver_policy, opt_start_seq, opt_start_time) = match req.start {
         Start::Last(n) => {
@@ -92,7 +98,8 @@ pub fn read(
                 opt_start_time,
                 ack_policy: AckPolicy::None,
                 max_deliver: 1,
-                filter_subject: req.subject.clone(),
+                filter_subject,
+                filter_subjects,
                 replay_policy: ReplayPolicy::Instant,
                 flow_control: true,
                 idle_heartbeat: IDLE_HEARTBEAT,

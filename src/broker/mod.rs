@@ -33,7 +33,7 @@ use nats::jetstream::{
 
 use crate::message::envelope::{HeaderBlock, RawMessage};
 use crate::text::peer::PeerText;
-use config::{ConsumerMode, NatsConfig};
+use config::{ConsumerMode, NatsConfig, StartPosition};
 pub use connection::{connect, connect_within, read_credentials_file};
 pub use permissions::Denials;
 
@@ -98,9 +98,14 @@ pub struct Consumer {
 pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, BrokerError> {
     let js = nats::jetstream::new(nc.clone());
     let what = format!("consumer {}/{}", cfg.stream, cfg.consumer);
+    require_filter_subjects(nc, &cfg.subjects).map_err(|why| invalid(&what, &why))?;
+    let mut created = false;
     match consumer_shape::consumer_config(nc, &cfg.stream, &cfg.consumer) {
         Ok(existing) => {
             check_bindable(&existing, cfg).map_err(|why| invalid(&what, &why))?;
+            if cfg.consumer_mode != ConsumerMode::Bind {
+                report_start(&existing, cfg, &what);
+            }
             if cfg.consumer_mode == ConsumerMode::Reconcile {
                 reconcile_consumer(nc, existing, cfg).map_err(err(format!("update {what}")))?;
             }
@@ -108,7 +113,11 @@ pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, Brok
         Err(e) if cfg.consumer_mode != ConsumerMode::Bind && is_not_found(&e) => {
             js.add_consumer(&cfg.stream, planned_consumer(cfg))
                 .map_err(err(format!("create {what}")))?;
-            log::info!("broker: created durable pull {what}");
+            created = true;
+            log::info!(
+                "broker: created durable pull {what}, starting at deliver_policy {}",
+                cfg.consumer_settings.start
+            );
         }
         Err(e) if is_not_found(&e) => {
             return Err(invalid(
@@ -121,14 +130,22 @@ pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, Brok
     let opts = PullSubscribeOptions::new()
         .bind_stream(cfg.stream.clone())
         .durable_name(cfg.consumer.clone());
+    // The crate compares this with the consumer's `filter_subject`, which is empty for
+    // several subjects; the filters are judged below, from the broker's own JSON.
+    let subject = cfg.subjects.first().map_or("", String::as_str);
     let subscription = js
-        .pull_subscribe_with_options(&cfg.subject, &opts)
+        .pull_subscribe_with_options(subject, &opts)
         .map_err(err(format!("bind {what}")))?;
     // What the consumer is now (created, updated or as it was), judged again: a consumer
     // changed between the look-up and the bind is caught here, not by its first delivery.
     let config = consumer_shape::consumer_config(nc, &cfg.stream, &cfg.consumer)
         .map_err(err(format!("look up {what}")))?;
     check_bindable(&config, cfg).map_err(|why| invalid(&what, &why))?;
+    if created {
+        // A broker that created it starting elsewhere than asked delivers other messages.
+        consumer_shape::check_start(&config, cfg.consumer_settings.start)
+            .map_err(|why| invalid(&what, &why))?;
+    }
     let stream_incarnation = incarnation::read(nc, &cfg.stream)
         .map_err(err(format!("look up stream {}", cfg.stream)))?;
     let typed = typed_config(&config);
@@ -177,21 +194,81 @@ pub(crate) fn typed_config(config: &serde_json::Value) -> ConsumerConfig {
 /// (`consumer_shape.rs`). Never changed by the runner, whatever the mode: each of these
 /// changes which messages are delivered, what of them, or how they are settled.
 pub(crate) fn check_bindable(existing: &serde_json::Value, cfg: &NatsConfig) -> Result<(), String> {
-    consumer_shape::check_bindable(existing, &cfg.subject)
+    consumer_shape::check_bindable(existing, &cfg.subjects)
 }
 
+/// Several filter subjects need `filter_subjects` (nats-server 2.10 and later): an older
+/// server ignores the field and its consumer would deliver the whole stream. The version is
+/// the one of the server's INFO the client keeps; a version that cannot be read is refused.
+pub fn require_filter_subjects(nc: &Connection, subjects: &[String]) -> Result<(), String> {
+    if subjects.len() <= 1 {
+        return Ok(());
+    }
+    let version = nc.server_version();
+    if supports_filter_subjects(&version) {
+        return Ok(());
+    }
+    Err(format!(
+        "nats.subjects names {} subjects, which needs a consumer with filter_subjects \
+         (nats-server 2.10 or later), but the server is nats-server {}: use one nats.subject \
+         or upgrade the server",
+        subjects.len(),
+        PeerText::with_limit(&version, 40)
+    ))
+}
+
+/// True for a server version text `major.minor[.patch...]` of 2.10 or later.
+pub(crate) fn supports_filter_subjects(version: &str) -> bool {
+    let mut parts = version.trim().trim_start_matches('v').split('.');
+    let mut number = || parts.next().and_then(|p| p.parse::<u64>().ok());
+    match (number(), number()) {
+        (Some(major), Some(minor)) => (major, minor) >= (2, 10),
+        _ => false,
+    }
+}
+
+/// An existing consumer is never moved: a start other than `nats.deliver_policy` asks is
+/// logged, not refused (the policy is used once, when the runner creates the consumer).
+fn report_start(existing: &serde_json::Value, cfg: &NatsConfig, what: &str) {
+    let wanted = cfg.consumer_settings.start;
+    if let Err(why) = consumer_shape::check_start(existing, wanted) {
+        log::warn!(
+            "broker: {what} exists and keeps its position: {why}; nats.deliver_policy {wanted} \
+             applies only when the runner creates the consumer"
+        );
+    }
+}
 /// The durable consumer as the runner creates it (`consumer_mode` `create` or `reconcile`).
 pub fn planned_consumer(cfg: &NatsConfig) -> ConsumerConfig {
     let s = &cfg.consumer_settings;
+    let (deliver_policy, opt_start_seq, opt_start_time) = match s.start {
+        StartPosition::All => (DeliverPolicy::All, None, None),
+        StartPosition::New => (DeliverPolicy::New, None, None),
+        StartPosition::LastPerSubject => (DeliverPolicy::LastPerSubject, None, None),
+        StartPosition::ByStartSequence(seq) => (DeliverPolicy::ByStartSeq, Some(seq), None),
+        StartPosition::ByStartTime(nanos) => (
+            DeliverPolicy::ByStartTime,
+            None,
+            // Parsed from RFC 3339 text by the `time` crate: always in its range.
+            time::OffsetDateTime::from_unix_timestamp_nanos(nanos).ok(),
+        ),
+    };
+    let (filter_subject, filter_subjects) = match cfg.subjects.as_slice() {
+        [one] => (one.clone(), Vec::new()),
+        many => (String::new(), many.to_vec()),
+    };
     ConsumerConfig {
         durable_name: Some(cfg.consumer.clone()),
-        deliver_policy: DeliverPolicy::All,
+        deliver_policy,
+        opt_start_seq,
+        opt_start_time,
         ack_policy: AckPolicy::Explicit,
         ack_wait: s.effective_ack_wait(),
         max_deliver: s.max_deliver,
         max_ack_pending: s.max_ack_pending,
         backoff: s.backoff.clone(),
-        filter_subject: cfg.subject.clone(),
+        filter_subject,
+        filter_subjects,
         replay_policy: ReplayPolicy::Instant,
         ..Default::default()
     }

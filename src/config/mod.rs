@@ -246,7 +246,7 @@ impl RuntimeConfig {
         }
         let [alg_header, key_id_header, signature_header] = authenticity.headers();
         dead_letter.cross_check(
-            nats.as_ref().map_or("", |n| n.subject.as_str()),
+            nats.as_ref().map_or(&[][..], |n| n.subjects.as_slice()),
             &[
                 &security_labels.header,
                 &mission_metadata.header,

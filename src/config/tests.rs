@@ -549,3 +549,143 @@ fn http_sink_workers_default_to_what_fills_its_request_threads() {
         2
     );
 }
+
+/// A config whose `nats` block is the minimal one without `subject`, plus `fields`.
+fn nats_with(fields: &str) -> String {
+    format!(
+        r#"{{"nats": {{"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc",
+             {fields}}},
+            "sink": {{"type": "file", "directory": "/tmp/out"}}}}"#
+    )
+}
+
+#[test]
+fn several_filter_subjects() {
+    let c = RuntimeConfig::parse(&nats_with(r#""subjects": ["orders.a", "orders.b.>"]"#)).unwrap();
+    assert_eq!(c.nats.subjects, ["orders.a", "orders.b.>"]);
+    let c = RuntimeConfig::parse(MINIMAL).unwrap();
+    assert_eq!(c.nats.subjects, ["orders.>"]);
+    let too_many: Vec<String> = (0..65).map(|i| format!("\"s.{i}\"")).collect();
+    let sixty_four = too_many[..64].join(",");
+    assert!(RuntimeConfig::parse(&nats_with(&format!(r#""subjects": [{sixty_four}]"#))).is_ok());
+    for (fields, said) in [
+        (
+            r#""subject": "orders.>", "subjects": ["orders.a"]"#,
+            "nats.subjects: set either subject or subjects, not both",
+        ),
+        (
+            r#""subjects": []"#,
+            "nats.subjects: must name at least one subject",
+        ),
+        (
+            r#""subjects": "orders.a""#,
+            "nats.subjects: must be an array of strings",
+        ),
+        (
+            r#""subjects": ["orders.a", 3]"#,
+            "nats.subjects[1]: must be a string",
+        ),
+        (
+            &format!(r#""subjects": [{}]"#, too_many.join(",")),
+            "nats.subjects: names 65 subjects; at most 64 (a consumer's filter_subjects)",
+        ),
+        (
+            r#""subjects": ["orders.a", "orders..b"]"#,
+            "nats.subjects[1]: must not contain empty tokens",
+        ),
+        (
+            r#""subjects": ["orders.a", "payments.>", "orders.*"]"#,
+            "nats.subjects[2]: \"orders.*\" overlaps subjects[0] \"orders.a\": a subject \
+             matches both; the filter subjects must be disjoint",
+        ),
+        (
+            r#""subjects": ["orders.a", "orders.a"]"#,
+            "nats.subjects[1]: \"orders.a\" overlaps subjects[0] \"orders.a\": a subject \
+             matches both; the filter subjects must be disjoint",
+        ),
+        ("\"consumer_mode\": \"bind\"", "nats.subject: is required"),
+    ] {
+        assert_eq!(
+            problems(&nats_with(fields)),
+            vec![said.to_string()],
+            "{fields}"
+        );
+    }
+}
+
+#[test]
+fn where_a_new_consumer_starts() {
+    use crate::broker::config::StartPosition;
+    let start = |fields: &str| {
+        RuntimeConfig::parse(&with(&format!(
+            r#"{{"nats": {{"consumer_mode": "create", {fields}}}}}"#
+        )))
+        .unwrap()
+        .nats
+        .consumer_settings
+        .start
+    };
+    assert_eq!(start(r#""ack_wait_seconds": 30"#), StartPosition::All);
+    assert_eq!(start(r#""deliver_policy": "new""#), StartPosition::New);
+    assert_eq!(
+        start(r#""deliver_policy": "last_per_subject""#),
+        StartPosition::LastPerSubject
+    );
+    assert_eq!(
+        start(r#""deliver_policy": "by_start_sequence", "opt_start_seq": 42"#),
+        StartPosition::ByStartSequence(42)
+    );
+    assert_eq!(
+        start(
+            r#""deliver_policy": "by_start_time", "opt_start_time": "2026-11-28T10:00:00.5+01:00""#
+        ),
+        StartPosition::ByStartTime(1_795_856_400_500_000_000)
+    );
+    let bad = |fields: &str| {
+        problems(&with(&format!(
+            r#"{{"nats": {{"consumer_mode": "reconcile", {fields}}}}}"#
+        )))
+    };
+    for (fields, said) in [
+        (
+            r#""deliver_policy": "last""#,
+            "nats.deliver_policy: must be one of: all, new, by_start_sequence, by_start_time, \
+             last_per_subject",
+        ),
+        (
+            r#""deliver_policy": "by_start_sequence""#,
+            "nats.opt_start_seq: is required with deliver_policy \"by_start_sequence\"",
+        ),
+        (
+            r#""deliver_policy": "by_start_sequence", "opt_start_seq": 0"#,
+            "nats.opt_start_seq: must be an integer from 1 to 9223372036854775807",
+        ),
+        (
+            r#""deliver_policy": "by_start_time""#,
+            "nats.opt_start_time: is required with deliver_policy \"by_start_time\"",
+        ),
+        (
+            r#""deliver_policy": "by_start_time", "opt_start_time": "yesterday""#,
+            "nats.opt_start_time: must be an RFC 3339 time, e.g. 2026-11-26T14:00:00Z",
+        ),
+        (
+            r#""opt_start_seq": 5"#,
+            "nats.opt_start_seq: goes only with deliver_policy \"by_start_sequence\"",
+        ),
+        (
+            r#""deliver_policy": "by_start_sequence", "opt_start_seq": 5,
+                "opt_start_time": "2026-11-28T10:00:00Z""#,
+            "nats.opt_start_time: goes only with deliver_policy \"by_start_time\"",
+        ),
+    ] {
+        assert_eq!(bad(fields), vec![said.to_string()], "{fields}");
+    }
+    let bind = problems(&with(
+        r#"{"nats": {"consumer_mode": "bind", "deliver_policy": "new"}}"#,
+    ));
+    assert_eq!(bind.len(), 1, "{bind:?}");
+    assert!(
+        bind[0].starts_with("nats.deliver_policy: applies only to a consumer the runner creates"),
+        "{bind:?}"
+    );
+}

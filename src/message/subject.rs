@@ -130,6 +130,23 @@ impl SubjectPattern {
         }
         parts.next().is_none()
     }
+
+    /// Does some concrete subject match both patterns? Token by token: two literals must be
+    /// equal, `*` takes any one token, and `>` takes whatever the other still has (at least
+    /// one token).
+    pub fn overlaps(&self, other: &SubjectPattern) -> bool {
+        let (a, b) = (&self.tokens, &other.tokens);
+        for i in 0..a.len().max(b.len()) {
+            match (a.get(i), b.get(i)) {
+                (Some(Token::Tail), Some(_)) | (Some(_), Some(Token::Tail)) => return true,
+                (Some(Token::Literal(x)), Some(Token::Literal(y))) if x != y => return false,
+                (Some(_), Some(_)) => {}
+                // One pattern ended where the other still needs a token.
+                _ => return false,
+            }
+        }
+        true
+    }
 }
 
 impl fmt::Display for SubjectPattern {
@@ -398,6 +415,40 @@ impl<T: Eq> Eq for SubjectRules<T> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overlapping_patterns_share_a_subject() {
+        let o = |a: &str, b: &str| {
+            let (a, b) = (
+                SubjectPattern::parse(a).unwrap(),
+                SubjectPattern::parse(b).unwrap(),
+            );
+            assert_eq!(a.overlaps(&b), b.overlaps(&a), "symmetric");
+            a.overlaps(&b)
+        };
+        for (a, b) in [
+            ("orders.a", "orders.a"),
+            ("orders.*", "orders.a"),
+            ("orders.>", "orders.a.b"),
+            ("orders.*.b", "orders.a.*"),
+            ("*.a", "orders.*"),
+            (">", "x"),
+            ("orders.>", "*.*.c"),
+        ] {
+            assert!(o(a, b), "{a} / {b}");
+        }
+        for (a, b) in [
+            ("orders.a", "orders.b"),
+            ("orders.*", "orders"),
+            ("orders.>", "orders"),
+            ("orders.*", "orders.a.b"),
+            ("orders.*.b", "orders.a.c"),
+            ("orders.>", "payments.>"),
+            ("a.b", "a.b.c"),
+        ] {
+            assert!(!o(a, b), "{a} / {b}");
+        }
+    }
 
     fn m(p: &str, s: &str) -> bool {
         SubjectPattern::parse(p).unwrap().matches(s)

@@ -18,7 +18,7 @@ pub struct SubjectHint {
 
 /// Every subject pattern the runtime config names, in config order, without duplicates.
 ///
-/// Sources today: the broker subject (`nats.subject`), the runner's subject families
+/// Sources today: the broker subjects (`nats.subject` or `nats.subjects`), the runner's subject families
 /// (`metrics.subject_families[].subject`) and the relational sink's subject-to-table routes
 /// (`sink.routes[].subject`, fan-out children included). Later subject rules of the runtime
 /// config (payload-encryption rules, message-metadata rules, security-label rules) add their
@@ -33,7 +33,13 @@ pub fn subject_hints(config: &RuntimeConfig) -> Vec<SubjectHint> {
             });
         }
     };
-    push(&config.nats.subject, "nats.subject");
+    let source = match config.nats.subjects.len() {
+        1 => "nats.subject",
+        _ => "nats.subjects",
+    };
+    for subject in &config.nats.subjects {
+        push(subject, source);
+    }
     for fam in &config.metrics.subject_families {
         push(fam.pattern.as_str(), "metrics.subject_families");
     }
@@ -197,6 +203,29 @@ mod tests {
         assert_eq!(
             got,
             [("orders.>", "nats.subject"), ("orders.eu.>", "sink.routes")]
+        );
+    }
+
+    #[test]
+    fn several_filter_subjects_each_become_a_subject_hint() {
+        let config = RuntimeConfig::parse(
+            r#"{"nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc",
+                         "subjects": ["orders.>", "payments.eu.*"]},
+                "sink": {"type": "file", "directory": "/tmp/out"},
+                "metrics": {"subject_families": [{"subject": "payments.eu.*", "label": "pay"}]}}"#,
+        )
+        .unwrap();
+        let hints = subject_hints(&config);
+        let got: Vec<(&str, &str)> = hints
+            .iter()
+            .map(|h| (h.subject.as_str(), h.source))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("orders.>", "nats.subjects"),
+                ("payments.eu.*", "nats.subjects")
+            ]
         );
     }
 

@@ -294,7 +294,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
             nc.clone(),
             &consumer.stream,
             &consumer.name,
-            &cfg.nats.subject,
+            &cfg.nats.subjects,
         ),
         stream: consumer.stream.clone(),
         incarnation: Arc::clone(&consumer.incarnation),

@@ -123,7 +123,7 @@ pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
 
 /// Runs `svc inspect`: exit 0 after reading, 1 on a broker failure, 2 on invalid input.
 pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
-    let filter = match narrowed(&cfg.nats.subject, opts.subject.as_deref()) {
+    let filter = match narrowed(&cfg.nats.subjects, opts.subject.as_deref()) {
         Ok(f) => f,
         Err(why) => {
             eprintln!("svc: inspect: {why}");
@@ -156,7 +156,7 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
     };
     let req = Request {
         stream: cfg.nats.stream.clone(),
-        subject: filter,
+        subjects: filter,
         start: opts.start,
         max: opts.max,
         timeout: opts.timeout,
@@ -204,16 +204,20 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
 }
 
 /// The configured subject, or `--subject` when it lies within it.
-fn narrowed(configured: &str, asked: Option<&str>) -> Result<String, String> {
+fn narrowed(configured: &[String], asked: Option<&str>) -> Result<Vec<String>, String> {
     let Some(asked) = asked else {
-        return Ok(configured.to_string());
+        return Ok(configured.to_vec());
     };
     SubjectPattern::parse(asked).map_err(|e| format!("--subject: {e}"))?;
-    if within(asked, configured) {
-        Ok(asked.to_string())
+    if configured.iter().any(|c| within(asked, c)) {
+        Ok(vec![asked.to_string()])
     } else {
+        let (noun, shown) = match configured {
+            [one] => ("subject", one.clone()),
+            many => ("subjects", many.join(", ")),
+        };
         Err(format!(
-            "--subject {asked} is not within the configured subject {configured}"
+            "--subject {asked} is not within the configured {noun} {shown}"
         ))
     }
 }
@@ -521,12 +525,25 @@ mod tests {
 
     #[test]
     fn subject_narrowing() {
-        assert_eq!(narrowed("orders.>", None).unwrap(), "orders.>");
+        let one = |s: &str| vec![s.to_string()];
+        assert_eq!(narrowed(&one("orders.>"), None).unwrap(), one("orders.>"));
         assert_eq!(
-            narrowed("orders.>", Some("orders.eu.*")).unwrap(),
-            "orders.eu.*"
+            narrowed(&one("orders.>"), Some("orders.eu.*")).unwrap(),
+            one("orders.eu.*")
         );
-        assert!(narrowed("orders.>", Some("payments.>")).is_err());
+        assert!(narrowed(&one("orders.>"), Some("payments.>")).is_err());
+        // Several configured subjects: none narrowed reads them all, --subject one within any.
+        let two = vec!["orders.a".to_string(), "payments.>".to_string()];
+        assert_eq!(narrowed(&two, None).unwrap(), two);
+        assert_eq!(
+            narrowed(&two, Some("payments.eu")).unwrap(),
+            one("payments.eu")
+        );
+        let why = narrowed(&two, Some("orders.b")).unwrap_err();
+        assert!(
+            why.contains("not within the configured subjects orders.a, payments.>"),
+            "{why}"
+        );
         assert!(within("orders.*.new", "orders.*.new") && within("a.b", "a.*"));
         assert!(!within("orders.*", "orders.eu") && !within("orders.>", "orders.*"));
         assert!(!within("a", "a.b") && !within("a.b", "a"));

@@ -14,6 +14,7 @@ use nats::jetstream::{ConsumerConfig, DiscardPolicy, RetentionPolicy, StorageTyp
 use serde_json::{json, Value};
 
 use crate::broker::advisory::AdvisoryKind;
+use crate::broker::config::StartPosition;
 use crate::broker::planned_consumer;
 use crate::config::{ConsumerMode, RuntimeConfig};
 
@@ -79,6 +80,8 @@ pub struct Plan {
     /// The durable consumer exactly as `svc run` creates it.
     pub consumer: ConsumerConfig,
     pub consumer_mode: ConsumerMode,
+    /// Where the consumer starts when created (`nats.deliver_policy`).
+    pub start: StartPosition,
     pub dead_letter_stream: Option<StreamConfig>,
     pub permissions: Permissions,
     pub warnings: Vec<String>,
@@ -90,7 +93,7 @@ pub fn plan(cfg: &RuntimeConfig, settings: &StreamSettings) -> Result<Plan, Stri
     if settings.max_age > Duration::ZERO && settings.duplicate_window > settings.max_age {
         return Err("--duplicate-window must not be longer than --max-age".into());
     }
-    let stream = stream_config(&n.stream, &n.subject, settings);
+    let stream = stream_config(&n.stream, &n.subjects, settings);
     let mut warnings = stream_warnings(settings);
     let dlq = &cfg.dead_letter;
     let dead_letter_stream = if dlq.enabled {
@@ -108,7 +111,11 @@ pub fn plan(cfg: &RuntimeConfig, settings: &StreamSettings) -> Result<Plan, Stri
                 "the dead-letter stream must not be the stream {name} itself"
             ));
         }
-        Some(stream_config(&name, &dlq.subject, settings))
+        Some(stream_config(
+            &name,
+            std::slice::from_ref(&dlq.subject),
+            settings,
+        ))
     } else {
         None
     };
@@ -125,16 +132,17 @@ pub fn plan(cfg: &RuntimeConfig, settings: &StreamSettings) -> Result<Plan, Stri
         stream,
         consumer: planned_consumer(n),
         consumer_mode: n.consumer_mode,
+        start: n.consumer_settings.start,
         dead_letter_stream,
         permissions,
         warnings,
     })
 }
 
-fn stream_config(name: &str, subject: &str, s: &StreamSettings) -> StreamConfig {
+fn stream_config(name: &str, subjects: &[String], s: &StreamSettings) -> StreamConfig {
     StreamConfig {
         name: name.to_string(),
-        subjects: vec![subject.to_string()],
+        subjects: subjects.to_vec(),
         storage: s.storage,
         num_replicas: s.replicas,
         retention: s.retention,
@@ -361,6 +369,29 @@ mod tests {
         assert_eq!(
             block["users"][0]["permissions"]["subscribe"]["allow"][1],
             "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ORDERS.svc"
+        );
+    }
+
+    #[test]
+    fn several_subjects_and_a_start_are_planned() {
+        let c = RuntimeConfig::parse(
+            r#"{"nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc",
+                "subjects": ["orders.a", "payments.>"], "consumer_mode": "reconcile",
+                "deliver_policy": "by_start_time", "opt_start_time": "2026-11-28T09:00:00Z"},
+               "sink": {"type": "file", "directory": "/tmp/x"}}"#,
+        )
+        .unwrap();
+        let p = plan(&c, &StreamSettings::default()).unwrap();
+        assert_eq!(p.stream.subjects, ["orders.a", "payments.>"]);
+        assert_eq!(p.consumer.filter_subjects, ["orders.a", "payments.>"]);
+        assert_eq!(p.consumer.filter_subject, "");
+        let j = to_json(&p, "svc");
+        let config = &j["consumer"]["request"]["config"];
+        assert_eq!(config["deliver_policy"], "by_start_time");
+        assert_eq!(config["opt_start_time"], "2026-11-28T09:00:00Z");
+        assert_eq!(
+            p.start.to_string(),
+            "by_start_time (opt_start_time 2026-11-28T09:00:00Z)"
         );
     }
 

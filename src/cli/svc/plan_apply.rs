@@ -10,7 +10,7 @@
 use std::io;
 use std::sync::Arc;
 
-use nats::jetstream::{ConsumerConfig, DeliverPolicy, JetStream, StreamConfig};
+use nats::jetstream::{ConsumerConfig, JetStream, StreamConfig};
 use serde_json::Value;
 
 use super::plan::Plan;
@@ -152,6 +152,8 @@ fn apply_consumer(
     match consumer_shape::consumer_config(nc, stream, name) {
         Ok(config) => Ok(outcome(consumer_drift(&config, nats))),
         Err(e) if is_not_found(&e) => {
+            crate::broker::require_filter_subjects(nc, &nats.subjects)
+                .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
             js.add_consumer(stream, planned)?;
             Ok(Outcome::Created)
         }
@@ -396,8 +398,9 @@ fn consumer_drift(existing: &Value, nats: &NatsConfig) -> Vec<String> {
     }
     let typed = typed_config(existing);
     d.extend(settings_drift(&typed, nats));
-    if typed.deliver_policy != DeliverPolicy::All {
-        d.push("deliver_policy is not all".into());
+    // Never moved, by --apply or `svc run`: only reported.
+    if let Err(why) = consumer_shape::check_start(existing, nats.consumer_settings.start) {
+        d.push(why);
     }
     d
 }

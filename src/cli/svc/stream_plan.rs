@@ -272,9 +272,20 @@ fn text(plan: &Plan) -> String {
             .collect::<Vec<_>>()
             .join(", "),
     };
+    let (filter_key, filter) = match c.filter_subjects.as_slice() {
+        [] => ("filter subject", c.filter_subject.clone()),
+        many => ("filter subjects", many.join(", ")),
+    };
+    let start = match plan.consumer_mode {
+        ConsumerMode::Bind => "as the existing consumer has it (never changed)".to_string(),
+        _ => format!(
+            "{} (when created; an existing consumer is never moved)",
+            plan.start
+        ),
+    };
     for (k, v) in [
-        ("filter subject", c.filter_subject.clone()),
-        ("deliver policy", "all".into()),
+        (filter_key, filter),
+        ("deliver policy", start),
         ("ack policy", "explicit".into()),
         ("ack wait", format!("{} s", c.ack_wait.as_secs_f64())),
         ("max ack pending", limit(c.max_ack_pending)),

@@ -12,7 +12,7 @@ pub fn paragraph(cfg: &RuntimeConfig) -> String {
         "Consumes stream {} through durable consumer {} filtered on {}; the consumer {}.",
         n.stream,
         n.consumer,
-        n.subject,
+        n.subjects.join(", "),
         match n.consumer_mode {
             ConsumerMode::Bind => "must already exist",
             ConsumerMode::Create => "is created when missing",
@@ -21,6 +21,12 @@ pub fn paragraph(cfg: &RuntimeConfig) -> String {
                  are brought to this config",
         }
     )];
+    if n.consumer_mode != ConsumerMode::Bind && n.consumer_settings.start != Default::default() {
+        parts.push(format!(
+            "A consumer created by the runner starts at deliver_policy {}.",
+            n.consumer_settings.start
+        ));
+    }
     parts.push(format!("Writes to {}.", sink(&cfg.sink)));
     let protections: Vec<&str> = [
         (cfg.payload_encryption.enabled, "payload encryption"),

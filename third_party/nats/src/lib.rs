@@ -850,6 +850,11 @@ impl Connection {
         self.0.client.server_info().client_id
     }
 
+    /// The server's version as its most recent INFO gave it (the server's text, unchecked).
+    pub fn server_version(&self) -> String {
+        self.0.client.server_info().version
+    }
+
     /// Send an unsubscription for all subs then flush the connection, allowing
     /// any unprocessed messages to be handled by a handler function if one
     /// is configured.

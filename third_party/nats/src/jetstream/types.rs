@@ -224,6 +224,10 @@ pub struct ConsumerConfig {
     /// When consuming from a Stream with many subjects, or wildcards, this selects only specific incoming subjects. Supports wildcards.
     #[serde(default, skip_serializing_if = "is_default")]
     pub filter_subject: String,
+    /// Several subjects to select (nats-server 2.10 and later; instead of `filter_subject`).
+    /// Older servers ignore the field: check the server's version before sending it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filter_subjects: Vec<String>,
     /// Whether messages are sent as quickly as possible or at the rate of receipt
     pub replay_policy: ReplayPolicy,
     /// The rate of message delivery in bits per second
