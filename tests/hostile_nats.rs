@@ -1026,3 +1026,41 @@ fn run_stops_on_sigterm_while_the_broker_no_longer_answers() {
         "{elapsed:?} from SIGTERM to exit, shutdown_timeout_seconds 5\n{log}"
     );
 }
+
+/// Two seeds, one of which completes the handshake (its PONG) and then answers nothing: the
+/// connect reaches the healthy one whichever the client tries first, every time. (The client
+/// picks its first server at random and gave up when that one left the first round trip
+/// unanswered: half of the starts failed.)
+#[test]
+fn a_seed_silent_after_its_handshake_does_not_fail_the_connect() {
+    let server = NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer("ORDERS", "svc", "orders.>", Duration::from_secs(30));
+    let silent = format!(
+        "nats://127.0.0.1:{}",
+        start_stalling_broker(Stall::PongThenSilent)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut tried_silent_first = 0;
+    for (i, urls) in [
+        [silent.clone(), server.url()],
+        [server.url(), silent.clone()],
+    ]
+    .iter()
+    .cycle()
+    .take(10)
+    .enumerate()
+    {
+        let cfg = config_at(dir.path(), urls);
+        let started = Instant::now();
+        let (code, out, err) = svc(&["inspect", cfg.to_str().unwrap(), "--timeout", "2"]);
+        assert_eq!(code, 0, "start {i}: {out}{err}");
+        assert!(started.elapsed() < Duration::from_secs(10), "start {i}");
+        tried_silent_first += usize::from(err.contains("trying each server first in turn"));
+    }
+    // Positive control: the silent seed was met first in some of the starts.
+    assert!(
+        tried_silent_first > 0,
+        "the silent seed was never tried first"
+    );
+}

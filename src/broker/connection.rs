@@ -101,6 +101,10 @@ pub fn connect(
 
 /// [`connect`] with each attempt to one server bounded by `timeout` (an operator command's
 /// `--timeout`).
+///
+/// A seed that completes the handshake and then answers nothing fails the connect's first
+/// round trip; with several seeds each is then tried first in turn (the client otherwise
+/// picks its first server at random, so a second try could land on the same one).
 pub fn connect_within(
     cfg: &NatsConfig,
     metrics: Arc<Metrics>,
@@ -109,6 +113,49 @@ pub fn connect_within(
 ) -> Result<Connection, BrokerError> {
     check_advertised_servers(cfg, timeout)?;
     warn_cleartext_credentials(cfg);
+    let attempt = |first: Option<&str>| {
+        let mut opts = options(cfg, metrics.clone(), denials.clone(), timeout)?;
+        if let Some(url) = first {
+            opts = opts.try_first(url);
+        }
+        // The servers are named: "Connection refused" alone does not say which address was
+        // tried. Validation keeps credentials out of the URLs, so they are safe to print.
+        opts.connect(cfg.urls.join(",").as_str())
+            .map_err(|e| BrokerError {
+                action: "connect".into(),
+                source: io::Error::new(e.kind(), format!("{e} (servers: {})", cfg.urls.join(", "))),
+            })
+    };
+    let first = attempt(None);
+    let silent = |e: &BrokerError| {
+        e.source
+            .to_string()
+            .starts_with(nats::FIRST_FLUSH_UNANSWERED)
+    };
+    match first {
+        Err(e) if cfg.urls.len() > 1 && silent(&e) => {
+            log::warn!("{e}; trying each server first in turn");
+            let mut last = e;
+            for url in &cfg.urls {
+                match attempt(Some(url)) {
+                    Ok(nc) => return Ok(nc),
+                    Err(e) => last = e,
+                }
+            }
+            Err(last)
+        }
+        other => other,
+    }
+}
+
+/// The client's options: auth, TLS, the connect timeout and the callbacks that count
+/// connection events into `metrics` and keep permission violations in `denials`.
+fn options(
+    cfg: &NatsConfig,
+    metrics: Arc<Metrics>,
+    denials: Arc<Denials>,
+    timeout: Duration,
+) -> Result<nats::Options, BrokerError> {
     let mut opts = match &cfg.auth {
         NatsAuth::None => nats::Options::new(),
         NatsAuth::UserPassword {
@@ -176,13 +223,7 @@ pub fn connect_within(
             // The server's `-ERR` text (and the crate's wording around it): peer text.
             log::warn!("broker: asynchronous error: {}{more}", PeerText::new(&text));
         });
-    // The servers are named: "Connection refused" alone does not say which address was
-    // tried. Validation keeps credentials out of the URLs, so they are safe to print.
-    let urls = cfg.urls.join(",");
-    opts.connect(urls.as_str()).map_err(|e| BrokerError {
-        action: "connect".into(),
-        source: io::Error::new(e.kind(), format!("{e} (servers: {})", cfg.urls.join(", "))),
-    })
+    Ok(opts)
 }
 
 /// Largest client certificate chain read.

@@ -50,6 +50,9 @@ pub(crate) struct Connector {
 
     /// Entries of the servers' INFO `connect_urls` that were not server addresses, skipped.
     skipped_urls: usize,
+
+    /// [`Options::try_first`], until the first pass over the servers.
+    try_first: Option<ServerAddress>,
 }
 
 fn configure_tls(options: &Arc<Options>) -> Result<ClientConfig, Error> {
@@ -149,7 +152,12 @@ impl Connector {
     pub(crate) fn new(urls: Vec<ServerAddress>, options: Arc<Options>) -> io::Result<Connector> {
         let tls_config = configure_tls(&options)?;
 
+        let try_first = match &options.try_first {
+            Some(url) => Some(url.parse()?),
+            None => None,
+        };
         let connector = Connector {
+            try_first,
             attempts: urls.into_iter().map(|url| (url, 0)).collect(),
             options,
             tls_config: Arc::new(tls_config),
@@ -247,6 +255,11 @@ impl Connector {
             // Shuffle the list of servers.
             let mut servers = self.get_servers()?;
             fastrand::shuffle(&mut servers);
+            if let Some(first) = self.try_first.take() {
+                if let Some(at) = servers.iter().position(|s| *s == first) {
+                    servers[..=at].rotate_right(1);
+                }
+            }
 
             // Iterate over the server list in random order.
             for server in &servers {

@@ -456,6 +456,11 @@ pub fn connect<I: IntoServerList>(nats_urls: I) -> io::Result<Connection> {
     Options::new().connect(nats_urls)
 }
 
+/// The start of a connect's error when a server completed the handshake and then left the
+/// connection's first round trip unanswered (svc tries each server first in turn then, see
+/// [`Options::try_first`]).
+pub const FIRST_FLUSH_UNANSWERED: &str = "the server completed the handshake, then did not answer";
+
 impl Connection {
     /// Connects on one or more NATS servers with the given options.
     ///
@@ -469,7 +474,9 @@ impl Connection {
         // thread gets the connect timeout, not 10 s more (svc).
         let timeout = options.connect_timeout;
         let client = Client::connect(urls, options)?;
-        client.flush(timeout)?;
+        client.flush(timeout).map_err(|e| {
+            io::Error::new(e.kind(), format!("{FIRST_FLUSH_UNANSWERED}: {e}"))
+        })?;
         Ok(Connection(Arc::new(Inner { client })))
     }
 

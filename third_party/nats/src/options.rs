@@ -44,6 +44,8 @@ pub struct Options {
     /// The whole time one connection attempt may take: TCP connect, INFO, TLS handshake,
     /// CONNECT and the first PING/PONG.
     pub(crate) connect_timeout: Duration,
+    /// The server the first connection attempt goes to before the others (svc).
+    pub(crate) try_first: Option<String>,
 
     pub(crate) error_callback: ErrorCallback,
     pub(crate) disconnect_callback: Callback,
@@ -104,6 +106,7 @@ impl Default for Options {
             lame_duck_callback: Callback(None),
             tls_client_config: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            try_first: None,
         }
     }
 }
@@ -161,6 +164,15 @@ impl Options {
     /// tried. Defaults to [`DEFAULT_CONNECT_TIMEOUT`] (5 s). A zero duration is read as 1 ms.
     pub fn connect_timeout(mut self, timeout: Duration) -> Options {
         self.connect_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The first connection goes to `server` (one of the URLs given to `connect`) before the
+    /// others, which follow in random order as always; reconnects are not affected. A caller
+    /// whose first connection reached a server that then never answered can so try each
+    /// server first in turn (svc).
+    pub fn try_first(mut self, server: &str) -> Options {
+        self.try_first = Some(server.to_string());
         self
     }
 
