@@ -251,12 +251,3 @@ fn header_lines_are_counted_as_sent_and_no_map_is_built_over_the_bound() {
     let at: Vec<String> = (0..256).map(|i| format!("a:{i}")).collect();
     assert_eq!(nats::header::read_headers(&block(&at)).1, None);
 }
-
-/// The client's bounds are svc's input limits: anything the client refuses unread, svc's
-/// check would refuse too, with the same bound named.
-#[test]
-fn the_clients_header_bounds_are_the_input_limits() {
-    use crate::message::limits;
-    assert_eq!(nats::header::MAX_HEADER_LINES, limits::MAX_HEADERS);
-    assert_eq!(nats::header::MAX_HEADER_BYTES, limits::MAX_HEADER_BYTES);
-}

@@ -23,6 +23,14 @@ pub const MAX_HEADERS: usize = 256;
 /// and nats-server 2.9.10 itself drops a message with more than 64 KiB of headers.
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 
+// The client builds a header map only within these same bounds (beyond them it marks the
+// block unreadable): the two must not drift apart.
+#[allow(deprecated)]
+const _: () = assert!(
+    MAX_HEADERS == nats::header::MAX_HEADER_LINES
+        && MAX_HEADER_BYTES == nats::header::MAX_HEADER_BYTES
+);
+
 /// Why a message was refused before its envelope was built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InputLimit {

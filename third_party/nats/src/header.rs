@@ -78,9 +78,10 @@ pub struct HeaderCount {
 }
 
 /// Most header lines this client builds a map from: svc's own input limit
-/// (`src/message/limits.rs` `MAX_HEADERS`; a test there keeps the two equal). A block with more
-/// is marked unreadable and no map is built: thousands of one-byte lines otherwise cost more
-/// than a hundred times their bytes in the map (1.0 GiB for 1,500 messages of 8,000 lines).
+/// (`src/message/limits.rs` `MAX_HEADERS`; an assertion there keeps the two equal at compile
+/// time). A block with more is marked unreadable and no map is built: thousands of one-byte
+/// lines otherwise cost more than a hundred times their bytes in the map (1.0 GiB for 1,500
+/// messages of 8,000 lines).
 pub const MAX_HEADER_LINES: usize = 256;
 
 /// Most name and value bytes this client builds a map from: svc's `MAX_HEADER_BYTES`.
