@@ -11,7 +11,6 @@
 //! until the broker reports every message acknowledged ([`support::AckWatch`]). Plain runs are
 //! made before and after the confirmed ones, alternating, and the ratio is of the means (a
 //! 2-core host swings by several percent between runs).
-#![allow(deprecated)]
 
 mod support;
 

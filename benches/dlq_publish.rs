@@ -4,7 +4,6 @@
 //! nats-server. Prints figures and the ratio; asserts nothing about time.
 //!
 //! Run: `cargo bench --bench dlq_publish` (needs nats-server; `SVC_NATS_SERVER` picks another).
-#![allow(deprecated)]
 
 #[path = "../tests/support/broker.rs"]
 #[allow(dead_code)] // shared with the tests, which use the rest

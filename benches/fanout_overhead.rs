@@ -13,7 +13,6 @@
 //! child). Each configuration runs twice, interleaved, and the best rate of each is shown (the
 //! host is shared). Under `cargo test --all-targets` it runs a smoke pass of 200 messages, one
 //! round. Needs nats-server, python3 with moto[server], boto3 and waitress (scripts/deps.sh).
-#![allow(deprecated)]
 
 #[path = "../tests/support/moto.rs"]
 #[allow(dead_code)] // shared with the tests, which use the rest

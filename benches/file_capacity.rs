@@ -55,7 +55,6 @@
 //!
 //! Messages are mixed: JSON of two sizes, text and raw bytes, on four subjects; records
 //! average about 780 bytes.
-#![allow(deprecated)]
 
 #[path = "file_capacity/diagnose.rs"]
 mod diagnose;

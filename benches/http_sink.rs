@@ -22,7 +22,6 @@
 //!
 //! With `verify` the receiver also says how busy svc kept it during the run: the share of the
 //! run's wall time with at least one request in a handler, and the mean number in handlers.
-#![allow(deprecated)]
 
 #[path = "../tests/support/python.rs"]
 mod python;

@@ -7,7 +7,6 @@
 //! cargo bench --bench jsctl -- state    <url> <stream> <consumer>
 //! cargo bench --bench jsctl -- raw      <url> <stream> <consumer> <filter> <count> [batch]
 //! ```
-#![allow(deprecated)]
 
 mod support;
 

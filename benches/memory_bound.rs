@@ -13,7 +13,6 @@
 //! delivery settings, and its peak resident set (VmHWM) is read from /proc while it runs.
 //! Printed beside it: the target (2 x the bound + 32 MiB) and the ratio peak / target, which
 //! must stay at or below 1. Throughput of small messages is `runner_throughput`'s job.
-#![allow(deprecated)]
 
 mod support;
 

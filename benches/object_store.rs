@@ -18,7 +18,6 @@
 //! smoke pass under `cargo test --all-targets`;
 //! SVC_BENCH_CONCURRENCY, default 16; SVC_TEST_PYTHON, default python3). Needs
 //! nats-server, and python3 with moto[server], boto3 and waitress.
-#![allow(deprecated)]
 
 #[path = "../tests/support/moto.rs"]
 #[allow(dead_code)] // shared with the tests, which use the rest

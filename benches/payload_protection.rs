@@ -11,7 +11,6 @@
 //! sink with all three on (HMAC-signed messages) against the raw fetch+ack limit of the same
 //! client in the same run, alternating for two rounds as `runner_throughput` does (the raw
 //! limit swings by 20% between runs on this shared host); plus one run without protection.
-#![allow(deprecated)]
 
 mod support;
 

@@ -13,7 +13,6 @@
 //! and the ratios of (c) to (a) and (b); also (c) counted from the first ACK (without the
 //! runner's start-up: process, broker bind, database connect). Broker, database and runner
 //! share one 2-core host.
-#![allow(deprecated)]
 
 mod sinkbench;
 

@@ -17,7 +17,6 @@
 //! spawned (svc) until the broker reports every message acknowledged (consumer ack floor,
 //! polled every 25 ms by the same loop). The per_event run is compared with a raw run over
 //! the same stream and message count, not with the big raw run.
-#![allow(deprecated)]
 
 mod support;
 

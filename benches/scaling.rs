@@ -24,7 +24,6 @@
 //! and the clock runs from the first publish to the last acknowledgement. A last case runs 4
 //! runners straight to PostgreSQL, without the delay: what this host's database (and its two
 //! shared cores) can take at most, i.e. where adding runners stops helping.
-#![allow(deprecated)]
 
 mod sinkbench;
 

@@ -14,7 +14,6 @@
 //! subject's first token (`orders.t<i>.>` against `orders.created`), so a linear scan compares
 //! two tokens per rule. The run without rules is made before and after the others, and each
 //! ratio is against their mean (a 2-core host swings by several percent between runs).
-#![allow(deprecated)]
 
 mod support;
 

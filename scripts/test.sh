@@ -24,6 +24,8 @@ echo "== supply chain: advisories, licences, bans, sources (deny.toml)"
 bash scripts/audit.sh
 echo "== cargo test"
 cargo test --all-targets --no-fail-fast -- --test-threads="${SVC_TEST_THREADS:-4}"
+echo "== the carried nats client's own unit tests"
+cargo test -p nats --lib --quiet
 
 # The test modules that run a real broker, again against the current nats-server release (the
 # run above used Debian's 2.9.10): what either does, the runner must handle. Each name becomes

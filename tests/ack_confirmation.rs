@@ -2,8 +2,6 @@
 //! (2.9.10, and the current release through `SVC_NATS_SERVER`), behind a proxy that can lose
 //! the runner's ACKs on the wire and cut its connection.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to publish and look
-
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

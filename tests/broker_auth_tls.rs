@@ -1,7 +1,6 @@
 //! Broker authentication (secrets from the environment, never printed) and TLS (a real
 //! handshake against a self-signed certificate: trusted through `tls_ca_file`, a clean error
 //! otherwise, never a panic).
-#![allow(deprecated)] // the nats crate's JetStream API, used to set up the broker
 
 use std::path::Path;
 use std::process::Command;

@@ -3,8 +3,6 @@
 //! they delivered is handed back once per message (no delivery burnt, none left waiting for
 //! AckWait), and the whole stop fits in `delivery.shutdown_timeout_seconds` from the signal.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to publish and look
-
 use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -2,8 +2,6 @@
 //! its filter changed. The runner must stop with a clear error within a bounded time, and while
 //! it notices it must not spin (no request/503 loop).
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to change the consumer
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -4,8 +4,6 @@
 //! whose consumer is changed to one. Consumers are made with the broker's own JSON (the
 //! crate's typed config lacks fields such as `max_bytes` and `mem_storage`).
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to publish and look
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

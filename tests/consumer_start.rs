@@ -4,8 +4,6 @@
 //! version by an older server, and where a new consumer starts (`nats.deliver_policy`). An
 //! existing consumer is never changed or moved.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to publish and look
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

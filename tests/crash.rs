@@ -14,8 +14,6 @@
 //! `spool_fallback_survives_a_kill_at_every_call` also find the empty `position` a kill at its
 //! first write leaves.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

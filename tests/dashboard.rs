@@ -4,8 +4,6 @@
 //! dashboard, with the dashboard variables substituted, must return data through
 //! Prometheus's HTTP API: no panel is empty because a metric name or label is wrong.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;

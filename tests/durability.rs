@@ -43,8 +43,6 @@
 //! (root or CAP_SYS_PTRACE, or `kernel.yama.ptrace_scope` 0: strace is the runner's sibling,
 //! not its parent): an attach failure fails the test with strace's own message.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -4,7 +4,6 @@
 //!
 //! The fakes are `support::http::Receiver`s: each request parsed strictly and recorded, the answer
 //! chosen by the test.
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
 
 use std::collections::HashMap;
 use std::io::Write;

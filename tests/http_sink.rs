@@ -7,8 +7,6 @@
 //! Needs python3 with `standardwebhooks` (the venv of `scripts/deps.sh`, `$SVC_TEST_VENV`,
 //! default `~/.cache/svc-test-tools/venv`) and nginx (`scripts/deps.sh` installs both).
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -9,8 +9,6 @@
 //! the ack wait plus a wide margin without acknowledging anything, beyond the time the
 //! cluster itself took no messages (no stream leader: the publishers' confirmations say when).
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the cluster
-
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,5 @@
 //! Message metadata, security labels, the dead-letter queue and the advisory observer against a
 //! real nats-server (JetStream): the publisher and observer directly, then the `svc` binary.
-#![allow(deprecated)]
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,8 +2,6 @@
 //! stderr. JSON lines parse and name time, level, thread, target and message; the text format
 //! drops its own timestamp only when stderr is the stream `JOURNAL_STREAM` names.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;

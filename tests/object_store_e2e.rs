@@ -2,8 +2,6 @@
 //! enforced) and the `svc` binary. Commit first, ACK last, across store outages and a SIGKILL
 //! of the runner; `svc test-sink` verdicts, including TLS.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

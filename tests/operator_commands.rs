@@ -3,8 +3,6 @@
 //! broker failure that names the server and is printed once, `show-effective-config`'s round
 //! trip, and `inspect` against a real nats-server (one per test, from `util`).
 
-#![allow(deprecated)] // the nats crate marks every JetStream item deprecated
-
 use crate::support::broker::*;
 use crate::support::process::*;
 use crate::support::*;

@@ -3,8 +3,6 @@
 //! (`tests/support/protection_helper.py`, `cryptography`): Python signs what publishers send and
 //! decrypts what the sinks store; `svc decrypt` and `svc verify-custody` work on the files.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -3,8 +3,6 @@
 //! record is decrypted by Python from the documented format, its custody verified by
 //! `svc verify-custody`, and a tampered copy reported; a bad signature is dead-lettered.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Duration;

@@ -1,8 +1,6 @@
 //! The relational and fan-out sinks end to end: a real `nats-server -js`, the `svc` binary and
 //! the real PostgreSQL on 127.0.0.1:5432 (each test creates and drops its own database).
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::Path;

@@ -1,7 +1,5 @@
 //! The runner end to end against a real `nats-server -js`: commit first, ACK last.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;

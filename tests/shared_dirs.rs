@@ -3,7 +3,6 @@
 //! temporary names, links and FIFOs, a forged record, swapped directories, a default ACL,
 //! planted key files. Each attack must fail, and every acknowledged message must be either in
 //! a file that holds it or in the DLQ. See docs/security.md, "Shared directories".
-#![allow(deprecated)]
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -2,7 +2,6 @@
 //! dead-lettered with a value-free reason and then acknowledged; without one they are NAKed
 //! with backoff, logged on deliveries 1, 2, 4, ... only, and terminated at
 //! `delivery.max_deliveries`.
-#![allow(deprecated)]
 
 use std::path::Path;
 use std::time::Duration;

@@ -11,8 +11,6 @@
 //! - a segment damaged by hand: quarantined, reported, the rest delivered;
 //! - two runners on one spool directory: the second is refused, as is `svc spool drain`.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;

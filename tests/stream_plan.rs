@@ -3,7 +3,6 @@
 //! (DLQ, advisories and metrics on) after `svc stream-plan --apply` created the streams and
 //! the consumer; and a server lacking any single one of them makes `svc run` stop with an
 //! error naming that subject, never printing a secret.
-#![allow(deprecated)] // the nats crate's JetStream API, used to publish and look
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

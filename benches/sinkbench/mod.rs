@@ -1,6 +1,6 @@
 //! Shared by the relational and fan-out benchmarks: a private broker, a private PostgreSQL
 //! database, and `svc run` timed until every message is acknowledged.
-#![allow(dead_code, deprecated)]
+#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -1,6 +1,6 @@
 //! Shared by the benchmarks and `jsctl`: broker set-up, publishing, and the raw fetch+ack
 //! baseline measured with the same client and technique as `svc-fetch`.
-#![allow(dead_code, deprecated)]
+#![allow(dead_code)]
 
 #[path = "../../tests/support/broker.rs"]
 #[allow(dead_code)] // shared with the tests, which use the rest

@@ -19,9 +19,6 @@
 //! Shutdown: the thread checks the stop flag at least every [`POLL_INTERVAL`], unsubscribes and
 //! exits; it also exits when the connection is closed.
 
-// The nats crate (0.26) marks every JetStream item `#[deprecated]`; this module wraps it.
-#![allow(deprecated)]
-
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,7 +1,6 @@
 //! Connecting to the broker: credentials from the environment or private files, TLS and
 //! mutual TLS, the refusal to send credentials in plaintext to advertised servers, reconnect
 //! pacing, and the callbacks that count connection events and keep permission violations.
-#![allow(deprecated)]
 
 use std::fmt;
 use std::io;

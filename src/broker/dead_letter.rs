@@ -15,9 +15,6 @@
 //! payload body, never the offending value, never a secret-looking header: the original stays
 //! in its stream (by sequence) for anyone entitled to read it.
 
-// The nats crate (0.26) marks every JetStream item `#[deprecated]`; this module wraps it.
-#![allow(deprecated)]
-
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};

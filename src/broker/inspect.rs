@@ -6,8 +6,6 @@
 //! The consumer is deleted when the reading ends; if the process dies first, the broker drops
 //! it after [`INACTIVE_THRESHOLD`] without interest, so none is left behind.
 
-#![allow(deprecated)] // the crate marks every JetStream item deprecated (see `super`)
-
 use std::io;
 use std::time::{Duration, Instant};
 

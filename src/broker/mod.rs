@@ -4,10 +4,7 @@
 //!
 //! The client is the sync `nats` crate, carried in-tree (`third_party/nats`, its changes in
 //! `CHANGES.md` there): it delivers every message the broker sends, marking what it could not
-//! read as sent (`unreadable`), which `svc-normalize` settles. Every JetStream item of the
-//! crate is `#[deprecated]` (upstream points at its async successor, which the design card
-//! rules out); the allowance is taken once, here.
-#![allow(deprecated)]
+//! read as sent (`unreadable`), which `svc-normalize` settles.
 
 pub mod advisory;
 pub mod config;

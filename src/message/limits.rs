@@ -25,7 +25,6 @@ pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 
 // The client builds a header map only within these same bounds (beyond them it marks the
 // block unreadable): the two must not drift apart.
-#[allow(deprecated)]
 const _: () = assert!(
     MAX_HEADERS == nats::header::MAX_HEADER_LINES
         && MAX_HEADER_BYTES == nats::header::MAX_HEADER_BYTES

@@ -1,6 +1,5 @@
 //! A real `nats-server -js` per test on free loopback ports: started, killed, restarted on
 //! the same ports, and the JetStream calls the tests set up and inspect the broker with.
-#![allow(deprecated)] // the nats crate marks every JetStream item deprecated
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

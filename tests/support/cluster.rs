@@ -4,7 +4,6 @@
 //!
 //! Each node runs `nats-server -a 127.0.0.1 -p P -m M -n nodeI --cluster_name C
 //! --cluster nats://127.0.0.1:R --routes <the other nodes' route URLs> -js -sd DIR`.
-#![allow(deprecated)] // the nats crate marks every JetStream item deprecated
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1,8 +1,6 @@
 //! Shared harness of the payload-protection tests: the Python helper (an independent
 //! implementation of the documented formats), keys, configs, signed publishing.
 
-#![allow(deprecated)] // the nats crate marks every JetStream item deprecated
-
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

@@ -6,7 +6,6 @@
 //! code that uses them (this module names each one's user); `tests/stream_plan.rs` runs the
 //! runner under exactly these permissions and without each one in turn, so a subject added
 //! to the runner without being added here fails that test.
-#![allow(deprecated)]
 
 use std::time::Duration;
 

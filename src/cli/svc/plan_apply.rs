@@ -5,7 +5,6 @@
 //! that is the operator's decision).
 //!
 //! Every broker call is one JetStream API request with the client's 5 s deadline.
-#![allow(deprecated)]
 
 use std::io;
 use std::sync::Arc;

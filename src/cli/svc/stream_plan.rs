@@ -1,9 +1,6 @@
 //! `svc stream-plan <config>`: what the broker must hold for this configuration (stream,
 //! durable consumer, dead-letter stream, the runner user's permissions), printed offline as
 //! text or JSON; with `--apply`, created where missing.
-// The plan is made of the nats crate's JetStream configs (every item `#[deprecated]`, see
-// `broker`): this module reads their fields to render them.
-#![allow(deprecated)]
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

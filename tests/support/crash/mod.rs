@@ -15,8 +15,6 @@
 //! `$JS.ACK.<stream>.<consumer>.>` for a kill, and [`power`] reads them from the trace.
 //! [`trace`] reads strace's output. The workloads themselves are in tests/crash.rs.
 
-#![allow(deprecated)] // the nats crate marks its client deprecated
-
 pub mod explore;
 pub mod power;
 pub mod trace;

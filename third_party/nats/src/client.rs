@@ -313,7 +313,9 @@ impl Client {
                     // rather than the timeout because right now the timeout
                     // applies to each write syscall individually.
                     let stall = crate::connector::WRITE_STALL_TIMEOUT;
-                    writer.get_ref().set_write_timeout(Some(timeout.min(stall)))?;
+                    writer
+                        .get_ref()
+                        .set_write_timeout(Some(timeout.min(stall)))?;
                     proto::encode(&mut writer, ClientOp::Ping)?;
                     writer.flush()?;
                     writer.get_ref().set_write_timeout(Some(stall))?;

@@ -293,7 +293,9 @@ pub(crate) fn parse_headers(buf: &[u8]) -> Result<HeaderMap, &'static str> {
     // Lines end at LF, a CR before it dropped, as this client always read them (it writes a
     // line break inside a value as a bare LF and folds the next line).
     let mut lines = text.lines();
-    let version = lines.next().ok_or("expected header information not present")?;
+    let version = lines
+        .next()
+        .ok_or("expected header information not present")?;
     let rest = version
         .strip_prefix(HEADER_LINE)
         .ok_or("the version line does not begin with NATS/1.0")?;
@@ -629,7 +631,10 @@ mod try_from {
 
     #[test]
     fn inline_status_with_description() {
-        for line in ["NATS/1.0 100 Idle Heartbeat", "NATS/1.0  100  Idle Heartbeat"] {
+        for line in [
+            "NATS/1.0 100 Idle Heartbeat",
+            "NATS/1.0  100  Idle Heartbeat",
+        ] {
             let headers = HeaderMap::try_from(line.as_bytes()).unwrap();
             assert_eq!(headers.status(), Some("100"));
             assert_eq!(headers.description(), Some("Idle Heartbeat"));

@@ -215,20 +215,10 @@ mod secure_wipe;
 mod subscription;
 
 /// Header constants and types.
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub mod header;
 
 /// `JetStream` stream management and consumers.
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub mod jetstream;
-
-#[cfg_attr(docsrs, doc(cfg(feature = "unstable")))]
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
-pub mod kv;
-
-#[cfg_attr(docsrs, doc(cfg(feature = "unstable")))]
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
-pub mod object_store;
 
 #[cfg(feature = "fault_injection")]
 mod fault_injection;
@@ -250,14 +240,11 @@ fn inject_io_failure() -> io::Result<()> {
 // pub struct Migration0170;
 
 #[doc(hidden)]
-#[deprecated(since = "0.6.0", note = "this has been renamed to `Options`.")]
 pub type ConnectionOptions = Options;
 
 #[doc(hidden)]
-#[deprecated(since = "0.17.0", note = "this has been moved to `header::HeaderMap`.")]
 pub type Headers = HeaderMap;
 
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use header::HeaderMap;
 
 use std::{
@@ -269,25 +256,18 @@ use std::{
 use lazy_static::lazy_static;
 use regex::Regex;
 
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use connector::{IntoServerList, ServerAddress};
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use jetstream::JetStreamOptions;
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use message::Message;
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use options::{Options, DEFAULT_CONNECT_TIMEOUT};
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use subscription::{Handler, Subscription};
 
 /// A re-export of the `rustls` crate used in this crate,
 /// for use in cases where manual client configurations
 /// must be provided using `Options::tls_client_config`.
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use rustls;
 
 #[doc(hidden)]
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use connect::ConnectInfo;
 
 #[doc(hidden)]
@@ -307,7 +287,6 @@ lazy_static! {
 
 /// Information sent by the server back to this client
 /// during initial connection, and possibly again later.
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 #[allow(unused)]
 #[derive(Debug, Default, Clone)]
 pub struct ServerInfo {
@@ -384,7 +363,6 @@ impl ServerInfo {
 }
 
 /// A NATS connection.
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 #[derive(Clone, Debug)]
 pub struct Connection(pub(crate) Arc<Inner>);
 
@@ -451,7 +429,6 @@ impl Drop for Inner {
 ///     Ok(())
 /// }
 /// ```
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub fn connect<I: IntoServerList>(nats_urls: I) -> io::Result<Connection> {
     Options::new().connect(nats_urls)
 }
@@ -474,9 +451,9 @@ impl Connection {
         // thread gets the connect timeout, not 10 s more (svc).
         let timeout = options.connect_timeout;
         let client = Client::connect(urls, options)?;
-        client.flush(timeout).map_err(|e| {
-            io::Error::new(e.kind(), format!("{FIRST_FLUSH_UNANSWERED}: {e}"))
-        })?;
+        client
+            .flush(timeout)
+            .map_err(|e| io::Error::new(e.kind(), format!("{FIRST_FLUSH_UNANSWERED}: {e}")))?;
         Ok(Connection(Arc::new(Inner { client })))
     }
 

@@ -138,7 +138,10 @@ pub(crate) fn decode(mut stream: impl BufRead) -> io::Result<Option<ServerOp>> {
         return Err(if read as u64 == MAX_CONTROL_LINE {
             invalid("received command exceeded the control line limit")
         } else {
-            Error::new(ErrorKind::UnexpectedEof, "connection closed inside a command")
+            Error::new(
+                ErrorKind::UnexpectedEof,
+                "connection closed inside a command",
+            )
         });
     }
     while matches!(line.last(), Some(b'\n' | b'\r')) {
@@ -172,7 +175,11 @@ pub(crate) fn decode(mut stream: impl BufRead) -> io::Result<Option<ServerOp>> {
             let msg = text["-ERR".len()..].trim().trim_matches('\'').to_string();
             return Ok(Some(ServerOp::Err(msg)));
         }
-        _ => return Ok(Some(ServerOp::Unknown(String::from_utf8_lossy(&line).into_owned()))),
+        _ => {
+            return Ok(Some(ServerOp::Unknown(
+                String::from_utf8_lossy(&line).into_owned(),
+            )))
+        }
     }
 
     // `MSG <subject> <sid> [reply-to] <#bytes>` or
@@ -196,11 +203,17 @@ pub(crate) fn decode(mut stream: impl BufRead) -> io::Result<Option<ServerOp>> {
         reply_to.map(|r| subject_text(r, "the reply subject is not UTF-8", &mut unreadable));
     let (num_header_bytes, num_bytes): (u32, u32) = if with_headers {
         (
-            number(sizes[0], "cannot parse the number of header bytes after HMSG")?,
+            number(
+                sizes[0],
+                "cannot parse the number of header bytes after HMSG",
+            )?,
             number(sizes[1], "cannot parse the number of bytes after HMSG")?,
         )
     } else {
-        (0, number(sizes[0], "cannot parse the number of bytes after MSG")?)
+        (
+            0,
+            number(sizes[0], "cannot parse the number of bytes after MSG")?,
+        )
     };
     if num_bytes < num_header_bytes {
         return Err(invalid(

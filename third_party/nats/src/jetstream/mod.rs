@@ -130,7 +130,6 @@ pub use crate::jetstream::push_subscription::PushSubscription;
 
 pub use types::*;
 
-#[deprecated(note = "Use PullSubscribeOptions instead")]
 #[doc(hidden)]
 pub type PullSubscibeOptions = PullSubscribeOptions;
 
@@ -1041,9 +1040,9 @@ impl JetStream {
                     && options.opt_start_time != info.config.opt_start_time
                 {
                     return Err(io::Error::new(
-                       io::ErrorKind::Other,
-                       "the consumer's optional start time differs from the configuration",
-                   ));
+                        io::ErrorKind::Other,
+                        "the consumer's optional start time differs from the configuration",
+                    ));
                 }
 
                 if options.ack_policy.is_some()
@@ -1093,8 +1092,8 @@ impl JetStream {
                     && options.sample_frequency.unwrap() != info.config.sample_frequency
                 {
                     return Err(io::Error::new(
-                            io::ErrorKind::Other,
-                            "the consumer's sample frequency differs from the configuration",
+                        io::ErrorKind::Other,
+                        "the consumer's sample frequency differs from the configuration",
                     ));
                 }
 
