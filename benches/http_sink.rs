@@ -20,6 +20,10 @@
 //! defaults instead of batches of B, or a JSON object is the `delivery` block). Needs nats-server and python3 (the test venv's, with the
 //! `standardwebhooks` package for `verify`, when `scripts/deps.sh` made it).
 //!
+//! `SVC_BENCH_PIN=1` gives the receiver a CPU of its own (the last one) and the bench's client,
+//! nats-server and svc the others, as when the receiver runs on its own host: on a 2-core
+//! machine a CPU-bound receiver otherwise competes with the runner it is measured against.
+//!
 //! With `verify` the receiver also says how busy svc kept it during the run: the share of the
 //! run's wall time with at least one request in a handler, and the mean number in handlers.
 
@@ -61,11 +65,19 @@ impl Receiver {
     /// answer); `verify`: verifies the signature and parses the body, stores nothing;
     /// `discard`: reads the body and answers (the receiver costs next to nothing, which
     /// measures the runner's own ceiling).
-    fn start(mode: &str) -> Receiver {
+    fn start(mode: &str, cpu: Option<usize>) -> Receiver {
         let dir = tempfile::tempdir().unwrap();
         let port = support::net::free_port();
         let script = script("receivers/http_receiver.py");
-        let child = Command::new(python())
+        let mut command = match cpu {
+            Some(cpu) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", &cpu.to_string()]).arg(python());
+                c
+            }
+            None => Command::new(python()),
+        };
+        let child = command
             .arg(script)
             .args(["--port", &port.to_string()])
             .args(match mode {
@@ -201,7 +213,8 @@ fn main() {
     let batch = env_num("SVC_BENCH_BATCH", 100);
     let conc = env_num("SVC_BENCH_CONCURRENCY", 8);
     let mode = std::env::var("SVC_BENCH_RECEIVER").unwrap_or_else(|_| "store".into());
-    let receiver = Receiver::start(&mode);
+    let receiver_cpu = pin_receiver();
+    let receiver = Receiver::start(&mode, receiver_cpu);
     let mut sink = json!({
         "type": "http", "url": receiver.url(), "allow_http_for_local_testing": true,
         "batching": "json_array", "max_batch_messages": batch, "max_concurrent_requests": conc,
@@ -322,6 +335,37 @@ fn main() {
          {reference:9.0} messages/s   svc run is {:.1}x that",
         rate / reference
     );
+}
+
+/// `SVC_BENCH_PIN=1` on a host of two or more CPUs: the receiver alone on the last CPU, this
+/// process (the capacity client) and everything it starts later (nats-server, `svc run`) on
+/// the others, as with a receiver on its own host. Returns the receiver's CPU.
+fn pin_receiver() -> Option<usize> {
+    if std::env::var("SVC_BENCH_PIN").ok().as_deref() != Some("1") {
+        return None;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        println!("SVC_BENCH_PIN: one CPU, nothing pinned");
+        return None;
+    }
+    let last = cpus - 1;
+    // No thread is running yet: those made later, and children, inherit the mask.
+    let status = Command::new("taskset")
+        .args([
+            "-pc",
+            &format!("0-{}", last - 1),
+            &std::process::id().to_string(),
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .expect("taskset (util-linux)");
+    assert!(status.success(), "taskset failed");
+    println!(
+        "pinned: the receiver on CPU {last}, the bench, nats-server and svc on CPUs 0-{}",
+        last - 1
+    );
+    Some(last)
 }
 
 /// How busy svc kept the receiver during its run (the difference of two `stats`).
