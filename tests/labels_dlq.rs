@@ -1543,3 +1543,79 @@ fn acks_of_an_old_streams_batch_never_settle_the_new_streams_messages() {
     assert_eq!(accepted, [1, 2, 3], "{}", runner.log_text());
     stop_cleanly(runner);
 }
+
+/// `svc dlq list` counts the dead-letter stream's records by stage/reason and subject within
+/// its filters, skipping what is not a record, and `svc dlq show` prints one by sequence,
+/// escaped for the terminal; neither removes anything from the stream.
+#[test]
+fn dlq_list_counts_and_show_prints_the_records_read_only() {
+    let (server, dir) = setup();
+    server.create_stream("DLQ", &["svc.dlq"]);
+    let cfg = dlq_cfg("svc.dlq");
+    let publisher = DeadLetterPublisher::new(server.connect(), cfg.clone());
+    let other = Failure::new("message_metadata", "priority", "not_allowed", "x".into());
+    for seq in 1..=5 {
+        let mut m = raw(seq);
+        if seq == 5 {
+            m.subject = "orders.\u{1b}[2Jus".into();
+        }
+        let f = if seq <= 3 { failure() } else { other.clone() };
+        publisher
+            .publish(&DeadLetter::build(&m, &f, 0, &cfg))
+            .unwrap();
+    }
+    server.raw_publish(b"svc.dlq", &[], b"not a record");
+    let path = write_config(
+        dir.path(),
+        "c.json",
+        &config(
+            &server,
+            dir.path(),
+            json!({"dead_letter": {"enabled": true, "subject": "svc.dlq"}}),
+        ),
+    );
+    let path = path.to_str().unwrap();
+    let (code, out, err) = svc(&["dlq", "list", path, "--format", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["records"], 5, "{v}");
+    assert_eq!(v["not_records"], 1, "{v}");
+    assert_eq!(v["by_reason"]["security_labels/unknown_field"], 3, "{v}");
+    assert_eq!(v["by_reason"]["message_metadata/not_allowed"], 2, "{v}");
+    assert_eq!(
+        (
+            v["oldest"]["sequence"].as_u64(),
+            v["newest"]["sequence"].as_u64()
+        ),
+        (Some(1), Some(5))
+    );
+
+    let (code, out, _) = svc(&["dlq", "list", path, "--reason", "not_allowed"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("dead-letter stream DLQ: 2 records"), "{out}");
+    assert!(!out.contains('\u{1b}'), "{out}");
+
+    let (code, out, err) = svc(&["dlq", "show", path, "2", "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["record"]["original"]["stream_sequence"], 2, "{shown}");
+    assert_eq!(shown["subject"], "svc.dlq");
+    let (code, out, _) = svc(&["dlq", "show", path, "5"]);
+    assert_eq!(code, 0);
+    assert!(!out.contains('\u{1b}'), "{out}");
+    let (code, _, err) = svc(&["dlq", "show", path, "99"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("holds no message at sequence 99"), "{err}");
+    // Read-only: every message is still there.
+    assert_eq!(server.stream_messages("DLQ"), 6);
+
+    // Without a dead-letter queue there is nothing to read: a usage error.
+    let plain = write_config(
+        dir.path(),
+        "plain.json",
+        &config(&server, dir.path(), json!({})),
+    );
+    let (code, _, err) = svc(&["dlq", "list", plain.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("dead_letter.enabled is false"), "{err}");
+}

@@ -779,6 +779,54 @@ fn stored_message(answer: &[u8]) -> Option<StoredMessage> {
     })
 }
 
+/// A message of the dead-letter stream as stored (`svc dlq show`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    pub subject: String,
+    pub data: Vec<u8>,
+}
+
+/// Reads the message at `sequence` of `stream` back with `STREAM.MSG.GET` (its answer bounded
+/// as the duplicate check's); `None` when the stream holds no message there.
+pub fn read_back(
+    nc: &nats::Connection,
+    stream: &str,
+    sequence: u64,
+    timeout: Duration,
+) -> Result<Option<StoredRecord>, String> {
+    if !is_stream_name(stream) {
+        return Err(format!("{} is not a stream name", PeerText::new(stream)));
+    }
+    let request = serde_json::json!({ "seq": sequence }).to_string();
+    let subject = format!("$JS.API.STREAM.MSG.GET.{stream}");
+    let reply = nc
+        .request_timeout(&subject, request, timeout)
+        .map_err(|e| format!("reading {stream} sequence {sequence}: {e}"))?;
+    if reply.data.len() > MAX_STORED_RECORD_REPLY_BYTES {
+        return Err(format!(
+            "{stream} sequence {sequence}: the answer is larger than {} KiB",
+            MAX_STORED_RECORD_REPLY_BYTES / 1024
+        ));
+    }
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&reply.data) {
+        if v["error"]["code"] == 404 {
+            return Ok(None);
+        }
+        if let Some(e) = v["error"]["description"].as_str() {
+            return Err(format!(
+                "reading {stream} sequence {sequence}: {}",
+                PeerText::new(e)
+            ));
+        }
+    }
+    let m = stored_message(&reply.data)
+        .ok_or_else(|| format!("{stream} sequence {sequence}: the answer cannot be read"))?;
+    Ok(Some(StoredRecord {
+        subject: m.subject,
+        data: m.data,
+    }))
+}
+
 /// The fields of a record that two honest publishes of the same failure may differ in: when
 /// the runner decided (`failed_at`), and which delivery it was (`original.delivery_count`,
 /// `original.consumer_sequence`: the broker numbers every delivery, redeliveries included).

@@ -33,6 +33,10 @@ USAGE:
                                   the spool (docs/spool.md): what waits in it, its records,
                                   or deliver it to its sink
 
+    svc dlq list|show <config_file> [options]
+                                  read-only look at the dead-letter stream: its records
+                                  counted by stage/reason and subject, or one shown
+
     svc <command> --help          the command's own help
 
 OPTIONS:
@@ -59,6 +63,7 @@ pub const COMMANDS: &[&str] = &[
     "decrypt",
     "verify-custody",
     "spool",
+    "dlq",
 ];
 
 const VALIDATE: &str = "\
@@ -219,6 +224,31 @@ Exit codes: 0 success, 1 runtime failure (spool locked, sink failure), 2 invalid
 or usage.
 ";
 
+const DLQ: &str = "\
+Usage: svc dlq list <config_file> [--stage S] [--reason R] [--subject S] [--since TIME]
+                    [--max N] [--timeout SECONDS] [--format text|json]
+       svc dlq show <config_file> <sequence> [--timeout SECONDS] [--format text|json]
+
+A read-only look at the dead-letter stream (the one stream that captures dead_letter.subject):
+nothing is acknowledged, moved or deleted. `list` reads its records through an ephemeral
+consumer of its own, as `svc inspect` reads the source stream, and counts them by
+stage/reason and by original subject (at most 1000 subjects one by one, the rest together),
+with the oldest and newest record; `show` prints the record stored at that sequence of the
+dead-letter stream. Everything printed is escaped for the terminal.
+
+  --stage S         only records refused by this stage (security_labels, sink, ...)
+  --reason R        only records with this reason code (too_large, not_in_vocabulary, ...)
+  --subject S       only records whose original subject matches this pattern
+  --since TIME      only records stored at or after TIME (RFC 3339)
+  --max N           read at most N records (1 to 1000000); default 1000000
+  --timeout SECONDS stop when nothing arrives for this long (1 to 300); default 5; also the
+                    most one attempt to connect or one read may take
+  --format F        text (the default) or json (one JSON document)
+
+Exit codes: 0 read, 1 broker failure or no record at that sequence, 2 invalid configuration
+or options, or dead_letter not enabled.
+";
+
 /// The help of `command`, the global help for an unknown one.
 pub fn of(command: Option<&str>) -> &'static str {
     match command {
@@ -232,6 +262,7 @@ pub fn of(command: Option<&str>) -> &'static str {
         Some("decrypt") => DECRYPT,
         Some("verify-custody") => VERIFY_CUSTODY,
         Some("spool") => SPOOL,
+        Some("dlq") => DLQ,
         _ => HELP,
     }
 }

@@ -1,7 +1,8 @@
 //! `svc`: validate, show-effective-config, run, inspect, stream-plan, test-sink, init-db,
-//! decrypt, verify-custody. Parsing (lexopt) and
+//! decrypt, verify-custody, spool, dlq. Parsing (lexopt) and
 //! running live here; the help texts in [`help`], the `validate` summary in [`summary`].
 
+mod dlq;
 mod help;
 mod inspect;
 mod plan;
@@ -47,6 +48,8 @@ pub enum Command {
     StreamPlan(stream_plan::Options),
     /// `spool drain|status|inspect`.
     Spool(super::spool::SpoolCommand),
+    /// `dlq list|show`: a read-only look at the dead-letter stream.
+    Dlq(dlq::Options),
     /// The global help or one command's.
     Help(&'static str),
     Version,
@@ -79,6 +82,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
                     return Ok(match stream_plan::parse(&mut parser)? {
                         Some(o) => Command::StreamPlan(o),
                         None => Command::Help(help::of(Some("stream-plan"))),
+                    });
+                }
+                if name == "dlq" {
+                    return Ok(match dlq::parse(&mut parser)? {
+                        Some(o) => Command::Dlq(o),
+                        None => Command::Help(help::of(Some("dlq"))),
                     });
                 }
                 if name == "spool" {
@@ -175,6 +184,13 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             Ok(cfg) => {
                 super::logging::init_from(&cfg.logging);
                 inspect::run(&cfg, &opts)
+            }
+            Err(code) => code,
+        },
+        Command::Dlq(opts) => match load(&opts.config) {
+            Ok(cfg) => {
+                super::logging::init_from(&cfg.logging);
+                dlq::run(&cfg, &opts)
             }
             Err(code) => code,
         },
