@@ -1013,3 +1013,98 @@ fn tls_with_the_configured_ca_succeeds() {
         "sink object_store: ca_file: contains no PEM certificate"
     );
 }
+
+/// Write-once objects: with `object_lock` and `legal_hold` every event object (and sidecar) is
+/// stored under the retention and hold asked for, with the KMS key named, and the store
+/// refuses to delete it; a bucket without Object Lock refuses the sink before any put.
+#[test]
+fn locked_objects_keep_their_retention_hold_and_key() {
+    let m = shared();
+    m.create_locked_bucket("svc-locked");
+    let extra = json!({"object_lock": {"mode": "COMPLIANCE", "retain_days": 2},
+                       "legal_hold": true, "metadata_mode": "sidecar",
+                       "server_side_encryption": "aws:kms", "kms_key_id": "alias/svc-test"});
+    let s = sink(m, "svc-locked", extra.clone());
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert_all(&s.write_batch(&[env1(1), env1(2)]), WriteOutcome::Durable);
+    let keys = m.versions("svc-locked");
+    assert_eq!(keys.len(), 4, "two objects and their sidecars: {keys:?}");
+    for key in keys.keys() {
+        let lock = m.lock_of("svc-locked", key);
+        assert_eq!(lock["mode"], "COMPLIANCE", "{key}: {lock}");
+        assert_eq!(lock["legal_hold"], "ON", "{key}: {lock}");
+        assert_eq!(lock["sse"], "aws:kms", "{key}: {lock}");
+        assert_eq!(lock["kms_key_id"], "alias/svc-test", "{key}: {lock}");
+        let until = lock["retain_until"].as_f64().unwrap();
+        let days = (until - before) / 86_400.0;
+        assert!((2.0..2.01).contains(&days), "{key}: retained {days} days");
+        assert!(
+            lock["delete"].as_str().unwrap().starts_with("refused"),
+            "{key}: {lock}"
+        );
+    }
+    // test-sink says what the objects get, and its probe is not locked (it was deleted).
+    let verdict = s.check().unwrap();
+    assert!(
+        verdict.contains("the bucket has Object Lock: objects get COMPLIANCE retention of 2 days and a legal hold"),
+        "{verdict}"
+    );
+
+    m.create_bucket("svc-unlocked", false);
+    let refused = ObjectStoreSink::with_env(
+        parse_config(block(&m.endpoint(), "svc-unlocked", extra)),
+        Arc::new(Metrics::default()),
+        &m.env(),
+    )
+    .err()
+    .expect("a bucket without Object Lock is refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("the bucket has no Object Lock"),
+        "{refused}"
+    );
+}
+
+/// The write-once fields' config errors name the field and the reason.
+#[test]
+fn write_once_fields_are_validated() {
+    for (extra, said) in [
+        (
+            json!({"kms_key_id": "k"}),
+            "sink.kms_key_id: only applies to server_side_encryption aws:kms",
+        ),
+        (
+            json!({"server_side_encryption": "aws:kms", "kms_key_id": "k\n"}),
+            "sink.kms_key_id: must be a KMS key id",
+        ),
+        (
+            json!({"object_lock": {"retain_days": 1}}),
+            "sink.object_lock.mode: is required",
+        ),
+        (
+            json!({"object_lock": {"mode": "STRICT", "retain_days": 1}}),
+            "sink.object_lock.mode: must be one of",
+        ),
+        (
+            json!({"object_lock": {"mode": "GOVERNANCE"}}),
+            "sink.object_lock.retain_days: is required",
+        ),
+        (
+            json!({"object_lock": {"mode": "GOVERNANCE", "retain_days": 0}}),
+            "sink.object_lock.retain_days: must be",
+        ),
+    ] {
+        let doc = json!({
+            "nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c", "subject": "a.>"},
+            "sink": block("http://127.0.0.1:9", "b", extra.clone()),
+        });
+        let err = RuntimeConfig::parse(&doc.to_string())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(said), "{extra}: {err}");
+    }
+}

@@ -136,6 +136,19 @@ impl Moto {
         ]);
     }
 
+    /// A bucket created with Object Lock enabled.
+    pub fn create_locked_bucket(&self, name: &str) {
+        let (endpoint, key, secret) = (self.endpoint(), &self.key_id, &self.secret);
+        self.py(&["bucket", &endpoint, key, secret, name, "lock"]);
+    }
+
+    /// An object's retention, legal hold and encryption as the store reports them, after
+    /// trying to delete its version (`delete`: "deleted" or "refused: ...").
+    pub fn lock_of(&self, bucket: &str, key: &str) -> serde_json::Value {
+        let (endpoint, id, secret) = (self.endpoint(), &self.key_id, &self.secret);
+        self.py(&["lock", &endpoint, id, secret, bucket, key])
+    }
+
     /// Every object version of a (versioned) bucket: key -> number of versions.
     pub fn versions(&self, bucket: &str) -> HashMap<String, usize> {
         let v = self.py(&[

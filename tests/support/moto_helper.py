@@ -113,7 +113,8 @@ def setup(endpoint):
 
 def bucket(endpoint, key, secret, name, versioned):
     s3 = client("s3", endpoint, key, secret)
-    s3.create_bucket(Bucket=name)
+    # "lock": Object Lock enabled at creation (which makes the bucket versioned).
+    s3.create_bucket(Bucket=name, ObjectLockEnabledForBucket=(versioned == "lock"))
     if versioned == "true":
         s3.put_bucket_versioning(
             Bucket=name, VersioningConfiguration={"Status": "Enabled"}
@@ -129,6 +130,24 @@ def versions(endpoint, key, secret, bucket):
     assert not page.get("IsTruncated"), "listing truncated"
     for v in page.get("Versions", []):
         out.append({"key": v["Key"], "version_id": v["VersionId"], "size": v["Size"]})
+    print(json.dumps(out))
+
+
+def lock(endpoint, key, secret, bucket, name):
+    """An object's retention, legal hold and encryption as the store reports them, and whether
+    deleting its version is refused."""
+    s3 = client("s3", endpoint, key, secret)
+    h = s3.head_object(Bucket=bucket, Key=name)
+    until = h.get("ObjectLockRetainUntilDate")
+    out = {"mode": h.get("ObjectLockMode"),
+           "retain_until": until.timestamp() if until else None,
+           "legal_hold": h.get("ObjectLockLegalHoldStatus"),
+           "sse": h.get("ServerSideEncryption"), "kms_key_id": h.get("SSEKMSKeyId")}
+    try:
+        s3.delete_object(Bucket=bucket, Key=name, VersionId=h["VersionId"])
+        out["delete"] = "deleted"
+    except Exception as e:  # noqa: BLE001 - the refusal is what is reported
+        out["delete"] = "refused: " + type(e).__name__
     print(json.dumps(out))
 
 
@@ -173,6 +192,8 @@ if __name__ == "__main__":
         bucket(*sys.argv[2:7])
     elif cmd == "versions":
         versions(*sys.argv[2:6])
+    elif cmd == "lock":
+        lock(*sys.argv[2:7])
     elif cmd == "assume":
         assume(*sys.argv[2:6])
     elif cmd == "role":

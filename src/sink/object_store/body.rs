@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::message::envelope::{hex_sha256, Envelope, EventMetadata, Payload, PayloadInfo};
+use crate::text::rfc3339::format_rfc3339_nanos;
 
 use super::config::{
     Compression, MetadataMode, ObjectFormat, ObjectStoreConfig, ServerSideEncryption,
@@ -243,8 +244,57 @@ pub fn common_headers(cfg: &ObjectStoreConfig, compressed: bool) -> Vec<(String,
     if compressed && cfg.compression == Compression::Gzip {
         h.push(("content-encoding".into(), "gzip".into()));
     }
-    if cfg.server_side_encryption == ServerSideEncryption::Aes256 {
-        h.push(("x-amz-server-side-encryption".into(), "AES256".into()));
+    match cfg.server_side_encryption {
+        ServerSideEncryption::None => {}
+        ServerSideEncryption::Aes256 => {
+            h.push(("x-amz-server-side-encryption".into(), "AES256".into()));
+        }
+        ServerSideEncryption::AwsKms => {
+            h.push(("x-amz-server-side-encryption".into(), "aws:kms".into()));
+            if let Some(id) = &cfg.kms_key_id {
+                h.push((
+                    "x-amz-server-side-encryption-aws-kms-key-id".into(),
+                    id.clone(),
+                ));
+            }
+        }
     }
+    h
+}
+
+/// Headers of an event object's put (primary and sidecar) under `object_lock` or
+/// `legal_hold`: the retention (mode, and until `retain_days` from `now_unix_secs`, rounded up
+/// to the second), the hold, and the body's SHA-256 checksum, which S3 requires of a put with
+/// Object Lock headers. Empty without either. The `svc test-sink` probe is never locked.
+pub fn retention_headers(
+    cfg: &ObjectStoreConfig,
+    body: &[u8],
+    now_unix_secs: u64,
+) -> Vec<(String, String)> {
+    use base64::Engine as _;
+    use sha2::{Digest, Sha256};
+    if cfg.object_lock.is_none() && !cfg.legal_hold {
+        return Vec::new();
+    }
+    let mut h = Vec::with_capacity(4);
+    if let Some(lock) = cfg.object_lock {
+        let until = now_unix_secs + 1 + u64::from(lock.retain_days) * 86_400;
+        h.push(("x-amz-object-lock-mode".into(), lock.mode.as_str().into()));
+        h.push((
+            "x-amz-object-lock-retain-until-date".into(),
+            format_rfc3339_nanos(i128::from(until) * 1_000_000_000),
+        ));
+    }
+    if cfg.legal_hold {
+        h.push(("x-amz-object-lock-legal-hold".into(), "ON".into()));
+    }
+    // S3 wants `Content-MD5` or the SDK checksum headers with Object Lock; SHA-256 is the
+    // digest already in the tree.
+    let digest = Sha256::digest(body);
+    h.push(("x-amz-sdk-checksum-algorithm".into(), "SHA256".into()));
+    h.push((
+        "x-amz-checksum-sha256".into(),
+        base64::engine::general_purpose::STANDARD.encode(digest),
+    ));
     h
 }

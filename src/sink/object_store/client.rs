@@ -286,6 +286,21 @@ impl S3Client {
         body_limit: u64,
         response_headers: ResponseHeaders,
     ) -> Result<Reply, S3Error> {
+        let target = Target { key, query: "" };
+        self.send_to(method, target, headers, body, body_limit, response_headers)
+    }
+
+    /// [`Self::send`] to an object or the bucket with a query (already in canonical form:
+    /// sorted, encoded, `name=value`).
+    fn send_to(
+        &self,
+        method: Method,
+        Target { key, query }: Target<'_>,
+        headers: &[(String, String)],
+        body: &[u8],
+        body_limit: u64,
+        response_headers: ResponseHeaders,
+    ) -> Result<Reply, S3Error> {
         let creds = self.creds.current().map_err(S3Error::Credentials)?;
         let (host, path) = self.target(key);
         let payload_sha256 = sigv4::hex_sha256(body);
@@ -303,7 +318,7 @@ impl S3Client {
                 method: method.as_str(),
                 host: &host,
                 path: &path,
-                query: "",
+                query,
                 headers: &to_sign,
                 payload_sha256: &payload_sha256,
             },
@@ -312,7 +327,10 @@ impl S3Client {
             &self.signing_key(&creds, &scope),
         );
         let scheme = if self.endpoint.https { "https" } else { "http" };
-        let uri = format!("{scheme}://{host}{path}");
+        let uri = match query {
+            "" => format!("{scheme}://{host}{path}"),
+            q => format!("{scheme}://{host}{path}?{q}"),
+        };
         let mut builder = Request::builder()
             .method(method.clone())
             .uri(&uri)
@@ -417,6 +435,35 @@ impl S3Client {
         .map(|r| r.status)
     }
 
+    /// Whether the bucket has Object Lock enabled (`GET ?object-lock`): false when the store
+    /// says it has no Object Lock configuration.
+    pub fn object_lock_enabled(&self) -> Result<bool, S3Error> {
+        let target = Target {
+            key: None,
+            query: "object-lock=",
+        };
+        match self.send_to(
+            Method::GET,
+            target,
+            &[],
+            b"",
+            64 * 1024,
+            ResponseHeaders::Skip,
+        ) {
+            Ok(reply) => {
+                let xml = String::from_utf8_lossy(&reply.body);
+                Ok(
+                    super::error::xml_field(&xml, "ObjectLockEnabled").as_deref()
+                        == Some("Enabled"),
+                )
+            }
+            Err(S3Error::Status { code, .. }) if code == "ObjectLockConfigurationNotFoundError" => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// GET of one object; `None` when it does not exist.
     pub fn get_object(&self, key: &str, limit: u64) -> Result<Option<Reply>, S3Error> {
         not_found_as_none(self.send(
@@ -459,6 +506,12 @@ fn not_found_as_none(r: Result<Reply, S3Error>) -> Result<Option<Reply>, S3Error
         Err(S3Error::Status { status: 404, .. }) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Where a request goes: an object (`key`) or the bucket, with a canonical query.
+struct Target<'a> {
+    key: Option<&'a str>,
+    query: &'a str,
 }
 
 #[cfg(test)]

@@ -63,7 +63,38 @@ pub enum Compression {
 pub enum ServerSideEncryption {
     None,
     Aes256,
+    /// `aws:kms`, with `kms_key_id` or the account's default key.
+    AwsKms,
 }
+
+/// S3 Object Lock retention mode (`object_lock.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    Governance,
+    Compliance,
+}
+
+impl LockMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockMode::Governance => "GOVERNANCE",
+            LockMode::Compliance => "COMPLIANCE",
+        }
+    }
+}
+
+/// `object_lock`: every event object is written under a retention of `retain_days` from its
+/// put (write once, read many).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectLock {
+    pub mode: LockMode,
+    pub retain_days: u32,
+}
+
+/// Longest `object_lock.retain_days` (100 years).
+pub const MAX_RETAIN_DAYS: i64 = 36_500;
+/// Longest `kms_key_id` (an ARN is at most 2,048 characters).
+const MAX_KMS_KEY_ID_BYTES: usize = 2048;
 
 /// How the bucket appears in request URLs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +129,12 @@ pub struct ObjectStoreConfig {
     /// Static pairs, names lowercased.
     pub object_metadata: BTreeMap<String, String>,
     pub server_side_encryption: ServerSideEncryption,
+    /// `aws:kms` only: the key (id, ARN or alias); `None` = the account's default key.
+    pub kms_key_id: Option<String>,
+    /// Event objects written under Object Lock retention; the bucket must have Object Lock.
+    pub object_lock: Option<ObjectLock>,
+    /// Event objects written under a legal hold; the bucket must have Object Lock.
+    pub legal_hold: bool,
     pub max_key_bytes: usize,
     pub max_object_bytes: u64,
     pub max_metadata_bytes: usize,
@@ -146,6 +183,11 @@ const COMPRESSIONS: &[(&str, Compression)] =
 const ENCRYPTIONS: &[(&str, ServerSideEncryption)] = &[
     ("none", ServerSideEncryption::None),
     ("AES256", ServerSideEncryption::Aes256),
+    ("aws:kms", ServerSideEncryption::AwsKms),
+];
+const LOCK_MODES: &[(&str, LockMode)] = &[
+    ("GOVERNANCE", LockMode::Governance),
+    ("COMPLIANCE", LockMode::Compliance),
 ];
 const ADDRESSING_STYLES: &[(&str, AddressingStyle)] = &[
     ("auto", AddressingStyle::Auto),
@@ -242,6 +284,28 @@ impl ObjectStoreConfig {
             ServerSideEncryption::None,
             ENCRYPTIONS,
         );
+        let kms_key_id = read_kms_key_id(r, server_side_encryption);
+        let object_lock = r.object("object_lock").map(|mut l| {
+            let mode = match l.raw("mode") {
+                Some(_) => l.one_of("mode", LockMode::Governance, LOCK_MODES),
+                None => {
+                    l.problem("mode", "is required: GOVERNANCE or COMPLIANCE");
+                    LockMode::Governance
+                }
+            };
+            let retain_days = match l.opt_int_in("retain_days", 1, MAX_RETAIN_DAYS) {
+                Some(d) => d as u32,
+                None => {
+                    if !l.has("retain_days") {
+                        l.problem("retain_days", "is required: days from 1 to 36500");
+                    }
+                    1
+                }
+            };
+            l.finish();
+            ObjectLock { mode, retain_days }
+        });
+        let legal_hold = r.bool_or("legal_hold", false);
         let max_key_bytes = r.int_in("max_key_bytes", DEFAULT_MAX_KEY_BYTES, 64, 1024) as usize;
         let max_object_bytes = r.int_in(
             "max_object_bytes",
@@ -293,6 +357,9 @@ impl ObjectStoreConfig {
             content_type,
             object_metadata,
             server_side_encryption,
+            kms_key_id,
+            object_lock,
+            legal_hold,
             max_key_bytes,
             max_object_bytes,
             max_metadata_bytes,
@@ -364,6 +431,28 @@ fn read_sidecar_suffix(r: &mut ObjectReader<'_>, object_suffix: &str) -> String 
 }
 
 /// Gzip objects end with `.gz`, and only they do.
+/// `kms_key_id`: only with `server_side_encryption: aws:kms`; a key id, ARN or alias (letters,
+/// digits and `-_/:.`), sent in a signed header.
+fn read_kms_key_id(r: &mut ObjectReader<'_>, sse: ServerSideEncryption) -> Option<String> {
+    let id = r.opt_string("kms_key_id")?;
+    if sse != ServerSideEncryption::AwsKms {
+        r.problem(
+            "kms_key_id",
+            "only applies to server_side_encryption aws:kms",
+        );
+        return None;
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-_/:.".contains(c);
+    if id.is_empty() || id.len() > MAX_KMS_KEY_ID_BYTES || !id.chars().all(allowed) {
+        r.problem(
+            "kms_key_id",
+            "must be a KMS key id, ARN or alias: 1 to 2048 letters, digits and - _ / : .",
+        );
+        return None;
+    }
+    Some(id)
+}
+
 fn check_gzip_suffix(r: &mut ObjectReader<'_>, compression: Compression, object_suffix: &str) {
     let gz = object_suffix.ends_with(".gz");
     match compression {
@@ -1053,8 +1142,8 @@ mod tests {
             ),
             (
                 "server_side_encryption",
-                "aws:kms",
-                "must be one of: none, AES256",
+                "aws:kms:dsse",
+                "must be one of: none, AES256, aws:kms",
             ),
             (
                 "retry_backoff_mode",

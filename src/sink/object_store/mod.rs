@@ -179,6 +179,7 @@ impl ObjectStoreSink {
             },
         )
         .map_err(|e| SinkError::new(KIND, e.to_string()))?;
+        require_object_lock(&cfg, &client, &description)?;
         let threads_wanted = cfg.max_concurrent_puts;
         let shared = Arc::new(Shared {
             cfg,
@@ -273,6 +274,8 @@ impl Shared {
         for (k, v) in &bodies.metadata {
             headers.push((format!("x-amz-meta-{k}"), v.clone()));
         }
+        let now = unix_seconds();
+        headers.extend(body::retention_headers(&self.cfg, &bodies.primary, now));
         let mut outcome = match self.put_with_retries(&keys.primary, &bodies.primary, &headers) {
             Ok(()) => WriteOutcome::Durable,
             Err(e) if e.is_precondition_failed() && conditional => {
@@ -288,6 +291,7 @@ impl Shared {
             if conditional {
                 headers.push(("if-none-match".into(), "*".into()));
             }
+            headers.extend(body::retention_headers(&self.cfg, sidecar_body, now));
             match self.put_with_retries(sidecar_key, sidecar_body, &headers) {
                 Ok(()) => {}
                 // The sidecar exists already: written by an earlier delivery.
@@ -492,8 +496,9 @@ impl Sink for ObjectStoreSink {
         match (conditional, cfg.duplicate_policy) {
             (Ok(()), _) => Ok(format!(
                 "{} is reachable and writable, and refuses to overwrite (probe object {key} \
-                 written, a second conditional put refused with 412; {deleted})",
-                self.description
+                 written, a second conditional put refused with 412; {deleted}){}",
+                self.description,
+                lock_note(cfg)
             )),
             (Err(why), DuplicatePolicy::Replace) => Ok(format!(
                 "{} is reachable and writable (probe object {key} written; {deleted}); note: \
@@ -510,4 +515,53 @@ impl Sink for ObjectStoreSink {
             )),
         }
     }
+}
+
+/// With `object_lock` or `legal_hold`, the bucket must have Object Lock enabled: without it
+/// the store refuses every locked put (or, worse, a store that ignores the headers keeps the
+/// objects unprotected). Asked once, before the first put.
+fn require_object_lock(
+    cfg: &ObjectStoreConfig,
+    client: &S3Client,
+    description: &str,
+) -> Result<(), SinkError> {
+    if cfg.object_lock.is_none() && !cfg.legal_hold {
+        return Ok(());
+    }
+    match client.object_lock_enabled() {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(SinkError::new(
+            KIND,
+            format!(
+                "{description}: object_lock/legal_hold are configured but the bucket has no \
+                 Object Lock (it must be created with Object Lock enabled)"
+            ),
+        )),
+        Err(e) => Err(SinkError::new(
+            KIND,
+            format!("{description}: reading the bucket's Object Lock configuration: {e}"),
+        )),
+    }
+}
+
+/// What `svc test-sink` says of Object Lock (the bucket's was checked when the sink was made).
+fn lock_note(cfg: &ObjectStoreConfig) -> String {
+    let lock = cfg
+        .object_lock
+        .map(|l| format!("{} retention of {} days", l.mode.as_str(), l.retain_days));
+    let hold = cfg.legal_hold.then(|| "a legal hold".to_string());
+    match (lock, hold) {
+        (None, None) => String::new(),
+        (Some(l), Some(h)) => format!("; the bucket has Object Lock: objects get {l} and {h}"),
+        (Some(one), None) | (None, Some(one)) => {
+            format!("; the bucket has Object Lock: objects get {one}")
+        }
+    }
+}
+
+/// Seconds since the Unix epoch (0 for a clock before it).
+fn unix_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
