@@ -286,3 +286,48 @@ fn broker_ends_pull_requests_of_a_deleted_consumer_with_409_then_silence() {
         "a later request gets silence or no responders: {later:?}"
     );
 }
+
+/// A filter widened under the running runner while messages of the new subjects arrive: the
+/// runner stores none of them (it stops at the first delivery outside its configured subject,
+/// or when its watch sees the change, whichever comes first). On nats-server 2.15 it once
+/// stored and acknowledged 800 of 800 such messages before the watch stopped it.
+#[test]
+fn a_widened_filter_delivers_nothing_of_the_new_subjects_to_the_sink() {
+    let (server, dir, mut runner) = setup();
+    let publishing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let a = watch_exit(&server, &mut runner, Duration::from_secs(30), || {
+        server
+            .js()
+            .add_consumer(
+                STREAM,
+                nats::jetstream::ConsumerConfig {
+                    durable_name: Some(CONSUMER.into()),
+                    ack_policy: nats::jetstream::AckPolicy::Explicit,
+                    filter_subject: ">".into(),
+                    ack_wait: Duration::from_secs(5),
+                    max_ack_pending: 20_000,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let (url, on) = (server.url(), publishing.clone());
+        std::thread::spawn(move || {
+            let nc = nats::connect(&url).unwrap();
+            let js = nats::jetstream::new(nc);
+            while on.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = js.publish("payments.made", b"{\"paid\":1}");
+            }
+        });
+    });
+    publishing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let log = runner.log_text();
+    assert_eq!(a.exit_code, Some(1), "{log}");
+    let stored: Vec<_> = files_below(&dir.path().join("out"))
+        .into_iter()
+        .filter(|p| {
+            let text = std::fs::read_to_string(dir.path().join("out").join(p)).unwrap_or_default();
+            text.contains("payments.made")
+        })
+        .collect();
+    assert!(stored.is_empty(), "{} payments stored: {log}", stored.len());
+}

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::consumer_shapes::consumer_json;
@@ -434,10 +435,12 @@ fn inspect_reads_the_configured_subjects_only() {
 /// A fake broker (loopback, no auth, version 2.10.0) for one connection: the first
 /// `$JS.API.CONSUMER.INFO` says "consumer not found", every later one and the consumer's
 /// creation answer a consumer whose config is `config`, whatever was asked.
-fn start_hostile_broker(config: Value) -> u16 {
+fn start_hostile_broker(config: Value) -> (u16, Arc<Mutex<Vec<String>>>) {
     use std::io::{BufRead, BufReader, Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = requests.clone();
     std::thread::Builder::new()
         .name("hostile-consumer".into())
         .spawn(move || {
@@ -476,6 +479,7 @@ fn start_hostile_broker(config: Value) -> u16 {
                         let mut body = vec![0; words[3].parse::<usize>().unwrap() + 2];
                         reader.read_exact(&mut body).unwrap();
                         let (subject, inbox) = (&words[1], &words[2]);
+                        seen.lock().unwrap().push(subject.clone());
                         let answer = if subject.starts_with("$JS.API.CONSUMER.INFO.") && !looked_up
                         {
                             looked_up = true;
@@ -499,11 +503,13 @@ fn start_hostile_broker(config: Value) -> u16 {
             }
         })
         .unwrap();
-    port
+    (port, requests)
 }
 
 /// A broker that creates the consumer with a filter set or a start other than asked would
-/// deliver other messages: the runner refuses it before its first pull request.
+/// deliver other messages: the runner refuses it before its first pull request, and deletes
+/// the consumer it made (left behind, it would hold messages on an interest or work-queue
+/// stream).
 #[test]
 fn a_consumer_created_otherwise_than_asked_is_refused() {
     let pull = json!({"durable_name": "svc", "ack_policy": "explicit", "replay_policy": "instant",
@@ -529,7 +535,7 @@ fn a_consumer_created_otherwise_than_asked_is_refused() {
             "the consumer starts at deliver_policy all, not new",
         ),
     ] {
-        let port = start_hostile_broker(answered);
+        let (port, requests) = start_hostile_broker(answered);
         let dir = tempfile::tempdir().unwrap();
         let mut n = json!({"url": format!("nats://127.0.0.1:{port}"), "stream": STREAM,
                            "consumer": "svc", "consumer_mode": "create"});
@@ -549,5 +555,12 @@ fn a_consumer_created_otherwise_than_asked_is_refused() {
             "{asked}: {log}"
         );
         assert!(files_below(&dir.path().join("out")).is_empty());
+        let requests = requests.lock().unwrap();
+        assert!(
+            requests
+                .iter()
+                .any(|r| r == "$JS.API.CONSUMER.DELETE.ORDERS.svc"),
+            "{asked}: the refused consumer was not deleted: {requests:?}"
+        );
     }
 }

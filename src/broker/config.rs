@@ -382,6 +382,21 @@ fn read_subjects(r: &mut ObjectReader<'_>) -> Vec<String> {
     list
 }
 
+/// Why a time outside [`is_broker_time`] is refused.
+pub const BROKER_TIME_RANGE: &str = "must lie between 1677-09-21T00:12:44Z and \
+    2262-04-11T23:47:16Z: the broker keeps a start time as signed 64-bit nanoseconds since \
+    1970, and one outside that range starts the consumer elsewhere (at the stream's start or \
+    its end) while it reports the time asked for";
+
+/// Whether the broker can hold this instant (Unix nanoseconds) as a start time: nats-server
+/// keeps it as a Go `time.Time` and compares `UnixNano()`, which overflows outside `i64`.
+pub fn is_broker_time(unix_nanos: i128) -> bool {
+    // The whole seconds inside the range (integer division rounds toward zero).
+    const LOW: i128 = (i64::MIN as i128 / 1_000_000_000) * 1_000_000_000;
+    const HIGH: i128 = (i64::MAX as i128 / 1_000_000_000) * 1_000_000_000;
+    (LOW..=HIGH).contains(&unix_nanos)
+}
+
 /// `deliver_policy` with `opt_start_seq` / `opt_start_time`: where a consumer the runner
 /// creates starts. Each starting point goes with its policy only; a policy at all only when
 /// the runner may create the consumer.
@@ -417,13 +432,15 @@ fn read_start(r: &mut ObjectReader<'_>, mode: ConsumerMode) -> StartPosition {
     let time_text = r.opt_nonempty("opt_start_time");
     let time = time_text.as_deref().and_then(|t| {
         let nanos = parse_rfc3339_nanos(t);
-        if nanos.is_none() {
-            r.problem(
+        match nanos {
+            None => r.problem(
                 "opt_start_time",
                 "must be an RFC 3339 time, e.g. 2026-11-26T14:00:00Z",
-            );
+            ),
+            Some(n) if !is_broker_time(n) => r.problem("opt_start_time", BROKER_TIME_RANGE),
+            Some(_) => {}
         }
-        nanos
+        nanos.filter(|n| is_broker_time(*n))
     });
     if policy != Policy::Sequence && r.has("opt_start_seq") {
         r.problem(
@@ -597,5 +614,32 @@ fn read_nats_auth(mut a: ObjectReader<'_>) -> NatsAuth {
         Mode::NKey => NatsAuth::NKey {
             seed_file: PathBuf::from(nkey_seed_file.unwrap_or_default()),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_times_the_broker_cannot_hold_are_refused() {
+        let at = |t: &str| is_broker_time(parse_rfc3339_nanos(t).unwrap());
+        for inside in [
+            "1677-09-21T00:12:44Z",
+            "1970-01-01T00:00:00Z",
+            "2026-11-28T10:00:00.5+01:00",
+            "2262-04-11T23:47:16Z",
+        ] {
+            assert!(at(inside), "{inside}");
+        }
+        for outside in [
+            "1677-09-21T00:12:43Z",
+            "1500-01-01T00:00:00Z",
+            "2262-04-11T23:47:17Z",
+            "3026-01-01T00:00:00Z",
+            "9999-12-31T23:59:59.999999999Z",
+        ] {
+            assert!(!at(outside), "{outside}");
+        }
     }
 }

@@ -167,6 +167,11 @@ impl ConsumerWatch {
         }
     }
 
+    /// `stream/consumer`, for messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// A pull request ended with `status` (e.g. `408 Request Timeout`, `503`). Returns how
     /// long to wait before the next pull request when the status says the consumer did not
     /// take the request; a check is then due soon.

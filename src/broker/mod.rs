@@ -124,6 +124,32 @@ pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, Brok
         }
         Err(e) => return Err(err(format!("look up {what}"))(e)),
     }
+    let bound = subscribe_bound(nc, &js, cfg, &what, created);
+    if created && bound.is_err() {
+        // A consumer this runner made and then refused (a broker that created it otherwise
+        // than asked, e.g. without the filter) must not stay behind: on an interest or
+        // work-queue stream it would hold or take messages.
+        match js.delete_consumer(&cfg.stream, &cfg.consumer) {
+            Ok(_) => log::warn!("broker: deleted {what}, which this runner created and refused"),
+            Err(e) => log::warn!(
+                "broker: {what}, which this runner created and refused, could not be deleted: \
+                 {}",
+                PeerText::new(&e.to_string())
+            ),
+        }
+    }
+    bound
+}
+
+/// Subscribes to the consumer found or created, and judges it once more as the broker now
+/// reports it.
+fn subscribe_bound(
+    nc: &Connection,
+    js: &nats::jetstream::JetStream,
+    cfg: &NatsConfig,
+    what: &str,
+    created: bool,
+) -> Result<Consumer, BrokerError> {
     let opts = PullSubscribeOptions::new()
         .bind_stream(cfg.stream.clone())
         .durable_name(cfg.consumer.clone());
@@ -137,11 +163,11 @@ pub fn bind_consumer(nc: &Connection, cfg: &NatsConfig) -> Result<Consumer, Brok
     // changed between the look-up and the bind is caught here, not by its first delivery.
     let config = consumer_shape::consumer_config(nc, &cfg.stream, &cfg.consumer)
         .map_err(err(format!("look up {what}")))?;
-    check_bindable(&config, cfg).map_err(|why| invalid(&what, &why))?;
+    check_bindable(&config, cfg).map_err(|why| invalid(what, &why))?;
     if created {
         // A broker that created it starting elsewhere than asked delivers other messages.
         consumer_shape::check_start(&config, cfg.consumer_settings.start)
-            .map_err(|why| invalid(&what, &why))?;
+            .map_err(|why| invalid(what, &why))?;
     }
     let stream_incarnation = incarnation::read(nc, &cfg.stream)
         .map_err(err(format!("look up stream {}", cfg.stream)))?;

@@ -669,6 +669,13 @@ fn where_a_new_consumer_starts() {
             "nats.opt_start_time: must be an RFC 3339 time, e.g. 2026-11-26T14:00:00Z",
         ),
         (
+            r#""deliver_policy": "by_start_time", "opt_start_time": "3026-01-01T00:00:00Z""#,
+            "nats.opt_start_time: must lie between 1677-09-21T00:12:44Z and 2262-04-11T23:47:16Z: \
+             the broker keeps a start time as signed 64-bit nanoseconds since 1970, and one \
+             outside that range starts the consumer elsewhere (at the stream's start or its \
+             end) while it reports the time asked for",
+        ),
+        (
             r#""opt_start_seq": 5"#,
             "nats.opt_start_seq: goes only with deliver_policy \"by_start_sequence\"",
         ),

@@ -83,7 +83,7 @@ impl AckWorker {
                         self.on_answer(&msg);
                     }
                 }
-                default(tick) => {}
+                default(self.wait(tick)) => {}
             }
             self.resend_due();
             self.keep_alive(&mut in_flight);
@@ -145,6 +145,15 @@ impl AckWorker {
                 dropped
             }
         }
+    }
+
+    /// How long to wait for the next event: `tick`, or less when a resend is due sooner.
+    fn wait(&self, tick: Duration) -> Duration {
+        let due = self.confirmations.as_ref().and_then(|c| c.next_due());
+        due.map_or(tick, |at| {
+            at.saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), tick)
+        })
     }
 
     /// One message on the confirmations' inbox.
@@ -242,13 +251,8 @@ impl AckWorker {
             if verb == AckVerb::Ack {
                 if let Some(c) = self.confirmations.as_mut() {
                     // Counted as acknowledged when the broker answers.
-                    match c.send(&self.nc, handle, family, id) {
-                        Ok(()) => awaiting += 1,
-                        Err(e) => log::warn!(
-                            "broker: acknowledgement of stream sequence {} not sent: {e}",
-                            handle.stream_sequence
-                        ),
-                    }
+                    c.send(&self.nc, handle, family, id);
+                    awaiting += 1;
                     continue;
                 }
             }

@@ -6,13 +6,21 @@
 //! stay taken, so no more ACKs wait for answers than the runner may hold messages, whatever
 //! the broker does. Sending never waits for an answer: a batch's ACKs are all in flight at once.
 //!
-//! An ACK unanswered after `ack_confirmation_timeout_ms` is sent again: an ACK lost on the
-//! wire, or a connection cut between the ACK and its answer, is seen and repaired instead of
-//! becoming a redelivery. One unanswered for the consumer's ack wait is given up (counted and
-//! logged): by then the broker has redelivered the message, and the sink's keys recognise it.
+//! An ACK unanswered after `ack_confirmation_timeout_ms` is sent again, and again after twice
+//! that, four times, up to 16 times that between sends: an ACK lost on the wire, or a
+//! connection cut between the ACK and its answer, is seen and repaired instead of becoming a
+//! redelivery, and a broker that answers nothing (or 503, a consumer gone) costs a bounded
+//! rate of resends. An ACK whose send failed (the client's buffer full while disconnected) is
+//! waited for and sent again the same way. One unanswered for the consumer's ack wait is given
+//! up (counted and logged): by then the broker has redelivered the message, and the sink's
+//! keys recognise it.
+//!
+//! Memory: one entry per ACK waiting, at most the credits; answered ACKs leave the schedule of
+//! resends as soon as it holds more than twice the ACKs waiting (plus a little).
 //! A handle of an older [`broker::AckGeneration`] is never sent again (see `ack.rs`).
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +37,12 @@ struct Waiting {
     family: Option<usize>,
     batch: BatchId,
     first_sent: Instant,
+    /// Sends so far (the first included).
+    sends: u32,
 }
+
+/// The longest wait between two sends of one ACK, in `ack_confirmation_timeout_ms`.
+const MAX_RESEND_FACTOR: u32 = 16;
 
 /// The credits of a settled batch, given back when its last ACK is answered or given up.
 struct Held {
@@ -41,8 +54,8 @@ pub struct Confirmations {
     inbox: ConfirmInbox,
     next_token: u64,
     waiting: HashMap<u64, Waiting>,
-    /// `(when to send again, token)` in that order; answered tokens are skipped when met.
-    due: VecDeque<(Instant, u64)>,
+    /// `(when to send again, token)`, soonest first; answered tokens are skipped when met.
+    due: BinaryHeap<Reverse<(Instant, u64)>>,
     held: HashMap<BatchId, Held>,
     resend_after: Duration,
     give_up_after: Duration,
@@ -65,7 +78,7 @@ impl Confirmations {
             inbox: ConfirmInbox::open(nc, 2 * capacity + 64)?,
             next_token: 0,
             waiting: HashMap::new(),
-            due: VecDeque::new(),
+            due: BinaryHeap::new(),
             held: HashMap::new(),
             resend_after,
             give_up_after: ack_wait.max(resend_after),
@@ -88,17 +101,24 @@ impl Confirmations {
         !self.waiting.is_empty()
     }
 
-    /// Sends `+ACK` for `handle` of `batch` as a request; its answer is awaited.
+    /// Sends `+ACK` for `handle` of `batch` as a request; its answer is awaited, and the ACK
+    /// is sent again on schedule whether this send succeeded or not.
     pub fn send(
         &mut self,
         nc: &Connection,
         handle: &AckHandle,
         family: Option<usize>,
         batch: BatchId,
-    ) -> std::io::Result<()> {
+    ) {
         let token = self.next_token;
         self.next_token += 1;
-        self.inbox.send_ack(nc, handle, token)?;
+        if let Err(e) = self.inbox.send_ack(nc, handle, token) {
+            log::debug!(
+                "broker: acknowledgement of stream sequence {} not sent now ({e}); sent again \
+                 at its time",
+                handle.stream_sequence
+            );
+        }
         let now = Instant::now();
         self.waiting.insert(
             token,
@@ -107,10 +127,25 @@ impl Confirmations {
                 family,
                 batch,
                 first_sent: now,
+                sends: 1,
             },
         );
-        self.due.push_back((now + self.resend_after, token));
-        Ok(())
+        self.schedule(now + self.resend_after, token);
+    }
+
+    /// When the next resend is due, if any.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.due.peek().map(|Reverse((at, _))| *at)
+    }
+
+    fn schedule(&mut self, at: Instant, token: u64) {
+        self.due.push(Reverse((at, token)));
+        // Answered ACKs linger in the schedule until their time: drop them before it grows
+        // past the ACKs still waiting.
+        if self.due.len() > 2 * self.waiting.len() + 64 {
+            let waiting = &self.waiting;
+            self.due.retain(|Reverse((_, t))| waiting.contains_key(t));
+        }
     }
 
     /// Holds a settled batch's credits until its `sent` confirmed ACKs are answered; gives
@@ -161,12 +196,12 @@ impl Confirmations {
     pub fn resend_due(&mut self, nc: &Connection, current_generation: u64) -> Vec<Credit> {
         let now = Instant::now();
         let mut freed = Vec::new();
-        while let Some(&(at, token)) = self.due.front() {
+        while let Some(&Reverse((at, token))) = self.due.peek() {
             if at > now {
                 break;
             }
-            self.due.pop_front();
-            let Some(w) = self.waiting.get(&token) else {
+            self.due.pop();
+            let Some(w) = self.waiting.get_mut(&token) else {
                 continue;
             };
             let expired = now.duration_since(w.first_sent) >= self.give_up_after;
@@ -178,7 +213,9 @@ impl Confirmations {
                 Ok(()) => Metrics::add(&self.metrics.counters.acks_resent_total, 1),
                 Err(e) => log::debug!("broker: acknowledgement not sent again: {e}"),
             }
-            self.due.push_back((now + self.resend_after, token));
+            w.sends += 1;
+            let factor = 1u32 << (w.sends - 1).min(MAX_RESEND_FACTOR.trailing_zeros());
+            self.schedule(now + self.resend_after * factor, token);
         }
         freed
     }

@@ -39,6 +39,7 @@ use crate::broker::consumer_watch::ConsumerWatch;
 use crate::broker::{self, AckHandle, AckVerb, Connection, Delivery};
 use crate::message::envelope::{now_unix_nanos, RawMessage};
 use crate::message::limits;
+use crate::message::subject::SubjectPattern;
 use crate::metrics::Metrics;
 use crate::text::peer::PeerText;
 
@@ -61,6 +62,9 @@ pub const MIN_FINAL_FLUSH: Duration = Duration::from_millis(200);
 
 pub struct Fetcher {
     pub nc: Connection,
+    /// The configured subjects (`nats.subject` or `nats.subjects`): a delivery on any other
+    /// subject stops the run.
+    pub subjects: Vec<SubjectPattern>,
     pub sub: broker::PullSubscription,
     pub batch_size: usize,
     /// Messages per pull request ([`request_messages`]).
@@ -166,6 +170,9 @@ struct Collecting {
     /// Holds a delivery that may come from a consumer switched to `headers_only`
     /// ([`broker::maybe_headers_only`]): the consumer is checked before the batch ships.
     suspect: bool,
+    /// The subject of a delivery outside the configured subjects: the consumer's filter was
+    /// widened under the runner (or the broker lies); the run stops before the batch ships.
+    foreign: Option<String>,
 }
 
 impl Collecting {
@@ -176,6 +183,7 @@ impl Collecting {
             bytes: 0,
             since: None,
             suspect: false,
+            foreign: None,
         }
     }
 }
@@ -479,6 +487,16 @@ impl Fetcher {
     /// (`broker/consumer_watch.rs`): changed, the run stops and the whole batch is released;
     /// not known, those deliveries are released and the rest ships.
     fn ship_checked(&mut self, mut batch: Collecting, next_id: &mut u64) -> Result<(), String> {
+        if let Some(subject) = batch.foreign.take() {
+            self.release_where(batch, |_, _| true);
+            return Err(format!(
+                "broker: consumer {} delivered a message on subject {}, outside the \
+                 configured subjects: its filter was changed under the runner; nothing of that \
+                 batch was stored",
+                self.watch.name(),
+                PeerText::new(&subject)
+            ));
+        }
         if batch.suspect {
             match self.watch.confirm_whole_messages() {
                 // Only a redelivery received before the broker vouched for the consumer: a
@@ -586,6 +604,9 @@ impl Fetcher {
             self.credits.charge_bytes(size - from_allowance);
             p.batch.bytes += size;
             p.batch.suspect |= broker::maybe_headers_only(&raw);
+            if p.batch.foreign.is_none() && !self.subjects.iter().any(|s| s.matches(&raw.subject)) {
+                p.batch.foreign = Some(raw.subject.clone());
+            }
             p.batch.since.get_or_insert(now);
             p.batch.messages.push((raw, now_unix_nanos()));
             p.batch.handles.push(handle);

@@ -275,6 +275,12 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
 
     let fetcher = fetch::Fetcher {
         nc: nc.clone(),
+        subjects: cfg
+            .nats
+            .subjects
+            .iter()
+            .filter_map(|s| crate::message::subject::SubjectPattern::parse(s).ok())
+            .collect(),
         batch_size: d.batch_size,
         request_messages: fetch::request_messages(d.batch_size, request_bytes),
         expiry: d.fetch_expiry,
@@ -620,7 +626,7 @@ impl Stopping {
             .unwrap_or(deadline);
         match ack_done.recv_timeout(drain_until.saturating_duration_since(Instant::now())) {
             Ok(()) => {
-                log::info!("pipeline drained; every settled message acknowledged");
+                log::info!("pipeline drained; the acknowledgement of every settled message sent");
                 // Both kick senders are gone now, so svc-flush has ended or is ending.
                 let _ = flush_thread.join();
             }

@@ -84,6 +84,10 @@ pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
                 let text = p.value()?.string()?;
                 let nanos = parse_rfc3339_nanos(&text)
                     .ok_or("--since must be an RFC 3339 time, e.g. 2026-11-26T14:00:00Z")?;
+                if !crate::broker::config::is_broker_time(nanos) {
+                    let why = crate::broker::config::BROKER_TIME_RANGE;
+                    return Err(format!("--since {why}").into());
+                }
                 filter.since = Some(nanos);
             }
             Long("max") => max = number(p.value()?, "--max", 1, MAX_RECORDS)?,
