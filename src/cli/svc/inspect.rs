@@ -267,7 +267,8 @@ fn view(
         PayloadFormat::Text => "text",
         PayloadFormat::Bytes => "bytes",
     };
-    let metadata = match cfg.message_metadata.resolve(raw) {
+    let resolved = cfg.message_metadata.resolve(raw);
+    let metadata = match &resolved {
         Ok(m) => json!({"priority": m.priority, "classification": m.classification,
                         "labels": m.labels}),
         Err(e) => json!({"rejected": e.to_string()}),
@@ -277,18 +278,9 @@ fn view(
         Ok(AuthOutcome::Unsigned) => "unsigned (not required)".to_string(),
         Err(f) => format!("rejected: {f}"),
     });
-    let fanout = match &cfg.sink {
-        SinkConfig::Fanout(f) => Some(match f.routing.targets_for(f.sinks.keys(), &raw.subject) {
-            Some(targets) => json!(targets
-                .iter()
-                .map(|t| if t.required {
-                    t.sink.clone()
-                } else {
-                    format!("{} (optional)", t.sink)
-                })
-                .collect::<Vec<_>>()),
-            None => json!("rejected: no route matches"),
-        }),
+    let fanout = match (&cfg.sink, &resolved) {
+        (SinkConfig::Fanout(f), Ok(m)) => Some(fanout_route(f, raw, m, &cfg.envelope.keep_headers)),
+        (SinkConfig::Fanout(_), Err(_)) => Some(json!("rejected before routing (metadata)")),
         _ => None,
     };
     let mut v = json!({
@@ -477,6 +469,45 @@ fn text_line(v: &Value) -> String {
         ));
     }
     line
+}
+
+/// Which route a message takes, judged on its resolved metadata and the headers the envelope
+/// keeps (the label profile and mission metadata stages are not run here).
+fn fanout_route(
+    f: &crate::sink::fanout::FanoutConfig,
+    raw: &RawMessage,
+    m: &crate::message::metadata::MessageMetadata,
+    keep_headers: &[String],
+) -> Value {
+    use crate::sink::fanout::{Decision, Facts};
+    let kept: std::collections::BTreeMap<String, String> = raw
+        .headers
+        .iter()
+        .filter(|(k, _)| keep_headers.iter().any(|h| h == k))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let facts = Facts {
+        subject: &raw.subject,
+        priority: &m.priority,
+        classification: &m.classification,
+        labels: &m.labels,
+        headers: &kept,
+    };
+    match f.routing.decide(f.sinks.keys(), &facts) {
+        Decision::Deliver { targets, via } => json!({
+            "route": via.describe(),
+            "targets": targets
+                .iter()
+                .map(|t| if t.required {
+                    t.sink.clone()
+                } else {
+                    format!("{} (optional)", t.sink)
+                })
+                .collect::<Vec<_>>(),
+        }),
+        Decision::Reject => json!("rejected: no route matches"),
+        Decision::Ignore => json!("ignored: no route matches (acknowledged, stored nowhere)"),
+    }
 }
 
 #[cfg(test)]
