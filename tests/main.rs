@@ -46,6 +46,7 @@ mod consumer_shapes;
 mod crash;
 mod dashboard;
 mod durability;
+mod fanout_routing;
 mod governance;
 mod hostile_http;
 mod hostile_nats;

@@ -280,7 +280,9 @@ fn view(
     });
     let fanout = match (&cfg.sink, &resolved) {
         (SinkConfig::Fanout(f), Ok(m)) => Some(fanout_route(f, raw, m, &cfg.envelope.keep_headers)),
-        (SinkConfig::Fanout(_), Err(_)) => Some(json!("rejected before routing (metadata)")),
+        (SinkConfig::Fanout(_), Err(_)) => {
+            Some((json!("rejected before routing (metadata)"), None))
+        }
         _ => None,
     };
     let mut v = json!({
@@ -312,8 +314,11 @@ fn view(
             }
         }
     }
-    if let Some(f) = fanout {
-        v["fanout"] = f;
+    if let Some((targets, route)) = fanout {
+        v["fanout"] = targets;
+        if let Some(r) = route {
+            v["fanout_route"] = json!(r);
+        }
     }
     if let Some(why) = raw.unreadable {
         v["unreadable"] = json!(why);
@@ -449,6 +454,9 @@ fn text_line(v: &Value) -> String {
         };
         line.push_str(&format!(" fanout={shown}"));
     }
+    if let Some(r) = v.get("fanout_route") {
+        line.push_str(&format!(" fanout_route=\"{}\"", s(r)));
+    }
     if let Some(h) = v["headers"].as_array().filter(|h| !h.is_empty()) {
         let shown: Vec<String> = h
             .iter()
@@ -472,13 +480,14 @@ fn text_line(v: &Value) -> String {
 }
 
 /// Which route a message takes, judged on its resolved metadata and the headers the envelope
-/// keeps (the label profile and mission metadata stages are not run here).
+/// keeps (the label profile and mission metadata stages are not run here): the targets (as
+/// before) and the route taken, if any.
 fn fanout_route(
     f: &crate::sink::fanout::FanoutConfig,
     raw: &RawMessage,
     m: &crate::message::metadata::MessageMetadata,
     keep_headers: &[String],
-) -> Value {
+) -> (Value, Option<String>) {
     use crate::sink::fanout::{Decision, Facts};
     let kept: std::collections::BTreeMap<String, String> = raw
         .headers
@@ -494,19 +503,22 @@ fn fanout_route(
         headers: &kept,
     };
     match f.routing.decide(f.sinks.keys(), &facts) {
-        Decision::Deliver { targets, via } => json!({
-            "route": via.describe(),
-            "targets": targets
+        Decision::Deliver { targets, via } => (
+            json!(targets
                 .iter()
                 .map(|t| if t.required {
                     t.sink.clone()
                 } else {
                     format!("{} (optional)", t.sink)
                 })
-                .collect::<Vec<_>>(),
-        }),
-        Decision::Reject => json!("rejected: no route matches"),
-        Decision::Ignore => json!("ignored: no route matches (acknowledged, stored nowhere)"),
+                .collect::<Vec<_>>()),
+            Some(via.describe()),
+        ),
+        Decision::Reject => (json!("rejected: no route matches"), None),
+        Decision::Ignore => (
+            json!("ignored: no route matches (acknowledged, stored nowhere)"),
+            None,
+        ),
     }
 }
 
