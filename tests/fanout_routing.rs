@@ -211,7 +211,10 @@ fn mode_all_writes_each_child_once_and_ignore_acks_the_rest_unstored() {
     let snap = s.snap();
     assert_eq!(snapshot_counter(&snap, "fanout_messages_ignored_total"), 2);
     let log = std::fs::read_to_string(s.dir.path().join("svc.log")).unwrap();
-    assert!(log.contains("routing.no_match is ignore"), "no start warning: {log}");
+    assert!(
+        log.contains("routing.no_match is ignore"),
+        "no start warning: {log}"
+    );
     assert_eq!(snapshot_counter(&snap, "fanout_messages_routed_total"), 4);
     assert_eq!(
         snapshot_counter(&snap, "fanout_child_sinks_selected_total"),
