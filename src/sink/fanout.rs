@@ -200,9 +200,23 @@ impl FanoutSink {
         })
     }
 
-    /// Where one normalized message goes.
-    fn decide(&self, env: &Envelope) -> Decision<'_> {
-        self.routing.decide(self.children.keys(), &Facts::of(env))
+    /// The targets of one normalized message, or its outcome when it goes nowhere: a
+    /// permanent failure (`no_match: reject`) or an ACK, counted (`no_match: ignore`).
+    fn targets_for(&self, env: &Envelope) -> Result<Cow<'_, [Target]>, WriteOutcome> {
+        match self.routing.decide(self.children.keys(), &Facts::of(env)) {
+            Decision::Deliver { targets, .. } => Ok(targets),
+            Decision::Reject => Err(WriteOutcome::Permanent(
+                SinkError::new(
+                    KIND,
+                    "no fan-out route matches the message (no_match = reject)",
+                )
+                .classified(FailureClass::Unroutable),
+            )),
+            Decision::Ignore => {
+                Metrics::add(&self.metrics.counters.fanout_messages_ignored_total, 1);
+                Err(WriteOutcome::Durable)
+            }
+        }
     }
 
     /// Starts one optional write on its own thread, or accounts it as a timeout when the child
@@ -373,22 +387,10 @@ impl Sink for FanoutSink {
         // Route: group messages by (child, target shape), keeping batch order.
         let mut jobs: Vec<Job> = Vec::new();
         for (i, env) in batch.iter().enumerate() {
-            let targets = match self.decide(env) {
-                Decision::Deliver { targets, .. } => targets,
-                Decision::Reject => {
-                    outcomes[i] = Some(WriteOutcome::Permanent(
-                        SinkError::new(
-                            KIND,
-                            "no fan-out route matches the message (no_match = reject)",
-                        )
-                        .classified(FailureClass::Unroutable),
-                    ));
-                    continue;
-                }
-                Decision::Ignore => {
-                    // no_match: ignore — acknowledged, stored nowhere, counted.
-                    Metrics::add(&c.fanout_messages_ignored_total, 1);
-                    outcomes[i] = Some(WriteOutcome::Durable);
+            let targets = match self.targets_for(env) {
+                Ok(t) => t,
+                Err(o) => {
+                    outcomes[i] = Some(o);
                     continue;
                 }
             };
