@@ -297,7 +297,7 @@ impl RuntimeConfig {
 }
 
 /// A fan-out route matches the envelope the sink receives: a header it names must be kept, and
-/// a classification must be one the label profile allows (when it lists any).
+/// a priority or classification must be one the label profile allows (when it lists any).
 fn check_fanout_routes(
     f: &crate::sink::fanout::FanoutConfig,
     envelope: &EnvelopeConfig,
@@ -312,6 +312,18 @@ fn check_fanout_routes(
                     format!("{at}.headers.{h}"),
                     "is not in envelope.keep_headers, so the envelope never carries it and no \
                      message could match",
+                );
+            }
+        }
+        let allowed = &labels.allowed_priorities;
+        for p in r.when.priority.iter().flatten() {
+            if !allowed.is_empty() && !allowed.contains(p) {
+                problems.push(
+                    format!("{at}.priority"),
+                    format!(
+                        "{p} is not in security_labels.allowed_priorities, so no message could \
+                         match"
+                    ),
                 );
             }
         }
