@@ -49,6 +49,7 @@ mod consumer_start;
 mod crash;
 mod dashboard;
 mod durability;
+mod fanout_routing;
 mod governance;
 mod hostile_http;
 mod hostile_nats;

@@ -383,6 +383,14 @@ fn inspect_shows_what_the_runner_would_make_of_each_message_and_touches_nothing(
         "unmatched: every child"
     );
     assert_eq!(lines[2]["fanout"], json!(["eu"]));
+    assert_eq!(lines[2]["fanout_route"], "route eu");
+    assert!(
+        first["fanout_route"]
+            .as_str()
+            .unwrap()
+            .starts_with("every child"),
+        "{first}"
+    );
     assert_eq!(first["authenticity"], "unsigned (not required)");
     assert!(
         lines[1]["authenticity"]

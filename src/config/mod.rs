@@ -265,6 +265,9 @@ impl RuntimeConfig {
             &problems,
         );
         crate::message::protection::cross_check(&payload_encryption, &custody, &problems);
+        if let Some(SinkConfig::Fanout(f)) = &sink {
+            check_fanout_routes(f, &envelope, &security_labels, &problems);
+        }
         if payload_encryption.enabled {
             if let Some(sink) = &sink {
                 refuse_payload_sha256_keys(sink, "sink", &problems);
@@ -292,6 +295,52 @@ impl RuntimeConfig {
                 spool,
             }),
             _ => Err(Invalid(problems.into_vec())),
+        }
+    }
+}
+
+/// A fan-out route matches the envelope the sink receives: a header it names must be kept, and
+/// a priority or classification must be one the label profile allows (when it lists any).
+fn check_fanout_routes(
+    f: &crate::sink::fanout::FanoutConfig,
+    envelope: &EnvelopeConfig,
+    labels: &SecurityLabelsConfig,
+    problems: &Problems,
+) {
+    for (i, r) in f.routing.routes.iter().enumerate() {
+        let at = format!("sink.routing.routes[{i}].match");
+        for h in r.when.headers.keys() {
+            if !envelope.keep_headers.iter().any(|k| k == h) {
+                problems.push(
+                    format!("{at}.headers.{h}"),
+                    "is not in envelope.keep_headers, so the envelope never carries it and no \
+                     message could match",
+                );
+            }
+        }
+        let allowed = &labels.allowed_priorities;
+        for p in r.when.priority.iter().flatten() {
+            if !allowed.is_empty() && !allowed.contains(p) {
+                problems.push(
+                    format!("{at}.priority"),
+                    format!(
+                        "{p} is not in security_labels.allowed_priorities, so no message could \
+                         match"
+                    ),
+                );
+            }
+        }
+        let allowed = &labels.allowed_classifications;
+        for c in r.when.classification.iter().flatten() {
+            if !allowed.is_empty() && !allowed.contains(c) {
+                problems.push(
+                    format!("{at}.classification"),
+                    format!(
+                        "{c} is not in security_labels.allowed_classifications, so no message \
+                         could match"
+                    ),
+                );
+            }
         }
     }
 }

@@ -696,3 +696,39 @@ fn where_a_new_consumer_starts() {
         "{bind:?}"
     );
 }
+
+#[test]
+fn fanout_routes_must_match_values_the_envelope_can_carry() {
+    let mut cfg: serde_json::Value = serde_json::from_str(&with(
+        r#"{"security_labels": {"enabled": true,
+             "allowed_priorities": ["normal", "high"],
+             "allowed_classifications": ["unclassified", "restricted"]},
+            "envelope": {"keep_headers": ["Tenant"]}}"#,
+    ))
+    .unwrap();
+    let route =
+        |m: serde_json::Value| serde_json::json!({"name": "r", "match": m, "targets": ["f"]});
+    let sink = |routes: serde_json::Value| {
+        serde_json::json!({"type": "fanout",
+            "sinks": {"f": {"type": "file", "directory": "/tmp/svc-cfg-fanout"}},
+            "routing": {"enabled": true, "routes": routes}})
+    };
+    cfg["sink"] = sink(serde_json::json!([route(serde_json::json!({
+        "priority": ["urgent"], "classification": ["secret", "restricted"],
+        "headers": {"Tenant": "acme", "Region": "eu"}}))]));
+    assert_eq!(
+        problems(&cfg.to_string()),
+        vec![
+            "sink.routing.routes[0].match.headers.Region: is not in envelope.keep_headers, so \
+             the envelope never carries it and no message could match",
+            "sink.routing.routes[0].match.priority: urgent is not in \
+             security_labels.allowed_priorities, so no message could match",
+            "sink.routing.routes[0].match.classification: secret is not in \
+             security_labels.allowed_classifications, so no message could match",
+        ]
+    );
+    cfg["sink"] = sink(serde_json::json!([route(serde_json::json!({
+        "priority": ["high"], "classification": ["restricted"],
+        "headers": {"Tenant": "acme"}}))]));
+    assert_eq!(problems(&cfg.to_string()), Vec::<String>::new());
+}

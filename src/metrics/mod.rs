@@ -92,6 +92,8 @@ counters! {
     ack_confirmations_abandoned_total,
     /// Fan-out: messages routed to at least one child.
     fanout_messages_routed_total,
+    /// Fan-out: messages no route matched, acknowledged unstored (`no_match: ignore`).
+    fanout_messages_ignored_total,
     /// Fan-out: child sinks selected, summed over messages.
     fanout_child_sinks_selected_total,
     /// Fan-out: required child writes that succeeded.

@@ -154,6 +154,10 @@ pub const KNOWN: &[Known] = &[
         "Fan-out: messages routed to at least one child sink.",
     ),
     c(
+        "fanout_messages_ignored_total",
+        "Fan-out: messages no route matched, acknowledged and stored nowhere (no_match: ignore).",
+    ),
+    c(
         "fanout_child_sinks_selected_total",
         "Fan-out: child sinks selected, summed over messages.",
     ),

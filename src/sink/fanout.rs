@@ -49,8 +49,10 @@ use crate::metrics::Metrics;
 const KIND: &str = "fanout";
 
 mod config;
+mod matcher;
 
 pub use config::*;
+pub use matcher::{Conditions, Facts};
 
 /// State of one optional write, shared by its thread, the gate and the watcher.
 const RUNNING: u8 = 0;
@@ -129,6 +131,12 @@ impl FanoutSink {
                 },
             );
         }
+        if cfg.routing.enabled && cfg.routing.unmatched == Unmatched::Ignore {
+            log::warn!(
+                "fanout: routing.no_match is ignore: a message no route matches is acknowledged \
+                 and stored nowhere (counted in fanout_messages_ignored_total)"
+            );
+        }
         Self::with_children(
             children,
             cfg.routing.clone(),
@@ -192,9 +200,23 @@ impl FanoutSink {
         })
     }
 
-    /// The targets of one subject, or `None` when it must be rejected.
-    fn targets_for(&self, subject: &str) -> Option<Cow<'_, [Target]>> {
-        self.routing.targets_for(self.children.keys(), subject)
+    /// The targets of one normalized message, or its outcome when it goes nowhere: a
+    /// permanent failure (`no_match: reject`) or an ACK, counted (`no_match: ignore`).
+    fn targets_for(&self, env: &Envelope) -> Result<Cow<'_, [Target]>, WriteOutcome> {
+        match self.routing.decide(self.children.keys(), &Facts::of(env)) {
+            Decision::Deliver { targets, .. } => Ok(targets),
+            Decision::Reject => Err(WriteOutcome::Permanent(
+                SinkError::new(
+                    KIND,
+                    "no fan-out route matches the message (no_match = reject)",
+                )
+                .classified(FailureClass::Unroutable),
+            )),
+            Decision::Ignore => {
+                Metrics::add(&self.metrics.counters.fanout_messages_ignored_total, 1);
+                Err(WriteOutcome::Durable)
+            }
+        }
     }
 
     /// Starts one optional write on its own thread, or accounts it as a timeout when the child
@@ -365,15 +387,12 @@ impl Sink for FanoutSink {
         // Route: group messages by (child, target shape), keeping batch order.
         let mut jobs: Vec<Job> = Vec::new();
         for (i, env) in batch.iter().enumerate() {
-            let Some(targets) = self.targets_for(&env.subject) else {
-                outcomes[i] = Some(WriteOutcome::Permanent(
-                    SinkError::new(
-                        KIND,
-                        "no fan-out route matches the subject (routing.unmatched = reject)",
-                    )
-                    .classified(FailureClass::Unroutable),
-                ));
-                continue;
+            let targets = match self.targets_for(env) {
+                Ok(t) => t,
+                Err(o) => {
+                    outcomes[i] = Some(o);
+                    continue;
+                }
             };
             Metrics::add(&c.fanout_messages_routed_total, 1);
             Metrics::add(&c.fanout_child_sinks_selected_total, targets.len() as u64);

@@ -275,7 +275,8 @@ fn view(
         PayloadFormat::Text => "text",
         PayloadFormat::Bytes => "bytes",
     };
-    let metadata = match cfg.message_metadata.resolve(raw) {
+    let resolved = cfg.message_metadata.resolve(raw);
+    let metadata = match &resolved {
         Ok(m) => json!({"priority": m.priority, "classification": m.classification,
                         "labels": m.labels}),
         Err(e) => json!({"rejected": e.to_string()}),
@@ -285,18 +286,11 @@ fn view(
         Ok(AuthOutcome::Unsigned) => "unsigned (not required)".to_string(),
         Err(f) => format!("rejected: {f}"),
     });
-    let fanout = match &cfg.sink {
-        SinkConfig::Fanout(f) => Some(match f.routing.targets_for(f.sinks.keys(), &raw.subject) {
-            Some(targets) => json!(targets
-                .iter()
-                .map(|t| if t.required {
-                    t.sink.clone()
-                } else {
-                    format!("{} (optional)", t.sink)
-                })
-                .collect::<Vec<_>>()),
-            None => json!("rejected: no route matches"),
-        }),
+    let fanout = match (&cfg.sink, &resolved) {
+        (SinkConfig::Fanout(f), Ok(m)) => Some(fanout_route(f, raw, m, &cfg.envelope.keep_headers)),
+        (SinkConfig::Fanout(_), Err(_)) => {
+            Some((json!("rejected before routing (metadata)"), None))
+        }
         _ => None,
     };
     let mut v = json!({
@@ -328,8 +322,11 @@ fn view(
             }
         }
     }
-    if let Some(f) = fanout {
-        v["fanout"] = f;
+    if let Some((targets, route)) = fanout {
+        v["fanout"] = targets;
+        if let Some(r) = route {
+            v["fanout_route"] = json!(r);
+        }
     }
     if let Some(why) = raw.unreadable {
         v["unreadable"] = json!(why);
@@ -465,6 +462,9 @@ fn text_line(v: &Value) -> String {
         };
         line.push_str(&format!(" fanout={shown}"));
     }
+    if let Some(r) = v.get("fanout_route") {
+        line.push_str(&format!(" fanout_route=\"{}\"", s(r)));
+    }
     if let Some(h) = v["headers"].as_array().filter(|h| !h.is_empty()) {
         let shown: Vec<String> = h
             .iter()
@@ -485,6 +485,49 @@ fn text_line(v: &Value) -> String {
         ));
     }
     line
+}
+
+/// Which route a message takes, judged on its resolved metadata and the headers the envelope
+/// keeps (the label profile and mission metadata stages are not run here): the targets (as
+/// before) and the route taken, if any.
+fn fanout_route(
+    f: &crate::sink::fanout::FanoutConfig,
+    raw: &RawMessage,
+    m: &crate::message::metadata::MessageMetadata,
+    keep_headers: &[String],
+) -> (Value, Option<String>) {
+    use crate::sink::fanout::{Decision, Facts};
+    let kept: std::collections::BTreeMap<String, String> = raw
+        .headers
+        .iter()
+        .filter(|(k, _)| keep_headers.iter().any(|h| h == k))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let facts = Facts {
+        subject: &raw.subject,
+        priority: &m.priority,
+        classification: &m.classification,
+        labels: &m.labels,
+        headers: &kept,
+    };
+    match f.routing.decide(f.sinks.keys(), &facts) {
+        Decision::Deliver { targets, via } => (
+            json!(targets
+                .iter()
+                .map(|t| if t.required {
+                    t.sink.clone()
+                } else {
+                    format!("{} (optional)", t.sink)
+                })
+                .collect::<Vec<_>>()),
+            Some(via.describe()),
+        ),
+        Decision::Reject => (json!("rejected: no route matches"), None),
+        Decision::Ignore => (
+            json!("ignored: no route matches (acknowledged, stored nowhere)"),
+            None,
+        ),
+    }
 }
 
 #[cfg(test)]

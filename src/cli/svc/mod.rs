@@ -176,6 +176,9 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
                 say!("ACK policy: commit-then-acknowledge");
                 say!("");
                 say!("{}", summary::paragraph(&cfg));
+                for w in summary::warnings(&cfg) {
+                    say!("Warning: {w}");
+                }
                 ExitCode::SUCCESS
             }
             Err(code) => code,

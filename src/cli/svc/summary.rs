@@ -99,3 +99,30 @@ fn sink(s: &SinkConfig) -> String {
         other => format!("a {} sink", other.kind()),
     }
 }
+
+/// Warnings `validate` prints after the summary: fan-out routes that overlap in `first` mode
+/// (the earlier route takes every message both could match) and `no_match: ignore`.
+pub fn warnings(cfg: &RuntimeConfig) -> Vec<String> {
+    let SinkConfig::Fanout(f) = &cfg.sink else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = f
+        .routing
+        .overlaps()
+        .into_iter()
+        .map(|(a, b)| {
+            format!(
+                "fan-out routes {a} and {b} overlap (mode first): a message matching both \
+                 takes {a} only"
+            )
+        })
+        .collect();
+    if f.routing.enabled && f.routing.unmatched == crate::sink::fanout::Unmatched::Ignore {
+        out.push(
+            "fan-out no_match is ignore: a message no route matches is acknowledged and \
+             stored nowhere"
+                .into(),
+        );
+    }
+    out
+}

@@ -1,11 +1,13 @@
 //! The `sink` block of `type: fanout`: the child sinks, routes with required and optional
 //! targets, their waits and timeouts, and what happens to a message no route matches.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
 
+use super::matcher::{subjects_overlap, Conditions, Facts};
 use super::KIND;
 use crate::document::reader::{join, ObjectReader};
 use crate::message::subject::{SubjectPattern, SubjectRule, SubjectRules};
@@ -21,13 +23,62 @@ pub const OTHER_TIMEOUT_MS: u64 = 5000;
 /// Upper bound of both waits.
 pub const MAX_WAIT_MS: i64 = 600_000;
 
-/// What happens to a message no route matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What happens to a message no route matches (`routing.no_match`, or the older
+/// `routing.unmatched`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unmatched {
     /// Permanent failure: DLQ or operator review, never a silent ACK.
     Reject,
-    /// Every child is a required target.
+    /// Every child is a required target (`unmatched: all_required`).
     AllRequired,
+    /// The targets of the route at this index in `routes` (`no_match: default_route`).
+    DefaultRoute(usize),
+    /// ACK, stored nowhere, counted (`no_match: ignore`, only with `allow_ignore: true`).
+    Ignore,
+}
+
+/// How matching routes combine (`routing.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The first matching route in order decides.
+    First,
+    /// The union of every matching route's targets, each child once; the stricter wins.
+    All,
+}
+
+/// Where a message goes, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision<'r> {
+    Deliver {
+        targets: Cow<'r, [Target]>,
+        /// The names of the routes taken; empty when every child is a required target.
+        via: Via<'r>,
+    },
+    Reject,
+    Ignore,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Via<'r> {
+    /// Routing disabled, or `unmatched: all_required`.
+    AllChildren,
+    Route(&'r str),
+    /// `mode: all`: every matching route, in order.
+    Routes(Vec<&'r str>),
+    /// `no_match: default_route`.
+    Default(&'r str),
+}
+
+impl Via<'_> {
+    /// A short text for `svc inspect`.
+    pub fn describe(&self) -> String {
+        match self {
+            Via::AllChildren => "every child (routing disabled or unmatched: all_required)".into(),
+            Via::Route(r) => format!("route {r}"),
+            Via::Routes(rs) => format!("routes {}", rs.join(", ")),
+            Via::Default(r) => format!("default route {r} (no route matched)"),
+        }
+    }
 }
 
 /// One target of a route.
@@ -45,6 +96,8 @@ pub struct Target {
 pub struct Route {
     pub name: String,
     pub subject: SubjectPattern,
+    /// The rest of `match`; empty for a subject-only route.
+    pub when: Conditions,
     pub targets: Vec<Target>,
 }
 
@@ -60,40 +113,137 @@ pub struct Routing {
     pub target_sink_types: BTreeMap<String, String>,
     pub routes: SubjectRules<Route>,
     pub unmatched: Unmatched,
+    pub mode: Mode,
+    /// Every route matches on the subject alone: `first` mode uses the subject index.
+    pub subject_only: bool,
 }
 
 impl Routing {
-    /// The targets of one subject among the `children`, or `None` when it must be rejected.
-    /// With routing off, and for an unmatched subject under `all_required`, every child is a
-    /// required target.
-    pub fn targets_for<'r>(
+    /// Routing off: every child is a required target.
+    pub fn disabled() -> Routing {
+        Routing {
+            enabled: false,
+            target_sink_types: BTreeMap::new(),
+            routes: SubjectRules::default(),
+            unmatched: Unmatched::Reject,
+            mode: Mode::First,
+            subject_only: true,
+        }
+    }
+
+    /// Where one normalized message goes among the `children`.
+    pub fn decide<'r>(
         &'r self,
         children: impl Iterator<Item = &'r String>,
-        subject: &str,
-    ) -> Option<std::borrow::Cow<'r, [Target]>> {
-        use std::borrow::Cow;
-        let all_required = |children: &mut dyn Iterator<Item = &'r String>| {
-            Cow::Owned(
-                children
-                    .map(|name| Target {
-                        sink: name.clone(),
-                        required: true,
-                        minimum_wait: Duration::ZERO,
-                        timeout: Duration::ZERO,
-                    })
-                    .collect(),
-            )
+        facts: &Facts<'_>,
+    ) -> Decision<'r> {
+        let all_required = |children: &mut dyn Iterator<Item = &'r String>| Decision::Deliver {
+            targets: Cow::Owned(children.map(|n| Target::required(n)).collect()),
+            via: Via::AllChildren,
         };
         let mut children = children;
         if !self.enabled {
-            return Some(all_required(&mut children));
+            return all_required(&mut children);
         }
-        match self.routes.first_match(subject).map(|(_, route)| route) {
-            Some(r) => Some(Cow::Borrowed(&r.targets)),
-            None => match self.unmatched {
-                Unmatched::AllRequired => Some(all_required(&mut children)),
-                Unmatched::Reject => None,
+        let chosen = match self.mode {
+            Mode::First if self.subject_only => {
+                self.routes
+                    .first_match(facts.subject)
+                    .map(|(_, r)| Decision::Deliver {
+                        targets: Cow::Borrowed(&r.targets),
+                        via: Via::Route(&r.name),
+                    })
+            }
+            Mode::First => {
+                self.routes
+                    .iter()
+                    .find(|r| r.matches(facts))
+                    .map(|r| Decision::Deliver {
+                        targets: Cow::Borrowed(&r.targets),
+                        via: Via::Route(&r.name),
+                    })
+            }
+            Mode::All => self.union(facts),
+        };
+        chosen.unwrap_or_else(|| match &self.unmatched {
+            Unmatched::AllRequired => all_required(&mut children),
+            Unmatched::Reject => Decision::Reject,
+            Unmatched::Ignore => Decision::Ignore,
+            Unmatched::DefaultRoute(i) => Decision::Deliver {
+                targets: Cow::Borrowed(&self.routes[*i].targets),
+                via: Via::Default(&self.routes[*i].name),
             },
+        })
+    }
+
+    /// `mode: all`: every matching route's targets, each child once, the stricter winning.
+    fn union<'r>(&'r self, facts: &Facts<'_>) -> Option<Decision<'r>> {
+        let mut names: Vec<&'r str> = Vec::new();
+        let mut targets: Vec<Target> = Vec::new();
+        for r in self.routes.iter().filter(|r| r.matches(facts)) {
+            names.push(&r.name);
+            for t in &r.targets {
+                match targets.iter_mut().find(|x| x.sink == t.sink) {
+                    Some(x) => x.merge(t),
+                    None => targets.push(t.clone()),
+                }
+            }
+        }
+        match names.len() {
+            0 => None,
+            1 => Some(Decision::Deliver {
+                targets: Cow::Owned(targets),
+                via: Via::Route(names[0]),
+            }),
+            _ => Some(Decision::Deliver {
+                targets: Cow::Owned(targets),
+                via: Via::Routes(names),
+            }),
+        }
+    }
+
+    /// `first` mode: pairs of routes one message could match, earlier route first. The
+    /// earlier route takes such a message; `svc validate` prints each pair as a warning.
+    pub fn overlaps(&self) -> Vec<(&str, &str)> {
+        let mut out = Vec::new();
+        if !self.enabled || self.mode != Mode::First {
+            return out;
+        }
+        for (i, a) in self.routes.iter().enumerate() {
+            for b in self.routes.iter().skip(i + 1) {
+                if subjects_overlap(&a.subject, &b.subject) && a.when.compatible(&b.when) {
+                    out.push((a.name.as_str(), b.name.as_str()));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Route {
+    pub fn matches(&self, facts: &Facts<'_>) -> bool {
+        self.subject.matches(facts.subject) && self.when.matches(facts)
+    }
+}
+
+impl Target {
+    fn required(sink: &str) -> Target {
+        Target {
+            sink: sink.to_string(),
+            required: true,
+            minimum_wait: Duration::ZERO,
+            timeout: Duration::ZERO,
+        }
+    }
+
+    /// Two matched routes name the same child: required beats optional; between two optional
+    /// targets the longer minimum wait and the longer timeout win.
+    fn merge(&mut self, other: &Target) {
+        if self.required || other.required {
+            *self = Target::required(&self.sink);
+        } else {
+            self.minimum_wait = self.minimum_wait.max(other.minimum_wait);
+            self.timeout = self.timeout.max(other.timeout);
         }
     }
 }
@@ -154,12 +304,7 @@ impl FanoutConfig {
                 rr.finish();
                 routing
             }
-            None => Routing {
-                enabled: false,
-                target_sink_types: BTreeMap::new(),
-                routes: SubjectRules::default(),
-                unmatched: Unmatched::Reject,
-            },
+            None => Routing::disabled(),
         };
         FanoutConfig {
             sinks,
@@ -171,14 +316,21 @@ impl FanoutConfig {
 
 fn read_routing(r: &mut ObjectReader<'_>, sinks: &BTreeMap<String, SinkConfig>) -> Routing {
     let enabled = r.bool_or("enabled", false);
-    let unmatched = r.one_of(
-        "unmatched",
-        Unmatched::Reject,
-        &[
-            ("reject", Unmatched::Reject),
-            ("all_required", Unmatched::AllRequired),
-        ],
+    let mode = r.one_of(
+        "mode",
+        Mode::First,
+        &[("first", Mode::First), ("all", Mode::All)],
     );
+    let legacy = r.opt_string("unmatched");
+    if legacy
+        .as_deref()
+        .is_some_and(|u| u != "reject" && u != "all_required")
+    {
+        r.problem("unmatched", "must be one of: reject, all_required");
+    }
+    let no_match = r.opt_string("no_match");
+    let default_route = r.opt_string("default_route");
+    let allow_ignore = r.bool_or("allow_ignore", false);
     let target_sink_types = r.string_map("target_sink_types");
     if !target_sink_types.is_empty() {
         for (name, kind) in &target_sink_types {
@@ -218,25 +370,23 @@ fn read_routing(r: &mut ObjectReader<'_>, sinks: &BTreeMap<String, SinkConfig>) 
             }
             names.push(name.clone());
         }
-        let subject = match rr.object("match") {
+        let (subject, when) = match rr.object("match") {
             Some(mut m) => {
-                let s = m.req_string("subject");
+                // Without `subject` a route matches every subject (`>`).
+                let s = m.opt_string("subject").unwrap_or_else(|| ">".to_string());
+                let when = Conditions::read(&mut m);
                 m.finish();
-                if s.is_empty() {
-                    None
-                } else {
-                    match SubjectPattern::parse(&s) {
-                        Ok(p) => Some(p),
-                        Err(e) => {
-                            rr.problem("match.subject", e.to_string());
-                            None
-                        }
+                match SubjectPattern::parse(&s) {
+                    Ok(p) => (Some(p), when),
+                    Err(e) => {
+                        rr.problem("match.subject", e.to_string());
+                        (None, when)
                     }
                 }
             }
             None => {
                 rr.problem("match", "is required");
-                None
+                (None, Conditions::default())
             }
         };
         let targets_path = rr.path_of("targets");
@@ -269,6 +419,7 @@ fn read_routing(r: &mut ObjectReader<'_>, sinks: &BTreeMap<String, SinkConfig>) 
             routes.push(Route {
                 name,
                 subject,
+                when,
                 targets,
             });
         }
@@ -279,12 +430,77 @@ fn read_routing(r: &mut ObjectReader<'_>, sinks: &BTreeMap<String, SinkConfig>) 
             "must have at least one route when routing is enabled",
         );
     }
+    let unmatched = read_unmatched(r, [legacy, no_match, default_route], allow_ignore, &routes);
+    let subject_only = routes.iter().all(|r| r.when.is_empty());
     Routing {
         enabled,
         target_sink_types,
         routes: SubjectRules::new(routes),
         unmatched,
+        mode,
+        subject_only,
     }
+}
+
+/// `no_match` (`reject`, `default_route` with `default_route: <route name>`, `ignore` with
+/// `allow_ignore: true`) or the older `unmatched` (`reject`, `all_required`), never both.
+fn read_unmatched(
+    r: &mut ObjectReader<'_>,
+    [legacy, no_match, default_route]: [Option<String>; 3],
+    allow_ignore: bool,
+    routes: &[Route],
+) -> Unmatched {
+    if legacy.is_some() && no_match.is_some() {
+        r.problem("unmatched", "set either unmatched or no_match, not both");
+    }
+    let u = match (legacy.as_deref(), no_match.as_deref()) {
+        (Some("all_required"), _) => Unmatched::AllRequired,
+        (Some("reject"), _) | (None, None | Some("reject")) => Unmatched::Reject,
+        (Some(_), _) => Unmatched::Reject,
+        (None, Some("ignore")) => {
+            if !allow_ignore {
+                r.problem(
+                    "no_match",
+                    "ignore acknowledges unmatched messages without storing them; set \
+                     allow_ignore: true to accept that",
+                );
+            }
+            Unmatched::Ignore
+        }
+        (None, Some("default_route")) => match default_route.as_deref() {
+            None => {
+                r.problem(
+                    "default_route",
+                    "is required when no_match is default_route",
+                );
+                Unmatched::Reject
+            }
+            Some(name) => match routes.iter().position(|x| x.name == name) {
+                Some(i) => Unmatched::DefaultRoute(i),
+                None => {
+                    r.problem(
+                        "default_route",
+                        format!("{name} is not the name of a route"),
+                    );
+                    Unmatched::Reject
+                }
+            },
+        },
+        (None, Some(_)) => {
+            r.problem("no_match", "must be one of: reject, default_route, ignore");
+            Unmatched::Reject
+        }
+    };
+    if default_route.is_some() && !matches!(u, Unmatched::DefaultRoute(_)) {
+        r.problem(
+            "default_route",
+            "applies only when no_match is default_route",
+        );
+    }
+    if allow_ignore && u != Unmatched::Ignore {
+        r.problem("allow_ignore", "applies only when no_match is ignore");
+    }
+    u
 }
 
 fn read_target(

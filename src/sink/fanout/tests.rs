@@ -185,10 +185,13 @@ fn routing(routes: Vec<(&str, &str, Vec<Target>)>) -> Routing {
             .map(|(name, subject, targets)| Route {
                 name: name.into(),
                 subject: SubjectPattern::parse(subject).unwrap(),
+                when: Conditions::default(),
                 targets,
             })
             .collect(),
         unmatched: Unmatched::Reject,
+        mode: Mode::First,
+        subject_only: true,
     }
 }
 
@@ -409,7 +412,7 @@ fn routes_select_the_right_file_children_by_subject() {
     match &out[4] {
         WriteOutcome::Permanent(e) => assert_eq!(
             e.to_string(),
-            "sink fanout: no fan-out route matches the subject (routing.unmatched = reject)"
+            "sink fanout: no fan-out route matches the message (no_match = reject)"
         ),
         o => panic!("unmatched message must not be durable: {o:?}"),
     }
@@ -742,3 +745,5 @@ fn a_subset_route_writes_only_its_messages_to_each_child() {
     got.sort();
     assert_eq!(got, vec![1, 2, 3]);
 }
+
+mod routing;

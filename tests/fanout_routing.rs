@@ -1,0 +1,264 @@
+//! Fan-out routing on what the message is (issue 45): a real `nats-server -js`, the `svc`
+//! binary, PostgreSQL on 127.0.0.1:5432, an object store (moto) and a file sink. Each message
+//! must land in exactly the children its route plans, once.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::broker::*;
+use crate::support::moto::Moto;
+use crate::support::postgres::*;
+use crate::support::process::*;
+use crate::support::*;
+use serde_json::{json, Value};
+
+const STREAM: &str = "ORDERS";
+const CONSUMER: &str = "svc";
+
+/// Publishes the five kinds of message both tests route, in this order (stream sequences):
+/// 1-2 restricted + eu + high, 3 high public, 4 `Tenant: acme`, 5 restricted without labels,
+/// 6 plain.
+fn publish(server: &NatsServer) {
+    let eu = [
+        ("Svc-Classification", "restricted"),
+        ("Svc-Labels", "eu,pii"),
+        ("Svc-Priority", "high"),
+    ];
+    server.publish_with_headers("orders.a", &eu, b"{\"n\":1}");
+    server.publish_with_headers("orders.b", &eu, b"{\"n\":2}");
+    server.publish_with_headers("orders.c", &[("Svc-Priority", "high")], b"{\"n\":3}");
+    server.publish_with_headers("orders.d", &[("Tenant", "acme")], b"{\"n\":4}");
+    let restricted = [("Svc-Classification", "restricted")];
+    server.publish_with_headers("orders.e", &restricted, b"{\"n\":5}");
+    server.publish_with_headers("orders.f", &[], b"{\"n\":6}");
+}
+
+struct Setup {
+    server: NatsServer,
+    store: Moto,
+    db: TestDb,
+    dir: tempfile::TempDir,
+}
+
+fn setup(db: &str) -> Setup {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    publish(&server);
+    let store = Moto::start();
+    store.create_bucket("eu-bucket", true);
+    Setup {
+        server,
+        store,
+        db: TestDb::new(db),
+        dir: tempfile::tempdir().unwrap(),
+    }
+}
+
+impl Setup {
+    fn config(&self, routing: Value) -> std::path::PathBuf {
+        let sink = json!({
+            "type": "fanout",
+            "sinks": {
+                "db": self.db.sink(json!({"auto_create_tables": true})),
+                "files": {"type": "file", "directory": self.dir.path().join("out")},
+                "eu_bucket": {
+                    "type": "object_store", "bucket": "eu-bucket",
+                    "endpoint_url": self.store.endpoint(), "allow_http_for_local_testing": true,
+                    "credential_mode": "environment", "access_key_id_env": "T_KEY_ID",
+                    "secret_access_key_env": "T_SECRET", "key_strategy": "stream_sequence"
+                }
+            },
+            "routing": routing
+        });
+        let cfg = json!({
+            "nats": {"url": self.server.url(), "stream": STREAM, "consumer": CONSUMER,
+                     "subject": "orders.>"},
+            "delivery": {"batch_size": 8, "fetch_expiry_ms": 200, "sink_workers": 1,
+                         "shutdown_timeout_seconds": 10},
+            "envelope": {"keep_headers": ["Tenant"]},
+            "sink": sink,
+            "metrics": {"enabled": true, "snapshot_file": self.snap(),
+                        "write_interval_seconds": 1},
+            "logging": {"level": "info"}
+        });
+        write_config(self.dir.path(), "c.json", &cfg)
+    }
+
+    fn snap(&self) -> std::path::PathBuf {
+        self.dir.path().join("metrics.json")
+    }
+
+    /// Runs until all six messages are acknowledged, then stops cleanly.
+    fn run(&self, cfg: &Path) {
+        let mut runner =
+            Runner::start_env(cfg, &self.dir.path().join("svc.log"), &self.store.env());
+        wait_until(Duration::from_secs(60), "all six acked", || {
+            self.server.try_consumer_state(STREAM, CONSUMER) == Some((6, 0, 0))
+        });
+        runner.signal("TERM");
+        let status = runner.wait_timeout(Duration::from_secs(20)).expect("exits");
+        assert!(status.success(), "clean exit: {}", runner.log_text());
+    }
+
+    fn db_sequences(&self) -> BTreeSet<u64> {
+        let rows = self.db.rows("SELECT stream_sequence FROM events");
+        let seqs: Vec<u64> = rows
+            .iter()
+            .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+            .collect();
+        let set: BTreeSet<u64> = seqs.iter().copied().collect();
+        assert_eq!(
+            set.len(),
+            seqs.len(),
+            "a message stored twice in the database"
+        );
+        set
+    }
+
+    fn bucket_objects(&self) -> usize {
+        let v = self.store.versions("eu-bucket");
+        assert!(
+            v.values().all(|&n| n == 1),
+            "an object written twice: {v:?}"
+        );
+        v.len()
+    }
+
+    fn files(&self) -> usize {
+        files_below(&self.dir.path().join("out")).len()
+    }
+}
+
+#[test]
+fn mode_first_routes_by_classification_labels_priority_headers_and_default_route() {
+    let s = setup("froute1");
+    let cfg = s.config(json!({
+        "enabled": true,
+        "no_match": "default_route",
+        "default_route": "rest",
+        "routes": [
+            {"name": "eu-restricted",
+             "match": {"classification": ["restricted"], "labels_all": ["eu"]},
+             "targets": ["eu_bucket", "db"]},
+            {"name": "urgent", "match": {"priority": ["high"]}, "targets": ["db"]},
+            {"name": "acme", "match": {"headers": {"Tenant": "acme"}, "labels_none": ["eu"]},
+             "targets": ["files"]},
+            {"name": "rest", "match": {"subject": "never.>"}, "targets": ["files"]}
+        ]
+    }));
+    // `svc inspect` names the route each message would take, before anything runs.
+    let (code, out, err) = svc(&[
+        "inspect",
+        cfg.to_str().unwrap(),
+        "--last",
+        "6",
+        "--format",
+        "jsonl",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let routes: Vec<String> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["fanout_route"].to_string())
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            "\"route eu-restricted\"",
+            "\"route eu-restricted\"",
+            "\"route urgent\"",
+            "\"route acme\"",
+            "\"default route rest (no route matched)\"",
+            "\"default route rest (no route matched)\"",
+        ]
+    );
+    s.run(&cfg);
+    // 1-2 eu-restricted (first wins over urgent), 3 urgent; 4 acme, 5 and 6 default route.
+    assert_eq!(s.db_sequences(), BTreeSet::from([1, 2, 3]));
+    assert_eq!(s.bucket_objects(), 2);
+    assert_eq!(s.files(), 3);
+    assert_eq!(
+        snapshot_counter(&s.snap(), "fanout_messages_routed_total"),
+        6
+    );
+}
+
+#[test]
+fn mode_all_writes_each_child_once_and_ignore_acks_the_rest_unstored() {
+    let s = setup("froute2");
+    let cfg = s.config(json!({
+        "enabled": true,
+        "mode": "all",
+        "no_match": "ignore",
+        "allow_ignore": true,
+        "routes": [
+            {"name": "eu", "match": {"labels_any": ["eu"]}, "targets": ["eu_bucket", "db"]},
+            {"name": "restricted", "match": {"classification": ["restricted"]},
+             "targets": ["db", {"sink": "files", "required": false}]},
+            {"name": "acme", "match": {"headers": {"Tenant": "acme"}}, "targets": ["files"]}
+        ]
+    }));
+    s.run(&cfg);
+    // 1-2 eu + restricted: bucket, db once, files; 5 restricted: db, files; 4 acme: files;
+    // 3 and 6 match nothing: acknowledged, stored nowhere.
+    assert_eq!(s.db_sequences(), BTreeSet::from([1, 2, 5]));
+    assert_eq!(s.bucket_objects(), 2);
+    wait_until(Duration::from_secs(10), "optional file writes", || {
+        s.files() == 4
+    });
+    assert_eq!(s.files(), 4);
+    let snap = s.snap();
+    assert_eq!(snapshot_counter(&snap, "fanout_messages_ignored_total"), 2);
+    let log = std::fs::read_to_string(s.dir.path().join("svc.log")).unwrap();
+    assert!(
+        log.contains("routing.no_match is ignore"),
+        "no start warning: {log}"
+    );
+    assert_eq!(snapshot_counter(&snap, "fanout_messages_routed_total"), 4);
+    assert_eq!(
+        snapshot_counter(&snap, "fanout_child_sinks_selected_total"),
+        2 * 3 + 2 + 1
+    );
+}
+
+#[test]
+fn validate_names_field_and_reason_and_warns_on_overlap() {
+    let s = setup("froute3");
+    let bad = s.config(json!({
+        "enabled": true,
+        "no_match": "ignore",
+        "routes": [
+            {"name": "a", "match": {"labels_all": ["eu"], "labels_none": ["eu"]},
+             "targets": ["db"]},
+            {"name": "b", "match": {"headers": {"Region": "eu"}}, "targets": ["db"]},
+            {"name": "c", "match": {"priority": []}, "targets": ["db"]}
+        ]
+    }));
+    let (code, stdout, stderr) = svc(&["validate", bad.to_str().unwrap()]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    let err = stderr + &stdout;
+    for want in [
+        "sink.routing.no_match",
+        "allow_ignore",
+        "sink.routing.routes[0].match.labels_none: eu is also in labels_all",
+        "sink.routing.routes[1].match.headers.Region: is not in envelope.keep_headers",
+        "sink.routing.routes[2].match.priority: is an empty list",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in {err}");
+    }
+    let good = s.config(json!({
+        "enabled": true,
+        "routes": [
+            {"name": "restricted", "match": {"classification": ["restricted"]},
+             "targets": ["db"]},
+            {"name": "orders", "match": {"subject": "orders.>"}, "targets": ["files"]}
+        ]
+    }));
+    let (code, text, stderr) = svc(&["validate", good.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}{stderr}");
+    assert!(
+        text.contains("Warning: fan-out routes restricted and orders overlap"),
+        "{text}"
+    );
+}
