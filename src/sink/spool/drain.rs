@@ -421,6 +421,24 @@ impl Drainer {
         let until = need.max(view.len.min(view.from.saturating_add(READ_AHEAD)));
         let more =
             read_at(&l.file, have, until - have).map_err(|e| fail(&path, "read segment", e))?;
+        let on_disk = have + more.len() as u64;
+        if on_disk < until && on_disk < view.len {
+            // The spool wrote and synced `view.len` bytes: something else shortened the file.
+            // Stepping on would find the same too-short bytes forever (it once spun a core,
+            // silently); an error is counted and logged, with the drain's backoff, and a
+            // restart's recovery reads the segment as it is now.
+            self.loaded = None;
+            return Err(fail(
+                &path,
+                "read segment",
+                format!(
+                    "segment {} holds {on_disk} bytes on disk but the spool wrote {}: it was \
+                     shortened by something else; not drained past offset {have} until svc \
+                     restarts (recovery reads it again, and quarantines what is damaged)",
+                    view.segment, view.len
+                ),
+            ));
+        }
         if l.data.is_empty() {
             l.data = more;
         } else {

@@ -684,3 +684,47 @@ fn a_directory_at_the_temporary_name_does_not_stop_keeping() {
     assert_eq!(std::fs::read(planted.join("theirs")).unwrap(), b"x");
     assert!(!leftover.exists());
 }
+
+/// A segment shortened on disk by something else while it is drained (found by the attack on
+/// issue 43): each step says so as an error (counted by the runner's drain, which backs off)
+/// instead of reporting "delivered 0" and spinning a core forever without a word.
+#[test]
+fn a_segment_shortened_under_the_drain_is_an_error_not_a_spin() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = config(tmp.path());
+    cfg.segment_bytes = 64 << 20;
+    cfg.max_bytes = 64 << 20;
+    cfg.max_records = 100_000;
+    cfg.drain_batch = 100;
+    let spool = open(&cfg);
+    let batch: Vec<Envelope> = (1..=20_000).map(envelope).collect();
+    spool.append(&batch).unwrap();
+    let sink = Arc::new(Memory::default());
+    let mut d = Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()));
+    assert_eq!(d.step().unwrap(), Step::Delivered(100));
+    let name = segments(&cfg).into_iter().next().unwrap();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(cfg.dir.join(name))
+        .unwrap();
+    let len = file.metadata().unwrap().len();
+    assert!(len > 3 << 20, "a segment longer than the reader's window: {len}");
+    file.set_len(3 << 20).unwrap();
+    let mut errors = 0;
+    for _ in 0..200 {
+        match d.step() {
+            Ok(Step::Delivered(n)) if n > 0 => {}
+            Ok(other) => panic!("a shortened segment gave {other:?}"),
+            Err(e) => {
+                assert!(e.to_string().contains("shortened by something else"), "{e}");
+                errors += 1;
+                if errors == 3 {
+                    break;
+                }
+            }
+        }
+    }
+    assert_eq!(errors, 3, "no error after 200 steps");
+    let delivered = sink.got.lock().unwrap().len();
+    assert!(delivered < 20_000, "{delivered}");
+}
