@@ -478,6 +478,26 @@ impl DeadLetter {
     }
 }
 
+impl DeadLetter {
+    /// The record marked as dead-lettered by `svc replay`: a `replayed` field (`true`) is
+    /// added, no existing field changes, and the message id is `svc-dlq-replay:...`, so a
+    /// record the runner stored for the same original is not taken for this one.
+    pub fn replayed(self) -> DeadLetter {
+        let mut value: serde_json::Value = match serde_json::from_slice(&self.body) {
+            Ok(v) => v,
+            Err(_) => return self,
+        };
+        if let Some(record) = value.as_object_mut() {
+            record.insert("replayed".into(), serde_json::Value::Bool(true));
+        }
+        DeadLetter {
+            msg_id: self.msg_id.replacen("svc-dlq:", "svc-dlq-replay:", 1),
+            reason: self.reason,
+            body: serde_json::to_vec(&value).unwrap_or(self.body),
+        }
+    }
+}
+
 /// `original.message_id` of a sink's `invalid_key` record: the id may be the refused value.
 pub const WITHHELD_ID: &str = "(withheld: the object key made from it was invalid)";
 
