@@ -194,7 +194,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
     display.finish(&progress);
     let written = write_thread
         .join()
-        .unwrap_or_else(|_| Err(("svc-replay-write panicked".into(), plan.state.clone())));
+        .unwrap_or_else(|_| Err(("svc-replay-write panicked".into(), plan.state.counts)));
     let read = read_thread
         .join()
         .unwrap_or_else(|_| Err("svc-replay-read panicked".into()));
@@ -205,19 +205,16 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
 
 /// The replay's end from the writer's and the reader's results.
 fn finish(
-    written: Result<(Finish, State), (String, State)>,
+    written: Result<(Finish, Counts), (String, Counts)>,
     read: Result<Finish, String>,
     report: &dyn Fn(Finish, Counts) -> Report,
 ) -> Result<Report, Failed> {
     match (written, read) {
-        (Err((error, st)), _) | (Ok((_, st)), Err(error)) => Err(Failed {
-            error,
-            counts: st.counts,
-        }),
-        (Ok((Finish::Interrupted, st)), _) | (Ok((_, st)), Ok(Finish::Interrupted)) => {
-            Ok(report(Finish::Interrupted, st.counts))
+        (Err((error, counts)), _) | (Ok((_, counts)), Err(error)) => Err(Failed { error, counts }),
+        (Ok((Finish::Interrupted, counts)), _) | (Ok((_, counts)), Ok(Finish::Interrupted)) => {
+            Ok(report(Finish::Interrupted, counts))
         }
-        (Ok((Finish::Done, st)), Ok(Finish::Done)) => Ok(report(Finish::Done, st.counts)),
+        (Ok((Finish::Done, counts)), Ok(Finish::Done)) => Ok(report(Finish::Done, counts)),
     }
 }
 
@@ -330,7 +327,7 @@ impl Reader {
             let messages = std::mem::take(batch);
             let id = messages.last().map_or(0, |m| m.0.stream_sequence);
             let families = vec![None; messages.len()];
-            let ok = self.sizes_tx.send(std::mem::take(bytes)).is_ok()
+            self.sizes_tx.send(std::mem::take(bytes)).is_ok()
                 && self
                     .raw_tx
                     .send(RawBatch {
@@ -338,8 +335,7 @@ impl Reader {
                         messages,
                         families,
                     })
-                    .is_ok();
-            ok
+                    .is_ok()
         };
         let (read, ended) =
             inspect::read_while(&self.nc, &self.request, "svc replay", |mut raw, _| {
@@ -410,17 +406,17 @@ impl Writer {
         mut self,
         rx: Receiver<PreparedBatch>,
         sizes: Receiver<u64>,
-    ) -> Result<(Finish, State), (String, State)> {
+    ) -> Result<(Finish, Counts), (String, Counts)> {
         let mut finish = Finish::Done;
         for batch in rx {
             let bytes = sizes.recv().unwrap_or(0);
             let last_seq = batch.id;
             if let Err(e) = self.settle(batch) {
-                return Err((e, self.state));
+                return Err((e, self.state.counts));
             }
             self.state.counts.bytes += bytes;
             self.state.next_seq = last_seq + 1;
-            self.persist().map_err(|e| (e, self.state.clone()))?;
+            self.persist().map_err(|e| (e, self.state.counts))?;
             self.progress
                 .messages
                 .store(self.state.counts.read, Ordering::Relaxed);
@@ -435,8 +431,8 @@ impl Writer {
             self.state.done = true;
             self.state.next_seq = self.state.last_seq + 1;
         }
-        self.persist().map_err(|e| (e, self.state.clone()))?;
-        Ok((finish, self.state))
+        self.persist().map_err(|e| (e, self.state.counts))?;
+        Ok((finish, self.state.counts))
     }
 
     fn persist(&self) -> Result<(), String> {
