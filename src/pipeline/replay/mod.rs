@@ -141,9 +141,16 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         Some(super::build_sink(&direct, &metrics)?.0)
     };
     let d = &cfg.delivery;
-    let (raw_tx, raw_rx) = bounded::<RawBatch>(d.max_in_flight_batches);
-    let (sizes_tx, sizes_rx) = bounded::<u64>(d.max_in_flight_batches + 2);
-    let (prepared_tx, prepared_rx) = bounded::<PreparedBatch>(d.max_in_flight_batches);
+    // One writer, so a batch is what `sink_workers` batches of the runner are together (they
+    // share one commit in the runner too); the channels hold as many messages as its do.
+    let batch_size = d.batch_size * d.sink_workers.max(1);
+    let in_flight = d
+        .max_in_flight_batches
+        .div_ceil(d.sink_workers.max(1))
+        .max(2);
+    let (raw_tx, raw_rx) = bounded::<RawBatch>(in_flight);
+    let (sizes_tx, sizes_rx) = bounded::<u64>(in_flight + 2);
+    let (prepared_tx, prepared_rx) = bounded::<PreparedBatch>(in_flight);
     let reader = Reader {
         nc: nc.clone(),
         request: Request {
@@ -160,7 +167,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         until: opts.range.until,
         consumer: Arc::from(cfg.nats.consumer.as_str()),
         max_rate: opts.max_rate,
-        batch_size: d.batch_size,
+        batch_size,
         max_batch_wait: d.max_batch_wait,
         stop: stop.clone(),
         raw_tx,
@@ -373,7 +380,7 @@ impl Reader {
         if !closed {
             ship(&mut batch, &mut bytes);
         }
-        log::debug!("svc-replay-read: {read} messages read, ended: {ended:?}");
+        log::debug!("svc-replay-read: {read} messages read");
         match ended {
             Ended::TimedOut { pending } => Err(format!(
                 "broker: nothing arrived for {} s while the replay consumer still held {pending} \
