@@ -415,3 +415,39 @@ fn bad_flags_subjects_and_sink_files_are_refused_naming_them() {
     assert_eq!(code, 0);
     assert!(out.starts_with("Usage: svc replay <config_file>") && out.contains("Exit codes:"));
 }
+
+/// A keyed relational sink (PostgreSQL): a replay over rows that exist stores none twice and
+/// counts them as already present.
+#[test]
+fn a_replay_into_postgresql_counts_existing_rows_already_present() {
+    use crate::support::postgres::TestDb;
+    let dir = tempfile::tempdir().unwrap();
+    let server = setup(60);
+    let db = TestDb::new("replay");
+    let sink = db.sink(json!({"auto_create_tables": true}));
+    let mut value = config(&server, &dir.path().join("unused"), 8, json!({}));
+    value["sink"] = sink;
+    let cfg = write_config(dir.path(), "svc.json", &value);
+    let state = dir.path().join("first.state");
+    let (code, stdout, err) = replay(
+        &cfg,
+        &["--end-seq", "30", "--state", state.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(
+        stdout.contains("read 30, stored 30, already present 0"),
+        "{stdout}"
+    );
+    let (code, stdout, err) = replay(&cfg, &[]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(
+        stdout.contains("read 60, stored 30, already present 30"),
+        "{stdout}"
+    );
+    let seqs: Vec<u64> = db
+        .rows("SELECT stream_sequence FROM events ORDER BY stream_sequence")
+        .iter()
+        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=60).collect::<Vec<_>>(), "each row once");
+}

@@ -156,9 +156,11 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         request: Request {
             stream: cfg.nats.stream.clone(),
             subjects: opts.range.subjects.clone(),
-            start: match (plan.state.next_seq, opts.range.since) {
-                (1, Some(since)) if !opts.resume => Start::Since(since),
-                (next, _) => Start::Sequence(next),
+            // Until a batch is settled, a time range starts at its time (a resumed one too);
+            // after that at the first sequence not settled.
+            start: match opts.range.since {
+                Some(since) if plan.state.counts.read == 0 => Start::Since(since),
+                _ => Start::Sequence(plan.state.next_seq),
             },
             max: u64::MAX,
             timeout: opts.timeout,
