@@ -451,3 +451,42 @@ fn a_replay_into_postgresql_counts_existing_rows_already_present() {
         .collect();
     assert_eq!(seqs, (1..=60).collect::<Vec<_>>(), "each row once");
 }
+
+/// Ctrl-C (SIGINT) settles what was read, records it, exits 4; `--resume` finishes the range.
+#[test]
+fn sigint_stops_with_exit_4_and_resume_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = setup(100);
+    let out = dir.path().join("out");
+    let cfg = write_config(dir.path(), "svc.json", &config(&server, &out, 5, json!({})));
+    let state = dir.path().join("svc.json.replay-state");
+    let mut child = Runner::spawn(
+        std::process::Command::new(env!("CARGO_BIN_EXE_svc")).args([
+            "replay",
+            cfg.to_str().unwrap(),
+            "--max-rate",
+            "40",
+        ]),
+        &dir.path().join("replay.log"),
+    );
+    wait_until(Duration::from_secs(30), "a settled batch", || {
+        std::fs::read(&state)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["next_seq"].as_u64())
+            .is_some_and(|n| n > 20)
+    });
+    child.signal("INT");
+    let status = child.wait_timeout(Duration::from_secs(20)).expect("exits");
+    assert_eq!(status.code(), Some(4), "{}", child.log_text());
+    assert!(
+        child.log_text().contains("--resume"),
+        "{}",
+        child.log_text()
+    );
+    let partial = stored(&out);
+    assert!(!partial.is_empty() && partial.len() < 100, "{partial:?}");
+    let (code, stdout, err) = replay(&cfg, &["--resume"]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert_eq!(stored(&out), (1..=100).collect::<Vec<_>>());
+}

@@ -1076,6 +1076,25 @@ mod tests {
     }
 
     #[test]
+    fn a_replayed_record_adds_one_field_and_its_own_message_id() {
+        let c = DeadLetterConfig {
+            enabled: true,
+            subject: "dlq".into(),
+            ..Default::default()
+        };
+        let failure = Failure::new("input", "headers", "too_many_headers", "x".into());
+        let dl = DeadLetter::build(&raw(), &failure, 1_700_000_001_000_000_000, &c);
+        let replayed = dl.clone().replayed();
+        assert_eq!(replayed.msg_id, "svc-dlq-replay:ORDERS:42");
+        assert_eq!(replayed.reason, dl.reason);
+        let mut before: serde_json::Value = serde_json::from_slice(&dl.body).unwrap();
+        let after: serde_json::Value = serde_json::from_slice(&replayed.body).unwrap();
+        assert!(before.get("replayed").is_none());
+        before["replayed"] = serde_json::Value::Bool(true);
+        assert_eq!(before, after, "only the replayed field is added");
+    }
+
+    #[test]
     fn record_is_sanitized() {
         let c = DeadLetterConfig {
             enabled: true,
