@@ -80,6 +80,7 @@ mod payload_protection_sinks;
 mod relational;
 mod relational_client;
 mod relational_cluster;
+mod replay;
 mod runner;
 mod shared_dirs;
 mod sink_permanent;

@@ -13,6 +13,7 @@ const COMMANDS: &[&str] = &[
     "show-effective-config",
     "run",
     "inspect",
+    "replay",
     "stream-plan",
     "test-sink",
     "init-db",

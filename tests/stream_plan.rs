@@ -688,3 +688,99 @@ fn several_subjects_and_a_start_under_the_planned_permissions() {
     assert!(status.success(), "{status}: {text}");
     assert!(!text.contains("ermission"), "{text}");
 }
+
+/// The planned `replay_authorization` block's permissions (publish, subscribe subjects).
+fn planned_replay_permissions(cfg: &Path) -> (Vec<String>, Vec<String>) {
+    let out = svc_env(&["stream-plan", cfg.to_str().unwrap(), "--format", "json"]);
+    assert!(out.status.success(), "{out:?}");
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let perms = &plan["replay_authorization"]["users"][0]["permissions"];
+    let list = |v: &Value| -> Vec<String> {
+        v["allow"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    (list(&perms["publish"]), list(&perms["subscribe"]))
+}
+
+/// `svc replay` as the `runner` user of [`server_with`] (whatever permissions it was given).
+fn replay_as_runner(cfg: &Path, state: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(["replay", cfg.to_str().unwrap(), "--timeout", "3", "--state"])
+        .arg(state)
+        .env("SVC_TEST_RUNNER_USER", "runner")
+        .env("SVC_TEST_RUNNER_PASSWORD", RUNNER_PASSWORD)
+        .output()
+        .unwrap()
+}
+
+/// A replay user with exactly the planned replay permissions replays everything (the invalid
+/// message to the DLQ: exit 3); none of the runner's consumer or ACK subjects is among them;
+/// without the stream info or the consumer create the replay fails (exit 1), and
+/// the durable consumer is never touched.
+#[test]
+fn the_planned_replay_permissions_replay_everything_and_each_core_one_is_needed() {
+    let (dir, plan_cfg) = setup("replay-plan");
+    let (publish_perms, subscribe_perms) = planned_replay_permissions(&plan_cfg);
+    assert!(
+        !publish_perms.iter().any(|s| s.starts_with("$JS.ACK")
+            || s.contains("MSG.NEXT")
+            || s.contains("DURABLE.CREATE")),
+        "{publish_perms:?}"
+    );
+    let run = |name: &str, pub_allow: &[String], sub_allow: &[String]| -> (Output, PathBuf) {
+        let server = server_with(dir.path(), name, pub_allow, sub_allow);
+        let cfg = config_for(&server, dir.path(), &format!("{name}.json"));
+        let (ok, err) = apply(&cfg);
+        assert!(ok, "{err}");
+        publish(&server);
+        let before = admin_consumer_state(&server);
+        let out = replay_as_runner(&cfg, &dir.path().join(format!("{name}.state")));
+        assert_eq!(
+            admin_consumer_state(&server),
+            before,
+            "the durable was touched"
+        );
+        (out, dir.path().join("out"))
+    };
+    let (out, sink) = run("replay-exact", &publish_perms, &subscribe_perms);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(stdout.contains(&format!("stored {GOOD}, ")), "{stdout}");
+    assert!(stdout.contains("dead-lettered 1"), "{stdout}");
+    assert!(files_below(&sink).len() >= GOOD);
+    // (An empty subscribe list is no restriction to nats-server: `_INBOX.>`, the only one,
+    // cannot be taken away alone.)
+    for missing in [
+        "$JS.API.STREAM.INFO.ORDERS",
+        "$JS.API.CONSUMER.CREATE.ORDERS",
+    ] {
+        let keep = |all: &[String]| -> Vec<String> {
+            all.iter().filter(|s| *s != missing).cloned().collect()
+        };
+        let name = format!("replay-without-{}", missing.replace(['$', '.', '>'], "_"));
+        let (out, _) = run(&name, &keep(&publish_perms), &keep(&subscribe_perms));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "without {missing}: {out:?}");
+        assert!(
+            !err.contains(RUNNER_PASSWORD),
+            "a secret was printed: {err}"
+        );
+    }
+}
+
+/// The durable consumer's (delivered stream sequence, ack pending, ack floor) as the admin sees
+/// them.
+fn admin_consumer_state(server: &NatsServer) -> (u64, usize, u64) {
+    let info = nats::jetstream::new(admin(server))
+        .consumer_info("ORDERS", "svc")
+        .unwrap();
+    (
+        info.delivered.stream_seq,
+        info.num_ack_pending,
+        info.ack_floor.stream_seq,
+    )
+}

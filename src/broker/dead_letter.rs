@@ -475,6 +475,26 @@ impl DeadLetter {
     }
 }
 
+impl DeadLetter {
+    /// The record marked as dead-lettered by `svc replay`: a `replayed` field (`true`) is
+    /// added, no existing field changes, and the message id is `svc-dlq-replay:...`, so a
+    /// record the runner stored for the same original is not taken for this one.
+    pub fn replayed(self) -> DeadLetter {
+        let mut value: serde_json::Value = match serde_json::from_slice(&self.body) {
+            Ok(v) => v,
+            Err(_) => return self,
+        };
+        if let Some(record) = value.as_object_mut() {
+            record.insert("replayed".into(), serde_json::Value::Bool(true));
+        }
+        DeadLetter {
+            msg_id: self.msg_id.replacen("svc-dlq:", "svc-dlq-replay:", 1),
+            reason: self.reason,
+            body: serde_json::to_vec(&value).unwrap_or(self.body),
+        }
+    }
+}
+
 /// `original.message_id` of a sink's `invalid_key` record: the id may be the refused value.
 pub const WITHHELD_ID: &str = "(withheld: the object key made from it was invalid)";
 
@@ -1098,6 +1118,25 @@ mod tests {
                 "dead_letter.include_headers[0]: names a validated header whose value may be the reason of the failure; it is never copied",
             ]
         );
+    }
+
+    #[test]
+    fn a_replayed_record_adds_one_field_and_its_own_message_id() {
+        let c = DeadLetterConfig {
+            enabled: true,
+            subject: "dlq".into(),
+            ..Default::default()
+        };
+        let failure = Failure::new("input", "headers", "too_many_headers", "x".into());
+        let dl = DeadLetter::build(&raw(), &failure, 1_700_000_001_000_000_000, &c);
+        let replayed = dl.clone().replayed();
+        assert_eq!(replayed.msg_id, "svc-dlq-replay:ORDERS:42");
+        assert_eq!(replayed.reason, dl.reason);
+        let mut before: serde_json::Value = serde_json::from_slice(&dl.body).unwrap();
+        let after: serde_json::Value = serde_json::from_slice(&replayed.body).unwrap();
+        assert!(before.get("replayed").is_none());
+        before["replayed"] = serde_json::Value::Bool(true);
+        assert_eq!(before, after, "only the replayed field is added");
     }
 
     #[test]

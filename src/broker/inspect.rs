@@ -51,6 +51,38 @@ pub fn read(
     req: &Request,
     mut each: impl FnMut(RawMessage),
 ) -> Result<u64, BrokerError> {
+    read_while(nc, req, "svc inspect", |raw, _| {
+        each(raw);
+        true
+    })
+    .map(|(read, _)| read)
+}
+
+/// Why [`read_while`] stopped reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The consumer had nothing more pending (every message the filter matches was read).
+    Exhausted,
+    /// `each` asked to stop.
+    Stopped,
+    /// `req.max` messages were read.
+    Max,
+    /// Nothing arrived for `req.timeout` while the consumer still had this many pending.
+    TimedOut { pending: u64 },
+    /// A consumer sequence was skipped (the client dropped deliveries): what follows the
+    /// last message handed to `each` was not read.
+    Gap { expected: u64, got: u64 },
+}
+
+/// [`read`], with `each` told how many messages the consumer still holds after this one and
+/// returning whether to go on. The timeout runs from the end of the last `each`, so a slow
+/// caller is not mistaken for a silent broker. `who` describes the consumer to the broker.
+pub fn read_while(
+    nc: &Connection,
+    req: &Request,
+    who: &str,
+    mut each: impl FnMut(RawMessage, u64) -> bool,
+) -> Result<(u64, Ended), BrokerError> {
     let js = nats::jetstream::new(nc.clone());
     let what = format!("inspect stream {}", req.stream);
     let fail = |e: io::Error| BrokerError {
@@ -89,7 +121,7 @@ pub fn read(
             &req.stream,
             ConsumerConfig {
                 durable_name: None,
-                description: Some("svc inspect (read-only, ephemeral)".into()),
+                description: Some(format!("{who} (read-only, ephemeral)")),
                 deliver_subject: Some(inbox),
                 deliver_policy,
                 opt_start_seq,
@@ -114,14 +146,24 @@ pub fn read(
     // Nothing matched: the consumer says so at once, no need to wait out the timeout.
     let mut pending = info.num_pending;
     let mut last_seen = Instant::now();
-    while read < req.max && pending > 0 {
+    let mut next_consumer_seq = 1;
+    let mut ended = Ended::Exhausted;
+    while pending > 0 {
+        if read >= req.max {
+            ended = Ended::Max;
+            break;
+        }
         let wait = req.timeout.saturating_sub(last_seen.elapsed());
         if wait.is_zero() {
+            ended = Ended::TimedOut { pending };
             break;
         }
         let m = match sub.next_timeout(wait) {
             Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => break,
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                ended = Ended::TimedOut { pending };
+                break;
+            }
             Err(e) => {
                 let _ = js.delete_consumer(&req.stream, &consumer);
                 return Err(fail(e));
@@ -136,13 +178,37 @@ pub fn read(
             continue;
         }
         if let Some((raw, _, left)) = split(m, &mut names) {
+            if raw.consumer_sequence != next_consumer_seq {
+                ended = Ended::Gap {
+                    expected: next_consumer_seq,
+                    got: raw.consumer_sequence,
+                };
+                break;
+            }
+            next_consumer_seq += 1;
             pending = left;
             read += 1;
-            each(raw);
+            let go_on = each(raw, left);
+            last_seen = Instant::now();
+            if !go_on {
+                ended = Ended::Stopped;
+                break;
+            }
         }
     }
     drop(sub);
     // Best effort: the inactivity threshold removes it otherwise.
     let _ = js.delete_consumer(&req.stream, &consumer);
-    Ok(read)
+    Ok((read, ended))
+}
+
+/// The stream's last sequence now: the end a replay fixes when it starts.
+pub fn last_sequence(nc: &Connection, stream: &str) -> Result<u64, BrokerError> {
+    let js = nats::jetstream::new(nc.clone());
+    js.stream_info(stream)
+        .map(|info| info.state.last_seq)
+        .map_err(|e| BrokerError {
+            action: format!("read stream info of {stream}"),
+            source: e,
+        })
 }

@@ -91,6 +91,7 @@ mod fetch;
 mod lanes;
 mod monitor;
 mod normalize;
+pub mod replay;
 mod signals;
 mod sink_worker;
 mod snapshot_writer;

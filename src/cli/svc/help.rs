@@ -14,6 +14,12 @@ USAGE:
                 [--max N] [--timeout SECONDS] [--format text|jsonl] [--payload]
                                   read-only look at the configured stream: what the runner
                                   would make of each message; never acknowledges
+    svc replay <config_file> [--start-seq S] [--end-seq E] [--since T] [--until T]
+                [--subject S] [--sink FILE] [--state FILE] [--resume] [--dry-run]
+                [--max-rate N] [--timeout SECONDS]
+                                  deliver a range of the stream again through the runner's
+                                  normalizer into the sink; never touches the durable consumer
+                                  (docs/replay.md)
     svc stream-plan <config_file> [--format text|json] [--apply] [stream options]
                                   what the broker must hold for the config: stream, durable
                                   consumer, dead-letter stream, the runner user's permissions;
@@ -47,8 +53,46 @@ EXIT CODES:
     0  success (run: clean stop after a signal)
     1  runtime failure (broker, sink, test-sink verdict)
     2  invalid configuration or usage
+    3  replay: finished, some messages refused (governance or sink)
+    4  replay: stopped by a signal (--resume continues)
 
 Configuration reference: docs/configuration.md
+";
+
+const REPLAY: &str = "\
+Usage: svc replay <config_file> [options]
+
+Delivers a range of the configured stream again, through the same normalizer as `svc run`
+(metadata, labels, governance, authenticity, encryption, custody) into the configured sink or
+the one given by --sink. Reads through an ephemeral consumer of its own: the durable consumer
+is never touched and nothing is acknowledged. The range is fixed at the start: messages
+published later are not taken. Progress is recorded durably after every batch; --resume
+continues after a crash or Ctrl-C, never skipping a message. Keyed sinks (file per_event,
+object store, relational) store nothing twice and count \"already present\"; jsonl and HTTP
+have no keys (docs/replay.md).
+
+Range (default: the whole stream as it is now):
+    --start-seq S      first stream sequence (at most one of --start-seq, --since)
+    --end-seq E        last stream sequence (at most the stream's last at the start)
+    --since TIME       first message stored at or after TIME (RFC 3339)
+    --until TIME       stop at the first message stored after TIME (RFC 3339)
+    --subject S        only this subject filter, within nats.subject / nats.subjects
+
+Delivery:
+    --sink FILE        a sink block in its own JSON file instead of the configured sink
+    --dry-run          read and normalize, write nothing: the summary says what would be stored
+    --max-rate N       at most N messages per second (1 to 1000000)
+    --state FILE       the progress file (default: <config_file>.replay-state)
+    --resume           continue the replay recorded in the state file
+    --timeout SECONDS  connect, and wait at most this long for each message (default 10)
+
+Progress goes to standard error (a redrawn line on a terminal, a plain line every 10 s
+otherwise); the summary (read, stored, already present, refused by governance, refused by the
+sink, dead-lettered) to standard output. Refusals go to the dead-letter queue when
+dead_letter.enabled, marked \"replayed\": true.
+
+Exit codes: 0 done, 1 error (broker, sink, state file; --resume continues), 2 invalid
+configuration or usage, 3 done with refusals, 4 stopped by a signal (--resume continues).
 ";
 
 /// Every command, in the order the help lists them.
@@ -57,6 +101,7 @@ pub const COMMANDS: &[&str] = &[
     "show-effective-config",
     "run",
     "inspect",
+    "replay",
     "stream-plan",
     "test-sink",
     "init-db",
@@ -256,6 +301,7 @@ pub fn of(command: Option<&str>) -> &'static str {
         Some("show-effective-config") => SHOW_EFFECTIVE_CONFIG,
         Some("run") => RUN,
         Some("inspect") => INSPECT,
+        Some("replay") => REPLAY,
         Some("stream-plan") => STREAM_PLAN,
         Some("test-sink") => TEST_SINK,
         Some("init-db") => INIT_DB,

@@ -208,7 +208,7 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
 }
 
 /// The configured subject, or `--subject` when it lies within it.
-fn narrowed(configured: &[String], asked: Option<&str>) -> Result<Vec<String>, String> {
+pub(super) fn narrowed(configured: &[String], asked: Option<&str>) -> Result<Vec<String>, String> {
     let Some(asked) = asked else {
         return Ok(configured.to_vec());
     };

@@ -1,5 +1,5 @@
-//! `svc`: validate, show-effective-config, run, inspect, stream-plan, test-sink, init-db,
-//! decrypt, verify-custody, spool, dlq. Parsing (lexopt) and
+//! `svc`: validate, show-effective-config, run, inspect, replay, stream-plan, test-sink,
+//! init-db, decrypt, verify-custody, spool, dlq. Parsing (lexopt) and
 //! running live here; the help texts in [`help`], the `validate` summary in [`summary`].
 
 mod dlq;
@@ -7,6 +7,7 @@ mod help;
 mod inspect;
 mod plan;
 mod plan_apply;
+mod replay;
 mod stream_plan;
 mod summary;
 
@@ -44,6 +45,8 @@ pub enum Command {
     },
     /// `inspect`: a read-only look at the stream.
     Inspect(inspect::Options),
+    /// `replay`: deliver a range of the stream again.
+    Replay(replay::Options),
     /// `stream-plan`: what the broker must hold for the config (and `--apply`: create it).
     StreamPlan(stream_plan::Options),
     /// `spool drain|status|inspect`.
@@ -76,6 +79,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
                     return Ok(match inspect::parse(&mut parser)? {
                         Some(o) => Command::Inspect(o),
                         None => Command::Help(help::of(Some("inspect"))),
+                    });
+                }
+                if name == "replay" {
+                    return Ok(match replay::parse(&mut parser)? {
+                        Some(o) => Command::Replay(o),
+                        None => Command::Help(help::of(Some("replay"))),
                     });
                 }
                 if name == "stream-plan" {
@@ -197,6 +206,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             }
             Err(code) => code,
         },
+        Command::Replay(opts) => replay::run(&opts),
         Command::StreamPlan(opts) => match load(&opts.config) {
             Ok(cfg) => {
                 super::logging::init_from(&cfg.logging);
@@ -397,8 +407,9 @@ mod tests {
         assert_eq!(p(&["-V"]), Ok(Command::Version));
         assert_eq!(
             p(&[]).unwrap_err(),
-            "missing command: one of validate, show-effective-config, run, inspect, stream-plan, \
-             test-sink, init-db, decrypt, verify-custody, spool (svc --help describes them)"
+            "missing command: one of validate, show-effective-config, run, inspect, replay, \
+             stream-plan, test-sink, init-db, decrypt, verify-custody, spool, dlq (svc --help \
+             describes them)"
         );
         assert!(p(&["run"]).unwrap_err().contains("missing <config_file>"));
         assert!(p(&["fly", "x"]).unwrap_err().contains("unknown command"));

@@ -83,6 +83,8 @@ pub struct Plan {
     pub start: StartPosition,
     pub dead_letter_stream: Option<StreamConfig>,
     pub permissions: Permissions,
+    /// The permissions of a `svc replay` user (read-only on the stream).
+    pub replay_permissions: Permissions,
     pub warnings: Vec<String>,
 }
 
@@ -126,7 +128,9 @@ pub fn plan(cfg: &RuntimeConfig, settings: &StreamSettings) -> Result<Plan, Stri
         ),
         ConsumerMode::Create | ConsumerMode::Reconcile => {}
     }
-    let permissions = permissions(cfg, dead_letter_stream.as_ref().map(|s| s.name.as_str()));
+    let dlq_name = dead_letter_stream.as_ref().map(|s| s.name.as_str());
+    let permissions = permissions(cfg, dlq_name);
+    let replay_permissions = replay_permissions(cfg, dlq_name);
     Ok(Plan {
         stream,
         consumer: planned_consumer(n),
@@ -134,6 +138,7 @@ pub fn plan(cfg: &RuntimeConfig, settings: &StreamSettings) -> Result<Plan, Stri
         start: n.consumer_settings.start,
         dead_letter_stream,
         permissions,
+        replay_permissions,
         warnings,
     })
 }
@@ -249,6 +254,48 @@ fn permissions(cfg: &RuntimeConfig, dead_letter_stream: Option<&str>) -> Permiss
     p
 }
 
+/// Every subject `svc replay` uses (`pipeline::replay`, `broker::inspect::read_while`): it
+/// reads through an ephemeral push consumer, acknowledges nothing and never touches the
+/// durable consumer, so none of the runner's consumer or ACK subjects is here.
+pub fn replay_permissions(cfg: &RuntimeConfig, dead_letter_stream: Option<&str>) -> Permissions {
+    let stream = &cfg.nats.stream;
+    let mut p = Permissions::default();
+    let mut publish = |subject: String, why| p.publish.push(Grant { subject, why });
+    publish(
+        format!("$JS.API.STREAM.INFO.{stream}"),
+        "the stream's last sequence (the range's end) and its incarnation",
+    );
+    publish(
+        format!("$JS.API.CONSUMER.CREATE.{stream}"),
+        "create the replay's ephemeral consumer (no acknowledgement)",
+    );
+    publish(
+        format!("$JS.API.CONSUMER.DELETE.{stream}.*"),
+        "delete it at the end (else the broker drops it 5 s after the replay)",
+    );
+    publish(
+        format!("$JS.FC.{stream}.>"),
+        "answer the consumer's flow control",
+    );
+    if cfg.dead_letter.enabled {
+        publish(
+            cfg.dead_letter.subject.clone(),
+            "dead-letter records (marked replayed)",
+        );
+        if let Some(dlq) = dead_letter_stream {
+            publish(
+                format!("$JS.API.STREAM.MSG.GET.{dlq}"),
+                "read back a record the dead-letter stream calls a duplicate",
+            );
+        }
+    }
+    p.subscribe.push(Grant {
+        subject: "_INBOX.>".into(),
+        why: "the consumer's deliveries, answers to its requests",
+    });
+    p
+}
+
 /// The permissions as a nats-server `authorization` block for `user` (JSON, which the
 /// server's configuration format reads as it is).
 pub fn authorization_block(p: &Permissions, user: &str) -> Value {
@@ -298,6 +345,7 @@ pub fn to_json(plan: &Plan, user: &str) -> Value {
         "consumer": request(consumer_request(&plan.stream.name, &plan.consumer)),
         "dead_letter_stream": plan.dead_letter_stream.as_ref().map(|s| request(stream_request(s))),
         "authorization": authorization_block(&plan.permissions, user),
+        "replay_authorization": authorization_block(&plan.replay_permissions, &format!("{user}-replay")),
         "warnings": plan.warnings,
     })
 }

@@ -295,18 +295,25 @@ fn text(plan: &Plan) -> String {
         t.push('\n');
         let _ = write_stream(&mut t, "Dead-letter stream", dlq);
     }
-    let _ = writeln!(t, "\nPermissions of the runner's NATS user");
-    let p = &plan.permissions;
-    let width = p
-        .publish
-        .iter()
-        .chain(&p.subscribe)
-        .map(|g| g.subject.len())
-        .max();
-    let width = width.unwrap_or(0);
-    for (verb, grants) in [("publish", &p.publish), ("subscribe", &p.subscribe)] {
-        for g in grants {
-            let _ = writeln!(t, "  {verb:<10}{:<width$}  {}", g.subject, g.why);
+    for (title, p) in [
+        ("Permissions of the runner's NATS user", &plan.permissions),
+        (
+            "Permissions of a `svc replay` user (read-only; docs/replay.md)",
+            &plan.replay_permissions,
+        ),
+    ] {
+        let _ = writeln!(t, "\n{title}");
+        let width = p
+            .publish
+            .iter()
+            .chain(&p.subscribe)
+            .map(|g| g.subject.len())
+            .max();
+        let width = width.unwrap_or(0);
+        for (verb, grants) in [("publish", &p.publish), ("subscribe", &p.subscribe)] {
+            for g in grants {
+                let _ = writeln!(t, "  {verb:<10}{:<width$}  {}", g.subject, g.why);
+            }
         }
     }
     if !plan.warnings.is_empty() {

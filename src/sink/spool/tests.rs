@@ -708,7 +708,10 @@ fn a_segment_shortened_under_the_drain_is_an_error_not_a_spin() {
         .open(cfg.dir.join(name))
         .unwrap();
     let len = file.metadata().unwrap().len();
-    assert!(len > 3 << 20, "a segment longer than the reader's window: {len}");
+    assert!(
+        len > 3 << 20,
+        "a segment longer than the reader's window: {len}"
+    );
     file.set_len(3 << 20).unwrap();
     let mut errors = 0;
     for _ in 0..200 {

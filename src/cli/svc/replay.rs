@@ -1,0 +1,327 @@
+//! `svc replay <config>`: delivers a range of the stream again (the engine is
+//! `pipeline::replay`; docs/replay.md). Parsing, the `--sink` override and the summary here.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::config::RuntimeConfig;
+use crate::pipeline::replay::{self, state::Counts, state::RangeKey, Finish};
+use crate::text::rfc3339::parse_rfc3339_nanos;
+
+/// Exit code of a replay that finished with messages refused (governance or sink).
+pub const EXIT_REFUSALS: u8 = 3;
+/// Exit code of a replay stopped by SIGINT/SIGTERM (`--resume` continues it).
+pub const EXIT_INTERRUPTED: u8 = 4;
+/// Largest `--sink` file read.
+const MAX_SINK_FILE_BYTES: u64 = 1024 * 1024;
+/// Longest `--timeout`.
+const MAX_TIMEOUT_SECONDS: u64 = 300;
+
+/// `svc replay` options as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub config: PathBuf,
+    pub start_seq: Option<u64>,
+    pub end_seq: Option<u64>,
+    pub since: Option<i128>,
+    pub until: Option<i128>,
+    pub subject: Option<String>,
+    pub sink: Option<PathBuf>,
+    pub state: Option<PathBuf>,
+    pub resume: bool,
+    pub dry_run: bool,
+    pub max_rate: Option<u32>,
+    pub timeout: Duration,
+}
+
+/// Parses what follows `replay`; `None`: help was asked for.
+pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
+    use lexopt::prelude::*;
+    let mut o = Options {
+        config: PathBuf::new(),
+        start_seq: None,
+        end_seq: None,
+        since: None,
+        until: None,
+        subject: None,
+        sink: None,
+        state: None,
+        resume: false,
+        dry_run: false,
+        max_rate: None,
+        timeout: Duration::from_secs(10),
+    };
+    let mut config = None;
+    let number = |v: std::ffi::OsString, flag: &str, lo: u64, hi: u64| {
+        let s = v.string()?;
+        match s.parse::<u64>() {
+            Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+            _ => Err(lexopt::Error::from(format!(
+                "{flag} must be an integer from {lo} to {hi}, not {:?}",
+                crate::text::terminal::text_line(&s)
+            ))),
+        }
+    };
+    let time = |v: std::ffi::OsString, flag: &str| -> Result<i128, lexopt::Error> {
+        let s = v.string()?;
+        parse_rfc3339_nanos(&s).ok_or_else(|| {
+            format!("{flag} must be an RFC 3339 time, e.g. 2026-11-26T14:00:00Z").into()
+        })
+    };
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("start-seq") => {
+                o.start_seq = Some(number(p.value()?, "--start-seq", 1, u64::MAX)?)
+            }
+            Long("end-seq") => o.end_seq = Some(number(p.value()?, "--end-seq", 1, u64::MAX)?),
+            Long("since") => o.since = Some(time(p.value()?, "--since")?),
+            Long("until") => o.until = Some(time(p.value()?, "--until")?),
+            Long("subject") => o.subject = Some(p.value()?.string()?),
+            Long("sink") => o.sink = Some(PathBuf::from(p.value()?)),
+            Long("state") => o.state = Some(PathBuf::from(p.value()?)),
+            Long("resume") => o.resume = true,
+            Long("dry-run") => o.dry_run = true,
+            Long("max-rate") => {
+                o.max_rate = Some(number(p.value()?, "--max-rate", 1, 1_000_000)? as u32)
+            }
+            Long("timeout") => {
+                o.timeout =
+                    Duration::from_secs(number(p.value()?, "--timeout", 1, MAX_TIMEOUT_SECONDS)?)
+            }
+            Short('h') | Long("help") => return Ok(None),
+            Value(v) if config.is_none() => config = Some(PathBuf::from(v)),
+            _ => return Err(arg.unexpected()),
+        }
+    }
+    o.config = config.ok_or("replay: missing <config_file>")?;
+    check(&o)?;
+    Ok(Some(o))
+}
+
+/// The flag combinations that cannot mean anything.
+fn check(o: &Options) -> Result<(), lexopt::Error> {
+    if o.start_seq.is_some() && o.since.is_some() {
+        return Err("give at most one of --start-seq, --since".into());
+    }
+    if let (Some(s), Some(e)) = (o.start_seq, o.end_seq) {
+        if e < s {
+            return Err(format!("--end-seq {e} is before --start-seq {s}").into());
+        }
+    }
+    if let (Some(s), Some(u)) = (o.since, o.until) {
+        if u < s {
+            return Err("--until is before --since".into());
+        }
+    }
+    if o.resume && o.dry_run {
+        return Err("--dry-run writes no state: it cannot --resume".into());
+    }
+    Ok(())
+}
+
+/// Runs `svc replay` (exit codes: docs/replay.md and the command's help).
+pub fn run(opts: &Options) -> ExitCode {
+    let cfg = match super::load(&opts.config) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    super::super::logging::init_from(&cfg.logging);
+    let cfg = match &opts.sink {
+        Some(path) => match with_sink(&opts.config, path) {
+            Ok(c) => c,
+            Err(why) => {
+                eprintln!("svc: replay: --sink {}: {why}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+        None => cfg,
+    };
+    let subjects = match super::inspect::narrowed(&cfg.nats.subjects, opts.subject.as_deref()) {
+        Ok(s) => s,
+        Err(why) => {
+            eprintln!("svc: replay: --subject: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let range = RangeKey {
+        config: absolute(&opts.config).display().to_string(),
+        stream: cfg.nats.stream.clone(),
+        subjects,
+        sink: opts
+            .sink
+            .as_deref()
+            .map_or("configured".into(), |s| absolute(s).display().to_string()),
+        start_seq: opts.start_seq,
+        end_seq: opts.end_seq,
+        since: opts.since,
+        until: opts.until,
+    };
+    let engine = replay::Options {
+        range,
+        state: opts
+            .state
+            .clone()
+            .unwrap_or_else(|| replay::state::StateFile::default_for(&opts.config)),
+        resume: opts.resume,
+        dry_run: opts.dry_run,
+        max_rate: opts.max_rate,
+        timeout: opts.timeout,
+    };
+    match replay::run(cfg, &engine) {
+        Ok(report) => {
+            if let Some(code) = summary(&report.counts, report.dry_run) {
+                return code;
+            }
+            let counts = &report.counts;
+            match report.finish {
+                Finish::Interrupted => {
+                    eprintln!(
+                        "svc: replay: stopped by a signal; `svc replay {} ... --resume` continues \
+                         (state: {})",
+                        opts.config.display(),
+                        engine.state.display()
+                    );
+                    ExitCode::from(EXIT_INTERRUPTED)
+                }
+                Finish::Done if counts.refused() > 0 => ExitCode::from(EXIT_REFUSALS),
+                Finish::Done => ExitCode::SUCCESS,
+            }
+        }
+        Err(failed) => {
+            let _ = summary(&failed.counts, opts.dry_run);
+            eprintln!("svc: replay: {}", failed.error);
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The final summary (standard output).
+fn summary(c: &Counts, dry_run: bool) -> Option<ExitCode> {
+    let stored = if dry_run { "would store" } else { "stored" };
+    let line = format!(
+        "replay: read {}, {stored} {}, already present {}, refused by governance {}, refused \
+         by the sink {}, dead-lettered {} ({})",
+        c.read,
+        c.stored,
+        c.already_present,
+        c.refused_governance,
+        c.refused_sink,
+        c.dead_lettered,
+        replay::progress::human_bytes(c.bytes)
+    );
+    super::output::print(format_args!("{line}\n"))
+        .err()
+        .map(|e| super::output::write_failed(&e))
+}
+
+/// The configuration with its `sink` block replaced by the one in `sink_file` (a JSON object,
+/// as the `sink` block of a configuration), validated as a whole.
+fn with_sink(config: &Path, sink_file: &Path) -> Result<RuntimeConfig, String> {
+    use std::io::Read;
+    let read = |p: &Path| -> Result<String, String> {
+        let f = std::fs::File::open(p).map_err(|e| format!("cannot open {}: {e}", p.display()))?;
+        let mut text = String::new();
+        f.take(MAX_SINK_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        if text.len() as u64 > MAX_SINK_FILE_BYTES {
+            return Err(format!("larger than {MAX_SINK_FILE_BYTES} bytes"));
+        }
+        Ok(text)
+    };
+    let sink: serde_json::Value =
+        serde_json::from_str(&read(sink_file)?).map_err(|e| format!("not valid JSON: {e}"))?;
+    if !sink.is_object() {
+        return Err(
+            "must hold one JSON object: a sink block, e.g. {\"type\": \"file\", ...}".into(),
+        );
+    }
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&read(config)?).map_err(|e| format!("configuration: {e}"))?;
+    doc["sink"] = sink;
+    RuntimeConfig::parse(&doc.to_string()).map_err(|inv| {
+        let lines: Vec<String> = inv.0.iter().map(|p| p.to_string()).collect();
+        format!(
+            "the configuration with this sink is invalid: {}",
+            lines.join("; ")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(args: &[&str]) -> Result<Options, String> {
+        let mut p = lexopt::Parser::from_iter(std::iter::once("x").chain(args.iter().copied()));
+        parse(&mut p).map(Option::unwrap).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn flags_and_their_errors_name_the_flag() {
+        let o = opts(&[
+            "c.json",
+            "--start-seq",
+            "5",
+            "--end-seq",
+            "9",
+            "--max-rate",
+            "20",
+        ])
+        .unwrap();
+        assert_eq!(
+            (o.start_seq, o.end_seq, o.max_rate),
+            (Some(5), Some(9), Some(20))
+        );
+        let o = opts(&["c.json", "--since", "2026-11-26T14:00:00Z", "--resume"]).unwrap();
+        assert!(o.since.is_some() && o.resume);
+        for (args, needle) in [
+            (
+                &["c.json", "--start-seq", "x"][..],
+                "--start-seq must be an integer",
+            ),
+            (
+                &["c.json", "--end-seq", "0"],
+                "--end-seq must be an integer from 1",
+            ),
+            (
+                &["c.json", "--since", "yesterday"],
+                "--since must be an RFC 3339 time",
+            ),
+            (
+                &["c.json", "--until", "12:00"],
+                "--until must be an RFC 3339 time",
+            ),
+            (
+                &["c.json", "--max-rate", "0"],
+                "--max-rate must be an integer",
+            ),
+            (
+                &["c.json", "--timeout", "301"],
+                "--timeout must be an integer",
+            ),
+            (
+                &["c.json", "--start-seq", "9", "--end-seq", "3"],
+                "--end-seq 3 is before",
+            ),
+            (
+                &[
+                    "c.json",
+                    "--start-seq",
+                    "1",
+                    "--since",
+                    "2026-11-26T14:00:00Z",
+                ],
+                "at most one",
+            ),
+            (&["c.json", "--dry-run", "--resume"], "cannot --resume"),
+            (&["--start-seq", "1"], "missing <config_file>"),
+            (&["c.json", "--bogus"], "--bogus"),
+        ] {
+            let e = opts(args).unwrap_err();
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,550 @@
+//! `svc replay`: delivers a range of the stream again, through the runner's normalizer, into
+//! the configured sink (or another), without touching the durable consumer.
+//!
+//! ```text
+//!  svc-replay-read ──RawBatch──▶ svc-normalize ──PreparedBatch──▶ svc-replay-write
+//!   (ephemeral push consumer,     (the runner's         (Sink::write_batch, the DLQ,
+//!    no acks, flow control,        Normalizer)            the state file after each batch)
+//!    --max-rate pacing)
+//!  main thread: the progress line until svc-replay-write ends; svc-signal: SIGINT/SIGTERM
+//! ```
+//!
+//! The range is fixed at the start: its last sequence is the smaller of `--end-seq` and the
+//! stream's last sequence then (kept in the state file for `--resume`). The reader stops at
+//! that sequence, at the first message stored after `--until`, or when the consumer has
+//! nothing more pending. A skipped consumer sequence or a silent broker is an error, never
+//! the end of the range. Batches are settled in stream order by one writer, and the state file
+//! moves past a batch only when every message of it is settled (stored, already present,
+//! refused and counted, dead-lettered and confirmed by the broker). See docs/replay.md.
+
+pub mod progress;
+pub mod state;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use super::{PreparedBatch, RawBatch, RunError};
+use crate::broker::dead_letter::{DeadLetter, DeadLetterPublisher};
+use crate::broker::inspect::{self, Ended, Request, Start};
+use crate::config::RuntimeConfig;
+use crate::message::envelope::{now_unix_nanos, RawMessage};
+use crate::message::protection::Protection;
+use crate::metrics::Metrics;
+use crate::sink::{Sink, WriteOutcome};
+use progress::{Display, Progress};
+use state::{Counts, RangeKey, State, StateFile};
+
+/// Attempts of one batch's transient sink failures before the replay stops (resumable).
+const WRITE_ATTEMPTS: u32 = 8;
+/// First wait between those attempts; doubled each time up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(8);
+
+/// What to replay and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The range and the sink it belongs to (what a state file must match).
+    pub range: RangeKey,
+    pub state: PathBuf,
+    pub resume: bool,
+    pub dry_run: bool,
+    /// Messages per second at most.
+    pub max_rate: Option<u32>,
+    /// Bounds the connect and the wait for each message from the broker.
+    pub timeout: Duration,
+}
+
+/// How a replay ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// Every message of the range is settled.
+    Done,
+    /// Stopped by SIGINT/SIGTERM; `--resume` continues.
+    Interrupted,
+}
+
+/// The outcome of a replay.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub finish: Finish,
+    pub counts: Counts,
+    /// The range's sequences (`first` is 1 for a time range).
+    pub first: u64,
+    pub last: u64,
+    pub dry_run: bool,
+    /// The sink's type.
+    pub sink: &'static str,
+}
+
+/// A failure that stopped the replay, with the counts settled before it (durable in the
+/// state file unless a dry run).
+#[derive(Debug)]
+pub struct Failed {
+    pub error: String,
+    pub counts: Counts,
+}
+
+impl From<RunError> for Failed {
+    fn from(e: RunError) -> Failed {
+        Failed {
+            error: e.to_string(),
+            counts: Counts::default(),
+        }
+    }
+}
+
+/// Runs one replay (see the module comment).
+pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
+    let metrics = Arc::new(Metrics::default());
+    let protection = Arc::new(
+        Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody)
+            .map_err(|e| RunError::Fatal(e.join("; ")))?,
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let monitor = Arc::new(super::Monitor::new());
+    let signals = super::signals::spawn(stop.clone(), Arc::new(OnceLock::new()), monitor.clone())?;
+    let denials = Arc::new(crate::broker::Denials::default());
+    let nc = crate::broker::connect_within(&cfg.nats, metrics.clone(), denials, opts.timeout)
+        .map_err(RunError::Broker)?;
+    let file = StateFile {
+        path: opts.state.clone(),
+    };
+    let plan = plan(&nc, &cfg, opts, &file)?;
+    let sink_kind = cfg.sink.kind();
+    let report = |finish, counts| Report {
+        finish,
+        counts,
+        first: plan.first,
+        last: plan.last,
+        dry_run: opts.dry_run,
+        sink: sink_kind,
+    };
+    if plan.state.done || plan.state.next_seq > plan.last {
+        let mut st = plan.state.clone();
+        st.done = true;
+        if !opts.dry_run {
+            file.write(&st).map_err(fatal)?;
+        }
+        signals.close();
+        return Ok(report(Finish::Done, st.counts));
+    }
+    let sink = if opts.dry_run {
+        None
+    } else {
+        // The spool is the runner's: a replay that cannot write stops and is resumed.
+        let mut direct = cfg.clone();
+        direct.spool = None;
+        Some(super::build_sink(&direct, &metrics)?.0)
+    };
+    let d = &cfg.delivery;
+    // One writer, so a batch is what `sink_workers` batches of the runner are together (they
+    // share one commit in the runner too); the channels hold as many messages as its do.
+    let batch_size = d.batch_size * d.sink_workers.max(1);
+    let in_flight = d
+        .max_in_flight_batches
+        .div_ceil(d.sink_workers.max(1))
+        .max(2);
+    let (raw_tx, raw_rx) = bounded::<RawBatch>(in_flight);
+    let (sizes_tx, sizes_rx) = bounded::<u64>(in_flight + 2);
+    let (prepared_tx, prepared_rx) = bounded::<PreparedBatch>(in_flight);
+    let reader = Reader {
+        nc: nc.clone(),
+        request: Request {
+            stream: cfg.nats.stream.clone(),
+            subjects: opts.range.subjects.clone(),
+            // Until a batch is settled, a time range starts at its time (a resumed one too);
+            // after that at the first sequence not settled.
+            start: match opts.range.since {
+                Some(since) if plan.state.counts.read == 0 => Start::Since(since),
+                _ => Start::Sequence(plan.state.next_seq),
+            },
+            max: u64::MAX,
+            timeout: opts.timeout,
+        },
+        last: plan.last,
+        until: opts.range.until,
+        consumer: Arc::from(cfg.nats.consumer.as_str()),
+        max_rate: opts.max_rate,
+        batch_size,
+        max_batch_wait: d.max_batch_wait,
+        stop: stop.clone(),
+        raw_tx,
+        sizes_tx,
+    };
+    let read_thread = super::spawn("svc-replay-read", move || reader.run())?;
+    let normalizer = super::Normalizer::new(&cfg, protection, metrics);
+    let mon = monitor.clone();
+    super::spawn("svc-normalize", move || {
+        super::normalize::run(normalizer, raw_rx, prepared_tx, mon)
+    })?;
+    let progress = Arc::new(Progress::default());
+    let writer = Writer {
+        sink,
+        dlq: (cfg.dead_letter.enabled && !opts.dry_run)
+            .then(|| DeadLetterPublisher::new(nc.clone(), cfg.dead_letter.clone())),
+        dead_letter: cfg.dead_letter.clone(),
+        file: (!opts.dry_run).then_some(file),
+        state: plan.state.clone(),
+        progress: progress.clone(),
+        stop: stop.clone(),
+    };
+    let write_thread = super::spawn("svc-replay-write", move || {
+        writer.run(prepared_rx, sizes_rx)
+    })?;
+    let mut display = Display::new(plan.first, plan.last, opts.terminal());
+    while !write_thread.is_finished() {
+        display.tick(&progress);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    display.finish(&progress);
+    let written = write_thread
+        .join()
+        .unwrap_or_else(|_| Err(("svc-replay-write panicked".into(), plan.state.counts)));
+    let read = read_thread
+        .join()
+        .unwrap_or_else(|_| Err("svc-replay-read panicked".into()));
+    signals.close();
+    let _ = crate::broker::flush(&nc, Duration::from_secs(2));
+    finish(written, read, &report)
+}
+
+/// The replay's end from the writer's and the reader's results.
+fn finish(
+    written: Result<(Finish, Counts), (String, Counts)>,
+    read: Result<Finish, String>,
+    report: &dyn Fn(Finish, Counts) -> Report,
+) -> Result<Report, Failed> {
+    match (written, read) {
+        (Err((error, counts)), _) | (Ok((_, counts)), Err(error)) => Err(Failed { error, counts }),
+        (Ok((Finish::Interrupted, counts)), _) | (Ok((_, counts)), Ok(Finish::Interrupted)) => {
+            Ok(report(Finish::Interrupted, counts))
+        }
+        (Ok((Finish::Done, counts)), Ok(Finish::Done)) => Ok(report(Finish::Done, counts)),
+    }
+}
+
+fn fatal(e: String) -> Failed {
+    Failed {
+        error: e,
+        counts: Counts::default(),
+    }
+}
+
+impl Options {
+    /// Whether standard error is a terminal (the progress line is redrawn there).
+    pub fn terminal(&self) -> bool {
+        use std::io::IsTerminal;
+        std::io::stderr().is_terminal()
+    }
+}
+
+/// The range as this run will read it.
+struct Plan {
+    first: u64,
+    last: u64,
+    state: State,
+}
+
+/// Fixes the range (or takes it from the state file with `--resume`) and checks the state
+/// file: one for another range is refused, an unfinished one is never overwritten.
+fn plan(
+    nc: &crate::broker::Connection,
+    cfg: &RuntimeConfig,
+    opts: &Options,
+    file: &StateFile,
+) -> Result<Plan, Failed> {
+    let shown = file.path.display();
+    let stored = file.read().map_err(fatal)?;
+    if let Some(st) = &stored {
+        if let Some(what) = state::mismatch(&st.range, &opts.range) {
+            return Err(fatal(format!(
+                "replay state {shown} belongs to another replay ({what} differ); give another \
+                 --state file, or remove this one to start over"
+            )));
+        }
+    }
+    let first = opts.range.start_seq.unwrap_or(1);
+    match stored {
+        Some(st) if opts.resume => Ok(Plan {
+            first,
+            last: st.last_seq,
+            state: st,
+        }),
+        None if opts.resume => Err(fatal(format!(
+            "--resume: no replay state at {shown}; start the replay without --resume"
+        ))),
+        Some(st) if !st.done && !opts.dry_run => Err(fatal(format!(
+            "replay state {shown} holds an unfinished replay (next sequence {} of {}); continue \
+             it with --resume, or remove the file to start over",
+            st.next_seq, st.last_seq
+        ))),
+        _ => {
+            let stream_last =
+                inspect::last_sequence(nc, &cfg.nats.stream).map_err(|e| fatal(e.to_string()))?;
+            let last = opts
+                .range
+                .end_seq
+                .map_or(stream_last, |e| e.min(stream_last));
+            let state = State {
+                schema: state::SCHEMA.into(),
+                range: opts.range.clone(),
+                last_seq: last,
+                next_seq: first.min(last.saturating_add(1)).max(1),
+                done: false,
+                counts: Counts::default(),
+            };
+            if !opts.dry_run {
+                file.write(&state).map_err(fatal)?;
+            }
+            Ok(Plan { first, last, state })
+        }
+    }
+}
+
+/// `svc-replay-read`: the range through an ephemeral consumer, in batches.
+struct Reader {
+    nc: crate::broker::Connection,
+    request: Request,
+    last: u64,
+    until: Option<i128>,
+    /// The configured durable's name, which `svc run`'s records carry.
+    consumer: Arc<str>,
+    max_rate: Option<u32>,
+    batch_size: usize,
+    max_batch_wait: Duration,
+    stop: Arc<AtomicBool>,
+    raw_tx: Sender<RawBatch>,
+    sizes_tx: Sender<u64>,
+}
+
+impl Reader {
+    /// Reads to the end of the range; `Interrupted` when a signal stopped it.
+    fn run(self) -> Result<Finish, String> {
+        let started = Instant::now();
+        let mut batch: Vec<(RawMessage, i128)> = Vec::with_capacity(self.batch_size);
+        let (mut bytes, mut count, mut opened) = (0u64, 0u64, Instant::now());
+        let mut finish = Finish::Done;
+        let mut closed = false;
+        let ship = |batch: &mut Vec<(RawMessage, i128)>, bytes: &mut u64| {
+            if batch.is_empty() {
+                return true;
+            }
+            let messages = std::mem::take(batch);
+            let id = messages.last().map_or(0, |m| m.0.stream_sequence);
+            let families = vec![None; messages.len()];
+            self.sizes_tx.send(std::mem::take(bytes)).is_ok()
+                && self
+                    .raw_tx
+                    .send(RawBatch {
+                        id,
+                        messages,
+                        families,
+                    })
+                    .is_ok()
+        };
+        let (read, ended) =
+            inspect::read_while(&self.nc, &self.request, "svc replay", |mut raw, _| {
+                if self.stop.load(Ordering::SeqCst) {
+                    finish = Finish::Interrupted;
+                    return false;
+                }
+                let seq = raw.stream_sequence;
+                let late = self
+                    .until
+                    .is_some_and(|u| raw.published_unix_nanos.is_some_and(|p| p > u));
+                if seq > self.last || late {
+                    return false;
+                }
+                raw.consumer = Arc::clone(&self.consumer);
+                if batch.is_empty() {
+                    opened = Instant::now();
+                }
+                bytes += raw.data.len() as u64;
+                batch.push((raw, now_unix_nanos()));
+                count += 1;
+                if let Some(rate) = self.max_rate {
+                    let due = started + Duration::from_secs_f64(count as f64 / f64::from(rate));
+                    std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                }
+                if (batch.len() >= self.batch_size || opened.elapsed() >= self.max_batch_wait)
+                    && !ship(&mut batch, &mut bytes)
+                {
+                    closed = true;
+                    return false;
+                }
+                seq < self.last
+            })
+            .map_err(|e| e.to_string())?;
+        if !closed {
+            ship(&mut batch, &mut bytes);
+        }
+        log::debug!("svc-replay-read: {read} messages read");
+        match ended {
+            Ended::TimedOut { pending } => Err(format!(
+                "broker: nothing arrived for {} s while the replay consumer still held {pending} \
+                 messages; the replay stops at the last settled batch (--resume continues)",
+                self.request.timeout.as_secs()
+            )),
+            Ended::Gap { expected, got } => Err(format!(
+                "broker: delivery {got} arrived where {expected} was expected (deliveries were \
+                 dropped); the replay stops at the last settled batch (--resume continues)"
+            )),
+            _ => Ok(finish),
+        }
+    }
+}
+
+/// `svc-replay-write`: settles each batch in order and records the progress durably.
+struct Writer {
+    /// `None` in a dry run.
+    sink: Option<Arc<dyn Sink>>,
+    dlq: Option<DeadLetterPublisher>,
+    dead_letter: crate::broker::dead_letter::DeadLetterConfig,
+    file: Option<StateFile>,
+    state: State,
+    progress: Arc<Progress>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Writer {
+    fn run(
+        mut self,
+        rx: Receiver<PreparedBatch>,
+        sizes: Receiver<u64>,
+    ) -> Result<(Finish, Counts), (String, Counts)> {
+        let mut finish = Finish::Done;
+        for batch in rx {
+            let bytes = sizes.recv().unwrap_or(0);
+            let last_seq = batch.id;
+            if let Err(e) = self.settle(batch) {
+                return Err((e, self.state.counts));
+            }
+            self.state.counts.bytes += bytes;
+            self.state.next_seq = last_seq + 1;
+            self.persist().map_err(|e| (e, self.state.counts))?;
+            self.progress
+                .messages
+                .store(self.state.counts.read, Ordering::Relaxed);
+            self.progress
+                .bytes
+                .store(self.state.counts.bytes, Ordering::Relaxed);
+            self.progress.position.store(last_seq, Ordering::Relaxed);
+        }
+        if self.stop.load(Ordering::SeqCst) {
+            finish = Finish::Interrupted;
+        } else {
+            self.state.done = true;
+            self.state.next_seq = self.state.last_seq + 1;
+        }
+        self.persist().map_err(|e| (e, self.state.counts))?;
+        Ok((finish, self.state.counts))
+    }
+
+    fn persist(&self) -> Result<(), String> {
+        match &self.file {
+            Some(f) => f.write(&self.state),
+            None => Ok(()),
+        }
+    }
+
+    /// Every message of the batch stored, already present, refused or dead-lettered.
+    fn settle(&mut self, batch: PreparedBatch) -> Result<(), String> {
+        let mut envelopes = Vec::with_capacity(batch.items.len());
+        for item in batch.items {
+            self.state.counts.read += 1;
+            match item {
+                Ok(p) => envelopes.push(p.envelope),
+                Err((rejection, _)) if rejection.retry => {
+                    return Err(format!(
+                        "a message of the batch ending at stream sequence {} cannot be prepared \
+                         now ({}); fix it and continue with --resume",
+                        batch.id, rejection.reason
+                    ))
+                }
+                Err((rejection, _)) => {
+                    self.state.counts.refused_governance += 1;
+                    if let Some(dl) = rejection.dead_letter {
+                        self.dead_letter(dl)?;
+                    }
+                }
+            }
+        }
+        let Some(sink) = self.sink.clone() else {
+            // A dry run: what would be stored.
+            self.state.counts.stored += envelopes.len() as u64;
+            return Ok(());
+        };
+        let mut backoff = FIRST_BACKOFF;
+        for attempt in 1..=WRITE_ATTEMPTS {
+            let outcomes = sink.write_batch(&envelopes);
+            if outcomes.len() != envelopes.len() {
+                return Err(format!(
+                    "sink {} returned {} outcomes for {} records",
+                    sink.kind(),
+                    outcomes.len(),
+                    envelopes.len()
+                ));
+            }
+            let mut again = Vec::new();
+            let mut first_failure = None;
+            for (outcome, env) in outcomes.into_iter().zip(envelopes) {
+                match outcome {
+                    WriteOutcome::Durable => self.state.counts.stored += 1,
+                    WriteOutcome::AlreadyDurable => self.state.counts.already_present += 1,
+                    WriteOutcome::Permanent(e) => {
+                        self.state.counts.refused_sink += 1;
+                        if self.dlq.is_some() {
+                            let cfg = &self.dead_letter;
+                            self.dead_letter(DeadLetter::build_for_sink(
+                                &env,
+                                &e,
+                                now_unix_nanos(),
+                                cfg,
+                            ))?;
+                        }
+                    }
+                    WriteOutcome::Transient(e) => {
+                        first_failure.get_or_insert(e.to_string());
+                        again.push(env);
+                    }
+                }
+            }
+            envelopes = again;
+            let Some(failure) = first_failure else {
+                return Ok(());
+            };
+            if attempt == WRITE_ATTEMPTS || self.stop.load(Ordering::SeqCst) {
+                return Err(format!(
+                    "sink {}: {} records not written after {attempt} attempts: {failure}; \
+                     --resume continues from the last settled batch",
+                    sink.kind(),
+                    envelopes.len()
+                ));
+            }
+            log::warn!(
+                "sink {}: {} records not written (attempt {attempt} of {WRITE_ATTEMPTS}): \
+                 {failure}",
+                sink.kind(),
+                envelopes.len()
+            );
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+        Ok(())
+    }
+
+    /// Publishes a refusal's record, marked as replayed, and waits for the broker's PubAck.
+    fn dead_letter(&mut self, dl: DeadLetter) -> Result<(), String> {
+        let Some(dlq) = &self.dlq else {
+            return Ok(());
+        };
+        dlq.publish(&dl.replayed())
+            .map_err(|e| format!("dead-letter queue: {e}; --resume continues"))?;
+        self.state.counts.dead_lettered += 1;
+        Ok(())
+    }
+}

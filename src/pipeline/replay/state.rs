@@ -1,0 +1,193 @@
+//! The replay's durable progress: a small JSON file (`svc.replay.state.v1`) naming the range it
+//! belongs to and the next stream sequence to read. It is replaced atomically and fsynced
+//! (`files::atomic`) after every batch whose messages are all settled (stored, already present,
+//! dead-lettered or counted as refused), so `--resume` starts at the first message not settled:
+//! a message may be written twice after a crash (a keyed sink then says "already present"),
+//! never skipped.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The state file's schema name.
+pub const SCHEMA: &str = "svc.replay.state.v1";
+/// Largest state file read (it is a few hundred bytes; a larger one is not ours).
+const MAX_STATE_BYTES: u64 = 64 * 1024;
+
+/// What a state file belongs to: a resumed replay must ask for exactly this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeKey {
+    /// The configuration file, as given (made absolute).
+    pub config: String,
+    pub stream: String,
+    pub subjects: Vec<String>,
+    /// `configured` or the `--sink` file (made absolute).
+    pub sink: String,
+    pub start_seq: Option<u64>,
+    pub end_seq: Option<u64>,
+    /// `--since` / `--until` as Unix nanoseconds.
+    pub since: Option<i128>,
+    pub until: Option<i128>,
+}
+
+/// The counters a summary shows; kept in the state file so a resumed replay reports the whole.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub read: u64,
+    pub bytes: u64,
+    pub stored: u64,
+    pub already_present: u64,
+    pub refused_governance: u64,
+    pub refused_sink: u64,
+    pub dead_lettered: u64,
+}
+
+impl Counts {
+    /// Messages neither stored nor already present.
+    pub fn refused(&self) -> u64 {
+        self.refused_governance + self.refused_sink
+    }
+}
+
+/// The state file's content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    pub schema: String,
+    pub range: RangeKey,
+    /// The last stream sequence of the range, fixed when the replay first started.
+    pub last_seq: u64,
+    /// The first stream sequence not yet settled.
+    pub next_seq: u64,
+    pub done: bool,
+    pub counts: Counts,
+}
+
+/// Where the state lives and how it is written.
+pub struct StateFile {
+    pub path: PathBuf,
+}
+
+impl StateFile {
+    /// The default place: next to the configuration, `<config>.replay-state`.
+    pub fn default_for(config: &Path) -> PathBuf {
+        let mut name = config.file_name().unwrap_or_default().to_os_string();
+        name.push(".replay-state");
+        config.with_file_name(name)
+    }
+
+    /// Reads the state, `None` when there is none. A file that is not a state file is an
+    /// error naming the file and the reason.
+    pub fn read(&self) -> Result<Option<State>, String> {
+        use std::io::Read;
+        let shown = self.path.display();
+        let file = match std::fs::File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("replay state {shown}: cannot open: {e}")),
+        };
+        let mut text = Vec::new();
+        file.take(MAX_STATE_BYTES + 1)
+            .read_to_end(&mut text)
+            .map_err(|e| format!("replay state {shown}: cannot read: {e}"))?;
+        if text.len() as u64 > MAX_STATE_BYTES {
+            return Err(format!(
+                "replay state {shown}: larger than {MAX_STATE_BYTES} bytes: not a replay state file"
+            ));
+        }
+        let state: State = serde_json::from_slice(&text)
+            .map_err(|e| format!("replay state {shown}: not a replay state file ({e})"))?;
+        if state.schema != SCHEMA {
+            return Err(format!(
+                "replay state {shown}: schema {:?}, expected {SCHEMA}",
+                crate::text::peer::PeerText::new(&state.schema).to_string()
+            ));
+        }
+        if state.next_seq == 0 || state.next_seq > state.last_seq.saturating_add(1) {
+            return Err(format!(
+                "replay state {shown}: next_seq {} outside the range (last_seq {})",
+                state.next_seq, state.last_seq
+            ));
+        }
+        Ok(Some(state))
+    }
+
+    /// Replaces the state atomically and durably (file and directory fsynced).
+    pub fn write(&self, state: &State) -> Result<(), String> {
+        let mut bytes = serde_json::to_vec_pretty(state).unwrap_or_default();
+        bytes.push(b'\n');
+        crate::files::atomic::write_atomically(&self.path, &bytes, 0o600).map_err(|e| {
+            format!(
+                "replay state {}: cannot be written: {e}",
+                self.path.display()
+            )
+        })
+    }
+}
+
+/// Why a state file cannot be continued by this request, naming what differs.
+pub fn mismatch(stored: &RangeKey, asked: &RangeKey) -> Option<String> {
+    let differs = [
+        ("configuration file", stored.config != asked.config),
+        ("stream", stored.stream != asked.stream),
+        ("subjects (--subject)", stored.subjects != asked.subjects),
+        ("sink (--sink)", stored.sink != asked.sink),
+        ("--start-seq", stored.start_seq != asked.start_seq),
+        ("--end-seq", stored.end_seq != asked.end_seq),
+        ("--since", stored.since != asked.since),
+        ("--until", stored.until != asked.until),
+    ];
+    let names: Vec<&str> = differs.iter().filter(|d| d.1).map(|d| d.0).collect();
+    (!names.is_empty()).then(|| names.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> RangeKey {
+        RangeKey {
+            config: "/etc/svc.json".into(),
+            stream: "S".into(),
+            subjects: vec!["o.>".into()],
+            sink: "configured".into(),
+            start_seq: Some(3),
+            end_seq: None,
+            since: None,
+            until: None,
+        }
+    }
+
+    #[test]
+    fn round_trip_and_refusals() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile {
+            path: StateFile::default_for(&dir.path().join("svc.json")),
+        };
+        assert!(file.path.ends_with("svc.json.replay-state"));
+        assert_eq!(file.read().unwrap(), None);
+        let state = State {
+            schema: SCHEMA.into(),
+            range: key(),
+            last_seq: 10,
+            next_seq: 5,
+            done: false,
+            counts: Counts::default(),
+        };
+        file.write(&state).unwrap();
+        assert_eq!(file.read().unwrap(), Some(state.clone()));
+        let mut other = key();
+        other.end_seq = Some(9);
+        other.subjects = vec!["o.a".into()];
+        assert_eq!(
+            mismatch(&state.range, &other).unwrap(),
+            "subjects (--subject), --end-seq"
+        );
+        assert_eq!(mismatch(&state.range, &key()), None);
+        std::fs::write(&file.path, "{}").unwrap();
+        assert!(file.read().unwrap_err().contains("not a replay state file"));
+        let mut bad = state;
+        bad.next_seq = 12;
+        file.write(&bad).unwrap();
+        assert!(file.read().unwrap_err().contains("outside the range"));
+    }
+}
