@@ -209,7 +209,22 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         .unwrap_or_else(|_| Err("svc-replay-read panicked".into()));
     signals.close();
     let _ = crate::broker::flush(&nc, Duration::from_secs(2));
-    finish(written, read, &report)
+    if let (Ok((Finish::Done, st)), Ok(Finish::Done)) = (&written, &read) {
+        // The whole range is settled: the state says so, and `--resume` has nothing to do.
+        let mut st = st.clone();
+        st.done = true;
+        st.next_seq = st.last_seq + 1;
+        if !opts.dry_run {
+            let file = StateFile {
+                path: opts.state.clone(),
+            };
+            file.write(&st).map_err(|error| Failed {
+                error,
+                counts: st.counts,
+            })?;
+        }
+    }
+    finish(written.map(|(f, st)| (f, st.counts)), read, &report)
 }
 
 /// The replay's end from the writer's and the reader's results.
@@ -415,7 +430,7 @@ impl Writer {
         mut self,
         rx: Receiver<PreparedBatch>,
         sizes: Receiver<u64>,
-    ) -> Result<(Finish, Counts), (String, Counts)> {
+    ) -> Result<(Finish, State), (String, Counts)> {
         let mut finish = Finish::Done;
         for batch in rx {
             let bytes = sizes.recv().unwrap_or(0);
@@ -436,12 +451,9 @@ impl Writer {
         }
         if self.stop.load(Ordering::SeqCst) {
             finish = Finish::Interrupted;
-        } else {
-            self.state.done = true;
-            self.state.next_seq = self.state.last_seq + 1;
         }
-        self.persist().map_err(|e| (e, self.state.counts))?;
-        Ok((finish, self.state.counts))
+        // Not marked done here: only the reader knows whether the range ended or it failed.
+        Ok((finish, self.state))
     }
 
     fn persist(&self) -> Result<(), String> {
