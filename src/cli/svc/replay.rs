@@ -65,9 +65,16 @@ pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
     };
     let time = |v: std::ffi::OsString, flag: &str| -> Result<i128, lexopt::Error> {
         let s = v.string()?;
-        parse_rfc3339_nanos(&s).ok_or_else(|| {
-            format!("{flag} must be an RFC 3339 time, e.g. 2026-11-26T14:00:00Z").into()
-        })
+        let nanos = parse_rfc3339_nanos(&s).ok_or_else(|| {
+            lexopt::Error::from(format!(
+                "{flag} must be an RFC 3339 time, e.g. 2026-11-26T14:00:00Z"
+            ))
+        })?;
+        if !crate::broker::config::is_broker_time(nanos) {
+            let why = crate::broker::config::BROKER_TIME_RANGE;
+            return Err(format!("{flag} {why}").into());
+        }
+        Ok(nanos)
     };
     while let Some(arg) = p.next()? {
         match arg {
