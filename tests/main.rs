@@ -63,6 +63,7 @@ mod layers;
 mod log_hygiene;
 mod logging_format;
 mod mysql_client;
+mod mysql_sink;
 mod object_store_e2e;
 mod object_store_sink;
 mod observe_broker_monitoring;

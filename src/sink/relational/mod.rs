@@ -31,6 +31,7 @@ pub mod auth;
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod my_sink;
 pub mod mysql;
 pub mod params;
 mod startup;
