@@ -206,3 +206,58 @@ fn test_sink_probes_and_names_missing_tables() {
     let e = s.check().unwrap_err().to_string();
     assert!(e.contains("SVC_E2E_NO_SUCH_VAR_49"), "{e}");
 }
+
+#[test]
+fn upsert_replaces_with_newer_content_never_older() {
+    let db = MyDb::new("upsert");
+    let s = sink(
+        &db,
+        json!({"write_mode": "upsert", "key_field": "/order/id"}),
+    );
+    let v = |seq, id: serde_json::Value, state: &str| {
+        envelope(
+            "orders.eu",
+            seq,
+            json!({"order": {"id": id, "state": state}})
+                .to_string()
+                .as_bytes(),
+        )
+    };
+    let out = s.write_batch(&[v(1, json!("A"), "new"), v(2, json!(7), "new")]);
+    assert!(out.iter().all(WriteOutcome::is_durable), "{out:?}");
+    // Newer content replaces; inside one batch the last (highest sequence) wins.
+    let out = s.write_batch(&[v(3, json!("A"), "paid"), v(4, json!("A"), "shipped")]);
+    assert!(out.iter().all(WriteOutcome::is_durable), "{out:?}");
+    // A redelivered older message never overwrites a newer row.
+    assert!(s.write_batch(&[v(1, json!("A"), "new")])[0].is_durable());
+    let rows = db.rows(
+        "SELECT idempotency_key, stream_sequence, payload FROM orders ORDER BY idempotency_key",
+    );
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0][0].as_deref(), Some("k-7"));
+    assert_eq!(rows[1][0].as_deref(), Some("k-A"));
+    assert_eq!(rows[1][1].as_deref(), Some("4"));
+    assert!(
+        rows[1][2].as_deref().unwrap().contains("shipped"),
+        "{rows:?}"
+    );
+    // No key in the payload: that row is Permanent, the others are written.
+    let out = s.write_batch(&[
+        envelope("orders.eu", 9, b"{\"x\":1}"),
+        v(10, json!("B"), "new"),
+    ]);
+    assert!(
+        matches!(&out[0], WriteOutcome::Permanent(e) if e.to_string().contains("/order/id")),
+        "{out:?}"
+    );
+    assert!(out[1].is_durable());
+    // By stream sequence (no key_field): a redelivery rewrites the same row, never a second.
+    let s = sink(
+        &db,
+        json!({"write_mode": "upsert", "table": "by_seq", "routes": []}),
+    );
+    for _ in 0..2 {
+        assert!(s.write_batch(&[envelope("x", 5, b"{\"a\":1}")])[0].is_durable());
+    }
+    assert_eq!(count(&db, "by_seq"), 1);
+}

@@ -222,6 +222,17 @@ pub enum Engine {
     Mysql,
 }
 
+/// How rows are written (`sink.write_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// A key already stored counts as stored (same event) or is a collision: never a second
+    /// row, never an overwrite.
+    Insert,
+    /// Newer content replaces: the row of a key is overwritten by a message of a higher (or
+    /// equal) stream sequence, never by an older one.
+    Upsert,
+}
+
 /// The `relational_db` sink block.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RelationalConfig {
@@ -230,6 +241,11 @@ pub struct RelationalConfig {
     /// Authentication plugins a MySQL server may ask for (`require_auth` of the `mysql`
     /// engine).
     pub mysql_require_auth: super::mysql::AuthPolicy,
+    /// `insert` (default) or `upsert`.
+    pub write_mode: WriteMode,
+    /// For `upsert`: a JSON pointer into the payload whose value is the row's key (else the
+    /// idempotency key, i.e. the stream sequence or message ID).
+    pub key_field: Option<String>,
     pub dsn: Dsn,
     /// Environment variable holding the password; read at each connect, never stored.
     pub password_env: Option<String>,
@@ -260,6 +276,29 @@ impl RelationalConfig {
             Engine::PostgreSql,
             &[("postgresql", Engine::PostgreSql), ("mysql", Engine::Mysql)],
         );
+        let write_mode = r.one_of(
+            "write_mode",
+            WriteMode::Insert,
+            &[("insert", WriteMode::Insert), ("upsert", WriteMode::Upsert)],
+        );
+        if write_mode == WriteMode::Upsert && engine == Engine::PostgreSql {
+            r.problem(
+                "write_mode",
+                "upsert is implemented for engine mysql only (engine postgresql: insert)",
+            );
+        }
+        let key_field = r.opt_string("key_field");
+        if let Some(k) = &key_field {
+            if write_mode != WriteMode::Upsert {
+                r.problem("key_field", "is only used with write_mode upsert");
+            } else if !k.starts_with('/') || k.len() > 256 {
+                r.problem(
+                    "key_field",
+                    "must be a JSON pointer into the payload (RFC 6901, e.g. /order/id), at most \
+                     256 characters",
+                );
+            }
+        }
         let dsn_text = r.req_string("dsn");
         let dsn = if dsn_text.is_empty() {
             None
@@ -363,6 +402,8 @@ impl RelationalConfig {
         RelationalConfig {
             engine,
             mysql_require_auth,
+            write_mode,
+            key_field,
             dsn: dsn.unwrap_or(Dsn {
                 host: String::new(),
                 port: 5432,
@@ -511,6 +552,24 @@ mod tests {
                 .any(|m| m.contains("sink.require_auth") && m.contains("cleartext")),
             "{p:?}"
         );
+        let (_, p) = read(r#"{"dsn":"postgresql://svc@db/x","table":"t","write_mode":"upsert"}"#);
+        assert!(
+            p.iter()
+                .any(|m| m.contains("sink.write_mode") && m.contains("mysql only")),
+            "{p:?}"
+        );
+        let (_, p) =
+            read(r#"{"engine":"mysql","dsn":"mysql://svc@db/x","table":"t","key_field":"/id"}"#);
+        assert!(
+            p.iter()
+                .any(|m| m.contains("sink.key_field") && m.contains("upsert")),
+            "{p:?}"
+        );
+        let (c, p) = read(
+            r#"{"engine":"mysql","dsn":"mysql://svc@db/x","table":"t","write_mode":"upsert","key_field":"id"}"#,
+        );
+        assert!(p.iter().any(|m| m.contains("JSON pointer")), "{p:?}");
+        assert_eq!(c.write_mode, WriteMode::Upsert);
         let (_, p) = read(r#"{"engine":"oracle","dsn":"mysql://svc@db/x","table":"t"}"#);
         assert!(p.iter().any(|m| m.contains("sink.engine")), "{p:?}");
     }

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::config::{RelationalConfig, TableName};
+use super::config::{RelationalConfig, TableName, WriteMode};
 use super::error::DbError;
 use super::mysql::{self, Connection};
 use super::params::{ConnectParams, TlsMode};
@@ -184,6 +184,41 @@ fn values(env: &Envelope, key: &str, nbe: bool) -> Result<String, String> {
     Ok(format!("({})", parts.join(",")))
 }
 
+/// `ON DUPLICATE KEY UPDATE` of `write_mode: upsert`: every column takes the new value when
+/// the new row's stream sequence is not older than the stored one's; `stream_sequence` is
+/// assigned last (MySQL evaluates the assignments left to right, later ones see earlier ones).
+fn upsert_clause() -> String {
+    let newer = "VALUES(stream_sequence) >= stream_sequence";
+    let mut sets: Vec<String> = COLUMNS
+        .iter()
+        .map(|c| c.0)
+        .filter(|n| !matches!(*n, "idempotency_key" | "stream_sequence"))
+        .map(|n| format!("{n} = IF({newer}, VALUES({n}), {n})"))
+        .collect();
+    sets.push(format!(
+        "stored_at = IF({newer}, CURRENT_TIMESTAMP(6), stored_at)"
+    ));
+    sets.push("stream_sequence = GREATEST(stream_sequence, VALUES(stream_sequence))".into());
+    format!(" ON DUPLICATE KEY UPDATE {}", sets.join(", "))
+}
+
+/// The row key under `write_mode: upsert` with `key_field`: `k-` and the payload's value at
+/// the pointer (a string as is, a number or boolean as its JSON text).
+fn field_key(env: &Envelope, pointer: &str) -> Result<String, String> {
+    let v: serde_json::Value = serde_json::from_str(env.payload.json())
+        .map_err(|e| format!("payload is not JSON for key_field: {e}"))?;
+    match v.pointer(pointer) {
+        Some(serde_json::Value::String(s)) if !s.is_empty() => Ok(format!("k-{s}")),
+        Some(n @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
+            Ok(format!("k-{n}"))
+        }
+        Some(_) => Err(format!(
+            "key_field {pointer} is not a non-empty string, number or boolean in the payload"
+        )),
+        None => Err(format!("key_field {pointer} is missing from the payload")),
+    }
+}
+
 /// Errors that blame a row's data (not a duplicate key: that is a concurrent writer).
 fn is_row_error(e: &DbError) -> bool {
     match e {
@@ -341,16 +376,20 @@ impl MySqlSink {
         conn: &mut Connection,
         batch: &[Envelope],
         keys: &[String],
+        pre: Vec<Option<WriteOutcome>>,
     ) -> Result<Tally, BatchFailure> {
         let mut groups: BTreeMap<&TableName, Vec<usize>> = BTreeMap::new();
         for (i, env) in batch.iter().enumerate() {
+            if pre[i].is_some() {
+                continue; // no usable key: already Permanent
+            }
             groups
                 .entry(self.cfg.table_for(&env.subject))
                 .or_default()
                 .push(i);
         }
         let mut tally = Tally {
-            outcomes: vec![None; batch.len()],
+            outcomes: pre,
             duplicates: 0,
             ignored: 0,
         };
@@ -378,6 +417,9 @@ impl MySqlSink {
         idx: &[usize],
         tally: &mut Tally,
     ) -> Result<(), DbError> {
+        if self.cfg.write_mode == WriteMode::Upsert {
+            return self.insert_rows(conn, table, batch, keys, idx, tally);
+        }
         let nbe = conn.no_backslash_escapes();
         let wanted: Vec<String> = idx
             .iter()
@@ -453,6 +495,10 @@ impl MySqlSink {
             table_sql(table),
             names.join(",")
         );
+        let tail = match self.cfg.write_mode {
+            WriteMode::Upsert => upsert_clause(),
+            WriteMode::Insert => String::new(),
+        };
         let nbe = conn.no_backslash_escapes();
         let mut tuples = Vec::with_capacity(rows.len());
         for &i in rows {
@@ -479,6 +525,7 @@ impl MySqlSink {
                 sql.push_str(&tuples[end].1);
                 end += 1;
             }
+            sql.push_str(&tail);
             match conn.query(&sql) {
                 Ok(_) => {
                     for (i, _) in &tuples[start..end] {
@@ -491,7 +538,7 @@ impl MySqlSink {
                         end - start
                     );
                     for (i, v) in &tuples[start..end] {
-                        tally.outcomes[*i] = Some(match conn.query(&format!("{head}{v}")) {
+                        tally.outcomes[*i] = Some(match conn.query(&format!("{head}{v}{tail}")) {
                             Ok(_) => WriteOutcome::Durable,
                             Err(e) if is_row_error(&e) && !conn.is_broken() => {
                                 WriteOutcome::Permanent(
@@ -550,13 +597,28 @@ impl Sink for MySqlSink {
         if batch.is_empty() {
             return Vec::new();
         }
-        let keys: Vec<String> = batch.iter().map(row_key).collect();
+        let mut pre: Vec<Option<WriteOutcome>> = vec![None; batch.len()];
+        let keys: Vec<String> = match (&self.cfg.write_mode, &self.cfg.key_field) {
+            (WriteMode::Upsert, Some(pointer)) => batch
+                .iter()
+                .enumerate()
+                .map(|(i, env)| {
+                    field_key(env, pointer).unwrap_or_else(|e| {
+                        pre[i] = Some(WriteOutcome::Permanent(
+                            SinkError::new(KIND, e).classified(FailureClass::InvalidKey),
+                        ));
+                        String::new()
+                    })
+                })
+                .collect(),
+            _ => batch.iter().map(row_key).collect(),
+        };
         let all_transient = |e: SinkError| vec![WriteOutcome::Transient(e); batch.len()];
         let mut conn = match self.checkout() {
             Ok(c) => c,
             Err(e) => return all_transient(self.err("connect to", &e)),
         };
-        match self.write_tx(&mut conn, batch, &keys) {
+        match self.write_tx(&mut conn, batch, &keys, pre) {
             Ok(t) => {
                 self.checkin(conn);
                 Metrics::add(&self.metrics.counters.db_duplicates_total, t.duplicates);
