@@ -701,3 +701,42 @@ impl Sink for MySqlSink {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(extra: &str) -> RelationalConfig {
+        let v = crate::document::reader::parse_json(&format!(
+            r#"{{"engine":"mysql","dsn":"mysql://svc@db/x","table":"audit.events"{extra}}}"#
+        ))
+        .unwrap();
+        let p = crate::document::reader::Problems::new();
+        let mut r = crate::document::reader::ObjectReader::at("sink".into(), &v, &p);
+        let c = RelationalConfig::read(&mut r);
+        r.finish();
+        assert!(p.is_empty());
+        c
+    }
+
+    /// docs/sinks/relational.md quotes this DDL: it must stay what `svc init-db` prints.
+    #[test]
+    fn ddl_is_the_documented_one() {
+        let doc = include_str!("../../../docs/sinks/relational.md");
+        let ddl = ddl(&cfg(""));
+        assert!(doc.contains(&ddl), "docs/sinks/relational.md lacks:\n{ddl}");
+        assert!(!ddl.contains(" JSON "), "the JSON type rewrites payloads");
+    }
+
+    #[test]
+    fn upsert_assigns_the_sequence_last_and_datetimes_are_utc() {
+        let c = upsert_clause();
+        assert!(c.ends_with("stream_sequence = GREATEST(stream_sequence, VALUES(stream_sequence))"));
+        assert!(!c.contains("idempotency_key ="));
+        assert_eq!(
+            datetime("2026-11-28T07:19:43.123456789+02:00").unwrap(),
+            "2026-11-28 05:19:43.123456"
+        );
+        assert!(datetime("yesterday").is_err());
+    }
+}
