@@ -254,3 +254,86 @@ fn malformed_packets_are_refused_clearly() {
     fake.finish();
     let _ = ok();
 }
+
+fn tls_params(
+    port: u16,
+    host: &str,
+    ca: &std::path::Path,
+) -> svc::sink::relational::wire::ConnectParams {
+    let mut p = my_params("db", "app");
+    p.host = host.into();
+    p.port = port;
+    p.tls = svc::sink::relational::wire::TlsMode::VerifyFull;
+    p.tls_config = Some(svc::sink::relational::wire::tls_client_config(Some(ca)).unwrap());
+    p.connect_timeout = Duration::from_secs(10);
+    p
+}
+
+#[test]
+fn tls_verify_full_sends_full_sha2_authentication_only_to_the_right_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = crate::support::certs::make_certs(dir.path());
+    // The right name: the session is TLS, and full authentication sends the password inside it.
+    let fake = Fake::start_tls("127.0.0.1", dir.path(), |peer| {
+        let response = peer.read().unwrap();
+        assert!(contains(
+            &response,
+            &scramble_caching_sha2(PASSWORD.as_bytes(), NONCE)
+        ));
+        peer.send(3, &[0x01, 0x04]);
+        let clear = peer.read().unwrap();
+        assert_eq!(
+            clear,
+            [PASSWORD.as_bytes(), b"\0"].concat(),
+            "password over tls"
+        );
+        peer.send(5, &ok());
+        peer.read().expect("SET NAMES");
+        peer.send(1, &ok());
+    });
+    let policy = AuthPolicy::parse("caching_sha2_password").unwrap();
+    let c = Connection::connect(
+        &tls_params(fake.port, "127.0.0.1", &certs.ca),
+        &policy,
+        Some(PASSWORD.as_bytes()),
+    )
+    .unwrap();
+    drop(c);
+    let seen = fake.finish();
+    // What crossed the socket in clear: only the SSLRequest (the rest is TLS records).
+    assert!(!contains(&seen[..36], PASSWORD.as_bytes()));
+
+    // A wrong name: the certificate names 127.0.0.1 and localhost, not 127.0.0.2.
+    let fake = Fake::start_tls("127.0.0.2", dir.path(), |peer| {
+        peer.read();
+    });
+    let e = Connection::connect(
+        &tls_params(fake.port, "127.0.0.2", &certs.ca),
+        &policy,
+        Some(PASSWORD.as_bytes()),
+    )
+    .unwrap_err();
+    let shown = assert_clean(&e);
+    assert!(shown.contains("tls handshake"), "{shown}");
+    fake.finish();
+
+    // A server that does not offer TLS is refused before anything is sent.
+    let fake = Fake::start(|peer| {
+        let mut h = handshake("caching_sha2_password");
+        // Clear CLIENT_SSL (0x800) in the lower capability bytes.
+        let caps_at = 1 + h.iter().position(|&b| b == 0).unwrap() + 4 + 8 + 1;
+        h[caps_at + 1] &= !0x08;
+        peer.send(0, &h);
+    });
+    let e = Connection::connect(
+        &tls_params(fake.port, "127.0.0.1", &certs.ca),
+        &policy,
+        Some(PASSWORD.as_bytes()),
+    )
+    .unwrap_err();
+    assert!(assert_clean(&e).contains("does not accept tls"), "{e}");
+    assert!(
+        fake.finish().is_empty(),
+        "nothing sent to a server without tls"
+    );
+}

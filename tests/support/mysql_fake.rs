@@ -6,7 +6,8 @@
 //! (or a scramble for a plugin not allowed) never left the client.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -15,9 +16,13 @@ pub const NONCE: &[u8; 20] = b"abcdefghijklmnopqrst";
 /// Capabilities a 10.11 server announces (protocol 4.1, secure connection, plugin auth, TLS).
 pub const SERVER_CAPS: u32 = 0x200 | 0x8000 | 0x8_0000 | 0x800 | 0x20_0000 | 0x2000 | 0x8;
 
+/// A byte stream the fake serves: plain TCP or rustls over TCP.
+pub trait Io: Read + Write + Send {}
+impl<T: Read + Write + Send> Io for T {}
+
 /// The server's side of one connection.
 pub struct Peer {
-    s: TcpStream,
+    s: Box<dyn Io>,
     received: Arc<Mutex<Vec<u8>>>,
 }
 
@@ -31,17 +36,56 @@ impl Fake {
     /// Listens on a free loopback port; the first connection runs `script`, then the fake
     /// records whatever else the client sends until it closes.
     pub fn start(script: impl FnOnce(&mut Peer) + Send + 'static) -> Fake {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Fake::start_with("127.0.0.1", None, script)
+    }
+
+    /// Listens on `ip`; sends a handshake announcing `caching_sha2_password`, reads the
+    /// SSLRequest, then serves the session over TLS with the certificate of
+    /// `support::certs::make_certs` in `cert_dir`; the script starts at the client's
+    /// handshake response (sequence 2).
+    pub fn start_tls(
+        ip: &str,
+        cert_dir: &Path,
+        script: impl FnOnce(&mut Peer) + Send + 'static,
+    ) -> Fake {
+        let config = super::certs::tls_server_config(cert_dir);
+        Fake::start_with(ip, Some(config), script)
+    }
+
+    fn start_with(
+        ip: &str,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        script: impl FnOnce(&mut Peer) + Send + 'static,
+    ) -> Fake {
+        let listener = TcpListener::bind((ip, 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
         let received = Arc::new(Mutex::new(Vec::new()));
         let rec = received.clone();
         let handle = std::thread::Builder::new()
             .name("fake-mysql".into())
             .spawn(move || {
-                let Ok((s, _)) = listener.accept() else {
+                let Ok((mut s, _)) = listener.accept() else {
                     return;
                 };
                 s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                let s: Box<dyn Io> = match tls {
+                    None => Box::new(s),
+                    Some(config) => {
+                        if s.write_all(&packet(0, &handshake("caching_sha2_password")))
+                            .is_err()
+                        {
+                            return;
+                        }
+                        let mut req = [0u8; 36];
+                        if s.read_exact(&mut req).is_err() {
+                            return;
+                        }
+                        assert_eq!(req[..4], [32, 0, 0, 1], "SSLRequest");
+                        rec.lock().unwrap().extend_from_slice(&req);
+                        let conn = rustls::ServerConnection::new(config).unwrap();
+                        Box::new(rustls::StreamOwned::new(conn, s))
+                    }
+                };
                 let mut peer = Peer { s, received: rec };
                 script(&mut peer);
                 peer.drain();
