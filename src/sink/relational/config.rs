@@ -281,12 +281,6 @@ impl RelationalConfig {
             WriteMode::Insert,
             &[("insert", WriteMode::Insert), ("upsert", WriteMode::Upsert)],
         );
-        if write_mode == WriteMode::Upsert && engine == Engine::PostgreSql {
-            r.problem(
-                "write_mode",
-                "upsert is implemented for engine mysql only (engine postgresql: insert)",
-            );
-        }
         let key_field = r.opt_string("key_field");
         if let Some(k) = &key_field {
             if write_mode != WriteMode::Upsert {
@@ -552,12 +546,8 @@ mod tests {
                 .any(|m| m.contains("sink.require_auth") && m.contains("cleartext")),
             "{p:?}"
         );
-        let (_, p) = read(r#"{"dsn":"postgresql://svc@db/x","table":"t","write_mode":"upsert"}"#);
-        assert!(
-            p.iter()
-                .any(|m| m.contains("sink.write_mode") && m.contains("mysql only")),
-            "{p:?}"
-        );
+        let (c, p) = read(r#"{"dsn":"postgresql://svc@db/x","table":"t","write_mode":"upsert"}"#);
+        assert!(p.is_empty() && c.write_mode == WriteMode::Upsert, "{p:?}");
         let (_, p) =
             read(r#"{"engine":"mysql","dsn":"mysql://svc@db/x","table":"t","key_field":"/id"}"#);
         assert!(

@@ -29,6 +29,7 @@ use super::mysql::{self, Connection};
 use super::params::{ConnectParams, TlsMode};
 use super::row_key;
 use super::transport::tls_client_config;
+use super::upsert::field_key;
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
 use crate::sink::{FailureClass, Sink, SinkError, WriteOutcome};
@@ -200,23 +201,6 @@ fn upsert_clause() -> String {
     ));
     sets.push("stream_sequence = GREATEST(stream_sequence, VALUES(stream_sequence))".into());
     format!(" ON DUPLICATE KEY UPDATE {}", sets.join(", "))
-}
-
-/// The row key under `write_mode: upsert` with `key_field`: `k-` and the payload's value at
-/// the pointer (a string as is, a number or boolean as its JSON text).
-fn field_key(env: &Envelope, pointer: &str) -> Result<String, String> {
-    let v: serde_json::Value = serde_json::from_str(env.payload.json())
-        .map_err(|e| format!("payload is not JSON for key_field: {e}"))?;
-    match v.pointer(pointer) {
-        Some(serde_json::Value::String(s)) if !s.is_empty() => Ok(format!("k-{s}")),
-        Some(n @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
-            Ok(format!("k-{n}"))
-        }
-        Some(_) => Err(format!(
-            "key_field {pointer} is not a non-empty string, number or boolean in the payload"
-        )),
-        None => Err(format!("key_field {pointer} is missing from the payload")),
-    }
 }
 
 /// Errors that blame a row's data (not a duplicate key: that is a concurrent writer).
