@@ -203,6 +203,26 @@ fn upsert_clause() -> String {
     format!(" ON DUPLICATE KEY UPDATE {}", sets.join(", "))
 }
 
+/// The multi-row INSERT the sink sends for `batch` into `table` (insert mode, every row new),
+/// for the benchmark's `mariadb` command-line baseline of the same rows.
+pub fn insert_statement(
+    table: &TableName,
+    batch: &[Envelope],
+    no_backslash_escapes: bool,
+) -> Result<String, String> {
+    let names: Vec<&str> = COLUMNS.iter().map(|c| c.0).collect();
+    let tuples = batch
+        .iter()
+        .map(|e| values(e, &row_key(e), no_backslash_escapes))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(format!(
+        "INSERT INTO {} ({}) VALUES {}",
+        table_sql(table),
+        names.join(","),
+        tuples.join(",")
+    ))
+}
+
 /// Errors that blame a row's data (not a duplicate key: that is a concurrent writer).
 fn is_row_error(e: &DbError) -> bool {
     match e {
