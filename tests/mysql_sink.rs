@@ -358,3 +358,22 @@ fn runner_sigkill_and_replay_store_every_message_once() {
     );
     assert_eq!(snapshot_counter(&snap, "messages_acked_total"), n as u64);
 }
+
+/// A row the server refuses on its data (a stream name longer than its column: 1406, 22001)
+/// is Permanent alone; the rest of the batch commits; a later copy of the refused row in the
+/// same batch is not reported stored.
+#[test]
+fn a_row_the_database_refuses_is_permanent_and_the_rest_commit() {
+    let db = MyDb::new("reject");
+    let s = sink(&db, json!({}));
+    let mut long = envelope("a", 1, b"{\"n\":1}");
+    long.stream = "S".repeat(300).into();
+    let out = s.write_batch(&[long.clone(), envelope("a", 2, b"{\"n\":2}"), long]);
+    assert!(
+        matches!(&out[0], WriteOutcome::Permanent(e) if e.to_string().contains("22001")),
+        "{out:?}"
+    );
+    assert!(out[1].is_durable(), "{out:?}");
+    assert!(matches!(&out[2], WriteOutcome::Permanent(_)), "{out:?}");
+    assert_eq!(count(&db, "events"), 1);
+}

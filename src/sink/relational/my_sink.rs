@@ -223,11 +223,17 @@ pub fn insert_statement(
     ))
 }
 
-/// Errors that blame a row's data (not a duplicate key: that is a concurrent writer).
+/// Errors that blame a row's data (not a duplicate key: that is a concurrent writer). Some
+/// data errors carry the generic SQLSTATE HY000: incorrect string value (1366), incorrect
+/// datetime (1292), MySQL's CHECK constraint violation (3819).
 fn is_row_error(e: &DbError) -> bool {
     match e {
         DbError::Server(s) => {
-            matches!(s.code.get(..2), Some("22" | "23")) && s.severity != ER_DUP_ENTRY
+            (matches!(s.code.get(..2), Some("22" | "23")) && s.severity != ER_DUP_ENTRY)
+                || matches!(
+                    s.severity.as_str(),
+                    "ERROR 1366" | "ERROR 1292" | "ERROR 3819"
+                )
         }
         _ => false,
     }
@@ -445,6 +451,8 @@ impl MySqlSink {
             })
             .collect();
         let mut new_rows = Vec::new();
+        let mut first_in_batch: HashMap<&str, usize> = HashMap::new();
+        let mut later_in_batch: Vec<(usize, usize)> = Vec::new();
         for &i in idx {
             let env = &batch[i];
             let Some((subject, sha)) = stored.get(&keys[i]) else {
@@ -454,8 +462,12 @@ impl MySqlSink {
                     (env.subject.clone(), env.payload_info.sha256.clone()),
                 );
                 new_rows.push(i);
+                first_in_batch.insert(keys[i].as_str(), i);
                 continue;
             };
+            if let Some(&f) = first_in_batch.get(keys[i].as_str()) {
+                later_in_batch.push((i, f));
+            }
             tally.duplicates += 1;
             tally.outcomes[i] = Some(
                 if *subject == env.subject && *sha == env.payload_info.sha256 {
@@ -476,7 +488,14 @@ impl MySqlSink {
                 },
             );
         }
-        self.insert_rows(conn, table, batch, keys, &new_rows, tally)
+        self.insert_rows(conn, table, batch, keys, &new_rows, tally)?;
+        // A later row of a key first seen in this batch is stored only if the first was.
+        for (i, f) in later_in_batch {
+            if !matches!(tally.outcomes[f], Some(WriteOutcome::Durable)) {
+                tally.outcomes[i] = tally.outcomes[f].clone();
+            }
+        }
+        Ok(())
     }
 
     /// The new rows as multi-row INSERTs (one unless over [`MAX_STATEMENT_BYTES`]); on a
