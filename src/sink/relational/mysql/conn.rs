@@ -114,8 +114,8 @@ impl Connection {
         let res = conn.authenticate(p, policy, password, &h, caps, seq);
         // Invariant: a connection that failed startup is never written again (no COM_QUIT).
         res.map_err(|e| conn.fail(e))?;
-        conn.io.get_mut().set_deadline(deadline);
-        conn.query("SET NAMES utf8mb4")?;
+        // Still the connect deadline: the session is not ready before its character set is.
+        conn.round_trip(COM_QUERY, b"SET NAMES utf8mb4", deadline)?;
         Ok(conn)
     }
 
@@ -268,21 +268,25 @@ impl Connection {
 
     /// Runs one statement (`COM_QUERY`) within `io_timeout` for the whole round trip.
     pub fn query(&mut self, sql: &str) -> Result<QueryResult, DbError> {
-        self.round_trip(COM_QUERY, sql.as_bytes())
+        self.round_trip(COM_QUERY, sql.as_bytes(), Instant::now() + self.io_timeout)
     }
 
     /// `COM_PING`: the server answers OK.
     pub fn ping(&mut self) -> Result<(), DbError> {
-        self.round_trip(COM_PING, b"").map(|_| ())
+        self.round_trip(COM_PING, b"", Instant::now() + self.io_timeout)
+            .map(|_| ())
     }
 
-    fn round_trip(&mut self, command: u8, arg: &[u8]) -> Result<QueryResult, DbError> {
+    fn round_trip(
+        &mut self,
+        command: u8,
+        arg: &[u8],
+        deadline: Instant,
+    ) -> Result<QueryResult, DbError> {
         if self.broken {
             return Err(DbError::Connection("connection is broken".into()));
         }
-        self.io
-            .get_mut()
-            .set_deadline(Instant::now() + self.io_timeout);
+        self.io.get_mut().set_deadline(deadline);
         let mut body = Vec::with_capacity(arg.len() + 1);
         body.push(command);
         body.extend_from_slice(arg);
