@@ -276,23 +276,7 @@ impl RelationalConfig {
             Engine::PostgreSql,
             &[("postgresql", Engine::PostgreSql), ("mysql", Engine::Mysql)],
         );
-        let write_mode = r.one_of(
-            "write_mode",
-            WriteMode::Insert,
-            &[("insert", WriteMode::Insert), ("upsert", WriteMode::Upsert)],
-        );
-        let key_field = r.opt_string("key_field");
-        if let Some(k) = &key_field {
-            if write_mode != WriteMode::Upsert {
-                r.problem("key_field", "is only used with write_mode upsert");
-            } else if !k.starts_with('/') || k.len() > 256 {
-                r.problem(
-                    "key_field",
-                    "must be a JSON pointer into the payload (RFC 6901, e.g. /order/id), at most \
-                     256 characters",
-                );
-            }
-        }
+        let (write_mode, key_field) = read_write_mode(r);
         let dsn_text = r.req_string("dsn");
         let dsn = if dsn_text.is_empty() {
             None
@@ -441,6 +425,28 @@ impl RelationalConfig {
         }
         out
     }
+}
+
+/// `write_mode` and `key_field` (a JSON pointer, only with `upsert`).
+fn read_write_mode(r: &mut ObjectReader<'_>) -> (WriteMode, Option<String>) {
+    let write_mode = r.one_of(
+        "write_mode",
+        WriteMode::Insert,
+        &[("insert", WriteMode::Insert), ("upsert", WriteMode::Upsert)],
+    );
+    let key_field = r.opt_string("key_field");
+    if let Some(k) = &key_field {
+        if write_mode != WriteMode::Upsert {
+            r.problem("key_field", "is only used with write_mode upsert");
+        } else if !k.starts_with('/') || k.len() > 256 {
+            r.problem(
+                "key_field",
+                "must be a JSON pointer into the payload (RFC 6901, e.g. /order/id), at most \
+                     256 characters",
+            );
+        }
+    }
+    (write_mode, key_field)
 }
 
 /// `channel_binding: require` needs TLS and SCRAM (the binding is a property of both).
