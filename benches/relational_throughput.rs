@@ -1,4 +1,5 @@
-//! Rows per second into PostgreSQL, end to end, against two baselines measured in the same run.
+//! Rows per second into PostgreSQL and into MariaDB (`engine: "mysql"`), end to end, against
+//! baselines measured in the same run.
 //!
 //! ```text
 //! cargo bench --bench relational_throughput            # N = 50000 messages of ~205 bytes
@@ -11,24 +12,27 @@
 //! (b) the relational sink alone: `RelationalSink::write_batch` from two threads in batches of
 //! 256, no broker (the database limit for this sink), (c) `svc run` into the relational sink,
 //! and the ratios of (c) to (a) and (b); also (c) counted from the first ACK (without the
-//! runner's start-up: process, broker bind, database connect). Broker, database and runner
-//! share one 2-core host.
+//! runner's start-up: process, broker bind, database connect). Then the same for MariaDB on
+//! 127.0.0.1:3306, with (d) the engine's own bulk path for the same rows: the sink's multi-row
+//! INSERTs (256 rows, one transaction each) piped through the `mariadb` command-line client, and
+//! the ratio of (b) to (d). Broker, databases and runner share one 2-core host.
 
 mod sinkbench;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sinkbench::mysql::MyDb;
 use sinkbench::postgres::TestDb;
 use sinkbench::{support, SIZE};
 use svc::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 
 /// The sink alone: `n` envelopes written by two threads in batches of 256.
-fn sink_alone(db: &TestDb, n: usize) -> f64 {
+fn sink_alone(sink_json: serde_json::Value, n: usize) -> f64 {
     let cfg = svc::config::RuntimeConfig::parse(
         &serde_json::json!({
             "nats": {"url": "nats://127.0.0.1:1", "stream": "S", "consumer": "c", "subject": "a"},
-            "sink": db.sink(serde_json::json!({"table": "direct", "auto_create_tables": true})),
+            "sink": sink_json,
         })
         .to_string(),
     )
@@ -38,20 +42,7 @@ fn sink_alone(db: &TestDb, n: usize) -> f64 {
         .build(Arc::new(svc::metrics::Metrics::default()))
         .unwrap();
     sink.check().unwrap(); // creates the table and warms a connection
-    let envelopes: Vec<_> = (0..n)
-        .map(|i| {
-            normalize(
-                &RawMessage {
-                    stream: "DIRECT".into(),
-                    consumer: "bench".into(),
-                    ..RawMessage::sample("direct.orders", i as u64 + 1, &support::body(i, SIZE))
-                },
-                svc::message::envelope::now_unix_nanos(),
-                &EnvelopeConfig::default(),
-            )
-            .0
-        })
-        .collect();
+    let envelopes = envelopes(n);
     let start = Instant::now();
     std::thread::scope(|s| {
         for half in envelopes.chunks(n.div_ceil(2)) {
@@ -65,6 +56,103 @@ fn sink_alone(db: &TestDb, n: usize) -> f64 {
         }
     });
     n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The bench's `n` envelopes of `SIZE`-byte JSON payloads.
+fn envelopes(n: usize) -> Vec<svc::message::envelope::Envelope> {
+    (0..n)
+        .map(|i| {
+            normalize(
+                &RawMessage {
+                    stream: "DIRECT".into(),
+                    consumer: "bench".into(),
+                    ..RawMessage::sample("direct.orders", i as u64 + 1, &support::body(i, SIZE))
+                },
+                svc::message::envelope::now_unix_nanos(),
+                &EnvelopeConfig::default(),
+            )
+            .0
+        })
+        .collect()
+}
+
+/// A `relational_db` block for the MariaDB database `db` (engine mysql).
+fn my_sink(db: &MyDb, table: &str) -> serde_json::Value {
+    serde_json::json!({
+        "type": "relational_db", "engine": "mysql",
+        "dsn": format!("mysql://root@127.0.0.1:3306/{}", db.name),
+        "tls_mode": "disable", "table": table, "auto_create_tables": true,
+    })
+}
+
+fn my_count(db: &MyDb, table: &str) -> usize {
+    db.rows(&format!("SELECT COUNT(*) FROM `{table}`"))[0][0]
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The engine's bulk path: the same rows as the sink's multi-row INSERTs (256 rows, one
+/// transaction each) piped through the `mariadb` command-line client.
+fn mariadb_cli(db: &MyDb, n: usize, dir: &std::path::Path) -> f64 {
+    let table = svc::sink::relational::TableName::parse("cli").unwrap();
+    let mut sql = String::from("SET autocommit = 0;\n");
+    for batch in envelopes(n).chunks(256) {
+        sql.push_str(
+            &svc::sink::relational::my_sink::insert_statement(&table, batch, false).unwrap(),
+        );
+        sql.push_str(";\nCOMMIT;\n");
+    }
+    let file = dir.join("cli.sql");
+    std::fs::write(&file, sql).unwrap();
+    let start = Instant::now();
+    let status = std::process::Command::new("mariadb")
+        .args(["-uroot", "-h127.0.0.1", "-P3306", &db.name])
+        .stdin(std::fs::File::open(&file).unwrap())
+        .status()
+        .expect("the mariadb client (scripts/deps.sh)");
+    let secs = start.elapsed().as_secs_f64();
+    assert!(status.success());
+    assert_eq!(my_count(db, "cli"), n);
+    n as f64 / secs
+}
+
+/// The MariaDB half: (b) the sink alone, (c) end to end, (d) the `mariadb` client.
+fn mysql_part(broker_url: &str, n: usize, raw: f64, dir: &std::path::Path) {
+    let db = MyDb::new("bench");
+    // The CLI baseline's table: the sink's DDL.
+    let probe = svc::sink::relational::my_sink::MySqlSink::new(
+        sinkbench::postgres::parse_cfg(&my_sink(&db, "cli")),
+        Arc::new(svc::metrics::Metrics::default()),
+    )
+    .unwrap();
+    svc::sink::Sink::check(&probe).unwrap();
+    let cli = mariadb_cli(&db, n, dir);
+    let alone = sink_alone(my_sink(&db, "direct"), n);
+    assert_eq!(my_count(&db, "direct"), n);
+    let e2e = sinkbench::run_svc(
+        broker_url,
+        "REL",
+        "rel.>",
+        "svc-my",
+        n,
+        my_sink(&db, "events"),
+        dir,
+        &[],
+    );
+    assert_eq!(my_count(&db, "events"), n, "every message is one row");
+    println!();
+    println!("relational sink throughput, engine mysql, {SIZE}-byte JSON payloads, MariaDB + broker + svc on one 2-core host");
+    println!("  (a) raw fetch+ack, no sink (broker limit)       {raw:>9.0} msg/s");
+    println!("  (b) relational sink alone, 2 threads x 256/tx   {alone:>9.0} rows/s   ratio {:.2}x of (d)", alone / cli);
+    println!(
+        "  (c) svc run -> relational_db, end to end        {:>9.0} rows/s   ratio {:.2}x of (a), {:.2}x of (b)",
+        e2e.rate,
+        e2e.rate / raw,
+        e2e.rate / alone
+    );
+    println!("  (d) mariadb client, same INSERTs, 256/tx        {cli:>9.0} rows/s");
 }
 
 fn main() {
@@ -87,7 +175,10 @@ fn main() {
     support::create_consumer(&broker.url, "REL", "raw", "rel.>", Duration::from_secs(60)).unwrap();
     let raw =
         support::raw_fetch_ack(&broker.url, "REL", "raw", "rel.>", n, 256, Duration::ZERO).unwrap();
-    let alone = sink_alone(&db, n);
+    let alone = sink_alone(
+        db.sink(serde_json::json!({"table": "direct", "auto_create_tables": true})),
+        n,
+    );
     assert_eq!(db.count("direct"), n as i64);
     let e2e = sinkbench::run_svc(
         &broker.url,
@@ -123,4 +214,5 @@ fn main() {
         n as f64 / e2e.batches.max(1) as f64,
         e2e.mean_batch_ms
     );
+    mysql_part(&broker.url, n, raw, dir.path());
 }

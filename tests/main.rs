@@ -11,8 +11,9 @@
 //! - sinks: `object_store_sink`, `object_store_e2e`, `aws_credentials`, `http_sink`,
 //!   `relational`, `relational_client` (the PostgreSQL client and sink on the local server),
 //!   `relational_cluster` (password authentication and TLS on a private server),
+//!   `mysql_client`, `mysql_sink` (the MySQL engine on the local MariaDB),
 //!   `payload_protection`, `payload_protection_sinks`
-//! - hostile peers: `hostile_nats`, `hostile_postgres`, `hostile_store`, `hostile_http`,
+//! - hostile peers: `hostile_nats`, `hostile_postgres`, `hostile_mysql`, `hostile_store`, `hostile_http`,
 //!   `hostile_receivers`
 //! - the exporter (`svc-observe`): `observe_cli`, `observe_http`, `observe_prometheus`,
 //!   `observe_push`, `observe_cloud_a`, `observe_cloud_b`, `observe_cloud_c`,
@@ -52,6 +53,7 @@ mod durability;
 mod fanout_routing;
 mod governance;
 mod hostile_http;
+mod hostile_mysql;
 mod hostile_nats;
 mod hostile_postgres;
 mod hostile_receivers;
@@ -62,6 +64,8 @@ mod labels_dlq;
 mod layers;
 mod log_hygiene;
 mod logging_format;
+mod mysql_client;
+mod mysql_sink;
 mod object_store_e2e;
 mod object_store_sink;
 mod observe_broker_monitoring;

@@ -395,3 +395,60 @@ fn a_missing_password_variable_is_transient() {
         "{err}"
     );
 }
+
+/// `write_mode: upsert` on PostgreSQL: newer content (by stream sequence) replaces, an older
+/// redelivery never does, the newest of a batch wins, a payload without `key_field` is
+/// Permanent; without `key_field` a redelivery rewrites the same row.
+#[test]
+fn upsert_replaces_with_newer_content_never_older() {
+    let db = TestDb::new("upsert");
+    let (s, _) = db.relational_sink(
+        json!({"write_mode": "upsert", "key_field": "/order/id", "auto_create_tables": true}),
+    );
+    let v = |seq, id: serde_json::Value, state: &str| {
+        envelope(
+            "orders.eu",
+            seq,
+            json!({"order": {"id": id, "state": state}})
+                .to_string()
+                .as_bytes(),
+        )
+    };
+    assert!(all_durable(
+        &s.write_batch(&[v(1, json!("A"), "new"), v(2, json!(7), "new")])
+    ));
+    assert!(all_durable(&s.write_batch(&[
+        v(3, json!("A"), "paid"),
+        v(4, json!("A"), "shipped")
+    ])));
+    assert!(all_durable(&s.write_batch(&[v(1, json!("A"), "new")])));
+    let rows = db.rows(
+        "SELECT idempotency_key, stream_sequence, payload->'order'->>'state' FROM events \
+         ORDER BY idempotency_key",
+    );
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0][0].as_deref(), Some("k-7"));
+    assert_eq!(rows[1][0].as_deref(), Some("k-A"));
+    assert_eq!(rows[1][1].as_deref(), Some("4"));
+    assert_eq!(rows[1][2].as_deref(), Some("shipped"));
+    let out = s.write_batch(&[
+        envelope("orders.eu", 9, b"{\"x\":1}"),
+        v(10, json!("B"), "new"),
+    ]);
+    assert!(
+        matches!(&out[0], WriteOutcome::Permanent(e) if e.to_string().contains("/order/id")),
+        "{out:?}"
+    );
+    assert!(out[1].is_durable());
+    let (s, _) = db.relational_sink(
+        json!({"write_mode": "upsert", "table": "by_seq", "auto_create_tables": true}),
+    );
+    for _ in 0..2 {
+        assert!(all_durable(&s.write_batch(&[envelope(
+            "x",
+            5,
+            b"{\"a\":1}"
+        )])));
+    }
+    assert_eq!(db.count("by_seq"), 1);
+}

@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../../tests/support/mysql.rs"]
+pub mod mysql;
 #[path = "../../tests/support/postgres.rs"]
 pub mod postgres;
 #[path = "../support/mod.rs"]

@@ -333,3 +333,21 @@ for i, (sel, text) in enumerate([
     (1, '[[[[[[[[[[["ZQXJ"]]]]]]]]]]]'),
 ]):
     put("mission_metadata", f"{i}", bytes([sel]) + text.encode())
+
+# mysql_packet: a server's byte stream (3-byte length, sequence id, payload) from sequence 0:
+# handshake v10, OK, ERR, a one-column text result set, an auth switch, a LOCAL INFILE request.
+def mypk(seq, payload):
+    return struct.pack("<I", len(payload))[:3] + bytes([seq]) + payload
+my_hello = (b"\x0a5.5.5-10.11.19-MariaDB\x00" + struct.pack("<I", 7) + b"abcdefgh\x00"
+            + struct.pack("<H", 0xA808) + b"\x2d" + struct.pack("<H", 2) + struct.pack("<H", 0x0028)
+            + b"\x15" + b"\x00" * 10 + b"ijklmnopqrst\x00mysql_native_password\x00")
+my_ok = b"\x00\x01\x00\x02\x00\x00\x00"
+my_err = b"\xff\x15\x04#28000Access denied for user"
+my_coldef = b"\x03def\x00\x00\x00\x01v\x00\x0c\x21\x00\x00\x00\x00\x00\xfd\x00\x00\x00\x00\x00"
+put("mysql_packet", "handshake", mypk(0, my_hello) + mypk(1, my_ok))
+put("mysql_packet", "error", mypk(0, my_err))
+put("mysql_packet", "resultset", mypk(0, b"\x01") + mypk(1, my_coldef) + mypk(2, b"\xfe\x00\x00\x02\x00")
+    + mypk(3, b"\x01a") + mypk(4, b"\xfb") + mypk(5, b"\xfe\x00\x00\x02\x00"))
+put("mysql_packet", "switch", mypk(2, b"\xfemysql_clear_password\x00abcdefghijklmnopqrst\x00"))
+put("mysql_packet", "infile", mypk(1, b"\xfb/etc/passwd") + mypk(1, my_ok))
+put("mysql_packet", "continued", b"\xff\xff\xff\x00" + b"x" * 16)

@@ -245,6 +245,9 @@ impl SinkConfig {
                 metrics,
             )?)),
             SinkConfig::Http(c) => Ok(Arc::new(http::HttpSink::new((**c).clone(), metrics)?)),
+            SinkConfig::RelationalDb(c) if c.engine == relational::config::Engine::Mysql => Ok(
+                Arc::new(relational::my_sink::MySqlSink::new(c.clone(), metrics)?),
+            ),
             SinkConfig::RelationalDb(c) => Ok(Arc::new(relational::RelationalSink::new(
                 c.clone(),
                 metrics,

@@ -16,6 +16,8 @@ pub mod crash;
 pub mod http;
 pub mod kit;
 pub mod moto;
+pub mod mysql;
+pub mod mysql_fake;
 pub mod net;
 pub mod observe;
 pub mod pg_fake;

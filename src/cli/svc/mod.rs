@@ -312,14 +312,26 @@ fn init_db(sink: &crate::sink::SinkConfig, print_only: bool) -> ExitCode {
     for (name, cfg) in targets {
         if print_only {
             say!("-- sink {name}");
-            if let Err(e) = output::print(format_args!("{}", relational::ddl(cfg))) {
+            let ddl = match cfg.engine {
+                relational::config::Engine::Mysql => relational::my_sink::ddl(cfg),
+                relational::config::Engine::PostgreSql => relational::ddl(cfg),
+            };
+            if let Err(e) = output::print(format_args!("{ddl}")) {
                 return output::write_failed(&e);
             }
             continue;
         }
         let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
-        let result =
-            relational::RelationalSink::new(cfg.clone(), metrics).and_then(|s| s.create_tables());
+        let result = match cfg.engine {
+            relational::config::Engine::Mysql => {
+                relational::my_sink::MySqlSink::new(cfg.clone(), metrics)
+                    .and_then(|s| s.create_tables())
+            }
+            relational::config::Engine::PostgreSql => {
+                relational::RelationalSink::new(cfg.clone(), metrics)
+                    .and_then(|s| s.create_tables())
+            }
+        };
         let tables: Vec<String> = cfg.tables().iter().map(|t| t.to_string()).collect();
         match result {
             Ok(()) => say!(

@@ -94,16 +94,26 @@ pub struct Dsn {
     pub port: u16,
     pub user: String,
     pub database: String,
+    /// `mysql://` or `mariadb://` (the `mysql` engine), else `postgresql://`.
+    pub mysql: bool,
 }
 
 impl Dsn {
-    /// Parses `postgresql://USER@HOST[:PORT]/DATABASE` (`postgres://` too). Errors never
-    /// quote the input: it may hold a password.
+    /// Parses `postgresql://USER@HOST[:PORT]/DATABASE` (`postgres://` too), or for the
+    /// `mysql` engine `mysql://USER@HOST[:PORT]/DATABASE` (`mariadb://` too; port 3306 by
+    /// default). Errors never quote the input: it may hold a password.
     pub fn parse(text: &str) -> Result<Dsn, &'static str> {
-        let rest = text
-            .strip_prefix("postgresql://")
+        let mysql_rest = text
+            .strip_prefix("mysql://")
+            .or_else(|| text.strip_prefix("mariadb://"));
+        let mysql = mysql_rest.is_some();
+        let rest = mysql_rest
+            .or_else(|| text.strip_prefix("postgresql://"))
             .or_else(|| text.strip_prefix("postgres://"))
-            .ok_or("must start with postgresql:// (form postgresql://USER@HOST[:PORT]/DATABASE)")?;
+            .ok_or(
+                "must start with postgresql:// or mysql:// (form \
+                 postgresql://USER@HOST[:PORT]/DATABASE)",
+            )?;
         if rest.contains('?') || rest.contains('#') {
             return Err(
                 "must not have query parameters or a fragment; use the sink's own fields \
@@ -160,6 +170,7 @@ impl Dsn {
             return Err("must name a host (letters, digits, '.', '-', or an [ipv6] address)");
         }
         let port = match port {
+            None if mysql => 3306,
             None => 5432,
             Some(p) => p
                 .parse::<u16>()
@@ -172,6 +183,7 @@ impl Dsn {
             port,
             user,
             database,
+            mysql,
         })
     }
 
@@ -202,9 +214,38 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The database engine a `relational_db` sink writes to (`sink.engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    PostgreSql,
+    /// MySQL 8 or MariaDB 10.6+ (the in-tree client in `mysql/`).
+    Mysql,
+}
+
+/// How rows are written (`sink.write_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// A key already stored counts as stored (same event) or is a collision: never a second
+    /// row, never an overwrite.
+    Insert,
+    /// Newer content replaces: the row of a key is overwritten by a message of a higher (or
+    /// equal) stream sequence, never by an older one.
+    Upsert,
+}
+
 /// The `relational_db` sink block.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RelationalConfig {
+    /// `postgresql` (default) or `mysql`.
+    pub engine: Engine,
+    /// Authentication plugins a MySQL server may ask for (`require_auth` of the `mysql`
+    /// engine).
+    pub mysql_require_auth: super::mysql::AuthPolicy,
+    /// `insert` (default) or `upsert`.
+    pub write_mode: WriteMode,
+    /// For `upsert`: a JSON pointer into the payload whose value is the row's key (else the
+    /// idempotency key, i.e. the stream sequence or message ID).
+    pub key_field: Option<String>,
     pub dsn: Dsn,
     /// Environment variable holding the password; read at each connect, never stored.
     pub password_env: Option<String>,
@@ -230,6 +271,12 @@ pub struct RelationalConfig {
 
 impl RelationalConfig {
     pub fn read(r: &mut ObjectReader<'_>) -> RelationalConfig {
+        let engine = r.one_of(
+            "engine",
+            Engine::PostgreSql,
+            &[("postgresql", Engine::PostgreSql), ("mysql", Engine::Mysql)],
+        );
+        let (write_mode, key_field) = read_write_mode(r);
         let dsn_text = r.req_string("dsn");
         let dsn = if dsn_text.is_empty() {
             None
@@ -242,6 +289,15 @@ impl RelationalConfig {
                 }
             }
         };
+        if let Some(d) = &dsn {
+            if d.mysql != (engine == Engine::Mysql) {
+                r.problem(
+                    "dsn",
+                    "its scheme does not match sink.engine (mysql:// or mariadb:// for engine \
+                     mysql, postgresql:// for engine postgresql)",
+                );
+            }
+        }
         let password_env = r.opt_string("password_env");
         if let Some(name) = &password_env {
             if !is_env_var_name(name) {
@@ -273,7 +329,16 @@ impl RelationalConfig {
         if tls_ca_file.is_some() && tls_mode == TlsMode::Disable {
             r.problem("tls_ca_file", "is only used with tls_mode verify_full");
         }
-        let require_auth = match r.opt_string("require_auth") {
+        let auth_text = r.opt_string("require_auth");
+        let mut mysql_require_auth = super::mysql::AuthPolicy::default();
+        let require_auth = match auth_text {
+            Some(text) if engine == Engine::Mysql => {
+                match super::mysql::AuthPolicy::parse(&text) {
+                    Ok(p) => mysql_require_auth = p,
+                    Err(msg) => r.problem("require_auth", msg),
+                }
+                AuthPolicy::default()
+            }
             None => AuthPolicy::default(),
             Some(text) => AuthPolicy::parse(&text).unwrap_or_else(|msg| {
                 r.problem("require_auth", msg);
@@ -313,11 +378,16 @@ impl RelationalConfig {
         let statement_timeout_seconds = r.int_in("statement_timeout_seconds", 30, 1, 3600) as u64;
 
         RelationalConfig {
+            engine,
+            mysql_require_auth,
+            write_mode,
+            key_field,
             dsn: dsn.unwrap_or(Dsn {
                 host: String::new(),
                 port: 5432,
                 user: String::new(),
                 database: String::new(),
+                mysql: engine == Engine::Mysql,
             }),
             password_env,
             tls_mode,
@@ -355,6 +425,28 @@ impl RelationalConfig {
         }
         out
     }
+}
+
+/// `write_mode` and `key_field` (a JSON pointer, only with `upsert`).
+fn read_write_mode(r: &mut ObjectReader<'_>) -> (WriteMode, Option<String>) {
+    let write_mode = r.one_of(
+        "write_mode",
+        WriteMode::Insert,
+        &[("insert", WriteMode::Insert), ("upsert", WriteMode::Upsert)],
+    );
+    let key_field = r.opt_string("key_field");
+    if let Some(k) = &key_field {
+        if write_mode != WriteMode::Upsert {
+            r.problem("key_field", "is only used with write_mode upsert");
+        } else if !k.starts_with('/') || k.len() > 256 {
+            r.problem(
+                "key_field",
+                "must be a JSON pointer into the payload (RFC 6901, e.g. /order/id), at most \
+                     256 characters",
+            );
+        }
+    }
+    (write_mode, key_field)
 }
 
 /// `channel_binding: require` needs TLS and SCRAM (the binding is a property of both).
@@ -433,6 +525,52 @@ mod tests {
     }
 
     #[test]
+    fn engine_mysql_dsn_and_plugins() {
+        let (c, p) = read(
+            r#"{"engine":"mysql","dsn":"mariadb://svc@db.example/audit","table":"events",
+                "require_auth":"caching_sha2_password"}"#,
+        );
+        assert!(p.is_empty(), "{p:?}");
+        assert_eq!(c.engine, Engine::Mysql);
+        assert_eq!((c.dsn.port, c.dsn.mysql), (3306, true));
+        assert!(c.mysql_require_auth.caching_sha2 && !c.mysql_require_auth.native);
+        let (c, _) = read(r#"{"dsn":"postgresql://svc@db/x","table":"t"}"#);
+        assert_eq!(c.engine, Engine::PostgreSql);
+        let (_, p) = read(r#"{"engine":"mysql","dsn":"postgresql://svc@db/x","table":"t"}"#);
+        assert!(
+            p.iter()
+                .any(|m| m.contains("sink.dsn") && m.contains("engine")),
+            "{p:?}"
+        );
+        let (_, p) = read(r#"{"dsn":"mysql://svc@db/x","table":"t"}"#);
+        assert!(p.iter().any(|m| m.contains("does not match")), "{p:?}");
+        let (_, p) = read(
+            r#"{"engine":"mysql","dsn":"mysql://svc@db/x","table":"t","require_auth":"mysql_clear_password"}"#,
+        );
+        assert!(
+            p.iter()
+                .any(|m| m.contains("sink.require_auth") && m.contains("cleartext")),
+            "{p:?}"
+        );
+        let (c, p) = read(r#"{"dsn":"postgresql://svc@db/x","table":"t","write_mode":"upsert"}"#);
+        assert!(p.is_empty() && c.write_mode == WriteMode::Upsert, "{p:?}");
+        let (_, p) =
+            read(r#"{"engine":"mysql","dsn":"mysql://svc@db/x","table":"t","key_field":"/id"}"#);
+        assert!(
+            p.iter()
+                .any(|m| m.contains("sink.key_field") && m.contains("upsert")),
+            "{p:?}"
+        );
+        let (c, p) = read(
+            r#"{"engine":"mysql","dsn":"mysql://svc@db/x","table":"t","write_mode":"upsert","key_field":"id"}"#,
+        );
+        assert!(p.iter().any(|m| m.contains("JSON pointer")), "{p:?}");
+        assert_eq!(c.write_mode, WriteMode::Upsert);
+        let (_, p) = read(r#"{"engine":"oracle","dsn":"mysql://svc@db/x","table":"t"}"#);
+        assert!(p.iter().any(|m| m.contains("sink.engine")), "{p:?}");
+    }
+
+    #[test]
     fn minimal_block_and_defaults() {
         let (c, problems) =
             read(r#"{"dsn": "postgresql://svc@db.example:6432/events", "table": "events"}"#);
@@ -443,7 +581,8 @@ mod tests {
                 host: "db.example".into(),
                 port: 6432,
                 user: "svc".into(),
-                database: "events".into()
+                database: "events".into(),
+                mysql: false
             }
         );
         assert_eq!(c.tls_mode, TlsMode::VerifyFull);
@@ -501,14 +640,14 @@ mod tests {
     #[test]
     fn every_problem_is_reported() {
         let (_, problems) = read(
-            r#"{"dsn": "mysql://x", "password_env": "hunter 2", "tls_mode": "prefer",
+            r#"{"dsn": "oracle://x", "password_env": "hunter 2", "tls_mode": "prefer",
                 "table": "Events", "routes": [{"subject": "a..b", "table": "x.y.z"}, {"table": "ok"}],
                 "application_name": "", "connect_timeout_seconds": 0, "extra": 1}"#,
         );
         assert_eq!(
             problems,
             vec![
-                "sink.dsn: must start with postgresql:// (form postgresql://USER@HOST[:PORT]/DATABASE)",
+                "sink.dsn: must start with postgresql:// or mysql:// (form postgresql://USER@HOST[:PORT]/DATABASE)",
                 "sink.password_env: must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*), not a password",
                 "sink.tls_mode: must be one of: verify_full, disable",
                 "sink.table: must be a lowercase identifier ([a-z_][a-z0-9_]*, at most 63 characters), optionally schema-qualified as schema.table",

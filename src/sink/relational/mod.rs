@@ -31,9 +31,12 @@ pub mod auth;
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod my_sink;
+pub mod mysql;
 pub mod params;
 mod startup;
 pub mod transport;
+pub mod upsert;
 pub mod wire;
 
 #[cfg(test)]
@@ -49,7 +52,7 @@ use super::key::{strategy_key, KeyStrategy};
 use super::{FailureClass, Sink, SinkError, WriteOutcome};
 use crate::message::envelope::{Envelope, EventMetadata};
 use crate::metrics::Metrics;
-pub use config::{Dsn, RelationalConfig, TableName, TableRoute};
+pub use config::{Dsn, RelationalConfig, TableName, TableRoute, WriteMode};
 use wire::{ConnectParams, Connection, DbError, TlsMode};
 
 const KIND: &str = "relational_db";
@@ -196,6 +199,31 @@ fn insert_sql(t: &TableName) -> String {
     )
 }
 
+/// `write_mode: upsert`: the insert, where a stored key takes every column of a row whose
+/// stream sequence is not lower than the stored one's (never of an older one). The batch holds
+/// one row per key ([`upsert::newest_per_key`]): ON CONFLICT cannot touch a row twice.
+fn upsert_sql(t: &TableName) -> String {
+    let insert = insert_sql(t).replacen(
+        &format!("INSERT INTO {} (", t.sql()),
+        &format!("INSERT INTO {} AS t (", t.sql()),
+        1,
+    );
+    let head = insert
+        .strip_suffix(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key")
+        .expect("insert_sql ends with its conflict clause");
+    let sets: Vec<String> = COLUMNS
+        .iter()
+        .map(|c| c.0)
+        .filter(|n| *n != "idempotency_key")
+        .map(|n| format!("{n} = EXCLUDED.{n}"))
+        .collect();
+    format!(
+        "{head} ON CONFLICT (idempotency_key) DO UPDATE SET {}, stored_at = now() \
+         WHERE t.stream_sequence <= EXCLUDED.stream_sequence RETURNING idempotency_key",
+        sets.join(", ")
+    )
+}
+
 fn existing_sql(t: &TableName) -> String {
     format!(
         "SELECT idempotency_key, subject, payload_sha256 FROM {} \
@@ -275,6 +303,8 @@ fn is_row_error(e: &DbError) -> bool {
 struct TableSql {
     insert: String,
     existing: String,
+    /// `write_mode: upsert`: newer content (by stream sequence) replaces.
+    upsert: String,
 }
 
 /// The PostgreSQL sink.
@@ -340,6 +370,7 @@ impl RelationalSink {
                     t.clone(),
                     TableSql {
                         insert: insert_sql(t),
+                        upsert: upsert_sql(t),
                         existing: existing_sql(t),
                     },
                 )
@@ -436,6 +467,7 @@ impl RelationalSink {
         conn: &mut Connection,
         batch: &[Envelope],
         keys: &[String],
+        pre: Vec<Option<WriteOutcome>>,
     ) -> Result<(Vec<WriteOutcome>, u64, u64), BatchFailure> {
         if conn.tx_status() != b'I' {
             return Err(DbError::Protocol("connection is not idle".into()).into());
@@ -443,17 +475,22 @@ impl RelationalSink {
         // Group rows by table, keeping batch order inside each group.
         let mut groups: BTreeMap<&TableName, Vec<usize>> = BTreeMap::new();
         for (i, env) in batch.iter().enumerate() {
+            if pre[i].is_some() {
+                continue; // no usable key: already Permanent
+            }
             groups
                 .entry(self.cfg.table_for(&env.subject))
                 .or_default()
                 .push(i);
         }
-        let mut outcomes: Vec<Option<WriteOutcome>> = vec![None; batch.len()];
+        let upsert = self.cfg.write_mode == WriteMode::Upsert;
+        let mut outcomes = pre;
         let (mut duplicates, mut ignored) = (0u64, 0u64);
 
         conn.simple("BEGIN")?;
-        for (table, idx) in &groups {
-            let sql = &self.sql[*table];
+        for (table, all) in &groups {
+            let (sql, idx) = self.group_rows(table, batch, keys, all, &mut outcomes);
+            let (sql, idx) = (&sql, &idx[..]);
             let inserted = if groups.len() > 1 {
                 // A savepoint per table keeps other tables' rows if this group needs the
                 // row-by-row path.
@@ -467,6 +504,13 @@ impl RelationalSink {
                 self.insert_group(conn, sql, table, batch, keys, idx, false, &mut outcomes)?
             };
 
+            if upsert {
+                // Written, or older than the stored row: either way the newest content is stored.
+                for &i in idx {
+                    outcomes[i].get_or_insert(WriteOutcome::Durable);
+                }
+                continue;
+            }
             // Rows not inserted now are duplicates (or were rejected above): compare with
             // what is stored under their key.
             let mut first_seen: HashMap<&str, usize> = HashMap::new();
@@ -543,6 +587,40 @@ impl RelationalSink {
             duplicates,
             ignored,
         ))
+    }
+
+    /// The statement and rows of one table's group: as is for `insert`; for `upsert` the
+    /// newest row per key with the upsert statement (the superseded rows are `Durable`).
+    fn group_rows(
+        &self,
+        table: &TableName,
+        batch: &[Envelope],
+        keys: &[String],
+        idx: &[usize],
+        outcomes: &mut [Option<WriteOutcome>],
+    ) -> (TableSql, Vec<usize>) {
+        let sql = &self.sql[table];
+        if self.cfg.write_mode == WriteMode::Insert {
+            let same = TableSql {
+                insert: sql.insert.clone(),
+                existing: sql.existing.clone(),
+                upsert: String::new(),
+            };
+            return (same, idx.to_vec());
+        }
+        let keep = upsert::newest_per_key(batch, keys, idx);
+        let kept: std::collections::HashSet<usize> = keep.iter().copied().collect();
+        for &i in idx {
+            if !kept.contains(&i) {
+                outcomes[i] = Some(WriteOutcome::Durable);
+            }
+        }
+        let up = TableSql {
+            insert: sql.upsert.clone(),
+            existing: sql.existing.clone(),
+            upsert: String::new(),
+        };
+        (up, keep)
     }
 
     /// Inserts one table's rows; on a row-data error falls back to one savepoint per row and
@@ -668,13 +746,28 @@ impl Sink for RelationalSink {
         if batch.is_empty() {
             return Vec::new();
         }
-        let keys: Vec<String> = batch.iter().map(row_key).collect();
+        let mut pre: Vec<Option<WriteOutcome>> = vec![None; batch.len()];
+        let keys: Vec<String> = match (&self.cfg.write_mode, &self.cfg.key_field) {
+            (WriteMode::Upsert, Some(pointer)) => batch
+                .iter()
+                .enumerate()
+                .map(|(i, env)| {
+                    upsert::field_key(env, pointer).unwrap_or_else(|e| {
+                        pre[i] = Some(WriteOutcome::Permanent(
+                            SinkError::new(KIND, e).classified(FailureClass::InvalidKey),
+                        ));
+                        String::new()
+                    })
+                })
+                .collect(),
+            _ => batch.iter().map(row_key).collect(),
+        };
         let all_transient = |e: SinkError| vec![WriteOutcome::Transient(e); batch.len()];
         let mut conn = match self.checkout() {
             Ok(c) => c,
             Err(e) => return all_transient(self.err("connect to", &e)),
         };
-        match self.write_tx(&mut conn, batch, &keys) {
+        match self.write_tx(&mut conn, batch, &keys, pre) {
             Ok((outcomes, duplicates, ignored)) => {
                 self.checkin(conn);
                 Metrics::add(&self.metrics.counters.db_duplicates_total, duplicates);

@@ -171,12 +171,21 @@ pub fn start_tls(
             ))
         }
     }
-    let config = p
-        .tls_config
-        .clone()
-        .ok_or_else(|| DbError::Protocol("tls requested without trust anchors".into()))?;
-    let name = rustls::pki_types::ServerName::try_from(p.host.clone())
-        .map_err(|_| DbError::Connection(format!("tls: invalid server name {}", p.host)))?;
+    tls_handshake(tcp, p.tls_config.clone(), &p.host)
+}
+
+/// The rustls handshake on `tcp` (after the engine's own TLS request was accepted): chain and
+/// host name verified against `config`, all before the stream's deadline. Shared by the
+/// PostgreSQL and the MySQL clients.
+pub fn tls_handshake(
+    mut tcp: DeadlineTcp,
+    config: Option<Arc<rustls::ClientConfig>>,
+    host: &str,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, DeadlineTcp>, DbError> {
+    let config =
+        config.ok_or_else(|| DbError::Protocol("tls requested without trust anchors".into()))?;
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|_| DbError::Connection(format!("tls: invalid server name {host}")))?;
     let mut conn = rustls::ClientConnection::new(config, name)
         .map_err(|e| DbError::Connection(format!("tls: {e}")))?;
     while conn.is_handshaking() {

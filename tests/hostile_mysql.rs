@@ -1,0 +1,339 @@
+//! The relational sink's MySQL client against hostile servers (issue 49): a fake server
+//! (tests/support/mysql_fake.rs) that switches authentication to a cleartext or a disallowed
+//! plugin, asks for full caching_sha2_password authentication over plain TCP, requests a
+//! LOCAL INFILE, streams rows forever, announces huge packets, drips its handshake, and sends
+//! malformed packets. Each is refused with a clear error, and no secret reaches the fake.
+
+use std::time::{Duration, Instant};
+
+use crate::support::mysql::my_params;
+use crate::support::mysql_fake::{auth_switch, err, handshake, ok, packet, Fake, NONCE};
+use svc::sink::relational::mysql::auth::{scramble_caching_sha2, scramble_native};
+use svc::sink::relational::mysql::conn::MAX_ROWS_PER_STATEMENT;
+use svc::sink::relational::mysql::{AuthPolicy, Connection};
+use svc::sink::relational::wire::DbError;
+
+const PASSWORD: &str = "Hostile-My-s3cret-4c1";
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn connect(fake: &Fake, policy: &str, timeout: Duration) -> Result<Connection, DbError> {
+    let mut p = my_params("db", "app");
+    p.port = fake.port;
+    p.connect_timeout = timeout;
+    p.io_timeout = timeout;
+    Connection::connect(
+        &p,
+        &AuthPolicy::parse(policy).unwrap(),
+        Some(PASSWORD.as_bytes()),
+    )
+}
+
+fn assert_clean(e: &DbError) -> String {
+    let shown = e.to_string();
+    assert!(!shown.contains(PASSWORD), "{shown}");
+    assert!(!shown.chars().any(char::is_control), "{shown:?}");
+    assert!(shown.len() < 600, "{shown}");
+    shown
+}
+
+#[test]
+fn switch_to_cleartext_is_refused_before_the_password_leaves() {
+    for plugin in [
+        "mysql_clear_password",
+        "dialog",
+        "sha256_password",
+        "client_ed25519",
+    ] {
+        let fake = Fake::start(move |peer| {
+            peer.send(0, &handshake("mysql_native_password"));
+            peer.read();
+            peer.send(2, &auth_switch(plugin));
+        });
+        let e = connect(
+            &fake,
+            "caching_sha2_password,mysql_native_password",
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
+        let shown = assert_clean(&e);
+        assert!(
+            shown.contains(plugin) && shown.contains("nothing was sent"),
+            "{shown}"
+        );
+        let seen = fake.finish();
+        assert!(
+            !contains(&seen, PASSWORD.as_bytes()),
+            "{plugin}: the password left"
+        );
+        // Only the handshake response went out: nothing answered the switch.
+        assert!(
+            !contains(&seen, &[0, 0, 3]),
+            "{plugin}: an answer to the switch was sent"
+        );
+    }
+}
+
+#[test]
+fn downgrade_to_native_when_only_sha2_is_allowed_is_refused() {
+    let fake = Fake::start(|peer| {
+        // The server's default is already native: the client answers with caching_sha2.
+        peer.send(0, &handshake("mysql_native_password"));
+        let response = peer.read().unwrap();
+        assert!(
+            contains(&response, b"caching_sha2_password"),
+            "client offered its own plugin"
+        );
+        peer.send(2, &auth_switch("mysql_native_password"));
+    });
+    let e = connect(&fake, "caching_sha2_password", Duration::from_secs(5)).unwrap_err();
+    assert!(assert_clean(&e).contains("does not allow"));
+    let seen = fake.finish();
+    assert!(!contains(
+        &seen,
+        &scramble_native(PASSWORD.as_bytes(), NONCE)
+    ));
+    assert!(!contains(&seen, PASSWORD.as_bytes()));
+}
+
+#[test]
+fn full_sha2_authentication_over_plain_tcp_is_refused() {
+    let fake = Fake::start(|peer| {
+        peer.send(0, &handshake("caching_sha2_password"));
+        let response = peer.read().unwrap();
+        assert!(contains(
+            &response,
+            &scramble_caching_sha2(PASSWORD.as_bytes(), NONCE)
+        ));
+        peer.send(2, &[0x01, 0x04]); // perform full authentication
+    });
+    let e = connect(&fake, "caching_sha2_password", Duration::from_secs(5)).unwrap_err();
+    assert!(assert_clean(&e).contains("needs tls"));
+    assert!(!contains(&fake.finish(), PASSWORD.as_bytes()));
+}
+
+#[test]
+fn local_infile_request_is_refused_and_the_connection_closed() {
+    let fake = Fake::start(|peer| {
+        peer.accept();
+        peer.read().expect("query");
+        peer.send(1, b"\xfb/etc/passwd");
+    });
+    let mut c = connect(&fake, "mysql_native_password", Duration::from_secs(5)).unwrap();
+    let e = c.query("SELECT 1").unwrap_err();
+    assert!(assert_clean(&e).contains("local file"));
+    assert!(c.is_broken());
+    drop(c);
+    let seen = fake.finish();
+    assert!(!contains(&seen, b"root:"), "a local file was sent");
+}
+
+#[test]
+fn endless_rows_are_cut_at_the_bound() {
+    let fake = Fake::start(|peer| {
+        peer.accept();
+        peer.read().expect("query");
+        let mut out = packet(1, &[1]);
+        out.extend(packet(
+            2,
+            b"\x03def\x00\x00\x00\x01v\x00\x0c\x21\x00\x00\x00\x00\x00\xfd\x00\x00\x00\x00\x00",
+        ));
+        out.extend(packet(3, &[0xFE, 0, 0, 2, 0]));
+        peer.raw(&out);
+        let mut seq = 4u8;
+        let mut chunk = Vec::new();
+        for _ in 0..(MAX_ROWS_PER_STATEMENT + 10) {
+            chunk.extend(packet(seq, b"\x011"));
+            seq = seq.wrapping_add(1);
+            if chunk.len() > 60_000 {
+                if !peer.raw(&chunk) {
+                    return;
+                }
+                chunk.clear();
+            }
+        }
+        peer.raw(&chunk);
+    });
+    let mut c = connect(&fake, "mysql_native_password", Duration::from_secs(30)).unwrap();
+    let e = c.query("SELECT v FROM t").unwrap_err();
+    assert!(assert_clean(&e).contains("more than"), "{e}");
+    assert!(c.is_broken());
+    drop(c);
+    fake.finish();
+}
+
+#[test]
+fn huge_packet_lengths_are_refused_without_waiting() {
+    let fake = Fake::start(|peer| {
+        peer.accept();
+        peer.read().expect("query");
+        // Fragments of 16 MiB - 1 forever: refused at the 16 MiB logical packet bound.
+        let mut out = vec![0xFF, 0xFF, 0xFF, 1];
+        out.extend(vec![b'x'; 0xFF_FFFF]);
+        out.extend([0xFF, 0xFF, 0xFF, 2]);
+        peer.raw(&out);
+    });
+    let mut c = connect(&fake, "mysql_native_password", Duration::from_secs(30)).unwrap();
+    let e = c.query("SELECT 1").unwrap_err();
+    assert!(assert_clean(&e).contains("larger than"), "{e}");
+    assert!(c.is_broken());
+    drop(c);
+    fake.finish();
+}
+
+#[test]
+fn dripped_handshake_hits_the_connect_deadline() {
+    let fake = Fake::start(|peer| {
+        let hello = packet(0, &handshake("mysql_native_password"));
+        peer.drip(&hello, Duration::from_millis(100));
+    });
+    let start = Instant::now();
+    let e = connect(&fake, "mysql_native_password", Duration::from_secs(1)).unwrap_err();
+    assert!(assert_clean(&e).contains("timed out"), "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    fake.finish();
+}
+
+#[test]
+fn malformed_packets_are_refused_clearly() {
+    let mut v9 = handshake("mysql_native_password");
+    v9[0] = 9;
+    let truncated = handshake("mysql_native_password")[..30].to_vec();
+    let mut short_nonce = handshake("mysql_native_password");
+    short_nonce.truncate(60);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("protocol version 9", packet(0, &v9)),
+        ("truncated handshake", packet(0, &truncated)),
+        (
+            "wrong sequence",
+            packet(3, &handshake("mysql_native_password")),
+        ),
+        (
+            "error instead of handshake",
+            packet(0, &err(1040, "08004", "Too many\nconnections")),
+        ),
+        ("garbage", b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec()),
+    ];
+    for (what, bytes) in cases {
+        let fake = Fake::start(move |peer| {
+            peer.raw(&bytes);
+        });
+        let e = connect(&fake, "mysql_native_password", Duration::from_secs(5)).unwrap_err();
+        let shown = assert_clean(&e);
+        assert!(
+            shown.contains("malformed")
+                || shown.contains("protocol version")
+                || shown.contains("out of order")
+                || shown.contains("08004")
+                || shown.contains("closed"),
+            "{what}: {shown}"
+        );
+        fake.finish();
+    }
+    // A malformed row after a good header.
+    let fake = Fake::start(|peer| {
+        peer.accept();
+        peer.read().expect("query");
+        let mut out = packet(1, &[1]);
+        out.extend(packet(2, b"\x03def"));
+        out.extend(packet(3, &[0xFE, 0, 0, 2, 0]));
+        out.extend(packet(4, b"\x09ab"));
+        peer.raw(&out);
+    });
+    let mut c = connect(&fake, "mysql_native_password", Duration::from_secs(5)).unwrap();
+    let e = c.query("SELECT 1").unwrap_err();
+    assert!(assert_clean(&e).contains("malformed row"), "{e}");
+    assert!(c.is_broken());
+    drop(c);
+    fake.finish();
+    let _ = ok();
+}
+
+fn tls_params(
+    port: u16,
+    host: &str,
+    ca: &std::path::Path,
+) -> svc::sink::relational::wire::ConnectParams {
+    let mut p = my_params("db", "app");
+    p.host = host.into();
+    p.port = port;
+    p.tls = svc::sink::relational::wire::TlsMode::VerifyFull;
+    p.tls_config = Some(svc::sink::relational::wire::tls_client_config(Some(ca)).unwrap());
+    p.connect_timeout = Duration::from_secs(10);
+    p
+}
+
+#[test]
+fn tls_verify_full_sends_full_sha2_authentication_only_to_the_right_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = crate::support::certs::make_certs(dir.path());
+    // The right name: the session is TLS, and full authentication sends the password inside it.
+    let fake = Fake::start_tls("127.0.0.1", dir.path(), |peer| {
+        let response = peer.read().unwrap();
+        assert!(contains(
+            &response,
+            &scramble_caching_sha2(PASSWORD.as_bytes(), NONCE)
+        ));
+        peer.send(3, &[0x01, 0x04]);
+        let clear = peer.read().unwrap();
+        assert_eq!(
+            clear,
+            [PASSWORD.as_bytes(), b"\0"].concat(),
+            "password over tls"
+        );
+        peer.send(5, &ok());
+        peer.read().expect("SET NAMES");
+        peer.send(1, &ok());
+    });
+    let policy = AuthPolicy::parse("caching_sha2_password").unwrap();
+    let c = Connection::connect(
+        &tls_params(fake.port, "127.0.0.1", &certs.ca),
+        &policy,
+        Some(PASSWORD.as_bytes()),
+    )
+    .unwrap();
+    drop(c);
+    let seen = fake.finish();
+    // What crossed the socket in clear: only the SSLRequest (the rest is TLS records).
+    assert!(!contains(&seen[..36], PASSWORD.as_bytes()));
+
+    // A wrong name: the certificate names 127.0.0.1 and localhost, not 127.0.0.2.
+    let fake = Fake::start_tls("127.0.0.2", dir.path(), |peer| {
+        peer.read();
+    });
+    let e = Connection::connect(
+        &tls_params(fake.port, "127.0.0.2", &certs.ca),
+        &policy,
+        Some(PASSWORD.as_bytes()),
+    )
+    .unwrap_err();
+    let shown = assert_clean(&e);
+    assert!(shown.contains("tls handshake"), "{shown}");
+    fake.finish();
+
+    // A server that does not offer TLS is refused before anything is sent.
+    let fake = Fake::start(|peer| {
+        let mut h = handshake("caching_sha2_password");
+        // Clear CLIENT_SSL (0x800) in the lower capability bytes.
+        let caps_at = 1 + h.iter().position(|&b| b == 0).unwrap() + 4 + 8 + 1;
+        h[caps_at + 1] &= !0x08;
+        peer.send(0, &h);
+    });
+    let e = Connection::connect(
+        &tls_params(fake.port, "127.0.0.1", &certs.ca),
+        &policy,
+        Some(PASSWORD.as_bytes()),
+    )
+    .unwrap_err();
+    assert!(assert_clean(&e).contains("does not accept tls"), "{e}");
+    assert!(
+        fake.finish().is_empty(),
+        "nothing sent to a server without tls"
+    );
+}

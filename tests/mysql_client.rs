@@ -1,0 +1,156 @@
+//! The in-tree MySQL client (src/sink/relational/mysql/) against the real MariaDB on
+//! 127.0.0.1:3306: queries, result sets, quoting in both backslash modes, each authentication
+//! plugin allowed and refused, LOCAL INFILE never possible, and the scrambles against PyMySQL's.
+
+use std::process::Command;
+
+use crate::support::mysql::{my_params, MyDb};
+use crate::support::python::python;
+use svc::sink::relational::mysql::auth::{scramble_caching_sha2, scramble_native};
+use svc::sink::relational::mysql::{AuthPolicy, Connection};
+use svc::sink::relational::wire::DbError;
+
+const HOSTILE: &str = "a'b\"c\\d\0e\nf\rg\u{1a}h ' OR 1=1 -- ü€😀 \\' \\\\'";
+
+#[test]
+fn queries_rows_nulls_and_quoting_in_both_modes() {
+    let db = MyDb::new("client");
+    let mut c = db.conn();
+    assert!(c.is_mariadb(), "{}", c.server_version());
+    c.ping().unwrap();
+    c.query("CREATE TABLE t (id INT PRIMARY KEY, v LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL)")
+        .unwrap();
+    for (id, mode) in [(1, ""), (2, "NO_BACKSLASH_ESCAPES")] {
+        c.query(&format!("SET SESSION sql_mode = '{mode}'"))
+            .unwrap();
+        assert_eq!(c.no_backslash_escapes(), !mode.is_empty());
+        let r = c
+            .query(&format!(
+                "INSERT INTO t VALUES ({id}, {})",
+                c.quote(HOSTILE)
+            ))
+            .unwrap();
+        assert_eq!(r.affected_rows, 1);
+    }
+    c.query("INSERT INTO t VALUES (3, NULL)").unwrap();
+    let rows = c.query("SELECT id, v FROM t ORDER BY id").unwrap().rows;
+    assert_eq!(rows.len(), 3);
+    for row in &rows[..2] {
+        assert_eq!(row[1].as_deref(), Some(HOSTILE));
+    }
+    assert_eq!(rows[2], vec![Some("3".to_string()), None]);
+    // A server error leaves the connection usable, with the SQLSTATE.
+    let e = c.query("INSERT INTO t VALUES (3, 'dup')").unwrap_err();
+    assert_eq!(e.code(), Some("23000"), "{e}");
+    assert!(!e.to_string().contains("dup"), "row data in the error: {e}");
+    assert!(!c.is_broken());
+    c.query("BEGIN").unwrap();
+    assert!(c.in_transaction());
+    c.query("ROLLBACK").unwrap();
+    assert!(!c.in_transaction());
+    let e = c.query("SELECT * FROM missing_table").unwrap_err();
+    assert_eq!(e.code(), Some("42S02"), "{e}");
+}
+
+#[test]
+fn local_infile_is_never_possible() {
+    let db = MyDb::new("infile");
+    let mut c = db.conn();
+    c.query("CREATE TABLE t (line TEXT)").unwrap();
+    // The client never announces CLIENT_LOCAL_FILES: the server refuses the statement itself.
+    let e = c
+        .query("LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE t")
+        .unwrap_err();
+    assert!(matches!(e, DbError::Server(_)), "{e}");
+    assert_eq!(
+        db.rows("SELECT COUNT(*) FROM t")[0][0].as_deref(),
+        Some("0")
+    );
+}
+
+#[test]
+fn native_password_allowed_refused_and_wrong() {
+    let mut db = MyDb::new("native");
+    let user = db.user("mysql_native_password", "N4tive-pw");
+    let p = my_params(&db.name, &user);
+    let mut c = Connection::connect(&p, &AuthPolicy::default(), Some(b"N4tive-pw")).unwrap();
+    assert_eq!(
+        c.query("SELECT CURRENT_USER()").unwrap().rows[0][0]
+            .as_deref()
+            .map(|u| u.starts_with(&user)),
+        Some(true)
+    );
+    let only = AuthPolicy::parse("mysql_native_password").unwrap();
+    Connection::connect(&p, &only, Some(b"N4tive-pw")).unwrap();
+    let e = Connection::connect(&p, &AuthPolicy::default(), Some(b"wrong")).unwrap_err();
+    assert_eq!(e.code(), Some("28000"), "{e}");
+    // Only caching_sha2_password allowed: MariaDB switches to the account's plugin, refused.
+    let sha2 = AuthPolicy::parse("caching_sha2_password").unwrap();
+    let e = Connection::connect(&p, &sha2, Some(b"N4tive-pw")).unwrap_err();
+    let shown = e.to_string();
+    assert!(
+        shown.contains("mysql_native_password") && shown.contains("does not allow"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn ed25519_accounts_are_refused_before_anything_is_sent() {
+    let mut db = MyDb::new("ed");
+    let mut admin = crate::support::mysql::root();
+    if let Err(e) = admin.query("INSTALL SONAME 'auth_ed25519'") {
+        // Already installed (1968) is fine; anything else: the plugin is not on this machine.
+        assert!(e.to_string().contains("1968"), "install auth_ed25519: {e}");
+    }
+    let user = db.user("ed25519", "Ed-pw-1");
+    let p = my_params(&db.name, &user);
+    let e = Connection::connect(&p, &AuthPolicy::default(), Some(b"Ed-pw-1")).unwrap_err();
+    assert!(
+        e.to_string().contains("client_ed25519") && e.to_string().contains("never answers"),
+        "{e}"
+    );
+}
+
+#[test]
+fn scrambles_match_pymysql() {
+    let cases: Vec<(String, Vec<u8>)> = (0..8u8)
+        .map(|i| {
+            let pw = format!("pw-{i}-{}", "ü".repeat(i as usize));
+            let nonce: Vec<u8> = (0..20u8)
+                .map(|b| b.wrapping_mul(37).wrapping_add(i))
+                .collect();
+            (pw, nonce)
+        })
+        .collect();
+    let mut script = String::from("import pymysql._auth as a\n");
+    for (pw, nonce) in &cases {
+        script.push_str(&format!(
+            "print(a.scramble_native_password({pw:?}.encode(), bytes.fromhex('{n}')).hex(), \
+             a.scramble_caching_sha2({pw:?}.encode(), bytes.fromhex('{n}')).hex())\n",
+            n = svc::text::hex::lower(nonce)
+        ));
+    }
+    let out = Command::new(python())
+        .args(["-c", &script])
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "PyMySQL (scripts/deps.sh installs it): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), cases.len());
+    for ((pw, nonce), line) in cases.iter().zip(lines) {
+        let (native, sha2) = line.split_once(' ').unwrap();
+        assert_eq!(
+            svc::text::hex::lower(&scramble_native(pw.as_bytes(), nonce)),
+            native
+        );
+        assert_eq!(
+            svc::text::hex::lower(&scramble_caching_sha2(pw.as_bytes(), nonce)),
+            sha2
+        );
+    }
+}
