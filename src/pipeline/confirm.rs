@@ -17,7 +17,7 @@
 //!
 //! Memory: one entry per ACK waiting, at most the credits; answered ACKs leave the schedule of
 //! resends as soon as it holds more than twice the ACKs waiting (plus a little).
-//! A handle of an older [`broker::AckGeneration`] is never sent again (see `ack.rs`).
+//! A handle of an older [`crate::broker::AckGeneration`] is never sent again (see `ack.rs`).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
