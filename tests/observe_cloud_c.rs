@@ -351,7 +351,7 @@ fn failures_before_any_request() {
     let err = stderr(&out);
     assert!(
         err.starts_with(
-            "svc-observe cloud-c-export: custom metric svc_advisory_max_deliveries_total is "
+            "svc-observe cloud-c-export: custom metric svc_ack_confirmation_seconds is "
         ) && err
             .trim_end()
             .ends_with("bytes, over cloud_c_monitoring.max_request_bytes 1024; nothing was sent"),

@@ -39,7 +39,7 @@ use crate::broker::consumer_watch::ConsumerWatch;
 use crate::broker::{self, AckHandle, AckVerb, Connection, Delivery};
 use crate::message::envelope::{now_unix_nanos, RawMessage};
 use crate::message::limits;
-use crate::message::subject::SubjectPattern;
+use crate::message::subject::{is_literal_subject, SubjectPattern};
 use crate::metrics::Metrics;
 use crate::text::peer::PeerText;
 
@@ -604,7 +604,14 @@ impl Fetcher {
             self.credits.charge_bytes(size - from_allowance);
             p.batch.bytes += size;
             p.batch.suspect |= broker::maybe_headers_only(&raw);
-            if p.batch.foreign.is_none() && !self.subjects.iter().any(|s| s.matches(&raw.subject)) {
+            // A subject with a wildcard or empty token (the broker stores such a publish), or
+            // one the client could not read, matches no pattern: `svc-normalize` refuses it
+            // with its reason, whatever the filter; only a plain subject tells of a filter.
+            let plain = raw.unreadable.is_none() && is_literal_subject(&raw.subject);
+            if p.batch.foreign.is_none()
+                && plain
+                && !self.subjects.iter().any(|s| s.matches(&raw.subject))
+            {
                 p.batch.foreign = Some(raw.subject.clone());
             }
             p.batch.since.get_or_insert(now);
