@@ -319,8 +319,11 @@ fn check_fanout_routes(
             }
         }
         let allowed = &labels.allowed_priorities;
+        let listed = |allowed: &std::collections::BTreeSet<String>, v: &str| {
+            allowed.iter().any(|a| a.eq_ignore_ascii_case(v))
+        };
         for p in r.when.priority.iter().flatten() {
-            if !allowed.is_empty() && !allowed.contains(p) {
+            if !allowed.is_empty() && !listed(allowed, p) {
                 problems.push(
                     format!("{at}.priority"),
                     format!(
@@ -332,7 +335,7 @@ fn check_fanout_routes(
         }
         let allowed = &labels.allowed_classifications;
         for c in r.when.classification.iter().flatten() {
-            if !allowed.is_empty() && !allowed.contains(c) {
+            if !allowed.is_empty() && !listed(allowed, c) {
                 problems.push(
                     format!("{at}.classification"),
                     format!(

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::document::grammar::looks_secret;
 use crate::document::reader::ObjectReader;
+use crate::message::metadata::normalize_value;
 use crate::message::subject::SubjectPattern;
 
 /// Longest header value a route may compare against.
@@ -52,15 +53,17 @@ impl Conditions {
         *self == Conditions::default()
     }
 
+    /// Values compare without case: the route's are normalized as a message's are
+    /// (`metadata::normalize_value`), and a vocabulary may spell the message's its own way
+    /// (`RESTRICTED`).
     pub fn matches(&self, f: &Facts<'_>) -> bool {
-        let has = |l: &String| f.labels.iter().any(|x| x == l);
-        self.priority
-            .as_ref()
-            .is_none_or(|s| s.contains(f.priority))
+        let has = |l: &String| f.labels.iter().any(|x| x.eq_ignore_ascii_case(l));
+        let one_of = |s: &BTreeSet<String>, v: &str| s.iter().any(|x| x.eq_ignore_ascii_case(v));
+        self.priority.as_ref().is_none_or(|s| one_of(s, f.priority))
             && self
                 .classification
                 .as_ref()
-                .is_none_or(|s| s.contains(f.classification))
+                .is_none_or(|s| one_of(s, f.classification))
             && self.labels_all.iter().all(has)
             && self.labels_any.as_ref().is_none_or(|s| s.iter().any(has))
             && !self.labels_none.iter().any(has)
@@ -161,7 +164,24 @@ fn set(m: &mut ObjectReader<'_>, key: &'static str) -> Option<BTreeSet<String>> 
     if list.iter().any(String::is_empty) {
         m.problem(key, "must not contain an empty string");
     }
-    Some(list.into_iter().collect())
+    // As a message's values are read: trimmed, lower case, one label per entry. A value no
+    // message can carry would never match (and in labels_none never exclude).
+    let mut values = BTreeSet::new();
+    for v in list.iter().filter(|v| !v.is_empty()) {
+        match normalize_value(v) {
+            Some(n) => {
+                values.insert(n);
+            }
+            None => m.problem(
+                key,
+                format!(
+                    "{v} is not a value a message can carry (letters, digits, inner spaces and \
+                     _-.:/+, one value per entry), so it would never match"
+                ),
+            ),
+        }
+    }
+    Some(values)
 }
 
 /// Could one subject match both patterns? Token by token: `*` matches any one token, `>` one

@@ -326,3 +326,43 @@ fn ignored_messages_are_acknowledged_counted_and_written_nowhere() {
     assert_eq!(count(&m, "fanout_messages_ignored_total"), 1);
     assert_eq!(count(&m, "fanout_messages_routed_total"), 1);
 }
+
+/// Found by the attack on the routing (issue 45): route values are compared as a message's
+/// are read, without case and trimmed, so `labels_none: ["PII"]` excludes a message labelled
+/// `pii` and `classification: ["RESTRICTED"]` matches it however the vocabulary spells it; a
+/// value no message can carry (`"eu,pii"`) is refused instead of never matching.
+#[test]
+fn route_values_compare_as_message_values_are_read() {
+    let r = ok(json!({"routes": [
+        {"name": "restricted", "match": {"classification": ["RESTRICTED"]}, "targets": ["eu"]},
+        {"name": "no-pii", "match": {"labels_none": ["PII"], "priority": [" High "]},
+         "targets": ["general"]},
+        {"name": "rest", "match": {"subject": ">"}, "targets": ["audit"]},
+    ]}));
+    for spelled in ["restricted", "RESTRICTED"] {
+        assert_eq!(
+            route(&r, &msg("a", "normal", spelled)),
+            "route restricted -> eu",
+            "{spelled}"
+        );
+    }
+    assert_eq!(
+        route(&r, &msg("a", "high", "public").labels(&["pii"])),
+        "route rest -> audit"
+    );
+    assert_eq!(
+        route(&r, &msg("a", "HIGH", "public").labels(&["eu"])),
+        "route no-pii -> general"
+    );
+    for bad in [
+        json!({"labels_all": ["eu,pii"]}),
+        json!({"labels_none": ["pii!"]}),
+    ] {
+        let key = bad.as_object().unwrap().keys().next().unwrap().clone();
+        refused(
+            json!({"routes": [{"name": "r", "match": bad, "targets": ["eu"]}]}),
+            &key,
+            "is not a value a message can carry",
+        );
+    }
+}
