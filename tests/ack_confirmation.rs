@@ -137,17 +137,22 @@ fn config(url: &str, dir: &Path) -> PathBuf {
     write_config(dir, "c.json", &cfg)
 }
 
-/// ACKs lost on the wire and a connection cut between ACK and confirmation: nothing counts as
-/// acknowledged before the broker confirms it, the runner holds no more than its credits
-/// meanwhile, and after the cut every ACK is sent again and confirmed, with no redelivery and
-/// one file per message. Then live traffic is confirmed as it flows.
-#[test]
-fn lost_acks_are_sent_again_until_the_broker_confirms_them() {
+/// A broker with `n` messages for a consumer of `ack_wait`, and a runner with confirmed ACKs
+/// behind a proxy that loses every ACK until told otherwise.
+struct Losing {
+    server: NatsServer,
+    proxy: AckLosingProxy,
+    dir: tempfile::TempDir,
+    snapshot: PathBuf,
+    cfg: PathBuf,
+    runner: Runner,
+}
+
+fn start_losing_acks(ack_wait: Duration, n: usize) -> Losing {
     let server = NatsServer::start();
     server.create_stream(STREAM, &["orders.>"]);
-    // A 60 s AckWait: nothing below is settled by a redelivery.
-    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(60));
-    server.publish_n(STREAM, "orders.created", 100, |i| {
+    server.create_consumer(STREAM, CONSUMER, "orders.>", ack_wait);
+    server.publish_n(STREAM, "orders.created", n, |i| {
         format!("{{\"n\":{i}}}").into_bytes()
     });
     let upstream: u16 = server.url().rsplit(':').next().unwrap().parse().unwrap();
@@ -156,7 +161,32 @@ fn lost_acks_are_sent_again_until_the_broker_confirms_them() {
     let dir = tempfile::tempdir().unwrap();
     let snapshot = dir.path().join("metrics.json");
     let cfg = config(&format!("nats://127.0.0.1:{}", proxy.port), dir.path());
-    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    let runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    Losing {
+        server,
+        proxy,
+        dir,
+        snapshot,
+        cfg,
+        runner,
+    }
+}
+
+/// ACKs lost on the wire and a connection cut between ACK and confirmation: nothing counts as
+/// acknowledged before the broker confirms it, the runner holds no more than its credits
+/// meanwhile, and after the cut every ACK is sent again and confirmed, with no redelivery and
+/// one file per message. Then live traffic is confirmed as it flows.
+#[test]
+fn lost_acks_are_sent_again_until_the_broker_confirms_them() {
+    // A 60 s AckWait: nothing below is settled by a redelivery.
+    let Losing {
+        server,
+        proxy,
+        dir,
+        snapshot,
+        mut runner,
+        ..
+    } = start_losing_acks(Duration::from_secs(60), 100);
 
     // Its credits (2 batches of 25) are all held by unconfirmed ACKs: 50 written, no more.
     wait_until(Duration::from_secs(30), "ACKs lost and sent again", || {
@@ -204,19 +234,14 @@ fn lost_acks_are_sent_again_until_the_broker_confirms_them() {
 /// not settle is delivered again to the next runner and stored once.
 #[test]
 fn a_stop_gives_up_unconfirmed_acks_and_nothing_is_lost() {
-    let server = NatsServer::start();
-    server.create_stream(STREAM, &["orders.>"]);
-    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(2));
-    server.publish_n(STREAM, "orders.created", 30, |i| {
-        format!("{{\"n\":{i}}}").into_bytes()
-    });
-    let upstream: u16 = server.url().rsplit(':').next().unwrap().parse().unwrap();
-    let proxy = AckLosingProxy::start(upstream);
-    proxy.drop_acks.store(true, Ordering::SeqCst);
-    let dir = tempfile::tempdir().unwrap();
-    let snapshot = dir.path().join("metrics.json");
-    let cfg = config(&format!("nats://127.0.0.1:{}", proxy.port), dir.path());
-    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    let Losing {
+        server,
+        proxy,
+        dir,
+        snapshot,
+        cfg,
+        mut runner,
+    } = start_losing_acks(Duration::from_secs(2), 30);
     wait_until(Duration::from_secs(30), "30 written", || {
         snapshot_counter(&snapshot, "messages_written_total") >= 30
     });

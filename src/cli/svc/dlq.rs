@@ -111,7 +111,10 @@ pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
     let show = match action.as_deref() {
         Some("list") => None,
         Some("show") => Some(seq.ok_or("dlq show: missing <sequence>")?),
-        Some(other) => return Err(format!("dlq: unknown action {other:?}: list or show").into()),
+        Some(other) => {
+            let shown = crate::text::terminal::text_line(other);
+            return Err(format!("dlq: unknown action \"{shown}\": list or show").into());
+        }
         None => return Err("dlq: missing action: list or show".into()),
     };
     let listing_only = filter != Filter::default() || max != MAX_RECORDS;

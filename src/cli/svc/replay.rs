@@ -58,7 +58,7 @@ pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
         match s.parse::<u64>() {
             Ok(n) if (lo..=hi).contains(&n) => Ok(n),
             _ => Err(lexopt::Error::from(format!(
-                "{flag} must be an integer from {lo} to {hi}, not {:?}",
+                "{flag} must be an integer from {lo} to {hi}, not \"{}\"",
                 crate::text::terminal::text_line(&s)
             ))),
         }

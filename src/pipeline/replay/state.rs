@@ -98,8 +98,8 @@ impl StateFile {
             .map_err(|e| format!("replay state {shown}: not a replay state file ({e})"))?;
         if state.schema != SCHEMA {
             return Err(format!(
-                "replay state {shown}: schema {:?}, expected {SCHEMA}",
-                crate::text::peer::PeerText::new(&state.schema).to_string()
+                "replay state {shown}: schema \"{}\", expected {SCHEMA}",
+                crate::text::peer::PeerText::new(&state.schema)
             ));
         }
         if state.next_seq == 0 || state.next_seq > state.last_seq.saturating_add(1) {
