@@ -262,3 +262,83 @@ fn validate_names_field_and_reason_and_warns_on_overlap() {
         "{text}"
     );
 }
+
+/// Routes see the envelope the runner stores: a label profile's classification and labels when
+/// the message carries one (not the metadata headers), and a header sent twice by its first
+/// value on the wire, the same on every delivery. Two file children, a real broker.
+#[test]
+fn routes_follow_the_label_profile_and_a_repeated_header_first_value() {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    let profile = r#"{"classification":"RESTRICTED","labels":["EU"]}"#;
+    // 1: restricted + eu only in the profile.
+    server.publish_with_headers("orders.a", &[("Svc-Security-Labels", profile)], b"{}");
+    // 2: restricted + eu in the metadata, but the profile says unclassified, no labels.
+    let plain = r#"{"classification":"unclassified","labels":[]}"#;
+    let meta = [
+        ("Svc-Classification", "restricted"),
+        ("Svc-Labels", "eu"),
+        ("Svc-Security-Labels", plain),
+    ];
+    server.publish_with_headers("orders.b", &meta, b"{}");
+    // 3-10: Tenant sent twice; the first value routes.
+    for _ in 0..8 {
+        server.raw_publish(
+            b"orders.t",
+            &[(b"Tenant", b"acme"), (b"Tenant", b"other")],
+            b"{}",
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = |n: &str| dir.path().join(n);
+    let cfg = json!({
+        "nats": {"url": server.url(), "stream": STREAM, "consumer": CONSUMER,
+                 "subject": "orders.>"},
+        "delivery": {"batch_size": 8, "fetch_expiry_ms": 200, "sink_workers": 1},
+        "envelope": {"keep_headers": ["Tenant"]},
+        "security_labels": {"enabled": true,
+                            "allowed_classifications": ["UNCLASSIFIED", "RESTRICTED"]},
+        "sink": {"type": "fanout",
+                 "sinks": {"eu": {"type": "file", "directory": out("eu")},
+                           "acme": {"type": "file", "directory": out("acme")},
+                           "rest": {"type": "file", "directory": out("rest")}},
+                 "routing": {"enabled": true, "no_match": "default_route",
+                             "default_route": "rest", "routes": [
+            {"name": "eu-restricted",
+             "match": {"classification": ["restricted"], "labels_all": ["eu"]},
+             "targets": ["eu"]},
+            {"name": "acme", "match": {"headers": {"Tenant": "acme"}}, "targets": ["acme"]},
+            {"name": "rest", "match": {"subject": "never.>"}, "targets": ["rest"]}]}},
+        "logging": {"level": "info"}
+    });
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let (code, text, err) = svc(&[
+        "inspect",
+        cfg.to_str().unwrap(),
+        "--last",
+        "10",
+        "--format",
+        "jsonl",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let routes: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["fanout_route"].to_string())
+        .collect();
+    let mut want = vec![
+        "\"route eu-restricted\"".to_string(),
+        "\"default route rest (no route matched)\"".to_string(),
+    ];
+    want.extend(std::iter::repeat_n("\"route acme\"".to_string(), 8));
+    assert_eq!(routes, want);
+    let mut runner = Runner::start(&cfg, &out("svc.log"));
+    wait_until(Duration::from_secs(60), "all ten acked", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((10, 0, 0))
+    });
+    runner.signal("TERM");
+    let status = runner.wait_timeout(Duration::from_secs(20)).expect("exits");
+    assert!(status.success(), "clean exit: {}", runner.log_text());
+    let count = |n: &str| files_below(&out(n)).len();
+    assert_eq!((count("eu"), count("rest"), count("acme")), (1, 1, 8));
+}

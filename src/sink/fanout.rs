@@ -52,7 +52,7 @@ mod config;
 mod matcher;
 
 pub use config::*;
-pub use matcher::{Conditions, Facts};
+pub use matcher::{Conditions, Facts, Marks};
 
 /// State of one optional write, shared by its thread, the gate and the watcher.
 const RUNNING: u8 = 0;
@@ -203,7 +203,13 @@ impl FanoutSink {
     /// The targets of one normalized message, or its outcome when it goes nowhere: a
     /// permanent failure (`no_match: reject`) or an ACK, counted (`no_match: ignore`).
     fn targets_for(&self, env: &Envelope) -> Result<Cow<'_, [Target]>, WriteOutcome> {
-        match self.routing.decide(self.children.keys(), &Facts::of(env)) {
+        // Markings are gathered only when a route asks for more than the subject.
+        let facts = if self.routing.subject_only {
+            Facts::subject_only(env)
+        } else {
+            Facts::of(env)
+        };
+        match self.routing.decide(self.children.keys(), &facts) {
             Decision::Deliver { targets, .. } => Ok(targets),
             Decision::Reject => Err(WriteOutcome::Permanent(
                 SinkError::new(

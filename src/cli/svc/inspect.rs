@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::output;
 use crate::broker::inspect::{self, Request, Start};
 use crate::config::RuntimeConfig;
-use crate::message::envelope::{normalize, normalize_payload, PayloadFormat, RawMessage};
+use crate::message::envelope::{normalize, normalize_payload, Envelope, PayloadFormat, RawMessage};
 use crate::message::labels;
 use crate::message::limits;
 use crate::message::protection::authenticity::{AuthOutcome, Verifier};
@@ -286,13 +286,6 @@ fn view(
         Ok(AuthOutcome::Unsigned) => "unsigned (not required)".to_string(),
         Err(f) => format!("rejected: {f}"),
     });
-    let fanout = match (&cfg.sink, &resolved) {
-        (SinkConfig::Fanout(f), Ok(m)) => Some(fanout_route(f, raw, m, &cfg.envelope.keep_headers)),
-        (SinkConfig::Fanout(_), Err(_)) => {
-            Some((json!("rejected before routing (metadata)"), None))
-        }
-        _ => None,
-    };
     let mut v = json!({
         "stream_sequence": raw.stream_sequence,
         "time": raw.published_unix_nanos.map(format_rfc3339_nanos),
@@ -307,25 +300,30 @@ fn view(
     }
     // The runner's first check: a message over an input limit (or one the client could not
     // read as sent) is dead-lettered before any stage runs, so no stage verdict is shown.
-    match limits::check(raw, &cfg.envelope.keep_headers) {
+    let fanout = match limits::check(raw, &cfg.envelope.keep_headers) {
         Err(limit) => {
             v["input"] = json!({"verdict": "refused", "stage": "input", "field": limit.field(),
                                 "reason": limit.code(), "message": limit.to_string()});
             if governance_enabled(cfg) {
                 v["governance"] = json!({"verdict": "not reached (input refused)"});
             }
+            Err("input")
         }
         Ok(()) => {
             v["input"] = json!({"verdict": "accepted"});
-            if let Some(g) = governance(cfg, raw) {
-                v["governance"] = g;
-            }
+            staged_view(cfg, raw, &mut v)
         }
-    }
-    if let Some((targets, route)) = fanout {
-        v["fanout"] = targets;
-        if let Some(r) = route {
-            v["fanout_route"] = json!(r);
+    };
+    if let SinkConfig::Fanout(f) = &cfg.sink {
+        match fanout {
+            Ok(env) => {
+                let (targets, route) = fanout_route(f, &env);
+                v["fanout"] = targets;
+                if let Some(r) = route {
+                    v["fanout_route"] = json!(r);
+                }
+            }
+            Err(stage) => v["fanout"] = json!(format!("rejected before routing ({stage})")),
         }
     }
     if let Some(why) = raw.unreadable {
@@ -348,51 +346,84 @@ fn governance_enabled(cfg: &RuntimeConfig) -> bool {
     cfg.mission_metadata.enabled || cfg.pre_sink_policy.enabled || cfg.size_policy.enabled
 }
 
-/// The verdict of the governance stages (`docs/governance.md`) when one is enabled: the
-/// mission metadata a record would get, or the first refusal (stage, field, reason; value-free).
-/// The record-bytes bound is left out: it needs the encrypted, sealed record, so only the
-/// runner can measure it.
-fn governance(cfg: &RuntimeConfig, raw: &RawMessage) -> Option<Value> {
-    if !governance_enabled(cfg) {
-        return None;
-    }
-    let refused = |r: &Refusal| {
-        let p = r.first();
-        let mut v = json!({"verdict": "refused", "stage": r.stage, "field": p.field,
-                           "reason": p.code, "message": r.to_string()});
-        if let Some(m) = r.measured {
-            v["size"] = json!({"measured": m.measured, "limit": m.limit});
-        }
-        v
-    };
-    if let Err(r) = cfg.size_policy.check_input(raw) {
-        return Some(refused(&r));
-    }
+/// The envelope the runner's normalize stages build before the governance stages (metadata,
+/// its spelling, the label profile), or the stage that refuses the message.
+fn staged_envelope(cfg: &RuntimeConfig, raw: &RawMessage) -> Result<Envelope, &'static str> {
     let (mut env, _) = normalize(raw, 0, &cfg.envelope);
-    // A metadata or label failure is shown under "metadata" / by the runner's DLQ record; the
-    // stages after them would not run.
-    let Ok(mut meta) = cfg.message_metadata.resolve(raw) else {
-        return Some(json!({"verdict": "not reached (message metadata refused)"}));
-    };
+    let mut meta = cfg
+        .message_metadata
+        .resolve(raw)
+        .map_err(|_| "message metadata")?;
     cfg.security_labels.spell_metadata(&mut meta);
-    let Ok(profile) = cfg.security_labels.resolve(raw, &meta) else {
-        return Some(json!({"verdict": "not reached (security labels refused)"}));
-    };
+    let profile = cfg
+        .security_labels
+        .resolve(raw, &meta)
+        .map_err(|_| "security labels")?;
     meta.apply_to(&mut env);
     labels::apply_to(&mut env, profile);
-    env.mission_metadata = match cfg.mission_metadata.resolve(raw) {
-        Ok(m) => m,
-        Err(r) => return Some(refused(&r)),
+    Ok(env)
+}
+
+/// Runs the stages after the input check as the runner does, sets the governance verdict when
+/// a governance stage is enabled, and gives the envelope a fan-out would route, or the stage
+/// that refused the message first.
+fn staged_view(
+    cfg: &RuntimeConfig,
+    raw: &RawMessage,
+    v: &mut Value,
+) -> Result<Envelope, &'static str> {
+    let enabled = governance_enabled(cfg);
+    if let Err(r) = cfg.size_policy.check_input(raw) {
+        v["governance"] = refused(&r);
+        return Err("governance");
+    }
+    let mut env = match staged_envelope(cfg, raw) {
+        Ok(env) => env,
+        Err(stage) => {
+            if enabled {
+                // The failure itself is shown under "metadata" / by the runner's DLQ record;
+                // the stages after it would not run.
+                v["governance"] = json!({"verdict": format!("not reached ({stage} refused)")});
+            }
+            return Err(stage);
+        }
     };
+    if !enabled {
+        return Ok(env);
+    }
+    match governance(cfg, raw, &mut env) {
+        Ok(()) => {
+            v["governance"] =
+                json!({"verdict": "stored", "mission_metadata": env.mission_metadata});
+            Ok(env)
+        }
+        Err(r) => {
+            v["governance"] = refused(&r);
+            Err("governance")
+        }
+    }
+}
+
+/// A governance refusal as shown: stage, field, reason (value-free).
+fn refused(r: &Refusal) -> Value {
+    let p = r.first();
+    let mut v = json!({"verdict": "refused", "stage": r.stage, "field": p.field,
+                       "reason": p.code, "message": r.to_string()});
+    if let Some(m) = r.measured {
+        v["size"] = json!({"measured": m.measured, "limit": m.limit});
+    }
+    v
+}
+
+/// The governance stages after the label profile (`docs/governance.md`): mission metadata, the
+/// envelope's size bounds, the pre-sink policy. The record-bytes bound is left out: it needs
+/// the encrypted, sealed record, so only the runner can measure it.
+fn governance(cfg: &RuntimeConfig, raw: &RawMessage, env: &mut Envelope) -> Result<(), Refusal> {
+    env.mission_metadata = cfg.mission_metadata.resolve(raw)?;
     let encrypted = cfg.payload_encryption.action_for(&raw.subject) == Action::Encrypt;
-    let checked = cfg
-        .size_policy
-        .check_envelope(&env, None)
-        .and_then(|()| cfg.pre_sink_policy.check(&env, encrypted));
-    Some(match checked {
-        Ok(()) => json!({"verdict": "stored", "mission_metadata": env.mission_metadata}),
-        Err(r) => refused(&r),
-    })
+    cfg.size_policy
+        .check_envelope(env, None)
+        .and_then(|()| cfg.pre_sink_policy.check(env, encrypted))
 }
 
 /// One terminal line: `#42 2026-... orders.created 17 B json normal/unclassified [a,b] ...`.
@@ -487,30 +518,11 @@ fn text_line(v: &Value) -> String {
     line
 }
 
-/// Which route a message takes, judged on its resolved metadata and the headers the envelope
-/// keeps (the label profile and mission metadata stages are not run here): the targets (as
-/// before) and the route taken, if any.
-fn fanout_route(
-    f: &crate::sink::fanout::FanoutConfig,
-    raw: &RawMessage,
-    m: &crate::message::metadata::MessageMetadata,
-    keep_headers: &[String],
-) -> (Value, Option<String>) {
+/// Which route a message takes, judged on the envelope the runner would route (its metadata,
+/// label profile and kept headers): the targets and the route taken, if any.
+fn fanout_route(f: &crate::sink::fanout::FanoutConfig, env: &Envelope) -> (Value, Option<String>) {
     use crate::sink::fanout::{Decision, Facts};
-    let kept: std::collections::BTreeMap<String, String> = raw
-        .headers
-        .iter()
-        .filter(|(k, _)| keep_headers.iter().any(|h| h == k))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let facts = Facts {
-        subject: &raw.subject,
-        priority: &m.priority,
-        classification: &m.classification,
-        labels: &m.labels,
-        headers: &kept,
-    };
-    match f.routing.decide(f.sinks.keys(), &facts) {
+    match f.routing.decide(f.sinks.keys(), &Facts::of(env)) {
         Decision::Deliver { targets, via } => (
             json!(targets
                 .iter()

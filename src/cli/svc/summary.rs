@@ -100,16 +100,20 @@ fn sink(s: &SinkConfig) -> String {
     }
 }
 
+/// Overlapping route pairs `validate` names one by one; the rest are counted in one line (a
+/// thousand routes under one wildcard would otherwise print half a million lines).
+const MAX_OVERLAP_WARNINGS: usize = 20;
+
 /// Warnings `validate` prints after the summary: fan-out routes that overlap in `first` mode
 /// (the earlier route takes every message both could match) and `no_match: ignore`.
 pub fn warnings(cfg: &RuntimeConfig) -> Vec<String> {
     let SinkConfig::Fanout(f) = &cfg.sink else {
         return Vec::new();
     };
-    let mut out: Vec<String> = f
-        .routing
-        .overlaps()
-        .into_iter()
+    let overlaps = f.routing.overlaps();
+    let mut out: Vec<String> = overlaps
+        .iter()
+        .take(MAX_OVERLAP_WARNINGS)
         .map(|(a, b)| {
             format!(
                 "fan-out routes {a} and {b} overlap (mode first): a message matching both \
@@ -117,6 +121,13 @@ pub fn warnings(cfg: &RuntimeConfig) -> Vec<String> {
             )
         })
         .collect();
+    if overlaps.len() > MAX_OVERLAP_WARNINGS {
+        out.push(format!(
+            "fan-out routes: {} more overlapping pairs not listed ({} in all)",
+            overlaps.len() - MAX_OVERLAP_WARNINGS,
+            overlaps.len()
+        ));
+    }
     if f.routing.enabled && f.routing.unmatched == crate::sink::fanout::Unmatched::Ignore {
         out.push(
             "fan-out no_match is ignore: a message no route matches is acknowledged and \
@@ -125,4 +136,31 @@ pub fn warnings(cfg: &RuntimeConfig) -> Vec<String> {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlapping_routes_are_named_up_to_a_bound_then_counted() {
+        // 30 routes under one wildcard: 435 overlapping pairs.
+        let routes: Vec<serde_json::Value> = (0..30)
+            .map(|i| serde_json::json!({"name": format!("r{i}"), "match": {"subject": "s.>"}, "targets": ["a"]}))
+            .collect();
+        let cfg = serde_json::json!({
+            "nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c",
+                     "subject": "s.>"},
+            "sink": {"type": "fanout", "sinks": {"a": {"type": "file", "directory": "/tmp/x"}},
+                     "routing": {"enabled": true, "routes": routes}}
+        });
+        let cfg = RuntimeConfig::parse(&cfg.to_string()).unwrap();
+        let w = warnings(&cfg);
+        assert_eq!(w.len(), MAX_OVERLAP_WARNINGS + 1, "{w:#?}");
+        assert!(w[0].contains("routes r0 and r1 overlap"), "{}", w[0]);
+        assert_eq!(
+            w[MAX_OVERLAP_WARNINGS],
+            "fan-out routes: 415 more overlapping pairs not listed (435 in all)"
+        );
+    }
 }

@@ -1,10 +1,13 @@
 //! What a fan-out route matches beyond the subject: priority, classification, labels and kept
 //! headers of the normalized envelope, and the checks `svc validate` runs on them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use serde_json::Value;
 
 use crate::document::grammar::looks_secret;
 use crate::document::reader::ObjectReader;
+use crate::message::envelope::Envelope;
 use crate::message::metadata::normalize_value;
 use crate::message::subject::SubjectPattern;
 
@@ -14,26 +17,86 @@ pub const MAX_HEADER_VALUE_BYTES: usize = 1024;
 pub const MAX_MATCH_ITEMS: usize = 64;
 
 /// The facts of one normalized message a route is matched against.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Facts<'a> {
     pub subject: &'a str,
-    pub priority: &'a str,
-    pub classification: &'a str,
-    pub labels: &'a [String],
+    pub marks: Marks,
     /// Only the headers the envelope kept (`envelope.keep_headers`).
     pub headers: &'a BTreeMap<String, String>,
 }
 
 impl<'a> Facts<'a> {
-    pub fn of(env: &'a crate::message::envelope::Envelope) -> Facts<'a> {
+    /// Every fact of `env`; its markings are the label profile's when one is attached.
+    pub fn of(env: &'a Envelope) -> Facts<'a> {
         Facts {
             subject: &env.subject,
-            priority: &env.priority,
-            classification: &env.classification,
-            labels: &env.labels_list,
+            marks: Marks::of(env),
             headers: &env.metadata.headers,
         }
     }
+
+    /// The subject alone, for routes that match on nothing else (nothing is copied).
+    pub fn subject_only(env: &'a Envelope) -> Facts<'a> {
+        static NO_HEADERS: BTreeMap<String, String> = BTreeMap::new();
+        Facts {
+            subject: &env.subject,
+            marks: Marks::default(),
+            headers: &NO_HEADERS,
+        }
+    }
+}
+
+/// A message's priority, classification and labels in the form route values are read in
+/// (`metadata::normalize_value`: trimmed, lower case), so each comparison is one lookup: a
+/// route's labels cost one probe each, whatever the message carries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Marks {
+    pub priority: String,
+    pub classification: String,
+    pub labels: HashSet<String>,
+}
+
+impl Marks {
+    pub fn new<'x>(
+        priority: &str,
+        classification: &str,
+        labels: impl IntoIterator<Item = &'x str>,
+    ) -> Marks {
+        Marks {
+            priority: canonical(priority),
+            classification: canonical(classification),
+            labels: labels.into_iter().map(canonical).collect(),
+        }
+    }
+
+    /// The label profile's markings when the message carries one (it is filled from the
+    /// metadata where it omits them; an explicit `null` is no value, which no route lists),
+    /// otherwise the metadata's.
+    pub fn of(env: &Envelope) -> Marks {
+        match env.security_labels.as_ref().and_then(Value::as_object) {
+            Some(p) => {
+                let text = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("");
+                let labels = p.get("labels").and_then(Value::as_array);
+                Marks::new(
+                    text("priority"),
+                    text("classification"),
+                    labels.into_iter().flatten().filter_map(Value::as_str),
+                )
+            }
+            None => Marks::new(
+                &env.priority,
+                &env.classification,
+                env.labels_list.iter().map(String::as_str),
+            ),
+        }
+    }
+}
+
+/// A message value as a route value is read. A value `normalize_value` refuses (a profile may
+/// carry `REL TO A, B`) is only lowered: no route value can equal it, as routes hold only
+/// normalized values.
+fn canonical(v: &str) -> String {
+    normalize_value(v).unwrap_or_else(|| v.to_ascii_lowercase())
 }
 
 /// The non-subject part of a route's `match`; `None`/empty means "any".
@@ -54,16 +117,18 @@ impl Conditions {
     }
 
     /// Values compare without case: the route's are normalized as a message's are
-    /// (`metadata::normalize_value`), and a vocabulary may spell the message's its own way
-    /// (`RESTRICTED`).
+    /// (`metadata::normalize_value`), and so are the message's [`Marks`] (a vocabulary may spell
+    /// them its own way: `RESTRICTED`).
     pub fn matches(&self, f: &Facts<'_>) -> bool {
-        let has = |l: &String| f.labels.iter().any(|x| x.eq_ignore_ascii_case(l));
-        let one_of = |s: &BTreeSet<String>, v: &str| s.iter().any(|x| x.eq_ignore_ascii_case(v));
-        self.priority.as_ref().is_none_or(|s| one_of(s, f.priority))
+        let m = &f.marks;
+        let has = |l: &String| m.labels.contains(l);
+        self.priority
+            .as_ref()
+            .is_none_or(|s| s.contains(&m.priority))
             && self
                 .classification
                 .as_ref()
-                .is_none_or(|s| one_of(s, f.classification))
+                .is_none_or(|s| s.contains(&m.classification))
             && self.labels_all.iter().all(has)
             && self.labels_any.as_ref().is_none_or(|s| s.iter().any(has))
             && !self.labels_none.iter().any(has)

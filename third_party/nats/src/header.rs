@@ -12,13 +12,12 @@
 // limitations under the License.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     convert::TryFrom,
     iter::{FromIterator, IntoIterator},
     ops::Deref,
 };
 
-use std::collections::hash_set;
 use std::iter::Iterator;
 
 use log::trace;
@@ -53,11 +52,15 @@ pub const NATS_LAST_CONSUMER: &str = "Nats-Last-Consumer";
 /// Nats-Consumer-Stalled
 pub const NATS_CONSUMER_STALLED: &str = "Nats-Consumer-Stalled";
 
-/// A multi-map from header name to a set of values for that header
+/// A multi-map from header name to its distinct values, in the order they first arrived (so the
+/// first value of a repeated header is the first on the wire, every time: svc keeps and routes
+/// on it)
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct HeaderMap {
-    /// A multi-map from header name to a set of values for that header
-    inner: HashMap<String, HashSet<String>>,
+    /// A multi-map from header name to its distinct values, in the order they first arrived (so the
+    /// first value of a repeated header is the first on the wire, every time: svc keeps and routes
+    /// on it)
+    inner: HashMap<String, Vec<String>>,
     /// The status code and description of the version line (`NATS/1.0 408 Request
     /// Timeout`): the server's, never a publisher's header line named `Status`.
     status: Option<String>,
@@ -170,8 +173,7 @@ impl FromIterator<(String, String)> for HeaderMap {
     {
         let mut inner = HashMap::default();
         for (k, v) in iter {
-            let entry = inner.entry(k).or_insert_with(HashSet::default);
-            entry.insert(v);
+            push_once(inner.entry(k).or_default(), v);
         }
         HeaderMap {
             inner,
@@ -189,8 +191,7 @@ impl<'a> FromIterator<(&'a String, &'a String)> for HeaderMap {
         for (k, v) in iter {
             let k = k.to_string();
             let v = v.to_string();
-            let entry = inner.entry(k).or_insert_with(HashSet::default);
-            entry.insert(v);
+            push_once(inner.entry(k).or_default(), v);
         }
         HeaderMap {
             inner,
@@ -208,8 +209,7 @@ impl<'a> FromIterator<&'a (&'a String, &'a String)> for HeaderMap {
         for (k, v) in iter {
             let k = k.to_string();
             let v = v.to_string();
-            let entry = inner.entry(k).or_insert_with(HashSet::default);
-            entry.insert(v);
+            push_once(inner.entry(k).or_default(), v);
         }
         HeaderMap {
             inner,
@@ -227,8 +227,7 @@ impl<'a> FromIterator<(&'a str, &'a str)> for HeaderMap {
         for (k, v) in iter {
             let k = k.to_string();
             let v = v.to_string();
-            let entry = inner.entry(k).or_insert_with(HashSet::default);
-            entry.insert(v);
+            push_once(inner.entry(k).or_default(), v);
         }
         HeaderMap {
             inner,
@@ -246,14 +245,23 @@ impl<'a> FromIterator<&'a (&'a str, &'a str)> for HeaderMap {
         for (k, v) in iter {
             let k = k.to_string();
             let v = v.to_string();
-            let entry = inner.entry(k).or_insert_with(HashSet::default);
-            entry.insert(v);
+            push_once(inner.entry(k).or_default(), v);
         }
         HeaderMap {
             inner,
             ..Default::default()
         }
     }
+}
+
+/// Adds `value` unless the header already holds it; true when it was added. Linear, and bounded:
+/// a map is built from at most [`MAX_HEADER_LINES`] lines.
+fn push_once(values: &mut Vec<String>, value: String) -> bool {
+    if values.contains(&value) {
+        return false;
+    }
+    values.push(value);
+    true
 }
 
 fn parse_error<T, E: AsRef<str>>(e: E) -> std::io::Result<T> {
@@ -340,10 +348,7 @@ pub(crate) fn parse_headers(buf: &[u8]) -> Result<HeaderMap, &'static str> {
             }
             id_lines += 1;
         }
-        map.inner
-            .entry(k.to_string())
-            .or_insert_with(HashSet::default)
-            .insert(value);
+        push_once(map.inner.entry(k.to_string()).or_default(), value);
     }
     if id_lines != usize::from(server_reads_id) {
         return Err("the broker and this client would read Nats-Msg-Id differently");
@@ -352,7 +357,7 @@ pub(crate) fn parse_headers(buf: &[u8]) -> Result<HeaderMap, &'static str> {
 }
 
 impl Deref for HeaderMap {
-    type Target = HashMap<String, HashSet<String>>;
+    type Target = HashMap<String, Vec<String>>;
 
     fn deref(&self) -> &Self::Target {
         &self.inner
@@ -419,26 +424,21 @@ impl HeaderMap {
     /// # Examples
     ///
     /// ```
-    /// # use std::collections::HashSet;
-    /// # use std::iter::FromIterator;
     /// # use nats::HeaderMap;
     /// # use nats::header::STATUS;
     /// let mut map = HeaderMap::new();
     /// map.insert(STATUS, "200");
     /// assert!(!map.is_empty());
     ///
-    /// let mut previous_set = map.insert(STATUS, "302").unwrap();
-    /// assert_eq!(HashSet::from_iter(["200".to_string()]), previous_set);
+    /// let mut previous = map.insert(STATUS, "302").unwrap();
+    /// assert_eq!(vec!["200".to_string()], previous);
     /// ```
-    pub fn insert<K, V>(&mut self, key: K, value: V) -> Option<HashSet<String>>
+    pub fn insert<K, V>(&mut self, key: K, value: V) -> Option<Vec<String>>
     where
         K: Into<String>,
         V: Into<String>,
     {
-        let mut value_set = HashSet::new();
-        value_set.insert(value.into());
-
-        self.inner.insert(key.into(), value_set)
+        self.inner.insert(key.into(), vec![value.into()])
     }
 
     /// Inserts a key-value pair into the map.
@@ -461,10 +461,7 @@ impl HeaderMap {
         K: Into<String>,
         V: Into<String>,
     {
-        self.inner
-            .entry(key.into())
-            .or_insert_with(HashSet::default)
-            .insert(value.into())
+        push_once(self.inner.entry(key.into()).or_default(), value.into())
     }
 
     /// Returns a reference to the value associated with the key.
@@ -510,7 +507,7 @@ impl HeaderMap {
     ///
     /// let values = map.get_all(STATUS);
     ///
-    /// // Will print in an arbitrary order.
+    /// // Prints hello, then goodbye: the order they arrived in.
     /// for x in values {
     ///     println!("{}", x);
     /// }
@@ -551,7 +548,7 @@ pub struct GetAll<'a> {
 impl<'a> GetAll<'a> {
     /// Returns an iterator visiting all values associated with the entry.
     ///
-    /// The values are iterated on in an arbitrary but deterministic order.
+    /// The values are iterated on in the order they first arrived.
     ///
     /// # Examples
     ///
@@ -564,7 +561,7 @@ impl<'a> GetAll<'a> {
     ///
     /// let values = map.get_all(STATUS);
     ///
-    /// // Will print in an arbitrary order.
+    /// // Prints hello, then goodbye: the order they arrived in.
     /// for x in values {
     ///     println!("{}", x);
     /// }
@@ -593,7 +590,7 @@ impl<'a> IntoIterator for GetAll<'a> {
 
 /// Iterator for iterating over values.
 pub struct ValueIter<'a> {
-    maybe_inner: Option<hash_set::Iter<'a, String>>,
+    maybe_inner: Option<std::slice::Iter<'a, String>>,
 }
 
 impl<'a> Iterator for ValueIter<'a> {
@@ -611,12 +608,12 @@ impl<'a> Iterator for ValueIter<'a> {
 mod try_from {
     use super::*;
 
-    fn values(h: &HeaderMap, k: &str) -> Option<HashSet<String>> {
+    fn values(h: &HeaderMap, k: &str) -> Option<Vec<String>> {
         h.inner.get(k).cloned()
     }
 
-    fn set(v: &str) -> Option<HashSet<String>> {
-        Some(HashSet::from_iter(vec![v.to_string()]))
+    fn set(v: &str) -> Option<Vec<String>> {
+        Some(vec![v.to_string()])
     }
 
     #[test]
@@ -642,6 +639,23 @@ mod try_from {
         let forged = HeaderMap::try_from("NATS/1.0\r\nStatus: 404\r\n\r\n".as_bytes()).unwrap();
         assert_eq!(forged.status(), None);
         assert_eq!(values(&forged, STATUS), set("404"));
+    }
+
+    #[test]
+    fn repeated_headers_keep_their_wire_order() {
+        // A set would yield either value first, differently per map: svc keeps (and fan-out
+        // routes on) a header's first value, which must be the same on every delivery.
+        for _ in 0..32 {
+            let block = "NATS/1.0\r\nX-Region: eu\r\nX-Region: us\r\nX-Region: eu\r\nX-Tier: b\r\nX-Tier: a\r\n\r\n";
+            let headers = HeaderMap::try_from(block.as_bytes()).unwrap();
+            assert_eq!(
+                values(&headers, "X-Region"),
+                Some(vec!["eu".into(), "us".into()])
+            );
+            assert_eq!(headers.get("X-Tier").map(String::as_str), Some("b"));
+            let all: Vec<&String> = headers.get_all("X-Tier").iter().collect();
+            assert_eq!(all, ["b", "a"]);
+        }
     }
 
     #[test]

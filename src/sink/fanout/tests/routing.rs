@@ -69,9 +69,11 @@ impl Msg {
     fn facts(&self) -> Facts<'_> {
         Facts {
             subject: self.subject,
-            priority: self.priority,
-            classification: self.classification,
-            labels: &self.labels,
+            marks: Marks::new(
+                self.priority,
+                self.classification,
+                self.labels.iter().map(String::as_str),
+            ),
             headers: &self.headers,
         }
     }
