@@ -263,18 +263,18 @@ fn validate_names_field_and_reason_and_warns_on_overlap() {
     );
 }
 
-/// Routes see the envelope the runner stores: a label profile's classification and labels when
-/// the message carries one (not the metadata headers), and a header sent twice by its first
-/// value on the wire, the same on every delivery. Two file children, a real broker.
+/// Routes read the marking the record's columns hold (the metadata), never a label profile's
+/// own fields, and a header sent twice by its first value on the wire, the same on every
+/// delivery. Three file children, a real broker.
 #[test]
-fn routes_follow_the_label_profile_and_a_repeated_header_first_value() {
+fn routes_read_the_metadata_marking_and_a_repeated_header_first_value() {
     let server = NatsServer::start();
     server.create_stream(STREAM, &["orders.>"]);
     server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
     let profile = r#"{"classification":"RESTRICTED","labels":["EU"]}"#;
-    // 1: restricted + eu only in the profile.
+    // 1: restricted + eu only in the profile: not the message's marking.
     server.publish_with_headers("orders.a", &[("Svc-Security-Labels", profile)], b"{}");
-    // 2: restricted + eu in the metadata, but the profile says unclassified, no labels.
+    // 2: restricted + eu in the metadata; the profile saying otherwise does not reroute it.
     let plain = r#"{"classification":"unclassified","labels":[]}"#;
     let meta = [
         ("Svc-Classification", "restricted"),
@@ -327,8 +327,8 @@ fn routes_follow_the_label_profile_and_a_repeated_header_first_value() {
         .map(|l| serde_json::from_str::<Value>(l).unwrap()["fanout_route"].to_string())
         .collect();
     let mut want = vec![
-        "\"route eu-restricted\"".to_string(),
         "\"default route rest (no route matched)\"".to_string(),
+        "\"route eu-restricted\"".to_string(),
     ];
     want.extend(std::iter::repeat_n("\"route acme\"".to_string(), 8));
     assert_eq!(routes, want);
@@ -341,4 +341,233 @@ fn routes_follow_the_label_profile_and_a_repeated_header_first_value() {
     assert!(status.success(), "clean exit: {}", runner.log_text());
     let count = |n: &str| files_below(&out(n)).len();
     assert_eq!((count("eu"), count("rest"), count("acme")), (1, 1, 8));
+}
+
+fn records(dir: &Path) -> Vec<Value> {
+    files_below(dir)
+        .iter()
+        .flat_map(|p| {
+            std::fs::read_to_string(dir.join(p))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `message_metadata.trust_headers: false` says publishers must not choose their own marking,
+/// and a metadata rule marks `orders.hr.>` restricted + pii. A publisher's `Svc-Security-Labels`
+/// profile (read whatever `trust_headers` says) saying unclassified, or null, must not route the
+/// message to the child for unclassified data: routes read the marking the pre-sink policy
+/// checks and the record's columns hold (found by the attack on 34b8c36, which routed on the
+/// profile).
+#[test]
+fn a_publisher_profile_cannot_reroute_an_operator_marking() {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    // 1: no header: the operator's rule routes it to `secure` (control).
+    server.publish_with_headers("orders.hr.a", &[], b"{}");
+    // 2: the metadata header is ignored (trust_headers false): still `secure` (control).
+    server.publish_with_headers(
+        "orders.hr.b",
+        &[("Svc-Classification", "unclassified"), ("Svc-Labels", "")],
+        b"{}",
+    );
+    // 3: the profile says unclassified and no labels.
+    let down = r#"{"classification":"unclassified","labels":[]}"#;
+    server.publish_with_headers("orders.hr.c", &[("Svc-Security-Labels", down)], b"{}");
+    // 4: the profile says "no classification" (null) and no labels.
+    let null = r#"{"classification":null,"labels":[]}"#;
+    server.publish_with_headers("orders.hr.d", &[("Svc-Security-Labels", null)], b"{}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = |n: &str| dir.path().join(n);
+    let cfg = json!({
+        "nats": {"url": server.url(), "stream": STREAM, "consumer": CONSUMER,
+                 "subject": "orders.>"},
+        "delivery": {"batch_size": 8, "fetch_expiry_ms": 200, "sink_workers": 1},
+        "message_metadata": {"trust_headers": false, "rules": [
+            {"subject": "orders.hr.>", "classification": "restricted", "labels": ["pii"]}]},
+        "security_labels": {"enabled": true},
+        "pre_sink_policy": {"enabled": true, "rules": [
+            {"subject": "orders.hr.>", "require_classification": ["restricted"],
+             "required_labels": ["pii"]}]},
+        "sink": {"type": "fanout",
+                 "sinks": {"secure": {"type": "file", "directory": out("secure")},
+                           "general": {"type": "file", "directory": out("general")}},
+                 "routing": {"enabled": true, "no_match": "reject", "routes": [
+            {"name": "restricted", "match": {"classification": ["restricted"]},
+             "targets": ["secure"]},
+            {"name": "general", "match": {"labels_none": ["pii"]}, "targets": ["general"]}]}},
+        "logging": {"level": "info"}
+    });
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let (code, text, err) = svc(&[
+        "inspect",
+        cfg.to_str().unwrap(),
+        "--last",
+        "4",
+        "--format",
+        "jsonl",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let routes: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["fanout_route"].to_string())
+        .collect();
+    let mut runner = Runner::start(&cfg, &out("svc.log"));
+    wait_until(Duration::from_secs(60), "all four acked", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((4, 0, 0))
+    });
+    runner.signal("TERM");
+    let status = runner.wait_timeout(Duration::from_secs(20)).expect("exits");
+    assert!(status.success(), "clean exit: {}", runner.log_text());
+    let general = records(&out("general"));
+    assert_eq!(
+        (records(&out("secure")).len(), general.len()),
+        (4, 0),
+        "an operator-marked restricted/pii message was routed by the publisher's profile"
+    );
+    assert_eq!(routes, vec!["\"route restricted\"".to_string(); 4]);
+}
+
+/// `svc inspect` does not route a message the runner dead-letters at the authenticity stage
+/// (which runs before metadata and labels): it shows `rejected before routing (authenticity)`.
+#[test]
+fn inspect_does_not_route_a_message_the_runner_refuses_for_its_signature() {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    server.publish_with_headers("orders.a", &[], b"{}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = |n: &str| dir.path().join(n);
+    let cfg = json!({
+        "nats": {"url": server.url(), "stream": STREAM, "consumer": CONSUMER,
+                 "subject": "orders.>"},
+        "delivery": {"batch_size": 8, "fetch_expiry_ms": 200, "sink_workers": 1},
+        "authenticity": {"enabled": true, "default_required": true,
+                         "keys": [{"key_id": "k1", "secret_env": "T_SIG_KEY"}]},
+        "sink": {"type": "fanout",
+                 "sinks": {"a": {"type": "file", "directory": out("a")}},
+                 "routing": {"enabled": true, "routes": [
+            {"name": "all", "match": {"subject": ">"}, "targets": ["a"]}]}},
+        "logging": {"level": "info"}
+    });
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+    let (code, text, err) = svc_with_env(
+        &[
+            "inspect",
+            cfg.to_str().unwrap(),
+            "--last",
+            "1",
+            "--format",
+            "jsonl",
+        ],
+        &[("T_SIG_KEY", key)],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert!(
+        v["authenticity"].as_str().unwrap().starts_with("rejected"),
+        "{text}"
+    );
+    assert_eq!(
+        v["fanout"],
+        json!("rejected before routing (authenticity)"),
+        "inspect routes a message the runner refuses: {text}"
+    );
+}
+
+/// A route may not match on a header whose name `svc inspect` and `show-effective-config` treat
+/// as secret (`X-Auth-Key`, `Ocp-Apim-Subscription-Key`, `X-Hub-Signature`, `Session-Id`):
+/// validate refuses it, so `show-effective-config` (which validates first) never prints the
+/// route's values.
+#[test]
+fn a_route_on_a_key_bearing_header_is_refused_or_redacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = [
+        ("X-Auth-Key", "k-9f8e7d6c5b4a39281706f5e4d3c2b1a0"),
+        (
+            "Ocp-Apim-Subscription-Key",
+            "0123456789abcdef0123456789abcdef",
+        ),
+        ("X-Hub-Signature", "sha256=abcdef0123456789"),
+        ("Session-Id", "sess-abcdef123456"),
+    ];
+    let headers: serde_json::Map<String, Value> = secrets
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    let cfg = json!({
+        "nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c",
+                 "subject": "orders.>"},
+        "envelope": {"keep_headers": secrets.iter().map(|(k, _)| *k).collect::<Vec<_>>()},
+        "sink": {"type": "fanout",
+                 "sinks": {"a": {"type": "file", "directory": dir.path().join("a")},
+                           "b": {"type": "file", "directory": dir.path().join("b")}},
+                 "routing": {"enabled": true, "routes": [
+            {"name": "partner", "match": {"headers": headers}, "targets": ["a"]},
+            {"name": "rest", "match": {"subject": ">"}, "targets": ["b"]}]}}
+    });
+    let cfg = write_config(dir.path(), "c.json", &cfg);
+    let (code, _, _) = svc(&["validate", cfg.to_str().unwrap()]);
+    let (_, shown, _) = svc(&["show-effective-config", cfg.to_str().unwrap()]);
+    let leaked: Vec<&str> = secrets
+        .iter()
+        .filter(|(_, v)| shown.contains(v))
+        .map(|(k, _)| *k)
+        .collect();
+    assert_ne!(code, 0, "validate accepts routes on secret-looking headers");
+    assert!(
+        leaked.is_empty(),
+        "show-effective-config prints the route values of {leaked:?}"
+    );
+}
+
+/// The client trims every header value (spaces, tabs, NBSP and the other Unicode white space),
+/// so a route value with white space at an end could never match: validate refuses it, naming
+/// the header. Inspect shows a message sent as `Tenant:  acme ` taken by the route `acme`.
+#[test]
+fn a_route_header_value_no_message_can_carry_is_refused() {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    server.raw_publish(b"orders.a", &[(b"Tenant", b"  acme ")], b"{}");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = |value: &str| {
+        let cfg = json!({
+            "nats": {"url": server.url(), "stream": STREAM, "consumer": CONSUMER,
+                     "subject": "orders.>"},
+            "envelope": {"keep_headers": ["Tenant"]},
+            "sink": {"type": "fanout",
+                     "sinks": {"a": {"type": "file", "directory": dir.path().join("a")},
+                               "b": {"type": "file", "directory": dir.path().join("b")}},
+                     "routing": {"enabled": true, "routes": [
+                {"name": "acme", "match": {"headers": {"Tenant": value}}, "targets": ["a"]},
+                {"name": "rest", "match": {"subject": ">"}, "targets": ["b"]}]}}
+        });
+        write_config(dir.path(), "c.json", &cfg)
+    };
+    let (code, out, err) = svc(&["validate", cfg(" acme ").to_str().unwrap()]);
+    assert_eq!(
+        code, 2,
+        "validate accepts a route value no message can carry"
+    );
+    assert!(
+        (out + &err).contains("sink.routing.routes[0].match.headers.Tenant: has white space"),
+        "no field named"
+    );
+    let (code, text, err) = svc(&[
+        "inspect",
+        cfg("acme").to_str().unwrap(),
+        "--last",
+        "1",
+        "--format",
+        "jsonl",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(v["fanout_route"], json!("route acme"), "{text}");
 }

@@ -281,7 +281,9 @@ fn view(
                         "labels": m.labels}),
         Err(e) => json!({"rejected": e.to_string()}),
     };
-    let authenticity = verifier.map(|v| match v.check(raw) {
+    let checked = verifier.map(|v| v.check(raw));
+    let auth_refused = matches!(checked, Some(Err(_)));
+    let authenticity = checked.map(|c| match c {
         Ok(AuthOutcome::Verified(alg)) => format!("verified ({})", alg.name()),
         Ok(AuthOutcome::Unsigned) => "unsigned (not required)".to_string(),
         Err(f) => format!("rejected: {f}"),
@@ -311,7 +313,7 @@ fn view(
         }
         Ok(()) => {
             v["input"] = json!({"verdict": "accepted"});
-            staged_view(cfg, raw, &mut v)
+            staged_view(cfg, raw, auth_refused, &mut v)
         }
     };
     if let SinkConfig::Fanout(f) = &cfg.sink {
@@ -364,12 +366,14 @@ fn staged_envelope(cfg: &RuntimeConfig, raw: &RawMessage) -> Result<Envelope, &'
     Ok(env)
 }
 
-/// Runs the stages after the input check as the runner does, sets the governance verdict when
-/// a governance stage is enabled, and gives the envelope a fan-out would route, or the stage
-/// that refused the message first.
+/// Runs the stages after the input check in the runner's order (the input size bounds, the
+/// authenticity verdict `auth_refused`, metadata, labels, governance), sets the governance
+/// verdict when a governance stage is enabled, and gives the envelope a fan-out would route, or
+/// the stage that refused the message first.
 fn staged_view(
     cfg: &RuntimeConfig,
     raw: &RawMessage,
+    auth_refused: bool,
     v: &mut Value,
 ) -> Result<Envelope, &'static str> {
     let enabled = governance_enabled(cfg);
@@ -377,7 +381,12 @@ fn staged_view(
         v["governance"] = refused(&r);
         return Err("governance");
     }
-    let mut env = match staged_envelope(cfg, raw) {
+    let staged = if auth_refused {
+        Err("authenticity")
+    } else {
+        staged_envelope(cfg, raw)
+    };
+    let mut env = match staged {
         Ok(env) => env,
         Err(stage) => {
             if enabled {

@@ -3,13 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use serde_json::Value;
-
-use crate::document::grammar::looks_secret;
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::Envelope;
 use crate::message::metadata::normalize_value;
 use crate::message::subject::SubjectPattern;
+use crate::text::secrets::is_secret_name;
 
 /// Longest header value a route may compare against.
 pub const MAX_HEADER_VALUE_BYTES: usize = 1024;
@@ -26,7 +24,7 @@ pub struct Facts<'a> {
 }
 
 impl<'a> Facts<'a> {
-    /// Every fact of `env`; its markings are the label profile's when one is attached.
+    /// Every fact of `env` a route may match.
     pub fn of(env: &'a Envelope) -> Facts<'a> {
         Facts {
             subject: &env.subject,
@@ -69,32 +67,23 @@ impl Marks {
         }
     }
 
-    /// The label profile's markings when the message carries one (it is filled from the
-    /// metadata where it omits them; an explicit `null` is no value, which no route lists),
-    /// otherwise the metadata's.
+    /// The message's marking: its metadata's (rules, default, and the `Svc-*` headers only
+    /// under `trust_headers`), the one the pre-sink policy checks and the record's columns
+    /// hold. A label profile's own fields never route: a publisher may attach any profile
+    /// whatever `trust_headers` says, and a profile saying `unclassified` on a message the
+    /// rules mark restricted must not send it to the general child.
     pub fn of(env: &Envelope) -> Marks {
-        match env.security_labels.as_ref().and_then(Value::as_object) {
-            Some(p) => {
-                let text = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("");
-                let labels = p.get("labels").and_then(Value::as_array);
-                Marks::new(
-                    text("priority"),
-                    text("classification"),
-                    labels.into_iter().flatten().filter_map(Value::as_str),
-                )
-            }
-            None => Marks::new(
-                &env.priority,
-                &env.classification,
-                env.labels_list.iter().map(String::as_str),
-            ),
-        }
+        Marks::new(
+            &env.priority,
+            &env.classification,
+            env.labels_list.iter().map(String::as_str),
+        )
     }
 }
 
-/// A message value as a route value is read. A value `normalize_value` refuses (a profile may
-/// carry `REL TO A, B`) is only lowered: no route value can equal it, as routes hold only
-/// normalized values.
+/// A message value as a route value is read (metadata values are normalized already; a
+/// vocabulary may spell them in upper case). A value `normalize_value` refuses is only lowered:
+/// no route value can equal it, as routes hold only normalized values.
 fn canonical(v: &str) -> String {
     normalize_value(v).unwrap_or_else(|| v.to_ascii_lowercase())
 }
@@ -194,10 +183,18 @@ impl Conditions {
             }
             for (k, v) in &headers {
                 let at = format!("{}.{k}", m.path_of("headers"));
-                if looks_secret(k) {
+                if is_secret_name(k) {
                     m.problems().push(
                         at,
                         "looks like a secret-bearing header; routes never match on it",
+                    );
+                } else if v.trim() != v || v.contains(['\0', '\r', '\n']) {
+                    // The client trims a header value (Unicode white space included) and reads
+                    // it from one line; a NUL in a kept header is refused at input.
+                    m.problems().push(
+                        at,
+                        "has white space at an end, a line break or a NUL, which no kept \
+                         header value has, so no message could match",
                     );
                 } else if v.len() > MAX_HEADER_VALUE_BYTES {
                     m.problems().push(
