@@ -64,6 +64,8 @@ fn spool_config(dir: &Path) -> SpoolConfig {
         segment_bytes: 16 << 20,
         drain_batch: BATCH,
         max_backoff: Duration::from_secs(1),
+        encryption: None,
+        allow_unencrypted: true,
     }
 }
 

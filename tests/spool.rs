@@ -117,6 +117,7 @@ fn config(server: &NatsServer, dir: &Path, sink: Value, spool: Option<Value>) ->
 
 fn spool_block(dir: &Path, after_seconds: f64) -> Value {
     json!({"dir": dir.join("spool"), "max_bytes": 64 << 20, "after_seconds": after_seconds,
+           "allow_unencrypted": true,
            "segment_bytes": 65536, "max_backoff_seconds": 1})
 }
 
@@ -636,6 +637,7 @@ fn a_full_spool_disk_naks_loses_nothing_and_recovers() {
 /// `sink.type: spool` with a file sink as the drain's target.
 fn spool_sink_config(server: &NatsServer, dir: &Path, files: &Files) -> PathBuf {
     let sink = json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                      "allow_unencrypted": true,
                       "target": files.sink()});
     config(server, dir, sink, None)
 }
@@ -775,6 +777,7 @@ fn spool_sixty_with_a_poison(
     receiver: &Receiver,
 ) -> PathBuf {
     let sink = json!({"type": "spool", "dir": spool_dir, "max_bytes": 1 << 20,
+                      "allow_unencrypted": true,
                       "drain_batch": 8, "target": http_target(receiver)});
     let cfg = config(server, dir, sink, None);
     server.publish_n(STREAM, "orders.created", 60, |i| {
@@ -1047,6 +1050,7 @@ fn a_segment_whose_first_write_hit_enospc_has_its_name_fsynced_before_the_ack() 
     let fs = SmallFs::mount(&dir.path().join("small"), "2m");
     let spool = fs.0.join("spool");
     let sink = json!({"type": "spool", "dir": spool, "max_bytes": 1 << 20,
+                      "allow_unencrypted": true,
                       "target": files.sink()});
     let cfg = config(&server, dir.path(), sink, None);
     let mut runner = start(&cfg, &dir.path().join("svc.log"), &HashMap::new());
@@ -1224,6 +1228,7 @@ fn sigterm_stops_the_drain_within_the_shutdown_timeout() {
     let sink = json!({"type": "http", "url": receiver.url(), "allow_http_for_local_testing": true,
                       "retry_budget_seconds": 60, "request_timeout_seconds": 5});
     let spool = json!({"dir": dir.path().join("spool"), "max_bytes": 1 << 20,
+                       "allow_unencrypted": true,
                        "after_seconds": 0});
     let cfg = config(&server, dir.path(), sink, Some(spool));
     let mut text: Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
@@ -1292,6 +1297,7 @@ fn a_spool_directory_the_runner_creates_is_fsynced_into_its_parent() {
     let parent = dir.path().join("parent");
     std::fs::create_dir(&parent).unwrap();
     let sink = json!({"type": "spool", "dir": parent.join("spool"), "max_bytes": 1 << 20,
+                      "allow_unencrypted": true,
                       "target": files.sink()});
     let cfg = config(&server, dir.path(), sink, None);
     let trace = dir.path().join("trace");
@@ -1340,6 +1346,7 @@ fn a_spool_refusing_batches_warns_once_per_outage() {
     let dir = tempfile::tempdir().unwrap();
     let files = files_in(dir.path());
     let sink = json!({"type": "spool", "dir": dir.path().join("spool"), "max_bytes": 64 << 20,
+                      "allow_unencrypted": true,
                       "max_records": 20, "target": files.sink()});
     let cfg = config(&server, dir.path(), sink, None);
     server.publish_n(STREAM, "orders.created", 100, |i| {
@@ -1423,6 +1430,7 @@ fn an_oversized_segment_is_read_in_bounded_memory() {
                         "allow_http_for_local_testing": true, "batching": "none",
                         "retry_budget_seconds": 0, "request_timeout_seconds": 2});
     let sink = json!({"type": "spool", "dir": dir.path().join("spool"), "max_bytes": 64 << 20,
+                      "allow_unencrypted": true,
                       "max_backoff_seconds": 1, "target": target});
     let cfg = config(&server, dir.path(), sink, None);
     let (peak, code, out, err) = peak_of(&["spool", "status"], &cfg);
@@ -1543,6 +1551,7 @@ fn spool_inspect_flags_records_over_the_http_sinks_max_request_bytes() {
                         "allow_http_for_local_testing": true, "batching": "none",
                         "max_batch_bytes": 1024, "max_request_bytes": 4096});
     let sink = json!({"type": "spool", "dir": dir.path().join("spool"), "max_bytes": 1 << 20,
+                      "allow_unencrypted": true,
                       "target": target});
     let cfg = config(&server, dir.path(), sink, None);
     let pad = "x".repeat(6000);
@@ -1580,6 +1589,7 @@ fn a_full_fallback_spool_warns_once_and_says_when_it_takes_batches_again() {
     let root = tempfile::tempdir().unwrap();
     let mut files = files_in(root.path());
     let spool = json!({"dir": root.path().join("spool"), "max_bytes": 64 << 20,
+                       "allow_unencrypted": true,
                        "max_records": 100, "after_seconds": 0, "segment_bytes": 65536,
                        "max_backoff_seconds": 1});
     let cfg = config(&server, root.path(), files.sink(), Some(spool));
