@@ -634,10 +634,10 @@ fn a_full_spool_disk_naks_loses_nothing_and_recovers() {
     drop(fs);
 }
 
-/// `sink.type: spool` with a file sink as the drain's target.
+/// `sink.type: spool` (encrypted at rest) with a file sink as the drain's target.
 fn spool_sink_config(server: &NatsServer, dir: &Path, files: &Files) -> PathBuf {
     let sink = json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
-                      "allow_unencrypted": true,
+                      "encryption": spool_key(dir, "k1", 1),
                       "target": files.sink()});
     config(server, dir, sink, None)
 }
@@ -776,8 +776,9 @@ fn spool_sixty_with_a_poison(
     spool_dir: &Path,
     receiver: &Receiver,
 ) -> PathBuf {
+    // Encrypted at rest: the rejected files hold sealed frames, read back by their names.
     let sink = json!({"type": "spool", "dir": spool_dir, "max_bytes": 1 << 20,
-                      "allow_unencrypted": true,
+                      "encryption": spool_key(dir, "k1", 1),
                       "drain_batch": 8, "target": http_target(receiver)});
     let cfg = config(server, dir, sink, None);
     server.publish_n(STREAM, "orders.created", 60, |i| {
@@ -1227,8 +1228,9 @@ fn sigterm_stops_the_drain_within_the_shutdown_timeout() {
     let receiver = Receiver::start(dir.path(), &["--mode", "retry_after", "--count", "1000000"]);
     let sink = json!({"type": "http", "url": receiver.url(), "allow_http_for_local_testing": true,
                       "retry_budget_seconds": 60, "request_timeout_seconds": 5});
+    // The same key as the spool sink's: the records are sealed under it.
     let spool = json!({"dir": dir.path().join("spool"), "max_bytes": 1 << 20,
-                       "allow_unencrypted": true,
+                       "encryption": spool_key(dir.path(), "k1", 1),
                        "after_seconds": 0});
     let cfg = config(&server, dir.path(), sink, Some(spool));
     let mut text: Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
