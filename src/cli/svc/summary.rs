@@ -103,20 +103,16 @@ fn sink(s: &SinkConfig) -> String {
 /// Warnings `validate` prints after the summary: fan-out routes that overlap in `first` mode
 /// (the earlier route takes every message both could match) and `no_match: ignore`.
 pub fn warnings(cfg: &RuntimeConfig) -> Vec<String> {
+    let mut out = spool_warnings(cfg);
     let SinkConfig::Fanout(f) = &cfg.sink else {
-        return Vec::new();
+        return out;
     };
-    let mut out: Vec<String> = f
-        .routing
-        .overlaps()
-        .into_iter()
-        .map(|(a, b)| {
-            format!(
-                "fan-out routes {a} and {b} overlap (mode first): a message matching both \
+    out.extend(f.routing.overlaps().into_iter().map(|(a, b)| {
+        format!(
+            "fan-out routes {a} and {b} overlap (mode first): a message matching both \
                  takes {a} only"
-            )
-        })
-        .collect();
+        )
+    }));
     if f.routing.enabled && f.routing.unmatched == crate::sink::fanout::Unmatched::Ignore {
         out.push(
             "fan-out no_match is ignore: a message no route matches is acknowledged and \
@@ -125,4 +121,21 @@ pub fn warnings(cfg: &RuntimeConfig) -> Vec<String> {
         );
     }
     out
+}
+
+/// A spool asked to store records in clear.
+fn spool_warnings(cfg: &RuntimeConfig) -> Vec<String> {
+    let spool = match (&cfg.sink, &cfg.spool) {
+        (SinkConfig::Spool(s), _) => &s.spool,
+        (_, Some(s)) => s,
+        _ => return Vec::new(),
+    };
+    if spool.encryption.is_some() {
+        return Vec::new();
+    }
+    vec![format!(
+        "the spool at {} stores records unencrypted (allow_unencrypted: true, no encryption): \
+         payloads lie in clear on its disk",
+        crate::text::terminal::text_line(&spool.dir.display().to_string())
+    )]
 }

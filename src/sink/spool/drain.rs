@@ -62,6 +62,8 @@ pub struct Drainer {
     metrics: Arc<Metrics>,
     loaded: Option<Loaded>,
     opener: Opener,
+    /// The bodies a step decrypted, kept between steps (its allocation is reused).
+    opened: Vec<u8>,
 }
 
 /// Where a record ready for the sink is: in the segment's bytes (stored in clear) or in the
@@ -129,6 +131,7 @@ impl Drainer {
             metrics,
             loaded: None,
             opener,
+            opened: Vec::new(),
         }
     }
 
@@ -278,7 +281,7 @@ impl Drainer {
         // A sink that takes file records gets them as stored; any other gets envelopes.
         let as_stored = self.sink.takes_file_records();
         let mut envelopes: Vec<Envelope> = Vec::new();
-        let mut opened: Vec<u8> = Vec::new();
+        self.opened.clear();
         let mut srcs: Vec<Src> = Vec::new();
         let mut frames: Vec<(usize, usize)> = Vec::new();
         let mut first_ms = None;
@@ -295,7 +298,7 @@ impl Drainer {
                         segment: view.segment,
                         offset: abs(start),
                     };
-                    let sinks = (&mut opened, &mut envelopes);
+                    let sinks = (&mut self.opened, &mut envelopes);
                     match read_record(
                         &mut self.opener,
                         place,
@@ -378,7 +381,7 @@ impl Drainer {
                 .iter()
                 .filter_map(|s| match s {
                     Src::Stored(a, b) => Some(&data[*a..*b]),
-                    Src::Opened(r) => Some(&opened[r.clone()]),
+                    Src::Opened(r) => Some(&self.opened[r.clone()]),
                     Src::Decoded => None,
                 })
                 .collect();
