@@ -46,13 +46,28 @@ fn per_event(out: &Path, policy: &str) -> Value {
            "key_strategy": "stream_sequence", "duplicate_policy": policy})
 }
 
+/// A spool key file (32 bytes, base64, mode 0600) in `dir`.
+fn spool_key(dir: &Path) -> Value {
+    use base64::Engine as _;
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("spool.key");
+    std::fs::write(
+        &path,
+        base64::engine::general_purpose::STANDARD.encode([3u8; 32]),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    json!({"key_id": "crash", "key_file": path})
+}
+
 fn sink_for(kind: Kind, dir: &Path) -> Value {
     let out = dir.join("out");
     match kind {
         Kind::Jsonl => json!({"type": "file", "directory": out, "mode": "jsonl"}),
         Kind::PerEvent => per_event(&out, "skip_existing"),
+        // Encrypted at rest: sealed records, each bound to the offset the append chose.
         Kind::Spool => json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 1 << 20,
-                              "allow_unencrypted": true,
+                              "encryption": spool_key(dir),
                               "segment_bytes": 8192, "drain_batch": 20, "max_backoff_seconds": 1,
                               "target": per_event(&out, "skip_existing")}),
     }
