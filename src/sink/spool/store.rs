@@ -184,7 +184,6 @@ impl Spool {
         }
         let (segment, base) = self.ensure_segment(&mut st)?;
         let mut buf = Vec::with_capacity(framed);
-        let mut body = Vec::new();
         let mut start = 0;
         for &end in &ends {
             let rec = &plain[start..end];
@@ -197,9 +196,8 @@ impl Spool {
                 segment,
                 offset: base + buf.len() as u64,
             };
-            body.clear();
-            sealer.seal(&mut body, rec, now_ms, place).map_err(failed)?;
-            frame::encode(&mut buf, &body);
+            frame::encode_with(&mut buf, |out| sealer.seal(out, rec, now_ms, place))
+                .map_err(failed)?;
         }
         let written = self.write_locked(&mut st, &buf)?;
         st.bytes += written;
