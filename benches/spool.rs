@@ -10,7 +10,10 @@
 //!   step) into a fresh jsonl sink, and its ratio to `jsonl direct` (the same sink written
 //!   directly);
 //! - `object store direct` and `drain -> object store` (moto, keys by stream sequence, 16
-//!   concurrent PUTs; bench runs only), and their ratio.
+//!   concurrent PUTs; bench runs only), and their ratio;
+//! - `sealed append` and `sealed drain -> jsonl`: the same with the spool encrypted at rest
+//!   (AES-256-GCM, `spool.encryption`), measured in the same rounds beside the spool in
+//!   clear, and their ratios to it (aim for the drain: at least 0.8).
 //!
 //! Output goes below `SVC_BENCH_DIR` (default: the system temp directory) and is removed.
 //! Envelopes carry a ~200-byte JSON payload.
@@ -35,6 +38,7 @@ use svc::config::RuntimeConfig;
 use svc::message::envelope::Envelope;
 use svc::metrics::Metrics;
 use svc::sink::spool::drain::Drainer;
+use svc::sink::spool::seal::{SpoolEncryption, SpoolKey};
 use svc::sink::spool::{Spool, SpoolConfig};
 use svc::sink::{Sink, SinkConfig};
 
@@ -55,7 +59,7 @@ fn jsonl(dir: &Path) -> Arc<dyn Sink> {
         .unwrap()
 }
 
-fn spool_config(dir: &Path) -> SpoolConfig {
+fn spool_config(dir: &Path, encryption: Option<&SpoolEncryption>) -> SpoolConfig {
     SpoolConfig {
         dir: dir.to_path_buf(),
         max_bytes: 1 << 40,
@@ -64,6 +68,25 @@ fn spool_config(dir: &Path) -> SpoolConfig {
         segment_bytes: 16 << 20,
         drain_batch: BATCH,
         max_backoff: Duration::from_secs(1),
+        encryption: encryption.cloned(),
+        allow_unencrypted: encryption.is_none(),
+    }
+}
+
+/// A key file (mode 0600) in `dir`, as `spool.encryption` names it.
+fn key(dir: &Path) -> SpoolEncryption {
+    use base64::Engine as _;
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("spool.key");
+    let text = base64::engine::general_purpose::STANDARD.encode([0x5a; 32]);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    SpoolEncryption {
+        current: SpoolKey {
+            key_id: "bench".into(),
+            key_file: path,
+        },
+        old_keys: Vec::new(),
     }
 }
 
@@ -79,8 +102,8 @@ fn direct(sink: &dyn Sink, envs: &[Envelope]) -> f64 {
 }
 
 /// msg/s of appending every envelope to a new spool at `dir`; leaves the spool there.
-fn append(dir: &Path, envs: &[Envelope]) -> f64 {
-    let spool = Spool::open(&spool_config(dir), Arc::new(Metrics::default())).unwrap();
+fn append(cfg: &SpoolConfig, envs: &[Envelope]) -> f64 {
+    let spool = Spool::open(cfg, Arc::new(Metrics::default())).unwrap();
     let start = Instant::now();
     for batch in envs.chunks(BATCH) {
         spool.append(batch).unwrap();
@@ -90,9 +113,9 @@ fn append(dir: &Path, envs: &[Envelope]) -> f64 {
 
 /// msg/s of draining the spool at `dir` into `sink`, from an open spool: a runner's drain
 /// thread works on the spool it opened at start, and `open_rate` measures the opening scan.
-fn drain(dir: &Path, sink: Arc<dyn Sink>, n: usize) -> f64 {
+fn drain(cfg: &SpoolConfig, sink: Arc<dyn Sink>, n: usize) -> f64 {
     let metrics = Arc::new(Metrics::default());
-    let spool = Arc::new(Spool::open(&spool_config(dir), metrics.clone()).unwrap());
+    let spool = Arc::new(Spool::open(cfg, metrics.clone()).unwrap());
     let start = Instant::now();
     let delivered = Drainer::new(spool, sink, metrics)
         .run_until_empty(1)
@@ -102,9 +125,9 @@ fn drain(dir: &Path, sink: Arc<dyn Sink>, n: usize) -> f64 {
 }
 
 /// Records per second of opening the spool at `dir` (the scan that checks every frame).
-fn open_rate(dir: &Path, n: usize) -> f64 {
+fn open_rate(cfg: &SpoolConfig, n: usize) -> f64 {
     let start = Instant::now();
-    let spool = Spool::open(&spool_config(dir), Arc::new(Metrics::default())).unwrap();
+    let spool = Spool::open(cfg, Arc::new(Metrics::default())).unwrap();
     let rate = n as f64 / start.elapsed().as_secs_f64();
     assert_eq!(spool.records() as usize, n);
     rate
@@ -141,18 +164,35 @@ fn main() {
     // The disk is shared: five rounds, each measuring the three side by side, and the
     // median of each figure.
     let (mut direct_rates, mut append_rates, mut drain_rates) = (vec![], vec![], vec![]);
+    let (mut sealed_append, mut sealed_drain) = (vec![], vec![]);
     let mut open_rates = vec![];
+    let enc = key(root.path());
     for round in 0..ROUNDS {
         let at = |name: &str| root.path().join(format!("{name}-{round}"));
+        let clear = spool_config(&at("spool"), None);
+        let sealed = spool_config(&at("sealed"), Some(&enc));
         direct_rates.push(direct(&*jsonl(&at("jsonl-direct")), &envs));
-        append_rates.push(append(&at("spool"), &envs));
-        open_rates.push(open_rate(&at("spool"), n));
-        drain_rates.push(drain(&at("spool"), jsonl(&at("jsonl-drained")), n));
+        append_rates.push(append(&clear, &envs));
+        sealed_append.push(append(&sealed, &envs));
+        open_rates.push(open_rate(&clear, n));
+        drain_rates.push(drain(&clear, jsonl(&at("jsonl-drained")), n));
+        sealed_drain.push(drain(&sealed, jsonl(&at("jsonl-unsealed")), n));
         println!(
-            "  round {round}: jsonl direct {:.0}, spool append {:.0}, drain -> jsonl {:.0} msg/s",
-            direct_rates[round], append_rates[round], drain_rates[round]
+            "  round {round}: jsonl direct {:.0}, spool append {:.0} (sealed {:.0}), drain -> \
+             jsonl {:.0} (sealed {:.0}) msg/s",
+            direct_rates[round],
+            append_rates[round],
+            sealed_append[round],
+            drain_rates[round],
+            sealed_drain[round]
         );
     }
+    // Sealed next to clear, round by round.
+    let per_round = |sealed: &[f64], clear: &[f64]| {
+        median(sealed.iter().zip(clear).map(|(s, c)| s / c).collect())
+    };
+    let sealed_append_ratio = per_round(&sealed_append, &append_rates);
+    let sealed_drain_ratio = per_round(&sealed_drain, &drain_rates);
     // Each round measures the three side by side: the median of the per-round ratios is
     // steadier than the ratio of medians when other work loads the disk between rounds.
     let ratio_of = |rates: &[f64]| {
@@ -177,6 +217,12 @@ fn main() {
     println!(
         "  opening scan (median)        {:9.0} records/s (once per start, before draining)",
         median(open_rates)
+    );
+    line("sealed append (median)", median(sealed_append), None);
+    line("sealed drain -> jsonl (median)", median(sealed_drain), None);
+    println!(
+        "  encrypted at rest, median of the rounds' own ratios: append {sealed_append_ratio:.2}x, \
+         drain -> jsonl {sealed_drain_ratio:.2}x the spool in clear"
     );
 
     if !benching {
@@ -207,12 +253,9 @@ fn main() {
     let sample = &envs[..n.min(3_000)];
     let store_direct = direct(&*object_store("direct"), sample);
     line("object store direct", store_direct, None);
-    append(&root.path().join("spool-o"), sample);
-    let store_drained = drain(
-        &root.path().join("spool-o"),
-        object_store("drained"),
-        sample.len(),
-    );
+    let spool_o = spool_config(&root.path().join("spool-o"), None);
+    append(&spool_o, sample);
+    let store_drained = drain(&spool_o, object_store("drained"), sample.len());
     line(
         "drain -> object store",
         store_drained,

@@ -32,12 +32,17 @@ url="nats://127.0.0.1:$port"
 jsctl stream "$url" ORDERS 'orders.>'
 jsctl publish "$url" ORDERS orders.created 20 48
 
+# The spool (used only if the sink fails for 30 s) is encrypted at rest: a key file of 32
+# random bytes, base64, mode 0600 (docs/spool.md, "Encryption at rest").
+(umask 077; head -c 32 /dev/urandom | base64 >"$work/spool-1.key")
 cat >"$work/config.json" <<JSON
 {
   "nats": {"url": "$url", "stream": "ORDERS", "consumer": "svc-demo", "subject": "orders.>",
            "consumer_mode": "create"},
   "delivery": {"batch_size": 16, "fetch_expiry_ms": 200},
   "sink": {"type": "file", "directory": "$work/out"},
+  "spool": {"dir": "$work/spool", "max_bytes": 67108864,
+            "encryption": {"key_id": "spool-1", "key_file": "$work/spool-1.key"}},
   "metrics": {"enabled": true, "namespace": "svc", "snapshot_file": "$work/metrics.json",
               "write_interval_seconds": 1},
   "logging": {"level": "info"}
@@ -63,6 +68,8 @@ first=$(find "$work/out" -type f | sort | head -1)
 python3 -m json.tool "$first"
 echo "== metrics snapshot ($work/metrics.json), counters"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print(f"  {k} = {v}") for k,v in d["counters"].items() if v]' "$work/metrics.json"
+echo "== svc spool status (empty: the sink never failed)"
+target/release/svc spool status "$work/config.json"
 echo "== svc-observe: what a policy allowing messages_* would share (Prometheus text)"
 cat >"$work/policy.json" <<JSON
 {"schema": "svc.observability.policy.v1", "enabled": true, "namespace": "svc",

@@ -46,12 +46,28 @@ fn per_event(out: &Path, policy: &str) -> Value {
            "key_strategy": "stream_sequence", "duplicate_policy": policy})
 }
 
+/// A spool key file (32 bytes, base64, mode 0600) in `dir`.
+fn spool_key(dir: &Path) -> Value {
+    use base64::Engine as _;
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("spool.key");
+    std::fs::write(
+        &path,
+        base64::engine::general_purpose::STANDARD.encode([3u8; 32]),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    json!({"key_id": "crash", "key_file": path})
+}
+
 fn sink_for(kind: Kind, dir: &Path) -> Value {
     let out = dir.join("out");
     match kind {
         Kind::Jsonl => json!({"type": "file", "directory": out, "mode": "jsonl"}),
         Kind::PerEvent => per_event(&out, "skip_existing"),
+        // Encrypted at rest: sealed records, each bound to the offset the append chose.
         Kind::Spool => json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 1 << 20,
+                              "encryption": spool_key(dir),
                               "segment_bytes": 8192, "drain_batch": 20, "max_backoff_seconds": 1,
                               "target": per_event(&out, "skip_existing")}),
     }
@@ -397,6 +413,7 @@ impl DrainWorkload {
     fn new(server: &NatsServer, dir: &Path) -> DrainWorkload {
         let stream = stream_with(server, "T", SPOOLED);
         let sink = json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 1 << 20,
+                          "allow_unencrypted": true,
                           "segment_bytes": 8192, "target": per_event(&dir.join("out"), "skip_existing")});
         let cfg = run_config(server, &stream, dir, sink);
         std::fs::create_dir_all(dir.join("state")).unwrap();
@@ -460,6 +477,7 @@ impl DrainWorkload {
 
     fn config(dir: &Path) -> PathBuf {
         let sink = json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 1 << 20,
+                          "allow_unencrypted": true,
                           "segment_bytes": 8192, "drain_batch": 10, "max_backoff_seconds": 0.1,
                           "target": per_event(&dir.join("out"), "skip_existing")});
         let cfg = json!({"nats": {"url": "nats://127.0.0.1:1", "stream": "T", "consumer": CONSUMER,
@@ -584,6 +602,7 @@ fn spool_drain_over_a_damaged_segment_survives_a_kill_at_every_call() {
 /// `svc spool drain` configuration for a spool at `spool` into a `per_event` sink at `out`.
 fn drain_config(dir: &Path, spool: &Path, out: &Path) -> PathBuf {
     let sink = json!({"type": "spool", "dir": spool, "max_bytes": 1 << 20, "max_backoff_seconds": 1,
+                      "allow_unencrypted": true,
                       "target": per_event(out, "skip_existing")});
     let cfg = json!({"nats": {"url": "nats://127.0.0.1:1", "stream": "W", "consumer": CONSUMER,
                               "subject": "w.>"},
@@ -626,6 +645,7 @@ fn record_run(server: &NatsServer, dir: &Path, n: usize, what: Recorder) -> Reco
         Recorder::Jsonl => sink_for(Kind::Jsonl, dir),
         Recorder::PerEvent => sink_for(Kind::PerEvent, dir),
         _ => json!({"type": "spool", "dir": spool, "max_bytes": 1 << 20, "segment_bytes": 65536,
+                    "allow_unencrypted": true,
                     "target": per_event(&dir.join("out"), "skip_existing")}),
     };
     let cfg = run_config(server, &stream, dir, sink);
@@ -962,6 +982,7 @@ impl Workload for FallbackWorkload<'_> {
         let mut value: Value =
             serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
         value["spool"] = json!({"dir": dir.join("spool"), "max_bytes": 1 << 20, "after_seconds": 0,
+                                "allow_unencrypted": true,
                                 "segment_bytes": 8192, "drain_batch": 20, "max_backoff_seconds": 0.2});
         let cfg = write_config(dir, "c.json", &value);
         self.acks = Some(AckLog::start(

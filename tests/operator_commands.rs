@@ -610,6 +610,7 @@ fn spool_inspect_escapes_terminal_controls_and_bounds_its_lines() {
         "nats": {"url": server.url(), "stream": "ORDERS", "consumer": "svc", "subject": "orders.>"},
         "delivery": {"fetch_expiry_ms": 200},
         "sink": {"type": "spool", "dir": dir.path().join("spool"), "max_bytes": 64 << 20,
+                 "allow_unencrypted": true,
                  "target": {"type": "file", "directory": dir.path().join("out")}}
     });
     let cfg = write_config(dir.path(), "c.json", &cfg);

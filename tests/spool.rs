@@ -117,6 +117,7 @@ fn config(server: &NatsServer, dir: &Path, sink: Value, spool: Option<Value>) ->
 
 fn spool_block(dir: &Path, after_seconds: f64) -> Value {
     json!({"dir": dir.join("spool"), "max_bytes": 64 << 20, "after_seconds": after_seconds,
+           "allow_unencrypted": true,
            "segment_bytes": 65536, "max_backoff_seconds": 1})
 }
 
@@ -633,9 +634,10 @@ fn a_full_spool_disk_naks_loses_nothing_and_recovers() {
     drop(fs);
 }
 
-/// `sink.type: spool` with a file sink as the drain's target.
+/// `sink.type: spool` (encrypted at rest) with a file sink as the drain's target.
 fn spool_sink_config(server: &NatsServer, dir: &Path, files: &Files) -> PathBuf {
     let sink = json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                      "encryption": spool_key(dir, "k1", 1),
                       "target": files.sink()});
     config(server, dir, sink, None)
 }
@@ -774,7 +776,9 @@ fn spool_sixty_with_a_poison(
     spool_dir: &Path,
     receiver: &Receiver,
 ) -> PathBuf {
+    // Encrypted at rest: the rejected files hold sealed frames, read back by their names.
     let sink = json!({"type": "spool", "dir": spool_dir, "max_bytes": 1 << 20,
+                      "encryption": spool_key(dir, "k1", 1),
                       "drain_batch": 8, "target": http_target(receiver)});
     let cfg = config(server, dir, sink, None);
     server.publish_n(STREAM, "orders.created", 60, |i| {
@@ -1047,6 +1051,7 @@ fn a_segment_whose_first_write_hit_enospc_has_its_name_fsynced_before_the_ack() 
     let fs = SmallFs::mount(&dir.path().join("small"), "2m");
     let spool = fs.0.join("spool");
     let sink = json!({"type": "spool", "dir": spool, "max_bytes": 1 << 20,
+                      "allow_unencrypted": true,
                       "target": files.sink()});
     let cfg = config(&server, dir.path(), sink, None);
     let mut runner = start(&cfg, &dir.path().join("svc.log"), &HashMap::new());
@@ -1223,7 +1228,9 @@ fn sigterm_stops_the_drain_within_the_shutdown_timeout() {
     let receiver = Receiver::start(dir.path(), &["--mode", "retry_after", "--count", "1000000"]);
     let sink = json!({"type": "http", "url": receiver.url(), "allow_http_for_local_testing": true,
                       "retry_budget_seconds": 60, "request_timeout_seconds": 5});
+    // The same key as the spool sink's: the records are sealed under it.
     let spool = json!({"dir": dir.path().join("spool"), "max_bytes": 1 << 20,
+                       "encryption": spool_key(dir.path(), "k1", 1),
                        "after_seconds": 0});
     let cfg = config(&server, dir.path(), sink, Some(spool));
     let mut text: Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
@@ -1292,6 +1299,7 @@ fn a_spool_directory_the_runner_creates_is_fsynced_into_its_parent() {
     let parent = dir.path().join("parent");
     std::fs::create_dir(&parent).unwrap();
     let sink = json!({"type": "spool", "dir": parent.join("spool"), "max_bytes": 1 << 20,
+                      "allow_unencrypted": true,
                       "target": files.sink()});
     let cfg = config(&server, dir.path(), sink, None);
     let trace = dir.path().join("trace");
@@ -1340,6 +1348,7 @@ fn a_spool_refusing_batches_warns_once_per_outage() {
     let dir = tempfile::tempdir().unwrap();
     let files = files_in(dir.path());
     let sink = json!({"type": "spool", "dir": dir.path().join("spool"), "max_bytes": 64 << 20,
+                      "allow_unencrypted": true,
                       "max_records": 20, "target": files.sink()});
     let cfg = config(&server, dir.path(), sink, None);
     server.publish_n(STREAM, "orders.created", 100, |i| {
@@ -1423,6 +1432,7 @@ fn an_oversized_segment_is_read_in_bounded_memory() {
                         "allow_http_for_local_testing": true, "batching": "none",
                         "retry_budget_seconds": 0, "request_timeout_seconds": 2});
     let sink = json!({"type": "spool", "dir": dir.path().join("spool"), "max_bytes": 64 << 20,
+                      "allow_unencrypted": true,
                       "max_backoff_seconds": 1, "target": target});
     let cfg = config(&server, dir.path(), sink, None);
     let (peak, code, out, err) = peak_of(&["spool", "status"], &cfg);
@@ -1543,6 +1553,7 @@ fn spool_inspect_flags_records_over_the_http_sinks_max_request_bytes() {
                         "allow_http_for_local_testing": true, "batching": "none",
                         "max_batch_bytes": 1024, "max_request_bytes": 4096});
     let sink = json!({"type": "spool", "dir": dir.path().join("spool"), "max_bytes": 1 << 20,
+                      "allow_unencrypted": true,
                       "target": target});
     let cfg = config(&server, dir.path(), sink, None);
     let pad = "x".repeat(6000);
@@ -1580,6 +1591,7 @@ fn a_full_fallback_spool_warns_once_and_says_when_it_takes_batches_again() {
     let root = tempfile::tempdir().unwrap();
     let mut files = files_in(root.path());
     let spool = json!({"dir": root.path().join("spool"), "max_bytes": 64 << 20,
+                       "allow_unencrypted": true,
                        "max_records": 100, "after_seconds": 0, "segment_bytes": 65536,
                        "max_backoff_seconds": 1});
     let cfg = config(&server, root.path(), files.sink(), Some(spool));
@@ -1623,4 +1635,209 @@ fn a_full_fallback_spool_warns_once_and_says_when_it_takes_batches_again() {
         .count();
     assert_eq!(again, warned, "said when each outage ended: {log}");
     assert_every_file(&files, 300);
+}
+
+/// A key file of 32 bytes of `byte` (base64, mode 0600) in `dir`.
+fn spool_key(dir: &Path, id: &str, byte: u8) -> Value {
+    use base64::Engine as _;
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(format!("{id}.key"));
+    std::fs::write(
+        &path,
+        base64::engine::general_purpose::STANDARD.encode([byte; 32]),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    json!({"key_id": id, "key_file": path})
+}
+
+/// `sink.type: spool` encrypted with `current` (and `old` keys for reading), written to
+/// `name` in `dir`.
+fn sealed_spool_config(
+    server: &NatsServer,
+    dir: &Path,
+    files: &Files,
+    name: &str,
+    (current, old): (&Value, &[&Value]),
+) -> PathBuf {
+    let mut encryption = current.clone();
+    encryption["old_keys"] = json!(old);
+    let sink = json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                      "encryption": encryption, "target": files.sink()});
+    let written = config(server, dir, sink, None);
+    let to = dir.join(name);
+    std::fs::rename(&written, &to).unwrap();
+    to
+}
+
+fn all_segment_bytes(spool: &Path) -> Vec<u8> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(spool)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("segment-"))
+        })
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .flat_map(|p| std::fs::read(p).unwrap())
+        .collect()
+}
+
+fn holds(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// The spool encrypted at rest through a real runner and broker: the segments hold no payload
+/// text, `inspect` decrypts with the configured keys and names a record's key by id, a record
+/// copied to another offset is quarantined and never delivered, and after a key rotation the
+/// drain delivers everything once the old key is configured for reading (and stops, keeping
+/// every record, while it is not).
+#[test]
+fn an_encrypted_spool_holds_no_payload_text_and_drains_after_a_key_rotation() {
+    const MARKER: &str = "MARKER-9d2e-at-rest";
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    let (k1, k2) = (
+        spool_key(dir.path(), "k1", 1),
+        spool_key(dir.path(), "k2", 2),
+    );
+    let publish = |from: u64| {
+        server.publish_n(STREAM, "orders.created", 30, |i| {
+            format!("{{\"order\":{},\"secret\":\"{MARKER}\"}}", from + i as u64).into_bytes()
+        });
+    };
+    let spool_for = |cfg: &Path, acked: u64| {
+        let runner = start(cfg, &dir.path().join("svc.log"), &HashMap::new());
+        wait_until(Duration::from_secs(30), "all spooled and acked", || {
+            ack_floor(&server) >= acked
+        });
+        stop(runner);
+    };
+    let first = sealed_spool_config(&server, dir.path(), &files, "k1.json", (&k1, &[]));
+    publish(1);
+    spool_for(&first, 30);
+    let spool = dir.path().join("spool");
+    let disk = all_segment_bytes(&spool);
+    assert!(disk.len() > 30 * 200, "{} bytes", disk.len());
+    assert!(!holds(&disk, MARKER), "payload text at rest");
+    assert!(!holds(&disk, "orders.created"), "subject at rest");
+
+    let (code, out, err) = svc(&["spool", "inspect", first.to_str().unwrap(), "--payload"]);
+    assert_eq!(code, 0, "{err}");
+    let line: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(line["key_id"], "k1");
+    assert_eq!(line["payload"]["secret"], MARKER);
+
+    // Rotated: k2 seals, k1 reads; the first records stay as they are.
+    let rotated = sealed_spool_config(&server, dir.path(), &files, "k2.json", (&k2, &[&k1]));
+    publish(31);
+    spool_for(&rotated, 60);
+    let disk = all_segment_bytes(&spool);
+    assert!(!holds(&disk, MARKER));
+
+    // A record's frame copied, checksum and all, to the end of the last segment.
+    let last = std::fs::read_dir(&spool)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "spool"))
+        .max()
+        .unwrap();
+    let mut data = std::fs::read(&last).unwrap();
+    let len = u32::from_le_bytes(data[12..16].try_into().unwrap()) as usize;
+    let frame = data[8..8 + 12 + len].to_vec();
+    data.extend_from_slice(&frame);
+    std::fs::write(&last, &data).unwrap();
+
+    // Without k1, the drain delivers nothing and keeps every record; inspect names the key id.
+    let k2_only = sealed_spool_config(&server, dir.path(), &files, "k2only.json", (&k2, &[]));
+    let (code, out, _) = svc(&["spool", "inspect", k2_only.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let first_line: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(first_line["key_id"], "k1");
+    assert!(
+        first_line["unreadable"]
+            .as_str()
+            .unwrap()
+            .contains("key id \"k1\", which is not configured"),
+        "{first_line}"
+    );
+    assert!(!out.contains(&k1["key_file"].as_str().unwrap().to_string()));
+    let (code, out, err) = svc(&["spool", "drain", k2_only.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("drain stuck"), "{err}");
+    assert!(err.contains("key id \"k1\""), "{err}");
+    assert!(files.delivered().is_empty());
+    let (_, out, _) = svc(&["spool", "status", k2_only.to_str().unwrap()]);
+    assert!(out.contains("records: 61\n"), "kept, the copy too: {out}");
+
+    let (code, out, err) = svc(&["spool", "drain", rotated.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("60 records delivered"), "{out}");
+    assert!(
+        err.contains("does not decrypt at this segment and offset"),
+        "the copy is reported: {err}"
+    );
+    let mut got = files.delivered();
+    got.sort_unstable();
+    assert_eq!(got, (1..=60).collect::<Vec<u64>>(), "every record once");
+    let quarantined = std::fs::read_dir(&spool)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("quarantine-"))
+        .count();
+    assert_eq!(quarantined, 1);
+}
+
+/// `svc validate` refuses a spool that is neither encrypted nor explicitly in clear, naming
+/// the field; a key file others can read, or another account's, is refused at start.
+#[test]
+fn a_spool_without_keys_or_allow_unencrypted_and_a_loose_key_file_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    let sink = json!({"type": "spool", "dir": dir.path().join("spool"), "max_bytes": 1 << 20,
+                      "target": files.sink()});
+    let bare = config(&server, dir.path(), sink, None);
+    let (code, out, err) = svc(&["validate", bare.to_str().unwrap()]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("sink.encryption: is required"), "{err}");
+    assert!(err.contains("allow_unencrypted: true"), "{err}");
+
+    let k1 = spool_key(dir.path(), "k1", 1);
+    let cfg = sealed_spool_config(&server, dir.path(), &files, "k1.json", (&k1, &[]));
+    let (code, _, err) = svc(&["validate", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let key = PathBuf::from(k1["key_file"].as_str().unwrap());
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for args in [["spool", "drain"], ["spool", "inspect"]] {
+        let (code, _, err) = svc(&[args[0], args[1], cfg.to_str().unwrap()]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("encryption key \"k1\""), "{err}");
+        assert!(err.contains("mode 0644"), "{err}");
+    }
+    let mut runner = start(&cfg, &dir.path().join("svc.log"), &HashMap::new());
+    let status = runner.wait_timeout(Duration::from_secs(20));
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}");
+    let text = runner.log_text();
+    assert!(text.contains("mode 0644"), "{text}");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    if test_uid() == 0 {
+        std::os::unix::fs::chown(&key, Some(65534), None).unwrap();
+        let (code, _, err) = svc(&["spool", "drain", cfg.to_str().unwrap()]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("is owned by uid 65534"), "{err}");
+    }
+}
+
+/// The test process's uid (root in the test container).
+fn test_uid() -> u32 {
+    std::fs::metadata("/proc/self").map_or(u32::MAX, |m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid()
+    })
 }

@@ -12,6 +12,7 @@ use crate::config::RuntimeConfig;
 use crate::metrics::{now_epoch_seconds, Metrics};
 use crate::sink::spool::drain::Drainer;
 use crate::sink::spool::scan::{self, Seen};
+use crate::sink::spool::seal::{self, Crypt, Opened, Opener};
 use crate::sink::spool::{codec, Spool, SpoolConfig};
 use crate::sink::SinkConfig;
 use crate::text::terminal;
@@ -231,10 +232,18 @@ fn status_json(spool_cfg: &SpoolConfig, s: &scan::Survey) -> serde_json::Value {
 /// not yet quarantined (`"damaged"`), then one `"summary"` line with the counts.
 fn inspect(spool_cfg: &SpoolConfig, target: &SinkConfig, payload: bool) -> ExitCode {
     use std::io::Write;
+    let crypt = match Crypt::load(spool_cfg.encryption.as_ref(), spool_cfg.allow_unencrypted) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("svc: spool {}: {e}", spool_cfg.dir.display());
+            return ExitCode::from(1);
+        }
+    };
+    let mut opener = Opener::new(Arc::new(crypt));
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut failed: Option<std::io::Error> = None;
     let result = scan::walk(&spool_cfg.dir, |seen: Seen<'_>| {
-        match writeln!(out, "{}", describe(&seen, target, payload)) {
+        match writeln!(out, "{}", describe(&seen, &mut opener, target, payload)) {
             Ok(()) => true,
             Err(e) => {
                 failed = Some(e);
@@ -294,7 +303,7 @@ const SHOWN_STRING_CHARS: usize = 1024;
 
 /// One JSON line per record: where it is and its headers; the payload only when asked; for a
 /// waiting record the sink would refuse for good (the HTTP sink's `max_request_bytes`), why.
-fn describe(seen: &Seen<'_>, target: &SinkConfig, payload: bool) -> String {
+fn describe(seen: &Seen<'_>, opener: &mut Opener, target: &SinkConfig, payload: bool) -> String {
     let mut doc = serde_json::json!({
         "state": if seen.rejected_in.is_some() { "rejected" } else { "waiting" },
         "segment": seen.segment,
@@ -305,7 +314,22 @@ fn describe(seen: &Seen<'_>, target: &SinkConfig, payload: bool) -> String {
     if let Some(file) = seen.rejected_in {
         doc["file"] = file.into();
     }
-    match codec::decode(seen.body) {
+    // Reported by its id (a key is never shown); a record under a key id not configured is
+    // listed and left where it is.
+    if let Some(key_id) = seal::key_id(seen.body) {
+        doc["key_id"] = key_id.into();
+    }
+    let mut opened = Vec::new();
+    let plain = match opener.open(seen.place, seen.body, &mut opened) {
+        Ok(Opened::Clear) => seen.body,
+        Ok(Opened::Sealed(r)) => &opened[r],
+        Err(why) => {
+            doc["unreadable"] = why.to_string().into();
+            terminal::bound_strings(&mut doc, SHOWN_STRING_CHARS);
+            return terminal::json_line(&doc);
+        }
+    };
+    match codec::decode(plain) {
         Ok(env) => {
             doc["stream"] = env.stream.as_ref().into();
             doc["stream_sequence"] = env.stream_sequence.into();

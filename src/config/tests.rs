@@ -482,25 +482,33 @@ fn spool_blocks_are_read_with_their_paths() {
     const NATS: &str = r#""nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc", "subject": "orders.>"}"#;
     let fallback = format!(
         r#"{{{NATS}, "sink": {{"type": "file", "directory": "/tmp/out"}},
-            "spool": {{"dir": "/var/spool/svc", "max_bytes": 1048576, "after_seconds": 5}}}}"#
+            "spool": {{"dir": "/var/spool/svc", "max_bytes": 1048576, "after_seconds": 5,
+                "encryption": {{"key_id": "s2", "key_file": "/etc/svc/spool-s2.key",
+                    "old_keys": [{{"key_id": "s1", "key_file": "/etc/svc/spool-s1.key"}}]}}}}}}"#
     );
     let c = RuntimeConfig::parse(&fallback).unwrap();
     let spool = c.spool.unwrap();
     assert_eq!(spool.max_bytes, 1 << 20);
+    let enc = spool.encryption.unwrap();
+    assert_eq!(
+        (enc.current.key_id.as_str(), enc.old_keys[0].key_id.as_str()),
+        ("s2", "s1")
+    );
+    assert!(!spool.allow_unencrypted);
     assert_eq!(spool.after, std::time::Duration::from_secs(5));
     assert_eq!(spool.max_records, i64::MAX as u64);
 
     let as_sink = format!(
         r#"{{{NATS}, "sink": {{"type": "spool", "dir": "/s", "max_bytes": 1048576,
-            "target": {{"type": "file", "directory": "/tmp/out"}}}}}}"#
+            "allow_unencrypted": true, "target": {{"type": "file", "directory": "/tmp/out"}}}}}}"#
     );
     let c = RuntimeConfig::parse(&as_sink).unwrap();
     assert_eq!(c.sink.kind(), "spool");
 
     let bad = format!(
         r#"{{{NATS}, "sink": {{"type": "spool", "dir": "/s", "max_bytes": 1048576,
-            "target": {{"type": "file", "directory": "/tmp/out"}}}},
-            "spool": {{"dir": "", "after_seconds": -1, "bogus": 1}}}}"#
+            "allow_unencrypted": true, "target": {{"type": "file", "directory": "/tmp/out"}}}},
+            "spool": {{"dir": "", "after_seconds": -1, "bogus": 1, "allow_unencrypted": true}}}}"#
     );
     assert_eq!(
         problems(&bad),
@@ -512,11 +520,65 @@ fn spool_blocks_are_read_with_their_paths() {
             "spool: must not be set when sink.type is spool",
         ]
     );
-    let no_target =
-        format!(r#"{{{NATS}, "sink": {{"type": "spool", "dir": "/s", "max_bytes": 1048576}}}}"#);
+    let no_target = format!(
+        r#"{{{NATS}, "sink": {{"type": "spool", "dir": "/s", "max_bytes": 1048576,
+            "allow_unencrypted": true}}}}"#
+    );
     assert_eq!(
         problems(&no_target),
         vec!["sink.target: is required (the sink `svc spool drain` delivers to)"]
+    );
+}
+
+/// A spool is encrypted at rest unless `allow_unencrypted: true` asks otherwise: a block with
+/// neither is refused naming the field, as is a key entry without its file or with a key id
+/// used twice.
+#[test]
+fn a_spool_without_keys_or_allow_unencrypted_is_refused() {
+    const NATS: &str = r#""nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc", "subject": "orders.>"}"#;
+    let required = "is required: the spool keeps every record on local disk, so it is \
+                    encrypted at rest with a key file (encryption.key_id, \
+                    encryption.key_file); a spool in clear must be asked for with \
+                    allow_unencrypted: true";
+    let fallback = format!(
+        r#"{{{NATS}, "sink": {{"type": "file", "directory": "/tmp/out"}},
+            "spool": {{"dir": "/s", "max_bytes": 1048576}}}}"#
+    );
+    assert_eq!(
+        problems(&fallback),
+        vec![format!("spool.encryption: {required}")]
+    );
+    let as_sink = format!(
+        r#"{{{NATS}, "sink": {{"type": "spool", "dir": "/s", "max_bytes": 1048576,
+            "target": {{"type": "file", "directory": "/tmp/out"}}}}}}"#
+    );
+    assert_eq!(
+        problems(&as_sink),
+        vec![format!("sink.encryption: {required}")]
+    );
+    let explicit = format!(
+        r#"{{{NATS}, "sink": {{"type": "file", "directory": "/tmp/out"}},
+            "spool": {{"dir": "/s", "max_bytes": 1048576, "allow_unencrypted": false}}}}"#
+    );
+    assert_eq!(
+        problems(&explicit),
+        vec![format!("spool.encryption: {required}")]
+    );
+    let bad_keys = format!(
+        r#"{{{NATS}, "sink": {{"type": "file", "directory": "/tmp/out"}},
+            "spool": {{"dir": "/s", "max_bytes": 1048576, "encryption": {{"key_id": "a/b",
+                "key_file": "/k", "old_keys": [{{"key_id": "o"}},
+                {{"key_id": "p", "key_file": "/p"}}, {{"key_id": "p", "key_file": "/q"}}]}}}}}}"#
+    );
+    assert_eq!(
+        problems(&bad_keys),
+        vec![
+            "spool.encryption.key_id: must be 1 to 64 characters of A-Z a-z 0-9 _ - .",
+            "spool.encryption.old_keys[0].key_file: is required (a file of the base64 of 32 \
+             random bytes, mode 0600, owned by the service's user)",
+            "spool.encryption.old_keys[2].key_id: is used by another key; key ids must be \
+             unique",
+        ]
     );
 }
 

@@ -107,20 +107,17 @@ const MAX_OVERLAP_WARNINGS: usize = 20;
 /// Warnings `validate` prints after the summary: fan-out routes that overlap in `first` mode
 /// (the earlier route takes every message both could match) and `no_match: ignore`.
 pub fn warnings(cfg: &RuntimeConfig) -> Vec<String> {
+    let mut out = spool_warnings(cfg);
     let SinkConfig::Fanout(f) = &cfg.sink else {
-        return Vec::new();
+        return out;
     };
     let overlaps = f.routing.overlaps();
-    let mut out: Vec<String> = overlaps
-        .iter()
-        .take(MAX_OVERLAP_WARNINGS)
-        .map(|(a, b)| {
-            format!(
-                "fan-out routes {a} and {b} overlap (mode first): a message matching both \
-                 takes {a} only"
-            )
-        })
-        .collect();
+    out.extend(overlaps.iter().take(MAX_OVERLAP_WARNINGS).map(|(a, b)| {
+        format!(
+            "fan-out routes {a} and {b} overlap (mode first): a message matching both \
+             takes {a} only"
+        )
+    }));
     if overlaps.len() > MAX_OVERLAP_WARNINGS {
         out.push(format!(
             "fan-out routes: {} more overlapping pairs not listed ({} in all)",
@@ -136,6 +133,23 @@ pub fn warnings(cfg: &RuntimeConfig) -> Vec<String> {
         );
     }
     out
+}
+
+/// A spool asked to store records in clear.
+fn spool_warnings(cfg: &RuntimeConfig) -> Vec<String> {
+    let spool = match (&cfg.sink, &cfg.spool) {
+        (SinkConfig::Spool(s), _) => &s.spool,
+        (_, Some(s)) => s,
+        _ => return Vec::new(),
+    };
+    if spool.encryption.is_some() {
+        return Vec::new();
+    }
+    vec![format!(
+        "the spool at {} stores records unencrypted (allow_unencrypted: true, no encryption): \
+         payloads lie in clear on its disk",
+        crate::text::terminal::text_line(&spool.dir.display().to_string())
+    )]
 }
 
 #[cfg(test)]

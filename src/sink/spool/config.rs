@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::seal::SpoolEncryption;
 use crate::document::reader::ObjectReader;
 use crate::sink::SinkConfig;
 
@@ -31,6 +32,10 @@ pub struct SpoolConfig {
     pub drain_batch: usize,
     /// Longest pause between drain probes of a sink that still fails. Defaults to 30 s.
     pub max_backoff: Duration,
+    /// The key new records are sealed with and older keys for reading (docs/spool.md).
+    pub encryption: Option<SpoolEncryption>,
+    /// Records may be stored (without `encryption`) and read in clear: asked for explicitly.
+    pub allow_unencrypted: bool,
 }
 
 impl SpoolConfig {
@@ -59,6 +64,16 @@ impl SpoolConfig {
         let max_backoff = r
             .opt_number_in("max_backoff_seconds", 0.0, true, 3_600.0)
             .unwrap_or(30.0);
+        let encryption = r.object("encryption").and_then(SpoolEncryption::read);
+        let allow_unencrypted = r.bool_or("allow_unencrypted", false);
+        if !r.has("encryption") && !allow_unencrypted {
+            r.problem(
+                "encryption",
+                "is required: the spool keeps every record on local disk, so it is encrypted \
+                 at rest with a key file (encryption.key_id, encryption.key_file); a spool in \
+                 clear must be asked for with allow_unencrypted: true",
+            );
+        }
         SpoolConfig {
             dir,
             max_bytes,
@@ -67,6 +82,8 @@ impl SpoolConfig {
             segment_bytes,
             drain_batch,
             max_backoff: Duration::from_secs_f64(max_backoff),
+            encryption,
+            allow_unencrypted,
         }
     }
 

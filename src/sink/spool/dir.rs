@@ -311,6 +311,14 @@ pub fn rejected_segment(name: &str) -> Option<u64> {
         .then(|| digits.parse().ok())?
 }
 
+/// The offset a rejected file's name gives (`rejected-<segment>-<offset>.spool`, maybe with
+/// `~N` before the extension): where its record was sealed.
+pub fn rejected_offset(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("rejected-")?.get(17..)?;
+    let digits = &rest[..rest.bytes().take_while(u8::is_ascii_digit).count().min(20)];
+    digits.parse().ok()
+}
+
 /// Keeps damaged bytes of segment `segment` in their quarantine file, once, and counts them;
 /// false when an earlier pass had kept them already (the opening scan, which did not count
 /// them as waiting records); an error when they could not be kept (they stay in the segment).

@@ -20,6 +20,7 @@ use std::time::Duration;
 use super::codec;
 use super::dir::{fail, read_at, Position, SpoolError};
 use super::frame::{self, Item};
+use super::seal::{OpenError, Opened, Opener, Place};
 use super::store::{ReadView, Spool};
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
@@ -60,15 +61,77 @@ pub struct Drainer {
     sink: Arc<dyn Sink>,
     metrics: Arc<Metrics>,
     loaded: Option<Loaded>,
+    opener: Opener,
+    /// The bodies a step decrypted, kept between steps (its allocation is reused).
+    opened: Vec<u8>,
+}
+
+/// Where a record ready for the sink is: in the segment's bytes (stored in clear) or in the
+/// step's buffer of decrypted bodies.
+enum Src {
+    Stored(usize, usize),
+    Opened(std::ops::Range<usize>),
+    /// Decoded to an envelope already.
+    Decoded,
+}
+
+/// What one stored record turned out to be.
+enum Read {
+    Ready(Src),
+    /// Intact but unreadable (it does not decrypt here, or does not decode): quarantined.
+    Damaged(String),
+    /// It cannot be read with this configuration (a key id not configured, or stored in clear
+    /// without `allow_unencrypted`): kept where it is.
+    Keep(OpenError),
+}
+
+/// Opens one stored record (`body` of the frame at `start..end` of `data`) and checks it.
+fn read_record(
+    opener: &mut Opener,
+    place: Place,
+    (data, start, end): (&[u8], usize, usize),
+    as_stored: bool,
+    (opened, envelopes): (&mut Vec<u8>, &mut Vec<Envelope>),
+) -> Read {
+    let body = &data[start + frame::FRAME_OVERHEAD..end];
+    let (plain, range) = match opener.open(place, body, opened) {
+        Ok(Opened::Clear) => (body, None),
+        Ok(Opened::Sealed(r)) => (&opened[r.clone()], Some(r)),
+        Err(e) if e.keeps() => return Read::Keep(e),
+        Err(e) => return Read::Damaged(e.to_string()),
+    };
+    if !as_stored {
+        return match codec::decode(plain) {
+            Ok(env) => {
+                envelopes.push(env);
+                Read::Ready(Src::Decoded)
+            }
+            Err(why) => Read::Damaged(why.to_string()),
+        };
+    }
+    match codec::file_record(plain) {
+        // The record is a suffix of the plain body.
+        Ok(record) => {
+            let skip = plain.len() - record.len();
+            Read::Ready(match range {
+                Some(r) => Src::Opened(r.start + skip..r.end),
+                None => Src::Stored(start + frame::FRAME_OVERHEAD + skip, end),
+            })
+        }
+        Err(why) => Read::Damaged(why.to_string()),
+    }
 }
 
 impl Drainer {
     pub fn new(spool: Arc<Spool>, sink: Arc<dyn Sink>, metrics: Arc<Metrics>) -> Drainer {
+        let opener = Opener::new(spool.crypt().clone());
         Drainer {
             spool,
             sink,
             metrics,
             loaded: None,
+            opener,
+            opened: Vec::new(),
         }
     }
 
@@ -218,7 +281,8 @@ impl Drainer {
         // A sink that takes file records gets them as stored; any other gets envelopes.
         let as_stored = self.sink.takes_file_records();
         let mut envelopes: Vec<Envelope> = Vec::new();
-        let mut records: Vec<&[u8]> = Vec::new();
+        self.opened.clear();
+        let mut srcs: Vec<Src> = Vec::new();
         let mut frames: Vec<(usize, usize)> = Vec::new();
         let mut first_ms = None;
         let mut dropped = 0u64;
@@ -230,18 +294,24 @@ impl Drainer {
             let abs = |at: usize| loaded.base + at as u64;
             match item {
                 Item::Record { start, end, body } => {
-                    next = end;
-                    let readable = if as_stored {
-                        codec::file_record(body).map(|r| records.push(r))
-                    } else {
-                        codec::decode(body).map(|env| envelopes.push(env))
+                    let place = Place {
+                        segment: view.segment,
+                        offset: abs(start),
                     };
-                    match readable {
-                        Ok(()) => {
+                    let sinks = (&mut self.opened, &mut envelopes);
+                    match read_record(
+                        &mut self.opener,
+                        place,
+                        (data, start, end),
+                        as_stored,
+                        sinks,
+                    ) {
+                        Read::Ready(src) => {
                             first_ms = first_ms.or(codec::appended_unix_ms(body));
                             frames.push((start, end));
+                            srcs.push(src);
                         }
-                        Err(why) => {
+                        Read::Damaged(why) => {
                             log::error!(
                                 "spool {}: record at segment {} offset {} is intact but \
                                  unreadable ({why}); quarantined",
@@ -252,7 +322,13 @@ impl Drainer {
                             self.keep_damage(view.segment, abs(start), &data[start..end])?;
                             dropped += 1;
                         }
+                        Read::Keep(why) if frames.is_empty() && dropped == 0 => {
+                            return Err(self.kept_error(place, &why));
+                        }
+                        // Delivered up to it; the next step stops at it.
+                        Read::Keep(_) => break,
                     }
+                    next = end;
                 }
                 Item::Corrupt { start, .. } | Item::Tail { start }
                     if partial && !super::scan::ready(data, item, false) =>
@@ -301,6 +377,14 @@ impl Drainer {
             self.spool.set_oldest(ms);
         }
         let outcomes = if as_stored {
+            let records: Vec<&[u8]> = srcs
+                .iter()
+                .filter_map(|s| match s {
+                    Src::Stored(a, b) => Some(&data[*a..*b]),
+                    Src::Opened(r) => Some(&self.opened[r.clone()]),
+                    Src::Decoded => None,
+                })
+                .collect();
             self.sink.write_file_records(&records)
         } else {
             self.sink.write_batch(&envelopes)
@@ -365,6 +449,20 @@ impl Drainer {
             }
         }
         Ok(refused_count)
+    }
+
+    /// The drain stops at a record it must keep (a key id not configured, or stored in clear
+    /// without `allow_unencrypted`): named by its place and key id, never a key.
+    fn kept_error(&self, place: Place, why: &OpenError) -> SpoolError {
+        fail(
+            self.spool.path(),
+            "drain stuck",
+            format!(
+                "the record at segment {} offset {} is {why}; it is kept where it is, and the \
+                 drain moves no further until the configuration can read it",
+                place.segment, place.offset
+            ),
+        )
     }
 
     /// Quarantines damage the drain found (see [`Spool::quarantine`]); damage that cannot be

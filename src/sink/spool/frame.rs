@@ -29,6 +29,27 @@ pub fn encode(out: &mut Vec<u8>, body: &[u8]) {
     out.extend_from_slice(body);
 }
 
+/// Appends one frame whose body `fill` appends to `out` (a body sealed in place, without a
+/// copy); on error `out` is left as it was.
+pub fn encode_with<E>(
+    out: &mut Vec<u8>,
+    fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+) -> Result<(), E> {
+    let start = out.len();
+    out.extend_from_slice(&MARK);
+    out.extend_from_slice(&[0; 8]);
+    if let Err(e) = fill(out) {
+        out.truncate(start);
+        return Err(e);
+    }
+    let body = start + FRAME_OVERHEAD;
+    let len = u32::try_from(out.len() - body).expect("bodies are bounded by MAX_BODY");
+    let crc = checksum(len, &out[body..]);
+    out[start + 4..start + 8].copy_from_slice(&len.to_le_bytes());
+    out[start + 8..body].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
 fn checksum(len: u32, body: &[u8]) -> u32 {
     #[cfg(test)]
     count_hashed(body.len());
@@ -374,6 +395,23 @@ mod tests {
 
     fn bodies(data: &[u8]) -> Vec<Item<'_>> {
         items(data, HEADER_LEN).collect()
+    }
+
+    #[test]
+    fn a_body_filled_in_place_frames_as_a_copied_one() {
+        let (mut copied, mut filled) = (b"head".to_vec(), b"head".to_vec());
+        encode(&mut copied, b"body bytes");
+        encode_with(&mut filled, |out| {
+            out.extend_from_slice(b"body bytes");
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(filled, copied);
+        let failed = encode_with(&mut filled, |out| {
+            out.extend_from_slice(b"partial");
+            Err("no")
+        });
+        assert_eq!((failed, filled), (Err("no"), copied));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //!
 //! - [`frame`]: segment framing (length, CRC-32, resync mark); pure, fuzzed.
 //! - [`codec`]: a record's body, the envelope as the sink would receive it.
+//! - [`seal`]: a body encrypted at rest (AES-256-GCM, bound to its segment and offset).
 //! - [`dir`]: the directory boundary, the lock, the drain position file.
 //! - [`store`]: appends, the drain position, removal of drained segments.
 //! - [`scan`]: recovery at open, and the read-only survey of `svc spool status`.
@@ -16,6 +17,7 @@ pub mod drain;
 pub mod fallback;
 pub mod frame;
 pub mod scan;
+pub mod seal;
 pub mod store;
 
 pub use config::{SpoolConfig, SpoolSinkConfig};
@@ -23,3 +25,5 @@ pub use store::Spool;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sealed;

@@ -9,6 +9,7 @@ use std::path::Path;
 use super::codec;
 use super::dir::{self, fail, Position, SpoolError};
 use super::frame::{self, Item};
+use super::seal::{self, Crypt};
 use crate::metrics::Metrics;
 
 /// One segment file as the spool knows it.
@@ -28,6 +29,9 @@ pub struct Found {
     pub position: Position,
     pub records: u64,
     pub oldest_ms: Option<u64>,
+    /// Key ids the config does not hold, with the records sealed under each (the first
+    /// [`UNKNOWN_KEYS_LISTED`] ids).
+    pub unknown_keys: Vec<(String, u64)>,
 }
 
 /// Bytes of a segment read at a time by recovery and the survey; the buffer grows past it
@@ -156,13 +160,21 @@ fn start_in(id: u64, position: Position) -> usize {
 }
 
 /// Recovers the spool of an open, locked directory (see `Spool::open`).
-pub fn recover(dir: &OwnedFd, path: &Path, metrics: &Metrics) -> Result<Found, SpoolError> {
+/// A record stored in clear is refused (the open fails, naming it) unless `crypt` allows
+/// such records; records under a key id `crypt` does not hold are counted and logged by id.
+pub fn recover(
+    dir: &OwnedFd,
+    path: &Path,
+    metrics: &Metrics,
+    crypt: &Crypt,
+) -> Result<Found, SpoolError> {
     let (ids, position, _) = layout(dir, path)?;
     let mut found = Found {
         segments: Vec::new(),
         position,
         records: 0,
         oldest_ms: None,
+        unknown_keys: Vec::new(),
     };
     let mut removed = false;
     for (i, &id) in ids.iter().enumerate() {
@@ -195,7 +207,7 @@ pub fn recover(dir: &OwnedFd, path: &Path, metrics: &Metrics) -> Result<Found, S
         let len = recover_frames(
             (dir, path, metrics),
             (id, &name),
-            &file,
+            (&file, crypt),
             start_in(id, position) as u64,
             last,
             &mut found,
@@ -209,8 +221,58 @@ pub fn recover(dir: &OwnedFd, path: &Path, metrics: &Metrics) -> Result<Found, S
     if removed {
         dir::sync(dir, path)?;
     }
+    for (key_id, n) in &found.unknown_keys {
+        log::error!(
+            "spool {}: {n} records are sealed under key id {key_id:?}, which is not \
+             configured (spool.encryption.key_id or old_keys): they are kept, and the drain \
+             stops at the first of them until the key is configured",
+            path.display()
+        );
+    }
     Ok(found)
 }
+
+/// Refuses a record stored in clear unless allowed; notes a key id `crypt` does not hold.
+fn check_sealing(
+    crypt: &Crypt,
+    body: &[u8],
+    (path, name, offset): (&Path, &str, u64),
+    found: &mut Found,
+) -> Result<(), SpoolError> {
+    if body.first() != Some(&seal::FLAG_SEALED) {
+        if crypt.allows_unencrypted() {
+            return Ok(());
+        }
+        return Err(fail(
+            path,
+            "open",
+            format!(
+                "{name} offset {offset} holds a record stored unencrypted (a spool written by \
+                 a version before spool encryption, or run with allow_unencrypted: true); set \
+                 spool.allow_unencrypted: true beside spool.encryption to drain it (new \
+                 records are still encrypted) and remove it once the spool is empty"
+            ),
+        ));
+    }
+    let Some(key_id) = seal::key_id(body) else {
+        // Malformed: the drain finds it and quarantines it.
+        return Ok(());
+    };
+    if !crypt.knows(key_id) {
+        let listed = found.unknown_keys.len();
+        match found.unknown_keys.iter_mut().find(|(id, _)| id == key_id) {
+            Some((_, n)) => *n += 1,
+            None if listed < UNKNOWN_KEYS_LISTED => {
+                found.unknown_keys.push((key_id.to_string(), 1));
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// Key ids not configured that the opening scan names at most.
+const UNKNOWN_KEYS_LISTED: usize = 16;
 
 /// Quarantines damage found by the opening scan; one that cannot be kept is logged and left
 /// in the segment, where the drain finds it again (and stops until it can keep it).
@@ -228,7 +290,7 @@ fn quarantine(dir: &OwnedFd, path: &Path, metrics: &Metrics, id: u64, at: u64, b
 fn recover_frames(
     (dir, path, metrics): (&OwnedFd, &Path, &Metrics),
     (id, name): (u64, &str),
-    file: &File,
+    (file, crypt): (&File, &Crypt),
     from: u64,
     last: bool,
     found: &mut Found,
@@ -237,7 +299,8 @@ fn recover_frames(
     read_frames(file, from, (path, name), |base, data, item| {
         let at = |start: usize| base + start as u64;
         match item {
-            Item::Record { body, .. } => {
+            Item::Record { start, body, .. } => {
+                check_sealing(crypt, body, (path, name, at(start)), found)?;
                 found.records += 1;
                 if found.oldest_ms.is_none() {
                     found.oldest_ms = codec::appended_unix_ms(body);
@@ -373,6 +436,9 @@ pub struct Seen<'a> {
     pub segment: u64,
     /// Its offset in the segment; for a rejected record, in its rejected file.
     pub offset: u64,
+    /// Where it was sealed (a sealed record opens only there): for a rejected record, the
+    /// segment and offset its file's name gives.
+    pub place: seal::Place,
     pub body: &'a [u8],
     /// The rejected file holding it; `None` for a record waiting to be drained.
     pub rejected_in: Option<&'a str>,
@@ -447,6 +513,10 @@ fn survey_segment(
                 more = visit(Seen {
                     segment: id,
                     offset: at(start),
+                    place: seal::Place {
+                        segment: id,
+                        offset: at(start),
+                    },
                     body,
                     rejected_in: None,
                 });
@@ -478,6 +548,7 @@ fn survey_rejected(
         }
     };
     let segment = dir::rejected_segment(name).unwrap_or(0);
+    let origin = dir::rejected_offset(name).unwrap_or(0);
     let (mut records, mut more) = (0, true);
     read_frames(&file, 0, (path, name), |base, _, item| {
         if let Item::Record { start, body, .. } = item {
@@ -485,6 +556,10 @@ fn survey_rejected(
             more = visit(Seen {
                 segment,
                 offset: base + start as u64,
+                place: seal::Place {
+                    segment,
+                    offset: origin.saturating_add(base + start as u64),
+                },
                 body,
                 rejected_in: Some(name),
             });

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use super::config::SpoolConfig;
 use super::dir::{self, Position, SpoolError};
 use super::scan::{self, Segment};
+use super::seal::{Crypt, Place};
 use super::{codec, frame};
 use crate::message::envelope::Envelope;
 use crate::metrics::{now_epoch_seconds, Metrics};
@@ -67,6 +68,7 @@ pub struct Spool {
     state: Mutex<State>,
     appended: Condvar,
     metrics: Arc<Metrics>,
+    crypt: Arc<Crypt>,
 }
 
 /// The drain's view of where to read next.
@@ -84,10 +86,12 @@ impl Spool {
     /// damaged records, and counts what is left.
     pub fn open(cfg: &SpoolConfig, metrics: Arc<Metrics>) -> Result<Spool, SpoolError> {
         let path = cfg.dir.clone();
+        let crypt = Crypt::load(cfg.encryption.as_ref(), cfg.allow_unencrypted)
+            .map_err(|e| dir::fail(&path, "open", e))?;
         metrics.gauges.spool_enabled.store(true, Ordering::Relaxed);
         let dir = dir::open_dir(&path, true)?;
         let lock = dir::lock(&dir, &path)?;
-        let found = scan::recover(&dir, &path, &metrics)?;
+        let found = scan::recover(&dir, &path, &metrics, &crypt)?;
         dir::write_position(&dir, &path, found.position)?;
         let next_id = found
             .segments
@@ -112,6 +116,7 @@ impl Spool {
             }),
             appended: Condvar::new(),
             metrics,
+            crypt: Arc::new(crypt),
         };
         spool.publish(&spool.lock_state());
         Ok(spool)
@@ -125,6 +130,11 @@ impl Spool {
         &self.cfg
     }
 
+    /// The loaded keys (the drain opens records with them).
+    pub fn crypt(&self) -> &Arc<Crypt> {
+        &self.crypt
+    }
+
     fn lock_state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -135,31 +145,34 @@ impl Spool {
     }
 
     /// Appends the envelopes as one batch: all of them durable when `Ok`, none counted when
-    /// not.
+    /// not. With a key, each record is sealed bound to the segment and offset it lands at, so
+    /// the bodies are encoded first and sealed under the lock, where the place is known.
     pub fn append<'a>(
         &self,
         envelopes: impl IntoIterator<Item = &'a Envelope>,
     ) -> Result<(), AppendError> {
         let now_ms = (now_epoch_seconds() * 1000.0) as u64;
-        let mut buf = Vec::with_capacity(64 * 1024);
-        let mut body = Vec::with_capacity(1024);
-        let mut n = 0u64;
+        let mut plain = Vec::with_capacity(64 * 1024);
+        let mut ends = Vec::new();
+        let mut framed = 0usize;
         for env in envelopes {
-            n += 1;
-            body.clear();
-            codec::encode(&mut body, env, now_ms).map_err(AppendError::Failed)?;
-            if body.len() > frame::MAX_BODY {
+            let start = plain.len();
+            codec::encode(&mut plain, env, now_ms).map_err(AppendError::Failed)?;
+            let body = self.crypt.body_len(plain.len() - start);
+            if body > frame::MAX_BODY {
                 return Err(AppendError::Failed(format!(
-                    "spool {}: record of {} bytes over the frame limit",
+                    "spool {}: record of {body} bytes over the frame limit",
                     self.path.display(),
-                    body.len()
                 )));
             }
-            frame::encode(&mut buf, &body);
+            framed += frame::FRAME_OVERHEAD + body;
+            ends.push(plain.len());
         }
+        let n = ends.len() as u64;
+        let failed = |e: String| AppendError::Failed(format!("spool {}: {e}", self.path.display()));
+        let mut sealer = self.crypt.batch().map_err(failed)?;
         let mut st = self.lock_state();
-        if st.bytes + buf.len() as u64 > self.cfg.max_bytes || st.records + n > self.cfg.max_records
-        {
+        if st.bytes + framed as u64 > self.cfg.max_bytes || st.records + n > self.cfg.max_records {
             Metrics::add(&self.metrics.counters.spool_full_refusals_total, n);
             return Err(AppendError::Full(format!(
                 "spool {}: full ({} records, {} of {} bytes)",
@@ -168,6 +181,23 @@ impl Spool {
                 st.bytes,
                 self.cfg.max_bytes
             )));
+        }
+        let (segment, base) = self.ensure_segment(&mut st)?;
+        let mut buf = Vec::with_capacity(framed);
+        let mut start = 0;
+        for &end in &ends {
+            let rec = &plain[start..end];
+            start = end;
+            let Some(sealer) = sealer.as_mut() else {
+                frame::encode(&mut buf, rec);
+                continue;
+            };
+            let place = Place {
+                segment,
+                offset: base + buf.len() as u64,
+            };
+            frame::encode_with(&mut buf, |out| sealer.seal(out, rec, now_ms, place))
+                .map_err(failed)?;
         }
         let written = self.write_locked(&mut st, &buf)?;
         st.bytes += written;
@@ -182,17 +212,13 @@ impl Spool {
         Ok(())
     }
 
-    /// Writes `frames` at the end of the active segment (rolling to a new one when needed),
-    /// fsyncs, and returns the bytes added to the disk.
-    fn write_locked(&self, st: &mut State, frames: &[u8]) -> Result<u64, AppendError> {
-        let failed = |what: &str, e: &dyn std::fmt::Display| {
-            AppendError::Failed(format!("spool {}: {what}: {e}", self.path.display()))
-        };
+    /// Makes sure a segment takes the next write (rolling to a new one when the last is full
+    /// or none is open); returns its id and the offset the next frame lands at.
+    fn ensure_segment(&self, st: &mut State) -> Result<(u64, u64), AppendError> {
         let roll = match (st.segments.last(), &st.active) {
             (Some(last), Some(_)) => last.len >= self.cfg.segment_bytes,
             _ => true,
         };
-        let mut added = 0u64;
         if roll {
             let id = st.next_id;
             let name = dir::segment_name(id);
@@ -206,6 +232,18 @@ impl Spool {
             });
             st.active = Some(file);
         }
+        let last = st.segments.last().expect("a segment was just ensured");
+        // A segment's first write begins with its header.
+        Ok((last.id, last.len.max(frame::HEADER_LEN as u64)))
+    }
+
+    /// Writes `frames` at the end of the active segment ([`Spool::ensure_segment`] chose it),
+    /// fsyncs, and returns the bytes added to the disk.
+    fn write_locked(&self, st: &mut State, frames: &[u8]) -> Result<u64, AppendError> {
+        let failed = |what: &str, e: &dyn std::fmt::Display| {
+            AppendError::Failed(format!("spool {}: {what}: {e}", self.path.display()))
+        };
+        let mut added = 0u64;
         let last = st.segments.last_mut().expect("a segment was just ensured");
         let file = st
             .active

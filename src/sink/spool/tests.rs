@@ -12,7 +12,7 @@ use crate::message::envelope::{normalize, Envelope, EnvelopeConfig, RawMessage};
 use crate::metrics::Metrics;
 use crate::sink::{Sink, SinkError, WriteOutcome};
 
-fn envelope(seq: u64) -> Envelope {
+pub(super) fn envelope(seq: u64) -> Envelope {
     let msg = RawMessage {
         stream: Arc::from("ORDERS"),
         consumer: Arc::from("svc"),
@@ -22,7 +22,7 @@ fn envelope(seq: u64) -> Envelope {
     normalize(&msg, 1_700_000_000_000_000_001, &EnvelopeConfig::default()).0
 }
 
-fn config(dir: &std::path::Path) -> SpoolConfig {
+pub(super) fn config(dir: &std::path::Path) -> SpoolConfig {
     SpoolConfig {
         dir: dir.join("spool"),
         max_bytes: 1 << 20,
@@ -31,13 +31,15 @@ fn config(dir: &std::path::Path) -> SpoolConfig {
         segment_bytes: 4096,
         drain_batch: 7,
         max_backoff: std::time::Duration::from_millis(10),
+        encryption: None,
+        allow_unencrypted: true,
     }
 }
 
 /// Keeps what it is given; fails transiently while `down`.
 #[derive(Default)]
-struct Memory {
-    got: Mutex<Vec<u64>>,
+pub(super) struct Memory {
+    pub(super) got: Mutex<Vec<u64>>,
     down: Mutex<bool>,
 }
 
@@ -59,16 +61,16 @@ impl Sink for Memory {
     }
 }
 
-fn open(cfg: &SpoolConfig) -> Arc<Spool> {
+pub(super) fn open(cfg: &SpoolConfig) -> Arc<Spool> {
     Arc::new(Spool::open(cfg, Arc::new(Metrics::default())).unwrap())
 }
 
-fn drain_all(spool: &Arc<Spool>, sink: &Arc<Memory>) {
+pub(super) fn drain_all(spool: &Arc<Spool>, sink: &Arc<Memory>) {
     let mut d = Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()));
     d.run_until_empty(1).unwrap();
 }
 
-fn segments(cfg: &SpoolConfig) -> Vec<String> {
+pub(super) fn segments(cfg: &SpoolConfig) -> Vec<String> {
     let fd = dir::open_dir(&cfg.dir, false).unwrap();
     let mut names = dir::names(&fd, &cfg.dir).unwrap();
     names.retain(|n| dir::segment_id(n).is_some());
