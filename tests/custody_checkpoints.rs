@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::support::broker::*;
+use crate::support::postgres::TestDb;
 use crate::support::protection::*;
 use crate::support::python::python;
 use crate::support::*;
@@ -37,6 +38,13 @@ struct Case {
 }
 
 fn case(every_records: u64) -> Case {
+    case_into(every_records, |dir| {
+        std::fs::create_dir(dir.join("out")).unwrap();
+        json!({"type": "file", "directory": dir.join("out")})
+    })
+}
+
+fn case_into(every_records: u64, sink: impl FnOnce(&Path) -> Value) -> Case {
     let server = NatsServer::start();
     server.create_stream(STREAM, &["orders.>"]);
     server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
@@ -47,8 +55,7 @@ fn case(every_records: u64) -> Case {
         "enabled": true, "runner_id": "runner-cp-1", "hmac_key_env": "PP_CUSTODY_KEY",
         "checkpoints": {"enabled": true, "every_records": every_records,
                         "every_seconds": 3600, "signing_key_file": key, "key_id": "cp1"}}});
-    let sink = json!({"type": "file", "directory": dir.path().join("out")});
-    std::fs::create_dir(dir.path().join("out")).unwrap();
+    let sink = sink(dir.path());
     let cfg = write_config(
         dir.path(),
         "c.json",
@@ -270,4 +277,57 @@ fn records_committed_before_a_kill_9_are_covered_after_the_restart() {
         python_check(&files, &public_key_b64(&CP_SEED)),
         (1..=6).collect::<Vec<u64>>()
     );
+}
+
+#[test]
+fn a_deleted_postgresql_row_is_named() {
+    let db = TestDb::new("cp");
+    let c = case_into(2, |_| db.sink(json!({})));
+    let cfg = c.cfg.to_str().unwrap();
+    let (code, out, err) = svc_env(&["init-db", cfg], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(db.count("svc_custody_checkpoints"), 0);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 5);
+    wait_acked(&c.server, 5);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let rows = db.rows("SELECT checkpoint FROM svc_custody_checkpoints ORDER BY checkpoint_index");
+    assert_eq!(rows.len(), 3, "2 + 2 + the last 1 at the stop");
+    let files: Vec<PathBuf> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let p = c.dir.path().join(format!("cp{i}.json"));
+            std::fs::write(&p, r[0].as_deref().unwrap()).unwrap();
+            p
+        })
+        .collect();
+    assert_eq!(
+        python_check(&files, &public_key_b64(&CP_SEED)),
+        (1..=5).collect::<Vec<u64>>()
+    );
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("5 records intact, 0 altered, 0 missing"),
+        "{text}"
+    );
+
+    db.conn()
+        .simple("DELETE FROM events WHERE stream_sequence = 3")
+        .unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("sequence 3: MISSING"), "{text}");
+    assert_eq!(text.matches("MISSING").count(), 1, "{text}");
+
+    // A checkpoint row deleted: the chain is broken.
+    db.conn()
+        .simple("DELETE FROM svc_custody_checkpoints WHERE checkpoint_index = 1")
+        .unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("BROKEN"), "{text}");
 }

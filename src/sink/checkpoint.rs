@@ -391,15 +391,129 @@ fn libc_nofollow() -> i32 {
     rustix::fs::OFlags::NOFOLLOW.bits() as i32
 }
 
+/// Name of the PostgreSQL sink's checkpoint table, in the schema of its events table.
+pub const PG_CHECKPOINT_TABLE: &str = "svc_custody_checkpoints";
+
+/// The PostgreSQL sink's checkpoints: one row per checkpoint in [`PG_CHECKPOINT_TABLE`]
+/// (created by `svc init-db`), committed with `synchronous_commit` on.
+pub struct PgStore {
+    sink: super::relational::RelationalSink,
+    cfg: super::relational::config::RelationalConfig,
+}
+
+impl PgStore {
+    pub fn new(cfg: &super::relational::config::RelationalConfig) -> Result<PgStore, String> {
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let sink = super::relational::RelationalSink::new(cfg.clone(), metrics)
+            .map_err(|e| e.to_string())?;
+        Ok(PgStore {
+            sink,
+            cfg: cfg.clone(),
+        })
+    }
+
+    fn table(&self) -> String {
+        match &self.cfg.table.schema {
+            Some(s) => format!("\"{s}\".\"{PG_CHECKPOINT_TABLE}\""),
+            None => format!("\"{PG_CHECKPOINT_TABLE}\""),
+        }
+    }
+
+    /// The DDL of the checkpoint table (idempotent).
+    pub fn ddl(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n    runner_id text NOT NULL,\n    \
+             checkpoint_index bigint NOT NULL,\n    checkpoint text NOT NULL,\n    \
+             stored_at timestamptz NOT NULL DEFAULT now(),\n    \
+             PRIMARY KEY (runner_id, checkpoint_index)\n);\n",
+            self.table()
+        )
+    }
+
+    /// Creates the checkpoint table (`svc init-db`).
+    pub fn create_table(&self) -> Result<(), String> {
+        let ddl = self.ddl();
+        self.sink
+            .with_session("create the checkpoint table in", |c| {
+                c.simple(&ddl).map(|_| ())
+            })
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl CheckpointStore for PgStore {
+    fn put(&self, runner_id: &str, index: u64, bytes: &[u8]) -> Result<(), String> {
+        let sql = format!(
+            "INSERT INTO {} (runner_id, checkpoint_index, checkpoint) VALUES ($1, $2, $3)",
+            self.table()
+        );
+        let text = std::str::from_utf8(bytes).map_err(|_| "checkpoint is not UTF-8")?;
+        let idx = index.to_string();
+        self.sink
+            .with_session("write a checkpoint to", |c| {
+                c.query(&sql, &[Some(runner_id), Some(&idx), Some(text)])
+                    .map(|_| ())
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
+        let sql = format!(
+            "SELECT runner_id, checkpoint_index::text, left(checkpoint, {MAX_CHECKPOINT_BYTES} + 1) \
+             FROM {} ORDER BY runner_id, checkpoint_index",
+            self.table()
+        );
+        let res = self
+            .sink
+            .with_session("read the checkpoints of", |c| c.query(&sql, &[]))
+            .map_err(|e| e.to_string())?;
+        Ok(res
+            .rows
+            .into_iter()
+            .map(|r| {
+                let mut r = r.into_iter().map(Option::unwrap_or_default);
+                let runner = r.next().unwrap_or_default();
+                let idx = r.next().unwrap_or_default();
+                let place = format!(
+                    "{PG_CHECKPOINT_TABLE} row ({}, {idx})",
+                    crate::text::peer::PeerText::new(&runner)
+                );
+                (place, r.next().unwrap_or_default())
+            })
+            .collect())
+    }
+
+    fn records(&self) -> Result<Vec<StoredRecord>, String> {
+        let mut out = Vec::new();
+        for t in self.cfg.tables() {
+            let sql = format!("SELECT row_to_json(e)::text FROM {} e", t.sql());
+            let res = self
+                .sink
+                .with_session("read the records of", |c| c.query(&sql, &[]))
+                .map_err(|e| e.to_string())?;
+            for (i, row) in res.rows.into_iter().enumerate() {
+                let text = row.into_iter().next().flatten().unwrap_or_default();
+                records_of(&format!("{t} row {}", i + 1), &text, &mut out);
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// The store of a configured sink, or why checkpoints are not available for it.
 pub fn store_for(sink: &super::SinkConfig) -> Result<Box<dyn CheckpointStore>, String> {
+    use super::relational::config::Engine;
     match sink {
         super::SinkConfig::File(f) => Ok(Box::new(FileStore {
             root: f.directory.clone(),
             file_mode: f.file_mode,
         })),
+        super::SinkConfig::RelationalDb(r) if r.engine == Engine::PostgreSql => {
+            Ok(Box::new(PgStore::new(r)?))
+        }
         other => Err(format!(
-            "custody.checkpoints: not available for sink type {} yet (file sink only)",
+            "custody.checkpoints: not available for sink type {} yet (file and PostgreSQL \
+             sinks only)",
             other.kind()
         )),
     }

@@ -265,7 +265,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
                 Err(code) => return code,
             };
             super::logging::init_from(&cfg.logging);
-            init_db(&cfg.sink, print_only)
+            init_db(&cfg.sink, print_only, cfg.custody.checkpoints.enabled)
         }
         Command::Decrypt { path, record } => match load(&path) {
             Ok(cfg) => super::protect::decrypt(&cfg, &record),
@@ -319,7 +319,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 }
 
 /// `svc init-db`: the DDL of every relational sink in the config, printed or executed.
-fn init_db(sink: &crate::sink::SinkConfig, print_only: bool) -> ExitCode {
+fn init_db(sink: &crate::sink::SinkConfig, print_only: bool, checkpoints: bool) -> ExitCode {
     use crate::sink::relational;
     let targets = relational::configs_in(sink);
     if targets.is_empty() {
@@ -335,7 +335,15 @@ fn init_db(sink: &crate::sink::SinkConfig, print_only: bool) -> ExitCode {
             say!("-- sink {name}");
             let ddl = match cfg.engine {
                 relational::config::Engine::Mysql => relational::my_sink::ddl(cfg),
-                relational::config::Engine::PostgreSql => relational::ddl(cfg),
+                relational::config::Engine::PostgreSql => {
+                    let mut ddl = relational::ddl(cfg);
+                    if checkpoints {
+                        if let Ok(s) = crate::sink::checkpoint::PgStore::new(cfg) {
+                            ddl.push_str(&s.ddl());
+                        }
+                    }
+                    ddl
+                }
             };
             if let Err(e) = output::print(format_args!("{ddl}")) {
                 return output::write_failed(&e);
@@ -351,6 +359,14 @@ fn init_db(sink: &crate::sink::SinkConfig, print_only: bool) -> ExitCode {
             relational::config::Engine::PostgreSql => {
                 relational::RelationalSink::new(cfg.clone(), metrics)
                     .and_then(|s| s.create_tables())
+                    .and_then(|()| {
+                        if !checkpoints {
+                            return Ok(());
+                        }
+                        crate::sink::checkpoint::PgStore::new(cfg)
+                            .and_then(|s| s.create_table())
+                            .map_err(|e| crate::sink::SinkError::new("relational_db", e))
+                    })
             }
         };
         let tables: Vec<String> = cfg.tables().iter().map(|t| t.to_string()).collect();
