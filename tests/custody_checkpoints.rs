@@ -86,12 +86,27 @@ fn wait_acked(server: &NatsServer, n: u64) {
 }
 
 fn verify(c: &Case, keys: &[&str]) -> (i32, String) {
+    verify_env(c, keys, &Default::default())
+}
+
+fn verify_env(
+    c: &Case,
+    keys: &[&str],
+    env: &std::collections::HashMap<String, String>,
+) -> (i32, String) {
     let mut args = vec!["verify-custody", c.cfg.to_str().unwrap()];
     for k in keys {
         args.extend(["--public-key", k]);
     }
-    let (code, out, err) = svc_env(&args, None);
-    (code, format!("{out}{err}"))
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(&args)
+        .envs(secrets_env())
+        .envs(env)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
 }
 
 fn checkpoint_files(out: &Path) -> Vec<PathBuf> {
@@ -330,4 +345,86 @@ fn a_deleted_postgresql_row_is_named() {
     let (code, text) = verify(&c, &[public]);
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("BROKEN"), "{text}");
+}
+
+/// Deletes the object holding `seq` from moto (boto3) and returns every checkpoint object's
+/// text, in key order.
+fn moto_op(m: &crate::support::moto::Moto, bucket: &str, delete_seq: u64) -> Vec<String> {
+    let script = r#"
+import sys, json, boto3
+ep, kid, sec, bucket, seq = sys.argv[1:6]
+s3 = boto3.client("s3", endpoint_url=ep, aws_access_key_id=kid, aws_secret_access_key=sec,
+                  region_name="us-east-1")
+cps = []
+for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+    body = s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read().decode()
+    if o["Key"].startswith("_svc-custody/checkpoints/"):
+        cps.append(body)
+    elif not o["Key"].endswith(".metadata.json") and json.loads(body)["stream_sequence"] == int(seq):
+        s3.delete_object(Bucket=bucket, Key=o["Key"])
+print(json.dumps(cps))
+"#;
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .args([&m.endpoint(), &m.key_id, &m.secret, bucket])
+        .arg(delete_seq.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_deleted_object_is_named() {
+    let m = crate::support::moto::Moto::start();
+    m.create_bucket("custody-cp", false);
+    let c = case_into(2, |_| {
+        json!({
+            "type": "object_store", "bucket": "custody-cp", "endpoint_url": m.endpoint(),
+            "allow_http_for_local_testing": true, "credential_mode": "environment",
+            "access_key_id_env": "T_KEY_ID", "secret_access_key_env": "T_SECRET",
+            "key_strategy": "stream_sequence", "metadata_mode": "sidecar",
+        })
+    });
+    let mut runner = start_runner_env(&c.cfg, &c.dir.path().join("svc.log"), &m.env());
+    publish_range(&c.server, 1, 5);
+    wait_acked(&c.server, 5);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify_env(&c, &[public], &m.env());
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("5 records intact, 0 altered, 0 missing"),
+        "{text}"
+    );
+
+    let cps = moto_op(&m, "custody-cp", 2);
+    assert_eq!(cps.len(), 3, "2 + 2 + the last 1 at the stop");
+    let files: Vec<PathBuf> = cps
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let p = c.dir.path().join(format!("cp{i}.json"));
+            std::fs::write(&p, t).unwrap();
+            p
+        })
+        .collect();
+    assert_eq!(
+        python_check(&files, &public_key_b64(&CP_SEED)),
+        (1..=5).collect::<Vec<u64>>()
+    );
+    let (code, text) = verify_env(&c, &[public], &m.env());
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("sequence 2: MISSING"), "{text}");
+    assert_eq!(text.matches("MISSING").count(), 1, "{text}");
+    assert!(
+        text.contains("4 records intact, 0 altered, 1 missing"),
+        "{text}"
+    );
 }

@@ -500,6 +500,101 @@ impl CheckpointStore for PgStore {
     }
 }
 
+/// Most objects an object-store audit lists.
+pub const MAX_LISTED_OBJECTS: usize = 10_000_000;
+
+/// The object store's checkpoints: `<prefix>/_svc-custody/checkpoints/<hex runner id>-<index>.json`
+/// (a reserved segment no `key_prefix` may start with), each one PUT (durable when the store
+/// answers 2xx).
+pub struct ObjectStore {
+    sink: super::object_store::ObjectStoreSink,
+}
+
+impl ObjectStore {
+    pub fn new(
+        cfg: &super::object_store::config::ObjectStoreConfig,
+    ) -> Result<ObjectStore, String> {
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let sink = super::object_store::ObjectStoreSink::new(cfg.clone(), metrics)
+            .map_err(|e| e.to_string())?;
+        Ok(ObjectStore { sink })
+    }
+
+    fn below_prefix(&self, rest: &str) -> String {
+        match self.sink.config().prefix.as_deref() {
+            Some(p) => format!("{p}/{rest}"),
+            None => rest.to_string(),
+        }
+    }
+
+    fn checkpoint_dir(&self) -> String {
+        use super::object_store::config::CUSTODY_NAMESPACE;
+        self.below_prefix(&format!("{CUSTODY_NAMESPACE}/checkpoints/"))
+    }
+}
+
+impl CheckpointStore for ObjectStore {
+    fn put(&self, runner_id: &str, index: u64, bytes: &[u8]) -> Result<(), String> {
+        let key = format!(
+            "{}{}-{index:020}.json",
+            self.checkpoint_dir(),
+            crate::text::hex::lower(runner_id.as_bytes())
+        );
+        let headers = [("content-type".to_string(), "application/json".to_string())];
+        self.sink
+            .client()
+            .put_object(&key, bytes, &headers)
+            .map(|_| ())
+            .map_err(|e| format!("put {key}: {e}"))
+    }
+
+    fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
+        let client = self.sink.client();
+        let mut out = Vec::new();
+        for key in client.list_keys(&self.checkpoint_dir(), MAX_LISTED_OBJECTS)? {
+            let text = match client.get_object(&key, MAX_CHECKPOINT_BYTES + 1) {
+                Ok(Some(r)) => String::from_utf8(r.body).unwrap_or_default(),
+                Ok(None) => continue,
+                Err(e) => return Err(format!("get {key}: {e}")),
+            };
+            out.push((key, text));
+        }
+        Ok(out)
+    }
+
+    fn records(&self) -> Result<Vec<StoredRecord>, String> {
+        use super::object_store::config::{CHECK_NAMESPACE, CUSTODY_NAMESPACE};
+        let cfg = self.sink.config();
+        let client = self.sink.client();
+        let root = self.below_prefix("");
+        let reserved = [CHECK_NAMESPACE, CUSTODY_NAMESPACE].map(|s| self.below_prefix(s));
+        let mut out = Vec::new();
+        for key in client.list_keys(&root, MAX_LISTED_OBJECTS)? {
+            let sidecar = cfg.metadata_mode == super::object_store::config::MetadataMode::Sidecar
+                && key.ends_with(&cfg.sidecar_suffix);
+            if sidecar || reserved.iter().any(|r| key.starts_with(r.as_str())) {
+                continue;
+            }
+            let place = crate::text::peer::PeerText::new(&key).to_string();
+            match client.get_object(&key, cfg.max_object_bytes) {
+                Ok(Some(r)) => match String::from_utf8(r.body) {
+                    Ok(text) => records_of(&place, &text, &mut out),
+                    Err(_) => out.push(StoredRecord {
+                        place,
+                        read: Err("not UTF-8 JSON (compressed?)".into()),
+                    }),
+                },
+                Ok(None) => {}
+                Err(e) => out.push(StoredRecord {
+                    place,
+                    read: Err(format!("cannot read: {e}")),
+                }),
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// The store of a configured sink, or why checkpoints are not available for it.
 pub fn store_for(sink: &super::SinkConfig) -> Result<Box<dyn CheckpointStore>, String> {
     use super::relational::config::Engine;
@@ -511,9 +606,10 @@ pub fn store_for(sink: &super::SinkConfig) -> Result<Box<dyn CheckpointStore>, S
         super::SinkConfig::RelationalDb(r) if r.engine == Engine::PostgreSql => {
             Ok(Box::new(PgStore::new(r)?))
         }
+        super::SinkConfig::ObjectStore(o) => Ok(Box::new(ObjectStore::new(o)?)),
         other => Err(format!(
-            "custody.checkpoints: not available for sink type {} yet (file and PostgreSQL \
-             sinks only)",
+            "custody.checkpoints: not available for sink type {} yet (file, object store \
+             and PostgreSQL sinks only)",
             other.kind()
         )),
     }
