@@ -280,7 +280,8 @@ fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
 }
 
 /// The file sink's checkpoints: `<directory>/.svc-checkpoints/<hex runner id>-<index>.json`,
-/// written as records are (temporary name, fsync, rename, directory fsync).
+/// written as records are (temporary name, fsync, link to the final name, which never
+/// replaces an existing checkpoint, directory fsync).
 #[derive(Debug, Clone)]
 pub struct FileStore {
     pub root: PathBuf,
@@ -347,7 +348,9 @@ impl CheckpointStore for FileStore {
                 .open(&tmp)?;
             f.write_all(bytes)?;
             f.sync_all()?;
-            fs::rename(&tmp, dir.join(&name))?;
+            // A link, not a rename: an existing checkpoint of that name is never replaced.
+            fs::hard_link(&tmp, dir.join(&name))?;
+            fs::remove_file(&tmp)?;
             super::file::durable::sync_dir(&dir)
         };
         write().map_err(|e| {
