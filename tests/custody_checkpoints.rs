@@ -45,16 +45,24 @@ fn case(every_records: u64) -> Case {
 }
 
 fn case_into(every_records: u64, sink: impl FnOnce(&Path) -> Value) -> Case {
+    case_with(every_records, sink, json!({}))
+}
+
+/// [`case_into`] with more config blocks.
+fn case_with(every_records: u64, sink: impl FnOnce(&Path) -> Value, extra: Value) -> Case {
     let server = NatsServer::start();
     server.create_stream(STREAM, &["orders.>"]);
     server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
     let dir = tempfile::tempdir().unwrap();
     let key = write_private(dir.path(), "cp.key", &CP_SEED);
     let public = write_public(dir.path(), "cp.pub", &public_key_b64(&CP_SEED));
-    let blocks = json!({"custody": {
+    let mut blocks = json!({"custody": {
         "enabled": true, "runner_id": "runner-cp-1", "hmac_key_env": "PP_CUSTODY_KEY",
         "checkpoints": {"enabled": true, "every_records": every_records,
                         "every_seconds": 3600, "signing_key_file": key, "key_id": "cp1"}}});
+    for (k, v) in extra.as_object().unwrap() {
+        blocks[k] = v.clone();
+    }
     let sink = sink(dir.path());
     let cfg = write_config(
         dir.path(),
@@ -427,4 +435,41 @@ fn a_deleted_object_is_named() {
         text.contains("4 records intact, 0 altered, 1 missing"),
         "{text}"
     );
+}
+
+#[test]
+fn a_message_the_runner_refused_is_a_listed_gap_not_a_missing_record() {
+    let c = case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out")})
+        },
+        json!({"size_policy": {"enabled": true, "max_payload_bytes": 20}}),
+    );
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    publish_range(&c.server, 3, 3);
+    // Without a DLQ the refused message is NAKed until TERM; sequence 3 stored means the
+    // refusal of 2 (same or earlier batch) was told to the checkpoint thread.
+    wait_until(Duration::from_secs(60), "1 and 3 stored", || {
+        matches!(
+            c.server.try_consumer_state(STREAM, CONSUMER),
+            Some((_, _, 0))
+        ) && records(&c.dir.path().join("out")).len() == 2
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let files = checkpoint_files(&c.dir.path().join("out"));
+    assert_eq!(files.len(), 1);
+    let cp: Value = serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
+    let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+    assert_eq!(body["gaps"], json!([[2, "refused_before_sink"]]), "{body}");
+    assert_eq!(python_check(&files, &public_key_b64(&CP_SEED)), vec![1, 3]);
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("2 records intact, 0 altered, 0 missing, 0 in no checkpoint yet, 1 runner-caused gaps: COMPLETE"), "{text}");
 }
