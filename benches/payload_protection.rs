@@ -218,7 +218,15 @@ fn publish_signed(url: &str, stream: &str, subject: &str, n: usize) {
 }
 
 /// `svc run` on a new consumer until `n` messages are acknowledged; msg/s.
-fn run_svc(broker: &support::Broker, consumer: &str, n: usize, dir: &Path, protected: bool) -> f64 {
+/// `checkpoints`: with `custody.checkpoints` on (every 1000 records or 60 s, Ed25519).
+fn run_svc(
+    broker: &support::Broker,
+    consumer: &str,
+    n: usize,
+    dir: &Path,
+    protected: bool,
+    checkpoints: bool,
+) -> f64 {
     support::create_consumer(
         &broker.url,
         "BENCH",
@@ -237,6 +245,13 @@ fn run_svc(broker: &support::Broker, consumer: &str, n: usize, dir: &Path, prote
         for (k, v) in blocks(dir).as_object().unwrap() {
             cfg[k] = v.clone();
         }
+    }
+    if checkpoints {
+        let key = dir.join("checkpoint.key");
+        std::fs::write(&key, B64.encode([0x44u8; 32])).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        cfg["custody"]["checkpoints"] = serde_json::json!({"enabled": true,
+            "every_records": 1000, "every_seconds": 60, "signing_key_file": key, "key_id": "b1"});
     }
     let cfg_path = dir.join(format!("{consumer}.json"));
     std::fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
@@ -282,7 +297,7 @@ fn main() {
     let broker = support::start_broker();
     support::create_stream(&broker.url, "BENCH", &["bench.>"]).unwrap();
     publish_signed(&broker.url, "BENCH", "bench.orders", n);
-    let (mut raws, mut prots) = (Vec::new(), Vec::new());
+    let (mut raws, mut prots, mut cps) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=ROUNDS {
         let consumer = format!("raw-{round}");
         support::create_consumer(
@@ -305,15 +320,21 @@ fn main() {
             )
             .unwrap(),
         );
-        prots.push(run_svc(
-            &broker,
-            &format!("svc-protected-{round}"),
-            n,
-            dir.path(),
-            true,
-        ));
+        // Checkpoints off and on in the same round, the order alternating between rounds.
+        let mut pair = |on: bool| {
+            let name = format!("svc-protected-{}{round}", if on { "cp-" } else { "" });
+            let rate = run_svc(&broker, &name, n, dir.path(), true, on);
+            if on {
+                cps.push(rate)
+            } else {
+                prots.push(rate)
+            }
+        };
+        pair(round % 2 == 0);
+        pair(round % 2 == 1);
     }
-    let plain = run_svc(&broker, "svc-plain", n, dir.path(), false);
+    let plain = run_svc(&broker, "svc-plain", n, dir.path(), false, false);
+    let cp = mean(&cps);
     let raw = mean(&raws);
     let prot = mean(&prots);
     let list = |v: &[f64]| {
@@ -337,5 +358,11 @@ fn main() {
     println!(
         "  (c) svc run, no protection (one run)            {plain:>9.0} msg/s  ratio {:.2}x of (a)",
         plain / raw
+    );
+    println!(
+        "  (d) (b) + custody checkpoints (every 1000)      {cp:>9.0} msg/s  ratio {:.2}x of (b)  (rounds {}; per round {})",
+        cp / prot,
+        list(&cps),
+        prots.iter().zip(&cps).map(|(b, d)| format!("{:.2}x", d / b)).collect::<Vec<_>>().join(" / ")
     );
 }

@@ -48,6 +48,7 @@ mod consumer_changes;
 mod consumer_shapes;
 mod consumer_start;
 mod crash;
+mod custody_checkpoints;
 mod dashboard;
 mod durability;
 mod fanout_routing;

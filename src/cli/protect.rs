@@ -201,6 +201,54 @@ pub fn verify_custody(cfg: &RuntimeConfig, files: &[PathBuf]) -> ExitCode {
     }
 }
 
+/// `svc verify-custody <config> --public-key [ID=]FILE...`: the configured sink's records
+/// against its signed checkpoints, with public keys only. One line per finding, then a
+/// summary; exit 0 when complete, 1 when anything is missing, altered, uncovered or refused,
+/// 2 for configuration or key errors.
+pub fn verify_checkpoints(cfg: &RuntimeConfig, keys: &[String]) -> ExitCode {
+    use crate::message::protection::checkpoint::TrustedKeys;
+    use crate::message::protection::checkpoint_audit::audit;
+    let mut trusted = TrustedKeys::default();
+    for k in keys {
+        if let Err(e) = trusted.add(k, &cfg.custody.checkpoints.key_id) {
+            eprintln!("svc: verify-custody: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let store = match crate::sink::checkpoint::store_for(&cfg.sink) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("svc: verify-custody: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let read = store
+        .checkpoints()
+        .and_then(|c| store.records().map(|r| (c, r)));
+    let (checkpoints, records) = match read {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("svc: verify-custody: cannot read the sink: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let report = audit(&records, &checkpoints, &trusted);
+    let mut out = std::io::stdout().lock();
+    for f in &report.findings {
+        if let Err(e) = writeln!(out, "{}", f.line) {
+            return output::write_failed(&e);
+        }
+    }
+    if let Err(e) = writeln!(out, "{}", report.summary()).and_then(|()| out.flush()) {
+        return output::write_failed(&e);
+    }
+    if report.complete() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

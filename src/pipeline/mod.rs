@@ -143,6 +143,8 @@ pub struct Rejection {
     /// never dead-lettered (an encryption key at its message bound; see
     /// `docs/payload-protection.md`).
     pub retry: bool,
+    /// The message's stream sequence (a custody checkpoint lists it as a runner-caused gap).
+    pub sequence: u64,
 }
 
 /// One normalized message ready for the sink, with what the metrics need.
@@ -221,6 +223,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let stop_at = Arc::new(OnceLock::new());
     let signal_handle = signals::spawn(stop.clone(), stop_at.clone(), monitor.clone())?;
     let (sink, drainer) = build_sink(&cfg, &metrics)?;
+    let (checkpoint_feed, checkpoint_done) = start_checkpoints(&cfg)?;
     let denials = Arc::new(broker::Denials::default());
     let nc =
         broker::connect(&cfg.nats, metrics.clone(), denials.clone()).map_err(RunError::Broker)?;
@@ -265,7 +268,15 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         ack.run();
         let _ = ack_done_tx.send(());
     })?;
-    spawn_sink_workers(&cfg, &sink, &prepared_rx, &ack_tx, &metrics, &monitor)?;
+    spawn_sink_workers(
+        &cfg,
+        &sink,
+        &prepared_rx,
+        &ack_tx,
+        &metrics,
+        &monitor,
+        checkpoint_feed,
+    )?;
     drop(prepared_rx);
     let advisories = start_advisories(&cfg, &nc, &consumer, &metrics, &stop);
     let normalizer = Normalizer::new(&cfg, protection, metrics.clone());
@@ -328,6 +339,15 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     if let Some((done, spool)) = drain_thread {
         stop_drain(&done, &spool, stopping.deadline());
     }
+    if let Some(done) = checkpoint_done {
+        // The sink workers are gone: the thread writes what is pending and ends.
+        let left = stopping
+            .deadline()
+            .saturating_duration_since(Instant::now());
+        if done.recv_timeout(left).is_err() {
+            log::warn!("custody checkpoints: the last checkpoint was not written in time");
+        }
+    }
     let _ = snapshot_thread.join();
     snapshot.write_now();
     signal_handle.close();
@@ -342,6 +362,40 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         None => Ok(()),
         Some(e) => Err(RunError::Fatal(e)),
     }
+}
+
+/// `custody.checkpoints`: the key is read and the `svc-checkpoint` thread started (it reads
+/// its chain back first, off the delivery path). Returns the sink workers' feed and the
+/// channel that says the thread ended.
+#[allow(clippy::type_complexity)]
+fn start_checkpoints(
+    cfg: &RuntimeConfig,
+) -> Result<
+    (
+        Option<Arc<crate::sink::checkpoint::Feed>>,
+        Option<crossbeam_channel::Receiver<()>>,
+    ),
+    RunError,
+> {
+    let c = &cfg.custody;
+    if !(c.enabled && c.checkpoints.enabled) {
+        return Ok((None, None));
+    }
+    if cfg.spool.is_some() {
+        return Err(RunError::Fatal(
+            "custody.checkpoints: not available with a spool block yet".into(),
+        ));
+    }
+    let store = crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?;
+    let (writer, feed) =
+        crate::sink::checkpoint::Writer::new(store, &c.checkpoints, &c.runner_id, cfg.sink.kind())
+            .map_err(RunError::Fatal)?;
+    let (done_tx, done_rx) = bounded::<()>(1);
+    spawn("svc-checkpoint", move || {
+        writer.run();
+        let _ = done_tx.send(());
+    })?;
+    Ok((Some(Arc::new(feed)), Some(done_rx)))
 }
 
 /// The spool's drainer and the spool, when a `spool` block wraps the sink.
@@ -517,6 +571,7 @@ fn spawn_sink_workers(
     ack: &crossbeam_channel::Sender<AckMsg>,
     metrics: &Arc<Metrics>,
     monitor: &Arc<Monitor>,
+    checkpoints: Option<Arc<crate::sink::checkpoint::Feed>>,
 ) -> Result<(), RunError> {
     let dead_letter = cfg
         .dead_letter
@@ -533,6 +588,7 @@ fn spawn_sink_workers(
             dead_letter: dead_letter.clone(),
             lanes: cfg.delivery.priority_lanes.clone().map(Arc::new),
             failures_logged: Default::default(),
+            checkpoints: checkpoints.clone(),
         };
         spawn(&worker.name.clone(), move || worker.run())?;
     }

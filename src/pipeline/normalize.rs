@@ -184,6 +184,7 @@ impl Normalizer {
                     reason: e.to_string(),
                     dead_letter: None,
                     retry: true,
+                    sequence: raw.stream_sequence,
                 });
             }
         }
@@ -235,6 +236,7 @@ impl Normalizer {
             }),
             reason: failure.message,
             retry: false,
+            sequence: raw.stream_sequence,
         }
     }
 }

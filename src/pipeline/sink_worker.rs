@@ -15,7 +15,9 @@ use super::{AckMsg, Monitor, PreparedBatch, Rejection, Verdict};
 use crate::broker::dead_letter::{DeadLetter, DeadLetterConfig};
 use crate::config::lanes::PriorityLanes;
 use crate::message::envelope::{now_unix_nanos, Envelope};
+use crate::message::protection::custody::public_digest;
 use crate::metrics::{now_epoch_seconds, Metrics, Summary};
+use crate::sink::checkpoint::{Event, Feed};
 use crate::sink::{Sink, SinkError, WriteOutcome};
 use crate::text::log_budget::LogBudget;
 
@@ -32,6 +34,31 @@ pub struct SinkWorker {
     pub lanes: Option<Arc<PriorityLanes>>,
     /// Batch failure lines logged lately (a few per window).
     pub failures_logged: RefCell<LogBudget>,
+    /// `custody.checkpoints`: where committed records and runner-caused gaps are told.
+    pub checkpoints: Option<Arc<Feed>>,
+}
+
+/// After the batch is durable: a record written now, or a message given up on for good
+/// (dead-lettered or refused), to the checkpoint thread (never waiting on it).
+/// `AlreadyDurable` records were told when first written (or are found again by the
+/// thread's scan after a restart).
+fn tell_checkpoint(feed: &Feed, v: &Verdict, env: Option<&Envelope>) {
+    match (v, env) {
+        (Verdict::Rejected(r), _) if !r.retry => {
+            let why = if env.is_some() {
+                "dead_lettered"
+            } else {
+                "refused_before_sink"
+            };
+            feed.send(Event::Gap(r.sequence, why));
+        }
+        (Verdict::Written(WriteOutcome::Durable), Some(env)) => {
+            if let Some(d) = public_digest(env) {
+                feed.send(Event::Committed(env.stream_sequence, d));
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Says how many failure lines the budget held back since the last one logged.
@@ -78,7 +105,13 @@ impl SinkWorker {
             }
         }
         if envelopes.is_empty() {
-            return verdicts.into_iter().flatten().collect();
+            let feed = self.checkpoints.as_deref();
+            let verdicts = verdicts.into_iter().flatten();
+            return verdicts
+                .inspect(|v| {
+                    feed.inspect(|f| tell_checkpoint(f, v, None));
+                })
+                .collect();
         }
 
         self.monitor.activity_owned(format!(
@@ -157,13 +190,20 @@ impl SinkWorker {
         Metrics::add(&c.sink_permanent_failures_total, permanent as u64);
 
         let mut outcomes = outcomes.into_iter().zip(envelopes.iter());
+        let feed = self.checkpoints.as_deref();
         verdicts
             .into_iter()
-            .map(|v| {
-                v.unwrap_or_else(|| {
+            .map(|v| match v {
+                Some(v) => {
+                    feed.inspect(|f| tell_checkpoint(f, &v, None));
+                    v
+                }
+                None => {
                     let (outcome, env) = outcomes.next().expect("one per envelope");
-                    self.verdict(outcome, env)
-                })
+                    let v = self.verdict(outcome, env);
+                    feed.inspect(|f| tell_checkpoint(f, &v, Some(env)));
+                    v
+                }
             })
             .collect()
     }
@@ -179,6 +219,7 @@ impl SinkWorker {
                 ),
                 dead_letter: Some(DeadLetter::build_for_sink(env, &e, now_unix_nanos(), cfg)),
                 retry: false,
+                sequence: env.stream_sequence,
             }),
             (outcome, _) => Verdict::Written(outcome),
         }

@@ -4,6 +4,7 @@
 //! `svc-ack` does, after reading these outcomes). One implementation per file; each sink's
 //! config struct lives beside it and is read by [`SinkConfig::read`].
 
+pub mod checkpoint;
 mod countdown;
 pub mod fanout;
 pub mod file;

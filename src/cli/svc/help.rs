@@ -33,6 +33,7 @@ USAGE:
                                   record, object-store object, relational row as JSON; one per
                                   line in JSON lines); any configured key, rotated ones included
     svc verify-custody <config_file> <record_file>...
+    svc verify-custody <config_file> --public-key [ID=]FILE...
                                   recompute each record's custody digest and report it intact
                                   or altered (exit 1 when any is altered or unverifiable)
     svc spool status|inspect|drain <config_file>
@@ -243,10 +244,18 @@ Exit codes: 0 every record decrypted, 1 a record could not be, 2 invalid configu
 
 const VERIFY_CUSTODY: &str = "\
 Usage: svc verify-custody <config_file> <record_file>...
+       svc verify-custody <config_file> --public-key [ID=]FILE...
 
 Recomputes each record's custody digest and reports it intact or ALTERED.
 
-Exit codes: 0 every record intact, 1 any altered or unverifiable, 2 invalid configuration.
+With --public-key (no secret needed): reads the configured sink's records and its signed
+custody checkpoints, and reports records MISSING from a signed checkpoint (by sequence),
+ALTERED, present in no checkpoint yet, and checkpoints forged, signed by an unknown key, or
+removed from (BROKEN) or FORKED in a runner's chain. FILE holds the Ed25519 public key (base64
+of 32 bytes or an SPKI PEM), trusted under key id ID (default custody.checkpoints.key_id).
+
+Exit codes: 0 every record intact (with --public-key: complete), 1 any finding,
+2 invalid configuration or key.
 ";
 
 const SPOOL: &str = "\

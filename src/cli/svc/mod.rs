@@ -42,6 +42,8 @@ pub enum Command {
     VerifyCustody {
         path: PathBuf,
         records: Vec<PathBuf>,
+        /// `--public-key [ID=]FILE`: audit the sink's records against its checkpoints.
+        public_keys: Vec<String>,
     },
     /// `inspect`: a read-only look at the stream.
     Inspect(inspect::Options),
@@ -66,11 +68,15 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
     let mut file: Option<PathBuf> = None;
     let mut print_only = false;
     let mut records: Vec<PathBuf> = Vec::new();
+    let mut public_keys: Vec<String> = Vec::new();
     while let Some(arg) = parser.next()? {
         let takes_records = matches!(command.as_deref(), Some("decrypt" | "verify-custody"));
         match arg {
             Short('h') | Long("help") => return Ok(Command::Help(help::of(command.as_deref()))),
             Long("print") if command.as_deref() == Some("init-db") => print_only = true,
+            Long("public-key") if command.as_deref() == Some("verify-custody") => {
+                public_keys.push(parser.value()?.string()?)
+            }
             Short('V') | Long("version") => return Ok(Command::Version),
             Value(v) if command.is_none() => {
                 let name = v.string()?;
@@ -141,10 +147,20 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
         }
         "verify-custody" => {
             let path = need_file()?;
-            if records.is_empty() {
-                return Err("verify-custody: missing <record_file>".into());
+            if records.is_empty() && public_keys.is_empty() {
+                return Err("verify-custody: missing <record_file> (or --public-key FILE)".into());
             }
-            Ok(Command::VerifyCustody { path, records })
+            if !records.is_empty() && !public_keys.is_empty() {
+                return Err(
+                    "verify-custody: --public-key audits the configured sink; give no <record_file>"
+                        .into(),
+                );
+            }
+            Ok(Command::VerifyCustody {
+                path,
+                records,
+                public_keys,
+            })
         }
         // `svc help <command>`: the file slot holds the command's name.
         "help" => Ok(Command::Help(help::of(
@@ -249,14 +265,19 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
                 Err(code) => return code,
             };
             super::logging::init_from(&cfg.logging);
-            init_db(&cfg.sink, print_only)
+            init_db(&cfg.sink, print_only, cfg.custody.checkpoints.enabled)
         }
         Command::Decrypt { path, record } => match load(&path) {
             Ok(cfg) => super::protect::decrypt(&cfg, &record),
             Err(code) => code,
         },
-        Command::VerifyCustody { path, records } => match load(&path) {
-            Ok(cfg) => super::protect::verify_custody(&cfg, &records),
+        Command::VerifyCustody {
+            path,
+            records,
+            public_keys,
+        } => match load(&path) {
+            Ok(cfg) if public_keys.is_empty() => super::protect::verify_custody(&cfg, &records),
+            Ok(cfg) => super::protect::verify_checkpoints(&cfg, &public_keys),
             Err(code) => code,
         },
         Command::Spool(sub) => {
@@ -298,7 +319,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 }
 
 /// `svc init-db`: the DDL of every relational sink in the config, printed or executed.
-fn init_db(sink: &crate::sink::SinkConfig, print_only: bool) -> ExitCode {
+fn init_db(sink: &crate::sink::SinkConfig, print_only: bool, checkpoints: bool) -> ExitCode {
     use crate::sink::relational;
     let targets = relational::configs_in(sink);
     if targets.is_empty() {
@@ -314,7 +335,15 @@ fn init_db(sink: &crate::sink::SinkConfig, print_only: bool) -> ExitCode {
             say!("-- sink {name}");
             let ddl = match cfg.engine {
                 relational::config::Engine::Mysql => relational::my_sink::ddl(cfg),
-                relational::config::Engine::PostgreSql => relational::ddl(cfg),
+                relational::config::Engine::PostgreSql => {
+                    let mut ddl = relational::ddl(cfg);
+                    if checkpoints {
+                        if let Ok(s) = crate::sink::checkpoint::PgStore::new(cfg) {
+                            ddl.push_str(&s.ddl());
+                        }
+                    }
+                    ddl
+                }
             };
             if let Err(e) = output::print(format_args!("{ddl}")) {
                 return output::write_failed(&e);
@@ -330,6 +359,14 @@ fn init_db(sink: &crate::sink::SinkConfig, print_only: bool) -> ExitCode {
             relational::config::Engine::PostgreSql => {
                 relational::RelationalSink::new(cfg.clone(), metrics)
                     .and_then(|s| s.create_tables())
+                    .and_then(|()| {
+                        if !checkpoints {
+                            return Ok(());
+                        }
+                        crate::sink::checkpoint::PgStore::new(cfg)
+                            .and_then(|s| s.create_table())
+                            .map_err(|e| crate::sink::SinkError::new("relational_db", e))
+                    })
             }
         };
         let tables: Vec<String> = cfg.tables().iter().map(|t| t.to_string()).collect();
@@ -458,10 +495,19 @@ mod tests {
             p(&["verify-custody", "c.json", "a", "b"]),
             Ok(Command::VerifyCustody {
                 path: "c.json".into(),
-                records: vec!["a".into(), "b".into()]
+                records: vec!["a".into(), "b".into()],
+                public_keys: vec![],
             })
         );
         assert!(p(&["verify-custody", "c.json"]).is_err());
+        assert_eq!(
+            p(&["verify-custody", "c.json", "--public-key", "k.pub"]),
+            Ok(Command::VerifyCustody {
+                path: "c.json".into(),
+                records: vec![],
+                public_keys: vec!["k.pub".into()],
+            })
+        );
         use super::super::spool::SpoolCommand;
         assert_eq!(
             p(&["spool", "drain", "c.json"]),

@@ -44,6 +44,8 @@ pub struct CustodyConfig {
     pub runner_id: String,
     /// HMAC key (base64 of 32 to 64 bytes) in this variable; unkeyed SHA-256 without it.
     pub hmac_key: Option<KeySource>,
+    /// `custody.checkpoints`: signed checkpoints per sink ([`super::checkpoint`]).
+    pub checkpoints: super::checkpoint::CheckpointConfig,
 }
 
 impl CustodyConfig {
@@ -70,11 +72,16 @@ impl CustodyConfig {
             }
             None => None,
         };
+        let checkpoints = super::checkpoint::CheckpointConfig::read(r.object("checkpoints"));
+        if checkpoints.enabled && !enabled {
+            r.problem("checkpoints", "need custody.enabled: true");
+        }
         r.finish();
         CustodyConfig {
             enabled,
             runner_id,
             hmac_key,
+            checkpoints,
         }
     }
 }
@@ -218,6 +225,45 @@ impl Custodian {
             Verdict::Altered
         }
     }
+}
+
+/// The checkpoint digest of an envelope sealed by [`Custodian::seal`]: plain SHA-256 of the
+/// bytes its record digest covers (no key, so a public-key verifier can recompute it from
+/// the stored record). `None` without a custody block.
+pub fn public_digest(env: &Envelope) -> Option<[u8; 32]> {
+    let custody = env.custody.as_ref()?;
+    let mut input = Vec::with_capacity(512 + env.payload.json().len());
+    digest_input_head(&mut input, custody);
+    canonical_envelope(&mut input, env);
+    input.push(b'}');
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest::digest(&digest::SHA256, &input).as_ref());
+    Some(out)
+}
+
+/// What a checkpoint verifier needs of a stored record: its stream sequence, the runner id
+/// of its custody block and its [`public_digest`], recomputed from the stored fields.
+pub fn public_digest_stored(stored: &Json<'_>) -> Result<(u64, String, [u8; 32]), String> {
+    let fields = record_fields(stored)?;
+    let seq = stored
+        .get("stream_sequence")
+        .map(|n| {
+            let mut t = Vec::new();
+            canonical::write(&mut t, n);
+            t
+        })
+        .and_then(|t| std::str::from_utf8(&t).ok()?.parse::<u64>().ok())
+        .ok_or("no integer stream_sequence")?;
+    let custody = match fields.iter().find(|(k, _)| k == "custody") {
+        Some((_, block)) => {
+            custody_block(block).ok_or("the custody block is not svc.custody.v1")?
+        }
+        None => return Err("the record has no custody block".into()),
+    };
+    let input = digest_input(fields, &custody)?;
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest::digest(&digest::SHA256, &input).as_ref());
+    Ok((seq, custody.runner_id, out))
 }
 
 /// The custody block's fields, all strings; `None` when it is not one.

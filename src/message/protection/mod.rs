@@ -15,6 +15,8 @@
 
 pub mod authenticity;
 pub mod canonical;
+pub mod checkpoint;
+pub mod checkpoint_audit;
 pub mod custody;
 pub mod encryption;
 pub mod keys;

@@ -20,7 +20,7 @@
 //! under `fail_existing`) are permanent. The pipeline, not the sink, counts writes and errors.
 
 pub mod config;
-mod durable;
+pub(crate) mod durable;
 mod durable_file;
 mod existing;
 pub mod jsonl;

@@ -493,6 +493,50 @@ impl S3Client {
         .map(|_| ())
     }
 
+    /// The keys below `prefix` (ListObjectsV2, page by page), at most `max_keys` of them
+    /// (more is an error: the store is hostile and the caller holds them all).
+    pub fn list_keys(&self, prefix: &str, max_keys: usize) -> Result<Vec<String>, String> {
+        let mut keys = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut query = String::new();
+            if let Some(t) = &token {
+                query.push_str(&format!(
+                    "continuation-token={}&",
+                    sigv4::uri_encode(t, true)
+                ));
+            }
+            query.push_str(&format!(
+                "list-type=2&prefix={}",
+                sigv4::uri_encode(prefix, true)
+            ));
+            let target = Target {
+                key: None,
+                query: &query,
+            };
+            let reply = self
+                .send_to(
+                    Method::GET,
+                    target,
+                    &[],
+                    b"",
+                    8 << 20,
+                    ResponseHeaders::Skip,
+                )
+                .map_err(|e| format!("list {prefix}: {e}"))?;
+            let xml = String::from_utf8_lossy(&reply.body);
+            keys.extend(xml_all(&xml, "Key").into_iter().map(|k| xml_unescape(&k)));
+            if keys.len() > max_keys {
+                return Err(format!("more than {max_keys} objects below {prefix}"));
+            }
+            let truncated = super::error::xml_field(&xml, "IsTruncated").as_deref() == Some("true");
+            match super::error::xml_field(&xml, "NextContinuationToken") {
+                Some(t) if truncated && !t.is_empty() => token = Some(xml_unescape(&t)),
+                _ => return Ok(keys),
+            }
+        }
+    }
+
     /// HEAD of the bucket: proves it exists and the credentials are accepted.
     pub fn head_bucket(&self) -> Result<(), S3Error> {
         self.send(Method::HEAD, None, &[], b"", 0, ResponseHeaders::Skip)
@@ -509,6 +553,30 @@ fn not_found_as_none(r: Result<Reply, S3Error>) -> Result<Option<Reply>, S3Error
 }
 
 /// Where a request goes: an object (`key`) or the bucket, with a canonical query.
+/// Every `<name>...</name>` text of a flat XML answer.
+fn xml_all(xml: &str, name: &str) -> Vec<String> {
+    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
+    let mut out = Vec::new();
+    let mut rest = xml;
+    while let Some(i) = rest.find(&open) {
+        let after = &rest[i + open.len()..];
+        let Some(j) = after.find(&close) else { break };
+        out.push(after[..j].to_string());
+        rest = &after[j + close.len()..];
+    }
+    out
+}
+
+/// XML's five predefined entities (what S3 escapes in a key).
+fn xml_unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&#13;", "\r")
+        .replace("&amp;", "&")
+}
+
 struct Target<'a> {
     key: Option<&'a str>,
     query: &'a str,

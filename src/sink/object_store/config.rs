@@ -158,6 +158,8 @@ pub const DEFAULT_MAX_CONCURRENT_PUTS: i64 = 16;
 pub const MAX_CONCURRENT_PUTS: i64 = 64;
 /// Reserved first segment below `prefix` for `svc test-sink` probe objects.
 pub const CHECK_NAMESPACE: &str = "_svc-check";
+/// Reserved first segment below `prefix` for custody checkpoints.
+pub const CUSTODY_NAMESPACE: &str = "_svc-custody";
 /// Upper bound of the event-derived `x-amz-meta-*` pairs the sink adds in `object_metadata`
 /// mode (`svc-payload-sha256` = 64 hex, `svc-stream-sequence` = up to 20 digits), counted as
 /// name + value bytes like the static pairs.
@@ -404,10 +406,13 @@ fn read_key_prefix(r: &mut ObjectReader<'_>) -> Option<String> {
     if let Some(kp) = &key_prefix {
         if let Some(why) = prefix_problem(kp) {
             r.problem("key_prefix", why);
-        } else if kp.split('/').next() == Some(CHECK_NAMESPACE) {
+        } else if let Some(seg) = [CHECK_NAMESPACE, CUSTODY_NAMESPACE]
+            .into_iter()
+            .find(|s| kp.split('/').next() == Some(*s))
+        {
             r.problem(
                 "key_prefix",
-                format!("must not start with the reserved segment {CHECK_NAMESPACE}"),
+                format!("must not start with the reserved segment {seg}"),
             );
         }
     }

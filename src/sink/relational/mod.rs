@@ -453,6 +453,17 @@ impl RelationalSink {
         }
     }
 
+    /// Runs `f` on a new prepared session (custody checkpoints: their table and the audit's
+    /// reads), with errors naming the target, never a secret.
+    pub fn with_session<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&mut Connection) -> Result<T, DbError>,
+    ) -> Result<T, SinkError> {
+        let mut conn = self.connect().map_err(|e| self.err("connect to", &e))?;
+        f(&mut conn).map_err(|e| self.err(what, &e))
+    }
+
     /// Creates every configured table (and schema) if missing.
     pub fn create_tables(&self) -> Result<(), SinkError> {
         let mut conn = self.connect().map_err(|e| self.err("connect to", &e))?;

@@ -1,0 +1,204 @@
+//! The public-key audit of a sink's records against its custody checkpoints (pure: the
+//! caller reads the store, bounded). Findings, worst first: refused checkpoints (unknown
+//! key, forged, leaves altered, malformed), broken or forked chains, records missing from a
+//! signed checkpoint (by sequence), altered records, records present in no checkpoint yet.
+//!
+//! Chains are joined per runner id: each runner's checkpoints must run 0, 1, 2, ... with each
+//! `previous` the digest of the one before; a sequence is covered when any valid checkpoint of
+//! any chain lists it as a leaf.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::checkpoint::{verify, Refused, TrustedKeys, Verified};
+use crate::text::peer::PeerText;
+
+/// One stored record as the store reader found it.
+#[derive(Debug, Clone)]
+pub struct StoredRecord {
+    /// Where it was read (a path, an object key, a row's sequence).
+    pub place: String,
+    /// Its stream sequence, runner id and checkpoint digest, or why they cannot be read.
+    pub read: Result<(u64, String, [u8; 32]), String>,
+}
+
+/// One finding line and whether it fails the audit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub failed: bool,
+    pub line: String,
+}
+
+/// What the audit found, with the counts the summary line gives.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+    pub intact: usize,
+    pub altered: Vec<u64>,
+    pub missing: Vec<u64>,
+    pub uncovered: Vec<u64>,
+    pub checkpoints: usize,
+    pub refused: usize,
+    pub chain_problems: usize,
+    pub gaps: usize,
+}
+
+impl Report {
+    fn fail(&mut self, line: String) {
+        self.findings.push(Finding { failed: true, line });
+    }
+
+    pub fn complete(&self) -> bool {
+        !self.findings.iter().any(|f| f.failed)
+    }
+
+    pub fn summary(&self) -> String {
+        format!(
+            "{} checkpoints ({} refused, {} chain problems), {} records intact, {} altered, \
+             {} missing, {} in no checkpoint yet, {} runner-caused gaps: {}",
+            self.checkpoints,
+            self.refused,
+            self.chain_problems,
+            self.intact,
+            self.altered.len(),
+            self.missing.len(),
+            self.uncovered.len(),
+            self.gaps,
+            if self.complete() {
+                "COMPLETE"
+            } else {
+                "NOT complete"
+            }
+        )
+    }
+}
+
+fn shown(s: &str) -> PeerText<'_> {
+    PeerText::new(s)
+}
+
+/// Checks every checkpoint, then every chain, then every record.
+pub fn audit(
+    records: &[StoredRecord],
+    checkpoints: &[(String, String)],
+    trusted: &TrustedKeys,
+) -> Report {
+    let mut r = Report {
+        checkpoints: checkpoints.len(),
+        ..Report::default()
+    };
+    let mut chains: BTreeMap<String, Vec<(String, Verified)>> = BTreeMap::new();
+    for (name, text) in checkpoints {
+        match verify(text, trusted) {
+            Ok(v) => chains
+                .entry(v.body.runner_id.clone())
+                .or_default()
+                .push((name.clone(), v)),
+            Err(e) => {
+                r.refused += 1;
+                let why = match e {
+                    Refused::UnknownKey(id) => {
+                        format!("signed by an unknown key (key id {})", shown(&id))
+                    }
+                    Refused::Forged => "FORGED (the signature does not verify)".into(),
+                    Refused::LeavesAltered => {
+                        "its leaves do not match its signed root (altered)".into()
+                    }
+                    Refused::Malformed(w) => format!("unreadable ({w})"),
+                };
+                r.fail(format!("checkpoint {}: refused: {why}", shown(name)));
+            }
+        }
+    }
+    // sequence -> (digest, runner, index)
+    let mut covered: BTreeMap<u64, ([u8; 32], String, u64)> = BTreeMap::new();
+    for (runner, chain) in &mut chains {
+        chain.sort_by_key(|(_, v)| v.body.index);
+        check_chain(&mut r, runner, chain);
+        for (_, v) in chain.iter() {
+            r.gaps += v.body.gaps.len();
+            for (seq, d) in &v.leaves {
+                covered
+                    .entry(*seq)
+                    .or_insert((*d, runner.clone(), v.body.index));
+            }
+        }
+    }
+    let mut present = BTreeSet::new();
+    for rec in records {
+        match &rec.read {
+            Err(e) => r.fail(format!("{}: unverifiable ({e})", shown(&rec.place))),
+            Ok((seq, _, d)) => {
+                present.insert(*seq);
+                match covered.get(seq) {
+                    Some((want, _, _)) if want == d => r.intact += 1,
+                    Some((_, runner, index)) => {
+                        r.altered.push(*seq);
+                        r.fail(format!(
+                            "sequence {seq} ({}): ALTERED (differs from checkpoint {index} of \
+                             runner {})",
+                            shown(&rec.place),
+                            shown(runner)
+                        ));
+                    }
+                    None => {
+                        r.uncovered.push(*seq);
+                        r.fail(format!(
+                            "sequence {seq} ({}): present, in no checkpoint yet",
+                            shown(&rec.place)
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for (seq, (_, runner, index)) in &covered {
+        if !present.contains(seq) {
+            r.missing.push(*seq);
+            r.fail(format!(
+                "sequence {seq}: MISSING (signed in checkpoint {index} of runner {}, no record)",
+                shown(runner)
+            ));
+        }
+    }
+    r
+}
+
+/// Reports a chain that does not run 0, 1, 2, ... with each `previous` the digest before.
+fn check_chain(r: &mut Report, runner: &str, chain: &[(String, Verified)]) {
+    let mut expect_index = 0u64;
+    let mut expect_prev = String::new();
+    let mut last_digest: Option<&str> = None;
+    for (name, v) in chain {
+        let b = &v.body;
+        let problem = if Some(b.index) == expect_index.checked_sub(1) {
+            Some(format!(
+                "FORKED: a second checkpoint {} ({})",
+                b.index,
+                shown(name)
+            ))
+        } else if b.index != expect_index {
+            Some(format!(
+                "BROKEN: checkpoints {expect_index} to {} are missing (removed?) before {}",
+                b.index - 1,
+                shown(name)
+            ))
+        } else if b.previous != expect_prev {
+            Some(format!(
+                "BROKEN: checkpoint {} ({}) does not follow the checkpoint before it",
+                b.index,
+                shown(name)
+            ))
+        } else {
+            None
+        };
+        if let Some(p) = problem {
+            r.chain_problems += 1;
+            r.fail(format!("chain of runner {}: {p}", shown(runner)));
+        }
+        if last_digest.is_none() || b.index >= expect_index {
+            expect_index = b.index + 1;
+            expect_prev = v.digest.clone();
+        }
+        last_digest = Some(&v.digest);
+    }
+}

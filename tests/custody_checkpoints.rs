@@ -1,0 +1,475 @@
+//! Signed custody checkpoints into the file sink, end to end: a real broker and runner,
+//! `svc verify-custody --public-key` naming a deleted record, refusing a forged checkpoint,
+//! a chain with a checkpoint removed and an unknown key; a kill -9 between the records and
+//! their checkpoint covered after the restart; every signature and root checked again by
+//! Python `cryptography`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::support::broker::*;
+use crate::support::postgres::TestDb;
+use crate::support::protection::*;
+use crate::support::python::python;
+use crate::support::*;
+use base64::Engine;
+use serde_json::{json, Value};
+
+const CP_SEED: [u8; 32] = [0x44; 32];
+
+fn public_key_b64(seed: &[u8; 32]) -> String {
+    use ring::signature::KeyPair;
+    let pair = ring::signature::Ed25519KeyPair::from_seed_unchecked(seed).unwrap();
+    B64.encode(pair.public_key().as_ref())
+}
+
+fn write_public(dir: &Path, name: &str, b64: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, b64).unwrap();
+    p
+}
+
+struct Case {
+    server: NatsServer,
+    dir: tempfile::TempDir,
+    cfg: PathBuf,
+    public: PathBuf,
+}
+
+fn case(every_records: u64) -> Case {
+    case_into(every_records, |dir| {
+        std::fs::create_dir(dir.join("out")).unwrap();
+        json!({"type": "file", "directory": dir.join("out")})
+    })
+}
+
+fn case_into(every_records: u64, sink: impl FnOnce(&Path) -> Value) -> Case {
+    case_with(every_records, sink, json!({}))
+}
+
+/// [`case_into`] with more config blocks.
+fn case_with(every_records: u64, sink: impl FnOnce(&Path) -> Value, extra: Value) -> Case {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    let dir = tempfile::tempdir().unwrap();
+    let key = write_private(dir.path(), "cp.key", &CP_SEED);
+    let public = write_public(dir.path(), "cp.pub", &public_key_b64(&CP_SEED));
+    let mut blocks = json!({"custody": {
+        "enabled": true, "runner_id": "runner-cp-1", "hmac_key_env": "PP_CUSTODY_KEY",
+        "checkpoints": {"enabled": true, "every_records": every_records,
+                        "every_seconds": 3600, "signing_key_file": key, "key_id": "cp1"}}});
+    for (k, v) in extra.as_object().unwrap() {
+        blocks[k] = v.clone();
+    }
+    let sink = sink(dir.path());
+    let cfg = write_config(
+        dir.path(),
+        "c.json",
+        &config(&server, dir.path(), sink, blocks),
+    );
+    Case {
+        server,
+        dir,
+        cfg,
+        public,
+    }
+}
+
+fn publish_range(server: &NatsServer, from: u64, to: u64) {
+    for i in from..=to {
+        server.publish_with_headers(
+            &format!("orders.n{i}"),
+            &[],
+            format!("{{\"n\":{i}}}").as_bytes(),
+        );
+    }
+}
+
+fn wait_acked(server: &NatsServer, n: u64) {
+    wait_until(Duration::from_secs(60), "every message acked", || {
+        server.try_consumer_state(STREAM, CONSUMER) == Some((n, 0, 0))
+    });
+}
+
+fn verify(c: &Case, keys: &[&str]) -> (i32, String) {
+    verify_env(c, keys, &Default::default())
+}
+
+fn verify_env(
+    c: &Case,
+    keys: &[&str],
+    env: &std::collections::HashMap<String, String>,
+) -> (i32, String) {
+    let mut args = vec!["verify-custody", c.cfg.to_str().unwrap()];
+    for k in keys {
+        args.extend(["--public-key", k]);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(&args)
+        .envs(secrets_env())
+        .envs(env)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn checkpoint_files(out: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(out.join(".svc-checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Python `cryptography` checks each checkpoint's Ed25519 signature over its signed body and
+/// recomputes its RFC 6962 root from its leaves; returns the leaves' sequences.
+fn python_check(files: &[PathBuf], public_b64: &str) -> Vec<u64> {
+    let script = r#"
+import sys, json, base64, hashlib
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+pub = Ed25519PublicKey.from_public_bytes(base64.b64decode(sys.argv[1]))
+def root(leaves):
+    if not leaves: return hashlib.sha256(b"").digest()
+    if len(leaves) == 1: return hashlib.sha256(b"\x00" + leaves[0]).digest()
+    k = 1
+    while k * 2 < len(leaves): k *= 2
+    return hashlib.sha256(b"\x01" + root(leaves[:k]) + root(leaves[k:])).digest()
+seqs = []
+prev = ""
+for path in sys.argv[2:]:
+    cp = json.load(open(path))
+    pub.verify(base64.b64decode(cp["signature"]), cp["signed"].encode())
+    body = json.loads(cp["signed"])
+    leaves = [s.to_bytes(8, "big") + bytes.fromhex(d) for s, d in cp["leaves"]]
+    assert root(leaves).hex() == body["root"], path
+    assert body["previous"] == prev, path
+    prev = hashlib.sha256(cp["signed"].encode()).hexdigest()
+    seqs += [s for s, _ in cp["leaves"]]
+print(json.dumps(seqs))
+"#;
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .arg(public_b64)
+        .args(files)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The file holding the record of `seq` (the checkpoints' directory is not a record's).
+fn record_path(out: &Path, seq: u64) -> PathBuf {
+    files_below(out)
+        .into_iter()
+        .filter(|p| {
+            !p.starts_with(".svc-checkpoints") && p.extension().is_some_and(|e| e == "json")
+        })
+        .map(|p| out.join(p))
+        .find(|p| {
+            let v: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+            v["stream_sequence"] == seq
+        })
+        .unwrap()
+}
+
+#[test]
+fn a_deleted_record_is_named_and_forgery_removal_and_unknown_keys_refused() {
+    let c = case(3);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 7);
+    wait_acked(&c.server, 7);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let out = c.dir.path().join("out");
+    let files = checkpoint_files(&out);
+    assert_eq!(files.len(), 3, "3 + 3 + the last 1 at the stop");
+    let public = c.public.to_str().unwrap();
+    assert_eq!(
+        python_check(&files, &public_key_b64(&CP_SEED)),
+        (1..=7).collect::<Vec<u64>>()
+    );
+
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("7 records intact, 0 altered, 0 missing"),
+        "{text}"
+    );
+    assert!(text.ends_with("COMPLETE\n"), "{text}");
+
+    // One record deleted: exactly its sequence is named.
+    let victim = record_path(&out, 5);
+    let saved = std::fs::read(&victim).unwrap();
+    std::fs::remove_file(&victim).unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("sequence 5: MISSING"), "{text}");
+    assert_eq!(text.matches("MISSING").count(), 1, "{text}");
+    assert!(
+        text.contains("6 records intact, 0 altered, 1 missing"),
+        "{text}"
+    );
+    std::fs::write(&victim, &saved).unwrap();
+
+    // One record altered (its custody HMAC cannot be recomputed without the secret).
+    let mut v: Value = serde_json::from_slice(&saved).unwrap();
+    v["classification"] = json!("downgraded");
+    std::fs::write(&victim, v.to_string()).unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("sequence 5 ("), "{text}");
+    assert!(text.contains("ALTERED"), "{text}");
+    std::fs::write(&victim, &saved).unwrap();
+
+    // A checkpoint whose signed body was changed: forged.
+    let cp1 = std::fs::read_to_string(&files[1]).unwrap();
+    let forged = cp1.replacen("\\\"count\\\":3", "\\\"count\\\":2", 1);
+    assert_ne!(forged, cp1);
+    std::fs::write(&files[1], &forged).unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("refused: FORGED"), "{text}");
+    std::fs::write(&files[1], &cp1).unwrap();
+
+    // The middle checkpoint removed: the chain is broken.
+    std::fs::remove_file(&files[1]).unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("BROKEN: checkpoints 1 to 1 are missing"),
+        "{text}"
+    );
+    std::fs::write(&files[1], &cp1).unwrap();
+
+    // Another key under the same id: every checkpoint forged; under another id: unknown.
+    let other = write_public(c.dir.path(), "other.pub", &public_key_b64(&[9u8; 32]));
+    let (code, text) = verify(&c, &[other.to_str().unwrap()]);
+    assert_eq!((code, text.matches("FORGED").count()), (1, 3), "{text}");
+    let other_id = format!("cp9={public}");
+    let (code, text) = verify(&c, &[&other_id]);
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(
+        text.matches("unknown key (key id cp1)").count(),
+        3,
+        "{text}"
+    );
+
+    // Untouched again: complete.
+    assert_eq!(verify(&c, &[public]).0, 0);
+}
+
+#[test]
+fn records_committed_before_a_kill_9_are_covered_after_the_restart() {
+    let c = case(1000);
+    let log = c.dir.path().join("svc.log");
+    let mut runner = start_runner(&c.cfg, &log);
+    publish_range(&c.server, 1, 4);
+    wait_acked(&c.server, 4);
+    runner.sigkill();
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(text.matches("in no checkpoint yet\n").count(), 4, "{text}");
+    assert!(!text.contains("MISSING"), "{text}");
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    publish_range(&c.server, 5, 6);
+    wait_acked(&c.server, 6);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("6 records intact, 0 altered, 0 missing, 0 in no checkpoint"),
+        "{text}"
+    );
+    let files = checkpoint_files(&c.dir.path().join("out"));
+    assert_eq!(files.len(), 1);
+    assert_eq!(
+        python_check(&files, &public_key_b64(&CP_SEED)),
+        (1..=6).collect::<Vec<u64>>()
+    );
+}
+
+#[test]
+fn a_deleted_postgresql_row_is_named() {
+    let db = TestDb::new("cp");
+    let c = case_into(2, |_| db.sink(json!({})));
+    let cfg = c.cfg.to_str().unwrap();
+    let (code, out, err) = svc_env(&["init-db", cfg], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(db.count("svc_custody_checkpoints"), 0);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 5);
+    wait_acked(&c.server, 5);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let rows = db.rows("SELECT checkpoint FROM svc_custody_checkpoints ORDER BY checkpoint_index");
+    assert_eq!(rows.len(), 3, "2 + 2 + the last 1 at the stop");
+    let files: Vec<PathBuf> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let p = c.dir.path().join(format!("cp{i}.json"));
+            std::fs::write(&p, r[0].as_deref().unwrap()).unwrap();
+            p
+        })
+        .collect();
+    assert_eq!(
+        python_check(&files, &public_key_b64(&CP_SEED)),
+        (1..=5).collect::<Vec<u64>>()
+    );
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("5 records intact, 0 altered, 0 missing"),
+        "{text}"
+    );
+
+    db.conn()
+        .simple("DELETE FROM events WHERE stream_sequence = 3")
+        .unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("sequence 3: MISSING"), "{text}");
+    assert_eq!(text.matches("MISSING").count(), 1, "{text}");
+
+    // A checkpoint row deleted: the chain is broken.
+    db.conn()
+        .simple("DELETE FROM svc_custody_checkpoints WHERE checkpoint_index = 1")
+        .unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("BROKEN"), "{text}");
+}
+
+/// Deletes the object holding `seq` from moto (boto3) and returns every checkpoint object's
+/// text, in key order.
+fn moto_op(m: &crate::support::moto::Moto, bucket: &str, delete_seq: u64) -> Vec<String> {
+    let script = r#"
+import sys, json, boto3
+ep, kid, sec, bucket, seq = sys.argv[1:6]
+s3 = boto3.client("s3", endpoint_url=ep, aws_access_key_id=kid, aws_secret_access_key=sec,
+                  region_name="us-east-1")
+cps = []
+for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+    body = s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read().decode()
+    if o["Key"].startswith("_svc-custody/checkpoints/"):
+        cps.append(body)
+    elif not o["Key"].endswith(".metadata.json") and json.loads(body)["stream_sequence"] == int(seq):
+        s3.delete_object(Bucket=bucket, Key=o["Key"])
+print(json.dumps(cps))
+"#;
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .args([&m.endpoint(), &m.key_id, &m.secret, bucket])
+        .arg(delete_seq.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_deleted_object_is_named() {
+    let m = crate::support::moto::Moto::start();
+    m.create_bucket("custody-cp", false);
+    let c = case_into(2, |_| {
+        json!({
+            "type": "object_store", "bucket": "custody-cp", "endpoint_url": m.endpoint(),
+            "allow_http_for_local_testing": true, "credential_mode": "environment",
+            "access_key_id_env": "T_KEY_ID", "secret_access_key_env": "T_SECRET",
+            "key_strategy": "stream_sequence", "metadata_mode": "sidecar",
+        })
+    });
+    let mut runner = start_runner_env(&c.cfg, &c.dir.path().join("svc.log"), &m.env());
+    publish_range(&c.server, 1, 5);
+    wait_acked(&c.server, 5);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify_env(&c, &[public], &m.env());
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("5 records intact, 0 altered, 0 missing"),
+        "{text}"
+    );
+
+    let cps = moto_op(&m, "custody-cp", 2);
+    assert_eq!(cps.len(), 3, "2 + 2 + the last 1 at the stop");
+    let files: Vec<PathBuf> = cps
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let p = c.dir.path().join(format!("cp{i}.json"));
+            std::fs::write(&p, t).unwrap();
+            p
+        })
+        .collect();
+    assert_eq!(
+        python_check(&files, &public_key_b64(&CP_SEED)),
+        (1..=5).collect::<Vec<u64>>()
+    );
+    let (code, text) = verify_env(&c, &[public], &m.env());
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("sequence 2: MISSING"), "{text}");
+    assert_eq!(text.matches("MISSING").count(), 1, "{text}");
+    assert!(
+        text.contains("4 records intact, 0 altered, 1 missing"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_message_the_runner_refused_is_a_listed_gap_not_a_missing_record() {
+    let c = case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out")})
+        },
+        json!({"size_policy": {"enabled": true, "max_payload_bytes": 20}}),
+    );
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    publish_range(&c.server, 3, 3);
+    // Without a DLQ the refused message is NAKed until TERM; sequence 3 stored means the
+    // refusal of 2 (same or earlier batch) was told to the checkpoint thread.
+    wait_until(Duration::from_secs(60), "1 and 3 stored", || {
+        matches!(
+            c.server.try_consumer_state(STREAM, CONSUMER),
+            Some((_, _, 0))
+        ) && records(&c.dir.path().join("out")).len() == 2
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let files = checkpoint_files(&c.dir.path().join("out"));
+    assert_eq!(files.len(), 1);
+    let cp: Value = serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
+    let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+    assert_eq!(body["gaps"], json!([[2, "refused_before_sink"]]), "{body}");
+    assert_eq!(python_check(&files, &public_key_b64(&CP_SEED)), vec![1, 3]);
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("2 records intact, 0 altered, 0 missing, 0 in no checkpoint yet, 1 runner-caused gaps: COMPLETE"), "{text}");
+}
