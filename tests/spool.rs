@@ -1431,8 +1431,9 @@ fn an_oversized_segment_is_read_in_bounded_memory() {
     let target = json!({"type": "http", "url": "http://127.0.0.1:9/in",
                         "allow_http_for_local_testing": true, "batching": "none",
                         "retry_budget_seconds": 0, "request_timeout_seconds": 2});
+    // The key `fifty_spooled` sealed the records with.
     let sink = json!({"type": "spool", "dir": dir.path().join("spool"), "max_bytes": 64 << 20,
-                      "allow_unencrypted": true,
+                      "encryption": spool_key(dir.path(), "k1", 1),
                       "max_backoff_seconds": 1, "target": target});
     let cfg = config(&server, dir.path(), sink, None);
     let (peak, code, out, err) = peak_of(&["spool", "status"], &cfg);
