@@ -6,6 +6,7 @@
 //! - the runner against a real broker: `runner`, `ack_confirmation`, `durability`, `clean_stop`,
 //!   `consumer_changes`, `consumer_shapes`, `consumer_start`,
 //!   `stream_plan`, `operator_commands`, `logging_format`, `labels_dlq` (with priority lanes),
+//!   `replay`, `redrive`,
 //!   `governance`, `sink_permanent`, `broker_auth_tls`, `jetstream_cluster`, `shared_dirs`,
 //!   `spool`
 //! - sinks: `object_store_sink`, `object_store_e2e`, `aws_credentials`, `http_sink`,
@@ -82,6 +83,7 @@ mod operator_commands;
 mod package;
 mod payload_protection;
 mod payload_protection_sinks;
+mod redrive;
 mod relational;
 mod relational_client;
 mod relational_cluster;

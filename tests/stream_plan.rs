@@ -789,3 +789,103 @@ fn admin_consumer_state(server: &NatsServer) -> (u64, usize, u64) {
         info.ack_floor.stream_seq,
     )
 }
+
+/// The planned `redrive_authorization` block's permissions (publish, subscribe subjects).
+fn planned_redrive_permissions(cfg: &Path) -> (Vec<String>, Vec<String>) {
+    let out = svc_env(&["stream-plan", cfg.to_str().unwrap(), "--format", "json"]);
+    assert!(out.status.success(), "{out:?}");
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let perms = &plan["redrive_authorization"]["users"][0]["permissions"];
+    let list = |v: &Value| -> Vec<String> {
+        v["allow"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    (list(&perms["publish"]), list(&perms["subscribe"]))
+}
+
+/// A dead-letter record for `ORDERS` sequence `seq`, published by the administrator.
+fn dead_letter_record(server: &NatsServer, seq: u64) {
+    let record = json!({"schema": "svc.dead-letter.v1",
+        "failed_at": "2026-11-28T00:00:00Z",
+        "failure": {"stage": "security_labels", "reason": "not_in_vocabulary"},
+        "original": {"subject": "orders.created", "stream": "ORDERS", "stream_sequence": seq}});
+    let js = nats::jetstream::new(admin(server));
+    js.publish(DLQ_SUBJECT, record.to_string()).unwrap();
+}
+
+/// A redrive user with exactly the planned redrive permissions redrives (one record stored
+/// and removed, one refused again: dead-lettered anew, its old record removed; exit 3) without
+/// a consumer on the source stream or any ACK; without the original's MSG.GET, the record's
+/// MSG.DELETE or the stream lookup it fails (exit 1) and keeps the records; the durable
+/// consumer is never touched.
+#[test]
+fn the_planned_redrive_permissions_redrive_and_each_core_one_is_needed() {
+    let (dir, plan_cfg) = setup("redrive-plan");
+    let (publish_perms, subscribe_perms) = planned_redrive_permissions(&plan_cfg);
+    assert!(
+        !publish_perms.iter().any(|s| s.starts_with("$JS.ACK")
+            || s.contains("MSG.NEXT")
+            || s.contains("DURABLE.CREATE")
+            || s.starts_with("$JS.API.CONSUMER.CREATE.ORDERS.")
+            || s == "$JS.API.CONSUMER.CREATE.ORDERS"),
+        "{publish_perms:?}"
+    );
+    let run = |name: &str, pub_allow: &[String]| -> (Output, u64, NatsServer) {
+        let server = server_with(dir.path(), name, pub_allow, &subscribe_perms);
+        let cfg = config_for(&server, dir.path(), &format!("{name}.json"));
+        let (ok, err) = apply(&cfg);
+        assert!(ok, "{err}");
+        publish(&server);
+        dead_letter_record(&server, 1);
+        dead_letter_record(&server, GOOD as u64 + 1);
+        let before = admin_consumer_state(&server);
+        let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+            .args(["dlq", "redrive", cfg.to_str().unwrap(), "--timeout", "3"])
+            .env("SVC_TEST_RUNNER_USER", "runner")
+            .env("SVC_TEST_RUNNER_PASSWORD", RUNNER_PASSWORD)
+            .output()
+            .unwrap();
+        assert_eq!(
+            admin_consumer_state(&server),
+            before,
+            "the durable was touched"
+        );
+        let js = nats::jetstream::new(admin(&server));
+        let dlq = js.stream_info("ORDERS_DLQ").unwrap().state.messages;
+        (out, dlq, server)
+    };
+    let (out, dlq, _server) = run("redrive-exact", &publish_perms);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(
+        stdout.contains("read 2, stored 1, already present 0, refused by governance 1"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("dead-lettered 1,"), "{stdout}");
+    assert!(stdout.contains("removed 2"), "{stdout}");
+    assert_eq!(dlq, 1, "only the new record of the message refused again");
+    for missing in [
+        "$JS.API.STREAM.MSG.GET.ORDERS",
+        "$JS.API.STREAM.MSG.DELETE.ORDERS_DLQ",
+        "$JS.API.STREAM.NAMES",
+    ] {
+        let keep: Vec<String> = publish_perms
+            .iter()
+            .filter(|s| *s != missing)
+            .cloned()
+            .collect();
+        let name = format!("redrive-without-{}", missing.replace(['$', '.', '>'], "_"));
+        let (out, dlq, _server) = run(&name, &keep);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "without {missing}: {out:?}");
+        assert_eq!(dlq, 2, "without {missing}: a record was removed");
+        assert!(
+            !err.contains(RUNNER_PASSWORD),
+            "a secret was printed: {err}"
+        );
+    }
+}

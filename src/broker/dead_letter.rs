@@ -495,6 +495,32 @@ impl DeadLetter {
     }
 }
 
+impl DeadLetter {
+    /// A record of `svc dlq redrive` (already [`Self::replayed`]): `redriven_from` names the
+    /// dead-letter record it replaces (its sequence in the dead-letter stream), and the
+    /// message id is `svc-dlq-redrive:<that sequence>:...`. So the stream never calls it a
+    /// duplicate of the record being redriven (which is removed once this one is stored), while
+    /// a resumed redrive of the same record finds its own earlier copy.
+    pub fn redriven(self, dead_letter_sequence: u64) -> DeadLetter {
+        let mut value: serde_json::Value = match serde_json::from_slice(&self.body) {
+            Ok(v) => v,
+            Err(_) => return self,
+        };
+        if let Some(record) = value.as_object_mut() {
+            record.insert("redriven_from".into(), dead_letter_sequence.into());
+        }
+        let place = self
+            .msg_id
+            .split_once(':')
+            .map_or(self.msg_id.as_str(), |(_, rest)| rest);
+        DeadLetter {
+            msg_id: format!("svc-dlq-redrive:{dead_letter_sequence}:{place}"),
+            reason: self.reason,
+            body: serde_json::to_vec(&value).unwrap_or(self.body),
+        }
+    }
+}
+
 /// `original.message_id` of a sink's `invalid_key` record: the id may be the refused value.
 pub const WITHHELD_ID: &str = "(withheld: the object key made from it was invalid)";
 
@@ -784,9 +810,13 @@ struct StoredMessage {
 
 /// The message of a `STREAM.MSG.GET` answer (`message.subject`, `hdrs` and `data`, base64).
 fn stored_message(answer: &[u8]) -> Option<StoredMessage> {
+    stored_message_of(&serde_json::from_slice(answer).ok()?)
+}
+
+/// [`stored_message`] of an answer already read as JSON.
+fn stored_message_of(v: &serde_json::Value) -> Option<StoredMessage> {
     use base64::Engine as _;
     let b64 = base64::engine::general_purpose::STANDARD;
-    let v: serde_json::Value = serde_json::from_slice(answer).ok()?;
     let m = v.get("message")?;
     let headers = match m.get("hdrs") {
         None => Vec::new(),
@@ -814,6 +844,69 @@ pub fn read_back(
     sequence: u64,
     timeout: Duration,
 ) -> Result<Option<StoredRecord>, String> {
+    let Some(v) = msg_get(nc, stream, sequence, timeout, MAX_STORED_RECORD_REPLY_BYTES)? else {
+        return Ok(None);
+    };
+    let m = stored_message_of(&v)
+        .ok_or_else(|| format!("{stream} sequence {sequence}: the answer cannot be read"))?;
+    Ok(Some(StoredRecord {
+        subject: m.subject,
+        data: m.data,
+    }))
+}
+
+/// A message of the source stream as `STREAM.MSG.GET` returns it (`svc dlq redrive`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredOriginal {
+    pub subject: String,
+    /// The header block as stored (`NATS/1.0` and its lines), empty without headers.
+    pub headers: Vec<u8>,
+    pub data: Vec<u8>,
+    /// When the broker stored it (the answer's `time`), Unix nanoseconds.
+    pub published_unix_nanos: Option<i128>,
+}
+
+/// Reads the message at `sequence` of `stream` with `STREAM.MSG.GET` (read-only; no consumer,
+/// nothing acknowledged), its answer bounded to `max_answer_bytes` and within `timeout`.
+/// `None` when the stream holds no message there. An answer for another sequence, or one
+/// that cannot be read, is an error: the stream's answer decides nothing else.
+pub fn fetch_stored(
+    nc: &nats::Connection,
+    stream: &str,
+    sequence: u64,
+    timeout: Duration,
+    max_answer_bytes: usize,
+) -> Result<Option<StoredOriginal>, String> {
+    let Some(v) = msg_get(nc, stream, sequence, timeout, max_answer_bytes)? else {
+        return Ok(None);
+    };
+    if v["message"]["seq"].as_u64() != Some(sequence) {
+        return Err(format!(
+            "{stream} sequence {sequence}: the answer names another sequence"
+        ));
+    }
+    let m = stored_message_of(&v)
+        .ok_or_else(|| format!("{stream} sequence {sequence}: the answer cannot be read"))?;
+    let published_unix_nanos = v["message"]["time"]
+        .as_str()
+        .and_then(crate::text::rfc3339::parse_rfc3339_nanos);
+    Ok(Some(StoredOriginal {
+        subject: m.subject,
+        headers: m.headers,
+        data: m.data,
+        published_unix_nanos,
+    }))
+}
+
+/// One `STREAM.MSG.GET` of `stream` at `sequence`: the answer as JSON, `None` for the
+/// broker's 404 (no message there), an error naming the stream and sequence otherwise.
+fn msg_get(
+    nc: &nats::Connection,
+    stream: &str,
+    sequence: u64,
+    timeout: Duration,
+    max_answer_bytes: usize,
+) -> Result<Option<serde_json::Value>, String> {
     if !is_stream_name(stream) {
         return Err(format!("{} is not a stream name", PeerText::new(stream)));
     }
@@ -822,29 +915,61 @@ pub fn read_back(
     let reply = nc
         .request_timeout(&subject, request, timeout)
         .map_err(|e| format!("reading {stream} sequence {sequence}: {e}"))?;
-    if reply.data.len() > MAX_STORED_RECORD_REPLY_BYTES {
+    if reply.data.len() > max_answer_bytes {
         return Err(format!(
             "{stream} sequence {sequence}: the answer is larger than {} KiB",
-            MAX_STORED_RECORD_REPLY_BYTES / 1024
+            max_answer_bytes / 1024
         ));
     }
-    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&reply.data) {
-        if v["error"]["code"] == 404 {
-            return Ok(None);
-        }
-        if let Some(e) = v["error"]["description"].as_str() {
-            return Err(format!(
-                "reading {stream} sequence {sequence}: {}",
-                PeerText::new(e)
-            ));
-        }
+    let v: serde_json::Value = serde_json::from_slice(&reply.data)
+        .map_err(|_| format!("{stream} sequence {sequence}: the answer is not JSON"))?;
+    if v["error"]["code"] == 404 {
+        return Ok(None);
     }
-    let m = stored_message(&reply.data)
-        .ok_or_else(|| format!("{stream} sequence {sequence}: the answer cannot be read"))?;
-    Ok(Some(StoredRecord {
-        subject: m.subject,
-        data: m.data,
-    }))
+    if let Some(e) = v["error"]["description"].as_str() {
+        return Err(format!(
+            "reading {stream} sequence {sequence}: {}",
+            PeerText::new(e)
+        ));
+    }
+    Ok(Some(v))
+}
+
+/// Largest answer to a `STREAM.MSG.DELETE` read.
+const MAX_DELETE_REPLY_BYTES: usize = 16 * 1024;
+
+/// Removes the message at `sequence` from `stream` (`STREAM.MSG.DELETE`, not erased: the
+/// record was delivered, not secret). `Ok(false)` when the stream no longer held it (a redrive
+/// resumed after the delete, or an operator removed it).
+pub fn delete_stored(
+    nc: &nats::Connection,
+    stream: &str,
+    sequence: u64,
+    timeout: Duration,
+) -> Result<bool, String> {
+    if !is_stream_name(stream) {
+        return Err(format!("{} is not a stream name", PeerText::new(stream)));
+    }
+    let request = serde_json::json!({ "seq": sequence, "no_erase": true }).to_string();
+    let subject = format!("$JS.API.STREAM.MSG.DELETE.{stream}");
+    let reply = nc
+        .request_timeout(&subject, request, timeout)
+        .map_err(|e| format!("deleting {stream} sequence {sequence}: {e}"))?;
+    let v: serde_json::Value = (reply.data.len() <= MAX_DELETE_REPLY_BYTES)
+        .then(|| serde_json::from_slice(&reply.data).ok())
+        .flatten()
+        .ok_or_else(|| format!("deleting {stream} sequence {sequence}: unreadable answer"))?;
+    if v["success"] == true {
+        return Ok(true);
+    }
+    let description = v["error"]["description"].as_str().unwrap_or("no reason");
+    if v["error"]["code"] == 404 || description.contains("no message found") {
+        return Ok(false);
+    }
+    Err(format!(
+        "deleting {stream} sequence {sequence}: {}",
+        PeerText::new(description)
+    ))
 }
 
 /// The fields of a record that two honest publishes of the same failure may differ in: when

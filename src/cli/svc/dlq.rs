@@ -1,4 +1,5 @@
-//! `svc dlq list|show <config>`: a read-only look at the dead-letter stream. `list` reads its
+//! `svc dlq list|show|redrive <config>`: a look at the dead-letter stream, and bringing its
+//! records home (`redrive`: the engine is `pipeline::replay::redrive`; docs/replay.md). `list` reads its
 //! records through an ephemeral consumer of its own (as `svc inspect` reads the source stream:
 //! nothing acknowledged, nothing deleted) and counts them by stage and reason and by original
 //! subject, with the oldest and newest; `show SEQ` prints one record, read back by its
@@ -44,12 +45,24 @@ pub struct Filter {
     pub since: Option<i128>,
 }
 
+/// `svc dlq redrive`'s own flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Redrive {
+    pub sink: Option<PathBuf>,
+    pub state: Option<PathBuf>,
+    pub resume: bool,
+    pub dry_run: bool,
+    pub max_rate: Option<u32>,
+}
+
 /// A parsed `svc dlq` command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
     pub config: PathBuf,
     /// `show`: the record's sequence in the dead-letter stream; `list`: `None`.
     pub show: Option<u64>,
+    /// `redrive`: its flags; `list`, `show`: `None`.
+    pub redrive: Option<Redrive>,
     pub filter: Filter,
     pub max: u64,
     pub timeout: Duration,
@@ -63,6 +76,7 @@ pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
     let mut config = None;
     let mut seq = None;
     let mut filter = Filter::default();
+    let mut redrive = Redrive::default();
     let (mut max, mut timeout_s, mut json) = (MAX_RECORDS, 5, false);
     let number =
         |v: std::ffi::OsString, flag: &str, lo: u64, hi: u64| match v.string()?.parse::<u64>() {
@@ -73,7 +87,14 @@ pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
         };
     while let Some(arg) = p.next()? {
         match arg {
-            Long("stage") => filter.stage = Some(p.value()?.string()?),
+            Long("stage") | Long("class") => filter.stage = Some(p.value()?.string()?),
+            Long("sink") => redrive.sink = Some(PathBuf::from(p.value()?)),
+            Long("state") => redrive.state = Some(PathBuf::from(p.value()?)),
+            Long("resume") => redrive.resume = true,
+            Long("dry-run") => redrive.dry_run = true,
+            Long("max-rate") => {
+                redrive.max_rate = Some(number(p.value()?, "--max-rate", 1, 1_000_000)? as u32)
+            }
             Long("reason") => filter.reason = Some(p.value()?.string()?),
             Long("subject") => {
                 let s = p.value()?.string()?;
@@ -109,14 +130,26 @@ pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
         }
     }
     let show = match action.as_deref() {
-        Some("list") => None,
+        Some("list") | Some("redrive") => None,
         Some("show") => Some(seq.ok_or("dlq show: missing <sequence>")?),
         Some(other) => {
             let shown = crate::text::terminal::text_line(other);
-            return Err(format!("dlq: unknown action \"{shown}\": list or show").into());
+            return Err(format!("dlq: unknown action \"{shown}\": list, show or redrive").into());
         }
-        None => return Err("dlq: missing action: list or show".into()),
+        None => return Err("dlq: missing action: list, show or redrive".into()),
     };
+    let redriving = action.as_deref() == Some("redrive");
+    if !redriving && redrive != Redrive::default() {
+        return Err(
+            "dlq: --sink, --state, --resume, --dry-run and --max-rate are redrive's".into(),
+        );
+    }
+    if redriving && (max != MAX_RECORDS || json) {
+        return Err("dlq redrive: --max and --format are list's".into());
+    }
+    if redrive.resume && redrive.dry_run {
+        return Err("--dry-run writes no state: it cannot --resume".into());
+    }
     let listing_only = filter != Filter::default() || max != MAX_RECORDS;
     if show.is_some() && listing_only {
         return Err("dlq show: --stage, --reason, --subject, --since and --max are list's".into());
@@ -124,6 +157,7 @@ pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
     Ok(Some(Options {
         config: config.ok_or("dlq: missing <config_file>")?,
         show,
+        redrive: redriving.then_some(redrive),
         filter,
         max,
         timeout: Duration::from_secs(timeout_s),
@@ -137,6 +171,9 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
     if !cfg.dead_letter.enabled {
         eprintln!("svc: dlq: dead_letter.enabled is false in this configuration");
         return ExitCode::from(2);
+    }
+    if let Some(flags) = &opts.redrive {
+        return redrive(cfg, opts, flags);
     }
     let metrics = Arc::new(crate::metrics::Metrics::default());
     let denials = Arc::new(crate::broker::Denials::default());
@@ -173,6 +210,126 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Runs `svc dlq redrive`: exit 0 when every selected record was settled and removed, 3 when
+/// some were refused again (dead-lettered anew) or kept (original missing, invalid), 4 when
+/// stopped by a signal (`--resume` continues), 1 on a failure, 2 on invalid input.
+fn redrive(cfg: &RuntimeConfig, opts: &Options, flags: &Redrive) -> ExitCode {
+    use crate::pipeline::replay::{self, redrive, state::RangeKey, Finish};
+    let cfg = match &flags.sink {
+        Some(path) => match super::replay::with_sink(&opts.config, path) {
+            Ok(c) => c,
+            Err(why) => {
+                eprintln!("svc: dlq redrive: --sink {}: {why}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+        None => cfg.clone(),
+    };
+    let metrics = Arc::new(crate::metrics::Metrics::default());
+    let denials = Arc::new(crate::broker::Denials::default());
+    let stream = match crate::broker::connect_within(&cfg.nats, metrics, denials, opts.timeout)
+        .map_err(|e| e.to_string())
+        .and_then(|nc| dlq_stream(&nc, &cfg))
+    {
+        Ok(s) => s,
+        Err(why) => {
+            eprintln!("svc: dlq redrive: {why}");
+            return ExitCode::from(1);
+        }
+    };
+    let filter = redrive::Filter {
+        reason: opts.filter.reason.clone(),
+        class: opts.filter.stage.clone(),
+        subject: opts
+            .filter
+            .subject
+            .as_deref()
+            .and_then(|s| SubjectPattern::parse(s).ok()),
+    };
+    let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let range = RangeKey {
+        config: absolute(&opts.config).display().to_string(),
+        stream: stream.clone(),
+        subjects: vec![cfg.dead_letter.subject.clone()],
+        sink: flags
+            .sink
+            .as_deref()
+            .map_or("configured".into(), |s| absolute(s).display().to_string()),
+        start_seq: None,
+        end_seq: None,
+        since: opts.filter.since,
+        until: None,
+        filter: Some(filter.key()),
+    };
+    let state = flags.state.clone().unwrap_or_else(|| {
+        let mut name = opts.config.file_name().unwrap_or_default().to_os_string();
+        name.push(".redrive-state");
+        opts.config.with_file_name(name)
+    });
+    let engine = redrive::Options {
+        replay: replay::Options {
+            range,
+            state: state.clone(),
+            resume: flags.resume,
+            dry_run: flags.dry_run,
+            max_rate: flags.max_rate,
+            // Each broker request and the wait for each record (`--timeout`, 5 s by default).
+            timeout: opts.timeout,
+        },
+        dead_letter_stream: stream,
+        filter,
+    };
+    let (counts, finish) = match redrive::run(cfg, &engine) {
+        Ok(report) => (report.counts, Ok(report.finish)),
+        Err(failed) => (failed.counts, Err(failed.error)),
+    };
+    if let Err(e) = redrive_summary(&counts, flags.dry_run) {
+        return output::write_failed(&e);
+    }
+    match finish {
+        Err(error) => {
+            eprintln!("svc: dlq redrive: {error}");
+            ExitCode::from(1)
+        }
+        Ok(Finish::Interrupted) => {
+            eprintln!(
+                "svc: dlq redrive: stopped by a signal; `svc dlq redrive {} ... --resume` \
+                 continues (state: {})",
+                opts.config.display(),
+                state.display()
+            );
+            ExitCode::from(super::replay::EXIT_INTERRUPTED)
+        }
+        Ok(Finish::Done) if counts.refused() + counts.original_missing + counts.kept > 0 => {
+            ExitCode::from(super::replay::EXIT_REFUSALS)
+        }
+        Ok(Finish::Done) => ExitCode::SUCCESS,
+    }
+}
+
+/// The redrive's summary line (standard output).
+fn redrive_summary(
+    c: &crate::pipeline::replay::state::Counts,
+    dry_run: bool,
+) -> std::io::Result<()> {
+    let stored = if dry_run { "would store" } else { "stored" };
+    let line = format!(
+        "redrive: read {}, {stored} {}, already present {}, refused by governance {}, refused \
+         by the sink {}, dead-lettered {}, original missing {}, kept {}, removed {} ({})",
+        c.read,
+        c.stored,
+        c.already_present,
+        c.refused_governance,
+        c.refused_sink,
+        c.dead_lettered,
+        c.original_missing,
+        c.kept,
+        c.removed,
+        crate::pipeline::replay::progress::human_bytes(c.bytes)
+    );
+    output::print(format_args!("{line}\n"))
 }
 
 /// The one stream that captures the dead-letter subject.
@@ -454,7 +611,36 @@ mod tests {
             .contains("--max must be"));
         assert!(parse(&["purge", "c.json"])
             .unwrap_err()
-            .contains("list or show"));
+            .contains("list, show or redrive"));
+        let o = parse(&[
+            "redrive",
+            "c.json",
+            "--class",
+            "sink",
+            "--dry-run",
+            "--max-rate",
+            "5",
+        ])
+        .unwrap()
+        .unwrap();
+        let flags = o.redrive.unwrap();
+        assert!(flags.dry_run && flags.max_rate == Some(5));
+        assert_eq!(o.filter.stage.as_deref(), Some("sink"));
+        for (args, needle) in [
+            (&["list", "c.json", "--dry-run"][..], "redrive's"),
+            (&["redrive", "c.json", "--format", "json"], "list's"),
+            (
+                &["redrive", "c.json", "--dry-run", "--resume"],
+                "cannot --resume",
+            ),
+            (
+                &["redrive", "c.json", "--max-rate", "0"],
+                "--max-rate must be",
+            ),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
         let o = parse(&[
             "list",
             "c.json",

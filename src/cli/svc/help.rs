@@ -15,8 +15,8 @@ USAGE:
                                   read-only look at the configured stream: what the runner
                                   would make of each message; never acknowledges
     svc replay <config_file> [--start-seq S] [--end-seq E] [--since T] [--until T]
-                [--subject S] [--sink FILE] [--state FILE] [--resume] [--dry-run]
-                [--max-rate N] [--timeout SECONDS]
+                [--subject S] [--sink FILE | --fanout-child NAME] [--state FILE]
+                [--resume] [--dry-run] [--max-rate N] [--timeout SECONDS]
                                   deliver a range of the stream again through the runner's
                                   normalizer into the sink; never touches the durable consumer
                                   (docs/replay.md)
@@ -43,6 +43,11 @@ USAGE:
     svc dlq list|show <config_file> [options]
                                   read-only look at the dead-letter stream: its records
                                   counted by stage/reason and subject, or one shown
+    svc dlq redrive <config_file> [--reason R] [--class C] [--since T] [--subject S]
+                [--sink FILE] [--state FILE] [--resume] [--dry-run] [--max-rate N]
+                                  deliver each dead letter's original again (fetched from the
+                                  stream by sequence) and remove the record once it is stored
+                                  (docs/replay.md)
 
     svc <command> --help          the command's own help
 
@@ -54,8 +59,9 @@ EXIT CODES:
     0  success (run: clean stop after a signal)
     1  runtime failure (broker, sink, test-sink verdict)
     2  invalid configuration or usage
-    3  replay: finished, some messages refused (governance or sink)
-    4  replay: stopped by a signal (--resume continues)
+    3  replay, dlq redrive: finished, some messages refused (governance or sink) or
+       (redrive) some records kept: original missing or not redrivable
+    4  replay, dlq redrive: stopped by a signal (--resume continues)
 
 Configuration reference: docs/configuration.md
 ";
@@ -81,6 +87,9 @@ Range (default: the whole stream as it is now):
 
 Delivery:
     --sink FILE        a sink block in its own JSON file instead of the configured sink
+    --fanout-child NAME
+                       only this child of the configured fan-out sink (its routes do not
+                       apply: every message of the range goes to the child)
     --dry-run          read and normalize, write nothing: the summary says what would be stored
     --max-rate N       at most N messages per second (1 to 1000000)
     --state FILE       the progress file (default: <config_file>.replay-state)
@@ -282,6 +291,9 @@ const DLQ: &str = "\
 Usage: svc dlq list <config_file> [--stage S] [--reason R] [--subject S] [--since TIME]
                     [--max N] [--timeout SECONDS] [--format text|json]
        svc dlq show <config_file> <sequence> [--timeout SECONDS] [--format text|json]
+       svc dlq redrive <config_file> [--reason R] [--class C] [--subject S] [--since TIME]
+                    [--sink FILE] [--state FILE] [--resume] [--dry-run] [--max-rate N]
+                    [--timeout SECONDS]
 
 A read-only look at the dead-letter stream (the one stream that captures dead_letter.subject):
 nothing is acknowledged, moved or deleted. `list` reads its records through an ephemeral
@@ -299,8 +311,25 @@ dead-letter stream. Everything printed is escaped for the terminal.
                     most one attempt to connect or one read may take
   --format F        text (the default) or json (one JSON document)
 
-Exit codes: 0 read, 1 broker failure or no record at that sequence, 2 invalid configuration
-or options, or dead_letter not enabled.
+`redrive` reads the records (those at the start only) and, for each the filters select,
+fetches its original from nats.stream by the sequence the record names (STREAM.MSG.GET,
+read-only; a record naming another stream is never followed), runs it through the runner's
+normalizer into the configured sink (or --sink FILE) and removes the record from the
+dead-letter stream only once the message is stored or already present. A message refused
+again is dead-lettered anew (marked \"replayed\" and \"redriven_from\") and then its old record
+is removed. A record whose original the stream no longer holds is reported and kept.
+
+  --class C         only records of this failure stage (as --stage)
+  --sink FILE       a sink block in its own JSON file instead of the configured sink
+  --dry-run         fetch and normalize, write and remove nothing
+  --max-rate N      at most N records per second
+  --state FILE      the progress file (default: <config_file>.redrive-state)
+  --resume          continue the redrive recorded in the state file
+
+Exit codes (list, show): 0 read, 1 broker failure or no record at that sequence, 2 invalid
+configuration or options, or dead_letter not enabled. Redrive: 0 every selected record
+delivered and removed, 1 error (--resume continues), 2 invalid input, 3 done with records
+refused again or kept, 4 stopped by a signal (--resume continues).
 ";
 
 /// The help of `command`, the global help for an unknown one.

@@ -85,6 +85,8 @@ pub struct Plan {
     pub permissions: Permissions,
     /// The permissions of a `svc replay` user (read-only on the stream).
     pub replay_permissions: Permissions,
+    /// The permissions of a `svc dlq redrive` user (empty without a dead-letter stream).
+    pub redrive_permissions: Permissions,
     pub warnings: Vec<String>,
 }
 
@@ -131,6 +133,9 @@ pub fn plan(cfg: &RuntimeConfig, settings: &StreamSettings) -> Result<Plan, Stri
     let dlq_name = dead_letter_stream.as_ref().map(|s| s.name.as_str());
     let permissions = permissions(cfg, dlq_name);
     let replay_permissions = replay_permissions(cfg, dlq_name);
+    let redrive_permissions = dlq_name
+        .map(|dlq| redrive_permissions(cfg, dlq))
+        .unwrap_or_default();
     Ok(Plan {
         stream,
         consumer: planned_consumer(n),
@@ -139,6 +144,7 @@ pub fn plan(cfg: &RuntimeConfig, settings: &StreamSettings) -> Result<Plan, Stri
         dead_letter_stream,
         permissions,
         replay_permissions,
+        redrive_permissions,
         warnings,
     })
 }
@@ -296,6 +302,59 @@ pub fn replay_permissions(cfg: &RuntimeConfig, dead_letter_stream: Option<&str>)
     p
 }
 
+/// Every subject `svc dlq redrive` uses (`pipeline::replay::redrive`): it finds the
+/// dead-letter stream, reads its records through an ephemeral consumer, fetches each original
+/// from the source stream by sequence (`STREAM.MSG.GET`, read-only: no consumer on the source
+/// stream, nothing acknowledged), publishes a new record for a message refused again and
+/// deletes the old record. Nothing of the runner's durable consumer is here.
+pub fn redrive_permissions(cfg: &RuntimeConfig, dlq: &str) -> Permissions {
+    let stream = &cfg.nats.stream;
+    let mut p = Permissions::default();
+    let mut publish = |subject: String, why| p.publish.push(Grant { subject, why });
+    publish(
+        "$JS.API.STREAM.NAMES".into(),
+        "find the stream that captures dead_letter.subject",
+    );
+    publish(
+        format!("$JS.API.STREAM.INFO.{stream}"),
+        "the source stream's incarnation (a record of an older one is kept)",
+    );
+    publish(
+        format!("$JS.API.STREAM.MSG.GET.{stream}"),
+        "fetch each original by sequence (read-only)",
+    );
+    publish(
+        format!("$JS.API.STREAM.INFO.{dlq}"),
+        "the dead-letter stream's last sequence (the redrive's end)",
+    );
+    publish(
+        format!("$JS.API.CONSUMER.CREATE.{dlq}"),
+        "create the ephemeral consumer that reads the records (no acknowledgement)",
+    );
+    publish(
+        format!("$JS.API.CONSUMER.DELETE.{dlq}.*"),
+        "delete it at the end",
+    );
+    publish(format!("$JS.FC.{dlq}.>"), "answer its flow control");
+    publish(
+        format!("$JS.API.STREAM.MSG.DELETE.{dlq}"),
+        "remove a record once its message is stored",
+    );
+    publish(
+        cfg.dead_letter.subject.clone(),
+        "a new record for a message refused again",
+    );
+    publish(
+        format!("$JS.API.STREAM.MSG.GET.{dlq}"),
+        "read back a record the dead-letter stream calls a duplicate",
+    );
+    p.subscribe.push(Grant {
+        subject: "_INBOX.>".into(),
+        why: "the consumer's deliveries, answers to its requests",
+    });
+    p
+}
+
 /// The permissions as a nats-server `authorization` block for `user` (JSON, which the
 /// server's configuration format reads as it is).
 pub fn authorization_block(p: &Permissions, user: &str) -> Value {
@@ -346,6 +405,7 @@ pub fn to_json(plan: &Plan, user: &str) -> Value {
         "dead_letter_stream": plan.dead_letter_stream.as_ref().map(|s| request(stream_request(s))),
         "authorization": authorization_block(&plan.permissions, user),
         "replay_authorization": authorization_block(&plan.replay_permissions, &format!("{user}-replay")),
+        "redrive_authorization": plan.dead_letter_stream.as_ref().map(|_| authorization_block(&plan.redrive_permissions, &format!("{user}-redrive"))),
         "warnings": plan.warnings,
     })
 }

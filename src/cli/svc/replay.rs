@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::config::RuntimeConfig;
 use crate::pipeline::replay::{self, state::Counts, state::RangeKey, Finish};
 use crate::text::rfc3339::parse_rfc3339_nanos;
+use crate::text::terminal::text_line;
 
 /// Exit code of a replay that finished with messages refused (governance or sink).
 pub const EXIT_REFUSALS: u8 = 3;
@@ -28,6 +29,8 @@ pub struct Options {
     pub until: Option<i128>,
     pub subject: Option<String>,
     pub sink: Option<PathBuf>,
+    /// One child of the configured fan-out sink, by name.
+    pub fanout_child: Option<String>,
     pub state: Option<PathBuf>,
     pub resume: bool,
     pub dry_run: bool,
@@ -46,6 +49,7 @@ pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
         until: None,
         subject: None,
         sink: None,
+        fanout_child: None,
         state: None,
         resume: false,
         dry_run: false,
@@ -86,6 +90,7 @@ pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
             Long("until") => o.until = Some(time(p.value()?, "--until")?),
             Long("subject") => o.subject = Some(p.value()?.string()?),
             Long("sink") => o.sink = Some(PathBuf::from(p.value()?)),
+            Long("fanout-child") => o.fanout_child = Some(p.value()?.string()?),
             Long("state") => o.state = Some(PathBuf::from(p.value()?)),
             Long("resume") => o.resume = true,
             Long("dry-run") => o.dry_run = true,
@@ -121,6 +126,9 @@ fn check(o: &Options) -> Result<(), lexopt::Error> {
             return Err("--until is before --since".into());
         }
     }
+    if o.sink.is_some() && o.fanout_child.is_some() {
+        return Err("give at most one of --sink, --fanout-child".into());
+    }
     if o.resume && o.dry_run {
         return Err("--dry-run writes no state: it cannot --resume".into());
     }
@@ -144,6 +152,16 @@ pub fn run(opts: &Options) -> ExitCode {
         },
         None => cfg,
     };
+    let cfg = match &opts.fanout_child {
+        Some(name) => match fanout_child(cfg, name) {
+            Ok(c) => c,
+            Err(why) => {
+                eprintln!("svc: replay: --fanout-child {}: {why}", text_line(name));
+                return ExitCode::from(2);
+            }
+        },
+        None => cfg,
+    };
     let subjects = match super::inspect::narrowed(&cfg.nats.subjects, opts.subject.as_deref()) {
         Ok(s) => s,
         Err(why) => {
@@ -156,14 +174,16 @@ pub fn run(opts: &Options) -> ExitCode {
         config: absolute(&opts.config).display().to_string(),
         stream: cfg.nats.stream.clone(),
         subjects,
-        sink: opts
-            .sink
-            .as_deref()
-            .map_or("configured".into(), |s| absolute(s).display().to_string()),
+        sink: match (&opts.sink, &opts.fanout_child) {
+            (Some(s), _) => absolute(s).display().to_string(),
+            (None, Some(child)) => format!("fanout child {child}"),
+            (None, None) => "configured".into(),
+        },
         start_seq: opts.start_seq,
         end_seq: opts.end_seq,
         since: opts.since,
         until: opts.until,
+        filter: None,
     };
     let engine = replay::Options {
         range,
@@ -223,9 +243,30 @@ fn summary(c: &Counts, dry_run: bool) -> Option<ExitCode> {
         .map(|e| super::output::write_failed(&e))
 }
 
+/// The configuration with its fan-out sink replaced by the child `name` of it: what the
+/// replay stores goes into that child only.
+fn fanout_child(mut cfg: RuntimeConfig, name: &str) -> Result<RuntimeConfig, String> {
+    use crate::sink::SinkConfig;
+    let SinkConfig::Fanout(fanout) = &cfg.sink else {
+        return Err(format!(
+            "the configured sink is of type {}, not fanout",
+            cfg.sink.kind()
+        ));
+    };
+    let Some(child) = fanout.sinks.get(name) else {
+        let known: Vec<&str> = fanout.sinks.keys().map(String::as_str).collect();
+        return Err(format!(
+            "the fan-out sink has no such child; its children: {}",
+            known.join(", ")
+        ));
+    };
+    cfg.sink = child.clone();
+    Ok(cfg)
+}
+
 /// The configuration with its `sink` block replaced by the one in `sink_file` (a JSON object,
 /// as the `sink` block of a configuration), validated as a whole.
-fn with_sink(config: &Path, sink_file: &Path) -> Result<RuntimeConfig, String> {
+pub(super) fn with_sink(config: &Path, sink_file: &Path) -> Result<RuntimeConfig, String> {
     use std::io::Read;
     let read = |p: &Path| -> Result<String, String> {
         let f = std::fs::File::open(p).map_err(|e| format!("cannot open {}: {e}", p.display()))?;
@@ -324,6 +365,10 @@ mod tests {
                 "at most one",
             ),
             (&["c.json", "--dry-run", "--resume"], "cannot --resume"),
+            (
+                &["c.json", "--sink", "s.json", "--fanout-child", "a"],
+                "at most one of --sink, --fanout-child",
+            ),
             (&["--start-seq", "1"], "missing <config_file>"),
             (&["c.json", "--bogus"], "--bogus"),
         ] {

@@ -301,7 +301,14 @@ fn text(plan: &Plan) -> String {
             "Permissions of a `svc replay` user (read-only; docs/replay.md)",
             &plan.replay_permissions,
         ),
+        (
+            "Permissions of a `svc dlq redrive` user (docs/replay.md)",
+            &plan.redrive_permissions,
+        ),
     ] {
+        if p.publish.is_empty() && p.subscribe.is_empty() {
+            continue;
+        }
         let _ = writeln!(t, "\n{title}");
         let width = p
             .publish

@@ -18,6 +18,7 @@
 //! refused and counted, dead-lettered and confirmed by the broker). See docs/replay.md.
 
 pub mod progress;
+pub mod redrive;
 pub mod state;
 
 use std::path::PathBuf;
@@ -97,23 +98,71 @@ impl From<RunError> for Failed {
     }
 }
 
+/// What a replay or a redrive starts with: the payload protection, the stop flag its signal
+/// thread sets, and the broker connection.
+struct Session {
+    metrics: Arc<Metrics>,
+    protection: Arc<Protection>,
+    stop: Arc<AtomicBool>,
+    monitor: Arc<super::Monitor>,
+    signals: signal_hook::iterator::Handle,
+    nc: crate::broker::Connection,
+}
+
+impl Session {
+    fn open(cfg: &RuntimeConfig, timeout: Duration) -> Result<Session, Failed> {
+        let metrics = Arc::new(Metrics::default());
+        let protection = Arc::new(
+            Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody)
+                .map_err(|e| RunError::Fatal(e.join("; ")))?,
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let monitor = Arc::new(super::Monitor::new());
+        let signals =
+            super::signals::spawn(stop.clone(), Arc::new(OnceLock::new()), monitor.clone())?;
+        let denials = Arc::new(crate::broker::Denials::default());
+        let nc = crate::broker::connect_within(&cfg.nats, metrics.clone(), denials, timeout)
+            .map_err(RunError::Broker)?;
+        Ok(Session {
+            metrics,
+            protection,
+            stop,
+            monitor,
+            signals,
+            nc,
+        })
+    }
+}
+
+/// The sink a replay writes into; `None` in a dry run. The spool is the runner's: a replay
+/// that cannot write stops and is resumed.
+fn open_sink(
+    cfg: &RuntimeConfig,
+    dry_run: bool,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Arc<dyn Sink>>, Failed> {
+    if dry_run {
+        return Ok(None);
+    }
+    let mut direct = cfg.clone();
+    direct.spool = None;
+    Ok(Some(super::build_sink(&direct, metrics)?.0))
+}
+
 /// Runs one replay (see the module comment).
 pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
-    let metrics = Arc::new(Metrics::default());
-    let protection = Arc::new(
-        Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody)
-            .map_err(|e| RunError::Fatal(e.join("; ")))?,
-    );
-    let stop = Arc::new(AtomicBool::new(false));
-    let monitor = Arc::new(super::Monitor::new());
-    let signals = super::signals::spawn(stop.clone(), Arc::new(OnceLock::new()), monitor.clone())?;
-    let denials = Arc::new(crate::broker::Denials::default());
-    let nc = crate::broker::connect_within(&cfg.nats, metrics.clone(), denials, opts.timeout)
-        .map_err(RunError::Broker)?;
+    let Session {
+        metrics,
+        protection,
+        stop,
+        monitor,
+        signals,
+        nc,
+    } = Session::open(&cfg, opts.timeout)?;
     let file = StateFile {
         path: opts.state.clone(),
     };
-    let plan = plan(&nc, &cfg, opts, &file)?;
+    let plan = plan(&nc, &cfg.nats.stream, opts, &file)?;
     let sink_kind = cfg.sink.kind();
     let report = |finish, counts| Report {
         finish,
@@ -132,14 +181,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         signals.close();
         return Ok(report(Finish::Done, st.counts));
     }
-    let sink = if opts.dry_run {
-        None
-    } else {
-        // The spool is the runner's: a replay that cannot write stops and is resumed.
-        let mut direct = cfg.clone();
-        direct.spool = None;
-        Some(super::build_sink(&direct, &metrics)?.0)
-    };
+    let sink = open_sink(&cfg, opts.dry_run, &metrics)?;
     let d = &cfg.delivery;
     // One writer, so a batch is what `sink_workers` batches of the runner are together (they
     // share one commit in the runner too); the channels hold as many messages as its do.
@@ -191,6 +233,8 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         state: plan.state.clone(),
         progress: progress.clone(),
         stop: stop.clone(),
+        redrive_of: None,
+        last_dead_letter: None,
     };
     let write_thread = super::spawn("svc-replay-write", move || {
         writer.run(prepared_rx, sizes_rx)
@@ -268,7 +312,7 @@ struct Plan {
 /// file: one for another range is refused, an unfinished one is never overwritten.
 fn plan(
     nc: &crate::broker::Connection,
-    cfg: &RuntimeConfig,
+    stream: &str,
     opts: &Options,
     file: &StateFile,
 ) -> Result<Plan, Failed> {
@@ -299,7 +343,7 @@ fn plan(
         ))),
         _ => {
             let stream_last =
-                inspect::last_sequence(nc, &cfg.nats.stream).map_err(|e| fatal(e.to_string()))?;
+                inspect::last_sequence(nc, stream).map_err(|e| fatal(e.to_string()))?;
             let last = opts
                 .range
                 .end_seq
@@ -423,6 +467,10 @@ struct Writer {
     state: State,
     progress: Arc<Progress>,
     stop: Arc<AtomicBool>,
+    /// `svc dlq redrive`: the sequence of the dead-letter record being redriven.
+    redrive_of: Option<u64>,
+    /// The dead-letter stream's sequence of the last record this writer published.
+    last_dead_letter: Option<u64>,
 }
 
 impl Writer {
@@ -554,8 +602,14 @@ impl Writer {
         let Some(dlq) = &self.dlq else {
             return Ok(());
         };
-        dlq.publish(&dl.replayed())
+        let dl = match self.redrive_of {
+            Some(seq) => dl.replayed().redriven(seq),
+            None => dl.replayed(),
+        };
+        let ack = dlq
+            .publish(&dl)
             .map_err(|e| format!("dead-letter queue: {e}; --resume continues"))?;
+        self.last_dead_letter = Some(ack.sequence);
         self.state.counts.dead_lettered += 1;
         Ok(())
     }

@@ -28,6 +28,10 @@ pub struct RangeKey {
     /// `--since` / `--until` as Unix nanoseconds.
     pub since: Option<i128>,
     pub until: Option<i128>,
+    /// `svc dlq redrive`'s record filter (`--reason`, `--class`, `--subject`), as one text;
+    /// absent for a replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
 }
 
 /// The counters a summary shows; kept in the state file so a resumed replay reports the whole.
@@ -40,6 +44,16 @@ pub struct Counts {
     pub refused_governance: u64,
     pub refused_sink: u64,
     pub dead_lettered: u64,
+    /// `svc dlq redrive`: records whose original the stream no longer holds (kept).
+    #[serde(default)]
+    pub original_missing: u64,
+    /// `svc dlq redrive`: records kept for another reason (not a record, another stream, the
+    /// sequence holds another message).
+    #[serde(default)]
+    pub kept: u64,
+    /// `svc dlq redrive`: dead-letter records removed after their message was settled.
+    #[serde(default)]
+    pub removed: u64,
 }
 
 impl Counts {
@@ -135,6 +149,7 @@ pub fn mismatch(stored: &RangeKey, asked: &RangeKey) -> Option<String> {
         ("--end-seq", stored.end_seq != asked.end_seq),
         ("--since", stored.since != asked.since),
         ("--until", stored.until != asked.until),
+        ("filters", stored.filter != asked.filter),
     ];
     let names: Vec<&str> = differs.iter().filter(|d| d.1).map(|d| d.0).collect();
     (!names.is_empty()).then(|| names.join(", "))
@@ -154,6 +169,7 @@ mod tests {
             end_seq: None,
             since: None,
             until: None,
+            filter: None,
         }
     }
 

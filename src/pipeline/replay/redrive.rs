@@ -1,0 +1,503 @@
+//! `svc dlq redrive`: brings dead letters home. Reads the dead-letter stream's records in
+//! order (an ephemeral consumer of its own, as `svc dlq list`), keeps those the filter selects,
+//! fetches each one's original from the configured source stream by sequence
+//! (`STREAM.MSG.GET`, read-only, bounded, one deadline), settles it through replay's
+//! [`Writer`] (the runner's normalizer, the sink, the DLQ as `svc run` would), and removes the
+//! dead-letter record only once its message is settled: stored, already present, or refused
+//! again and dead-lettered anew (the new record confirmed by the broker first).
+//!
+//! The records are hostile input: one is read only when it is a `svc.dead-letter.v1` record
+//! within [`MAX_RECORD_BYTES`]; the stream read is always the configuration's
+//! (`nats.stream`), never the one a record names (a record naming another is kept and
+//! reported); the original must be of the incarnation, subject and payload digest the record
+//! names and match `nats.subjects`, or the record is kept. An original the stream no longer
+//! holds is reported and its record kept, never guessed.
+//!
+//! Progress is replay's state file (`svc.replay.state.v1`, the range being the dead-letter
+//! stream's sequences fixed at the start, the filters in `range.filter`): it moves past a
+//! record only once the record is settled (removed or reported as kept), so `--resume` never
+//! skips one. A crash between the sink's success and the removal redrives that record again
+//! (a keyed sink says "already present"). See docs/replay.md.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::progress::{Display, Progress};
+use super::state::StateFile;
+use super::{Failed, Finish, Report, Session, Writer};
+use crate::broker::dead_letter::{self, DeadLetterPublisher, StoredOriginal, DEAD_LETTER_SCHEMA};
+use crate::broker::inspect::{self, Ended, Request, Start};
+use crate::config::RuntimeConfig;
+use crate::message::envelope::{hex_sha256, now_unix_nanos, HeaderBlock, RawMessage};
+use crate::message::subject::SubjectPattern;
+use crate::pipeline::{Normalizer, PreparedBatch};
+use crate::text::peer::PeerText;
+
+/// Largest dead-letter record read (a record is a few KiB: its values are bounded).
+pub const MAX_RECORD_BYTES: usize = 256 * 1024;
+/// Largest `STREAM.MSG.GET` answer for an original (base64 adds a third to the message).
+pub const MAX_ORIGINAL_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+/// Longest original subject a record may name (the broker's own bound is smaller).
+const MAX_SUBJECT_BYTES: usize = 4096;
+
+/// Which records a redrive takes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// `failure.reason` equals this.
+    pub reason: Option<String>,
+    /// `failure.stage` equals this (the class of check: `sink`, `security_labels`, ...).
+    pub class: Option<String>,
+    /// `original.subject` matches this pattern.
+    pub subject: Option<SubjectPattern>,
+}
+
+impl Filter {
+    /// The filter as one text, kept in the state file (a resumed redrive must ask the same).
+    pub fn key(&self) -> String {
+        format!(
+            "reason={} class={} subject={}",
+            self.reason.as_deref().unwrap_or("*"),
+            self.class.as_deref().unwrap_or("*"),
+            self.subject.as_ref().map_or("*".into(), |p| p.to_string())
+        )
+    }
+
+    fn wants(&self, r: &Record) -> bool {
+        self.reason.as_ref().is_none_or(|x| *x == r.reason)
+            && self.class.as_ref().is_none_or(|x| *x == r.stage)
+            && self.subject.as_ref().is_none_or(|p| p.matches(&r.subject))
+    }
+}
+
+/// What to redrive and how. `replay.range` names the dead-letter stream, its subject, the
+/// `--since` and the filter's [`Filter::key`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub replay: super::Options,
+    pub dead_letter_stream: String,
+    pub filter: Filter,
+}
+
+/// What a redrive reads of a record; everything else in it is ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Record {
+    stage: String,
+    reason: String,
+    subject: String,
+    stream: String,
+    incarnation: String,
+    sequence: u64,
+    consumer_sequence: u64,
+    delivery_count: u64,
+    sha256: Option<String>,
+}
+
+/// The record in `data`, or why it is not one.
+fn parse_record(data: &[u8]) -> Result<Record, &'static str> {
+    if data.len() > MAX_RECORD_BYTES {
+        return Err("larger than a record can be");
+    }
+    let v: Value = serde_json::from_slice(data).map_err(|_| "not JSON")?;
+    if v["schema"] != DEAD_LETTER_SCHEMA {
+        return Err("not of schema svc.dead-letter.v1");
+    }
+    let text = |v: &Value| v.as_str().map(str::to_string);
+    let o = &v["original"];
+    let subject = text(&o["subject"])
+        .filter(|s| !s.is_empty() && s.len() <= MAX_SUBJECT_BYTES)
+        .ok_or("original.subject missing or invalid")?;
+    Ok(Record {
+        stage: text(&v["failure"]["stage"]).unwrap_or_default(),
+        reason: text(&v["failure"]["reason"]).unwrap_or_default(),
+        subject,
+        stream: text(&o["stream"]).ok_or("original.stream missing")?,
+        incarnation: text(&o["stream_incarnation"]).unwrap_or_default(),
+        sequence: o["stream_sequence"]
+            .as_u64()
+            .filter(|s| *s >= 1)
+            .ok_or("original.stream_sequence missing or invalid")?,
+        consumer_sequence: o["consumer_sequence"].as_u64().unwrap_or(0),
+        delivery_count: o["delivery_count"].as_u64().unwrap_or(1).max(1),
+        sha256: text(&v["payload"]["sha256"]),
+    })
+}
+
+/// What becomes of one record of the range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Fate {
+    /// Not selected by the filter: untouched, not counted.
+    Skipped,
+    /// Its message is settled: the record goes (not in a dry run).
+    Remove,
+    /// Kept, and why (reported).
+    Keep(String),
+}
+
+/// The redrive of one range of the dead-letter stream.
+struct Redrive<'a> {
+    cfg: &'a RuntimeConfig,
+    opts: &'a Options,
+    nc: crate::broker::Connection,
+    /// The source stream's incarnation now.
+    incarnation: Arc<str>,
+    subjects: Vec<SubjectPattern>,
+    normalizer: Normalizer,
+    writer: Writer,
+    ages: crate::metrics::Summary,
+}
+
+/// Runs one redrive (see the module comment).
+pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
+    let session = Session::open(&cfg, opts.replay.timeout)?;
+    let nc = session.nc.clone();
+    let file = StateFile {
+        path: opts.replay.state.clone(),
+    };
+    let plan = super::plan(&nc, &opts.dead_letter_stream, &opts.replay, &file)?;
+    let report = |finish, counts| Report {
+        finish,
+        counts,
+        first: plan.first,
+        last: plan.last,
+        dry_run: opts.replay.dry_run,
+        sink: cfg.sink.kind(),
+    };
+    if plan.state.done || plan.state.next_seq > plan.last {
+        let mut st = plan.state.clone();
+        st.done = true;
+        if !opts.replay.dry_run {
+            file.write(&st).map_err(super::fatal)?;
+        }
+        session.signals.close();
+        return Ok(report(Finish::Done, st.counts));
+    }
+    let incarnation = crate::broker::incarnation::read(&nc, &cfg.nats.stream)
+        .map_err(|e| super::fatal(format!("stream {}: {e}", cfg.nats.stream)))?;
+    let dry_run = opts.replay.dry_run;
+    let progress = Arc::new(Progress::default());
+    let writer = Writer {
+        sink: super::open_sink(&cfg, dry_run, &session.metrics)?,
+        dlq: (!dry_run).then(|| DeadLetterPublisher::new(nc.clone(), cfg.dead_letter.clone())),
+        dead_letter: cfg.dead_letter.clone(),
+        file: (!dry_run).then_some(file),
+        state: plan.state.clone(),
+        progress: progress.clone(),
+        stop: session.stop.clone(),
+        redrive_of: None,
+        last_dead_letter: None,
+    };
+    let mut redrive = Redrive {
+        cfg: &cfg,
+        opts,
+        nc,
+        incarnation,
+        subjects: cfg
+            .nats
+            .subjects
+            .iter()
+            .filter_map(|s| SubjectPattern::parse(s).ok())
+            .collect(),
+        normalizer: Normalizer::new(&cfg, session.protection.clone(), session.metrics.clone()),
+        writer,
+        ages: Default::default(),
+    };
+    let mut display = Display::new(plan.first, plan.last, opts.replay.terminal());
+    let read = redrive.read(plan.last, &mut display);
+    display.finish(&progress);
+    session.signals.close();
+    let _ = crate::broker::flush(&redrive.nc, Duration::from_secs(2));
+    let mut st = redrive.writer.state.clone();
+    let finish = read.map_err(|error| Failed {
+        error,
+        counts: st.counts,
+    })?;
+    if finish == Finish::Done {
+        st.done = true;
+        st.next_seq = st.last_seq + 1;
+        if let Some(f) = &redrive.writer.file {
+            f.write(&st).map_err(|error| Failed {
+                error,
+                counts: st.counts,
+            })?;
+        }
+    }
+    Ok(report(finish, st.counts))
+}
+
+impl Redrive<'_> {
+    /// Reads the records up to `last` and settles each; `Interrupted` when a signal stopped it.
+    fn read(&mut self, last: u64, display: &mut Display) -> Result<Finish, String> {
+        let o = &self.opts.replay;
+        let next = self.writer.state.next_seq;
+        let request = Request {
+            stream: self.opts.dead_letter_stream.clone(),
+            subjects: vec![self.cfg.dead_letter.subject.clone()],
+            start: match o.range.since {
+                Some(since) if next <= 1 => Start::Since(since),
+                _ => Start::Sequence(next),
+            },
+            max: u64::MAX,
+            timeout: o.timeout,
+        };
+        let started = Instant::now();
+        let (mut count, mut finish, mut failed) = (0u64, Finish::Done, None);
+        let progress = self.writer.progress.clone();
+        let nc = self.nc.clone();
+        let (_, ended) = inspect::read_while(&nc, &request, "svc dlq redrive", |raw, _| {
+            if self.writer.stop.load(Ordering::SeqCst) {
+                finish = Finish::Interrupted;
+                return false;
+            }
+            let seq = raw.stream_sequence;
+            if seq > last {
+                return false;
+            }
+            if let Err(e) = self.one(seq, &raw.data) {
+                failed = Some(e);
+                return false;
+            }
+            count += 1;
+            display.tick(&progress);
+            if let Some(rate) = o.max_rate {
+                let due = started + Duration::from_secs_f64(count as f64 / f64::from(rate));
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            }
+            seq < last
+        })
+        .map_err(|e| e.to_string())?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        match ended {
+            Ended::TimedOut { pending } => Err(format!(
+                "broker: nothing arrived for {} s while the redrive's consumer still held \
+                 {pending} records; the redrive stops at the last settled record (--resume \
+                 continues)",
+                o.timeout.as_secs()
+            )),
+            Ended::Gap { expected, got } => Err(format!(
+                "broker: delivery {got} arrived where {expected} was expected; the redrive \
+                 stops at the last settled record (--resume continues)"
+            )),
+            _ => Ok(finish),
+        }
+    }
+
+    /// Settles the record at `seq` of the dead-letter stream, removes it when its message is
+    /// settled, and records the progress durably.
+    fn one(&mut self, seq: u64, data: &[u8]) -> Result<(), String> {
+        let fate = self.fate(seq, data)?;
+        let stream = &self.opts.dead_letter_stream;
+        match &fate {
+            Fate::Remove if self.writer.file.is_some() => {
+                let timeout = self.opts.replay.timeout;
+                if dead_letter::delete_stored(&self.nc, stream, seq, timeout)? {
+                    self.writer.state.counts.removed += 1;
+                }
+            }
+            Fate::Keep(why) => eprintln!("redrive: dead-letter record {stream} {seq} kept: {why}"),
+            Fate::Remove | Fate::Skipped => {}
+        }
+        self.writer.state.next_seq = seq + 1;
+        self.writer.persist()?;
+        let counts = &self.writer.state.counts;
+        let p = &self.writer.progress;
+        p.messages.store(counts.read, Ordering::Relaxed);
+        p.bytes.store(counts.bytes, Ordering::Relaxed);
+        p.position.store(seq, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// What becomes of the record at `seq`: its original fetched, checked against it and
+    /// settled through the writer. Err: the redrive cannot go on (broker, sink, DLQ).
+    fn fate(&mut self, seq: u64, data: &[u8]) -> Result<Fate, String> {
+        let source = &self.cfg.nats.stream;
+        let record = match parse_record(data) {
+            Ok(r) => r,
+            Err(why) => {
+                self.writer.state.counts.kept += 1;
+                return Ok(Fate::Keep(format!("not a dead-letter record ({why})")));
+            }
+        };
+        if !self.opts.filter.wants(&record) {
+            return Ok(Fate::Skipped);
+        }
+        let counts = &mut self.writer.state.counts;
+        if record.stream != *source {
+            counts.read += 1;
+            counts.kept += 1;
+            return Ok(Fate::Keep(format!(
+                "it names stream {}, not the configured stream {source}: nothing read",
+                PeerText::new(&record.stream)
+            )));
+        }
+        let (n, inc) = (record.sequence, &record.incarnation);
+        if !inc.is_empty() && **inc != *self.incarnation {
+            counts.read += 1;
+            counts.original_missing += 1;
+            return Ok(Fate::Keep(format!(
+                "original {source} sequence {n} is gone: the stream was created again since \
+                 the record (incarnation {} then, {} now)",
+                PeerText::new(inc),
+                self.incarnation
+            )));
+        }
+        let timeout = self.opts.replay.timeout;
+        let fetched =
+            dead_letter::fetch_stored(&self.nc, source, n, timeout, MAX_ORIGINAL_ANSWER_BYTES)?;
+        let Some(stored) = fetched else {
+            counts.read += 1;
+            counts.original_missing += 1;
+            return Ok(Fate::Keep(format!(
+                "original {source} sequence {n} is no longer in the stream"
+            )));
+        };
+        if let Some(why) = self.foreign(&record, &stored) {
+            let counts = &mut self.writer.state.counts;
+            counts.read += 1;
+            counts.kept += 1;
+            return Ok(Fate::Keep(format!("{source} sequence {n} {why}")));
+        }
+        self.writer.state.counts.bytes += stored.data.len() as u64;
+        let raw = self.raw_message(&record, stored);
+        self.settle(seq, &raw)
+    }
+
+    /// Why the stored message is not the record's original, if it is not.
+    fn foreign(&self, record: &Record, stored: &StoredOriginal) -> Option<&'static str> {
+        if stored.subject != record.subject {
+            return Some("holds a message of another subject than the record's");
+        }
+        if !self.subjects.iter().any(|p| p.matches(&stored.subject)) {
+            return Some("holds a message outside nats.subjects");
+        }
+        match &record.sha256 {
+            Some(digest) if !digest.eq_ignore_ascii_case(&hex_sha256(&stored.data)) => {
+                Some("holds a payload whose SHA-256 is not the record's")
+            }
+            _ => None,
+        }
+    }
+
+    /// The original as `svc run` would have read it (the configured durable's name, the
+    /// record's consumer sequence and delivery count).
+    fn raw_message(&self, record: &Record, stored: StoredOriginal) -> RawMessage {
+        let (map, unreadable) = if stored.headers.is_empty() {
+            (None, None)
+        } else {
+            let (map, why) = nats::header::read_headers(&stored.headers);
+            (Some(map), why)
+        };
+        let header_block = map.as_ref().map_or_else(HeaderBlock::default, |h| {
+            let counted = h.counted();
+            HeaderBlock {
+                lines: counted.lines,
+                bytes: counted.bytes,
+            }
+        });
+        let headers = map
+            .filter(|_| unreadable.is_none())
+            .map(|h| {
+                h.iter()
+                    .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.clone())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        RawMessage {
+            subject: stored.subject,
+            stream: Arc::from(self.cfg.nats.stream.as_str()),
+            stream_incarnation: self.incarnation.clone(),
+            consumer: Arc::from(self.cfg.nats.consumer.as_str()),
+            stream_sequence: record.sequence,
+            consumer_sequence: record.consumer_sequence,
+            delivery_count: record.delivery_count,
+            published_unix_nanos: stored.published_unix_nanos,
+            headers,
+            data: stored.data,
+            unreadable,
+            header_block,
+        }
+    }
+
+    /// Normalizes the original and settles it through the writer; the record goes once the
+    /// message is stored, already present, or dead-lettered anew under another sequence.
+    fn settle(&mut self, seq: u64, raw: &RawMessage) -> Result<Fate, String> {
+        let item = self
+            .normalizer
+            .prepare(raw, now_unix_nanos(), None, &mut self.ages)
+            .map_err(|r| (r, None));
+        let before = self.writer.state.counts;
+        self.writer.redrive_of = Some(seq);
+        self.writer.last_dead_letter = None;
+        self.writer.settle(PreparedBatch {
+            id: raw.stream_sequence,
+            items: vec![item],
+        })?;
+        let after = self.writer.state.counts;
+        if after.stored > before.stored || after.already_present > before.already_present {
+            return Ok(Fate::Remove);
+        }
+        if after.dead_lettered > before.dead_lettered {
+            return Ok(match self.writer.last_dead_letter {
+                Some(s) if s == seq => Fate::Keep(
+                    "refused again, and the dead-letter stream answered with this record".into(),
+                ),
+                _ => Fate::Remove,
+            });
+        }
+        Ok(if self.writer.file.is_none() {
+            Fate::Skipped
+        } else {
+            Fate::Keep("refused again and not dead-lettered".into())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn records_are_read_only_when_whole_and_bounded() {
+        let good = json!({"schema": DEAD_LETTER_SCHEMA,
+            "failure": {"stage": "size_policy", "reason": "payload_too_large"},
+            "original": {"subject": "orders.a", "stream": "ORDERS", "stream_sequence": 7,
+                         "stream_incarnation": "20261128T000000Z", "consumer_sequence": 3,
+                         "delivery_count": 2},
+            "payload": {"sha256": "ab", "size_bytes": 2}});
+        let r = parse_record(good.to_string().as_bytes()).unwrap();
+        assert_eq!((r.sequence, r.stream.as_str()), (7, "ORDERS"));
+        assert_eq!(r.sha256.as_deref(), Some("ab"));
+        let filter = Filter {
+            reason: Some("payload_too_large".into()),
+            class: Some("size_policy".into()),
+            subject: SubjectPattern::parse("orders.*").ok(),
+        };
+        assert!(filter.wants(&r));
+        let other = Filter {
+            class: Some("sink".into()),
+            ..Filter::default()
+        };
+        assert!(!other.wants(&r));
+        for (mut bad, why) in [
+            (good.clone(), "original.stream_sequence"),
+            (good.clone(), "original.stream missing"),
+            (good.clone(), "schema"),
+        ] {
+            match why {
+                "schema" => bad["schema"] = json!("svc.other"),
+                "original.stream missing" => bad["original"]["stream"] = json!(5),
+                _ => bad["original"]["stream_sequence"] = json!(0),
+            }
+            let e = parse_record(bad.to_string().as_bytes()).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
+        let huge = vec![b' '; MAX_RECORD_BYTES + 1];
+        assert!(parse_record(&huge).is_err());
+        assert!(Filter::default().key().contains("reason=* class=*"));
+    }
+}

@@ -1,0 +1,358 @@
+//! `svc dlq redrive` and `svc replay --fanout-child` against a real nats-server and real sinks:
+//! dead letters of `svc run` (a size refusal) redriven before the cause is fixed are
+//! dead-lettered anew (their old records removed), and after it is fixed land in a file sink
+//! and in PostgreSQL, leaving the dead-letter stream empty; `--dry-run` changes nothing; a
+//! record whose original was purged is reported and kept; a forged record naming another
+//! stream never makes the redrive read that stream; a replay with `--fanout-child` stores into
+//! that child only.
+
+#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::broker::*;
+use crate::support::process::*;
+use crate::support::*;
+use serde_json::{json, Value};
+
+const STREAM: &str = "ORDERS";
+const CONSUMER: &str = "svc";
+const DLQ: &str = "DLQ";
+
+/// A configuration with `sink`; `size_limit`: the size policy that refuses the large messages.
+fn config(server: &NatsServer, sink: Value, size_limit: Option<u64>) -> Value {
+    let mut cfg = json!({
+        "nats": {"url": server.url(), "stream": STREAM, "consumer": CONSUMER,
+                 "subject": "orders.>"},
+        "delivery": {"batch_size": 4, "fetch_expiry_ms": 200, "max_in_flight_batches": 4,
+                     "max_batch_wait_ms": 20, "shutdown_timeout_seconds": 10},
+        "sink": sink,
+        "dead_letter": {"enabled": true, "subject": "dlq.orders", "expected_stream": DLQ},
+        "logging": {"level": "warn"}
+    });
+    if let Some(limit) = size_limit {
+        cfg["size_policy"] = json!({"enabled": true, "max_payload_bytes": limit});
+    }
+    cfg
+}
+
+fn file_sink(dir: &Path) -> Value {
+    json!({"type": "file", "directory": dir})
+}
+
+/// Six messages: sequences 1, 3 and 5 are 100 bytes (refused by a 50-byte size policy).
+fn setup() -> NatsServer {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_stream(DLQ, &["dlq.orders"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    server.publish_n(STREAM, "orders.created", 6, |i| {
+        if i % 2 == 0 {
+            format!("{{\"big\":\"{}\"}}", "x".repeat(90)).into_bytes()
+        } else {
+            format!("{{\"n\":{i}}}").into_bytes()
+        }
+    });
+    server
+}
+
+/// `svc run` with `cfg` until the three refusals are in the dead-letter stream.
+fn dead_letters_from_the_runner(server: &NatsServer, dir: &Path, cfg: &Path) {
+    let mut runner = Runner::start(cfg, &dir.join("run.log"));
+    wait_until(Duration::from_secs(20), "3 dead letters", || {
+        server.stream_messages(DLQ) == 3
+    });
+    wait_until(
+        Duration::from_secs(20),
+        "every message acknowledged",
+        || {
+            server.consumer_state(STREAM, CONSUMER).1 == 0
+                && server.consumer_state(STREAM, CONSUMER).0 == 6
+        },
+    );
+    runner.signal("TERM");
+    let status = runner.wait_timeout(Duration::from_secs(20)).unwrap();
+    assert!(status.success(), "{}", runner.log_text());
+}
+
+/// The stream sequences of the records a per_event file sink holds.
+fn stored(out: &Path) -> Vec<u64> {
+    let mut seqs: Vec<u64> = files_below(out)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| {
+            let v: Value = serde_json::from_slice(&std::fs::read(out.join(&p)).unwrap()).unwrap();
+            v["stream_sequence"].as_u64().unwrap()
+        })
+        .collect();
+    seqs.sort_unstable();
+    seqs
+}
+
+fn redrive(cfg: &Path, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["dlq", "redrive", cfg.to_str().unwrap()];
+    all.extend_from_slice(args);
+    svc(&all)
+}
+
+/// The records the dead-letter stream holds (sequence, record), read by the admin.
+fn records(server: &NatsServer) -> Vec<(u64, Value)> {
+    use base64::Engine;
+    let nc = server.connect();
+    let info = server.js().stream_info(DLQ).unwrap();
+    let mut out = Vec::new();
+    for seq in info.state.first_seq..=info.state.last_seq {
+        let reply = nc
+            .request(
+                &format!("$JS.API.STREAM.MSG.GET.{DLQ}"),
+                json!({ "seq": seq }).to_string(),
+            )
+            .unwrap();
+        let v: Value = serde_json::from_slice(&reply.data).unwrap();
+        let Some(data) = v["message"]["data"].as_str() else {
+            continue;
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap();
+        out.push((seq, serde_json::from_slice(&bytes).unwrap()));
+    }
+    out
+}
+
+/// Redriven before the cause is fixed, each message is refused again: a new record (marked
+/// replayed, naming the old one) replaces the old, exit 3. After the fix (the size policy
+/// lifted), every dead letter is stored and the stream is empty, exit 0.
+fn redrive_after_the_fix(sink: impl Fn(&Path) -> Value, stored_in: impl Fn(&Path) -> Vec<u64>) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = setup();
+    let out = dir.path().join("out");
+    let stored_seqs = || stored_in(&out);
+    let broken = write_config(
+        dir.path(),
+        "broken.json",
+        &config(&server, sink(&out), Some(50)),
+    );
+    dead_letters_from_the_runner(&server, dir.path(), &broken);
+    assert_eq!(stored_seqs(), vec![2, 4, 6]);
+    let before: Vec<u64> = records(&server).iter().map(|r| r.0).collect();
+    assert_eq!(before, vec![1, 2, 3]);
+
+    let (code, stdout, err) = redrive(&broken, &[]);
+    assert_eq!(code, 3, "{stdout}{err}");
+    assert!(
+        stdout.contains(
+            "redrive: read 3, stored 0, already present 0, refused by governance 3, refused by \
+             the sink 0, dead-lettered 3, original missing 0, kept 0, removed 3"
+        ),
+        "{stdout}"
+    );
+    let again = records(&server);
+    assert_eq!(again.len(), 3, "{again:?}");
+    for ((seq, record), old) in again.iter().zip(&before) {
+        assert!(*seq > 3, "the old records are gone: {again:?}");
+        assert_eq!(record["redriven_from"], json!(old), "{record}");
+        assert_eq!(record["replayed"], json!(true), "{record}");
+    }
+
+    let fixed = write_config(dir.path(), "fixed.json", &config(&server, sink(&out), None));
+    let (code, stdout, err) = redrive(&fixed, &[]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(
+        stdout.contains("read 3, stored 3, already present 0"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("removed 3"), "{stdout}");
+    assert_eq!(
+        server.stream_messages(DLQ),
+        0,
+        "the dead-letter stream is empty"
+    );
+    assert_eq!(
+        stored_seqs(),
+        (1..=6).collect::<Vec<_>>(),
+        "each message once"
+    );
+    let (code, stdout, _) = redrive(&fixed, &[]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("redrive: read 0, stored 0"), "{stdout}");
+}
+
+#[test]
+fn a_redrive_after_the_fix_delivers_every_dead_letter_into_a_file_sink() {
+    redrive_after_the_fix(file_sink, stored);
+}
+
+#[test]
+fn a_redrive_after_the_fix_delivers_every_dead_letter_into_postgresql() {
+    use crate::support::postgres::TestDb;
+    let db = TestDb::new("redrive");
+    redrive_after_the_fix(
+        |_| db.sink(json!({"auto_create_tables": true})),
+        |_| {
+            db.rows("SELECT stream_sequence FROM events ORDER BY stream_sequence")
+                .iter()
+                .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+                .collect()
+        },
+    );
+}
+
+/// `--dry-run` writes and removes nothing; a record whose original was purged is reported by
+/// sequence and kept (exit 3) while the others are delivered and removed; a forged record
+/// naming another stream is kept and that stream is never read; filters select records.
+#[test]
+fn dry_run_changes_nothing_and_a_purged_original_is_reported_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = setup();
+    let out = dir.path().join("out");
+    let broken = write_config(
+        dir.path(),
+        "broken.json",
+        &config(&server, file_sink(&out), Some(50)),
+    );
+    let (code, stdout, err) = svc(&["replay", broken.to_str().unwrap()]);
+    assert_eq!(code, 3, "{stdout}{err}");
+    assert_eq!(server.stream_messages(DLQ), 3);
+    // A forged record, as anyone allowed to publish on the dead-letter subject can write.
+    server.create_stream("SECRETS", &["secrets.>"]);
+    server.publish_n("SECRETS", "secrets.key", 3, |_| b"{\"secret\":1}".to_vec());
+    let forged = json!({"schema": "svc.dead-letter.v1",
+        "failure": {"stage": "size_policy", "reason": "payload_too_large"},
+        "original": {"subject": "secrets.key", "stream": "SECRETS", "stream_sequence": 2}});
+    let nc = server.connect();
+    nc.publish("dlq.orders", forged.to_string()).unwrap();
+    nc.flush().unwrap();
+    wait_until(Duration::from_secs(10), "forged record", || {
+        server.stream_messages(DLQ) == 4
+    });
+
+    let fixed_out = dir.path().join("fixed-out");
+    let fixed = write_config(
+        dir.path(),
+        "fixed.json",
+        &config(&server, file_sink(&fixed_out), None),
+    );
+    let (code, stdout, err) = redrive(&fixed, &["--dry-run", "--class", "size_policy"]);
+    assert_eq!(code, 3, "{stdout}{err}");
+    assert!(
+        stdout.contains("read 4, would store 3, already present 0"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("kept 1, removed 0"), "{stdout}");
+    assert!(
+        err.contains("names stream SECRETS, not the configured stream ORDERS"),
+        "{err}"
+    );
+    assert_eq!(server.stream_messages(DLQ), 4, "a dry run removes nothing");
+    assert!(
+        files_below(&fixed_out).is_empty(),
+        "a dry run writes nothing"
+    );
+    assert!(!fixed.with_file_name("fixed.json.redrive-state").exists());
+
+    // Another filter is another redrive: its own state file (as replay's ranges).
+    let other_state = dir.path().join("other.state");
+    let (code, stdout, _) = redrive(
+        &fixed,
+        &[
+            "--reason",
+            "no_such_reason",
+            "--state",
+            other_state.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("redrive: read 0,"), "{stdout}");
+    assert_eq!(server.stream_messages(DLQ), 4);
+
+    // The original of the first record (stream sequence 1) is purged.
+    let reply = nc
+        .request(
+            &format!("$JS.API.STREAM.MSG.DELETE.{STREAM}"),
+            json!({"seq": 1}).to_string(),
+        )
+        .unwrap();
+    assert!(String::from_utf8_lossy(&reply.data).contains("true"));
+    let (code, stdout, err) = redrive(&fixed, &[]);
+    assert_eq!(code, 3, "{stdout}{err}");
+    assert!(
+        stdout.contains("read 4, stored 2, already present 0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("original missing 1, kept 1, removed 2"),
+        "{stdout}"
+    );
+    assert!(
+        err.contains("original ORDERS sequence 1 is no longer in the stream"),
+        "{err}"
+    );
+    assert_eq!(stored(&fixed_out), vec![3, 5]);
+    let left = records(&server);
+    let originals: Vec<(String, u64)> = left
+        .iter()
+        .map(|(_, r)| {
+            (
+                r["original"]["stream"].as_str().unwrap().to_string(),
+                r["original"]["stream_sequence"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        originals,
+        vec![("ORDERS".to_string(), 1), ("SECRETS".to_string(), 2)],
+        "the purged one's record and the forged one are kept"
+    );
+    for f in files_below(&fixed_out) {
+        let text = std::fs::read_to_string(fixed_out.join(f)).unwrap();
+        assert!(!text.contains("secret"), "another stream was read: {text}");
+    }
+}
+
+/// `--fanout-child NAME` stores into that child only; an unknown child, or a sink that is not a
+/// fan-out, is refused naming the flag and the children.
+#[test]
+fn a_replay_with_fanout_child_stores_only_into_that_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    server.publish_n(STREAM, "orders.created", 8, |i| {
+        format!("{{\"n\":{i}}}").into_bytes()
+    });
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let mut value = config(&server, json!({}), None);
+    value["sink"] = json!({"type": "fanout", "sinks": {
+        "archive": file_sink(&a), "restored": file_sink(&b)}});
+    let cfg = write_config(dir.path(), "svc.json", &value);
+    let (code, stdout, err) = svc(&[
+        "replay",
+        cfg.to_str().unwrap(),
+        "--fanout-child",
+        "restored",
+    ]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(stdout.contains("read 8, stored 8"), "{stdout}");
+    assert_eq!(stored(&b), (1..=8).collect::<Vec<_>>());
+    assert!(files_below(&a).is_empty(), "the other child got nothing");
+
+    let (code, _, err) = svc(&["replay", cfg.to_str().unwrap(), "--fanout-child", "nope"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--fanout-child nope: ") && err.contains("archive, restored"),
+        "{err}"
+    );
+    let plain = write_config(
+        dir.path(),
+        "plain.json",
+        &config(&server, file_sink(&a), None),
+    );
+    let (code, _, err) = svc(&["replay", plain.to_str().unwrap(), "--fanout-child", "a"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--fanout-child a: ") && err.contains("not fanout"),
+        "{err}"
+    );
+}
