@@ -337,3 +337,174 @@ fn tls_verify_full_sends_full_sha2_authentication_only_to_the_right_server() {
         "nothing sent to a server without tls"
     );
 }
+
+/// An RSA key pair made by `openssl` in `dir` (`key.pem`, `pub.pem`) of `bits` bits.
+fn rsa_key(dir: &std::path::Path, bits: u32) -> Vec<u8> {
+    crate::support::certs::openssl(
+        dir,
+        &[
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            &format!("rsa_keygen_bits:{bits}"),
+            "-out",
+            "key.pem",
+        ],
+    );
+    crate::support::certs::openssl(
+        dir,
+        &["pkey", "-in", "key.pem", "-pubout", "-out", "pub.pem"],
+    );
+    std::fs::read(dir.join("pub.pem")).unwrap()
+}
+
+fn rsa_policy() -> AuthPolicy {
+    AuthPolicy {
+        rsa_key_exchange: true,
+        ..AuthPolicy::parse("caching_sha2_password").unwrap()
+    }
+}
+
+fn connect_with(fake: &Fake, policy: &AuthPolicy) -> Result<Connection, DbError> {
+    let mut p = my_params("db", "app");
+    p.port = fake.port;
+    Connection::connect(&p, policy, Some(PASSWORD.as_bytes()))
+}
+
+/// With `allow_rsa_key_exchange`, full authentication over plain TCP asks for the server's
+/// key and sends the password sealed to it: `openssl pkeyutl` (RSA-OAEP, SHA-1) opens it to
+/// (password + NUL) XOR the nonce, as MySQL's server expects; the password never crosses
+/// in clear.
+#[test]
+fn rsa_key_exchange_seals_the_password_to_the_servers_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let public = rsa_key(dir.path(), 2048);
+    let sealed_path = dir.path().join("sealed.bin");
+    let out = sealed_path.clone();
+    let fake = Fake::start(move |peer| {
+        peer.send(0, &handshake("caching_sha2_password"));
+        peer.read().unwrap();
+        peer.send(2, &[0x01, 0x04]);
+        assert_eq!(peer.read().unwrap(), [0x02], "public key request");
+        peer.send(4, &[&[0x01][..], &public].concat());
+        let sealed = peer.read().unwrap();
+        std::fs::write(&out, &sealed).unwrap();
+        peer.send(6, &ok());
+        peer.read().expect("SET NAMES");
+        peer.send(1, &ok());
+    });
+    let c = connect_with(&fake, &rsa_policy()).unwrap();
+    drop(c);
+    let seen = fake.finish();
+    assert!(!contains(&seen, PASSWORD.as_bytes()), "password in clear");
+    let sealed = std::fs::read(&sealed_path).unwrap();
+    assert_eq!(sealed.len(), 256);
+    let opened = std::process::Command::new("openssl")
+        .current_dir(dir.path())
+        .args([
+            "pkeyutl",
+            "-decrypt",
+            "-inkey",
+            "key.pem",
+            "-in",
+            "sealed.bin",
+        ])
+        .args([
+            "-pkeyopt",
+            "rsa_padding_mode:oaep",
+            "-pkeyopt",
+            "rsa_oaep_md:sha1",
+        ])
+        .args(["-pkeyopt", "rsa_mgf1_md:sha1"])
+        .output()
+        .unwrap();
+    assert!(
+        opened.status.success(),
+        "{}",
+        String::from_utf8_lossy(&opened.stderr)
+    );
+    let expected: Vec<u8> = PASSWORD
+        .bytes()
+        .chain([0])
+        .enumerate()
+        .map(|(i, b)| b ^ NONCE[i % 20])
+        .collect();
+    assert_eq!(opened.stdout, expected);
+}
+
+/// Without the flag nothing asks for the key; with it, a weak, malformed or unasked-for key,
+/// or a second full-authentication request, is refused before the password leaves.
+#[test]
+fn rsa_key_exchange_refuses_weak_malformed_and_unasked_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let weak = rsa_key(dir.path(), 1024);
+    let good = rsa_key(dir.path(), 2048);
+    let garbage = b"-----BEGIN PUBLIC KEY-----\nMIIB\x1b[2J\n-----END PUBLIC KEY-----\n".to_vec();
+    let cases: Vec<(&str, Vec<Vec<u8>>, &str)> = vec![
+        (
+            "weak key",
+            vec![[&[1u8][..], &weak].concat()],
+            "at least 2048",
+        ),
+        (
+            "control bytes",
+            vec![[&[1u8][..], &garbage].concat()],
+            "base64",
+        ),
+        (
+            "not a key",
+            vec![b"\x01-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n".to_vec()],
+            "malformed",
+        ),
+        ("full twice", vec![vec![1, 4]], "twice"),
+        ("fast after request", vec![vec![1, 3]], "unexpected"),
+        (
+            "oversized key",
+            vec![[&[1u8][..], b"-----BEGIN ", &vec![b'A'; 9000]].concat()],
+            "larger than",
+        ),
+    ];
+    for (what, replies, wanted) in cases {
+        let fake = Fake::start(move |peer| {
+            peer.send(0, &handshake("caching_sha2_password"));
+            peer.read().unwrap();
+            peer.send(2, &[0x01, 0x04]);
+            assert_eq!(peer.read().unwrap(), [0x02]);
+            for (i, r) in replies.iter().enumerate() {
+                peer.send(4 + i as u8, r);
+            }
+        });
+        let e = connect_with(&fake, &rsa_policy()).unwrap_err();
+        let shown = assert_clean(&e);
+        assert!(shown.contains(wanted), "{what}: {shown}");
+        let seen = fake.finish();
+        assert!(!contains(&seen, PASSWORD.as_bytes()), "{what}");
+        // Nothing went out after the key request.
+        assert!(seen.ends_with(&[1, 0, 0, 3, 2]), "{what}: {seen:?}");
+    }
+    // A key the client did not ask for (the server sends it at once) is refused, as is the
+    // flag off: no key request at all.
+    for (policy, first) in [
+        (rsa_policy(), [&[1u8][..], &good].concat()),
+        (
+            AuthPolicy::parse("caching_sha2_password").unwrap(),
+            vec![1, 4],
+        ),
+    ] {
+        let fake = Fake::start(move |peer| {
+            peer.send(0, &handshake("caching_sha2_password"));
+            peer.read().unwrap();
+            peer.send(2, &first);
+        });
+        let e = connect_with(&fake, &policy).unwrap_err();
+        let shown = assert_clean(&e);
+        assert!(
+            shown.contains("unexpected") || shown.contains("allow_rsa_key_exchange"),
+            "{shown}"
+        );
+        let seen = fake.finish();
+        assert!(!contains(&seen, PASSWORD.as_bytes()));
+        assert!(!seen.ends_with(&[1, 0, 0, 3, 2]), "the key was requested");
+    }
+}

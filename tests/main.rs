@@ -12,7 +12,8 @@
 //! - sinks: `object_store_sink`, `object_store_e2e`, `aws_credentials`, `http_sink`,
 //!   `relational`, `relational_client` (the PostgreSQL client and sink on the local server),
 //!   `relational_cluster` (password authentication and TLS on a private server),
-//!   `mysql_client`, `mysql_sink` (the MySQL engine on the local MariaDB),
+//!   `mysql_client`, `mysql_sink` (the MySQL engine on the local MariaDB), `mysql_private`
+//!   (TLS and authentication plugins on a private MariaDB),
 //!   `payload_protection`, `payload_protection_sinks`
 //! - hostile peers: `hostile_nats`, `hostile_postgres`, `hostile_mysql`, `hostile_store`, `hostile_http`,
 //!   `hostile_receivers`
@@ -67,6 +68,7 @@ mod layers;
 mod log_hygiene;
 mod logging_format;
 mod mysql_client;
+mod mysql_private;
 mod mysql_sink;
 mod object_store_e2e;
 mod object_store_sink;

@@ -6,7 +6,9 @@ use std::process::Command;
 
 use crate::support::mysql::{my_params, MyDb};
 use crate::support::python::python;
-use svc::sink::relational::mysql::auth::{scramble_caching_sha2, scramble_native};
+use svc::sink::relational::mysql::auth::{
+    rsa_encrypt_password, scramble_caching_sha2, scramble_native,
+};
 use svc::sink::relational::mysql::{AuthPolicy, Connection};
 use svc::sink::relational::wire::DbError;
 
@@ -153,4 +155,70 @@ fn scrambles_match_pymysql() {
             sha2
         );
     }
+}
+
+/// `caching_sha2_password` over plain TCP with `allow_rsa_key_exchange`: what the client seals
+/// to a server's RSA key, opened by Python's `cryptography` with the padding PyMySQL's
+/// `sha2_rsa_encrypt` uses (OAEP, SHA-1, MGF1-SHA-1), equals PyMySQL's
+/// `_xor_password(password + NUL, nonce)`; and PyMySQL's own sealing opens the same way, so
+/// the two agree on the whole construction.
+#[test]
+fn rsa_sealed_password_matches_pymysql() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key.pem");
+    let gen = "import sys\n\
+        from cryptography.hazmat.primitives.asymmetric import rsa\n\
+        from cryptography.hazmat.primitives import serialization as s\n\
+        k = rsa.generate_private_key(public_exponent=65537, key_size=2048)\n\
+        open(sys.argv[1], 'wb').write(k.private_bytes(s.Encoding.PEM, s.PrivateFormat.PKCS8, s.NoEncryption()))\n\
+        sys.stdout.buffer.write(k.public_key().public_bytes(s.Encoding.PEM, s.PublicFormat.SubjectPublicKeyInfo))\n";
+    let out = Command::new(python())
+        .args(["-c", gen])
+        .arg(&key)
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "cryptography (scripts/deps.sh installs it): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let public = out.stdout;
+    let mut script = String::from(
+        "import sys, pymysql._auth as a\n\
+         from cryptography.hazmat.primitives import serialization as s, hashes\n\
+         from cryptography.hazmat.primitives.asymmetric import padding\n\
+         k = s.load_pem_private_key(open(sys.argv[1], 'rb').read(), None)\n\
+         pad = padding.OAEP(mgf=padding.MGF1(algorithm=hashes.SHA1()), algorithm=hashes.SHA1(), label=None)\n\
+         pub = k.public_key().public_bytes(s.Encoding.PEM, s.PublicFormat.SubjectPublicKeyInfo)\n",
+    );
+    let mut cases = Vec::new();
+    for i in 0..6u8 {
+        let pw = format!("pw-{i}-{}", "ü".repeat(i as usize * 7));
+        let nonce: Vec<u8> = (0..20u8)
+            .map(|b| b.wrapping_mul(53).wrapping_add(i))
+            .collect();
+        let sealed = rsa_encrypt_password(pw.as_bytes(), &nonce, &public).unwrap();
+        assert_eq!(sealed.len(), 256);
+        script.push_str(&format!(
+            "n = bytes.fromhex('{n}'); w = {pw:?}.encode()\n\
+             mine = k.decrypt(bytes.fromhex('{c}'), pad)\n\
+             theirs = k.decrypt(a.sha2_rsa_encrypt(w, n, pub), pad)\n\
+             print(mine == a._xor_password(w + b'\\0', n) == theirs)\n",
+            n = svc::text::hex::lower(&nonce),
+            c = svc::text::hex::lower(&sealed),
+        ));
+        cases.push(pw);
+    }
+    let out = Command::new(python())
+        .args(["-c", &script])
+        .arg(&key)
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "PyMySQL: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().collect::<Vec<_>>(), vec!["True"; cases.len()]);
 }

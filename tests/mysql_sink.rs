@@ -377,3 +377,119 @@ fn a_row_the_database_refuses_is_permanent_and_the_rest_commit() {
     assert!(matches!(&out[2], WriteOutcome::Permanent(_)), "{out:?}");
     assert_eq!(count(&db, "events"), 1);
 }
+
+/// The rows of `table` exported with the `mariadb` command-line client and the statement the
+/// docs show (`custody_export_sql`), as JSON lines; the file's path.
+fn export_rows(db: &MyDb, table: &str, dir: &std::path::Path) -> String {
+    use svc::sink::relational::config::TableName;
+    let sql = svc::sink::relational::my_sink::custody_export_sql(&TableName {
+        schema: None,
+        name: table.into(),
+    });
+    let out = std::process::Command::new("mariadb")
+        .args(["-h", "127.0.0.1", "-P", "3306", "-u", "root"])
+        .args([
+            "--batch",
+            "--raw",
+            "--skip-column-names",
+            "-D",
+            &db.name,
+            "-e",
+            &sql,
+        ])
+        .output()
+        .expect("the mariadb command-line client (scripts/deps.sh)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = dir.join(format!("{table}.jsonl"));
+    std::fs::write(&path, &out.stdout).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// Rows written with custody on verify with `svc verify-custody` from a `mariadb` export, as
+/// PostgreSQL rows do from `row_to_json`: byte-exact payloads (key order, `1.50`, `1e2`,
+/// numbers beyond a double), mission metadata, a wrapped text payload; a row changed in
+/// MariaDB afterwards is named by its stream sequence, exit 1.
+#[test]
+fn custody_sealed_rows_verify_from_a_mariadb_export() {
+    use crate::support::protection::{svc_env, B64, CUSTODY_KEY};
+    use base64::Engine as _;
+    use std::os::unix::fs::PermissionsExt;
+    use svc::message::protection::custody::{Custodian, CustodyConfig};
+    use svc::message::protection::keys::KeySource;
+
+    let db = MyDb::new("custody");
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("custody.key");
+    std::fs::write(&key, B64.encode(CUSTODY_KEY)).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let custodian = Custodian::load(&CustodyConfig {
+        enabled: true,
+        runner_id: "runner-test-1".into(),
+        hmac_key: Some(KeySource::File(key)),
+    })
+    .unwrap();
+    let raw: [&[u8]; 4] = [
+        br#"{"z":1,"a":1.50,"n":1e2,"big":123456789012345678901234567890,"s":"\u00e9\n'"}"#,
+        b"{\"k\":2}",
+        b"[1,2,3]",
+        b"plain text, wrapped",
+    ];
+    let mut batch: Vec<_> = raw
+        .iter()
+        .enumerate()
+        .map(|(i, p)| envelope("audit.x", i as u64 + 1, p))
+        .collect();
+    batch[1].mission_metadata = Some(json!({"mission": "m-1", "phase": "ops"}));
+    for (e, p) in batch.iter_mut().zip(raw) {
+        custodian.seal(e, p, 1_700_000_002_000_000_000);
+    }
+    assert!(batch[3].payload_info.wrapped);
+    let s = sink(&db, json!({}));
+    let out = s.write_batch(&batch);
+    assert!(out.iter().all(|o| *o == WriteOutcome::Durable), "{out:?}");
+
+    let cfg = crate::support::write_config(
+        dir.path(),
+        "c.json",
+        &json!({
+            "nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc",
+                     "subject": "audit.>"},
+            "sink": sink_cfg(&db, json!({})),
+            "custody": {"enabled": true, "runner_id": "runner-test-1",
+                        "hmac_key_env": "PP_CUSTODY_KEY"},
+        }),
+    );
+    let cfg = cfg.to_str().unwrap();
+    let file = export_rows(&db, "events", dir.path());
+    let (code, stdout, err) = svc_env(&["verify-custody", cfg, &file], None);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(
+        stdout.ends_with("4 intact, 0 altered, 0 unverifiable\n"),
+        "{stdout}"
+    );
+
+    // Changed in the database after writing: the row is named.
+    db.conn()
+        .query("UPDATE events SET classification = 'public' WHERE stream_sequence = 2")
+        .unwrap();
+    db.conn()
+        .query("UPDATE events SET payload = '{\"k\":3}' WHERE stream_sequence = 3")
+        .unwrap();
+    let file = export_rows(&db, "events", dir.path());
+    let (code, stdout, _) = svc_env(&["verify-custody", cfg, &file], None);
+    assert_eq!(code, 1, "{stdout}");
+    for seq in [2, 3] {
+        assert!(
+            stdout.contains(&format!("(stream ORDERS sequence {seq}): ALTERED")),
+            "{stdout}"
+        );
+    }
+    assert!(
+        stdout.ends_with("2 intact, 2 altered, 0 unverifiable\n"),
+        "{stdout}"
+    );
+}

@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod crash;
 pub mod http;
 pub mod kit;
+pub mod mariadb_private;
 pub mod moto;
 pub mod mysql;
 pub mod mysql_fake;

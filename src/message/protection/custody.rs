@@ -302,7 +302,7 @@ pub fn record_fields<'a>(stored: &Json<'a>) -> Result<Members<'a>, String> {
         ("original_format".into(), take("payload_original_format")),
         ("sha256".into(), take("payload_sha256")),
         ("size_bytes".into(), take("payload_size_bytes")),
-        ("wrapped".into(), take("payload_wrapped")),
+        ("wrapped".into(), boolean_column(take("payload_wrapped"))),
     ]);
     let security_labels = take("security_labels_json");
     let mission_metadata = take("mission_metadata_json");
@@ -314,6 +314,21 @@ pub fn record_fields<'a>(stored: &Json<'a>) -> Result<Members<'a>, String> {
     out.push(("metadata".into(), metadata));
     out.push(("custody".into(), custody));
     Ok(out)
+}
+
+/// A boolean column as MySQL exports it: `BOOLEAN` is `TINYINT(1)`, so 0 and 1 are false and
+/// true; any other value stays as it is (and does not verify).
+fn boolean_column(v: Json<'_>) -> Json<'_> {
+    if let Json::Number(_) = &v {
+        let mut text = Vec::new();
+        canonical::write(&mut text, &v);
+        match text.as_slice() {
+            b"0" => return Json::Bool(false),
+            b"1" => return Json::Bool(true),
+            _ => {}
+        }
+    }
+    v
 }
 
 /// The bytes the record digest covers: canonical JSON of `{"custody": ..., "record": ...}`,

@@ -139,6 +139,14 @@ fn file_records_objects_and_relational_rows_verify_alike() {
     let mut t = row.clone();
     t["payload_sha256"] = "ff".into();
     assert_eq!(verify(&c, &t), Verdict::Altered);
+    // A MySQL row: BOOLEAN is TINYINT(1), exported as 0/1; any other number does not verify.
+    let mut my = row.clone();
+    my["payload_wrapped"] = 0.into();
+    assert_eq!(verify(&c, &my), Verdict::Intact, "mysql row");
+    for other in [1, 2] {
+        my["payload_wrapped"] = other.into();
+        assert_eq!(verify(&c, &my), Verdict::Altered, "wrapped = {other}");
+    }
 }
 
 /// A number beyond what a double holds, edited in a sealed record: caught (it verified when

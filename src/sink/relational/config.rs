@@ -345,6 +345,17 @@ impl RelationalConfig {
                 AuthPolicy::default()
             }),
         };
+        if r.bool_or("allow_rsa_key_exchange", false) {
+            if engine != Engine::Mysql {
+                r.problem("allow_rsa_key_exchange", "is only used with engine mysql");
+            } else if !mysql_require_auth.caching_sha2 {
+                r.problem(
+                    "allow_rsa_key_exchange",
+                    "needs caching_sha2_password in sink.require_auth",
+                );
+            }
+            mysql_require_auth.rsa_key_exchange = true;
+        }
         if (require_auth.password || require_auth.md5) && password_env.is_none() {
             r.problem(
                 "require_auth",
@@ -534,6 +545,26 @@ mod tests {
         assert_eq!(c.engine, Engine::Mysql);
         assert_eq!((c.dsn.port, c.dsn.mysql), (3306, true));
         assert!(c.mysql_require_auth.caching_sha2 && !c.mysql_require_auth.native);
+        assert!(!c.mysql_require_auth.rsa_key_exchange, "off by default");
+        let (c, p) = read(
+            r#"{"engine":"mysql","dsn":"mariadb://svc@db.example/audit","table":"events",
+                "allow_rsa_key_exchange":true}"#,
+        );
+        assert!(
+            p.is_empty() && c.mysql_require_auth.rsa_key_exchange,
+            "{p:?}"
+        );
+        for bad in [
+            r#"{"engine":"mysql","dsn":"mysql://svc@db/x","table":"t","allow_rsa_key_exchange":true,
+                "require_auth":"mysql_native_password"}"#,
+            r#"{"dsn":"postgresql://svc@db/x","table":"t","allow_rsa_key_exchange":true}"#,
+        ] {
+            let (_, p) = read(bad);
+            assert!(
+                p.iter().any(|m| m.contains("sink.allow_rsa_key_exchange")),
+                "{p:?}"
+            );
+        }
         let (c, _) = read(r#"{"dsn":"postgresql://svc@db/x","table":"t"}"#);
         assert_eq!(c.engine, Engine::PostgreSql);
         let (_, p) = read(r#"{"engine":"mysql","dsn":"postgresql://svc@db/x","table":"t"}"#);

@@ -123,6 +123,32 @@ pub fn ddl(cfg: &RelationalConfig) -> String {
     out
 }
 
+/// The statement that exports a table's rows as JSON lines for `svc verify-custody` (as
+/// `row_to_json` does for PostgreSQL): one `JSON_OBJECT` per row with every column under its
+/// name, the JSON columns as JSON (`JSON_EXTRACT(c, '$')`, which MariaDB returns as the
+/// stored text) and `payload_wrapped` as a JSON boolean. Run it with
+/// `mariadb --batch --raw --skip-column-names` (docs/sinks/relational.md).
+pub fn custody_export_sql(t: &TableName) -> String {
+    let members: Vec<String> = COLUMNS
+        .iter()
+        .map(|(name, ty)| {
+            if ty.contains("JSON_VALID") {
+                format!("'{name}', JSON_EXTRACT({name}, '$')")
+            } else if *name == "payload_wrapped" {
+                format!("'{name}', {name} IS TRUE")
+            } else {
+                format!("'{name}', {name}")
+            }
+        })
+        .chain(std::iter::once("'stored_at', stored_at".to_string()))
+        .collect();
+    format!(
+        "SELECT JSON_OBJECT({}) FROM {} ORDER BY stream, stream_sequence",
+        members.join(", "),
+        table_sql(t)
+    )
+}
+
 /// `received_at` (RFC 3339) as a UTC `DATETIME(6)` literal body.
 fn datetime(rfc3339: &str) -> Result<String, String> {
     let t = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)

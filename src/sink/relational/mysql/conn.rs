@@ -57,6 +57,10 @@ struct AuthState<'a> {
     password: &'a [u8],
     tls: bool,
     switched: bool,
+    /// The client asked for the server's RSA key (`allow_rsa_key_exchange`, plain TCP).
+    key_requested: bool,
+    /// The client answered full authentication (the password over TLS or RSA-sealed).
+    full_sent: bool,
 }
 
 impl Connection {
@@ -170,6 +174,8 @@ impl Connection {
             password,
             tls: p.tls == TlsMode::VerifyFull,
             switched: false,
+            key_requested: false,
+            full_sent: false,
         };
         let mut body = login_head(caps);
         body.extend_from_slice(p.user.as_bytes());
@@ -238,30 +244,63 @@ impl Connection {
                 self.send_packet(&answer, seq)?;
                 Ok(false)
             }
-            Some(0x01) if st.plugin == Plugin::CachingSha2 => match packet.get(1..) {
-                Some([0x03]) => Ok(false), // fast authentication succeeded; OK follows
-                Some([0x04]) if st.tls => {
-                    // Full authentication: the password inside the verified TLS session.
-                    let mut clear = st.password.to_vec();
-                    clear.push(0);
-                    self.send_packet(&clear, seq)?;
-                    Ok(false)
-                }
-                Some([0x04]) => Err(DbError::Protocol(
-                    "caching_sha2_password full authentication needs tls (tls_mode \
-                     verify_full) or the server's RSA key, which this client does not use; \
-                     nothing was sent (log in once over tls to fill the server's cache)"
-                        .into(),
-                )),
-                _ => Err(DbError::Protocol(
-                    "unexpected caching_sha2_password data from the server".into(),
-                )),
-            },
+            Some(0x01) if st.plugin == Plugin::CachingSha2 => {
+                self.sha2_more_data(policy, st, &packet[1..], seq)
+            }
             Some(b) => Err(DbError::Protocol(format!(
                 "unexpected packet 0x{b:02x} during authentication"
             ))),
             None => Err(DbError::Protocol(
                 "empty packet during authentication".into(),
+            )),
+        }
+    }
+
+    /// `caching_sha2_password`'s "more data" packet: fast authentication succeeded (3), full
+    /// authentication needed (4: the password over TLS, or the RSA key asked for when
+    /// allowed), or the server's RSA key (PEM) after the client asked for it.
+    fn sha2_more_data(
+        &mut self,
+        policy: &AuthPolicy,
+        st: &mut AuthState<'_>,
+        data: &[u8],
+        seq: &mut u8,
+    ) -> Result<bool, DbError> {
+        match data {
+            // Fast authentication succeeded; OK follows.
+            [0x03] if !st.key_requested && !st.full_sent => Ok(false),
+            [0x04] if st.key_requested || st.full_sent => Err(DbError::Protocol(
+                "the server asked for full authentication twice".into(),
+            )),
+            [0x04] if st.tls => {
+                // Full authentication: the password inside the verified TLS session.
+                let mut clear = st.password.to_vec();
+                clear.push(0);
+                st.full_sent = true;
+                self.send_packet(&clear, seq)?;
+                Ok(false)
+            }
+            [0x04] if policy.rsa_key_exchange => {
+                // Ask for the server's public key (unauthenticated: see the module docs).
+                st.key_requested = true;
+                self.send_packet(&[0x02], seq)?;
+                Ok(false)
+            }
+            [0x04] => Err(DbError::Protocol(
+                "caching_sha2_password full authentication needs tls (tls_mode verify_full) \
+                 or the server's RSA key, which sink.allow_rsa_key_exchange does not allow; \
+                 nothing was sent (log in once over tls to fill the server's cache)"
+                    .into(),
+            )),
+            pem if st.key_requested && !st.full_sent && pem.starts_with(b"-----BEGIN ") => {
+                st.full_sent = true;
+                let sealed = super::auth::rsa_encrypt_password(st.password, &st.nonce, pem)
+                    .map_err(DbError::Protocol)?;
+                self.send_packet(&sealed, seq)?;
+                Ok(false)
+            }
+            _ => Err(DbError::Protocol(
+                "unexpected caching_sha2_password data from the server".into(),
             )),
         }
     }
