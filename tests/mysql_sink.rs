@@ -430,6 +430,7 @@ fn custody_sealed_rows_verify_from_a_mariadb_export() {
         enabled: true,
         runner_id: "runner-test-1".into(),
         hmac_key: Some(KeySource::File(key)),
+        checkpoints: Default::default(),
     })
     .unwrap();
     let raw: [&[u8]; 4] = [
