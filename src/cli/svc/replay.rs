@@ -268,8 +268,16 @@ fn fanout_child(mut cfg: RuntimeConfig, name: &str) -> Result<RuntimeConfig, Str
 /// as the `sink` block of a configuration), validated as a whole.
 pub(super) fn with_sink(config: &Path, sink_file: &Path) -> Result<RuntimeConfig, String> {
     use std::io::Read;
-    let read = |p: &Path| -> Result<String, String> {
-        let f = std::fs::File::open(p).map_err(|e| format!("cannot open {}: {e}", p.display()))?;
+    // The sink file: no link followed, no FIFO waited on (the configuration is opened as
+    // `svc run` opens it).
+    let read = |p: &Path, strict: bool| -> Result<String, String> {
+        let f = if strict {
+            crate::files::owner::open_regular(p)
+                .map(|(f, _)| f)
+                .map_err(|e| format!("{}: {e}", p.display()))?
+        } else {
+            std::fs::File::open(p).map_err(|e| format!("cannot open {}: {e}", p.display()))?
+        };
         let mut text = String::new();
         f.take(MAX_SINK_FILE_BYTES + 1)
             .read_to_string(&mut text)
@@ -279,15 +287,15 @@ pub(super) fn with_sink(config: &Path, sink_file: &Path) -> Result<RuntimeConfig
         }
         Ok(text)
     };
-    let sink: serde_json::Value =
-        serde_json::from_str(&read(sink_file)?).map_err(|e| format!("not valid JSON: {e}"))?;
+    let sink: serde_json::Value = serde_json::from_str(&read(sink_file, true)?)
+        .map_err(|e| format!("not valid JSON: {e}"))?;
     if !sink.is_object() {
         return Err(
             "must hold one JSON object: a sink block, e.g. {\"type\": \"file\", ...}".into(),
         );
     }
     let mut doc: serde_json::Value =
-        serde_json::from_str(&read(config)?).map_err(|e| format!("configuration: {e}"))?;
+        serde_json::from_str(&read(config, false)?).map_err(|e| format!("configuration: {e}"))?;
     doc["sink"] = sink;
     RuntimeConfig::parse(&doc.to_string()).map_err(|inv| {
         let lines: Vec<String> = inv.0.iter().map(|p| p.to_string()).collect();

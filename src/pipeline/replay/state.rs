@@ -94,11 +94,24 @@ impl StateFile {
     pub fn read(&self) -> Result<Option<State>, String> {
         use std::io::Read;
         let shown = self.path.display();
-        let file = match std::fs::File::open(&self.path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("replay state {shown}: cannot open: {e}")),
+        use crate::files::owner::{self, Refusal};
+        // Another account may write the directory: no link followed, no FIFO waited on, only
+        // a file of the service's user with one name and no access for others, as written.
+        let (file, stat) = match owner::open_regular(&self.path) {
+            Ok(opened) => opened,
+            Err(Refusal::Open(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("replay state {shown}: {e}")),
         };
+        owner::check_owner(&stat, false)
+            .and_then(|()| owner::check_single_link(&stat))
+            .map_err(|e| format!("replay state {shown}: {e}"))?;
+        if stat.st_mode & 0o077 != 0 {
+            return Err(format!(
+                "replay state {shown}: mode {:o} gives other accounts access; the runner writes \
+                 it 0600",
+                stat.st_mode & 0o7777
+            ));
+        }
         let mut text = Vec::new();
         file.take(MAX_STATE_BYTES + 1)
             .read_to_end(&mut text)
@@ -205,5 +218,43 @@ mod tests {
         bad.next_seq = 12;
         file.write(&bad).unwrap();
         assert!(file.read().unwrap_err().contains("outside the range"));
+    }
+
+    /// A state file another account planted (found by the attack on replay: a symlink to its
+    /// own file made `--resume` skip 14 messages, a FIFO blocked forever) is refused, never
+    /// read; only the service's own 0600 file with one name is.
+    #[test]
+    fn planted_state_files_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let at = |name: &str| StateFile {
+            path: dir.path().join(name),
+        };
+        let state = State {
+            schema: SCHEMA.into(),
+            range: key(),
+            last_seq: 20,
+            next_seq: 15,
+            done: false,
+            counts: Counts::default(),
+        };
+        let real = at("real");
+        real.write(&state).unwrap();
+        assert_eq!(real.read().unwrap(), Some(state));
+        std::os::unix::fs::symlink(&real.path, &at("link").path).unwrap();
+        assert!(at("link").read().unwrap_err().contains("symbolic link"));
+        std::fs::hard_link(&real.path, &at("second").path).unwrap();
+        assert!(real.read().unwrap_err().contains("has 2 hard links"));
+        std::fs::remove_file(&at("second").path).unwrap();
+        std::fs::set_permissions(&real.path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(real.read().unwrap_err().contains("mode 644"));
+        let fifo = at("fifo");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo.path,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        assert!(fifo.read().unwrap_err().contains("not a regular file"));
     }
 }
