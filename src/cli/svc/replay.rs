@@ -274,7 +274,7 @@ pub(super) fn with_sink(config: &Path, sink_file: &Path) -> Result<RuntimeConfig
         let f = if strict {
             crate::files::owner::open_regular(p)
                 .map(|(f, _)| f)
-                .map_err(|e| format!("{}: {e}", p.display()))?
+                .map_err(|e| e.to_string())?
         } else {
             std::fs::File::open(p).map_err(|e| format!("cannot open {}: {e}", p.display()))?
         };

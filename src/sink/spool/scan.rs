@@ -223,10 +223,11 @@ pub fn recover(
     }
     for (key_id, n) in &found.unknown_keys {
         log::error!(
-            "spool {}: {n} records are sealed under key id {key_id:?}, which is not \
+            "spool {}: {n} records are sealed under key id \"{}\", which is not \
              configured (spool.encryption.key_id or old_keys): they are kept, and the drain \
              stops at the first of them until the key is configured",
-            path.display()
+            path.display(),
+            crate::text::peer::PeerText::new(key_id)
         );
     }
     Ok(found)

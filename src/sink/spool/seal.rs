@@ -145,8 +145,9 @@ impl std::fmt::Display for OpenError {
         match self {
             OpenError::UnknownKey(id) => write!(
                 f,
-                "sealed under key id {id:?}, which is not configured (spool.encryption.key_id \
-                 or old_keys)"
+                "sealed under key id \"{}\", which is not configured (spool.encryption.key_id \
+                 or old_keys)",
+                crate::text::peer::PeerText::new(id)
             ),
             OpenError::Unencrypted => f.write_str(
                 "stored unencrypted (a spool of an older version, or one run with \
