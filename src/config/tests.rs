@@ -580,6 +580,17 @@ fn a_spool_without_keys_or_allow_unencrypted_is_refused() {
              unique",
         ]
     );
+    // An empty key id is refused, not read as "no encryption" (the attack on the spool's
+    // encryption: records were written in clear and validate said the config was valid).
+    let empty_id = format!(
+        r#"{{{NATS}, "sink": {{"type": "file", "directory": "/tmp/out"}},
+            "spool": {{"dir": "/s", "max_bytes": 1048576, "encryption": {{"key_id": "",
+                "key_file": "/k"}}}}}}"#
+    );
+    assert_eq!(
+        problems(&empty_id),
+        vec!["spool.encryption.key_id: must be 1 to 64 characters of A-Z a-z 0-9 _ - ."]
+    );
 }
 
 /// Without `delivery.sink_workers`, the HTTP sink gets enough workers to keep its request

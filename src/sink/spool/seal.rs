@@ -90,7 +90,9 @@ fn read_key(r: &mut ObjectReader<'_>) -> Option<SpoolKey> {
              service's user)",
         );
     }
-    if !key_id.is_empty() && !is_key_id(&key_id) {
+    // An empty id is refused, not taken for "no key": that turned encryption off without a
+    // word (found by the attack on this code).
+    if r.has("key_id") && !is_key_id(&key_id) {
         r.problem("key_id", "must be 1 to 64 characters of A-Z a-z 0-9 _ - .");
         return None;
     }
