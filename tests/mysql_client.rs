@@ -96,8 +96,12 @@ fn native_password_allowed_refused_and_wrong() {
     );
 }
 
+/// MariaDB's ed25519: allowed (the default list) it connects, the key MariaDB stores is the
+/// client's; not listed, it is refused before the signature leaves; a wrong password is the
+/// server's 28000.
 #[test]
-fn ed25519_accounts_are_refused_before_anything_is_sent() {
+fn ed25519_allowed_refused_and_wrong() {
+    use base64::Engine as _;
     let mut db = MyDb::new("ed");
     let mut admin = crate::support::mysql::root();
     if let Err(e) = admin.query("INSTALL SONAME 'auth_ed25519'") {
@@ -105,10 +109,28 @@ fn ed25519_accounts_are_refused_before_anything_is_sent() {
         assert!(e.to_string().contains("1968"), "install auth_ed25519: {e}");
     }
     let user = db.user("ed25519", "Ed-pw-1");
+    let stored = admin
+        .query(&format!(
+            "SELECT JSON_VALUE(priv, '$.authentication_string') FROM mysql.global_priv \
+             WHERE User = '{user}'"
+        ))
+        .unwrap()
+        .rows;
+    let ours = base64::engine::general_purpose::STANDARD_NO_PAD.encode(
+        svc::sink::relational::mysql::auth::ed25519_public_key(b"Ed-pw-1"),
+    );
+    assert_eq!(stored[0][0].as_deref(), Some(ours.as_str()));
     let p = my_params(&db.name, &user);
-    let e = Connection::connect(&p, &AuthPolicy::default(), Some(b"Ed-pw-1")).unwrap_err();
+    let mut c = Connection::connect(&p, &AuthPolicy::default(), Some(b"Ed-pw-1")).unwrap();
+    c.ping().unwrap();
+    let only = AuthPolicy::parse("client_ed25519").unwrap();
+    Connection::connect(&p, &only, Some(b"Ed-pw-1")).unwrap();
+    let e = Connection::connect(&p, &AuthPolicy::default(), Some(b"wrong")).unwrap_err();
+    assert_eq!(e.code(), Some("28000"), "{e}");
+    let native = AuthPolicy::parse("mysql_native_password").unwrap();
+    let e = Connection::connect(&p, &native, Some(b"Ed-pw-1")).unwrap_err();
     assert!(
-        e.to_string().contains("client_ed25519") && e.to_string().contains("never answers"),
+        e.to_string().contains("client_ed25519") && e.to_string().contains("does not allow"),
         "{e}"
     );
 }

@@ -139,17 +139,27 @@ fn tls_and_authentication_plugins_against_a_private_mariadb() {
     assert!(!out.contains(&WriteOutcome::Durable), "{out:?}");
     assert_eq!(stored(&db, 3), 0);
 
-    // MariaDB's ed25519: never answered (see docs/sinks/relational.md), whatever the list.
+    // MariaDB's ed25519: allowed by default (rows stored), refused when not listed.
     let s = sink(
         &db,
         "ed_user",
         "127.0.0.1",
         json!({"password_env": "SVC_TEST_MY_ED_PW"}),
     );
+    assert_eq!(
+        s.write_batch(&[envelope("a.b", 4, b"{}")]),
+        vec![WriteOutcome::Durable]
+    );
+    let s = sink(
+        &db,
+        "ed_user",
+        "127.0.0.1",
+        json!({"password_env": "SVC_TEST_MY_ED_PW", "require_auth": "mysql_native_password"}),
+    );
     let e = s.check().unwrap_err().to_string();
     assert_clean(&e);
     assert!(
-        e.contains("client_ed25519") && e.contains("never answers"),
+        e.contains("client_ed25519") && e.contains("does not allow"),
         "{e}"
     );
 

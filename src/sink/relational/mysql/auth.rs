@@ -8,9 +8,11 @@
 //! server sends when asked, [`rsa_encrypt_password`]) and `mysql_native_password` (MariaDB's
 //! and older MySQL's default: a SHA-1 scramble, SHA-1 from `ring`). Never supported, refused
 //! before anything is sent for them: cleartext plugins (`mysql_clear_password`, `dialog`,
-//! `sha256_password` outside TLS) and every other plugin (MariaDB's `client_ed25519`: its key
-//! is derived from SHA-512(password) used directly as the Ed25519 secret scalar, which `ring`
-//! cannot sign with, since ring takes a 32-byte seed and hashes it; `gssapi`...).
+//! `sha256_password` outside TLS) and every other plugin (`gssapi`, `unix_socket`...).
+//! MariaDB's `client_ed25519` is answered: an Ed25519 signature of the server's 32-byte nonce
+//! with the secret scalar and prefix taken from SHA-512(password) itself (not from a 32-byte
+//! seed, so `ring`, which only takes a seed, cannot make it; ed25519-dalek's `hazmat`
+//! `ExpandedSecretKey` does, [`sign_ed25519`], checked against the real MariaDB).
 //!
 //! The server's RSA key asked for over plain TCP is not authenticated: a man in the middle can
 //! send its own key and decrypt the password. Hence the flag is off by default and documented
@@ -29,6 +31,8 @@ use rsa::traits::PublicKeyParts;
 pub enum Plugin {
     CachingSha2,
     Native,
+    /// MariaDB's `client_ed25519` (server plugin `ed25519`).
+    Ed25519,
 }
 
 impl Plugin {
@@ -36,6 +40,7 @@ impl Plugin {
         match self {
             Plugin::CachingSha2 => "caching_sha2_password",
             Plugin::Native => "mysql_native_password",
+            Plugin::Ed25519 => "client_ed25519",
         }
     }
 
@@ -44,19 +49,27 @@ impl Plugin {
         match name {
             "caching_sha2_password" => Some(Plugin::CachingSha2),
             "mysql_native_password" => Some(Plugin::Native),
+            "client_ed25519" => Some(Plugin::Ed25519),
             _ => None,
         }
     }
 
     /// The answer to `nonce` for `password`; empty for an empty password (as the server
-    /// expects for an account without one).
+    /// expects for an account without one), except Ed25519's, which always signs.
     pub fn scramble(self, password: &[u8], nonce: &[u8]) -> Vec<u8> {
-        if password.is_empty() {
-            return Vec::new();
-        }
         match self {
+            Plugin::Ed25519 => sign_ed25519(password, nonce).to_vec(),
+            _ if password.is_empty() => Vec::new(),
             Plugin::CachingSha2 => scramble_caching_sha2(password, nonce),
             Plugin::Native => scramble_native(password, nonce),
+        }
+    }
+
+    /// The nonce length the plugin's authentication switch carries.
+    pub fn nonce_len(self) -> usize {
+        match self {
+            Plugin::Ed25519 => 32,
+            _ => 20,
         }
     }
 }
@@ -66,6 +79,7 @@ impl Plugin {
 pub struct AuthPolicy {
     pub caching_sha2: bool,
     pub native: bool,
+    pub ed25519: bool,
     /// `caching_sha2_password` full authentication over plain TCP with the RSA key the server
     /// sends when asked (`sink.allow_rsa_key_exchange`; off by default: a man in the middle
     /// can send its own key).
@@ -73,13 +87,14 @@ pub struct AuthPolicy {
 }
 
 impl Default for AuthPolicy {
-    /// Both challenge-response plugins: MariaDB has only `mysql_native_password`, MySQL 8
-    /// defaults to `caching_sha2_password`. A shop on MySQL 8 narrows it to
-    /// `caching_sha2_password`.
+    /// Every challenge-response plugin: MariaDB defaults to `mysql_native_password` (and offers
+    /// `ed25519`), MySQL 8 to `caching_sha2_password`. A shop narrows it to the plugin its
+    /// accounts use (e.g. `caching_sha2_password` on MySQL 8, `client_ed25519` on MariaDB).
     fn default() -> Self {
         AuthPolicy {
             caching_sha2: true,
             native: true,
+            ed25519: true,
             rsa_key_exchange: false,
         }
     }
@@ -91,23 +106,25 @@ impl AuthPolicy {
         let mut p = AuthPolicy {
             caching_sha2: false,
             native: false,
+            ed25519: false,
             rsa_key_exchange: false,
         };
         if text.trim().is_empty() {
             return Err("must name at least one plugin (caching_sha2_password, \
-                        mysql_native_password)");
+                        mysql_native_password, client_ed25519)");
         }
         for name in text.split(',') {
             let slot = match name.trim() {
                 "caching_sha2_password" => &mut p.caching_sha2,
                 "mysql_native_password" => &mut p.native,
+                "client_ed25519" | "ed25519" => &mut p.ed25519,
                 "mysql_clear_password" | "dialog" | "sha256_password" => {
                     return Err("cleartext plugins are never allowed (the password would \
                                 leave the client as it is)")
                 }
                 _ => {
                     return Err("must be a comma-separated list of caching_sha2_password, \
-                                mysql_native_password")
+                                mysql_native_password, client_ed25519")
                 }
             };
             if *slot {
@@ -122,10 +139,14 @@ impl AuthPolicy {
         match p {
             Plugin::CachingSha2 => self.caching_sha2,
             Plugin::Native => self.native,
+            Plugin::Ed25519 => self.ed25519,
         }
     }
 
-    /// The plugin offered first when the server's default is not allowed.
+    /// The plugin named in the handshake response when the server's default is not allowed:
+    /// the server then switches to the account's plugin, checked again. Never Ed25519 (its
+    /// nonce is the switch's 32 bytes, not the handshake's 20): with only `client_ed25519`
+    /// allowed, `mysql_native_password` is named with an empty answer, which reveals nothing.
     pub fn preferred(&self) -> Plugin {
         if self.caching_sha2 {
             Plugin::CachingSha2
@@ -135,7 +156,7 @@ impl AuthPolicy {
     }
 
     pub fn names(&self) -> String {
-        [Plugin::CachingSha2, Plugin::Native]
+        [Plugin::CachingSha2, Plugin::Native, Plugin::Ed25519]
             .into_iter()
             .filter(|p| self.allows(*p))
             .map(Plugin::name)
@@ -187,6 +208,28 @@ pub fn scramble_native(password: &[u8], nonce: &[u8]) -> Vec<u8> {
     let stage1 = sha1(&[password]);
     let stage2 = sha1(&[&stage1]);
     xor(&stage1, &sha1(&[nonce, &stage2]))
+}
+
+/// MariaDB's `client_ed25519`: the Ed25519 signature of `nonce` whose secret scalar (clamped)
+/// and nonce prefix are the two halves of SHA-512(password) (MariaDB's `crypto_sign` in
+/// plugin/auth_ed25519), the public key that scalar times the base point.
+pub fn sign_ed25519(password: &[u8], nonce: &[u8]) -> [u8; 64] {
+    use ed25519_dalek::hazmat::{raw_sign, ExpandedSecretKey};
+    let mut az = [0u8; 64];
+    az.copy_from_slice(digest::digest(&digest::SHA512, password).as_ref());
+    let esk = ExpandedSecretKey::from_bytes(&az);
+    az.fill(0);
+    let public = ed25519_dalek::VerifyingKey::from(&esk);
+    raw_sign::<sha2::Sha512>(&esk, nonce, &public).to_bytes()
+}
+
+/// The public key MariaDB stores for an ed25519 account (`PASSWORD('...')` of the `ed25519`
+/// plugin is its base64 without padding), for tests.
+pub fn ed25519_public_key(password: &[u8]) -> [u8; 32] {
+    let mut az = [0u8; 64];
+    az.copy_from_slice(digest::digest(&digest::SHA512, password).as_ref());
+    let esk = ed25519_dalek::hazmat::ExpandedSecretKey::from_bytes(&az);
+    ed25519_dalek::VerifyingKey::from(&esk).to_bytes()
 }
 
 /// `caching_sha2_password`: SHA256(password) XOR SHA256(SHA256(SHA256(password)) + nonce).
@@ -338,6 +381,7 @@ mod tests {
             AuthPolicy {
                 caching_sha2: true,
                 native: false,
+                ed25519: false,
                 rsa_key_exchange: false,
             }
         );

@@ -164,9 +164,10 @@ impl Connection {
     ) -> Result<(), DbError> {
         // The server's default plugin is a hint: when it is not allowed, the preferred allowed
         // plugin answers and the server switches to the account's plugin (checked again).
-        let plugin = policy
-            .check(&h.plugin)
-            .unwrap_or_else(|_| policy.preferred());
+        let plugin = match policy.check(&h.plugin) {
+            Ok(p) if p != Plugin::Ed25519 => p,
+            _ => policy.preferred(),
+        };
         let password = password.unwrap_or_default();
         let mut st = AuthState {
             plugin,
@@ -180,7 +181,13 @@ impl Connection {
         let mut body = login_head(caps);
         body.extend_from_slice(p.user.as_bytes());
         body.push(0);
-        let answer = plugin.scramble(password, &st.nonce);
+        // Only the preferred plugin may be named without being allowed (see `preferred`): it
+        // answers with nothing.
+        let answer = if policy.allows(plugin) {
+            plugin.scramble(password, &st.nonce)
+        } else {
+            Vec::new()
+        };
         pk::put_lenenc(&mut body, answer.len() as u64);
         body.extend_from_slice(&answer);
         if caps & pk::CLIENT_CONNECT_WITH_DB != 0 {
@@ -227,11 +234,17 @@ impl Connection {
                     String::from_utf8_lossy(&name[..name.len().min(pk::MAX_PLUGIN_NAME_BYTES)]);
                 let plugin = policy.check(&name).map_err(DbError::Protocol)?;
                 let data = c.rest();
-                let nonce = data.strip_suffix(&[0]).unwrap_or(data);
-                if nonce.len() != 20 {
+                // The challenge-response plugins' data ends with a NUL; Ed25519's 32 random
+                // bytes are all nonce.
+                let nonce = match plugin {
+                    Plugin::Ed25519 => data,
+                    _ => data.strip_suffix(&[0]).unwrap_or(data),
+                };
+                if nonce.len() != plugin.nonce_len() {
                     return Err(DbError::Protocol(format!(
-                        "authentication switch nonce of {} bytes (20 expected)",
-                        nonce.len()
+                        "authentication switch nonce of {} bytes ({} expected)",
+                        nonce.len(),
+                        plugin.nonce_len()
                     )));
                 }
                 *st = AuthState {
