@@ -12,10 +12,13 @@
 //! (b) the relational sink alone: `RelationalSink::write_batch` from two threads in batches of
 //! 256, no broker (the database limit for this sink), (c) `svc run` into the relational sink,
 //! and the ratios of (c) to (a) and (b); also (c) counted from the first ACK (without the
-//! runner's start-up: process, broker bind, database connect). Then the same for MariaDB on
-//! 127.0.0.1:3306, with (d) the engine's own bulk path for the same rows: the sink's multi-row
-//! INSERTs (256 rows, one transaction each) piped through the `mariadb` command-line client, and
-//! the ratio of (b) to (d). Broker, databases and runner share one 2-core host.
+//! runner's start-up: process, broker bind, database connect), and (d) PostgreSQL's bulk path
+//! for the same rows: one `COPY ... FROM STDIN (FORMAT csv)` through `psql`, with the ratio of
+//! (b) to (d). Then the same for MariaDB on 127.0.0.1:3306, where (d) is the sink's multi-row
+//! INSERTs (256 rows, one transaction each) piped through the `mariadb` command-line client.
+//! (b) and (c) also print CPU microseconds per row of the writer, the broker and the database,
+//! to show where the time goes on a host where all three share two cores.
+//! `SVC_BENCH_WRAPPER="valgrind --tool=callgrind"` runs `svc` under that tool.
 
 mod sinkbench;
 
@@ -27,8 +30,31 @@ use sinkbench::postgres::TestDb;
 use sinkbench::{support, SIZE};
 use svc::message::envelope::{normalize, EnvelopeConfig, RawMessage};
 
+/// What one measurement cost: its rate and the CPU seconds of the writer (the bench's own
+/// threads, or `svc`), the broker and the database (its sessions of this run's database).
+struct Cost {
+    rate: f64,
+    writer_cpu_s: f64,
+    broker_cpu_s: f64,
+    db_cpu_s: f64,
+}
+
+impl Cost {
+    /// CPU microseconds per row: writer, broker, database, and the sum.
+    fn per_row(&self, n: usize) -> String {
+        let us = |s: f64| s * 1e6 / n as f64;
+        format!(
+            "CPU per row: writer {:.1} us, broker {:.1} us, database {:.1} us, all {:.1} us",
+            us(self.writer_cpu_s),
+            us(self.broker_cpu_s),
+            us(self.db_cpu_s),
+            us(self.writer_cpu_s + self.broker_cpu_s + self.db_cpu_s)
+        )
+    }
+}
+
 /// The sink alone: `n` envelopes written by two threads in batches of 256.
-fn sink_alone(sink_json: serde_json::Value, n: usize) -> f64 {
+fn sink_alone(sink_json: serde_json::Value, n: usize, db_cpu: &dyn Fn() -> f64) -> Cost {
     let cfg = svc::config::RuntimeConfig::parse(
         &serde_json::json!({
             "nats": {"url": "nats://127.0.0.1:1", "stream": "S", "consumer": "c", "subject": "a"},
@@ -43,6 +69,7 @@ fn sink_alone(sink_json: serde_json::Value, n: usize) -> f64 {
         .unwrap();
     sink.check().unwrap(); // creates the table and warms a connection
     let envelopes = envelopes(n);
+    let (own_before, db_before) = (support::process_cpu_seconds(std::process::id()), db_cpu());
     let start = Instant::now();
     std::thread::scope(|s| {
         for half in envelopes.chunks(n.div_ceil(2)) {
@@ -55,7 +82,114 @@ fn sink_alone(sink_json: serde_json::Value, n: usize) -> f64 {
             });
         }
     });
-    n as f64 / start.elapsed().as_secs_f64()
+    Cost {
+        rate: n as f64 / start.elapsed().as_secs_f64(),
+        writer_cpu_s: support::process_cpu_seconds(std::process::id()) - own_before,
+        broker_cpu_s: 0.0,
+        db_cpu_s: db_cpu() - db_before,
+    }
+}
+
+/// A run of `svc` as a [`Cost`].
+fn cost_of(run: &sinkbench::Run) -> Cost {
+    Cost {
+        rate: run.rate,
+        writer_cpu_s: run.svc_cpu_s,
+        broker_cpu_s: run.broker_cpu_s,
+        db_cpu_s: run.db_cpu_s,
+    }
+}
+
+/// Lines (a) to (c) with their ratios and CPU per row.
+fn print_parts(raw: f64, alone: &Cost, e2e: &Cost, run: &sinkbench::Run, n: usize) {
+    println!("  (a) raw fetch+ack, no sink (broker limit)       {raw:>9.0} msg/s");
+    println!(
+        "  (b) relational sink alone, 2 threads x 256/tx   {:>9.0} rows/s",
+        alone.rate
+    );
+    println!("      {}", alone.per_row(n));
+    println!(
+        "  (c) svc run -> relational_db, end to end        {:>9.0} rows/s   ratio {:.2}x of (a), {:.2}x of (b)",
+        e2e.rate,
+        e2e.rate / raw,
+        e2e.rate / alone.rate
+    );
+    println!("      {}", e2e.per_row(n));
+    let steady = n as f64 / (n as f64 / e2e.rate - run.first_ack_s).max(1e-9);
+    println!(
+        "      after the first ACK: {steady:>9.0} rows/s   ratio {:.2}x of (b)",
+        steady / alone.rate
+    );
+    println!(
+        "      (first ACK after {:.2} s; {} sink batches, mean {:.1} rows and {:.1} ms per batch)",
+        run.first_ack_s,
+        run.batches,
+        n as f64 / run.batches.max(1) as f64,
+        run.mean_batch_ms
+    );
+}
+
+/// PostgreSQL's bulk path for the same rows: one `COPY ... FROM STDIN (FORMAT csv)` of all `n`
+/// through `psql` (one connection, one transaction), into a table made by the sink's DDL.
+fn psql_copy(db: &TestDb, n: usize, dir: &std::path::Path) -> f64 {
+    db.create_tables(&db.sink(serde_json::json!({"table": "copied"})));
+    let mut names = Vec::new();
+    let mut csv = String::new();
+    for env in envelopes(n) {
+        let (cols, row) = svc::sink::relational::row_columns_and_object(&env);
+        let fields: Vec<String> = cols.iter().map(|c| csv_field(c, &row[*c])).collect();
+        csv.push_str(&fields.join(","));
+        csv.push('\n');
+        names = cols;
+    }
+    let file = dir.join("copy.csv");
+    std::fs::write(&file, csv).unwrap();
+    let copy = format!(
+        "COPY copied ({}) FROM STDIN WITH (FORMAT csv)",
+        names.join(", ")
+    );
+    let start = Instant::now();
+    let status = std::process::Command::new("psql")
+        .args([
+            "-q",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            &db.name,
+            "-c",
+            &copy,
+        ])
+        .stdin(std::fs::File::open(&file).unwrap())
+        .status()
+        .expect("psql (scripts/deps.sh)");
+    let secs = start.elapsed().as_secs_f64();
+    assert!(status.success());
+    assert_eq!(db.count("copied"), n as i64);
+    n as f64 / secs
+}
+
+/// One CSV field as `COPY` reads it: NULL unquoted and empty; text, JSON and arrays quoted.
+fn csv_field(column: &str, v: &serde_json::Value) -> String {
+    let jsonb = column == "payload" || column.ends_with("_json");
+    let text = match v {
+        _ if jsonb && (column == "payload" || !v.is_null()) => v.to_string(),
+        serde_json::Value::Null => return String::new(),
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Bool(b) => b.to_string(),
+        serde_json::Value::Number(n) => n.to_string(),
+        // `labels_list` (text[]): PostgreSQL's array literal.
+        serde_json::Value::Array(items) if items.iter().all(|i| i.is_string()) => {
+            let quoted: Vec<String> = items
+                .iter()
+                .map(|i| serde_json::to_string(i).unwrap())
+                .collect();
+            format!("{{{}}}", quoted.join(","))
+        }
+        other => other.to_string(),
+    };
+    format!("\"{}\"", text.replace('"', "\"\""))
 }
 
 /// The bench's `n` envelopes of `SIZE`-byte JSON payloads.
@@ -119,7 +253,7 @@ fn mariadb_cli(db: &MyDb, n: usize, dir: &std::path::Path) -> f64 {
 }
 
 /// The MariaDB half: (b) the sink alone, (c) end to end, (d) the `mariadb` client.
-fn mysql_part(broker_url: &str, n: usize, raw: f64, dir: &std::path::Path) {
+fn mysql_part(broker: &support::Broker, n: usize, raw: f64, dir: &std::path::Path) {
     let db = MyDb::new("bench");
     // The CLI baseline's table: the sink's DDL.
     let probe = svc::sink::relational::my_sink::MySqlSink::new(
@@ -129,10 +263,12 @@ fn mysql_part(broker_url: &str, n: usize, raw: f64, dir: &std::path::Path) {
     .unwrap();
     svc::sink::Sink::check(&probe).unwrap();
     let cli = mariadb_cli(&db, n, dir);
-    let alone = sink_alone(my_sink(&db, "direct"), n);
+    let mariadbd = || sinkbench::cpu_of_processes("/usr/sbin/mariadbd", "");
+    let alone = sink_alone(my_sink(&db, "direct"), n, &mariadbd);
     assert_eq!(my_count(&db, "direct"), n);
-    let e2e = sinkbench::run_svc(
-        broker_url,
+    let run = sinkbench::run_svc_counting(
+        &broker.url,
+        Some(broker),
         "REL",
         "rel.>",
         "svc-my",
@@ -140,19 +276,18 @@ fn mysql_part(broker_url: &str, n: usize, raw: f64, dir: &std::path::Path) {
         my_sink(&db, "events"),
         dir,
         &[],
+        &mariadbd,
     );
+    let e2e = cost_of(&run);
     assert_eq!(my_count(&db, "events"), n, "every message is one row");
     println!();
     println!("relational sink throughput, engine mysql, {SIZE}-byte JSON payloads, MariaDB + broker + svc on one 2-core host");
-    println!("  (a) raw fetch+ack, no sink (broker limit)       {raw:>9.0} msg/s");
-    println!("  (b) relational sink alone, 2 threads x 256/tx   {alone:>9.0} rows/s   ratio {:.2}x of (d)", alone / cli);
+    print_parts(raw, &alone, &e2e, &run, n);
     println!(
-        "  (c) svc run -> relational_db, end to end        {:>9.0} rows/s   ratio {:.2}x of (a), {:.2}x of (b)",
-        e2e.rate,
-        e2e.rate / raw,
-        e2e.rate / alone
+        "  (d) mariadb client, same INSERTs, 256/tx        {cli:>9.0} rows/s   (b) is {:.2}x of (d)",
+        alone.rate / cli
     );
-    println!("  (d) mariadb client, same INSERTs, 256/tx        {cli:>9.0} rows/s");
+    println!("      (MariaDB's CPU is the whole server's: other clients of it count too)");
 }
 
 fn main() {
@@ -175,13 +310,17 @@ fn main() {
     support::create_consumer(&broker.url, "REL", "raw", "rel.>", Duration::from_secs(60)).unwrap();
     let raw =
         support::raw_fetch_ack(&broker.url, "REL", "raw", "rel.>", n, 256, Duration::ZERO).unwrap();
+    let copy = psql_copy(&db, n, dir.path());
+    let backends = || sinkbench::cpu_of_processes("postgres: ", &format!(" {} ", db.name));
     let alone = sink_alone(
         db.sink(serde_json::json!({"table": "direct", "auto_create_tables": true})),
         n,
+        &backends,
     );
     assert_eq!(db.count("direct"), n as i64);
-    let e2e = sinkbench::run_svc(
+    let run = sinkbench::run_svc_counting(
         &broker.url,
+        Some(&broker),
         "REL",
         "rel.>",
         "svc-rel",
@@ -189,30 +328,18 @@ fn main() {
         db.sink(serde_json::json!({"auto_create_tables": true})),
         dir.path(),
         &[],
+        &backends,
     );
+    let e2e = cost_of(&run);
     assert_eq!(db.count("events"), n as i64, "every message is one row");
 
     println!();
     println!("relational sink throughput, {SIZE}-byte JSON payloads, PostgreSQL + broker + svc on one 2-core host");
-    println!("  (a) raw fetch+ack, no sink (broker limit)       {raw:>9.0} msg/s");
-    println!("  (b) relational sink alone, 2 threads x 256/tx   {alone:>9.0} rows/s");
+    print_parts(raw, &alone, &e2e, &run, n);
     println!(
-        "  (c) svc run -> relational_db, end to end        {:>9.0} rows/s   ratio {:.2}x of (a), {:.2}x of (b)",
-        e2e.rate,
-        e2e.rate / raw,
-        e2e.rate / alone
+        "  (d) COPY ... FROM STDIN (csv) through psql      {copy:>9.0} rows/s   (b) is {:.2}x of (d)",
+        alone.rate / copy
     );
-    let steady = n as f64 / (n as f64 / e2e.rate - e2e.first_ack_s).max(1e-9);
-    println!(
-        "      after the first ACK: {steady:>9.0} rows/s   ratio {:.2}x of (b)",
-        steady / alone
-    );
-    println!(
-        "      (first ACK after {:.2} s; {} sink batches, mean {:.1} rows and {:.1} ms per batch)",
-        e2e.first_ack_s,
-        e2e.batches,
-        n as f64 / e2e.batches.max(1) as f64,
-        e2e.mean_batch_ms
-    );
-    mysql_part(&broker.url, n, raw, dir.path());
+    println!("      (database CPU: the backends of this run's database only)");
+    mysql_part(&broker, n, raw, dir.path());
 }

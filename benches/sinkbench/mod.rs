@@ -26,6 +26,31 @@ pub struct Run {
     /// Sink batches written and their mean write time (from the metrics snapshot).
     pub batches: u64,
     pub mean_batch_ms: f64,
+    /// CPU seconds over the run: the `svc` process, the broker, and the database's share
+    /// (what `db_cpu` counted; zero when the caller counts none).
+    pub svc_cpu_s: f64,
+    pub broker_cpu_s: f64,
+    pub db_cpu_s: f64,
+}
+
+/// CPU seconds (user + system) of every process whose command line starts with `prefix` and
+/// contains `needle`: e.g. the PostgreSQL backends serving one database
+/// (`postgres: user db 127.0.0.1(port) ...`), or `mariadbd` whole. A process that exited
+/// before the call is not counted, so read before closing connections.
+pub fn cpu_of_processes(prefix: &str, needle: &str) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c).replace('\0', " ");
+                c.starts_with(prefix) && c.contains(needle)
+            })
+        })
+        .map(support::process_cpu_seconds)
+        .sum()
 }
 
 /// Runs `svc run` on a new durable `consumer` until `n` messages are acknowledged.
@@ -40,6 +65,35 @@ pub fn run_svc(
     dir: &Path,
     env: &[(String, String)],
 ) -> Run {
+    run_svc_counting(
+        url,
+        None,
+        stream,
+        subject,
+        consumer,
+        n,
+        sink,
+        dir,
+        env,
+        &|| 0.0,
+    )
+}
+
+/// [`run_svc`], also counting CPU seconds: of `svc`, of `broker` when given, and `db_cpu()`
+/// (read before `svc` stops, while its database sessions still exist).
+#[allow(clippy::too_many_arguments)]
+pub fn run_svc_counting(
+    url: &str,
+    broker: Option<&support::Broker>,
+    stream: &str,
+    subject: &str,
+    consumer: &str,
+    n: usize,
+    sink: serde_json::Value,
+    dir: &Path,
+    env: &[(String, String)],
+    db_cpu: &dyn Fn() -> f64,
+) -> Run {
     support::create_consumer(url, stream, consumer, subject, Duration::from_secs(60)).unwrap();
     let cfg = serde_json::json!({
         "nats": {"url": url, "stream": stream, "consumer": consumer, "subject": subject},
@@ -53,8 +107,22 @@ pub fn run_svc(
     std::fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
     // Counting every ack (not only the end): the first one times the start-up.
     let mut acks = support::AckWatch::counting(url, stream, consumer);
+    let broker_cpu = || broker.map_or(0.0, |b| b.cpu_seconds());
+    let (broker_before, db_before) = (broker_cpu(), db_cpu());
     let start = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_svc"))
+    // SVC_BENCH_WRAPPER="valgrind --tool=callgrind": `svc` runs under that command, to see
+    // where its time goes (the rate is then the tool's, not the runner's).
+    let wrapper = std::env::var("SVC_BENCH_WRAPPER").unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    let mut child = match words.next() {
+        Some(tool) => {
+            let mut c = Command::new(tool);
+            c.args(words).arg(env!("CARGO_BIN_EXE_svc"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_svc")),
+    };
+    let mut child = child
         .arg("run")
         .arg(&cfg_path)
         .envs(env.iter().cloned())
@@ -70,6 +138,8 @@ pub fn run_svc(
         assert!(child.try_wait().unwrap().is_none(), "svc exited early");
     });
     let rate = n as f64 / start.elapsed().as_secs_f64();
+    let svc_cpu_s = support::process_cpu_seconds(child.id());
+    let (broker_cpu_s, db_cpu_s) = (broker_cpu() - broker_before, db_cpu() - db_before);
     support::terminate(child);
     // The final snapshot is written at exit.
     let snap: serde_json::Value = std::fs::read(dir.join(format!("{consumer}.metrics.json")))
@@ -84,6 +154,9 @@ pub fn run_svc(
         first_ack_s: first_ack_s.unwrap_or(0.0),
         batches,
         mean_batch_ms,
+        svc_cpu_s,
+        broker_cpu_s,
+        db_cpu_s,
     }
 }
 

@@ -71,7 +71,10 @@ pub fn safe_component(raw: &str) -> String {
         if plain {
             out.push(b as char);
         } else {
-            out.push_str(&format!("~{b:02X}"));
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            out.push('~');
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 15)] as char);
         }
     }
     out

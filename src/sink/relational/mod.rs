@@ -294,6 +294,15 @@ fn row<'a>(env: &'a Envelope, key: &'a str) -> Row<'a> {
     }
 }
 
+/// The column names in table order and one envelope's row as the JSON object the insert
+/// reads (benches/relational_throughput.rs feeds the same rows to `COPY` as its baseline).
+pub fn row_columns_and_object(env: &Envelope) -> (Vec<&'static str>, serde_json::Value) {
+    let key = row_key(env);
+    let names = COLUMNS.iter().map(|c| c.0).collect();
+    let value = serde_json::to_value(row(env, &key)).expect("a row serializes");
+    (names, value)
+}
+
 /// SQLSTATE classes that blame the row's data, not the destination.
 fn is_row_error(e: &DbError) -> bool {
     matches!(e.code().and_then(|c| c.get(..2)), Some("22" | "23" | "54"))
