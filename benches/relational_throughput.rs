@@ -290,6 +290,97 @@ fn mysql_part(broker: &support::Broker, n: usize, raw: f64, dir: &std::path::Pat
     println!("      (MariaDB's CPU is the whole server's: other clients of it count too)");
 }
 
+/// `SVC_BENCH_PIN=1` on a host of two or more CPUs: the database alone on the last CPU (as on
+/// a host of its own), this process and everything it starts (nats-server, `svc run`, `psql`,
+/// `mariadb`) on the others. Returns the database's CPU.
+fn pin_self_off_last() -> Option<usize> {
+    if std::env::var("SVC_BENCH_PIN").ok().as_deref() != Some("1") {
+        return None;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        println!("SVC_BENCH_PIN: one CPU, nothing pinned");
+        return None;
+    }
+    let last = cpus - 1;
+    // No thread is running yet: those made later, and children, inherit the mask.
+    taskset(&["-pc", &format!("0-{}", last - 1)], std::process::id());
+    Some(last)
+}
+
+fn taskset(args: &[&str], pid: u32) -> bool {
+    std::process::Command::new("taskset")
+        .args(args)
+        .arg(pid.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Keeps the PostgreSQL backends of one database on `cpu` while it lives: each new backend
+/// (they are forked by the shared server's postmaster, which stays unpinned) is moved within
+/// 10 ms of appearing.
+struct PinBackends {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PinBackends {
+    fn start(cpu: usize, database: &str) -> PinBackends {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, needle) = (stop.clone(), format!(" {database} "));
+        let thread = std::thread::spawn(move || {
+            let mut pinned = std::collections::HashSet::new();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                for pid in sinkbench::pids_of("postgres: ", &needle) {
+                    if !pinned.contains(&pid) && taskset(&["-pc", &cpu.to_string()], pid) {
+                        pinned.insert(pid);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        PinBackends {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for PinBackends {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Moves every thread of the shared `mariadbd` to `cpu`, the last one (new connection threads
+/// inherit it), and back to every CPU when dropped.
+struct PinMariadbd(Vec<u32>, usize);
+
+impl PinMariadbd {
+    fn start(cpu: usize) -> PinMariadbd {
+        let pids = sinkbench::pids_of("/usr/sbin/mariadbd", "");
+        for &pid in &pids {
+            taskset(&["-apc", &cpu.to_string()], pid);
+        }
+        PinMariadbd(pids, cpu)
+    }
+}
+
+impl Drop for PinMariadbd {
+    fn drop(&mut self) {
+        // Not `available_parallelism`: it counts only this (pinned) process's CPUs.
+        let all = format!("0-{}", self.1);
+        for &pid in &self.0 {
+            taskset(&["-apc", &all], pid);
+        }
+    }
+}
+
 fn main() {
     // Under `cargo test` this runs unoptimized as a smoke pass: its ratios and rates are not
     // measurements, and printed bare they contradict the published figures.
@@ -299,9 +390,11 @@ fn main() {
              only prove the bench runs; measure with `cargo bench --bench relational_throughput`"
         );
     }
+    let pin = pin_self_off_last();
     let n = sinkbench::arg_n(50_000, 1_000);
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new("rel");
+    let pg_pin = pin.map(|cpu| PinBackends::start(cpu, &db.name));
     let broker = sinkbench::start_broker();
     support::create_stream(&broker.url, "REL", &["rel.>"]).unwrap();
     let p = support::publish(&broker.url, "REL", "rel.orders", n, SIZE).unwrap();
@@ -334,6 +427,13 @@ fn main() {
     assert_eq!(db.count("events"), n as i64, "every message is one row");
 
     println!();
+    match pin {
+        Some(cpu) => println!(
+            "pinned (SVC_BENCH_PIN=1): the database on CPU {cpu}, the bench, nats-server and svc \
+             on the other CPUs"
+        ),
+        None => println!("not pinned: database, broker and svc share every CPU"),
+    }
     println!("relational sink throughput, {SIZE}-byte JSON payloads, PostgreSQL + broker + svc on one 2-core host");
     print_parts(raw, &alone, &e2e, &run, n);
     println!(
@@ -341,5 +441,7 @@ fn main() {
         alone.rate / copy
     );
     println!("      (database CPU: the backends of this run's database only)");
+    drop(pg_pin);
+    let _my_pin = pin.map(PinMariadbd::start);
     mysql_part(&broker, n, raw, dir.path());
 }

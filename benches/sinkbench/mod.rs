@@ -38,8 +38,16 @@ pub struct Run {
 /// (`postgres: user db 127.0.0.1(port) ...`), or `mariadbd` whole. A process that exited
 /// before the call is not counted, so read before closing connections.
 pub fn cpu_of_processes(prefix: &str, needle: &str) -> f64 {
+    pids_of(prefix, needle)
+        .into_iter()
+        .map(support::process_cpu_seconds)
+        .sum()
+}
+
+/// The processes whose command line starts with `prefix` and contains `needle`.
+pub fn pids_of(prefix: &str, needle: &str) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0.0;
+        return Vec::new();
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
@@ -49,8 +57,7 @@ pub fn cpu_of_processes(prefix: &str, needle: &str) -> f64 {
                 c.starts_with(prefix) && c.contains(needle)
             })
         })
-        .map(support::process_cpu_seconds)
-        .sum()
+        .collect()
 }
 
 /// Runs `svc run` on a new durable `consumer` until `n` messages are acknowledged.
