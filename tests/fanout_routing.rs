@@ -149,19 +149,7 @@ fn mode_first_routes_by_classification_labels_priority_headers_and_default_route
         ]
     }));
     // `svc inspect` names the route each message would take, before anything runs.
-    let (code, out, err) = svc(&[
-        "inspect",
-        cfg.to_str().unwrap(),
-        "--last",
-        "6",
-        "--format",
-        "jsonl",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let routes: Vec<String> = out
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["fanout_route"].to_string())
-        .collect();
+    let routes = inspect_routes(&cfg, 6);
     assert_eq!(
         routes,
         [
@@ -313,19 +301,7 @@ fn routes_read_the_metadata_marking_and_a_repeated_header_first_value() {
         "logging": {"level": "info"}
     });
     let cfg = write_config(dir.path(), "c.json", &cfg);
-    let (code, text, err) = svc(&[
-        "inspect",
-        cfg.to_str().unwrap(),
-        "--last",
-        "10",
-        "--format",
-        "jsonl",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let routes: Vec<String> = text
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["fanout_route"].to_string())
-        .collect();
+    let routes = inspect_routes(&cfg, 10);
     let mut want = vec![
         "\"default route rest (no route matched)\"".to_string(),
         "\"route eu-restricted\"".to_string(),
@@ -341,6 +317,22 @@ fn routes_read_the_metadata_marking_and_a_repeated_header_first_value() {
     assert!(status.success(), "clean exit: {}", runner.log_text());
     let count = |n: &str| files_below(&out(n)).len();
     assert_eq!((count("eu"), count("rest"), count("acme")), (1, 1, 8));
+}
+
+/// The `fanout_route` `svc inspect` shows for each of the last `n` messages, as JSON text.
+fn inspect_routes(cfg: &Path, n: usize) -> Vec<String> {
+    let (code, out, err) = svc(&[
+        "inspect",
+        cfg.to_str().unwrap(),
+        "--last",
+        &n.to_string(),
+        "--format",
+        "jsonl",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    out.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["fanout_route"].to_string())
+        .collect()
 }
 
 fn records(dir: &Path) -> Vec<Value> {
@@ -403,19 +395,7 @@ fn a_publisher_profile_cannot_reroute_an_operator_marking() {
         "logging": {"level": "info"}
     });
     let cfg = write_config(dir.path(), "c.json", &cfg);
-    let (code, text, err) = svc(&[
-        "inspect",
-        cfg.to_str().unwrap(),
-        "--last",
-        "4",
-        "--format",
-        "jsonl",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let routes: Vec<String> = text
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["fanout_route"].to_string())
-        .collect();
+    let routes = inspect_routes(&cfg, 4);
     let mut runner = Runner::start(&cfg, &out("svc.log"));
     wait_until(Duration::from_secs(60), "all four acked", || {
         server.try_consumer_state(STREAM, CONSUMER) == Some((4, 0, 0))
