@@ -84,7 +84,8 @@ fn fixed() -> &'static Fixed {
                 required: true,
                 algorithms: vec![Algorithm::Ed25519],
                 key_ids: vec!["ed1".into()],
-            }],
+            }]
+            .into(),
             default_required,
             ..Default::default()
         };

@@ -89,6 +89,7 @@ fn keys() -> &'static Keys {
                 enabled: true,
                 runner_id: "fuzz-runner".into(),
                 hmac_key: key,
+                ..Default::default()
             })
             .expect("the fixed custody key loads")
         };
