@@ -60,6 +60,7 @@ fn main() {
     let run = |consumer: &str, sink: serde_json::Value| {
         sinkbench::run_svc(
             &broker.url,
+            None,
             "FAN",
             "fan.>",
             consumer,
@@ -67,6 +68,7 @@ fn main() {
             sink,
             dir.path(),
             &env,
+            &|| 0.0,
         )
         .rate
     };

@@ -337,30 +337,11 @@ fn main() {
     );
 }
 
-/// `SVC_BENCH_PIN=1` on a host of two or more CPUs: the receiver alone on the last CPU, this
-/// process (the capacity client) and everything it starts later (nats-server, `svc run`) on
-/// the others, as with a receiver on its own host. Returns the receiver's CPU.
+/// `SVC_BENCH_PIN=1`: the receiver alone on the last CPU, this process (the capacity client)
+/// and everything it starts later (nats-server, `svc run`) on the others, as with a receiver
+/// on its own host. Returns the receiver's CPU.
 fn pin_receiver() -> Option<usize> {
-    if std::env::var("SVC_BENCH_PIN").ok().as_deref() != Some("1") {
-        return None;
-    }
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cpus < 2 {
-        println!("SVC_BENCH_PIN: one CPU, nothing pinned");
-        return None;
-    }
-    let last = cpus - 1;
-    // No thread is running yet: those made later, and children, inherit the mask.
-    let status = Command::new("taskset")
-        .args([
-            "-pc",
-            &format!("0-{}", last - 1),
-            &std::process::id().to_string(),
-        ])
-        .stdout(Stdio::null())
-        .status()
-        .expect("taskset (util-linux)");
-    assert!(status.success(), "taskset failed");
+    let last = support::pin_off_last_cpu()?;
     println!(
         "pinned: the receiver on CPU {last}, the bench, nats-server and svc on CPUs 0-{}",
         last - 1

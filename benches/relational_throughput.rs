@@ -266,7 +266,7 @@ fn mysql_part(broker: &support::Broker, n: usize, raw: f64, dir: &std::path::Pat
     let mariadbd = || sinkbench::cpu_of_processes("/usr/sbin/mariadbd", "");
     let alone = sink_alone(my_sink(&db, "direct"), n, &mariadbd);
     assert_eq!(my_count(&db, "direct"), n);
-    let run = sinkbench::run_svc_counting(
+    let run = sinkbench::run_svc(
         &broker.url,
         Some(broker),
         "REL",
@@ -288,24 +288,6 @@ fn mysql_part(broker: &support::Broker, n: usize, raw: f64, dir: &std::path::Pat
         alone.rate / cli
     );
     println!("      (MariaDB's CPU is the whole server's: other clients of it count too)");
-}
-
-/// `SVC_BENCH_PIN=1` on a host of two or more CPUs: the database alone on the last CPU (as on
-/// a host of its own), this process and everything it starts (nats-server, `svc run`, `psql`,
-/// `mariadb`) on the others. Returns the database's CPU.
-fn pin_self_off_last() -> Option<usize> {
-    if std::env::var("SVC_BENCH_PIN").ok().as_deref() != Some("1") {
-        return None;
-    }
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cpus < 2 {
-        println!("SVC_BENCH_PIN: one CPU, nothing pinned");
-        return None;
-    }
-    let last = cpus - 1;
-    // No thread is running yet: those made later, and children, inherit the mask.
-    taskset(&["-pc", &format!("0-{}", last - 1)], std::process::id());
-    Some(last)
 }
 
 fn taskset(args: &[&str], pid: u32) -> bool {
@@ -390,7 +372,8 @@ fn main() {
              only prove the bench runs; measure with `cargo bench --bench relational_throughput`"
         );
     }
-    let pin = pin_self_off_last();
+    // SVC_BENCH_PIN=1: the database on the last CPU, as on a host of its own.
+    let pin = support::pin_off_last_cpu();
     let n = sinkbench::arg_n(50_000, 1_000);
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new("rel");
@@ -411,7 +394,7 @@ fn main() {
         &backends,
     );
     assert_eq!(db.count("direct"), n as i64);
-    let run = sinkbench::run_svc_counting(
+    let run = sinkbench::run_svc(
         &broker.url,
         Some(&broker),
         "REL",

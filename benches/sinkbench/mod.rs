@@ -60,36 +60,11 @@ pub fn pids_of(prefix: &str, needle: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Runs `svc run` on a new durable `consumer` until `n` messages are acknowledged.
+/// Runs `svc run` on a new durable `consumer` until `n` messages are acknowledged, counting CPU
+/// seconds: of `svc`, of `broker` when given, and `db_cpu()` (read before `svc` stops, while
+/// its database sessions still exist).
 #[allow(clippy::too_many_arguments)]
 pub fn run_svc(
-    url: &str,
-    stream: &str,
-    subject: &str,
-    consumer: &str,
-    n: usize,
-    sink: serde_json::Value,
-    dir: &Path,
-    env: &[(String, String)],
-) -> Run {
-    run_svc_counting(
-        url,
-        None,
-        stream,
-        subject,
-        consumer,
-        n,
-        sink,
-        dir,
-        env,
-        &|| 0.0,
-    )
-}
-
-/// [`run_svc`], also counting CPU seconds: of `svc`, of `broker` when given, and `db_cpu()`
-/// (read before `svc` stops, while its database sessions still exist).
-#[allow(clippy::too_many_arguments)]
-pub fn run_svc_counting(
     url: &str,
     broker: Option<&support::Broker>,
     stream: &str,

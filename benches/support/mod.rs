@@ -501,3 +501,30 @@ pub fn order_envelopes(n: usize) -> Vec<svc::message::envelope::Envelope> {
         })
         .collect()
 }
+
+/// `SVC_BENCH_PIN=1` on a host of two or more CPUs: this process, and every thread and child it
+/// makes later, on all CPUs but the last, which is left to the peer under test (a receiver, a
+/// database), as on a host of its own. Returns that last CPU; `None` when not asked or on one
+/// CPU. Call it before any thread starts (threads made earlier keep their mask).
+pub fn pin_off_last_cpu() -> Option<usize> {
+    if std::env::var("SVC_BENCH_PIN").ok().as_deref() != Some("1") {
+        return None;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        println!("SVC_BENCH_PIN: one CPU, nothing pinned");
+        return None;
+    }
+    let last = cpus - 1;
+    let status = std::process::Command::new("taskset")
+        .args([
+            "-pc",
+            &format!("0-{}", last - 1),
+            &std::process::id().to_string(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("taskset (util-linux)");
+    assert!(status.success(), "taskset failed");
+    Some(last)
+}
