@@ -599,3 +599,40 @@ fn stale_missing_and_invalid_snapshots_fail_closed() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("pass --output or set scrape.output_file"));
 }
+
+/// Standard output as `svc` treats it: a reader that left (`svc-observe list-metrics | head`)
+/// ends the command quietly with the shell's SIGPIPE status (141), and a full output (a full
+/// disk behind a redirection) is said, exit 1, never reported as success.
+#[test]
+fn a_closed_or_full_standard_output_is_not_success() {
+    use std::process::{Command, Stdio};
+    for args in [vec!["list-metrics"], vec!["--help"]] {
+        let (read, write) = std::io::pipe().unwrap();
+        drop(read);
+        let o = Command::new(bin())
+            .args(&args)
+            .stdout(Stdio::from(write))
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(stderr(&o), "", "{args:?}");
+        assert_eq!(o.status.code(), Some(141), "{args:?}");
+
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = Command::new(bin())
+            .args(&args)
+            .stdout(Stdio::from(full))
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&o).starts_with("svc-observe: cannot write to standard output:"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+}

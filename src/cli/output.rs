@@ -16,10 +16,15 @@ pub fn print(text: std::fmt::Arguments<'_>) -> io::Result<()> {
 /// The exit of a command whose standard output failed: quiet for a reader that left, an
 /// error otherwise (a full disk behind a redirection is worth saying).
 pub fn write_failed(e: &io::Error) -> ExitCode {
+    write_failed_as("svc", e)
+}
+
+/// [`write_failed`] for the program `program` (`svc-observe` treats its output the same way).
+pub fn write_failed_as(program: &str, e: &io::Error) -> ExitCode {
     if e.kind() == io::ErrorKind::BrokenPipe {
         ExitCode::from(EXIT_CLOSED_PIPE)
     } else {
-        eprintln!("svc: cannot write to standard output: {e}");
+        eprintln!("{program}: cannot write to standard output: {e}");
         ExitCode::from(1)
     }
 }

@@ -96,7 +96,7 @@ pub fn main() -> ExitCode {
     crate::cli::logging::init(log::LevelFilter::Warn);
     // Unlocked handles: `scrape-http` runs for the life of the process and its worker threads
     // log to stderr, so holding the lock here would block them.
-    let mut stdout = std::io::stdout();
+    let mut stdout = FirstError::new(std::io::stdout());
     let mut stderr = std::io::stderr();
     let code = match parse(std::env::args_os().skip(1)) {
         Ok(cmd) => run(cmd, &mut stdout, &mut stderr),
@@ -108,5 +108,45 @@ pub fn main() -> ExitCode {
             EXIT_INVALID
         }
     };
-    ExitCode::from(code)
+    // Standard output as `svc` treats it: a reader that left (`| head`) ends quietly with the
+    // shell's SIGPIPE status, any other failure (a full disk behind a redirection) is said.
+    let _ = stdout.flush();
+    match stdout.error {
+        Some(e) => crate::cli::output::write_failed_as("svc-observe", &e),
+        None => ExitCode::from(code),
+    }
+}
+
+/// A writer that keeps the first error of its inner writer, so that the many
+/// `let _ = writeln!(out, ..)` of [`run`] cannot lose a failed standard output.
+pub struct FirstError<W> {
+    inner: W,
+    pub error: Option<std::io::Error>,
+}
+
+impl<W: Write> FirstError<W> {
+    pub fn new(inner: W) -> FirstError<W> {
+        FirstError { inner, error: None }
+    }
+
+    fn keep<T>(&mut self, r: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &r {
+            if self.error.is_none() {
+                self.error = Some(std::io::Error::new(e.kind(), e.to_string()));
+            }
+        }
+        r
+    }
+}
+
+impl<W: Write> Write for FirstError<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let r = self.inner.write(buf);
+        self.keep(r)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let r = self.inner.flush();
+        self.keep(r)
+    }
 }
