@@ -384,8 +384,16 @@ fn main() {
     println!("published {n} messages of {SIZE} bytes ({p:.0} msg/s)");
 
     support::create_consumer(&broker.url, "REL", "raw", "rel.>", Duration::from_secs(60)).unwrap();
+    let (broker_before, own_before) = (
+        broker.cpu_seconds(),
+        support::process_cpu_seconds(std::process::id()),
+    );
     let raw =
         support::raw_fetch_ack(&broker.url, "REL", "raw", "rel.>", n, 256, Duration::ZERO).unwrap();
+    let raw_cpu = (
+        (support::process_cpu_seconds(std::process::id()) - own_before) * 1e6 / n as f64,
+        (broker.cpu_seconds() - broker_before) * 1e6 / n as f64,
+    );
     let copy = psql_copy(&db, n, dir.path());
     let backends = || sinkbench::cpu_of_processes("postgres: ", &format!(" {} ", db.name));
     let alone = sink_alone(
@@ -419,6 +427,10 @@ fn main() {
     }
     println!("relational sink throughput, {SIZE}-byte JSON payloads, PostgreSQL + broker + svc on one 2-core host");
     print_parts(raw, &alone, &e2e, &run, n);
+    println!(
+        "      (a) cost CPU per message: client {:.1} us, broker {:.1} us",
+        raw_cpu.0, raw_cpu.1
+    );
     println!(
         "  (d) COPY ... FROM STDIN (csv) through psql      {copy:>9.0} rows/s   (b) is {:.2}x of (d)",
         alone.rate / copy
