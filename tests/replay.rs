@@ -218,7 +218,7 @@ fn a_replay_over_an_existing_sink_stores_nothing_twice() {
         "another range over the finished state: {stdout}{err}"
     );
     assert!(
-        err.contains("belongs to another replay (--start-seq differ)"),
+        err.contains("belongs to another replay: --start-seq differ"),
         "{err}"
     );
     let (code, stdout, _) = replay(&cfg, &[]);
@@ -452,14 +452,10 @@ fn a_replay_into_postgresql_counts_existing_rows_already_present() {
     assert_eq!(seqs, (1..=60).collect::<Vec<_>>(), "each row once");
 }
 
-/// Ctrl-C (SIGINT) settles what was read, records it, exits 4; `--resume` finishes the range.
-#[test]
-fn sigint_stops_with_exit_4_and_resume_finishes() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = setup(100);
-    let out = dir.path().join("out");
-    let cfg = write_config(dir.path(), "svc.json", &config(&server, &out, 5, json!({})));
-    let state = dir.path().join("svc.json.replay-state");
+/// Starts `svc replay` of `cfg` slowly, stops it with Ctrl-C (SIGINT) once more than 20
+/// messages are settled, and checks it exits 4 saying `--resume`.
+fn interrupt_replay(dir: &Path, cfg: &Path) {
+    let state = dir.join("svc.json.replay-state");
     let mut child = Runner::spawn(
         std::process::Command::new(env!("CARGO_BIN_EXE_svc")).args([
             "replay",
@@ -467,7 +463,7 @@ fn sigint_stops_with_exit_4_and_resume_finishes() {
             "--max-rate",
             "40",
         ]),
-        &dir.path().join("replay.log"),
+        &dir.join("replay.log"),
     );
     wait_until(Duration::from_secs(30), "a settled batch", || {
         std::fs::read(&state)
@@ -484,9 +480,64 @@ fn sigint_stops_with_exit_4_and_resume_finishes() {
         "{}",
         child.log_text()
     );
+}
+
+/// Ctrl-C (SIGINT) settles what was read, records it, exits 4; `--resume` finishes the range.
+#[test]
+fn sigint_stops_with_exit_4_and_resume_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = setup(100);
+    let out = dir.path().join("out");
+    let cfg = write_config(dir.path(), "svc.json", &config(&server, &out, 5, json!({})));
+    interrupt_replay(dir.path(), &cfg);
     let partial = stored(&out);
     assert!(!partial.is_empty() && partial.len() < 100, "{partial:?}");
     let (code, stdout, err) = replay(&cfg, &["--resume"]);
     assert_eq!(code, 0, "{stdout}{err}");
     assert_eq!(stored(&out), (1..=100).collect::<Vec<_>>());
+}
+
+/// `--resume` continues only the replay its state file was written for (found by the attack
+/// on replay): after the sink block was edited it would continue into the new sink (the
+/// messages before the stop never reach it), and after the stream was deleted and created
+/// again its recorded position would name other messages (the new ones below it never
+/// replayed). Both are refused, naming what changed, and nothing is written.
+#[test]
+fn resume_refuses_an_edited_sink_and_a_recreated_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = setup(100);
+    let out = dir.path().join("out");
+    let original = config(&server, &out, 5, json!({}));
+    let cfg = write_config(dir.path(), "svc.json", &original);
+    interrupt_replay(dir.path(), &cfg);
+    let partial = stored(&out);
+
+    let elsewhere = dir.path().join("elsewhere");
+    write_config(
+        dir.path(),
+        "svc.json",
+        &config(&server, &elsewhere, 5, json!({})),
+    );
+    let (code, stdout, err) = replay(&cfg, &["--resume"]);
+    assert_eq!(code, 1, "{stdout}{err}");
+    assert!(
+        err.contains("the sink or the settings that shape a record"),
+        "{err}"
+    );
+    assert!(!elsewhere.exists(), "nothing written into the edited sink");
+
+    write_config(dir.path(), "svc.json", &original);
+    server.js().delete_stream(STREAM).unwrap();
+    server.create_stream(STREAM, &["orders.>"]);
+    publish(&server, 6);
+    let (code, stdout, err) = replay(&cfg, &["--resume"]);
+    assert_eq!(code, 1, "{stdout}{err}");
+    assert!(err.contains("the stream's incarnation"), "{err}");
+    assert_eq!(stored(&out), partial, "nothing written");
+
+    // Started over, the new stream's six are replayed (their keys name the new incarnation).
+    std::fs::remove_file(dir.path().join("svc.json.replay-state")).unwrap();
+    let (code, stdout, err) = replay(&cfg, &[]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert_eq!(stored(&out).len(), partial.len() + 6);
 }

@@ -262,6 +262,8 @@ fn redrive(cfg: &RuntimeConfig, opts: &Options, flags: &Redrive) -> ExitCode {
         since: opts.filter.since,
         until: None,
         filter: Some(filter.key()),
+        incarnation: String::new(),
+        shape: replay::state::shape_digest(&cfg),
     };
     let state = flags.state.clone().unwrap_or_else(|| {
         let mut name = opts.config.file_name().unwrap_or_default().to_os_string();

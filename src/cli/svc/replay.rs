@@ -184,6 +184,8 @@ pub fn run(opts: &Options) -> ExitCode {
         since: opts.since,
         until: opts.until,
         filter: None,
+        incarnation: String::new(),
+        shape: replay::state::shape_digest(&cfg),
     };
     let engine = replay::Options {
         range,

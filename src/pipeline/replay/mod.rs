@@ -318,11 +318,15 @@ fn plan(
 ) -> Result<Plan, Failed> {
     let shown = file.path.display();
     let stored = file.read().map_err(fatal)?;
+    let mut asked = opts.range.clone();
+    asked.incarnation = crate::broker::incarnation::read(nc, stream)
+        .map_err(|e| fatal(format!("stream {stream}: {e}")))?
+        .to_string();
     if let Some(st) = &stored {
-        if let Some(what) = state::mismatch(&st.range, &opts.range) {
+        if let Some(what) = state::mismatch(&st.range, &asked) {
             return Err(fatal(format!(
-                "replay state {shown} belongs to another replay ({what} differ); give another \
-                 --state file, or remove this one to start over"
+                "replay state {shown} belongs to another replay: {what} differ from when it was \
+                 written; give another --state file, or remove this one to start over"
             )));
         }
     }
@@ -350,7 +354,7 @@ fn plan(
                 .map_or(stream_last, |e| e.min(stream_last));
             let state = State {
                 schema: state::SCHEMA.into(),
-                range: opts.range.clone(),
+                range: asked,
                 last_seq: last,
                 next_seq: first.min(last.saturating_add(1)).max(1),
                 done: false,

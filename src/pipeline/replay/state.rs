@@ -32,6 +32,42 @@ pub struct RangeKey {
     /// absent for a replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
+    /// The read stream's incarnation (its creation time) when the replay started: a stream
+    /// deleted and created again numbers from 1, so the recorded position means other
+    /// messages. Filled in from the broker, not by the caller.
+    #[serde(default)]
+    pub incarnation: String,
+    /// [`shape_digest`] of the configuration the replay started with: a resumed replay must
+    /// write into the same sink, the same way.
+    #[serde(default)]
+    pub shape: String,
+}
+
+/// SHA-256 (hex) over everything that decides where a record goes and what it holds: the
+/// sink block (after `--sink` / `--fanout-child`), the envelope, metadata, label, mission and
+/// size settings, the pre-sink policy, the dead-letter settings and payload protection. Not
+/// the broker connection, delivery tuning, metrics or logging: those may change between a
+/// crash and `--resume`. Read from the parsed configuration (its `Debug` form: ordered, and
+/// every secret in it shown redacted), so layout and comments in the file do not count.
+pub fn shape_digest(cfg: &crate::config::RuntimeConfig) -> String {
+    use sha2::{Digest, Sha256};
+    let shaping = format!(
+        "{:?}",
+        (
+            &cfg.sink,
+            &cfg.envelope,
+            &cfg.message_metadata,
+            &cfg.security_labels,
+            &cfg.mission_metadata,
+            &cfg.pre_sink_policy,
+            &cfg.size_policy,
+            &cfg.dead_letter,
+            &cfg.payload_encryption,
+            &cfg.authenticity,
+            &cfg.custody,
+        )
+    );
+    crate::text::hex::lower(&Sha256::digest(shaping.as_bytes()))
 }
 
 /// The counters a summary shows; kept in the state file so a resumed replay reports the whole.
@@ -163,6 +199,16 @@ pub fn mismatch(stored: &RangeKey, asked: &RangeKey) -> Option<String> {
         ("--since", stored.since != asked.since),
         ("--until", stored.until != asked.until),
         ("filters", stored.filter != asked.filter),
+        (
+            "the stream's incarnation (it was deleted and created again: its sequences are \
+             other messages now)",
+            stored.incarnation != asked.incarnation,
+        ),
+        (
+            "the sink or the settings that shape a record (sink, envelope, metadata, labels, \
+             policies, dead letters, payload protection)",
+            stored.shape != asked.shape,
+        ),
     ];
     let names: Vec<&str> = differs.iter().filter(|d| d.1).map(|d| d.0).collect();
     (!names.is_empty()).then(|| names.join(", "))
@@ -183,6 +229,8 @@ mod tests {
             since: None,
             until: None,
             filter: None,
+            incarnation: "2026-11-28T10:00:00Z".into(),
+            shape: "ab".repeat(32),
         }
     }
 
@@ -212,6 +260,16 @@ mod tests {
             "subjects (--subject), --end-seq"
         );
         assert_eq!(mismatch(&state.range, &key()), None);
+        let mut recreated = key();
+        recreated.incarnation = "2026-11-28T11:00:00Z".into();
+        assert!(mismatch(&state.range, &recreated)
+            .unwrap()
+            .starts_with("the stream's incarnation"));
+        let mut reshaped = key();
+        reshaped.shape = "cd".repeat(32);
+        assert!(mismatch(&state.range, &reshaped)
+            .unwrap()
+            .starts_with("the sink or the settings"));
         std::fs::write(&file.path, "{}").unwrap();
         assert!(file.read().unwrap_err().contains("not a replay state file"));
         let mut bad = state;
