@@ -1606,8 +1606,46 @@ fn dlq_list_counts_and_show_prints_the_records_read_only() {
     let (code, _, err) = svc(&["dlq", "show", path, "99"]);
     assert_eq!(code, 1);
     assert!(err.contains("holds no message at sequence 99"), "{err}");
+    // Only a dead-letter record is shown as one (found by the attack on dlq: any message was).
+    let (code, _, err) = svc(&["dlq", "show", path, "6"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("is not a svc.dead-letter.v1 record"), "{err}");
     // Read-only: every message is still there.
     assert_eq!(server.stream_messages("DLQ"), 6);
+
+    // Counts cut short by --max say so and exit 3 (found by the attack: they looked whole).
+    let (code, out, err) = svc(&["dlq", "list", path, "--max", "3"]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("dead-letter stream DLQ: 3 records"), "{out}");
+    assert!(
+        err.contains("the counts are partial: --max 3 reached with 3 more messages"),
+        "{err}"
+    );
+
+    // Forged records with long, distinct reasons: each kept cut at 256 characters, at most
+    // 1,000 reasons counted one by one (the attack's 150 records of 400 KiB took +203 MiB).
+    let long = "r".repeat(4000);
+    for i in 0..1005 {
+        let forged = json!({"schema": "svc.dead-letter.v1", "failed_at": long,
+                            "failure": {"stage": "forged", "reason": format!("{i}{long}")},
+                            "original": {"subject": long}});
+        server.raw_publish(b"svc.dlq", &[], forged.to_string().as_bytes());
+    }
+    let (code, out, err) = svc(&["dlq", "list", path, "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["records"], 1010, "{}", &out[..200]);
+    let reasons = v["by_reason"].as_object().unwrap();
+    assert_eq!(reasons.len(), 1000);
+    assert_eq!(
+        v["other_reasons"], 7,
+        "1,005 forged beside the 2 real reasons"
+    );
+    assert!(
+        reasons.keys().all(|k| k.chars().count() <= 7 + 256 + 8),
+        "a reason kept whole"
+    );
+    assert!(out.len() < 400_000, "output of {} bytes", out.len());
 
     // Without a dead-letter queue there is nothing to read: a usage error.
     let plain = write_config(

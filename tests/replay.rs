@@ -211,6 +211,18 @@ fn a_replay_over_an_existing_sink_stores_nothing_twice() {
         .collect();
     assert_eq!(before, after, "a record was rewritten");
 
+    // A range that starts beyond the stream is refused, not reported as "read 0".
+    let beyond = dir.path().join("beyond.state");
+    let (code, stdout, err) = replay(
+        &cfg,
+        &["--start-seq", "41", "--state", beyond.to_str().unwrap()],
+    );
+    assert_eq!(code, 1, "{stdout}{err}");
+    assert!(
+        err.contains("--start-seq 41 is beyond stream ORDERS's last sequence 40"),
+        "{err}"
+    );
+
     // A finished state file makes room for a new replay of the same range.
     let (code, stdout, err) = replay(&cfg, &["--start-seq", "30"]);
     assert_eq!(

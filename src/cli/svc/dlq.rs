@@ -29,6 +29,15 @@ use crate::text::terminal;
 pub const MAX_RECORDS: u64 = 1_000_000;
 /// Distinct original subjects counted one by one; the rest are counted together.
 const MAX_SUBJECTS: usize = 1_000;
+/// Distinct `stage/reason` pairs counted one by one; the rest are counted together.
+const MAX_REASONS: usize = 1_000;
+/// Longest reason, subject or time kept from a record (publishers' text): longer ones are cut
+/// and marked, so forged records cannot make the tally hold them whole.
+const MAX_KEY_CHARS: usize = 256;
+/// Exit status of a `list` whose counts are partial (`--max` reached with records left, the
+/// broker silent for `--timeout`, or deliveries skipped): the counts are printed, stderr says
+/// why.
+pub const EXIT_PARTIAL: u8 = 3;
 /// Subjects shown in the text format (the JSON carries every one counted).
 const TEXT_SUBJECTS: usize = 20;
 /// Longest `--timeout`.
@@ -192,18 +201,24 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
         }
     };
     let shown = match opts.show {
-        Some(seq) => show(&nc, &stream, seq, opts),
+        Some(seq) => show(&nc, &stream, &cfg.dead_letter.subject, seq, opts).map(|l| (l, None)),
         None => list(&nc, &stream, &cfg.dead_letter.subject, opts),
     };
     match shown {
-        Ok(lines) => {
+        Ok((lines, partial)) => {
             let mut out = std::io::stdout().lock();
             for line in lines {
                 if let Err(e) = writeln!(out, "{line}") {
                     return output::write_failed(&e);
                 }
             }
-            ExitCode::SUCCESS
+            match partial {
+                Some(why) => {
+                    eprintln!("svc: dlq list: the counts are partial: {why}");
+                    ExitCode::from(EXIT_PARTIAL)
+                }
+                None => ExitCode::SUCCESS,
+            }
         }
         Err(why) => {
             eprintln!("svc: dlq: {why}");
@@ -353,12 +368,27 @@ fn dlq_stream(nc: &Connection, cfg: &RuntimeConfig) -> Result<String, String> {
 }
 
 /// `dlq show SEQ`: the record as stored, one JSON document (pretty in the text format).
-fn show(nc: &Connection, stream: &str, seq: u64, opts: &Options) -> Result<Vec<String>, String> {
+fn show(
+    nc: &Connection,
+    stream: &str,
+    subject: &str,
+    seq: u64,
+    opts: &Options,
+) -> Result<Vec<String>, String> {
     let stored = dead_letter::read_back(nc, stream, seq, opts.timeout)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("stream {stream} holds no message at sequence {seq}"))?;
+    // The stream may hold other subjects too: only a record on the dead-letter subject is one.
+    if stored.subject != subject {
+        return Err(format!(
+            "{stream} sequence {seq} is not on the dead-letter subject {subject} (its subject: \"{}\")",
+            crate::text::peer::PeerText::new(&stored.subject)
+        ));
+    }
     let record: Value = serde_json::from_slice(&stored.data)
-        .map_err(|_| format!("{stream} sequence {seq} is not a JSON record"))?;
+        .ok()
+        .filter(|r: &Value| r["schema"] == "svc.dead-letter.v1")
+        .ok_or_else(|| format!("{stream} sequence {seq} is not a svc.dead-letter.v1 record"))?;
     let v = json!({"stream": stream, "sequence": seq, "subject": stored.subject,
                    "record": record});
     if opts.json {
@@ -371,13 +401,14 @@ fn show(nc: &Connection, stream: &str, seq: u64, opts: &Options) -> Result<Vec<S
         .collect())
 }
 
-/// `dlq list`: the counts of the records `opts.filter` selects.
+/// `dlq list`: the counts of the records `opts.filter` selects, and why they are partial when
+/// they are.
 fn list(
     nc: &Connection,
     stream: &str,
     subject: &str,
     opts: &Options,
-) -> Result<Vec<String>, String> {
+) -> Result<(Vec<String>, Option<String>), String> {
     let req = Request {
         stream: stream.to_string(),
         subjects: vec![subject.to_string()],
@@ -391,21 +422,61 @@ fn list(
         .as_deref()
         .and_then(|s| SubjectPattern::parse(s).ok());
     let mut tally = Tally::default();
-    inspect::read(nc, &req, |raw| {
+    let mut left = 0;
+    let (read, ended) = inspect::read_while(nc, &req, "svc dlq list", |raw, pending| {
+        left = pending;
         tally.add(
             raw.stream_sequence,
             &raw.data,
             &opts.filter,
             subject_pattern.as_ref(),
-        )
+        );
+        true
     })
     .map_err(|e| e.to_string())?;
+    let partial = match ended {
+        inspect::Ended::Max if left > 0 => Some(format!(
+            "--max {} reached with {left} more messages on the dead-letter subject not read",
+            opts.max
+        )),
+        inspect::Ended::TimedOut { pending } => Some(format!(
+            "nothing arrived for {} s after {read} messages, with {pending} still pending",
+            opts.timeout.as_secs()
+        )),
+        inspect::Ended::Gap { expected, got } => Some(format!(
+            "deliveries {expected} to {} were skipped by the client after {read} messages",
+            got.saturating_sub(1)
+        )),
+        _ => None,
+    };
     let v = tally.to_json(stream);
-    Ok(if opts.json {
+    let lines = if opts.json {
         vec![terminal::json_line(&v)]
     } else {
         tally.text(stream)
-    })
+    };
+    Ok((lines, partial))
+}
+
+/// `text` cut at [`MAX_KEY_CHARS`] characters, marked when cut.
+fn bounded(text: &str) -> String {
+    match text.char_indices().nth(MAX_KEY_CHARS) {
+        Some((end, _)) => format!("{}...(cut)", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+/// Counts `key` in `map` when it is there or the map holds fewer than `most` keys; false when
+/// it is counted nowhere (the caller counts it among the others).
+fn count_in(map: &mut BTreeMap<String, u64>, key: String, most: usize) -> bool {
+    if let Some(n) = map.get_mut(&key) {
+        *n += 1;
+    } else if map.len() < most {
+        map.insert(key, 1);
+    } else {
+        return false;
+    }
+    true
 }
 
 /// A record's place: its sequence in the dead-letter stream and when it failed.
@@ -422,6 +493,8 @@ struct Tally {
     /// Messages on the subject that are not dead-letter records.
     not_records: u64,
     by_reason: BTreeMap<String, u64>,
+    /// Records whose `stage/reason` came after [`MAX_REASONS`] distinct ones.
+    other_reasons: u64,
     by_subject: BTreeMap<String, u64>,
     /// Records whose subject came after [`MAX_SUBJECTS`] distinct ones.
     other_subjects: u64,
@@ -438,7 +511,7 @@ impl Tally {
             self.not_records += 1;
             return;
         };
-        let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
+        let text = |v: &Value| bounded(v.as_str().unwrap_or("?"));
         let (stage, reason) = (text(&r["failure"]["stage"]), text(&r["failure"]["reason"]));
         let subject = text(&r["original"]["subject"]);
         let wanted = f.stage.as_ref().is_none_or(|s| *s == stage)
@@ -448,15 +521,14 @@ impl Tally {
             return;
         }
         self.records += 1;
-        *self
-            .by_reason
-            .entry(format!("{stage}/{reason}"))
-            .or_default() += 1;
-        if let Some(n) = self.by_subject.get_mut(&subject) {
-            *n += 1;
-        } else if self.by_subject.len() < MAX_SUBJECTS {
-            self.by_subject.insert(subject, 1);
-        } else {
+        if !count_in(
+            &mut self.by_reason,
+            format!("{stage}/{reason}"),
+            MAX_REASONS,
+        ) {
+            self.other_reasons += 1;
+        }
+        if !count_in(&mut self.by_subject, subject, MAX_SUBJECTS) {
             self.other_subjects += 1;
         }
         let seen = Seen {
@@ -474,7 +546,8 @@ impl Tally {
         };
         json!({"stream": stream, "records": self.records, "not_records": self.not_records,
                "oldest": seen(&self.oldest), "newest": seen(&self.newest),
-               "by_reason": self.by_reason, "by_subject": self.by_subject,
+               "by_reason": self.by_reason, "other_reasons": self.other_reasons,
+               "by_subject": self.by_subject,
                "other_subjects": self.other_subjects})
     }
 
@@ -501,6 +574,9 @@ impl Tally {
         let mut reasons: Vec<_> = self.by_reason.iter().collect();
         reasons.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         lines.extend(reasons.iter().map(|(r, n)| format!("  {n:>9}  {r}")));
+        if self.other_reasons > 0 {
+            lines.push(format!("  {:>9}  (other reasons)", self.other_reasons));
+        }
         lines.push(format!("by original subject (first {TEXT_SUBJECTS}):"));
         let mut subjects: Vec<_> = self.by_subject.iter().collect();
         subjects.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));

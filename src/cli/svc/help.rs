@@ -60,7 +60,8 @@ EXIT CODES:
     1  runtime failure (broker, sink, test-sink verdict)
     2  invalid configuration or usage
     3  replay, dlq redrive: finished, some messages refused (governance or sink) or
-       (redrive) some records kept: original missing or not redrivable
+       (redrive) some records kept: original missing or not redrivable; dlq list: the
+       counts are partial
     4  replay, dlq redrive: stopped by a signal (--resume continues)
 
 Configuration reference: docs/configuration.md
@@ -298,7 +299,8 @@ Usage: svc dlq list <config_file> [--stage S] [--reason R] [--subject S] [--sinc
 A read-only look at the dead-letter stream (the one stream that captures dead_letter.subject):
 nothing is acknowledged, moved or deleted. `list` reads its records through an ephemeral
 consumer of its own, as `svc inspect` reads the source stream, and counts them by
-stage/reason and by original subject (at most 1000 subjects one by one, the rest together),
+stage/reason and by original subject (at most 1000 of each one by one, the rest together;
+each cut at 256 characters),
 with the oldest and newest record; `show` prints the record stored at that sequence of the
 dead-letter stream. Everything printed is escaped for the terminal.
 
@@ -327,8 +329,9 @@ is removed. A record whose original the stream no longer holds is reported and k
   --resume          continue the redrive recorded in the state file
 
 Exit codes (list, show): 0 read, 1 broker failure or no record at that sequence, 2 invalid
-configuration or options, or dead_letter not enabled. Redrive: 0 every selected record
-delivered and removed, 1 error (--resume continues), 2 invalid input, 3 done with records
+configuration or options, or dead_letter not enabled, 3 (list) the counts are partial: --max
+reached with records left, or the read timed out (stderr says which). Redrive: 0 every
+selected record delivered and removed, 1 error (--resume continues), 2 invalid input, 3 done with records
 refused again or kept, 4 stopped by a signal (--resume continues).
 ";
 

@@ -306,6 +306,8 @@ struct Plan {
     first: u64,
     last: u64,
     state: State,
+    /// The state file's lock ([`StateFile::lock`]), released when the plan is dropped.
+    _lock: Option<std::fs::File>,
 }
 
 /// Fixes the range (or takes it from the state file with `--resume`) and checks the state
@@ -317,6 +319,11 @@ fn plan(
     file: &StateFile,
 ) -> Result<Plan, Failed> {
     let shown = file.path.display();
+    // Held for the whole run (in the plan); a dry run writes no state and takes none.
+    let lock = match opts.dry_run {
+        true => None,
+        false => Some(file.lock().map_err(fatal)?),
+    };
     let stored = file.read().map_err(fatal)?;
     let mut asked = opts.range.clone();
     asked.incarnation = crate::broker::incarnation::read(nc, stream)
@@ -336,6 +343,7 @@ fn plan(
             first,
             last: st.last_seq,
             state: st,
+            _lock: lock,
         }),
         None if opts.resume => Err(fatal(format!(
             "--resume: no replay state at {shown}; start the replay without --resume"
@@ -348,6 +356,12 @@ fn plan(
         _ => {
             let stream_last =
                 inspect::last_sequence(nc, stream).map_err(|e| fatal(e.to_string()))?;
+            if opts.range.start_seq.is_some_and(|s| s > stream_last) {
+                return Err(fatal(format!(
+                    "--start-seq {first} is beyond stream {stream}'s last sequence \
+                     {stream_last}: nothing to replay"
+                )));
+            }
             let last = opts
                 .range
                 .end_seq
@@ -363,7 +377,12 @@ fn plan(
             if !opts.dry_run {
                 file.write(&state).map_err(fatal)?;
             }
-            Ok(Plan { first, last, state })
+            Ok(Plan {
+                first,
+                last,
+                state,
+                _lock: lock,
+            })
         }
     }
 }

@@ -174,6 +174,53 @@ impl StateFile {
         Ok(Some(state))
     }
 
+    /// Takes the lock a replay (or redrive) holds on its state file for its whole run, so two
+    /// `--resume` of one file cannot both write: `<state>.lock`, created 0600 if missing, never
+    /// through a link, a regular file of the service's user. The lock goes with the returned
+    /// file (and with the process, however it ends).
+    pub fn lock(&self) -> Result<std::fs::File, String> {
+        use rustix::fs::{FileType, Mode, OFlags};
+        let mut name = self.path.as_os_str().to_os_string();
+        name.push(".lock");
+        let path = PathBuf::from(name);
+        let shown = path.display();
+        let flags = OFlags::RDWR
+            | OFlags::CREATE
+            | OFlags::NOFOLLOW
+            | OFlags::NONBLOCK
+            | OFlags::CLOEXEC
+            | OFlags::NOCTTY;
+        let fd =
+            rustix::fs::open(&path, flags, Mode::from_raw_mode(0o600)).map_err(|e| match e {
+                rustix::io::Errno::LOOP => format!("replay lock {shown}: is a symbolic link"),
+                e => format!(
+                    "replay lock {shown}: cannot open: {}",
+                    std::io::Error::from(e)
+                ),
+            })?;
+        let stat = rustix::fs::fstat(&fd)
+            .map_err(|e| format!("replay lock {shown}: {}", std::io::Error::from(e)))?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(format!("replay lock {shown}: not a regular file"));
+        }
+        crate::files::owner::check_owner(&stat, false)
+            .map_err(|e| format!("replay lock {shown}: {e}"))?;
+        // flock, not `File::try_lock` (Rust 1.89; the crate's MSRV is 1.85).
+        use rustix::fs::FlockOperation;
+        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(std::fs::File::from(fd)),
+            Err(rustix::io::Errno::WOULDBLOCK) => Err(format!(
+                "replay state {}: another replay or redrive is using it (it holds {shown}); \
+                 wait for it to end, or give another --state",
+                self.path.display()
+            )),
+            Err(e) => Err(format!(
+                "replay lock {shown}: cannot lock: {}",
+                std::io::Error::from(e)
+            )),
+        }
+    }
+
     /// Replaces the state atomically and durably (file and directory fsynced).
     pub fn write(&self, state: &State) -> Result<(), String> {
         let mut bytes = serde_json::to_vec_pretty(state).unwrap_or_default();
@@ -314,5 +361,29 @@ mod tests {
         )
         .unwrap();
         assert!(fifo.read().unwrap_err().contains("not a regular file"));
+    }
+
+    /// Two replays of one state file: the second is refused while the first holds it; a
+    /// planted link at the lock's name is refused, never followed.
+    #[test]
+    fn one_replay_at_a_time_per_state_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile {
+            path: dir.path().join("s"),
+        };
+        let held = file.lock().unwrap();
+        assert!(file
+            .lock()
+            .unwrap_err()
+            .contains("another replay or redrive"));
+        drop(held);
+        drop(file.lock().unwrap());
+        let linked = StateFile {
+            path: dir.path().join("l"),
+        };
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), dir.path().join("l.lock"))
+            .unwrap();
+        assert!(linked.lock().unwrap_err().contains("symbolic link"));
+        assert!(!dir.path().join("elsewhere").exists());
     }
 }
