@@ -90,6 +90,7 @@ mod relational;
 mod relational_client;
 mod relational_cluster;
 mod replay;
+mod replay_sinks;
 mod runner;
 mod shared_dirs;
 mod sink_permanent;

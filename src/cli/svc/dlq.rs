@@ -58,6 +58,8 @@ pub struct Filter {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Redrive {
     pub sink: Option<PathBuf>,
+    /// `--fanout-child NAME`: into that child of the configured fan-out sink only.
+    pub fanout_child: Option<String>,
     pub state: Option<PathBuf>,
     pub resume: bool,
     pub dry_run: bool,
@@ -98,6 +100,7 @@ pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
         match arg {
             Long("stage") | Long("class") => filter.stage = Some(p.value()?.string()?),
             Long("sink") => redrive.sink = Some(PathBuf::from(p.value()?)),
+            Long("fanout-child") => redrive.fanout_child = Some(p.value()?.string()?),
             Long("state") => redrive.state = Some(PathBuf::from(p.value()?)),
             Long("resume") => redrive.resume = true,
             Long("dry-run") => redrive.dry_run = true,
@@ -150,11 +153,16 @@ pub fn parse(p: &mut lexopt::Parser) -> Result<Option<Options>, lexopt::Error> {
     let redriving = action.as_deref() == Some("redrive");
     if !redriving && redrive != Redrive::default() {
         return Err(
-            "dlq: --sink, --state, --resume, --dry-run and --max-rate are redrive's".into(),
+            "dlq: --sink, --fanout-child, --state, --resume, --dry-run and --max-rate are \
+             redrive's"
+                .into(),
         );
     }
     if redriving && (max != MAX_RECORDS || json) {
         return Err("dlq redrive: --max and --format are list's".into());
+    }
+    if redrive.sink.is_some() && redrive.fanout_child.is_some() {
+        return Err("dlq redrive: give at most one of --sink, --fanout-child".into());
     }
     if redrive.resume && redrive.dry_run {
         return Err("--dry-run writes no state: it cannot --resume".into());
@@ -242,6 +250,19 @@ fn redrive(cfg: &RuntimeConfig, opts: &Options, flags: &Redrive) -> ExitCode {
         },
         None => cfg.clone(),
     };
+    let cfg = match &flags.fanout_child {
+        Some(name) => match super::replay::fanout_child(cfg, name) {
+            Ok(c) => c,
+            Err(why) => {
+                eprintln!(
+                    "svc: dlq redrive: --fanout-child {}: {why}",
+                    terminal::text_line(name)
+                );
+                return ExitCode::from(2);
+            }
+        },
+        None => cfg,
+    };
     let metrics = Arc::new(crate::metrics::Metrics::default());
     let denials = Arc::new(crate::broker::Denials::default());
     let stream = match crate::broker::connect_within(&cfg.nats, metrics, denials, opts.timeout)
@@ -268,10 +289,11 @@ fn redrive(cfg: &RuntimeConfig, opts: &Options, flags: &Redrive) -> ExitCode {
         config: absolute(&opts.config).display().to_string(),
         stream: stream.clone(),
         subjects: vec![cfg.dead_letter.subject.clone()],
-        sink: flags
-            .sink
-            .as_deref()
-            .map_or("configured".into(), |s| absolute(s).display().to_string()),
+        sink: match (&flags.sink, &flags.fanout_child) {
+            (Some(s), _) => absolute(s).display().to_string(),
+            (None, Some(child)) => format!("fanout child {child}"),
+            (None, None) => "configured".into(),
+        },
         start_seq: None,
         end_seq: None,
         since: opts.filter.since,

@@ -293,8 +293,8 @@ Usage: svc dlq list <config_file> [--stage S] [--reason R] [--subject S] [--sinc
                     [--max N] [--timeout SECONDS] [--format text|json]
        svc dlq show <config_file> <sequence> [--timeout SECONDS] [--format text|json]
        svc dlq redrive <config_file> [--reason R] [--class C] [--subject S] [--since TIME]
-                    [--sink FILE] [--state FILE] [--resume] [--dry-run] [--max-rate N]
-                    [--timeout SECONDS]
+                    [--sink FILE | --fanout-child NAME] [--state FILE] [--resume]
+                    [--dry-run] [--max-rate N] [--timeout SECONDS]
 
 A read-only look at the dead-letter stream (the one stream that captures dead_letter.subject):
 nothing is acknowledged, moved or deleted. `list` reads its records through an ephemeral
@@ -323,6 +323,7 @@ is removed. A record whose original the stream no longer holds is reported and k
 
   --class C         only records of this failure stage (as --stage)
   --sink FILE       a sink block in its own JSON file instead of the configured sink
+  --fanout-child NAME  into that child of the configured fan-out sink only
   --dry-run         fetch and normalize, write and remove nothing
   --max-rate N      at most N records per second
   --state FILE      the progress file (default: <config_file>.redrive-state)

@@ -247,7 +247,7 @@ fn summary(c: &Counts, dry_run: bool) -> Option<ExitCode> {
 
 /// The configuration with its fan-out sink replaced by the child `name` of it: what the
 /// replay stores goes into that child only.
-fn fanout_child(mut cfg: RuntimeConfig, name: &str) -> Result<RuntimeConfig, String> {
+pub(super) fn fanout_child(mut cfg: RuntimeConfig, name: &str) -> Result<RuntimeConfig, String> {
     use crate::sink::SinkConfig;
     let SinkConfig::Fanout(fanout) = &cfg.sink else {
         return Err(format!(
