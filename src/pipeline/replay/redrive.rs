@@ -147,7 +147,15 @@ struct Redrive<'a> {
     normalizer: Normalizer,
     writer: Writer,
     ages: crate::metrics::Summary,
+    /// When the state file was last written (see [`Redrive::persist_due`]).
+    persisted: Instant,
 }
+
+/// The state file is written at most this often while records settle, and always at the end,
+/// on a signal and on an error. A crash in between costs nothing: what was settled since was
+/// removed from the dead-letter stream (not read again) or kept (settled again, the counts being
+/// the file's).
+const PERSIST_EVERY: Duration = Duration::from_millis(250);
 
 /// Runs one redrive (see the module comment).
 pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
@@ -203,6 +211,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         normalizer: Normalizer::new(&cfg, session.protection.clone(), session.metrics.clone()),
         writer,
         ages: Default::default(),
+        persisted: Instant::now(),
     };
     let mut display = Display::new(plan.first, plan.last, opts.replay.terminal());
     let read = redrive.read(plan.last, &mut display);
@@ -246,7 +255,7 @@ impl Redrive<'_> {
         let (mut count, mut finish, mut failed) = (0u64, Finish::Done, None);
         let progress = self.writer.progress.clone();
         let nc = self.nc.clone();
-        let (_, ended) = inspect::read_while(&nc, &request, "svc dlq redrive", |raw, _| {
+        let read = inspect::read_while(&nc, &request, "svc dlq redrive", |raw, _| {
             if self.writer.stop.load(Ordering::SeqCst) {
                 finish = Finish::Interrupted;
                 return false;
@@ -266,8 +275,10 @@ impl Redrive<'_> {
                 std::thread::sleep(due.saturating_duration_since(Instant::now()));
             }
             seq < last
-        })
-        .map_err(|e| e.to_string())?;
+        });
+        // Whatever ended the read, what was settled is on record before anything is said.
+        self.writer.persist()?;
+        let (_, ended) = read.map_err(|e| e.to_string())?;
         if let Some(e) = failed {
             return Err(e);
         }
@@ -302,12 +313,22 @@ impl Redrive<'_> {
             Fate::Remove | Fate::Skipped => {}
         }
         self.writer.state.next_seq = seq + 1;
-        self.writer.persist()?;
+        self.persist_due()?;
         let counts = &self.writer.state.counts;
         let p = &self.writer.progress;
         p.messages.store(counts.read, Ordering::Relaxed);
         p.bytes.store(counts.bytes, Ordering::Relaxed);
         p.position.store(seq, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes the state file when [`PERSIST_EVERY`] has passed since the last write: one
+    /// fsynced rename per record cost more than the rest of a record's work.
+    fn persist_due(&mut self) -> Result<(), String> {
+        if self.persisted.elapsed() >= PERSIST_EVERY {
+            self.writer.persist()?;
+            self.persisted = Instant::now();
+        }
         Ok(())
     }
 
