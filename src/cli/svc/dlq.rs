@@ -353,21 +353,7 @@ fn redrive_summary(
     c: &crate::pipeline::replay::state::Counts,
     dry_run: bool,
 ) -> std::io::Result<()> {
-    let stored = if dry_run { "would store" } else { "stored" };
-    let line = format!(
-        "redrive: read {}, {stored} {}, already present {}, refused by governance {}, refused \
-         by the sink {}, dead-lettered {}, original missing {}, kept {}, removed {} ({})",
-        c.read,
-        c.stored,
-        c.already_present,
-        c.refused_governance,
-        c.refused_sink,
-        c.dead_lettered,
-        c.original_missing,
-        c.kept,
-        c.removed,
-        crate::pipeline::replay::progress::human_bytes(c.bytes)
-    );
+    let line = c.summary_line(true, dry_run);
     output::print(format_args!("{line}\n"))
 }
 

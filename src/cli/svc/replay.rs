@@ -228,18 +228,7 @@ pub fn run(opts: &Options) -> ExitCode {
 
 /// The final summary (standard output).
 fn summary(c: &Counts, dry_run: bool) -> Option<ExitCode> {
-    let stored = if dry_run { "would store" } else { "stored" };
-    let line = format!(
-        "replay: read {}, {stored} {}, already present {}, refused by governance {}, refused \
-         by the sink {}, dead-lettered {} ({})",
-        c.read,
-        c.stored,
-        c.already_present,
-        c.refused_governance,
-        c.refused_sink,
-        c.dead_lettered,
-        replay::progress::human_bytes(c.bytes)
-    );
+    let line = c.summary_line(false, dry_run);
     super::output::print(format_args!("{line}\n"))
         .err()
         .map(|e| super::output::write_failed(&e))

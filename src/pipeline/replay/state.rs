@@ -97,6 +97,30 @@ impl Counts {
     pub fn refused(&self) -> u64 {
         self.refused_governance + self.refused_sink
     }
+
+    /// The final summary line of `svc replay` (`redrive` false) or `svc dlq redrive` (with
+    /// its record counts too).
+    pub fn summary_line(&self, redrive: bool, dry_run: bool) -> String {
+        let command = if redrive { "redrive" } else { "replay" };
+        let stored = if dry_run { "would store" } else { "stored" };
+        let mut line = format!(
+            "{command}: read {}, {stored} {}, already present {}, refused by governance {}, \
+             refused by the sink {}, dead-lettered {}",
+            self.read,
+            self.stored,
+            self.already_present,
+            self.refused_governance,
+            self.refused_sink,
+            self.dead_lettered,
+        );
+        if redrive {
+            line.push_str(&format!(
+                ", original missing {}, kept {}, removed {}",
+                self.original_missing, self.kept, self.removed
+            ));
+        }
+        format!("{line} ({})", super::progress::human_bytes(self.bytes))
+    }
 }
 
 /// The state file's content.
