@@ -440,6 +440,36 @@ pub fn flush(nc: &Connection, timeout: Duration) -> io::Result<()> {
     nc.flush_timeout(timeout)
 }
 
+/// A message's headers as the envelope takes them: its (name, value) pairs in order (none
+/// when the block could not be read, `unreadable`) and the size of the block as received.
+/// The delivery path and `svc dlq redrive` (for a message read back from the stream) share it.
+pub fn header_pairs(
+    headers: Option<nats::HeaderMap>,
+    unreadable: bool,
+) -> (Vec<(String, String)>, HeaderBlock) {
+    let block = headers.as_ref().map_or_else(Default::default, |h| {
+        let counted = h.counted();
+        HeaderBlock {
+            lines: counted.lines,
+            bytes: counted.bytes,
+        }
+    });
+    let pairs = headers
+        .filter(|_| !unreadable)
+        .map(|h| {
+            // Exactly as many pairs as held: a growing vector could hold twice the room, which
+            // the credit (`pipeline::fetch::delivery_bytes`) does not charge.
+            let mut pairs = Vec::with_capacity(h.values().map(|vs| vs.len()).sum());
+            pairs.extend(
+                h.iter()
+                    .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.clone()))),
+            );
+            pairs
+        })
+        .unwrap_or_default();
+    (pairs, block)
+}
+
 /// What one wait on the subscription produced.
 // A message is the common case and moves straight into a batch: boxing it would cost an
 // allocation per delivery to shrink a value that only lives on `svc-fetch`'s stack.
@@ -671,26 +701,7 @@ fn split(m: nats::Message, names: &mut DeliveryNames) -> Option<(RawMessage, Ack
         unreadable,
         ..
     } = m;
-    let header_block = headers.as_ref().map_or_else(Default::default, |h| {
-        let counted = h.counted();
-        HeaderBlock {
-            lines: counted.lines,
-            bytes: counted.bytes,
-        }
-    });
-    let headers = headers
-        .filter(|_| unreadable.is_none())
-        .map(|h| {
-            // Exactly as many pairs as held: a growing vector could hold twice the room, which
-            // the credit (`pipeline::fetch::delivery_bytes`) does not charge.
-            let mut pairs = Vec::with_capacity(h.values().map(|vs| vs.len()).sum());
-            pairs.extend(
-                h.iter()
-                    .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.clone()))),
-            );
-            pairs
-        })
-        .unwrap_or_default();
+    let (headers, header_block) = header_pairs(headers, unreadable.is_some());
     let handle = AckHandle {
         reply: reply?,
         delivery_count,

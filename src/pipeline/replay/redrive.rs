@@ -31,7 +31,7 @@ use super::{Failed, Finish, Report, Session, Writer};
 use crate::broker::dead_letter::{self, DeadLetterPublisher, StoredOriginal, DEAD_LETTER_SCHEMA};
 use crate::broker::inspect::{self, Ended, Request, Start};
 use crate::config::RuntimeConfig;
-use crate::message::envelope::{hex_sha256, now_unix_nanos, HeaderBlock, RawMessage};
+use crate::message::envelope::{hex_sha256, now_unix_nanos, RawMessage};
 use crate::message::subject::SubjectPattern;
 use crate::pipeline::{Normalizer, PreparedBatch};
 use crate::text::peer::PeerText;
@@ -412,21 +412,7 @@ impl Redrive<'_> {
             let (map, why) = nats::header::read_headers(&stored.headers);
             (Some(map), why)
         };
-        let header_block = map.as_ref().map_or_else(HeaderBlock::default, |h| {
-            let counted = h.counted();
-            HeaderBlock {
-                lines: counted.lines,
-                bytes: counted.bytes,
-            }
-        });
-        let headers = map
-            .filter(|_| unreadable.is_none())
-            .map(|h| {
-                h.iter()
-                    .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.clone())))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let (headers, header_block) = crate::broker::header_pairs(map, unreadable.is_some());
         RawMessage {
             subject: stored.subject,
             stream: Arc::from(self.cfg.nats.stream.as_str()),
