@@ -508,3 +508,33 @@ fn rsa_key_exchange_refuses_weak_malformed_and_unasked_keys() {
         assert!(!seen.ends_with(&[1, 0, 0, 3, 2]), "the key was requested");
     }
 }
+
+// atk49 finding 1: with `require_auth: client_ed25519` only, the handshake response names
+// mysql_native_password with an empty answer; a server (or an impostor on plain TCP) that then
+// answers OK at once is accepted although no allowed plugin ever ran: the MySQL analogue of
+// PostgreSQL's `trust`, which the PostgreSQL client refuses by default (docs/sinks/relational.md,
+// `require_auth` row: "an impostor needs no secret to say trust and would then receive the
+// rows"). Expected: refused ("the server accepted the login without any plugin in
+// sink.require_auth") before SET NAMES; seen: the connection is returned ready for rows.
+#[test]
+fn atk49_ok_without_any_allowed_plugin_is_refused() {
+    let fake = Fake::start(|peer| {
+        peer.send(0, &handshake("mysql_native_password"));
+        let response = peer.read().unwrap();
+        assert!(contains(&response, b"mysql_native_password"));
+        peer.send(2, &ok());
+        // A client that accepted goes on with SET NAMES: answer it so the hole is visible.
+        if peer.read().is_some() {
+            peer.send(1, &ok());
+        }
+    });
+    // Keep only the outcome: a returned connection is closed before the fake is joined.
+    let res = connect(&fake, "client_ed25519", Duration::from_secs(5)).map(drop);
+    let seen = fake.finish();
+    assert!(!contains(&seen, PASSWORD.as_bytes()));
+    let e = res.expect_err(
+        "atk49 finding 1: a login that no plugin in require_auth (client_ed25519) answered \
+         was accepted",
+    );
+    assert_clean(&e);
+}
