@@ -509,13 +509,11 @@ fn rsa_key_exchange_refuses_weak_malformed_and_unasked_keys() {
     }
 }
 
-// atk49 finding 1: with `require_auth: client_ed25519` only, the handshake response names
-// mysql_native_password with an empty answer; a server (or an impostor on plain TCP) that then
-// answers OK at once is accepted although no allowed plugin ever ran: the MySQL analogue of
-// PostgreSQL's `trust`, which the PostgreSQL client refuses by default (docs/sinks/relational.md,
-// `require_auth` row: "an impostor needs no secret to say trust and would then receive the
-// rows"). Expected: refused ("the server accepted the login without any plugin in
-// sink.require_auth") before SET NAMES; seen: the connection is returned ready for rows.
+/// With `require_auth: client_ed25519` only, the handshake response names
+/// mysql_native_password with an empty answer; a server (or an impostor on plain TCP) that then
+/// answers OK at once was accepted although no allowed plugin ever ran (found by the attack on
+/// the MySQL client, atk49 finding 1): the MySQL analogue of PostgreSQL's `trust`, which the
+/// PostgreSQL client refuses by default. Now refused before SET NAMES.
 #[test]
 fn atk49_ok_without_any_allowed_plugin_is_refused() {
     let fake = Fake::start(|peer| {
@@ -537,4 +535,9 @@ fn atk49_ok_without_any_allowed_plugin_is_refused() {
          was accepted",
     );
     assert_clean(&e);
+    assert!(
+        e.to_string()
+            .contains("accepted the login before any plugin of require_auth"),
+        "{e}"
+    );
 }

@@ -61,6 +61,9 @@ struct AuthState<'a> {
     key_requested: bool,
     /// The client answered full authentication (the password over TLS or RSA-sealed).
     full_sent: bool,
+    /// A plugin of `require_auth` answered the server (in the handshake response or after a
+    /// switch): an OK before that means the server asked for nothing the policy allows.
+    answered: bool,
 }
 
 impl Connection {
@@ -177,6 +180,7 @@ impl Connection {
             switched: false,
             key_requested: false,
             full_sent: false,
+            answered: policy.allows(plugin),
         };
         let mut body = login_head(caps);
         body.extend_from_slice(p.user.as_bytes());
@@ -217,6 +221,13 @@ impl Connection {
         seq: &mut u8,
     ) -> Result<bool, DbError> {
         match packet.first() {
+            // An impostor needs no secret to say OK: a login no allowed plugin answered is
+            // refused, as PostgreSQL's `require_auth` refuses a server asking for nothing.
+            Some(0x00) if !st.answered => Err(DbError::Protocol(format!(
+                "the server accepted the login before any plugin of require_auth ({}) answered \
+                 it; refused",
+                policy.names()
+            ))),
             Some(0x00) => {
                 self.status = pk::parse_ok(packet)?.status;
                 Ok(true)
@@ -251,6 +262,7 @@ impl Connection {
                     plugin,
                     nonce: nonce.to_vec(),
                     switched: true,
+                    answered: true,
                     ..*st
                 };
                 let answer = plugin.scramble(st.password, &st.nonce);
