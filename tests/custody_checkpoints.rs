@@ -631,6 +631,15 @@ fn an_unreadable_or_unverifiable_chain_stops_the_runner_instead_of_restarting_at
     let text = refused_start(&c, "svc3.log");
     assert!(text.contains("cannot read the chain back"), "{text}");
     std::fs::remove_file(&cps).unwrap();
+
+    // A link in its place (to the real chain): not followed.
+    std::os::unix::fs::symlink(&aside, &cps).unwrap();
+    let text = refused_start(&c, "svc4.log");
+    assert!(text.contains("a link or a file at that name"), "{text}");
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("a link or a file at that name"), "{text}");
+    std::fs::remove_file(&cps).unwrap();
     std::fs::rename(&aside, &cps).unwrap();
     assert_eq!(
         checkpoint_files(&out),

@@ -18,6 +18,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::fs::{Mode, OFlags};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -478,20 +481,28 @@ fn records_of(place: &str, text: &str, seal: Option<&Custodian>, out: &mut Vec<S
     }
 }
 
-/// Reads a regular file (never through a link) up to `max` bytes.
-fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
-    let meta = fs::symlink_metadata(path).map_err(|e| e.to_string())?;
-    if !meta.file_type().is_file() {
-        return Err("not a regular file".into());
-    }
+/// Reads a regular file (never through a link: opened `O_NOFOLLOW` and checked on the open
+/// handle) up to `max` bytes; `dir` is the directory `name` is opened in.
+fn read_bounded_at(dir: impl AsFd, name: &Path, max: u64) -> Result<String, String> {
+    let (file, _) = crate::files::owner::open_regular_at(dir, name).map_err(|e| e.to_string())?;
     let mut text = String::new();
-    fs::File::open(path)
-        .and_then(|f| f.take(max + 1).read_to_string(&mut text))
+    file.take(max + 1)
+        .read_to_string(&mut text)
         .map_err(|e| format!("cannot read: {e}"))?;
     if text.len() as u64 > max {
         return Err(format!("larger than {max} bytes"));
     }
     Ok(text)
+}
+
+/// [`read_bounded_at`] for a path.
+fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
+    read_bounded_at(rustix::fs::CWD, path, max)
+}
+
+/// A path for an error line, escaped.
+fn shown_path(p: &Path) -> String {
+    PeerText::new(&p.to_string_lossy()).to_string()
 }
 
 /// The file sink's checkpoints: `<directory>/.svc-checkpoints/<hex runner id>-<index>.json`,
@@ -515,9 +526,9 @@ impl FileStore {
         seal: Option<&Custodian>,
         out: &mut Vec<StoredRecord>,
     ) -> Result<(), String> {
-        let entries = fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let entries = fs::read_dir(dir).map_err(|e| format!("{}: {e}", shown_path(dir)))?;
         for entry in entries {
-            let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let entry = entry.map_err(|e| format!("{}: {e}", shown_path(dir)))?;
             let name = entry.file_name();
             if name.to_string_lossy().starts_with('.') {
                 continue; // temporary files and the checkpoint directory
@@ -545,9 +556,33 @@ impl FileStore {
     }
 }
 
+impl FileStore {
+    /// The checkpoint directory, opened without following a link at its name.
+    fn open_dir(&self) -> std::io::Result<OwnedFd> {
+        let root = rustix::fs::open(
+            &self.root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let fd = rustix::fs::openat(
+            &root,
+            FILE_CHECKPOINT_DIR,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => {
+                std::io::Error::other("not a directory (a link or a file at that name): refused")
+            }
+            e => e.into(),
+        })?;
+        Ok(fd)
+    }
+}
+
 impl CheckpointStore for FileStore {
     fn put(&self, runner_id: &str, index: u64, bytes: &[u8]) -> Result<(), String> {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        use std::os::unix::fs::DirBuilderExt;
         let dir = self.dir();
         let mode = super::file::durable::dir_mode(self.file_mode);
         match fs::DirBuilder::new().mode(mode).create(&dir) {
@@ -559,44 +594,65 @@ impl CheckpointStore for FileStore {
             "{}-{index:020}.json",
             crate::text::hex::lower(runner_id.as_bytes())
         );
-        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        let tmp = format!(".{name}.{}.tmp", std::process::id());
+        let dirfd = self
+            .open_dir()
+            .map_err(|e| format!("open {FILE_CHECKPOINT_DIR}: {e}"))?;
         let write = || -> std::io::Result<()> {
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(self.file_mode)
-                .custom_flags(libc_nofollow())
-                .open(&tmp)?;
+            let fd = rustix::fs::openat(
+                &dirfd,
+                tmp.as_str(),
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(self.file_mode),
+            )?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(self.file_mode))?;
+            let mut f = fs::File::from(fd);
             f.write_all(bytes)?;
             f.sync_all()?;
             // A link, not a rename: an existing checkpoint of that name is never replaced.
-            fs::hard_link(&tmp, dir.join(&name))?;
-            fs::remove_file(&tmp)?;
-            super::file::durable::sync_dir(&dir)
+            rustix::fs::linkat(
+                &dirfd,
+                tmp.as_str(),
+                &dirfd,
+                name.as_str(),
+                rustix::fs::AtFlags::empty(),
+            )?;
+            rustix::fs::unlinkat(&dirfd, tmp.as_str(), rustix::fs::AtFlags::empty())?;
+            rustix::fs::fsync(&dirfd)?;
+            Ok(())
         };
         write().map_err(|e| {
-            let _ = fs::remove_file(&tmp);
+            let _ = rustix::fs::unlinkat(&dirfd, tmp.as_str(), rustix::fs::AtFlags::empty());
             format!("write {FILE_CHECKPOINT_DIR}/{name}: {e}")
         })
     }
 
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
-        let dir = self.dir();
-        let entries = match fs::read_dir(&dir) {
-            Ok(e) => e,
+        let dirfd = match self.open_dir() {
+            Ok(fd) => fd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(format!("{}: {e}", dir.display())),
+            Err(e) => return Err(format!("{FILE_CHECKPOINT_DIR}: {e}")),
         };
+        let listed = rustix::fs::openat(
+            &dirfd,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("{FILE_CHECKPOINT_DIR}: {e}"))?;
+        let entries = rustix::fs::Dir::read_from(&listed)
+            .map_err(|e| format!("{FILE_CHECKPOINT_DIR}: {e}"))?;
         let mut out = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(|e| e.to_string())?;
+            let entry = entry.map_err(|e| format!("{FILE_CHECKPOINT_DIR}: {e}"))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') || !name.ends_with(".json") {
                 continue;
             }
-            let place = format!("{FILE_CHECKPOINT_DIR}/{name}");
+            let place = format!("{FILE_CHECKPOINT_DIR}/{}", PeerText::new(&name));
             // An unreadable one is still a checkpoint the audit must count: refused, not gone.
-            let text = read_bounded(&entry.path(), MAX_CHECKPOINT_BYTES).unwrap_or_default();
+            let text =
+                read_bounded_at(&dirfd, Path::new(&name), MAX_CHECKPOINT_BYTES).unwrap_or_default();
             out.push((place, text));
         }
         out.sort();
@@ -612,11 +668,6 @@ impl CheckpointStore for FileStore {
         self.walk(&self.root, 0, seal, &mut out)?;
         Ok(out)
     }
-}
-
-/// `O_NOFOLLOW`, so a link planted at the temporary name is refused.
-fn libc_nofollow() -> i32 {
-    rustix::fs::OFlags::NOFOLLOW.bits() as i32
 }
 
 /// Name of the PostgreSQL sink's checkpoint table, in the schema of its events table.
