@@ -45,6 +45,33 @@ use crate::text::rfc3339::format_rfc3339_nanos;
 pub const FEED_CAPACITY: usize = 65_536;
 /// Largest record file read by a store scan.
 pub const MAX_RECORD_FILE_BYTES: u64 = 1 << 30;
+/// Most records one read-back (`svc verify-custody`, the runner's rescan) holds in memory
+/// (about 150 bytes each); past it the read fails with a clear error.
+pub const MAX_AUDIT_RECORDS: usize = 10_000_000;
+/// Most checkpoints one read-back holds.
+pub const MAX_AUDIT_CHECKPOINTS: usize = 100_000;
+/// Most checkpoint text one read-back holds in memory.
+pub const MAX_AUDIT_CHECKPOINT_BYTES: usize = 1 << 30;
+
+fn records_bound(n: usize) -> Result<(), String> {
+    if n > MAX_AUDIT_RECORDS {
+        return Err(format!(
+            "more than {MAX_AUDIT_RECORDS} records: past the read-back bound"
+        ));
+    }
+    Ok(())
+}
+
+fn checkpoints_bound(total: &mut usize, text: &str) -> Result<(), String> {
+    *total += text.len();
+    if *total > MAX_AUDIT_CHECKPOINT_BYTES {
+        return Err(format!(
+            "more than {MAX_AUDIT_CHECKPOINT_BYTES} bytes of checkpoints: past the read-back bound"
+        ));
+    }
+    Ok(())
+}
+
 /// Directory below the file sink's output directory holding its checkpoints.
 pub const FILE_CHECKPOINT_DIR: &str = ".svc-checkpoints";
 
@@ -544,7 +571,10 @@ impl FileStore {
                 self.walk(&path, depth + 1, seal, out)?;
             } else if ft.is_file() {
                 match read_bounded(&path, MAX_RECORD_FILE_BYTES) {
-                    Ok(text) => records_of(&place, &text, seal, out),
+                    Ok(text) => {
+                        records_of(&place, &text, seal, out);
+                        records_bound(out.len())?;
+                    }
                     Err(e) => out.push(StoredRecord {
                         place,
                         read: Err(e),
@@ -642,7 +672,7 @@ impl CheckpointStore for FileStore {
         .map_err(|e| format!("{FILE_CHECKPOINT_DIR}: {e}"))?;
         let entries = rustix::fs::Dir::read_from(&listed)
             .map_err(|e| format!("{FILE_CHECKPOINT_DIR}: {e}"))?;
-        let mut out = Vec::new();
+        let (mut out, mut total) = (Vec::new(), 0usize);
         for entry in entries {
             let entry = entry.map_err(|e| format!("{FILE_CHECKPOINT_DIR}: {e}"))?;
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -653,6 +683,7 @@ impl CheckpointStore for FileStore {
             // An unreadable one is still a checkpoint the audit must count: refused, not gone.
             let text =
                 read_bounded_at(&dirfd, Path::new(&name), MAX_CHECKPOINT_BYTES).unwrap_or_default();
+            checkpoints_bound(&mut total, &text)?;
             out.push((place, text));
         }
         out.sort();
@@ -739,27 +770,33 @@ impl CheckpointStore for PgStore {
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
         let sql = format!(
             "SELECT runner_id, checkpoint_index::text, left(checkpoint, {MAX_CHECKPOINT_BYTES} + 1) \
-             FROM {} ORDER BY runner_id, checkpoint_index",
-            self.table()
+             FROM {} ORDER BY runner_id, checkpoint_index LIMIT {}",
+            self.table(),
+            MAX_AUDIT_CHECKPOINTS + 1
         );
         let res = self
             .sink
             .with_session("read the checkpoints of", |c| c.query(&sql, &[]))
             .map_err(|e| e.to_string())?;
-        Ok(res
-            .rows
-            .into_iter()
-            .map(|r| {
-                let mut r = r.into_iter().map(Option::unwrap_or_default);
-                let runner = r.next().unwrap_or_default();
-                let idx = r.next().unwrap_or_default();
-                let place = format!(
-                    "{PG_CHECKPOINT_TABLE} row ({}, {idx})",
-                    crate::text::peer::PeerText::new(&runner)
-                );
-                (place, r.next().unwrap_or_default())
-            })
-            .collect())
+        if res.rows.len() > MAX_AUDIT_CHECKPOINTS {
+            return Err(format!(
+                "more than {MAX_AUDIT_CHECKPOINTS} checkpoints: past the read-back bound"
+            ));
+        }
+        let (mut out, mut total) = (Vec::new(), 0usize);
+        for r in res.rows {
+            let mut r = r.into_iter().map(Option::unwrap_or_default);
+            let runner = r.next().unwrap_or_default();
+            let idx = r.next().unwrap_or_default();
+            let place = format!(
+                "{PG_CHECKPOINT_TABLE} row ({}, {idx})",
+                crate::text::peer::PeerText::new(&runner)
+            );
+            let text = r.next().unwrap_or_default();
+            checkpoints_bound(&mut total, &text)?;
+            out.push((place, text));
+        }
+        Ok(out)
     }
 
     fn records(&self) -> Result<Vec<StoredRecord>, String> {
@@ -769,7 +806,11 @@ impl CheckpointStore for PgStore {
     fn scan(&self, seal: Option<&Custodian>) -> Result<Vec<StoredRecord>, String> {
         let mut out = Vec::new();
         for t in self.cfg.tables() {
-            let sql = format!("SELECT row_to_json(e)::text FROM {} e", t.sql());
+            let sql = format!(
+                "SELECT row_to_json(e)::text FROM {} e LIMIT {}",
+                t.sql(),
+                MAX_AUDIT_RECORDS + 1
+            );
             let res = self
                 .sink
                 .with_session("read the records of", |c| c.query(&sql, &[]))
@@ -778,6 +819,7 @@ impl CheckpointStore for PgStore {
                 let text = row.into_iter().next().flatten().unwrap_or_default();
                 records_of(&format!("{t} row {}", i + 1), &text, seal, &mut out);
             }
+            records_bound(out.len())?;
         }
         Ok(out)
     }
@@ -840,13 +882,14 @@ impl CheckpointStore for ObjectStore {
 
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
         let client = self.sink.client();
-        let mut out = Vec::new();
-        for key in client.list_keys(&self.checkpoint_dir(), MAX_LISTED_OBJECTS)? {
+        let (mut out, mut total) = (Vec::new(), 0usize);
+        for key in client.list_keys(&self.checkpoint_dir(), MAX_AUDIT_CHECKPOINTS)? {
             let text = match client.get_object(&key, MAX_CHECKPOINT_BYTES + 1) {
                 Ok(Some(r)) => String::from_utf8(r.body).unwrap_or_default(),
                 Ok(None) => continue,
                 Err(e) => return Err(format!("get {key}: {e}")),
             };
+            checkpoints_bound(&mut total, &text)?;
             out.push((key, text));
         }
         Ok(out)
@@ -872,7 +915,10 @@ impl CheckpointStore for ObjectStore {
             let place = crate::text::peer::PeerText::new(&key).to_string();
             match client.get_object(&key, cfg.max_object_bytes) {
                 Ok(Some(r)) => match String::from_utf8(r.body) {
-                    Ok(text) => records_of(&place, &text, seal, &mut out),
+                    Ok(text) => {
+                        records_of(&place, &text, seal, &mut out);
+                        records_bound(out.len())?;
+                    }
                     Err(_) => out.push(StoredRecord {
                         place,
                         read: Err("not UTF-8 JSON (compressed?)".into()),
