@@ -473,3 +473,225 @@ fn a_message_the_runner_refused_is_a_listed_gap_not_a_missing_record() {
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("2 records intact, 0 altered, 0 missing, 0 in no checkpoint yet, 1 runner-caused gaps: COMPLETE"), "{text}");
 }
+
+/// The heads the runner logged (`custody checkpoint head RUNNER:INDEX:DIGEST`), in order.
+fn logged_heads(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| l.split("custody checkpoint head ").nth(1))
+        .map(|rest| rest.split(' ').next().unwrap().to_string())
+        .collect()
+}
+
+fn verify_heads(c: &Case, heads: &[&str]) -> (i32, String) {
+    let mut args = vec![
+        "verify-custody",
+        c.cfg.to_str().unwrap(),
+        "--public-key",
+        c.public.to_str().unwrap(),
+    ];
+    for h in heads {
+        args.extend(["--head", h]);
+    }
+    let (code, out, err) = svc_env(&args, None);
+    (code, out + &err)
+}
+
+/// A restarted runner that must refuse to start; returns its log.
+fn refused_start(c: &Case, log_name: &str) -> String {
+    let log = c.dir.path().join(log_name);
+    let mut runner = start_runner(&c.cfg, &log);
+    let status = runner
+        .wait_timeout(Duration::from_secs(30))
+        .expect("the runner refuses to start");
+    assert!(!status.success(), "{}", runner.log_text());
+    runner.log_text()
+}
+
+#[test]
+fn a_cut_tail_a_removed_chain_and_an_emptied_sink_are_named_and_never_continued() {
+    let c = case(3);
+    let log = c.dir.path().join("svc.log");
+    let mut runner = start_runner(&c.cfg, &log);
+    publish_range(&c.server, 1, 7);
+    wait_acked(&c.server, 7);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let heads = logged_heads(&runner.log_text());
+    assert_eq!(heads.len(), 3, "{}", runner.log_text());
+    assert!(heads[2].starts_with("runner-cp-1:2:"), "{heads:?}");
+    // The runner's own copy, beside the configuration, 0600, equal to the last logged head.
+    let head_file = c.dir.path().join("c.json.custody-head");
+    let held: Value = serde_json::from_slice(&std::fs::read(&head_file).unwrap()).unwrap();
+    assert_eq!(
+        format!(
+            "{}:{}:{}",
+            held["runner_id"].as_str().unwrap(),
+            held["index"],
+            held["digest"].as_str().unwrap()
+        ),
+        heads[2]
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&head_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let (code, text) = verify_heads(&c, &[&heads[2]]);
+    assert_eq!(code, 0, "{text}");
+
+    // The tail cut off: the last checkpoint and the record it covers.
+    let out = c.dir.path().join("out");
+    let files = checkpoint_files(&out);
+    let last_cp = std::fs::read(&files[2]).unwrap();
+    let victim = record_path(&out, 7);
+    let saved = std::fs::read(&victim).unwrap();
+    std::fs::remove_file(&files[2]).unwrap();
+    std::fs::remove_file(&victim).unwrap();
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(
+        code, 0,
+        "without a held head the cut cannot be seen: {text}"
+    );
+    let (code, text) = verify_heads(&c, &[&heads[2]]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("chain of runner runner-cp-1: TRUNCATED: the chain ends at checkpoint 1"),
+        "{text}"
+    );
+    let text = refused_start(&c, "svc2.log");
+    assert!(text.contains("TRUNCATED"), "{text}");
+    assert_eq!(
+        checkpoint_files(&out).len(),
+        2,
+        "nothing continued from the cut"
+    );
+
+    // A checkpoint at the head's index that is not the head: DIFFERS, refused.
+    let (code, text) = verify_heads(&c, &[&format!("runner-cp-1:1:{}", "0".repeat(64))]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("DIFFERS"), "{text}");
+
+    // The whole chain removed with its records (the sink emptied): MISSING, refused.
+    let emptied = c.dir.path().join("emptied");
+    std::fs::rename(&out, &emptied).unwrap();
+    std::fs::create_dir(&out).unwrap();
+    let (code, text) = verify_heads(&c, &[&heads[2]]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("runner-cp-1: MISSING"), "{text}");
+    let text = refused_start(&c, "svc3.log");
+    assert!(text.contains("TRUNCATED"), "{text}");
+    assert!(!out.join(".svc-checkpoints").exists());
+
+    // Put back whole: it continues.
+    std::fs::remove_dir(&out).unwrap();
+    std::fs::rename(&emptied, &out).unwrap();
+    std::fs::write(&files[2], &last_cp).unwrap();
+    std::fs::write(&victim, &saved).unwrap();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc4.log"));
+    publish_range(&c.server, 8, 8);
+    wait_acked(&c.server, 8);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let heads = logged_heads(&runner.log_text());
+    assert_eq!(heads.len(), 1, "{}", runner.log_text());
+    assert!(heads[0].starts_with("runner-cp-1:3:"), "{heads:?}");
+    let (code, text) = verify_heads(&c, &[&heads[0]]);
+    assert_eq!(code, 0, "{text}");
+}
+
+#[test]
+fn an_unreadable_or_unverifiable_chain_stops_the_runner_instead_of_restarting_at_0() {
+    let c = case(2);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 4);
+    wait_acked(&c.server, 4);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let out = c.dir.path().join("out");
+    let files = checkpoint_files(&out);
+    assert_eq!(files.len(), 2);
+
+    // The last checkpoint made unverifiable.
+    let saved = std::fs::read_to_string(&files[1]).unwrap();
+    std::fs::write(
+        &files[1],
+        saved.replacen("\\\"count\\\":2", "\\\"count\\\":1", 1),
+    )
+    .unwrap();
+    let text = refused_start(&c, "svc2.log");
+    assert!(
+        text.contains("does not verify under this runner's key"),
+        "{text}"
+    );
+    std::fs::write(&files[1], &saved).unwrap();
+
+    // The checkpoint directory unreadable (a file in its place).
+    let cps = out.join(".svc-checkpoints");
+    let aside = c.dir.path().join("cps-aside");
+    std::fs::rename(&cps, &aside).unwrap();
+    std::fs::write(&cps, b"not a directory").unwrap();
+    let text = refused_start(&c, "svc3.log");
+    assert!(text.contains("cannot read the chain back"), "{text}");
+    std::fs::remove_file(&cps).unwrap();
+
+    // A link in its place (to the real chain): not followed.
+    std::os::unix::fs::symlink(&aside, &cps).unwrap();
+    let text = refused_start(&c, "svc4.log");
+    assert!(text.contains("a link or a file at that name"), "{text}");
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("a link or a file at that name"), "{text}");
+    std::fs::remove_file(&cps).unwrap();
+    std::fs::rename(&aside, &cps).unwrap();
+    assert_eq!(
+        checkpoint_files(&out),
+        files,
+        "no checkpoint 0 written over the chain"
+    );
+}
+
+#[test]
+fn the_rescan_never_signs_a_planted_or_altered_record() {
+    let c = case(1000);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 4);
+    wait_acked(&c.server, 4);
+    runner.sigkill();
+    let out = c.dir.path().join("out");
+    // Planted before its first checkpoint: a copy of record 4 as sequence 9 with another
+    // payload, and record 3 altered in place; both carry this runner's id.
+    let four: Value =
+        serde_json::from_slice(&std::fs::read(record_path(&out, 4)).unwrap()).unwrap();
+    let mut planted = four.clone();
+    planted["stream_sequence"] = json!(9);
+    planted["payload"] = json!({"n": 999});
+    std::fs::write(out.join("planted.json"), planted.to_string()).unwrap();
+    let three_path = record_path(&out, 3);
+    let mut three: Value = serde_json::from_slice(&std::fs::read(&three_path).unwrap()).unwrap();
+    three["payload"] = json!({"n": 333});
+    std::fs::write(&three_path, three.to_string()).unwrap();
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    publish_range(&c.server, 5, 6);
+    wait_acked(&c.server, 6);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let log = runner.log_text();
+    assert!(
+        log.contains("2 records of this runner refused by the rescan"),
+        "{log}"
+    );
+    let files = checkpoint_files(&out);
+    assert_eq!(files.len(), 1);
+    assert_eq!(
+        python_check(&files, &public_key_b64(&CP_SEED)),
+        vec![1, 2, 4, 5, 6],
+        "neither the planted 9 nor the altered 3 is signed"
+    );
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("sequence 9 (planted.json): present, in no checkpoint yet"),
+        "{text}"
+    );
+    assert!(text.contains("sequence 3 ("), "{text}");
+    assert!(text.contains("in no checkpoint yet"), "{text}");
+}

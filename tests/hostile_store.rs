@@ -416,3 +416,49 @@ fn a_container_endpoint_echoing_its_token_is_scrubbed() {
     );
     assert_clean("svc test-sink", &out, &[CONTAINER_TOKEN.to_string()]);
 }
+
+/// A store whose listing answers "truncated" forever with no key (a new token each time):
+/// `svc verify-custody --public-key` ends with an error naming the listing, in bounded time.
+#[test]
+fn an_endless_empty_truncated_listing_ends_the_audit() {
+    let store = Receiver::start_raw(Box::new(|r: &Received| match r.method.as_str() {
+        "GET" => {
+            let n = r.target.len();
+            let xml = format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult>\
+                 <IsTruncated>true</IsTruncated><NextContinuationToken>t{n}</NextContinuationToken>\
+                 </ListBucketResult>"
+            );
+            (200, "application/xml", xml.into_bytes())
+        }
+        _ => (400, "text/plain", b"unexpected request".to_vec()),
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        "nats://127.0.0.1:4222",
+        dir.path(),
+        sink_block(&store.url(), json!({})),
+        json!({"level": "info"}),
+    );
+    let public = dir.path().join("cp.pub");
+    std::fs::write(&public, "GK2Qx6HwLpGF2I7B4bzu1mr0A8NLUO/zNdJ7x8ZdMdU=").unwrap();
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(["verify-custody", cfg.to_str().unwrap(), "--public-key"])
+        .arg(format!("cp1={}", public.display()))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(credentials_env())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("pages in a row with no key, still \"truncated\""),
+        "{text}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let gets = store.requests().len();
+    assert!((9..=10).contains(&gets), "{gets} listing requests");
+}

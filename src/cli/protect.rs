@@ -205,9 +205,19 @@ pub fn verify_custody(cfg: &RuntimeConfig, files: &[PathBuf]) -> ExitCode {
 /// against its signed checkpoints, with public keys only. One line per finding, then a
 /// summary; exit 0 when complete, 1 when anything is missing, altered, uncovered or refused,
 /// 2 for configuration or key errors.
-pub fn verify_checkpoints(cfg: &RuntimeConfig, keys: &[String]) -> ExitCode {
+pub fn verify_checkpoints(cfg: &RuntimeConfig, keys: &[String], heads: &[String]) -> ExitCode {
     use crate::message::protection::checkpoint::TrustedKeys;
-    use crate::message::protection::checkpoint_audit::audit;
+    use crate::message::protection::checkpoint_audit::audit_to_heads;
+    let mut held = Vec::new();
+    for h in heads {
+        match crate::sink::checkpoint_head::parse_head_arg(h) {
+            Ok(h) => held.push((h.runner_id, h.index, h.digest)),
+            Err(e) => {
+                eprintln!("svc: verify-custody: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let mut trusted = TrustedKeys::default();
     for k in keys {
         if let Err(e) = trusted.add(k, &cfg.custody.checkpoints.key_id) {
@@ -232,7 +242,7 @@ pub fn verify_checkpoints(cfg: &RuntimeConfig, keys: &[String]) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let report = audit(&records, &checkpoints, &trusted);
+    let report = audit_to_heads(&records, &checkpoints, &trusted, &held);
     let mut out = std::io::stdout().lock();
     for f in &report.findings {
         if let Err(e) = writeln!(out, "{}", f.line) {

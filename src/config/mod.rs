@@ -153,7 +153,9 @@ pub const MAX_SUBJECT_FAMILIES: usize = 100;
 
 impl RuntimeConfig {
     pub fn load(path: &Path) -> Result<RuntimeConfig, LoadError> {
-        reader::load_document(path, "", Self::parse)
+        let mut cfg = reader::load_document(path, "", Self::parse)?;
+        cfg.custody.checkpoints.default_head_file(path);
+        Ok(cfg)
     }
 
     /// Parses and validates a config document.

@@ -364,8 +364,9 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     }
 }
 
-/// `custody.checkpoints`: the key is read and the `svc-checkpoint` thread started (it reads
-/// its chain back first, off the delivery path). Returns the sink workers' feed and the
+/// `custody.checkpoints`: the key is read, the chain read back and checked against the head
+/// file, and the `svc-checkpoint` thread started (it rescans the records first, off the
+/// delivery path). Returns the sink workers' feed and the
 /// channel that says the thread ended.
 #[allow(clippy::type_complexity)]
 fn start_checkpoints(
@@ -387,9 +388,11 @@ fn start_checkpoints(
         ));
     }
     let store = crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?;
-    let (writer, feed) =
-        crate::sink::checkpoint::Writer::new(store, &c.checkpoints, &c.runner_id, cfg.sink.kind())
-            .map_err(RunError::Fatal)?;
+    let (mut writer, feed) =
+        crate::sink::checkpoint::Writer::new(store, c, cfg.sink.kind()).map_err(RunError::Fatal)?;
+    // The chain is read back and checked against the head file before any delivery: a sink
+    // cut back, emptied or unreadable stops the runner here.
+    writer.start().map_err(RunError::Fatal)?;
     let (done_tx, done_rx) = bounded::<()>(1);
     spawn("svc-checkpoint", move || {
         writer.run();

@@ -7,15 +7,20 @@
 //! is never held back. The thread writes a signed checkpoint every `every_records` records or
 //! `every_seconds` seconds, and what is pending when the workers stop.
 //!
-//! Crash story: at its start (and after the channel overflowed) the thread reads its own chain
-//! back from the store and the store's records of its runner id, and every record that no
-//! checkpoint of its chain covers is pending again: records committed before a kill -9 are
-//! covered by the first checkpoint after the restart. Until then `svc verify-custody` reports
-//! them as present in no checkpoint yet.
+//! Start: before any delivery the runner reads its chain back ([`Writer::start`]) and refuses
+//! to run when it cannot be read, does not verify, has a hole, or does not reach the head
+//! kept outside the sink ([`super::checkpoint_head`]). Crash story: the thread then (and after
+//! the channel overflowed) rescans the store's records of its runner id ([`Writer::rescan`]):
+//! every record after the chain's covered range that no checkpoint covers and whose custody
+//! seal verifies is pending again, so records committed before a kill -9 are covered by the
+//! first checkpoint after the restart; a record failing its seal is never signed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::fs::{Mode, OFlags};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,10 +31,13 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendErro
 use crate::document::canonical;
 use crate::message::envelope::now_unix_nanos;
 use crate::message::protection::checkpoint::{
-    self, seal, Body, CheckpointConfig, Signer, TrustedKeys, MAX_CHECKPOINT_BYTES,
+    self, seal, Body, Signer, TrustedKeys, MAX_CHECKPOINT_BYTES,
 };
 use crate::message::protection::checkpoint_audit::StoredRecord;
-use crate::message::protection::custody::public_digest_stored;
+use crate::message::protection::custody::{public_digest_stored, Custodian, CustodyConfig};
+use crate::text::peer::PeerText;
+
+use super::checkpoint_head::{Head, HeadFile};
 use crate::text::rfc3339::format_rfc3339_nanos;
 
 /// Events the channel holds before the sink workers' sends start failing (then the thread
@@ -37,6 +45,33 @@ use crate::text::rfc3339::format_rfc3339_nanos;
 pub const FEED_CAPACITY: usize = 65_536;
 /// Largest record file read by a store scan.
 pub const MAX_RECORD_FILE_BYTES: u64 = 1 << 30;
+/// Most records one read-back (`svc verify-custody`, the runner's rescan) holds in memory
+/// (about 150 bytes each); past it the read fails with a clear error.
+pub const MAX_AUDIT_RECORDS: usize = 10_000_000;
+/// Most checkpoints one read-back holds.
+pub const MAX_AUDIT_CHECKPOINTS: usize = 100_000;
+/// Most checkpoint text one read-back holds in memory.
+pub const MAX_AUDIT_CHECKPOINT_BYTES: usize = 1 << 30;
+
+fn records_bound(n: usize) -> Result<(), String> {
+    if n > MAX_AUDIT_RECORDS {
+        return Err(format!(
+            "more than {MAX_AUDIT_RECORDS} records: past the read-back bound"
+        ));
+    }
+    Ok(())
+}
+
+fn checkpoints_bound(total: &mut usize, text: &str) -> Result<(), String> {
+    *total += text.len();
+    if *total > MAX_AUDIT_CHECKPOINT_BYTES {
+        return Err(format!(
+            "more than {MAX_AUDIT_CHECKPOINT_BYTES} bytes of checkpoints: past the read-back bound"
+        ));
+    }
+    Ok(())
+}
+
 /// Directory below the file sink's output directory holding its checkpoints.
 pub const FILE_CHECKPOINT_DIR: &str = ".svc-checkpoints";
 
@@ -48,7 +83,20 @@ pub trait CheckpointStore: Send {
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String>;
     /// Every stored record, read back as the audit needs it.
     fn records(&self) -> Result<Vec<StoredRecord>, String>;
+    /// [`CheckpointStore::records`]; with a custodian (the runner's restart rescan), each
+    /// record carrying its runner id is also checked against its custody seal, and one that
+    /// fails reads as an error starting with [`SEAL_REFUSED`]. A store that cannot check
+    /// seals refuses the rescan (its uncovered records stay "in no checkpoint yet").
+    fn scan(&self, seal: Option<&Custodian>) -> Result<Vec<StoredRecord>, String> {
+        match seal {
+            None => self.records(),
+            Some(_) => Err("this store cannot check custody seals on a rescan".into()),
+        }
+    }
 }
+
+/// How a record whose custody seal does not verify reads in a rescan.
+pub const SEAL_REFUSED: &str = "custody seal refused";
 
 /// What a sink worker tells the thread.
 #[derive(Debug, Clone)]
@@ -78,6 +126,8 @@ impl Feed {
 pub struct Writer {
     store: Box<dyn CheckpointStore>,
     signer: Signer,
+    custodian: Custodian,
+    head_file: HeadFile,
     runner_id: String,
     sink: String,
     every_records: usize,
@@ -86,6 +136,9 @@ pub struct Writer {
     overflowed: Arc<AtomicBool>,
     /// (index, body digest) of the chain's last checkpoint.
     head: Option<(u64, String)>,
+    /// Highest sequence the chain covered at start (leaf or gap): a rescan signs only records
+    /// after it.
+    covered_to: Option<u64>,
     pending: BTreeMap<u64, [u8; 32]>,
     gaps: BTreeMap<u64, &'static str>,
 }
@@ -93,11 +146,13 @@ pub struct Writer {
 impl Writer {
     pub fn new(
         store: Box<dyn CheckpointStore>,
-        cfg: &CheckpointConfig,
-        runner_id: &str,
+        custody: &CustodyConfig,
         sink: &str,
     ) -> Result<(Writer, Feed), String> {
+        let cfg = &custody.checkpoints;
         let signer = Signer::load(cfg)?;
+        let custodian = Custodian::load(custody)?;
+        let head_file = HeadFile::new(&cfg.head_file)?;
         let (tx, rx) = bounded(FEED_CAPACITY);
         let overflowed = Arc::new(AtomicBool::new(false));
         let feed = Feed {
@@ -108,62 +163,116 @@ impl Writer {
         let w = Writer {
             store,
             signer,
-            runner_id: runner_id.to_string(),
+            custodian,
+            head_file,
+            runner_id: custody.runner_id.clone(),
             sink: sink.to_string(),
             every_records: cfg.every_records,
             every: Duration::from_secs(cfg.every_seconds),
             rx,
             overflowed,
             head: None,
+            covered_to: None,
             pending: BTreeMap::new(),
             gaps: BTreeMap::new(),
         };
         Ok((w, feed))
     }
 
-    /// Reads the chain back and makes every record of this runner in no checkpoint pending.
-    pub fn recover(&mut self) -> Result<(), String> {
+    fn trusted(&self) -> TrustedKeys {
         let mut trusted = TrustedKeys::default();
         trusted
             .0
             .insert(self.signer.key_id().to_string(), self.signer.public_key());
-        let mut covered = BTreeSet::new();
-        let mut head: Option<(u64, String)> = None;
-        for (place, text) in self.store.checkpoints()? {
-            let Ok(v) = checkpoint::verify(&text, &trusted) else {
-                log::warn!(
-                    "custody checkpoint {}: not one of this runner's signed checkpoints; ignored",
-                    crate::text::peer::PeerText::new(&place)
-                );
-                continue;
-            };
-            if v.body.runner_id != self.runner_id {
-                continue;
+        trusted
+    }
+
+    /// Reads this runner's chain back (before any delivery) and checks it against the head
+    /// file. An error (the runner does not start) when the store cannot be read, a stored
+    /// checkpoint of this runner (or of no readable runner) does not verify, the chain does
+    /// not run 0, 1, 2, ..., or it does not reach the head file's head: the chain is never
+    /// restarted at index 0 over an existing one, nor continued from a cut.
+    pub fn start(&mut self) -> Result<(), String> {
+        let read = self
+            .store
+            .checkpoints()
+            .map_err(|e| format!("custody checkpoints: cannot read the chain back: {e}"))?;
+        let chain = own_chain(read, &self.trusted(), &self.runner_id)?;
+        let stored = self.head_file.read()?;
+        check_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
+        self.covered_to = chain
+            .iter()
+            .flat_map(|v| {
+                let gaps = v.body.gaps.iter().map(|g| g.0);
+                std::iter::once(v.body.last_sequence).chain(gaps)
+            })
+            .max();
+        if let Some(last) = chain.last() {
+            self.head = Some((last.body.index, last.digest.clone()));
+            let head = Head::new(&self.runner_id, last.body.index, &last.digest);
+            if stored.as_ref() != Some(&head) {
+                self.head_file.write(&head)?;
             }
-            covered.extend(v.leaves.iter().map(|l| l.0));
-            if head.as_ref().is_none_or(|(i, _)| v.body.index > *i) {
-                head = Some((v.body.index, v.digest));
+            log::info!(
+                "custody checkpoints: chain read back to its head {}",
+                PeerText::new(&head.arg())
+            );
+        }
+        Ok(())
+    }
+
+    /// Makes pending every record of this runner after the chain's start range that no
+    /// checkpoint covers and whose custody seal verifies under the runner's custody key; a
+    /// record failing the seal is never signed (logged, counted; the audit reports it as in
+    /// no checkpoint).
+    pub fn rescan(&mut self) -> Result<(), String> {
+        let trusted = self.trusted();
+        let mut covered = BTreeSet::new();
+        for (_, text) in self.store.checkpoints()? {
+            if let Ok(v) = checkpoint::verify(&text, &trusted) {
+                if v.body.runner_id == self.runner_id {
+                    covered.extend(v.leaves.iter().map(|l| l.0));
+                    covered.extend(v.body.gaps.iter().map(|g| g.0));
+                }
             }
         }
-        self.head = head;
-        let mut found = 0usize;
-        for rec in self.store.records()? {
-            if let Ok((seq, runner, d)) = rec.read {
-                if runner == self.runner_id && !covered.contains(&seq) {
-                    found += usize::from(self.pending.insert(seq, d).is_none());
+        let (mut found, mut refused) = (0usize, 0usize);
+        for rec in self.store.scan(Some(&self.custodian))? {
+            match rec.read {
+                Ok((seq, runner, d)) if runner == self.runner_id => {
+                    let after = self.covered_to.is_none_or(|c| seq > c);
+                    if after && !covered.contains(&seq) && !self.pending.contains_key(&seq) {
+                        self.pending.insert(seq, d);
+                        found += 1;
+                    }
                 }
+                Err(e) if e.starts_with(SEAL_REFUSED) => {
+                    refused += 1;
+                    log::error!(
+                        "custody checkpoints: {}: {e}; never signed",
+                        PeerText::new(&rec.place)
+                    );
+                }
+                _ => {}
             }
         }
         if found > 0 {
             log::info!("custody checkpoints: {found} committed records in no checkpoint yet");
         }
+        if refused > 0 {
+            log::error!(
+                "custody checkpoints: {refused} records of this runner refused by the rescan \
+                 (custody seal does not verify)"
+            );
+        }
         Ok(())
     }
 
     /// The thread: until every sink worker has gone, then once more for what is pending.
+    /// [`Writer::start`] has run before.
     pub fn run(mut self) {
-        if let Err(e) = self.recover() {
-            log::error!("custody checkpoints: cannot read the chain back: {e}");
+        if let Err(e) = self.rescan() {
+            log::error!("custody checkpoints: the rescan of the records failed: {e}");
         }
         let mut due = Instant::now() + self.every;
         loop {
@@ -201,7 +310,7 @@ impl Writer {
             while let Ok(e) = self.rx.try_recv() {
                 self.take(e);
             }
-            if let Err(e) = self.recover() {
+            if let Err(e) = self.rescan() {
                 log::error!("custody checkpoints: rescan after an overflow failed: {e}");
             }
         }
@@ -230,27 +339,163 @@ impl Writer {
             created_at: format_rfc3339_nanos(now_unix_nanos()),
         };
         let bytes = seal(&body, &leaves, &self.signer);
-        match self.store.put(&self.runner_id, body.index, &bytes) {
-            Ok(()) => {
-                self.head = Some((body.index, checkpoint::body_digest(&body.encode())));
-                self.pending.clear();
-                self.gaps.clear();
-            }
-            Err(e) => log::error!(
+        if let Err(e) = self.store.put(&self.runner_id, body.index, &bytes) {
+            log::error!(
                 "custody checkpoint {} not written (kept for the next one): {e}",
                 body.index
-            ),
+            );
+            return;
         }
+        let digest = checkpoint::body_digest(&body.encode());
+        let head = Head::new(&self.runner_id, body.index, &digest);
+        // The auditor's copy outside the sink: `svc verify-custody --head RUNNER:INDEX:DIGEST`.
+        log::info!(
+            "custody checkpoint head {} ({} records, sequences {} to {})",
+            PeerText::new(&head.arg()),
+            body.count,
+            body.first_sequence,
+            body.last_sequence
+        );
+        if let Err(e) = self.head_file.write(&head) {
+            log::error!("custody checkpoint {}: {e}", body.index);
+        }
+        self.head = Some((body.index, digest));
+        self.pending.clear();
+        self.gaps.clear();
+    }
+}
+
+/// This runner's checkpoints among the stored ones, verified, in index order, checked to run
+/// 0, 1, 2, ... with each `previous` the digest before. A stored checkpoint that does not
+/// verify is an error unless its (unverified) body names another runner.
+fn own_chain(
+    read: Vec<(String, String)>,
+    trusted: &TrustedKeys,
+    runner_id: &str,
+) -> Result<Vec<checkpoint::Verified>, String> {
+    let mut chain = Vec::new();
+    for (place, text) in read {
+        match checkpoint::verify(&text, trusted) {
+            Ok(v) if v.body.runner_id == runner_id => chain.push(v),
+            Ok(_) => {}
+            Err(e) => {
+                let claimed = claimed_runner(&text);
+                if claimed.as_deref().is_some_and(|r| r != runner_id) {
+                    continue; // another runner's, under its own key
+                }
+                return Err(format!(
+                    "custody checkpoint {} does not verify under this runner's key ({e:?}): \
+                     the chain cannot be continued; audit it with svc verify-custody \
+                     --public-key --head",
+                    PeerText::new(&place)
+                ));
+            }
+        }
+    }
+    chain.sort_by_key(|v| v.body.index);
+    let mut previous = String::new();
+    for (i, v) in chain.iter().enumerate() {
+        if v.body.index != i as u64 || v.body.previous != previous {
+            return Err(format!(
+                "custody checkpoints: the chain of runner {} is broken at checkpoint {} \
+                 (removed, forked or reordered): it cannot be continued; audit it with svc \
+                 verify-custody --public-key --head",
+                PeerText::new(runner_id),
+                v.body.index
+            ));
+        }
+        previous = v.digest.clone();
+    }
+    Ok(chain)
+}
+
+/// The runner id an unverified checkpoint's body claims, when it can be read.
+fn claimed_runner(text: &str) -> Option<String> {
+    let outer: serde_json::Value = serde_json::from_str(text).ok()?;
+    let body: serde_json::Value = serde_json::from_str(outer.get("signed")?.as_str()?).ok()?;
+    Some(body.get("runner_id")?.as_str()?.to_string())
+}
+
+/// The chain read back must reach the head file's head: an error when it is behind
+/// (truncated, removed, emptied) or holds another checkpoint at that index.
+fn check_head(
+    chain: &[checkpoint::Verified],
+    stored: Option<&Head>,
+    runner_id: &str,
+    file: &HeadFile,
+) -> Result<(), String> {
+    let shown = PeerText::new(&file.path.to_string_lossy()).to_string();
+    let Some(h) = stored else {
+        if let Some(last) = chain.last() {
+            return Err(format!(
+                "custody checkpoints: the sink holds a chain of runner {} up to checkpoint {} \
+                 but the head file {shown} is missing: a head file lost with the sink cut \
+                 back cannot be told apart. Check the chain against the head last logged \
+                 (svc verify-custody --public-key FILE --head RUNNER:INDEX:DIGEST), then \
+                 write that head to the file (docs/payload-protection.md, \"Chain head\")",
+                PeerText::new(runner_id),
+                last.body.index
+            ));
+        }
+        return Ok(());
+    };
+    if h.runner_id != runner_id {
+        return Err(format!(
+            "custody checkpoints: the head file {shown} is runner {}'s, this runner is {}",
+            PeerText::new(&h.runner_id),
+            PeerText::new(runner_id)
+        ));
+    }
+    match chain.get(h.index as usize) {
+        Some(v) if v.digest == h.digest => Ok(()),
+        Some(v) => Err(format!(
+            "custody checkpoints: checkpoint {} of runner {} in the sink (digest {}) differs \
+             from the head file {shown} (digest {}): the chain was replaced; it is not continued",
+            h.index,
+            PeerText::new(runner_id),
+            v.digest,
+            PeerText::new(&h.digest)
+        )),
+        None => Err(format!(
+            "custody checkpoints: the sink's chain of runner {} is TRUNCATED: it ends {} but the \
+             head file {shown} holds checkpoint {}; records and checkpoints were removed. It is \
+             not continued; audit with svc verify-custody --public-key FILE --head {}",
+            PeerText::new(runner_id),
+            chain
+                .last()
+                .map_or("before checkpoint 0".to_string(), |v| format!(
+                    "at checkpoint {}",
+                    v.body.index
+                )),
+            h.index,
+            PeerText::new(&h.arg())
+        )),
+    }
+}
+
+/// One stored record read back; with `seal`, a record of its runner whose custody seal does
+/// not verify reads as [`SEAL_REFUSED`].
+fn read_record(t: &str, seal: Option<&Custodian>) -> Result<(u64, String, [u8; 32]), String> {
+    use crate::message::protection::custody::Verdict;
+    let doc = canonical::parse(t).map_err(|e| format!("not a JSON record: {e}"))?;
+    let read = public_digest_stored(&doc)?;
+    match seal {
+        Some(c) if read.1 == c.runner_id() => match c.verify(&doc) {
+            Verdict::Intact => Ok(read),
+            Verdict::Altered => Err(format!("{SEAL_REFUSED} (sequence {}: ALTERED)", read.0)),
+            Verdict::Unverifiable(why) => {
+                Err(format!("{SEAL_REFUSED} (sequence {}: {why})", read.0))
+            }
+        },
+        _ => Ok(read),
     }
 }
 
 /// A record file's records: one JSON object, or JSON lines.
-fn records_of(place: &str, text: &str, out: &mut Vec<StoredRecord>) {
+fn records_of(place: &str, text: &str, seal: Option<&Custodian>, out: &mut Vec<StoredRecord>) {
     let one = |place: String, t: &str| StoredRecord {
         place,
-        read: canonical::parse(t)
-            .map_err(|e| format!("not a JSON record: {e}"))
-            .and_then(|doc| public_digest_stored(&doc)),
+        read: read_record(t, seal),
     };
     if serde_json::from_str::<&serde_json::value::RawValue>(text).is_ok() {
         out.push(one(place.to_string(), text));
@@ -263,20 +508,28 @@ fn records_of(place: &str, text: &str, out: &mut Vec<StoredRecord>) {
     }
 }
 
-/// Reads a regular file (never through a link) up to `max` bytes.
-fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
-    let meta = fs::symlink_metadata(path).map_err(|e| e.to_string())?;
-    if !meta.file_type().is_file() {
-        return Err("not a regular file".into());
-    }
+/// Reads a regular file (never through a link: opened `O_NOFOLLOW` and checked on the open
+/// handle) up to `max` bytes; `dir` is the directory `name` is opened in.
+fn read_bounded_at(dir: impl AsFd, name: &Path, max: u64) -> Result<String, String> {
+    let (file, _) = crate::files::owner::open_regular_at(dir, name).map_err(|e| e.to_string())?;
     let mut text = String::new();
-    fs::File::open(path)
-        .and_then(|f| f.take(max + 1).read_to_string(&mut text))
+    file.take(max + 1)
+        .read_to_string(&mut text)
         .map_err(|e| format!("cannot read: {e}"))?;
     if text.len() as u64 > max {
         return Err(format!("larger than {max} bytes"));
     }
     Ok(text)
+}
+
+/// [`read_bounded_at`] for a path.
+fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
+    read_bounded_at(rustix::fs::CWD, path, max)
+}
+
+/// A path for an error line, escaped.
+fn shown_path(p: &Path) -> String {
+    PeerText::new(&p.to_string_lossy()).to_string()
 }
 
 /// The file sink's checkpoints: `<directory>/.svc-checkpoints/<hex runner id>-<index>.json`,
@@ -293,10 +546,16 @@ impl FileStore {
         self.root.join(FILE_CHECKPOINT_DIR)
     }
 
-    fn walk(&self, dir: &Path, depth: usize, out: &mut Vec<StoredRecord>) -> Result<(), String> {
-        let entries = fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    fn walk(
+        &self,
+        dir: &Path,
+        depth: usize,
+        seal: Option<&Custodian>,
+        out: &mut Vec<StoredRecord>,
+    ) -> Result<(), String> {
+        let entries = fs::read_dir(dir).map_err(|e| format!("{}: {e}", shown_path(dir)))?;
         for entry in entries {
-            let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let entry = entry.map_err(|e| format!("{}: {e}", shown_path(dir)))?;
             let name = entry.file_name();
             if name.to_string_lossy().starts_with('.') {
                 continue; // temporary files and the checkpoint directory
@@ -309,10 +568,13 @@ impl FileStore {
                 .to_string();
             let ft = entry.file_type().map_err(|e| format!("{place}: {e}"))?;
             if ft.is_dir() && depth < 32 {
-                self.walk(&path, depth + 1, out)?;
+                self.walk(&path, depth + 1, seal, out)?;
             } else if ft.is_file() {
                 match read_bounded(&path, MAX_RECORD_FILE_BYTES) {
-                    Ok(text) => records_of(&place, &text, out),
+                    Ok(text) => {
+                        records_of(&place, &text, seal, out);
+                        records_bound(out.len())?;
+                    }
                     Err(e) => out.push(StoredRecord {
                         place,
                         read: Err(e),
@@ -324,9 +586,33 @@ impl FileStore {
     }
 }
 
+impl FileStore {
+    /// The checkpoint directory, opened without following a link at its name.
+    fn open_dir(&self) -> std::io::Result<OwnedFd> {
+        let root = rustix::fs::open(
+            &self.root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let fd = rustix::fs::openat(
+            &root,
+            FILE_CHECKPOINT_DIR,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => {
+                std::io::Error::other("not a directory (a link or a file at that name): refused")
+            }
+            e => e.into(),
+        })?;
+        Ok(fd)
+    }
+}
+
 impl CheckpointStore for FileStore {
     fn put(&self, runner_id: &str, index: u64, bytes: &[u8]) -> Result<(), String> {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        use std::os::unix::fs::DirBuilderExt;
         let dir = self.dir();
         let mode = super::file::durable::dir_mode(self.file_mode);
         match fs::DirBuilder::new().mode(mode).create(&dir) {
@@ -338,44 +624,66 @@ impl CheckpointStore for FileStore {
             "{}-{index:020}.json",
             crate::text::hex::lower(runner_id.as_bytes())
         );
-        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        let tmp = format!(".{name}.{}.tmp", std::process::id());
+        let dirfd = self
+            .open_dir()
+            .map_err(|e| format!("open {FILE_CHECKPOINT_DIR}: {e}"))?;
         let write = || -> std::io::Result<()> {
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(self.file_mode)
-                .custom_flags(libc_nofollow())
-                .open(&tmp)?;
+            let fd = rustix::fs::openat(
+                &dirfd,
+                tmp.as_str(),
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(self.file_mode),
+            )?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(self.file_mode))?;
+            let mut f = fs::File::from(fd);
             f.write_all(bytes)?;
             f.sync_all()?;
             // A link, not a rename: an existing checkpoint of that name is never replaced.
-            fs::hard_link(&tmp, dir.join(&name))?;
-            fs::remove_file(&tmp)?;
-            super::file::durable::sync_dir(&dir)
+            rustix::fs::linkat(
+                &dirfd,
+                tmp.as_str(),
+                &dirfd,
+                name.as_str(),
+                rustix::fs::AtFlags::empty(),
+            )?;
+            rustix::fs::unlinkat(&dirfd, tmp.as_str(), rustix::fs::AtFlags::empty())?;
+            rustix::fs::fsync(&dirfd)?;
+            Ok(())
         };
         write().map_err(|e| {
-            let _ = fs::remove_file(&tmp);
+            let _ = rustix::fs::unlinkat(&dirfd, tmp.as_str(), rustix::fs::AtFlags::empty());
             format!("write {FILE_CHECKPOINT_DIR}/{name}: {e}")
         })
     }
 
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
-        let dir = self.dir();
-        let entries = match fs::read_dir(&dir) {
-            Ok(e) => e,
+        let dirfd = match self.open_dir() {
+            Ok(fd) => fd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(format!("{}: {e}", dir.display())),
+            Err(e) => return Err(format!("{FILE_CHECKPOINT_DIR}: {e}")),
         };
-        let mut out = Vec::new();
+        let listed = rustix::fs::openat(
+            &dirfd,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("{FILE_CHECKPOINT_DIR}: {e}"))?;
+        let entries = rustix::fs::Dir::read_from(&listed)
+            .map_err(|e| format!("{FILE_CHECKPOINT_DIR}: {e}"))?;
+        let (mut out, mut total) = (Vec::new(), 0usize);
         for entry in entries {
-            let entry = entry.map_err(|e| e.to_string())?;
+            let entry = entry.map_err(|e| format!("{FILE_CHECKPOINT_DIR}: {e}"))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') || !name.ends_with(".json") {
                 continue;
             }
-            let place = format!("{FILE_CHECKPOINT_DIR}/{name}");
+            let place = format!("{FILE_CHECKPOINT_DIR}/{}", PeerText::new(&name));
             // An unreadable one is still a checkpoint the audit must count: refused, not gone.
-            let text = read_bounded(&entry.path(), MAX_CHECKPOINT_BYTES).unwrap_or_default();
+            let text =
+                read_bounded_at(&dirfd, Path::new(&name), MAX_CHECKPOINT_BYTES).unwrap_or_default();
+            checkpoints_bound(&mut total, &text)?;
             out.push((place, text));
         }
         out.sort();
@@ -383,15 +691,14 @@ impl CheckpointStore for FileStore {
     }
 
     fn records(&self) -> Result<Vec<StoredRecord>, String> {
+        self.scan(None)
+    }
+
+    fn scan(&self, seal: Option<&Custodian>) -> Result<Vec<StoredRecord>, String> {
         let mut out = Vec::new();
-        self.walk(&self.root, 0, &mut out)?;
+        self.walk(&self.root, 0, seal, &mut out)?;
         Ok(out)
     }
-}
-
-/// `O_NOFOLLOW`, so a link planted at the temporary name is refused.
-fn libc_nofollow() -> i32 {
-    rustix::fs::OFlags::NOFOLLOW.bits() as i32
 }
 
 /// Name of the PostgreSQL sink's checkpoint table, in the schema of its events table.
@@ -463,41 +770,56 @@ impl CheckpointStore for PgStore {
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
         let sql = format!(
             "SELECT runner_id, checkpoint_index::text, left(checkpoint, {MAX_CHECKPOINT_BYTES} + 1) \
-             FROM {} ORDER BY runner_id, checkpoint_index",
-            self.table()
+             FROM {} ORDER BY runner_id, checkpoint_index LIMIT {}",
+            self.table(),
+            MAX_AUDIT_CHECKPOINTS + 1
         );
         let res = self
             .sink
             .with_session("read the checkpoints of", |c| c.query(&sql, &[]))
             .map_err(|e| e.to_string())?;
-        Ok(res
-            .rows
-            .into_iter()
-            .map(|r| {
-                let mut r = r.into_iter().map(Option::unwrap_or_default);
-                let runner = r.next().unwrap_or_default();
-                let idx = r.next().unwrap_or_default();
-                let place = format!(
-                    "{PG_CHECKPOINT_TABLE} row ({}, {idx})",
-                    crate::text::peer::PeerText::new(&runner)
-                );
-                (place, r.next().unwrap_or_default())
-            })
-            .collect())
+        if res.rows.len() > MAX_AUDIT_CHECKPOINTS {
+            return Err(format!(
+                "more than {MAX_AUDIT_CHECKPOINTS} checkpoints: past the read-back bound"
+            ));
+        }
+        let (mut out, mut total) = (Vec::new(), 0usize);
+        for r in res.rows {
+            let mut r = r.into_iter().map(Option::unwrap_or_default);
+            let runner = r.next().unwrap_or_default();
+            let idx = r.next().unwrap_or_default();
+            let place = format!(
+                "{PG_CHECKPOINT_TABLE} row ({}, {idx})",
+                crate::text::peer::PeerText::new(&runner)
+            );
+            let text = r.next().unwrap_or_default();
+            checkpoints_bound(&mut total, &text)?;
+            out.push((place, text));
+        }
+        Ok(out)
     }
 
     fn records(&self) -> Result<Vec<StoredRecord>, String> {
+        self.scan(None)
+    }
+
+    fn scan(&self, seal: Option<&Custodian>) -> Result<Vec<StoredRecord>, String> {
         let mut out = Vec::new();
         for t in self.cfg.tables() {
-            let sql = format!("SELECT row_to_json(e)::text FROM {} e", t.sql());
+            let sql = format!(
+                "SELECT row_to_json(e)::text FROM {} e LIMIT {}",
+                t.sql(),
+                MAX_AUDIT_RECORDS + 1
+            );
             let res = self
                 .sink
                 .with_session("read the records of", |c| c.query(&sql, &[]))
                 .map_err(|e| e.to_string())?;
             for (i, row) in res.rows.into_iter().enumerate() {
                 let text = row.into_iter().next().flatten().unwrap_or_default();
-                records_of(&format!("{t} row {}", i + 1), &text, &mut out);
+                records_of(&format!("{t} row {}", i + 1), &text, seal, &mut out);
             }
+            records_bound(out.len())?;
         }
         Ok(out)
     }
@@ -543,29 +865,41 @@ impl CheckpointStore for ObjectStore {
             self.checkpoint_dir(),
             crate::text::hex::lower(runner_id.as_bytes())
         );
-        let headers = [("content-type".to_string(), "application/json".to_string())];
-        self.sink
-            .client()
-            .put_object(&key, bytes, &headers)
-            .map(|_| ())
-            .map_err(|e| format!("put {key}: {e}"))
+        // Conditional: an existing checkpoint is never replaced (a store that ignores
+        // If-None-Match is refused by `svc test-sink`'s probe; docs/payload-protection.md).
+        let headers = [
+            ("content-type".to_string(), "application/json".to_string()),
+            ("if-none-match".to_string(), "*".to_string()),
+        ];
+        match self.sink.client().put_object(&key, bytes, &headers) {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_precondition_failed() => Err(format!(
+                "put {key}: a checkpoint exists under that key already; it is never overwritten"
+            )),
+            Err(e) => Err(format!("put {key}: {e}")),
+        }
     }
 
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
         let client = self.sink.client();
-        let mut out = Vec::new();
-        for key in client.list_keys(&self.checkpoint_dir(), MAX_LISTED_OBJECTS)? {
+        let (mut out, mut total) = (Vec::new(), 0usize);
+        for key in client.list_keys(&self.checkpoint_dir(), MAX_AUDIT_CHECKPOINTS)? {
             let text = match client.get_object(&key, MAX_CHECKPOINT_BYTES + 1) {
                 Ok(Some(r)) => String::from_utf8(r.body).unwrap_or_default(),
                 Ok(None) => continue,
                 Err(e) => return Err(format!("get {key}: {e}")),
             };
+            checkpoints_bound(&mut total, &text)?;
             out.push((key, text));
         }
         Ok(out)
     }
 
     fn records(&self) -> Result<Vec<StoredRecord>, String> {
+        self.scan(None)
+    }
+
+    fn scan(&self, seal: Option<&Custodian>) -> Result<Vec<StoredRecord>, String> {
         use super::object_store::config::{CHECK_NAMESPACE, CUSTODY_NAMESPACE};
         let cfg = self.sink.config();
         let client = self.sink.client();
@@ -581,7 +915,10 @@ impl CheckpointStore for ObjectStore {
             let place = crate::text::peer::PeerText::new(&key).to_string();
             match client.get_object(&key, cfg.max_object_bytes) {
                 Ok(Some(r)) => match String::from_utf8(r.body) {
-                    Ok(text) => records_of(&place, &text, &mut out),
+                    Ok(text) => {
+                        records_of(&place, &text, seal, &mut out);
+                        records_bound(out.len())?;
+                    }
                     Err(_) => out.push(StoredRecord {
                         place,
                         read: Err("not UTF-8 JSON (compressed?)".into()),

@@ -5,6 +5,7 @@
 //! config struct lives beside it and is read by [`SinkConfig::read`].
 
 pub mod checkpoint;
+pub mod checkpoint_head;
 mod countdown;
 pub mod fanout;
 pub mod file;

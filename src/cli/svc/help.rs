@@ -33,7 +33,7 @@ USAGE:
                                   record, object-store object, relational row as JSON; one per
                                   line in JSON lines); any configured key, rotated ones included
     svc verify-custody <config_file> <record_file>...
-    svc verify-custody <config_file> --public-key [ID=]FILE...
+    svc verify-custody <config_file> --public-key [ID=]FILE... [--head RUNNER:INDEX:DIGEST...]
                                   recompute each record's custody digest and report it intact
                                   or altered (exit 1 when any is altered or unverifiable)
     svc spool status|inspect|drain <config_file>
@@ -254,7 +254,7 @@ Exit codes: 0 every record decrypted, 1 a record could not be, 2 invalid configu
 
 const VERIFY_CUSTODY: &str = "\
 Usage: svc verify-custody <config_file> <record_file>...
-       svc verify-custody <config_file> --public-key [ID=]FILE...
+       svc verify-custody <config_file> --public-key [ID=]FILE... [--head RUNNER:INDEX:DIGEST...]
 
 Recomputes each record's custody digest and reports it intact or ALTERED.
 
@@ -263,6 +263,9 @@ custody checkpoints, and reports records MISSING from a signed checkpoint (by se
 ALTERED, present in no checkpoint yet, and checkpoints forged, signed by an unknown key, or
 removed from (BROKEN) or FORKED in a runner's chain. FILE holds the Ed25519 public key (base64
 of 32 bytes or an SPKI PEM), trusted under key id ID (default custody.checkpoints.key_id).
+--head RUNNER:INDEX:DIGEST (repeatable): a chain head held outside the sink (the runner's
+\"custody checkpoint head\" log line or head file); a chain that does not reach it is reported
+TRUNCATED, a runner with no chain MISSING, another checkpoint at that index DIFFERS.
 
 Exit codes: 0 every record intact (with --public-key: complete), 1 any finding,
 2 invalid configuration or key.

@@ -44,6 +44,8 @@ pub enum Command {
         records: Vec<PathBuf>,
         /// `--public-key [ID=]FILE`: audit the sink's records against its checkpoints.
         public_keys: Vec<String>,
+        /// `--head RUNNER:INDEX:DIGEST`: chain heads held outside the sink.
+        heads: Vec<String>,
     },
     /// `inspect`: a read-only look at the stream.
     Inspect(inspect::Options),
@@ -69,6 +71,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
     let mut print_only = false;
     let mut records: Vec<PathBuf> = Vec::new();
     let mut public_keys: Vec<String> = Vec::new();
+    let mut heads: Vec<String> = Vec::new();
     while let Some(arg) = parser.next()? {
         let takes_records = matches!(command.as_deref(), Some("decrypt" | "verify-custody"));
         match arg {
@@ -76,6 +79,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
             Long("print") if command.as_deref() == Some("init-db") => print_only = true,
             Long("public-key") if command.as_deref() == Some("verify-custody") => {
                 public_keys.push(parser.value()?.string()?)
+            }
+            Long("head") if command.as_deref() == Some("verify-custody") => {
+                heads.push(parser.value()?.string()?)
             }
             Short('V') | Long("version") => return Ok(Command::Version),
             Value(v) if command.is_none() => {
@@ -150,6 +156,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
             if records.is_empty() && public_keys.is_empty() {
                 return Err("verify-custody: missing <record_file> (or --public-key FILE)".into());
             }
+            if !heads.is_empty() && public_keys.is_empty() {
+                return Err("verify-custody: --head needs --public-key".into());
+            }
             if !records.is_empty() && !public_keys.is_empty() {
                 return Err(
                     "verify-custody: --public-key audits the configured sink; give no <record_file>"
@@ -160,6 +169,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
                 path,
                 records,
                 public_keys,
+                heads,
             })
         }
         // `svc help <command>`: the file slot holds the command's name.
@@ -275,9 +285,10 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             path,
             records,
             public_keys,
+            heads,
         } => match load(&path) {
             Ok(cfg) if public_keys.is_empty() => super::protect::verify_custody(&cfg, &records),
-            Ok(cfg) => super::protect::verify_checkpoints(&cfg, &public_keys),
+            Ok(cfg) => super::protect::verify_checkpoints(&cfg, &public_keys, &heads),
             Err(code) => code,
         },
         Command::Spool(sub) => {
@@ -497,6 +508,7 @@ mod tests {
                 path: "c.json".into(),
                 records: vec!["a".into(), "b".into()],
                 public_keys: vec![],
+                heads: vec![],
             })
         );
         assert!(p(&["verify-custody", "c.json"]).is_err());
@@ -506,6 +518,7 @@ mod tests {
                 path: "c.json".into(),
                 records: vec![],
                 public_keys: vec!["k.pub".into()],
+                heads: vec![],
             })
         );
         use super::super::spool::SpoolCommand;

@@ -42,6 +42,9 @@ pub struct CheckpointConfig {
     /// Ed25519 private key: base64 of a 32-byte seed or of PKCS#8 DER, or PKCS#8 PEM.
     pub signing_key_file: PathBuf,
     pub key_id: String,
+    /// `head_file`: the runner's own copy of its chain head, outside the sink (empty until
+    /// [`CheckpointConfig::default_head_file`] fills it beside the configuration file).
+    pub head_file: PathBuf,
 }
 
 impl Default for CheckpointConfig {
@@ -52,6 +55,7 @@ impl Default for CheckpointConfig {
             every_seconds: 60,
             signing_key_file: PathBuf::new(),
             key_id: String::new(),
+            head_file: PathBuf::new(),
         }
     }
 }
@@ -66,6 +70,7 @@ impl CheckpointConfig {
         let every_seconds = r.int_in("every_seconds", 60, 1, 86_400) as u64;
         let signing_key_file = r.opt_nonempty("signing_key_file").unwrap_or_default();
         let key_id = r.opt_string("key_id").unwrap_or_default();
+        let head_file = r.opt_nonempty("head_file").unwrap_or_default();
         if enabled && signing_key_file.is_empty() {
             r.problem(
                 "signing_key_file",
@@ -85,6 +90,17 @@ impl CheckpointConfig {
             every_seconds,
             signing_key_file: PathBuf::from(signing_key_file),
             key_id,
+            head_file: PathBuf::from(head_file),
+        }
+    }
+
+    /// Sets `head_file`, when not configured, to `<config file>.custody-head` (beside the
+    /// configuration, as `svc replay`'s state file is).
+    pub fn default_head_file(&mut self, config: &std::path::Path) {
+        if self.head_file.as_os_str().is_empty() {
+            let mut name = config.file_name().unwrap_or_default().to_os_string();
+            name.push(".custody-head");
+            self.head_file = config.with_file_name(name);
         }
     }
 }

@@ -82,6 +82,22 @@ pub fn audit(
     checkpoints: &[(String, String)],
     trusted: &TrustedKeys,
 ) -> Report {
+    audit_to_heads(records, checkpoints, trusted, &[])
+}
+
+/// A chain head an auditor holds outside the sink: (runner id, index, body digest), from the
+/// runner's `custody checkpoint head` log lines or its head file.
+pub type HeldHead = (String, u64, String);
+
+/// [`audit`], and each chain must reach the held head of its runner: a chain that ends
+/// before it is TRUNCATED, a runner with no chain at all MISSING, another checkpoint at that
+/// index DIFFERS.
+pub fn audit_to_heads(
+    records: &[StoredRecord],
+    checkpoints: &[(String, String)],
+    trusted: &TrustedKeys,
+    heads: &[HeldHead],
+) -> Report {
     let mut r = Report {
         checkpoints: checkpoints.len(),
         ..Report::default()
@@ -123,6 +139,9 @@ pub fn audit(
             }
         }
     }
+    for head in heads {
+        check_held_head(&mut r, &chains, head);
+    }
     let mut present = BTreeSet::new();
     for rec in records {
         match &rec.read {
@@ -161,6 +180,37 @@ pub fn audit(
         }
     }
     r
+}
+
+/// Reports a chain that does not reach a held head.
+fn check_held_head(
+    r: &mut Report,
+    chains: &BTreeMap<String, Vec<(String, Verified)>>,
+    (runner, index, digest): &HeldHead,
+) {
+    let who = format!("chain of runner {}", shown(runner));
+    let chain = chains.get(runner).map(Vec::as_slice).unwrap_or_default();
+    let at = chain.iter().find(|(_, v)| v.body.index == *index);
+    let problem = match (chain.last(), at) {
+        (None, _) => format!(
+            "MISSING: no valid checkpoint of this runner in the sink; the held head is \
+             checkpoint {index} (the chain was removed, with its records?)"
+        ),
+        (Some(_), Some((_, v))) if v.digest == *digest => return,
+        (Some(_), Some((name, _))) => format!(
+            "DIFFERS: checkpoint {index} ({}) is not the held head {}",
+            shown(name),
+            shown(digest)
+        ),
+        (Some((_, last)), None) if last.body.index < *index => format!(
+            "TRUNCATED: the chain ends at checkpoint {}, the held head is checkpoint {index} \
+             (checkpoints and their records removed?)",
+            last.body.index
+        ),
+        (Some(_), None) => format!("TRUNCATED: checkpoint {index}, the held head, is missing"),
+    };
+    r.chain_problems += 1;
+    r.fail(format!("{who}: {problem}"));
 }
 
 /// Reports a chain that does not run 0, 1, 2, ... with each `previous` the digest before.

@@ -128,6 +128,11 @@ impl Custodian {
         })
     }
 
+    /// The runner id this custodian seals with.
+    pub fn runner_id(&self) -> &str {
+        &self.runner_id
+    }
+
     fn alg(&self) -> &'static str {
         if self.key.is_some() {
             "hmac-sha256"

@@ -38,6 +38,14 @@ use crate::text::secrets::Secrets;
 
 /// Largest error or GET body read into memory.
 const MAX_ERROR_BODY: u64 = 64 * 1024;
+/// One deadline for a whole listing ([`S3Client::list_keys`]).
+pub const LIST_DEADLINE: Duration = Duration::from_secs(3600);
+/// A listing's page cap: `max_keys / LIST_MIN_PAGE_KEYS + LIST_EXTRA_PAGES` (S3 answers up
+/// to 1000 keys a page).
+pub const LIST_MIN_PAGE_KEYS: usize = 100;
+pub const LIST_EXTRA_PAGES: usize = 100;
+/// Pages in a row with no key while the store says "truncated" before the listing fails.
+pub const LIST_MAX_EMPTY_PAGES: usize = 8;
 /// Region when neither the config nor `AWS_REGION`/`AWS_DEFAULT_REGION` names one.
 pub const DEFAULT_REGION: &str = "us-east-1";
 
@@ -498,7 +506,23 @@ impl S3Client {
     pub fn list_keys(&self, prefix: &str, max_keys: usize) -> Result<Vec<String>, String> {
         let mut keys = Vec::new();
         let mut token: Option<String> = None;
+        let deadline = std::time::Instant::now() + LIST_DEADLINE;
+        let max_pages = max_keys / LIST_MIN_PAGE_KEYS + LIST_EXTRA_PAGES;
+        let (mut pages, mut empty) = (0usize, 0usize);
         loop {
+            pages += 1;
+            if pages > max_pages {
+                return Err(format!(
+                    "list {prefix}: more than {max_pages} pages (the store keeps answering \
+                     \"truncated\" with few keys)"
+                ));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "list {prefix}: not done within {} s (one deadline for the whole listing)",
+                    LIST_DEADLINE.as_secs()
+                ));
+            }
             let mut query = String::new();
             if let Some(t) = &token {
                 query.push_str(&format!(
@@ -525,7 +549,14 @@ impl S3Client {
                 )
                 .map_err(|e| format!("list {prefix}: {e}"))?;
             let xml = String::from_utf8_lossy(&reply.body);
+            let before = keys.len();
             keys.extend(xml_all(&xml, "Key").into_iter().map(|k| xml_unescape(&k)));
+            empty = if keys.len() == before { empty + 1 } else { 0 };
+            if empty > LIST_MAX_EMPTY_PAGES {
+                return Err(format!(
+                    "list {prefix}: {empty} pages in a row with no key, still \"truncated\""
+                ));
+            }
             if keys.len() > max_keys {
                 return Err(format!("more than {max_keys} objects below {prefix}"));
             }

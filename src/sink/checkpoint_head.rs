@@ -1,0 +1,162 @@
+//! The runner's own copy of its checkpoint chain head (`custody.checkpoints.head_file`,
+//! default `<config file>.custody-head`): kept outside the sink, so a sink whose chain was
+//! cut back, removed or emptied is noticed at start instead of being continued from the cut.
+//!
+//! One JSON object, written atomically with mode 0600 after every checkpoint:
+//! `{"schema":"svc.custody.checkpoint-head.v1","runner_id":"..","index":N,"digest":"<hex>"}`.
+//! Read as the replay state file is: no link followed, a regular file of the service's user
+//! with one name and no access for other accounts, bounded.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub const HEAD_SCHEMA: &str = "svc.custody.checkpoint-head.v1";
+/// Largest head file read.
+pub const MAX_HEAD_BYTES: u64 = 4096;
+
+/// A chain head: the last checkpoint's index and body digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Head {
+    pub schema: String,
+    pub runner_id: String,
+    pub index: u64,
+    pub digest: String,
+}
+
+impl Head {
+    pub fn new(runner_id: &str, index: u64, digest: &str) -> Head {
+        Head {
+            schema: HEAD_SCHEMA.into(),
+            runner_id: runner_id.into(),
+            index,
+            digest: digest.into(),
+        }
+    }
+
+    /// `RUNNER:INDEX:DIGEST`, as `svc verify-custody --head` takes it.
+    pub fn arg(&self) -> String {
+        format!("{}:{}:{}", self.runner_id, self.index, self.digest)
+    }
+}
+
+/// Where the head lives.
+#[derive(Debug, Clone)]
+pub struct HeadFile {
+    pub path: PathBuf,
+}
+
+impl HeadFile {
+    pub fn new(path: &Path) -> Result<HeadFile, String> {
+        if path.as_os_str().is_empty() {
+            return Err("custody.checkpoints.head_file: not set".into());
+        }
+        Ok(HeadFile {
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn shown(&self) -> String {
+        format!(
+            "custody.checkpoints.head_file {}",
+            crate::text::peer::PeerText::new(&self.path.to_string_lossy())
+        )
+    }
+
+    /// The stored head; `None` when there is no file yet.
+    pub fn read(&self) -> Result<Option<Head>, String> {
+        use crate::files::owner::{self, Refusal};
+        let shown = self.shown();
+        let (file, stat) = match owner::open_regular(&self.path) {
+            Ok(opened) => opened,
+            Err(Refusal::Open(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{shown}: {e}")),
+        };
+        owner::check_owner(&stat, false)
+            .and_then(|()| owner::check_single_link(&stat))
+            .map_err(|e| format!("{shown}: {e}"))?;
+        if stat.st_mode & 0o077 != 0 {
+            return Err(format!(
+                "{shown}: mode {:o} gives other accounts access; the runner writes it 0600",
+                stat.st_mode & 0o7777
+            ));
+        }
+        let mut text = Vec::new();
+        file.take(MAX_HEAD_BYTES + 1)
+            .read_to_end(&mut text)
+            .map_err(|e| format!("{shown}: cannot read: {e}"))?;
+        if text.len() as u64 > MAX_HEAD_BYTES {
+            return Err(format!("{shown}: larger than {MAX_HEAD_BYTES} bytes"));
+        }
+        let head: Head = serde_json::from_slice(&text)
+            .map_err(|e| format!("{shown}: not a checkpoint head file ({e})"))?;
+        if head.schema != HEAD_SCHEMA {
+            return Err(format!("{shown}: schema is not {HEAD_SCHEMA}"));
+        }
+        Ok(Some(head))
+    }
+
+    /// Replaces the head atomically and durably, mode 0600.
+    pub fn write(&self, head: &Head) -> Result<(), String> {
+        let mut bytes = serde_json::to_vec(head).unwrap_or_default();
+        bytes.push(b'\n');
+        crate::files::atomic::write_atomically(&self.path, &bytes, 0o600)
+            .map_err(|e| format!("{}: cannot be written: {e}", self.shown()))
+    }
+}
+
+/// Parses `RUNNER:INDEX:DIGEST` (the runner id may itself hold `:`).
+pub fn parse_head_arg(arg: &str) -> Result<Head, String> {
+    let bad = |why: &str| {
+        format!(
+            "--head {}: {why} (give RUNNER:INDEX:DIGEST)",
+            crate::text::peer::PeerText::new(arg)
+        )
+    };
+    let mut parts = arg.rsplitn(3, ':');
+    let digest = parts.next().unwrap_or_default();
+    let index = parts.next().ok_or_else(|| bad("no index"))?;
+    let runner = parts.next().ok_or_else(|| bad("no runner id"))?;
+    let index: u64 = index.parse().map_err(|_| bad("index is not a number"))?;
+    let hex = digest.len() == 64
+        && digest
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !hex {
+        return Err(bad("digest is not 64 lowercase hex digits"));
+    }
+    if runner.is_empty() {
+        return Err(bad("empty runner id"));
+    }
+    Ok(Head::new(runner, index, digest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_args_and_files() {
+        let d = "ab".repeat(32);
+        let h = parse_head_arg(&format!("run:ner:7:{d}")).unwrap();
+        assert_eq!((h.runner_id.as_str(), h.index), ("run:ner", 7));
+        assert_eq!(parse_head_arg(&h.arg()).unwrap(), h);
+        assert!(parse_head_arg("r:x:ab").is_err());
+        assert!(parse_head_arg(&format!("r:1:{}", "AB".repeat(32))).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let f = HeadFile::new(&dir.path().join("c.json.custody-head")).unwrap();
+        assert_eq!(f.read().unwrap(), None);
+        f.write(&h).unwrap();
+        assert_eq!(f.read().unwrap(), Some(h));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&f.path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        std::fs::set_permissions(&f.path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(f.read().unwrap_err().contains("mode 644"));
+        let link = HeadFile::new(&dir.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(&f.path, &link.path).unwrap();
+        assert!(link.read().is_err());
+    }
+}
