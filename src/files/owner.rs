@@ -106,6 +106,36 @@ pub fn check_single_link(stat: &Stat) -> Result<(), Refusal> {
     }
 }
 
+/// Reads a small private file the service wrote itself (a replay state, a checkpoint head):
+/// `None` when there is none; refused unless it is a regular file of the service's user, with
+/// one name and no access for other accounts, never through a link or by waiting on a FIFO,
+/// and at most `max` bytes. Errors name the reason, not the file (the caller does).
+pub fn read_private(path: &Path, max: u64) -> Result<Option<Vec<u8>>, String> {
+    use std::io::Read;
+    let (file, stat) = match open_regular(path) {
+        Ok(opened) => opened,
+        Err(Refusal::Open(e)) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    check_owner(&stat, false)
+        .and_then(|()| check_single_link(&stat))
+        .map_err(|e| e.to_string())?;
+    if stat.st_mode & 0o077 != 0 {
+        return Err(format!(
+            "mode {:o} gives other accounts access; the service writes it 0600",
+            stat.st_mode & 0o7777
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > max {
+        return Err(format!("larger than {max} bytes"));
+    }
+    Ok(Some(bytes))
+}
+
 /// Opens the directory `name` in `dir` without following a link at the name.
 pub fn open_dir_at(dir: impl AsFd, name: &Path) -> io::Result<OwnedFd> {
     rustix::fs::openat(

@@ -7,7 +7,6 @@
 //! Read as the replay state file is: no link followed, a regular file of the service's user
 //! with one name and no access for other accounts, bounded.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -67,29 +66,12 @@ impl HeadFile {
 
     /// The stored head; `None` when there is no file yet.
     pub fn read(&self) -> Result<Option<Head>, String> {
-        use crate::files::owner::{self, Refusal};
         let shown = self.shown();
-        let (file, stat) = match owner::open_regular(&self.path) {
-            Ok(opened) => opened,
-            Err(Refusal::Open(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("{shown}: {e}")),
+        let Some(text) = crate::files::owner::read_private(&self.path, MAX_HEAD_BYTES)
+            .map_err(|e| format!("{shown}: {e}"))?
+        else {
+            return Ok(None);
         };
-        owner::check_owner(&stat, false)
-            .and_then(|()| owner::check_single_link(&stat))
-            .map_err(|e| format!("{shown}: {e}"))?;
-        if stat.st_mode & 0o077 != 0 {
-            return Err(format!(
-                "{shown}: mode {:o} gives other accounts access; the runner writes it 0600",
-                stat.st_mode & 0o7777
-            ));
-        }
-        let mut text = Vec::new();
-        file.take(MAX_HEAD_BYTES + 1)
-            .read_to_end(&mut text)
-            .map_err(|e| format!("{shown}: cannot read: {e}"))?;
-        if text.len() as u64 > MAX_HEAD_BYTES {
-            return Err(format!("{shown}: larger than {MAX_HEAD_BYTES} bytes"));
-        }
         let head: Head = serde_json::from_slice(&text)
             .map_err(|e| format!("{shown}: not a checkpoint head file ({e})"))?;
         if head.schema != HEAD_SCHEMA {

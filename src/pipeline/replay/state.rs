@@ -152,35 +152,13 @@ impl StateFile {
     /// Reads the state, `None` when there is none. A file that is not a state file is an
     /// error naming the file and the reason.
     pub fn read(&self) -> Result<Option<State>, String> {
-        use std::io::Read;
         let shown = self.path.display();
-        use crate::files::owner::{self, Refusal};
-        // Another account may write the directory: no link followed, no FIFO waited on, only
-        // a file of the service's user with one name and no access for others, as written.
-        let (file, stat) = match owner::open_regular(&self.path) {
-            Ok(opened) => opened,
-            Err(Refusal::Open(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("replay state {shown}: {e}")),
+        // Another account may write the directory: only the service's own private file.
+        let Some(text) = crate::files::owner::read_private(&self.path, MAX_STATE_BYTES)
+            .map_err(|e| format!("replay state {shown}: {e}"))?
+        else {
+            return Ok(None);
         };
-        owner::check_owner(&stat, false)
-            .and_then(|()| owner::check_single_link(&stat))
-            .map_err(|e| format!("replay state {shown}: {e}"))?;
-        if stat.st_mode & 0o077 != 0 {
-            return Err(format!(
-                "replay state {shown}: mode {:o} gives other accounts access; the runner writes \
-                 it 0600",
-                stat.st_mode & 0o7777
-            ));
-        }
-        let mut text = Vec::new();
-        file.take(MAX_STATE_BYTES + 1)
-            .read_to_end(&mut text)
-            .map_err(|e| format!("replay state {shown}: cannot read: {e}"))?;
-        if text.len() as u64 > MAX_STATE_BYTES {
-            return Err(format!(
-                "replay state {shown}: larger than {MAX_STATE_BYTES} bytes: not a replay state file"
-            ));
-        }
         let state: State = serde_json::from_slice(&text)
             .map_err(|e| format!("replay state {shown}: not a replay state file ({e})"))?;
         if state.schema != SCHEMA {
