@@ -384,7 +384,7 @@ fn own_chain(
                     continue; // another runner's, under its own key
                 }
                 return Err(format!(
-                    "custody checkpoint {} does not verify under this runner's key ({e:?}): \
+                    "custody checkpoint {} does not verify under this runner's key ({e}): \
                      the chain cannot be continued; audit it with svc verify-custody \
                      --public-key --head",
                     PeerText::new(&place)

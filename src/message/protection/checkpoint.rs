@@ -366,6 +366,24 @@ pub enum Refused {
     LeavesAltered,
 }
 
+/// What an operator reads: the key id is peer text, escaped and bounded.
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::UnknownKey(id) => write!(
+                f,
+                "signed by an unknown key (key id {})",
+                crate::text::peer::PeerText::new(id)
+            ),
+            Refused::Forged => f.write_str("FORGED (the signature does not verify)"),
+            Refused::LeavesAltered => {
+                f.write_str("its leaves do not match its signed root (altered)")
+            }
+            Refused::Malformed(w) => write!(f, "unreadable ({w})"),
+        }
+    }
+}
+
 fn hex32(s: &str) -> Option<[u8; 32]> {
     if s.len() != 64 {
         return None;

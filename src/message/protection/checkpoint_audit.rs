@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::checkpoint::{verify, Refused, TrustedKeys, Verified};
+use super::checkpoint::{verify, TrustedKeys, Verified};
 use crate::text::peer::PeerText;
 
 /// One stored record as the store reader found it.
@@ -111,17 +111,7 @@ pub fn audit_to_heads(
                 .push((name.clone(), v)),
             Err(e) => {
                 r.refused += 1;
-                let why = match e {
-                    Refused::UnknownKey(id) => {
-                        format!("signed by an unknown key (key id {})", shown(&id))
-                    }
-                    Refused::Forged => "FORGED (the signature does not verify)".into(),
-                    Refused::LeavesAltered => {
-                        "its leaves do not match its signed root (altered)".into()
-                    }
-                    Refused::Malformed(w) => format!("unreadable ({w})"),
-                };
-                r.fail(format!("checkpoint {}: refused: {why}", shown(name)));
+                r.fail(format!("checkpoint {}: refused: {e}", shown(name)));
             }
         }
     }
