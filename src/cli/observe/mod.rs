@@ -118,7 +118,7 @@ pub fn main() -> ExitCode {
 }
 
 /// A writer that keeps the first error of its inner writer, so that the many
-/// `let _ = writeln!(out, ..)` of [`run`] cannot lose a failed standard output.
+/// `let _ = writeln!(out, ..)` of [`fn@run`] cannot lose a failed standard output.
 pub struct FirstError<W> {
     inner: W,
     pub error: Option<std::io::Error>,
