@@ -220,7 +220,9 @@ fn dry_run_changes_nothing_and_a_purged_original_is_reported_and_kept() {
     server.publish_n("SECRETS", "secrets.key", 3, |_| b"{\"secret\":1}".to_vec());
     let forged = json!({"schema": "svc.dead-letter.v1",
         "failure": {"stage": "size_policy", "reason": "payload_too_large"},
-        "original": {"subject": "secrets.key", "stream": "SECRETS", "stream_sequence": 2}});
+        "original": {"subject": "secrets.key", "stream": "SECRETS", "stream_sequence": 2,
+                     "stream_incarnation": "20261129T000000Z"},
+        "payload": {"sha256": "00".repeat(32), "size_bytes": 12}});
     let nc = server.connect();
     nc.publish("dlq.orders", forged.to_string()).unwrap();
     nc.flush().unwrap();
@@ -311,6 +313,153 @@ fn dry_run_changes_nothing_and_a_purged_original_is_reported_and_kept() {
     }
 }
 
+/// The stream sequences of the records a jsonl file sink holds, one per line, in order.
+fn stored_lines(out: &Path) -> Vec<u64> {
+    let mut seqs: Vec<u64> = files_below(out)
+        .into_iter()
+        .flat_map(|p| {
+            let text = std::fs::read_to_string(out.join(p)).unwrap();
+            text.lines()
+                .map(|l| {
+                    serde_json::from_str::<Value>(l).unwrap()["stream_sequence"]
+                        .as_u64()
+                        .unwrap()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    seqs.sort_unstable();
+    seqs
+}
+
+fn jsonl_sink(dir: &Path) -> Value {
+    json!({"type": "file", "directory": dir, "mode": "jsonl"})
+}
+
+/// Review of issue 46 (atk46b): records a publisher on the dead-letter subject forged never
+/// deliver a message twice into a sink without keys. A record without its original's
+/// incarnation and payload digest (naming a delivered message) is kept; one with the right
+/// incarnation and a wrong digest is kept; a second copy of a real record (re-published past the
+/// duplicate window) is removed without a second delivery.
+#[test]
+fn forged_and_doubled_records_never_deliver_a_message_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = setup();
+    let out = dir.path().join("out");
+    let broken = write_config(
+        dir.path(),
+        "broken.json",
+        &config(&server, jsonl_sink(&out), Some(50)),
+    );
+    dead_letters_from_the_runner(&server, dir.path(), &broken);
+    assert_eq!(stored_lines(&out), vec![2, 4, 6]);
+    let incarnation = server.incarnation(STREAM);
+    let nc = server.connect();
+    let bare = json!({"schema": "svc.dead-letter.v1",
+        "failure": {"stage": "size_policy", "reason": "payload_too_large"},
+        "original": {"subject": "orders.created", "stream": STREAM, "stream_sequence": 2}});
+    let mut wrong_digest = bare.clone();
+    wrong_digest["original"]["stream_sequence"] = json!(4);
+    wrong_digest["original"]["stream_incarnation"] = json!(incarnation);
+    wrong_digest["payload"] = json!({"sha256": "00".repeat(32), "size_bytes": 7});
+    let copy = records(&server)[0].1.clone();
+    assert_eq!(copy["original"]["stream_sequence"], json!(1));
+    for forged in [&bare, &wrong_digest, &copy] {
+        nc.publish("dlq.orders", forged.to_string()).unwrap();
+    }
+    nc.flush().unwrap();
+    wait_until(Duration::from_secs(10), "6 records", || {
+        server.stream_messages(DLQ) == 6
+    });
+
+    let fixed = write_config(
+        dir.path(),
+        "fixed.json",
+        &config(&server, jsonl_sink(&out), None),
+    );
+    let (code, stdout, err) = redrive(&fixed, &[]);
+    assert_eq!(code, 3, "{stdout}{err}");
+    assert!(
+        stdout.contains("read 5, stored 3, already present 1"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("kept 2, removed 4"), "{stdout}");
+    assert!(
+        err.contains("not a dead-letter record (original.stream_incarnation missing"),
+        "{err}"
+    );
+    assert!(
+        err.contains("ORDERS sequence 4 holds a payload whose SHA-256 is not the record's"),
+        "{err}"
+    );
+    assert_eq!(
+        stored_lines(&out),
+        (1..=6).collect::<Vec<_>>(),
+        "each message once"
+    );
+    let left: Vec<Value> = records(&server).into_iter().map(|r| r.1).collect();
+    assert_eq!(left, vec![bare, wrong_digest], "the forgeries are kept");
+}
+
+/// A dead-letter stream deleted and created again during a redrive: the records the redrive
+/// had already been handed name sequences of the old stream, and removing "sequence 2" would
+/// remove another record. The redrive stops instead, and the new stream keeps every record.
+#[test]
+fn a_dead_letter_stream_created_again_mid_redrive_loses_no_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = setup();
+    let out = dir.path().join("out");
+    let broken = write_config(
+        dir.path(),
+        "broken.json",
+        &config(&server, jsonl_sink(&out), Some(50)),
+    );
+    dead_letters_from_the_runner(&server, dir.path(), &broken);
+    let fixed = write_config(
+        dir.path(),
+        "fixed.json",
+        &config(&server, jsonl_sink(&out), None),
+    );
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(["dlq", "redrive", fixed.to_str().unwrap(), "--max-rate", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(20), "the first removal", || {
+        server.stream_messages(DLQ) == 2
+    });
+    let js = server.js();
+    js.delete_stream(DLQ).unwrap();
+    server.create_stream(DLQ, &["dlq.orders"]);
+    let nc = server.connect();
+    for i in 0..3 {
+        nc.publish("dlq.orders", format!("{{\"other\":{i}}}"))
+            .unwrap();
+    }
+    nc.flush().unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        "3 records in the new stream",
+        || server.stream_messages(DLQ) == 3,
+    );
+    let done = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_ne!(done.status.code(), Some(0), "{err}");
+    assert_eq!(
+        server.stream_messages(DLQ),
+        3,
+        "no record of the new stream removed: {err}"
+    );
+    // Which check sees it first depends on when the redrive looks: between the deletion and
+    // the creation the stream is missing, after it the stream is another.
+    assert!(
+        err.contains("was created again during the redrive")
+            || err.contains("stream DLQ: stream not found"),
+        "{err}"
+    );
+}
+
 /// `--fanout-child NAME` stores into that child only; an unknown child, or a sink that is not a
 /// fan-out, is refused naming the flag and the children.
 #[test]
@@ -355,4 +504,85 @@ fn a_replay_with_fanout_child_stores_only_into_that_child() {
         err.contains("--fanout-child a: ") && err.contains("not fanout"),
         "{err}"
     );
+}
+
+/// A subject whose payloads are encrypted: the runner's records carry the keyed digest
+/// (`payload.hmac_sha256`), never the plain SHA-256, and a redrive checks it with the payload
+/// key. A copy of a real record naming the plain digest instead, or another keyed digest, is
+/// kept; the real records are delivered, encrypted as `svc run` stores them.
+#[test]
+fn records_of_encrypted_subjects_are_checked_by_their_keyed_digest() {
+    use crate::support::protection::{secrets_env, svc_env, write_private, AES_K1};
+    let dir = tempfile::tempdir().unwrap();
+    let server = setup();
+    let out = dir.path().join("out");
+    let k1 = write_private(dir.path(), "k1.key", &AES_K1);
+    let protect = |mut cfg: Value| {
+        cfg["payload_encryption"] = json!({"enabled": true,
+            "keys": [{"key_id": "k1", "key_file": k1}], "active_key_id": "k1",
+            "digest_key_id": "k1", "default": "encrypt"});
+        cfg["custody"] =
+            json!({"enabled": true, "runner_id": "redrive-1", "hmac_key_env": "PP_CUSTODY_KEY"});
+        cfg
+    };
+    let broken = write_config(
+        dir.path(),
+        "broken.json",
+        &protect(config(&server, file_sink(&out), Some(50))),
+    );
+    let mut runner = Runner::start_env(&broken, &dir.path().join("run.log"), secrets_env());
+    wait_until(Duration::from_secs(20), "3 dead letters", || {
+        server.stream_messages(DLQ) == 3
+    });
+    runner.signal("TERM");
+    assert!(runner
+        .wait_timeout(Duration::from_secs(20))
+        .unwrap()
+        .success());
+    let real = records(&server);
+    let first = real[0].1.clone();
+    assert!(first["payload"]["sha256"].is_null(), "{first}");
+    let keyed = first["payload"]["hmac_sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(keyed.len(), 64);
+    let mut plain = first.clone();
+    plain["payload"] = json!({"sha256": keyed.clone(), "size_bytes": 100});
+    let mut other_keyed = first.clone();
+    other_keyed["payload"]["hmac_sha256"] = json!("0".repeat(64));
+    let nc = server.connect();
+    for forged in [&plain, &other_keyed] {
+        nc.publish("dlq.orders", forged.to_string()).unwrap();
+    }
+    nc.flush().unwrap();
+    wait_until(Duration::from_secs(10), "5 records", || {
+        server.stream_messages(DLQ) == 5
+    });
+
+    let fixed = write_config(
+        dir.path(),
+        "fixed.json",
+        &protect(config(&server, file_sink(&out), None)),
+    );
+    let (code, stdout, err) = svc_env(&["dlq", "redrive", fixed.to_str().unwrap()], None);
+    assert_eq!(code, 3, "{stdout}{err}");
+    assert!(
+        stdout.contains("read 5, stored 3, already present 0"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("kept 2, removed 3"), "{stdout}");
+    assert!(
+        err.contains("is of a subject whose payloads are encrypted, and the record names a plain"),
+        "{err}"
+    );
+    assert!(
+        err.contains("holds a payload whose keyed digest is not the record's"),
+        "{err}"
+    );
+    assert_eq!(stored(&out), (1..=6).collect::<Vec<_>>());
+    for f in files_below(&out) {
+        let text = std::fs::read_to_string(out.join(f)).unwrap();
+        assert!(!text.contains("xxxxxxxx"), "stored encrypted: {text}");
+    }
 }

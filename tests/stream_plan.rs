@@ -808,11 +808,15 @@ fn planned_redrive_permissions(cfg: &Path) -> (Vec<String>, Vec<String>) {
 }
 
 /// A dead-letter record for `ORDERS` sequence `seq`, published by the administrator.
-fn dead_letter_record(server: &NatsServer, seq: u64) {
+fn dead_letter_record(server: &NatsServer, seq: u64, payload: &[u8]) {
+    let incarnation = svc::broker::incarnation::read(&admin(server), "ORDERS").unwrap();
     let record = json!({"schema": "svc.dead-letter.v1",
         "failed_at": "2026-11-28T00:00:00Z",
         "failure": {"stage": "security_labels", "reason": "not_in_vocabulary"},
-        "original": {"subject": "orders.created", "stream": "ORDERS", "stream_sequence": seq}});
+        "original": {"subject": "orders.created", "stream": "ORDERS", "stream_sequence": seq,
+                     "stream_incarnation": &*incarnation},
+        "payload": {"sha256": svc::message::envelope::hex_sha256(payload),
+                    "size_bytes": payload.len()}});
     let js = nats::jetstream::new(admin(server));
     js.publish(DLQ_SUBJECT, record.to_string()).unwrap();
 }
@@ -840,8 +844,8 @@ fn the_planned_redrive_permissions_redrive_and_each_core_one_is_needed() {
         let (ok, err) = apply(&cfg);
         assert!(ok, "{err}");
         publish(&server);
-        dead_letter_record(&server, 1);
-        dead_letter_record(&server, GOOD as u64 + 1);
+        dead_letter_record(&server, 1, b"{\"n\":0}");
+        dead_letter_record(&server, GOOD as u64 + 1, b"{\"bad\":1}");
         let before = admin_consumer_state(&server);
         let out = Command::new(env!("CARGO_BIN_EXE_svc"))
             .args(["dlq", "redrive", cfg.to_str().unwrap(), "--timeout", "3"])

@@ -92,7 +92,30 @@ struct Record {
     sequence: u64,
     consumer_sequence: u64,
     delivery_count: u64,
-    sha256: Option<String>,
+    digest: Digest,
+}
+
+/// The payload digest a record names: the plain SHA-256, or, for a subject whose payloads are
+/// encrypted, the keyed digest (`payload.hmac_sha256`) that only the payload key can compute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Digest {
+    Plain(String),
+    Keyed(String),
+}
+
+/// The longest stream incarnation a record may name (the compact UTC form is 26 bytes).
+const MAX_INCARNATION_BYTES: usize = 64;
+
+fn is_hex_digest(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// `a == b` for two digests, in time independent of where they first differ.
+fn same_digest(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| {
+            d | (x.to_ascii_lowercase() ^ y.to_ascii_lowercase())
+        }) == 0
 }
 
 /// The record in `data`, or why it is not one.
@@ -109,19 +132,32 @@ fn parse_record(data: &[u8]) -> Result<Record, &'static str> {
     let subject = text(&o["subject"])
         .filter(|s| !s.is_empty() && s.len() <= MAX_SUBJECT_BYTES)
         .ok_or("original.subject missing or invalid")?;
+    // A record without its original's incarnation and payload digest cannot be told from a
+    // forgery naming a message that was delivered: redriving it would deliver that one again.
+    let incarnation = text(&o["stream_incarnation"])
+        .filter(|s| !s.is_empty() && s.len() <= MAX_INCARNATION_BYTES)
+        .ok_or("original.stream_incarnation missing or invalid")?;
+    let p = &v["payload"];
+    let digest = match (text(&p["sha256"]), text(&p["hmac_sha256"])) {
+        (Some(d), None) if is_hex_digest(&d) => Digest::Plain(d),
+        (None, Some(d)) if is_hex_digest(&d) => Digest::Keyed(d),
+        _ => {
+            return Err("not exactly one of payload.sha256 and payload.hmac_sha256 (64 hex digits)")
+        }
+    };
     Ok(Record {
         stage: text(&v["failure"]["stage"]).unwrap_or_default(),
         reason: text(&v["failure"]["reason"]).unwrap_or_default(),
         subject,
         stream: text(&o["stream"]).ok_or("original.stream missing")?,
-        incarnation: text(&o["stream_incarnation"]).unwrap_or_default(),
+        incarnation,
         sequence: o["stream_sequence"]
             .as_u64()
             .filter(|s| *s >= 1)
             .ok_or("original.stream_sequence missing or invalid")?,
         consumer_sequence: o["consumer_sequence"].as_u64().unwrap_or(0),
         delivery_count: o["delivery_count"].as_u64().unwrap_or(1).max(1),
-        sha256: text(&v["payload"]["sha256"]),
+        digest,
     })
 }
 
@@ -145,6 +181,12 @@ struct Redrive<'a> {
     incarnation: Arc<str>,
     subjects: Vec<SubjectPattern>,
     normalizer: Normalizer,
+    /// The keyed digest of a subject whose payloads are encrypted (a record's `hmac_sha256`).
+    protection: Arc<crate::message::protection::Protection>,
+    /// The original sequences whose messages this run stored (or found stored): a second record of one original
+    /// (two forged, or one re-published past the duplicate window) is removed, not delivered
+    /// again. One entry per settled record (the range is the dead-letter stream's, bounded).
+    settled: std::collections::HashSet<u64>,
     writer: Writer,
     ages: crate::metrics::Summary,
     /// When the state file was last written (see [`Redrive::persist_due`]).
@@ -209,6 +251,8 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
             .filter_map(|s| SubjectPattern::parse(s).ok())
             .collect(),
         normalizer: Normalizer::new(&cfg, session.protection.clone(), session.metrics.clone()),
+        protection: session.protection.clone(),
+        settled: Default::default(),
         writer,
         ages: Default::default(),
         persisted: Instant::now(),
@@ -305,6 +349,7 @@ impl Redrive<'_> {
         match &fate {
             Fate::Remove if self.writer.file.is_some() => {
                 let timeout = self.opts.replay.timeout;
+                self.check_dead_letter_stream()?;
                 if dead_letter::delete_stored(&self.nc, stream, seq, timeout)? {
                     self.writer.state.counts.removed += 1;
                 }
@@ -319,6 +364,24 @@ impl Redrive<'_> {
         p.messages.store(counts.read, Ordering::Relaxed);
         p.bytes.store(counts.bytes, Ordering::Relaxed);
         p.position.store(seq, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Refuses to go on when the dead-letter stream is no longer the one the redrive read: a
+    /// removal names a record by sequence alone, and a stream deleted and created again numbers
+    /// other records from 1 (records the consumer had already handed over would remove them).
+    fn check_dead_letter_stream(&self) -> Result<(), String> {
+        let stream = &self.opts.dead_letter_stream;
+        let now = crate::broker::incarnation::read(&self.nc, stream)
+            .map_err(|e| format!("stream {stream}: {e}"))?;
+        let read = &self.writer.state.range.incarnation;
+        if *now != **read {
+            return Err(format!(
+                "the dead-letter stream {stream} was created again during the redrive \
+                 (incarnation {read} when it started, {now} now): nothing more is removed; \
+                 start a new redrive"
+            ));
+        }
         Ok(())
     }
 
@@ -356,7 +419,7 @@ impl Redrive<'_> {
             )));
         }
         let (n, inc) = (record.sequence, &record.incarnation);
-        if !inc.is_empty() && **inc != *self.incarnation {
+        if **inc != *self.incarnation {
             counts.read += 1;
             counts.original_missing += 1;
             return Ok(Fate::Keep(format!(
@@ -376,30 +439,48 @@ impl Redrive<'_> {
                 "original {source} sequence {n} is no longer in the stream"
             )));
         };
-        if let Some(why) = self.foreign(&record, &stored) {
+        let raw = self.raw_message(&record, stored);
+        if let Some(why) = self.foreign(&record, &raw) {
             let counts = &mut self.writer.state.counts;
             counts.read += 1;
             counts.kept += 1;
             return Ok(Fate::Keep(format!("{source} sequence {n} {why}")));
         }
-        self.writer.state.counts.bytes += stored.data.len() as u64;
-        let raw = self.raw_message(&record, stored);
+        self.writer.state.counts.bytes += raw.data.len() as u64;
+        if self.settled.contains(&n) {
+            // Its message was settled by an earlier record of this run: stored once is enough.
+            let counts = &mut self.writer.state.counts;
+            counts.read += 1;
+            counts.already_present += 1;
+            return Ok(Fate::Remove);
+        }
         self.settle(seq, &raw)
     }
 
     /// Why the stored message is not the record's original, if it is not.
-    fn foreign(&self, record: &Record, stored: &StoredOriginal) -> Option<&'static str> {
+    fn foreign(&self, record: &Record, stored: &RawMessage) -> Option<&'static str> {
         if stored.subject != record.subject {
             return Some("holds a message of another subject than the record's");
         }
         if !self.subjects.iter().any(|p| p.matches(&stored.subject)) {
             return Some("holds a message outside nats.subjects");
         }
-        match &record.sha256 {
-            Some(digest) if !digest.eq_ignore_ascii_case(&hex_sha256(&stored.data)) => {
-                Some("holds a payload whose SHA-256 is not the record's")
-            }
-            _ => None,
+        match (&record.digest, self.protection.dlq_payload_digest(stored)) {
+            (Digest::Plain(d), None) if same_digest(d, &hex_sha256(&stored.data)) => None,
+            (Digest::Keyed(d), Some(keyed)) if same_digest(d, &keyed) => None,
+            (Digest::Plain(_), None) => Some("holds a payload whose SHA-256 is not the record's"),
+            (Digest::Keyed(_), Some(_)) => Some(
+                "holds a payload whose keyed digest is not the record's (another payload, or \
+                 the payload key's digest key changed since)",
+            ),
+            (Digest::Plain(_), Some(_)) => Some(
+                "is of a subject whose payloads are encrypted, and the record names a plain \
+                 SHA-256, not the keyed digest the runner writes for it",
+            ),
+            (Digest::Keyed(_), None) => Some(
+                "is of a subject whose payloads are not encrypted here, and the record names a \
+                 keyed digest (payload_encryption differs from when it was dead-lettered)",
+            ),
         }
     }
 
@@ -445,6 +526,7 @@ impl Redrive<'_> {
         })?;
         let after = self.writer.state.counts;
         if after.stored > before.stored || after.already_present > before.already_present {
+            self.settled.insert(raw.stream_sequence);
             return Ok(Fate::Remove);
         }
         if after.dead_lettered > before.dead_lettered {
@@ -470,15 +552,16 @@ mod tests {
 
     #[test]
     fn records_are_read_only_when_whole_and_bounded() {
+        let digest = "ab".repeat(32);
         let good = json!({"schema": DEAD_LETTER_SCHEMA,
             "failure": {"stage": "size_policy", "reason": "payload_too_large"},
             "original": {"subject": "orders.a", "stream": "ORDERS", "stream_sequence": 7,
                          "stream_incarnation": "20261128T000000Z", "consumer_sequence": 3,
                          "delivery_count": 2},
-            "payload": {"sha256": "ab", "size_bytes": 2}});
+            "payload": {"sha256": digest, "size_bytes": 2}});
         let r = parse_record(good.to_string().as_bytes()).unwrap();
         assert_eq!((r.sequence, r.stream.as_str()), (7, "ORDERS"));
-        assert_eq!(r.sha256.as_deref(), Some("ab"));
+        assert_eq!(r.digest, Digest::Plain(digest.clone()));
         let filter = Filter {
             reason: Some("payload_too_large".into()),
             class: Some("size_policy".into()),
@@ -490,21 +573,79 @@ mod tests {
             ..Filter::default()
         };
         assert!(!other.wants(&r));
-        for (mut bad, why) in [
-            (good.clone(), "original.stream_sequence"),
-            (good.clone(), "original.stream missing"),
-            (good.clone(), "schema"),
-        ] {
-            match why {
-                "schema" => bad["schema"] = json!("svc.other"),
-                "original.stream missing" => bad["original"]["stream"] = json!(5),
-                _ => bad["original"]["stream_sequence"] = json!(0),
-            }
+        let mut keyed = good.clone();
+        keyed["payload"] = json!({"hmac_sha256": digest, "size_bytes": 2});
+        let r = parse_record(keyed.to_string().as_bytes()).unwrap();
+        assert_eq!(r.digest, Digest::Keyed(digest.clone()));
+        // Each edit makes the record one a redrive must not act on: a forgery without the
+        // original's incarnation or payload digest could name any delivered message.
+        type Edit = (&'static str, fn(&mut Value), &'static str);
+        let edits: [Edit; 9] = [
+            (
+                "seq 0",
+                |v| v["original"]["stream_sequence"] = json!(0),
+                "original.stream_sequence",
+            ),
+            (
+                "stream",
+                |v| v["original"]["stream"] = json!(5),
+                "original.stream missing",
+            ),
+            ("schema", |v| v["schema"] = json!("svc.other"), "schema"),
+            (
+                "no incarnation",
+                |v| {
+                    v["original"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("stream_incarnation");
+                },
+                "stream_incarnation",
+            ),
+            (
+                "empty incarnation",
+                |v| v["original"]["stream_incarnation"] = json!(""),
+                "stream_incarnation",
+            ),
+            (
+                "long incarnation",
+                |v| v["original"]["stream_incarnation"] = json!("9".repeat(65)),
+                "stream_incarnation",
+            ),
+            (
+                "no digest",
+                |v| {
+                    v["payload"].as_object_mut().unwrap().remove("sha256");
+                },
+                "payload.sha256",
+            ),
+            (
+                "short digest",
+                |v| v["payload"]["sha256"] = json!("ab"),
+                "payload.sha256",
+            ),
+            (
+                "two digests",
+                |v| v["payload"]["hmac_sha256"] = json!("cd".repeat(32)),
+                "exactly one",
+            ),
+        ];
+        for (what, edit, why) in edits {
+            let mut bad = good.clone();
+            edit(&mut bad);
             let e = parse_record(bad.to_string().as_bytes()).unwrap_err();
-            assert!(e.contains(why), "{e}");
+            assert!(e.contains(why), "{what}: {e}");
         }
         let huge = vec![b' '; MAX_RECORD_BYTES + 1];
         assert!(parse_record(&huge).is_err());
         assert!(Filter::default().key().contains("reason=* class=*"));
+    }
+
+    #[test]
+    fn digests_compare_whole_and_case_blind() {
+        let d = "ab".repeat(32);
+        assert!(same_digest(&d, &d.to_uppercase()));
+        assert!(!same_digest(&d, &format!("{}ac", &d[..62])));
+        assert!(!same_digest(&d, &d[..62]));
     }
 }
