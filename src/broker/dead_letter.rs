@@ -963,6 +963,46 @@ fn flushed_request(
 /// Largest answer to a `STREAM.MSG.DELETE` read.
 const MAX_DELETE_REPLY_BYTES: usize = 16 * 1024;
 
+/// [`delete_stored`], once the broker said that `stream` is still of `incarnation`
+/// (`STREAM.INFO`, flushed at once): a removal names a record by sequence alone, and a stream
+/// deleted and created again numbers other records from 1. Both requests share `timeout`.
+pub fn delete_stored_of(
+    nc: &nats::Connection,
+    stream: &str,
+    incarnation: &str,
+    sequence: u64,
+    timeout: Duration,
+) -> Result<bool, String> {
+    if !is_stream_name(stream) {
+        return Err(format!("{} is not a stream name", PeerText::new(stream)));
+    }
+    let deadline = Instant::now() + timeout;
+    let subject = format!("$JS.API.STREAM.INFO.{stream}");
+    let info =
+        flushed_request(nc, &subject, b"", timeout).map_err(|e| format!("stream {stream}: {e}"))?;
+    let v: serde_json::Value = (info.data.len() <= super::incarnation::MAX_STREAM_INFO_BYTES)
+        .then(|| serde_json::from_slice(&info.data).ok())
+        .flatten()
+        .ok_or_else(|| format!("stream {stream}: unreadable stream info"))?;
+    if let Some(description) = v["error"]["description"].as_str() {
+        return Err(format!("stream {stream}: {}", PeerText::new(description)));
+    }
+    let now = super::incarnation::of_info(&v).map_err(|e| format!("stream {stream}: {e}"))?;
+    if *now != *incarnation {
+        return Err(format!(
+            "stream {stream} was created again (incarnation {} when it was read, {now} now): \
+             record {sequence} not removed",
+            PeerText::new(incarnation)
+        ));
+    }
+    delete_stored(
+        nc,
+        stream,
+        sequence,
+        deadline.saturating_duration_since(Instant::now()),
+    )
+}
+
 /// Removes the message at `sequence` from `stream` (`STREAM.MSG.DELETE`, not erased: the
 /// record was delivered, not secret). `Ok(false)` when the stream no longer held it (a redrive
 /// resumed after the delete, or an operator removed it).

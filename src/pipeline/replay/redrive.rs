@@ -349,8 +349,12 @@ impl Redrive<'_> {
         match &fate {
             Fate::Remove if self.writer.file.is_some() => {
                 let timeout = self.opts.replay.timeout;
-                self.check_dead_letter_stream()?;
-                if dead_letter::delete_stored(&self.nc, stream, seq, timeout)? {
+                // A removal names the record by sequence alone: only in the stream it was read
+                // from (one created again mid-redrive numbers other records from 1).
+                let read_from = &self.writer.state.range.incarnation;
+                if dead_letter::delete_stored_of(&self.nc, stream, read_from, seq, timeout)
+                    .map_err(|e| format!("{e}; the redrive stops (start a new one)"))?
+                {
                     self.writer.state.counts.removed += 1;
                 }
             }
@@ -364,24 +368,6 @@ impl Redrive<'_> {
         p.messages.store(counts.read, Ordering::Relaxed);
         p.bytes.store(counts.bytes, Ordering::Relaxed);
         p.position.store(seq, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Refuses to go on when the dead-letter stream is no longer the one the redrive read: a
-    /// removal names a record by sequence alone, and a stream deleted and created again numbers
-    /// other records from 1 (records the consumer had already handed over would remove them).
-    fn check_dead_letter_stream(&self) -> Result<(), String> {
-        let stream = &self.opts.dead_letter_stream;
-        let now = crate::broker::incarnation::read(&self.nc, stream)
-            .map_err(|e| format!("stream {stream}: {e}"))?;
-        let read = &self.writer.state.range.incarnation;
-        if *now != **read {
-            return Err(format!(
-                "the dead-letter stream {stream} was created again during the redrive \
-                 (incarnation {read} when it started, {now} now): nothing more is removed; \
-                 start a new redrive"
-            ));
-        }
         Ok(())
     }
 
