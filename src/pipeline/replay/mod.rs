@@ -151,18 +151,11 @@ fn open_sink(
 
 /// Runs one replay (see the module comment).
 pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
-    let Session {
-        metrics,
-        protection,
-        stop,
-        monitor,
-        signals,
-        nc,
-    } = Session::open(&cfg, opts.timeout)?;
+    let session = Session::open(&cfg, opts.timeout)?;
     let file = StateFile {
         path: opts.state.clone(),
     };
-    let plan = plan(&nc, &cfg.nats.stream, opts, &file)?;
+    let plan = plan(&session.nc, &cfg.nats.stream, opts, &file)?;
     let sink_kind = cfg.sink.kind();
     let report = |finish, counts| Report {
         finish,
@@ -172,87 +165,14 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         dry_run: opts.dry_run,
         sink: sink_kind,
     };
-    if plan.state.done || plan.state.next_seq > plan.last {
-        let mut st = plan.state.clone();
-        st.done = true;
-        if !opts.dry_run {
-            file.write(&st).map_err(fatal)?;
-        }
-        signals.close();
+    if let Some(st) = plan.settled(&file, opts.dry_run)? {
+        session.signals.close();
         return Ok(report(Finish::Done, st.counts));
     }
-    let sink = open_sink(&cfg, opts.dry_run, &metrics)?;
-    let d = &cfg.delivery;
-    // One writer, so a batch is what `sink_workers` batches of the runner are together (they
-    // share one commit in the runner too); the channels hold as many messages as its do.
-    let batch_size = d.batch_size * d.sink_workers.max(1);
-    let in_flight = d
-        .max_in_flight_batches
-        .div_ceil(d.sink_workers.max(1))
-        .max(2);
-    let (raw_tx, raw_rx) = bounded::<RawBatch>(in_flight);
-    let (sizes_tx, sizes_rx) = bounded::<u64>(in_flight + 2);
-    let (prepared_tx, prepared_rx) = bounded::<PreparedBatch>(in_flight);
-    let reader = Reader {
-        nc: nc.clone(),
-        request: Request {
-            stream: cfg.nats.stream.clone(),
-            subjects: opts.range.subjects.clone(),
-            // Until a batch is settled, a time range starts at its time (a resumed one too);
-            // after that at the first sequence not settled.
-            start: match opts.range.since {
-                Some(since) if plan.state.counts.read == 0 => Start::Since(since),
-                _ => Start::Sequence(plan.state.next_seq),
-            },
-            max: u64::MAX,
-            timeout: opts.timeout,
-        },
-        last: plan.last,
-        until: opts.range.until,
-        consumer: Arc::from(cfg.nats.consumer.as_str()),
-        max_rate: opts.max_rate,
-        batch_size,
-        max_batch_wait: d.max_batch_wait,
-        stop: stop.clone(),
-        raw_tx,
-        sizes_tx,
-    };
-    let read_thread = super::spawn("svc-replay-read", move || reader.run())?;
-    let normalizer = super::Normalizer::new(&cfg, protection, metrics);
-    let mon = monitor.clone();
-    super::spawn("svc-normalize", move || {
-        super::normalize::run(normalizer, raw_rx, prepared_tx, mon)
-    })?;
-    let progress = Arc::new(Progress::default());
-    let writer = Writer {
-        sink,
-        dlq: (cfg.dead_letter.enabled && !opts.dry_run)
-            .then(|| DeadLetterPublisher::new(nc.clone(), cfg.dead_letter.clone())),
-        dead_letter: cfg.dead_letter.clone(),
-        file: (!opts.dry_run).then_some(file),
-        state: plan.state.clone(),
-        progress: progress.clone(),
-        stop: stop.clone(),
-        redrive_of: None,
-        last_dead_letter: None,
-    };
-    let write_thread = super::spawn("svc-replay-write", move || {
-        writer.run(prepared_rx, sizes_rx)
-    })?;
-    let mut display = Display::new(plan.first, plan.last, opts.terminal());
-    while !write_thread.is_finished() {
-        display.tick(&progress);
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    display.finish(&progress);
-    let written = write_thread
-        .join()
-        .unwrap_or_else(|_| Err(("svc-replay-write panicked".into(), plan.state.counts)));
-    let read = read_thread
-        .join()
-        .unwrap_or_else(|_| Err("svc-replay-read panicked".into()));
-    signals.close();
-    let _ = crate::broker::flush(&nc, Duration::from_secs(2));
+    let threads = Threads::start(&cfg, opts, &session, &plan, file)?;
+    let (written, read) = threads.wait(&plan, opts.terminal());
+    session.signals.close();
+    let _ = crate::broker::flush(&session.nc, Duration::from_secs(2));
     if let (Ok((Finish::Done, st)), Ok(Finish::Done)) = (&written, &read) {
         // The whole range is settled: the state says so, and `--resume` has nothing to do.
         let mut st = st.clone();
@@ -269,6 +189,122 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         }
     }
     finish(written.map(|(f, st)| (f, st.counts)), read, &report)
+}
+
+/// What the writer ends with: how and the state, or why it stopped and the counts settled.
+type Written = Result<(Finish, State), (String, Counts)>;
+
+/// The three threads of a replay (see the module comment).
+struct Threads {
+    read: std::thread::JoinHandle<Result<Finish, String>>,
+    normalize: std::thread::JoinHandle<()>,
+    write: std::thread::JoinHandle<Written>,
+    progress: Arc<Progress>,
+}
+
+impl Threads {
+    fn start(
+        cfg: &RuntimeConfig,
+        opts: &Options,
+        session: &Session,
+        plan: &Plan,
+        file: StateFile,
+    ) -> Result<Threads, Failed> {
+        let sink = open_sink(cfg, opts.dry_run, &session.metrics)?;
+        let d = &cfg.delivery;
+        // One writer, so a batch is what `sink_workers` batches of the runner are together
+        // (they share one commit in the runner too); the channels hold as many messages as its.
+        let batch_size = d.batch_size * d.sink_workers.max(1);
+        let in_flight = d
+            .max_in_flight_batches
+            .div_ceil(d.sink_workers.max(1))
+            .max(2);
+        let (raw_tx, raw_rx) = bounded::<RawBatch>(in_flight);
+        let (sizes_tx, sizes_rx) = bounded::<u64>(in_flight + 2);
+        let (prepared_tx, prepared_rx) = bounded::<PreparedBatch>(in_flight);
+        let reader = Reader {
+            nc: session.nc.clone(),
+            request: Request {
+                stream: cfg.nats.stream.clone(),
+                subjects: opts.range.subjects.clone(),
+                // Until a batch is settled, a time range starts at its time (a resumed one
+                // too); after that at the first sequence not settled.
+                start: match opts.range.since {
+                    Some(since) if plan.state.counts.read == 0 => Start::Since(since),
+                    _ => Start::Sequence(plan.state.next_seq),
+                },
+                max: u64::MAX,
+                timeout: opts.timeout,
+            },
+            last: plan.last,
+            until: opts.range.until,
+            consumer: Arc::from(cfg.nats.consumer.as_str()),
+            max_rate: opts.max_rate,
+            batch_size,
+            max_batch_wait: d.max_batch_wait,
+            stop: session.stop.clone(),
+            raw_tx,
+            sizes_tx,
+        };
+        let read = super::spawn("svc-replay-read", move || reader.run())?;
+        let normalizer =
+            super::Normalizer::new(cfg, session.protection.clone(), session.metrics.clone());
+        let mon = session.monitor.clone();
+        let normalize = super::spawn("svc-normalize", move || {
+            super::normalize::run(normalizer, raw_rx, prepared_tx, mon)
+        })?;
+        let progress = Arc::new(Progress::default());
+        let writer = Writer {
+            sink,
+            dlq: (cfg.dead_letter.enabled && !opts.dry_run)
+                .then(|| DeadLetterPublisher::new(session.nc.clone(), cfg.dead_letter.clone())),
+            dead_letter: cfg.dead_letter.clone(),
+            file: (!opts.dry_run).then_some(file),
+            state: plan.state.clone(),
+            progress: progress.clone(),
+            stop: session.stop.clone(),
+            redrive_of: None,
+            last_dead_letter: None,
+        };
+        let write = super::spawn("svc-replay-write", move || {
+            writer.run(prepared_rx, sizes_rx)
+        })?;
+        Ok(Threads {
+            read,
+            normalize,
+            write,
+            progress,
+        })
+    }
+
+    /// Draws the progress until the writer ends, then joins the three. A thread that panicked
+    /// is an error of the replay: the normalizer's end also ends the writer's input, which
+    /// must not read as the range's end (the batches after it were never settled).
+    fn wait(self, plan: &Plan, terminal: bool) -> (Written, Result<Finish, String>) {
+        let mut display = Display::new(plan.first, plan.last, terminal);
+        while !self.write.is_finished() {
+            display.tick(&self.progress);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        display.finish(&self.progress);
+        let written = self
+            .write
+            .join()
+            .unwrap_or_else(|_| Err(("svc-replay-write panicked".into(), plan.state.counts)));
+        let read = self
+            .read
+            .join()
+            .unwrap_or_else(|_| Err("svc-replay-read panicked".into()));
+        let read = match self.normalize.join() {
+            Ok(()) => read,
+            Err(_) => Err(
+                "svc-normalize panicked: the batches after the last settled one were not \
+                 settled (--resume continues)"
+                    .into(),
+            ),
+        };
+        (written, read)
+    }
 }
 
 /// The replay's end from the writer's and the reader's results.
@@ -308,6 +344,22 @@ struct Plan {
     state: State,
     /// The state file's lock ([`StateFile::lock`]), released when the plan is dropped.
     _lock: Option<std::fs::File>,
+}
+
+impl Plan {
+    /// The state of a range with nothing left to settle (written done, unless a dry run), or
+    /// `None` when there is work.
+    fn settled(&self, file: &StateFile, dry_run: bool) -> Result<Option<State>, Failed> {
+        if !self.state.done && self.state.next_seq <= self.last {
+            return Ok(None);
+        }
+        let mut st = self.state.clone();
+        st.done = true;
+        if !dry_run {
+            file.write(&st).map_err(fatal)?;
+        }
+        Ok(Some(st))
+    }
 }
 
 /// Fixes the range (or takes it from the state file with `--resume`) and checks the state
@@ -497,11 +549,7 @@ struct Writer {
 }
 
 impl Writer {
-    fn run(
-        mut self,
-        rx: Receiver<PreparedBatch>,
-        sizes: Receiver<u64>,
-    ) -> Result<(Finish, State), (String, Counts)> {
+    fn run(mut self, rx: Receiver<PreparedBatch>, sizes: Receiver<u64>) -> Written {
         let mut finish = Finish::Done;
         for batch in rx {
             let bytes = sizes.recv().unwrap_or(0);
@@ -635,5 +683,68 @@ impl Writer {
         self.last_dead_letter = Some(ack.sequence);
         self.state.counts.dead_lettered += 1;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Plan {
+        let state = State {
+            schema: state::SCHEMA.into(),
+            range: RangeKey {
+                config: "/etc/svc.json".into(),
+                stream: "S".into(),
+                subjects: vec!["o.>".into()],
+                sink: "configured".into(),
+                start_seq: None,
+                end_seq: None,
+                since: None,
+                until: None,
+                filter: None,
+                incarnation: "20261129T000000Z".into(),
+                shape: "ab".repeat(32),
+            },
+            last_seq: 10,
+            next_seq: 1,
+            done: false,
+            counts: Counts::default(),
+        };
+        Plan {
+            first: 1,
+            last: 10,
+            state,
+            _lock: None,
+        }
+    }
+
+    /// The normalizer's panic ends the writer's input as the range's end would (the channel
+    /// closes) and the reader's sends fail quietly: the replay must end in an error, not Done
+    /// (which would mark the whole range settled in the state file).
+    #[test]
+    fn a_normalizer_panic_is_an_error_not_the_end_of_the_range() {
+        let plan = plan();
+        let st = plan.state.clone();
+        let threads = Threads {
+            read: std::thread::spawn(|| Ok(Finish::Done)),
+            normalize: std::thread::spawn(|| panic!("a message the normalizer did not expect")),
+            write: std::thread::spawn(move || Ok((Finish::Done, st))),
+            progress: Arc::new(Progress::default()),
+        };
+        let (written, read) = threads.wait(&plan, false);
+        assert!(matches!(written, Ok((Finish::Done, _))));
+        let e = read.as_ref().unwrap_err();
+        assert!(e.starts_with("svc-normalize panicked"), "{e}");
+        let report = |finish, counts| Report {
+            finish,
+            counts,
+            first: 1,
+            last: 10,
+            dry_run: false,
+            sink: "file",
+        };
+        let ended = finish(written.map(|(f, st)| (f, st.counts)), read, &report);
+        assert!(ended.is_err(), "the replay ends in an error");
     }
 }

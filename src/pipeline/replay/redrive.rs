@@ -215,12 +215,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         dry_run: opts.replay.dry_run,
         sink: cfg.sink.kind(),
     };
-    if plan.state.done || plan.state.next_seq > plan.last {
-        let mut st = plan.state.clone();
-        st.done = true;
-        if !opts.replay.dry_run {
-            file.write(&st).map_err(super::fatal)?;
-        }
+    if let Some(st) = plan.settled(&file, opts.replay.dry_run)? {
         session.signals.close();
         return Ok(report(Finish::Done, st.counts));
     }
