@@ -581,6 +581,11 @@ fn records_of_encrypted_subjects_are_checked_by_their_keyed_digest() {
         "{err}"
     );
     assert_eq!(stored(&out), (1..=6).collect::<Vec<_>>());
+    // The key's budget is the operator's sum over every process that sealed under it.
+    assert!(
+        err.contains("this process sealed 3 records under key k1"),
+        "{err}"
+    );
     for f in files_below(&out) {
         let text = std::fs::read_to_string(out.join(f)).unwrap();
         assert!(!text.contains("xxxxxxxx"), "stored encrypted: {text}");

@@ -134,6 +134,26 @@ impl Session {
     }
 }
 
+/// A replay seals records under the payload keys as `svc run` does, and the key's budget is the
+/// operator's sum over every process that used it (docs/payload-protection.md): so each replay
+/// or redrive says, at its end whatever the end, how many it sealed under which key.
+impl Drop for Session {
+    fn drop(&mut self) {
+        let Some(encryptor) = &self.protection.encryptor else {
+            return;
+        };
+        for (key_id, sealed) in encryptor.usage() {
+            if sealed > 0 {
+                eprintln!(
+                    "svc: payload encryption: this process sealed {sealed} records under key \
+                     {key_id}; add them to the key's count (payload_encrypted_total of the \
+                     runners) when you decide its rotation"
+                );
+            }
+        }
+    }
+}
+
 /// The sink a replay writes into; `None` in a dry run. The spool is the runner's: a replay
 /// that cannot write stops and is resumed.
 fn open_sink(
