@@ -32,7 +32,7 @@ use super::{PreparedBatch, RawBatch, RunError};
 use crate::broker::dead_letter::{DeadLetter, DeadLetterPublisher};
 use crate::broker::inspect::{self, Ended, Request, Start};
 use crate::config::RuntimeConfig;
-use crate::message::envelope::{now_unix_nanos, RawMessage};
+use crate::message::envelope::{now_unix_nanos, Envelope, RawMessage};
 use crate::message::protection::Protection;
 use crate::metrics::Metrics;
 use crate::sink::{Sink, WriteOutcome};
@@ -629,6 +629,12 @@ impl Writer {
             self.state.counts.stored += envelopes.len() as u64;
             return Ok(());
         };
+        self.write(&sink, envelopes)
+    }
+
+    /// Writes the envelopes, again and again for those the sink failed transiently (up to
+    /// [`WRITE_ATTEMPTS`] with a growing wait); a permanent refusal is dead-lettered.
+    fn write(&mut self, sink: &Arc<dyn Sink>, mut envelopes: Vec<Envelope>) -> Result<(), String> {
         let mut backoff = FIRST_BACKOFF;
         for attempt in 1..=WRITE_ATTEMPTS {
             let outcomes = sink.write_batch(&envelopes);
