@@ -541,3 +541,68 @@ fn atk49_ok_without_any_allowed_plugin_is_refused() {
         "{e}"
     );
 }
+
+/// Relays one connection from a free port to `to`, the client's bytes at once, the server's
+/// first `prefix` bytes at once and the rest one byte every `gap`: a server that drips its side
+/// of the TLS handshake after a prompt greeting.
+fn dripping_relay(to: u16, prefix: usize, gap: Duration) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let Ok((client, _)) = listener.accept() else {
+            return;
+        };
+        let server = std::net::TcpStream::connect(("127.0.0.1", to)).unwrap();
+        let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut c_in, &mut s_out);
+        });
+        let (mut s_in, mut c_out) = (server, client);
+        let mut byte = [0u8; 1];
+        let mut sent = 0;
+        while s_in.read_exact(&mut byte).is_ok() {
+            sent += 1;
+            if sent > prefix {
+                std::thread::sleep(gap);
+            }
+            if c_out.write_all(&byte).is_err() {
+                return;
+            }
+        }
+    });
+    port
+}
+
+/// Issue 49's attack list, "dripped TLS": a server that answers the TLS handshake one byte at a
+/// time (each byte well inside any read timeout) is cut at the one connect deadline, with a
+/// clear error and the password never sent.
+#[test]
+fn a_dripped_tls_handshake_hits_the_connect_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = crate::support::certs::make_certs(dir.path());
+    let fake = Fake::start_tls("127.0.0.1", dir.path(), |peer| {
+        peer.read();
+    });
+    // The greeting (the handshake packet, before the SSLRequest) comes at once: the drip is
+    // the TLS server's flight (some 1,500 bytes: 30 s at this pace).
+    let greeting = packet(0, &handshake("caching_sha2_password")).len();
+    let relay = dripping_relay(fake.port, greeting, Duration::from_millis(20));
+    let mut p = tls_params(relay, "127.0.0.1", &certs.ca);
+    p.connect_timeout = Duration::from_secs(1);
+    p.io_timeout = Duration::from_secs(1);
+    let policy = AuthPolicy::parse("caching_sha2_password").unwrap();
+    let start = Instant::now();
+    let e = Connection::connect(&p, &policy, Some(PASSWORD.as_bytes())).unwrap_err();
+    let shown = assert_clean(&e);
+    assert!(
+        shown.contains("tls") && shown.contains("timed out"),
+        "{shown}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "one deadline for the whole connect: {:?}",
+        start.elapsed()
+    );
+    drop(fake);
+}
