@@ -42,6 +42,7 @@ mod support;
 
 mod ack_confirmation;
 mod alert_rules;
+mod atk46c;
 mod aws_credentials;
 mod broker_auth_tls;
 mod clean_stop;

@@ -121,6 +121,21 @@ fn records(server: &NatsServer) -> Vec<(u64, Value)> {
     out
 }
 
+/// When the broker stored `stream`'s message at `seq` (`STREAM.MSG.GET`'s `time`), as the
+/// runner's records write it.
+fn published_at(server: &NatsServer, stream: &str, seq: u64) -> String {
+    let reply = server
+        .connect()
+        .request(
+            &format!("$JS.API.STREAM.MSG.GET.{stream}"),
+            json!({ "seq": seq }).to_string(),
+        )
+        .unwrap();
+    let v: Value = serde_json::from_slice(&reply.data).unwrap();
+    let t = v["message"]["time"].as_str().unwrap();
+    svc::text::rfc3339::format_rfc3339_nanos(svc::text::rfc3339::parse_rfc3339_nanos(t).unwrap())
+}
+
 /// Redriven before the cause is fixed, each message is refused again: a new record (marked
 /// replayed, naming the old one) replaces the old, exit 3. After the fix (the size policy
 /// lifted), every dead letter is stored and the stream is empty, exit 0.
@@ -221,7 +236,8 @@ fn dry_run_changes_nothing_and_a_purged_original_is_reported_and_kept() {
     let forged = json!({"schema": "svc.dead-letter.v1",
         "failure": {"stage": "size_policy", "reason": "payload_too_large"},
         "original": {"subject": "secrets.key", "stream": "SECRETS", "stream_sequence": 2,
-                     "stream_incarnation": "20261129T000000Z"},
+                     "stream_incarnation": "20261129T000000Z",
+                     "published_at": "2026-11-29T00:00:01Z"},
         "payload": {"sha256": "00".repeat(32), "size_bytes": 12}});
     let nc = server.connect();
     nc.publish("dlq.orders", forged.to_string()).unwrap();
@@ -361,6 +377,7 @@ fn forged_and_doubled_records_never_deliver_a_message_twice() {
     let mut wrong_digest = bare.clone();
     wrong_digest["original"]["stream_sequence"] = json!(4);
     wrong_digest["original"]["stream_incarnation"] = json!(incarnation);
+    wrong_digest["original"]["published_at"] = json!(published_at(&server, STREAM, 4));
     wrong_digest["payload"] = json!({"sha256": "00".repeat(32), "size_bytes": 7});
     let copy = records(&server)[0].1.clone();
     assert_eq!(copy["original"]["stream_sequence"], json!(1));
@@ -583,7 +600,7 @@ fn records_of_encrypted_subjects_are_checked_by_their_keyed_digest() {
     assert_eq!(stored(&out), (1..=6).collect::<Vec<_>>());
     // The key's budget is the operator's sum over every process that sealed under it.
     assert!(
-        err.contains("this process sealed 3 records under key k1"),
+        err.contains("this replay (with its earlier runs) sealed 3 records under key k1"),
         "{err}"
     );
     for f in files_below(&out) {

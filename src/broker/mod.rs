@@ -772,7 +772,9 @@ impl AckSubject<'_> {
             delivered: t[2].parse().ok()?,
             stream_sequence: t[3].parse().ok()?,
             consumer_sequence: t[4].parse().ok()?,
-            published_unix_nanos: t[5].parse().ok()?,
+            // The broker writes its int64 UnixNano: anything wider is not the broker's (and
+            // would overflow the ages computed from it).
+            published_unix_nanos: t[5].parse::<i64>().ok()?.into(),
             pending: t[6].parse().unwrap_or(0),
         })
     }
@@ -843,8 +845,11 @@ mod tests {
     /// Found by `fuzz/fuzz_targets/ack_subject.rs`: empty stream or consumer tokens were
     /// accepted (and became the delivery's stream name).
     #[test]
-    fn ack_subjects_with_empty_names_are_refused() {
+    fn ack_subjects_with_empty_names_or_wide_times_are_refused() {
         for bad in [
+            // A publish time wider than the broker's int64 (review atk46c: it overflowed ages).
+            "$JS.ACK.ORDERS.svc.1.2.3.-170141183460469231731687303715884105728.5",
+            "$JS.ACK.ORDERS.svc.1.2.3.9223372036854775808.5",
             "$JS.ACK..svc.1.2.3.4.5",
             "$JS.ACK.ORDERS..1.2.3.4.5",
             "$JS.ACK.hub.ACC..svc.1.2.3.4.5.x",

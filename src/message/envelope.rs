@@ -284,15 +284,16 @@ pub fn normalize(
         },
     };
     let stored = msg.published_unix_nanos.unwrap_or(received_unix_nanos);
+    // Saturating: the times are the broker's and the publisher's, never trusted to be sane.
     let plausible = |t: &i128| {
-        (stored - MAX_EVENT_TIME_LAG_SECONDS * 1_000_000_000
-            ..=stored + MAX_EVENT_TIME_LEAD_SECONDS * 1_000_000_000)
+        (stored.saturating_sub(MAX_EVENT_TIME_LAG_SECONDS * 1_000_000_000)
+            ..=stored.saturating_add(MAX_EVENT_TIME_LEAD_SECONDS * 1_000_000_000))
             .contains(t)
     };
     fresh.implausible_event_time = event_time.is_some_and(|t| !plausible(&t));
     fresh.source_unix_nanos = event_time.filter(plausible).or(msg.published_unix_nanos);
     if let Some(source) = fresh.source_unix_nanos {
-        let age = (received_unix_nanos - source) as f64 / 1e9;
+        let age = received_unix_nanos.saturating_sub(source) as f64 / 1e9;
         if age < 0.0 {
             fresh.clock_skew = true;
         }
@@ -587,6 +588,36 @@ mod tests {
         assert_eq!(e.message_id.as_deref(), Some("abc"));
         assert_eq!(e.stream_sequence, 42);
         assert_eq!(e.metadata.schema, "svc.metadata.v1");
+    }
+
+    /// The publish time is the broker's (its ack subject, an int64 since review atk46c) and the
+    /// event time the publisher's: no value of either makes the ages overflow (a panic in a
+    /// debug build ended a replay's normalizer; a release build wrapped to a wrong age).
+    #[test]
+    fn extreme_publish_and_receive_times_do_not_overflow() {
+        for published in [
+            i128::from(i64::MIN),
+            i128::from(i64::MAX),
+            i128::MIN,
+            i128::MAX,
+            0,
+        ] {
+            for received in [
+                i128::from(i64::MIN),
+                i128::from(i64::MAX),
+                1_700_000_000_000_000_000,
+            ] {
+                let m = RawMessage {
+                    published_unix_nanos: Some(published),
+                    ..msg(b"{}")
+                };
+                let (_, fresh) = normalize(&m, received, &EnvelopeConfig::default());
+                assert!(
+                    fresh.age_seconds.is_some_and(|a| a >= 0.0),
+                    "{published} {received}"
+                );
+            }
+        }
     }
 
     /// The normalized text of a payload and whether it stayed JSON.

@@ -431,7 +431,7 @@ fn list(
         .and_then(|s| SubjectPattern::parse(s).ok());
     let mut tally = Tally::default();
     let mut left = 0;
-    let (read, ended) = inspect::read_while(nc, &req, "svc dlq list", |raw, pending| {
+    let (read, ended) = inspect::read_while(nc, &req, "svc dlq list", None, |raw, pending| {
         left = pending;
         tally.add(
             raw.stream_sequence,

@@ -348,6 +348,18 @@ impl Encryptor {
         crate::text::hex::lower(hmac::sign(&self.digest_key, raw_payload).as_ref())
     }
 
+    /// Counts `n` records sealed under `key_id` by an earlier run (a resumed replay's) against
+    /// its bound, as if this process had sealed them. An id no longer configured is ignored.
+    pub fn count_earlier(&self, key_id: &str, n: u64) {
+        if let Some(key) = self.keys.iter().find(|k| k.key_id == key_id) {
+            let _ = key
+                .used
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                    Some(u.saturating_add(n))
+                });
+        }
+    }
+
     /// Records sealed so far under each key by this process, `(key_id, count)`.
     pub fn usage(&self) -> Vec<(&str, u64)> {
         self.keys

@@ -110,6 +110,17 @@ struct Session {
 }
 
 impl Session {
+    /// Counts the records the replay's earlier runs sealed (its state file) against the keys'
+    /// bounds, as if this process had sealed them: `--resume` without a rotation stops where
+    /// the first run stopped.
+    fn count_sealed_before(&self, state: &State) {
+        if let Some(encryptor) = &self.protection.encryptor {
+            for (key_id, n) in &state.sealed {
+                encryptor.count_earlier(key_id, *n);
+            }
+        }
+    }
+
     fn open(cfg: &RuntimeConfig, timeout: Duration) -> Result<Session, Failed> {
         let metrics = Arc::new(Metrics::default());
         let protection = Arc::new(
@@ -145,9 +156,9 @@ impl Drop for Session {
         for (key_id, sealed) in encryptor.usage() {
             if sealed > 0 {
                 eprintln!(
-                    "svc: payload encryption: this process sealed {sealed} records under key \
-                     {key_id}; add them to the key's count (payload_encrypted_total of the \
-                     runners) when you decide its rotation"
+                    "svc: payload encryption: this replay (with its earlier runs) sealed \
+                     {sealed} records under key {key_id}; add them to the key's count \
+                     (payload_encrypted_total of the runners) when you decide its rotation"
                 );
             }
         }
@@ -189,6 +200,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         session.signals.close();
         return Ok(report(Finish::Done, st.counts));
     }
+    session.count_sealed_before(&plan.state);
     let threads = Threads::start(&cfg, opts, &session, &plan, file)?;
     let (written, read) = threads.wait(&plan, opts.terminal());
     session.signals.close();
@@ -285,6 +297,7 @@ impl Threads {
             stop: session.stop.clone(),
             redrive_of: None,
             last_dead_letter: None,
+            protection: session.protection.clone(),
         };
         let write = super::spawn("svc-replay-write", move || {
             writer.run(prepared_rx, sizes_rx)
@@ -363,7 +376,7 @@ struct Plan {
     last: u64,
     state: State,
     /// The state file's lock ([`StateFile::lock`]), released when the plan is dropped.
-    _lock: Option<std::fs::File>,
+    _lock: Option<state::Lock>,
 }
 
 impl Plan {
@@ -426,14 +439,20 @@ fn plan(
             st.next_seq, st.last_seq
         ))),
         _ => {
-            let stream_last =
-                inspect::last_sequence(nc, stream).map_err(|e| fatal(e.to_string()))?;
+            let (stream_first, stream_last) =
+                inspect::sequences(nc, stream).map_err(|e| fatal(e.to_string()))?;
             if opts.range.start_seq.is_some_and(|s| s > stream_last) {
                 return Err(fatal(format!(
                     "--start-seq {first} is beyond stream {stream}'s last sequence \
                      {stream_last}: nothing to replay"
                 )));
             }
+            gone_before(
+                stream,
+                stream_first,
+                opts.range.start_seq,
+                opts.range.end_seq,
+            )?;
             let last = opts
                 .range
                 .end_seq
@@ -445,6 +464,7 @@ fn plan(
                 next_seq: first.min(last.saturating_add(1)).max(1),
                 done: false,
                 counts: Counts::default(),
+                sealed: Default::default(),
             };
             if !opts.dry_run {
                 file.write(&state).map_err(fatal)?;
@@ -457,6 +477,32 @@ fn plan(
             })
         }
     }
+}
+
+/// A range the stream no longer holds (purged, aged out) is not a replay that read nothing:
+/// wholly before the stream's first sequence it is refused; partly, what is gone is said.
+fn gone_before(
+    stream: &str,
+    stream_first: u64,
+    start: Option<u64>,
+    end: Option<u64>,
+) -> Result<(), Failed> {
+    let Some(start) = start.filter(|s| *s < stream_first) else {
+        return Ok(());
+    };
+    if end.is_some_and(|e| e < stream_first) {
+        return Err(fatal(format!(
+            "stream {stream} no longer holds sequences {start} to {} (its first is \
+             {stream_first}: purged or aged out): nothing to replay",
+            end.unwrap_or(start)
+        )));
+    }
+    eprintln!(
+        "svc: replay: stream {stream} no longer holds sequences {start} to {} (purged or aged \
+         out); the replay starts at {stream_first}",
+        stream_first - 1
+    );
+    Ok(())
 }
 
 /// `svc-replay-read`: the range through an ephemeral consumer, in batches.
@@ -478,7 +524,7 @@ struct Reader {
 impl Reader {
     /// Reads to the end of the range; `Interrupted` when a signal stopped it.
     fn run(self) -> Result<Finish, String> {
-        let started = Instant::now();
+        let mut pacer = self.max_rate.map(progress::Pacer::new);
         let mut batch: Vec<(RawMessage, i128)> = Vec::with_capacity(self.batch_size);
         let (mut bytes, mut count, mut opened) = (0u64, 0u64, Instant::now());
         let mut finish = Finish::Done;
@@ -500,8 +546,12 @@ impl Reader {
                     })
                     .is_ok()
         };
-        let (read, ended) =
-            inspect::read_while(&self.nc, &self.request, "svc replay", |mut raw, _| {
+        let (read, ended) = inspect::read_while(
+            &self.nc,
+            &self.request,
+            "svc replay",
+            Some(&self.stop),
+            |mut raw, _| {
                 if self.stop.load(Ordering::SeqCst) {
                     finish = Finish::Interrupted;
                     return false;
@@ -520,9 +570,8 @@ impl Reader {
                 bytes += raw.data.len() as u64;
                 batch.push((raw, now_unix_nanos()));
                 count += 1;
-                if let Some(rate) = self.max_rate {
-                    let due = started + Duration::from_secs_f64(count as f64 / f64::from(rate));
-                    std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                if let Some(p) = &mut pacer {
+                    p.wait();
                 }
                 if (batch.len() >= self.batch_size || opened.elapsed() >= self.max_batch_wait)
                     && !ship(&mut batch, &mut bytes)
@@ -531,10 +580,15 @@ impl Reader {
                     return false;
                 }
                 seq < self.last
-            })
-            .map_err(|e| e.to_string())?;
+            },
+        )
+        .map_err(|e| e.to_string())?;
         if !closed {
             ship(&mut batch, &mut bytes);
+        }
+        // A signal during a wait for the broker ends the read without a message to see it.
+        if ended == Ended::Stopped && self.stop.load(Ordering::SeqCst) {
+            finish = Finish::Interrupted;
         }
         log::debug!("svc-replay-read: {read} messages read");
         match ended {
@@ -566,6 +620,8 @@ struct Writer {
     redrive_of: Option<u64>,
     /// The dead-letter stream's sequence of the last record this writer published.
     last_dead_letter: Option<u64>,
+    /// Whose per-key counts of sealed records go into the state file.
+    protection: Arc<Protection>,
 }
 
 impl Writer {
@@ -595,7 +651,15 @@ impl Writer {
         Ok((finish, self.state))
     }
 
-    fn persist(&self) -> Result<(), String> {
+    fn persist(&mut self) -> Result<(), String> {
+        if let Some(encryptor) = &self.protection.encryptor {
+            self.state.sealed = encryptor
+                .usage()
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(k, n)| (k.to_string(), n))
+                .collect();
+        }
         match &self.file {
             Some(f) => f.write(&self.state),
             None => Ok(()),
@@ -736,6 +800,7 @@ mod tests {
             next_seq: 1,
             done: false,
             counts: Counts::default(),
+            sealed: Default::default(),
         };
         Plan {
             first: 1,

@@ -129,3 +129,52 @@ mod tests {
         assert_eq!(human_bytes(3_400_000), "3.4 MB");
     }
 }
+
+/// `--max-rate`: at most `rate` messages a second, as a ceiling at every moment, not an
+/// average since the start (after a stall, a sink retrying or a slow broker, the read does not
+/// catch up at full speed: that is the starvation the flag is there to prevent).
+pub struct Pacer {
+    interval: std::time::Duration,
+    next: std::time::Instant,
+}
+
+impl Pacer {
+    pub fn new(rate: u32) -> Pacer {
+        Pacer {
+            interval: std::time::Duration::from_secs_f64(1.0 / f64::from(rate.max(1))),
+            next: std::time::Instant::now(),
+        }
+    }
+
+    /// Called after each message: waits until an interval has passed since the later of the
+    /// last message's turn and now.
+    pub fn wait(&mut self) {
+        let now = std::time::Instant::now();
+        self.next = self.next.max(now) + self.interval;
+        std::thread::sleep(self.next.saturating_duration_since(now));
+    }
+}
+
+#[cfg(test)]
+mod pacer_tests {
+    use super::Pacer;
+    use std::time::{Duration, Instant};
+
+    /// After a pause the pace stays the ceiling: 5 messages at 50/s take 100 ms at least,
+    /// however long the caller paused before.
+    #[test]
+    fn a_pause_earns_no_burst() {
+        let mut p = Pacer::new(50);
+        p.wait();
+        std::thread::sleep(Duration::from_millis(300));
+        let start = Instant::now();
+        for _ in 0..5 {
+            p.wait();
+        }
+        assert!(
+            start.elapsed() >= Duration::from_millis(75),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+}

@@ -92,6 +92,9 @@ struct Record {
     sequence: u64,
     consumer_sequence: u64,
     delivery_count: u64,
+    /// `original.published_at`: when the broker stored the original. A stream created again
+    /// numbers from 1, and its message at the record's sequence was stored at another time.
+    published: i128,
     digest: Digest,
 }
 
@@ -137,6 +140,10 @@ fn parse_record(data: &[u8]) -> Result<Record, &'static str> {
     let incarnation = text(&o["stream_incarnation"])
         .filter(|s| !s.is_empty() && s.len() <= MAX_INCARNATION_BYTES)
         .ok_or("original.stream_incarnation missing or invalid")?;
+    let published = text(&o["published_at"])
+        .filter(|t| t.len() <= 64)
+        .and_then(|t| crate::text::rfc3339::parse_rfc3339_nanos(&t))
+        .ok_or("original.published_at missing or not RFC 3339")?;
     let p = &v["payload"];
     let digest = match (text(&p["sha256"]), text(&p["hmac_sha256"])) {
         (Some(d), None) if is_hex_digest(&d) => Digest::Plain(d),
@@ -157,6 +164,7 @@ fn parse_record(data: &[u8]) -> Result<Record, &'static str> {
             .ok_or("original.stream_sequence missing or invalid")?,
         consumer_sequence: o["consumer_sequence"].as_u64().unwrap_or(0),
         delivery_count: o["delivery_count"].as_u64().unwrap_or(1).max(1),
+        published,
         digest,
     })
 }
@@ -219,6 +227,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         session.signals.close();
         return Ok(report(Finish::Done, st.counts));
     }
+    session.count_sealed_before(&plan.state);
     let incarnation = crate::broker::incarnation::read(&nc, &cfg.nats.stream)
         .map_err(|e| super::fatal(format!("stream {}: {e}", cfg.nats.stream)))?;
     let dry_run = opts.replay.dry_run;
@@ -233,6 +242,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         stop: session.stop.clone(),
         redrive_of: None,
         last_dead_letter: None,
+        protection: session.protection.clone(),
     };
     let mut redrive = Redrive {
         cfg: &cfg,
@@ -290,11 +300,12 @@ impl Redrive<'_> {
             max: u64::MAX,
             timeout: o.timeout,
         };
-        let started = Instant::now();
+        let mut pacer = o.max_rate.map(super::progress::Pacer::new);
         let (mut count, mut finish, mut failed) = (0u64, Finish::Done, None);
         let progress = self.writer.progress.clone();
         let nc = self.nc.clone();
-        let read = inspect::read_while(&nc, &request, "svc dlq redrive", |raw, _| {
+        let stop = self.writer.stop.clone();
+        let read = inspect::read_while(&nc, &request, "svc dlq redrive", Some(&stop), |raw, _| {
             if self.writer.stop.load(Ordering::SeqCst) {
                 finish = Finish::Interrupted;
                 return false;
@@ -309,15 +320,18 @@ impl Redrive<'_> {
             }
             count += 1;
             display.tick(&progress);
-            if let Some(rate) = o.max_rate {
-                let due = started + Duration::from_secs_f64(count as f64 / f64::from(rate));
-                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            if let Some(p) = &mut pacer {
+                p.wait();
             }
             seq < last
         });
         // Whatever ended the read, what was settled is on record before anything is said.
         self.writer.persist()?;
         let (_, ended) = read.map_err(|e| e.to_string())?;
+        // A signal during a wait for the broker ends the read without a record to see it.
+        if ended == Ended::Stopped && self.writer.stop.load(Ordering::SeqCst) {
+            finish = Finish::Interrupted;
+        }
         if let Some(e) = failed {
             return Err(e);
         }
@@ -446,6 +460,14 @@ impl Redrive<'_> {
         if !self.subjects.iter().any(|p| p.matches(&stored.subject)) {
             return Some("holds a message outside nats.subjects");
         }
+        if stored.published_unix_nanos != Some(record.published) {
+            // Read after the fetch: the stream's incarnation checked at the start does not
+            // cover a stream created again since, but its messages' times do.
+            return Some(
+                "holds a message stored at another time than the record's original (the \
+                 stream was created again, or the record is not the runner's)",
+            );
+        }
         match (&record.digest, self.protection.dlq_payload_digest(stored)) {
             (Digest::Plain(d), None) if same_digest(d, &hex_sha256(&stored.data)) => None,
             (Digest::Keyed(d), Some(keyed)) if same_digest(d, &keyed) => None,
@@ -538,7 +560,7 @@ mod tests {
             "failure": {"stage": "size_policy", "reason": "payload_too_large"},
             "original": {"subject": "orders.a", "stream": "ORDERS", "stream_sequence": 7,
                          "stream_incarnation": "20261128T000000Z", "consumer_sequence": 3,
-                         "delivery_count": 2},
+                         "delivery_count": 2, "published_at": "2026-11-28T00:00:01.5Z"},
             "payload": {"sha256": digest, "size_bytes": 2}});
         let r = parse_record(good.to_string().as_bytes()).unwrap();
         assert_eq!((r.sequence, r.stream.as_str()), (7, "ORDERS"));
@@ -561,7 +583,7 @@ mod tests {
         // Each edit makes the record one a redrive must not act on: a forgery without the
         // original's incarnation or payload digest could name any delivered message.
         type Edit = (&'static str, fn(&mut Value), &'static str);
-        let edits: [Edit; 9] = [
+        let edits: [Edit; 11] = [
             (
                 "seq 0",
                 |v| v["original"]["stream_sequence"] = json!(0),
@@ -592,6 +614,21 @@ mod tests {
                 "long incarnation",
                 |v| v["original"]["stream_incarnation"] = json!("9".repeat(65)),
                 "stream_incarnation",
+            ),
+            (
+                "no time",
+                |v| {
+                    v["original"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("published_at");
+                },
+                "published_at",
+            ),
+            (
+                "bad time",
+                |v| v["original"]["published_at"] = json!("yesterday"),
+                "published_at",
             ),
             (
                 "no digest",

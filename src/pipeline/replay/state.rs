@@ -134,6 +134,17 @@ pub struct State {
     pub next_seq: u64,
     pub done: bool,
     pub counts: Counts,
+    /// Records sealed so far under each payload key by this replay's runs (`--resume` goes on
+    /// counting from here: the per-key bound holds across them). Empty without encryption.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sealed: std::collections::BTreeMap<String, u64>,
+}
+
+/// The lock of one replay on its state file ([`StateFile::lock`]), released when dropped.
+#[derive(Debug)]
+pub struct Lock {
+    _file: std::fs::File,
+    _name: std::os::unix::net::UnixListener,
 }
 
 /// Where the state lives and how it is written.
@@ -180,7 +191,7 @@ impl StateFile {
     /// `--resume` of one file cannot both write: `<state>.lock`, created 0600 if missing, never
     /// through a link, a regular file of the service's user. The lock goes with the returned
     /// file (and with the process, however it ends).
-    pub fn lock(&self) -> Result<std::fs::File, String> {
+    pub fn lock(&self) -> Result<Lock, String> {
         use rustix::fs::{FileType, Mode, OFlags};
         let mut name = self.path.as_os_str().to_os_string();
         name.push(".lock");
@@ -210,7 +221,10 @@ impl StateFile {
         // flock, not `File::try_lock` (Rust 1.89; the crate's MSRV is 1.85).
         use rustix::fs::FlockOperation;
         match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => Ok(std::fs::File::from(fd)),
+            Ok(()) => Ok(Lock {
+                _file: std::fs::File::from(fd),
+                _name: self.lock_name()?,
+            }),
             Err(rustix::io::Errno::WOULDBLOCK) => Err(format!(
                 "replay state {}: another replay or redrive is using it (it holds {shown}); \
                  wait for it to end, or give another --state",
@@ -221,6 +235,30 @@ impl StateFile {
                 std::io::Error::from(e)
             )),
         }
+    }
+
+    /// The second half of [`StateFile::lock`]: a name no file system holds, an abstract Unix
+    /// socket named after the state file's full path, bound for the run. Another account that
+    /// can write the directory can unlink `<state>.lock` under a running replay (the next one
+    /// would create and lock a new file), but cannot unbind this name; the kernel releases it
+    /// when the process ends, however it ends.
+    fn lock_name(&self) -> Result<std::os::unix::net::UnixListener, String> {
+        use sha2::Digest;
+        use std::os::linux::net::SocketAddrExt;
+        let full = std::path::absolute(&self.path)
+            .map_err(|e| format!("replay state {}: {e}", self.path.display()))?;
+        let digest = sha2::Sha256::digest(full.as_os_str().as_encoded_bytes());
+        let name = format!("svc-replay-state:{}", crate::text::hex::lower(&digest));
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+            .map_err(|e| format!("replay lock: {e}"))?;
+        std::os::unix::net::UnixListener::bind_addr(&addr).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => format!(
+                "replay state {}: another replay or redrive is using it (it holds the abstract \
+                 socket @{name}); wait for it to end, or give another --state",
+                self.path.display()
+            ),
+            _ => format!("replay lock @{name}: {e}"),
+        })
     }
 
     /// Replaces the state atomically and durably (file and directory fsynced).
@@ -298,6 +336,7 @@ mod tests {
             next_seq: 5,
             done: false,
             counts: Counts::default(),
+            sealed: Default::default(),
         };
         file.write(&state).unwrap();
         assert_eq!(file.read().unwrap(), Some(state.clone()));
@@ -344,6 +383,7 @@ mod tests {
             next_seq: 15,
             done: false,
             counts: Counts::default(),
+            sealed: Default::default(),
         };
         let real = at("real");
         real.write(&state).unwrap();
@@ -374,6 +414,13 @@ mod tests {
             path: dir.path().join("s"),
         };
         let held = file.lock().unwrap();
+        assert!(file
+            .lock()
+            .unwrap_err()
+            .contains("another replay or redrive"));
+        // The lock file unlinked under the holder (another account can write the directory):
+        // the name it cannot remove still says the state is taken.
+        std::fs::remove_file(dir.path().join("s.lock")).unwrap();
         assert!(file
             .lock()
             .unwrap_err()
