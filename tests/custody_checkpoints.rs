@@ -689,9 +689,91 @@ fn the_rescan_never_signs_a_planted_or_altered_record() {
     let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
     assert_eq!(code, 1, "{text}");
     assert!(
-        text.contains("sequence 9 (planted.json): present, in no checkpoint yet"),
+        text.contains("sequence 9 (planted.json, stream ORDERS incarnation "),
         "{text}"
     );
     assert!(text.contains("sequence 3 ("), "{text}");
     assert!(text.contains("in no checkpoint yet"), "{text}");
+}
+
+/// Issue 47 attack finding 4: a stream deleted and created again numbers its messages from 1
+/// again. Records 1 to 3 of the new incarnation (found by the restart's rescan after a kill -9)
+/// are signed for their own incarnation, never taken as covered by the old one's checkpoint;
+/// the verifier matches each record to its stream incarnation, notes the change in the chain
+/// and names a deleted old record by its incarnation.
+#[test]
+fn a_stream_created_again_has_its_sequences_signed_for_its_own_incarnation() {
+    let c = case(1000);
+    let old = c.server.incarnation(STREAM);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 3);
+    wait_acked(&c.server, 3);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+
+    c.server.js().delete_stream(STREAM).unwrap();
+    c.server.create_stream(STREAM, &["orders.>"]);
+    c.server
+        .create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    let new = c.server.incarnation(STREAM);
+    assert_ne!(old, new);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    publish_range(&c.server, 1, 3);
+    wait_acked(&c.server, 3);
+    runner.sigkill();
+    // The thread rescans before it takes anything, and writes what is pending at the stop.
+    let log3 = c.dir.path().join("svc3.log");
+    let mut runner = start_runner(&c.cfg, &log3);
+    wait_until(Duration::from_secs(30), "the restart's rescan", || {
+        std::fs::read_to_string(&log3)
+            .is_ok_and(|l| l.contains("3 committed records in no checkpoint yet"))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify(&c, &[public]);
+    let log = std::fs::read_to_string(c.dir.path().join("svc3.log")).unwrap_or_default();
+    assert_eq!(code, 0, "{text}{log}");
+    assert!(
+        text.contains("6 records intact, 0 altered, 0 missing, 0 in no checkpoint"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "note: checkpoint 1 (.svc-checkpoints/{}-00000000000000000001.json) is of stream \
+             {STREAM} incarnation {new}, the one before it of stream {STREAM} incarnation {old}",
+            hex_lower(b"runner-cp-1")
+        )),
+        "{text}"
+    );
+
+    // The old incarnation's record 2 deleted: named with its incarnation, although the new
+    // incarnation's record 2 is there.
+    let victim = files_below(&c.dir.path().join("out"))
+        .into_iter()
+        .map(|p| c.dir.path().join("out").join(p))
+        .find(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && !p.to_string_lossy().contains(".svc-checkpoints")
+                && serde_json::from_slice::<Value>(&std::fs::read(p).unwrap()).is_ok_and(|v| {
+                    v["stream_sequence"] == 2 && v["stream_incarnation"] == old.as_str()
+                })
+        })
+        .unwrap();
+    std::fs::remove_file(&victim).unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(text.matches("MISSING").count(), 1, "{text}");
+    assert!(
+        text.contains(&format!(
+            "sequence 2: MISSING (signed in checkpoint 0 of runner runner-cp-1 for stream \
+             {STREAM} incarnation {old}, no record)"
+        )),
+        "{text}"
+    );
+}
+
+fn hex_lower(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -143,8 +143,10 @@ pub struct Rejection {
     /// never dead-lettered (an encryption key at its message bound; see
     /// `docs/payload-protection.md`).
     pub retry: bool,
-    /// The message's stream sequence (a custody checkpoint lists it as a runner-caused gap).
-    pub sequence: u64,
+    /// The message's stream and the stream's incarnation (empty when not known), and its
+    /// stream sequence (a custody checkpoint lists it as a runner-caused gap), behind one
+    /// pointer.
+    pub at: Arc<(crate::sink::checkpoint::Origin, u64)>,
 }
 
 /// One normalized message ready for the sink, with what the metrics need.

@@ -33,7 +33,7 @@ use crate::message::envelope::now_unix_nanos;
 use crate::message::protection::checkpoint::{
     self, seal, Body, Signer, TrustedKeys, MAX_CHECKPOINT_BYTES,
 };
-use crate::message::protection::checkpoint_audit::StoredRecord;
+use crate::message::protection::checkpoint_audit::{RecordRead, StoredRecord};
 use crate::message::protection::custody::{public_digest_stored, Custodian, CustodyConfig};
 use crate::text::peer::PeerText;
 
@@ -98,11 +98,15 @@ pub trait CheckpointStore: Send {
 /// How a record whose custody seal does not verify reads in a rescan.
 pub const SEAL_REFUSED: &str = "custody seal refused";
 
+/// The stream and the stream's incarnation (empty when not known) a sequence is of: one
+/// checkpoint covers one origin only.
+pub type Origin = (Arc<str>, Arc<str>);
+
 /// What a sink worker tells the thread.
 #[derive(Debug, Clone)]
 pub enum Event {
-    Committed(u64, [u8; 32]),
-    Gap(u64, &'static str),
+    Committed(Origin, u64, [u8; 32]),
+    Gap(Origin, u64, &'static str),
 }
 
 /// The sink workers' side of the channel: never blocks.
@@ -136,11 +140,22 @@ pub struct Writer {
     overflowed: Arc<AtomicBool>,
     /// (index, body digest) of the chain's last checkpoint.
     head: Option<(u64, String)>,
-    /// Highest sequence the chain covered at start (leaf or gap): a rescan signs only records
-    /// after it.
-    covered_to: Option<u64>,
-    pending: BTreeMap<u64, [u8; 32]>,
-    gaps: BTreeMap<u64, &'static str>,
+    /// The origin of the chain's last checkpoint.
+    last_origin: Option<Origin>,
+    /// Highest sequence of each origin the chain covered at start (leaf or gap): a rescan
+    /// signs only records after it.
+    covered_to: BTreeMap<Origin, u64>,
+    pending: BTreeMap<Origin, BTreeMap<u64, [u8; 32]>>,
+    gaps: BTreeMap<Origin, BTreeMap<u64, &'static str>>,
+    /// Records in `pending`, all origins.
+    pending_count: usize,
+}
+
+fn origin_of(b: &Body) -> Origin {
+    (
+        Arc::from(b.stream.as_str()),
+        Arc::from(b.stream_incarnation.as_str()),
+    )
 }
 
 impl Writer {
@@ -172,9 +187,11 @@ impl Writer {
             rx,
             overflowed,
             head: None,
-            covered_to: None,
+            last_origin: None,
+            covered_to: BTreeMap::new(),
             pending: BTreeMap::new(),
             gaps: BTreeMap::new(),
+            pending_count: 0,
         };
         Ok((w, feed))
     }
@@ -200,15 +217,15 @@ impl Writer {
         let chain = own_chain(read, &self.trusted(), &self.runner_id)?;
         let stored = self.head_file.read()?;
         check_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
-        self.covered_to = chain
-            .iter()
-            .flat_map(|v| {
-                let gaps = v.body.gaps.iter().map(|g| g.0);
-                std::iter::once(v.body.last_sequence).chain(gaps)
-            })
-            .max();
+        for v in &chain {
+            let gaps = v.body.gaps.iter().map(|g| g.0);
+            let high = std::iter::once(v.body.last_sequence).chain(gaps).max();
+            let to = self.covered_to.entry(origin_of(&v.body)).or_default();
+            *to = high.unwrap_or_default().max(*to);
+        }
         if let Some(last) = chain.last() {
             self.head = Some((last.body.index, last.digest.clone()));
+            self.last_origin = Some(origin_of(&last.body));
             let head = Head::new(&self.runner_id, last.body.index, &last.digest);
             if stored.as_ref() != Some(&head) {
                 self.head_file.write(&head)?;
@@ -231,19 +248,32 @@ impl Writer {
         for (_, text) in self.store.checkpoints()? {
             if let Ok(v) = checkpoint::verify(&text, &trusted) {
                 if v.body.runner_id == self.runner_id {
-                    covered.extend(v.leaves.iter().map(|l| l.0));
-                    covered.extend(v.body.gaps.iter().map(|g| g.0));
+                    let o = origin_of(&v.body);
+                    covered.extend(v.leaves.iter().map(|l| (o.clone(), l.0)));
+                    covered.extend(v.body.gaps.iter().map(|g| (o.clone(), g.0)));
                 }
             }
         }
         let (mut found, mut refused) = (0usize, 0usize);
         for rec in self.store.scan(Some(&self.custodian))? {
             match rec.read {
-                Ok((seq, runner, d)) if runner == self.runner_id => {
-                    let after = self.covered_to.is_none_or(|c| seq > c);
-                    if after && !covered.contains(&seq) && !self.pending.contains_key(&seq) {
-                        self.pending.insert(seq, d);
-                        found += 1;
+                Ok(r) if r.runner_id == self.runner_id => {
+                    let o: Origin = (Arc::from(r.stream), Arc::from(r.incarnation));
+                    let seq = r.sequence;
+                    let after = self.covered_to.get(&o).is_none_or(|c| seq > *c);
+                    let key = (o, seq);
+                    if after && !covered.contains(&key) {
+                        let (o, seq) = key;
+                        if self
+                            .pending
+                            .entry(o)
+                            .or_default()
+                            .insert(seq, r.digest)
+                            .is_none()
+                        {
+                            self.pending_count += 1;
+                            found += 1;
+                        }
                     }
                 }
                 Err(e) if e.starts_with(SEAL_REFUSED) => {
@@ -285,7 +315,7 @@ impl Writer {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             let now = Instant::now();
-            if self.pending.len() >= self.every_records || now >= due {
+            if self.pending_count >= self.every_records || now >= due {
                 self.cut();
                 due = Instant::now() + self.every;
             }
@@ -295,16 +325,18 @@ impl Writer {
 
     fn take(&mut self, e: Event) {
         match e {
-            Event::Committed(seq, d) => {
-                self.pending.insert(seq, d);
+            Event::Committed(o, seq, d) => {
+                if self.pending.entry(o).or_default().insert(seq, d).is_none() {
+                    self.pending_count += 1;
+                }
             }
-            Event::Gap(seq, why) => {
-                self.gaps.insert(seq, why);
+            Event::Gap(o, seq, why) => {
+                self.gaps.entry(o).or_default().insert(seq, why);
             }
         }
     }
 
-    /// Writes a checkpoint of what is pending (nothing when nothing is).
+    /// Writes a checkpoint of what is pending (nothing when nothing is), one per origin.
     fn cut(&mut self) {
         if self.overflowed.swap(false, Ordering::Relaxed) {
             while let Ok(e) = self.rx.try_recv() {
@@ -314,11 +346,28 @@ impl Writer {
                 log::error!("custody checkpoints: rescan after an overflow failed: {e}");
             }
         }
-        if self.pending.is_empty() && self.gaps.is_empty() {
-            return;
+        let origins: BTreeSet<Origin> = self
+            .pending
+            .keys()
+            .chain(self.gaps.keys())
+            .cloned()
+            .collect();
+        for o in origins {
+            if !self.cut_origin(&o) {
+                return; // kept for the next one
+            }
         }
-        let leaves: Vec<(u64, [u8; 32])> = self.pending.iter().map(|(s, d)| (*s, *d)).collect();
-        let seqs = leaves.iter().map(|l| l.0).chain(self.gaps.keys().copied());
+    }
+
+    /// Writes the checkpoint of one origin's pending records and gaps; false when it could
+    /// not be stored (they stay pending).
+    fn cut_origin(&mut self, o: &Origin) -> bool {
+        let none = BTreeMap::new();
+        let pending = self.pending.get(o).unwrap_or(&none);
+        let leaves: Vec<(u64, [u8; 32])> = pending.iter().map(|(s, d)| (*s, *d)).collect();
+        let no_gaps = BTreeMap::new();
+        let gaps = self.gaps.get(o).unwrap_or(&no_gaps);
+        let seqs = leaves.iter().map(|l| l.0).chain(gaps.keys().copied());
         let first = leaves
             .first()
             .map_or_else(|| seqs.clone().min(), |l| Some(l.0));
@@ -335,8 +384,10 @@ impl Writer {
             count: leaves.len() as u64,
             root: checkpoint::merkle_root(&leaves),
             previous: self.head.as_ref().map(|h| h.1.clone()).unwrap_or_default(),
-            gaps: self.gaps.iter().map(|(s, w)| (*s, w.to_string())).collect(),
+            gaps: gaps.iter().map(|(s, w)| (*s, w.to_string())).collect(),
             created_at: format_rfc3339_nanos(now_unix_nanos()),
+            stream: o.0.to_string(),
+            stream_incarnation: o.1.to_string(),
         };
         let bytes = seal(&body, &leaves, &self.signer);
         if let Err(e) = self.store.put(&self.runner_id, body.index, &bytes) {
@@ -344,10 +395,22 @@ impl Writer {
                 "custody checkpoint {} not written (kept for the next one): {e}",
                 body.index
             );
-            return;
+            return false;
         }
         let digest = checkpoint::body_digest(&body.encode());
         let head = Head::new(&self.runner_id, body.index, &digest);
+        if self.last_origin.as_ref().is_some_and(|l| l != o) {
+            log::warn!(
+                "custody checkpoint {}: stream {} incarnation {} starts here (the checkpoint \
+                 before it is of stream {} incarnation {}): the stream was created again; its \
+                 sequences start a new range of the chain",
+                body.index,
+                PeerText::new(&o.0),
+                PeerText::new(&o.1),
+                PeerText::new(self.last_origin.as_ref().map_or("", |l| &l.0)),
+                PeerText::new(self.last_origin.as_ref().map_or("", |l| &l.1)),
+            );
+        }
         // The auditor's copy outside the sink: `svc verify-custody --head RUNNER:INDEX:DIGEST`.
         log::info!(
             "custody checkpoint head {} ({} records, sequences {} to {})",
@@ -360,8 +423,11 @@ impl Writer {
             log::error!("custody checkpoint {}: {e}", body.index);
         }
         self.head = Some((body.index, digest));
-        self.pending.clear();
-        self.gaps.clear();
+        self.last_origin = Some(o.clone());
+        self.pending_count -= leaves.len();
+        self.pending.remove(o);
+        self.gaps.remove(o);
+        true
     }
 }
 
@@ -475,17 +541,21 @@ fn check_head(
 
 /// One stored record read back; with `seal`, a record of its runner whose custody seal does
 /// not verify reads as [`SEAL_REFUSED`].
-fn read_record(t: &str, seal: Option<&Custodian>) -> Result<(u64, String, [u8; 32]), String> {
+fn read_record(t: &str, seal: Option<&Custodian>) -> Result<RecordRead, String> {
     use crate::message::protection::custody::Verdict;
     let doc = canonical::parse(t).map_err(|e| format!("not a JSON record: {e}"))?;
-    let read = public_digest_stored(&doc)?;
+    let read = RecordRead::of(&doc, public_digest_stored(&doc)?)?;
     match seal {
-        Some(c) if read.1 == c.runner_id() => match c.verify(&doc) {
+        Some(c) if read.runner_id == c.runner_id() => match c.verify(&doc) {
             Verdict::Intact => Ok(read),
-            Verdict::Altered => Err(format!("{SEAL_REFUSED} (sequence {}: ALTERED)", read.0)),
-            Verdict::Unverifiable(why) => {
-                Err(format!("{SEAL_REFUSED} (sequence {}: {why})", read.0))
-            }
+            Verdict::Altered => Err(format!(
+                "{SEAL_REFUSED} (sequence {}: ALTERED)",
+                read.sequence
+            )),
+            Verdict::Unverifiable(why) => Err(format!(
+                "{SEAL_REFUSED} (sequence {}: {why})",
+                read.sequence
+            )),
         },
         _ => Ok(read),
     }
