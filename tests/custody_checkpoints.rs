@@ -777,3 +777,63 @@ fn a_stream_created_again_has_its_sequences_signed_for_its_own_incarnation() {
 fn hex_lower(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
+
+/// `svc validate` refuses `custody.checkpoints` with a sink that has no checkpoint store, and
+/// with a `spool` block, naming the field and the reason (not only the runner at its start);
+/// a file sink passes.
+#[test]
+fn validate_refuses_checkpoints_where_no_store_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = write_private(dir.path(), "cp.key", &CP_SEED);
+    let out = dir.path().join("out");
+    let file = json!({"type": "file", "directory": out});
+    let http = json!({"type": "http", "url": "https://receiver.example/hook"});
+    let fanout = json!({"type": "fanout", "sinks": {"a": file.clone(), "b": http.clone()}});
+    let spool = json!({"dir": dir.path().join("spool"), "max_bytes": 64 << 20,
+                       "allow_unencrypted": true});
+    let cases = [
+        (
+            "http",
+            http,
+            None,
+            "not available for sink type http: it has no checkpoint store",
+        ),
+        (
+            "fanout",
+            fanout,
+            None,
+            "not available for sink type fanout: it has no checkpoint store",
+        ),
+        (
+            "spool",
+            file.clone(),
+            Some(spool),
+            "not available with a spool block: a spooled batch",
+        ),
+        ("file", file, None, ""),
+    ];
+    for (name, sink, spool, why) in cases {
+        let mut cfg = json!({
+            "nats": {"url": "nats://127.0.0.1:4222", "stream": STREAM, "consumer": CONSUMER,
+                     "subject": "orders.>"},
+            "sink": sink,
+            "custody": {"enabled": true, "runner_id": "runner-cp-1",
+                        "hmac_key_env": "PP_CUSTODY_KEY",
+                        "checkpoints": {"enabled": true, "signing_key_file": key,
+                                        "key_id": "cp1"}}});
+        if let Some(s) = spool {
+            cfg["spool"] = s;
+        }
+        let path = write_config(dir.path(), &format!("{name}.json"), &cfg);
+        let (code, stdout, err) = svc_env(&["validate", path.to_str().unwrap()], None);
+        if why.is_empty() {
+            assert_eq!(code, 0, "{name}: {stdout}{err}");
+            continue;
+        }
+        assert_eq!(code, 2, "{name}: {stdout}{err}");
+        assert!(
+            err.contains(&format!("custody.checkpoints.enabled: {why}")),
+            "{name}: {err}"
+        );
+    }
+}

@@ -384,10 +384,9 @@ fn start_checkpoints(
     if !(c.enabled && c.checkpoints.enabled) {
         return Ok((None, None));
     }
-    if cfg.spool.is_some() {
-        return Err(RunError::Fatal(
-            "custody.checkpoints: not available with a spool block yet".into(),
-        ));
+    // `svc validate` refuses these first (config::mod).
+    if let Some(why) = crate::sink::checkpoint::unavailable(&cfg.sink, cfg.spool.is_some()) {
+        return Err(RunError::Fatal(format!("custody.checkpoints: {why}")));
     }
     let store = crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?;
     let (mut writer, feed) =

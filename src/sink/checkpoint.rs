@@ -1005,9 +1005,38 @@ impl CheckpointStore for ObjectStore {
     }
 }
 
+/// Why `custody.checkpoints` cannot be kept with this sink (it has no checkpoint store), or
+/// with a `spool` block; `svc validate` and the runner's start refuse it with this reason.
+pub fn unavailable(sink: &super::SinkConfig, spool: bool) -> Option<String> {
+    use super::relational::config::Engine;
+    if spool {
+        return Some(
+            "not available with a spool block: a spooled batch is reported durable before it \
+             is in the sink, so a checkpoint would sign records the sink does not hold yet"
+                .into(),
+        );
+    }
+    match sink {
+        super::SinkConfig::File(_) | super::SinkConfig::ObjectStore(_) => None,
+        super::SinkConfig::RelationalDb(r) if r.engine == Engine::PostgreSql => None,
+        other => Some(format!(
+            "not available for sink type {}{}: it has no checkpoint store (file, object store \
+             and PostgreSQL sinks only)",
+            other.kind(),
+            match other {
+                super::SinkConfig::RelationalDb(_) => " with engine mysql",
+                _ => "",
+            }
+        )),
+    }
+}
+
 /// The store of a configured sink, or why checkpoints are not available for it.
 pub fn store_for(sink: &super::SinkConfig) -> Result<Box<dyn CheckpointStore>, String> {
     use super::relational::config::Engine;
+    if let Some(why) = unavailable(sink, false) {
+        return Err(format!("custody.checkpoints: {why}"));
+    }
     match sink {
         super::SinkConfig::File(f) => Ok(Box::new(FileStore {
             root: f.directory.clone(),
@@ -1018,8 +1047,7 @@ pub fn store_for(sink: &super::SinkConfig) -> Result<Box<dyn CheckpointStore>, S
         }
         super::SinkConfig::ObjectStore(o) => Ok(Box::new(ObjectStore::new(o)?)),
         other => Err(format!(
-            "custody.checkpoints: not available for sink type {} yet (file, object store \
-             and PostgreSQL sinks only)",
+            "custody.checkpoints: not available for sink type {}",
             other.kind()
         )),
     }
