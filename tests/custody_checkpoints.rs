@@ -355,6 +355,84 @@ fn a_deleted_postgresql_row_is_named() {
     assert!(text.contains("BROKEN"), "{text}");
 }
 
+fn mysql_sink(database: &str) -> Value {
+    json!({"type": "relational_db", "engine": "mysql", "tls_mode": "disable",
+           "dsn": format!("mysql://root@127.0.0.1:3306/{database}"), "table": "events"})
+}
+
+/// The MySQL engine keeps its checkpoints in `svc_custody_checkpoints` as PostgreSQL does
+/// (created by `svc init-db`), against the real MariaDB: an untouched run verifies complete,
+/// one deleted row is named by exactly its sequence, a deleted checkpoint row breaks the chain.
+#[test]
+fn a_deleted_mysql_row_is_named() {
+    let db = crate::support::mysql::MyDb::new("cp");
+    let c = case_into(2, |_| mysql_sink(&db.name));
+    let cfg = c.cfg.to_str().unwrap();
+    let (code, out, err) = svc_env(&["init-db", "--print", cfg], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("CREATE TABLE IF NOT EXISTS `svc_custody_checkpoints`"),
+        "{out}"
+    );
+    let (code, out, err) = svc_env(&["init-db", cfg], None);
+    assert_eq!(code, 0, "{out}{err}");
+    let count = |sql: &str| db.rows(sql)[0][0].clone().unwrap();
+    assert_eq!(count("SELECT COUNT(*) FROM svc_custody_checkpoints"), "0");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 5);
+    wait_acked(&c.server, 5);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let rows = db.rows("SELECT checkpoint FROM svc_custody_checkpoints ORDER BY checkpoint_index");
+    assert_eq!(rows.len(), 3, "2 + 2 + the last 1 at the stop");
+    let files: Vec<PathBuf> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let p = c.dir.path().join(format!("cp{i}.json"));
+            std::fs::write(&p, r[0].as_deref().unwrap()).unwrap();
+            p
+        })
+        .collect();
+    assert_eq!(
+        python_check(&files, &public_key_b64(&CP_SEED)),
+        (1..=5).collect::<Vec<u64>>()
+    );
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.ends_with(
+            "3 checkpoints (0 refused, 0 chain problems), 5 records intact, 0 altered, 0 \
+             missing, 0 in no checkpoint yet, 0 runner-caused gaps: COMPLETE\n"
+        ),
+        "{text}"
+    );
+
+    db.conn()
+        .query("DELETE FROM events WHERE stream_sequence = 3")
+        .unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("sequence 3: MISSING"), "{text}");
+    assert_eq!(text.matches("MISSING").count(), 1, "{text}");
+    assert!(
+        text.contains("4 records intact, 0 altered, 1 missing"),
+        "{text}"
+    );
+
+    // A checkpoint row deleted: the chain is broken.
+    db.conn()
+        .query("DELETE FROM svc_custody_checkpoints WHERE checkpoint_index = 1")
+        .unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("BROKEN: checkpoints 1 to 1 are missing"),
+        "{text}"
+    );
+}
+
 /// Deletes the object holding `seq` from moto (boto3) and returns every checkpoint object's
 /// text, in key order.
 fn moto_op(m: &crate::support::moto::Moto, bucket: &str, delete_seq: u64) -> Vec<String> {
@@ -811,6 +889,7 @@ fn validate_refuses_checkpoints_where_no_store_keeps_them() {
             "not available with a spool block: a spooled batch",
         ),
         ("file", file, None, ""),
+        ("mysql", mysql_sink("svc_validate_only"), None, ""),
     ];
     for (name, sink, spool, why) in cases {
         let mut cfg = json!({

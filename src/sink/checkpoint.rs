@@ -895,6 +895,281 @@ impl CheckpointStore for PgStore {
     }
 }
 
+/// The MySQL/MariaDB sink's checkpoints: one row per checkpoint in [`PG_CHECKPOINT_TABLE`]
+/// (the same name and columns as PostgreSQL's, created by `svc init-db`) in the events table's
+/// database, each INSERT committed (autocommit) before it returns. Reads are paged by key so
+/// no statement passes the client's bounds (100,000 rows, 16 MiB): keys and lengths first,
+/// then the texts in groups of at most [`MY_FETCH_BYTES`].
+pub struct MyStore {
+    sink: super::relational::my_sink::MySqlSink,
+    cfg: super::relational::config::RelationalConfig,
+}
+
+/// Keys listed per statement by a MySQL read-back.
+const MY_LIST_ROWS: usize = 10_000;
+/// Texts fetched per statement by a MySQL read-back (bytes, and rows).
+const MY_FETCH_BYTES: u64 = 8 << 20;
+const MY_FETCH_ROWS: usize = 1_000;
+/// Largest row text a MySQL read-back fetches (a statement's result is bounded by the
+/// client, `mysql::conn::MAX_RESULT_BYTES`); a longer one is named unreadable.
+const MY_MAX_ROW_BYTES: u64 =
+    (super::relational::mysql::conn::MAX_RESULT_BYTES - (64 << 10)) as u64;
+
+impl MyStore {
+    pub fn new(cfg: &super::relational::config::RelationalConfig) -> Result<MyStore, String> {
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let sink = super::relational::my_sink::MySqlSink::new(cfg.clone(), metrics)
+            .map_err(|e| e.to_string())?;
+        Ok(MyStore {
+            sink,
+            cfg: cfg.clone(),
+        })
+    }
+
+    fn table(&self) -> String {
+        match &self.cfg.table.schema {
+            Some(s) => format!("`{s}`.`{PG_CHECKPOINT_TABLE}`"),
+            None => format!("`{PG_CHECKPOINT_TABLE}`"),
+        }
+    }
+
+    /// The DDL of the checkpoint table (idempotent).
+    pub fn ddl(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n    runner_id VARCHAR(255) NOT NULL,\n    \
+             checkpoint_index BIGINT UNSIGNED NOT NULL,\n    checkpoint LONGTEXT NOT NULL,\n    \
+             stored_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),\n    \
+             PRIMARY KEY (runner_id, checkpoint_index)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 \
+             COLLATE=utf8mb4_bin;\n",
+            self.table()
+        )
+    }
+
+    /// Creates the checkpoint table (`svc init-db`).
+    pub fn create_table(&self) -> Result<(), String> {
+        let ddl = self.ddl();
+        self.sink
+            .with_session("create the checkpoint table in", |c| {
+                c.query(ddl.trim_end().trim_end_matches(';')).map(|_| ())
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    /// Every row of `from` in key order, paged: `list` selects (key columns..., length) after
+    /// the given last key (`None`: from the start) with at most [`MY_LIST_ROWS`] rows; `fetch`
+    /// selects (key columns..., text) of the given keys. Calls `each(key, text)` in key order;
+    /// a text longer than `max` is given as `Err`. At most `most` rows.
+    #[allow(clippy::type_complexity)]
+    fn paged(
+        &self,
+        what: &str,
+        most: usize,
+        max: u64,
+        list: &dyn Fn(&super::relational::mysql::Connection, Option<&[String]>) -> String,
+        fetch: &dyn Fn(&super::relational::mysql::Connection, &[Vec<String>]) -> String,
+        each: &mut dyn FnMut(&[String], Result<String, String>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        self.sink
+            .with_session(what, |c| {
+                let mut after: Option<Vec<String>> = None;
+                let mut seen = 0usize;
+                loop {
+                    let listed = c.query(&list(c, after.as_deref()))?.rows;
+                    let done = listed.len() < MY_LIST_ROWS;
+                    let rows: Vec<(Vec<String>, u64)> = listed
+                        .into_iter()
+                        .map(|r| {
+                            let mut r: Vec<String> =
+                                r.into_iter().map(Option::unwrap_or_default).collect();
+                            let len = r.pop().and_then(|l| l.parse().ok()).unwrap_or(u64::MAX);
+                            (r, len)
+                        })
+                        .collect();
+                    seen += rows.len();
+                    if seen > most {
+                        return Err(super::relational::error::DbError::Protocol(format!(
+                            "more than {most} rows: past the read-back bound"
+                        )));
+                    }
+                    after = rows.last().map(|r| r.0.clone());
+                    fetch_groups(c, &rows, max, fetch, each)?;
+                    if done {
+                        return Ok(());
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Fetches the texts of listed rows in groups of at most [`MY_FETCH_BYTES`] and
+/// [`MY_FETCH_ROWS`]; a row longer than `max` is not fetched (`Err`).
+#[allow(clippy::type_complexity)]
+fn fetch_groups(
+    c: &mut super::relational::mysql::Connection,
+    rows: &[(Vec<String>, u64)],
+    max: u64,
+    fetch: &dyn Fn(&super::relational::mysql::Connection, &[Vec<String>]) -> String,
+    each: &mut dyn FnMut(&[String], Result<String, String>) -> Result<(), String>,
+) -> Result<(), super::relational::error::DbError> {
+    use super::relational::error::DbError;
+    let mut i = 0;
+    while i < rows.len() {
+        let (mut j, mut bytes) = (i, 0u64);
+        while j < rows.len() && j - i < MY_FETCH_ROWS && rows[j].1 <= max {
+            if j > i && bytes + rows[j].1 > MY_FETCH_BYTES {
+                break;
+            }
+            bytes += rows[j].1;
+            j += 1;
+        }
+        if j == i {
+            // Longer than `max`: named, never read.
+            each(&rows[i].0, Err(format!("larger than {max} bytes"))).map_err(DbError::Protocol)?;
+            i += 1;
+            continue;
+        }
+        let keys: Vec<Vec<String>> = rows[i..j].iter().map(|r| r.0.clone()).collect();
+        let mut texts: BTreeMap<Vec<String>, String> = BTreeMap::new();
+        for r in c.query(&fetch(c, &keys))?.rows {
+            let mut r: Vec<String> = r.into_iter().map(Option::unwrap_or_default).collect();
+            let text = r.pop().unwrap_or_default();
+            texts.insert(r, text);
+        }
+        for k in &keys {
+            // A row deleted between the listing and the fetch is gone: not reported.
+            if let Some(t) = texts.remove(k) {
+                each(k, Ok(t)).map_err(DbError::Protocol)?;
+            }
+        }
+        i = j;
+    }
+    Ok(())
+}
+
+impl CheckpointStore for MyStore {
+    fn put(&self, runner_id: &str, index: u64, bytes: &[u8]) -> Result<(), String> {
+        let text = std::str::from_utf8(bytes).map_err(|_| "checkpoint is not UTF-8")?;
+        let table = self.table();
+        self.sink
+            .with_session("write a checkpoint to", |c| {
+                let sql = format!(
+                    "INSERT INTO {table} (runner_id, checkpoint_index, checkpoint) VALUES \
+                     ({}, {index}, {})",
+                    c.quote(runner_id),
+                    c.quote(text)
+                );
+                c.query(&sql).map(|_| ())
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
+        let t = self.table();
+        let list = |c: &super::relational::mysql::Connection, after: Option<&[String]>| {
+            let from = match after {
+                Some([r, i]) => format!(
+                    "WHERE (runner_id, checkpoint_index) > ({}, {i})",
+                    c.quote(r)
+                ),
+                _ => String::new(),
+            };
+            format!(
+                "SELECT runner_id, CAST(checkpoint_index AS CHAR), LENGTH(checkpoint) FROM {t} \
+                 {from} ORDER BY runner_id, checkpoint_index LIMIT {MY_LIST_ROWS}"
+            )
+        };
+        let fetch = |c: &super::relational::mysql::Connection, keys: &[Vec<String>]| {
+            let keys: Vec<String> = keys
+                .iter()
+                .map(|k| format!("({}, {})", c.quote(&k[0]), k[1].parse::<u64>().unwrap_or(0)))
+                .collect();
+            format!(
+                "SELECT runner_id, CAST(checkpoint_index AS CHAR), checkpoint FROM {t} WHERE \
+                 (runner_id, checkpoint_index) IN ({})",
+                keys.join(", ")
+            )
+        };
+        let (mut out, mut total) = (Vec::new(), 0usize);
+        let mut each = |k: &[String], text: Result<String, String>| {
+            let place = format!(
+                "{PG_CHECKPOINT_TABLE} row ({}, {})",
+                PeerText::new(&k[0]),
+                PeerText::new(&k[1])
+            );
+            // An unreadable one is still a checkpoint the audit must count: refused, not gone.
+            let text = text.unwrap_or_default();
+            checkpoints_bound(&mut total, &text)?;
+            out.push((place, text));
+            Ok(())
+        };
+        self.paged(
+            "read the checkpoints of",
+            MAX_AUDIT_CHECKPOINTS,
+            MAX_CHECKPOINT_BYTES.min(MY_MAX_ROW_BYTES),
+            &list,
+            &fetch,
+            &mut each,
+        )?;
+        Ok(out)
+    }
+
+    fn records(&self) -> Result<Vec<StoredRecord>, String> {
+        self.scan(None)
+    }
+
+    fn scan(&self, seal: Option<&Custodian>) -> Result<Vec<StoredRecord>, String> {
+        use super::relational::my_sink::custody_export_sql;
+        let mut out = Vec::new();
+        for t in self.cfg.tables() {
+            // `SELECT JSON_OBJECT(...) FROM <table> ORDER BY ...`: the row as the export shows it.
+            let export = custody_export_sql(t);
+            let (object, rest) = export
+                .split_once(" FROM ")
+                .ok_or("the export statement has no FROM")?;
+            let table = rest.split(" ORDER BY ").next().unwrap_or(rest).to_string();
+            let object = object.trim_start_matches("SELECT ").to_string();
+            let list = |c: &super::relational::mysql::Connection, after: Option<&[String]>| {
+                let from = match after {
+                    Some([k]) => format!("WHERE idempotency_key > {}", c.quote(k)),
+                    _ => String::new(),
+                };
+                format!(
+                    "SELECT idempotency_key, LENGTH({object}) FROM {table} {from} ORDER BY \
+                     idempotency_key LIMIT {MY_LIST_ROWS}"
+                )
+            };
+            let fetch = |c: &super::relational::mysql::Connection, keys: &[Vec<String>]| {
+                let keys: Vec<String> = keys.iter().map(|k| c.quote(&k[0])).collect();
+                format!(
+                    "SELECT idempotency_key, {object} FROM {table} WHERE idempotency_key IN ({})",
+                    keys.join(", ")
+                )
+            };
+            let mut each = |k: &[String], text: Result<String, String>| {
+                let place = format!("{t} row {}", PeerText::new(&k[0]));
+                match text {
+                    Ok(text) => records_of(&place, &text, seal, &mut out),
+                    Err(e) => out.push(StoredRecord {
+                        place,
+                        read: Err(e),
+                    }),
+                }
+                records_bound(out.len())
+            };
+            self.paged(
+                "read the records of",
+                MAX_AUDIT_RECORDS,
+                MY_MAX_ROW_BYTES,
+                &list,
+                &fetch,
+                &mut each,
+            )?;
+        }
+        Ok(out)
+    }
+}
+
 /// Most objects an object-store audit lists.
 pub const MAX_LISTED_OBJECTS: usize = 10_000_000;
 
@@ -1008,7 +1283,6 @@ impl CheckpointStore for ObjectStore {
 /// Why `custody.checkpoints` cannot be kept with this sink (it has no checkpoint store), or
 /// with a `spool` block; `svc validate` and the runner's start refuse it with this reason.
 pub fn unavailable(sink: &super::SinkConfig, spool: bool) -> Option<String> {
-    use super::relational::config::Engine;
     if spool {
         return Some(
             "not available with a spool block: a spooled batch is reported durable before it \
@@ -1017,16 +1291,13 @@ pub fn unavailable(sink: &super::SinkConfig, spool: bool) -> Option<String> {
         );
     }
     match sink {
-        super::SinkConfig::File(_) | super::SinkConfig::ObjectStore(_) => None,
-        super::SinkConfig::RelationalDb(r) if r.engine == Engine::PostgreSql => None,
+        super::SinkConfig::File(_)
+        | super::SinkConfig::ObjectStore(_)
+        | super::SinkConfig::RelationalDb(_) => None,
         other => Some(format!(
-            "not available for sink type {}{}: it has no checkpoint store (file, object store \
-             and PostgreSQL sinks only)",
+            "not available for sink type {}: it has no checkpoint store (file, object store \
+             and relational sinks only)",
             other.kind(),
-            match other {
-                super::SinkConfig::RelationalDb(_) => " with engine mysql",
-                _ => "",
-            }
         )),
     }
 }
@@ -1045,6 +1316,7 @@ pub fn store_for(sink: &super::SinkConfig) -> Result<Box<dyn CheckpointStore>, S
         super::SinkConfig::RelationalDb(r) if r.engine == Engine::PostgreSql => {
             Ok(Box::new(PgStore::new(r)?))
         }
+        super::SinkConfig::RelationalDb(r) => Ok(Box::new(MyStore::new(r)?)),
         super::SinkConfig::ObjectStore(o) => Ok(Box::new(ObjectStore::new(o)?)),
         other => Err(format!(
             "custody.checkpoints: not available for sink type {}",
