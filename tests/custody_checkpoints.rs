@@ -431,6 +431,38 @@ fn a_deleted_mysql_row_is_named() {
         text.contains("BROKEN: checkpoints 1 to 1 are missing"),
         "{text}"
     );
+    // Past one listing page (10,000 keys) and many fetches (1,000 rows each): 10,001 copies of
+    // record 1 under other keys and 10,001 unreadable checkpoint rows of another runner, every
+    // one read back.
+    let cols = db.rows(
+        "SELECT GROUP_CONCAT(column_name ORDER BY ordinal_position) FROM \
+         information_schema.columns WHERE table_schema = DATABASE() AND table_name = 'events' \
+         AND column_name <> 'idempotency_key'",
+    )[0][0]
+        .clone()
+        .unwrap();
+    let picked: Vec<String> = cols.split(',').map(|c| format!("e.{c}")).collect();
+    let mut conn = db.conn();
+    conn.query(&format!(
+        "INSERT INTO events (idempotency_key, {cols}) SELECT CONCAT(e.idempotency_key, '-', \
+         s.seq), {} FROM events e JOIN seq_1_to_10001 s WHERE e.stream_sequence = 1",
+        picked.join(", ")
+    ))
+    .unwrap();
+    conn.query(
+        "INSERT INTO svc_custody_checkpoints (runner_id, checkpoint_index, checkpoint) \
+         SELECT 'filler', seq, 'x' FROM seq_1_to_10001",
+    )
+    .unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1);
+    let summary = text.lines().last().unwrap();
+    assert!(
+        summary.starts_with(
+            "10003 checkpoints (10001 refused, 1 chain problems), 10004 records intact"
+        ),
+        "{summary}"
+    );
 }
 
 /// Deletes the object holding `seq` from moto (boto3) and returns every checkpoint object's
