@@ -901,6 +901,9 @@ fn validate_refuses_checkpoints_where_no_store_keeps_them() {
     let fanout = json!({"type": "fanout", "sinks": {"a": file.clone(), "b": http.clone()}});
     let spool = json!({"dir": dir.path().join("spool"), "max_bytes": 64 << 20,
                        "allow_unencrypted": true});
+    let spool_sink = json!({"type": "spool", "dir": dir.path().join("spool2"),
+                            "max_bytes": 64 << 20, "allow_unencrypted": true,
+                            "target": file.clone()});
     let cases = [
         (
             "http",
@@ -919,6 +922,12 @@ fn validate_refuses_checkpoints_where_no_store_keeps_them() {
             file.clone(),
             Some(spool),
             "not available with a spool block: a spooled batch",
+        ),
+        (
+            "spool sink",
+            spool_sink,
+            None,
+            "not available for sink type spool: it has no checkpoint store",
         ),
         ("file", file, None, ""),
         ("mysql", mysql_sink("svc_validate_only"), None, ""),
