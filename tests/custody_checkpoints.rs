@@ -355,6 +355,147 @@ fn a_deleted_postgresql_row_is_named() {
     assert!(text.contains("BROKEN"), "{text}");
 }
 
+fn mysql_sink(database: &str) -> Value {
+    json!({"type": "relational_db", "engine": "mysql", "tls_mode": "disable",
+           "dsn": format!("mysql://root@127.0.0.1:3306/{database}"), "table": "events"})
+}
+
+/// The MySQL engine keeps its checkpoints in `svc_custody_checkpoints` as PostgreSQL does
+/// (created by `svc init-db`), against the real MariaDB: an untouched run verifies complete,
+/// one deleted row is named by exactly its sequence, a deleted checkpoint row breaks the chain.
+#[test]
+fn a_deleted_mysql_row_is_named() {
+    let db = crate::support::mysql::MyDb::new("cp");
+    let c = case_into(2, |_| mysql_sink(&db.name));
+    let cfg = c.cfg.to_str().unwrap();
+    let (code, out, err) = svc_env(&["init-db", "--print", cfg], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("CREATE TABLE IF NOT EXISTS `svc_custody_checkpoints`"),
+        "{out}"
+    );
+    let (code, out, err) = svc_env(&["init-db", cfg], None);
+    assert_eq!(code, 0, "{out}{err}");
+    let count = |sql: &str| db.rows(sql)[0][0].clone().unwrap();
+    assert_eq!(count("SELECT COUNT(*) FROM svc_custody_checkpoints"), "0");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 5);
+    wait_acked(&c.server, 5);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let rows = db.rows("SELECT checkpoint FROM svc_custody_checkpoints ORDER BY checkpoint_index");
+    assert_eq!(rows.len(), 3, "2 + 2 + the last 1 at the stop");
+    let files: Vec<PathBuf> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let p = c.dir.path().join(format!("cp{i}.json"));
+            std::fs::write(&p, r[0].as_deref().unwrap()).unwrap();
+            p
+        })
+        .collect();
+    assert_eq!(
+        python_check(&files, &public_key_b64(&CP_SEED)),
+        (1..=5).collect::<Vec<u64>>()
+    );
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.ends_with(
+            "3 checkpoints (0 refused, 0 chain problems), 5 records intact, 0 altered, 0 \
+             missing, 0 in no checkpoint yet, 0 runner-caused gaps: COMPLETE\n"
+        ),
+        "{text}"
+    );
+
+    db.conn()
+        .query("DELETE FROM events WHERE stream_sequence = 3")
+        .unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("sequence 3: MISSING"), "{text}");
+    assert_eq!(text.matches("MISSING").count(), 1, "{text}");
+    assert!(
+        text.contains("4 records intact, 0 altered, 1 missing"),
+        "{text}"
+    );
+
+    // A checkpoint row deleted: the chain is broken.
+    db.conn()
+        .query("DELETE FROM svc_custody_checkpoints WHERE checkpoint_index = 1")
+        .unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("BROKEN: checkpoints 1 to 1 are missing"),
+        "{text}"
+    );
+    // Past one listing page (10,000 keys) and many fetches (1,000 rows each): 10,001 copies of
+    // record 1 under other keys and 10,001 unreadable checkpoint rows of another runner, every
+    // one read back.
+    let cols = db.rows(
+        "SELECT GROUP_CONCAT(column_name ORDER BY ordinal_position) FROM \
+         information_schema.columns WHERE table_schema = DATABASE() AND table_name = 'events' \
+         AND column_name <> 'idempotency_key'",
+    )[0][0]
+        .clone()
+        .unwrap();
+    let picked: Vec<String> = cols.split(',').map(|c| format!("e.{c}")).collect();
+    let mut conn = db.conn();
+    conn.query(&format!(
+        "INSERT INTO events (idempotency_key, {cols}) SELECT CONCAT(e.idempotency_key, '-', \
+         s.seq), {} FROM events e JOIN seq_1_to_10001 s WHERE e.stream_sequence = 1",
+        picked.join(", ")
+    ))
+    .unwrap();
+    conn.query(
+        "INSERT INTO svc_custody_checkpoints (runner_id, checkpoint_index, checkpoint) \
+         SELECT 'filler', seq, 'x' FROM seq_1_to_10001",
+    )
+    .unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1);
+    let summary = text.lines().last().unwrap();
+    assert!(
+        summary.starts_with(
+            "10003 checkpoints (10001 refused, 1 chain problems), 10004 records intact"
+        ),
+        "{summary}"
+    );
+}
+
+/// The MySQL store's rescan (records read back as the custody export's JSON objects, each
+/// checked against its custody seal): rows committed before a kill -9 are signed after the
+/// restart.
+#[test]
+fn mysql_rows_committed_before_a_kill_9_are_covered_after_the_restart() {
+    let db = crate::support::mysql::MyDb::new("cpk");
+    let c = case_into(1000, |_| mysql_sink(&db.name));
+    let (code, out, err) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 3);
+    wait_acked(&c.server, 3);
+    runner.sigkill();
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(text.matches("in no checkpoint yet\n").count(), 3, "{text}");
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    publish_range(&c.server, 4, 4);
+    wait_acked(&c.server, 4);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("4 records intact, 0 altered, 0 missing, 0 in no checkpoint"),
+        "{text}"
+    );
+}
+
 /// Deletes the object holding `seq` from moto (boto3) and returns every checkpoint object's
 /// text, in key order.
 fn moto_op(m: &crate::support::moto::Moto, bucket: &str, delete_seq: u64) -> Vec<String> {
@@ -689,9 +830,161 @@ fn the_rescan_never_signs_a_planted_or_altered_record() {
     let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
     assert_eq!(code, 1, "{text}");
     assert!(
-        text.contains("sequence 9 (planted.json): present, in no checkpoint yet"),
+        text.contains("sequence 9 (planted.json, stream ORDERS incarnation "),
         "{text}"
     );
     assert!(text.contains("sequence 3 ("), "{text}");
     assert!(text.contains("in no checkpoint yet"), "{text}");
+}
+
+/// Issue 47 attack finding 4: a stream deleted and created again numbers its messages from 1
+/// again. Records 1 to 3 of the new incarnation (found by the restart's rescan after a kill -9)
+/// are signed for their own incarnation, never taken as covered by the old one's checkpoint;
+/// the verifier matches each record to its stream incarnation, notes the change in the chain
+/// and names a deleted old record by its incarnation.
+#[test]
+fn a_stream_created_again_has_its_sequences_signed_for_its_own_incarnation() {
+    let c = case(1000);
+    let old = c.server.incarnation(STREAM);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 3);
+    wait_acked(&c.server, 3);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+
+    c.server.js().delete_stream(STREAM).unwrap();
+    c.server.create_stream(STREAM, &["orders.>"]);
+    c.server
+        .create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    let new = c.server.incarnation(STREAM);
+    assert_ne!(old, new);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    publish_range(&c.server, 1, 3);
+    wait_acked(&c.server, 3);
+    runner.sigkill();
+    // The thread rescans before it takes anything, and writes what is pending at the stop.
+    let log3 = c.dir.path().join("svc3.log");
+    let mut runner = start_runner(&c.cfg, &log3);
+    wait_until(Duration::from_secs(30), "the restart's rescan", || {
+        std::fs::read_to_string(&log3)
+            .is_ok_and(|l| l.contains("3 committed records in no checkpoint yet"))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify(&c, &[public]);
+    let log = std::fs::read_to_string(c.dir.path().join("svc3.log")).unwrap_or_default();
+    assert_eq!(code, 0, "{text}{log}");
+    assert!(
+        text.contains("6 records intact, 0 altered, 0 missing, 0 in no checkpoint"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "note: checkpoint 1 (.svc-checkpoints/{}-00000000000000000001.json) is of stream \
+             {STREAM} incarnation {new}, the one before it of stream {STREAM} incarnation {old}",
+            hex_lower(b"runner-cp-1")
+        )),
+        "{text}"
+    );
+
+    // The old incarnation's record 2 deleted: named with its incarnation, although the new
+    // incarnation's record 2 is there.
+    let victim = files_below(&c.dir.path().join("out"))
+        .into_iter()
+        .map(|p| c.dir.path().join("out").join(p))
+        .find(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && !p.to_string_lossy().contains(".svc-checkpoints")
+                && serde_json::from_slice::<Value>(&std::fs::read(p).unwrap()).is_ok_and(|v| {
+                    v["stream_sequence"] == 2 && v["stream_incarnation"] == old.as_str()
+                })
+        })
+        .unwrap();
+    std::fs::remove_file(&victim).unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(text.matches("MISSING").count(), 1, "{text}");
+    assert!(
+        text.contains(&format!(
+            "sequence 2: MISSING (signed in checkpoint 0 of runner runner-cp-1 for stream \
+             {STREAM} incarnation {old}, no record)"
+        )),
+        "{text}"
+    );
+}
+
+fn hex_lower(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// `svc validate` refuses `custody.checkpoints` with a sink that has no checkpoint store, and
+/// with a `spool` block, naming the field and the reason (not only the runner at its start);
+/// a file sink passes.
+#[test]
+fn validate_refuses_checkpoints_where_no_store_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = write_private(dir.path(), "cp.key", &CP_SEED);
+    let out = dir.path().join("out");
+    let file = json!({"type": "file", "directory": out});
+    let http = json!({"type": "http", "url": "https://receiver.example/hook"});
+    let fanout = json!({"type": "fanout", "sinks": {"a": file.clone(), "b": http.clone()}});
+    let spool = json!({"dir": dir.path().join("spool"), "max_bytes": 64 << 20,
+                       "allow_unencrypted": true});
+    let spool_sink = json!({"type": "spool", "dir": dir.path().join("spool2"),
+                            "max_bytes": 64 << 20, "allow_unencrypted": true,
+                            "target": file.clone()});
+    let cases = [
+        (
+            "http",
+            http,
+            None,
+            "not available for sink type http: it has no checkpoint store",
+        ),
+        (
+            "fanout",
+            fanout,
+            None,
+            "not available for sink type fanout: it has no checkpoint store",
+        ),
+        (
+            "spool",
+            file.clone(),
+            Some(spool),
+            "not available with a spool block: a spooled batch",
+        ),
+        (
+            "spool sink",
+            spool_sink,
+            None,
+            "not available for sink type spool: it has no checkpoint store",
+        ),
+        ("file", file, None, ""),
+        ("mysql", mysql_sink("svc_validate_only"), None, ""),
+    ];
+    for (name, sink, spool, why) in cases {
+        let mut cfg = json!({
+            "nats": {"url": "nats://127.0.0.1:4222", "stream": STREAM, "consumer": CONSUMER,
+                     "subject": "orders.>"},
+            "sink": sink,
+            "custody": {"enabled": true, "runner_id": "runner-cp-1",
+                        "hmac_key_env": "PP_CUSTODY_KEY",
+                        "checkpoints": {"enabled": true, "signing_key_file": key,
+                                        "key_id": "cp1"}}});
+        if let Some(s) = spool {
+            cfg["spool"] = s;
+        }
+        let path = write_config(dir.path(), &format!("{name}.json"), &cfg);
+        let (code, stdout, err) = svc_env(&["validate", path.to_str().unwrap()], None);
+        if why.is_empty() {
+            assert_eq!(code, 0, "{name}: {stdout}{err}");
+            continue;
+        }
+        assert_eq!(code, 2, "{name}: {stdout}{err}");
+        assert!(
+            err.contains(&format!("custody.checkpoints.enabled: {why}")),
+            "{name}: {err}"
+        );
+    }
 }

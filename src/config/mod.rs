@@ -270,6 +270,14 @@ impl RuntimeConfig {
         if let Some(SinkConfig::Fanout(f)) = &sink {
             check_fanout_routes(f, &envelope, &security_labels, &problems);
         }
+        if custody.enabled && custody.checkpoints.enabled {
+            let why = sink
+                .as_ref()
+                .and_then(|k| crate::sink::checkpoint::unavailable(k, spool.is_some()));
+            if let Some(why) = why {
+                problems.push("custody.checkpoints.enabled", &why);
+            }
+        }
         if payload_encryption.enabled {
             if let Some(sink) = &sink {
                 refuse_payload_sha256_keys(sink, "sink", &problems);

@@ -143,8 +143,10 @@ pub struct Rejection {
     /// never dead-lettered (an encryption key at its message bound; see
     /// `docs/payload-protection.md`).
     pub retry: bool,
-    /// The message's stream sequence (a custody checkpoint lists it as a runner-caused gap).
-    pub sequence: u64,
+    /// The message's stream and the stream's incarnation (empty when not known), and its
+    /// stream sequence (a custody checkpoint lists it as a runner-caused gap), behind one
+    /// pointer.
+    pub at: Arc<(crate::sink::checkpoint::Origin, u64)>,
 }
 
 /// One normalized message ready for the sink, with what the metrics need.
@@ -382,10 +384,9 @@ fn start_checkpoints(
     if !(c.enabled && c.checkpoints.enabled) {
         return Ok((None, None));
     }
-    if cfg.spool.is_some() {
-        return Err(RunError::Fatal(
-            "custody.checkpoints: not available with a spool block yet".into(),
-        ));
+    // `svc validate` refuses these first (config::mod).
+    if let Some(why) = crate::sink::checkpoint::unavailable(&cfg.sink, cfg.spool.is_some()) {
+        return Err(RunError::Fatal(format!("custody.checkpoints: {why}")));
     }
     let store = crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?;
     let (mut writer, feed) =

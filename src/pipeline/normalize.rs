@@ -184,7 +184,7 @@ impl Normalizer {
                     reason: e.to_string(),
                     dead_letter: None,
                     retry: true,
-                    sequence: raw.stream_sequence,
+                    at: at(raw),
                 });
             }
         }
@@ -236,9 +236,15 @@ impl Normalizer {
             }),
             reason: failure.message,
             retry: false,
-            sequence: raw.stream_sequence,
+            at: at(raw),
         }
     }
+}
+
+/// Where a refused message is from, for [`Rejection::at`].
+fn at(raw: &RawMessage) -> Arc<(crate::sink::checkpoint::Origin, u64)> {
+    let origin = (Arc::clone(&raw.stream), Arc::clone(&raw.stream_incarnation));
+    Arc::new((origin, raw.stream_sequence))
 }
 
 /// The per-reason counter of a governance refusal; `None` for a code this table lacks (a

@@ -50,11 +50,12 @@ fn tell_checkpoint(feed: &Feed, v: &Verdict, env: Option<&Envelope>) {
             } else {
                 "refused_before_sink"
             };
-            feed.send(Event::Gap(r.sequence, why));
+            feed.send(Event::Gap(r.at.0.clone(), r.at.1, why));
         }
         (Verdict::Written(WriteOutcome::Durable), Some(env)) => {
             if let Some(d) = public_digest(env) {
-                feed.send(Event::Committed(env.stream_sequence, d));
+                let origin = (Arc::clone(&env.stream), Arc::clone(&env.stream_incarnation));
+                feed.send(Event::Committed(origin, env.stream_sequence, d));
             }
         }
         _ => {}
@@ -219,7 +220,10 @@ impl SinkWorker {
                 ),
                 dead_letter: Some(DeadLetter::build_for_sink(env, &e, now_unix_nanos(), cfg)),
                 retry: false,
-                sequence: env.stream_sequence,
+                at: Arc::new((
+                    (Arc::clone(&env.stream), Arc::clone(&env.stream_incarnation)),
+                    env.stream_sequence,
+                )),
             }),
             (outcome, _) => Verdict::Written(outcome),
         }

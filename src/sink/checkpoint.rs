@@ -5,7 +5,9 @@
 //! (stream sequence, checkpoint digest) and each sequence the runner itself gave up on
 //! (dead-lettered, refused) through a bounded channel they never wait on ([`Feed`]): delivery
 //! is never held back. The thread writes a signed checkpoint every `every_records` records or
-//! `every_seconds` seconds, and what is pending when the workers stop.
+//! `every_seconds` seconds, and what is pending when the workers stop. One checkpoint covers
+//! one stream incarnation ([`Origin`]): what is pending for several (a stream created again)
+//! is written as one checkpoint each, linked in the one chain.
 //!
 //! Start: before any delivery the runner reads its chain back ([`Writer::start`]) and refuses
 //! to run when it cannot be read, does not verify, has a hole, or does not reach the head
@@ -33,7 +35,7 @@ use crate::message::envelope::now_unix_nanos;
 use crate::message::protection::checkpoint::{
     self, seal, Body, Signer, TrustedKeys, MAX_CHECKPOINT_BYTES,
 };
-use crate::message::protection::checkpoint_audit::StoredRecord;
+use crate::message::protection::checkpoint_audit::{RecordRead, StoredRecord};
 use crate::message::protection::custody::{public_digest_stored, Custodian, CustodyConfig};
 use crate::text::peer::PeerText;
 
@@ -98,11 +100,15 @@ pub trait CheckpointStore: Send {
 /// How a record whose custody seal does not verify reads in a rescan.
 pub const SEAL_REFUSED: &str = "custody seal refused";
 
+/// The stream and the stream's incarnation (empty when not known) a sequence is of: one
+/// checkpoint covers one origin only.
+pub type Origin = (Arc<str>, Arc<str>);
+
 /// What a sink worker tells the thread.
 #[derive(Debug, Clone)]
 pub enum Event {
-    Committed(u64, [u8; 32]),
-    Gap(u64, &'static str),
+    Committed(Origin, u64, [u8; 32]),
+    Gap(Origin, u64, &'static str),
 }
 
 /// The sink workers' side of the channel: never blocks.
@@ -136,11 +142,22 @@ pub struct Writer {
     overflowed: Arc<AtomicBool>,
     /// (index, body digest) of the chain's last checkpoint.
     head: Option<(u64, String)>,
-    /// Highest sequence the chain covered at start (leaf or gap): a rescan signs only records
-    /// after it.
-    covered_to: Option<u64>,
-    pending: BTreeMap<u64, [u8; 32]>,
-    gaps: BTreeMap<u64, &'static str>,
+    /// The origin of the chain's last checkpoint.
+    last_origin: Option<Origin>,
+    /// Highest sequence of each origin the chain covered at start (leaf or gap): a rescan
+    /// signs only records after it.
+    covered_to: BTreeMap<Origin, u64>,
+    pending: BTreeMap<Origin, BTreeMap<u64, [u8; 32]>>,
+    gaps: BTreeMap<Origin, BTreeMap<u64, &'static str>>,
+    /// Records in `pending`, all origins.
+    pending_count: usize,
+}
+
+fn origin_of(b: &Body) -> Origin {
+    (
+        Arc::from(b.stream.as_str()),
+        Arc::from(b.stream_incarnation.as_str()),
+    )
 }
 
 impl Writer {
@@ -172,9 +189,11 @@ impl Writer {
             rx,
             overflowed,
             head: None,
-            covered_to: None,
+            last_origin: None,
+            covered_to: BTreeMap::new(),
             pending: BTreeMap::new(),
             gaps: BTreeMap::new(),
+            pending_count: 0,
         };
         Ok((w, feed))
     }
@@ -200,15 +219,15 @@ impl Writer {
         let chain = own_chain(read, &self.trusted(), &self.runner_id)?;
         let stored = self.head_file.read()?;
         check_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
-        self.covered_to = chain
-            .iter()
-            .flat_map(|v| {
-                let gaps = v.body.gaps.iter().map(|g| g.0);
-                std::iter::once(v.body.last_sequence).chain(gaps)
-            })
-            .max();
+        for v in &chain {
+            let gaps = v.body.gaps.iter().map(|g| g.0);
+            let high = std::iter::once(v.body.last_sequence).chain(gaps).max();
+            let to = self.covered_to.entry(origin_of(&v.body)).or_default();
+            *to = high.unwrap_or_default().max(*to);
+        }
         if let Some(last) = chain.last() {
             self.head = Some((last.body.index, last.digest.clone()));
+            self.last_origin = Some(origin_of(&last.body));
             let head = Head::new(&self.runner_id, last.body.index, &last.digest);
             if stored.as_ref() != Some(&head) {
                 self.head_file.write(&head)?;
@@ -231,19 +250,32 @@ impl Writer {
         for (_, text) in self.store.checkpoints()? {
             if let Ok(v) = checkpoint::verify(&text, &trusted) {
                 if v.body.runner_id == self.runner_id {
-                    covered.extend(v.leaves.iter().map(|l| l.0));
-                    covered.extend(v.body.gaps.iter().map(|g| g.0));
+                    let o = origin_of(&v.body);
+                    covered.extend(v.leaves.iter().map(|l| (o.clone(), l.0)));
+                    covered.extend(v.body.gaps.iter().map(|g| (o.clone(), g.0)));
                 }
             }
         }
         let (mut found, mut refused) = (0usize, 0usize);
         for rec in self.store.scan(Some(&self.custodian))? {
             match rec.read {
-                Ok((seq, runner, d)) if runner == self.runner_id => {
-                    let after = self.covered_to.is_none_or(|c| seq > c);
-                    if after && !covered.contains(&seq) && !self.pending.contains_key(&seq) {
-                        self.pending.insert(seq, d);
-                        found += 1;
+                Ok(r) if r.runner_id == self.runner_id => {
+                    let o: Origin = (Arc::from(r.stream), Arc::from(r.incarnation));
+                    let seq = r.sequence;
+                    let after = self.covered_to.get(&o).is_none_or(|c| seq > *c);
+                    let key = (o, seq);
+                    if after && !covered.contains(&key) {
+                        let (o, seq) = key;
+                        if self
+                            .pending
+                            .entry(o)
+                            .or_default()
+                            .insert(seq, r.digest)
+                            .is_none()
+                        {
+                            self.pending_count += 1;
+                            found += 1;
+                        }
                     }
                 }
                 Err(e) if e.starts_with(SEAL_REFUSED) => {
@@ -285,7 +317,7 @@ impl Writer {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             let now = Instant::now();
-            if self.pending.len() >= self.every_records || now >= due {
+            if self.pending_count >= self.every_records || now >= due {
                 self.cut();
                 due = Instant::now() + self.every;
             }
@@ -295,16 +327,18 @@ impl Writer {
 
     fn take(&mut self, e: Event) {
         match e {
-            Event::Committed(seq, d) => {
-                self.pending.insert(seq, d);
+            Event::Committed(o, seq, d) => {
+                if self.pending.entry(o).or_default().insert(seq, d).is_none() {
+                    self.pending_count += 1;
+                }
             }
-            Event::Gap(seq, why) => {
-                self.gaps.insert(seq, why);
+            Event::Gap(o, seq, why) => {
+                self.gaps.entry(o).or_default().insert(seq, why);
             }
         }
     }
 
-    /// Writes a checkpoint of what is pending (nothing when nothing is).
+    /// Writes a checkpoint of what is pending (nothing when nothing is), one per origin.
     fn cut(&mut self) {
         if self.overflowed.swap(false, Ordering::Relaxed) {
             while let Ok(e) = self.rx.try_recv() {
@@ -314,11 +348,28 @@ impl Writer {
                 log::error!("custody checkpoints: rescan after an overflow failed: {e}");
             }
         }
-        if self.pending.is_empty() && self.gaps.is_empty() {
-            return;
+        let origins: BTreeSet<Origin> = self
+            .pending
+            .keys()
+            .chain(self.gaps.keys())
+            .cloned()
+            .collect();
+        for o in origins {
+            if !self.cut_origin(&o) {
+                return; // kept for the next one
+            }
         }
-        let leaves: Vec<(u64, [u8; 32])> = self.pending.iter().map(|(s, d)| (*s, *d)).collect();
-        let seqs = leaves.iter().map(|l| l.0).chain(self.gaps.keys().copied());
+    }
+
+    /// Writes the checkpoint of one origin's pending records and gaps; false when it could
+    /// not be stored (they stay pending).
+    fn cut_origin(&mut self, o: &Origin) -> bool {
+        let none = BTreeMap::new();
+        let pending = self.pending.get(o).unwrap_or(&none);
+        let leaves: Vec<(u64, [u8; 32])> = pending.iter().map(|(s, d)| (*s, *d)).collect();
+        let no_gaps = BTreeMap::new();
+        let gaps = self.gaps.get(o).unwrap_or(&no_gaps);
+        let seqs = leaves.iter().map(|l| l.0).chain(gaps.keys().copied());
         let first = leaves
             .first()
             .map_or_else(|| seqs.clone().min(), |l| Some(l.0));
@@ -335,8 +386,10 @@ impl Writer {
             count: leaves.len() as u64,
             root: checkpoint::merkle_root(&leaves),
             previous: self.head.as_ref().map(|h| h.1.clone()).unwrap_or_default(),
-            gaps: self.gaps.iter().map(|(s, w)| (*s, w.to_string())).collect(),
+            gaps: gaps.iter().map(|(s, w)| (*s, w.to_string())).collect(),
             created_at: format_rfc3339_nanos(now_unix_nanos()),
+            stream: o.0.to_string(),
+            stream_incarnation: o.1.to_string(),
         };
         let bytes = seal(&body, &leaves, &self.signer);
         if let Err(e) = self.store.put(&self.runner_id, body.index, &bytes) {
@@ -344,10 +397,22 @@ impl Writer {
                 "custody checkpoint {} not written (kept for the next one): {e}",
                 body.index
             );
-            return;
+            return false;
         }
         let digest = checkpoint::body_digest(&body.encode());
         let head = Head::new(&self.runner_id, body.index, &digest);
+        if self.last_origin.as_ref().is_some_and(|l| l != o) {
+            log::warn!(
+                "custody checkpoint {}: stream {} incarnation {} starts here (the checkpoint \
+                 before it is of stream {} incarnation {}): the stream was created again; its \
+                 sequences start a new range of the chain",
+                body.index,
+                PeerText::new(&o.0),
+                PeerText::new(&o.1),
+                PeerText::new(self.last_origin.as_ref().map_or("", |l| &l.0)),
+                PeerText::new(self.last_origin.as_ref().map_or("", |l| &l.1)),
+            );
+        }
         // The auditor's copy outside the sink: `svc verify-custody --head RUNNER:INDEX:DIGEST`.
         log::info!(
             "custody checkpoint head {} ({} records, sequences {} to {})",
@@ -360,8 +425,11 @@ impl Writer {
             log::error!("custody checkpoint {}: {e}", body.index);
         }
         self.head = Some((body.index, digest));
-        self.pending.clear();
-        self.gaps.clear();
+        self.last_origin = Some(o.clone());
+        self.pending_count -= leaves.len();
+        self.pending.remove(o);
+        self.gaps.remove(o);
+        true
     }
 }
 
@@ -475,17 +543,21 @@ fn check_head(
 
 /// One stored record read back; with `seal`, a record of its runner whose custody seal does
 /// not verify reads as [`SEAL_REFUSED`].
-fn read_record(t: &str, seal: Option<&Custodian>) -> Result<(u64, String, [u8; 32]), String> {
+fn read_record(t: &str, seal: Option<&Custodian>) -> Result<RecordRead, String> {
     use crate::message::protection::custody::Verdict;
     let doc = canonical::parse(t).map_err(|e| format!("not a JSON record: {e}"))?;
-    let read = public_digest_stored(&doc)?;
+    let read = RecordRead::of(&doc, public_digest_stored(&doc)?)?;
     match seal {
-        Some(c) if read.1 == c.runner_id() => match c.verify(&doc) {
+        Some(c) if read.runner_id == c.runner_id() => match c.verify(&doc) {
             Verdict::Intact => Ok(read),
-            Verdict::Altered => Err(format!("{SEAL_REFUSED} (sequence {}: ALTERED)", read.0)),
-            Verdict::Unverifiable(why) => {
-                Err(format!("{SEAL_REFUSED} (sequence {}: {why})", read.0))
-            }
+            Verdict::Altered => Err(format!(
+                "{SEAL_REFUSED} (sequence {}: ALTERED)",
+                read.sequence
+            )),
+            Verdict::Unverifiable(why) => Err(format!(
+                "{SEAL_REFUSED} (sequence {}: {why})",
+                read.sequence
+            )),
         },
         _ => Ok(read),
     }
@@ -825,6 +897,281 @@ impl CheckpointStore for PgStore {
     }
 }
 
+/// The MySQL/MariaDB sink's checkpoints: one row per checkpoint in [`PG_CHECKPOINT_TABLE`]
+/// (the same name and columns as PostgreSQL's, created by `svc init-db`) in the events table's
+/// database, each INSERT committed (autocommit) before it returns. Reads are paged by key so
+/// no statement passes the client's bounds (100,000 rows, 16 MiB): keys and lengths first,
+/// then the texts in groups of at most [`MY_FETCH_BYTES`].
+pub struct MyStore {
+    sink: super::relational::my_sink::MySqlSink,
+    cfg: super::relational::config::RelationalConfig,
+}
+
+/// Keys listed per statement by a MySQL read-back.
+const MY_LIST_ROWS: usize = 10_000;
+/// Texts fetched per statement by a MySQL read-back (bytes, and rows).
+const MY_FETCH_BYTES: u64 = 8 << 20;
+const MY_FETCH_ROWS: usize = 1_000;
+/// Largest row text a MySQL read-back fetches (a statement's result is bounded by the
+/// client, `mysql::conn::MAX_RESULT_BYTES`); a longer one is named unreadable.
+const MY_MAX_ROW_BYTES: u64 =
+    (super::relational::mysql::conn::MAX_RESULT_BYTES - (64 << 10)) as u64;
+
+impl MyStore {
+    pub fn new(cfg: &super::relational::config::RelationalConfig) -> Result<MyStore, String> {
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let sink = super::relational::my_sink::MySqlSink::new(cfg.clone(), metrics)
+            .map_err(|e| e.to_string())?;
+        Ok(MyStore {
+            sink,
+            cfg: cfg.clone(),
+        })
+    }
+
+    fn table(&self) -> String {
+        match &self.cfg.table.schema {
+            Some(s) => format!("`{s}`.`{PG_CHECKPOINT_TABLE}`"),
+            None => format!("`{PG_CHECKPOINT_TABLE}`"),
+        }
+    }
+
+    /// The DDL of the checkpoint table (idempotent).
+    pub fn ddl(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n    runner_id VARCHAR(255) NOT NULL,\n    \
+             checkpoint_index BIGINT UNSIGNED NOT NULL,\n    checkpoint LONGTEXT NOT NULL,\n    \
+             stored_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),\n    \
+             PRIMARY KEY (runner_id, checkpoint_index)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 \
+             COLLATE=utf8mb4_bin;\n",
+            self.table()
+        )
+    }
+
+    /// Creates the checkpoint table (`svc init-db`).
+    pub fn create_table(&self) -> Result<(), String> {
+        let ddl = self.ddl();
+        self.sink
+            .with_session("create the checkpoint table in", |c| {
+                c.query(ddl.trim_end().trim_end_matches(';')).map(|_| ())
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    /// Every row of `from` in key order, paged: `list` selects (key columns..., length) after
+    /// the given last key (`None`: from the start) with at most [`MY_LIST_ROWS`] rows; `fetch`
+    /// selects (key columns..., text) of the given keys. Calls `each(key, text)` in key order;
+    /// a text longer than `max` is given as `Err`. At most `most` rows.
+    #[allow(clippy::type_complexity)]
+    fn paged(
+        &self,
+        what: &str,
+        most: usize,
+        max: u64,
+        list: &dyn Fn(&super::relational::mysql::Connection, Option<&[String]>) -> String,
+        fetch: &dyn Fn(&super::relational::mysql::Connection, &[Vec<String>]) -> String,
+        each: &mut dyn FnMut(&[String], Result<String, String>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        self.sink
+            .with_session(what, |c| {
+                let mut after: Option<Vec<String>> = None;
+                let mut seen = 0usize;
+                loop {
+                    let listed = c.query(&list(c, after.as_deref()))?.rows;
+                    let done = listed.len() < MY_LIST_ROWS;
+                    let rows: Vec<(Vec<String>, u64)> = listed
+                        .into_iter()
+                        .map(|r| {
+                            let mut r: Vec<String> =
+                                r.into_iter().map(Option::unwrap_or_default).collect();
+                            let len = r.pop().and_then(|l| l.parse().ok()).unwrap_or(u64::MAX);
+                            (r, len)
+                        })
+                        .collect();
+                    seen += rows.len();
+                    if seen > most {
+                        return Err(super::relational::error::DbError::Protocol(format!(
+                            "more than {most} rows: past the read-back bound"
+                        )));
+                    }
+                    after = rows.last().map(|r| r.0.clone());
+                    fetch_groups(c, &rows, max, fetch, each)?;
+                    if done {
+                        return Ok(());
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Fetches the texts of listed rows in groups of at most [`MY_FETCH_BYTES`] and
+/// [`MY_FETCH_ROWS`]; a row longer than `max` is not fetched (`Err`).
+#[allow(clippy::type_complexity)]
+fn fetch_groups(
+    c: &mut super::relational::mysql::Connection,
+    rows: &[(Vec<String>, u64)],
+    max: u64,
+    fetch: &dyn Fn(&super::relational::mysql::Connection, &[Vec<String>]) -> String,
+    each: &mut dyn FnMut(&[String], Result<String, String>) -> Result<(), String>,
+) -> Result<(), super::relational::error::DbError> {
+    use super::relational::error::DbError;
+    let mut i = 0;
+    while i < rows.len() {
+        let (mut j, mut bytes) = (i, 0u64);
+        while j < rows.len() && j - i < MY_FETCH_ROWS && rows[j].1 <= max {
+            if j > i && bytes + rows[j].1 > MY_FETCH_BYTES {
+                break;
+            }
+            bytes += rows[j].1;
+            j += 1;
+        }
+        if j == i {
+            // Longer than `max`: named, never read.
+            each(&rows[i].0, Err(format!("larger than {max} bytes"))).map_err(DbError::Protocol)?;
+            i += 1;
+            continue;
+        }
+        let keys: Vec<Vec<String>> = rows[i..j].iter().map(|r| r.0.clone()).collect();
+        let mut texts: BTreeMap<Vec<String>, String> = BTreeMap::new();
+        for r in c.query(&fetch(c, &keys))?.rows {
+            let mut r: Vec<String> = r.into_iter().map(Option::unwrap_or_default).collect();
+            let text = r.pop().unwrap_or_default();
+            texts.insert(r, text);
+        }
+        for k in &keys {
+            // A row deleted between the listing and the fetch is gone: not reported.
+            if let Some(t) = texts.remove(k) {
+                each(k, Ok(t)).map_err(DbError::Protocol)?;
+            }
+        }
+        i = j;
+    }
+    Ok(())
+}
+
+impl CheckpointStore for MyStore {
+    fn put(&self, runner_id: &str, index: u64, bytes: &[u8]) -> Result<(), String> {
+        let text = std::str::from_utf8(bytes).map_err(|_| "checkpoint is not UTF-8")?;
+        let table = self.table();
+        self.sink
+            .with_session("write a checkpoint to", |c| {
+                let sql = format!(
+                    "INSERT INTO {table} (runner_id, checkpoint_index, checkpoint) VALUES \
+                     ({}, {index}, {})",
+                    c.quote(runner_id),
+                    c.quote(text)
+                );
+                c.query(&sql).map(|_| ())
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
+        let t = self.table();
+        let list = |c: &super::relational::mysql::Connection, after: Option<&[String]>| {
+            let from = match after {
+                Some([r, i]) => format!(
+                    "WHERE (runner_id, checkpoint_index) > ({}, {i})",
+                    c.quote(r)
+                ),
+                _ => String::new(),
+            };
+            format!(
+                "SELECT runner_id, CAST(checkpoint_index AS CHAR), LENGTH(checkpoint) FROM {t} \
+                 {from} ORDER BY runner_id, checkpoint_index LIMIT {MY_LIST_ROWS}"
+            )
+        };
+        let fetch = |c: &super::relational::mysql::Connection, keys: &[Vec<String>]| {
+            let keys: Vec<String> = keys
+                .iter()
+                .map(|k| format!("({}, {})", c.quote(&k[0]), k[1].parse::<u64>().unwrap_or(0)))
+                .collect();
+            format!(
+                "SELECT runner_id, CAST(checkpoint_index AS CHAR), checkpoint FROM {t} WHERE \
+                 (runner_id, checkpoint_index) IN ({})",
+                keys.join(", ")
+            )
+        };
+        let (mut out, mut total) = (Vec::new(), 0usize);
+        let mut each = |k: &[String], text: Result<String, String>| {
+            let place = format!(
+                "{PG_CHECKPOINT_TABLE} row ({}, {})",
+                PeerText::new(&k[0]),
+                PeerText::new(&k[1])
+            );
+            // An unreadable one is still a checkpoint the audit must count: refused, not gone.
+            let text = text.unwrap_or_default();
+            checkpoints_bound(&mut total, &text)?;
+            out.push((place, text));
+            Ok(())
+        };
+        self.paged(
+            "read the checkpoints of",
+            MAX_AUDIT_CHECKPOINTS,
+            MAX_CHECKPOINT_BYTES.min(MY_MAX_ROW_BYTES),
+            &list,
+            &fetch,
+            &mut each,
+        )?;
+        Ok(out)
+    }
+
+    fn records(&self) -> Result<Vec<StoredRecord>, String> {
+        self.scan(None)
+    }
+
+    fn scan(&self, seal: Option<&Custodian>) -> Result<Vec<StoredRecord>, String> {
+        use super::relational::my_sink::custody_export_sql;
+        let mut out = Vec::new();
+        for t in self.cfg.tables() {
+            // `SELECT JSON_OBJECT(...) FROM <table> ORDER BY ...`: the row as the export shows it.
+            let export = custody_export_sql(t);
+            let (object, rest) = export
+                .split_once(" FROM ")
+                .ok_or("the export statement has no FROM")?;
+            let table = rest.split(" ORDER BY ").next().unwrap_or(rest).to_string();
+            let object = object.trim_start_matches("SELECT ").to_string();
+            let list = |c: &super::relational::mysql::Connection, after: Option<&[String]>| {
+                let from = match after {
+                    Some([k]) => format!("WHERE idempotency_key > {}", c.quote(k)),
+                    _ => String::new(),
+                };
+                format!(
+                    "SELECT idempotency_key, LENGTH({object}) FROM {table} {from} ORDER BY \
+                     idempotency_key LIMIT {MY_LIST_ROWS}"
+                )
+            };
+            let fetch = |c: &super::relational::mysql::Connection, keys: &[Vec<String>]| {
+                let keys: Vec<String> = keys.iter().map(|k| c.quote(&k[0])).collect();
+                format!(
+                    "SELECT idempotency_key, {object} FROM {table} WHERE idempotency_key IN ({})",
+                    keys.join(", ")
+                )
+            };
+            let mut each = |k: &[String], text: Result<String, String>| {
+                let place = format!("{t} row {}", PeerText::new(&k[0]));
+                match text {
+                    Ok(text) => records_of(&place, &text, seal, &mut out),
+                    Err(e) => out.push(StoredRecord {
+                        place,
+                        read: Err(e),
+                    }),
+                }
+                records_bound(out.len())
+            };
+            self.paged(
+                "read the records of",
+                MAX_AUDIT_RECORDS,
+                MY_MAX_ROW_BYTES,
+                &list,
+                &fetch,
+                &mut each,
+            )?;
+        }
+        Ok(out)
+    }
+}
+
 /// Most objects an object-store audit lists.
 pub const MAX_LISTED_OBJECTS: usize = 10_000_000;
 
@@ -935,9 +1282,34 @@ impl CheckpointStore for ObjectStore {
     }
 }
 
+/// Why `custody.checkpoints` cannot be kept with this sink (it has no checkpoint store), or
+/// with a `spool` block; `svc validate` and the runner's start refuse it with this reason.
+pub fn unavailable(sink: &super::SinkConfig, spool: bool) -> Option<String> {
+    if spool {
+        return Some(
+            "not available with a spool block: a spooled batch is reported durable before it \
+             is in the sink, so a checkpoint would sign records the sink does not hold yet"
+                .into(),
+        );
+    }
+    match sink {
+        super::SinkConfig::File(_)
+        | super::SinkConfig::ObjectStore(_)
+        | super::SinkConfig::RelationalDb(_) => None,
+        other => Some(format!(
+            "not available for sink type {}: it has no checkpoint store (file, object store \
+             and relational sinks only)",
+            other.kind(),
+        )),
+    }
+}
+
 /// The store of a configured sink, or why checkpoints are not available for it.
 pub fn store_for(sink: &super::SinkConfig) -> Result<Box<dyn CheckpointStore>, String> {
     use super::relational::config::Engine;
+    if let Some(why) = unavailable(sink, false) {
+        return Err(format!("custody.checkpoints: {why}"));
+    }
     match sink {
         super::SinkConfig::File(f) => Ok(Box::new(FileStore {
             root: f.directory.clone(),
@@ -946,10 +1318,10 @@ pub fn store_for(sink: &super::SinkConfig) -> Result<Box<dyn CheckpointStore>, S
         super::SinkConfig::RelationalDb(r) if r.engine == Engine::PostgreSql => {
             Ok(Box::new(PgStore::new(r)?))
         }
+        super::SinkConfig::RelationalDb(r) => Ok(Box::new(MyStore::new(r)?)),
         super::SinkConfig::ObjectStore(o) => Ok(Box::new(ObjectStore::new(o)?)),
         other => Err(format!(
-            "custody.checkpoints: not available for sink type {} yet (file, object store \
-             and PostgreSQL sinks only)",
+            "custody.checkpoints: not available for sink type {}",
             other.kind()
         )),
     }

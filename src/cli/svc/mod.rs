@@ -345,7 +345,15 @@ fn init_db(sink: &crate::sink::SinkConfig, print_only: bool, checkpoints: bool) 
         if print_only {
             say!("-- sink {name}");
             let ddl = match cfg.engine {
-                relational::config::Engine::Mysql => relational::my_sink::ddl(cfg),
+                relational::config::Engine::Mysql => {
+                    let mut ddl = relational::my_sink::ddl(cfg);
+                    if checkpoints {
+                        if let Ok(s) = crate::sink::checkpoint::MyStore::new(cfg) {
+                            ddl.push_str(&s.ddl());
+                        }
+                    }
+                    ddl
+                }
                 relational::config::Engine::PostgreSql => {
                     let mut ddl = relational::ddl(cfg);
                     if checkpoints {
@@ -366,6 +374,14 @@ fn init_db(sink: &crate::sink::SinkConfig, print_only: bool, checkpoints: bool) 
             relational::config::Engine::Mysql => {
                 relational::my_sink::MySqlSink::new(cfg.clone(), metrics)
                     .and_then(|s| s.create_tables())
+                    .and_then(|()| {
+                        if !checkpoints {
+                            return Ok(());
+                        }
+                        crate::sink::checkpoint::MyStore::new(cfg)
+                            .and_then(|s| s.create_table())
+                            .map_err(|e| crate::sink::SinkError::new("relational_db", e))
+                    })
             }
             relational::config::Engine::PostgreSql => {
                 relational::RelationalSink::new(cfg.clone(), metrics)

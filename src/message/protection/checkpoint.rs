@@ -272,6 +272,11 @@ pub struct Body {
     /// Sequences the runner itself left out (dead-lettered, refused), with the reason code.
     pub gaps: Vec<(u64, String)>,
     pub created_at: String,
+    /// The stream every sequence here is of, and its incarnation (its creation time,
+    /// `broker/incarnation.rs`; empty when not known): a sequence names a message only
+    /// within one incarnation of one stream.
+    pub stream: String,
+    pub stream_incarnation: String,
 }
 
 impl Body {
@@ -309,6 +314,10 @@ impl Body {
         string(&mut o, CHECKPOINT_SCHEMA);
         o.extend_from_slice(b",\"sink\":");
         string(&mut o, &self.sink);
+        o.extend_from_slice(b",\"stream\":");
+        string(&mut o, &self.stream);
+        o.extend_from_slice(b",\"stream_incarnation\":");
+        string(&mut o, &self.stream_incarnation);
         o.push(b'}');
         o
     }
@@ -384,6 +393,11 @@ impl std::fmt::Display for Refused {
     }
 }
 
+/// Why a checkpoint of the first format (before `stream` and `stream_incarnation` were
+/// signed; never released) is refused: its sequences name no stream.
+const NO_STREAM: &str = "no stream or stream_incarnation: a checkpoint of the format before \
+     they were signed (unreleased); its sequences name no stream, start a new chain";
+
 fn hex32(s: &str) -> Option<[u8; 32]> {
     if s.len() != 64 {
         return None;
@@ -454,6 +468,8 @@ pub fn verify(text: &str, trusted: &TrustedKeys) -> Result<Verified, Refused> {
         previous: s("previous").ok_or_else(|| bad("previous"))?,
         gaps,
         created_at: s("created_at").ok_or_else(|| bad("created_at"))?,
+        stream: s("stream").ok_or_else(|| bad(NO_STREAM))?,
+        stream_incarnation: s("stream_incarnation").ok_or_else(|| bad(NO_STREAM))?,
     };
     let leaves = outer
         .get("leaves")

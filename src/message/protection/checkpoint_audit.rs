@@ -5,7 +5,9 @@
 //!
 //! Chains are joined per runner id: each runner's checkpoints must run 0, 1, 2, ... with each
 //! `previous` the digest of the one before; a sequence is covered when any valid checkpoint of
-//! any chain lists it as a leaf.
+//! any chain lists it as a leaf for the record's stream and stream incarnation (a sequence
+//! alone names a message only within one incarnation of one stream). A chain that goes on
+//! into another incarnation (the stream was created again) is noted, not failed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,8 +19,55 @@ use crate::text::peer::PeerText;
 pub struct StoredRecord {
     /// Where it was read (a path, an object key, a row's sequence).
     pub place: String,
-    /// Its stream sequence, runner id and checkpoint digest, or why they cannot be read.
-    pub read: Result<(u64, String, [u8; 32]), String>,
+    /// What a checkpoint signs of it, or why that cannot be read.
+    pub read: Result<RecordRead, String>,
+}
+
+/// A stored record as a checkpoint names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordRead {
+    pub stream: String,
+    /// The stream's incarnation; empty when the record has none.
+    pub incarnation: String,
+    pub sequence: u64,
+    /// The runner id of its custody block.
+    pub runner_id: String,
+    /// Its public custody digest.
+    pub digest: [u8; 32],
+}
+
+impl RecordRead {
+    /// Reads `stream` (a string) and `stream_incarnation` (a string, or null or absent when
+    /// not known) beside the custody digest's (sequence, runner id, digest).
+    pub fn of(
+        stored: &crate::document::canonical::Json<'_>,
+        (sequence, runner_id, digest): (u64, String, [u8; 32]),
+    ) -> Result<RecordRead, String> {
+        use crate::document::canonical::Json;
+        let stream = stored
+            .get("stream")
+            .and_then(Json::as_str)
+            .ok_or("no stream (a string)")?;
+        let incarnation = match stored.get("stream_incarnation") {
+            None | Some(Json::Null) => "",
+            Some(j) => j.as_str().ok_or("stream_incarnation is not a string")?,
+        };
+        Ok(RecordRead {
+            stream: stream.to_string(),
+            incarnation: incarnation.to_string(),
+            sequence,
+            runner_id,
+            digest,
+        })
+    }
+}
+
+/// Which stream and incarnation a checkpoint or record is of, for a report line.
+fn origin_text(stream: &str, incarnation: &str) -> String {
+    match incarnation {
+        "" => format!("stream {}, incarnation not known", shown(stream)),
+        i => format!("stream {} incarnation {}", shown(stream), shown(i)),
+    }
 }
 
 /// One finding line and whether it fails the audit.
@@ -76,6 +125,11 @@ fn shown(s: &str) -> PeerText<'_> {
     PeerText::new(s)
 }
 
+/// A sequence as a checkpoint names it: (stream, incarnation, sequence).
+type Named = (String, String, u64);
+/// Where it is signed: (digest, runner id, checkpoint index).
+type Signed = ([u8; 32], String, u64);
+
 /// Checks every checkpoint, then every chain, then every record.
 pub fn audit(
     records: &[StoredRecord],
@@ -115,17 +169,17 @@ pub fn audit_to_heads(
             }
         }
     }
-    // sequence -> (digest, runner, index)
-    let mut covered: BTreeMap<u64, ([u8; 32], String, u64)> = BTreeMap::new();
+    let mut covered: BTreeMap<Named, Signed> = BTreeMap::new();
     for (runner, chain) in &mut chains {
         chain.sort_by_key(|(_, v)| v.body.index);
         check_chain(&mut r, runner, chain);
         for (_, v) in chain.iter() {
             r.gaps += v.body.gaps.len();
+            let b = &v.body;
             for (seq, d) in &v.leaves {
                 covered
-                    .entry(*seq)
-                    .or_insert((*d, runner.clone(), v.body.index));
+                    .entry((b.stream.clone(), b.stream_incarnation.clone(), *seq))
+                    .or_insert((*d, runner.clone(), b.index));
             }
         }
     }
@@ -136,9 +190,12 @@ pub fn audit_to_heads(
     for rec in records {
         match &rec.read {
             Err(e) => r.fail(format!("{}: unverifiable ({e})", shown(&rec.place))),
-            Ok((seq, _, d)) => {
-                present.insert(*seq);
-                match covered.get(seq) {
+            Ok(read) => {
+                let (seq, d) = (&read.sequence, &read.digest);
+                let key = (read.stream.clone(), read.incarnation.clone(), *seq);
+                let covered_here = covered.get(&key);
+                present.insert(key);
+                match covered_here {
                     Some((want, _, _)) if want == d => r.intact += 1,
                     Some((_, runner, index)) => {
                         r.altered.push(*seq);
@@ -152,20 +209,24 @@ pub fn audit_to_heads(
                     None => {
                         r.uncovered.push(*seq);
                         r.fail(format!(
-                            "sequence {seq} ({}): present, in no checkpoint yet",
-                            shown(&rec.place)
+                            "sequence {seq} ({}, {}): present, in no checkpoint yet",
+                            shown(&rec.place),
+                            origin_text(&read.stream, &read.incarnation)
                         ));
                     }
                 }
             }
         }
     }
-    for (seq, (_, runner, index)) in &covered {
-        if !present.contains(seq) {
+    for (key, (_, runner, index)) in &covered {
+        if !present.contains(key) {
+            let (stream, incarnation, seq) = key;
             r.missing.push(*seq);
             r.fail(format!(
-                "sequence {seq}: MISSING (signed in checkpoint {index} of runner {}, no record)",
-                shown(runner)
+                "sequence {seq}: MISSING (signed in checkpoint {index} of runner {} for {}, no \
+                 record)",
+                shown(runner),
+                origin_text(stream, incarnation)
             ));
         }
     }
@@ -208,6 +269,7 @@ fn check_chain(r: &mut Report, runner: &str, chain: &[(String, Verified)]) {
     let mut expect_index = 0u64;
     let mut expect_prev = String::new();
     let mut last_digest: Option<&str> = None;
+    let mut previous: Option<(u64, &super::checkpoint::Body)> = None;
     for (name, v) in chain {
         let b = &v.body;
         let problem = if Some(b.index) == expect_index.checked_sub(1) {
@@ -235,6 +297,24 @@ fn check_chain(r: &mut Report, runner: &str, chain: &[(String, Verified)]) {
             r.chain_problems += 1;
             r.fail(format!("chain of runner {}: {p}", shown(runner)));
         }
+        if let Some((_, before)) = previous.filter(|(i, _)| b.index == i + 1) {
+            let now = (b.stream.as_str(), b.stream_incarnation.as_str());
+            if (before.stream.as_str(), before.stream_incarnation.as_str()) != now {
+                r.findings.push(Finding {
+                    failed: false,
+                    line: format!(
+                        "chain of runner {}: note: checkpoint {} ({}) is of {}, the one before \
+                         it of {} (the stream was created again, or the runner bound another)",
+                        shown(runner),
+                        b.index,
+                        shown(name),
+                        origin_text(now.0, now.1),
+                        origin_text(&before.stream, &before.stream_incarnation)
+                    ),
+                });
+            }
+        }
+        previous = Some((b.index, b));
         if last_digest.is_none() || b.index >= expect_index {
             expect_index = b.index + 1;
             expect_prev = v.digest.clone();

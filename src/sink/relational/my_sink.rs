@@ -396,6 +396,19 @@ impl MySqlSink {
         }
     }
 
+    /// Runs `f` on a pooled session set up as the sink's (the custody checkpoint store's
+    /// reads and writes).
+    pub fn with_session<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&mut Connection) -> Result<T, DbError>,
+    ) -> Result<T, SinkError> {
+        let mut conn = self.checkout().map_err(|e| self.err("connect to", &e))?;
+        let out = f(&mut conn);
+        self.checkin(conn);
+        out.map_err(|e| self.err(what, &e))
+    }
+
     /// Creates every configured table (and database) if missing.
     pub fn create_tables(&self) -> Result<(), SinkError> {
         let mut conn = self.connect().map_err(|e| self.err("connect to", &e))?;
