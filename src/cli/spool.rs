@@ -10,7 +10,9 @@ use std::sync::Arc;
 use super::output::say;
 use crate::config::RuntimeConfig;
 use crate::metrics::{now_epoch_seconds, Metrics};
+use crate::sink::spool::dir as fs_dir;
 use crate::sink::spool::drain::Drainer;
+use crate::sink::spool::meta;
 use crate::sink::spool::scan::{self, Seen};
 use crate::sink::spool::seal::{self, Crypt, Opened, Opener};
 use crate::sink::spool::{codec, Spool, SpoolConfig};
@@ -232,10 +234,10 @@ fn status_json(spool_cfg: &SpoolConfig, s: &scan::Survey) -> serde_json::Value {
 /// not yet quarantined (`"damaged"`), then one `"summary"` line with the counts.
 fn inspect(spool_cfg: &SpoolConfig, target: &SinkConfig, payload: bool) -> ExitCode {
     use std::io::Write;
-    let crypt = match Crypt::load(spool_cfg.encryption.as_ref(), spool_cfg.allow_unencrypted) {
+    let crypt = match reader_crypt(spool_cfg) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("svc: spool {}: {e}", spool_cfg.dir.display());
+            eprintln!("svc: {e}");
             return ExitCode::from(1);
         }
     };
@@ -273,6 +275,19 @@ fn inspect(spool_cfg: &SpoolConfig, target: &SinkConfig, payload: bool) -> ExitC
             ExitCode::from(1)
         }
     }
+}
+
+/// The keys of a spool and its identity (its `meta` file, read without the lock: only read),
+/// to open its records as the drain would.
+fn reader_crypt(spool_cfg: &SpoolConfig) -> Result<Crypt, String> {
+    let dir = &spool_cfg.dir;
+    let mut crypt = Crypt::load(spool_cfg.encryption.as_ref(), spool_cfg.allow_unencrypted)
+        .map_err(|e| format!("spool {}: {e}", dir.display()))?;
+    let fd = fs_dir::open_dir(dir, false).map_err(|e| e.to_string())?;
+    if let Some(m) = meta::read(&fd, dir).map_err(|e| e.to_string())? {
+        crypt.bind(m);
+    }
+    Ok(crypt)
 }
 
 /// The lines after the records: quarantine files, damage not yet quarantined, the counts.

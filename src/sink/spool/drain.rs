@@ -459,8 +459,10 @@ impl Drainer {
             "drain stuck",
             format!(
                 "the record at segment {} offset {} is {why}; it is kept where it is, and the \
-                 drain moves no further until the configuration can read it",
-                place.segment, place.offset
+                 drain moves no further until the configuration can read it; {}",
+                place.segment,
+                place.offset,
+                super::scan::set_aside_hint(place.segment, place.offset)
             ),
         )
     }
