@@ -204,7 +204,17 @@ impl Drainer {
         let mut failures = 0;
         let mut backoff = FIRST_BACKOFF;
         loop {
-            match self.step()? {
+            let step = match self.step() {
+                Ok(s) => s,
+                Err(e) => {
+                    // What was delivered before the stop is not delivered again.
+                    if let Err(p) = self.spool.persist_position() {
+                        log::error!("{p}");
+                    }
+                    return Err(e);
+                }
+            };
+            match step {
                 Step::Delivered(n) => {
                     delivered += n;
                     failures = 0;
@@ -293,6 +303,8 @@ impl Drainer {
             }
             let abs = |at: usize| loaded.base + at as u64;
             match item {
+                // Moved out of the way by the operator (`svc spool set-aside`).
+                Item::Record { end, body, .. } if super::aside::is_set_aside(body) => next = end,
                 Item::Record { start, end, body } => {
                     let place = Place {
                         segment: view.segment,

@@ -5,12 +5,14 @@
 //! - [`codec`]: a record's body, the envelope as the sink would receive it.
 //! - [`seal`]: a body encrypted at rest (AES-256-GCM, bound to its spool, segment and offset).
 //! - [`meta`]: the spool's identity and the first segment sealed under encryption.
+//! - [`aside`]: `svc spool set-aside`, one record moved out of the drain's way.
 //! - [`dir`]: the directory boundary, the lock, the drain position file.
 //! - [`store`]: appends, the drain position, removal of drained segments.
 //! - [`scan`]: recovery at open, and the read-only survey of `svc spool status`.
 //! - [`drain`]: delivering the spool to a sink, oldest first.
 //! - [`fallback`]: the sinks built on it (fallback wrapper, `sink.type` = `spool`).
 
+pub mod aside;
 pub mod codec;
 pub mod config;
 pub mod dir;

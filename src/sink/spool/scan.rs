@@ -6,10 +6,10 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use super::codec;
 use super::dir::{self, fail, Position, SpoolError};
 use super::frame::{self, Item};
 use super::seal::{self, Crypt, OpenError};
+use super::{aside, codec};
 use crate::metrics::Metrics;
 
 /// One segment file as the spool knows it.
@@ -309,6 +309,8 @@ fn recover_frames(
     read_frames(file, from, (path, name), |base, data, item| {
         let at = |start: usize| base + start as u64;
         match item {
+            // Moved out of the way by the operator (`svc spool set-aside`).
+            Item::Record { body, .. } if aside::is_set_aside(body) => {}
             Item::Record { start, body, .. } => {
                 check_sealing(crypt, body, (path, id, at(start)), found)?;
                 found.records += 1;
@@ -515,6 +517,7 @@ fn survey_segment(
     read_frames(&file, from, (path, &name), |base, data, item| {
         let at = |start: usize| base + start as u64;
         match item {
+            Item::Record { body, .. } if aside::is_set_aside(body) => {}
             Item::Record { start, body, .. } => {
                 survey.records += 1;
                 if survey.oldest_ms.is_none() {

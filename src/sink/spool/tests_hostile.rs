@@ -132,3 +132,73 @@ fn a_record_of_another_spool_under_the_same_key_is_quarantined() {
     assert!(delivered(&sink).is_empty(), "{:?}", delivered(&sink));
     assert_eq!(quarantined(&mine).len(), 1);
 }
+
+/// 64 bytes under a key id never configured (no key needed to write them).
+fn forged_unknown_key() -> Vec<u8> {
+    let mut body = vec![super::seal::FLAG_SEALED_V2];
+    body.extend_from_slice(&1u64.to_le_bytes());
+    body.push(4);
+    body.extend_from_slice(b"evil");
+    body.extend_from_slice(&[0x33; 52]);
+    body
+}
+
+/// Finding 3: a forged record under a key id never configured stops the drain, naming its
+/// place and `svc spool set-aside`; set aside, its bytes are kept in a quarantine file and
+/// the drain delivers everything after it.
+#[test]
+fn a_forged_record_set_aside_lets_the_drain_go_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let k1 = key_file(tmp.path(), "s1", 7);
+    let cfg = sealed(tmp.path(), &k1, &[]);
+    open(&cfg)
+        .append(&(1..=3).map(envelope).collect::<Vec<_>>())
+        .unwrap();
+    let name = segments(&cfg).pop().unwrap();
+    let at = plant(&cfg, &name, &forged_unknown_key());
+    open(&cfg)
+        .append(&(4..=6).map(envelope).collect::<Vec<_>>())
+        .unwrap();
+    let spool = open(&cfg);
+    assert_eq!(spool.records(), 7);
+    let sink = Arc::new(Memory::default());
+    let err = drain_error(&spool, &sink);
+    assert!(err.contains("key id \"evil\""), "{err}");
+    let command = format!("svc spool set-aside <config_file> --segment 1 --offset {at}");
+    assert!(err.contains(&command), "{err}");
+    assert_eq!(delivered(&sink), vec![1, 2, 3]);
+    // Refused while the spool is held.
+    let held = super::aside::set_aside(&cfg.dir, 1, at)
+        .unwrap_err()
+        .to_string();
+    assert!(held.contains("another process"), "{held}");
+    drop(spool);
+
+    let before = std::fs::read(cfg.dir.join(&name)).unwrap();
+    let kept = super::aside::set_aside(&cfg.dir, 1, at).unwrap();
+    assert_eq!(kept, super::dir::quarantine_name(1, at));
+    let mut frame_bytes = Vec::new();
+    frame::encode(&mut frame_bytes, &forged_unknown_key());
+    assert_eq!(quarantined(&cfg), vec![(kept, frame_bytes)]);
+    let after = std::fs::read(cfg.dir.join(&name)).unwrap();
+    assert_eq!(after.len(), before.len());
+    assert_eq!(
+        after[..at as usize],
+        before[..at as usize],
+        "nothing else changed"
+    );
+    for wrong in [at + 1, u64::MAX] {
+        let e = super::aside::set_aside(&cfg.dir, 1, wrong).unwrap_err();
+        assert!(e.to_string().contains("no intact record starts"), "{e}");
+    }
+    let e = super::aside::set_aside(&cfg.dir, 1, 8).unwrap_err();
+    assert!(e.to_string().contains("before the drain position"), "{e}");
+    let again = super::aside::set_aside(&cfg.dir, 1, at).unwrap_err();
+    assert!(again.to_string().contains("set aside already"), "{again}");
+
+    let spool = open(&cfg);
+    assert_eq!(spool.records(), 3, "a set-aside frame is no record");
+    drain_all(&spool, &sink);
+    assert_eq!(delivered(&sink), (1..=6).collect::<Vec<_>>());
+    assert_eq!(quarantined(&cfg).len(), 1);
+}
