@@ -33,6 +33,8 @@ pub struct Found {
     /// file changed under its id), with the records of each (the first
     /// [`UNKNOWN_KEYS_LISTED`]).
     pub unknown_keys: Vec<(OpenError, u64)>,
+    /// Records sealed in version 2 (bound to the spool id of the `meta` file).
+    pub sealed_v2: u64,
 }
 
 /// Bytes of a segment read at a time by recovery and the survey; the buffer grows past it
@@ -176,6 +178,7 @@ pub fn recover(
         records: 0,
         oldest_ms: None,
         unknown_keys: Vec::new(),
+        sealed_v2: 0,
     };
     let mut removed = false;
     for (i, &id) in ids.iter().enumerate() {
@@ -314,6 +317,7 @@ fn recover_frames(
             Item::Record { start, body, .. } => {
                 check_sealing(crypt, body, (path, id, at(start)), found)?;
                 found.records += 1;
+                found.sealed_v2 += u64::from(body.first() == Some(&seal::FLAG_SEALED_V2));
                 if found.oldest_ms.is_none() {
                     found.oldest_ms = codec::appended_unix_ms(body);
                 }

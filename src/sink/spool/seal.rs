@@ -1,6 +1,6 @@
 //! The spool encrypted at rest: every record's body sealed whole with AES-256-GCM, bound to
-//! its place (segment and offset) by the associated data, with rotation by a key id stored in
-//! each record (docs/spool.md, "Encryption at rest", is the reference).
+//! its spool and place (segment and offset) by the associated data, with rotation by a key id
+//! stored in each record (docs/spool.md, "Encryption at rest", is the reference).
 //!
 //! A sealed body (version 2, written since the attack on this code, issue 47):
 //!
@@ -15,15 +15,15 @@
 //! docs' `head -c 32 /dev/urandom` run again) is told from damage, and its records are kept
 //! and the drain stopped, naming the key id, instead of every one quarantined. The AES key of
 //! a record is `HKDF-SHA256(salt, ikm = the key file's 32 bytes, info = "svc.spool.record.v2")`
-//! (`.v1` for version 1): one salt
-//! of 16 random bytes per appended batch, and within it the nonce counts records from 0. A
+//! (`.v1` for version 1): one salt of 16 random bytes per appended batch, and within it the
+//! nonce counts records from 0. A
 //! nonce is so never repeated under one AES key (one batch never holds 2^32 records), and two
 //! batches share an AES key only when their random salts collide (2^-64 after 2^32 batches,
 //! per key file), with no state to keep across restarts. The associated data is
 //! `"svc.spool.record.v2" | spool id (16) | segment id (8 LE) | frame offset (8 LE) | the
 //! sealed body's bytes before the nonce's end` (version 1: no spool id): a record copied to
-//! another spool, segment or offset, or with its time, key id or key check changed, fails to
-//! decrypt.
+//! another spool, segment or offset, or with its time or key id changed, fails to decrypt (a
+//! changed key check is taken for a changed key file: kept, the drain stopped).
 //!
 //! A record in clear is read only with `allow_unencrypted`, and only in a segment written
 //! before encryption was turned on (the spool's `meta` file, [`super::meta`]): one in a later

@@ -96,6 +96,19 @@ impl Spool {
             crypt.bind(m);
         }
         let found = scan::recover(&dir, &path, &metrics, &crypt)?;
+        if old_meta.is_none() && found.sealed_v2 > 0 {
+            // A new spool id would make every one of them undecryptable (quarantined).
+            return Err(dir::fail(
+                &path,
+                "open",
+                format!(
+                    "the meta file is missing, but {} records are sealed under this spool's \
+                     id, which it held: restore it (from a backup of the spool directory); \
+                     nothing was changed",
+                    found.sealed_v2
+                ),
+            ));
+        }
         dir::write_position(&dir, &path, found.position)?;
         let next_id = found
             .segments

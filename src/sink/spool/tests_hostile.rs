@@ -202,3 +202,28 @@ fn a_forged_record_set_aside_lets_the_drain_go_on() {
     assert_eq!(delivered(&sink), (1..=6).collect::<Vec<_>>());
     assert_eq!(quarantined(&cfg).len(), 1);
 }
+
+/// The spool id is made once: a spool whose `meta` file is gone while records are sealed
+/// under its id is refused (a new id would make them all undecryptable), and drains once the
+/// file is back.
+#[test]
+fn a_missing_meta_file_with_sealed_records_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let k1 = key_file(tmp.path(), "s1", 7);
+    let cfg = sealed(tmp.path(), &k1, &[]);
+    open(&cfg).append(&[envelope(1)]).unwrap();
+    let meta = cfg.dir.join("meta");
+    let saved = std::fs::read(&meta).unwrap();
+    std::fs::remove_file(&meta).unwrap();
+    let e = Spool::open(&cfg, Arc::new(Metrics::default()))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("the meta file is missing, but 1 records"), "{e}");
+    assert!(!meta.exists(), "nothing was changed");
+    std::fs::write(&meta, saved).unwrap();
+    std::fs::set_permissions(&meta, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let sink = Arc::new(Memory::default());
+    drain_all(&open(&cfg), &sink);
+    assert_eq!(delivered(&sink), vec![1]);
+}
