@@ -324,14 +324,7 @@ impl Drainer {
                             srcs.push(src);
                         }
                         Read::Damaged(why) => {
-                            log::error!(
-                                "spool {}: record at segment {} offset {} is intact but \
-                                 unreadable ({why}); quarantined",
-                                self.spool.path().display(),
-                                view.segment,
-                                abs(start)
-                            );
-                            self.keep_damage(view.segment, abs(start), &data[start..end])?;
+                            self.keep_unreadable(place, &data[start..end], &why)?;
                             dropped += 1;
                         }
                         Read::Keep(why) if frames.is_empty() && dropped == 0 => {
@@ -388,19 +381,7 @@ impl Drainer {
         if let Some(ms) = first_ms {
             self.spool.set_oldest(ms);
         }
-        let outcomes = if as_stored {
-            let records: Vec<&[u8]> = srcs
-                .iter()
-                .filter_map(|s| match s {
-                    Src::Stored(a, b) => Some(&data[*a..*b]),
-                    Src::Opened(r) => Some(&self.opened[r.clone()]),
-                    Src::Decoded => None,
-                })
-                .collect();
-            self.sink.write_file_records(&records)
-        } else {
-            self.sink.write_batch(&envelopes)
-        };
+        let outcomes = self.write(data, &srcs, &envelopes, as_stored);
         if outcomes.len() != frames.len() {
             return Ok(Step::Refused("outcome count mismatch".into()));
         }
@@ -420,6 +401,29 @@ impl Drainer {
         self.spool
             .commit_rejection(to, delivered, refused_count + dropped)?;
         Ok(Step::Delivered(delivered))
+    }
+
+    /// Hands a step's records to the sink: as stored (from the segment's bytes or the
+    /// decrypted bodies) to a sink that takes file records, else the decoded envelopes.
+    fn write(
+        &self,
+        data: &[u8],
+        srcs: &[Src],
+        envelopes: &[Envelope],
+        as_stored: bool,
+    ) -> Vec<WriteOutcome> {
+        if !as_stored {
+            return self.sink.write_batch(envelopes);
+        }
+        let records: Vec<&[u8]> = srcs
+            .iter()
+            .filter_map(|s| match s {
+                Src::Stored(a, b) => Some(&data[*a..*b]),
+                Src::Opened(r) => Some(&self.opened[r.clone()]),
+                Src::Decoded => None,
+            })
+            .collect();
+        self.sink.write_file_records(&records)
     }
 
     /// Keeps every record the sink refused for good, each in its own file named by its own
@@ -477,6 +481,19 @@ impl Drainer {
                 super::scan::set_aside_hint(place.segment, place.offset)
             ),
         )
+    }
+
+    /// Quarantines an intact record that does not open or decode here, logged by its place.
+    fn keep_unreadable(&self, place: Place, bytes: &[u8], why: &str) -> Result<(), SpoolError> {
+        log::error!(
+            "spool {}: record at segment {} offset {} is intact but unreadable ({why}); \
+             quarantined",
+            self.spool.path().display(),
+            place.segment,
+            place.offset
+        );
+        self.keep_damage(place.segment, place.offset, bytes)
+            .map(|_| ())
     }
 
     /// Quarantines damage the drain found (see [`Spool::quarantine`]); damage that cannot be
