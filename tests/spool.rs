@@ -1842,3 +1842,158 @@ fn test_uid() -> u32 {
         m.uid()
     })
 }
+
+/// One frame holding `body` (the spool's framing: mark, length, CRC-32 of length and body).
+fn frame_of(body: &[u8]) -> Vec<u8> {
+    let len = (body.len() as u32).to_le_bytes();
+    let mut h = crc32fast::Hasher::new();
+    h.update(&len);
+    h.update(body);
+    let mut out = vec![0xF5, b'S', b'R', 0x0A];
+    out.extend_from_slice(&len);
+    out.extend_from_slice(&h.finalize().to_le_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// Issue 47, attack finding 3: 64 bytes planted by anyone who can write the spool directory
+/// (no key: a "sealed" frame under a key id never configured) stop the drain; it names the
+/// place and the command, `svc spool set-aside` moves exactly that record into a quarantine
+/// file, and the drain then delivers everything after it.
+#[test]
+fn a_forged_record_under_an_unknown_key_is_set_aside_and_the_drain_goes_on() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, files, segment) = fifty_spooled(&server, dir.path());
+    let cfg_arg = cfg.to_str().unwrap();
+    // Flag 0x81, a time, key id "evil", then 8 + 16 + 12 + 16 bytes of anything.
+    let mut body = vec![0x81];
+    body.extend_from_slice(&1u64.to_le_bytes());
+    body.push(4);
+    body.extend_from_slice(b"evil");
+    body.extend_from_slice(&[0x33; 52]);
+    let forged = frame_of(&body);
+    assert_eq!(forged.len(), 12 + 66);
+    let mut data = std::fs::read(&segment).unwrap();
+    let offset = data.len();
+    data.extend_from_slice(&forged);
+    std::fs::write(&segment, &data).unwrap();
+    // 50 more after it (a new segment: every start begins one).
+    server.publish_n(STREAM, "orders.created", 50, |i| {
+        format!("{{\"order\":{}}}", i + 51).into_bytes()
+    });
+    let runner = start(&cfg, &dir.path().join("svc-2.log"), &HashMap::new());
+    wait_until(Duration::from_secs(30), "all spooled and acked", || {
+        ack_floor(&server) >= 100
+    });
+    stop(runner);
+
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("key id \"evil\""), "{err}");
+    let place = format!("--segment 1 --offset {offset}");
+    assert!(
+        err.contains(&format!("svc spool set-aside <config_file> {place}")),
+        "{err}"
+    );
+    assert_eq!(files.delivered().len(), 50, "delivered up to it");
+
+    // A place holding no record start is refused.
+    let wrong = (offset + 1).to_string();
+    let (code, _, err) = svc(&[
+        "spool",
+        "set-aside",
+        cfg_arg,
+        "--segment",
+        "1",
+        "--offset",
+        &wrong,
+    ]);
+    assert_eq!(code, 1);
+    let named = format!("no intact record starts at segment 1 offset {wrong}");
+    assert!(err.contains(&named), "{err}");
+
+    let offset_arg = offset.to_string();
+    let args = [
+        "spool",
+        "set-aside",
+        cfg_arg,
+        "--segment",
+        "1",
+        "--offset",
+        &offset_arg,
+    ];
+    let (code, out, err) = svc(&args);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("set aside"), "{out}");
+    let spool = dir.path().join("spool");
+    assert_eq!(
+        quarantine_files(&spool),
+        vec![forged.clone()],
+        "its bytes kept"
+    );
+    assert_eq!(
+        std::fs::read(&segment).unwrap().len(),
+        data.len(),
+        "offsets unchanged"
+    );
+    let (code, _, err) = svc(&args);
+    assert_eq!(code, 1);
+    assert!(err.contains("set aside already"), "{err}");
+
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("50 records delivered"), "{out}");
+    let got: BTreeSet<u64> = files.delivered().into_iter().collect();
+    assert_eq!(got, (1..=100).collect::<BTreeSet<u64>>());
+    assert_eq!(quarantine_files(&spool).len(), 1);
+}
+
+/// Issue 47, attack finding 3: a record in clear planted in a spool that never allowed one
+/// stops its opening; the error names the place and the command, and after `set-aside` the
+/// spool opens and drains.
+#[test]
+fn a_planted_clear_record_that_stops_the_opening_is_set_aside() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    // A spool without a meta file (as a version before it left one) and one clear record.
+    let spool = dir.path().join("spool");
+    std::fs::create_dir(&spool).unwrap();
+    std::fs::set_permissions(&spool, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&1u64.to_le_bytes());
+    body.extend_from_slice(b"{\"not\":\"a record\"}\n");
+    let mut data = b"SVCSPL01".to_vec();
+    data.extend_from_slice(&frame_of(&body));
+    let segment = spool.join("segment-0000000000000001.spool");
+    std::fs::write(&segment, &data).unwrap();
+    std::fs::set_permissions(
+        &segment,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let cfg = spool_sink_config(&server, dir.path(), &files);
+    let cfg_arg = cfg.to_str().unwrap();
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("stored unencrypted"), "{err}");
+    assert!(
+        err.contains("svc spool set-aside <config_file> --segment 1 --offset 8"),
+        "{err}"
+    );
+    let (code, out, err) = svc(&[
+        "spool",
+        "set-aside",
+        cfg_arg,
+        "--segment",
+        "1",
+        "--offset",
+        "8",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = svc(&["spool", "drain", cfg_arg]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("0 records delivered"), "{out}");
+    assert_eq!(quarantine_files(&spool).len(), 1);
+}

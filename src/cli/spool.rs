@@ -1,7 +1,8 @@
-//! `svc spool drain|status|inspect <config_file>`: the operator's handle on a spool.
+//! `svc spool drain|status|inspect|set-aside <config_file>`: the operator's handle on a spool.
 //!
 //! `status` and `inspect` only read (no lock, nothing written), so they are safe while a
-//! runner appends; `drain` takes the spool's lock, so it refuses to run beside a runner.
+//! runner appends; `drain` and `set-aside` take the spool's lock, so they refuse to run beside
+//! a runner.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,7 +11,9 @@ use std::sync::Arc;
 use super::output::say;
 use crate::config::RuntimeConfig;
 use crate::metrics::{now_epoch_seconds, Metrics};
+use crate::sink::spool::dir as fs_dir;
 use crate::sink::spool::drain::Drainer;
+use crate::sink::spool::meta;
 use crate::sink::spool::scan::{self, Seen};
 use crate::sink::spool::seal::{self, Crypt, Opened, Opener};
 use crate::sink::spool::{codec, Spool, SpoolConfig};
@@ -25,8 +28,19 @@ const DRAIN_ATTEMPTS: u32 = 8;
 #[derive(Debug, PartialEq, Eq)]
 pub enum SpoolCommand {
     Drain(PathBuf),
-    Status { path: PathBuf, json: bool },
-    Inspect { path: PathBuf, payload: bool },
+    Status {
+        path: PathBuf,
+        json: bool,
+    },
+    Inspect {
+        path: PathBuf,
+        payload: bool,
+    },
+    SetAside {
+        path: PathBuf,
+        segment: u64,
+        offset: u64,
+    },
 }
 
 /// Parses what follows `spool`; `None` for `--help`.
@@ -36,9 +50,16 @@ pub fn parse(parser: &mut lexopt::Parser) -> Result<Option<SpoolCommand>, lexopt
     let mut file: Option<PathBuf> = None;
     let mut payload = false;
     let mut json = false;
+    let (mut segment, mut offset): (Option<u64>, Option<u64>) = (None, None);
     while let Some(arg) = parser.next()? {
         match arg {
             Short('h') | Long("help") => return Ok(None),
+            Long("segment") if action.as_deref() == Some("set-aside") => {
+                segment = Some(parser.value()?.parse()?);
+            }
+            Long("offset") if action.as_deref() == Some("set-aside") => {
+                offset = Some(parser.value()?.parse()?);
+            }
             Long("payload") if action.as_deref() == Some("inspect") => payload = true,
             Long("json") if action.as_deref() == Some("status") => json = true,
             Value(v) if action.is_none() => action = Some(v.string()?),
@@ -47,13 +68,27 @@ pub fn parse(parser: &mut lexopt::Parser) -> Result<Option<SpoolCommand>, lexopt
         }
     }
     let Some(action) = action else {
-        return Err("spool: missing action (drain, status or inspect); see --help".into());
+        return Err(
+            "spool: missing action (drain, status, inspect or set-aside); see --help".into(),
+        );
     };
     let path = file.ok_or_else(|| format!("spool {action}: missing <config_file>"))?;
     match action.as_str() {
         "drain" => Ok(Some(SpoolCommand::Drain(path))),
         "status" => Ok(Some(SpoolCommand::Status { path, json })),
         "inspect" => Ok(Some(SpoolCommand::Inspect { path, payload })),
+        "set-aside" => match (segment, offset) {
+            (Some(segment), Some(offset)) => Ok(Some(SpoolCommand::SetAside {
+                path,
+                segment,
+                offset,
+            })),
+            _ => Err(
+                "spool set-aside: --segment N and --offset N are required (the place \
+                      the drain's or the opening's error names)"
+                    .into(),
+            ),
+        },
         other => Err(format!("spool: unknown action {other:?}; see --help").into()),
     }
 }
@@ -79,6 +114,26 @@ pub fn main(command: SpoolCommand, cfg: &RuntimeConfig) -> ExitCode {
         SpoolCommand::Drain(_) => drain(spool_cfg, target),
         SpoolCommand::Status { json, .. } => status(spool_cfg, json),
         SpoolCommand::Inspect { payload, .. } => inspect(spool_cfg, target, payload),
+        SpoolCommand::SetAside {
+            segment, offset, ..
+        } => set_aside(spool_cfg, segment, offset),
+    }
+}
+
+fn set_aside(spool_cfg: &SpoolConfig, segment: u64, offset: u64) -> ExitCode {
+    match crate::sink::spool::aside::set_aside(&spool_cfg.dir, segment, offset) {
+        Ok(kept) => {
+            say!(
+                "Spool {}: the record at segment {segment} offset {offset} is set aside; its \
+                 bytes are kept in {kept}. The drain moves past it.",
+                terminal::text_line(&spool_cfg.dir.display().to_string())
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("svc: {e}");
+            ExitCode::from(1)
+        }
     }
 }
 
@@ -232,10 +287,10 @@ fn status_json(spool_cfg: &SpoolConfig, s: &scan::Survey) -> serde_json::Value {
 /// not yet quarantined (`"damaged"`), then one `"summary"` line with the counts.
 fn inspect(spool_cfg: &SpoolConfig, target: &SinkConfig, payload: bool) -> ExitCode {
     use std::io::Write;
-    let crypt = match Crypt::load(spool_cfg.encryption.as_ref(), spool_cfg.allow_unencrypted) {
+    let crypt = match reader_crypt(spool_cfg) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("svc: spool {}: {e}", spool_cfg.dir.display());
+            eprintln!("svc: {e}");
             return ExitCode::from(1);
         }
     };
@@ -273,6 +328,19 @@ fn inspect(spool_cfg: &SpoolConfig, target: &SinkConfig, payload: bool) -> ExitC
             ExitCode::from(1)
         }
     }
+}
+
+/// The keys of a spool and its identity (its `meta` file, read without the lock: only read),
+/// to open its records as the drain would.
+fn reader_crypt(spool_cfg: &SpoolConfig) -> Result<Crypt, String> {
+    let dir = &spool_cfg.dir;
+    let mut crypt = Crypt::load(spool_cfg.encryption.as_ref(), spool_cfg.allow_unencrypted)
+        .map_err(|e| format!("spool {}: {e}", dir.display()))?;
+    let fd = fs_dir::open_dir(dir, false).map_err(|e| e.to_string())?;
+    if let Some(m) = meta::read(&fd, dir).map_err(|e| e.to_string())? {
+        crypt.bind(m);
+    }
+    Ok(crypt)
 }
 
 /// The lines after the records: quarantine files, damage not yet quarantined, the counts.

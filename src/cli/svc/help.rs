@@ -36,9 +36,9 @@ USAGE:
     svc verify-custody <config_file> --public-key [ID=]FILE... [--head RUNNER:INDEX:DIGEST...]
                                   recompute each record's custody digest and report it intact
                                   or altered (exit 1 when any is altered or unverifiable)
-    svc spool status|inspect|drain <config_file>
+    svc spool status|inspect|drain|set-aside <config_file>
                                   the spool (docs/spool.md): what waits in it, its records,
-                                  or deliver it to its sink
+                                  deliver it to its sink, or set one record aside
 
     svc dlq list|show <config_file> [options]
                                   read-only look at the dead-letter stream: its records
@@ -275,6 +275,7 @@ const SPOOL: &str = "\
 Usage: svc spool status <config_file> [--json]
        svc spool inspect <config_file> [--payload]
        svc spool drain <config_file>
+       svc spool set-aside <config_file> --segment S --offset O
 
 status   the spool's records, bytes, oldest record's age, segments, rejected records and
          files, quarantine files, damage not yet quarantined; one JSON object with --json
@@ -284,6 +285,11 @@ inspect  one JSON line per waiting record: stream, sequence, subject, sizes; the
          (read-only)
 drain    deliver the spool to its sink (the configured sink, or sink.target when sink.type is
          spool) and exit when empty; refused while a runner holds the spool
+set-aside
+         move the one record at segment S offset O, which the drain or the opening stops
+         at and no configuration should read (put there by someone else), into a quarantine
+         file (its bytes kept, never deleted); the drain then moves past it; refused while a
+         runner holds the spool
 
 The spool is the config's `spool` block or `sink.type: \"spool\"` (docs/spool.md).
 

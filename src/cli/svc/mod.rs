@@ -295,9 +295,9 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             use super::spool::SpoolCommand;
             let path = match &sub {
                 SpoolCommand::Drain(p) => p.clone(),
-                SpoolCommand::Status { path, .. } | SpoolCommand::Inspect { path, .. } => {
-                    path.clone()
-                }
+                SpoolCommand::Status { path, .. }
+                | SpoolCommand::Inspect { path, .. }
+                | SpoolCommand::SetAside { path, .. } => path.clone(),
             };
             let cfg = match load(&path) {
                 Ok(c) => c,
@@ -549,6 +549,34 @@ mod tests {
                 payload: true
             }))
         );
+        assert_eq!(
+            p(&[
+                "spool",
+                "set-aside",
+                "c.json",
+                "--segment",
+                "3",
+                "--offset",
+                "8"
+            ]),
+            Ok(Command::Spool(SpoolCommand::SetAside {
+                path: "c.json".into(),
+                segment: 3,
+                offset: 8
+            }))
+        );
+        assert!(p(&["spool", "set-aside", "c.json", "--segment", "3"]).is_err());
+        assert!(p(&[
+            "spool",
+            "set-aside",
+            "c.json",
+            "--segment",
+            "x",
+            "--offset",
+            "8"
+        ])
+        .is_err());
+        assert!(p(&["spool", "drain", "c.json", "--segment", "3"]).is_err());
         assert!(p(&["spool", "status"]).is_err());
         assert!(p(&["spool", "fly", "c.json"]).is_err());
         assert!(p(&["spool", "status", "c.json", "--payload"]).is_err());

@@ -135,7 +135,7 @@ pub fn warnings(cfg: &RuntimeConfig) -> Vec<String> {
     out
 }
 
-/// A spool asked to store records in clear.
+/// A spool asked to store records in clear, or to read them beside a key (migration only).
 fn spool_warnings(cfg: &RuntimeConfig) -> Vec<String> {
     let spool = match (&cfg.sink, &cfg.spool) {
         (SinkConfig::Spool(s), _) => &s.spool,
@@ -143,7 +143,16 @@ fn spool_warnings(cfg: &RuntimeConfig) -> Vec<String> {
         _ => return Vec::new(),
     };
     if spool.encryption.is_some() {
-        return Vec::new();
+        if !spool.allow_unencrypted {
+            return Vec::new();
+        }
+        return vec![format!(
+            "the spool at {} has a key and allow_unencrypted: true: that is for migrating a \
+             spool written in clear only (its records in clear are read from the segments \
+             written before encryption was turned on); remove allow_unencrypted once the \
+             spool has drained",
+            crate::text::terminal::text_line(&spool.dir.display().to_string())
+        )];
     }
     vec![format!(
         "the spool at {} stores records unencrypted (allow_unencrypted: true, no encryption): \
@@ -155,6 +164,33 @@ fn spool_warnings(cfg: &RuntimeConfig) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_beside_allow_unencrypted_is_warned_as_migration_only() {
+        let spool = |extra: serde_json::Value| {
+            let mut spool = serde_json::json!({"dir": "/tmp/s", "max_bytes": 1_000_000, "encryption":
+                {"key_id": "k", "key_file": "/tmp/k.key"}});
+            spool
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let cfg = serde_json::json!({
+                "nats": {"url": "nats://127.0.0.1:4222", "stream": "S", "consumer": "c",
+                         "subject": "s.>"},
+                "sink": {"type": "file", "directory": "/tmp/x"},
+                "spool": spool
+            });
+            warnings(&RuntimeConfig::parse(&cfg.to_string()).unwrap())
+        };
+        assert!(spool(serde_json::json!({})).is_empty());
+        let w = spool(serde_json::json!({"allow_unencrypted": true}));
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("migrating") && w[0].contains("only"),
+            "{}",
+            w[0]
+        );
+    }
 
     #[test]
     fn overlapping_routes_are_named_up_to_a_bound_then_counted() {

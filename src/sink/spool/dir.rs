@@ -420,8 +420,9 @@ pub fn keep(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> Result<Kept
     ))
 }
 
-/// Writes a new file `name` by temporary name and rename, then fsyncs the directory.
-fn write_new(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> Result<(), SpoolError> {
+/// Writes a new file `name` by temporary name and rename, then fsyncs the directory; a file
+/// at `name` is replaced whole (never written in place).
+pub fn write_new(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> Result<(), SpoolError> {
     let temp = free_temp_name(dir, path, name)?;
     let written = create_file(dir, path, &temp).and_then(|mut f| {
         f.write_all(bytes)

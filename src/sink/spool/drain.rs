@@ -204,7 +204,17 @@ impl Drainer {
         let mut failures = 0;
         let mut backoff = FIRST_BACKOFF;
         loop {
-            match self.step()? {
+            let step = match self.step() {
+                Ok(s) => s,
+                Err(e) => {
+                    // What was delivered before the stop is not delivered again.
+                    if let Err(p) = self.spool.persist_position() {
+                        log::error!("{p}");
+                    }
+                    return Err(e);
+                }
+            };
+            match step {
                 Step::Delivered(n) => {
                     delivered += n;
                     failures = 0;
@@ -293,6 +303,8 @@ impl Drainer {
             }
             let abs = |at: usize| loaded.base + at as u64;
             match item {
+                // Moved out of the way by the operator (`svc spool set-aside`).
+                Item::Record { end, body, .. } if super::aside::is_set_aside(body) => next = end,
                 Item::Record { start, end, body } => {
                     let place = Place {
                         segment: view.segment,
@@ -312,14 +324,7 @@ impl Drainer {
                             srcs.push(src);
                         }
                         Read::Damaged(why) => {
-                            log::error!(
-                                "spool {}: record at segment {} offset {} is intact but \
-                                 unreadable ({why}); quarantined",
-                                self.spool.path().display(),
-                                view.segment,
-                                abs(start)
-                            );
-                            self.keep_damage(view.segment, abs(start), &data[start..end])?;
+                            self.keep_unreadable(place, &data[start..end], &why)?;
                             dropped += 1;
                         }
                         Read::Keep(why) if frames.is_empty() && dropped == 0 => {
@@ -376,19 +381,7 @@ impl Drainer {
         if let Some(ms) = first_ms {
             self.spool.set_oldest(ms);
         }
-        let outcomes = if as_stored {
-            let records: Vec<&[u8]> = srcs
-                .iter()
-                .filter_map(|s| match s {
-                    Src::Stored(a, b) => Some(&data[*a..*b]),
-                    Src::Opened(r) => Some(&self.opened[r.clone()]),
-                    Src::Decoded => None,
-                })
-                .collect();
-            self.sink.write_file_records(&records)
-        } else {
-            self.sink.write_batch(&envelopes)
-        };
+        let outcomes = self.write(data, &srcs, &envelopes, as_stored);
         if outcomes.len() != frames.len() {
             return Ok(Step::Refused("outcome count mismatch".into()));
         }
@@ -408,6 +401,29 @@ impl Drainer {
         self.spool
             .commit_rejection(to, delivered, refused_count + dropped)?;
         Ok(Step::Delivered(delivered))
+    }
+
+    /// Hands a step's records to the sink: as stored (from the segment's bytes or the
+    /// decrypted bodies) to a sink that takes file records, else the decoded envelopes.
+    fn write(
+        &self,
+        data: &[u8],
+        srcs: &[Src],
+        envelopes: &[Envelope],
+        as_stored: bool,
+    ) -> Vec<WriteOutcome> {
+        if !as_stored {
+            return self.sink.write_batch(envelopes);
+        }
+        let records: Vec<&[u8]> = srcs
+            .iter()
+            .filter_map(|s| match s {
+                Src::Stored(a, b) => Some(&data[*a..*b]),
+                Src::Opened(r) => Some(&self.opened[r.clone()]),
+                Src::Decoded => None,
+            })
+            .collect();
+        self.sink.write_file_records(&records)
     }
 
     /// Keeps every record the sink refused for good, each in its own file named by its own
@@ -459,10 +475,25 @@ impl Drainer {
             "drain stuck",
             format!(
                 "the record at segment {} offset {} is {why}; it is kept where it is, and the \
-                 drain moves no further until the configuration can read it",
-                place.segment, place.offset
+                 drain moves no further until the configuration can read it; {}",
+                place.segment,
+                place.offset,
+                super::scan::set_aside_hint(place.segment, place.offset)
             ),
         )
+    }
+
+    /// Quarantines an intact record that does not open or decode here, logged by its place.
+    fn keep_unreadable(&self, place: Place, bytes: &[u8], why: &str) -> Result<(), SpoolError> {
+        log::error!(
+            "spool {}: record at segment {} offset {} is intact but unreadable ({why}); \
+             quarantined",
+            self.spool.path().display(),
+            place.segment,
+            place.offset
+        );
+        self.keep_damage(place.segment, place.offset, bytes)
+            .map(|_| ())
     }
 
     /// Quarantines damage the drain found (see [`Spool::quarantine`]); damage that cannot be

@@ -6,10 +6,10 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use super::codec;
 use super::dir::{self, fail, Position, SpoolError};
 use super::frame::{self, Item};
-use super::seal::{self, Crypt};
+use super::seal::{self, Crypt, OpenError};
+use super::{aside, codec};
 use crate::metrics::Metrics;
 
 /// One segment file as the spool knows it.
@@ -29,9 +29,12 @@ pub struct Found {
     pub position: Position,
     pub records: u64,
     pub oldest_ms: Option<u64>,
-    /// Key ids the config does not hold, with the records sealed under each (the first
-    /// [`UNKNOWN_KEYS_LISTED`] ids).
-    pub unknown_keys: Vec<(String, u64)>,
+    /// Why records cannot be read with this configuration (a key id not configured, a key
+    /// file changed under its id), with the records of each (the first
+    /// [`UNKNOWN_KEYS_LISTED`]).
+    pub unknown_keys: Vec<(OpenError, u64)>,
+    /// Records sealed in version 2 (bound to the spool id of the `meta` file).
+    pub sealed_v2: u64,
 }
 
 /// Bytes of a segment read at a time by recovery and the survey; the buffer grows past it
@@ -175,6 +178,7 @@ pub fn recover(
         records: 0,
         oldest_ms: None,
         unknown_keys: Vec::new(),
+        sealed_v2: 0,
     };
     let mut removed = false;
     for (i, &id) in ids.iter().enumerate() {
@@ -221,55 +225,63 @@ pub fn recover(
     if removed {
         dir::sync(dir, path)?;
     }
-    for (key_id, n) in &found.unknown_keys {
+    for (why, n) in &found.unknown_keys {
         log::error!(
-            "spool {}: {n} records are sealed under key id \"{}\", which is not \
-             configured (spool.encryption.key_id or old_keys): they are kept, and the drain \
-             stops at the first of them until the key is configured",
+            "spool {}: {n} records are {why}: they are kept, and the drain stops at the first \
+             of them until the configuration can read them",
             path.display(),
-            crate::text::peer::PeerText::new(key_id)
         );
     }
     Ok(found)
 }
 
-/// Refuses a record stored in clear unless allowed; notes a key id `crypt` does not hold.
+/// Refuses a record stored in clear unless allowed (one in a segment written after
+/// encryption was turned on is left to the drain, which quarantines it); notes a record
+/// the configuration cannot read (a key id not configured, a key file changed).
 fn check_sealing(
     crypt: &Crypt,
     body: &[u8],
-    (path, name, offset): (&Path, &str, u64),
+    (path, id, offset): (&Path, u64, u64),
     found: &mut Found,
 ) -> Result<(), SpoolError> {
-    if body.first() != Some(&seal::FLAG_SEALED) {
-        if crypt.allows_unencrypted() {
-            return Ok(());
-        }
-        return Err(fail(
-            path,
-            "open",
-            format!(
-                "{name} offset {offset} holds a record stored unencrypted (a spool written by \
-                 a version before spool encryption, or run with allow_unencrypted: true); set \
-                 spool.allow_unencrypted: true beside spool.encryption to drain it (new \
-                 records are still encrypted) and remove it once the spool is empty"
-            ),
-        ));
+    if !seal::is_sealed(body) {
+        return match crypt.clear_allowed(id) {
+            Ok(()) | Err(OpenError::ClearAfterSealing) => Ok(()),
+            Err(_) => Err(fail(
+                path,
+                "open",
+                format!(
+                    "{} offset {offset} holds a record stored unencrypted (a spool written by \
+                     a version before spool encryption, or run with allow_unencrypted: true); \
+                     set spool.allow_unencrypted: true beside spool.encryption to drain it \
+                     (new records are still encrypted) and remove it once the spool is empty; \
+                     {}",
+                    dir::segment_name(id),
+                    set_aside_hint(id, offset)
+                ),
+            )),
+        };
     }
-    let Some(key_id) = seal::key_id(body) else {
-        // Malformed: the drain finds it and quarantines it.
+    let Some(why) = crypt.kept(body) else {
+        // Readable, or malformed: the drain finds it and quarantines it.
         return Ok(());
     };
-    if !crypt.knows(key_id) {
-        let listed = found.unknown_keys.len();
-        match found.unknown_keys.iter_mut().find(|(id, _)| id == key_id) {
-            Some((_, n)) => *n += 1,
-            None if listed < UNKNOWN_KEYS_LISTED => {
-                found.unknown_keys.push((key_id.to_string(), 1));
-            }
-            None => {}
-        }
+    let listed = found.unknown_keys.len();
+    match found.unknown_keys.iter_mut().find(|(w, _)| *w == why) {
+        Some((_, n)) => *n += 1,
+        None if listed < UNKNOWN_KEYS_LISTED => found.unknown_keys.push((why, 1)),
+        None => {}
     }
     Ok(())
+}
+
+/// The operator's way past one record the spool keeps and no configuration should read.
+pub fn set_aside_hint(segment: u64, offset: u64) -> String {
+    format!(
+        "if this spool did not write it (a record put there), move it to a quarantine file \
+         with `svc spool set-aside <config_file> --segment {segment} --offset {offset}` (the \
+         spool's runner stopped)"
+    )
 }
 
 /// Key ids not configured that the opening scan names at most.
@@ -300,9 +312,12 @@ fn recover_frames(
     read_frames(file, from, (path, name), |base, data, item| {
         let at = |start: usize| base + start as u64;
         match item {
+            // Moved out of the way by the operator (`svc spool set-aside`).
+            Item::Record { body, .. } if aside::is_set_aside(body) => {}
             Item::Record { start, body, .. } => {
-                check_sealing(crypt, body, (path, name, at(start)), found)?;
+                check_sealing(crypt, body, (path, id, at(start)), found)?;
                 found.records += 1;
+                found.sealed_v2 += u64::from(body.first() == Some(&seal::FLAG_SEALED_V2));
                 if found.oldest_ms.is_none() {
                     found.oldest_ms = codec::appended_unix_ms(body);
                 }
@@ -506,6 +521,7 @@ fn survey_segment(
     read_frames(&file, from, (path, &name), |base, data, item| {
         let at = |start: usize| base + start as u64;
         match item {
+            Item::Record { body, .. } if aside::is_set_aside(body) => {}
             Item::Record { start, body, .. } => {
                 survey.records += 1;
                 if survey.oldest_ms.is_none() {

@@ -1,22 +1,33 @@
 //! The spool encrypted at rest: every record's body sealed whole with AES-256-GCM, bound to
-//! its place (segment and offset) by the associated data, with rotation by a key id stored in
-//! each record (docs/spool.md, "Encryption at rest", is the reference).
+//! its spool and place (segment and offset) by the associated data, with rotation by a key id
+//! stored in each record (docs/spool.md, "Encryption at rest", is the reference).
 //!
-//! A sealed body:
+//! A sealed body (version 2, written since the attack on this code, issue 47):
 //!
-//! `0x80 | appended at, Unix ms (8 LE) | key id length L (1) | key id (L) | salt (16) |
-//! nonce (12) | AES-256-GCM(plain body) | tag (16)`
+//! `0x81 | appended at, Unix ms (8 LE) | key id length L (1) | key id (L) | key check (8) |
+//! salt (16) | nonce (12) | AES-256-GCM(plain body) | tag (16)`
 //!
-//! where the plain body is what [`super::codec::encode`] writes (flag byte `0` or `1`, append
-//! time, the file record). The AES key of a record is
-//! `HKDF-SHA256(salt, ikm = the key file's 32 bytes, info = "svc.spool.record.v1")`: one salt
-//! of 16 random bytes per appended batch, and within it the nonce counts records from 0. A
+//! Version 1 (`0x80`, read, no longer written) has no key check, and its associated data no
+//! spool id. The plain body is what [`super::codec::encode`] writes (flag byte `0` or `1`,
+//! append time, the file record). The key check is the first 8 bytes of
+//! `HMAC-SHA256(the key file's 32 bytes, "svc.spool.key-check.v2")`, a pseudo-random function
+//! of the key that reveals nothing of it: a key file replaced under the same key id (the
+//! docs' `head -c 32 /dev/urandom` run again) is told from damage, and its records are kept
+//! and the drain stopped, naming the key id, instead of every one quarantined. The AES key of
+//! a record is `HKDF-SHA256(salt, ikm = the key file's 32 bytes, info = "svc.spool.record.v2")`
+//! (`.v1` for version 1): one salt of 16 random bytes per appended batch, and within it the
+//! nonce counts records from 0. A
 //! nonce is so never repeated under one AES key (one batch never holds 2^32 records), and two
 //! batches share an AES key only when their random salts collide (2^-64 after 2^32 batches,
 //! per key file), with no state to keep across restarts. The associated data is
-//! `"svc.spool.record.v1" | segment id (8 LE) | frame offset (8 LE) | the sealed body's
-//! bytes before the nonce's end`: a record copied to another segment or offset, or with its
-//! time or key id changed, fails to decrypt.
+//! `"svc.spool.record.v2" | spool id (16) | segment id (8 LE) | frame offset (8 LE) | the
+//! sealed body's bytes before the nonce's end` (version 1: no spool id): a record copied to
+//! another spool, segment or offset, or with its time or key id changed, fails to decrypt (a
+//! changed key check is taken for a changed key file: kept, the drain stopped).
+//!
+//! A record in clear is read only with `allow_unencrypted`, and only in a segment written
+//! before encryption was turned on (the spool's `meta` file, [`super::meta`]): one in a later
+//! segment was not written by this spool and is quarantined.
 //!
 //! Nothing here trusts a stored length beyond the body the frame checksum bounds; errors name
 //! a key by its id only, never a byte of a key or of a record.
@@ -25,16 +36,23 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
-use ring::hkdf;
 use ring::rand::{SecureRandom, SystemRandom};
+use ring::{hkdf, hmac};
 
+use super::meta::{Meta, ID_LEN};
 use crate::document::reader::ObjectReader;
 use crate::message::protection::keys::{is_key_id, KeySource, Secret};
 
-/// First byte of a sealed body (a plain body's flag byte is 0 or 1).
+/// First byte of a sealed body of version 1 (a plain body's flag byte is 0 or 1).
 pub const FLAG_SEALED: u8 = 0x80;
+/// First byte of a sealed body of version 2 (key check, spool id).
+pub const FLAG_SEALED_V2: u8 = 0x81;
 /// HKDF `info` of a batch's AES key, and the first bytes of every record's associated data.
 const INFO: &[u8] = b"svc.spool.record.v1";
+const INFO_V2: &[u8] = b"svc.spool.record.v2";
+/// What the key check is an HMAC of.
+const CHECK_INFO: &[u8] = b"svc.spool.key-check.v2";
+const CHECK_LEN: usize = 8;
 const SALT_LEN: usize = 16;
 const TAG_LEN: usize = 16;
 const KEY_LEN: usize = 32;
@@ -105,15 +123,17 @@ fn read_key(r: &mut ObjectReader<'_>) -> Option<SpoolKey> {
 
 /// The loaded keys of a spool and what it may read. `Debug` shows key ids only.
 pub struct Crypt {
-    /// The first is the current key.
-    keys: Vec<(String, Secret)>,
+    /// The first is the current key; each with its key check.
+    keys: Vec<(String, Secret, [u8; CHECK_LEN])>,
     allow_unencrypted: bool,
     random: SystemRandom,
+    /// The spool's id and first sealed segment (its `meta` file); `None` until bound.
+    meta: Option<Meta>,
 }
 
 impl std::fmt::Debug for Crypt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ids: Vec<&str> = self.keys.iter().map(|(id, _)| id.as_str()).collect();
+        let ids: Vec<&str> = self.keys.iter().map(|(id, ..)| id.as_str()).collect();
         f.debug_struct("Crypt")
             .field("key_ids", &ids)
             .field("allow_unencrypted", &self.allow_unencrypted)
@@ -126,8 +146,14 @@ impl std::fmt::Debug for Crypt {
 pub enum OpenError {
     /// Sealed under a key id this spool is not configured with: kept, never dropped.
     UnknownKey(String),
+    /// Sealed under a key id this spool is configured with, but the key file now under that
+    /// id holds another key (its key check differs): kept, never dropped.
+    KeyChanged(String),
     /// Stored in clear, and `allow_unencrypted` is not set: kept, never dropped.
     Unencrypted,
+    /// Stored in clear in a segment written after encryption was turned on: not written by
+    /// this spool. Damage.
+    ClearAfterSealing,
     /// It does not decrypt at this place: moved from another segment or offset, altered, or
     /// sealed by another key under the same id. Damage.
     Failed,
@@ -138,7 +164,10 @@ pub enum OpenError {
 impl OpenError {
     /// True for a record that must be kept where it is (the drain stops at it).
     pub fn keeps(&self) -> bool {
-        matches!(self, OpenError::UnknownKey(_) | OpenError::Unencrypted)
+        matches!(
+            self,
+            OpenError::UnknownKey(_) | OpenError::KeyChanged(_) | OpenError::Unencrypted
+        )
     }
 }
 
@@ -150,6 +179,18 @@ impl std::fmt::Display for OpenError {
                 "sealed under key id \"{}\", which is not configured (spool.encryption.key_id \
                  or old_keys)",
                 crate::text::peer::PeerText::new(id)
+            ),
+            OpenError::KeyChanged(id) => write!(
+                f,
+                "sealed under key id \"{}\", but the key file now configured under that id \
+                 holds another key (the key file changed since the record was written): \
+                 configure the original key file under that id (in old_keys, with the new key \
+                 under a new key id)",
+                crate::text::peer::PeerText::new(id)
+            ),
+            OpenError::ClearAfterSealing => f.write_str(
+                "stored unencrypted in a segment written after encryption was turned on (not \
+                 written by this spool)",
             ),
             OpenError::Unencrypted => f.write_str(
                 "stored unencrypted (a spool of an older version, or one run with \
@@ -173,7 +214,10 @@ pub struct Place {
 
 /// The parts of a sealed body, all within its bounds.
 struct Parts<'a> {
+    v2: bool,
     key_id: &'a str,
+    /// Version 2 only.
+    check: Option<&'a [u8]>,
     salt: &'a [u8],
     nonce: [u8; NONCE_LEN],
     /// Everything the associated data covers: the body up to the nonce's end.
@@ -183,9 +227,11 @@ struct Parts<'a> {
 
 fn parts(body: &[u8]) -> Result<Parts<'_>, OpenError> {
     let malformed = OpenError::Malformed;
+    let v2 = body.first() == Some(&FLAG_SEALED_V2);
     let id_len = usize::from(*body.get(9).ok_or(malformed("shorter than its header"))?);
     let id_end = 10 + id_len;
-    let head_end = id_end + SALT_LEN + NONCE_LEN;
+    let salt_at = id_end + if v2 { CHECK_LEN } else { 0 };
+    let head_end = salt_at + SALT_LEN + NONCE_LEN;
     if body.len() < head_end + TAG_LEN {
         return Err(malformed("shorter than its header"));
     }
@@ -194,29 +240,48 @@ fn parts(body: &[u8]) -> Result<Parts<'_>, OpenError> {
     if !is_key_id(key_id) {
         return Err(malformed("key id is not valid"));
     }
-    let nonce = body[id_end + SALT_LEN..head_end]
+    let nonce = body[salt_at + SALT_LEN..head_end]
         .try_into()
         .map_err(|_| malformed("nonce"))?;
     Ok(Parts {
+        v2,
         key_id,
-        salt: &body[id_end..id_end + SALT_LEN],
+        check: v2.then(|| &body[id_end..salt_at]),
+        salt: &body[salt_at..salt_at + SALT_LEN],
         nonce,
         head: &body[..head_end],
         sealed: &body[head_end..],
     })
 }
 
-fn batch_key(secret: &Secret, salt: &[u8]) -> LessSafeKey {
+fn batch_key(secret: &Secret, salt: &[u8], info: &[u8]) -> LessSafeKey {
     let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, salt).extract(secret.expose());
+    let info = [info];
     let okm = prk
-        .expand(&[INFO], &AES_256_GCM)
+        .expand(&info, &AES_256_GCM)
         .expect("an AES-256 key is far below HKDF's output bound");
     LessSafeKey::new(UnboundKey::from(okm))
 }
 
-fn aad(place: Place, head: &[u8], out: &mut Vec<u8>) {
+/// The key check of a key (see the module comment).
+fn key_check(secret: &Secret) -> [u8; CHECK_LEN] {
+    let key = hmac::Key::new(hmac::HMAC_SHA256, secret.expose());
+    let tag = hmac::sign(&key, CHECK_INFO);
+    tag.as_ref()[..CHECK_LEN]
+        .try_into()
+        .expect("SHA-256 is longer")
+}
+
+/// The associated data of a record at `place`: version 2 with `spool_id`, version 1 without.
+fn aad(spool_id: Option<&[u8; ID_LEN]>, place: Place, head: &[u8], out: &mut Vec<u8>) {
     out.clear();
-    out.extend_from_slice(INFO);
+    match spool_id {
+        Some(id) => {
+            out.extend_from_slice(INFO_V2);
+            out.extend_from_slice(id);
+        }
+        None => out.extend_from_slice(INFO),
+    }
     out.extend_from_slice(&place.segment.to_le_bytes());
     out.extend_from_slice(&place.offset.to_le_bytes());
     out.extend_from_slice(head);
@@ -236,14 +301,49 @@ impl Crypt {
                 let secret = KeySource::File(k.key_file.clone())
                     .load(KEY_LEN, KEY_LEN)
                     .map_err(|e| format!("encryption key {:?}: {e}", k.key_id))?;
-                keys.push((k.key_id.clone(), secret));
+                let check = key_check(&secret);
+                keys.push((k.key_id.clone(), secret, check));
             }
         }
         Ok(Crypt {
             keys,
             allow_unencrypted,
             random: SystemRandom::new(),
+            meta: None,
         })
+    }
+
+    /// Binds the spool's identity and where its encryption began (its `meta` file): new
+    /// records are sealed only once bound.
+    pub fn bind(&mut self, meta: Meta) {
+        self.meta = Some(meta);
+    }
+
+    /// Why a stored body cannot be opened with this configuration and must be kept where it
+    /// is (a key id not configured, a key file changed), read from its header alone; `None`
+    /// when it is not sealed or is malformed (the drain judges it).
+    pub fn kept(&self, body: &[u8]) -> Option<OpenError> {
+        let p = parts(body).ok().filter(|_| is_sealed(body))?;
+        match self.keys.iter().find(|(id, ..)| id == p.key_id) {
+            None => Some(OpenError::UnknownKey(p.key_id.to_string())),
+            Some((_, _, check)) if p.check.is_some_and(|c| c != check) => {
+                Some(OpenError::KeyChanged(p.key_id.to_string()))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// Whether a body stored in clear at segment `segment` may be read (see
+    /// [`Opener::open`]).
+    pub fn clear_allowed(&self, segment: u64) -> Result<(), OpenError> {
+        let first_sealed = self.meta.map_or(super::meta::NONE, |m| m.first_sealed);
+        if segment >= first_sealed {
+            Err(OpenError::ClearAfterSealing)
+        } else if self.allow_unencrypted {
+            Ok(())
+        } else {
+            Err(OpenError::Unencrypted)
+        }
     }
 
     /// True when new records are sealed.
@@ -251,21 +351,11 @@ impl Crypt {
         !self.keys.is_empty()
     }
 
-    /// True when records stored in clear may be read.
-    pub fn allows_unencrypted(&self) -> bool {
-        self.allow_unencrypted
-    }
-
-    /// True when `key_id` is one of this spool's keys.
-    pub fn knows(&self, key_id: &str) -> bool {
-        self.keys.iter().any(|(id, _)| id == key_id)
-    }
-
     /// The bytes a sealed body of `plain` bytes takes (what it takes unsealed when this spool
     /// has no key).
     pub fn body_len(&self, plain: usize) -> usize {
         match self.keys.first() {
-            Some((id, _)) => 10 + id.len() + SALT_LEN + NONCE_LEN + plain + TAG_LEN,
+            Some((id, ..)) => 10 + id.len() + CHECK_LEN + SALT_LEN + NONCE_LEN + plain + TAG_LEN,
             None => plain,
         }
     }
@@ -273,8 +363,11 @@ impl Crypt {
     /// A sealer for one appended batch (a fresh salt, so a fresh AES key); `None` when this
     /// spool has no key.
     pub fn batch(&self) -> Result<Option<BatchSealer<'_>>, String> {
-        let Some((key_id, secret)) = self.keys.first() else {
+        let Some((key_id, secret, check)) = self.keys.first() else {
             return Ok(None);
+        };
+        let Some(meta) = &self.meta else {
+            return Err("the spool's identity (its meta file) is not loaded".into());
         };
         let mut salt = [0u8; SALT_LEN];
         self.random
@@ -282,8 +375,10 @@ impl Crypt {
             .map_err(|_| "the system's random source failed".to_string())?;
         Ok(Some(BatchSealer {
             key_id,
+            check,
+            spool_id: &meta.spool_id,
             salt,
-            key: batch_key(secret, &salt),
+            key: batch_key(secret, &salt, INFO_V2),
             next: 0,
             aad: Vec::new(),
         }))
@@ -293,6 +388,8 @@ impl Crypt {
 /// Seals the records of one batch.
 pub struct BatchSealer<'a> {
     key_id: &'a str,
+    check: &'a [u8; CHECK_LEN],
+    spool_id: &'a [u8; ID_LEN],
     salt: [u8; SALT_LEN],
     key: LessSafeKey,
     /// The next record's nonce.
@@ -317,13 +414,14 @@ impl BatchSealer<'_> {
         let mut nonce = [0u8; NONCE_LEN];
         nonce[NONCE_LEN - 4..].copy_from_slice(&index.to_be_bytes());
         let start = out.len();
-        out.push(FLAG_SEALED);
+        out.push(FLAG_SEALED_V2);
         out.extend_from_slice(&appended_unix_ms.to_le_bytes());
         out.push(self.key_id.len() as u8);
         out.extend_from_slice(self.key_id.as_bytes());
+        out.extend_from_slice(self.check);
         out.extend_from_slice(&self.salt);
         out.extend_from_slice(&nonce);
-        aad(place, &out[start..], &mut self.aad);
+        aad(Some(self.spool_id), place, &out[start..], &mut self.aad);
         let at = out.len();
         out.extend_from_slice(plain);
         let tag = self
@@ -355,7 +453,8 @@ pub enum Opened {
 /// mostly share one).
 pub struct Opener {
     crypt: Arc<Crypt>,
-    last: Option<(usize, [u8; SALT_LEN], LessSafeKey)>,
+    /// The key's index, the version (true: 2), the salt, the AES key.
+    last: Option<(usize, bool, [u8; SALT_LEN], LessSafeKey)>,
     aad: Vec<u8>,
 }
 
@@ -375,27 +474,36 @@ impl Opener {
         body: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<Opened, OpenError> {
-        match body.first() {
-            Some(&FLAG_SEALED) => {}
-            _ if self.crypt.allow_unencrypted => return Ok(Opened::Clear),
-            _ => return Err(OpenError::Unencrypted),
+        if !is_sealed(body) {
+            self.crypt.clear_allowed(place.segment)?;
+            return Ok(Opened::Clear);
         }
         let p = parts(body)?;
-        let Some(index) = self.crypt.keys.iter().position(|(id, _)| id == p.key_id) else {
+        let Some(index) = self.crypt.keys.iter().position(|(id, ..)| id == p.key_id) else {
             return Err(OpenError::UnknownKey(p.key_id.to_string()));
+        };
+        if p.check.is_some_and(|c| c != self.crypt.keys[index].2) {
+            return Err(OpenError::KeyChanged(p.key_id.to_string()));
+        }
+        let spool_id = match (p.v2, &self.crypt.meta) {
+            (false, _) => None,
+            (true, Some(m)) => Some(&m.spool_id),
+            // No identity to open it with (a survey of a spool without its meta file).
+            (true, None) => return Err(OpenError::Failed),
         };
         let cached = self
             .last
             .as_ref()
-            .is_some_and(|(i, salt, _)| *i == index && salt[..] == *p.salt);
+            .is_some_and(|(i, v2, salt, _)| *i == index && *v2 == p.v2 && salt[..] == *p.salt);
         if !cached {
             let mut salt = [0u8; SALT_LEN];
             salt.copy_from_slice(p.salt);
-            let key = batch_key(&self.crypt.keys[index].1, &salt);
-            self.last = Some((index, salt, key));
+            let info = if p.v2 { INFO_V2 } else { INFO };
+            let key = batch_key(&self.crypt.keys[index].1, &salt, info);
+            self.last = Some((index, p.v2, salt, key));
         }
-        let (_, _, key) = self.last.as_ref().expect("set above");
-        aad(place, p.head, &mut self.aad);
+        let (_, _, _, key) = self.last.as_ref().expect("set above");
+        aad(spool_id, place, p.head, &mut self.aad);
         let start = out.len();
         out.extend_from_slice(p.sealed);
         let opened = key.open_in_place(
@@ -417,9 +525,14 @@ impl Opener {
     }
 }
 
+/// True for a sealed body (of either version).
+pub fn is_sealed(body: &[u8]) -> bool {
+    matches!(body.first(), Some(&FLAG_SEALED | &FLAG_SEALED_V2))
+}
+
 /// The key id a sealed body names, when it is one (for reports; never trusted for more).
 pub fn key_id(body: &[u8]) -> Option<&str> {
-    (body.first() == Some(&FLAG_SEALED))
+    is_sealed(body)
         .then(|| parts(body).ok().map(|p| p.key_id))
         .flatten()
 }
@@ -428,16 +541,31 @@ pub fn key_id(body: &[u8]) -> Option<&str> {
 mod tests {
     use super::*;
 
-    fn crypt(ids: &[&str], allow: bool) -> Arc<Crypt> {
+    /// Keys of 32 bytes of their id's first byte (`byte` to change one), spool id 1s, sealed
+    /// from segment 10.
+    fn crypt_of(ids: &[(&str, u8)], allow: bool, spool: u8) -> Arc<Crypt> {
         let keys = ids
             .iter()
-            .map(|id| (id.to_string(), Secret::new(vec![id.as_bytes()[0]; KEY_LEN])))
+            .map(|(id, byte)| {
+                let secret = Secret::new(vec![*byte; KEY_LEN]);
+                let check = key_check(&secret);
+                (id.to_string(), secret, check)
+            })
             .collect();
         Arc::new(Crypt {
             keys,
             allow_unencrypted: allow,
             random: SystemRandom::new(),
+            meta: Some(Meta {
+                spool_id: [spool; ID_LEN],
+                first_sealed: 10,
+            }),
         })
+    }
+
+    fn crypt(ids: &[&str], allow: bool) -> Arc<Crypt> {
+        let ids: Vec<(&str, u8)> = ids.iter().map(|id| (*id, id.as_bytes()[0])).collect();
+        crypt_of(&ids, allow, 1)
     }
 
     const AT: Place = Place {
@@ -489,6 +617,86 @@ mod tests {
     }
 
     #[test]
+    fn a_key_file_replaced_under_its_id_is_told_from_damage() {
+        let c = crypt_of(&[("k", 1)], false, 1);
+        let body = sealed(&c, b"\x00x", AT);
+        let replaced = crypt_of(&[("k", 2)], false, 1);
+        let mut o = Opener::new(replaced.clone());
+        let e = o.open(AT, &body, &mut Vec::new()).unwrap_err();
+        assert_eq!(e, OpenError::KeyChanged("k".into()));
+        assert!(e.keeps());
+        assert!(e.to_string().contains("key file changed"), "{e}");
+        assert_eq!(replaced.kept(&body), Some(e));
+        assert_eq!(c.kept(&body), None);
+        // The check is no prefix of the key nor of its AES keys' material.
+        let check = key_check(&Secret::new(vec![1; KEY_LEN]));
+        assert_ne!(check, [1; CHECK_LEN]);
+        // A flipped check bit is a changed key too, never a decryption with another key.
+        let mut flipped = body.clone();
+        flipped[12] ^= 1;
+        assert_eq!(c.kept(&flipped), Some(OpenError::KeyChanged("k".into())));
+    }
+
+    #[test]
+    fn a_record_of_another_spool_under_the_same_key_does_not_open() {
+        let mine = crypt_of(&[("k", 1)], false, 1);
+        let other = crypt_of(&[("k", 1)], false, 2);
+        let body = sealed(&other, b"\x00x", AT);
+        let mut o = Opener::new(mine);
+        assert_eq!(o.open(AT, &body, &mut Vec::new()), Err(OpenError::Failed));
+    }
+
+    #[test]
+    fn clear_records_open_only_before_the_first_sealed_segment() {
+        let mut lax = Opener::new(crypt(&["k"], true));
+        let mut out = Vec::new();
+        let before = Place { segment: 9, ..AT };
+        assert_eq!(lax.open(before, b"\x00c", &mut out), Ok(Opened::Clear));
+        for segment in [10, 11] {
+            let at = Place { segment, ..AT };
+            let e = lax.open(at, b"\x00c", &mut out).unwrap_err();
+            assert_eq!(e, OpenError::ClearAfterSealing);
+            assert!(!e.keeps());
+        }
+    }
+
+    #[test]
+    fn version_1_records_still_open() {
+        // Sealed as the previous version wrote them: flag 0x80, no key check, no spool id.
+        let c = crypt(&["k"], false);
+        let secret = Secret::new(vec![b'k'; KEY_LEN]);
+        let salt = [5u8; SALT_LEN];
+        let key = batch_key(&secret, &salt, INFO);
+        let mut body = vec![FLAG_SEALED];
+        body.extend_from_slice(&7u64.to_le_bytes());
+        body.push(1);
+        body.push(b'k');
+        body.extend_from_slice(&salt);
+        body.extend_from_slice(&[0; NONCE_LEN]);
+        let mut a = Vec::new();
+        aad(None, AT, &body, &mut a);
+        let mut plain = b"\x00old".to_vec();
+        let tag = key
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key([0; NONCE_LEN]),
+                Aad::from(&a[..]),
+                &mut plain,
+            )
+            .unwrap();
+        body.extend_from_slice(&plain);
+        body.extend_from_slice(tag.as_ref());
+        let mut o = Opener::new(c.clone());
+        let mut out = Vec::new();
+        let Opened::Sealed(r) = o.open(AT, &body, &mut out).unwrap() else {
+            panic!("not sealed")
+        };
+        assert_eq!(&out[r], b"\x00old");
+        assert_eq!(c.kept(&body), None);
+        let moved = Place { offset: 9, ..AT };
+        assert_eq!(o.open(moved, &body, &mut out), Err(OpenError::Failed));
+    }
+
+    #[test]
     fn hostile_sealed_layouts_are_refused_without_panic() {
         let c = crypt(&["k"], false);
         let body = sealed(&c, b"\x00x", AT);
@@ -517,13 +725,14 @@ mod tests {
         let c = crypt(&["k"], false);
         let a = sealed(&c, b"\x00x", AT);
         let b = sealed(&c, b"\x00x", AT);
-        let salt = |b: &[u8]| b[11..11 + SALT_LEN].to_vec();
+        let salt = |b: &[u8]| b[11 + CHECK_LEN..11 + CHECK_LEN + SALT_LEN].to_vec();
         assert_ne!(salt(&a), salt(&b));
         let mut s = c.batch().unwrap().unwrap();
         let (mut one, mut two) = (Vec::new(), Vec::new());
         s.seal(&mut one, b"\x00x", 7, AT).unwrap();
         s.seal(&mut two, b"\x00x", 7, AT).unwrap();
-        let nonce = |b: &[u8]| b[11 + SALT_LEN..11 + SALT_LEN + NONCE_LEN].to_vec();
+        let at = 11 + CHECK_LEN + SALT_LEN;
+        let nonce = |b: &[u8]| b[at..at + NONCE_LEN].to_vec();
         assert_ne!(nonce(&one), nonce(&two));
     }
 }

@@ -18,7 +18,7 @@ use super::config::SpoolConfig;
 use super::dir::{self, Position, SpoolError};
 use super::scan::{self, Segment};
 use super::seal::{Crypt, Place};
-use super::{codec, frame};
+use super::{codec, frame, meta};
 use crate::message::envelope::Envelope;
 use crate::metrics::{now_epoch_seconds, Metrics};
 
@@ -86,17 +86,41 @@ impl Spool {
     /// damaged records, and counts what is left.
     pub fn open(cfg: &SpoolConfig, metrics: Arc<Metrics>) -> Result<Spool, SpoolError> {
         let path = cfg.dir.clone();
-        let crypt = Crypt::load(cfg.encryption.as_ref(), cfg.allow_unencrypted)
+        let mut crypt = Crypt::load(cfg.encryption.as_ref(), cfg.allow_unencrypted)
             .map_err(|e| dir::fail(&path, "open", e))?;
         metrics.gauges.spool_enabled.store(true, Ordering::Relaxed);
         let dir = dir::open_dir(&path, true)?;
         let lock = dir::lock(&dir, &path)?;
+        let old_meta = meta::read(&dir, &path)?;
+        if let Some(m) = old_meta {
+            crypt.bind(m);
+        }
         let found = scan::recover(&dir, &path, &metrics, &crypt)?;
+        if old_meta.is_none() && found.sealed_v2 > 0 {
+            // A new spool id would make every one of them undecryptable (quarantined).
+            return Err(dir::fail(
+                &path,
+                "open",
+                format!(
+                    "the meta file is missing, but {} records are sealed under this spool's \
+                     id, which it held: restore it (from a backup of the spool directory); \
+                     nothing was changed",
+                    found.sealed_v2
+                ),
+            ));
+        }
         dir::write_position(&dir, &path, found.position)?;
         let next_id = found
             .segments
             .last()
-            .map_or(found.position.segment, |s| s.id + 1);
+            .map_or(found.position.segment, |s| s.id + 1)
+            .max(1);
+        // The next append opens segment `next_id`: where encryption begins when it was off.
+        let new_meta = meta::next(old_meta, crypt.seals(), next_id)?;
+        if old_meta != Some(new_meta) {
+            meta::write(&dir, &path, &new_meta)?;
+        }
+        crypt.bind(new_meta);
         let bytes = found.segments.iter().map(|s| s.len).sum();
         let spool = Spool {
             path,
@@ -110,7 +134,7 @@ impl Spool {
                 records: found.records,
                 bytes,
                 oldest_ms: found.oldest_ms,
-                next_id: next_id.max(1),
+                next_id,
                 persisted: found.position,
                 persisted_at: Instant::now(),
             }),

@@ -181,7 +181,7 @@ fn a_torn_tail_is_cut_and_damage_quarantined() {
     assert!(names >= 3, "{q}: lock, position and the quarantine file");
 }
 
-fn quarantined(cfg: &SpoolConfig) -> Vec<(String, Vec<u8>)> {
+pub(super) fn quarantined(cfg: &SpoolConfig) -> Vec<(String, Vec<u8>)> {
     let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&cfg.dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 
 const MARKER: &str = "MARKER-c41f-payload-text";
 
-fn envelope(seq: u64) -> Envelope {
+pub(super) fn envelope(seq: u64) -> Envelope {
     let msg = RawMessage {
         stream: Arc::from("ORDERS"),
         consumer: Arc::from("svc"),
@@ -34,7 +34,7 @@ fn envelope(seq: u64) -> Envelope {
 }
 
 /// A key file of 32 bytes of `byte`, mode 0600.
-fn key_file(dir: &Path, id: &str, byte: u8) -> SpoolKey {
+pub(super) fn key_file(dir: &Path, id: &str, byte: u8) -> SpoolKey {
     let path = dir.join(format!("{id}.key"));
     let text = base64::engine::general_purpose::STANDARD.encode([byte; 32]);
     std::fs::write(&path, text).unwrap();
@@ -45,7 +45,7 @@ fn key_file(dir: &Path, id: &str, byte: u8) -> SpoolKey {
     }
 }
 
-fn sealed(dir: &Path, current: &SpoolKey, old: &[&SpoolKey]) -> SpoolConfig {
+pub(super) fn sealed(dir: &Path, current: &SpoolKey, old: &[&SpoolKey]) -> SpoolConfig {
     SpoolConfig {
         encryption: Some(SpoolEncryption {
             current: current.clone(),
@@ -64,11 +64,11 @@ fn segment_bytes(cfg: &SpoolConfig) -> Vec<u8> {
     all
 }
 
-fn contains(hay: &[u8], needle: &str) -> bool {
+pub(super) fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
-fn delivered(sink: &Memory) -> Vec<u64> {
+pub(super) fn delivered(sink: &Memory) -> Vec<u64> {
     sink.got.lock().unwrap().clone()
 }
 

@@ -499,7 +499,19 @@ pub fn materialize(state: &State, base: &Path, dest: &Path) -> Vec<PathBuf> {
             None => std::fs::create_dir_all(&to).unwrap(),
             Some(bytes) => {
                 if to.parent().is_some_and(Path::exists) {
-                    std::fs::write(&to, bytes).unwrap();
+                    // Owner-only, as the service creates its files: the model keeps no modes,
+                    // and a file it reads only when private (the spool's meta) would be
+                    // refused at the umask's 0644.
+                    use std::io::Write as _;
+                    use std::os::unix::fs::OpenOptionsExt as _;
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create(true)
+                        .truncate(true)
+                        .mode(0o600)
+                        .open(&to)
+                        .and_then(|mut f| f.write_all(bytes))
+                        .unwrap();
                     written.push(to);
                 }
             }

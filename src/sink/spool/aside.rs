@@ -1,0 +1,109 @@
+//! `svc spool set-aside`: the operator moves one record out of the drain's way, a record no
+//! configuration should read (one put in the spool by someone who could write its directory:
+//! sealed under a key id never configured, or stored in clear), which would otherwise stop
+//! the drain, or the spool's opening, for good.
+//!
+//! Exactly the frame at the given segment and offset: its bytes are kept first in the
+//! quarantine file of that place (written whole, fsynced, renamed in, the directory fsynced;
+//! never deleted), then the frame is overwritten in place by a set-aside frame of the same
+//! length (a valid frame whose body is [`FLAG_SET_ASIDE`] and zeros), fsynced. Every later
+//! frame keeps its offset (sealed records are bound to theirs); every reader skips a set-aside
+//! frame. A crash between the two steps leaves the record and its copy: running the command
+//! again finds the copy with the same bytes and completes. A write torn by a power cut fails
+//! the frame's checksum and is quarantined as damage; the record's bytes are kept already.
+//! The spool's lock is held throughout: refused while a runner or a drain uses the spool.
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use super::dir::{self, fail, SpoolError};
+use super::frame::{self, Item};
+
+/// First byte of the body of a set-aside frame (a plain body's flag byte is 0 or 1, a
+/// sealed one's 0x80 or 0x81).
+pub const FLAG_SET_ASIDE: u8 = 0xFE;
+
+/// True for the body of a frame set aside (every reader skips it).
+pub fn is_set_aside(body: &[u8]) -> bool {
+    body.first() == Some(&FLAG_SET_ASIDE)
+}
+
+/// Sets aside the record at `offset` of segment `segment` of the spool in `path` (see the
+/// module comment); returns the name of the quarantine file holding its bytes.
+pub fn set_aside(path: &Path, segment: u64, offset: u64) -> Result<String, SpoolError> {
+    let dirfd = dir::open_dir(path, false)?;
+    let _lock = dir::lock(&dirfd, path)?;
+    let here = format!("segment {segment} offset {offset}");
+    if let Some(p) = dir::read_position(&dirfd, path) {
+        if (segment, offset) < (p.segment, p.offset) {
+            return Err(fail(
+                path,
+                "set-aside",
+                format!("{here} lies before the drain position (delivered already)"),
+            ));
+        }
+    }
+    let name = dir::segment_name(segment);
+    let file = dir::open_file(&dirfd, path, &name, true)?;
+    let size = file.metadata().map_err(|e| fail(path, &name, e))?.len();
+    let head = if offset < size {
+        dir::read_at(&file, offset, frame::FRAME_OVERHEAD as u64)
+            .map_err(|e| fail(path, &name, e))?
+    } else {
+        Vec::new()
+    };
+    let len = match head.get(4..8) {
+        Some(b) => u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize,
+        None => 0,
+    };
+    let whole = if offset < frame::HEADER_LEN as u64 || head[..head.len().min(4)] != frame::MARK {
+        None
+    } else {
+        let want = (frame::FRAME_OVERHEAD + len.min(frame::MAX_BODY)) as u64;
+        Some(dir::read_at(&file, offset, want).map_err(|e| fail(path, &name, e))?)
+    };
+    let bytes = match whole.as_deref().map(|b| (b, frame::next(b, 0))) {
+        Some((
+            b,
+            Item::Record {
+                start: 0,
+                end,
+                body,
+            },
+        )) if end == b.len() && !body.is_empty() => {
+            if is_set_aside(body) {
+                return Err(fail(
+                    path,
+                    "set-aside",
+                    format!("{here} is set aside already"),
+                ));
+            }
+            b
+        }
+        _ => {
+            return Err(fail(
+                path,
+                "set-aside",
+                format!(
+                    "no intact record starts at {here} (give the segment and offset the \
+                     drain's or the opening's error names, or `svc spool inspect` lists)"
+                ),
+            ))
+        }
+    };
+    let kept = dir::quarantine_name(segment, offset);
+    dir::keep(&dirfd, path, &kept, bytes)?;
+    let mut body = vec![0u8; bytes.len() - frame::FRAME_OVERHEAD];
+    body[0] = FLAG_SET_ASIDE;
+    let mut tomb = Vec::with_capacity(bytes.len());
+    frame::encode(&mut tomb, &body);
+    file.write_all_at(&tomb, offset)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| fail(path, &format!("set aside in {name}"), e))?;
+    log::warn!(
+        "spool {}: the record at {here} was set aside by the operator; its bytes are kept in \
+         {kept}",
+        path.display()
+    );
+    Ok(kept)
+}
