@@ -91,13 +91,45 @@ pub fn read_while(
     };
     super::require_filter_subjects(nc, &req.subjects)
         .map_err(|why| fail(io::Error::new(io::ErrorKind::InvalidInput, why)))?;
-    let (filter_subject, filter_subjects) = match req.subjects.as_slice() {
-        [one] => (one.clone(), Vec::new()),
-        many => (String::new(), many.to_vec()),
+    let from = start_point(&js, req).map_err(&fail)?;
+    let inbox = nc.new_inbox();
+    // Subscribe before the consumer exists: its first deliveries must find us listening.
+    let sub = nc.subscribe(&inbox).map_err(&fail)?;
+    let info = js
+        .add_consumer(&req.stream, consumer_config(req, who, inbox, from))
+        .map_err(&fail)?;
+    let consumer = info.name.clone();
+    // The ids `svc run` would give these messages carry the stream's incarnation too.
+    let incarnation = super::incarnation::read(nc, &req.stream).map_err(&fail)?;
+    let mut reading = Reading {
+        names: DeliveryNames::new(incarnation, Default::default()),
+        read: 0,
+        // Nothing matched: the consumer says so at once, no need to wait out the timeout.
+        pending: info.num_pending,
+        last_seen: Instant::now(),
+        next_consumer_seq: 1,
     };
-    let (deliver_policy, opt_start_seq, opt_start_time) = match req.start {
+    let ended = match reading.run(nc, &sub, req, &mut each) {
+        Ok(ended) => ended,
+        Err(e) => {
+            let _ = js.delete_consumer(&req.stream, &consumer);
+            return Err(fail(e));
+        }
+    };
+    drop(sub);
+    // Best effort: the inactivity threshold removes it otherwise.
+    let _ = js.delete_consumer(&req.stream, &consumer);
+    Ok((reading.read, ended))
+}
+
+/// Where the consumer starts: its deliver policy, start sequence and start time.
+type StartPoint = (DeliverPolicy, Option<u64>, Option<time::OffsetDateTime>);
+
+/// The consumer's start for `req.start` (the last `n` need the stream's last sequence).
+fn start_point(js: &nats::jetstream::JetStream, req: &Request) -> io::Result<StartPoint> {
+    Ok(match req.start {
         Start::Last(n) => {
-            let info = js.stream_info(&req.stream).map_err(&fail)?;
+            let info = js.stream_info(&req.stream)?;
             let last = info.state.last_seq;
             let first = last.saturating_sub(n.saturating_sub(1)).max(1);
             (DeliverPolicy::ByStartSeq, Some(first), None)
@@ -105,101 +137,117 @@ pub fn read_while(
         Start::Sequence(s) => (DeliverPolicy::ByStartSeq, Some(s.max(1)), None),
         Start::Since(nanos) => {
             let t = time::OffsetDateTime::from_unix_timestamp_nanos(nanos).map_err(|_| {
-                fail(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "--since is out of range",
-                ))
+                io::Error::new(io::ErrorKind::InvalidInput, "--since is out of range")
             })?;
             (DeliverPolicy::ByStartTime, None, Some(t))
         }
+    })
+}
+
+/// The read-only ephemeral push consumer: no acknowledgement, one delivery per message,
+/// flow-controlled, gone after [`INACTIVE_THRESHOLD`] without interest.
+fn consumer_config(req: &Request, who: &str, inbox: String, from: StartPoint) -> ConsumerConfig {
+    let (filter_subject, filter_subjects) = match req.subjects.as_slice() {
+        [one] => (one.clone(), Vec::new()),
+        many => (String::new(), many.to_vec()),
     };
-    let inbox = nc.new_inbox();
-    // Subscribe before the consumer exists: its first deliveries must find us listening.
-    let sub = nc.subscribe(&inbox).map_err(&fail)?;
-    let info = js
-        .add_consumer(
-            &req.stream,
-            ConsumerConfig {
-                durable_name: None,
-                description: Some(format!("{who} (read-only, ephemeral)")),
-                deliver_subject: Some(inbox),
-                deliver_policy,
-                opt_start_seq,
-                opt_start_time,
-                ack_policy: AckPolicy::None,
-                max_deliver: 1,
-                filter_subject,
-                filter_subjects,
-                replay_policy: ReplayPolicy::Instant,
-                flow_control: true,
-                idle_heartbeat: IDLE_HEARTBEAT,
-                inactive_threshold: INACTIVE_THRESHOLD,
-                ..Default::default()
-            },
-        )
-        .map_err(&fail)?;
-    let consumer = info.name.clone();
-    // The ids `svc run` would give these messages carry the stream's incarnation too.
-    let incarnation = super::incarnation::read(nc, &req.stream).map_err(&fail)?;
-    let mut names = DeliveryNames::new(incarnation, Default::default());
-    let mut read = 0;
-    // Nothing matched: the consumer says so at once, no need to wait out the timeout.
-    let mut pending = info.num_pending;
-    let mut last_seen = Instant::now();
-    let mut next_consumer_seq = 1;
-    let mut ended = Ended::Exhausted;
-    while pending > 0 {
-        if read >= req.max {
-            ended = Ended::Max;
-            break;
-        }
-        let wait = req.timeout.saturating_sub(last_seen.elapsed());
-        if wait.is_zero() {
-            ended = Ended::TimedOut { pending };
-            break;
-        }
-        let m = match sub.next_timeout(wait) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                ended = Ended::TimedOut { pending };
-                break;
+    let (deliver_policy, opt_start_seq, opt_start_time) = from;
+    ConsumerConfig {
+        durable_name: None,
+        description: Some(format!("{who} (read-only, ephemeral)")),
+        deliver_subject: Some(inbox),
+        deliver_policy,
+        opt_start_seq,
+        opt_start_time,
+        ack_policy: AckPolicy::None,
+        max_deliver: 1,
+        filter_subject,
+        filter_subjects,
+        replay_policy: ReplayPolicy::Instant,
+        flow_control: true,
+        idle_heartbeat: IDLE_HEARTBEAT,
+        inactive_threshold: INACTIVE_THRESHOLD,
+        ..Default::default()
+    }
+}
+
+/// One reading in progress: how many messages were read, what the consumer still holds,
+/// when the last message came, the consumer sequence expected next.
+struct Reading {
+    names: DeliveryNames,
+    read: u64,
+    pending: u64,
+    last_seen: Instant,
+    next_consumer_seq: u64,
+}
+
+impl Reading {
+    /// Reads until the consumer has nothing pending, `req.max` messages were read, nothing
+    /// came within `req.timeout`, a sequence was skipped or `each` says stop. Err: the
+    /// subscription failed.
+    fn run(
+        &mut self,
+        nc: &Connection,
+        sub: &nats::Subscription,
+        req: &Request,
+        each: &mut impl FnMut(RawMessage, u64) -> bool,
+    ) -> io::Result<Ended> {
+        while self.pending > 0 {
+            if self.read >= req.max {
+                return Ok(Ended::Max);
             }
-            Err(e) => {
-                let _ = js.delete_consumer(&req.stream, &consumer);
-                return Err(fail(e));
+            let wait = req.timeout.saturating_sub(self.last_seen.elapsed());
+            if wait.is_zero() {
+                return Ok(Ended::TimedOut {
+                    pending: self.pending,
+                });
             }
-        };
-        last_seen = Instant::now();
+            let m = match sub.next_timeout(wait) {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    return Ok(Ended::TimedOut {
+                        pending: self.pending,
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+            self.last_seen = Instant::now();
+            if let Some(ended) = self.on_message(nc, m, each) {
+                return Ok(ended);
+            }
+        }
+        Ok(Ended::Exhausted)
+    }
+
+    /// One message from the broker: flow control is answered, a heartbeat ignored, a
+    /// delivery handed to `each`. `Some` says why reading ends.
+    fn on_message(
+        &mut self,
+        nc: &Connection,
+        m: nats::Message,
+        each: &mut impl FnMut(RawMessage, u64) -> bool,
+    ) -> Option<Ended> {
         if m.data.is_empty() && m.headers.as_ref().and_then(|h| h.status()) == Some("100") {
             // Flow control asks for an answer on its reply subject; a heartbeat has none.
             if let Some(reply) = &m.reply {
                 let _ = nc.publish(reply, b"");
             }
-            continue;
+            return None;
         }
-        if let Some((raw, _, left)) = split(m, &mut names) {
-            if raw.consumer_sequence != next_consumer_seq {
-                ended = Ended::Gap {
-                    expected: next_consumer_seq,
-                    got: raw.consumer_sequence,
-                };
-                break;
-            }
-            next_consumer_seq += 1;
-            pending = left;
-            read += 1;
-            let go_on = each(raw, left);
-            last_seen = Instant::now();
-            if !go_on {
-                ended = Ended::Stopped;
-                break;
-            }
+        let (raw, _, left) = split(m, &mut self.names)?;
+        if raw.consumer_sequence != self.next_consumer_seq {
+            return Some(Ended::Gap {
+                expected: self.next_consumer_seq,
+                got: raw.consumer_sequence,
+            });
         }
+        self.next_consumer_seq += 1;
+        self.pending = left;
+        self.read += 1;
+        let go_on = each(raw, left);
+        self.last_seen = Instant::now();
+        (!go_on).then_some(Ended::Stopped)
     }
-    drop(sub);
-    // Best effort: the inactivity threshold removes it otherwise.
-    let _ = js.delete_consumer(&req.stream, &consumer);
-    Ok((read, ended))
 }
 
 /// The stream's last sequence now: the end a replay fixes when it starts.
