@@ -154,15 +154,50 @@ pub struct NatsConfig {
 /// runner creates when the block names none (the config passes one default runner's in-flight
 /// messages, so the broker never pauses a default runner).
 pub fn read_nats(mut r: ObjectReader<'_>, default_max_ack_pending: i64) -> NatsConfig {
+    let urls = read_urls(&mut r);
+    let stream = read_broker_name(&mut r, "stream");
+    let consumer = read_broker_name(&mut r, "consumer");
+    let subjects = read_subjects(&mut r);
+    let auth = match r.object("auth") {
+        Some(a) => read_nats_auth(a),
+        None => NatsAuth::None,
+    };
+    let tls = read_tls(&mut r, &urls);
+    let allow_plaintext_credentials = r.bool_or("allow_plaintext_credentials", false);
+    if !tls.required && !allow_plaintext_credentials && auth != NatsAuth::None {
+        check_plaintext_credentials(&mut r, &urls);
+    }
+    let consumer_mode = read_consumer_mode(&mut r);
+    let consumer_settings = read_consumer_settings(&mut r, default_max_ack_pending, consumer_mode);
+    let connection_name = r.string_or("connection_name", "svc");
+    r.finish();
+    NatsConfig {
+        urls,
+        stream,
+        consumer,
+        subjects,
+        auth,
+        tls_ca_file: tls.ca_file,
+        tls_client_cert: tls.client_cert,
+        tls_required: tls.required,
+        allow_plaintext_credentials,
+        consumer_mode,
+        consumer_settings,
+        connection_name,
+    }
+}
+
+/// `url` or `urls`, exactly one of them, each URL checked.
+fn read_urls(r: &mut ObjectReader<'_>) -> Vec<String> {
     let url = r.opt_string("url");
     let list = r.has("urls").then(|| r.string_list("urls"));
-    let urls = match (url, list) {
+    match (url, list) {
         (Some(_), Some(_)) => {
             r.problem("urls", "set either url or urls, not both");
             Vec::new()
         }
         (Some(u), None) => {
-            check_nats_url(&r, "url", &u);
+            check_nats_url(r, "url", &u);
             vec![u]
         }
         (None, Some(list)) => {
@@ -170,7 +205,7 @@ pub fn read_nats(mut r: ObjectReader<'_>, default_max_ack_pending: i64) -> NatsC
                 r.problem("urls", "must name at least one server");
             }
             for (i, u) in list.iter().enumerate() {
-                check_nats_url(&r, &format!("urls[{i}]"), u);
+                check_nats_url(r, &format!("urls[{i}]"), u);
             }
             list
         }
@@ -178,22 +213,31 @@ pub fn read_nats(mut r: ObjectReader<'_>, default_max_ack_pending: i64) -> NatsC
             r.problem("url", "is required (or urls)");
             Vec::new()
         }
-    };
-    let stream = r.req_string("stream");
-    if !stream.is_empty() && !is_broker_name(&stream) {
-        r.problem("stream", "must be 1 to 64 characters of A-Z a-z 0-9 _ -");
     }
-    let consumer = r.req_string("consumer");
-    if !consumer.is_empty() && !is_broker_name(&consumer) {
-        r.problem("consumer", "must be 1 to 64 characters of A-Z a-z 0-9 _ -");
+}
+
+/// A required stream or consumer name (`key`).
+fn read_broker_name(r: &mut ObjectReader<'_>, key: &'static str) -> String {
+    let name = r.req_string(key);
+    if !name.is_empty() && !is_broker_name(&name) {
+        r.problem(key, "must be 1 to 64 characters of A-Z a-z 0-9 _ -");
     }
-    let subjects = read_subjects(&mut r);
-    let auth = match r.object("auth") {
-        Some(a) => read_nats_auth(a),
-        None => NatsAuth::None,
-    };
-    let tls_ca_file = r.opt_nonempty("tls_ca_file").map(PathBuf::from);
-    let tls_client_cert = match (
+    name
+}
+
+/// The TLS settings of the `nats` block, as the runner applies them.
+struct Tls {
+    ca_file: Option<PathBuf>,
+    client_cert: Option<(PathBuf, PathBuf)>,
+    /// `tls_required`, or asked for by a `tls://` URL, a CA file or a client certificate.
+    required: bool,
+}
+
+/// `tls_ca_file`, `tls_cert_file` with `tls_key_file`, `tls_required` (never false once
+/// something asks for TLS).
+fn read_tls(r: &mut ObjectReader<'_>, urls: &[String]) -> Tls {
+    let ca_file = r.opt_nonempty("tls_ca_file").map(PathBuf::from);
+    let client_cert = match (
         r.opt_nonempty("tls_cert_file"),
         r.opt_nonempty("tls_key_file"),
     ) {
@@ -208,9 +252,8 @@ pub fn read_nats(mut r: ObjectReader<'_>, default_max_ack_pending: i64) -> NatsC
         }
         (None, None) => None,
     };
-    let tls_asked = tls_ca_file.is_some()
-        || tls_client_cert.is_some()
-        || urls.iter().any(|u| u.starts_with("tls://"));
+    let tls_asked =
+        ca_file.is_some() || client_cert.is_some() || urls.iter().any(|u| u.starts_with("tls://"));
     let tls_explicit = r.has("tls_required");
     let tls_setting = r.bool_or("tls_required", false);
     if tls_explicit && !tls_setting && tls_asked {
@@ -220,29 +263,43 @@ pub fn read_nats(mut r: ObjectReader<'_>, default_max_ack_pending: i64) -> NatsC
              to every server",
         );
     }
-    let tls_required = tls_setting || tls_asked;
+    let required = tls_setting || tls_asked;
     // Shown as the runner applies it (true also when a tls:// URL or a CA asks for TLS),
     // which reads back to the same setting.
-    r.record_resolved("tls_required", serde_json::Value::Bool(tls_required));
-    let allow_plaintext_credentials = r.bool_or("allow_plaintext_credentials", false);
-    if !tls_required && !allow_plaintext_credentials && auth != NatsAuth::None {
-        let single = r.has("url");
-        let key = |i: usize| match single {
-            true => "url".to_string(),
-            false => format!("urls[{i}]"),
-        };
-        for (i, u) in urls.iter().enumerate() {
-            if !is_loopback_url(u) {
-                r.problem(
-                    &key(i),
-                    "would carry the nats.auth credentials in plaintext to a non-loopback \
-                     host; use tls:// (or tls_ca_file / tls_required), or set \
-                     nats.allow_plaintext_credentials to true",
-                );
-            }
+    r.record_resolved("tls_required", serde_json::Value::Bool(required));
+    Tls {
+        ca_file,
+        client_cert,
+        required,
+    }
+}
+
+/// Without TLS, credentials go to loopback hosts only (unless the operator allows it).
+fn check_plaintext_credentials(r: &mut ObjectReader<'_>, urls: &[String]) {
+    let single = r.has("url");
+    let key = |i: usize| match single {
+        true => "url".to_string(),
+        false => format!("urls[{i}]"),
+    };
+    for (i, u) in urls.iter().enumerate() {
+        if !is_loopback_url(u) {
+            r.problem(
+                &key(i),
+                "would carry the nats.auth credentials in plaintext to a non-loopback \
+                 host; use tls:// (or tls_ca_file / tls_required), or set \
+                 nats.allow_plaintext_credentials to true",
+            );
         }
     }
-    let consumer_mode = read_consumer_mode(&mut r);
+}
+
+/// The settings of a consumer the runner creates or checks; `backoff_seconds` may not
+/// list more delays than `max_deliver` allows.
+fn read_consumer_settings(
+    r: &mut ObjectReader<'_>,
+    default_max_ack_pending: i64,
+    consumer_mode: ConsumerMode,
+) -> ConsumerSettings {
     let consumer_settings = ConsumerSettings {
         ack_wait: Duration::from_secs(r.int_in("ack_wait_seconds", 30, 1, 86_400) as u64),
         // The default in-flight bound: the broker never pauses a default runner.
@@ -255,8 +312,8 @@ pub fn read_nats(mut r: ObjectReader<'_>, default_max_ack_pending: i64) -> NatsC
             Some(n) => n,
             None => -1,
         },
-        backoff: read_backoff(&mut r),
-        start: read_start(&mut r, consumer_mode),
+        backoff: read_backoff(r),
+        start: read_start(r, consumer_mode),
     };
     let s = &consumer_settings;
     if s.max_deliver != -1 && s.backoff.len() as i64 > s.max_deliver {
@@ -270,22 +327,7 @@ pub fn read_nats(mut r: ObjectReader<'_>, default_max_ack_pending: i64) -> NatsC
             ),
         );
     }
-    let connection_name = r.string_or("connection_name", "svc");
-    r.finish();
-    NatsConfig {
-        urls,
-        stream,
-        consumer,
-        subjects,
-        auth,
-        tls_ca_file,
-        tls_client_cert,
-        tls_required,
-        allow_plaintext_credentials,
-        consumer_mode,
-        consumer_settings,
-        connection_name,
-    }
+    consumer_settings
 }
 
 /// `consumer_mode`, with `create_consumer: true` as the older spelling of `create`.
