@@ -439,18 +439,39 @@ pub fn is_broker_time(unix_nanos: i128) -> bool {
     (LOW..=HIGH).contains(&unix_nanos)
 }
 
+/// `deliver_policy` as read: where a consumer the runner creates starts.
+#[derive(Clone, Copy, PartialEq)]
+enum Policy {
+    All,
+    New,
+    Sequence,
+    Time,
+    LastPerSubject,
+}
+
+/// `opt_start_time` as written, and its instant when it is an RFC 3339 time the broker
+/// takes.
+fn read_start_time(r: &mut ObjectReader<'_>) -> (Option<String>, Option<i128>) {
+    let time_text = r.opt_nonempty("opt_start_time");
+    let time = time_text.as_deref().and_then(|t| {
+        let nanos = parse_rfc3339_nanos(t);
+        match nanos {
+            None => r.problem(
+                "opt_start_time",
+                "must be an RFC 3339 time, e.g. 2026-11-26T14:00:00Z",
+            ),
+            Some(n) if !is_broker_time(n) => r.problem("opt_start_time", BROKER_TIME_RANGE),
+            Some(_) => {}
+        }
+        nanos.filter(|n| is_broker_time(*n))
+    });
+    (time_text, time)
+}
+
 /// `deliver_policy` with `opt_start_seq` / `opt_start_time`: where a consumer the runner
 /// creates starts. Each starting point goes with its policy only; a policy at all only when
 /// the runner may create the consumer.
 fn read_start(r: &mut ObjectReader<'_>, mode: ConsumerMode) -> StartPosition {
-    #[derive(Clone, Copy, PartialEq)]
-    enum Policy {
-        All,
-        New,
-        Sequence,
-        Time,
-        LastPerSubject,
-    }
     let explicit = r.has("deliver_policy");
     let policy = r.one_of(
         "deliver_policy",
@@ -471,19 +492,7 @@ fn read_start(r: &mut ObjectReader<'_>, mode: ConsumerMode) -> StartPosition {
         );
     }
     let seq = r.opt_int_in("opt_start_seq", 1, i64::MAX);
-    let time_text = r.opt_nonempty("opt_start_time");
-    let time = time_text.as_deref().and_then(|t| {
-        let nanos = parse_rfc3339_nanos(t);
-        match nanos {
-            None => r.problem(
-                "opt_start_time",
-                "must be an RFC 3339 time, e.g. 2026-11-26T14:00:00Z",
-            ),
-            Some(n) if !is_broker_time(n) => r.problem("opt_start_time", BROKER_TIME_RANGE),
-            Some(_) => {}
-        }
-        nanos.filter(|n| is_broker_time(*n))
-    });
+    let (time_text, time) = read_start_time(r);
     if policy != Policy::Sequence && r.has("opt_start_seq") {
         r.problem(
             "opt_start_seq",
