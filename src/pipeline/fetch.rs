@@ -213,20 +213,7 @@ impl Fetcher {
     /// Runs until the stop flag is set (Ok), or the connection is closed for good or the
     /// consumer was deleted or changed under us (Err, the operator's message).
     pub fn run(mut self) -> Result<(), String> {
-        let mut p = Pulls {
-            outstanding: VecDeque::new(),
-            batch: Collecting::new(self.batch_size),
-            next_id: 1,
-            request_failures: 0,
-            names: broker::DeliveryNames::new(
-                Arc::clone(&self.incarnation),
-                Arc::clone(&self.generation),
-            ),
-            doing: "",
-            paused_until: None,
-            oversize: false,
-            incarnation_due: Instant::now() + INCARNATION_RECHECK,
-        };
+        let mut p = self.pulls();
         // One clock reading per delivery, shared by everything that needs the time.
         let mut now = Instant::now();
         let result = loop {
@@ -255,39 +242,87 @@ impl Fetcher {
             self.note(&mut p.doing, "waiting for deliveries");
             let delivery = broker::next_delivery(&self.sub, wait, &mut p.names);
             now = Instant::now();
-            match delivery {
-                Delivery::Message {
-                    raw,
-                    handle,
-                    pending,
-                } => {
-                    // Counted as fetched when its batch ships (one shared add per batch).
-                    self.monitor.mark_fetch(now);
-                    self.watch.delivered(pending);
-                    self.take(&mut p, raw, handle, now);
-                }
-                Delivery::RequestEnded(end) => self.request_ended(&mut p, &end, now),
-                Delivery::Idle => {}
-                Delivery::Closed => break Err("broker subscription closed".to_string()),
+            if let Err(e) = self.on_delivery(&mut p, delivery, now) {
+                break Err(e);
             }
-            // Requests whose answer never came (lost in a reconnect).
-            while p.outstanding.front().is_some_and(|r| r.deadline <= now) {
-                let req = p.outstanding.pop_front().expect("front exists");
-                self.credits.give(req.unused());
-            }
-            let due = p.batch.messages.len() >= self.batch_size
-                || p.outstanding.is_empty()
-                || p.batch
-                    .since
-                    .is_some_and(|s| now >= s + self.max_batch_wait);
-            if due && !p.batch.messages.is_empty() {
-                let full = std::mem::replace(&mut p.batch, Collecting::new(self.batch_size));
-                if let Err(e) = self.ship_checked(full, &mut p.next_id) {
-                    break Err(e);
-                }
-                p.doing = "handing batch to svc-normalize";
+            self.expire(&mut p, now);
+            if let Err(e) = self.ship_if_due(&mut p, now) {
+                break Err(e);
             }
         };
+        self.on_end(p, result)
+    }
+
+    /// The state of a run that has sent nothing yet.
+    fn pulls(&self) -> Pulls {
+        Pulls {
+            outstanding: VecDeque::new(),
+            batch: Collecting::new(self.batch_size),
+            next_id: 1,
+            request_failures: 0,
+            names: broker::DeliveryNames::new(
+                Arc::clone(&self.incarnation),
+                Arc::clone(&self.generation),
+            ),
+            doing: "",
+            paused_until: None,
+            oversize: false,
+            incarnation_due: Instant::now() + INCARNATION_RECHECK,
+        }
+    }
+
+    /// What the wait for a delivery brought; Err when the subscription is closed.
+    fn on_delivery(
+        &mut self,
+        p: &mut Pulls,
+        delivery: Delivery,
+        now: Instant,
+    ) -> Result<(), String> {
+        match delivery {
+            Delivery::Message {
+                raw,
+                handle,
+                pending,
+            } => {
+                // Counted as fetched when its batch ships (one shared add per batch).
+                self.monitor.mark_fetch(now);
+                self.watch.delivered(pending);
+                self.take(p, raw, handle, now);
+            }
+            Delivery::RequestEnded(end) => self.request_ended(p, &end, now),
+            Delivery::Idle => {}
+            Delivery::Closed => return Err("broker subscription closed".to_string()),
+        }
+        Ok(())
+    }
+
+    /// Requests whose answer never came (lost in a reconnect) give their credits back.
+    fn expire(&self, p: &mut Pulls, now: Instant) {
+        while p.outstanding.front().is_some_and(|r| r.deadline <= now) {
+            let req = p.outstanding.pop_front().expect("front exists");
+            self.credits.give(req.unused());
+        }
+    }
+
+    /// Ships the batch when it is full, its oldest message has waited `max_batch_wait`, or
+    /// no request is open to bring more.
+    fn ship_if_due(&mut self, p: &mut Pulls, now: Instant) -> Result<(), String> {
+        let due = p.batch.messages.len() >= self.batch_size
+            || p.outstanding.is_empty()
+            || p.batch
+                .since
+                .is_some_and(|s| now >= s + self.max_batch_wait);
+        if due && !p.batch.messages.is_empty() {
+            let full = std::mem::replace(&mut p.batch, Collecting::new(self.batch_size));
+            self.ship_checked(full, &mut p.next_id)?;
+            p.doing = "handing batch to svc-normalize";
+        }
+        Ok(())
+    }
+
+    /// The loop ended (`result`): ships what was collected, releases the open requests
+    /// after a stop, and gives their credits back.
+    fn on_end(&mut self, mut p: Pulls, result: Result<(), String>) -> Result<(), String> {
         // Ship what was collected: those messages were delivered to us and may as well be
         // written and acknowledged while the pipeline drains.
         if !p.batch.messages.is_empty() {

@@ -209,21 +209,8 @@ impl std::error::Error for RunError {}
 pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     crate::allocator::keep_large_buffers_returnable();
     let started_at = now_epoch_seconds();
-    let lane_names = cfg.delivery.priority_lanes.iter().flat_map(|l| &l.lanes);
-    let metrics = Arc::new(
-        Metrics::new(cfg.metrics.subject_families.clone())
-            .with_lanes(lane_names.map(|l| l.name.clone()).collect()),
-    );
-    let stop = Arc::new(AtomicBool::new(false));
-    let monitor = Arc::new(Monitor::new());
-
-    // Keys first: a missing or unreadable key stops the runner before it touches the broker.
-    let protection = Arc::new(
-        Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody)
-            .map_err(|e| RunError::Fatal(e.join("; ")))?,
-    );
-    let stop_at = Arc::new(OnceLock::new());
-    let signal_handle = signals::spawn(stop.clone(), stop_at.clone(), monitor.clone())?;
+    let start = Startup::begin(&cfg)?;
+    let (metrics, stop, monitor) = (start.metrics, start.stop, start.monitor);
     let (sink, drainer) = build_sink(&cfg, &metrics)?;
     let (checkpoint_feed, checkpoint_done) = start_checkpoints(&cfg)?;
     let denials = Arc::new(broker::Denials::default());
@@ -247,122 +234,266 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let snapshot_thread = snapshot.spawn(stop.clone())?;
     let (flush_kick, flush_thread) = spawn_flush(nc.clone())?;
     let generation = Arc::new(broker::AckGeneration::default());
-    let ack = ack::AckWorker {
-        nc: nc.clone(),
-        rx: ack_rx,
-        credits: credits.clone(),
-        flush_kick: flush_kick.clone(),
-        metrics: metrics.clone(),
-        monitor: monitor.clone(),
-        nak_backoff: d.nak_backoff,
-        max_deliveries: d.max_deliveries,
-        dlq: cfg.dead_letter.enabled.then(|| {
-            let publisher = DeadLetterPublisher::new(nc.clone(), cfg.dead_letter.clone());
-            publisher.log_stream_check();
-            publisher
-        }),
-        progress_after: consumer.ack_wait.mul_f64(d.in_progress_fraction),
-        generation: Arc::clone(&generation),
-        confirmations: open_confirmations(&nc, d, &consumer, &metrics)?,
+    let shared = Shared {
+        nc,
+        metrics,
+        monitor,
+        credits,
+        stop,
+        stop_at: start.stop_at,
+        generation,
     };
-    let (ack_done_tx, ack_done_rx) = bounded::<()>(1);
-    spawn("svc-ack", move || {
-        ack.run();
-        let _ = ack_done_tx.send(());
-    })?;
-    spawn_sink_workers(
-        &cfg,
-        &sink,
-        &prepared_rx,
-        &ack_tx,
-        &metrics,
-        &monitor,
-        checkpoint_feed,
-    )?;
+    let ack_done = shared.start_ack(&cfg, &consumer, ack_rx, flush_kick.clone())?;
+    spawn_sink_workers(&cfg, &sink, &prepared_rx, &ack_tx, &shared, checkpoint_feed)?;
     drop(prepared_rx);
-    let advisories = start_advisories(&cfg, &nc, &consumer, &metrics, &stop);
-    let normalizer = Normalizer::new(&cfg, protection, metrics.clone());
-    let mon = monitor.clone();
+    let (metrics, stop) = (&shared.metrics, &shared.stop);
+    let advisories = start_advisories(&cfg, &shared.nc, &consumer, metrics, stop);
+    let normalizer = Normalizer::new(&cfg, start.protection, metrics.clone());
+    let mon = shared.monitor.clone();
     spawn("svc-normalize", move || {
         normalize::run(normalizer, raw_rx, prepared_tx, mon)
     })?;
 
-    let fetcher = fetch::Fetcher {
-        nc: nc.clone(),
-        subjects: cfg
-            .nats
-            .subjects
-            .iter()
-            .filter_map(|s| crate::message::subject::SubjectPattern::parse(s).ok())
-            .collect(),
-        batch_size: d.batch_size,
-        request_messages: fetch::request_messages(d.batch_size, request_bytes),
-        expiry: d.fetch_expiry,
-        max_batch_wait: d.max_batch_wait,
-        credits,
-        request_bytes,
-        flush_kick,
+    let ends = FetchEnds {
         raw_tx,
         ack_tx,
-        stop: stop.clone(),
-        stop_at: stop_at.clone(),
-        shutdown_timeout: d.shutdown_timeout,
+        flush_kick,
         denials: denials.clone(),
-        metrics: metrics.clone(),
-        monitor: monitor.clone(),
-        watch: broker::consumer_watch::ConsumerWatch::new(
-            nc.clone(),
-            &consumer.stream,
-            &consumer.name,
-            &cfg.nats.subjects,
-        ),
-        stream: consumer.stream.clone(),
-        incarnation: Arc::clone(&consumer.incarnation),
-        generation,
-        sub: consumer.subscription,
     };
-    let fetch_thread = spawn("svc-fetch", move || fetcher.run())?;
-    let fatal = match fetch_thread.join() {
-        Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(e),
-        Err(_) => Some("svc-fetch panicked".to_string()),
+    let fatal = shared.run_fetch(&cfg, consumer, request_bytes, ends)?;
+    let ending = Ending {
+        stopping: shared.stopping(drain_stop, d.shutdown_timeout),
+        ack_done,
+        flush_thread,
+        advisories,
+        drain_thread,
+        checkpoint_done,
+        snapshot_thread,
+        snapshot,
+        signal_handle: start.signal_handle,
+        denials,
     };
-    let stopping = Stopping {
-        nc,
-        stop,
-        stop_at,
-        drain_stop,
-        timeout: d.shutdown_timeout,
-    };
-    stopping.drain_pipeline(&ack_done_rx, flush_thread);
-    if let Some(observer) = advisories {
-        observer.join();
+    ending.on_fetch_end(fatal)
+}
+
+/// The counters, flags and keys of a run, and the signal thread that sets the stop flag:
+/// all ready before the runner touches the sink or the broker.
+struct Startup {
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+    monitor: Arc<Monitor>,
+    protection: Arc<Protection>,
+    stop_at: Arc<OnceLock<Instant>>,
+    signal_handle: signal_hook::iterator::Handle,
+}
+
+impl Startup {
+    fn begin(cfg: &RuntimeConfig) -> Result<Startup, RunError> {
+        let lane_names = cfg.delivery.priority_lanes.iter().flat_map(|l| &l.lanes);
+        let metrics = Arc::new(
+            Metrics::new(cfg.metrics.subject_families.clone())
+                .with_lanes(lane_names.map(|l| l.name.clone()).collect()),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let monitor = Arc::new(Monitor::new());
+
+        // Keys first: a missing or unreadable key stops the runner before it touches the broker.
+        let protection = Arc::new(
+            Protection::load(&cfg.payload_encryption, &cfg.authenticity, &cfg.custody)
+                .map_err(|e| RunError::Fatal(e.join("; ")))?,
+        );
+        let stop_at = Arc::new(OnceLock::new());
+        let signal_handle = signals::spawn(stop.clone(), stop_at.clone(), monitor.clone())?;
+        Ok(Startup {
+            metrics,
+            stop,
+            monitor,
+            protection,
+            stop_at,
+            signal_handle,
+        })
     }
-    if let Some((done, spool)) = drain_thread {
-        stop_drain(&done, &spool, stopping.deadline());
+}
+
+/// What the long-lived threads share, held by `run` while it starts them.
+struct Shared {
+    nc: broker::Connection,
+    metrics: Arc<Metrics>,
+    monitor: Arc<Monitor>,
+    credits: Arc<credit::CreditPool>,
+    stop: Arc<AtomicBool>,
+    stop_at: Arc<OnceLock<Instant>>,
+    generation: Arc<broker::AckGeneration>,
+}
+
+/// What `svc-fetch` alone sends on (its senders end the pipeline when it drops them), and
+/// the denials it stops on.
+struct FetchEnds {
+    raw_tx: crossbeam_channel::Sender<RawBatch>,
+    ack_tx: crossbeam_channel::Sender<AckMsg>,
+    flush_kick: crossbeam_channel::Sender<()>,
+    denials: Arc<broker::Denials>,
+}
+
+impl Shared {
+    /// Starts `svc-ack`; the receiver says when it has settled everything and ended.
+    fn start_ack(
+        &self,
+        cfg: &RuntimeConfig,
+        consumer: &broker::Consumer,
+        rx: crossbeam_channel::Receiver<AckMsg>,
+        flush_kick: crossbeam_channel::Sender<()>,
+    ) -> Result<crossbeam_channel::Receiver<()>, RunError> {
+        let d = &cfg.delivery;
+        let ack = ack::AckWorker {
+            nc: self.nc.clone(),
+            rx,
+            credits: self.credits.clone(),
+            flush_kick,
+            metrics: self.metrics.clone(),
+            monitor: self.monitor.clone(),
+            nak_backoff: d.nak_backoff,
+            max_deliveries: d.max_deliveries,
+            dlq: cfg.dead_letter.enabled.then(|| {
+                let publisher = DeadLetterPublisher::new(self.nc.clone(), cfg.dead_letter.clone());
+                publisher.log_stream_check();
+                publisher
+            }),
+            progress_after: consumer.ack_wait.mul_f64(d.in_progress_fraction),
+            generation: Arc::clone(&self.generation),
+            confirmations: open_confirmations(&self.nc, d, consumer, &self.metrics)?,
+        };
+        let (ack_done_tx, ack_done_rx) = bounded::<()>(1);
+        spawn("svc-ack", move || {
+            ack.run();
+            let _ = ack_done_tx.send(());
+        })?;
+        Ok(ack_done_rx)
     }
-    if let Some(done) = checkpoint_done {
-        // The sink workers are gone: the thread writes what is pending and ends.
-        let left = stopping
-            .deadline()
-            .saturating_duration_since(Instant::now());
-        if done.recv_timeout(left).is_err() {
-            log::warn!("custody checkpoints: the last checkpoint was not written in time");
+
+    /// Runs `svc-fetch` until it ends: `Some` says why it failed.
+    fn run_fetch(
+        &self,
+        cfg: &RuntimeConfig,
+        consumer: broker::Consumer,
+        request_bytes: usize,
+        ends: FetchEnds,
+    ) -> Result<Option<String>, RunError> {
+        let fetcher = self.fetcher(cfg, consumer, request_bytes, ends);
+        let fetch_thread = spawn("svc-fetch", move || fetcher.run())?;
+        Ok(match fetch_thread.join() {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e),
+            Err(_) => Some("svc-fetch panicked".to_string()),
+        })
+    }
+
+    /// `svc-fetch`, owning the consumer's pull subscription.
+    fn fetcher(
+        &self,
+        cfg: &RuntimeConfig,
+        consumer: broker::Consumer,
+        request_bytes: usize,
+        ends: FetchEnds,
+    ) -> fetch::Fetcher {
+        let d = &cfg.delivery;
+        fetch::Fetcher {
+            nc: self.nc.clone(),
+            subjects: cfg
+                .nats
+                .subjects
+                .iter()
+                .filter_map(|s| crate::message::subject::SubjectPattern::parse(s).ok())
+                .collect(),
+            batch_size: d.batch_size,
+            request_messages: fetch::request_messages(d.batch_size, request_bytes),
+            expiry: d.fetch_expiry,
+            max_batch_wait: d.max_batch_wait,
+            credits: self.credits.clone(),
+            request_bytes,
+            flush_kick: ends.flush_kick,
+            raw_tx: ends.raw_tx,
+            ack_tx: ends.ack_tx,
+            stop: self.stop.clone(),
+            stop_at: self.stop_at.clone(),
+            shutdown_timeout: d.shutdown_timeout,
+            denials: ends.denials,
+            metrics: self.metrics.clone(),
+            monitor: self.monitor.clone(),
+            watch: broker::consumer_watch::ConsumerWatch::new(
+                self.nc.clone(),
+                &consumer.stream,
+                &consumer.name,
+                &cfg.nats.subjects,
+            ),
+            stream: consumer.stream.clone(),
+            incarnation: Arc::clone(&consumer.incarnation),
+            generation: Arc::clone(&self.generation),
+            sub: consumer.subscription,
         }
     }
-    let _ = snapshot_thread.join();
-    snapshot.write_now();
-    signal_handle.close();
-    // The final flush waited for the broker's PONG, so a violation by the last
-    // acknowledgements of a clean stop has arrived by now: a clean exit would hide it.
-    let fatal = fatal.or_else(|| {
-        denials
-            .first()
-            .map(|d| broker::permissions::runner_error(&d))
-    });
-    match fatal {
-        None => Ok(()),
-        Some(e) => Err(RunError::Fatal(e)),
+
+    /// The shutdown clock, once svc-fetch has ended.
+    fn stopping(self, drain_stop: Arc<AtomicBool>, timeout: std::time::Duration) -> Stopping {
+        Stopping {
+            nc: self.nc,
+            stop: self.stop,
+            stop_at: self.stop_at,
+            drain_stop,
+            timeout,
+        }
+    }
+}
+
+/// What `run` waits for and closes after svc-fetch ended, in this order.
+struct Ending {
+    stopping: Stopping,
+    ack_done: crossbeam_channel::Receiver<()>,
+    flush_thread: thread::JoinHandle<()>,
+    advisories: Option<AdvisoryObserver>,
+    drain_thread: Option<DrainThread>,
+    checkpoint_done: Option<crossbeam_channel::Receiver<()>>,
+    snapshot_thread: thread::JoinHandle<()>,
+    snapshot: snapshot_writer::SnapshotWriter,
+    signal_handle: signal_hook::iterator::Handle,
+    denials: Arc<broker::Denials>,
+}
+
+impl Ending {
+    /// Drains the pipeline, stops the side threads within the shutdown clock, writes the
+    /// final snapshot; `fatal` is why svc-fetch stopped, if it failed.
+    fn on_fetch_end(self, fatal: Option<String>) -> Result<(), RunError> {
+        let stopping = self.stopping;
+        stopping.drain_pipeline(&self.ack_done, self.flush_thread);
+        if let Some(observer) = self.advisories {
+            observer.join();
+        }
+        if let Some((done, spool)) = self.drain_thread {
+            stop_drain(&done, &spool, stopping.deadline());
+        }
+        if let Some(done) = self.checkpoint_done {
+            // The sink workers are gone: the thread writes what is pending and ends.
+            let left = stopping
+                .deadline()
+                .saturating_duration_since(Instant::now());
+            if done.recv_timeout(left).is_err() {
+                log::warn!("custody checkpoints: the last checkpoint was not written in time");
+            }
+        }
+        let _ = self.snapshot_thread.join();
+        self.snapshot.write_now();
+        self.signal_handle.close();
+        // The final flush waited for the broker's PONG, so a violation by the last
+        // acknowledgements of a clean stop has arrived by now: a clean exit would hide it.
+        let fatal = fatal.or_else(|| {
+            self.denials
+                .first()
+                .map(|d| broker::permissions::runner_error(&d))
+        });
+        match fatal {
+            None => Ok(()),
+            Some(e) => Err(RunError::Fatal(e)),
+        }
     }
 }
 
@@ -573,8 +704,7 @@ fn spawn_sink_workers(
     sink: &Arc<dyn crate::sink::Sink>,
     prepared: &crossbeam_channel::Receiver<PreparedBatch>,
     ack: &crossbeam_channel::Sender<AckMsg>,
-    metrics: &Arc<Metrics>,
-    monitor: &Arc<Monitor>,
+    shared: &Shared,
     checkpoints: Option<Arc<crate::sink::checkpoint::Feed>>,
 ) -> Result<(), RunError> {
     let dead_letter = cfg
@@ -587,8 +717,8 @@ fn spawn_sink_workers(
             rx: prepared.clone(),
             tx: ack.clone(),
             sink: sink.clone(),
-            metrics: metrics.clone(),
-            monitor: monitor.clone(),
+            metrics: shared.metrics.clone(),
+            monitor: shared.monitor.clone(),
             dead_letter: dead_letter.clone(),
             lanes: cfg.delivery.priority_lanes.clone().map(Arc::new),
             failures_logged: Default::default(),

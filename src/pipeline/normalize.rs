@@ -24,7 +24,9 @@ use crossbeam_channel::{Receiver, Sender};
 use super::{Monitor, Prepared, PreparedBatch, RawBatch, Rejection};
 use crate::broker::dead_letter::{DeadLetter, DeadLetterConfig, Failure};
 use crate::config::RuntimeConfig;
-use crate::message::envelope::{normalize, now_unix_nanos, EnvelopeConfig, RawMessage};
+use crate::message::envelope::{
+    normalize, now_unix_nanos, Envelope, EnvelopeConfig, Freshness, RawMessage,
+};
 use crate::message::labels::{self, SecurityLabelsConfig};
 use crate::message::limits;
 use crate::message::metadata::MessageMetadataConfig;
@@ -77,6 +79,28 @@ impl Normalizer {
         family: Option<usize>,
         ages: &mut Summary,
     ) -> Result<Prepared, Rejection> {
+        self.admit(raw)?;
+        let (mut envelope, fresh) = normalize(raw, received_unix_nanos, &self.envelope);
+        if let Some(age) = fresh.age_seconds {
+            ages.observe(age);
+        }
+        count_freshness(&self.metrics.counters, &fresh);
+        self.govern(raw, &mut envelope)?;
+        self.protect(raw, &mut envelope)?;
+        self.bound_record(raw, &envelope)?;
+        if envelope.mission_metadata.is_some() {
+            Metrics::add(&self.metrics.counters.mission_metadata_attached_total, 1);
+        }
+        Ok(Prepared {
+            family,
+            envelope,
+            source_unix_nanos: fresh.source_unix_nanos,
+        })
+    }
+
+    /// What the message itself brings, before any envelope: the input limits, the size
+    /// policy's input bounds, the publisher signature.
+    fn admit(&self, raw: &RawMessage) -> Result<(), Rejection> {
         let c = &self.metrics.counters;
         if let Err(limit) = limits::check(raw, &self.envelope.keep_headers) {
             return Err(self.reject(
@@ -99,30 +123,12 @@ impl Normalizer {
                 ));
             }
         }
-        let (mut envelope, fresh) = normalize(raw, received_unix_nanos, &self.envelope);
-        if let Some(age) = fresh.age_seconds {
-            ages.observe(age);
-        }
-        for (flag, counter) in [
-            (fresh.stale, &c.events_stale_at_receive_total),
-            (
-                fresh.missing_publisher_timestamp,
-                &c.events_missing_publisher_timestamp_total,
-            ),
-            (
-                fresh.malformed_timestamp,
-                &c.events_malformed_timestamp_total,
-            ),
-            (fresh.clock_skew, &c.events_source_clock_skew_total),
-            (
-                fresh.implausible_event_time,
-                &c.events_implausible_time_total,
-            ),
-        ] {
-            if flag {
-                Metrics::add(counter, 1);
-            }
-        }
+        Ok(())
+    }
+
+    /// The governance stages on the envelope: message metadata, security labels, mission
+    /// metadata, the size policy's envelope bounds, the pre-sink policy.
+    fn govern(&self, raw: &RawMessage, envelope: &mut Envelope) -> Result<(), Rejection> {
         let mut meta = self
             .message_metadata
             .resolve(raw)
@@ -141,8 +147,8 @@ impl Normalizer {
             .security_labels
             .resolve(raw, &meta)
             .map_err(|r| self.reject(raw, Failure::from(&r)))?;
-        meta.apply_to(&mut envelope);
-        labels::apply_to(&mut envelope, profile);
+        meta.apply_to(envelope);
+        labels::apply_to(envelope, profile);
         let (mission, mission_bytes) = self
             .mission_metadata
             .resolve_measured(raw)
@@ -150,7 +156,7 @@ impl Normalizer {
             .map_or((None, None), |(v, size)| (Some(v), size));
         envelope.mission_metadata = mission;
         self.size_policy
-            .check_envelope(&envelope, mission_bytes)
+            .check_envelope(envelope, mission_bytes)
             .map_err(|r| self.refuse(raw, &r))?;
         if self.pre_sink_policy.enabled {
             // Matched against the encryption rules only when a policy may ask.
@@ -160,13 +166,17 @@ impl Normalizer {
                 .as_ref()
                 .is_some_and(|e| e.applies_to(&raw.subject));
             self.pre_sink_policy
-                .check(&envelope, will_encrypt)
+                .check(envelope, will_encrypt)
                 .map_err(|r| self.refuse(raw, &r))?;
         }
-        match self
-            .protection
-            .protect(&mut envelope, raw, now_unix_nanos())
-        {
+        Ok(())
+    }
+
+    /// Payload encryption and custody evidence; a key at its message bound leaves the
+    /// message for redelivery (`retry`), never for the DLQ.
+    fn protect(&self, raw: &RawMessage, envelope: &mut Envelope) -> Result<(), Rejection> {
+        let c = &self.metrics.counters;
+        match self.protection.protect(envelope, raw, now_unix_nanos()) {
             Ok(encrypted) => {
                 if encrypted {
                     Metrics::add(&c.payload_encrypted_total, 1);
@@ -176,35 +186,33 @@ impl Normalizer {
                 if self.protection.custodian.is_some() {
                     Metrics::add(&c.custody_sealed_total, 1);
                 }
+                Ok(())
             }
             Err(e) => {
                 Metrics::add(&c.payload_encryption_refused_total, 1);
                 log::error!("stream sequence {}: {e}", raw.stream_sequence);
-                return Err(Rejection {
+                Err(Rejection {
                     reason: e.to_string(),
                     dead_letter: None,
                     retry: true,
                     at: at(raw),
-                });
+                })
             }
         }
+    }
+
+    /// The size policy's bound on the record's bytes, as the sinks will store it.
+    fn bound_record(&self, raw: &RawMessage, envelope: &Envelope) -> Result<(), Rejection> {
         if self.size_policy.bounds_record() {
             let mut record = Vec::with_capacity(1024 + envelope.payload.json().len());
             // An envelope the encoder refuses is left to the sink, which refuses it the same way.
-            if crate::sink::file::record::encode_record(&mut record, &envelope).is_ok() {
+            if crate::sink::file::record::encode_record(&mut record, envelope).is_ok() {
                 self.size_policy
                     .check_record_bytes(record.len() as u64)
                     .map_err(|r| self.refuse(raw, &r))?;
             }
         }
-        if envelope.mission_metadata.is_some() {
-            Metrics::add(&c.mission_metadata_attached_total, 1);
-        }
-        Ok(Prepared {
-            family,
-            envelope,
-            source_unix_nanos: fresh.source_unix_nanos,
-        })
+        Ok(())
     }
 
     /// A governance stage's refusal: counted per stage, then a permanent pre-sink failure.
@@ -302,6 +310,30 @@ fn reason_counter<'c>(
         (size::STAGE, "record_too_large") => &c.size_policy_record_too_large_total,
         _ => return None,
     })
+}
+
+/// Counts the freshness findings of one message.
+fn count_freshness(c: &crate::metrics::Counters, fresh: &Freshness) {
+    for (flag, counter) in [
+        (fresh.stale, &c.events_stale_at_receive_total),
+        (
+            fresh.missing_publisher_timestamp,
+            &c.events_missing_publisher_timestamp_total,
+        ),
+        (
+            fresh.malformed_timestamp,
+            &c.events_malformed_timestamp_total,
+        ),
+        (fresh.clock_skew, &c.events_source_clock_skew_total),
+        (
+            fresh.implausible_event_time,
+            &c.events_implausible_time_total,
+        ),
+    ] {
+        if flag {
+            Metrics::add(counter, 1);
+        }
+    }
 }
 
 /// The counter of one authenticity failure reason.

@@ -70,6 +70,42 @@ fn suppressed_note(suppressed: u64) -> String {
     }
 }
 
+/// One batch as the sink worker holds it: the envelopes for the sink, what the metrics
+/// need of each, and one verdict per message (`None` marks a message whose verdict the sink
+/// decides, in order).
+struct Split {
+    envelopes: Vec<Envelope>,
+    /// Source time (Unix ns) and subject family of each envelope.
+    meta: Vec<(Option<i128>, Option<usize>)>,
+    verdicts: Vec<Option<Verdict>>,
+}
+
+impl Split {
+    fn new(items: Vec<Result<super::Prepared, (Rejection, Option<usize>)>>) -> Split {
+        let mut envelopes = Vec::with_capacity(items.len());
+        let mut meta = Vec::with_capacity(items.len());
+        let mut verdicts: Vec<Option<Verdict>> = Vec::with_capacity(items.len());
+        for item in items {
+            match item {
+                Ok(p) => {
+                    meta.push((p.source_unix_nanos, p.family));
+                    envelopes.push(p.envelope);
+                    verdicts.push(None);
+                }
+                Err((failure, _)) if failure.retry => verdicts.push(Some(Verdict::Written(
+                    WriteOutcome::Transient(SinkError::new("pre-sink", failure.reason)),
+                ))),
+                Err((failure, _)) => verdicts.push(Some(Verdict::Rejected(failure))),
+            }
+        }
+        Split {
+            envelopes,
+            meta,
+            verdicts,
+        }
+    }
+}
+
 impl SinkWorker {
     pub fn run(self) {
         loop {
@@ -88,33 +124,25 @@ impl SinkWorker {
 
     fn write(&self, batch: PreparedBatch) -> Vec<Verdict> {
         let batch_id = batch.id;
-        let mut envelopes = Vec::with_capacity(batch.items.len());
-        let mut meta = Vec::with_capacity(batch.items.len());
-        // `None` marks a message whose verdict the sink decides, in order.
-        let mut verdicts: Vec<Option<Verdict>> = Vec::with_capacity(batch.items.len());
-        for item in batch.items {
-            match item {
-                Ok(p) => {
-                    meta.push((p.source_unix_nanos, p.family));
-                    envelopes.push(p.envelope);
-                    verdicts.push(None);
-                }
-                Err((failure, _)) if failure.retry => verdicts.push(Some(Verdict::Written(
-                    WriteOutcome::Transient(SinkError::new("pre-sink", failure.reason)),
-                ))),
-                Err((failure, _)) => verdicts.push(Some(Verdict::Rejected(failure))),
-            }
-        }
-        if envelopes.is_empty() {
+        let mut split = Split::new(batch.items);
+        if split.envelopes.is_empty() {
             let feed = self.checkpoints.as_deref();
-            let verdicts = verdicts.into_iter().flatten();
+            let verdicts = split.verdicts.into_iter().flatten();
             return verdicts
                 .inspect(|v| {
                     feed.inspect(|f| tell_checkpoint(f, v, None));
                 })
                 .collect();
         }
+        let (outcomes, elapsed) = self.write_envelopes(&mut split.envelopes);
+        self.on_outcomes(batch_id, &outcomes, elapsed);
+        self.on_stored(&outcomes, &split.meta);
+        self.settle(split, outcomes)
+    }
 
+    /// The sink's outcome of each envelope, one per envelope whatever the sink returned,
+    /// and the seconds the write took.
+    fn write_envelopes(&self, envelopes: &mut Vec<Envelope>) -> (Vec<WriteOutcome>, f64) {
         self.monitor.activity_owned(format!(
             "writing {} envelopes to sink {}",
             envelopes.len(),
@@ -122,8 +150,8 @@ impl SinkWorker {
         ));
         let started = Instant::now();
         let mut outcomes = match &self.lanes {
-            Some(lanes) => write_by_lane(&*self.sink, lanes, &mut envelopes, &self.metrics),
-            None => self.sink.write_batch(&envelopes),
+            Some(lanes) => write_by_lane(&*self.sink, lanes, envelopes, &self.metrics),
+            None => self.sink.write_batch(envelopes),
         };
         let elapsed = started.elapsed().as_secs_f64();
         if outcomes.len() != envelopes.len() {
@@ -142,7 +170,11 @@ impl SinkWorker {
                 envelopes.len()
             ];
         }
+        (outcomes, elapsed)
+    }
 
+    /// Counts the batch's writes and failures; logs a few of the failed batches.
+    fn on_outcomes(&self, batch_id: super::BatchId, outcomes: &[WriteOutcome], elapsed: f64) {
         let c = &self.metrics.counters;
         let durable = outcomes.iter().filter(|o| o.is_durable()).count();
         let failed = outcomes.len() - durable;
@@ -170,9 +202,13 @@ impl SinkWorker {
                 );
             }
         }
+    }
+
+    /// Per family and freshness of what is durable now; the permanent failures.
+    fn on_stored(&self, outcomes: &[WriteOutcome], meta: &[(Option<i128>, Option<usize>)]) {
         let now = now_unix_nanos();
         let mut ages = Summary::default();
-        for (outcome, (source, family)) in outcomes.iter().zip(&meta) {
+        for (outcome, (source, family)) in outcomes.iter().zip(meta) {
             if outcome.is_durable() {
                 self.metrics
                     .add_family(*family, "messages_written_total", 1);
@@ -188,11 +224,17 @@ impl SinkWorker {
             .iter()
             .filter(|o| matches!(o, WriteOutcome::Permanent(_)))
             .count();
+        let c = &self.metrics.counters;
         Metrics::add(&c.sink_permanent_failures_total, permanent as u64);
+    }
 
-        let mut outcomes = outcomes.into_iter().zip(envelopes.iter());
+    /// One verdict per message in batch order: the sink's outcomes fill the places the
+    /// normalizer left open; each is told to the checkpoint thread.
+    fn settle(&self, split: Split, outcomes: Vec<WriteOutcome>) -> Vec<Verdict> {
+        let mut outcomes = outcomes.into_iter().zip(split.envelopes.iter());
         let feed = self.checkpoints.as_deref();
-        verdicts
+        split
+            .verdicts
             .into_iter()
             .map(|v| match v {
                 Some(v) => {
