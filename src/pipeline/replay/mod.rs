@@ -439,44 +439,55 @@ fn plan(
             st.next_seq, st.last_seq
         ))),
         _ => {
-            let (stream_first, stream_last) =
-                inspect::sequences(nc, stream).map_err(|e| fatal(e.to_string()))?;
-            if opts.range.start_seq.is_some_and(|s| s > stream_last) {
-                return Err(fatal(format!(
-                    "--start-seq {first} is beyond stream {stream}'s last sequence \
-                     {stream_last}: nothing to replay"
-                )));
-            }
-            gone_before(
-                stream,
-                stream_first,
-                opts.range.start_seq,
-                opts.range.end_seq,
-            )?;
-            let last = opts
-                .range
-                .end_seq
-                .map_or(stream_last, |e| e.min(stream_last));
-            let state = State {
-                schema: state::SCHEMA.into(),
-                range: asked,
-                last_seq: last,
-                next_seq: first.min(last.saturating_add(1)).max(1),
-                done: false,
-                counts: Counts::default(),
-                sealed: Default::default(),
-            };
+            let state = fresh_state(nc, stream, opts, asked)?;
             if !opts.dry_run {
                 file.write(&state).map_err(fatal)?;
             }
             Ok(Plan {
                 first,
-                last,
+                last: state.last_seq,
                 state,
                 _lock: lock,
             })
         }
     }
+}
+
+/// The state of a new replay of `asked`: the range fixed against what the stream holds now.
+fn fresh_state(
+    nc: &crate::broker::Connection,
+    stream: &str,
+    opts: &Options,
+    asked: RangeKey,
+) -> Result<State, Failed> {
+    let first = opts.range.start_seq.unwrap_or(1);
+    let (stream_first, stream_last) =
+        inspect::sequences(nc, stream).map_err(|e| fatal(e.to_string()))?;
+    if opts.range.start_seq.is_some_and(|s| s > stream_last) {
+        return Err(fatal(format!(
+            "--start-seq {first} is beyond stream {stream}'s last sequence {stream_last}: \
+             nothing to replay"
+        )));
+    }
+    gone_before(
+        stream,
+        stream_first,
+        opts.range.start_seq,
+        opts.range.end_seq,
+    )?;
+    let last = opts
+        .range
+        .end_seq
+        .map_or(stream_last, |e| e.min(stream_last));
+    Ok(State {
+        schema: state::SCHEMA.into(),
+        range: asked,
+        last_seq: last,
+        next_seq: first.min(last.saturating_add(1)).max(1),
+        done: false,
+        counts: Counts::default(),
+        sealed: Default::default(),
+    })
 }
 
 /// A range the stream no longer holds (purged, aged out) is not a replay that read nothing:
@@ -526,7 +537,7 @@ impl Reader {
     fn run(self) -> Result<Finish, String> {
         let mut pacer = self.max_rate.map(progress::Pacer::new);
         let mut batch: Vec<(RawMessage, i128)> = Vec::with_capacity(self.batch_size);
-        let (mut bytes, mut count, mut opened) = (0u64, 0u64, Instant::now());
+        let (mut bytes, mut opened) = (0u64, Instant::now());
         let mut finish = Finish::Done;
         let mut closed = false;
         let ship = |batch: &mut Vec<(RawMessage, i128)>, bytes: &mut u64| {
@@ -569,7 +580,6 @@ impl Reader {
                 }
                 bytes += raw.data.len() as u64;
                 batch.push((raw, now_unix_nanos()));
-                count += 1;
                 if let Some(p) = &mut pacer {
                     p.wait();
                 }
@@ -586,11 +596,16 @@ impl Reader {
         if !closed {
             ship(&mut batch, &mut bytes);
         }
+        log::debug!("svc-replay-read: {read} messages read");
+        self.end(ended, finish)
+    }
+
+    /// How the read ended, said as the replay's finish or its error.
+    fn end(&self, ended: Ended, mut finish: Finish) -> Result<Finish, String> {
         // A signal during a wait for the broker ends the read without a message to see it.
         if ended == Ended::Stopped && self.stop.load(Ordering::SeqCst) {
             finish = Finish::Interrupted;
         }
-        log::debug!("svc-replay-read: {read} messages read");
         match ended {
             Ended::TimedOut { pending } => Err(format!(
                 "broker: nothing arrived for {} s while the replay consumer still held {pending} \
