@@ -43,6 +43,7 @@ mod support;
 mod ack_confirmation;
 mod alert_rules;
 mod atk46c;
+mod atk46d;
 mod aws_credentials;
 mod broker_auth_tls;
 mod clean_stop;

@@ -267,7 +267,15 @@ impl Reading<'_> {
                 self.req.subjects.join(", ")
             )));
         }
-        if super::maybe_headers_only(raw) {
+        // An empty message with its own `Nats-Msg-Size` header looks the same: only the
+        // consumer's own config tells (as `svc run` asks), or any publisher could stop a read.
+        if super::maybe_headers_only(raw)
+            && self
+                .js
+                .consumer_info(&self.req.stream, self.consumer)?
+                .config
+                .headers_only
+        {
             return Err(io::Error::other(format!(
                 "the broker delivered stream sequence {} without its payload (headers_only): \
                  the read's consumer was changed under it",

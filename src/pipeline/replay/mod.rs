@@ -424,12 +424,20 @@ fn plan(
     }
     let first = opts.range.start_seq.unwrap_or(1);
     match stored {
-        Some(st) if opts.resume => Ok(Plan {
-            first,
-            last: st.last_seq,
-            state: st,
-            _lock: lock,
-        }),
+        Some(st) if opts.resume => {
+            // What is left of the range may have been purged since the first run.
+            if !st.done && st.next_seq <= st.last_seq {
+                let (stream_first, _) =
+                    inspect::sequences(nc, stream).map_err(|e| fatal(e.to_string()))?;
+                gone_before(stream, stream_first, Some(st.next_seq), Some(st.last_seq))?;
+            }
+            Ok(Plan {
+                first,
+                last: st.last_seq,
+                state: st,
+                _lock: lock,
+            })
+        }
         None if opts.resume => Err(fatal(format!(
             "--resume: no replay state at {shown}; start the replay without --resume"
         ))),

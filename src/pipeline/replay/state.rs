@@ -93,6 +93,25 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// The first count above `max`, by its field name.
+    fn beyond(&self, max: u64) -> Option<&'static str> {
+        [
+            ("read", self.read),
+            ("bytes", self.bytes),
+            ("stored", self.stored),
+            ("already_present", self.already_present),
+            ("refused_governance", self.refused_governance),
+            ("refused_sink", self.refused_sink),
+            ("dead_lettered", self.dead_lettered),
+            ("original_missing", self.original_missing),
+            ("kept", self.kept),
+            ("removed", self.removed),
+        ]
+        .into_iter()
+        .find(|(_, n)| *n > max)
+        .map(|(name, _)| name)
+    }
+
     /// Messages neither stored nor already present.
     pub fn refused(&self) -> u64 {
         self.refused_governance + self.refused_sink
@@ -147,6 +166,24 @@ pub struct Lock {
     _name: std::os::unix::net::UnixListener,
 }
 
+/// Who holds the lock name `addr`: the process that bound it, as the kernel says
+/// (`SO_PEERCRED` of a connection to it), or the name alone when it cannot be asked.
+fn holder(addr: &std::os::unix::net::SocketAddr, name: &str) -> String {
+    let asked = std::os::unix::net::UnixStream::connect_addr(addr)
+        .and_then(|s| rustix::net::sockopt::socket_peercred(&s).map_err(Into::into));
+    match asked {
+        Ok(cred) => format!(
+            "its lock name @{name} is held by pid {} (uid {})",
+            cred.pid.as_raw_nonzero(),
+            cred.uid.as_raw()
+        ),
+        Err(_) => format!("its lock name @{name} is held by another process"),
+    }
+}
+
+/// The largest count a state file may hold (2^53: far beyond any replay, far below overflow).
+const MAX_COUNT: u64 = 1 << 53;
+
 /// Where the state lives and how it is written.
 pub struct StateFile {
     pub path: PathBuf,
@@ -176,6 +213,13 @@ impl StateFile {
             return Err(format!(
                 "replay state {shown}: schema \"{}\", expected {SCHEMA}",
                 crate::text::peer::PeerText::new(&state.schema)
+            ));
+        }
+        // Counts a replay could reach (its adds are not saturating): an edited or damaged file
+        // must not make every `--resume` overflow.
+        if let Some(field) = state.counts.beyond(MAX_COUNT) {
+            return Err(format!(
+                "replay state {shown}: counts.{field} is beyond any count a replay reaches"
             ));
         }
         if state.next_seq == 0 || state.next_seq > state.last_seq.saturating_add(1) {
@@ -245,17 +289,26 @@ impl StateFile {
     fn lock_name(&self) -> Result<std::os::unix::net::UnixListener, String> {
         use sha2::Digest;
         use std::os::linux::net::SocketAddrExt;
-        let full = std::path::absolute(&self.path)
-            .map_err(|e| format!("replay state {}: {e}", self.path.display()))?;
+        // One name per state file: the directory's real path (no `..`, no links) and the file
+        // name, so two spellings of one file cannot take two locks.
+        let shown = self.path.display();
+        let parent = match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let real =
+            std::fs::canonicalize(parent).map_err(|e| format!("replay state {shown}: {e}"))?;
+        let full = real.join(self.path.file_name().unwrap_or_default());
         let digest = sha2::Sha256::digest(full.as_os_str().as_encoded_bytes());
         let name = format!("svc-replay-state:{}", crate::text::hex::lower(&digest));
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
             .map_err(|e| format!("replay lock: {e}"))?;
         std::os::unix::net::UnixListener::bind_addr(&addr).map_err(|e| match e.kind() {
             std::io::ErrorKind::AddrInUse => format!(
-                "replay state {}: another replay or redrive is using it (it holds the abstract \
-                 socket @{name}); wait for it to end, or give another --state",
-                self.path.display()
+                "replay state {shown}: another replay or redrive is using it: {}; wait for it \
+                 to end (if that is no svc replay, another account holds the name), or give \
+                 another --state",
+                holder(&addr, &name)
             ),
             _ => format!("replay lock @{name}: {e}"),
         })

@@ -91,8 +91,8 @@ pub fn set_aside(path: &Path, segment: u64, offset: u64) -> Result<String, Spool
             ))
         }
     };
-    let kept = dir::quarantine_name(segment, offset);
-    dir::keep(&dirfd, path, &kept, bytes)?;
+    // The name the bytes went to: another file (planted, or other bytes) may hold the first.
+    let (_, kept) = dir::keep(&dirfd, path, &dir::quarantine_name(segment, offset), bytes)?;
     let mut body = vec![0u8; bytes.len() - frame::FRAME_OVERHEAD];
     body[0] = FLAG_SET_ASIDE;
     let mut tomb = Vec::with_capacity(bytes.len());

@@ -332,7 +332,7 @@ pub fn quarantine(
 ) -> Result<bool, SpoolError> {
     let name = quarantine_name(segment, offset);
     match keep(dir, path, &name, bytes)? {
-        Kept::New => {
+        (Kept::New, name) => {
             Metrics::add(&metrics.counters.spool_quarantined_total, 1);
             log::error!(
                 "spool {}: {} damaged bytes at {} offset {offset} moved to {name}",
@@ -342,7 +342,7 @@ pub fn quarantine(
             );
             Ok(true)
         }
-        Kept::Already => Ok(false),
+        (Kept::Already, _) => Ok(false),
     }
 }
 
@@ -395,12 +395,17 @@ fn free_temp_name(dir: &OwnedFd, path: &Path, name: &str) -> Result<String, Spoo
 /// else at `name` (other bytes, a directory, a link) is never replaced: it may be the only
 /// copy of other records (segment numbers start again at 1 after a damaged position on an
 /// empty spool); the bytes go to the first free alternative name (`name` with `~1`, `~2`, ...).
-pub fn keep(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> Result<Kept, SpoolError> {
+pub fn keep(
+    dir: &OwnedFd,
+    path: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(Kept, String), SpoolError> {
     for k in 0..KEEP_NAMES {
         let candidate = alternate_name(name, k);
         if rustix::fs::statat(dir, candidate.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_err() {
             write_new(dir, path, &candidate, bytes)?;
-            return Ok(Kept::New);
+            return Ok((Kept::New, candidate));
         }
         if let Ok(existing) = open_file(dir, path, &candidate, false) {
             let same = read_at(&existing, 0, bytes.len() as u64 + 1).is_ok_and(|d| d == bytes);
@@ -409,7 +414,7 @@ pub fn keep(dir: &OwnedFd, path: &Path, name: &str, bytes: &[u8]) -> Result<Kept
                     .sync_all()
                     .map_err(|e| fail(path, &format!("fsync {candidate}"), e))?;
                 sync(dir, path)?;
-                return Ok(Kept::Already);
+                return Ok((Kept::Already, candidate));
             }
         }
     }

@@ -30,6 +30,8 @@ pub use store::Spool;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_atk47d;
+#[cfg(test)]
 mod tests_hostile;
 #[cfg(test)]
 mod tests_sealed;

@@ -365,17 +365,19 @@ fn recover_tail(
         quarantine(dir, path, metrics, id, offset, &data[at..]);
         return Ok(end_of_file);
     }
-    let kept = dir::quarantine_name(id, offset);
-    if let Err(e) = dir::keep(dir, path, &kept, &data[at..]) {
-        // Left in place: the drain finds the bytes and quarantines them once it can.
-        log::error!(
-            "spool {}: a torn tail of {} bytes at offset {offset} of {name} cannot be kept \
+    let kept = match dir::keep(dir, path, &dir::quarantine_name(id, offset), &data[at..]) {
+        Ok((_, kept)) => kept,
+        Err(e) => {
+            // Left in place: the drain finds the bytes and quarantines them once it can.
+            log::error!(
+                "spool {}: a torn tail of {} bytes at offset {offset} of {name} cannot be kept \
              ({e}); left in place",
-            path.display(),
-            data.len() - at
-        );
-        return Ok(end_of_file);
-    }
+                path.display(),
+                data.len() - at
+            );
+            return Ok(end_of_file);
+        }
+    };
     log::warn!(
         "spool {}: cut a torn tail of {} bytes at offset {offset} of {name}: a write the crash \
          interrupted, never acknowledged, unless damage hit both the length and the contents \

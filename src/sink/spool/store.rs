@@ -477,7 +477,7 @@ impl Spool {
     /// counts as kept (and is not counted again).
     pub fn reject(&self, segment: u64, offset: u64, frame: &[u8]) -> Result<(), SpoolError> {
         let name = dir::rejected_name(segment, offset);
-        if dir::keep(&self.dir, &self.path, &name, frame)? == dir::Kept::New {
+        if dir::keep(&self.dir, &self.path, &name, frame)?.0 == dir::Kept::New {
             Metrics::add(&self.metrics.counters.spool_rejected_total, 1);
         }
         Ok(())

@@ -646,7 +646,10 @@ fn keeping_never_replaces_a_file_with_other_bytes() {
     std::fs::create_dir(path.join("quarantine-0000000000000001-000000000040~1.bad")).unwrap();
     assert_eq!(
         dir::keep(&fd, &path, &name, b"new").unwrap(),
-        dir::Kept::New
+        (
+            dir::Kept::New,
+            "quarantine-0000000000000001-000000000040~2.bad".to_string()
+        )
     );
     assert_eq!(
         std::fs::read(path.join(&name)).unwrap(),
@@ -656,7 +659,10 @@ fn keeping_never_replaces_a_file_with_other_bytes() {
     assert_eq!(std::fs::read(&second).unwrap(), b"new");
     assert_eq!(
         dir::keep(&fd, &path, &name, b"new").unwrap(),
-        dir::Kept::Already
+        (
+            dir::Kept::Already,
+            "quarantine-0000000000000001-000000000040~2.bad".to_string()
+        )
     );
     assert!(!path
         .join("quarantine-0000000000000001-000000000040~3.bad")
@@ -680,7 +686,7 @@ fn a_directory_at_the_temporary_name_does_not_stop_keeping() {
     std::fs::write(&leftover, b"half").unwrap();
     assert_eq!(
         dir::keep(&fd, &path, &name, b"kept").unwrap(),
-        dir::Kept::New
+        (dir::Kept::New, name.clone())
     );
     assert_eq!(std::fs::read(path.join(&name)).unwrap(), b"kept");
     assert_eq!(std::fs::read(planted.join("theirs")).unwrap(), b"x");
