@@ -775,6 +775,46 @@ fn the_planned_replay_permissions_replay_everything_and_each_core_one_is_needed(
             "a secret was printed: {err}"
         );
     }
+    // A `--subject` whose last message comes before the stream's end: the read ends on the
+    // broker's pending count of 0, which the consumer's info confirms (CONSUMER.INFO needed).
+    let info = "$JS.API.CONSUMER.INFO.ORDERS.*".to_string();
+    assert!(publish_perms.contains(&info), "{publish_perms:?}");
+    for (name, allow, code) in [
+        ("replay-subject", publish_perms.clone(), 3),
+        (
+            "replay-subject-without-info",
+            publish_perms
+                .iter()
+                .filter(|s| **s != info)
+                .cloned()
+                .collect(),
+            1,
+        ),
+    ] {
+        let server = server_with(dir.path(), name, &allow, &subscribe_perms);
+        let cfg = config_for(&server, dir.path(), &format!("{name}.json"));
+        assert!(apply(&cfg).0);
+        publish(&server);
+        nats::jetstream::new(admin(&server))
+            .publish("orders.other", "{\"o\":1}")
+            .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_svc"))
+            .args([
+                "replay",
+                cfg.to_str().unwrap(),
+                "--timeout",
+                "3",
+                "--subject",
+            ])
+            .arg("orders.created")
+            .arg("--state")
+            .arg(dir.path().join(format!("{name}.state")))
+            .env("SVC_TEST_RUNNER_USER", "runner")
+            .env("SVC_TEST_RUNNER_PASSWORD", RUNNER_PASSWORD)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{name}: {out:?}");
+    }
 }
 
 /// The durable consumer's (delivered stream sequence, ack pending, ack floor) as the admin sees

@@ -280,6 +280,10 @@ pub fn replay_permissions(cfg: &RuntimeConfig, dead_letter_stream: Option<&str>)
         "delete it at the end (else the broker drops it 5 s after the replay)",
     );
     publish(
+        format!("$JS.API.CONSUMER.INFO.{stream}.*"),
+        "its info: confirm the end of the range and a delivery without its payload",
+    );
+    publish(
         format!("$JS.FC.{stream}.>"),
         "answer the consumer's flow control",
     );
@@ -334,6 +338,10 @@ pub fn redrive_permissions(cfg: &RuntimeConfig, dlq: &str) -> Permissions {
     publish(
         format!("$JS.API.CONSUMER.DELETE.{dlq}.*"),
         "delete it at the end",
+    );
+    publish(
+        format!("$JS.API.CONSUMER.INFO.{dlq}.*"),
+        "its info: confirm the end of the records and a record without its payload",
     );
     publish(format!("$JS.FC.{dlq}.>"), "answer its flow control");
     publish(
