@@ -86,8 +86,9 @@ pub enum Ended {
 /// (`Ended::Stopped`). `who` describes the consumer to the broker.
 ///
 /// The consumer is ours, but anyone allowed to create consumers on the stream can change it
-/// in place: a delivery outside the subjects asked for, or one without its payload
-/// (`headers_only`), is an error, never handed to `each`. The pending count of an ack subject
+/// in place: a delivery outside the subjects asked for, or one without its payload while the
+/// consumer's own config says `headers_only`, is an error, never handed to `each` (an empty
+/// message with a publisher's own `Nats-Msg-Size` header is handed on, as `svc run` does). The pending count of an ack subject
 /// is the broker's word: before a read ends as `Exhausted`, the consumer's info must agree
 /// that nothing more was delivered or is pending.
 pub fn read_while(
