@@ -121,7 +121,7 @@ pub fn main(command: SpoolCommand, cfg: &RuntimeConfig) -> ExitCode {
 }
 
 fn set_aside(spool_cfg: &SpoolConfig, segment: u64, offset: u64) -> ExitCode {
-    match crate::sink::spool::aside::set_aside(&spool_cfg.dir, segment, offset) {
+    match crate::sink::spool::aside::set_aside(spool_cfg, segment, offset) {
         Ok(kept) => {
             say!(
                 "Spool {}: the record at segment {segment} offset {offset} is set aside; its \

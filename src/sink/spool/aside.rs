@@ -14,10 +14,11 @@
 //! The spool's lock is held throughout: refused while a runner or a drain uses the spool.
 
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 
+use super::config::SpoolConfig;
 use super::dir::{self, fail, SpoolError};
 use super::frame::{self, Item};
+use super::seal::{Crypt, Opened, Opener, Place};
 
 /// First byte of the body of a set-aside frame (a plain body's flag byte is 0 or 1, a
 /// sealed one's 0x80 or 0x81).
@@ -28,9 +29,11 @@ pub fn is_set_aside(body: &[u8]) -> bool {
     body.first() == Some(&FLAG_SET_ASIDE)
 }
 
-/// Sets aside the record at `offset` of segment `segment` of the spool in `path` (see the
-/// module comment); returns the name of the quarantine file holding its bytes.
-pub fn set_aside(path: &Path, segment: u64, offset: u64) -> Result<String, SpoolError> {
+/// Sets aside the record at `offset` of segment `segment` of the spool of `cfg` (see the
+/// module comment); returns the name of the quarantine file holding its bytes. A record the
+/// configuration reads (an offset one line off) is refused: it would never be delivered.
+pub fn set_aside(cfg: &SpoolConfig, segment: u64, offset: u64) -> Result<String, SpoolError> {
+    let path = cfg.dir.as_path();
     let dirfd = dir::open_dir(path, false)?;
     let _lock = dir::lock(&dirfd, path)?;
     let here = format!("segment {segment} offset {offset}");
@@ -91,6 +94,17 @@ pub fn set_aside(path: &Path, segment: u64, offset: u64) -> Result<String, Spool
             ))
         }
     };
+    let place = Place { segment, offset };
+    if readable(cfg, &dirfd, place, &bytes[frame::FRAME_OVERHEAD..])? {
+        return Err(fail(
+            path,
+            "set-aside",
+            format!(
+                "{here} holds a record this configuration reads (the drain delivers it): only a \
+                 record the drain or the opening stops at is set aside"
+            ),
+        ));
+    }
     // The name the bytes went to: another file (planted, or other bytes) may hold the first.
     let (_, kept) = dir::keep(&dirfd, path, &dir::quarantine_name(segment, offset), bytes)?;
     let mut body = vec![0u8; bytes.len() - frame::FRAME_OVERHEAD];
@@ -106,4 +120,27 @@ pub fn set_aside(path: &Path, segment: u64, offset: u64) -> Result<String, Spool
         path.display()
     );
     Ok(kept)
+}
+
+/// Whether `body`, stored at `place`, opens and decodes under `cfg`'s keys and the spool's
+/// meta file, as the drain would read it.
+fn readable(
+    cfg: &SpoolConfig,
+    dirfd: &std::os::fd::OwnedFd,
+    place: Place,
+    body: &[u8],
+) -> Result<bool, SpoolError> {
+    let path = cfg.dir.as_path();
+    let mut crypt = Crypt::load(cfg.encryption.as_ref(), cfg.allow_unencrypted)
+        .map_err(|e| fail(path, "set-aside", e))?;
+    if let Some(m) = super::meta::read(dirfd, path)? {
+        crypt.bind(m);
+    }
+    let mut opener = Opener::new(std::sync::Arc::new(crypt));
+    let mut out = Vec::new();
+    Ok(match opener.open(place, body, &mut out) {
+        Ok(Opened::Clear) => super::codec::decode(body).is_ok(),
+        Ok(Opened::Sealed(r)) => super::codec::decode(&out[r]).is_ok(),
+        Err(_) => false,
+    })
 }

@@ -35,6 +35,10 @@ pub struct Found {
     pub unknown_keys: Vec<(OpenError, u64)>,
     /// Records sealed in version 2 (bound to the spool id of the `meta` file).
     pub sealed_v2: u64,
+    /// The lowest segment holding a sealed record: encryption began there at the latest,
+    /// whatever the `meta` file says (a record in clear at or after it was not written by
+    /// this spool).
+    pub first_sealed_seen: Option<u64>,
 }
 
 /// Bytes of a segment read at a time by recovery and the survey; the buffer grows past it
@@ -179,6 +183,7 @@ pub fn recover(
         oldest_ms: None,
         unknown_keys: Vec::new(),
         sealed_v2: 0,
+        first_sealed_seen: None,
     };
     let mut removed = false;
     for (i, &id) in ids.iter().enumerate() {
@@ -312,12 +317,30 @@ fn recover_frames(
     read_frames(file, from, (path, name), |base, data, item| {
         let at = |start: usize| base + start as u64;
         match item {
-            // Moved out of the way by the operator (`svc spool set-aside`).
-            Item::Record { body, .. } if aside::is_set_aside(body) => {}
+            // Moved out of the way by the operator (`svc spool set-aside`), who always leaves
+            // the record's bytes in its quarantine file first: a marker without one was written
+            // by someone else over a record, which is said and counted (the marker kept).
+            Item::Record { start, end, body } if aside::is_set_aside(body) => {
+                let kept = dir::quarantine_name(id, at(start));
+                if rustix::fs::statat(dir, kept.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .is_err()
+                {
+                    log::error!(
+                        "spool {}: a set-aside frame at {name} offset {} has no quarantine copy: \
+                         a record was overwritten by someone who can write the spool directory",
+                        path.display(),
+                        at(start)
+                    );
+                    quarantine(dir, path, metrics, id, at(start), &data[start..end]);
+                }
+            }
             Item::Record { start, body, .. } => {
                 check_sealing(crypt, body, (path, id, at(start)), found)?;
                 found.records += 1;
                 found.sealed_v2 += u64::from(body.first() == Some(&seal::FLAG_SEALED_V2));
+                if seal::is_sealed(body) && found.first_sealed_seen.is_none_or(|f| id < f) {
+                    found.first_sealed_seen = Some(id);
+                }
                 if found.oldest_ms.is_none() {
                     found.oldest_ms = codec::appended_unix_ms(body);
                 }

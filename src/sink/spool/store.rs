@@ -80,6 +80,20 @@ pub struct ReadView {
     pub sealed: bool,
 }
 
+/// The meta a spool reads with: encryption began at the latest at the lowest segment that
+/// holds a sealed record, whatever the meta file says (it is not authenticated: one rewritten
+/// by whoever can write the directory, or one that kept its first sealed segment while segment
+/// ids started again, must not let a record in clear through a segment written under the key).
+fn effective(m: meta::Meta, seals: bool, first_sealed_seen: Option<u64>) -> meta::Meta {
+    match first_sealed_seen {
+        Some(seen) if seals => meta::Meta {
+            first_sealed: m.first_sealed.min(seen),
+            ..m
+        },
+        _ => m,
+    }
+}
+
 impl Spool {
     /// Opens the spool directory (creating it), takes its lock, and recovers: removes
     /// segments the position is past, cuts a torn tail of the last segment, quarantines
@@ -116,11 +130,20 @@ impl Spool {
             .map_or(found.position.segment, |s| s.id + 1)
             .max(1);
         // The next append opens segment `next_id`: where encryption begins when it was off.
-        let new_meta = meta::next(old_meta, crypt.seals(), next_id)?;
+        // A spool with a key and no meta file (removed, or never written) reads no record in
+        // clear in any segment it holds: only its meta file says where clear ones may be.
+        let begins = match old_meta {
+            None => found
+                .segments
+                .first()
+                .map_or(next_id, |s| s.id.min(next_id)),
+            Some(_) => next_id,
+        };
+        let new_meta = meta::next(old_meta, crypt.seals(), begins)?;
         if old_meta != Some(new_meta) {
             meta::write(&dir, &path, &new_meta)?;
         }
-        crypt.bind(new_meta);
+        crypt.bind(effective(new_meta, crypt.seals(), found.first_sealed_seen));
         let bytes = found.segments.iter().map(|s| s.len).sum();
         let spool = Spool {
             path,

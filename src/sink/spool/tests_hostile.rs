@@ -168,14 +168,14 @@ fn a_forged_record_set_aside_lets_the_drain_go_on() {
     assert!(err.contains(&command), "{err}");
     assert_eq!(delivered(&sink), vec![1, 2, 3]);
     // Refused while the spool is held.
-    let held = super::aside::set_aside(&cfg.dir, 1, at)
+    let held = super::aside::set_aside(&cfg, 1, at)
         .unwrap_err()
         .to_string();
     assert!(held.contains("another process"), "{held}");
     drop(spool);
 
     let before = std::fs::read(cfg.dir.join(&name)).unwrap();
-    let kept = super::aside::set_aside(&cfg.dir, 1, at).unwrap();
+    let kept = super::aside::set_aside(&cfg, 1, at).unwrap();
     assert_eq!(kept, super::dir::quarantine_name(1, at));
     let mut frame_bytes = Vec::new();
     frame::encode(&mut frame_bytes, &forged_unknown_key());
@@ -188,12 +188,12 @@ fn a_forged_record_set_aside_lets_the_drain_go_on() {
         "nothing else changed"
     );
     for wrong in [at + 1, u64::MAX] {
-        let e = super::aside::set_aside(&cfg.dir, 1, wrong).unwrap_err();
+        let e = super::aside::set_aside(&cfg, 1, wrong).unwrap_err();
         assert!(e.to_string().contains("no intact record starts"), "{e}");
     }
-    let e = super::aside::set_aside(&cfg.dir, 1, 8).unwrap_err();
+    let e = super::aside::set_aside(&cfg, 1, 8).unwrap_err();
     assert!(e.to_string().contains("before the drain position"), "{e}");
-    let again = super::aside::set_aside(&cfg.dir, 1, at).unwrap_err();
+    let again = super::aside::set_aside(&cfg, 1, at).unwrap_err();
     assert!(again.to_string().contains("set aside already"), "{again}");
 
     let spool = open(&cfg);
