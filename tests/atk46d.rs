@@ -311,7 +311,6 @@ fn an_empty_message_with_its_own_size_header_does_not_stop_a_redrive_for_good() 
 /// nothing of the rest (the stream's `first_ts` tells that messages stored after T are gone).
 /// Here 10 messages, the stream purged, 3 more published, `--since` a time before all of them.
 #[test]
-#[ignore = "atk46d finding 6 (low), open: a --since range partly purged is not reported"]
 fn a_since_range_partly_purged_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let since = time::OffsetDateTime::now_utc() - time::Duration::seconds(5);

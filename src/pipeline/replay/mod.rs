@@ -483,6 +483,9 @@ fn fresh_state(
         opts.range.start_seq,
         opts.range.end_seq,
     )?;
+    if let Some(since) = opts.range.since.filter(|_| stream_first > 1) {
+        gone_since(nc, stream, stream_first, since, opts.timeout)?;
+    }
     let last = opts
         .range
         .end_seq
@@ -521,6 +524,37 @@ fn gone_before(
          out); the replay starts at {stream_first}",
         stream_first - 1
     );
+    Ok(())
+}
+
+/// A `--since` range may begin before what the stream still holds: when its first message
+/// was stored after `since`, the purged ones before it may have been in the range, and the
+/// replay says so (it cannot tell how many).
+fn gone_since(
+    nc: &crate::broker::Connection,
+    stream: &str,
+    stream_first: u64,
+    since: i128,
+    timeout: Duration,
+) -> Result<(), Failed> {
+    let first = crate::broker::dead_letter::fetch_stored(
+        nc,
+        stream,
+        stream_first,
+        timeout,
+        redrive::MAX_ORIGINAL_ANSWER_BYTES,
+    )
+    .map_err(fatal)?;
+    if first
+        .and_then(|m| m.published_unix_nanos)
+        .is_some_and(|t| t > since)
+    {
+        eprintln!(
+            "svc: replay: stream {stream} no longer holds sequences 1 to {} (purged or aged \
+             out); those stored after --since are not replayed",
+            stream_first - 1
+        );
+    }
     Ok(())
 }
 
