@@ -13,10 +13,10 @@ use crate::support::process::*;
 use crate::support::*;
 use serde_json::json;
 
-const STREAM: &str = "ORDERS";
-const CONSUMER: &str = "svc";
+pub(crate) const STREAM: &str = "ORDERS";
+pub(crate) const CONSUMER: &str = "svc";
 
-fn config(url: &str, out: &Path, extra: serde_json::Value) -> serde_json::Value {
+pub(crate) fn config(url: &str, out: &Path, extra: serde_json::Value) -> serde_json::Value {
     let mut cfg = json!({
         "nats": {"url": url, "stream": STREAM, "consumer": CONSUMER, "subject": "orders.>"},
         "delivery": {"batch_size": 2, "fetch_expiry_ms": 200, "max_in_flight_batches": 4,
@@ -32,7 +32,7 @@ fn config(url: &str, out: &Path, extra: serde_json::Value) -> serde_json::Value 
     cfg
 }
 
-fn setup(n: usize) -> NatsServer {
+pub(crate) fn setup(n: usize) -> NatsServer {
     let server = NatsServer::start();
     server.create_stream(STREAM, &["orders.>"]);
     server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
@@ -415,39 +415,24 @@ fn sigint_stops_a_replay_waiting_on_the_broker() {
     );
 }
 
-/// FINDING 8 (medium, class 5): the replay's ephemeral consumer is never checked after it is
-/// created. Anyone allowed `$JS.API.CONSUMER.CREATE.<stream>.>` (an administrator's tool, a
-/// second operator) can update it in place to `headers_only: true`; the reader takes the
-/// header-only deliveries (empty data, `Nats-Msg-Size`) as messages and the replay stores
-/// records with empty payloads and exits 0. `svc run` guards its own consumer against exactly
-/// this (`broker::maybe_headers_only`, `pipeline/fetch.rs` checks the consumer before a
-/// suspect batch ships); `svc replay` and `svc dlq redrive` do not. Here the consumer is
-/// switched after about 2 s of a 50 msg/s replay of 400 messages of 200 KB (more than the
-/// broker pushes ahead of flow control).
-#[test]
-fn a_replay_consumer_switched_to_headers_only_stores_no_empty_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = NatsServer::start();
-    server.create_stream(STREAM, &["orders.>"]);
-    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
-    let pad = "p".repeat(200_000);
-    server.publish_n(STREAM, "orders.created", 400, |i| {
-        format!("{{\"order\":{i},\"pad\":\"{pad}\"}}").into_bytes()
-    });
-    let out = dir.path().join("out");
-    let cfg = write_config(
-        dir.path(),
-        "svc.json",
-        &config(&server.url(), &out, json!({})),
-    );
-    let mut replay = crate::support::process::Runner::spawn(
+/// A replay at 50 msg/s of the stream into `out`, and its ephemeral consumer changed in place
+/// after 2 s by `edit` (as anyone allowed to create consumers on the stream can); the
+/// broker's answer to the change.
+fn replay_with_its_consumer_changed(
+    server: &NatsServer,
+    dir: &Path,
+    out: &Path,
+    edit: impl Fn(&mut serde_json::Value),
+) -> (crate::support::process::Runner, String) {
+    let cfg = write_config(dir, "svc.json", &config(&server.url(), out, json!({})));
+    let replay = crate::support::process::Runner::spawn(
         std::process::Command::new(env!("CARGO_BIN_EXE_svc")).args([
             "replay",
             cfg.to_str().unwrap(),
             "--max-rate",
             "50",
         ]),
-        &dir.path().join("replay.log"),
+        &dir.join("replay.log"),
     );
     std::thread::sleep(Duration::from_secs(2));
     let nc = server.connect();
@@ -468,14 +453,39 @@ fn a_replay_consumer_switched_to_headers_only_stores_no_empty_record() {
         .unwrap();
     let info: serde_json::Value = serde_json::from_slice(&info.data).unwrap();
     let mut changed = info["config"].clone();
-    changed["headers_only"] = json!(true);
+    edit(&mut changed);
     let answer = nc
         .request(
             &format!("$JS.API.CONSUMER.CREATE.{STREAM}.{ephemeral}"),
             json!({"stream_name": STREAM, "config": changed}).to_string(),
         )
         .unwrap();
-    let answer = String::from_utf8_lossy(&answer.data).to_string();
+    (replay, String::from_utf8_lossy(&answer.data).to_string())
+}
+
+/// FINDING 8 (medium, class 5): the replay's ephemeral consumer is never checked after it is
+/// created. Anyone allowed `$JS.API.CONSUMER.CREATE.<stream>.>` (an administrator's tool, a
+/// second operator) can update it in place to `headers_only: true`; the reader takes the
+/// header-only deliveries (empty data, `Nats-Msg-Size`) as messages and the replay stores
+/// records with empty payloads and exits 0. `svc run` guards its own consumer against exactly
+/// this (`broker::maybe_headers_only`, `pipeline/fetch.rs` checks the consumer before a
+/// suspect batch ships); `svc replay` and `svc dlq redrive` do not. Here the consumer is
+/// switched after about 2 s of a 50 msg/s replay of 400 messages of 200 KB (more than the
+/// broker pushes ahead of flow control).
+#[test]
+fn a_replay_consumer_switched_to_headers_only_stores_no_empty_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    let pad = "p".repeat(200_000);
+    server.publish_n(STREAM, "orders.created", 400, |i| {
+        format!("{{\"order\":{i},\"pad\":\"{pad}\"}}").into_bytes()
+    });
+    let out = dir.path().join("out");
+    let (mut replay, answer) = replay_with_its_consumer_changed(&server, dir.path(), &out, |c| {
+        c["headers_only"] = json!(true)
+    });
     assert!(answer.contains("\"headers_only\":true"), "{answer}");
     let status = replay.wait_timeout(Duration::from_secs(60)).unwrap();
     let empty: Vec<u64> = files_below(&out)
@@ -600,47 +610,9 @@ fn a_replay_consumer_switched_to_another_filter_stores_nothing_outside_the_subje
         format!("{{\"audit\":{i}}}").into_bytes()
     });
     let out = dir.path().join("out");
-    let cfg = write_config(
-        dir.path(),
-        "svc.json",
-        &config(&server.url(), &out, json!({})),
-    );
-    let mut replay = crate::support::process::Runner::spawn(
-        std::process::Command::new(env!("CARGO_BIN_EXE_svc")).args([
-            "replay",
-            cfg.to_str().unwrap(),
-            "--max-rate",
-            "50",
-        ]),
-        &dir.path().join("replay.log"),
-    );
-    std::thread::sleep(Duration::from_secs(2));
-    let nc = server.connect();
-    let names = nc
-        .request(&format!("$JS.API.CONSUMER.NAMES.{STREAM}"), "{}")
-        .unwrap();
-    let names: serde_json::Value = serde_json::from_slice(&names.data).unwrap();
-    let ephemeral = names["consumers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|n| n.as_str())
-        .find(|n| *n != CONSUMER)
-        .expect("the replay's consumer")
-        .to_string();
-    let info = nc
-        .request(&format!("$JS.API.CONSUMER.INFO.{STREAM}.{ephemeral}"), "")
-        .unwrap();
-    let info: serde_json::Value = serde_json::from_slice(&info.data).unwrap();
-    let mut changed = info["config"].clone();
-    changed["filter_subject"] = json!("audit.>");
-    let answer = nc
-        .request(
-            &format!("$JS.API.CONSUMER.CREATE.{STREAM}.{ephemeral}"),
-            json!({"stream_name": STREAM, "config": changed}).to_string(),
-        )
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer.data).to_string();
+    let (mut replay, answer) = replay_with_its_consumer_changed(&server, dir.path(), &out, |c| {
+        c["filter_subject"] = json!("audit.>")
+    });
     assert!(
         serde_json::from_str::<serde_json::Value>(&answer).unwrap()["config"]["filter_subject"]
             == "audit.>",

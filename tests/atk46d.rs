@@ -9,28 +9,13 @@ use crate::support::process::*;
 use crate::support::*;
 use serde_json::json;
 
-const STREAM: &str = "ORDERS";
-const CONSUMER: &str = "svc";
+use super::atk46c::{setup, CONSUMER, STREAM};
 
+/// atk46c's configuration, one sink worker.
 fn config(url: &str, out: &Path) -> serde_json::Value {
-    json!({
-        "nats": {"url": url, "stream": STREAM, "consumer": CONSUMER, "subject": "orders.>"},
-        "delivery": {"batch_size": 2, "fetch_expiry_ms": 200, "max_in_flight_batches": 4,
-                     "max_batch_wait_ms": 20, "shutdown_timeout_seconds": 10,
-                     "sink_workers": 1},
-        "sink": {"type": "file", "directory": out},
-        "logging": {"level": "warn"}
-    })
-}
-
-fn setup(n: usize) -> NatsServer {
-    let server = NatsServer::start();
-    server.create_stream(STREAM, &["orders.>"]);
-    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
-    server.publish_n(STREAM, "orders.created", n, |i| {
-        format!("{{\"order\":{i}}}").into_bytes()
-    });
-    server
+    let mut cfg = super::atk46c::config(url, out, json!({}));
+    cfg["delivery"]["sink_workers"] = json!(1);
+    cfg
 }
 
 /// FINDING 1 (medium, classes 11/12): docs/replay.md says "A payload-encryption key at its
