@@ -172,7 +172,7 @@ mod pacer_tests {
             p.wait();
         }
         assert!(
-            start.elapsed() >= Duration::from_millis(75),
+            start.elapsed() >= Duration::from_millis(95),
             "{:?}",
             start.elapsed()
         );
