@@ -867,7 +867,8 @@ fn dead_letter_record(server: &NatsServer, seq: u64, payload: &[u8]) {
         "failed_at": "2026-11-28T00:00:00Z",
         "failure": {"stage": "security_labels", "reason": "not_in_vocabulary"},
         "original": {"subject": "orders.created", "stream": "ORDERS", "stream_sequence": seq,
-                     "stream_incarnation": &*incarnation, "published_at": published_at(server, seq)},
+                     "stream_incarnation": &*incarnation, "published_at": published_at(server, seq),
+                     "consumer_sequence": seq, "delivery_count": 1},
         "payload": {"sha256": svc::message::envelope::hex_sha256(payload),
                     "size_bytes": payload.len()}});
     let js = nats::jetstream::new(admin(server));

@@ -28,13 +28,30 @@ const PLAUSIBLE_NANOS: std::ops::Range<i128> = 946_684_800_000_000_000..253_402_
 
 /// The incarnation of `stream` as the broker reports it now.
 pub fn read(nc: &Connection, stream: &str) -> io::Result<Arc<str>> {
+    read_with_retention(nc, stream).map(|(incarnation, _)| incarnation)
+}
+
+/// The incarnation of `stream` and its retention policy (`limits`, `interest`, `workqueue`;
+/// `limits` when the broker does not say), from one stream info.
+pub fn read_with_retention(nc: &Connection, stream: &str) -> io::Result<(Arc<str>, String)> {
     let info = consumer_shape::api_request_within(
         nc,
         &format!("$JS.API.STREAM.INFO.{stream}"),
         b"",
         MAX_STREAM_INFO_BYTES,
     )?;
-    of_info(&info).map_err(io::Error::other)
+    let incarnation = of_info(&info).map_err(io::Error::other)?;
+    let retention = match info["config"]["retention"].as_str() {
+        None => "limits".to_string(),
+        Some(r @ ("limits" | "interest" | "workqueue")) => r.to_string(),
+        Some(_) => {
+            return Err(io::Error::other(
+                "the broker's stream retention (`config.retention`) is not limits, interest \
+                 or workqueue",
+            ))
+        }
+    };
+    Ok((incarnation, retention))
 }
 
 /// The incarnation in a stream info reply, or why there is none.

@@ -259,13 +259,21 @@ pub(super) fn fanout_child(mut cfg: RuntimeConfig, name: &str) -> Result<Runtime
 /// as the `sink` block of a configuration), validated as a whole.
 pub(super) fn with_sink(config: &Path, sink_file: &Path) -> Result<RuntimeConfig, String> {
     use std::io::Read;
-    // The sink file: no link followed, no FIFO waited on (the configuration is opened as
-    // `svc run` opens it).
+    // The sink file decides where records go: no link followed, no FIFO waited on, and
+    // only one the service's user (or root) owns and no other account may write (one
+    // planted in a shared directory such as /tmp would redirect the replay). The
+    // configuration is opened as `svc run` opens it.
     let read = |p: &Path, strict: bool| -> Result<String, String> {
         let f = if strict {
-            crate::files::owner::open_regular(p)
-                .map(|(f, _)| f)
-                .map_err(|e| e.to_string())?
+            let (f, stat) = crate::files::owner::open_regular(p).map_err(|e| e.to_string())?;
+            crate::files::owner::check_owner(&stat, true).map_err(|e| e.to_string())?;
+            if stat.st_mode & 0o022 != 0 {
+                return Err(format!(
+                    "is writable by other accounts (mode {:04o}); make it 0600 or 0644",
+                    stat.st_mode & 0o7777
+                ));
+            }
+            f
         } else {
             std::fs::File::open(p).map_err(|e| format!("cannot open {}: {e}", p.display()))?
         };
@@ -374,5 +382,34 @@ mod tests {
             let e = opts(args).unwrap_err();
             assert!(e.contains(needle), "{args:?}: {e}");
         }
+    }
+
+    /// A `--sink` file another account could have written is never read: its sink block
+    /// would decide where the replayed records go.
+    #[test]
+    fn a_sink_file_another_account_could_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("svc-sink-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sink = dir.join("sink.json");
+        std::fs::write(&sink, br#"{"type": "file", "directory": "/nonexistent"}"#).unwrap();
+        let config = dir.join("missing-config.json");
+        let set_mode = |m| std::fs::set_permissions(&sink, std::fs::Permissions::from_mode(m));
+        set_mode(0o666).unwrap();
+        let e = with_sink(&config, &sink).unwrap_err();
+        assert!(e.contains("writable by other accounts (mode 0666)"), "{e}");
+        set_mode(0o620).unwrap();
+        let e = with_sink(&config, &sink).unwrap_err();
+        assert!(e.contains("writable by other accounts (mode 0620)"), "{e}");
+        set_mode(0o644).unwrap();
+        // Past the sink file: the (missing) configuration is what fails now.
+        let e = with_sink(&config, &sink).unwrap_err();
+        assert!(e.contains("missing-config.json"), "{e}");
+        if crate::files::owner::service_uid() == 0 {
+            rustix::fs::chown(&sink, Some(rustix::fs::Uid::from_raw(4242)), None).unwrap();
+            let e = with_sink(&config, &sink).unwrap_err();
+            assert!(e.contains("owned by uid 4242"), "{e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

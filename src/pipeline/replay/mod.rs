@@ -314,7 +314,7 @@ impl Threads {
     /// is an error of the replay: the normalizer's end also ends the writer's input, which
     /// must not read as the range's end (the batches after it were never settled).
     fn wait(self, plan: &Plan, terminal: bool) -> (Written, Result<Finish, String>) {
-        let mut display = Display::new(plan.first, plan.last, terminal);
+        let mut display = Display::new("replay", plan.first, plan.last, terminal);
         while !self.write.is_finished() {
             display.tick(&self.progress);
             std::thread::sleep(Duration::from_millis(200));

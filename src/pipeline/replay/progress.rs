@@ -20,6 +20,8 @@ pub struct Progress {
 
 /// Draws the progress of one replay of sequences `first..=last`.
 pub struct Display {
+    /// `replay` or `redrive`: what a plain progress line starts with.
+    pub command: &'static str,
     pub first: u64,
     pub last: u64,
     pub terminal: bool,
@@ -29,8 +31,9 @@ pub struct Display {
 }
 
 impl Display {
-    pub fn new(first: u64, last: u64, terminal: bool) -> Display {
+    pub fn new(command: &'static str, first: u64, last: u64, terminal: bool) -> Display {
         Display {
+            command,
             first,
             last,
             terminal,
@@ -57,7 +60,7 @@ impl Display {
             let _ = write!(err, "\r{line}{:pad$}", "");
             self.shown_len = line.len();
         } else {
-            let _ = writeln!(err, "replay: {line}");
+            let _ = writeln!(err, "{}: {line}", self.command);
         }
         let _ = err.flush();
     }
@@ -117,7 +120,7 @@ mod tests {
     #[test]
     fn the_line_says_messages_bytes_position_and_time_left() {
         let p = Progress::default();
-        let d = Display::new(11, 20, false);
+        let d = Display::new("replay", 11, 20, false);
         assert!(d.line(&p).contains("seq 10/20 (0%), time left unknown"));
         p.messages.store(5, Ordering::Relaxed);
         p.bytes.store(2500, Ordering::Relaxed);

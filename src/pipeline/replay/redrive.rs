@@ -152,6 +152,7 @@ fn parse_record(data: &[u8]) -> Result<Record, &'static str> {
             return Err("not exactly one of payload.sha256 and payload.hmac_sha256 (64 hex digits)")
         }
     };
+    let (consumer_sequence, delivery_count) = delivery_of(o)?;
     Ok(Record {
         stage: text(&v["failure"]["stage"]).unwrap_or_default(),
         reason: text(&v["failure"]["reason"]).unwrap_or_default(),
@@ -162,11 +163,44 @@ fn parse_record(data: &[u8]) -> Result<Record, &'static str> {
             .as_u64()
             .filter(|s| *s >= 1)
             .ok_or("original.stream_sequence missing or invalid")?,
-        consumer_sequence: o["consumer_sequence"].as_u64().unwrap_or(0),
-        delivery_count: o["delivery_count"].as_u64().unwrap_or(1).max(1),
+        consumer_sequence,
+        delivery_count,
         published,
         digest,
     })
+}
+
+/// How this run settled an original.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settled {
+    /// Stored, or found stored.
+    Stored,
+    /// Refused again: its new dead-letter record is written.
+    DeadLettered,
+}
+
+/// The largest consumer sequence or delivery count a record may name: JSON numbers above
+/// 2^53 are not exact in every reader of the stored record.
+const MAX_DELIVERY_NUMBER: u64 = 1 << 53;
+
+/// `original.consumer_sequence` and `original.delivery_count`: which delivery was
+/// dead-lettered. The redriven record carries them as `svc run` would have, so they must
+/// describe a delivery that can have happened: every delivery takes a consumer sequence of
+/// its own, so the n-th delivery of a message has a consumer sequence of at least n. They
+/// decide nothing else (a publisher on the dead-letter subject can still write any such pair).
+fn delivery_of(o: &Value) -> Result<(u64, u64), &'static str> {
+    let number = |v: &Value| v.as_u64().filter(|n| (1..=MAX_DELIVERY_NUMBER).contains(n));
+    let consumer_sequence = number(&o["consumer_sequence"])
+        .ok_or("original.consumer_sequence missing or not from 1 to 2^53")?;
+    let delivery_count = number(&o["delivery_count"])
+        .ok_or("original.delivery_count missing or not from 1 to 2^53")?;
+    if delivery_count > consumer_sequence {
+        return Err(
+            "original.delivery_count is above original.consumer_sequence: no delivery \
+                    of the broker numbers so",
+        );
+    }
+    Ok((consumer_sequence, delivery_count))
 }
 
 /// What becomes of one record of the range.
@@ -191,10 +225,11 @@ struct Redrive<'a> {
     normalizer: Normalizer,
     /// The keyed digest of a subject whose payloads are encrypted (a record's `hmac_sha256`).
     protection: Arc<crate::message::protection::Protection>,
-    /// The original sequences whose messages this run stored (or found stored): a second record of one original
-    /// (two forged, or one re-published past the duplicate window) is removed, not delivered
-    /// again. One entry per settled record (the range is the dead-letter stream's, bounded).
-    settled: std::collections::HashSet<u64>,
+    /// The original sequences whose messages this run settled, and how: a second record of
+    /// one original (two forged, or one re-published past the duplicate window) is removed,
+    /// neither delivered nor dead-lettered again. One entry per settled record (the range is
+    /// the dead-letter stream's, bounded).
+    settled: std::collections::HashMap<u64, Settled>,
     writer: Writer,
     ages: crate::metrics::Summary,
     /// When the state file was last written (see [`Redrive::persist_due`]).
@@ -228,8 +263,10 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         return Ok(report(Finish::Done, st.counts));
     }
     session.count_sealed_before(&plan.state);
-    let incarnation = crate::broker::incarnation::read(&nc, &cfg.nats.stream)
-        .map_err(|e| super::fatal(format!("stream {}: {e}", cfg.nats.stream)))?;
+    let (incarnation, retention) =
+        crate::broker::incarnation::read_with_retention(&nc, &cfg.nats.stream)
+            .map_err(|e| super::fatal(format!("stream {}: {e}", cfg.nats.stream)))?;
+    warn_of_retention(&cfg.nats.stream, &retention);
     let dry_run = opts.replay.dry_run;
     let progress = Arc::new(Progress::default());
     let writer = Writer {
@@ -262,7 +299,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         ages: Default::default(),
         persisted: Instant::now(),
     };
-    let mut display = Display::new(plan.first, plan.last, opts.replay.terminal());
+    let mut display = Display::new("redrive", plan.first, plan.last, opts.replay.terminal());
     let read = redrive.read(plan.last, &mut display);
     display.finish(&progress);
     session.signals.close();
@@ -283,6 +320,23 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         }
     }
     Ok(report(finish, st.counts))
+}
+
+/// A stream that removes acknowledged messages (`workqueue`, and `interest` once every
+/// consumer acknowledged) no longer holds a dead letter's original: the runner acknowledged it
+/// after dead-lettering it. Said once before the records are read; each record is then
+/// reported as "original missing" and kept, as for a purged original.
+fn warn_of_retention(stream: &str, retention: &str) {
+    let why = match retention {
+        "workqueue" => "removes every message once it is acknowledged",
+        "interest" => "removes a message once every consumer acknowledged it",
+        _ => return,
+    };
+    eprintln!(
+        "svc: redrive: stream {stream} has retention {retention}: it {why}, and the runner \
+         acknowledged each dead-lettered message, so its original is most likely gone; such \
+         records are reported as original missing and kept (docs/replay.md)"
+    );
 }
 
 impl Redrive<'_> {
@@ -442,12 +496,25 @@ impl Redrive<'_> {
             return Ok(Fate::Keep(format!("{source} sequence {n} {why}")));
         }
         self.writer.state.counts.bytes += raw.data.len() as u64;
-        if self.settled.contains(&n) {
+        match self.settled.get(&n) {
             // Its message was settled by an earlier record of this run: stored once is enough.
-            let counts = &mut self.writer.state.counts;
-            counts.read += 1;
-            counts.already_present += 1;
-            return Ok(Fate::Remove);
+            Some(Settled::Stored) => {
+                let counts = &mut self.writer.state.counts;
+                counts.read += 1;
+                counts.already_present += 1;
+                return Ok(Fate::Remove);
+            }
+            // Refused again by an earlier record of this run, whose new record stands for it.
+            Some(Settled::DeadLettered) => {
+                self.writer.state.counts.read += 1;
+                eprintln!(
+                    "svc: redrive: dead-letter sequence {seq}: original {source} sequence {n} \
+                     was refused again and dead-lettered anew by an earlier record of this run; \
+                     this second record of it is removed"
+                );
+                return Ok(Fate::Remove);
+            }
+            None => {}
         }
         self.settle(seq, &raw)
     }
@@ -529,7 +596,7 @@ impl Redrive<'_> {
         })?;
         let after = self.writer.state.counts;
         if after.stored > before.stored || after.already_present > before.already_present {
-            self.settled.insert(raw.stream_sequence);
+            self.settled.insert(raw.stream_sequence, Settled::Stored);
             return Ok(Fate::Remove);
         }
         if after.dead_lettered > before.dead_lettered {
@@ -537,7 +604,11 @@ impl Redrive<'_> {
                 Some(s) if s == seq => Fate::Keep(
                     "refused again, and the dead-letter stream answered with this record".into(),
                 ),
-                _ => Fate::Remove,
+                _ => {
+                    self.settled
+                        .insert(raw.stream_sequence, Settled::DeadLettered);
+                    Fate::Remove
+                }
             });
         }
         Ok(if self.writer.file.is_none() {
@@ -564,6 +635,7 @@ mod tests {
             "payload": {"sha256": digest, "size_bytes": 2}});
         let r = parse_record(good.to_string().as_bytes()).unwrap();
         assert_eq!((r.sequence, r.stream.as_str()), (7, "ORDERS"));
+        assert_eq!((r.consumer_sequence, r.delivery_count), (3, 2));
         assert_eq!(r.digest, Digest::Plain(digest.clone()));
         let filter = Filter {
             reason: Some("payload_too_large".into()),
@@ -583,7 +655,37 @@ mod tests {
         // Each edit makes the record one a redrive must not act on: a forgery without the
         // original's incarnation or payload digest could name any delivered message.
         type Edit = (&'static str, fn(&mut Value), &'static str);
-        let edits: [Edit; 11] = [
+        let edits: [Edit; 16] = [
+            (
+                "no consumer sequence",
+                |v| {
+                    v["original"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("consumer_sequence");
+                },
+                "original.consumer_sequence missing",
+            ),
+            (
+                "delivery count 0",
+                |v| v["original"]["delivery_count"] = json!(0),
+                "original.delivery_count missing",
+            ),
+            (
+                "consumer sequence past 2^53",
+                |v| v["original"]["consumer_sequence"] = json!(u64::MAX),
+                "original.consumer_sequence missing",
+            ),
+            (
+                "delivery count as text",
+                |v| v["original"]["delivery_count"] = json!("2"),
+                "original.delivery_count missing",
+            ),
+            (
+                "more deliveries than consumer sequences",
+                |v| v["original"]["delivery_count"] = json!(4),
+                "above original.consumer_sequence",
+            ),
             (
                 "seq 0",
                 |v| v["original"]["stream_sequence"] = json!(0),
