@@ -615,6 +615,59 @@ fn a_message_the_runner_refused_is_a_listed_gap_not_a_missing_record() {
     assert!(text.contains("2 records intact, 0 altered, 0 missing, 0 in no checkpoint yet, 1 runner-caused gaps: COMPLETE"), "{text}");
 }
 
+/// A message the sink refuses for good (a record over the file sink's `max_record_bytes`),
+/// without a DLQ: NAKed, then terminated at `delivery.max_deliveries`, and listed as a
+/// `terminated` gap, so the verifier reads it as the runner's choice, not as missing.
+#[test]
+fn a_message_the_sink_refused_until_terminated_is_a_listed_gap() {
+    let c = case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out"), "max_record_bytes": 2048})
+        },
+        json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10, "max_deliveries": 2,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                            "jitter": "none"}}}),
+    );
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4000));
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    publish_range(&c.server, 3, 3);
+    wait_until(
+        Duration::from_secs(60),
+        "1 and 3 stored, 2 terminated",
+        || {
+            matches!(
+                c.server.try_consumer_state(STREAM, CONSUMER),
+                Some((3, 0, 0))
+            ) && records(&c.dir.path().join("out")).len() == 2
+        },
+    );
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let files = checkpoint_files(&c.dir.path().join("out"));
+    let gaps: Vec<Value> = files
+        .iter()
+        .flat_map(|f| {
+            let cp: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+            let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+            body["gaps"].as_array().unwrap().clone()
+        })
+        .collect();
+    assert_eq!(gaps, vec![json!([2, "terminated"])], "{files:?}");
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("2 records intact, 0 altered, 0 missing, 0 in no checkpoint yet, 1 runner-caused gaps: COMPLETE"),
+        "{text}"
+    );
+}
+
 /// The heads the runner logged (`custody checkpoint head RUNNER:INDEX:DIGEST`), in order.
 fn logged_heads(log: &str) -> Vec<String> {
     log.lines()

@@ -90,6 +90,12 @@ pub struct DeliveryConfig {
     pub priority_lanes: Option<lanes::PriorityLanes>,
 }
 
+/// Whether a permanent failure on delivery `delivery_count` is terminated (`+TERM`) rather
+/// than redelivered: the one rule `svc-ack` acts on and the checkpoint gaps list.
+pub fn terminated_at(max_deliveries: Option<u64>, delivery_count: u64) -> bool {
+    max_deliveries.is_some_and(|max| delivery_count >= max)
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct MetricsConfig {
     pub enabled: bool,

@@ -290,9 +290,8 @@ impl AckWorker {
     fn permanent(&self, handle: &AckHandle, family: Option<usize>, reason: &str) -> AckVerb {
         Metrics::add(&self.metrics.counters.messages_failed_total, 1);
         self.metrics.add_family(family, "messages_failed_total", 1);
-        let limit_reached = self
-            .max_deliveries
-            .is_some_and(|max| handle.delivery_count >= max);
+        let limit_reached =
+            crate::config::terminated_at(self.max_deliveries, handle.delivery_count);
         if limit_reached {
             log::error!(
                 "stream sequence {} failed permanently on delivery {} ({reason}); terminated \

@@ -723,6 +723,7 @@ fn spawn_sink_workers(
             lanes: cfg.delivery.priority_lanes.clone().map(Arc::new),
             failures_logged: Default::default(),
             checkpoints: checkpoints.clone(),
+            max_deliveries: cfg.delivery.max_deliveries,
         };
         spawn(&worker.name.clone(), move || worker.run())?;
     }

@@ -36,14 +36,23 @@ pub struct SinkWorker {
     pub failures_logged: RefCell<LogBudget>,
     /// `custody.checkpoints`: where committed records and runner-caused gaps are told.
     pub checkpoints: Option<Arc<Feed>>,
+    /// `delivery.max_deliveries`: a permanent sink failure on that delivery is terminated
+    /// by `svc-ack` (without a DLQ), a gap the checkpoint lists.
+    pub max_deliveries: Option<u64>,
 }
 
 /// After the batch is durable: a record written now, or a message given up on for good
-/// (dead-lettered or refused), to the checkpoint thread (never waiting on it).
-/// `AlreadyDurable` records were told when first written (or are found again by the
-/// thread's scan after a restart).
-fn tell_checkpoint(feed: &Feed, v: &Verdict, env: Option<&Envelope>) {
+/// (dead-lettered, refused, or refused by the sink on its last delivery: `svc-ack`
+/// terminates it), to the checkpoint thread (never waiting on it). `AlreadyDurable` records
+/// were told when first written (or are found again by the thread's scan after a restart).
+fn tell_checkpoint(feed: &Feed, v: &Verdict, env: Option<&Envelope>, max: Option<u64>) {
     match (v, env) {
+        (Verdict::Written(WriteOutcome::Permanent(_)), Some(env))
+            if crate::config::terminated_at(max, env.metadata.delivery_count) =>
+        {
+            let origin = (Arc::clone(&env.stream), Arc::clone(&env.stream_incarnation));
+            feed.send(Event::Gap(origin, env.stream_sequence, "terminated"));
+        }
         (Verdict::Rejected(r), _) if !r.retry => {
             let why = if env.is_some() {
                 "dead_lettered"
@@ -130,7 +139,7 @@ impl SinkWorker {
             let verdicts = split.verdicts.into_iter().flatten();
             return verdicts
                 .inspect(|v| {
-                    feed.inspect(|f| tell_checkpoint(f, v, None));
+                    feed.inspect(|f| tell_checkpoint(f, v, None, self.max_deliveries));
                 })
                 .collect();
         }
@@ -238,13 +247,13 @@ impl SinkWorker {
             .into_iter()
             .map(|v| match v {
                 Some(v) => {
-                    feed.inspect(|f| tell_checkpoint(f, &v, None));
+                    feed.inspect(|f| tell_checkpoint(f, &v, None, self.max_deliveries));
                     v
                 }
                 None => {
                     let (outcome, env) = outcomes.next().expect("one per envelope");
                     let v = self.verdict(outcome, env);
-                    feed.inspect(|f| tell_checkpoint(f, &v, Some(env)));
+                    feed.inspect(|f| tell_checkpoint(f, &v, Some(env), self.max_deliveries));
                     v
                 }
             })
