@@ -912,7 +912,7 @@ fn msg_get(
     }
     let request = serde_json::json!({ "seq": sequence }).to_string();
     let subject = format!("$JS.API.STREAM.MSG.GET.{stream}");
-    let reply = flushed_request(nc, &subject, request.as_bytes(), timeout)
+    let reply = super::consumer_shape::flushed_request(nc, &subject, request.as_bytes(), timeout)
         .map_err(|e| format!("reading {stream} sequence {sequence}: {e}"))?;
     if reply.data.len() > max_answer_bytes {
         return Err(format!(
@@ -934,32 +934,6 @@ fn msg_get(
     Ok(Some(v))
 }
 
-/// A request on its own inbox, written at once (not after the client's 5 ms flush delay: a
-/// redrive makes two per record) and answered within `timeout` in all.
-fn flushed_request(
-    nc: &nats::Connection,
-    subject: &str,
-    body: &[u8],
-    timeout: Duration,
-) -> std::io::Result<nats::Message> {
-    let deadline = Instant::now() + timeout;
-    let left = || deadline.saturating_duration_since(Instant::now());
-    let inbox = nc.new_inbox();
-    let sub = nc.subscribe(&inbox)?;
-    nc.publish_with_reply_or_headers(subject, Some(&inbox), None, body)?;
-    nc.flush_timeout(left())?;
-    let reply = sub.next_timeout(left());
-    let _ = sub.unsubscribe();
-    let reply = reply?;
-    if reply.is_no_responders() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            "no responders: JetStream does not answer on this subject",
-        ));
-    }
-    Ok(reply)
-}
-
 /// Largest answer to a `STREAM.MSG.DELETE` read.
 const MAX_DELETE_REPLY_BYTES: usize = 16 * 1024;
 
@@ -977,17 +951,8 @@ pub fn delete_stored_of(
         return Err(format!("{} is not a stream name", PeerText::new(stream)));
     }
     let deadline = Instant::now() + timeout;
-    let subject = format!("$JS.API.STREAM.INFO.{stream}");
-    let info =
-        flushed_request(nc, &subject, b"", timeout).map_err(|e| format!("stream {stream}: {e}"))?;
-    let v: serde_json::Value = (info.data.len() <= super::incarnation::MAX_STREAM_INFO_BYTES)
-        .then(|| serde_json::from_slice(&info.data).ok())
-        .flatten()
-        .ok_or_else(|| format!("stream {stream}: unreadable stream info"))?;
-    if let Some(description) = v["error"]["description"].as_str() {
-        return Err(format!("stream {stream}: {}", PeerText::new(description)));
-    }
-    let now = super::incarnation::of_info(&v).map_err(|e| format!("stream {stream}: {e}"))?;
+    let now = super::incarnation::read_within(nc, stream, timeout)
+        .map_err(|e| format!("stream {stream}: {}", PeerText::new(&e.to_string())))?;
     if *now != *incarnation {
         return Err(format!(
             "stream {stream} was created again (incarnation {} when it was read, {now} now): \
@@ -1017,7 +982,7 @@ pub fn delete_stored(
     }
     let request = serde_json::json!({ "seq": sequence, "no_erase": true }).to_string();
     let subject = format!("$JS.API.STREAM.MSG.DELETE.{stream}");
-    let reply = flushed_request(nc, &subject, request.as_bytes(), timeout)
+    let reply = super::consumer_shape::flushed_request(nc, &subject, request.as_bytes(), timeout)
         .map_err(|e| format!("deleting {stream} sequence {sequence}: {e}"))?;
     let v: serde_json::Value = (reply.data.len() <= MAX_DELETE_REPLY_BYTES)
         .then(|| serde_json::from_slice(&reply.data).ok())

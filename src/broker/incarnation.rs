@@ -11,6 +11,7 @@
 
 use std::io;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -29,6 +30,19 @@ const PLAUSIBLE_NANOS: std::ops::Range<i128> = 946_684_800_000_000_000..253_402_
 /// The incarnation of `stream` as the broker reports it now.
 pub fn read(nc: &Connection, stream: &str) -> io::Result<Arc<str>> {
     read_with_retention(nc, stream).map(|(incarnation, _)| incarnation)
+}
+
+/// [`read`], the request sent at once and answered within `timeout` (a check made before
+/// each of many small steps, such as a redrive's removals).
+pub fn read_within(nc: &Connection, stream: &str, timeout: Duration) -> io::Result<Arc<str>> {
+    let info = consumer_shape::api_request_flushed(
+        nc,
+        &format!("$JS.API.STREAM.INFO.{stream}"),
+        b"",
+        MAX_STREAM_INFO_BYTES,
+        timeout,
+    )?;
+    of_info(&info).map_err(io::Error::other)
 }
 
 /// The incarnation of `stream` and its retention policy (`limits`, `interest`, `workqueue`;
