@@ -121,21 +121,6 @@ fn records(server: &NatsServer) -> Vec<(u64, Value)> {
     out
 }
 
-/// When the broker stored `stream`'s message at `seq` (`STREAM.MSG.GET`'s `time`), as the
-/// runner's records write it.
-fn published_at(server: &NatsServer, stream: &str, seq: u64) -> String {
-    let reply = server
-        .connect()
-        .request(
-            &format!("$JS.API.STREAM.MSG.GET.{stream}"),
-            json!({ "seq": seq }).to_string(),
-        )
-        .unwrap();
-    let v: Value = serde_json::from_slice(&reply.data).unwrap();
-    let t = v["message"]["time"].as_str().unwrap();
-    svc::text::rfc3339::format_rfc3339_nanos(svc::text::rfc3339::parse_rfc3339_nanos(t).unwrap())
-}
-
 /// Redriven before the cause is fixed, each message is refused again: a new record (marked
 /// replayed, naming the old one) replaces the old, exit 3. After the fix (the size policy
 /// lifted), every dead letter is stored and the stream is empty, exit 0.
@@ -378,7 +363,7 @@ fn forged_and_doubled_records_never_deliver_a_message_twice() {
     let mut wrong_digest = bare.clone();
     wrong_digest["original"]["stream_sequence"] = json!(4);
     wrong_digest["original"]["stream_incarnation"] = json!(incarnation);
-    wrong_digest["original"]["published_at"] = json!(published_at(&server, STREAM, 4));
+    wrong_digest["original"]["published_at"] = json!(published_at(&server.connect(), STREAM, 4));
     wrong_digest["original"]["consumer_sequence"] = json!(9);
     wrong_digest["original"]["delivery_count"] = json!(1);
     wrong_digest["payload"] = json!({"sha256": "00".repeat(32), "size_bytes": 7});

@@ -848,26 +848,13 @@ fn planned_redrive_permissions(cfg: &Path) -> (Vec<String>, Vec<String>) {
 }
 
 /// A dead-letter record for `ORDERS` sequence `seq`, published by the administrator.
-/// When the broker stored ORDERS' message at `seq`, as the runner's records write it.
-fn published_at(server: &NatsServer, seq: u64) -> String {
-    let reply = admin(server)
-        .request(
-            "$JS.API.STREAM.MSG.GET.ORDERS",
-            json!({ "seq": seq }).to_string(),
-        )
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&reply.data).unwrap();
-    let t = v["message"]["time"].as_str().unwrap();
-    svc::text::rfc3339::format_rfc3339_nanos(svc::text::rfc3339::parse_rfc3339_nanos(t).unwrap())
-}
-
 fn dead_letter_record(server: &NatsServer, seq: u64, payload: &[u8]) {
     let incarnation = svc::broker::incarnation::read(&admin(server), "ORDERS").unwrap();
     let record = json!({"schema": "svc.dead-letter.v1",
         "failed_at": "2026-11-28T00:00:00Z",
         "failure": {"stage": "security_labels", "reason": "not_in_vocabulary"},
         "original": {"subject": "orders.created", "stream": "ORDERS", "stream_sequence": seq,
-                     "stream_incarnation": &*incarnation, "published_at": published_at(server, seq),
+                     "stream_incarnation": &*incarnation, "published_at": published_at(&admin(server), "ORDERS", seq),
                      "consumer_sequence": seq, "delivery_count": 1},
         "payload": {"sha256": svc::message::envelope::hex_sha256(payload),
                     "size_bytes": payload.len()}});

@@ -288,3 +288,17 @@ pub fn durable_config(
         ..Default::default()
     }
 }
+
+/// When the broker stored `stream`'s message at `seq` (`STREAM.MSG.GET`'s `time`), as the
+/// runner's dead-letter records write it (`original.published_at`), asked over `nc`.
+pub fn published_at(nc: &nats::Connection, stream: &str, seq: u64) -> String {
+    let reply = nc
+        .request(
+            &format!("$JS.API.STREAM.MSG.GET.{stream}"),
+            serde_json::json!({ "seq": seq }).to_string(),
+        )
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&reply.data).unwrap();
+    let t = v["message"]["time"].as_str().unwrap();
+    svc::text::rfc3339::format_rfc3339_nanos(svc::text::rfc3339::parse_rfc3339_nanos(t).unwrap())
+}
