@@ -25,11 +25,11 @@ use crate::document::grammar::is_header_name;
 use crate::document::grammar::looks_secret;
 use crate::document::reader::{ObjectReader, Problems};
 use crate::message::envelope::{hex_sha256, stream_place, Envelope, RawMessage, MESSAGE_ID_HEADER};
+use crate::message::failure::FailureClass;
 use crate::message::labels::LabelRejection;
 use crate::message::metadata::MetadataError;
 use crate::message::refusal::Refusal;
 use crate::message::subject::SubjectPattern;
-use crate::sink::{FailureClass, SinkError};
 use crate::text::peer::{PeerText, PEER_TEXT_MAX_CHARS};
 use crate::text::rfc3339::format_rfc3339_nanos;
 
@@ -397,16 +397,16 @@ impl DeadLetter {
     /// refused value).
     pub fn build_for_sink(
         env: &Envelope,
-        error: &SinkError,
+        (sink, class): (&str, FailureClass),
         failed_at_unix_nanos: i128,
         cfg: &DeadLetterConfig,
     ) -> DeadLetter {
-        let code = error.class.code();
+        let code = class.code();
         let failure = Failure::new(
             "sink",
-            &format!("sink.{}", error.sink),
+            &format!("sink.{sink}"),
             code,
-            format!("sink {}: permanent write failure ({code})", error.sink),
+            format!("sink {sink}: permanent write failure ({code})"),
         );
         let headers = included_headers(cfg, |name| {
             env.metadata.headers.get(name).map(String::as_str)
@@ -421,7 +421,7 @@ impl DeadLetter {
             delivery_count: env.metadata.delivery_count,
             // A key that failed its grammar may have been made from the message id: that id
             // is the offending value, and stays out of the record.
-            message_id: match error.class {
+            message_id: match class {
                 FailureClass::InvalidKey => env.message_id.as_ref().map(|_| WITHHELD_ID.into()),
                 _ => env.message_id.as_deref().map(bounded),
             },
@@ -1570,8 +1570,14 @@ mod tests {
         let mut m = raw();
         m.headers[0].1 = "../../evil-id".into();
         let (env, _) = crate::message::envelope::normalize(&m, 0, &Default::default());
-        let err = SinkError::new("object_store", "bad key").classified(FailureClass::InvalidKey);
-        let d = DeadLetter::build_for_sink(&env, &err, 0, &DeadLetterConfig::default());
+        let err = crate::sink::SinkError::new("object_store", "bad key")
+            .classified(FailureClass::InvalidKey);
+        let d = DeadLetter::build_for_sink(
+            &env,
+            (err.sink, err.class),
+            0,
+            &DeadLetterConfig::default(),
+        );
         let text = String::from_utf8(d.body).unwrap();
         assert!(!text.contains("evil-id"), "{text}");
         assert!(text.contains(WITHHELD_ID), "{text}");
@@ -1587,9 +1593,10 @@ mod tests {
             1_700_000_001_000_000_000,
             &Default::default(),
         );
-        let err = SinkError::new("relational_db", "row rejected: Key (id)=(SECRETVALUE)")
-            .classified(crate::sink::FailureClass::ValueRejected);
-        let plain = DeadLetter::build_for_sink(&env, &err, 0, &cfg);
+        let err =
+            crate::sink::SinkError::new("relational_db", "row rejected: Key (id)=(SECRETVALUE)")
+                .classified(crate::sink::FailureClass::ValueRejected);
+        let plain = DeadLetter::build_for_sink(&env, (err.sink, err.class), 0, &cfg);
         let text = String::from_utf8(plain.body.clone()).unwrap();
         assert!(!text.contains("SECRETVALUE"), "{text}");
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -1601,7 +1608,7 @@ mod tests {
 
         env.payload_info.sha256 = "ab".repeat(32);
         env.payload_info.keyed = true;
-        let keyed = DeadLetter::build_for_sink(&env, &err, 0, &cfg);
+        let keyed = DeadLetter::build_for_sink(&env, (err.sink, err.class), 0, &cfg);
         let v: serde_json::Value = serde_json::from_slice(&keyed.body).unwrap();
         assert!(v["payload"].get("sha256").is_none(), "{v}");
         assert_eq!(v["payload"]["hmac_sha256"], "ab".repeat(32).as_str());

@@ -13,6 +13,7 @@
 //! governance stages ([`mission`], [`policy`], [`size_policy`]) refuse with a [`refusal`].
 
 pub mod envelope;
+pub mod failure;
 pub mod labels;
 pub mod limits;
 pub mod metadata;

@@ -269,7 +269,12 @@ impl SinkWorker {
                     e.sink,
                     e.class.code()
                 ),
-                dead_letter: Some(DeadLetter::build_for_sink(env, &e, now_unix_nanos(), cfg)),
+                dead_letter: Some(DeadLetter::build_for_sink(
+                    env,
+                    (e.sink, e.class),
+                    now_unix_nanos(),
+                    cfg,
+                )),
                 retry: false,
                 at: Arc::new((
                     (Arc::clone(&env.stream), Arc::clone(&env.stream_incarnation)),

@@ -779,7 +779,7 @@ impl Writer {
                             let cfg = &self.dead_letter;
                             self.dead_letter(DeadLetter::build_for_sink(
                                 &env,
-                                &e,
+                                (e.sink, e.class),
                                 now_unix_nanos(),
                                 cfg,
                             ))?;
