@@ -213,6 +213,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let (metrics, stop, monitor) = (start.metrics, start.stop, start.monitor);
     let (sink, drainer) = build_sink(&cfg, &metrics)?;
     let (checkpoint_feed, checkpoint_done) = start_checkpoints(&cfg)?;
+    let drainer = drain_checkpoints(&cfg, drainer, checkpoint_feed.as_ref())?;
     let denials = Arc::new(broker::Denials::default());
     let nc =
         broker::connect(&cfg.nats, metrics.clone(), denials.clone()).map_err(RunError::Broker)?;
@@ -516,7 +517,7 @@ fn start_checkpoints(
         return Ok((None, None));
     }
     // `svc validate` refuses these first (config::mod).
-    if let Some(why) = crate::sink::checkpoint::unavailable(&cfg.sink, cfg.spool.is_some()) {
+    if let Some(why) = crate::sink::checkpoint::unavailable(&cfg.sink) {
         return Err(RunError::Fatal(format!("custody.checkpoints: {why}")));
     }
     let store = crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?;
@@ -531,6 +532,24 @@ fn start_checkpoints(
         let _ = done_tx.send(());
     })?;
     Ok((Some(Arc::new(feed)), Some(done_rx)))
+}
+
+/// With a fallback spool and `custody.checkpoints`: the drain tells the checkpoint thread of
+/// each record once the sink holds it (the sink workers report a spooled record `Spooled`,
+/// which they do not tell).
+fn drain_checkpoints(
+    cfg: &RuntimeConfig,
+    drainer: Option<SpoolDrain>,
+    feed: Option<&Arc<crate::sink::checkpoint::Feed>>,
+) -> Result<Option<SpoolDrain>, RunError> {
+    match (drainer, feed) {
+        (Some((d, spool)), Some(feed)) => {
+            let feed = crate::sink::checkpoint::DrainFeed::new(feed.clone(), &cfg.custody)
+                .map_err(RunError::Fatal)?;
+            Ok(Some((d.with_checkpoints(feed), spool)))
+        }
+        (drainer, _) => Ok(drainer),
+    }
 }
 
 /// The spool's drainer and the spool, when a `spool` block wraps the sink.
