@@ -1202,3 +1202,57 @@ fn spooled_postgresql_rows_are_signed_after_the_drain_and_a_deleted_one_is_named
     assert!(text.contains("sequence 7: MISSING"), "{text}");
     assert_eq!(text.matches("MISSING").count(), 1, "{text}");
 }
+
+/// A record planted in the spool (someone who can write the spool directory, a spool in clear:
+/// a spooled record copied under another sequence) is delivered by the drain but never
+/// signed: its custody seal does not verify under the runner's custody key. It stays `in no
+/// checkpoint yet`, visible.
+#[test]
+fn a_record_planted_in_the_spool_is_delivered_but_never_signed() {
+    let (c, out, spool) = spooled_case(1000);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    let away = c.dir.path().join("out.away");
+    std::fs::rename(&out, &away).unwrap();
+    publish_range(&c.server, 2, 4);
+    wait_acked(&c.server, 4);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let segment = std::fs::read_dir(&spool)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".spool"))
+        .unwrap();
+    let mut data = std::fs::read(&segment).unwrap();
+    // The first record's body (after the 8-byte header and the 12-byte frame head), in clear:
+    // a flag byte and the append time, then the record.
+    let len = u32::from_le_bytes(data[12..16].try_into().unwrap()) as usize;
+    let record = String::from_utf8(data[29..20 + len].to_vec()).unwrap();
+    let planted = record.replacen("\"stream_sequence\":2,", "\"stream_sequence\":41,", 1);
+    assert_ne!(planted, record);
+    let body = [&data[20..29], planted.as_bytes()].concat();
+    data.extend_from_slice(&crate::spool::frame_of(&body));
+    std::fs::write(&segment, &data).unwrap();
+    std::fs::rename(&away, &out).unwrap();
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    wait_until(Duration::from_secs(60), "the spool drained", || {
+        records_in(&out) == 5
+    });
+    wait_until(Duration::from_secs(10), "the refusal logged", || {
+        runner.log_text().contains("custody seal refused")
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let log = runner.log_text();
+    assert!(log.contains("drained record at spool segment"), "{log}");
+    assert_eq!(log.matches("never signed").count(), 1, "{log}");
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("4 records intact, 0 altered, 0 missing, 1 in no checkpoint yet"),
+        "{text}"
+    );
+    assert!(text.contains("sequence 41 ("), "{text}");
+}
