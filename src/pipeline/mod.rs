@@ -57,7 +57,9 @@
 //! spool holds records, is appended and fsynced there and reported durable, so `svc-ack`
 //! ACKs it as before. `svc-spool-drain` owns the drain position: it reads the spool, writes
 //! to the same sink, and advances the position only after the sink confirmed; it never
-//! touches an ack handle. A full spool makes the batch transient (NAK), not a loss.
+//! touches an ack handle. A full spool makes the batch transient (NAK), not a loss. With
+//! `custody.checkpoints`, a spooled record is reported `Spooled` (ACKed, not told to
+//! `svc-checkpoint` by the sink workers); `svc-spool-drain` tells it once the sink holds it.
 //!
 //! `svc-flush` exists because the broker client writes a publish only after its flusher's 5 ms
 //! floor, and an explicit flush is a PING/PONG round trip whose PONG queues behind every

@@ -4,10 +4,12 @@
 //! The sink workers hand the thread, after a batch is durable, each committed record's
 //! (stream sequence, checkpoint digest) and each sequence the runner itself gave up on
 //! (dead-lettered, refused) through a bounded channel they never wait on ([`Feed`]): delivery
-//! is never held back. The thread writes a signed checkpoint every `every_records` records or
-//! `every_seconds` seconds, and what is pending when the workers stop. One checkpoint covers
-//! one stream incarnation ([`Origin`]): what is pending for several (a stream created again)
-//! is written as one checkpoint each, linked in the one chain.
+//! is never held back. With a fallback spool, a record the spool took is told by the spool's
+//! drain instead, once the sink holds it ([`DrainFeed`]). The thread writes a signed
+//! checkpoint every `every_records` records or `every_seconds` seconds, and what is pending
+//! when the workers (and the drain) stop. One checkpoint covers one stream incarnation
+//! ([`Origin`]): what is pending for several (a stream created again) is written as one
+//! checkpoint each, linked in the one chain.
 //!
 //! Start: before any delivery the runner reads its chain back ([`Writer::start`]) and refuses
 //! to run when it cannot be read, does not verify, has a hole, or does not reach the head

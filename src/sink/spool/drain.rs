@@ -11,6 +11,11 @@
 //! A sink that takes the file sink's records as they are (jsonl) is handed the stored
 //! records after a syntax and schema check; any other sink gets the envelopes decoded from
 //! them. Either way an intact record that does not pass is quarantined.
+//!
+//! With custody checkpoints (the runner's drain only), each record the sink reports `Durable`
+//! is told to the checkpoint thread after the step, from the record as stored
+//! ([`crate::sink::checkpoint::DrainFeed`]); `svc spool drain` tells nothing (the next
+//! runner's restart rescan signs what it delivered).
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
