@@ -973,8 +973,8 @@ fn hex_lower(b: &[u8]) -> String {
 }
 
 /// `svc validate` refuses `custody.checkpoints` with a sink that has no checkpoint store, and
-/// with a `spool` block, naming the field and the reason (not only the runner at its start);
-/// a file sink passes.
+/// with `sink.type: spool`, naming the field and the reason (not only the runner at its
+/// start); a file sink passes, with a fallback `spool` block too.
 #[test]
 fn validate_refuses_checkpoints_where_no_store_keeps_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -1001,17 +1001,13 @@ fn validate_refuses_checkpoints_where_no_store_keeps_them() {
             None,
             "not available for sink type fanout: it has no checkpoint store",
         ),
-        (
-            "spool",
-            file.clone(),
-            Some(spool),
-            "not available with a spool block: a spooled batch",
-        ),
+        // A fallback spool beside a sink with a store: the drain tells the checkpoints.
+        ("spool", file.clone(), Some(spool), ""),
         (
             "spool sink",
             spool_sink,
             None,
-            "not available for sink type spool: it has no checkpoint store",
+            "not available for sink type spool: checkpoints kept as records in the spool",
         ),
         ("file", file, None, ""),
         ("mysql", mysql_sink("svc_validate_only"), None, ""),
@@ -1040,4 +1036,276 @@ fn validate_refuses_checkpoints_where_no_store_keeps_them() {
             "{name}: {err}"
         );
     }
+}
+
+/// A file sink with a fallback spool that spools at the first transient failure (so the
+/// spool keeps the stream's order), and its output and spool directories.
+fn spooled_case(every_records: u64) -> (Case, PathBuf, PathBuf) {
+    let c = spooled_case_into(every_records, |dir| {
+        std::fs::create_dir(dir.join("out")).unwrap();
+        json!({"type": "file", "directory": dir.join("out")})
+    });
+    let (out, spool) = (c.dir.path().join("out"), c.dir.path().join("spool"));
+    (c, out, spool)
+}
+
+/// [`case_into`] with a fallback spool (at `<dir>/spool`) spooling at the first transient
+/// failure.
+fn spooled_case_into(every_records: u64, sink: impl FnOnce(&Path) -> Value) -> Case {
+    let c = case_with(
+        every_records,
+        sink,
+        json!({"spool": {"max_bytes": 64 << 20, "after_seconds": 0, "allow_unencrypted": true,
+                         "max_backoff_seconds": 1, "dir": "SPOOL"}}),
+    );
+    // The directory is known once the case made it.
+    let spool = c.dir.path().join("spool");
+    let text = std::fs::read_to_string(&c.cfg).unwrap();
+    std::fs::write(&c.cfg, text.replace("\"SPOOL\"", &json!(spool).to_string())).unwrap();
+    c
+}
+
+/// Record files (not checkpoints) in the file sink's output.
+fn records_in(out: &Path) -> usize {
+    files_below(out)
+        .iter()
+        .filter(|p| {
+            !p.starts_with(".svc-checkpoints") && p.extension().is_some_and(|e| e == "json")
+        })
+        .count()
+}
+
+/// The output directory taken away (the file sink fails transiently), `from..=to` published
+/// and acknowledged (spooled), then given back.
+fn spool_an_outage(
+    c: &Case,
+    out: &Path,
+    runner: &crate::support::process::Runner,
+    (from, to): (u64, u64),
+) {
+    let away = c.dir.path().join("out.away");
+    std::fs::rename(out, &away).unwrap();
+    publish_range(&c.server, from, to);
+    wait_acked(&c.server, to);
+    assert!(
+        runner.log_text().contains("committed to the spool"),
+        "{}",
+        runner.log_text()
+    );
+    std::fs::rename(&away, out).unwrap();
+}
+
+/// A spooled batch is ACKed before it is in the sink: the sink workers do not tell the
+/// checkpoint thread of it; the drain does once the sink holds it, so after the outage and the
+/// drain every sequence is covered (no restart rescan in between), and a record deleted after
+/// the drain is named missing.
+#[test]
+fn spooled_records_are_signed_after_the_drain_and_a_deleted_one_is_named() {
+    let (c, out, _spool) = spooled_case(4);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 4);
+    wait_acked(&c.server, 4);
+    spool_an_outage(&c, &out, &runner, (5, 16));
+    wait_until(Duration::from_secs(60), "the spool drained", || {
+        records_in(&out) == 16
+    });
+    // Checkpoints are cut every 4 records: the drained ones are signed while the runner runs.
+    wait_until(
+        Duration::from_secs(30),
+        "the drained records signed",
+        || verify(&c, &[c.public.to_str().unwrap()]).0 == 0,
+    );
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("16 records intact, 0 altered, 0 missing, 0 in no checkpoint"),
+        "{text}"
+    );
+    let files = checkpoint_files(&out);
+    assert_eq!(
+        python_check(&files, &public_key_b64(&CP_SEED)),
+        (1..=16).collect::<Vec<u64>>()
+    );
+    std::fs::remove_file(record_path(&out, 9)).unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("sequence 9: MISSING"), "{text}");
+    assert!(
+        text.contains("15 records intact, 0 altered, 1 missing"),
+        "{text}"
+    );
+}
+
+/// kill -9 after a drain step and before its checkpoint: the drained records are in the sink,
+/// in no checkpoint yet (never missing); the next runner's rescan signs them.
+#[test]
+fn records_drained_before_a_kill_9_are_covered_after_the_restart() {
+    let (c, out, _spool) = spooled_case(1000);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 2);
+    wait_acked(&c.server, 2);
+    spool_an_outage(&c, &out, &runner, (3, 8));
+    wait_until(Duration::from_secs(60), "the spool drained", || {
+        records_in(&out) == 8
+    });
+    runner.sigkill();
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(text.matches("in no checkpoint yet\n").count(), 8, "{text}");
+    assert!(!text.contains("MISSING"), "{text}");
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    publish_range(&c.server, 9, 9);
+    wait_acked(&c.server, 9);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("9 records intact, 0 altered, 0 missing, 0 in no checkpoint"),
+        "{text}"
+    );
+}
+
+/// `svc spool drain` (no runner) signs nothing: what it delivers is in no checkpoint yet,
+/// visible, until the next runner's restart rescan signs it.
+#[test]
+fn records_svc_spool_drain_delivers_are_signed_by_the_next_runner() {
+    let (c, out, _spool) = spooled_case(1000);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 2);
+    wait_acked(&c.server, 2);
+    let away = c.dir.path().join("out.away");
+    std::fs::rename(&out, &away).unwrap();
+    publish_range(&c.server, 3, 7);
+    wait_acked(&c.server, 7);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    std::fs::rename(&away, &out).unwrap();
+    assert_eq!(records_in(&out), 2);
+    let (code, stdout, err) = svc_env(&["spool", "drain", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert_eq!(records_in(&out), 7);
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    // 1 and 2 too: the first runner's last checkpoint found the output directory away.
+    assert_eq!(text.matches("in no checkpoint yet\n").count(), 7, "{text}");
+    assert!(!text.contains("MISSING"), "{text}");
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    wait_until(Duration::from_secs(30), "the rescan", || {
+        runner
+            .log_text()
+            .contains("7 committed records in no checkpoint yet")
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("7 records intact, 0 altered, 0 missing, 0 in no checkpoint"),
+        "{text}"
+    );
+}
+
+/// The same through PostgreSQL behind a proxy taken down and brought back: the drain hands
+/// the sink decoded envelopes, and the digest the drain tells (from the record as the spool
+/// stored it) is the one `svc verify-custody` recomputes from the row.
+#[test]
+fn spooled_postgresql_rows_are_signed_after_the_drain_and_a_deleted_one_is_named() {
+    let db = TestDb::new("cpspool");
+    let proxy = crate::support::moto::OutageProxy::start(5432);
+    let c = spooled_case_into(4, |_| {
+        let mut v = db.sink(json!({}));
+        v["dsn"] = format!("postgresql://postgres@127.0.0.1:{}/{}", proxy.port, db.name).into();
+        v
+    });
+    let (code, out, err) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 4);
+    wait_acked(&c.server, 4);
+    proxy.take_down();
+    publish_range(&c.server, 5, 12);
+    wait_acked(&c.server, 12);
+    assert!(runner.log_text().contains("committed to the spool"));
+    proxy.bring_up();
+    wait_until(Duration::from_secs(60), "the spool drained", || {
+        db.count("events") == 12
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("12 records intact, 0 altered, 0 missing, 0 in no checkpoint"),
+        "{text}"
+    );
+    db.conn()
+        .simple("DELETE FROM events WHERE stream_sequence = 7")
+        .unwrap();
+    let (code, text) = verify(&c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("sequence 7: MISSING"), "{text}");
+    assert_eq!(text.matches("MISSING").count(), 1, "{text}");
+}
+
+/// A record planted in the spool (someone who can write the spool directory, a spool in clear:
+/// a spooled record copied under another sequence) is delivered by the drain but never
+/// signed: its custody seal does not verify under the runner's custody key. It stays `in no
+/// checkpoint yet`, visible.
+#[test]
+fn a_record_planted_in_the_spool_is_delivered_but_never_signed() {
+    let (c, out, spool) = spooled_case(1000);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    let away = c.dir.path().join("out.away");
+    std::fs::rename(&out, &away).unwrap();
+    publish_range(&c.server, 2, 4);
+    wait_acked(&c.server, 4);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let segment = std::fs::read_dir(&spool)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".spool"))
+        .unwrap();
+    let mut data = std::fs::read(&segment).unwrap();
+    // The first record's body (after the 8-byte header and the 12-byte frame head), in clear:
+    // a flag byte and the append time, then the record.
+    let len = u32::from_le_bytes(data[12..16].try_into().unwrap()) as usize;
+    let record = String::from_utf8(data[29..20 + len].to_vec()).unwrap();
+    let planted = record.replacen("\"stream_sequence\":2,", "\"stream_sequence\":41,", 1);
+    assert_ne!(planted, record);
+    let body = [&data[20..29], planted.as_bytes()].concat();
+    data.extend_from_slice(&crate::spool::frame_of(&body));
+    std::fs::write(&segment, &data).unwrap();
+    std::fs::rename(&away, &out).unwrap();
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    wait_until(Duration::from_secs(60), "the spool drained", || {
+        records_in(&out) == 5
+    });
+    wait_until(Duration::from_secs(10), "the refusal logged", || {
+        runner.log_text().contains("custody seal refused")
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let log = runner.log_text();
+    assert!(log.contains("drained record at spool segment"), "{log}");
+    assert_eq!(log.matches("never signed").count(), 1, "{log}");
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("4 records intact, 0 altered, 0 missing, 1 in no checkpoint yet"),
+        "{text}"
+    );
+    assert!(text.contains("sequence 41 ("), "{text}");
 }

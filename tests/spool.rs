@@ -1844,7 +1844,7 @@ fn test_uid() -> u32 {
 }
 
 /// One frame holding `body` (the spool's framing: mark, length, CRC-32 of length and body).
-fn frame_of(body: &[u8]) -> Vec<u8> {
+pub(crate) fn frame_of(body: &[u8]) -> Vec<u8> {
     let len = (body.len() as u32).to_le_bytes();
     let mut h = crc32fast::Hasher::new();
     h.update(&len);

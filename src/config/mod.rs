@@ -277,9 +277,7 @@ impl RuntimeConfig {
             check_fanout_routes(f, &envelope, &security_labels, &problems);
         }
         if custody.enabled && custody.checkpoints.enabled {
-            let why = sink
-                .as_ref()
-                .and_then(|k| crate::sink::checkpoint::unavailable(k, spool.is_some()));
+            let why = sink.as_ref().and_then(crate::sink::checkpoint::unavailable);
             if let Some(why) = why {
                 problems.push("custody.checkpoints.enabled", &why);
             }

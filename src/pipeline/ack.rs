@@ -233,9 +233,9 @@ impl AckWorker {
         let mut awaiting = 0;
         for ((handle, verdict), family) in others.into_iter().chain(rejected) {
             let verb = match verdict {
-                Verdict::Written(WriteOutcome::Durable | WriteOutcome::AlreadyDurable) => {
-                    AckVerb::Ack
-                }
+                Verdict::Written(
+                    WriteOutcome::Durable | WriteOutcome::AlreadyDurable | WriteOutcome::Spooled,
+                ) => AckVerb::Ack,
                 Verdict::Written(WriteOutcome::Transient(e)) => {
                     log::debug!(
                         "stream sequence {}: not written, will retry: {e}",

@@ -59,7 +59,9 @@
 //! spool holds records, is appended and fsynced there and reported durable, so `svc-ack`
 //! ACKs it as before. `svc-spool-drain` owns the drain position: it reads the spool, writes
 //! to the same sink, and advances the position only after the sink confirmed; it never
-//! touches an ack handle. A full spool makes the batch transient (NAK), not a loss.
+//! touches an ack handle. A full spool makes the batch transient (NAK), not a loss. With
+//! `custody.checkpoints`, a spooled record is reported `Spooled` (ACKed, not told to
+//! `svc-checkpoint` by the sink workers); `svc-spool-drain` tells it once the sink holds it.
 //!
 //! `svc-flush` exists because the broker client writes a publish only after its flusher's 5 ms
 //! floor, and an explicit flush is a PING/PONG round trip whose PONG queues behind every
@@ -215,6 +217,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let (metrics, stop, monitor) = (start.metrics, start.stop, start.monitor);
     let (sink, drainer) = build_sink(&cfg, &metrics)?;
     let (checkpoint_feed, checkpoint_done) = start_checkpoints(&cfg)?;
+    let drainer = drain_checkpoints(&cfg, drainer, checkpoint_feed.as_ref())?;
     let denials = Arc::new(broker::Denials::default());
     let nc =
         broker::connect(&cfg.nats, metrics.clone(), denials.clone()).map_err(RunError::Broker)?;
@@ -518,7 +521,7 @@ fn start_checkpoints(
         return Ok((None, None));
     }
     // `svc validate` refuses these first (config::mod).
-    if let Some(why) = crate::sink::checkpoint::unavailable(&cfg.sink, cfg.spool.is_some()) {
+    if let Some(why) = crate::sink::checkpoint::unavailable(&cfg.sink) {
         return Err(RunError::Fatal(format!("custody.checkpoints: {why}")));
     }
     let store = crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?;
@@ -533,6 +536,24 @@ fn start_checkpoints(
         let _ = done_tx.send(());
     })?;
     Ok((Some(Arc::new(feed)), Some(done_rx)))
+}
+
+/// With a fallback spool and `custody.checkpoints`: the drain tells the checkpoint thread of
+/// each record once the sink holds it (the sink workers report a spooled record `Spooled`,
+/// which they do not tell).
+fn drain_checkpoints(
+    cfg: &RuntimeConfig,
+    drainer: Option<SpoolDrain>,
+    feed: Option<&Arc<crate::sink::checkpoint::Feed>>,
+) -> Result<Option<SpoolDrain>, RunError> {
+    match (drainer, feed) {
+        (Some((d, spool)), Some(feed)) => {
+            let feed = crate::sink::checkpoint::DrainFeed::new(feed.clone(), &cfg.custody)
+                .map_err(RunError::Fatal)?;
+            Ok(Some((d.with_checkpoints(feed), spool)))
+        }
+        (drainer, _) => Ok(drainer),
+    }
 }
 
 /// The spool's drainer and the spool, when a `spool` block wraps the sink.

@@ -44,7 +44,8 @@ pub struct SinkWorker {
 /// After the batch is durable: a record written now, or a message given up on for good
 /// (dead-lettered, refused, or refused by the sink on its last delivery: `svc-ack`
 /// terminates it), to the checkpoint thread (never waiting on it). `AlreadyDurable` records
-/// were told when first written (or are found again by the thread's scan after a restart).
+/// were told when first written (or are found again by the thread's scan after a restart);
+/// `Spooled` ones (the fallback spool) are told by the spool's drain once the sink holds them.
 fn tell_checkpoint(feed: &Feed, v: &Verdict, env: Option<&Envelope>, max: Option<u64>) {
     match (v, env) {
         (Verdict::Written(WriteOutcome::Permanent(_)), Some(env))

@@ -4,10 +4,12 @@
 //! The sink workers hand the thread, after a batch is durable, each committed record's
 //! (stream sequence, checkpoint digest) and each sequence the runner itself gave up on
 //! (dead-lettered, refused) through a bounded channel they never wait on ([`Feed`]): delivery
-//! is never held back. The thread writes a signed checkpoint every `every_records` records or
-//! `every_seconds` seconds, and what is pending when the workers stop. One checkpoint covers
-//! one stream incarnation ([`Origin`]): what is pending for several (a stream created again)
-//! is written as one checkpoint each, linked in the one chain.
+//! is never held back. With a fallback spool, a record the spool took is told by the spool's
+//! drain instead, once the sink holds it ([`DrainFeed`]). The thread writes a signed
+//! checkpoint every `every_records` records or `every_seconds` seconds, and what is pending
+//! when the workers (and the drain) stop. One checkpoint covers one stream incarnation
+//! ([`Origin`]): what is pending for several (a stream created again) is written as one
+//! checkpoint each, linked in the one chain.
 //!
 //! Start: before any delivery the runner reads its chain back ([`Writer::start`]) and refuses
 //! to run when it cannot be read, does not verify, has a hole, or does not reach the head
@@ -124,6 +126,45 @@ impl Feed {
         if let Err(TrySendError::Full(_)) = self.tx.try_send(e) {
             self.overflowed.store(true, Ordering::Relaxed);
             self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The fallback spool's drain's side of the channel: a spooled record is reported durable
+/// (and ACKed) before it is in the sink, so the sink workers do not tell it; the drain tells
+/// it once the sink reported the drained step durable, with the digest computed from the
+/// record as stored, as the rescan computes it.
+pub struct DrainFeed {
+    feed: Arc<Feed>,
+    custodian: Custodian,
+}
+
+impl DrainFeed {
+    pub fn new(feed: Arc<Feed>, custody: &CustodyConfig) -> Result<DrainFeed, String> {
+        let custodian = Custodian::load(custody)?;
+        Ok(DrainFeed { feed, custodian })
+    }
+
+    /// One record the sink now holds, as the spool stored it (the file sink's record text):
+    /// told when it is this runner's and its custody seal verifies (as the rescan checks); a
+    /// record of another runner is left to that runner's rescan; one failing its seal is
+    /// logged and never signed. `place` names it in the log.
+    pub fn delivered(&self, record: &[u8], place: &str) {
+        let read = std::str::from_utf8(record)
+            .map_err(|_| "not UTF-8".to_string())
+            .and_then(|t| read_record(t, Some(&self.custodian)));
+        match read {
+            Ok(r) if r.runner_id == self.custodian.runner_id() => {
+                let origin: Origin = (Arc::from(r.stream), Arc::from(r.incarnation));
+                self.feed
+                    .send(Event::Committed(origin, r.sequence, r.digest));
+            }
+            Ok(_) => {}
+            Err(e) => log::error!(
+                "custody checkpoints: drained record at {}: {}; never signed",
+                PeerText::new(place),
+                PeerText::new(&e)
+            ),
         }
     }
 }
@@ -1282,20 +1323,21 @@ impl CheckpointStore for ObjectStore {
     }
 }
 
-/// Why `custody.checkpoints` cannot be kept with this sink (it has no checkpoint store), or
-/// with a `spool` block; `svc validate` and the runner's start refuse it with this reason.
-pub fn unavailable(sink: &super::SinkConfig, spool: bool) -> Option<String> {
-    if spool {
-        return Some(
-            "not available with a spool block: a spooled batch is reported durable before it \
-             is in the sink, so a checkpoint would sign records the sink does not hold yet"
-                .into(),
-        );
-    }
+/// Why `custody.checkpoints` cannot be kept with this sink (it has no checkpoint store);
+/// `svc validate` and the runner's start refuse it with this reason. A fallback `spool` block
+/// beside a sink with a store is kept: the spool's drain tells the checkpoint thread of each
+/// record once the sink holds it.
+pub fn unavailable(sink: &super::SinkConfig) -> Option<String> {
     match sink {
         super::SinkConfig::File(_)
         | super::SinkConfig::ObjectStore(_)
         | super::SinkConfig::RelationalDb(_) => None,
+        super::SinkConfig::Spool(_) => Some(
+            "not available for sink type spool: checkpoints kept as records in the spool (and \
+             stored into the target's checkpoint store by svc spool drain) are not built yet; \
+             use a fallback spool block beside a file, object store or relational sink instead"
+                .into(),
+        ),
         other => Some(format!(
             "not available for sink type {}: it has no checkpoint store (file, object store \
              and relational sinks only)",
@@ -1307,7 +1349,7 @@ pub fn unavailable(sink: &super::SinkConfig, spool: bool) -> Option<String> {
 /// The store of a configured sink, or why checkpoints are not available for it.
 pub fn store_for(sink: &super::SinkConfig) -> Result<Box<dyn CheckpointStore>, String> {
     use super::relational::config::Engine;
-    if let Some(why) = unavailable(sink, false) {
+    if let Some(why) = unavailable(sink) {
         return Err(format!("custody.checkpoints: {why}"));
     }
     match sink {

@@ -30,6 +30,9 @@ pub enum WriteOutcome {
     Durable,
     /// Already durable from an earlier delivery (duplicate by key): counts as success.
     AlreadyDurable,
+    /// Durable in the fallback spool, not yet in the sink: counts as success (acknowledged);
+    /// custody checkpoints learn of it from the drain, once the sink holds it.
+    Spooled,
     /// Not durable; may succeed on redelivery (destination unavailable, timeout).
     Transient(SinkError),
     /// Not durable and retrying the same message will not help (rejected by policy or limits).
@@ -41,6 +44,7 @@ impl fmt::Display for WriteOutcome {
         match self {
             WriteOutcome::Durable => f.write_str("durable"),
             WriteOutcome::AlreadyDurable => f.write_str("already durable"),
+            WriteOutcome::Spooled => f.write_str("durable in the spool"),
             WriteOutcome::Transient(e) => write!(f, "transient: {e}"),
             WriteOutcome::Permanent(e) => write!(f, "permanent ({}): {e}", e.class.code()),
         }
@@ -50,7 +54,10 @@ impl fmt::Display for WriteOutcome {
 impl WriteOutcome {
     /// True when the message may be acknowledged.
     pub fn is_durable(&self) -> bool {
-        matches!(self, WriteOutcome::Durable | WriteOutcome::AlreadyDurable)
+        matches!(
+            self,
+            WriteOutcome::Durable | WriteOutcome::AlreadyDurable | WriteOutcome::Spooled
+        )
     }
 }
 

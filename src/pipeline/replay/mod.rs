@@ -771,7 +771,8 @@ impl Writer {
             let mut first_failure = None;
             for (outcome, env) in outcomes.into_iter().zip(envelopes) {
                 match outcome {
-                    WriteOutcome::Durable => self.state.counts.stored += 1,
+                    // A replay never writes through the spool (`direct.spool = None`).
+                    WriteOutcome::Durable | WriteOutcome::Spooled => self.state.counts.stored += 1,
                     WriteOutcome::AlreadyDurable => self.state.counts.already_present += 1,
                     WriteOutcome::Permanent(e) => {
                         self.state.counts.refused_sink += 1;

@@ -11,6 +11,11 @@
 //! A sink that takes the file sink's records as they are (jsonl) is handed the stored
 //! records after a syntax and schema check; any other sink gets the envelopes decoded from
 //! them. Either way an intact record that does not pass is quarantined.
+//!
+//! With custody checkpoints (the runner's drain only), each record the sink reports `Durable`
+//! is told to the checkpoint thread after the step, from the record as stored
+//! ([`crate::sink::checkpoint::DrainFeed`]); `svc spool drain` tells nothing (the next
+//! runner's restart rescan signs what it delivered).
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +29,7 @@ use super::seal::{OpenError, Opened, Opener, Place};
 use super::store::{ReadView, Spool};
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
+use crate::sink::checkpoint::DrainFeed;
 use crate::sink::{Sink, WriteOutcome};
 
 /// `spool_mode` gauge values.
@@ -64,6 +70,9 @@ pub struct Drainer {
     opener: Opener,
     /// The bodies a step decrypted, kept between steps (its allocation is reused).
     opened: Vec<u8>,
+    /// `custody.checkpoints` (fallback spool in a runner): told of each record the sink
+    /// holds once its step is durable.
+    checkpoints: Option<DrainFeed>,
 }
 
 /// Where a record ready for the sink is: in the segment's bytes (stored in clear) or in the
@@ -86,11 +95,13 @@ enum Read {
 }
 
 /// Opens one stored record (`body` of the frame at `start..end` of `data`) and checks it.
+/// `(as_stored, keep)`: the sink takes file records, or the record's place is kept anyway
+/// (custody checkpoints compute its digest from it once the sink holds it).
 fn read_record(
     opener: &mut Opener,
     place: Place,
     (data, start, end): (&[u8], usize, usize),
-    as_stored: bool,
+    (as_stored, keep): (bool, bool),
     (opened, envelopes): (&mut Vec<u8>, &mut Vec<Envelope>),
 ) -> Read {
     let body = &data[start + frame::FRAME_OVERHEAD..end];
@@ -100,26 +111,25 @@ fn read_record(
         Err(e) if e.keeps() => return Read::Keep(e),
         Err(e) => return Read::Damaged(e.to_string()),
     };
-    if !as_stored {
-        return match codec::decode(plain) {
-            Ok(env) => {
-                envelopes.push(env);
-                Read::Ready(Src::Decoded)
-            }
-            Err(why) => Read::Damaged(why.to_string()),
-        };
-    }
-    match codec::file_record(plain) {
+    let src = match (as_stored || keep).then(|| codec::file_record(plain)) {
         // The record is a suffix of the plain body.
-        Ok(record) => {
+        Some(Ok(record)) => {
             let skip = plain.len() - record.len();
-            Read::Ready(match range {
+            match range {
                 Some(r) => Src::Opened(r.start + skip..r.end),
                 None => Src::Stored(start + frame::FRAME_OVERHEAD + skip, end),
-            })
+            }
         }
-        Err(why) => Read::Damaged(why.to_string()),
+        Some(Err(why)) => return Read::Damaged(why.to_string()),
+        None => Src::Decoded,
+    };
+    if !as_stored {
+        match codec::decode(plain) {
+            Ok(env) => envelopes.push(env),
+            Err(why) => return Read::Damaged(why.to_string()),
+        }
     }
+    Read::Ready(src)
 }
 
 impl Drainer {
@@ -132,7 +142,14 @@ impl Drainer {
             loaded: None,
             opener,
             opened: Vec::new(),
+            checkpoints: None,
         }
+    }
+
+    /// Tells custody checkpoints of every record a step delivers (`Durable` from the sink).
+    pub fn with_checkpoints(mut self, feed: DrainFeed) -> Drainer {
+        self.checkpoints = Some(feed);
+        self
     }
 
     /// The runner's drain thread: until `stop`, deliver whenever the spool holds records.
@@ -311,13 +328,8 @@ impl Drainer {
                         offset: abs(start),
                     };
                     let sinks = (&mut self.opened, &mut envelopes);
-                    match read_record(
-                        &mut self.opener,
-                        place,
-                        (data, start, end),
-                        as_stored,
-                        sinks,
-                    ) {
+                    let want = (as_stored, self.checkpoints.is_some());
+                    match read_record(&mut self.opener, place, (data, start, end), want, sinks) {
                         Read::Ready(src) => {
                             first_ms = first_ms.or(codec::appended_unix_ms(body));
                             frames.push((start, end));
@@ -393,6 +405,7 @@ impl Drainer {
         }
         let refused_count =
             self.keep_refusals(view.segment, loaded.base, data, &frames, &outcomes)?;
+        self.tell_checkpoints(data, &srcs, &outcomes, (view.segment, loaded.base, &frames));
         let delivered = frames.len() as u64 - refused_count;
         if refused_count == 0 {
             self.spool.commit(to, delivered, dropped)?;
@@ -424,6 +437,31 @@ impl Drainer {
             })
             .collect();
         self.sink.write_file_records(&records)
+    }
+
+    /// Tells custody checkpoints of each record the sink now holds (`Durable`; an
+    /// `AlreadyDurable` one was told when first written, or is found by the restart rescan).
+    fn tell_checkpoints(
+        &self,
+        data: &[u8],
+        srcs: &[Src],
+        outcomes: &[WriteOutcome],
+        (segment, base, frames): (u64, u64, &[(usize, usize)]),
+    ) {
+        let Some(feed) = &self.checkpoints else {
+            return;
+        };
+        for ((src, outcome), (start, _)) in srcs.iter().zip(outcomes).zip(frames) {
+            let record = match src {
+                Src::Stored(a, b) => &data[*a..*b],
+                Src::Opened(r) => &self.opened[r.clone()],
+                Src::Decoded => continue,
+            };
+            if *outcome == WriteOutcome::Durable {
+                let offset = base + *start as u64;
+                feed.delivered(record, &format!("spool segment {segment} offset {offset}"));
+            }
+        }
     }
 
     /// Keeps every record the sink refused for good, each in its own file named by its own

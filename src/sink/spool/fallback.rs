@@ -45,10 +45,12 @@ impl Refusing {
     }
 }
 
-/// The outcome of every envelope of a batch given to the spool.
-fn spooled(n: usize, result: Result<(), AppendError>) -> Vec<WriteOutcome> {
+/// The outcome of every envelope of a batch given to the spool: `ok` when appended
+/// (`Spooled` for the fallback spool, whose drain tells custody checkpoints; `Durable` for
+/// the spool as the sink).
+fn spooled(n: usize, result: Result<(), AppendError>, ok: WriteOutcome) -> Vec<WriteOutcome> {
     match result {
-        Ok(()) => vec![WriteOutcome::Durable; n],
+        Ok(()) => vec![ok; n],
         Err(e) => vec![WriteOutcome::Transient(SinkError::new("spool", e.to_string())); n],
     }
 }
@@ -103,7 +105,7 @@ impl Sink for FallbackSink {
 
     fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome> {
         if self.spool.records() > 0 {
-            return spooled(batch.len(), self.to_spool(batch));
+            return spooled(batch.len(), self.to_spool(batch), WriteOutcome::Spooled);
         }
         let mut outcomes = self.inner.write_batch(batch);
         let transient: Vec<usize> = outcomes
@@ -135,7 +137,7 @@ impl Sink for FallbackSink {
                 self.spool.path().display()
             );
             for i in transient {
-                outcomes[i] = WriteOutcome::Durable;
+                outcomes[i] = WriteOutcome::Spooled;
             }
         }
         outcomes
@@ -170,7 +172,7 @@ impl Sink for SpoolSink {
         let result = self.spool.append(batch);
         self.refusing
             .note(self.spool.path(), &result, LEFT_TO_BROKER);
-        spooled(batch.len(), result)
+        spooled(batch.len(), result, WriteOutcome::Durable)
     }
 
     fn check(&self) -> Result<String, SinkError> {
