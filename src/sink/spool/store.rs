@@ -148,11 +148,12 @@ fn accept_unsigned(path: &Path, found: &scan::Found) -> Result<(), SpoolError> {
         path,
         meta::NAME,
         format!(
-            "is not authenticated (version 1: written before spool meta files were, by a run \
-             without a key, or by someone who can write the spool directory), and the spool \
+            "is not authenticated (version 1: written by a version before meta was \
+             authenticated, by a run without a key, or by someone who can write the spool \
+             directory), and the spool \
              holds {} records stored unencrypted beside records sealed under a key: it cannot \
              tell records this spool wrote in clear from ones put there with a rewritten meta, \
-             so none is read and nothing was changed. Drain the records in clear with the \
+             so none is read and meta is left as it is. Drain the records in clear with the \
              version that wrote them, or restore meta from a backup; records in clear this \
              spool did not write are set aside one by one (the first: segment {segment} offset \
              {offset}; {})",
@@ -160,6 +161,44 @@ fn accept_unsigned(path: &Path, found: &scan::Found) -> Result<(), SpoolError> {
             scan::set_aside_hint(segment, offset)
         ),
     ))
+}
+
+/// The meta the opened spool reads with, written when it changed, when it was not
+/// authenticated under the current key (the old format, or a rotation), or when a spool now
+/// without a key had a tag. `next_id` is the segment the next append opens.
+fn settle_meta(
+    (dir, path): (&OwnedFd, &Path),
+    crypt: &Crypt,
+    (stored, trust): (Option<&meta::Stored>, Option<MetaTrust>),
+    found: &scan::Found,
+    next_id: u64,
+) -> Result<meta::Meta, SpoolError> {
+    let old_meta = stored.map(meta::Stored::meta);
+    // Encryption begins at the next append when it was off. A spool with a key and no meta
+    // file (removed, or never written) reads no record in clear in any segment it holds: only
+    // its meta file says where clear ones may be.
+    let begins = match old_meta {
+        None => found
+            .segments
+            .first()
+            .map_or(next_id, |s| s.id.min(next_id)),
+        Some(_) => next_id,
+    };
+    let seals = crypt.seals();
+    let new_meta = meta::next(old_meta, seals, begins)?;
+    let new_meta = effective(new_meta, seals, found.first_sealed_seen);
+    let new_meta = close_clear(new_meta, seals, &found.segments);
+    let bytes = crypt.meta_bytes(&new_meta);
+    if stored.map(meta::Stored::bytes) != Some(bytes.clone()) {
+        meta::write(dir, path, &bytes)?;
+        if let Some(MetaTrust::Unsigned | MetaTrust::Authentic { current: false }) = trust {
+            log::info!(
+                "spool {}: meta rewritten, authenticated under the current key",
+                path.display()
+            );
+        }
+    }
+    Ok(new_meta)
 }
 
 impl Spool {
@@ -198,32 +237,13 @@ impl Spool {
             .last()
             .map_or(found.position.segment, |s| s.id + 1)
             .max(1);
-        // The next append opens segment `next_id`: where encryption begins when it was off.
-        // A spool with a key and no meta file (removed, or never written) reads no record in
-        // clear in any segment it holds: only its meta file says where clear ones may be.
-        let begins = match old_meta {
-            None => found
-                .segments
-                .first()
-                .map_or(next_id, |s| s.id.min(next_id)),
-            Some(_) => next_id,
-        };
-        let seals = crypt.seals();
-        let new_meta = meta::next(old_meta, seals, begins)?;
-        let new_meta = effective(new_meta, seals, found.first_sealed_seen);
-        let new_meta = close_clear(new_meta, seals, &found.segments);
-        // Written when it changed, when it was not authenticated under the current key
-        // (an old format, or rotation), or when a spool now without a key had a tag.
-        let bytes = crypt.meta_bytes(&new_meta);
-        if stored.as_ref().map(meta::Stored::bytes) != Some(bytes.clone()) {
-            meta::write(&dir, &path, &bytes)?;
-            if let Some(MetaTrust::Unsigned | MetaTrust::Authentic { current: false }) = trust {
-                log::info!(
-                    "spool {}: meta rewritten, authenticated under the current key",
-                    path.display()
-                );
-            }
-        }
+        let new_meta = settle_meta(
+            (&dir, &path),
+            &crypt,
+            (stored.as_ref(), trust),
+            &found,
+            next_id,
+        )?;
         crypt.bind(new_meta);
         let bytes = found.segments.iter().map(|s| s.len).sum();
         let spool = Spool {
