@@ -196,6 +196,7 @@ fn status(spool_cfg: &SpoolConfig, json: bool) -> ExitCode {
             say!("damaged_not_yet_quarantined: {}", s.damaged);
             say!("rejected_files: {}", s.rejected_files);
             say!("rejected_records: {}", s.rejected_records);
+            say!("set_aside_records: {}", s.set_aside);
             say!(
                 "drain_position: segment {} offset {}",
                 s.position.segment,
@@ -272,6 +273,7 @@ fn status_json(spool_cfg: &SpoolConfig, s: &scan::Survey) -> serde_json::Value {
         "damaged_not_yet_quarantined": s.damaged,
         "rejected_files": s.rejected_files,
         "rejected_records": s.rejected_records,
+        "set_aside_records": s.set_aside,
         "drain_position": {"segment": s.position.segment, "offset": s.position.offset},
         "rejected": rejected,
         "quarantined": quarantined,
@@ -337,9 +339,10 @@ fn reader_crypt(spool_cfg: &SpoolConfig) -> Result<Crypt, String> {
     let mut crypt = Crypt::load(spool_cfg.encryption.as_ref(), spool_cfg.allow_unencrypted)
         .map_err(|e| format!("spool {}: {e}", dir.display()))?;
     let fd = fs_dir::open_dir(dir, false).map_err(|e| e.to_string())?;
-    if let Some(m) = meta::read(&fd, dir).map_err(|e| e.to_string())? {
-        crypt.bind(m);
-    }
+    let stored = meta::read(&fd, dir).map_err(|e| e.to_string())?;
+    crypt
+        .bind_stored(stored.as_ref())
+        .map_err(|e| fs_dir::fail(dir, meta::NAME, e).to_string())?;
     Ok(crypt)
 }
 
@@ -359,6 +362,7 @@ fn inventory(s: &scan::Survey) -> Vec<serde_json::Value> {
         "records": s.records,
         "rejected_files": s.rejected_files,
         "rejected_records": s.rejected_records,
+        "set_aside_records": s.set_aside,
         "quarantined_files": s.quarantine_files,
         "damaged_not_yet_quarantined": s.damaged,
     }));

@@ -133,9 +133,10 @@ fn readable(
     let path = cfg.dir.as_path();
     let mut crypt = Crypt::load(cfg.encryption.as_ref(), cfg.allow_unencrypted)
         .map_err(|e| fail(path, "set-aside", e))?;
-    if let Some(m) = super::meta::read(dirfd, path)? {
-        crypt.bind(m);
-    }
+    let stored = super::meta::read(dirfd, path)?;
+    crypt
+        .bind_stored(stored.as_ref())
+        .map_err(|e| fail(path, super::meta::NAME, e))?;
     let mut opener = Opener::new(std::sync::Arc::new(crypt));
     let mut out = Vec::new();
     Ok(match opener.open(place, body, &mut out) {

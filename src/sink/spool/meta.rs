@@ -1,6 +1,12 @@
 //! The spool's `meta` file: its identity and where encryption began.
 //!
-//! `SVCMETA1 | spool id (16 random bytes) | first sealed segment (8 LE) | CRC-32 (4 LE)`
+//! A spool with a key writes it authenticated (version 2):
+//! `SVCMETA2 | spool id (16) | first sealed segment (8 LE) | key id length L (1) | key id (L) |
+//! key check (8, as in a sealed record) | HMAC-SHA256 (32)` of all the bytes before the tag, under a key derived from the spool key
+//! named by the key id ([`super::seal::Crypt::meta_tag`]). A spool without a key writes
+//! version 1, as before: `SVCMETA1 | spool id (16) | first sealed segment (8 LE) | CRC-32 (4
+//! LE)`. Which version a spool with a key accepts is decided at the opening
+//! (`super::store`): version 1 there is an old or a rewritten file.
 //!
 //! - The spool id, made once when the spool is first opened, is bound in the associated data
 //!   of every record sealed since (frame version 2): a record copied from another spool under
@@ -24,9 +30,17 @@ use rustix::fs::AtFlags;
 
 use super::dir::{self, fail, SpoolError};
 
-const NAME: &str = "meta";
+/// The file's name in the spool directory.
+pub const NAME: &str = "meta";
 const MAGIC: &[u8; 8] = b"SVCMETA1";
+const MAGIC_V2: &[u8; 8] = b"SVCMETA2";
 const LEN: usize = 36;
+/// Length of the tag of version 2 (HMAC-SHA256).
+pub const TAG_LEN: usize = 32;
+/// Length of the key check (what a sealed record carries).
+pub const CHECK_LEN: usize = 8;
+/// Longest version 2 file: a key id of 64 bytes.
+const MAX_LEN_V2: usize = 33 + 64 + CHECK_LEN + TAG_LEN;
 /// Length of a spool id.
 pub const ID_LEN: usize = 16;
 /// "No segment sealed yet": the spool runs without a key.
@@ -39,7 +53,75 @@ pub struct Meta {
     pub first_sealed: u64,
 }
 
-fn encode(m: &Meta) -> Vec<u8> {
+/// The meta file as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    /// Version 1: a CRC only (a spool without a key, or a file written before version 2).
+    Plain(Meta),
+    /// Version 2: `tag` authenticates `signed` (the bytes before it) under `key_id`, whose
+    /// key check was `check` when it was written.
+    Signed {
+        meta: Meta,
+        key_id: String,
+        check: [u8; CHECK_LEN],
+        signed: Vec<u8>,
+        tag: [u8; TAG_LEN],
+    },
+}
+
+impl Stored {
+    /// The file's bytes.
+    pub fn bytes(&self) -> Vec<u8> {
+        match self {
+            Stored::Plain(m) => encode(m),
+            Stored::Signed { signed, tag, .. } => [&signed[..], &tag[..]].concat(),
+        }
+    }
+
+    /// What the file says (authenticated or not).
+    pub fn meta(&self) -> Meta {
+        match self {
+            Stored::Plain(m) | Stored::Signed { meta: m, .. } => *m,
+        }
+    }
+}
+
+/// The bytes of version 2 the tag covers: everything before it.
+pub fn signed_part(m: &Meta, key_id: &str, check: &[u8; CHECK_LEN]) -> Vec<u8> {
+    let mut data = MAGIC_V2.to_vec();
+    data.extend_from_slice(&m.spool_id);
+    data.extend_from_slice(&m.first_sealed.to_le_bytes());
+    data.push(key_id.len() as u8);
+    data.extend_from_slice(key_id.as_bytes());
+    data.extend_from_slice(check);
+    data
+}
+
+fn decode_v2(data: &[u8]) -> Option<Stored> {
+    let id_len = usize::from(*data.get(32)?);
+    let check_at = 33 + id_len;
+    if !data.starts_with(MAGIC_V2) || data.len() != check_at + CHECK_LEN + TAG_LEN {
+        return None;
+    }
+    let key_id = std::str::from_utf8(&data[33..check_at]).ok()?;
+    if !crate::message::protection::keys::is_key_id(key_id) {
+        return None;
+    }
+    let (signed, tag) = data.split_at(check_at + CHECK_LEN);
+    Some(Stored::Signed {
+        meta: Meta {
+            spool_id: data[8..24].try_into().expect("16 bytes"),
+            first_sealed: u64::from_le_bytes(data[24..32].try_into().expect("8 bytes")),
+        },
+        key_id: key_id.to_string(),
+        check: signed[check_at..].try_into().ok()?,
+        signed: signed.to_vec(),
+        tag: tag.try_into().ok()?,
+    })
+}
+
+/// Version 1 (a spool without a key).
+pub fn encode(m: &Meta) -> Vec<u8> {
     let mut data = MAGIC.to_vec();
     data.extend_from_slice(&m.spool_id);
     data.extend_from_slice(&m.first_sealed.to_le_bytes());
@@ -59,10 +141,10 @@ fn decode(data: &[u8]) -> Option<Meta> {
     })
 }
 
-/// Reads the meta file: `None` when there is none; an error naming the reason when it is
-/// refused (another owner, a link, more than one name, a mode open to other accounts) or
-/// damaged.
-pub fn read(dir: &OwnedFd, path: &Path) -> Result<Option<Meta>, SpoolError> {
+/// Reads the meta file, either version (not verified: see [`super::seal::Crypt::verify_meta`]):
+/// `None` when there is none; an error naming the reason when it is refused (another owner,
+/// a link, more than one name, a mode open to other accounts) or damaged.
+pub fn read(dir: &OwnedFd, path: &Path) -> Result<Option<Stored>, SpoolError> {
     if rustix::fs::statat(dir, NAME, AtFlags::SYMLINK_NOFOLLOW).is_err() {
         return Ok(None);
     }
@@ -83,8 +165,11 @@ pub fn read(dir: &OwnedFd, path: &Path) -> Result<Option<Meta>, SpoolError> {
             ),
         ));
     }
-    let data = dir::read_at(&file, 0, LEN as u64 + 1).map_err(|e| fail(path, NAME, e))?;
-    decode(&data).map(Some).ok_or_else(|| {
+    let data = dir::read_at(&file, 0, MAX_LEN_V2 as u64 + 1).map_err(|e| fail(path, NAME, e))?;
+    let stored = decode(&data)
+        .map(Stored::Plain)
+        .or_else(|| decode_v2(&data));
+    stored.map(Some).ok_or_else(|| {
         fail(
             path,
             NAME,
@@ -95,9 +180,10 @@ pub fn read(dir: &OwnedFd, path: &Path) -> Result<Option<Meta>, SpoolError> {
     })
 }
 
-/// Writes the meta file (replacing it whole).
-pub fn write(dir: &OwnedFd, path: &Path, m: &Meta) -> Result<(), SpoolError> {
-    dir::write_new(dir, path, NAME, &encode(m))
+/// Writes the meta file's bytes ([`encode`], or version 2 from [`super::seal::Crypt`]),
+/// replacing it whole.
+pub fn write(dir: &OwnedFd, path: &Path, bytes: &[u8]) -> Result<(), SpoolError> {
+    dir::write_new(dir, path, NAME, bytes)
 }
 
 /// A new spool id from the system's random source.
@@ -151,6 +237,37 @@ mod tests {
     }
 
     #[test]
+    fn version_2_decodes_and_damage_or_another_length_is_refused() {
+        let m = Meta {
+            spool_id: [7; ID_LEN],
+            first_sealed: 12,
+        };
+        let mut data = signed_part(&m, "k1", &[5; CHECK_LEN]);
+        data.extend_from_slice(&[9; TAG_LEN]);
+        let Some(Stored::Signed {
+            meta,
+            key_id,
+            check,
+            tag,
+            ..
+        }) = decode_v2(&data)
+        else {
+            panic!("not decoded")
+        };
+        assert_eq!(
+            (meta, key_id.as_str(), check, tag),
+            (m, "k1", [5; CHECK_LEN], [9; TAG_LEN])
+        );
+        assert_eq!(decode_v2(&data[..data.len() - 1]), None);
+        let mut bad_id = data.clone();
+        bad_id[33] = b'/';
+        assert_eq!(decode_v2(&bad_id), None);
+        let mut long = data.clone();
+        long[32] = 3;
+        assert_eq!(decode_v2(&long), None);
+    }
+
+    #[test]
     fn encryption_begins_at_the_next_segment_and_ends_without_a_key() {
         let first = next(None, true, 5).unwrap();
         assert_eq!(first.first_sealed, 5);
@@ -168,8 +285,8 @@ mod tests {
         let d = dir::open_dir(&path, true).unwrap();
         assert_eq!(read(&d, &path).unwrap(), None);
         let m = next(None, true, 1).unwrap();
-        write(&d, &path, &m).unwrap();
-        assert_eq!(read(&d, &path).unwrap(), Some(m));
+        write(&d, &path, &encode(&m)).unwrap();
+        assert_eq!(read(&d, &path).unwrap(), Some(Stored::Plain(m)));
         let file = path.join(NAME);
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         let e = read(&d, &path).unwrap_err().to_string();

@@ -34,4 +34,6 @@ mod tests_atk47d;
 #[cfg(test)]
 mod tests_hostile;
 #[cfg(test)]
+mod tests_meta;
+#[cfg(test)]
 mod tests_sealed;

@@ -39,6 +39,9 @@ pub struct Found {
     /// whatever the `meta` file says (a record in clear at or after it was not written by
     /// this spool).
     pub first_sealed_seen: Option<u64>,
+    /// Records stored in clear, and where the first of them is (segment, offset).
+    pub clear: u64,
+    pub first_clear: Option<(u64, u64)>,
 }
 
 /// Bytes of a segment read at a time by recovery and the survey; the buffer grows past it
@@ -184,6 +187,8 @@ pub fn recover(
         unknown_keys: Vec::new(),
         sealed_v2: 0,
         first_sealed_seen: None,
+        clear: 0,
+        first_clear: None,
     };
     let mut removed = false;
     for (i, &id) in ids.iter().enumerate() {
@@ -338,7 +343,10 @@ fn recover_frames(
                 check_sealing(crypt, body, (path, id, at(start)), found)?;
                 found.records += 1;
                 found.sealed_v2 += u64::from(body.first() == Some(&seal::FLAG_SEALED_V2));
-                if seal::is_sealed(body) && found.first_sealed_seen.is_none_or(|f| id < f) {
+                if !seal::is_sealed(body) {
+                    found.clear += 1;
+                    found.first_clear.get_or_insert((id, at(start)));
+                } else if found.first_sealed_seen.is_none_or(|f| id < f) {
                     found.first_sealed_seen = Some(id);
                 }
                 if found.oldest_ms.is_none() {
@@ -455,6 +463,9 @@ pub struct Survey {
     pub rejected_records: u64,
     /// The first [`LISTED`] rejected files: name and records.
     pub rejected: Vec<(String, u64)>,
+    /// Frames set aside by the operator (`svc spool set-aside`) not yet drained past: each
+    /// one's record is kept in its quarantine file.
+    pub set_aside: u64,
     pub position: Position,
 }
 
@@ -546,7 +557,7 @@ fn survey_segment(
     read_frames(&file, from, (path, &name), |base, data, item| {
         let at = |start: usize| base + start as u64;
         match item {
-            Item::Record { body, .. } if aside::is_set_aside(body) => {}
+            Item::Record { body, .. } if aside::is_set_aside(body) => survey.set_aside += 1,
             Item::Record { start, body, .. } => {
                 survey.records += 1;
                 if survey.oldest_ms.is_none() {

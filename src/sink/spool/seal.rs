@@ -39,7 +39,7 @@ use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use ring::rand::{SecureRandom, SystemRandom};
 use ring::{hkdf, hmac};
 
-use super::meta::{Meta, ID_LEN};
+use super::meta::{self, Meta, Stored, ID_LEN};
 use crate::document::reader::ObjectReader;
 use crate::message::protection::keys::{is_key_id, KeySource, Secret};
 
@@ -52,7 +52,10 @@ const INFO: &[u8] = b"svc.spool.record.v1";
 const INFO_V2: &[u8] = b"svc.spool.record.v2";
 /// What the key check is an HMAC of.
 const CHECK_INFO: &[u8] = b"svc.spool.key-check.v2";
-const CHECK_LEN: usize = 8;
+const CHECK_LEN: usize = meta::CHECK_LEN;
+/// What the key of the `meta` file's tag is an HMAC of (a key of its own, derived from the
+/// spool key, as the key check is).
+const META_KEY_INFO: &[u8] = b"svc.spool.meta-key.v2";
 const SALT_LEN: usize = 16;
 const TAG_LEN: usize = 16;
 const KEY_LEN: usize = 32;
@@ -205,6 +208,19 @@ impl std::fmt::Display for OpenError {
     }
 }
 
+/// How far a `meta` file read at the opening is trusted ([`Crypt::verify_meta`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaTrust {
+    /// Its tag verifies under a configured key; `current`: under the key new records are
+    /// sealed with (otherwise an old key: rewritten under the current one).
+    Authentic { current: bool },
+    /// Version 1 (no tag) in a spool with a key: written before meta was authenticated, by a
+    /// run without a key, or by someone who can write the directory. The opening decides.
+    Unsigned,
+    /// No key is configured: taken as it says (nothing to authenticate it with).
+    Keyless,
+}
+
 /// Where a stored record is opened: the segment and offset it was sealed at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Place {
@@ -272,6 +288,15 @@ fn key_check(secret: &Secret) -> [u8; CHECK_LEN] {
         .expect("SHA-256 is longer")
 }
 
+/// The key the `meta` file's tag is made with, derived from a spool key.
+fn meta_key(secret: &Secret) -> hmac::Key {
+    let outer = hmac::Key::new(hmac::HMAC_SHA256, secret.expose());
+    hmac::Key::new(
+        hmac::HMAC_SHA256,
+        hmac::sign(&outer, META_KEY_INFO).as_ref(),
+    )
+}
+
 /// The associated data of a record at `place`: version 2 with `spool_id`, version 1 without.
 fn aad(spool_id: Option<&[u8; ID_LEN]>, place: Place, head: &[u8], out: &mut Vec<u8>) {
     out.clear();
@@ -317,6 +342,76 @@ impl Crypt {
     /// records are sealed only once bound.
     pub fn bind(&mut self, meta: Meta) {
         self.meta = Some(meta);
+    }
+
+    /// The bytes of the `meta` file for `m`: version 2, authenticated under the current key,
+    /// when this spool has one; version 1 (a CRC) when it has none.
+    pub fn meta_bytes(&self, m: &Meta) -> Vec<u8> {
+        let Some((key_id, secret, check)) = self.keys.first() else {
+            return meta::encode(m);
+        };
+        let mut data = meta::signed_part(m, key_id, check);
+        let tag = hmac::sign(&meta_key(secret), &data);
+        data.extend_from_slice(tag.as_ref());
+        data
+    }
+
+    /// How far a stored `meta` file is trusted; an error (the spool does not open) for a tag
+    /// under a key id not configured, or one that does not verify. Never names a key's bytes.
+    pub fn verify_meta(&self, stored: &Stored) -> Result<MetaTrust, String> {
+        let (key_id, check, signed, tag) = match stored {
+            _ if self.keys.is_empty() => return Ok(MetaTrust::Keyless),
+            Stored::Plain(_) => return Ok(MetaTrust::Unsigned),
+            Stored::Signed {
+                key_id,
+                check,
+                signed,
+                tag,
+                ..
+            } => (key_id, check, signed, tag),
+        };
+        let shown = crate::text::peer::PeerText::new(key_id);
+        let Some(index) = self.keys.iter().position(|(id, ..)| id == key_id) else {
+            return Err(format!(
+                "is authenticated under key id \"{shown}\", which is not configured \
+                 (spool.encryption.key_id or old_keys): configure that key (in old_keys) to \
+                 open the spool; nothing was read or changed"
+            ));
+        };
+        if *check != self.keys[index].2 {
+            return Err(format!(
+                "is authenticated under key id \"{shown}\", but the key file now configured \
+                 under that id holds another key (the key file changed since): configure the \
+                 original key file under that id (in old_keys, with the new key under a new \
+                 key id); nothing was read or changed"
+            ));
+        }
+        hmac::verify(&meta_key(&self.keys[index].1), signed, tag).map_err(|_| {
+            format!(
+                "does not authenticate under key id \"{shown}\" (altered or damaged): the \
+                 spool is not opened and no record is read; restore the file from a backup of \
+                 the spool directory"
+            )
+        })?;
+        Ok(MetaTrust::Authentic {
+            current: index == 0,
+        })
+    }
+
+    /// Binds a stored `meta` file for a reader that does not open the spool (`svc spool
+    /// inspect`, `set-aside`): as it says when authentic or when there is no key; one not
+    /// authenticated beside a key lets no record in clear be read (the opening decides on it).
+    pub fn bind_stored(&mut self, stored: Option<&Stored>) -> Result<(), String> {
+        let Some(s) = stored else { return Ok(()) };
+        let m = s.meta();
+        match self.verify_meta(s)? {
+            MetaTrust::Unsigned => self.bind(Meta {
+                first_sealed: 0,
+                ..m
+            }),
+            MetaTrust::Authentic { .. } | MetaTrust::Keyless => self.bind(m),
+        }
+        Ok(())
     }
 
     /// Why a stored body cannot be opened with this configuration and must be kept where it

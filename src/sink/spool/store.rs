@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::config::SpoolConfig;
 use super::dir::{self, Position, SpoolError};
 use super::scan::{self, Segment};
-use super::seal::{Crypt, Place};
+use super::seal::{Crypt, MetaTrust, Place};
 use super::{codec, frame, meta};
 use crate::message::envelope::Envelope;
 use crate::metrics::{now_epoch_seconds, Metrics};
@@ -81,9 +81,9 @@ pub struct ReadView {
 }
 
 /// The meta a spool reads with: encryption began at the latest at the lowest segment that
-/// holds a sealed record, whatever the meta file says (it is not authenticated: one rewritten
-/// by whoever can write the directory, or one that kept its first sealed segment while segment
-/// ids started again, must not let a record in clear through a segment written under the key).
+/// holds a sealed record, whatever the meta file says (one that kept its first sealed segment
+/// while segment ids started again must not let a record in clear through a segment written
+/// under the key).
 fn effective(m: meta::Meta, seals: bool, first_sealed_seen: Option<u64>) -> meta::Meta {
     match first_sealed_seen {
         Some(seen) if seals => meta::Meta {
@@ -92,6 +92,113 @@ fn effective(m: meta::Meta, seals: bool, first_sealed_seen: Option<u64>) -> meta
         },
         _ => m,
     }
+}
+
+/// Once no segment before the first sealed one is left (the records in clear of a migrated
+/// spool have drained), no record in clear is ever read again: the mark goes to 0, so a
+/// segment put back below it later (with the position rewritten) is not read in clear.
+fn close_clear(m: meta::Meta, seals: bool, segments: &[Segment]) -> meta::Meta {
+    let clear_left = segments.iter().any(|s| s.id < m.first_sealed);
+    if seals && m.first_sealed != meta::NONE && !clear_left {
+        meta::Meta {
+            first_sealed: 0,
+            ..m
+        }
+    } else {
+        m
+    }
+}
+
+/// Reads and verifies the meta file (see [`Crypt::verify_meta`]) and binds it for recovery;
+/// one not authenticated beside a key is bound as a spool in clear would be, and judged by
+/// [`accept_unsigned`] once recovery has counted the records.
+fn load_meta(
+    dir: &OwnedFd,
+    path: &Path,
+    crypt: &mut Crypt,
+) -> Result<(Option<meta::Stored>, Option<MetaTrust>), SpoolError> {
+    let Some(stored) = meta::read(dir, path)? else {
+        return Ok((None, None));
+    };
+    let trust = crypt
+        .verify_meta(&stored)
+        .map_err(|e| dir::fail(path, meta::NAME, e))?;
+    let m = stored.meta();
+    crypt.bind(match trust {
+        MetaTrust::Unsigned => meta::Meta {
+            first_sealed: meta::NONE,
+            ..m
+        },
+        _ => m,
+    });
+    Ok((Some(stored), Some(trust)))
+}
+
+/// A meta file without a tag beside a key (written before meta was authenticated, or by a run
+/// without a key) is taken, and rewritten authenticated, only when it can let no record in
+/// clear be read that the spool did not write: when the spool holds no record in clear, or no
+/// sealed record (a spool written in clear that is now given a key). Records in clear beside
+/// sealed ones under such a file are what a rewritten meta plus a planted segment look like:
+/// refused, naming the file, the reason and the way on.
+fn accept_unsigned(path: &Path, found: &scan::Found) -> Result<(), SpoolError> {
+    let (Some((segment, offset)), Some(_)) = (found.first_clear, found.first_sealed_seen) else {
+        return Ok(());
+    };
+    Err(dir::fail(
+        path,
+        meta::NAME,
+        format!(
+            "is not authenticated (version 1: written by a version before meta was \
+             authenticated, by a run without a key, or by someone who can write the spool \
+             directory), and the spool \
+             holds {} records stored unencrypted beside records sealed under a key: it cannot \
+             tell records this spool wrote in clear from ones put there with a rewritten meta, \
+             so none is read and meta is left as it is. Drain the records in clear with the \
+             version that wrote them, or restore meta from a backup; records in clear this \
+             spool did not write are set aside one by one (the first: segment {segment} offset \
+             {offset}; {})",
+            found.clear,
+            scan::set_aside_hint(segment, offset)
+        ),
+    ))
+}
+
+/// The meta the opened spool reads with, written when it changed, when it was not
+/// authenticated under the current key (the old format, or a rotation), or when a spool now
+/// without a key had a tag. `next_id` is the segment the next append opens.
+fn settle_meta(
+    (dir, path): (&OwnedFd, &Path),
+    crypt: &Crypt,
+    (stored, trust): (Option<&meta::Stored>, Option<MetaTrust>),
+    found: &scan::Found,
+    next_id: u64,
+) -> Result<meta::Meta, SpoolError> {
+    let old_meta = stored.map(meta::Stored::meta);
+    // Encryption begins at the next append when it was off. A spool with a key and no meta
+    // file (removed, or never written) reads no record in clear in any segment it holds: only
+    // its meta file says where clear ones may be.
+    let begins = match old_meta {
+        None => found
+            .segments
+            .first()
+            .map_or(next_id, |s| s.id.min(next_id)),
+        Some(_) => next_id,
+    };
+    let seals = crypt.seals();
+    let new_meta = meta::next(old_meta, seals, begins)?;
+    let new_meta = effective(new_meta, seals, found.first_sealed_seen);
+    let new_meta = close_clear(new_meta, seals, &found.segments);
+    let bytes = crypt.meta_bytes(&new_meta);
+    if stored.map(meta::Stored::bytes) != Some(bytes.clone()) {
+        meta::write(dir, path, &bytes)?;
+        if let Some(MetaTrust::Unsigned | MetaTrust::Authentic { current: false }) = trust {
+            log::info!(
+                "spool {}: meta rewritten, authenticated under the current key",
+                path.display()
+            );
+        }
+    }
+    Ok(new_meta)
 }
 
 impl Spool {
@@ -105,10 +212,8 @@ impl Spool {
         metrics.gauges.spool_enabled.store(true, Ordering::Relaxed);
         let dir = dir::open_dir(&path, true)?;
         let lock = dir::lock(&dir, &path)?;
-        let old_meta = meta::read(&dir, &path)?;
-        if let Some(m) = old_meta {
-            crypt.bind(m);
-        }
+        let (stored, trust) = load_meta(&dir, &path, &mut crypt)?;
+        let old_meta = stored.as_ref().map(meta::Stored::meta);
         let found = scan::recover(&dir, &path, &metrics, &crypt)?;
         if old_meta.is_none() && found.sealed_v2 > 0 {
             // A new spool id would make every one of them undecryptable (quarantined).
@@ -123,27 +228,23 @@ impl Spool {
                 ),
             ));
         }
+        if trust == Some(MetaTrust::Unsigned) {
+            accept_unsigned(&path, &found)?;
+        }
         dir::write_position(&dir, &path, found.position)?;
         let next_id = found
             .segments
             .last()
             .map_or(found.position.segment, |s| s.id + 1)
             .max(1);
-        // The next append opens segment `next_id`: where encryption begins when it was off.
-        // A spool with a key and no meta file (removed, or never written) reads no record in
-        // clear in any segment it holds: only its meta file says where clear ones may be.
-        let begins = match old_meta {
-            None => found
-                .segments
-                .first()
-                .map_or(next_id, |s| s.id.min(next_id)),
-            Some(_) => next_id,
-        };
-        let new_meta = meta::next(old_meta, crypt.seals(), begins)?;
-        if old_meta != Some(new_meta) {
-            meta::write(&dir, &path, &new_meta)?;
-        }
-        crypt.bind(effective(new_meta, crypt.seals(), found.first_sealed_seen));
+        let new_meta = settle_meta(
+            (&dir, &path),
+            &crypt,
+            (stored.as_ref(), trust),
+            &found,
+            next_id,
+        )?;
+        crypt.bind(new_meta);
         let bytes = found.segments.iter().map(|s| s.len).sum();
         let spool = Spool {
             path,

@@ -1,5 +1,5 @@
 //! Attack atk47d on issue 47's evidence at rest (reproductions; each asserts what the docs
-//! promise and is ignored until fixed: `cargo test --lib spool::tests_atk47d -- --ignored`).
+//! promise, and each runs: the findings are fixed).
 
 use std::sync::Arc;
 
@@ -39,11 +39,11 @@ fn migrated(tmp: &std::path::Path) -> SpoolConfig {
     both
 }
 
-/// Finding 1a: `meta` is protected by a CRC alone. Whoever writes the spool as the service's
-/// account (the actor docs/spool.md considers) rewrites it with the same spool id and "no
-/// first sealed segment": a clear record planted in a segment written under the key is then
-/// delivered, although docs/spool.md says such a record is "quarantined as damage, never
-/// delivered, whatever allow_unencrypted says".
+/// Finding 1a: `meta` was protected by a CRC alone. Whoever writes the spool as the service's
+/// account (the actor docs/spool.md considers) rewrote it with the same spool id and "no
+/// first sealed segment", and a clear record planted in a segment written under the key was
+/// delivered. `meta` is authenticated now: the same rewrite in the old format (a CRC, no tag)
+/// is refused at the opening, since the spool holds records in clear beside sealed ones.
 #[test]
 fn a_rewritten_meta_lets_a_clear_record_through_a_sealed_segment() {
     let tmp = tempfile::tempdir().unwrap();
@@ -52,22 +52,20 @@ fn a_rewritten_meta_lets_a_clear_record_through_a_sealed_segment() {
     assert_eq!(names.len(), 2, "{names:?}");
     // Rewrite meta: same id, first sealed segment = none (u64::MAX), a valid CRC.
     let meta_path = both.dir.join("meta");
-    let mut m = std::fs::read(&meta_path).unwrap();
+    let m = std::fs::read(&meta_path).unwrap();
+    assert_eq!(&m[..8], b"SVCMETA2");
     assert_eq!(u64::from_le_bytes(m[24..32].try_into().unwrap()), 2);
-    m[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
-    let sum = crc32fast::hash(&m[..32]);
-    m[32..36].copy_from_slice(&sum.to_le_bytes());
-    std::fs::write(&meta_path, &m).unwrap();
+    let forged = super::meta::encode(&super::meta::Meta {
+        spool_id: m[8..24].try_into().unwrap(),
+        first_sealed: u64::MAX,
+    });
+    std::fs::write(&meta_path, forged).unwrap();
     plant(&both, &names[1], &clear_body(99));
 
-    let sink = Arc::new(Memory::default());
-    drain_all(&open(&both), &sink);
-    let got = delivered(&sink);
-    assert!(
-        !got.contains(&99),
-        "a clear record forged in sealed segment 2 was delivered: {got:?}"
-    );
-    assert_eq!(quarantined(&both).len(), 1);
+    let opened = super::store::Spool::open(&both, Arc::new(crate::metrics::Metrics::default()));
+    let e = opened.err().expect("refused").to_string();
+    assert!(e.contains("meta: is not authenticated"), "{e}");
+    assert!(quarantined(&both).is_empty(), "nothing was changed");
 }
 
 /// Finding 1b: no forgery of `meta` needed. When the spool is empty and its position file
@@ -95,9 +93,11 @@ fn segment_ids_starting_again_put_sealed_segments_below_the_first_sealed_one() {
     drop(spool);
     let names = segments(&both);
     assert_eq!(names[0], "segment-0000000000000001.spool", "{names:?}");
+    // Since meta is authenticated: once the clear segments drained, no record in clear is
+    // read in any segment (the mark is 0), so ids starting again open no gap.
     let m = std::fs::read(both.dir.join("meta")).unwrap();
     let first_sealed = u64::from_le_bytes(m[24..32].try_into().unwrap());
-    assert!(first_sealed > 1, "first sealed segment {first_sealed}");
+    assert_eq!(first_sealed, 0, "first sealed segment {first_sealed}");
     plant(&both, &names[0], &clear_body(99));
 
     let sink = Arc::new(Memory::default());

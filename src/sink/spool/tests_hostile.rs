@@ -48,8 +48,24 @@ fn a_key_file_replaced_under_its_id_keeps_every_record() {
     open(&cfg)
         .append(&(1..=5).map(envelope).collect::<Vec<_>>())
         .unwrap();
+    // The meta file was authenticated under s1: the spool does not open, saying why.
     key_file(tmp.path(), "s1", 8);
-    let spool = open(&cfg);
+    let e = Spool::open(&cfg, Arc::new(Metrics::default()))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains(": meta: "), "{e}");
+    assert!(e.contains("key id \"s1\""), "{e}");
+    assert!(e.contains("key file changed"), "{e}");
+    assert!(quarantined(&cfg).is_empty(), "no record is quarantined");
+    // Rotated to s2 (meta authenticated under it now), then s1's file replaced: the records
+    // sealed under s1 stop the drain, kept.
+    key_file(tmp.path(), "s1", 7);
+    let k2 = key_file(tmp.path(), "s2", 9);
+    let rotated = sealed(tmp.path(), &k2, &[&k1]);
+    drop(open(&rotated));
+    key_file(tmp.path(), "s1", 8);
+    let spool = open(&rotated);
     assert_eq!(spool.records(), 5);
     let sink = Arc::new(Memory::default());
     let err = drain_error(&spool, &sink);
@@ -62,7 +78,7 @@ fn a_key_file_replaced_under_its_id_keeps_every_record() {
     drop(spool);
 
     key_file(tmp.path(), "s1", 7);
-    drain_all(&open(&cfg), &sink);
+    drain_all(&open(&rotated), &sink);
     assert_eq!(delivered(&sink), (1..=5).collect::<Vec<_>>());
 }
 
