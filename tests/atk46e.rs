@@ -1,0 +1,194 @@
+//! Attack atk46e on `svc replay` and `svc dlq redrive` / `list` / `show` (issue 46, fourth
+//! look). Each test here reproduces a finding: it fails on the code as attacked and passes once
+//! the finding is fixed.
+
+#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::broker::*;
+use crate::support::process::*;
+use crate::support::*;
+use serde_json::json;
+
+use super::atk46c::{CONSUMER, STREAM};
+
+const DLQ: &str = "DLQ";
+
+/// atk46c's configuration, one sink worker, a dead-letter queue.
+fn config(url: &str, out: &Path) -> serde_json::Value {
+    let mut cfg = super::atk46c::config(url, out, json!({}));
+    cfg["delivery"]["sink_workers"] = json!(1);
+    cfg["dead_letter"] = json!({"enabled": true, "subject": "dlq.orders", "expected_stream": DLQ});
+    cfg
+}
+
+/// A broker with `n` messages of about 100 bytes on `orders.created`, a durable and a DLQ.
+fn big_messages(n: usize) -> NatsServer {
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_stream(DLQ, &["dlq.orders"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    server.publish_n(STREAM, "orders.created", n, |i| {
+        format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(90)).into_bytes()
+    });
+    server
+}
+
+/// `svc run` with `cfg` plus a 50-byte size policy: every message of [`big_messages`] is
+/// dead-lettered (`n` records in the DLQ), nothing stored.
+fn dead_letter_all(server: &NatsServer, dir: &Path, cfg: &serde_json::Value, n: u64) {
+    let mut broken = cfg.clone();
+    broken["size_policy"] = json!({"enabled": true, "max_payload_bytes": 50});
+    let broken = write_config(dir, "broken.json", &broken);
+    let mut runner = Runner::start(&broken, &dir.join("run.log"));
+    wait_until(Duration::from_secs(60), "every dead letter", || {
+        server.stream_messages(DLQ) == n
+            && server.try_consumer_state(STREAM, CONSUMER) == Some((n, 0, 0))
+    });
+    runner.signal("TERM");
+    let status = runner.wait_timeout(Duration::from_secs(20)).unwrap();
+    assert!(status.success(), "{}", runner.log_text());
+}
+
+/// The records of a per_event file sink, as JSON.
+fn records(out: &Path) -> Vec<serde_json::Value> {
+    files_below(out)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| serde_json::from_slice(&std::fs::read(out.join(&p)).unwrap()).unwrap())
+        .collect()
+}
+
+fn read_state(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap_or_default()).unwrap_or_default()
+}
+
+/// FINDING 1 (medium, classes 1/12): docs/replay.md: "The state file counts what it sealed
+/// under each key, so a `--resume` with the same key stops at the bound again", and each run
+/// tells the operator how many it sealed "(with its earlier runs)" to add to the key's count.
+/// The redrive writes its state file at most every 250 ms (`PERSIST_EVERY`, redrive.rs), and
+/// the per-key `sealed` counts go into the file only then; the records it sealed, stored and
+/// removed from the dead-letter stream since the last write are never read again after a
+/// kill -9, so `--resume` never counts them: the key's count comes out short by up to 250 ms
+/// of records, and the bound `max_messages_per_key` can be passed by as many. Here 150 dead
+/// letters redriven into a file sink under k1 at 100/s, kill -9 mid-way, `--resume` to the
+/// end: the state says k1 sealed fewer records than the sink holds sealed under k1.
+#[test]
+fn kill_9_mid_redrive_loses_no_sealed_count() {
+    use crate::support::protection::{write_private, AES_K1};
+    let n = 150u64;
+    let dir = tempfile::tempdir().unwrap();
+    let server = big_messages(n as usize);
+    let out = dir.path().join("out");
+    let k1 = write_private(dir.path(), "k1.key", &AES_K1);
+    let mut cfg = config(&server.url(), &out);
+    cfg["payload_encryption"] = json!({"enabled": true,
+        "keys": [{"key_id": "k1", "key_file": k1}], "active_key_id": "k1",
+        "max_messages_per_key": 1_000_000, "default": "encrypt"});
+    dead_letter_all(&server, dir.path(), &cfg, n);
+    assert!(records(&out).is_empty());
+    let fixed = write_config(dir.path(), "fixed.json", &cfg);
+    let state = dir.path().join("fixed.json.redrive-state");
+    let mut child = Runner::spawn(
+        std::process::Command::new(env!("CARGO_BIN_EXE_svc")).args([
+            "dlq",
+            "redrive",
+            fixed.to_str().unwrap(),
+            "--max-rate",
+            "100",
+        ]),
+        &dir.path().join("redrive.log"),
+    );
+    wait_until(Duration::from_secs(30), "40 redriven", || {
+        records(&out).len() >= 40
+    });
+    // Not right after a state write: the kill lands inside a 250 ms window.
+    std::thread::sleep(Duration::from_millis(120));
+    child.sigkill();
+    let (code, stdout, err) = svc(&["dlq", "redrive", fixed.to_str().unwrap(), "--resume"]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert_eq!(server.stream_messages(DLQ), 0, "{stdout}{err}");
+    let sealed_in_sink = records(&out)
+        .iter()
+        .filter(|r| r["payload"]["key_id"] == "k1")
+        .count() as u64;
+    let counted = read_state(&state)["sealed"]["k1"].as_u64().unwrap_or(0);
+    assert!(
+        counted >= sealed_in_sink,
+        "the redrive's state counts {counted} records sealed under k1; the sink holds \
+         {sealed_in_sink} sealed under k1 by it (kill -9 lost the count of those sealed since \
+         the last state write)\n{stdout}{err}"
+    );
+}
+
+/// FINDING 2 (medium, classes 1/11): a redrive removes the records it settles from the head of
+/// the dead-letter stream, and writes its state at most every 250 ms. kill -9 after the last
+/// records were removed but before the state said so (the last 250 ms, or a pacer's wait after
+/// the last record) leaves a state file whose `next_seq` names records the stream no longer
+/// holds. `--resume` then runs replay's purge check (`gone_before`, replay/mod.rs, in `plan`):
+/// "stream DLQ no longer holds sequences 1 to 2 (its first is 3: purged or aged out): nothing
+/// to replay", exit 1, and the state stays unfinished for good: every `--resume` fails the same
+/// way and a new redrive is refused ("holds an unfinished replay ... continue it with
+/// --resume"). The operator is told the dead letters were purged when the redrive itself
+/// delivered them, and must delete the state file by hand. Here two dead letters at
+/// `--max-rate 10`: both are settled and removed within 250 ms, the kill lands in the pacer's
+/// 100 ms wait after the second.
+#[test]
+fn kill_9_after_the_last_removal_lets_resume_finish() {
+    // The kill must land after the last removal and before the state's next write: a few
+    // attempts, each on a fresh broker, until one does.
+    for attempt in 1..=4 {
+        if kill_9_after_the_last_removal(attempt) {
+            return;
+        }
+    }
+    eprintln!("NOT REPRODUCED: every kill came after the state was written");
+}
+
+/// One attempt of [`kill_9_after_the_last_removal_lets_resume_finish`]: false when the kill
+/// came too late (the state already said done).
+fn kill_9_after_the_last_removal(attempt: u32) -> bool {
+    let n = 2u64;
+    let dir = tempfile::tempdir().unwrap();
+    let server = big_messages(n as usize);
+    let out = dir.path().join("out");
+    let cfg = config(&server.url(), &out);
+    dead_letter_all(&server, dir.path(), &cfg, n);
+    let fixed = write_config(dir.path(), "fixed.json", &cfg);
+    let state = dir.path().join("fixed.json.redrive-state");
+    let js = server.js();
+    let mut child = Runner::spawn(
+        std::process::Command::new(env!("CARGO_BIN_EXE_svc")).args([
+            "dlq",
+            "redrive",
+            fixed.to_str().unwrap(),
+            "--max-rate",
+            "7",
+        ]),
+        &dir.path().join("redrive.log"),
+    );
+    let started = std::time::Instant::now();
+    while js.stream_info(DLQ).map(|i| i.state.messages).unwrap_or(1) > 0 {
+        assert!(started.elapsed() < Duration::from_secs(20), "no removal");
+    }
+    child.sigkill();
+    let st = read_state(&state);
+    assert_eq!(records(&out).len(), 2, "both dead letters stored");
+    if st["done"] == json!(true) || st["next_seq"].as_u64() > Some(n) {
+        eprintln!("attempt {attempt}: the state was written before the kill: {st}");
+        return false;
+    }
+    let (code, stdout, err) = svc(&["dlq", "redrive", fixed.to_str().unwrap(), "--resume"]);
+    let again = read_state(&state);
+    assert!(
+        code == 0 && again["done"] == json!(true),
+        "--resume after kill -9 (state next_seq {} of {}, every record already redriven and \
+         removed) exit {code}, state done {}: the redrive can never finish\n{stdout}{err}",
+        st["next_seq"],
+        st["last_seq"],
+        again["done"]
+    );
+    true
+}
