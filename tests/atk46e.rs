@@ -192,3 +192,71 @@ fn kill_9_after_the_last_removal(attempt: u32) -> bool {
     );
     true
 }
+
+/// A stream `ORDERS` on `orders.>` whose first sequence is `first` (nats-server 2.10 and later
+/// take `first_seq` in the stream config), with a durable.
+fn stream_from(server: &NatsServer, first: u64) -> Result<(), String> {
+    let nc = server.connect();
+    let cfg = json!({"name": STREAM, "subjects": ["orders.>"], "storage": "file",
+                     "first_seq": first});
+    let reply = nc
+        .request_timeout(
+            &format!("$JS.API.STREAM.CREATE.{STREAM}"),
+            cfg.to_string(),
+            Duration::from_secs(5),
+        )
+        .map_err(|e| e.to_string())?;
+    let v: serde_json::Value = serde_json::from_slice(&reply.data).unwrap();
+    if v["error"].is_object() {
+        return Err(v.to_string());
+    }
+    if v["config"]["first_seq"].as_u64() != Some(first) {
+        // An older server: a purge up to `first` moves an empty stream there.
+        let reply = nc
+            .request_timeout(
+                &format!("$JS.API.STREAM.PURGE.{STREAM}"),
+                json!({ "seq": first }).to_string(),
+                Duration::from_secs(5),
+            )
+            .map_err(|e| e.to_string())?;
+        let v: serde_json::Value = serde_json::from_slice(&reply.data).unwrap();
+        let info = server.js().stream_info(STREAM).map_err(|e| e.to_string())?;
+        if info.state.first_seq != first {
+            return Err(format!("purge: {v}, first_seq {}", info.state.first_seq));
+        }
+    }
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    Ok(())
+}
+
+/// FINDING 3 (low, classes 5/12): a stream's sequences may end at u64::MAX (a server setting:
+/// `first_seq` in the stream config, or a purge with `seq`). A replay of it reads every message
+/// and then sets `next_seq = last_seq + 1` (replay/mod.rs `run`; redrive.rs `run` likewise):
+/// an overflow, a panic in a debug build; in a release build it wraps to 0 and the state file
+/// says `done` with `next_seq` 0, which every later replay with that state refuses ("next_seq 0
+/// outside the range") until the file is removed by hand. The rules: bad input gives a non-zero
+/// exit, never a panic; a finished replay leaves a state file the next one accepts.
+#[test]
+fn a_stream_ending_at_the_last_sequence_replays_without_overflow() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = NatsServer::start();
+    if let Err(e) = stream_from(&server, u64::MAX - 1) {
+        eprintln!("NOT RUN: this nats-server does not start a stream near 2^64: {e}");
+        return;
+    }
+    server.publish_n(STREAM, "orders.created", 2, |i| {
+        format!("{{\"order\":{i}}}").into_bytes()
+    });
+    let out = dir.path().join("out");
+    let cfg = write_config(dir.path(), "svc.json", &config(&server.url(), &out));
+    let (code, stdout, err) = svc(&["replay", cfg.to_str().unwrap(), "--timeout", "3"]);
+    assert!(
+        !err.contains("panicked") && code == 0,
+        "exit {code}\n{stdout}{err}"
+    );
+    let (code, stdout, err) = svc(&["replay", cfg.to_str().unwrap(), "--timeout", "3"]);
+    assert!(
+        code == 0,
+        "a second replay over a finished state: exit {code}\n{stdout}{err}"
+    );
+}
