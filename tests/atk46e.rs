@@ -260,3 +260,58 @@ fn a_stream_ending_at_the_last_sequence_replays_without_overflow() {
         "a second replay over a finished state: exit {code}\n{stdout}{err}"
     );
 }
+
+/// FINDING 4 (low, class 12): `svc dlq list` and `svc dlq redrive` read the same `--subject`
+/// differently. `list` cuts each record's original subject at 256 characters and appends
+/// `...(cut)` (dlq.rs `bounded`, used for the tally) *before* matching it against the
+/// `--subject` pattern (`Tally::add`); the cut subject has empty tokens and never matches.
+/// `redrive` matches the whole subject (redrive.rs `Filter::wants`). A dead letter of a
+/// message on a subject longer than 256 characters (legal in NATS, chosen by the publisher) is
+/// missing from `svc dlq list --subject 'orders.>'`, and then redriven by `svc dlq redrive
+/// --subject 'orders.>'`: the operator's look before the redrive says 0 records, the redrive
+/// stores 1. (`--reason` and `--stage` were compared after the cut too.) Fixed on branch
+/// atk46e: `Tally::add` filters on the whole values and cuts only what it counts.
+#[test]
+fn dlq_list_and_redrive_select_the_same_records_by_subject() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    server.create_stream(DLQ, &["dlq.orders"]);
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    let long = format!("orders.{}", "a".repeat(300));
+    server.publish_with_headers(&long, &[], &[b'x'; 100]);
+    let out = dir.path().join("out");
+    let cfg = config(&server.url(), &out);
+    dead_letter_all(&server, dir.path(), &cfg, 1);
+    let fixed = write_config(dir.path(), "fixed.json", &cfg);
+    let fixed = fixed.to_str().unwrap();
+    let (code, listed, err) = svc(&[
+        "dlq",
+        "list",
+        fixed,
+        "--subject",
+        "orders.>",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(listed.trim()).unwrap();
+    let (code, redriven, err) = svc(&[
+        "dlq",
+        "redrive",
+        fixed,
+        "--subject",
+        "orders.>",
+        "--dry-run",
+    ]);
+    assert_eq!(code, 0, "{redriven}{err}");
+    assert!(redriven.contains("would store 1"), "{redriven}");
+    assert_eq!(
+        listed["records"],
+        1,
+        "dlq list --subject 'orders.>' counts {} records; dlq redrive --subject 'orders.>' \
+         takes 1 ({})",
+        listed["records"],
+        redriven.trim()
+    );
+}
