@@ -235,7 +235,10 @@ fn stream_from(server: &NatsServer, first: u64) -> Result<(), String> {
 /// an overflow, a panic in a debug build; in a release build it wraps to 0 and the state file
 /// says `done` with `next_seq` 0, which every later replay with that state refuses ("next_seq 0
 /// outside the range") until the file is removed by hand. The rules: bad input gives a non-zero
-/// exit, never a panic; a finished replay leaves a state file the next one accepts.
+/// exit, never a panic; a finished replay leaves a state file the next one accepts. Fixed on
+/// branch atk46e (`saturating_add` at the three places that move `next_seq` past a sequence).
+/// Seen here and not fixed (the broker's word): nats-server 2.9.10 says a filtered consumer on
+/// this stream has nothing pending, so the replay reads 0 of the 2 messages and ends done.
 #[test]
 fn a_stream_ending_at_the_last_sequence_replays_without_overflow() {
     let dir = tempfile::tempdir().unwrap();

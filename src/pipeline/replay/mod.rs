@@ -209,7 +209,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         // The whole range is settled: the state says so, and `--resume` has nothing to do.
         let mut st = st.clone();
         st.done = true;
-        st.next_seq = st.last_seq + 1;
+        st.next_seq = st.last_seq.saturating_add(1);
         if !opts.dry_run {
             let file = StateFile {
                 path: opts.state.clone(),
@@ -691,7 +691,7 @@ impl Writer {
                 return Err((e, self.state.counts));
             }
             self.state.counts.bytes += bytes;
-            self.state.next_seq = last_seq + 1;
+            self.state.next_seq = last_seq.saturating_add(1);
             self.persist().map_err(|e| (e, self.state.counts))?;
             self.progress
                 .messages

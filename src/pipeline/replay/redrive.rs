@@ -274,7 +274,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
     })?;
     if finish == Finish::Done {
         st.done = true;
-        st.next_seq = st.last_seq + 1;
+        st.next_seq = st.last_seq.saturating_add(1);
         if let Some(f) = &redrive.writer.file {
             f.write(&st).map_err(|error| Failed {
                 error,
@@ -370,7 +370,7 @@ impl Redrive<'_> {
             Fate::Keep(why) => eprintln!("redrive: dead-letter record {stream} {seq} kept: {why}"),
             Fate::Remove | Fate::Skipped => {}
         }
-        self.writer.state.next_seq = seq + 1;
+        self.writer.state.next_seq = seq.saturating_add(1);
         self.persist_due()?;
         let counts = &self.writer.state.counts;
         let p = &self.writer.progress;
