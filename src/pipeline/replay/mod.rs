@@ -425,8 +425,10 @@ fn plan(
     let first = opts.range.start_seq.unwrap_or(1);
     match stored {
         Some(st) if opts.resume => {
-            // What is left of the range may have been purged since the first run.
-            if !st.done && st.next_seq <= st.last_seq {
+            // What is left of the range may have been purged since the first run. Not a
+            // redrive's (it has a filter): it removes the records it settles from the head
+            // itself, and a kill before its state said so leaves `next_seq` below the head.
+            if !st.done && st.next_seq <= st.last_seq && opts.range.filter.is_none() {
                 let (stream_first, _) =
                     inspect::sequences(nc, stream).map_err(|e| fatal(e.to_string()))?;
                 gone_before(stream, stream_first, Some(st.next_seq), Some(st.last_seq))?;
