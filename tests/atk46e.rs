@@ -319,3 +319,55 @@ fn dlq_list_and_redrive_select_the_same_records_by_subject() {
         redriven.trim()
     );
 }
+
+/// FINDING 5 (medium, class 11): a dead-letter stream created with `deny_delete: true` (a
+/// common hardening: the DLQ as an audit trail) cannot give up a record. The redrive does not
+/// look: it stores the first record's message into the sink, then `STREAM.MSG.DELETE` is
+/// refused and it stops with exit 1, "... the redrive stops (start a new one)" (redrive.rs
+/// `one`). A new one is refused (unfinished state), `--resume` stores the same message again
+/// and stops at the same place, for good: a `jsonl` or HTTP sink gets one more copy per
+/// attempt, and the advice names no cause the operator can act on. The stream's config
+/// (`STREAM.INFO`, already asked before each removal) says `deny_delete` before anything is
+/// written: the redrive should refuse at the start, naming the setting, with nothing stored.
+/// Fixed on branch atk46e (`redrive::removable`, before the plan; a dry run still looks).
+#[test]
+fn a_dead_letter_stream_that_denies_deletes_is_refused_before_anything_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = NatsServer::start();
+    server.create_stream(STREAM, &["orders.>"]);
+    let mut dlq = stream_config(DLQ, &["dlq.orders"]);
+    dlq.deny_delete = true;
+    server.js().add_stream(dlq).unwrap();
+    server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    server.publish_n(STREAM, "orders.created", 3, |i| {
+        format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(90)).into_bytes()
+    });
+    let out = dir.path().join("out");
+    let mut cfg = config(&server.url(), &out);
+    cfg["sink"] = json!({"type": "file", "directory": out, "mode": "jsonl"});
+    dead_letter_all(&server, dir.path(), &cfg, 3);
+    let fixed = write_config(dir.path(), "fixed.json", &cfg);
+    let fixed = fixed.to_str().unwrap();
+    let lines = || -> usize {
+        files_below(&out)
+            .into_iter()
+            .map(|p| {
+                std::fs::read_to_string(out.join(p))
+                    .unwrap_or_default()
+                    .lines()
+                    .count()
+            })
+            .sum()
+    };
+    let (code, stdout, err) = svc(&["dlq", "redrive", fixed]);
+    let first = lines();
+    let (code2, stdout2, err2) = svc(&["dlq", "redrive", fixed, "--resume"]);
+    let second = lines();
+    eprintln!("exit {code}, {first} lines\n{stdout}{err}\nresume exit {code2}, {second} lines\n{stdout2}{err2}");
+    assert!(
+        code != 0 && second == 0 && err.contains("deny_delete"),
+        "a redrive out of a DLQ that denies deletes: exit {code}, {first} records stored, then \
+         --resume exit {code2}, {second} records stored (the same message again), the error \
+         does not name deny_delete\n{stdout}{err}\n{stdout2}{err2}"
+    );
+}

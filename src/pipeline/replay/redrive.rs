@@ -214,6 +214,9 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
     let file = StateFile {
         path: opts.replay.state.clone(),
     };
+    if !opts.replay.dry_run {
+        removable(&nc, &opts.dead_letter_stream).map_err(super::fatal)?;
+    }
     let plan = super::plan(&nc, &opts.dead_letter_stream, &opts.replay, &file)?;
     let report = |finish, counts| Report {
         finish,
@@ -283,6 +286,27 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         }
     }
     Ok(report(finish, st.counts))
+}
+
+/// Refuses a dead-letter stream that cannot give up a record (`deny_delete`): the redrive
+/// would store the first record's message, fail to remove it, and store it again at every
+/// `--resume`.
+fn removable(nc: &crate::broker::Connection, stream: &str) -> Result<(), String> {
+    let info = crate::broker::consumer_shape::api_request_within(
+        nc,
+        &format!("$JS.API.STREAM.INFO.{stream}"),
+        b"",
+        crate::broker::incarnation::MAX_STREAM_INFO_BYTES,
+    )
+    .map_err(|e| format!("stream {stream}: {e}"))?;
+    if info["config"]["deny_delete"] == true {
+        return Err(format!(
+            "dead-letter stream {stream} has deny_delete set: a redrive removes each record \
+             it settles and cannot; nothing was redriven (allow deletes on the stream, or \
+             use --dry-run to look)"
+        ));
+    }
+    Ok(())
 }
 
 impl Redrive<'_> {
