@@ -371,3 +371,69 @@ fn a_dead_letter_stream_that_denies_deletes_is_refused_before_anything_is_stored
          does not name deny_delete\n{stdout}{err}\n{stdout2}{err2}"
     );
 }
+
+/// FINDING 6 (medium, class 4; skips messages): the state file is checked for what it is (the
+/// service's own 0600 regular file with one name) but not for *which* of the service's own
+/// files it is, and its directory is not checked at all. Another account that can write the
+/// directory (group-writable, no sticky bit) cannot plant a file, but can rename the
+/// service's files there: it keeps the finished state of a replay (`"done": true`) aside, and
+/// when the same replay is run again (the documented case: the sink was restored from an old
+/// backup) and stopped, puts the old file back. `--resume` reads "done" (same range, stream
+/// incarnation and shape: `state::mismatch` finds nothing), writes nothing and exits 0: the
+/// rest of the range is never delivered. The renames need no privilege over the files, only
+/// the directory (`StateFile::read`, state.rs; `read_private` checks the file alone).
+/// Suggested fix: refuse a state (and lock) directory writable by other accounts unless it is
+/// sticky (as the spool's directory is checked), and/or bind the state to its run (a random
+/// run id kept in the lock and written in the file, checked at `--resume`).
+#[test]
+fn a_finished_state_put_back_by_another_account_does_not_end_a_resumed_replay() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // A shared directory: group and others may write it, no sticky bit.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let server = big_messages(60);
+    let out = dir.path().join("out");
+    let cfg = write_config(dir.path(), "svc.json", &config(&server.url(), &out));
+    let state = dir.path().join("svc.json.replay-state");
+    let aside = dir.path().join(".kept");
+    let (code, stdout, err) = svc(&["replay", cfg.to_str().unwrap()]);
+    if code != 0 {
+        assert!(
+            err.contains(&dir.path().display().to_string()),
+            "refused, naming the directory\n{stdout}{err}"
+        );
+        return;
+    }
+    assert_eq!(records(&out).len(), 60);
+    // The other account: the finished state goes aside (a rename in the directory).
+    std::fs::rename(&state, &aside).unwrap();
+    // The sink is restored from a backup that lacks these messages; the same replay again,
+    // stopped by a signal half-way.
+    std::fs::remove_dir_all(&out).unwrap();
+    let mut child = Runner::spawn(
+        std::process::Command::new(env!("CARGO_BIN_EXE_svc")).args([
+            "replay",
+            cfg.to_str().unwrap(),
+            "--max-rate",
+            "40",
+        ]),
+        &dir.path().join("replay.log"),
+    );
+    wait_until(Duration::from_secs(30), "20 replayed", || {
+        records(&out).len() >= 20
+    });
+    child.signal("INT");
+    child.wait_timeout(Duration::from_secs(20)).unwrap();
+    let stopped = records(&out).len();
+    assert!(stopped < 60, "{}", child.log_text());
+    // The other account puts the finished state back.
+    std::fs::rename(&aside, &state).unwrap();
+    let (code, stdout, err) = svc(&["replay", cfg.to_str().unwrap(), "--resume"]);
+    let got = records(&out).len();
+    assert!(
+        code != 0 || got == 60,
+        "--resume over a finished state put back by another account: exit {code}, {got} of 60 \
+         messages in the sink ({stopped} before the stop): the rest was never replayed\n\
+         {stdout}{err}"
+    );
+}
