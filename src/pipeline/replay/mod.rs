@@ -298,6 +298,7 @@ impl Threads {
             redrive_of: None,
             last_dead_letter: None,
             protection: session.protection.clone(),
+            lease: 0,
         };
         let write = super::spawn("svc-replay-write", move || {
             writer.run(prepared_rx, sizes_rx)
@@ -681,6 +682,9 @@ struct Writer {
     last_dead_letter: Option<u64>,
     /// Whose per-key counts of sealed records go into the state file.
     protection: Arc<Protection>,
+    /// Records the state file counts as sealed under the active key beyond those sealed so
+    /// far (`svc dlq redrive`'s lease, see `redrive::SEALED_LEASE`; 0 for a replay).
+    lease: u64,
 }
 
 impl Writer {
@@ -712,9 +716,16 @@ impl Writer {
 
     fn persist(&mut self) -> Result<(), String> {
         if let Some(encryptor) = &self.protection.encryptor {
+            let active = encryptor.config().active_key_id.as_str();
             self.state.sealed = encryptor
                 .usage()
                 .into_iter()
+                .map(|(k, n)| {
+                    (
+                        k,
+                        n.saturating_add(if k == active { self.lease } else { 0 }),
+                    )
+                })
                 .filter(|(_, n)| *n > 0)
                 .map(|(k, n)| (k.to_string(), n))
                 .collect();

@@ -199,7 +199,17 @@ struct Redrive<'a> {
     ages: crate::metrics::Summary,
     /// When the state file was last written (see [`Redrive::persist_due`]).
     persisted: Instant,
+    /// Records sealed (all keys, earlier runs included) up to which the state file already
+    /// counts (see [`SEALED_LEASE`]).
+    leased: u64,
 }
+
+/// The state file is written at most every [`PERSIST_EVERY`], but a record sealed, stored and
+/// removed since would never be counted after a kill -9 (it is not read again): so before a
+/// record may be sealed beyond what the file counts, the file is written counting this many
+/// more under the active key. A crash over-counts by at most this many (the key's bound is
+/// reached that much sooner); a clean end writes the exact count.
+const SEALED_LEASE: u64 = 64;
 
 /// The state file is written at most this often while records settle, and always at the end,
 /// on a signal and on an error. A crash in between costs nothing: what was settled since was
@@ -246,6 +256,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         redrive_of: None,
         last_dead_letter: None,
         protection: session.protection.clone(),
+        lease: 0,
     };
     let mut redrive = Redrive {
         cfg: &cfg,
@@ -264,6 +275,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         writer,
         ages: Default::default(),
         persisted: Instant::now(),
+        leased: 0,
     };
     let mut display = Display::new(plan.first, plan.last, opts.replay.terminal());
     let read = redrive.read(plan.last, &mut display);
@@ -349,7 +361,9 @@ impl Redrive<'_> {
             }
             seq < last
         });
-        // Whatever ended the read, what was settled is on record before anything is said.
+        // Whatever ended the read, what was settled is on record before anything is said
+        // (the exact count sealed: this process is not dying).
+        self.writer.lease = 0;
         self.writer.persist()?;
         let (_, ended) = read.map_err(|e| e.to_string())?;
         // A signal during a wait for the broker ends the read without a record to see it.
@@ -401,6 +415,23 @@ impl Redrive<'_> {
         p.messages.store(counts.read, Ordering::Relaxed);
         p.bytes.store(counts.bytes, Ordering::Relaxed);
         p.position.store(seq, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Before a record may be sealed past what the state file counts, writes the file
+    /// counting [`SEALED_LEASE`] more ahead.
+    fn lease_sealed(&mut self) -> Result<(), String> {
+        let Some(encryptor) = &self.protection.encryptor else {
+            return Ok(());
+        };
+        let used: u64 = encryptor.usage().iter().map(|(_, n)| *n).sum();
+        if used < self.leased {
+            return Ok(());
+        }
+        self.writer.lease = SEALED_LEASE;
+        self.writer.persist()?;
+        self.leased = used.saturating_add(SEALED_LEASE);
+        self.persisted = Instant::now();
         Ok(())
     }
 
@@ -540,6 +571,7 @@ impl Redrive<'_> {
     /// Normalizes the original and settles it through the writer; the record goes once the
     /// message is stored, already present, or dead-lettered anew under another sequence.
     fn settle(&mut self, seq: u64, raw: &RawMessage) -> Result<Fate, String> {
+        self.lease_sealed()?;
         let item = self
             .normalizer
             .prepare(raw, now_unix_nanos(), None, &mut self.ages)
