@@ -519,15 +519,18 @@ impl Tally {
             self.not_records += 1;
             return;
         };
+        let raw = |v: &Value| v.as_str().unwrap_or("?").to_string();
         let text = |v: &Value| bounded(v.as_str().unwrap_or("?"));
-        let (stage, reason) = (text(&r["failure"]["stage"]), text(&r["failure"]["reason"]));
-        let subject = text(&r["original"]["subject"]);
+        let (stage, reason) = (raw(&r["failure"]["stage"]), raw(&r["failure"]["reason"]));
+        let subject = raw(&r["original"]["subject"]);
+        // The filter sees the whole values, as `dlq redrive`'s does; only the tally cuts them.
         let wanted = f.stage.as_ref().is_none_or(|s| *s == stage)
             && f.reason.as_ref().is_none_or(|s| *s == reason)
             && pattern.is_none_or(|p| p.matches(&subject));
         if !wanted {
             return;
         }
+        let (stage, reason, subject) = (bounded(&stage), bounded(&reason), bounded(&subject));
         self.records += 1;
         if !count_in(
             &mut self.by_reason,

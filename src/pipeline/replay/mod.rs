@@ -209,7 +209,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         // The whole range is settled: the state says so, and `--resume` has nothing to do.
         let mut st = st.clone();
         st.done = true;
-        st.next_seq = st.last_seq + 1;
+        st.next_seq = st.last_seq.saturating_add(1);
         if !opts.dry_run {
             let file = StateFile {
                 path: opts.state.clone(),
@@ -298,6 +298,7 @@ impl Threads {
             redrive_of: None,
             last_dead_letter: None,
             protection: session.protection.clone(),
+            lease: 0,
         };
         let write = super::spawn("svc-replay-write", move || {
             writer.run(prepared_rx, sizes_rx)
@@ -425,8 +426,10 @@ fn plan(
     let first = opts.range.start_seq.unwrap_or(1);
     match stored {
         Some(st) if opts.resume => {
-            // What is left of the range may have been purged since the first run.
-            if !st.done && st.next_seq <= st.last_seq {
+            // What is left of the range may have been purged since the first run. Not a
+            // redrive's (it has a filter): it removes the records it settles from the head
+            // itself, and a kill before its state said so leaves `next_seq` below the head.
+            if !st.done && st.next_seq <= st.last_seq && opts.range.filter.is_none() {
                 let (stream_first, _) =
                     inspect::sequences(nc, stream).map_err(|e| fatal(e.to_string()))?;
                 gone_before(stream, stream_first, Some(st.next_seq), Some(st.last_seq))?;
@@ -679,6 +682,9 @@ struct Writer {
     last_dead_letter: Option<u64>,
     /// Whose per-key counts of sealed records go into the state file.
     protection: Arc<Protection>,
+    /// Records the state file counts as sealed under the active key beyond those sealed so
+    /// far (`svc dlq redrive`'s lease, see `redrive::SEALED_LEASE`; 0 for a replay).
+    lease: u64,
 }
 
 impl Writer {
@@ -691,7 +697,7 @@ impl Writer {
                 return Err((e, self.state.counts));
             }
             self.state.counts.bytes += bytes;
-            self.state.next_seq = last_seq + 1;
+            self.state.next_seq = last_seq.saturating_add(1);
             self.persist().map_err(|e| (e, self.state.counts))?;
             self.progress
                 .messages
@@ -710,9 +716,16 @@ impl Writer {
 
     fn persist(&mut self) -> Result<(), String> {
         if let Some(encryptor) = &self.protection.encryptor {
+            let active = encryptor.config().active_key_id.as_str();
             self.state.sealed = encryptor
                 .usage()
                 .into_iter()
+                .map(|(k, n)| {
+                    (
+                        k,
+                        n.saturating_add(if k == active { self.lease } else { 0 }),
+                    )
+                })
                 .filter(|(_, n)| *n > 0)
                 .map(|(k, n)| (k.to_string(), n))
                 .collect();

@@ -234,7 +234,17 @@ struct Redrive<'a> {
     ages: crate::metrics::Summary,
     /// When the state file was last written (see [`Redrive::persist_due`]).
     persisted: Instant,
+    /// Records sealed (all keys, earlier runs included) up to which the state file already
+    /// counts (see [`SEALED_LEASE`]).
+    leased: u64,
 }
+
+/// The state file is written at most every [`PERSIST_EVERY`], but a record sealed, stored and
+/// removed since would never be counted after a kill -9 (it is not read again): so before a
+/// record may be sealed beyond what the file counts, the file is written counting this many
+/// more under the active key. A crash over-counts by at most this many (the key's bound is
+/// reached that much sooner); a clean end writes the exact count.
+const SEALED_LEASE: u64 = 64;
 
 /// The state file is written at most this often while records settle, and always at the end,
 /// on a signal and on an error. A crash in between costs nothing: what was settled since was
@@ -249,6 +259,9 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
     let file = StateFile {
         path: opts.replay.state.clone(),
     };
+    if !opts.replay.dry_run {
+        removable(&nc, &opts.dead_letter_stream).map_err(super::fatal)?;
+    }
     let plan = super::plan(&nc, &opts.dead_letter_stream, &opts.replay, &file)?;
     let report = |finish, counts| Report {
         finish,
@@ -280,6 +293,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         redrive_of: None,
         last_dead_letter: None,
         protection: session.protection.clone(),
+        lease: 0,
     };
     let mut redrive = Redrive {
         cfg: &cfg,
@@ -298,6 +312,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
         writer,
         ages: Default::default(),
         persisted: Instant::now(),
+        leased: 0,
     };
     let mut display = Display::new("redrive", plan.first, plan.last, opts.replay.terminal());
     let read = redrive.read(plan.last, &mut display);
@@ -311,7 +326,7 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
     })?;
     if finish == Finish::Done {
         st.done = true;
-        st.next_seq = st.last_seq + 1;
+        st.next_seq = st.last_seq.saturating_add(1);
         if let Some(f) = &redrive.writer.file {
             f.write(&st).map_err(|error| Failed {
                 error,
@@ -337,6 +352,27 @@ fn warn_of_retention(stream: &str, retention: &str) {
          acknowledged each dead-lettered message, so its original is most likely gone; such \
          records are reported as original missing and kept (docs/replay.md)"
     );
+}
+
+/// Refuses a dead-letter stream that cannot give up a record (`deny_delete`): the redrive
+/// would store the first record's message, fail to remove it, and store it again at every
+/// `--resume`.
+fn removable(nc: &crate::broker::Connection, stream: &str) -> Result<(), String> {
+    let info = crate::broker::consumer_shape::api_request_within(
+        nc,
+        &format!("$JS.API.STREAM.INFO.{stream}"),
+        b"",
+        crate::broker::incarnation::MAX_STREAM_INFO_BYTES,
+    )
+    .map_err(|e| format!("stream {stream}: {e}"))?;
+    if info["config"]["deny_delete"] == true {
+        return Err(format!(
+            "dead-letter stream {stream} has deny_delete set: a redrive removes each record \
+             it settles and cannot; nothing was redriven (allow deletes on the stream, or \
+             use --dry-run to look)"
+        ));
+    }
+    Ok(())
 }
 
 impl Redrive<'_> {
@@ -379,7 +415,9 @@ impl Redrive<'_> {
             }
             seq < last
         });
-        // Whatever ended the read, what was settled is on record before anything is said.
+        // Whatever ended the read, what was settled is on record before anything is said
+        // (the exact count sealed: this process is not dying).
+        self.writer.lease = 0;
         self.writer.persist()?;
         let (_, ended) = read.map_err(|e| e.to_string())?;
         // A signal during a wait for the broker ends the read without a record to see it.
@@ -424,13 +462,30 @@ impl Redrive<'_> {
             Fate::Keep(why) => eprintln!("redrive: dead-letter record {stream} {seq} kept: {why}"),
             Fate::Remove | Fate::Skipped => {}
         }
-        self.writer.state.next_seq = seq + 1;
+        self.writer.state.next_seq = seq.saturating_add(1);
         self.persist_due()?;
         let counts = &self.writer.state.counts;
         let p = &self.writer.progress;
         p.messages.store(counts.read, Ordering::Relaxed);
         p.bytes.store(counts.bytes, Ordering::Relaxed);
         p.position.store(seq, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Before a record may be sealed past what the state file counts, writes the file
+    /// counting [`SEALED_LEASE`] more ahead.
+    fn lease_sealed(&mut self) -> Result<(), String> {
+        let Some(encryptor) = &self.protection.encryptor else {
+            return Ok(());
+        };
+        let used: u64 = encryptor.usage().iter().map(|(_, n)| *n).sum();
+        if used < self.leased {
+            return Ok(());
+        }
+        self.writer.lease = SEALED_LEASE;
+        self.writer.persist()?;
+        self.leased = used.saturating_add(SEALED_LEASE);
+        self.persisted = Instant::now();
         Ok(())
     }
 
@@ -583,6 +638,7 @@ impl Redrive<'_> {
     /// Normalizes the original and settles it through the writer; the record goes once the
     /// message is stored, already present, or dead-lettered anew under another sequence.
     fn settle(&mut self, seq: u64, raw: &RawMessage) -> Result<Fate, String> {
+        self.lease_sealed()?;
         let item = self
             .normalizer
             .prepare(raw, now_unix_nanos(), None, &mut self.ages)

@@ -197,9 +197,46 @@ impl StateFile {
         config.with_file_name(name)
     }
 
+    /// Refuses a state file whose directory another account can change: one that others may
+    /// write without the sticky bit (they could rename the service's own files there: put a
+    /// finished state of an earlier run back under the name, and make `--resume` end a range
+    /// it never delivered), or one owned by another account (which could make it so).
+    fn check_directory(&self) -> Result<(), String> {
+        let dir = match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let stat = rustix::fs::stat(dir).map_err(|e| {
+            format!(
+                "replay state {}: its directory {}: {}",
+                self.path.display(),
+                dir.display(),
+                std::io::Error::from(e)
+            )
+        })?;
+        let refused = |why: String| {
+            format!(
+                "replay state {}: its directory {} {why}: another account could put an old \
+                 state back and make --resume skip messages; give --state in a directory only \
+                 the service's user (or root) can write",
+                self.path.display(),
+                dir.display()
+            )
+        };
+        crate::files::owner::check_owner(&stat, true).map_err(|e| refused(e.to_string()))?;
+        let mode = stat.st_mode & 0o7777;
+        if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            return Err(refused(format!(
+                "can be written by other accounts (mode {mode:04o}) and is not sticky"
+            )));
+        }
+        Ok(())
+    }
+
     /// Reads the state, `None` when there is none. A file that is not a state file is an
     /// error naming the file and the reason.
     pub fn read(&self) -> Result<Option<State>, String> {
+        self.check_directory()?;
         let shown = self.path.display();
         // Another account may write the directory: only the service's own private file.
         let Some(text) = crate::files::owner::read_private(&self.path, MAX_STATE_BYTES)
@@ -237,6 +274,7 @@ impl StateFile {
     /// file (and with the process, however it ends).
     pub fn lock(&self) -> Result<Lock, String> {
         use rustix::fs::{FileType, Mode, OFlags};
+        self.check_directory()?;
         let mut name = self.path.as_os_str().to_os_string();
         name.push(".lock");
         let path = PathBuf::from(name);
@@ -422,6 +460,38 @@ mod tests {
     /// A state file another account planted (found by the attack on replay: a symlink to its
     /// own file made `--resume` skip 14 messages, a FIFO blocked forever) is refused, never
     /// read; only the service's own 0600 file with one name is.
+    /// A directory others may write without the sticky bit, or one another account owns, is
+    /// refused before the state is read or locked (atk46e finding 6).
+    #[test]
+    fn a_state_directory_other_accounts_can_change_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile {
+            path: dir.path().join("c.json.replay-state"),
+        };
+        let set = |m| std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(m));
+        set(0o777).unwrap();
+        let e = file.read().unwrap_err();
+        assert!(e.contains("(mode 0777) and is not sticky"), "{e}");
+        assert!(e.contains(&dir.path().display().to_string()), "{e}");
+        assert!(file.lock().is_err());
+        set(0o770).unwrap();
+        assert!(file.read().unwrap_err().contains("mode 0770"));
+        set(0o1777).unwrap();
+        assert_eq!(
+            file.read().unwrap(),
+            None,
+            "sticky: others cannot rename our files"
+        );
+        set(0o755).unwrap();
+        assert_eq!(file.read().unwrap(), None);
+        if crate::files::owner::service_uid() == 0 {
+            rustix::fs::chown(dir.path(), Some(rustix::fs::Uid::from_raw(4242)), None).unwrap();
+            let e = file.read().unwrap_err();
+            assert!(e.contains("owned by uid 4242"), "{e}");
+        }
+    }
+
     #[test]
     fn planted_state_files_are_refused() {
         use std::os::unix::fs::PermissionsExt;
