@@ -134,32 +134,6 @@ fn incarnation_component(env: &Envelope) -> String {
     }
 }
 
-/// True for a suffix such as `.json`, `.json.gz`, `.metadata.json`: dot-separated ASCII
-/// alphanumeric parts, 2 to 32 bytes.
-pub fn is_simple_suffix(s: &str) -> bool {
-    s.len() >= 2
-        && s.len() <= 32
-        && s.starts_with('.')
-        && s[1..]
-            .split('.')
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric()))
-}
-
-/// True for prefix-like text: `/`-separated segments of `[A-Za-z0-9_.-]`, no empty, `.` or
-/// `..` segments, no leading or trailing slash, at most 256 bytes.
-pub fn is_safe_prefix(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 256
-        && s.split('/').all(|seg| {
-            !seg.is_empty()
-                && seg != "."
-                && seg != ".."
-                && seg
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,16 +223,6 @@ mod tests {
         for s in ["..", "a/../b", "/etc/passwd", "~", "a b"] {
             let c = safe_component(s);
             assert!(!c.contains('/') && c != "." && c != "..", "{s} -> {c}");
-        }
-    }
-
-    #[test]
-    fn suffix_and_prefix_rules() {
-        assert!(is_simple_suffix(".json") && is_simple_suffix(".json.gz"));
-        assert!(!is_simple_suffix("json") && !is_simple_suffix(".") && !is_simple_suffix(".a..b"));
-        assert!(is_safe_prefix("events/prod") && is_safe_prefix("a"));
-        for bad in ["", "/a", "a/", "a//b", "a/./b", "a/../b", "a b", "a\\b"] {
-            assert!(!is_safe_prefix(bad), "{bad}");
         }
     }
 }

@@ -11,8 +11,10 @@ pub mod fanout;
 pub mod file;
 pub mod http;
 pub mod key;
+pub mod layout;
 pub mod object_store;
 pub mod relational;
+pub mod resolver;
 pub mod spool;
 pub mod url_scheme;
 

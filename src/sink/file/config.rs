@@ -8,7 +8,11 @@
 use std::path::PathBuf;
 
 use crate::document::reader::ObjectReader;
-use crate::sink::key::{is_safe_prefix, is_simple_suffix, KeyStrategy, KEY_STRATEGIES};
+use crate::sink::key::{KeyStrategy, KEY_STRATEGIES};
+use crate::sink::layout::{
+    gzip_suffix_problem, is_safe_prefix, is_simple_suffix, Compression, DuplicatePolicy,
+    PayloadMode,
+};
 
 /// One file per event, or appended JSON lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,53 +32,10 @@ impl FileMode {
     }
 }
 
-/// What a per-event write does when its file already exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DuplicatePolicy {
-    /// Keep the existing file; report the message as already durable.
-    SkipExisting,
-    /// Atomically replace the existing file with the new record.
-    Replace,
-    /// Keep the existing file; report a permanent failure for operator review.
-    FailExisting,
-}
-
-impl DuplicatePolicy {
-    pub fn name(self) -> &'static str {
-        match self {
-            DuplicatePolicy::SkipExisting => "skip_existing",
-            DuplicatePolicy::Replace => "replace",
-            DuplicatePolicy::FailExisting => "fail_existing",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compression {
-    None,
-    Gzip,
-}
-
-/// Payload normalization before the record is built (shared payload mode; only one value
-/// exists today).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PayloadMode {
-    JsonOrEnvelope,
-}
-
 const MODES: &[(&str, FileMode)] = &[
     ("per_event", FileMode::PerEvent),
     ("jsonl", FileMode::Jsonl),
 ];
-const DUPLICATE_POLICIES: &[(&str, DuplicatePolicy)] = &[
-    ("skip_existing", DuplicatePolicy::SkipExisting),
-    ("replace", DuplicatePolicy::Replace),
-    ("fail_existing", DuplicatePolicy::FailExisting),
-];
-const COMPRESSIONS: &[(&str, Compression)] =
-    &[("none", Compression::None), ("gzip", Compression::Gzip)];
-const PAYLOAD_MODES: &[(&str, PayloadMode)] = &[("json_or_envelope", PayloadMode::JsonOrEnvelope)];
-
 /// `write_concurrency`: the per_event sink's file writer threads, shared by every sink worker
 /// (files in flight at once). Default 16: the files in flight before the writers were shared
 /// (2 sink workers x 8), and the concurrency at which this host's disk peaks in its fast
@@ -188,11 +149,7 @@ impl FileSinkConfig {
             })
             .unwrap_or(false);
         let duplicate_policy = per_event_only(r, per_event, "duplicate_policy", |r| {
-            r.one_of(
-                "duplicate_policy",
-                DuplicatePolicy::SkipExisting,
-                DUPLICATE_POLICIES,
-            )
+            DuplicatePolicy::read(r)
         })
         .unwrap_or(DuplicatePolicy::SkipExisting);
         let write_concurrency = per_event_only(r, per_event, "write_concurrency", |r| {
@@ -205,7 +162,7 @@ impl FileSinkConfig {
         })
         .unwrap_or(DEFAULT_WRITE_CONCURRENCY) as usize;
 
-        let compression = r.one_of("compression", Compression::None, COMPRESSIONS);
+        let compression = Compression::read(r);
         let gzip = compression == Compression::Gzip;
         let default_suffix = match (per_event, gzip) {
             (true, false) => ".json",
@@ -220,16 +177,11 @@ impl FileSinkConfig {
                 "must be a simple extension such as .json or .json.gz (dot-separated letters \
                  and digits, 2 to 32 bytes)",
             );
-        } else if gzip && !file_suffix.ends_with(".gz") {
-            r.problem("file_suffix", "must end with .gz when compression is gzip");
-        } else if !gzip && file_suffix.ends_with(".gz") {
-            r.problem(
-                "file_suffix",
-                "must not end with .gz unless compression is gzip",
-            );
+        } else if let Some(mismatch) = gzip_suffix_problem(compression, &file_suffix) {
+            r.problem("file_suffix", mismatch.message());
         }
 
-        let payload_mode = r.one_of("payload_mode", PayloadMode::JsonOrEnvelope, PAYLOAD_MODES);
+        let payload_mode = PayloadMode::read(r);
         let file_mode = read_file_mode(r);
         let max_record_bytes = r.int_in(
             "max_record_bytes",

@@ -59,11 +59,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
-use super::config::{Compression, DuplicatePolicy, FileSinkConfig};
+use super::config::FileSinkConfig;
 use super::durable::{dir_mode, open_below, DirProblem};
 use super::error;
 use super::existing::RecordId;
 use crate::files::{owner, unnamed};
+use crate::sink::layout::{Compression, DuplicatePolicy};
 use crate::sink::{FailureClass, WriteOutcome};
 
 /// Where one envelope's record goes.

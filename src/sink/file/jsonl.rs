@@ -42,11 +42,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::config::{Compression, FileSinkConfig};
+use super::config::FileSinkConfig;
 use super::durable::{dir_mode, open_below, sync_dir};
 use super::gzip_into;
 use super::{encode_record, error, WriteLimit};
 use crate::message::envelope::Envelope;
+use crate::sink::layout::Compression;
 use crate::sink::{FailureClass, WriteOutcome};
 
 /// Thread-local buffers kept after a batch only up to this capacity.

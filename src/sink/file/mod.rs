@@ -35,11 +35,12 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use config::FileMode;
 pub use config::FileSinkConfig;
-use config::{DuplicatePolicy, FileMode};
 use durable::{create_all, dir_mode, sync_dir};
 pub use record::{encode_record, RECORD_SCHEMA};
 
+use super::layout::DuplicatePolicy;
 use super::{FailureClass, Sink, SinkError, WriteOutcome};
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;

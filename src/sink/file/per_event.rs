@@ -19,7 +19,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use super::config::{Compression, FileSinkConfig};
+use super::config::FileSinkConfig;
 use super::durable::DirSync;
 use super::durable_file::{DurableFiles, Publication, Target};
 use super::existing::RecordId;
@@ -27,6 +27,7 @@ use super::writer_pool::{run_here, Finish, Results, Slot, Task, WriterPool};
 use super::{encode_record, error, gzip_into, WriteLimit};
 use crate::message::envelope::Envelope;
 use crate::sink::key::{safe_component, strategy_key};
+use crate::sink::layout::Compression;
 use crate::sink::{FailureClass, WriteOutcome};
 
 /// Longest file or directory name most Linux file systems accept.
@@ -249,10 +250,10 @@ impl PerEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sink::file::config::DuplicatePolicy;
     use crate::sink::file::durable_file::sync_by_name;
     use crate::sink::file::tests::{envelope, record_of, sink, Scratch};
     use crate::sink::key::KeyStrategy;
+    use crate::sink::layout::DuplicatePolicy;
     use crate::sink::{Sink, WriteOutcome};
     use std::fs;
     use std::io::Read;

@@ -18,7 +18,7 @@ use ureq::Agent;
 use super::config::HttpSinkConfig;
 use super::outcome::{classify, judge, read_failure, HttpError, Statuses, MAX_RESPONSE_BODY};
 use crate::message::protection::keys::read_private_file;
-use crate::sink::object_store::resolver::CachingResolver;
+use crate::sink::resolver::CachingResolver;
 
 /// Largest certificate (chain) or CA file read.
 const MAX_CERT_FILE_BYTES: u64 = 1 << 20;

@@ -13,9 +13,8 @@ use serde_json::Value;
 use crate::message::envelope::{hex_sha256, Envelope, EventMetadata, Payload, PayloadInfo};
 use crate::text::rfc3339::format_rfc3339_nanos;
 
-use super::config::{
-    Compression, MetadataMode, ObjectFormat, ObjectStoreConfig, ServerSideEncryption,
-};
+use super::config::{MetadataMode, ObjectFormat, ObjectStoreConfig, ServerSideEncryption};
+use crate::sink::layout::Compression;
 
 pub const OBJECT_SCHEMA: &str = "svc.objectstore.object.v1";
 pub const SIDECAR_SCHEMA: &str = "svc.objectstore.sidecar.v1";
@@ -145,10 +144,7 @@ pub fn build(
                 ObjectFormat::Envelope => "envelope",
                 ObjectFormat::Payload => "payload",
             },
-            compression: match cfg.compression {
-                Compression::None => "none",
-                Compression::Gzip => "gzip",
-            },
+            compression: cfg.compression.name(),
             content_type: &cfg.content_type,
             subject: &env.subject,
             stream: &env.stream,

@@ -30,10 +30,10 @@ use ureq::Agent;
 use super::config::{endpoint_problem, AddressingStyle, ObjectStoreConfig};
 pub use super::error::S3Error;
 use super::error::{classify, read_failure};
-use super::resolver::CachingResolver;
 use crate::aws::credentials::Credentials;
 use crate::aws::provider::Provider;
 use crate::aws::{endpoint_override, sigv4, Env};
+use crate::sink::resolver::CachingResolver;
 use crate::text::secrets::Secrets;
 
 /// Largest error or GET body read into memory.

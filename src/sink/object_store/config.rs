@@ -10,30 +10,16 @@ use std::time::Duration;
 use crate::backoff::{Backoff, Jitter};
 use crate::document::grammar::{is_env_var_name, looks_secret};
 use crate::document::reader::ObjectReader;
-use crate::sink::key::{is_simple_suffix, KeyStrategy, KEY_STRATEGIES};
+use crate::sink::key::{KeyStrategy, KEY_STRATEGIES};
+use crate::sink::layout::{
+    gzip_suffix_problem, is_simple_suffix, prefix_problem, Compression, DuplicatePolicy,
+    GzipSuffix, PayloadMode,
+};
 use crate::sink::url_scheme::scheme_problem;
 
 /// Where credentials come from (shared with every AWS caller; resolved in
 /// [`crate::aws::chain::provider`]).
 pub use crate::aws::credentials::CredentialMode;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DuplicatePolicy {
-    SkipExisting,
-    Replace,
-    FailExisting,
-}
-
-/// The config spelling (`skip_existing`, ...), as operators wrote it.
-impl std::fmt::Display for DuplicatePolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = DUPLICATE_POLICIES
-            .iter()
-            .find(|(_, p)| p == self)
-            .map_or("?", |(n, _)| n);
-        f.write_str(name)
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectFormat {
@@ -46,17 +32,6 @@ pub enum MetadataMode {
     None,
     ObjectMetadata,
     Sidecar,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PayloadMode {
-    JsonOrEnvelope,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compression {
-    None,
-    Gzip,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,11 +140,6 @@ pub const CUSTODY_NAMESPACE: &str = "_svc-custody";
 /// name + value bytes like the static pairs.
 pub const EVENT_METADATA_MAX_BYTES: usize = 18 + 64 + 19 + 20;
 
-const DUPLICATE_POLICIES: &[(&str, DuplicatePolicy)] = &[
-    ("skip_existing", DuplicatePolicy::SkipExisting),
-    ("replace", DuplicatePolicy::Replace),
-    ("fail_existing", DuplicatePolicy::FailExisting),
-];
 const OBJECT_FORMATS: &[(&str, ObjectFormat)] = &[
     ("envelope", ObjectFormat::Envelope),
     ("payload", ObjectFormat::Payload),
@@ -179,9 +149,6 @@ const METADATA_MODES: &[(&str, MetadataMode)] = &[
     ("object_metadata", MetadataMode::ObjectMetadata),
     ("sidecar", MetadataMode::Sidecar),
 ];
-const PAYLOAD_MODES: &[(&str, PayloadMode)] = &[("json_or_envelope", PayloadMode::JsonOrEnvelope)];
-const COMPRESSIONS: &[(&str, Compression)] =
-    &[("none", Compression::None), ("gzip", Compression::Gzip)];
 const ENCRYPTIONS: &[(&str, ServerSideEncryption)] = &[
     ("none", ServerSideEncryption::None),
     ("AES256", ServerSideEncryption::Aes256),
@@ -253,11 +220,7 @@ impl ObjectStoreConfig {
                 "must be a simple extension such as .json or .json.gz",
             );
         }
-        let duplicate_policy = r.one_of(
-            "duplicate_policy",
-            DuplicatePolicy::SkipExisting,
-            DUPLICATE_POLICIES,
-        );
+        let duplicate_policy = DuplicatePolicy::read(r);
         let object_format = r.one_of("object_format", ObjectFormat::Envelope, OBJECT_FORMATS);
         let metadata_mode = r.one_of(
             "metadata_mode",
@@ -273,8 +236,8 @@ impl ObjectStoreConfig {
                 "sidecar cannot be combined with duplicate_policy fail_existing",
             );
         }
-        let payload_mode = r.one_of("payload_mode", PayloadMode::JsonOrEnvelope, PAYLOAD_MODES);
-        let compression = r.one_of("compression", Compression::None, COMPRESSIONS);
+        let payload_mode = PayloadMode::read(r);
+        let compression = Compression::read(r);
         check_gzip_suffix(r, compression, &object_suffix);
         let content_type = r.string_or("content_type", "application/json");
         if content_type != "application/json" {
@@ -435,7 +398,6 @@ fn read_sidecar_suffix(r: &mut ObjectReader<'_>, object_suffix: &str) -> String 
     sidecar_suffix
 }
 
-/// Gzip objects end with `.gz`, and only they do.
 /// `kms_key_id`: only with `server_side_encryption: aws:kms`; a key id, ARN or alias (letters,
 /// digits and `-_/:.`), sent in a signed header.
 fn read_kms_key_id(r: &mut ObjectReader<'_>, sse: ServerSideEncryption) -> Option<String> {
@@ -458,18 +420,15 @@ fn read_kms_key_id(r: &mut ObjectReader<'_>, sse: ServerSideEncryption) -> Optio
     Some(id)
 }
 
+/// Checked even when `object_suffix` is not a simple extension (both problems are reported).
 fn check_gzip_suffix(r: &mut ObjectReader<'_>, compression: Compression, object_suffix: &str) {
-    let gz = object_suffix.ends_with(".gz");
-    match compression {
-        Compression::Gzip if !gz => r.problem(
+    match gzip_suffix_problem(compression, object_suffix) {
+        Some(GzipSuffix::Missing) => r.problem(
             "object_suffix",
             "must end with .gz (such as .json.gz) when compression is gzip",
         ),
-        Compression::None if gz => r.problem(
-            "object_suffix",
-            "must not end with .gz unless compression is gzip",
-        ),
-        _ => {}
+        Some(mismatch) => r.problem("object_suffix", mismatch.message()),
+        None => {}
     }
 }
 
@@ -631,33 +590,6 @@ pub fn bucket_problem(b: &str) -> Option<&'static str> {
             && b.split('.').all(|p| p.bytes().all(|c| c.is_ascii_digit())))
     {
         return Some("must not be formatted as an IP address");
-    }
-    None
-}
-
-/// Why a `prefix`/`key_prefix` is unsafe, if it is.
-pub fn prefix_problem(p: &str) -> Option<&'static str> {
-    if p.is_empty() {
-        return Some("must not be empty (omit the field instead)");
-    }
-    if p.len() > 256 {
-        return Some("must be at most 256 bytes");
-    }
-    if p.starts_with('/') || p.ends_with('/') {
-        return Some("must not start or end with '/'");
-    }
-    let segments: Vec<&str> = p.split('/').collect();
-    if segments.iter().any(|s| s.is_empty()) {
-        return Some("must not contain empty segments");
-    }
-    if segments.iter().any(|s| *s == "." || *s == "..") {
-        return Some("must not contain '.' or '..' segments");
-    }
-    if !p
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/'))
-    {
-        return Some("must contain only letters, digits, '_', '-', '.' and '/'");
     }
     None
 }

@@ -17,8 +17,9 @@ use std::io::{self, BufReader, Read};
 
 use serde::Deserialize;
 
-use super::config::{Compression, ObjectFormat, ObjectStoreConfig};
+use super::config::{ObjectFormat, ObjectStoreConfig};
 use crate::sink::key::KeyBasis;
+use crate::sink::layout::Compression;
 
 /// What identifies the message of a stored envelope; other members are skipped unkept.
 #[derive(Deserialize)]

@@ -35,7 +35,6 @@ pub mod config;
 pub mod error;
 pub mod existing;
 pub mod layout;
-pub mod resolver;
 
 use super::countdown::Countdown;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -53,8 +52,9 @@ use crate::sink::{FailureClass, Sink, SinkError, WriteOutcome};
 
 use crate::aws::chain;
 use crate::aws::{Env, ProcessEnv};
+use crate::sink::layout::{Compression, DuplicatePolicy};
 use client::{ClientOptions, S3Client, S3Error};
-use config::{Compression, DuplicatePolicy, ObjectStoreConfig};
+use config::ObjectStoreConfig;
 
 const KIND: &str = "object_store";
 

@@ -1,4 +1,7 @@
-//! Name resolution for the S3 client's HTTP agent.
+//! Name resolution for the HTTP agents of the sinks that speak HTTP through ureq: the
+//! object-store sink's S3 client (`object_store/client.rs`) and the HTTP sink's client
+//! (`http/client.rs`). Each agent has its own resolver, so its one-entry cache holds the one
+//! endpoint that agent talks to.
 //!
 //! Why not ureq's default resolver: ureq resolves the host before it looks in its connection
 //! pool, so it resolves on every request, even one that reuses a kept-alive connection and
