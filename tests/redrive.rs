@@ -338,13 +338,14 @@ fn jsonl_sink(dir: &Path) -> Value {
     json!({"type": "file", "directory": dir, "mode": "jsonl"})
 }
 
-/// Review of issue 46 (atk46b): records a publisher on the dead-letter subject forged never
-/// deliver a message twice into a sink without keys. A record without its original's
-/// incarnation and payload digest (naming a delivered message) is kept; one with the right
-/// incarnation and a wrong digest is kept; a second copy of a real record (re-published past the
-/// duplicate window) is removed without a second delivery.
-#[test]
-fn forged_and_doubled_records_never_deliver_a_message_twice() {
+/// [`setup`], and `svc run` into a jsonl sink under a 50-byte size policy until the three large
+/// messages are dead-lettered: (dir, server, output directory, that configuration).
+fn refused_into_jsonl() -> (
+    tempfile::TempDir,
+    NatsServer,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
     let dir = tempfile::tempdir().unwrap();
     let server = setup();
     let out = dir.path().join("out");
@@ -354,6 +355,17 @@ fn forged_and_doubled_records_never_deliver_a_message_twice() {
         &config(&server, jsonl_sink(&out), Some(50)),
     );
     dead_letters_from_the_runner(&server, dir.path(), &broken);
+    (dir, server, out, broken)
+}
+
+/// Review of issue 46 (atk46b): records a publisher on the dead-letter subject forged never
+/// deliver a message twice into a sink without keys. A record without its original's
+/// incarnation and payload digest (naming a delivered message) is kept; one with the right
+/// incarnation and a wrong digest is kept; a second copy of a real record (re-published past the
+/// duplicate window) is removed without a second delivery.
+#[test]
+fn forged_and_doubled_records_never_deliver_a_message_twice() {
+    let (dir, server, out, _) = refused_into_jsonl();
     assert_eq!(stored_lines(&out), vec![2, 4, 6]);
     let incarnation = server.incarnation(STREAM);
     let nc = server.connect();
@@ -411,15 +423,7 @@ fn forged_and_doubled_records_never_deliver_a_message_twice() {
 /// remove another record. The redrive stops instead, and the new stream keeps every record.
 #[test]
 fn a_dead_letter_stream_created_again_mid_redrive_loses_no_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = setup();
-    let out = dir.path().join("out");
-    let broken = write_config(
-        dir.path(),
-        "broken.json",
-        &config(&server, jsonl_sink(&out), Some(50)),
-    );
-    dead_letters_from_the_runner(&server, dir.path(), &broken);
+    let (dir, server, out, _) = refused_into_jsonl();
     let fixed = write_config(
         dir.path(),
         "fixed.json",
@@ -604,15 +608,7 @@ fn records_of_encrypted_subjects_are_checked_by_their_keyed_digest() {
 /// plain progress lines are the redrive's own.
 #[test]
 fn a_still_refused_message_is_dead_lettered_once_and_impossible_deliveries_are_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = setup();
-    let out = dir.path().join("out");
-    let broken = write_config(
-        dir.path(),
-        "broken.json",
-        &config(&server, jsonl_sink(&out), Some(50)),
-    );
-    dead_letters_from_the_runner(&server, dir.path(), &broken);
+    let (_dir, server, out, broken) = refused_into_jsonl();
     let real = records(&server);
     let copy = real[0].1.clone();
     let mut impossible = real[1].1.clone();
