@@ -269,31 +269,45 @@ fn a_deleted_record_is_named_and_forgery_removal_and_unknown_keys_refused() {
     assert_eq!(verify(&c, &[public]).0, 0);
 }
 
+/// Kills `runner` (-9) once its `uncovered` records are stored: the audit names each as in no
+/// checkpoint yet, none missing; a restarted runner delivers `then` and, stopped, leaves every
+/// record up to `then`'s end covered.
+fn killed_then_covered_after_restart(
+    c: &Case,
+    mut runner: crate::support::process::Runner,
+    uncovered: usize,
+    then: std::ops::RangeInclusive<u64>,
+) {
+    runner.sigkill();
+    let public = c.public.to_str().unwrap();
+    let (code, text) = verify(c, &[public]);
+    assert_eq!(code, 1, "{text}");
+    let shown = text.matches("in no checkpoint yet\n").count();
+    assert_eq!(shown, uncovered, "{text}");
+    assert!(!text.contains("MISSING"), "{text}");
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    publish_range(&c.server, *then.start(), *then.end());
+    wait_acked(&c.server, *then.end());
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code, text) = verify(c, &[public]);
+    assert_eq!(code, 0, "{text}");
+    let complete = format!(
+        "{} records intact, 0 altered, 0 missing, 0 in no checkpoint",
+        then.end()
+    );
+    assert!(text.contains(&complete), "{text}");
+}
+
 #[test]
 fn records_committed_before_a_kill_9_are_covered_after_the_restart() {
     let c = case(1000);
     let log = c.dir.path().join("svc.log");
-    let mut runner = start_runner(&c.cfg, &log);
+    let runner = start_runner(&c.cfg, &log);
     publish_range(&c.server, 1, 4);
     wait_acked(&c.server, 4);
-    runner.sigkill();
-    let public = c.public.to_str().unwrap();
-    let (code, text) = verify(&c, &[public]);
-    assert_eq!(code, 1, "{text}");
-    assert_eq!(text.matches("in no checkpoint yet\n").count(), 4, "{text}");
-    assert!(!text.contains("MISSING"), "{text}");
-
-    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
-    publish_range(&c.server, 5, 6);
-    wait_acked(&c.server, 6);
-    runner.signal("TERM");
-    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
-    let (code, text) = verify(&c, &[public]);
-    assert_eq!(code, 0, "{text}");
-    assert!(
-        text.contains("6 records intact, 0 altered, 0 missing, 0 in no checkpoint"),
-        "{text}"
-    );
+    killed_then_covered_after_restart(&c, runner, 4, 5..=6);
     let files = checkpoint_files(&c.dir.path().join("out"));
     assert_eq!(files.len(), 1);
     assert_eq!(
@@ -1144,31 +1158,14 @@ fn spooled_records_are_signed_after_the_drain_and_a_deleted_one_is_named() {
 #[test]
 fn records_drained_before_a_kill_9_are_covered_after_the_restart() {
     let (c, out, _spool) = spooled_case(1000);
-    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    let runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
     publish_range(&c.server, 1, 2);
     wait_acked(&c.server, 2);
     spool_an_outage(&c, &out, &runner, (3, 8));
     wait_until(Duration::from_secs(60), "the spool drained", || {
         records_in(&out) == 8
     });
-    runner.sigkill();
-    let public = c.public.to_str().unwrap();
-    let (code, text) = verify(&c, &[public]);
-    assert_eq!(code, 1, "{text}");
-    assert_eq!(text.matches("in no checkpoint yet\n").count(), 8, "{text}");
-    assert!(!text.contains("MISSING"), "{text}");
-
-    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
-    publish_range(&c.server, 9, 9);
-    wait_acked(&c.server, 9);
-    runner.signal("TERM");
-    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
-    let (code, text) = verify(&c, &[public]);
-    assert_eq!(code, 0, "{text}");
-    assert!(
-        text.contains("9 records intact, 0 altered, 0 missing, 0 in no checkpoint"),
-        "{text}"
-    );
+    killed_then_covered_after_restart(&c, runner, 8, 9..=9);
 }
 
 /// `svc spool drain` (no runner) signs nothing: what it delivers is in no checkpoint yet,
