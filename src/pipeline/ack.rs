@@ -51,6 +51,8 @@ pub struct AckWorker {
     pub generation: Arc<broker::AckGeneration>,
     /// `delivery.ack_confirmation`: ACKs sent as requests and awaited.
     pub confirmations: Option<Confirmations>,
+    /// `custody.checkpoints`: a refused message is a gap once given up on here.
+    pub checkpoints: Option<Arc<crate::sink::checkpoint::Feed>>,
 }
 
 struct InFlight {
@@ -246,7 +248,11 @@ impl AckWorker {
                 Verdict::Written(WriteOutcome::Permanent(e)) => {
                     self.permanent(handle, family, &format!("{}: {e}", e.class.code()))
                 }
-                Verdict::Rejected(f) => self.rejected(handle, family, &f, &mut dlq_failed),
+                Verdict::Rejected(f) => {
+                    let verb = self.rejected(handle, family, &f, &mut dlq_failed);
+                    self.tell_gap(&f, verb);
+                    verb
+                }
             };
             if verb == AckVerb::Ack {
                 if let Some(c) = self.confirmations.as_mut() {
@@ -376,6 +382,24 @@ impl AckWorker {
                 );
                 retry
             }
+        }
+    }
+
+    /// A refused message is a runner-caused gap of the custody checkpoints once it is given up
+    /// on: ACKed after its dead letter was confirmed, or terminated. NAKed (a failed DLQ
+    /// publish, deliveries left) it is not: it may still be stored or dead-lettered.
+    fn tell_gap(&self, f: &Rejection, verb: AckVerb) {
+        let given_up = match verb {
+            AckVerb::Ack => f.dead_letter.is_some() && self.dlq.is_some(),
+            AckVerb::Term => true,
+            AckVerb::Nak(_) | AckVerb::InProgress => false,
+        };
+        if let (true, false, Some(feed)) = (given_up, f.retry, &self.checkpoints) {
+            feed.send(crate::sink::checkpoint::Event::Gap(
+                f.at.0.clone(),
+                f.at.1,
+                f.gap,
+            ));
         }
     }
 

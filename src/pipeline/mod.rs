@@ -151,6 +151,9 @@ pub struct Rejection {
     /// stream sequence (a custody checkpoint lists it as a runner-caused gap), behind one
     /// pointer.
     pub at: Arc<(crate::sink::checkpoint::Origin, u64)>,
+    /// How a custody checkpoint lists it once given up on (`refused_before_sink`,
+    /// `dead_lettered`): told by `svc-ack` when the DLQ confirmed its record, or at `+TERM`.
+    pub gap: &'static str,
 }
 
 /// One normalized message ready for the sink, with what the metrics need.
@@ -248,7 +251,13 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         stop_at: start.stop_at,
         generation,
     };
-    let ack_done = shared.start_ack(&cfg, &consumer, ack_rx, flush_kick.clone())?;
+    let ack_done = shared.start_ack(
+        &cfg,
+        &consumer,
+        ack_rx,
+        flush_kick.clone(),
+        checkpoint_feed.clone(),
+    )?;
     spawn_sink_workers(&cfg, &sink, &prepared_rx, &ack_tx, &shared, checkpoint_feed)?;
     drop(prepared_rx);
     let (metrics, stop) = (&shared.metrics, &shared.stop);
@@ -348,6 +357,7 @@ impl Shared {
         consumer: &broker::Consumer,
         rx: crossbeam_channel::Receiver<AckMsg>,
         flush_kick: crossbeam_channel::Sender<()>,
+        checkpoints: Option<Arc<crate::sink::checkpoint::Feed>>,
     ) -> Result<crossbeam_channel::Receiver<()>, RunError> {
         let d = &cfg.delivery;
         let ack = ack::AckWorker {
@@ -367,6 +377,7 @@ impl Shared {
             progress_after: consumer.ack_wait.mul_f64(d.in_progress_fraction),
             generation: Arc::clone(&self.generation),
             confirmations: open_confirmations(&self.nc, d, consumer, &self.metrics)?,
+            checkpoints,
         };
         let (ack_done_tx, ack_done_rx) = bounded::<()>(1);
         spawn("svc-ack", move || {

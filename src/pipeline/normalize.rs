@@ -196,6 +196,7 @@ impl Normalizer {
                     dead_letter: None,
                     retry: true,
                     at: at(raw),
+                    gap: "refused_before_sink",
                 })
             }
         }
@@ -245,6 +246,7 @@ impl Normalizer {
             reason: failure.message,
             retry: false,
             at: at(raw),
+            gap: "refused_before_sink",
         }
     }
 }

@@ -41,9 +41,10 @@ pub struct SinkWorker {
     pub max_deliveries: Option<u64>,
 }
 
-/// After the batch is durable: a record written now, or a message given up on for good
-/// (dead-lettered, refused, or refused by the sink on its last delivery: `svc-ack`
-/// terminates it), to the checkpoint thread (never waiting on it). `AlreadyDurable` records
+/// After the batch is durable: a record written now, or a message the sink refused on its
+/// last delivery without a DLQ (`svc-ack` terminates it), to the checkpoint thread (never
+/// waiting on it). A `Rejected` one is told by `svc-ack`, once its dead letter is confirmed
+/// or it is terminated (a failed DLQ publish is NAKed, not a gap). `AlreadyDurable` records
 /// were told when first written (or are found again by the thread's scan after a restart);
 /// `Spooled` ones (the fallback spool) are told by the spool's drain once the sink holds them.
 fn tell_checkpoint(feed: &Feed, v: &Verdict, env: Option<&Envelope>, max: Option<u64>) {
@@ -53,14 +54,6 @@ fn tell_checkpoint(feed: &Feed, v: &Verdict, env: Option<&Envelope>, max: Option
         {
             let origin = (Arc::clone(&env.stream), Arc::clone(&env.stream_incarnation));
             feed.send(Event::Gap(origin, env.stream_sequence, "terminated"));
-        }
-        (Verdict::Rejected(r), _) if !r.retry => {
-            let why = if env.is_some() {
-                "dead_lettered"
-            } else {
-                "refused_before_sink"
-            };
-            feed.send(Event::Gap(r.at.0.clone(), r.at.1, why));
         }
         (Verdict::Written(WriteOutcome::Durable), Some(env)) => {
             if let Some(d) = public_digest(env) {
@@ -281,6 +274,7 @@ impl SinkWorker {
                     (Arc::clone(&env.stream), Arc::clone(&env.stream_incarnation)),
                     env.stream_sequence,
                 )),
+                gap: "dead_lettered",
             }),
             (outcome, _) => Verdict::Written(outcome),
         }
