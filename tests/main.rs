@@ -44,6 +44,7 @@ mod ack_confirmation;
 mod alert_rules;
 mod atk46c;
 mod atk46d;
+mod atk47e;
 mod aws_credentials;
 mod broker_auth_tls;
 mod clean_stop;

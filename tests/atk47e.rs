@@ -1,0 +1,109 @@
+//! Attack review atk47e of custody checkpoints with a fallback spool (issue 47): reproductions
+//! with a real broker, runner and file sink. Each test states what it did and what it saw.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::custody_checkpoints::*;
+use crate::support::protection::*;
+use crate::support::*;
+use serde_json::{json, Value};
+
+/// A file sink with a fallback spool spooling at the first transient failure, with more
+/// config blocks (`extra`); returns the case, its output and spool directories.
+fn spooled_with(every_records: u64, extra: Value) -> (Case, PathBuf, PathBuf) {
+    let mut blocks = json!({"spool": {"max_bytes": 64 << 20, "after_seconds": 0,
+                                      "allow_unencrypted": true, "max_backoff_seconds": 1,
+                                      "dir": "SPOOL"}});
+    for (k, v) in extra.as_object().unwrap() {
+        blocks[k] = v.clone();
+    }
+    let c = case_with(
+        every_records,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out")})
+        },
+        blocks,
+    );
+    let spool = c.dir.path().join("spool");
+    let text = std::fs::read_to_string(&c.cfg).unwrap();
+    std::fs::write(&c.cfg, text.replace("\"SPOOL\"", &json!(spool).to_string())).unwrap();
+    let out = c.dir.path().join("out");
+    (c, out, spool)
+}
+
+/// The records' directory of the file sink replaced by a file: record writes fail
+/// (transient), the checkpoint store (`out/.svc-checkpoints`) still takes checkpoints.
+fn block_records(out: &Path) -> PathBuf {
+    let away = out.with_file_name("idempotency-key.away");
+    std::fs::rename(out.join("idempotency-key"), &away).unwrap();
+    std::fs::write(out.join("idempotency-key"), b"in the way").unwrap();
+    away
+}
+
+fn unblock_records(out: &Path, away: &Path) {
+    std::fs::remove_file(out.join("idempotency-key")).unwrap();
+    std::fs::rename(away, out.join("idempotency-key")).unwrap();
+}
+
+/// Finding 1. A gap (here `refused_before_sink`: a publisher's oversize message) signed while
+/// earlier records wait in the spool raises the chain's covered range past them: the next
+/// runner's restart rescan signs only sequences after it, so the records `svc spool drain`
+/// delivered (3 to 6) are never signed by any runner, and the audit can never be COMPLETE.
+/// The docs promise "the next runner's restart rescan signs what it delivered".
+#[test]
+fn spooled_records_below_a_signed_gap_are_never_signed() {
+    let (c, out, _spool) = spooled_with(
+        1000,
+        json!({"size_policy": {"enabled": true, "max_payload_bytes": 20}}),
+    );
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 2);
+    wait_acked(&c.server, 2);
+    let away = block_records(&out);
+    publish_range(&c.server, 3, 6);
+    wait_acked(&c.server, 6);
+    assert!(runner.log_text().contains("committed to the spool"));
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    wait_until(Duration::from_secs(30), "7 refused before the sink", || {
+        runner
+            .log_text()
+            .contains("stream sequence 7 failed permanently")
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    // The stop's checkpoint: leaves 1 and 2, the gap 7 (3 to 6 still spooled).
+    let gaps: Vec<Value> = checkpoint_files(&out)
+        .iter()
+        .flat_map(|f| {
+            let cp: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+            let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+            body["gaps"].as_array().unwrap().clone()
+        })
+        .collect();
+    assert_eq!(gaps, vec![json!([7, "refused_before_sink"])]);
+
+    unblock_records(&out, &away);
+    let (code, stdout, err) = svc_env(&["spool", "drain", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert_eq!(records_in(&out), 6);
+    // The next runner: its rescan should sign 3 to 6.
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    wait_until(Duration::from_secs(30), "7 refused again", || {
+        runner
+            .log_text()
+            .contains("stream sequence 7 failed permanently")
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert!(!text.contains("MISSING"), "{text}");
+    assert_eq!(code, 0, "records 3 to 6 never signed: {text}");
+    assert!(
+        text.contains("6 records intact, 0 altered, 0 missing, 0 in no checkpoint yet"),
+        "{text}"
+    );
+}
