@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::custody_checkpoints::*;
+use crate::support::broker::*;
 use crate::support::protection::*;
 use crate::support::*;
 use serde_json::{json, Value};
@@ -76,15 +77,7 @@ fn spooled_records_below_a_signed_gap_are_never_signed() {
     runner.signal("TERM");
     assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
     // The stop's checkpoint: leaves 1 and 2, the gap 7 (3 to 6 still spooled).
-    let gaps: Vec<Value> = checkpoint_files(&out)
-        .iter()
-        .flat_map(|f| {
-            let cp: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
-            let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
-            body["gaps"].as_array().unwrap().clone()
-        })
-        .collect();
-    assert_eq!(gaps, vec![json!([7, "refused_before_sink"])]);
+    assert_eq!(gaps_in(&out), vec![json!([7, "refused_before_sink"])]);
 
     unblock_records(&out, &away);
     let (code, stdout, err) = svc_env(&["spool", "drain", c.cfg.to_str().unwrap()], None);
@@ -105,5 +98,60 @@ fn spooled_records_below_a_signed_gap_are_never_signed() {
     assert!(
         text.contains("6 records intact, 0 altered, 0 missing, 0 in no checkpoint yet"),
         "{text}"
+    );
+}
+
+/// The gaps every checkpoint file of `out` lists.
+fn gaps_in(out: &Path) -> Vec<Value> {
+    checkpoint_files(out)
+        .iter()
+        .flat_map(|f| {
+            let cp: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+            let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+            body["gaps"].as_array().unwrap().clone()
+        })
+        .collect()
+}
+
+/// Finding 2. The sink worker tells the checkpoint thread `dead_lettered` as soon as the sink
+/// refused a message for good with a DLQ on (src/pipeline/sink_worker.rs tell_checkpoint),
+/// before `svc-ack` has published the dead letter. When that publish fails (here the DLQ
+/// stream is gone) the message is NAKed and not dead-lettered, yet the signed checkpoint says
+/// the runner dead-lettered sequence 2, and the audit is COMPLETE: an auditor is told to look
+/// for it in the DLQ, which holds nothing.
+#[test]
+fn a_message_whose_dead_letter_failed_is_not_signed_as_dead_lettered() {
+    let c = case_with(
+        1000,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out"), "max_record_bytes": 2048})
+        },
+        json!({"dead_letter": {"enabled": true, "subject": DLQ_SUBJECT,
+                               "expected_stream": "DLQ", "publish_timeout_ms": 1000}}),
+    );
+    c.server.create_stream("DLQ", &[DLQ_SUBJECT]);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    c.server.js().delete_stream("DLQ").unwrap();
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4000));
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    wait_until(Duration::from_secs(60), "the dead letter failed", || {
+        runner
+            .log_text()
+            .contains("stream sequence 2: permanent pre-sink failure")
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let log = runner.log_text();
+    assert!(!log.contains("dead-lettered as"), "{log}");
+    let out = c.dir.path().join("out");
+    assert_eq!(records_in(&out), 1);
+    let gaps = gaps_in(&out);
+    assert!(
+        !gaps.contains(&json!([2, "dead_lettered"])),
+        "signed as dead-lettered, never dead-lettered: {gaps:?}"
     );
 }
