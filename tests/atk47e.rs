@@ -155,3 +155,65 @@ fn a_message_whose_dead_letter_failed_is_not_signed_as_dead_lettered() {
         "signed as dead-lettered, never dead-lettered: {gaps:?}"
     );
 }
+
+/// Finding 5. A drain step the sink took in part (some records `Durable`, one `Transient`) is
+/// refused whole: the position does not move and nothing is told to the checkpoint thread
+/// (src/sink/spool/drain.rs, `step` returns before `tell_checkpoints`). The next step finds
+/// the records already stored (`AlreadyDurable`), which the drain never tells ("told when
+/// first written": they never were). So spooled records 2 and 4 are in the sink, signed by
+/// no checkpoint of the running runner, and not by the next one either (its rescan signs only
+/// sequences after 5, which the stop's checkpoint covered): the audit never completes.
+#[test]
+fn records_stored_by_a_drain_step_that_failed_in_part_are_signed() {
+    let (c, out, _spool) = spooled_with(1000, json!({}));
+    let text = std::fs::read_to_string(&c.cfg).unwrap();
+    let mut cfg: Value = serde_json::from_str(&text).unwrap();
+    cfg["sink"]["per_subject_directories"] = json!(true);
+    std::fs::write(&c.cfg, cfg.to_string()).unwrap();
+    let publish = |seq: u64, family: &str| {
+        c.server.publish_with_headers(
+            &format!("orders.{family}"),
+            &[],
+            format!("{{\"n\":{seq}}}").as_bytes(),
+        )
+    };
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish(1, "a");
+    wait_acked(&c.server, 1);
+    let away = c.dir.path().join("out.away");
+    std::fs::rename(&out, &away).unwrap();
+    for (seq, family) in [(2, "a"), (3, "b"), (4, "a"), (5, "b")] {
+        publish(seq, family);
+    }
+    wait_acked(&c.server, 5);
+    assert!(runner.log_text().contains("committed to the spool"));
+    // Records of orders.b fail (a file in the way of their directory), orders.a's are stored.
+    std::fs::write(away.join("orders.b"), b"in the way").unwrap();
+    std::fs::rename(&away, &out).unwrap();
+    wait_until(Duration::from_secs(30), "2 and 4 stored", || {
+        records_in(&out) == 3
+    });
+    wait_until(Duration::from_secs(30), "the step refused", || {
+        runner.log_text().contains("drain probe")
+    });
+    std::fs::remove_file(out.join("orders.b")).unwrap();
+    wait_until(Duration::from_secs(30), "the spool drained", || {
+        records_in(&out) == 5
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let public = c.public.to_str().unwrap();
+    let (_, first) = verify(&c, &[public]);
+    // The next runner: a restart rescan does not sign them either.
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    publish(6, "a");
+    wait_acked(&c.server, 6);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code, text) = verify(&c, &[public]);
+    assert!(!text.contains("MISSING"), "{text}");
+    assert_eq!(
+        code, 0,
+        "after the first runner:\n{first}\nafter the second:\n{text}"
+    );
+}
