@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::custody_checkpoints::*;
-use crate::support::broker::*;
 use crate::support::protection::*;
 use crate::support::*;
 use serde_json::{json, Value};

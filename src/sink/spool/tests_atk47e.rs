@@ -121,3 +121,40 @@ fn the_meta_of_another_spool_under_the_same_key_does_not_quarantine_every_record
         }
     }
 }
+
+/// Finding 4b (old-format upgrade). No authentic file needed: meta rewritten in the old format
+/// (a CRC anyone computes) with another spool id, beside a spool holding only sealed records.
+/// The upgrade rule takes it ("no record in clear": it lets no record in clear through) and
+/// rewrites it authenticated under the key with the forged id; the drain then quarantines
+/// every sealed record, and the spool's own id is gone.
+#[test]
+fn an_old_format_meta_with_another_spool_id_does_not_quarantine_every_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let k1 = key_file(tmp.path(), "s1", 7);
+    let cfg = sealed(tmp.path(), &k1, &[]);
+    open(&cfg)
+        .append(&(1..=3).map(envelope).collect::<Vec<_>>())
+        .unwrap();
+    let forged = super::meta::encode(&super::meta::Meta {
+        spool_id: [0x5a; super::meta::ID_LEN],
+        first_sealed: first_sealed(&cfg),
+    });
+    put_meta(&cfg, &forged);
+
+    match Spool::open(&cfg, Arc::new(Metrics::default())) {
+        Err(e) => {
+            let e = e.to_string();
+            assert!(e.contains("meta"), "{e}");
+            assert_eq!(meta_bytes(&cfg), forged, "nothing changed");
+        }
+        Ok(spool) => {
+            let sink = Arc::new(Memory::default());
+            drain_all(&Arc::new(spool), &sink);
+            assert_eq!(
+                (delivered(&sink), quarantined(&cfg).len()),
+                (vec![1, 2, 3], 0),
+                "every sealed record quarantined under a forged spool id"
+            );
+        }
+    }
+}
