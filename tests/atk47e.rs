@@ -216,3 +216,60 @@ fn records_stored_by_a_drain_step_that_failed_in_part_are_signed() {
         "after the first runner:\n{first}\nafter the second:\n{text}"
     );
 }
+
+/// Finding 6 (brief item 2). A message refused before the sink without a DLQ is listed as a
+/// `refused_before_sink` gap on its first refusal, though it is only NAKed, not given up. The
+/// operator raises the limit and restarts: the redelivery is stored (a leaf), and the audit
+/// says COMPLETE with "1 runner-caused gaps" for a message that is stored. A kill -9 after it
+/// was stored and before its checkpoint: the restart rescan treats the gap's sequence as
+/// covered and never signs the record, `in no checkpoint yet` for good.
+#[test]
+fn a_message_listed_as_a_gap_then_stored_is_signed_after_a_kill_9() {
+    let delivery = json!({"batch_size": 16, "fetch_expiry_ms": 200, "max_in_flight_batches": 2,
+                          "sink_workers": 1, "shutdown_timeout_seconds": 10,
+                          "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                          "jitter": "none"}});
+    let c = case_with(
+        1000,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out")})
+        },
+        json!({"size_policy": {"enabled": true, "max_payload_bytes": 20},
+               "delivery": delivery}),
+    );
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    wait_until(Duration::from_secs(30), "2 refused", || {
+        runner
+            .log_text()
+            .contains("stream sequence 2 failed permanently")
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    assert_eq!(gaps_in(&out), vec![json!([2, "refused_before_sink"])]);
+
+    // The operator raises the limit; the redelivery is stored, then kill -9.
+    let text = std::fs::read_to_string(&c.cfg).unwrap();
+    let mut cfg: Value = serde_json::from_str(&text).unwrap();
+    cfg["size_policy"]["max_payload_bytes"] = json!(10_000);
+    std::fs::write(&c.cfg, cfg.to_string()).unwrap();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    wait_acked(&c.server, 2);
+    assert_eq!(records_in(&out), 2);
+    runner.sigkill();
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc3.log"));
+    publish_range(&c.server, 3, 3);
+    wait_acked(&c.server, 3);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert!(!text.contains("MISSING"), "{text}");
+    assert_eq!(code, 0, "the stored sequence 2 never signed: {text}");
+}

@@ -263,8 +263,7 @@ impl Writer {
         for v in &chain {
             // Leaves only: a gap is told at once, also while records below it wait in the
             // fallback spool, so a gap's sequence says nothing of what was stored before it
-            // (atk47e finding 1). A record at a gap's own sequence is still never signed by
-            // the rescan (`covered` below).
+            // (atk47e finding 1).
             let high = v.leaves.iter().map(|l| l.0).max();
             let to = self.covered_to.entry(origin_of(&v.body)).or_default();
             *to = high.unwrap_or_default().max(*to);
@@ -295,8 +294,10 @@ impl Writer {
             if let Ok(v) = checkpoint::verify(&text, &trusted) {
                 if v.body.runner_id == self.runner_id {
                     let o = origin_of(&v.body);
+                    // Leaves only: a sequence listed as a gap (refused before the sink and
+                    // NAKed, or whose dead letter failed) may be stored later, and its record
+                    // is then signed as any other (atk47e finding 6).
                     covered.extend(v.leaves.iter().map(|l| (o.clone(), l.0)));
-                    covered.extend(v.body.gaps.iter().map(|g| (o.clone(), g.0)));
                 }
             }
         }
