@@ -47,13 +47,13 @@ fn unblock_records(out: &Path, away: &Path) {
     std::fs::rename(away, out.join("idempotency-key")).unwrap();
 }
 
-/// Finding 1. A gap (here `refused_before_sink`: a publisher's oversize message) signed while
-/// earlier records wait in the spool raises the chain's covered range past them: the next
-/// runner's restart rescan signs only sequences after it, so the records `svc spool drain`
-/// delivered (3 to 6) are never signed by any runner, and the audit can never be COMPLETE.
-/// The docs promise "the next runner's restart rescan signs what it delivered".
+/// Finding 1 (fixed). A gap (here `refused_before_sink`: a publisher's oversize message)
+/// signed while earlier records wait in the spool raised the chain's covered range past them:
+/// the next runner's restart rescan signs only sequences after it, so the records `svc spool
+/// drain` delivered (3 to 6) were never signed by any runner ("4 in no checkpoint yet" for
+/// good). The bound now counts leaves only.
 #[test]
-fn spooled_records_below_a_signed_gap_are_never_signed() {
+fn spooled_records_below_a_signed_gap_are_signed_by_the_next_runner() {
     let (c, out, _spool) = spooled_with(
         1000,
         json!({"size_policy": {"enabled": true, "max_payload_bytes": 20}}),
@@ -155,7 +155,7 @@ fn a_message_whose_dead_letter_failed_is_not_signed_as_dead_lettered() {
     );
 }
 
-/// Finding 5. A drain step the sink took in part (some records `Durable`, one `Transient`) is
+/// Finding 5 (fixed). A drain step the sink took in part (some records `Durable`, one `Transient`) is
 /// refused whole: the position does not move and nothing is told to the checkpoint thread
 /// (src/sink/spool/drain.rs, `step` returns before `tell_checkpoints`). The next step finds
 /// the records already stored (`AlreadyDurable`), which the drain never tells ("told when
@@ -217,7 +217,7 @@ fn records_stored_by_a_drain_step_that_failed_in_part_are_signed() {
     );
 }
 
-/// Finding 6 (brief item 2). A message refused before the sink without a DLQ is listed as a
+/// Finding 6 (brief item 2; the kill -9 part fixed: the rescan takes leaves only as covered). A message refused before the sink without a DLQ is listed as a
 /// `refused_before_sink` gap on its first refusal, though it is only NAKed, not given up. The
 /// operator raises the limit and restarts: the redelivery is stored (a leaf), and the audit
 /// says COMPLETE with "1 runner-caused gaps" for a message that is stored. A kill -9 after it
