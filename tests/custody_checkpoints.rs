@@ -16,9 +16,9 @@ use crate::support::*;
 use base64::Engine;
 use serde_json::{json, Value};
 
-const CP_SEED: [u8; 32] = [0x44; 32];
+pub(crate) const CP_SEED: [u8; 32] = [0x44; 32];
 
-fn public_key_b64(seed: &[u8; 32]) -> String {
+pub(crate) fn public_key_b64(seed: &[u8; 32]) -> String {
     use ring::signature::KeyPair;
     let pair = ring::signature::Ed25519KeyPair::from_seed_unchecked(seed).unwrap();
     B64.encode(pair.public_key().as_ref())
@@ -30,11 +30,11 @@ fn write_public(dir: &Path, name: &str, b64: &str) -> PathBuf {
     p
 }
 
-struct Case {
-    server: NatsServer,
-    dir: tempfile::TempDir,
-    cfg: PathBuf,
-    public: PathBuf,
+pub(crate) struct Case {
+    pub(crate) server: NatsServer,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) cfg: PathBuf,
+    pub(crate) public: PathBuf,
 }
 
 fn case(every_records: u64) -> Case {
@@ -49,7 +49,11 @@ fn case_into(every_records: u64, sink: impl FnOnce(&Path) -> Value) -> Case {
 }
 
 /// [`case_into`] with more config blocks.
-fn case_with(every_records: u64, sink: impl FnOnce(&Path) -> Value, extra: Value) -> Case {
+pub(crate) fn case_with(
+    every_records: u64,
+    sink: impl FnOnce(&Path) -> Value,
+    extra: Value,
+) -> Case {
     let server = NatsServer::start();
     server.create_stream(STREAM, &["orders.>"]);
     server.create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
@@ -77,7 +81,7 @@ fn case_with(every_records: u64, sink: impl FnOnce(&Path) -> Value, extra: Value
     }
 }
 
-fn publish_range(server: &NatsServer, from: u64, to: u64) {
+pub(crate) fn publish_range(server: &NatsServer, from: u64, to: u64) {
     for i in from..=to {
         server.publish_with_headers(
             &format!("orders.n{i}"),
@@ -87,13 +91,13 @@ fn publish_range(server: &NatsServer, from: u64, to: u64) {
     }
 }
 
-fn wait_acked(server: &NatsServer, n: u64) {
+pub(crate) fn wait_acked(server: &NatsServer, n: u64) {
     wait_until(Duration::from_secs(60), "every message acked", || {
         server.try_consumer_state(STREAM, CONSUMER) == Some((n, 0, 0))
     });
 }
 
-fn verify(c: &Case, keys: &[&str]) -> (i32, String) {
+pub(crate) fn verify(c: &Case, keys: &[&str]) -> (i32, String) {
     verify_env(c, keys, &Default::default())
 }
 
@@ -117,7 +121,7 @@ fn verify_env(
     (out.status.code().unwrap_or(-1), text)
 }
 
-fn checkpoint_files(out: &Path) -> Vec<PathBuf> {
+pub(crate) fn checkpoint_files(out: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(out.join(".svc-checkpoints"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -1080,7 +1084,7 @@ fn spooled_case_into(every_records: u64, sink: impl FnOnce(&Path) -> Value) -> C
 }
 
 /// Record files (not checkpoints) in the file sink's output.
-fn records_in(out: &Path) -> usize {
+pub(crate) fn records_in(out: &Path) -> usize {
     files_below(out)
         .iter()
         .filter(|p| {

@@ -398,7 +398,7 @@ impl AckWorker {
             feed.send(crate::sink::checkpoint::Event::Gap(
                 f.at.0.clone(),
                 f.at.1,
-                f.gap,
+                f.gap.code(),
             ));
         }
     }

@@ -151,9 +151,28 @@ pub struct Rejection {
     /// stream sequence (a custody checkpoint lists it as a runner-caused gap), behind one
     /// pointer.
     pub at: Arc<(crate::sink::checkpoint::Origin, u64)>,
-    /// How a custody checkpoint lists it once given up on (`refused_before_sink`,
-    /// `dead_lettered`): told by `svc-ack` when the DLQ confirmed its record, or at `+TERM`.
-    pub gap: &'static str,
+    /// How a custody checkpoint lists it once given up on: told by `svc-ack` when the DLQ
+    /// confirmed its record, or at `+TERM`.
+    pub gap: GapReason,
+}
+
+/// The reason a custody checkpoint gives for a refused message it lists as a gap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GapReason {
+    /// A permanent pre-sink failure (authenticity, governance, limits).
+    RefusedBeforeSink,
+    /// A permanent sink failure, dead-lettered.
+    DeadLettered,
+}
+
+impl GapReason {
+    /// The reason as the checkpoint writes it.
+    pub fn code(self) -> &'static str {
+        match self {
+            GapReason::RefusedBeforeSink => "refused_before_sink",
+            GapReason::DeadLettered => "dead_lettered",
+        }
+    }
 }
 
 /// One normalized message ready for the sink, with what the metrics need.

@@ -196,7 +196,7 @@ impl Normalizer {
                     dead_letter: None,
                     retry: true,
                     at: at(raw),
-                    gap: "refused_before_sink",
+                    gap: super::GapReason::RefusedBeforeSink,
                 })
             }
         }
@@ -246,7 +246,7 @@ impl Normalizer {
             reason: failure.message,
             retry: false,
             at: at(raw),
-            gap: "refused_before_sink",
+            gap: super::GapReason::RefusedBeforeSink,
         }
     }
 }

@@ -274,7 +274,7 @@ impl SinkWorker {
                     (Arc::clone(&env.stream), Arc::clone(&env.stream_incarnation)),
                     env.stream_sequence,
                 )),
-                gap: "dead_lettered",
+                gap: super::GapReason::DeadLettered,
             }),
             (outcome, _) => Verdict::Written(outcome),
         }

@@ -185,8 +185,8 @@ pub struct Writer {
     head: Option<(u64, String)>,
     /// The origin of the chain's last checkpoint.
     last_origin: Option<Origin>,
-    /// Highest sequence of each origin the chain covered at start (leaf or gap): a rescan
-    /// signs only records after it.
+    /// Highest sequence of each origin the chain signed a record of at start (leaves, not
+    /// gaps): a rescan signs only records after it.
     covered_to: BTreeMap<Origin, u64>,
     pending: BTreeMap<Origin, BTreeMap<u64, [u8; 32]>>,
     gaps: BTreeMap<Origin, BTreeMap<u64, &'static str>>,
@@ -261,8 +261,10 @@ impl Writer {
         let stored = self.head_file.read()?;
         check_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
         for v in &chain {
-            let gaps = v.body.gaps.iter().map(|g| g.0);
-            let high = std::iter::once(v.body.last_sequence).chain(gaps).max();
+            // Leaves only: a gap is told at once, also while records below it wait in the
+            // fallback spool, so a gap's sequence says nothing of what was stored before it
+            // (atk47e finding 1).
+            let high = v.leaves.iter().map(|l| l.0).max();
             let to = self.covered_to.entry(origin_of(&v.body)).or_default();
             *to = high.unwrap_or_default().max(*to);
         }
@@ -292,8 +294,10 @@ impl Writer {
             if let Ok(v) = checkpoint::verify(&text, &trusted) {
                 if v.body.runner_id == self.runner_id {
                     let o = origin_of(&v.body);
+                    // Leaves only: a sequence listed as a gap (refused before the sink and
+                    // NAKed, or whose dead letter failed) may be stored later, and its record
+                    // is then signed as any other (atk47e finding 6).
                     covered.extend(v.leaves.iter().map(|l| (o.clone(), l.0)));
-                    covered.extend(v.body.gaps.iter().map(|g| (o.clone(), g.0)));
                 }
             }
         }

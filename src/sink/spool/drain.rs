@@ -401,6 +401,9 @@ impl Drainer {
             .iter()
             .find(|o| matches!(o, WriteOutcome::Transient(_)))
         {
+            // The records the sink took are in it now: told here, as the step that repeats
+            // them finds them `AlreadyDurable`, which is never told (atk47e finding 5).
+            self.tell_checkpoints(data, &srcs, &outcomes, (view.segment, loaded.base, &frames));
             return Ok(Step::Refused(e.to_string()));
         }
         let refused_count =
@@ -439,8 +442,9 @@ impl Drainer {
         self.sink.write_file_records(&records)
     }
 
-    /// Tells custody checkpoints of each record the sink now holds (`Durable`; an
-    /// `AlreadyDurable` one was told when first written, or is found by the restart rescan).
+    /// Tells custody checkpoints of each record the sink now holds (`Durable`, in a step the
+    /// sink took whole or in part; an `AlreadyDurable` one was told when first written, by a
+    /// sink worker or by an earlier step, or is found by the restart rescan).
     fn tell_checkpoints(
         &self,
         data: &[u8],
