@@ -385,14 +385,14 @@ impl AckWorker {
         }
     }
 
-    /// A refused message is a runner-caused gap of the custody checkpoints once it is given up
-    /// on: ACKed after its dead letter was confirmed, or terminated. NAKed (a failed DLQ
-    /// publish, deliveries left) it is not: it may still be stored or dead-lettered.
+    /// A refused message is a runner-caused gap of the custody checkpoints: with a DLQ once its
+    /// dead letter was confirmed (ACKed; a failed publish is NAKed and no gap yet), without one
+    /// when it is refused (NAKed until `+TERM`; one stored later after all is signed as well:
+    /// the restart rescan counts only signed records as covered).
     fn tell_gap(&self, f: &Rejection, verb: AckVerb) {
-        let given_up = match verb {
-            AckVerb::Ack => f.dead_letter.is_some() && self.dlq.is_some(),
-            AckVerb::Term => true,
-            AckVerb::Nak(_) | AckVerb::InProgress => false,
+        let given_up = match (&self.dlq, &f.dead_letter) {
+            (Some(_), Some(_)) => verb == AckVerb::Ack,
+            _ => true,
         };
         if let (true, false, Some(feed)) = (given_up, f.retry, &self.checkpoints) {
             feed.send(crate::sink::checkpoint::Event::Gap(
