@@ -17,7 +17,7 @@ use super::atk46c::{CONSUMER, STREAM};
 const DLQ: &str = "DLQ";
 
 /// atk46c's configuration, one sink worker, a dead-letter queue.
-fn config(url: &str, out: &Path) -> serde_json::Value {
+pub(crate) fn config(url: &str, out: &Path) -> serde_json::Value {
     let mut cfg = super::atk46c::config(url, out, json!({}));
     cfg["delivery"]["sink_workers"] = json!(1);
     cfg["dead_letter"] = json!({"enabled": true, "subject": "dlq.orders", "expected_stream": DLQ});
@@ -25,7 +25,7 @@ fn config(url: &str, out: &Path) -> serde_json::Value {
 }
 
 /// A broker with `n` messages of about 100 bytes on `orders.created`, a durable and a DLQ.
-fn big_messages(n: usize) -> NatsServer {
+pub(crate) fn big_messages(n: usize) -> NatsServer {
     let server = NatsServer::start();
     server.create_stream(STREAM, &["orders.>"]);
     server.create_stream(DLQ, &["dlq.orders"]);
@@ -53,7 +53,7 @@ fn dead_letter_all(server: &NatsServer, dir: &Path, cfg: &serde_json::Value, n: 
 }
 
 /// The records of a per_event file sink, as JSON.
-fn records(out: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn records(out: &Path) -> Vec<serde_json::Value> {
     files_below(out)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "json"))

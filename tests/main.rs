@@ -45,6 +45,7 @@ mod alert_rules;
 mod atk46c;
 mod atk46d;
 mod atk46e;
+mod atk46f;
 mod atk47e;
 mod aws_credentials;
 mod broker_auth_tls;

@@ -200,30 +200,57 @@ impl StateFile {
     /// Refuses a state file whose directory another account can change: one that others may
     /// write without the sticky bit (they could rename the service's own files there: put a
     /// finished state of an earlier run back under the name, and make `--resume` end a range
-    /// it never delivered), or one owned by another account (which could make it so).
+    /// it never delivered), or one owned by another account (which could make it so). The same
+    /// holds for every directory on its path, as written and as resolved (an ancestor others
+    /// may write lets them rename the whole state directory and put an old one back, atk46f
+    /// finding 2), and for every symbolic link on the way (its owner could point it elsewhere).
     fn check_directory(&self) -> Result<(), String> {
         let dir = match self.path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        let stat = rustix::fs::stat(dir).map_err(|e| {
+        let failed = |p: &Path, e: std::io::Error| {
             format!(
-                "replay state {}: its directory {}: {}",
+                "replay state {}: its directory {}: {}: {e}",
                 self.path.display(),
                 dir.display(),
-                std::io::Error::from(e)
+                p.display()
             )
-        })?;
+        };
+        let absolute = std::env::current_dir()
+            .map_err(|e| failed(dir, e))?
+            .join(dir);
+        let real = std::fs::canonicalize(dir).map_err(|e| failed(dir, e))?;
+        for p in absolute.ancestors().chain(real.ancestors()) {
+            let stat = rustix::fs::lstat(p).map_err(|e| failed(p, e.into()))?;
+            self.check_on_path(dir, p, &stat)?;
+        }
+        Ok(())
+    }
+
+    /// [`StateFile::check_directory`] for one directory or link `p` on the path of `dir`.
+    fn check_on_path(&self, dir: &Path, p: &Path, stat: &rustix::fs::Stat) -> Result<(), String> {
+        use rustix::fs::FileType;
         let refused = |why: String| {
+            let on_path = if p == dir {
+                String::new()
+            } else {
+                format!(": {} on its path", p.display())
+            };
             format!(
-                "replay state {}: its directory {} {why}: another account could put an old \
-                 state back and make --resume skip messages; give --state in a directory only \
-                 the service's user (or root) can write",
+                "replay state {}: its directory {}{on_path} {why}: another account could put \
+                 an old state back and make --resume skip messages; give --state in a \
+                 directory only the service's user (or root) can write, on a path only they \
+                 can change",
                 self.path.display(),
                 dir.display()
             )
         };
-        crate::files::owner::check_owner(&stat, true).map_err(|e| refused(e.to_string()))?;
+        crate::files::owner::check_owner(stat, true).map_err(|e| refused(e.to_string()))?;
+        if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink {
+            // Its target is on the resolved path, checked there.
+            return Ok(());
+        }
         let mode = stat.st_mode & 0o7777;
         if mode & 0o022 != 0 && mode & 0o1000 == 0 {
             return Err(refused(format!(
@@ -489,6 +516,58 @@ mod tests {
             rustix::fs::chown(dir.path(), Some(rustix::fs::Uid::from_raw(4242)), None).unwrap();
             let e = file.read().unwrap_err();
             assert!(e.contains("owned by uid 4242"), "{e}");
+        }
+    }
+
+    /// An ancestor of the state directory others may write (no sticky bit) is refused: they
+    /// could rename the whole directory and put an old one back (atk46f finding 2); so is a
+    /// symbolic link on the path owned by another account.
+    #[test]
+    fn a_path_other_accounts_can_change_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        let own = shared.join("own");
+        std::fs::create_dir(&own).unwrap();
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let file = StateFile {
+            path: own.join("s"),
+        };
+        let set = |m| std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(m));
+        set(0o777).unwrap();
+        let e = file.read().unwrap_err();
+        assert!(e.contains("shared on its path can be written"), "{e}");
+        assert!(file.lock().is_err());
+        set(0o1777).unwrap();
+        assert_eq!(file.read().unwrap(), None);
+        set(0o755).unwrap();
+        assert_eq!(file.read().unwrap(), None);
+        // Through a link: the resolved path counts, and so does the link's owner.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&own, &link).unwrap();
+        let linked = StateFile {
+            path: link.join("s"),
+        };
+        assert_eq!(linked.read().unwrap(), None);
+        set(0o777).unwrap();
+        assert!(linked
+            .read()
+            .unwrap_err()
+            .contains("on its path can be written"));
+        set(0o755).unwrap();
+        if crate::files::owner::service_uid() == 0 {
+            let other = Some(rustix::fs::Uid::from_raw(4242));
+            rustix::fs::chownat(
+                rustix::fs::CWD,
+                &link,
+                other,
+                None,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .unwrap();
+            let e = linked.read().unwrap_err();
+            assert!(e.contains("link is owned by uid 4242"), "{e}");
         }
     }
 
