@@ -89,6 +89,43 @@ pub fn check_owner(stat: &Stat, root_too: bool) -> Result<(), Refusal> {
     Err(Refusal::Owner { uid, allowed })
 }
 
+/// Why a directory path is one another account could change: `dir` itself or a directory or
+/// link on its path, as written (made absolute) and as resolved, that is owned by another
+/// account than the service's user or root, or (a directory) writable by other accounts
+/// without the sticky bit. Such an account could rename what the service keeps there (or the
+/// whole directory) and put an older copy back, or point a link elsewhere. `None`: only the
+/// service's user or root can change it. The text names the place and the reason.
+pub fn changeable_by_others(dir: &Path) -> Option<String> {
+    let absolute = match std::env::current_dir() {
+        Ok(cwd) => cwd.join(dir),
+        Err(e) => return Some(format!("{}: {e}", dir.display())),
+    };
+    let real = match std::fs::canonicalize(dir) {
+        Ok(real) => real,
+        Err(e) => return Some(format!("{}: {e}", dir.display())),
+    };
+    absolute
+        .ancestors()
+        .chain(real.ancestors())
+        .find_map(|p| match rustix::fs::lstat(p) {
+            Err(e) => Some(format!("{}: {}", p.display(), io::Error::from(e))),
+            Ok(stat) => changeable(&stat).map(|why| format!("{} {why}", p.display())),
+        })
+}
+
+/// [`changeable_by_others`] for one entry of the path.
+fn changeable(stat: &Stat) -> Option<String> {
+    if let Err(e) = check_owner(stat, true) {
+        return Some(e.to_string());
+    }
+    if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink {
+        return None; // its target is on the resolved path, checked there
+    }
+    let mode = stat.st_mode & 0o7777;
+    (mode & 0o022 != 0 && mode & 0o1000 == 0)
+        .then(|| format!("can be written by other accounts (mode {mode:04o}) and is not sticky"))
+}
+
 /// Requires the file of `stat` to have exactly one name. The one rule for every file the
 /// service opens to write in place (today the spool's position, lock and segments, through
 /// `sink::spool::dir`): a hard link planted at such a name, by anyone who could write the

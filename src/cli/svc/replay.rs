@@ -266,6 +266,15 @@ pub(super) fn with_sink(config: &Path, sink_file: &Path) -> Result<RuntimeConfig
     let read = |p: &Path, strict: bool| -> Result<String, String> {
         let f = if strict {
             let (f, stat) = crate::files::owner::open_regular(p).map_err(|e| e.to_string())?;
+            // Its directory too: in one others may write, another file of the service's user
+            // (an older sink block) could be renamed in under the name.
+            let dir = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            if let Some(why) = crate::files::owner::changeable_by_others(dir) {
+                return Err(format!("its directory {}: {why}", dir.display()));
+            }
             crate::files::owner::check_owner(&stat, true).map_err(|e| e.to_string())?;
             if stat.st_mode & 0o022 != 0 {
                 return Err(format!(
@@ -409,7 +418,15 @@ mod tests {
             rustix::fs::chown(&sink, Some(rustix::fs::Uid::from_raw(4242)), None).unwrap();
             let e = with_sink(&config, &sink).unwrap_err();
             assert!(e.contains("owned by uid 4242"), "{e}");
+            rustix::fs::chown(&sink, Some(rustix::fs::Uid::from_raw(0)), None).unwrap();
         }
+        // Its directory: writable by others without the sticky bit is refused.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = with_sink(&config, &sink).unwrap_err();
+        assert!(e.contains("(mode 0777) and is not sticky"), "{e}");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = with_sink(&config, &sink).unwrap_err();
+        assert!(e.contains("missing-config.json"), "sticky is fine: {e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

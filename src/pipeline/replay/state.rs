@@ -209,55 +209,16 @@ impl StateFile {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        let failed = |p: &Path, e: std::io::Error| {
-            format!(
-                "replay state {}: its directory {}: {}: {e}",
-                self.path.display(),
-                dir.display(),
-                p.display()
-            )
-        };
-        let absolute = std::env::current_dir()
-            .map_err(|e| failed(dir, e))?
-            .join(dir);
-        let real = std::fs::canonicalize(dir).map_err(|e| failed(dir, e))?;
-        for p in absolute.ancestors().chain(real.ancestors()) {
-            let stat = rustix::fs::lstat(p).map_err(|e| failed(p, e.into()))?;
-            self.check_on_path(dir, p, &stat)?;
-        }
-        Ok(())
-    }
-
-    /// [`StateFile::check_directory`] for one directory or link `p` on the path of `dir`.
-    fn check_on_path(&self, dir: &Path, p: &Path, stat: &rustix::fs::Stat) -> Result<(), String> {
-        use rustix::fs::FileType;
-        let refused = |why: String| {
-            let on_path = if p == dir {
-                String::new()
-            } else {
-                format!(": {} on its path", p.display())
-            };
-            format!(
-                "replay state {}: its directory {}{on_path} {why}: another account could put \
-                 an old state back and make --resume skip messages; give --state in a \
-                 directory only the service's user (or root) can write, on a path only they \
-                 can change",
+        match crate::files::owner::changeable_by_others(dir) {
+            None => Ok(()),
+            Some(why) => Err(format!(
+                "replay state {}: its directory {}: {why}: another account could put an old \
+                 state back and make --resume skip messages; give --state in a directory only \
+                 the service's user (or root) can write, on a path only they can change",
                 self.path.display(),
                 dir.display()
-            )
-        };
-        crate::files::owner::check_owner(stat, true).map_err(|e| refused(e.to_string()))?;
-        if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink {
-            // Its target is on the resolved path, checked there.
-            return Ok(());
+            )),
         }
-        let mode = stat.st_mode & 0o7777;
-        if mode & 0o022 != 0 && mode & 0o1000 == 0 {
-            return Err(refused(format!(
-                "can be written by other accounts (mode {mode:04o}) and is not sticky"
-            )));
-        }
-        Ok(())
     }
 
     /// Reads the state, `None` when there is none. A file that is not a state file is an
@@ -537,7 +498,7 @@ mod tests {
         let set = |m| std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(m));
         set(0o777).unwrap();
         let e = file.read().unwrap_err();
-        assert!(e.contains("shared on its path can be written"), "{e}");
+        assert!(e.contains("shared can be written by other accounts"), "{e}");
         assert!(file.lock().is_err());
         set(0o1777).unwrap();
         assert_eq!(file.read().unwrap(), None);
@@ -554,7 +515,7 @@ mod tests {
         assert!(linked
             .read()
             .unwrap_err()
-            .contains("on its path can be written"));
+            .contains("can be written by other accounts"));
         set(0o755).unwrap();
         if crate::files::owner::service_uid() == 0 {
             let other = Some(rustix::fs::Uid::from_raw(4242));
