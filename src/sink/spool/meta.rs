@@ -3,7 +3,7 @@
 //! A spool with a key writes it authenticated (version 2):
 //! `SVCMETA2 | spool id (16) | first sealed segment (8 LE) | key id length L (1) | key id (L) |
 //! key check (8, as in a sealed record) | HMAC-SHA256 (32)` of all the bytes before the tag, under a key derived from the spool key
-//! named by the key id ([`super::seal::Crypt::meta_tag`]). A spool without a key writes
+//! named by the key id ([`super::seal::Crypt::meta_bytes`]). A spool without a key writes
 //! version 1, as before: `SVCMETA1 | spool id (16) | first sealed segment (8 LE) | CRC-32 (4
 //! LE)`. Which version a spool with a key accepts is decided at the opening
 //! (`super::store`): version 1 there is an old or a rewritten file.
