@@ -3,10 +3,10 @@
 //! A spool with a key writes it authenticated (version 2):
 //! `SVCMETA2 | spool id (16) | first sealed segment (8 LE) | key id length L (1) | key id (L) |
 //! key check (8, as in a sealed record) | HMAC-SHA256 (32)` of all the bytes before the tag, under a key derived from the spool key
-//! named by the key id ([`super::seal::Crypt::meta_bytes`]). A spool without a key writes
+//! named by the key id (`Crypt::meta_bytes` in seal.rs). A spool without a key writes
 //! version 1, as before: `SVCMETA1 | spool id (16) | first sealed segment (8 LE) | CRC-32 (4
 //! LE)`. Which version a spool with a key accepts is decided at the opening
-//! (`super::store`): version 1 there is an old or a rewritten file.
+//! (store.rs): version 1 there is an old or a rewritten file.
 //!
 //! - The spool id, made once when the spool is first opened, is bound in the associated data
 //!   of every record sealed since (frame version 2): a record copied from another spool under
@@ -141,7 +141,7 @@ fn decode(data: &[u8]) -> Option<Meta> {
     })
 }
 
-/// Reads the meta file, either version (not verified: see [`super::seal::Crypt::verify_meta`]):
+/// Reads the meta file, either version (not verified: see `Crypt::verify_meta` in seal.rs):
 /// `None` when there is none; an error naming the reason when it is refused (another owner,
 /// a link, more than one name, a mode open to other accounts) or damaged.
 pub fn read(dir: &OwnedFd, path: &Path) -> Result<Option<Stored>, SpoolError> {
@@ -180,7 +180,7 @@ pub fn read(dir: &OwnedFd, path: &Path) -> Result<Option<Stored>, SpoolError> {
     })
 }
 
-/// Writes the meta file's bytes ([`encode`], or version 2 from [`super::seal::Crypt`]),
+/// Writes the meta file's bytes ([`encode`], or version 2 from `Crypt` in seal.rs),
 /// replacing it whole.
 pub fn write(dir: &OwnedFd, path: &Path, bytes: &[u8]) -> Result<(), SpoolError> {
     dir::write_new(dir, path, NAME, bytes)
