@@ -148,8 +148,8 @@ impl DrainFeed {
     /// One record the sink now holds, as the spool stored it (the file sink's record text):
     /// told when it is this runner's and its custody seal verifies (as the rescan checks); a
     /// record of another runner is left to that runner's rescan; one failing its seal is
-    /// logged and never signed. `place` names it in the log.
-    pub fn delivered(&self, record: &[u8], place: &str) {
+    /// logged and never signed. `place` names it in the log (formatted only then).
+    pub fn delivered(&self, record: &[u8], place: impl std::fmt::Display) {
         let read = std::str::from_utf8(record)
             .map_err(|_| "not UTF-8".to_string())
             .and_then(|t| read_record(t, Some(&self.custodian)));
@@ -162,7 +162,7 @@ impl DrainFeed {
             Ok(_) => {}
             Err(e) => log::error!(
                 "custody checkpoints: drained record at {}: {}; never signed",
-                PeerText::new(place),
+                PeerText::new(&place.to_string()),
                 PeerText::new(&e)
             ),
         }
