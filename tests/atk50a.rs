@@ -171,3 +171,120 @@ fn a_state_file_under_another_accounts_directory_is_neither_read_nor_locked() {
     assert!(file.lock().is_err());
     assert!(!theirs.join("svc.json.replay-state.lock").exists());
 }
+
+// ---- svc-ack's gaps in custody checkpoints ----
+
+use std::time::Duration;
+
+use crate::custody_checkpoints::*;
+use crate::support::protection::*;
+use crate::support::wait_until;
+use serde_json::{json, Value};
+
+/// The gaps of every checkpoint file of `out`, each with its checkpoint's incarnation.
+fn gaps_by_incarnation(out: &Path) -> Vec<(String, Value)> {
+    checkpoint_files(out)
+        .iter()
+        .flat_map(|f| {
+            let cp: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+            let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+            let inc = body["stream_incarnation"].as_str().unwrap().to_string();
+            let gaps = body["gaps"].as_array().unwrap().clone();
+            gaps.into_iter().map(move |g| (inc.clone(), g))
+        })
+        .collect()
+}
+
+fn dlq_case() -> Case {
+    case_with(
+        1000,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out")})
+        },
+        json!({"size_policy": {"enabled": true, "max_payload_bytes": 20},
+               "dead_letter": {"enabled": true, "subject": DLQ_SUBJECT,
+                               "expected_stream": "DLQ", "publish_timeout_ms": 1000}}),
+    )
+}
+
+fn publish_big(c: &Case) {
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+}
+
+/// Held. A refused message while the DLQ stream is absent (every publish fails: no gap, NAKed)
+/// and then present: dead-lettered once, ACKed, and listed once as `refused_before_sink`;
+/// never stored in the sink; the audit counts one gap.
+#[test]
+fn a_refusal_is_a_gap_only_once_its_dead_letter_is_stored() {
+    let c = dlq_case();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    publish_big(&c);
+    wait_until(
+        Duration::from_secs(30),
+        "the dead letter failed twice",
+        || {
+            runner
+                .log_text()
+                .matches("stream sequence 2: permanent pre-sink failure")
+                .count()
+                >= 2
+        },
+    );
+    assert!(!runner.log_text().contains("dead-lettered as"));
+    c.server.create_stream("DLQ", &[DLQ_SUBJECT]);
+    wait_acked(&c.server, 2);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    assert_eq!(c.server.stream_messages("DLQ"), 1);
+    let out = c.dir.path().join("out");
+    let gaps: Vec<Value> = gaps_by_incarnation(&out).into_iter().map(|g| g.1).collect();
+    assert_eq!(gaps, vec![json!([2, "refused_before_sink"])]);
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("1 records intact, 0 altered, 0 missing, 0 in no checkpoint yet, 1 runner-caused gaps: COMPLETE"),
+        "{text}"
+    );
+}
+
+/// Held (class 7). The stream deleted and created again under a running runner, with a gap
+/// of the old incarnation not yet signed: the old incarnation's sequence 2 and the new one's
+/// sequence 2 (both refused, both dead-lettered: the dead letter's id names the incarnation,
+/// so the second is no duplicate of the first) are listed each under its own incarnation.
+#[test]
+fn gaps_of_a_stream_created_again_are_signed_for_their_own_incarnation() {
+    let c = dlq_case();
+    c.server.create_stream("DLQ", &[DLQ_SUBJECT]);
+    let old = c.server.incarnation(STREAM);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    publish_big(&c);
+    wait_acked(&c.server, 2);
+    c.server.js().delete_stream(STREAM).unwrap();
+    c.server.create_stream(STREAM, &["orders.>"]);
+    c.server
+        .create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    let new = c.server.incarnation(STREAM);
+    assert_ne!(old, new);
+    publish_range(&c.server, 1, 1);
+    publish_big(&c);
+    wait_until(Duration::from_secs(60), "the new 2 dead-lettered", || {
+        c.server.stream_messages("DLQ") == 2
+            && c.server.try_consumer_state(STREAM, CONSUMER) == Some((2, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let mut gaps = gaps_by_incarnation(&c.dir.path().join("out"));
+    gaps.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut want = vec![
+        (old, json!([2, "refused_before_sink"])),
+        (new, json!([2, "refused_before_sink"])),
+    ];
+    want.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(gaps, want, "{}", runner.log_text());
+}
