@@ -172,6 +172,48 @@ fn a_state_file_under_another_accounts_directory_is_neither_read_nor_locked() {
     assert!(!theirs.join("svc.json.replay-state.lock").exists());
 }
 
+/// Held. A sticky world-writable state directory (accepted: others cannot rename the service's
+/// files there): names the attacker plants first (a link at the lock, a FIFO at the state, its
+/// own file at the lock) are refused, never followed, written through or waited on; the
+/// attacker can only make the replay refuse to start (named), not feed it a state.
+#[test]
+fn names_planted_in_a_sticky_state_directory_are_refused() {
+    let t = base("atk50a-planted");
+    let tmp = dir_in(t.path(), "tmp", 0o1777);
+    let target = dir_in(t.path(), "target", 0o700);
+    let file = StateFile {
+        path: tmp.join("s"),
+    };
+    let (s, lock) = (tmp.join("s").display().to_string(), tmp.join("s.lock"));
+    attacker_does(
+        0,
+        &format!(
+            "ln -s {}/x {} && mkfifo {s}",
+            target.display(),
+            lock.display()
+        ),
+    );
+    let e = file.lock().unwrap_err();
+    // The kernel answers EACCES here (a link of another account in a sticky directory, under
+    // O_CREAT), elsewhere ELOOP: refused either way, never followed.
+    assert!(
+        e.contains("is a symbolic link") || e.contains("Permission denied"),
+        "{e}"
+    );
+    assert!(!target.join("x").exists());
+    let e = file.read().unwrap_err();
+    assert!(e.contains("not a regular file"), "{e}");
+    let file2 = StateFile {
+        path: tmp.join("t"),
+    };
+    attacker_does(0, &format!("echo x > {}/t.lock", tmp.display()));
+    let e = file2.lock().unwrap_err();
+    assert!(
+        e.contains(&format!("owned by uid {}", attacker_uid())),
+        "{e}"
+    );
+}
+
 // ---- svc-ack's gaps in custody checkpoints ----
 
 use std::time::Duration;
