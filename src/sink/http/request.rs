@@ -12,7 +12,7 @@ use flate2::write::GzEncoder;
 use super::config::{Batching, BodyMode, HttpSinkConfig};
 use super::signature::Signer;
 use crate::message::envelope::{hex_sha256, stream_place, Envelope};
-use crate::sink::file::record::encode_record;
+use crate::message::record::encode_record;
 use crate::sink::key::safe_component;
 use crate::sink::FailureClass;
 
