@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use svc::files::owner::changeable_by_others;
-use svc::pipeline::replay::state::StateFile;
+use svc::pipeline::replay::state::{Counts, RangeKey, State, StateFile, SCHEMA};
 
 use crate::support::accounts::{attacker_does, attacker_uid};
 use crate::support::TempDir;
@@ -211,6 +211,157 @@ fn names_planted_in_a_sticky_state_directory_are_refused() {
     assert!(
         e.contains(&format!("owned by uid {}", attacker_uid())),
         "{e}"
+    );
+}
+
+/// Finding 1 (class 4, high). A link of root's (or the service's) on the state path whose
+/// target goes through a second link in a directory another account owns: only the first
+/// link (as written) and the final real path are checked, never the second link nor the
+/// directory it sits in. The attacker repoints its link at a directory holding an old
+/// (finished) state of the service's own: `read` returns that state.
+/// Fixed: the path is walked as the kernel resolves it, every link and the directory it sits
+/// in checked: `theirs` is named before and after the swap.
+#[test]
+fn a_link_chain_through_another_accounts_directory_is_refused() {
+    let t = base("atk50a-chain");
+    let safe = dir_in(t.path(), "safe", 0o755);
+    let old = dir_in(t.path(), "old", 0o755);
+    let theirs = dir_in(t.path(), "theirs", 0o755);
+    give_to_attacker(&theirs);
+    std::os::unix::fs::symlink(&safe, theirs.join("hop")).unwrap();
+    // The operator's link (root's): state -> theirs/hop.
+    let state_dir = t.path().join("state");
+    std::os::unix::fs::symlink(theirs.join("hop"), &state_dir).unwrap();
+    // An older, finished state of the service's own (0600, one name, written by the service).
+    let finished = State {
+        schema: SCHEMA.into(),
+        range: RangeKey {
+            config: "/etc/svc.json".into(),
+            stream: "S".into(),
+            subjects: vec![],
+            sink: "configured".into(),
+            start_seq: None,
+            end_seq: None,
+            since: None,
+            until: None,
+            filter: None,
+            incarnation: "i".into(),
+            shape: "ab".repeat(32),
+        },
+        last_seq: 100,
+        next_seq: 101,
+        done: true,
+        counts: Counts::default(),
+        sealed: Default::default(),
+    };
+    StateFile {
+        path: old.join("s"),
+    }
+    .write(&finished)
+    .unwrap();
+    std::fs::write(old.join("marker"), b"old").unwrap();
+    let through = StateFile {
+        path: state_dir.join("s"),
+    };
+    let seen = changeable_by_others(&state_dir);
+    let before = through.read();
+    // The attacker repoints its link: the state directory is now `old`.
+    attacker_does(
+        0,
+        &format!(
+            "ln -sfn {} {}/hop.new && mv -T {}/hop.new {}/hop",
+            old.display(),
+            theirs.display(),
+            theirs.display(),
+            theirs.display()
+        ),
+    );
+    assert!(state_dir.join("marker").exists(), "the swap took effect");
+    let after = changeable_by_others(&state_dir);
+    // What `--resume` would now be told: the old range, done.
+    let read = through.read();
+    assert!(
+        seen.is_some() && after.is_some(),
+        "a path another account can redirect was passed: before the swap {seen:?}, after \
+         {after:?}; read through it after the swap: {read:?}"
+    );
+    let theirs = format!("{} is owned by uid {}", theirs.display(), attacker_uid());
+    for why in [seen.unwrap(), after.unwrap()] {
+        assert!(why.contains(&theirs), "{why}");
+    }
+    for read in [before, read] {
+        let e = read.unwrap_err();
+        assert!(e.contains(&theirs), "{e}");
+    }
+}
+
+/// Finding 1b (class 4, high). The same through a magic link: the operator's link points at
+/// /proc/PID/cwd of a process of the attacker's (its cwd now in a directory only root can
+/// write). /proc/PID is the attacker's, but only the operator's link and the real path are
+/// checked. Fixed: refused (the walk passes through /proc/PID, the attacker's).
+#[test]
+fn a_link_to_another_accounts_proc_cwd_is_refused() {
+    let t = base("atk50a-magic");
+    let safe = dir_in(t.path(), "safe", 0o755);
+    let uid = attacker_uid();
+    let mut child = std::process::Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg("--regid=65534")
+        .arg("--clear-groups")
+        .args(["sleep", "30"])
+        .current_dir(&safe)
+        .spawn()
+        .unwrap();
+    let state_dir = t.path().join("state");
+    std::os::unix::fs::symlink(format!("/proc/{}/cwd", child.id()), &state_dir).unwrap();
+    // Give setpriv time to exec as the attacker (/proc/PID changes owner then).
+    crate::support::wait_until(
+        std::time::Duration::from_secs(5),
+        "sleep as attacker",
+        || {
+            std::fs::metadata(format!("/proc/{}", child.id()))
+                .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid)
+                .unwrap_or(false)
+        },
+    );
+    let seen = changeable_by_others(&state_dir);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        seen.is_some(),
+        "a state directory reached through the attacker's /proc/PID/cwd was passed"
+    );
+}
+
+/// Finding 2 (class 12, medium). The custody head file (`custody.checkpoints.head_file`,
+/// default `<config>.custody-head`, "read as the replay state file is") has the same threat
+/// as the replay state: an account that can rename in its directory puts an older head (the
+/// service's own 0600 file) back, and a chain cut back to it is continued at start. The
+/// replay state's directory is checked with `changeable_by_others`; the head file's is not.
+/// Fixed: `HeadFile::read` and `write` refuse a head file whose directory is 0777 without the
+/// sticky bit, or owned by another account, as `StateFile::read` does.
+#[test]
+fn a_head_file_in_a_directory_others_can_change_is_refused() {
+    use svc::sink::checkpoint_head::{Head, HeadFile};
+    let t = base("atk50a-head");
+    let shared = dir_in(t.path(), "shared", 0o755);
+    let file = HeadFile::new(&shared.join("svc.json.custody-head")).unwrap();
+    let head = Head::new("r", 3, &"ab".repeat(32));
+    file.write(&head).unwrap();
+    mode(&shared, 0o777);
+    let e = file.write(&head).unwrap_err();
+    assert!(
+        e.contains("can be written by other accounts (mode 0777)"),
+        "{e}"
+    );
+    let state = StateFile {
+        path: shared.join("svc.json.replay-state"),
+    };
+    assert!(state.read().is_err(), "the replay state is refused there");
+    let head = file.read();
+    assert!(
+        head.is_err(),
+        "the head file in a 0777 directory was read: {head:?}"
     );
 }
 
