@@ -481,3 +481,129 @@ fn gaps_of_a_stream_created_again_are_signed_for_their_own_incarnation() {
     want.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(gaps, want, "{}", runner.log_text());
 }
+
+fn file_sink(dir: &Path) -> Value {
+    std::fs::create_dir(dir.join("out")).unwrap();
+    json!({"type": "file", "directory": dir.join("out")})
+}
+
+/// The signed body of every checkpoint file of `out`.
+fn bodies(out: &Path) -> Vec<Value> {
+    checkpoint_files(out)
+        .iter()
+        .map(|f| {
+            let cp: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+            serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap()
+        })
+        .collect()
+}
+
+/// Finding 5 (class 8/12, high), at a size the suite holds. `every_records` bounded a
+/// checkpoint's records, not its gaps: the gaps of every refusal within `every_seconds` went
+/// into one checkpoint (560,000 small refused messages made one of 18 MiB, past what the
+/// verifier and the runner's start read back; the runner then refused to start). Fixed: gaps
+/// count toward `every_records` with the records, so no checkpoint holds more than that many
+/// entries (100,000 at most: under 9 MiB); every refusal is listed, the audit passes and the
+/// runner starts again.
+#[test]
+fn refusals_count_toward_every_records_so_every_checkpoint_stays_readable() {
+    const N: u64 = 3_000;
+    let c = case_with(
+        500,
+        file_sink,
+        json!({"size_policy": {"enabled": true, "max_payload_bytes": 20},
+               "delivery": {"batch_size": 500, "max_deliveries": 1}}),
+    );
+    c.server.publish_n(STREAM, "orders.flood", N as usize, |i| {
+        format!("{{\"flood\":{i:012}}}").into_bytes()
+    });
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(120), "every refusal terminated", || {
+        c.server.try_consumer_state(STREAM, CONSUMER) == Some((N, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let bodies = bodies(&c.dir.path().join("out"));
+    let mut listed = std::collections::BTreeSet::new();
+    for b in &bodies {
+        let gaps = b["gaps"].as_array().unwrap();
+        let entries = b["count"].as_u64().unwrap() + gaps.len() as u64;
+        assert!(entries <= 500, "a checkpoint of {entries} entries: {b}");
+        listed.extend(gaps.iter().map(|g| g[0].as_u64().unwrap()));
+    }
+    assert_eq!(listed.len() as u64, N, "every refusal listed once");
+    assert!(
+        bodies.len() >= (N / 500) as usize,
+        "{} checkpoints",
+        bodies.len()
+    );
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains(&format!("{N} runner-caused gaps")), "{text}");
+    let mut again = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    publish_range(&c.server, N + 1, N + 1);
+    wait_acked(&c.server, N + 1);
+    again.signal("TERM");
+    let status = again.wait_timeout(Duration::from_secs(30));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+}
+
+/// Finding 6 (class 12, low). Without a DLQ and without `max_deliveries`, a message refused
+/// before the sink is refused again on every delivery, and each checkpoint cut meanwhile
+/// listed its sequence again; the verifier added up the raw entries. Fixed: the runner lists a
+/// gap it signed lately once, and the verifier counts distinct sequences.
+#[test]
+fn a_message_refused_on_every_delivery_is_one_gap() {
+    let c = case_with(
+        1000,
+        file_sink,
+        json!({"size_policy": {"enabled": true, "max_payload_bytes": 20}}),
+    );
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&c.cfg).unwrap()).unwrap();
+    doc["custody"]["checkpoints"]["every_seconds"] = json!(1);
+    std::fs::write(&c.cfg, doc.to_string()).unwrap();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    publish_big(&c);
+    wait_until(
+        Duration::from_secs(60),
+        "2 refused on several deliveries",
+        || {
+            runner
+                .log_text()
+                .contains("stream sequence 2 failed permanently on delivery 4")
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let listed: Vec<Value> = bodies(&c.dir.path().join("out"))
+        .iter()
+        .flat_map(|b| b["gaps"].as_array().unwrap().clone())
+        .collect();
+    assert_eq!(listed, vec![json!([2, "refused_before_sink"])]);
+    let (_, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert!(text.contains("1 runner-caused gaps"), "{text}");
+}
+
+/// Finding 7 (class 5/12, medium). The DLQ stream's own settings were never read: one keeping
+/// a single message (`max_msgs: 1`, discard old) dropped a confirmed dead letter at once, while
+/// its sequence was ACKed and signed as dead-lettered. Fixed: the runner reads each capturing
+/// stream's settings at start and warns of every one that removes dead letters on its own
+/// (limits with discard old, memory storage, interest or work-queue retention).
+#[test]
+fn a_dlq_stream_that_drops_dead_letters_is_named_at_the_start() {
+    let c = dlq_case();
+    let mut dlq = crate::support::broker::stream_config("DLQ", &[DLQ_SUBJECT]);
+    dlq.max_msgs = 1;
+    c.server.js().add_stream(dlq).unwrap();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    wait_until(Duration::from_secs(30), "the warning", || {
+        runner
+            .log_text()
+            .contains("dead-letter stream DLQ: max_msgs 1 (discard old) can remove")
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+}

@@ -1138,15 +1138,77 @@ impl DeadLetterPublisher {
                     self.cfg.subject,
                     PeerText::new(&streams.join(", "))
                 ),
-                _ => log::info!(
-                    "dead-letter queue: subject {} captured by stream {}",
-                    self.cfg.subject,
-                    PeerText::new(&streams.join(", "))
-                ),
+                _ => {
+                    log::info!(
+                        "dead-letter queue: subject {} captured by stream {}",
+                        self.cfg.subject,
+                        PeerText::new(&streams.join(", "))
+                    );
+                    self.log_stream_limits(&streams);
+                }
             },
             Err(e) => log::warn!("dead-letter queue: stream check failed: {e}"),
         }
     }
+
+    /// Warns of a capturing stream whose own settings can remove a dead letter the broker
+    /// confirmed (atk50a finding 7): the original is ACKed then, and a custody checkpoint lists
+    /// its sequence as dead-lettered, so the dead letter must stay.
+    fn log_stream_limits(&self, streams: &[String]) {
+        for stream in streams.iter().take(MAX_STREAMS_CHECKED) {
+            if !is_stream_name(stream) {
+                continue;
+            }
+            let timeout = self.cfg.publish_timeout;
+            match super::incarnation::stream_info(&self.nc, stream, timeout) {
+                Ok(info) => {
+                    let drops = dropping_settings(&info["config"]);
+                    if !drops.is_empty() {
+                        log::warn!(
+                            "dead-letter stream {}: {} can remove a dead letter after the \
+                             broker confirmed it (the original is acknowledged then, and \
+                             custody checkpoints list it as dead-lettered); keep dead letters \
+                             until an operator removes them (svc dlq redrive does)",
+                            PeerText::new(stream),
+                            drops.join(", ")
+                        );
+                    }
+                }
+                Err(e) => log::warn!(
+                    "dead-letter stream {}: its settings could not be read: {}",
+                    PeerText::new(stream),
+                    PeerText::new(&e.to_string())
+                ),
+            }
+        }
+    }
+}
+
+/// Capturing streams whose settings the start-up check reads at most.
+const MAX_STREAMS_CHECKED: usize = 4;
+
+/// The settings of a stream's `config` that remove messages on their own: limits with
+/// `discard: old` (with `discard: new` a full stream refuses the publish, which is NAKed and
+/// retried), memory storage (gone when the broker restarts), and a retention that removes
+/// what consumers acknowledged. Each as `name value`. An age limit (`max_age`, 7 days in
+/// `svc stream-plan`'s plan) is a retention the operator chose, not named.
+pub fn dropping_settings(config: &serde_json::Value) -> Vec<String> {
+    let positive = |k: &str| config[k].as_i64().filter(|v| *v > 0);
+    let mut out = Vec::new();
+    if config["discard"].as_str() != Some("new") {
+        for k in ["max_msgs", "max_bytes", "max_msgs_per_subject"] {
+            if let Some(v) = positive(k) {
+                out.push(format!("{k} {v} (discard old)"));
+            }
+        }
+    }
+    if config["storage"].as_str() == Some("memory") {
+        out.push("storage memory".into());
+    }
+    if let Some(r @ ("interest" | "workqueue")) = config["retention"].as_str() {
+        out.push(format!("retention {r}"));
+    }
+    out
 }
 
 /// Reads a JetStream publish response: `{"stream":..,"seq":..,"duplicate":..}` or
@@ -1187,6 +1249,30 @@ pub fn parse_pub_ack(data: &[u8]) -> Result<PubAck, DlqError> {
 mod tests {
     use super::*;
     use crate::document::reader::parse_json;
+
+    #[test]
+    fn settings_that_remove_dead_letters_are_named() {
+        let drops = |v: serde_json::Value| dropping_settings(&v);
+        assert!(drops(
+            serde_json::json!({"max_msgs": -1, "max_bytes": -1, "max_age": 0,
+                                         "storage": "file", "retention": "limits"})
+        )
+        .is_empty());
+        assert_eq!(
+            drops(
+                serde_json::json!({"max_msgs": 1, "max_age": 86_400_000_000_000i64,
+                                     "storage": "memory", "retention": "workqueue"})
+            ),
+            [
+                "max_msgs 1 (discard old)",
+                "storage memory",
+                "retention workqueue"
+            ]
+        );
+        assert!(
+            drops(serde_json::json!({"max_msgs": 1, "max_bytes": 10, "discard": "new"})).is_empty()
+        );
+    }
 
     fn cfg(text: &str) -> Result<DeadLetterConfig, Vec<String>> {
         let v = parse_json(text).unwrap();
