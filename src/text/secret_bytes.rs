@@ -21,14 +21,15 @@
 //!   register spill) can leave a copy in a stack slot; [`std::hint::black_box`] is a hint
 //!   the Rust documentation calls "best effort", not a guarantee of the language;
 //! - copies made by code the service does not own: the process environment block (a
-//!   `*_env` variable stays there for the life of the process: the service reads it again
-//!   at every reconnect), the kernel's socket and page cache, and libraries that hold keys
+//!   `*_env` variable stays there for the life of the process: the relational sinks read
+//!   it again at every connect), the kernel's socket and page cache, and libraries that hold keys
 //!   in their own types: ring's `hmac::Key` and `Ed25519KeyPair` and its digest outputs
 //!   (`Copy` types), ed25519-dalek's `ExpandedSecretKey` (built without its `zeroize`
 //!   feature here), rustls' session keys and send buffers, ureq's header values, the nats
-//!   client's `Options` (user, password, token) and the nkeys key pair;
-//! - pages swapped out or written to a core dump before the wipe. The systemd unit in
-//!   contrib/ disables core dumps (`LimitCORE=0`) and `MemoryDenyWriteExecute`; swap is the
+//!   client's `Options` (user, password, token as plain strings, kept for reconnects; its
+//!   CONNECT fields are its own wiping type) and the nkeys key pair;
+//! - pages swapped out or written to a core dump before the wipe. The systemd units in
+//!   contrib/ set `LimitCORE=0` (no core dump) and `MemoryDenyWriteExecute=yes`; swap is the
 //!   host's choice (encrypted swap, or none).
 
 use std::fmt;
@@ -64,8 +65,9 @@ pub fn wipe_string(s: &mut String) {
     *s = String::from_utf8(bytes).unwrap_or_default();
 }
 
-/// Secret bytes, wiped on drop. `Debug` and `Display` print `<redacted>`.
-#[derive(Clone, Default, PartialEq, Eq)]
+/// Secret bytes, wiped on drop. `Debug` and `Display` print `<redacted>`. No `PartialEq`: a
+/// comparison of secrets must be constant-time (`ring::constant_time`), which `==` is not.
+#[derive(Clone, Default)]
 pub struct SecretBytes(Vec<u8>);
 
 impl SecretBytes {
@@ -134,8 +136,9 @@ impl fmt::Display for SecretBytes {
     }
 }
 
-/// Secret text, wiped on drop. `Debug` and `Display` print `<redacted>`.
-#[derive(Clone, Default, PartialEq, Eq)]
+/// Secret text, wiped on drop. `Debug` and `Display` print `<redacted>` (no `PartialEq`,
+/// as [`SecretBytes`]).
+#[derive(Clone, Default)]
 pub struct SecretString(String);
 
 impl SecretString {
