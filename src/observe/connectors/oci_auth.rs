@@ -168,7 +168,11 @@ fn value_or_file(env: &dyn Env, var: &str) -> Result<Option<String>, AuthError> 
     match env.var(var) {
         None => Ok(None),
         Some(v) if v.starts_with('/') => std::fs::read_to_string(&v)
-            .map(|t| Some(t.trim().to_string()))
+            .map(|t| {
+                // The file holds a token or a private key: the untrimmed text is wiped.
+                let t = SecretString::new(t);
+                Some(t.expose().trim().to_string())
+            })
             .map_err(|e| AuthError(format!("cannot read the file named by {var}: {e}"))),
         Some(v) => Ok(Some(v)),
     }
