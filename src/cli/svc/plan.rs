@@ -245,6 +245,11 @@ fn permissions(cfg: &RuntimeConfig, dead_letter_stream: Option<&str>) -> Permiss
                 format!("$JS.API.STREAM.MSG.GET.{dlq}"),
                 "read back a record the dead-letter stream calls a duplicate",
             );
+            publish(
+                format!("$JS.API.STREAM.INFO.{dlq}"),
+                "start-up check of the dead-letter stream's settings (one that removes \
+                 confirmed dead letters on its own is warned of)",
+            );
         }
     }
     let mut subscribe = |subject: String, why| p.subscribe.push(Grant { subject, why });
