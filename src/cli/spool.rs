@@ -111,7 +111,9 @@ pub fn main(command: SpoolCommand, cfg: &RuntimeConfig) -> ExitCode {
         return ExitCode::from(2);
     };
     match command {
-        SpoolCommand::Drain(_) => drain(spool_cfg, target),
+        SpoolCommand::Drain(_) => {
+            drain(spool_cfg, target, matches!(cfg.sink, SinkConfig::Spool(_)))
+        }
         SpoolCommand::Status { json, .. } => status(spool_cfg, json),
         SpoolCommand::Inspect { payload, .. } => inspect(spool_cfg, target, payload),
         SpoolCommand::SetAside {
@@ -137,7 +139,9 @@ fn set_aside(spool_cfg: &SpoolConfig, segment: u64, offset: u64) -> ExitCode {
     }
 }
 
-fn drain(spool_cfg: &SpoolConfig, target: &SinkConfig) -> ExitCode {
+/// Drains the spool into `target`; for the spool as the sink (`edge`) whose target keeps
+/// checkpoints, each custody checkpoint frame is put into the target's checkpoint store.
+fn drain(spool_cfg: &SpoolConfig, target: &SinkConfig, edge: bool) -> ExitCode {
     let metrics = Arc::new(Metrics::default());
     let spool = match Spool::open(spool_cfg, metrics.clone()) {
         Ok(s) => Arc::new(s),
@@ -155,6 +159,15 @@ fn drain(spool_cfg: &SpoolConfig, target: &SinkConfig) -> ExitCode {
     };
     let before = spool.records();
     let mut drainer = Drainer::new(spool.clone(), sink, metrics);
+    if edge && crate::sink::checkpoint::unavailable(target).is_none() {
+        match crate::sink::checkpoint::store_for(target) {
+            Ok(store) => drainer = drainer.with_checkpoint_store(store),
+            Err(e) => {
+                eprintln!("svc: spool drain: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     match drainer.run_until_empty(DRAIN_ATTEMPTS) {
         Ok(n) => {
             say!(
@@ -186,6 +199,7 @@ fn status(spool_cfg: &SpoolConfig, json: bool) -> ExitCode {
                 terminal::text_line(&spool_cfg.dir.display().to_string())
             );
             say!("records: {}", s.records);
+            say!("checkpoints: {}", s.checkpoints);
             say!("bytes: {} (max {})", s.bytes, spool_cfg.max_bytes);
             say!("segments: {}", s.segments);
             match age {
@@ -265,6 +279,7 @@ fn status_json(spool_cfg: &SpoolConfig, s: &scan::Survey) -> serde_json::Value {
     json!({
         "spool": spool_cfg.dir.display().to_string(),
         "records": s.records,
+        "checkpoints": s.checkpoints,
         "bytes": s.bytes,
         "max_bytes": spool_cfg.max_bytes,
         "segments": s.segments,
@@ -360,6 +375,7 @@ fn inventory(s: &scan::Survey) -> Vec<serde_json::Value> {
     lines.push(json!({
         "state": "summary",
         "records": s.records,
+        "checkpoints": s.checkpoints,
         "rejected_files": s.rejected_files,
         "rejected_records": s.rejected_records,
         "set_aside_records": s.set_aside,
@@ -401,6 +417,20 @@ fn describe(seen: &Seen<'_>, opener: &mut Opener, target: &SinkConfig, payload: 
             return terminal::json_line(&doc);
         }
     };
+    if codec::is_checkpoint(plain) {
+        // A custody checkpoint frame (`sink.type` spool): named, its text not shown.
+        doc["kind"] = "checkpoint".into();
+        match codec::decode_checkpoint(plain) {
+            Ok(c) => {
+                doc["runner_id"] = c.runner_id.into();
+                doc["checkpoint_index"] = c.index.into();
+                doc["checkpoint_bytes"] = c.bytes.len().into();
+            }
+            Err(why) => doc["unreadable"] = why.into(),
+        }
+        terminal::bound_strings(&mut doc, SHOWN_STRING_CHARS);
+        return terminal::json_line(&doc);
+    }
     match codec::decode(plain) {
         Ok(env) => {
             doc["stream"] = env.stream.as_ref().into();

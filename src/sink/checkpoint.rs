@@ -97,6 +97,12 @@ pub trait CheckpointStore: Send {
             Some(_) => Err("this store cannot check custody seals on a rescan".into()),
         }
     }
+    /// True when the store holds only the end of a chain: the spool as the sink, whose drain
+    /// moves the older checkpoints to its target ([`Writer::start`] takes a suffix that
+    /// links and reaches the head file).
+    fn holds_suffix(&self) -> bool {
+        false
+    }
 }
 
 /// How a record whose custody seal does not verify reads in a rescan.
@@ -257,9 +263,14 @@ impl Writer {
             .store
             .checkpoints()
             .map_err(|e| format!("custody checkpoints: cannot read the chain back: {e}"))?;
-        let chain = own_chain(read, &self.trusted(), &self.runner_id)?;
+        let suffix = self.store.holds_suffix();
+        let chain = own_chain(read, &self.trusted(), &self.runner_id, suffix)?;
         let stored = self.head_file.read()?;
-        check_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
+        if suffix {
+            check_suffix_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
+        } else {
+            check_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
+        }
         for v in &chain {
             // Leaves only: a gap is told at once, also while records below it wait in the
             // fallback spool, so a gap's sequence says nothing of what was stored before it
@@ -278,6 +289,13 @@ impl Writer {
             log::info!(
                 "custody checkpoints: chain read back to its head {}",
                 PeerText::new(&head.arg())
+            );
+        } else if let Some(h) = stored.filter(|_| suffix) {
+            // Every checkpoint was drained to the target: the chain goes on from the head file.
+            self.head = Some((h.index, h.digest.clone()));
+            log::info!(
+                "custody checkpoints: no checkpoint left in the spool (drained); the chain goes                  on from the head file's head {}",
+                PeerText::new(&h.arg())
             );
         }
         Ok(())
@@ -479,12 +497,14 @@ impl Writer {
 }
 
 /// This runner's checkpoints among the stored ones, verified, in index order, checked to run
-/// 0, 1, 2, ... with each `previous` the digest before. A stored checkpoint that does not
-/// verify is an error unless its (unverified) body names another runner.
+/// 0, 1, 2, ... (with `suffix`, from any index: the spool as the sink) with each `previous`
+/// the digest before. A stored checkpoint that does not verify is an error unless its
+/// (unverified) body names another runner.
 fn own_chain(
     read: Vec<(String, String)>,
     trusted: &TrustedKeys,
     runner_id: &str,
+    suffix: bool,
 ) -> Result<Vec<checkpoint::Verified>, String> {
     let mut chain = Vec::new();
     for (place, text) in read {
@@ -506,9 +526,16 @@ fn own_chain(
         }
     }
     chain.sort_by_key(|v| v.body.index);
-    let mut previous = String::new();
+    let first = match chain.first() {
+        Some(f) if suffix => f.body.index,
+        _ => 0,
+    };
+    let mut previous = match chain.first() {
+        Some(f) if suffix => f.body.previous.clone(),
+        _ => String::new(),
+    };
     for (i, v) in chain.iter().enumerate() {
-        if v.body.index != i as u64 || v.body.previous != previous {
+        if v.body.index != first + i as u64 || v.body.previous != previous {
             return Err(format!(
                 "custody checkpoints: the chain of runner {} is broken at checkpoint {} \
                  (removed, forked or reordered): it cannot be continued; audit it with svc \
@@ -524,9 +551,71 @@ fn own_chain(
 
 /// The runner id an unverified checkpoint's body claims, when it can be read.
 fn claimed_runner(text: &str) -> Option<String> {
+    claimed(text).map(|c| c.0)
+}
+
+/// The (runner id, index) an unverified checkpoint's body claims, when it can be read (the
+/// runner id alone when the index cannot).
+pub fn claimed(text: &str) -> Option<(String, Option<u64>)> {
     let outer: serde_json::Value = serde_json::from_str(text).ok()?;
     let body: serde_json::Value = serde_json::from_str(outer.get("signed")?.as_str()?).ok()?;
-    Some(body.get("runner_id")?.as_str()?.to_string())
+    let runner = body.get("runner_id")?.as_str()?.to_string();
+    Some((
+        runner,
+        body.get("index").and_then(serde_json::Value::as_u64),
+    ))
+}
+
+/// [`check_head`] for a store holding the end of the chain only (the spool as the sink; see
+/// [`CheckpointStore::holds_suffix`]): the suffix must hold the head file's head, or begin
+/// right after it (a crash between a checkpoint's put and the head file's write, its
+/// checkpoint drained since), or be empty (every
+/// checkpoint drained to the target). A suffix that ends before the head, or holds another
+/// checkpoint there, is refused.
+fn check_suffix_head(
+    chain: &[checkpoint::Verified],
+    stored: Option<&Head>,
+    runner_id: &str,
+    file: &HeadFile,
+) -> Result<(), String> {
+    let (Some(h), Some(first)) = (stored, chain.first()) else {
+        return check_head(chain, stored, runner_id, file);
+    };
+    if h.runner_id != runner_id {
+        return check_head(chain, stored, runner_id, file);
+    }
+    let start = first.body.index;
+    if h.index < start {
+        if start == h.index + 1 && first.body.previous == h.digest {
+            return Ok(());
+        }
+        return Err(format!(
+            "custody checkpoints: the spool's chain of runner {} begins at checkpoint {start},              which does not follow the head file {}'s checkpoint {}: it cannot be continued;              audit with svc verify-custody --public-key FILE --head {}",
+            PeerText::new(runner_id),
+            shown_path(&file.path),
+            h.index,
+            PeerText::new(&h.arg())
+        ));
+    }
+    // The head is in the suffix, or past its end (truncated): as for a whole chain, shifted.
+    let at = (h.index - start) as usize;
+    let found = match chain.get(at) {
+        Some(v) if v.digest == h.digest => return Ok(()),
+        Some(v) => format!("holds another checkpoint {} (digest {})", h.index, v.digest),
+        None => format!(
+            "is TRUNCATED: it ends at checkpoint {}",
+            chain.last().map_or(0, |v| v.body.index)
+        ),
+    };
+    Err(format!(
+        "custody checkpoints: the spool's chain of runner {} {found}, but the head file {} \
+         holds checkpoint {}: it is not continued; audit with svc verify-custody --public-key \
+         FILE --head {}",
+        PeerText::new(runner_id),
+        shown_path(&file.path),
+        h.index,
+        PeerText::new(&h.arg())
+    ))
 }
 
 /// The chain read back must reach the head file's head: an error when it is behind
@@ -609,7 +698,12 @@ fn read_record(t: &str, seal: Option<&Custodian>) -> Result<RecordRead, String> 
 }
 
 /// A record file's records: one JSON object, or JSON lines.
-fn records_of(place: &str, text: &str, seal: Option<&Custodian>, out: &mut Vec<StoredRecord>) {
+pub(crate) fn records_of(
+    place: &str,
+    text: &str,
+    seal: Option<&Custodian>,
+    out: &mut Vec<StoredRecord>,
+) {
     let one = |place: String, t: &str| StoredRecord {
         place,
         read: read_record(t, seal),
@@ -1336,12 +1430,19 @@ pub fn unavailable(sink: &super::SinkConfig) -> Option<String> {
         super::SinkConfig::File(_)
         | super::SinkConfig::ObjectStore(_)
         | super::SinkConfig::RelationalDb(_) => None,
-        super::SinkConfig::Spool(_) => Some(
-            "not available for sink type spool: checkpoints kept as records in the spool (and \
-             stored into the target's checkpoint store by svc spool drain) are not built yet; \
-             use a fallback spool block beside a file, object store or relational sink instead"
-                .into(),
-        ),
+        // Kept as frames in the spool, put into the target's store by `svc spool drain`.
+        super::SinkConfig::Spool(s) => match s.target.as_ref() {
+            super::SinkConfig::File(_)
+            | super::SinkConfig::ObjectStore(_)
+            | super::SinkConfig::RelationalDb(_) => None,
+            other => Some(format!(
+                "sink type spool keeps its checkpoints in the spool until svc spool drain puts \
+                 them into its target's checkpoint store, and its target type {} has none: \
+                 a spool sink with checkpoints requires a target that keeps checkpoints (file, \
+                 object store, relational)",
+                other.kind()
+            )),
+        },
         other => Some(format!(
             "not available for sink type {}: it has no checkpoint store (file, object store \
              and relational sinks only)",
@@ -1366,6 +1467,11 @@ pub fn store_for(sink: &super::SinkConfig) -> Result<Box<dyn CheckpointStore>, S
         }
         super::SinkConfig::RelationalDb(r) => Ok(Box::new(MyStore::new(r)?)),
         super::SinkConfig::ObjectStore(o) => Ok(Box::new(ObjectStore::new(o)?)),
+        super::SinkConfig::Spool(_) => Err(
+            "custody.checkpoints: the spool sink's store is built on its open spool \
+             (sink::checkpoint_spool)"
+                .into(),
+        ),
         other => Err(format!(
             "custody.checkpoints: not available for sink type {}",
             other.kind()

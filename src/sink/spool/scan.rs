@@ -342,7 +342,10 @@ fn recover_frames(
             Item::Record { start, body, .. } => {
                 check_sealing(crypt, body, (path, id, at(start)), found)?;
                 found.records += 1;
-                found.sealed_v2 += u64::from(body.first() == Some(&seal::FLAG_SEALED_V2));
+                found.sealed_v2 += u64::from(matches!(
+                    body.first(),
+                    Some(&seal::FLAG_SEALED_V2 | &seal::FLAG_SEALED_CHECKPOINT)
+                ));
                 if !seal::is_sealed(body) {
                     found.clear += 1;
                     found.first_clear.get_or_insert((id, at(start)));
@@ -446,7 +449,10 @@ pub struct Damage {
 /// What `svc spool status` reports.
 #[derive(Debug, Default)]
 pub struct Survey {
+    /// Records waiting to be drained (checkpoint frames not included).
     pub records: u64,
+    /// Custody checkpoint frames waiting to be drained (`sink.type` = `spool`).
+    pub checkpoints: u64,
     pub bytes: u64,
     pub segments: u64,
     pub oldest_ms: Option<u64>,
@@ -559,7 +565,11 @@ fn survey_segment(
         match item {
             Item::Record { body, .. } if aside::is_set_aside(body) => survey.set_aside += 1,
             Item::Record { start, body, .. } => {
-                survey.records += 1;
+                if seal::is_checkpoint_frame(body) {
+                    survey.checkpoints += 1;
+                } else {
+                    survey.records += 1;
+                }
                 if survey.oldest_ms.is_none() {
                     survey.oldest_ms = codec::appended_unix_ms(body);
                 }
