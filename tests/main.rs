@@ -56,6 +56,7 @@ mod consumer_shapes;
 mod consumer_start;
 mod crash;
 mod custody_checkpoints;
+mod custody_spool_sink;
 mod dashboard;
 mod durability;
 mod fanout_routing;

@@ -470,7 +470,9 @@ impl Drainer {
             )));
         }
         Err(stuck(format!(
-            "{name} (at {at}) not put into the target: {put_error}; the drain retries this step"
+            "{name} (at {at}) not put into the target: {put_error}; the target holds no \
+             identical copy (a checkpoint stored under that name with other bytes is never \
+             overwritten); the frame is kept and the drain retries this step"
         )))
     }
 
