@@ -11,9 +11,16 @@
 //! ([`Origin`]): what is pending for several (a stream created again) is written as one
 //! checkpoint each, linked in the one chain.
 //!
+//! Stores: the file, object store and relational sinks keep their own ([`FileStore`],
+//! [`ObjectStore`], [`PgStore`], [`MyStore`]; [`store_for`]). With `sink.type: spool` the
+//! checkpoints are CHECKPOINT frames in the spool after the records they cover, put into the
+//! target's store by `svc spool drain` (`super::checkpoint_spool`, which builds on this
+//! module): the spool holds only the end of the chain ([`CheckpointStore::holds_suffix`]).
+//!
 //! Start: before any delivery the runner reads its chain back ([`Writer::start`]) and refuses
 //! to run when it cannot be read, does not verify, has a hole, or does not reach the head
-//! kept outside the sink ([`super::checkpoint_head`]). Crash story: the thread then (and after
+//! kept outside the sink ([`super::checkpoint_head`]); from a store holding a suffix, one
+//! that links and reaches the head (or is empty beside a head file: everything drained). Crash story: the thread then (and after
 //! the channel overflowed) rescans the store's records of its runner id ([`Writer::rescan`]):
 //! every record after the chain's covered range that no checkpoint covers and whose custody
 //! seal verifies is pending again, so records committed before a kill -9 are covered by the
