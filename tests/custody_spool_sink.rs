@@ -17,6 +17,11 @@ use serde_json::{json, Value};
 /// A spool sink (encrypted, or in clear for the tests that rewrite frames) into a file target
 /// at `<dir>/out`, checkpoints every `every` records.
 fn edge_case(every: u64, encrypted: bool) -> Case {
+    edge_case_with(every, encrypted, json!({}))
+}
+
+/// [`edge_case`] with more fields of the spool sink (`drain_batch`).
+fn edge_case_with(every: u64, encrypted: bool, fields: Value) -> Case {
     case_with(
         every,
         |dir| {
@@ -24,6 +29,9 @@ fn edge_case(every: u64, encrypted: bool) -> Case {
             let mut sink = json!({"type": "spool", "dir": dir.join("spool"),
                                   "max_bytes": 64 << 20,
                                   "target": {"type": "file", "directory": dir.join("out")}});
+            for (k, v) in fields.as_object().unwrap() {
+                sink[k] = v.clone();
+            }
             if encrypted {
                 let key = write_private(dir, "spool.key", &[7u8; 32]);
                 sink["encryption"] = json!({"key_id": "k1", "key_file": key});
@@ -334,4 +342,53 @@ fn copy_dir(from: &Path, to: &Path) {
         let dst = to.join(e.file_name());
         std::fs::copy(e.path(), &dst).unwrap();
     }
+}
+
+/// (c) kill -9 of `svc spool drain` at three points of a long drain (3,000 records, a
+/// checkpoint every 100, steps of 5 records: most points fall between a step's records and
+/// the checkpoint frame after them), then a drain to the end: every checkpoint stored once
+/// (the drain that finds one stored under its name with other bytes stops, and this one
+/// exits 0), and the audit of the target is COMPLETE.
+#[test]
+fn kill_9_of_svc_spool_drain_then_drain_again_is_complete() {
+    const N: u64 = 3000;
+    let c = edge_case_with(100, true, json!({"drain_batch": 5}));
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    c.server.publish_n(STREAM, "orders.bulk", N as usize, |i| {
+        format!("{{\"n\":{i}}}").into_bytes()
+    });
+    wait_acked(&c.server, N);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(60)).is_some());
+    let (_, status) = spool_cmd(&c, "status");
+    assert!(status.contains("checkpoints: 30\n"), "{status}");
+    for at_least in [2, 8, 14] {
+        let mut drain = std::process::Command::new(env!("CARGO_BIN_EXE_svc"))
+            .args(["spool", "drain", c.cfg.to_str().unwrap()])
+            .envs(secrets_env())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_until(
+            Duration::from_secs(120),
+            "checkpoints put by the drain",
+            || {
+                out(&c).join(".svc-checkpoints").is_dir()
+                    && checkpoint_files(&out(&c)).len() >= at_least
+            },
+        );
+        drain.kill().unwrap(); // SIGKILL
+        drain.wait().unwrap();
+    }
+    let stored = checkpoint_files(&out(&c)).len();
+    assert!(
+        (14..30).contains(&stored),
+        "killed before the end: {stored}"
+    );
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(checkpoint_files(&out(&c)).len(), 30);
+    assert_eq!(records_in(&out(&c)), N as usize);
+    verify_ok(&c, N);
 }
