@@ -348,7 +348,7 @@ fn copy_dir(from: &Path, to: &Path) {
 /// checkpoint every 100, steps of 5 records: most points fall between a step's records and
 /// the checkpoint frame after them), then a drain to the end: every checkpoint stored once
 /// (the drain that finds one stored under its name with other bytes stops, and this one
-/// exits 0), and the audit of the target is COMPLETE.
+/// exits 0), and the audit is COMPLETE between the kills (spool and target as one) and after.
 #[test]
 fn kill_9_of_svc_spool_drain_then_drain_again_is_complete() {
     const N: u64 = 3000;
@@ -386,9 +386,75 @@ fn kill_9_of_svc_spool_drain_then_drain_again_is_complete() {
         (14..30).contains(&stored),
         "killed before the end: {stored}"
     );
-    let (code, text) = spool_cmd(&c, "drain");
+    // Mid-drain (killed): the spool and the target together hold everything; and while the
+    // last drain runs beside the audit.
+    verify_ok(&c, N);
+    let drain = std::process::Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(["spool", "drain", c.cfg.to_str().unwrap()])
+        .envs(secrets_env())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    let drained = drain.wait_with_output().unwrap();
     assert_eq!(code, 0, "{text}");
+    assert!(text.ends_with("COMPLETE\n"), "{text}");
+    assert!(drained.status.success(), "{drained:?}");
     assert_eq!(checkpoint_files(&out(&c)).len(), 30);
     assert_eq!(records_in(&out(&c)), N as usize);
     verify_ok(&c, N);
+}
+
+/// A PostgreSQL target: `svc init-db` creates the target's tables (events and checkpoints),
+/// the audit is COMPLETE before and after `svc spool drain`, which puts every checkpoint into
+/// `svc_custody_checkpoints`, and a row deleted from the target afterwards is named MISSING.
+#[test]
+fn a_postgresql_target_takes_the_checkpoints_and_a_deleted_row_is_named() {
+    let db = crate::support::postgres::TestDb::new("cpspool");
+    let c = case_with(
+        2,
+        |dir| {
+            let key = write_private(dir, "spool.key", &[9u8; 32]);
+            json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                   "encryption": {"key_id": "k1", "key_file": key},
+                   "target": db.sink(json!({}))})
+        },
+        json!({}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    assert_eq!(db.count("svc_custody_checkpoints"), 0);
+    run_until(&c, "svc.log", 1, 5);
+    assert_eq!(db.count("events"), 0);
+    verify_ok(&c, 5);
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(db.count("events"), 5);
+    assert_eq!(db.count("svc_custody_checkpoints"), 3, "2 + 2 + the last 1");
+    verify_ok(&c, 5);
+    db.conn()
+        .simple("DELETE FROM events WHERE stream_sequence = 4")
+        .unwrap();
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("sequence 4: MISSING"), "{text}");
+    assert_eq!(text.matches("MISSING").count(), 1, "{text}");
+
+    // A target that cannot be reached: an error, no verdict from the spool alone.
+    let gone = c.dir.path().join("gone.json");
+    let cfg = std::fs::read_to_string(&c.cfg).unwrap();
+    std::fs::write(&gone, cfg.replace("127.0.0.1:5432/", "127.0.0.1:1/")).unwrap();
+    let (code, o, e) = svc_env(
+        &[
+            "verify-custody",
+            gone.to_str().unwrap(),
+            "--public-key",
+            c.public.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 1, "{o}{e}");
+    assert!(e.contains("the spool's target cannot be read"), "{o}{e}");
+    assert!(!o.contains("COMPLETE"), "{o}{e}");
 }
