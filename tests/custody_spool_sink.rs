@@ -120,6 +120,10 @@ fn spool_sink_checkpoints_verify_before_and_after_the_drain_and_continue_after_i
 
     let (code, text) = spool_cmd(&c, "drain");
     assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("7 records delivered to sink file, 3 custody checkpoints put"),
+        "{text}"
+    );
     assert_eq!(records_in(&out(&c)), 7);
     assert_eq!(checkpoint_files(&out(&c)).len(), 3);
     let (_, status) = spool_cmd(&c, "status");

@@ -170,8 +170,14 @@ fn drain(spool_cfg: &SpoolConfig, target: &SinkConfig, edge: bool) -> ExitCode {
     }
     match drainer.run_until_empty(DRAIN_ATTEMPTS) {
         Ok(n) => {
+            let put = drainer.checkpoints_put();
+            let checkpoints = match put {
+                0 => String::new(),
+                n => format!(", {n} custody checkpoints put into its checkpoint store"),
+            };
             say!(
-                "Spool {}: {n} records delivered to sink {} ({before} were waiting); empty.",
+                "Spool {}: {n} records delivered to sink {}{checkpoints} ({before} frames were \
+                 waiting); empty.",
                 spool_cfg.dir.display(),
                 target.kind()
             );

@@ -76,6 +76,8 @@ pub struct Drainer {
     /// The target's checkpoint store (`svc spool drain` of a spool sink): each checkpoint
     /// frame is put into it once the records before it are delivered.
     target_store: Option<Box<dyn CheckpointStore>>,
+    /// Checkpoint frames put into the target's store (and drained past) by this drainer.
+    checkpoints_put: u64,
 }
 
 /// Where a record ready for the sink is: in the segment's bytes (stored in clear) or in the
@@ -152,7 +154,13 @@ impl Drainer {
             opened: Vec::new(),
             checkpoints: None,
             target_store: None,
+            checkpoints_put: 0,
         }
+    }
+
+    /// Checkpoint frames this drainer put into the target's store and drained past.
+    pub fn checkpoints_put(&self) -> u64 {
+        self.checkpoints_put
     }
 
     /// Puts each checkpoint frame into `store` (the target's) once the records before it are
@@ -387,9 +395,12 @@ impl Drainer {
             segment: view.segment,
             offset: loaded.base + next as u64,
         };
+        // Checkpoint frames put (in the target's store now) leave the waiting frames as
+        // quarantined ones do: not counted as delivered records.
+        let dropped = dropped + put;
         if frames.is_empty() {
-            // Checkpoint frames put count as drained frames (not as delivered records).
-            self.spool.commit(to, put, dropped)?;
+            self.spool.commit(to, 0, dropped)?;
+            self.checkpoints_put += put;
             return Ok(Step::Delivered(0));
         }
         if let Some(ms) = first_ms {
@@ -414,10 +425,11 @@ impl Drainer {
         let delivered = frames.len() as u64 - refused_count;
         if refused_count == 0 {
             self.spool.commit(to, delivered, dropped)?;
-            return Ok(Step::Delivered(delivered));
+        } else {
+            self.spool
+                .commit_rejection(to, delivered, refused_count + dropped)?;
         }
-        self.spool
-            .commit_rejection(to, delivered, refused_count + dropped)?;
+        self.checkpoints_put += put;
         Ok(Step::Delivered(delivered))
     }
 
