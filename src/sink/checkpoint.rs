@@ -14,7 +14,7 @@
 //! Stores: the file, object store and relational sinks keep their own ([`FileStore`],
 //! [`ObjectStore`], [`PgStore`], [`MyStore`]; [`store_for`]). With `sink.type: spool` the
 //! checkpoints are CHECKPOINT frames in the spool after the records they cover, put into the
-//! target's store by `svc spool drain` (`super::checkpoint_spool`, which builds on this
+//! target's store by `svc spool drain` (checkpoint_spool.rs beside this file, built on this
 //! module): the spool holds only the end of the chain ([`CheckpointStore::holds_suffix`]).
 //!
 //! Start: before any delivery the runner reads its chain back ([`Writer::start`]) and refuses
@@ -1476,7 +1476,7 @@ pub fn store_for(sink: &super::SinkConfig) -> Result<Box<dyn CheckpointStore>, S
         super::SinkConfig::ObjectStore(o) => Ok(Box::new(ObjectStore::new(o)?)),
         super::SinkConfig::Spool(_) => Err(
             "custody.checkpoints: the spool sink's store is built on its open spool \
-             (sink::checkpoint_spool)"
+             (checkpoint_spool.rs)"
                 .into(),
         ),
         other => Err(format!(

@@ -42,7 +42,7 @@ pub fn encode(out: &mut Vec<u8>, env: &Envelope, appended_unix_ms: u64) -> Resul
 /// written by the runner, never by a publisher): `FLAG_CHECKPOINT | appended at, Unix ms (8
 /// LE) | runner id length (1) | runner id | checkpoint index (8 LE) | the checkpoint's bytes`.
 /// [`decode`] and [`file_record`] refuse it ("unknown flags"); sealed, its outer flag is
-/// `seal::FLAG_SEALED_CHECKPOINT`, which the associated data covers.
+/// `FLAG_SEALED_CHECKPOINT` (seal.rs), which the associated data covers.
 pub const FLAG_CHECKPOINT: u8 = 0x43;
 /// Bytes of a checkpoint body before its runner id.
 const CHECKPOINT_PREFIX: usize = PREFIX_LEN + 1;
