@@ -363,7 +363,8 @@ impl Spool {
     /// Appends one custody checkpoint frame (`sink.type` = `spool` with checkpoints), durable
     /// as a record append is (fsynced, sealed bound to its place under a key). It counts in
     /// `max_bytes` (refused when past it: the checkpoint thread keeps what it covers for the
-    /// next one) but not in `max_records`; it counts among the frames waiting to be drained.
+    /// next one); it is not held to `max_records`, but counts among the frames waiting to be
+    /// drained (`records`, which record appends are held to).
     pub fn append_checkpoint(
         &self,
         (runner_id, index): (&str, u64),
