@@ -272,6 +272,8 @@ fn a_forged_or_removed_checkpoint_frame_is_refused_by_the_start_and_the_verifier
     // Put back: the runner starts again and the audit is complete.
     std::fs::write(&seg, &original).unwrap();
     verify_ok(&c, 7);
+    run_until(&c, "back.log", 8, 8);
+    verify_ok(&c, 8);
 }
 
 /// (c) A drain that crashed after the target took a step (records and checkpoints) but
@@ -352,7 +354,9 @@ fn copy_dir(from: &Path, to: &Path) {
 /// checkpoint every 100, steps of 5 records: most points fall between a step's records and
 /// the checkpoint frame after them), then a drain to the end: every checkpoint stored once
 /// (the drain that finds one stored under its name with other bytes stops, and this one
-/// exits 0), and the audit is COMPLETE between the kills (spool and target as one) and after.
+/// exits 0), and the audit is COMPLETE between the kills (spool and target as one), beside the
+/// last drain and after it. Between them a runner starts on what is left in the spool (a
+/// suffix of the chain, its first checkpoints drained) and continues the chain.
 #[test]
 fn kill_9_of_svc_spool_drain_then_drain_again_is_complete() {
     const N: u64 = 3000;
@@ -390,9 +394,22 @@ fn kill_9_of_svc_spool_drain_then_drain_again_is_complete() {
         (14..30).contains(&stored),
         "killed before the end: {stored}"
     );
-    // Mid-drain (killed): the spool and the target together hold everything; and while the
-    // last drain runs beside the audit.
+    // Mid-drain (killed): the spool and the target together hold everything.
     verify_ok(&c, N);
+    // The runner starts on the spool's suffix of the chain (the first checkpoints drained)
+    // and continues it.
+    run_until(&c, "svc2.log", N + 1, N + 3);
+    let log = std::fs::read_to_string(c.dir.path().join("svc2.log")).unwrap();
+    assert!(
+        log.contains("chain read back to its head runner-cp-1:29:"),
+        "{log}"
+    );
+    assert!(
+        log.contains("custody checkpoint head runner-cp-1:30:"),
+        "{log}"
+    );
+    verify_ok(&c, N + 3);
+    // The last drain, with an audit run beside it.
     let drain = std::process::Command::new(env!("CARGO_BIN_EXE_svc"))
         .args(["spool", "drain", c.cfg.to_str().unwrap()])
         .envs(secrets_env())
@@ -405,9 +422,9 @@ fn kill_9_of_svc_spool_drain_then_drain_again_is_complete() {
     assert_eq!(code, 0, "{text}");
     assert!(text.ends_with("COMPLETE\n"), "{text}");
     assert!(drained.status.success(), "{drained:?}");
-    assert_eq!(checkpoint_files(&out(&c)).len(), 30);
-    assert_eq!(records_in(&out(&c)), N as usize);
-    verify_ok(&c, N);
+    assert_eq!(checkpoint_files(&out(&c)).len(), 31);
+    assert_eq!(records_in(&out(&c)), N as usize + 3);
+    verify_ok(&c, N + 3);
 }
 
 /// A PostgreSQL target: `svc init-db` creates the target's tables (events and checkpoints),
