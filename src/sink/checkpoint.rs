@@ -1485,3 +1485,7 @@ pub fn store_for(sink: &super::SinkConfig) -> Result<Box<dyn CheckpointStore>, S
         )),
     }
 }
+
+#[cfg(test)]
+#[path = "checkpoint_suffix_tests.rs"]
+mod suffix_tests;
