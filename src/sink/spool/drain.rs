@@ -447,6 +447,16 @@ impl Drainer {
         };
         let cp = codec::decode_checkpoint(plain)
             .map_err(|why| stuck(format!("the checkpoint frame at {at}: {why}")))?;
+        let text = std::str::from_utf8(cp.bytes).unwrap_or_default();
+        // The name it is stored under is the one its signed body claims, or it is not stored.
+        if crate::sink::checkpoint::claimed(text) != Some((cp.runner_id.into(), Some(cp.index))) {
+            return Err(stuck(format!(
+                "the checkpoint frame at {at} is not the checkpoint its frame names (runner {}, \
+                 index {}): it is kept where it is",
+                crate::text::peer::PeerText::new(cp.runner_id),
+                cp.index
+            )));
+        }
         let Err(put_error) = store.put(cp.runner_id, cp.index, cp.bytes) else {
             return Ok(());
         };
@@ -465,7 +475,6 @@ impl Drainer {
             crate::sink::checkpoint::claimed(text)
                 .is_some_and(|(r, i)| r == cp.runner_id && i == Some(cp.index))
         };
-        let text = std::str::from_utf8(cp.bytes).unwrap_or_default();
         if stored.iter().any(|(_, t)| t == text) {
             return Ok(()); // put by the run a crash stopped before its position moved
         }

@@ -12,7 +12,13 @@ use crate::metrics::Metrics;
 use crate::sink::checkpoint::{CheckpointStore, FileStore};
 use crate::sink::checkpoint_spool::SpoolStore;
 
-const TEXT: &str = "{\"signed\":\"CHECKPOINT-TEXT-7d1e\"}\n";
+/// A checkpoint as a store keeps it, as far as the drain reads it (the name its signed body
+/// claims; the signature is the audit's to check).
+const TEXT: &str = concat!(
+    r#"{"signed":"{\"index\":0,\"marker\":\"CHECKPOINT-TEXT-7d1e\","#,
+    r#"\"runner_id\":\"runner-1\"}"}"#,
+    "\n"
+);
 
 #[test]
 fn a_sealed_checkpoint_frame_drains_after_its_records_into_the_target_store() {
@@ -84,4 +90,19 @@ fn a_sealed_checkpoint_frame_drains_after_its_records_into_the_target_store() {
     // Nothing left to drain: an empty spool drains to nothing more.
     drain_all(&open(&cfg), &sink);
     assert_eq!(delivered(&sink).len(), 5);
+
+    // A frame naming another checkpoint than its text claims is kept, the drain stopped.
+    let spool = open(&cfg);
+    spool
+        .append_checkpoint(("runner-1", 1), TEXT.as_bytes())
+        .unwrap();
+    let mut d =
+        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
+            .with_checkpoint_store(Box::new(target.clone()));
+    let err = d.run_until_empty(1).unwrap_err().to_string();
+    assert!(
+        err.contains("is not the checkpoint its frame names (runner runner-1, index 1)"),
+        "{err}"
+    );
+    assert_eq!(target.checkpoints().unwrap().len(), 1);
 }
