@@ -71,7 +71,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use svc::message::envelope::{normalize, EnvelopeConfig, RawMessage};
-use svc::sink::file::encode_record;
+use svc::message::record::encode_record;
 
 /// per_event reads `FILES` (n messages), jsonl `LINES` (10 n): both hold the same mix.
 const FILES: &str = "FILES";

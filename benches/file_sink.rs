@@ -28,9 +28,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use svc::message::record::encode_record;
 use svc::metrics::Metrics;
 use svc::sink::file::config::FileMode;
-use svc::sink::file::{encode_record, FileSink, FileSinkConfig};
+use svc::sink::file::{FileSink, FileSinkConfig};
 use svc::sink::{Sink, WriteOutcome};
 
 const BATCH: usize = 256;

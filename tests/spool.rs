@@ -2043,3 +2043,27 @@ fn a_meta_file_altered_by_hand_stops_the_drain_naming_it() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("50 records delivered"), "{out}");
 }
+
+/// atk47e finding 3: `meta` is authenticated but can be rolled back by whoever can write the
+/// spool directory, which matters only while `allow_unencrypted` is set beside the key. An
+/// opening that finds no record in clear left to drain says to remove it; without it, nothing
+/// is said.
+#[test]
+fn allow_unencrypted_left_beside_a_key_with_nothing_in_clear_is_said_at_the_opening() {
+    let server = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    let k1 = spool_key(dir.path(), "k1", 1);
+    let cfg = sealed_spool_config(&server, dir.path(), &files, "sealed.json", (&k1, &[]));
+    let said = "allow_unencrypted is set beside the key, but no record in clear is left to drain";
+    let (code, out, err) = svc(&["spool", "drain", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains(said), "{err}");
+
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    v["sink"]["allow_unencrypted"] = json!(true);
+    std::fs::write(&cfg, v.to_string()).unwrap();
+    let (code, out, err) = svc(&["spool", "drain", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains(said), "{err}");
+}

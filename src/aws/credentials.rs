@@ -20,6 +20,7 @@ use std::path::PathBuf;
 
 use super::{parse_ini, Env};
 use crate::text::peer::PeerText;
+use crate::text::secret_bytes::{wipe_string, SecretString};
 
 /// The credentials a request is signed with. `Debug` never shows the key id, the secret or
 /// the token.
@@ -40,6 +41,17 @@ impl fmt::Debug for Credentials {
                 &self.session_token.as_ref().map(|_| "<redacted>"),
             )
             .finish()
+    }
+}
+
+impl Drop for Credentials {
+    /// The secret key and the session token are wiped (`crate::text::secret_bytes`); the key
+    /// id is not secret. Each clone is wiped when it drops.
+    fn drop(&mut self) {
+        wipe_string(&mut self.secret_access_key);
+        if let Some(t) = &mut self.session_token {
+            wipe_string(t);
+        }
     }
 }
 
@@ -330,31 +342,54 @@ pub fn load_profile(profile: &str, env: &dyn Env) -> Result<Option<ProfileSettin
             Some(t) => t,
             None => continue,
         };
-        if let Some(keys) = parse_ini(&text).remove(&section) {
+        let mut sections = parse_ini(text.expose());
+        if let Some(keys) = sections.remove(&section) {
             found = true;
             for (k, v) in keys {
                 out.origin.insert(k.clone(), path.clone());
                 out.from_credentials_file.insert(k.clone(), is_creds);
-                out.keys.insert(k, v);
+                // A value the config file set and the credentials file sets again is wiped.
+                if let Some(mut old) = out.keys.insert(k, v) {
+                    wipe_string(&mut old);
+                }
             }
         }
+        // Other profiles' keys are secrets too.
+        sections.values_mut().for_each(wipe_values);
     }
     Ok(found.then_some(out))
+}
+
+/// Wipes every value of a section (`crate::text::secret_bytes`).
+fn wipe_values(keys: &mut BTreeMap<String, String>) {
+    keys.values_mut().for_each(wipe_string);
+}
+
+impl Drop for ProfileSettings {
+    /// The values hold the static keys: wiped (every clone too).
+    fn drop(&mut self) {
+        wipe_values(&mut self.keys);
+    }
 }
 
 /// Largest shared file read.
 const MAX_SHARED_FILE_BYTES: u64 = 1024 * 1024;
 
-fn read_file(path: &std::path::Path) -> Result<Option<String>, String> {
+/// The file's text in a wiping owner, read into one allocation of the size the file had
+/// (no reallocation leaves a copy behind unless the file grows while it is read).
+fn read_file(path: &std::path::Path) -> Result<Option<SecretString>, String> {
     use std::io::Read;
     let f = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    let mut text = String::new();
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut text = SecretString::with_capacity(
+        usize::try_from(len.min(MAX_SHARED_FILE_BYTES) + 1).unwrap_or(usize::MAX),
+    );
     f.take(MAX_SHARED_FILE_BYTES + 1)
-        .read_to_string(&mut text)
+        .read_to_string(text.expose_mut())
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if text.len() as u64 > MAX_SHARED_FILE_BYTES {
         return Err(format!(

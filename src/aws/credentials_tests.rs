@@ -95,7 +95,7 @@ mod tests {
         assert_eq!(c.access_key_id, "ENVID");
         let (c, _) = resolve(&CredentialMode::DefaultChain, &env(&files)).unwrap();
         assert_eq!(
-            (c.access_key_id.as_str(), c.session_token),
+            (c.access_key_id.as_str(), c.session_token.clone()),
             ("FILEID", None)
         );
         let mut e = env(&files);

@@ -16,6 +16,7 @@ use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
 use ureq::Agent;
 
 use crate::text::peer::PeerText;
+use crate::text::secret_bytes::{wipe_vec, SecretBytes};
 use crate::text::secrets::Secrets;
 
 /// The end of a whole operation (e.g. IMDS: token, role name, credentials).
@@ -73,6 +74,13 @@ impl Reply {
     /// `text` (built from this answer) with the request's secrets scrubbed.
     pub fn hide(&self, text: String) -> String {
         self.secrets.scrub(&text).into_owned()
+    }
+}
+
+impl Drop for Reply {
+    /// The body holds issued credentials or a token: wiped.
+    fn drop(&mut self) {
+        wipe_vec(&mut self.body);
     }
 }
 
@@ -179,11 +187,14 @@ impl Http {
         // One byte over the bound tells a body at the bound from a larger one. A 2xx body over
         // it is refused; an error answer keeps its status (what the caller acts on) and the
         // start of its body.
-        let mut body = Vec::new();
+        // Credentials come back in the body: read into a wiping owner reserved once for the
+        // bound (at most 64 KiB here), so no reallocation leaves an unwiped copy.
+        let room = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
+        let mut body = SecretBytes::with_capacity(room.min(1 << 20));
         resp.body_mut()
             .as_reader()
             .take(limit.saturating_add(1))
-            .read_to_end(&mut body)
+            .read_to_end(body.expose_mut())
             .map_err(|e| {
                 let text = if e.kind() == std::io::ErrorKind::TimedOut {
                     format!(
@@ -199,11 +210,11 @@ impl Http {
             if (200..300).contains(&status) {
                 return Err(format!("{what}: answer larger than {limit} bytes; refused"));
             }
-            body.truncate(limit as usize);
+            body.expose_mut().truncate(limit as usize);
         }
         Ok(Reply {
             status,
-            body,
+            body: std::mem::take(body.expose_mut()),
             secrets,
         })
     }

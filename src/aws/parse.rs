@@ -341,7 +341,10 @@ mod tests {
                 .as_bytes(),
         )
         .unwrap();
-        assert_eq!((i.expiration, i.credentials.session_token), (None, None));
+        assert_eq!(
+            (i.expiration, i.credentials.session_token.clone()),
+            (None, None)
+        );
         let i = parse_process_credentials(
             br#"{"Version":1,"AccessKeyId":"AKID","SecretAccessKey":"s","SessionToken":"t","Expiration":"2030-01-01T00:00:00+00:00"}"#,
         )

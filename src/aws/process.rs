@@ -22,6 +22,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::parse::{parse_process_credentials, Issued};
+use crate::text::secret_bytes::SecretBytes;
 
 /// Whole run of the command, start to exit.
 pub const PROCESS_DEADLINE: Duration = Duration::from_secs(30);
@@ -141,11 +142,13 @@ pub fn run_with(command: &str, what: &str, deadline: Duration) -> Result<Issued,
     let reader = std::thread::Builder::new()
         .name("svc-aws-credproc".into())
         .spawn(move || {
-            let mut buf = Vec::new();
+            // The output holds the credentials: a wiping owner reserved once for the bound
+            // (64 KiB + 1), so no reallocation leaves an unwiped copy.
+            let mut buf = SecretBytes::with_capacity(MAX_PROCESS_OUTPUT as usize + 1);
             let r = match stdout {
                 Some(s) => s
                     .take(MAX_PROCESS_OUTPUT + 1)
-                    .read_to_end(&mut buf)
+                    .read_to_end(buf.expose_mut())
                     .map(|_| ()),
                 None => Ok(()),
             };
@@ -197,7 +200,7 @@ pub fn run_with(command: &str, what: &str, deadline: Duration) -> Result<Issued,
     if !status.success() {
         return Err(format!("{what}: credential_process failed ({status})"));
     }
-    parse_process_credentials(&out).map_err(|e| format!("{what}: {e}"))
+    parse_process_credentials(out.expose()).map_err(|e| format!("{what}: {e}"))
 }
 
 #[cfg(test)]

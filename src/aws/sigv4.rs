@@ -27,6 +27,7 @@ use ring::{digest, hmac};
 
 use super::credentials::Credentials;
 use crate::text::rfc3339::Rfc3339;
+use crate::text::secret_bytes::SecretBytes;
 
 /// The signing algorithm name.
 pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";
@@ -41,6 +42,11 @@ pub fn hex_sha256(bytes: &[u8]) -> String {
 
 fn hmac_sha256(key: &[u8], data: &[u8]) -> hmac::Tag {
     hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data)
+}
+
+/// An HMAC that is itself a key: copied at once into a wiping owner.
+fn hmac_secret(key: &[u8], data: &[u8]) -> SecretBytes {
+    SecretBytes::copy_of(hmac_sha256(key, data).as_ref())
 }
 
 /// SigV4 `UriEncode`: every byte except the unreserved characters `A-Za-z0-9-_.~` becomes
@@ -199,29 +205,39 @@ pub fn string_to_sign(scope: &Scope<'_>, canonical_request: &str) -> String {
 }
 
 /// The signing key of step 3, `AWS4<secret>` -> date -> region -> service -> `aws4_request`,
-/// for one day, region and service. Deriving it takes four HMACs, each with its own key
-/// set-up; a client that signs many requests with the same credentials keeps it for the day
-/// ([`SigningKey::fits`]) and only computes the final HMAC per request.
+/// for one day, region and service. Deriving it takes four HMACs; a client that signs many
+/// requests with the same credentials keeps it for the day ([`SigningKey::fits`]) and only
+/// computes the final HMAC per request. `AWS4<secret>`, each intermediate key and the key
+/// itself are held in wiping owners (`crate::text::secret_bytes`); ring's `hmac::Key` (not
+/// wiped on drop) is built per signature and dropped with it.
 #[derive(Clone)]
 pub struct SigningKey {
     date: String,
     region: String,
     service: String,
-    key: hmac::Key,
+    key: SecretBytes,
 }
 
 impl SigningKey {
     /// Derives the key of `scope`'s day, region and service from the secret access key.
     pub fn derive(secret: &str, scope: &Scope<'_>) -> SigningKey {
-        let k_date = hmac_sha256(format!("AWS4{secret}").as_bytes(), scope.date().as_bytes());
-        let k_region = hmac_sha256(k_date.as_ref(), scope.region.as_bytes());
-        let k_service = hmac_sha256(k_region.as_ref(), scope.service.as_bytes());
-        let k_signing = hmac_sha256(k_service.as_ref(), b"aws4_request");
+        let mut k_secret = SecretBytes::with_capacity(4 + secret.len());
+        k_secret.expose_mut().extend_from_slice(b"AWS4");
+        k_secret.expose_mut().extend_from_slice(secret.as_bytes());
+        let mut key = hmac_secret(k_secret.expose(), scope.date().as_bytes());
+        for part in [
+            scope.region.as_bytes(),
+            scope.service.as_bytes(),
+            b"aws4_request",
+        ] {
+            // The previous key drops (wiped) as the next one replaces it.
+            key = hmac_secret(key.expose(), part);
+        }
         SigningKey {
             date: scope.date().to_string(),
             region: scope.region.to_string(),
             service: scope.service.to_string(),
-            key: hmac::Key::new(hmac::HMAC_SHA256, k_signing.as_ref()),
+            key,
         }
     }
 
@@ -232,7 +248,7 @@ impl SigningKey {
 
     /// Hex HMAC of the string to sign: the signature.
     fn signature(&self, string_to_sign: &str) -> String {
-        crate::text::hex::lower(hmac::sign(&self.key, string_to_sign.as_bytes()).as_ref())
+        crate::text::hex::lower(hmac_sha256(self.key.expose(), string_to_sign.as_bytes()).as_ref())
     }
 }
 

@@ -15,10 +15,12 @@ use crate::message::protection::keys::{read_private_file, read_private_file_up_t
 use crate::metrics::Metrics;
 use crate::text::log_budget::LogBudget;
 use crate::text::peer::PeerText;
+use crate::text::secret_bytes::{env_secret, SecretString};
 
 /// Reads a secret from the named environment variable; the error names the variable only.
-fn secret_from_env(var: &str) -> Result<String, BrokerError> {
-    std::env::var(var).map_err(|_| BrokerError {
+/// Ours is wiped once the client has copied it (the client keeps its own copy for reconnects).
+fn secret_from_env(var: &str) -> Result<SecretString, BrokerError> {
+    env_secret(var).map_err(|_| BrokerError {
         action: "connect".into(),
         source: io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -161,10 +163,12 @@ fn options(
             username_env,
             password_env,
         } => nats::Options::with_user_pass(
-            &secret_from_env(username_env)?,
-            &secret_from_env(password_env)?,
+            secret_from_env(username_env)?.expose(),
+            secret_from_env(password_env)?.expose(),
         ),
-        NatsAuth::Token { token_env } => nats::Options::with_token(&secret_from_env(token_env)?),
+        NatsAuth::Token { token_env } => {
+            nats::Options::with_token(secret_from_env(token_env)?.expose())
+        }
         NatsAuth::CredentialsFile { path } => credentials_options(path)?,
         NatsAuth::NKey { seed_file } => nkey_options(seed_file)?,
     };
@@ -259,7 +263,8 @@ fn client_identity(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), Broker
             &format!("nats.tls_key_file {}: {e}", key.display()),
         )
     })?;
-    Ok((cert_pem, key_pem.into_bytes()))
+    // The client takes its own copy (kept for reconnects, not wiped); ours is wiped here.
+    Ok((cert_pem, key_pem.expose().as_bytes().to_vec()))
 }
 
 /// Largest NATS credentials file read: a user JWT (a few KiB with many permissions) and the
@@ -271,7 +276,7 @@ pub const MAX_CREDS_FILE_BYTES: u64 = 64 * 1024;
 /// its owner only, at most [`MAX_CREDS_FILE_BYTES`]), once: the client signs with what was
 /// read and never opens the path itself (it used to, at every connect, following links and
 /// blocking on a FIFO).
-pub fn read_credentials_file(path: &Path) -> Result<String, String> {
+pub fn read_credentials_file(path: &Path) -> Result<SecretString, String> {
     read_private_file_up_to(path, MAX_CREDS_FILE_BYTES)
 }
 
@@ -284,7 +289,7 @@ fn credentials_options(path: &Path) -> Result<nats::Options, BrokerError> {
     };
     let text = read_credentials_file(path).map_err(|e| what(&e))?;
     // The parse error is not shown: it could quote the file.
-    nats::Options::with_static_credentials(&text)
+    nats::Options::with_static_credentials(text.expose())
         .map_err(|_| what("is not a NATS credentials file (a user JWT and an NKey seed)"))
 }
 
@@ -298,7 +303,7 @@ fn nkey_options(seed_file: &Path) -> Result<nats::Options, BrokerError> {
         )
     };
     let seed = read_private_file(seed_file).map_err(|e| what(&e))?;
-    let pair = nkeys::KeyPair::from_seed(seed.trim())
+    let pair = nkeys::KeyPair::from_seed(seed.expose().trim())
         .map_err(|_| what("is not an NKey seed (one line, starting with S)"))?;
     if !pair.public_key().starts_with('U') {
         return Err(what(

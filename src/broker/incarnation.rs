@@ -35,25 +35,25 @@ pub fn read(nc: &Connection, stream: &str) -> io::Result<Arc<str>> {
 /// [`read`], the request sent at once and answered within `timeout` (a check made before
 /// each of many small steps, such as a redrive's removals).
 pub fn read_within(nc: &Connection, stream: &str, timeout: Duration) -> io::Result<Arc<str>> {
-    let info = consumer_shape::api_request_flushed(
+    of_info(&stream_info(nc, stream, timeout)?).map_err(io::Error::other)
+}
+
+/// `$JS.API.STREAM.INFO` of `stream`, sent at once and answered within `timeout`, the reply
+/// bounded by [`MAX_STREAM_INFO_BYTES`]: the one reader of a stream's info.
+pub fn stream_info(nc: &Connection, stream: &str, timeout: Duration) -> io::Result<Value> {
+    consumer_shape::api_request_flushed(
         nc,
         &format!("$JS.API.STREAM.INFO.{stream}"),
         b"",
         MAX_STREAM_INFO_BYTES,
         timeout,
-    )?;
-    of_info(&info).map_err(io::Error::other)
+    )
 }
 
 /// The incarnation of `stream` and its retention policy (`limits`, `interest`, `workqueue`;
 /// `limits` when the broker does not say), from one stream info.
 pub fn read_with_retention(nc: &Connection, stream: &str) -> io::Result<(Arc<str>, String)> {
-    let info = consumer_shape::api_request_within(
-        nc,
-        &format!("$JS.API.STREAM.INFO.{stream}"),
-        b"",
-        MAX_STREAM_INFO_BYTES,
-    )?;
+    let info = stream_info(nc, stream, consumer_shape::API_TIMEOUT)?;
     let incarnation = of_info(&info).map_err(io::Error::other)?;
     let retention = match info["config"]["retention"].as_str() {
         None => "limits".to_string(),

@@ -6,7 +6,7 @@ use std::fmt;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{FileType, Mode, OFlags, Stat, CWD};
 
@@ -89,28 +89,92 @@ pub fn check_owner(stat: &Stat, root_too: bool) -> Result<(), Refusal> {
     Err(Refusal::Owner { uid, allowed })
 }
 
-/// Why a directory path is one another account could change: `dir` itself or a directory or
-/// link on its path, as written (made absolute) and as resolved, that is owned by another
-/// account than the service's user or root, or (a directory) writable by other accounts
-/// without the sticky bit. Such an account could rename what the service keeps there (or the
-/// whole directory) and put an older copy back, or point a link elsewhere. `None`: only the
-/// service's user or root can change it. The text names the place and the reason.
+/// Why a directory path is one another account could change: `dir` itself or any entry the
+/// kernel passes through to reach it, walked one component at a time as the kernel resolves it
+/// (every directory, every symbolic link and the directory each link sits in, again inside
+/// each link's target), that is owned by another account than the service's user or root, or
+/// (a directory) writable by other accounts without the sticky bit. Such an account could
+/// rename what the service keeps there (or the whole directory) and put an older copy back, or
+/// point a link elsewhere (a link inside another account's directory, or through
+/// `/proc/<pid>/cwd` of another account's process). `None`: only the service's user or root
+/// can change it. The text names the place and the reason.
 pub fn changeable_by_others(dir: &Path) -> Option<String> {
     let absolute = match std::env::current_dir() {
         Ok(cwd) => cwd.join(dir),
         Err(e) => return Some(format!("{}: {e}", dir.display())),
     };
-    let real = match std::fs::canonicalize(dir) {
-        Ok(real) => real,
-        Err(e) => return Some(format!("{}: {e}", dir.display())),
+    let mut walk = Walk {
+        resolved: PathBuf::from("/"),
+        left: absolute
+            .components()
+            .map(Component::as_os_str)
+            .map(PathBuf::from)
+            .collect(),
+        links: 0,
     };
-    absolute
-        .ancestors()
-        .chain(real.ancestors())
-        .find_map(|p| match rustix::fs::lstat(p) {
-            Err(e) => Some(format!("{}: {}", p.display(), io::Error::from(e))),
-            Ok(stat) => changeable(&stat).map(|why| format!("{} {why}", p.display())),
-        })
+    let root = entry(Path::new("/")).err();
+    root.or_else(|| std::iter::from_fn(|| walk.step()).find_map(Result::err))
+}
+
+/// Most symbolic links one path may pass through (the kernel's own bound, `MAXSYMLINKS`).
+const MAX_LINKS: usize = 40;
+
+/// The resolution of a path, one component at a time.
+struct Walk {
+    /// Where the walk is: a path without links, every entry on it checked.
+    resolved: PathBuf,
+    /// The components still to walk, the first next.
+    left: std::collections::VecDeque<PathBuf>,
+    links: usize,
+}
+
+impl Walk {
+    /// Walks one component: `None` at the end, `Err` naming an entry others could change.
+    fn step(&mut self) -> Option<Result<(), String>> {
+        let part = self.left.pop_front()?;
+        match part.as_os_str().to_str() {
+            Some("/") => self.resolved = PathBuf::from("/"),
+            Some(".") => {}
+            Some("..") => {
+                self.resolved.pop();
+            }
+            _ => return Some(self.enter(&part)),
+        }
+        Some(Ok(()))
+    }
+
+    /// Checks the entry `name` below where the walk is, and goes into it (through a link: its
+    /// target's components come next).
+    fn enter(&mut self, name: &Path) -> Result<(), String> {
+        let here = self.resolved.join(name);
+        let is_link = entry(&here)?;
+        if !is_link {
+            self.resolved = here;
+            return Ok(());
+        }
+        self.links += 1;
+        if self.links > MAX_LINKS {
+            return Err(format!(
+                "{}: more than {MAX_LINKS} symbolic links",
+                here.display()
+            ));
+        }
+        let target = std::fs::read_link(&here).map_err(|e| format!("{}: {e}", here.display()))?;
+        for part in target.components().rev() {
+            self.left.push_front(PathBuf::from(part.as_os_str()));
+        }
+        Ok(())
+    }
+}
+
+/// Checks one entry of a walked path (see [`changeable`]); `Ok(true)` for a symbolic link.
+fn entry(path: &Path) -> Result<bool, String> {
+    let stat = rustix::fs::lstat(path)
+        .map_err(|e| format!("{}: {}", path.display(), io::Error::from(e)))?;
+    match changeable(&stat) {
+        Some(why) => Err(format!("{} {why}", path.display())),
+        None => Ok(FileType::from_raw_mode(stat.st_mode) == FileType::Symlink),
+    }
 }
 
 /// [`changeable_by_others`] for one entry of the path.
@@ -119,7 +183,7 @@ fn changeable(stat: &Stat) -> Option<String> {
         return Some(e.to_string());
     }
     if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink {
-        return None; // its target is on the resolved path, checked there
+        return None; // its target is walked and checked next
     }
     let mode = stat.st_mode & 0o7777;
     (mode & 0o022 != 0 && mode & 0o1000 == 0)

@@ -20,6 +20,7 @@ pub mod metadata;
 pub mod mission;
 pub mod policy;
 pub mod protection;
+pub mod record;
 pub mod refusal;
 pub mod size_policy;
 pub mod subject;

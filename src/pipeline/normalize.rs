@@ -207,7 +207,7 @@ impl Normalizer {
         if self.size_policy.bounds_record() {
             let mut record = Vec::with_capacity(1024 + envelope.payload.json().len());
             // An envelope the encoder refuses is left to the sink, which refuses it the same way.
-            if crate::sink::file::record::encode_record(&mut record, envelope).is_ok() {
+            if crate::message::record::encode_record(&mut record, envelope).is_ok() {
                 self.size_policy
                     .check_record_bytes(record.len() as u64)
                     .map_err(|r| self.refuse(raw, &r))?;

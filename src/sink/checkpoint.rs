@@ -161,8 +161,8 @@ impl DrainFeed {
     /// One record the sink now holds, as the spool stored it (the file sink's record text):
     /// told when it is this runner's and its custody seal verifies (as the rescan checks); a
     /// record of another runner is left to that runner's rescan; one failing its seal is
-    /// logged and never signed. `place` names it in the log.
-    pub fn delivered(&self, record: &[u8], place: &str) {
+    /// logged and never signed. `place` names it in the log (formatted only then).
+    pub fn delivered(&self, record: &[u8], place: impl std::fmt::Display) {
         let read = std::str::from_utf8(record)
             .map_err(|_| "not UTF-8".to_string())
             .and_then(|t| read_record(t, Some(&self.custodian)));
@@ -175,7 +175,7 @@ impl DrainFeed {
             Ok(_) => {}
             Err(e) => log::error!(
                 "custody checkpoints: drained record at {}: {}; never signed",
-                PeerText::new(place),
+                PeerText::new(&place.to_string()),
                 PeerText::new(&e)
             ),
         }
@@ -204,7 +204,11 @@ pub struct Writer {
     pending: BTreeMap<Origin, BTreeMap<u64, [u8; 32]>>,
     gaps: BTreeMap<Origin, BTreeMap<u64, &'static str>>,
     /// Records in `pending`, all origins.
+    /// Records and gaps pending: a checkpoint is cut at `every_records` of them together, so
+    /// a flood of refusals cannot make one too large to read back (atk50a finding 5).
     pending_count: usize,
+    /// Gaps signed lately: a message refused again on a later delivery is not listed again.
+    signed_gaps: SignedGaps,
 }
 
 fn origin_of(b: &Body) -> Origin {
@@ -248,6 +252,7 @@ impl Writer {
             pending: BTreeMap::new(),
             gaps: BTreeMap::new(),
             pending_count: 0,
+            signed_gaps: SignedGaps::default(),
         };
         Ok((w, feed))
     }
@@ -403,7 +408,12 @@ impl Writer {
                 }
             }
             Event::Gap(o, seq, why) => {
-                self.gaps.entry(o).or_default().insert(seq, why);
+                if self.signed_gaps.holds(&o, seq) {
+                    return; // a message refused again on a later delivery: listed once
+                }
+                if self.gaps.entry(o).or_default().insert(seq, why).is_none() {
+                    self.pending_count += 1;
+                }
             }
         }
     }
@@ -496,10 +506,42 @@ impl Writer {
         }
         self.head = Some((body.index, digest));
         self.last_origin = Some(o.clone());
-        self.pending_count -= leaves.len();
+        self.pending_count -= leaves.len() + gaps.len();
+        self.signed_gaps.note(o, gaps.keys().copied());
         self.pending.remove(o);
         self.gaps.remove(o);
         true
+    }
+}
+
+/// Gaps signed lately, the newest [`SIGNED_GAPS_KEPT`]: a message refused on every delivery
+/// (no DLQ, no `max_deliveries`) is listed in one checkpoint, not in every one after it
+/// (atk50a finding 6). Older ones are forgotten; the verifier counts a gap listed twice once.
+#[derive(Default)]
+struct SignedGaps {
+    held: BTreeSet<(Origin, u64)>,
+    order: std::collections::VecDeque<(Origin, u64)>,
+}
+
+/// Signed gaps remembered.
+const SIGNED_GAPS_KEPT: usize = 65_536;
+
+impl SignedGaps {
+    fn holds(&self, o: &Origin, seq: u64) -> bool {
+        self.held.contains(&(o.clone(), seq))
+    }
+
+    fn note(&mut self, o: &Origin, seqs: impl Iterator<Item = u64>) {
+        for seq in seqs {
+            if self.held.insert((o.clone(), seq)) {
+                self.order.push_back((o.clone(), seq));
+            }
+            if self.order.len() > SIGNED_GAPS_KEPT {
+                if let Some(old) = self.order.pop_front() {
+                    self.held.remove(&old);
+                }
+            }
+        }
     }
 }
 

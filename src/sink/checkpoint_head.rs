@@ -5,7 +5,8 @@
 //! One JSON object, written atomically with mode 0600 after every checkpoint:
 //! `{"schema":"svc.custody.checkpoint-head.v1","runner_id":"..","index":N,"digest":"<hex>"}`.
 //! Read as the replay state file is: no link followed, a regular file of the service's user
-//! with one name and no access for other accounts, bounded.
+//! with one name and no access for other accounts, bounded, in a directory only the service's
+//! user or root can change.
 
 use std::path::{Path, PathBuf};
 
@@ -64,9 +65,31 @@ impl HeadFile {
         )
     }
 
+    /// Refuses a head file whose directory another account can change (any directory, link
+    /// or link's directory on its path: `files::owner::changeable_by_others`): it could put an
+    /// older head of the runner's own back, and a chain cut back to it would be continued at
+    /// start (atk50a finding 3; the replay state's rule).
+    fn check_directory(&self) -> Result<(), String> {
+        let dir = match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        match crate::files::owner::changeable_by_others(dir) {
+            None => Ok(()),
+            Some(why) => Err(format!(
+                "{}: its directory {}: {why}: another account could put an older head back \
+                 and have a chain cut back to it continued; keep it in a directory only the \
+                 service's user (or root) can write, on a path only they can change",
+                self.shown(),
+                crate::text::peer::PeerText::new(&dir.to_string_lossy())
+            )),
+        }
+    }
+
     /// The stored head; `None` when there is no file yet.
     pub fn read(&self) -> Result<Option<Head>, String> {
         let shown = self.shown();
+        self.check_directory()?;
         let Some(text) = crate::files::owner::read_private(&self.path, MAX_HEAD_BYTES)
             .map_err(|e| format!("{shown}: {e}"))?
         else {
@@ -82,6 +105,7 @@ impl HeadFile {
 
     /// Replaces the head atomically and durably, mode 0600.
     pub fn write(&self, head: &Head) -> Result<(), String> {
+        self.check_directory()?;
         let mut bytes = serde_json::to_vec(head).unwrap_or_default();
         bytes.push(b'\n');
         crate::files::atomic::write_atomically(&self.path, &bytes, 0o600)

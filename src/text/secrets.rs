@@ -16,8 +16,9 @@ use std::borrow::Cow;
 use base64::engine::general_purpose::{STANDARD as B64, URL_SAFE as B64_URL};
 use base64::Engine as _;
 
+use super::secret_bytes::wipe_string;
 /// What a hidden value prints as.
-pub const REDACTED: &str = "<redacted>";
+pub use super::secret_bytes::REDACTED;
 
 /// Parts of a header or field name that make its value secret, wherever they occur in the
 /// name, in any letter case: `X-Auth-Key`, `Ocp-Apim-Subscription-Key`, `X-Functions-Key`,
@@ -98,6 +99,13 @@ impl std::fmt::Debug for Secrets {
     }
 }
 
+impl Drop for Secrets {
+    /// The forms are the secrets themselves: wiped (`super::secret_bytes`).
+    fn drop(&mut self) {
+        self.forms.iter_mut().for_each(wipe_string);
+    }
+}
+
 impl Secrets {
     pub fn new() -> Secrets {
         Secrets::default()
@@ -126,8 +134,11 @@ impl Secrets {
             B64.encode(value),
             B64_URL.encode(value),
         ] {
-            let form = form.to_ascii_lowercase();
-            if !self.forms.contains(&form) {
+            let mut form = form;
+            form.make_ascii_lowercase();
+            if self.forms.contains(&form) {
+                wipe_string(&mut form);
+            } else {
                 self.forms.push(form);
             }
         }

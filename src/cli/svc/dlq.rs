@@ -313,6 +313,7 @@ fn redrive(cfg: &RuntimeConfig, opts: &Options, flags: &Redrive) -> ExitCode {
             state: state.clone(),
             resume: flags.resume,
             dry_run: flags.dry_run,
+            removes_settled: true,
             max_rate: flags.max_rate,
             // Each broker request and the wait for each record (`--timeout`, 5 s by default).
             timeout: opts.timeout,

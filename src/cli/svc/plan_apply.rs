@@ -15,8 +15,8 @@ use serde_json::Value;
 use super::plan::Plan;
 use crate::broker::config::{is_loopback_url, NatsAuth, NatsConfig};
 use crate::broker::{
-    check_bindable, connect, consumer_shape, is_not_found, settings_drift, typed_config,
-    BrokerError, Connection, Denials,
+    check_bindable, connect, consumer_shape, incarnation, is_not_found, settings_drift,
+    typed_config, BrokerError, Connection, Denials,
 };
 use crate::metrics::Metrics;
 use crate::text::peer::PeerText;
@@ -128,8 +128,7 @@ fn fail(what: &str) -> impl Fn(io::Error) -> BrokerError + '_ {
 }
 
 fn apply_stream(nc: &Connection, js: &JetStream, planned: &StreamConfig) -> io::Result<Outcome> {
-    let info =
-        consumer_shape::api_request(nc, &format!("$JS.API.STREAM.INFO.{}", planned.name), b"");
+    let info = incarnation::stream_info(nc, &planned.name, consumer_shape::API_TIMEOUT);
     match info {
         Ok(info) => Ok(outcome(stream_drift(&info["config"], planned))),
         Err(e) if is_not_found(&e) => {

@@ -195,6 +195,7 @@ pub fn run(opts: &Options) -> ExitCode {
             .unwrap_or_else(|| replay::state::StateFile::default_for(&opts.config)),
         resume: opts.resume,
         dry_run: opts.dry_run,
+        removes_settled: false,
         max_rate: opts.max_rate,
         timeout: opts.timeout,
     };

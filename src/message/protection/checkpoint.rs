@@ -24,9 +24,10 @@ use base64::Engine;
 use ring::digest::{self, SHA256};
 use ring::signature::{self, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
 
-use super::keys::{is_key_id, read_private_file, read_public_file};
+use super::keys::{decode_base64_into, is_key_id, read_private_file, read_public_file};
 use crate::document::canonical::{self, write_string as string};
 use crate::document::reader::ObjectReader;
+use crate::text::secret_bytes::{SecretBytes, SecretString};
 
 pub const CHECKPOINT_SCHEMA: &str = "svc.custody.checkpoint.v1";
 /// Largest stored checkpoint read (`every_records` at its maximum takes about 9 MiB).
@@ -105,21 +106,34 @@ impl CheckpointConfig {
     }
 }
 
-/// Text between PEM armour lines, or the text itself.
-fn pem_body(text: &str) -> String {
+/// Text between PEM armour lines, or the text itself, without whitespace, appended to `out`
+/// (reserved once for all of `text`: a private key's body is built without reallocation).
+fn pem_body_into(text: &str, out: &mut String) {
+    out.reserve_exact(text.len());
     if !text.contains("-----BEGIN") {
-        return text.split_whitespace().collect();
+        text.split_whitespace().for_each(|w| out.push_str(w));
+        return;
     }
     text.lines()
         .filter(|l| !l.starts_with("-----"))
         .flat_map(|l| l.split_whitespace())
-        .collect()
+        .for_each(|w| out.push_str(w));
 }
 
 fn b64(text: &str) -> Option<Vec<u8>> {
-    base64::engine::general_purpose::STANDARD
-        .decode(pem_body(text))
-        .ok()
+    let mut body = String::new();
+    pem_body_into(text, &mut body);
+    base64::engine::general_purpose::STANDARD.decode(body).ok()
+}
+
+/// The private key file's bytes: the file's text, the PEM body and the decoded bytes are each
+/// held by a wiping owner (`crate::text::secret_bytes`), so all three are wiped on every path.
+fn private_key_bytes(text: &SecretString) -> Option<SecretBytes> {
+    let mut body = SecretString::default();
+    pem_body_into(text.expose(), body.expose_mut());
+    let mut bytes = SecretBytes::default();
+    decode_base64_into(body.expose(), bytes.expose_mut()).ok()?;
+    Some(bytes)
 }
 
 /// The checkpoint signer. `Debug` shows the key id only.
@@ -144,11 +158,14 @@ impl Signer {
             cfg.signing_key_file.display()
         );
         let text = read_private_file(&cfg.signing_key_file).map_err(|e| format!("{what}: {e}"))?;
-        let bytes = b64(&text).ok_or_else(|| format!("{what}: does not hold base64 or PEM"))?;
+        let bytes = private_key_bytes(&text)
+            .ok_or_else(|| format!("{what}: does not hold base64 or PEM"))?;
+        // ring's key pair keeps its own copy of the seed's expansion, not wiped on drop
+        // (docs/security.md, "Secrets in memory").
         let pair = if bytes.len() == 32 {
-            Ed25519KeyPair::from_seed_unchecked(&bytes)
+            Ed25519KeyPair::from_seed_unchecked(bytes.expose())
         } else {
-            Ed25519KeyPair::from_pkcs8_maybe_unchecked(&bytes)
+            Ed25519KeyPair::from_pkcs8_maybe_unchecked(bytes.expose())
         }
         .map_err(|_| format!("{what}: not an Ed25519 seed or PKCS#8 key"))?;
         Ok(Signer {

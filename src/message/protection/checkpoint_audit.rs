@@ -170,12 +170,16 @@ pub fn audit_to_heads(
         }
     }
     let mut covered: BTreeMap<Named, Signed> = BTreeMap::new();
+    // A message refused on several deliveries may be listed more than once: one gap.
+    let mut gapped: BTreeSet<Named> = BTreeSet::new();
     for (runner, chain) in &mut chains {
         chain.sort_by_key(|(_, v)| v.body.index);
         check_chain(&mut r, runner, chain);
         for (_, v) in chain.iter() {
-            r.gaps += v.body.gaps.len();
             let b = &v.body;
+            for (seq, _) in &b.gaps {
+                gapped.insert((b.stream.clone(), b.stream_incarnation.clone(), *seq));
+            }
             for (seq, d) in &v.leaves {
                 covered
                     .entry((b.stream.clone(), b.stream_incarnation.clone(), *seq))
@@ -183,6 +187,7 @@ pub fn audit_to_heads(
             }
         }
     }
+    r.gaps = gapped.len();
     for head in heads {
         check_held_head(&mut r, &chains, head);
     }

@@ -113,7 +113,7 @@ fn file_records_objects_and_relational_rows_verify_alike() {
     let c = custodian(Some(&[9u8; 32]));
     let env = sealed(&c, br#"{"z": 1, "a": 1.50, "n": 1e2}"#);
     let mut line = Vec::new();
-    crate::sink::file::record::encode_record(&mut line, &env).unwrap();
+    crate::message::record::encode_record(&mut line, &env).unwrap();
     let file_rec: Value = serde_json::from_slice(&line).unwrap();
     assert_eq!(verify(&c, &file_rec), Verdict::Intact, "file record");
     let object =
@@ -213,7 +213,7 @@ fn mission_metadata_is_covered_when_present() {
     env.mission_metadata = Some(serde_json::json!({"profile": "sortie.v1", "wave": 2}));
     c.seal(&mut env, raw, 1_700_000_002_000_000_000);
     let mut line = Vec::new();
-    crate::sink::file::record::encode_record(&mut line, &env).unwrap();
+    crate::message::record::encode_record(&mut line, &env).unwrap();
     let file_rec: Value = serde_json::from_slice(&line).unwrap();
     assert_eq!(file_rec["mission_metadata"]["wave"], 2);
     assert_eq!(verify(&c, &file_rec), Verdict::Intact, "file record");

@@ -14,6 +14,7 @@ use base64::Engine as _;
 use crate::document::grammar::is_env_var_name;
 use crate::document::reader::ObjectReader;
 use crate::files::owner;
+use crate::text::secret_bytes::{wipe_vec, SecretString};
 
 /// Largest key file read (a base64 key is a few dozen bytes; anything large is a mistake).
 pub const MAX_KEY_FILE_BYTES: u64 = 4096;
@@ -39,10 +40,10 @@ impl fmt::Debug for Secret {
 }
 
 impl Drop for Secret {
-    /// Best effort: overwrite before the allocation is freed (not guaranteed against the
-    /// optimizer without `unsafe`, which the crate forbids; it shortens the window only).
+    /// Overwrites the whole allocation before it is freed (`crate::text::secret_bytes`: what
+    /// that guarantees and what it cannot).
     fn drop(&mut self) {
-        self.0.iter_mut().for_each(|b| *b = 0);
+        wipe_vec(&mut self.0);
     }
 }
 
@@ -96,18 +97,49 @@ impl KeySource {
 
     /// The decoded key: base64 (standard alphabet, surrounding whitespace ignored) of
     /// `min..=max` bytes. Files readable by group or others are refused.
+    /// The file's or variable's text and the decoding buffer are wiped on every path.
     pub fn load(&self, min: usize, max: usize) -> Result<Secret, String> {
-        let text = match self {
-            KeySource::Env(name) => std::env::var(name).map_err(|e| match e {
-                std::env::VarError::NotPresent => format!("{self} is not set"),
-                std::env::VarError::NotUnicode(_) => format!("{self} is not valid UTF-8"),
-            })?,
+        self.load_with(min, max, &mut SecretString::default())
+    }
+
+    /// [`KeySource::load`] reading the text into `text`, which is zeroed (its whole capacity,
+    /// left as that many NUL characters) before this returns, on every path: a test can see
+    /// the text was wiped.
+    pub fn load_with(
+        &self,
+        min: usize,
+        max: usize,
+        text: &mut SecretString,
+    ) -> Result<Secret, String> {
+        let result = self.read_and_decode(min, max, text);
+        text.zero();
+        result
+    }
+
+    fn read_and_decode(
+        &self,
+        min: usize,
+        max: usize,
+        text: &mut SecretString,
+    ) -> Result<Secret, String> {
+        *text = match self {
+            KeySource::Env(name) => {
+                crate::text::secret_bytes::env_secret(name).map_err(|e| match e {
+                    crate::text::secret_bytes::EnvSecretError::NotSet => {
+                        format!("{self} is not set")
+                    }
+                    crate::text::secret_bytes::EnvSecretError::NotUnicode => {
+                        format!("{self} is not valid UTF-8")
+                    }
+                })?
+            }
             KeySource::File(path) => read_private_file(path).map_err(|e| format!("{self}: {e}"))?,
         };
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(text.trim())
+        let mut bytes = Secret(Vec::new());
+        // On an error `bytes` drops here and is wiped.
+        decode_base64_into(text.expose(), &mut bytes.0)
             .map_err(|_| format!("{self} does not hold standard base64"))?;
-        if bytes.len() < min || bytes.len() > max {
+        if bytes.0.len() < min || bytes.0.len() > max {
             let want = if min == max {
                 format!("{min}")
             } else {
@@ -115,24 +147,34 @@ impl KeySource {
             };
             return Err(format!(
                 "{self} decodes to {} bytes; {want} bytes are required",
-                bytes.len()
+                bytes.0.len()
             ));
         }
-        Ok(Secret(bytes))
+        Ok(bytes)
     }
+}
+
+/// Decodes standard base64 (surrounding whitespace ignored) into `out`, reserved once for the
+/// largest result so the decoder never reallocates (no unwiped copy of a key is left in freed
+/// memory). On an error `out` may hold part of the key: the caller owns it and wipes it.
+pub fn decode_base64_into(text: &str, out: &mut Vec<u8>) -> Result<(), base64::DecodeError> {
+    let text = text.trim();
+    out.clear();
+    out.reserve_exact(base64::decoded_len_estimate(text.len()));
+    base64::engine::general_purpose::STANDARD.decode_vec(text, out)
 }
 
 /// Reads a small file that must be a regular file readable by its owner only. Checked on the
 /// opened handle (so the check and the read concern the same file): opened without following
 /// a link at the name and without blocking (a FIFO there is refused at once), owned by the
 /// service's user or root (as root, a key another account owns is theirs to choose).
-pub fn read_private_file(path: &Path) -> Result<String, String> {
+pub fn read_private_file(path: &Path) -> Result<SecretString, String> {
     read_private_file_up_to(path, MAX_KEY_FILE_BYTES)
 }
 
 /// [`read_private_file`] for a private file that may be larger than a key: at most `max`
 /// bytes (a NATS credentials file holds a JWT as well as the seed).
-pub fn read_private_file_up_to(path: &Path, max: u64) -> Result<String, String> {
+pub fn read_private_file_up_to(path: &Path, max: u64) -> Result<SecretString, String> {
     use std::os::unix::fs::PermissionsExt;
     let file = open_trusted(path)?;
     let meta = file.metadata().map_err(|e| format!("cannot stat: {e}"))?;
@@ -143,7 +185,15 @@ pub fn read_private_file_up_to(path: &Path, max: u64) -> Result<String, String> 
              restrict it to the service user (chmod 600)"
         ));
     }
-    read_bounded(file, max)
+    let mut text = SecretString::with_capacity(read_capacity(meta.len(), max));
+    read_bounded(file, max, text.expose_mut())?;
+    Ok(text)
+}
+
+/// Room for a file of `len` bytes (as stat said, at most `max`) and one more byte, so reading
+/// it whole never reallocates (a reallocation would leave a copy of a secret unwiped).
+fn read_capacity(len: u64, max: u64) -> usize {
+    usize::try_from(len.min(max) + 1).unwrap_or(usize::MAX)
 }
 
 /// Reads a small public file (an Ed25519 public key): not secret, but trusted (whoever can
@@ -161,7 +211,9 @@ pub fn read_public_file(path: &Path) -> Result<String, String> {
              restrict writing to its owner (chmod 644)"
         ));
     }
-    read_bounded(file, MAX_KEY_FILE_BYTES)
+    let mut text = String::new();
+    read_bounded(file, MAX_KEY_FILE_BYTES, &mut text)?;
+    Ok(text)
 }
 
 /// Opens a key file: no link at the name, never blocking, a regular file owned by the
@@ -172,15 +224,14 @@ fn open_trusted(path: &Path) -> Result<std::fs::File, String> {
     Ok(file)
 }
 
-fn read_bounded(file: std::fs::File, max: u64) -> Result<String, String> {
-    let mut text = String::new();
+fn read_bounded(file: std::fs::File, max: u64, text: &mut String) -> Result<(), String> {
     file.take(max + 1)
-        .read_to_string(&mut text)
+        .read_to_string(text)
         .map_err(|e| format!("cannot read: {e}"))?;
     if text.len() as u64 > max {
         return Err(format!("is larger than {max} bytes"));
     }
-    Ok(text)
+    Ok(())
 }
 
 /// True for a key id: 1 to 64 characters of `A-Z a-z 0-9 _ - .`.
@@ -250,6 +301,27 @@ mod tests {
         assert!(e.contains("writable by group or others"), "{e}");
         std::fs::set_permissions(d.join("k"), std::fs::Permissions::from_mode(0o644)).unwrap();
         assert_eq!(read_public_file(&d.join("k")).unwrap(), key);
+    }
+
+    /// The key file's text is wiped once the key is decoded: read through `load_with`, the
+    /// buffer that held it is all zeros afterwards, on success and on a refused length.
+    #[test]
+    fn the_key_files_text_is_wiped_after_loading() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        let key = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
+        std::fs::write(&path, format!("{key}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let src = KeySource::File(path);
+        let mut text = SecretString::default();
+        let secret = src.load_with(32, 32, &mut text).unwrap();
+        assert_eq!(secret.expose(), &[7u8; 32]);
+        assert!(text.len() > key.len(), "the text was read into the buffer");
+        assert!(text.expose().bytes().all(|b| b == 0), "text left behind");
+        let mut text = SecretString::default();
+        let e = src.load_with(16, 16, &mut text).unwrap_err();
+        assert!(e.contains("32 bytes") && !e.contains(&key), "{e}");
+        assert!(text.len() > key.len() && text.expose().bytes().all(|b| b == 0));
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub use super::oci_identity::{jwt_expiry, Identity};
 use super::oci_signature::{load_private_key, Signer};
 use crate::aws::{parse_ini, Env};
 use crate::observe::policy::cloud_a::{AuthMode, CloudA};
+use crate::text::secret_bytes::SecretString;
 
 /// The identity could not be established.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,13 +128,14 @@ pub fn config_file(path: &Path, profile: &str, env: &dyn Env) -> Result<Identity
         )));
     }
     let key_path = resolve_key_path(key_file, path, env);
-    let pem = std::fs::read_to_string(&key_path).map_err(|e| {
+    // Wiped when it drops (`crate::text::secret_bytes`), once the key pair is built.
+    let pem = SecretString::new(std::fs::read_to_string(&key_path).map_err(|e| {
         AuthError(format!(
             "cannot read key_file {} ({where_}): {e}",
             key_path.display()
         ))
-    })?;
-    let key = load_private_key(&pem).map_err(|e| {
+    })?);
+    let key = load_private_key(pem.expose()).map_err(|e| {
         let hint = if section.contains_key("pass_phrase") {
             " (pass_phrase is set, but encrypted keys are not supported)"
         } else {
@@ -166,7 +168,11 @@ fn value_or_file(env: &dyn Env, var: &str) -> Result<Option<String>, AuthError> 
     match env.var(var) {
         None => Ok(None),
         Some(v) if v.starts_with('/') => std::fs::read_to_string(&v)
-            .map(|t| Some(t.trim().to_string()))
+            .map(|t| {
+                // The file holds a token or a private key: the untrimmed text is wiped.
+                let t = SecretString::new(t);
+                Some(t.expose().trim().to_string())
+            })
             .map_err(|e| AuthError(format!("cannot read the file named by {var}: {e}"))),
         Some(v) => Ok(Some(v)),
     }
@@ -207,11 +213,12 @@ pub fn resource_principal(env: &dyn Env, now_epoch: i64) -> Result<Identity, Aut
         }
     }
     let pem = value_or_file(env, "OCI_RESOURCE_PRINCIPAL_PRIVATE_PEM")?
+        .map(SecretString::new)
         .ok_or_else(|| AuthError("OCI_RESOURCE_PRINCIPAL_PRIVATE_PEM is not set".into()))?;
     if env.var("OCI_RESOURCE_PRINCIPAL_REGION").is_none() {
         return Err(AuthError("OCI_RESOURCE_PRINCIPAL_REGION is not set".into()));
     }
-    let key = load_private_key(&pem).map_err(|e| {
+    let key = load_private_key(pem.expose()).map_err(|e| {
         let hint = if env
             .var("OCI_RESOURCE_PRINCIPAL_PRIVATE_PEM_PASSPHRASE")
             .is_some()

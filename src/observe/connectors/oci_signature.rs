@@ -24,6 +24,9 @@ use ring::rand::SystemRandom;
 use ring::signature::{RsaKeyPair, RSA_PKCS1_SHA256};
 use sha2::{Digest, Sha256};
 
+use crate::message::protection::keys::decode_base64_into;
+use crate::text::secret_bytes::{SecretBytes, SecretString};
+
 /// Headers signed for a request with a body, in signing order.
 pub const BODY_HEADERS: &str =
     "date (request-target) host content-length content-type x-content-sha256";
@@ -43,7 +46,7 @@ impl std::fmt::Display for KeyError {
 impl std::error::Error for KeyError {}
 
 /// The DER body of the first PEM block and its label.
-fn pem_block(pem: &str) -> Result<(String, Vec<u8>), KeyError> {
+fn pem_block(pem: &str) -> Result<(String, SecretBytes), KeyError> {
     let begin = pem
         .find("-----BEGIN ")
         .ok_or_else(|| KeyError("is not a PEM private key (no BEGIN line)".into()))?;
@@ -63,9 +66,12 @@ fn pem_block(pem: &str) -> Result<(String, Vec<u8>), KeyError> {
             "is an encrypted PEM key; this release cannot decrypt keys (decrypt it with `openssl pkey` and protect the file with permissions 0600)".into(),
         ));
     }
-    let b64: String = body.split_whitespace().collect();
-    let der = B64
-        .decode(b64.as_bytes())
+    // The body of a private key: built and decoded in wiping owners, each reserved once.
+    let mut b64 = SecretString::with_capacity(body.len());
+    body.split_whitespace()
+        .for_each(|w| b64.expose_mut().push_str(w));
+    let mut der = SecretBytes::default();
+    decode_base64_into(b64.expose(), der.expose_mut())
         .map_err(|_| KeyError(format!("PEM block {label} is not valid base64")))?;
     Ok((label, der))
 }
@@ -74,8 +80,9 @@ fn pem_block(pem: &str) -> Result<(String, Vec<u8>), KeyError> {
 pub fn load_private_key(pem: &str) -> Result<RsaKeyPair, KeyError> {
     let (label, der) = pem_block(pem)?;
     let parsed = match label.as_str() {
-        "RSA PRIVATE KEY" => RsaKeyPair::from_der(&der),
-        "PRIVATE KEY" => RsaKeyPair::from_pkcs8(&der),
+        // ring's key pair keeps its own copy (not wiped on drop); `der` is wiped.
+        "RSA PRIVATE KEY" => RsaKeyPair::from_der(der.expose()),
+        "PRIVATE KEY" => RsaKeyPair::from_pkcs8(der.expose()),
         "ENCRYPTED PRIVATE KEY" => {
             return Err(KeyError(
                 "is an encrypted PKCS#8 key; this release cannot decrypt keys (decrypt it with `openssl pkey` and protect the file with permissions 0600)".into(),

@@ -7,6 +7,7 @@ use std::fmt;
 use super::{ExportError, Header};
 use crate::document::grammar::is_env_var_name;
 use crate::observe::policy::checks::RESERVED_HEADERS;
+use crate::text::secret_bytes::wipe_string;
 
 /// A value resolved from the environment at export time (a token, a header value). It is
 /// never stored in the policy, and its `Debug` and `Display` print `<redacted>`, so it cannot
@@ -51,6 +52,14 @@ impl Secret {
     }
 }
 
+impl Drop for Secret {
+    /// Wiped when the last holder lets go (`crate::text::secret_bytes`; each clone is wiped
+    /// when it drops).
+    fn drop(&mut self) {
+        wipe_string(&mut self.value);
+    }
+}
+
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(REDACTED)
@@ -83,21 +92,30 @@ pub fn resolve_env_with(
     let Some(raw) = lookup(var) else {
         return Err(problem(&format!("environment variable {var} is not set")));
     };
-    let Ok(value) = raw.into_string() else {
-        return Err(problem(&format!(
-            "environment variable {var} is not valid UTF-8"
-        )));
+    let value = match raw.into_string() {
+        Ok(v) => Secret::new(v),
+        Err(raw) => {
+            use std::os::unix::ffi::OsStringExt;
+            crate::text::secret_bytes::wipe_vec(&mut raw.into_vec());
+            return Err(problem(&format!(
+                "environment variable {var} is not valid UTF-8"
+            )));
+        }
     };
-    if value.is_empty() {
+    let value_text = value.expose();
+    if value_text.is_empty() {
         return Err(problem(&format!("environment variable {var} is empty")));
     }
     // A header value must be one line of visible characters (CR/LF would split the request).
-    if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+    if value_text
+        .bytes()
+        .any(|b| b == b'\r' || b == b'\n' || b == 0)
+    {
         return Err(problem(&format!(
             "environment variable {var} contains a line break or NUL"
         )));
     }
-    Ok(Secret::new(value))
+    Ok(value)
 }
 
 /// Resolves a `headers_env` map (header name -> variable name) of block `block`. Headers in

@@ -53,6 +53,10 @@ pub struct Options {
     pub state: PathBuf,
     pub resume: bool,
     pub dry_run: bool,
+    /// The run removes each record it settles from the stream it reads (a redrive): a
+    /// `--resume` may then find the stream's first sequence past `next_seq` after a kill before
+    /// the state said so, which is not a purge of the range.
+    pub removes_settled: bool,
     /// Messages per second at most.
     pub max_rate: Option<u32>,
     /// Bounds the connect and the wait for each message from the broker.
@@ -426,10 +430,9 @@ fn plan(
     let first = opts.range.start_seq.unwrap_or(1);
     match stored {
         Some(st) if opts.resume => {
-            // What is left of the range may have been purged since the first run. Not a
-            // redrive's (it has a filter): it removes the records it settles from the head
-            // itself, and a kill before its state said so leaves `next_seq` below the head.
-            if !st.done && st.next_seq <= st.last_seq && opts.range.filter.is_none() {
+            // What is left of the range may have been purged since the first run; a run that
+            // removes what it settles moved the head itself.
+            if !st.done && st.next_seq <= st.last_seq && !opts.removes_settled {
                 let (stream_first, _) =
                     inspect::sequences(nc, stream).map_err(|e| fatal(e.to_string()))?;
                 gone_before(stream, stream_first, Some(st.next_seq), Some(st.last_seq))?;

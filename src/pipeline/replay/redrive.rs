@@ -358,13 +358,9 @@ fn warn_of_retention(stream: &str, retention: &str) {
 /// would store the first record's message, fail to remove it, and store it again at every
 /// `--resume`.
 fn removable(nc: &crate::broker::Connection, stream: &str) -> Result<(), String> {
-    let info = crate::broker::consumer_shape::api_request_within(
-        nc,
-        &format!("$JS.API.STREAM.INFO.{stream}"),
-        b"",
-        crate::broker::incarnation::MAX_STREAM_INFO_BYTES,
-    )
-    .map_err(|e| format!("stream {stream}: {e}"))?;
+    let timeout = crate::broker::consumer_shape::API_TIMEOUT;
+    let info = crate::broker::incarnation::stream_info(nc, stream, timeout)
+        .map_err(|e| format!("stream {stream}: {e}"))?;
     if info["config"]["deny_delete"] == true {
         return Err(format!(
             "dead-letter stream {stream} has deny_delete set: a redrive removes each record \

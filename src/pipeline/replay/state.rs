@@ -201,7 +201,7 @@ impl StateFile {
     /// write without the sticky bit (they could rename the service's own files there: put a
     /// finished state of an earlier run back under the name, and make `--resume` end a range
     /// it never delivered), or one owned by another account (which could make it so). The same
-    /// holds for every directory on its path, as written and as resolved (an ancestor others
+    /// holds for every directory on its path, walked as the kernel resolves it (an ancestor others
     /// may write lets them rename the whole state directory and put an old one back, atk46f
     /// finding 2), and for every symbolic link on the way (its owner could point it elsewhere).
     fn check_directory(&self) -> Result<(), String> {

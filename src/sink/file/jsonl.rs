@@ -45,8 +45,9 @@ use std::time::{Duration, Instant};
 use super::config::FileSinkConfig;
 use super::durable::{dir_mode, open_below, sync_dir};
 use super::gzip_into;
-use super::{encode_record, error, WriteLimit};
+use super::{error, WriteLimit};
 use crate::message::envelope::Envelope;
+use crate::message::record::encode_record;
 use crate::sink::layout::Compression;
 use crate::sink::{FailureClass, WriteOutcome};
 

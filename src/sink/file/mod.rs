@@ -25,7 +25,6 @@ mod durable_file;
 mod existing;
 pub mod jsonl;
 pub mod per_event;
-pub(crate) mod record;
 mod writer_pool;
 
 use flate2::write::GzEncoder;
@@ -38,7 +37,6 @@ use std::sync::Arc;
 use config::FileMode;
 pub use config::FileSinkConfig;
 use durable::{create_all, dir_mode, sync_dir};
-pub use record::{encode_record, RECORD_SCHEMA};
 
 use super::layout::DuplicatePolicy;
 use super::{FailureClass, Sink, SinkError, WriteOutcome};
@@ -238,6 +236,7 @@ impl Sink for FileSink {
 pub(crate) mod tests {
     use super::*;
     use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
+    use crate::message::record::{encode_record, RECORD_SCHEMA};
     use std::sync::atomic::{AtomicU64, Ordering};
 
     /// A fresh directory under the system temp dir, removed on drop.

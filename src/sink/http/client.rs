@@ -212,13 +212,13 @@ fn client_identity(cert: &Path, key: &Path) -> Result<ClientCert, String> {
     let chain = certificates(&pem).map_err(|e| format!("tls_cert_file {}: {e}", cert.display()))?;
     let key_pem =
         read_private_file(key).map_err(|e| format!("tls_key_file {}: {e}", key.display()))?;
-    let private = PrivateKey::from_pem(key_pem.as_bytes()).map_err(|_| {
+    let private = PrivateKey::from_pem(key_pem.expose().as_bytes()).map_err(|_| {
         format!(
             "tls_key_file {}: holds no PEM private key (PKCS#8, PKCS#1 or SEC1)",
             key.display()
         )
     })?;
-    check_identity(&chain, key_pem.as_bytes())
+    check_identity(&chain, key_pem.expose().as_bytes())
         .map_err(|e| format!("tls_cert_file {}: {e}", cert.display()))?;
     Ok(ClientCert::new_with_certs(&chain, private))
 }

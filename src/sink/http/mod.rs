@@ -58,6 +58,7 @@ use outcome::{next_wait, HttpError};
 use request::Record;
 use signature::Signer;
 
+use crate::text::secret_bytes::SecretString;
 use crate::text::secrets::Secrets;
 
 const KIND: &str = "http";
@@ -77,8 +78,9 @@ struct Shared {
     cfg: Arc<HttpSinkConfig>,
     client: Client,
     signer: Option<Signer>,
-    /// `headers_env`, read at start. Never logged, never in the config or a snapshot.
-    secret_headers: Vec<(String, String)>,
+    /// `headers_env`, read at start. Never logged, never in the config or a snapshot; wiped
+    /// when the sink drops.
+    secret_headers: Vec<(String, SecretString)>,
     /// Every secret value a request carries, scrubbed from what a receiver answers.
     secrets: Secrets,
     metrics: Arc<Metrics>,
@@ -143,12 +145,13 @@ impl HttpSink {
             .map_err(|e| err(format!("signing_secrets_env: {e}")))?;
         let mut secret_headers = Vec::with_capacity(cfg.headers_env.len());
         for (name, env) in &cfg.headers_env {
-            let value = var(env).ok_or_else(|| {
+            let value = SecretString::new(var(env).ok_or_else(|| {
                 err(format!(
                     "headers_env.{name}: environment variable {env} is not set"
                 ))
-            })?;
-            if value.is_empty() || value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
+            })?);
+            let text = value.expose();
+            if text.is_empty() || text.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
                 return Err(err(format!(
                     "headers_env.{name}: environment variable {env} must hold a non-empty \
                      value without control characters"
@@ -167,7 +170,7 @@ impl HttpSink {
             }
         }
         for (_, value) in &secret_headers {
-            secrets.add_authorization(value);
+            secrets.add_authorization(value.expose());
         }
         // A static header's value is not secret by its name, but a receiver quoting it back
         // (a tenant id, a routing key) is still the request's words: scrubbed the same way.
@@ -175,15 +178,18 @@ impl HttpSink {
             secrets.add(value);
         }
         for name in &cfg.signing_secrets_env {
-            if let Some(v) = var(name) {
-                secrets.add(v.trim());
-                secrets.add(v.trim().trim_start_matches("whsec_"));
+            if let Some(v) = var(name).map(SecretString::new) {
+                secrets.add(v.expose().trim());
+                secrets.add(v.expose().trim().trim_start_matches("whsec_"));
             }
         }
         // A header the HTTP library refuses would fail every request, transiently, forever:
         // refuse it at start instead (naming the header, never its value).
         let static_headers = cfg.headers.iter().map(|(k, v)| (k, v, "headers"));
-        let env_headers = secret_headers.iter().map(|(k, v)| (k, v, "headers_env"));
+        let env_headers = secret_headers
+            .iter()
+            .map(|(k, v)| (k, v.expose(), "headers_env"));
+        let static_headers = static_headers.map(|(k, v, f)| (k, v.as_str(), f));
         for (name, value, field) in static_headers.chain(env_headers) {
             if ureq::http::HeaderName::from_bytes(name.as_bytes()).is_err()
                 || ureq::http::HeaderValue::from_str(value).is_err()
@@ -341,7 +347,7 @@ impl Shared {
         let c = &self.metrics.counters;
         let mut attempt = 0u32;
         loop {
-            let headers = request::headers(
+            let mut headers = request::headers(
                 cfg,
                 &self.secret_headers,
                 self.signer.as_ref(),
@@ -353,6 +359,7 @@ impl Shared {
                 .client
                 .send(&headers, &req.body)
                 .map_err(|e| e.hidden(&self.secrets));
+            request::wipe_header_values(&mut headers);
             self.metrics
                 .observe("http_request_seconds", started.elapsed().as_secs_f64());
             Metrics::add(&c.http_request_bytes_total, req.body.len() as u64);
@@ -521,14 +528,15 @@ impl Sink for HttpSink {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        headers.extend(self.shared.secret_headers.iter().cloned());
+        request::add_secret_headers(&mut headers, &self.shared.secret_headers);
         let probe = cfg.probe_method.as_str();
-        match self
+        let answer = self
             .shared
             .client
             .probe(&headers)
-            .map_err(|e| e.hidden(&self.shared.secrets))
-        {
+            .map_err(|e| e.hidden(&self.shared.secrets));
+        request::wipe_header_values(&mut headers);
+        match answer {
             Ok(status) if (200..300).contains(&status) => Ok(format!(
                 "{}: the receiver answered {status} to {probe}",
                 self.description

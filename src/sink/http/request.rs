@@ -12,9 +12,10 @@ use flate2::write::GzEncoder;
 use super::config::{Batching, BodyMode, HttpSinkConfig};
 use super::signature::Signer;
 use crate::message::envelope::{hex_sha256, stream_place, Envelope};
-use crate::sink::file::record::encode_record;
+use crate::message::record::encode_record;
 use crate::sink::key::safe_component;
 use crate::sink::FailureClass;
+use crate::text::secret_bytes::{wipe_string, SecretString};
 
 /// One message, encoded.
 #[derive(Debug, Clone)]
@@ -225,7 +226,7 @@ pub fn build(cfg: &HttpSinkConfig, records: &[&Record]) -> std::io::Result<Reque
 /// forwarded ones, the idempotency key and, when signing, the Standard Webhooks headers.
 pub fn headers(
     cfg: &HttpSinkConfig,
-    secret_headers: &[(String, String)],
+    secret_headers: &[(String, SecretString)],
     signer: Option<&Signer>,
     req: &Request,
     unix_seconds: u64,
@@ -240,7 +241,7 @@ pub fn headers(
         out.push((k.clone(), v.clone()));
     }
     out.extend(req.forwarded.iter().cloned());
-    out.extend(secret_headers.iter().cloned());
+    add_secret_headers(&mut out, secret_headers);
     if let Some(s) = signer {
         let signed = s.sign(
             &req.key,
@@ -252,6 +253,22 @@ pub fn headers(
         out.push(("webhook-signature".into(), signed.signature));
     }
     out
+}
+
+/// Appends the `headers_env` headers. Their values are copies of secrets: a caller wipes the
+/// list once the request is sent ([`wipe_header_values`]).
+pub fn add_secret_headers(out: &mut Vec<(String, String)>, secret: &[(String, SecretString)]) {
+    out.extend(
+        secret
+            .iter()
+            .map(|(k, v)| (k.clone(), v.expose().to_string())),
+    );
+}
+
+/// Wipes every value of a request's header list (`crate::text::secret_bytes`): the secret
+/// ones among them are copies made for this request.
+pub fn wipe_header_values(headers: &mut [(String, String)]) {
+    headers.iter_mut().for_each(|(_, v)| wipe_string(v));
 }
 
 /// Deterministic gzip (no name, zero mtime): a retry sends the same bytes.

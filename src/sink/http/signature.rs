@@ -8,6 +8,9 @@
 use base64::Engine;
 use ring::hmac;
 
+use crate::message::protection::keys::decode_base64_into;
+use crate::text::secret_bytes::{SecretBytes, SecretString};
+
 /// The signing keys of the sink. Its `Debug` names how many there are, never a key.
 pub struct Signer {
     keys: Vec<hmac::Key>,
@@ -39,10 +42,12 @@ impl Signer {
         }
         let mut keys = Vec::with_capacity(names.len());
         for name in names {
-            let text =
-                var(name).ok_or_else(|| format!("environment variable {name} is not set"))?;
+            let text = SecretString::new(
+                var(name).ok_or_else(|| format!("environment variable {name} is not set"))?,
+            );
             keys.push(
-                parse_secret(&text).map_err(|why| format!("environment variable {name}: {why}"))?,
+                parse_secret(text.expose())
+                    .map_err(|why| format!("environment variable {name}: {why}"))?,
             );
         }
         Ok(Some(Signer { keys }))
@@ -79,13 +84,14 @@ fn parse_secret(text: &str) -> Result<hmac::Key, &'static str> {
         .trim()
         .strip_prefix("whsec_")
         .ok_or("must hold a secret starting with whsec_")?;
-    let key = base64::engine::general_purpose::STANDARD
-        .decode(b64)
+    let mut key = SecretBytes::default();
+    decode_base64_into(b64, key.expose_mut())
         .map_err(|_| "must hold whsec_ followed by standard base64")?;
     if !(24..=64).contains(&key.len()) {
         return Err("must decode to 24 to 64 key bytes");
     }
-    Ok(hmac::Key::new(hmac::HMAC_SHA256, &key))
+    // ring's key (kept for the sink's life) is not wiped on drop; the bytes here are.
+    Ok(hmac::Key::new(hmac::HMAC_SHA256, key.expose()))
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@ use base64::Engine as _;
 use ring::{digest, hmac, pbkdf2};
 use std::num::NonZeroU32;
 
+use crate::text::secret_bytes::{wipe, wipe_string, SecretBytes};
+
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 /// Upper bound on the iteration count a server may demand (PostgreSQL's default is 4096); a
@@ -185,17 +187,50 @@ pub fn saslprep(password: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
-/// The MD5 password message body: `"md5" + md5hex(md5hex(password + user) + salt)`.
+/// The MD5 password message body: `"md5" + md5hex(md5hex(password + user) + salt)`. The inner
+/// hash is what the server stores (it logs in as well as the password does): wiped here.
 pub fn md5_password(user: &str, password: &[u8], salt: &[u8; 4]) -> String {
     use md5::{Digest, Md5};
     let mut inner = Md5::new();
     inner.update(password);
     inner.update(user.as_bytes());
-    let inner_hex = crate::text::hex::lower(&inner.finalize());
+    let mut inner_hash = inner.finalize();
+    let mut inner_hex = crate::text::hex::lower(&inner_hash);
+    wipe(&mut inner_hash);
     let mut outer = Md5::new();
     outer.update(inner_hex.as_bytes());
     outer.update(salt);
+    wipe_string(&mut inner_hex);
     format!("md5{}", crate::text::hex::lower(&outer.finalize()))
+}
+
+/// The secrets one SCRAM proof is computed from, held where the caller can wipe them (and a
+/// test can see them wiped, without `unsafe`): the SASLprep'ed password, the salted password
+/// (PBKDF2), the client key and the stored key. [`Scram::client_final_with`] zeroes them before
+/// it returns; dropping zeroes them too.
+#[derive(Default)]
+pub struct ScramScratch {
+    pub prepared: SecretBytes,
+    pub salted: [u8; 32],
+    pub client_key: [u8; 32],
+    pub stored_key: [u8; 32],
+}
+
+impl ScramScratch {
+    /// Overwrites everything with zeros; `prepared` keeps its length (zeros), so a test can
+    /// see that it was filled and then wiped.
+    pub fn zero(&mut self) {
+        self.prepared.zero();
+        wipe(&mut self.salted);
+        wipe(&mut self.client_key);
+        wipe(&mut self.stored_key);
+    }
+}
+
+impl Drop for ScramScratch {
+    fn drop(&mut self) {
+        self.zero();
+    }
 }
 
 /// A fresh client nonce: 18 random bytes in base64 (24 printable characters, never a comma).
@@ -215,9 +250,10 @@ pub struct Scram {
     client_first_bare: String,
     /// Fewest PBKDF2 iterations accepted from the server.
     min_iterations: u32,
-    /// The server key and the auth message, known after [`Scram::client_final`]: the server
-    /// signature in server-final is checked against them in constant time.
-    expected_server_signature: Option<(hmac::Key, String)>,
+    /// The server key (wiped on drop) and the auth message, known after
+    /// [`Scram::client_final`]: the server signature in server-final is checked against them
+    /// in constant time.
+    expected_server_signature: Option<(SecretBytes, String)>,
 }
 
 impl Scram {
@@ -246,34 +282,66 @@ impl Scram {
         format!("{}{}", self.binding.gs2_header(), self.client_first_bare)
     }
 
-    /// Consumes `server-first-message` and returns `client-final-message`.
+    /// Consumes `server-first-message` and returns `client-final-message`. The intermediate
+    /// secrets are wiped before it returns ([`Scram::client_final_with`]).
     pub fn client_final(&mut self, password: &[u8], server_first: &str) -> Result<String, String> {
+        self.client_final_with(password, server_first, &mut ScramScratch::default())
+    }
+
+    /// [`Scram::client_final`] computing in `scratch`, which is zeroed before it returns.
+    pub fn client_final_with(
+        &mut self,
+        password: &[u8],
+        server_first: &str,
+        scratch: &mut ScramScratch,
+    ) -> Result<String, String> {
+        let first = parse_server_first(&self.client_nonce, server_first)?;
+        // Checked before any proof is computed: nothing cheap to crack leaves the client.
+        if first.iterations < self.min_iterations {
+            return Err(format!(
+                "scram: the server asks for {} iterations, fewer than \
+                 sink.scram_min_iterations ({}); no proof is sent",
+                first.iterations, self.min_iterations
+            ));
+        }
+        let out = self.proof(server_first, &first, password, scratch);
+        scratch.zero();
+        Ok(out)
+    }
+
+    /// The client-final message for `server_first` (parsed: `first`); the secrets it is
+    /// computed from are left in `scratch`.
+    fn proof(
+        &mut self,
+        server_first: &str,
+        first: &ServerFirst<'_>,
+        password: &[u8],
+        scratch: &mut ScramScratch,
+    ) -> String {
         let ServerFirst {
             nonce,
             salt,
             iterations,
-        } = parse_server_first(&self.client_nonce, server_first)?;
-        // Checked before any proof is computed: nothing cheap to crack leaves the client.
-        if iterations < self.min_iterations {
-            return Err(format!(
-                "scram: the server asks for {iterations} iterations, fewer than \
-                 sink.scram_min_iterations ({}); no proof is sent",
-                self.min_iterations
-            ));
-        }
-
-        let password = saslprep(password);
-        let mut salted = [0u8; 32];
+        } = first;
+        scratch.prepared = match saslprep(password) {
+            std::borrow::Cow::Owned(v) => SecretBytes::new(v),
+            std::borrow::Cow::Borrowed(b) => SecretBytes::copy_of(b),
+        };
         pbkdf2::derive(
             pbkdf2::PBKDF2_HMAC_SHA256,
-            NonZeroU32::new(iterations).expect("checked above"),
-            &salt,
-            &password,
-            &mut salted,
+            NonZeroU32::new(*iterations).expect("checked by the caller"),
+            salt,
+            scratch.prepared.expose(),
+            &mut scratch.salted,
         );
-        let salted_key = hmac::Key::new(hmac::HMAC_SHA256, &salted);
-        let client_key = hmac::sign(&salted_key, b"Client Key");
-        let stored_key = digest::digest(&digest::SHA256, client_key.as_ref());
+        // ring's key and tag types are its own (no wipe on drop): copied out at once.
+        let salted_key = hmac::Key::new(hmac::HMAC_SHA256, &scratch.salted);
+        scratch
+            .client_key
+            .copy_from_slice(hmac::sign(&salted_key, b"Client Key").as_ref());
+        scratch
+            .stored_key
+            .copy_from_slice(digest::digest(&digest::SHA256, &scratch.client_key).as_ref());
 
         // c= carries the GS2 header and, with -PLUS, the certificate hash: the server checks
         // both, so a man in the middle with another certificate cannot relay the exchange.
@@ -284,22 +352,19 @@ impl Scram {
         let without_proof = format!("c={},r={nonce}", B64.encode(cbind));
         let auth_message = format!("{},{server_first},{without_proof}", self.client_first_bare);
         let client_signature = hmac::sign(
-            &hmac::Key::new(hmac::HMAC_SHA256, stored_key.as_ref()),
+            &hmac::Key::new(hmac::HMAC_SHA256, &scratch.stored_key),
             auth_message.as_bytes(),
         );
-        let proof: Vec<u8> = client_key
-            .as_ref()
+        let proof: Vec<u8> = scratch
+            .client_key
             .iter()
             .zip(client_signature.as_ref())
             .map(|(a, b)| a ^ b)
             .collect();
-
         let server_key = hmac::sign(&salted_key, b"Server Key");
-        self.expected_server_signature = Some((
-            hmac::Key::new(hmac::HMAC_SHA256, server_key.as_ref()),
-            auth_message,
-        ));
-        Ok(format!("{without_proof},p={}", B64.encode(proof)))
+        self.expected_server_signature =
+            Some((SecretBytes::copy_of(server_key.as_ref()), auth_message));
+        format!("{without_proof},p={}", B64.encode(proof))
     }
 
     /// Checks `server-final-message`: the server proves it knows the password too.
@@ -308,8 +373,9 @@ impl Scram {
             return Err("scram: server-final message before server-first".into());
         };
         let got = parse_server_final(server_final)?;
+        let server_key = hmac::Key::new(hmac::HMAC_SHA256, server_key.expose());
         // ring's verify compares in constant time.
-        hmac::verify(server_key, auth_message.as_bytes(), &got).map_err(|_| {
+        hmac::verify(&server_key, auth_message.as_bytes(), &got).map_err(|_| {
             "scram: server signature does not match (not the expected server)".to_string()
         })
     }
@@ -400,6 +466,38 @@ fn saslname(user: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The secrets of a proof (SASLprep'ed password, salted password, client and stored keys)
+    /// are wiped once the client-final message is built: computed in a scratch the test
+    /// keeps, they are all zeros afterwards, and the proof is still the RFC 7677 one.
+    #[test]
+    fn scram_intermediate_secrets_are_wiped_after_the_proof() {
+        let mut s = Scram::new(
+            "user",
+            "rOprNGfwEbeRWgbNEkqO".into(),
+            ChannelBinding::NotSupported,
+        );
+        let server_first = "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,\
+                            s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
+        let mut scratch = ScramScratch::default();
+        let client_final = s
+            .client_final_with(b"pencil", server_first, &mut scratch)
+            .unwrap();
+        assert!(client_final.ends_with("p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="));
+        assert!(
+            scratch.prepared.len() >= b"pencil".len(),
+            "the password was prepared in the scratch"
+        );
+        assert!(scratch.prepared.expose().iter().all(|&b| b == 0));
+        assert_eq!(scratch.salted, [0; 32]);
+        assert_eq!(scratch.client_key, [0; 32]);
+        assert_eq!(scratch.stored_key, [0; 32]);
+        // The server key kept for server-final is in a wiping owner that never prints.
+        let kept = format!("{:?}", s.expected_server_signature.as_ref().unwrap().0);
+        assert_eq!(kept, crate::text::secret_bytes::REDACTED);
+        s.verify_server_final("v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+            .unwrap();
+    }
 
     /// RFC 7677 section 3: user "user", password "pencil".
     #[test]

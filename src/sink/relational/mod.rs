@@ -408,18 +408,12 @@ impl RelationalSink {
 
     /// Opens a new session and prepares it: timeouts, durable commits, optional DDL.
     fn connect(&self) -> Result<Connection, DbError> {
-        let password = match &self.cfg.password_env {
-            None => None,
-            Some(name) => match std::env::var(name) {
-                Ok(v) if !v.is_empty() => Some(v),
-                _ => {
-                    return Err(DbError::Protocol(format!(
-                        "environment variable {name} named by sink.password_env is not set"
-                    )))
-                }
-            },
-        };
-        let mut conn = Connection::connect(&self.params, password.as_deref().map(str::as_bytes))?;
+        let password = params::password_from_env(self.cfg.password_env.as_deref())?;
+        let mut conn = Connection::connect(
+            &self.params,
+            password.as_ref().map(|p| p.expose().as_bytes()),
+        )?;
+        // Wiped now, not at the end of this function.
         drop(password);
         // Commit means durable: a server or role default of synchronous_commit=off would
         // acknowledge commits that a crash can still lose.

@@ -26,7 +26,7 @@ use std::time::Duration;
 use super::config::{RelationalConfig, TableName, WriteMode};
 use super::error::DbError;
 use super::mysql::{self, Connection};
-use super::params::{ConnectParams, TlsMode};
+use super::params::{self, ConnectParams, TlsMode};
 use super::row_key;
 use super::transport::tls_client_config;
 use super::upsert::field_key;
@@ -342,22 +342,13 @@ impl MySqlSink {
 
     /// Opens a session and sets it up: strict mode, UTC, READ COMMITTED, statement timeout.
     fn connect(&self) -> Result<Connection, DbError> {
-        let password = match &self.cfg.password_env {
-            None => None,
-            Some(name) => match std::env::var(name) {
-                Ok(v) if !v.is_empty() => Some(v),
-                _ => {
-                    return Err(DbError::Protocol(format!(
-                        "environment variable {name} named by sink.password_env is not set"
-                    )))
-                }
-            },
-        };
+        let password = params::password_from_env(self.cfg.password_env.as_deref())?;
         let mut conn = Connection::connect(
             &self.params,
             &self.cfg.mysql_require_auth,
-            password.as_deref().map(str::as_bytes),
+            password.as_ref().map(|p| p.expose().as_bytes()),
         )?;
+        // Wiped now, not at the end of this function.
         drop(password);
         conn.query(
             "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,\

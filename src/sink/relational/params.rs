@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::auth::{AuthPolicy, ChannelBindingMode};
+use super::error::DbError;
+use crate::text::secret_bytes::{env_secret, SecretString};
 
 /// How the connection is protected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,5 +52,20 @@ impl fmt::Debug for ConnectParams {
             .field("tls", &self.tls)
             .field("require_auth", &self.require_auth.names())
             .finish_non_exhaustive()
+    }
+}
+
+/// The password named by `sink.password_env`, read at each connect into a wiping owner
+/// (`crate::text::secret_bytes`): the caller drops it right after the handshake, which wipes
+/// it. Unset, empty or non-UTF-8 is an error naming the variable.
+pub fn password_from_env(password_env: Option<&str>) -> Result<Option<SecretString>, DbError> {
+    let Some(name) = password_env else {
+        return Ok(None);
+    };
+    match env_secret(name) {
+        Ok(v) if !v.is_empty() => Ok(Some(v)),
+        _ => Err(DbError::Protocol(format!(
+            "environment variable {name} named by sink.password_env is not set"
+        ))),
     }
 }

@@ -13,6 +13,7 @@ use super::codec::{AuthRequest, BackendMessage, Msg, PROTOCOL_VERSION};
 use super::error::DbError;
 use super::wire::{ConnectParams, Connection};
 use crate::text::peer::PeerText;
+use crate::text::secret_bytes::SecretBytes;
 
 /// Where authentication stands during startup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,10 +116,8 @@ impl Connection {
                 }
                 (Phase::Initial, AuthRequest::CleartextPassword) => {
                     self.method_allowed(p, AuthMethod::Password)?;
-                    Msg::new(b'p')
-                        .bytes(need_password(password)?)
-                        .bytes(&[0])
-                        .finish_into(&mut out)?;
+                    // Sent from a buffer of its own, wiped when it drops.
+                    self.send(password_message(need_password(password)?)?.expose())?;
                     Phase::PasswordSent
                 }
                 (Phase::Initial, AuthRequest::Md5Password { salt }) => {
@@ -253,6 +252,20 @@ impl Connection {
         }
         Ok(binding)
     }
+}
+
+/// The cleartext password message (`p`, length, password, NUL), built in one allocation of
+/// its exact size that is wiped on drop.
+fn password_message(password: &[u8]) -> Result<SecretBytes, DbError> {
+    let len = i32::try_from(4 + password.len() + 1)
+        .map_err(|_| DbError::Protocol("the password is larger than 2 GiB".into()))?;
+    let mut msg = SecretBytes::with_capacity(1 + 4 + password.len() + 1);
+    let out = msg.expose_mut();
+    out.push(b'p');
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(password);
+    out.push(0);
+    Ok(msg)
 }
 
 fn need_password(password: Option<&[u8]>) -> Result<&[u8], DbError> {

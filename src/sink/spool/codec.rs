@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::message::envelope::{
     Custody, Envelope, EventMetadata, Payload, PayloadFormat, PayloadInfo, METADATA_SCHEMA,
 };
-use crate::sink::file::record::encode_record;
+use crate::message::record::encode_record;
 use crate::text::rfc3339::{parse_rfc3339_nanos, Rfc3339};
 
 const FLAG_KEYED: u8 = 1;
@@ -445,7 +445,10 @@ mod tests {
 
     #[test]
     fn record_start_is_the_encoders_own() {
-        let head = format!("{{\"schema\":\"{}\",", crate::sink::file::RECORD_SCHEMA);
+        let head = format!(
+            "{{\"schema\":\"{}\",",
+            crate::message::record::RECORD_SCHEMA
+        );
         assert_eq!(RECORD_START, head);
     }
 

@@ -572,7 +572,7 @@ impl Drainer {
             };
             if *outcome == WriteOutcome::Durable {
                 let offset = base + *start as u64;
-                feed.delivered(record, &format!("spool segment {segment} offset {offset}"));
+                feed.delivered(record, Place { segment, offset });
             }
         }
     }

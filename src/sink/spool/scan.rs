@@ -42,6 +42,27 @@ pub struct Found {
     /// Records stored in clear, and where the first of them is (segment, offset).
     pub clear: u64,
     pub first_clear: Option<(u64, u64)>,
+    /// Records tried against the meta's spool id at the opening.
+    pub trial: Trial,
+}
+
+/// The opening's trial decryption: the first record of each segment sealed in version 2
+/// under a configured key is opened with the bound meta. When none of them opens, the meta's
+/// spool id is not the one they were sealed under (the `meta` of another spool under the
+/// same key, or one rewritten with another id): the spool refuses to open instead of letting
+/// the drain quarantine every record (issue 47 attack finding 4). A spool with some segments
+/// from elsewhere still opens, and the drain quarantines those.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Trial {
+    pub tried: u64,
+    pub opened: u64,
+}
+
+impl Trial {
+    /// Every record tried failed to open.
+    pub fn none_opened(&self) -> bool {
+        self.tried > 0 && self.opened == 0
+    }
 }
 
 /// Bytes of a segment read at a time by recovery and the survey; the buffer grows past it
@@ -189,6 +210,7 @@ pub fn recover(
         first_sealed_seen: None,
         clear: 0,
         first_clear: None,
+        trial: Trial::default(),
     };
     let mut removed = false;
     for (i, &id) in ids.iter().enumerate() {
@@ -319,6 +341,7 @@ fn recover_frames(
     found: &mut Found,
 ) -> Result<u64, SpoolError> {
     let mut len = file.metadata().map_err(|e| fail(path, name, e))?.len();
+    let mut tried_here = false;
     read_frames(file, from, (path, name), |base, data, item| {
         let at = |start: usize| base + start as u64;
         match item {
@@ -342,10 +365,20 @@ fn recover_frames(
             Item::Record { start, body, .. } => {
                 check_sealing(crypt, body, (path, id, at(start)), found)?;
                 found.records += 1;
-                found.sealed_v2 += u64::from(matches!(
+                let v2 = matches!(
                     body.first(),
                     Some(&seal::FLAG_SEALED_V2 | &seal::FLAG_SEALED_CHECKPOINT)
-                ));
+                );
+                found.sealed_v2 += u64::from(v2);
+                if v2 && !tried_here && crypt.kept(body).is_none() {
+                    tried_here = true;
+                    let place = seal::Place {
+                        segment: id,
+                        offset: at(start),
+                    };
+                    found.trial.tried += 1;
+                    found.trial.opened += u64::from(crypt.trial_open(place, body).is_ok());
+                }
                 if !seal::is_sealed(body) {
                     found.clear += 1;
                     found.first_clear.get_or_insert((id, at(start)));

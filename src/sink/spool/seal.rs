@@ -232,6 +232,12 @@ pub struct Place {
     pub offset: u64,
 }
 
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "spool segment {} offset {}", self.segment, self.offset)
+    }
+}
+
 /// The parts of a sealed body, all within its bounds.
 struct Parts<'a> {
     v2: bool,
@@ -453,6 +459,13 @@ impl Crypt {
         !self.keys.is_empty()
     }
 
+    /// Whether `body`, stored at `place`, opens under this spool's keys and bound meta (a
+    /// trial made by the opening scan: see `scan::Trial`).
+    pub fn trial_open(&self, place: Place, body: &[u8]) -> Result<(), OpenError> {
+        let mut out = Vec::new();
+        open_with(self, (&mut None, &mut Vec::new()), place, body, &mut out).map(|_| ())
+    }
+
     /// The bytes a sealed body of `plain` bytes takes (what it takes unsealed when this spool
     /// has no key).
     pub fn body_len(&self, plain: usize) -> usize {
@@ -559,8 +572,7 @@ pub enum Opened {
 /// mostly share one).
 pub struct Opener {
     crypt: Arc<Crypt>,
-    /// The key's index, the version (true: 2), the salt, the AES key.
-    last: Option<(usize, bool, [u8; SALT_LEN], LessSafeKey)>,
+    last: LastKey,
     aad: Vec<u8>,
 }
 
@@ -580,61 +592,81 @@ impl Opener {
         body: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<Opened, OpenError> {
-        if !is_sealed(body) {
-            self.crypt.clear_allowed(place.segment)?;
-            return Ok(Opened::Clear);
-        }
-        let p = parts(body)?;
-        let Some(index) = self.crypt.keys.iter().position(|(id, ..)| id == p.key_id) else {
-            return Err(OpenError::UnknownKey(p.key_id.to_string()));
-        };
-        if p.check.is_some_and(|c| c != self.crypt.keys[index].2) {
-            return Err(OpenError::KeyChanged(p.key_id.to_string()));
-        }
-        let spool_id = match (p.v2, &self.crypt.meta) {
-            (false, _) => None,
-            (true, Some(m)) => Some(&m.spool_id),
-            // No identity to open it with (a survey of a spool without its meta file).
-            (true, None) => return Err(OpenError::Failed),
-        };
-        let cached = self
-            .last
-            .as_ref()
-            .is_some_and(|(i, v2, salt, _)| *i == index && *v2 == p.v2 && salt[..] == *p.salt);
-        if !cached {
-            let mut salt = [0u8; SALT_LEN];
-            salt.copy_from_slice(p.salt);
-            let info = if p.v2 { INFO_V2 } else { INFO };
-            let key = batch_key(&self.crypt.keys[index].1, &salt, info);
-            self.last = Some((index, p.v2, salt, key));
-        }
-        let (_, _, _, key) = self.last.as_ref().expect("set above");
-        aad(spool_id, place, p.head, &mut self.aad);
-        let start = out.len();
-        out.extend_from_slice(p.sealed);
-        let opened = key.open_in_place(
-            Nonce::assume_unique_for_key(p.nonce),
-            Aad::from(&self.aad[..]),
-            &mut out[start..],
-        );
-        match opened {
-            Ok(plain) => {
-                let len = plain.len();
-                let kind_matches = (body[0] == FLAG_SEALED_CHECKPOINT)
-                    == super::codec::is_checkpoint(&out[start..start + len]);
-                if !kind_matches {
-                    out.truncate(start);
-                    return Err(OpenError::Malformed(
-                        "its kind (record or checkpoint) does not match its seal",
-                    ));
-                }
-                out.truncate(start + len);
-                Ok(Opened::Sealed(start..start + len))
-            }
-            Err(_) => {
+        open_with(
+            &self.crypt,
+            (&mut self.last, &mut self.aad),
+            place,
+            body,
+            out,
+        )
+    }
+}
+
+/// The AES key of the last batch an [`Opener`] opened: the key's index, the version (true:
+/// 2), the salt, the key.
+type LastKey = Option<(usize, bool, [u8; SALT_LEN], LessSafeKey)>;
+
+/// [`Opener::open`] with its cached key and associated-data buffer passed in.
+fn open_with(
+    crypt: &Crypt,
+    (last, aad_buf): (&mut LastKey, &mut Vec<u8>),
+    place: Place,
+    body: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<Opened, OpenError> {
+    if !is_sealed(body) {
+        crypt.clear_allowed(place.segment)?;
+        return Ok(Opened::Clear);
+    }
+    let p = parts(body)?;
+    let Some(index) = crypt.keys.iter().position(|(id, ..)| id == p.key_id) else {
+        return Err(OpenError::UnknownKey(p.key_id.to_string()));
+    };
+    if p.check.is_some_and(|c| c != crypt.keys[index].2) {
+        return Err(OpenError::KeyChanged(p.key_id.to_string()));
+    }
+    let spool_id = match (p.v2, &crypt.meta) {
+        (false, _) => None,
+        (true, Some(m)) => Some(&m.spool_id),
+        // No identity to open it with (a survey of a spool without its meta file).
+        (true, None) => return Err(OpenError::Failed),
+    };
+    let cached = last
+        .as_ref()
+        .is_some_and(|(i, v2, salt, _)| *i == index && *v2 == p.v2 && salt[..] == *p.salt);
+    if !cached {
+        let mut salt = [0u8; SALT_LEN];
+        salt.copy_from_slice(p.salt);
+        let info = if p.v2 { INFO_V2 } else { INFO };
+        let key = batch_key(&crypt.keys[index].1, &salt, info);
+        *last = Some((index, p.v2, salt, key));
+    }
+    let (_, _, _, key) = last.as_ref().expect("set above");
+    aad(spool_id, place, p.head, aad_buf);
+    let start = out.len();
+    out.extend_from_slice(p.sealed);
+    let opened = key.open_in_place(
+        Nonce::assume_unique_for_key(p.nonce),
+        Aad::from(&aad_buf[..]),
+        &mut out[start..],
+    );
+    match opened {
+        Ok(plain) => {
+            let len = plain.len();
+            let kind_matches = (body[0] == FLAG_SEALED_CHECKPOINT)
+                == super::codec::is_checkpoint(&out[start..start + len]);
+            if !kind_matches {
                 out.truncate(start);
-                Err(OpenError::Failed)
+                return Err(OpenError::Malformed(
+                    "its kind (record or checkpoint) does not match its seal",
+                ));
             }
+            out.truncate(start + len);
+            Ok(Opened::Sealed(start..start + len))
+        }
+        Err(_) => {
+            out.truncate(start);
+            Err(OpenError::Failed)
         }
     }
 }

@@ -163,6 +163,24 @@ fn accept_unsigned(path: &Path, found: &scan::Found) -> Result<(), SpoolError> {
     ))
 }
 
+/// No record tried opens under the meta's spool id (see [`scan::Trial`]): refused before the
+/// meta is rewritten and before any record is quarantined for it.
+fn foreign_meta(path: &Path, trial: scan::Trial) -> SpoolError {
+    dir::fail(
+        path,
+        meta::NAME,
+        format!(
+            "names another spool: none of the {} records tried (the first sealed record of \
+             each segment) decrypts under its spool id, so it was replaced (by the meta of \
+             another spool under the same key, or rewritten) or every segment was copied from \
+             another spool; nothing was quarantined and meta is left as it is. Restore this \
+             spool's meta (from a backup of the spool directory), or set the foreign records \
+             aside with `svc spool set-aside`",
+            trial.tried
+        ),
+    )
+}
+
 /// The meta the opened spool reads with, written when it changed, when it was not
 /// authenticated under the current key (the old format, or a rotation), or when a spool now
 /// without a key had a tag. `next_id` is the segment the next append opens.
@@ -228,6 +246,9 @@ impl Spool {
                 ),
             ));
         }
+        if found.trial.none_opened() {
+            return Err(foreign_meta(&path, found.trial));
+        }
         if trust == Some(MetaTrust::Unsigned) {
             accept_unsigned(&path, &found)?;
         }
@@ -245,6 +266,16 @@ impl Spool {
             next_id,
         )?;
         crypt.bind(new_meta);
+        if crypt.seals() && cfg.allow_unencrypted && new_meta.first_sealed == 0 {
+            // Attack finding 3 (issue 47): `meta` is authenticated, not protected from being
+            // rolled back; while this is set, an older one put back re-opens reading in clear.
+            log::warn!(
+                "spool {}: allow_unencrypted is set beside the key, but no record in clear is \
+                 left to drain: remove it (while it is set, an older meta put back by someone \
+                 who can write the spool directory lets records in clear be read again)",
+                path.display()
+            );
+        }
         let bytes = found.segments.iter().map(|s| s.len).sum();
         let spool = Spool {
             path,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::config::SpoolConfig;
 use super::meta::{self, Meta};
 use super::store::Spool;
-use super::tests::{config, drain_all, open, segments, Memory};
+use super::tests::{config, drain_all, open, quarantined, segments, Memory};
 use super::tests_sealed::{delivered, envelope, key_file, sealed};
 use super::{aside, codec, dir, frame, scan};
 use crate::metrics::Metrics;
@@ -205,4 +205,72 @@ fn an_old_format_meta_is_upgraded_once_when_it_lets_no_clear_record_through() {
         (1..=5).collect::<Vec<_>>(),
         "99 not delivered"
     );
+}
+
+/// Attack finding 4 (issue 47): the meta of another spool under the same key, authentic, put
+/// in place of this one's. Before, no record decrypted and the drain quarantined every one of
+/// them; now the opening tries the first sealed record of each segment, refuses when none
+/// opens, quarantines nothing and leaves meta as it is. With this spool's meta back,
+/// everything is delivered.
+#[test]
+fn the_meta_of_another_spool_under_the_same_key_is_refused_and_nothing_is_quarantined() {
+    let tmp = tempfile::tempdir().unwrap();
+    let k1 = key_file(tmp.path(), "s1", 7);
+    let cfg = sealed(tmp.path(), &k1, &[]);
+    let theirs = SpoolConfig {
+        dir: tmp.path().join("theirs"),
+        ..cfg.clone()
+    };
+    for chunk in (1..=60).map(envelope).collect::<Vec<_>>().chunks(5) {
+        open(&cfg).append(chunk).unwrap();
+    }
+    open(&theirs).append(&[envelope(900)]).unwrap();
+    let segment_count = segments(&cfg).len();
+    assert!(segment_count > 1, "{segment_count}");
+    let mine = meta_bytes(&cfg);
+    std::fs::write(cfg.dir.join("meta"), meta_bytes(&theirs)).unwrap();
+
+    let e = refused(&cfg);
+    assert!(e.contains("meta: names another spool"), "{e}");
+    assert!(
+        e.contains(&format!("none of the {segment_count} records tried")),
+        "{e}"
+    );
+    assert!(quarantined(&cfg).is_empty());
+    assert_eq!(meta_bytes(&cfg), meta_bytes(&theirs), "meta left as it is");
+
+    std::fs::write(cfg.dir.join("meta"), &mine).unwrap();
+    let sink = Arc::new(Memory::default());
+    drain_all(&open(&cfg), &sink);
+    assert_eq!(delivered(&sink), (1..=60).collect::<Vec<_>>());
+    assert!(quarantined(&cfg).is_empty());
+}
+
+/// Attack finding 4b: a meta of the old format (a CRC, no tag) with another spool id beside
+/// sealed records: before, it was taken (no record in clear), rewritten authenticated, and
+/// every record quarantined; now the trial decryption refuses it first.
+#[test]
+fn an_old_format_meta_with_another_spool_id_is_refused_before_it_is_taken() {
+    let tmp = tempfile::tempdir().unwrap();
+    let k1 = key_file(tmp.path(), "s1", 7);
+    let cfg = sealed(tmp.path(), &k1, &[]);
+    open(&cfg)
+        .append(&(1..=3).map(envelope).collect::<Vec<_>>())
+        .unwrap();
+    let mine = meta_bytes(&cfg);
+    let other = meta::encode(&Meta {
+        spool_id: [0x5A; meta::ID_LEN],
+        first_sealed: meta::NONE,
+    });
+    std::fs::write(cfg.dir.join("meta"), &other).unwrap();
+
+    let e = refused(&cfg);
+    assert!(e.contains("meta: names another spool"), "{e}");
+    assert_eq!(meta_bytes(&cfg), other, "not rewritten");
+    assert!(quarantined(&cfg).is_empty());
+
+    std::fs::write(cfg.dir.join("meta"), &mine).unwrap();
+    let sink = Arc::new(Memory::default());
+    drain_all(&open(&cfg), &sink);
+    assert_eq!(delivered(&sink), vec![1, 2, 3]);
 }

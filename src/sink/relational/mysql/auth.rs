@@ -22,6 +22,7 @@
 //! tests/mysql_client.rs and against fixed vectors below; the RSA-OAEP encryption is decrypted
 //! by Python's `cryptography` (compared with PyMySQL's XOR) and by `openssl pkeyutl`.
 
+use crate::text::secret_bytes::{wipe, SecretBytes};
 use base64::Engine as _;
 use ring::digest;
 use rsa::traits::PublicKeyParts;
@@ -183,20 +184,21 @@ impl AuthPolicy {
     }
 }
 
-fn sha1(parts: &[&[u8]]) -> Vec<u8> {
+/// The digests below are of passwords (or of what stands for one): held in wiping owners.
+fn sha1(parts: &[&[u8]]) -> SecretBytes {
     let mut ctx = digest::Context::new(&digest::SHA1_FOR_LEGACY_USE_ONLY);
     for p in parts {
         ctx.update(p);
     }
-    ctx.finish().as_ref().to_vec()
+    SecretBytes::copy_of(ctx.finish().as_ref())
 }
 
-fn sha256(parts: &[&[u8]]) -> Vec<u8> {
+fn sha256(parts: &[&[u8]]) -> SecretBytes {
     let mut ctx = digest::Context::new(&digest::SHA256);
     for p in parts {
         ctx.update(p);
     }
-    ctx.finish().as_ref().to_vec()
+    SecretBytes::copy_of(ctx.finish().as_ref())
 }
 
 fn xor(a: &[u8], b: &[u8]) -> Vec<u8> {
@@ -206,8 +208,8 @@ fn xor(a: &[u8], b: &[u8]) -> Vec<u8> {
 /// `mysql_native_password`: SHA1(password) XOR SHA1(nonce + SHA1(SHA1(password))).
 pub fn scramble_native(password: &[u8], nonce: &[u8]) -> Vec<u8> {
     let stage1 = sha1(&[password]);
-    let stage2 = sha1(&[&stage1]);
-    xor(&stage1, &sha1(&[nonce, &stage2]))
+    let stage2 = sha1(&[stage1.expose()]);
+    xor(stage1.expose(), sha1(&[nonce, stage2.expose()]).expose())
 }
 
 /// MariaDB's `client_ed25519`: the Ed25519 signature of `nonce` whose secret scalar (clamped)
@@ -218,7 +220,8 @@ pub fn sign_ed25519(password: &[u8], nonce: &[u8]) -> [u8; 64] {
     let mut az = [0u8; 64];
     az.copy_from_slice(digest::digest(&digest::SHA512, password).as_ref());
     let esk = ExpandedSecretKey::from_bytes(&az);
-    az.fill(0);
+    // ed25519-dalek is built without its `zeroize` feature: `esk` is not wiped on drop.
+    wipe(&mut az);
     let public = ed25519_dalek::VerifyingKey::from(&esk);
     raw_sign::<sha2::Sha512>(&esk, nonce, &public).to_bytes()
 }
@@ -229,14 +232,15 @@ pub fn ed25519_public_key(password: &[u8]) -> [u8; 32] {
     let mut az = [0u8; 64];
     az.copy_from_slice(digest::digest(&digest::SHA512, password).as_ref());
     let esk = ed25519_dalek::hazmat::ExpandedSecretKey::from_bytes(&az);
+    wipe(&mut az);
     ed25519_dalek::VerifyingKey::from(&esk).to_bytes()
 }
 
 /// `caching_sha2_password`: SHA256(password) XOR SHA256(SHA256(SHA256(password)) + nonce).
 pub fn scramble_caching_sha2(password: &[u8], nonce: &[u8]) -> Vec<u8> {
     let p1 = sha256(&[password]);
-    let p2 = sha256(&[&p1]);
-    xor(&p1, &sha256(&[&p2, nonce]))
+    let p2 = sha256(&[p1.expose()]);
+    xor(p1.expose(), sha256(&[p2.expose(), nonce]).expose())
 }
 
 /// Largest PEM key accepted from a server (a 4096-bit SPKI PEM is about 800 bytes).
@@ -294,7 +298,7 @@ fn mgf1_sha1(seed: &[u8], len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len + SHA1_LEN);
     let mut counter = 0u32;
     while out.len() < len {
-        out.extend_from_slice(&sha1(&[seed, &counter.to_be_bytes()]));
+        out.extend_from_slice(sha1(&[seed, &counter.to_be_bytes()]).expose());
         counter += 1;
     }
     out.truncate(len);
@@ -302,24 +306,36 @@ fn mgf1_sha1(seed: &[u8], len: usize) -> Vec<u8> {
 }
 
 /// EME-OAEP encoding with SHA-1, MGF1-SHA-1 and an empty label (RFC 8017 7.1.1 step 2) of
-/// `msg` for a modulus of `k` bytes, with `seed` (20 random bytes).
-pub fn oaep_sha1_encode(msg: &[u8], k: usize, seed: &[u8; SHA1_LEN]) -> Result<Vec<u8>, String> {
+/// `msg` for a modulus of `k` bytes, with `seed` (20 random bytes). `msg` is a password (XOR
+/// a public nonce) and the encoding can be undone without a key: both buffers are wiping
+/// owners, each allocated once at its final size.
+pub fn oaep_sha1_encode(
+    msg: &[u8],
+    k: usize,
+    seed: &[u8; SHA1_LEN],
+) -> Result<SecretBytes, String> {
     if k < 2 * SHA1_LEN + 2 || msg.len() > k - 2 * SHA1_LEN - 2 {
         return Err(format!(
             "the password is too long for the server's RSA key (at most {} bytes)",
             k.saturating_sub(2 * SHA1_LEN + 3)
         ));
     }
-    let mut db = sha1(&[b""]);
-    db.resize(k - msg.len() - SHA1_LEN - 2, 0);
-    db.push(1);
-    db.extend_from_slice(msg);
-    let db = xor(&db, &mgf1_sha1(seed, k - SHA1_LEN - 1));
-    let masked_seed = xor(seed, &mgf1_sha1(&db, SHA1_LEN));
-    let mut em = Vec::with_capacity(k);
-    em.push(0);
-    em.extend_from_slice(&masked_seed);
-    em.extend_from_slice(&db);
+    let mut em = SecretBytes::with_capacity(k);
+    let out = em.expose_mut();
+    out.push(0);
+    out.extend_from_slice(seed);
+    out.extend_from_slice(sha1(&[b""]).expose());
+    out.resize(k - msg.len() - 1, 0);
+    out.push(1);
+    out.extend_from_slice(msg);
+    // out = 0 || seed || db; mask db with MGF1(seed), then the seed with MGF1(masked db).
+    let (seed_part, db) = out[1..].split_at_mut(SHA1_LEN);
+    for (b, m) in db.iter_mut().zip(mgf1_sha1(seed, k - SHA1_LEN - 1)) {
+        *b ^= m;
+    }
+    for (b, m) in seed_part.iter_mut().zip(mgf1_sha1(db, SHA1_LEN)) {
+        *b ^= m;
+    }
     Ok(em)
 }
 
@@ -331,17 +347,19 @@ pub fn rsa_encrypt_password(password: &[u8], nonce: &[u8], pem: &[u8]) -> Result
     if nonce.is_empty() {
         return Err("empty authentication nonce".into());
     }
-    let mut msg = password.to_vec();
-    msg.push(0);
-    for (i, b) in msg.iter_mut().enumerate() {
+    let mut msg = SecretBytes::with_capacity(password.len() + 1);
+    msg.expose_mut().extend_from_slice(password);
+    msg.expose_mut().push(0);
+    for (i, b) in msg.expose_mut().iter_mut().enumerate() {
         *b ^= nonce[i % nonce.len()];
     }
     let mut seed = [0u8; SHA1_LEN];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed)
         .map_err(|_| "no random bytes for RSA-OAEP")?;
     let k = key.size();
-    let em = oaep_sha1_encode(&msg, k, &seed)?;
-    let c = rsa::BigUint::from_bytes_be(&em).modpow(key.e(), key.n());
+    let em = oaep_sha1_encode(msg.expose(), k, &seed)?;
+    // The big integer of the plaintext is the rsa crate's (not wiped).
+    let c = rsa::BigUint::from_bytes_be(em.expose()).modpow(key.e(), key.n());
     let c = c.to_bytes_be();
     let mut out = vec![0u8; k - c.len()];
     out.extend_from_slice(&c);
@@ -369,7 +387,7 @@ mod tests {
         assert!(Plugin::Native.scramble(b"", NONCE).is_empty());
         // SHA-1 itself (FIPS 180 "abc").
         assert_eq!(
-            crate::text::hex::lower(&sha1(&[b"abc"])),
+            crate::text::hex::lower(sha1(&[b"abc"]).expose()),
             "a9993e364706816aba3e25717850c26c9cd0d89d"
         );
     }
@@ -418,7 +436,7 @@ mod tests {
         let em = oaep_sha1_encode(&msg, 128, &seed).unwrap();
         assert_eq!(em.len(), 128);
         assert_eq!(
-            crate::text::hex::lower(&em[..16]),
+            crate::text::hex::lower(&em.expose()[..16]),
             "00eb7a19ace9e3006350e329504b45e2"
         );
         assert!(oaep_sha1_encode(&[0; 87], 128, &seed).is_err());

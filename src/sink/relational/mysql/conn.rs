@@ -21,6 +21,7 @@ pub const MAX_ROWS_PER_STATEMENT: usize = 100_000;
 /// Most bytes of values (plus a per-column overhead) kept from one statement's rows.
 pub const MAX_RESULT_BYTES: usize = 16 << 20;
 /// Most packets of the authentication exchange after the client's response.
+use crate::text::secret_bytes::SecretBytes;
 const MAX_AUTH_PACKETS: usize = 4;
 /// How long Drop waits to write COM_QUIT to a healthy connection.
 const QUIT_DEADLINE: Duration = Duration::from_secs(1);
@@ -299,10 +300,11 @@ impl Connection {
             )),
             [0x04] if st.tls => {
                 // Full authentication: the password inside the verified TLS session.
-                let mut clear = st.password.to_vec();
-                clear.push(0);
+                let mut clear = SecretBytes::with_capacity(st.password.len() + 1);
+                clear.expose_mut().extend_from_slice(st.password);
+                clear.expose_mut().push(0);
                 st.full_sent = true;
-                self.send_packet(&clear, seq)?;
+                self.send_secret_packet(clear.expose(), seq)?;
                 Ok(false)
             }
             [0x04] if policy.rsa_key_exchange => {
@@ -429,8 +431,20 @@ impl Connection {
     fn send_packet(&mut self, payload: &[u8], seq: &mut u8) -> Result<(), DbError> {
         let mut out = Vec::with_capacity(payload.len() + 8);
         pk::frame_into(&mut out, payload, seq);
+        self.write_frames(&out)
+    }
+
+    /// [`Self::send_packet`] of a secret (the password): framed in a wiping owner, allocated
+    /// once (a password is far below the 16 MiB frame limit, so one header is added).
+    fn send_secret_packet(&mut self, payload: &[u8], seq: &mut u8) -> Result<(), DbError> {
+        let mut out = SecretBytes::with_capacity(payload.len() + 8);
+        pk::frame_into(out.expose_mut(), payload, seq);
+        self.write_frames(out.expose())
+    }
+
+    fn write_frames(&mut self, out: &[u8]) -> Result<(), DbError> {
         let stream = self.io.get_mut();
-        if let Err(e) = stream.write_all(&out).and_then(|_| stream.flush()) {
+        if let Err(e) = stream.write_all(out).and_then(|_| stream.flush()) {
             self.broken = true;
             return Err(io_err("write", e));
         }

@@ -1,5 +1,7 @@
-//! The `svc.file.message.v1` record: `{"schema":"svc.file.message.v1",` followed by the
-//! envelope's fields in their declared order, on one line.
+//! The stored record of a message, `svc.file.message.v1`: `{"schema":"svc.file.message.v1",`
+//! followed by the envelope's fields in their declared order, on one line. It belongs to the
+//! message, not to one sink: the file sink writes it, the spool stores it, the HTTP sink sends
+//! it (`body: envelope`), and the custody digest and checkpoints are computed over it.
 //!
 //! Written by hand rather than through the envelope's `Serialize`: the keys are constants
 //! here, and a string that needs no escaping (nearly all of them) is copied whole. Through
