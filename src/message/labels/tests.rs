@@ -1,7 +1,7 @@
 //! Security label profile: config, header parsing, rules/defaults, and a randomised parser test.
 
 use super::*;
-use crate::document::reader::{parse_json, Problems};
+use crate::document::reader::{parse_json, ObjectReader, Problems};
 use crate::message::metadata::MessageMetadata;
 
 fn cfg(text: &str) -> Result<SecurityLabelsConfig, Vec<String>> {

@@ -34,6 +34,8 @@ pub mod error;
 pub mod my_sink;
 pub mod mysql;
 pub mod params;
+mod row;
+mod sql;
 mod startup;
 pub mod transport;
 pub mod upsert;
@@ -46,14 +48,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
-
-use super::key::{strategy_key, KeyStrategy};
 use super::{FailureClass, Sink, SinkError, WriteOutcome};
-use crate::message::envelope::{Envelope, EventMetadata};
+use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
 pub use config::{Dsn, RelationalConfig, TableName, TableRoute, WriteMode};
 use wire::{ConnectParams, Connection, DbError, TlsMode};
+
+use row::{row, Row};
+pub use row::{row_columns_and_object, row_key};
+pub use sql::ddl;
+use sql::{existing_sql, insert_sql, run_ddl, upsert_sql};
 
 const KIND: &str = "relational_db";
 
@@ -64,35 +68,6 @@ pub const IO_DEADLINE_MARGIN_SECONDS: u64 = 10;
 /// Idle connections kept for reuse. Concurrency is bounded by the callers (sink workers and
 /// fan-out threads); connections beyond this many are closed after use.
 const MAX_IDLE_CONNECTIONS: usize = 16;
-
-/// Columns: name, DDL type, type in the `jsonb_to_recordset` row definition.
-const COLUMNS: &[(&str, &str, &str)] = &[
-    ("idempotency_key", "text NOT NULL PRIMARY KEY", "text"),
-    ("subject", "text NOT NULL", "text"),
-    ("stream", "text NOT NULL", "text"),
-    // The stream's incarnation (its creation time, `broker/incarnation.rs`), NULL when unknown.
-    ("stream_incarnation", "text", "text"),
-    ("stream_sequence", "bigint NOT NULL", "bigint"),
-    ("consumer", "text NOT NULL", "text"),
-    ("consumer_sequence", "bigint NOT NULL", "bigint"),
-    ("message_id", "text", "text"),
-    ("priority", "text NOT NULL", "text"),
-    ("classification", "text NOT NULL", "text"),
-    ("labels", "text NOT NULL", "text"),
-    ("labels_list", "text[] NOT NULL", "text[]"),
-    ("payload", "jsonb NOT NULL", "jsonb"),
-    ("payload_original_format", "text NOT NULL", "text"),
-    ("payload_wrapped", "boolean NOT NULL", "boolean"),
-    ("payload_sha256", "text NOT NULL", "text"),
-    ("payload_size_bytes", "bigint NOT NULL", "bigint"),
-    ("security_labels_json", "jsonb", "jsonb"),
-    // Mission metadata (docs/governance.md), NULL when the record has none.
-    ("mission_metadata_json", "jsonb", "jsonb"),
-    ("metadata_json", "jsonb NOT NULL", "jsonb"),
-    ("received_at", "timestamptz NOT NULL", "timestamptz"),
-    // `svc.custody.v1` when `custody.enabled` (docs/payload-protection.md), else NULL.
-    ("custody_json", "jsonb", "jsonb"),
-];
 
 /// Every relational sink of a sink config with its name: the sink itself (`sink`) or the
 /// `relational_db` children of a fan-out (by child name).
@@ -109,198 +84,6 @@ pub fn configs_in(sink: &super::SinkConfig) -> Vec<(String, &RelationalConfig)> 
             .collect(),
         _ => Vec::new(),
     }
-}
-
-/// The DDL that creates every table of the config (idempotent: `IF NOT EXISTS`).
-pub fn ddl(cfg: &RelationalConfig) -> String {
-    let mut out = String::new();
-    let mut schemas: Vec<&str> = Vec::new();
-    for t in cfg.tables() {
-        if let Some(s) = &t.schema {
-            if !schemas.contains(&s.as_str()) {
-                schemas.push(s);
-                out.push_str(&format!("CREATE SCHEMA IF NOT EXISTS \"{s}\";\n"));
-            }
-        }
-    }
-    for t in cfg.tables() {
-        out.push_str(&table_ddl(t));
-    }
-    out
-}
-
-fn table_ddl(t: &TableName) -> String {
-    let mut s = format!("CREATE TABLE IF NOT EXISTS {} (\n", t.sql());
-    for (name, ty, _) in COLUMNS {
-        s.push_str(&format!("    {name} {ty},\n"));
-    }
-    s.push_str("    stored_at timestamptz NOT NULL DEFAULT now()\n);\n");
-    // Tables created before the custody, mission metadata and stream incarnation columns
-    // existed get them here (idempotent).
-    s.push_str(&format!(
-        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS custody_json jsonb;\n",
-        t.sql()
-    ));
-    s.push_str(&format!(
-        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS mission_metadata_json jsonb;\n",
-        t.sql()
-    ));
-    s.push_str(&format!(
-        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS stream_incarnation text;\n",
-        t.sql()
-    ));
-    s.push_str(&format!(
-        "CREATE INDEX IF NOT EXISTS \"{}\" ON {} (stream, stream_sequence);\n",
-        t.derived("stream_seq_idx"),
-        t.sql()
-    ));
-    s
-}
-
-/// Key of the advisory lock that serializes this sink's DDL across sessions and processes.
-const DDL_LOCK_KEY: i64 = 0x7376_635f_6464_6c00; // "svc_ddl\0"
-
-/// Runs the DDL in one transaction under an advisory lock: concurrent `CREATE TABLE IF NOT
-/// EXISTS` of the same table can otherwise fail with a unique violation in the catalog.
-fn run_ddl(conn: &mut Connection, cfg: &RelationalConfig) -> Result<(), DbError> {
-    let sql = format!(
-        "BEGIN; SELECT pg_advisory_xact_lock({DDL_LOCK_KEY}); {}COMMIT;",
-        ddl(cfg)
-    );
-    let res = conn.simple(&sql);
-    if res.is_err() && !conn.is_broken() && conn.tx_status() != b'I' {
-        let _ = conn.simple("ROLLBACK");
-    }
-    res.map(|_| ())
-}
-
-fn insert_sql(t: &TableName) -> String {
-    let names: Vec<&str> = COLUMNS.iter().map(|c| c.0).collect();
-    let selects: Vec<String> = COLUMNS
-        .iter()
-        .map(|(n, _, _)| match *n {
-            // jsonb_to_recordset turns a JSON null into SQL NULL; a payload that *is* JSON
-            // null must stay JSON null.
-            "payload" => "COALESCE(r.payload, 'null'::jsonb)".to_string(),
-            n => format!("r.{n}"),
-        })
-        .collect();
-    let defs: Vec<String> = COLUMNS
-        .iter()
-        .map(|(n, _, rt)| format!("{n} {rt}"))
-        .collect();
-    format!(
-        "INSERT INTO {} ({}) SELECT {} FROM jsonb_to_recordset($1::jsonb) AS r({}) \
-         ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
-        t.sql(),
-        names.join(", "),
-        selects.join(", "),
-        defs.join(", ")
-    )
-}
-
-/// `write_mode: upsert`: the insert, where a stored key takes every column of a row whose
-/// stream sequence is not lower than the stored one's (never of an older one). The batch holds
-/// one row per key ([`upsert::newest_per_key`]): ON CONFLICT cannot touch a row twice.
-fn upsert_sql(t: &TableName) -> String {
-    let insert = insert_sql(t).replacen(
-        &format!("INSERT INTO {} (", t.sql()),
-        &format!("INSERT INTO {} AS t (", t.sql()),
-        1,
-    );
-    let head = insert
-        .strip_suffix(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key")
-        .expect("insert_sql ends with its conflict clause");
-    let sets: Vec<String> = COLUMNS
-        .iter()
-        .map(|c| c.0)
-        .filter(|n| *n != "idempotency_key")
-        .map(|n| format!("{n} = EXCLUDED.{n}"))
-        .collect();
-    format!(
-        "{head} ON CONFLICT (idempotency_key) DO UPDATE SET {}, stored_at = now() \
-         WHERE t.stream_sequence <= EXCLUDED.stream_sequence RETURNING idempotency_key",
-        sets.join(", ")
-    )
-}
-
-fn existing_sql(t: &TableName) -> String {
-    format!(
-        "SELECT idempotency_key, subject, payload_sha256 FROM {} \
-         WHERE idempotency_key IN (SELECT jsonb_array_elements_text($1::jsonb))",
-        t.sql()
-    )
-}
-
-/// The idempotency key of an envelope: the shared `idempotency_key` strategy of
-/// [`crate::sink::key`] without its namespace (`s-<stream>-<seq>`, `m-<msg id>`, `p-<sha256>`).
-pub fn row_key(env: &Envelope) -> String {
-    let k = strategy_key(env, KeyStrategy::IdempotencyKey, "")
-        .expect("the idempotency_key strategy always has an input");
-    k.strip_prefix("idempotency-key/").unwrap_or(&k).to_string()
-}
-
-/// One row as the JSON object `jsonb_to_recordset` reads. Borrowed: no payload copies.
-#[derive(Serialize)]
-struct Row<'a> {
-    idempotency_key: &'a str,
-    subject: &'a str,
-    stream: &'a str,
-    stream_incarnation: Option<&'a str>,
-    stream_sequence: u64,
-    consumer: &'a str,
-    consumer_sequence: u64,
-    message_id: Option<&'a str>,
-    priority: &'a str,
-    classification: &'a str,
-    labels: &'a str,
-    labels_list: &'a [String],
-    payload: &'a crate::message::envelope::Payload,
-    payload_original_format: crate::message::envelope::PayloadFormat,
-    payload_wrapped: bool,
-    payload_sha256: &'a str,
-    payload_size_bytes: u64,
-    security_labels_json: Option<&'a serde_json::Value>,
-    mission_metadata_json: Option<&'a serde_json::Value>,
-    metadata_json: &'a EventMetadata,
-    received_at: &'a str,
-    custody_json: Option<&'a crate::message::envelope::Custody>,
-}
-
-fn row<'a>(env: &'a Envelope, key: &'a str) -> Row<'a> {
-    Row {
-        idempotency_key: key,
-        subject: &env.subject,
-        stream: &env.stream,
-        stream_incarnation: Some(&*env.stream_incarnation).filter(|i| !i.is_empty()),
-        stream_sequence: env.stream_sequence,
-        consumer: &env.consumer,
-        consumer_sequence: env.consumer_sequence,
-        message_id: env.message_id.as_deref(),
-        priority: &env.priority,
-        classification: &env.classification,
-        labels: &env.labels,
-        labels_list: &env.labels_list,
-        payload: &env.payload,
-        payload_original_format: env.payload_info.original_format,
-        payload_wrapped: env.payload_info.wrapped,
-        payload_sha256: &env.payload_info.sha256,
-        payload_size_bytes: env.payload_info.size_bytes,
-        security_labels_json: env.security_labels.as_ref(),
-        mission_metadata_json: env.mission_metadata.as_ref(),
-        metadata_json: &env.metadata,
-        received_at: &env.metadata.received_at,
-        custody_json: env.custody.as_ref(),
-    }
-}
-
-/// The column names in table order and one envelope's row as the JSON object the insert
-/// reads (benches/relational_throughput.rs feeds the same rows to `COPY` as its baseline).
-pub fn row_columns_and_object(env: &Envelope) -> (Vec<&'static str>, serde_json::Value) {
-    let key = row_key(env);
-    let names = COLUMNS.iter().map(|c| c.0).collect();
-    let value = serde_json::to_value(row(env, &key)).expect("a row serializes");
-    (names, value)
 }
 
 /// SQLSTATE classes that blame the row's data, not the destination.
