@@ -7,7 +7,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::custody_checkpoints::{case_with, publish_range, records_in, verify, wait_acked, Case};
+use crate::custody_checkpoints::{
+    case_with, checkpoint_files, publish_range, records_in, verify, wait_acked, Case,
+};
 use crate::support::protection::*;
 use crate::support::*;
 use serde_json::json;
@@ -198,4 +200,113 @@ fn a_flipped_byte_in_a_checkpoint_frame_is_named_and_loses_no_record() {
         text.contains("6 records intact, 0 altered, 0 missing, 3 in no checkpoint"),
         "{text}"
     );
+}
+
+/// The head file's index, when it holds one.
+fn held_index(c: &Case) -> Option<u64> {
+    let bytes = std::fs::read(c.dir.path().join("c.json.custody-head")).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    v["index"].as_u64()
+}
+
+/// A copy of a directory's regular files (mode kept).
+fn copy_files(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            let dst = to.join(p.file_name().unwrap());
+            std::fs::copy(&p, &dst).unwrap();
+        }
+    }
+}
+
+/// HELD (class 3 / class 1): the state a kill -9 of the runner in the middle of a checkpoint
+/// frame's append leaves: the segment ends inside checkpoint 1's frame (a torn tail) and the
+/// head file still names checkpoint 0. The restart cuts the torn tail, continues the chain
+/// from checkpoint 0, and signs the records the torn checkpoint covered again: the audit is
+/// COMPLETE before and after the drain, each checkpoint once in the target.
+#[test]
+fn a_torn_checkpoint_frame_at_the_tail_is_cut_and_its_records_signed_again() {
+    let c = edge(3);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 3);
+    wait_acked(&c.server, 3);
+    wait_until(Duration::from_secs(30), "head at checkpoint 0", || {
+        held_index(&c) == Some(0)
+    });
+    let head_file = c.dir.path().join("c.json.custody-head");
+    let head_0 = std::fs::read(&head_file).unwrap();
+    publish_range(&c.server, 4, 6);
+    wait_acked(&c.server, 6);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    assert_eq!(held_index(&c), Some(1));
+    let seg = only_segment(&c);
+    let data = std::fs::read(&seg).unwrap();
+    let cps = sealed_checkpoint_frames(&data);
+    assert_eq!(cps.len(), 2);
+    assert_eq!(cps[1].1, data.len(), "checkpoint 1 is the last frame");
+    std::fs::write(&seg, &data[..(cps[1].0 + cps[1].1) / 2]).unwrap();
+    std::fs::write(&head_file, &head_0).unwrap();
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    assert!(wait_until_either(&mut runner), "{}", runner.log_text());
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    assert_eq!(held_index(&c), Some(1), "{}", runner.log_text());
+    let complete = |when: &str| {
+        let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+        assert_eq!(code, 0, "{when}: {text}");
+        assert!(
+            text.contains("6 records intact, 0 altered, 0 missing, 0 in no checkpoint"),
+            "{when}: {text}"
+        );
+    };
+    complete("after the restart");
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(checkpoint_files(&out(&c)).len(), 2);
+    complete("after the drain");
+}
+
+/// HELD (class 1, PostgreSQL target): a drain repeated after a crash that came after the
+/// target took the rows and the checkpoints but before the spool's position moved (the spool
+/// directory as it was before the drain put back). The repeated drain finds the rows and each
+/// checkpoint row already stored with the same text: exit 0, each checkpoint once, COMPLETE.
+#[test]
+fn a_drain_into_postgresql_repeated_after_a_crash_stores_each_checkpoint_once() {
+    let db = crate::support::postgres::TestDb::new("atk50b");
+    let c = case_with(
+        2,
+        |dir| {
+            let key = write_private(dir, "spool.key", &[9u8; 32]);
+            json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                   "encryption": {"key_id": "k1", "key_file": key},
+                   "target": db.sink(json!({}))})
+        },
+        json!({}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 5);
+    wait_acked(&c.server, 5);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let spool = c.dir.path().join("spool");
+    let before = c.dir.path().join("spool.before");
+    copy_files(&spool, &before);
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(db.count("svc_custody_checkpoints"), 3);
+    std::fs::remove_dir_all(&spool).unwrap();
+    std::fs::rename(&before, &spool).unwrap();
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(db.count("svc_custody_checkpoints"), 3);
+    assert_eq!(db.count("events"), 5);
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.ends_with("COMPLETE\n"), "{text}");
 }
