@@ -48,6 +48,7 @@ mod atk46e;
 mod atk46f;
 mod atk47e;
 mod atk50a;
+mod atk50b;
 mod aws_credentials;
 mod broker_auth_tls;
 mod clean_stop;
