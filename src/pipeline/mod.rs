@@ -557,7 +557,16 @@ fn start_checkpoints(
     }
     // The spool as the sink keeps its checkpoints as frames in the spool it appends to.
     let store: Box<dyn crate::sink::checkpoint::CheckpointStore> = match edge_spool {
-        Some(spool) => Box::new(crate::sink::checkpoint_spool::SpoolStore::new(spool)),
+        Some(spool) => {
+            let store = crate::sink::checkpoint_spool::SpoolStore::new(spool);
+            match &cfg.sink {
+                // The target's store too: the start and the rescan read what was drained.
+                crate::sink::SinkConfig::Spool(s) => Box::new(store.with_target(
+                    crate::sink::checkpoint::store_for(&s.target).map_err(RunError::Fatal)?,
+                )),
+                _ => Box::new(store),
+            }
+        }
         None => crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?,
     };
     let (mut writer, feed) =

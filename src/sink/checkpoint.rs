@@ -19,11 +19,13 @@
 //!
 //! Start: before any delivery the runner reads its chain back ([`Writer::start`]) and refuses
 //! to run when it cannot be read, does not verify, has a hole, or does not reach the head
-//! kept outside the sink ([`super::checkpoint_head`]); from a store holding a suffix, one
-//! that links and reaches the head (or is empty beside a head file: everything drained). Crash story: the thread then (and after
+//! kept outside the sink ([`super::checkpoint_head`]). A store holding a suffix (the spool) is
+//! read with its target's store ([`CheckpointStore::target`]), the whole chain checked; when
+//! the target cannot be read, the spool's part alone must link and reach the head, and an
+//! empty one beside a head file stops the start. Crash story: the thread then (and after
 //! the channel overflowed) rescans the store's records of its runner id ([`Writer::rescan`]):
 //! every record after the chain's covered range that no checkpoint covers and whose custody
-//! seal verifies is pending again, so records committed before a kill -9 are covered by the
+//! seal verifies is pending again (with the spool, its target's records too), so records committed before a kill -9 are covered by the
 //! first checkpoint after the restart; a record failing its seal is never signed.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -109,6 +111,11 @@ pub trait CheckpointStore: Send {
     /// links and reaches the head file).
     fn holds_suffix(&self) -> bool {
         false
+    }
+    /// For a store holding a suffix: the store its older checkpoints and its records are
+    /// moved to (the spool's target), read by the start and the rescan beside it.
+    fn target(&self) -> Option<&dyn CheckpointStore> {
+        None
     }
 }
 
@@ -271,13 +278,28 @@ impl Writer {
     /// not run 0, 1, 2, ..., or it does not reach the head file's head: the chain is never
     /// restarted at index 0 over an existing one, nor continued from a cut.
     pub fn start(&mut self) -> Result<(), String> {
-        let read = self
+        let mut read = self
             .store
             .checkpoints()
             .map_err(|e| format!("custody checkpoints: cannot read the chain back: {e}"))?;
-        let suffix = self.store.holds_suffix();
+        let unread = self.read_target(&mut read);
+        // The spool and its target read together hold the whole chain: checked as any
+        // other store's. The spool's part alone is a suffix (the target not read).
+        let suffix =
+            self.store.holds_suffix() && (self.store.target().is_none() || unread.is_some());
         let chain = own_chain(read, &self.trusted(), &self.runner_id, suffix)?;
         let stored = self.head_file.read()?;
+        if let (Some(e), true, Some(h)) = (&unread, chain.is_empty(), stored.as_ref()) {
+            return Err(format!(
+                "custody checkpoints: the spool holds no checkpoint of this runner (drained) \
+                 and its target's checkpoint store cannot be read ({}): where the chain ends \
+                 past the head file's head {} cannot be checked, and no checkpoint is signed \
+                 under an index the drain may have put already; start again once the target \
+                 can be read",
+                PeerText::new(e),
+                PeerText::new(&h.arg())
+            ));
+        }
         if suffix {
             check_suffix_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
         } else {
@@ -306,22 +328,47 @@ impl Writer {
             // Every checkpoint was drained to the target: the chain goes on from the head file.
             self.head = Some((h.index, h.digest.clone()));
             log::info!(
-                "custody checkpoints: no checkpoint left in the spool (drained); the chain goes                  on from the head file's head {}",
+                "custody checkpoints: no checkpoint left in the spool (drained); the chain goes \
+                 on from the head file's head {}",
                 PeerText::new(&h.arg())
             );
         }
         Ok(())
     }
 
-    /// Makes pending every record of this runner after the chain's start range that no
-    /// checkpoint covers and whose custody seal verifies under the runner's custody key; a
-    /// record failing the seal is never signed (logged, counted; the audit reports it as in
-    /// no checkpoint).
-    pub fn rescan(&mut self) -> Result<(), String> {
-        let trusted = self.trusted();
-        let mut covered = BTreeSet::new();
-        for (_, text) in self.store.checkpoints()? {
-            if let Ok(v) = checkpoint::verify(&text, &trusted) {
+    /// With a store holding a suffix (the spool as the sink): adds its target's checkpoints
+    /// (those not in `read` already) to `read`, so the chain is checked whole and continued
+    /// from its real end (a checkpoint drained before the head file was written is found).
+    /// Returns why the target could not be read (then only the spool's suffix is checked).
+    fn read_target(&self, read: &mut Vec<(String, String)>) -> Option<String> {
+        let target = self.store.target()?;
+        match target.checkpoints() {
+            Ok(more) => {
+                let seen: BTreeSet<String> = read.iter().map(|c| c.1.clone()).collect();
+                read.extend(more.into_iter().filter(|c| !seen.contains(&c.1)));
+                None
+            }
+            Err(e) => {
+                log::warn!(
+                    "custody checkpoints: the target's checkpoint store cannot be read ({}): \
+                     only the spool's part of the chain is checked",
+                    PeerText::new(&e)
+                );
+                Some(e)
+            }
+        }
+    }
+
+    /// Adds the (origin, sequence) of every record a verified checkpoint of this runner
+    /// among `checkpoints` covers.
+    fn cover(
+        &self,
+        checkpoints: Vec<(String, String)>,
+        trusted: &TrustedKeys,
+        covered: &mut BTreeSet<(Origin, u64)>,
+    ) {
+        for (_, text) in checkpoints {
+            if let Ok(v) = checkpoint::verify(&text, trusted) {
                 if v.body.runner_id == self.runner_id {
                     let o = origin_of(&v.body);
                     // Leaves only: a sequence listed as a gap (refused before the sink and
@@ -331,8 +378,34 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// Makes pending every record of this runner after the chain's start range that no
+    /// checkpoint covers and whose custody seal verifies under the runner's custody key; a
+    /// record failing the seal is never signed (logged, counted; the audit reports it as in
+    /// no checkpoint).
+    pub fn rescan(&mut self) -> Result<(), String> {
+        let trusted = self.trusted();
+        let mut covered = BTreeSet::new();
+        self.cover(self.store.checkpoints()?, &trusted, &mut covered);
+        let mut records = self.store.scan(Some(&self.custodian))?;
+        if let Some(target) = self.store.target() {
+            // Records drained to the target after the last checkpoint (a kill -9 before it
+            // was cut) are signed as any other store's: read them, seals checked.
+            match (target.checkpoints(), target.scan(Some(&self.custodian))) {
+                (Ok(cps), Ok(recs)) => {
+                    self.cover(cps, &trusted, &mut covered);
+                    records.extend(recs);
+                }
+                (Err(e), _) | (_, Err(e)) => log::warn!(
+                    "custody checkpoints: the target's records cannot be read ({}): the \
+                     rescan reads the spool's only",
+                    PeerText::new(&e)
+                ),
+            }
+        }
         let (mut found, mut refused) = (0usize, 0usize);
-        for rec in self.store.scan(Some(&self.custodian))? {
+        for rec in records {
             match rec.read {
                 Ok(r) if r.runner_id == self.runner_id => {
                     let o: Origin = (Arc::from(r.stream), Arc::from(r.incarnation));
@@ -639,7 +712,9 @@ fn check_suffix_head(
             return Ok(());
         }
         return Err(format!(
-            "custody checkpoints: the spool's chain of runner {} begins at checkpoint {start},              which does not follow the head file {}'s checkpoint {}: it cannot be continued;              audit with svc verify-custody --public-key FILE --head {}",
+            "custody checkpoints: the spool's chain of runner {} begins at checkpoint {start}, \
+             which does not follow the head file {}'s checkpoint {}: it cannot be continued; \
+             audit with svc verify-custody --public-key FILE --head {}",
             PeerText::new(runner_id),
             shown_path(&file.path),
             h.index,

@@ -33,6 +33,9 @@ use crate::text::peer::PeerText;
 pub struct SpoolStore {
     spool: Option<Arc<Spool>>,
     cfg: SpoolConfig,
+    /// The runner's: the target's checkpoint store, read by the start (the chain drained
+    /// already) and the rescan (records drained before their checkpoint was cut).
+    target: Option<Box<dyn CheckpointStore>>,
 }
 
 /// What one read of the spool found: checkpoints as (place, text), and records.
@@ -45,7 +48,15 @@ impl SpoolStore {
         SpoolStore {
             spool: Some(spool),
             cfg,
+            target: None,
         }
+    }
+
+    /// The same, with the target's checkpoint store beside it
+    /// ([`CheckpointStore::target`]).
+    pub fn with_target(mut self, target: Box<dyn CheckpointStore>) -> SpoolStore {
+        self.target = Some(target);
+        self
     }
 
     /// A store that only reads the spool of `cfg` (no lock: a runner may append beside it).
@@ -53,6 +64,7 @@ impl SpoolStore {
         SpoolStore {
             spool: None,
             cfg: cfg.clone(),
+            target: None,
         }
     }
 
@@ -156,6 +168,10 @@ impl CheckpointStore for SpoolStore {
 
     fn holds_suffix(&self) -> bool {
         true
+    }
+
+    fn target(&self) -> Option<&dyn CheckpointStore> {
+        self.target.as_deref()
     }
 }
 
