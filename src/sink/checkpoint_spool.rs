@@ -41,6 +41,14 @@ pub struct SpoolStore {
 /// What one read of the spool found: checkpoints as (place, text), and records.
 type Read = (Vec<(String, String)>, Vec<StoredRecord>);
 
+/// One read of the spool: [`Read`], and why each checkpoint frame waiting in a segment (its
+/// first byte says custody checkpoint) could not be opened.
+struct Frames {
+    checkpoints: Vec<(String, String)>,
+    records: Vec<StoredRecord>,
+    unopened: Vec<String>,
+}
+
 impl SpoolStore {
     /// The runner's store, on the spool its sink appends to.
     pub fn new(spool: Arc<Spool>) -> SpoolStore {
@@ -87,9 +95,9 @@ impl SpoolStore {
     /// Every frame waiting to be drained (and every record kept in a rejected file), opened:
     /// checkpoint frames as checkpoints, records as the audit reads them (`seal`: checked
     /// against their custody seal, for the runner's rescan). Bounded as the other stores.
-    fn read(&self, seal: Option<&Custodian>) -> Result<Read, String> {
+    fn read(&self, seal: Option<&Custodian>) -> Result<Frames, String> {
         let mut opener = Opener::new(self.crypt()?);
-        let (mut checkpoints, mut records) = (Vec::new(), Vec::new());
+        let (mut checkpoints, mut records, mut unopened) = (Vec::new(), Vec::new(), Vec::new());
         let (mut text_bytes, mut opened) = (0usize, Vec::new());
         let mut failed: Option<String> = None;
         scan::walk(&self.cfg.dir, |seen: Seen<'_>| {
@@ -102,6 +110,17 @@ impl SpoolStore {
                 Ok(Opened::Clear) => seen.body,
                 Ok(Opened::Sealed(r)) => &opened[r],
                 Err(e) => {
+                    if seen.rejected_in.is_none()
+                        && super::spool::seal::is_checkpoint_frame(seen.body)
+                    {
+                        // Never taken for drained: the runner's start stops on it.
+                        unopened.push(format!(
+                            "the custody checkpoint frame at {place} cannot be opened ({e}): \
+                             the chain cannot be read back; configure the key it needs, or set \
+                             it aside (svc spool set-aside) and audit the chain with svc \
+                             verify-custody --public-key FILE --head"
+                        ));
+                    }
                     records.push(StoredRecord {
                         place,
                         read: Err(format!("cannot be opened: {e}")),
@@ -139,7 +158,11 @@ impl SpoolStore {
         .map_err(|e| e.to_string())?;
         match failed {
             Some(e) => Err(e),
-            None => Ok((checkpoints, records)),
+            None => Ok(Frames {
+                checkpoints,
+                records,
+                unopened,
+            }),
         }
     }
 }
@@ -154,16 +177,27 @@ impl CheckpointStore for SpoolStore {
             .map_err(|e| e.to_string())
     }
 
+    /// The spool's checkpoints; an error when a checkpoint frame waiting in a segment does not
+    /// open (a key id no longer configured, another spool's frame, damage): the chain's end
+    /// is not known, and such a frame is never taken for drained.
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
-        self.read(None).map(|r| r.0)
+        let read = self.read(None)?;
+        match read.unopened.first() {
+            Some(e) if read.unopened.len() > 1 => Err(format!(
+                "{e} (and {} more checkpoint frames that cannot be opened)",
+                read.unopened.len() - 1
+            )),
+            Some(e) => Err(e.clone()),
+            None => Ok(read.checkpoints),
+        }
     }
 
     fn records(&self) -> Result<Vec<StoredRecord>, String> {
-        self.read(None).map(|r| r.1)
+        self.read(None).map(|r| r.records)
     }
 
     fn scan(&self, seal: Option<&Custodian>) -> Result<Vec<StoredRecord>, String> {
-        self.read(seal).map(|r| r.1)
+        self.read(seal).map(|r| r.records)
     }
 
     fn holds_suffix(&self) -> bool {
@@ -199,7 +233,8 @@ impl UnionStore {
 
     /// Checkpoints and records of both, the spool read first (see the module comment).
     pub fn read(&self) -> Result<Read, String> {
-        let (mut checkpoints, mut records) = self.spool.read(None)?;
+        let read = self.spool.read(None)?;
+        let (mut checkpoints, mut records) = (read.checkpoints, read.records);
         let target_checkpoints = self
             .target
             .checkpoints()
