@@ -561,3 +561,144 @@ fn a_checkpoint_frame_under_a_dropped_old_key_stops_the_start() {
         "status: {status}\nthe start: {log}\nverify ({vcode}): {verdict}"
     );
 }
+
+/// FIXED (atk50b finding; class 11, medium): the edge site's spool is handed to a configuration with a
+/// fallback `spool` block (same directory and key) in front of the same file target, to
+/// deliver its backlog with `svc spool drain` (which "also works on a fallback spool"). The
+/// drain delivers the records before the first checkpoint frame, then stops for good: "is a
+/// custody checkpoint, and the target keeps no checkpoints" although the target is a file
+/// sink, which keeps them; and `svc spool set-aside` refuses that frame ("holds a record this
+/// configuration reads (the drain delivers it)"), so nothing the operator can run moves the
+/// records behind it (the runner's own fallback drain stops there too).
+/// Expected: the drain of a fallback spool whose sink keeps checkpoints puts the frames into
+/// it as the spool sink's drain does (all 6 records and 2 checkpoints, exit 0); at the least,
+/// `set-aside` takes a frame the drain stops at, and the message does not say the file
+/// target keeps no checkpoints.
+#[test]
+fn an_edge_spool_handed_to_a_fallback_config_drains_past_its_checkpoint_frames() {
+    let c = edge(3);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 6);
+    wait_acked(&c.server, 6);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&c.cfg).unwrap()).unwrap();
+    let sink = cfg["sink"].clone();
+    cfg["sink"] = sink["target"].clone();
+    cfg["spool"] = json!({"dir": sink["dir"], "max_bytes": sink["max_bytes"],
+                          "encryption": sink["encryption"]});
+    let fallback = c.dir.path().join("fallback.json");
+    std::fs::write(&fallback, cfg.to_string()).unwrap();
+    let arg = fallback.to_str().unwrap();
+    let (code, o, e) = svc_env(&["validate", arg], None);
+    assert_eq!(code, 0, "{o}{e}");
+    let (code, o, e) = svc_env(&["spool", "drain", arg], None);
+    let drained = format!("exit {code}: {o}{e}");
+    let at = e
+        .split("at segment ")
+        .nth(1)
+        .and_then(|s| s.split(" offset ").nth(1))
+        .and_then(|s| s.split(|ch: char| !ch.is_ascii_digit()).next())
+        .unwrap_or("0")
+        .to_string();
+    let (acode, ao, ae) = svc_env(
+        &["spool", "set-aside", arg, "--segment", "1", "--offset", &at],
+        None,
+    );
+    assert!(
+        code == 0 && records_in(&out(&c)) == 6,
+        "drain of the handed-over spool: {drained}\nrecords in the target: {}\n\
+         set-aside of the frame at segment 1 offset {at} (exit {acode}): {ao}{ae}",
+        records_in(&out(&c))
+    );
+}
+
+/// The texts of the CHECKPOINT frames of a segment in clear, in order.
+fn checkpoint_texts(data: &[u8]) -> Vec<String> {
+    let (mut at, mut out) = (8, Vec::new());
+    while at + 12 <= data.len() {
+        let len = u32::from_le_bytes(data[at + 4..at + 8].try_into().unwrap()) as usize;
+        let body = &data[at + 12..at + 12 + len];
+        if body[0] == 0x43 {
+            let skip = 1 + 8 + 1 + body[9] as usize + 8;
+            out.push(String::from_utf8(body[skip..].to_vec()).unwrap());
+        }
+        at += 12 + len;
+    }
+    out
+}
+
+/// A checkpoint frame's body in clear: `0x43 | ms | runner id len | runner id | index | text`.
+fn checkpoint_body(runner: &str, index: u64, text: &str) -> Vec<u8> {
+    let mut b = vec![0x43];
+    b.extend_from_slice(&1_700_000_000_000u64.to_le_bytes());
+    b.push(runner.len() as u8);
+    b.extend_from_slice(runner.as_bytes());
+    b.extend_from_slice(&index.to_le_bytes());
+    b.extend_from_slice(text.as_bytes());
+    b
+}
+
+/// FIXED (atk50b finding; class 4, low: a spool in clear, `allow_unencrypted`): someone who can write the
+/// spool directory appends a frame whose unsigned header names checkpoint 2 of the runner
+/// but whose text is the REAL checkpoint 0 (copied from the spool). `svc spool drain` puts
+/// it into the target's store under the header's name (`...-00000000000000000002.json`
+/// holding checkpoint 0), exit 0. The runner's real checkpoint 2 can then never be put:
+/// every later drain is stuck at it ("not put into the target ... the target holds no
+/// identical copy ... retries"), and nothing names the planted file.
+/// Expected: the drain checks the frame's runner id and index against the ones its signed
+/// text claims and refuses (keeps, names) a frame where they differ; no checkpoint is stored
+/// under another index's name; the runner's own checkpoint 2 drains later (exit 0, COMPLETE).
+#[test]
+fn a_checkpoint_frame_whose_header_names_another_index_is_not_stored_under_it() {
+    let c = case_with(
+        3,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                   "allow_unencrypted": true,
+                   "target": {"type": "file", "directory": dir.join("out")}})
+        },
+        json!({}),
+    );
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 6);
+    wait_acked(&c.server, 6);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let seg = only_segment(&c);
+    let mut data = std::fs::read(&seg).unwrap();
+    let texts = checkpoint_texts(&data);
+    assert_eq!(texts.len(), 2);
+    data.extend(crate::spool::frame_of(&checkpoint_body(
+        "runner-cp-1",
+        2,
+        &texts[0],
+    )));
+    std::fs::write(&seg, &data).unwrap();
+    let (code, drained) = spool_cmd(&c, "drain");
+
+    let mut wrong = Vec::new();
+    for p in checkpoint_files(&out(&c)) {
+        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+        let named: u64 = name.rsplit('-').next().unwrap().parse().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        let body: serde_json::Value = serde_json::from_str(v["signed"].as_str().unwrap()).unwrap();
+        if body["index"].as_u64() != Some(named) {
+            wrong.push(format!("{name} holds checkpoint {}", body["index"]));
+        }
+    }
+    // The runner goes on (checkpoint 2 of its own), and the next drain puts it.
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    publish_range(&c.server, 7, 9);
+    wait_acked(&c.server, 9);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code2, drained2) = spool_cmd(&c, "drain");
+    assert!(
+        wrong.is_empty() && code2 == 0,
+        "planted frame drained (exit {code}): {drained}\nstored under another index's name: \
+         {wrong:?}\nthe next drain (exit {code2}): {drained2}"
+    );
+}

@@ -641,7 +641,13 @@ fn build_sink(
         spool.records(),
         spool_cfg.after.as_secs_f64()
     );
-    let drainer = Drainer::new(spool.clone(), sink.clone(), metrics.clone());
+    let mut drainer = Drainer::new(spool.clone(), sink.clone(), metrics.clone());
+    // Checkpoint frames (an edge spool handed to this configuration) go into the sink's
+    // checkpoint store when it keeps one (atk50b finding 6).
+    if crate::sink::checkpoint::unavailable(&cfg.sink).is_none() {
+        let store = crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?;
+        drainer = drainer.with_checkpoint_store(store);
+    }
     let wrapped: Arc<dyn crate::sink::Sink> =
         Arc::new(FallbackSink::new(sink, spool.clone(), metrics.clone()));
     Ok((wrapped, Some((drainer, spool)), None))

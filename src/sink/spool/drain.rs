@@ -101,6 +101,14 @@ enum Read {
     Checkpoint(Vec<u8>),
 }
 
+/// What became of a checkpoint frame the drain reached.
+enum Put {
+    /// In the target's store (put now, or by a run a crash stopped).
+    Stored,
+    /// Its header names another checkpoint than its signed body: quarantined, not stored.
+    Misnamed(String),
+}
+
 /// Opens one stored record (`body` of the frame at `start..end` of `data`) and checks it.
 /// `(as_stored, keep)`: the sink takes file records, or the record's place is kept anyway
 /// (custody checkpoints compute its digest from it once the sink holds it).
@@ -347,10 +355,13 @@ impl Drainer {
                         }
                         // After the step's records are durable in the target: the next step.
                         Read::Checkpoint(_) if !frames.is_empty() => break,
-                        Read::Checkpoint(plain) => {
-                            self.put_checkpoint(place, &plain)?;
-                            put += 1;
-                        }
+                        Read::Checkpoint(plain) => match self.put_checkpoint(place, &plain)? {
+                            Put::Stored => put += 1,
+                            Put::Misnamed(why) => {
+                                self.keep_unreadable(place, &data[start..end], &why)?;
+                                dropped += 1;
+                            }
+                        },
                         // Delivered up to it; the next step stops at it.
                         Read::Keep(_) => break,
                     }
@@ -435,8 +446,10 @@ impl Drainer {
 
     /// Puts one checkpoint frame into the target's store. Idempotent for a step repeated
     /// after a crash: the same runner id and index already stored with the same bytes counts
-    /// as stored; other bytes under that name stop the drain (kept where it is).
-    fn put_checkpoint(&self, place: Place, plain: &[u8]) -> Result<(), SpoolError> {
+    /// as stored; other bytes under that name stop the drain (kept where it is). A frame
+    /// whose header names another runner id or index than its signed body claims is never
+    /// stored ([`Put::Misnamed`]: the runner never writes one; the caller quarantines it).
+    fn put_checkpoint(&self, place: Place, plain: &[u8]) -> Result<Put, SpoolError> {
         let at = format!("segment {} offset {}", place.segment, place.offset);
         let stuck = |why: String| fail(self.spool.path(), "drain stuck", why);
         let Some(store) = &self.target_store else {
@@ -450,15 +463,15 @@ impl Drainer {
         let text = std::str::from_utf8(cp.bytes).unwrap_or_default();
         // The name it is stored under is the one its signed body claims, or it is not stored.
         if crate::sink::checkpoint::claimed(text) != Some((cp.runner_id.into(), Some(cp.index))) {
-            return Err(stuck(format!(
-                "the checkpoint frame at {at} is not the checkpoint its frame names (runner {}, \
-                 index {}): it is kept where it is",
+            return Ok(Put::Misnamed(format!(
+                "a custody checkpoint frame that is not the checkpoint its frame names (runner \
+                 {}, index {}): never stored under that name",
                 crate::text::peer::PeerText::new(cp.runner_id),
                 cp.index
             )));
         }
         let Err(put_error) = store.put(cp.runner_id, cp.index, cp.bytes) else {
-            return Ok(());
+            return Ok(Put::Stored);
         };
         let name = format!(
             "checkpoint {} of runner {}",
@@ -476,7 +489,7 @@ impl Drainer {
                 .is_some_and(|(r, i)| r == cp.runner_id && i == Some(cp.index))
         };
         if stored.iter().any(|(_, t)| t == text) {
-            return Ok(()); // put by the run a crash stopped before its position moved
+            return Ok(Put::Stored); // put by the run a crash stopped before its position moved
         }
         if stored.iter().any(|(_, t)| same_name(t)) {
             log::error!(

@@ -91,18 +91,51 @@ fn a_sealed_checkpoint_frame_drains_after_its_records_into_the_target_store() {
     drain_all(&open(&cfg), &sink);
     assert_eq!(delivered(&sink).len(), 5);
 
-    // A frame naming another checkpoint than its text claims is kept, the drain stopped.
+    // A frame naming another checkpoint than its text claims is never stored under that name:
+    // quarantined (its bytes kept), the drain goes on (atk50b finding 7).
     let spool = open(&cfg);
     spool
         .append_checkpoint(("runner-1", 1), TEXT.as_bytes())
         .unwrap();
+    spool.append(&[envelope(6)]).unwrap();
     let mut d =
         super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
             .with_checkpoint_store(Box::new(target.clone()));
-    let err = d.run_until_empty(1).unwrap_err().to_string();
-    assert!(
-        err.contains("is not the checkpoint its frame names (runner runner-1, index 1)"),
-        "{err}"
-    );
+    d.run_until_empty(1).unwrap();
+    assert_eq!(d.checkpoints_put(), 0);
     assert_eq!(target.checkpoints().unwrap().len(), 1);
+    assert_eq!(delivered(&sink), vec![1, 2, 3, 4, 5, 6]);
+    let kept = std::fs::read_dir(&cfg.dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("quarantine-")
+        })
+        .count();
+    assert_eq!(kept, 1);
+    drop((d, spool));
+
+    // A checkpoint frame the drain stops at (no checkpoint store) is set aside by the
+    // operator, its bytes kept, and the drain moves past it (atk50b finding 6).
+    let spool = open(&cfg);
+    spool
+        .append_checkpoint(("runner-1", 1), TEXT.as_bytes())
+        .unwrap();
+    spool.append(&[envelope(7)]).unwrap();
+    let mut d =
+        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()));
+    let err = d.run_until_empty(1).unwrap_err().to_string();
+    let at = err.split("the frame at segment ").nth(1).unwrap();
+    let mut nums = at
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|n| !n.is_empty());
+    let segment: u64 = nums.next().unwrap().parse().unwrap();
+    let offset: u64 = nums.next().unwrap().parse().unwrap();
+    drop((d, spool));
+    super::aside::set_aside(&cfg, segment, offset).unwrap();
+    drain_all(&open(&cfg), &sink);
+    assert_eq!(delivered(&sink), vec![1, 2, 3, 4, 5, 6, 7]);
 }
