@@ -1,8 +1,7 @@
 //! atk50b: attacks on custody checkpoints with `sink.type: spool` (checkpoint frames in the
 //! spool, put into the target's store by `svc spool drain`), end to end with a real broker,
-//! runner and file target. What held is tested here; the reproductions that fail on the
-//! branch (findings) are kept outside the tree until fixed (the review's report lists them),
-//! and share this module's helpers.
+//! runner and file target. What held is tested here, and the findings' reproductions since
+//! their fixes on h50spck ("FIXED": each failed before its fix).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -307,18 +306,17 @@ fn a_drain_into_postgresql_repeated_after_a_crash_stores_each_checkpoint_once() 
     assert!(text.ends_with("COMPLETE\n"), "{text}");
 }
 
-/// FIXED (atk50b finding; class 1, high): kill -9 of the runner after records were appended to the spool
-/// and ACKed but before the checkpoint covering them was appended; then `svc spool drain`
-/// (the edge site reconnects) delivers those records to the target; then the runner starts
-/// again. Its restart rescan reads only the spool's records after the drain position (none:
-/// drained), never the target's, so the drained records are signed by no checkpoint, ever:
-/// `svc verify-custody` reports them "in no checkpoint" for good (NOT complete), and they can
-/// be deleted from the target without any audit naming them MISSING.
-/// Expected: as for every other store (docs/payload-protection.md "Crash story"), records
-/// committed and ACKed before a kill -9 are covered by the next checkpoint after the
-/// restart: COMPLETE with all 7 records intact (e.g. the restart rescan also reads the
-/// target's records after the chain's covered range, or the drain refuses to move records
-/// past the last checkpoint frame while the runner has not signed them).
+/// FIXED (atk50b finding; class 1, high): kill -9 of the runner after records were appended to the
+/// spool and ACKed but before the checkpoint covering them was appended; then `svc spool drain`
+/// (the edge site reconnects) delivers those records to the target; then the runner starts again.
+/// Its restart rescan reads only the spool's records after the drain position (none: drained),
+/// never the target's, so the drained records are signed by no checkpoint, ever: `svc
+/// verify-custody` reports them "in no checkpoint" for good (NOT complete), and they can be deleted
+/// from the target without any audit naming them MISSING. Expected: as for every other store
+/// (docs/payload-protection.md "Crash story"), records committed and ACKed before a kill -9 are
+/// covered by the next checkpoint after the restart: COMPLETE with all 7 records intact (e.g. the
+/// restart rescan also reads the target's records after the chain's covered range, or the drain
+/// refuses to move records past the last checkpoint frame while the runner has not signed them).
 #[test]
 fn records_drained_after_a_runner_kill_9_are_signed_after_the_restart() {
     let c = edge(3);
@@ -357,16 +355,16 @@ fn head_index(c: &Case) -> Option<u64> {
     v["index"].as_u64()
 }
 
-/// FIXED (atk50b finding; class 1, high): kill -9 of the runner between the append of checkpoint N's frame
-/// (fsynced) and the head file's write leaves the head file at N-1; `svc spool drain` then
-/// puts checkpoint N into the target. The restart finds the spool's chain empty and goes on
-/// from the head file's N-1 without looking at the target: it signs ANOTHER checkpoint N, which
-/// the next drain cannot put (the target holds N with other bytes: the drain is stuck for
-/// good) and the audit sees a fork. (The crash state is made by putting back the head file
-/// as it was before checkpoint 2, which is what that kill -9 leaves on disk.)
-/// Expected: the start continues from N (the target's store holds N, and it follows the head
-/// file), or refuses to start naming the disagreement; never a second checkpoint under an
-/// index already drained; the next drain exits 0 and the audit is COMPLETE.
+/// FIXED (atk50b finding; class 1, high): kill -9 of the runner between the append of checkpoint
+/// N's frame (fsynced) and the head file's write leaves the head file at N-1; `svc spool drain`
+/// then puts checkpoint N into the target. The restart finds the spool's chain empty and goes on
+/// from the head file's N-1 without looking at the target: it signs ANOTHER checkpoint N, which the
+/// next drain cannot put (the target holds N with other bytes: the drain is stuck for good) and the
+/// audit sees a fork. (The crash state is made by putting back the head file as it was before
+/// checkpoint 2, which is what that kill -9 leaves on disk.) Expected: the start continues from N
+/// (the target's store holds N, and it follows the head file), or refuses to start naming the
+/// disagreement; never a second checkpoint under an index already drained; the next drain exits 0
+/// and the audit is COMPLETE.
 #[test]
 fn a_head_file_one_behind_a_drained_checkpoint_never_forks_the_chain() {
     let c = edge(3);
@@ -408,15 +406,15 @@ fn a_head_file_one_behind_a_drained_checkpoint_never_forks_the_chain() {
     }
 }
 
-/// FIXED (atk50b finding; class 12, medium): the runner refuses to continue a chain with a hole ("is broken
-/// at checkpoint 2 ... it cannot be continued"), but `svc spool drain` moves every checkpoint
-/// frame of that broken chain into the target without a word (exit 0), and the next start
-/// finds the spool's chain empty and continues from the head file ("no checkpoint left in the
-/// spool (drained)"). The start's stop is lifted by a routine drain, with no operator
-/// decision; the same would follow any hole or fork made in the spool by another account.
-/// Expected: the refusal holds after the drain (e.g. the drain stops at a checkpoint frame
-/// that does not follow the last one the target holds, or the start checks the empty spool
-/// chain against the target's store), until an operator acts.
+/// FIXED (atk50b finding; class 12, medium): the runner refuses to continue a chain with a hole
+/// ("is broken at checkpoint 2 ... it cannot be continued"), but `svc spool drain` moves every
+/// checkpoint frame of that broken chain into the target without a word (exit 0), and the next
+/// start finds the spool's chain empty and continues from the head file ("no checkpoint left in the
+/// spool (drained)"). The start's stop is lifted by a routine drain, with no operator decision; the
+/// same would follow any hole or fork made in the spool by another account. Expected: the refusal
+/// holds after the drain (e.g. the drain stops at a checkpoint frame that does not follow the last
+/// one the target holds, or the start checks the empty spool chain against the target's store),
+/// until an operator acts.
 #[test]
 fn a_chain_the_start_refuses_is_still_refused_after_a_drain() {
     let c = damaged_checkpoint_1();
@@ -436,15 +434,14 @@ fn a_chain_the_start_refuses_is_still_refused_after_a_drain() {
     );
 }
 
-/// FIXED (atk50b finding; class 12, low): two messages of the spool-sink start carry a run of spaces in the
-/// middle of a sentence (a string continuation without its backslash in
-/// `src/sink/checkpoint.rs`): the info line "no checkpoint left in the spool (drained); the
-/// chain goes                  on from the head file's head ..." and the refusal "begins at
-/// checkpoint N,              which does not follow ...". A log parser or grep on "goes on"
-/// misses them. Expected: one space. (Since the fix of finding 1 the restart after a drain
-/// reads the chain back from the target and logs "chain read back to its head"; the test
-/// holds every custody checkpoint line of the restart to single spaces; the refusal's text is
-/// held by the unit test `sink::checkpoint::suffix_tests`.)
+/// FIXED (atk50b finding; class 12, low): two messages of the spool-sink start carry a run of
+/// spaces in the middle of a sentence (a string continuation without its backslash in
+/// `src/sink/checkpoint.rs`): the info line "no checkpoint left in the spool (drained); the chain
+/// goes                  on from the head file's head ..." and the refusal "begins at checkpoint N,
+/// which does not follow ...". A log parser or grep on "goes on" misses them. Expected: one space.
+/// (Since the fix of finding 1 the restart after a drain reads the chain back from the target and
+/// logs "chain read back to its head"; the test holds every custody checkpoint line of the restart
+/// to single spaces; the refusal's text is held by the unit test `sink::checkpoint::suffix_tests`.)
 #[test]
 fn the_drained_restart_line_is_one_sentence() {
     let c = edge(3);
@@ -513,14 +510,14 @@ fn a_checkpoint_frame_the_start_cannot_open_is_not_taken_for_drained() {
 
 /// FIXED (atk50b finding; class 11, low; the same hole as
 /// `a_checkpoint_frame_the_start_cannot_open_is_not_taken_for_drained`, reached by an honest
-/// operator): the spool key is rotated (the new key in `encryption`, the old one in
-/// `old_keys`, a restart: `meta` rewritten under the new key), then `old_keys` is dropped
-/// while checkpoint 0's frame, sealed under the old key, still waits in the spool. The start
-/// cannot open that frame, takes the spool's chain for empty ("no checkpoint left in the
-/// spool (drained)") and goes on; the audit then names the chain broken (until the old key
-/// is configured again: the chain it went on with does link to checkpoint 0, so no fork).
-/// Expected: the start stops, naming the frame and the key id it needs (as the drain does for
-/// a record sealed under a key id not configured: "configure that key (in old_keys)").
+/// operator): the spool key is rotated (the new key in `encryption`, the old one in `old_keys`, a
+/// restart: `meta` rewritten under the new key), then `old_keys` is dropped while checkpoint 0's
+/// frame, sealed under the old key, still waits in the spool. The start cannot open that frame,
+/// takes the spool's chain for empty ("no checkpoint left in the spool (drained)") and goes on; the
+/// audit then names the chain broken (until the old key is configured again: the chain it went on
+/// with does link to checkpoint 0, so no fork). Expected: the start stops, naming the frame and the
+/// key id it needs (as the drain does for a record sealed under a key id not configured: "configure
+/// that key (in old_keys)").
 #[test]
 fn a_checkpoint_frame_under_a_dropped_old_key_stops_the_start() {
     let c = edge(3);
@@ -562,18 +559,17 @@ fn a_checkpoint_frame_under_a_dropped_old_key_stops_the_start() {
     );
 }
 
-/// FIXED (atk50b finding; class 11, medium): the edge site's spool is handed to a configuration with a
-/// fallback `spool` block (same directory and key) in front of the same file target, to
-/// deliver its backlog with `svc spool drain` (which "also works on a fallback spool"). The
-/// drain delivers the records before the first checkpoint frame, then stops for good: "is a
-/// custody checkpoint, and the target keeps no checkpoints" although the target is a file
-/// sink, which keeps them; and `svc spool set-aside` refuses that frame ("holds a record this
-/// configuration reads (the drain delivers it)"), so nothing the operator can run moves the
-/// records behind it (the runner's own fallback drain stops there too).
-/// Expected: the drain of a fallback spool whose sink keeps checkpoints puts the frames into
-/// it as the spool sink's drain does (all 6 records and 2 checkpoints, exit 0); at the least,
-/// `set-aside` takes a frame the drain stops at, and the message does not say the file
-/// target keeps no checkpoints.
+/// FIXED (atk50b finding; class 11, medium): the edge site's spool is handed to a configuration
+/// with a fallback `spool` block (same directory and key) in front of the same file target, to
+/// deliver its backlog with `svc spool drain` (which "also works on a fallback spool"). The drain
+/// delivers the records before the first checkpoint frame, then stops for good: "is a custody
+/// checkpoint, and the target keeps no checkpoints" although the target is a file sink, which keeps
+/// them; and `svc spool set-aside` refuses that frame ("holds a record this configuration reads
+/// (the drain delivers it)"), so nothing the operator can run moves the records behind it (the
+/// runner's own fallback drain stops there too). Expected: the drain of a fallback spool whose sink
+/// keeps checkpoints puts the frames into it as the spool sink's drain does (all 6 records and 2
+/// checkpoints, exit 0); at the least, `set-aside` takes a frame the drain stops at, and the
+/// message does not say the file target keeps no checkpoints.
 #[test]
 fn an_edge_spool_handed_to_a_fallback_config_drains_past_its_checkpoint_frames() {
     let c = edge(3);
@@ -640,16 +636,16 @@ fn checkpoint_body(runner: &str, index: u64, text: &str) -> Vec<u8> {
     b
 }
 
-/// FIXED (atk50b finding; class 4, low: a spool in clear, `allow_unencrypted`): someone who can write the
-/// spool directory appends a frame whose unsigned header names checkpoint 2 of the runner
-/// but whose text is the REAL checkpoint 0 (copied from the spool). `svc spool drain` puts
-/// it into the target's store under the header's name (`...-00000000000000000002.json`
-/// holding checkpoint 0), exit 0. The runner's real checkpoint 2 can then never be put:
-/// every later drain is stuck at it ("not put into the target ... the target holds no
-/// identical copy ... retries"), and nothing names the planted file.
-/// Expected: the drain checks the frame's runner id and index against the ones its signed
-/// text claims and refuses (keeps, names) a frame where they differ; no checkpoint is stored
-/// under another index's name; the runner's own checkpoint 2 drains later (exit 0, COMPLETE).
+/// FIXED (atk50b finding; class 4, low: a spool in clear, `allow_unencrypted`): someone who can
+/// write the spool directory appends a frame whose unsigned header names checkpoint 2 of the runner
+/// but whose text is the REAL checkpoint 0 (copied from the spool). `svc spool drain` puts it into
+/// the target's store under the header's name (`...-00000000000000000002.json` holding checkpoint
+/// 0), exit 0. The runner's real checkpoint 2 can then never be put: every later drain is stuck at
+/// it ("not put into the target ... the target holds no identical copy ... retries"), and nothing
+/// names the planted file. Expected: the drain checks the frame's runner id and index against the
+/// ones its signed text claims and refuses (keeps, names) a frame where they differ; no checkpoint
+/// is stored under another index's name; the runner's own checkpoint 2 drains later (exit 0,
+/// COMPLETE).
 #[test]
 fn a_checkpoint_frame_whose_header_names_another_index_is_not_stored_under_it() {
     let c = case_with(

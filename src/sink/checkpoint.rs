@@ -25,8 +25,9 @@
 //! empty one beside a head file stops the start. Crash story: the thread then (and after
 //! the channel overflowed) rescans the store's records of its runner id ([`Writer::rescan`]):
 //! every record after the chain's covered range that no checkpoint covers and whose custody
-//! seal verifies is pending again (with the spool, its target's records too), so records committed before a kill -9 are covered by the
-//! first checkpoint after the restart; a record failing its seal is never signed.
+//! seal verifies is pending again (with the spool, its target's records too), so records
+//! committed before a kill -9 are covered by the first checkpoint after the restart; a record
+//! failing its seal is never signed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
