@@ -698,3 +698,45 @@ fn a_checkpoint_frame_whose_header_names_another_index_is_not_stored_under_it() 
          {wrong:?}\nthe next drain (exit {code2}): {drained2}"
     );
 }
+
+/// The other branch of the fix of finding 2: a target whose checkpoint store cannot be read
+/// (here the file target's `.svc-checkpoints` replaced by a plain file) while the spool holds
+/// no checkpoint of the runner (everything drained) and the head file exists: where the
+/// chain ends cannot be checked, so the start stops, saying what to do; with the store back
+/// it starts and continues the chain, the audit COMPLETE.
+#[test]
+fn an_unreadable_target_beside_a_drained_spool_stops_the_start() {
+    let c = edge(3);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 3);
+    wait_acked(&c.server, 3);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    let store = out(&c).join(".svc-checkpoints");
+    let aside = c.dir.path().join("checkpoints-aside");
+    std::fs::rename(&store, &aside).unwrap();
+    std::fs::write(&store, b"not a directory").unwrap();
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    assert!(!wait_until_either(&mut runner), "{}", runner.log_text());
+    let log = runner.log_text();
+    assert!(
+        log.contains("the spool holds no checkpoint of this runner (drained) and its target's")
+            && log.contains("start again once the target can be read"),
+        "{log}"
+    );
+
+    std::fs::remove_file(&store).unwrap();
+    std::fs::rename(&aside, &store).unwrap();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc3.log"));
+    assert!(wait_until_either(&mut runner), "{}", runner.log_text());
+    publish_range(&c.server, 4, 6);
+    wait_acked(&c.server, 6);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    assert_eq!(spool_cmd(&c, "drain").0, 0);
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert!(code == 0 && text.ends_with("COMPLETE\n"), "{text}");
+}
