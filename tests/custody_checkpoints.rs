@@ -991,8 +991,9 @@ fn hex_lower(b: &[u8]) -> String {
 }
 
 /// `svc validate` refuses `custody.checkpoints` with a sink that has no checkpoint store, and
-/// with `sink.type: spool`, naming the field and the reason (not only the runner at its
-/// start); a file sink passes, with a fallback `spool` block too.
+/// with `sink.type: spool` whose target has none (http), naming the field and the reason (not
+/// only the runner at its start); a file sink passes, with a fallback `spool` block too, and
+/// a spool sink into a file target.
 #[test]
 fn validate_refuses_checkpoints_where_no_store_keeps_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -1006,6 +1007,9 @@ fn validate_refuses_checkpoints_where_no_store_keeps_them() {
     let spool_sink = json!({"type": "spool", "dir": dir.path().join("spool2"),
                             "max_bytes": 64 << 20, "allow_unencrypted": true,
                             "target": file.clone()});
+    let spool_http = json!({"type": "spool", "dir": dir.path().join("spool3"),
+                            "max_bytes": 64 << 20, "allow_unencrypted": true,
+                            "target": http.clone()});
     let cases = [
         (
             "http",
@@ -1021,11 +1025,14 @@ fn validate_refuses_checkpoints_where_no_store_keeps_them() {
         ),
         // A fallback spool beside a sink with a store: the drain tells the checkpoints.
         ("spool", file.clone(), Some(spool), ""),
+        // The spool as the sink: its checkpoints go to the target's store on the drain.
+        ("spool sink", spool_sink, None, ""),
         (
-            "spool sink",
-            spool_sink,
+            "spool sink into http",
+            spool_http,
             None,
-            "not available for sink type spool: checkpoints kept as records in the spool",
+            "sink type spool keeps its checkpoints in the spool until svc spool drain puts \
+             them into its target's checkpoint store, and its target type http has none",
         ),
         ("file", file, None, ""),
         ("mysql", mysql_sink("svc_validate_only"), None, ""),

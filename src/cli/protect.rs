@@ -201,6 +201,35 @@ pub fn verify_custody(cfg: &RuntimeConfig, files: &[PathBuf]) -> ExitCode {
     }
 }
 
+/// The checkpoints and records of the configured sink; with `sink.type` = `spool`, of the
+/// spool and its target as one (`sink::checkpoint_spool::UnionStore`). The outer error: no
+/// store for this sink (exit 2); the inner: the store cannot be read (exit 1, no verdict).
+#[allow(clippy::type_complexity)]
+fn read_sink(
+    sink: &crate::sink::SinkConfig,
+) -> Result<
+    Result<
+        (
+            Vec<(String, String)>,
+            Vec<crate::message::protection::checkpoint_audit::StoredRecord>,
+        ),
+        String,
+    >,
+    String,
+> {
+    if let crate::sink::SinkConfig::Spool(s) = sink {
+        if let Some(why) = crate::sink::checkpoint::unavailable(sink) {
+            return Err(format!("custody.checkpoints: {why}"));
+        }
+        let union = crate::sink::checkpoint_spool::UnionStore::new(s)?;
+        return Ok(union.read());
+    }
+    let store = crate::sink::checkpoint::store_for(sink)?;
+    Ok(store
+        .checkpoints()
+        .and_then(|c| store.records().map(|r| (c, r))))
+}
+
 /// `svc verify-custody <config> --public-key [ID=]FILE...`: the configured sink's records
 /// against its signed checkpoints, with public keys only. One line per finding, then a
 /// summary; exit 0 when complete, 1 when anything is missing, altered, uncovered or refused,
@@ -225,16 +254,13 @@ pub fn verify_checkpoints(cfg: &RuntimeConfig, keys: &[String], heads: &[String]
             return ExitCode::from(2);
         }
     }
-    let store = match crate::sink::checkpoint::store_for(&cfg.sink) {
-        Ok(s) => s,
+    let read = match read_sink(&cfg.sink) {
+        Ok(read) => read,
         Err(e) => {
             eprintln!("svc: verify-custody: {e}");
             return ExitCode::from(2);
         }
     };
-    let read = store
-        .checkpoints()
-        .and_then(|c| store.records().map(|r| (c, r)));
     let (checkpoints, records) = match read {
         Ok(x) => x,
         Err(e) => {

@@ -137,6 +137,9 @@ fn set_aside(spool_cfg: &SpoolConfig, segment: u64, offset: u64) -> ExitCode {
     }
 }
 
+/// Drains the spool into `target`; when `target` keeps checkpoints, each custody checkpoint
+/// frame is put into its checkpoint store (the spool as the sink, or an edge spool handed to
+/// a fallback `spool` block in front of that target: atk50b finding 6).
 fn drain(spool_cfg: &SpoolConfig, target: &SinkConfig) -> ExitCode {
     let metrics = Arc::new(Metrics::default());
     let spool = match Spool::open(spool_cfg, metrics.clone()) {
@@ -155,10 +158,25 @@ fn drain(spool_cfg: &SpoolConfig, target: &SinkConfig) -> ExitCode {
     };
     let before = spool.records();
     let mut drainer = Drainer::new(spool.clone(), sink, metrics);
+    if crate::sink::checkpoint::unavailable(target).is_none() {
+        match crate::sink::checkpoint::store_for(target) {
+            Ok(store) => drainer = drainer.with_checkpoint_store(store),
+            Err(e) => {
+                eprintln!("svc: spool drain: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     match drainer.run_until_empty(DRAIN_ATTEMPTS) {
         Ok(n) => {
+            let put = drainer.checkpoints_put();
+            let checkpoints = match put {
+                0 => String::new(),
+                n => format!(", {n} custody checkpoints put into its checkpoint store"),
+            };
             say!(
-                "Spool {}: {n} records delivered to sink {} ({before} were waiting); empty.",
+                "Spool {}: {n} records delivered to sink {}{checkpoints} ({before} frames were \
+                 waiting); empty.",
                 spool_cfg.dir.display(),
                 target.kind()
             );
@@ -186,6 +204,7 @@ fn status(spool_cfg: &SpoolConfig, json: bool) -> ExitCode {
                 terminal::text_line(&spool_cfg.dir.display().to_string())
             );
             say!("records: {}", s.records);
+            say!("checkpoints: {}", s.checkpoints);
             say!("bytes: {} (max {})", s.bytes, spool_cfg.max_bytes);
             say!("segments: {}", s.segments);
             match age {
@@ -265,6 +284,7 @@ fn status_json(spool_cfg: &SpoolConfig, s: &scan::Survey) -> serde_json::Value {
     json!({
         "spool": spool_cfg.dir.display().to_string(),
         "records": s.records,
+        "checkpoints": s.checkpoints,
         "bytes": s.bytes,
         "max_bytes": spool_cfg.max_bytes,
         "segments": s.segments,
@@ -360,6 +380,7 @@ fn inventory(s: &scan::Survey) -> Vec<serde_json::Value> {
     lines.push(json!({
         "state": "summary",
         "records": s.records,
+        "checkpoints": s.checkpoints,
         "rejected_files": s.rejected_files,
         "rejected_records": s.rejected_records,
         "set_aside_records": s.set_aside,
@@ -401,6 +422,20 @@ fn describe(seen: &Seen<'_>, opener: &mut Opener, target: &SinkConfig, payload: 
             return terminal::json_line(&doc);
         }
     };
+    if codec::is_checkpoint(plain) {
+        // A custody checkpoint frame (`sink.type` spool): named, its text not shown.
+        doc["kind"] = "checkpoint".into();
+        match codec::decode_checkpoint(plain) {
+            Ok(c) => {
+                doc["runner_id"] = c.runner_id.into();
+                doc["checkpoint_index"] = c.index.into();
+                doc["checkpoint_bytes"] = c.bytes.len().into();
+            }
+            Err(why) => doc["unreadable"] = why.into(),
+        }
+        terminal::bound_strings(&mut doc, SHOWN_STRING_CHARS);
+        return terminal::json_line(&doc);
+    }
     match codec::decode(plain) {
         Ok(env) => {
             doc["stream"] = env.stream.as_ref().into();

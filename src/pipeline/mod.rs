@@ -237,8 +237,8 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let started_at = now_epoch_seconds();
     let start = Startup::begin(&cfg)?;
     let (metrics, stop, monitor) = (start.metrics, start.stop, start.monitor);
-    let (sink, drainer) = build_sink(&cfg, &metrics)?;
-    let (checkpoint_feed, checkpoint_done) = start_checkpoints(&cfg)?;
+    let (sink, drainer, edge_spool) = build_sink(&cfg, &metrics)?;
+    let (checkpoint_feed, checkpoint_done) = start_checkpoints(&cfg, edge_spool)?;
     let drainer = drain_checkpoints(&cfg, drainer, checkpoint_feed.as_ref())?;
     let denials = Arc::new(broker::Denials::default());
     let nc =
@@ -539,6 +539,7 @@ impl Ending {
 #[allow(clippy::type_complexity)]
 fn start_checkpoints(
     cfg: &RuntimeConfig,
+    edge_spool: Option<Arc<crate::sink::spool::Spool>>,
 ) -> Result<
     (
         Option<Arc<crate::sink::checkpoint::Feed>>,
@@ -554,7 +555,20 @@ fn start_checkpoints(
     if let Some(why) = crate::sink::checkpoint::unavailable(&cfg.sink) {
         return Err(RunError::Fatal(format!("custody.checkpoints: {why}")));
     }
-    let store = crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?;
+    // The spool as the sink keeps its checkpoints as frames in the spool it appends to.
+    let store: Box<dyn crate::sink::checkpoint::CheckpointStore> = match edge_spool {
+        Some(spool) => {
+            let store = crate::sink::checkpoint_spool::SpoolStore::new(spool);
+            match &cfg.sink {
+                // The target's store too: the start and the rescan read what was drained.
+                crate::sink::SinkConfig::Spool(s) => Box::new(store.with_target(
+                    crate::sink::checkpoint::store_for(&s.target).map_err(RunError::Fatal)?,
+                )),
+                _ => Box::new(store),
+            }
+        }
+        None => crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?,
+    };
     let (mut writer, feed) =
         crate::sink::checkpoint::Writer::new(store, c, cfg.sink.kind()).map_err(RunError::Fatal)?;
     // The chain is read back and checked against the head file before any delivery: a sink
@@ -592,15 +606,31 @@ type SpoolDrain = (
     Arc<crate::sink::spool::Spool>,
 );
 
-/// The configured sink, wrapped in the fallback spool when a `spool` block is set.
+/// The configured sink, wrapped in the fallback spool when a `spool` block is set; with
+/// `sink.type` = `spool`, its open spool too (custody checkpoints are kept in it).
+#[allow(clippy::type_complexity)]
 fn build_sink(
     cfg: &RuntimeConfig,
     metrics: &Arc<Metrics>,
-) -> Result<(Arc<dyn crate::sink::Sink>, Option<SpoolDrain>), RunError> {
+) -> Result<
+    (
+        Arc<dyn crate::sink::Sink>,
+        Option<SpoolDrain>,
+        Option<Arc<crate::sink::spool::Spool>>,
+    ),
+    RunError,
+> {
     use crate::sink::spool::{drain::Drainer, fallback::FallbackSink, Spool};
+    if let crate::sink::SinkConfig::Spool(c) = &cfg.sink {
+        let spool = Spool::open(&c.spool, metrics.clone())
+            .map_err(|e| RunError::Sink(SinkError::new("spool", e.to_string())))?;
+        let spool = Arc::new(spool);
+        let sink = Arc::new(crate::sink::spool::fallback::SpoolSink::new(spool.clone()));
+        return Ok((sink, None, Some(spool)));
+    }
     let sink = cfg.sink.build(metrics.clone()).map_err(RunError::Sink)?;
     let Some(spool_cfg) = &cfg.spool else {
-        return Ok((sink, None));
+        return Ok((sink, None, None));
     };
     let spool = Spool::open(spool_cfg, metrics.clone())
         .map_err(|e| RunError::Sink(SinkError::new("spool", e.to_string())))?;
@@ -611,10 +641,16 @@ fn build_sink(
         spool.records(),
         spool_cfg.after.as_secs_f64()
     );
-    let drainer = Drainer::new(spool.clone(), sink.clone(), metrics.clone());
+    let mut drainer = Drainer::new(spool.clone(), sink.clone(), metrics.clone());
+    // Checkpoint frames (an edge spool handed to this configuration) go into the sink's
+    // checkpoint store when it keeps one (atk50b finding 6).
+    if crate::sink::checkpoint::unavailable(&cfg.sink).is_none() {
+        let store = crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?;
+        drainer = drainer.with_checkpoint_store(store);
+    }
     let wrapped: Arc<dyn crate::sink::Sink> =
         Arc::new(FallbackSink::new(sink, spool.clone(), metrics.clone()));
-    Ok((wrapped, Some((drainer, spool))))
+    Ok((wrapped, Some((drainer, spool)), None))
 }
 
 /// Binds the durable consumer and logs what the runner will do with it.

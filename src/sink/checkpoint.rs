@@ -11,13 +11,23 @@
 //! ([`Origin`]): what is pending for several (a stream created again) is written as one
 //! checkpoint each, linked in the one chain.
 //!
+//! Stores: the file, object store and relational sinks keep their own ([`FileStore`],
+//! [`ObjectStore`], [`PgStore`], [`MyStore`]; [`store_for`]). With `sink.type: spool` the
+//! checkpoints are CHECKPOINT frames in the spool after the records they cover, put into the
+//! target's store by `svc spool drain` (checkpoint_spool.rs beside this file, built on this
+//! module): the spool holds only the end of the chain ([`CheckpointStore::holds_suffix`]).
+//!
 //! Start: before any delivery the runner reads its chain back ([`Writer::start`]) and refuses
 //! to run when it cannot be read, does not verify, has a hole, or does not reach the head
-//! kept outside the sink ([`super::checkpoint_head`]). Crash story: the thread then (and after
+//! kept outside the sink ([`super::checkpoint_head`]). A store holding a suffix (the spool) is
+//! read with its target's store ([`CheckpointStore::target`]), the whole chain checked; when
+//! the target cannot be read, the spool's part alone must link and reach the head, and an
+//! empty one beside a head file stops the start. Crash story: the thread then (and after
 //! the channel overflowed) rescans the store's records of its runner id ([`Writer::rescan`]):
 //! every record after the chain's covered range that no checkpoint covers and whose custody
-//! seal verifies is pending again, so records committed before a kill -9 are covered by the
-//! first checkpoint after the restart; a record failing its seal is never signed.
+//! seal verifies is pending again (with the spool, its target's records too), so records
+//! committed before a kill -9 are covered by the first checkpoint after the restart; a record
+//! failing its seal is never signed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -96,6 +106,17 @@ pub trait CheckpointStore: Send {
             None => self.records(),
             Some(_) => Err("this store cannot check custody seals on a rescan".into()),
         }
+    }
+    /// True when the store holds only the end of a chain: the spool as the sink, whose drain
+    /// moves the older checkpoints to its target ([`Writer::start`] takes a suffix that
+    /// links and reaches the head file).
+    fn holds_suffix(&self) -> bool {
+        false
+    }
+    /// For a store holding a suffix: the store its older checkpoints and its records are
+    /// moved to (the spool's target), read by the start and the rescan beside it.
+    fn target(&self) -> Option<&dyn CheckpointStore> {
+        None
     }
 }
 
@@ -258,13 +279,33 @@ impl Writer {
     /// not run 0, 1, 2, ..., or it does not reach the head file's head: the chain is never
     /// restarted at index 0 over an existing one, nor continued from a cut.
     pub fn start(&mut self) -> Result<(), String> {
-        let read = self
+        let mut read = self
             .store
             .checkpoints()
             .map_err(|e| format!("custody checkpoints: cannot read the chain back: {e}"))?;
-        let chain = own_chain(read, &self.trusted(), &self.runner_id)?;
+        let unread = self.read_target(&mut read);
+        // The spool and its target read together hold the whole chain: checked as any
+        // other store's. The spool's part alone is a suffix (the target not read).
+        let suffix =
+            self.store.holds_suffix() && (self.store.target().is_none() || unread.is_some());
+        let chain = own_chain(read, &self.trusted(), &self.runner_id, suffix)?;
         let stored = self.head_file.read()?;
-        check_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
+        if let (Some(e), true, Some(h)) = (&unread, chain.is_empty(), stored.as_ref()) {
+            return Err(format!(
+                "custody checkpoints: the spool holds no checkpoint of this runner (drained) \
+                 and its target's checkpoint store cannot be read ({}): where the chain ends \
+                 past the head file's head {} cannot be checked, and no checkpoint is signed \
+                 under an index the drain may have put already; start again once the target \
+                 can be read",
+                PeerText::new(e),
+                PeerText::new(&h.arg())
+            ));
+        }
+        if suffix {
+            check_suffix_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
+        } else {
+            check_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
+        }
         for v in &chain {
             // Leaves only: a gap is told at once, also while records below it wait in the
             // fallback spool, so a gap's sequence says nothing of what was stored before it
@@ -284,19 +325,51 @@ impl Writer {
                 "custody checkpoints: chain read back to its head {}",
                 PeerText::new(&head.arg())
             );
+        } else if let Some(h) = stored.filter(|_| suffix) {
+            // Every checkpoint was drained to the target: the chain goes on from the head file.
+            self.head = Some((h.index, h.digest.clone()));
+            log::info!(
+                "custody checkpoints: no checkpoint left in the spool (drained); the chain goes \
+                 on from the head file's head {}",
+                PeerText::new(&h.arg())
+            );
         }
         Ok(())
     }
 
-    /// Makes pending every record of this runner after the chain's start range that no
-    /// checkpoint covers and whose custody seal verifies under the runner's custody key; a
-    /// record failing the seal is never signed (logged, counted; the audit reports it as in
-    /// no checkpoint).
-    pub fn rescan(&mut self) -> Result<(), String> {
-        let trusted = self.trusted();
-        let mut covered = BTreeSet::new();
-        for (_, text) in self.store.checkpoints()? {
-            if let Ok(v) = checkpoint::verify(&text, &trusted) {
+    /// With a store holding a suffix (the spool as the sink): adds its target's checkpoints
+    /// (those not in `read` already) to `read`, so the chain is checked whole and continued
+    /// from its real end (a checkpoint drained before the head file was written is found).
+    /// Returns why the target could not be read (then only the spool's suffix is checked).
+    fn read_target(&self, read: &mut Vec<(String, String)>) -> Option<String> {
+        let target = self.store.target()?;
+        match target.checkpoints() {
+            Ok(more) => {
+                let seen: BTreeSet<String> = read.iter().map(|c| c.1.clone()).collect();
+                read.extend(more.into_iter().filter(|c| !seen.contains(&c.1)));
+                None
+            }
+            Err(e) => {
+                log::warn!(
+                    "custody checkpoints: the target's checkpoint store cannot be read ({}): \
+                     only the spool's part of the chain is checked",
+                    PeerText::new(&e)
+                );
+                Some(e)
+            }
+        }
+    }
+
+    /// Adds the (origin, sequence) of every record a verified checkpoint of this runner
+    /// among `checkpoints` covers.
+    fn cover(
+        &self,
+        checkpoints: Vec<(String, String)>,
+        trusted: &TrustedKeys,
+        covered: &mut BTreeSet<(Origin, u64)>,
+    ) {
+        for (_, text) in checkpoints {
+            if let Ok(v) = checkpoint::verify(&text, trusted) {
                 if v.body.runner_id == self.runner_id {
                     let o = origin_of(&v.body);
                     // Leaves only: a sequence listed as a gap (refused before the sink and
@@ -306,8 +379,34 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// Makes pending every record of this runner after the chain's start range that no
+    /// checkpoint covers and whose custody seal verifies under the runner's custody key; a
+    /// record failing the seal is never signed (logged, counted; the audit reports it as in
+    /// no checkpoint).
+    pub fn rescan(&mut self) -> Result<(), String> {
+        let trusted = self.trusted();
+        let mut covered = BTreeSet::new();
+        self.cover(self.store.checkpoints()?, &trusted, &mut covered);
+        let mut records = self.store.scan(Some(&self.custodian))?;
+        if let Some(target) = self.store.target() {
+            // Records drained to the target after the last checkpoint (a kill -9 before it
+            // was cut) are signed as any other store's: read them, seals checked.
+            match (target.checkpoints(), target.scan(Some(&self.custodian))) {
+                (Ok(cps), Ok(recs)) => {
+                    self.cover(cps, &trusted, &mut covered);
+                    records.extend(recs);
+                }
+                (Err(e), _) | (_, Err(e)) => log::warn!(
+                    "custody checkpoints: the target's records cannot be read ({}): the \
+                     rescan reads the spool's only",
+                    PeerText::new(&e)
+                ),
+            }
+        }
         let (mut found, mut refused) = (0usize, 0usize);
-        for rec in self.store.scan(Some(&self.custodian))? {
+        for rec in records {
             match rec.read {
                 Ok(r) if r.runner_id == self.runner_id => {
                     let o: Origin = (Arc::from(r.stream), Arc::from(r.incarnation));
@@ -521,12 +620,14 @@ impl SignedGaps {
 }
 
 /// This runner's checkpoints among the stored ones, verified, in index order, checked to run
-/// 0, 1, 2, ... with each `previous` the digest before. A stored checkpoint that does not
-/// verify is an error unless its (unverified) body names another runner.
+/// 0, 1, 2, ... (with `suffix`, from any index: the spool as the sink) with each `previous`
+/// the digest before. A stored checkpoint that does not verify is an error unless its
+/// (unverified) body names another runner.
 fn own_chain(
     read: Vec<(String, String)>,
     trusted: &TrustedKeys,
     runner_id: &str,
+    suffix: bool,
 ) -> Result<Vec<checkpoint::Verified>, String> {
     let mut chain = Vec::new();
     for (place, text) in read {
@@ -548,9 +649,16 @@ fn own_chain(
         }
     }
     chain.sort_by_key(|v| v.body.index);
-    let mut previous = String::new();
+    let first = match chain.first() {
+        Some(f) if suffix => f.body.index,
+        _ => 0,
+    };
+    let mut previous = match chain.first() {
+        Some(f) if suffix => f.body.previous.clone(),
+        _ => String::new(),
+    };
     for (i, v) in chain.iter().enumerate() {
-        if v.body.index != i as u64 || v.body.previous != previous {
+        if v.body.index != first + i as u64 || v.body.previous != previous {
             return Err(format!(
                 "custody checkpoints: the chain of runner {} is broken at checkpoint {} \
                  (removed, forked or reordered): it cannot be continued; audit it with svc \
@@ -566,9 +674,73 @@ fn own_chain(
 
 /// The runner id an unverified checkpoint's body claims, when it can be read.
 fn claimed_runner(text: &str) -> Option<String> {
+    claimed(text).map(|c| c.0)
+}
+
+/// The (runner id, index) an unverified checkpoint's body claims, when it can be read (the
+/// runner id alone when the index cannot).
+pub fn claimed(text: &str) -> Option<(String, Option<u64>)> {
     let outer: serde_json::Value = serde_json::from_str(text).ok()?;
     let body: serde_json::Value = serde_json::from_str(outer.get("signed")?.as_str()?).ok()?;
-    Some(body.get("runner_id")?.as_str()?.to_string())
+    let runner = body.get("runner_id")?.as_str()?.to_string();
+    Some((
+        runner,
+        body.get("index").and_then(serde_json::Value::as_u64),
+    ))
+}
+
+/// [`check_head`] for a store holding the end of the chain only (the spool as the sink; see
+/// [`CheckpointStore::holds_suffix`]): the suffix must hold the head file's head, or begin
+/// right after it (a crash between a checkpoint's put and the head file's write, its
+/// checkpoint drained since), or be empty (every
+/// checkpoint drained to the target). A suffix that ends before the head, or holds another
+/// checkpoint there, is refused.
+fn check_suffix_head(
+    chain: &[checkpoint::Verified],
+    stored: Option<&Head>,
+    runner_id: &str,
+    file: &HeadFile,
+) -> Result<(), String> {
+    let Some(h) = stored.filter(|h| h.runner_id == runner_id) else {
+        return check_head(chain, stored, runner_id, file);
+    };
+    let Some(first) = chain.first() else {
+        return Ok(()); // every checkpoint drained to the target
+    };
+    let start = first.body.index;
+    if h.index < start {
+        if start == h.index + 1 && first.body.previous == h.digest {
+            return Ok(());
+        }
+        return Err(format!(
+            "custody checkpoints: the spool's chain of runner {} begins at checkpoint {start}, \
+             which does not follow the head file {}'s checkpoint {}: it cannot be continued; \
+             audit with svc verify-custody --public-key FILE --head {}",
+            PeerText::new(runner_id),
+            shown_path(&file.path),
+            h.index,
+            PeerText::new(&h.arg())
+        ));
+    }
+    // The head is in the suffix, or past its end (truncated): as for a whole chain, shifted.
+    let at = (h.index - start) as usize;
+    let found = match chain.get(at) {
+        Some(v) if v.digest == h.digest => return Ok(()),
+        Some(v) => format!("holds another checkpoint {} (digest {})", h.index, v.digest),
+        None => format!(
+            "is TRUNCATED: it ends at checkpoint {}",
+            chain.last().map_or(0, |v| v.body.index)
+        ),
+    };
+    Err(format!(
+        "custody checkpoints: the spool's chain of runner {} {found}, but the head file {} \
+         holds checkpoint {}: it is not continued; audit with svc verify-custody --public-key \
+         FILE --head {}",
+        PeerText::new(runner_id),
+        shown_path(&file.path),
+        h.index,
+        PeerText::new(&h.arg())
+    ))
 }
 
 /// The chain read back must reach the head file's head: an error when it is behind
@@ -651,7 +823,12 @@ fn read_record(t: &str, seal: Option<&Custodian>) -> Result<RecordRead, String> 
 }
 
 /// A record file's records: one JSON object, or JSON lines.
-fn records_of(place: &str, text: &str, seal: Option<&Custodian>, out: &mut Vec<StoredRecord>) {
+pub(crate) fn records_of(
+    place: &str,
+    text: &str,
+    seal: Option<&Custodian>,
+    out: &mut Vec<StoredRecord>,
+) {
     let one = |place: String, t: &str| StoredRecord {
         place,
         read: read_record(t, seal),
@@ -1378,12 +1555,19 @@ pub fn unavailable(sink: &super::SinkConfig) -> Option<String> {
         super::SinkConfig::File(_)
         | super::SinkConfig::ObjectStore(_)
         | super::SinkConfig::RelationalDb(_) => None,
-        super::SinkConfig::Spool(_) => Some(
-            "not available for sink type spool: checkpoints kept as records in the spool (and \
-             stored into the target's checkpoint store by svc spool drain) are not built yet; \
-             use a fallback spool block beside a file, object store or relational sink instead"
-                .into(),
-        ),
+        // Kept as frames in the spool, put into the target's store by `svc spool drain`.
+        super::SinkConfig::Spool(s) => match s.target.as_ref() {
+            super::SinkConfig::File(_)
+            | super::SinkConfig::ObjectStore(_)
+            | super::SinkConfig::RelationalDb(_) => None,
+            other => Some(format!(
+                "sink type spool keeps its checkpoints in the spool until svc spool drain puts \
+                 them into its target's checkpoint store, and its target type {} has none: \
+                 a spool sink with checkpoints requires a target that keeps checkpoints (file, \
+                 object store, relational)",
+                other.kind()
+            )),
+        },
         other => Some(format!(
             "not available for sink type {}: it has no checkpoint store (file, object store \
              and relational sinks only)",
@@ -1408,9 +1592,18 @@ pub fn store_for(sink: &super::SinkConfig) -> Result<Box<dyn CheckpointStore>, S
         }
         super::SinkConfig::RelationalDb(r) => Ok(Box::new(MyStore::new(r)?)),
         super::SinkConfig::ObjectStore(o) => Ok(Box::new(ObjectStore::new(o)?)),
+        super::SinkConfig::Spool(_) => Err(
+            "custody.checkpoints: the spool sink's store is built on its open spool \
+             (checkpoint_spool.rs)"
+                .into(),
+        ),
         other => Err(format!(
             "custody.checkpoints: not available for sink type {}",
             other.kind()
         )),
     }
 }
+
+#[cfg(test)]
+#[path = "checkpoint_suffix_tests.rs"]
+mod suffix_tests;

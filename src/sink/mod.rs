@@ -6,6 +6,7 @@
 
 pub mod checkpoint;
 pub mod checkpoint_head;
+pub mod checkpoint_spool;
 mod countdown;
 pub mod fanout;
 pub mod file;

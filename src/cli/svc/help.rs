@@ -237,7 +237,8 @@ const INIT_DB: &str = "\
 Usage: svc init-db <config_file> [--print]
 
 Creates the tables of every relational_db sink of the configuration (fan-out children
-included). --print only prints the DDL, connecting to nothing.
+included; for sink.type spool, its target). --print only prints the DDL, connecting to
+nothing.
 
 Exit codes: 0 ready, 1 a database refused, 2 invalid configuration or no relational_db sink.
 ";

@@ -332,7 +332,11 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 /// `svc init-db`: the DDL of every relational sink in the config, printed or executed.
 fn init_db(sink: &crate::sink::SinkConfig, print_only: bool, checkpoints: bool) -> ExitCode {
     use crate::sink::relational;
-    let targets = relational::configs_in(sink);
+    // The spool as the sink: the tables of its target, which `svc spool drain` fills.
+    let targets = match sink {
+        crate::sink::SinkConfig::Spool(s) => relational::configs_in(&s.target),
+        sink => relational::configs_in(sink),
+    };
     if targets.is_empty() {
         eprintln!(
             "svc: init-db: the configured sink ({}) has no relational_db sink",

@@ -122,8 +122,9 @@ pub fn set_aside(cfg: &SpoolConfig, segment: u64, offset: u64) -> Result<String,
     Ok(kept)
 }
 
-/// Whether `body`, stored at `place`, opens and decodes under `cfg`'s keys and the spool's
-/// meta file, as the drain would read it.
+/// Whether `body`, stored at `place`, opens and decodes as a record under `cfg`'s keys and
+/// the spool's meta file, as the drain would read it (a custody checkpoint frame counts as
+/// not read: it may be set aside).
 fn readable(
     cfg: &SpoolConfig,
     dirfd: &std::os::fd::OwnedFd,
@@ -139,9 +140,14 @@ fn readable(
         .map_err(|e| fail(path, super::meta::NAME, e))?;
     let mut opener = Opener::new(std::sync::Arc::new(crypt));
     let mut out = Vec::new();
+    // A custody checkpoint frame is never "read" here: one the drain stops at (its target
+    // keeps no checkpoints, another checkpoint under its name) may be set aside, its bytes
+    // kept, as the operator's way on (atk50b finding 6).
+    let reads =
+        |plain: &[u8]| !super::codec::is_checkpoint(plain) && super::codec::decode(plain).is_ok();
     Ok(match opener.open(place, body, &mut out) {
-        Ok(Opened::Clear) => super::codec::decode(body).is_ok(),
-        Ok(Opened::Sealed(r)) => super::codec::decode(&out[r]).is_ok(),
+        Ok(Opened::Clear) => reads(body),
+        Ok(Opened::Sealed(r)) => reads(&out[r]),
         Err(_) => false,
     })
 }

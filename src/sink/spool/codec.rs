@@ -38,6 +38,72 @@ pub fn encode(out: &mut Vec<u8>, env: &Envelope, appended_unix_ms: u64) -> Resul
     })
 }
 
+/// First byte of the plain body of a custody checkpoint frame (a record's is `0` or `1`,
+/// written by the runner, never by a publisher): `FLAG_CHECKPOINT | appended at, Unix ms (8
+/// LE) | runner id length (1) | runner id | checkpoint index (8 LE) | the checkpoint's bytes`.
+/// [`decode`] and [`file_record`] refuse it ("unknown flags"); sealed, its outer flag is
+/// `FLAG_SEALED_CHECKPOINT` (seal.rs), which the associated data covers.
+pub const FLAG_CHECKPOINT: u8 = 0x43;
+/// Bytes of a checkpoint body before its runner id.
+const CHECKPOINT_PREFIX: usize = PREFIX_LEN + 1;
+
+/// Appends the plain body of a checkpoint frame (see [`FLAG_CHECKPOINT`]) to `out`.
+pub fn encode_checkpoint(
+    out: &mut Vec<u8>,
+    (runner_id, index): (&str, u64),
+    bytes: &[u8],
+    appended_unix_ms: u64,
+) -> Result<(), String> {
+    let len = u8::try_from(runner_id.len())
+        .map_err(|_| "runner id longer than 255 bytes: not kept in a spool".to_string())?;
+    out.push(FLAG_CHECKPOINT);
+    out.extend_from_slice(&appended_unix_ms.to_le_bytes());
+    out.push(len);
+    out.extend_from_slice(runner_id.as_bytes());
+    out.extend_from_slice(&index.to_le_bytes());
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
+/// True for the plain body of a checkpoint frame.
+pub fn is_checkpoint(plain: &[u8]) -> bool {
+    plain.first() == Some(&FLAG_CHECKPOINT)
+}
+
+/// A checkpoint frame's plain body, read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointBody<'a> {
+    pub runner_id: &'a str,
+    pub index: u64,
+    /// The checkpoint as the store keeps it (its JSON text).
+    pub bytes: &'a [u8],
+}
+
+/// Reads a checkpoint frame's plain body; errors never quote it.
+pub fn decode_checkpoint(plain: &[u8]) -> Result<CheckpointBody<'_>, &'static str> {
+    if !is_checkpoint(plain) {
+        return Err("not a checkpoint");
+    }
+    let len = usize::from(
+        *plain
+            .get(PREFIX_LEN)
+            .ok_or("checkpoint shorter than its prefix")?,
+    );
+    let id_end = CHECKPOINT_PREFIX + len;
+    let index = plain
+        .get(id_end..id_end + 8)
+        .ok_or("checkpoint shorter than its prefix")?;
+    let runner_id = std::str::from_utf8(&plain[CHECKPOINT_PREFIX..id_end])
+        .map_err(|_| "checkpoint runner id is not UTF-8")?;
+    let bytes = &plain[id_end + 8..];
+    std::str::from_utf8(bytes).map_err(|_| "checkpoint is not UTF-8")?;
+    Ok(CheckpointBody {
+        runner_id,
+        index: u64::from_le_bytes(index.try_into().expect("8 bytes")),
+        bytes,
+    })
+}
+
 /// When the record was appended (Unix ms), from a body's prefix.
 pub fn appended_unix_ms(body: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(
@@ -338,6 +404,43 @@ mod tests {
             decode(&body).unwrap_err(),
             "stream incarnation is not a compact UTC time"
         );
+    }
+
+    /// A record's plain body can never read as a checkpoint, nor a checkpoint as a record,
+    /// whatever a publisher sends: the kind is the runner's first byte.
+    #[test]
+    fn a_record_never_decodes_as_a_checkpoint_nor_a_checkpoint_as_a_record() {
+        for data in [
+            &b"\x43C"[..],
+            b"{\"a\":1}",
+            b"\x43\x00\x00\x00\x00\x00\x00\x00",
+        ] {
+            for keyed in [false, true] {
+                let mut env = envelope(5, data);
+                env.payload_info.keyed = keyed;
+                env.subject = "\u{43}orders".into();
+                let mut body = Vec::new();
+                encode(&mut body, &env, u64::from_le_bytes(*b"CCCCCCCC")).unwrap();
+                assert!(!is_checkpoint(&body));
+                assert_eq!(decode_checkpoint(&body), Err("not a checkpoint"));
+            }
+        }
+        let mut cp = Vec::new();
+        encode_checkpoint(&mut cp, ("runner-1", 7), br#"{"signed":"x"}"#, 9).unwrap();
+        assert!(is_checkpoint(&cp));
+        assert_eq!(appended_unix_ms(&cp), Some(9));
+        assert_eq!(
+            decode_checkpoint(&cp).unwrap(),
+            CheckpointBody {
+                runner_id: "runner-1",
+                index: 7,
+                bytes: br#"{"signed":"x"}"#
+            }
+        );
+        assert_eq!(decode(&cp).unwrap_err(), "unknown flags");
+        assert_eq!(file_record(&cp).unwrap_err(), "unknown flags");
+        assert!(decode_checkpoint(&cp[..12]).is_err());
+        assert!(encode_checkpoint(&mut cp, (&"r".repeat(256), 0), b"", 0).is_err());
     }
 
     #[test]

@@ -29,7 +29,7 @@ use super::seal::{OpenError, Opened, Opener, Place};
 use super::store::{ReadView, Spool};
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
-use crate::sink::checkpoint::DrainFeed;
+use crate::sink::checkpoint::{CheckpointStore, DrainFeed};
 use crate::sink::{Sink, WriteOutcome};
 
 /// `spool_mode` gauge values.
@@ -73,6 +73,11 @@ pub struct Drainer {
     /// `custody.checkpoints` (fallback spool in a runner): told of each record the sink
     /// holds once its step is durable.
     checkpoints: Option<DrainFeed>,
+    /// The target's checkpoint store (`svc spool drain` of a spool sink): each checkpoint
+    /// frame is put into it once the records before it are delivered.
+    target_store: Option<Box<dyn CheckpointStore>>,
+    /// Checkpoint frames put into the target's store (and drained past) by this drainer.
+    checkpoints_put: u64,
 }
 
 /// Where a record ready for the sink is: in the segment's bytes (stored in clear) or in the
@@ -92,6 +97,16 @@ enum Read {
     /// It cannot be read with this configuration (a key id not configured, or stored in clear
     /// without `allow_unencrypted`): kept where it is.
     Keep(OpenError),
+    /// A custody checkpoint frame (`sink.type` = `spool`): its plain body.
+    Checkpoint(Vec<u8>),
+}
+
+/// What became of a checkpoint frame the drain reached.
+enum Put {
+    /// In the target's store (put now, or by a run a crash stopped).
+    Stored,
+    /// Its header names another checkpoint than its signed body: quarantined, not stored.
+    Misnamed(String),
 }
 
 /// Opens one stored record (`body` of the frame at `start..end` of `data`) and checks it.
@@ -111,6 +126,9 @@ fn read_record(
         Err(e) if e.keeps() => return Read::Keep(e),
         Err(e) => return Read::Damaged(e.to_string()),
     };
+    if codec::is_checkpoint(plain) {
+        return Read::Checkpoint(plain.to_vec());
+    }
     let src = match (as_stored || keep).then(|| codec::file_record(plain)) {
         // The record is a suffix of the plain body.
         Some(Ok(record)) => {
@@ -143,7 +161,21 @@ impl Drainer {
             opener,
             opened: Vec::new(),
             checkpoints: None,
+            target_store: None,
+            checkpoints_put: 0,
         }
+    }
+
+    /// Checkpoint frames this drainer put into the target's store and drained past.
+    pub fn checkpoints_put(&self) -> u64 {
+        self.checkpoints_put
+    }
+
+    /// Puts each checkpoint frame into `store` (the target's) once the records before it are
+    /// delivered; without one, the drain stops at a checkpoint frame.
+    pub fn with_checkpoint_store(mut self, store: Box<dyn CheckpointStore>) -> Drainer {
+        self.target_store = Some(store);
+        self
     }
 
     /// Tells custody checkpoints of every record a step delivers (`Durable` from the sink).
@@ -272,31 +304,10 @@ impl Drainer {
 
     /// Reads the next records and delivers them (see the module comment).
     pub fn step(&mut self) -> Result<Step, SpoolError> {
-        let Some(view) = self.spool.read_view() else {
-            return Ok(Step::Empty);
+        let view = match self.view_loaded()? {
+            Ok(view) => view,
+            Err(step) => return Ok(step),
         };
-        if view.from >= view.len {
-            if view.sealed {
-                // Every record of this segment is delivered: move on (removes it).
-                self.loaded = None;
-                let next = Position {
-                    segment: view.segment + 1,
-                    offset: 0,
-                };
-                self.spool.commit(next, 0, 0)?;
-                return Ok(Step::Delivered(0));
-            }
-            return Ok(Step::Empty);
-        }
-        self.load(
-            &view,
-            view.len.min(view.from.saturating_add(READ_AHEAD / 2)),
-        )?;
-        if self.next_is_cut(&view) {
-            // Enough to judge the damage or hold the frame (never the whole segment).
-            let need = view.from.saturating_add(super::scan::MAX_HELD as u64);
-            self.load(&view, view.len.min(need))?;
-        }
         let loaded = self.loaded.as_ref().expect("loaded above");
         let end = (view.len - loaded.base) as usize;
         let data = &loaded.data[..end.min(loaded.data.len())];
@@ -312,7 +323,7 @@ impl Drainer {
         let mut srcs: Vec<Src> = Vec::new();
         let mut frames: Vec<(usize, usize)> = Vec::new();
         let mut first_ms = None;
-        let mut dropped = 0u64;
+        let (mut dropped, mut put) = (0u64, 0u64);
         let mut next = from;
         for item in frame::items(data, from) {
             if frames.len() >= limit {
@@ -342,6 +353,15 @@ impl Drainer {
                         Read::Keep(why) if frames.is_empty() && dropped == 0 => {
                             return Err(self.kept_error(place, &why));
                         }
+                        // After the step's records are durable in the target: the next step.
+                        Read::Checkpoint(_) if !frames.is_empty() => break,
+                        Read::Checkpoint(plain) => match self.put_checkpoint(place, &plain)? {
+                            Put::Stored => put += 1,
+                            Put::Misnamed(why) => {
+                                self.keep_unreadable(place, &data[start..end], &why)?;
+                                dropped += 1;
+                            }
+                        },
                         // Delivered up to it; the next step stops at it.
                         Read::Keep(_) => break,
                     }
@@ -386,8 +406,12 @@ impl Drainer {
             segment: view.segment,
             offset: loaded.base + next as u64,
         };
+        // Checkpoint frames put (in the target's store now) leave the waiting frames as
+        // quarantined ones do: not counted as delivered records.
+        let dropped = dropped + put;
         if frames.is_empty() {
             self.spool.commit(to, 0, dropped)?;
+            self.checkpoints_put += put;
             return Ok(Step::Delivered(0));
         }
         if let Some(ms) = first_ms {
@@ -412,11 +436,109 @@ impl Drainer {
         let delivered = frames.len() as u64 - refused_count;
         if refused_count == 0 {
             self.spool.commit(to, delivered, dropped)?;
-            return Ok(Step::Delivered(delivered));
+        } else {
+            self.spool
+                .commit_rejection(to, delivered, refused_count + dropped)?;
         }
-        self.spool
-            .commit_rejection(to, delivered, refused_count + dropped)?;
+        self.checkpoints_put += put;
         Ok(Step::Delivered(delivered))
+    }
+
+    /// Puts one checkpoint frame into the target's store. Idempotent for a step repeated
+    /// after a crash: the same runner id and index already stored with the same bytes counts
+    /// as stored; other bytes under that name stop the drain (kept where it is). A frame
+    /// whose header names another runner id or index than its signed body claims is never
+    /// stored ([`Put::Misnamed`]: the runner never writes one; the caller quarantines it).
+    fn put_checkpoint(&self, place: Place, plain: &[u8]) -> Result<Put, SpoolError> {
+        let at = format!("segment {} offset {}", place.segment, place.offset);
+        let stuck = |why: String| fail(self.spool.path(), "drain stuck", why);
+        let Some(store) = &self.target_store else {
+            return Err(stuck(format!(
+                "the frame at {at} is a custody checkpoint, and the target keeps no \
+                 checkpoints: it is kept where it is"
+            )));
+        };
+        let cp = codec::decode_checkpoint(plain)
+            .map_err(|why| stuck(format!("the checkpoint frame at {at}: {why}")))?;
+        let text = std::str::from_utf8(cp.bytes).unwrap_or_default();
+        // The name it is stored under is the one its signed body claims, or it is not stored.
+        if crate::sink::checkpoint::claimed(text) != Some((cp.runner_id.into(), Some(cp.index))) {
+            return Ok(Put::Misnamed(format!(
+                "a custody checkpoint frame that is not the checkpoint its frame names (runner \
+                 {}, index {}): never stored under that name",
+                crate::text::peer::PeerText::new(cp.runner_id),
+                cp.index
+            )));
+        }
+        let Err(put_error) = store.put(cp.runner_id, cp.index, cp.bytes) else {
+            return Ok(Put::Stored);
+        };
+        let name = format!(
+            "checkpoint {} of runner {}",
+            cp.index,
+            crate::text::peer::PeerText::new(cp.runner_id)
+        );
+        let stored = store.checkpoints().map_err(|e| {
+            stuck(format!(
+                "{name} (at {at}) not put into the target ({put_error}), nor could its \
+                 checkpoints be read ({e}); the drain retries this step"
+            ))
+        })?;
+        let same_name = |text: &str| {
+            crate::sink::checkpoint::claimed(text)
+                .is_some_and(|(r, i)| r == cp.runner_id && i == Some(cp.index))
+        };
+        if stored.iter().any(|(_, t)| t == text) {
+            return Ok(Put::Stored); // put by the run a crash stopped before its position moved
+        }
+        if stored.iter().any(|(_, t)| same_name(t)) {
+            log::error!(
+                "spool {}: {name} (at {at}) differs from the one the target holds under its \
+                 name; the drain stops here, the frame is kept",
+                self.spool.path().display()
+            );
+            return Err(stuck(format!(
+                "{name} at {at} differs from the checkpoint the target holds under that name: \
+                 not overwritten; the frame is kept and the drain moves no further (audit with \
+                 svc verify-custody --public-key)"
+            )));
+        }
+        Err(stuck(format!(
+            "{name} (at {at}) not put into the target: {put_error}; the target holds no \
+             identical copy (a checkpoint stored under that name with other bytes is never \
+             overwritten); the frame is kept and the drain retries this step"
+        )))
+    }
+
+    /// Where the next step reads, with the read buffer holding enough of it; the step's
+    /// result when there is nothing to read (or a drained segment was passed).
+    fn view_loaded(&mut self) -> Result<Result<ReadView, Step>, SpoolError> {
+        let Some(view) = self.spool.read_view() else {
+            return Ok(Err(Step::Empty));
+        };
+        if view.from >= view.len {
+            if view.sealed {
+                // Every record of this segment is delivered: move on (removes it).
+                self.loaded = None;
+                let next = Position {
+                    segment: view.segment + 1,
+                    offset: 0,
+                };
+                self.spool.commit(next, 0, 0)?;
+                return Ok(Err(Step::Delivered(0)));
+            }
+            return Ok(Err(Step::Empty));
+        }
+        self.load(
+            &view,
+            view.len.min(view.from.saturating_add(READ_AHEAD / 2)),
+        )?;
+        if self.next_is_cut(&view) {
+            // Enough to judge the damage or hold the frame (never the whole segment).
+            let need = view.from.saturating_add(super::scan::MAX_HELD as u64);
+            self.load(&view, view.len.min(need))?;
+        }
+        Ok(Ok(view))
     }
 
     /// Hands a step's records to the sink: as stored (from the segment's bytes or the

@@ -32,6 +32,8 @@ mod tests;
 #[cfg(test)]
 mod tests_atk47d;
 #[cfg(test)]
+mod tests_checkpoint;
+#[cfg(test)]
 mod tests_hostile;
 #[cfg(test)]
 mod tests_meta;

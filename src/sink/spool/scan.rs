@@ -365,7 +365,10 @@ fn recover_frames(
             Item::Record { start, body, .. } => {
                 check_sealing(crypt, body, (path, id, at(start)), found)?;
                 found.records += 1;
-                let v2 = body.first() == Some(&seal::FLAG_SEALED_V2);
+                let v2 = matches!(
+                    body.first(),
+                    Some(&seal::FLAG_SEALED_V2 | &seal::FLAG_SEALED_CHECKPOINT)
+                );
                 found.sealed_v2 += u64::from(v2);
                 if v2 && !tried_here && crypt.kept(body).is_none() {
                     tried_here = true;
@@ -479,7 +482,10 @@ pub struct Damage {
 /// What `svc spool status` reports.
 #[derive(Debug, Default)]
 pub struct Survey {
+    /// Records waiting to be drained (checkpoint frames not included).
     pub records: u64,
+    /// Custody checkpoint frames waiting to be drained (`sink.type` = `spool`).
+    pub checkpoints: u64,
     pub bytes: u64,
     pub segments: u64,
     pub oldest_ms: Option<u64>,
@@ -592,7 +598,11 @@ fn survey_segment(
         match item {
             Item::Record { body, .. } if aside::is_set_aside(body) => survey.set_aside += 1,
             Item::Record { start, body, .. } => {
-                survey.records += 1;
+                if seal::is_checkpoint_frame(body) {
+                    survey.checkpoints += 1;
+                } else {
+                    survey.records += 1;
+                }
                 if survey.oldest_ms.is_none() {
                     survey.oldest_ms = codec::appended_unix_ms(body);
                 }

@@ -47,6 +47,10 @@ use crate::message::protection::keys::{is_key_id, KeySource, Secret};
 pub const FLAG_SEALED: u8 = 0x80;
 /// First byte of a sealed body of version 2 (key check, spool id).
 pub const FLAG_SEALED_V2: u8 = 0x81;
+/// First byte of a sealed custody checkpoint frame: version 2's layout, its plain body a
+/// checkpoint's ([`super::codec::FLAG_CHECKPOINT`]). The flag is covered by the associated
+/// data, and the opened body's kind must match it: a record never opens as a checkpoint.
+pub const FLAG_SEALED_CHECKPOINT: u8 = 0x82;
 /// HKDF `info` of a batch's AES key, and the first bytes of every record's associated data.
 const INFO: &[u8] = b"svc.spool.record.v1";
 const INFO_V2: &[u8] = b"svc.spool.record.v2";
@@ -249,7 +253,10 @@ struct Parts<'a> {
 
 fn parts(body: &[u8]) -> Result<Parts<'_>, OpenError> {
     let malformed = OpenError::Malformed;
-    let v2 = body.first() == Some(&FLAG_SEALED_V2);
+    let v2 = matches!(
+        body.first(),
+        Some(&FLAG_SEALED_V2 | &FLAG_SEALED_CHECKPOINT)
+    );
     let id_len = usize::from(*body.get(9).ok_or(malformed("shorter than its header"))?);
     let id_end = 10 + id_len;
     let salt_at = id_end + if v2 { CHECK_LEN } else { 0 };
@@ -522,7 +529,11 @@ impl BatchSealer<'_> {
         let mut nonce = [0u8; NONCE_LEN];
         nonce[NONCE_LEN - 4..].copy_from_slice(&index.to_be_bytes());
         let start = out.len();
-        out.push(FLAG_SEALED_V2);
+        out.push(if super::codec::is_checkpoint(plain) {
+            FLAG_SEALED_CHECKPOINT
+        } else {
+            FLAG_SEALED_V2
+        });
         out.extend_from_slice(&appended_unix_ms.to_le_bytes());
         out.push(self.key_id.len() as u8);
         out.extend_from_slice(self.key_id.as_bytes());
@@ -642,6 +653,14 @@ fn open_with(
     match opened {
         Ok(plain) => {
             let len = plain.len();
+            let kind_matches = (body[0] == FLAG_SEALED_CHECKPOINT)
+                == super::codec::is_checkpoint(&out[start..start + len]);
+            if !kind_matches {
+                out.truncate(start);
+                return Err(OpenError::Malformed(
+                    "its kind (record or checkpoint) does not match its seal",
+                ));
+            }
             out.truncate(start + len);
             Ok(Opened::Sealed(start..start + len))
         }
@@ -654,7 +673,19 @@ fn open_with(
 
 /// True for a sealed body (of either version).
 pub fn is_sealed(body: &[u8]) -> bool {
-    matches!(body.first(), Some(&FLAG_SEALED | &FLAG_SEALED_V2))
+    matches!(
+        body.first(),
+        Some(&FLAG_SEALED | &FLAG_SEALED_V2 | &FLAG_SEALED_CHECKPOINT)
+    )
+}
+
+/// True for a stored custody checkpoint frame (sealed or in clear), told without a key: its
+/// first byte, which for a sealed one the associated data covers.
+pub fn is_checkpoint_frame(body: &[u8]) -> bool {
+    matches!(
+        body.first(),
+        Some(&FLAG_SEALED_CHECKPOINT | &super::codec::FLAG_CHECKPOINT)
+    )
 }
 
 /// The key id a sealed body names, when it is one (for reports; never trusted for more).
@@ -741,6 +772,32 @@ mod tests {
         );
         let mut lax = Opener::new(crypt(&["k2"], true));
         assert_eq!(lax.open(AT, b"\x00clear", &mut out), Ok(Opened::Clear));
+    }
+
+    /// The kind is sealed: a record's outer flag turned into a checkpoint's (or back) does
+    /// not open, and each opens as its own kind.
+    #[test]
+    fn a_sealed_record_never_opens_as_a_checkpoint() {
+        let c = crypt(&["k1"], false);
+        let mut cp = Vec::new();
+        super::super::codec::encode_checkpoint(&mut cp, ("r", 1), b"{}", 5).unwrap();
+        let record = b"\x00\x05\x00\x00\x00\x00\x00\x00\x00{}".to_vec();
+        let mut out = Vec::new();
+        for (plain, flag, other) in [
+            (&cp, FLAG_SEALED_CHECKPOINT, FLAG_SEALED_V2),
+            (&record, FLAG_SEALED_V2, FLAG_SEALED_CHECKPOINT),
+        ] {
+            let mut body = sealed(&c, plain, AT);
+            assert_eq!(body[0], flag);
+            assert!(is_checkpoint_frame(&body) == (flag == FLAG_SEALED_CHECKPOINT));
+            let mut o = Opener::new(c.clone());
+            let Opened::Sealed(r) = o.open(AT, &body, &mut out).unwrap() else {
+                panic!("sealed")
+            };
+            assert_eq!(&out[r], &plain[..]);
+            body[0] = other;
+            assert!(o.open(AT, &body, &mut out).is_err());
+        }
     }
 
     #[test]

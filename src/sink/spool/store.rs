@@ -391,6 +391,62 @@ impl Spool {
         Ok(())
     }
 
+    /// Appends one custody checkpoint frame (`sink.type` = `spool` with checkpoints), durable
+    /// as a record append is (fsynced, sealed bound to its place under a key). It counts in
+    /// `max_bytes` (refused when past it: the checkpoint thread keeps what it covers for the
+    /// next one); it is not held to `max_records`, but counts among the frames waiting to be
+    /// drained (`records`, which record appends are held to).
+    pub fn append_checkpoint(
+        &self,
+        (runner_id, index): (&str, u64),
+        bytes: &[u8],
+    ) -> Result<(), AppendError> {
+        let now_ms = (now_epoch_seconds() * 1000.0) as u64;
+        let failed = |e: String| AppendError::Failed(format!("spool {}: {e}", self.path.display()));
+        let mut plain = Vec::with_capacity(bytes.len() + 64);
+        codec::encode_checkpoint(&mut plain, (runner_id, index), bytes, now_ms).map_err(failed)?;
+        let body = self.crypt.body_len(plain.len());
+        if body > frame::MAX_BODY {
+            return Err(failed(format!(
+                "checkpoint of {body} bytes over the frame limit"
+            )));
+        }
+        let framed = (frame::FRAME_OVERHEAD + body) as u64;
+        let mut sealer = self.crypt.batch().map_err(failed)?;
+        let mut st = self.lock_state();
+        if st.bytes + framed > self.cfg.max_bytes {
+            return Err(AppendError::Full(format!(
+                "spool {}: full ({} of {} bytes): checkpoint {index} not appended",
+                self.path.display(),
+                st.bytes,
+                self.cfg.max_bytes
+            )));
+        }
+        let (segment, base) = self.ensure_segment(&mut st)?;
+        let mut buf = Vec::with_capacity(framed as usize);
+        match sealer.as_mut() {
+            None => frame::encode(&mut buf, &plain),
+            Some(sealer) => {
+                let place = Place {
+                    segment,
+                    offset: base,
+                };
+                frame::encode_with(&mut buf, |out| sealer.seal(out, &plain, now_ms, place))
+                    .map_err(failed)?;
+            }
+        }
+        let written = self.write_locked(&mut st, &buf)?;
+        st.bytes += written;
+        st.records += 1;
+        if st.oldest_ms.is_none() {
+            st.oldest_ms = Some(now_ms);
+        }
+        self.publish(&st);
+        drop(st);
+        self.appended.notify_all();
+        Ok(())
+    }
+
     /// Makes sure a segment takes the next write (rolling to a new one when the last is full
     /// or none is open); returns its id and the offset the next frame lands at.
     fn ensure_segment(&self, st: &mut State) -> Result<(u64, u64), AppendError> {

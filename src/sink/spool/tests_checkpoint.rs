@@ -1,0 +1,141 @@
+//! Custody checkpoint frames in a sealed spool (`sink.type: spool`), on a real directory: a
+//! frame appended between records is sealed (its text not on disk), counted apart by the
+//! survey, read back as a checkpoint by the spool store, and drained in order: the records
+//! before it first, then the frame into a real file checkpoint store; a drain without a
+//! checkpoint store stops at it, the records before it delivered.
+
+use std::sync::Arc;
+
+use super::tests::{drain_all, open, Memory};
+use super::tests_sealed::{contains, delivered, envelope, key_file, sealed};
+use crate::metrics::Metrics;
+use crate::sink::checkpoint::{CheckpointStore, FileStore};
+use crate::sink::checkpoint_spool::SpoolStore;
+
+/// A checkpoint as a store keeps it, as far as the drain reads it (the name its signed body
+/// claims; the signature is the audit's to check).
+const TEXT: &str = concat!(
+    r#"{"signed":"{\"index\":0,\"marker\":\"CHECKPOINT-TEXT-7d1e\","#,
+    r#"\"runner_id\":\"runner-1\"}"}"#,
+    "\n"
+);
+
+#[test]
+fn a_sealed_checkpoint_frame_drains_after_its_records_into_the_target_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let k1 = key_file(tmp.path(), "s1", 7);
+    let cfg = sealed(tmp.path(), &k1, &[]);
+    let spool = open(&cfg);
+    spool
+        .append(&[envelope(1), envelope(2), envelope(3)])
+        .unwrap();
+    spool
+        .append_checkpoint(("runner-1", 0), TEXT.as_bytes())
+        .unwrap();
+    spool.append(&[envelope(4), envelope(5)]).unwrap();
+    assert_eq!(
+        spool.records(),
+        6,
+        "frames waiting, the checkpoint included"
+    );
+    let store = SpoolStore::new(spool.clone());
+    let read = store.checkpoints().unwrap();
+    assert_eq!(read.len(), 1);
+    assert_eq!(read[0].1, TEXT);
+    assert!(read[0].0.starts_with("spool segment "), "{}", read[0].0);
+    assert_eq!(store.records().unwrap().len(), 5);
+    drop((spool, store));
+
+    let mut disk = Vec::new();
+    for name in super::tests::segments(&cfg) {
+        disk.extend(std::fs::read(cfg.dir.join(name)).unwrap());
+    }
+    assert!(!contains(&disk, "CHECKPOINT-TEXT-7d1e"));
+    let survey = super::scan::walk(&cfg.dir, |_| true).unwrap();
+    assert_eq!((survey.records, survey.checkpoints), (5, 1));
+
+    // No checkpoint store: the records before the frame are delivered, then it stops there.
+    let spool = open(&cfg);
+    let sink = Arc::new(Memory::default());
+    let mut d =
+        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()));
+    let err = d.run_until_empty(1).unwrap_err().to_string();
+    assert!(
+        err.contains("is a custody checkpoint, and the target keeps no"),
+        "{err}"
+    );
+    assert_eq!(delivered(&sink), vec![1, 2, 3]);
+    drop((d, spool));
+
+    let out = tmp.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let target = FileStore {
+        root: out.clone(),
+        file_mode: 0o600,
+    };
+    let spool = open(&cfg);
+    let mut d =
+        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
+            .with_checkpoint_store(Box::new(target.clone()));
+    d.run_until_empty(1).unwrap();
+    assert_eq!(d.checkpoints_put(), 1);
+    assert_eq!(delivered(&sink), vec![1, 2, 3, 4, 5]);
+    let stored = target.checkpoints().unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].1, TEXT);
+    assert_eq!(spool.records(), 0);
+    drop((d, spool));
+    let survey = super::scan::walk(&cfg.dir, |_| true).unwrap();
+    assert_eq!((survey.records, survey.checkpoints), (0, 0));
+    // Nothing left to drain: an empty spool drains to nothing more.
+    drain_all(&open(&cfg), &sink);
+    assert_eq!(delivered(&sink).len(), 5);
+
+    // A frame naming another checkpoint than its text claims is never stored under that name:
+    // quarantined (its bytes kept), the drain goes on (atk50b finding 7).
+    let spool = open(&cfg);
+    spool
+        .append_checkpoint(("runner-1", 1), TEXT.as_bytes())
+        .unwrap();
+    spool.append(&[envelope(6)]).unwrap();
+    let mut d =
+        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
+            .with_checkpoint_store(Box::new(target.clone()));
+    d.run_until_empty(1).unwrap();
+    assert_eq!(d.checkpoints_put(), 0);
+    assert_eq!(target.checkpoints().unwrap().len(), 1);
+    assert_eq!(delivered(&sink), vec![1, 2, 3, 4, 5, 6]);
+    let kept = std::fs::read_dir(&cfg.dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("quarantine-")
+        })
+        .count();
+    assert_eq!(kept, 1);
+    drop((d, spool));
+
+    // A checkpoint frame the drain stops at (no checkpoint store) is set aside by the
+    // operator, its bytes kept, and the drain moves past it (atk50b finding 6).
+    let spool = open(&cfg);
+    spool
+        .append_checkpoint(("runner-1", 1), TEXT.as_bytes())
+        .unwrap();
+    spool.append(&[envelope(7)]).unwrap();
+    let mut d =
+        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()));
+    let err = d.run_until_empty(1).unwrap_err().to_string();
+    let at = err.split("the frame at segment ").nth(1).unwrap();
+    let mut nums = at
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|n| !n.is_empty());
+    let segment: u64 = nums.next().unwrap().parse().unwrap();
+    let offset: u64 = nums.next().unwrap().parse().unwrap();
+    drop((d, spool));
+    super::aside::set_aside(&cfg, segment, offset).unwrap();
+    drain_all(&open(&cfg), &sink);
+    assert_eq!(delivered(&sink), vec![1, 2, 3, 4, 5, 6, 7]);
+}
