@@ -116,6 +116,19 @@ pub fn changeable_by_others(dir: &Path) -> Option<String> {
     root.or_else(|| std::iter::from_fn(|| walk.step()).find_map(Result::err))
 }
 
+/// [`changeable_by_others`] for the directory a file of the service lives in (`.` for a bare
+/// name): `Err` with that directory as written (to name it) and the reason.
+pub fn file_directory_changeable_by_others(file: &Path) -> Result<(), (&Path, String)> {
+    let dir = match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match changeable_by_others(dir) {
+        None => Ok(()),
+        Some(why) => Err((dir, why)),
+    }
+}
+
 /// Most symbolic links one path may pass through (the kernel's own bound, `MAXSYMLINKS`).
 const MAX_LINKS: usize = 40;
 

@@ -70,20 +70,17 @@ impl HeadFile {
     /// older head of the runner's own back, and a chain cut back to it would be continued at
     /// start (atk50a finding 3; the replay state's rule).
     fn check_directory(&self) -> Result<(), String> {
-        let dir = match self.path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        match crate::files::owner::changeable_by_others(dir) {
-            None => Ok(()),
-            Some(why) => Err(format!(
-                "{}: its directory {}: {why}: another account could put an older head back \
+        crate::files::owner::file_directory_changeable_by_others(&self.path).map_err(
+            |(dir, why)| {
+                format!(
+                    "{}: its directory {}: {why}: another account could put an older head back \
                  and have a chain cut back to it continued; keep it in a directory only the \
                  service's user (or root) can write, on a path only they can change",
-                self.shown(),
-                crate::text::peer::PeerText::new(&dir.to_string_lossy())
-            )),
-        }
+                    self.shown(),
+                    crate::text::peer::PeerText::new(&dir.to_string_lossy())
+                )
+            },
+        )
     }
 
     /// The stored head; `None` when there is no file yet.

@@ -205,20 +205,17 @@ impl StateFile {
     /// may write lets them rename the whole state directory and put an old one back, atk46f
     /// finding 2), and for every symbolic link on the way (its owner could point it elsewhere).
     fn check_directory(&self) -> Result<(), String> {
-        let dir = match self.path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        match crate::files::owner::changeable_by_others(dir) {
-            None => Ok(()),
-            Some(why) => Err(format!(
-                "replay state {}: its directory {}: {why}: another account could put an old \
+        crate::files::owner::file_directory_changeable_by_others(&self.path).map_err(
+            |(dir, why)| {
+                format!(
+                    "replay state {}: its directory {}: {why}: another account could put an old \
                  state back and make --resume skip messages; give --state in a directory only \
                  the service's user (or root) can write, on a path only they can change",
-                self.path.display(),
-                dir.display()
-            )),
-        }
+                    self.path.display(),
+                    dir.display()
+                )
+            },
+        )
     }
 
     /// Reads the state, `None` when there is none. A file that is not a state file is an
