@@ -647,6 +647,13 @@ fn build_sink(
     if crate::sink::checkpoint::unavailable(&cfg.sink).is_none() {
         let store = crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?;
         drainer = drainer.with_checkpoint_store(store);
+        // Checked with this configuration's own key before each put (sink::spool::put).
+        let own = &cfg.custody.checkpoints;
+        if cfg.custody.enabled && own.enabled {
+            let trusted = crate::message::protection::checkpoint::TrustedKeys::own(own)
+                .map_err(RunError::Fatal)?;
+            drainer = drainer.with_trusted_keys(trusted);
+        }
     }
     let wrapped: Arc<dyn crate::sink::Sink> =
         Arc::new(FallbackSink::new(sink, spool.clone(), metrics.clone()));
