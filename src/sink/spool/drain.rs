@@ -90,6 +90,47 @@ enum Src {
     Decoded,
 }
 
+/// Where a step reads: the segment, the offset its buffer starts at, and whether the buffer
+/// ends before the segment's committed end.
+#[derive(Debug, Clone, Copy)]
+struct At {
+    segment: u64,
+    base: u64,
+    partial: bool,
+}
+
+impl At {
+    /// The segment offset of `at` in the buffer.
+    fn abs(self, at: usize) -> u64 {
+        self.base + at as u64
+    }
+}
+
+/// What a step gathered from the buffer.
+#[derive(Default)]
+struct Gathered {
+    /// The sink takes the records as stored (file records), not envelopes.
+    as_stored: bool,
+    envelopes: Vec<Envelope>,
+    srcs: Vec<Src>,
+    /// Each ready record's frame (`start..end` in the buffer), in `srcs`' order.
+    frames: Vec<(usize, usize)>,
+    /// When the first frame read was appended (the oldest age gauge).
+    first_ms: Option<u64>,
+    /// Frames quarantined now.
+    dropped: u64,
+    /// Checkpoint frames put into the target's store.
+    put: u64,
+    /// Where the next step reads, in the buffer.
+    next: usize,
+}
+
+/// Whether a step reads on after a frame.
+enum Flow {
+    On,
+    Stop,
+}
+
 /// What one stored record turned out to be.
 enum Read {
     Ready(Src),
@@ -315,141 +356,199 @@ impl Drainer {
             Ok(view) => view,
             Err(step) => return Ok(step),
         };
-        let loaded = self.loaded.as_ref().expect("loaded above");
+        // Held apart while the step reads from it and calls `&mut self` methods.
+        let loaded = self.loaded.take().expect("loaded above");
+        let stepped = self.step_in(&view, &loaded);
+        self.loaded = Some(loaded);
+        stepped
+    }
+
+    /// [`Drainer::step`] over the loaded buffer: gathers the step's records, then delivers
+    /// them and moves the position.
+    fn step_in(&mut self, view: &ReadView, loaded: &Loaded) -> Result<Step, SpoolError> {
         let end = (view.len - loaded.base) as usize;
         let data = &loaded.data[..end.min(loaded.data.len())];
-        // The buffer may end inside a record that is whole on disk.
-        let partial = loaded.base + (data.len() as u64) < view.len;
+        let at = At {
+            segment: view.segment,
+            base: loaded.base,
+            // The buffer may end inside a record that is whole on disk.
+            partial: loaded.base + (data.len() as u64) < view.len,
+        };
         let from = (view.from - loaded.base) as usize;
-        let limit = self.spool.config().drain_batch;
+        let gathered = self.gather(at, data, from)?;
+        self.deliver(at, data, gathered)
+    }
 
-        // A sink that takes file records gets them as stored; any other gets envelopes.
-        let as_stored = self.sink.takes_file_records();
-        let mut envelopes: Vec<Envelope> = Vec::new();
+    /// Reads up to `drain_batch` records from `from`: each ready for the sink, quarantined,
+    /// or a checkpoint frame put; stops where the step must end.
+    fn gather(&mut self, at: At, data: &[u8], from: usize) -> Result<Gathered, SpoolError> {
+        let limit = self.spool.config().drain_batch;
         self.opened.clear();
-        let mut srcs: Vec<Src> = Vec::new();
-        let mut frames: Vec<(usize, usize)> = Vec::new();
-        let mut first_ms = None;
-        let (mut dropped, mut put) = (0u64, 0u64);
-        let mut next = from;
+        let mut g = Gathered {
+            // A sink that takes file records gets them as stored; any other gets envelopes.
+            as_stored: self.sink.takes_file_records(),
+            next: from,
+            ..Gathered::default()
+        };
         for item in frame::items(data, from) {
-            if frames.len() >= limit {
+            if g.frames.len() >= limit {
                 break;
             }
-            let abs = |at: usize| loaded.base + at as u64;
-            match item {
+            let flow = match item {
                 // Moved out of the way by the operator (`svc spool set-aside`).
-                Item::Record { end, body, .. } if super::aside::is_set_aside(body) => next = end,
-                Item::Record { start, end, body } => {
-                    let place = Place {
-                        segment: view.segment,
-                        offset: abs(start),
-                    };
-                    let sinks = (&mut self.opened, &mut envelopes);
-                    let want = (as_stored, self.checkpoints.is_some());
-                    match read_record(&mut self.opener, place, (data, start, end), want, sinks) {
-                        Read::Ready(src) => {
-                            first_ms = first_ms.or(codec::appended_unix_ms(body));
-                            frames.push((start, end));
-                            srcs.push(src);
-                        }
-                        Read::Damaged(why) => {
-                            self.keep_unreadable(place, &data[start..end], &why)?;
-                            dropped += 1;
-                        }
-                        Read::Keep(why) if frames.is_empty() && dropped == 0 => {
-                            return Err(self.kept_error(place, &why));
-                        }
-                        // After the step's records are durable in the target: the next step.
-                        Read::Checkpoint { .. } if !frames.is_empty() => break,
-                        Read::Checkpoint { plain, sealed } => {
-                            match self.put.put(&self.spool, place, (&plain, sealed))? {
-                                Put::Stored => put += 1,
-                                Put::Refused(why) => {
-                                    self.keep_unreadable(place, &data[start..end], &why)?;
-                                    dropped += 1;
-                                }
-                            }
-                        }
-                        // Delivered up to it; the next step stops at it.
-                        Read::Keep(_) => break,
-                    }
-                    next = end;
+                Item::Record { end, body, .. } if super::aside::is_set_aside(body) => {
+                    g.next = end;
+                    Flow::On
+                }
+                Item::Record { start, end, .. } => {
+                    self.take_record(at, (data, start, end), &mut g)?
                 }
                 Item::Corrupt { start, .. } | Item::Tail { start }
-                    if partial && !super::scan::ready(data, item, false) =>
+                    if at.partial && !super::scan::ready(data, item, false) =>
                 {
-                    // Judged only with more of the segment read: what follows may be a
-                    // record the buffer cuts. The next step starts here and reads more first,
-                    // up to the most the reader holds; damage at the start of a buffer that
-                    // full is cut into pieces as the opening scan cuts it.
-                    next = start;
-                    if start == from && data.len() - start >= super::scan::MAX_HELD {
-                        let intact = match item {
-                            Item::Corrupt { end, .. } => end,
-                            _ => data.len(),
-                        };
-                        let end = super::scan::damage_piece_end(&data[start..], intact - start);
-                        next = start + end;
-                        let bytes = &data[start..next];
-                        dropped += u64::from(self.keep_damage(view.segment, abs(start), bytes)?);
-                    }
-                    break;
+                    self.judge_later(at, data, (start, from), item, &mut g)?;
+                    Flow::Stop
                 }
                 // Damage found now (not by the opening scan, which did not count it) was
                 // counted as a waiting record: it is dropped, so the count follows the disk.
                 Item::Corrupt { start, end } => {
-                    next = end;
-                    let bytes = &data[start..end];
-                    dropped += u64::from(self.keep_damage(view.segment, abs(start), bytes)?);
+                    g.next = end;
+                    g.dropped += u64::from(self.keep_damage(
+                        at.segment,
+                        at.abs(start),
+                        &data[start..end],
+                    )?);
+                    Flow::On
                 }
                 Item::Tail { start } => {
                     // Committed bytes always end on a frame boundary: this is damage.
-                    next = data.len();
-                    let bytes = &data[start..];
-                    dropped += u64::from(self.keep_damage(view.segment, abs(start), bytes)?);
+                    g.next = data.len();
+                    g.dropped +=
+                        u64::from(self.keep_damage(at.segment, at.abs(start), &data[start..])?);
+                    Flow::On
                 }
+            };
+            if let Flow::Stop = flow {
+                break;
             }
         }
+        Ok(g)
+    }
+
+    /// One record frame at `start..end`: ready for the sink, quarantined, a checkpoint frame
+    /// put (or the step's end before it), or the record the drain must keep.
+    fn take_record(
+        &mut self,
+        at: At,
+        (data, start, end): (&[u8], usize, usize),
+        g: &mut Gathered,
+    ) -> Result<Flow, SpoolError> {
+        let place = Place {
+            segment: at.segment,
+            offset: at.abs(start),
+        };
+        let sinks = (&mut self.opened, &mut g.envelopes);
+        let want = (g.as_stored, self.checkpoints.is_some());
+        match read_record(&mut self.opener, place, (data, start, end), want, sinks) {
+            Read::Ready(src) => {
+                let body = &data[start + frame::FRAME_OVERHEAD..end];
+                g.first_ms = g.first_ms.or(codec::appended_unix_ms(body));
+                g.frames.push((start, end));
+                g.srcs.push(src);
+            }
+            Read::Damaged(why) => {
+                self.keep_unreadable(place, &data[start..end], &why)?;
+                g.dropped += 1;
+            }
+            Read::Keep(why) if g.frames.is_empty() && g.dropped == 0 => {
+                return Err(self.kept_error(place, &why));
+            }
+            // After the step's records are durable in the target: the next step.
+            Read::Checkpoint { .. } if !g.frames.is_empty() => return Ok(Flow::Stop),
+            Read::Checkpoint { plain, sealed } => {
+                match self.put.put(&self.spool, place, (&plain, sealed))? {
+                    Put::Stored => g.put += 1,
+                    Put::Refused(why) => {
+                        self.keep_unreadable(place, &data[start..end], &why)?;
+                        g.dropped += 1;
+                    }
+                }
+            }
+            // Delivered up to it; the next step stops at it.
+            Read::Keep(_) => return Ok(Flow::Stop),
+        }
+        g.next = end;
+        Ok(Flow::On)
+    }
+
+    /// Damage or a tail the buffer may cut: judged only with more of the segment read (what
+    /// follows may be a record the buffer cuts). The next step starts here and reads more
+    /// first, up to the most the reader holds; damage at the start of a buffer that full is cut
+    /// into pieces as the opening scan cuts it.
+    fn judge_later(
+        &self,
+        at: At,
+        data: &[u8],
+        (start, from): (usize, usize),
+        item: Item<'_>,
+        g: &mut Gathered,
+    ) -> Result<(), SpoolError> {
+        g.next = start;
+        if start == from && data.len() - start >= super::scan::MAX_HELD {
+            let intact = match item {
+                Item::Corrupt { end, .. } => end,
+                _ => data.len(),
+            };
+            let end = super::scan::damage_piece_end(&data[start..], intact - start);
+            g.next = start + end;
+            let bytes = &data[start..g.next];
+            g.dropped += u64::from(self.keep_damage(at.segment, at.abs(start), bytes)?);
+        }
+        Ok(())
+    }
+
+    /// Hands the gathered records to the sink, keeps what it refused for good, tells custody
+    /// checkpoints, and moves the position past the step.
+    fn deliver(&mut self, at: At, data: &[u8], g: Gathered) -> Result<Step, SpoolError> {
         let to = Position {
-            segment: view.segment,
-            offset: loaded.base + next as u64,
+            segment: at.segment,
+            offset: at.abs(g.next),
         };
         // Checkpoint frames put (in the target's store now) leave the waiting frames as
         // quarantined ones do: not counted as delivered records.
-        let dropped = dropped + put;
-        if frames.is_empty() {
+        let dropped = g.dropped + g.put;
+        if g.frames.is_empty() {
             self.spool.commit(to, 0, dropped)?;
-            self.put.put += put;
+            self.put.put += g.put;
             return Ok(Step::Delivered(0));
         }
-        if let Some(ms) = first_ms {
+        if let Some(ms) = g.first_ms {
             self.spool.set_oldest(ms);
         }
-        let outcomes = self.write(data, &srcs, &envelopes, as_stored);
-        if outcomes.len() != frames.len() {
+        let outcomes = self.write(data, &g.srcs, &g.envelopes, g.as_stored);
+        if outcomes.len() != g.frames.len() {
             return Ok(Step::Refused("outcome count mismatch".into()));
         }
+        let told = (at.segment, at.base, &g.frames[..]);
         if let Some(WriteOutcome::Transient(e)) = outcomes
             .iter()
             .find(|o| matches!(o, WriteOutcome::Transient(_)))
         {
             // The records the sink took are in it now: told here, as the step that repeats
             // them finds them `AlreadyDurable`, which is never told (atk47e finding 5).
-            self.tell_checkpoints(data, &srcs, &outcomes, (view.segment, loaded.base, &frames));
+            self.tell_checkpoints(data, &g.srcs, &outcomes, told);
             return Ok(Step::Refused(e.to_string()));
         }
-        let refused_count =
-            self.keep_refusals(view.segment, loaded.base, data, &frames, &outcomes)?;
-        self.tell_checkpoints(data, &srcs, &outcomes, (view.segment, loaded.base, &frames));
-        let delivered = frames.len() as u64 - refused_count;
-        if refused_count == 0 {
+        let refused = self.keep_refusals(at.segment, at.base, data, &g.frames, &outcomes)?;
+        self.tell_checkpoints(data, &g.srcs, &outcomes, told);
+        let delivered = g.frames.len() as u64 - refused;
+        if refused == 0 {
             self.spool.commit(to, delivered, dropped)?;
         } else {
             self.spool
-                .commit_rejection(to, delivered, refused_count + dropped)?;
+                .commit_rejection(to, delivered, refused + dropped)?;
         }
-        self.put.put += put;
+        self.put.put += g.put;
         Ok(Step::Delivered(delivered))
     }
 
