@@ -193,138 +193,152 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match command {
-        Command::Help(text) => {
-            if let Err(e) = output::print(format_args!("{text}")) {
-                return output::write_failed(&e);
-            }
-            ExitCode::SUCCESS
+    let Some(path) = command.config_path() else {
+        return run_without_config(command);
+    };
+    let cfg = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if command.logs() {
+        super::logging::init_from(&cfg.logging);
+    }
+    run_with_config(command, cfg)
+}
+
+impl Command {
+    /// The configuration file a command loads first (as `validate` does: exit code 2 when it
+    /// is invalid); `None` for those that load none, or read it their own way.
+    fn config_path(&self) -> Option<&std::path::Path> {
+        use super::spool::SpoolCommand;
+        match self {
+            Command::Validate(path)
+            | Command::Run(path)
+            | Command::TestSink(path)
+            | Command::InitDb { path, .. }
+            | Command::Decrypt { path, .. }
+            | Command::VerifyCustody { path, .. } => Some(path),
+            Command::Spool(
+                SpoolCommand::Drain { path, .. }
+                | SpoolCommand::Status { path, .. }
+                | SpoolCommand::Inspect { path, .. }
+                | SpoolCommand::SetAside { path, .. },
+            ) => Some(path),
+            Command::Inspect(o) => Some(&o.config),
+            Command::Dlq(o) => Some(&o.config),
+            Command::StreamPlan(o) => Some(&o.config),
+            Command::ShowEffectiveConfig(_)
+            | Command::Replay(_)
+            | Command::Help(_)
+            | Command::Version => None,
         }
+    }
+
+    /// Whether the command logs through the configuration's `logging` block (the checks that
+    /// only print a verdict do not).
+    fn logs(&self) -> bool {
+        !matches!(
+            self,
+            Command::Validate(_) | Command::Decrypt { .. } | Command::VerifyCustody { .. }
+        )
+    }
+}
+
+/// The commands that load no configuration first.
+fn run_without_config(command: Command) -> ExitCode {
+    match command {
+        Command::Help(text) => match output::print(format_args!("{text}")) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => output::write_failed(&e),
+        },
         Command::Version => {
             say!("svc {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
-        Command::Validate(path) => match load(&path) {
-            Ok(cfg) => {
-                say!("Configuration is valid.");
-                say!("Active sink: {}", cfg.sink.kind());
-                say!("ACK policy: commit-then-acknowledge");
-                say!("");
-                say!("{}", summary::paragraph(&cfg));
-                for w in summary::warnings(&cfg) {
-                    say!("Warning: {w}");
-                }
-                ExitCode::SUCCESS
-            }
-            Err(code) => code,
-        },
-        Command::Inspect(opts) => match load(&opts.config) {
-            Ok(cfg) => {
-                super::logging::init_from(&cfg.logging);
-                inspect::run(&cfg, &opts)
-            }
-            Err(code) => code,
-        },
-        Command::Dlq(opts) => match load(&opts.config) {
-            Ok(cfg) => {
-                super::logging::init_from(&cfg.logging);
-                dlq::run(&cfg, &opts)
-            }
-            Err(code) => code,
-        },
         Command::Replay(opts) => replay::run(&opts),
-        Command::StreamPlan(opts) => match load(&opts.config) {
-            Ok(cfg) => {
-                super::logging::init_from(&cfg.logging);
-                stream_plan::run(&cfg, &opts)
-            }
-            Err(code) => code,
-        },
         Command::ShowEffectiveConfig(path) => {
             match crate::document::reader::load_document(&path, "", crate::config::effective_json) {
-                Ok(json) => {
-                    if let Err(e) = output::print(format_args!("{json}")) {
-                        return output::write_failed(&e);
-                    }
-                    ExitCode::SUCCESS
-                }
+                Ok(json) => match output::print(format_args!("{json}")) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => output::write_failed(&e),
+                },
                 Err(e) => report(e),
             }
         }
-        Command::TestSink(path) => {
-            let cfg = match load(&path) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            super::logging::init_from(&cfg.logging);
-            let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
-            match cfg.sink.build(metrics).and_then(|s| s.check()) {
-                Ok(verdict) => {
-                    say!("Sink {} is usable: {verdict}", cfg.sink.kind());
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("Sink {} is NOT usable: {e}", cfg.sink.kind());
-                    ExitCode::from(1)
-                }
-            }
-        }
-        Command::InitDb { path, print_only } => {
-            let cfg = match load(&path) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            super::logging::init_from(&cfg.logging);
+        // Every other command names a configuration (`Command::config_path`).
+        _ => ExitCode::from(2),
+    }
+}
+
+/// The commands that run on a loaded configuration.
+fn run_with_config(command: Command, cfg: RuntimeConfig) -> ExitCode {
+    match command {
+        Command::Validate(_) => validate(&cfg),
+        Command::Inspect(opts) => inspect::run(&cfg, &opts),
+        Command::Dlq(opts) => dlq::run(&cfg, &opts),
+        Command::StreamPlan(opts) => stream_plan::run(&cfg, &opts),
+        Command::TestSink(_) => test_sink(&cfg),
+        Command::InitDb { print_only, .. } => {
             init_db(&cfg.sink, print_only, cfg.custody.checkpoints.enabled)
         }
-        Command::Decrypt { path, record } => match load(&path) {
-            Ok(cfg) => super::protect::decrypt(&cfg, &record),
-            Err(code) => code,
-        },
+        Command::Decrypt { record, .. } => super::protect::decrypt(&cfg, &record),
         Command::VerifyCustody {
-            path,
             records,
             public_keys,
             heads,
-        } => match load(&path) {
-            Ok(cfg) if public_keys.is_empty() => super::protect::verify_custody(&cfg, &records),
-            Ok(cfg) => super::protect::verify_checkpoints(&cfg, &public_keys, &heads),
-            Err(code) => code,
+            ..
+        } => match public_keys.is_empty() {
+            true => super::protect::verify_custody(&cfg, &records),
+            false => super::protect::verify_checkpoints(&cfg, &public_keys, &heads),
         },
-        Command::Spool(sub) => {
-            use super::spool::SpoolCommand;
-            let path = match &sub {
-                SpoolCommand::Drain { path, .. }
-                | SpoolCommand::Status { path, .. }
-                | SpoolCommand::Inspect { path, .. }
-                | SpoolCommand::SetAside { path, .. } => path.clone(),
-            };
-            let cfg = match load(&path) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            super::logging::init_from(&cfg.logging);
-            super::spool::main(sub, &cfg)
+        Command::Spool(sub) => super::spool::main(sub, &cfg),
+        Command::Run(_) => run(cfg),
+        // Loads no configuration (`Command::config_path`).
+        other => run_without_config(other),
+    }
+}
+
+/// `svc validate`: the verdict, the active sink, a summary and the warnings.
+fn validate(cfg: &RuntimeConfig) -> ExitCode {
+    say!("Configuration is valid.");
+    say!("Active sink: {}", cfg.sink.kind());
+    say!("ACK policy: commit-then-acknowledge");
+    say!("");
+    say!("{}", summary::paragraph(cfg));
+    for w in summary::warnings(cfg) {
+        say!("Warning: {w}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// `svc test-sink`: builds the sink and asks it whether it is usable.
+fn test_sink(cfg: &RuntimeConfig) -> ExitCode {
+    let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
+    match cfg.sink.build(metrics).and_then(|s| s.check()) {
+        Ok(verdict) => {
+            say!("Sink {} is usable: {verdict}", cfg.sink.kind());
+            ExitCode::SUCCESS
         }
-        Command::Run(path) => {
-            let cfg = match load(&path) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            super::logging::init_from(&cfg.logging);
-            match crate::pipeline::run(cfg) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    // Once: through the configured log format when it shows errors (a JSON
-                    // log shipper must see it), else as a plain line.
-                    if log::log_enabled!(log::Level::Error) {
-                        log::error!("{e}");
-                    } else {
-                        eprintln!("svc: {e}");
-                    }
-                    ExitCode::from(1)
-                }
+        Err(e) => {
+            eprintln!("Sink {} is NOT usable: {e}", cfg.sink.kind());
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `svc run`: the pipeline until SIGTERM/SIGINT or a fatal error.
+fn run(cfg: RuntimeConfig) -> ExitCode {
+    match crate::pipeline::run(cfg) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Once: through the configured log format when it shows errors (a JSON log
+            // shipper must see it), else as a plain line.
+            if log::log_enabled!(log::Level::Error) {
+                log::error!("{e}");
+            } else {
+                eprintln!("svc: {e}");
             }
+            ExitCode::from(1)
         }
     }
 }
