@@ -319,22 +319,29 @@ pub fn run(cfg: RuntimeConfig, opts: &Options) -> Result<Report, Failed> {
     display.finish(&progress);
     session.signals.close();
     let _ = crate::broker::flush(&redrive.nc, Duration::from_secs(2));
-    let mut st = redrive.writer.state.clone();
     let finish = read.map_err(|error| Failed {
         error,
-        counts: st.counts,
+        counts: redrive.writer.state.counts,
     })?;
+    let counts = finished_state(&redrive.writer, finish)?;
+    Ok(report(finish, counts))
+}
+
+/// The redrive's counts at its end; when it read its whole range, its state file is marked
+/// done (a later run with the same range has nothing left to do).
+fn finished_state(writer: &Writer, finish: Finish) -> Result<super::state::Counts, Failed> {
+    let mut st = writer.state.clone();
     if finish == Finish::Done {
         st.done = true;
         st.next_seq = st.last_seq.saturating_add(1);
-        if let Some(f) = &redrive.writer.file {
+        if let Some(f) = &writer.file {
             f.write(&st).map_err(|error| Failed {
                 error,
                 counts: st.counts,
             })?;
         }
     }
-    Ok(report(finish, st.counts))
+    Ok(st.counts)
 }
 
 /// A stream that removes acknowledged messages (`workqueue`, and `interest` once every
