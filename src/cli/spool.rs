@@ -98,7 +98,10 @@ pub fn parse(parser: &mut lexopt::Parser) -> Result<Option<SpoolCommand>, lexopt
                     .into(),
             ),
         },
-        other => Err(format!("spool: unknown action {other:?}; see --help").into()),
+        other => {
+            let shown = terminal::text_line(other);
+            Err(format!("spool: unknown action \"{shown}\"; see --help").into())
+        }
     }
 }
 

@@ -43,7 +43,10 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         "broker-monitoring-poll" => broker_monitoring::HELP,
         other => match connectors::find(other) {
             Some(c) => c.help,
-            None => return Err(UsageError(format!("unknown command {other:?}"))),
+            None => {
+                let shown = crate::text::terminal::text_line(other);
+                return Err(UsageError(format!("unknown command \"{shown}\"")));
+            }
         },
     };
     let export = connectors::find(&sub);

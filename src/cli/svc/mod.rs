@@ -177,7 +177,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, lexopt
             file.as_deref().and_then(|f| f.to_str()),
         ))),
         other => Err(format!(
-            "unknown command {other:?}: one of {} (svc --help describes them)",
+            "unknown command \"{}\": one of {} (svc --help describes them)",
+            crate::text::terminal::text_line(other),
             COMMANDS.join(", ")
         )
         .into()),
@@ -507,6 +508,14 @@ mod tests {
         );
         assert!(p(&["run"]).unwrap_err().contains("missing <config_file>"));
         assert!(p(&["fly", "x"]).unwrap_err().contains("unknown command"));
+        // Operator input is quoted with Display, its terminal controls escaped.
+        assert_eq!(
+            p(&["\u{1b}[2Jfly", "x"]).unwrap_err().split(':').next(),
+            Some("unknown command \"\\u{1b}[2Jfly\"")
+        );
+        assert!(p(&["spool", "\u{9b}x", "c.json"])
+            .unwrap_err()
+            .contains("unknown action \"\\u{9b}x\""));
         assert!(p(&["run", "a", "b"]).is_err());
         assert!(p(&["run", "--bogus"]).is_err());
         assert_eq!(
