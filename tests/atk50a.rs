@@ -607,3 +607,65 @@ fn a_dlq_stream_that_drops_dead_letters_is_named_at_the_start() {
     runner.signal("TERM");
     assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
 }
+
+/// FIXED (atk50a finding 4, class 1): a gap told to the checkpoint thread and not yet signed
+/// when the runner is killed (-9) was lost: after the restart the sequence read as neither a
+/// record nor a gap. Now the dead letter names its runner (`runner_id`) and the restart reads
+/// the runner's dead letters back (`pipeline::gap_rescan`): the gap is listed once, the record
+/// after it signed by the records' rescan, the audit COMPLETE with one gap.
+#[test]
+fn a_gap_told_before_a_kill_9_is_listed_after_the_restart() {
+    let c = dlq_case();
+    c.server.create_stream("DLQ", &[DLQ_SUBJECT]);
+    // A chain first: checkpoint 0 is cut at the stop.
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 3);
+    wait_acked(&c.server, 3);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let out = c.dir.path().join("out");
+    assert_eq!(checkpoint_files(&out).len(), 1);
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    publish_big(&c);
+    publish_range(&c.server, 5, 5);
+    wait_acked(&c.server, 5);
+    runner.sigkill();
+    let stored = c.server.stream_messages("DLQ");
+    assert_eq!(stored, 1);
+    assert_eq!(
+        checkpoint_files(&out).len(),
+        1,
+        "nothing cut before the kill"
+    );
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc3.log"));
+    publish_range(&c.server, 6, 6);
+    wait_acked(&c.server, 6);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let log = std::fs::read_to_string(c.dir.path().join("svc3.log")).unwrap();
+    let gaps: Vec<Value> = gaps_by_incarnation(&out).into_iter().map(|g| g.1).collect();
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert!(
+        gaps == vec![json!([4, "refused_before_sink"])]
+            && code == 0
+            && text.contains("5 records intact, 0 altered, 0 missing, 0 in no checkpoint yet, 1 runner-caused gaps: COMPLETE"),
+        "gaps signed: {gaps:?}\nverify-custody (exit {code}): {text}\nthe restart's log: {log}"
+    );
+    assert!(
+        log.contains("of this runner (listed unless signed already)"),
+        "{log}"
+    );
+
+    // Read back again at the next start, it is signed already: never listed twice.
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc4.log"));
+    publish_range(&c.server, 7, 7);
+    wait_acked(&c.server, 7);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let gaps: Vec<Value> = gaps_by_incarnation(&out).into_iter().map(|g| g.1).collect();
+    assert_eq!(gaps, vec![json!([4, "refused_before_sink"])]);
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+}

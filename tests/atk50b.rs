@@ -699,6 +699,90 @@ fn a_checkpoint_frame_whose_header_names_another_index_is_not_stored_under_it() 
     );
 }
 
+/// FIXED (the lead's final read of 2026-11-29; class 4, a spool in clear): someone who can write
+/// the spool directory appends a frame naming the runner's NEXT checkpoint (index 2), its text the
+/// real checkpoint 0 with the index in its signed body changed to 2 (header and body agree, the
+/// signature does not). Before the fix the drain put it under index 2, and the runner's real
+/// checkpoint 2 then stopped every later drain ("differs from the checkpoint the target holds").
+/// Now a frame in clear is put only when it verifies under a trusted key (here the
+/// configuration's own): the planted one is quarantined, the real one drains, the audit COMPLETE.
+#[test]
+fn a_planted_checkpoint_frame_in_clear_never_blocks_the_real_one() {
+    let c = case_with(
+        3,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                   "allow_unencrypted": true,
+                   "target": {"type": "file", "directory": dir.join("out")}})
+        },
+        json!({}),
+    );
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 6);
+    wait_acked(&c.server, 6);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let seg = only_segment(&c);
+    let mut data = std::fs::read(&seg).unwrap();
+    let texts = checkpoint_texts(&data);
+    assert_eq!(texts.len(), 2);
+    let forged = texts[0].replacen("\\\"index\\\":0,", "\\\"index\\\":2,", 1);
+    assert_ne!(
+        forged, texts[0],
+        "the index in the signed body: {}",
+        texts[0]
+    );
+    data.extend(crate::spool::frame_of(&checkpoint_body(
+        "runner-cp-1",
+        2,
+        &forged,
+    )));
+    std::fs::write(&seg, &data).unwrap();
+    let (code, drained) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{drained}");
+    assert_eq!(checkpoint_files(&out(&c)).len(), 2, "{drained}");
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    publish_range(&c.server, 7, 9);
+    wait_acked(&c.server, 9);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    // The keys may be given instead of read from the configuration; a bad one stops at once.
+    let cfg = c.cfg.to_str().unwrap();
+    let missing = c.dir.path().join("no-such.pub");
+    let (bad, o, e) = svc_env(
+        &[
+            "spool",
+            "drain",
+            cfg,
+            "--public-key",
+            missing.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(
+        bad == 2 && e.contains("--public-key") && e.contains("no-such.pub"),
+        "{o}{e}"
+    );
+    let public = c.public.to_str().unwrap();
+    let (code2, o, e) = svc_env(&["spool", "drain", cfg, "--public-key", public], None);
+    let drained2 = o + &e;
+    let quarantined = std::fs::read_dir(c.dir.path().join("spool"))
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("quarantine-")
+        })
+        .count();
+    let (vcode, verdict) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert!(
+        code2 == 0 && checkpoint_files(&out(&c)).len() == 3 && quarantined == 1 && vcode == 0,
+        "the next drain (exit {code2}): {drained2}\nquarantine files: {quarantined}\n\
+         verify-custody (exit {vcode}): {verdict}"
+    );
+}
+
 /// The other branch of the fix of finding 2: a target whose checkpoint store cannot be read
 /// (here the file target's `.svc-checkpoints` replaced by a plain file) while the spool holds
 /// no checkpoint of the runner (everything drained) and the head file exists: where the

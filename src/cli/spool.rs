@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::output::say;
 use crate::config::RuntimeConfig;
+use crate::message::protection::checkpoint::TrustedKeys;
 use crate::metrics::{now_epoch_seconds, Metrics};
 use crate::sink::spool::dir as fs_dir;
 use crate::sink::spool::drain::Drainer;
@@ -27,7 +28,11 @@ const DRAIN_ATTEMPTS: u32 = 8;
 /// A parsed `svc spool` command line.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SpoolCommand {
-    Drain(PathBuf),
+    Drain {
+        path: PathBuf,
+        /// `--public-key [ID=]FILE`: the keys checkpoint frames are checked with.
+        public_keys: Vec<String>,
+    },
     Status {
         path: PathBuf,
         json: bool,
@@ -50,6 +55,7 @@ pub fn parse(parser: &mut lexopt::Parser) -> Result<Option<SpoolCommand>, lexopt
     let mut file: Option<PathBuf> = None;
     let mut payload = false;
     let mut json = false;
+    let mut public_keys = Vec::new();
     let (mut segment, mut offset): (Option<u64>, Option<u64>) = (None, None);
     while let Some(arg) = parser.next()? {
         match arg {
@@ -61,6 +67,9 @@ pub fn parse(parser: &mut lexopt::Parser) -> Result<Option<SpoolCommand>, lexopt
                 offset = Some(parser.value()?.parse()?);
             }
             Long("payload") if action.as_deref() == Some("inspect") => payload = true,
+            Long("public-key") if action.as_deref() == Some("drain") => {
+                public_keys.push(parser.value()?.string()?);
+            }
             Long("json") if action.as_deref() == Some("status") => json = true,
             Value(v) if action.is_none() => action = Some(v.string()?),
             Value(v) if file.is_none() => file = Some(PathBuf::from(v)),
@@ -74,7 +83,7 @@ pub fn parse(parser: &mut lexopt::Parser) -> Result<Option<SpoolCommand>, lexopt
     };
     let path = file.ok_or_else(|| format!("spool {action}: missing <config_file>"))?;
     match action.as_str() {
-        "drain" => Ok(Some(SpoolCommand::Drain(path))),
+        "drain" => Ok(Some(SpoolCommand::Drain { path, public_keys })),
         "status" => Ok(Some(SpoolCommand::Status { path, json })),
         "inspect" => Ok(Some(SpoolCommand::Inspect { path, payload })),
         "set-aside" => match (segment, offset) {
@@ -111,7 +120,13 @@ pub fn main(command: SpoolCommand, cfg: &RuntimeConfig) -> ExitCode {
         return ExitCode::from(2);
     };
     match command {
-        SpoolCommand::Drain(_) => drain(spool_cfg, target),
+        SpoolCommand::Drain { public_keys, .. } => match drain_trust(cfg, &public_keys) {
+            Ok(trusted) => drain(spool_cfg, target, trusted),
+            Err(e) => {
+                eprintln!("svc: spool drain: {e}");
+                ExitCode::from(2)
+            }
+        },
         SpoolCommand::Status { json, .. } => status(spool_cfg, json),
         SpoolCommand::Inspect { payload, .. } => inspect(spool_cfg, target, payload),
         SpoolCommand::SetAside {
@@ -137,10 +152,27 @@ fn set_aside(spool_cfg: &SpoolConfig, segment: u64, offset: u64) -> ExitCode {
     }
 }
 
+/// The keys checkpoint frames are checked with before the drain puts them: the given
+/// `--public-key [ID=]FILE`s, else the configuration's own `custody.checkpoints` key when
+/// checkpoints are on (see `crate::sink::spool::drain::Drainer::with_trusted_keys`).
+fn drain_trust(cfg: &RuntimeConfig, keys: &[String]) -> Result<TrustedKeys, String> {
+    let own = &cfg.custody.checkpoints;
+    let mut trusted = TrustedKeys::default();
+    for k in keys {
+        trusted.add(k, &own.key_id)?;
+    }
+    if keys.is_empty() && cfg.custody.enabled && own.enabled {
+        trusted = TrustedKeys::own(own).map_err(|e| {
+            format!("{e} (the drain checks checkpoint frames with it; or give --public-key)")
+        })?;
+    }
+    Ok(trusted)
+}
+
 /// Drains the spool into `target`; when `target` keeps checkpoints, each custody checkpoint
 /// frame is put into its checkpoint store (the spool as the sink, or an edge spool handed to
 /// a fallback `spool` block in front of that target: atk50b finding 6).
-fn drain(spool_cfg: &SpoolConfig, target: &SinkConfig) -> ExitCode {
+fn drain(spool_cfg: &SpoolConfig, target: &SinkConfig, trusted: TrustedKeys) -> ExitCode {
     let metrics = Arc::new(Metrics::default());
     let spool = match Spool::open(spool_cfg, metrics.clone()) {
         Ok(s) => Arc::new(s),
@@ -157,7 +189,7 @@ fn drain(spool_cfg: &SpoolConfig, target: &SinkConfig) -> ExitCode {
         }
     };
     let before = spool.records();
-    let mut drainer = Drainer::new(spool.clone(), sink, metrics);
+    let mut drainer = Drainer::new(spool.clone(), sink, metrics).with_trusted_keys(trusted);
     if crate::sink::checkpoint::unavailable(target).is_none() {
         match crate::sink::checkpoint::store_for(target) {
             Ok(store) => drainer = drainer.with_checkpoint_store(store),

@@ -221,7 +221,7 @@ impl RuntimeConfig {
         let mission_metadata = MissionMetadataConfig::read(root.object("mission_metadata"));
         let pre_sink_policy = PreSinkPolicyConfig::read(root.object("pre_sink_policy"));
         let size_policy = SizePolicyConfig::read(root.object("size_policy"));
-        let dead_letter = DeadLetterConfig::read(root.object("dead_letter"));
+        let mut dead_letter = DeadLetterConfig::read(root.object("dead_letter"));
         let payload_encryption = EncryptionConfig::read(root.object("payload_encryption"));
         let authenticity = AuthenticityConfig::read(root.object("authenticity"));
         let custody = CustodyConfig::read(root.object("custody"));
@@ -277,6 +277,7 @@ impl RuntimeConfig {
             check_fanout_routes(f, &envelope, &security_labels, &problems);
         }
         if custody.enabled && custody.checkpoints.enabled {
+            dead_letter.runner_id = custody.runner_id.clone();
             let why = sink.as_ref().and_then(crate::sink::checkpoint::unavailable);
             if let Some(why) = why {
                 problems.push("custody.checkpoints.enabled", &why);

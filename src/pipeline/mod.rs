@@ -92,6 +92,7 @@ mod ack;
 mod confirm;
 mod credit;
 mod fetch;
+mod gap_rescan;
 mod lanes;
 mod monitor;
 mod normalize;
@@ -238,12 +239,15 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let start = Startup::begin(&cfg)?;
     let (metrics, stop, monitor) = (start.metrics, start.stop, start.monitor);
     let (sink, drainer, edge_spool) = build_sink(&cfg, &metrics)?;
-    let (checkpoint_feed, checkpoint_done) = start_checkpoints(&cfg, edge_spool)?;
+    let (checkpoint_feed, checkpoint_done, last_cut) = start_checkpoints(&cfg, edge_spool)?;
     let drainer = drain_checkpoints(&cfg, drainer, checkpoint_feed.as_ref())?;
     let denials = Arc::new(broker::Denials::default());
     let nc =
         broker::connect(&cfg.nats, metrics.clone(), denials.clone()).map_err(RunError::Broker)?;
     let consumer = bind(&nc, &cfg, &denials, sink.kind())?;
+    if let Some(feed) = &checkpoint_feed {
+        gap_rescan::tell_found_gaps(&nc, &cfg, feed, last_cut);
+    }
     let d = &cfg.delivery;
     let request_bytes = check_consumer_limits(&nc, d, &consumer)?;
     let credits = Arc::new(credit::CreditPool::new(credit::Credit::new(
@@ -534,8 +538,8 @@ impl Ending {
 
 /// `custody.checkpoints`: the key is read, the chain read back and checked against the head
 /// file, and the `svc-checkpoint` thread started (it rescans the records first, off the
-/// delivery path). Returns the sink workers' feed and the
-/// channel that says the thread ended.
+/// delivery path). Returns the sink workers' feed, the channel that says the thread ended,
+/// and when the chain's last checkpoint was cut.
 #[allow(clippy::type_complexity)]
 fn start_checkpoints(
     cfg: &RuntimeConfig,
@@ -544,12 +548,13 @@ fn start_checkpoints(
     (
         Option<Arc<crate::sink::checkpoint::Feed>>,
         Option<crossbeam_channel::Receiver<()>>,
+        Option<i128>,
     ),
     RunError,
 > {
     let c = &cfg.custody;
     if !(c.enabled && c.checkpoints.enabled) {
-        return Ok((None, None));
+        return Ok((None, None, None));
     }
     // `svc validate` refuses these first (config::mod).
     if let Some(why) = crate::sink::checkpoint::unavailable(&cfg.sink) {
@@ -574,12 +579,13 @@ fn start_checkpoints(
     // The chain is read back and checked against the head file before any delivery: a sink
     // cut back, emptied or unreadable stops the runner here.
     writer.start().map_err(RunError::Fatal)?;
+    let last_cut = writer.last_cut_unix_nanos();
     let (done_tx, done_rx) = bounded::<()>(1);
     spawn("svc-checkpoint", move || {
         writer.run();
         let _ = done_tx.send(());
     })?;
-    Ok((Some(Arc::new(feed)), Some(done_rx)))
+    Ok((Some(Arc::new(feed)), Some(done_rx), last_cut))
 }
 
 /// With a fallback spool and `custody.checkpoints`: the drain tells the checkpoint thread of
@@ -647,6 +653,13 @@ fn build_sink(
     if crate::sink::checkpoint::unavailable(&cfg.sink).is_none() {
         let store = crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?;
         drainer = drainer.with_checkpoint_store(store);
+        // Checked with this configuration's own key before each put (sink::spool::put).
+        let own = &cfg.custody.checkpoints;
+        if cfg.custody.enabled && own.enabled {
+            let trusted = crate::message::protection::checkpoint::TrustedKeys::own(own)
+                .map_err(RunError::Fatal)?;
+            drainer = drainer.with_trusted_keys(trusted);
+        }
     }
     let wrapped: Arc<dyn crate::sink::Sink> =
         Arc::new(FallbackSink::new(sink, spool.clone(), metrics.clone()));

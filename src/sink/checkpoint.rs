@@ -52,7 +52,7 @@ use crate::message::protection::custody::{public_digest_stored, Custodian, Custo
 use crate::text::peer::PeerText;
 
 use super::checkpoint_head::{Head, HeadFile};
-use crate::text::rfc3339::format_rfc3339_nanos;
+use crate::text::rfc3339::{format_rfc3339_nanos, parse_rfc3339_nanos};
 
 /// Events the channel holds before the sink workers' sends start failing (then the thread
 /// rescans the store instead).
@@ -132,6 +132,9 @@ pub type Origin = (Arc<str>, Arc<str>);
 pub enum Event {
     Committed(Origin, u64, [u8; 32]),
     Gap(Origin, u64, &'static str),
+    /// A gap of this runner found again at its start (its dead letter read back): listed
+    /// unless the chain signed it already or its record is pending.
+    FoundGap(Origin, u64, &'static str),
 }
 
 /// The sink workers' side of the channel: never blocks.
@@ -148,6 +151,12 @@ impl Feed {
             self.overflowed.store(true, Ordering::Relaxed);
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// [`Feed::send`], waiting for room (the runner's start only, before any delivery: a
+    /// found gap is never dropped). False when the thread has gone.
+    pub fn send_waiting(&self, e: Event) -> bool {
+        self.tx.send(e).is_ok()
     }
 }
 
@@ -217,6 +226,8 @@ pub struct Writer {
     pending_count: usize,
     /// Gaps signed lately: a message refused again on a later delivery is not listed again.
     signed_gaps: SignedGaps,
+    /// When the chain's last checkpoint read at start was cut (Unix ns).
+    last_cut: Option<i128>,
 }
 
 fn origin_of(b: &Body) -> Origin {
@@ -261,6 +272,7 @@ impl Writer {
             gaps: BTreeMap::new(),
             pending_count: 0,
             signed_gaps: SignedGaps::default(),
+            last_cut: None,
         };
         Ok((w, feed))
     }
@@ -307,6 +319,10 @@ impl Writer {
             check_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
         }
         for v in &chain {
+            // The gaps it signed: a gap found again at start (a dead letter read back) is not
+            // listed twice.
+            let o = origin_of(&v.body);
+            self.signed_gaps.note(&o, v.body.gaps.iter().map(|g| g.0));
             // Leaves only: a gap is told at once, also while records below it wait in the
             // fallback spool, so a gap's sequence says nothing of what was stored before it
             // (atk47e finding 1).
@@ -315,6 +331,7 @@ impl Writer {
             *to = high.unwrap_or_default().max(*to);
         }
         if let Some(last) = chain.last() {
+            self.last_cut = parse_rfc3339_nanos(&last.body.created_at);
             self.head = Some((last.body.index, last.digest.clone()));
             self.last_origin = Some(origin_of(&last.body));
             let head = Head::new(&self.runner_id, last.body.index, &last.digest);
@@ -481,15 +498,29 @@ impl Writer {
                     self.pending_count += 1;
                 }
             }
-            Event::Gap(o, seq, why) => {
-                if self.signed_gaps.holds(&o, seq) {
-                    return; // a message refused again on a later delivery: listed once
-                }
-                if self.gaps.entry(o).or_default().insert(seq, why).is_none() {
-                    self.pending_count += 1;
+            Event::Gap(o, seq, why) => self.take_gap(o, seq, why),
+            Event::FoundGap(o, seq, why) => {
+                let pending = self.pending.get(&o).is_some_and(|p| p.contains_key(&seq));
+                if !pending {
+                    self.take_gap(o, seq, why);
                 }
             }
         }
+    }
+
+    fn take_gap(&mut self, o: Origin, seq: u64, why: &'static str) {
+        if self.signed_gaps.holds(&o, seq) {
+            return; // a message refused again on a later delivery: listed once
+        }
+        if self.gaps.entry(o).or_default().insert(seq, why).is_none() {
+            self.pending_count += 1;
+        }
+    }
+
+    /// When the chain's last checkpoint was cut (Unix ns), once [`Writer::start`] read it:
+    /// the runner's start reads its dead letters back from about then.
+    pub fn last_cut_unix_nanos(&self) -> Option<i128> {
+        self.last_cut
     }
 
     /// Writes a checkpoint of what is pending (nothing when nothing is), one per origin.

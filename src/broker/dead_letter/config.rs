@@ -31,6 +31,10 @@ pub struct DeadLetterConfig {
     pub publish_timeout: Duration,
     /// When set, the publish must land in this stream (`Nats-Expected-Stream`).
     pub expected_stream: Option<String>,
+    /// `custody.runner_id` when custody checkpoints are on (not a `dead_letter` key): each
+    /// record names the runner whose checkpoints list its original as a gap, so the runner's
+    /// restart finds the gaps a kill -9 kept it from signing (`pipeline::gap_rescan`).
+    pub runner_id: String,
 }
 
 impl Default for DeadLetterConfig {
@@ -41,6 +45,7 @@ impl Default for DeadLetterConfig {
             include_headers: Vec::new(),
             publish_timeout: Duration::from_millis(DEFAULT_PUBLISH_TIMEOUT_MS as u64),
             expected_stream: None,
+            runner_id: String::new(),
         }
     }
 }
@@ -117,6 +122,7 @@ impl DeadLetterConfig {
             include_headers,
             publish_timeout,
             expected_stream,
+            runner_id: String::new(),
         }
     }
 

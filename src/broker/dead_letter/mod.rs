@@ -18,6 +18,7 @@
 mod config;
 mod publish;
 mod record;
+pub mod rescan;
 mod stored;
 
 pub use config::*;

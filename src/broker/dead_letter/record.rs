@@ -177,6 +177,10 @@ pub struct Record {
     pub payload: PayloadDigest,
     /// Only `dead_letter.include_headers`, present ones.
     pub headers: BTreeMap<String, String>,
+    /// `custody.runner_id`, with custody checkpoints on: the runner whose checkpoints list
+    /// the original as a gap.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub runner_id: String,
 }
 
 /// A record ready to publish.
@@ -226,7 +230,8 @@ impl DeadLetter {
             hmac_sha256: keyed_digest,
             size_bytes: raw.data.len() as u64,
         };
-        Self::assemble(failure, failed_at_unix_nanos, original, payload, headers)
+        let meta = (original, payload, headers);
+        Self::assemble(failure, failed_at_unix_nanos, meta, &cfg.runner_id)
     }
 
     /// Builds the record of a permanent sink failure (pure). The sink has the envelope, not
@@ -279,15 +284,15 @@ impl DeadLetter {
             hmac_sha256,
             size_bytes: env.payload_info.size_bytes,
         };
-        Self::assemble(&failure, failed_at_unix_nanos, original, payload, headers)
+        let meta = (original, payload, headers);
+        Self::assemble(&failure, failed_at_unix_nanos, meta, &cfg.runner_id)
     }
 
     fn assemble(
         failure: &Failure,
         failed_at_unix_nanos: i128,
-        original: Original,
-        payload: PayloadDigest,
-        headers: BTreeMap<String, String>,
+        (original, payload, headers): (Original, PayloadDigest, BTreeMap<String, String>),
+        runner_id: &str,
     ) -> DeadLetter {
         let msg_id = format!(
             "svc-dlq:{}",
@@ -305,6 +310,7 @@ impl DeadLetter {
             original,
             payload,
             headers,
+            runner_id: runner_id.to_string(),
         };
         DeadLetter {
             msg_id,

@@ -275,7 +275,7 @@ Exit codes: 0 every record intact (with --public-key: complete), 1 any finding,
 const SPOOL: &str = "\
 Usage: svc spool status <config_file> [--json]
        svc spool inspect <config_file> [--payload]
-       svc spool drain <config_file>
+       svc spool drain <config_file> [--public-key [ID=]FILE]...
        svc spool set-aside <config_file> --segment S --offset O
 
 status   the spool's records, bytes, oldest record's age, segments, rejected records and
@@ -285,7 +285,11 @@ inspect  one JSON line per waiting record: stream, sequence, subject, sizes; the
          with --payload; then rejected records, quarantine files, damage and a summary
          (read-only)
 drain    deliver the spool to its sink (the configured sink, or sink.target when sink.type is
-         spool) and exit when empty; refused while a runner holds the spool
+         spool) and exit when empty; refused while a runner holds the spool. Custody
+         checkpoint frames go into the sink's checkpoint store, each checked first with
+         the --public-key keys (Ed25519: base64 of 32 bytes or an SPKI PEM, under key id
+         ID, default custody.checkpoints.key_id), else the configuration's own signing key;
+         a frame stored in clear must verify, one that does not is quarantined
 set-aside
          move the one record at segment S offset O, which the drain or the opening stops
          at and no configuration should read (put there by someone else), into a quarantine

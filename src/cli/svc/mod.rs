@@ -294,8 +294,8 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Command::Spool(sub) => {
             use super::spool::SpoolCommand;
             let path = match &sub {
-                SpoolCommand::Drain(p) => p.clone(),
-                SpoolCommand::Status { path, .. }
+                SpoolCommand::Drain { path, .. }
+                | SpoolCommand::Status { path, .. }
                 | SpoolCommand::Inspect { path, .. }
                 | SpoolCommand::SetAside { path, .. } => path.clone(),
             };
@@ -544,7 +544,17 @@ mod tests {
         use super::super::spool::SpoolCommand;
         assert_eq!(
             p(&["spool", "drain", "c.json"]),
-            Ok(Command::Spool(SpoolCommand::Drain("c.json".into())))
+            Ok(Command::Spool(SpoolCommand::Drain {
+                path: "c.json".into(),
+                public_keys: vec![]
+            }))
+        );
+        assert_eq!(
+            p(&["spool", "drain", "c.json", "--public-key", "k1=a.pub"]),
+            Ok(Command::Spool(SpoolCommand::Drain {
+                path: "c.json".into(),
+                public_keys: vec!["k1=a.pub".into()]
+            }))
         );
         assert_eq!(
             p(&["spool", "inspect", "c.json", "--payload"]),

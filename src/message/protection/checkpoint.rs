@@ -212,6 +212,17 @@ pub fn parse_public_key(text: &str) -> Result<[u8; 32], String> {
 pub struct TrustedKeys(pub BTreeMap<String, [u8; 32]>);
 
 impl TrustedKeys {
+    /// The public half of the configuration's own signing key, under its key id (what a
+    /// drain checks checkpoint frames with when no `--public-key` is given).
+    pub fn own(cfg: &CheckpointConfig) -> Result<TrustedKeys, String> {
+        let signer = Signer::load(cfg)?;
+        let mut trusted = TrustedKeys::default();
+        trusted
+            .0
+            .insert(signer.key_id().to_string(), signer.public_key());
+        Ok(trusted)
+    }
+
     /// Adds `ID=FILE` or `FILE` (then under `default_id`), read with the public key rules.
     pub fn add(&mut self, arg: &str, default_id: &str) -> Result<(), String> {
         let (id, path) = match arg.split_once('=') {

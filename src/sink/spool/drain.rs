@@ -25,9 +25,11 @@ use std::time::Duration;
 use super::codec;
 use super::dir::{fail, read_at, Position, SpoolError};
 use super::frame::{self, Item};
+use super::put::{CheckpointPut, Put};
 use super::seal::{OpenError, Opened, Opener, Place};
 use super::store::{ReadView, Spool};
 use crate::message::envelope::Envelope;
+use crate::message::protection::checkpoint::TrustedKeys;
 use crate::metrics::Metrics;
 use crate::sink::checkpoint::{CheckpointStore, DrainFeed};
 use crate::sink::{Sink, WriteOutcome};
@@ -73,11 +75,10 @@ pub struct Drainer {
     /// `custody.checkpoints` (fallback spool in a runner): told of each record the sink
     /// holds once its step is durable.
     checkpoints: Option<DrainFeed>,
-    /// The target's checkpoint store (`svc spool drain` of a spool sink): each checkpoint
-    /// frame is put into it once the records before it are delivered.
-    target_store: Option<Box<dyn CheckpointStore>>,
-    /// Checkpoint frames put into the target's store (and drained past) by this drainer.
-    checkpoints_put: u64,
+    /// Checkpoint frames reached: put into the target's checkpoint store (`svc spool drain`
+    /// of a spool sink, or an edge spool handed to a fallback block) once the records before
+    /// each are delivered.
+    put: CheckpointPut,
 }
 
 /// Where a record ready for the sink is: in the segment's bytes (stored in clear) or in the
@@ -97,16 +98,12 @@ enum Read {
     /// It cannot be read with this configuration (a key id not configured, or stored in clear
     /// without `allow_unencrypted`): kept where it is.
     Keep(OpenError),
-    /// A custody checkpoint frame (`sink.type` = `spool`): its plain body.
-    Checkpoint(Vec<u8>),
-}
-
-/// What became of a checkpoint frame the drain reached.
-enum Put {
-    /// In the target's store (put now, or by a run a crash stopped).
-    Stored,
-    /// Its header names another checkpoint than its signed body: quarantined, not stored.
-    Misnamed(String),
+    /// A custody checkpoint frame (`sink.type` = `spool`): its plain body, and whether it
+    /// was sealed (bound to its place by the spool's key) or stored in clear.
+    Checkpoint {
+        plain: Vec<u8>,
+        sealed: bool,
+    },
 }
 
 /// Opens one stored record (`body` of the frame at `start..end` of `data`) and checks it.
@@ -127,7 +124,11 @@ fn read_record(
         Err(e) => return Read::Damaged(e.to_string()),
     };
     if codec::is_checkpoint(plain) {
-        return Read::Checkpoint(plain.to_vec());
+        let sealed = range.is_some();
+        return Read::Checkpoint {
+            plain: plain.to_vec(),
+            sealed,
+        };
     }
     let src = match (as_stored || keep).then(|| codec::file_record(plain)) {
         // The record is a suffix of the plain body.
@@ -161,20 +162,26 @@ impl Drainer {
             opener,
             opened: Vec::new(),
             checkpoints: None,
-            target_store: None,
-            checkpoints_put: 0,
+            put: CheckpointPut::new(),
         }
     }
 
     /// Checkpoint frames this drainer put into the target's store and drained past.
     pub fn checkpoints_put(&self) -> u64 {
-        self.checkpoints_put
+        self.put.put
     }
 
     /// Puts each checkpoint frame into `store` (the target's) once the records before it are
     /// delivered; without one, the drain stops at a checkpoint frame.
     pub fn with_checkpoint_store(mut self, store: Box<dyn CheckpointStore>) -> Drainer {
-        self.target_store = Some(store);
+        self.put.set_store(store);
+        self
+    }
+
+    /// The keys a checkpoint frame is checked with before it is put (see [`super::put`]):
+    /// one stored in clear is put only when it verifies under one of them.
+    pub fn with_trusted_keys(mut self, trusted: TrustedKeys) -> Drainer {
+        self.put.set_trusted(trusted);
         self
     }
 
@@ -354,14 +361,16 @@ impl Drainer {
                             return Err(self.kept_error(place, &why));
                         }
                         // After the step's records are durable in the target: the next step.
-                        Read::Checkpoint(_) if !frames.is_empty() => break,
-                        Read::Checkpoint(plain) => match self.put_checkpoint(place, &plain)? {
-                            Put::Stored => put += 1,
-                            Put::Misnamed(why) => {
-                                self.keep_unreadable(place, &data[start..end], &why)?;
-                                dropped += 1;
+                        Read::Checkpoint { .. } if !frames.is_empty() => break,
+                        Read::Checkpoint { plain, sealed } => {
+                            match self.put.put(&self.spool, place, (&plain, sealed))? {
+                                Put::Stored => put += 1,
+                                Put::Refused(why) => {
+                                    self.keep_unreadable(place, &data[start..end], &why)?;
+                                    dropped += 1;
+                                }
                             }
-                        },
+                        }
                         // Delivered up to it; the next step stops at it.
                         Read::Keep(_) => break,
                     }
@@ -411,7 +420,7 @@ impl Drainer {
         let dropped = dropped + put;
         if frames.is_empty() {
             self.spool.commit(to, 0, dropped)?;
-            self.checkpoints_put += put;
+            self.put.put += put;
             return Ok(Step::Delivered(0));
         }
         if let Some(ms) = first_ms {
@@ -440,74 +449,8 @@ impl Drainer {
             self.spool
                 .commit_rejection(to, delivered, refused_count + dropped)?;
         }
-        self.checkpoints_put += put;
+        self.put.put += put;
         Ok(Step::Delivered(delivered))
-    }
-
-    /// Puts one checkpoint frame into the target's store. Idempotent for a step repeated
-    /// after a crash: the same runner id and index already stored with the same bytes counts
-    /// as stored; other bytes under that name stop the drain (kept where it is). A frame
-    /// whose header names another runner id or index than its signed body claims is never
-    /// stored ([`Put::Misnamed`]: the runner never writes one; the caller quarantines it).
-    fn put_checkpoint(&self, place: Place, plain: &[u8]) -> Result<Put, SpoolError> {
-        let at = format!("segment {} offset {}", place.segment, place.offset);
-        let stuck = |why: String| fail(self.spool.path(), "drain stuck", why);
-        let Some(store) = &self.target_store else {
-            return Err(stuck(format!(
-                "the frame at {at} is a custody checkpoint, and the target keeps no \
-                 checkpoints: it is kept where it is"
-            )));
-        };
-        let cp = codec::decode_checkpoint(plain)
-            .map_err(|why| stuck(format!("the checkpoint frame at {at}: {why}")))?;
-        let text = std::str::from_utf8(cp.bytes).unwrap_or_default();
-        // The name it is stored under is the one its signed body claims, or it is not stored.
-        if crate::sink::checkpoint::claimed(text) != Some((cp.runner_id.into(), Some(cp.index))) {
-            return Ok(Put::Misnamed(format!(
-                "a custody checkpoint frame that is not the checkpoint its frame names (runner \
-                 {}, index {}): never stored under that name",
-                crate::text::peer::PeerText::new(cp.runner_id),
-                cp.index
-            )));
-        }
-        let Err(put_error) = store.put(cp.runner_id, cp.index, cp.bytes) else {
-            return Ok(Put::Stored);
-        };
-        let name = format!(
-            "checkpoint {} of runner {}",
-            cp.index,
-            crate::text::peer::PeerText::new(cp.runner_id)
-        );
-        let stored = store.checkpoints().map_err(|e| {
-            stuck(format!(
-                "{name} (at {at}) not put into the target ({put_error}), nor could its \
-                 checkpoints be read ({e}); the drain retries this step"
-            ))
-        })?;
-        let same_name = |text: &str| {
-            crate::sink::checkpoint::claimed(text)
-                .is_some_and(|(r, i)| r == cp.runner_id && i == Some(cp.index))
-        };
-        if stored.iter().any(|(_, t)| t == text) {
-            return Ok(Put::Stored); // put by the run a crash stopped before its position moved
-        }
-        if stored.iter().any(|(_, t)| same_name(t)) {
-            log::error!(
-                "spool {}: {name} (at {at}) differs from the one the target holds under its \
-                 name; the drain stops here, the frame is kept",
-                self.spool.path().display()
-            );
-            return Err(stuck(format!(
-                "{name} at {at} differs from the checkpoint the target holds under that name: \
-                 not overwritten; the frame is kept and the drain moves no further (audit with \
-                 svc verify-custody --public-key)"
-            )));
-        }
-        Err(stuck(format!(
-            "{name} (at {at}) not put into the target: {put_error}; the target holds no \
-             identical copy (a checkpoint stored under that name with other bytes is never \
-             overwritten); the frame is kept and the drain retries this step"
-        )))
     }
 
     /// Where the next step reads, with the read buffer holding enough of it; the step's

@@ -10,6 +10,7 @@
 //! - [`store`]: appends, the drain position, removal of drained segments.
 //! - [`scan`]: recovery at open, and the read-only survey of `svc spool status`.
 //! - [`drain`]: delivering the spool to a sink, oldest first.
+//! - [`put`]: custody checkpoint frames the drain puts into the target's store, checked first.
 //! - [`fallback`]: the sinks built on it (fallback wrapper, `sink.type` = `spool`).
 
 pub mod aside;
@@ -20,6 +21,7 @@ pub mod drain;
 pub mod fallback;
 pub mod frame;
 pub mod meta;
+mod put;
 pub mod scan;
 pub mod seal;
 pub mod store;

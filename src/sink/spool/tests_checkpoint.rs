@@ -2,7 +2,8 @@
 //! frame appended between records is sealed (its text not on disk), counted apart by the
 //! survey, read back as a checkpoint by the spool store, and drained in order: the records
 //! before it first, then the frame into a real file checkpoint store; a drain without a
-//! checkpoint store stops at it, the records before it delivered.
+//! checkpoint store stops at it, the records before it delivered. Then the signature check
+//! before a put (`super::put`): in a spool kept in clear and in a sealed one.
 
 use std::sync::Arc;
 
@@ -138,4 +139,173 @@ fn a_sealed_checkpoint_frame_drains_after_its_records_into_the_target_store() {
     super::aside::set_aside(&cfg, segment, offset).unwrap();
     drain_all(&open(&cfg), &sink);
     assert_eq!(delivered(&sink), vec![1, 2, 3, 4, 5, 6, 7]);
+}
+
+/// Checkpoint `index` of runner r1, signed by the Ed25519 seed `seed` under key id `key_id`
+/// (a real key file, read as the runner reads it), and the public key it verifies under.
+fn signed(dir: &std::path::Path, seed: u8, key_id: &str, index: u64) -> (String, [u8; 32]) {
+    use crate::message::protection::checkpoint::{self as cp, Body, CheckpointConfig, Signer};
+    use base64::Engine as _;
+    use std::os::unix::fs::PermissionsExt;
+    let key = dir.join(format!("cp-{seed}.key"));
+    std::fs::write(
+        &key,
+        base64::engine::general_purpose::STANDARD.encode([seed; 32]),
+    )
+    .unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cfg = CheckpointConfig {
+        enabled: true,
+        signing_key_file: key,
+        key_id: key_id.into(),
+        ..CheckpointConfig::default()
+    };
+    let signer = Signer::load(&cfg).unwrap();
+    let leaves = vec![(index + 1, [index as u8; 32])];
+    let body = Body {
+        runner_id: "r1".into(),
+        key_id: key_id.into(),
+        sink: "spool".into(),
+        index,
+        first_sequence: index + 1,
+        last_sequence: index + 1,
+        count: 1,
+        root: cp::merkle_root(&leaves),
+        previous: String::new(),
+        gaps: vec![],
+        created_at: "2026-01-01T00:00:00Z".into(),
+        stream: "ORDERS".into(),
+        stream_incarnation: String::new(),
+    };
+    let text = String::from_utf8(cp::seal(&body, &leaves, &signer)).unwrap();
+    (text, signer.public_key())
+}
+
+fn quarantine_files(cfg: &super::SpoolConfig) -> usize {
+    std::fs::read_dir(&cfg.dir)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("quarantine-")
+        })
+        .count()
+}
+
+/// A spool kept in clear proves nothing about who wrote a checkpoint frame: one planted under
+/// the runner's next index by whoever could write the directory (signed with another key
+/// under the runner's key id) is quarantined, and the runner's real checkpoint of that index
+/// is put after it; a frame in clear under a key id not trusted here stops the drain, naming
+/// the remedy, until the key is given.
+#[test]
+fn a_checkpoint_frame_in_clear_is_put_only_when_it_verifies() {
+    use crate::message::protection::checkpoint::TrustedKeys;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = super::tests::config(tmp.path());
+    let (real, public) = signed(tmp.path(), 3, "cp1", 0);
+    let (planted, _) = signed(tmp.path(), 9, "cp1", 0);
+    let mut trusted = TrustedKeys::default();
+    trusted.0.insert("cp1".into(), public);
+    let out = tmp.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let target = FileStore {
+        root: out.clone(),
+        file_mode: 0o600,
+    };
+
+    let spool = open(&cfg);
+    let e = |s| super::tests::envelope(s);
+    spool.append(&[e(1), e(2)]).unwrap();
+    spool
+        .append_checkpoint(("r1", 0), planted.as_bytes())
+        .unwrap();
+    spool.append(&[e(3)]).unwrap();
+    spool.append_checkpoint(("r1", 0), real.as_bytes()).unwrap();
+    spool.append(&[e(4)]).unwrap();
+    let sink = Arc::new(Memory::default());
+    let mut d =
+        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
+            .with_checkpoint_store(Box::new(target.clone()))
+            .with_trusted_keys(trusted.clone());
+    d.run_until_empty(1).unwrap();
+    assert_eq!(d.checkpoints_put(), 1);
+    assert_eq!(delivered(&sink), vec![1, 2, 3, 4]);
+    let stored = target.checkpoints().unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(
+        stored[0].1, real,
+        "the real checkpoint, not the planted one"
+    );
+    assert_eq!(
+        quarantine_files(&cfg),
+        1,
+        "the planted frame's bytes are kept"
+    );
+    drop((d, spool));
+
+    // Another key id: nothing in clear is put unchecked; the drain stops at it and names the
+    // remedy; given the key, it goes on.
+    let (other, other_public) = signed(tmp.path(), 5, "edge7", 1);
+    let spool = open(&cfg);
+    spool
+        .append_checkpoint(("r1", 1), other.as_bytes())
+        .unwrap();
+    spool.append(&[e(5)]).unwrap();
+    let mut d =
+        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
+            .with_checkpoint_store(Box::new(target.clone()))
+            .with_trusted_keys(trusted.clone());
+    let err = d.run_until_empty(1).unwrap_err().to_string();
+    assert!(
+        err.contains("signed by key id edge7, which this drain does not trust")
+            && err.contains("--public-key ID=FILE"),
+        "{err}"
+    );
+    assert_eq!(target.checkpoints().unwrap().len(), 1);
+    drop((d, spool));
+    trusted.0.insert("edge7".into(), other_public);
+    let spool = open(&cfg);
+    let mut d =
+        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
+            .with_checkpoint_store(Box::new(target.clone()))
+            .with_trusted_keys(trusted);
+    d.run_until_empty(1).unwrap();
+    assert_eq!(d.checkpoints_put(), 1);
+    assert_eq!(target.checkpoints().unwrap().len(), 2);
+    assert_eq!(delivered(&sink), vec![1, 2, 3, 4, 5]);
+}
+
+/// A sealed frame is bound to its place by the spool's key, and still checked when its key id
+/// is trusted here: one whose signature does not verify is quarantined, never put.
+#[test]
+fn a_sealed_checkpoint_frame_that_does_not_verify_is_quarantined() {
+    use crate::message::protection::checkpoint::TrustedKeys;
+    let tmp = tempfile::tempdir().unwrap();
+    let k1 = key_file(tmp.path(), "s1", 7);
+    let cfg = sealed(tmp.path(), &k1, &[]);
+    let (_, public) = signed(tmp.path(), 3, "cp1", 0);
+    let (forged, _) = signed(tmp.path(), 9, "cp1", 0);
+    let mut trusted = TrustedKeys::default();
+    trusted.0.insert("cp1".into(), public);
+    let out = tmp.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let target = FileStore {
+        root: out,
+        file_mode: 0o600,
+    };
+    let spool = open(&cfg);
+    spool.append(&[envelope(1)]).unwrap();
+    spool
+        .append_checkpoint(("r1", 0), forged.as_bytes())
+        .unwrap();
+    spool.append(&[envelope(2)]).unwrap();
+    let sink = Arc::new(Memory::default());
+    let mut d =
+        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
+            .with_checkpoint_store(Box::new(target.clone()))
+            .with_trusted_keys(trusted);
+    d.run_until_empty(1).unwrap();
+    assert_eq!(d.checkpoints_put(), 0);
+    assert!(target.checkpoints().unwrap().is_empty());
+    assert_eq!(delivered(&sink), vec![1, 2]);
+    assert_eq!(quarantine_files(&cfg), 1);
 }

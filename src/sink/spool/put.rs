@@ -1,0 +1,155 @@
+//! Custody checkpoint frames the drain reaches (`sink.type` = `spool`, or an edge spool handed
+//! to a fallback `spool` block): each is put into the target's checkpoint store once the
+//! records before it are delivered.
+//!
+//! A frame is put only under the name its signed body claims, and only once its signature is
+//! checked where it has to be: a frame stored in clear (a spool with `allow_unencrypted` and
+//! no key) proves nothing about who wrote it, since any account that could write the spool's
+//! directory could plant one; a sealed frame is bound to its spool, segment and offset by the
+//! spool's key. So a frame in clear must verify under a trusted key (the configuration's own
+//! `custody.checkpoints` key, or `svc spool drain --public-key`), and a sealed one is checked
+//! when its key id is trusted here. A frame whose signature, leaves or text do not check out
+//! is quarantined (its bytes kept) and the drain goes on: a planted frame naming a future
+//! index never blocks the real checkpoint of that index. A frame in clear signed by a key id
+//! not trusted here stops the drain, naming the id: nothing is put unchecked.
+
+use super::dir::{fail, SpoolError};
+use super::seal::Place;
+use super::store::Spool;
+use crate::message::protection::checkpoint::{self, Refused, TrustedKeys};
+use crate::sink::checkpoint::{claimed, CheckpointStore};
+use crate::text::peer::PeerText;
+
+/// What became of a checkpoint frame the drain reached.
+pub(super) enum Put {
+    /// In the target's store (put now, or by a run a crash stopped).
+    Stored,
+    /// Not the checkpoint it claims to be (its header names another checkpoint than its
+    /// signed body, or its signature, leaves or text do not check out): quarantined, never
+    /// stored.
+    Refused(String),
+}
+
+/// The target's checkpoint store, the keys frames are checked with, and what was put.
+pub(super) struct CheckpointPut {
+    store: Option<Box<dyn CheckpointStore>>,
+    trusted: TrustedKeys,
+    /// Frames put into the store (and drained past) by this drainer.
+    pub(super) put: u64,
+}
+
+impl CheckpointPut {
+    pub(super) fn new() -> CheckpointPut {
+        CheckpointPut {
+            store: None,
+            trusted: TrustedKeys::default(),
+            put: 0,
+        }
+    }
+
+    pub(super) fn set_store(&mut self, store: Box<dyn CheckpointStore>) {
+        self.store = Some(store);
+    }
+
+    pub(super) fn set_trusted(&mut self, trusted: TrustedKeys) {
+        self.trusted = trusted;
+    }
+
+    /// Puts one checkpoint frame (`plain`, opened from a sealed frame when `sealed`) into the
+    /// target's store. Idempotent for a step repeated after a crash: the same runner id and
+    /// index already stored with the same bytes counts as stored; other bytes under that name
+    /// stop the drain (kept where it is).
+    pub(super) fn put(
+        &self,
+        spool: &Spool,
+        place: Place,
+        (plain, sealed): (&[u8], bool),
+    ) -> Result<Put, SpoolError> {
+        let at = format!("segment {} offset {}", place.segment, place.offset);
+        let stuck = |why: String| fail(spool.path(), "drain stuck", why);
+        let Some(store) = &self.store else {
+            return Err(stuck(format!(
+                "the frame at {at} is a custody checkpoint, and the target keeps no \
+                 checkpoints: it is kept where it is"
+            )));
+        };
+        let cp = super::codec::decode_checkpoint(plain)
+            .map_err(|why| stuck(format!("the checkpoint frame at {at}: {why}")))?;
+        let text = std::str::from_utf8(cp.bytes).unwrap_or_default();
+        let name = format!(
+            "checkpoint {} of runner {}",
+            cp.index,
+            PeerText::new(cp.runner_id)
+        );
+        // The name it is stored under is the one its signed body claims, or it is not stored.
+        if claimed(text) != Some((cp.runner_id.into(), Some(cp.index))) {
+            return Ok(Put::Refused(format!(
+                "a custody checkpoint frame that is not the checkpoint its frame names (runner \
+                 {}, index {}): never stored under that name",
+                PeerText::new(cp.runner_id),
+                cp.index
+            )));
+        }
+        if let Err(refused) = self.check(text, sealed) {
+            return match refused {
+                Refused::UnknownKey(id) => Err(stuck(format!(
+                    "{name} at {at} is stored in clear and signed by key id {}, which this \
+                     drain does not trust: nothing in clear is put unchecked; give its public \
+                     key (svc spool drain --public-key ID=FILE), or set the frame aside (svc \
+                     spool set-aside); it is kept where it is",
+                    PeerText::new(&id)
+                ))),
+                other => Ok(Put::Refused(format!(
+                    "a custody checkpoint frame ({name}) whose signature does not check out: \
+                     {other}; never stored"
+                ))),
+            };
+        }
+        let Err(put_error) = store.put(cp.runner_id, cp.index, cp.bytes) else {
+            return Ok(Put::Stored);
+        };
+        let stored = store.checkpoints().map_err(|e| {
+            stuck(format!(
+                "{name} (at {at}) not put into the target ({put_error}), nor could its \
+                 checkpoints be read ({e}); the drain retries this step"
+            ))
+        })?;
+        let same_name = |text: &str| {
+            claimed(text).is_some_and(|(r, i)| r == cp.runner_id && i == Some(cp.index))
+        };
+        if stored.iter().any(|(_, t)| t == text) {
+            return Ok(Put::Stored); // put by the run a crash stopped before its position moved
+        }
+        if stored.iter().any(|(_, t)| same_name(t)) {
+            log::error!(
+                "spool {}: {name} (at {at}) differs from the one the target holds under its \
+                 name; the drain stops here, the frame is kept",
+                spool.path().display()
+            );
+            return Err(stuck(format!(
+                "{name} at {at} differs from the checkpoint the target holds under that name: \
+                 not overwritten; the frame is kept and the drain moves no further (audit with \
+                 svc verify-custody --public-key)"
+            )));
+        }
+        Err(stuck(format!(
+            "{name} (at {at}) not put into the target: {put_error}; the target holds no \
+             identical copy (a checkpoint stored under that name with other bytes is never \
+             overwritten); the frame is kept and the drain retries this step"
+        )))
+    }
+
+    /// Checks a frame's checkpoint (see the module comment): a frame in clear always, a
+    /// sealed one when keys are trusted here (a sealed frame under a key id not trusted here
+    /// is taken on the spool key's word).
+    fn check(&self, text: &str, sealed: bool) -> Result<(), Refused> {
+        if sealed && self.trusted.0.is_empty() {
+            return Ok(());
+        }
+        match checkpoint::verify(text, &self.trusted) {
+            Ok(_) => Ok(()),
+            Err(Refused::UnknownKey(_)) if sealed => Ok(()),
+            Err(refused) => Err(refused),
+        }
+    }
+}
