@@ -95,7 +95,11 @@ impl SpoolStore {
     /// Every frame waiting to be drained (and every record kept in a rejected file), opened:
     /// checkpoint frames as checkpoints, records as the audit reads them (`seal`: checked
     /// against their custody seal, for the runner's rescan). Bounded as the other stores.
-    fn read(&self, seal: Option<&Custodian>) -> Result<Frames, String> {
+    /// Without `records`, only checkpoint frames are opened: a frame's first byte says its
+    /// kind, written by the runner and bound by the seal (a record never opens as a
+    /// checkpoint), so the runner's start reads the chain without decrypting and parsing every
+    /// spooled record (atk51b's figure: 10.35 s against 0.55 s for 100,000 of them).
+    fn read(&self, seal: Option<&Custodian>, records_too: bool) -> Result<Frames, String> {
         let mut opener = Opener::new(self.crypt()?);
         let (mut checkpoints, mut records, mut unopened) = (Vec::new(), Vec::new(), Vec::new());
         let (mut text_bytes, mut opened) = (0usize, Vec::new());
@@ -105,14 +109,17 @@ impl SpoolStore {
                 Some(f) => format!("spool {} offset {}", PeerText::new(f), seen.offset),
                 None => format!("spool segment {} offset {}", seen.segment, seen.offset),
             };
+            let checkpoint_frame =
+                seen.rejected_in.is_none() && super::spool::seal::is_checkpoint_frame(seen.body);
+            if !records_too && !checkpoint_frame {
+                return true;
+            }
             opened.clear();
             let plain = match opener.open(seen.place, seen.body, &mut opened) {
                 Ok(Opened::Clear) => seen.body,
                 Ok(Opened::Sealed(r)) => &opened[r],
                 Err(e) => {
-                    if seen.rejected_in.is_none()
-                        && super::spool::seal::is_checkpoint_frame(seen.body)
-                    {
+                    if checkpoint_frame {
                         // Never taken for drained: the runner's start stops on it.
                         unopened.push(format!(
                             "the custody checkpoint frame at {place} cannot be opened ({e}): \
@@ -181,7 +188,7 @@ impl CheckpointStore for SpoolStore {
     /// open (a key id no longer configured, another spool's frame, damage): the chain's end
     /// is not known, and such a frame is never taken for drained.
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
-        let read = self.read(None)?;
+        let read = self.read(None, false)?;
         match read.unopened.first() {
             Some(e) if read.unopened.len() > 1 => Err(format!(
                 "{e} (and {} more checkpoint frames that cannot be opened)",
@@ -193,11 +200,11 @@ impl CheckpointStore for SpoolStore {
     }
 
     fn records(&self) -> Result<Vec<StoredRecord>, String> {
-        self.read(None).map(|r| r.records)
+        self.read(None, true).map(|r| r.records)
     }
 
     fn scan(&self, seal: Option<&Custodian>) -> Result<Vec<StoredRecord>, String> {
-        self.read(seal).map(|r| r.records)
+        self.read(seal, true).map(|r| r.records)
     }
 
     fn holds_suffix(&self) -> bool {
@@ -233,7 +240,7 @@ impl UnionStore {
 
     /// Checkpoints and records of both, the spool read first (see the module comment).
     pub fn read(&self) -> Result<Read, String> {
-        let read = self.spool.read(None)?;
+        let read = self.spool.read(None, true)?;
         let (mut checkpoints, mut records) = (read.checkpoints, read.records);
         let target_checkpoints = self
             .target
