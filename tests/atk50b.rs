@@ -636,18 +636,10 @@ fn checkpoint_body(runner: &str, index: u64, text: &str) -> Vec<u8> {
     b
 }
 
-/// FIXED (atk50b finding; class 4, low: a spool in clear, `allow_unencrypted`): someone who can
-/// write the spool directory appends a frame whose unsigned header names checkpoint 2 of the runner
-/// but whose text is the REAL checkpoint 0 (copied from the spool). `svc spool drain` puts it into
-/// the target's store under the header's name (`...-00000000000000000002.json` holding checkpoint
-/// 0), exit 0. The runner's real checkpoint 2 can then never be put: every later drain is stuck at
-/// it ("not put into the target ... the target holds no identical copy ... retries"), and nothing
-/// names the planted file. Expected: the drain checks the frame's runner id and index against the
-/// ones its signed text claims and refuses (keeps, names) a frame where they differ; no checkpoint
-/// is stored under another index's name; the runner's own checkpoint 2 drains later (exit 0,
-/// COMPLETE).
-#[test]
-fn a_checkpoint_frame_whose_header_names_another_index_is_not_stored_under_it() {
+/// A spool sink kept in clear (`allow_unencrypted`) into a file target, a checkpoint every 3
+/// records, after a run of 6 messages: the case, its one segment, the segment's bytes and the
+/// texts of its two checkpoint frames.
+fn clear_edge_with_two_checkpoints() -> (Case, PathBuf, Vec<u8>, Vec<String>) {
     let c = case_with(
         3,
         |dir| {
@@ -664,9 +656,25 @@ fn a_checkpoint_frame_whose_header_names_another_index_is_not_stored_under_it() 
     runner.signal("TERM");
     assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
     let seg = only_segment(&c);
-    let mut data = std::fs::read(&seg).unwrap();
+    let data = std::fs::read(&seg).unwrap();
     let texts = checkpoint_texts(&data);
     assert_eq!(texts.len(), 2);
+    (c, seg, data, texts)
+}
+
+/// FIXED (atk50b finding; class 4, low: a spool in clear, `allow_unencrypted`): someone who can
+/// write the spool directory appends a frame whose unsigned header names checkpoint 2 of the runner
+/// but whose text is the REAL checkpoint 0 (copied from the spool). `svc spool drain` puts it into
+/// the target's store under the header's name (`...-00000000000000000002.json` holding checkpoint
+/// 0), exit 0. The runner's real checkpoint 2 can then never be put: every later drain is stuck at
+/// it ("not put into the target ... the target holds no identical copy ... retries"), and nothing
+/// names the planted file. Expected: the drain checks the frame's runner id and index against the
+/// ones its signed text claims and refuses (keeps, names) a frame where they differ; no checkpoint
+/// is stored under another index's name; the runner's own checkpoint 2 drains later (exit 0,
+/// COMPLETE).
+#[test]
+fn a_checkpoint_frame_whose_header_names_another_index_is_not_stored_under_it() {
+    let (c, seg, mut data, texts) = clear_edge_with_two_checkpoints();
     data.extend(crate::spool::frame_of(&checkpoint_body(
         "runner-cp-1",
         2,
@@ -708,25 +716,7 @@ fn a_checkpoint_frame_whose_header_names_another_index_is_not_stored_under_it() 
 /// configuration's own): the planted one is quarantined, the real one drains, the audit COMPLETE.
 #[test]
 fn a_planted_checkpoint_frame_in_clear_never_blocks_the_real_one() {
-    let c = case_with(
-        3,
-        |dir| {
-            std::fs::create_dir(dir.join("out")).unwrap();
-            json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
-                   "allow_unencrypted": true,
-                   "target": {"type": "file", "directory": dir.join("out")}})
-        },
-        json!({}),
-    );
-    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
-    publish_range(&c.server, 1, 6);
-    wait_acked(&c.server, 6);
-    runner.signal("TERM");
-    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
-    let seg = only_segment(&c);
-    let mut data = std::fs::read(&seg).unwrap();
-    let texts = checkpoint_texts(&data);
-    assert_eq!(texts.len(), 2);
+    let (c, seg, mut data, texts) = clear_edge_with_two_checkpoints();
     let forged = texts[0].replacen("\\\"index\\\":0,", "\\\"index\\\":2,", 1);
     assert_ne!(
         forged, texts[0],

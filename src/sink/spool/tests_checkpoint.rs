@@ -75,9 +75,7 @@ fn a_sealed_checkpoint_frame_drains_after_its_records_into_the_target_store() {
         file_mode: 0o600,
     };
     let spool = open(&cfg);
-    let mut d =
-        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
-            .with_checkpoint_store(Box::new(target.clone()));
+    let mut d = into_target(&spool, &sink, &target, Default::default());
     d.run_until_empty(1).unwrap();
     assert_eq!(d.checkpoints_put(), 1);
     assert_eq!(delivered(&sink), vec![1, 2, 3, 4, 5]);
@@ -99,9 +97,7 @@ fn a_sealed_checkpoint_frame_drains_after_its_records_into_the_target_store() {
         .append_checkpoint(("runner-1", 1), TEXT.as_bytes())
         .unwrap();
     spool.append(&[envelope(6)]).unwrap();
-    let mut d =
-        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
-            .with_checkpoint_store(Box::new(target.clone()));
+    let mut d = into_target(&spool, &sink, &target, Default::default());
     d.run_until_empty(1).unwrap();
     assert_eq!(d.checkpoints_put(), 0);
     assert_eq!(target.checkpoints().unwrap().len(), 1);
@@ -181,6 +177,19 @@ fn signed(dir: &std::path::Path, seed: u8, key_id: &str, index: u64) -> (String,
     (text, signer.public_key())
 }
 
+/// A drainer of `spool` into `sink`, putting checkpoint frames into `target`, checked with
+/// `trusted`.
+fn into_target(
+    spool: &Arc<super::Spool>,
+    sink: &Arc<Memory>,
+    target: &FileStore,
+    trusted: crate::message::protection::checkpoint::TrustedKeys,
+) -> super::drain::Drainer {
+    super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
+        .with_checkpoint_store(Box::new(target.clone()))
+        .with_trusted_keys(trusted)
+}
+
 fn quarantine_files(cfg: &super::SpoolConfig) -> usize {
     std::fs::read_dir(&cfg.dir)
         .unwrap()
@@ -222,10 +231,7 @@ fn a_checkpoint_frame_in_clear_is_put_only_when_it_verifies() {
     spool.append_checkpoint(("r1", 0), real.as_bytes()).unwrap();
     spool.append(&[e(4)]).unwrap();
     let sink = Arc::new(Memory::default());
-    let mut d =
-        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
-            .with_checkpoint_store(Box::new(target.clone()))
-            .with_trusted_keys(trusted.clone());
+    let mut d = into_target(&spool, &sink, &target, trusted.clone());
     d.run_until_empty(1).unwrap();
     assert_eq!(d.checkpoints_put(), 1);
     assert_eq!(delivered(&sink), vec![1, 2, 3, 4]);
@@ -250,10 +256,7 @@ fn a_checkpoint_frame_in_clear_is_put_only_when_it_verifies() {
         .append_checkpoint(("r1", 1), other.as_bytes())
         .unwrap();
     spool.append(&[e(5)]).unwrap();
-    let mut d =
-        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
-            .with_checkpoint_store(Box::new(target.clone()))
-            .with_trusted_keys(trusted.clone());
+    let mut d = into_target(&spool, &sink, &target, trusted.clone());
     let err = d.run_until_empty(1).unwrap_err().to_string();
     assert!(
         err.contains("signed by key id edge7, which this drain does not trust")
@@ -264,10 +267,7 @@ fn a_checkpoint_frame_in_clear_is_put_only_when_it_verifies() {
     drop((d, spool));
     trusted.0.insert("edge7".into(), other_public);
     let spool = open(&cfg);
-    let mut d =
-        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
-            .with_checkpoint_store(Box::new(target.clone()))
-            .with_trusted_keys(trusted);
+    let mut d = into_target(&spool, &sink, &target, trusted);
     d.run_until_empty(1).unwrap();
     assert_eq!(d.checkpoints_put(), 1);
     assert_eq!(target.checkpoints().unwrap().len(), 2);
@@ -299,10 +299,7 @@ fn a_sealed_checkpoint_frame_that_does_not_verify_is_quarantined() {
         .unwrap();
     spool.append(&[envelope(2)]).unwrap();
     let sink = Arc::new(Memory::default());
-    let mut d =
-        super::drain::Drainer::new(spool.clone(), sink.clone(), Arc::new(Metrics::default()))
-            .with_checkpoint_store(Box::new(target.clone()))
-            .with_trusted_keys(trusted);
+    let mut d = into_target(&spool, &sink, &target, trusted);
     d.run_until_empty(1).unwrap();
     assert_eq!(d.checkpoints_put(), 0);
     assert!(target.checkpoints().unwrap().is_empty());
