@@ -239,3 +239,71 @@ fn bad_public_key_files_stop_the_drain_at_once_naming_the_reason() {
         assert!(!text.contains("panicked"), "{text}");
     }
 }
+
+/// The texts of the checkpoint frames of a segment in clear, in order (as atk50b reads them).
+fn checkpoint_texts(data: &[u8]) -> Vec<String> {
+    let (mut at, mut out) = (8, Vec::new());
+    while at + 12 <= data.len() {
+        let len = u32::from_le_bytes(data[at + 4..at + 8].try_into().unwrap()) as usize;
+        let body = &data[at + 12..at + 12 + len];
+        if body[0] == 0x43 {
+            let skip = 1 + 8 + 1 + body[9] as usize + 8;
+            out.push(String::from_utf8(body[skip..].to_vec()).unwrap());
+        }
+        at += 12 + len;
+    }
+    out
+}
+
+/// A checkpoint frame's body in clear: `0x43 | ms | runner id len | runner id | index | text`.
+fn checkpoint_body(runner: &str, index: u64, text: &str) -> Vec<u8> {
+    let mut b = vec![0x43];
+    b.extend_from_slice(&1_700_000_000_000u64.to_le_bytes());
+    b.push(runner.len() as u8);
+    b.extend_from_slice(runner.as_bytes());
+    b.extend_from_slice(&index.to_le_bytes());
+    b.extend_from_slice(text.as_bytes());
+    b
+}
+
+/// Held (classes 4, 7): in a spool in clear, someone who can write its directory appends a copy
+/// of the runner's genuine checkpoint 0 (it verifies under the trusted key, header and body
+/// agree): the drain takes it for the one already put (same name, same bytes), quarantines
+/// nothing and stops nowhere; the target holds checkpoints 0 and 1 once each, the audit is
+/// COMPLETE, and the runner's next checkpoint (2) drains after them.
+#[test]
+fn a_replayed_genuine_checkpoint_frame_is_put_once_and_blocks_nothing() {
+    let c = case_with(
+        3,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                   "allow_unencrypted": true,
+                   "target": {"type": "file", "directory": dir.join("out")}})
+        },
+        json!({}),
+    );
+    run_once(&c, "svc.log", (1, 6));
+    let seg = crate::atk50b::only_segment(&c);
+    let mut data = std::fs::read(&seg).unwrap();
+    let texts = checkpoint_texts(&data);
+    assert_eq!(texts.len(), 2);
+    data.extend(crate::spool::frame_of(&checkpoint_body(
+        "runner-cp-1",
+        0,
+        &texts[0],
+    )));
+    std::fs::write(&seg, &data).unwrap();
+    let cfg = c.cfg.to_str().unwrap();
+    let (code, drained) = svc_guarded(&["spool", "drain", cfg]).unwrap();
+    assert_eq!(code, 0, "{drained}");
+    assert!(!drained.contains("quarantine"), "{drained}");
+    assert_eq!(checkpoint_files(&out(&c)).len(), 2, "{drained}");
+    run_once(&c, "svc2.log", (7, 9));
+    let (code, drained) = svc_guarded(&["spool", "drain", cfg]).unwrap();
+    assert_eq!(code, 0, "{drained}");
+    assert_eq!(checkpoint_files(&out(&c)).len(), 3, "{drained}");
+    let (vcode, verdict) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(vcode, 0, "{verdict}");
+    assert!(verdict.contains("9 records intact"), "{verdict}");
+}
