@@ -50,6 +50,7 @@ mod atk47e;
 mod atk50a;
 mod atk50b;
 mod atk51b;
+mod atk51c;
 mod aws_credentials;
 mod broker_auth_tls;
 mod clean_stop;
