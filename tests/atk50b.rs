@@ -713,7 +713,9 @@ fn a_checkpoint_frame_whose_header_names_another_index_is_not_stored_under_it() 
 /// signature does not). Before the fix the drain put it under index 2, and the runner's real
 /// checkpoint 2 then stopped every later drain ("differs from the checkpoint the target holds").
 /// Now a frame in clear is put only when it verifies under a trusted key (here the
-/// configuration's own): the planted one is quarantined, the real one drains, the audit COMPLETE.
+/// configuration's own): the drain stops at the planted one, kept and named (atk51c finding 3:
+/// a wrong key must not move genuine checkpoints out), the operator sets it aside, the real one
+/// drains, the audit COMPLETE.
 #[test]
 fn a_planted_checkpoint_frame_in_clear_never_blocks_the_real_one() {
     let (c, seg, mut data, texts) = clear_edge_with_two_checkpoints();
@@ -730,8 +732,17 @@ fn a_planted_checkpoint_frame_in_clear_never_blocks_the_real_one() {
     )));
     std::fs::write(&seg, &data).unwrap();
     let (code, drained) = spool_cmd(&c, "drain");
-    assert_eq!(code, 0, "{drained}");
+    assert_eq!(code, 1, "{drained}");
+    assert!(drained.contains("does not verify"), "{drained}");
     assert_eq!(checkpoint_files(&out(&c)).len(), 2, "{drained}");
+    let at = drained.split("at segment 1 offset ").nth(1).unwrap();
+    let at: String = at.chars().take_while(char::is_ascii_digit).collect();
+    let arg = c.cfg.to_str().unwrap();
+    let aside = ["spool", "set-aside", arg, "--segment", "1", "--offset", &at];
+    let (acode, ao, ae) = svc_env(&aside, None);
+    assert_eq!(acode, 0, "{ao}{ae}");
+    let (code, drained) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{drained}");
 
     let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
     publish_range(&c.server, 7, 9);

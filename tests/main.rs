@@ -51,6 +51,7 @@ mod atk50a;
 mod atk50b;
 mod atk51b;
 mod atk51c;
+mod atk51c_fixed;
 mod aws_credentials;
 mod broker_auth_tls;
 mod clean_stop;

@@ -2,43 +2,48 @@
 //! about its chain's last checkpoint are read back and told to `svc-checkpoint` as gaps, before
 //! any delivery. A gap is told when its dead letter is confirmed and signed at the next
 //! checkpoint; a kill -9 between the two left it in no checkpoint, so the sequence read as
-//! neither a record nor a gap. The thread lists each found gap unless the chain signed it
-//! already or its record is pending (`sink::checkpoint::Event::FoundGap`).
+//! neither a record nor a gap. The read runs after binding and before the `svc-checkpoint`
+//! thread starts; its first rescan lists each found gap unless the chain signed the sequence
+//! (as a gap or as a record) or its record is pending (`Writer::add_found_gaps`). Only records
+//! naming this runner, its stream in the stream's current incarnation and its durable count.
 //!
-//! From when: the chain's last checkpoint less [`MARGIN`] (a dead letter stored before the cut
-//! whose confirmation came after it, clocks of other runners writing the same DLQ); a chain
-//! with none, or with every checkpoint drained from the spool, reads back up to [`MAX_READ`]
-//! messages. Every read is bounded ([`MAX_READ`], [`TIMEOUT`]); a read that fails or is cut
-//! short is logged and the runner starts: the gaps are evidence, never a reason to hold
-//! delivery. A message terminated without a DLQ (`max_deliveries`) leaves no record the
-//! runner could read back: such a gap told before a kill -9 stays unlisted (documented).
+//! From when, by the broker's store time (its own clock, monotonic with the sequence): the
+//! chain's last checkpoint less [`MARGIN`] (a dead letter stored before the cut whose
+//! confirmation came after it, the runner's clock against the broker's); without a chain, now
+//! less [`MARGIN`]. Every read is bounded ([`MAX_READ`] per stream, one [`TIMEOUT`] for all, one
+//! `dead_letter.publish_timeout_ms` per request); a read that fails or is cut short is logged
+//! and the runner starts: the gaps are evidence, never a reason to hold delivery. A message
+//! terminated without a DLQ (`max_deliveries`) leaves no record the runner could read back:
+//! such a gap told before a kill -9 stays unlisted (documented).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::broker::dead_letter::rescan::{runner_gaps, Reach, Whose};
 use crate::broker::dead_letter::DeadLetterPublisher;
 use crate::config::RuntimeConfig;
-use crate::sink::checkpoint::{Event, Feed, Origin};
+use crate::sink::checkpoint::Origin;
 use crate::text::peer::PeerText;
 
-/// How long before the chain's last checkpoint the read starts.
+/// How long before the chain's last checkpoint (or, without one, before now) the read starts,
+/// by the broker's store time.
 pub const MARGIN: Duration = Duration::from_secs(3600);
-/// Messages of the dead-letter stream read at most (any runner's).
+/// Messages of the dead-letter streams read at most (any runner's), per stream.
 pub const MAX_READ: u64 = 100_000;
-/// The whole read, per capturing stream.
+/// The whole read, every capturing stream included.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Reads the runner's dead letters back and tells `feed` of each (see the module comment).
-pub fn tell_found_gaps(
+/// The runner's dead letters read back (see the module comment), as gaps of the stream's
+/// current incarnation: (origin, sequence, reason code).
+pub fn found_gaps(
     nc: &nats::Connection,
     cfg: &RuntimeConfig,
-    feed: &Feed,
-    last: Option<i128>,
-) {
+    incarnation: &Arc<str>,
+    last_cut: Option<i128>,
+) -> Vec<(Origin, u64, &'static str)> {
     let dl = &cfg.dead_letter;
     if !dl.enabled || dl.runner_id.is_empty() {
-        return;
+        return Vec::new();
     }
     let publisher = DeadLetterPublisher::new(nc.clone(), dl.clone());
     let streams = match publisher.capturing_streams() {
@@ -48,21 +53,26 @@ pub fn tell_found_gaps(
                 "custody checkpoints: the dead-letter stream is not known ({e}): gaps a crash \
                  left unsigned are not looked for"
             );
-            return;
+            return Vec::new();
         }
     };
     let who = Whose {
         runner_id: &dl.runner_id,
         stream: &cfg.nats.stream,
+        incarnation,
         consumer: &cfg.nats.consumer,
         subject: &dl.subject,
     };
+    let from = last_cut.unwrap_or_else(crate::message::envelope::now_unix_nanos);
     let reach = Reach {
-        since_unix_nanos: last.map(|t| t - MARGIN.as_nanos() as i128),
+        since_unix_nanos: from - MARGIN.as_nanos() as i128,
         max_read: MAX_READ,
-        timeout: TIMEOUT,
+        deadline: Instant::now() + TIMEOUT,
+        request_timeout: dl.publish_timeout,
     };
+    let origin: Origin = (Arc::from(cfg.nats.stream.as_str()), incarnation.clone());
     let wanted = |s: &&String| dl.expected_stream.as_ref().is_none_or(|e| e == *s);
+    let mut gaps = Vec::new();
     for stream in streams.iter().filter(wanted).take(4) {
         match runner_gaps(nc, stream, who, reach) {
             Ok(found) => {
@@ -73,23 +83,20 @@ pub fn tell_found_gaps(
                         PeerText::new(stream)
                     );
                 }
-                let n = found.gaps.len();
-                for g in found.gaps {
-                    let origin: Origin = (Arc::from(g.stream), Arc::from(g.incarnation));
+                log::info!(
+                    "custody checkpoints: {} messages of dead-letter stream {} read back, {} of \
+                     this runner (listed unless signed already)",
+                    found.read,
+                    PeerText::new(stream),
+                    found.gaps.len()
+                );
+                gaps.extend(found.gaps.into_iter().map(|g| {
                     let why = match g.by_sink {
                         true => crate::pipeline::GapReason::DeadLettered,
                         false => crate::pipeline::GapReason::RefusedBeforeSink,
                     };
-                    if !feed.send_waiting(Event::FoundGap(origin, g.sequence, why.code())) {
-                        return;
-                    }
-                }
-                log::info!(
-                    "custody checkpoints: {} messages of dead-letter stream {} read back, {n} of \
-                     this runner (listed unless signed already)",
-                    found.read,
-                    PeerText::new(stream)
-                );
+                    (origin.clone(), g.sequence, why.code())
+                }));
             }
             Err(e) => log::warn!(
                 "custody checkpoints: the dead letters of stream {} could not be read back ({}): \
@@ -99,4 +106,5 @@ pub fn tell_found_gaps(
             ),
         }
     }
+    gaps
 }

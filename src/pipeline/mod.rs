@@ -239,15 +239,13 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let start = Startup::begin(&cfg)?;
     let (metrics, stop, monitor) = (start.metrics, start.stop, start.monitor);
     let (sink, drainer, edge_spool) = build_sink(&cfg, &metrics)?;
-    let (checkpoint_feed, checkpoint_done, last_cut) = start_checkpoints(&cfg, edge_spool)?;
+    let (checkpoint_feed, checkpoint_writer) = start_checkpoints(&cfg, edge_spool)?;
     let drainer = drain_checkpoints(&cfg, drainer, checkpoint_feed.as_ref())?;
     let denials = Arc::new(broker::Denials::default());
     let nc =
         broker::connect(&cfg.nats, metrics.clone(), denials.clone()).map_err(RunError::Broker)?;
     let consumer = bind(&nc, &cfg, &denials, sink.kind())?;
-    if let Some(feed) = &checkpoint_feed {
-        gap_rescan::tell_found_gaps(&nc, &cfg, feed, last_cut);
-    }
+    let checkpoint_done = spawn_checkpoints(&nc, &cfg, &consumer, checkpoint_writer)?;
     let d = &cfg.delivery;
     let request_bytes = check_consumer_limits(&nc, d, &consumer)?;
     let credits = Arc::new(credit::CreditPool::new(credit::Credit::new(
@@ -536,10 +534,9 @@ impl Ending {
     }
 }
 
-/// `custody.checkpoints`: the key is read, the chain read back and checked against the head
-/// file, and the `svc-checkpoint` thread started (it rescans the records first, off the
-/// delivery path). Returns the sink workers' feed, the channel that says the thread ended,
-/// and when the chain's last checkpoint was cut.
+/// `custody.checkpoints`: the key is read and the chain read back and checked against the
+/// head file, before the broker is connected. Returns the sink workers' feed and the writer,
+/// whose thread [`spawn_checkpoints`] starts once the runner is bound.
 #[allow(clippy::type_complexity)]
 fn start_checkpoints(
     cfg: &RuntimeConfig,
@@ -547,14 +544,13 @@ fn start_checkpoints(
 ) -> Result<
     (
         Option<Arc<crate::sink::checkpoint::Feed>>,
-        Option<crossbeam_channel::Receiver<()>>,
-        Option<i128>,
+        Option<crate::sink::checkpoint::Writer>,
     ),
     RunError,
 > {
     let c = &cfg.custody;
     if !(c.enabled && c.checkpoints.enabled) {
-        return Ok((None, None, None));
+        return Ok((None, None));
     }
     // `svc validate` refuses these first (config::mod).
     if let Some(why) = crate::sink::checkpoint::unavailable(&cfg.sink) {
@@ -579,13 +575,34 @@ fn start_checkpoints(
     // The chain is read back and checked against the head file before any delivery: a sink
     // cut back, emptied or unreadable stops the runner here.
     writer.start().map_err(RunError::Fatal)?;
+    Ok((Some(Arc::new(feed)), Some(writer)))
+}
+
+/// Starts the `svc-checkpoint` thread (it rescans the records first, off the delivery path),
+/// with the runner's dead letters read back first (`gap_rescan`: the gaps a kill -9 left
+/// unsigned). Returns the channel that says the thread ended.
+fn spawn_checkpoints(
+    nc: &broker::Connection,
+    cfg: &RuntimeConfig,
+    consumer: &broker::Consumer,
+    writer: Option<crate::sink::checkpoint::Writer>,
+) -> Result<Option<crossbeam_channel::Receiver<()>>, RunError> {
+    let Some(mut writer) = writer else {
+        return Ok(None);
+    };
     let last_cut = writer.last_cut_unix_nanos();
+    writer.add_found_gaps(gap_rescan::found_gaps(
+        nc,
+        cfg,
+        &consumer.incarnation,
+        last_cut,
+    ));
     let (done_tx, done_rx) = bounded::<()>(1);
     spawn("svc-checkpoint", move || {
         writer.run();
         let _ = done_tx.send(());
     })?;
-    Ok((Some(Arc::new(feed)), Some(done_rx), last_cut))
+    Ok(Some(done_rx))
 }
 
 /// With a fallback spool and `custody.checkpoints`: the drain tells the checkpoint thread of

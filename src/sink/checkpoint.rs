@@ -132,9 +132,6 @@ pub type Origin = (Arc<str>, Arc<str>);
 pub enum Event {
     Committed(Origin, u64, [u8; 32]),
     Gap(Origin, u64, &'static str),
-    /// A gap of this runner found again at its start (its dead letter read back): listed
-    /// unless the chain signed it already or its record is pending.
-    FoundGap(Origin, u64, &'static str),
 }
 
 /// The sink workers' side of the channel: never blocks.
@@ -151,12 +148,6 @@ impl Feed {
             self.overflowed.store(true, Ordering::Relaxed);
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    /// [`Feed::send`], waiting for room (the runner's start only, before any delivery: a
-    /// found gap is never dropped). False when the thread has gone.
-    pub fn send_waiting(&self, e: Event) -> bool {
-        self.tx.send(e).is_ok()
     }
 }
 
@@ -228,6 +219,10 @@ pub struct Writer {
     signed_gaps: SignedGaps,
     /// When the chain's last checkpoint read at start was cut (Unix ns).
     last_cut: Option<i128>,
+    /// Gaps of this runner found again at its start (its dead letters read back), listed by
+    /// the first rescan unless the chain signed the sequence (as a gap or a record) or its
+    /// record is pending.
+    found: Vec<(Origin, u64, &'static str)>,
 }
 
 fn origin_of(b: &Body) -> Origin {
@@ -273,6 +268,7 @@ impl Writer {
             pending_count: 0,
             signed_gaps: SignedGaps::default(),
             last_cut: None,
+            found: Vec::new(),
         };
         Ok((w, feed))
     }
@@ -457,6 +453,7 @@ impl Writer {
         if found > 0 {
             log::info!("custody checkpoints: {found} committed records in no checkpoint yet");
         }
+        self.take_found(&covered);
         if refused > 0 {
             log::error!(
                 "custody checkpoints: {refused} records of this runner refused by the rescan \
@@ -499,12 +496,6 @@ impl Writer {
                 }
             }
             Event::Gap(o, seq, why) => self.take_gap(o, seq, why),
-            Event::FoundGap(o, seq, why) => {
-                let pending = self.pending.get(&o).is_some_and(|p| p.contains_key(&seq));
-                if !pending {
-                    self.take_gap(o, seq, why);
-                }
-            }
         }
     }
 
@@ -521,6 +512,31 @@ impl Writer {
     /// the runner's start reads its dead letters back from about then.
     pub fn last_cut_unix_nanos(&self) -> Option<i128> {
         self.last_cut
+    }
+
+    /// Gaps found again at start (before the thread runs; see the field `found`).
+    pub fn add_found_gaps(&mut self, gaps: Vec<(Origin, u64, &'static str)>) {
+        self.found = gaps;
+    }
+
+    /// Lists the found gaps the chain did not sign (as a gap or as a record, `covered`) and
+    /// whose record is not pending; once.
+    fn take_found(&mut self, covered: &BTreeSet<(Origin, u64)>) {
+        let mut listed = 0usize;
+        for (o, seq, why) in std::mem::take(&mut self.found) {
+            let pending = self.pending.get(&o).is_some_and(|p| p.contains_key(&seq));
+            let known = covered.contains(&(o.clone(), seq)) || self.signed_gaps.holds(&o, seq);
+            if !pending && !known && !self.gaps.get(&o).is_some_and(|g| g.contains_key(&seq)) {
+                self.take_gap(o, seq, why);
+                listed += 1;
+            }
+        }
+        if listed > 0 {
+            log::info!(
+                "custody checkpoints: {listed} gaps of this runner found again (dead letters \
+                 read back) and not signed yet: listed in the next checkpoint"
+            );
+        }
     }
 
     /// Writes a checkpoint of what is pending (nothing when nothing is), one per origin.

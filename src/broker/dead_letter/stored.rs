@@ -130,6 +130,34 @@ pub(super) fn msg_get(
     timeout: Duration,
     max_answer_bytes: usize,
 ) -> Result<Option<serde_json::Value>, String> {
+    match msg_get_any(nc, stream, sequence, timeout, max_answer_bytes)? {
+        Got::Missing => Ok(None),
+        Got::Message(v) => Ok(Some(v)),
+        Got::TooLarge => Err(format!(
+            "{stream} sequence {sequence}: the answer is larger than {} KiB",
+            max_answer_bytes / 1024
+        )),
+    }
+}
+
+/// What a `STREAM.MSG.GET` answered.
+pub(super) enum Got {
+    /// The stream holds no message there.
+    Missing,
+    /// The answer is larger than asked for (not read).
+    TooLarge,
+    Message(serde_json::Value),
+}
+
+/// [`msg_get`], an answer over `max_answer_bytes` told apart from a failure (a reader that
+/// looks for small records skips a large message of the same stream).
+pub(super) fn msg_get_any(
+    nc: &nats::Connection,
+    stream: &str,
+    sequence: u64,
+    timeout: Duration,
+    max_answer_bytes: usize,
+) -> Result<Got, String> {
     if !is_stream_name(stream) {
         return Err(format!("{} is not a stream name", PeerText::new(stream)));
     }
@@ -139,15 +167,12 @@ pub(super) fn msg_get(
         crate::broker::consumer_shape::flushed_request(nc, &subject, request.as_bytes(), timeout)
             .map_err(|e| format!("reading {stream} sequence {sequence}: {e}"))?;
     if reply.data.len() > max_answer_bytes {
-        return Err(format!(
-            "{stream} sequence {sequence}: the answer is larger than {} KiB",
-            max_answer_bytes / 1024
-        ));
+        return Ok(Got::TooLarge);
     }
     let v: serde_json::Value = serde_json::from_slice(&reply.data)
         .map_err(|_| format!("{stream} sequence {sequence}: the answer is not JSON"))?;
     if v["error"]["code"] == 404 {
-        return Ok(None);
+        return Ok(Got::Missing);
     }
     if let Some(e) = v["error"]["description"].as_str() {
         return Err(format!(
@@ -155,7 +180,7 @@ pub(super) fn msg_get(
             PeerText::new(e)
         ));
     }
-    Ok(Some(v))
+    Ok(Got::Message(v))
 }
 
 /// Largest answer to a `STREAM.MSG.DELETE` read.

@@ -8,10 +8,12 @@
 //! directory could plant one; a sealed frame is bound to its spool, segment and offset by the
 //! spool's key. So a frame in clear must verify under a trusted key (the configuration's own
 //! `custody.checkpoints` key, or `svc spool drain --public-key`), and a sealed one is checked
-//! when its key id is trusted here. A frame whose signature, leaves or text do not check out
-//! is quarantined (its bytes kept) and the drain goes on: a planted frame naming a future
-//! index never blocks the real checkpoint of that index. A frame in clear signed by a key id
-//! not trusted here stops the drain, naming the id: nothing is put unchecked.
+//! when its key id is trusted here. A frame that is no readable checkpoint is quarantined (its
+//! bytes kept) and the drain goes on. One whose signature or leaves do not check out under a
+//! trusted key, and one in clear under a key id not trusted here, stop the drain, kept where
+//! they are, naming why: a wrong key given to the drain must not move genuine checkpoints out
+//! of the chain (atk51c finding 3), so the operator decides (`svc spool set-aside` for a
+//! planted frame, the right `--public-key` otherwise). Nothing is put unchecked.
 
 use super::dir::{fail, SpoolError};
 use super::seal::Place;
@@ -99,9 +101,19 @@ impl CheckpointPut {
                      spool set-aside); it is kept where it is",
                     PeerText::new(&id)
                 ))),
-                other => Ok(Put::Refused(format!(
-                    "a custody checkpoint frame ({name}) whose signature does not check out: \
-                     {other}; never stored"
+                // Not a checkpoint at all: no key makes it one.
+                Refused::Malformed(why) => Ok(Put::Refused(format!(
+                    "a custody checkpoint frame ({name}) that is not a readable checkpoint \
+                     ({why}); never stored"
+                ))),
+                // A wrong key given to the drain reads as a forgery too: the frame stays where
+                // it is (atk51c finding 3: quarantined, genuine checkpoints were lost to the
+                // target), and the operator decides.
+                other => Err(stuck(format!(
+                    "{name} at {at} does not verify under the key this drain trusts for its key \
+                     id: {other}. If that key is right, the runner did not write this frame: \
+                     set it aside (svc spool set-aside); else give the right key (svc spool \
+                     drain --public-key ID=FILE). It is kept where it is"
                 ))),
             };
         }

@@ -200,11 +200,23 @@ fn quarantine_files(cfg: &super::SpoolConfig) -> usize {
         .count()
 }
 
+/// The place a drain error names (`... at segment S offset O ...`).
+fn place_named(err: &str) -> (u64, u64) {
+    let at = err.split("at segment ").nth(1).unwrap();
+    let mut nums = at
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|n| !n.is_empty());
+    let segment = nums.next().unwrap().parse().unwrap();
+    (segment, nums.next().unwrap().parse().unwrap())
+}
+
 /// A spool kept in clear proves nothing about who wrote a checkpoint frame: one planted under
 /// the runner's next index by whoever could write the directory (signed with another key
-/// under the runner's key id) is quarantined, and the runner's real checkpoint of that index
-/// is put after it; a frame in clear under a key id not trusted here stops the drain, naming
-/// the remedy, until the key is given.
+/// under the runner's key id) is never put: the drain stops at it, kept (a wrong key given to
+/// the drain reads the same way, and must not move genuine checkpoints out: atk51c finding
+/// 3), the operator sets it aside, and the runner's real checkpoint of that index is put
+/// after it; a frame in clear under a key id not trusted here stops the drain, naming the
+/// remedy, until the key is given.
 #[test]
 fn a_checkpoint_frame_in_clear_is_put_only_when_it_verifies() {
     use crate::message::protection::checkpoint::TrustedKeys;
@@ -232,6 +244,19 @@ fn a_checkpoint_frame_in_clear_is_put_only_when_it_verifies() {
     spool.append(&[e(4)]).unwrap();
     let sink = Arc::new(Memory::default());
     let mut d = into_target(&spool, &sink, &target, trusted.clone());
+    let err = d.run_until_empty(1).unwrap_err().to_string();
+    assert!(
+        err.contains("does not verify under the key this drain trusts")
+            && err.contains("svc spool set-aside"),
+        "{err}"
+    );
+    assert_eq!(delivered(&sink), vec![1, 2]);
+    assert!(target.checkpoints().unwrap().is_empty());
+    drop((d, spool));
+    let (segment, offset) = place_named(&err);
+    super::aside::set_aside(&cfg, segment, offset).unwrap();
+    let spool = open(&cfg);
+    let mut d = into_target(&spool, &sink, &target, trusted.clone());
     d.run_until_empty(1).unwrap();
     assert_eq!(d.checkpoints_put(), 1);
     assert_eq!(delivered(&sink), vec![1, 2, 3, 4]);
@@ -244,7 +269,7 @@ fn a_checkpoint_frame_in_clear_is_put_only_when_it_verifies() {
     assert_eq!(
         quarantine_files(&cfg),
         1,
-        "the planted frame's bytes are kept"
+        "the planted frame's bytes are kept (set aside)"
     );
     drop((d, spool));
 
@@ -275,9 +300,10 @@ fn a_checkpoint_frame_in_clear_is_put_only_when_it_verifies() {
 }
 
 /// A sealed frame is bound to its place by the spool's key, and still checked when its key id
-/// is trusted here: one whose signature does not verify is quarantined, never put.
+/// is trusted here: one whose signature does not verify is never put (the drain stops at it,
+/// kept); a frame that is no checkpoint at all is quarantined and the drain goes on.
 #[test]
-fn a_sealed_checkpoint_frame_that_does_not_verify_is_quarantined() {
+fn a_sealed_checkpoint_frame_that_does_not_verify_is_never_put() {
     use crate::message::protection::checkpoint::TrustedKeys;
     let tmp = tempfile::tempdir().unwrap();
     let k1 = key_file(tmp.path(), "s1", 7);
@@ -299,10 +325,26 @@ fn a_sealed_checkpoint_frame_that_does_not_verify_is_quarantined() {
         .unwrap();
     spool.append(&[envelope(2)]).unwrap();
     let sink = Arc::new(Memory::default());
+    let mut d = into_target(&spool, &sink, &target, trusted.clone());
+    let err = d.run_until_empty(1).unwrap_err().to_string();
+    assert!(err.contains("FORGED"), "{err}");
+    assert_eq!(d.checkpoints_put(), 0);
+    assert!(target.checkpoints().unwrap().is_empty());
+    assert_eq!(delivered(&sink), vec![1]);
+    drop((d, spool));
+    let (segment, offset) = place_named(&err);
+    super::aside::set_aside(&cfg, segment, offset).unwrap();
+
+    // Not a checkpoint at all (its signed body names the runner and index, nothing else).
+    let spool = open(&cfg);
+    spool
+        .append_checkpoint(("runner-1", 0), TEXT.as_bytes())
+        .unwrap();
+    spool.append(&[envelope(3)]).unwrap();
     let mut d = into_target(&spool, &sink, &target, trusted);
     d.run_until_empty(1).unwrap();
     assert_eq!(d.checkpoints_put(), 0);
     assert!(target.checkpoints().unwrap().is_empty());
-    assert_eq!(delivered(&sink), vec![1, 2]);
-    assert_eq!(quarantine_files(&cfg), 1);
+    assert_eq!(delivered(&sink), vec![1, 2, 3]);
+    assert_eq!(quarantine_files(&cfg), 2, "set aside, and quarantined");
 }
