@@ -34,30 +34,36 @@ pub use conn::{Connection, QueryResult};
 /// utf8mb4 never has 0x5c or 0x27 inside a multi-byte character, so byte-wise escaping is exact.
 pub fn quote(text: &str, no_backslash_escapes: bool) -> String {
     let mut out = String::with_capacity(text.len() + 2 + text.len() / 16);
-    out.push('\'');
-    if no_backslash_escapes {
-        for c in text.chars() {
-            if c == '\'' {
-                out.push('\'');
-            }
-            out.push(c);
-        }
-    } else {
-        for c in text.chars() {
-            match c {
-                '\0' => out.push_str("\\0"),
-                '\'' => out.push_str("\\'"),
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\u{1a}' => out.push_str("\\Z"),
-                c => out.push(c),
-            }
-        }
-    }
-    out.push('\'');
+    quote_into(&mut out, text, no_backslash_escapes);
     out
+}
+
+/// [`quote`] appended to `out`: the runs between escaped bytes are copied whole, so a row's
+/// literals go straight into its statement (no string per value, no UTF-8 decoding).
+pub fn quote_into(out: &mut String, text: &str, no_backslash_escapes: bool) {
+    out.reserve(text.len() + 2);
+    out.push('\'');
+    let mut run = 0;
+    for (i, b) in text.bytes().enumerate() {
+        let escaped = match b {
+            b'\'' if no_backslash_escapes => "''",
+            _ if no_backslash_escapes => continue,
+            b'\0' => "\\0",
+            b'\'' => "\\'",
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            0x1a => "\\Z",
+            _ => continue,
+        };
+        // Every escaped byte is ASCII: `run..i` and `i + 1..` start and end on characters.
+        out.push_str(&text[run..i]);
+        out.push_str(escaped);
+        run = i + 1;
+    }
+    out.push_str(&text[run..]);
+    out.push('\'');
 }
 
 #[cfg(test)]
@@ -69,5 +75,10 @@ mod tests {
         assert_eq!(quote("a'b\\c\0\n", false), "'a\\'b\\\\c\\0\\n'");
         assert_eq!(quote("a'b\\c", true), "'a''b\\c'");
         assert_eq!(quote("ü€😀", false), "'ü€😀'");
+        assert_eq!(quote("\"\r\u{1a}é'", false), "'\\\"\\r\\Zé\\''");
+        assert_eq!(quote("'é'\0\\", true), "'''é''\0\\'");
+        let mut out = String::from("(");
+        super::quote_into(&mut out, "a\nb", false);
+        assert_eq!(out, "('a\\nb'");
     }
 }
