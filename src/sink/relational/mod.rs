@@ -310,7 +310,7 @@ impl RelationalSink {
             }
             // Rows not inserted now are duplicates (or were rejected above): compare with
             // what is stored under their key.
-            let mut first_seen: HashMap<&str, usize> = HashMap::new();
+            let mut first_seen: HashMap<&str, usize> = HashMap::with_capacity(idx.len());
             let mut dup_rows = Vec::new();
             for &i in idx {
                 if outcomes[i].is_some() {
@@ -504,10 +504,13 @@ impl RelationalSink {
 }
 
 fn collect_keys(res: wire::QueryResult) -> std::collections::HashSet<String> {
-    res.rows
-        .into_iter()
-        .filter_map(|r| r.into_iter().next().flatten())
-        .collect()
+    let mut keys = std::collections::HashSet::with_capacity(res.rows.len());
+    keys.extend(
+        res.rows
+            .into_iter()
+            .filter_map(|r| r.into_iter().next().flatten()),
+    );
+    keys
 }
 
 /// A synthetic envelope for [`RelationalSink::check`]'s rolled-back probe insert.

@@ -171,8 +171,8 @@ fn datetime(rfc3339: &str) -> Result<String, String> {
 
 /// [`datetime`] without the parser for the text the runner stamps (`text::rfc3339`:
 /// `YYYY-MM-DDTHH:MM:SS[.fraction]Z`, already UTC): the fields are copied, the fraction cut or
-/// padded to six digits (as `microsecond()` truncates). `None` for anything else, or a day
-/// past the 28th, an hour, minute or second out of range: the parser decides those.
+/// padded to six digits (as `microsecond()` truncates). `None` for anything else, or a day,
+/// hour, minute or second out of range (a leap second included): the parser decides those.
 fn utc_datetime(text: &str) -> Option<String> {
     let b = text.as_bytes();
     let digits = |r: std::ops::Range<usize>| b.get(r).filter(|d| d.iter().all(u8::is_ascii_digit));
@@ -182,15 +182,25 @@ fn utc_datetime(text: &str) -> Option<String> {
         [b'.', f @ ..] if (1..=9).contains(&f.len()) && f.iter().all(u8::is_ascii_digit) => f,
         _ => return None,
     };
-    let shape = digits(0..4).is_some()
-        && b[4] == b'-'
+    let shape = b[4] == b'-'
         && b[7] == b'-'
         && b[10] == b'T'
         && b[13] == b':'
         && b[16] == b':'
         && b[b.len() - 1] == b'Z';
-    let in_range = (1..=12).contains(&two(5)?)
-        && (1..=28).contains(&two(8)?)
+    let year = digits(0..4)?
+        .iter()
+        .fold(0u32, |y, d| y * 10 + u32::from(d - b'0'));
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month = two(5)?;
+    let days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    let in_range = (1..=12).contains(&month)
+        && (1..=days).contains(&two(8)?)
         && two(11)? < 24
         && two(14)? < 60
         && two(17)? < 60;
@@ -902,7 +912,10 @@ mod tests {
         }
         for t in [
             "2026-02-29T00:00:00Z",
+            "2100-02-29T00:00:00Z",
+            "2026-04-31T00:00:00Z",
             "2026-13-01T00:00:00Z",
+            "2026-01-01T00:00:60Z",
             "2026-01-01T24:00:00Z",
             "2026-01-01T00:00:00.Z",
             "2026-01-01T00:00:00.1234567890Z",
@@ -915,6 +928,17 @@ mod tests {
             utc_datetime("2026-11-28T07:19:43.1Z").as_deref(),
             Some("2026-11-28 07:19:43.100000")
         );
+        for (t, day) in [
+            (
+                "2024-02-29T23:59:59.999999999Z",
+                "2024-02-29 23:59:59.999999",
+            ),
+            ("2000-02-29T00:00:00Z", "2000-02-29 00:00:00.000000"),
+            ("2026-12-31T00:00:00Z", "2026-12-31 00:00:00.000000"),
+        ] {
+            assert_eq!(utc_datetime(t).as_deref(), Some(day));
+            assert_eq!(by_parser(t), day);
+        }
     }
 
     /// A row's tuple as it was built before it was written in place (one string per literal,

@@ -160,15 +160,21 @@ fn push_row(out: &mut Vec<u8>, env: &Envelope, key: &str) -> serde_json::Result<
 }
 
 /// `s` as a JSON string, escaped as serde_json escapes it (`"`, `\`, control characters);
-/// the runs between escapes are copied whole.
+/// the runs between escapes, found eight bytes at a time ([`crate::text::scan`]), are copied
+/// whole.
 fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    use crate::text::scan::{byte_mask, find, less_mask};
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len() + 2);
     out.push(b'"');
     let bytes = s.as_bytes();
     let mut run = 0;
     let mut unicode = *b"\\u0000";
-    for (i, &b) in bytes.iter().enumerate() {
+    let word_has = |w| (less_mask(w, 0x20) | byte_mask(w, b'"') | byte_mask(w, b'\\')) != 0;
+    while let Some(at) = find(bytes, run, word_has, |b| {
+        b < 0x20 || b == b'"' || b == b'\\'
+    }) {
+        let b = bytes[at];
         let short: &[u8] = match b {
             b'"' => b"\\\"",
             b'\\' => b"\\\\",
@@ -177,16 +183,15 @@ fn push_json_str(out: &mut Vec<u8>, s: &str) {
             b'\t' => b"\\t",
             0x08 => b"\\b",
             0x0c => b"\\f",
-            0x00..=0x1f => {
+            _ => {
                 unicode[4] = HEX[usize::from(b >> 4)];
                 unicode[5] = HEX[usize::from(b & 15)];
                 &unicode
             }
-            _ => continue,
         };
-        out.extend_from_slice(&bytes[run..i]);
+        out.extend_from_slice(&bytes[run..at]);
         out.extend_from_slice(short);
-        run = i + 1;
+        run = at + 1;
     }
     out.extend_from_slice(&bytes[run..]);
     out.push(b'"');

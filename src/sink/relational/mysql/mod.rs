@@ -38,29 +38,48 @@ pub fn quote(text: &str, no_backslash_escapes: bool) -> String {
     out
 }
 
-/// [`quote`] appended to `out`: the runs between escaped bytes are copied whole, so a row's
-/// literals go straight into its statement (no string per value, no UTF-8 decoding).
+/// [`quote`] appended to `out`: the runs between escaped bytes are copied whole, found eight
+/// bytes at a time ([`crate::text::scan`]), so a row's literals go straight into its statement
+/// (no string per value, no UTF-8 decoding).
 pub fn quote_into(out: &mut String, text: &str, no_backslash_escapes: bool) {
+    use crate::text::scan::{byte_mask, find, has_byte, less_mask};
     out.reserve(text.len() + 2);
     out.push('\'');
+    let bytes = text.as_bytes();
     let mut run = 0;
-    for (i, b) in text.bytes().enumerate() {
-        let escaped = match b {
+    loop {
+        let at = if no_backslash_escapes {
+            find(bytes, run, |w| has_byte(w, b'\''), |b| b == b'\'')
+        } else {
+            find(
+                bytes,
+                run,
+                // NUL, LF, CR and Ctrl-Z are control characters: one test for the four.
+                |w| {
+                    (less_mask(w, 0x20)
+                        | byte_mask(w, b'\'')
+                        | byte_mask(w, b'"')
+                        | byte_mask(w, b'\\'))
+                        != 0
+                },
+                |b| matches!(b, 0 | b'\'' | b'"' | b'\\' | b'\n' | b'\r' | 0x1a),
+            )
+        };
+        let Some(at) = at else { break };
+        let escaped = match bytes[at] {
             b'\'' if no_backslash_escapes => "''",
-            _ if no_backslash_escapes => continue,
-            b'\0' => "\\0",
+            0 => "\\0",
             b'\'' => "\\'",
             b'"' => "\\\"",
             b'\\' => "\\\\",
             b'\n' => "\\n",
             b'\r' => "\\r",
-            0x1a => "\\Z",
-            _ => continue,
+            _ => "\\Z",
         };
-        // Every escaped byte is ASCII: `run..i` and `i + 1..` start and end on characters.
-        out.push_str(&text[run..i]);
+        // Every escaped byte is ASCII: `run..at` and `at + 1..` start and end on characters.
+        out.push_str(&text[run..at]);
         out.push_str(escaped);
-        run = i + 1;
+        run = at + 1;
     }
     out.push_str(&text[run..]);
     out.push('\'');
