@@ -3,7 +3,7 @@
 //! the measurements of one round alike, and the medians over rounds are the figures to quote.
 //!
 //! ```text
-//! cargo bench --bench relational_throughput             # 3 rounds of 20000 messages (~205 bytes)
+//! cargo bench --bench relational_throughput             # 5 rounds of 20000 messages (~205 bytes)
 //! cargo bench --bench relational_throughput -- 10000 5  # 5 rounds of 10000
 //! ```
 //!
@@ -514,7 +514,7 @@ impl Drop for PinMariadbd {
     }
 }
 
-/// Messages per round and rounds: the first two numeric arguments, else 20000 and 3 (500 and
+/// Messages per round and rounds: the first two numeric arguments, else 20000 and 5 (500 and
 /// 3 in the smoke pass).
 fn args() -> (usize, usize) {
     let numbers: Vec<usize> = std::env::args()
@@ -525,7 +525,8 @@ fn args() -> (usize, usize) {
         .first()
         .copied()
         .unwrap_or(if sinkbench::full() { 20_000 } else { 500 });
-    (n, numbers.get(1).copied().unwrap_or(3).max(1))
+    let rounds = if sinkbench::full() { 5 } else { 3 };
+    (n, numbers.get(1).copied().unwrap_or(rounds).max(1))
 }
 
 fn main() {
