@@ -942,7 +942,7 @@ mod tests {
     }
 
     /// A row's tuple as it was built before it was written in place (one string per literal,
-    /// joined): the statement the server gets is unchanged.
+    /// joined): the same literals in the same order.
     fn values_as_before(env: &Envelope, key: &str, nbe: bool) -> String {
         let q = |s: &str| mysql::quote(s, nbe);
         let opt = |s: Option<&str>| s.map_or_else(|| "NULL".to_string(), q);

@@ -29,8 +29,10 @@ pub use auth::{AuthPolicy, Plugin};
 pub use conn::{Connection, QueryResult};
 
 /// `text` as a single-quoted utf8mb4 string literal. With backslash escapes (MySQL's default
-/// `sql_mode`) NUL, quotes, backslash, CR, LF and Ctrl-Z are escaped with a backslash; under
-/// NO_BACKSLASH_ESCAPES a backslash is an ordinary character and only `'` is doubled.
+/// `sql_mode`) NUL, `'`, backslash, CR, LF and Ctrl-Z are escaped with a backslash (a `"` is
+/// an ordinary character inside `'...'` in every `sql_mode`, ANSI_QUOTES included: a JSON
+/// value's many quotes go as they are); under NO_BACKSLASH_ESCAPES a backslash is an ordinary
+/// character and only `'` is doubled.
 /// utf8mb4 never has 0x5c or 0x27 inside a multi-byte character, so byte-wise escaping is exact.
 pub fn quote(text: &str, no_backslash_escapes: bool) -> String {
     let mut out = String::with_capacity(text.len() + 2 + text.len() / 16);
@@ -55,14 +57,8 @@ pub fn quote_into(out: &mut String, text: &str, no_backslash_escapes: bool) {
                 bytes,
                 run,
                 // NUL, LF, CR and Ctrl-Z are control characters: one test for the four.
-                |w| {
-                    (less_mask(w, 0x20)
-                        | byte_mask(w, b'\'')
-                        | byte_mask(w, b'"')
-                        | byte_mask(w, b'\\'))
-                        != 0
-                },
-                |b| matches!(b, 0 | b'\'' | b'"' | b'\\' | b'\n' | b'\r' | 0x1a),
+                |w| (less_mask(w, 0x20) | byte_mask(w, b'\'') | byte_mask(w, b'\\')) != 0,
+                |b| matches!(b, 0 | b'\'' | b'\\' | b'\n' | b'\r' | 0x1a),
             )
         };
         let Some(at) = at else { break };
@@ -70,7 +66,6 @@ pub fn quote_into(out: &mut String, text: &str, no_backslash_escapes: bool) {
             b'\'' if no_backslash_escapes => "''",
             0 => "\\0",
             b'\'' => "\\'",
-            b'"' => "\\\"",
             b'\\' => "\\\\",
             b'\n' => "\\n",
             b'\r' => "\\r",
@@ -94,7 +89,7 @@ mod tests {
         assert_eq!(quote("a'b\\c\0\n", false), "'a\\'b\\\\c\\0\\n'");
         assert_eq!(quote("a'b\\c", true), "'a''b\\c'");
         assert_eq!(quote("ü€😀", false), "'ü€😀'");
-        assert_eq!(quote("\"\r\u{1a}é'", false), "'\\\"\\r\\Zé\\''");
+        assert_eq!(quote("\"\r\u{1a}é'", false), "'\"\\r\\Zé\\''");
         assert_eq!(quote("'é'\0\\", true), "'''é''\0\\'");
         let mut out = String::from("(");
         super::quote_into(&mut out, "a\nb", false);
