@@ -27,6 +27,7 @@ use super::config::{RelationalConfig, TableName, WriteMode};
 use super::error::DbError;
 use super::mysql::{self, Connection};
 use super::params::{self, ConnectParams, TlsMode};
+use super::row::decimal;
 use super::row_key;
 use super::transport::tls_client_config;
 use super::upsert::field_key;
@@ -241,7 +242,6 @@ fn push_values(out: &mut String, env: &Envelope, key: &str, nbe: bool) -> Result
 }
 
 fn push_literals(out: &mut String, env: &Envelope, key: &str, nbe: bool) -> Result<(), String> {
-    use std::fmt::Write as _;
     let q = |out: &mut String, s: &str| mysql::quote_into(out, s, nbe);
     let opt = |out: &mut String, s: Option<&str>| match s {
         Some(s) => mysql::quote_into(out, s, nbe),
@@ -257,9 +257,13 @@ fn push_literals(out: &mut String, env: &Envelope, key: &str, nbe: bool) -> Resu
         out,
         Some(&*env.stream_incarnation).filter(|i| !i.is_empty()),
     );
-    let _ = write!(out, ",{},", env.stream_sequence);
+    out.push(',');
+    out.push_str(decimal(env.stream_sequence, &mut [0; 20]));
+    out.push(',');
     q(out, &env.consumer);
-    let _ = write!(out, ",{},", env.consumer_sequence);
+    out.push(',');
+    out.push_str(decimal(env.consumer_sequence, &mut [0; 20]));
+    out.push(',');
     opt(out, env.message_id.as_deref());
     for s in [&env.priority, &env.classification, &env.labels] {
         out.push(',');
@@ -277,7 +281,8 @@ fn push_literals(out: &mut String, env: &Envelope, key: &str, nbe: bool) -> Resu
         ",FALSE,"
     });
     q(out, &env.payload_info.sha256);
-    let _ = write!(out, ",{}", env.payload_info.size_bytes);
+    out.push(',');
+    out.push_str(decimal(env.payload_info.size_bytes, &mut [0; 20]));
     for v in [&env.security_labels, &env.mission_metadata] {
         out.push(',');
         opt(out, v.as_ref().map(json).transpose()?.as_deref());

@@ -99,7 +99,6 @@ pub(super) fn rows_json(
 
 /// One row's object, appended to `out`, members in [`Row`]'s order.
 fn push_row(out: &mut Vec<u8>, env: &Envelope, key: &str) -> serde_json::Result<()> {
-    use std::io::Write as _;
     let info = &env.payload_info;
     let opt = |out: &mut Vec<u8>, v: Option<&str>| match v {
         Some(v) => push_json_str(out, v),
@@ -116,10 +115,12 @@ fn push_row(out: &mut Vec<u8>, env: &Envelope, key: &str) -> serde_json::Result<
         out,
         Some(&*env.stream_incarnation).filter(|i| !i.is_empty()),
     );
-    let _ = write!(out, ",\"stream_sequence\":{}", env.stream_sequence);
+    out.extend_from_slice(b",\"stream_sequence\":");
+    out.extend_from_slice(decimal(env.stream_sequence, &mut [0; 20]).as_bytes());
     out.extend_from_slice(b",\"consumer\":");
     push_json_str(out, &env.consumer);
-    let _ = write!(out, ",\"consumer_sequence\":{}", env.consumer_sequence);
+    out.extend_from_slice(b",\"consumer_sequence\":");
+    out.extend_from_slice(decimal(env.consumer_sequence, &mut [0; 20]).as_bytes());
     out.extend_from_slice(b",\"message_id\":");
     opt(out, env.message_id.as_deref());
     out.extend_from_slice(b",\"priority\":");
@@ -137,14 +138,16 @@ fn push_row(out: &mut Vec<u8>, env: &Envelope, key: &str) -> serde_json::Result<
     }
     out.extend_from_slice(b"],\"payload\":");
     out.extend_from_slice(env.payload.json().as_bytes());
-    let _ = write!(
-        out,
-        ",\"payload_original_format\":\"{}\",\"payload_wrapped\":{},\"payload_sha256\":",
-        info.original_format.name(),
-        info.wrapped
-    );
+    out.extend_from_slice(b",\"payload_original_format\":\"");
+    out.extend_from_slice(info.original_format.name().as_bytes());
+    out.extend_from_slice(if info.wrapped {
+        b"\",\"payload_wrapped\":true,\"payload_sha256\":"
+    } else {
+        b"\",\"payload_wrapped\":false,\"payload_sha256\":"
+    });
     push_json_str(out, &info.sha256);
-    let _ = write!(out, ",\"payload_size_bytes\":{}", info.size_bytes);
+    out.extend_from_slice(b",\"payload_size_bytes\":");
+    out.extend_from_slice(decimal(info.size_bytes, &mut [0; 20]).as_bytes());
     out.extend_from_slice(b",\"security_labels_json\":");
     serde_json::to_writer(&mut *out, &env.security_labels)?;
     out.extend_from_slice(b",\"mission_metadata_json\":");
@@ -157,6 +160,20 @@ fn push_row(out: &mut Vec<u8>, env: &Envelope, key: &str) -> serde_json::Result<
     serde_json::to_writer(&mut *out, &env.custody)?;
     out.push(b'}');
     Ok(())
+}
+
+/// `n` in decimal, written into `buf` (the formatter's machinery cost more than the digits).
+pub(super) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[at..]).expect("decimal digits are ASCII")
 }
 
 /// `s` as a JSON string, escaped as serde_json escapes it (`"`, `\`, control characters);

@@ -124,3 +124,21 @@ fn rows_json_is_what_serde_writes() {
         serde_json::to_string(&[row(&rows[1], &keys[1])]).unwrap()
     );
 }
+
+#[test]
+fn decimals_are_the_formatters() {
+    for n in [
+        0,
+        1,
+        9,
+        10,
+        99,
+        100,
+        12_345,
+        u64::from(u32::MAX),
+        u64::MAX - 1,
+        u64::MAX,
+    ] {
+        assert_eq!(row::decimal(n, &mut [0; 20]), n.to_string());
+    }
+}
