@@ -114,6 +114,17 @@ pub enum PayloadFormat {
     Bytes,
 }
 
+impl PayloadFormat {
+    /// The name it serializes as (`json`, `text`, `bytes`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PayloadFormat::Json => "json",
+            PayloadFormat::Text => "text",
+            PayloadFormat::Bytes => "bytes",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PayloadInfo {
     pub original_format: PayloadFormat,

@@ -8,7 +8,7 @@
 //! a leading `.` (so `.` and `..` can never appear as components). The mapping is injective:
 //! two different inputs never share a key component.
 
-use crate::message::envelope::{stream_place, Envelope};
+use crate::message::envelope::Envelope;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyStrategy {
@@ -62,10 +62,17 @@ pub const KEY_STRATEGIES: &[(&str, KeyStrategy)] = &[
 
 /// Escapes one key component (see module docs).
 pub fn safe_component(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len().max(1));
+    push_safe_component(&mut out, raw);
+    out
+}
+
+/// [`safe_component`] appended to `out`.
+fn push_safe_component(out: &mut String, raw: &str) {
     if raw.is_empty() {
-        return "~".to_string();
+        out.push('~');
+        return;
     }
-    let mut out = String::with_capacity(raw.len());
     for (i, b) in raw.bytes().enumerate() {
         let plain = b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0);
         if plain {
@@ -77,61 +84,76 @@ pub fn safe_component(raw: &str) -> String {
             out.push(HEX[usize::from(b & 15)] as char);
         }
     }
+}
+
+/// The envelope's place in its stream, escaped, appended to `out`: what
+/// [`stream_place`](crate::message::envelope::stream_place) makes of the escaped stream, the
+/// escaped incarnation (left out when not known) and the sequence.
+fn push_stream_place(out: &mut String, env: &Envelope, sep: char) {
+    use std::fmt::Write as _;
+    push_safe_component(out, &env.stream);
+    if !env.stream_incarnation.is_empty() {
+        out.push(sep);
+        push_safe_component(out, &env.stream_incarnation);
+    }
+    let _ = write!(out, "{sep}{}", env.stream_sequence);
+}
+
+/// The `idempotency_key` strategy's key without its namespace: `s-<stream place>` when the
+/// stream and sequence are known, else `m-<message id>`, else `p-<payload sha256>` (the
+/// relational sink's row key).
+pub fn idempotency_id(env: &Envelope) -> String {
+    let mut out = String::with_capacity(64);
+    push_idempotency_id(&mut out, env);
     out
 }
 
+fn push_idempotency_id(out: &mut String, env: &Envelope) {
+    if !env.stream.is_empty() && env.stream_sequence > 0 {
+        out.push_str("s-");
+        push_stream_place(out, env, '-');
+    } else if let Some(m) = env.message_id.as_deref().filter(|m| !m.is_empty()) {
+        out.push_str("m-");
+        push_safe_component(out, m);
+    } else {
+        out.push_str("p-");
+        out.push_str(&env.payload_info.sha256);
+    }
+}
+
 /// The key of an envelope below the strategy namespace, without any prefix, with `suffix`.
-/// Fails (permanently) when the strategy's input is missing.
+/// Fails (permanently) when the strategy's input is missing. Built in one string: this runs
+/// once per message.
 pub fn strategy_key(env: &Envelope, strategy: KeyStrategy, suffix: &str) -> Result<String, String> {
-    let key = match strategy {
+    let mut key = String::with_capacity(96 + suffix.len());
+    match strategy {
         KeyStrategy::IdempotencyKey => {
-            let id = if !env.stream.is_empty() && env.stream_sequence > 0 {
-                let place = stream_place(
-                    &safe_component(&env.stream),
-                    &incarnation_component(env),
-                    env.stream_sequence,
-                    "-",
-                );
-                format!("s-{place}")
-            } else if let Some(m) = env.message_id.as_deref().filter(|m| !m.is_empty()) {
-                format!("m-{}", safe_component(m))
-            } else {
-                format!("p-{}", env.payload_info.sha256)
-            };
-            format!("idempotency-key/{id}")
+            key.push_str("idempotency-key/");
+            push_idempotency_id(&mut key, env);
         }
         KeyStrategy::StreamSequence => {
             if env.stream.is_empty() || env.stream_sequence == 0 {
                 return Err("key strategy stream_sequence needs a stream and sequence".into());
             }
-            let place = stream_place(
-                &safe_component(&env.stream),
-                &incarnation_component(env),
-                env.stream_sequence,
-                "/",
-            );
-            format!("stream-sequence/{place}")
+            key.push_str("stream-sequence/");
+            push_stream_place(&mut key, env, '/');
         }
         KeyStrategy::MessageId => match env.message_id.as_deref().filter(|m| !m.is_empty()) {
-            Some(m) => format!("message-id/{}", safe_component(m)),
+            Some(m) => {
+                key.push_str("message-id/");
+                push_safe_component(&mut key, m);
+            }
             None => return Err("key strategy message_id needs a Nats-Msg-Id header".into()),
         },
-        KeyStrategy::PayloadSha256 => format!(
-            "payload-sha256/{}/{}",
-            safe_component(&env.subject),
-            env.payload_info.sha256
-        ),
-    };
-    Ok(format!("{key}{suffix}"))
-}
-
-/// The stream's incarnation as a key component; empty when not known (the key is then what
-/// it was before incarnations).
-fn incarnation_component(env: &Envelope) -> String {
-    match &*env.stream_incarnation {
-        "" => String::new(),
-        known => safe_component(known),
+        KeyStrategy::PayloadSha256 => {
+            key.push_str("payload-sha256/");
+            push_safe_component(&mut key, &env.subject);
+            key.push('/');
+            key.push_str(&env.payload_info.sha256);
+        }
     }
+    key.push_str(suffix);
+    Ok(key)
 }
 
 #[cfg(test)]
@@ -210,6 +232,25 @@ mod tests {
             "{k}"
         );
         assert!(strategy_key(&env("a", None), KeyStrategy::MessageId, "").is_err());
+        let mut odd = env("a b", Some("m/1"));
+        odd.stream = "OR DERS".into();
+        odd.stream_incarnation = "2026~x".into();
+        assert_eq!(
+            strategy_key(&odd, KeyStrategy::StreamSequence, "").unwrap(),
+            "stream-sequence/OR~20DERS/2026~7Ex/42"
+        );
+        assert_eq!(idempotency_id(&odd), "s-OR~20DERS-2026~7Ex-42");
+        odd.stream = "".into();
+        assert_eq!(idempotency_id(&odd), "m-m~2F1");
+        odd.message_id = None;
+        assert_eq!(
+            idempotency_id(&odd),
+            format!("p-{}", odd.payload_info.sha256)
+        );
+        assert_eq!(
+            strategy_key(&odd, KeyStrategy::PayloadSha256, ".x").unwrap(),
+            format!("payload-sha256/a~20b/{}.x", odd.payload_info.sha256)
+        );
     }
 
     #[test]

@@ -54,7 +54,7 @@ use crate::metrics::Metrics;
 pub use config::{Dsn, RelationalConfig, TableName, TableRoute, WriteMode};
 use wire::{ConnectParams, Connection, DbError, TlsMode};
 
-use row::{row, Row};
+use row::row;
 pub use row::{row_columns_and_object, row_key};
 pub use sql::ddl;
 use sql::{existing_sql, insert_sql, run_ddl, upsert_sql};
@@ -310,7 +310,7 @@ impl RelationalSink {
             }
             // Rows not inserted now are duplicates (or were rejected above): compare with
             // what is stored under their key.
-            let mut first_seen: HashMap<&str, usize> = HashMap::new();
+            let mut first_seen: HashMap<&str, usize> = HashMap::with_capacity(idx.len());
             let mut dup_rows = Vec::new();
             for &i in idx {
                 if outcomes[i].is_some() {
@@ -434,8 +434,7 @@ impl RelationalSink {
         in_group_savepoint: bool,
         outcomes: &mut [Option<WriteOutcome>],
     ) -> Result<std::collections::HashSet<String>, DbError> {
-        let rows: Vec<Row> = idx.iter().map(|&i| row(&batch[i], &keys[i])).collect();
-        let json = serde_json::to_string(&rows)
+        let json = row::rows_json(batch, keys, idx)
             .map_err(|e| DbError::Protocol(format!("encode rows: {e}")))?;
         let rejected = match conn.query(&sql.insert, &[Some(&json)]) {
             Ok(res) => return Ok(collect_keys(res)),
@@ -456,7 +455,7 @@ impl RelationalSink {
         }
         let mut inserted = std::collections::HashSet::new();
         for &i in idx {
-            let one = serde_json::to_string(&[row(&batch[i], &keys[i])])
+            let one = row::rows_json(batch, keys, &[i])
                 .map_err(|e| DbError::Protocol(format!("encode row: {e}")))?;
             conn.simple("SAVEPOINT svc_row")?;
             match conn.query(&sql.insert, &[Some(&one)]) {
@@ -505,10 +504,13 @@ impl RelationalSink {
 }
 
 fn collect_keys(res: wire::QueryResult) -> std::collections::HashSet<String> {
-    res.rows
-        .into_iter()
-        .filter_map(|r| r.into_iter().next().flatten())
-        .collect()
+    let mut keys = std::collections::HashSet::with_capacity(res.rows.len());
+    keys.extend(
+        res.rows
+            .into_iter()
+            .filter_map(|r| r.into_iter().next().flatten()),
+    );
+    keys
 }
 
 /// A synthetic envelope for [`RelationalSink::check`]'s rolled-back probe insert.

@@ -27,6 +27,7 @@ use super::config::{RelationalConfig, TableName, WriteMode};
 use super::error::DbError;
 use super::mysql::{self, Connection};
 use super::params::{self, ConnectParams, TlsMode};
+use super::row::decimal;
 use super::row_key;
 use super::transport::tls_client_config;
 use super::upsert::field_key;
@@ -151,6 +152,9 @@ pub fn custody_export_sql(t: &TableName) -> String {
 
 /// `received_at` (RFC 3339) as a UTC `DATETIME(6)` literal body.
 fn datetime(rfc3339: &str) -> Result<String, String> {
+    if let Some(fast) = utc_datetime(rfc3339) {
+        return Ok(fast);
+    }
     let t = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
         .map_err(|e| format!("received_at is not RFC 3339: {e}"))?
         .to_offset(time::UtcOffset::UTC);
@@ -166,49 +170,131 @@ fn datetime(rfc3339: &str) -> Result<String, String> {
     ))
 }
 
+/// [`datetime`] without the parser for the text the runner stamps (`text::rfc3339`:
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]Z`, already UTC): the fields are copied, the fraction cut or
+/// padded to six digits (as `microsecond()` truncates). `None` for anything else, or a day,
+/// hour, minute or second out of range (a leap second included): the parser decides those.
+fn utc_datetime(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b.get(r).filter(|d| d.iter().all(u8::is_ascii_digit));
+    let two = |at: usize| digits(at..at + 2).map(|d| (d[0] - b'0') * 10 + (d[1] - b'0'));
+    let fraction = match b.get(19..b.len().checked_sub(1)?)? {
+        [] => &[][..],
+        [b'.', f @ ..] if (1..=9).contains(&f.len()) && f.iter().all(u8::is_ascii_digit) => f,
+        _ => return None,
+    };
+    let shape = b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+        && b[b.len() - 1] == b'Z';
+    let year = digits(0..4)?
+        .iter()
+        .fold(0u32, |y, d| y * 10 + u32::from(d - b'0'));
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month = two(5)?;
+    let days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    let in_range = (1..=12).contains(&month)
+        && (1..=days).contains(&two(8)?)
+        && two(11)? < 24
+        && two(14)? < 60
+        && two(17)? < 60;
+    if !(shape && in_range) {
+        return None;
+    }
+    let mut out = String::with_capacity(26);
+    out.push_str(&text[..10]);
+    out.push(' ');
+    out.push_str(&text[11..19]);
+    out.push('.');
+    for i in 0..6 {
+        out.push(fraction.get(i).map_or('0', |d| char::from(*d)));
+    }
+    Some(out)
+}
+
 fn json<T: serde::Serialize>(v: &T) -> Result<String, String> {
     serde_json::to_string(v).map_err(|e| format!("encode row: {e}"))
 }
 
 /// One row's `(...)` tuple of SQL literals, in [`COLUMNS`] order.
 fn values(env: &Envelope, key: &str, nbe: bool) -> Result<String, String> {
-    let q = |s: &str| mysql::quote(s, nbe);
-    let opt = |s: Option<&str>| s.map_or_else(|| "NULL".to_string(), q);
-    let opt_json = |v: Result<Option<String>, String>| v.map(|o| opt(o.as_deref()));
-    let format = serde_json::to_value(env.payload_info.original_format)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
-    let parts = [
-        q(key),
-        q(&env.subject),
-        q(&env.stream),
-        opt(Some(&*env.stream_incarnation).filter(|i| !i.is_empty())),
-        env.stream_sequence.to_string(),
-        q(&env.consumer),
-        env.consumer_sequence.to_string(),
-        opt(env.message_id.as_deref()),
-        q(&env.priority),
-        q(&env.classification),
-        q(&env.labels),
-        q(&json(&env.labels_list)?),
-        q(&json(&env.payload)?),
-        q(&format),
-        if env.payload_info.wrapped {
-            "TRUE"
-        } else {
-            "FALSE"
-        }
-        .to_string(),
-        q(&env.payload_info.sha256),
-        env.payload_info.size_bytes.to_string(),
-        opt_json(env.security_labels.as_ref().map(json).transpose())?,
-        opt_json(env.mission_metadata.as_ref().map(json).transpose())?,
-        q(&json(&env.metadata)?),
-        q(&datetime(&env.metadata.received_at)?),
-        opt_json(env.custody.as_ref().map(json).transpose())?,
-    ];
-    Ok(format!("({})", parts.join(",")))
+    let mut out = String::with_capacity(1024 + env.payload.json().len());
+    push_values(&mut out, env, key, nbe)?;
+    Ok(out)
+}
+
+/// [`values`] appended to `out` (left as it was on an error): each literal is quoted straight
+/// into it, JSON columns from their serialized text, the payload from its own.
+fn push_values(out: &mut String, env: &Envelope, key: &str, nbe: bool) -> Result<(), String> {
+    let mark = out.len();
+    let done = push_literals(out, env, key, nbe);
+    if done.is_err() {
+        out.truncate(mark);
+    }
+    done
+}
+
+fn push_literals(out: &mut String, env: &Envelope, key: &str, nbe: bool) -> Result<(), String> {
+    let q = |out: &mut String, s: &str| mysql::quote_into(out, s, nbe);
+    let opt = |out: &mut String, s: Option<&str>| match s {
+        Some(s) => mysql::quote_into(out, s, nbe),
+        None => out.push_str("NULL"),
+    };
+    let received_at = datetime(&env.metadata.received_at)?;
+    out.push('(');
+    for s in [key, &env.subject, &env.stream] {
+        q(out, s);
+        out.push(',');
+    }
+    opt(
+        out,
+        Some(&*env.stream_incarnation).filter(|i| !i.is_empty()),
+    );
+    out.push(',');
+    out.push_str(decimal(env.stream_sequence, &mut [0; 20]));
+    out.push(',');
+    q(out, &env.consumer);
+    out.push(',');
+    out.push_str(decimal(env.consumer_sequence, &mut [0; 20]));
+    out.push(',');
+    opt(out, env.message_id.as_deref());
+    for s in [&env.priority, &env.classification, &env.labels] {
+        out.push(',');
+        q(out, s);
+    }
+    out.push(',');
+    q(out, &json(&env.labels_list)?);
+    out.push(',');
+    q(out, env.payload.json());
+    out.push(',');
+    q(out, env.payload_info.original_format.name());
+    out.push_str(if env.payload_info.wrapped {
+        ",TRUE,"
+    } else {
+        ",FALSE,"
+    });
+    q(out, &env.payload_info.sha256);
+    out.push(',');
+    out.push_str(decimal(env.payload_info.size_bytes, &mut [0; 20]));
+    for v in [&env.security_labels, &env.mission_metadata] {
+        out.push(',');
+        opt(out, v.as_ref().map(json).transpose()?.as_deref());
+    }
+    out.push(',');
+    q(out, &json(&env.metadata)?);
+    out.push(',');
+    q(out, &received_at);
+    out.push(',');
+    opt(out, env.custody.as_ref().map(json).transpose()?.as_deref());
+    out.push(')');
+    Ok(())
 }
 
 /// `ON DUPLICATE KEY UPDATE` of `write_mode: upsert`: every column takes the new value when
@@ -461,23 +547,27 @@ impl MySqlSink {
             return self.insert_rows(conn, table, batch, keys, idx, tally);
         }
         let nbe = conn.no_backslash_escapes();
-        let wanted: Vec<String> = idx
+        let mut sql = format!(
+            "SELECT idempotency_key, subject, payload_sha256 FROM {} WHERE idempotency_key IN (",
+            table_sql(table)
+        );
+        let mut wanted = HashSet::with_capacity(idx.len());
+        for &i in idx {
+            if wanted.insert(keys[i].as_str()) {
+                if wanted.len() > 1 {
+                    sql.push(',');
+                }
+                mysql::quote_into(&mut sql, &keys[i], nbe);
+            }
+        }
+        sql.push(')');
+        let found = conn.query(&sql)?.rows;
+        // Borrowed from the answer and the batch: no copy per row.
+        let mut stored: HashMap<&str, (&str, &str)> = found
             .iter()
-            .map(|&i| mysql::quote(&keys[i], nbe))
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
-        let stored = conn.query(&format!(
-            "SELECT idempotency_key, subject, payload_sha256 FROM {} WHERE idempotency_key IN ({})",
-            table_sql(table),
-            wanted.join(",")
-        ))?;
-        let mut stored: HashMap<String, (String, String)> = stored
-            .rows
-            .into_iter()
-            .filter_map(|r| {
-                let mut it = r.into_iter();
-                Some((it.next()??, (it.next()??, it.next()??)))
+            .filter_map(|r| match r.as_slice() {
+                [Some(k), Some(s), Some(d)] => Some((k.as_str(), (s.as_str(), d.as_str()))),
+                _ => None,
             })
             .collect();
         let mut new_rows = Vec::new();
@@ -485,12 +575,9 @@ impl MySqlSink {
         let mut later_in_batch: Vec<(usize, usize)> = Vec::new();
         for &i in idx {
             let env = &batch[i];
-            let Some((subject, sha)) = stored.get(&keys[i]) else {
+            let Some(&(subject, sha)) = stored.get(keys[i].as_str()) else {
                 // First of its key: inserted now; later rows of the same key compare to it.
-                stored.insert(
-                    keys[i].clone(),
-                    (env.subject.clone(), env.payload_info.sha256.clone()),
-                );
+                stored.insert(&keys[i], (&env.subject, &env.payload_info.sha256));
                 new_rows.push(i);
                 first_in_batch.insert(keys[i].as_str(), i);
                 continue;
@@ -500,7 +587,7 @@ impl MySqlSink {
             }
             tally.duplicates += 1;
             tally.outcomes[i] = Some(
-                if *subject == env.subject && *sha == env.payload_info.sha256 {
+                if subject == env.subject && sha == env.payload_info.sha256 {
                     tally.ignored += 1;
                     WriteOutcome::AlreadyDurable
                 } else {
@@ -553,10 +640,13 @@ impl MySqlSink {
             WriteMode::Insert => String::new(),
         };
         let nbe = conn.no_backslash_escapes();
+        // Every row's tuple in one buffer, each row by its range in it.
+        let mut buf = String::new();
         let mut tuples = Vec::with_capacity(rows.len());
         for &i in rows {
-            match values(&batch[i], &keys[i], nbe) {
-                Ok(v) => tuples.push((i, v)),
+            let at = buf.len();
+            match push_values(&mut buf, &batch[i], &keys[i], nbe) {
+                Ok(()) => tuples.push((i, at..buf.len())),
                 Err(e) => {
                     tally.outcomes[i] = Some(WriteOutcome::Permanent(
                         SinkError::new(KIND, format!("table {table}: row {}: {e}", keys[i]))
@@ -567,7 +657,10 @@ impl MySqlSink {
         }
         let mut start = 0;
         while start < tuples.len() {
-            let mut sql = head.clone();
+            let mut sql = String::with_capacity(
+                head.len() + (buf.len() + tuples.len()).min(MAX_STATEMENT_BYTES) + tail.len(),
+            );
+            sql.push_str(&head);
             let mut end = start;
             while end < tuples.len()
                 && (end == start || sql.len() + tuples[end].1.len() < MAX_STATEMENT_BYTES)
@@ -575,7 +668,7 @@ impl MySqlSink {
                 if end > start {
                     sql.push(',');
                 }
-                sql.push_str(&tuples[end].1);
+                sql.push_str(&buf[tuples[end].1.clone()]);
                 end += 1;
             }
             sql.push_str(&tail);
@@ -591,6 +684,7 @@ impl MySqlSink {
                         end - start
                     );
                     for (i, v) in &tuples[start..end] {
+                        let v = &buf[v.clone()];
                         tally.outcomes[*i] = Some(match conn.query(&format!("{head}{v}{tail}")) {
                             Ok(_) => WriteOutcome::Durable,
                             Err(e) if is_row_error(&e) && !conn.is_broken() => {
@@ -791,5 +885,150 @@ mod tests {
             "2026-11-28 05:19:43.123456"
         );
         assert!(datetime("yesterday").is_err());
+    }
+
+    /// The DATETIME of the runner's own stamps, copied without the parser, is the parser's.
+    #[test]
+    fn datetimes_without_the_parser_are_the_parsers() {
+        let by_parser = |t: &str| {
+            let t = time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+                .unwrap();
+            format!(
+                "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}",
+                t.year(),
+                u8::from(t.month()),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second(),
+                t.microsecond()
+            )
+        };
+        let mut n: i128 = 1_700_000_000_123_456_789;
+        for i in 0..5_000i128 {
+            n = n
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407)
+                .rem_euclid(253_402_300_799_999_999_999);
+            // Every fraction length, whole seconds included.
+            let n = n - n % 10i128.pow((i % 10) as u32);
+            let stamp = crate::text::rfc3339::Rfc3339::from_unix_nanos(n);
+            assert_eq!(datetime(&stamp).unwrap(), by_parser(&stamp), "{}", &*stamp);
+        }
+        for t in [
+            "2026-02-29T00:00:00Z",
+            "2100-02-29T00:00:00Z",
+            "2026-04-31T00:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "2026-01-01T00:00:60Z",
+            "2026-01-01T24:00:00Z",
+            "2026-01-01T00:00:00.Z",
+            "2026-01-01T00:00:00.1234567890Z",
+            "2026-01-01 00:00:00Z",
+            "2026-01-01T00:00:00+00:00",
+        ] {
+            assert_eq!(utc_datetime(t), None, "{t}");
+        }
+        assert_eq!(
+            utc_datetime("2026-11-28T07:19:43.1Z").as_deref(),
+            Some("2026-11-28 07:19:43.100000")
+        );
+        for (t, day) in [
+            (
+                "2024-02-29T23:59:59.999999999Z",
+                "2024-02-29 23:59:59.999999",
+            ),
+            ("2000-02-29T00:00:00Z", "2000-02-29 00:00:00.000000"),
+            ("2026-12-31T00:00:00Z", "2026-12-31 00:00:00.000000"),
+        ] {
+            assert_eq!(utc_datetime(t).as_deref(), Some(day));
+            assert_eq!(by_parser(t), day);
+        }
+    }
+
+    /// A row's tuple as it was built before it was written in place (one string per literal,
+    /// joined): the same literals in the same order.
+    fn values_as_before(env: &Envelope, key: &str, nbe: bool) -> String {
+        let q = |s: &str| mysql::quote(s, nbe);
+        let opt = |s: Option<&str>| s.map_or_else(|| "NULL".to_string(), q);
+        let js = |v: &dyn erased::Json| q(&v.text());
+        let opt_json = |v: Option<&dyn erased::Json>| v.map_or_else(|| "NULL".to_string(), js);
+        let parts = [
+            q(key),
+            q(&env.subject),
+            q(&env.stream),
+            opt(Some(&*env.stream_incarnation).filter(|i| !i.is_empty())),
+            env.stream_sequence.to_string(),
+            q(&env.consumer),
+            env.consumer_sequence.to_string(),
+            opt(env.message_id.as_deref()),
+            q(&env.priority),
+            q(&env.classification),
+            q(&env.labels),
+            js(&env.labels_list),
+            js(&env.payload),
+            q(serde_json::to_value(env.payload_info.original_format)
+                .unwrap()
+                .as_str()
+                .unwrap()),
+            if env.payload_info.wrapped {
+                "TRUE"
+            } else {
+                "FALSE"
+            }
+            .to_string(),
+            q(&env.payload_info.sha256),
+            env.payload_info.size_bytes.to_string(),
+            opt_json(env.security_labels.as_ref().map(|v| v as &dyn erased::Json)),
+            opt_json(
+                env.mission_metadata
+                    .as_ref()
+                    .map(|v| v as &dyn erased::Json),
+            ),
+            js(&env.metadata),
+            q(&datetime(&env.metadata.received_at).unwrap()),
+            opt_json(env.custody.as_ref().map(|v| v as &dyn erased::Json)),
+        ];
+        format!("({})", parts.join(","))
+    }
+
+    mod erased {
+        pub trait Json {
+            fn text(&self) -> String;
+        }
+        impl<T: serde::Serialize> Json for T {
+            fn text(&self) -> String {
+                serde_json::to_string(self).unwrap()
+            }
+        }
+    }
+
+    #[test]
+    fn tuples_are_what_they_were() {
+        use crate::message::envelope::{normalize, EnvelopeConfig, RawMessage};
+        let env = |subject: &str, data: &[u8]| {
+            normalize(
+                &RawMessage::sample(subject, 3, data),
+                1_700_000_001_000_000_000,
+                &EnvelopeConfig::default(),
+            )
+            .0
+        };
+        let mut odd = env("a.b", b"{\"k\":\"it's \\\\ \\n\"}");
+        odd.subject = "a'b\\c\0\n\r\u{1a}\"é😀".into();
+        odd.stream_incarnation = "20261128T071943Z".into();
+        odd.message_id = Some("m'1".into());
+        odd.labels_list = vec!["x'".into()];
+        odd.security_labels = Some(serde_json::json!({"l": "s'\\"}));
+        odd.mission_metadata = Some(serde_json::json!({"m": 1}));
+        for e in [env("a.b", b"{}"), env("t", b"text 'q' \\"), odd] {
+            for nbe in [false, true] {
+                let key = row_key(&e);
+                assert_eq!(
+                    values(&e, &key, nbe).unwrap(),
+                    values_as_before(&e, &key, nbe)
+                );
+            }
+        }
     }
 }

@@ -5,14 +5,12 @@ use serde::Serialize;
 
 use super::sql::COLUMNS;
 use crate::message::envelope::{Envelope, EventMetadata};
-use crate::sink::key::{strategy_key, KeyStrategy};
+use crate::sink::key::idempotency_id;
 
 /// The idempotency key of an envelope: the shared `idempotency_key` strategy of
 /// [`crate::sink::key`] without its namespace (`s-<stream>-<seq>`, `m-<msg id>`, `p-<sha256>`).
 pub fn row_key(env: &Envelope) -> String {
-    let k = strategy_key(env, KeyStrategy::IdempotencyKey, "")
-        .expect("the idempotency_key strategy always has an input");
-    k.strip_prefix("idempotency-key/").unwrap_or(&k).to_string()
+    idempotency_id(env)
 }
 
 /// One row as the JSON object `jsonb_to_recordset` reads. Borrowed: no payload copies.
@@ -76,4 +74,142 @@ pub fn row_columns_and_object(env: &Envelope) -> (Vec<&'static str>, serde_json:
     let names = COLUMNS.iter().map(|c| c.0).collect();
     let value = serde_json::to_value(row(env, &key)).expect("a row serializes");
     (names, value)
+}
+
+/// The rows `idx` of `batch` (keys `keys[i]`) as the JSON array the insert's parameter
+/// carries: the same object per row as serializing [`Row`]s, written without serde's
+/// machinery for the flat fields (column names are constants, strings escaped in runs); the
+/// nested values (metadata, labels, custody) go through serde_json.
+pub(super) fn rows_json(
+    batch: &[Envelope],
+    keys: &[String],
+    idx: &[usize],
+) -> serde_json::Result<String> {
+    let mut out = Vec::with_capacity(idx.len() * 1024);
+    out.push(b'[');
+    for (n, &i) in idx.iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        push_row(&mut out, &batch[i], &keys[i])?;
+    }
+    out.push(b']');
+    Ok(String::from_utf8(out).expect("JSON text is UTF-8"))
+}
+
+/// One row's object, appended to `out`, members in [`Row`]'s order.
+fn push_row(out: &mut Vec<u8>, env: &Envelope, key: &str) -> serde_json::Result<()> {
+    let info = &env.payload_info;
+    let opt = |out: &mut Vec<u8>, v: Option<&str>| match v {
+        Some(v) => push_json_str(out, v),
+        None => out.extend_from_slice(b"null"),
+    };
+    out.extend_from_slice(b"{\"idempotency_key\":");
+    push_json_str(out, key);
+    out.extend_from_slice(b",\"subject\":");
+    push_json_str(out, &env.subject);
+    out.extend_from_slice(b",\"stream\":");
+    push_json_str(out, &env.stream);
+    out.extend_from_slice(b",\"stream_incarnation\":");
+    opt(
+        out,
+        Some(&*env.stream_incarnation).filter(|i| !i.is_empty()),
+    );
+    out.extend_from_slice(b",\"stream_sequence\":");
+    out.extend_from_slice(decimal(env.stream_sequence, &mut [0; 20]).as_bytes());
+    out.extend_from_slice(b",\"consumer\":");
+    push_json_str(out, &env.consumer);
+    out.extend_from_slice(b",\"consumer_sequence\":");
+    out.extend_from_slice(decimal(env.consumer_sequence, &mut [0; 20]).as_bytes());
+    out.extend_from_slice(b",\"message_id\":");
+    opt(out, env.message_id.as_deref());
+    out.extend_from_slice(b",\"priority\":");
+    push_json_str(out, &env.priority);
+    out.extend_from_slice(b",\"classification\":");
+    push_json_str(out, &env.classification);
+    out.extend_from_slice(b",\"labels\":");
+    push_json_str(out, &env.labels);
+    out.extend_from_slice(b",\"labels_list\":[");
+    for (n, l) in env.labels_list.iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        push_json_str(out, l);
+    }
+    out.extend_from_slice(b"],\"payload\":");
+    out.extend_from_slice(env.payload.json().as_bytes());
+    out.extend_from_slice(b",\"payload_original_format\":\"");
+    out.extend_from_slice(info.original_format.name().as_bytes());
+    out.extend_from_slice(if info.wrapped {
+        b"\",\"payload_wrapped\":true,\"payload_sha256\":"
+    } else {
+        b"\",\"payload_wrapped\":false,\"payload_sha256\":"
+    });
+    push_json_str(out, &info.sha256);
+    out.extend_from_slice(b",\"payload_size_bytes\":");
+    out.extend_from_slice(decimal(info.size_bytes, &mut [0; 20]).as_bytes());
+    out.extend_from_slice(b",\"security_labels_json\":");
+    serde_json::to_writer(&mut *out, &env.security_labels)?;
+    out.extend_from_slice(b",\"mission_metadata_json\":");
+    serde_json::to_writer(&mut *out, &env.mission_metadata)?;
+    out.extend_from_slice(b",\"metadata_json\":");
+    serde_json::to_writer(&mut *out, &env.metadata)?;
+    out.extend_from_slice(b",\"received_at\":");
+    push_json_str(out, &env.metadata.received_at);
+    out.extend_from_slice(b",\"custody_json\":");
+    serde_json::to_writer(&mut *out, &env.custody)?;
+    out.push(b'}');
+    Ok(())
+}
+
+/// `n` in decimal, written into `buf` (the formatter's machinery cost more than the digits).
+pub(super) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[at..]).expect("decimal digits are ASCII")
+}
+
+/// `s` as a JSON string, escaped as serde_json escapes it (`"`, `\`, control characters);
+/// the runs between escapes, found eight bytes at a time ([`crate::text::scan`]), are copied
+/// whole.
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    use crate::text::scan::{byte_mask, find, less_mask};
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(s.len() + 2);
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut run = 0;
+    let mut unicode = *b"\\u0000";
+    let word_has = |w| (less_mask(w, 0x20) | byte_mask(w, b'"') | byte_mask(w, b'\\')) != 0;
+    while let Some(at) = find(bytes, run, word_has, |b| {
+        b < 0x20 || b == b'"' || b == b'\\'
+    }) {
+        let b = bytes[at];
+        let short: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            _ => {
+                unicode[4] = HEX[usize::from(b >> 4)];
+                unicode[5] = HEX[usize::from(b & 15)];
+                &unicode
+            }
+        };
+        out.extend_from_slice(&bytes[run..at]);
+        out.extend_from_slice(short);
+        run = at + 1;
+    }
+    out.extend_from_slice(&bytes[run..]);
+    out.push(b'"');
 }
