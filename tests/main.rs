@@ -64,6 +64,7 @@ mod dashboard;
 mod durability;
 mod fanout_routing;
 mod governance;
+mod h51wfix;
 mod hostile_http;
 mod hostile_mysql;
 mod hostile_nats;

@@ -39,6 +39,7 @@ pub use super::params::{ConnectParams, TlsMode};
 pub use super::transport::tls_client_config;
 use super::transport::{start_tls, DeadlineTcp, Stream};
 use crate::text::peer::PeerText;
+use crate::text::secrets::Secrets;
 
 /// Most rows one statement may return (the sink reads at most a batch: 10,000 rows).
 pub const MAX_ROWS_PER_STATEMENT: usize = 100_000;
@@ -69,6 +70,9 @@ pub struct Connection {
     io_timeout: Duration,
     /// AuthenticationOk was received: before it, nothing but authentication is accepted.
     pub(super) authenticated: bool,
+    /// The password's forms, hidden from what the server says during startup
+    /// (`auth::handshake_secrets`); empty (and the forms wiped) once startup ends.
+    hidden: Secrets,
 }
 
 impl Connection {
@@ -89,10 +93,12 @@ impl Connection {
             backend_pid: 0,
             io_timeout: p.io_timeout,
             authenticated: false,
+            hidden: super::auth::handshake_secrets(password, Some(&p.user)),
         };
         let res = conn.startup(p, password);
+        let hidden = std::mem::take(&mut conn.hidden);
         // Invariant: a connection that failed startup is never written again (no Terminate).
-        res.map_err(|e| conn.fail(e))?;
+        res.map_err(|e| conn.fail(e).hidden(&hidden))?;
         Ok(conn)
     }
 
@@ -284,7 +290,7 @@ impl Connection {
             self.io
                 .read_exact(&mut body)
                 .map_err(|e| io_err("read", e))?;
-            match BackendMessage::parse(head[0], &body)? {
+            match BackendMessage::parse_hiding(head[0], &body, &self.hidden)? {
                 BackendMessage::NoticeResponse(n) => {
                     log::debug!(
                         "relational sink: server notice {}",
