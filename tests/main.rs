@@ -1,6 +1,7 @@
 //! The integration tests: one test binary (`cargo test --test main`), one module per area, one
 //! [`support`] module they share. One binary links the library once, where a binary per file
-//! linked it about forty times.
+//! linked it about forty times. The one other test binary, `tests/wipe_probe.rs`, has its own
+//! global allocator (secrets freed without a wipe).
 //!
 //! Areas and their modules:
 //! - the runner against a real broker: `runner`, `ack_confirmation`, `durability`, `clean_stop`,
