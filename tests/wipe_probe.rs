@@ -60,6 +60,14 @@ fn count(counter: &'static std::thread::LocalKey<Cell<usize>>) {
     let _ = counter.try_with(|c| c.set(c.get() + 1));
 }
 
+/// Zeroes `n` bytes at `p`, a block about to be freed. `black_box` keeps the stores: without
+/// it an optimized build drops them as dead before `free` (the very thing the product's
+/// `wipe` guards against), and a block handed out again shows its earlier owner's bytes.
+unsafe fn zero(p: *mut u8, n: usize) {
+    std::ptr::write_bytes(p, 0, n);
+    std::hint::black_box(p);
+}
+
 unsafe impl GlobalAlloc for Probe {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         System.alloc(l)
@@ -73,7 +81,7 @@ unsafe impl GlobalAlloc for Probe {
         }
         // Every block is zeroed as it is freed (armed or not): a block handed out again
         // cannot carry stale bytes of an earlier owner into a later count.
-        std::ptr::write_bytes(p, 0, l.size());
+        zero(p, l.size());
         System.dealloc(p, l)
     }
     /// Always moves (new block, copy, old block zeroed and freed), so no stale copy is ever
@@ -87,7 +95,7 @@ unsafe impl GlobalAlloc for Probe {
             if had {
                 count(&MOVES);
             }
-            std::ptr::write_bytes(p, 0, l.size());
+            zero(p, l.size());
             System.dealloc(p, l);
         }
         q
