@@ -77,8 +77,19 @@ pub struct Connection {
 
 impl Connection {
     /// Opens a session: TCP, optional TLS, startup, authentication, until ReadyForQuery, all
-    /// before one deadline (`connect_timeout`).
+    /// before one deadline (`connect_timeout`). No error it returns quotes the password (or
+    /// its encoded forms), whatever the server says, a TLS certificate's names included.
     pub fn connect(p: &ConnectParams, password: Option<&[u8]>) -> Result<Connection, DbError> {
+        let hidden = super::auth::handshake_secrets(password, Some(&p.user));
+        let res = Connection::open(p, password, &hidden);
+        res.map_err(|e| e.hidden(&hidden))
+    }
+
+    fn open(
+        p: &ConnectParams,
+        password: Option<&[u8]>,
+        hidden: &Secrets,
+    ) -> Result<Connection, DbError> {
         let deadline = Instant::now() + p.connect_timeout;
         let tcp = DeadlineTcp::connect(&p.host, p.port, deadline)?;
         let stream = match p.tls {
@@ -93,12 +104,13 @@ impl Connection {
             backend_pid: 0,
             io_timeout: p.io_timeout,
             authenticated: false,
-            hidden: super::auth::handshake_secrets(password, Some(&p.user)),
+            hidden: hidden.clone(),
         };
         let res = conn.startup(p, password);
-        let hidden = std::mem::take(&mut conn.hidden);
+        // The forms are wiped as they drop.
+        conn.hidden = Secrets::new();
         // Invariant: a connection that failed startup is never written again (no Terminate).
-        res.map_err(|e| conn.fail(e).hidden(&hidden))?;
+        res.map_err(|e| conn.fail(e))?;
         Ok(conn)
     }
 
