@@ -25,6 +25,8 @@ cargo check --manifest-path fuzz/Cargo.toml --bins --quiet
 echo "== supply chain: advisories, licences, bans, sources (deny.toml)"
 bash scripts/audit.sh
 echo "== cargo test"
+# Every target: the unit tests, tests/main.rs and tests/wipe_probe.rs (the allocator probe of
+# docs/security.md "Secrets in memory", its own binary for its global allocator).
 cargo test --all-targets --no-fail-fast -- --test-threads="${SVC_TEST_THREADS:-4}"
 echo "== the carried nats client's own unit tests"
 cargo test -p nats --lib --quiet

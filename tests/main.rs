@@ -1,6 +1,7 @@
 //! The integration tests: one test binary (`cargo test --test main`), one module per area, one
 //! [`support`] module they share. One binary links the library once, where a binary per file
-//! linked it about forty times.
+//! linked it about forty times. The one other test binary, `tests/wipe_probe.rs`, has its own
+//! global allocator (secrets freed without a wipe).
 //!
 //! Areas and their modules:
 //! - the runner against a real broker: `runner`, `ack_confirmation`, `durability`, `clean_stop`,
@@ -49,6 +50,7 @@ mod atk46f;
 mod atk47e;
 mod atk50a;
 mod atk50b;
+mod atk51a;
 mod atk51b;
 mod atk51c;
 mod atk51c_fixed;
@@ -66,6 +68,7 @@ mod dashboard;
 mod durability;
 mod fanout_routing;
 mod governance;
+mod h51wfix;
 mod hostile_http;
 mod hostile_mysql;
 mod hostile_nats;

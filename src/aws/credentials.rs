@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use super::{parse_ini, Env};
 use crate::text::peer::PeerText;
 use crate::text::secret_bytes::{wipe_string, SecretString};
+use crate::text::secrets::{is_secret_name, REDACTED};
 
 /// The credentials a request is signed with. `Debug` never shows the key id, the secret or
 /// the token.
@@ -261,8 +262,10 @@ pub fn files_shown(env: &dyn Env) -> String {
     )
 }
 
-/// One profile's settings, merged from both files.
-#[derive(Debug, Clone, Default)]
+/// One profile's settings, merged from both files. `Debug` shows a value only when its key
+/// is not a secret's name (`text::secrets::is_secret_name`: `aws_secret_access_key`,
+/// `aws_session_token`, `aws_access_key_id`, `credential_process` print `<redacted>`).
+#[derive(Clone, Default)]
 pub struct ProfileSettings {
     /// Key -> value; the credentials file's keys win.
     pub keys: BTreeMap<String, String>,
@@ -270,6 +273,24 @@ pub struct ProfileSettings {
     pub origin: BTreeMap<String, PathBuf>,
     /// True when the key came from the credentials file.
     pub from_credentials_file: BTreeMap<String, bool>,
+}
+
+impl fmt::Debug for ProfileSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let keys: BTreeMap<&str, &str> = self
+            .keys
+            .iter()
+            .map(|(k, v)| {
+                let shown = if is_secret_name(k) { REDACTED } else { v };
+                (k.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("ProfileSettings")
+            .field("keys", &keys)
+            .field("origin", &self.origin)
+            .field("from_credentials_file", &self.from_credentials_file)
+            .finish()
+    }
 }
 
 impl ProfileSettings {

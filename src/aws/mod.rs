@@ -136,8 +136,9 @@ pub fn checked_url(name: &str, text: &str, rule: UrlRule) -> Result<url::Url, St
 /// Sections of an INI file (the dialect of the AWS, and OCI, shared config files): section
 /// name -> key -> value. Section names are trimmed with inner runs of blanks collapsed
 /// (`[profile   x]` is `profile x`), keys lower-cased, values trimmed; `#` and `;` start
-/// comment lines; a repeated section merges into the first (later keys win); lines before
-/// the first section and lines without `=` are ignored.
+/// comment lines; a repeated section merges into the first (later keys win; the value a
+/// later one replaces is wiped); lines before the first section and lines without `=` are
+/// ignored. The values are the caller's to wipe (AWS and OCI keys are secrets).
 pub fn parse_ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
     let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
     let mut current: Option<String> = None;
@@ -153,9 +154,14 @@ pub fn parse_ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
             continue;
         }
         if let (Some(section), Some((k, v))) = (&current, line.split_once('=')) {
-            out.entry(section.clone())
+            let replaced = out
+                .entry(section.clone())
                 .or_default()
                 .insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+            // A key set twice: the first value may be a secret key, wiped as it is replaced.
+            if let Some(mut old) = replaced {
+                crate::text::secret_bytes::wipe_string(&mut old);
+            }
         }
     }
     out

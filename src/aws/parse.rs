@@ -9,13 +9,16 @@
 //! control character, a space or a non-ASCII byte is refused (header injection), and lengths
 //! are bounded.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
+use serde_json::value::RawValue;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::credentials::Credentials;
 use crate::text::peer::PeerText;
+use crate::text::secret_bytes::SecretString;
 
 /// Longest access key id accepted (AWS documents 16 to 128).
 pub const MAX_KEY_ID_CHARS: usize = 128;
@@ -41,17 +44,19 @@ impl fmt::Debug for Issued {
     }
 }
 
-/// Checks and assembles the three values; `what` names the answer in errors.
+/// Checks and assembles the three values; `what` names the answer in errors. The secret and
+/// the token arrive in wiping owners and move into the [`Credentials`] (which wipe on drop)
+/// only once every check passed: a refused answer wipes them as it returns.
 fn issued(
     what: &str,
     id: Option<String>,
-    secret: Option<String>,
-    token: Option<String>,
+    secret: Option<SecretString>,
+    token: Option<SecretString>,
     token_required: bool,
     expiration: Option<&str>,
 ) -> Result<Issued, String> {
     let id = id.ok_or_else(|| format!("{what}: no access key id"))?;
-    let secret = secret.ok_or_else(|| format!("{what}: no secret access key"))?;
+    let mut secret = secret.ok_or_else(|| format!("{what}: no secret access key"))?;
     if id.is_empty()
         || id.len() > MAX_KEY_ID_CHARS
         || !id.bytes().all(|b| b.is_ascii_alphanumeric())
@@ -60,9 +65,10 @@ fn issued(
             "{what}: the access key id is not 1 to {MAX_KEY_ID_CHARS} letters and digits"
         ));
     }
-    check_secret(what, "secret access key", &secret)?;
+    check_secret(what, "secret access key", secret.expose())?;
+    let mut token = token;
     if let Some(t) = &token {
-        check_secret(what, "session token", t)?;
+        check_secret(what, "session token", t.expose())?;
     } else if token_required {
         return Err(format!("{what}: no session token"));
     }
@@ -75,11 +81,12 @@ fn issued(
         })?),
         None => None,
     };
+    // Moved out, not copied: the owners are left empty.
     Ok(Issued {
         credentials: Credentials {
             access_key_id: id,
-            secret_access_key: secret,
-            session_token: token,
+            secret_access_key: std::mem::take(secret.expose_mut()),
+            session_token: token.as_mut().map(|t| std::mem::take(t.expose_mut())),
         },
         expiration,
     })
@@ -106,12 +113,15 @@ fn xml_element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// Decodes the five predefined XML entities and numeric character references; `None` on
-/// anything else (CDATA, an unknown entity), which no STS answer contains.
-fn xml_text(raw: &str) -> Option<String> {
+/// anything else (CDATA, an unknown entity), which no STS answer contains. The text is
+/// decoded and trimmed in one wiping owner reserved at the raw length (decoding never
+/// lengthens it), so a secret field leaves no copy behind.
+fn xml_text(raw: &str) -> Option<SecretString> {
     if raw.contains('<') {
         return None;
     }
-    let mut out = String::with_capacity(raw.len());
+    let mut text = SecretString::with_capacity(raw.len());
+    let out = text.expose_mut();
     let mut rest = raw;
     while let Some(amp) = rest.find('&') {
         out.push_str(&rest[..amp]);
@@ -137,7 +147,12 @@ fn xml_text(raw: &str) -> Option<String> {
         rest = &after[semi + 1..];
     }
     out.push_str(rest);
-    Some(out.trim().to_string())
+    // Trimmed in place: the bytes stay in the same allocation, wiped with it.
+    let end = out.trim_end().len();
+    out.truncate(end);
+    let start = out.len() - out.trim_start().len();
+    out.drain(..start);
+    Some(text)
 }
 
 /// The credentials of an STS `<action>Response` (`AssumeRole`,
@@ -154,7 +169,7 @@ pub fn parse_sts_credentials(action: &str, body: &[u8]) -> Result<Issued, String
         .ok_or_else(|| format!("{what}: no {action}Result element"))?;
     let creds = xml_element(result, "Credentials")
         .ok_or_else(|| format!("{what}: no Credentials element"))?;
-    let field = |name: &str| -> Result<Option<String>, String> {
+    let field = |name: &str| -> Result<Option<SecretString>, String> {
         match xml_element(creds, name) {
             None => Ok(None),
             Some(raw) => xml_text(raw)
@@ -163,13 +178,14 @@ pub fn parse_sts_credentials(action: &str, body: &[u8]) -> Result<Issued, String
         }
     };
     let expiration = field("Expiration")?.ok_or_else(|| format!("{what}: no Expiration"))?;
+    let id = field("AccessKeyId")?.map(|s| s.expose().to_string());
     issued(
         &what,
-        field("AccessKeyId")?,
+        id,
         field("SecretAccessKey")?,
         field("SessionToken")?,
         true,
-        Some(&expiration),
+        Some(expiration.expose()),
     )
 }
 
@@ -179,34 +195,101 @@ pub fn parse_sts_error(body: &[u8]) -> String {
     let xml = String::from_utf8_lossy(body);
     let get = |n: &str| xml_element(&xml, n).and_then(xml_text);
     match (get("Code"), get("Message")) {
-        (Some(c), Some(m)) => format!("{}: {}", PeerText::new(&c), PeerText::new(&m)),
-        (Some(c), None) => PeerText::new(&c).to_string(),
+        (Some(c), Some(m)) => format!(
+            "{}: {}",
+            PeerText::new(c.expose()),
+            PeerText::new(m.expose())
+        ),
+        (Some(c), None) => PeerText::new(c.expose()).to_string(),
         _ => crate::text::peer::peer_bytes(body),
     }
 }
 
-fn json_object(
-    what: &str,
-    body: &[u8],
-) -> Result<serde_json::Map<String, serde_json::Value>, String> {
-    match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(serde_json::Value::Object(m)) => Ok(m),
-        Ok(_) => Err(format!("{what}: not a JSON object")),
-        Err(e) => Err(format!("{what}: not JSON: {e}")),
+/// The members of a JSON object, each the raw JSON text of its value borrowed from `body`:
+/// nothing is decoded yet, so no value passes through serde_json's scratch buffer (which
+/// holds every string with an escape and is freed unwiped). Later duplicates win.
+type JsonFields<'a> = BTreeMap<String, &'a RawValue>;
+
+fn json_object<'a>(what: &str, body: &'a [u8]) -> Result<JsonFields<'a>, String> {
+    serde_json::from_slice::<JsonFields<'a>>(body).map_err(|e| {
+        if e.classify() == serde_json::error::Category::Data {
+            // Valid JSON of another type; serde's text would quote the value.
+            format!("{what}: not a JSON object")
+        } else {
+            format!("{what}: not JSON: {e}")
+        }
+    })
+}
+
+/// A string field that is not secret; an error when present with another type.
+fn json_str(what: &str, m: &JsonFields<'_>, name: &str) -> Result<Option<String>, String> {
+    match m.get(name) {
+        None => Ok(None),
+        Some(raw) => serde_json::from_str::<Option<String>>(raw.get())
+            .map_err(|_| format!("{what}: {name} is not a string")),
     }
 }
 
-/// A string field; an error when present with another type.
-fn json_str(
-    what: &str,
-    m: &serde_json::Map<String, serde_json::Value>,
-    name: &str,
-) -> Result<Option<String>, String> {
+/// A secret string field, decoded straight into a wiping owner ([`json_string_secret`]).
+fn json_secret(what: &str, m: &JsonFields<'_>, name: &str) -> Result<Option<SecretString>, String> {
     match m.get(name) {
-        None | Some(serde_json::Value::Null) => Ok(None),
-        Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(format!("{what}: {name} is not a string")),
+        None => Ok(None),
+        Some(raw) => {
+            json_string_secret(raw.get()).ok_or_else(|| format!("{what}: {name} is not a string"))
+        }
     }
+}
+
+/// The raw JSON text of a string (or `null`: `Some(None)`) decoded into a [`SecretString`]
+/// reserved at the raw length, which decoding never exceeds (every escape is at least as
+/// long as what it stands for). `None` for another type or a broken escape (the owner is
+/// wiped as it drops).
+fn json_string_secret(raw: &str) -> Option<Option<SecretString>> {
+    if raw == "null" {
+        return Some(None);
+    }
+    let body = raw.strip_prefix('"')?.strip_suffix('"')?;
+    let mut text = SecretString::with_capacity(body.len());
+    let out = text.expose_mut();
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        out.push(match chars.next()? {
+            '"' => '"',
+            '\\' => '\\',
+            '/' => '/',
+            'b' => '\u{8}',
+            'f' => '\u{c}',
+            'n' => '\n',
+            'r' => '\r',
+            't' => '\t',
+            'u' => unicode_escape(&mut chars)?,
+            _ => return None,
+        });
+    }
+    Some(Some(text))
+}
+
+/// The character of a `\uXXXX` escape (after the `u`), a surrogate pair included.
+fn unicode_escape(chars: &mut std::str::Chars<'_>) -> Option<char> {
+    let hex4 = |chars: &mut std::str::Chars<'_>| -> Option<u32> {
+        (0..4).try_fold(0u32, |v, _| Some(v * 16 + chars.next()?.to_digit(16)?))
+    };
+    let hi = hex4(chars)?;
+    if !(0xD800..0xDC00).contains(&hi) {
+        return char::from_u32(hi);
+    }
+    if chars.next()? != '\\' || chars.next()? != 'u' {
+        return None;
+    }
+    let lo = hex4(chars)?;
+    if !(0xDC00..0xE000).contains(&lo) {
+        return None;
+    }
+    char::from_u32(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00))
 }
 
 /// The credentials JSON of the EC2 instance metadata service
@@ -232,8 +315,8 @@ pub fn parse_metadata_credentials(body: &[u8]) -> Result<Issued, String> {
     issued(
         what,
         json_str(what, &m, "AccessKeyId")?,
-        json_str(what, &m, "SecretAccessKey")?,
-        json_str(what, &m, "Token")?,
+        json_secret(what, &m, "SecretAccessKey")?,
+        json_secret(what, &m, "Token")?,
         true,
         Some(&expiration),
     )
@@ -245,8 +328,11 @@ pub fn parse_metadata_credentials(body: &[u8]) -> Result<Issued, String> {
 pub fn parse_process_credentials(body: &[u8]) -> Result<Issued, String> {
     let what = "credential_process output";
     let m = json_object(what, body)?;
-    match m.get("Version") {
-        Some(v) if v.as_u64() == Some(1) => {}
+    let version = m
+        .get("Version")
+        .map(|raw| serde_json::from_str::<serde_json::Value>(raw.get()).ok());
+    match version {
+        Some(Some(v)) if v.as_u64() == Some(1) => {}
         Some(_) => return Err(format!("{what}: Version is not 1")),
         None => return Err(format!("{what}: no Version (must be 1)")),
     }
@@ -254,8 +340,8 @@ pub fn parse_process_credentials(body: &[u8]) -> Result<Issued, String> {
     issued(
         what,
         json_str(what, &m, "AccessKeyId")?,
-        json_str(what, &m, "SecretAccessKey")?,
-        json_str(what, &m, "SessionToken")?,
+        json_secret(what, &m, "SecretAccessKey")?,
+        json_secret(what, &m, "SessionToken")?,
         false,
         expiration.as_deref(),
     )
@@ -332,6 +418,47 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("letters and digits"), "{e}");
+    }
+
+    /// Secret fields are decoded by this module (straight into wiping owners): escapes as
+    /// any JSON encoder writes them decode as serde_json would; other types, broken escapes
+    /// and a top-level value that is not an object are refused without quoting anything.
+    #[test]
+    fn escaped_secrets_are_decoded_and_refusals_quote_nothing() {
+        let i = parse_process_credentials(
+            br#"{"Version":1,"AccessKeyId":"AKID","SecretAccessKey":"wJal\/K7\u004dX\"\\",
+                "SessionToken":"t\/\u0041","SessionToken":"t\/\u0042"}"#,
+        )
+        .unwrap();
+        assert_eq!(i.credentials.secret_access_key, "wJal/K7MX\"\\");
+        // A repeated member: the last one wins, as serde_json's maps do.
+        assert_eq!(i.credentials.session_token.as_deref(), Some("t/B"));
+        let body = |secret: &str| {
+            format!(r#"{{"Version":1,"AccessKeyId":"AKID","SecretAccessKey":{secret}}}"#)
+        };
+        for (secret, error) in [
+            (r#""a\ud83d\ude00""#, "visible ASCII"),
+            ("7", "SecretAccessKey is not a string"),
+            ("null", "no secret access key"),
+            (r#""a\ud83dxyz""#, "not"),
+        ] {
+            let e = parse_process_credentials(body(secret).as_bytes()).unwrap_err();
+            assert!(e.contains(error), "{secret}: {e}");
+        }
+        assert_eq!(
+            json_string_secret(r#""a\ud83d\ude00b""#)
+                .unwrap()
+                .unwrap()
+                .expose(),
+            "a\u{1f600}b"
+        );
+        assert!(json_string_secret(r#""a\ud83db""#).is_none());
+        assert!(json_string_secret(r#""a\x""#).is_none());
+        let e = parse_process_credentials(br#""s3cr3t-top-level""#).unwrap_err();
+        assert!(
+            e.ends_with("not a JSON object") && !e.contains("s3cr3t"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -27,7 +27,7 @@ use ring::{digest, hmac};
 
 use super::credentials::Credentials;
 use crate::text::rfc3339::Rfc3339;
-use crate::text::secret_bytes::SecretBytes;
+use crate::text::secret_bytes::{wipe_string, SecretBytes, SecretString};
 
 /// The signing algorithm name.
 pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";
@@ -118,10 +118,27 @@ pub fn amz_date(t: time::OffsetDateTime) -> String {
         .collect()
 }
 
-/// Headers to add to the request, in the order they should be sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Headers to add to the request, in the order they should be sent. The values are wiped
+/// when it drops (`X-Amz-Security-Token` is the session token); `Debug` shows the names only.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Signed {
     pub headers: Vec<(String, String)>,
+}
+
+impl Drop for Signed {
+    fn drop(&mut self) {
+        for (_, v) in &mut self.headers {
+            wipe_string(v);
+        }
+    }
+}
+
+impl std::fmt::Debug for Signed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.headers.iter().map(|(n, _)| n))
+            .finish()
+    }
 }
 
 /// Collapses runs of spaces and trims, as the canonical header value requires. Borrows the
@@ -174,7 +191,19 @@ pub fn canonical_request(
         }
         signed.push_str(n);
     }
-    let mut canon = String::with_capacity(512);
+    // Reserved at its exact size: with a session token in it, a buffer that grew would
+    // leave partial copies of the token in freed memory.
+    let exact = req.method.len()
+        + req.path.len()
+        + req.query.len()
+        + headers
+            .iter()
+            .map(|(n, v)| n.len() + v.len() + 2)
+            .sum::<usize>()
+        + signed.len()
+        + req.payload_sha256.len()
+        + 5;
+    let mut canon = String::with_capacity(exact);
     canon.push_str(req.method);
     canon.push('\n');
     canon.push_str(req.path);
@@ -191,6 +220,13 @@ pub fn canonical_request(
     canon.push_str(&signed);
     canon.push('\n');
     canon.push_str(req.payload_sha256);
+    debug_assert_eq!(canon.len(), exact);
+    // A value made canonical is a copy (the session token's too, should it hold blanks).
+    for (_, v) in &mut headers {
+        if let Cow::Owned(v) = v {
+            wipe_string(v);
+        }
+    }
     (canon, signed)
 }
 
@@ -288,10 +324,13 @@ pub fn sign_with_key(
     debug_assert!(key.fits(scope), "signing key of another day or scope");
     let (canon, signed_headers) =
         canonical_request(req, scope.amz_date, creds.session_token.as_deref());
-    let sts = string_to_sign(scope, &canon);
+    // It holds the session token, if any: wiped when it drops.
+    let canon = SecretString::new(canon);
+    let sts = string_to_sign(scope, canon.expose());
     let sig = key.signature(&sts);
     let mut headers = vec![("X-Amz-Date".to_string(), scope.amz_date.to_string())];
     if let Some(t) = &creds.session_token {
+        // An exact copy, wiped with `Signed`.
         headers.push(("X-Amz-Security-Token".to_string(), t.clone()));
     }
     headers.push((
@@ -328,6 +367,35 @@ mod tests {
             .find(|(n, _)| n == "Authorization")
             .unwrap()
             .1
+    }
+
+    /// `Debug` of the signed headers shows their names, never the session token; the canonical
+    /// request is built at its exact size (no reallocation leaves a copy of the token behind).
+    #[test]
+    fn signed_headers_debug_shows_names_only() {
+        let token = "IQoJb3JpZ2luX2VjE/Nz+session-token";
+        let req = Request {
+            method: "PUT",
+            host: "h:9000",
+            path: "/b/k",
+            query: "a=1",
+            headers: &[("Content-Type", "  application/json  ")],
+            payload_sha256: UNSIGNED_PAYLOAD,
+        };
+        let scope = Scope {
+            region: "r",
+            service: "s3",
+            amz_date: "20261129T120000Z",
+        };
+        let signed = sign(&req, &scope, &creds(Some(token)));
+        let shown = format!("{signed:?}");
+        assert_eq!(
+            shown,
+            r#"["X-Amz-Date", "X-Amz-Security-Token", "Authorization"]"#
+        );
+        let (canon, _) = canonical_request(&req, scope.amz_date, Some(token));
+        assert_eq!(canon.capacity(), canon.len());
+        assert!(canon.contains("content-type:application/json\n"), "{canon}");
     }
 
     /// AWS's published example (IAM ListUsers, GET with a query string).

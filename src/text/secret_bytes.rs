@@ -223,6 +223,29 @@ pub fn env_secret(name: &str) -> Result<SecretString, EnvSecretError> {
     }
 }
 
+/// Reads the file at `path` into a [`SecretString`] with no other copy: the bytes go into one
+/// wiping buffer reserved at the file's size plus one (so `read_to_end` does not grow it,
+/// unless the file grows while it is read), then are checked as UTF-8 in place. Text that is
+/// not UTF-8 (a DER key named by mistake) is wiped before the `InvalidData` error returns,
+/// which `std::fs::read_to_string` does not do.
+pub fn read_secret_text(path: &std::path::Path) -> std::io::Result<SecretString> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut buf = SecretBytes::with_capacity(usize::try_from(len).unwrap_or(0).saturating_add(1));
+    f.read_to_end(buf.expose_mut())?;
+    match String::from_utf8(std::mem::take(buf.expose_mut())) {
+        Ok(text) => Ok(SecretString::new(text)),
+        Err(e) => {
+            wipe_vec(&mut e.into_bytes());
+            Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "stream did not contain valid UTF-8",
+            ))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +296,20 @@ mod tests {
             assert_eq!(shown.replace("Some(", "").replace(')', ""), REDACTED);
             assert!(!shown.contains("hunter2"));
         }
+    }
+
+    #[test]
+    fn read_secret_text_reads_utf8_and_refuses_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let (text, binary) = (dir.path().join("t"), dir.path().join("b"));
+        std::fs::write(&text, "-----BEGIN PRIVATE KEY-----\nabc\n").unwrap();
+        std::fs::write(&binary, [0x30, 0x82, 0xff, 0xfe]).unwrap();
+        let t = read_secret_text(&text).unwrap();
+        assert_eq!(t.expose(), "-----BEGIN PRIVATE KEY-----\nabc\n");
+        let e = read_secret_text(&binary).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        let e = read_secret_text(&dir.path().join("none")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
     }
 
     #[test]

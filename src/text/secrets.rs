@@ -16,9 +16,9 @@ use std::borrow::Cow;
 use base64::engine::general_purpose::{STANDARD as B64, URL_SAFE as B64_URL};
 use base64::Engine as _;
 
-use super::secret_bytes::wipe_string;
 /// What a hidden value prints as.
 pub use super::secret_bytes::REDACTED;
+use super::secret_bytes::{wipe_string, SecretBytes, SecretString};
 
 /// Parts of a header or field name that make its value secret, wherever they occur in the
 /// name, in any letter case: `X-Auth-Key`, `Ocp-Apim-Subscription-Key`, `X-Functions-Key`,
@@ -120,21 +120,23 @@ impl Secrets {
         s
     }
 
-    /// Hides `value` and its escaped forms.
+    /// Hides `value` and its escaped forms. Each form is built in one buffer reserved for its
+    /// largest size ([`build_form`]), so no form leaves a partial copy of the value behind, and a
+    /// form already held is wiped before it drops.
     pub fn add(&mut self, value: &str) {
         if value.chars().count() < MIN_CHARS {
             return;
         }
-        for form in [
-            value.to_string(),
-            json_escaped(value),
-            json_fully_escaped(value),
-            percent_encoded(value),
-            xml_escaped(value),
-            B64.encode(value),
-            B64_URL.encode(value),
+        for build in [
+            plain as fn(&str, &mut String),
+            json_escaped,
+            json_fully_escaped,
+            percent_encoded,
+            xml_escaped,
+            base64_standard,
+            base64_url,
         ] {
-            let mut form = form;
+            let mut form = build_form(value, build);
             form.make_ascii_lowercase();
             if self.forms.contains(&form) {
                 wipe_string(&mut form);
@@ -153,8 +155,10 @@ impl Secrets {
             self.add(credential);
             // Basic: a peer may quote back the decoded `user:password`, or the password.
             if scheme.eq_ignore_ascii_case("basic") {
-                let decoded = B64.decode(credential).ok();
-                if let Some(pair) = decoded.as_deref().and_then(|d| std::str::from_utf8(d).ok()) {
+                // The decoded pair is a secret too: wiped when it drops.
+                let decoded = B64.decode(credential).ok().map(SecretBytes::new);
+                let pair = decoded.as_ref().map(|d| std::str::from_utf8(d.expose()));
+                if let Some(Ok(pair)) = pair {
                     self.add(pair);
                     if let Some((_, password)) = pair.split_once(':') {
                         self.add(password);
@@ -190,8 +194,10 @@ impl Secrets {
         if self.forms.is_empty() {
             return Cow::Borrowed(text);
         }
-        // Lower-casing ASCII keeps every byte offset and char boundary of `text`.
-        let lower = text.to_ascii_lowercase();
+        // Lower-casing ASCII keeps every byte offset and char boundary of `text`. The copy
+        // holds whatever secret the peer echoed: wiped when it drops.
+        let lower_copy = SecretString::new(text.to_ascii_lowercase());
+        let lower = lower_copy.expose();
         let mut ranges: Vec<(usize, usize)> = Vec::new();
         for form in &self.forms {
             let mut from = 0;
@@ -235,55 +241,95 @@ pub fn scrub(text: &str, secrets: &[&str]) -> String {
         .into_owned()
 }
 
+/// The most bytes one byte of a value becomes in any form: a control character as JSON
+/// `\u00XX`, `"` as XML `&quot;` (6 each); percent-encoding triples, base64 grows by 4/3.
+const MAX_GROWTH: usize = 6;
+
+/// One escaped form of a secret: `build` writes it into a buffer reserved for the largest
+/// form any value of that length can have ([`MAX_GROWTH`] times its bytes), so it never
+/// reallocates (a reallocation would leave the part written so far in freed memory,
+/// unwiped); the form is then copied into an allocation of its exact size and the buffer
+/// wiped.
+fn build_form(value: &str, build: fn(&str, &mut String)) -> String {
+    let mut buf = String::with_capacity(value.len() * MAX_GROWTH + 4);
+    let room = buf.capacity();
+    build(value, &mut buf);
+    debug_assert_eq!(buf.capacity(), room, "a form outgrew its reservation");
+    let mut exact = String::with_capacity(buf.len());
+    exact.push_str(&buf);
+    wipe_string(&mut buf);
+    exact
+}
+
+fn plain(value: &str, out: &mut String) {
+    out.push_str(value);
+}
+
+fn base64_standard(value: &str, out: &mut String) {
+    B64.encode_string(value, out);
+}
+
+fn base64_url(value: &str, out: &mut String) {
+    B64_URL.encode_string(value, out);
+}
+
+/// `\uXXXX` of one UTF-16 unit, written in place.
+fn push_unit_escape(out: &mut String, unit: u16) {
+    use std::fmt::Write as _;
+    // Writing to a String cannot fail.
+    let _ = write!(out, "\\u{unit:04x}");
+}
+
 /// The value as a JSON string body, with `/` escaped as `\/` (as PHP and some Java encoders
 /// write it).
-fn json_escaped(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 8);
+fn json_escaped(value: &str, out: &mut String) {
     for c in value.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             '/' => out.push_str("\\/"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if (c as u32) < 0x20 => push_unit_escape(out, c as u16),
             c => out.push(c),
         }
     }
-    out
 }
 
 /// Every character as a JSON `\uXXXX` escape (UTF-16 units): what a peer that escapes all
 /// non-alphanumerics, or everything, would echo.
-fn json_fully_escaped(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() * 6);
+fn json_fully_escaped(value: &str, out: &mut String) {
     let mut units = [0u16; 2];
     for c in value.chars() {
         for u in c.encode_utf16(&mut units) {
-            out.push_str(&format!("\\u{:04x}", u));
+            push_unit_escape(out, *u);
         }
     }
-    out
 }
 
 /// RFC 3986 percent-encoding of everything but the unreserved characters.
-fn percent_encoded(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 8);
+fn percent_encoded(value: &str, out: &mut String) {
+    use std::fmt::Write as _;
     for b in value.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
             out.push(b as char);
         } else {
-            out.push_str(&format!("%{b:02x}"));
+            // Writing to a String cannot fail.
+            let _ = write!(out, "%{b:02x}");
         }
     }
-    out
 }
 
-fn xml_escaped(value: &str) -> String {
-    value
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&apos;")
+/// The five predefined XML entities, in one pass.
+fn xml_escaped(value: &str, out: &mut String) {
+    for c in value.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
 }
 
 #[cfg(test)]

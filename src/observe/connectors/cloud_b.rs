@@ -153,7 +153,7 @@ pub fn signed_headers(
     now: time::OffsetDateTime,
 ) -> Vec<Header> {
     let amz_date = sigv4::amz_date(now);
-    let signed = sigv4::sign(
+    let mut signed = sigv4::sign(
         &sigv4::Request {
             method: "POST",
             host,
@@ -173,11 +173,12 @@ pub fn signed_headers(
         Header::plain("Host", host),
         Header::plain("Content-Type", CONTENT_TYPE),
     ];
-    for (name, value) in signed.headers {
+    for (name, value) in signed.headers.iter_mut() {
         if name == "X-Amz-Date" {
-            headers.push(Header::plain(&name, &value));
+            headers.push(Header::plain(name, value));
         } else {
-            headers.push(Header::secret(&name, Secret::new(value)));
+            // Moved, not copied: `Signed` wipes what is left (nothing) as it drops.
+            headers.push(Header::secret(name, Secret::new(std::mem::take(value))));
         }
     }
     headers

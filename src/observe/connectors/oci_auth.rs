@@ -29,7 +29,7 @@ pub use super::oci_identity::{jwt_expiry, Identity};
 use super::oci_signature::{load_private_key, Signer};
 use crate::aws::{parse_ini, Env};
 use crate::observe::policy::cloud_a::{AuthMode, CloudA};
-use crate::text::secret_bytes::SecretString;
+use crate::text::secret_bytes::{read_secret_text, SecretString};
 
 /// The identity could not be established.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,12 +129,12 @@ pub fn config_file(path: &Path, profile: &str, env: &dyn Env) -> Result<Identity
     }
     let key_path = resolve_key_path(key_file, path, env);
     // Wiped when it drops (`crate::text::secret_bytes`), once the key pair is built.
-    let pem = SecretString::new(std::fs::read_to_string(&key_path).map_err(|e| {
+    let pem = read_secret_text(&key_path).map_err(|e| {
         AuthError(format!(
             "cannot read key_file {} ({where_}): {e}",
             key_path.display()
         ))
-    })?);
+    })?;
     let key = load_private_key(pem.expose()).map_err(|e| {
         let hint = if section.contains_key("pass_phrase") {
             " (pass_phrase is set, but encrypted keys are not supported)"
@@ -167,12 +167,10 @@ fn resolve_key_path(key_file: &str, config: &Path, env: &dyn Env) -> PathBuf {
 fn value_or_file(env: &dyn Env, var: &str) -> Result<Option<String>, AuthError> {
     match env.var(var) {
         None => Ok(None),
-        Some(v) if v.starts_with('/') => std::fs::read_to_string(&v)
-            .map(|t| {
-                // The file holds a token or a private key: the untrimmed text is wiped.
-                let t = SecretString::new(t);
-                Some(t.expose().trim().to_string())
-            })
+        Some(v) if v.starts_with('/') => read_secret_text(Path::new(&v))
+            // The file holds a token or a private key: the untrimmed text is wiped (and text
+            // that is not UTF-8 too, before the error returns).
+            .map(|t| Some(t.expose().trim().to_string()))
             .map_err(|e| AuthError(format!("cannot read the file named by {var}: {e}"))),
         Some(v) => Ok(Some(v)),
     }

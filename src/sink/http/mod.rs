@@ -184,15 +184,18 @@ impl HttpSink {
             }
         }
         // A header the HTTP library refuses would fail every request, transiently, forever:
-        // refuse it at start instead (naming the header, never its value).
-        let static_headers = cfg.headers.iter().map(|(k, v)| (k, v, "headers"));
-        let env_headers = secret_headers
+        // refuse it at start instead (naming the header, never its value). A `headers_env`
+        // value is not handed to the library here (its `HeaderValue` is a copy it would free
+        // unwiped): the check above already refused every byte the library refuses (controls
+        // but tab, and DEL).
+        let static_headers = cfg
+            .headers
             .iter()
-            .map(|(k, v)| (k, v.expose(), "headers_env"));
-        let static_headers = static_headers.map(|(k, v, f)| (k, v.as_str(), f));
+            .map(|(k, v)| (k, Some(v.as_str()), "headers"));
+        let env_headers = secret_headers.iter().map(|(k, _)| (k, None, "headers_env"));
         for (name, value, field) in static_headers.chain(env_headers) {
             if ureq::http::HeaderName::from_bytes(name.as_bytes()).is_err()
-                || ureq::http::HeaderValue::from_str(value).is_err()
+                || value.is_some_and(|v| ureq::http::HeaderValue::from_str(v).is_err())
             {
                 return Err(err(format!(
                     "{field}.{name}: not a valid HTTP header name and value"

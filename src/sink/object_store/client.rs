@@ -19,7 +19,7 @@
 
 use std::fmt;
 use std::io::Read;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use ureq::http::{Method, Request};
@@ -150,9 +150,9 @@ pub struct S3Client {
     /// The credentials, kept fresh by the provider (temporary ones are refreshed ahead of
     /// expiry on the provider's thread; reading them here never waits for a source).
     creds: Provider,
-    /// The SigV4 signing key of the current day, with the credentials it was derived from (a
-    /// refresh changes them: the key is derived again).
-    signing_key: Mutex<Option<(Arc<Credentials>, Arc<sigv4::SigningKey>)>>,
+    /// The SigV4 signing key of the current day, with the credentials it was derived from,
+    /// held weakly (a refresh changes them: the key is derived again; the replaced ones drop).
+    signing_key: Mutex<Option<(Weak<Credentials>, Arc<sigv4::SigningKey>)>>,
 }
 
 impl fmt::Debug for S3Client {
@@ -260,7 +260,11 @@ impl S3Client {
     }
 
     /// The signing key of `scope`'s day for `creds`: derived on the first request of each
-    /// day and after each credential refresh, then kept.
+    /// day and after each credential refresh, then kept. The credentials it was derived
+    /// from are held weakly: once the provider replaces them (refresh) and no request holds
+    /// them, they drop and are wiped, even if no request comes to derive the next key (a
+    /// strong reference kept the first credentials, replaced or not, until the next request).
+    /// A `Weak` keeps the allocation, so its address cannot be reused by later credentials.
     fn signing_key(
         &self,
         creds: &Arc<Credentials>,
@@ -268,10 +272,12 @@ impl S3Client {
     ) -> Arc<sigv4::SigningKey> {
         let mut kept = self.signing_key.lock().unwrap_or_else(|e| e.into_inner());
         match kept.as_ref() {
-            Some((c, k)) if Arc::ptr_eq(c, creds) && k.fits(scope) => k.clone(),
+            Some((c, k)) if std::ptr::eq(c.as_ptr(), Arc::as_ptr(creds)) && k.fits(scope) => {
+                k.clone()
+            }
             _ => {
                 let k = Arc::new(sigv4::SigningKey::derive(&creds.secret_access_key, scope));
-                *kept = Some((creds.clone(), k.clone()));
+                *kept = Some((Arc::downgrade(creds), k.clone()));
                 k
             }
         }
@@ -685,6 +691,50 @@ mod tests {
             e.to_string()
                 .starts_with("no valid credentials: credentials from "),
             "{e}"
+        );
+    }
+
+    /// The signing key's cache does not keep the credentials it was derived from: once the
+    /// provider replaces them and no request holds them, they drop (and wipe), although no
+    /// request came to derive the next key (atk51a's end-to-end figure: the first secret key
+    /// stayed in memory after nine refreshes). The key is still reused while they live.
+    #[test]
+    fn the_signing_key_cache_keeps_no_replaced_credentials() {
+        let c = client(
+            Endpoint {
+                https: false,
+                authority: "127.0.0.1:9".into(),
+                default: false,
+            },
+            "b",
+            AddressingStyle::Path,
+        );
+        let scope = sigv4::Scope {
+            region: "eu-west-1",
+            service: "s3",
+            amz_date: "20261129T120000Z",
+        };
+        let creds = Arc::new(Credentials {
+            access_key_id: "ASIAFIRST".into(),
+            secret_access_key: "first-secret-access-key".into(),
+            session_token: Some("first-token".into()),
+        });
+        let k1 = c.signing_key(&creds, &scope);
+        assert!(Arc::ptr_eq(&k1, &c.signing_key(&creds, &scope)), "reused");
+        let weak = Arc::downgrade(&creds);
+        drop(creds);
+        assert!(
+            weak.upgrade().is_none(),
+            "the cache keeps the replaced credentials"
+        );
+        let next = Arc::new(Credentials {
+            access_key_id: "ASIANEXT".into(),
+            secret_access_key: "next-secret-access-key".into(),
+            session_token: None,
+        });
+        assert!(
+            !Arc::ptr_eq(&k1, &c.signing_key(&next, &scope)),
+            "derived again"
         );
     }
 

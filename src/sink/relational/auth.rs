@@ -14,7 +14,8 @@ use base64::Engine as _;
 use ring::{digest, hmac, pbkdf2};
 use std::num::NonZeroU32;
 
-use crate::text::secret_bytes::{wipe, wipe_string, SecretBytes};
+use crate::text::secret_bytes::{wipe, SecretBytes, SecretString};
+use crate::text::secrets::Secrets;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -191,17 +192,43 @@ pub fn saslprep(password: &[u8]) -> std::borrow::Cow<'_, [u8]> {
 /// hash is what the server stores (it logs in as well as the password does): wiped here.
 pub fn md5_password(user: &str, password: &[u8], salt: &[u8; 4]) -> String {
     use md5::{Digest, Md5};
+    let inner_hex = md5_inner_hex(user, password);
+    let mut outer = Md5::new();
+    outer.update(inner_hex.expose().as_bytes());
+    outer.update(salt);
+    format!("md5{}", crate::text::hex::lower(&outer.finalize()))
+}
+
+/// md5hex(password + user), what a PostgreSQL server with MD5 passwords stores, in a wiping
+/// owner (the binary hash is wiped here).
+fn md5_inner_hex(user: &str, password: &[u8]) -> SecretString {
+    use md5::{Digest, Md5};
     let mut inner = Md5::new();
     inner.update(password);
     inner.update(user.as_bytes());
     let mut inner_hash = inner.finalize();
-    let mut inner_hex = crate::text::hex::lower(&inner_hash);
+    let hex = SecretString::new(crate::text::hex::lower(&inner_hash));
     wipe(&mut inner_hash);
-    let mut outer = Md5::new();
-    outer.update(inner_hex.as_bytes());
-    outer.update(salt);
-    wipe_string(&mut inner_hex);
-    format!("md5{}", crate::text::hex::lower(&outer.finalize()))
+    hex
+}
+
+/// What a server must not put into the client's errors during a handshake (PostgreSQL
+/// startup, MySQL connect): the password with its escaped and encoded forms
+/// (`text::secrets::Secrets`), and with `md5_user` md5hex(password + user), which logs in to
+/// a PostgreSQL server as the password does. Empty without a password, or with one that is
+/// not UTF-8 (no text can quote it as it is). Dropped, hence wiped, with the handshake.
+pub(crate) fn handshake_secrets(password: Option<&[u8]>, md5_user: Option<&str>) -> Secrets {
+    let mut hidden = Secrets::new();
+    let Some(password) = password else {
+        return hidden;
+    };
+    if let Ok(text) = std::str::from_utf8(password) {
+        hidden.add(text);
+    }
+    if let Some(user) = md5_user {
+        hidden.add(md5_inner_hex(user, password).expose());
+    }
+    hidden
 }
 
 /// The secrets one SCRAM proof is computed from, held where the caller can wipe them (and a

@@ -7,6 +7,7 @@
 //! violation is a [`DbError::Protocol`]; the connection treats it as fatal.
 
 use super::error::{DbError, ServerError};
+use crate::text::secrets::Secrets;
 
 /// Largest backend message accepted. The sink's replies are small (command tags, idempotency
 /// keys, a digest per duplicate row); a larger length prefix means a corrupt stream or a
@@ -98,6 +99,12 @@ impl BackendMessage {
 
     /// Parses the body of a message with type byte `tag`.
     pub fn parse(tag: u8, body: &[u8]) -> Result<BackendMessage, DbError> {
+        BackendMessage::parse_hiding(tag, body, &Secrets::new())
+    }
+
+    /// [`BackendMessage::parse`] with every value of `hidden` (the password, during startup)
+    /// replaced by `<redacted>` in what the server says: errors, notices, parameter values.
+    pub fn parse_hiding(tag: u8, body: &[u8], hidden: &Secrets) -> Result<BackendMessage, DbError> {
         let mut b = Body { b: body };
         let m = match tag {
             b'R' => BackendMessage::Authentication(parse_auth(&mut b)?),
@@ -106,15 +113,15 @@ impl BackendMessage {
                 secret: b.i32()?,
             },
             b'S' => BackendMessage::ParameterStatus {
-                name: b.cstr()?.to_string(),
-                value: b.cstr()?.to_string(),
+                name: hidden.scrub(b.cstr()?).into_owned(),
+                value: hidden.scrub(b.cstr()?).into_owned(),
             },
             b'Z' => match b.take(1)?[0] {
                 s @ (b'I' | b'T' | b'E') => BackendMessage::ReadyForQuery(s),
                 _ => return Err(violation("invalid transaction status in ReadyForQuery")),
             },
-            b'E' => BackendMessage::ErrorResponse(parse_error_fields(&mut b)?),
-            b'N' => BackendMessage::NoticeResponse(parse_error_fields(&mut b)?),
+            b'E' => BackendMessage::ErrorResponse(parse_error_fields(&mut b, hidden)?),
+            b'N' => BackendMessage::NoticeResponse(parse_error_fields(&mut b, hidden)?),
             b'A' => {
                 b.i32()?;
                 b.cstr()?;
@@ -261,7 +268,7 @@ fn parse_data_row(b: &mut Body<'_>) -> Result<Vec<Option<String>>, DbError> {
 
 /// Reads ErrorResponse / NoticeResponse fields. Only severity, SQLSTATE and message are kept:
 /// D (detail), H (hint), W (where) and the rest may quote row data.
-fn parse_error_fields(b: &mut Body<'_>) -> Result<ServerError, DbError> {
+fn parse_error_fields(b: &mut Body<'_>, hidden: &Secrets) -> Result<ServerError, DbError> {
     let (mut severity, mut severity_v, mut code, mut message) = ("", None, "", "");
     loop {
         let kind = b.take(1)?[0];
@@ -277,10 +284,11 @@ fn parse_error_fields(b: &mut Body<'_>) -> Result<ServerError, DbError> {
             _ => {}
         }
     }
-    Ok(ServerError::from_fields(
+    Ok(ServerError::hiding(
         severity_v.unwrap_or(severity),
         code,
         message,
+        hidden,
     ))
 }
 

@@ -9,6 +9,7 @@ use std::fmt;
 use std::io;
 
 use crate::text::peer::PeerText;
+use crate::text::secrets::Secrets;
 
 /// Characters of a server message kept (the display is bounded again by [`PeerText`]).
 const MAX_SERVER_MESSAGE_CHARS: usize = 512;
@@ -29,12 +30,24 @@ impl ServerError {
         self.severity == "FATAL" || self.severity == "PANIC"
     }
 
-    /// Builds the error from ErrorResponse/NoticeResponse fields, keeping only what is safe.
-    pub(crate) fn from_fields(severity: &str, code: &str, message: &str) -> ServerError {
+    /// Builds the error from ErrorResponse/NoticeResponse (or MySQL ERR) fields, keeping only
+    /// what is safe, with every value of `hidden` (the password, during the handshake;
+    /// `Secrets::new()` after it) replaced by `<redacted>` in each field before the message
+    /// is cut: a cut first could leave the start of the password behind.
+    pub(crate) fn hiding(
+        severity: &str,
+        code: &str,
+        message: &str,
+        hidden: &Secrets,
+    ) -> ServerError {
         ServerError {
-            severity: severity.to_string(),
-            code: code.to_string(),
-            message: message.chars().take(MAX_SERVER_MESSAGE_CHARS).collect(),
+            severity: hidden.scrub(severity).into_owned(),
+            code: hidden.scrub(code).into_owned(),
+            message: hidden
+                .scrub(message)
+                .chars()
+                .take(MAX_SERVER_MESSAGE_CHARS)
+                .collect(),
         }
     }
 }
@@ -53,6 +66,25 @@ pub enum DbError {
 }
 
 impl DbError {
+    /// The error with every value of `hidden` replaced by `<redacted>` in its text: what a
+    /// connect returns, so a server that quotes the password back (in an error, a mechanism
+    /// name, a version string) cannot put it into a log line.
+    pub(crate) fn hidden(self, hidden: &Secrets) -> DbError {
+        let hide = |t: String| match hidden.scrub(&t) {
+            std::borrow::Cow::Borrowed(_) => t,
+            std::borrow::Cow::Owned(o) => o,
+        };
+        match self {
+            DbError::Connection(m) => DbError::Connection(hide(m)),
+            DbError::Protocol(m) => DbError::Protocol(hide(m)),
+            DbError::Server(e) => DbError::Server(ServerError {
+                severity: hide(e.severity),
+                code: hide(e.code),
+                message: hide(e.message),
+            }),
+        }
+    }
+
     /// The SQLSTATE of a server error.
     pub fn code(&self) -> Option<&str> {
         match self {
@@ -159,17 +191,18 @@ mod tests {
 
     #[test]
     fn server_text_is_bounded_and_escaped() {
-        let e = ServerError::from_fields(
+        let e = ServerError::hiding(
             "FATAL",
             "28P01",
             &format!("bad\nFAKE LOG LINE {}", "x".repeat(100_000)),
+            &Secrets::new(),
         );
         assert_eq!(e.message.chars().count(), MAX_SERVER_MESSAGE_CHARS);
         let shown = DbError::Server(e).to_string();
         assert!(shown.starts_with("server fatal 28P01 (invalid_password): bad\\nFAKE LOG LINE"));
         assert!(!shown.contains('\n'));
         assert!(shown.len() < 400, "{}", shown.len());
-        let e = ServerError::from_fields("ERR\u{1b}[2J", "4\r2P01", "m");
+        let e = ServerError::hiding("ERR\u{1b}[2J", "4\r2P01", "m", &Secrets::new());
         let shown = DbError::Server(e).to_string();
         assert!(
             !shown.contains('\u{1b}') && !shown.contains('\r'),

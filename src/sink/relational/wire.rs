@@ -39,6 +39,7 @@ pub use super::params::{ConnectParams, TlsMode};
 pub use super::transport::tls_client_config;
 use super::transport::{start_tls, DeadlineTcp, Stream};
 use crate::text::peer::PeerText;
+use crate::text::secrets::Secrets;
 
 /// Most rows one statement may return (the sink reads at most a batch: 10,000 rows).
 pub const MAX_ROWS_PER_STATEMENT: usize = 100_000;
@@ -69,12 +70,26 @@ pub struct Connection {
     io_timeout: Duration,
     /// AuthenticationOk was received: before it, nothing but authentication is accepted.
     pub(super) authenticated: bool,
+    /// The password's forms, hidden from what the server says during startup
+    /// (`auth::handshake_secrets`); empty (and the forms wiped) once startup ends.
+    hidden: Secrets,
 }
 
 impl Connection {
     /// Opens a session: TCP, optional TLS, startup, authentication, until ReadyForQuery, all
-    /// before one deadline (`connect_timeout`).
+    /// before one deadline (`connect_timeout`). No error it returns quotes the password (or
+    /// its encoded forms), whatever the server says, a TLS certificate's names included.
     pub fn connect(p: &ConnectParams, password: Option<&[u8]>) -> Result<Connection, DbError> {
+        let hidden = super::auth::handshake_secrets(password, Some(&p.user));
+        let res = Connection::open(p, password, &hidden);
+        res.map_err(|e| e.hidden(&hidden))
+    }
+
+    fn open(
+        p: &ConnectParams,
+        password: Option<&[u8]>,
+        hidden: &Secrets,
+    ) -> Result<Connection, DbError> {
         let deadline = Instant::now() + p.connect_timeout;
         let tcp = DeadlineTcp::connect(&p.host, p.port, deadline)?;
         let stream = match p.tls {
@@ -89,8 +104,11 @@ impl Connection {
             backend_pid: 0,
             io_timeout: p.io_timeout,
             authenticated: false,
+            hidden: hidden.clone(),
         };
         let res = conn.startup(p, password);
+        // The forms are wiped as they drop.
+        conn.hidden = Secrets::new();
         // Invariant: a connection that failed startup is never written again (no Terminate).
         res.map_err(|e| conn.fail(e))?;
         Ok(conn)
@@ -284,7 +302,7 @@ impl Connection {
             self.io
                 .read_exact(&mut body)
                 .map_err(|e| io_err("read", e))?;
-            match BackendMessage::parse(head[0], &body)? {
+            match BackendMessage::parse_hiding(head[0], &body, &self.hidden)? {
                 BackendMessage::NoticeResponse(n) => {
                     log::debug!(
                         "relational sink: server notice {}",

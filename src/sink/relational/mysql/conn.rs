@@ -9,12 +9,14 @@
 use std::io::{BufReader, Write};
 use std::time::{Duration, Instant};
 
+use super::super::auth::handshake_secrets;
 use super::super::error::{io_err, DbError};
 use super::super::params::{ConnectParams, TlsMode};
 use super::super::transport::{tls_handshake, DeadlineTcp, Stream};
 use super::auth::{AuthPolicy, Plugin};
 use super::packet::{self as pk, Handshake, QueryHead};
 use crate::text::peer::PeerText;
+use crate::text::secrets::Secrets;
 
 /// Most rows one statement may return.
 pub const MAX_ROWS_PER_STATEMENT: usize = 100_000;
@@ -49,6 +51,9 @@ pub struct Connection {
     io_timeout: Duration,
     server_version: String,
     mariadb: bool,
+    /// The password's forms, hidden from what the server says during connect
+    /// (`auth::handshake_secrets`); empty (and the forms wiped) once connected.
+    hidden: Secrets,
 }
 
 /// How the client answered so far during authentication.
@@ -70,11 +75,23 @@ struct AuthState<'a> {
 impl Connection {
     /// Opens a session before one deadline (`connect_timeout`): TCP, the server's handshake,
     /// TLS when `p.tls` asks for it, authentication with a plugin `policy` allows, then
-    /// `SET NAMES utf8mb4`.
+    /// `SET NAMES utf8mb4`. No error it returns quotes the password (or its encoded forms),
+    /// whatever the server says.
     pub fn connect(
         p: &ConnectParams,
         policy: &AuthPolicy,
         password: Option<&[u8]>,
+    ) -> Result<Connection, DbError> {
+        let hidden = handshake_secrets(password, None);
+        let res = Connection::open(p, policy, password, &hidden);
+        res.map_err(|e| e.hidden(&hidden))
+    }
+
+    fn open(
+        p: &ConnectParams,
+        policy: &AuthPolicy,
+        password: Option<&[u8]>,
+        hidden: &Secrets,
     ) -> Result<Connection, DbError> {
         let deadline = Instant::now() + p.connect_timeout;
         let mut tcp = DeadlineTcp::connect(&p.host, p.port, deadline)?;
@@ -116,14 +133,16 @@ impl Connection {
             broken: false,
             status: h.status,
             io_timeout: p.io_timeout,
-            server_version: h.server_version.clone(),
+            server_version: hidden.scrub(&h.server_version).into_owned(),
             mariadb: h.mariadb,
+            hidden: hidden.clone(),
         };
         let res = conn.authenticate(p, policy, password, &h, caps, seq);
         // Invariant: a connection that failed startup is never written again (no COM_QUIT).
         res.map_err(|e| conn.fail(e))?;
         // Still the connect deadline: the session is not ready before its character set is.
         conn.round_trip(COM_QUERY, b"SET NAMES utf8mb4", deadline)?;
+        conn.hidden = Secrets::new();
         Ok(conn)
     }
 
@@ -233,7 +252,7 @@ impl Connection {
                 self.status = pk::parse_ok(packet)?.status;
                 Ok(true)
             }
-            Some(0xFF) => Err(DbError::Server(pk::parse_err(packet)?)),
+            Some(0xFF) => Err(DbError::Server(pk::parse_err_hiding(packet, &self.hidden)?)),
             Some(0xFE) => {
                 if st.switched {
                     return Err(DbError::Protocol(
@@ -370,6 +389,9 @@ impl Connection {
 
     fn read_answer(&mut self, seq: &mut u8) -> Result<QueryResult, DbError> {
         let head = pk::read_packet(&mut self.io, seq)?;
+        if head.first() == Some(&0xFF) {
+            return Err(DbError::Server(pk::parse_err_hiding(&head, &self.hidden)?));
+        }
         let columns = match pk::parse_query_head(&head)? {
             QueryHead::Ok(ok) => {
                 self.status = ok.status;
@@ -411,7 +433,7 @@ impl Connection {
                 return Ok(result);
             }
             if p.first() == Some(&0xFF) {
-                return Err(DbError::Server(pk::parse_err(&p)?));
+                return Err(DbError::Server(pk::parse_err_hiding(&p, &self.hidden)?));
             }
             let row = pk::parse_row(&p, columns)?;
             bytes += row

@@ -9,6 +9,7 @@
 use std::io::Read;
 
 use super::super::error::{io_err, DbError, ServerError};
+use crate::text::secrets::Secrets;
 
 /// Largest logical packet accepted from the server (a result row, an error, a handshake).
 pub const MAX_PACKET_BYTES: usize = 16 << 20;
@@ -266,6 +267,12 @@ impl Handshake {
 
 /// An ERR packet (0xFF): error number, SQLSTATE (protocol 4.1 marker `#`), message.
 pub fn parse_err(p: &[u8]) -> Result<ServerError, DbError> {
+    parse_err_hiding(p, &Secrets::new())
+}
+
+/// [`parse_err`] with every value of `hidden` (the password, during connect) replaced by
+/// `<redacted>` before the message is cut.
+pub fn parse_err_hiding(p: &[u8], hidden: &Secrets) -> Result<ServerError, DbError> {
     let mut c = Cursor::new(p, "error");
     if c.u8()? != 0xFF {
         return Err(malformed("error"));
@@ -285,10 +292,11 @@ pub fn parse_err(p: &[u8]) -> Result<ServerError, DbError> {
         // ER_PARSE_ERROR quotes the statement near the error: row data.
         text = "syntax error (the server's text is withheld: it quotes the statement)".into();
     }
-    Ok(ServerError::from_fields(
+    Ok(ServerError::hiding(
         &format!("ERROR {number}"),
         &state,
         &text,
+        hidden,
     ))
 }
 
