@@ -19,7 +19,9 @@
 //!  svc-advisory: (advisories.enabled) counts JetStream consumer advisories; no ack handles
 //!  svc-spool-drain: (a `spool` block) delivers the spool to the sink, oldest first
 //!  svc-checkpoint: (custody.checkpoints) told by svc-sink-N what became durable (never
-//!                  waited on); signs and stores a checkpoint every N records or T seconds
+//!                  waited on); signs and stores a checkpoint every N records or T seconds;
+//!                  started once bound, with the runner's own dead letters read back first
+//!                  (gap_rescan.rs: gaps a kill -9 left unsigned)
 //!  nats-client:  the broker client's connection: reads, routes deliveries, reconnects
 //!  nats-flusher: the broker client's buffered writes (at most every 5 ms) and PINGs
 //! ```
