@@ -49,6 +49,7 @@ mod atk46f;
 mod atk47e;
 mod atk50a;
 mod atk50b;
+mod atk51b;
 mod aws_credentials;
 mod broker_auth_tls;
 mod clean_stop;
