@@ -265,3 +265,204 @@ fn an_edge_spool_drained_first_then_a_fallback_runner_of_the_same_id_refuses_to_
     );
     assert_eq!(checkpoint_files(&out(&c)).len(), 2);
 }
+
+/// FIXED (atk51b finding 4): the start reads this runner's chain only, paged by key
+/// (`PgStore::chain`); before, it read every runner's checkpoints in one statement and, past the
+/// client's 16 MiB bound, refused to start for good.
+/// Found (class 8 / 12): edge sites drain into one central PostgreSQL target (each its own
+/// runner id: "several runners each keep their own chain"). `PgStore::checkpoints` reads the
+/// texts of ALL runners' checkpoints in ONE statement, and the client refuses a statement
+/// result over 16 MiB (MySQL's store pages its reads; PostgreSQL's does not). A checkpoint of
+/// the default 1,000 records is about 94 KB, so about 180 checkpoints in the table (4 sites at
+/// the default `every_seconds: 60` in under an hour) are past it. From then on an edge runner
+/// whose spool is drained never starts again ("start again once the target can be read");
+/// one whose spool holds checkpoints goes on unchecked (suffix mode, F2). Here 200 rows of
+/// other sites, 90 KB each, are inserted directly. Expected: the start reads this runner's
+/// chain (e.g. `WHERE runner_id = $1`, paged as MySQL's) and goes on.
+#[test]
+fn an_edge_start_is_not_stopped_by_other_sites_checkpoints_in_a_shared_target() {
+    let db = crate::support::postgres::TestDb::new("atk51b");
+    let c = crate::custody_checkpoints::case_with(
+        3,
+        |dir| {
+            let key = write_private(dir, "spool.key", &[9u8; 32]);
+            serde_json::json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                   "encryption": {"key_id": "k1", "key_file": key},
+                   "target": db.sink(serde_json::json!({}))})
+        },
+        serde_json::json!({}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    run_edge(&c, "svc.log", (1, 3));
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    other_sites_checkpoints(&db);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    let started = wait_until_either(&mut runner);
+    if started {
+        runner.signal("TERM");
+        runner.wait_timeout(Duration::from_secs(30));
+    }
+    assert!(started, "{}", runner.log_text());
+}
+
+/// FIXED (atk51b finding 4, a direct sink): before, `ERROR custody checkpoints: cannot read
+/// the chain back: ... 16777216 bytes for one statement`.
+/// Found (F4 without a spool): a direct PostgreSQL sink whose checkpoint table holds 200
+/// checkpoints of other runners (90 KB each): the runner refuses to start.
+#[test]
+fn a_direct_postgresql_runner_start_is_not_stopped_by_other_runners_checkpoints() {
+    let db = crate::support::postgres::TestDb::new("atk51b");
+    let c = crate::custody_checkpoints::case_with(
+        3,
+        |_| db.sink(serde_json::json!({})),
+        serde_json::json!({}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    other_sites_checkpoints(&db);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    let started = wait_until_either(&mut runner);
+    if started {
+        runner.signal("TERM");
+        runner.wait_timeout(Duration::from_secs(30));
+    }
+    assert!(started, "{}", runner.log_text());
+}
+
+/// FIXED (atk51b finding 5): the records are read keyset-paged by idempotency key, each fetch
+/// under 8 MiB; before, one statement read them all and `svc verify-custody` exited 1 with no
+/// verdict (`cannot read the sink: ... 16777216 bytes for one statement`).
+/// Found (class 8 / 12): `PgStore::records` and `scan` read every row of the events table in
+/// ONE statement (`SELECT row_to_json(e)::text FROM events e LIMIT 10000001`), which the
+/// client refuses past 16 MiB. With a PostgreSQL target holding more than 16 MiB of rows (here
+/// 30 records of about 600 KB; as well 30,000 small ones), `svc verify-custody` over the spool
+/// and its target gives no verdict at all, and the runner's restart rescan cannot read the
+/// target's records (the fix of atk50b finding 1 then does not apply: records drained after a
+/// kill -9 stay unsigned). Expected: the audit reads the rows in pages, as MySQL's store
+/// does, and says COMPLETE.
+#[test]
+fn verify_custody_over_a_postgresql_target_of_more_than_16_mib_gives_a_verdict() {
+    let db = crate::support::postgres::TestDb::new("atk51b");
+    let c = crate::custody_checkpoints::case_with(
+        10,
+        |dir| {
+            let key = write_private(dir, "spool.key", &[9u8; 32]);
+            serde_json::json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 256 << 20,
+                   "encryption": {"key_id": "k1", "key_file": key},
+                   "target": db.sink(serde_json::json!({}))})
+        },
+        serde_json::json!({}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    let pad = "x".repeat(600_000);
+    for i in 1..=30u64 {
+        c.server.publish_with_headers(
+            &format!("orders.n{i}"),
+            &[],
+            format!("{{\"n\":{i},\"pad\":\"{pad}\"}}").as_bytes(),
+        );
+    }
+    wait_acked(&c.server, 30);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(60)).is_some());
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(db.count("events"), 30);
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    assert!(
+        code == 0 && text.ends_with("COMPLETE\n"),
+        "exit {code}: {text}"
+    );
+}
+
+/// FIXED (atk51b finding 5, a direct sink): before, exit 1, `cannot read the sink: ... read
+/// the records of ...`.
+/// Found (the same as the test above without a spool): a direct PostgreSQL sink with
+/// checkpoints, 30 records of about 600 KB: `svc verify-custody` gives no verdict.
+#[test]
+fn verify_custody_over_a_direct_postgresql_sink_of_more_than_16_mib_gives_a_verdict() {
+    let db = crate::support::postgres::TestDb::new("atk51b");
+    let c = crate::custody_checkpoints::case_with(
+        10,
+        |_| db.sink(serde_json::json!({})),
+        serde_json::json!({}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    let pad = "x".repeat(600_000);
+    for i in 1..=30u64 {
+        c.server.publish_with_headers(
+            &format!("orders.n{i}"),
+            &[],
+            format!("{{\"n\":{i},\"pad\":\"{pad}\"}}").as_bytes(),
+        );
+    }
+    wait_acked(&c.server, 30);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(60)).is_some());
+    assert_eq!(db.count("events"), 30);
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    assert!(
+        code == 0 && text.ends_with("COMPLETE\n"),
+        "exit {code}: {text}"
+    );
+}
+
+/// FIXED (atk51b finding 6): after a unique violation the drain reads back the one row of
+/// that (runner id, index) (`CheckpointStore::get`); before, it read the whole table, which
+/// failed the statement bound, and the drain was stuck at that frame for good (exit 1).
+/// Found (F4's bound, class 1): a drain into PostgreSQL repeated after a crash between the
+/// put of the checkpoints and the position's move (the spool put back as it was before the
+/// drain, as atk50b's held test does), once the shared checkpoint table holds more than 16
+/// MiB (200 rows of other sites here): the repeated put finds the name taken and reads the
+/// table back to compare, that read fails the statement bound, and the drain is stuck at
+/// that frame for good ("nor could its checkpoints be read; the drain retries this step").
+/// Expected: exit 0, each checkpoint once (e.g. read back the one row of that name).
+#[test]
+fn a_drain_repeated_after_a_crash_into_a_large_postgresql_target_is_not_stuck() {
+    let db = crate::support::postgres::TestDb::new("atk51b");
+    let c = crate::custody_checkpoints::case_with(
+        3,
+        |dir| {
+            let key = write_private(dir, "spool.key", &[9u8; 32]);
+            serde_json::json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                   "encryption": {"key_id": "k1", "key_file": key},
+                   "target": db.sink(serde_json::json!({}))})
+        },
+        serde_json::json!({}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    run_edge(&c, "svc.log", (1, 6));
+    let spool = c.dir.path().join("spool");
+    let before = c.dir.path().join("spool.before");
+    std::fs::create_dir(&before).unwrap();
+    for e in std::fs::read_dir(&spool).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::copy(&p, before.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    other_sites_checkpoints(&db);
+    std::fs::remove_dir_all(&spool).unwrap();
+    std::fs::rename(&before, &spool).unwrap();
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "the repeated drain: {text}");
+}
+
+/// 200 checkpoints of other runners (90 KB each, 18 MB) in the shared checkpoint table.
+fn other_sites_checkpoints(db: &crate::support::postgres::TestDb) {
+    db.rows(
+        "INSERT INTO svc_custody_checkpoints (runner_id, checkpoint_index, checkpoint) \
+         SELECT 'site-' || g, 0, '{\"signed\":\"{\\\"runner_id\\\":\\\"site-' || g || \
+         '\\\",\\\"index\\\":0}\",\"pad\":\"' || repeat('x', 90000) || '\"}' \
+         FROM generate_series(1, 200) g",
+    );
+}

@@ -108,19 +108,18 @@ impl CheckpointPut {
         let Err(put_error) = store.put(cp.runner_id, cp.index, cp.bytes) else {
             return Ok(Put::Stored);
         };
-        let stored = store.checkpoints().map_err(|e| {
+        // Only the row of that name is read back (never the whole store: a shared table
+        // may hold more than one statement can read).
+        let stored = store.get(cp.runner_id, cp.index).map_err(|e| {
             stuck(format!(
-                "{name} (at {at}) not put into the target ({put_error}), nor could its \
-                 checkpoints be read ({e}); the drain retries this step"
+                "{name} (at {at}) not put into the target ({put_error}), nor could the \
+                 checkpoint under its name be read ({e}); the drain retries this step"
             ))
         })?;
-        let same_name = |text: &str| {
-            claimed(text).is_some_and(|(r, i)| r == cp.runner_id && i == Some(cp.index))
-        };
-        if stored.iter().any(|(_, t)| t == text) {
+        if stored.as_deref() == Some(text) {
             return Ok(Put::Stored); // put by the run a crash stopped before its position moved
         }
-        if stored.iter().any(|(_, t)| same_name(t)) {
+        if stored.is_some() {
             log::error!(
                 "spool {}: {name} (at {at}) differs from the one the target holds under its \
                  name; the drain stops here, the frame is kept",
