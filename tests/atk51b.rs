@@ -466,3 +466,65 @@ fn other_sites_checkpoints(db: &crate::support::postgres::TestDb) {
          FROM generate_series(1, 200) g",
     );
 }
+
+/// FIXED (atk51b finding 1): the fallback runner refuses to start while its spool holds
+/// checkpoint frames, naming svc spool drain; before, it started and forked the chain (either the
+/// drain stuck at checkpoint 0 or the writer never signed again, the audit NOT complete).
+/// Found:  (class 11 / class 7): the edge site's spool handed to a configuration with a
+/// fallback `spool` block in front of the same file target, the custody block (runner id,
+/// keys) kept, the configuration written to a new file (so its head file, `<config
+/// file>.custody-head`, is new), and the runner started on it (its own drain puts the edge's
+/// checkpoint frames, docs/spool.md). Its start reads the target's store only (empty: nothing
+/// drained yet), so it begins a second chain at checkpoint 0 under the same runner id, while
+/// the drain puts the edge's checkpoints 0 and 1 under the same names. Expected: every record
+/// delivered, the audit COMPLETE (or the start refused, naming the spool's checkpoints).
+#[test]
+fn an_edge_spool_handed_to_a_fallback_runner_of_the_same_id_never_forks_the_chain() {
+    let c = edge(3);
+    run_edge(&c, "svc.log", (1, 6));
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&c.cfg).unwrap()).unwrap();
+    let sink = cfg["sink"].clone();
+    cfg["sink"] = sink["target"].clone();
+    cfg["spool"] = serde_json::json!({"dir": sink["dir"], "max_bytes": sink["max_bytes"],
+                                      "encryption": sink["encryption"]});
+    cfg["custody"]["checkpoints"]["every_records"] = serde_json::json!(1);
+    let fallback = c.dir.path().join("fallback.json");
+    std::fs::write(&fallback, cfg.to_string()).unwrap();
+
+    let mut runner = start_runner(&fallback, &c.dir.path().join("svc2.log"));
+    let started = wait_until_either(&mut runner);
+    if started {
+        publish_range(&c.server, 7, 9);
+        wait_acked(&c.server, 9);
+        std::thread::sleep(Duration::from_secs(3));
+        runner.signal("TERM");
+        assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    }
+    let log = runner.log_text();
+    let arg = fallback.to_str().unwrap();
+    let (_, status, _) = svc_env(&["spool", "status", arg], None);
+    let (vcode, vo, ve) = svc_env(
+        &[
+            "verify-custody",
+            arg,
+            "--public-key",
+            c.public.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(
+        !started,
+        "records in the target: {}\nspool status: {status}\nverify ({vcode}): {vo}{ve}\n\
+         runner log (errors):\n{}",
+        records_in(&out(&c)),
+        log.lines()
+            .filter(|l| l.contains("ERROR") || l.contains("WARN") || l.contains("checkpoint"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        log.contains("holds custody checkpoint frames") && log.contains("svc spool drain"),
+        "{log}"
+    );
+}

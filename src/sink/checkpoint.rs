@@ -996,6 +996,18 @@ impl FileStore {
     }
 }
 
+/// A put's temporary name for checkpoint `name`: unique between processes and between the
+/// threads of one process (the checkpoint thread and a drain's put of the same name: one
+/// put's error path never unlinks another's file; atk51b finding 1).
+fn temp_name(name: &str) -> String {
+    static PUTS: AtomicU64 = AtomicU64::new(0);
+    format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        PUTS.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 impl CheckpointStore for FileStore {
     fn put(&self, runner_id: &str, index: u64, bytes: &[u8]) -> Result<(), String> {
         use std::os::unix::fs::DirBuilderExt;
@@ -1010,7 +1022,7 @@ impl CheckpointStore for FileStore {
             "{}-{index:020}.json",
             crate::text::hex::lower(runner_id.as_bytes())
         );
-        let tmp = format!(".{name}.{}.tmp", std::process::id());
+        let tmp = temp_name(&name);
         let dirfd = self
             .open_dir()
             .map_err(|e| format!("open {FILE_CHECKPOINT_DIR}: {e}"))?;
