@@ -528,3 +528,61 @@ fn an_edge_spool_handed_to_a_fallback_runner_of_the_same_id_never_forks_the_chai
         "{log}"
     );
 }
+
+/// FIXED (atk51b finding 3): set-aside refuses a checkpoint frame the drain would put (the
+/// target keeps checkpoints and holds none under its name); before, it exited 0, the drain put
+/// checkpoint 1 after the hole, and the runner refused every start ("broken at checkpoint 1").
+/// Found:  (class 11): `svc spool set-aside` takes any checkpoint frame, also one the drain
+/// would put into the target (it keeps checkpoints and holds nothing under its name): an
+/// offset one line off in the operator's command takes checkpoint 0 out of the chain for
+/// good; the runner never starts again under its runner id. For a record the command refuses
+/// one the configuration reads. Expected: refused (exit non-zero), nothing set aside.
+#[test]
+fn set_aside_refuses_a_checkpoint_frame_the_drain_would_put() {
+    let c = edge(3);
+    run_edge(&c, "svc.log", (1, 6));
+    let (segment, offset) = first_checkpoint_offset(&c);
+    let (code, o, e) = svc_env(
+        &[
+            "spool",
+            "set-aside",
+            c.cfg.to_str().unwrap(),
+            "--segment",
+            &segment,
+            "--offset",
+            &offset,
+        ],
+        None,
+    );
+    let (dcode, drained) = spool_cmd(&c, "drain");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    let started = wait_until_either(&mut runner);
+    if started {
+        runner.signal("TERM");
+        runner.wait_timeout(Duration::from_secs(30));
+    }
+    assert!(
+        code != 0,
+        "set-aside of checkpoint 0 (a frame the drain puts) exit {code}: {o}{e}\ndrain \
+         ({dcode}): {drained}\nthe runner started after it: {started}\n{}",
+        runner.log_text()
+    );
+    assert!(
+        e.contains("custody checkpoint frame (checkpoint 0 of runner runner-cp-1) the drain puts"),
+        "{e}"
+    );
+    assert!(started, "{}", runner.log_text());
+}
+
+/// The offset of the first checkpoint frame `svc spool inspect` lists.
+fn first_checkpoint_offset(c: &crate::custody_checkpoints::Case) -> (String, String) {
+    let (code, text) = spool_cmd(c, "inspect");
+    assert_eq!(code, 0, "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("\"kind\": \"checkpoint\"") || l.contains("\"kind\":\"checkpoint\""))
+        .unwrap_or_else(|| panic!("{text}"))
+        .to_string();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    (v["segment"].to_string(), v["offset"].to_string())
+}

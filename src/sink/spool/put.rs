@@ -142,13 +142,19 @@ impl CheckpointPut {
     /// sealed one when keys are trusted here (a sealed frame under a key id not trusted here
     /// is taken on the spool key's word).
     fn check(&self, text: &str, sealed: bool) -> Result<(), Refused> {
-        if sealed && self.trusted.0.is_empty() {
-            return Ok(());
-        }
-        match checkpoint::verify(text, &self.trusted) {
-            Ok(_) => Ok(()),
-            Err(Refused::UnknownKey(_)) if sealed => Ok(()),
-            Err(refused) => Err(refused),
-        }
+        check(&self.trusted, text, sealed)
+    }
+}
+
+/// [`CheckpointPut::check`] with the given keys (also `svc spool set-aside`'s: which frames
+/// the drain would put).
+pub(super) fn check(trusted: &TrustedKeys, text: &str, sealed: bool) -> Result<(), Refused> {
+    if sealed && trusted.0.is_empty() {
+        return Ok(());
+    }
+    match checkpoint::verify(text, trusted) {
+        Ok(_) => Ok(()),
+        Err(Refused::UnknownKey(_)) if sealed => Ok(()),
+        Err(refused) => Err(refused),
     }
 }
