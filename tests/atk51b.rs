@@ -586,3 +586,35 @@ fn first_checkpoint_offset(c: &crate::custody_checkpoints::Case) -> (String, Str
     let v: serde_json::Value = serde_json::from_str(&line).unwrap();
     (v["segment"].to_string(), v["offset"].to_string())
 }
+
+/// FIXED (atk51b finding 2): checkpoint 1's frame damaged (quarantined), the drain delivers
+/// every record and puts checkpoint 0, then stops at checkpoint 2, which does not follow the
+/// target's chain (it holds no checkpoint 1), the frame kept: the hole is never moved into
+/// the target, and the runner's start still refuses. Before, the drain exited 0 with
+/// checkpoint 2 put after the hole, so a start that could not read the target took the
+/// spool's suffix alone and continued the chain the start had refused.
+#[test]
+fn the_drain_never_moves_a_chain_with_a_hole_into_the_target() {
+    let c = crate::atk50b::damaged_checkpoint_1();
+    let (code, drained) = spool_cmd(&c, "drain");
+    assert_eq!(code, 1, "{drained}");
+    assert!(
+        drained.contains("checkpoint 2 of runner runner-cp-1 at segment 1 offset")
+            && drained.contains("does not follow the target's chain: it holds no checkpoint 1"),
+        "{drained}"
+    );
+    assert_eq!(records_in(&out(&c)), 9, "{drained}");
+    assert!(checkpoint_file(&c, 0).exists());
+    assert!(!checkpoint_file(&c, 2).exists(), "{drained}");
+    // Again: the same stop, the frame still kept.
+    let (code, again) = spool_cmd(&c, "drain");
+    assert_eq!(code, 1, "{again}");
+    assert!(!checkpoint_file(&c, 2).exists(), "{again}");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    assert!(!wait_until_either(&mut runner), "{}", runner.log_text());
+    assert!(
+        runner.log_text().contains("is broken at checkpoint 2"),
+        "{}",
+        runner.log_text()
+    );
+}

@@ -18,6 +18,7 @@ use std::os::unix::fs::FileExt;
 use super::config::SpoolConfig;
 use super::dir::{self, fail, SpoolError};
 use super::frame::{self, Item};
+use super::put::Follows;
 use super::seal::{Crypt, Opened, Opener, Place};
 use crate::message::protection::checkpoint::TrustedKeys;
 use crate::sink::checkpoint::{claimed, CheckpointStore};
@@ -50,7 +51,8 @@ pub struct DrainTarget {
 /// [`set_aside`], also refusing a custody checkpoint frame `drain` would put into its target
 /// (its target keeps checkpoints and holds no other checkpoint under its name: taking it out
 /// would break the chain for good; atk51b finding 3). One the drain stops at (the target keeps
-/// none, holds another checkpoint under that name, or its signature is not trusted) is taken.
+/// none, holds another checkpoint under that name, the frame does not follow its chain, or
+/// its signature is not trusted) is taken.
 pub fn set_aside_before(
     cfg: &SpoolConfig,
     segment: u64,
@@ -198,7 +200,8 @@ fn read_as(
 /// Why `drain` would put this checkpoint frame (its plain body) into its target, or `None`
 /// when it stops at it (or quarantines it), as `sink::spool::put` decides: the target keeps
 /// no checkpoints, the frame does not decode or names another checkpoint than its body, its
-/// signature is not trusted, or the target holds another checkpoint under its name.
+/// signature is not trusted, the target holds another checkpoint under its name, or it does
+/// not follow the target's chain (`put::follows`).
 fn drain_puts(drain: &DrainTarget, plain: &[u8], sealed: bool) -> Option<String> {
     let store = drain.store.as_ref()?;
     let cp = super::codec::decode_checkpoint(plain).ok()?;
@@ -212,15 +215,15 @@ fn drain_puts(drain: &DrainTarget, plain: &[u8], sealed: bool) -> Option<String>
         cp.index,
         PeerText::new(cp.runner_id)
     );
-    match store.get(cp.runner_id, cp.index) {
-        Ok(None) => Some(format!(
+    match super::put::follows(store.as_ref(), cp.runner_id, cp.index, text) {
+        Ok(Follows::Yes) => Some(format!(
             "{name} the drain puts into the target's checkpoint store (it holds none under \
-             that name)"
+             that name, and it follows the target's chain)"
         )),
-        Ok(Some(t)) if t == text => Some(format!(
+        Ok(Follows::Stored) => Some(format!(
             "{name} the target's checkpoint store holds already (the drain moves past it)"
         )),
-        Ok(Some(_)) => None,
+        Ok(Follows::No(_)) => None,
         Err(e) => Some(format!(
             "{name} the drain may put: the target's checkpoint store cannot be read ({}); try \
              again once it can",

@@ -105,6 +105,29 @@ impl CheckpointPut {
                 ))),
             };
         }
+        // Only after the checkpoint before it, under the name and digest it links to: a chain
+        // with a hole is never moved into the target (atk51b finding 2).
+        match follows(store.as_ref(), cp.runner_id, cp.index, text) {
+            Ok(Follows::Stored) => return Ok(Put::Stored),
+            Ok(Follows::Yes) => {}
+            Ok(Follows::No(why)) => {
+                log::error!(
+                    "spool {}: {name} (at {at}) {why}; the drain stops here, the frame is kept",
+                    spool.path().display()
+                );
+                return Err(stuck(format!(
+                    "{name} at {at} {why}: not put (a chain with a hole is never moved into \
+                     the target); the frame is kept and the drain moves no further (audit \
+                     with svc verify-custody --public-key)"
+                )));
+            }
+            Err(e) => {
+                return Err(stuck(format!(
+                    "{name} (at {at}): the target's checkpoints cannot be read ({e}); the \
+                     drain retries this step"
+                )))
+            }
+        }
         let Err(put_error) = store.put(cp.runner_id, cp.index, cp.bytes) else {
             return Ok(Put::Stored);
         };
@@ -157,4 +180,77 @@ pub(super) fn check(trusted: &TrustedKeys, text: &str, sealed: bool) -> Result<(
         Err(Refused::UnknownKey(_)) if sealed => Ok(()),
         Err(refused) => Err(refused),
     }
+}
+
+/// Whether a checkpoint may be put into a store, by what the store holds.
+pub(super) enum Follows {
+    /// The same text is stored under its name already.
+    Stored,
+    /// It follows the store's checkpoint before it (or is index 0 of a runner with none).
+    Yes,
+    /// Why not: another checkpoint under its name, or it does not follow the one before it.
+    No(String),
+}
+
+/// Whether checkpoint `index` of `runner` (its `text`) may be put into `store`: the same text
+/// under its name counts as stored; another is refused; index 0 only while none of the
+/// runner's checkpoints is stored; index N only when N-1 is stored and its body's digest is
+/// N's `previous` (read by name: [`CheckpointStore::get`]). An error when the store cannot be
+/// read.
+pub(super) fn follows(
+    store: &dyn CheckpointStore,
+    runner: &str,
+    index: u64,
+    text: &str,
+) -> Result<Follows, String> {
+    match store.get(runner, index)? {
+        Some(t) if t == text => return Ok(Follows::Stored),
+        Some(_) => {
+            return Ok(Follows::No(
+                "differs from the checkpoint the target holds under that name".into(),
+            ))
+        }
+        None => {}
+    }
+    let previous = link(text).map(|l| l.1).unwrap_or_default();
+    if index == 0 {
+        let own = store
+            .chain(runner)?
+            .into_iter()
+            .any(|(_, t)| claimed(&t).is_some_and(|c| c.0 == runner));
+        return Ok(if own {
+            Follows::No(
+                "does not follow the target's chain (it holds checkpoints of that runner \
+                 already)"
+                    .into(),
+            )
+        } else {
+            Follows::Yes
+        });
+    }
+    Ok(match store.get(runner, index - 1)? {
+        Some(t) if link(&t).is_some_and(|l| l.0 == previous) => Follows::Yes,
+        Some(_) => Follows::No(format!(
+            "does not follow the target's checkpoint {} (its digest is not this one's \
+             previous)",
+            index - 1
+        )),
+        None => Follows::No(format!(
+            "does not follow the target's chain: it holds no checkpoint {} of that runner",
+            index - 1
+        )),
+    })
+}
+
+/// A stored checkpoint's chain digest and the `previous` its body names (read, not verified:
+/// the link is checked here, the signature by [`check`]).
+fn link(text: &str) -> Option<(String, String)> {
+    let outer: serde_json::Value = serde_json::from_str(text).ok()?;
+    let signed = outer.get("signed")?.as_str()?;
+    let body: serde_json::Value = serde_json::from_str(signed).ok()?;
+    let previous = body.get("previous").and_then(|p| p.as_str()).unwrap_or("");
+    Some((
+        checkpoint::body_digest(signed.as_bytes()),
+        previous.to_string(),
+    ))
 }
