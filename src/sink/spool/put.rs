@@ -128,37 +128,7 @@ impl CheckpointPut {
                 )))
             }
         }
-        let Err(put_error) = store.put(cp.runner_id, cp.index, cp.bytes) else {
-            return Ok(Put::Stored);
-        };
-        // Only the row of that name is read back (never the whole store: a shared table
-        // may hold more than one statement can read).
-        let stored = store.get(cp.runner_id, cp.index).map_err(|e| {
-            stuck(format!(
-                "{name} (at {at}) not put into the target ({put_error}), nor could the \
-                 checkpoint under its name be read ({e}); the drain retries this step"
-            ))
-        })?;
-        if stored.as_deref() == Some(text) {
-            return Ok(Put::Stored); // put by the run a crash stopped before its position moved
-        }
-        if stored.is_some() {
-            log::error!(
-                "spool {}: {name} (at {at}) differs from the one the target holds under its \
-                 name; the drain stops here, the frame is kept",
-                spool.path().display()
-            );
-            return Err(stuck(format!(
-                "{name} at {at} differs from the checkpoint the target holds under that name: \
-                 not overwritten; the frame is kept and the drain moves no further (audit with \
-                 svc verify-custody --public-key)"
-            )));
-        }
-        Err(stuck(format!(
-            "{name} (at {at}) not put into the target: {put_error}; the target holds no \
-             identical copy (a checkpoint stored under that name with other bytes is never \
-             overwritten); the frame is kept and the drain retries this step"
-        )))
+        put_new(store.as_ref(), spool, (&name, &at), (cp, text))
     }
 
     /// Checks a frame's checkpoint (see the module comment): a frame in clear always, a
@@ -253,4 +223,47 @@ fn link(text: &str) -> Option<(String, String)> {
         checkpoint::body_digest(signed.as_bytes()),
         previous.to_string(),
     ))
+}
+
+/// Puts a checkpoint the store holds nothing of under its name yet ([`follows`]); when the put
+/// is refused (a put beside it, or by a run a crash stopped), the row under its name is read
+/// back: the same text counts as stored, another stops the drain.
+fn put_new(
+    store: &dyn CheckpointStore,
+    spool: &Spool,
+    (name, at): (&str, &str),
+    (cp, text): (super::codec::CheckpointBody<'_>, &str),
+) -> Result<Put, SpoolError> {
+    let stuck = |why: String| fail(spool.path(), "drain stuck", why);
+    let Err(put_error) = store.put(cp.runner_id, cp.index, cp.bytes) else {
+        return Ok(Put::Stored);
+    };
+    // Only the row of that name is read back (never the whole store: a shared table
+    // may hold more than one statement can read).
+    let stored = store.get(cp.runner_id, cp.index).map_err(|e| {
+        stuck(format!(
+            "{name} (at {at}) not put into the target ({put_error}), nor could the \
+             checkpoint under its name be read ({e}); the drain retries this step"
+        ))
+    })?;
+    if stored.as_deref() == Some(text) {
+        return Ok(Put::Stored); // put by the run a crash stopped before its position moved
+    }
+    if stored.is_some() {
+        log::error!(
+            "spool {}: {name} (at {at}) differs from the one the target holds under its \
+             name; the drain stops here, the frame is kept",
+            spool.path().display()
+        );
+        return Err(stuck(format!(
+            "{name} at {at} differs from the checkpoint the target holds under that name: \
+             not overwritten; the frame is kept and the drain moves no further (audit with \
+             svc verify-custody --public-key)"
+        )));
+    }
+    Err(stuck(format!(
+        "{name} (at {at}) not put into the target: {put_error}; the target holds no \
+         identical copy (a checkpoint stored under that name with other bytes is never \
+         overwritten); the frame is kept and the drain retries this step"
+    )))
 }
