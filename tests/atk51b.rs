@@ -265,3 +265,356 @@ fn an_edge_spool_drained_first_then_a_fallback_runner_of_the_same_id_refuses_to_
     );
     assert_eq!(checkpoint_files(&out(&c)).len(), 2);
 }
+
+/// FIXED (atk51b finding 4): the start reads this runner's chain only, paged by key
+/// (`PgStore::chain`); before, it read every runner's checkpoints in one statement and, past the
+/// client's 16 MiB bound, refused to start for good.
+/// Found (class 8 / 12): edge sites drain into one central PostgreSQL target (each its own
+/// runner id: "several runners each keep their own chain"). `PgStore::checkpoints` reads the
+/// texts of ALL runners' checkpoints in ONE statement, and the client refuses a statement
+/// result over 16 MiB (MySQL's store pages its reads; PostgreSQL's does not). A checkpoint of
+/// the default 1,000 records is about 94 KB, so about 180 checkpoints in the table (4 sites at
+/// the default `every_seconds: 60` in under an hour) are past it. From then on an edge runner
+/// whose spool is drained never starts again ("start again once the target can be read");
+/// one whose spool holds checkpoints goes on unchecked (suffix mode, F2). Here 200 rows of
+/// other sites, 90 KB each, are inserted directly. Expected: the start reads this runner's
+/// chain (e.g. `WHERE runner_id = $1`, paged as MySQL's) and goes on.
+#[test]
+fn an_edge_start_is_not_stopped_by_other_sites_checkpoints_in_a_shared_target() {
+    let db = crate::support::postgres::TestDb::new("atk51b");
+    let c = crate::custody_checkpoints::case_with(
+        3,
+        |dir| {
+            let key = write_private(dir, "spool.key", &[9u8; 32]);
+            serde_json::json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                   "encryption": {"key_id": "k1", "key_file": key},
+                   "target": db.sink(serde_json::json!({}))})
+        },
+        serde_json::json!({}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    run_edge(&c, "svc.log", (1, 3));
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    other_sites_checkpoints(&db);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    let started = wait_until_either(&mut runner);
+    if started {
+        runner.signal("TERM");
+        runner.wait_timeout(Duration::from_secs(30));
+    }
+    assert!(started, "{}", runner.log_text());
+}
+
+/// FIXED (atk51b finding 4, a direct sink): before, `ERROR custody checkpoints: cannot read
+/// the chain back: ... 16777216 bytes for one statement`.
+/// Found (F4 without a spool): a direct PostgreSQL sink whose checkpoint table holds 200
+/// checkpoints of other runners (90 KB each): the runner refuses to start.
+#[test]
+fn a_direct_postgresql_runner_start_is_not_stopped_by_other_runners_checkpoints() {
+    let db = crate::support::postgres::TestDb::new("atk51b");
+    let c = crate::custody_checkpoints::case_with(
+        3,
+        |_| db.sink(serde_json::json!({})),
+        serde_json::json!({}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    other_sites_checkpoints(&db);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    let started = wait_until_either(&mut runner);
+    if started {
+        runner.signal("TERM");
+        runner.wait_timeout(Duration::from_secs(30));
+    }
+    assert!(started, "{}", runner.log_text());
+}
+
+/// FIXED (atk51b finding 5): the records are read keyset-paged by idempotency key, each fetch
+/// under 8 MiB; before, one statement read them all and `svc verify-custody` exited 1 with no
+/// verdict (`cannot read the sink: ... 16777216 bytes for one statement`).
+/// Found (class 8 / 12): `PgStore::records` and `scan` read every row of the events table in
+/// ONE statement (`SELECT row_to_json(e)::text FROM events e LIMIT 10000001`), which the
+/// client refuses past 16 MiB. With a PostgreSQL target holding more than 16 MiB of rows (here
+/// 30 records of about 600 KB; as well 30,000 small ones), `svc verify-custody` over the spool
+/// and its target gives no verdict at all, and the runner's restart rescan cannot read the
+/// target's records (the fix of atk50b finding 1 then does not apply: records drained after a
+/// kill -9 stay unsigned). Expected: the audit reads the rows in pages, as MySQL's store
+/// does, and says COMPLETE.
+#[test]
+fn verify_custody_over_a_postgresql_target_of_more_than_16_mib_gives_a_verdict() {
+    let db = crate::support::postgres::TestDb::new("atk51b");
+    let c = crate::custody_checkpoints::case_with(
+        10,
+        |dir| {
+            let key = write_private(dir, "spool.key", &[9u8; 32]);
+            serde_json::json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 256 << 20,
+                   "encryption": {"key_id": "k1", "key_file": key},
+                   "target": db.sink(serde_json::json!({}))})
+        },
+        serde_json::json!({}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    let pad = "x".repeat(600_000);
+    for i in 1..=30u64 {
+        c.server.publish_with_headers(
+            &format!("orders.n{i}"),
+            &[],
+            format!("{{\"n\":{i},\"pad\":\"{pad}\"}}").as_bytes(),
+        );
+    }
+    wait_acked(&c.server, 30);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(60)).is_some());
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(db.count("events"), 30);
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    assert!(
+        code == 0 && text.ends_with("COMPLETE\n"),
+        "exit {code}: {text}"
+    );
+}
+
+/// FIXED (atk51b finding 5, a direct sink): before, exit 1, `cannot read the sink: ... read
+/// the records of ...`.
+/// Found (the same as the test above without a spool): a direct PostgreSQL sink with
+/// checkpoints, 30 records of about 600 KB: `svc verify-custody` gives no verdict.
+#[test]
+fn verify_custody_over_a_direct_postgresql_sink_of_more_than_16_mib_gives_a_verdict() {
+    let db = crate::support::postgres::TestDb::new("atk51b");
+    let c = crate::custody_checkpoints::case_with(
+        10,
+        |_| db.sink(serde_json::json!({})),
+        serde_json::json!({}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    let pad = "x".repeat(600_000);
+    for i in 1..=30u64 {
+        c.server.publish_with_headers(
+            &format!("orders.n{i}"),
+            &[],
+            format!("{{\"n\":{i},\"pad\":\"{pad}\"}}").as_bytes(),
+        );
+    }
+    wait_acked(&c.server, 30);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(60)).is_some());
+    assert_eq!(db.count("events"), 30);
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    assert!(
+        code == 0 && text.ends_with("COMPLETE\n"),
+        "exit {code}: {text}"
+    );
+}
+
+/// FIXED (atk51b finding 6): after a unique violation the drain reads back the one row of
+/// that (runner id, index) (`CheckpointStore::get`); before, it read the whole table, which
+/// failed the statement bound, and the drain was stuck at that frame for good (exit 1).
+/// Found (F4's bound, class 1): a drain into PostgreSQL repeated after a crash between the
+/// put of the checkpoints and the position's move (the spool put back as it was before the
+/// drain, as atk50b's held test does), once the shared checkpoint table holds more than 16
+/// MiB (200 rows of other sites here): the repeated put finds the name taken and reads the
+/// table back to compare, that read fails the statement bound, and the drain is stuck at
+/// that frame for good ("nor could its checkpoints be read; the drain retries this step").
+/// Expected: exit 0, each checkpoint once (e.g. read back the one row of that name).
+#[test]
+fn a_drain_repeated_after_a_crash_into_a_large_postgresql_target_is_not_stuck() {
+    let db = crate::support::postgres::TestDb::new("atk51b");
+    let c = crate::custody_checkpoints::case_with(
+        3,
+        |dir| {
+            let key = write_private(dir, "spool.key", &[9u8; 32]);
+            serde_json::json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                   "encryption": {"key_id": "k1", "key_file": key},
+                   "target": db.sink(serde_json::json!({}))})
+        },
+        serde_json::json!({}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    run_edge(&c, "svc.log", (1, 6));
+    let spool = c.dir.path().join("spool");
+    let before = c.dir.path().join("spool.before");
+    std::fs::create_dir(&before).unwrap();
+    for e in std::fs::read_dir(&spool).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::copy(&p, before.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    other_sites_checkpoints(&db);
+    std::fs::remove_dir_all(&spool).unwrap();
+    std::fs::rename(&before, &spool).unwrap();
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "the repeated drain: {text}");
+}
+
+/// 200 checkpoints of other runners (90 KB each, 18 MB) in the shared checkpoint table.
+fn other_sites_checkpoints(db: &crate::support::postgres::TestDb) {
+    db.rows(
+        "INSERT INTO svc_custody_checkpoints (runner_id, checkpoint_index, checkpoint) \
+         SELECT 'site-' || g, 0, '{\"signed\":\"{\\\"runner_id\\\":\\\"site-' || g || \
+         '\\\",\\\"index\\\":0}\",\"pad\":\"' || repeat('x', 90000) || '\"}' \
+         FROM generate_series(1, 200) g",
+    );
+}
+
+/// FIXED (atk51b finding 1): the fallback runner refuses to start while its spool holds
+/// checkpoint frames, naming svc spool drain; before, it started and forked the chain (either the
+/// drain stuck at checkpoint 0 or the writer never signed again, the audit NOT complete).
+/// Found:  (class 11 / class 7): the edge site's spool handed to a configuration with a
+/// fallback `spool` block in front of the same file target, the custody block (runner id,
+/// keys) kept, the configuration written to a new file (so its head file, `<config
+/// file>.custody-head`, is new), and the runner started on it (its own drain puts the edge's
+/// checkpoint frames, docs/spool.md). Its start reads the target's store only (empty: nothing
+/// drained yet), so it begins a second chain at checkpoint 0 under the same runner id, while
+/// the drain puts the edge's checkpoints 0 and 1 under the same names. Expected: every record
+/// delivered, the audit COMPLETE (or the start refused, naming the spool's checkpoints).
+#[test]
+fn an_edge_spool_handed_to_a_fallback_runner_of_the_same_id_never_forks_the_chain() {
+    let c = edge(3);
+    run_edge(&c, "svc.log", (1, 6));
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&c.cfg).unwrap()).unwrap();
+    let sink = cfg["sink"].clone();
+    cfg["sink"] = sink["target"].clone();
+    cfg["spool"] = serde_json::json!({"dir": sink["dir"], "max_bytes": sink["max_bytes"],
+                                      "encryption": sink["encryption"]});
+    cfg["custody"]["checkpoints"]["every_records"] = serde_json::json!(1);
+    let fallback = c.dir.path().join("fallback.json");
+    std::fs::write(&fallback, cfg.to_string()).unwrap();
+
+    let mut runner = start_runner(&fallback, &c.dir.path().join("svc2.log"));
+    let started = wait_until_either(&mut runner);
+    if started {
+        publish_range(&c.server, 7, 9);
+        wait_acked(&c.server, 9);
+        std::thread::sleep(Duration::from_secs(3));
+        runner.signal("TERM");
+        assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    }
+    let log = runner.log_text();
+    let arg = fallback.to_str().unwrap();
+    let (_, status, _) = svc_env(&["spool", "status", arg], None);
+    let (vcode, vo, ve) = svc_env(
+        &[
+            "verify-custody",
+            arg,
+            "--public-key",
+            c.public.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(
+        !started,
+        "records in the target: {}\nspool status: {status}\nverify ({vcode}): {vo}{ve}\n\
+         runner log (errors):\n{}",
+        records_in(&out(&c)),
+        log.lines()
+            .filter(|l| l.contains("ERROR") || l.contains("WARN") || l.contains("checkpoint"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        log.contains("holds custody checkpoint frames") && log.contains("svc spool drain"),
+        "{log}"
+    );
+}
+
+/// FIXED (atk51b finding 3): set-aside refuses a checkpoint frame the drain would put (the
+/// target keeps checkpoints and holds none under its name); before, it exited 0, the drain put
+/// checkpoint 1 after the hole, and the runner refused every start ("broken at checkpoint 1").
+/// Found:  (class 11): `svc spool set-aside` takes any checkpoint frame, also one the drain
+/// would put into the target (it keeps checkpoints and holds nothing under its name): an
+/// offset one line off in the operator's command takes checkpoint 0 out of the chain for
+/// good; the runner never starts again under its runner id. For a record the command refuses
+/// one the configuration reads. Expected: refused (exit non-zero), nothing set aside.
+#[test]
+fn set_aside_refuses_a_checkpoint_frame_the_drain_would_put() {
+    let c = edge(3);
+    run_edge(&c, "svc.log", (1, 6));
+    let (segment, offset) = first_checkpoint_offset(&c);
+    let (code, o, e) = svc_env(
+        &[
+            "spool",
+            "set-aside",
+            c.cfg.to_str().unwrap(),
+            "--segment",
+            &segment,
+            "--offset",
+            &offset,
+        ],
+        None,
+    );
+    let (dcode, drained) = spool_cmd(&c, "drain");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    let started = wait_until_either(&mut runner);
+    if started {
+        runner.signal("TERM");
+        runner.wait_timeout(Duration::from_secs(30));
+    }
+    assert!(
+        code != 0,
+        "set-aside of checkpoint 0 (a frame the drain puts) exit {code}: {o}{e}\ndrain \
+         ({dcode}): {drained}\nthe runner started after it: {started}\n{}",
+        runner.log_text()
+    );
+    assert!(
+        e.contains("custody checkpoint frame (checkpoint 0 of runner runner-cp-1) the drain puts"),
+        "{e}"
+    );
+    assert!(started, "{}", runner.log_text());
+}
+
+/// The offset of the first checkpoint frame `svc spool inspect` lists.
+fn first_checkpoint_offset(c: &crate::custody_checkpoints::Case) -> (String, String) {
+    let (code, text) = spool_cmd(c, "inspect");
+    assert_eq!(code, 0, "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("\"kind\": \"checkpoint\"") || l.contains("\"kind\":\"checkpoint\""))
+        .unwrap_or_else(|| panic!("{text}"))
+        .to_string();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    (v["segment"].to_string(), v["offset"].to_string())
+}
+
+/// FIXED (atk51b finding 2): checkpoint 1's frame damaged (quarantined), the drain delivers
+/// every record and puts checkpoint 0, then stops at checkpoint 2, which does not follow the
+/// target's chain (it holds no checkpoint 1), the frame kept: the hole is never moved into
+/// the target, and the runner's start still refuses. Before, the drain exited 0 with
+/// checkpoint 2 put after the hole, so a start that could not read the target took the
+/// spool's suffix alone and continued the chain the start had refused.
+#[test]
+fn the_drain_never_moves_a_chain_with_a_hole_into_the_target() {
+    let c = crate::atk50b::damaged_checkpoint_1();
+    let (code, drained) = spool_cmd(&c, "drain");
+    assert_eq!(code, 1, "{drained}");
+    assert!(
+        drained.contains("checkpoint 2 of runner runner-cp-1 at segment 1 offset")
+            && drained.contains("does not follow the target's chain: it holds no checkpoint 1"),
+        "{drained}"
+    );
+    assert_eq!(records_in(&out(&c)), 9, "{drained}");
+    assert!(checkpoint_file(&c, 0).exists());
+    assert!(!checkpoint_file(&c, 2).exists(), "{drained}");
+    // Again: the same stop, the frame still kept.
+    let (code, again) = spool_cmd(&c, "drain");
+    assert_eq!(code, 1, "{again}");
+    assert!(!checkpoint_file(&c, 2).exists(), "{again}");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    assert!(!wait_until_either(&mut runner), "{}", runner.log_text());
+    assert!(
+        runner.log_text().contains("is broken at checkpoint 2"),
+        "{}",
+        runner.log_text()
+    );
+}

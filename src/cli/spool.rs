@@ -12,6 +12,7 @@ use super::output::say;
 use crate::config::RuntimeConfig;
 use crate::message::protection::checkpoint::TrustedKeys;
 use crate::metrics::{now_epoch_seconds, Metrics};
+use crate::sink::spool::aside::DrainTarget;
 use crate::sink::spool::dir as fs_dir;
 use crate::sink::spool::drain::Drainer;
 use crate::sink::spool::meta;
@@ -134,12 +135,25 @@ pub fn main(command: SpoolCommand, cfg: &RuntimeConfig) -> ExitCode {
         SpoolCommand::Inspect { payload, .. } => inspect(spool_cfg, target, payload),
         SpoolCommand::SetAside {
             segment, offset, ..
-        } => set_aside(spool_cfg, segment, offset),
+        } => set_aside(spool_cfg, segment, offset, drain_target(cfg, target)),
     }
 }
 
-fn set_aside(spool_cfg: &SpoolConfig, segment: u64, offset: u64) -> ExitCode {
-    match crate::sink::spool::aside::set_aside(spool_cfg, segment, offset) {
+/// What this configuration's drain does with a checkpoint frame (set-aside refuses one it
+/// would put): the target's checkpoint store when it keeps one, the keys `svc spool drain`
+/// checks frames with when no `--public-key` is given.
+fn drain_target(cfg: &RuntimeConfig, target: &SinkConfig) -> DrainTarget {
+    let keeps = crate::sink::checkpoint::unavailable(target).is_none();
+    DrainTarget {
+        store: keeps
+            .then(|| crate::sink::checkpoint::store_for(target).ok())
+            .flatten(),
+        trusted: drain_trust(cfg, &[]).unwrap_or_default(),
+    }
+}
+
+fn set_aside(spool_cfg: &SpoolConfig, segment: u64, offset: u64, drain: DrainTarget) -> ExitCode {
+    match crate::sink::spool::aside::set_aside_before(spool_cfg, segment, offset, &drain) {
         Ok(kept) => {
             say!(
                 "Spool {}: the record at segment {segment} offset {offset} is set aside; its \

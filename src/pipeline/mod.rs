@@ -241,7 +241,8 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let start = Startup::begin(&cfg)?;
     let (metrics, stop, monitor) = (start.metrics, start.stop, start.monitor);
     let (sink, drainer, edge_spool) = build_sink(&cfg, &metrics)?;
-    let (checkpoint_feed, checkpoint_writer) = start_checkpoints(&cfg, edge_spool)?;
+    let (checkpoint_feed, checkpoint_writer) =
+        start_checkpoints(&cfg, edge_spool, drainer.as_ref())?;
     let drainer = drain_checkpoints(&cfg, drainer, checkpoint_feed.as_ref())?;
     let denials = Arc::new(broker::Denials::default());
     let nc =
@@ -543,6 +544,7 @@ impl Ending {
 fn start_checkpoints(
     cfg: &RuntimeConfig,
     edge_spool: Option<Arc<crate::sink::spool::Spool>>,
+    fallback: Option<&SpoolDrain>,
 ) -> Result<
     (
         Option<Arc<crate::sink::checkpoint::Feed>>,
@@ -557,6 +559,10 @@ fn start_checkpoints(
     // `svc validate` refuses these first (config::mod).
     if let Some(why) = crate::sink::checkpoint::unavailable(&cfg.sink) {
         return Err(RunError::Fatal(format!("custody.checkpoints: {why}")));
+    }
+    if let Some((_, spool)) = fallback {
+        // An edge spool handed to this configuration is drained first (atk51b finding 1).
+        crate::sink::checkpoint_spool::refuse_handed_frames(spool).map_err(RunError::Fatal)?;
     }
     // The spool as the sink keeps its checkpoints as frames in the spool it appends to.
     let store: Box<dyn crate::sink::checkpoint::CheckpointStore> = match edge_spool {

@@ -95,6 +95,22 @@ pub trait CheckpointStore: Send {
     fn put(&self, runner_id: &str, index: u64, bytes: &[u8]) -> Result<(), String>;
     /// Every stored checkpoint (any runner), as (place, text), bounded.
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String>;
+    /// The stored checkpoints of `runner_id` (the start's and the rescan's read; a store may
+    /// give others' too, which the reader skips), bounded as [`CheckpointStore::checkpoints`].
+    fn chain(&self, runner_id: &str) -> Result<Vec<(String, String)>, String> {
+        let _ = runner_id;
+        self.checkpoints()
+    }
+    /// The text stored under (`runner_id`, `index`), if any: the drain's compare after a put
+    /// refused and its check that a checkpoint follows the one before it.
+    fn get(&self, runner_id: &str, index: u64) -> Result<Option<String>, String> {
+        let wanted = Some((runner_id.to_string(), Some(index)));
+        Ok(self
+            .chain(runner_id)?
+            .into_iter()
+            .map(|c| c.1)
+            .find(|t| claimed(t) == wanted))
+    }
     /// Every stored record, read back as the audit needs it.
     fn records(&self) -> Result<Vec<StoredRecord>, String>;
     /// [`CheckpointStore::records`]; with a custodian (the runner's restart rescan), each
@@ -289,7 +305,7 @@ impl Writer {
     pub fn start(&mut self) -> Result<(), String> {
         let mut read = self
             .store
-            .checkpoints()
+            .chain(&self.runner_id)
             .map_err(|e| format!("custody checkpoints: cannot read the chain back: {e}"))?;
         let unread = self.read_target(&mut read);
         // The spool and its target read together hold the whole chain: checked as any
@@ -356,7 +372,7 @@ impl Writer {
     /// Returns why the target could not be read (then only the spool's suffix is checked).
     fn read_target(&self, read: &mut Vec<(String, String)>) -> Option<String> {
         let target = self.store.target()?;
-        match target.checkpoints() {
+        match target.chain(&self.runner_id) {
             Ok(more) => {
                 let seen: BTreeSet<String> = read.iter().map(|c| c.1.clone()).collect();
                 read.extend(more.into_iter().filter(|c| !seen.contains(&c.1)));
@@ -401,12 +417,15 @@ impl Writer {
     pub fn rescan(&mut self) -> Result<(), String> {
         let trusted = self.trusted();
         let mut covered = BTreeSet::new();
-        self.cover(self.store.checkpoints()?, &trusted, &mut covered);
+        self.cover(self.store.chain(&self.runner_id)?, &trusted, &mut covered);
         let mut records = self.store.scan(Some(&self.custodian))?;
         if let Some(target) = self.store.target() {
             // Records drained to the target after the last checkpoint (a kill -9 before it
             // was cut) are signed as any other store's: read them, seals checked.
-            match (target.checkpoints(), target.scan(Some(&self.custodian))) {
+            match (
+                target.chain(&self.runner_id),
+                target.scan(Some(&self.custodian)),
+            ) {
                 (Ok(cps), Ok(recs)) => {
                     self.cover(cps, &trusted, &mut covered);
                     records.extend(recs);
@@ -993,6 +1012,18 @@ impl FileStore {
     }
 }
 
+/// A put's temporary name for checkpoint `name`: unique between processes and between the
+/// threads of one process (the checkpoint thread and a drain's put of the same name: one
+/// put's error path never unlinks another's file; atk51b finding 1).
+fn temp_name(name: &str) -> String {
+    static PUTS: AtomicU64 = AtomicU64::new(0);
+    format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        PUTS.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 impl CheckpointStore for FileStore {
     fn put(&self, runner_id: &str, index: u64, bytes: &[u8]) -> Result<(), String> {
         use std::os::unix::fs::DirBuilderExt;
@@ -1007,7 +1038,7 @@ impl CheckpointStore for FileStore {
             "{}-{index:020}.json",
             crate::text::hex::lower(runner_id.as_bytes())
         );
-        let tmp = format!(".{name}.{}.tmp", std::process::id());
+        let tmp = temp_name(&name);
         let dirfd = self
             .open_dir()
             .map_err(|e| format!("open {FILE_CHECKPOINT_DIR}: {e}"))?;
@@ -1151,35 +1182,31 @@ impl CheckpointStore for PgStore {
     }
 
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
+        self.read_checkpoints(None)
+    }
+
+    fn chain(&self, runner_id: &str) -> Result<Vec<(String, String)>, String> {
+        self.read_checkpoints(Some(runner_id))
+    }
+
+    fn get(&self, runner_id: &str, index: u64) -> Result<Option<String>, String> {
         let sql = format!(
-            "SELECT runner_id, checkpoint_index::text, left(checkpoint, {MAX_CHECKPOINT_BYTES} + 1) \
-             FROM {} ORDER BY runner_id, checkpoint_index LIMIT {}",
-            self.table(),
-            MAX_AUDIT_CHECKPOINTS + 1
+            "SELECT left(checkpoint, {MAX_CHECKPOINT_BYTES} + 1) FROM {} WHERE runner_id = $1 \
+             AND checkpoint_index = $2::bigint",
+            self.table()
         );
+        let idx = index.to_string();
         let res = self
             .sink
-            .with_session("read the checkpoints of", |c| c.query(&sql, &[]))
+            .with_session("read a checkpoint of", |c| {
+                c.query(&sql, &[Some(runner_id), Some(&idx)])
+            })
             .map_err(|e| e.to_string())?;
-        if res.rows.len() > MAX_AUDIT_CHECKPOINTS {
-            return Err(format!(
-                "more than {MAX_AUDIT_CHECKPOINTS} checkpoints: past the read-back bound"
-            ));
-        }
-        let (mut out, mut total) = (Vec::new(), 0usize);
-        for r in res.rows {
-            let mut r = r.into_iter().map(Option::unwrap_or_default);
-            let runner = r.next().unwrap_or_default();
-            let idx = r.next().unwrap_or_default();
-            let place = format!(
-                "{PG_CHECKPOINT_TABLE} row ({}, {idx})",
-                crate::text::peer::PeerText::new(&runner)
-            );
-            let text = r.next().unwrap_or_default();
-            checkpoints_bound(&mut total, &text)?;
-            out.push((place, text));
-        }
-        Ok(out)
+        Ok(res
+            .rows
+            .into_iter()
+            .next()
+            .map(|r| r.into_iter().next().flatten().unwrap_or_default()))
     }
 
     fn records(&self) -> Result<Vec<StoredRecord>, String> {
@@ -1189,40 +1216,227 @@ impl CheckpointStore for PgStore {
     fn scan(&self, seal: Option<&Custodian>) -> Result<Vec<StoredRecord>, String> {
         let mut out = Vec::new();
         for t in self.cfg.tables() {
-            let sql = format!(
-                "SELECT row_to_json(e)::text FROM {} e LIMIT {}",
-                t.sql(),
-                MAX_AUDIT_RECORDS + 1
+            let table = t.sql();
+            let list = format!(
+                "SELECT e.idempotency_key, octet_length(row_to_json(e)::text)::text FROM \
+                 {table} e WHERE $1::text IS NULL OR e.idempotency_key > $1 ORDER BY \
+                 e.idempotency_key LIMIT {SQL_LIST_ROWS}"
             );
-            let res = self
-                .sink
-                .with_session("read the records of", |c| c.query(&sql, &[]))
-                .map_err(|e| e.to_string())?;
-            for (i, row) in res.rows.into_iter().enumerate() {
-                let text = row.into_iter().next().flatten().unwrap_or_default();
-                records_of(&format!("{t} row {}", i + 1), &text, seal, &mut out);
-            }
-            records_bound(out.len())?;
+            let fetch = format!(
+                "SELECT e.idempotency_key, row_to_json(e)::text FROM {table} e WHERE \
+                 e.idempotency_key IN (SELECT k.v->>0 FROM jsonb_array_elements($1::jsonb) k(v))"
+            );
+            let mut each = |k: &[String], text: Result<String, String>| {
+                let place = format!("{t} row {}", PeerText::new(&k[0]));
+                match text {
+                    Ok(text) => records_of(&place, &text, seal, &mut out),
+                    Err(e) => out.push(StoredRecord {
+                        place,
+                        read: Err(e),
+                    }),
+                }
+                records_bound(out.len())
+            };
+            self.paged(
+                "read the records of",
+                (MAX_AUDIT_RECORDS, PG_MAX_ROW_BYTES),
+                (&list, &|after| vec![after.first().cloned()]),
+                &fetch,
+                &mut each,
+            )?;
         }
         Ok(out)
     }
+}
+
+/// Largest row text a PostgreSQL read-back fetches (a statement's result is bounded by the
+/// client, `wire::MAX_RESULT_BYTES`); a longer one is named unreadable.
+const PG_MAX_ROW_BYTES: u64 = (super::relational::wire::MAX_RESULT_BYTES - (64 << 10)) as u64;
+
+impl PgStore {
+    /// The checkpoints of every runner, or of `runner` only, paged by key ([`paged_rows`]).
+    fn read_checkpoints(&self, runner: Option<&str>) -> Result<Vec<(String, String)>, String> {
+        let t = self.table();
+        let list = format!(
+            "SELECT runner_id, checkpoint_index::text, octet_length(checkpoint)::text FROM {t} \
+             WHERE ($3::text IS NULL OR runner_id = $3) AND ($1::text IS NULL OR \
+             (runner_id, checkpoint_index) > ($1, $2::bigint)) ORDER BY runner_id, \
+             checkpoint_index LIMIT {SQL_LIST_ROWS}"
+        );
+        let fetch = format!(
+            "SELECT t.runner_id, t.checkpoint_index::text, t.checkpoint FROM {t} t JOIN \
+             jsonb_array_elements($1::jsonb) k(v) ON t.runner_id = k.v->>0 AND \
+             t.checkpoint_index = (k.v->>1)::bigint"
+        );
+        let (mut out, mut total) = (Vec::new(), 0usize);
+        let mut each = |k: &[String], text: Result<String, String>| {
+            let place = format!(
+                "{PG_CHECKPOINT_TABLE} row ({}, {})",
+                PeerText::new(&k[0]),
+                PeerText::new(&k[1])
+            );
+            // An unreadable one is still a checkpoint the audit must count: refused, not gone.
+            let text = text.unwrap_or_default();
+            checkpoints_bound(&mut total, &text)?;
+            out.push((place, text));
+            Ok(())
+        };
+        let params = |after: &[String]| {
+            vec![
+                after.first().cloned(),
+                after.get(1).cloned(),
+                runner.map(str::to_string),
+            ]
+        };
+        self.paged(
+            "read the checkpoints of",
+            (
+                MAX_AUDIT_CHECKPOINTS,
+                MAX_CHECKPOINT_BYTES.min(PG_MAX_ROW_BYTES),
+            ),
+            (&list, &params),
+            &fetch,
+            &mut each,
+        )?;
+        Ok(out)
+    }
+
+    /// [`paged_rows`] on one session: `list` is run with the parameters `params` gives for
+    /// the last key listed (empty: from the start), `fetch` with the keys as a JSON array.
+    #[allow(clippy::type_complexity)]
+    fn paged(
+        &self,
+        what: &str,
+        bounds: (usize, u64),
+        (list, params): (&str, &dyn Fn(&[String]) -> Vec<Option<String>>),
+        fetch: &str,
+        each: &mut dyn FnMut(&[String], Result<String, String>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        self.sink
+            .with_session(what, |c| {
+                paged_rows(
+                    c,
+                    bounds,
+                    &|c, after| {
+                        let p = params(after.unwrap_or_default());
+                        let p: Vec<Option<&str>> = p.iter().map(Option::as_deref).collect();
+                        c.query(list, &p).map(|r| r.rows)
+                    },
+                    &|c, keys| {
+                        let keys = serde_json::to_string(keys).unwrap_or_default();
+                        c.query(fetch, &[Some(&keys)]).map(|r| r.rows)
+                    },
+                    each,
+                )
+            })
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Keys listed per statement by a relational read-back (MySQL and PostgreSQL).
+const SQL_LIST_ROWS: usize = 10_000;
+/// Texts fetched per statement by a relational read-back (bytes, and rows): well under the
+/// clients' bounds (100,000 rows, 16 MiB for one statement).
+const SQL_FETCH_BYTES: u64 = 8 << 20;
+const SQL_FETCH_ROWS: usize = 1_000;
+
+/// Rows of one statement's result.
+type Rows = Vec<Vec<Option<String>>>;
+type DbError = super::relational::error::DbError;
+
+/// Every row of a table in key order, paged on session `c`: `list` gives (key columns...,
+/// length) after the given last key (`None`: from the start), at most [`SQL_LIST_ROWS`] rows;
+/// `fetch` gives (key columns..., text) of the given keys. Calls `each(key, text)` in key
+/// order; a text longer than `max` is given as `Err`. At most `most` rows.
+#[allow(clippy::type_complexity)]
+fn paged_rows<C>(
+    c: &mut C,
+    (most, max): (usize, u64),
+    list: &dyn Fn(&mut C, Option<&[String]>) -> Result<Rows, DbError>,
+    fetch: &dyn Fn(&mut C, &[Vec<String>]) -> Result<Rows, DbError>,
+    each: &mut dyn FnMut(&[String], Result<String, String>) -> Result<(), String>,
+) -> Result<(), DbError> {
+    let mut after: Option<Vec<String>> = None;
+    let mut seen = 0usize;
+    loop {
+        let listed = list(c, after.as_deref())?;
+        let done = listed.len() < SQL_LIST_ROWS;
+        let rows: Vec<(Vec<String>, u64)> = listed
+            .into_iter()
+            .map(|r| {
+                let mut r: Vec<String> = r.into_iter().map(Option::unwrap_or_default).collect();
+                let len = r.pop().and_then(|l| l.parse().ok()).unwrap_or(u64::MAX);
+                (r, len)
+            })
+            .collect();
+        seen += rows.len();
+        if seen > most {
+            return Err(DbError::Protocol(format!(
+                "more than {most} rows: past the read-back bound"
+            )));
+        }
+        after = rows.last().map(|r| r.0.clone());
+        fetch_groups(c, &rows, max, fetch, each)?;
+        if done {
+            return Ok(());
+        }
+    }
+}
+
+/// Fetches the texts of listed rows in groups of at most [`SQL_FETCH_BYTES`] and
+/// [`SQL_FETCH_ROWS`]; a row longer than `max` is not fetched (`Err`).
+#[allow(clippy::type_complexity)]
+fn fetch_groups<C>(
+    c: &mut C,
+    rows: &[(Vec<String>, u64)],
+    max: u64,
+    fetch: &dyn Fn(&mut C, &[Vec<String>]) -> Result<Rows, DbError>,
+    each: &mut dyn FnMut(&[String], Result<String, String>) -> Result<(), String>,
+) -> Result<(), DbError> {
+    let mut i = 0;
+    while i < rows.len() {
+        let (mut j, mut bytes) = (i, 0u64);
+        while j < rows.len() && j - i < SQL_FETCH_ROWS && rows[j].1 <= max {
+            if j > i && bytes + rows[j].1 > SQL_FETCH_BYTES {
+                break;
+            }
+            bytes += rows[j].1;
+            j += 1;
+        }
+        if j == i {
+            // Longer than `max`: named, never read.
+            each(&rows[i].0, Err(format!("larger than {max} bytes"))).map_err(DbError::Protocol)?;
+            i += 1;
+            continue;
+        }
+        let keys: Vec<Vec<String>> = rows[i..j].iter().map(|r| r.0.clone()).collect();
+        let mut texts: BTreeMap<Vec<String>, String> = BTreeMap::new();
+        for r in fetch(c, &keys)? {
+            let mut r: Vec<String> = r.into_iter().map(Option::unwrap_or_default).collect();
+            let text = r.pop().unwrap_or_default();
+            texts.insert(r, text);
+        }
+        for k in &keys {
+            // A row deleted between the listing and the fetch is gone: not reported.
+            if let Some(t) = texts.remove(k) {
+                each(k, Ok(t)).map_err(DbError::Protocol)?;
+            }
+        }
+        i = j;
+    }
+    Ok(())
 }
 
 /// The MySQL/MariaDB sink's checkpoints: one row per checkpoint in [`PG_CHECKPOINT_TABLE`]
 /// (the same name and columns as PostgreSQL's, created by `svc init-db`) in the events table's
 /// database, each INSERT committed (autocommit) before it returns. Reads are paged by key so
 /// no statement passes the client's bounds (100,000 rows, 16 MiB): keys and lengths first,
-/// then the texts in groups of at most [`MY_FETCH_BYTES`].
+/// then the texts in groups of at most [`SQL_FETCH_BYTES`] ([`paged_rows`]).
 pub struct MyStore {
     sink: super::relational::my_sink::MySqlSink,
     cfg: super::relational::config::RelationalConfig,
 }
 
-/// Keys listed per statement by a MySQL read-back.
-const MY_LIST_ROWS: usize = 10_000;
-/// Texts fetched per statement by a MySQL read-back (bytes, and rows).
-const MY_FETCH_BYTES: u64 = 8 << 20;
-const MY_FETCH_ROWS: usize = 1_000;
 /// Largest row text a MySQL read-back fetches (a statement's result is bounded by the
 /// client, `mysql::conn::MAX_RESULT_BYTES`); a longer one is named unreadable.
 const MY_MAX_ROW_BYTES: u64 =
@@ -1268,10 +1482,7 @@ impl MyStore {
             .map_err(|e| e.to_string())
     }
 
-    /// Every row of `from` in key order, paged: `list` selects (key columns..., length) after
-    /// the given last key (`None`: from the start) with at most [`MY_LIST_ROWS`] rows; `fetch`
-    /// selects (key columns..., text) of the given keys. Calls `each(key, text)` in key order;
-    /// a text longer than `max` is given as `Err`. At most `most` rows.
+    /// [`paged_rows`] on one session: `list` and `fetch` give the statements.
     #[allow(clippy::type_complexity)]
     fn paged(
         &self,
@@ -1284,80 +1495,22 @@ impl MyStore {
     ) -> Result<(), String> {
         self.sink
             .with_session(what, |c| {
-                let mut after: Option<Vec<String>> = None;
-                let mut seen = 0usize;
-                loop {
-                    let listed = c.query(&list(c, after.as_deref()))?.rows;
-                    let done = listed.len() < MY_LIST_ROWS;
-                    let rows: Vec<(Vec<String>, u64)> = listed
-                        .into_iter()
-                        .map(|r| {
-                            let mut r: Vec<String> =
-                                r.into_iter().map(Option::unwrap_or_default).collect();
-                            let len = r.pop().and_then(|l| l.parse().ok()).unwrap_or(u64::MAX);
-                            (r, len)
-                        })
-                        .collect();
-                    seen += rows.len();
-                    if seen > most {
-                        return Err(super::relational::error::DbError::Protocol(format!(
-                            "more than {most} rows: past the read-back bound"
-                        )));
-                    }
-                    after = rows.last().map(|r| r.0.clone());
-                    fetch_groups(c, &rows, max, fetch, each)?;
-                    if done {
-                        return Ok(());
-                    }
-                }
+                paged_rows(
+                    c,
+                    (most, max),
+                    &|c, after| {
+                        let sql = list(c, after);
+                        c.query(&sql).map(|r| r.rows)
+                    },
+                    &|c, keys| {
+                        let sql = fetch(c, keys);
+                        c.query(&sql).map(|r| r.rows)
+                    },
+                    each,
+                )
             })
             .map_err(|e| e.to_string())
     }
-}
-
-/// Fetches the texts of listed rows in groups of at most [`MY_FETCH_BYTES`] and
-/// [`MY_FETCH_ROWS`]; a row longer than `max` is not fetched (`Err`).
-#[allow(clippy::type_complexity)]
-fn fetch_groups(
-    c: &mut super::relational::mysql::Connection,
-    rows: &[(Vec<String>, u64)],
-    max: u64,
-    fetch: &dyn Fn(&super::relational::mysql::Connection, &[Vec<String>]) -> String,
-    each: &mut dyn FnMut(&[String], Result<String, String>) -> Result<(), String>,
-) -> Result<(), super::relational::error::DbError> {
-    use super::relational::error::DbError;
-    let mut i = 0;
-    while i < rows.len() {
-        let (mut j, mut bytes) = (i, 0u64);
-        while j < rows.len() && j - i < MY_FETCH_ROWS && rows[j].1 <= max {
-            if j > i && bytes + rows[j].1 > MY_FETCH_BYTES {
-                break;
-            }
-            bytes += rows[j].1;
-            j += 1;
-        }
-        if j == i {
-            // Longer than `max`: named, never read.
-            each(&rows[i].0, Err(format!("larger than {max} bytes"))).map_err(DbError::Protocol)?;
-            i += 1;
-            continue;
-        }
-        let keys: Vec<Vec<String>> = rows[i..j].iter().map(|r| r.0.clone()).collect();
-        let mut texts: BTreeMap<Vec<String>, String> = BTreeMap::new();
-        for r in c.query(&fetch(c, &keys))?.rows {
-            let mut r: Vec<String> = r.into_iter().map(Option::unwrap_or_default).collect();
-            let text = r.pop().unwrap_or_default();
-            texts.insert(r, text);
-        }
-        for k in &keys {
-            // A row deleted between the listing and the fetch is gone: not reported.
-            if let Some(t) = texts.remove(k) {
-                each(k, Ok(t)).map_err(DbError::Protocol)?;
-            }
-        }
-        i = j;
-    }
-    Ok(())
 }
 
 impl CheckpointStore for MyStore {
@@ -1377,6 +1530,28 @@ impl CheckpointStore for MyStore {
             .map_err(|e| e.to_string())
     }
 
+    fn get(&self, runner_id: &str, index: u64) -> Result<Option<String>, String> {
+        let table = self.table();
+        let max = MAX_CHECKPOINT_BYTES.min(MY_MAX_ROW_BYTES);
+        let res = self
+            .sink
+            .with_session("read a checkpoint of", |c| {
+                // One longer than the bound reads as empty (it matches no checkpoint).
+                let sql = format!(
+                    "SELECT IF(LENGTH(checkpoint) <= {max}, checkpoint, '') FROM {table} \
+                     WHERE runner_id = {} AND checkpoint_index = {index}",
+                    c.quote(runner_id)
+                );
+                c.query(&sql)
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(res
+            .rows
+            .into_iter()
+            .next()
+            .map(|r| r.into_iter().next().flatten().unwrap_or_default()))
+    }
+
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
         let t = self.table();
         let list = |c: &super::relational::mysql::Connection, after: Option<&[String]>| {
@@ -1389,7 +1564,7 @@ impl CheckpointStore for MyStore {
             };
             format!(
                 "SELECT runner_id, CAST(checkpoint_index AS CHAR), LENGTH(checkpoint) FROM {t} \
-                 {from} ORDER BY runner_id, checkpoint_index LIMIT {MY_LIST_ROWS}"
+                 {from} ORDER BY runner_id, checkpoint_index LIMIT {SQL_LIST_ROWS}"
             )
         };
         let fetch = |c: &super::relational::mysql::Connection, keys: &[Vec<String>]| {
@@ -1449,7 +1624,7 @@ impl CheckpointStore for MyStore {
                 };
                 format!(
                     "SELECT idempotency_key, LENGTH({object}) FROM {table} {from} ORDER BY \
-                     idempotency_key LIMIT {MY_LIST_ROWS}"
+                     idempotency_key LIMIT {SQL_LIST_ROWS}"
                 )
             };
             let fetch = |c: &super::relational::mysql::Connection, keys: &[Vec<String>]| {

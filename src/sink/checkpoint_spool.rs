@@ -174,6 +174,34 @@ impl SpoolStore {
     }
 }
 
+/// A fallback spool with custody checkpoints on: an error when it holds a custody checkpoint
+/// frame waiting to be drained (an edge spool handed to this configuration; this runner's own
+/// fallback spool never holds one). The start reads the sink's store only, so a chain begun
+/// under the same runner id would fork the one those frames continue, and this runner's drain
+/// would put them under the same names (atk51b finding 1). Told by the frame's first byte,
+/// nothing opened; the scan stops at the first one.
+pub fn refuse_handed_frames(spool: &Spool) -> Result<(), String> {
+    let mut found: Option<(u64, u64)> = None;
+    scan::walk(spool.path(), |seen: Seen<'_>| {
+        if seen.rejected_in.is_none() && super::spool::seal::is_checkpoint_frame(seen.body) {
+            found = Some((seen.segment, seen.offset));
+        }
+        found.is_none()
+    })
+    .map_err(|e| format!("custody checkpoints: the fallback spool cannot be read: {e}"))?;
+    match found {
+        None => Ok(()),
+        Some((segment, offset)) => Err(format!(
+            "custody checkpoints: the fallback spool {} holds custody checkpoint frames (the \
+             first at segment {segment} offset {offset}: an edge spool handed to this \
+             configuration), which this start does not read: a chain begun here would fork \
+             theirs. Put them into the sink's checkpoint store first with svc spool drain \
+             <config_file> (the runner stopped), then start again",
+            spool.path().display()
+        )),
+    }
+}
+
 impl CheckpointStore for SpoolStore {
     fn put(&self, runner_id: &str, index: u64, bytes: &[u8]) -> Result<(), String> {
         let Some(spool) = &self.spool else {

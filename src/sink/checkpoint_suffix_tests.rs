@@ -106,3 +106,17 @@ fn a_suffix_that_links_and_reaches_the_head_is_taken_and_any_other_refused() {
     let e = ok(&suffix, Some(Head::new("r2", 5, &digest_of(&whole, 5)))).unwrap_err();
     assert!(e.contains("is runner r2's"), "{e}");
 }
+
+/// FIXED (atk51b finding 1, side finding): the temporary name of a FileStore put differs
+/// between two puts of one process and one name (the checkpoint thread and a drain's put);
+/// before, both were `.<name>.<pid>.tmp` and one put's error path unlinked the other's file.
+#[test]
+fn two_puts_of_one_name_in_one_process_use_two_temporary_names() {
+    let name = "72-00000000000000000000.json";
+    let (a, b) = (temp_name(name), temp_name(name));
+    assert_ne!(a, b);
+    assert!(
+        a.starts_with(&format!(".{name}.{}.", std::process::id())),
+        "{a}"
+    );
+}

@@ -18,7 +18,11 @@ use std::os::unix::fs::FileExt;
 use super::config::SpoolConfig;
 use super::dir::{self, fail, SpoolError};
 use super::frame::{self, Item};
+use super::put::Follows;
 use super::seal::{Crypt, Opened, Opener, Place};
+use crate::message::protection::checkpoint::TrustedKeys;
+use crate::sink::checkpoint::{claimed, CheckpointStore};
+use crate::text::peer::PeerText;
 
 /// First byte of the body of a set-aside frame (a plain body's flag byte is 0 or 1, a
 /// sealed one's 0x80 or 0x81).
@@ -33,6 +37,28 @@ pub fn is_set_aside(body: &[u8]) -> bool {
 /// module comment); returns the name of the quarantine file holding its bytes. A record the
 /// configuration reads (an offset one line off) is refused: it would never be delivered.
 pub fn set_aside(cfg: &SpoolConfig, segment: u64, offset: u64) -> Result<String, SpoolError> {
+    set_aside_before(cfg, segment, offset, &DrainTarget::default())
+}
+
+/// What the configuration's drain does with a custody checkpoint frame: the target's
+/// checkpoint store (`None`: its target keeps none) and the keys it checks frames with.
+#[derive(Default)]
+pub struct DrainTarget {
+    pub store: Option<Box<dyn CheckpointStore>>,
+    pub trusted: TrustedKeys,
+}
+
+/// [`set_aside`], also refusing a custody checkpoint frame `drain` would put into its target
+/// (its target keeps checkpoints and holds no other checkpoint under its name: taking it out
+/// would break the chain for good; atk51b finding 3). One the drain stops at (the target keeps
+/// none, holds another checkpoint under that name, the frame does not follow its chain, or
+/// its signature is not trusted) is taken.
+pub fn set_aside_before(
+    cfg: &SpoolConfig,
+    segment: u64,
+    offset: u64,
+    drain: &DrainTarget,
+) -> Result<String, SpoolError> {
     let path = cfg.dir.as_path();
     let dirfd = dir::open_dir(path, false)?;
     let _lock = dir::lock(&dirfd, path)?;
@@ -95,15 +121,21 @@ pub fn set_aside(cfg: &SpoolConfig, segment: u64, offset: u64) -> Result<String,
         }
     };
     let place = Place { segment, offset };
-    if readable(cfg, &dirfd, place, &bytes[frame::FRAME_OVERHEAD..])? {
-        return Err(fail(
-            path,
-            "set-aside",
+    let why = match read_as(cfg, &dirfd, place, &bytes[frame::FRAME_OVERHEAD..])? {
+        Read::Record => Some(format!(
+            "{here} holds a record this configuration reads (the drain delivers it): only a \
+             record the drain or the opening stops at is set aside"
+        )),
+        Read::Checkpoint(plain, sealed) => drain_puts(drain, &plain, sealed).map(|why| {
             format!(
-                "{here} holds a record this configuration reads (the drain delivers it): only a \
-                 record the drain or the opening stops at is set aside"
-            ),
-        ));
+                "{here} holds a custody checkpoint frame {why}: taken out, it would break the \
+                 chain for good; only a frame the drain stops at is set aside"
+            )
+        }),
+        Read::Not => None,
+    };
+    if let Some(why) = why {
+        return Err(fail(path, "set-aside", why));
     }
     // The name the bytes went to: another file (planted, or other bytes) may hold the first.
     let (_, kept) = dir::keep(&dirfd, path, &dir::quarantine_name(segment, offset), bytes)?;
@@ -122,15 +154,24 @@ pub fn set_aside(cfg: &SpoolConfig, segment: u64, offset: u64) -> Result<String,
     Ok(kept)
 }
 
-/// Whether `body`, stored at `place`, opens and decodes as a record under `cfg`'s keys and
-/// the spool's meta file, as the drain would read it (a custody checkpoint frame counts as
-/// not read: it may be set aside).
-fn readable(
+/// How the drain reads a frame's body.
+enum Read {
+    /// A record it delivers.
+    Record,
+    /// A custody checkpoint frame, opened (plain body, whether it was sealed).
+    Checkpoint(Vec<u8>, bool),
+    /// Nothing it can read (it stops there).
+    Not,
+}
+
+/// How `body`, stored at `place`, reads under `cfg`'s keys and the spool's meta file, as the
+/// drain would read it.
+fn read_as(
     cfg: &SpoolConfig,
     dirfd: &std::os::fd::OwnedFd,
     place: Place,
     body: &[u8],
-) -> Result<bool, SpoolError> {
+) -> Result<Read, SpoolError> {
     let path = cfg.dir.as_path();
     let mut crypt = Crypt::load(cfg.encryption.as_ref(), cfg.allow_unencrypted)
         .map_err(|e| fail(path, "set-aside", e))?;
@@ -140,14 +181,53 @@ fn readable(
         .map_err(|e| fail(path, super::meta::NAME, e))?;
     let mut opener = Opener::new(std::sync::Arc::new(crypt));
     let mut out = Vec::new();
-    // A custody checkpoint frame is never "read" here: one the drain stops at (its target
-    // keeps no checkpoints, another checkpoint under its name) may be set aside, its bytes
-    // kept, as the operator's way on (atk50b finding 6).
-    let reads =
-        |plain: &[u8]| !super::codec::is_checkpoint(plain) && super::codec::decode(plain).is_ok();
+    let read = |plain: &[u8], sealed: bool| {
+        if super::codec::is_checkpoint(plain) {
+            Read::Checkpoint(plain.to_vec(), sealed)
+        } else if super::codec::decode(plain).is_ok() {
+            Read::Record
+        } else {
+            Read::Not
+        }
+    };
     Ok(match opener.open(place, body, &mut out) {
-        Ok(Opened::Clear) => reads(body),
-        Ok(Opened::Sealed(r)) => reads(&out[r]),
-        Err(_) => false,
+        Ok(Opened::Clear) => read(body, false),
+        Ok(Opened::Sealed(r)) => read(&out[r], true),
+        Err(_) => Read::Not,
     })
+}
+
+/// Why `drain` would put this checkpoint frame (its plain body) into its target, or `None`
+/// when it stops at it (or quarantines it), as `sink::spool::put` decides: the target keeps
+/// no checkpoints, the frame does not decode or names another checkpoint than its body, its
+/// signature is not trusted, the target holds another checkpoint under its name, or it does
+/// not follow the target's chain (`put::follows`).
+fn drain_puts(drain: &DrainTarget, plain: &[u8], sealed: bool) -> Option<String> {
+    let store = drain.store.as_ref()?;
+    let cp = super::codec::decode_checkpoint(plain).ok()?;
+    let text = std::str::from_utf8(cp.bytes).ok()?;
+    if claimed(text) != Some((cp.runner_id.into(), Some(cp.index))) {
+        return None;
+    }
+    super::put::check(&drain.trusted, text, sealed).ok()?;
+    let name = format!(
+        "(checkpoint {} of runner {})",
+        cp.index,
+        PeerText::new(cp.runner_id)
+    );
+    match super::put::follows(store.as_ref(), cp.runner_id, cp.index, text) {
+        Ok(Follows::Yes) => Some(format!(
+            "{name} the drain puts into the target's checkpoint store (it holds none under \
+             that name, and it follows the target's chain)"
+        )),
+        Ok(Follows::Stored) => Some(format!(
+            "{name} the target's checkpoint store holds already (the drain moves past it)"
+        )),
+        Ok(Follows::No(_)) => None,
+        Err(e) => Some(format!(
+            "{name} the drain may put: the target's checkpoint store cannot be read ({}); try \
+             again once it can",
+            PeerText::new(&e)
+        )),
+    }
 }

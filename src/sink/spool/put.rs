@@ -117,51 +117,165 @@ impl CheckpointPut {
                 ))),
             };
         }
-        let Err(put_error) = store.put(cp.runner_id, cp.index, cp.bytes) else {
-            return Ok(Put::Stored);
-        };
-        let stored = store.checkpoints().map_err(|e| {
-            stuck(format!(
-                "{name} (at {at}) not put into the target ({put_error}), nor could its \
-                 checkpoints be read ({e}); the drain retries this step"
-            ))
-        })?;
-        let same_name = |text: &str| {
-            claimed(text).is_some_and(|(r, i)| r == cp.runner_id && i == Some(cp.index))
-        };
-        if stored.iter().any(|(_, t)| t == text) {
-            return Ok(Put::Stored); // put by the run a crash stopped before its position moved
+        // Only after the checkpoint before it, under the name and digest it links to: a chain
+        // with a hole is never moved into the target (atk51b finding 2).
+        match follows(store.as_ref(), cp.runner_id, cp.index, text) {
+            Ok(Follows::Stored) => return Ok(Put::Stored),
+            Ok(Follows::Yes) => {}
+            Ok(Follows::No(why)) => {
+                log::error!(
+                    "spool {}: {name} (at {at}) {why}; the drain stops here, the frame is kept",
+                    spool.path().display()
+                );
+                return Err(stuck(format!(
+                    "{name} at {at} {why}: not put (a chain with a hole is never moved into \
+                     the target); the frame is kept and the drain moves no further (audit \
+                     with svc verify-custody --public-key)"
+                )));
+            }
+            Err(e) => {
+                return Err(stuck(format!(
+                    "{name} (at {at}): the target's checkpoints cannot be read ({e}); the \
+                     drain retries this step"
+                )))
+            }
         }
-        if stored.iter().any(|(_, t)| same_name(t)) {
-            log::error!(
-                "spool {}: {name} (at {at}) differs from the one the target holds under its \
-                 name; the drain stops here, the frame is kept",
-                spool.path().display()
-            );
-            return Err(stuck(format!(
-                "{name} at {at} differs from the checkpoint the target holds under that name: \
-                 not overwritten; the frame is kept and the drain moves no further (audit with \
-                 svc verify-custody --public-key)"
-            )));
-        }
-        Err(stuck(format!(
-            "{name} (at {at}) not put into the target: {put_error}; the target holds no \
-             identical copy (a checkpoint stored under that name with other bytes is never \
-             overwritten); the frame is kept and the drain retries this step"
-        )))
+        put_new(store.as_ref(), spool, (&name, &at), (cp, text))
     }
 
     /// Checks a frame's checkpoint (see the module comment): a frame in clear always, a
     /// sealed one when keys are trusted here (a sealed frame under a key id not trusted here
     /// is taken on the spool key's word).
     fn check(&self, text: &str, sealed: bool) -> Result<(), Refused> {
-        if sealed && self.trusted.0.is_empty() {
-            return Ok(());
-        }
-        match checkpoint::verify(text, &self.trusted) {
-            Ok(_) => Ok(()),
-            Err(Refused::UnknownKey(_)) if sealed => Ok(()),
-            Err(refused) => Err(refused),
-        }
+        check(&self.trusted, text, sealed)
     }
+}
+
+/// [`CheckpointPut::check`] with the given keys (also `svc spool set-aside`'s: which frames
+/// the drain would put).
+pub(super) fn check(trusted: &TrustedKeys, text: &str, sealed: bool) -> Result<(), Refused> {
+    if sealed && trusted.0.is_empty() {
+        return Ok(());
+    }
+    match checkpoint::verify(text, trusted) {
+        Ok(_) => Ok(()),
+        Err(Refused::UnknownKey(_)) if sealed => Ok(()),
+        Err(refused) => Err(refused),
+    }
+}
+
+/// Whether a checkpoint may be put into a store, by what the store holds.
+pub(super) enum Follows {
+    /// The same text is stored under its name already.
+    Stored,
+    /// It follows the store's checkpoint before it (or is index 0 of a runner with none).
+    Yes,
+    /// Why not: another checkpoint under its name, or it does not follow the one before it.
+    No(String),
+}
+
+/// Whether checkpoint `index` of `runner` (its `text`) may be put into `store`: the same text
+/// under its name counts as stored; another is refused; index 0 only while none of the
+/// runner's checkpoints is stored; index N only when N-1 is stored and its body's digest is
+/// N's `previous` (read by name: [`CheckpointStore::get`]). An error when the store cannot be
+/// read.
+pub(super) fn follows(
+    store: &dyn CheckpointStore,
+    runner: &str,
+    index: u64,
+    text: &str,
+) -> Result<Follows, String> {
+    match store.get(runner, index)? {
+        Some(t) if t == text => return Ok(Follows::Stored),
+        Some(_) => {
+            return Ok(Follows::No(
+                "differs from the checkpoint the target holds under that name".into(),
+            ))
+        }
+        None => {}
+    }
+    let previous = link(text).map(|l| l.1).unwrap_or_default();
+    if index == 0 {
+        let own = store
+            .chain(runner)?
+            .into_iter()
+            .any(|(_, t)| claimed(&t).is_some_and(|c| c.0 == runner));
+        return Ok(if own {
+            Follows::No(
+                "does not follow the target's chain (it holds checkpoints of that runner \
+                 already)"
+                    .into(),
+            )
+        } else {
+            Follows::Yes
+        });
+    }
+    Ok(match store.get(runner, index - 1)? {
+        Some(t) if link(&t).is_some_and(|l| l.0 == previous) => Follows::Yes,
+        Some(_) => Follows::No(format!(
+            "does not follow the target's checkpoint {} (its digest is not this one's \
+             previous)",
+            index - 1
+        )),
+        None => Follows::No(format!(
+            "does not follow the target's chain: it holds no checkpoint {} of that runner",
+            index - 1
+        )),
+    })
+}
+
+/// A stored checkpoint's chain digest and the `previous` its body names (read, not verified:
+/// the link is checked here, the signature by [`check`]).
+fn link(text: &str) -> Option<(String, String)> {
+    let outer: serde_json::Value = serde_json::from_str(text).ok()?;
+    let signed = outer.get("signed")?.as_str()?;
+    let body: serde_json::Value = serde_json::from_str(signed).ok()?;
+    let previous = body.get("previous").and_then(|p| p.as_str()).unwrap_or("");
+    Some((
+        checkpoint::body_digest(signed.as_bytes()),
+        previous.to_string(),
+    ))
+}
+
+/// Puts a checkpoint the store holds nothing of under its name yet ([`follows`]); when the put
+/// is refused (a put beside it, or by a run a crash stopped), the row under its name is read
+/// back: the same text counts as stored, another stops the drain.
+fn put_new(
+    store: &dyn CheckpointStore,
+    spool: &Spool,
+    (name, at): (&str, &str),
+    (cp, text): (super::codec::CheckpointBody<'_>, &str),
+) -> Result<Put, SpoolError> {
+    let stuck = |why: String| fail(spool.path(), "drain stuck", why);
+    let Err(put_error) = store.put(cp.runner_id, cp.index, cp.bytes) else {
+        return Ok(Put::Stored);
+    };
+    // Only the row of that name is read back (never the whole store: a shared table
+    // may hold more than one statement can read).
+    let stored = store.get(cp.runner_id, cp.index).map_err(|e| {
+        stuck(format!(
+            "{name} (at {at}) not put into the target ({put_error}), nor could the \
+             checkpoint under its name be read ({e}); the drain retries this step"
+        ))
+    })?;
+    if stored.as_deref() == Some(text) {
+        return Ok(Put::Stored); // put by the run a crash stopped before its position moved
+    }
+    if stored.is_some() {
+        log::error!(
+            "spool {}: {name} (at {at}) differs from the one the target holds under its \
+             name; the drain stops here, the frame is kept",
+            spool.path().display()
+        );
+        return Err(stuck(format!(
+            "{name} at {at} differs from the checkpoint the target holds under that name: \
+             not overwritten; the frame is kept and the drain moves no further (audit with \
+             svc verify-custody --public-key)"
+        )));
+    }
+    Err(stuck(format!(
+        "{name} (at {at}) not put into the target: {put_error}; the target holds no \
+         identical copy (a checkpoint stored under that name with other bytes is never \
+         overwritten); the frame is kept and the drain retries this step"
+    )))
 }

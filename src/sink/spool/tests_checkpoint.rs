@@ -140,6 +140,16 @@ fn a_sealed_checkpoint_frame_drains_after_its_records_into_the_target_store() {
 /// Checkpoint `index` of runner r1, signed by the Ed25519 seed `seed` under key id `key_id`
 /// (a real key file, read as the runner reads it), and the public key it verifies under.
 fn signed(dir: &std::path::Path, seed: u8, key_id: &str, index: u64) -> (String, [u8; 32]) {
+    signed_after(dir, seed, key_id, (index, ""))
+}
+
+/// [`signed`], its `previous` given (the drain puts a checkpoint only after the one it links to).
+fn signed_after(
+    dir: &std::path::Path,
+    seed: u8,
+    key_id: &str,
+    (index, previous): (u64, &str),
+) -> (String, [u8; 32]) {
     use crate::message::protection::checkpoint::{self as cp, Body, CheckpointConfig, Signer};
     use base64::Engine as _;
     use std::os::unix::fs::PermissionsExt;
@@ -167,7 +177,7 @@ fn signed(dir: &std::path::Path, seed: u8, key_id: &str, index: u64) -> (String,
         last_sequence: index + 1,
         count: 1,
         root: cp::merkle_root(&leaves),
-        previous: String::new(),
+        previous: previous.into(),
         gaps: vec![],
         created_at: "2026-01-01T00:00:00Z".into(),
         stream: "ORDERS".into(),
@@ -275,7 +285,11 @@ fn a_checkpoint_frame_in_clear_is_put_only_when_it_verifies() {
 
     // Another key id: nothing in clear is put unchecked; the drain stops at it and names the
     // remedy; given the key, it goes on.
-    let (other, other_public) = signed(tmp.path(), 5, "edge7", 1);
+    let outer: serde_json::Value = serde_json::from_str(&real).unwrap();
+    let previous = crate::message::protection::checkpoint::body_digest(
+        outer["signed"].as_str().unwrap().as_bytes(),
+    );
+    let (other, other_public) = signed_after(tmp.path(), 5, "edge7", (1, &previous));
     let spool = open(&cfg);
     spool
         .append_checkpoint(("r1", 1), other.as_bytes())
