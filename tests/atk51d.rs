@@ -169,8 +169,15 @@ const COLS: [&str; 10] = [
 
 #[test]
 fn mysql_sink_stores_hostile_fields_byte_for_byte() {
+    for mode in ["insert", "upsert"] {
+        mysql_stores_hostile_fields(mode);
+    }
+}
+
+fn mysql_stores_hostile_fields(mode: &str) {
     let db = MyDb::new("atk51d");
     let cfg = json!({
+        "write_mode": mode,
         "type": "relational_db",
         "engine": "mysql",
         "dsn": format!("mysql://root@127.0.0.1:3306/{}", db.name),
@@ -210,19 +217,35 @@ fn mysql_sink_stores_hostile_fields_byte_for_byte() {
     for (i, (g, w)) in got.iter().zip(expected(&batch)).enumerate() {
         assert!(*g == w, "row {i}: {:?}", &batch[i].subject.get(..60));
     }
-    // Redelivered: every row already durable (the keys read back match).
+    // Redelivered: every row already durable (the keys read back match), or for upsert
+    // written again over itself; nothing else stored.
     let again = s.write_batch(&batch);
     let fresh = again
         .iter()
         .filter(|o| !matches!(o, svc::sink::WriteOutcome::AlreadyDurable))
         .count();
-    assert_eq!(fresh, 0);
+    if mode == "insert" {
+        assert_eq!(fresh, 0);
+    } else {
+        assert!(again.iter().all(|o| o.is_durable()), "{mode}");
+    }
+    let after: Vec<Vec<Option<String>>> = db.rows(&format!(
+        "SELECT {} FROM events ORDER BY stream_sequence",
+        sel.join(",")
+    ));
+    assert_eq!(after.len(), batch.len(), "{mode}");
 }
 
 #[test]
 fn postgres_sink_stores_hostile_fields_byte_for_byte() {
+    for mode in ["insert", "upsert"] {
+        postgres_stores_hostile_fields(mode);
+    }
+}
+
+fn postgres_stores_hostile_fields(mode: &str) {
     let db = TestDb::new("atk51d");
-    let (s, _) = db.relational_sink(json!({"auto_create_tables": true}));
+    let (s, _) = db.relational_sink(json!({"auto_create_tables": true, "write_mode": mode}));
     // PostgreSQL text holds no NUL (as before this range): the rest of the bytes.
     let batch = hostile_envelopes(&hostile(false));
     let out = s.write_batch(&batch);
@@ -269,7 +292,14 @@ fn postgres_sink_stores_hostile_fields_byte_for_byte() {
         e.stream_sequence = 10_000 + n as u64;
     }
     mixed[1].subject = "ok".into();
+    mixed.push(envelope("a", 20_000, br#"{"s":"\u0000"}"#));
     let out = s.write_batch(&mixed);
+    // JSON with \u0000 is kept as text (wrapped), so PostgreSQL stores it.
+    assert!(out[3].is_durable(), "{out:?}");
+    let wrapped = db
+        .rows("SELECT payload->>'text', payload_wrapped FROM events WHERE stream_sequence = 20000");
+    assert_eq!(wrapped[0][0].as_deref(), Some(r#"{"s":"\u0000"}"#));
+    assert_eq!(wrapped[0][1].as_deref(), Some("t"));
     assert!(
         matches!(out[0], svc::sink::WriteOutcome::Permanent(_)),
         "{out:?}"
@@ -417,5 +447,88 @@ fn svc_run_stores_hostile_messages_the_same_in_both_databases() {
         if serde_json::from_slice::<serde_json::Value>(payload).is_ok() {
             assert_eq!(m[3].as_bytes(), payload.as_slice(), "message {i}");
         }
+    }
+}
+
+/// One row MariaDB refuses (a subject longer than its TEXT column) sends the batch row by
+/// row: each of the others is written from its own range of the shared statement buffer,
+/// byte for byte, and only the long one is refused.
+#[test]
+fn mysql_row_by_row_fallback_writes_each_tuple_from_its_own_range() {
+    let db = MyDb::new("atk51dfb");
+    let cfg = json!({
+        "type": "relational_db", "engine": "mysql", "tls_mode": "disable",
+        "dsn": format!("mysql://root@127.0.0.1:3306/{}", db.name),
+        "table": "events", "auto_create_tables": true,
+    });
+    let s = MySqlSink::new(parse_cfg(&cfg), Arc::new(Metrics::default())).unwrap();
+    let mut strings: Vec<String> = hostile(true).into_iter().step_by(7).collect();
+    let long = 3;
+    strings[long] = "x'\\\"".repeat(20_000);
+    let mut batch = hostile_envelopes(&strings);
+    batch[long].stream_incarnation = "".into();
+    let out = s.write_batch(&batch);
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.is_durable(), i != long, "row {i}");
+    }
+    let sel: Vec<String> = COLS.iter().map(|c| format!("SHA2({c}, 256)")).collect();
+    let got = db.rows(&format!(
+        "SELECT {} FROM events ORDER BY stream_sequence",
+        sel.join(",")
+    ));
+    let mut want = expected(&batch);
+    want.remove(long);
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.into_iter().zip(want).enumerate() {
+        let g: Vec<String> = g.into_iter().map(|c| c.unwrap_or("NULL".into())).collect();
+        assert!(g == w, "row {i}");
+    }
+}
+
+/// A batch past `MAX_STATEMENT_BYTES` (8 MiB) is split into several statements cut from the
+/// shared buffer at row boundaries: every row lands whole, once.
+#[test]
+fn mysql_batch_split_past_the_statement_limit_keeps_every_row_whole() {
+    let db = MyDb::new("atk51dsplit");
+    let cfg = json!({
+        "type": "relational_db", "engine": "mysql", "tls_mode": "disable",
+        "dsn": format!("mysql://root@127.0.0.1:3306/{}", db.name),
+        "table": "events", "auto_create_tables": true,
+    });
+    let s = MySqlSink::new(parse_cfg(&cfg), Arc::new(Metrics::default())).unwrap();
+    let unit = "ab'c\"d\\e\0f\r\ng\u{1a}hé😀\u{7f}";
+    let strings: Vec<String> = (0..12)
+        .map(|i| format!("{i}{}", unit.repeat(45_000 + i)))
+        .collect();
+    let mut batch = hostile_envelopes(&strings);
+    for (i, e) in batch.iter_mut().enumerate() {
+        // Short text columns; the payload carries the bulk.
+        let short = format!("{i}'\\\"{}", &unit[..8]);
+        e.subject = short.clone();
+        e.stream_incarnation = short.as_str().into();
+        e.consumer = short.as_str().into();
+        e.message_id = Some(short.clone());
+        e.priority = short.clone();
+        e.classification = short.clone();
+        e.labels = short.clone();
+        e.labels_list = vec![short.clone(), "x".into()];
+        e.mission_metadata = None;
+    }
+    let total: usize = batch.iter().map(|e| e.payload.json().len()).sum();
+    assert!(
+        total > svc::sink::relational::my_sink::MAX_STATEMENT_BYTES,
+        "{total}"
+    );
+    let out = s.write_batch(&batch);
+    assert!(out.iter().all(|o| o.is_durable()));
+    let sel: Vec<String> = COLS.iter().map(|c| format!("SHA2({c}, 256)")).collect();
+    let got = db.rows(&format!(
+        "SELECT {} FROM events ORDER BY stream_sequence",
+        sel.join(",")
+    ));
+    assert_eq!(got.len(), batch.len());
+    for (i, (g, w)) in got.into_iter().zip(expected(&batch)).enumerate() {
+        let g: Vec<String> = g.into_iter().map(|c| c.unwrap_or("NULL".into())).collect();
+        assert!(g == w, "row {i}");
     }
 }
