@@ -102,4 +102,56 @@ mod tests {
             );
         }
     }
+
+    /// atk51d: `find` against a byte-by-byte scan over random bytes rich in the special ones
+    /// (every byte 0x00-0x1f, `'`, `"`, `\`, 0x7f, UTF-8 lead and continuation bytes), from
+    /// every start, for the JSON and both MySQL predicates.
+    #[test]
+    fn find_is_a_naive_scan_over_random_text() {
+        const PALETTE: &[u8] =
+            b"\0\x01\x08\x09\n\x0b\x0c\r\x1a\x1f \"'\\az\x7f\x80\xbf\xc3\xe2\xf0\xff";
+        let json = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
+        let my = |b: u8| matches!(b, 0 | b'\'' | b'\\' | b'\n' | b'\r' | 0x1a);
+        let nbe = |b: u8| b == b'\'';
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 41) as usize;
+            let dense = next() % 4;
+            let text: Vec<u8> = (0..len)
+                .map(|_| match next() % (1 + dense * 8) {
+                    0 => PALETTE[(next() % PALETTE.len() as u64) as usize],
+                    _ => b'a' + (next() % 26) as u8,
+                })
+                .collect();
+            for from in 0..=len + 1 {
+                let naive = |p: &dyn Fn(u8) -> bool| {
+                    text.get(from..)
+                        .and_then(|t| t.iter().position(|&b| p(b)))
+                        .map(|q| q + from)
+                };
+                let w_json =
+                    |w| (less_mask(w, 0x20) | byte_mask(w, b'"') | byte_mask(w, b'\\')) != 0;
+                let w_my =
+                    |w| (less_mask(w, 0x20) | byte_mask(w, b'\'') | byte_mask(w, b'\\')) != 0;
+                assert_eq!(
+                    find(&text, from, w_json, json),
+                    naive(&json),
+                    "{text:?} {from}"
+                );
+                assert_eq!(find(&text, from, w_my, my), naive(&my), "{text:?} {from}");
+                let w_nbe = |w| has_byte(w, b'\'');
+                assert_eq!(
+                    find(&text, from, w_nbe, nbe),
+                    naive(&nbe),
+                    "{text:?} {from}"
+                );
+            }
+        }
+    }
 }

@@ -1031,4 +1031,55 @@ mod tests {
             }
         }
     }
+
+    /// atk51d: stamps one byte away from the runner's shape (a digit, a separator, a sign, a
+    /// letter, a non-ASCII byte, a byte added or removed): whenever the copy answers, the
+    /// parser accepts the text and gives the same DATETIME.
+    #[test]
+    fn datetime_copies_only_what_the_parser_reads_the_same() {
+        let parser = |t: &str| {
+            let t = time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+                .ok()?
+                .to_offset(time::UtcOffset::UTC);
+            Some(format!(
+                "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}",
+                t.year(),
+                u8::from(t.month()),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second(),
+                t.microsecond()
+            ))
+        };
+        let bytes: &[&str] = &[
+            "0", "1", "2", "3", "5", "9", "-", ":", ".", "T", "t", "Z", "z", " ", "+", "é", "",
+        ];
+        let mut x: u64 = 0x1234_5678_9abc_def1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as usize
+        };
+        let seeds = [
+            "2024-02-29T23:59:59.999999999Z",
+            "2026-11-28T07:19:43.1Z",
+            "0000-01-01T00:00:00Z",
+            "9999-12-31T23:59:59.123456Z",
+        ];
+        for _ in 0..200_000 {
+            let mut t = seeds[next() % seeds.len()].to_string();
+            for _ in 0..1 + next() % 2 {
+                let at = next() % (t.len() + 1);
+                let at = (0..=at).rev().find(|&a| t.is_char_boundary(a)).unwrap_or(0);
+                let end = (at + next() % 2).min(t.len());
+                let end = (end..=t.len()).find(|&e| t.is_char_boundary(e)).unwrap();
+                t.replace_range(at..end, bytes[next() % bytes.len()]);
+            }
+            if let Some(fast) = utc_datetime(&t) {
+                assert_eq!(Some(fast), parser(&t), "{t:?}");
+            }
+        }
+    }
 }

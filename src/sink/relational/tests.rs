@@ -142,3 +142,125 @@ fn decimals_are_the_formatters() {
         assert_eq!(row::decimal(n, &mut [0; 20]), n.to_string());
     }
 }
+
+/// atk51d: hostile text in every string column (every control byte, quotes of both kinds,
+/// backslash, DEL, U+2028, multi-byte characters straddling the 8-byte words, long runs):
+/// the hand-written JSON parameter is serde_json's, the MySQL literal is the old per-char
+/// quoting's, and the row key is the old `stream_place` format.
+#[test]
+fn atk51d_random_hostile_text_encodes_as_before() {
+    let palette: Vec<String> = (0u8..0x20)
+        .map(|b| char::from(b).to_string())
+        .chain(
+            [
+                "\"", "'", "\\", "\u{7f}", "é", "€", "😀", "\u{2028}", "\u{202e}", "a", "~", "/",
+                ".",
+            ]
+            .map(String::from),
+        )
+        .collect();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    macro_rules! text {
+        ($max:expr) => {
+            rand_text(&mut next, &palette, $max)
+        };
+    }
+    for round in 0..3_000u64 {
+        let payload: Vec<u8> = match round % 4 {
+            0 => b"{}".to_vec(),
+            1 => text!(40).into_bytes(),
+            2 => format!("{{\"k\":{},\"n\":1.50e0}}", json!(text!(20))).into_bytes(),
+            _ => (0..next() % 24).map(|_| next() as u8).collect(),
+        };
+        let mut e = envelope("a.b", round + 1, &payload);
+        e.subject = text!(30);
+        e.stream = text!(12).into();
+        e.stream_incarnation = if round % 3 == 0 {
+            "".into()
+        } else {
+            text!(10).into()
+        };
+        e.consumer = text!(10).into();
+        e.message_id = (round % 5 != 0).then(|| text!(20));
+        e.priority = text!(12);
+        e.classification = text!(12);
+        e.labels = text!(40);
+        e.labels_list = (0..next() % 4).map(|_| text!(10)).collect();
+        e.security_labels = Some(json!({ (text!(6)): text!(20) }));
+        e.mission_metadata = Some(json!({"m": text!(20), "n": -1.5e300}));
+        e.metadata.headers.insert(text!(8), text!(20));
+        if round % 7 == 0 {
+            e.stream = "".into();
+        }
+        if round % 11 == 0 {
+            e.stream_sequence = 0;
+        }
+        let key = row_key(&e);
+        let old = if !e.stream.is_empty() && e.stream_sequence > 0 {
+            let inc = match &*e.stream_incarnation {
+                "" => String::new(),
+                i => crate::sink::key::safe_component(i),
+            };
+            let place = crate::message::envelope::stream_place(
+                &crate::sink::key::safe_component(&e.stream),
+                &inc,
+                e.stream_sequence,
+                "-",
+            );
+            format!("s-{place}")
+        } else if let Some(m) = e.message_id.as_deref().filter(|m| !m.is_empty()) {
+            format!("m-{}", crate::sink::key::safe_component(m))
+        } else {
+            format!("p-{}", e.payload_info.sha256)
+        };
+        assert_eq!(key, old, "{e:?}");
+        let rows = [e];
+        let keys = [key];
+        assert_eq!(
+            row::rows_json(&rows, &keys, &[0]).unwrap(),
+            serde_json::to_string(&[row(&rows[0], &keys[0])]).unwrap(),
+            "{:?}",
+            rows[0]
+        );
+        for s in [&rows[0].subject, &rows[0].labels] {
+            for nbe in [false, true] {
+                assert_eq!(mysql::quote(s, nbe), quote_per_char(s, nbe), "{s:?}");
+            }
+        }
+    }
+}
+
+/// `mysql::quote` as it was before atk51d's range (one char at a time, `"` escaped too: an
+/// escaped `\"` and a bare `"` are the same character inside `'...'`, so the comparison
+/// drops that one difference).
+fn quote_per_char(text: &str, nbe: bool) -> String {
+    let mut out = String::from("'");
+    for c in text.chars() {
+        match c {
+            '\'' if nbe => out.push_str("''"),
+            c if nbe => out.push(c),
+            '\0' => out.push_str("\\0"),
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\u{1a}' => out.push_str("\\Z"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+fn rand_text(next: &mut impl FnMut() -> u64, palette: &[String], max: u64) -> String {
+    let n = next() % max;
+    (0..n)
+        .map(|_| palette[(next() % palette.len() as u64) as usize].as_str())
+        .collect()
+}
