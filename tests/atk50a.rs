@@ -342,7 +342,7 @@ fn a_link_to_another_accounts_proc_cwd_is_refused() {
 /// sticky bit, or owned by another account, as `StateFile::read` does.
 #[test]
 fn a_head_file_in_a_directory_others_can_change_is_refused() {
-    use svc::sink::checkpoint_head::{Head, HeadFile};
+    use svc::sink::checkpoint::head::{Head, HeadFile};
     let t = base("atk50a-head");
     let shared = dir_in(t.path(), "shared", 0o755);
     let file = HeadFile::new(&shared.join("svc.json.custody-head")).unwrap();

@@ -438,7 +438,7 @@ fn a_chain_the_start_refuses_is_still_refused_after_a_drain() {
 
 /// FIXED (atk50b finding; class 12, low): two messages of the spool-sink start carry a run of
 /// spaces in the middle of a sentence (a string continuation without its backslash in
-/// `src/sink/checkpoint.rs`): the info line "no checkpoint left in the spool (drained); the chain
+/// `src/sink/checkpoint/writer.rs`): the info line "no checkpoint left in the spool (drained); the chain
 /// goes                  on from the head file's head ..." and the refusal "begins at checkpoint N,
 /// which does not follow ...". A log parser or grep on "goes on" misses them. Expected: one space.
 /// (Since the fix of finding 1 the restart after a drain reads the chain back from the target and

@@ -202,7 +202,7 @@ pub fn verify_custody(cfg: &RuntimeConfig, files: &[PathBuf]) -> ExitCode {
 }
 
 /// The checkpoints and records of the configured sink; with `sink.type` = `spool`, of the
-/// spool and its target as one (`sink::checkpoint_spool::UnionStore`). The outer error: no
+/// spool and its target as one (`sink::checkpoint::spool::UnionStore`). The outer error: no
 /// store for this sink (exit 2); the inner: the store cannot be read (exit 1, no verdict).
 #[allow(clippy::type_complexity)]
 fn read_sink(
@@ -221,7 +221,7 @@ fn read_sink(
         if let Some(why) = crate::sink::checkpoint::unavailable(sink) {
             return Err(format!("custody.checkpoints: {why}"));
         }
-        let union = crate::sink::checkpoint_spool::UnionStore::new(s)?;
+        let union = crate::sink::checkpoint::spool::UnionStore::new(s)?;
         return Ok(union.read());
     }
     let store = crate::sink::checkpoint::store_for(sink)?;
@@ -239,7 +239,7 @@ pub fn verify_checkpoints(cfg: &RuntimeConfig, keys: &[String], heads: &[String]
     use crate::message::protection::checkpoint_audit::audit_to_heads;
     let mut held = Vec::new();
     for h in heads {
-        match crate::sink::checkpoint_head::parse_head_arg(h) {
+        match crate::sink::checkpoint::head::parse_head_arg(h) {
             Ok(h) => held.push((h.runner_id, h.index, h.digest)),
             Err(e) => {
                 eprintln!("svc: verify-custody: {e}");

@@ -562,12 +562,12 @@ fn start_checkpoints(
     }
     if let Some((_, spool)) = fallback {
         // An edge spool handed to this configuration is drained first (atk51b finding 1).
-        crate::sink::checkpoint_spool::refuse_handed_frames(spool).map_err(RunError::Fatal)?;
+        crate::sink::checkpoint::spool::refuse_handed_frames(spool).map_err(RunError::Fatal)?;
     }
     // The spool as the sink keeps its checkpoints as frames in the spool it appends to.
     let store: Box<dyn crate::sink::checkpoint::CheckpointStore> = match edge_spool {
         Some(spool) => {
-            let store = crate::sink::checkpoint_spool::SpoolStore::new(spool);
+            let store = crate::sink::checkpoint::spool::SpoolStore::new(spool);
             match &cfg.sink {
                 // The target's store too: the start and the rescan read what was drained.
                 crate::sink::SinkConfig::Spool(s) => Box::new(store.with_target(

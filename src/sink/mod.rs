@@ -5,8 +5,6 @@
 //! config struct lives beside it and is read by [`SinkConfig::read`].
 
 pub mod checkpoint;
-pub mod checkpoint_head;
-pub mod checkpoint_spool;
 mod countdown;
 pub mod fanout;
 pub mod file;

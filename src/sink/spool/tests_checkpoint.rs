@@ -10,8 +10,8 @@ use std::sync::Arc;
 use super::tests::{drain_all, open, Memory};
 use super::tests_sealed::{contains, delivered, envelope, key_file, sealed};
 use crate::metrics::Metrics;
+use crate::sink::checkpoint::spool::SpoolStore;
 use crate::sink::checkpoint::{CheckpointStore, FileStore};
-use crate::sink::checkpoint_spool::SpoolStore;
 
 /// A checkpoint as a store keeps it, as far as the drain reads it (the name its signed body
 /// claims; the signature is the audit's to check).

@@ -8,7 +8,7 @@
 //! `spool::seal::FLAG_SEALED_CHECKPOINT`, covered by the associated data and checked against
 //! the opened body's kind). The spool holds only the end of the chain (what is not drained
 //! yet): the runner's start takes a suffix that links and reaches the head file
-//! ([`super::checkpoint::CheckpointStore::holds_suffix`]).
+//! ([`super::CheckpointStore::holds_suffix`]).
 //!
 //! `svc verify-custody` over a spool sink reads the union ([`UnionStore`]): the spool first,
 //! then the target. The drain moves records before their checkpoint, and a frame leaves the
@@ -19,13 +19,13 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::checkpoint::{records_of, CheckpointStore, MAX_AUDIT_CHECKPOINTS, MAX_AUDIT_RECORDS};
-use super::spool::scan::{self, Seen};
-use super::spool::seal::{Crypt, Opened, Opener};
-use super::spool::{codec, Spool, SpoolConfig, SpoolSinkConfig};
+use super::{records_of, CheckpointStore, MAX_AUDIT_CHECKPOINTS, MAX_AUDIT_RECORDS};
 use crate::message::protection::checkpoint::MAX_CHECKPOINT_BYTES;
 use crate::message::protection::checkpoint_audit::StoredRecord;
 use crate::message::protection::custody::Custodian;
+use crate::sink::spool::scan::{self, Seen};
+use crate::sink::spool::seal::{Crypt, Opened, Opener};
+use crate::sink::spool::{codec, Spool, SpoolConfig, SpoolSinkConfig};
 use crate::text::peer::PeerText;
 
 /// The spool as a checkpoint store: the runner's (appends through its open spool) or a
@@ -80,7 +80,7 @@ impl SpoolStore {
         if let Some(s) = &self.spool {
             return Ok(s.crypt().clone());
         }
-        use super::spool::{dir, meta};
+        use crate::sink::spool::{dir, meta};
         let path = &self.cfg.dir;
         let mut crypt = Crypt::load(self.cfg.encryption.as_ref(), self.cfg.allow_unencrypted)
             .map_err(|e| format!("spool {}: {e}", path.display()))?;
@@ -109,8 +109,8 @@ impl SpoolStore {
                 Some(f) => format!("spool {} offset {}", PeerText::new(f), seen.offset),
                 None => format!("spool segment {} offset {}", seen.segment, seen.offset),
             };
-            let checkpoint_frame =
-                seen.rejected_in.is_none() && super::spool::seal::is_checkpoint_frame(seen.body);
+            let checkpoint_frame = seen.rejected_in.is_none()
+                && crate::sink::spool::seal::is_checkpoint_frame(seen.body);
             if !records_too && !checkpoint_frame {
                 return true;
             }
@@ -155,7 +155,7 @@ impl SpoolStore {
                 }
             }
             let past = checkpoints.len() > MAX_AUDIT_CHECKPOINTS
-                || text_bytes > super::checkpoint::MAX_AUDIT_CHECKPOINT_BYTES
+                || text_bytes > super::MAX_AUDIT_CHECKPOINT_BYTES
                 || records.len() > MAX_AUDIT_RECORDS;
             if past {
                 failed = Some("the spool holds more than the read-back bounds".into());
@@ -183,7 +183,7 @@ impl SpoolStore {
 pub fn refuse_handed_frames(spool: &Spool) -> Result<(), String> {
     let mut found: Option<(u64, u64)> = None;
     scan::walk(spool.path(), |seen: Seen<'_>| {
-        if seen.rejected_in.is_none() && super::spool::seal::is_checkpoint_frame(seen.body) {
+        if seen.rejected_in.is_none() && crate::sink::spool::seal::is_checkpoint_frame(seen.body) {
             found = Some((seen.segment, seen.offset));
         }
         found.is_none()
@@ -258,8 +258,8 @@ impl UnionStore {
     /// The union for a spool sink's config; an error when the target's store cannot be built
     /// (then no partial verdict is given).
     pub fn new(cfg: &SpoolSinkConfig) -> Result<UnionStore, String> {
-        let target = super::checkpoint::store_for(&cfg.target)
-            .map_err(|e| format!("the spool's target: {e}"))?;
+        let target =
+            super::store_for(&cfg.target).map_err(|e| format!("the spool's target: {e}"))?;
         Ok(UnionStore {
             spool: SpoolStore::reader(&cfg.spool),
             target,

@@ -5,6 +5,10 @@ use std::os::unix::fs::PermissionsExt;
 
 use base64::Engine as _;
 
+use std::fs;
+use std::path::Path;
+
+use super::super::file_store::temp_name;
 use super::*;
 use crate::message::protection::checkpoint::{merkle_root, CheckpointConfig, Verified};
 

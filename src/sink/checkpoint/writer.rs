@@ -1,0 +1,666 @@
+//! The `svc-checkpoint` thread's state ([`Writer`]): the chain read back and checked at start,
+//! the records and gaps pending, a checkpoint cut every `every_records` or `every_seconds`, the
+//! rescan after a restart or an overflowed channel.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
+
+use super::feed::{Event, Feed, Origin};
+use super::{claimed_runner, shown_path, CheckpointStore, FEED_CAPACITY, SEAL_REFUSED};
+use crate::message::envelope::now_unix_nanos;
+use crate::message::protection::checkpoint::{self, seal, Body, Signer, TrustedKeys};
+use crate::message::protection::custody::{Custodian, CustodyConfig};
+use crate::text::peer::PeerText;
+
+use super::head::{Head, HeadFile};
+use crate::text::rfc3339::{format_rfc3339_nanos, parse_rfc3339_nanos};
+/// The `svc-checkpoint` thread's state.
+pub struct Writer {
+    store: Box<dyn CheckpointStore>,
+    signer: Signer,
+    custodian: Custodian,
+    head_file: HeadFile,
+    runner_id: String,
+    sink: String,
+    every_records: usize,
+    every: Duration,
+    rx: Receiver<Event>,
+    overflowed: Arc<AtomicBool>,
+    /// (index, body digest) of the chain's last checkpoint.
+    head: Option<(u64, String)>,
+    /// The origin of the chain's last checkpoint.
+    last_origin: Option<Origin>,
+    /// Highest sequence of each origin the chain signed a record of at start (leaves, not
+    /// gaps): a rescan signs only records after it.
+    covered_to: BTreeMap<Origin, u64>,
+    pending: BTreeMap<Origin, BTreeMap<u64, [u8; 32]>>,
+    gaps: BTreeMap<Origin, BTreeMap<u64, &'static str>>,
+    /// Records in `pending`, all origins.
+    /// Records and gaps pending: a checkpoint is cut at `every_records` of them together, so
+    /// a flood of refusals cannot make one too large to read back (atk50a finding 5).
+    pending_count: usize,
+    /// Gaps signed lately: a message refused again on a later delivery is not listed again.
+    signed_gaps: SignedGaps,
+    /// When the chain's last checkpoint read at start was cut (Unix ns).
+    last_cut: Option<i128>,
+    /// Gaps of this runner found again at its start (its dead letters read back), listed by
+    /// the first rescan unless the chain signed the sequence (as a gap or a record) or its
+    /// record is pending.
+    found: Vec<(Origin, u64, &'static str)>,
+}
+
+fn origin_of(b: &Body) -> Origin {
+    (
+        Arc::from(b.stream.as_str()),
+        Arc::from(b.stream_incarnation.as_str()),
+    )
+}
+
+impl Writer {
+    pub fn new(
+        store: Box<dyn CheckpointStore>,
+        custody: &CustodyConfig,
+        sink: &str,
+    ) -> Result<(Writer, Feed), String> {
+        let cfg = &custody.checkpoints;
+        let signer = Signer::load(cfg)?;
+        let custodian = Custodian::load(custody)?;
+        let head_file = HeadFile::new(&cfg.head_file)?;
+        let (tx, rx) = bounded(FEED_CAPACITY);
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let feed = Feed {
+            tx,
+            overflowed: overflowed.clone(),
+            dropped: AtomicU64::new(0),
+        };
+        let w = Writer {
+            store,
+            signer,
+            custodian,
+            head_file,
+            runner_id: custody.runner_id.clone(),
+            sink: sink.to_string(),
+            every_records: cfg.every_records,
+            every: Duration::from_secs(cfg.every_seconds),
+            rx,
+            overflowed,
+            head: None,
+            last_origin: None,
+            covered_to: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            gaps: BTreeMap::new(),
+            pending_count: 0,
+            signed_gaps: SignedGaps::default(),
+            last_cut: None,
+            found: Vec::new(),
+        };
+        Ok((w, feed))
+    }
+
+    fn trusted(&self) -> TrustedKeys {
+        let mut trusted = TrustedKeys::default();
+        trusted
+            .0
+            .insert(self.signer.key_id().to_string(), self.signer.public_key());
+        trusted
+    }
+
+    /// Reads this runner's chain back (before any delivery) and checks it against the head
+    /// file. An error (the runner does not start) when the store cannot be read, a stored
+    /// checkpoint of this runner (or of no readable runner) does not verify, the chain does
+    /// not run 0, 1, 2, ..., or it does not reach the head file's head: the chain is never
+    /// restarted at index 0 over an existing one, nor continued from a cut.
+    pub fn start(&mut self) -> Result<(), String> {
+        let mut read = self
+            .store
+            .chain(&self.runner_id)
+            .map_err(|e| format!("custody checkpoints: cannot read the chain back: {e}"))?;
+        let unread = self.read_target(&mut read);
+        // The spool and its target read together hold the whole chain: checked as any
+        // other store's. The spool's part alone is a suffix (the target not read).
+        let suffix =
+            self.store.holds_suffix() && (self.store.target().is_none() || unread.is_some());
+        let chain = own_chain(read, &self.trusted(), &self.runner_id, suffix)?;
+        let stored = self.head_file.read()?;
+        if let (Some(e), true, Some(h)) = (&unread, chain.is_empty(), stored.as_ref()) {
+            return Err(format!(
+                "custody checkpoints: the spool holds no checkpoint of this runner (drained) \
+                 and its target's checkpoint store cannot be read ({}): where the chain ends \
+                 past the head file's head {} cannot be checked, and no checkpoint is signed \
+                 under an index the drain may have put already; start again once the target \
+                 can be read",
+                PeerText::new(e),
+                PeerText::new(&h.arg())
+            ));
+        }
+        if suffix {
+            check_suffix_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
+        } else {
+            check_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
+        }
+        for v in &chain {
+            // The gaps it signed: a gap found again at start (a dead letter read back) is not
+            // listed twice.
+            let o = origin_of(&v.body);
+            self.signed_gaps.note(&o, v.body.gaps.iter().map(|g| g.0));
+            // Leaves only: a gap is told at once, also while records below it wait in the
+            // fallback spool, so a gap's sequence says nothing of what was stored before it
+            // (atk47e finding 1).
+            let high = v.leaves.iter().map(|l| l.0).max();
+            let to = self.covered_to.entry(origin_of(&v.body)).or_default();
+            *to = high.unwrap_or_default().max(*to);
+        }
+        if let Some(last) = chain.last() {
+            self.last_cut = parse_rfc3339_nanos(&last.body.created_at);
+            self.head = Some((last.body.index, last.digest.clone()));
+            self.last_origin = Some(origin_of(&last.body));
+            let head = Head::new(&self.runner_id, last.body.index, &last.digest);
+            if stored.as_ref() != Some(&head) {
+                self.head_file.write(&head)?;
+            }
+            log::info!(
+                "custody checkpoints: chain read back to its head {}",
+                PeerText::new(&head.arg())
+            );
+        } else if let Some(h) = stored.filter(|_| suffix) {
+            // Every checkpoint was drained to the target: the chain goes on from the head file.
+            self.head = Some((h.index, h.digest.clone()));
+            log::info!(
+                "custody checkpoints: no checkpoint left in the spool (drained); the chain goes \
+                 on from the head file's head {}",
+                PeerText::new(&h.arg())
+            );
+        }
+        Ok(())
+    }
+
+    /// With a store holding a suffix (the spool as the sink): adds its target's checkpoints
+    /// (those not in `read` already) to `read`, so the chain is checked whole and continued
+    /// from its real end (a checkpoint drained before the head file was written is found).
+    /// Returns why the target could not be read (then only the spool's suffix is checked).
+    fn read_target(&self, read: &mut Vec<(String, String)>) -> Option<String> {
+        let target = self.store.target()?;
+        match target.chain(&self.runner_id) {
+            Ok(more) => {
+                let seen: BTreeSet<String> = read.iter().map(|c| c.1.clone()).collect();
+                read.extend(more.into_iter().filter(|c| !seen.contains(&c.1)));
+                None
+            }
+            Err(e) => {
+                log::warn!(
+                    "custody checkpoints: the target's checkpoint store cannot be read ({}): \
+                     only the spool's part of the chain is checked",
+                    PeerText::new(&e)
+                );
+                Some(e)
+            }
+        }
+    }
+
+    /// Adds the (origin, sequence) of every record a verified checkpoint of this runner
+    /// among `checkpoints` covers.
+    fn cover(
+        &self,
+        checkpoints: Vec<(String, String)>,
+        trusted: &TrustedKeys,
+        covered: &mut BTreeSet<(Origin, u64)>,
+    ) {
+        for (_, text) in checkpoints {
+            if let Ok(v) = checkpoint::verify(&text, trusted) {
+                if v.body.runner_id == self.runner_id {
+                    let o = origin_of(&v.body);
+                    // Leaves only: a sequence listed as a gap (refused before the sink and
+                    // NAKed, or whose dead letter failed) may be stored later, and its record
+                    // is then signed as any other (atk47e finding 6).
+                    covered.extend(v.leaves.iter().map(|l| (o.clone(), l.0)));
+                }
+            }
+        }
+    }
+
+    /// Makes pending every record of this runner after the chain's start range that no
+    /// checkpoint covers and whose custody seal verifies under the runner's custody key; a
+    /// record failing the seal is never signed (logged, counted; the audit reports it as in
+    /// no checkpoint).
+    pub fn rescan(&mut self) -> Result<(), String> {
+        let trusted = self.trusted();
+        let mut covered = BTreeSet::new();
+        self.cover(self.store.chain(&self.runner_id)?, &trusted, &mut covered);
+        let mut records = self.store.scan(Some(&self.custodian))?;
+        if let Some(target) = self.store.target() {
+            // Records drained to the target after the last checkpoint (a kill -9 before it
+            // was cut) are signed as any other store's: read them, seals checked.
+            match (
+                target.chain(&self.runner_id),
+                target.scan(Some(&self.custodian)),
+            ) {
+                (Ok(cps), Ok(recs)) => {
+                    self.cover(cps, &trusted, &mut covered);
+                    records.extend(recs);
+                }
+                (Err(e), _) | (_, Err(e)) => log::warn!(
+                    "custody checkpoints: the target's records cannot be read ({}): the \
+                     rescan reads the spool's only",
+                    PeerText::new(&e)
+                ),
+            }
+        }
+        let (mut found, mut refused) = (0usize, 0usize);
+        for rec in records {
+            match rec.read {
+                Ok(r) if r.runner_id == self.runner_id => {
+                    let o: Origin = (Arc::from(r.stream), Arc::from(r.incarnation));
+                    let seq = r.sequence;
+                    let after = self.covered_to.get(&o).is_none_or(|c| seq > *c);
+                    let key = (o, seq);
+                    if after && !covered.contains(&key) {
+                        let (o, seq) = key;
+                        if self
+                            .pending
+                            .entry(o)
+                            .or_default()
+                            .insert(seq, r.digest)
+                            .is_none()
+                        {
+                            self.pending_count += 1;
+                            found += 1;
+                        }
+                    }
+                }
+                Err(e) if e.starts_with(SEAL_REFUSED) => {
+                    refused += 1;
+                    log::error!(
+                        "custody checkpoints: {}: {e}; never signed",
+                        PeerText::new(&rec.place)
+                    );
+                }
+                _ => {}
+            }
+        }
+        if found > 0 {
+            log::info!("custody checkpoints: {found} committed records in no checkpoint yet");
+        }
+        self.take_found(&covered);
+        if refused > 0 {
+            log::error!(
+                "custody checkpoints: {refused} records of this runner refused by the rescan \
+                 (custody seal does not verify)"
+            );
+        }
+        Ok(())
+    }
+
+    /// The thread: until every sink worker has gone, then once more for what is pending.
+    /// [`Writer::start`] has run before.
+    pub fn run(mut self) {
+        if let Err(e) = self.rescan() {
+            log::error!("custody checkpoints: the rescan of the records failed: {e}");
+        }
+        let mut due = Instant::now() + self.every;
+        loop {
+            match self
+                .rx
+                .recv_timeout(due.saturating_duration_since(Instant::now()))
+            {
+                Ok(e) => self.take(e),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            let now = Instant::now();
+            if self.pending_count >= self.every_records || now >= due {
+                self.cut();
+                due = Instant::now() + self.every;
+            }
+        }
+        self.cut();
+    }
+
+    fn take(&mut self, e: Event) {
+        match e {
+            Event::Committed(o, seq, d) => {
+                if self.pending.entry(o).or_default().insert(seq, d).is_none() {
+                    self.pending_count += 1;
+                }
+            }
+            Event::Gap(o, seq, why) => self.take_gap(o, seq, why),
+        }
+    }
+
+    fn take_gap(&mut self, o: Origin, seq: u64, why: &'static str) {
+        if self.signed_gaps.holds(&o, seq) {
+            return; // a message refused again on a later delivery: listed once
+        }
+        if self.gaps.entry(o).or_default().insert(seq, why).is_none() {
+            self.pending_count += 1;
+        }
+    }
+
+    /// When the chain's last checkpoint was cut (Unix ns), once [`Writer::start`] read it:
+    /// the runner's start reads its dead letters back from about then.
+    pub fn last_cut_unix_nanos(&self) -> Option<i128> {
+        self.last_cut
+    }
+
+    /// Gaps found again at start (before the thread runs; see the field `found`).
+    pub fn add_found_gaps(&mut self, gaps: Vec<(Origin, u64, &'static str)>) {
+        self.found = gaps;
+    }
+
+    /// Lists the found gaps the chain did not sign (as a gap or as a record, `covered`) and
+    /// whose record is not pending; once.
+    fn take_found(&mut self, covered: &BTreeSet<(Origin, u64)>) {
+        let mut listed = 0usize;
+        for (o, seq, why) in std::mem::take(&mut self.found) {
+            let pending = self.pending.get(&o).is_some_and(|p| p.contains_key(&seq));
+            let known = covered.contains(&(o.clone(), seq)) || self.signed_gaps.holds(&o, seq);
+            if !pending && !known && !self.gaps.get(&o).is_some_and(|g| g.contains_key(&seq)) {
+                self.take_gap(o, seq, why);
+                listed += 1;
+            }
+        }
+        if listed > 0 {
+            log::info!(
+                "custody checkpoints: {listed} gaps of this runner found again (dead letters \
+                 read back) and not signed yet: listed in the next checkpoint"
+            );
+        }
+    }
+
+    /// Writes a checkpoint of what is pending (nothing when nothing is), one per origin.
+    fn cut(&mut self) {
+        if self.overflowed.swap(false, Ordering::Relaxed) {
+            while let Ok(e) = self.rx.try_recv() {
+                self.take(e);
+            }
+            if let Err(e) = self.rescan() {
+                log::error!("custody checkpoints: rescan after an overflow failed: {e}");
+            }
+        }
+        let origins: BTreeSet<Origin> = self
+            .pending
+            .keys()
+            .chain(self.gaps.keys())
+            .cloned()
+            .collect();
+        for o in origins {
+            if !self.cut_origin(&o) {
+                return; // kept for the next one
+            }
+        }
+    }
+
+    /// Writes the checkpoint of one origin's pending records and gaps; false when it could
+    /// not be stored (they stay pending).
+    fn cut_origin(&mut self, o: &Origin) -> bool {
+        let none = BTreeMap::new();
+        let pending = self.pending.get(o).unwrap_or(&none);
+        let leaves: Vec<(u64, [u8; 32])> = pending.iter().map(|(s, d)| (*s, *d)).collect();
+        let no_gaps = BTreeMap::new();
+        let gaps = self.gaps.get(o).unwrap_or(&no_gaps);
+        let seqs = leaves.iter().map(|l| l.0).chain(gaps.keys().copied());
+        let first = leaves
+            .first()
+            .map_or_else(|| seqs.clone().min(), |l| Some(l.0));
+        let last = leaves
+            .last()
+            .map_or_else(|| seqs.clone().max(), |l| Some(l.0));
+        let body = Body {
+            runner_id: self.runner_id.clone(),
+            key_id: self.signer.key_id().to_string(),
+            sink: self.sink.clone(),
+            index: self.head.as_ref().map_or(0, |(i, _)| i + 1),
+            first_sequence: first.unwrap_or(0),
+            last_sequence: last.unwrap_or(0),
+            count: leaves.len() as u64,
+            root: checkpoint::merkle_root(&leaves),
+            previous: self.head.as_ref().map(|h| h.1.clone()).unwrap_or_default(),
+            gaps: gaps.iter().map(|(s, w)| (*s, w.to_string())).collect(),
+            created_at: format_rfc3339_nanos(now_unix_nanos()),
+            stream: o.0.to_string(),
+            stream_incarnation: o.1.to_string(),
+        };
+        let bytes = seal(&body, &leaves, &self.signer);
+        if let Err(e) = self.store.put(&self.runner_id, body.index, &bytes) {
+            log::error!(
+                "custody checkpoint {} not written (kept for the next one): {e}",
+                body.index
+            );
+            return false;
+        }
+        let digest = checkpoint::body_digest(&body.encode());
+        let head = Head::new(&self.runner_id, body.index, &digest);
+        if self.last_origin.as_ref().is_some_and(|l| l != o) {
+            log::warn!(
+                "custody checkpoint {}: stream {} incarnation {} starts here (the checkpoint \
+                 before it is of stream {} incarnation {}): the stream was created again; its \
+                 sequences start a new range of the chain",
+                body.index,
+                PeerText::new(&o.0),
+                PeerText::new(&o.1),
+                PeerText::new(self.last_origin.as_ref().map_or("", |l| &l.0)),
+                PeerText::new(self.last_origin.as_ref().map_or("", |l| &l.1)),
+            );
+        }
+        // The auditor's copy outside the sink: `svc verify-custody --head RUNNER:INDEX:DIGEST`.
+        log::info!(
+            "custody checkpoint head {} ({} records, sequences {} to {})",
+            PeerText::new(&head.arg()),
+            body.count,
+            body.first_sequence,
+            body.last_sequence
+        );
+        if let Err(e) = self.head_file.write(&head) {
+            log::error!("custody checkpoint {}: {e}", body.index);
+        }
+        self.head = Some((body.index, digest));
+        self.last_origin = Some(o.clone());
+        self.pending_count -= leaves.len() + gaps.len();
+        self.signed_gaps.note(o, gaps.keys().copied());
+        self.pending.remove(o);
+        self.gaps.remove(o);
+        true
+    }
+}
+
+/// Gaps signed lately, the newest [`SIGNED_GAPS_KEPT`]: a message refused on every delivery
+/// (no DLQ, no `max_deliveries`) is listed in one checkpoint, not in every one after it
+/// (atk50a finding 6). Older ones are forgotten; the verifier counts a gap listed twice once.
+#[derive(Default)]
+struct SignedGaps {
+    held: BTreeSet<(Origin, u64)>,
+    order: std::collections::VecDeque<(Origin, u64)>,
+}
+
+/// Signed gaps remembered.
+const SIGNED_GAPS_KEPT: usize = 65_536;
+
+impl SignedGaps {
+    fn holds(&self, o: &Origin, seq: u64) -> bool {
+        self.held.contains(&(o.clone(), seq))
+    }
+
+    fn note(&mut self, o: &Origin, seqs: impl Iterator<Item = u64>) {
+        for seq in seqs {
+            if self.held.insert((o.clone(), seq)) {
+                self.order.push_back((o.clone(), seq));
+            }
+            if self.order.len() > SIGNED_GAPS_KEPT {
+                if let Some(old) = self.order.pop_front() {
+                    self.held.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+/// This runner's checkpoints among the stored ones, verified, in index order, checked to run
+/// 0, 1, 2, ... (with `suffix`, from any index: the spool as the sink) with each `previous`
+/// the digest before. A stored checkpoint that does not verify is an error unless its
+/// (unverified) body names another runner.
+fn own_chain(
+    read: Vec<(String, String)>,
+    trusted: &TrustedKeys,
+    runner_id: &str,
+    suffix: bool,
+) -> Result<Vec<checkpoint::Verified>, String> {
+    let mut chain = Vec::new();
+    for (place, text) in read {
+        match checkpoint::verify(&text, trusted) {
+            Ok(v) if v.body.runner_id == runner_id => chain.push(v),
+            Ok(_) => {}
+            Err(e) => {
+                let claimed = claimed_runner(&text);
+                if claimed.as_deref().is_some_and(|r| r != runner_id) {
+                    continue; // another runner's, under its own key
+                }
+                return Err(format!(
+                    "custody checkpoint {} does not verify under this runner's key ({e}): \
+                     the chain cannot be continued; audit it with svc verify-custody \
+                     --public-key --head",
+                    PeerText::new(&place)
+                ));
+            }
+        }
+    }
+    chain.sort_by_key(|v| v.body.index);
+    let first = match chain.first() {
+        Some(f) if suffix => f.body.index,
+        _ => 0,
+    };
+    let mut previous = match chain.first() {
+        Some(f) if suffix => f.body.previous.clone(),
+        _ => String::new(),
+    };
+    for (i, v) in chain.iter().enumerate() {
+        if v.body.index != first + i as u64 || v.body.previous != previous {
+            return Err(format!(
+                "custody checkpoints: the chain of runner {} is broken at checkpoint {} \
+                 (removed, forked or reordered): it cannot be continued; audit it with svc \
+                 verify-custody --public-key --head",
+                PeerText::new(runner_id),
+                v.body.index
+            ));
+        }
+        previous = v.digest.clone();
+    }
+    Ok(chain)
+}
+/// [`check_head`] for a store holding the end of the chain only (the spool as the sink; see
+/// [`CheckpointStore::holds_suffix`]): the suffix must hold the head file's head, or begin
+/// right after it (a crash between a checkpoint's put and the head file's write, its
+/// checkpoint drained since), or be empty (every
+/// checkpoint drained to the target). A suffix that ends before the head, or holds another
+/// checkpoint there, is refused.
+fn check_suffix_head(
+    chain: &[checkpoint::Verified],
+    stored: Option<&Head>,
+    runner_id: &str,
+    file: &HeadFile,
+) -> Result<(), String> {
+    let Some(h) = stored.filter(|h| h.runner_id == runner_id) else {
+        return check_head(chain, stored, runner_id, file);
+    };
+    let Some(first) = chain.first() else {
+        return Ok(()); // every checkpoint drained to the target
+    };
+    let start = first.body.index;
+    if h.index < start {
+        if start == h.index + 1 && first.body.previous == h.digest {
+            return Ok(());
+        }
+        return Err(format!(
+            "custody checkpoints: the spool's chain of runner {} begins at checkpoint {start}, \
+             which does not follow the head file {}'s checkpoint {}: it cannot be continued; \
+             audit with svc verify-custody --public-key FILE --head {}",
+            PeerText::new(runner_id),
+            shown_path(&file.path),
+            h.index,
+            PeerText::new(&h.arg())
+        ));
+    }
+    // The head is in the suffix, or past its end (truncated): as for a whole chain, shifted.
+    let at = (h.index - start) as usize;
+    let found = match chain.get(at) {
+        Some(v) if v.digest == h.digest => return Ok(()),
+        Some(v) => format!("holds another checkpoint {} (digest {})", h.index, v.digest),
+        None => format!(
+            "is TRUNCATED: it ends at checkpoint {}",
+            chain.last().map_or(0, |v| v.body.index)
+        ),
+    };
+    Err(format!(
+        "custody checkpoints: the spool's chain of runner {} {found}, but the head file {} \
+         holds checkpoint {}: it is not continued; audit with svc verify-custody --public-key \
+         FILE --head {}",
+        PeerText::new(runner_id),
+        shown_path(&file.path),
+        h.index,
+        PeerText::new(&h.arg())
+    ))
+}
+
+/// The chain read back must reach the head file's head: an error when it is behind
+/// (truncated, removed, emptied) or holds another checkpoint at that index.
+fn check_head(
+    chain: &[checkpoint::Verified],
+    stored: Option<&Head>,
+    runner_id: &str,
+    file: &HeadFile,
+) -> Result<(), String> {
+    let shown = PeerText::new(&file.path.to_string_lossy()).to_string();
+    let Some(h) = stored else {
+        if let Some(last) = chain.last() {
+            return Err(format!(
+                "custody checkpoints: the sink holds a chain of runner {} up to checkpoint {} \
+                 but the head file {shown} is missing: a head file lost with the sink cut \
+                 back cannot be told apart. Check the chain against the head last logged \
+                 (svc verify-custody --public-key FILE --head RUNNER:INDEX:DIGEST), then \
+                 write that head to the file (docs/payload-protection.md, \"Chain head\")",
+                PeerText::new(runner_id),
+                last.body.index
+            ));
+        }
+        return Ok(());
+    };
+    if h.runner_id != runner_id {
+        return Err(format!(
+            "custody checkpoints: the head file {shown} is runner {}'s, this runner is {}",
+            PeerText::new(&h.runner_id),
+            PeerText::new(runner_id)
+        ));
+    }
+    match chain.get(h.index as usize) {
+        Some(v) if v.digest == h.digest => Ok(()),
+        Some(v) => Err(format!(
+            "custody checkpoints: checkpoint {} of runner {} in the sink (digest {}) differs \
+             from the head file {shown} (digest {}): the chain was replaced; it is not continued",
+            h.index,
+            PeerText::new(runner_id),
+            v.digest,
+            PeerText::new(&h.digest)
+        )),
+        None => Err(format!(
+            "custody checkpoints: the sink's chain of runner {} is TRUNCATED: it ends {} but the \
+             head file {shown} holds checkpoint {}; records and checkpoints were removed. It is \
+             not continued; audit with svc verify-custody --public-key FILE --head {}",
+            PeerText::new(runner_id),
+            chain
+                .last()
+                .map_or("before checkpoint 0".to_string(), |v| format!(
+                    "at checkpoint {}",
+                    v.body.index
+                )),
+            h.index,
+            PeerText::new(&h.arg())
+        )),
+    }
+}
+
+#[cfg(test)]
+#[path = "suffix_tests.rs"]
+mod suffix_tests;
