@@ -203,6 +203,15 @@ fn found_a_drain_into_mariadb_is_stuck_at_checkpoint_0_by_other_runners_rows() {
     );
 }
 
+/// Plants [`OTHER_ROWS`] tiny checkpoints of other runners into PostgreSQL's shared table.
+fn other_postgresql_rows(db: &crate::support::postgres::TestDb) {
+    db.rows(&format!(
+        "INSERT INTO svc_custody_checkpoints (runner_id, checkpoint_index, checkpoint) \
+         SELECT 'site-' || g, 0, '{{\"signed\":\"{{\\\"runner_id\\\":\\\"site-' || g || \
+         '\\\",\\\"index\\\":0}}\"}}' FROM generate_series(1, {OTHER_ROWS}) g"
+    ));
+}
+
 /// HELD (the PostgreSQL half of the finding above): the same 100,001 rows of other runners
 /// in PostgreSQL's table; the start reads its own runner's chain and goes on.
 #[test]
@@ -211,11 +220,7 @@ fn held_a_postgresql_start_reads_its_own_chain_past_100000_other_rows() {
     let c = case_with(3, |_| db.sink(serde_json::json!({})), serde_json::json!({}));
     let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
     assert_eq!(code, 0, "{o}{e}");
-    db.rows(&format!(
-        "INSERT INTO svc_custody_checkpoints (runner_id, checkpoint_index, checkpoint) \
-         SELECT 'site-' || g, 0, '{{\"signed\":\"{{\\\"runner_id\\\":\\\"site-' || g || \
-         '\\\",\\\"index\\\":0}}\"}}' FROM generate_series(1, {OTHER_ROWS}) g"
-    ));
+    other_postgresql_rows(&db);
     let (started, secs, log) = start_and_stop(&c, "svc.log");
     assert!(started, "{secs:.1} s: {log}");
 }
@@ -267,6 +272,34 @@ fn found_a_drain_reads_the_whole_file_store_twice_per_checkpoint_frame() {
         "the drain of 20 checkpoint frames into a file target holding 1,000 checkpoints of \
          other runners (94 MB) took {secs:.1} s: {drained}"
     );
+}
+
+/// HELD (the PostgreSQL half of the drain's finding): an edge spool drained into a
+/// PostgreSQL target whose shared table holds 100,001 rows of other sites: `PgStore::chain`
+/// and `get` read this runner's rows only; exit 0, both checkpoints put.
+#[test]
+fn held_a_drain_into_postgresql_past_100000_other_rows_puts_every_checkpoint() {
+    let db = crate::support::postgres::TestDb::new("atk52a");
+    let c = case_with(
+        3,
+        |dir| {
+            let key = write_private(dir, "spool.key", &[9u8; 32]);
+            serde_json::json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                   "encryption": {"key_id": "k1", "key_file": key},
+                   "target": db.sink(serde_json::json!({}))})
+        },
+        serde_json::json!({}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    run_edge(&c, "svc.log", (1, 6));
+    other_postgresql_rows(&db);
+    let (code, drained) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{drained}");
+    assert!(drained.contains("2 custody checkpoints put"), "{drained}");
+    let own =
+        db.int("SELECT count(*) FROM svc_custody_checkpoints WHERE runner_id = 'runner-cp-1'");
+    assert_eq!(own, 2);
 }
 
 /// The edge's configuration turned into one with a fallback `spool` block (the edge's spool)
