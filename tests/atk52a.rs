@@ -372,3 +372,44 @@ fn held_a_damaged_record_before_the_checkpoint_frames_does_not_hide_them() {
     assert!(!started, "{log}");
     assert!(log.contains("holds custody checkpoint frames"), "{log}");
 }
+
+/// FOUND (class 8, the same root as the file store's `get` above, high): once a file target
+/// holds more than 1 GiB of checkpoint text of ALL runners together (`MAX_AUDIT_CHECKPOINT_BYTES`;
+/// about 11,500 default-size checkpoints of 94 KB: one busy site for 8 days at
+/// `every_seconds: 60`, or a few sites sharing a central target for 2 days), every read by
+/// name the drain makes fails the bound, and the drain is stuck at its first checkpoint frame
+/// for good ("the target's checkpoints cannot be read (... more than 1073741824 bytes of
+/// checkpoints ...); the drain retries this step"), holding 1 GiB in memory on each try. Here
+/// 70 checkpoint files of other runners of 15.5 MiB each (under the 16 MiB a checkpoint may
+/// be; sparse files, so the test writes no GiB) and an edge spool of 6 records, 2 frames.
+/// Measured on cb884be: stuck at checkpoint 0 after 9.3 s, exit 1, peak RSS 1,081,836 KiB
+/// (`/usr/bin/time -f %M`). Before 5f0b3d4 the drain read nothing of the store unless a put
+/// was refused. Expected: exit 0, both checkpoints put (read by name, as PostgreSQL's `get`).
+#[test]
+fn found_a_drain_into_a_file_target_past_1_gib_of_checkpoints_is_stuck() {
+    let c = edge(3);
+    run_edge(&c, "svc.log", (1, 6));
+    let dir = other_sites_files(&out(&c), 70, 10);
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(e.unwrap().path())
+            .unwrap();
+        f.set_len(31 << 19).unwrap(); // 15.5 MiB, sparse
+    }
+    let t = Instant::now();
+    let out_ = std::process::Command::new("/usr/bin/time")
+        .args(["-f", "peak RSS %M KiB", env!("CARGO_BIN_EXE_svc")])
+        .args(["spool", "drain", c.cfg.to_str().unwrap()])
+        .envs(secrets_env())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out_.stdout).into_owned() + &String::from_utf8_lossy(&out_.stderr);
+    assert!(
+        out_.status.success() && records_in(&out(&c)) == 6,
+        "the drain ({:.1} s) into a file target holding 70 checkpoints of other runners \
+         (1.06 GiB): {text}",
+        t.elapsed().as_secs_f64()
+    );
+}
