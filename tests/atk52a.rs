@@ -413,3 +413,81 @@ fn found_a_drain_into_a_file_target_past_1_gib_of_checkpoints_is_stuck() {
         t.elapsed().as_secs_f64()
     );
 }
+
+/// Puts `n` small checkpoints of other runners (`site-1` ..., index 0) under the bucket's
+/// `_svc-custody/checkpoints/`, as other sites draining into the same bucket leave them.
+fn other_sites_objects(m: &crate::support::moto::Moto, bucket: &str, n: u64) {
+    let script = r#"
+import sys, json, boto3
+ep, kid, sec, bucket, n = sys.argv[1:6]
+s3 = boto3.client("s3", endpoint_url=ep, aws_access_key_id=kid, aws_secret_access_key=sec,
+                  region_name="us-east-1")
+for i in range(1, int(n) + 1):
+    runner = "site-%d" % i
+    body = json.dumps({"signed": json.dumps({"runner_id": runner, "index": 0})})
+    key = "_svc-custody/checkpoints/%s-%020d.json" % (runner.encode().hex(), 0)
+    s3.put_object(Bucket=bucket, Key=key, Body=body.encode())
+"#;
+    let out = std::process::Command::new(crate::support::python::python())
+        .arg("-c")
+        .arg(script)
+        .args([&m.endpoint(), &m.key_id, &m.secret, bucket])
+        .arg(n.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// FOUND (class 8, the object store's half of the file store's `get`): `ObjectStore` keeps
+/// the default `CheckpointStore::get` too: each read by name LISTS the bucket's checkpoints
+/// and GETs every one of them (every runner's), and the drain makes two per checkpoint frame.
+/// An edge spool of 10 records (a checkpoint after each) drained into an object-store target
+/// whose bucket holds 200 checkpoints of other sites: about 2 x 10 x 200 = 4,000 GETs for 10
+/// checkpoints (and a PUT each): 37.2 s against moto on this host (measured on cb884be).
+/// Expected: a read by name is one GET (of the key the name gives), the drain well under 10 s
+/// here.
+#[test]
+fn found_a_drain_into_an_object_store_gets_every_checkpoint_twice_per_frame() {
+    let m = crate::support::moto::Moto::start();
+    m.create_bucket("atk52a", false);
+    let c = case_with(
+        1,
+        |dir| {
+            let key = write_private(dir, "spool.key", &[9u8; 32]);
+            serde_json::json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                "encryption": {"key_id": "k1", "key_file": key},
+                "target": {
+                    "type": "object_store", "bucket": "atk52a", "endpoint_url": m.endpoint(),
+                    "allow_http_for_local_testing": true, "credential_mode": "environment",
+                    "access_key_id_env": "T_KEY_ID", "secret_access_key_env": "T_SECRET",
+                    "key_strategy": "stream_sequence", "metadata_mode": "sidecar"}})
+        },
+        serde_json::json!({}),
+    );
+    let mut runner = start_runner_env(&c.cfg, &c.dir.path().join("svc.log"), &m.env());
+    crate::custody_checkpoints::publish_range(&c.server, 1, 10);
+    crate::custody_checkpoints::wait_acked(&c.server, 10);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    other_sites_objects(&m, "atk52a", 200);
+    let t = Instant::now();
+    let out_ = std::process::Command::new(env!("CARGO_BIN_EXE_svc"))
+        .args(["spool", "drain", c.cfg.to_str().unwrap()])
+        .envs(secrets_env())
+        .envs(m.env())
+        .output()
+        .unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    let text =
+        String::from_utf8_lossy(&out_.stdout).into_owned() + &String::from_utf8_lossy(&out_.stderr);
+    assert!(out_.status.success(), "{text}");
+    assert!(
+        secs < 10.0,
+        "the drain of 10 checkpoint frames into an object store holding 200 checkpoints of \
+         other runners took {secs:.1} s: {text}"
+    );
+}
