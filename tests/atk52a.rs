@@ -68,7 +68,7 @@ fn set_aside(c: &Case, (segment, offset): (&str, &str)) -> (i32, String) {
 /// documented way on is "set the frame aside". But then checkpoint 3 does not follow either
 /// (checkpoint 2 is now missing from the target), nor 4, ...: the operator must set aside
 /// every later checkpoint frame of the spool, one command each, and every record behind each
-/// is held until then. 30 records, 10 frames, frame 1 damaged: the first drain delivers 10 of
+/// is held until then. 30 records, 10 frames, frame 1 damaged: the first drain delivers 9-10 of
 /// 30, after the documented set-aside 12 of 30, and it takes 8 set-asides (one per later
 /// frame) to deliver the 30 (measured on cb884be). A week's outage at
 /// `every_seconds: 60` is about 10,000 frames. Before 5f0b3d4 the drain delivered all 30.
@@ -253,7 +253,7 @@ fn other_sites_files(target: &std::path::Path, n: u64, bytes: usize) -> PathBuf 
 /// each), and an object store pays a GET per stored checkpoint per call. Here a central
 /// file target holds 1,000 checkpoints of other sites (94 KB each, the default 1,000-record
 /// size: 94 MB), and an edge spool of 20 records with a checkpoint after each is drained:
-/// 58.8 s alone on this host (2,000 files and 40 frames: 206 s, about 4 x, as 2 x K x S
+/// 35-59 s on this host (2,000 files and 40 frames: 206 s, about 4 x, as 2 x K x S
 /// says; measured on cb884be). The same drain into an empty target takes about a second.
 /// Expected: the drain reads the stored checkpoints by name (two files per frame, as
 /// PostgreSQL's and MariaDB's `get` read one row), well under 10 s here.
