@@ -75,7 +75,7 @@ fn realistic_snapshot() -> String {
         }
     }
     for i in 0..FAMILIES {
-        for metric in svc::metrics::FAMILY_METRICS {
+        for metric in svc::metrics::FamilyMetric::ALL {
             m.add_family(
                 m.family_of(&format!("tenant{i}.orders.x")),
                 metric,

@@ -363,6 +363,33 @@ pub const FAMILY_METRICS: &[&str] = &[
     "messages_dlq_total",
 ];
 
+/// One of the per-family counters, named at the call site by variant (a typo does not
+/// compile) and counted by index, never by searching [`FAMILY_METRICS`] per message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FamilyMetric {
+    Fetched = 0,
+    Written = 1,
+    Acked = 2,
+    Failed = 3,
+    Dlq = 4,
+}
+
+impl FamilyMetric {
+    /// Every one, in [`FAMILY_METRICS`] order.
+    pub const ALL: [FamilyMetric; 5] = [
+        FamilyMetric::Fetched,
+        FamilyMetric::Written,
+        FamilyMetric::Acked,
+        FamilyMetric::Failed,
+        FamilyMetric::Dlq,
+    ];
+
+    /// Its name in the snapshot (`messages_..._total`).
+    pub fn name(self) -> &'static str {
+        FAMILY_METRICS[self as usize]
+    }
+}
+
 /// The registry shared by all threads.
 #[derive(Debug)]
 pub struct Metrics {
@@ -474,14 +501,10 @@ impl Metrics {
         self.families.first_match(subject).map(|(i, _)| i)
     }
 
-    /// Counts `n` for the family of `subject` under a [`FAMILY_METRICS`] name.
-    pub fn add_family(&self, family: Option<usize>, metric: &str, n: u64) {
-        // Most messages belong to no family: decide that before looking up the metric.
+    /// Counts `n` for `family` (of a message's subject; most belong to none) under `metric`.
+    pub fn add_family(&self, family: Option<usize>, metric: FamilyMetric, n: u64) {
         let Some(f) = family else { return };
-        let Some(m) = FAMILY_METRICS.iter().position(|x| *x == metric) else {
-            return;
-        };
-        self.family_counts[f][m].fetch_add(n, Ordering::Relaxed);
+        self.family_counts[f][metric as usize].fetch_add(n, Ordering::Relaxed);
     }
 
     /// Prepared `labeled_metrics` rows: one per family and metric, never a raw subject.
@@ -538,8 +561,8 @@ mod tests {
             label: "orders".into(),
         }]);
         let f = m.family_of("orders.eu.created");
-        m.add_family(f, "messages_written_total", 2);
-        m.add_family(m.family_of("other.x"), "messages_written_total", 5);
+        m.add_family(f, FamilyMetric::Written, 2);
+        m.add_family(m.family_of("other.x"), FamilyMetric::Written, 5);
         let rows = m.labeled_rows();
         let written = rows
             .iter()

@@ -449,8 +449,8 @@ mod tests {
             .collect();
         let m = Metrics::new(families);
         for (i, _) in m.families().iter().enumerate() {
-            for name in crate::metrics::FAMILY_METRICS {
-                m.add_family(Some(i), name, u64::MAX / 3);
+            for metric in crate::metrics::FamilyMetric::ALL {
+                m.add_family(Some(i), metric, u64::MAX / 3);
             }
         }
         for n in crate::metrics::SUMMARY_NAMES {

@@ -214,7 +214,7 @@ impl SinkWorker {
         for (outcome, (source, family)) in outcomes.iter().zip(meta) {
             if outcome.is_durable() {
                 self.metrics
-                    .add_family(*family, "messages_written_total", 1);
+                    .add_family(*family, crate::metrics::FamilyMetric::Written, 1);
                 if let Some(s) = source {
                     ages.observe(((now - s) as f64 / 1e9).max(0.0));
                 }
