@@ -297,6 +297,25 @@ mod tests {
         );
     }
 
+    /// A job naming a batch index past the end (a bug) neither kills its thread nor leaves
+    /// the batch waiting.
+    #[test]
+    fn an_index_out_of_range_leaves_its_slot_empty_and_the_thread_alive() {
+        let job = Arc::new(Echo {
+            seen: Mutex::new(Vec::new()),
+        });
+        let pool = Pool::start("svc-test-pool", "test", "put", 1, job).unwrap();
+        for _ in 0..2 {
+            let outcomes: Vec<OnceLock<WriteOutcome>> = (0..2).map(|_| OnceLock::new()).collect();
+            let got = pool.run(usize::MAX, outcomes, vec![vec![0], vec![1, 2]]);
+            assert!(matches!(
+                got[..],
+                [WriteOutcome::Durable, WriteOutcome::Durable]
+            ));
+        }
+        assert!(!pool.threads[0].is_finished());
+    }
+
     #[test]
     fn a_batch_without_items_returns_its_outcomes_at_once() {
         let job = Arc::new(Echo {
