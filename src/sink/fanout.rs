@@ -337,10 +337,7 @@ fn run_child(sink: &dyn Sink, name: &str, batch: &[Envelope]) -> Vec<WriteOutcom
         }
         Err(_) => {
             log::error!("fanout: child {name} panicked while writing");
-            vec![
-                WriteOutcome::Transient(SinkError::new(KIND, format!("child {name} panicked")));
-                batch.len()
-            ]
+            vec![super::pool::panicked(KIND, &format!("child {name}")); batch.len()]
         }
     }
 }
