@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use svc::message::subject::SubjectPattern;
 use svc::metrics::snapshot::Snapshot;
-use svc::metrics::{Metrics, SubjectFamily, SUMMARY_NAMES};
+use svc::metrics::{Metrics, SubjectFamily};
 use svc::observe::policy::Policy;
 
 const FAMILIES: usize = 20;
@@ -69,7 +69,7 @@ fn realistic_snapshot() -> String {
         })
         .collect();
     let m = Metrics::new(families);
-    for n in SUMMARY_NAMES {
+    for n in svc::metrics::SummaryMetric::ALL {
         for v in 0..1000 {
             m.observe(n, f64::from(v) / 1000.0);
         }

@@ -300,6 +300,36 @@ pub const SUMMARY_NAMES: &[&str] = &[
     "ack_confirmation_seconds",
 ];
 
+/// One of the summaries, named at the call site by variant (a typo does not compile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SummaryMetric {
+    SinkBatchWrite = 0,
+    EventAgeAtReceive = 1,
+    EventAgeAtStore = 2,
+    FanoutAckGateWait = 3,
+    HttpRequest = 4,
+    HttpRetryAfterWait = 5,
+    AckConfirmation = 6,
+}
+
+impl SummaryMetric {
+    /// Every one, in [`SUMMARY_NAMES`] order.
+    pub const ALL: [SummaryMetric; 7] = [
+        SummaryMetric::SinkBatchWrite,
+        SummaryMetric::EventAgeAtReceive,
+        SummaryMetric::EventAgeAtStore,
+        SummaryMetric::FanoutAckGateWait,
+        SummaryMetric::HttpRequest,
+        SummaryMetric::HttpRetryAfterWait,
+        SummaryMetric::AckConfirmation,
+    ];
+
+    /// Its name in the snapshot.
+    pub fn name(self) -> &'static str {
+        SUMMARY_NAMES[self as usize]
+    }
+}
+
 /// Count, sum, min, max and last of an observed quantity.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Summary {
@@ -462,26 +492,21 @@ impl Metrics {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Records one observation of a summary by suffix. Unknown names are a programming error
-    /// caught by tests, ignored at run time.
-    pub fn observe(&self, name: &'static str, value: f64) {
+    /// Records one observation of a summary.
+    pub fn observe(&self, metric: SummaryMetric, value: f64) {
         let mut one = Summary::default();
         one.observe(value);
-        self.observe_all(name, &one);
+        self.observe_all(metric, &one);
     }
 
     /// Records many observations at once, collected by the caller in `batch`: the pipeline
     /// collects per batch, so the shared lock is taken once per batch, not per message.
-    pub fn observe_all(&self, name: &'static str, batch: &Summary) {
+    pub fn observe_all(&self, metric: SummaryMetric, batch: &Summary) {
         if batch.count == 0 {
             return;
         }
         let mut s = self.summaries.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(sum) = s.get_mut(name) {
-            sum.merge(batch);
-        } else {
-            debug_assert!(false, "unknown summary {name}");
-        }
+        s.entry(metric.name()).or_default().merge(batch);
     }
 
     pub fn summaries(&self) -> BTreeMap<&'static str, Summary> {
@@ -577,7 +602,7 @@ mod tests {
     #[test]
     fn every_summary_name_is_observable() {
         let m = Metrics::default();
-        for n in SUMMARY_NAMES {
+        for n in SummaryMetric::ALL {
             m.observe(n, 1.0);
         }
         assert!(m.summaries().values().all(|s| s.count == 1));

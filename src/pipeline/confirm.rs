@@ -187,7 +187,7 @@ impl Confirmations {
         let mut latency = Summary::default();
         latency.observe(waiting.first_sent.elapsed().as_secs_f64());
         self.metrics
-            .observe_all("ack_confirmation_seconds", &latency);
+            .observe_all(crate::metrics::SummaryMetric::AckConfirmation, &latency);
         self.release(waiting.batch)
     }
 

@@ -509,7 +509,7 @@ impl Sink for FanoutSink {
             batch.len() as u64 - released,
         );
         self.metrics.observe(
-            "fanout_ack_gate_wait_seconds",
+            crate::metrics::SummaryMetric::FanoutAckGateWait,
             start.elapsed().as_secs_f64(),
         );
         out

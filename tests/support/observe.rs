@@ -30,7 +30,7 @@ pub fn snapshot(fams: &[(&str, &str)], generated_ago_seconds: f64) -> String {
     m.gauges
         .last_sink_success_epoch_seconds
         .store(1_700_000_000, Ordering::Relaxed);
-    for n in svc::metrics::SUMMARY_NAMES {
+    for n in svc::metrics::SummaryMetric::ALL {
         for v in [0.5, 0.25, 2.0] {
             m.observe(n, v);
         }

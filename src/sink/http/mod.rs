@@ -316,8 +316,10 @@ impl Shared {
                 .send(&headers, &req.body)
                 .map_err(|e| e.hidden(&self.secrets));
             request::wipe_header_values(&mut headers);
-            self.metrics
-                .observe("http_request_seconds", started.elapsed().as_secs_f64());
+            self.metrics.observe(
+                crate::metrics::SummaryMetric::HttpRequest,
+                started.elapsed().as_secs_f64(),
+            );
             Metrics::add(&c.http_request_bytes_total, req.body.len() as u64);
             let counter = match result.as_ref().map(|a| a.status).map_err(HttpError::status) {
                 Ok(s) | Err(Some(s)) if s < 300 => &c.http_requests_2xx_total,
@@ -354,8 +356,10 @@ impl Shared {
             Metrics::add(&c.sink_retries_total, 1);
             if let Some(asked) = e.retry_after() {
                 Metrics::add(&c.http_retry_after_waits_total, 1);
-                self.metrics
-                    .observe("http_retry_after_wait_seconds", wait.as_secs_f64());
+                self.metrics.observe(
+                    crate::metrics::SummaryMetric::HttpRetryAfterWait,
+                    wait.as_secs_f64(),
+                );
                 log::info!(
                     "sink http: {}: {e}; waiting {:.3} s as asked ({:.3} s)",
                     req.key,
