@@ -1144,6 +1144,33 @@ mod tests {
         }
     }
 
+    /// atk52b: documents mutated character by character (a character replaced, inserted or
+    /// removed, from a palette of quotes, backslashes, brackets, digits, signs, control
+    /// characters, multi-byte characters): scan answers exactly as parse, 100,000 times.
+    #[test]
+    fn held_atk52b_scan_is_parse_on_mutated_documents() {
+        const PALETTE: &[char] = &[
+            '"', '\\', '[', ']', '{', '}', ',', ':', '0', '1', '-', '+', '.', 'e', 'E', 'u', 'd',
+            '8', 'a', ' ', '\n', '\u{0}', '\u{1f}', '\u{7f}', 'é', '😀', '\u{2028}', 'n', 't',
+        ];
+        let mut next = atk52b_rng(0x1234_5678_9abc_def1);
+        for _ in 0..100_000 {
+            let mut chars: Vec<char> = atk52b_doc(&mut next, 0).chars().collect();
+            for _ in 0..1 + next(3) {
+                let at = next(chars.len() + 1);
+                let c = PALETTE[next(PALETTE.len())];
+                match next(3) {
+                    0 if at < chars.len() => chars[at] = c,
+                    1 if at < chars.len() => {
+                        chars.remove(at);
+                    }
+                    _ => chars.insert(at, c),
+                }
+            }
+            atk52b_same(&chars.into_iter().collect::<String>());
+        }
+    }
+
     /// atk52b: the duplicate-key check of scan on keys that decode equal, keys equal in
     /// different objects (not duplicates), a duplicate only in an inner object after the
     /// outer's keys were pushed, and a duplicate in an object inside an array of objects.
