@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod document;
 pub mod files;
+pub mod host;
 pub mod message;
 pub mod metrics;
 pub mod observe;

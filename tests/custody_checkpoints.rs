@@ -373,7 +373,7 @@ fn a_deleted_postgresql_row_is_named() {
     assert!(text.contains("BROKEN"), "{text}");
 }
 
-fn mysql_sink(database: &str) -> Value {
+pub(crate) fn mysql_sink(database: &str) -> Value {
     json!({"type": "relational_db", "engine": "mysql", "tls_mode": "disable",
            "dsn": format!("mysql://root@127.0.0.1:3306/{database}"), "table": "events"})
 }

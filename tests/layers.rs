@@ -55,6 +55,7 @@ const LAYERS: &[&str] = &[
     "document",
     "files",
     "backoff",
+    "host",
     "aws",
     "message",
     "metrics",

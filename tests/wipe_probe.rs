@@ -226,7 +226,7 @@ fn oci_resource_principal_file_not_utf8_frees_no_copy() {
         "us-ashburn-1".into(),
     );
     let n = freed_copies(MARK.as_bytes(), || {
-        let r = svc::observe::connectors::oci_auth::resource_principal(&env, 0);
+        let r = svc::observe::connectors::oci::auth::resource_principal(&env, 0);
         let Err(e) = r else {
             panic!("a file that is not UTF-8 is refused")
         };
@@ -428,7 +428,7 @@ fn oci_key_file_not_utf8_frees_no_copy() {
     .unwrap();
     let env = std::collections::HashMap::<String, String>::new();
     let n = freed_copies(MARK.as_bytes(), || {
-        let r = svc::observe::connectors::oci_auth::config_file(&config, "DEFAULT", &env);
+        let r = svc::observe::connectors::oci::auth::config_file(&config, "DEFAULT", &env);
         let Err(e) = r else {
             panic!("a DER key file is refused")
         };
@@ -590,7 +590,7 @@ fn oci_private_key_load_frees_no_copy() {
     // A line of the body from the middle, and the same as DER bytes.
     let line = pem.lines().nth(8).unwrap().to_string();
     let n = freed_copies(&line.as_bytes()[..48], || {
-        drop(svc::observe::connectors::oci_signature::load_private_key(&pem).unwrap());
+        drop(svc::observe::connectors::oci::signature::load_private_key(&pem).unwrap());
     });
     assert_eq!(n, 0);
 }

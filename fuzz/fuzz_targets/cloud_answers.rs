@@ -1,17 +1,18 @@
 //! Answers of cloud APIs and metadata services (src/observe/connectors): the first input byte
 //! picks the parser, the rest is the answer body.
 //!
-//! Calls `cloud_a::check_answer` (OCI PostMetricData), `siem_hec::check_answer` (HEC),
-//! `oci_instance::token_of` (federation answer), `oci_instance::federation_failure` (federation
-//! error JSON), `oci_instance::region_id` (metadata-service region answer) and
-//! `oci_auth::jwt_expiry` (the session token's claims).
+//! Calls `oci::check_answer` (OCI PostMetricData), `siem_hec::check_answer` (HEC),
+//! `oci::instance::token_of` (federation answer), `oci::instance::federation_failure` (federation
+//! error JSON), `oci::instance::region_id` (metadata-service region answer) and
+//! `oci::auth::jwt_expiry` (the session token's claims).
 //! Properties: no panic; every error text an operator sees has no control character and is
 //! bounded however large the answer; an accepted token is a single printable word; an
 //! accepted region is a normalized identifier that `region_id` maps to itself.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use svc::observe::connectors::{cloud_a, oci_auth, oci_instance, siem_hec};
+use svc::observe::connectors::oci::{self, auth as oci_auth, instance as oci_instance};
+use svc::observe::connectors::siem_hec;
 use svc_fuzz::{assert_clean_display, split_selector, MAX_ERROR_CHARS};
 
 const NOW: i64 = 1_718_000_000;
@@ -22,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
     };
     match sel % 6 {
         0 => {
-            if let Err(e) = cloud_a::check_answer(body) {
+            if let Err(e) = oci::check_answer(body) {
                 assert_clean_display("cloud_a answer", &e, MAX_ERROR_CHARS);
             }
         }

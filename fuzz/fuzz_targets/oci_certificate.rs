@@ -1,4 +1,4 @@
-//! The instance certificate of the OCI metadata service (src/observe/connectors/oci_instance.rs):
+//! The instance certificate of the OCI metadata service (src/observe/connectors/oci/instance.rs):
 //! PEM from the metadata service, DER parsed in-tree to find the tenancy.
 //!
 //! First byte even: the rest is PEM text, through `oci_instance::pem_blocks` ("CERTIFICATE")
@@ -10,7 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use svc::observe::connectors::oci_instance::{
+use svc::observe::connectors::oci::instance::{
     fingerprint_sha256, pem_blocks, subject_attributes, tenancy_of,
 };
 use svc_fuzz::{assert_clean_display, split_selector};

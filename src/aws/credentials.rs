@@ -18,7 +18,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
-use super::{parse_ini, Env};
+use super::Env;
+use crate::host::ini::parse_ini;
 use crate::text::peer::PeerText;
 use crate::text::secret_bytes::{wipe_string, SecretString};
 use crate::text::secrets::{is_secret_name, REDACTED};

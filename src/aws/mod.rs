@@ -1,7 +1,7 @@
 //! What talking to AWS needs, shared by the object-store sink (S3) and the cloud-B exporter
 //! connector (CloudWatch): AWS Signature Version 4 ([`sigv4`]), the credential chain and the
 //! credential modes ([`credentials`]), the endpoint override variables
-//! ([`endpoint_override`]), and the environment seam ([`Env`]) the resolution reads through.
+//! ([`endpoint_override`]), and the environment seam ([`Env`], from [`crate::host`]) the resolution reads through.
 //!
 //! Neutral on purpose: nothing here depends on sink or exporter code, so neither depends on
 //! the other. Validation of an endpoint URL (which schemes and hosts are acceptable) stays with
@@ -17,35 +17,7 @@ pub mod provider;
 pub mod sigv4;
 pub mod sts;
 
-use std::collections::{BTreeMap, HashMap};
-
-/// Environment lookups, injectable for tests. Empty values count as unset.
-pub trait Env {
-    fn var(&self, name: &str) -> Option<String>;
-}
-
-/// The process environment.
-pub struct ProcessEnv;
-
-impl Env for ProcessEnv {
-    fn var(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok().filter(|v| !v.is_empty())
-    }
-}
-
-impl Env for HashMap<String, String> {
-    fn var(&self, name: &str) -> Option<String> {
-        self.get(name).filter(|v| !v.is_empty()).cloned()
-    }
-}
-
-impl Env for BTreeMap<&str, &str> {
-    fn var(&self, name: &str) -> Option<String> {
-        self.get(name)
-            .map(|v| v.to_string())
-            .filter(|v| !v.is_empty())
-    }
-}
+pub use crate::host::{Env, ProcessEnv};
 
 /// The endpoint override the AWS SDKs honour for one service: `service_var` (e.g.
 /// `AWS_ENDPOINT_URL_S3`), else `AWS_ENDPOINT_URL`; neither when
@@ -133,56 +105,10 @@ pub fn checked_url(name: &str, text: &str, rule: UrlRule) -> Result<url::Url, St
     Ok(u)
 }
 
-/// Sections of an INI file (the dialect of the AWS, and OCI, shared config files): section
-/// name -> key -> value. Section names are trimmed with inner runs of blanks collapsed
-/// (`[profile   x]` is `profile x`), keys lower-cased, values trimmed; `#` and `;` start
-/// comment lines; a repeated section merges into the first (later keys win; the value a
-/// later one replaces is wiped); lines before the first section and lines without `=` are
-/// ignored. The values are the caller's to wipe (AWS and OCI keys are secrets).
-pub fn parse_ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
-    let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    let mut current: Option<String> = None;
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
-            continue;
-        }
-        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            let name = name.split_whitespace().collect::<Vec<_>>().join(" ");
-            out.entry(name.clone()).or_default();
-            current = Some(name);
-            continue;
-        }
-        if let (Some(section), Some((k, v))) = (&current, line.split_once('=')) {
-            let replaced = out
-                .entry(section.clone())
-                .or_default()
-                .insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-            // A key set twice: the first value may be a secret key, wiped as it is replaced.
-            if let Some(mut old) = replaced {
-                crate::text::secret_bytes::wipe_string(&mut old);
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ini_edge_cases() {
-        let ini = parse_ini(
-            "top = ignored\n# comment\n; also\n[default]\nAWS_Access_Key_ID =  A = B \n\
-             no equals sign\n[  profile   x ]\nk=v\n[default]\nextra=1\n[empty]\n",
-        );
-        assert_eq!(ini["default"]["aws_access_key_id"], "A = B");
-        assert_eq!(ini["default"]["extra"], "1");
-        assert_eq!(ini["profile x"]["k"], "v");
-        assert!(ini["empty"].is_empty());
-        assert_eq!(ini.len(), 3);
-    }
+    use std::collections::BTreeMap;
 
     #[test]
     fn endpoint_override_order() {

@@ -85,7 +85,7 @@ pub struct Template<'a> {
     search_stack: &'a policy::SearchStack,
     collector_agent: &'a policy::CollectorAgent,
     siem_hec: &'a policy::SiemHec,
-    cloud_a_monitoring: &'a policy::CloudA,
+    cloud_a_monitoring: &'a policy::OciMonitoring,
     statsd: &'a policy::Statsd,
     agent_statsd: &'a policy::AgentStatsd,
     syslog: &'a policy::Syslog,

@@ -1,4 +1,4 @@
-//! What the three cloud monitoring connectors (`cloud_a`, `cloud_b`, `cloud_c`) send, before
+//! What the three cloud monitoring connectors (`oci`, `cloudwatch`, `azure_monitor`) send, before
 //! each turns it into its vendor's wire format: the policy-approved metrics flattened into
 //! data points with one timestamp.
 //!
@@ -133,7 +133,7 @@ pub fn check_vendor_window(
 /// path, credentials, query or fragment. `Ok(None)` when the variable is unset; any other host
 /// is refused (the override exists for tests with a local receiver, never for production).
 pub fn loopback_override(
-    env: &dyn crate::aws::Env,
+    env: &dyn crate::host::Env,
     var: &str,
 ) -> Result<Option<String>, super::ExportError> {
     use crate::observe::policy::checks::{is_loopback_host, parse_endpoint};

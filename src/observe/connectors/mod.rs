@@ -26,16 +26,12 @@
 //! fit that shape (a poller). Adding a connector = one `pub mod` line and one registry entry.
 
 pub mod agent_statsd;
+pub mod azure_monitor;
 pub mod broker_monitoring;
 pub mod cloud;
-pub mod cloud_a;
-pub mod cloud_b;
-pub mod cloud_c;
+pub mod cloudwatch;
 pub mod collector_agent;
-pub mod oci_auth;
-pub mod oci_identity;
-pub mod oci_instance;
-pub mod oci_signature;
+pub mod oci;
 pub mod otlp;
 pub mod search_stack;
 pub mod siem_hec;
@@ -78,9 +74,9 @@ pub const CONNECTORS: &[&Connector] = &[
     &statsd::CONNECTOR,
     &agent_statsd::CONNECTOR,
     &syslog::CONNECTOR,
-    &cloud_a::CONNECTOR,
-    &cloud_b::CONNECTOR,
-    &cloud_c::CONNECTOR,
+    &oci::CONNECTOR,
+    &cloudwatch::CONNECTOR,
+    &azure_monitor::CONNECTOR,
 ];
 
 /// The export command named `command`, if there is one.

@@ -367,7 +367,7 @@ fn a_check_cut_never_leaves_part_of_a_secret() {
     };
     let mut req = requests.remove(0);
     req.url = url;
-    req.check = Some(cloud_a::check_answer);
+    req.check = Some(oci::check_answer);
     let agent = transport::http_agent(Duration::from_secs(10)).unwrap();
     let failure = transport::send_http(
         &agent,

@@ -5,12 +5,12 @@
 //! One file per block: the connector blocks carry their whole configuration and validation
 //! now, so connector work only adds behaviour. Field reference: `docs/observe.md`.
 
+pub mod azure_monitor;
 pub mod broker_server;
 pub mod checks;
-pub mod cloud_a;
-pub mod cloud_b;
-pub mod cloud_c;
+pub mod cloudwatch;
 pub mod collector_agent;
+pub mod oci;
 pub mod otlp;
 pub mod push;
 pub mod scrape;
@@ -30,11 +30,11 @@ use crate::document::reader::{parse_json, Invalid, ObjectReader, Problems};
 use crate::message::subject::SubjectPattern;
 use crate::observe::glob;
 
+pub use azure_monitor::AzureMonitor;
 pub use broker_server::BrokerServerMonitoring;
-pub use cloud_a::CloudA;
-pub use cloud_b::CloudB;
-pub use cloud_c::CloudC;
+pub use cloudwatch::CloudWatch;
 pub use collector_agent::CollectorAgent;
+pub use oci::OciMonitoring;
 pub use otlp::Otlp;
 pub use push::PushSettings;
 pub use scrape::{HttpEndpoint, Scrape};
@@ -76,13 +76,13 @@ pub struct Policy {
     pub search_stack: SearchStack,
     pub collector_agent: CollectorAgent,
     pub siem_hec: SiemHec,
-    pub cloud_a_monitoring: CloudA,
+    pub cloud_a_monitoring: OciMonitoring,
     pub statsd: Statsd,
     pub agent_statsd: AgentStatsd,
     pub syslog: Syslog,
     pub broker_server_monitoring: BrokerServerMonitoring,
-    pub cloud_c_monitoring: CloudC,
-    pub cloud_b_monitoring: CloudB,
+    pub cloud_c_monitoring: AzureMonitor,
+    pub cloud_b_monitoring: CloudWatch,
 }
 
 /// A subject hint: which subjects exist, for review. Never used as a label.
@@ -183,7 +183,7 @@ impl Policy {
             search_stack: read_block(r, "search_stack", SearchStack::read),
             collector_agent: read_block(r, "collector_agent", CollectorAgent::read),
             siem_hec: read_block(r, "siem_hec", SiemHec::read),
-            cloud_a_monitoring: read_block(r, "cloud_a_monitoring", CloudA::read),
+            cloud_a_monitoring: read_block(r, "cloud_a_monitoring", OciMonitoring::read),
             statsd: read_block(r, "statsd", Statsd::read),
             agent_statsd: read_block(r, "agent_statsd", AgentStatsd::read),
             syslog: read_block(r, "syslog", Syslog::read),
@@ -192,8 +192,8 @@ impl Policy {
                 "broker_server_monitoring",
                 BrokerServerMonitoring::read,
             ),
-            cloud_c_monitoring: read_block(r, "cloud_c_monitoring", CloudC::read),
-            cloud_b_monitoring: read_block(r, "cloud_b_monitoring", CloudB::read),
+            cloud_c_monitoring: read_block(r, "cloud_c_monitoring", AzureMonitor::read),
+            cloud_b_monitoring: read_block(r, "cloud_b_monitoring", CloudWatch::read),
         }
     }
 

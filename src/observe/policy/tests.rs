@@ -79,9 +79,9 @@ fn minimal_policy_has_every_default() {
     );
     let a = &p.cloud_a_monitoring;
     assert_eq!(a.metric_namespace, "svc_metrics");
-    assert_eq!(a.auth_mode, cloud_a::AuthMode::InstancePrincipal);
+    assert_eq!(a.auth_mode, oci::AuthMode::InstancePrincipal);
     assert_eq!(a.profile, "DEFAULT");
-    assert_eq!(a.batch_atomicity, cloud_a::BatchAtomicity::Atomic);
+    assert_eq!(a.batch_atomicity, oci::BatchAtomicity::Atomic);
     assert_eq!(a.dimensions.get("source").map(String::as_str), Some("svc"));
     assert_eq!(a.max_metrics_per_request, 20);
     assert_eq!(

@@ -39,7 +39,7 @@ use crate::aws::credentials::{CredentialError, Credentials};
 use crate::aws::{endpoint_override, sigv4, Env, ProcessEnv};
 use crate::observe::exposition::format_value;
 use crate::observe::policy::checks::{is_loopback_host, parse_endpoint};
-use crate::observe::policy::CloudB;
+use crate::observe::policy::CloudWatch;
 use crate::text::peer::PeerText;
 
 pub const CONNECTOR: Connector = Connector {
@@ -96,7 +96,7 @@ pub fn encode(s: &str) -> String {
 }
 
 /// The form body of one `PutMetricData` request.
-pub fn body(cfg: &CloudB, data: &[Datum], timestamp: &str) -> String {
+pub fn body(cfg: &CloudWatch, data: &[Datum], timestamp: &str) -> String {
     let mut pairs: Vec<(String, String)> = vec![
         ("Action".into(), "PutMetricData".into()),
         ("Version".into(), "2010-08-01".into()),

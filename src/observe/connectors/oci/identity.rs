@@ -1,10 +1,10 @@
 //! What every cloud A signing mode produces, and the token expiry they all read: shared by
-//! `oci_auth.rs` (the modes) and `oci_instance.rs` (instance principal federation).
+//! `auth.rs` (the modes) and `instance.rs` (instance principal federation).
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 
-use super::oci_signature::Signer;
+use super::signature::Signer;
 
 /// A signer plus a description of where it came from (no secret in it).
 #[derive(Debug)]

@@ -32,10 +32,10 @@ use ring::signature::RsaKeyPair;
 use rsa::pkcs8::{EncodePrivateKey, EncodePublicKey};
 use sha2::{Digest, Sha256};
 
-use super::cloud;
-use super::oci_identity::{jwt_expiry, Identity};
-use super::oci_signature::{self, load_private_key, Signer};
-use crate::aws::Env;
+use super::super::cloud;
+use super::identity::{jwt_expiry, Identity};
+use super::signature::{self, load_private_key, Signer};
+use crate::host::Env;
 use crate::text::peer::PeerText;
 
 /// Test-only replacement of `http://169.254.169.254` (loopback only).
@@ -321,7 +321,7 @@ pub fn federation_signing_string(body: &[u8], date: &str) -> String {
     format!(
         "date: {date}\n(request-target): post {FEDERATION_PATH}\ncontent-length: {}\ncontent-type: application/json\nx-content-sha256: {}",
         body.len(),
-        oci_signature::content_sha256(body)
+        signature::content_sha256(body)
     )
 }
 
@@ -331,13 +331,13 @@ pub fn federation_headers(
     leaf: &Signer,
     body: &[u8],
     now: time::OffsetDateTime,
-) -> Result<Vec<(String, String)>, oci_signature::KeyError> {
-    let date = oci_signature::http_date(now);
+) -> Result<Vec<(String, String)>, signature::KeyError> {
+    let date = signature::http_date(now);
     let signature = leaf.sign_bytes(federation_signing_string(body, &date).as_bytes())?;
     Ok(vec![
         ("date".into(), date),
         ("content-type".into(), "application/json".into()),
-        ("x-content-sha256".into(), oci_signature::content_sha256(body)),
+        ("x-content-sha256".into(), signature::content_sha256(body)),
         (
             "authorization".into(),
             format!(
@@ -406,10 +406,10 @@ pub fn federation_failure(status: u16, body: &[u8]) -> String {
 pub fn identity(
     env: &dyn Env,
     timeout: Duration,
-    deadline: &super::Deadline,
+    deadline: &super::super::Deadline,
     now: time::OffsetDateTime,
 ) -> Result<Identity, InstanceError> {
-    let invalid = |e: super::ExportError| InstanceError::Invalid(e.to_string());
+    let invalid = |e: super::super::ExportError| InstanceError::Invalid(e.to_string());
     let metadata = cloud::loopback_override(env, METADATA_OVERRIDE_ENV)
         .map_err(invalid)?
         .unwrap_or_else(|| METADATA_BASE.to_string());
@@ -501,7 +501,7 @@ pub fn identity(
     let step = "instance principal step 4 (federation service /v1/x509)";
     let headers = federation_headers(&leaf_signer, &body, now)
         .map_err(|e| InstanceError::Failed(format!("{step}: signing failed: {e}")))?;
-    let agent = super::transport::http_agent(timeout).map_err(InstanceError::Invalid)?;
+    let agent = super::super::transport::http_agent(timeout).map_err(InstanceError::Invalid)?;
     let limit = deadline
         .cap(timeout)
         .map_err(|e| InstanceError::Failed(format!("{step}: {e}")))?;
@@ -589,7 +589,7 @@ mod tests {
         assert!(mysql.len() <= 8, "{mysql:#?}");
         assert_eq!(others.len(), allowed.len(), "{others:#?}");
         for (file, line) in &others {
-            assert!(file.ends_with("oci_instance.rs"), "{file}: {line}");
+            assert!(file.ends_with("instance.rs"), "{file}: {line}");
             assert!(allowed.contains(line), "{file}: {line}");
         }
     }
@@ -679,7 +679,7 @@ mod tests {
         let auth = &h[3].1;
         assert!(auth.starts_with("Signature version=\"1\",keyId=\"t/fed-x509-sha256/AB\",algorithm=\"rsa-sha256\",headers=\"date (request-target) content-length content-type x-content-sha256\",signature=\""), "{auth}");
         let string = federation_signing_string(b"{}", "Sun, 05 Jan 2014 21:31:40 GMT");
-        assert_eq!(string, format!("date: Sun, 05 Jan 2014 21:31:40 GMT\n(request-target): post /v1/x509\ncontent-length: 2\ncontent-type: application/json\nx-content-sha256: {}", oci_signature::content_sha256(b"{}")));
+        assert_eq!(string, format!("date: Sun, 05 Jan 2014 21:31:40 GMT\n(request-target): post /v1/x509\ncontent-length: 2\ncontent-type: application/json\nx-content-sha256: {}", signature::content_sha256(b"{}")));
         let sig = B64
             .decode(
                 auth.rsplit("signature=\"")

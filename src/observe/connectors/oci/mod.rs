@@ -1,6 +1,6 @@
 //! `cloud-a-export`: OCI Monitoring `PostMetricData`, signed with the OCI HTTP signature
-//! (version 1, [`super::oci_signature`]) of the identity `auth_mode` names
-//! ([`super::oci_auth`]). No SDK.
+//! (version 1, [`self::signature`]) of the identity `auth_mode` names
+//! ([`self::auth`]). No SDK.
 //!
 //! ```text
 //! POST https://telemetry-ingestion.<region>.oraclecloud.com/20180401/metrics
@@ -27,21 +27,24 @@
 //! - `--dry-run` hides `compartment_id`, `region`, the key id and the signature.
 //! - Test hook: `SVC_CLOUD_A_ENDPOINT_OVERRIDE` (a loopback `http(s)://host:port`) replaces
 //!   `https://telemetry-ingestion.<region>.oraclecloud.com`; any other host is refused. The
-//!   instance principal's hooks are in [`super::oci_instance`].
+//!   instance principal's hooks are in [`self::instance`].
+
+pub mod auth;
+pub mod identity;
+pub mod instance;
+pub mod signature;
 
 use serde_json::{json, Map, Value as Json};
 
+use self::signature::Signer;
 use super::cloud::{self, Datum, Value};
-use super::oci_auth;
-use super::oci_instance;
-use super::oci_signature::{self, Signer};
 use super::{
     Action, Connector, Context, Delivery, ExportError, Header, HttpRequest, Input, Limit, Method,
     Plan, Retry, Secret,
 };
-use crate::aws::{Env, ProcessEnv};
-use crate::observe::policy::cloud_a::AuthMode;
-use crate::observe::policy::CloudA;
+use crate::host::{Env, ProcessEnv};
+use crate::observe::policy::oci::AuthMode;
+use crate::observe::policy::OciMonitoring;
 use crate::text::peer::PeerText;
 
 pub const CONNECTOR: Connector = Connector {
@@ -146,7 +149,7 @@ pub fn is_metric_name(name: &str) -> bool {
 }
 
 /// The body of one request.
-pub fn body(cfg: &CloudA, compartment: &str, entries: &[Entry], timestamp: &str) -> Json {
+pub fn body(cfg: &OciMonitoring, compartment: &str, entries: &[Entry], timestamp: &str) -> Json {
     let data: Vec<Json> = entries
         .iter()
         .map(|e| {
@@ -218,7 +221,7 @@ pub fn signed_headers(
 ) -> Result<Vec<Header>, ExportError> {
     let signed = signer
         .sign(
-            &oci_signature::Request {
+            &signature::Request {
                 method: "POST",
                 host,
                 path: PATH,
@@ -280,19 +283,19 @@ pub fn plan_with(
     let identity = if cfg.auth_mode == AuthMode::InstancePrincipal {
         // Network steps: an unreachable or refusing service is a failed run (exit 1).
         let timeout = cfg.push.timeout();
-        oci_instance::identity(env, timeout, &ctx.deadline, now).map_err(|e| match e {
-            oci_instance::InstanceError::Failed(m) => ExportError::Send {
+        instance::identity(env, timeout, &ctx.deadline, now).map_err(|e| match e {
+            instance::InstanceError::Failed(m) => ExportError::Send {
                 block: BLOCK,
                 sent: 0,
                 total: entries.len(),
                 last: m,
             },
-            oci_instance::InstanceError::Invalid(m) => {
+            instance::InstanceError::Invalid(m) => {
                 ExportError::Environment(format!("{BLOCK}: {m}"))
             }
         })?
     } else {
-        oci_auth::identity(cfg, env, now.unix_timestamp())
+        auth::identity(cfg, env, now.unix_timestamp())
             .map_err(|e| ExportError::Environment(format!("{BLOCK}: {e}")))?
     };
     log::info!("{BLOCK}: signing with {}", identity.source);

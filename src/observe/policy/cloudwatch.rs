@@ -43,7 +43,7 @@ pub const UNITS: &[&str] = &[
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CloudB {
+pub struct CloudWatch {
     /// Defaults to false.
     pub enabled: bool,
     /// Must not start with `AWS/` or contain a colon. Defaults to `svc/metrics`.
@@ -65,14 +65,14 @@ pub struct CloudB {
     pub max_metrics_per_request: u32,
 }
 
-impl CloudB {
-    pub fn read(r: &mut ObjectReader<'_>) -> CloudB {
+impl CloudWatch {
+    pub fn read(r: &mut ObjectReader<'_>) -> CloudWatch {
         let enabled = r.bool_or("enabled", false);
         let metric_namespace = r.string_or("metric_namespace", "svc/metrics");
         if let Some(why) = cloud_namespace_problem(&metric_namespace, &["AWS/"]) {
             r.problem("metric_namespace", why);
         }
-        let region = super::cloud_a::region(r, enabled.then_some("the connector is enabled"));
+        let region = super::oci::region(r, enabled.then_some("the connector is enabled"));
         let unit = r.string_or("unit", "None");
         if !UNITS.contains(&unit.as_str()) {
             r.problem("unit", "must be a standard unit such as Count, Seconds, Milliseconds, Bytes, Percent or None");
@@ -94,7 +94,7 @@ impl CloudB {
         let push = PushSettings::read(r, &push::HTTP);
         let max_metrics_per_request =
             r.int_in("max_metrics_per_request", 20, 1, MAX_METRICS_PER_REQUEST) as u32;
-        CloudB {
+        CloudWatch {
             enabled,
             metric_namespace,
             region,

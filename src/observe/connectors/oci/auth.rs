@@ -14,7 +14,7 @@
 //!   absolute path to a file holding it. Key id `ST$<token>`. An expired token (JWT `exp`) is
 //!   refused before any request. Versions 1.1 and 3.0 (token exchange over the network) are not
 //!   implemented.
-//! - `instance_principal`: the federation of `oci_instance.rs` (instance metadata
+//! - `instance_principal`: the federation of `instance.rs` (instance metadata
 //!   service, then `https://auth.<region>.oraclecloud.com/v1/x509`); key id `ST$<token>` with a
 //!   session key generated for the run. The connector calls that module directly to tell a
 //!   failed network step (exit 1) from an unusable environment (exit 2).
@@ -25,10 +25,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub use super::oci_identity::{jwt_expiry, Identity};
-use super::oci_signature::{load_private_key, Signer};
-use crate::aws::{parse_ini, Env};
-use crate::observe::policy::cloud_a::{AuthMode, CloudA};
+pub use super::identity::{jwt_expiry, Identity};
+use super::signature::{load_private_key, Signer};
+use crate::host::ini::parse_ini;
+use crate::host::Env;
+use crate::observe::policy::oci::{AuthMode, OciMonitoring};
 use crate::text::secret_bytes::{read_secret_text, SecretString};
 
 /// The identity could not be established.
@@ -44,7 +45,7 @@ impl std::fmt::Display for AuthError {
 impl std::error::Error for AuthError {}
 
 /// Builds the signer for the policy's `auth_mode`. `now` is used for the token expiry check.
-pub fn identity(cfg: &CloudA, env: &dyn Env, now_epoch: i64) -> Result<Identity, AuthError> {
+pub fn identity(cfg: &OciMonitoring, env: &dyn Env, now_epoch: i64) -> Result<Identity, AuthError> {
     match cfg.auth_mode {
         AuthMode::ConfigFile => {
             let path = cfg.config_file.as_deref().ok_or_else(|| {
@@ -55,10 +56,10 @@ pub fn identity(cfg: &CloudA, env: &dyn Env, now_epoch: i64) -> Result<Identity,
             config_file(Path::new(path), &cfg.profile, env)
         }
         AuthMode::ResourcePrincipal => resource_principal(env, now_epoch),
-        AuthMode::InstancePrincipal => super::oci_instance::identity(
+        AuthMode::InstancePrincipal => super::instance::identity(
             env,
             cfg.push.timeout(),
-            &super::Deadline::start("cloud_a_monitoring", cfg.push.export_deadline_seconds),
+            &super::super::Deadline::start("cloud_a_monitoring", cfg.push.export_deadline_seconds),
             time::OffsetDateTime::from_unix_timestamp(now_epoch)
                 .unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
         )
@@ -235,7 +236,7 @@ pub fn resource_principal(env: &dyn Env, now_epoch: i64) -> Result<Identity, Aut
 
 #[cfg(test)]
 mod tests {
-    use super::super::oci_signature::tests::openssl_key_pair;
+    use super::super::signature::tests::openssl_key_pair;
     use super::*;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use base64::Engine as _;
@@ -246,7 +247,7 @@ mod tests {
 
     fn key_id(id: &Identity) -> String {
         // The key id is private to the signer; read it back from a signature header.
-        let req = super::super::oci_signature::Request {
+        let req = super::super::signature::Request {
             method: "GET",
             host: "h",
             path: "/",

@@ -28,7 +28,7 @@ pub enum BatchAtomicity {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CloudA {
+pub struct OciMonitoring {
     /// Defaults to false.
     pub enabled: bool,
     /// Custom metric namespace; prefixes `oci_` and `oracle_` are reserved. Defaults to
@@ -61,8 +61,8 @@ pub struct CloudA {
     pub max_metrics_per_request: u32,
 }
 
-impl CloudA {
-    pub fn read(r: &mut ObjectReader<'_>) -> CloudA {
+impl OciMonitoring {
+    pub fn read(r: &mut ObjectReader<'_>) -> OciMonitoring {
         let enabled = r.bool_or("enabled", false);
         let when = enabled.then_some("the connector is enabled");
         let metric_namespace = r.string_or("metric_namespace", "svc_metrics");
@@ -159,7 +159,7 @@ impl CloudA {
         let push = PushSettings::read(r, &push::HTTP);
         let max_metrics_per_request =
             r.int_in("max_metrics_per_request", 20, 1, MAX_METRICS_PER_REQUEST) as u32;
-        CloudA {
+        OciMonitoring {
             enabled,
             metric_namespace,
             region,

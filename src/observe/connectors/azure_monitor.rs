@@ -35,8 +35,8 @@ use super::{
     resolve_env, Action, Connector, Context, Delivery, ExportError, Header, HttpRequest, Input,
     Limit, Method, Plan, Retry,
 };
-use crate::aws::{Env, ProcessEnv};
-use crate::observe::policy::CloudC;
+use crate::host::{Env, ProcessEnv};
+use crate::observe::policy::AzureMonitor;
 
 pub const CONNECTOR: Connector = Connector {
     command: "cloud-c-export",
@@ -120,7 +120,7 @@ pub fn body(
 }
 
 /// The bodies for all data: `(what, body)` in data order, one per metric and dimension set.
-pub fn bodies(cfg: &CloudC, data: &[Datum], time: &str) -> Vec<(String, Json)> {
+pub fn bodies(cfg: &AzureMonitor, data: &[Datum], time: &str) -> Vec<(String, Json)> {
     let static_names: Vec<&str> = cfg.dimensions.keys().map(String::as_str).collect();
     let static_values: Vec<&str> = cfg.dimensions.values().map(String::as_str).collect();
     let mut out = Vec::new();

@@ -14,7 +14,7 @@ pub const MAX_DIMENSIONS: usize = 10;
 pub const RESERVED_PREFIXES: &[&str] = &["Microsoft.", "Azure."];
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CloudC {
+pub struct AzureMonitor {
     /// Defaults to false.
     pub enabled: bool,
     /// Resource owning the custom metrics; required when enabled. Defaults to null.
@@ -36,8 +36,8 @@ pub struct CloudC {
     pub verify_tls: bool,
 }
 
-impl CloudC {
-    pub fn read(r: &mut ObjectReader<'_>) -> CloudC {
+impl AzureMonitor {
+    pub fn read(r: &mut ObjectReader<'_>) -> AzureMonitor {
         let enabled = r.bool_or("enabled", false);
         let when = enabled.then_some("the connector is enabled");
         let resource_id = r.opt_string("resource_id");
@@ -74,7 +74,7 @@ impl CloudC {
         }
         let metric_namespace = r.string_or("metric_namespace", "svc/metrics");
         if let Some(why) =
-            super::cloud_b::cloud_namespace_problem(&metric_namespace, RESERVED_PREFIXES)
+            super::cloudwatch::cloud_namespace_problem(&metric_namespace, RESERVED_PREFIXES)
         {
             r.problem("metric_namespace", why);
         }
@@ -96,7 +96,7 @@ impl CloudC {
                 "must be true; TLS verification cannot be disabled",
             );
         }
-        CloudC {
+        AzureMonitor {
             enabled,
             resource_id,
             location,
