@@ -4,8 +4,8 @@
 //! checkpoint frame and the fallback runner's `refuse_handed_frames`, end to end with a real
 //! broker, runner, file target, PostgreSQL and MariaDB.
 //!
-//! `found_...`: a finding's reproduction; it FAILS on the code it was found on (cb884be) and
-//! says what it expected. `held_...`: an attack that held (these pass).
+//! `fixed_...`: a finding's reproduction; each failed on the code it was found on (cb884be) and
+//! passes since the fix its comment names. `held_...`: an attack that held (these pass).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -62,7 +62,7 @@ fn set_aside(c: &Case, (segment, offset): (&str, &str)) -> (i32, String) {
     (code, o + &e)
 }
 
-/// FOUND (class 3 / class 11, medium-high): one flipped byte in ONE checkpoint frame of an
+/// FIXED (found by atk52a on cb884be; fixed in 014965e and the set-aside of the chain tail; class 3 / class 11, medium-high): one flipped byte in ONE checkpoint frame of an
 /// edge spool holds every record after the next checkpoint frame undelivered. The drain stops
 /// at checkpoint 2 (it does not follow the target's chain: the hole), as documented; the
 /// documented way on is "set the frame aside". But then checkpoint 3 does not follow either
@@ -76,7 +76,7 @@ fn set_aside(c: &Case, (segment, offset): (&str, &str)) -> (i32, String) {
 /// drain delivers every record (e.g. a frame whose predecessor was set aside may be set
 /// aside with it, or the records go on while the checkpoints wait).
 #[test]
-fn found_one_flipped_byte_in_a_checkpoint_frame_holds_every_later_record() {
+fn fixed_one_flipped_byte_in_a_checkpoint_frame_holds_every_later_record() {
     let c = edge_with_checkpoint_1_damaged(30);
     let (code, drained) = spool_cmd(&c, "drain");
     assert_eq!(code, 1, "{drained}");
@@ -136,7 +136,7 @@ fn start_and_stop(c: &Case, log: &str) -> (bool, f64, String) {
     (started, secs, runner.log_text())
 }
 
-/// FOUND (class 8 / class 12, high): atk51b finding 4 fixed PostgreSQL's start to read its
+/// FIXED (found by atk52a on cb884be; fixed in 014965e and the set-aside of the chain tail; class 8 / class 12, high): atk51b finding 4 fixed PostgreSQL's start to read its
 /// own runner's chain (`PgStore::chain`, `WHERE runner_id = $1`), but MySQL/MariaDB's store
 /// keeps the default `CheckpointStore::chain`, which reads EVERY runner's checkpoints
 /// (`MyStore::checkpoints`), bounded by `MAX_AUDIT_CHECKPOINTS` (100,000 rows) and 1 GiB of
@@ -148,7 +148,7 @@ fn start_and_stop(c: &Case, log: &str) -> (bool, f64, String) {
 /// PostgreSQL do not (`held_a_postgresql_start_reads_its_own_chain_past_100000_other_rows`).
 /// Expected: the runner starts (reads its own chain, as PostgreSQL's store does).
 #[test]
-fn found_a_mariadb_start_is_stopped_by_other_runners_checkpoints() {
+fn fixed_a_mariadb_start_is_stopped_by_other_runners_checkpoints() {
     let db = crate::support::mysql::MyDb::new("atk52a");
     let c = mariadb_case(&db);
     other_mariadb_rows(&db);
@@ -169,14 +169,14 @@ fn other_mariadb_rows(db: &crate::support::mysql::MyDb) {
     ));
 }
 
-/// FOUND (the same finding, the drain's half): an edge spool drained into a MariaDB target
+/// FIXED (found by atk52a on cb884be; fixed in 014965e and the set-aside of the chain tail; the same finding, the drain's half): an edge spool drained into a MariaDB target
 /// whose shared checkpoint table holds 100,001 rows of other sites: the drain's check that
 /// checkpoint 0 begins this runner's chain (`put::follows` -> `MyStore::chain`, every
 /// runner's rows) fails the read-back bound, and the drain is stuck at checkpoint 0 for good
 /// (exit 1, "the target's checkpoints cannot be read ... the drain retries this step").
 /// Expected: exit 0, every record and checkpoint in the target.
 #[test]
-fn found_a_drain_into_mariadb_is_stuck_at_checkpoint_0_by_other_runners_rows() {
+fn fixed_a_drain_into_mariadb_is_stuck_at_checkpoint_0_by_other_runners_rows() {
     let db = crate::support::mysql::MyDb::new("atk52a");
     let c = case_with(
         3,
@@ -243,7 +243,7 @@ fn other_sites_files(target: &std::path::Path, n: u64, bytes: usize) -> PathBuf 
     dir
 }
 
-/// FOUND (class 8, high): the drain's new check that a checkpoint follows the target's chain
+/// FIXED (found by atk52a on cb884be; fixed in 014965e and the set-aside of the chain tail; class 8, high): the drain's new check that a checkpoint follows the target's chain
 /// (`put::follows`, 5f0b3d4) reads by name with `CheckpointStore::get`, which the file and
 /// object stores do not implement: the default reads the WHOLE store (`chain` ->
 /// `checkpoints()`: every checkpoint file of every runner, each text whole, up to 1 GiB held)
@@ -258,7 +258,7 @@ fn other_sites_files(target: &std::path::Path, n: u64, bytes: usize) -> PathBuf 
 /// Expected: the drain reads the stored checkpoints by name (two files per frame, as
 /// PostgreSQL's and MariaDB's `get` read one row), well under 10 s here.
 #[test]
-fn found_a_drain_reads_the_whole_file_store_twice_per_checkpoint_frame() {
+fn fixed_a_drain_reads_the_whole_file_store_twice_per_checkpoint_frame() {
     let c = edge(1);
     run_edge(&c, "svc.log", (1, 20));
     other_sites_files(&out(&c), 1_000, 94_000);
@@ -373,7 +373,7 @@ fn held_a_damaged_record_before_the_checkpoint_frames_does_not_hide_them() {
     assert!(log.contains("holds custody checkpoint frames"), "{log}");
 }
 
-/// FOUND (class 8, the same root as the file store's `get` above, high): once a file target
+/// FIXED (found by atk52a on cb884be; fixed in 014965e and the set-aside of the chain tail; class 8, the same root as the file store's `get` above, high): once a file target
 /// holds more than 1 GiB of checkpoint text of ALL runners together (`MAX_AUDIT_CHECKPOINT_BYTES`;
 /// about 11,500 default-size checkpoints of 94 KB: one busy site for 8 days at
 /// `every_seconds: 60`, or a few sites sharing a central target for 2 days), every read by
@@ -386,7 +386,7 @@ fn held_a_damaged_record_before_the_checkpoint_frames_does_not_hide_them() {
 /// (`/usr/bin/time -f %M`). Before 5f0b3d4 the drain read nothing of the store unless a put
 /// was refused. Expected: exit 0, both checkpoints put (read by name, as PostgreSQL's `get`).
 #[test]
-fn found_a_drain_into_a_file_target_past_1_gib_of_checkpoints_is_stuck() {
+fn fixed_a_drain_into_a_file_target_past_1_gib_of_checkpoints_is_stuck() {
     let c = edge(3);
     run_edge(&c, "svc.log", (1, 6));
     let dir = other_sites_files(&out(&c), 70, 10);
@@ -442,7 +442,7 @@ for i in range(1, int(n) + 1):
     );
 }
 
-/// FOUND (class 8, the object store's half of the file store's `get`): `ObjectStore` keeps
+/// FIXED (found by atk52a on cb884be; fixed in 014965e and the set-aside of the chain tail; class 8, the object store's half of the file store's `get`): `ObjectStore` keeps
 /// the default `CheckpointStore::get` too: each read by name LISTS the bucket's checkpoints
 /// and GETs every one of them (every runner's), and the drain makes two per checkpoint frame.
 /// An edge spool of 10 records (a checkpoint after each) drained into an object-store target
@@ -451,7 +451,7 @@ for i in range(1, int(n) + 1):
 /// Expected: a read by name is one GET (of the key the name gives), the drain well under 10 s
 /// here.
 #[test]
-fn found_a_drain_into_an_object_store_gets_every_checkpoint_twice_per_frame() {
+fn fixed_a_drain_into_an_object_store_gets_every_checkpoint_twice_per_frame() {
     let m = crate::support::moto::Moto::start();
     m.create_bucket("atk52a", false);
     let c = case_with(

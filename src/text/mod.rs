@@ -5,6 +5,7 @@
 //! needed, and the search for bytes to escape.
 
 pub mod hex;
+pub mod json;
 pub mod log_budget;
 pub mod peer;
 pub mod rfc3339;

@@ -42,11 +42,7 @@ impl ObjectStore {
 
 impl CheckpointStore for ObjectStore {
     fn put(&self, runner_id: &str, index: u64, bytes: &[u8]) -> Result<(), String> {
-        let key = format!(
-            "{}{}-{index:020}.json",
-            self.checkpoint_dir(),
-            crate::text::hex::lower(runner_id.as_bytes())
-        );
+        let key = self.checkpoint_key(runner_id, index);
         // Conditional: an existing checkpoint is never replaced (a store that ignores
         // If-None-Match is refused by `svc test-sink`'s probe; docs/payload-protection.md).
         let headers = [
@@ -63,18 +59,26 @@ impl CheckpointStore for ObjectStore {
     }
 
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
-        let client = self.sink.client();
-        let (mut out, mut total) = (Vec::new(), 0usize);
-        for key in client.list_keys(&self.checkpoint_dir(), MAX_AUDIT_CHECKPOINTS)? {
-            let text = match client.get_object(&key, MAX_CHECKPOINT_BYTES + 1) {
-                Ok(Some(r)) => String::from_utf8(r.body).unwrap_or_default(),
-                Ok(None) => continue,
-                Err(e) => return Err(format!("get {key}: {e}")),
-            };
-            checkpoints_bound(&mut total, &text)?;
-            out.push((key, text));
+        self.read_checkpoints(&self.checkpoint_dir())
+    }
+
+    /// The objects named for `runner_id` only (its hex id, then `-`, which hex never holds).
+    fn chain(&self, runner_id: &str) -> Result<Vec<(String, String)>, String> {
+        let hex = crate::text::hex::lower(runner_id.as_bytes());
+        self.read_checkpoints(&format!("{}{hex}-", self.checkpoint_dir()))
+    }
+
+    /// The one object named for (`runner_id`, `index`): one GET, never a listing.
+    fn get(&self, runner_id: &str, index: u64) -> Result<Option<String>, String> {
+        let key = self.checkpoint_key(runner_id, index);
+        match self
+            .sink
+            .client()
+            .get_object(&key, MAX_CHECKPOINT_BYTES + 1)
+        {
+            Ok(r) => Ok(r.map(|r| String::from_utf8(r.body).unwrap_or_default())),
+            Err(e) => Err(format!("get {key}: {e}")),
         }
-        Ok(out)
     }
 
     fn records(&self) -> Result<Vec<StoredRecord>, String> {
@@ -113,6 +117,33 @@ impl CheckpointStore for ObjectStore {
                     read: Err(format!("cannot read: {e}")),
                 }),
             }
+        }
+        Ok(out)
+    }
+}
+
+impl ObjectStore {
+    /// The key of checkpoint `index` of `runner_id`.
+    fn checkpoint_key(&self, runner_id: &str, index: u64) -> String {
+        format!(
+            "{}{}-{index:020}.json",
+            self.checkpoint_dir(),
+            crate::text::hex::lower(runner_id.as_bytes())
+        )
+    }
+
+    /// The checkpoint objects whose keys begin with `prefix`, as (key, text), bounded.
+    fn read_checkpoints(&self, prefix: &str) -> Result<Vec<(String, String)>, String> {
+        let client = self.sink.client();
+        let (mut out, mut total) = (Vec::new(), 0usize);
+        for key in client.list_keys(prefix, MAX_AUDIT_CHECKPOINTS)? {
+            let text = match client.get_object(&key, MAX_CHECKPOINT_BYTES + 1) {
+                Ok(Some(r)) => String::from_utf8(r.body).unwrap_or_default(),
+                Ok(None) => continue,
+                Err(e) => return Err(format!("get {key}: {e}")),
+            };
+            checkpoints_bound(&mut total, &text)?;
+            out.push((key, text));
         }
         Ok(out)
     }

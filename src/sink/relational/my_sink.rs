@@ -270,7 +270,7 @@ fn push_literals(out: &mut String, env: &Envelope, key: &str, nbe: bool) -> Resu
         q(out, s);
     }
     out.push(',');
-    q(out, &json(&env.labels_list)?);
+    q(out, &crate::text::json::string_array(&env.labels_list));
     out.push(',');
     q(out, env.payload.json());
     out.push(',');
@@ -288,7 +288,12 @@ fn push_literals(out: &mut String, env: &Envelope, key: &str, nbe: bool) -> Resu
         opt(out, v.as_ref().map(json).transpose()?.as_deref());
     }
     out.push(',');
-    q(out, &json(&env.metadata)?);
+    q(
+        out,
+        &env.metadata
+            .to_json()
+            .map_err(|e| format!("encode row: {e}"))?,
+    );
     out.push(',');
     q(out, &received_at);
     out.push(',');

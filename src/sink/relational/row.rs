@@ -6,6 +6,8 @@ use serde::Serialize;
 use super::sql::COLUMNS;
 use crate::message::envelope::{Envelope, EventMetadata};
 use crate::sink::key::idempotency_id;
+pub(super) use crate::text::json::decimal;
+use crate::text::json::push_str as push_json_str;
 
 /// The idempotency key of an envelope: the shared `idempotency_key` strategy of
 /// [`crate::sink::key`] without its namespace (`s-<stream>-<seq>`, `m-<msg id>`, `p-<sha256>`).
@@ -153,63 +155,11 @@ fn push_row(out: &mut Vec<u8>, env: &Envelope, key: &str) -> serde_json::Result<
     out.extend_from_slice(b",\"mission_metadata_json\":");
     serde_json::to_writer(&mut *out, &env.mission_metadata)?;
     out.extend_from_slice(b",\"metadata_json\":");
-    serde_json::to_writer(&mut *out, &env.metadata)?;
+    env.metadata.write_json(out)?;
     out.extend_from_slice(b",\"received_at\":");
     push_json_str(out, &env.metadata.received_at);
     out.extend_from_slice(b",\"custody_json\":");
     serde_json::to_writer(&mut *out, &env.custody)?;
     out.push(b'}');
     Ok(())
-}
-
-/// `n` in decimal, written into `buf` (the formatter's machinery cost more than the digits).
-pub(super) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    std::str::from_utf8(&buf[at..]).expect("decimal digits are ASCII")
-}
-
-/// `s` as a JSON string, escaped as serde_json escapes it (`"`, `\`, control characters);
-/// the runs between escapes, found eight bytes at a time ([`crate::text::scan`]), are copied
-/// whole.
-fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    use crate::text::scan::{byte_mask, find, less_mask};
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.reserve(s.len() + 2);
-    out.push(b'"');
-    let bytes = s.as_bytes();
-    let mut run = 0;
-    let mut unicode = *b"\\u0000";
-    let word_has = |w| (less_mask(w, 0x20) | byte_mask(w, b'"') | byte_mask(w, b'\\')) != 0;
-    while let Some(at) = find(bytes, run, word_has, |b| {
-        b < 0x20 || b == b'"' || b == b'\\'
-    }) {
-        let b = bytes[at];
-        let short: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0x08 => b"\\b",
-            0x0c => b"\\f",
-            _ => {
-                unicode[4] = HEX[usize::from(b >> 4)];
-                unicode[5] = HEX[usize::from(b & 15)];
-                &unicode
-            }
-        };
-        out.extend_from_slice(&bytes[run..at]);
-        out.extend_from_slice(short);
-        run = at + 1;
-    }
-    out.extend_from_slice(&bytes[run..]);
-    out.push(b'"');
 }

@@ -251,7 +251,7 @@ pub(super) fn follows(
 
 /// A stored checkpoint's chain digest and the `previous` its body names (read, not verified:
 /// the link is checked here, the signature by [`check`]).
-fn link(text: &str) -> Option<(String, String)> {
+pub(super) fn link(text: &str) -> Option<(String, String)> {
     let outer: serde_json::Value = serde_json::from_str(text).ok()?;
     let signed = outer.get("signed")?.as_str()?;
     let body: serde_json::Value = serde_json::from_str(signed).ok()?;
