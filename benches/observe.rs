@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use svc::message::subject::SubjectPattern;
 use svc::metrics::snapshot::Snapshot;
-use svc::metrics::{Metrics, SubjectFamily, SUMMARY_NAMES};
+use svc::metrics::{Metrics, SubjectFamily};
 use svc::observe::policy::Policy;
 
 const FAMILIES: usize = 20;
@@ -69,13 +69,13 @@ fn realistic_snapshot() -> String {
         })
         .collect();
     let m = Metrics::new(families);
-    for n in SUMMARY_NAMES {
+    for n in svc::metrics::SummaryMetric::ALL {
         for v in 0..1000 {
             m.observe(n, f64::from(v) / 1000.0);
         }
     }
     for i in 0..FAMILIES {
-        for metric in svc::metrics::FAMILY_METRICS {
+        for metric in svc::metrics::FamilyMetric::ALL {
             m.add_family(
                 m.family_of(&format!("tenant{i}.orders.x")),
                 metric,

@@ -202,6 +202,8 @@ write_changelog "$doc/changelog.Debian.gz" svc
 install -m 0644 "$sbom_dir/svc.cdx.json" "$doc/sbom.cdx.json"
 install -m 0644 README.md docs/configuration.md docs/operations.md docs/observe.md \
     docs/metrics-snapshot.md docs/delivery-semantics.md docs/dead-letter.md "$doc/"
+mkdir -p "$doc/observe"
+install -m 0644 docs/observe/*.md "$doc/observe/"
 mkdir -p "$r/usr/share/man/man1"
 write_man "$r/usr/share/man/man1/svc.1.gz" svc \
     "message\\-delivery runner: JetStream pull consumer to one sink, commit first, ACK last" \

@@ -173,6 +173,7 @@ fn packages_have_the_metadata_contents_and_run_unpacked() {
     has(&s, "/usr/share/doc/svc/copyright", file);
     has(&s, "/usr/share/doc/svc/changelog.Debian.gz", file);
     has(&s, "/usr/share/doc/svc/observe.md", file);
+    has(&s, "/usr/share/doc/svc/observe/oci-monitoring.md", file);
     let ob = contents(&built.observe);
     has(&ob, "/usr/bin/svc-observe", exe);
     for u in [

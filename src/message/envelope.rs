@@ -1013,4 +1013,112 @@ mod tests {
         let b = normalize(&msg(b"x"), 5, &EnvelopeConfig::default());
         assert_eq!(a, b);
     }
+
+    // ---- atk52b: attacks on the metadata JSON written by hand (h52perf) -----------------
+
+    /// atk52b: header names and values made of every character up to U+0800, the
+    /// surrogate neighbours, U+2028/9, U+FEFF, U+FFFF, U+10FFFF and bidi controls, one by one
+    /// and packed across 8-byte words; times absent and at the limits; delivery counts at the
+    /// edges; security labels with numbers serde writes in odd forms (1e21, -0.0, u64::MAX,
+    /// i64::MIN, the largest and the smallest doubles). write_json is byte for byte serde's,
+    /// and the text is JSON a strict parse reads back.
+    #[test]
+    fn held_atk52b_metadata_json_is_serde_for_every_character() {
+        let mut chars: Vec<char> = (0u32..0x800).filter_map(char::from_u32).collect();
+        chars.extend([
+            '\u{d7ff}', '\u{e000}', '\u{2028}', '\u{2029}', '\u{feff}', '\u{ffff}',
+        ]);
+        chars.extend(['\u{10ffff}', '\u{202e}', '\u{2066}', '\u{200e}', '\u{61c}']);
+        let labels = [
+            None,
+            Some(serde_json::json!({
+                "a": 1e21, "b": -0.0, "c": u64::MAX, "d": i64::MIN, "e": f64::MAX,
+                "f": f64::MIN_POSITIVE, "g": 5e-324, "h": 0.1, "i": 1e-7, "j": 123456789.0,
+                "k": "\u{0}\u{1f}\u{7f}\u{2028}\"\\", "\u{0}": [null, true, {}],
+            })),
+        ];
+        let base = msg(b"{}");
+        let cfg = EnvelopeConfig::default();
+        let (env, _) = normalize(&base, 1_700_000_000_123_456_789, &cfg);
+        let mut m = env.metadata.clone();
+        let check = |m: &EventMetadata| {
+            let by_serde = serde_json::to_vec(m).unwrap();
+            let mut ours = Vec::new();
+            m.write_json(&mut ours).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&ours),
+                String::from_utf8_lossy(&by_serde)
+            );
+            let text = String::from_utf8(ours).unwrap();
+            assert!(crate::document::canonical::parse(&text).is_ok(), "{text}");
+        };
+        for (n, c) in chars.iter().enumerate() {
+            m.headers.clear();
+            m.headers
+                .insert(c.to_string(), format!("{c}{c}{c}{c}{c}{c}{c}{c}{c}"));
+            m.headers
+                .insert(format!("x{c}"), "y".repeat(n % 17) + &c.to_string());
+            m.delivery_count = [0, 1, 9, 10, u64::MAX, n as u64][n % 6];
+            m.published_at = (n % 2 == 0).then(|| Rfc3339::from_unix_nanos(-(n as i128)));
+            m.event_time = (n % 3 == 0).then(|| Rfc3339::from_unix_nanos(i128::MAX));
+            m.security_labels = labels[n % 2].clone();
+            check(&m);
+        }
+        let packed: String = chars.iter().collect();
+        m.headers.clear();
+        for shift in 0..9 {
+            m.headers
+                .insert(packed[..shift].to_string(), packed.clone());
+            m.headers
+                .insert(format!("{}{packed}", "z".repeat(shift)), String::new());
+        }
+        check(&m);
+    }
+
+    /// atk52b: `labels_list` for MySQL written by hand is what serde wrote, for lists of
+    /// every character, empty strings and hostile text.
+    #[test]
+    fn held_atk52b_string_array_is_serde() {
+        let chars: Vec<String> = (0u32..0x800)
+            .filter_map(char::from_u32)
+            .map(|c| format!("{c}{}{c}", "k".repeat(7)))
+            .collect();
+        for n in 0..chars.len() {
+            let items = &chars[n.saturating_sub(9)..n];
+            assert_eq!(
+                crate::text::json::string_array(items),
+                serde_json::to_string(items).unwrap()
+            );
+        }
+    }
+
+    /// atk52b: readable_alike (scan) against the tree walk it replaced, on hostile payloads
+    /// that reach it (valid JSON for serde_json, at most 127 deep): duplicate keys spelled by
+    /// escapes, `\u0000` in keys and values, long and out-of-range numbers.
+    #[test]
+    fn held_atk52b_readable_alike_is_the_tree_on_hostile_payloads() {
+        let texts = [
+            r#"{"a":1,"\u0061":2}"#,
+            r#"{"a\u0000":1,"a\u0000":2}"#,
+            r#"{"a":{"b":1},"c":[{"b":1,"b":2}]}"#,
+            r#"{"k":1e64}"#,
+            r#"{"k":1e65}"#,
+            r#"{"k":1e-63}"#,
+            r#"{"k":0.000000000000000000000000000000000000000000000000000000000001}"#,
+            r#"[1e999999999]"#,
+            r#"[1e1000000000]"#,
+            r#"[0e1000000000]"#,
+            r#"[-0.0e-99999]"#,
+            r#"["\u0000"]"#,
+            r#"["\\u0000"]"#,
+            r#"{"\\u0000":1}"#,
+        ];
+        for text in texts {
+            assert_eq!(readable_alike(text), readable_alike_by_tree(text), "{text}");
+        }
+        let deep = format!("{}1{}", "[".repeat(127), "]".repeat(127));
+        assert_eq!(readable_alike(&deep), readable_alike_by_tree(&deep));
+        let (p, info) = normalize_payload(deep.as_bytes());
+        assert_eq!(info.original_format, PayloadFormat::Json, "{}", p.json());
+    }
 }

@@ -300,6 +300,36 @@ pub const SUMMARY_NAMES: &[&str] = &[
     "ack_confirmation_seconds",
 ];
 
+/// One of the summaries, named at the call site by variant (a typo does not compile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SummaryMetric {
+    SinkBatchWrite = 0,
+    EventAgeAtReceive = 1,
+    EventAgeAtStore = 2,
+    FanoutAckGateWait = 3,
+    HttpRequest = 4,
+    HttpRetryAfterWait = 5,
+    AckConfirmation = 6,
+}
+
+impl SummaryMetric {
+    /// Every one, in [`SUMMARY_NAMES`] order.
+    pub const ALL: [SummaryMetric; 7] = [
+        SummaryMetric::SinkBatchWrite,
+        SummaryMetric::EventAgeAtReceive,
+        SummaryMetric::EventAgeAtStore,
+        SummaryMetric::FanoutAckGateWait,
+        SummaryMetric::HttpRequest,
+        SummaryMetric::HttpRetryAfterWait,
+        SummaryMetric::AckConfirmation,
+    ];
+
+    /// Its name in the snapshot.
+    pub fn name(self) -> &'static str {
+        SUMMARY_NAMES[self as usize]
+    }
+}
+
 /// Count, sum, min, max and last of an observed quantity.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Summary {
@@ -362,6 +392,33 @@ pub const FAMILY_METRICS: &[&str] = &[
     "messages_failed_total",
     "messages_dlq_total",
 ];
+
+/// One of the per-family counters, named at the call site by variant (a typo does not
+/// compile) and counted by index, never by searching [`FAMILY_METRICS`] per message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FamilyMetric {
+    Fetched = 0,
+    Written = 1,
+    Acked = 2,
+    Failed = 3,
+    Dlq = 4,
+}
+
+impl FamilyMetric {
+    /// Every one, in [`FAMILY_METRICS`] order.
+    pub const ALL: [FamilyMetric; 5] = [
+        FamilyMetric::Fetched,
+        FamilyMetric::Written,
+        FamilyMetric::Acked,
+        FamilyMetric::Failed,
+        FamilyMetric::Dlq,
+    ];
+
+    /// Its name in the snapshot (`messages_..._total`).
+    pub fn name(self) -> &'static str {
+        FAMILY_METRICS[self as usize]
+    }
+}
 
 /// The registry shared by all threads.
 #[derive(Debug)]
@@ -435,26 +492,21 @@ impl Metrics {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Records one observation of a summary by suffix. Unknown names are a programming error
-    /// caught by tests, ignored at run time.
-    pub fn observe(&self, name: &'static str, value: f64) {
+    /// Records one observation of a summary.
+    pub fn observe(&self, metric: SummaryMetric, value: f64) {
         let mut one = Summary::default();
         one.observe(value);
-        self.observe_all(name, &one);
+        self.observe_all(metric, &one);
     }
 
     /// Records many observations at once, collected by the caller in `batch`: the pipeline
     /// collects per batch, so the shared lock is taken once per batch, not per message.
-    pub fn observe_all(&self, name: &'static str, batch: &Summary) {
+    pub fn observe_all(&self, metric: SummaryMetric, batch: &Summary) {
         if batch.count == 0 {
             return;
         }
         let mut s = self.summaries.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(sum) = s.get_mut(name) {
-            sum.merge(batch);
-        } else {
-            debug_assert!(false, "unknown summary {name}");
-        }
+        s.entry(metric.name()).or_default().merge(batch);
     }
 
     pub fn summaries(&self) -> BTreeMap<&'static str, Summary> {
@@ -474,14 +526,10 @@ impl Metrics {
         self.families.first_match(subject).map(|(i, _)| i)
     }
 
-    /// Counts `n` for the family of `subject` under a [`FAMILY_METRICS`] name.
-    pub fn add_family(&self, family: Option<usize>, metric: &str, n: u64) {
-        // Most messages belong to no family: decide that before looking up the metric.
+    /// Counts `n` for `family` (of a message's subject; most belong to none) under `metric`.
+    pub fn add_family(&self, family: Option<usize>, metric: FamilyMetric, n: u64) {
         let Some(f) = family else { return };
-        let Some(m) = FAMILY_METRICS.iter().position(|x| *x == metric) else {
-            return;
-        };
-        self.family_counts[f][m].fetch_add(n, Ordering::Relaxed);
+        self.family_counts[f][metric as usize].fetch_add(n, Ordering::Relaxed);
     }
 
     /// Prepared `labeled_metrics` rows: one per family and metric, never a raw subject.
@@ -538,8 +586,8 @@ mod tests {
             label: "orders".into(),
         }]);
         let f = m.family_of("orders.eu.created");
-        m.add_family(f, "messages_written_total", 2);
-        m.add_family(m.family_of("other.x"), "messages_written_total", 5);
+        m.add_family(f, FamilyMetric::Written, 2);
+        m.add_family(m.family_of("other.x"), FamilyMetric::Written, 5);
         let rows = m.labeled_rows();
         let written = rows
             .iter()
@@ -554,7 +602,7 @@ mod tests {
     #[test]
     fn every_summary_name_is_observable() {
         let m = Metrics::default();
-        for n in SUMMARY_NAMES {
+        for n in SummaryMetric::ALL {
             m.observe(n, 1.0);
         }
         assert!(m.summaries().values().all(|s| s.count == 1));

@@ -297,7 +297,7 @@ mod tests {
     fn round_trips_and_writes_atomically() {
         let m = Metrics::default();
         m.counters.messages_acked_total.store(7, Ordering::Relaxed);
-        m.observe("sink_batch_write_seconds", 0.5);
+        m.observe(crate::metrics::SummaryMetric::SinkBatchWrite, 0.5);
         let snap = Snapshot::capture(&m, "svc", 1.0);
         let text = serde_json::to_string_pretty(&snap).unwrap();
         let back = Snapshot::parse(&text).unwrap();
@@ -374,7 +374,7 @@ mod tests {
     #[test]
     fn absurd_values_are_refused() {
         let m = Metrics::default();
-        m.observe("sink_batch_write_seconds", 0.5);
+        m.observe(crate::metrics::SummaryMetric::SinkBatchWrite, 0.5);
         let good = Snapshot::capture(&m, "svc", 1.0);
         assert_eq!(good.check_values(), Ok(()));
         let mut snap = good.clone();
@@ -449,11 +449,11 @@ mod tests {
             .collect();
         let m = Metrics::new(families);
         for (i, _) in m.families().iter().enumerate() {
-            for name in crate::metrics::FAMILY_METRICS {
-                m.add_family(Some(i), name, u64::MAX / 3);
+            for metric in crate::metrics::FamilyMetric::ALL {
+                m.add_family(Some(i), metric, u64::MAX / 3);
             }
         }
-        for n in crate::metrics::SUMMARY_NAMES {
+        for n in crate::metrics::SummaryMetric::ALL {
             m.observe(n, 1.0e300 / 3.0);
         }
         let mut snap = Snapshot::capture(&m, "svc_namespace", 1_700_000_000.123_456_7);

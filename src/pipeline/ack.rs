@@ -265,7 +265,8 @@ impl AckWorker {
             match broker::send_ack(&self.nc, handle, verb) {
                 Ok(()) => match verb {
                     AckVerb::Ack => {
-                        self.metrics.add_family(family, "messages_acked_total", 1);
+                        self.metrics
+                            .add_family(family, crate::metrics::FamilyMetric::Acked, 1);
                         acked += 1;
                     }
                     AckVerb::Nak(_) => nacked += 1,
@@ -295,7 +296,8 @@ impl AckWorker {
     /// a dozen lines, not thousands); `messages_failed_total` counts every delivery.
     fn permanent(&self, handle: &AckHandle, family: Option<usize>, reason: &str) -> AckVerb {
         Metrics::add(&self.metrics.counters.messages_failed_total, 1);
-        self.metrics.add_family(family, "messages_failed_total", 1);
+        self.metrics
+            .add_family(family, crate::metrics::FamilyMetric::Failed, 1);
         let limit_reached =
             crate::config::terminated_at(self.max_deliveries, handle.delivery_count);
         if limit_reached {
@@ -341,7 +343,8 @@ impl AckWorker {
         };
         let c = &self.metrics.counters;
         Metrics::add(&c.messages_failed_total, 1);
-        self.metrics.add_family(family, "messages_failed_total", 1);
+        self.metrics
+            .add_family(family, crate::metrics::FamilyMetric::Failed, 1);
         let retry = AckVerb::Nak(self.nak_backoff.delay(handle.delivery_count as u32));
         if *dlq_failed {
             log::warn!(
@@ -356,7 +359,8 @@ impl AckWorker {
         match dlq.publish(record) {
             Ok(ack) => {
                 Metrics::add(&c.messages_dlq_total, 1);
-                self.metrics.add_family(family, "messages_dlq_total", 1);
+                self.metrics
+                    .add_family(family, crate::metrics::FamilyMetric::Dlq, 1);
                 log::warn!(
                     "stream sequence {}: permanent pre-sink failure ({}); dead-lettered as {} \
                      sequence {}{}",

@@ -183,11 +183,11 @@ impl Confirmations {
         Metrics::add(&c.messages_acked_total, 1);
         Metrics::add(&c.ack_confirmations_total, 1);
         self.metrics
-            .add_family(waiting.family, "messages_acked_total", 1);
+            .add_family(waiting.family, crate::metrics::FamilyMetric::Acked, 1);
         let mut latency = Summary::default();
         latency.observe(waiting.first_sent.elapsed().as_secs_f64());
         self.metrics
-            .observe_all("ack_confirmation_seconds", &latency);
+            .observe_all(crate::metrics::SummaryMetric::AckConfirmation, &latency);
         self.release(waiting.batch)
     }
 

@@ -599,7 +599,8 @@ impl Fetcher {
             .map(|(m, _)| self.metrics.family_of(&m.subject))
             .collect::<Vec<_>>();
         for f in &families {
-            self.metrics.add_family(*f, "messages_fetched_total", 1);
+            self.metrics
+                .add_family(*f, crate::metrics::FamilyMetric::Fetched, 1);
         }
         self.monitor.activity("handing batch to svc-normalize");
         // Registration first, on the channel the outcome will take: svc-ack always knows the

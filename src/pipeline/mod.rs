@@ -1,6 +1,13 @@
-//! The runner's threads and the channels between them. The pipeline's threads are spawned
-//! here; a sink owns its worker threads (`svc-http-N`, `svc-s3-put-N`, `svc-file-N`,
-//! `svc-fanout-*`: docs/architecture.md has the table), the broker client its own.
+//! The runner's threads and the channels between them. The pipeline's own threads (`svc-fetch`,
+//! `svc-normalize`, `svc-sink-N`, `svc-ack`, `svc-snapshot`, `svc-signal`, `svc-flush`,
+//! `svc-spool-drain`, `svc-checkpoint`, and `svc replay`'s in `replay/`) are spawned in this
+//! module, through its `spawn`. Four other modules own worker threads, each started and
+//! joined by the object that uses them:
+//! `sink` (the batch pool of `sink/pool.rs`: `svc-http-N`, `svc-s3-put-N`; the file sink's
+//! writers `svc-file-N`; the fan-out's `svc-fanout-*`), `broker` (`svc-advisory`), `aws`
+//! (`svc-aws-creds`, `svc-aws-credproc`) and the carried `nats` client (`nats-client`,
+//! `nats-flusher`). docs/architecture.md has the table of every thread and what it owns; this
+//! diagram is its one copy.
 //!
 //! ```text
 //!  svc-fetch ──RawBatch──▶ svc-normalize ──PreparedBatch──▶ svc-sink-1..N ──Outcome──▶ svc-ack

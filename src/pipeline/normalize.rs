@@ -372,7 +372,7 @@ pub fn run(
             .collect::<Vec<_>>();
         normalizer
             .metrics
-            .observe_all("event_age_at_receive_seconds", &ages);
+            .observe_all(crate::metrics::SummaryMetric::EventAgeAtReceive, &ages);
         let prepared = items.iter().filter(|i| i.is_ok()).count() as u64;
         Metrics::add(
             &normalizer.metrics.counters.messages_prepared_total,

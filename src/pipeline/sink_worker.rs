@@ -191,7 +191,8 @@ impl SinkWorker {
                 .store(now_epoch_seconds() as u64, Ordering::Relaxed);
         }
         if failed == 0 {
-            self.metrics.observe("sink_batch_write_seconds", elapsed);
+            self.metrics
+                .observe(crate::metrics::SummaryMetric::SinkBatchWrite, elapsed);
         } else if let Some(first) = outcomes.iter().find(|o| !o.is_durable()) {
             // A sink that fails every batch of a redelivery loop would log a line per NAK
             // cycle: `sink_write_errors_total` counts them all, the log says a few.
@@ -214,14 +215,14 @@ impl SinkWorker {
         for (outcome, (source, family)) in outcomes.iter().zip(meta) {
             if outcome.is_durable() {
                 self.metrics
-                    .add_family(*family, "messages_written_total", 1);
+                    .add_family(*family, crate::metrics::FamilyMetric::Written, 1);
                 if let Some(s) = source {
                     ages.observe(((now - s) as f64 / 1e9).max(0.0));
                 }
             }
         }
         self.metrics
-            .observe_all("event_age_at_store_seconds", &ages);
+            .observe_all(crate::metrics::SummaryMetric::EventAgeAtStore, &ages);
 
         let permanent = outcomes
             .iter()

@@ -337,10 +337,7 @@ fn run_child(sink: &dyn Sink, name: &str, batch: &[Envelope]) -> Vec<WriteOutcom
         }
         Err(_) => {
             log::error!("fanout: child {name} panicked while writing");
-            vec![
-                WriteOutcome::Transient(SinkError::new(KIND, format!("child {name} panicked")));
-                batch.len()
-            ]
+            vec![super::pool::panicked(KIND, &format!("child {name}")); batch.len()]
         }
     }
 }
@@ -512,7 +509,7 @@ impl Sink for FanoutSink {
             batch.len() as u64 - released,
         );
         self.metrics.observe(
-            "fanout_ack_gate_wait_seconds",
+            crate::metrics::SummaryMetric::FanoutAckGateWait,
             start.elapsed().as_secs_f64(),
         );
         out

@@ -12,6 +12,7 @@ pub mod http;
 pub mod key;
 pub mod layout;
 pub mod object_store;
+mod pool;
 pub mod relational;
 pub mod resolver;
 pub mod spool;

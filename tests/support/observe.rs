@@ -30,7 +30,7 @@ pub fn snapshot(fams: &[(&str, &str)], generated_ago_seconds: f64) -> String {
     m.gauges
         .last_sink_success_epoch_seconds
         .store(1_700_000_000, Ordering::Relaxed);
-    for n in svc::metrics::SUMMARY_NAMES {
+    for n in svc::metrics::SummaryMetric::ALL {
         for v in [0.5, 0.25, 2.0] {
             m.observe(n, v);
         }
@@ -39,9 +39,9 @@ pub fn snapshot(fams: &[(&str, &str)], generated_ago_seconds: f64) -> String {
         let probe = subject.replace('*', "x").replace('>', "y");
         let f = m.family_of(&probe);
         assert_eq!(f, Some(i), "probe subject {probe} must land in family {i}");
-        m.add_family(f, "messages_written_total", 10 * (i as u64 + 1));
-        m.add_family(f, "messages_acked_total", 10 * (i as u64 + 1));
-        m.add_family(f, "messages_fetched_total", 11 * (i as u64 + 1));
+        m.add_family(f, svc::metrics::FamilyMetric::Written, 10 * (i as u64 + 1));
+        m.add_family(f, svc::metrics::FamilyMetric::Acked, 10 * (i as u64 + 1));
+        m.add_family(f, svc::metrics::FamilyMetric::Fetched, 11 * (i as u64 + 1));
     }
     let mut snap = Snapshot::capture(&m, "svc", 1.0);
     for (name, v) in snap.counters.iter_mut() {

@@ -3,7 +3,8 @@
 //! field path) and serialized with defaults filled for `show-effective-policy`.
 //!
 //! One file per block: the connector blocks carry their whole configuration and validation
-//! now, so connector work only adds behaviour. Field reference: `docs/observe.md`.
+//! now, so connector work only adds behaviour. Field reference: `docs/observe.md` and one page
+//! per connector in `docs/observe/`.
 
 pub mod azure_monitor;
 pub mod broker_server;

@@ -116,7 +116,7 @@ impl Step {
 
 /// A task's slot was dropped without a result: its writer panicked.
 fn writer_panicked() -> WriteOutcome {
-    WriteOutcome::Transient(error("file writer thread panicked"))
+    crate::sink::pool::panicked("file", "file writer thread")
 }
 
 impl PerEvent {

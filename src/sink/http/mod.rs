@@ -2,15 +2,15 @@
 //! to one URL (a webhook, an ingestion API), committed when the receiver answers a success
 //! status, signed the Standard Webhooks way when secrets are configured.
 //!
-//! Threading: the sink owns `max_concurrent_requests` threads named `svc-http-N`, started when
-//! it is built and shared by every `svc-sink-N` worker, over one `ureq` agent whose pool keeps
-//! the connections alive. `write_batch` (on a sink worker) encodes the records and groups them
-//! into requests itself, puts them in one shared [`BatchWork`], hands one token per thread that
-//! can help (at most one per request) to the bounded channel, and sleeps until every request
-//! of the batch has its verdict. Request threads claim the batch's requests one at a time
-//! (an atomic index), as the object-store sink's put threads claim objects. Requests in flight
-//! are `max_concurrent_requests` for the whole sink, whatever `sink_workers` is. Dropping the
-//! sink closes the channel; the threads finish the tokens queued and are joined.
+//! Threading: the sink owns a [`Pool`] of `max_concurrent_requests` threads named
+//! `svc-http-N` (`src/sink/pool.rs`), started when it is built and shared by every
+//! `svc-sink-N` worker, over one `ureq` agent whose pool keeps the connections alive.
+//! `write_batch` (on a sink worker) encodes the records and groups them into requests itself;
+//! the request threads claim the batch's requests one at a time, as the object-store sink's
+//! put threads claim objects, and the worker sleeps until every request of the batch has its
+//! verdict. Requests in flight are `max_concurrent_requests` for the whole sink, whatever
+//! `sink_workers` is. Dropping the sink stops the pool; its threads finish the batches queued
+//! and are joined.
 //!
 //! Failure semantics (see `docs/sinks/http.md`):
 //! - A success status: every record of the request is durable.
@@ -40,14 +40,10 @@ pub mod refusal;
 pub mod request;
 pub mod signature;
 
-use super::countdown::Countdown;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use super::pool::{Job, Pool};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-
-use crossbeam_channel::Sender;
 
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
@@ -65,9 +61,8 @@ const KIND: &str = "http";
 
 pub struct HttpSink {
     shared: Arc<Shared>,
-    /// Tokens for the request threads; `None` only while dropping.
-    tokens: Option<Sender<Arc<BatchWork>>>,
-    threads: Vec<JoinHandle<()>>,
+    /// The request threads, `svc-http-N`.
+    pool: Pool<Shared>,
     /// `POST https://host/path (signed, 2 secret headers)`, safe to print: the URL was
     /// validated to hold no credentials, and the query is left out (it may hold a token).
     description: String,
@@ -90,41 +85,25 @@ struct Shared {
     streak: refusal::Streak,
 }
 
-/// One batch being written: its records, its requests (groups of batch indexes), claimed
-/// one at a time by the request threads, and one outcome slot per message of the batch.
-struct BatchWork {
+/// What every request of one batch reads: its encoded records (by batch index) and the end
+/// of its in-call retries.
+struct Batch {
     records: Vec<Option<Record>>,
-    requests: Vec<Vec<usize>>,
-    next: AtomicUsize,
-    outcomes: Vec<OnceLock<WriteOutcome>>,
-    /// Items not completed yet; the sink worker waits for the last.
-    left: Countdown,
-    /// In-call retries of this batch stop here.
     retry_until: Instant,
 }
 
-impl BatchWork {
-    fn claim(&self) -> Option<&Vec<usize>> {
-        self.requests.get(self.next.fetch_add(1, Ordering::Relaxed))
+/// A request is a group of batch indexes.
+impl Job for Shared {
+    type Batch = Batch;
+    type Item = Vec<usize>;
+    type Outcomes = Vec<WriteOutcome>;
+
+    fn indexes(group: &Vec<usize>) -> &[usize] {
+        group
     }
 
-    fn help(&self, shared: &Shared) {
-        while let Some(group) = self.claim() {
-            // A bug must neither kill the thread nor leave the worker waiting: the records
-            // get a transient outcome (redelivered). The panic hook has reported it.
-            let outcomes = catch_unwind(AssertUnwindSafe(|| shared.deliver(self, group)))
-                .unwrap_or_else(|_| {
-                    vec![
-                        WriteOutcome::Transient(SinkError::new(KIND, "request thread panicked"));
-                        group.len()
-                    ]
-                });
-            for (index, outcome) in group.iter().zip(outcomes) {
-                // Invariant: each batch index is in one request only.
-                let _ = self.outcomes[*index].set(outcome);
-            }
-            self.left.complete_one();
-        }
+    fn run(&self, batch: &Batch, group: &Vec<usize>) -> Vec<WriteOutcome> {
+        self.deliver(batch, group)
     }
 }
 
@@ -216,39 +195,13 @@ impl HttpSink {
             unusable: AtomicBool::new(false),
             streak: refusal::Streak::default(),
         });
-        // Tokens of two batches per thread can wait (the object-store sink's measured choice).
-        let (tx, rx) = crossbeam_channel::bounded::<Arc<BatchWork>>(threads_wanted * 2);
-        let mut threads = Vec::with_capacity(threads_wanted);
-        for n in 0..threads_wanted {
-            let (shared, rx) = (shared.clone(), rx.clone());
-            let spawned = std::thread::Builder::new()
-                .name(format!("svc-http-{n}"))
-                .spawn(move || {
-                    for work in rx {
-                        work.help(&shared);
-                    }
-                });
-            match spawned {
-                Ok(h) => threads.push(h),
-                Err(e) => return Err(err(format!("cannot start request thread {n}: {e}"))),
-            }
-        }
+        let pool = Pool::start("svc-http", KIND, "request", threads_wanted, shared.clone())?;
         log::info!("sink http: {description}; {threads_wanted} request threads");
         Ok(HttpSink {
             shared,
-            tokens: Some(tx),
-            threads,
+            pool,
             description,
         })
-    }
-}
-
-impl Drop for HttpSink {
-    fn drop(&mut self) {
-        self.tokens = None;
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
     }
 }
 
@@ -292,10 +245,10 @@ fn unix_now() -> u64 {
 impl Shared {
     /// The outcomes of one request's records, in order: sent with retries, and split on a
     /// permanent refusal until the refused records are found.
-    fn deliver(&self, work: &BatchWork, group: &[usize]) -> Vec<WriteOutcome> {
+    fn deliver(&self, batch: &Batch, group: &[usize]) -> Vec<WriteOutcome> {
         let records: Vec<&Record> = group
             .iter()
-            .filter_map(|i| work.records[*i].as_ref())
+            .filter_map(|i| batch.records[*i].as_ref())
             .collect();
         if records.len() != group.len() {
             // Invariant: only encoded records are grouped; never durable without a request.
@@ -304,7 +257,7 @@ impl Shared {
                 group.len()
             ];
         }
-        self.deliver_records(&records, work.retry_until)
+        self.deliver_records(&records, batch.retry_until)
     }
 
     fn deliver_records(&self, records: &[&Record], retry_until: Instant) -> Vec<WriteOutcome> {
@@ -363,8 +316,10 @@ impl Shared {
                 .send(&headers, &req.body)
                 .map_err(|e| e.hidden(&self.secrets));
             request::wipe_header_values(&mut headers);
-            self.metrics
-                .observe("http_request_seconds", started.elapsed().as_secs_f64());
+            self.metrics.observe(
+                crate::metrics::SummaryMetric::HttpRequest,
+                started.elapsed().as_secs_f64(),
+            );
             Metrics::add(&c.http_request_bytes_total, req.body.len() as u64);
             let counter = match result.as_ref().map(|a| a.status).map_err(HttpError::status) {
                 Ok(s) | Err(Some(s)) if s < 300 => &c.http_requests_2xx_total,
@@ -401,8 +356,10 @@ impl Shared {
             Metrics::add(&c.sink_retries_total, 1);
             if let Some(asked) = e.retry_after() {
                 Metrics::add(&c.http_retry_after_waits_total, 1);
-                self.metrics
-                    .observe("http_retry_after_wait_seconds", wait.as_secs_f64());
+                self.metrics.observe(
+                    crate::metrics::SummaryMetric::HttpRetryAfterWait,
+                    wait.as_secs_f64(),
+                );
                 log::info!(
                     "sink http: {}: {e}; waiting {:.3} s as asked ({:.3} s)",
                     req.key,
@@ -477,45 +434,11 @@ impl Sink for HttpSink {
             }
         }
         let requests = request::group(cfg, &indexes, &sizes);
-        let helpers = requests.len().min(self.threads.len());
-        let work = Arc::new(BatchWork {
-            left: Countdown::new(requests.len()),
+        let batch = Batch {
             records,
-            requests,
-            next: AtomicUsize::new(0),
-            outcomes,
             retry_until: Instant::now() + cfg.retry_budget,
-        });
-        let mut handed_out = 0;
-        for _ in 0..helpers {
-            // Blocks while the tokens of earlier batches fill the channel.
-            match self.tokens.as_ref().map(|t| t.send(work.clone()).is_ok()) {
-                Some(true) => handed_out += 1,
-                _ => break,
-            }
-        }
-        if handed_out == 0 && helpers > 0 {
-            // No request thread will see this batch (cannot happen while the sink lives).
-            return batch
-                .iter()
-                .enumerate()
-                .map(|(i, _)| {
-                    work.outcomes[i].get().cloned().unwrap_or_else(|| {
-                        WriteOutcome::Transient(SinkError::new(KIND, "request threads stopped"))
-                    })
-                })
-                .collect();
-        }
-        work.left.wait();
-        let mut outcomes: Vec<WriteOutcome> = work
-            .outcomes
-            .iter()
-            .map(|o| {
-                o.get().cloned().unwrap_or_else(|| {
-                    WriteOutcome::Transient(SinkError::new(KIND, "request thread ended early"))
-                })
-            })
-            .collect();
+        };
+        let mut outcomes = self.pool.run(batch, outcomes, requests);
         self.refused_whole(&mut outcomes);
         outcomes
     }

@@ -1,22 +1,14 @@
 //! Object-store sink (`sink.type = "object_store"`): one object per envelope (plus an optional
 //! sidecar) in one bucket of an S3-compatible service, under a deterministic key.
 //!
-//! Threading: the sink owns a pool of `max_concurrent_puts` threads named `svc-s3-put-N`,
-//! started when it is built and shared by every `svc-sink-N` worker. `write_batch` (on a sink
-//! worker) prepares keys and bodies of the whole batch itself into one shared [`BatchWork`]
-//! (microseconds per object, where a put takes milliseconds), then sends one token per thread
-//! that can help (at most `max_concurrent_puts`, at most one
-//! per object) through a bounded channel, and sleeps until the batch is done. A put thread
-//! that takes a token claims the batch's objects one at a time (an atomic index) and writes
-//! each into the object's own outcome slot, until none is left; the one that completes the
-//! last object wakes the worker. Outcomes are thus in batch order, and the hand-offs are per
-//! batch, not per object (one per object cost a wake-up of the worker per object, a
-//! measurable share of the sink's CPU). Tokens queue in order, so batches are served first
-//! come, first served, and because the pool is shared one batch's slow tail leaves threads
-//! free for the next batch: the number of puts in flight is `max_concurrent_puts` for the
-//! whole sink, whatever `sink_workers` is. One object per event is round-trip bound, hence
-//! the concurrency; the HTTP agent's pool keeps the keep-alive connections. Dropping the sink
-//! closes the token channel; the threads finish the tokens queued and exit, and are joined.
+//! Threading: the sink owns a [`Pool`] of `max_concurrent_puts` threads named `svc-s3-put-N`
+//! (`src/sink/pool.rs`: how batches are handed to them and their outcomes collected), started
+//! when it is built and shared by every `svc-sink-N` worker. `write_batch` (on a sink worker)
+//! prepares keys and bodies of the whole batch itself (microseconds per object, where a put
+//! takes milliseconds); a put thread claims one object at a time and writes it. The number of
+//! puts in flight is `max_concurrent_puts` for the whole sink, whatever `sink_workers` is. One
+//! object per event is round-trip bound, hence the concurrency; the HTTP agent's pool keeps
+//! the keep-alive connections.
 //!
 //! Failure semantics (see `docs/sinks/object-store.md`):
 //! - 2xx: durable. 412 on a conditional create: prior success (`skip_existing`), or, with
@@ -36,14 +28,9 @@ pub mod error;
 pub mod existing;
 pub mod layout;
 
-use super::countdown::Countdown;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use super::pool::{Job, Pool};
 use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
-
-use crossbeam_channel::Sender;
 
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
@@ -65,9 +52,8 @@ const POOL_SPARE: usize = 2;
 
 pub struct ObjectStoreSink {
     shared: Arc<Shared>,
-    /// Tokens for the put threads; `None` only while dropping.
-    tokens: Option<Sender<Arc<BatchWork>>>,
-    threads: Vec<JoinHandle<()>>,
+    /// The put threads, `svc-s3-put-N`.
+    pool: Pool<Shared>,
     /// `bucket at endpoint, credentials from source`, safe to print.
     description: String,
 }
@@ -93,44 +79,18 @@ struct Prepared {
     basis: KeyBasis,
 }
 
-/// One batch being written: the prepared objects, claimed one at a time by the put threads
-/// holding one of its tokens, and one outcome slot per object of the batch.
-struct BatchWork {
-    /// `(index in the batch, object)` of the objects to put.
-    objects: Vec<(usize, Prepared)>,
-    /// Next entry of `objects` to claim.
-    next: AtomicUsize,
-    /// Outcome per batch index. The sink worker fills those of objects that failed before a
-    /// request (permanent) before it hands out tokens.
-    outcomes: Vec<OnceLock<WriteOutcome>>,
-    /// Items not completed yet; the sink worker waits for the last.
-    left: Countdown,
-}
+/// An object is its batch index and what to put.
+impl Job for Shared {
+    type Batch = ();
+    type Item = (usize, Prepared);
+    type Outcomes = std::iter::Once<WriteOutcome>;
 
-impl BatchWork {
-    /// The next object nobody has claimed yet.
-    fn claim(&self) -> Option<&(usize, Prepared)> {
-        self.objects.get(self.next.fetch_add(1, Ordering::Relaxed))
+    fn indexes((index, _): &(usize, Prepared)) -> &[usize] {
+        std::slice::from_ref(index)
     }
 
-    /// Claims and writes objects until none is left to claim.
-    fn help(&self, shared: &Shared) {
-        while let Some((index, prepared)) = self.claim() {
-            // A bug in `write` must neither kill the put thread nor leave the batch's worker
-            // waiting for an outcome that never comes: the object gets a transient outcome
-            // (redelivered) and the thread goes on. The panic hook has reported it.
-            let outcome =
-                catch_unwind(AssertUnwindSafe(|| shared.write(prepared))).unwrap_or_else(|_| {
-                    WriteOutcome::Transient(SinkError::new(KIND, "put thread panicked"))
-                });
-            self.complete(*index, outcome);
-        }
-    }
-
-    fn complete(&self, index: usize, outcome: WriteOutcome) {
-        // Invariant: each batch index is completed once (claims are unique).
-        let _ = self.outcomes[index].set(outcome);
-        self.left.complete_one();
+    fn run(&self, _: &(), (_, prepared): &(usize, Prepared)) -> Self::Outcomes {
+        std::iter::once(self.write(prepared))
     }
 }
 
@@ -186,29 +146,7 @@ impl ObjectStoreSink {
             client,
             metrics,
         });
-        // Tokens of two batches per thread can wait: a worker rarely blocks handing out
-        // tokens, and when it does, it is woken once per token, not per object.
-        let (tx, rx) = crossbeam_channel::bounded::<Arc<BatchWork>>(threads_wanted * 2);
-        let mut threads = Vec::with_capacity(threads_wanted);
-        for n in 0..threads_wanted {
-            let (shared, rx) = (shared.clone(), rx.clone());
-            let spawned = std::thread::Builder::new()
-                .name(format!("svc-s3-put-{n}"))
-                .spawn(move || {
-                    for work in rx {
-                        work.help(&shared);
-                    }
-                });
-            match spawned {
-                Ok(h) => threads.push(h),
-                Err(e) => {
-                    return Err(SinkError::new(
-                        KIND,
-                        format!("cannot start put thread {n}: {e}"),
-                    ))
-                }
-            }
-        }
+        let pool = Pool::start("svc-s3-put", KIND, "put", threads_wanted, shared.clone())?;
         log::info!(
             "sink object_store: {description}; {threads_wanted} put threads, duplicate policy \
              {}",
@@ -216,8 +154,7 @@ impl ObjectStoreSink {
         );
         Ok(ObjectStoreSink {
             shared,
-            tokens: Some(tx),
-            threads,
+            pool,
             description,
         })
     }
@@ -229,15 +166,6 @@ impl ObjectStoreSink {
 
     pub fn config(&self) -> &ObjectStoreConfig {
         &self.shared.cfg
-    }
-}
-
-impl Drop for ObjectStoreSink {
-    fn drop(&mut self) {
-        self.tokens = None;
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
     }
 }
 
@@ -410,42 +338,7 @@ impl Sink for ObjectStoreSink {
                 }
             }
         }
-        let helpers = objects.len().min(self.threads.len());
-        let work = Arc::new(BatchWork {
-            left: Countdown::new(objects.len()),
-            objects,
-            next: AtomicUsize::new(0),
-            outcomes,
-        });
-        let mut handed_out = 0;
-        for _ in 0..helpers {
-            // Blocks while the tokens of earlier batches fill the channel.
-            match self.tokens.as_ref().map(|t| t.send(work.clone()).is_ok()) {
-                Some(true) => handed_out += 1,
-                _ => break,
-            }
-        }
-        if handed_out == 0 {
-            // No put thread will ever see this batch (cannot happen while the sink lives):
-            // fail what is left here.
-            while let Some((index, _)) = work.claim() {
-                work.complete(
-                    *index,
-                    WriteOutcome::Transient(SinkError::new(KIND, "put threads stopped")),
-                );
-            }
-        }
-        work.left.wait();
-        // Outcomes are cloned, not moved out: a put thread may still hold a token of this
-        // finished batch. Clones are cheap (`Durable` is a unit).
-        work.outcomes
-            .iter()
-            .map(|o| {
-                o.get().cloned().unwrap_or_else(|| {
-                    WriteOutcome::Transient(SinkError::new(KIND, "put thread ended early"))
-                })
-            })
-            .collect()
+        self.pool.run((), outcomes, objects)
     }
 
     /// Proves the bucket is reachable and writable: a conditional put of a probe object under
