@@ -66,6 +66,7 @@ mod consumer_shapes;
 mod consumer_start;
 mod crash;
 mod custody_checkpoints;
+mod custody_drained_head;
 mod custody_spool_sink;
 mod dashboard;
 mod durability;

@@ -21,14 +21,17 @@
 //! to run when it cannot be read, does not verify, has a hole, or does not reach the head
 //! kept outside the sink ([`self::head`]). A store holding a suffix (the spool) is
 //! read with its target's store ([`CheckpointStore::target`]), the whole chain checked; when
-//! the target cannot be read, the spool's part alone must link and reach the head, and an
-//! empty one beside a head file stops the start. Crash story: the thread then (and after
+//! the target cannot be read, the spool's part alone must link, reach the head and hold or
+//! follow the drained head (the last checkpoint the drain put, [`self::drained`]); an empty
+//! one goes on from the drained head when it is the head file's, and without a drained head
+//! (a spool drained by an older version) an empty one beside a head file stops the start. Crash story: the thread then (and after
 //! the channel overflowed) rescans the store's records of its runner id ([`Writer::rescan`]):
 //! every record after the chain's covered range that no checkpoint covers and whose custody
 //! seal verifies is pending again (with the spool, its target's records too), so records
 //! committed before a kill -9 are covered by the first checkpoint after the restart; a record
 //! failing its seal is never signed.
 
+mod drained;
 mod feed;
 mod file_store;
 pub mod head;
@@ -129,6 +132,12 @@ pub trait CheckpointStore: Send {
     /// moved to (the spool's target), read by the start and the rescan beside it.
     fn target(&self) -> Option<&dyn CheckpointStore> {
         None
+    }
+    /// For a store holding a suffix: the last checkpoint of `runner_id` its drain put into the
+    /// target, as (file name, text) (`sink::spool::drained`); `None` when none was recorded.
+    fn drained_head(&self, runner_id: &str) -> Result<Option<drained::Recorded>, String> {
+        let _ = runner_id;
+        Ok(None)
     }
 }
 

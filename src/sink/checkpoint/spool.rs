@@ -242,6 +242,21 @@ impl CheckpointStore for SpoolStore {
     fn target(&self) -> Option<&dyn CheckpointStore> {
         self.target.as_deref()
     }
+
+    fn drained_head(&self, runner_id: &str) -> Result<Option<super::drained::Recorded>, String> {
+        use crate::sink::spool::{dir, drained};
+        let read = match &self.spool {
+            Some(s) => s.drained_head(runner_id),
+            None => dir::open_dir(&self.cfg.dir, false)
+                .and_then(|fd| drained::read(&fd, &self.cfg.dir, runner_id)),
+        };
+        let shown = |name: String| {
+            let path = self.cfg.dir.join(name);
+            PeerText::new(&path.to_string_lossy()).to_string()
+        };
+        read.map(|r| r.map(|(name, text)| (shown(name), text)))
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// `svc verify-custody` over a spool sink: the spool's frames and the target's store as one.

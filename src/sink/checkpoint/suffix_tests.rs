@@ -124,3 +124,61 @@ fn two_puts_of_one_name_in_one_process_use_two_temporary_names() {
         "{a}"
     );
 }
+
+/// The start with the target out of reach (`super::super::drained::check`): the spool's chain
+/// must hold the drained head or begin right after it; a chain with a hole (the drain put 0,
+/// quarantined 1's damaged frame, stopped at 2) is refused; the drained head is verified and
+/// must be this runner's; with no checkpoint left in the spool it is what the chain goes on
+/// from.
+#[test]
+fn the_spool_chain_must_hold_or_follow_the_drained_head() {
+    use super::super::drained::check;
+    let dir = tempfile::tempdir().unwrap();
+    let (all, trusted) = signed_chain(dir.path(), 6);
+    let suffix = |from: usize| own_chain(all[from..].to_vec(), &trusted, "r1", true).unwrap();
+    let rec = |i: usize| ("/s/drained-head-x".to_string(), all[i].1.clone());
+    // Begins right after it (the position moved past its frame).
+    assert_eq!(
+        check(&suffix(3), &rec(2), &trusted, "r1")
+            .unwrap()
+            .body
+            .index,
+        2
+    );
+    // Holds it (a crash between the record and the position's move).
+    assert!(check(&suffix(3), &rec(3), &trusted, "r1").is_ok());
+    assert!(check(&suffix(3), &rec(5), &trusted, "r1").is_ok());
+    // A hole: the spool begins at 2, the target holds up to 0.
+    let e = check(&suffix(2), &rec(0), &trusted, "r1").unwrap_err();
+    assert!(
+        e.contains("begins at checkpoint 2, but the drain put checkpoint 0 into the target last")
+            && e.contains("checkpoint 1 is in neither")
+            && e.contains("/s/drained-head-x"),
+        "{e}"
+    );
+    assert!(!e.contains("  "), "{e}");
+    let e = check(&suffix(4), &rec(0), &trusted, "r1").unwrap_err();
+    assert!(e.contains("checkpoints 1 to 3 are in neither"), "{e}");
+    // Past the spool's chain: another chain.
+    let e = check(&suffix(3), &rec(1), &trusted, "r1").unwrap_err();
+    assert!(
+        e.contains("checkpoints 3 to 5") || e.contains("neither"),
+        "{e}"
+    );
+    let e = check(&suffix(0)[..2], &rec(4), &trusted, "r1").unwrap_err();
+    assert!(e.contains("does not hold or follow checkpoint 4"), "{e}");
+    // Nothing left in the spool: the drained head is the chain's end.
+    assert_eq!(check(&[], &rec(5), &trusted, "r1").unwrap().body.index, 5);
+    // Planted or another runner's: refused, the file named.
+    let planted = (
+        "/s/drained-head-x".to_string(),
+        all[5].1.replace("ORDERS", "OTHERS"),
+    );
+    let e = check(&[], &planted, &trusted, "r1").unwrap_err();
+    assert!(e.contains("/s/drained-head-x does not verify"), "{e}");
+    let e = check(&[], &rec(5), &trusted, "r9").unwrap_err();
+    assert!(
+        e.contains("is a checkpoint of runner r1, not of this runner r9"),
+        "{e}"
+    );
+}

@@ -125,18 +125,10 @@ impl Writer {
         // other store's. The spool's part alone is a suffix (the target not read).
         let suffix =
             self.store.holds_suffix() && (self.store.target().is_none() || unread.is_some());
-        let chain = own_chain(read, &self.trusted(), &self.runner_id, suffix)?;
+        let mut chain = own_chain(read, &self.trusted(), &self.runner_id, suffix)?;
         let stored = self.head_file.read()?;
-        if let (Some(e), true, Some(h)) = (&unread, chain.is_empty(), stored.as_ref()) {
-            return Err(format!(
-                "custody checkpoints: the spool holds no checkpoint of this runner (drained) \
-                 and its target's checkpoint store cannot be read ({}): where the chain ends \
-                 past the head file's head {} cannot be checked, and no checkpoint is signed \
-                 under an index the drain may have put already; start again once the target \
-                 can be read",
-                PeerText::new(e),
-                PeerText::new(&h.arg())
-            ));
+        if let Some(e) = &unread {
+            self.check_drained(&mut chain, e, stored.as_ref())?;
         }
         if suffix {
             check_suffix_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
@@ -175,6 +167,54 @@ impl Writer {
                  on from the head file's head {}",
                 PeerText::new(&h.arg())
             );
+        }
+        Ok(())
+    }
+
+    /// The target cannot be read (`unread` says why): the spool's `chain` must hold or follow
+    /// the drained head (`super::drained`); with no checkpoint left in the spool, the drained
+    /// head (verified) becomes the chain read back, checked against the head file as any
+    /// suffix. Without a drained head (a spool drained by a version before it, or never
+    /// drained) the spool's chain is checked alone, and an empty one beside a head file stops
+    /// the start: where the chain ends cannot be checked.
+    fn check_drained(
+        &self,
+        chain: &mut Vec<checkpoint::Verified>,
+        unread: &str,
+        stored: Option<&Head>,
+    ) -> Result<(), String> {
+        let recorded = self.store.drained_head(&self.runner_id).map_err(|e| {
+            format!("custody checkpoints: the spool's drained head cannot be read: {e}")
+        })?;
+        let Some(recorded) = recorded else {
+            if let (true, Some(h)) = (chain.is_empty(), stored) {
+                return Err(format!(
+                    "custody checkpoints: the spool holds no checkpoint of this runner \
+                     (drained) and its target's checkpoint store cannot be read ({}), and it \
+                     records no drained head (a spool drained by an older version): where the \
+                     chain ends past the head file's head {} cannot be checked, and no \
+                     checkpoint is signed under an index the drain may have put already; start \
+                     again once the target can be read",
+                    PeerText::new(unread),
+                    PeerText::new(&h.arg())
+                ));
+            }
+            if chain.first().is_some_and(|c| c.body.index > 0) {
+                log::warn!(
+                    "custody checkpoints: the spool records no drained head (drained by an \
+                     older version): its chain is checked alone"
+                );
+            }
+            return Ok(());
+        };
+        let v = super::drained::check(chain, &recorded, &self.trusted(), &self.runner_id)?;
+        if chain.is_empty() {
+            log::info!(
+                "custody checkpoints: no checkpoint left in the spool (drained); the drain put \
+                 checkpoint {} into the target last",
+                v.body.index
+            );
+            chain.push(v);
         }
         Ok(())
     }

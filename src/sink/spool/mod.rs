@@ -11,6 +11,7 @@
 //! - [`scan`]: recovery at open, and the read-only survey of `svc spool status`.
 //! - [`drain`]: delivering the spool to a sink, oldest first.
 //! - [`put`]: custody checkpoint frames the drain puts into the target's store, checked first.
+//! - [`drained`]: the last checkpoint the drain put, per runner id (the start's drained head).
 //! - [`fallback`]: the sinks built on it (fallback wrapper, `sink.type` = `spool`).
 
 pub mod aside;
@@ -18,6 +19,7 @@ pub mod codec;
 pub mod config;
 pub mod dir;
 pub mod drain;
+pub mod drained;
 pub mod fallback;
 pub mod frame;
 pub mod meta;

@@ -120,7 +120,7 @@ impl CheckpointPut {
         // Only after the checkpoint before it, under the name and digest it links to: a chain
         // with a hole is never moved into the target (atk51b finding 2).
         match follows(store.as_ref(), cp.runner_id, cp.index, text) {
-            Ok(Follows::Stored) => return Ok(Put::Stored),
+            Ok(Follows::Stored) => return drained(spool, (&name, &at), cp),
             Ok(Follows::Yes) => {}
             Ok(Follows::No(why)) => {
                 log::error!(
@@ -140,7 +140,10 @@ impl CheckpointPut {
                 )))
             }
         }
-        put_new(store.as_ref(), spool, (&name, &at), (cp, text))
+        match put_new(store.as_ref(), spool, (&name, &at), (cp, text))? {
+            Put::Stored => drained(spool, (&name, &at), cp),
+            refused => Ok(refused),
+        }
     }
 
     /// Checks a frame's checkpoint (see the module comment): a frame in clear always, a
@@ -162,6 +165,28 @@ pub(super) fn check(trusted: &TrustedKeys, text: &str, sealed: bool) -> Result<(
         Err(Refused::UnknownKey(_)) if sealed => Ok(()),
         Err(refused) => Err(refused),
     }
+}
+
+/// Records a checkpoint the target now holds as its runner's drained head (`super::drained`),
+/// before the drain position moves past its frame; the drain retries the step when it cannot
+/// (the frame stays: a start that cannot read the target must find the spool's chain holding
+/// the drained head or beginning right after it).
+fn drained(
+    spool: &Spool,
+    (name, at): (&str, &str),
+    cp: super::codec::CheckpointBody<'_>,
+) -> Result<Put, SpoolError> {
+    spool.record_drained(cp.runner_id, cp.bytes).map_err(|e| {
+        fail(
+            spool.path(),
+            "drain stuck",
+            format!(
+                "{name} (at {at}) is in the target, but its drained head could not be \
+                     recorded ({e}); the frame is kept and the drain retries this step"
+            ),
+        )
+    })?;
+    Ok(Put::Stored)
 }
 
 /// Whether a checkpoint may be put into a store, by what the store holds.

@@ -662,6 +662,18 @@ impl Spool {
         Ok(())
     }
 
+    /// Records `text`, a checkpoint of `runner_id` its target now holds, as that runner's
+    /// drained head (`super::drained`), durably; called before the position moves past its
+    /// frame.
+    pub fn record_drained(&self, runner_id: &str, text: &[u8]) -> Result<(), SpoolError> {
+        super::drained::write(&self.dir, &self.path, runner_id, text)
+    }
+
+    /// The drained head of `runner_id` as (file name, text), if one was recorded.
+    pub fn drained_head(&self, runner_id: &str) -> Result<Option<(String, String)>, SpoolError> {
+        super::drained::read(&self.dir, &self.path, runner_id)
+    }
+
     /// Makes the drain position durable now (when the drain stops).
     pub fn persist_position(&self) -> Result<(), SpoolError> {
         let mut st = self.lock_state();

@@ -362,3 +362,58 @@ fn a_sealed_checkpoint_frame_that_does_not_verify_is_never_put() {
     assert_eq!(delivered(&sink), vec![1, 2, 3]);
     assert_eq!(quarantine_files(&cfg), 2, "set aside, and quarantined");
 }
+
+/// The drained head (`super::drained`) is recorded after a checkpoint's put and before the
+/// drain position moves past its frame: a record that fails (here a directory at its name)
+/// stops the step with the frame kept in the spool, as a crash between the put and the record
+/// would leave it (the spool's chain then still holds the checkpoint the target holds last);
+/// the next drain finds the checkpoint stored, records it, and goes on to the last one put.
+#[test]
+fn the_drained_head_is_recorded_before_the_position_moves_past_its_frame() {
+    use crate::message::protection::checkpoint::{verify, TrustedKeys};
+    let tmp = tempfile::tempdir().unwrap();
+    let k1 = key_file(tmp.path(), "s1", 7);
+    let cfg = sealed(tmp.path(), &k1, &[]);
+    let (zero, public) = signed(tmp.path(), 3, "cp1", 0);
+    let mut trusted = TrustedKeys::default();
+    trusted.0.insert("cp1".into(), public);
+    let digest = verify(&zero, &trusted).unwrap().digest;
+    let (one, _) = signed_after(tmp.path(), 3, "cp1", (1, &digest));
+    let spool = open(&cfg);
+    spool.append(&[envelope(1)]).unwrap();
+    spool.append_checkpoint(("r1", 0), zero.as_bytes()).unwrap();
+    spool.append(&[envelope(2)]).unwrap();
+    spool.append_checkpoint(("r1", 1), one.as_bytes()).unwrap();
+    assert_eq!(spool.drained_head("r1").unwrap(), None);
+    let blocker = cfg.dir.join(super::drained::name("r1"));
+    std::fs::create_dir(&blocker).unwrap();
+    std::fs::write(blocker.join("x"), b"x").unwrap();
+    let out = tmp.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let target = FileStore {
+        root: out,
+        file_mode: 0o600,
+    };
+    let sink = Arc::new(Memory::default());
+    let mut d = into_target(&spool, &sink, &target, trusted.clone());
+    let err = d.run_until_empty(1).unwrap_err().to_string();
+    assert!(
+        err.contains("is in the target, but its drained head could not be recorded"),
+        "{err}"
+    );
+    assert_eq!(target.get("r1", 0).unwrap().as_deref(), Some(zero.as_str()));
+    drop(d);
+    // The position did not move past the frame: the spool's chain still holds checkpoint 0.
+    let frames = SpoolStore::new(spool.clone()).checkpoints().unwrap();
+    assert_eq!(frames.len(), 2);
+    assert_eq!(frames[0].1, zero);
+
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let mut d = into_target(&spool, &sink, &target, trusted);
+    d.run_until_empty(1).unwrap();
+    assert_eq!(d.checkpoints_put(), 2);
+    assert_eq!(delivered(&sink), vec![1, 2]);
+    let (name, text) = spool.drained_head("r1").unwrap().unwrap();
+    assert_eq!((name, text), (super::drained::name("r1"), one));
+    assert_eq!(spool.drained_head("r2").unwrap(), None);
+}
