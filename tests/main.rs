@@ -57,6 +57,7 @@ mod atk51c_fixed;
 mod atk51d;
 mod atk52a;
 mod atk52b;
+mod atk52c;
 mod aws_credentials;
 mod broker_auth_tls;
 mod clean_stop;

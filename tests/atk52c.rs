@@ -1,0 +1,193 @@
+//! atk52c: attacks on the drained head (issue 47, e9c00d8): `svc spool drain` records the last
+//! checkpoint it put into the target in `drained-head-<sha256 of the runner id>`, and a spool
+//! sink's start while the target's checkpoint store cannot be read checks the spool's chain
+//! against it. `found_...` tests FAIL on e9c00d8 (a hole; each says what it expected);
+//! `held_...` tests pass.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::atk50b::{edge, only_segment, out, spool_cmd, wait_until_either};
+use crate::custody_checkpoints::{case_with, publish_range, records_in, wait_acked, Case};
+use crate::support::protection::*;
+
+fn drained_heads(c: &Case) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(c.dir.path().join("spool"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with("drained-head-")
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The target's checkpoint store out of reach (a plain file at its directory's name).
+fn target_unreadable(c: &Case) {
+    let store = out(c).join(".svc-checkpoints");
+    let aside = c.dir.path().join("checkpoints-aside");
+    std::fs::rename(&store, &aside).unwrap();
+    std::fs::write(&store, b"not a directory").unwrap();
+}
+
+fn write_0600(path: &Path, bytes: &[u8]) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::remove_file(path);
+    std::fs::write(path, bytes).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// Stops a runner that started (true) and returns its log.
+fn stop(runner: &mut crate::support::process::Runner, started: bool) -> String {
+    if started {
+        runner.signal("TERM");
+        runner.wait_timeout(Duration::from_secs(30));
+    }
+    runner.log_text()
+}
+
+/// (start, end, text) of each CHECKPOINT frame in clear (`0x43`) of a segment.
+fn clear_checkpoints(data: &[u8]) -> Vec<(usize, usize, String)> {
+    let (mut at, mut out) = (8, Vec::new());
+    while at + 12 <= data.len() {
+        let len = u32::from_le_bytes(data[at + 4..at + 8].try_into().unwrap()) as usize;
+        let body = &data[at + 12..at + 12 + len];
+        if body[0] == 0x43 {
+            let skip = 1 + 8 + 1 + body[9] as usize + 8;
+            let text = String::from_utf8(body[skip..].to_vec()).unwrap();
+            out.push((at, at + 12 + len, text));
+        }
+        at += 12 + len;
+    }
+    out
+}
+
+/// A spool sink kept in clear (`allow_unencrypted`) into a file target, a checkpoint every 3.
+fn clear_edge() -> Case {
+    case_with(
+        3,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "spool", "dir": dir.join("spool"), "max_bytes": 64 << 20,
+                   "allow_unencrypted": true,
+                   "target": {"type": "file", "directory": dir.join("out")}})
+        },
+        json!({}),
+    )
+}
+
+/// FOUND (class 4, another account in the spool's directory; severity low-medium: a spool in
+/// clear, `allow_unencrypted`; docs/spool.md and src/sink/spool/drained.rs say a drained head
+/// "planted by someone who could write the spool's directory proves nothing"). 9 records,
+/// checkpoints 0, 1, 2 in clear frames. Someone who can write the directory copies checkpoint
+/// 1's signed text out of its frame and flips one byte in that frame: `svc spool drain` puts 0,
+/// quarantines 1 and stops at 2 (atk51b finding 2's hole); the drained head it records is 0.
+/// The attacker replaces it with checkpoint 1's genuine text (it verifies, it is this
+/// runner's). A start while the target cannot be read then finds the spool's chain (2) "right
+/// after" the drained head and the head file (2) in it: the runner starts, appending behind
+/// the hole the drain stays stopped at; checkpoint 1 is in neither the target nor the spool.
+/// Expected: refused as with the genuine drained head ("begins at checkpoint 2, but the drain
+/// put checkpoint 0 into the target last"); a drained head must prove it was put (e.g. bound
+/// by the spool's key, or its index checked against a record the attacker cannot forge).
+#[test]
+fn found_a_genuine_undrained_checkpoint_planted_as_drained_head_hides_the_hole() {
+    let c = clear_edge();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 9);
+    wait_acked(&c.server, 9);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let seg = only_segment(&c);
+    let mut data = std::fs::read(&seg).unwrap();
+    let cps = clear_checkpoints(&data);
+    assert_eq!(cps.len(), 3);
+    let one = cps[1].2.clone();
+    data[(cps[1].0 + cps[1].1) / 2] ^= 0x01;
+    std::fs::write(&seg, &data).unwrap();
+    let (code, drained) = spool_cmd(&c, "drain");
+    assert_eq!(code, 1, "{drained}");
+    assert_eq!(records_in(&out(&c)), 9, "{drained}");
+    let heads = drained_heads(&c);
+    assert_eq!(heads.len(), 1, "{drained}");
+    // The genuine drained head (checkpoint 0) refuses, as custody_drained_head shows; planted:
+    write_0600(&heads[0], one.as_bytes());
+    target_unreadable(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    let started = wait_until_either(&mut runner);
+    let log = stop(&mut runner, started);
+    assert!(
+        !started,
+        "the runner STARTED with checkpoint 1 in neither the target nor the spool (the drained \
+         head replaced by checkpoint 1's genuine text, copied from its frame before the frame \
+         was damaged); expected a refusal naming the hole. Log:\n{log}"
+    );
+}
+
+/// HELD (class 4, a stale genuine drained head replayed; class 3/6 a FIFO or a directory at
+/// its name). Checkpoint 0 drained (its drained head copied), then checkpoints 1..3 drained:
+/// the spool holds none, the drained head is 3, the head file 3. With the target unreadable:
+/// the stale drained head 0 planted back is refused (`is TRUNCATED`); a FIFO at the name is
+/// refused at once (no hang); a directory at the name is refused; the genuine one (3) starts.
+#[test]
+fn held_a_stale_drained_head_replayed_or_a_fifo_at_its_name_is_refused() {
+    let c = edge(3);
+    let run = |from, to, log: &str| {
+        let mut runner = start_runner(&c.cfg, &c.dir.path().join(log));
+        publish_range(&c.server, from, to);
+        wait_acked(&c.server, to);
+        runner.signal("TERM");
+        assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    };
+    run(1, 3, "svc1.log");
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    let heads = drained_heads(&c);
+    assert_eq!(heads.len(), 1, "{text}");
+    let stale = std::fs::read(&heads[0]).unwrap();
+    run(4, 12, "svc2.log");
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    let genuine = std::fs::read(&heads[0]).unwrap();
+    assert_ne!(stale, genuine);
+    target_unreadable(&c);
+
+    write_0600(&heads[0], &stale);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc3.log"));
+    let started = wait_until_either(&mut runner);
+    let log = stop(&mut runner, started);
+    assert!(!started && log.contains("is TRUNCATED"), "stale: {log}");
+
+    std::fs::remove_file(&heads[0]).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&heads[0])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let t = std::time::Instant::now();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc4.log"));
+    let started = wait_until_either(&mut runner);
+    let log = stop(&mut runner, started);
+    assert!(
+        !started && log.contains("not a regular file"),
+        "fifo: {log}"
+    );
+    eprintln!("fifo: refused in {:?}", t.elapsed());
+
+    std::fs::remove_file(&heads[0]).unwrap();
+    std::fs::create_dir(&heads[0]).unwrap();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc5.log"));
+    let started = wait_until_either(&mut runner);
+    let log = stop(&mut runner, started);
+    assert!(!started && log.contains("not a regular file"), "dir: {log}");
+
+    std::fs::remove_dir(&heads[0]).unwrap();
+    write_0600(&heads[0], &genuine);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc6.log"));
+    let started = wait_until_either(&mut runner);
+    let log = stop(&mut runner, started);
+    assert!(started, "genuine: {log}");
+}
