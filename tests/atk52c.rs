@@ -191,3 +191,82 @@ fn held_a_stale_drained_head_replayed_or_a_fifo_at_its_name_is_refused() {
     let log = stop(&mut runner, started);
     assert!(started, "genuine: {log}");
 }
+
+/// HELD (class 1/2: the drained head's write fails after the put, the state a kill -9 or a
+/// full disk between the put and the record leaves). Checkpoint 0 drained; a directory put at
+/// the drained head's name makes the next record fail: the drain puts checkpoint 1 into the
+/// target, exits 1 naming `drain stuck` and keeps the frame. Put back to what a crash leaves
+/// (the old drained head, 0), a start while the target cannot be read accepts the spool's
+/// chain (1, right after 0) and goes on; with the target back the drain finds checkpoint 1
+/// stored, records it, and exits 0 with every record delivered.
+#[test]
+fn held_a_drained_head_that_cannot_be_written_keeps_the_frame_and_the_start_goes_on() {
+    let c = edge(3);
+    let run = |from, to, log: &str| {
+        let mut runner = start_runner(&c.cfg, &c.dir.path().join(log));
+        publish_range(&c.server, from, to);
+        wait_acked(&c.server, to);
+        runner.signal("TERM");
+        assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    };
+    run(1, 3, "svc1.log");
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    let heads = drained_heads(&c);
+    assert_eq!(heads.len(), 1, "{text}");
+    let zero = std::fs::read(&heads[0]).unwrap();
+    run(4, 6, "svc2.log");
+    std::fs::remove_file(&heads[0]).unwrap();
+    std::fs::create_dir(&heads[0]).unwrap();
+    std::fs::write(heads[0].join("x"), b"x").unwrap();
+    let t = std::time::Instant::now();
+    let (code, text) = spool_cmd(&c, "drain");
+    eprintln!("stuck drain: exit {code} in {:?}: {text}", t.elapsed());
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("drain stuck"), "{text}");
+    assert_eq!(records_in(&out(&c)), 6, "{text}");
+    std::fs::remove_dir_all(&heads[0]).unwrap();
+    write_0600(&heads[0], &zero);
+    let store = out(&c).join(".svc-checkpoints");
+    let aside = c.dir.path().join("checkpoints-aside");
+    target_unreadable(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc3.log"));
+    let started = wait_until_either(&mut runner);
+    let log = stop(&mut runner, started);
+    assert!(started, "{log}");
+    std::fs::remove_file(&store).unwrap();
+    std::fs::rename(&aside, &store).unwrap();
+    let (code, text) = spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    assert_ne!(std::fs::read(&heads[0]).unwrap(), zero, "{text}");
+    assert_eq!(records_in(&out(&c)), 6, "{text}");
+}
+
+/// FOUND (class 4, severity low: docs/spool.md "Restart" names it as a limit, but it is the
+/// same hole as the planted head above with nothing to copy, for the usual ENCRYPTED spool).
+/// Checkpoint 1's sealed frame damaged: the drain puts 0, quarantines 1, stops at 2, records
+/// drained head 0. Someone who can write the spool's directory removes that one file; a start
+/// while the target cannot be read takes the spool for one "drained by an older version",
+/// checks its chain (2) alone against the head file (2) and starts (a warning its only trace),
+/// appending behind the hole. Expected: a spool that has recorded drained heads (the drain
+/// could say so in a place bound by the spool's key, e.g. its meta file or a sealed frame)
+/// refuses a start whose drained head went missing, as it refuses the genuine one ("begins at
+/// checkpoint 2, but the drain put checkpoint 0 into the target last").
+#[test]
+fn found_a_removed_drained_head_hides_the_hole_of_an_encrypted_spool() {
+    let c = crate::atk50b::damaged_checkpoint_1();
+    let (code, drained) = spool_cmd(&c, "drain");
+    assert_eq!(code, 1, "{drained}");
+    let heads = drained_heads(&c);
+    assert_eq!(heads.len(), 1, "{drained}");
+    std::fs::remove_file(&heads[0]).unwrap();
+    target_unreadable(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    let started = wait_until_either(&mut runner);
+    let log = stop(&mut runner, started);
+    assert!(
+        !started,
+        "the runner STARTED with checkpoint 1 in neither the target nor the spool (its drained \
+         head file removed); expected a refusal naming the hole. Log:\n{log}"
+    );
+}
