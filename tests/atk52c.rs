@@ -30,7 +30,11 @@ fn drained_heads(c: &Case) -> Vec<PathBuf> {
 fn target_unreadable(c: &Case) {
     let store = out(c).join(".svc-checkpoints");
     let aside = c.dir.path().join("checkpoints-aside");
-    std::fs::rename(&store, &aside).unwrap();
+    if store.exists() {
+        std::fs::rename(&store, &aside).unwrap();
+    } else {
+        std::fs::create_dir(&aside).unwrap(); // no checkpoint put yet
+    }
     std::fs::write(&store, b"not a directory").unwrap();
 }
 
@@ -268,5 +272,47 @@ fn found_a_removed_drained_head_hides_the_hole_of_an_encrypted_spool() {
         !started,
         "the runner STARTED with checkpoint 1 in neither the target nor the spool (its drained \
          head file removed); expected a refusal naming the hole. Log:\n{log}"
+    );
+}
+
+/// FOUND (class 3, one damaged byte, no attacker; severity medium: atk51b finding 2's hole,
+/// which e9c00d8 closes only after a first checkpoint was put). 9 records, sealed checkpoint
+/// frames 0, 1, 2; one byte flipped in checkpoint 0's frame. `svc spool drain` delivers records
+/// 1..6, quarantines 0 and stops at 1 (it does not follow the target's empty chain): no
+/// checkpoint was ever put, so no drained head is recorded. A start while the target cannot be
+/// read takes the spool for one "drained by an older version", checks its chain (1, 2) alone
+/// against the head file (2) and starts, appending behind the hole the drain stays stopped at;
+/// checkpoint 0 is in neither the target nor the spool. Expected: refused as for a hole after
+/// a drained head (the drain could record that it quarantined or stopped at a checkpoint
+/// frame, or a spool whose chain begins after 0 without a drained head is refused unless the
+/// spool predates drained heads).
+#[test]
+fn found_a_damaged_first_checkpoint_leaves_no_drained_head_and_the_start_hides_the_hole() {
+    let c = edge(3);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 9);
+    wait_acked(&c.server, 9);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let seg = only_segment(&c);
+    let mut data = std::fs::read(&seg).unwrap();
+    let cps = crate::atk50b::sealed_checkpoint_frames(&data);
+    assert_eq!(cps.len(), 3);
+    data[(cps[0].0 + cps[0].1) / 2] ^= 0x01;
+    std::fs::write(&seg, &data).unwrap();
+    let (code, drained) = spool_cmd(&c, "drain");
+    assert_eq!(code, 1, "{drained}");
+    // Records 1..6 delivered; 7..9 wait behind checkpoint 1, where the drain stops.
+    assert_eq!(records_in(&out(&c)), 6, "{drained}");
+    let heads = drained_heads(&c).len();
+    target_unreadable(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    let started = wait_until_either(&mut runner);
+    let log = stop(&mut runner, started);
+    assert!(
+        !started,
+        "the runner STARTED with checkpoint 0 in neither the target nor the spool (its frame \
+         damaged and quarantined by the drain, {heads} drained-head files); expected a refusal \
+         naming the hole. Drain: {drained}\nLog:\n{log}"
     );
 }
