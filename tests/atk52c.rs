@@ -316,3 +316,34 @@ fn found_a_damaged_first_checkpoint_leaves_no_drained_head_and_the_start_hides_t
          naming the hole. Drain: {drained}\nLog:\n{log}"
     );
 }
+
+/// FOUND (class 3, the same root as the test above, before any drain: an edge site whose
+/// spool was never drained). One byte flipped in checkpoint 0's sealed frame; the target's
+/// store cannot be read (it never held a checkpoint). The start reads the spool's chain as 1,
+/// 2 (the damaged frame unread), finds no drained head, checks 1, 2 alone against the head
+/// file and starts. Expected: refused (a spool never drained holds the chain from checkpoint
+/// 0, so a chain beginning at 1 there has a hole).
+#[test]
+fn found_a_damaged_first_checkpoint_of_a_never_drained_spool_is_not_seen_at_the_start() {
+    let c = edge(3);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 9);
+    wait_acked(&c.server, 9);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let seg = only_segment(&c);
+    let mut data = std::fs::read(&seg).unwrap();
+    let cps = crate::atk50b::sealed_checkpoint_frames(&data);
+    assert_eq!(cps.len(), 3);
+    data[(cps[0].0 + cps[0].1) / 2] ^= 0x01;
+    std::fs::write(&seg, &data).unwrap();
+    target_unreadable(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    let started = wait_until_either(&mut runner);
+    let log = stop(&mut runner, started);
+    assert!(
+        !started,
+        "the runner STARTED with checkpoint 0's frame damaged in a spool never drained; \
+         expected a refusal naming the hole. Log:\n{log}"
+    );
+}
