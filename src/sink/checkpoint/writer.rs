@@ -174,9 +174,9 @@ impl Writer {
     /// The target cannot be read (`unread` says why): the spool's `chain` must hold or follow
     /// the drained head (`super::drained`); with no checkpoint left in the spool, the drained
     /// head (verified) becomes the chain read back, checked against the head file as any
-    /// suffix. Without a drained head (a spool drained by a version before it, or never
-    /// drained) the spool's chain is checked alone, and an empty one beside a head file stops
-    /// the start: where the chain ends cannot be checked.
+    /// suffix. Without a drained head (never drained, or drained by a version before it) the
+    /// spool's chain must begin at checkpoint 0, and an empty one beside a head file stops the
+    /// start: where the chain ends cannot be checked.
     fn check_drained(
         &self,
         chain: &mut Vec<checkpoint::Verified>,
@@ -199,11 +199,23 @@ impl Writer {
                     PeerText::new(&h.arg())
                 ));
             }
-            if chain.first().is_some_and(|c| c.body.index > 0) {
-                log::warn!(
-                    "custody checkpoints: the spool records no drained head (drained by an \
-                     older version): its chain is checked alone"
-                );
+            // Nothing recorded as drained, yet the chain does not begin at 0: the checkpoints
+            // before it are in neither place this start can read (a damaged frame
+            // quarantined, a drained-head file removed: atk52c findings 1, 2, 4), or were
+            // drained by a version before the file. Which cannot be told here: refused.
+            if let Some(first) = chain.first().filter(|c| c.body.index > 0) {
+                return Err(format!(
+                    "custody checkpoints: the spool's chain of this runner begins at checkpoint \
+                     {}, and the spool records no drained head (no checkpoint put into the \
+                     target by a drain of this version), while its target's checkpoint store \
+                     cannot be read ({}): checkpoints 0 to {} are in neither place this start \
+                     can read (a damaged frame quarantined, a drained-head file removed, or a \
+                     drain by an older version); start again once the target can be read, or \
+                     audit with svc verify-custody --public-key FILE --head",
+                    first.body.index,
+                    PeerText::new(unread),
+                    first.body.index - 1
+                ));
             }
             return Ok(());
         };
