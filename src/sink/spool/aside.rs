@@ -101,7 +101,8 @@ pub fn set_aside_before(
         let taken = take_chain_tail(cfg, &dirfd, place, &plain)?;
         if taken > 0 {
             log::warn!(
-                "spool {}: {taken} later custody checkpoint frames continuing the chain of the                  one at {here} were set aside with it (each kept in its quarantine file)",
+                "spool {}: {taken} later custody checkpoint frames continuing the chain of the \
+                 one at {here} were set aside with it (each kept in its quarantine file)",
                 path.display()
             );
         }
