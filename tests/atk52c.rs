@@ -1,10 +1,10 @@
 //! atk52c: attacks on the drained head (issue 47, e9c00d8): `svc spool drain` records the last
 //! checkpoint it put into the target in `drained-head-<sha256 of the runner id>`, and a spool
 //! sink's start while the target's checkpoint store cannot be read checks the spool's chain
-//! against it. `found_...` / `fixed_...` tests failed on e9c00d8 (a hole; each says what it
+//! against it. The `fixed_...` tests failed on e9c00d8 (a hole; each says what it
 //! expected); the `fixed_...` ones pass since the start refuses a spool chain that does not
-//! begin at checkpoint 0 when no drained head is recorded; the `found_...` one is open
-//! (ignored, with the reason). `held_...` tests pass.
+//! begin at checkpoint 0 when no drained head is recorded, and a spool that may keep frames in
+//! clear has none it can vouch for. `held_...` tests pass.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -86,7 +86,8 @@ fn clear_edge() -> Case {
     )
 }
 
-/// FOUND (class 4, another account in the spool's directory; severity low-medium: a spool in
+/// FIXED (a spool that may keep frames in clear has no drained head the start vouches for).
+/// Found: class 4, another account in the spool's directory; severity low-medium: a spool in
 /// clear, `allow_unencrypted`; docs/spool.md and src/sink/spool/drained.rs say a drained head
 /// "planted by someone who could write the spool's directory proves nothing"). 9 records,
 /// checkpoints 0, 1, 2 in clear frames. Someone who can write the directory copies checkpoint
@@ -100,8 +101,7 @@ fn clear_edge() -> Case {
 /// put checkpoint 0 into the target last"); a drained head must prove it was put (e.g. bound
 /// by the spool's key, or its index checked against a record the attacker cannot forge).
 #[test]
-#[ignore = "open (issue 47): a drained head planted in a spool kept in clear is taken; docs/spool.md, Restart"]
-fn found_a_genuine_undrained_checkpoint_planted_as_drained_head_hides_the_hole() {
+fn fixed_a_genuine_undrained_checkpoint_planted_as_drained_head_hides_the_hole() {
     let c = clear_edge();
     let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
     publish_range(&c.server, 1, 9);

@@ -191,7 +191,8 @@ impl Writer {
                 return Err(format!(
                     "custody checkpoints: the spool holds no checkpoint of this runner \
                      (drained) and its target's checkpoint store cannot be read ({}), and it \
-                     records no drained head (a spool drained by an older version): where the \
+                     records no drained head it can vouch for (a spool drained by an older \
+                     version, or one that may keep frames in clear): where the \
                      chain ends past the head file's head {} cannot be checked, and no \
                      checkpoint is signed under an index the drain may have put already; start \
                      again once the target can be read",
@@ -206,8 +207,9 @@ impl Writer {
             if let Some(first) = chain.first().filter(|c| c.body.index > 0) {
                 return Err(format!(
                     "custody checkpoints: the spool's chain of this runner begins at checkpoint \
-                     {}, and the spool records no drained head (no checkpoint put into the \
-                     target by a drain of this version), while its target's checkpoint store \
+                     {}, and the spool records no drained head it can vouch for (none put \
+                     into the target by a drain of this version, or the spool may keep frames \
+                     in clear), while its target's checkpoint store \
                      cannot be read ({}): checkpoints 0 to {} are in neither place this start \
                      can read (a damaged frame quarantined, a drained-head file removed, or a \
                      drain by an older version); start again once the target can be read, or \

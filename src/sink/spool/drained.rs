@@ -6,10 +6,11 @@
 //! The file holds the checkpoint's signed text as the target holds it: verifiable with the
 //! runner's key, so one made up by someone who could write the spool's directory is refused
 //! (the start verifies it and refuses one that does not verify or names another runner); a
-//! genuine checkpoint copied out of a frame of a spool kept in clear is not (atk52c finding
-//! 3, open: docs/spool.md "Restart"). Written by the drain after the checkpoint's put succeeded and before the drain
-//! position moves past its frame: under a temporary name, fsynced, renamed in, the directory
-//! fsynced, mode 0600 ([`dir::write_new`]). A crash between the put and this write leaves the
+//! genuine checkpoint copied out of a frame of a spool kept in clear would verify, so the start
+//! takes a drained head from a sealed spool only (atk52c finding 3: docs/spool.md "Restart").
+//! Written by the drain after the checkpoint's put succeeded and before the drain position
+//! moves past its frame: under a temporary name, fsynced, renamed in, the directory fsynced,
+//! mode 0600 ([`dir::write_new`]). A crash between the put and this write leaves the
 //! frame in the spool (the position did not move): the spool's chain then holds the drained
 //! head or begins right after it, which the start takes. Read without following a link, a
 //! regular file of the service's user with one name, bounded.
