@@ -449,9 +449,11 @@ impl Serialize for Payload {
     }
 }
 
-/// Deepest nesting of a JSON payload, as serde_json's own parser allows; a deeper document
-/// is wrapped as text.
-const MAX_JSON_DEPTH: usize = 127;
+/// Deepest nesting of a JSON payload kept as JSON; a deeper document is wrapped as text. The
+/// envelope is one for every sink (custody digests, fan-out), so the bound is the strictest
+/// store's: MariaDB's `JSON_VALID` (the MySQL engine's `CHECK`) refuses 32 levels or more
+/// (atk52b finding 2: such rows were refused for good; MySQL 8 takes 100, serde_json 127).
+const MAX_JSON_DEPTH: usize = 31;
 
 /// `text` (valid JSON grammar) without whitespace outside strings, borrowed when it has none.
 ///
@@ -768,11 +770,12 @@ mod tests {
             assert_eq!(normalized(data).1, PayloadFormat::Text, "{data:?}");
         }
         let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n)).into_bytes();
-        // The same limit as serde_json's parser, which decided this before.
-        assert!(serde_json::from_slice::<Value>(&deep(MAX_JSON_DEPTH)).is_ok());
-        assert!(serde_json::from_slice::<Value>(&deep(MAX_JSON_DEPTH + 1)).is_err());
+        // MariaDB's JSON_VALID takes 31 levels, not 32 (the strictest store); serde_json 127.
+        assert_eq!(MAX_JSON_DEPTH, 31);
         assert_eq!(normalized(&deep(MAX_JSON_DEPTH)).1, PayloadFormat::Json);
         assert_eq!(normalized(&deep(MAX_JSON_DEPTH + 1)).1, PayloadFormat::Text);
+        assert!(serde_json::from_slice::<Value>(&deep(127)).is_ok());
+        assert_eq!(normalized(&deep(127)).1, PayloadFormat::Text);
     }
 
     #[test]
@@ -1093,7 +1096,7 @@ mod tests {
     }
 
     /// atk52b: readable_alike (scan) against the tree walk it replaced, on hostile payloads
-    /// that reach it (valid JSON for serde_json, at most 127 deep): duplicate keys spelled by
+    /// that reach it (valid JSON for serde_json, up to 127 deep): duplicate keys spelled by
     /// escapes, `\u0000` in keys and values, long and out-of-range numbers.
     #[test]
     fn held_atk52b_readable_alike_is_the_tree_on_hostile_payloads() {
@@ -1118,7 +1121,8 @@ mod tests {
         }
         let deep = format!("{}1{}", "[".repeat(127), "]".repeat(127));
         assert_eq!(readable_alike(&deep), readable_alike_by_tree(&deep));
-        let (p, info) = normalize_payload(deep.as_bytes());
+        let kept = format!("{}1{}", "[".repeat(31), "]".repeat(31));
+        let (p, info) = normalize_payload(kept.as_bytes());
         assert_eq!(info.original_format, PayloadFormat::Json, "{}", p.json());
     }
 }
