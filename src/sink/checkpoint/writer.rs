@@ -381,16 +381,24 @@ impl Writer {
                     self.pending_count += 1;
                 }
             }
-            Event::Gap(o, seq, why) => self.take_gap(o, seq, why),
+            Event::Gap(o, seq, why) => {
+                self.take_gap(o, seq, why);
+            }
         }
     }
 
-    fn take_gap(&mut self, o: Origin, seq: u64, why: &'static str) {
+    /// Lists `seq` as a gap (the first reason kept); true when it was not listed yet.
+    fn take_gap(&mut self, o: Origin, seq: u64, why: &'static str) -> bool {
         if self.signed_gaps.holds(&o, seq) {
-            return; // a message refused again on a later delivery: listed once
+            return false; // a message refused again on a later delivery: listed once
         }
-        if self.gaps.entry(o).or_default().insert(seq, why).is_none() {
-            self.pending_count += 1;
+        match self.gaps.entry(o).or_default().entry(seq) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(why);
+                self.pending_count += 1;
+                true
+            }
+            std::collections::btree_map::Entry::Occupied(_) => false,
         }
     }
 
@@ -411,9 +419,7 @@ impl Writer {
         let mut listed = 0usize;
         for (o, seq, why) in std::mem::take(&mut self.found) {
             let pending = self.pending.get(&o).is_some_and(|p| p.contains_key(&seq));
-            let known = covered.contains(&(o.clone(), seq)) || self.signed_gaps.holds(&o, seq);
-            if !pending && !known && !self.gaps.get(&o).is_some_and(|g| g.contains_key(&seq)) {
-                self.take_gap(o, seq, why);
+            if !pending && !covered.contains(&(o.clone(), seq)) && self.take_gap(o, seq, why) {
                 listed += 1;
             }
         }
