@@ -686,6 +686,59 @@ fn a_message_the_sink_refused_until_terminated_is_a_listed_gap() {
     );
 }
 
+/// Sign first, terminate last: a message the sink refuses on its last delivery without a DLQ
+/// is `+TERM`ed only once a stored checkpoint lists it as a gap (cut within a second of the
+/// gap). Before, the `+TERM` went at once and the gap waited in memory for the next cut (with
+/// these settings only at the stop): a kill -9 between the two left a terminated message no
+/// checkpoint listed, which the audit then called missing. Now a kill -9 finds it either
+/// listed or not terminated (the broker delivers it again and the restarted runner lists it).
+#[test]
+fn a_message_terminated_without_a_dlq_is_listed_after_a_kill_9() {
+    let c = case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out"), "max_record_bytes": 2048})
+        },
+        json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10, "max_deliveries": 2,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                            "jitter": "none"}}}),
+    );
+    let runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    let mut runner = runner;
+    publish_range(&c.server, 1, 1);
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4000));
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    publish_range(&c.server, 3, 3);
+    wait_until(
+        Duration::from_secs(60),
+        "1 and 3 stored, 2 refused on its last delivery",
+        || {
+            records(&c.dir.path().join("out")).len() == 2
+                && runner
+                    .log_text()
+                    .contains("stream sequence 2 failed permanently on delivery 2")
+        },
+    );
+    // What svc-ack does with the verdict it just logged (a +TERM, before) has happened.
+    std::thread::sleep(Duration::from_millis(300));
+    runner.sigkill();
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    wait_acked(&c.server, 3);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("2 records intact, 0 altered, 0 missing, 0 in no checkpoint yet, 1 runner-caused gaps: COMPLETE"),
+        "{text}"
+    );
+}
+
 /// The heads the runner logged (`custody checkpoint head RUNNER:INDEX:DIGEST`), in order.
 fn logged_heads(log: &str) -> Vec<String> {
     log.lines()

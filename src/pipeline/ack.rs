@@ -25,7 +25,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::confirm::Confirmations;
 use super::credit::{Credit, CreditPool};
 
-use super::{AckMsg, BatchId, Monitor, Rejection, Verdict};
+use super::{AckMsg, BatchId, GapReason, Monitor, Rejection, Verdict};
 use crate::backoff::Backoff;
 use crate::broker::dead_letter::DeadLetterPublisher;
 use crate::broker::{self, AckHandle, AckVerb, Connection};
@@ -246,11 +246,11 @@ impl AckWorker {
                     AckVerb::Nak(self.nak_backoff.delay(handle.delivery_count as u32))
                 }
                 Verdict::Written(WriteOutcome::Permanent(e)) => {
-                    self.permanent(handle, family, &format!("{}: {e}", e.class.code()))
+                    self.permanent(handle, family, &format!("{}: {e}", e.class.code()), None)
                 }
                 Verdict::Rejected(f) => {
                     let verb = self.rejected(handle, family, &f, &mut dlq_failed);
-                    self.tell_gap(&f, verb);
+                    self.tell_gap(&f, verb, handle);
                     verb
                 }
             };
@@ -289,42 +289,59 @@ impl AckWorker {
     }
 
     /// A message that retrying will not fix: counted, logged without payload, and left to the
-    /// broker's redelivery limits (NAK with backoff) or terminated at `max_deliveries`.
+    /// broker's redelivery limits (NAK with backoff) or terminated at `max_deliveries`; with
+    /// custody checkpoints (`at` is the message's place) only once a stored checkpoint lists
+    /// it as a gap ([`Feed::gap_signed`]: sign first, terminate last), NAKed until then.
     ///
     /// Bounded and visible: the NAK delay grows with the delivery count, and the warning is
     /// logged on deliveries 1, 2, 4, 8, ... only (a message redelivered for a day logs about
     /// a dozen lines, not thousands); `messages_failed_total` counts every delivery.
-    fn permanent(&self, handle: &AckHandle, family: Option<usize>, reason: &str) -> AckVerb {
+    ///
+    /// [`Feed::gap_signed`]: crate::sink::checkpoint::Feed::gap_signed
+    fn permanent(
+        &self,
+        handle: &AckHandle,
+        family: Option<usize>,
+        reason: &str,
+        at: Option<&(crate::sink::checkpoint::Origin, u64)>,
+    ) -> AckVerb {
         Metrics::add(&self.metrics.counters.messages_failed_total, 1);
         self.metrics
             .add_family(family, crate::metrics::FamilyMetric::Failed, 1);
         let limit_reached =
             crate::config::terminated_at(self.max_deliveries, handle.delivery_count);
-        if limit_reached {
+        let unsigned = match (&self.checkpoints, at) {
+            (Some(feed), Some((o, seq))) => !feed.gap_signed(o, *seq),
+            _ => false,
+        };
+        if limit_reached && !unsigned {
             log::error!(
                 "stream sequence {} failed permanently on delivery {} ({reason}); terminated \
                  (delivery.max_deliveries reached)",
                 handle.stream_sequence,
                 handle.delivery_count
             );
-            AckVerb::Term
-        } else {
-            if handle.delivery_count.is_power_of_two() {
-                log::warn!(
-                    "stream sequence {} failed permanently on delivery {} ({reason}); not \
-                     acknowledged, redelivered with backoff{}; logged again on delivery {}",
-                    handle.stream_sequence,
-                    handle.delivery_count,
-                    match self.max_deliveries {
-                        Some(max) => format!(" until delivery {max}"),
-                        None => " (no delivery.max_deliveries and no dead_letter: without end)"
-                            .to_string(),
-                    },
-                    handle.delivery_count * 2
-                );
-            }
-            AckVerb::Nak(self.nak_backoff.delay(handle.delivery_count as u32))
+            return AckVerb::Term;
         }
+        if handle.delivery_count.is_power_of_two() {
+            let until = match (limit_reached, self.max_deliveries) {
+                (true, _) => " until a stored custody checkpoint lists it as a gap, then \
+                              terminated"
+                    .to_string(),
+                (false, Some(max)) => format!(" until delivery {max}"),
+                (false, None) => {
+                    " (no delivery.max_deliveries and no dead_letter: without end)".to_string()
+                }
+            };
+            log::warn!(
+                "stream sequence {} failed permanently on delivery {} ({reason}); not \
+                 acknowledged, redelivered with backoff{until}; logged again on delivery {}",
+                handle.stream_sequence,
+                handle.delivery_count,
+                handle.delivery_count * 2
+            );
+        }
+        AckVerb::Nak(self.nak_backoff.delay(handle.delivery_count as u32))
     }
 
     /// A permanent pre-sink failure. With a DLQ: publish the record, and ACK only once the
@@ -339,7 +356,7 @@ impl AckWorker {
         dlq_failed: &mut bool,
     ) -> AckVerb {
         let (Some(dlq), Some(record)) = (&self.dlq, &failure.dead_letter) else {
-            return self.permanent(handle, family, &failure.reason);
+            return self.permanent(handle, family, &failure.reason, Some(&failure.at));
         };
         let c = &self.metrics.counters;
         Metrics::add(&c.messages_failed_total, 1);
@@ -390,12 +407,17 @@ impl AckWorker {
     }
 
     /// A refused message is a runner-caused gap of the custody checkpoints: with a DLQ once its
-    /// dead letter was confirmed (ACKed; a failed publish is NAKed and no gap yet), without one
-    /// when it is refused (NAKed until `+TERM`; one stored later after all is signed as well:
-    /// the restart rescan counts only signed records as covered).
-    fn tell_gap(&self, f: &Rejection, verb: AckVerb) {
-        let given_up = match (&self.dlq, &f.dead_letter) {
-            (Some(_), Some(_)) => verb == AckVerb::Ack,
+    /// dead letter was confirmed (ACKed; a failed publish is NAKed and no gap yet); without one,
+    /// refused before the sink, when it is refused (NAKed until `+TERM`; one stored later after
+    /// all is signed as well: the restart rescan counts only signed records as covered); a
+    /// permanent sink failure without one at `delivery.max_deliveries`. Told before its
+    /// `+TERM`, which waits for the checkpoint ([`Self::permanent`]).
+    fn tell_gap(&self, f: &Rejection, verb: AckVerb, handle: &AckHandle) {
+        let given_up = match (&self.dlq, &f.dead_letter, f.gap) {
+            (Some(_), Some(_), _) => verb == AckVerb::Ack,
+            (_, _, GapReason::Terminated) => {
+                crate::config::terminated_at(self.max_deliveries, handle.delivery_count)
+            }
             _ => true,
         };
         if let (true, false, Some(feed)) = (given_up, f.retry, &self.checkpoints) {

@@ -13,8 +13,8 @@
 //! less [`MARGIN`]. Every read is bounded ([`MAX_READ`] per stream, one [`TIMEOUT`] for all, one
 //! `dead_letter.publish_timeout_ms` per request); a read that fails or is cut short is logged
 //! and the runner starts: the gaps are evidence, never a reason to hold delivery. A message
-//! terminated without a DLQ (`max_deliveries`) leaves no record the runner could read back:
-//! such a gap told before a kill -9 stays unlisted (documented).
+//! terminated without a DLQ leaves no record the runner could read back: `svc-ack` terminates
+//! it only once a stored checkpoint lists it (`Feed::gap_signed`), so nothing is to be found.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

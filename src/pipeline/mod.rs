@@ -58,7 +58,8 @@
 //!   redelivery cannot fix, e.g. `duplicate_exists`, `value_rejected`) becomes a
 //!   `Verdict::Rejected` with a DLQ record built from the envelope, exactly like a pre-sink
 //!   failure; without a DLQ it stays `Written(Permanent)`: NAKed with backoff, terminated at
-//!   `delivery.max_deliveries`.
+//!   `delivery.max_deliveries` (with custody checkpoints a `Verdict::Rejected` without a DLQ
+//!   record: terminated only once a stored checkpoint lists it as a gap).
 //! - `svc-ack` is the ONLY thread that ACKs, NAKs, TERMs or sends in-progress. Invariant: a
 //!   message is ACKed only when its verdict says durable, or its DLQ publish was confirmed by
 //!   the broker (PubAck) just before. It returns the batch's credits when the batch is settled.
@@ -173,6 +174,9 @@ pub enum GapReason {
     RefusedBeforeSink,
     /// A permanent sink failure, dead-lettered.
     DeadLettered,
+    /// A permanent sink failure without a DLQ, terminated (`+TERM`) at
+    /// `delivery.max_deliveries`.
+    Terminated,
 }
 
 impl GapReason {
@@ -181,6 +185,7 @@ impl GapReason {
         match self {
             GapReason::RefusedBeforeSink => "refused_before_sink",
             GapReason::DeadLettered => "dead_lettered",
+            GapReason::Terminated => "terminated",
         }
     }
 }
@@ -857,7 +862,6 @@ fn spawn_sink_workers(
             lanes: cfg.delivery.priority_lanes.clone().map(Arc::new),
             failures_logged: Default::default(),
             checkpoints: checkpoints.clone(),
-            max_deliveries: cfg.delivery.max_deliveries,
         };
         spawn(&worker.name.clone(), move || worker.run())?;
     }

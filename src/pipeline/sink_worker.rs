@@ -34,34 +34,23 @@ pub struct SinkWorker {
     pub lanes: Option<Arc<PriorityLanes>>,
     /// Batch failure lines logged lately (a few per window).
     pub failures_logged: RefCell<LogBudget>,
-    /// `custody.checkpoints`: where committed records and runner-caused gaps are told.
+    /// `custody.checkpoints`: where committed records are told (gaps: `svc-ack`).
     pub checkpoints: Option<Arc<Feed>>,
-    /// `delivery.max_deliveries`: a permanent sink failure on that delivery is terminated
-    /// by `svc-ack` (without a DLQ), a gap the checkpoint lists.
-    pub max_deliveries: Option<u64>,
 }
 
-/// After the batch is durable: a record written now, or a message the sink refused on its
-/// last delivery without a DLQ (`svc-ack` terminates it), to the checkpoint thread (never
-/// waiting on it). A `Rejected` one is told by `svc-ack`, once its dead letter is confirmed
-/// or it is terminated (a failed DLQ publish is NAKed, not a gap). `AlreadyDurable` records
-/// were told when first written (or are found again by the thread's scan after a restart);
-/// `Spooled` ones (the fallback spool) are told by the spool's drain once the sink holds them.
-fn tell_checkpoint(feed: &Feed, v: &Verdict, env: Option<&Envelope>, max: Option<u64>) {
-    match (v, env) {
-        (Verdict::Written(WriteOutcome::Permanent(_)), Some(env))
-            if crate::config::terminated_at(max, env.metadata.delivery_count) =>
-        {
+/// After the batch is durable: a record written now to the checkpoint thread (never waiting
+/// on it). A `Rejected` one (refused before the sink, or a permanent sink failure, dead-lettered
+/// or not) is told by `svc-ack` as a gap once it is given up on (its dead letter confirmed, or
+/// at `delivery.max_deliveries` without a DLQ; a failed DLQ publish is NAKed, not a gap).
+/// `AlreadyDurable` records were told when first written (or are found again by the thread's
+/// scan after a restart); `Spooled` ones (the fallback spool) are told by the spool's drain
+/// once the sink holds them.
+fn tell_checkpoint(feed: &Feed, v: &Verdict, env: Option<&Envelope>) {
+    if let (Verdict::Written(WriteOutcome::Durable), Some(env)) = (v, env) {
+        if let Some(d) = public_digest(env) {
             let origin = (Arc::clone(&env.stream), Arc::clone(&env.stream_incarnation));
-            feed.send(Event::Gap(origin, env.stream_sequence, "terminated"));
+            feed.send(Event::Committed(origin, env.stream_sequence, d));
         }
-        (Verdict::Written(WriteOutcome::Durable), Some(env)) => {
-            if let Some(d) = public_digest(env) {
-                let origin = (Arc::clone(&env.stream), Arc::clone(&env.stream_incarnation));
-                feed.send(Event::Committed(origin, env.stream_sequence, d));
-            }
-        }
-        _ => {}
     }
 }
 
@@ -133,7 +122,7 @@ impl SinkWorker {
             let verdicts = split.verdicts.into_iter().flatten();
             return verdicts
                 .inspect(|v| {
-                    feed.inspect(|f| tell_checkpoint(f, v, None, self.max_deliveries));
+                    feed.inspect(|f| tell_checkpoint(f, v, None));
                 })
                 .collect();
         }
@@ -242,13 +231,13 @@ impl SinkWorker {
             .into_iter()
             .map(|v| match v {
                 Some(v) => {
-                    feed.inspect(|f| tell_checkpoint(f, &v, None, self.max_deliveries));
+                    feed.inspect(|f| tell_checkpoint(f, &v, None));
                     v
                 }
                 None => {
                     let (outcome, env) = outcomes.next().expect("one per envelope");
                     let v = self.verdict(outcome, env);
-                    feed.inspect(|f| tell_checkpoint(f, &v, Some(env), self.max_deliveries));
+                    feed.inspect(|f| tell_checkpoint(f, &v, Some(env)));
                     v
                 }
             })
@@ -256,28 +245,44 @@ impl SinkWorker {
     }
 
     /// With a DLQ, a permanent failure is dead-lettered (then ACKed) instead of redelivered.
+    /// A permanent sink failure is a [`Rejection`] when `svc-ack` must do more than NAK or
+    /// terminate it: publish its dead letter, or, with custody checkpoints, terminate it only
+    /// once a checkpoint lists it as a gap (it needs the message's stream and sequence).
     fn verdict(&self, outcome: WriteOutcome, env: &Envelope) -> Verdict {
-        match (outcome, &self.dead_letter) {
-            (WriteOutcome::Permanent(e), Some(cfg)) => Verdict::Rejected(Rejection {
-                reason: format!(
-                    "sink {}: permanent write failure ({})",
-                    e.sink,
-                    e.class.code()
-                ),
-                dead_letter: Some(DeadLetter::build_for_sink(
-                    env,
-                    (e.sink, e.class),
-                    now_unix_nanos(),
-                    cfg,
-                )),
-                retry: false,
-                at: Arc::new((
-                    (Arc::clone(&env.stream), Arc::clone(&env.stream_incarnation)),
-                    env.stream_sequence,
-                )),
-                gap: super::GapReason::DeadLettered,
-            }),
-            (outcome, _) => Verdict::Written(outcome),
+        let WriteOutcome::Permanent(e) = outcome else {
+            return Verdict::Written(outcome);
+        };
+        if self.dead_letter.is_none() && self.checkpoints.is_none() {
+            return Verdict::Written(WriteOutcome::Permanent(e));
         }
+        let at = Arc::new((
+            (Arc::clone(&env.stream), Arc::clone(&env.stream_incarnation)),
+            env.stream_sequence,
+        ));
+        let Some(cfg) = &self.dead_letter else {
+            return Verdict::Rejected(Rejection {
+                reason: format!("{}: {e}", e.class.code()),
+                dead_letter: None,
+                retry: false,
+                at,
+                gap: super::GapReason::Terminated,
+            });
+        };
+        Verdict::Rejected(Rejection {
+            reason: format!(
+                "sink {}: permanent write failure ({})",
+                e.sink,
+                e.class.code()
+            ),
+            dead_letter: Some(DeadLetter::build_for_sink(
+                env,
+                (e.sink, e.class),
+                now_unix_nanos(),
+                cfg,
+            )),
+            retry: false,
+            at,
+            gap: super::GapReason::DeadLettered,
+        })
     }
 }

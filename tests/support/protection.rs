@@ -200,11 +200,13 @@ pub fn publish(server: &NatsServer, msgs: &[Msg]) {
     }
 }
 
-/// Stream sequence -> (path, stored per-event file record).
+/// Stream sequence -> (path, stored per-event file record); custody checkpoints (cut while
+/// the runner runs, e.g. within a second of a gap) are not records.
 pub fn records(out: &Path) -> BTreeMap<u64, (PathBuf, Value)> {
     files_below(out)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .filter(|p| !p.starts_with(".svc-checkpoints"))
         .map(|p| {
             let path = out.join(&p);
             let v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();

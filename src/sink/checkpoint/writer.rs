@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 
-use super::feed::{Event, Feed, Origin};
+use super::feed::{Event, Feed, Origin, SignedGaps};
 use super::{claimed_runner, shown_path, CheckpointStore, FEED_CAPACITY, SEAL_REFUSED};
 use crate::message::envelope::now_unix_nanos;
 use crate::message::protection::checkpoint::{self, seal, Body, Signer, TrustedKeys};
@@ -19,6 +19,10 @@ use crate::text::peer::PeerText;
 
 use super::head::{Head, HeadFile};
 use crate::text::rfc3339::{format_rfc3339_nanos, parse_rfc3339_nanos};
+/// How long a gap listed waits at most for its checkpoint (the `+TERM` of a message given up
+/// on without a DLQ waits for it): at most one checkpoint per this long for gaps.
+pub const GAP_WAIT: Duration = Duration::from_secs(1);
+
 /// The `svc-checkpoint` thread's state.
 pub struct Writer {
     store: Box<dyn CheckpointStore>,
@@ -44,8 +48,9 @@ pub struct Writer {
     /// Records and gaps pending: a checkpoint is cut at `every_records` of them together, so
     /// a flood of refusals cannot make one too large to read back (atk50a finding 5).
     pending_count: usize,
-    /// Gaps signed lately: a message refused again on a later delivery is not listed again.
-    signed_gaps: SignedGaps,
+    /// Gaps signed lately, shared with [`Feed::gap_signed`]: a message refused again on a
+    /// later delivery is not listed again, and `svc-ack` terminates one only once it is here.
+    signed_gaps: Arc<SignedGaps>,
     /// When the chain's last checkpoint read at start was cut (Unix ns).
     last_cut: Option<i128>,
     /// Gaps of this runner found again at its start (its dead letters read back), listed by
@@ -73,10 +78,12 @@ impl Writer {
         let head_file = HeadFile::new(&cfg.head_file)?;
         let (tx, rx) = bounded(FEED_CAPACITY);
         let overflowed = Arc::new(AtomicBool::new(false));
+        let signed_gaps = Arc::new(SignedGaps::default());
         let feed = Feed {
             tx,
             overflowed: overflowed.clone(),
             dropped: AtomicU64::new(0),
+            signed_gaps: Arc::clone(&signed_gaps),
         };
         let w = Writer {
             store,
@@ -95,7 +102,7 @@ impl Writer {
             pending: BTreeMap::new(),
             gaps: BTreeMap::new(),
             pending_count: 0,
-            signed_gaps: SignedGaps::default(),
+            signed_gaps,
             last_cut: None,
             found: Vec::new(),
         };
@@ -349,41 +356,52 @@ impl Writer {
         Ok(())
     }
 
-    /// The thread: until every sink worker has gone, then once more for what is pending.
+    /// The thread: until every sink worker has gone, then once more for what is pending. A
+    /// checkpoint is cut at `every_records` records and gaps, every `every_seconds`, and
+    /// within [`GAP_WAIT`] of a gap listed: `svc-ack` terminates a message given up on without
+    /// a DLQ only once a stored checkpoint lists it (sign first, terminate last).
     /// [`Writer::start`] has run before.
     pub fn run(mut self) {
         if let Err(e) = self.rescan() {
             log::error!("custody checkpoints: the rescan of the records failed: {e}");
         }
         let mut due = Instant::now() + self.every;
+        let mut gap_due: Option<Instant> = None;
         loop {
+            let next = gap_due.map_or(due, |g| g.min(due));
             match self
                 .rx
-                .recv_timeout(due.saturating_duration_since(Instant::now()))
+                .recv_timeout(next.saturating_duration_since(Instant::now()))
             {
-                Ok(e) => self.take(e),
+                Ok(e) => {
+                    if self.take(e) && gap_due.is_none() {
+                        gap_due = Some(Instant::now() + GAP_WAIT);
+                    }
+                }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             let now = Instant::now();
-            if self.pending_count >= self.every_records || now >= due {
+            let gap_waits = gap_due.is_some_and(|g| now >= g);
+            if self.pending_count >= self.every_records || now >= due || gap_waits {
                 self.cut();
                 due = Instant::now() + self.every;
+                gap_due = (!self.gaps.is_empty()).then(|| Instant::now() + GAP_WAIT);
             }
         }
         self.cut();
     }
 
-    fn take(&mut self, e: Event) {
+    /// Takes one event; true when it listed a new gap.
+    fn take(&mut self, e: Event) -> bool {
         match e {
             Event::Committed(o, seq, d) => {
                 if self.pending.entry(o).or_default().insert(seq, d).is_none() {
                     self.pending_count += 1;
                 }
+                false
             }
-            Event::Gap(o, seq, why) => {
-                self.take_gap(o, seq, why);
-            }
+            Event::Gap(o, seq, why) => self.take_gap(o, seq, why),
         }
     }
 
@@ -524,37 +542,6 @@ impl Writer {
         self.pending.remove(o);
         self.gaps.remove(o);
         true
-    }
-}
-
-/// Gaps signed lately, the newest [`SIGNED_GAPS_KEPT`]: a message refused on every delivery
-/// (no DLQ, no `max_deliveries`) is listed in one checkpoint, not in every one after it
-/// (atk50a finding 6). Older ones are forgotten; the verifier counts a gap listed twice once.
-#[derive(Default)]
-struct SignedGaps {
-    held: BTreeSet<(Origin, u64)>,
-    order: std::collections::VecDeque<(Origin, u64)>,
-}
-
-/// Signed gaps remembered.
-const SIGNED_GAPS_KEPT: usize = 65_536;
-
-impl SignedGaps {
-    fn holds(&self, o: &Origin, seq: u64) -> bool {
-        self.held.contains(&(o.clone(), seq))
-    }
-
-    fn note(&mut self, o: &Origin, seqs: impl Iterator<Item = u64>) {
-        for seq in seqs {
-            if self.held.insert((o.clone(), seq)) {
-                self.order.push_back((o.clone(), seq));
-            }
-            if self.order.len() > SIGNED_GAPS_KEPT {
-                if let Some(old) = self.order.pop_front() {
-                    self.held.remove(&old);
-                }
-            }
-        }
     }
 }
 
