@@ -47,8 +47,11 @@ fn one_large_message_in_the_dlq_stream_hides_the_runners_gap() {
     });
 }
 
-/// A runner-caused gap (4, refused before the sink) left unsigned by a kill -9, `after` run
-/// before the restart: the gap must be listed by the restart.
+/// A runner-caused gap (4, refused before the sink) not yet signed when its dead letter was
+/// stored and the runner was killed (-9) at once, `after` run before the restart: the gap
+/// must be listed, once. Since sign first, settle last (the message is acknowledged only once
+/// a checkpoint lists its gap) nothing is read back at the start: the message is delivered
+/// again, its dead letter deduplicated by the stream, its gap signed, then it is acknowledged.
 fn gap_after_a_kill_9_with(dlq_subjects: &[&str], after: impl FnOnce(&Case, &str)) {
     let c = dlq_case_on(dlq_subjects);
     run_once(&c, "svc.log", (1, 3));
@@ -56,10 +59,10 @@ fn gap_after_a_kill_9_with(dlq_subjects: &[&str], after: impl FnOnce(&Case, &str
     let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
     publish_big(&c);
     publish_range(&c.server, 5, 5);
-    wait_acked(&c.server, 5);
+    wait_until(Duration::from_secs(60), "4's dead letter stored", || {
+        c.server.stream_messages("DLQ") == 1
+    });
     runner.sigkill();
-    assert_eq!(checkpoint_files(&out(&c)).len(), 1);
-    assert_eq!(c.server.stream_messages("DLQ"), 1);
     after(&c, &inc);
     run_once(&c, "svc3.log", (6, 6));
     let listed: Vec<Value> = gaps(&out(&c)).into_iter().map(|g| g.1).collect();

@@ -248,11 +248,7 @@ impl AckWorker {
                 Verdict::Written(WriteOutcome::Permanent(e)) => {
                     self.permanent(handle, family, &format!("{}: {e}", e.class.code()), None)
                 }
-                Verdict::Rejected(f) => {
-                    let verb = self.rejected(handle, family, &f, &mut dlq_failed);
-                    self.tell_gap(&f, verb, handle);
-                    verb
-                }
+                Verdict::Rejected(f) => self.rejected(handle, family, &f, &mut dlq_failed),
             };
             if verb == AckVerb::Ack {
                 if let Some(c) = self.confirmations.as_mut() {
@@ -310,11 +306,7 @@ impl AckWorker {
             .add_family(family, crate::metrics::FamilyMetric::Failed, 1);
         let limit_reached =
             crate::config::terminated_at(self.max_deliveries, handle.delivery_count);
-        let unsigned = match (&self.checkpoints, at) {
-            (Some(feed), Some((o, seq))) => !feed.gap_signed(o, *seq),
-            _ => false,
-        };
-        if limit_reached && !unsigned {
+        if limit_reached && self.signed(at) {
             log::error!(
                 "stream sequence {} failed permanently on delivery {} ({reason}); terminated \
                  (delivery.max_deliveries reached)",
@@ -356,6 +348,11 @@ impl AckWorker {
         dlq_failed: &mut bool,
     ) -> AckVerb {
         let (Some(dlq), Some(record)) = (&self.dlq, &failure.dead_letter) else {
+            let terminal = failure.gap != GapReason::Terminated
+                || crate::config::terminated_at(self.max_deliveries, handle.delivery_count);
+            if terminal {
+                self.tell_gap(failure);
+            }
             return self.permanent(handle, family, &failure.reason, Some(&failure.at));
         };
         let c = &self.metrics.counters;
@@ -375,23 +372,37 @@ impl AckWorker {
         self.monitor.activity("publishing to the dead-letter queue");
         match dlq.publish(record) {
             Ok(ack) => {
-                Metrics::add(&c.messages_dlq_total, 1);
-                self.metrics
-                    .add_family(family, crate::metrics::FamilyMetric::Dlq, 1);
-                log::warn!(
-                    "stream sequence {}: permanent pre-sink failure ({}); dead-lettered as {} \
-                     sequence {}{}",
-                    handle.stream_sequence,
-                    failure.reason,
-                    PeerText::new(&ack.stream),
-                    ack.sequence,
-                    if ack.duplicate {
-                        " (already there from an earlier delivery)"
-                    } else {
-                        ""
-                    }
-                );
-                AckVerb::Ack
+                // With checkpoints the message comes back until its gap is signed, and its
+                // dead letter is published again (the stream drops the copy): counted once.
+                if !(ack.duplicate && self.checkpoints.is_some()) {
+                    Metrics::add(&c.messages_dlq_total, 1);
+                    self.metrics
+                        .add_family(family, crate::metrics::FamilyMetric::Dlq, 1);
+                    log::warn!(
+                        "stream sequence {}: permanent pre-sink failure ({}); dead-lettered as \
+                         {} sequence {}{}",
+                        handle.stream_sequence,
+                        failure.reason,
+                        PeerText::new(&ack.stream),
+                        ack.sequence,
+                        if ack.duplicate {
+                            " (already there from an earlier delivery)"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+                self.tell_gap(failure);
+                if self.signed(Some(&failure.at)) {
+                    AckVerb::Ack
+                } else {
+                    log::debug!(
+                        "stream sequence {}: dead-lettered; acknowledged once a custody \
+                         checkpoint lists it as a gap",
+                        handle.stream_sequence
+                    );
+                    retry
+                }
             }
             Err(e) => {
                 *dlq_failed = true;
@@ -406,26 +417,30 @@ impl AckWorker {
         }
     }
 
-    /// A refused message is a runner-caused gap of the custody checkpoints: with a DLQ once its
-    /// dead letter was confirmed (ACKed; a failed publish is NAKed and no gap yet); without one,
-    /// refused before the sink, when it is refused (NAKed until `+TERM`; one stored later after
-    /// all is signed as well: the restart rescan counts only signed records as covered); a
-    /// permanent sink failure without one at `delivery.max_deliveries`. Told before its
-    /// `+TERM`, which waits for the checkpoint ([`Self::permanent`]).
-    fn tell_gap(&self, f: &Rejection, verb: AckVerb, handle: &AckHandle) {
-        let given_up = match (&self.dlq, &f.dead_letter, f.gap) {
-            (Some(_), Some(_), _) => verb == AckVerb::Ack,
-            (_, _, GapReason::Terminated) => {
-                crate::config::terminated_at(self.max_deliveries, handle.delivery_count)
-            }
-            _ => true,
-        };
-        if let (true, false, Some(feed)) = (given_up, f.retry, &self.checkpoints) {
+    /// A refused message is a runner-caused gap of the custody checkpoints, told once it is
+    /// given up on: with a DLQ once its dead letter was confirmed (a failed publish is NAKed
+    /// and no gap yet); without one, refused before the sink, when it is refused (NAKed until
+    /// `+TERM`; one stored later after all is signed as well); a permanent sink failure
+    /// without one at `delivery.max_deliveries`. Its `+ACK` or `+TERM` waits until a stored
+    /// checkpoint lists it ([`Self::signed`]).
+    fn tell_gap(&self, f: &Rejection) {
+        if let (false, Some(feed)) = (f.retry, &self.checkpoints) {
             feed.send(crate::sink::checkpoint::Event::Gap(
                 f.at.0.clone(),
                 f.at.1,
                 f.gap.code(),
             ));
+        }
+    }
+
+    /// Sign first, settle last: true without custody checkpoints, or once a stored
+    /// checkpoint lists `at` as a gap. A message given up on is acknowledged (its dead letter
+    /// confirmed) or terminated only then, so a kill -9 finds it either listed or still the
+    /// broker's to deliver again; nothing is read back at the start.
+    fn signed(&self, at: Option<&(crate::sink::checkpoint::Origin, u64)>) -> bool {
+        match (&self.checkpoints, at) {
+            (Some(feed), Some((o, seq))) => feed.gap_signed(o, *seq),
+            _ => true,
         }
     }
 

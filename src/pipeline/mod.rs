@@ -25,10 +25,10 @@
 //!  svc-flush:    writes queued pull requests and acknowledgements at once when kicked
 //!  svc-advisory: (advisories.enabled) counts JetStream consumer advisories; no ack handles
 //!  svc-spool-drain: (a `spool` block) delivers the spool to the sink, oldest first
-//!  svc-checkpoint: (custody.checkpoints) told by svc-sink-N what became durable (never
-//!                  waited on); signs and stores a checkpoint every N records or T seconds;
-//!                  started once bound, with the runner's own dead letters read back first
-//!                  (gap_rescan.rs: gaps a kill -9 left unsigned)
+//!  svc-checkpoint: (custody.checkpoints) told by svc-sink-N what became durable and by
+//!                  svc-ack what it gave up on (never waited on); signs and stores a
+//!                  checkpoint every N records or T seconds, within a second of a gap;
+//!                  svc-ack ACKs or TERMs a message given up on once its gap is signed
 //!  nats-client:  the broker client's connection: reads, routes deliveries, reconnects
 //!  nats-flusher: the broker client's buffered writes (at most every 5 ms) and PINGs
 //! ```
@@ -102,7 +102,6 @@ mod ack;
 mod confirm;
 mod credit;
 mod fetch;
-mod gap_rescan;
 mod lanes;
 mod monitor;
 mod normalize;
@@ -260,7 +259,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let nc =
         broker::connect(&cfg.nats, metrics.clone(), denials.clone()).map_err(RunError::Broker)?;
     let consumer = bind(&nc, &cfg, &denials, sink.kind())?;
-    let checkpoint_done = spawn_checkpoints(&nc, &cfg, &consumer, checkpoint_writer)?;
+    let checkpoint_done = spawn_checkpoints(checkpoint_writer)?;
     let d = &cfg.delivery;
     let request_bytes = check_consumer_limits(&nc, d, &consumer)?;
     let credits = Arc::new(credit::CreditPool::new(credit::Credit::new(
@@ -598,25 +597,14 @@ fn start_checkpoints(
     Ok((Some(Arc::new(feed)), Some(writer)))
 }
 
-/// Starts the `svc-checkpoint` thread (it rescans the records first, off the delivery path),
-/// with the runner's dead letters read back first (`gap_rescan`: the gaps a kill -9 left
-/// unsigned). Returns the channel that says the thread ended.
+/// Starts the `svc-checkpoint` thread (it rescans the records first, off the delivery path).
+/// Returns the channel that says the thread ended.
 fn spawn_checkpoints(
-    nc: &broker::Connection,
-    cfg: &RuntimeConfig,
-    consumer: &broker::Consumer,
     writer: Option<crate::sink::checkpoint::Writer>,
 ) -> Result<Option<crossbeam_channel::Receiver<()>>, RunError> {
-    let Some(mut writer) = writer else {
+    let Some(writer) = writer else {
         return Ok(None);
     };
-    let last_cut = writer.last_cut_unix_nanos();
-    writer.add_found_gaps(gap_rescan::found_gaps(
-        nc,
-        cfg,
-        &consumer.incarnation,
-        last_cut,
-    ));
     let (done_tx, done_rx) = bounded::<()>(1);
     spawn("svc-checkpoint", move || {
         writer.run();

@@ -32,8 +32,8 @@ pub struct DeadLetterConfig {
     /// When set, the publish must land in this stream (`Nats-Expected-Stream`).
     pub expected_stream: Option<String>,
     /// `custody.runner_id` when custody checkpoints are on (not a `dead_letter` key): each
-    /// record names the runner whose checkpoints list its original as a gap, so the runner's
-    /// restart finds the gaps a kill -9 kept it from signing (`pipeline::gap_rescan`).
+    /// record names the runner whose checkpoints list its original as a gap (an auditor's
+    /// cross-reference; the runner reads nothing back).
     pub runner_id: String,
 }
 

@@ -18,7 +18,6 @@
 mod config;
 mod publish;
 mod record;
-pub mod rescan;
 mod stored;
 
 pub use config::*;

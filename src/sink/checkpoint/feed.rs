@@ -49,7 +49,7 @@ impl Feed {
 }
 
 /// Gaps signed lately, the newest [`SIGNED_GAPS_KEPT`], noted by the `svc-checkpoint` thread
-/// once the checkpoint listing them is stored (or read back at start): a message refused on
+/// once the checkpoint listing them is stored (or the chain read at start): a message refused on
 /// every delivery (no DLQ, no `max_deliveries`) is listed in one checkpoint, not in every one
 /// after it (atk50a finding 6). Older ones are forgotten: the verifier counts a gap listed
 /// twice once, and one forgotten before its `+TERM` is listed again, then terminated.

@@ -18,7 +18,7 @@ use crate::message::protection::custody::{Custodian, CustodyConfig};
 use crate::text::peer::PeerText;
 
 use super::head::{Head, HeadFile};
-use crate::text::rfc3339::{format_rfc3339_nanos, parse_rfc3339_nanos};
+use crate::text::rfc3339::format_rfc3339_nanos;
 /// How long a gap listed waits at most for its checkpoint (the `+TERM` of a message given up
 /// on without a DLQ waits for it): at most one checkpoint per this long for gaps.
 pub const GAP_WAIT: Duration = Duration::from_secs(1);
@@ -51,12 +51,6 @@ pub struct Writer {
     /// Gaps signed lately, shared with [`Feed::gap_signed`]: a message refused again on a
     /// later delivery is not listed again, and `svc-ack` terminates one only once it is here.
     signed_gaps: Arc<SignedGaps>,
-    /// When the chain's last checkpoint read at start was cut (Unix ns).
-    last_cut: Option<i128>,
-    /// Gaps of this runner found again at its start (its dead letters read back), listed by
-    /// the first rescan unless the chain signed the sequence (as a gap or a record) or its
-    /// record is pending.
-    found: Vec<(Origin, u64, &'static str)>,
 }
 
 fn origin_of(b: &Body) -> Origin {
@@ -103,8 +97,6 @@ impl Writer {
             gaps: BTreeMap::new(),
             pending_count: 0,
             signed_gaps,
-            last_cut: None,
-            found: Vec::new(),
         };
         Ok((w, feed))
     }
@@ -155,7 +147,6 @@ impl Writer {
             *to = high.unwrap_or_default().max(*to);
         }
         if let Some(last) = chain.last() {
-            self.last_cut = parse_rfc3339_nanos(&last.body.created_at);
             self.head = Some((last.body.index, last.digest.clone()));
             self.last_origin = Some(origin_of(&last.body));
             let head = Head::new(&self.runner_id, last.body.index, &last.digest);
@@ -346,7 +337,6 @@ impl Writer {
         if found > 0 {
             log::info!("custody checkpoints: {found} committed records in no checkpoint yet");
         }
-        self.take_found(&covered);
         if refused > 0 {
             log::error!(
                 "custody checkpoints: {refused} records of this runner refused by the rescan \
@@ -417,35 +407,6 @@ impl Writer {
                 true
             }
             std::collections::btree_map::Entry::Occupied(_) => false,
-        }
-    }
-
-    /// When the chain's last checkpoint was cut (Unix ns), once [`Writer::start`] read it:
-    /// the runner's start reads its dead letters back from about then.
-    pub fn last_cut_unix_nanos(&self) -> Option<i128> {
-        self.last_cut
-    }
-
-    /// Gaps found again at start (before the thread runs; see the field `found`).
-    pub fn add_found_gaps(&mut self, gaps: Vec<(Origin, u64, &'static str)>) {
-        self.found = gaps;
-    }
-
-    /// Lists the found gaps the chain did not sign (as a gap or as a record, `covered`) and
-    /// whose record is not pending; once.
-    fn take_found(&mut self, covered: &BTreeSet<(Origin, u64)>) {
-        let mut listed = 0usize;
-        for (o, seq, why) in std::mem::take(&mut self.found) {
-            let pending = self.pending.get(&o).is_some_and(|p| p.contains_key(&seq));
-            if !pending && !covered.contains(&(o.clone(), seq)) && self.take_gap(o, seq, why) {
-                listed += 1;
-            }
-        }
-        if listed > 0 {
-            log::info!(
-                "custody checkpoints: {listed} gaps of this runner found again (dead letters \
-                 read back) and not signed yet: listed in the next checkpoint"
-            );
         }
     }
 
