@@ -857,3 +857,71 @@ fn found_u0000_in_mission_metadata_or_label_extension_values_is_refused_by_postg
          good: {refused:?}"
     );
 }
+
+/// The mission half end to end (`svc run`, a real broker, PostgreSQL, no DLQ,
+/// `max_deliveries: 2`): a mission metadata header with U+0000 in a value (mission metadata
+/// enabled, every bound at its default) passes the stage and is refused by the database
+/// (`22P05 (untranslatable_character)`) on every delivery, then terminated: never stored.
+/// The contrast (held): a kept header (`envelope.keep_headers`) holding a NUL byte is refused
+/// before any sink with its reason (`envelope.keep_headers holds U+0000, which no sink can
+/// store as text`), the same for every sink. Expected: the mission value treated as the kept
+/// header is (refused by its stage, with a reason, whatever the sink), or stored; never a
+/// row the database refuses.
+#[test]
+fn found_svc_run_a_mission_value_with_u0000_is_refused_by_postgresql_not_by_its_stage() {
+    use crate::support::broker::NatsServer;
+    use crate::support::process::Runner;
+    let server = NatsServer::start();
+    server.create_stream("ORDERS", &["orders.>"]);
+    server.create_consumer("ORDERS", "pg", "orders.>", Duration::from_secs(30));
+    server.raw_publish(b"orders.a", &[], br#"{"n":1}"#);
+    server.raw_publish(
+        b"orders.b",
+        &[(b"Svc-Mission-Metadata", br#"{"note":"a\u0000b"}"#)],
+        br#"{"n":2}"#,
+    );
+    server.raw_publish(b"orders.c", &[(b"X-H", b"a\x00b")], br#"{"n":3}"#);
+    let pg = crate::support::postgres::TestDb::new("atk53arun");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = json!({
+        "nats": {"url": server.url(), "stream": "ORDERS", "consumer": "pg",
+                 "subject": "orders.>"},
+        "envelope": {"keep_headers": ["X-H"]},
+        "mission_metadata": {"enabled": true},
+        "delivery": {"batch_size": 64, "fetch_expiry_ms": 200, "shutdown_timeout_seconds": 10,
+                     "max_deliveries": 2,
+                     "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}},
+        "sink": pg.sink(json!({"auto_create_tables": true})),
+        "logging": {"level": "info"}
+    });
+    let cfg = crate::support::write_config(dir.path(), "c.json", &cfg);
+    let mut runner = Runner::start(&cfg, &dir.path().join("svc.log"));
+    crate::support::wait_until(Duration::from_secs(60), "3 messages settled", || {
+        server.try_consumer_state("ORDERS", "pg") == Some((3, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(20)).is_some());
+    let stored: Vec<String> = pg
+        .rows("SELECT stream_sequence FROM events ORDER BY stream_sequence")
+        .into_iter()
+        .map(|r| r[0].clone().unwrap_or_default())
+        .collect();
+    let log = runner.log_text();
+    let refusals: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("permanent") || l.contains("terminated"))
+        .collect();
+    let figure = format!("rows stored by PostgreSQL for sequences {stored:?}");
+    eprintln!("{figure}");
+    assert!(
+        log.contains("keep_headers holds U+0000"),
+        "the kept header's NUL: {}",
+        refusals.join("\n")
+    );
+    assert!(
+        !log.contains("22P05"),
+        "message 2 (a mission metadata value holding U+0000) passed its stage and was refused \
+         by PostgreSQL for good:\n{}",
+        refusals.join("\n")
+    );
+}
