@@ -441,6 +441,10 @@ fn check_extension(v: &Value, depth: usize, keys: &mut usize, errors: &mut Error
                 check_extension(item, depth + 1, keys, errors);
             }
         }
+        // PostgreSQL refuses U+0000 in `jsonb` and text for good (atk53a finding 2).
+        Value::String(text) if text.contains('\0') => {
+            errors.push("extensions", LabelReason::NulCharacter);
+        }
         _ => {}
     }
 }

@@ -36,6 +36,7 @@ pub const CODES: &[&str] = &[
     "duplicate_key",
     "not_object",
     "control_character",
+    "nul_character",
     "too_deep",
     "too_large",
     "missing_profile",
@@ -50,8 +51,10 @@ pub const DEFAULT_HEADER: &str = "Svc-Mission-Metadata";
 pub const DEFAULT_MAX_BYTES: i64 = 8192;
 pub const MAX_BYTES_LIMIT: i64 = 262_144;
 pub const DEFAULT_MAX_DEPTH: i64 = 8;
-/// Deeper than the strict reader's own recursion limit (128) makes no sense.
-pub const MAX_DEPTH_LIMIT: i64 = 64;
+/// The envelope's own JSON bound (`envelope.rs` `MAX_JSON_DEPTH`): MariaDB's `JSON_VALID`, the
+/// `CHECK` of the MySQL engine's `mission_metadata_json` column, refuses 32 levels or more,
+/// so an object the stage let through that deep could never be stored (atk53a finding 1).
+pub const MAX_DEPTH_LIMIT: i64 = 31;
 /// Most subject rules.
 pub const MAX_RULES: usize = crate::message::subject::MAX_RULES;
 /// A header longer than `max(64 KiB, 8 x max_bytes)` is refused before it is parsed:
@@ -80,7 +83,7 @@ pub struct MissionMetadataConfig {
     pub header: String,
     /// Canonical size bound, 1 to 262144. Defaults to 8192.
     pub max_bytes: usize,
-    /// Nesting bound (the object itself is level 1), 1 to 64. Defaults to 8.
+    /// Nesting bound (the object itself is level 1), 1 to 31. Defaults to 8.
     pub max_depth: usize,
     pub default: Option<Map<String, Value>>,
     pub rules: SubjectRules<MissionRule>,
@@ -283,6 +286,13 @@ impl MissionMetadataConfig {
                 "an object key holds a control character",
             );
         }
+        if walk.nul_value {
+            out.push(
+                STAGE,
+                "nul_character",
+                "a string value holds U+0000, which no sink stores as text",
+            );
+        }
         if walk.depth > self.max_depth {
             out.push(
                 STAGE,
@@ -358,11 +368,14 @@ pub fn canonical_len(map: &Map<String, Value>) -> usize {
     out.len()
 }
 
-/// What a walk over an object finds: its depth and whether a key holds a control character.
+/// What a walk over an object finds: its depth, whether a key holds a control character, and
+/// whether a string value holds U+0000 (PostgreSQL's `jsonb` and text refuse it for good:
+/// atk53a finding 2; a kept header is refused for the same reason).
 #[derive(Default)]
 struct Walk {
     depth: usize,
     control_key: bool,
+    nul_value: bool,
 }
 
 impl Walk {
@@ -385,6 +398,7 @@ impl Walk {
                     self.visit(item, depth + 1);
                 }
             }
+            Value::String(text) => self.nul_value |= text.contains('\0'),
             _ => {}
         }
     }

@@ -56,6 +56,8 @@ pub enum LabelReason {
     InvalidExtensionKey,
     /// An extension key name that looks like it carries a secret.
     SecretExtensionKey,
+    /// A string holding U+0000, which no sink stores as text (PostgreSQL refuses it).
+    NulCharacter,
 }
 
 impl LabelReason {
@@ -79,6 +81,7 @@ impl LabelReason {
             LabelReason::TooManyExtensionKeys => "too_many_extension_keys",
             LabelReason::InvalidExtensionKey => "invalid_extension_key",
             LabelReason::SecretExtensionKey => "secret_extension_key",
+            LabelReason::NulCharacter => "nul_character",
         }
     }
 }
@@ -124,6 +127,9 @@ impl fmt::Display for LabelReason {
             ),
             LabelReason::SecretExtensionKey => {
                 f.write_str("contains a secret-looking key name (not allowed)")
+            }
+            LabelReason::NulCharacter => {
+                f.write_str("must not contain U+0000 (no sink stores it as text)")
             }
         }
     }

@@ -12,11 +12,25 @@
 //! append and the head file's write, drained since). The drained head is verified with the
 //! runner's key: one that does not verify, or names another runner, is refused.
 
+use super::head::Head;
 use crate::message::protection::checkpoint::{self, TrustedKeys, Verified};
 use crate::text::peer::PeerText;
 
 /// The drained head read back: the file (its path, shown) and its text.
 pub type Recorded = (String, String);
+
+/// What a store says of its drained head ([`super::CheckpointStore::drained_head`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainedHead {
+    /// None recorded (never drained, or drained by a version before the file).
+    None,
+    /// A file is there, which the store cannot vouch for (a spool that may keep frames in
+    /// clear: atk52c finding 3); its path, shown. It still says a drain put checkpoints into
+    /// the target (atk53a finding 3).
+    Unvouched(String),
+    /// A drained head the store vouches for.
+    Vouched(Recorded),
+}
 
 /// Checks the spool's `chain` (a suffix, linked and verified) against the drained head
 /// `recorded`; returns the drained head verified.
@@ -86,4 +100,47 @@ pub(super) fn check(
          --head once the target can be read",
         PeerText::new(runner_id)
     ))
+}
+
+/// The start while the target cannot be read and the spool records no drained head it can
+/// vouch for: the spool's chain must begin at checkpoint 0, and an empty one beside a head
+/// file is refused (where the chain ends cannot be checked).
+pub(super) fn check_without(
+    chain: &[Verified],
+    unread: &str,
+    stored: Option<&Head>,
+) -> Result<(), String> {
+    if let (true, Some(h)) = (chain.is_empty(), stored) {
+        return Err(format!(
+            "custody checkpoints: the spool holds no checkpoint of this runner \
+                 (drained) and its target's checkpoint store cannot be read ({}), and it \
+                 records no drained head it can vouch for (a spool drained by an older \
+                 version, or one that may keep frames in clear): where the \
+                 chain ends past the head file's head {} cannot be checked, and no \
+                 checkpoint is signed under an index the drain may have put already; start \
+                 again once the target can be read",
+            PeerText::new(unread),
+            PeerText::new(&h.arg())
+        ));
+    }
+    // Nothing recorded as drained, yet the chain does not begin at 0: the checkpoints
+    // before it are in neither place this start can read (a damaged frame
+    // quarantined, a drained-head file removed: atk52c findings 1, 2, 4), or were
+    // drained by a version before the file. Which cannot be told here: refused.
+    if let Some(first) = chain.first().filter(|c| c.body.index > 0) {
+        return Err(format!(
+            "custody checkpoints: the spool's chain of this runner begins at checkpoint \
+                 {}, and the spool records no drained head it can vouch for (none put \
+                 into the target by a drain of this version, or the spool may keep frames \
+                 in clear), while its target's checkpoint store \
+                 cannot be read ({}): checkpoints 0 to {} are in neither place this start \
+                 can read (a damaged frame quarantined, a drained-head file removed, or a \
+                 drain by an older version); start again once the target can be read, or \
+                 audit with svc verify-custody --public-key FILE --head",
+            first.body.index,
+            PeerText::new(unread),
+            first.body.index - 1
+        ));
+    }
+    Ok(())
 }

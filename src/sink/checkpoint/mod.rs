@@ -134,13 +134,13 @@ pub trait CheckpointStore: Send {
         None
     }
     /// For a store holding a suffix: the last checkpoint of `runner_id` its drain put into the
-    /// target, as (file name, text) (`sink::spool::drained`); `None` when none was recorded,
-    /// or when the store cannot vouch for it (a spool that may keep frames in clear: a
-    /// checkpoint copied out of such a frame and planted as the drained head verifies; atk52c
-    /// finding 3).
-    fn drained_head(&self, runner_id: &str) -> Result<Option<drained::Recorded>, String> {
+    /// target, as (file name, text) (`sink::spool::drained`), when the store can vouch for it;
+    /// `Unvouched` when a file is there that it cannot (a spool that may keep frames in clear:
+    /// a checkpoint copied out of such a frame and planted as the drained head verifies;
+    /// atk52c finding 3).
+    fn drained_head(&self, runner_id: &str) -> Result<drained::DrainedHead, String> {
         let _ = runner_id;
-        Ok(None)
+        Ok(drained::DrainedHead::None)
     }
 }
 

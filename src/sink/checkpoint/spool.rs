@@ -243,15 +243,9 @@ impl CheckpointStore for SpoolStore {
         self.target.as_deref()
     }
 
-    fn drained_head(&self, runner_id: &str) -> Result<Option<super::drained::Recorded>, String> {
+    fn drained_head(&self, runner_id: &str) -> Result<super::drained::DrainedHead, String> {
+        use super::drained::DrainedHead;
         use crate::sink::spool::{dir, drained};
-        if self.cfg.allow_unencrypted {
-            // Frames in clear can be read by whoever can read the directory: a genuine
-            // checkpoint not yet drained, copied out of its frame (the frame then damaged),
-            // would pass for one the drain put (atk52c finding 3). Only a sealed spool's
-            // drained head counts.
-            return Ok(None);
-        }
         let read = match &self.spool {
             Some(s) => s.drained_head(runner_id),
             None => dir::open_dir(&self.cfg.dir, false)
@@ -261,8 +255,16 @@ impl CheckpointStore for SpoolStore {
             let path = self.cfg.dir.join(name);
             PeerText::new(&path.to_string_lossy()).to_string()
         };
-        read.map(|r| r.map(|(name, text)| (shown(name), text)))
-            .map_err(|e| e.to_string())
+        let read = read.map_err(|e| e.to_string())?;
+        Ok(match read {
+            None => DrainedHead::None,
+            // Frames in clear can be read by whoever can read the directory: a genuine
+            // checkpoint not yet drained, copied out of its frame (the frame then damaged),
+            // would pass for one the drain put (atk52c finding 3). Only a sealed spool's
+            // drained head counts; a clear one's still says that a drain happened.
+            Some((name, _)) if self.cfg.allow_unencrypted => DrainedHead::Unvouched(shown(name)),
+            Some((name, text)) => DrainedHead::Vouched((shown(name), text)),
+        })
     }
 }
 

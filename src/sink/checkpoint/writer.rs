@@ -17,6 +17,7 @@ use crate::message::protection::checkpoint::{self, seal, Body, Signer, TrustedKe
 use crate::message::protection::custody::{Custodian, CustodyConfig};
 use crate::text::peer::PeerText;
 
+use super::drained::DrainedHead;
 use super::head::{Head, HeadFile};
 use crate::text::rfc3339::format_rfc3339_nanos;
 /// How long a gap listed waits at most for its checkpoint (the `+TERM` of a message given up
@@ -184,40 +185,28 @@ impl Writer {
         let recorded = self.store.drained_head(&self.runner_id).map_err(|e| {
             format!("custody checkpoints: the spool's drained head cannot be read: {e}")
         })?;
-        let Some(recorded) = recorded else {
-            if let (true, Some(h)) = (chain.is_empty(), stored) {
+        let recorded = match recorded {
+            DrainedHead::Vouched(r) => r,
+            DrainedHead::Unvouched(file) if chain.is_empty() && stored.is_none() => {
+                // A drain put checkpoints into the target, the spool holds none, and no head
+                // file says where the chain ended (a config renamed or moved: the head file
+                // is named after it): a start here would sign a second checkpoint 0, a fork
+                // (atk53a finding 3).
                 return Err(format!(
-                    "custody checkpoints: the spool holds no checkpoint of this runner \
-                     (drained) and its target's checkpoint store cannot be read ({}), and it \
-                     records no drained head it can vouch for (a spool drained by an older \
-                     version, or one that may keep frames in clear): where the \
-                     chain ends past the head file's head {} cannot be checked, and no \
-                     checkpoint is signed under an index the drain may have put already; start \
-                     again once the target can be read",
-                    PeerText::new(unread),
-                    PeerText::new(&h.arg())
+                    "custody checkpoints: the spool holds no checkpoint of this runner, its \
+                     drain put checkpoints into the target ({} is there, though a spool that \
+                     may keep frames in clear cannot vouch for it), no head file is found, and \
+                     the target's checkpoint store cannot be read ({}): the chain's end cannot \
+                     be found, and a chain begun again at checkpoint 0 would fork it; start \
+                     again once the target can be read, or with the head file \
+                     (custody.checkpoints.head_file)",
+                    PeerText::new(&file),
+                    PeerText::new(unread)
                 ));
             }
-            // Nothing recorded as drained, yet the chain does not begin at 0: the checkpoints
-            // before it are in neither place this start can read (a damaged frame
-            // quarantined, a drained-head file removed: atk52c findings 1, 2, 4), or were
-            // drained by a version before the file. Which cannot be told here: refused.
-            if let Some(first) = chain.first().filter(|c| c.body.index > 0) {
-                return Err(format!(
-                    "custody checkpoints: the spool's chain of this runner begins at checkpoint \
-                     {}, and the spool records no drained head it can vouch for (none put \
-                     into the target by a drain of this version, or the spool may keep frames \
-                     in clear), while its target's checkpoint store \
-                     cannot be read ({}): checkpoints 0 to {} are in neither place this start \
-                     can read (a damaged frame quarantined, a drained-head file removed, or a \
-                     drain by an older version); start again once the target can be read, or \
-                     audit with svc verify-custody --public-key FILE --head",
-                    first.body.index,
-                    PeerText::new(unread),
-                    first.body.index - 1
-                ));
+            DrainedHead::None | DrainedHead::Unvouched(_) => {
+                return super::drained::check_without(chain, unread, stored)
             }
-            return Ok(());
         };
         let v = super::drained::check(chain, &recorded, &self.trusted(), &self.runner_id)?;
         if chain.is_empty() {

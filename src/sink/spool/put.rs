@@ -120,7 +120,7 @@ impl CheckpointPut {
         // Only after the checkpoint before it, under the name and digest it links to: a chain
         // with a hole is never moved into the target (atk51b finding 2).
         match follows(store.as_ref(), cp.runner_id, cp.index, text) {
-            Ok(Follows::Stored) => return drained(spool, (&name, &at), cp),
+            Ok(Follows::Stored) => return drained_again(spool, (&name, &at), cp),
             Ok(Follows::Yes) => {}
             Ok(Follows::No(why)) => {
                 log::error!(
@@ -187,6 +187,30 @@ fn drained(
         )
     })?;
     Ok(Put::Stored)
+}
+
+/// A checkpoint the target held already (a step repeated after a crash, or a spool restored
+/// from an older copy and drained again): recorded as the drained head unless the one recorded
+/// is a later checkpoint of its runner, so the drained head never moves back (atk53a finding
+/// 4: a re-drained older copy left it behind the target and the head file, and a start that
+/// could not read the target was refused as TRUNCATED).
+fn drained_again(
+    spool: &Spool,
+    (name, at): (&str, &str),
+    cp: super::codec::CheckpointBody<'_>,
+) -> Result<Put, SpoolError> {
+    let later = spool
+        .drained_head(cp.runner_id)
+        .ok()
+        .flatten()
+        .and_then(|(_, text)| claimed(&text))
+        .is_some_and(|(runner, index)| {
+            runner == cp.runner_id && index.is_some_and(|i| i > cp.index)
+        });
+    if later {
+        return Ok(Put::Stored);
+    }
+    drained(spool, (name, at), cp)
 }
 
 /// Whether a checkpoint may be put into a store, by what the store holds.
