@@ -1,0 +1,400 @@
+//! Attack review atk53b of "Sign first, terminate last" (1d7316f): without a DLQ, `svc-ack`
+//! sends the `+TERM` of a message given up on only once a stored custody checkpoint lists it
+//! as a gap (`Feed::gap_signed`), NAKing it until then. Each `found_` test asserts what should
+//! hold and fails on 1d7316f; each `held_` test passes (the boundary held). Every test prints
+//! what it ran and what it saw (`cargo test --test main -- atk53b:: --nocapture`).
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::custody_checkpoints::{case_with, checkpoint_files, publish_range, Case};
+use crate::support::broker::*;
+use crate::support::postgres::TestDb;
+use crate::support::protection::*;
+use crate::support::*;
+
+/// What the proxy does to the connection carrying the n-th statement holding its needle.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// The statement reaches the server (which commits it); its answer is dropped and the
+    /// connection is cut a second later: the client sees an error for a committed INSERT.
+    CutAnswer,
+    /// The statement reaches the server; its answer is held back for good (the client waits).
+    HoldAnswer,
+}
+
+/// A TCP forwarder to PostgreSQL that hurts one statement: the `nth` (from 0) client write
+/// holding `needle`.
+struct StatementProxy {
+    port: u16,
+    /// Client writes holding the needle seen so far.
+    seen: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl StatementProxy {
+    fn start(target: u16, needle: &'static [u8], nth: u64, fault: Fault) -> StatementProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let seen = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (seen2, stop2) = (seen.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("atk53b-proxy".into())
+            .spawn(move || {
+                while !stop2.load(Ordering::SeqCst) {
+                    let Ok((client, _)) = listener.accept() else {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    };
+                    client.set_nonblocking(false).unwrap();
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                        continue;
+                    };
+                    let mute = Arc::new(AtomicBool::new(false));
+                    let up = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                    let cut = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                    let (seen, mute2) = (seen2.clone(), mute.clone());
+                    std::thread::spawn(move || {
+                        let (mut from, mut to) = up;
+                        let mut buf = [0u8; 65536];
+                        loop {
+                            let n = match from.read(&mut buf) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            let hit = buf[..n].windows(needle.len()).any(|w| w == needle);
+                            if hit && seen.fetch_add(1, Ordering::SeqCst) == nth {
+                                mute2.store(true, Ordering::SeqCst);
+                                if let Fault::CutAnswer = fault {
+                                    let (c, s) = (cut.0.try_clone().unwrap(), cut.1.try_clone().unwrap());
+                                    std::thread::spawn(move || {
+                                        std::thread::sleep(Duration::from_secs(1));
+                                        let _ = c.shutdown(Shutdown::Both);
+                                        let _ = s.shutdown(Shutdown::Both);
+                                    });
+                                }
+                            }
+                            if to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(Shutdown::Write);
+                    });
+                    std::thread::spawn(move || {
+                        let (mut from, mut to) = (server, client);
+                        let mut buf = [0u8; 65536];
+                        loop {
+                            let n = match from.read(&mut buf) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            if mute.load(Ordering::SeqCst) {
+                                continue; // the answer is lost
+                            }
+                            if to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        if !mute.load(Ordering::SeqCst) {
+                            let _ = to.shutdown(Shutdown::Write);
+                        }
+                    });
+                }
+            })
+            .unwrap();
+        StatementProxy { port, seen, stop }
+    }
+}
+
+impl Drop for StatementProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+const CHECKPOINT_INSERT: &[u8] = b"INSERT INTO \"svc_custody_checkpoints\"";
+
+/// A PostgreSQL sink through `proxy`, checkpoints every record, a pre-sink size limit of 20
+/// bytes (a bigger payload is refused before the sink), no DLQ, `max_deliveries` 2.
+fn pg_case(db: &TestDb, proxy: &StatementProxy) -> Case {
+    let dsn = format!("postgresql://postgres@127.0.0.1:{}/{}", proxy.port, db.name);
+    let sink = db.sink(json!({"dsn": dsn, "statement_timeout_seconds": 2}));
+    let c = case_with(
+        1,
+        move |_| sink,
+        json!({"size_policy": {"enabled": true, "max_payload_bytes": 20},
+               "delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10, "max_deliveries": 2,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                            "jitter": "none"}}}),
+    );
+    let (code, out, err) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{out}{err}");
+    c
+}
+
+fn publish_big(server: &NatsServer) {
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    server.publish_with_headers("orders.big", &[], big.as_bytes());
+}
+
+/// Polls `cond` up to `limit`; true when it held.
+fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
+}
+
+fn state(c: &Case) -> (u64, usize, u64) {
+    c.server
+        .try_consumer_state(STREAM, CONSUMER)
+        .unwrap_or_default()
+}
+
+/// Found (medium). A checkpoint INSERT that PostgreSQL committed but whose answer the runner
+/// never saw (a connection cut after the commit: a network blip, a failover proxy, a client
+/// deadline) is "not written" to the writer, which keeps its head and cuts the same index
+/// again, every second, for the rest of the run: each is refused (the primary key holds the
+/// first). So no checkpoint is stored again in that run, and with sign first, terminate last
+/// no message given up on without a DLQ is terminated again: each is NAKed for as long as the
+/// runner runs, holding a slot of `max_ack_pending`. The writer never asks the store whether
+/// the checkpoint it believes failed is there (`CheckpointStore::get`). Fix: on a failed put,
+/// read back (runner, index) and take it as stored when its bytes are the ones just sealed.
+#[test]
+fn found_a_checkpoint_insert_committed_without_an_answer_stalls_every_termination() {
+    let db = TestDb::new("atk53b_cut");
+    // The second checkpoint INSERT (checkpoint 1) is committed and its answer lost.
+    let proxy = StatementProxy::start(5432, CHECKPOINT_INSERT, 1, Fault::CutAnswer);
+    let c = pg_case(&db, &proxy);
+    let log = c.dir.path().join("svc.log");
+    let runner = start_runner(&c.cfg, &log);
+    publish_range(&c.server, 1, 1);
+    wait_until(Duration::from_secs(60), "checkpoint 0 stored", || {
+        db.count("svc_custody_checkpoints") == 1 && state(&c).0 == 1
+    });
+    publish_range(&c.server, 2, 2);
+    wait_until(
+        Duration::from_secs(60),
+        "checkpoint 1 committed, its answer lost",
+        || {
+            db.count("svc_custody_checkpoints") == 2
+                && runner.log_text().contains("custody checkpoint 1 not written")
+        },
+    );
+    publish_big(&c.server); // sequence 3: refused before the sink, a gap
+    publish_range(&c.server, 4, 4);
+    let terminated = within(Duration::from_secs(30), || state(&c) == (4, 0, 0));
+    let text = runner.log_text();
+    let not_written = text.matches("not written (kept for the next one)").count();
+    eprintln!(
+        "atk53b cut: checkpoint INSERTs seen {}, rows {}, consumer (ack floor, ack pending, \
+         pending) {:?} 30 s after sequence 3 was refused; {not_written} lines 'custody \
+         checkpoint 1 not written'; sequence 3 terminated: {terminated}",
+        proxy.seen.load(Ordering::SeqCst),
+        db.count("svc_custody_checkpoints"),
+        state(&c)
+    );
+    assert!(
+        terminated,
+        "sequence 3 (refused before the sink, max_deliveries 2) never terminated: the writer \
+         cuts checkpoint 1 again and again, refused; consumer {:?}; log tail: {}",
+        state(&c),
+        text.lines().rev().take(6).collect::<Vec<_>>().join(" | ")
+    );
+}
+
+/// Found (medium). A kill -9 between the FIRST checkpoint's put and its head file's write
+/// (the docs: "a crash between the two is fine: the chain then extends the head") leaves a
+/// chain of one checkpoint and no head file, which the start reads as "the head file is
+/// missing" and refuses for good: the runner does not start again until an operator writes the
+/// head file by hand. Here the put is held (its INSERT committed, the answer held back) and the
+/// runner killed then. Fix: write the head file (no checkpoint yet) at the first start, so a
+/// missing head file beside a chain still means lost, and a chain one checkpoint past the
+/// "none yet" head extends it.
+#[test]
+fn found_a_kill_9_before_the_first_head_file_keeps_the_runner_from_starting_again() {
+    let db = TestDb::new("atk53b_hold");
+    let proxy = StatementProxy::start(5432, CHECKPOINT_INSERT, 0, Fault::HoldAnswer);
+    let c = pg_case(&db, &proxy);
+    let head = c.dir.path().join("c.json.custody-head");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    wait_until(Duration::from_secs(60), "checkpoint 0 committed", || {
+        db.count("svc_custody_checkpoints") == 1
+    });
+    runner.sigkill();
+    assert!(!head.exists(), "the head file was written before the kill");
+
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    publish_range(&c.server, 2, 2);
+    let acked = within(Duration::from_secs(30), || {
+        state(&c).0 == 2 || runner.child.try_wait().unwrap().is_some()
+    }) && state(&c).0 == 2;
+    let text = runner.log_text();
+    eprintln!(
+        "atk53b hold: after a kill -9 inside checkpoint 0's put (row stored, no head file), \
+         the restart acked through {} ; exited: {:?}",
+        state(&c).0,
+        runner.child.try_wait().unwrap()
+    );
+    if runner.child.try_wait().unwrap().is_none() {
+        runner.signal("TERM");
+        let _ = runner.wait_timeout(Duration::from_secs(30));
+    }
+    assert!(
+        acked,
+        "the runner did not start again after a crash between checkpoint 0 and its head file: {}",
+        text.lines()
+            .filter(|l| l.contains("head file"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+}
+
+/// File sink with checkpoints, a record limit of 2048 bytes (the sink refuses a bigger one for
+/// good), no DLQ, `max_deliveries` 2; `consumer` replaces the test consumer.
+fn file_case(consumer: Option<nats::jetstream::ConsumerConfig>) -> Case {
+    let c = case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out"), "max_record_bytes": 2048})
+        },
+        json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10, "max_deliveries": 2,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                            "jitter": "none"}}}),
+    );
+    if let Some(cc) = consumer {
+        let js = c.server.js();
+        js.delete_consumer(STREAM, CONSUMER).unwrap();
+        js.add_consumer(STREAM, cc).unwrap();
+    }
+    c
+}
+
+fn publish_sink_refused(server: &NatsServer) {
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4000));
+    server.publish_with_headers("orders.big", &[], big.as_bytes());
+}
+
+fn gaps_listed(out: &Path) -> Vec<Value> {
+    match std::fs::read_dir(out.join(".svc-checkpoints")) {
+        Ok(_) => checkpoint_files(out)
+            .iter()
+            .flat_map(|f| {
+                let cp: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+                let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+                body["gaps"].as_array().unwrap().clone()
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Found (low). The consumer's own `max_deliver` equal to `delivery.max_deliveries` (both 2
+/// here): the docs promise `+TERM once the delivery count reaches delivery.max_deliveries`
+/// (docs/delivery-semantics.md), but the last delivery is now NAKed (its gap not signed yet)
+/// and the broker delivers it no more, so it is never terminated: it stays unacknowledged in
+/// the stream (`advisory_max_deliveries_total`, not `messages_terminated_total`), and the log
+/// says "until a stored custody checkpoint lists it as a gap, then terminated". Fix: hold the
+/// handle (in-progress acks) until `gap_signed` instead of NAKing the last delivery, then
+/// `+TERM` it; or refuse/warn in validate when `max_deliver` <= `max_deliveries` with
+/// checkpoints.
+#[test]
+fn found_a_message_given_up_at_the_consumers_max_deliver_is_never_terminated() {
+    let mut cc = durable_config(CONSUMER, "orders.>", Duration::from_secs(30), 20_000);
+    cc.max_deliver = 2;
+    let c = file_case(Some(cc));
+    let out = c.dir.path().join("out");
+    let metrics = c.dir.path().join("metrics.json");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    publish_sink_refused(&c.server);
+    publish_range(&c.server, 3, 3);
+    wait_until(Duration::from_secs(60), "sequence 2 listed as a gap", || {
+        gaps_listed(&out) == vec![json!([2, "terminated"])]
+    });
+    let terminated = within(Duration::from_secs(15), || {
+        snapshot_counter(&metrics, "messages_terminated_total") == 1
+    });
+    eprintln!(
+        "atk53b max_deliver: gap of 2 signed; terminated_total {} nacked_total {} \
+         failed_total {} 15 s later; consumer (ack floor, ack pending, pending) {:?}",
+        snapshot_counter(&metrics, "messages_terminated_total"),
+        snapshot_counter(&metrics, "messages_nacked_total"),
+        snapshot_counter(&metrics, "messages_failed_total"),
+        state(&c)
+    );
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    assert!(
+        terminated,
+        "sequence 2, refused by the sink on its delivery 2 (= max_deliveries = the consumer's \
+         max_deliver), was never terminated: {}",
+        runner
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("stream sequence 2"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+}
+
+/// Held. The checkpoint store broken while a message is given up on (a regular file planted
+/// at `.svc-checkpoints` after the start: every put fails): the message is NAKed, not
+/// terminated, and the log says why every second; once the store works again the next cut
+/// lists it and the next delivery terminates it. The verifier then reads it as a gap.
+#[test]
+fn held_a_broken_checkpoint_store_holds_the_term_until_a_checkpoint_lists_the_gap() {
+    let c = file_case(None);
+    let out = c.dir.path().join("out");
+    let log = c.dir.path().join("svc.log");
+    let mut runner = start_runner(&c.cfg, &log);
+    publish_range(&c.server, 1, 1);
+    wait_until(Duration::from_secs(60), "sequence 1 acked", || {
+        state(&c) == (1, 0, 0)
+    });
+    // No checkpoint yet (every_records 100, every_seconds 3600): the first put meets the file.
+    std::fs::write(out.join(".svc-checkpoints"), b"planted").unwrap();
+    publish_sink_refused(&c.server);
+    wait_until(Duration::from_secs(60), "a cut refused", || {
+        runner.log_text().contains("not written (kept for the next one)")
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    let while_broken = state(&c);
+    let failed_lines = runner
+        .log_text()
+        .matches("not written (kept for the next one)")
+        .count();
+    eprintln!(
+        "atk53b broken store: consumer {while_broken:?} with the store broken; {failed_lines} \
+         'not written' lines in about 4 s"
+    );
+    assert_eq!(while_broken.0, 1, "sequence 2 terminated unsigned");
+    std::fs::remove_file(out.join(".svc-checkpoints")).unwrap();
+    wait_until(Duration::from_secs(60), "sequence 2 terminated", || {
+        state(&c) == (2, 0, 0)
+    });
+    assert_eq!(gaps_listed(&out), vec![json!([2, "terminated"])]);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("1 runner-caused gaps: COMPLETE"), "{text}");
+}
