@@ -398,3 +398,122 @@ fn held_a_broken_checkpoint_store_holds_the_term_until_a_checkpoint_lists_the_ga
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("1 runner-caused gaps: COMPLETE"), "{text}");
 }
+
+/// The gaps listed by every checkpoint in `out`, with the incarnation of the checkpoint.
+fn gaps_by_incarnation(out: &Path) -> Vec<(String, Value)> {
+    checkpoint_files(out)
+        .iter()
+        .flat_map(|f| {
+            let cp: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+            let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+            let inc = body["stream_incarnation"].as_str().unwrap().to_string();
+            let gaps = body["gaps"].as_array().unwrap().clone();
+            gaps.into_iter().map(move |g| (inc.clone(), g))
+        })
+        .collect()
+}
+
+/// Held. A kill -9 after the checkpoint listing the gap is stored but before the `+TERM` (the
+/// NAK of the last delivery waits 5 s): the restart reads the gap back from the chain and
+/// terminates the message on its next delivery, without listing it a second time.
+#[test]
+fn held_a_kill_9_after_the_gap_is_signed_before_the_term_terminates_it_once_listed() {
+    let c = case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out"), "max_record_bytes": 2048})
+        },
+        json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10, "max_deliveries": 2,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 5000,
+                                            "jitter": "none"}}}),
+    );
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    publish_sink_refused(&c.server);
+    publish_range(&c.server, 3, 3);
+    wait_until(Duration::from_secs(60), "sequence 2 listed", || {
+        gaps_listed(&out) == vec![json!([2, "terminated"])]
+    });
+    runner.sigkill();
+    let before = state(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    wait_until(Duration::from_secs(60), "sequence 2 terminated", || {
+        state(&c) == (3, 0, 0)
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let text = runner.log_text();
+    eprintln!(
+        "atk53b kill after the cut: consumer {before:?} at the kill, (3, 0, 0) after the \
+         restart; gaps listed {:?}",
+        gaps_listed(&out)
+    );
+    assert!(
+        text.contains("stream sequence 2 failed permanently on delivery 3"),
+        "{text}"
+    );
+    assert!(text.contains("terminated (delivery.max_deliveries reached)"));
+    assert_eq!(gaps_listed(&out), vec![json!([2, "terminated"])]);
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("1 runner-caused gaps: COMPLETE"), "{text}");
+}
+
+/// Held. The stream deleted and created again with the same sequences: the new incarnation's
+/// sequence 2, refused by the sink like the old one's, is not terminated on the strength of
+/// the old incarnation's signed gap (read back from the chain at start): it is listed again,
+/// under its own incarnation, before its `+TERM`.
+#[test]
+fn held_a_gap_signed_for_an_old_incarnation_does_not_terminate_the_new_ones_message() {
+    let c = file_case(None);
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    publish_sink_refused(&c.server);
+    publish_range(&c.server, 3, 3);
+    wait_until(Duration::from_secs(60), "old 2 terminated", || {
+        state(&c) == (3, 0, 0)
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let old = c.server.incarnation(STREAM);
+
+    let js = c.server.js();
+    js.delete_stream(STREAM).unwrap();
+    c.server.create_stream(STREAM, &["orders.>"]);
+    c.server
+        .create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    let new = c.server.incarnation(STREAM);
+    assert_ne!(old, new);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    publish_range(&c.server, 1, 1);
+    publish_sink_refused(&c.server);
+    publish_range(&c.server, 3, 3);
+    wait_until(Duration::from_secs(60), "new 2 terminated", || {
+        state(&c) == (3, 0, 0)
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let text = runner.log_text();
+    let gaps = gaps_by_incarnation(&out);
+    eprintln!("atk53b incarnations: old {old}, new {new}; gaps listed {gaps:?}");
+    assert!(
+        text.contains("stream sequence 2 failed permanently on delivery 2")
+            && text.contains("until a stored custody checkpoint lists it as a gap"),
+        "{text}"
+    );
+    assert_eq!(
+        gaps,
+        vec![
+            (old, json!([2, "terminated"])),
+            (new, json!([2, "terminated"]))
+        ]
+    );
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("2 runner-caused gaps: COMPLETE"), "{text}");
+}
