@@ -517,3 +517,129 @@ fn held_a_gap_signed_for_an_old_incarnation_does_not_terminate_the_new_ones_mess
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("2 runner-caused gaps: COMPLETE"), "{text}");
 }
+
+/// Held (figures). A flood of 2,000 messages refused before the sink (`max_deliveries` 1,
+/// `every_records` 1000, no DLQ): each NAKed once, listed once, then terminated; the
+/// checkpoints stay few (cut at 1000 entries or a second after a gap) and no gap is listed
+/// twice.
+#[test]
+fn held_a_flood_of_refusals_is_listed_once_each_in_few_checkpoints() {
+    let c = case_with(
+        1000,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out")})
+        },
+        json!({"size_policy": {"enabled": true, "max_payload_bytes": 20},
+               "delivery": {"batch_size": 256, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 4, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10, "max_deliveries": 1,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                            "jitter": "none"}}}),
+    );
+    let out = c.dir.path().join("out");
+    let n = 2000u64;
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    let started = Instant::now();
+    c.server.publish_n(STREAM, "orders.flood", n as usize, |i| {
+        format!("{{\"pad\":\"{}\",\"i\":{i}}}", "x".repeat(40)).into_bytes()
+    });
+    wait_until(Duration::from_secs(120), "every refusal terminated", || {
+        state(&c) == (n, 0, 0)
+    });
+    let took = started.elapsed();
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let files = checkpoint_files(&out);
+    let gaps = gaps_listed(&out);
+    let mut seqs: Vec<u64> = gaps.iter().map(|g| g[0].as_u64().unwrap()).collect();
+    seqs.sort();
+    seqs.dedup();
+    let metrics = c.dir.path().join("metrics.json");
+    eprintln!(
+        "atk53b flood: {n} refusals terminated in {:.1} s; {} checkpoints, {} gaps listed \
+         ({} distinct); terminated_total {}, nacked_total {}",
+        took.as_secs_f64(),
+        files.len(),
+        gaps.len(),
+        seqs.len(),
+        snapshot_counter(&metrics, "messages_terminated_total"),
+        snapshot_counter(&metrics, "messages_nacked_total"),
+    );
+    assert_eq!(seqs, (1..=n).collect::<Vec<u64>>());
+    assert_eq!(gaps.len() as u64, n, "a gap listed twice");
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("2000 runner-caused gaps: COMPLETE"), "{text}");
+}
+
+/// Found (low-medium). With sign first, terminate last a checkpoint store that fails (here a
+/// file planted at `.svc-checkpoints`; a PostgreSQL role without INSERT on the checkpoint
+/// table, a full spool) holds every message given up on in the consumer's
+/// `max_ack_pending`: 4 refusals fill a `max_ack_pending` of 4 and the good message after
+/// them is not delivered until the store works again. Holding is the design (the `+TERM`
+/// waits for its signature); but nothing a monitor reads says why: no counter or gauge of
+/// checkpoints not written or of gaps waiting for one (only an error line a second), while
+/// the figures it does read (`messages_failed_total`, `messages_nacked_total`) look like any
+/// poison message. Fix: a counter of checkpoints not written (and a gauge of gaps waiting for a
+/// checkpoint), in the snapshot and the alert rules.
+#[test]
+fn found_a_broken_checkpoint_store_stalls_delivery_and_no_metric_says_why() {
+    let cc = durable_config(CONSUMER, "orders.>", Duration::from_secs(30), 4);
+    let c = file_case(Some(cc));
+    let out = c.dir.path().join("out");
+    let metrics = c.dir.path().join("metrics.json");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_until(Duration::from_secs(60), "sequence 1 acked", || {
+        state(&c) == (1, 0, 0)
+    });
+    std::fs::write(out.join(".svc-checkpoints"), b"planted").unwrap();
+    for _ in 2..=5 {
+        publish_sink_refused(&c.server);
+    }
+    publish_range(&c.server, 6, 6);
+    wait_until(Duration::from_secs(60), "4 refusals past their last delivery", || {
+        runner
+            .log_text()
+            .matches("until a stored custody checkpoint lists it as a gap")
+            .count()
+            >= 4
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let stalled = state(&c);
+    let stored: Vec<u64> = records(&out).keys().copied().collect();
+    let snapshot: Value =
+        serde_json::from_str(&std::fs::read_to_string(&metrics).unwrap()).unwrap();
+    let about_checkpoints: Vec<(String, Value)> = snapshot["counters"]
+        .as_object()
+        .into_iter()
+        .chain(snapshot["gauges"].as_object())
+        .flat_map(|m| m.iter())
+        .filter(|(k, _)| k.contains("checkpoint"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let not_written = runner.log_text().matches("not written (kept").count();
+    eprintln!(
+        "atk53b stall: store broken: consumer {stalled:?}, records stored {stored:?} (6 \
+         published after the 4 refusals), {not_written} 'not written' lines; failed_total {} \
+         nacked_total {} terminated_total {}; checkpoint metrics {about_checkpoints:?}",
+        snapshot_counter(&metrics, "messages_failed_total"),
+        snapshot_counter(&metrics, "messages_nacked_total"),
+        snapshot_counter(&metrics, "messages_terminated_total"),
+    );
+    std::fs::remove_file(out.join(".svc-checkpoints")).unwrap();
+    wait_until(Duration::from_secs(60), "everything settled", || {
+        state(&c) == (6, 0, 0)
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    assert!(
+        about_checkpoints
+            .iter()
+            .any(|(_, v)| v.as_u64().is_some_and(|n| n > 0)),
+        "the checkpoint store failed {not_written} times and held 4 messages (and the good one \
+         behind them: consumer {stalled:?}, stored {stored:?}), and no counter or gauge of the \
+         snapshot says so: {about_checkpoints:?}"
+    );
+}
