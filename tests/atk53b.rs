@@ -74,7 +74,8 @@ impl StatementProxy {
                             if hit && seen.fetch_add(1, Ordering::SeqCst) == nth {
                                 mute2.store(true, Ordering::SeqCst);
                                 if let Fault::CutAnswer = fault {
-                                    let (c, s) = (cut.0.try_clone().unwrap(), cut.1.try_clone().unwrap());
+                                    let (c, s) =
+                                        (cut.0.try_clone().unwrap(), cut.1.try_clone().unwrap());
                                     std::thread::spawn(move || {
                                         std::thread::sleep(Duration::from_secs(1));
                                         let _ = c.shutdown(Shutdown::Both);
@@ -159,6 +160,11 @@ fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// A consumer state as `(ack floor, ack pending, pending)`, for the figures printed.
+fn shown_state(s: (u64, usize, u64)) -> String {
+    format!("({}, {}, {})", s.0, s.1, s.2)
+}
+
 fn state(c: &Case) -> (u64, usize, u64) {
     c.server
         .try_consumer_state(STREAM, CONSUMER)
@@ -192,7 +198,9 @@ fn found_a_checkpoint_insert_committed_without_an_answer_stalls_every_terminatio
         "checkpoint 1 committed, its answer lost",
         || {
             db.count("svc_custody_checkpoints") == 2
-                && runner.log_text().contains("custody checkpoint 1 not written")
+                && runner
+                    .log_text()
+                    .contains("custody checkpoint 1 not written")
         },
     );
     publish_big(&c.server); // sequence 3: refused before the sink, a gap
@@ -202,17 +210,17 @@ fn found_a_checkpoint_insert_committed_without_an_answer_stalls_every_terminatio
     let not_written = text.matches("not written (kept for the next one)").count();
     eprintln!(
         "atk53b cut: checkpoint INSERTs seen {}, rows {}, consumer (ack floor, ack pending, \
-         pending) {:?} 30 s after sequence 3 was refused; {not_written} lines 'custody \
+         pending) {} 30 s after sequence 3 was refused; {not_written} lines 'custody \
          checkpoint 1 not written'; sequence 3 terminated: {terminated}",
         proxy.seen.load(Ordering::SeqCst),
         db.count("svc_custody_checkpoints"),
-        state(&c)
+        shown_state(state(&c))
     );
     assert!(
         terminated,
         "sequence 3 (refused before the sink, max_deliveries 2) never terminated: the writer \
-         cuts checkpoint 1 again and again, refused; consumer {:?}; log tail: {}",
-        state(&c),
+         cuts checkpoint 1 again and again, refused; consumer {}; log tail: {}",
+        shown_state(state(&c)),
         text.lines().rev().take(6).collect::<Vec<_>>().join(" | ")
     );
 }
@@ -247,9 +255,13 @@ fn found_a_kill_9_before_the_first_head_file_keeps_the_runner_from_starting_agai
     let text = runner.log_text();
     eprintln!(
         "atk53b hold: after a kill -9 inside checkpoint 0's put (row stored, no head file), \
-         the restart acked through {} ; exited: {:?}",
+         the restart acked through {}; exited: {}",
         state(&c).0,
-        runner.child.try_wait().unwrap()
+        runner
+            .child
+            .try_wait()
+            .unwrap()
+            .map_or("no".to_string(), |s| s.to_string())
     );
     if runner.child.try_wait().unwrap().is_none() {
         runner.signal("TERM");
@@ -327,19 +339,21 @@ fn found_a_message_given_up_at_the_consumers_max_deliver_is_never_terminated() {
     publish_range(&c.server, 1, 1);
     publish_sink_refused(&c.server);
     publish_range(&c.server, 3, 3);
-    wait_until(Duration::from_secs(60), "sequence 2 listed as a gap", || {
-        gaps_listed(&out) == vec![json!([2, "terminated"])]
-    });
+    wait_until(
+        Duration::from_secs(60),
+        "sequence 2 listed as a gap",
+        || gaps_listed(&out) == vec![json!([2, "terminated"])],
+    );
     let terminated = within(Duration::from_secs(15), || {
         snapshot_counter(&metrics, "messages_terminated_total") == 1
     });
     eprintln!(
         "atk53b max_deliver: gap of 2 signed; terminated_total {} nacked_total {} \
-         failed_total {} 15 s later; consumer (ack floor, ack pending, pending) {:?}",
+         failed_total {} 15 s later; consumer (ack floor, ack pending, pending) {}",
         snapshot_counter(&metrics, "messages_terminated_total"),
         snapshot_counter(&metrics, "messages_nacked_total"),
         snapshot_counter(&metrics, "messages_failed_total"),
-        state(&c)
+        shown_state(state(&c))
     );
     runner.signal("TERM");
     assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
@@ -374,7 +388,9 @@ fn held_a_broken_checkpoint_store_holds_the_term_until_a_checkpoint_lists_the_ga
     std::fs::write(out.join(".svc-checkpoints"), b"planted").unwrap();
     publish_sink_refused(&c.server);
     wait_until(Duration::from_secs(60), "a cut refused", || {
-        runner.log_text().contains("not written (kept for the next one)")
+        runner
+            .log_text()
+            .contains("not written (kept for the next one)")
     });
     std::thread::sleep(Duration::from_secs(4));
     let while_broken = state(&c);
@@ -383,8 +399,9 @@ fn held_a_broken_checkpoint_store_holds_the_term_until_a_checkpoint_lists_the_ga
         .matches("not written (kept for the next one)")
         .count();
     eprintln!(
-        "atk53b broken store: consumer {while_broken:?} with the store broken; {failed_lines} \
-         'not written' lines in about 4 s"
+        "atk53b broken store: consumer {} with the store broken; {failed_lines} 'not \
+         written' lines in about 4 s",
+        shown_state(while_broken)
     );
     assert_eq!(while_broken.0, 1, "sequence 2 terminated unsigned");
     std::fs::remove_file(out.join(".svc-checkpoints")).unwrap();
@@ -448,9 +465,10 @@ fn held_a_kill_9_after_the_gap_is_signed_before_the_term_terminates_it_once_list
     assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
     let text = runner.log_text();
     eprintln!(
-        "atk53b kill after the cut: consumer {before:?} at the kill, (3, 0, 0) after the \
-         restart; gaps listed {:?}",
-        gaps_listed(&out)
+        "atk53b kill after the cut: consumer {} at the kill, (3, 0, 0) after the restart; \
+         gaps listed {}",
+        shown_state(before),
+        Value::from(gaps_listed(&out))
     );
     assert!(
         text.contains("stream sequence 2 failed permanently on delivery 3"),
@@ -500,7 +518,11 @@ fn held_a_gap_signed_for_an_old_incarnation_does_not_terminate_the_new_ones_mess
     assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
     let text = runner.log_text();
     let gaps = gaps_by_incarnation(&out);
-    eprintln!("atk53b incarnations: old {old}, new {new}; gaps listed {gaps:?}");
+    let listed: Vec<String> = gaps.iter().map(|(i, g)| format!("{i} {g}")).collect();
+    eprintln!(
+        "atk53b incarnations: old {old}, new {new}; gaps listed {}",
+        listed.join(", ")
+    );
     assert!(
         text.contains("stream sequence 2 failed permanently on delivery 2")
             && text.contains("until a stored custody checkpoint lists it as a gap"),
@@ -599,13 +621,17 @@ fn found_a_broken_checkpoint_store_stalls_delivery_and_no_metric_says_why() {
         publish_sink_refused(&c.server);
     }
     publish_range(&c.server, 6, 6);
-    wait_until(Duration::from_secs(60), "4 refusals past their last delivery", || {
-        runner
-            .log_text()
-            .matches("until a stored custody checkpoint lists it as a gap")
-            .count()
-            >= 4
-    });
+    wait_until(
+        Duration::from_secs(60),
+        "4 refusals past their last delivery",
+        || {
+            runner
+                .log_text()
+                .matches("until a stored custody checkpoint lists it as a gap")
+                .count()
+                >= 4
+        },
+    );
     std::thread::sleep(Duration::from_secs(3));
     let stalled = state(&c);
     let stored: Vec<u64> = records(&out).keys().copied().collect();
@@ -621,12 +647,15 @@ fn found_a_broken_checkpoint_store_stalls_delivery_and_no_metric_says_why() {
         .collect();
     let not_written = runner.log_text().matches("not written (kept").count();
     eprintln!(
-        "atk53b stall: store broken: consumer {stalled:?}, records stored {stored:?} (6 \
-         published after the 4 refusals), {not_written} 'not written' lines; failed_total {} \
-         nacked_total {} terminated_total {}; checkpoint metrics {about_checkpoints:?}",
+        "atk53b stall: store broken: consumer {}, records stored {} (6 published after the \
+         4 refusals), {not_written} 'not written' lines; failed_total {} nacked_total {} \
+         terminated_total {}; metrics named checkpoint: {}",
+        shown_state(stalled),
+        Value::from(stored.clone()),
         snapshot_counter(&metrics, "messages_failed_total"),
         snapshot_counter(&metrics, "messages_nacked_total"),
         snapshot_counter(&metrics, "messages_terminated_total"),
+        about_checkpoints.len(),
     );
     std::fs::remove_file(out.join(".svc-checkpoints")).unwrap();
     wait_until(Duration::from_secs(60), "everything settled", || {
@@ -639,7 +668,54 @@ fn found_a_broken_checkpoint_store_stalls_delivery_and_no_metric_says_why() {
             .iter()
             .any(|(_, v)| v.as_u64().is_some_and(|n| n > 0)),
         "the checkpoint store failed {not_written} times and held 4 messages (and the good one \
-         behind them: consumer {stalled:?}, stored {stored:?}), and no counter or gauge of the \
-         snapshot says so: {about_checkpoints:?}"
+         behind them: consumer {}, stored {}), and no counter or gauge of the snapshot says \
+         so ({} named checkpoint)",
+        shown_state(stalled),
+        Value::from(stored),
+        about_checkpoints.len()
     );
+}
+
+/// Held. A stop (SIGTERM) while a gap waits for a checkpoint the store cannot take: the stop's
+/// last cut fails too, the message is left NAKed (not terminated), and the next start, with
+/// the store working, lists it and terminates it on its next delivery.
+#[test]
+fn held_a_stop_while_a_gap_waits_leaves_the_message_for_the_next_start() {
+    let c = file_case(None);
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    wait_until(Duration::from_secs(60), "sequence 1 acked", || {
+        state(&c) == (1, 0, 0)
+    });
+    std::fs::write(out.join(".svc-checkpoints"), b"planted").unwrap();
+    publish_sink_refused(&c.server);
+    wait_until(Duration::from_secs(60), "a cut refused", || {
+        runner
+            .log_text()
+            .contains("not written (kept for the next one)")
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let first = runner.log_text();
+    let after_stop = state(&c);
+    assert_eq!(after_stop.0, 1, "sequence 2 terminated unsigned: {first}");
+    std::fs::remove_file(out.join(".svc-checkpoints")).unwrap();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    wait_until(Duration::from_secs(60), "sequence 2 terminated", || {
+        state(&c) == (2, 0, 0)
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    eprintln!(
+        "atk53b stop: consumer {} after the stop with the store broken ({} 'not written' \
+         lines in run 1), (2, 0, 0) after the next start; gaps {}",
+        shown_state(after_stop),
+        first.matches("not written (kept").count(),
+        Value::from(gaps_listed(&out))
+    );
+    assert_eq!(gaps_listed(&out), vec![json!([2, "terminated"])]);
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("1 runner-caused gaps: COMPLETE"), "{text}");
 }
