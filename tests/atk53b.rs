@@ -719,3 +719,68 @@ fn held_a_stop_while_a_gap_waits_leaves_the_message_for_the_next_start() {
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("1 runner-caused gaps: COMPLETE"), "{text}");
 }
+
+/// Found (medium). The checkpoint thread reads the whole store back (`Writer::rescan`) before
+/// it cuts its first checkpoint, and svc-ack now waits for a cut to terminate: every message
+/// given up on after a start is held for as long as that read takes. Made long here by a lock
+/// a DBA's `ALTER TABLE`/`VACUUM FULL` takes on a route's table (the read waits up to
+/// `statement_timeout_seconds`, 30 s by default, then fails); a store of millions of records
+/// takes minutes to read without any lock (each page under its own timeout). Meanwhile the
+/// sink is written and ACKed as usual, so only the refused messages pile up in the consumer's
+/// ack pending. Fix: let the thread cut the gaps it is told during the rescan (gap-only
+/// checkpoints need nothing the rescan finds), or run the rescan in steps between events.
+#[test]
+fn found_the_start_rescan_holds_every_termination_for_as_long_as_it_reads() {
+    let db = TestDb::new("atk53b_rescan");
+    let sink = db.sink(json!({"routes": [{"subject": "orders.archive.>", "table": "archive"}]}));
+    let c = case_with(
+        100,
+        move |_| sink,
+        json!({"size_policy": {"enabled": true, "max_payload_bytes": 20},
+               "delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10, "max_deliveries": 1,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                            "jitter": "none"}}}),
+    );
+    let (code, out, err) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut lock = db.conn();
+    lock.simple("BEGIN; LOCK TABLE archive IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let started = Instant::now();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    publish_big(&c.server);
+    publish_range(&c.server, 3, 3);
+    wait_until(Duration::from_secs(60), "1 and 3 stored", || {
+        db.count("events") == 2
+    });
+    let stored_after = started.elapsed();
+    let terminated = within(Duration::from_secs(15), || state(&c) == (3, 0, 0));
+    let held = state(&c);
+    lock.simple("COMMIT").unwrap();
+    wait_until(Duration::from_secs(60), "sequence 2 terminated", || {
+        state(&c) == (3, 0, 0)
+    });
+    let took = started.elapsed();
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let text = runner.log_text();
+    eprintln!(
+        "atk53b rescan: 1 and 3 stored {:.1} s after the start; consumer {} 15 s later with \
+         the route table locked; sequence 2 terminated {:.1} s after the start, once the lock \
+         was gone; rescan failed: {}",
+        stored_after.as_secs_f64(),
+        shown_state(held),
+        took.as_secs_f64(),
+        text.contains("the rescan of the records failed")
+    );
+    assert!(
+        terminated,
+        "sequence 2, refused before the sink on its last delivery, waited for the start's \
+         rescan (blocked on the locked route table) while 1 and 3 were written and ACKed: \
+         consumer {}",
+        shown_state(held)
+    );
+}
