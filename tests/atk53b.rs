@@ -784,3 +784,79 @@ fn found_the_start_rescan_holds_every_termination_for_as_long_as_it_reads() {
         shown_state(held)
     );
 }
+
+/// Found (medium). A fallback `spool` block keeps the runner taking messages while its sink is
+/// down; but the sink's checkpoint store is down with it, so with sign first, terminate last
+/// every message given up on during the outage is NAKed until the sink is back. They pile up
+/// in the consumer's `max_ack_pending` (4 here; at the default 2048, one refusal in a thousand
+/// fills it after about two million messages of an outage) and then the broker delivers
+/// nothing more: the spool, there for the outage, takes no good message. Before 1d7316f each
+/// was terminated at `max_deliveries`. Fix: with a spool block, a checkpoint the sink's store
+/// refuses goes into the spool as a CHECKPOINT frame (as with `sink.type: spool`), put into
+/// the store by the drain; or gap-only checkpoints go there.
+#[test]
+fn found_a_sink_outage_with_a_fallback_spool_stalls_on_refusals_waiting_for_a_checkpoint() {
+    let c = case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out")})
+        },
+        json!({"spool": {"max_bytes": 64 << 20, "after_seconds": 0, "allow_unencrypted": true,
+                         "max_backoff_seconds": 1, "dir": "SPOOL"},
+               "size_policy": {"enabled": true, "max_payload_bytes": 20},
+               "delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10, "max_deliveries": 1,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                            "jitter": "none"}}}),
+    );
+    let spool = c.dir.path().join("spool");
+    let text = std::fs::read_to_string(&c.cfg).unwrap();
+    std::fs::write(&c.cfg, text.replace("\"SPOOL\"", &json!(spool).to_string())).unwrap();
+    let js = c.server.js();
+    js.delete_consumer(STREAM, CONSUMER).unwrap();
+    js.add_consumer(
+        STREAM,
+        durable_config(CONSUMER, "orders.>", Duration::from_secs(30), 4),
+    )
+    .unwrap();
+    let out = c.dir.path().join("out");
+    let away = c.dir.path().join("out.away");
+    let metrics = c.dir.path().join("metrics.json");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_until(Duration::from_secs(60), "sequence 1 acked", || {
+        state(&c) == (1, 0, 0)
+    });
+    std::fs::rename(&out, &away).unwrap(); // the sink (and its checkpoint store) is down
+    for _ in 2..=5 {
+        publish_big(&c.server);
+    }
+    publish_range(&c.server, 6, 8);
+    let spooled = within(Duration::from_secs(15), || {
+        snapshot_counter(&metrics, "spool_appended_total") >= 3
+    });
+    let during = state(&c);
+    let appended = snapshot_counter(&metrics, "spool_appended_total");
+    let not_written = runner.log_text().matches("not written (kept").count();
+    std::fs::rename(&away, &out).unwrap();
+    wait_until(Duration::from_secs(60), "everything settled", || {
+        state(&c) == (8, 0, 0)
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    eprintln!(
+        "atk53b spool: sink down 15 s: consumer {}, spool_appended_total {appended} (3 good \
+         published after 4 refusals), {not_written} 'not written' lines; all settled once the \
+         sink was back",
+        shown_state(during)
+    );
+    assert!(
+        spooled,
+        "during the outage the 4 refusals, waiting for a checkpoint the sink's store could not \
+         take, filled max_ack_pending and the spool took none of the 3 good messages after \
+         them: consumer {}, spool_appended_total {appended}",
+        shown_state(during)
+    );
+}
