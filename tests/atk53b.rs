@@ -3,6 +3,14 @@
 //! as a gap (`Feed::gap_signed`), NAKing it until then. Each `found_` test asserts what should
 //! hold and fails on 1d7316f; each `held_` test passes (the boundary held). Every test prints
 //! what it ran and what it saw (`cargo test --test main -- atk53b:: --nocapture`).
+//!
+//! Found: the TERM now depends on a checkpoint being stored, and a store that is slow, down or
+//! confused about what it holds holds every message given up on (a committed INSERT without
+//! an answer stalls the chain for the run; a start's rescan; a sink outage behind a fallback
+//! spool; no metric says so); a kill -9 inside the first checkpoint's put keeps the runner
+//! from starting; a consumer `max_deliver` equal to `max_deliveries` is never terminated.
+//! Held: a kill -9 between the signed gap and its TERM, a stop while a gap waits, a broken
+//! store recovered, a stream created again with the same sequences, a flood of refusals.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
