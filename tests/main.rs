@@ -59,6 +59,7 @@ mod atk52a;
 mod atk52b;
 mod atk52c;
 mod atk53a;
+mod atk53b;
 mod aws_credentials;
 mod broker_auth_tls;
 mod clean_stop;
