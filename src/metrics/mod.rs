@@ -90,6 +90,13 @@ counters! {
     /// `ack_confirmation`: ACKs given up unconfirmed (after the ack wait, at a stop, or for a
     /// consumer created again); the broker redelivers what they did not settle.
     ack_confirmations_abandoned_total,
+    /// Custody checkpoints: deliveries of a message given up on that were NAKed to wait until a
+    /// stored checkpoint lists its gap (sign first, settle last).
+    checkpoint_gap_waits_total,
+    /// Custody checkpoints: messages given up on and settled before a checkpoint listed their
+    /// gap, because as many as the hold allows were waiting already (the checkpoint store
+    /// failing): each is logged with its sequence.
+    checkpoint_gaps_settled_unsigned_total,
     /// Fan-out: messages routed to at least one child.
     fanout_messages_routed_total,
     /// Fan-out: messages no route matched, acknowledged unstored (`no_match: ignore`).
@@ -157,6 +164,8 @@ counters! {
     mission_metadata_not_object_total,
     /// Mission metadata refused: `control_character`.
     mission_metadata_control_character_total,
+    /// Mission metadata refused: `nul_character`.
+    mission_metadata_nul_character_total,
     /// Mission metadata refused: `too_deep`.
     mission_metadata_too_deep_total,
     /// Mission metadata refused: `too_large`.

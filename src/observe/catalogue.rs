@@ -82,6 +82,14 @@ pub const KNOWN: &[Known] = &[
         "Dead-letter publishes that failed or were not confirmed; the message stays unacknowledged.",
     ),
     c(
+        "checkpoint_gap_waits_total",
+        "Deliveries of messages given up on, NAKed until a custody checkpoint lists their gap.",
+    ),
+    c(
+        "checkpoint_gaps_settled_unsigned_total",
+        "Messages given up on and settled before a custody checkpoint listed their gap (the checkpoint store failing).",
+    ),
+    c(
         "messages_in_progress_total",
         "In-progress acknowledgements sent to extend the ack wait of long batches.",
     ),
@@ -277,6 +285,10 @@ pub const KNOWN: &[Known] = &[
     c(
         "mission_metadata_control_character_total",
         "Messages refused by the mission metadata stage with reason control_character.",
+    ),
+    c(
+        "mission_metadata_nul_character_total",
+        "Messages refused by the mission metadata stage with reason nul_character.",
     ),
     c(
         "mission_metadata_too_deep_total",

@@ -25,6 +25,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::confirm::Confirmations;
 use super::credit::{Credit, CreditPool};
 
+use super::gap_hold::{Hold, Settle};
 use super::{AckMsg, BatchId, GapReason, Monitor, Rejection, Verdict};
 use crate::backoff::Backoff;
 use crate::broker::dead_letter::DeadLetterPublisher;
@@ -53,6 +54,8 @@ pub struct AckWorker {
     pub confirmations: Option<Confirmations>,
     /// `custody.checkpoints`: a refused message is a gap once given up on here.
     pub checkpoints: Option<Arc<crate::sink::checkpoint::Feed>>,
+    /// The messages given up on that wait for their checkpoint (`gap_hold.rs`).
+    pub hold: Hold,
 }
 
 struct InFlight {
@@ -306,7 +309,7 @@ impl AckWorker {
             .add_family(family, crate::metrics::FamilyMetric::Failed, 1);
         let limit_reached =
             crate::config::terminated_at(self.max_deliveries, handle.delivery_count);
-        if limit_reached && self.signed(at) {
+        if limit_reached && self.signed(at, handle.delivery_count) {
             log::error!(
                 "stream sequence {} failed permanently on delivery {} ({reason}); terminated \
                  (delivery.max_deliveries reached)",
@@ -393,7 +396,7 @@ impl AckWorker {
                     );
                 }
                 self.tell_gap(failure);
-                if self.signed(Some(&failure.at)) {
+                if self.signed(Some(&failure.at), handle.delivery_count) {
                     AckVerb::Ack
                 } else {
                     log::debug!(
@@ -433,14 +436,40 @@ impl AckWorker {
         }
     }
 
-    /// Sign first, settle last: true without custody checkpoints, or once a stored
-    /// checkpoint lists `at` as a gap. A message given up on is acknowledged (its dead letter
-    /// confirmed) or terminated only then, so a kill -9 finds it either listed or still the
-    /// broker's to deliver again; nothing is read back at the start.
-    fn signed(&self, at: Option<&(crate::sink::checkpoint::Origin, u64)>) -> bool {
-        match (&self.checkpoints, at) {
-            (Some(feed), Some((o, seq))) => feed.gap_signed(o, *seq),
-            _ => true,
+    /// Sign first, settle last: true without custody checkpoints, or once a stored checkpoint
+    /// lists `at` as a gap; false while it waits (NAKed, counted); true again, unsigned, when
+    /// the hold is full (counted and logged: `gap_hold.rs`). A message given up on is
+    /// acknowledged (its dead letter confirmed) or terminated only then, so a kill -9 finds it
+    /// either listed or still the broker's to deliver again; nothing is read back at the start.
+    fn signed(&self, at: Option<&(crate::sink::checkpoint::Origin, u64)>, delivery: u64) -> bool {
+        let (Some(feed), Some(at)) = (&self.checkpoints, at) else {
+            return true;
+        };
+        let c = &self.metrics.counters;
+        match self.hold.decide(feed, at, delivery) {
+            Settle::Now => true,
+            Settle::Last | Settle::Rescanning => {
+                // Warned of once at the start (`Shared::start_ack`), or the thread is reading
+                // the store back (its log says so).
+                Metrics::add(&c.checkpoint_gaps_settled_unsigned_total, 1);
+                true
+            }
+            Settle::Wait => {
+                Metrics::add(&c.checkpoint_gap_waits_total, 1);
+                false
+            }
+            Settle::Unsigned => {
+                Metrics::add(&c.checkpoint_gaps_settled_unsigned_total, 1);
+                log::warn!(
+                    "stream {} sequence {}: given up on and settled before a custody \
+                     checkpoint listed it as a gap: {} messages wait for one already (the \
+                     checkpoint store is failing); this line is its only record",
+                    PeerText::new(&at.0 .0),
+                    at.1,
+                    self.hold.budget()
+                );
+                true
+            }
         }
     }
 

@@ -102,6 +102,7 @@ mod ack;
 mod confirm;
 mod credit;
 mod fetch;
+mod gap_hold;
 mod lanes;
 mod monitor;
 mod normalize;
@@ -413,7 +414,19 @@ impl Shared {
             generation: Arc::clone(&self.generation),
             confirmations: open_confirmations(&self.nc, d, consumer, &self.metrics)?,
             checkpoints,
+            hold: gap_hold::Hold::new(consumer.max_ack_pending, &consumer.config),
         };
+        if let (Some(_), Some(last)) = (&ack.checkpoints, ack.hold.last_delivery()) {
+            log::warn!(
+                "consumer {}/{} delivers a message at most {last} times (max_deliver): a \
+                 message given up on at that delivery is settled before a custody checkpoint \
+                 lists its gap (no later delivery would come), so a kill -9 in the second \
+                 before the checkpoint loses the gap; keep max_deliver well above \
+                 delivery.max_deliveries (counted: checkpoint_gaps_settled_unsigned_total)",
+                consumer.stream,
+                consumer.name
+            );
+        }
         let (ack_done_tx, ack_done_rx) = bounded::<()>(1);
         spawn("svc-ack", move || {
             ack.run();

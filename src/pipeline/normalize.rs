@@ -272,6 +272,7 @@ fn reason_counter<'c>(
         (mission::STAGE, "duplicate_key") => &c.mission_metadata_duplicate_key_total,
         (mission::STAGE, "not_object") => &c.mission_metadata_not_object_total,
         (mission::STAGE, "control_character") => &c.mission_metadata_control_character_total,
+        (mission::STAGE, "nul_character") => &c.mission_metadata_nul_character_total,
         (mission::STAGE, "too_deep") => &c.mission_metadata_too_deep_total,
         (mission::STAGE, "too_large") => &c.mission_metadata_too_large_total,
         (mission::STAGE, "missing_profile") => &c.mission_metadata_missing_profile_total,
@@ -555,7 +556,7 @@ mod tests {
             assert!(reason_counter(&c, stage, code).is_some(), "{stage}/{code}");
             n += 1;
         }
-        assert_eq!(n, 32);
+        assert_eq!(n, 33);
     }
 
     #[test]

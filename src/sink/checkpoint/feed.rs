@@ -29,6 +29,9 @@ pub struct Feed {
     pub(super) overflowed: Arc<AtomicBool>,
     pub dropped: AtomicU64,
     pub(super) signed_gaps: Arc<SignedGaps>,
+    /// True while the thread reads the store back (`Writer::rescan`): no checkpoint is cut
+    /// then, for as long as the read takes.
+    pub(super) rescanning: Arc<AtomicBool>,
 }
 
 impl Feed {
@@ -45,6 +48,12 @@ impl Feed {
     /// broker redelivers an unterminated one, and the restart's chain read back fills this).
     pub fn gap_signed(&self, o: &Origin, seq: u64) -> bool {
         self.signed_gaps.holds(o, seq)
+    }
+
+    /// Whether the thread is reading the store back now (no checkpoint is cut meanwhile: a
+    /// locked table or a store of millions of records makes that minutes; atk53b finding 4).
+    pub fn rescanning(&self) -> bool {
+        self.rescanning.load(Ordering::Relaxed)
     }
 }
 

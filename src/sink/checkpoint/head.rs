@@ -36,6 +36,18 @@ impl Head {
         }
     }
 
+    /// No checkpoint yet (an empty digest): written at a runner's first start, so a kill -9
+    /// between the first checkpoint's put and the head file's write finds a head the chain
+    /// extends by one, not a missing head file (which means lost: atk53b finding 3).
+    pub fn none_yet(runner_id: &str) -> Head {
+        Head::new(runner_id, 0, "")
+    }
+
+    /// Whether this is [`Head::none_yet`].
+    pub fn is_none_yet(&self) -> bool {
+        self.digest.is_empty()
+    }
+
     /// `RUNNER:INDEX:DIGEST`, as `svc verify-custody --head` takes it.
     pub fn arg(&self) -> String {
         format!("{}:{}:{}", self.runner_id, self.index, self.digest)

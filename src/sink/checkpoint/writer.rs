@@ -52,6 +52,8 @@ pub struct Writer {
     /// Gaps signed lately, shared with [`Feed::gap_signed`]: a message refused again on a
     /// later delivery is not listed again, and `svc-ack` terminates one only once it is here.
     signed_gaps: Arc<SignedGaps>,
+    /// Shared with [`Feed::rescanning`].
+    rescanning: Arc<AtomicBool>,
 }
 
 fn origin_of(b: &Body) -> Origin {
@@ -74,11 +76,13 @@ impl Writer {
         let (tx, rx) = bounded(FEED_CAPACITY);
         let overflowed = Arc::new(AtomicBool::new(false));
         let signed_gaps = Arc::new(SignedGaps::default());
+        let rescanning = Arc::new(AtomicBool::new(true));
         let feed = Feed {
             tx,
             overflowed: overflowed.clone(),
             dropped: AtomicU64::new(0),
             signed_gaps: Arc::clone(&signed_gaps),
+            rescanning: Arc::clone(&rescanning),
         };
         let w = Writer {
             store,
@@ -98,6 +102,7 @@ impl Writer {
             gaps: BTreeMap::new(),
             pending_count: 0,
             signed_gaps,
+            rescanning,
         };
         Ok((w, feed))
     }
@@ -134,6 +139,9 @@ impl Writer {
             check_suffix_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
         } else {
             check_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
+            if chain.is_empty() && stored.is_none() {
+                self.head_file.write(&Head::none_yet(&self.runner_id))?;
+            }
         }
         for v in &chain {
             // The gaps it signed: a gap found again at start (a dead letter read back) is not
@@ -269,6 +277,14 @@ impl Writer {
     /// record failing the seal is never signed (logged, counted; the audit reports it as in
     /// no checkpoint).
     pub fn rescan(&mut self) -> Result<(), String> {
+        self.rescanning.store(true, Ordering::Relaxed);
+        let done = self.read_back();
+        self.rescanning.store(false, Ordering::Relaxed);
+        done
+    }
+
+    /// [`Writer::rescan`]'s read.
+    fn read_back(&mut self) -> Result<(), String> {
         let trusted = self.trusted();
         let mut covered = BTreeSet::new();
         self.cover(self.store.chain(&self.runner_id)?, &trusted, &mut covered);
@@ -454,11 +470,7 @@ impl Writer {
         };
         let bytes = seal(&body, &leaves, &self.signer);
         if let Err(e) = self.store.put(&self.runner_id, body.index, &bytes) {
-            log::error!(
-                "custody checkpoint {} not written (kept for the next one): {e}",
-                body.index
-            );
-            return false;
+            return self.take_stored(o, body.index, &e);
         }
         let digest = checkpoint::body_digest(&body.encode());
         let head = Head::new(&self.runner_id, body.index, &digest);
@@ -491,6 +503,55 @@ impl Writer {
         self.signed_gaps.note(o, gaps.keys().copied());
         self.pending.remove(o);
         self.gaps.remove(o);
+        true
+    }
+
+    /// A put failed (`e`): the store may hold checkpoint `index` all the same (committed, its
+    /// answer lost: atk53b finding 2; every later cut of that index was refused as a duplicate,
+    /// for the rest of the run). One of this runner's, verified, continuing the chain's head,
+    /// of origin `o`, is taken as written: what it covers and lists leaves the pending, and the
+    /// rest waits for the next cut. True when so taken.
+    fn take_stored(&mut self, o: &Origin, index: u64, e: &str) -> bool {
+        let stored = self.store.get(&self.runner_id, index).ok().flatten();
+        let taken = stored.and_then(|text| checkpoint::verify(&text, &self.trusted()).ok());
+        let head = self.head.as_ref().map(|h| h.1.clone()).unwrap_or_default();
+        let Some(v) = taken.filter(|v| {
+            v.body.runner_id == self.runner_id
+                && v.body.index == index
+                && v.body.previous == head
+                && origin_of(&v.body) == *o
+        }) else {
+            log::error!("custody checkpoint {index} not written (kept for the next one): {e}");
+            return false;
+        };
+        log::warn!(
+            "custody checkpoint {index}: the store refused it ({e}) but holds this runner's \
+             checkpoint {index} continuing the chain (an earlier attempt whose answer was \
+             lost): taken as written"
+        );
+        let mut gone = 0;
+        if let Some(p) = self.pending.get_mut(o) {
+            gone += v.leaves.iter().filter(|l| p.remove(&l.0).is_some()).count();
+        }
+        if let Some(g) = self.gaps.get_mut(o) {
+            gone += v
+                .body
+                .gaps
+                .iter()
+                .filter(|x| g.remove(&x.0).is_some())
+                .count();
+        }
+        self.pending_count -= gone;
+        self.pending.retain(|_, p| !p.is_empty());
+        self.gaps.retain(|_, g| !g.is_empty());
+        let head = Head::new(&self.runner_id, index, &v.digest);
+        log::info!("custody checkpoint head {}", PeerText::new(&head.arg()));
+        if let Err(e) = self.head_file.write(&head) {
+            log::error!("custody checkpoint {index}: {e}");
+        }
+        self.head = Some((index, v.digest.clone()));
+        self.last_origin = Some(o.clone());
+        self.signed_gaps.note(o, v.body.gaps.iter().map(|g| g.0));
         true
     }
 }
@@ -630,6 +691,23 @@ fn check_head(
             PeerText::new(&h.runner_id),
             PeerText::new(runner_id)
         ));
+    }
+    if h.is_none_yet() {
+        // Written at the first start: checkpoint 0 may have been put before a kill -9 kept
+        // its head from the file; more than that is a chain the file never saw.
+        return match chain.get(1) {
+            None => Ok(()),
+            Some(_) => Err(format!(
+                "custody checkpoints: the sink holds a chain of runner {} up to checkpoint {} \
+                 but the head file {shown} says no checkpoint was cut yet: a head file put \
+                 back from before the chain cannot be told from a chain cut back. Check the \
+                 chain against the head last logged (svc verify-custody --public-key FILE \
+                 --head RUNNER:INDEX:DIGEST), then write that head to the file \
+                 (docs/payload-protection.md, \"Chain head\")",
+                PeerText::new(runner_id),
+                chain.last().map_or(0, |v| v.body.index)
+            )),
+        };
     }
     match chain.get(h.index as usize) {
         Some(v) if v.digest == h.digest => Ok(()),

@@ -120,7 +120,10 @@ impl CheckpointPut {
         // Only after the checkpoint before it, under the name and digest it links to: a chain
         // with a hole is never moved into the target (atk51b finding 2).
         match follows(store.as_ref(), cp.runner_id, cp.index, text) {
-            Ok(Follows::Stored) => return drained_again(spool, (&name, &at), cp),
+            Ok(Follows::Stored) => {
+                let end = self.target_end(store.as_ref(), cp.runner_id, cp.index, text);
+                return drained_again(spool, (&name, &at), cp, end);
+            }
             Ok(Follows::Yes) => {}
             Ok(Follows::No(why)) => {
                 log::error!(
@@ -152,7 +155,41 @@ impl CheckpointPut {
     fn check(&self, text: &str, sealed: bool) -> Result<(), Refused> {
         check(&self.trusted, text, sealed)
     }
+
+    /// The target's chain past a checkpoint it holds already (`text`, index `index`): each
+    /// next index the target holds that verifies under the drain's keys and links to the one
+    /// before, at most [`MAX_END_WALK`]; the last one's (index, text), `None` when there is
+    /// none past it or nothing can be verified (no keys). A spool restored from an older copy
+    /// and drained again then records the target's end as its drained head, not the copy's
+    /// (atk53a finding 4).
+    fn target_end(
+        &self,
+        store: &dyn CheckpointStore,
+        runner_id: &str,
+        index: u64,
+        text: &str,
+    ) -> Option<(u64, String)> {
+        let mut digest = checkpoint::verify(text, &self.trusted).ok()?.digest;
+        let mut end = None;
+        for next in index + 1..=index + MAX_END_WALK {
+            let Some(t) = store.get(runner_id, next).ok().flatten() else {
+                break;
+            };
+            let Ok(v) = checkpoint::verify(&t, &self.trusted) else {
+                break;
+            };
+            if v.body.runner_id != runner_id || v.body.previous != digest {
+                break;
+            }
+            digest = v.digest;
+            end = Some((next, t));
+        }
+        end
+    }
 }
+
+/// Checkpoints past one found stored already that the drain reads to find the target's end.
+const MAX_END_WALK: u64 = 1024;
 
 /// [`CheckpointPut::check`] with the given keys (also `svc spool set-aside`'s: which frames
 /// the drain would put).
@@ -190,27 +227,38 @@ fn drained(
 }
 
 /// A checkpoint the target held already (a step repeated after a crash, or a spool restored
-/// from an older copy and drained again): recorded as the drained head unless the one recorded
-/// is a later checkpoint of its runner, so the drained head never moves back (atk53a finding
-/// 4: a re-drained older copy left it behind the target and the head file, and a start that
-/// could not read the target was refused as TRUNCATED).
+/// from an older copy and drained again): the drained head becomes the target's end past it
+/// (`end`, when the target holds more of the chain), else it, unless the one recorded is a
+/// later checkpoint of its runner: the drained head never moves back (atk53a finding 4: a
+/// re-drained older copy left it behind the target and the head file, and a start that could
+/// not read the target was refused as TRUNCATED).
 fn drained_again(
     spool: &Spool,
     (name, at): (&str, &str),
     cp: super::codec::CheckpointBody<'_>,
+    end: Option<(u64, String)>,
 ) -> Result<Put, SpoolError> {
+    let index = end.as_ref().map_or(cp.index, |e| e.0);
     let later = spool
         .drained_head(cp.runner_id)
         .ok()
         .flatten()
         .and_then(|(_, text)| claimed(&text))
-        .is_some_and(|(runner, index)| {
-            runner == cp.runner_id && index.is_some_and(|i| i > cp.index)
-        });
+        .is_some_and(|(runner, i)| runner == cp.runner_id && i.is_some_and(|i| i > index));
     if later {
         return Ok(Put::Stored);
     }
-    drained(spool, (name, at), cp)
+    match &end {
+        Some((_, text)) => {
+            let body = super::codec::CheckpointBody {
+                runner_id: cp.runner_id,
+                index,
+                bytes: text.as_bytes(),
+            };
+            drained(spool, (name, at), body)
+        }
+        None => drained(spool, (name, at), cp),
+    }
 }
 
 /// Whether a checkpoint may be put into a store, by what the store holds.

@@ -1,0 +1,103 @@
+//! Sign first, settle last, within a budget: `svc-ack` acknowledges (after its dead letter) or
+//! terminates a message it gives up on only once a stored custody checkpoint lists its gap
+//! (`Feed::gap_signed`), so a kill -9 never leaves a settled message no checkpoint lists. The
+//! message is NAKed until then; it counts against the consumer's `max_ack_pending` meanwhile.
+//! While the checkpoint store cannot take a checkpoint (the sink's own store down beside the
+//! sink, behind a fallback spool: atk53b finding 1) the held messages would fill that limit
+//! and stall good messages too, and checkpoints must never hold delivery back: so at most
+//! [`Hold::budget`] messages are held at a time, and past it a message is settled unsigned,
+//! counted (`checkpoint_gaps_settled_unsigned_total`) and logged with its sequence, the log
+//! then its only evidence. Every delivery held is counted (`checkpoint_gap_waits_total`).
+//! Nor is a message held while the thread reads the store back at its start or after an
+//! overflow (no checkpoint is cut then, for as long as the read takes: atk53b finding 4), nor
+//! on the consumer's own last delivery (`max_deliver`: a NAK then is never answered, atk53b
+//! finding 6): settled unsigned, counted; its gap is told all the same and listed by the next
+//! cut, so only a kill -9 before that cut loses it.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+
+use crate::sink::checkpoint::{Feed, Origin};
+
+/// Messages held at most without a consumer limit to go by.
+pub const DEFAULT_BUDGET: usize = 1024;
+
+/// What to do with a message given up on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Its gap is signed (or no checkpoints are kept): settle it.
+    Now,
+    /// Not signed yet: NAK it, it comes back.
+    Wait,
+    /// Not signed, and the hold is full: settle it unsigned.
+    Unsigned,
+    /// Not signed, on the consumer's last delivery (its `max_deliver`): settle it unsigned.
+    Last,
+    /// Not signed, and the checkpoint thread reads the store back (no cut until it is done,
+    /// which can take minutes): settle it unsigned; its gap is listed right after the read
+    /// unless a kill -9 comes first.
+    Rescanning,
+}
+
+/// The messages given up on that wait for their checkpoint.
+pub struct Hold {
+    held: RefCell<HashSet<(Origin, u64)>>,
+    budget: usize,
+    /// The consumer's own `max_deliver`: a NAK of that delivery is never answered (atk53b
+    /// finding 6), so waiting gains nothing and the message is settled then (counted).
+    last_delivery: Option<u64>,
+}
+
+impl Hold {
+    /// Half the consumer's `max_ack_pending` (at least one), else [`DEFAULT_BUDGET`]: the
+    /// other half stays for messages that can be delivered. `consumer` is the consumer's
+    /// config as the broker gave it.
+    pub fn new(max_ack_pending: Option<u64>, consumer: &serde_json::Value) -> Hold {
+        let budget = max_ack_pending.map_or(DEFAULT_BUDGET, |m| (m / 2).max(1) as usize);
+        let last_delivery = consumer["max_deliver"].as_i64().filter(|m| *m > 0);
+        Hold {
+            held: RefCell::new(HashSet::new()),
+            budget,
+            last_delivery: last_delivery.map(|m| m as u64),
+        }
+    }
+
+    /// The consumer's `max_deliver`, when it has one.
+    pub fn last_delivery(&self) -> Option<u64> {
+        self.last_delivery
+    }
+
+    /// The most messages held at a time.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    /// Decides for the message at `at`, on its delivery `delivery` (see the module comment).
+    pub fn decide(&self, feed: &Feed, at: &(Origin, u64), delivery: u64) -> Settle {
+        let mut held = self.held.borrow_mut();
+        if feed.gap_signed(&at.0, at.1) {
+            held.remove(at);
+            return Settle::Now;
+        }
+        if self.last_delivery.is_some_and(|last| delivery >= last) {
+            held.remove(at);
+            return Settle::Last;
+        }
+        if feed.rescanning() {
+            held.remove(at);
+            return Settle::Rescanning;
+        }
+        if held.contains(at) {
+            return Settle::Wait;
+        }
+        if held.len() >= self.budget {
+            // Those signed since (a message the broker stopped delivering leaves its entry).
+            held.retain(|k| !feed.gap_signed(&k.0, k.1));
+        }
+        if held.len() >= self.budget {
+            return Settle::Unsigned;
+        }
+        held.insert(at.clone());
+        Settle::Wait
+    }
+}
