@@ -464,10 +464,22 @@ pub fn thread_cpu(pid: u32) -> Vec<(String, f64)> {
 }
 
 /// Starts `svc run <config>` with its log on this process's stderr. `SVC_BENCH_SVC=<path>`
-/// runs another build of svc instead (an A/B comparison of two commits in one bench run).
+/// runs another build of svc instead (an A/B comparison of two commits in one bench run);
+/// `SVC_BENCH_WRAPPER="valgrind --tool=callgrind"` runs it under that command (its rates are
+/// then the tool's; its instruction counts are what to read).
 pub fn spawn_svc_run(config: &std::path::Path) -> Child {
     let svc = std::env::var_os("SVC_BENCH_SVC").unwrap_or(env!("CARGO_BIN_EXE_svc").into());
-    Command::new(svc)
+    let wrapper = std::env::var("SVC_BENCH_WRAPPER").unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    let mut command = match words.next() {
+        Some(tool) => {
+            let mut c = Command::new(tool);
+            c.args(words).arg(svc);
+            c
+        }
+        None => Command::new(svc),
+    };
+    command
         .arg("run")
         .arg(config)
         .stdout(Stdio::null())

@@ -116,6 +116,88 @@ mod tests {
         }
     }
 
+    /// The tokens are found by a byte loop since h53http: every subject made of these tokens
+    /// (empty ones, signs, overflowing numbers, non-ASCII, 1 to 12 of them) parses as the
+    /// `str::split` version did.
+    #[test]
+    fn ack_subjects_parse_as_the_split_version_did() {
+        fn by_split(reply: &str) -> Option<AckSubject<'_>> {
+            let rest = reply.strip_prefix("$JS.ACK.")?;
+            let mut tokens: [&str; 9] = [""; 9];
+            let mut count = 0;
+            for token in rest.split('.') {
+                if count < tokens.len() {
+                    tokens[count] = token;
+                }
+                count += 1;
+            }
+            let t = match count {
+                7 => &tokens[..7],
+                n if n >= 9 => &tokens[2..9],
+                _ => return None,
+            };
+            if t[0].is_empty() || t[1].is_empty() {
+                return None;
+            }
+            Some(AckSubject {
+                stream: t[0],
+                consumer: t[1],
+                delivered: t[2].parse().ok()?,
+                stream_sequence: t[3].parse().ok()?,
+                consumer_sequence: t[4].parse().ok()?,
+                published_unix_nanos: t[5].parse::<i64>().ok()?.into(),
+                pending: t[6].parse().unwrap_or(0),
+            })
+        }
+        let pool = [
+            "",
+            "S",
+            "svc",
+            "1",
+            "+2",
+            "-3",
+            "07",
+            "18446744073709551616",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "é",
+            "x y",
+            "$JS",
+        ];
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut parsed = 0;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let n = 1 + (x % 12) as usize;
+            let tokens: Vec<&str> = (0..n)
+                .map(|i| {
+                    // Mostly numbers after the names, so many subjects parse.
+                    let pick = (x >> (5 * i % 59)) as usize;
+                    if (2..7).contains(&i) && pick % 3 > 0 {
+                        pool[3 + pick % 4]
+                    } else {
+                        pool[pick % pool.len()]
+                    }
+                })
+                .collect();
+            let reply = format!("$JS.ACK.{}", tokens.join("."));
+            assert_eq!(AckSubject::parse(&reply), by_split(&reply), "{reply}");
+            parsed += usize::from(by_split(&reply).is_some());
+        }
+        assert!(parsed > 1000, "{parsed} of the subjects parsed");
+        for odd in [
+            "$JS.ACK.",
+            "$JS.ACK",
+            "$JS.ACK..",
+            "$JS.ACK.a.b.1.2.3.4.",
+            "x",
+        ] {
+            assert_eq!(AckSubject::parse(odd), by_split(odd), "{odd}");
+        }
+    }
+
     #[test]
     fn ack_subjects_of_both_forms_parse() {
         let expected = AckSubject {

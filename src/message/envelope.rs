@@ -548,8 +548,19 @@ fn readable_alike(text: &str) -> bool {
 }
 
 /// How many of `bytes` are `wanted` (generic, so the test inlines and the loop vectorizes).
+/// Counted in bytes, 255 at most per chunk, then added up: a sum kept in a `usize` per byte
+/// vectorized two lanes at a time and cost about 5 instructions per payload byte, a byte
+/// counter sixteen (h53http, callgrind).
 fn count_bytes(bytes: &[u8], wanted: impl Fn(u8) -> bool) -> usize {
-    bytes.iter().map(|&b| usize::from(wanted(b))).sum()
+    bytes
+        .chunks(255)
+        .map(|chunk| {
+            let n = chunk
+                .iter()
+                .fold(0u8, |n, &b| n.wrapping_add(u8::from(wanted(b))));
+            usize::from(n)
+        })
+        .sum()
 }
 
 /// Length of the `\uXXXX` escape (or surrogate pair of two) at the start of `s`; `None` for
@@ -634,6 +645,25 @@ mod tests {
             ],
             ..RawMessage::sample("orders.created", 42, data)
         }
+    }
+
+    #[test]
+    fn bytes_are_counted_across_chunks_as_one_by_one() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut bytes = Vec::new();
+        for len in (0..2_000).step_by(7).chain([255, 256, 510, 511, 65_536]) {
+            bytes.clear();
+            for _ in 0..len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                bytes.push(if x % 3 == 0 { b'{' } else { x as u8 });
+            }
+            let wanted = |b: u8| (b == b'{') | (b == b'[');
+            let naive = bytes.iter().filter(|&&b| wanted(b)).count();
+            assert_eq!(count_bytes(&bytes, wanted), naive, "{len}");
+        }
+        assert_eq!(count_bytes(&[b'{'; 1_000], |b| b == b'{'), 1_000);
     }
 
     #[test]

@@ -17,6 +17,27 @@ use crate::message::envelope::{Envelope, PayloadFormat};
 /// `schema` of every record.
 pub const RECORD_SCHEMA: &str = "svc.file.message.v1";
 
+/// Bytes the record of `env` takes at most, give or take a few escapes: room to reserve so the
+/// buffer is not grown (and copied) while the record is written. The fixed part (member names,
+/// times, digest, numbers) is under 700 bytes.
+pub fn record_capacity(env: &Envelope) -> usize {
+    let m = &env.metadata;
+    768 + env.payload.json().len()
+        + env.subject.len()
+        + env.stream.len()
+        + env.stream_incarnation.len()
+        + env.consumer.len()
+        + env.message_id.as_ref().map_or(0, String::len)
+        + env.priority.len()
+        + env.classification.len()
+        + 2 * env.labels.len()
+        + 2 * env.labels_list.len()
+        + m.headers
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 6)
+            .sum::<usize>()
+}
+
 /// Appends the record of `env` to `buf` (no newline). On error `buf` is left as it was.
 pub fn encode_record(buf: &mut Vec<u8>, env: &Envelope) -> serde_json::Result<()> {
     let start = buf.len();
@@ -40,11 +61,11 @@ fn write_record(out: &mut Vec<u8>, e: &Envelope) -> serde_json::Result<()> {
         string(out, &e.stream_incarnation)?;
     }
     out.extend_from_slice(b",\"stream_sequence\":");
-    value(out, &e.stream_sequence)?;
+    number(out, e.stream_sequence);
     out.extend_from_slice(b",\"consumer\":");
     string(out, &e.consumer)?;
     out.extend_from_slice(b",\"consumer_sequence\":");
-    value(out, &e.consumer_sequence)?;
+    number(out, e.consumer_sequence);
     out.extend_from_slice(b",\"message_id\":");
     optional_string(out, e.message_id.as_deref())?;
     out.extend_from_slice(b",\"priority\":");
@@ -67,13 +88,13 @@ fn write_record(out: &mut Vec<u8>, e: &Envelope) -> serde_json::Result<()> {
     out.extend_from_slice(b",\"payload_info\":{\"original_format\":");
     string(out, format_name(info.original_format))?;
     out.extend_from_slice(b",\"wrapped\":");
-    value(out, &info.wrapped)?;
+    out.extend_from_slice(if info.wrapped { b"true" } else { b"false" });
     out.extend_from_slice(b",\"sha256\":");
     string(out, &info.sha256)?;
     out.extend_from_slice(b",\"size_bytes\":");
-    value(out, &info.size_bytes)?;
+    number(out, info.size_bytes);
     out.extend_from_slice(b"},\"security_labels\":");
-    value(out, &e.security_labels)?;
+    optional_value(out, e.security_labels.as_ref())?;
     // Present only when the mission metadata stage gave one (as `Serialize` skips `None`).
     if let Some(m) = &e.mission_metadata {
         out.extend_from_slice(b",\"mission_metadata\":");
@@ -95,7 +116,7 @@ fn write_record(out: &mut Vec<u8>, e: &Envelope) -> serde_json::Result<()> {
     out.extend_from_slice(b",\"event_time\":");
     optional_string(out, m.event_time.as_deref())?;
     out.extend_from_slice(b",\"delivery_count\":");
-    value(out, &m.delivery_count)?;
+    number(out, m.delivery_count);
     out.extend_from_slice(b",\"headers\":{");
     for (i, (name, header)) in m.headers.iter().enumerate() {
         if i > 0 {
@@ -106,7 +127,7 @@ fn write_record(out: &mut Vec<u8>, e: &Envelope) -> serde_json::Result<()> {
         string(out, header)?;
     }
     out.extend_from_slice(b"},\"security_labels\":");
-    value(out, &m.security_labels)?;
+    optional_value(out, m.security_labels.as_ref())?;
     out.extend_from_slice(b"}}");
     Ok(())
 }
@@ -121,7 +142,9 @@ fn format_name(f: PayloadFormat) -> &'static str {
 }
 
 /// A JSON string: copied whole between quotes when nothing in it needs escaping, otherwise
-/// escaped by serde_json (so both paths write what serde_json writes).
+/// escaped by serde_json (so both paths write what serde_json writes). Measured against
+/// `text::json::push_str` for these short strings (h53http): this is cheaper (148 against 183
+/// instructions per string under callgrind).
 fn string(out: &mut Vec<u8>, s: &str) -> serde_json::Result<()> {
     // Without an early exit the check compiles to a vectorized scan.
     let needs_escape = s.bytes().fold(false, |acc, b| {
@@ -147,7 +170,23 @@ fn optional_string(out: &mut Vec<u8>, s: Option<&str>) -> serde_json::Result<()>
     }
 }
 
-/// Anything else (numbers, booleans, the security label profile) as serde_json writes it.
+/// An unsigned number as serde_json writes it (its digits; no formatter machinery).
+fn number(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(crate::text::json::decimal(n, &mut [0; 20]).as_bytes());
+}
+
+/// `null`, or the value as serde_json writes it (the security label profile).
+fn optional_value<T: Serialize>(out: &mut Vec<u8>, v: Option<&T>) -> serde_json::Result<()> {
+    match v {
+        Some(v) => value(out, v),
+        None => {
+            out.extend_from_slice(b"null");
+            Ok(())
+        }
+    }
+}
+
+/// Anything else (the mission metadata, custody, a label profile) as serde_json writes it.
 fn value<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) -> serde_json::Result<()> {
     serde_json::to_writer(out, v)
 }

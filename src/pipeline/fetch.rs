@@ -207,6 +207,10 @@ struct Pulls {
     oversize: bool,
     /// When the stream's incarnation is read again before the next delivery passes on.
     incarnation_due: Instant,
+    /// The last plain subject found to match a configured pattern (empty: none yet): a
+    /// delivery on the same subject needs no pattern check (deliveries come in runs of one
+    /// subject; the two checks cost more than the rest of taking the delivery).
+    allowed_subject: String,
 }
 
 impl Fetcher {
@@ -268,6 +272,7 @@ impl Fetcher {
             paused_until: None,
             oversize: false,
             incarnation_due: Instant::now() + INCARNATION_RECHECK,
+            allowed_subject: String::new(),
         }
     }
 
@@ -643,12 +648,16 @@ impl Fetcher {
             // A subject with a wildcard or empty token (the broker stores such a publish), or
             // one the client could not read, matches no pattern: `svc-normalize` refuses it
             // with its reason, whatever the filter; only a plain subject tells of a filter.
-            let plain = raw.unreadable.is_none() && is_literal_subject(&raw.subject);
-            if p.batch.foreign.is_none()
-                && plain
-                && !self.subjects.iter().any(|s| s.matches(&raw.subject))
-            {
-                p.batch.foreign = Some(raw.subject.clone());
+            let readable = raw.unreadable.is_none();
+            let known = readable && !raw.subject.is_empty() && raw.subject == p.allowed_subject;
+            if p.batch.foreign.is_none() && !known && readable && is_literal_subject(&raw.subject) {
+                if self.subjects.iter().any(|s| s.matches(&raw.subject)) {
+                    // Kept in one buffer: no allocation when the subject changes.
+                    p.allowed_subject.clear();
+                    p.allowed_subject.push_str(&raw.subject);
+                } else {
+                    p.batch.foreign = Some(raw.subject.clone());
+                }
             }
             p.batch.since.get_or_insert(now);
             p.batch.messages.push((raw, now_unix_nanos()));

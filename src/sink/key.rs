@@ -68,7 +68,7 @@ pub fn safe_component(raw: &str) -> String {
 }
 
 /// [`safe_component`] appended to `out`.
-fn push_safe_component(out: &mut String, raw: &str) {
+pub fn push_safe_component(out: &mut String, raw: &str) {
     if raw.is_empty() {
         out.push('~');
         return;
@@ -90,13 +90,16 @@ fn push_safe_component(out: &mut String, raw: &str) {
 /// [`stream_place`](crate::message::envelope::stream_place) makes of the escaped stream, the
 /// escaped incarnation (left out when not known) and the sequence.
 fn push_stream_place(out: &mut String, env: &Envelope, sep: char) {
-    use std::fmt::Write as _;
     push_safe_component(out, &env.stream);
     if !env.stream_incarnation.is_empty() {
         out.push(sep);
         push_safe_component(out, &env.stream_incarnation);
     }
-    let _ = write!(out, "{sep}{}", env.stream_sequence);
+    out.push(sep);
+    out.push_str(crate::text::json::decimal(
+        env.stream_sequence,
+        &mut [0; 20],
+    ));
 }
 
 /// The `idempotency_key` strategy's key without its namespace: `s-<stream place>` when the

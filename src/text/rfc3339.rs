@@ -118,11 +118,28 @@ fn rfc3339(unix_nanos: i128) -> Rfc3339 {
     }
 }
 
-/// Writes the decimal digits of `n` into `field`, zero-padded to its width.
+/// `00` to `99`.
+const PAIRS: [[u8; 2]; 100] = {
+    let mut t = [[0u8; 2]; 100];
+    let mut i = 0;
+    while i < 100 {
+        t[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+        i += 1;
+    }
+    t
+};
+
+/// Writes the decimal digits of `n` into `field`, zero-padded to its width (the lowest
+/// digits when `n` has more), two digits per division.
 fn put_digits(field: &mut [u8], mut n: u32) {
-    for digit in field.iter_mut().rev() {
-        *digit = b'0' + (n % 10) as u8;
-        n /= 10;
+    let mut end = field.len();
+    while end >= 2 {
+        field[end - 2..end].copy_from_slice(&PAIRS[(n % 100) as usize]);
+        n /= 100;
+        end -= 2;
+    }
+    if end == 1 {
+        field[0] = b'0' + (n % 10) as u8;
     }
 }
 
@@ -161,6 +178,38 @@ pub fn parse_rfc3339_nanos(text: &str) -> Option<i128> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digits_by_pairs_are_digits_one_by_one() {
+        let one_by_one = |width: usize, mut n: u32| {
+            let mut field = vec![0u8; width];
+            for digit in field.iter_mut().rev() {
+                *digit = b'0' + (n % 10) as u8;
+                n /= 10;
+            }
+            field
+        };
+        for width in 1..=10 {
+            for n in [
+                0,
+                1,
+                9,
+                10,
+                99,
+                100,
+                999,
+                1_000,
+                2026,
+                59,
+                123_456_789,
+                u32::MAX,
+            ] {
+                let mut field = vec![0u8; width];
+                put_digits(&mut field, n);
+                assert_eq!(field, one_by_one(width, n), "{width} {n}");
+            }
+        }
+    }
 
     #[test]
     fn compact_stamps_keep_only_key_safe_characters() {

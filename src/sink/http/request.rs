@@ -11,10 +11,11 @@ use flate2::write::GzEncoder;
 
 use super::config::{Batching, BodyMode, HttpSinkConfig};
 use super::signature::Signer;
-use crate::message::envelope::{hex_sha256, stream_place, Envelope};
-use crate::message::record::encode_record;
-use crate::sink::key::safe_component;
+use crate::message::envelope::{hex_sha256, Envelope};
+use crate::message::record::{encode_record, record_capacity};
+use crate::sink::key::push_safe_component;
 use crate::sink::FailureClass;
+use crate::text::json::{decimal, push_str};
 use crate::text::secret_bytes::{wipe_string, SecretString};
 
 /// One message, encoded.
@@ -30,16 +31,21 @@ pub struct Record {
 
 /// The idempotency key of one message: stream and stream sequence identify it in JetStream
 /// whatever the delivery. The stream name is escaped to stay a plain header value.
+///
+/// `nats:` and what [`stream_place`](crate::message::envelope::stream_place) makes of the
+/// escaped stream, the incarnation and the sequence with `:`, written into one string (the
+/// `format!`s and their temporary strings cost more than the text, once per record).
 pub fn message_key(env: &Envelope) -> String {
-    format!(
-        "nats:{}",
-        stream_place(
-            &safe_component(&env.stream),
-            &env.stream_incarnation,
-            env.stream_sequence,
-            ":"
-        )
-    )
+    let mut key = String::with_capacity(32 + 3 * env.stream.len() + env.stream_incarnation.len());
+    key.push_str("nats:");
+    push_safe_component(&mut key, &env.stream);
+    if !env.stream_incarnation.is_empty() {
+        key.push(':');
+        key.push_str(&env.stream_incarnation);
+    }
+    key.push(':');
+    key.push_str(decimal(env.stream_sequence, &mut [0; 20]));
+    key
 }
 
 /// The key of a request of several records: a digest of their keys in order. A redelivered
@@ -60,7 +66,7 @@ pub fn batch_key(records: &[&Record]) -> String {
 /// Encodes one message. An error is permanent for this message alone, with its class.
 pub fn record(cfg: &HttpSinkConfig, env: &Envelope) -> Result<Record, (String, FailureClass)> {
     let key = message_key(env);
-    let mut bytes = Vec::with_capacity(512 + env.payload.json().len());
+    let mut bytes = Vec::with_capacity(32 + key.len() + record_capacity(env));
     let batched = cfg.batching != Batching::None;
     let encoded = match (cfg.body, batched) {
         (BodyMode::Envelope, false) => encode_record(&mut bytes, env),
@@ -68,7 +74,7 @@ pub fn record(cfg: &HttpSinkConfig, env: &Envelope) -> Result<Record, (String, F
             // `{"idempotency_key":"..."` then the record, whose opening brace becomes the
             // comma: one pass over the record, no second copy.
             bytes.extend_from_slice(b"{\"idempotency_key\":");
-            json_string(&mut bytes, &key);
+            push_str(&mut bytes, &key);
             let brace = bytes.len();
             let r = encode_record(&mut bytes, env);
             if r.is_ok() {
@@ -82,7 +88,7 @@ pub fn record(cfg: &HttpSinkConfig, env: &Envelope) -> Result<Record, (String, F
         }
         (BodyMode::Payload, true) => {
             bytes.extend_from_slice(b"{\"idempotency_key\":");
-            json_string(&mut bytes, &key);
+            push_str(&mut bytes, &key);
             bytes.extend_from_slice(b",\"payload\":");
             bytes.extend_from_slice(env.payload.json().as_bytes());
             bytes.push(b'}');
@@ -281,11 +287,6 @@ pub fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
     enc.finish()
 }
 
-fn json_string(out: &mut Vec<u8>, s: &str) {
-    // Writing a string into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, s);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,6 +352,30 @@ mod tests {
         assert_eq!(class, FailureClass::TooLarge);
         assert!(why.starts_with("nats:ORDERS:7: record is "), "{why}");
         assert!(!why.contains("xxxx"), "no payload in the reason: {why}");
+    }
+
+    #[test]
+    fn message_keys_are_what_the_formatted_keys_were() {
+        use crate::message::envelope::stream_place;
+        use crate::sink::key::safe_component;
+        let mut env = envelope(1, b"{}");
+        for stream in ["ORDERS", "a.b", ".x", "", "s p~é:", "\u{7f}\u{0}"] {
+            for incarnation in ["", "20261128T071943Z", "20261128T071943.123456789Z"] {
+                for seq in [0, 7, 42, 1_000_000, u64::MAX] {
+                    env.stream = stream.into();
+                    env.stream_incarnation = incarnation.into();
+                    env.stream_sequence = seq;
+                    let before = format!(
+                        "nats:{}",
+                        stream_place(&safe_component(stream), incarnation, seq, ":")
+                    );
+                    assert_eq!(message_key(&env), before);
+                    let mut bytes = Vec::new();
+                    push_str(&mut bytes, &before);
+                    assert_eq!(bytes, serde_json::to_vec(&before).unwrap());
+                }
+            }
+        }
     }
 
     #[test]

@@ -843,7 +843,9 @@ impl Client {
     /// Reads messages from the server and dispatches them to subscribers.
     fn dispatch(&self, mut reader: impl BufRead, connector: &mut Connector) -> io::Result<()> {
         // Handle operations received from the server.
-        while let Some(op) = proto::decode(&mut reader)? {
+        // One control-line buffer for the connection's life.
+        let mut line = Vec::with_capacity(256);
+        while let Some(op) = proto::decode_with(&mut reader, &mut line)? {
             // Inject random delays when testing.
             inject_delay();
 

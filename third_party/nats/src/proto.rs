@@ -91,12 +91,26 @@ fn invalid(what: &'static str) -> Error {
     Error::new(ErrorKind::InvalidInput, what)
 }
 
-/// The protocol's argument separators are ASCII space and tab only: a subject may hold any
-/// other byte (a non-breaking space in `orders.café menu` is not a separator).
-fn args(line: &[u8]) -> Vec<&[u8]> {
-    line.split(|b| *b == b' ' || *b == b'\t')
+/// Most arguments a control line that is read has (`HMSG` with a reply subject).
+const MAX_ARGS: usize = 6;
+
+/// The first [`MAX_ARGS`] arguments of a control line and how many it has in all (no list
+/// allocated per line: one per delivered message added up). The protocol's argument
+/// separators are ASCII space and tab only: a subject may hold any other byte (a non-breaking
+/// space in `orders.café menu` is not a separator).
+fn args(line: &[u8]) -> ([&[u8]; MAX_ARGS], usize) {
+    let mut out: [&[u8]; MAX_ARGS] = [&[]; MAX_ARGS];
+    let mut count = 0;
+    for arg in line
+        .split(|b| *b == b' ' || *b == b'\t')
         .filter(|a| !a.is_empty())
-        .collect()
+    {
+        if let Some(slot) = out.get_mut(count) {
+            *slot = arg;
+        }
+        count += 1;
+    }
+    (out, count)
 }
 
 fn number<T: FromStr>(arg: &[u8], what: &'static str) -> io::Result<T> {
@@ -122,14 +136,30 @@ fn subject_text(arg: &[u8], what: &'static str, unreadable: &mut Option<&'static
 /// If the connection is closed, `None` will be returned. A message whose subject, reply
 /// subject or headers cannot be read as this client reads them is still returned, marked
 /// `unreadable` with the reason: the connection is never dropped for what a publisher sent.
-pub(crate) fn decode(mut stream: impl BufRead) -> io::Result<Option<ServerOp>> {
+pub(crate) fn decode(stream: impl BufRead) -> io::Result<Option<ServerOp>> {
+    decode_with(stream, &mut Vec::with_capacity(256))
+}
+
+/// Largest control-line buffer [`decode_with`] keeps from one line to the next.
+const KEPT_LINE_CAPACITY: usize = 16 * 1024;
+
+/// [`decode`] with the control line read into `line` (cleared first): the client's reader
+/// keeps one buffer for every line rather than allocating one per delivered message.
+pub(crate) fn decode_with(
+    mut stream: impl BufRead,
+    line: &mut Vec<u8>,
+) -> io::Result<Option<ServerOp>> {
     // Inject random I/O failures when testing.
     inject_io_failure()?;
 
-    let mut line = Vec::with_capacity(256);
+    if line.capacity() > KEPT_LINE_CAPACITY {
+        // One long subject must not pin a megabyte for the connection's life.
+        *line = Vec::with_capacity(256);
+    }
+    line.clear();
     let read = (&mut stream)
         .take(MAX_CONTROL_LINE)
-        .read_until(b'\n', &mut line)?;
+        .read_until(b'\n', line)?;
     if read == 0 {
         // If zero bytes were read, the connection is closed.
         return Ok(None);
@@ -147,52 +177,53 @@ pub(crate) fn decode(mut stream: impl BufRead) -> io::Result<Option<ServerOp>> {
     while matches!(line.last(), Some(b'\n' | b'\r')) {
         line.pop();
     }
-    let arguments = args(&line);
-    let op = arguments
-        .first()
-        .map(|op| op.to_ascii_uppercase())
-        .unwrap_or_default();
+    let line: &[u8] = line;
+    let (arguments, count) = args(line);
+    // The operation's name, compared without case (no upper-cased copy per line).
+    let op = if count > 0 { arguments[0] } else { b"" };
+    let named = |name: &[u8]| op.eq_ignore_ascii_case(name);
+    let with_headers = named(b"HMSG");
 
-    match op.as_slice() {
-        b"PING" => return Ok(Some(ServerOp::Ping)),
-        b"PONG" => return Ok(Some(ServerOp::Pong)),
-        b"INFO" => {
+    match () {
+        _ if with_headers || named(b"MSG") => {}
+        _ if named(b"PING") => return Ok(Some(ServerOp::Ping)),
+        _ if named(b"PONG") => return Ok(Some(ServerOp::Pong)),
+        _ if named(b"INFO") => {
             // The handshake's bound holds for every INFO: a server's asynchronous INFO lines
             // (cluster changes) are as small as its first one.
             if line.len() >= crate::connector::MAX_INFO_LINE {
                 return Err(invalid("server info exceeded 64 KiB"));
             }
-            let text = str::from_utf8(&line).map_err(|_| invalid("server info is not UTF-8"))?;
+            let text = str::from_utf8(line).map_err(|_| invalid("server info is not UTF-8"))?;
             // Parse the JSON-formatted server information.
             let server_info = ServerInfo::parse(text["INFO".len()..].trim_start())
                 .ok_or_else(|| invalid("cannot parse server info"))?;
             return Ok(Some(ServerOp::Info(server_info)));
         }
-        b"MSG" | b"HMSG" => {}
-        b"-ERR" => {
+        _ if named(b"-ERR") => {
             // Extract the message argument (the server's text, shown escaped by callers).
-            let text = String::from_utf8_lossy(&line);
+            let text = String::from_utf8_lossy(line);
             let msg = text["-ERR".len()..].trim().trim_matches('\'').to_string();
             return Ok(Some(ServerOp::Err(msg)));
         }
         _ => {
             return Ok(Some(ServerOp::Unknown(
-                String::from_utf8_lossy(&line).into_owned(),
+                String::from_utf8_lossy(line).into_owned(),
             )))
         }
     }
 
     // `MSG <subject> <sid> [reply-to] <#bytes>` or
     // `HMSG <subject> <sid> [reply-to] <# header bytes> <# total bytes>`
-    let with_headers = op.as_slice() == b"HMSG";
     let fixed = if with_headers { 5 } else { 4 };
-    let (subject, sid, reply_to, sizes) = match arguments.len() {
-        n if n == fixed => (arguments[1], arguments[2], None, &arguments[3..]),
+    // Invariant: `count` is at most `fixed + 1` <= MAX_ARGS below, so every argument is held.
+    let (subject, sid, reply_to, sizes) = match count {
+        n if n == fixed => (arguments[1], arguments[2], None, &arguments[3..n]),
         n if n == fixed + 1 => (
             arguments[1],
             arguments[2],
             Some(arguments[3]),
-            &arguments[4..],
+            &arguments[4..n],
         ),
         _ => return Err(invalid("invalid number of arguments after MSG or HMSG")),
     };
