@@ -60,6 +60,7 @@ mod atk52b;
 mod atk52c;
 mod atk53a;
 mod atk53b;
+mod atk53c;
 mod aws_credentials;
 mod broker_auth_tls;
 mod clean_stop;

@@ -1,0 +1,126 @@
+//! atk53c: attacks on the newest fixes (13fa40d): the hold budget (`pipeline/gap_hold.rs`),
+//! `Writer::take_stored`, the "no checkpoint yet" head file (`Head::none_yet`) and the drain's
+//! `target_end`.
+//!
+//! `found_...`: a finding's reproduction; it fails on 13fa40d/5417255 and says what it
+//! expected. `held_...`: an attack that held (these pass).
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::atk50b::{edge, out, wait_until_either};
+use crate::custody_checkpoints::{publish_range, wait_acked, Case};
+use crate::support::protection::*;
+
+/// The target's checkpoint store out of reach (a plain file at its directory's name); as
+/// atk53a's.
+fn target_unreadable(c: &Case) {
+    let store = out(c).join(".svc-checkpoints");
+    let aside = c.dir.path().join("checkpoints-aside");
+    if store.exists() {
+        std::fs::rename(&store, &aside).unwrap();
+    } else {
+        std::fs::create_dir(&aside).unwrap();
+    }
+    std::fs::write(&store, b"not a directory").unwrap();
+}
+
+/// Runs the runner of `cfg` over `from..=to` and stops it with TERM.
+fn run(c: &Case, cfg: &Path, (from, to): (u64, u64), log: &str) {
+    let mut runner = start_runner(cfg, &c.dir.path().join(log));
+    publish_range(&c.server, from, to);
+    wait_acked(&c.server, to);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+}
+
+/// A start of the runner of `cfg`: (bound, log).
+fn start_once(c: &Case, cfg: &Path, log: &str) -> (bool, String) {
+    let mut runner = start_runner(cfg, &c.dir.path().join(log));
+    let started = wait_until_either(&mut runner);
+    if started {
+        runner.signal("TERM");
+        runner.wait_timeout(Duration::from_secs(30));
+    }
+    (started, runner.log_text())
+}
+
+fn head_file(c: &Case) -> std::path::PathBuf {
+    c.dir.path().join("c.json.custody-head")
+}
+
+fn refusal(log: &str) -> String {
+    log.lines()
+        .filter(|l| l.contains("custody checkpoints"))
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// FOUND (class 11/12: an operator's ordinary restart; severity medium: an edge site cannot
+/// start without its downstream, the one thing its spool is for). The first start of a runner
+/// whose spool sink's target can be read writes the "no checkpoint yet" head file
+/// (`Head::none_yet`, 13fa40d). Stopped before its first checkpoint (no traffic yet) and
+/// started again while the target cannot be read, the start goes the suffix way
+/// (`check_drained` -> `drained::check_without`): the spool holds no checkpoint and a head file
+/// exists, so it refuses: "the spool holds no checkpoint of this runner (drained) ... start
+/// again once the target can be read". Nothing was ever drained nor cut: before 13fa40d (no
+/// head file) this start went on. Expected: a none-yet head beside an empty chain starts
+/// (smallest fix: `check_without` and `check_suffix_head` treat `stored.is_none_yet()` as no
+/// head file, i.e. `stored.filter(|h| !h.is_none_yet())`).
+#[test]
+fn found_a_none_yet_head_file_keeps_an_edge_spool_from_starting_while_its_target_is_down() {
+    let c = edge(3);
+    let (started, log) = start_once(&c, &c.cfg, "svc1.log");
+    assert!(started, "first start: {log}");
+    let head = std::fs::read_to_string(head_file(&c)).unwrap_or_default();
+    eprintln!("atk53c: the head file after a first start with no traffic: {head}");
+    target_unreadable(&c);
+    let (started, log) = start_once(&c, &c.cfg, "svc2.log");
+    eprintln!(
+        "atk53c: restart with the target down, no checkpoint ever cut: started {started}; {}",
+        refusal(&log)
+    );
+    assert!(
+        started,
+        "a runner that never cut a checkpoint was REFUSED a start while its spool's target is \
+         down (none-yet head file {head}): {}",
+        refusal(&log)
+    );
+}
+
+/// FOUND (class 1, a crash at the worst moment; severity medium: atk53b finding 3 again, for
+/// a spool sink). The none-yet head file exists so that a kill -9 between the first
+/// checkpoint's put and the head file's write (head file still none-yet, checkpoint 0 stored)
+/// starts again. With a spool sink whose target cannot be read at that restart, the start goes
+/// `check_suffix_head`, which compares the none-yet head (index 0, digest "") to the spool's
+/// checkpoint 0 as any head: "holds another checkpoint 0", refused until the target is back or
+/// an operator writes the head file by hand. The crash is reproduced by its result: the
+/// none-yet head file of the first start put back after checkpoint 0 was cut into the spool
+/// (exactly what the kill -9 leaves). Expected: the start goes on (the chain extends the
+/// none-yet head by checkpoint 0; fix: in `check_suffix_head`, a none-yet head takes a
+/// suffix beginning at checkpoint 0 with previous "", as `check_head` does).
+#[test]
+fn found_a_kill_9_before_the_first_head_file_of_a_spool_sink_refuses_while_its_target_is_down()
+{
+    let c = edge(3);
+    let (started, log) = start_once(&c, &c.cfg, "svc1.log");
+    assert!(started, "first start: {log}");
+    let none_yet = std::fs::read(head_file(&c)).unwrap();
+    run(&c, &c.cfg, (1, 3), "svc2.log");
+    let cut = std::fs::read_to_string(head_file(&c)).unwrap();
+    eprintln!("atk53c: head after checkpoint 0 was cut into the spool: {cut}");
+    std::fs::write(head_file(&c), &none_yet).unwrap();
+    target_unreadable(&c);
+    let (started, log) = start_once(&c, &c.cfg, "svc3.log");
+    eprintln!(
+        "atk53c: restart after the simulated kill -9 (checkpoint 0 in the spool, head file \
+         none-yet), target down: started {started}; {}",
+        refusal(&log)
+    );
+    assert!(
+        started,
+        "the crash the none-yet head file is for (kill -9 between checkpoint 0's put and the \
+         head file's write) REFUSES the start of a spool sink whose target is down: {}",
+        refusal(&log)
+    );
+}
