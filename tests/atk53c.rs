@@ -124,3 +124,71 @@ fn found_a_kill_9_before_the_first_head_file_of_a_spool_sink_refuses_while_its_t
         refusal(&log)
     );
 }
+
+/// A file sink with checkpoints (every 100 records), a pre-sink size limit of 20 bytes, a DLQ
+/// on stream `DLQ` with a duplicate window of `window_ns`, a NAK backoff of 100 ms.
+fn dlq_case(window_ns: i64) -> Case {
+    let c = crate::custody_checkpoints::case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            serde_json::json!({"type": "file", "directory": dir.join("out")})
+        },
+        serde_json::json!({"size_policy": {"enabled": true, "max_payload_bytes": 20},
+               "dead_letter": {"enabled": true, "subject": DLQ_SUBJECT,
+                               "expected_stream": "DLQ", "publish_timeout_ms": 1000},
+               "delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                            "jitter": "none"}}}),
+    );
+    let mut dlq = crate::support::broker::stream_config("DLQ", &[DLQ_SUBJECT]);
+    dlq.duplicate_window = window_ns;
+    c.server.js().add_stream(dlq).unwrap();
+    c
+}
+
+/// FOUND (class 7/12, ids that repeat; severity medium: the DLQ is the record of what was
+/// given up on, and its readers, replays and `svc dlq redrive` see a message dead-lettered
+/// several times; `messages_dlq_total` counts each copy). Sign first, settle last NAKs a
+/// dead-lettered message until a checkpoint lists its gap, and each redelivery publishes its
+/// dead letter again, relying on the DLQ stream's duplicate window (`Nats-Msg-Id`) to drop the
+/// copy. The window is the stream's setting (2 minutes by default; nothing checks it), the
+/// hold lasts as long as the checkpoint store fails: every window that passes while the
+/// message is held adds one more copy. Here: the checkpoint store broken (a file planted at
+/// `.svc-checkpoints`, as atk53b's), a DLQ stream with a 1 s window, one refused message held
+/// 6 s: several dead letters of one message. Expected: one (smallest fix: in
+/// `AckWorker::rejected`, a message the hold holds already (its dead letter confirmed in this
+/// run) is not published again; `Hold` keeps what it needs; or refuse/warn at the start of a
+/// DLQ stream whose duplicate window is shorter than the hold can last).
+#[test]
+fn found_a_dead_letter_held_for_its_checkpoint_is_stored_again_each_duplicate_window() {
+    let c = dlq_case(1_000_000_000);
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    std::fs::write(out.join(".svc-checkpoints"), b"planted").unwrap();
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    crate::support::wait_until(Duration::from_secs(60), "a dead letter", || {
+        c.server.stream_messages("DLQ") >= 1
+    });
+    std::thread::sleep(Duration::from_secs(6));
+    let while_held = c.server.stream_messages("DLQ");
+    std::fs::remove_file(out.join(".svc-checkpoints")).unwrap();
+    wait_acked(&c.server, 2);
+    let after = c.server.stream_messages("DLQ");
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    eprintln!(
+        "atk53c dlq: one refused message, checkpoint store broken about 6 s, DLQ duplicate \
+         window 1 s: {while_held} dead letters while held, {after} once acked"
+    );
+    assert_eq!(
+        after, 1,
+        "one message given up on was dead-lettered {after} times while held for its checkpoint"
+    );
+}
