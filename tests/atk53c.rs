@@ -65,8 +65,10 @@ fn refusal(log: &str) -> String {
 /// exists, so it refuses: "the spool holds no checkpoint of this runner (drained) ... start
 /// again once the target can be read". Nothing was ever drained nor cut: before 13fa40d (no
 /// head file) this start went on. Expected: a none-yet head beside an empty chain starts
-/// (smallest fix: `check_without` and `check_suffix_head` treat `stored.is_none_yet()` as no
-/// head file, i.e. `stored.filter(|h| !h.is_none_yet())`).
+/// (smallest fix: in `Writer::check_drained`, with `DrainedHead::None` (nothing ever drained
+/// by this version) pass `stored.filter(|h| !h.is_none_yet())` to `check_without`; NOT for
+/// `DrainedHead::Unvouched`: there a none-yet head must refuse as a missing one does (atk53a
+/// finding 3), since the drain may have put checkpoint 0 into the target already).
 #[test]
 fn found_a_none_yet_head_file_keeps_an_edge_spool_from_starting_while_its_target_is_down() {
     let c = edge(3);
@@ -100,8 +102,7 @@ fn found_a_none_yet_head_file_keeps_an_edge_spool_from_starting_while_its_target
 /// none-yet head by checkpoint 0; fix: in `check_suffix_head`, a none-yet head takes a
 /// suffix beginning at checkpoint 0 with previous "", as `check_head` does).
 #[test]
-fn found_a_kill_9_before_the_first_head_file_of_a_spool_sink_refuses_while_its_target_is_down()
-{
+fn found_a_kill_9_before_the_first_head_file_of_a_spool_sink_refuses_while_its_target_is_down() {
     let c = edge(3);
     let (started, log) = start_once(&c, &c.cfg, "svc1.log");
     assert!(started, "first start: {log}");
@@ -190,5 +191,97 @@ fn found_a_dead_letter_held_for_its_checkpoint_is_stored_again_each_duplicate_wi
     assert_eq!(
         after, 1,
         "one message given up on was dead-lettered {after} times while held for its checkpoint"
+    );
+}
+
+/// FOUND (class 1 made by a publisher; severity medium: the audit's one guarantee, every
+/// sequence a record or a listed gap, lost without any fault of the checkpoint store). The
+/// hold budget (half the consumer's `max_ack_pending`) is meant for a failing checkpoint
+/// store, but a gap waits up to `GAP_WAIT` (1 s) for its checkpoint even when the store is
+/// healthy: a publisher sending more refused messages in that second than the budget settles
+/// the rest unsigned ("this line is its only record"), and a kill -9 before the next cut
+/// loses their gaps for good, and `svc verify-custody` still says COMPLETE (a sequence in no
+/// checkpoint at all, neither record nor gap, is invisible to it). Measured: 200 refused, 64
+/// settled unsigned before the kill -9, the audit lists 136 gaps and says COMPLETE. Here: a file
+/// sink refusing records over 2048 bytes (no DLQ, `max_deliveries` 2), `max_ack_pending` 64
+/// (budget 32), 200 refused messages published at once, kill -9 at the first unsigned
+/// settlement (150 ms later), a restart to settle the rest, then the audit. Expected: all 200
+/// listed as gaps (smallest
+/// fix: while the store is healthy, i.e. the last put succeeded, cut at once when the hold is
+/// full instead of settling unsigned: `Hold::decide` returns `Wait` and the writer is nudged
+/// (a `Feed` flag checked like `overflowed`); the budget's unsigned settlement only after a
+/// put failed).
+#[test]
+fn found_a_flood_of_refusals_past_the_hold_budget_lets_a_kill_9_lose_their_gaps() {
+    let cc = crate::support::broker::durable_config(
+        crate::support::protection::CONSUMER,
+        "orders.>",
+        Duration::from_secs(30),
+        64,
+    );
+    let c = {
+        let c = crate::custody_checkpoints::case_with(
+            100,
+            |dir| {
+                std::fs::create_dir(dir.join("out")).unwrap();
+                serde_json::json!({"type": "file", "directory": dir.join("out"),
+                                   "max_record_bytes": 2048})
+            },
+            serde_json::json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                                "max_in_flight_batches": 2, "sink_workers": 1,
+                                "shutdown_timeout_seconds": 10, "max_deliveries": 2,
+                                "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                                "jitter": "none"}}}),
+        );
+        let js = c.server.js();
+        js.delete_consumer(
+            crate::support::protection::STREAM,
+            &cc.durable_name.clone().unwrap(),
+        )
+        .unwrap();
+        js.add_consumer(crate::support::protection::STREAM, cc)
+            .unwrap();
+        c
+    };
+    let n = 200;
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4000));
+    for _ in 0..n {
+        c.server
+            .publish_with_headers("orders.big", &[], big.as_bytes());
+    }
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    crate::support::wait_until(Duration::from_secs(120), "an unsigned settlement", || {
+        runner
+            .log_text()
+            .contains("settled before a custody checkpoint listed it")
+    });
+    // Its +TERM sent (the batch's verbs go out together), well before the next cut (1 s).
+    std::thread::sleep(Duration::from_millis(150));
+    runner.sigkill();
+    let unsigned = runner
+        .log_text()
+        .matches("settled before a custody checkpoint listed it")
+        .count();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    wait_acked(&c.server, n);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    let summary: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .rev()
+        .take(6)
+        .collect();
+    eprintln!(
+        "atk53c flood: {n} refused messages, max_ack_pending 64 (budget 32), healthy store: \
+         {unsigned} settled unsigned before the kill -9; verify-custody exit {code}: {}",
+        summary.join(" | ")
+    );
+    assert!(
+        text.contains(&format!(" {n} runner-caused gaps")),
+        "after a publisher's flood of refusals and a kill -9, {unsigned} messages were settled \
+         unsigned and the audit does not list all {n} sequences as gaps (and still says \
+         COMPLETE: it cannot see a sequence that is in no checkpoint at all): {text}"
     );
 }
