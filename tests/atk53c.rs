@@ -236,7 +236,7 @@ fn found_a_flood_of_refusals_past_the_hold_budget_lets_a_kill_9_lose_their_gaps(
         let js = c.server.js();
         js.delete_consumer(
             crate::support::protection::STREAM,
-            &cc.durable_name.clone().unwrap(),
+            crate::support::protection::CONSUMER,
         )
         .unwrap();
         js.add_consumer(crate::support::protection::STREAM, cc)
