@@ -5,7 +5,8 @@
 //! While the checkpoint store cannot take a checkpoint (the sink's own store down beside the
 //! sink, behind a fallback spool: atk53b finding 1) the held messages would fill that limit
 //! and stall good messages too, and checkpoints must never hold delivery back: so at most
-//! [`Hold::budget`] messages are held at a time, and past it a message is settled unsigned,
+//! [`Hold::budget`] messages are held at a time, and past it, while the store fails, a message
+//! is settled unsigned,
 //! counted (`checkpoint_gaps_settled_unsigned_total`) and logged with its sequence, the log
 //! then its only evidence. Every delivery held is counted (`checkpoint_gap_waits_total`).
 //! Nor is a message held while the thread reads the store back at its start or after an
@@ -72,6 +73,12 @@ impl Hold {
         self.budget
     }
 
+    /// Whether the message at `at` is held (its dead letter confirmed in this run: not
+    /// published again on each redelivery, atk53c finding 3).
+    pub fn holds(&self, at: &(Origin, u64)) -> bool {
+        self.held.borrow().contains(at)
+    }
+
     /// Decides for the message at `at`, on its delivery `delivery` (see the module comment).
     pub fn decide(&self, feed: &Feed, at: &(Origin, u64), delivery: u64) -> Settle {
         let mut held = self.held.borrow_mut();
@@ -94,7 +101,9 @@ impl Hold {
             // Those signed since (a message the broker stopped delivering leaves its entry).
             held.retain(|k| !feed.gap_signed(&k.0, k.1));
         }
-        if held.len() >= self.budget {
+        // Past the budget only while the store fails: a healthy one cuts within a second, and
+        // a publisher's flood of refusals must not open the window (atk53c finding 4).
+        if held.len() >= self.budget && feed.store_failing() {
             return Settle::Unsigned;
         }
         held.insert(at.clone());

@@ -32,6 +32,8 @@ pub struct Feed {
     /// True while the thread reads the store back (`Writer::rescan`): no checkpoint is cut
     /// then, for as long as the read takes.
     pub(super) rescanning: Arc<AtomicBool>,
+    /// True while the last checkpoint could not be stored.
+    pub(super) failing: Arc<AtomicBool>,
 }
 
 impl Feed {
@@ -54,6 +56,11 @@ impl Feed {
     /// locked table or a store of millions of records makes that minutes; atk53b finding 4).
     pub fn rescanning(&self) -> bool {
         self.rescanning.load(Ordering::Relaxed)
+    }
+
+    /// Whether the last checkpoint could not be stored (the store failing).
+    pub fn store_failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
     }
 }
 

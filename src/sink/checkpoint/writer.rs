@@ -54,6 +54,8 @@ pub struct Writer {
     signed_gaps: Arc<SignedGaps>,
     /// Shared with [`Feed::rescanning`].
     rescanning: Arc<AtomicBool>,
+    /// Shared with [`Feed::store_failing`]: the last checkpoint could not be stored.
+    failing: Arc<AtomicBool>,
 }
 
 fn origin_of(b: &Body) -> Origin {
@@ -77,12 +79,14 @@ impl Writer {
         let overflowed = Arc::new(AtomicBool::new(false));
         let signed_gaps = Arc::new(SignedGaps::default());
         let rescanning = Arc::new(AtomicBool::new(true));
+        let failing = Arc::new(AtomicBool::new(false));
         let feed = Feed {
             tx,
             overflowed: overflowed.clone(),
             dropped: AtomicU64::new(0),
             signed_gaps: Arc::clone(&signed_gaps),
             rescanning: Arc::clone(&rescanning),
+            failing: Arc::clone(&failing),
         };
         let w = Writer {
             store,
@@ -103,6 +107,7 @@ impl Writer {
             pending_count: 0,
             signed_gaps,
             rescanning,
+            failing,
         };
         Ok((w, feed))
     }
@@ -195,7 +200,9 @@ impl Writer {
         })?;
         let recorded = match recorded {
             DrainedHead::Vouched(r) => r,
-            DrainedHead::Unvouched(file) if chain.is_empty() && stored.is_none() => {
+            DrainedHead::Unvouched(file)
+                if chain.is_empty() && stored.is_none_or(|h| h.is_none_yet()) =>
+            {
                 // A drain put checkpoints into the target, the spool holds none, and no head
                 // file says where the chain ended (a config renamed or moved: the head file
                 // is named after it): a start here would sign a second checkpoint 0, a fork
@@ -212,8 +219,10 @@ impl Writer {
                     PeerText::new(unread)
                 ));
             }
+            // A none-yet head file says nothing was cut (atk53c finding 1).
             DrainedHead::None | DrainedHead::Unvouched(_) => {
-                return super::drained::check_without(chain, unread, stored)
+                let cut = stored.filter(|h| !h.is_none_yet());
+                return super::drained::check_without(chain, unread, cut);
             }
         };
         let v = super::drained::check(chain, &recorded, &self.trusted(), &self.runner_id)?;
@@ -470,8 +479,11 @@ impl Writer {
         };
         let bytes = seal(&body, &leaves, &self.signer);
         if let Err(e) = self.store.put(&self.runner_id, body.index, &bytes) {
-            return self.take_stored(o, body.index, &e);
+            let taken = self.take_stored(o, body.index, &e);
+            self.failing.store(!taken, Ordering::Relaxed);
+            return taken;
         }
+        self.failing.store(false, Ordering::Relaxed);
         let digest = checkpoint::body_digest(&body.encode());
         let head = Head::new(&self.runner_id, body.index, &digest);
         if self.last_origin.as_ref().is_some_and(|l| l != o) {
@@ -623,6 +635,26 @@ fn check_suffix_head(
     let Some(h) = stored.filter(|h| h.runner_id == runner_id) else {
         return check_head(chain, stored, runner_id, file);
     };
+    if h.is_none_yet() {
+        // Nothing cut, or checkpoint 0 cut before a kill -9 kept it from the file (atk53c
+        // finding 2): a suffix from checkpoint 0 of at most that one extends it.
+        let from_zero = chain
+            .first()
+            .is_none_or(|f| f.body.index == 0 && f.body.previous.is_empty());
+        if from_zero && chain.len() <= 1 {
+            return Ok(());
+        }
+        return Err(format!(
+            "custody checkpoints: the spool's chain of runner {} (checkpoints {} to {}) is not \
+             one the head file {} saw: it says no checkpoint was cut yet; audit with svc \
+             verify-custody --public-key FILE --head RUNNER:INDEX:DIGEST, then write that head \
+             to the file",
+            PeerText::new(runner_id),
+            chain.first().map_or(0, |v| v.body.index),
+            chain.last().map_or(0, |v| v.body.index),
+            shown_path(&file.path)
+        ));
+    }
     let Some(first) = chain.first() else {
         return Ok(()); // every checkpoint drained to the target
     };
