@@ -624,25 +624,12 @@ fn held_a_drain_killed_at_each_rename_leaves_a_chain_the_start_takes() {
 /// HELD (class 1, a crash at the worst moment). No DLQ, `max_deliveries: 2`: message 2 is
 /// over the file sink's `max_record_bytes`, NAKed, then terminated and listed as a `terminated`
 /// gap; a kill -9 right after the broker shows it settled. `svc-ack` signs first and settles
-/// last (`Acker::signed`: the `+TERM` waits for a stored checkpoint listing the gap), so after
-/// the restart `svc verify-custody` says `3 records intact, ..., 1 runner-caused gaps:
-/// COMPLETE`. (docs/payload-protection.md, "Not covered: a message terminated without a DLQ
-/// ... reads as neither covered nor a gap", and the module comment of
-/// `src/pipeline/gap_rescan.rs` still say it is lost: out of date.)
+/// last (`AckWorker::signed`: the `+TERM` waits for a stored checkpoint listing the gap), so
+/// after the restart `svc verify-custody` says `3 records intact, ..., 1 runner-caused gaps:
+/// COMPLETE`.
 #[test]
 fn held_a_message_terminated_without_a_dlq_then_a_kill_9_is_a_listed_gap() {
-    let c = case_with(
-        100,
-        |dir| {
-            std::fs::create_dir(dir.join("out")).unwrap();
-            json!({"type": "file", "directory": dir.join("out"), "max_record_bytes": 2048})
-        },
-        json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
-                            "max_in_flight_batches": 2, "sink_workers": 1,
-                            "shutdown_timeout_seconds": 10, "max_deliveries": 2,
-                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
-                                            "jitter": "none"}}}),
-    );
+    let c = crate::custody_checkpoints::refusing_case(100);
     let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
     publish_range(&c.server, 1, 1);
     let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4000));

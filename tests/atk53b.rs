@@ -297,19 +297,8 @@ fn found_a_kill_9_before_the_first_head_file_keeps_the_runner_from_starting_agai
 
 /// File sink with checkpoints, a record limit of 2048 bytes (the sink refuses a bigger one for
 /// good), no DLQ, `max_deliveries` 2; `consumer` replaces the test consumer.
-fn file_case(consumer: Option<nats::jetstream::ConsumerConfig>) -> Case {
-    let c = case_with(
-        100,
-        |dir| {
-            std::fs::create_dir(dir.join("out")).unwrap();
-            json!({"type": "file", "directory": dir.join("out"), "max_record_bytes": 2048})
-        },
-        json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
-                            "max_in_flight_batches": 2, "sink_workers": 1,
-                            "shutdown_timeout_seconds": 10, "max_deliveries": 2,
-                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
-                                            "jitter": "none"}}}),
-    );
+pub(crate) fn file_case(consumer: Option<nats::jetstream::ConsumerConfig>) -> Case {
+    let c = crate::custody_checkpoints::refusing_case(100);
     if let Some(cc) = consumer {
         let js = c.server.js();
         js.delete_consumer(STREAM, CONSUMER).unwrap();
@@ -453,18 +442,7 @@ fn gaps_by_incarnation(out: &Path) -> Vec<(String, Value)> {
 /// terminates the message on its next delivery, without listing it a second time.
 #[test]
 fn held_a_kill_9_after_the_gap_is_signed_before_the_term_terminates_it_once_listed() {
-    let c = case_with(
-        100,
-        |dir| {
-            std::fs::create_dir(dir.join("out")).unwrap();
-            json!({"type": "file", "directory": dir.join("out"), "max_record_bytes": 2048})
-        },
-        json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
-                            "max_in_flight_batches": 2, "sink_workers": 1,
-                            "shutdown_timeout_seconds": 10, "max_deliveries": 2,
-                            "nak_backoff": {"mode": "fixed", "initial_ms": 5000,
-                                            "jitter": "none"}}}),
-    );
+    let c = crate::custody_checkpoints::refusing_case(5000);
     let out = c.dir.path().join("out");
     let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
     publish_range(&c.server, 1, 1);

@@ -219,30 +219,8 @@ fn found_a_flood_of_refusals_past_the_hold_budget_lets_a_kill_9_lose_their_gaps(
         Duration::from_secs(30),
         64,
     );
-    let c = {
-        let c = crate::custody_checkpoints::case_with(
-            100,
-            |dir| {
-                std::fs::create_dir(dir.join("out")).unwrap();
-                serde_json::json!({"type": "file", "directory": dir.join("out"),
-                                   "max_record_bytes": 2048})
-            },
-            serde_json::json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
-                                "max_in_flight_batches": 2, "sink_workers": 1,
-                                "shutdown_timeout_seconds": 10, "max_deliveries": 2,
-                                "nak_backoff": {"mode": "fixed", "initial_ms": 100,
-                                                "jitter": "none"}}}),
-        );
-        let js = c.server.js();
-        js.delete_consumer(
-            crate::support::protection::STREAM,
-            crate::support::protection::CONSUMER,
-        )
-        .unwrap();
-        js.add_consumer(crate::support::protection::STREAM, cc)
-            .unwrap();
-        c
-    };
+    let c = crate::atk53b::file_case(Some(cc));
+
     let n = 200;
     let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4000));
     for _ in 0..n {

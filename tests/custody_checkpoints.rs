@@ -81,6 +81,24 @@ pub(crate) fn case_with(
     }
 }
 
+/// A file sink that refuses a record over 2048 bytes for good, no DLQ, `max_deliveries` 2, a
+/// fixed NAK delay of `nak_ms`, one sink worker; a checkpoint only at the stop (every 100
+/// records, every hour) or within a second of a gap.
+pub(crate) fn refusing_case(nak_ms: u64) -> Case {
+    case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out"), "max_record_bytes": 2048})
+        },
+        json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10, "max_deliveries": 2,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": nak_ms,
+                                            "jitter": "none"}}}),
+    )
+}
+
 pub(crate) fn publish_range(server: &NatsServer, from: u64, to: u64) {
     for i in from..=to {
         server.publish_with_headers(
@@ -638,18 +656,7 @@ fn a_message_the_runner_refused_is_a_listed_gap_not_a_missing_record() {
 /// `terminated` gap, so the verifier reads it as the runner's choice, not as missing.
 #[test]
 fn a_message_the_sink_refused_until_terminated_is_a_listed_gap() {
-    let c = case_with(
-        100,
-        |dir| {
-            std::fs::create_dir(dir.join("out")).unwrap();
-            json!({"type": "file", "directory": dir.join("out"), "max_record_bytes": 2048})
-        },
-        json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
-                            "max_in_flight_batches": 2, "sink_workers": 1,
-                            "shutdown_timeout_seconds": 10, "max_deliveries": 2,
-                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
-                                            "jitter": "none"}}}),
-    );
+    let c = refusing_case(100);
     let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
     publish_range(&c.server, 1, 1);
     let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4000));
@@ -694,20 +701,8 @@ fn a_message_the_sink_refused_until_terminated_is_a_listed_gap() {
 /// listed or not terminated (the broker delivers it again and the restarted runner lists it).
 #[test]
 fn a_message_terminated_without_a_dlq_is_listed_after_a_kill_9() {
-    let c = case_with(
-        100,
-        |dir| {
-            std::fs::create_dir(dir.join("out")).unwrap();
-            json!({"type": "file", "directory": dir.join("out"), "max_record_bytes": 2048})
-        },
-        json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
-                            "max_in_flight_batches": 2, "sink_workers": 1,
-                            "shutdown_timeout_seconds": 10, "max_deliveries": 2,
-                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
-                                            "jitter": "none"}}}),
-    );
-    let runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
-    let mut runner = runner;
+    let c = refusing_case(100);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
     publish_range(&c.server, 1, 1);
     let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4000));
     c.server

@@ -22,6 +22,8 @@ pub struct Consumer {
     /// The consumer's MaxAckPending (unacknowledged deliveries the broker allows in all),
     /// when known and limited.
     pub max_ack_pending: Option<u64>,
+    /// The consumer's MaxDeliver (deliveries of one message at most), when limited.
+    pub max_deliver: Option<u64>,
     pub stream: String,
     /// The stream's incarnation at bind ([`incarnation`]).
     pub incarnation: Arc<str>,
@@ -117,10 +119,12 @@ pub(super) fn subscribe_bound(
         .filter(|d| !d.is_zero())
         .unwrap_or(Duration::from_secs(30));
     let max_ack_pending = u64::try_from(typed.max_ack_pending).ok().filter(|n| *n > 0);
+    let max_deliver = u64::try_from(typed.max_deliver).ok().filter(|n| *n > 0);
     Ok(Consumer {
         subscription,
         ack_wait,
         max_ack_pending,
+        max_deliver,
         stream: cfg.stream.clone(),
         incarnation: stream_incarnation,
         name: cfg.consumer.clone(),

@@ -94,8 +94,8 @@ counters! {
     /// stored checkpoint lists its gap (sign first, settle last).
     checkpoint_gap_waits_total,
     /// Custody checkpoints: messages given up on and settled before a checkpoint listed their
-    /// gap, because as many as the hold allows were waiting already (the checkpoint store
-    /// failing): each is logged with its sequence.
+    /// gap (the checkpoint store failing with the hold full, the thread reading the store
+    /// back, or the consumer's own last delivery); the gap is still listed by the next cut.
     checkpoint_gaps_settled_unsigned_total,
     /// Fan-out: messages routed to at least one child.
     fanout_messages_routed_total,

@@ -87,7 +87,7 @@ pub const KNOWN: &[Known] = &[
     ),
     c(
         "checkpoint_gaps_settled_unsigned_total",
-        "Messages given up on and settled before a custody checkpoint listed their gap (the checkpoint store failing).",
+        "Messages given up on and settled before a custody checkpoint listed their gap (store failing with the hold full, a read-back, or the consumer's last delivery).",
     ),
     c(
         "messages_in_progress_total",

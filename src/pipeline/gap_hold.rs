@@ -51,15 +51,13 @@ pub struct Hold {
 
 impl Hold {
     /// Half the consumer's `max_ack_pending` (at least one), else [`DEFAULT_BUDGET`]: the
-    /// other half stays for messages that can be delivered. `consumer` is the consumer's
-    /// config as the broker gave it.
-    pub fn new(max_ack_pending: Option<u64>, consumer: &serde_json::Value) -> Hold {
+    /// other half stays for messages that can be delivered. `max_deliver` is the consumer's.
+    pub fn new(max_ack_pending: Option<u64>, max_deliver: Option<u64>) -> Hold {
         let budget = max_ack_pending.map_or(DEFAULT_BUDGET, |m| (m / 2).max(1) as usize);
-        let last_delivery = consumer["max_deliver"].as_i64().filter(|m| *m > 0);
         Hold {
             held: RefCell::new(HashSet::new()),
             budget,
-            last_delivery: last_delivery.map(|m| m as u64),
+            last_delivery: max_deliver,
         }
     }
 

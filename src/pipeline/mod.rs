@@ -414,7 +414,7 @@ impl Shared {
             generation: Arc::clone(&self.generation),
             confirmations: open_confirmations(&self.nc, d, consumer, &self.metrics)?,
             checkpoints,
-            hold: gap_hold::Hold::new(consumer.max_ack_pending, &consumer.config),
+            hold: gap_hold::Hold::new(consumer.max_ack_pending, consumer.max_deliver),
         };
         if let (Some(_), Some(last)) = (&ack.checkpoints, ack.hold.last_delivery()) {
             log::warn!(

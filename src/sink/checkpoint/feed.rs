@@ -45,9 +45,10 @@ impl Feed {
     }
 
     /// Whether a stored checkpoint of this runner lists `seq` of `o` as a gap: sign first,
-    /// terminate last. `svc-ack` sends `+TERM` for a message given up on without a DLQ only
-    /// then, so a kill -9 never leaves a terminated message that no checkpoint lists (the
-    /// broker redelivers an unterminated one, and the restart's chain read back fills this).
+    /// settle last. `svc-ack` acknowledges (after its dead letter) or terminates a message it
+    /// gives up on only then (`pipeline/gap_hold.rs`), so a kill -9 leaves no settled message
+    /// that no checkpoint lists (the broker delivers an unsettled one again, and the restart's
+    /// chain read back fills this).
     pub fn gap_signed(&self, o: &Origin, seq: u64) -> bool {
         self.signed_gaps.holds(o, seq)
     }

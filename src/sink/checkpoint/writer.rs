@@ -485,6 +485,16 @@ impl Writer {
         }
         self.failing.store(false, Ordering::Relaxed);
         let digest = checkpoint::body_digest(&body.encode());
+        let covered: Vec<u64> = leaves.iter().map(|l| l.0).collect();
+        self.held(o, &body, digest, &covered);
+        true
+    }
+
+    /// A checkpoint of origin `o` the store holds (put now, or found there after a failed
+    /// put): its head logged (the auditor's copy outside the sink: `svc verify-custody --head
+    /// RUNNER:INDEX:DIGEST`) and written to the head file, the records it covers (`covered`)
+    /// and the gaps it lists off the pending, its gaps remembered as signed.
+    fn held(&mut self, o: &Origin, body: &Body, digest: String, covered: &[u64]) {
         let head = Head::new(&self.runner_id, body.index, &digest);
         if self.last_origin.as_ref().is_some_and(|l| l != o) {
             log::warn!(
@@ -498,7 +508,6 @@ impl Writer {
                 PeerText::new(self.last_origin.as_ref().map_or("", |l| &l.1)),
             );
         }
-        // The auditor's copy outside the sink: `svc verify-custody --head RUNNER:INDEX:DIGEST`.
         log::info!(
             "custody checkpoint head {} ({} records, sequences {} to {})",
             PeerText::new(&head.arg()),
@@ -511,11 +520,21 @@ impl Writer {
         }
         self.head = Some((body.index, digest));
         self.last_origin = Some(o.clone());
-        self.pending_count -= leaves.len() + gaps.len();
-        self.signed_gaps.note(o, gaps.keys().copied());
-        self.pending.remove(o);
-        self.gaps.remove(o);
-        true
+        let mut gone = 0;
+        if let Some(p) = self.pending.get_mut(o) {
+            gone += covered.iter().filter(|s| p.remove(s).is_some()).count();
+        }
+        if let Some(g) = self.gaps.get_mut(o) {
+            gone += body
+                .gaps
+                .iter()
+                .filter(|x| g.remove(&x.0).is_some())
+                .count();
+        }
+        self.pending_count -= gone;
+        self.pending.retain(|_, p| !p.is_empty());
+        self.gaps.retain(|_, g| !g.is_empty());
+        self.signed_gaps.note(o, body.gaps.iter().map(|g| g.0));
     }
 
     /// A put failed (`e`): the store may hold checkpoint `index` all the same (committed, its
@@ -541,29 +560,8 @@ impl Writer {
              checkpoint {index} continuing the chain (an earlier attempt whose answer was \
              lost): taken as written"
         );
-        let mut gone = 0;
-        if let Some(p) = self.pending.get_mut(o) {
-            gone += v.leaves.iter().filter(|l| p.remove(&l.0).is_some()).count();
-        }
-        if let Some(g) = self.gaps.get_mut(o) {
-            gone += v
-                .body
-                .gaps
-                .iter()
-                .filter(|x| g.remove(&x.0).is_some())
-                .count();
-        }
-        self.pending_count -= gone;
-        self.pending.retain(|_, p| !p.is_empty());
-        self.gaps.retain(|_, g| !g.is_empty());
-        let head = Head::new(&self.runner_id, index, &v.digest);
-        log::info!("custody checkpoint head {}", PeerText::new(&head.arg()));
-        if let Err(e) = self.head_file.write(&head) {
-            log::error!("custody checkpoint {index}: {e}");
-        }
-        self.head = Some((index, v.digest.clone()));
-        self.last_origin = Some(o.clone());
-        self.signed_gaps.note(o, v.body.gaps.iter().map(|g| g.0));
+        let covered: Vec<u64> = v.leaves.iter().map(|l| l.0).collect();
+        self.held(o, &v.body, v.digest, &covered);
         true
     }
 }
