@@ -17,7 +17,6 @@
 //! message into the `DLQ` stream (not timed); `svc dlq redrive` with the policy lifted is timed
 //! from its spawn until it exits (each record's original fetched by sequence, stored, and the
 //! record removed). One round: the redrive empties the dead-letter stream.
-#![allow(deprecated)]
 
 mod support;
 

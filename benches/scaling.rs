@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use sinkbench::postgres::TestDb;
 use sinkbench::{support, SIZE};
-use svc::sink::relational::wire::Connection;
+use svc::db::postgres::Connection;
 
 /// Held on every client-to-server chunk: one network round trip to the database.
 const DELAY: Duration = Duration::from_millis(20);

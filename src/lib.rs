@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod broker;
 pub mod cli;
 pub mod config;
+pub mod db;
 pub mod document;
 pub mod files;
 pub mod host;

@@ -1,8 +1,6 @@
 //! Attack atk46c on `svc replay` and `svc dlq redrive` (issue 46). Each test here reproduces a
 //! finding: it fails on the code as attacked and passes once the finding is fixed.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;

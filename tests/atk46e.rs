@@ -2,8 +2,6 @@
 //! look). Each test here reproduces a finding: it fails on the code as attacked and passes once
 //! the finding is fixed.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::path::Path;
 use std::time::Duration;
 

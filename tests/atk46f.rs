@@ -6,8 +6,6 @@
 //! update) is refused as `deny_delete` is, since nats-server reports a sealed stream with
 //! `deny_delete` set (2.9.10: "dead-letter stream DLQ has deny_delete set", nothing stored).
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::path::Path;
 use std::time::Duration;
 

@@ -13,9 +13,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use crate::support::pg_fake::{frame, Fake};
-use svc::sink::relational::wire::{
-    AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode,
-};
+use svc::db::postgres::{AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode};
 
 const PASSWORD: &str = "Atk51a-Pg-s3cret-7d0e";
 const USER: &str = "app";

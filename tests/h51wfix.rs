@@ -6,9 +6,7 @@
 use std::time::Duration;
 
 use crate::support::pg_fake::{error_response, frame, Fake};
-use svc::sink::relational::wire::{
-    AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode,
-};
+use svc::db::postgres::{AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode};
 
 const PASSWORD: &str = "Atk51a-Pg-s3cret-7d0e";
 
@@ -55,7 +53,7 @@ fn pg_error_quoting_an_encoded_password_is_scrubbed() {
 #[test]
 fn pg_error_with_the_password_across_the_cut_is_scrubbed() {
     let e = pg_startup_error(|pw| format!("{}{pw}", "x".repeat(505)));
-    let svc::sink::relational::wire::DbError::Server(s) = e else {
+    let svc::db::postgres::DbError::Server(s) = e else {
         panic!("not a server error: {e:?}");
     };
     assert!(
@@ -70,7 +68,7 @@ fn pg_error_with_the_password_across_the_cut_is_scrubbed() {
 /// error `message(password)`; returns the client's error.
 fn pg_startup_error(
     message: impl FnOnce(&str) -> String + Send + 'static,
-) -> svc::sink::relational::wire::DbError {
+) -> svc::db::postgres::DbError {
     let fake = Fake::start(|p| {
         p.startup();
         p.raw(&frame(b'R', &3i32.to_be_bytes()));
@@ -148,7 +146,7 @@ fn profile_settings_debug_redacts_the_secret_keys() {
 fn mysql_error_quoting_the_password_is_scrubbed() {
     use crate::support::mysql::my_params;
     use crate::support::mysql_fake::{err, Fake as MyFake};
-    use svc::sink::relational::mysql::{AuthPolicy as MyPolicy, Connection as MyConnection};
+    use svc::db::mysql::{AuthPolicy as MyPolicy, Connection as MyConnection};
     let dir = tempfile::tempdir().unwrap();
     let certs = crate::support::certs::make_certs(dir.path());
     let fake = MyFake::start_tls("127.0.0.1", dir.path(), |peer| {
@@ -164,8 +162,8 @@ fn mysql_error_quoting_the_password_is_scrubbed() {
     let mut p = my_params("db", "app");
     p.host = "127.0.0.1".into();
     p.port = fake.port;
-    p.tls = svc::sink::relational::wire::TlsMode::VerifyFull;
-    p.tls_config = Some(svc::sink::relational::wire::tls_client_config(Some(&certs.ca)).unwrap());
+    p.tls = svc::db::postgres::TlsMode::VerifyFull;
+    p.tls_config = Some(svc::db::postgres::tls_client_config(Some(&certs.ca)).unwrap());
     p.connect_timeout = Duration::from_secs(10);
     let Err(e) = MyConnection::connect(
         &p,

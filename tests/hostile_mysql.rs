@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use crate::support::mysql::my_params;
 use crate::support::mysql_fake::{auth_switch, err, handshake, ok, packet, Fake, NONCE};
-use svc::sink::relational::mysql::auth::{scramble_caching_sha2, scramble_native};
-use svc::sink::relational::mysql::conn::MAX_ROWS_PER_STATEMENT;
-use svc::sink::relational::mysql::{AuthPolicy, Connection};
-use svc::sink::relational::wire::DbError;
+use svc::db::mysql::auth::{scramble_caching_sha2, scramble_native};
+use svc::db::mysql::conn::MAX_ROWS_PER_STATEMENT;
+use svc::db::mysql::{AuthPolicy, Connection};
+use svc::db::postgres::DbError;
 
 const PASSWORD: &str = "Hostile-My-s3cret-4c1";
 
@@ -255,16 +255,12 @@ fn malformed_packets_are_refused_clearly() {
     let _ = ok();
 }
 
-fn tls_params(
-    port: u16,
-    host: &str,
-    ca: &std::path::Path,
-) -> svc::sink::relational::wire::ConnectParams {
+fn tls_params(port: u16, host: &str, ca: &std::path::Path) -> svc::db::postgres::ConnectParams {
     let mut p = my_params("db", "app");
     p.host = host.into();
     p.port = port;
-    p.tls = svc::sink::relational::wire::TlsMode::VerifyFull;
-    p.tls_config = Some(svc::sink::relational::wire::tls_client_config(Some(ca)).unwrap());
+    p.tls = svc::db::postgres::TlsMode::VerifyFull;
+    p.tls_config = Some(svc::db::postgres::tls_client_config(Some(ca)).unwrap());
     p.connect_timeout = Duration::from_secs(10);
     p
 }

@@ -17,7 +17,7 @@ use crate::support::pg_fake::{
 use crate::support::process::*;
 use crate::support::*;
 use serde_json::json;
-use svc::sink::relational::wire::{
+use svc::db::postgres::{
     AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode, MAX_ROWS_PER_STATEMENT,
 };
 
@@ -33,7 +33,7 @@ fn secret_forms(salt: [u8; 4]) -> Vec<String> {
     vec![
         PASSWORD.to_string(),
         inner,
-        svc::sink::relational::auth::md5_password(USER, PASSWORD.as_bytes(), &salt),
+        svc::db::postgres::auth::md5_password(USER, PASSWORD.as_bytes(), &salt),
     ]
 }
 
@@ -757,8 +757,7 @@ fn channel_binding_over_tls_against_a_fake_that_checks_it() {
         host: "localhost".into(),
         tls: TlsMode::VerifyFull,
         tls_config: Some(
-            svc::sink::relational::wire::tls_client_config(Some(&dir.path().join("ca.pem")))
-                .unwrap(),
+            svc::db::postgres::tls_client_config(Some(&dir.path().join("ca.pem"))).unwrap(),
         ),
         channel_binding: mode,
         ..params(port, "scram-sha-256")

@@ -52,6 +52,7 @@ fn unsafe_code_lives_only_in_the_allocator_module() {
 const LAYERS: &[&str] = &[
     "text",
     "allocator",
+    "db",
     "document",
     "files",
     "backoff",

@@ -6,11 +6,9 @@ use std::process::Command;
 
 use crate::support::mysql::{my_params, MyDb};
 use crate::support::python::python;
-use svc::sink::relational::mysql::auth::{
-    rsa_encrypt_password, scramble_caching_sha2, scramble_native,
-};
-use svc::sink::relational::mysql::{AuthPolicy, Connection};
-use svc::sink::relational::wire::DbError;
+use svc::db::mysql::auth::{rsa_encrypt_password, scramble_caching_sha2, scramble_native};
+use svc::db::mysql::{AuthPolicy, Connection};
+use svc::db::postgres::DbError;
 
 const HOSTILE: &str = "a'b\"c\\d\0e\nf\rg\u{1a}h ' OR 1=1 -- ü€😀 \\' \\\\'";
 
@@ -116,9 +114,8 @@ fn ed25519_allowed_refused_and_wrong() {
         ))
         .unwrap()
         .rows;
-    let ours = base64::engine::general_purpose::STANDARD_NO_PAD.encode(
-        svc::sink::relational::mysql::auth::ed25519_public_key(b"Ed-pw-1"),
-    );
+    let ours = base64::engine::general_purpose::STANDARD_NO_PAD
+        .encode(svc::db::mysql::auth::ed25519_public_key(b"Ed-pw-1"));
     assert_eq!(stored[0][0].as_deref(), Some(ours.as_str()));
     let p = my_params(&db.name, &user);
     let mut c = Connection::connect(&p, &AuthPolicy::default(), Some(b"Ed-pw-1")).unwrap();

@@ -14,10 +14,10 @@ use serde_json::json;
 
 use crate::support::mariadb_private::PrivateMariaDb;
 use crate::support::postgres::{envelope, parse_cfg};
+use svc::db::mysql::{AuthPolicy, Connection};
+use svc::db::postgres::{tls_client_config, TlsMode};
 use svc::metrics::Metrics;
 use svc::sink::relational::my_sink::MySqlSink;
-use svc::sink::relational::mysql::{AuthPolicy, Connection};
-use svc::sink::relational::wire::{tls_client_config, TlsMode};
 use svc::sink::{Sink, WriteOutcome};
 
 const PASSWORDS: [(&str, &str); 4] = [

@@ -6,8 +6,6 @@
 //! stream never makes the redrive read that stream; a replay with `--fanout-child` stores into
 //! that child only.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::path::Path;
 use std::time::Duration;
 

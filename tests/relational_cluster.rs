@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use svc::metrics::Metrics;
-use svc::sink::relational::wire::{
+use svc::db::postgres::{
     tls_client_config, AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode,
 };
+use svc::metrics::Metrics;
 use svc::sink::relational::RelationalSink;
 use svc::sink::{Sink, WriteOutcome};
 

@@ -5,8 +5,6 @@
 //! refusals go to the DLQ marked as replayed; bad flags and foreign state files are refused
 //! with errors naming the flag or the file.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

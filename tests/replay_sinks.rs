@@ -5,8 +5,6 @@
 //! mid-redrive then `--resume` delivers every dead letter once into PostgreSQL and empties the
 //! dead-letter stream; `dlq redrive --fanout-child` stores into that child only.
 
-#![allow(deprecated)] // the nats crate's JetStream API, used to inspect the broker
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;

@@ -507,10 +507,8 @@ fn sigv4_signing_key_frees_no_copy_of_the_secret() {
 /// PostgreSQL SCRAM and MD5 and the MySQL scrambles make no unwiped heap copy of the password.
 #[test]
 fn database_scrambles_free_no_copy_of_the_password() {
-    use svc::sink::relational::auth::{md5_password, ChannelBinding, Scram};
-    use svc::sink::relational::mysql::auth::{
-        scramble_caching_sha2, scramble_native, sign_ed25519,
-    };
+    use svc::db::mysql::auth::{scramble_caching_sha2, scramble_native, sign_ed25519};
+    use svc::db::postgres::auth::{md5_password, ChannelBinding, Scram};
     let password = format!("pw-{MARK}-pw");
     let n = freed_copies(MARK.as_bytes(), || {
         let mut s = Scram::new(
@@ -539,7 +537,7 @@ fn md5_inner_hash_frees_no_copy() {
     h.update(b"user");
     let inner = svc::text::hex::lower(&h.finalize());
     let n = freed_copies(&inner.as_bytes()[..24], || {
-        drop(svc::sink::relational::auth::md5_password(
+        drop(svc::db::postgres::auth::md5_password(
             "user",
             password,
             &[9, 9, 9, 9],

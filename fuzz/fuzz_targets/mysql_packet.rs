@@ -10,7 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use svc::sink::relational::mysql::packet::{parse_any, read_packet, MAX_PACKET_BYTES};
+use svc::db::mysql::packet::{parse_any, read_packet, MAX_PACKET_BYTES};
 use svc_fuzz::{assert_clean_display, MAX_ERROR_CHARS};
 
 fuzz_target!(|data: &[u8]| {

@@ -21,11 +21,11 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use svc::sink::relational::auth::{
+use svc::db::postgres::auth::{
     parse_server_final, parse_server_first, saslprep, MAX_SCRAM_ITERATIONS,
 };
-use svc::sink::relational::codec::decode_backend_messages;
-use svc::sink::relational::wire::{
+use svc::db::postgres::codec::decode_backend_messages;
+use svc::db::postgres::{
     AuthPolicy, ChannelBindingMode, ConnectParams, Connection, DbError, TlsMode,
 };
 use svc_fuzz::{assert_clean_display, split_selector, MAX_ERROR_CHARS};

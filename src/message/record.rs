@@ -12,7 +12,7 @@
 
 use serde::Serialize;
 
-use crate::message::envelope::{Envelope, PayloadFormat};
+use crate::message::envelope::Envelope;
 
 /// `schema` of every record.
 pub const RECORD_SCHEMA: &str = "svc.file.message.v1";
@@ -51,42 +51,12 @@ pub fn encode_record(buf: &mut Vec<u8>, env: &Envelope) -> serde_json::Result<()
 fn write_record(out: &mut Vec<u8>, e: &Envelope) -> serde_json::Result<()> {
     out.extend_from_slice(b"{\"schema\":");
     string(out, RECORD_SCHEMA)?;
-    out.extend_from_slice(b",\"subject\":");
-    string(out, &e.subject)?;
-    out.extend_from_slice(b",\"stream\":");
-    string(out, &e.stream)?;
-    // Present only when known (as the envelope's `Serialize` skips it when empty).
-    if !e.stream_incarnation.is_empty() {
-        out.extend_from_slice(b",\"stream_incarnation\":");
-        string(out, &e.stream_incarnation)?;
-    }
-    out.extend_from_slice(b",\"stream_sequence\":");
-    number(out, e.stream_sequence);
-    out.extend_from_slice(b",\"consumer\":");
-    string(out, &e.consumer)?;
-    out.extend_from_slice(b",\"consumer_sequence\":");
-    number(out, e.consumer_sequence);
-    out.extend_from_slice(b",\"message_id\":");
-    optional_string(out, e.message_id.as_deref())?;
-    out.extend_from_slice(b",\"priority\":");
-    string(out, &e.priority)?;
-    out.extend_from_slice(b",\"classification\":");
-    string(out, &e.classification)?;
-    out.extend_from_slice(b",\"labels\":");
-    string(out, &e.labels)?;
-    out.extend_from_slice(b",\"labels_list\":[");
-    for (i, label) in e.labels_list.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        string(out, label)?;
-    }
-    out.extend_from_slice(b"],\"payload\":");
-    out.extend_from_slice(e.payload.json().as_bytes());
+    out.push(b',');
+    push_message_members(out, e, Unknown::Absent)?;
 
     let info = &e.payload_info;
     out.extend_from_slice(b",\"payload_info\":{\"original_format\":");
-    string(out, format_name(info.original_format))?;
+    string(out, info.original_format.name())?;
     out.extend_from_slice(b",\"wrapped\":");
     out.extend_from_slice(if info.wrapped { b"true" } else { b"false" });
     out.extend_from_slice(b",\"sha256\":");
@@ -132,13 +102,62 @@ fn write_record(out: &mut Vec<u8>, e: &Envelope) -> serde_json::Result<()> {
     Ok(())
 }
 
-/// The serialized name of a payload format (its serde `snake_case` name).
-fn format_name(f: PayloadFormat) -> &'static str {
-    match f {
-        PayloadFormat::Json => "json",
-        PayloadFormat::Text => "text",
-        PayloadFormat::Bytes => "bytes",
+/// How a stored form writes a stream incarnation that is not known.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Unknown {
+    /// Left out (the record, as the envelope's `Serialize` skips it when empty).
+    Absent,
+    /// `null` (a row's column).
+    Null,
+}
+
+/// The members every stored form of a message begins with, in this order and without braces:
+/// `"subject"`, `"stream"`, `"stream_incarnation"` (see [`Unknown`]), `"stream_sequence"`,
+/// `"consumer"`, `"consumer_sequence"`, `"message_id"`, `"priority"`, `"classification"`,
+/// `"labels"`, `"labels_list"` and `"payload"` (its JSON, not copied into a value): the one
+/// projection of these fields the record and the relational row share, each writing its own
+/// members before and after them.
+pub fn push_message_members(
+    out: &mut Vec<u8>,
+    e: &Envelope,
+    unknown_incarnation: Unknown,
+) -> serde_json::Result<()> {
+    out.extend_from_slice(b"\"subject\":");
+    string(out, &e.subject)?;
+    out.extend_from_slice(b",\"stream\":");
+    string(out, &e.stream)?;
+    match (e.stream_incarnation.is_empty(), unknown_incarnation) {
+        (true, Unknown::Absent) => {}
+        (true, Unknown::Null) => out.extend_from_slice(b",\"stream_incarnation\":null"),
+        (false, _) => {
+            out.extend_from_slice(b",\"stream_incarnation\":");
+            string(out, &e.stream_incarnation)?;
+        }
     }
+    out.extend_from_slice(b",\"stream_sequence\":");
+    number(out, e.stream_sequence);
+    out.extend_from_slice(b",\"consumer\":");
+    string(out, &e.consumer)?;
+    out.extend_from_slice(b",\"consumer_sequence\":");
+    number(out, e.consumer_sequence);
+    out.extend_from_slice(b",\"message_id\":");
+    optional_string(out, e.message_id.as_deref())?;
+    out.extend_from_slice(b",\"priority\":");
+    string(out, &e.priority)?;
+    out.extend_from_slice(b",\"classification\":");
+    string(out, &e.classification)?;
+    out.extend_from_slice(b",\"labels\":");
+    string(out, &e.labels)?;
+    out.extend_from_slice(b",\"labels_list\":[");
+    for (i, label) in e.labels_list.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        string(out, label)?;
+    }
+    out.extend_from_slice(b"],\"payload\":");
+    out.extend_from_slice(e.payload.json().as_bytes());
+    Ok(())
 }
 
 /// A JSON string: copied whole between quotes when nothing in it needs escaping, otherwise

@@ -89,7 +89,7 @@ pub fn push_safe_component(out: &mut String, raw: &str) {
 /// The envelope's place in its stream, escaped, appended to `out`: what
 /// [`stream_place`](crate::message::envelope::stream_place) makes of the escaped stream, the
 /// escaped incarnation (left out when not known) and the sequence.
-fn push_stream_place(out: &mut String, env: &Envelope, sep: char) {
+pub fn push_stream_place(out: &mut String, env: &Envelope, sep: char) {
     push_safe_component(out, &env.stream);
     if !env.stream_incarnation.is_empty() {
         out.push(sep);

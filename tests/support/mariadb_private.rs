@@ -14,8 +14,8 @@ use super::certs::{make_certs, Certs};
 use super::mysql::my_params;
 use super::net::free_port;
 use super::TempDir;
-use svc::sink::relational::mysql::{AuthPolicy, Connection};
-use svc::sink::relational::wire::ConnectParams;
+use svc::db::mysql::{AuthPolicy, Connection};
+use svc::db::postgres::ConnectParams;
 
 /// One private server; stopped (and its files removed) when dropped.
 pub struct PrivateMariaDb {

@@ -5,9 +5,9 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use svc::sink::relational::mysql::{AuthPolicy, Connection};
-use svc::sink::relational::wire::{AuthPolicy as PgAuthPolicy, ChannelBindingMode};
-use svc::sink::relational::wire::{ConnectParams, TlsMode};
+use svc::db::mysql::{AuthPolicy, Connection};
+use svc::db::postgres::{AuthPolicy as PgAuthPolicy, ChannelBindingMode};
+use svc::db::postgres::{ConnectParams, TlsMode};
 
 pub fn my_params(database: &str, user: &str) -> ConnectParams {
     ConnectParams {

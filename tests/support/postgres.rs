@@ -6,11 +6,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
+use svc::db::postgres::{AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode};
 use svc::message::envelope::{normalize, Envelope, EnvelopeConfig, RawMessage};
 use svc::metrics::Metrics;
-use svc::sink::relational::wire::{
-    AuthPolicy, ChannelBindingMode, ConnectParams, Connection, TlsMode,
-};
 use svc::sink::relational::{RelationalConfig, RelationalSink};
 
 pub fn pg_params(database: &str) -> ConnectParams {

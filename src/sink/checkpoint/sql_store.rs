@@ -140,7 +140,7 @@ impl CheckpointStore for PgStore {
 
 /// Largest row text a PostgreSQL read-back fetches (a statement's result is bounded by the
 /// client, `wire::MAX_RESULT_BYTES`); a longer one is named unreadable.
-const PG_MAX_ROW_BYTES: u64 = (crate::sink::relational::wire::MAX_RESULT_BYTES - (64 << 10)) as u64;
+const PG_MAX_ROW_BYTES: u64 = (crate::db::postgres::MAX_RESULT_BYTES - (64 << 10)) as u64;
 
 impl PgStore {
     /// The checkpoints of every runner, or of `runner` only, paged by key ([`paged_rows`]).
@@ -261,7 +261,7 @@ const SQL_FETCH_ROWS: usize = 1_000;
 
 /// Rows of one statement's result.
 type Rows = Vec<Vec<Option<String>>>;
-type DbError = crate::sink::relational::error::DbError;
+type DbError = crate::db::error::DbError;
 
 /// Every row of a table in key order, paged on session `c`: `list` gives (key columns...,
 /// length) after the given last key (`None`: from the start), at most [`SQL_LIST_ROWS`] rows;
@@ -358,8 +358,7 @@ pub struct MyStore {
 
 /// Largest row text a MySQL read-back fetches (a statement's result is bounded by the
 /// client, `mysql::conn::MAX_RESULT_BYTES`); a longer one is named unreadable.
-const MY_MAX_ROW_BYTES: u64 =
-    (crate::sink::relational::mysql::conn::MAX_RESULT_BYTES - (64 << 10)) as u64;
+const MY_MAX_ROW_BYTES: u64 = (crate::db::mysql::conn::MAX_RESULT_BYTES - (64 << 10)) as u64;
 
 impl MyStore {
     pub fn new(cfg: &crate::sink::relational::config::RelationalConfig) -> Result<MyStore, String> {
@@ -408,8 +407,8 @@ impl MyStore {
         what: &str,
         most: usize,
         max: u64,
-        list: &dyn Fn(&crate::sink::relational::mysql::Connection, Option<&[String]>) -> String,
-        fetch: &dyn Fn(&crate::sink::relational::mysql::Connection, &[Vec<String>]) -> String,
+        list: &dyn Fn(&crate::db::mysql::Connection, Option<&[String]>) -> String,
+        fetch: &dyn Fn(&crate::db::mysql::Connection, &[Vec<String>]) -> String,
         each: &mut dyn FnMut(&[String], Result<String, String>) -> Result<(), String>,
     ) -> Result<(), String> {
         self.sink
@@ -494,8 +493,7 @@ impl CheckpointStore for MyStore {
                 .ok_or("the export statement has no FROM")?;
             let table = rest.split(" ORDER BY ").next().unwrap_or(rest).to_string();
             let object = object.trim_start_matches("SELECT ").to_string();
-            let list = |c: &crate::sink::relational::mysql::Connection,
-                        after: Option<&[String]>| {
+            let list = |c: &crate::db::mysql::Connection, after: Option<&[String]>| {
                 let from = match after {
                     Some([k]) => format!("WHERE idempotency_key > {}", c.quote(k)),
                     _ => String::new(),
@@ -505,7 +503,7 @@ impl CheckpointStore for MyStore {
                      idempotency_key LIMIT {SQL_LIST_ROWS}"
                 )
             };
-            let fetch = |c: &crate::sink::relational::mysql::Connection, keys: &[Vec<String>]| {
+            let fetch = |c: &crate::db::mysql::Connection, keys: &[Vec<String>]| {
                 let keys: Vec<String> = keys.iter().map(|k| c.quote(&k[0])).collect();
                 format!(
                     "SELECT idempotency_key, {object} FROM {table} WHERE idempotency_key IN ({})",
@@ -530,7 +528,7 @@ impl MyStore {
     /// The checkpoints of every runner, or of `runner` only, paged by key ([`paged_rows`]).
     fn read_checkpoints(&self, runner: Option<&str>) -> Result<Vec<(String, String)>, String> {
         let t = self.table();
-        let list = |c: &crate::sink::relational::mysql::Connection, after: Option<&[String]>| {
+        let list = |c: &crate::db::mysql::Connection, after: Option<&[String]>| {
             let mut cond = Vec::new();
             if let Some(r) = runner {
                 cond.push(format!("runner_id = {}", c.quote(r)));
@@ -550,7 +548,7 @@ impl MyStore {
                  {from} ORDER BY runner_id, checkpoint_index LIMIT {SQL_LIST_ROWS}"
             )
         };
-        let fetch = |c: &crate::sink::relational::mysql::Connection, keys: &[Vec<String>]| {
+        let fetch = |c: &crate::db::mysql::Connection, keys: &[Vec<String>]| {
             let keys: Vec<String> = keys
                 .iter()
                 .map(|k| format!("({}, {})", c.quote(&k[0]), k[1].parse::<u64>().unwrap_or(0)))

@@ -24,6 +24,10 @@ use crate::text::rfc3339::format_rfc3339_nanos;
 /// on without a DLQ waits for it): at most one checkpoint per this long for gaps.
 pub const GAP_WAIT: Duration = Duration::from_secs(1);
 
+/// After a cut the store refused, the next try waits this long, whatever is pending: a store
+/// that is down is not asked again (and the refusal logged again) on every record.
+const RETRY_WAIT: Duration = Duration::from_secs(1);
+
 /// The `svc-checkpoint` thread's state.
 pub struct Writer {
     store: Box<dyn CheckpointStore>,
@@ -363,16 +367,18 @@ impl Writer {
     /// The thread: until every sink worker has gone, then once more for what is pending. A
     /// checkpoint is cut at `every_records` records and gaps, every `every_seconds`, and
     /// within [`GAP_WAIT`] of a gap listed: `svc-ack` terminates a message given up on without
-    /// a DLQ only once a stored checkpoint lists it (sign first, terminate last).
-    /// [`Writer::start`] has run before.
+    /// a DLQ only once a stored checkpoint lists it (sign first, terminate last). After a cut
+    /// the store refused, the next waits [`RETRY_WAIT`]. [`Writer::start`] has run before.
     pub fn run(mut self) {
         if let Err(e) = self.rescan() {
             log::error!("custody checkpoints: the rescan of the records failed: {e}");
         }
         let mut due = Instant::now() + self.every;
         let mut gap_due: Option<Instant> = None;
+        let mut retry_at: Option<Instant> = None;
         loop {
             let next = gap_due.map_or(due, |g| g.min(due));
+            let next = retry_at.map_or(next, |r| r.max(next));
             match self
                 .rx
                 .recv_timeout(next.saturating_duration_since(Instant::now()))
@@ -387,8 +393,10 @@ impl Writer {
             }
             let now = Instant::now();
             let gap_waits = gap_due.is_some_and(|g| now >= g);
-            if self.pending_count >= self.every_records || now >= due || gap_waits {
-                self.cut();
+            let due_now = self.pending_count >= self.every_records || now >= due || gap_waits;
+            if due_now && retry_at.is_none_or(|r| now >= r) {
+                let stored = self.cut();
+                retry_at = (!stored).then(|| Instant::now() + RETRY_WAIT);
                 due = Instant::now() + self.every;
                 gap_due = (!self.gaps.is_empty()).then(|| Instant::now() + GAP_WAIT);
             }
@@ -424,8 +432,9 @@ impl Writer {
         }
     }
 
-    /// Writes a checkpoint of what is pending (nothing when nothing is), one per origin.
-    fn cut(&mut self) {
+    /// Writes a checkpoint of what is pending (nothing when nothing is), one per origin; false
+    /// when the store refused one (it and the origins after it stay pending).
+    fn cut(&mut self) -> bool {
         if self.overflowed.swap(false, Ordering::Relaxed) {
             while let Ok(e) = self.rx.try_recv() {
                 self.take(e);
@@ -440,11 +449,7 @@ impl Writer {
             .chain(self.gaps.keys())
             .cloned()
             .collect();
-        for o in origins {
-            if !self.cut_origin(&o) {
-                return; // kept for the next one
-            }
-        }
+        origins.iter().all(|o| self.cut_origin(o))
     }
 
     /// Writes the checkpoint of one origin's pending records and gaps; false when it could

@@ -13,9 +13,9 @@ use super::config::{Batching, BodyMode, HttpSinkConfig};
 use super::signature::Signer;
 use crate::message::envelope::{hex_sha256, Envelope};
 use crate::message::record::{encode_record, record_capacity};
-use crate::sink::key::push_safe_component;
+use crate::sink::key::push_stream_place;
 use crate::sink::FailureClass;
-use crate::text::json::{decimal, push_str};
+use crate::text::json::push_str;
 use crate::text::secret_bytes::{wipe_string, SecretString};
 
 /// One message, encoded.
@@ -34,17 +34,12 @@ pub struct Record {
 ///
 /// `nats:` and what [`stream_place`](crate::message::envelope::stream_place) makes of the
 /// escaped stream, the incarnation and the sequence with `:`, written into one string (the
-/// `format!`s and their temporary strings cost more than the text, once per record).
+/// `format!`s and their temporary strings cost more than the text, once per record). The
+/// incarnation is `compact_utc`'s text, which escaping leaves as it is.
 pub fn message_key(env: &Envelope) -> String {
     let mut key = String::with_capacity(32 + 3 * env.stream.len() + env.stream_incarnation.len());
     key.push_str("nats:");
-    push_safe_component(&mut key, &env.stream);
-    if !env.stream_incarnation.is_empty() {
-        key.push(':');
-        key.push_str(&env.stream_incarnation);
-    }
-    key.push(':');
-    key.push_str(decimal(env.stream_sequence, &mut [0; 20]));
+    push_stream_place(&mut key, env, ':');
     key
 }
 

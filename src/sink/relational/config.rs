@@ -9,8 +9,8 @@ use crate::document::grammar::is_env_var_name;
 use crate::document::reader::ObjectReader;
 use crate::message::subject::{SubjectPattern, SubjectRule, SubjectRules};
 
-use super::auth::{AuthPolicy, ChannelBindingMode};
-use super::wire::TlsMode;
+use crate::db::params::TlsMode;
+use crate::db::postgres::auth::{AuthPolicy, ChannelBindingMode};
 
 /// A validated table name, optionally schema-qualified.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -240,7 +240,7 @@ pub struct RelationalConfig {
     pub engine: Engine,
     /// Authentication plugins a MySQL server may ask for (`require_auth` of the `mysql`
     /// engine).
-    pub mysql_require_auth: super::mysql::AuthPolicy,
+    pub mysql_require_auth: crate::db::mysql::AuthPolicy,
     /// `insert` (default) or `upsert`.
     pub write_mode: WriteMode,
     /// For `upsert`: a JSON pointer into the payload whose value is the row's key (else the
@@ -330,10 +330,10 @@ impl RelationalConfig {
             r.problem("tls_ca_file", "is only used with tls_mode verify_full");
         }
         let auth_text = r.opt_string("require_auth");
-        let mut mysql_require_auth = super::mysql::AuthPolicy::default();
+        let mut mysql_require_auth = crate::db::mysql::AuthPolicy::default();
         let require_auth = match auth_text {
             Some(text) if engine == Engine::Mysql => {
-                match super::mysql::AuthPolicy::parse(&text) {
+                match crate::db::mysql::AuthPolicy::parse(&text) {
                     Ok(p) => mysql_require_auth = p,
                     Err(msg) => r.problem("require_auth", msg),
                 }
@@ -376,9 +376,9 @@ impl RelationalConfig {
         }
         let scram_min_iterations = r.int_in(
             "scram_min_iterations",
-            i64::from(super::auth::DEFAULT_SCRAM_MIN_ITERATIONS),
+            i64::from(crate::db::postgres::auth::DEFAULT_SCRAM_MIN_ITERATIONS),
             1,
-            i64::from(super::auth::MAX_SCRAM_ITERATIONS),
+            i64::from(crate::db::postgres::auth::MAX_SCRAM_ITERATIONS),
         ) as u32;
         let table_text = r.req_string("table");
         let table = table_named(r, &table_text);

@@ -24,22 +24,14 @@
 //!   JSON, a value out of range, an operator's CHECK constraint): the batch is retried row by row
 //!   under savepoints in one transaction, so only the offending rows become `Permanent`.
 //!
-//! Driver: an in-tree protocol client ([`wire`]) on `std::net`, because the default build must
-//! not carry an async runtime and the sync `postgres` crate embeds tokio.
+//! Driver: the in-tree protocol client ([`crate::db::postgres`]) on `std::net`, because the
+//! default build must not carry an async runtime and the sync `postgres` crate embeds tokio.
 
-pub mod auth;
-pub mod codec;
 pub mod config;
-pub mod error;
 pub mod my_sink;
-pub mod mysql;
-pub mod params;
 mod row;
 mod sql;
-mod startup;
-pub mod transport;
 pub mod upsert;
-pub mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -49,10 +41,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{FailureClass, Sink, SinkError, WriteOutcome};
+use crate::db::postgres::{ConnectParams, Connection, DbError, TlsMode};
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
 pub use config::{Dsn, RelationalConfig, TableName, TableRoute, WriteMode};
-use wire::{ConnectParams, Connection, DbError, TlsMode};
 
 use row::row;
 pub use row::{row_columns_and_object, row_key};
@@ -131,7 +123,7 @@ impl RelationalSink {
         let tls_config = match cfg.tls_mode {
             TlsMode::Disable => None,
             TlsMode::VerifyFull => Some(
-                wire::tls_client_config(cfg.tls_ca_file.as_deref())
+                crate::db::transport::tls_client_config(cfg.tls_ca_file.as_deref())
                     .map_err(|e| SinkError::new(KIND, e))?,
             ),
         };
@@ -191,7 +183,7 @@ impl RelationalSink {
 
     /// Opens a new session and prepares it: timeouts, durable commits, optional DDL.
     fn connect(&self) -> Result<Connection, DbError> {
-        let password = params::password_from_env(self.cfg.password_env.as_deref())?;
+        let password = crate::db::params::password_from_env(self.cfg.password_env.as_deref())?;
         let mut conn = Connection::connect(
             &self.params,
             password.as_ref().map(|p| p.expose().as_bytes()),
@@ -488,7 +480,7 @@ impl RelationalSink {
         let probe = probe_envelope();
         let key = format!(
             "svc-check-{}",
-            auth::new_nonce().map_err(DbError::Protocol)?
+            crate::db::postgres::auth::new_nonce().map_err(DbError::Protocol)?
         );
         let json = serde_json::to_string(&[row(&probe, &key)]).expect("probe serializes");
         conn.simple("BEGIN")?;
@@ -503,7 +495,7 @@ impl RelationalSink {
     }
 }
 
-fn collect_keys(res: wire::QueryResult) -> std::collections::HashSet<String> {
+fn collect_keys(res: crate::db::postgres::QueryResult) -> std::collections::HashSet<String> {
     let mut keys = std::collections::HashSet::with_capacity(res.rows.len());
     keys.extend(
         res.rows

@@ -24,13 +24,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::config::{RelationalConfig, TableName, WriteMode};
-use super::error::DbError;
-use super::mysql::{self, Connection};
-use super::params::{self, ConnectParams, TlsMode};
 use super::row::decimal;
 use super::row_key;
-use super::transport::tls_client_config;
 use super::upsert::field_key;
+use crate::db::error::DbError;
+use crate::db::mysql::{self, Connection};
+use crate::db::params::{self, ConnectParams, TlsMode};
+use crate::db::transport::tls_client_config;
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
 use crate::sink::{FailureClass, Sink, SinkError, WriteOutcome};
@@ -720,7 +720,7 @@ impl MySqlSink {
         let probe = super::probe_envelope();
         let key = format!(
             "svc-check-{}",
-            super::auth::new_nonce().map_err(DbError::Protocol)?
+            crate::db::postgres::auth::new_nonce().map_err(DbError::Protocol)?
         );
         let v = values(&probe, &key, conn.no_backslash_escapes()).map_err(DbError::Protocol)?;
         let names: Vec<&str> = COLUMNS.iter().map(|c| c.0).collect();

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::sql::COLUMNS;
 use crate::message::envelope::{Envelope, EventMetadata};
+use crate::message::record::{push_message_members, Unknown};
 use crate::sink::key::idempotency_id;
 pub(super) use crate::text::json::decimal;
 use crate::text::json::push_str as push_json_str;
@@ -102,44 +103,10 @@ pub(super) fn rows_json(
 /// One row's object, appended to `out`, members in [`Row`]'s order.
 fn push_row(out: &mut Vec<u8>, env: &Envelope, key: &str) -> serde_json::Result<()> {
     let info = &env.payload_info;
-    let opt = |out: &mut Vec<u8>, v: Option<&str>| match v {
-        Some(v) => push_json_str(out, v),
-        None => out.extend_from_slice(b"null"),
-    };
     out.extend_from_slice(b"{\"idempotency_key\":");
     push_json_str(out, key);
-    out.extend_from_slice(b",\"subject\":");
-    push_json_str(out, &env.subject);
-    out.extend_from_slice(b",\"stream\":");
-    push_json_str(out, &env.stream);
-    out.extend_from_slice(b",\"stream_incarnation\":");
-    opt(
-        out,
-        Some(&*env.stream_incarnation).filter(|i| !i.is_empty()),
-    );
-    out.extend_from_slice(b",\"stream_sequence\":");
-    out.extend_from_slice(decimal(env.stream_sequence, &mut [0; 20]).as_bytes());
-    out.extend_from_slice(b",\"consumer\":");
-    push_json_str(out, &env.consumer);
-    out.extend_from_slice(b",\"consumer_sequence\":");
-    out.extend_from_slice(decimal(env.consumer_sequence, &mut [0; 20]).as_bytes());
-    out.extend_from_slice(b",\"message_id\":");
-    opt(out, env.message_id.as_deref());
-    out.extend_from_slice(b",\"priority\":");
-    push_json_str(out, &env.priority);
-    out.extend_from_slice(b",\"classification\":");
-    push_json_str(out, &env.classification);
-    out.extend_from_slice(b",\"labels\":");
-    push_json_str(out, &env.labels);
-    out.extend_from_slice(b",\"labels_list\":[");
-    for (n, l) in env.labels_list.iter().enumerate() {
-        if n > 0 {
-            out.push(b',');
-        }
-        push_json_str(out, l);
-    }
-    out.extend_from_slice(b"],\"payload\":");
-    out.extend_from_slice(env.payload.json().as_bytes());
+    out.push(b',');
+    push_message_members(out, env, Unknown::Null)?;
     out.extend_from_slice(b",\"payload_original_format\":\"");
     out.extend_from_slice(info.original_format.name().as_bytes());
     out.extend_from_slice(if info.wrapped {

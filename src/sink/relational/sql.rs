@@ -2,7 +2,7 @@
 //! statements a batch runs (insert, upsert, the read of existing keys).
 
 use super::config::{RelationalConfig, TableName};
-use super::wire::{Connection, DbError};
+use crate::db::postgres::{Connection, DbError};
 
 /// Columns: name, DDL type, type in the `jsonb_to_recordset` row definition.
 pub(super) const COLUMNS: &[(&str, &str, &str)] = &[

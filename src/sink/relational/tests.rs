@@ -230,7 +230,11 @@ fn atk51d_random_hostile_text_encodes_as_before() {
         );
         for s in [&rows[0].subject, &rows[0].labels] {
             for nbe in [false, true] {
-                assert_eq!(mysql::quote(s, nbe), quote_per_char(s, nbe), "{s:?}");
+                assert_eq!(
+                    crate::db::mysql::quote(s, nbe),
+                    quote_per_char(s, nbe),
+                    "{s:?}"
+                );
             }
         }
     }

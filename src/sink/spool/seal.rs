@@ -338,7 +338,7 @@ impl Crypt {
             for k in std::iter::once(&enc.current).chain(&enc.old_keys) {
                 let secret = KeySource::File(k.key_file.clone())
                     .load(KEY_LEN, KEY_LEN)
-                    .map_err(|e| format!("encryption key {:?}: {e}", k.key_id))?;
+                    .map_err(|e| format!("encryption key \"{}\": {e}", k.key_id))?;
                 let check = key_check(&secret);
                 keys.push((k.key_id.clone(), secret, check));
             }

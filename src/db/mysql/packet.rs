@@ -8,7 +8,7 @@
 
 use std::io::Read;
 
-use super::super::error::{io_err, DbError, ServerError};
+use crate::db::error::{io_err, DbError, ServerError};
 use crate::text::secrets::Secrets;
 
 /// Largest logical packet accepted from the server (a result row, an error, a handshake).

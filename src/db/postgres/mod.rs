@@ -27,19 +27,23 @@
 //! written to again (not even Terminate) and the caller drops it and connects anew. A non-fatal
 //! server error leaves the connection usable after the server's ReadyForQuery.
 
+pub mod auth;
+pub mod codec;
+mod startup;
+
 use std::collections::BTreeMap;
 use std::io::{BufReader, Read, Write};
 use std::time::{Duration, Instant};
 
-pub use super::auth::{AuthPolicy, ChannelBindingMode};
-use super::codec::{self, BackendMessage, Msg};
-use super::error::io_err;
-pub use super::error::{condition_name, DbError, ServerError};
-pub use super::params::{ConnectParams, TlsMode};
-pub use super::transport::tls_client_config;
-use super::transport::{start_tls, DeadlineTcp, Stream};
+use crate::db::error::io_err;
+pub use crate::db::error::{condition_name, DbError, ServerError};
+pub use crate::db::params::{ConnectParams, TlsMode};
+pub use crate::db::transport::tls_client_config;
+use crate::db::transport::{tls_handshake, DeadlineTcp, Stream};
 use crate::text::peer::PeerText;
 use crate::text::secrets::Secrets;
+pub use auth::{AuthPolicy, ChannelBindingMode};
+use codec::{BackendMessage, Msg, SSL_REQUEST_CODE};
 
 /// Most rows one statement may return (the sink reads at most a batch: 10,000 rows).
 pub const MAX_ROWS_PER_STATEMENT: usize = 100_000;
@@ -80,7 +84,7 @@ impl Connection {
     /// before one deadline (`connect_timeout`). No error it returns quotes the password (or
     /// its encoded forms), whatever the server says, a TLS certificate's names included.
     pub fn connect(p: &ConnectParams, password: Option<&[u8]>) -> Result<Connection, DbError> {
-        let hidden = super::auth::handshake_secrets(password, Some(&p.user));
+        let hidden = auth::handshake_secrets(password, Some(&p.user));
         let res = Connection::open(p, password, &hidden);
         res.map_err(|e| e.hidden(&hidden))
     }
@@ -341,4 +345,36 @@ impl Drop for Connection {
             let _ = stream.flush();
         }
     }
+}
+
+/// SSLRequest, then a rustls handshake that verifies chain and host name, all before the
+/// stream's deadline.
+fn start_tls(
+    mut tcp: DeadlineTcp,
+    p: &ConnectParams,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, DeadlineTcp>, DbError> {
+    let mut out = Vec::new();
+    Msg::untagged()
+        .i32(SSL_REQUEST_CODE)
+        .finish_into(&mut out)?;
+    tcp.write_all(&out).map_err(|e| io_err("tls request", e))?;
+    // Exactly one byte, read unbuffered: anything the server sends before the handshake must
+    // not be mistaken for protected data.
+    let mut answer = [0u8; 1];
+    tcp.read_exact(&mut answer)
+        .map_err(|e| io_err("tls request", e))?;
+    match answer[0] {
+        b'S' => {}
+        b'N' => {
+            return Err(DbError::Connection(
+                "server does not accept tls (tls_mode verify_full requires it)".into(),
+            ))
+        }
+        _ => {
+            return Err(DbError::Protocol(
+                "unexpected answer to the tls request".into(),
+            ))
+        }
+    }
+    tls_handshake(tcp, p.tls_config.clone(), &p.host)
 }

@@ -6,7 +6,7 @@
 //! NUL-terminated UTF-8, counts and lengths must fit the body, and the limits below hold. A
 //! violation is a [`DbError::Protocol`]; the connection treats it as fatal.
 
-use super::error::{DbError, ServerError};
+use crate::db::error::{DbError, ServerError};
 use crate::text::secrets::Secrets;
 
 /// Largest backend message accepted. The sink's replies are small (command tags, idempotency

@@ -9,12 +9,12 @@
 use std::io::{BufReader, Write};
 use std::time::{Duration, Instant};
 
-use super::super::auth::handshake_secrets;
-use super::super::error::{io_err, DbError};
-use super::super::params::{ConnectParams, TlsMode};
-use super::super::transport::{tls_handshake, DeadlineTcp, Stream};
 use super::auth::{AuthPolicy, Plugin};
 use super::packet::{self as pk, Handshake, QueryHead};
+use crate::db::error::{io_err, DbError};
+use crate::db::params::{ConnectParams, TlsMode};
+use crate::db::postgres::auth::handshake_secrets;
+use crate::db::transport::{tls_handshake, DeadlineTcp, Stream};
 use crate::text::peer::PeerText;
 use crate::text::secrets::Secrets;
 

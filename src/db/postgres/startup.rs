@@ -10,8 +10,8 @@
 
 use super::auth::{self, AuthMethod, ChannelBinding, ChannelBindingMode};
 use super::codec::{AuthRequest, BackendMessage, Msg, PROTOCOL_VERSION};
-use super::error::DbError;
-use super::wire::{ConnectParams, Connection};
+use super::{ConnectParams, Connection};
+use crate::db::error::DbError;
 use crate::text::peer::PeerText;
 use crate::text::secret_bytes::SecretBytes;
 

@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
-use super::codec::{Msg, SSL_REQUEST_CODE};
 use super::error::{io_err, DbError};
-use super::params::ConnectParams;
+
 use crate::text::peer::PeerText;
 
 /// A TCP stream whose every read and write must finish before the current deadline.
@@ -140,38 +139,6 @@ impl Write for Stream {
             Stream::Tls(s) => s.flush(),
         }
     }
-}
-
-/// SSLRequest, then a rustls handshake that verifies chain and host name, all before the
-/// stream's deadline.
-pub fn start_tls(
-    mut tcp: DeadlineTcp,
-    p: &ConnectParams,
-) -> Result<rustls::StreamOwned<rustls::ClientConnection, DeadlineTcp>, DbError> {
-    let mut out = Vec::new();
-    Msg::untagged()
-        .i32(SSL_REQUEST_CODE)
-        .finish_into(&mut out)?;
-    tcp.write_all(&out).map_err(|e| io_err("tls request", e))?;
-    // Exactly one byte, read unbuffered: anything the server sends before the handshake must
-    // not be mistaken for protected data.
-    let mut answer = [0u8; 1];
-    tcp.read_exact(&mut answer)
-        .map_err(|e| io_err("tls request", e))?;
-    match answer[0] {
-        b'S' => {}
-        b'N' => {
-            return Err(DbError::Connection(
-                "server does not accept tls (tls_mode verify_full requires it)".into(),
-            ))
-        }
-        _ => {
-            return Err(DbError::Protocol(
-                "unexpected answer to the tls request".into(),
-            ))
-        }
-    }
-    tls_handshake(tcp, p.tls_config.clone(), &p.host)
 }
 
 /// The rustls handshake on `tcp` (after the engine's own TLS request was accepted): chain and

@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::auth::{AuthPolicy, ChannelBindingMode};
 use super::error::DbError;
+use super::postgres::auth::{AuthPolicy, ChannelBindingMode};
 use crate::text::secret_bytes::{env_secret, SecretString};
 
 /// How the connection is protected.
