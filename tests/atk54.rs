@@ -1,0 +1,341 @@
+//! atk54: attacks on the newest fixes (ccb5d37, 43d96ff): the hold budget applied only while
+//! the checkpoint store fails (`Feed::store_failing`, `pipeline/gap_hold.rs`), a held dead
+//! letter not published again (`AckWorker::rejected`), the none-yet head file of a spool sink
+//! (`Writer::check_drained`, `check_suffix_head`), the consumer's `max_deliver` from the bound
+//! `Consumer`.
+//!
+//! `found_...`: a finding's reproduction; it fails on 43d96ff and says what it expected.
+//! `held_...`: an attack that held (these pass). Each prints what it ran and what it saw
+//! (`cargo test --test main -- atk54:: --nocapture`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::atk50b::{edge, out, wait_until_either};
+use crate::custody_checkpoints::{publish_range, wait_acked, Case};
+use crate::support::broker::{durable_config, NatsServer};
+use crate::support::protection::*;
+use crate::support::*;
+
+/// The target's checkpoint store out of reach (a plain file at its directory's name); as
+/// atk53c's.
+fn target_unreadable(c: &Case) {
+    let store = out(c).join(".svc-checkpoints");
+    let aside = c.dir.path().join("checkpoints-aside");
+    if store.exists() {
+        std::fs::rename(&store, &aside).unwrap();
+    } else {
+        std::fs::create_dir(&aside).unwrap();
+    }
+    std::fs::write(&store, b"not a directory").unwrap();
+}
+
+/// Runs the runner of `cfg` over `from..=to` and stops it with TERM.
+fn run(c: &Case, (from, to): (u64, u64), log: &str) {
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join(log));
+    publish_range(&c.server, from, to);
+    wait_acked(&c.server, to);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+}
+
+/// A start of the runner: (bound, log).
+fn start_once(c: &Case, log: &str) -> (bool, String) {
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join(log));
+    let started = wait_until_either(&mut runner);
+    if started {
+        runner.signal("TERM");
+        runner.wait_timeout(Duration::from_secs(30));
+    }
+    (started, runner.log_text())
+}
+
+fn head_file(c: &Case) -> PathBuf {
+    c.dir.path().join("c.json.custody-head")
+}
+
+fn refusal(log: &str) -> String {
+    log.lines()
+        .filter(|l| l.contains("custody checkpoints"))
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// FOUND (class 1, a crash at the worst moment; severity medium: an edge site, the one place a
+/// spool sink is for, cannot start again without its downstream or an operator writing the
+/// head file by hand). The none-yet head file (`Head::none_yet`, 13fa40d) exists so that a
+/// kill -9 between the first checkpoint's put and the head file's write starts again, and
+/// ccb5d37 made a spool sink's suffix from checkpoint 0 extend it (atk53c finding 2). But
+/// `Writer::start` writes it only on the whole-chain branch (`if suffix {..} else { check_head;
+/// if chain.is_empty() && stored.is_none() { write none_yet } }`): an edge spool whose target
+/// cannot be read at its FIRST start (the ordinary case for an edge site: no downstream yet)
+/// gets no head file at all. Its first checkpoint frame appended, a kill -9 before the head
+/// file's write leaves checkpoint 0 in the spool and no head file, and every start after that
+/// refuses ("the sink holds a chain of runner .. up to checkpoint 0 but the head file .. is
+/// missing"): atk53b finding 3 again. The crash is reproduced by its result: the head file
+/// the first start left (none) restored after checkpoint 0 was cut into the spool. Expected:
+/// the start goes on (fix: write `Head::none_yet` at the first start on the suffix branch too,
+/// when the spool chain is empty, no head file exists and the store records no drained head
+/// (`DrainedHead::None`); with an unvouched one the start refuses already).
+#[test]
+fn found_an_edge_spool_first_started_with_its_target_down_has_no_none_yet_head_and_a_kill_9_refuses(
+) {
+    let c = edge(3);
+    target_unreadable(&c);
+    let (started, log) = start_once(&c, "svc1.log");
+    assert!(started, "first start with the target down: {}", refusal(&log));
+    let first_head = std::fs::read(head_file(&c)).ok();
+    eprintln!(
+        "atk54 edge: head file after a first start with the target down: {}",
+        first_head
+            .as_deref()
+            .map_or("(none)".into(), |b| String::from_utf8_lossy(b).into_owned())
+    );
+    run(&c, (1, 3), "svc2.log");
+    let cut = std::fs::read_to_string(head_file(&c)).unwrap_or_default();
+    eprintln!("atk54 edge: head file after checkpoint 0 was cut into the spool: {cut}");
+    assert!(cut.contains("\"index\":0"), "checkpoint 0 not cut: {cut}");
+    // What a kill -9 between checkpoint 0's append and the head file's write leaves.
+    match &first_head {
+        Some(b) => std::fs::write(head_file(&c), b).unwrap(),
+        None => std::fs::remove_file(head_file(&c)).unwrap(),
+    }
+    let (started, log) = start_once(&c, "svc3.log");
+    eprintln!(
+        "atk54 edge: restart after the simulated kill -9, target still down: started \
+         {started}; {}",
+        refusal(&log)
+    );
+    assert!(
+        started,
+        "an edge spool first started while its target was down got no none-yet head file \
+         ({}), so a kill -9 inside its first checkpoint REFUSES every start: {}",
+        if first_head.is_some() {
+            "it had one"
+        } else {
+            "none written"
+        },
+        refusal(&log)
+    );
+}
+
+/// The records of the file sink at `out`, by stream sequence.
+fn stored(out: &Path) -> Vec<u64> {
+    records(out).keys().copied().collect()
+}
+
+fn publish_sink_refused(server: &NatsServer) {
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4000));
+    server.publish_with_headers("orders.big", &[], big.as_bytes());
+}
+
+/// FOUND (class 1/6 made by a publisher; severity medium-high: atk53b findings 1 and 5 back,
+/// every message stalls for as long as the checkpoint store fails). Since ccb5d37 the hold's
+/// budget (half `max_ack_pending`) applies only `while feed.store_failing()`, and that flag is
+/// set by a cut that failed: the first cut after the store broke comes up to a second
+/// (`GAP_WAIT`) after the first gap (and a put that hangs, e.g. a locked PostgreSQL table,
+/// leaves it false for `statement_timeout_seconds`). Every message given up on before that is
+/// held with no bound, and once the flag is set `Hold::decide` only stops adding: what it
+/// holds already stays held (`held.contains(at)` -> `Wait`) until the store works again. A
+/// burst of refusals as large as `max_ack_pending` in that window (here 16 refused messages
+/// with `max_ack_pending` 16, budget 8; the store broken by a file planted at
+/// `.svc-checkpoints` as atk53b's) fills the consumer: the broker delivers nothing else, and
+/// the good messages published after them are not stored while the store fails (8 failed
+/// cuts observed). Expected: at most the budget held once the store is known to fail, the
+/// rest settled unsigned (counted) so good messages flow (fix: in `Hold::decide`, when
+/// `store_failing()` and `held.len() > budget`, settle a held message unsigned on its next
+/// delivery instead of `Wait` (remove it), or set the flag before the hold grows: e.g. a
+/// hold over its budget with a healthy store nudges an immediate cut whose failure sets it).
+#[test]
+fn found_refusals_held_before_the_first_failed_cut_stall_delivery_for_the_whole_outage() {
+    let cc = durable_config(CONSUMER, "orders.>", Duration::from_secs(30), 16);
+    let c = crate::atk53b::file_case(Some(cc));
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    std::fs::write(out.join(".svc-checkpoints"), b"planted").unwrap();
+    for _ in 2..=17 {
+        publish_sink_refused(&c.server);
+    }
+    publish_range(&c.server, 18, 21);
+    let mut failed_cuts = 0;
+    wait_until(
+        Duration::from_secs(120),
+        "the good messages stored, or 8 failed cuts",
+        || {
+            failed_cuts = runner.log_text().matches("not written (kept").count();
+            stored(&out).contains(&21) || failed_cuts >= 8
+        },
+    );
+    let seen = stored(&out);
+    let state = c
+        .server
+        .try_consumer_state(STREAM, CONSUMER)
+        .unwrap_or_default();
+    let unsigned = runner
+        .log_text()
+        .matches("settled before a custody checkpoint listed it")
+        .count();
+    eprintln!(
+        "atk54 stall: 16 refusals then 4 good messages, max_ack_pending 16 (budget 8), store \
+         broken after sequence 1: {failed_cuts} failed cuts; records stored {seen:?}; consumer \
+         (ack floor, ack pending, pending) {state:?}; {unsigned} settled unsigned"
+    );
+    std::fs::remove_file(out.join(".svc-checkpoints")).unwrap();
+    wait_until(Duration::from_secs(60), "everything settled", || {
+        c.server.try_consumer_state(STREAM, CONSUMER) == Some((21, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    assert!(
+        (18..=21).all(|s| seen.contains(&s)),
+        "refusals held before the first failed cut (no budget then) fill max_ack_pending and \
+         stay held while the checkpoint store fails: the good messages 18..=21 were not \
+         delivered during {failed_cuts} failed cuts (stored {seen:?}, consumer {state:?})"
+    );
+}
+
+/// FOUND (class 5/12, a server setting changed under a running runner; severity low: one
+/// message given up on stays unsettled in the stream for good, its gap listed). Since 43d96ff
+/// the hold takes the consumer's `max_deliver` from the bound `Consumer`, parsed once at bind;
+/// the consumer watch (`broker/consumer_watch.rs`) stops the run on a filter change or
+/// `headers_only`, not on `max_deliver`, and nothing reads it again. An operator (or the
+/// reconcile of another runner's configuration) lowering the durable's `max_deliver` to
+/// `delivery.max_deliveries` while the runner runs brings atk53b finding 6 back: the message
+/// given up on at its delivery 2 is NAKed to wait for its checkpoint (`Settle::Wait`: the
+/// hold believes there is no last delivery), the broker never delivers it again, and the
+/// `+TERM` the docs promise never comes (the broker's max-deliveries advisory instead). Here:
+/// unlimited `max_deliver` at bind, updated to 2 (nats-server 2.9 updates a durable created
+/// again), `max_deliveries` 2, one message the file sink refuses. Expected: terminated, as at
+/// a bind with `max_deliver` 2 (fix: read `max_deliver` from each consumer info the watch
+/// fetches anyway and hand it to `Hold`, or warn/stop when it changes as for the filter).
+#[test]
+fn found_a_max_deliver_lowered_after_bind_leaves_a_message_given_up_on_unterminated() {
+    let cc = durable_config(CONSUMER, "orders.>", Duration::from_secs(30), 20_000);
+    let c = crate::atk53b::file_case(Some(cc.clone()));
+    let metrics = c.dir.path().join("metrics.json");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    let mut lowered = cc;
+    lowered.max_deliver = 2;
+    c.server.js().add_consumer(STREAM, lowered).unwrap();
+    let now = c.server.js().consumer_info(STREAM, CONSUMER).unwrap();
+    assert_eq!(now.config.max_deliver, 2, "the durable was not updated");
+    publish_sink_refused(&c.server);
+    publish_range(&c.server, 3, 3);
+    wait_until(
+        Duration::from_secs(90),
+        "sequence 2 terminated, or the broker's max-deliveries advisory for it",
+        || {
+            snapshot_counter(&metrics, "messages_terminated_total") >= 1
+                || snapshot_counter(&metrics, "advisory_max_deliveries_total") >= 1
+        },
+    );
+    wait_acked_or_stuck(&c);
+    let terminated = snapshot_counter(&metrics, "messages_terminated_total");
+    let advisories = snapshot_counter(&metrics, "advisory_max_deliveries_total");
+    let state = c
+        .server
+        .try_consumer_state(STREAM, CONSUMER)
+        .unwrap_or_default();
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    eprintln!(
+        "atk54 max_deliver: lowered to 2 after bind; terminated_total {terminated}, \
+         advisory_max_deliveries_total {advisories}; consumer (ack floor, ack pending, \
+         pending) {state:?}"
+    );
+    assert_eq!(
+        terminated,
+        1,
+        "sequence 2, given up on at delivery 2 = the consumer's max_deliver lowered after bind, \
+         was never terminated (the hold kept max_deliver as bound: unlimited): {}",
+        runner
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("stream sequence 2"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+}
+
+/// Waits until sequence 3 is stored (after 2 in the stream): delivery has moved past 2.
+fn wait_acked_or_stuck(c: &Case) {
+    let out = c.dir.path().join("out");
+    wait_until(Duration::from_secs(60), "sequence 3 stored", || {
+        stored(&out).contains(&3)
+    });
+}
+
+/// A file sink with checkpoints (every 100 records), a pre-sink size limit of 20 bytes, a DLQ
+/// on stream `DLQ` (duplicate window 2 minutes), a NAK backoff of 100 ms; as atk53c's.
+fn dlq_case() -> Case {
+    let c = crate::custody_checkpoints::case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            serde_json::json!({"type": "file", "directory": dir.join("out")})
+        },
+        serde_json::json!({"size_policy": {"enabled": true, "max_payload_bytes": 20},
+               "dead_letter": {"enabled": true, "subject": DLQ_SUBJECT,
+                               "expected_stream": "DLQ", "publish_timeout_ms": 1000},
+               "delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                            "jitter": "none"}}}),
+    );
+    let mut dlq = crate::support::broker::stream_config("DLQ", &[DLQ_SUBJECT]);
+    dlq.duplicate_window = 120_000_000_000;
+    c.server.js().add_stream(dlq).unwrap();
+    c
+}
+
+/// HELD (class 1: a held dead letter and a kill -9). A message refused before the sink, its
+/// dead letter confirmed, held for its checkpoint (the store broken: a file planted at
+/// `.svc-checkpoints`) and no longer published on its redeliveries (ccb5d37): kill -9 while
+/// it is held (the hold is memory only), the store repaired, a restart. The restart delivers
+/// it again (never ACKed), publishes its dead letter again (dropped by the duplicate
+/// window), lists the gap and ACKs it: one dead letter, the gap listed, the audit COMPLETE.
+#[test]
+fn held_a_dead_letter_held_at_a_kill_9_is_listed_once_and_stored_once_after_the_restart() {
+    let c = dlq_case();
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    std::fs::write(out.join(".svc-checkpoints"), b"planted").unwrap();
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    wait_until(Duration::from_secs(60), "the dead letter held", || {
+        c.server.stream_messages("DLQ") >= 1
+            && runner.log_text().matches("not written (kept").count() >= 2
+    });
+    runner.sigkill();
+    let held = c
+        .server
+        .try_consumer_state(STREAM, CONSUMER)
+        .unwrap_or_default();
+    std::fs::remove_file(out.join(".svc-checkpoints")).unwrap();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    publish_range(&c.server, 3, 3);
+    wait_acked(&c.server, 3);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let dead = c.server.stream_messages("DLQ");
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    eprintln!(
+        "atk54 held dlq: consumer at the kill -9 {held:?}; dead letters after the restart \
+         {dead}; verify-custody exit {code}: {}",
+        text.lines().last().unwrap_or_default()
+    );
+    assert_eq!(dead, 1, "the held dead letter was stored {dead} times");
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains(" 2 records intact") && text.contains(" 1 runner-caused gaps: COMPLETE"),
+        "{text}"
+    );
+}
