@@ -386,3 +386,154 @@ fn held_a_dead_letter_held_at_a_kill_9_is_listed_once_and_stored_once_after_the_
         "{text}"
     );
 }
+
+/// The target's checkpoint store given back.
+fn target_readable(c: &Case) {
+    let store = out(c).join(".svc-checkpoints");
+    std::fs::remove_file(&store).unwrap();
+    std::fs::rename(c.dir.path().join("checkpoints-aside"), &store).unwrap();
+}
+
+/// FOUND (class 4 with class 1: another account in the spool directory, after a kill -9;
+/// severity low-medium: a broken chain, the drain stuck for good; before ccb5d37 this start
+/// was refused). ccb5d37 made `check_drained` take a none-yet head file as no head when the
+/// spool records no drained head (`DrainedHead::None`), so an edge spool that never cut a
+/// checkpoint starts while its target is down (atk53c finding 1). But a none-yet head file is
+/// also what a kill -9 between checkpoint 0's append and the head file's write leaves (the
+/// very crash the file is for), and `svc spool drain` then puts that checkpoint 0 into the
+/// target and records it as the drained head. Whoever can write the spool directory removes
+/// the `drained-head-...` file (atk52c finding 2's move): with the target down, the start finds
+/// an empty spool chain, no drained head and a none-yet head, takes it as "nothing ever cut"
+/// and goes on. Observed: it signs checkpoint 1 with `previous` "" (the none-yet head taken
+/// as checkpoint 0, see the next test), which does not follow the drained checkpoint 0: the
+/// drain stops there for good and the audit says NOT complete; with that fixed it would sign
+/// a second checkpoint 0, a fork. Expected: refused, as with any other head file beside an
+/// empty spool chain and no drained head ("start again once the target can be read"): the
+/// target decides (fix: in `Writer::check_drained`, take a none-yet head as no head only when
+/// the spool shows no drain ever happened, e.g. no segment removed and its drain position at
+/// the spool's start).
+#[test]
+fn found_a_none_yet_head_after_a_kill_9_and_a_removed_drained_head_breaks_the_chain() {
+    let c = edge(3);
+    let (started, log) = start_once(&c, "svc1.log");
+    assert!(started, "first start: {}", refusal(&log));
+    let none_yet = std::fs::read(head_file(&c)).unwrap();
+    run(&c, (1, 3), "svc2.log");
+    // What a kill -9 between checkpoint 0's append and the head file's write leaves.
+    std::fs::write(head_file(&c), &none_yet).unwrap();
+    let (code, text) = crate::atk50b::spool_cmd(&c, "drain");
+    assert_eq!(code, 0, "{text}");
+    let spool = c.dir.path().join("spool");
+    let mut removed = 0;
+    for e in std::fs::read_dir(&spool).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("drained-head-")
+        {
+            std::fs::remove_file(p).unwrap();
+            removed += 1;
+        }
+    }
+    assert_eq!(removed, 1, "no drained head recorded by the drain");
+    target_unreadable(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc3.log"));
+    let started = wait_until_either(&mut runner);
+    let mut forked = String::new();
+    if started {
+        publish_range(&c.server, 4, 6);
+        wait_acked(&c.server, 6);
+        runner.signal("TERM");
+        assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+        target_readable(&c);
+        let (code, text) = crate::atk50b::spool_cmd(&c, "drain");
+        let (vcode, vtext) =
+            crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+        forked = format!(
+            "drain exit {code}: {}; verify-custody exit {vcode}: {}",
+            text.lines().last().unwrap_or_default(),
+            vtext
+                .lines()
+                .filter(|l| l.contains("FORK") || l.contains("checkpoints ("))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    }
+    eprintln!(
+        "atk54 fork: none-yet head after checkpoint 0 was drained, drained head removed, target \
+         down: started {started}; {}; {forked}",
+        refusal(&runner.log_text())
+    );
+    assert!(
+        !started,
+        "a start with the target down, an empty spool chain, the drained head removed and a \
+         none-yet head (left by a kill -9 inside checkpoint 0) went on and signed a checkpoint \
+         that does not follow the drained checkpoint 0: {forked}"
+    );
+}
+
+/// FOUND (class 12, two views that disagree, on an operator's ordinary restart; severity
+/// high: an edge site's chain is broken from its first checkpoint, the drain stops at it for
+/// good, the audit says NOT complete, and once the target is back the runner never starts
+/// again ("the chain of runner .. is broken at checkpoint 1"), with no attacker and no crash). atk53c
+/// finding 1's fix (ccb5d37) lets an edge spool whose first start wrote the none-yet head file
+/// (`{"index":0,"digest":""}`) start again while its target is down. But `Writer::start` then
+/// takes that file for a real head: with no checkpoint in the spool it goes `else if let
+/// Some(h) = stored.filter(|_| suffix)` -> `self.head = Some((0, ""))` ("the chain goes on
+/// from the head file's head runner-cp-1:0:"), so the first checkpoint it cuts is index 1
+/// with `previous` "" : there is no checkpoint 0. `svc spool drain` refuses to put it ("does
+/// not follow the target's chain: it holds no checkpoint 0"), the records behind it are never
+/// drained past it, `svc verify-custody` reports the chain broken, and a start that can read
+/// the target refuses the chain (it does not begin at 0). Here: first start with
+/// the target readable (none-yet head written), stopped with no traffic; restarted with the
+/// target down, 3 records (a checkpoint every 3); target back, drain, audit. Expected: that
+/// checkpoint is 0, the drain puts it, the audit is COMPLETE (fix: in `Writer::start`, a
+/// none-yet head file is no head: `stored.filter(|h| suffix && !h.is_none_yet())`).
+#[test]
+fn found_an_edge_spool_restarted_with_its_target_down_before_any_checkpoint_signs_no_checkpoint_0(
+) {
+    let c = edge(3);
+    let (started, log) = start_once(&c, "svc1.log");
+    assert!(started, "first start: {}", refusal(&log));
+    let none_yet = std::fs::read_to_string(head_file(&c)).unwrap();
+    target_unreadable(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    assert!(wait_until_either(&mut runner), "{}", refusal(&runner.log_text()));
+    publish_range(&c.server, 1, 3);
+    wait_acked(&c.server, 3);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let head = std::fs::read_to_string(head_file(&c)).unwrap();
+    target_readable(&c);
+    let (dcode, dtext) = crate::atk50b::spool_cmd(&c, "drain");
+    let (vcode, vtext) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    let (again, log) = start_once(&c, "svc3.log");
+    eprintln!(
+        "atk54 none-yet: a start with the target back: started {again}: {}",
+        refusal(&log)
+    );
+    eprintln!(
+        "atk54 none-yet: head file after the first start {}; after a restart with the target \
+         down and 3 records: {}; start said: {}; drain exit {dcode}: {}; verify-custody exit \
+         {vcode}: {}",
+        none_yet.trim(),
+        head.trim(),
+        refusal(&runner.log_text()),
+        dtext.lines().last().unwrap_or_default(),
+        vtext
+            .lines()
+            .filter(|l| l.contains("chain") || l.contains("checkpoints ("))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    assert!(
+        head.contains("\"index\":0,") && dcode == 0 && vcode == 0 && again,
+        "an edge spool restarted while its target is down after a first start that cut \
+         nothing took the none-yet head file for checkpoint 0 and signed checkpoint 1 first \
+         (head {}): the drain is stuck (exit {dcode}: {}), the audit fails (exit {vcode}), a \
+         start with the target back: {again}",
+        head.trim(),
+        dtext.lines().last().unwrap_or_default()
+    );
+}
