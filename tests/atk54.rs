@@ -83,7 +83,11 @@ fn found_an_edge_spool_first_started_with_its_target_down_has_no_none_yet_head_a
     let c = edge(3);
     target_unreadable(&c);
     let (started, log) = start_once(&c, "svc1.log");
-    assert!(started, "first start with the target down: {}", refusal(&log));
+    assert!(
+        started,
+        "first start with the target down: {}",
+        refusal(&log)
+    );
     let first_head = std::fs::read(head_file(&c)).ok();
     eprintln!(
         "atk54 edge: head file after a first start with the target down: {}",
@@ -292,8 +296,7 @@ fn gaps_listed(out: &Path) -> Vec<u64> {
     crate::custody_checkpoints::checkpoint_files(out)
         .iter()
         .flat_map(|f| {
-            let cp: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+            let cp: serde_json::Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
             let body: serde_json::Value =
                 serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
             body["gaps"]
@@ -448,8 +451,7 @@ fn found_a_none_yet_head_after_a_kill_9_and_a_removed_drained_head_breaks_the_ch
         assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
         target_readable(&c);
         let (code, text) = crate::atk50b::spool_cmd(&c, "drain");
-        let (vcode, vtext) =
-            crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+        let (vcode, vtext) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
         forked = format!(
             "drain exit {code}: {}; verify-custody exit {vcode}: {}",
             text.lines().last().unwrap_or_default(),
@@ -491,15 +493,19 @@ fn found_a_none_yet_head_after_a_kill_9_and_a_removed_drained_head_breaks_the_ch
 /// checkpoint is 0, the drain puts it, the audit is COMPLETE (fix: in `Writer::start`, a
 /// none-yet head file is no head: `stored.filter(|h| suffix && !h.is_none_yet())`).
 #[test]
-fn found_an_edge_spool_restarted_with_its_target_down_before_any_checkpoint_signs_no_checkpoint_0(
-) {
+fn found_an_edge_spool_restarted_with_its_target_down_before_any_checkpoint_signs_no_checkpoint_0()
+{
     let c = edge(3);
     let (started, log) = start_once(&c, "svc1.log");
     assert!(started, "first start: {}", refusal(&log));
     let none_yet = std::fs::read_to_string(head_file(&c)).unwrap();
     target_unreadable(&c);
     let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
-    assert!(wait_until_either(&mut runner), "{}", refusal(&runner.log_text()));
+    assert!(
+        wait_until_either(&mut runner),
+        "{}",
+        refusal(&runner.log_text())
+    );
     publish_range(&c.server, 1, 3);
     wait_acked(&c.server, 3);
     runner.signal("TERM");
@@ -535,5 +541,75 @@ fn found_an_edge_spool_restarted_with_its_target_down_before_any_checkpoint_sign
          start with the target back: {again}",
         head.trim(),
         dtext.lines().last().unwrap_or_default()
+    );
+}
+
+/// FOUND (class 7, ids that repeat, on an ordinary restart; severity low-medium: a second
+/// dead letter of one message, which `svc dlq redrive` and the DLQ's readers see twice). A
+/// message refused before the sink is dead-lettered and held for its checkpoint; the runner is
+/// stopped (TERM) after the checkpoint listing its gap (`dead_lettered`) was stored but before
+/// its redelivery settled it. The restart reads that gap back as signed (`Writer::start` notes
+/// the chain's gaps), yet `AckWorker::rejected` publishes the dead letter again before it asks
+/// the hold (`hold.holds` is memory only, and `signed()` comes after `dlq.publish`): past the
+/// DLQ stream's duplicate window (the stop lasting longer than it; 2 minutes by default, 1 s
+/// here) the stream stores a second copy, though the signed gap says the first one was
+/// confirmed. Expected: one dead letter (fix: in `rejected`, with checkpoints, a message whose
+/// gap `Feed::gap_signed` says is listed as `dead_lettered` is acknowledged without
+/// publishing again; the docs' "the checkpoint store was failing that long" then stays the
+/// only case).
+#[test]
+fn found_a_dead_letter_whose_gap_was_signed_before_a_stop_is_stored_again_after_the_restart() {
+    let c = crate::custody_checkpoints::case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            serde_json::json!({"type": "file", "directory": dir.join("out")})
+        },
+        serde_json::json!({"size_policy": {"enabled": true, "max_payload_bytes": 20},
+               "dead_letter": {"enabled": true, "subject": DLQ_SUBJECT,
+                               "expected_stream": "DLQ", "publish_timeout_ms": 1000},
+               "delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 20000,
+                                            "jitter": "none"}}}),
+    );
+    let mut dlq = crate::support::broker::stream_config("DLQ", &[DLQ_SUBJECT]);
+    dlq.duplicate_window = 1_000_000_000;
+    c.server.js().add_stream(dlq).unwrap();
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    // Its gap listed; its redelivery (NAK delay 20 s) not come yet.
+    wait_until(Duration::from_secs(60), "the gap of 2 listed", || {
+        gaps_listed(&out).contains(&2)
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let before = c.server.stream_messages("DLQ");
+    let pending = c
+        .server
+        .try_consumer_state(STREAM, CONSUMER)
+        .unwrap_or_default();
+    // Its redelivery comes 20 s after its NAK: past the DLQ stream's duplicate window (1 s),
+    // as after any stop longer than the window.
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    publish_range(&c.server, 3, 3);
+    wait_acked(&c.server, 3);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let after = c.server.stream_messages("DLQ");
+    eprintln!(
+        "atk54 restart dlq: gap of 2 signed before the stop, consumer then {pending:?}; dead \
+         letters {before} before the restart, {after} after it"
+    );
+    assert_eq!(
+        after, 1,
+        "a message whose dead_lettered gap was signed before a stop was dead-lettered again \
+         after the restart ({after} dead letters)"
     );
 }
