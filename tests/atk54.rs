@@ -188,10 +188,10 @@ fn found_refusals_held_while_a_checkpoint_put_hangs_stall_delivery_past_the_budg
     let mut failed_cuts = 0;
     wait_until(
         Duration::from_secs(180),
-        "the good messages stored, or 2 failed cuts",
+        "a good message stored, or 2 failed cuts",
         || {
             failed_cuts = runner.log_text().matches("not written (kept").count();
-            db.count("events") >= 5 || failed_cuts >= 2
+            db.count("events") >= 2 || failed_cuts >= 2
         },
     );
     let rows = db.count("events");
@@ -212,11 +212,11 @@ fn found_refusals_held_while_a_checkpoint_put_hangs_stall_delivery_past_the_budg
     });
     runner.signal("TERM");
     assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
-    assert_eq!(
-        rows, 5,
+    assert!(
+        rows >= 2,
         "refusals held while a checkpoint put hung (store_failing still false: no budget) \
-         fill max_ack_pending and stay held once it failed: the good messages 18..=21 were \
-         not stored during {failed_cuts} failed cuts (consumer {state:?})"
+         fill max_ack_pending and stay held once it failed: none of the good messages \
+         18..=21 was stored during {failed_cuts} failed cuts ({rows} rows, consumer {state:?})"
     );
 }
 
@@ -611,5 +611,80 @@ fn found_a_dead_letter_whose_gap_was_signed_before_a_stop_is_stored_again_after_
         after, 1,
         "a message whose dead_lettered gap was signed before a stop was dead-lettered again \
          after the restart ({after} dead letters)"
+    );
+}
+
+/// FOUND (class 5, a server setting changed under a running runner; severity medium: with the
+/// checkpoint store failing, delivery stalls although the hold has a budget for exactly that).
+/// The hold's budget is half the `max_ack_pending` the consumer had at bind (43d96ff: from the
+/// bound `Consumer`), never read again, and the consumer watch does not stop the run when it
+/// changes. Lowered while the runner runs (here from 1000 at bind to 16: budget still 500),
+/// a failing checkpoint store (a file planted at `.svc-checkpoints`) holds every refusal up to
+/// the consumer's real limit: 16 refusals fill it, and the good messages published after them
+/// are not delivered while the store fails. Expected: at most half the consumer's current
+/// limit held, the rest settled unsigned (counted), good messages delivered (fix: take
+/// `max_ack_pending` from each consumer info the watch fetches anyway and hand it to the
+/// hold, or warn/stop when it changes, as for the filter).
+#[test]
+fn found_a_max_ack_pending_lowered_after_bind_lets_the_hold_fill_the_consumer() {
+    let c = dlq_case(Some(1000));
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    c.server
+        .js()
+        .add_consumer(
+            STREAM,
+            durable_config(CONSUMER, "orders.>", Duration::from_secs(30), 16),
+        )
+        .unwrap();
+    let now = c.server.js().consumer_info(STREAM, CONSUMER).unwrap();
+    assert_eq!(
+        now.config.max_ack_pending, 16,
+        "the durable was not updated"
+    );
+    std::fs::write(out.join(".svc-checkpoints"), b"planted").unwrap();
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    for _ in 2..=17 {
+        c.server
+            .publish_with_headers("orders.big", &[], big.as_bytes());
+    }
+    publish_range(&c.server, 18, 21);
+    let mut failed_cuts = 0;
+    wait_until(
+        Duration::from_secs(180),
+        "a good message stored, or 20 failed cuts",
+        || {
+            failed_cuts = runner.log_text().matches("not written (kept").count();
+            stored(&out).iter().any(|s| *s >= 18) || failed_cuts >= 20
+        },
+    );
+    let seen = stored(&out);
+    let state = c
+        .server
+        .try_consumer_state(STREAM, CONSUMER)
+        .unwrap_or_default();
+    let unsigned = snapshot_counter(
+        &c.dir.path().join("metrics.json"),
+        "checkpoint_gaps_settled_unsigned_total",
+    );
+    eprintln!(
+        "atk54 max_ack_pending: 1000 at bind, 16 after; store broken; 16 refusals then 4 good \
+         messages: {failed_cuts} failed cuts; records stored {seen:?}; consumer (ack floor, \
+         ack pending, pending) {state:?}; settled unsigned {unsigned}"
+    );
+    std::fs::remove_file(out.join(".svc-checkpoints")).unwrap();
+    wait_until(Duration::from_secs(60), "everything settled", || {
+        c.server.try_consumer_state(STREAM, CONSUMER) == Some((21, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    assert!(
+        seen.iter().any(|s| *s >= 18),
+        "max_ack_pending lowered to 16 after bind: the hold kept the budget of 1000 (500) \
+         and filled the consumer with refusals while the checkpoint store failed; good \
+         messages 18..=21, none delivered during {failed_cuts} failed cuts (stored {seen:?}, \
+         consumer {state:?})"
     );
 }
