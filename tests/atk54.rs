@@ -688,3 +688,54 @@ fn found_a_max_ack_pending_lowered_after_bind_lets_the_hold_fill_the_consumer() 
          consumer {state:?})"
     );
 }
+
+/// HELD (`Feed::store_failing` does not stick). The flag is set by a failed cut and cleared by
+/// the next stored one: a store that failed (a file planted at `.svc-checkpoints`, refusals
+/// settled unsigned past the budget meanwhile) and was repaired holds the next flood of
+/// refusals again instead of settling them unsigned: after the repair, 30 refusals with
+/// `max_ack_pending` 16 (budget 8), none settled unsigned, each listed as a gap.
+#[test]
+fn held_a_repaired_store_holds_the_next_flood_instead_of_settling_it_unsigned() {
+    let c = dlq_case(Some(16));
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    std::fs::write(out.join(".svc-checkpoints"), b"planted").unwrap();
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    for _ in 2..=13 {
+        c.server
+            .publish_with_headers("orders.big", &[], big.as_bytes());
+    }
+    let unsigned_line = "settled before a custody checkpoint listed it";
+    wait_until(
+        Duration::from_secs(120),
+        "a refusal settled unsigned",
+        || runner.log_text().contains(unsigned_line),
+    );
+    std::fs::remove_file(out.join(".svc-checkpoints")).unwrap();
+    wait_acked(&c.server, 13);
+    let unsigned_before = runner.log_text().matches(unsigned_line).count();
+    for _ in 14..=43 {
+        c.server
+            .publish_with_headers("orders.big", &[], big.as_bytes());
+    }
+    wait_until(Duration::from_secs(120), "the flood settled", || {
+        c.server.try_consumer_state(STREAM, CONSUMER) == Some((43, 0, 0))
+    });
+    let unsigned_after = runner.log_text().matches(unsigned_line).count() - unsigned_before;
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let listed = gaps_listed(&out);
+    let flood_listed = (14..=43).filter(|s| listed.contains(s)).count();
+    eprintln!(
+        "atk54 repaired: {unsigned_before} settled unsigned while the store failed; after the \
+         repair a flood of 30: {unsigned_after} settled unsigned, {flood_listed} listed"
+    );
+    assert!(unsigned_before > 0, "the store never counted as failing");
+    assert_eq!(
+        (unsigned_after, flood_listed),
+        (0, 30),
+        "store_failing stuck after the repair"
+    );
+}
