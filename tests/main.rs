@@ -61,6 +61,7 @@ mod atk52c;
 mod atk53a;
 mod atk53b;
 mod atk53c;
+mod atk54;
 mod aws_credentials;
 mod broker_auth_tls;
 mod clean_stop;
