@@ -415,15 +415,26 @@ fn target_readable(c: &Case) {
 /// target decides (fix: in `Writer::check_drained`, take a none-yet head as no head only when
 /// the spool shows no drain ever happened, e.g. no segment removed and its drain position at
 /// the spool's start).
+///
+/// Fixed: before checkpoint 0's put the runner writes the head "checkpoint 0's put begun"
+/// (`Head::first_put_begun`, index 1 and no digest); a start that finds it beside an empty
+/// spool chain, no drained head and the target unreadable refuses (checkpoint 0 may be in the
+/// target). The none-yet head (index 0) still means nothing was put.
 #[test]
 fn found_a_none_yet_head_after_a_kill_9_and_a_removed_drained_head_breaks_the_chain() {
     let c = edge(3);
     let (started, log) = start_once(&c, "svc1.log");
     assert!(started, "first start: {}", refusal(&log));
-    let none_yet = std::fs::read(head_file(&c)).unwrap();
+    let none_yet = String::from_utf8(std::fs::read(head_file(&c)).unwrap()).unwrap();
+    assert!(
+        none_yet.contains("\"index\":0,\"digest\":\"\""),
+        "{none_yet}"
+    );
     run(&c, (1, 3), "svc2.log");
-    // What a kill -9 between checkpoint 0's append and the head file's write leaves.
-    std::fs::write(head_file(&c), &none_yet).unwrap();
+    // What a kill -9 between checkpoint 0's append and the head file's write leaves: since
+    // the fix, the head the runner writes before that put (checkpoint 0's put begun).
+    let begun = none_yet.replace("\"index\":0,", "\"index\":1,");
+    std::fs::write(head_file(&c), begun).unwrap();
     let (code, text) = crate::atk50b::spool_cmd(&c, "drain");
     assert_eq!(code, 0, "{text}");
     let spool = c.dir.path().join("spool");
@@ -557,16 +568,23 @@ fn found_an_edge_spool_restarted_with_its_target_down_before_any_checkpoint_sign
 /// gap `Feed::gap_signed` says is listed as `dead_lettered` is acknowledged without
 /// publishing again; the docs' "the checkpoint store was failing that long" then stays the
 /// only case).
+///
+/// Fixed for a message the sink refused (as here: a record over the file sink's
+/// `max_record_bytes`, its gap `dead_lettered`): `AckWorker::rejected` acknowledges a message
+/// whose gap a stored checkpoint lists as `dead_lettered` without publishing again
+/// (`Feed::gap_dead_lettered`). Open for a message refused before the sink: its gap is
+/// `refused_before_sink` with or without a DLQ, so a signed one does not prove a dead letter
+/// (the DLQ may have been configured since); it is published again (docs/payload-protection.md).
 #[test]
 fn found_a_dead_letter_whose_gap_was_signed_before_a_stop_is_stored_again_after_the_restart() {
     let c = crate::custody_checkpoints::case_with(
         100,
         |dir| {
             std::fs::create_dir(dir.join("out")).unwrap();
-            serde_json::json!({"type": "file", "directory": dir.join("out")})
+            serde_json::json!({"type": "file", "directory": dir.join("out"),
+                               "max_record_bytes": 2048})
         },
-        serde_json::json!({"size_policy": {"enabled": true, "max_payload_bytes": 20},
-               "dead_letter": {"enabled": true, "subject": DLQ_SUBJECT,
+        serde_json::json!({"dead_letter": {"enabled": true, "subject": DLQ_SUBJECT,
                                "expected_stream": "DLQ", "publish_timeout_ms": 1000},
                "delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
                             "max_in_flight_batches": 2, "sink_workers": 1,
@@ -581,7 +599,7 @@ fn found_a_dead_letter_whose_gap_was_signed_before_a_stop_is_stored_again_after_
     let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
     publish_range(&c.server, 1, 1);
     wait_acked(&c.server, 1);
-    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4000));
     c.server
         .publish_with_headers("orders.big", &[], big.as_bytes());
     // Its gap listed; its redelivery (NAK delay 20 s) not come yet.

@@ -372,14 +372,8 @@ impl AckWorker {
             );
             return retry;
         }
-        if self.checkpoints.is_some() && self.hold.holds(&failure.at) {
-            // Its dead letter was confirmed on an earlier delivery of this run: it waits for
-            // its checkpoint only (published again, a copy per duplicate window: atk53c).
-            return if self.signed(Some(&failure.at), handle.delivery_count) {
-                AckVerb::Ack
-            } else {
-                retry
-            };
+        if let Some(ack) = self.confirmed_before(&failure.at, handle.delivery_count) {
+            return if ack { AckVerb::Ack } else { retry };
         }
         self.monitor.activity("publishing to the dead-letter queue");
         match dlq.publish(record) {
@@ -427,6 +421,24 @@ impl AckWorker {
                 retry
             }
         }
+    }
+
+    /// With custody checkpoints, for a message whose dead letter was confirmed before: held
+    /// for its checkpoint in this run (not published on each redelivery: atk53c finding 3), or
+    /// listed as `dead_lettered` by a stored checkpoint (its gap is told only once the dead
+    /// letter is confirmed; before a restart: published again it was a second copy past the
+    /// duplicate window, atk54 finding 6). `Some(true)`: acknowledge it; `Some(false)`: it
+    /// waits for its checkpoint; `None`: publish its dead letter.
+    fn confirmed_before(
+        &self,
+        at: &(crate::sink::checkpoint::Origin, u64),
+        delivery: u64,
+    ) -> Option<bool> {
+        let feed = self.checkpoints.as_ref()?;
+        if self.hold.holds(at) {
+            return Some(self.signed(Some(at), delivery));
+        }
+        feed.gap_dead_lettered(&at.0, at.1).then_some(true)
     }
 
     /// A refused message is a runner-caused gap of the custody checkpoints, told once it is

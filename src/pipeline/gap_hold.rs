@@ -93,6 +93,12 @@ impl Hold {
             return Settle::Rescanning;
         }
         if held.contains(at) {
+            // Held past the budget (taken while the store looked healthy, its put then
+            // hanging): the excess goes while the store fails (atk54 finding 2).
+            if held.len() > self.budget() && feed.store_failing() {
+                held.remove(at);
+                return Settle::Unsigned;
+            }
             return Settle::Wait;
         }
         if held.len() >= self.budget {

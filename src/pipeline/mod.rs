@@ -184,7 +184,7 @@ impl GapReason {
     pub fn code(self) -> &'static str {
         match self {
             GapReason::RefusedBeforeSink => "refused_before_sink",
-            GapReason::DeadLettered => "dead_lettered",
+            GapReason::DeadLettered => crate::sink::checkpoint::DEAD_LETTERED,
             GapReason::Terminated => "terminated",
         }
     }

@@ -1,9 +1,10 @@
 //! What the sink workers and the spool's drain tell the `svc-checkpoint` thread: the bounded
 //! channel they never wait on ([`Feed`], [`DrainFeed`]) and its events.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
 
@@ -34,6 +35,47 @@ pub struct Feed {
     pub(super) rescanning: Arc<AtomicBool>,
     /// True while the last checkpoint could not be stored.
     pub(super) failing: Arc<AtomicBool>,
+    /// The put under way, if any.
+    pub(super) put: Arc<PutWatch>,
+}
+
+/// A put that takes this long counts as a failing store.
+pub const PUT_HANGS_AFTER: Duration = Duration::from_secs(1);
+
+/// When the checkpoint put under way began, so that a put that hangs (a table locked, a
+/// store that does not answer until its deadline) counts as a failing store once it has
+/// taken [`PUT_HANGS_AFTER`], not only once it failed (atk54 finding 2).
+#[derive(Debug)]
+pub struct PutWatch {
+    base: Instant,
+    /// Milliseconds since `base` plus one when the put began; 0 when none is under way.
+    since: AtomicU64,
+}
+
+impl PutWatch {
+    pub(super) fn new() -> PutWatch {
+        PutWatch {
+            base: Instant::now(),
+            since: AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    pub(super) fn begin(&self) {
+        self.since.store(self.now(), Ordering::Relaxed);
+    }
+
+    pub(super) fn end(&self) {
+        self.since.store(0, Ordering::Relaxed);
+    }
+
+    fn hangs(&self) -> bool {
+        let since = self.since.load(Ordering::Relaxed);
+        since != 0 && self.now().saturating_sub(since) >= PUT_HANGS_AFTER.as_millis() as u64
+    }
 }
 
 impl Feed {
@@ -53,15 +95,22 @@ impl Feed {
         self.signed_gaps.holds(o, seq)
     }
 
+    /// Whether a stored checkpoint of this runner lists `seq` of `o` as a gap whose dead
+    /// letter was confirmed ([`DEAD_LETTERED`]).
+    pub fn gap_dead_lettered(&self, o: &Origin, seq: u64) -> bool {
+        self.signed_gaps.reason(o, seq) == Some(true)
+    }
+
     /// Whether the thread is reading the store back now (no checkpoint is cut meanwhile: a
     /// locked table or a store of millions of records makes that minutes; atk53b finding 4).
     pub fn rescanning(&self) -> bool {
         self.rescanning.load(Ordering::Relaxed)
     }
 
-    /// Whether the last checkpoint could not be stored (the store failing).
+    /// Whether the store is failing: the last checkpoint could not be stored, or the put under
+    /// way has taken [`PUT_HANGS_AFTER`] already.
     pub fn store_failing(&self) -> bool {
-        self.failing.load(Ordering::Relaxed)
+        self.failing.load(Ordering::Relaxed) || self.put.hangs()
     }
 }
 
@@ -75,23 +124,35 @@ pub(super) struct SignedGaps(Mutex<Remembered>);
 
 #[derive(Debug, Default)]
 struct Remembered {
-    held: BTreeSet<(Origin, u64)>,
+    /// Each gap, and whether it is listed as [`DEAD_LETTERED`].
+    held: BTreeMap<(Origin, u64), bool>,
     order: VecDeque<(Origin, u64)>,
 }
+
+/// The reason a checkpoint lists a gap with when its dead letter was confirmed.
+pub const DEAD_LETTERED: &str = "dead_lettered";
 
 /// Signed gaps remembered.
 const SIGNED_GAPS_KEPT: usize = 65_536;
 
 impl SignedGaps {
     pub(super) fn holds(&self, o: &Origin, seq: u64) -> bool {
-        let r = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        r.held.contains(&(o.clone(), seq))
+        self.reason(o, seq).is_some()
     }
 
-    pub(super) fn note(&self, o: &Origin, seqs: impl Iterator<Item = u64>) {
+    /// Whether the gap is listed, and if so whether as [`DEAD_LETTERED`].
+    fn reason(&self, o: &Origin, seq: u64) -> Option<bool> {
+        let r = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        r.held.get(&(o.clone(), seq)).copied()
+    }
+
+    /// Notes the gaps (sequence, reason) a stored checkpoint of origin `o` lists.
+    pub(super) fn note<'a>(&self, o: &Origin, gaps: impl Iterator<Item = (u64, &'a str)>) {
         let mut r = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        for seq in seqs {
-            if r.held.insert((o.clone(), seq)) {
+        for (seq, why) in gaps {
+            let dead_lettered = why == DEAD_LETTERED;
+            let first = r.held.insert((o.clone(), seq), dead_lettered).is_none();
+            if first {
                 r.order.push_back((o.clone(), seq));
             }
             if r.order.len() > SIGNED_GAPS_KEPT {

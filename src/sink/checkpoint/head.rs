@@ -36,16 +36,29 @@ impl Head {
         }
     }
 
-    /// No checkpoint yet (an empty digest): written at a runner's first start, so a kill -9
-    /// between the first checkpoint's put and the head file's write finds a head the chain
-    /// extends by one, not a missing head file (which means lost: atk53b finding 3).
+    /// No checkpoint yet (an empty digest, index 0): written at a runner's first start, so a
+    /// kill -9 between the first checkpoint's put and the head file's write finds a head the
+    /// chain extends by one, not a missing head file (which means lost: atk53b finding 3).
     pub fn none_yet(runner_id: &str) -> Head {
         Head::new(runner_id, 0, "")
     }
 
-    /// Whether this is [`Head::none_yet`].
+    /// Checkpoint 0's put begun (an empty digest, index 1: one checkpoint may exist), written
+    /// before that put: a start that finds no checkpoint where it can read (a spool drained,
+    /// its target down) then knows checkpoint 0 may be in the target, and does not sign
+    /// another checkpoint 0 (atk54 finding 5).
+    pub fn first_put_begun(runner_id: &str) -> Head {
+        Head::new(runner_id, 1, "")
+    }
+
+    /// No checkpoint's head known: [`Head::none_yet`] or [`Head::first_put_begun`].
     pub fn is_none_yet(&self) -> bool {
         self.digest.is_empty()
+    }
+
+    /// [`Head::first_put_begun`]: checkpoint 0 may have been put.
+    pub fn may_hold_checkpoint_0(&self) -> bool {
+        self.digest.is_empty() && self.index == 1
     }
 
     /// `RUNNER:INDEX:DIGEST`, as `svc verify-custody --head` takes it.
@@ -108,6 +121,12 @@ impl HeadFile {
             .map_err(|e| format!("{shown}: not a checkpoint head file ({e})"))?;
         if head.schema != HEAD_SCHEMA {
             return Err(format!("{shown}: schema is not {HEAD_SCHEMA}"));
+        }
+        if head.is_none_yet() && head.index > 1 {
+            return Err(format!(
+                "{shown}: not a checkpoint head file (no digest, index {})",
+                head.index
+            ));
         }
         Ok(Some(head))
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 
-use super::feed::{Event, Feed, Origin, SignedGaps};
+use super::feed::{Event, Feed, Origin, PutWatch, SignedGaps};
 use super::{claimed_runner, shown_path, CheckpointStore, FEED_CAPACITY, SEAL_REFUSED};
 use crate::message::envelope::now_unix_nanos;
 use crate::message::protection::checkpoint::{self, seal, Body, Signer, TrustedKeys};
@@ -60,6 +60,8 @@ pub struct Writer {
     rescanning: Arc<AtomicBool>,
     /// Shared with [`Feed::store_failing`]: the last checkpoint could not be stored.
     failing: Arc<AtomicBool>,
+    /// Shared with [`Feed::store_failing`]: the put under way.
+    put: Arc<PutWatch>,
 }
 
 fn origin_of(b: &Body) -> Origin {
@@ -84,6 +86,7 @@ impl Writer {
         let signed_gaps = Arc::new(SignedGaps::default());
         let rescanning = Arc::new(AtomicBool::new(true));
         let failing = Arc::new(AtomicBool::new(false));
+        let put = Arc::new(PutWatch::new());
         let feed = Feed {
             tx,
             overflowed: overflowed.clone(),
@@ -91,6 +94,7 @@ impl Writer {
             signed_gaps: Arc::clone(&signed_gaps),
             rescanning: Arc::clone(&rescanning),
             failing: Arc::clone(&failing),
+            put: Arc::clone(&put),
         };
         let w = Writer {
             store,
@@ -112,6 +116,7 @@ impl Writer {
             signed_gaps,
             rescanning,
             failing,
+            put,
         };
         Ok((w, feed))
     }
@@ -148,15 +153,18 @@ impl Writer {
             check_suffix_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
         } else {
             check_head(&chain, stored.as_ref(), &self.runner_id, &self.head_file)?;
-            if chain.is_empty() && stored.is_none() {
-                self.head_file.write(&Head::none_yet(&self.runner_id))?;
-            }
+        }
+        // A first start (for a spool sink with its target down too: a drained head would be
+        // in the chain by now, or refused: atk54 finding 3).
+        if chain.is_empty() && stored.is_none() {
+            self.head_file.write(&Head::none_yet(&self.runner_id))?;
         }
         for v in &chain {
             // The gaps it signed: a gap found again at start (a dead letter read back) is not
             // listed twice.
             let o = origin_of(&v.body);
-            self.signed_gaps.note(&o, v.body.gaps.iter().map(|g| g.0));
+            self.signed_gaps
+                .note(&o, v.body.gaps.iter().map(|g| (g.0, g.1.as_str())));
             // Leaves only: a gap is told at once, also while records below it wait in the
             // fallback spool, so a gap's sequence says nothing of what was stored before it
             // (atk47e finding 1).
@@ -175,7 +183,7 @@ impl Writer {
                 "custody checkpoints: chain read back to its head {}",
                 PeerText::new(&head.arg())
             );
-        } else if let Some(h) = stored.filter(|_| suffix) {
+        } else if let Some(h) = stored.filter(|h| suffix && !h.is_none_yet()) {
             // Every checkpoint was drained to the target: the chain goes on from the head file.
             self.head = Some((h.index, h.digest.clone()));
             log::info!(
@@ -223,8 +231,11 @@ impl Writer {
                     PeerText::new(unread)
                 ));
             }
-            // A none-yet head file says nothing was cut (atk53c finding 1).
             DrainedHead::None | DrainedHead::Unvouched(_) => {
+                if chain.is_empty() && stored.is_some_and(Head::may_hold_checkpoint_0) {
+                    return Err(first_put_unseen(&self.runner_id, unread));
+                }
+                // A none-yet head file says nothing was cut (atk53c finding 1).
                 let cut = stored.filter(|h| !h.is_none_yet());
                 return super::drained::check_without(chain, unread, cut);
             }
@@ -483,12 +494,26 @@ impl Writer {
             stream_incarnation: o.1.to_string(),
         };
         let bytes = seal(&body, &leaves, &self.signer);
+        if self.head.is_none() {
+            // Before checkpoint 0's put, the head file says it may exist (atk54 finding 5).
+            if let Err(e) = self
+                .head_file
+                .write(&Head::first_put_begun(&self.runner_id))
+            {
+                log::error!("custody checkpoint 0 not written (kept for the next one): {e}");
+                self.failing.store(true, Ordering::Relaxed);
+                return false;
+            }
+        }
+        self.put.begin();
         if let Err(e) = self.store.put(&self.runner_id, body.index, &bytes) {
             let taken = self.take_stored(o, body.index, &e);
             self.failing.store(!taken, Ordering::Relaxed);
+            self.put.end();
             return taken;
         }
         self.failing.store(false, Ordering::Relaxed);
+        self.put.end();
         let digest = checkpoint::body_digest(&body.encode());
         let covered: Vec<u64> = leaves.iter().map(|l| l.0).collect();
         self.held(o, &body, digest, &covered);
@@ -539,7 +564,8 @@ impl Writer {
         self.pending_count -= gone;
         self.pending.retain(|_, p| !p.is_empty());
         self.gaps.retain(|_, g| !g.is_empty());
-        self.signed_gaps.note(o, body.gaps.iter().map(|g| g.0));
+        self.signed_gaps
+            .note(o, body.gaps.iter().map(|g| (g.0, g.1.as_str())));
     }
 
     /// A put failed (`e`): the store may hold checkpoint `index` all the same (committed, its
@@ -569,6 +595,22 @@ impl Writer {
         self.held(o, &v.body, v.digest, &covered);
         true
     }
+}
+
+/// The start's refusal when the head file says checkpoint 0's put had begun, the spool holds
+/// no checkpoint and records no drained head, and the target cannot be read (`unread`):
+/// checkpoint 0 may have been put and drained since (a kill -9 inside the first put, then a
+/// drain, then its drained-head file removed: atk54 finding 5).
+fn first_put_unseen(runner_id: &str, unread: &str) -> String {
+    format!(
+        "custody checkpoints: the head file says checkpoint 0 of runner {} was being put when \
+         the runner last stopped, the spool holds no checkpoint of it and records no drained \
+         head it can vouch for, and the target's checkpoint store cannot be read ({}): \
+         checkpoint 0 may be in the target already, and another checkpoint 0 would fork the \
+         chain; start again once the target can be read",
+        PeerText::new(runner_id),
+        PeerText::new(unread)
+    )
 }
 
 /// This runner's checkpoints among the stored ones, verified, in index order, checked to run
