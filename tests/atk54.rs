@@ -234,6 +234,11 @@ fn found_refusals_held_while_a_checkpoint_put_hangs_stall_delivery_past_the_budg
 /// again), `max_deliveries` 2, one message the file sink refuses. Expected: terminated, as at
 /// a bind with `max_deliver` 2 (fix: read `max_deliver` from each consumer info the watch
 /// fetches anyway and hand it to `Hold`, or warn/stop when it changes as for the filter).
+///
+/// Fixed: the consumer watch hands the `max_deliver` of each consumer info to the hold
+/// (`broker::consumer_limits`, logged at info when it changes); the refusal is published once
+/// the runner logged the change (a change made less than a check, 5 s, before the give-up
+/// is not seen in time: the hold goes by the answer it has).
 #[test]
 fn found_a_max_deliver_lowered_after_bind_leaves_a_message_given_up_on_unterminated() {
     let cc = durable_config(CONSUMER, "orders.>", Duration::from_secs(30), 20_000);
@@ -247,6 +252,11 @@ fn found_a_max_deliver_lowered_after_bind_leaves_a_message_given_up_on_untermina
     c.server.js().add_consumer(STREAM, lowered).unwrap();
     let now = c.server.js().consumer_info(STREAM, CONSUMER).unwrap();
     assert_eq!(now.config.max_deliver, 2, "the durable was not updated");
+    wait_until(
+        Duration::from_secs(30),
+        "the runner saw max_deliver 2",
+        || runner.log_text().contains("max_deliver unlimited -> 2"),
+    );
     publish_sink_refused(&c.server);
     publish_range(&c.server, 3, 3);
     let out = c.dir.path().join("out");
@@ -643,6 +653,11 @@ fn found_a_dead_letter_whose_gap_was_signed_before_a_stop_is_stored_again_after_
 /// limit held, the rest settled unsigned (counted), good messages delivered (fix: take
 /// `max_ack_pending` from each consumer info the watch fetches anyway and hand it to the
 /// hold, or warn/stop when it changes, as for the filter).
+///
+/// Fixed: the consumer watch hands the `max_ack_pending` of each consumer info to the hold
+/// (`broker::consumer_limits`, logged at info when it changes), whose budget is half the
+/// current one; the store is broken and the refusals published once the runner logged the
+/// change (a check comes every 5 s).
 #[test]
 fn found_a_max_ack_pending_lowered_after_bind_lets_the_hold_fill_the_consumer() {
     let c = dlq_case(Some(1000));
@@ -661,6 +676,11 @@ fn found_a_max_ack_pending_lowered_after_bind_lets_the_hold_fill_the_consumer() 
     assert_eq!(
         now.config.max_ack_pending, 16,
         "the durable was not updated"
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "the runner saw max_ack_pending 16",
+        || runner.log_text().contains("max_ack_pending 1000 -> 16"),
     );
     std::fs::write(out.join(".svc-checkpoints"), b"planted").unwrap();
     let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));

@@ -7,7 +7,7 @@
 //!
 //! Properties: no panic; classification is total and agrees with the reply: `Fine` only for
 //! JSON without `error` whose `config.filter_subject` and `config.filter_subjects` together are
-//! the expected filters, `NotFound` only for `error.err_code` 10014, `FilterChanged` only for a
+//! the expected filters (its limits those of the config, each positive or none), `NotFound` only for `error.err_code` 10014, `FilterChanged` only for a
 //! reply with `config`; every text (the changed filter, the reason a consumer changed, the
 //! inconclusive reason) is clean and bounded (the filter by `PeerText`: 256 characters, each
 //! escaped to at most 10).
@@ -55,11 +55,18 @@ fuzz_target!(|data: &[u8]| {
     let answer = classify_info(rest, &expected);
     let doc = serde_json::from_slice::<Value>(rest).ok();
     match &answer {
-        InfoAnswer::Fine => {
+        InfoAnswer::Fine(limits) => {
             let doc = doc.expect("Fine: the reply is JSON");
             assert!(doc.get("error").is_none(), "Fine with an error");
             let config = doc.get("config").expect("Fine: the reply has a config");
             assert_eq!(reported(config), wanted);
+            for (name, limit) in [
+                ("max_ack_pending", limits.max_ack_pending),
+                ("max_deliver", limits.max_deliver),
+            ] {
+                let given = config.get(name).and_then(Value::as_i64).filter(|n| *n > 0);
+                assert_eq!(limit, given.map(|n| n as u64), "{name}");
+            }
         }
         InfoAnswer::NotFound => {
             let doc = doc.expect("NotFound: the reply is JSON");

@@ -10,6 +10,7 @@ use nats::jetstream::{
 };
 
 use super::config::{ConsumerMode, NatsConfig, StartPosition};
+use super::consumer_limits::{ConsumerLimits, Limits};
 use super::{
     consumer_shape, err, incarnation, is_not_found, BrokerError, Connection, PullSubscription,
 };
@@ -19,11 +20,10 @@ use crate::text::peer::PeerText;
 pub struct Consumer {
     pub subscription: PullSubscription,
     pub ack_wait: Duration,
-    /// The consumer's MaxAckPending (unacknowledged deliveries the broker allows in all),
-    /// when known and limited.
-    pub max_ack_pending: Option<u64>,
-    /// The consumer's MaxDeliver (deliveries of one message at most), when limited.
-    pub max_deliver: Option<u64>,
+    /// The consumer's MaxAckPending (unacknowledged deliveries the broker allows in all) and
+    /// MaxDeliver (deliveries of one message at most): read at bind, then kept current by the
+    /// consumer watch ([`super::consumer_limits`]).
+    pub limits: Arc<ConsumerLimits>,
     pub stream: String,
     /// The stream's incarnation at bind ([`incarnation`]).
     pub incarnation: Arc<str>,
@@ -118,13 +118,10 @@ pub(super) fn subscribe_bound(
     let ack_wait = Some(typed.ack_wait)
         .filter(|d| !d.is_zero())
         .unwrap_or(Duration::from_secs(30));
-    let max_ack_pending = u64::try_from(typed.max_ack_pending).ok().filter(|n| *n > 0);
-    let max_deliver = u64::try_from(typed.max_deliver).ok().filter(|n| *n > 0);
     Ok(Consumer {
         subscription,
         ack_wait,
-        max_ack_pending,
-        max_deliver,
+        limits: Arc::new(ConsumerLimits::new(Limits::of(&config))),
         stream: cfg.stream.clone(),
         incarnation: stream_incarnation,
         name: cfg.consumer.clone(),

@@ -28,6 +28,11 @@
 //! A consumer deleted and recreated with the same name and filter before the next check is
 //! simply used again: pull requests address the consumer by name.
 //!
+//! A good answer also carries the consumer's `max_ack_pending` and `max_deliver`, which an
+//! operator may change on the running consumer without changing what it delivers: they are
+//! handed to the shared [`ConsumerLimits`] (logged at info when they change), which
+//! `svc-ack`'s checkpoint hold reads on each decision (atk54).
+//!
 //! A consumer switched to `headers_only` delivers every message with no payload and a
 //! `Nats-Msg-Size` header, at once, while the checks above take 5-60 s and two strikes: 195
 //! of 294 such records were stored and ACKed before the run stopped (1,664 with a 3,000
@@ -53,8 +58,11 @@
 use std::time::{Duration, Instant};
 
 use crate::backoff::{Backoff, Growth, Jitter};
+use std::sync::Arc;
+
 use crate::text::peer::PeerText;
 
+use super::consumer_limits::{ConsumerLimits, Limits};
 use super::Connection;
 
 /// Time between routine checks of the consumer's info.
@@ -105,8 +113,8 @@ pub fn request_over_limit(status: &str) -> bool {
 /// What one consumer info reply says.
 #[derive(Debug, Clone, PartialEq)]
 pub enum InfoAnswer {
-    /// The consumer exists and filters the expected subject.
-    Fine,
+    /// The consumer exists and filters the expected subject; its limits now.
+    Fine(Limits),
     /// The broker says the consumer does not exist (JetStream error 10014).
     NotFound,
     /// The consumer exists with another filter subject (peer text, bounded and escaped).
@@ -123,6 +131,8 @@ pub struct ConsumerWatch {
     info_subject: String,
     /// `ORDERS/svc`, for messages.
     name: String,
+    /// The consumer's limits, updated from each good answer.
+    limits: Arc<ConsumerLimits>,
     /// The configured filter subjects (`nats.subject` or `nats.subjects`).
     expected: Vec<String>,
     next_check: Instant,
@@ -148,11 +158,20 @@ pub struct ConsumerWatch {
 }
 
 impl ConsumerWatch {
-    pub fn new(nc: Connection, stream: &str, consumer: &str, expected: &[String]) -> Self {
+    /// Watches `stream`/`consumer`, bound with `limits` (updated from each good answer)
+    /// and expected to filter `expected`.
+    pub fn new(
+        nc: Connection,
+        stream: &str,
+        consumer: &str,
+        limits: Arc<ConsumerLimits>,
+        expected: &[String],
+    ) -> Self {
         ConsumerWatch {
             nc,
             info_subject: format!("$JS.API.CONSUMER.INFO.{stream}.{consumer}"),
             name: format!("{stream}/{consumer}"),
+            limits,
             expected: expected.to_vec(),
             next_check: Instant::now() + CHECK_INTERVAL,
             last_answer: Instant::now(),
@@ -247,7 +266,7 @@ impl ConsumerWatch {
         let answer = self.ask();
         let now = Instant::now();
         match answer {
-            InfoAnswer::Fine => {
+            InfoAnswer::Fine(_) => {
                 if self.strikes > 0 {
                     log::info!("broker: consumer {} is back as configured", self.name);
                 }
@@ -293,7 +312,7 @@ impl ConsumerWatch {
         self.next_confirm = now + CONFIRM_INTERVAL;
         let answer = self.ask();
         match answer {
-            InfoAnswer::Fine => {
+            InfoAnswer::Fine(_) => {
                 self.unconfirmed = 0;
                 self.whole_at = Some(crate::message::envelope::now_unix_nanos());
             }
@@ -328,7 +347,7 @@ impl ConsumerWatch {
         Ok(self.whole_at)
     }
 
-    /// One consumer info request, its answer classified.
+    /// One consumer info request, its answer classified; a good one's limits taken.
     fn ask(&mut self) -> InfoAnswer {
         let answer = match self
             .nc
@@ -347,6 +366,9 @@ impl ConsumerWatch {
         };
         if !matches!(answer, InfoAnswer::Inconclusive(_)) {
             self.last_answer = Instant::now();
+        }
+        if let InfoAnswer::Fine(limits) = answer {
+            self.limits.update(&self.name, limits);
         }
         answer
     }
@@ -425,7 +447,7 @@ pub fn classify_info(data: &[u8], expected: &[String]) -> InfoAnswer {
     // Any other change of what is delivered (headers only, say: the broker takes that as an
     // update of a running consumer) is judged as at bind.
     match super::consumer_shape::check_bindable(config, expected) {
-        Ok(()) => InfoAnswer::Fine,
+        Ok(()) => InfoAnswer::Fine(Limits::of(config)),
         Err(why) => InfoAnswer::Changed(why),
     }
 }
@@ -495,7 +517,10 @@ mod tests {
             format!(r#"{{"config":{{"durable_name":"svc","ack_policy":"explicit",{filters}}}}}"#)
         };
         let fine = reply(r#""filter_subjects":["orders.b","orders.a"]"#);
-        assert_eq!(classify_info(fine.as_bytes(), &wanted), InfoAnswer::Fine);
+        assert_eq!(
+            classify_info(fine.as_bytes(), &wanted),
+            InfoAnswer::Fine(Limits::default())
+        );
         for (filters, shown) in [
             (
                 r#""filter_subjects":["orders.a","orders.b","orders.c"]"#,
@@ -520,7 +545,10 @@ mod tests {
     #[test]
     fn info_replies_are_classified() {
         let fine = br#"{"type":"io.nats.jetstream.api.v1.consumer_info_response","stream_name":"ORDERS","name":"svc","config":{"durable_name":"svc","ack_policy":"explicit","filter_subject":"orders.>"}}"#;
-        assert_eq!(classify_info(fine, &one("orders.>")), InfoAnswer::Fine);
+        assert_eq!(
+            classify_info(fine, &one("orders.>")),
+            InfoAnswer::Fine(Limits::default())
+        );
         // Switched to headers only under the runner: judged as at bind.
         let headers_only = br#"{"config":{"durable_name":"svc","ack_policy":"explicit","filter_subject":"orders.>","headers_only":true}}"#;
         assert!(matches!(
@@ -558,6 +586,52 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A good answer carries the consumer's limits as they are now, read as at bind
+    /// (positive values, else none), and they reach whoever shares them (atk54: the hold).
+    #[test]
+    fn a_good_answer_carries_the_consumers_limits_to_those_sharing_them() {
+        let reply = |limits: &str| {
+            format!(
+                r#"{{"config":{{"durable_name":"svc","ack_policy":"explicit",
+                "filter_subject":"orders.>"{limits}}}}}"#
+            )
+        };
+        let lowered = reply(r#","max_ack_pending":16,"max_deliver":2"#);
+        let InfoAnswer::Fine(limits) = classify_info(lowered.as_bytes(), &one("orders.>")) else {
+            panic!("not fine")
+        };
+        assert_eq!(
+            limits,
+            Limits {
+                max_ack_pending: Some(16),
+                max_deliver: Some(2)
+            }
+        );
+        for none in [
+            r#","max_ack_pending":-1,"max_deliver":-1"#,
+            r#","max_ack_pending":0,"max_deliver":0"#,
+            r#","max_ack_pending":"16","max_deliver":true"#,
+            "",
+        ] {
+            assert_eq!(
+                classify_info(reply(none).as_bytes(), &one("orders.>")),
+                InfoAnswer::Fine(Limits::default()),
+                "{none}"
+            );
+        }
+        let at_bind = Limits {
+            max_ack_pending: Some(1000),
+            max_deliver: None,
+        };
+        let shared = Arc::new(ConsumerLimits::new(at_bind));
+        let hold_side = Arc::clone(&shared);
+        assert!(shared.update("ORDERS/svc", limits));
+        let seen = std::thread::spawn(move || hold_side.current())
+            .join()
+            .unwrap();
+        assert_eq!(seen, limits);
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod binding;
 pub mod config;
 pub mod confirm_inbox;
 mod connection;
+pub mod consumer_limits;
 pub mod consumer_shape;
 pub mod consumer_watch;
 pub mod dead_letter;

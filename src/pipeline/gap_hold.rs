@@ -13,11 +13,15 @@
 //! overflow (no checkpoint is cut then, for as long as the read takes: atk53b finding 4), nor
 //! on the consumer's own last delivery (`max_deliver`: a NAK then is never answered, atk53b
 //! finding 6): settled unsigned, counted; its gap is told all the same and listed by the next
-//! cut, so only a kill -9 before that cut loses it.
+//! cut, so only a kill -9 before that cut loses it. Both limits are the consumer's as the
+//! broker last reported them (`broker::consumer_limits`: read at bind, then by the consumer
+//! watch every few seconds), since an operator may change them on the running consumer (atk54).
 
 use std::cell::RefCell;
 use std::collections::HashSet;
+use std::sync::Arc;
 
+use crate::broker::consumer_limits::ConsumerLimits;
 use crate::sink::checkpoint::{Feed, Origin};
 
 /// Messages held at most without a consumer limit to go by.
@@ -43,32 +47,34 @@ pub enum Settle {
 /// The messages given up on that wait for their checkpoint.
 pub struct Hold {
     held: RefCell<HashSet<(Origin, u64)>>,
-    budget: usize,
-    /// The consumer's own `max_deliver`: a NAK of that delivery is never answered (atk53b
-    /// finding 6), so waiting gains nothing and the message is settled then (counted).
-    last_delivery: Option<u64>,
+    /// The consumer's `max_ack_pending` (the budget) and `max_deliver` (the last delivery) as
+    /// the broker last reported them: read on each decision, since they may change on the
+    /// running consumer (the consumer watch updates them: atk54).
+    limits: Arc<ConsumerLimits>,
 }
 
 impl Hold {
-    /// Half the consumer's `max_ack_pending` (at least one), else [`DEFAULT_BUDGET`]: the
-    /// other half stays for messages that can be delivered. `max_deliver` is the consumer's.
-    pub fn new(max_ack_pending: Option<u64>, max_deliver: Option<u64>) -> Hold {
-        let budget = max_ack_pending.map_or(DEFAULT_BUDGET, |m| (m / 2).max(1) as usize);
+    /// A hold going by the consumer's `limits`, kept current by the consumer watch.
+    pub fn new(limits: Arc<ConsumerLimits>) -> Hold {
         Hold {
             held: RefCell::new(HashSet::new()),
-            budget,
-            last_delivery: max_deliver,
+            limits,
         }
     }
 
-    /// The consumer's `max_deliver`, when it has one.
+    /// The consumer's `max_deliver` now, when it has one: a NAK of that delivery is never
+    /// answered (atk53b finding 6), so waiting gains nothing and the message is settled then
+    /// (counted).
     pub fn last_delivery(&self) -> Option<u64> {
-        self.last_delivery
+        self.limits.max_deliver()
     }
 
-    /// The most messages held at a time.
+    /// The most messages held at a time: half the consumer's `max_ack_pending` now (at least
+    /// one), else [`DEFAULT_BUDGET`]; the other half stays for messages that can be delivered.
     pub fn budget(&self) -> usize {
-        self.budget
+        self.limits.max_ack_pending().map_or(DEFAULT_BUDGET, |m| {
+            usize::try_from(m / 2).unwrap_or(usize::MAX).max(1)
+        })
     }
 
     /// Whether the message at `at` is held (its dead letter confirmed in this run: not
@@ -84,7 +90,7 @@ impl Hold {
             held.remove(at);
             return Settle::Now;
         }
-        if self.last_delivery.is_some_and(|last| delivery >= last) {
+        if self.last_delivery().is_some_and(|last| delivery >= last) {
             held.remove(at);
             return Settle::Last;
         }
@@ -101,13 +107,13 @@ impl Hold {
             }
             return Settle::Wait;
         }
-        if held.len() >= self.budget {
+        if held.len() >= self.budget() {
             // Those signed since (a message the broker stopped delivering leaves its entry).
             held.retain(|k| !feed.gap_signed(&k.0, k.1));
         }
         // Past the budget only while the store fails: a healthy one cuts within a second, and
         // a publisher's flood of refusals must not open the window (atk53c finding 4).
-        if held.len() >= self.budget && feed.store_failing() {
+        if held.len() >= self.budget() && feed.store_failing() {
             return Settle::Unsigned;
         }
         held.insert(at.clone());

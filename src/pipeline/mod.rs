@@ -414,7 +414,7 @@ impl Shared {
             generation: Arc::clone(&self.generation),
             confirmations: open_confirmations(&self.nc, d, consumer, &self.metrics)?,
             checkpoints,
-            hold: gap_hold::Hold::new(consumer.max_ack_pending, consumer.max_deliver),
+            hold: gap_hold::Hold::new(Arc::clone(&consumer.limits)),
         };
         if let (Some(_), Some(last)) = (&ack.checkpoints, ack.hold.last_delivery()) {
             log::warn!(
@@ -488,6 +488,7 @@ impl Shared {
                 self.nc.clone(),
                 &consumer.stream,
                 &consumer.name,
+                Arc::clone(&consumer.limits),
                 &cfg.nats.subjects,
             ),
             stream: consumer.stream.clone(),
@@ -755,7 +756,11 @@ fn check_consumer_limits(
         ))
     })?;
     let in_flight = d.max_in_flight_batches * d.batch_size;
-    if let Some(max) = consumer.max_ack_pending.filter(|m| *m < in_flight as u64) {
+    if let Some(max) = consumer
+        .limits
+        .max_ack_pending()
+        .filter(|m| *m < in_flight as u64)
+    {
         // Not an error (several runners may share a consumer on purpose), but the broker
         // stops delivering at its limit, so part of the configured pipeline stays idle.
         log::warn!(
