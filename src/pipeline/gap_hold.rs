@@ -100,7 +100,8 @@ impl Hold {
         }
         if held.contains(at) {
             // Held past the budget (taken while the store looked healthy, its put then
-            // hanging): the excess goes while the store fails (atk54 finding 2).
+            // hanging, or the consumer's limit lowered since): the excess goes while the
+            // store fails (atk54 findings 2, 4).
             if held.len() > self.budget() && feed.store_failing() {
                 held.remove(at);
                 return Settle::Unsigned;
