@@ -10,6 +10,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::atk50b::{out, wait_until_either};
 use crate::custody_checkpoints::{publish_range, wait_acked, Case};
 use crate::support::broker::durable_config;
 use crate::support::protection::*;
@@ -113,5 +114,146 @@ fn found_max_ack_pending_1_lets_one_held_refusal_stall_delivery_while_the_store_
          one refusal held while the checkpoint store failed stalled delivery: good messages \
          3..=5, none delivered during {failed_cuts} failed cuts (stored {seen:?}, consumer \
          {state:?})"
+    );
+}
+
+/// The target's checkpoint store out of reach (a plain file at its directory's name); as
+/// atk54's.
+fn target_unreadable(c: &Case) {
+    let store = out(c).join(".svc-checkpoints");
+    let aside = c.dir.path().join("checkpoints-aside");
+    if store.exists() {
+        std::fs::rename(&store, &aside).unwrap();
+    } else {
+        std::fs::create_dir(&aside).unwrap();
+    }
+    std::fs::write(&store, b"not a directory").unwrap();
+}
+
+/// The target's checkpoint store given back.
+fn target_readable(c: &Case) {
+    let store = out(c).join(".svc-checkpoints");
+    std::fs::remove_file(&store).unwrap();
+    std::fs::rename(c.dir.path().join("checkpoints-aside"), &store).unwrap();
+}
+
+fn head_file(c: &Case) -> std::path::PathBuf {
+    c.dir.path().join("c.json.custody-head")
+}
+
+fn refusal(log: &str) -> String {
+    log.lines()
+        .filter(|l| l.contains("custody checkpoints"))
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// An edge spool (atk50b's, a checkpoint every 3 records): first start (the none-yet head
+/// file written, kept as an operator's backup), records 1..=3 (checkpoint 0 cut), drained to
+/// the target; the head file restored from the backup, the spool's drained-head file removed
+/// when `remove_drained` (what a drain by a version before drained heads leaves: `DrainedHead::
+/// None`), the target down; a start. Returns (started, what the drain and the audit said then).
+fn restored_none_yet_backup(c: &Case, remove_drained: bool) -> (bool, String) {
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc1.log"));
+    assert!(wait_until_either(&mut runner), "first start");
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let backup = std::fs::read(head_file(c)).unwrap();
+    assert!(
+        String::from_utf8_lossy(&backup).contains("\"index\":0,\"digest\":\"\""),
+        "not a none-yet head"
+    );
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    publish_range(&c.server, 1, 3);
+    wait_acked(&c.server, 3);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let (code, text) = crate::atk50b::spool_cmd(c, "drain");
+    assert_eq!(code, 0, "{text}");
+    std::fs::write(head_file(c), &backup).unwrap();
+    if remove_drained {
+        let spool = c.dir.path().join("spool");
+        let mut removed = 0;
+        for e in std::fs::read_dir(&spool).unwrap() {
+            let p = e.unwrap().path();
+            if p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("drained-head-")
+            {
+                std::fs::remove_file(p).unwrap();
+                removed += 1;
+            }
+        }
+        assert_eq!(removed, 1, "no drained head recorded by the drain");
+    }
+    target_unreadable(c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc3.log"));
+    let started = wait_until_either(&mut runner);
+    let mut after = String::new();
+    if started {
+        publish_range(&c.server, 4, 6);
+        wait_acked(&c.server, 6);
+        runner.signal("TERM");
+        assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+        target_readable(c);
+        let (code, text) = crate::atk50b::spool_cmd(c, "drain");
+        let (vcode, vtext) = crate::custody_checkpoints::verify(c, &[c.public.to_str().unwrap()]);
+        after = format!(
+            "drain exit {code}: {}; verify-custody exit {vcode}: {}",
+            text.lines().last().unwrap_or_default(),
+            vtext
+                .lines()
+                .filter(|l| l.contains("FORK") || l.contains("checkpoints (") || l.contains("COMPLETE"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    }
+    eprintln!(
+        "atk55 restored none-yet backup (drained head removed: {remove_drained}): started \
+         {started}; {}; {after}",
+        refusal(&runner.log_text())
+    );
+    (started, after)
+}
+
+/// HELD (class 11, an operator's restored backup). The head file put back from a backup taken
+/// at the first start (none-yet, index 0) after checkpoint 0 was cut and drained, the target
+/// down: the drained head (vouched) becomes the chain read back, and the none-yet head with a
+/// suffix of checkpoint 0 alone extends it; the start goes on from checkpoint 0 and the next
+/// checkpoint is 1: the drain puts it and the audit finds no fork.
+#[test]
+fn held_a_restored_none_yet_head_backup_beside_a_drained_head_continues_the_chain() {
+    let c = crate::atk50b::edge(3);
+    let (started, after) = restored_none_yet_backup(&c, false);
+    assert!(started, "the start refused");
+    assert!(
+        !after.contains("FORK") && after.contains("verify-custody exit 0"),
+        "a restored none-yet head beside a drained head forked or broke the chain: {after}"
+    );
+}
+
+/// FOUND (class 11 with class 1's drained head: an operator's restored backup; severity low:
+/// two conditions, a fork of the chain). atk54 finding 5's fix writes `Head::first_put_begun`
+/// before checkpoint 0's put, so that `check_drained` refuses a start with an empty spool
+/// chain, no drained head and the target down. But the fix lives in the head file only: a
+/// head file put back from a backup taken before checkpoint 0 (none-yet, index 0: what every
+/// first start writes) is again "nothing was ever cut" (`writer.rs` `check_drained`:
+/// `DrainedHead::None` -> `stored.is_some_and(Head::may_hold_checkpoint_0)` false ->
+/// `check_without(chain, unread, None)`), and with no drained head recorded (a drain by a
+/// version before drained heads, or the file removed) the start goes on and signs a second
+/// checkpoint 0: a fork of the drained one. Expected: refused while the target cannot be read
+/// (fix: do not rest "nothing was cut" on the head file alone; e.g. record in the spool itself
+/// (its segment names, its drain position past the start) that frames were drained, and refuse
+/// an empty spool chain with no drained head whenever the spool shows a drain happened).
+#[test]
+fn found_a_restored_none_yet_head_backup_and_no_drained_head_fork_the_chain_at_checkpoint_0() {
+    let c = crate::atk50b::edge(3);
+    let (started, after) = restored_none_yet_backup(&c, true);
+    assert!(
+        !started,
+        "a start with the target down, an empty spool chain, no drained head and the head \
+         file restored from a none-yet backup went on and signed a second checkpoint 0 (a \
+         fork of the drained one): {after}"
     );
 }
