@@ -47,7 +47,12 @@ fn dlq_case(max_ack_pending: i64) -> Case {
     js.delete_consumer(STREAM, CONSUMER).unwrap();
     js.add_consumer(
         STREAM,
-        durable_config(CONSUMER, "orders.>", Duration::from_secs(30), max_ack_pending),
+        durable_config(
+            CONSUMER,
+            "orders.>",
+            Duration::from_secs(30),
+            max_ack_pending,
+        ),
     )
     .unwrap();
     c
@@ -204,7 +209,9 @@ fn restored_none_yet_backup(c: &Case, remove_drained: bool) -> (bool, String) {
             text.lines().last().unwrap_or_default(),
             vtext
                 .lines()
-                .filter(|l| l.contains("FORK") || l.contains("checkpoints (") || l.contains("COMPLETE"))
+                .filter(|l| l.contains("FORK")
+                    || l.contains("checkpoints (")
+                    || l.contains("COMPLETE"))
                 .collect::<Vec<_>>()
                 .join(" | ")
         );
@@ -256,4 +263,119 @@ fn found_a_restored_none_yet_head_backup_and_no_drained_head_fork_the_chain_at_c
          file restored from a none-yet backup went on and signed a second checkpoint 0 (a \
          fork of the drained one): {after}"
     );
+}
+
+/// FOUND (class 5 with class 12, a consumer setting and two views; severity medium-low: a
+/// message stored nowhere, listed nowhere, and `svc verify-custody` says COMPLETE; the broker's
+/// MAX_DELIVERIES advisory, counted, is the only trace). Since 7159d17 the runner knows the
+/// consumer's `max_deliver` (`broker::consumer_limits`) and warns at the start that a message
+/// given up on at that delivery is settled unsigned. But a `retry` rejection (here the
+/// encryption key at its message bound; any transient refusal alike) on the consumer's last
+/// delivery is simply NAKed (`AckWorker`, never through `Hold::decide`): the broker delivers it
+/// no more, the runner tells no gap, and the chain shows neither a record nor a gap for it.
+/// Here the key bound is 1 message, the consumer's `max_deliver` 3: message 2 is refused on
+/// deliveries 1..=3 and dropped by the broker (ack floor stays 1, nothing pending), and the
+/// audit reads "1 records intact, 0 missing, 0 runner-caused gaps: COMPLETE". The runner is
+/// the one that chose to NAK a delivery it knew to be the last (the hold's `Settle::Last`
+/// exists for exactly this). Expected: a message the runner leaves on its last delivery is
+/// listed as a gap (e.g. `abandoned`), or the audit is NOT complete. Fix: in `svc-ack`, on a
+/// NAK of delivery `>= limits.max_deliver()`, tell a gap (reason `abandoned_at_max_deliver`)
+/// and hold the NAK until it is signed, as `Settle::Last` does for terminations; or take
+/// `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES` (already subscribed, `broker/advisory.rs`) as
+/// a gap of its `stream_seq`.
+#[test]
+fn found_a_message_nakked_on_the_consumers_last_delivery_is_dropped_and_the_audit_says_complete() {
+    let key = tempfile::tempdir().unwrap();
+    let k1 = write_private(key.path(), "k1.key", &AES_K1);
+    let c = crate::custody_checkpoints::case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            serde_json::json!({"type": "file", "directory": dir.join("out")})
+        },
+        serde_json::json!({"payload_encryption": {"enabled": true,
+                               "keys": [{"key_id": "k1", "key_file": k1}],
+                               "active_key_id": "k1", "max_messages_per_key": 1,
+                               "default": "encrypt"},
+               "delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10, "max_deliveries": 2,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                            "jitter": "none"}}}),
+    );
+    let js = c.server.js();
+    js.delete_consumer(STREAM, CONSUMER).unwrap();
+    let mut cc = durable_config(CONSUMER, "orders.>", Duration::from_secs(30), 1000);
+    cc.max_deliver = 3;
+    js.add_consumer(STREAM, cc).unwrap();
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 2);
+    // Polled until message 2 is settled, or 30 s (then the log says what happened).
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < end
+        && c.server.try_consumer_state(STREAM, CONSUMER).map(|s| s.0) != Some(2)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let log = runner.log_text();
+    let state = c
+        .server
+        .try_consumer_state(STREAM, CONSUMER)
+        .unwrap_or_default();
+    let seen = stored(&out);
+    let gaps = gaps_listed(&out);
+    let terminated = log
+        .lines()
+        .filter(|l| l.contains("stream sequence 2") && l.contains("terminated"))
+        .collect::<Vec<_>>()
+        .join(" | ");
+    let (vcode, vtext) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    let summary = vtext
+        .lines()
+        .filter(|l| l.contains("checkpoints ("))
+        .collect::<Vec<_>>()
+        .join(" | ");
+    eprintln!(
+        "atk55 key bound log:\n{}",
+        log.lines()
+            .filter(|l| l.contains("sequence 2") || l.contains("ERROR") || l.contains("WARN"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    eprintln!(
+        "atk55 key bound: consumer (ack floor, ack pending, pending) {state:?}; stored {seen:?}; \
+         gaps listed {gaps:?}; terminated: {terminated}; verify-custody exit {vcode}: {summary}"
+    );
+    assert_eq!(state.0, 1, "message 2 was settled after all: {state:?}");
+    assert!(
+        gaps.contains(&2) || seen.contains(&2) || vcode != 0,
+        "message 2 (refused at the encryption key's bound, a retry) was NAKed on the \
+         consumer's last delivery (max_deliver 3) and dropped by the broker: stored nowhere, \
+         listed as a gap nowhere, and verify-custody exit {vcode}: {summary} (gaps {gaps:?}, \
+         stored {seen:?}, consumer {state:?})"
+    );
+}
+
+/// The sequences the checkpoints of the file sink at `out` list as gaps.
+fn gaps_listed(out: &Path) -> Vec<u64> {
+    if !out.join(".svc-checkpoints").is_dir() {
+        return Vec::new();
+    }
+    crate::custody_checkpoints::checkpoint_files(out)
+        .iter()
+        .flat_map(|f| {
+            let cp: serde_json::Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+            let body: serde_json::Value =
+                serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+            body["gaps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|g| g[0].as_u64())
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
