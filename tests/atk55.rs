@@ -379,3 +379,71 @@ fn gaps_listed(out: &Path) -> Vec<u64> {
         })
         .collect()
 }
+
+/// HELD (class 7, ids that repeat, against `AckWorker::confirmed_before`). A message whose
+/// `dead_lettered` gap a stored checkpoint lists is acknowledged without publishing again
+/// (a9983ab). The stream deleted and re-created numbers from 1 again: the new message 2,
+/// refused by the sink for good, must not be taken for the old one (its dead letter never
+/// published). `SignedGaps` is keyed by stream and incarnation: the new one is dead-lettered
+/// (two dead letters in all) and its gap listed under the new incarnation.
+#[test]
+fn held_a_reused_sequence_after_the_stream_is_re_created_is_dead_lettered_again() {
+    let c = crate::custody_checkpoints::case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            serde_json::json!({"type": "file", "directory": dir.join("out"),
+                               "max_record_bytes": 2048})
+        },
+        serde_json::json!({"dead_letter": {"enabled": true, "subject": DLQ_SUBJECT,
+                               "expected_stream": "DLQ", "publish_timeout_ms": 1000},
+               "delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                            "jitter": "none"}}}),
+    );
+    let mut dlq = crate::support::broker::stream_config("DLQ", &[DLQ_SUBJECT]);
+    dlq.duplicate_window = 1_000_000_000;
+    c.server.js().add_stream(dlq).unwrap();
+    let out = c.dir.path().join("out");
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4000));
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    wait_acked(&c.server, 2);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let before = c.server.stream_messages("DLQ");
+    let js = c.server.js();
+    js.delete_stream(STREAM).unwrap();
+    c.server.create_stream(STREAM, &["orders.>"]);
+    c.server
+        .create_consumer(STREAM, CONSUMER, "orders.>", Duration::from_secs(30));
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    publish_range(&c.server, 1, 1);
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < end
+        && c.server.try_consumer_state(STREAM, CONSUMER).map(|s| s.0) != Some(2)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let after = c.server.stream_messages("DLQ");
+    let state = c.server.try_consumer_state(STREAM, CONSUMER);
+    let listed = gaps_listed(&out);
+    eprintln!(
+        "atk55 reused sequence: dead letters {before} after the first incarnation, {after} after \
+         the second; consumer {state:?}; gaps listed {listed:?}"
+    );
+    assert_eq!(before, 1, "the first message 2 was not dead-lettered");
+    assert_eq!(
+        after, 2,
+        "the re-created stream's message 2 was acknowledged as the old one's dead letter \
+         (consumer {state:?})"
+    );
+}
