@@ -447,3 +447,65 @@ fn held_a_reused_sequence_after_the_stream_is_re_created_is_dead_lettered_again(
          (consumer {state:?})"
     );
 }
+
+/// HELD (class 5, a consumer setting at its extreme: `max_deliver` 1, every delivery the
+/// last). The hold settles each message given up on at once (`Settle::Last`, counted) with a
+/// healthy store, but its gap is told before and listed by the next cut: after a TERM the
+/// chain lists the dead-lettered message 2, one dead letter, the audit COMPLETE.
+#[test]
+fn held_max_deliver_1_settles_at_once_but_still_lists_the_gap() {
+    let c = crate::custody_checkpoints::case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            serde_json::json!({"type": "file", "directory": dir.join("out"),
+                               "max_record_bytes": 2048})
+        },
+        serde_json::json!({"dead_letter": {"enabled": true, "subject": DLQ_SUBJECT,
+                               "expected_stream": "DLQ", "publish_timeout_ms": 1000},
+               "delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                            "jitter": "none"}}}),
+    );
+    let mut dlq = crate::support::broker::stream_config("DLQ", &[DLQ_SUBJECT]);
+    dlq.duplicate_window = 1_000_000_000;
+    c.server.js().add_stream(dlq).unwrap();
+    let js = c.server.js();
+    js.delete_consumer(STREAM, CONSUMER).unwrap();
+    let mut cc = durable_config(CONSUMER, "orders.>", Duration::from_secs(30), 1000);
+    cc.max_deliver = 1;
+    js.add_consumer(STREAM, cc).unwrap();
+    let out = c.dir.path().join("out");
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4000));
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    publish_range(&c.server, 3, 3);
+    wait_acked(&c.server, 3);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let unsigned = snapshot_counter(
+        &c.dir.path().join("metrics.json"),
+        "checkpoint_gaps_settled_unsigned_total",
+    );
+    let listed = gaps_listed(&out);
+    let dead = c.server.stream_messages("DLQ");
+    let (vcode, vtext) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    let summary = vtext
+        .lines()
+        .filter(|l| l.contains("checkpoints ("))
+        .collect::<Vec<_>>()
+        .join(" | ");
+    eprintln!(
+        "atk55 max_deliver 1: settled unsigned {unsigned}; gaps listed {listed:?}; dead \
+         letters {dead}; verify-custody exit {vcode}: {summary}"
+    );
+    assert_eq!(
+        (listed.contains(&2), dead, vcode),
+        (true, 1, 0),
+        "max_deliver 1: the gap of 2 unlisted, or its dead letter lost ({summary})"
+    );
+}
