@@ -153,6 +153,18 @@ pub(crate) fn checkpoint_files(out: &Path) -> Vec<PathBuf> {
 
 /// Python `cryptography` checks each checkpoint's Ed25519 signature over its signed body and
 /// recomputes its RFC 6962 root from its leaves; returns the leaves' sequences.
+/// The gaps the checkpoint files list, `[sequence, reason]`, in file order.
+fn gaps_in(files: &[PathBuf]) -> Vec<Value> {
+    files
+        .iter()
+        .flat_map(|f| {
+            let cp: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+            let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+            body["gaps"].as_array().unwrap().clone()
+        })
+        .collect()
+}
+
 fn python_check(files: &[PathBuf], public_b64: &str) -> Vec<u64> {
     let script = r#"
 import sys, json, base64, hashlib
@@ -646,14 +658,7 @@ fn a_message_the_runner_refused_is_a_listed_gap_not_a_missing_record() {
     // committed: the gap is listed once either way.
     let files = checkpoint_files(&c.dir.path().join("out"));
     assert!((1..=2).contains(&files.len()), "{files:?}");
-    let gaps: Vec<Value> = files
-        .iter()
-        .flat_map(|f| {
-            let cp: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
-            let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
-            body["gaps"].as_array().unwrap().clone()
-        })
-        .collect();
+    let gaps = gaps_in(&files);
     assert_eq!(gaps, vec![json!([2, "refused_before_sink"])]);
     assert_eq!(python_check(&files, &public_key_b64(&CP_SEED)), vec![1, 3]);
     let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
@@ -731,14 +736,7 @@ fn a_message_the_sink_refused_until_terminated_is_a_listed_gap() {
     runner.signal("TERM");
     assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
     let files = checkpoint_files(&c.dir.path().join("out"));
-    let gaps: Vec<Value> = files
-        .iter()
-        .flat_map(|f| {
-            let cp: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
-            let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
-            body["gaps"].as_array().unwrap().clone()
-        })
-        .collect();
+    let gaps = gaps_in(&files);
     assert_eq!(gaps, vec![json!([2, "terminated"])], "{files:?}");
     let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
     assert_eq!(code, 0, "{text}");

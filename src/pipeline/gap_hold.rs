@@ -69,11 +69,13 @@ impl Hold {
         self.limits.max_deliver()
     }
 
-    /// The most messages held at a time: half the consumer's `max_ack_pending` now (at least
-    /// one), else [`DEFAULT_BUDGET`]; the other half stays for messages that can be delivered.
+    /// The most messages held at a time while the store fails: half the consumer's
+    /// `max_ack_pending` now (none for a limit of 1: the hold never takes the only slot,
+    /// atk55 finding 1), else [`DEFAULT_BUDGET`]; the other half stays for messages that can
+    /// be delivered.
     pub fn budget(&self) -> usize {
         self.limits.max_ack_pending().map_or(DEFAULT_BUDGET, |m| {
-            usize::try_from(m / 2).unwrap_or(usize::MAX).max(1)
+            usize::try_from(m / 2).unwrap_or(usize::MAX)
         })
     }
 
