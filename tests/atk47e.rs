@@ -35,14 +35,14 @@ fn spooled_with(every_records: u64, extra: Value) -> (Case, PathBuf, PathBuf) {
 
 /// The records' directory of the file sink replaced by a file: record writes fail
 /// (transient), the checkpoint store (`out/.svc-checkpoints`) still takes checkpoints.
-fn block_records(out: &Path) -> PathBuf {
+pub(crate) fn block_records(out: &Path) -> PathBuf {
     let away = out.with_file_name("idempotency-key.away");
     std::fs::rename(out.join("idempotency-key"), &away).unwrap();
     std::fs::write(out.join("idempotency-key"), b"in the way").unwrap();
     away
 }
 
-fn unblock_records(out: &Path, away: &Path) {
+pub(crate) fn unblock_records(out: &Path, away: &Path) {
     std::fs::remove_file(out.join("idempotency-key")).unwrap();
     std::fs::rename(away, out.join("idempotency-key")).unwrap();
 }

@@ -243,19 +243,140 @@ fn held_a_restored_none_yet_head_backup_beside_a_drained_head_continues_the_chai
     );
 }
 
-// Two findings stay open, their reproductions kept on branch atk55 (not in the suite: each
-// fails until fixed; docs/payload-protection.md names both):
+// One finding stays open, its reproduction kept in commit f99d4e1 (not in the suite: it fails
+// until fixed; docs/payload-protection.md names it):
 // - found_a_restored_none_yet_head_backup_and_no_drained_head_fork_the_chain_at_checkpoint_0
-//   (commit f99d4e1; low): a head file restored from a backup taken at the first start
-//   (none-yet) after checkpoint 0 was cut and drained, with no drained head (removed, or a
-//   drain by an older version) and the target down: the start signs a second checkpoint 0.
-// - found_a_message_nakked_on_the_consumers_last_delivery_is_dropped_and_the_audit_says_complete
-//   (commit b119b0e; medium-low): a retry refusal (a transient failure) on the consumer's
-//   own last delivery (`max_deliver`) is NAKed, the broker drops the message, no gap is
-//   listed, and the audit says COMPLETE (the MAX_DELIVERIES advisory counter is the trace).
+//   (low): a head file restored from a backup taken at the first start (none-yet) after
+//   checkpoint 0 was cut and drained, with no drained head (removed, or a drain by an older
+//   version) and the target down: the start signs a second checkpoint 0. The audit names the
+//   fork (FORKED), so nothing is hidden; two files put back or removed by hand are needed.
 
-/// The sequences the checkpoints of the file sink at `out` list as gaps.
-fn gaps_listed(out: &Path) -> Vec<u64> {
+/// FOUND, fixed (class 5 with class 12, a consumer setting and two views; medium-low: a
+/// message stored nowhere, listed nowhere, and `svc verify-custody` said COMPLETE; the
+/// broker's MAX_DELIVERIES advisory, counted, was the only trace). A `retry` rejection (here
+/// the encryption key at its message bound; any transient failure alike) on the consumer's
+/// last delivery was simply NAKed: the broker delivers it no more, and the runner told no
+/// gap. Here the key bound is 1 message, the consumer's `max_deliver` 3: message 2 is refused
+/// on deliveries 1..=3 and dropped by the broker (ack floor stays 1, nothing pending). Now
+/// `svc-ack` tells its gap (`abandoned_at_max_deliver`) when it NAKs the last delivery, and the
+/// next checkpoint lists it (failed on f3b6ae0: "gaps []").
+#[test]
+fn found_a_message_nakked_on_the_consumers_last_delivery_is_dropped_and_the_audit_says_complete() {
+    let key = tempfile::tempdir().unwrap();
+    let k1 = write_private(key.path(), "k1.key", &AES_K1);
+    let c = crate::custody_checkpoints::case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            serde_json::json!({"type": "file", "directory": dir.join("out")})
+        },
+        serde_json::json!({"payload_encryption": {"enabled": true,
+                               "keys": [{"key_id": "k1", "key_file": k1}],
+                               "active_key_id": "k1", "max_messages_per_key": 1,
+                               "default": "encrypt"},
+               "delivery": last_delivery_pace()}),
+    );
+    max_deliver_3(&c);
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 2);
+    let gaps = abandoned_gap_of_2(&c, &out, &mut runner);
+    let seen = stored(&out);
+    assert_eq!(seen, vec![1], "only message 1 fits under the key's bound");
+    assert_eq!(
+        gaps,
+        vec![(2, "abandoned_at_max_deliver".to_string())],
+        "message 2 (refused at the encryption key's bound, a retry) was NAKed on the \
+         consumer's last delivery (max_deliver 3) and dropped by the broker: its gap must be \
+         listed"
+    );
+}
+
+/// FOUND with the one above, fixed the same way (a transient *sink* failure, the same hole:
+/// the sink's verdict carried no place for a gap). The file sink's records' directory
+/// replaced by a file after message 1: message 2 fails transiently on every delivery, the
+/// broker drops it after the consumer's third; the checkpoint store still works and lists
+/// it as `abandoned_at_max_deliver`; the audit counts it as a runner-caused gap, exit 0.
+#[test]
+fn a_transient_sink_failure_on_the_consumers_last_delivery_is_listed_as_a_gap() {
+    let c = crate::custody_checkpoints::case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            serde_json::json!({"type": "file", "directory": dir.join("out")})
+        },
+        serde_json::json!({"delivery": last_delivery_pace()}),
+    );
+    max_deliver_3(&c);
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    let away = crate::atk47e::block_records(&out);
+    publish_range(&c.server, 2, 2);
+    let gaps = abandoned_gap_of_2(&c, &out, &mut runner);
+    crate::atk47e::unblock_records(&out, &away);
+    assert_eq!(stored(&out), vec![1]);
+    assert_eq!(gaps, vec![(2, "abandoned_at_max_deliver".to_string())]);
+    let (vcode, vtext) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(vcode, 0, "{vtext}");
+    assert!(vtext.contains("1 runner-caused gaps"), "{vtext}");
+}
+
+/// Fast NAKs (100 ms), no `max_deliveries` of the runner's own: only the consumer's
+/// `max_deliver` ends the deliveries.
+fn last_delivery_pace() -> serde_json::Value {
+    serde_json::json!({"batch_size": 16, "fetch_expiry_ms": 200, "max_in_flight_batches": 2,
+                       "sink_workers": 1, "shutdown_timeout_seconds": 10,
+                       "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}})
+}
+
+/// The durable re-created with `max_deliver` 3.
+fn max_deliver_3(c: &Case) {
+    let js = c.server.js();
+    js.delete_consumer(STREAM, CONSUMER).unwrap();
+    let mut cc = durable_config(CONSUMER, "orders.>", Duration::from_secs(30), 1000);
+    cc.max_deliver = 3;
+    js.add_consumer(STREAM, cc).unwrap();
+}
+
+/// Waits (30 s at most) until a checkpoint lists message 2 as a gap, stops the runner, and
+/// returns every gap listed with its reason; checks that the broker dropped message 2
+/// unacknowledged (ack floor 1, nothing pending or in flight).
+fn abandoned_gap_of_2(
+    c: &Case,
+    out: &Path,
+    runner: &mut crate::support::process::Runner,
+) -> Vec<(u64, String)> {
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < end && !gaps_with_reasons(out).iter().any(|g| g.0 == 2) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let state = c.server.try_consumer_state(STREAM, CONSUMER);
+    let log = runner.log_text();
+    eprintln!(
+        "atk55 last delivery: consumer {state:?}; log:\n{}",
+        log.lines()
+            .filter(|l| l.contains("sequence 2") || l.contains("max_deliver"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(
+        state.map(|s| s.0),
+        Some(1),
+        "message 2 was settled after all"
+    );
+    assert!(
+        log.contains("sequence 2: not delivered on the consumer's last delivery (3"),
+        "{log}"
+    );
+    gaps_with_reasons(out)
+}
+
+/// The gaps the checkpoints of the file sink at `out` list, with their reasons.
+fn gaps_with_reasons(out: &Path) -> Vec<(u64, String)> {
     if !out.join(".svc-checkpoints").is_dir() {
         return Vec::new();
     }
@@ -269,10 +390,15 @@ fn gaps_listed(out: &Path) -> Vec<u64> {
                 .as_array()
                 .unwrap()
                 .iter()
-                .filter_map(|g| g[0].as_u64())
+                .filter_map(|g| Some((g[0].as_u64()?, g[1].as_str()?.to_string())))
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// The sequences the checkpoints of the file sink at `out` list as gaps.
+fn gaps_listed(out: &Path) -> Vec<u64> {
+    gaps_with_reasons(out).into_iter().map(|g| g.0).collect()
 }
 
 /// HELD (class 7, ids that repeat, against `AckWorker::confirmed_before`). A message whose

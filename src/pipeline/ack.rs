@@ -26,7 +26,7 @@ use super::confirm::Confirmations;
 use super::credit::{Credit, CreditPool};
 
 use super::gap_hold::{Hold, Settle};
-use super::{AckMsg, BatchId, GapReason, Monitor, Rejection, Verdict};
+use super::{AckMsg, BatchId, GapReason, Monitor, Rejection, Verdict, ABANDONED};
 use crate::backoff::Backoff;
 use crate::broker::dead_letter::DeadLetterPublisher;
 use crate::broker::{self, AckHandle, AckVerb, Connection};
@@ -237,11 +237,16 @@ impl AckWorker {
         let (mut acked, mut nacked, mut terminated, mut in_progress) = (0, 0, 0, 0);
         let mut awaiting = 0;
         for ((handle, verdict), family) in others.into_iter().chain(rejected) {
+            let at = match &verdict {
+                Verdict::Unwritten(_, at) => Some(Arc::clone(at)),
+                Verdict::Rejected(f) => Some(Arc::clone(&f.at)),
+                Verdict::Written(_) => None,
+            };
             let verb = match verdict {
                 Verdict::Written(
                     WriteOutcome::Durable | WriteOutcome::AlreadyDurable | WriteOutcome::Spooled,
                 ) => AckVerb::Ack,
-                Verdict::Written(WriteOutcome::Transient(e)) => {
+                Verdict::Written(WriteOutcome::Transient(e)) | Verdict::Unwritten(e, _) => {
                     log::debug!(
                         "stream sequence {}: not written, will retry: {e}",
                         handle.stream_sequence
@@ -253,6 +258,9 @@ impl AckWorker {
                 }
                 Verdict::Rejected(f) => self.rejected(handle, family, &f, &mut dlq_failed),
             };
+            if let (AckVerb::Nak(_), Some(at)) = (verb, &at) {
+                self.abandoned(handle, at);
+            }
             if verb == AckVerb::Ack {
                 if let Some(c) = self.confirmations.as_mut() {
                     // Counted as acknowledged when the broker answers.
@@ -492,6 +500,37 @@ impl AckWorker {
                 true
             }
         }
+    }
+
+    /// A NAK on the consumer's own last delivery (its `max_deliver`, as the broker last
+    /// reported it) is never answered: the broker delivers the message no more and nothing
+    /// stores it. With custody checkpoints its gap is told ([`ABANDONED`]; a gap told
+    /// already keeps its first reason) and listed by the next cut, so the audit does not call
+    /// the chain complete without it (atk55 finding 2); counted as settled unsigned, since
+    /// there is no later delivery to hold it for.
+    fn abandoned(&self, handle: &AckHandle, at: &(crate::sink::checkpoint::Origin, u64)) {
+        let (Some(feed), Some(last)) = (&self.checkpoints, self.hold.last_delivery()) else {
+            return;
+        };
+        if handle.delivery_count < last || feed.gap_signed(&at.0, at.1) {
+            return;
+        }
+        feed.send(crate::sink::checkpoint::Event::Gap(
+            at.0.clone(),
+            at.1,
+            ABANDONED,
+        ));
+        Metrics::add(
+            &self.metrics.counters.checkpoint_gaps_settled_unsigned_total,
+            1,
+        );
+        log::warn!(
+            "stream {} sequence {}: not delivered on the consumer's last delivery ({last}, its \
+             max_deliver): the broker delivers it no more; the next custody checkpoint lists \
+             it as a gap (for its refusal when refused, else {ABANDONED})",
+            PeerText::new(&at.0 .0),
+            at.1
+        );
     }
 
     /// Sends in-progress acks for batches held longer than `progress_after`.

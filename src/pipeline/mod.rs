@@ -59,7 +59,9 @@
 //!   `Verdict::Rejected` with a DLQ record built from the envelope, exactly like a pre-sink
 //!   failure; without a DLQ it stays `Written(Permanent)`: NAKed with backoff, terminated at
 //!   `delivery.max_deliveries` (with custody checkpoints a `Verdict::Rejected` without a DLQ
-//!   record: terminated only once a stored checkpoint lists it as a gap).
+//!   record: terminated only once a stored checkpoint lists it as a gap). A transient failure
+//!   is `Verdict::Unwritten` with the message's place: NAKed, and on the consumer's own last
+//!   delivery (`max_deliver`) listed as a gap, since the broker drops it then.
 //! - `svc-ack` is the ONLY thread that ACKs, NAKs, TERMs or sends in-progress. Invariant: a
 //!   message is ACKed only when its verdict says durable, or its DLQ publish was confirmed by
 //!   the broker (PubAck) just before. It returns the batch's credits when the batch is settled.
@@ -206,9 +208,20 @@ pub struct PreparedBatch {
 /// The fate of one message, decided on the data path and carried out by `svc-ack`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
+    /// The sink's outcome, durable or permanent (a transient one is [`Verdict::Unwritten`]).
     Written(WriteOutcome),
+    /// Not written this time (a transient sink failure, or a refusal that may pass later: an
+    /// encryption key at its message bound), NAKed for redelivery; with its place, since on
+    /// the consumer's last delivery the broker drops it and a custody checkpoint lists it as
+    /// a gap (`svc-ack`, [`ABANDONED`]).
+    Unwritten(SinkError, Arc<(crate::sink::checkpoint::Origin, u64)>),
     Rejected(Rejection),
 }
+
+/// The reason a custody checkpoint lists a message with that was NAKed on the consumer's own
+/// last delivery (its `max_deliver`): the broker delivers it no more, and nothing stores it
+/// (atk55 finding 2).
+pub const ABANDONED: &str = "abandoned_at_max_deliver";
 
 /// What `svc-ack` receives, in order per batch: the registration, then the outcome.
 pub enum AckMsg {
@@ -422,7 +435,9 @@ impl Shared {
                  message given up on at that delivery is settled before a custody checkpoint \
                  lists its gap (no later delivery would come), so a kill -9 in the second \
                  before the checkpoint loses the gap; keep max_deliver well above \
-                 delivery.max_deliveries (counted: checkpoint_gaps_settled_unsigned_total)",
+                 delivery.max_deliveries (counted: checkpoint_gaps_settled_unsigned_total); \
+                 a message not written on that delivery is dropped by the broker, listed as \
+                 a gap ({ABANDONED}) by the next checkpoint",
                 consumer.stream,
                 consumer.name
             );

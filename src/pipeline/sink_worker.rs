@@ -84,8 +84,9 @@ impl Split {
                     envelopes.push(p.envelope);
                     verdicts.push(None);
                 }
-                Err((failure, _)) if failure.retry => verdicts.push(Some(Verdict::Written(
-                    WriteOutcome::Transient(SinkError::new("pre-sink", failure.reason)),
+                Err((failure, _)) if failure.retry => verdicts.push(Some(Verdict::Unwritten(
+                    SinkError::new("pre-sink", failure.reason),
+                    failure.at,
                 ))),
                 Err((failure, _)) => verdicts.push(Some(Verdict::Rejected(failure))),
             }
@@ -247,18 +248,24 @@ impl SinkWorker {
     /// With a DLQ, a permanent failure is dead-lettered (then ACKed) instead of redelivered.
     /// A permanent sink failure is a [`Rejection`] when `svc-ack` must do more than NAK or
     /// terminate it: publish its dead letter, or, with custody checkpoints, terminate it only
-    /// once a checkpoint lists it as a gap (it needs the message's stream and sequence).
+    /// once a checkpoint lists it as a gap (it needs the message's stream and sequence). A
+    /// transient one is [`Verdict::Unwritten`], with its place for the same reason.
     fn verdict(&self, outcome: WriteOutcome, env: &Envelope) -> Verdict {
-        let WriteOutcome::Permanent(e) = outcome else {
-            return Verdict::Written(outcome);
+        let place = || {
+            Arc::new((
+                (Arc::clone(&env.stream), Arc::clone(&env.stream_incarnation)),
+                env.stream_sequence,
+            ))
+        };
+        let e = match outcome {
+            WriteOutcome::Permanent(e) => e,
+            WriteOutcome::Transient(e) => return Verdict::Unwritten(e, place()),
+            durable => return Verdict::Written(durable),
         };
         if self.dead_letter.is_none() && self.checkpoints.is_none() {
             return Verdict::Written(WriteOutcome::Permanent(e));
         }
-        let at = Arc::new((
-            (Arc::clone(&env.stream), Arc::clone(&env.stream_incarnation)),
-            env.stream_sequence,
-        ));
+        let at = place();
         let Some(cfg) = &self.dead_letter else {
             return Verdict::Rejected(Rejection {
                 reason: format!("{}: {e}", e.class.code()),
