@@ -120,6 +120,19 @@ impl fmt::Display for DbError {
 
 impl std::error::Error for DbError {}
 
+/// What a server must not put into the client's errors during a handshake, whatever the
+/// engine: the password with its escaped and encoded forms (`text::secrets::Secrets`). Empty
+/// without a password, or with one that is not UTF-8 (no text can quote it as it is). Dropped,
+/// hence wiped, with the handshake. PostgreSQL adds the MD5 form it stores
+/// (`postgres::auth::handshake_secrets`).
+pub(crate) fn password_secrets(password: Option<&[u8]>) -> Secrets {
+    let mut hidden = Secrets::new();
+    if let Some(text) = password.and_then(|p| std::str::from_utf8(p).ok()) {
+        hidden.add(text);
+    }
+    hidden
+}
+
 /// Maps an I/O error of `phase` to a connection error; a timeout names the phase that expired.
 pub(crate) fn io_err(phase: &str, e: io::Error) -> DbError {
     let what = match e.kind() {

@@ -11,9 +11,8 @@ use std::time::{Duration, Instant};
 
 use super::auth::{AuthPolicy, Plugin};
 use super::packet::{self as pk, Handshake, QueryHead};
-use crate::db::error::{io_err, DbError};
+use crate::db::error::{io_err, password_secrets, DbError};
 use crate::db::params::{ConnectParams, TlsMode};
-use crate::db::postgres::auth::handshake_secrets;
 use crate::db::transport::{tls_handshake, DeadlineTcp, Stream};
 use crate::text::peer::PeerText;
 use crate::text::secrets::Secrets;
@@ -52,7 +51,7 @@ pub struct Connection {
     server_version: String,
     mariadb: bool,
     /// The password's forms, hidden from what the server says during connect
-    /// (`auth::handshake_secrets`); empty (and the forms wiped) once connected.
+    /// (`db::error::password_secrets`); empty (and the forms wiped) once connected.
     hidden: Secrets,
 }
 
@@ -82,7 +81,7 @@ impl Connection {
         policy: &AuthPolicy,
         password: Option<&[u8]>,
     ) -> Result<Connection, DbError> {
-        let hidden = handshake_secrets(password, None);
+        let hidden = password_secrets(password);
         let res = Connection::open(p, policy, password, &hidden);
         res.map_err(|e| e.hidden(&hidden))
     }

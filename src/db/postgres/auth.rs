@@ -212,20 +212,12 @@ fn md5_inner_hex(user: &str, password: &[u8]) -> SecretString {
     hex
 }
 
-/// What a server must not put into the client's errors during a handshake (PostgreSQL
-/// startup, MySQL connect): the password with its escaped and encoded forms
-/// (`text::secrets::Secrets`), and with `md5_user` md5hex(password + user), which logs in to
-/// a PostgreSQL server as the password does. Empty without a password, or with one that is
-/// not UTF-8 (no text can quote it as it is). Dropped, hence wiped, with the handshake.
+/// What a PostgreSQL server must not put into the client's errors during startup: the
+/// password's forms ([`crate::db::error::password_secrets`]) and, with `md5_user`,
+/// md5hex(password + user), which logs in as the password does.
 pub(crate) fn handshake_secrets(password: Option<&[u8]>, md5_user: Option<&str>) -> Secrets {
-    let mut hidden = Secrets::new();
-    let Some(password) = password else {
-        return hidden;
-    };
-    if let Ok(text) = std::str::from_utf8(password) {
-        hidden.add(text);
-    }
-    if let Some(user) = md5_user {
+    let mut hidden = crate::db::error::password_secrets(password);
+    if let (Some(password), Some(user)) = (password, md5_user) {
         hidden.add(md5_inner_hex(user, password).expose());
     }
     hidden
