@@ -47,6 +47,10 @@ pub enum Settle {
 /// The messages given up on that wait for their checkpoint.
 pub struct Hold {
     held: RefCell<HashSet<(Origin, u64)>>,
+    /// [`Feed::signed_epoch`] when the held were last checked for signed gaps: checked again
+    /// only once a checkpoint was stored since, not on every refusal at the budget (a flood
+    /// of refusals would cost one look-up per held message each).
+    pruned_at: std::cell::Cell<u64>,
     /// The consumer's `max_ack_pending` (the budget) and `max_deliver` (the last delivery) as
     /// the broker last reported them: read on each decision, since they may change on the
     /// running consumer (the consumer watch updates them: atk54).
@@ -58,6 +62,7 @@ impl Hold {
     pub fn new(limits: Arc<ConsumerLimits>) -> Hold {
         Hold {
             held: RefCell::new(HashSet::new()),
+            pruned_at: std::cell::Cell::new(0),
             limits,
         }
     }
@@ -100,23 +105,26 @@ impl Hold {
             held.remove(at);
             return Settle::Rescanning;
         }
+        // One reading of the consumer's limit for the whole decision (the watch may change it).
+        let budget = self.budget();
         if held.contains(at) {
             // Held past the budget (taken while the store looked healthy, its put then
             // hanging, or the consumer's limit lowered since): the excess goes while the
             // store fails (atk54 findings 2, 4).
-            if held.len() > self.budget() && feed.store_failing() {
+            if held.len() > budget && feed.store_failing() {
                 held.remove(at);
                 return Settle::Unsigned;
             }
             return Settle::Wait;
         }
-        if held.len() >= self.budget() {
+        if held.len() >= budget && self.pruned_at.get() != feed.signed_epoch() {
             // Those signed since (a message the broker stopped delivering leaves its entry).
+            self.pruned_at.set(feed.signed_epoch());
             held.retain(|k| !feed.gap_signed(&k.0, k.1));
         }
         // Past the budget only while the store fails: a healthy one cuts within a second, and
         // a publisher's flood of refusals must not open the window (atk53c finding 4).
-        if held.len() >= self.budget() && feed.store_failing() {
+        if held.len() >= budget && feed.store_failing() {
             return Settle::Unsigned;
         }
         held.insert(at.clone());

@@ -95,6 +95,12 @@ impl Feed {
         self.signed_gaps.holds(o, seq)
     }
 
+    /// How many times stored checkpoints (or the chain read at start) were noted so far: a
+    /// hold need look for newly signed gaps only when it moved (`pipeline/gap_hold.rs`).
+    pub fn signed_epoch(&self) -> u64 {
+        self.signed_gaps.1.load(Ordering::Relaxed)
+    }
+
     /// Whether a stored checkpoint of this runner lists `seq` of `o` as a gap whose dead
     /// letter was confirmed ([`DEAD_LETTERED`]).
     pub fn gap_dead_lettered(&self, o: &Origin, seq: u64) -> bool {
@@ -118,9 +124,10 @@ impl Feed {
 /// once the checkpoint listing them is stored (or the chain read at start): a message refused on
 /// every delivery (no DLQ, no `max_deliveries`) is listed in one checkpoint, not in every one
 /// after it (atk50a finding 6). Older ones are forgotten: the verifier counts a gap listed
-/// twice once, and one forgotten before its `+TERM` is listed again, then terminated.
+/// twice once, and one forgotten before its `+TERM` is listed again, then terminated. The
+/// second field counts the notes ([`Feed::signed_epoch`]).
 #[derive(Debug, Default)]
-pub(super) struct SignedGaps(Mutex<Remembered>);
+pub(super) struct SignedGaps(Mutex<Remembered>, AtomicU64);
 
 #[derive(Debug, Default)]
 struct Remembered {
@@ -149,6 +156,7 @@ impl SignedGaps {
     /// Notes the gaps (sequence, reason) a stored checkpoint of origin `o` lists.
     pub(super) fn note<'a>(&self, o: &Origin, gaps: impl Iterator<Item = (u64, &'a str)>) {
         let mut r = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        self.1.fetch_add(1, Ordering::Relaxed);
         for (seq, why) in gaps {
             let dead_lettered = why == DEAD_LETTERED;
             let first = r.held.insert((o.clone(), seq), dead_lettered).is_none();
