@@ -6,15 +6,17 @@ cd "$(dirname "$0")/.."
 source scripts/deps.sh
 deps_test
 
+# svc and its crates (crates/); the carried nats client has its own style and lints.
+svc_crates=(-p svc -p svc-text -p svc-db)
 echo "== cargo fmt --check"
-cargo fmt --check
+cargo fmt "${svc_crates[@]}" --check
 echo "== cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets --quiet -- -D warnings
+cargo clippy "${svc_crates[@]}" --all-targets --quiet -- -D warnings
 echo "== cargo doc (warnings denied)"
 # Private items are documented (the docs are for the people who work on the code), so a public
 # module's comment may link to its private parts.
 RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" \
-    cargo doc --no-deps --document-private-items --quiet
+    cargo doc "${svc_crates[@]}" --no-deps --document-private-items --quiet
 echo "== no async runtime in the default build"
 if cargo tree -e normal --prefix none | grep -E '^(tokio|async-std|mio|async-io|smol) v'; then
     echo "an async runtime crate is in the default dependency tree" >&2
@@ -27,7 +29,7 @@ bash scripts/audit.sh
 echo "== cargo test"
 # Every target: the unit tests, tests/main.rs and tests/wipe_probe.rs (the allocator probe of
 # docs/security.md "Secrets in memory", its own binary for its global allocator).
-cargo test --all-targets --no-fail-fast -- --test-threads="${SVC_TEST_THREADS:-4}"
+cargo test "${svc_crates[@]}" --all-targets --no-fail-fast -- --test-threads="${SVC_TEST_THREADS:-4}"
 echo "== the carried nats client's own unit tests"
 cargo test -p nats --lib --quiet
 

@@ -1,13 +1,16 @@
 //! `svc`: a message-delivery runner (NATS JetStream pull consumer -> one sink, commit first,
 //! ACK last) and the library behind its metrics exporter. See `docs/architecture.md`.
 
+// The lowest layers, crates of their own (crates/text, crates/db), under their module names.
+pub use svc_db as db;
+pub use svc_text as text;
+
 pub mod allocator;
 pub mod aws;
 pub mod backoff;
 pub mod broker;
 pub mod cli;
 pub mod config;
-pub mod db;
 pub mod document;
 pub mod files;
 pub mod host;
@@ -16,4 +19,3 @@ pub mod metrics;
 pub mod observe;
 pub mod pipeline;
 pub mod sink;
-pub mod text;

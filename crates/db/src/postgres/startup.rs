@@ -11,9 +11,9 @@
 use super::auth::{self, AuthMethod, ChannelBinding, ChannelBindingMode};
 use super::codec::{AuthRequest, BackendMessage, Msg, PROTOCOL_VERSION};
 use super::{ConnectParams, Connection};
-use crate::db::error::DbError;
-use crate::text::peer::PeerText;
-use crate::text::secret_bytes::SecretBytes;
+use crate::error::DbError;
+use svc_text::peer::PeerText;
+use svc_text::secret_bytes::SecretBytes;
 
 /// Where authentication stands during startup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

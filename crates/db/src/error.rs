@@ -8,8 +8,8 @@
 use std::fmt;
 use std::io;
 
-use crate::text::peer::PeerText;
-use crate::text::secrets::Secrets;
+use svc_text::peer::PeerText;
+use svc_text::secrets::Secrets;
 
 /// Characters of a server message kept (the display is bounded again by [`PeerText`]).
 const MAX_SERVER_MESSAGE_CHARS: usize = 512;

@@ -14,8 +14,8 @@ use base64::Engine as _;
 use ring::{digest, hmac, pbkdf2};
 use std::num::NonZeroU32;
 
-use crate::text::secret_bytes::{wipe, SecretBytes, SecretString};
-use crate::text::secrets::Secrets;
+use svc_text::secret_bytes::{wipe, SecretBytes, SecretString};
+use svc_text::secrets::Secrets;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -196,7 +196,7 @@ pub fn md5_password(user: &str, password: &[u8], salt: &[u8; 4]) -> String {
     let mut outer = Md5::new();
     outer.update(inner_hex.expose().as_bytes());
     outer.update(salt);
-    format!("md5{}", crate::text::hex::lower(&outer.finalize()))
+    format!("md5{}", svc_text::hex::lower(&outer.finalize()))
 }
 
 /// md5hex(password + user), what a PostgreSQL server with MD5 passwords stores, in a wiping
@@ -207,16 +207,16 @@ fn md5_inner_hex(user: &str, password: &[u8]) -> SecretString {
     inner.update(password);
     inner.update(user.as_bytes());
     let mut inner_hash = inner.finalize();
-    let hex = SecretString::new(crate::text::hex::lower(&inner_hash));
+    let hex = SecretString::new(svc_text::hex::lower(&inner_hash));
     wipe(&mut inner_hash);
     hex
 }
 
 /// What a PostgreSQL server must not put into the client's errors during startup: the
-/// password's forms ([`crate::db::error::password_secrets`]) and, with `md5_user`,
+/// password's forms ([`crate::error::password_secrets`]) and, with `md5_user`,
 /// md5hex(password + user), which logs in as the password does.
 pub(crate) fn handshake_secrets(password: Option<&[u8]>, md5_user: Option<&str>) -> Secrets {
-    let mut hidden = crate::db::error::password_secrets(password);
+    let mut hidden = crate::error::password_secrets(password);
     if let (Some(password), Some(user)) = (password, md5_user) {
         hidden.add(md5_inner_hex(user, password).expose());
     }
@@ -513,7 +513,7 @@ mod tests {
         assert_eq!(scratch.stored_key, [0; 32]);
         // The server key kept for server-final is in a wiping owner that never prints.
         let kept = format!("{:?}", s.expected_server_signature.as_ref().unwrap().0);
-        assert_eq!(kept, crate::text::secret_bytes::REDACTED);
+        assert_eq!(kept, svc_text::secret_bytes::REDACTED);
         s.verify_server_final("v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
             .unwrap();
     }
@@ -634,10 +634,7 @@ mod tests {
         // The inner hash alone, as the server stores it.
         use md5::{Digest, Md5};
         assert_eq!(
-            format!(
-                "md5{}",
-                crate::text::hex::lower(&Md5::digest(b"secretalice"))
-            ),
+            format!("md5{}", svc_text::hex::lower(&Md5::digest(b"secretalice"))),
             STORED
         );
         // Another salt gives another answer: the salt is really mixed in.

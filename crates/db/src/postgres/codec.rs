@@ -6,8 +6,8 @@
 //! NUL-terminated UTF-8, counts and lengths must fit the body, and the limits below hold. A
 //! violation is a [`DbError::Protocol`]; the connection treats it as fatal.
 
-use crate::db::error::{DbError, ServerError};
-use crate::text::secrets::Secrets;
+use crate::error::{DbError, ServerError};
+use svc_text::secrets::Secrets;
 
 /// Largest backend message accepted. The sink's replies are small (command tags, idempotency
 /// keys, a digest per duplicate row); a larger length prefix means a corrupt stream or a

@@ -3,7 +3,7 @@
 //! connection parameters ([`params`]), the error kinds ([`error`]) and the deadline-bound TCP and
 //! TLS transport ([`transport`]).
 //!
-//! A library, not part of a sink: it imports only [`crate::text`] (peer text, secrets), and the
+//! A library, not part of a sink: it imports only [`svc_text`] (peer text, secrets), and the
 //! relational sink and the checkpoint store are its users. Why in-tree and not a crate from
 //! crates.io: each client's module comment and docs/sinks/relational.md.
 //!

@@ -35,15 +35,15 @@ use std::collections::BTreeMap;
 use std::io::{BufReader, Read, Write};
 use std::time::{Duration, Instant};
 
-use crate::db::error::io_err;
-pub use crate::db::error::{condition_name, DbError, ServerError};
-pub use crate::db::params::{ConnectParams, TlsMode};
-pub use crate::db::transport::tls_client_config;
-use crate::db::transport::{tls_handshake, DeadlineTcp, Stream};
-use crate::text::peer::PeerText;
-use crate::text::secrets::Secrets;
+use crate::error::io_err;
+pub use crate::error::{condition_name, DbError, ServerError};
+pub use crate::params::{ConnectParams, TlsMode};
+pub use crate::transport::tls_client_config;
+use crate::transport::{tls_handshake, DeadlineTcp, Stream};
 pub use auth::{AuthPolicy, ChannelBindingMode};
 use codec::{BackendMessage, Msg, SSL_REQUEST_CODE};
+use svc_text::peer::PeerText;
+use svc_text::secrets::Secrets;
 
 /// Most rows one statement may return (the sink reads at most a batch: 10,000 rows).
 pub const MAX_ROWS_PER_STATEMENT: usize = 100_000;

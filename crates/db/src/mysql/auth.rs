@@ -22,10 +22,10 @@
 //! tests/mysql_client.rs and against fixed vectors below; the RSA-OAEP encryption is decrypted
 //! by Python's `cryptography` (compared with PyMySQL's XOR) and by `openssl pkeyutl`.
 
-use crate::text::secret_bytes::{wipe, SecretBytes};
 use base64::Engine as _;
 use ring::digest;
 use rsa::traits::PublicKeyParts;
+use svc_text::secret_bytes::{wipe, SecretBytes};
 
 /// One authentication plugin the client can answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,7 +167,7 @@ impl AuthPolicy {
 
     /// Checks a plugin the server asks for; the error names it (as peer text) and the list.
     pub fn check(&self, server_name: &str) -> Result<Plugin, String> {
-        let shown = crate::text::peer::PeerText::with_limit(server_name, 64);
+        let shown = svc_text::peer::PeerText::with_limit(server_name, 64);
         match Plugin::from_name(server_name) {
             Some(p) if self.allows(p) => Ok(p),
             Some(_) => Err(format!(
@@ -377,17 +377,17 @@ mod tests {
         // Computed with PyMySQL 1.1 (pymysql._auth.scramble_native_password and
         // scramble_caching_sha2); tests/mysql_client.rs recomputes them live.
         assert_eq!(
-            crate::text::hex::lower(&scramble_native(b"secret", NONCE)),
+            svc_text::hex::lower(&scramble_native(b"secret", NONCE)),
             "8817c50fa779daef010ee7577825b0847df9842e"
         );
         assert_eq!(
-            crate::text::hex::lower(&scramble_caching_sha2(b"secret", NONCE)),
+            svc_text::hex::lower(&scramble_caching_sha2(b"secret", NONCE)),
             "c76e2898612a4cf042c77fa8c4702c4c64c0c2c557c53c4d75595aaa6abae809"
         );
         assert!(Plugin::Native.scramble(b"", NONCE).is_empty());
         // SHA-1 itself (FIPS 180 "abc").
         assert_eq!(
-            crate::text::hex::lower(sha1(&[b"abc"]).expose()),
+            svc_text::hex::lower(sha1(&[b"abc"]).expose()),
             "a9993e364706816aba3e25717850c26c9cd0d89d"
         );
     }
@@ -436,7 +436,7 @@ mod tests {
         let em = oaep_sha1_encode(&msg, 128, &seed).unwrap();
         assert_eq!(em.len(), 128);
         assert_eq!(
-            crate::text::hex::lower(&em.expose()[..16]),
+            svc_text::hex::lower(&em.expose()[..16]),
             "00eb7a19ace9e3006350e329504b45e2"
         );
         assert!(oaep_sha1_encode(&[0; 87], 128, &seed).is_err());

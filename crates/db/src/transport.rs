@@ -17,7 +17,7 @@ use rustls::pki_types::CertificateDer;
 
 use super::error::{io_err, DbError};
 
-use crate::text::peer::PeerText;
+use svc_text::peer::PeerText;
 
 /// A TCP stream whose every read and write must finish before the current deadline.
 pub struct DeadlineTcp {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::error::DbError;
 use super::postgres::auth::{AuthPolicy, ChannelBindingMode};
-use crate::text::secret_bytes::{env_secret, SecretString};
+use svc_text::secret_bytes::{env_secret, SecretString};
 
 /// How the connection is protected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +56,7 @@ impl fmt::Debug for ConnectParams {
 }
 
 /// The password named by `sink.password_env`, read at each connect into a wiping owner
-/// (`crate::text::secret_bytes`): the caller drops it right after the handshake, which wipes
+/// (`svc_text::secret_bytes`): the caller drops it right after the handshake, which wipes
 /// it. Unset, empty or non-UTF-8 is an error naming the variable.
 pub fn password_from_env(password_env: Option<&str>) -> Result<Option<SecretString>, DbError> {
     let Some(name) = password_env else {

@@ -3,10 +3,10 @@
 //! `serde_json::to_writer` wrote (the relational sink's rows, the envelope's metadata).
 
 /// `s` as a JSON string, escaped as serde_json escapes it (`"`, `\`, control characters);
-/// the runs between escapes, found eight bytes at a time ([`crate::text::scan`]), are copied
+/// the runs between escapes, found eight bytes at a time ([`crate::scan`]), are copied
 /// whole.
 pub fn push_str(out: &mut Vec<u8>, s: &str) {
-    use crate::text::scan::{byte_mask, find, less_mask};
+    use crate::scan::{byte_mask, find, less_mask};
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len() + 2);
     out.push(b'"');

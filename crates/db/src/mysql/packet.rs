@@ -8,8 +8,8 @@
 
 use std::io::Read;
 
-use crate::db::error::{io_err, DbError, ServerError};
-use crate::text::secrets::Secrets;
+use crate::error::{io_err, DbError, ServerError};
+use svc_text::secrets::Secrets;
 
 /// Largest logical packet accepted from the server (a result row, an error, a handshake).
 pub const MAX_PACKET_BYTES: usize = 16 << 20;

@@ -11,18 +11,18 @@ use std::time::{Duration, Instant};
 
 use super::auth::{AuthPolicy, Plugin};
 use super::packet::{self as pk, Handshake, QueryHead};
-use crate::db::error::{io_err, password_secrets, DbError};
-use crate::db::params::{ConnectParams, TlsMode};
-use crate::db::transport::{tls_handshake, DeadlineTcp, Stream};
-use crate::text::peer::PeerText;
-use crate::text::secrets::Secrets;
+use crate::error::{io_err, password_secrets, DbError};
+use crate::params::{ConnectParams, TlsMode};
+use crate::transport::{tls_handshake, DeadlineTcp, Stream};
+use svc_text::peer::PeerText;
+use svc_text::secrets::Secrets;
 
 /// Most rows one statement may return.
 pub const MAX_ROWS_PER_STATEMENT: usize = 100_000;
 /// Most bytes of values (plus a per-column overhead) kept from one statement's rows.
 pub const MAX_RESULT_BYTES: usize = 16 << 20;
 /// Most packets of the authentication exchange after the client's response.
-use crate::text::secret_bytes::SecretBytes;
+use svc_text::secret_bytes::SecretBytes;
 const MAX_AUTH_PACKETS: usize = 4;
 /// How long Drop waits to write COM_QUIT to a healthy connection.
 const QUIT_DEADLINE: Duration = Duration::from_secs(1);

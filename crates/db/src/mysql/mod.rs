@@ -41,10 +41,10 @@ pub fn quote(text: &str, no_backslash_escapes: bool) -> String {
 }
 
 /// [`quote`] appended to `out`: the runs between escaped bytes are copied whole, found eight
-/// bytes at a time ([`crate::text::scan`]), so a row's literals go straight into its statement
+/// bytes at a time ([`svc_text::scan`]), so a row's literals go straight into its statement
 /// (no string per value, no UTF-8 decoding).
 pub fn quote_into(out: &mut String, text: &str, no_backslash_escapes: bool) {
-    use crate::text::scan::{byte_mask, find, has_byte, less_mask};
+    use svc_text::scan::{byte_mask, find, has_byte, less_mask};
     out.reserve(text.len() + 2);
     out.push('\'');
     let bytes = text.as_bytes();
