@@ -175,10 +175,7 @@ fn main() {
         )
         .0
     };
-    let sample = serde_json::to_vec(&svc::sink::object_store::body::StoredObject::new(
-        &envelope(1),
-    ))
-    .unwrap();
+    let sample = svc::sink::object_store::body::object_json(&envelope(1)).unwrap();
     println!(
         "object_store bench: {n} objects, concurrency {conc}, body {} bytes, moto on the same \
          2-core host",

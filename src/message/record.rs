@@ -12,7 +12,7 @@
 
 use serde::Serialize;
 
-use crate::message::envelope::Envelope;
+use crate::message::envelope::{Envelope, EventMetadata, PayloadInfo};
 
 /// `schema` of every record.
 pub const RECORD_SCHEMA: &str = "svc.file.message.v1";
@@ -54,16 +54,9 @@ fn write_record(out: &mut Vec<u8>, e: &Envelope) -> serde_json::Result<()> {
     out.push(b',');
     push_message_members(out, e, Unknown::Absent)?;
 
-    let info = &e.payload_info;
-    out.extend_from_slice(b",\"payload_info\":{\"original_format\":");
-    string(out, info.original_format.name())?;
-    out.extend_from_slice(b",\"wrapped\":");
-    out.extend_from_slice(if info.wrapped { b"true" } else { b"false" });
-    out.extend_from_slice(b",\"sha256\":");
-    string(out, &info.sha256)?;
-    out.extend_from_slice(b",\"size_bytes\":");
-    number(out, info.size_bytes);
-    out.extend_from_slice(b"},\"security_labels\":");
+    out.push(b',');
+    push_payload_info(out, &e.payload_info)?;
+    out.extend_from_slice(b",\"security_labels\":");
     optional_value(out, e.security_labels.as_ref())?;
     // Present only when the mission metadata stage gave one (as `Serialize` skips `None`).
     if let Some(m) = &e.mission_metadata {
@@ -75,9 +68,31 @@ fn write_record(out: &mut Vec<u8>, e: &Envelope) -> serde_json::Result<()> {
         out.extend_from_slice(b",\"custody\":");
         value(out, custody)?;
     }
+    out.push(b',');
+    push_metadata(out, &e.metadata)?;
+    out.push(b'}');
+    Ok(())
+}
 
-    let m = &e.metadata;
-    out.extend_from_slice(b",\"metadata\":{\"schema\":");
+/// The `"payload_info"` member (without a comma before or after), as every stored form that
+/// holds it writes it.
+pub fn push_payload_info(out: &mut Vec<u8>, info: &PayloadInfo) -> serde_json::Result<()> {
+    out.extend_from_slice(b"\"payload_info\":{\"original_format\":");
+    string(out, info.original_format.name())?;
+    out.extend_from_slice(b",\"wrapped\":");
+    out.extend_from_slice(if info.wrapped { b"true" } else { b"false" });
+    out.extend_from_slice(b",\"sha256\":");
+    string(out, &info.sha256)?;
+    out.extend_from_slice(b",\"size_bytes\":");
+    number(out, info.size_bytes);
+    out.push(b'}');
+    Ok(())
+}
+
+/// The `"metadata"` member (without a comma before or after), as every stored form that
+/// holds it under that name writes it.
+pub fn push_metadata(out: &mut Vec<u8>, m: &EventMetadata) -> serde_json::Result<()> {
+    out.extend_from_slice(b"\"metadata\":{\"schema\":");
     string(out, m.schema)?;
     out.extend_from_slice(b",\"received_at\":");
     string(out, &m.received_at)?;
@@ -98,7 +113,7 @@ fn write_record(out: &mut Vec<u8>, e: &Envelope) -> serde_json::Result<()> {
     }
     out.extend_from_slice(b"},\"security_labels\":");
     optional_value(out, m.security_labels.as_ref())?;
-    out.extend_from_slice(b"}}");
+    out.push(b'}');
     Ok(())
 }
 
@@ -112,12 +127,26 @@ pub enum Unknown {
 }
 
 /// The members every stored form of a message begins with, in this order and without braces:
+/// the [identity members](push_identity_members) and `"payload"` (its JSON, not copied into a
+/// value): the one projection of these fields the record, the relational row and the object
+/// store's envelope document share, each writing its own members before and after them.
+pub fn push_message_members(
+    out: &mut Vec<u8>,
+    e: &Envelope,
+    unknown_incarnation: Unknown,
+) -> serde_json::Result<()> {
+    push_identity_members(out, e, unknown_incarnation)?;
+    out.extend_from_slice(b",\"payload\":");
+    out.extend_from_slice(e.payload.json().as_bytes());
+    Ok(())
+}
+
+/// What says which message a stored form is of, in this order and without braces:
 /// `"subject"`, `"stream"`, `"stream_incarnation"` (see [`Unknown`]), `"stream_sequence"`,
 /// `"consumer"`, `"consumer_sequence"`, `"message_id"`, `"priority"`, `"classification"`,
-/// `"labels"`, `"labels_list"` and `"payload"` (its JSON, not copied into a value): the one
-/// projection of these fields the record and the relational row share, each writing its own
-/// members before and after them.
-pub fn push_message_members(
+/// `"labels"` and `"labels_list"`. [`push_message_members`] follows them with the payload; the
+/// object store's sidecar, which never holds the payload, writes them alone.
+pub fn push_identity_members(
     out: &mut Vec<u8>,
     e: &Envelope,
     unknown_incarnation: Unknown,
@@ -155,8 +184,7 @@ pub fn push_message_members(
         }
         string(out, label)?;
     }
-    out.extend_from_slice(b"],\"payload\":");
-    out.extend_from_slice(e.payload.json().as_bytes());
+    out.push(b']');
     Ok(())
 }
 

@@ -109,17 +109,18 @@ pub trait Sink: Send + Sync {
     /// every `Durable` outcome is on stable storage.
     fn write_batch(&self, batch: &[Envelope]) -> Vec<WriteOutcome>;
 
-    /// Whether [`Sink::write_file_records`] takes records already in the file sink's
-    /// `svc.file.message.v1` form. The spool keeps exactly that form, so a drain into such a
-    /// sink hands its records over as they are instead of decoding and encoding each again.
-    fn takes_file_records(&self) -> bool {
+    /// Whether [`Sink::write_stored_records`] takes a message's stored record
+    /// ([`crate::message::record`], `svc.file.message.v1`) as it is. The spool keeps exactly
+    /// that form, so a drain into such a sink (today the file sink's jsonl mode) hands its
+    /// records over as they are instead of decoding and encoding each again.
+    fn takes_stored_records(&self) -> bool {
         false
     }
 
-    /// Writes records in the `svc.file.message.v1` form (one JSON object each, no newline),
+    /// Writes stored records ([`crate::message::record`]: one JSON object each, no newline),
     /// one outcome per record, as [`Sink::write_batch`] does. Called only when
-    /// [`Sink::takes_file_records`]; any other sink refuses them.
-    fn write_file_records(&self, records: &[&[u8]]) -> Vec<WriteOutcome> {
+    /// [`Sink::takes_stored_records`]; any other sink refuses them.
+    fn write_stored_records(&self, records: &[&[u8]]) -> Vec<WriteOutcome> {
         let refuse = SinkError::new(self.kind(), "this sink takes no encoded records");
         vec![WriteOutcome::Transient(refuse); records.len()]
     }

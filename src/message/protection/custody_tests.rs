@@ -116,8 +116,9 @@ fn file_records_objects_and_relational_rows_verify_alike() {
     crate::message::record::encode_record(&mut line, &env).unwrap();
     let file_rec: Value = serde_json::from_slice(&line).unwrap();
     assert_eq!(verify(&c, &file_rec), Verdict::Intact, "file record");
-    let object =
-        serde_json::to_value(crate::sink::object_store::body::StoredObject::new(&env)).unwrap();
+    let object: Value =
+        serde_json::from_slice(&crate::sink::object_store::body::object_json(&env).unwrap())
+            .unwrap();
     assert_eq!(verify(&c, &object), Verdict::Intact, "object-store object");
     // A row as `row_to_json` gives it: columns, and jsonb's rewrite of the payload
     // (sorted keys, spaces, 1e2 -> 100).
@@ -217,8 +218,9 @@ fn mission_metadata_is_covered_when_present() {
     let file_rec: Value = serde_json::from_slice(&line).unwrap();
     assert_eq!(file_rec["mission_metadata"]["wave"], 2);
     assert_eq!(verify(&c, &file_rec), Verdict::Intact, "file record");
-    let object =
-        serde_json::to_value(crate::sink::object_store::body::StoredObject::new(&env)).unwrap();
+    let object: Value =
+        serde_json::from_slice(&crate::sink::object_store::body::object_json(&env).unwrap())
+            .unwrap();
     assert_eq!(verify(&c, &object), Verdict::Intact, "object-store object");
     let mut row = file_rec.clone();
     let m = row.as_object_mut().unwrap();

@@ -185,11 +185,11 @@ impl Sink for FileSink {
         }
     }
 
-    fn takes_file_records(&self) -> bool {
+    fn takes_stored_records(&self) -> bool {
         matches!(self.writer, Writer::Jsonl(_))
     }
 
-    fn write_file_records(&self, records: &[&[u8]]) -> Vec<WriteOutcome> {
+    fn write_stored_records(&self, records: &[&[u8]]) -> Vec<WriteOutcome> {
         match &self.writer {
             Writer::Jsonl(w) => w.write_records(records),
             // Each per-event file is named from its envelope: nothing to pass through.

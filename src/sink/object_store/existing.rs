@@ -187,7 +187,7 @@ mod tests {
             ..RawMessage::sample("orders.created", 7, b"{}")
         };
         let env = normalize(&raw, 0, &EnvelopeConfig::default()).0;
-        let stored = serde_json::to_vec(&super::super::body::StoredObject::new(&env)).unwrap();
+        let stored = super::super::body::object_json(&env).unwrap();
         let ours = |incarnation| Ours {
             stream: "ORDERS",
             stream_incarnation: incarnation,

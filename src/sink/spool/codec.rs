@@ -155,7 +155,7 @@ struct Meta {
 }
 
 /// The file record inside a body, for a sink that takes records as they are
-/// ([`crate::sink::Sink::takes_file_records`]): checked to begin with the
+/// ([`crate::sink::Sink::takes_stored_records`]): checked to begin with the
 /// `svc.file.message.v1` schema, end its object, and be UTF-8 without a control character,
 /// so a damaged record can never split a line of the sink's output or carry bytes its
 /// encoder never writes (it escapes every control character and writes no whitespace).

@@ -109,7 +109,7 @@ impl At {
 /// What a step gathered from the buffer.
 #[derive(Default)]
 struct Gathered {
-    /// The sink takes the records as stored (file records), not envelopes.
+    /// The sink takes the records as stored (`message::record`), not envelopes.
     as_stored: bool,
     envelopes: Vec<Envelope>,
     srcs: Vec<Src>,
@@ -148,7 +148,7 @@ enum Read {
 }
 
 /// Opens one stored record (`body` of the frame at `start..end` of `data`) and checks it.
-/// `(as_stored, keep)`: the sink takes file records, or the record's place is kept anyway
+/// `(as_stored, keep)`: the sink takes stored records, or the record's place is kept anyway
 /// (custody checkpoints compute its digest from it once the sink holds it).
 fn read_record(
     opener: &mut Opener,
@@ -385,8 +385,8 @@ impl Drainer {
         let limit = self.spool.config().drain_batch;
         self.opened.clear();
         let mut g = Gathered {
-            // A sink that takes file records gets them as stored; any other gets envelopes.
-            as_stored: self.sink.takes_file_records(),
+            // A sink that takes stored records gets them as they are; any other gets envelopes.
+            as_stored: self.sink.takes_stored_records(),
             next: from,
             ..Gathered::default()
         };
@@ -584,7 +584,7 @@ impl Drainer {
     }
 
     /// Hands a step's records to the sink: as stored (from the segment's bytes or the
-    /// decrypted bodies) to a sink that takes file records, else the decoded envelopes.
+    /// decrypted bodies) to a sink that takes stored records, else the decoded envelopes.
     fn write(
         &self,
         data: &[u8],
@@ -603,7 +603,7 @@ impl Drainer {
                 Src::Decoded => None,
             })
             .collect();
-        self.sink.write_file_records(&records)
+        self.sink.write_stored_records(&records)
     }
 
     /// Tells custody checkpoints of each record the sink now holds (`Durable`, in a step the

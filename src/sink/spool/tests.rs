@@ -487,7 +487,7 @@ fn a_drain_into_jsonl_writes_what_the_sink_writes_directly() {
         Arc::new(FileSink::new(sink_cfg, Arc::new(Metrics::default())).unwrap())
     };
     let direct = jsonl("direct");
-    assert!(direct.takes_file_records());
+    assert!(direct.takes_stored_records());
     assert!(direct.write_batch(&envs).iter().all(|o| o.is_durable()));
 
     let spool = open(&cfg);
