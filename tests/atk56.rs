@@ -150,9 +150,14 @@ fn found_a_headers_only_lookalike_released_on_the_last_delivery_vanishes_and_the
     let (kept, listed, (vcode, summary)) = fate(&c, 2);
     eprintln!(
         "atk56 headers_only lookalike, max_deliver 1: consumer (ack floor, ack pending, \
-         pending) {state:?} (settled {settled}); MAX_DELIVERIES advisories counted {}; stored \
-         {:?}; 2 listed as {listed:?}; verify-custody exit {vcode}: {summary}",
+         pending) {state:?} (settled {settled}); MAX_DELIVERIES advisories counted {}; NAKs \
+         sent {}; svc-ack's last-delivery gap line: {}; stored {:?}; 2 listed as {listed:?}; \
+         verify-custody exit {vcode}: {summary}",
         advisories(&c),
+        snapshot_counter(&c.dir.path().join("metrics.json"), "messages_nacked_total"),
+        runner
+            .log_text()
+            .contains("not delivered on the consumer's last delivery"),
         stored(&out(&c))
     );
     assert!(
