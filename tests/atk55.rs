@@ -24,7 +24,7 @@ pub(crate) fn stored(out: &Path) -> Vec<u64> {
 /// A file sink with checkpoints (every 100 records), a pre-sink size limit of 20 bytes, a DLQ
 /// on stream `DLQ`, a NAK backoff of 100 ms (atk54's `dlq_case`); the durable re-created with
 /// `max_ack_pending`.
-fn dlq_case(max_ack_pending: i64) -> Case {
+pub(crate) fn dlq_case(max_ack_pending: i64) -> Case {
     let c = crate::custody_checkpoints::case_with(
         100,
         |dir| {

@@ -517,3 +517,52 @@ fn held_messages_published_during_a_clean_stop_with_max_deliver_1_are_stored() {
          and listed nowhere; verify exit {vcode}: {summary}"
     );
 }
+
+/// HELD (class 5, the budget fix of atk55 finding 1 at its next sizes: `max_ack_pending` 2
+/// and 3, budget 1). The checkpoint store broken (a file planted at `.svc-checkpoints`), two
+/// refusals (dead-lettered, waiting for a checkpoint), then three good messages: the first
+/// refusal is held, the second settled unsigned (counted), and the good messages are
+/// delivered and stored while the store still fails.
+#[test]
+fn held_max_ack_pending_2_and_3_keep_a_slot_for_good_messages_while_the_store_fails() {
+    for limit in [2, 3] {
+        let c = crate::atk55::dlq_case(limit);
+        let o = out(&c);
+        let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+        publish_range(&c.server, 1, 1);
+        wait_acked(&c.server, 1);
+        std::fs::write(o.join(".svc-checkpoints"), b"planted").unwrap();
+        let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+        for _ in 0..2 {
+            c.server
+                .publish_with_headers("orders.big", &[], big.as_bytes());
+        }
+        publish_range(&c.server, 4, 6);
+        let mut failed_cuts = 0;
+        let flowed = within(Duration::from_secs(120), || {
+            failed_cuts = runner.log_text().matches("not written (kept").count();
+            (4..=6).all(|s| stored(&o).contains(&s)) || failed_cuts >= 10
+        });
+        let seen = stored(&o);
+        let state = c.server.try_consumer_state(STREAM, CONSUMER);
+        std::fs::remove_file(o.join(".svc-checkpoints")).unwrap();
+        let settled = within(Duration::from_secs(60), || {
+            c.server.try_consumer_state(STREAM, CONSUMER) == Some((6, 0, 0))
+        });
+        stop(&mut runner);
+        let unsigned = snapshot_counter(
+            &c.dir.path().join("metrics.json"),
+            "checkpoint_gaps_settled_unsigned_total",
+        );
+        eprintln!(
+            "atk56 max_ack_pending {limit}, store broken: {failed_cuts} failed cuts (flowed \
+             {flowed}); stored {seen:?}; consumer {state:?}; after the repair settled \
+             {settled}; settled unsigned {unsigned}"
+        );
+        assert!(
+            (4..=6).all(|s| seen.contains(&s)),
+            "max_ack_pending {limit}: good messages 4..=6 not all stored while the store \
+             failed ({failed_cuts} failed cuts; stored {seen:?}, consumer {state:?})"
+        );
+    }
+}
