@@ -17,14 +17,14 @@ use crate::support::protection::*;
 use crate::support::*;
 
 /// The records of the file sink at `out`, by stream sequence.
-fn stored(out: &Path) -> Vec<u64> {
+pub(crate) fn stored(out: &Path) -> Vec<u64> {
     records(out).keys().copied().collect()
 }
 
 /// A file sink with checkpoints (every 100 records), a pre-sink size limit of 20 bytes, a DLQ
 /// on stream `DLQ`, a NAK backoff of 100 ms (atk54's `dlq_case`); the durable re-created with
 /// `max_ack_pending`.
-fn dlq_case(max_ack_pending: i64) -> Case {
+pub(crate) fn dlq_case(max_ack_pending: i64) -> Case {
     let c = crate::custody_checkpoints::case_with(
         100,
         |dir| {
@@ -325,7 +325,7 @@ fn a_transient_sink_failure_on_the_consumers_last_delivery_is_listed_as_a_gap() 
 
 /// Fast NAKs (100 ms), no `max_deliveries` of the runner's own: only the consumer's
 /// `max_deliver` ends the deliveries.
-fn last_delivery_pace() -> serde_json::Value {
+pub(crate) fn last_delivery_pace() -> serde_json::Value {
     serde_json::json!({"batch_size": 16, "fetch_expiry_ms": 200, "max_in_flight_batches": 2,
                        "sink_workers": 1, "shutdown_timeout_seconds": 10,
                        "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}})
@@ -376,7 +376,7 @@ fn abandoned_gap_of_2(
 }
 
 /// The gaps the checkpoints of the file sink at `out` list, with their reasons.
-fn gaps_with_reasons(out: &Path) -> Vec<(u64, String)> {
+pub(crate) fn gaps_with_reasons(out: &Path) -> Vec<(u64, String)> {
     if !out.join(".svc-checkpoints").is_dir() {
         return Vec::new();
     }
