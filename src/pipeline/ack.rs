@@ -26,6 +26,7 @@ use super::confirm::Confirmations;
 use super::credit::{Credit, CreditPool};
 
 use super::gap_hold::{Hold, Settle};
+use super::retried::Retried;
 use super::{AckMsg, BatchId, GapReason, Monitor, Rejection, Verdict, ABANDONED};
 use crate::backoff::Backoff;
 use crate::broker::dead_letter::DeadLetterPublisher;
@@ -56,6 +57,9 @@ pub struct AckWorker {
     pub checkpoints: Option<Arc<crate::sink::checkpoint::Feed>>,
     /// The messages given up on that wait for their checkpoint (`gap_hold.rs`).
     pub hold: Hold,
+    /// With custody checkpoints, the messages NAKed unwritten, for a `max_deliver` lowered
+    /// under them (`retried.rs`).
+    pub retried: Retried,
 }
 
 struct InFlight {
@@ -92,6 +96,7 @@ impl AckWorker {
             }
             self.resend_due();
             self.keep_alive(&mut in_flight);
+            self.on_limit();
             if dropped > 0 && !self.holds_stale(&in_flight) {
                 log_dropped(std::mem::take(&mut dropped));
             }
@@ -213,7 +218,6 @@ impl AckWorker {
     /// Carries out one verdict per message of the current generation; returns how many
     /// handles of an older one were dropped, and how many ACKs await the broker's answer.
     fn settle(&mut self, id: BatchId, batch: InFlight, verdicts: Vec<Verdict>) -> (u64, usize) {
-        let c = &self.metrics.counters;
         if verdicts.len() != batch.handles.len() {
             log::error!(
                 "verdict count {} does not match batch size {}; nothing acknowledged",
@@ -258,8 +262,10 @@ impl AckWorker {
                 }
                 Verdict::Rejected(f) => self.rejected(handle, family, &f, &mut dlq_failed),
             };
-            if let (AckVerb::Nak(_), Some(at)) = (verb, &at) {
-                self.abandoned(handle, at);
+            match (verb, &at) {
+                (AckVerb::Nak(_), Some(at)) => self.abandoned(handle, at),
+                (AckVerb::Ack | AckVerb::Term, _) => self.retried.settled(handle.stream_sequence),
+                _ => {}
             }
             if verb == AckVerb::Ack {
                 if let Some(c) = self.confirmations.as_mut() {
@@ -287,6 +293,7 @@ impl AckWorker {
                 ),
             }
         }
+        let c = &self.metrics.counters;
         Metrics::add(&c.messages_acked_total, acked);
         Metrics::add(&c.messages_nacked_total, nacked);
         Metrics::add(&c.messages_terminated_total, terminated);
@@ -508,11 +515,20 @@ impl AckWorker {
     /// already keeps its first reason) and listed by the next cut, so the audit does not call
     /// the chain complete without it (atk55 finding 2); counted as settled unsigned, since
     /// there is no later delivery to hold it for.
-    fn abandoned(&self, handle: &AckHandle, at: &(crate::sink::checkpoint::Origin, u64)) {
-        let (Some(feed), Some(last)) = (&self.checkpoints, self.hold.last_delivery()) else {
+    fn abandoned(&mut self, handle: &AckHandle, at: &(crate::sink::checkpoint::Origin, u64)) {
+        let Some(feed) = &self.checkpoints else {
             return;
         };
-        if handle.delivery_count < last || feed.gap_signed(&at.0, at.1) {
+        let last = match self.hold.last_delivery() {
+            Some(last) if handle.delivery_count >= last => last,
+            _ => {
+                // Comes back, unless the limit is lowered under it meanwhile (`on_limit`).
+                self.retried.nakked(at, handle.delivery_count);
+                return;
+            }
+        };
+        self.retried.settled(at.1);
+        if feed.gap_signed(&at.0, at.1) {
             return;
         }
         feed.send(crate::sink::checkpoint::Event::Gap(
@@ -531,6 +547,34 @@ impl AckWorker {
             PeerText::new(&at.0 .0),
             at.1
         );
+    }
+
+    /// With custody checkpoints: when the consumer's `max_deliver` was lowered (the watch
+    /// read it), each message NAKed unwritten on a delivery at or past the new limit is one the
+    /// broker delivers no more, and no advisory says so: listed as a gap ([`ABANDONED`];
+    /// atk56 finding 2).
+    fn on_limit(&mut self) {
+        let Some(feed) = &self.checkpoints else {
+            return;
+        };
+        let limit = self.hold.last_delivery();
+        for (origin, seq) in self.retried.lowered(limit) {
+            if feed.gap_signed(&origin, seq) {
+                continue;
+            }
+            log::warn!(
+                "stream {} sequence {seq}: NAKed unwritten on a delivery at or past the \
+                 consumer's max_deliver, lowered to {}: the broker delivers it no more; the \
+                 next custody checkpoint lists it as a gap ({ABANDONED})",
+                PeerText::new(&origin.0),
+                limit.unwrap_or_default()
+            );
+            Metrics::add(
+                &self.metrics.counters.checkpoint_gaps_settled_unsigned_total,
+                1,
+            );
+            feed.send(crate::sink::checkpoint::Event::Gap(origin, seq, ABANDONED));
+        }
     }
 
     /// Sends in-progress acks for batches held longer than `progress_after`.
