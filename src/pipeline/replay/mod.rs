@@ -95,8 +95,12 @@ pub struct Failed {
 
 impl From<RunError> for Failed {
     fn from(e: RunError) -> Failed {
+        let error = match e {
+            RunError::Sink(e) => crate::text::error_chain(&e),
+            e => e.to_string(),
+        };
         Failed {
-            error: e.to_string(),
+            error,
             counts: Counts::default(),
         }
     }
@@ -803,7 +807,7 @@ impl Writer {
                         }
                     }
                     WriteOutcome::Transient(e) => {
-                        first_failure.get_or_insert(e.to_string());
+                        first_failure.get_or_insert(crate::text::error_chain(&e));
                         again.push(env);
                     }
                 }
