@@ -338,7 +338,8 @@ fn run(cfg: RuntimeConfig) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let e = match e {
-                // The sink's error keeps its cause as its source: the chain, printed once.
+                // Broker and sink errors keep their cause as their source: the chain, once.
+                crate::pipeline::RunError::Broker(e) => error_chain(&e),
                 crate::pipeline::RunError::Sink(e) => error_chain(&e),
                 e => e.to_string(),
             };
