@@ -240,7 +240,7 @@ fn profile_fetch(
         let what = settings.what(profile, "credential_process");
         let (command, profile) = (command.to_string(), profile.to_string());
         return Ok(Some(Box::new(move || {
-            let issued = process::run(&command, &what)?;
+            let issued = process::run(&command, &what).map_err(|e| crate::text::error_chain(&e))?;
             let source = Source::Process {
                 profile: profile.clone(),
             };
