@@ -95,7 +95,8 @@ pub fn default_chain(env: &dyn Env, region: Option<&str>) -> Result<Provider, St
             let token = read_bounded(
                 &path,
                 &format!("AWS_WEB_IDENTITY_TOKEN_FILE {}", path.display()),
-            )?;
+            )
+            .map_err(|e| crate::text::error_chain(&e))?;
             let issued = sts.assume_role_with_web_identity(&role_arn, &session, &token)?;
             let source = Source::WebIdentity {
                 role_arn: role_arn.clone(),
