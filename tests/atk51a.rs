@@ -176,7 +176,10 @@ fn hostile_credential_process_outputs_are_refused_without_quoting_a_secret() {
         ("sleep 30".to_string(), "did not finish within 1 s; killed"),
     ];
     for (command, want) in cases {
-        let e = run_with(&command, "profile p", Duration::from_secs(1)).unwrap_err();
+        // The line an operator sees: the error and its cause.
+        let e = svc::text::error_chain(
+            &run_with(&command, "profile p", Duration::from_secs(1)).unwrap_err(),
+        );
         assert!(e.contains(want), "{command}: {e}");
         assert!(!e.contains(secret), "{command}: {e}");
     }

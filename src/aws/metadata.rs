@@ -24,6 +24,7 @@ use std::time::Duration;
 use super::http::{Call, Deadline, Http};
 use super::parse::{parse_metadata_credentials, Issued};
 use super::{checked_url, Env, UrlRule};
+use crate::text::error_chain;
 use crate::text::peer::PeerText;
 
 /// Deadline of one container-endpoint fetch.
@@ -100,7 +101,7 @@ impl Container {
             Authorization::Token(t) => Some(t.clone()),
             Authorization::File(path) => {
                 let name = format!("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE {}", path.display());
-                let t = read_bounded(path, &name)?;
+                let t = read_bounded(path, &name).map_err(|e| error_chain(&e))?;
                 check_token(&name, &t)?;
                 Some(t)
             }
@@ -128,22 +129,53 @@ impl Container {
     }
 }
 
+/// A token file that gave no token. `Display` names the file and what is wrong with it, never
+/// its content; when it could not be read, the I/O error is `source()`, printed once by
+/// whoever prints the chain ([`crate::text::error_chain`]).
+#[derive(Debug)]
+pub struct TokenFileError {
+    message: String,
+    source: Option<std::io::Error>,
+}
+
+impl std::fmt::Display for TokenFileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for TokenFileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
 /// Reads a token file (web identity, container authorization): at most
 /// [`MAX_TOKEN_BYTES`], trailing newline trimmed. The error names the file, never the content.
-pub fn read_bounded(path: &std::path::Path, name: &str) -> Result<String, String> {
+pub fn read_bounded(path: &std::path::Path, name: &str) -> Result<String, TokenFileError> {
     use std::io::Read;
-    let f = std::fs::File::open(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
+    let unreadable = |e| TokenFileError {
+        message: format!("{name}: cannot read"),
+        source: Some(e),
+    };
+    let bad = |message| TokenFileError {
+        message,
+        source: None,
+    };
+    let f = std::fs::File::open(path).map_err(unreadable)?;
     let mut buf = Vec::new();
     f.take(MAX_TOKEN_BYTES + 1)
         .read_to_end(&mut buf)
-        .map_err(|e| format!("{name}: cannot read: {e}"))?;
+        .map_err(unreadable)?;
     if buf.len() as u64 > MAX_TOKEN_BYTES {
-        return Err(format!("{name}: larger than {MAX_TOKEN_BYTES} bytes"));
+        return Err(bad(format!("{name}: larger than {MAX_TOKEN_BYTES} bytes")));
     }
-    let text = String::from_utf8(buf).map_err(|_| format!("{name}: not UTF-8"))?;
+    let text = String::from_utf8(buf).map_err(|_| bad(format!("{name}: not UTF-8")))?;
     let t = text.trim_end_matches(['\n', '\r']).to_string();
     if t.is_empty() {
-        return Err(format!("{name}: empty"));
+        return Err(bad(format!("{name}: empty")));
     }
     Ok(t)
 }
@@ -278,6 +310,26 @@ impl Imds {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn an_unreadable_token_file_keeps_the_io_error_as_its_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("token");
+        let e = read_bounded(&missing, "TOKEN_FILE t").unwrap_err();
+        assert_eq!(e.to_string(), "TOKEN_FILE t: cannot read");
+        let cause = std::error::Error::source(&e).map(|c| c.to_string());
+        assert_eq!(
+            cause.as_deref(),
+            Some("No such file or directory (os error 2)")
+        );
+        assert_eq!(
+            error_chain(&e),
+            "TOKEN_FILE t: cannot read: No such file or directory (os error 2)"
+        );
+        std::fs::write(&missing, "\n").unwrap();
+        let e = read_bounded(&missing, "TOKEN_FILE t").unwrap_err();
+        assert_eq!(error_chain(&e), "TOKEN_FILE t: empty");
+    }
 
     fn env<'a>(p: &[(&'a str, &'a str)]) -> BTreeMap<&'a str, &'a str> {
         p.iter().copied().collect()

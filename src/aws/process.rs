@@ -17,7 +17,8 @@
 //! which a credential helper needs. A helper that needs another variable is given it on its
 //! own line (`credential_process = env VAR=value helper ...`).
 
-use std::io::Read;
+use std::fmt;
+use std::io::{self, Read};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -110,18 +111,61 @@ pub fn split_words(line: &str) -> Result<Vec<String>, String> {
     Ok(words)
 }
 
+/// A `credential_process` that gave no credentials. `Display` names the profile and what
+/// failed, never the command line; an I/O failure (starting it, reading its output, waiting
+/// for it) is its `source()`, printed once by whoever prints the chain
+/// ([`crate::text::error_chain`]).
+#[derive(Debug)]
+pub struct ProcessError {
+    message: String,
+    source: Option<io::Error>,
+}
+
+impl ProcessError {
+    fn new(message: String) -> Self {
+        ProcessError {
+            message,
+            source: None,
+        }
+    }
+
+    fn io(message: String, source: io::Error) -> Self {
+        ProcessError {
+            message,
+            source: Some(source),
+        }
+    }
+}
+
+impl fmt::Display for ProcessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ProcessError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
 /// Runs `command` (the profile's `credential_process` line) and parses what it prints.
 /// `what` names the profile in errors; the command line itself is never repeated (it may
 /// carry an argument the operator considers secret).
-pub fn run(command: &str, what: &str) -> Result<Issued, String> {
+pub fn run(command: &str, what: &str) -> Result<Issued, ProcessError> {
     run_with(command, what, PROCESS_DEADLINE)
 }
 
 /// [`run`] with the deadline given (tests).
-pub fn run_with(command: &str, what: &str, deadline: Duration) -> Result<Issued, String> {
-    let words = split_words(command).map_err(|e| format!("{what}: credential_process: {e}"))?;
+pub fn run_with(command: &str, what: &str, deadline: Duration) -> Result<Issued, ProcessError> {
+    let words = split_words(command)
+        .map_err(|e| ProcessError::new(format!("{what}: credential_process: {e}")))?;
     let Some((program, args)) = words.split_first() else {
-        return Err(format!("{what}: credential_process is empty"));
+        return Err(ProcessError::new(format!(
+            "{what}: credential_process is empty"
+        )));
     };
     let start = Instant::now();
     let mut child = Command::new(program)
@@ -136,7 +180,12 @@ pub fn run_with(command: &str, what: &str, deadline: Duration) -> Result<Issued,
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("{what}: cannot start credential_process {program}: {e}"))?;
+        .map_err(|e| {
+            ProcessError::io(
+                format!("{what}: cannot start credential_process {program}"),
+                e,
+            )
+        })?;
     let stdout = child.stdout.take();
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::Builder::new()
@@ -160,27 +209,33 @@ pub fn run_with(command: &str, what: &str, deadline: Duration) -> Result<Issued,
     };
     if let Err(e) = reader {
         kill(&mut child);
-        return Err(format!("{what}: cannot start a reader thread: {e}"));
+        return Err(ProcessError::io(
+            format!("{what}: cannot start a reader thread"),
+            e,
+        ));
     }
     let out = match rx.recv_timeout(deadline.saturating_sub(start.elapsed())) {
         Ok(Ok(buf)) => buf,
         Ok(Err(e)) => {
             kill(&mut child);
-            return Err(format!("{what}: credential_process output: {e}"));
+            return Err(ProcessError::io(
+                format!("{what}: credential_process output"),
+                e,
+            ));
         }
         Err(_) => {
             kill(&mut child);
-            return Err(format!(
+            return Err(ProcessError::new(format!(
                 "{what}: credential_process did not finish within {:.0} s; killed",
                 deadline.as_secs_f64()
-            ));
+            )));
         }
     };
     if out.len() as u64 > MAX_PROCESS_OUTPUT {
         kill(&mut child);
-        return Err(format!(
+        return Err(ProcessError::new(format!(
             "{what}: credential_process printed more than {MAX_PROCESS_OUTPUT} bytes; killed"
-        ));
+        )));
     }
     // Its stdout is closed: wait for the exit, still under the deadline.
     let status = loop {
@@ -189,23 +244,30 @@ pub fn run_with(command: &str, what: &str, deadline: Duration) -> Result<Issued,
             Ok(None) if start.elapsed() < deadline => std::thread::sleep(Duration::from_millis(10)),
             Ok(None) => {
                 kill(&mut child);
-                return Err(format!(
+                return Err(ProcessError::new(format!(
                     "{what}: credential_process did not exit within {:.0} s; killed",
                     deadline.as_secs_f64()
-                ));
+                )));
             }
-            Err(e) => return Err(format!("{what}: credential_process: {e}")),
+            Err(e) => return Err(ProcessError::io(format!("{what}: credential_process"), e)),
         }
     };
     if !status.success() {
-        return Err(format!("{what}: credential_process failed ({status})"));
+        return Err(ProcessError::new(format!(
+            "{what}: credential_process failed ({status})"
+        )));
     }
-    parse_process_credentials(out.expose()).map_err(|e| format!("{what}: {e}"))
+    parse_process_credentials(out.expose()).map_err(|e| ProcessError::new(format!("{what}: {e}")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The line an operator sees: the error and its cause.
+    fn failed(r: Result<Issued, ProcessError>) -> String {
+        crate::text::error_chain(&r.unwrap_err())
+    }
 
     #[test]
     fn words_as_shlex_splits_them() {
@@ -237,21 +299,21 @@ mod tests {
         .unwrap();
         assert_eq!(ok.credentials.access_key_id, "AKID");
         // No shell: `;` is an argument of echo, not a second command.
-        let e = run("echo hi; true", "profile p").unwrap_err();
+        let e = failed(run("echo hi; true", "profile p"));
         assert!(
             e.starts_with("profile p: credential_process output: not JSON"),
             "{e}"
         );
-        let e = run("false", "profile p").unwrap_err();
+        let e = failed(run("false", "profile p"));
         assert!(
             e.contains("credential_process failed (exit status: 1)"),
             "{e}"
         );
-        let e = run_with("sleep 5", "profile p", Duration::from_millis(200)).unwrap_err();
+        let e = failed(run_with("sleep 5", "profile p", Duration::from_millis(200)));
         assert!(e.contains("did not finish within"), "{e}");
-        let e = run("head -c 100000 /dev/zero", "profile p").unwrap_err();
+        let e = failed(run("head -c 100000 /dev/zero", "profile p"));
         assert!(e.contains("more than 65536 bytes"), "{e}");
-        let e = run("/nonexistent/helper", "profile p").unwrap_err();
+        let e = failed(run("/nonexistent/helper", "profile p"));
         assert!(
             e.starts_with("profile p: cannot start credential_process"),
             "{e}"
@@ -284,7 +346,7 @@ mod tests {
 
     #[test]
     fn a_missing_program_is_named() {
-        let e = run("/nonexistent/helper", "profile p").unwrap_err();
+        let e = failed(run("/nonexistent/helper", "profile p"));
         assert!(
             e.starts_with("profile p: cannot start credential_process"),
             "{e}"

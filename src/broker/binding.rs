@@ -323,6 +323,6 @@ pub(super) fn reconcile_consumer(
 pub(super) fn invalid(what: &str, why: &str) -> BrokerError {
     BrokerError {
         action: what.to_string(),
-        source: io::Error::new(io::ErrorKind::InvalidInput, why.to_string()),
+        source: io::Error::new(io::ErrorKind::InvalidInput, why.to_string()).into(),
     }
 }

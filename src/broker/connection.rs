@@ -25,7 +25,8 @@ fn secret_from_env(var: &str) -> Result<SecretString, BrokerError> {
         source: io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("environment variable {var} is not set or not valid UTF-8"),
-        ),
+        )
+        .into(),
     })
 }
 
@@ -124,18 +125,23 @@ pub fn connect_within(
         opts.connect(cfg.urls.join(",").as_str())
             .map_err(|e| BrokerError {
                 action: "connect".into(),
-                source: io::Error::new(e.kind(), format!("{e} (servers: {})", cfg.urls.join(", "))),
+                source: io::Error::new(e.kind(), format!("{e} (servers: {})", cfg.urls.join(", ")))
+                    .into(),
             })
     };
     let first = attempt(None);
     let silent = |e: &BrokerError| {
         e.source
+            .0
             .to_string()
             .starts_with(nats::FIRST_FLUSH_UNANSWERED)
     };
     match first {
         Err(e) if cfg.urls.len() > 1 && silent(&e) => {
-            log::warn!("{e}; trying each server first in turn");
+            log::warn!(
+                "{}; trying each server first in turn",
+                crate::text::error_chain(&e)
+            );
             let mut last = e;
             for url in &cfg.urls {
                 match attempt(Some(url)) {

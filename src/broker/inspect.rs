@@ -102,7 +102,7 @@ pub fn read_while(
     let what = format!("inspect stream {}", req.stream);
     let fail = |e: io::Error| BrokerError {
         action: what.clone(),
-        source: e,
+        source: e.into(),
     };
     super::require_filter_subjects(nc, &req.subjects)
         .map_err(|why| fail(io::Error::new(io::ErrorKind::InvalidInput, why)))?;
@@ -314,6 +314,6 @@ pub fn sequences(nc: &Connection, stream: &str) -> Result<(u64, u64), BrokerErro
         .map(|info| (info.state.first_seq, info.state.last_seq))
         .map_err(|e| BrokerError {
             action: format!("read stream info of {stream}"),
-            source: e,
+            source: e.into(),
         })
 }

@@ -39,13 +39,14 @@ pub type Connection = nats::Connection;
 /// A bound pull subscription.
 pub type PullSubscription = nats::jetstream::PullSubscription;
 
-/// A broker failure, safe to print (never a credential). The source's text can carry what
-/// the broker said (a JetStream API error description, an `-ERR`): shown as [`PeerText`].
+/// A broker failure, safe to print (never a credential). `Display` says what we were doing
+/// (`broker: connect`); the cause is its `source()`, printed once by whoever prints the error
+/// ([`crate::text::error_chain`]).
 #[derive(Debug)]
 pub struct BrokerError {
     /// What we were doing, e.g. `connect`, `bind consumer ORDERS/svc`.
     pub action: String,
-    pub source: io::Error,
+    pub source: PeerCause,
 }
 
 /// Characters of a [`BrokerError`]'s source shown at most: our longest own message plus a
@@ -54,12 +55,7 @@ const SOURCE_MAX_CHARS: usize = 512;
 
 impl fmt::Display for BrokerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "broker: {}: {}",
-            self.action,
-            PeerText::with_limit(&self.source.to_string(), SOURCE_MAX_CHARS)
-        )
+        write!(f, "broker: {}", self.action)
     }
 }
 
@@ -69,9 +65,37 @@ impl std::error::Error for BrokerError {
     }
 }
 
+/// The cause of a [`BrokerError`]. Its text can carry what the broker said (a JetStream API
+/// error description, an `-ERR`), so `Display` shows it as [`PeerText`]: bounded to
+/// `SOURCE_MAX_CHARS` and escaped.
+#[derive(Debug)]
+pub struct PeerCause(pub io::Error);
+
+impl From<io::Error> for PeerCause {
+    fn from(e: io::Error) -> Self {
+        PeerCause(e)
+    }
+}
+
+impl fmt::Display for PeerCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}",
+            PeerText::with_limit(&self.0.to_string(), SOURCE_MAX_CHARS)
+        )
+    }
+}
+
+/// No source of its own: the I/O error's text is already its `Display`.
+impl std::error::Error for PeerCause {}
+
 fn err(action: impl Into<String>) -> impl FnOnce(io::Error) -> BrokerError {
     let action = action.into();
-    move |source| BrokerError { action, source }
+    move |source| BrokerError {
+        action,
+        source: source.into(),
+    }
 }
 
 pub(crate) fn is_not_found(e: &io::Error) -> bool {

@@ -201,7 +201,7 @@ fn drain(spool_cfg: &SpoolConfig, target: &SinkConfig, trusted: TrustedKeys) -> 
     let sink = match target.build(metrics.clone()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("svc: spool drain: {e}");
+            eprintln!("svc: spool drain: {}", crate::text::error_chain(&e));
             return ExitCode::from(1);
         }
     };

@@ -45,6 +45,7 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use super::{FailureClass, Sink, SinkError, WriteOutcome};
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
+use crate::text::error_chain;
 
 const KIND: &str = "fanout";
 
@@ -119,9 +120,9 @@ impl FanoutSink {
     pub fn new(cfg: &FanoutConfig, metrics: Arc<Metrics>) -> Result<FanoutSink, SinkError> {
         let mut children = BTreeMap::new();
         for (name, c) in &cfg.sinks {
-            let sink = c
-                .build(metrics.clone())
-                .map_err(|e| SinkError::new(KIND, format!("child {name} ({}): {e}", c.kind())))?;
+            let sink = c.build(metrics.clone()).map_err(|e| {
+                SinkError::new(KIND, format!("child {name} ({})", c.kind())).caused_by(e)
+            })?;
             children.insert(
                 name.clone(),
                 Child {
@@ -312,7 +313,7 @@ impl FanoutSink {
 
 fn outcome_error(o: &WriteOutcome) -> String {
     match o {
-        WriteOutcome::Transient(e) | WriteOutcome::Permanent(e) => e.to_string(),
+        WriteOutcome::Transient(e) | WriteOutcome::Permanent(e) => error_chain(e),
         _ => "durable".into(),
     }
 }
@@ -521,7 +522,12 @@ impl Sink for FanoutSink {
         for child in self.children.values() {
             match child.sink.check() {
                 Ok(v) => ok.push(format!("{} ({}): {v}", child.name, child.sink.kind())),
-                Err(e) => failed.push(format!("child {} ({}): {e}", child.name, child.sink.kind())),
+                Err(e) => failed.push(format!(
+                    "child {} ({}): {}",
+                    child.name,
+                    child.sink.kind(),
+                    error_chain(&e)
+                )),
             }
         }
         if !failed.is_empty() {
@@ -544,7 +550,8 @@ fn combine(results: Vec<(&str, WriteOutcome)>) -> WriteOutcome {
         );
     }
     let wrap = |name: &str, e: &SinkError| {
-        SinkError::new(KIND, format!("required child {name}: {e}")).classified(e.class)
+        SinkError::new(KIND, format!("required child {name}: {}", error_chain(e)))
+            .classified(e.class)
     };
     if let Some((n, WriteOutcome::Permanent(e))) = results
         .iter()

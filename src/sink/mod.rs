@@ -24,6 +24,7 @@ use std::sync::Arc;
 use crate::document::reader::ObjectReader;
 use crate::message::envelope::Envelope;
 use crate::metrics::Metrics;
+use crate::text::error_chain;
 
 /// What happened to one envelope in a batch write.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,8 +48,10 @@ impl fmt::Display for WriteOutcome {
             WriteOutcome::Durable => f.write_str("durable"),
             WriteOutcome::AlreadyDurable => f.write_str("already durable"),
             WriteOutcome::Spooled => f.write_str("durable in the spool"),
-            WriteOutcome::Transient(e) => write!(f, "transient: {e}"),
-            WriteOutcome::Permanent(e) => write!(f, "permanent ({}): {e}", e.class.code()),
+            WriteOutcome::Transient(e) => write!(f, "transient: {}", error_chain(e)),
+            WriteOutcome::Permanent(e) => {
+                write!(f, "permanent ({}): {}", e.class.code(), error_chain(e))
+            }
         }
     }
 }
@@ -66,7 +69,13 @@ impl WriteOutcome {
 pub use crate::message::failure::FailureClass;
 
 /// A sink failure, safe to log: never a payload, secret or credential-bearing URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Display` is `sink <type>: <message>` and never repeats the cause: where one is kept
+/// ([`SinkError::caused_by`]), [`std::error::Error::source`] returns it and the place that
+/// prints the error prints the chain once ([`crate::text::error_chain`]). Outcomes of a write
+/// ([`WriteOutcome`]) still carry their cause in `message`: the ACK path logs them with
+/// `Display`.
+#[derive(Debug, Clone)]
 pub struct SinkError {
     /// Sink type, e.g. `file`.
     pub sink: &'static str,
@@ -74,6 +83,9 @@ pub struct SinkError {
     pub message: String,
     /// Why, as a stable code (meaningful for permanent failures).
     pub class: FailureClass,
+    /// The cause (an I/O, store or database error), when kept. Shared so that an outcome can
+    /// be copied to every envelope of a batch.
+    cause: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
 
 impl SinkError {
@@ -82,6 +94,7 @@ impl SinkError {
             sink,
             message: message.into(),
             class: FailureClass::Unclassified,
+            cause: None,
         }
     }
 
@@ -90,7 +103,26 @@ impl SinkError {
         self.class = class;
         self
     }
+
+    /// The same error keeping `cause` as its source; `message` then says only what failed.
+    pub fn caused_by(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.cause = Some(Arc::new(cause));
+        self
+    }
 }
+
+/// Equal when they say the same: type, message, class and the cause's text.
+impl PartialEq for SinkError {
+    fn eq(&self, other: &Self) -> bool {
+        self.sink == other.sink
+            && self.message == other.message
+            && self.class == other.class
+            && self.cause.as_ref().map(|c| c.to_string())
+                == other.cause.as_ref().map(|c| c.to_string())
+    }
+}
+
+impl Eq for SinkError {}
 
 impl fmt::Display for SinkError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -98,7 +130,14 @@ impl fmt::Display for SinkError {
     }
 }
 
-impl std::error::Error for SinkError {}
+impl std::error::Error for SinkError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.cause {
+            Some(c) => Some(c.as_ref()),
+            None => None,
+        }
+    }
+}
 
 /// A destination. Implementations are shared by the sink worker pool, hence `Send + Sync`.
 pub trait Sink: Send + Sync {
@@ -248,5 +287,33 @@ mod tests {
         assert_eq!(FailureClass::HttpStatus(400).code(), "http_400");
         assert_eq!(FailureClass::HttpStatus(599).code(), "http_599");
         assert_eq!(FailureClass::HttpStatus(42).code(), "http_other");
+    }
+
+    #[test]
+    fn a_kept_cause_is_the_source_and_printed_once() {
+        let cause = std::io::Error::other("disk full");
+        let e = SinkError::new("file", "output directory /out is not writable").caused_by(cause);
+        assert_eq!(
+            e.to_string(),
+            "sink file: output directory /out is not writable"
+        );
+        assert_eq!(
+            std::error::Error::source(&e).map(|c| c.to_string()),
+            Some("disk full".to_string())
+        );
+        assert_eq!(
+            crate::text::error_chain(&e),
+            "sink file: output directory /out is not writable: disk full"
+        );
+        assert_eq!(
+            WriteOutcome::Transient(e.clone()).to_string(),
+            "transient: sink file: output directory /out is not writable: disk full"
+        );
+        // Equal by what they say, the cause included.
+        assert_eq!(e, e.clone());
+        assert_ne!(
+            e,
+            SinkError::new("file", "output directory /out is not writable")
+        );
     }
 }

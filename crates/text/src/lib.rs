@@ -4,6 +4,7 @@
 //! log lines a peer can cause, the wiping of secrets from memory once they are no longer
 //! needed, and the search for bytes to escape.
 
+pub mod chain;
 pub mod hex;
 pub mod json;
 pub mod log_budget;
@@ -13,3 +14,5 @@ pub mod scan;
 pub mod secret_bytes;
 pub mod secrets;
 pub mod terminal;
+
+pub use chain::error_chain;

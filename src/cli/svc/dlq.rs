@@ -197,7 +197,7 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
     let nc = match crate::broker::connect_within(&cfg.nats, metrics, denials, opts.timeout) {
         Ok(nc) => nc,
         Err(e) => {
-            eprintln!("svc: {e}");
+            eprintln!("svc: {}", crate::text::error_chain(&e));
             return ExitCode::from(1);
         }
     };
@@ -266,7 +266,7 @@ fn redrive(cfg: &RuntimeConfig, opts: &Options, flags: &Redrive) -> ExitCode {
     let metrics = Arc::new(crate::metrics::Metrics::default());
     let denials = Arc::new(crate::broker::Denials::default());
     let stream = match crate::broker::connect_within(&cfg.nats, metrics, denials, opts.timeout)
-        .map_err(|e| e.to_string())
+        .map_err(|e| crate::text::error_chain(&e))
         .and_then(|nc| dlq_stream(&nc, &cfg))
     {
         Ok(s) => s,
@@ -442,7 +442,7 @@ fn list(
         );
         true
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| crate::text::error_chain(&e))?;
     let partial = match ended {
         inspect::Ended::Max if left > 0 => Some(format!(
             "--max {} reached with {left} more messages on the dead-letter subject not read",

@@ -154,7 +154,7 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
     {
         Ok(nc) => nc,
         Err(e) => {
-            eprintln!("svc: {e}");
+            eprintln!("svc: {}", crate::text::error_chain(&e));
             return ExitCode::from(1);
         }
     };
@@ -198,7 +198,7 @@ pub fn run(cfg: &RuntimeConfig, opts: &Options) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("svc: {e}");
+            eprintln!("svc: {}", crate::text::error_chain(&e));
             if let Some(denied) = denials.first() {
                 eprintln!("svc: inspect: {denied}");
             }

@@ -19,6 +19,7 @@ use std::process::ExitCode;
 
 use super::output::{self, say};
 use crate::config::{LoadError, RuntimeConfig};
+use crate::text::error_chain;
 
 /// A parsed command line.
 #[derive(Debug, PartialEq, Eq)]
@@ -321,7 +322,11 @@ fn test_sink(cfg: &RuntimeConfig) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("Sink {} is NOT usable: {e}", cfg.sink.kind());
+            eprintln!(
+                "Sink {} is NOT usable: {}",
+                cfg.sink.kind(),
+                error_chain(&e)
+            );
             ExitCode::from(1)
         }
     }
@@ -332,6 +337,12 @@ fn run(cfg: RuntimeConfig) -> ExitCode {
     match crate::pipeline::run(cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            let e = match e {
+                // Broker and sink errors keep their cause as their source: the chain, once.
+                crate::pipeline::RunError::Broker(e) => error_chain(&e),
+                crate::pipeline::RunError::Sink(e) => error_chain(&e),
+                e => e.to_string(),
+            };
             // Once: through the configured log format when it shows errors (a JSON log
             // shipper must see it), else as a plain line.
             if log::log_enabled!(log::Level::Error) {
@@ -425,7 +436,7 @@ fn init_db(sink: &crate::sink::SinkConfig, print_only: bool, checkpoints: bool) 
                 tables.join(", ")
             ),
             Err(e) => {
-                eprintln!("Sink {name}: tables NOT created: {e}");
+                eprintln!("Sink {name}: tables NOT created: {}", error_chain(&e));
                 failed = true;
             }
         }

@@ -123,7 +123,7 @@ pub fn apply(nc: &Connection, plan: &Plan, nats: &NatsConfig) -> Result<Vec<Appl
 fn fail(what: &str) -> impl Fn(io::Error) -> BrokerError + '_ {
     move |source| BrokerError {
         action: format!("apply {what}"),
-        source,
+        source: source.into(),
     }
 }
 

@@ -204,14 +204,14 @@ fn apply(cfg: &RuntimeConfig, plan: &Plan) -> ExitCode {
     let (nc, denials) = match plan_apply::connect_admin(&admin) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("svc: stream-plan --apply: {e}");
+            eprintln!("svc: stream-plan --apply: {}", crate::text::error_chain(&e));
             return ExitCode::from(1);
         }
     };
     let applied = match plan_apply::apply(&nc, plan, &cfg.nats) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("svc: stream-plan --apply: {e}");
+            eprintln!("svc: stream-plan --apply: {}", crate::text::error_chain(&e));
             // A denied request only times out: the broker's report says why.
             if let Some(denied) = denials.first() {
                 eprintln!("svc: stream-plan --apply: {denied} (the administrator's user lacks it)");

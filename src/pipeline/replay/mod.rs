@@ -95,8 +95,13 @@ pub struct Failed {
 
 impl From<RunError> for Failed {
     fn from(e: RunError) -> Failed {
+        let error = match e {
+            RunError::Broker(e) => crate::text::error_chain(&e),
+            RunError::Sink(e) => crate::text::error_chain(&e),
+            e => e.to_string(),
+        };
         Failed {
-            error: e.to_string(),
+            error,
             counts: Counts::default(),
         }
     }
@@ -433,8 +438,8 @@ fn plan(
             // What is left of the range may have been purged since the first run; a run that
             // removes what it settles moved the head itself.
             if !st.done && st.next_seq <= st.last_seq && !opts.removes_settled {
-                let (stream_first, _) =
-                    inspect::sequences(nc, stream).map_err(|e| fatal(e.to_string()))?;
+                let (stream_first, _) = inspect::sequences(nc, stream)
+                    .map_err(|e| fatal(crate::text::error_chain(&e)))?;
                 gone_before(stream, stream_first, Some(st.next_seq), Some(st.last_seq))?;
             }
             Ok(Plan {
@@ -476,7 +481,7 @@ fn fresh_state(
 ) -> Result<State, Failed> {
     let first = opts.range.start_seq.unwrap_or(1);
     let (stream_first, stream_last) =
-        inspect::sequences(nc, stream).map_err(|e| fatal(e.to_string()))?;
+        inspect::sequences(nc, stream).map_err(|e| fatal(crate::text::error_chain(&e)))?;
     if opts.range.start_seq.is_some_and(|s| s > stream_last) {
         return Err(fatal(format!(
             "--start-seq {first} is beyond stream {stream}'s last sequence {stream_last}: \
@@ -640,7 +645,7 @@ impl Reader {
                 seq < self.last
             },
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| crate::text::error_chain(&e))?;
         if !closed {
             ship(&mut batch, &mut bytes);
         }
@@ -803,7 +808,7 @@ impl Writer {
                         }
                     }
                     WriteOutcome::Transient(e) => {
-                        first_failure.get_or_insert(e.to_string());
+                        first_failure.get_or_insert(crate::text::error_chain(&e));
                         again.push(env);
                     }
                 }

@@ -422,7 +422,7 @@ impl Redrive<'_> {
         // (the exact count sealed: this process is not dying).
         self.writer.lease = 0;
         self.writer.persist()?;
-        let (_, ended) = read.map_err(|e| e.to_string())?;
+        let (_, ended) = read.map_err(|e| crate::text::error_chain(&e))?;
         // A signal during a wait for the broker ends the read without a record to see it.
         if ended == Ended::Stopped && self.writer.stop.load(Ordering::SeqCst) {
             finish = Finish::Interrupted;

@@ -23,7 +23,7 @@ impl ObjectStore {
     ) -> Result<ObjectStore, String> {
         let metrics = Arc::new(crate::metrics::Metrics::default());
         let sink = crate::sink::object_store::ObjectStoreSink::new(cfg.clone(), metrics)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| crate::text::error_chain(&e))?;
         Ok(ObjectStore { sink })
     }
 

@@ -28,7 +28,7 @@ impl PgStore {
     pub fn new(cfg: &crate::sink::relational::config::RelationalConfig) -> Result<PgStore, String> {
         let metrics = Arc::new(crate::metrics::Metrics::default());
         let sink = crate::sink::relational::RelationalSink::new(cfg.clone(), metrics)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| crate::text::error_chain(&e))?;
         Ok(PgStore {
             sink,
             cfg: cfg.clone(),
@@ -60,7 +60,7 @@ impl PgStore {
             .with_session("create the checkpoint table in", |c| {
                 c.simple(&ddl).map(|_| ())
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| crate::text::error_chain(&e))
     }
 }
 
@@ -77,7 +77,7 @@ impl CheckpointStore for PgStore {
                 c.query(&sql, &[Some(runner_id), Some(&idx), Some(text)])
                     .map(|_| ())
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| crate::text::error_chain(&e))
     }
 
     fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
@@ -100,7 +100,7 @@ impl CheckpointStore for PgStore {
             .with_session("read a checkpoint of", |c| {
                 c.query(&sql, &[Some(runner_id), Some(&idx)])
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| crate::text::error_chain(&e))?;
         Ok(res
             .rows
             .into_iter()
@@ -208,7 +208,7 @@ impl PgStore {
                     each,
                 )
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| crate::text::error_chain(&e))
     }
 }
 
@@ -364,7 +364,7 @@ impl MyStore {
     pub fn new(cfg: &crate::sink::relational::config::RelationalConfig) -> Result<MyStore, String> {
         let metrics = Arc::new(crate::metrics::Metrics::default());
         let sink = crate::sink::relational::my_sink::MySqlSink::new(cfg.clone(), metrics)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| crate::text::error_chain(&e))?;
         Ok(MyStore {
             sink,
             cfg: cfg.clone(),
@@ -397,7 +397,7 @@ impl MyStore {
             .with_session("create the checkpoint table in", |c| {
                 c.query(ddl.trim_end().trim_end_matches(';')).map(|_| ())
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| crate::text::error_chain(&e))
     }
 
     /// [`paged_rows`] on one session: `list` and `fetch` give the statements.
@@ -427,7 +427,7 @@ impl MyStore {
                     each,
                 )
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| crate::text::error_chain(&e))
     }
 }
 
@@ -445,7 +445,7 @@ impl CheckpointStore for MyStore {
                 );
                 c.query(&sql).map(|_| ())
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| crate::text::error_chain(&e))
     }
 
     fn get(&self, runner_id: &str, index: u64) -> Result<Option<String>, String> {
@@ -462,7 +462,7 @@ impl CheckpointStore for MyStore {
                 );
                 c.query(&sql)
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| crate::text::error_chain(&e))?;
         Ok(res
             .rows
             .into_iter()

@@ -206,9 +206,10 @@ impl Sink for FileSink {
         let link = c.mode == FileMode::PerEvent && c.duplicate_policy != DuplicatePolicy::Replace;
         probe(&base, link).map_err(|e| {
             error(format!(
-                "output directory {} is not writable: {e}",
+                "output directory {} is not writable",
                 base.display()
             ))
+            .caused_by(e)
         })?;
         let details = match c.mode {
             FileMode::PerEvent => format!(

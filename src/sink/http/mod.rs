@@ -481,8 +481,9 @@ impl Sink for HttpSink {
             )),
             Err(e) => Err(SinkError::new(
                 KIND,
-                format!("{}: {probe} got no answer: {e}", self.description),
-            )),
+                format!("{}: {probe} got no answer", self.description),
+            )
+            .caused_by(e)),
         }
     }
 }

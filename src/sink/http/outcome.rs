@@ -137,6 +137,8 @@ impl fmt::Display for HttpError {
     }
 }
 
+impl std::error::Error for HttpError {}
+
 /// What each status means: the sink's `success_statuses`, `retry_statuses` and
 /// `dead_letter_statuses`; any other status refuses the sink itself.
 #[derive(Debug, Clone, Copy)]

@@ -150,6 +150,8 @@ impl fmt::Display for S3Error {
     }
 }
 
+impl std::error::Error for S3Error {}
+
 /// A failure while reading the body of an answer whose status line arrived.
 pub(super) fn read_failure(status: u16, e: std::io::Error) -> S3Error {
     if e.kind() == std::io::ErrorKind::TimedOut {

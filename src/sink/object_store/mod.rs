@@ -112,13 +112,12 @@ impl ObjectStoreSink {
         let region = client::resolve_region(&cfg, env);
         let endpoint = client::resolve_endpoint(&cfg, &region, env).map_err(err)?;
         let creds = chain::provider(&cfg.credential_mode, env, Some(&region)).map_err(err)?;
-        let ca_pem =
-            match &cfg.ca_file {
-                Some(path) => Some(std::fs::read(path).map_err(|e| {
-                    SinkError::new(KIND, format!("ca_file {}: {e}", path.display()))
-                })?),
-                None => None,
-            };
+        let ca_pem = match &cfg.ca_file {
+            Some(path) => Some(std::fs::read(path).map_err(|e| {
+                SinkError::new(KIND, format!("ca_file {}", path.display())).caused_by(e)
+            })?),
+            None => None,
+        };
         let description = format!(
             "bucket {} at {}://{} (region {region}, credentials from {})",
             cfg.bucket,
@@ -432,8 +431,9 @@ fn require_object_lock(
         )),
         Err(e) => Err(SinkError::new(
             KIND,
-            format!("{description}: reading the bucket's Object Lock configuration: {e}"),
-        )),
+            format!("{description}: reading the bucket's Object Lock configuration"),
+        )
+        .caused_by(e)),
     }
 }
 

@@ -177,8 +177,15 @@ impl RelationalSink {
         )
     }
 
+    /// A write's or the check's error: the cause flattened into the message, as the ACK path
+    /// logs outcomes by `Display` and callers of `check` read its `Display`.
     fn err(&self, what: &str, e: &DbError) -> SinkError {
         SinkError::new(KIND, format!("{what} {}: {e}", self.target()))
+    }
+
+    /// A session's, the DDL's or the check's error: the cause kept as its source.
+    fn caused(&self, what: &str, e: DbError) -> SinkError {
+        SinkError::new(KIND, format!("{what} {}", self.target())).caused_by(e)
     }
 
     /// Opens a new session and prepares it: timeouts, durable commits, optional DDL.
@@ -238,14 +245,14 @@ impl RelationalSink {
         what: &str,
         f: impl FnOnce(&mut Connection) -> Result<T, DbError>,
     ) -> Result<T, SinkError> {
-        let mut conn = self.connect().map_err(|e| self.err("connect to", &e))?;
-        f(&mut conn).map_err(|e| self.err(what, &e))
+        let mut conn = self.connect().map_err(|e| self.caused("connect to", e))?;
+        f(&mut conn).map_err(|e| self.caused(what, e))
     }
 
     /// Creates every configured table (and schema) if missing.
     pub fn create_tables(&self) -> Result<(), SinkError> {
-        let mut conn = self.connect().map_err(|e| self.err("connect to", &e))?;
-        run_ddl(&mut conn, &self.cfg).map_err(|e| self.err("create tables in", &e))?;
+        let mut conn = self.connect().map_err(|e| self.caused("connect to", e))?;
+        run_ddl(&mut conn, &self.cfg).map_err(|e| self.caused("create tables in", e))?;
         Ok(())
     }
 

@@ -427,8 +427,15 @@ impl MySqlSink {
         )
     }
 
+    /// A write's or the check's error: the cause flattened into the message, as the ACK path
+    /// logs outcomes by `Display` and callers of `check` read its `Display`.
     fn err(&self, what: &str, e: &DbError) -> SinkError {
         SinkError::new(KIND, format!("{what} {}: {e}", self.target()))
+    }
+
+    /// A session's, the DDL's or the check's error: the cause kept as its source.
+    fn caused(&self, what: &str, e: DbError) -> SinkError {
+        SinkError::new(KIND, format!("{what} {}", self.target())).caused_by(e)
     }
 
     /// Opens a session and sets it up: strict mode, UTC, READ COMMITTED, statement timeout.
@@ -485,18 +492,18 @@ impl MySqlSink {
         what: &str,
         f: impl FnOnce(&mut Connection) -> Result<T, DbError>,
     ) -> Result<T, SinkError> {
-        let mut conn = self.checkout().map_err(|e| self.err("connect to", &e))?;
+        let mut conn = self.checkout().map_err(|e| self.caused("connect to", e))?;
         let out = f(&mut conn);
         self.checkin(conn);
-        out.map_err(|e| self.err(what, &e))
+        out.map_err(|e| self.caused(what, e))
     }
 
     /// Creates every configured table (and database) if missing.
     pub fn create_tables(&self) -> Result<(), SinkError> {
-        let mut conn = self.connect().map_err(|e| self.err("connect to", &e))?;
+        let mut conn = self.connect().map_err(|e| self.caused("connect to", e))?;
         for stmt in ddl(&self.cfg).split(";\n").filter(|s| !s.trim().is_empty()) {
             conn.query(stmt)
-                .map_err(|e| self.err("create tables in", &e))?;
+                .map_err(|e| self.caused("create tables in", e))?;
         }
         Ok(())
     }

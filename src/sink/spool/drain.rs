@@ -537,7 +537,7 @@ impl Drainer {
             // The records the sink took are in it now: told here, as the step that repeats
             // them finds them `AlreadyDurable`, which is never told (atk47e finding 5).
             self.tell_checkpoints(data, &g.srcs, &outcomes, told);
-            return Ok(Step::Refused(e.to_string()));
+            return Ok(Step::Refused(crate::text::error_chain(e)));
         }
         let refused = self.keep_refusals(at.segment, at.base, data, &g.frames, &outcomes)?;
         self.tell_checkpoints(data, &g.srcs, &outcomes, told);
@@ -650,8 +650,9 @@ impl Drainer {
                 let offset = base + start as u64;
                 log::error!(
                     "spool {}: sink refused the record at segment {segment} offset {offset} for \
-                     good: {e}; kept in {}",
+                     good: {}; kept in {}",
                     self.spool.path().display(),
+                    crate::text::error_chain(e),
                     super::dir::rejected_name(segment, offset)
                 );
                 self.spool
