@@ -33,6 +33,7 @@ use crate::broker::dead_letter::DeadLetterPublisher;
 use crate::broker::{self, AckHandle, AckVerb, Connection};
 use crate::metrics::Metrics;
 use crate::sink::WriteOutcome;
+use crate::text::error_chain;
 use crate::text::peer::PeerText;
 
 pub struct AckWorker {
@@ -252,13 +253,15 @@ impl AckWorker {
                 ) => AckVerb::Ack,
                 Verdict::Written(WriteOutcome::Transient(e)) | Verdict::Unwritten(e, _) => {
                     log::debug!(
-                        "stream sequence {}: not written, will retry: {e}",
-                        handle.stream_sequence
+                        "stream sequence {}: not written, will retry: {}",
+                        handle.stream_sequence,
+                        error_chain(&e)
                     );
                     AckVerb::Nak(self.nak_backoff.delay(handle.delivery_count as u32))
                 }
                 Verdict::Written(WriteOutcome::Permanent(e)) => {
-                    self.permanent(handle, family, &format!("{}: {e}", e.class.code()), None)
+                    let reason = format!("{}: {}", e.class.code(), error_chain(&e));
+                    self.permanent(handle, family, &reason, None)
                 }
                 Verdict::Rejected(f) => self.rejected(handle, family, &f, &mut dlq_failed),
             };

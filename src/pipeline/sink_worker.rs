@@ -268,7 +268,7 @@ impl SinkWorker {
         let at = place();
         let Some(cfg) = &self.dead_letter else {
             return Verdict::Rejected(Rejection {
-                reason: format!("{}: {e}", e.class.code()),
+                reason: format!("{}: {}", e.class.code(), crate::text::error_chain(&e)),
                 dead_letter: None,
                 retry: false,
                 at,
