@@ -37,7 +37,19 @@ pub struct Feed {
     pub(super) failing: Arc<AtomicBool>,
     /// The put under way, if any.
     pub(super) put: Arc<PutWatch>,
+    /// Gaps told while the channel was full. A committed record dropped then is found again
+    /// by the rescan after the overflow; a gap is not (nothing stores it but the checkpoint,
+    /// and a message settled unsigned or abandoned at `max_deliver` is not delivered again),
+    /// so it waits here for the next cut, [`SPILLED_GAPS_KEPT`] at most (atk56).
+    pub(super) spilled: Arc<Spilled>,
 }
+
+/// Gaps (origin, sequence, reason) told while the channel was full.
+pub(super) type Spilled = Mutex<Vec<(Origin, u64, &'static str)>>;
+
+/// Gaps kept aside at most while the channel is full; past it each is logged as listed
+/// nowhere.
+pub const SPILLED_GAPS_KEPT: usize = 65_536;
 
 /// A put that takes this long counts as a failing store.
 pub const PUT_HANGS_AFTER: Duration = Duration::from_secs(1);
@@ -80,10 +92,29 @@ impl PutWatch {
 
 impl Feed {
     pub fn send(&self, e: Event) {
-        if let Err(TrySendError::Full(_)) = self.tx.try_send(e) {
-            self.overflowed.store(true, Ordering::Relaxed);
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        let Err(TrySendError::Full(e)) = self.tx.try_send(e) else {
+            return;
+        };
+        self.overflowed.store(true, Ordering::Relaxed);
+        if let Event::Gap(o, seq, why) = e {
+            let mut spilled = self.spilled.lock().unwrap_or_else(PoisonError::into_inner);
+            if spilled.len() < SPILLED_GAPS_KEPT {
+                spilled.push((o, seq, why));
+                return;
+            }
+            log::error!(
+                "custody checkpoints: stream {} sequence {seq}: a gap ({why}) told while the \
+                 checkpoint thread is {SPILLED_GAPS_KEPT} gaps behind: this line is its only \
+                 record",
+                PeerText::new(&o.0)
+            );
         }
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The gaps kept aside while the channel was full (`Writer::cut` takes them).
+    pub(super) fn take_spilled(spilled: &Spilled) -> Vec<(Origin, u64, &'static str)> {
+        std::mem::take(&mut *spilled.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Whether a stored checkpoint of this runner lists `seq` of `o` as a gap: sign first,
@@ -208,5 +239,37 @@ impl DrainFeed {
                 PeerText::new(&e)
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod spill_tests {
+    use super::*;
+
+    #[test]
+    fn a_gap_told_while_the_channel_is_full_waits_aside_a_record_is_dropped() {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let spilled = Arc::new(Mutex::new(Vec::new()));
+        let feed = Feed {
+            tx,
+            overflowed: Arc::new(AtomicBool::new(false)),
+            dropped: AtomicU64::new(0),
+            signed_gaps: Arc::new(SignedGaps::default()),
+            rescanning: Arc::new(AtomicBool::new(false)),
+            failing: Arc::new(AtomicBool::new(false)),
+            put: Arc::new(PutWatch::new()),
+            spilled: Arc::clone(&spilled),
+        };
+        let o: Origin = (Arc::from("S"), Arc::from(""));
+        feed.send(Event::Committed(o.clone(), 1, [0; 32]));
+        feed.send(Event::Committed(o.clone(), 2, [0; 32]));
+        feed.send(Event::Gap(o.clone(), 3, "abandoned_at_max_deliver"));
+        assert!(feed.overflowed.load(Ordering::Relaxed));
+        assert_eq!(feed.dropped.load(Ordering::Relaxed), 1, "record 2 dropped");
+        let aside = Feed::take_spilled(&spilled);
+        assert_eq!(aside.len(), 1);
+        assert_eq!((aside[0].1, aside[0].2), (3, "abandoned_at_max_deliver"));
+        assert!(Feed::take_spilled(&spilled).is_empty(), "taken once");
+        assert_eq!(rx.len(), 1);
     }
 }

@@ -62,6 +62,8 @@ pub struct Writer {
     failing: Arc<AtomicBool>,
     /// Shared with [`Feed::store_failing`]: the put under way.
     put: Arc<PutWatch>,
+    /// Shared with the feed: gaps told while the channel was full.
+    spilled: Arc<super::feed::Spilled>,
 }
 
 fn origin_of(b: &Body) -> Origin {
@@ -87,10 +89,12 @@ impl Writer {
         let rescanning = Arc::new(AtomicBool::new(true));
         let failing = Arc::new(AtomicBool::new(false));
         let put = Arc::new(PutWatch::new());
+        let spilled = Arc::new(std::sync::Mutex::new(Vec::new()));
         let feed = Feed {
             tx,
             overflowed: overflowed.clone(),
             dropped: AtomicU64::new(0),
+            spilled: Arc::clone(&spilled),
             signed_gaps: Arc::clone(&signed_gaps),
             rescanning: Arc::clone(&rescanning),
             failing: Arc::clone(&failing),
@@ -117,6 +121,7 @@ impl Writer {
             rescanning,
             failing,
             put,
+            spilled,
         };
         Ok((w, feed))
     }
@@ -453,6 +458,9 @@ impl Writer {
             if let Err(e) = self.rescan() {
                 log::error!("custody checkpoints: rescan after an overflow failed: {e}");
             }
+        }
+        for (o, seq, why) in Feed::take_spilled(&self.spilled) {
+            self.take_gap(o, seq, why);
         }
         let origins: BTreeSet<Origin> = self
             .pending
