@@ -112,7 +112,12 @@ fn expected_event(
 /// more. `None` for any other body, or a sequence that is not a positive whole number.
 pub fn abandoned_sequence(body: &[u8], stream: &str, consumer: &str) -> Option<u64> {
     let v = expected_event(AdvisoryKind::MaxDeliveries, body, stream, consumer)?;
-    v.get("stream_seq")
+    stream_seq(&v)
+}
+
+fn stream_seq(event: &serde_json::Value) -> Option<u64> {
+    event
+        .get("stream_seq")
         .and_then(|s| s.as_u64())
         .filter(|s| *s > 0)
 }
@@ -202,14 +207,16 @@ fn observe(
         let (kind, sub) = &subs[i];
         match op.recv(sub.receiver()) {
             Ok(msg) => {
-                if !is_expected_event(*kind, &msg.data, stream, consumer) {
+                let Some(event) = expected_event(*kind, &msg.data, stream, consumer) else {
                     log::debug!("{THREAD_NAME}: ignored an unexpected advisory body");
                     continue;
-                }
+                };
                 if watch.count {
                     Metrics::add(kind.counter(metrics), 1);
                 }
-                let abandoned = abandoned_sequence(&msg.data, stream, consumer);
+                let abandoned = (*kind == AdvisoryKind::MaxDeliveries)
+                    .then(|| stream_seq(&event))
+                    .flatten();
                 if let (Some(seq), Some(tell)) = (abandoned, &watch.on_abandoned) {
                     tell(seq);
                 }
