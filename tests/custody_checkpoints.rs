@@ -1418,3 +1418,59 @@ fn a_record_planted_in_the_spool_is_delivered_but_never_signed() {
     );
     assert!(text.contains("sequence 41 ("), "{text}");
 }
+
+/// A backlog built while the checkpoint store failed (9 records committed, the store's
+/// directory replaced by a file) is cut, once the store is back, into checkpoints of at most
+/// `every_records` (2) entries, not one holding them all: unbounded, a long outage (or a
+/// flood of refusals, atk57 finding 1: 493,051 gaps, 25 MB) made a checkpoint no reader takes
+/// (16 MiB), and no start could read the chain back. Before the fix: one checkpoint of 9.
+#[test]
+fn a_backlog_built_while_the_store_fails_is_cut_in_checkpoints_of_every_records() {
+    let c = case_with(
+        2,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out")})
+        },
+        json!({}),
+    );
+    let out = c.dir.path().join("out");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 2);
+    wait_acked(&c.server, 2);
+    wait_until(Duration::from_secs(30), "checkpoint 0", || {
+        checkpoint_files(&out).len() == 1
+    });
+    let store = out.join(".svc-checkpoints");
+    let aside = c.dir.path().join("checkpoints-aside");
+    std::fs::rename(&store, &aside).unwrap();
+    std::fs::write(&store, b"in the way").unwrap();
+    publish_range(&c.server, 3, 11);
+    wait_acked(&c.server, 11);
+    wait_until(Duration::from_secs(30), "a failed cut", || {
+        runner.log_text().contains("not written")
+    });
+    std::fs::remove_file(&store).unwrap();
+    std::fs::rename(&aside, &store).unwrap();
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while checkpoint_files(&out).len() < 6 && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let sizes: Vec<u64> = checkpoint_files(&out)
+        .iter()
+        .map(|f| {
+            let cp: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+            let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+            body["count"].as_u64().unwrap() + body["gaps"].as_array().unwrap().len() as u64
+        })
+        .collect();
+    assert!(
+        sizes.iter().all(|n| *n <= 2) && sizes.iter().sum::<u64>() == 11,
+        "entries per checkpoint {sizes:?} (every_records 2, 11 records)\n{}",
+        runner.log_text()
+    );
+    let (code, text) = verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+}

@@ -109,9 +109,7 @@ impl AckWorker {
         if !in_flight.is_empty() {
             log::warn!(
                 "{} batches ended without an outcome; left unacknowledged for redelivery (a \
-                 message on the consumer's last delivery is delivered no more: with custody \
-                 checkpoints a runner listening then lists it as a gap from the broker's \
-                 max_deliver advisory)",
+                 message on the consumer's last delivery is delivered no more)",
                 in_flight.len()
             );
         }

@@ -257,23 +257,10 @@ fn permissions(cfg: &RuntimeConfig, dead_letter_stream: Option<&str>) -> Permiss
         "_INBOX.>".into(),
         "replies: deliveries of its pull requests, answers to its requests",
     );
-    let checkpoints = cfg.custody.enabled && cfg.custody.checkpoints.enabled;
     if cfg.advisories.enabled {
         for kind in AdvisoryKind::ALL {
-            let why = if checkpoints && kind == AdvisoryKind::MaxDeliveries {
-                "advisories (metrics), and each message the broker gives up on at max_deliver \
-                 is listed as a custody checkpoint gap"
-            } else {
-                "advisories (metrics only)"
-            };
-            subscribe(kind.subject(stream, consumer), why);
+            subscribe(kind.subject(stream, consumer), "advisories (metrics only)");
         }
-    } else if checkpoints {
-        subscribe(
-            AdvisoryKind::MaxDeliveries.subject(stream, consumer),
-            "each message the broker gives up on at max_deliver is listed as a custody \
-             checkpoint gap",
-        );
     }
     p
 }
@@ -472,18 +459,6 @@ mod tests {
         );
         assert_eq!(subjects(&p.permissions.subscribe), ["_INBOX.>"]);
         assert!(p.warnings.iter().any(|w| w.starts_with("replicas 1")));
-        // Custody checkpoints list what the broker gives up on from its advisory.
-        let mut custody = cfg("");
-        custody.custody.enabled = true;
-        custody.custody.checkpoints.enabled = true;
-        let p = plan(&custody, &StreamSettings::default()).unwrap();
-        assert_eq!(
-            subjects(&p.permissions.subscribe),
-            [
-                "_INBOX.>",
-                "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ORDERS.svc"
-            ]
-        );
         let bind = RuntimeConfig::parse(
             r#"{"nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc",
                 "subject": "orders.>", "consumer_mode": "bind"},

@@ -393,7 +393,14 @@ impl Writer {
         let mut gap_due: Option<Instant> = None;
         let mut retry_at: Option<Instant> = None;
         loop {
-            let next = gap_due.map_or(due, |g| g.min(due));
+            // A backlog of `every_records` waits only for the retry after a failed cut, not
+            // for the next event or `every_seconds` (none may come: the store back, nothing
+            // cut for an hour).
+            let next = if self.pending_count >= self.every_records {
+                Instant::now()
+            } else {
+                gap_due.map_or(due, |g| g.min(due))
+            };
             let next = retry_at.map_or(next, |r| r.max(next));
             match self
                 .rx
@@ -468,18 +475,44 @@ impl Writer {
             .chain(self.gaps.keys())
             .cloned()
             .collect();
-        origins.iter().all(|o| self.cut_origin(o))
+        origins.iter().all(|o| self.cut_backlog(o))
+    }
+
+    /// Writes checkpoints of one origin until nothing of it is pending, each of at most
+    /// `every_records` entries: a backlog built while the store failed (records committed
+    /// meanwhile, a publisher's flood of refusals) is never one checkpoint larger than a
+    /// reader takes (atk57 finding 1: 493,051 gaps made one of 25 MB, and no start could read
+    /// the chain back). False when one could not be stored (the rest stays pending).
+    fn cut_backlog(&mut self, o: &Origin) -> bool {
+        loop {
+            if !self.cut_origin(o) {
+                return false;
+            }
+            let left = self.pending.contains_key(o) || self.gaps.contains_key(o);
+            if !left {
+                return true;
+            }
+        }
     }
 
     /// Writes the checkpoint of one origin's pending records and gaps; false when it could
     /// not be stored (they stay pending).
     fn cut_origin(&mut self, o: &Origin) -> bool {
+        // At most `every_records` entries, gaps first (a message may wait for its gap; a
+        // record never waits for its leaf), each in sequence order.
+        let room = self.every_records.max(1);
+        let no_gaps = BTreeMap::new();
+        let gaps: Vec<(u64, &'static str)> = (self.gaps.get(o).unwrap_or(&no_gaps).iter())
+            .take(room)
+            .map(|(s, w)| (*s, *w))
+            .collect();
         let none = BTreeMap::new();
         let pending = self.pending.get(o).unwrap_or(&none);
-        let leaves: Vec<(u64, [u8; 32])> = pending.iter().map(|(s, d)| (*s, *d)).collect();
-        let no_gaps = BTreeMap::new();
-        let gaps = self.gaps.get(o).unwrap_or(&no_gaps);
-        let seqs = leaves.iter().map(|l| l.0).chain(gaps.keys().copied());
+        let leaves: Vec<(u64, [u8; 32])> = (pending.iter())
+            .take(room - gaps.len())
+            .map(|(s, d)| (*s, *d))
+            .collect();
+        let seqs = leaves.iter().map(|l| l.0).chain(gaps.iter().map(|g| g.0));
         let first = leaves
             .first()
             .map_or_else(|| seqs.clone().min(), |l| Some(l.0));
