@@ -341,3 +341,99 @@ fn held_forged_advisories_with_near_names_are_ignored() {
     let wrong: Vec<&(u64, String)> = gaps.iter().filter(|g| g.0 != 110).collect();
     assert!(wrong.is_empty(), "near-name forgeries listed: {wrong:?}");
 }
+
+/// FOUND (class 8, amplification, with class 12: the signed gaps in memory against the chain.
+/// Severity medium: a client of the account allowed to publish on `$JS.EVENT.ADVISORY.>`
+/// makes a dead-lettered message stay unacknowledged for good, redelivered and NAKed without
+/// end, holding one of the consumer's `max_ack_pending` slots; a flood repeated pins them
+/// all). `svc-ack` acknowledges a dead-lettered message once `Feed::gap_signed` says a stored
+/// checkpoint lists it; until then it is held and NAKed (`gap_hold.rs`), and its gap is told
+/// once only (a redelivery of a held message is not published or told again:
+/// `AckWorker::confirmed_before`). `SignedGaps` remembers the newest 65,536 signed gaps: a
+/// flood of forged advisories signed between the dead letter's checkpoint and the message's
+/// next delivery pushes its gap out, and every delivery after that finds it held and not
+/// signed: NAKed again, forever (the consumer's `max_deliver` is unlimited here, the default).
+/// Here a DLQ, a NAK delay of 45 s, message 2 refused (over `size_policy`) and dead-lettered,
+/// its gap signed; then 70,000 forged advisories before its redelivery. Expected: 2
+/// acknowledged once its redelivery comes (its gap is in a stored checkpoint). On 67fbd95:
+/// 82,074 forged gaps listed, 2 NAKed on each of 4 deliveries in 150 s, never acknowledged;
+/// the control (the same run with about 26,000 forged gaps, under the 65,536 remembered)
+/// acknowledged 2 at its first redelivery. Fix: a held
+/// message whose gap is no longer remembered must be told again (the writer lists it once
+/// more, cheap) or looked up in what the writer knows was stored; better, keep forged gaps out
+/// of `SignedGaps` (advisory gaps for sequences never delivered to this runner are forged).
+#[test]
+fn found_a_forged_advisory_flood_leaves_a_dead_lettered_message_unacknowledged_for_good() {
+    let c = crate::custody_checkpoints::case_with(
+        100,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            serde_json::json!({"type": "file", "directory": dir.join("out")})
+        },
+        serde_json::json!({"advisories": {"enabled": true},
+               "size_policy": {"enabled": true, "max_payload_bytes": 20},
+               "dead_letter": {"enabled": true, "subject": DLQ_SUBJECT,
+                               "expected_stream": "DLQ", "publish_timeout_ms": 1000},
+               "delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 45000,
+                                            "jitter": "none"}}}),
+    );
+    let mut dlq = crate::support::broker::stream_config("DLQ", &[DLQ_SUBJECT]);
+    dlq.duplicate_window = 120_000_000_000;
+    c.server.js().add_stream(dlq).unwrap();
+    let o = out(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(100));
+    c.server
+        .publish_with_headers("orders.big", &[], big.as_bytes());
+    let signed = within(Duration::from_secs(30), || {
+        gaps_with_reasons(&o).iter().any(|g| g.0 == 2)
+    });
+    let before = counted(&c);
+    let begun = Instant::now();
+    let mut checked = Instant::now();
+    let published = flood(&c, 1_000_000_000_000, |n| {
+        if checked.elapsed() >= Duration::from_secs(1) {
+            checked = Instant::now();
+            if counted(&c) >= before + 70_000 || begun.elapsed() > Duration::from_secs(40) {
+                return true;
+            }
+        }
+        if n > counted(&c) + 100_000 {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        false
+    });
+    let flood_secs = begun.elapsed().as_secs_f64();
+    let taken = counted(&c) - before;
+    let acked = within(Duration::from_secs(150), || {
+        c.server.try_consumer_state(STREAM, CONSUMER) == Some((2, 0, 0))
+    });
+    let state = c.server.try_consumer_state(STREAM, CONSUMER);
+    let metrics = c.dir.path().join("metrics.json");
+    runner.signal("TERM");
+    runner.wait_timeout(Duration::from_secs(120));
+    let listed = gaps_with_reasons(&o);
+    let two: Vec<&(u64, String)> = listed.iter().filter(|g| g.0 == 2).collect();
+    let forged_listed = listed.iter().filter(|g| g.0 >= 1_000_000_000_000).count();
+    eprintln!(
+        "atk57 dead letter then forged flood: 2's gap signed {signed} ({two:?}); flood \
+         published {published} in {flood_secs:.1} s, taken {taken}, forged gaps listed \
+         {forged_listed}; after the 45 s NAK delay: acknowledged {acked}, consumer {state:?}; \
+         NAKs {}, gap waits {}, DLQ copies {}",
+        snapshot_counter(&metrics, "messages_nacked_total"),
+        snapshot_counter(&metrics, "checkpoint_gap_waits_total"),
+        c.server.stream_messages("DLQ"),
+    );
+    assert!(signed, "2's dead_lettered gap was never signed (setup)");
+    assert!(
+        acked,
+        "message 2, dead-lettered and its gap signed ({two:?}), was never acknowledged after \
+         {taken} forged advisories were signed before its redelivery: consumer {state:?} (it \
+         is held, NAKed on each delivery, without end)"
+    );
+}
