@@ -258,7 +258,17 @@ impl std::fmt::Display for RunError {
     }
 }
 
-impl std::error::Error for RunError {}
+/// A broker or sink error's own cause is this error's cause: `Display` shows the inner error's
+/// text, `source` goes on from there, so [`crate::text::error_chain`] prints each once.
+impl std::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::Broker(e) => e.source(),
+            RunError::Sink(e) => e.source(),
+            RunError::Fatal(_) => None,
+        }
+    }
+}
 
 /// Runs the pipeline until SIGTERM/SIGINT (Ok) or a fatal error.
 pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
@@ -1029,4 +1039,24 @@ fn spawn<T: Send + 'static>(
         .name(name.to_string())
         .spawn(f)
         .map_err(|e| RunError::Fatal(format!("cannot start thread {name}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_error_prints_its_sinks_cause_once() {
+        let disk = std::io::Error::other("disk full");
+        let e = RunError::Sink(SinkError::new("file", "write a.json").caused_by(disk));
+        assert_eq!(
+            crate::text::error_chain(&e),
+            "sink file: write a.json: disk full"
+        );
+        let e = RunError::Fatal("cannot install signal handlers".into());
+        assert_eq!(
+            crate::text::error_chain(&e),
+            "cannot install signal handlers"
+        );
+    }
 }

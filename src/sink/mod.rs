@@ -72,9 +72,8 @@ pub use crate::message::failure::FailureClass;
 ///
 /// `Display` is `sink <type>: <message>` and never repeats the cause: where one is kept
 /// ([`SinkError::caused_by`]), [`std::error::Error::source`] returns it and the place that
-/// prints the error prints the chain once ([`crate::text::error_chain`]). Outcomes of a write
-/// ([`WriteOutcome`]) still carry their cause in `message`: the ACK path logs them with
-/// `Display`.
+/// prints the error prints the chain once ([`crate::text::error_chain`]): the ACK path, the
+/// sink workers and the CLI do.
 #[derive(Debug, Clone)]
 pub struct SinkError {
     /// Sink type, e.g. `file`.
@@ -132,10 +131,7 @@ impl fmt::Display for SinkError {
 
 impl std::error::Error for SinkError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.cause {
-            Some(c) => Some(c.as_ref()),
-            None => None,
-        }
+        self.cause.as_deref().map(|c| c as _)
     }
 }
 

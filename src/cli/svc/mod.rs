@@ -337,12 +337,7 @@ fn run(cfg: RuntimeConfig) -> ExitCode {
     match crate::pipeline::run(cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let e = match e {
-                // Broker and sink errors keep their cause as their source: the chain, once.
-                crate::pipeline::RunError::Broker(e) => error_chain(&e),
-                crate::pipeline::RunError::Sink(e) => error_chain(&e),
-                e => e.to_string(),
-            };
+            let e = error_chain(&e);
             // Once: through the configured log format when it shows errors (a JSON log
             // shipper must see it), else as a plain line.
             if log::log_enabled!(log::Level::Error) {

@@ -95,13 +95,8 @@ pub struct Failed {
 
 impl From<RunError> for Failed {
     fn from(e: RunError) -> Failed {
-        let error = match e {
-            RunError::Broker(e) => crate::text::error_chain(&e),
-            RunError::Sink(e) => crate::text::error_chain(&e),
-            e => e.to_string(),
-        };
         Failed {
-            error,
+            error: crate::text::error_chain(&e),
             counts: Counts::default(),
         }
     }
