@@ -6,8 +6,9 @@
 //!
 //! `found_...`: a finding's reproduction; it fails on 9d62441 and says what it expected.
 //! Finding 2 is fixed (it failed on 9d62441): `svc-ack` lists the messages it NAKed unwritten
-//! when `max_deliver` is lowered under them (`pipeline/retried.rs`). Findings 1, 3 and 4 stay
-//! open (below).
+//! when `max_deliver` is lowered under them (`pipeline/retried.rs`). Finding 1 is fixed:
+//! `svc-fetch` tells the gap of a delivery it releases on the consumer's last delivery.
+//! Findings 3 and 4 stay open (their reproductions are in 66bb716).
 //! `held_...`: an attack that held (these pass). Each prints what it ran and what it saw
 //! (`cargo test --test main -- atk56:: --nocapture`).
 
@@ -105,6 +106,62 @@ fn log_lines(log: &str, needles: &[&str]) -> String {
         .join("\n")
 }
 
+/// FOUND, fixed (class 5, a delivery the runner releases itself; with class 12. Severity
+/// medium: a publisher alone made a message vanish, stored nowhere, listed nowhere, and the
+/// audit said COMPLETE, on a consumer whose `max_deliver` is 1). `svc-fetch` NAKs deliveries
+/// itself: a batch holding a delivery that may come from a consumer switched to `headers_only`
+/// (no payload and a `Nats-Msg-Size` header other than 0) releases a first delivery even after
+/// the broker vouched for the consumer. Here a publisher sends `orders.ghost` with an empty
+/// payload and `Nats-Msg-Size: 7` between two good messages: on 9d62441 the release's NAK on
+/// delivery 1 was never answered, the broker dropped 2, no checkpoint listed it and `svc
+/// verify-custody` exited 0, COMPLETE. Now every delivery `svc-fetch` releases on the
+/// consumer's last delivery has its gap told (`Fetcher::released`), as `svc-ack` does for its
+/// own NAKs: 2 is listed `abandoned_at_max_deliver`.
+#[test]
+fn a_headers_only_lookalike_released_on_the_last_delivery_is_listed_as_a_gap() {
+    let c = case(last_delivery_pace(), 1, Duration::from_secs(30));
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    c.server
+        .publish_with_headers("orders.ghost", &[("Nats-Msg-Size", "7")], b"");
+    publish_range(&c.server, 3, 3);
+    // Nothing left to deliver or awaiting an ack, 3 stored.
+    let settled = within(Duration::from_secs(60), || {
+        stored(&out(&c)).contains(&3) && drained(&c)
+    });
+    // A checkpoint for 3 and the gap at the stop.
+    stop(&mut runner);
+    let state = c.server.try_consumer_state(STREAM, CONSUMER);
+    let log = std::fs::read_to_string(c.dir.path().join("svc.log")).unwrap_or_default();
+    let (kept, listed, (vcode, summary)) = fate(&c, 2);
+    eprintln!(
+        "atk56 headers_only lookalike, max_deliver 1: consumer (ack floor, ack pending, \
+         pending) {state:?} (settled {settled}); stored {:?}; 2 listed as {listed:?}; \
+         verify-custody exit {vcode}: {summary}\n{}",
+        stored(&out(&c)),
+        log_lines(&log, &["released by svc-fetch"])
+    );
+    assert!(
+        settled,
+        "3 was not stored, or the consumer not drained: {state:?}"
+    );
+    assert!(
+        !kept,
+        "2 (an empty message) is not a record: {:?}",
+        stored(&out(&c))
+    );
+    assert_eq!(
+        listed.as_deref(),
+        Some("abandoned_at_max_deliver"),
+        "sequence 2, released by svc-fetch's NAK on its only delivery and dropped by the \
+         broker, must be listed as a gap; the audit said exit {vcode}: {summary}"
+    );
+    let (vcode, vtext) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    assert_eq!(vcode, 0, "{vtext}");
+    assert!(vtext.contains("1 runner-caused gaps"), "{vtext}");
+}
+
 /// FOUND (class 5, a consumer setting changed on the running consumer; class 11, an
 /// operator's honest change. Severity medium-low: an operator lowering `max_deliver` makes
 /// every message the runner is retrying past the new limit vanish with no gap, and the audit
@@ -166,17 +223,14 @@ fn found_max_deliver_lowered_below_a_retried_messages_count_drops_it_unlisted() 
     );
 }
 
-// Findings 1 and 3 stay open (documented in docs/payload-protection.md; reproductions in
-// commit 66bb716, not in the suite: each fails until fixed):
-// - found_a_headers_only_lookalike_released_on_the_last_delivery_vanishes_and_the_audit_is_complete
-//   (medium): a delivery svc-fetch releases itself (NAK) on its last delivery is dropped by the
-//   broker, listed nowhere.
+// Finding 3 stays open (documented in docs/payload-protection.md; its reproduction is in
+// commit 66bb716, not in the suite: it fails until fixed):
 // - found_a_kill_9_with_a_last_delivery_in_flight_loses_it_unlisted (medium with max_deliver 1):
 //   deliveries in flight on their last delivery at a kill -9 are dropped at the restart's first
 //   pulls, listed nowhere.
-// Listing a gap for each MAX_DELIVERIES advisory fixed both (3cd538a) and was withdrawn: any
-// client that may publish on the advisory subject could flood the checkpoints with forged gaps
-// (atk57's findings, commits bc76c5a..083078e, merged without their tests).
+// Listing a gap for each MAX_DELIVERIES advisory fixed it and finding 1 (3cd538a) and was
+// withdrawn: any client that may publish on the advisory subject could flood the checkpoints
+// with forged gaps (atk57's findings, commits bc76c5a..083078e, merged without their tests).
 //
 // Finding 4 stays open (low; documented in docs/payload-protection.md): a clean stop while the
 // checkpoint store fails loses the told, uncut gap of a message NAKed on its last delivery (the

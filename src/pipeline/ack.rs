@@ -25,7 +25,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::confirm::Confirmations;
 use super::credit::{Credit, CreditPool};
 
-use super::gap_hold::{Hold, Settle};
+use super::gap_hold::{tell_abandoned, Hold, Settle};
 use super::retried::Retried;
 use super::{AckMsg, BatchId, GapReason, Monitor, Rejection, Verdict, ABANDONED};
 use crate::backoff::Backoff;
@@ -538,18 +538,9 @@ impl AckWorker {
             }
         };
         self.retried.settled(at.1);
-        if feed.gap_signed(&at.0, at.1) {
+        if !tell_abandoned(feed, &self.metrics, at.0.clone(), at.1) {
             return;
         }
-        feed.send(crate::sink::checkpoint::Event::Gap(
-            at.0.clone(),
-            at.1,
-            ABANDONED,
-        ));
-        Metrics::add(
-            &self.metrics.counters.checkpoint_gaps_settled_unsigned_total,
-            1,
-        );
         log::warn!(
             "stream {} sequence {}: not delivered on the consumer's last delivery ({last}, its \
              max_deliver): the broker delivers it no more; the next custody checkpoint lists \
@@ -569,7 +560,7 @@ impl AckWorker {
         };
         let limit = self.hold.last_delivery();
         for (origin, seq) in self.retried.lowered(limit) {
-            if feed.gap_signed(&origin, seq) {
+            if !tell_abandoned(feed, &self.metrics, origin.clone(), seq) {
                 continue;
             }
             log::warn!(
@@ -579,11 +570,6 @@ impl AckWorker {
                 PeerText::new(&origin.0),
                 limit.unwrap_or_default()
             );
-            Metrics::add(
-                &self.metrics.counters.checkpoint_gaps_settled_unsigned_total,
-                1,
-            );
-            feed.send(crate::sink::checkpoint::Event::Gap(origin, seq, ABANDONED));
         }
     }
 

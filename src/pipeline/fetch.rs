@@ -34,13 +34,16 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use super::credit::{Credit, CreditPool};
-use super::{AckMsg, Monitor, RawBatch, PIPELINED_PULL_REQUESTS};
+use super::gap_hold::tell_abandoned;
+use super::{AckMsg, Monitor, RawBatch, ABANDONED, PIPELINED_PULL_REQUESTS};
+use crate::broker::consumer_limits::ConsumerLimits;
 use crate::broker::consumer_watch::ConsumerWatch;
 use crate::broker::{self, AckHandle, AckVerb, Connection, Delivery};
 use crate::message::envelope::{now_unix_nanos, RawMessage};
 use crate::message::limits;
 use crate::message::subject::{is_literal_subject, SubjectPattern};
 use crate::metrics::Metrics;
+use crate::sink::checkpoint::Feed;
 use crate::text::peer::PeerText;
 
 /// Longest single wait, so the stop flag and deadlines are checked often.
@@ -96,6 +99,11 @@ pub struct Fetcher {
     /// Advanced when a delivery shows the consumer created again: `svc-ack` settles no
     /// handle of an older generation ([`broker::AckGeneration`]).
     pub generation: Arc<broker::AckGeneration>,
+    /// With custody checkpoints: where the gap of a delivery released here on the consumer's
+    /// last delivery is told ([`Self::released`]).
+    pub checkpoints: Option<Arc<Feed>>,
+    /// The consumer's `max_deliver` as the broker last reported it (the watch keeps it).
+    pub limits: Arc<ConsumerLimits>,
 }
 
 /// An outstanding pull request: how many deliveries it may still bring, and until when.
@@ -490,13 +498,15 @@ impl Fetcher {
                 break;
             }
             match broker::next_delivery(&self.sub, until - now, names) {
-                Delivery::Message { handle, .. } => {
+                Delivery::Message { raw, handle, .. } => {
                     // Once per message, whatever arrives twice.
-                    if released.insert(handle.stream_sequence)
-                        && broker::send_ack(&self.nc, &handle, AckVerb::Nak(delay)).is_ok()
-                    {
+                    if !released.insert(handle.stream_sequence) {
+                        continue;
+                    }
+                    if broker::send_ack(&self.nc, &handle, AckVerb::Nak(delay)).is_ok() {
                         Metrics::add(&self.metrics.counters.messages_nacked_total, 1);
                     }
+                    self.released(&raw, &handle, "at the stop");
                 }
                 Delivery::RequestEnded(_) | Delivery::Idle => {}
                 Delivery::Closed => break,
@@ -583,6 +593,7 @@ impl Fetcher {
             if broker::send_ack(&self.nc, &handle, delay).is_ok() {
                 Metrics::add(&self.metrics.counters.messages_nacked_total, 1);
             }
+            self.released(&message.0, &handle, "its batch not shipped");
         }
         Metrics::add(&self.metrics.counters.messages_fetched_total, count as u64);
         self.credits.give(Credit::new(count, bytes));
@@ -631,7 +642,7 @@ impl Fetcher {
     /// One delivery into the batch, held against the oldest outstanding request.
     fn take(&self, p: &mut Pulls, mut raw: RawMessage, mut handle: AckHandle, now: Instant) {
         let Some(req) = p.outstanding.front_mut() else {
-            return self.release_stray(&handle);
+            return self.release_stray(&raw, &handle);
         };
         req.remaining -= 1;
         req.delivered += 1;
@@ -663,7 +674,7 @@ impl Fetcher {
             p.batch.messages.push((raw, now_unix_nanos()));
             p.batch.handles.push(handle);
         } else {
-            self.release_stray(&handle);
+            self.release_stray(&raw, &handle);
         }
         if req.remaining == 0 {
             let done = p.outstanding.pop_front().expect("front exists");
@@ -712,7 +723,7 @@ impl Fetcher {
         }
     }
 
-    fn release_stray(&self, handle: &AckHandle) {
+    fn release_stray(&self, raw: &RawMessage, handle: &AckHandle) {
         Metrics::add(&self.metrics.counters.messages_fetched_total, 1);
         log::debug!(
             "delivery of stream sequence {} arrived after its pull request ended; released for redelivery",
@@ -720,6 +731,34 @@ impl Fetcher {
         );
         if broker::send_ack(&self.nc, handle, AckVerb::Nak(Duration::ZERO)).is_ok() {
             Metrics::add(&self.metrics.counters.messages_nacked_total, 1);
+        }
+        self.released(raw, handle, "a stray delivery");
+    }
+
+    /// A delivery released here on the consumer's last delivery (`max_deliver`) is one the
+    /// broker delivers no more: with custody checkpoints its gap is told, as `svc-ack` tells
+    /// one for a message it NAKs then (atk56 finding 1: a publisher's empty message with a
+    /// `Nats-Msg-Size` header, released as a possible `headers_only` delivery on a consumer
+    /// with `max_deliver` 1, was stored nowhere and listed nowhere).
+    fn released(&self, raw: &RawMessage, handle: &AckHandle, why: &str) {
+        let Some(feed) = &self.checkpoints else {
+            return;
+        };
+        let Some(last) = self.limits.max_deliver() else {
+            return;
+        };
+        if handle.delivery_count < last {
+            return;
+        }
+        let origin = (Arc::clone(&raw.stream), Arc::clone(&raw.stream_incarnation));
+        if tell_abandoned(feed, &self.metrics, origin, handle.stream_sequence) {
+            log::warn!(
+                "stream {} sequence {}: released by svc-fetch ({why}) on the consumer's last \
+                 delivery ({last}, its max_deliver): the broker delivers it no more; the next \
+                 custody checkpoint lists it as a gap ({ABANDONED})",
+                PeerText::new(&raw.stream),
+                handle.stream_sequence
+            );
         }
     }
 }

@@ -21,11 +21,26 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::ABANDONED;
 use crate::broker::consumer_limits::ConsumerLimits;
-use crate::sink::checkpoint::{Feed, Origin};
+use crate::metrics::Metrics;
+use crate::sink::checkpoint::{Event, Feed, Origin};
 
 /// Messages held at most without a consumer limit to go by.
 pub const DEFAULT_BUDGET: usize = 1024;
+
+/// Tells the gap of a message the broker delivers no more because it was not written on the
+/// consumer's last delivery (`max_deliver`): [`ABANDONED`], listed by the next cut (a gap told
+/// already keeps its first reason), counted as settled unsigned since no later delivery can
+/// wait for the checkpoint. False, and nothing told, when a stored checkpoint lists it already.
+pub fn tell_abandoned(feed: &Feed, metrics: &Metrics, origin: Origin, seq: u64) -> bool {
+    if feed.gap_signed(&origin, seq) {
+        return false;
+    }
+    feed.send(Event::Gap(origin, seq, ABANDONED));
+    Metrics::add(&metrics.counters.checkpoint_gaps_settled_unsigned_total, 1);
+    true
+}
 
 /// What to do with a message given up on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

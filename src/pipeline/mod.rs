@@ -318,7 +318,14 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         flush_kick.clone(),
         checkpoint_feed.clone(),
     )?;
-    spawn_sink_workers(&cfg, &sink, &prepared_rx, &ack_tx, &shared, checkpoint_feed)?;
+    spawn_sink_workers(
+        &cfg,
+        &sink,
+        &prepared_rx,
+        &ack_tx,
+        &shared,
+        checkpoint_feed.clone(),
+    )?;
     drop(prepared_rx);
     let (metrics, stop) = (&shared.metrics, &shared.stop);
     let advisories = start_advisories(&cfg, &shared.nc, &consumer, metrics, stop);
@@ -333,6 +340,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         ack_tx,
         flush_kick,
         denials: denials.clone(),
+        checkpoints: checkpoint_feed,
     };
     let fatal = shared.run_fetch(&cfg, consumer, request_bytes, ends)?;
     let ending = Ending {
@@ -407,6 +415,7 @@ struct FetchEnds {
     ack_tx: crossbeam_channel::Sender<AckMsg>,
     flush_kick: crossbeam_channel::Sender<()>,
     denials: Arc<broker::Denials>,
+    checkpoints: Option<Arc<crate::sink::checkpoint::Feed>>,
 }
 
 impl Shared {
@@ -521,6 +530,8 @@ impl Shared {
             stream: consumer.stream.clone(),
             incarnation: Arc::clone(&consumer.incarnation),
             generation: Arc::clone(&self.generation),
+            checkpoints: ends.checkpoints,
+            limits: Arc::clone(&consumer.limits),
             sub: consumer.subscription,
         }
     }
