@@ -8,7 +8,9 @@
 //! Finding 2 is fixed (it failed on 9d62441): `svc-ack` lists the messages it NAKed unwritten
 //! when `max_deliver` is lowered under them (`pipeline/retried.rs`). Finding 1 is fixed:
 //! `svc-fetch` tells the gap of a delivery it releases on the consumer's last delivery.
-//! Findings 3 and 4 stay open (their reproductions are in 66bb716).
+//! Finding 3 is fixed: the restart lists what the consumer held at bind and the broker gave up
+//! on (its `MAX_DELIVERIES` advisory, believed only for those). Finding 4 stays open (its
+//! reproduction is in 66bb716).
 //! `held_...`: an attack that held (these pass). Each prints what it ran and what it saw
 //! (`cargo test --test main -- atk56:: --nocapture`).
 
@@ -223,15 +225,115 @@ fn found_max_deliver_lowered_below_a_retried_messages_count_drops_it_unlisted() 
     );
 }
 
-// Finding 3 stays open (documented in docs/payload-protection.md; its reproduction is in
-// commit 66bb716, not in the suite: it fails until fixed):
-// - found_a_kill_9_with_a_last_delivery_in_flight_loses_it_unlisted (medium with max_deliver 1):
-//   deliveries in flight on their last delivery at a kill -9 are dropped at the restart's first
-//   pulls, listed nowhere.
-// Listing a gap for each MAX_DELIVERIES advisory fixed it and finding 1 (3cd538a) and was
-// withdrawn: any client that may publish on the advisory subject could flood the checkpoints
-// with forged gaps (atk57's findings, commits bc76c5a..083078e, merged without their tests).
-//
+/// FOUND, fixed (class 1, a crash at the worst moment, with class 5. Severity medium with
+/// `max_deliver` 1: every message in flight at a kill -9 was lost, listed nowhere). A message
+/// *in flight* on its last delivery when the runner dies is never NAKed: its AckWait expires,
+/// its next delivery would be past `max_deliver`, and the broker drops it at the restart's
+/// first pull. Here `max_deliver` 1, the runner stopped (SIGSTOP) with its pull requests open
+/// (`fetch_expiry_ms` 20 000), messages 2..=4 published and delivered into them, then kill
+/// -9, then a restart: on 9d62441 2..=4 were stored nowhere, listed nowhere, and the audit said
+/// COMPLETE. Now the restart believes the consumer's `MAX_DELIVERIES` advisory for a sequence
+/// the consumer held unacknowledged at bind (`broker/inherited.rs`): each is listed
+/// `abandoned_at_max_deliver`.
+#[test]
+fn a_kill_9_with_a_last_delivery_in_flight_lists_it_at_the_restart() {
+    let pace = serde_json::json!({"batch_size": 16, "fetch_expiry_ms": 20000,
+        "max_in_flight_batches": 2, "sink_workers": 1, "shutdown_timeout_seconds": 10,
+        "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}});
+    let c = case(pace, 1, Duration::from_secs(3));
+    let o = out(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    // Pull requests stay open for 20 s: the stopped runner's socket takes what they bring.
+    std::thread::sleep(Duration::from_millis(500));
+    runner.signal("STOP");
+    publish_range(&c.server, 2, 4);
+    let in_flight = within(Duration::from_secs(10), || {
+        c.server
+            .try_consumer_state(STREAM, CONSUMER)
+            .is_some_and(|s| s.1 == 3)
+    });
+    let before = c.server.try_consumer_state(STREAM, CONSUMER);
+    runner.sigkill();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    publish_range(&c.server, 5, 5);
+    let five = within(Duration::from_secs(60), || stored(&o).contains(&5));
+    let settled = within(Duration::from_secs(30), || drained(&c));
+    // The gaps are told when the broker drops them; a checkpoint lists them within a second.
+    let listed_all = within(Duration::from_secs(30), || {
+        let gaps = gaps_with_reasons(&o);
+        (2..=4).all(|s| gaps.iter().any(|g| g.0 == s))
+    });
+    stop(&mut runner);
+    let state = c.server.try_consumer_state(STREAM, CONSUMER);
+    let mut listed = gaps_with_reasons(&o);
+    listed.sort();
+    listed.dedup();
+    let kept = stored(&o);
+    let (vcode, summary) = audit(&c);
+    eprintln!(
+        "atk56 kill -9 with 2..=4 in flight, max_deliver 1: before the kill {before:?} (3 in \
+         flight: {in_flight}); after the restart {state:?} (settled {settled}, 5 stored \
+         {five}, listed {listed_all}); stored {kept:?}; gaps {listed:?}; verify-custody exit \
+         {vcode}: {summary}"
+    );
+    assert!(in_flight && five, "set-up: {before:?}, 5 stored {five}");
+    assert_eq!(kept, vec![1, 5]);
+    let expected: Vec<(u64, String)> = (2..=4)
+        .map(|s| (s, "abandoned_at_max_deliver".to_string()))
+        .collect();
+    assert_eq!(
+        listed, expected,
+        "messages 2..=4 were in flight on their last delivery (max_deliver 1) at a kill -9 and \
+         dropped by the broker at the restart (consumer {state:?}); the audit said exit {vcode}: \
+         {summary}"
+    );
+    assert_eq!(vcode, 0, "{summary}");
+}
+
+/// HELD (class 12, a hostile publisher on the advisory subject; atk57's flood against the
+/// advisory gaps, now believed only for what the consumer held at bind). Forged
+/// `MAX_DELIVERIES` advisories of the runner's own stream and consumer, for stored sequences,
+/// for sequences not yet published and for 0, sent to a runner whose consumer held nothing
+/// unacknowledged at bind: no gap is listed, the audit says COMPLETE, and what is published
+/// next is stored.
+#[test]
+fn held_forged_max_deliver_advisories_list_nothing_the_consumer_did_not_hold_at_bind() {
+    let c = case(last_delivery_pace(), 5, Duration::from_secs(30));
+    let o = out(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 3);
+    wait_acked(&c.server, 3);
+    let nc = c.server.connect();
+    let subject = format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{STREAM}.{CONSUMER}");
+    for seq in 0..=2000u64 {
+        let body = serde_json::json!({"type": "io.nats.jetstream.advisory.v1.max_deliver",
+            "id": format!("forged{seq}"), "timestamp": "2026-11-30T00:00:00Z",
+            "stream": STREAM, "consumer": CONSUMER, "stream_seq": seq, "deliveries": 5});
+        nc.publish(&subject, body.to_string()).unwrap();
+    }
+    nc.flush().unwrap();
+    publish_range(&c.server, 4, 4);
+    let four = within(Duration::from_secs(60), || stored(&o).contains(&4));
+    // A second for any gap told to be cut.
+    std::thread::sleep(Duration::from_millis(1500));
+    stop(&mut runner);
+    let (vcode, summary) = audit(&c);
+    let gaps = gaps_with_reasons(&o);
+    eprintln!(
+        "atk56 2001 forged max_deliver advisories: stored {:?}; gaps {}; verify-custody exit \
+         {vcode}: {summary}",
+        stored(&o),
+        gaps.len()
+    );
+    assert!(four);
+    assert_eq!(stored(&o), vec![1, 2, 3, 4]);
+    assert!(gaps.is_empty(), "{gaps:?}");
+    assert_eq!(vcode, 0, "{summary}");
+    assert!(summary.contains("0 runner-caused gaps"), "{summary}");
+}
+
 // Finding 4 stays open (low; documented in docs/payload-protection.md): a clean stop while the
 // checkpoint store fails loses the told, uncut gap of a message NAKed on its last delivery (the
 // log line naming its sequence is the only trace). Its reproduction,

@@ -170,8 +170,13 @@ fn advisories_are_counted() {
     }
     let metrics = Arc::new(Metrics::default());
     let stop = Arc::new(AtomicBool::new(false));
+    let watch = svc::broker::advisory::Watch {
+        count: true,
+        on_abandoned: None,
+    };
     let observer =
-        AdvisoryObserver::start(&nc, "ORDERS", "svc", metrics.clone(), stop.clone()).unwrap();
+        AdvisoryObserver::start(&nc, "ORDERS", "svc", watch, metrics.clone(), stop.clone())
+            .unwrap();
 
     js.publish("orders.a", b"1").unwrap();
     js.publish("orders.b", b"2").unwrap();

@@ -11,6 +11,7 @@ use nats::jetstream::{
 
 use super::config::{ConsumerMode, NatsConfig, StartPosition};
 use super::consumer_limits::{ConsumerLimits, Limits};
+use super::inherited::Inherited;
 use super::{
     consumer_shape, err, incarnation, is_not_found, BrokerError, Connection, PullSubscription,
 };
@@ -31,6 +32,8 @@ pub struct Consumer {
     /// The consumer's config as the broker reported it at bind (its request limits are
     /// checked against the pipeline's requests: [`consumer_shape::check_request_limits`]).
     pub config: serde_json::Value,
+    /// The deliveries it held unacknowledged at bind ([`Inherited`]).
+    pub inherited: Inherited,
 }
 
 /// Binds to the durable pull consumer, creating or reconciling it first when
@@ -104,7 +107,7 @@ pub(super) fn subscribe_bound(
         .map_err(err(format!("bind {what}")))?;
     // What the consumer is now (created, updated or as it was), judged again: a consumer
     // changed between the look-up and the bind is caught here, not by its first delivery.
-    let config = consumer_shape::consumer_config(nc, &cfg.stream, &cfg.consumer)
+    let (config, state) = consumer_shape::consumer_info(nc, &cfg.stream, &cfg.consumer)
         .map_err(err(format!("look up {what}")))?;
     check_bindable(&config, cfg).map_err(|why| invalid(what, &why))?;
     if created {
@@ -126,6 +129,7 @@ pub(super) fn subscribe_bound(
         incarnation: stream_incarnation,
         name: cfg.consumer.clone(),
         config,
+        inherited: Inherited::of(&state),
     })
 }
 

@@ -139,16 +139,25 @@ const HARMLESS: &[(&str, &str)] = &[
 /// The consumer's config as the broker reports it (`$JS.API.CONSUMER.INFO`'s `config`).
 /// A missing consumer is `ErrorKind::NotFound`.
 pub fn consumer_config(nc: &Connection, stream: &str, consumer: &str) -> io::Result<Value> {
+    consumer_info(nc, stream, consumer).map(|(config, _)| config)
+}
+
+/// The consumer's config and the rest of its info (`$JS.API.CONSUMER.INFO`: its state, e.g.
+/// `ack_floor`, `delivered`, `num_ack_pending`). A missing consumer is `ErrorKind::NotFound`.
+pub fn consumer_info(nc: &Connection, stream: &str, consumer: &str) -> io::Result<(Value, Value)> {
     let reply = api_request(
         nc,
         &format!("$JS.API.CONSUMER.INFO.{stream}.{consumer}"),
         b"",
     )?;
     match reply {
-        Value::Object(mut m) => m
-            .remove("config")
-            .filter(Value::is_object)
-            .ok_or_else(|| io::Error::other("consumer info reply has no config")),
+        Value::Object(mut m) => {
+            let config = m
+                .remove("config")
+                .filter(Value::is_object)
+                .ok_or_else(|| io::Error::other("consumer info reply has no config"))?;
+            Ok((config, Value::Object(m)))
+        }
         _ => Err(io::Error::other("consumer info reply is not an object")),
     }
 }

@@ -19,6 +19,7 @@ pub mod consumer_watch;
 pub mod dead_letter;
 mod delivery;
 pub mod incarnation;
+pub mod inherited;
 pub mod inspect;
 pub mod permissions;
 pub mod probe;

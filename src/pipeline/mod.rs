@@ -23,7 +23,9 @@
 //!  svc-snapshot: reads the counters every interval; the final snapshot is written at exit
 //!  svc-signal:   SIGTERM/SIGINT set the stop flag; SIGUSR1 logs a pipeline dump
 //!  svc-flush:    writes queued pull requests and acknowledgements at once when kicked
-//!  svc-advisory: (advisories.enabled) counts JetStream consumer advisories; no ack handles
+//!  svc-advisory: (advisories.enabled) counts JetStream consumer advisories; with custody
+//!               checkpoints lists each message held at bind the broker gave up on as a gap;
+//!               no ack handles
 //!  svc-spool-drain: (a `spool` block) delivers the spool to the sink, oldest first
 //!  svc-checkpoint: (custody.checkpoints) told by svc-sink-N what became durable and by
 //!                  svc-ack what it gave up on (never waited on); signs and stores a
@@ -318,6 +320,9 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         flush_kick.clone(),
         checkpoint_feed.clone(),
     )?;
+    let abandoned = checkpoint_feed
+        .clone()
+        .map(|f| tell_abandoned(f, &consumer, shared.metrics.clone()));
     spawn_sink_workers(
         &cfg,
         &sink,
@@ -328,7 +333,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     )?;
     drop(prepared_rx);
     let (metrics, stop) = (&shared.metrics, &shared.stop);
-    let advisories = start_advisories(&cfg, &shared.nc, &consumer, metrics, stop);
+    let advisories = start_advisories(&cfg, &shared.nc, &consumer, abandoned, (metrics, stop));
     let normalizer = Normalizer::new(&cfg, start.protection, metrics.clone());
     let mon = shared.monitor.clone();
     spawn("svc-normalize", move || {
@@ -939,31 +944,91 @@ fn open_confirmations(
 }
 
 /// The advisory observer when `advisories.enabled` (aggregate counters only: it has no
-/// handle on any acknowledgement); delivery goes on without it if it cannot start.
+/// handle on any acknowledgement), or with custody checkpoints (`abandoned`: each message the
+/// broker gives up on at `max_deliver` is listed as a gap); delivery goes on without it if it
+/// cannot start. Subscribed before the first pull: a delivery left in flight by a crash is
+/// given up on at the restart's first pulls (atk56 finding 3).
 fn start_advisories(
     cfg: &RuntimeConfig,
     nc: &broker::Connection,
     consumer: &broker::Consumer,
-    metrics: &Arc<Metrics>,
-    stop: &Arc<AtomicBool>,
+    abandoned: Option<broker::advisory::OnAbandoned>,
+    (metrics, stop): (&Arc<Metrics>, &Arc<AtomicBool>),
 ) -> Option<AdvisoryObserver> {
-    if !cfg.advisories.enabled {
+    if !cfg.advisories.enabled && abandoned.is_none() {
         return None;
     }
+    let lists_gaps = abandoned.is_some();
+    let watch = broker::advisory::Watch {
+        count: cfg.advisories.enabled,
+        on_abandoned: abandoned,
+    };
     let started = AdvisoryObserver::start(
         nc,
         &consumer.stream,
         &consumer.name,
+        watch,
         metrics.clone(),
         stop.clone(),
     );
     match started {
         Ok(o) => Some(o),
+        Err(e) if lists_gaps => {
+            log::error!(
+                "advisory observer not started: {e}; delivery continues, but a message left in \
+                 flight on its last delivery before this run (a kill -9), which the broker \
+                 gives up on at the consumer's max_deliver, is listed as a custody gap nowhere"
+            );
+            None
+        }
         Err(e) => {
             log::warn!("advisory observer not started: {e}; delivery continues without it");
             None
         }
     }
+}
+
+/// With custody checkpoints: a message the broker gave up on (its `max_deliver` advisory) is
+/// told as a gap ([`ABANDONED`]) of the stream as bound, when the consumer held it at bind
+/// ([`broker::inherited`]: an advisory anyone may forge is believed only for those, each once,
+/// no more than were held; atk57). The rest, delivered to this run, are told by `svc-ack` or
+/// `svc-fetch` where they NAK them. A gap told already keeps its first reason; one signed
+/// already is not listed again. Logged within a budget: a publisher able to write on the
+/// advisory subject must not flood the log.
+fn tell_abandoned(
+    feed: Arc<crate::sink::checkpoint::Feed>,
+    consumer: &broker::Consumer,
+    metrics: Arc<Metrics>,
+) -> broker::advisory::OnAbandoned {
+    let origin: crate::sink::checkpoint::Origin = (
+        Arc::from(consumer.stream.as_str()),
+        Arc::clone(&consumer.incarnation),
+    );
+    let believed = std::sync::Mutex::new(broker::inherited::Believed::new(consumer.inherited));
+    let budget = std::sync::Mutex::new(crate::text::log_budget::LogBudget::default());
+    Box::new(move |seq| {
+        if !believed.lock().is_ok_and(|mut b| b.admit(seq)) {
+            log::debug!("svc-advisory: a max_deliver advisory for a sequence the consumer did not hold at bind, or past their number, ignored");
+            return;
+        }
+        if !gap_hold::tell_abandoned(&feed, &metrics, origin.clone(), seq) {
+            return;
+        }
+        let admitted = budget.lock().map_or(None, |mut b| b.admit(Instant::now()));
+        if let Some(suppressed) = admitted {
+            log::warn!(
+                "stream {} sequence {seq}: left in flight unacknowledged before this run and \
+                 delivered no more by the broker (the consumer's max_deliver advisory); the \
+                 next custody checkpoint lists it as a gap ({ABANDONED}){}",
+                crate::text::peer::PeerText::new(&origin.0),
+                if suppressed > 0 {
+                    format!(" ({suppressed} more such lines not logged)")
+                } else {
+                    String::new()
+                }
+            );
+        }
+    })
 }
 
 /// The stop after svc-fetch ended: one clock from the stop signal (or from svc-fetch's end),

@@ -257,10 +257,23 @@ fn permissions(cfg: &RuntimeConfig, dead_letter_stream: Option<&str>) -> Permiss
         "_INBOX.>".into(),
         "replies: deliveries of its pull requests, answers to its requests",
     );
+    let checkpoints = cfg.custody.enabled && cfg.custody.checkpoints.enabled;
     if cfg.advisories.enabled {
         for kind in AdvisoryKind::ALL {
-            subscribe(kind.subject(stream, consumer), "advisories (metrics only)");
+            let why = if checkpoints && kind == AdvisoryKind::MaxDeliveries {
+                "advisories (metrics), and each message the broker gives up on at max_deliver \
+                 is listed as a custody checkpoint gap"
+            } else {
+                "advisories (metrics only)"
+            };
+            subscribe(kind.subject(stream, consumer), why);
         }
+    } else if checkpoints {
+        subscribe(
+            AdvisoryKind::MaxDeliveries.subject(stream, consumer),
+            "each message the broker gives up on at max_deliver is listed as a custody \
+             checkpoint gap",
+        );
     }
     p
 }
@@ -459,6 +472,18 @@ mod tests {
         );
         assert_eq!(subjects(&p.permissions.subscribe), ["_INBOX.>"]);
         assert!(p.warnings.iter().any(|w| w.starts_with("replicas 1")));
+        // Custody checkpoints list what the broker gives up on from its advisory.
+        let mut custody = cfg("");
+        custody.custody.enabled = true;
+        custody.custody.checkpoints.enabled = true;
+        let p = plan(&custody, &StreamSettings::default()).unwrap();
+        assert_eq!(
+            subjects(&p.permissions.subscribe),
+            [
+                "_INBOX.>",
+                "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ORDERS.svc"
+            ]
+        );
         let bind = RuntimeConfig::parse(
             r#"{"nats": {"url": "nats://127.0.0.1:4222", "stream": "ORDERS", "consumer": "svc",
                 "subject": "orders.>", "consumer_mode": "bind"},
