@@ -9,8 +9,8 @@
 //! when `max_deliver` is lowered under them (`pipeline/retried.rs`). Finding 1 is fixed:
 //! `svc-fetch` tells the gap of a delivery it releases on the consumer's last delivery.
 //! Finding 3 is fixed: the restart lists what the consumer held at bind and the broker gave up
-//! on (its `MAX_DELIVERIES` advisory, believed only for those). Finding 4 stays open (its
-//! reproduction is in 66bb716).
+//! on (its `MAX_DELIVERIES` advisory, believed only for those). Finding 4 is fixed: a stop
+//! whose last checkpoint cannot be stored keeps its gaps beside the head file for the restart.
 //! `held_...`: an attack that held (these pass). Each prints what it ran and what it saw
 //! (`cargo test --test main -- atk56:: --nocapture`).
 
@@ -334,11 +334,94 @@ fn held_forged_max_deliver_advisories_list_nothing_the_consumer_did_not_hold_at_
     assert!(summary.contains("0 runner-caused gaps"), "{summary}");
 }
 
-// Finding 4 stays open (low; documented in docs/payload-protection.md): a clean stop while the
-// checkpoint store fails loses the told, uncut gap of a message NAKed on its last delivery (the
-// log line naming its sequence is the only trace). Its reproduction,
-// found_a_clean_stop_while_the_store_fails_forgets_an_abandoned_gap, is in commit 66bb716 (it
-// fails until fixed).
+/// FOUND, fixed (class 2-like, a failing store at the worst moment, with a clean stop.
+/// Severity low: needs the checkpoint store failing at the stop). A clean stop while the
+/// checkpoint store fails lost the told, uncut gap: the last cut failed, nothing kept it, and
+/// the next run did not know it. Here `max_deliver` 2: message 2 fails transiently (records'
+/// directory blocked) on both deliveries while the checkpoint store is failing
+/// (`.svc-checkpoints` replaced by a file), its gap `abandoned_at_max_deliver` is told, the
+/// cuts fail, TERM; store and records repaired, the runner started again, message 3 stored.
+/// On 1762c42 2 was stored nowhere, listed nowhere, audit COMPLETE. Now the stop keeps the
+/// gap beside the head file (`<head_file>.gaps`) and the restart's first checkpoint lists it;
+/// the file is gone after.
+#[test]
+fn a_clean_stop_while_the_store_fails_keeps_an_abandoned_gap_for_the_restart() {
+    let c = case(last_delivery_pace(), 2, Duration::from_secs(30));
+    let o = out(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    let store = o.join(".svc-checkpoints");
+    let aside = c.dir.path().join("checkpoints-aside");
+    if store.exists() {
+        std::fs::rename(&store, &aside).unwrap();
+    } else {
+        std::fs::create_dir(&aside).unwrap();
+    }
+    std::fs::write(&store, b"in the way").unwrap();
+    let away = crate::atk47e::block_records(&o);
+    publish_range(&c.server, 2, 2);
+    let told = within(Duration::from_secs(60), || {
+        runner
+            .log_text()
+            .contains("sequence 2: not delivered on the consumer's last delivery")
+    });
+    let dropped = within(Duration::from_secs(30), || {
+        c.server.try_consumer_state(STREAM, CONSUMER) == Some((1, 0, 0))
+    });
+    stop(&mut runner);
+    let first_log = runner.log_text();
+    let kept_file = std::fs::read_dir(c.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".custody-head.gaps"));
+    let kept_text = kept_file
+        .as_ref()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .unwrap_or_default();
+    std::fs::remove_file(&store).unwrap();
+    std::fs::rename(&aside, &store).unwrap();
+    crate::atk47e::unblock_records(&o, &away);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    publish_range(&c.server, 3, 3);
+    let settled = within(Duration::from_secs(60), || {
+        stored(&o).contains(&3) && c.server.try_consumer_state(STREAM, CONSUMER) == Some((3, 0, 0))
+    });
+    let listed_soon = within(Duration::from_secs(10), || {
+        gaps_with_reasons(&o).iter().any(|g| g.0 == 2)
+    });
+    stop(&mut runner);
+    let state = c.server.try_consumer_state(STREAM, CONSUMER);
+    let (kept, listed, (vcode, summary)) = fate(&c, 2);
+    eprintln!(
+        "atk56 stop with the store failing: gap of 2 told {told}, 2 dropped by the broker \
+         {dropped}; kept {kept_file:?}: {kept_text}; after the restart consumer {state:?} \
+         (settled {settled}, listed {listed_soon}); stored {:?}; 2 listed as {listed:?}; \
+         verify-custody exit {vcode}: {summary}\nfirst run:\n{}",
+        stored(&o),
+        log_lines(
+            &first_log,
+            &["sequence 2", "kept beside", "last checkpoint"]
+        )
+    );
+    assert!(told && dropped, "set-up: told {told}, dropped {dropped}");
+    assert!(
+        kept_text.contains(r#"2,"abandoned_at_max_deliver"]"#),
+        "{kept_text}"
+    );
+    assert!(!kept, "2 was never written");
+    assert_eq!(
+        listed.as_deref(),
+        Some("abandoned_at_max_deliver"),
+        "sequence 2 was NAKed on its last delivery while the checkpoint store failed and a \
+         clean stop ended the run: the restart must list it (consumer {state:?}); the audit \
+         said exit {vcode}: {summary}"
+    );
+    assert_eq!(vcode, 0, "{summary}");
+    let path = kept_file.unwrap();
+    assert!(!path.exists(), "the kept gaps are removed once listed");
+}
 
 /// HELD (class 11 with class 5: the dead-letter queue gone on the last delivery. The claim:
 /// a message the runner does not store is listed). A record the file sink refuses for good

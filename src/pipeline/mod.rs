@@ -1122,6 +1122,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_gap_reason_told_can_be_read_back() {
+        let told = [
+            GapReason::RefusedBeforeSink,
+            GapReason::DeadLettered,
+            GapReason::Terminated,
+        ];
+        for code in told.map(GapReason::code).into_iter().chain([ABANDONED]) {
+            assert_eq!(crate::sink::checkpoint::gap_reason(code), Some(code));
+        }
+        assert_eq!(crate::sink::checkpoint::gap_reason("other"), None);
+    }
+
+    #[test]
     fn a_run_error_prints_its_sinks_cause_once() {
         let disk = std::io::Error::other("disk full");
         let e = RunError::Sink(SinkError::new("file", "write a.json").caused_by(disk));

@@ -170,6 +170,21 @@ struct Remembered {
 /// The reason a checkpoint lists a gap with when its dead letter was confirmed.
 pub const DEAD_LETTERED: &str = "dead_lettered";
 
+/// Every reason a gap is told with (the pipeline's `GapReason` codes and its
+/// `abandoned_at_max_deliver`; a test there holds the list complete). A gap read back from a
+/// file takes its reason from here: any other text is refused.
+pub const GAP_REASONS: [&str; 4] = [
+    "refused_before_sink",
+    DEAD_LETTERED,
+    "terminated",
+    "abandoned_at_max_deliver",
+];
+
+/// The known reason spelled `text`.
+pub fn gap_reason(text: &str) -> Option<&'static str> {
+    GAP_REASONS.into_iter().find(|r| *r == text)
+}
+
 /// Signed gaps remembered.
 const SIGNED_GAPS_KEPT: usize = 65_536;
 

@@ -141,6 +141,94 @@ impl HeadFile {
     }
 }
 
+/// The gaps a stop could not have listed by a stored checkpoint (the store failing at the
+/// last cut: atk56 finding 4), kept beside the head file (`<head_file>.gaps`, the head file's
+/// rules) until the next start lists them. One JSON object:
+/// `{"schema":"svc.custody.kept-gaps.v1","runner_id":"..","gaps":[[stream,incarnation,seq,reason],..]}`.
+pub const KEPT_GAPS_SCHEMA: &str = "svc.custody.kept-gaps.v1";
+/// Gaps kept at most; past it each is logged with its sequence as listed nowhere.
+pub const MAX_KEPT_GAPS: usize = 65_536;
+/// Largest kept-gaps file read: [`MAX_KEPT_GAPS`] entries of a stream name and incarnation of
+/// up to 256 bytes each.
+pub const MAX_KEPT_GAPS_BYTES: u64 = 40 * 1024 * 1024;
+
+/// One kept gap: (stream, incarnation, sequence, reason).
+pub type KeptGap = (String, String, u64, String);
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeptGaps {
+    schema: String,
+    runner_id: String,
+    gaps: Vec<KeptGap>,
+}
+
+impl HeadFile {
+    fn gaps_path(&self) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(".gaps");
+        PathBuf::from(name)
+    }
+
+    fn gaps_shown(&self) -> String {
+        format!(
+            "custody checkpoints' kept gaps {}",
+            crate::text::peer::PeerText::new(&self.gaps_path().to_string_lossy())
+        )
+    }
+
+    /// The gaps a stop kept for runner `runner_id` (none without a file).
+    pub fn read_gaps(&self, runner_id: &str) -> Result<Vec<KeptGap>, String> {
+        let shown = self.gaps_shown();
+        self.check_directory()?;
+        let Some(text) = crate::files::owner::read_private(&self.gaps_path(), MAX_KEPT_GAPS_BYTES)
+            .map_err(|e| format!("{shown}: {e}"))?
+        else {
+            return Ok(Vec::new());
+        };
+        let kept: KeptGaps = serde_json::from_slice(&text)
+            .map_err(|e| format!("{shown}: not a kept-gaps file ({e})"))?;
+        if kept.schema != KEPT_GAPS_SCHEMA {
+            return Err(format!("{shown}: schema is not {KEPT_GAPS_SCHEMA}"));
+        }
+        if kept.runner_id != runner_id {
+            return Err(format!(
+                "{shown}: kept by runner {}, not this one ({})",
+                crate::text::peer::PeerText::new(&kept.runner_id),
+                crate::text::peer::PeerText::new(runner_id)
+            ));
+        }
+        if kept.gaps.len() > MAX_KEPT_GAPS {
+            return Err(format!("{shown}: more than {MAX_KEPT_GAPS} gaps"));
+        }
+        Ok(kept.gaps)
+    }
+
+    /// Keeps `gaps` (at most [`MAX_KEPT_GAPS`]) atomically and durably, mode 0600, replacing
+    /// what was kept.
+    pub fn write_gaps(&self, runner_id: &str, gaps: Vec<KeptGap>) -> Result<(), String> {
+        self.check_directory()?;
+        let kept = KeptGaps {
+            schema: KEPT_GAPS_SCHEMA.into(),
+            runner_id: runner_id.into(),
+            gaps,
+        };
+        let mut bytes = serde_json::to_vec(&kept).unwrap_or_default();
+        bytes.push(b'\n');
+        crate::files::atomic::write_atomically(&self.gaps_path(), &bytes, 0o600)
+            .map_err(|e| format!("{}: cannot be written: {e}", self.gaps_shown()))
+    }
+
+    /// Removes the kept gaps once a stored checkpoint lists them (nothing when none are kept).
+    pub fn remove_gaps(&self) -> Result<(), String> {
+        match std::fs::remove_file(self.gaps_path()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("{}: cannot be removed: {e}", self.gaps_shown())),
+        }
+    }
+}
+
 /// Parses `RUNNER:INDEX:DIGEST` (the runner id may itself hold `:`).
 pub fn parse_head_arg(arg: &str) -> Result<Head, String> {
     let bad = |why: &str| {
@@ -192,5 +280,37 @@ mod tests {
         let link = HeadFile::new(&dir.path().join("link")).unwrap();
         std::os::unix::fs::symlink(&f.path, &link.path).unwrap();
         assert!(link.read().is_err());
+    }
+
+    #[test]
+    fn kept_gaps_are_read_back_by_their_runner_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = HeadFile::new(&dir.path().join("c.json.custody-head")).unwrap();
+        assert_eq!(f.read_gaps("r1").unwrap(), Vec::<KeptGap>::new());
+        let gaps = vec![(
+            "S".to_string(),
+            "i1".to_string(),
+            7,
+            "terminated".to_string(),
+        )];
+        f.write_gaps("r1", gaps.clone()).unwrap();
+        assert_eq!(f.read_gaps("r1").unwrap(), gaps);
+        let other = f.read_gaps("r2").unwrap_err();
+        assert!(
+            other.contains("kept by runner r1, not this one (r2)"),
+            "{other}"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.path().join("c.json.custody-head.gaps");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        std::fs::write(&path, b"{\"schema\":\"x\"}").unwrap();
+        assert!(f
+            .read_gaps("r1")
+            .unwrap_err()
+            .contains("not a kept-gaps file"));
+        f.remove_gaps().unwrap();
+        f.remove_gaps().unwrap();
+        assert_eq!(f.read_gaps("r1").unwrap(), Vec::<KeptGap>::new());
     }
 }

@@ -40,7 +40,7 @@ pub mod spool;
 mod sql_store;
 mod writer;
 
-pub use feed::{DrainFeed, Event, Feed, Origin, DEAD_LETTERED};
+pub use feed::{gap_reason, DrainFeed, Event, Feed, Origin, DEAD_LETTERED, GAP_REASONS};
 pub use file_store::FileStore;
 pub use object_store::{ObjectStore, MAX_LISTED_OBJECTS};
 pub use sql_store::{MyStore, PgStore, PG_CHECKPOINT_TABLE};

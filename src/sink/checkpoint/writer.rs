@@ -18,7 +18,7 @@ use crate::message::protection::custody::{Custodian, CustodyConfig};
 use crate::text::peer::PeerText;
 
 use super::drained::DrainedHead;
-use super::head::{Head, HeadFile};
+use super::head::{Head, HeadFile, KeptGap, MAX_KEPT_GAPS};
 use crate::text::rfc3339::format_rfc3339_nanos;
 /// How long a gap listed waits at most for its checkpoint (the `+TERM` of a message given up
 /// on without a DLQ waits for it): at most one checkpoint per this long for gaps.
@@ -64,6 +64,9 @@ pub struct Writer {
     put: Arc<PutWatch>,
     /// Shared with the feed: gaps told while the channel was full.
     spilled: Arc<super::feed::Spilled>,
+    /// Gaps the last stop kept beside the head file are pending: the file goes once a cut
+    /// stored them ([`Writer::at_stop`]).
+    kept_on_file: bool,
 }
 
 fn origin_of(b: &Body) -> Origin {
@@ -122,6 +125,7 @@ impl Writer {
             failing,
             put,
             spilled,
+            kept_on_file: false,
         };
         Ok((w, feed))
     }
@@ -197,7 +201,83 @@ impl Writer {
                 PeerText::new(&h.arg())
             );
         }
+        self.take_kept_gaps()
+    }
+
+    /// The gaps the last stop kept beside the head file ([`Writer::at_stop`]): pending again,
+    /// listed by the first cut (one the chain lists already is not listed twice).
+    fn take_kept_gaps(&mut self) -> Result<(), String> {
+        let kept = self.head_file.read_gaps(&self.runner_id)?;
+        let count = kept.len();
+        for (stream, incarnation, seq, why) in kept {
+            let Some(why) = super::feed::gap_reason(&why).filter(|_| seq > 0) else {
+                return Err(format!(
+                    "custody checkpoints' kept gaps beside {}: sequence {seq} of stream {} with \
+                     reason {}: not a gap this runner lists",
+                    PeerText::new(&self.head_file.path.to_string_lossy()),
+                    PeerText::new(&stream),
+                    PeerText::new(&why)
+                ));
+            };
+            self.take_gap((Arc::from(stream), Arc::from(incarnation)), seq, why);
+        }
+        self.kept_on_file = count > 0;
+        if count > 0 {
+            log::info!(
+                "custody checkpoints: {count} gaps kept at the last stop (its checkpoint could \
+                 not be stored) are listed by the next checkpoint"
+            );
+        }
         Ok(())
+    }
+
+    /// Removes the gaps kept at the last stop, once a stored checkpoint lists them.
+    fn forget_kept_gaps(&mut self) {
+        if !std::mem::take(&mut self.kept_on_file) {
+            return;
+        }
+        if let Err(e) = self.head_file.remove_gaps() {
+            log::warn!("{e}; its gaps are listed already and are not listed twice");
+        }
+    }
+
+    /// At the stop, after the last cut: the gaps no stored checkpoint lists (the store failed)
+    /// are kept beside the head file for the next start, at most [`MAX_KEPT_GAPS`] (the rest
+    /// logged as listed nowhere); the records pending are found again by the next start's
+    /// rescan (atk56 finding 4: a told, uncut gap was lost). Once everything is stored, what was
+    /// kept is removed.
+    fn at_stop(&mut self, stored: bool) {
+        let mut gaps: Vec<KeptGap> = Vec::new();
+        for (o, listed) in &self.gaps {
+            for (seq, why) in listed {
+                gaps.push((o.0.to_string(), o.1.to_string(), *seq, why.to_string()));
+            }
+        }
+        if stored || gaps.is_empty() {
+            return self.forget_kept_gaps();
+        }
+        if gaps.len() > MAX_KEPT_GAPS {
+            let lost = &gaps[MAX_KEPT_GAPS..];
+            log::error!(
+                "custody checkpoints: {} gaps past the {MAX_KEPT_GAPS} kept at this stop are \
+                 listed nowhere (sequences {} to {})",
+                lost.len(),
+                lost[0].2,
+                lost[lost.len() - 1].2
+            );
+            gaps.truncate(MAX_KEPT_GAPS);
+        }
+        let count = gaps.len();
+        match self.head_file.write_gaps(&self.runner_id, gaps) {
+            Ok(()) => log::warn!(
+                "custody checkpoints: the last checkpoint could not be stored; its {count} gaps \
+                 are kept beside the head file and listed by the next start's first checkpoint"
+            ),
+            Err(e) => log::error!(
+                "custody checkpoints: the last checkpoint could not be stored, and {e}: {count} \
+                 gaps told in this run are listed nowhere (their sequences were logged when told)"
+            ),
+        }
     }
 
     /// The target cannot be read (`unread` says why): the spool's `chain` must hold or follow
@@ -390,7 +470,8 @@ impl Writer {
             log::error!("custody checkpoints: the rescan of the records failed: {e}");
         }
         let mut due = Instant::now() + self.every;
-        let mut gap_due: Option<Instant> = None;
+        // Gaps kept at the last stop are cut within a second, as any gap told.
+        let mut gap_due = (!self.gaps.is_empty()).then(|| Instant::now() + GAP_WAIT);
         let mut retry_at: Option<Instant> = None;
         loop {
             // A backlog of `every_records` waits only for the retry after a failed cut, not
@@ -419,12 +500,16 @@ impl Writer {
             let due_now = self.pending_count >= self.every_records || now >= due || gap_waits;
             if due_now && retry_at.is_none_or(|r| now >= r) {
                 let stored = self.cut();
+                if stored {
+                    self.forget_kept_gaps();
+                }
                 retry_at = (!stored).then(|| Instant::now() + RETRY_WAIT);
                 due = Instant::now() + self.every;
                 gap_due = (!self.gaps.is_empty()).then(|| Instant::now() + GAP_WAIT);
             }
         }
-        self.cut();
+        let stored = self.cut();
+        self.at_stop(stored);
     }
 
     /// Takes one event; true when it listed a new gap.
