@@ -29,7 +29,7 @@ use super::gap_hold::{tell_abandoned, Hold, Settle};
 use super::retried::Retried;
 use super::{AckMsg, BatchId, GapReason, Monitor, Rejection, Verdict, ABANDONED};
 use crate::backoff::Backoff;
-use crate::broker::dead_letter::DeadLetterPublisher;
+use crate::broker::dead_letter::{DeadLetterPublisher, PubAck};
 use crate::broker::{self, AckHandle, AckVerb, Connection};
 use crate::metrics::Metrics;
 use crate::sink::WriteOutcome;
@@ -239,38 +239,10 @@ impl AckWorker {
             .into_iter()
             .partition(|((_, v), _)| matches!(v, Verdict::Rejected(_)));
         let mut dlq_failed = false;
-        // Sent verbs are counted here and added to the shared counters once per batch.
-        let (mut acked, mut nacked, mut terminated, mut in_progress) = (0, 0, 0, 0);
+        let mut sent = Sent::default();
         let mut awaiting = 0;
         for ((handle, verdict), family) in others.into_iter().chain(rejected) {
-            let at = match &verdict {
-                Verdict::Unwritten(_, at) => Some(Arc::clone(at)),
-                Verdict::Rejected(f) => Some(Arc::clone(&f.at)),
-                Verdict::Written(_) => None,
-            };
-            let verb = match verdict {
-                Verdict::Written(
-                    WriteOutcome::Durable | WriteOutcome::AlreadyDurable | WriteOutcome::Spooled,
-                ) => AckVerb::Ack,
-                Verdict::Written(WriteOutcome::Transient(e)) | Verdict::Unwritten(e, _) => {
-                    log::debug!(
-                        "stream sequence {}: not written, will retry: {}",
-                        handle.stream_sequence,
-                        error_chain(&e)
-                    );
-                    AckVerb::Nak(self.nak_backoff.delay(handle.delivery_count as u32))
-                }
-                Verdict::Written(WriteOutcome::Permanent(e)) => {
-                    let reason = format!("{}: {}", e.class.code(), error_chain(&e));
-                    self.permanent(handle, family, &reason, None)
-                }
-                Verdict::Rejected(f) => self.rejected(handle, family, &f, &mut dlq_failed),
-            };
-            match (verb, &at) {
-                (AckVerb::Nak(_), Some(at)) => self.abandoned(handle, at),
-                (AckVerb::Ack | AckVerb::Term, _) => self.retried.settled(handle.stream_sequence),
-                _ => {}
-            }
+            let verb = self.decide(handle, verdict, family, &mut dlq_failed);
             if verb == AckVerb::Ack {
                 if let Some(c) = self.confirmations.as_mut() {
                     // Counted as acknowledged when the broker answers.
@@ -280,16 +252,13 @@ impl AckWorker {
                 }
             }
             match broker::send_ack(&self.nc, handle, verb) {
-                Ok(()) => match verb {
-                    AckVerb::Ack => {
+                Ok(()) => {
+                    if verb == AckVerb::Ack {
                         self.metrics
                             .add_family(family, crate::metrics::FamilyMetric::Acked, 1);
-                        acked += 1;
                     }
-                    AckVerb::Nak(_) => nacked += 1,
-                    AckVerb::Term => terminated += 1,
-                    AckVerb::InProgress => in_progress += 1,
-                },
+                    sent.count(verb);
+                }
                 // The broker redelivers after AckWait: the write was idempotent by key.
                 Err(e) => log::warn!(
                     "broker: acknowledgement of stream sequence {} not sent: {e}",
@@ -297,13 +266,50 @@ impl AckWorker {
                 ),
             }
         }
-        let c = &self.metrics.counters;
-        Metrics::add(&c.messages_acked_total, acked);
-        Metrics::add(&c.messages_nacked_total, nacked);
-        Metrics::add(&c.messages_terminated_total, terminated);
-        Metrics::add(&c.messages_in_progress_total, in_progress);
+        sent.publish(&self.metrics.counters);
         self.monitor.mark_ack();
         (stale.len() as u64, awaiting)
+    }
+
+    /// The verb for one message of a batch, with the bookkeeping of its place: a NAK of a
+    /// message not written is one the broker may deliver no more ([`Self::abandoned`]); a
+    /// settled one leaves [`Retried`].
+    fn decide(
+        &mut self,
+        handle: &AckHandle,
+        verdict: Verdict,
+        family: Option<usize>,
+        dlq_failed: &mut bool,
+    ) -> AckVerb {
+        let at = match &verdict {
+            Verdict::Unwritten(_, at) => Some(Arc::clone(at)),
+            Verdict::Rejected(f) => Some(Arc::clone(&f.at)),
+            Verdict::Written(_) => None,
+        };
+        let verb = match verdict {
+            Verdict::Written(
+                WriteOutcome::Durable | WriteOutcome::AlreadyDurable | WriteOutcome::Spooled,
+            ) => AckVerb::Ack,
+            Verdict::Written(WriteOutcome::Transient(e)) | Verdict::Unwritten(e, _) => {
+                log::debug!(
+                    "stream sequence {}: not written, will retry: {}",
+                    handle.stream_sequence,
+                    error_chain(&e)
+                );
+                AckVerb::Nak(self.nak_backoff.delay(handle.delivery_count as u32))
+            }
+            Verdict::Written(WriteOutcome::Permanent(e)) => {
+                let reason = format!("{}: {}", e.class.code(), error_chain(&e));
+                self.permanent(handle, family, &reason, None)
+            }
+            Verdict::Rejected(f) => self.rejected(handle, family, &f, dlq_failed),
+        };
+        match (verb, &at) {
+            (AckVerb::Nak(_), Some(at)) => self.abandoned(handle, at),
+            (AckVerb::Ack | AckVerb::Term, _) => self.retried.settled(handle.stream_sequence),
+            _ => {}
+        }
+        verb
     }
 
     /// A message that retrying will not fix: counted, logged without payload, and left to the
@@ -402,39 +408,7 @@ impl AckWorker {
         }
         self.monitor.activity("publishing to the dead-letter queue");
         match dlq.publish(record) {
-            Ok(ack) => {
-                // With checkpoints the message comes back until its gap is signed, and its
-                // dead letter is published again (the stream drops the copy): counted once.
-                if !(ack.duplicate && self.checkpoints.is_some()) {
-                    Metrics::add(&c.messages_dlq_total, 1);
-                    self.metrics
-                        .add_family(family, crate::metrics::FamilyMetric::Dlq, 1);
-                    log::warn!(
-                        "stream sequence {}: permanent pre-sink failure ({}); dead-lettered as \
-                         {} sequence {}{}",
-                        handle.stream_sequence,
-                        failure.reason,
-                        PeerText::new(&ack.stream),
-                        ack.sequence,
-                        if ack.duplicate {
-                            " (already there from an earlier delivery)"
-                        } else {
-                            ""
-                        }
-                    );
-                }
-                self.tell_gap(failure);
-                if self.signed(Some(&failure.at), handle.delivery_count) {
-                    AckVerb::Ack
-                } else {
-                    log::debug!(
-                        "stream sequence {}: dead-lettered; acknowledged once a custody \
-                         checkpoint lists it as a gap",
-                        handle.stream_sequence
-                    );
-                    retry
-                }
-            }
+            Ok(ack) => self.dead_lettered(handle, family, failure, &ack, retry),
             Err(e) => {
                 *dlq_failed = true;
                 Metrics::add(&c.dlq_publish_errors_total, 1);
@@ -445,6 +419,49 @@ impl AckWorker {
                 );
                 retry
             }
+        }
+    }
+
+    /// A refused message's dead letter was stored (`ack`): counted once, its gap told, and
+    /// acknowledged once a stored checkpoint lists it (else `retry`: it comes back).
+    fn dead_lettered(
+        &self,
+        handle: &AckHandle,
+        family: Option<usize>,
+        failure: &Rejection,
+        ack: &PubAck,
+        retry: AckVerb,
+    ) -> AckVerb {
+        // With checkpoints the message comes back until its gap is signed, and its
+        // dead letter is published again (the stream drops the copy): counted once.
+        if !(ack.duplicate && self.checkpoints.is_some()) {
+            Metrics::add(&self.metrics.counters.messages_dlq_total, 1);
+            self.metrics
+                .add_family(family, crate::metrics::FamilyMetric::Dlq, 1);
+            log::warn!(
+                "stream sequence {}: permanent pre-sink failure ({}); dead-lettered as \
+                 {} sequence {}{}",
+                handle.stream_sequence,
+                failure.reason,
+                PeerText::new(&ack.stream),
+                ack.sequence,
+                if ack.duplicate {
+                    " (already there from an earlier delivery)"
+                } else {
+                    ""
+                }
+            );
+        }
+        self.tell_gap(failure);
+        if self.signed(Some(&failure.at), handle.delivery_count) {
+            AckVerb::Ack
+        } else {
+            log::debug!(
+                "stream sequence {}: dead-lettered; acknowledged once a custody \
+                 checkpoint lists it as a gap",
+                handle.stream_sequence
+            );
+            retry
         }
     }
 
@@ -588,6 +605,33 @@ impl AckWorker {
             }
             batch.last_progress = now;
         }
+    }
+}
+
+/// The verbs one batch's settlement sent, added to the shared counters once per batch.
+#[derive(Default)]
+struct Sent {
+    acked: u64,
+    nacked: u64,
+    terminated: u64,
+    in_progress: u64,
+}
+
+impl Sent {
+    fn count(&mut self, verb: AckVerb) {
+        match verb {
+            AckVerb::Ack => self.acked += 1,
+            AckVerb::Nak(_) => self.nacked += 1,
+            AckVerb::Term => self.terminated += 1,
+            AckVerb::InProgress => self.in_progress += 1,
+        }
+    }
+
+    fn publish(&self, c: &crate::metrics::Counters) {
+        Metrics::add(&c.messages_acked_total, self.acked);
+        Metrics::add(&c.messages_nacked_total, self.nacked);
+        Metrics::add(&c.messages_terminated_total, self.terminated);
+        Metrics::add(&c.messages_in_progress_total, self.in_progress);
     }
 }
 

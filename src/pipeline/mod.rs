@@ -320,21 +320,11 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         flush_kick.clone(),
         checkpoint_feed.clone(),
     )?;
-    let abandoned = checkpoint_feed
-        .clone()
-        .map(|f| tell_abandoned(f, &consumer, shared.metrics.clone()));
-    spawn_sink_workers(
-        &cfg,
-        &sink,
-        &prepared_rx,
-        &ack_tx,
-        &shared,
-        checkpoint_feed.clone(),
-    )?;
+    let feed = checkpoint_feed.clone();
+    spawn_sink_workers(&cfg, &sink, &prepared_rx, &ack_tx, &shared, feed)?;
     drop(prepared_rx);
-    let (metrics, stop) = (&shared.metrics, &shared.stop);
-    let advisories = start_advisories(&cfg, &shared.nc, &consumer, abandoned, (metrics, stop));
-    let normalizer = Normalizer::new(&cfg, start.protection, metrics.clone());
+    let advisories = start_advisories(&cfg, &shared, &consumer, checkpoint_feed.clone());
+    let normalizer = Normalizer::new(&cfg, start.protection, shared.metrics.clone());
     let mon = shared.monitor.clone();
     spawn("svc-normalize", move || {
         normalize::run(normalizer, raw_rx, prepared_tx, mon)
@@ -950,11 +940,11 @@ fn open_confirmations(
 /// given up on at the restart's first pulls (atk56 finding 3).
 fn start_advisories(
     cfg: &RuntimeConfig,
-    nc: &broker::Connection,
+    shared: &Shared,
     consumer: &broker::Consumer,
-    abandoned: Option<broker::advisory::OnAbandoned>,
-    (metrics, stop): (&Arc<Metrics>, &Arc<AtomicBool>),
+    checkpoints: Option<Arc<crate::sink::checkpoint::Feed>>,
 ) -> Option<AdvisoryObserver> {
+    let abandoned = checkpoints.map(|f| tell_abandoned(f, consumer, shared.metrics.clone()));
     if !cfg.advisories.enabled && abandoned.is_none() {
         return None;
     }
@@ -964,12 +954,12 @@ fn start_advisories(
         on_abandoned: abandoned,
     };
     let started = AdvisoryObserver::start(
-        nc,
+        &shared.nc,
         &consumer.stream,
         &consumer.name,
         watch,
-        metrics.clone(),
-        stop.clone(),
+        shared.metrics.clone(),
+        shared.stop.clone(),
     );
     match started {
         Ok(o) => Some(o),
