@@ -1,7 +1,7 @@
 //! What the sink workers and the spool's drain tell the `svc-checkpoint` thread: the bounded
 //! channel they never wait on ([`Feed`], [`DrainFeed`]) and its events.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -44,8 +44,11 @@ pub struct Feed {
     pub(super) spilled: Arc<Spilled>,
 }
 
-/// Gaps (origin, sequence, reason) told while the channel was full.
-pub(super) type Spilled = Mutex<Vec<(Origin, u64, &'static str)>>;
+/// Gaps (origin, sequence -> first reason) told while the channel was full: one entry per
+/// gap, so a gap told again (a held dead letter on each redelivery) takes no second slot
+/// (atk58: 2,000 held refusals told ten times a second filled the 65,536 with copies, and a
+/// real gap past them was dropped).
+pub(super) type Spilled = Mutex<HashMap<(Origin, u64), &'static str>>;
 
 /// Gaps kept aside at most while the channel is full; past it each is logged as listed
 /// nowhere.
@@ -98,8 +101,9 @@ impl Feed {
         self.overflowed.store(true, Ordering::Relaxed);
         if let Event::Gap(o, seq, why) = e {
             let mut spilled = self.spilled.lock().unwrap_or_else(PoisonError::into_inner);
-            if spilled.len() < SPILLED_GAPS_KEPT {
-                spilled.push((o, seq, why));
+            let kept = spilled.len() < SPILLED_GAPS_KEPT || spilled.contains_key(&(o.clone(), seq));
+            if kept {
+                spilled.entry((o, seq)).or_insert(why);
                 return;
             }
             log::error!(
@@ -114,7 +118,11 @@ impl Feed {
 
     /// The gaps kept aside while the channel was full (`Writer::cut` takes them).
     pub(super) fn take_spilled(spilled: &Spilled) -> Vec<(Origin, u64, &'static str)> {
-        std::mem::take(&mut *spilled.lock().unwrap_or_else(PoisonError::into_inner))
+        let taken = std::mem::take(&mut *spilled.lock().unwrap_or_else(PoisonError::into_inner));
+        taken
+            .into_iter()
+            .map(|((o, seq), why)| (o, seq, why))
+            .collect()
     }
 
     /// Whether a stored checkpoint of this runner lists `seq` of `o` as a gap: sign first,
@@ -264,7 +272,7 @@ mod spill_tests {
     #[test]
     fn a_gap_told_while_the_channel_is_full_waits_aside_a_record_is_dropped() {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        let spilled = Arc::new(Mutex::new(Vec::new()));
+        let spilled = Arc::new(Mutex::new(HashMap::new()));
         let feed = Feed {
             tx,
             overflowed: Arc::new(AtomicBool::new(false)),
@@ -279,10 +287,13 @@ mod spill_tests {
         feed.send(Event::Committed(o.clone(), 1, [0; 32]));
         feed.send(Event::Committed(o.clone(), 2, [0; 32]));
         feed.send(Event::Gap(o.clone(), 3, "abandoned_at_max_deliver"));
+        for _ in 0..3 {
+            feed.send(Event::Gap(o.clone(), 3, "terminated"));
+        }
         assert!(feed.overflowed.load(Ordering::Relaxed));
         assert_eq!(feed.dropped.load(Ordering::Relaxed), 1, "record 2 dropped");
         let aside = Feed::take_spilled(&spilled);
-        assert_eq!(aside.len(), 1);
+        assert_eq!(aside.len(), 1, "a gap told again takes no second slot");
         assert_eq!((aside[0].1, aside[0].2), (3, "abandoned_at_max_deliver"));
         assert!(Feed::take_spilled(&spilled).is_empty(), "taken once");
         assert_eq!(rx.len(), 1);

@@ -144,13 +144,16 @@ const PG_MAX_ROW_BYTES: u64 = (crate::db::postgres::MAX_RESULT_BYTES - (64 << 10
 
 impl PgStore {
     /// The checkpoints of every runner, or of `runner` only, paged by key ([`paged_rows`]).
+    /// The list orders by the table's own columns (`t.`): unqualified, `ORDER BY
+    /// checkpoint_index` named the output column, the `::text` cast, and past 10,000 checkpoints
+    /// the pages (compared as numbers) read some twice and skipped others (atk58).
     fn read_checkpoints(&self, runner: Option<&str>) -> Result<Vec<(String, String)>, String> {
         let t = self.table();
         let list = format!(
-            "SELECT runner_id, checkpoint_index::text, octet_length(checkpoint)::text FROM {t} \
-             WHERE ($3::text IS NULL OR runner_id = $3) AND ($1::text IS NULL OR \
-             (runner_id, checkpoint_index) > ($1, $2::bigint)) ORDER BY runner_id, \
-             checkpoint_index LIMIT {SQL_LIST_ROWS}"
+            "SELECT t.runner_id, t.checkpoint_index::text, octet_length(t.checkpoint)::text \
+             FROM {t} t WHERE ($3::text IS NULL OR t.runner_id = $3) AND ($1::text IS NULL OR \
+             (t.runner_id, t.checkpoint_index) > ($1, $2::bigint)) ORDER BY t.runner_id, \
+             t.checkpoint_index LIMIT {SQL_LIST_ROWS}"
         );
         let fetch = format!(
             "SELECT t.runner_id, t.checkpoint_index::text, t.checkpoint FROM {t} t JOIN \
@@ -526,6 +529,9 @@ impl CheckpointStore for MyStore {
 
 impl MyStore {
     /// The checkpoints of every runner, or of `runner` only, paged by key ([`paged_rows`]).
+    /// The list orders by the table's own columns (`t.`): unqualified, `ORDER BY
+    /// checkpoint_index` named the output column, the `::text` cast, and past 10,000 checkpoints
+    /// the pages (compared as numbers) read some twice and skipped others (atk58).
     fn read_checkpoints(&self, runner: Option<&str>) -> Result<Vec<(String, String)>, String> {
         let t = self.table();
         let list = |c: &crate::db::mysql::Connection, after: Option<&[String]>| {

@@ -92,7 +92,7 @@ impl Writer {
         let rescanning = Arc::new(AtomicBool::new(true));
         let failing = Arc::new(AtomicBool::new(false));
         let put = Arc::new(PutWatch::new());
-        let spilled = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let spilled = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
         let feed = Feed {
             tx,
             overflowed: overflowed.clone(),
