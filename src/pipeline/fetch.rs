@@ -26,6 +26,7 @@
 //! requests while the consumer does not take them (no request/503 loop), and ends the run
 //! with a clear error once the broker confirms the change (`broker/consumer_watch.rs`).
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -35,6 +36,7 @@ use crossbeam_channel::Sender;
 
 use super::credit::{Credit, CreditPool};
 use super::gap_hold::tell_abandoned;
+use super::retried::Retried;
 use super::{AckMsg, Monitor, RawBatch, ABANDONED, PIPELINED_PULL_REQUESTS};
 use crate::broker::consumer_limits::ConsumerLimits;
 use crate::broker::consumer_watch::ConsumerWatch;
@@ -104,6 +106,10 @@ pub struct Fetcher {
     pub checkpoints: Option<Arc<Feed>>,
     /// The consumer's `max_deliver` as the broker last reported it (the watch keeps it).
     pub limits: Arc<ConsumerLimits>,
+    /// With custody checkpoints: the deliveries released here before their last delivery,
+    /// until delivered again; one is listed when `max_deliver` is lowered under it
+    /// ([`Self::on_limit`]).
+    pub released: RefCell<Retried>,
 }
 
 /// An outstanding pull request: how many deliveries it may still bring, and until when.
@@ -299,6 +305,8 @@ impl Fetcher {
             } => {
                 // Counted as fetched when its batch ships (one shared add per batch).
                 self.monitor.mark_fetch(now);
+                // Delivered again: svc-ack answers for it now.
+                self.released.borrow_mut().settled(handle.stream_sequence);
                 self.watch.delivered(pending);
                 self.take(p, raw, handle, now);
             }
@@ -368,7 +376,9 @@ impl Fetcher {
                 "broker: the client's connection thread ended; it will not reconnect".to_string(),
             );
         }
-        self.watch.check_if_due(now)
+        let checked = self.watch.check_if_due(now);
+        self.on_limit();
+        checked
     }
 
     /// Sends the next pull request when fewer than [`PIPELINED_PULL_REQUESTS`] are open, the
@@ -744,13 +754,16 @@ impl Fetcher {
         let Some(feed) = &self.checkpoints else {
             return;
         };
-        let Some(last) = self.limits.max_deliver() else {
-            return;
-        };
-        if handle.delivery_count < last {
-            return;
-        }
         let origin = (Arc::clone(&raw.stream), Arc::clone(&raw.stream_incarnation));
+        let last = self.limits.max_deliver();
+        let Some(last) = last.filter(|l| handle.delivery_count >= *l) else {
+            // Comes back, unless the limit is lowered under it meanwhile.
+            let at = (origin, handle.stream_sequence);
+            return self
+                .released
+                .borrow_mut()
+                .nakked(&at, handle.delivery_count);
+        };
         if tell_abandoned(feed, &self.metrics, origin, handle.stream_sequence) {
             log::warn!(
                 "stream {} sequence {}: released by svc-fetch ({why}) on the consumer's last \
@@ -759,6 +772,29 @@ impl Fetcher {
                 PeerText::new(&raw.stream),
                 handle.stream_sequence
             );
+        }
+    }
+
+    /// With custody checkpoints: when the consumer's `max_deliver` was lowered (the watch
+    /// read it), each delivery released here on a delivery at or past the new limit and not
+    /// delivered since is one the broker delivers no more: listed as a gap ([`ABANDONED`];
+    /// atk59, as `svc-ack` does for its own NAKs).
+    fn on_limit(&self) {
+        let Some(feed) = &self.checkpoints else {
+            return;
+        };
+        let limit = self.limits.max_deliver();
+        let lowered = self.released.borrow_mut().lowered(limit);
+        for (origin, seq) in lowered {
+            if tell_abandoned(feed, &self.metrics, origin.clone(), seq) {
+                log::warn!(
+                    "stream {} sequence {seq}: released by svc-fetch on a delivery at or past \
+                     the consumer's max_deliver, lowered to {}: the broker delivers it no \
+                     more; the next custody checkpoint lists it as a gap ({ABANDONED})",
+                    PeerText::new(&origin.0),
+                    limit.unwrap_or_default()
+                );
+            }
         }
     }
 }

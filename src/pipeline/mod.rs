@@ -526,6 +526,7 @@ impl Shared {
             incarnation: Arc::clone(&consumer.incarnation),
             generation: Arc::clone(&self.generation),
             checkpoints: ends.checkpoints,
+            released: std::cell::RefCell::new(retried::Retried::new(consumer.limits.max_deliver())),
             limits: Arc::clone(&consumer.limits),
             sub: consumer.subscription,
         }

@@ -1,5 +1,6 @@
 //! The messages `svc-ack` NAKed unwritten in this run (a transient failure, or a refusal it
-//! retries), with the delivery count of their last NAK: when the consumer's `max_deliver` is
+//! retries), with the delivery count of their last NAK (`svc-fetch` keeps one of its own for
+//! the deliveries it releases itself, until they are delivered again): when the consumer's `max_deliver` is
 //! lowered to that count or below on the running consumer, the broker delivers them no more and
 //! says nothing (no `max_deliver` advisory: the message is past the limit before its next
 //! delivery; atk56 finding 2). With custody checkpoints `svc-ack` then lists each as a gap
