@@ -398,10 +398,16 @@ impl AckWorker {
             return retry;
         }
         if let Some(ack) = self.confirmed_before(&failure.at, handle.delivery_count) {
-            if !ack {
+            let signed = self
+                .checkpoints
+                .as_ref()
+                .is_some_and(|f| f.gap_signed(&failure.at.0, failure.at.1));
+            if !signed {
                 // Told again while it waits: the thread remembers the newest 65,536 signed
                 // gaps, and one pushed out by a flood of others would never read as signed
-                // (atk57 finding 3). A gap pending or remembered is not listed twice.
+                // (atk57 finding 3); and when it is settled unsigned (a rescan, the budget,
+                // the last delivery), since a tell dropped before would leave it listed
+                // nowhere (atk58). A gap pending or remembered is not listed twice.
                 self.tell_gap(failure);
             }
             return if ack { AckVerb::Ack } else { retry };

@@ -568,15 +568,36 @@ impl Writer {
     /// meanwhile, a publisher's flood of refusals) is never one checkpoint larger than a
     /// reader takes (atk57 finding 1: 493,051 gaps made one of 25 MB, and no start could read
     /// the chain back). False when one could not be stored (the rest stays pending).
+    /// Between two checkpoints the channel is read (what a backlog of thousands of puts
+    /// takes is minutes): a gap told meanwhile goes into the next one, first, so a message
+    /// held for it is settled then, not after the whole backlog (atk58: refusals held until
+    /// the backlog ended filled `max_ack_pending`, and the told-again copies filled the
+    /// channel and the spill).
     fn cut_backlog(&mut self, o: &Origin) -> bool {
         loop {
             if !self.cut_origin(o) {
                 return false;
             }
+            self.take_waiting();
             let left = self.pending.contains_key(o) || self.gaps.contains_key(o);
             if !left {
                 return true;
             }
+        }
+    }
+
+    /// Takes what waits in the channel now, and the gaps kept aside while it was full.
+    fn take_waiting(&mut self) {
+        for _ in 0..FEED_CAPACITY {
+            match self.rx.try_recv() {
+                Ok(e) => {
+                    self.take(e);
+                }
+                Err(_) => break,
+            }
+        }
+        for (o, seq, why) in Feed::take_spilled(&self.spilled) {
+            self.take_gap(o, seq, why);
         }
     }
 
