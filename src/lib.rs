@@ -2,6 +2,7 @@
 //! ACK last) and the library behind its metrics exporter. See `docs/architecture.md`.
 
 // The lowest layers, crates of their own (crates/), under their module names.
+pub use svc_aws as aws;
 pub use svc_db as db;
 pub use svc_document as document;
 pub use svc_files as files;
@@ -9,7 +10,6 @@ pub use svc_host as host;
 pub use svc_text as text;
 
 pub mod allocator;
-pub mod aws;
 pub mod backoff;
 pub mod broker;
 pub mod cli;
