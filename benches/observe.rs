@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use svc::message::subject::SubjectPattern;
-use svc::metrics::snapshot::Snapshot;
+use svc::metrics::snapshot::{self, Snapshot};
 use svc::metrics::{Metrics, SubjectFamily};
 use svc::observe::policy::Policy;
 
@@ -83,7 +83,7 @@ fn realistic_snapshot() -> String {
             );
         }
     }
-    let mut snap = Snapshot::capture(&m, "svc", 1.0);
+    let mut snap = snapshot::capture(&m, "svc", 1.0);
     for (i, v) in snap.counters.values_mut().enumerate() {
         *v = 1_000_000 + i as u64 * 7919;
     }

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use svc::metrics::snapshot::Snapshot;
+use svc::metrics::snapshot;
 use svc::metrics::Metrics;
 
 fn full() -> bool {
@@ -185,7 +185,7 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let snapshot = dir.join("snap.json");
     // Kept fresh by the process lifetime: no staleness bound in the policy.
-    let snap = Snapshot::capture(&Metrics::default(), "svc", 1.0);
+    let snap = snapshot::capture(&Metrics::default(), "svc", 1.0);
     std::fs::write(&snapshot, serde_json::to_string_pretty(&snap).unwrap()).unwrap();
 
     println!(

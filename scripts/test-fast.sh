@@ -7,7 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 echo "== unit tests"
-cargo test --lib --bins -- "$@"
+# svc and its crates (crates/), as scripts/test.sh names them.
+svc_crates=(-p svc -p svc-text -p svc-db -p svc-document -p svc-files -p svc-host -p svc-aws -p svc-subject -p svc-snapshot)
+cargo test "${svc_crates[@]}" --lib --bins -- "$@"
 # libtest filters match anywhere in a test's path: `cli::` also matches `observe_cli::`, which
 # needs promtool, hence the --skip.
 fast_modules=(cli hostile_http layers log_hygiene observe_cloud_c)

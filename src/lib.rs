@@ -1,19 +1,19 @@
 //! `svc`: a message-delivery runner (NATS JetStream pull consumer -> one sink, commit first,
 //! ACK last) and the library behind its metrics exporter. See `docs/architecture.md`.
 
-// The lowest layers, crates of their own (crates/text, crates/db), under their module names.
+// The lowest layers, crates of their own (crates/), under their module names.
+pub use svc_aws as aws;
 pub use svc_db as db;
+pub use svc_document as document;
+pub use svc_files as files;
+pub use svc_host as host;
 pub use svc_text as text;
 
 pub mod allocator;
-pub mod aws;
 pub mod backoff;
 pub mod broker;
 pub mod cli;
 pub mod config;
-pub mod document;
-pub mod files;
-pub mod host;
 pub mod message;
 pub mod metrics;
 pub mod observe;

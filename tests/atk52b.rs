@@ -3,7 +3,7 @@
 //! PostgreSQL (`jsonb`) and MariaDB (`LONGTEXT CHECK (JSON_VALID)`), with header names and
 //! values a publisher chooses (every character up to U+0800, U+2028, bidi controls, characters
 //! straddling 8-byte words), the largest delivery count and security labels with big numbers.
-//! The scan/parse and escaper attacks are unit tests in `src/document/canonical.rs` and
+//! The scan/parse and escaper attacks are unit tests in `crates/document/src/canonical.rs` and
 //! `src/message/envelope.rs` (`held_atk52b_...`).
 //!
 //! `held_...`: an attack that held (these pass). `found_...`: a finding's reproduction; it fails

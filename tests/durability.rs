@@ -694,7 +694,7 @@ fn check_trace(trace: &str) -> Checked {
                 (None, None) => continue,
             };
             // The metrics snapshot's own unnamed file, linked at its temporary name before
-            // the rename (src/files/atomic.rs): not a record.
+            // the rename (crates/files/src/atomic.rs): not a record.
             let dst_name = Path::new(dst)
                 .file_name()
                 .and_then(|n| n.to_str())

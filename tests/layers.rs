@@ -50,8 +50,10 @@ fn unsafe_code_lives_only_in_the_allocator_module() {
 /// (docs/architecture.md, "Source layout"). Plain data types live with the lowest module that
 /// needs them (a block of the runtime config with the module it configures), so the order has
 /// no exception.
-/// The lowest two, `text` and `db`, are crates of the workspace (crates/text, crates/db: the
-/// compiler keeps their order); their re-exported names rank below every module here.
+/// The lowest ones (`text`, `db`, `document`, `files`, `host`, `aws`) are crates of the workspace
+/// (crates/, as are `message::subject` and the snapshot contract `metrics::snapshot` re-exports:
+/// the compiler keeps their order, and `unsafe_code_lives_only_in_the_allocator_module` scans
+/// them); they stay in this list at their rank, which no module of src/ may undercut.
 const LAYERS: &[&str] = &[
     "text",
     "allocator",

@@ -1,4 +1,4 @@
-//! Answers of the AWS credential sources (src/aws/parse.rs, src/aws/process.rs): STS XML, the
+//! Answers of the AWS credential sources (crates/aws/src/parse.rs, crates/aws/src/process.rs): STS XML, the
 //! JSON of the instance metadata service and of container endpoints, the JSON a
 //! `credential_process` prints, and that command's line split into words. The first input byte
 //! picks the parser.

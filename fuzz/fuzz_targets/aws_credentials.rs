@@ -1,4 +1,4 @@
-//! AWS shared credentials and config files (src/aws/credentials.rs, `aws::parse_ini`): files
+//! AWS shared credentials and config files (crates/aws/src/credentials.rs, `aws::parse_ini`): files
 //! the service does not own.
 //!
 //! Writes the input to a file named by `AWS_SHARED_CREDENTIALS_FILE` (first byte even) or

@@ -1,4 +1,4 @@
-//! The strict JSON reader and the one canonical writer (`src/document/canonical.rs`): what
+//! The strict JSON reader and the one canonical writer (`crates/document/src/canonical.rs`): what
 //! `svc verify-custody` reads from stores the service does not own, and the form custody
 //! digests.
 //!

@@ -12,7 +12,6 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::document::canonical::{self, Json};
 use crate::text::rfc3339::{parse_rfc3339_nanos, Rfc3339};
@@ -618,9 +617,8 @@ pub fn normalize_payload(data: &[u8]) -> (Payload, PayloadInfo) {
     )
 }
 
-pub fn hex_sha256(data: &[u8]) -> String {
-    crate::text::hex::lower(&Sha256::digest(data))
-}
+/// Lower-case hex SHA-256 of `data` (in `text::hex`, which the exporter shares).
+pub use crate::text::hex::sha256 as hex_sha256;
 
 /// Current time in Unix nanoseconds.
 pub fn now_unix_nanos() -> i128 {

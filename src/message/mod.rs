@@ -23,4 +23,5 @@ pub mod protection;
 pub mod record;
 pub mod refusal;
 pub mod size_policy;
-pub mod subject;
+// Subject patterns are a crate of their own (crates/subject), which the exporter shares.
+pub use svc_subject as subject;

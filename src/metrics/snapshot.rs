@@ -1,250 +1,69 @@
-//! The metrics snapshot: the only thing the runner shares with the exporters.
-//!
-//! Schema `svc.metrics.snapshot.v1` (documented in `docs/metrics-snapshot.md`). Written
-//! atomically with [`crate::files::atomic::write_atomically`] (mode [`SNAPSHOT_MODE`]), so a
-//! reader sees either the previous snapshot or the new one, never a torn file.
+//! The runner's side of the metrics snapshot: [`capture`] reads the registry into the document
+//! the snapshot contract defines (crates/snapshot, `svc-snapshot`, re-exported here under its
+//! old paths). The runner's `svc-snapshot` thread (`pipeline/snapshot_writer.rs`) writes it
+//! atomically with [`crate::files::atomic::write_atomically`] (mode [`SNAPSHOT_MODE`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use serde::{Deserialize, Serialize};
+pub use svc_snapshot::{
+    FamilyEntry, LabeledRow, LaneRow, Snapshot, MAX_CLOCK_SKEW_SECONDS, MAX_COUNTER,
+    MAX_SNAPSHOT_BYTES, MAX_VALUE, SCHEMA, SNAPSHOT_MODE,
+};
 
-use super::{now_epoch_seconds, Metrics, Summary};
-use crate::text::peer::PeerText;
+use super::{now_epoch_seconds, Metrics};
 
-pub const SCHEMA: &str = "svc.metrics.snapshot.v1";
-
-/// Largest snapshot file an exporter reads. The largest snapshot the runner can write (100
-/// subject families with 512-byte patterns and 64-byte labels, every value at its widest,
-/// pretty-printed) is about 180 KiB (`largest_snapshot_fits_the_read_cap` below): the cap
-/// leaves more than 5x room and bounds what a replaced or corrupted file costs per scrape.
-pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 20;
-
-/// How far `generated_at_epoch_seconds` may lie in the future of the exporter's clock. The
-/// runner and the exporters share a host (and so a clock): the allowance covers a clock
-/// stepped back by NTP between a write and a read, not hosts with different clocks. A
-/// snapshot dated further ahead would never go stale, so it is invalid.
-pub const MAX_CLOCK_SKEW_SECONDS: f64 = 5.0;
-
-/// Largest counter value a snapshot may hold: 2^53, the largest up to which every integer is
-/// exact in a double (the runner would need centuries at a million messages per second).
-pub const MAX_COUNTER: u64 = 1 << 53;
-
-/// Largest magnitude of a gauge, summary field or labelled value (seconds, bytes, epoch
-/// times: all far below).
-pub const MAX_VALUE: f64 = 1e15;
-
-/// A prepared, reviewed, low-cardinality row (spec "Metrics snapshot").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LabeledRow {
-    pub kind: String,
-    pub name: String,
-    pub value: f64,
-    pub labels: BTreeMap<String, String>,
-}
-
-/// A configured subject family: its reviewed label and its reviewed subject pattern (runtime
-/// config `metrics.subject_families`). Exporters match `subject_metrics` rules against the
-/// pattern; it is configuration, never a subject seen on a message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FamilyEntry {
-    pub label: String,
-    pub subject: String,
-}
-
-/// The snapshot document.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Snapshot {
-    pub schema: String,
-    /// Metric-name prefix configured on the runner (`metrics.namespace`).
-    pub namespace: String,
-    /// When this snapshot was generated; exporters use it for staleness.
-    pub generated_at_epoch_seconds: f64,
-    /// When the runner process started.
-    pub started_at_epoch_seconds: f64,
-    /// Counter suffix -> value.
-    pub counters: BTreeMap<String, u64>,
-    /// Gauge suffix -> value.
-    pub gauges: BTreeMap<String, f64>,
-    /// Summary suffix -> count/sum/min/max/last.
-    pub summaries: BTreeMap<String, Summary>,
-    /// Prepared subject-family rows; absent when no families are configured.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub labeled_metrics: Vec<LabeledRow>,
-    /// The family catalogue behind `labeled_metrics` (label -> subject pattern), in config
-    /// order; absent when no families are configured.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub subject_families: Vec<FamilyEntry>,
-    /// One row per priority lane (`delivery.priority_lanes`), in hand-off order; absent
-    /// without lanes.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub priority_lanes: Vec<LaneRow>,
-}
-
-/// The counters of one priority lane.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LaneRow {
-    /// The lane's configured name (a reviewed label).
-    pub lane: String,
-    pub messages_total: u64,
-    pub messages_written_total: u64,
-    pub sink_writes_total: u64,
-}
-
-impl Snapshot {
-    /// Reads the registry into a snapshot document.
-    pub fn capture(metrics: &Metrics, namespace: &str, started_at: f64) -> Snapshot {
-        let counters = metrics
-            .counters
-            .values()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-        let mut gauges = BTreeMap::from([(
-            "last_sink_success_epoch_seconds".to_string(),
-            metrics
-                .gauges
-                .last_sink_success_epoch_seconds
-                .load(std::sync::atomic::Ordering::Relaxed) as f64,
-        )]);
-        for (name, v) in metrics.gauges.spool_values() {
-            gauges.insert(name.to_string(), v as f64);
-        }
-        let summaries = metrics
-            .summaries()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-        Snapshot {
-            schema: SCHEMA.to_string(),
-            namespace: namespace.to_string(),
-            generated_at_epoch_seconds: now_epoch_seconds(),
-            started_at_epoch_seconds: started_at,
-            counters,
-            gauges,
-            summaries,
-            labeled_metrics: metrics.labeled_rows(),
-            subject_families: metrics
-                .families()
-                .iter()
-                .map(|f| FamilyEntry {
-                    label: f.label.clone(),
-                    subject: f.pattern.as_str().to_string(),
-                })
-                .collect(),
-            priority_lanes: metrics
-                .lanes()
-                .map(|(lane, c)| LaneRow {
-                    lane: lane.to_string(),
-                    messages_total: c.messages_total.load(Ordering::Relaxed),
-                    messages_written_total: c.messages_written_total.load(Ordering::Relaxed),
-                    sink_writes_total: c.sink_writes_total.load(Ordering::Relaxed),
-                })
-                .collect(),
-        }
+/// Reads the registry into a snapshot document.
+pub fn capture(metrics: &Metrics, namespace: &str, started_at: f64) -> Snapshot {
+    let counters = metrics
+        .counters
+        .values()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let mut gauges = BTreeMap::from([(
+        "last_sink_success_epoch_seconds".to_string(),
+        metrics
+            .gauges
+            .last_sink_success_epoch_seconds
+            .load(std::sync::atomic::Ordering::Relaxed) as f64,
+    )]);
+    for (name, v) in metrics.gauges.spool_values() {
+        gauges.insert(name.to_string(), v as f64);
     }
-
-    /// Parses a snapshot, checking its schema identifier.
-    pub fn parse(text: &str) -> Result<Snapshot, String> {
-        // serde_json's message quotes unknown keys: the file's text, bounded and escaped.
-        let snap: Snapshot = serde_json::from_str(text)
-            .map_err(|e| format!("snapshot is not valid: {}", PeerText::new(&e.to_string())))?;
-        if snap.schema != SCHEMA {
-            return Err(format!(
-                "snapshot schema must be {SCHEMA}, found \"{}\"",
-                PeerText::new(&snap.schema)
-            ));
-        }
-        Ok(snap)
-    }
-
-    /// Checks the timestamps against `now` (Unix seconds): both finite and not negative, the
-    /// start not after the generation, the generation at most [`MAX_CLOCK_SKEW_SECONDS`]
-    /// ahead of `now`.
-    pub fn check_times(&self, now: f64) -> Result<(), String> {
-        let (generated, started) = (
-            self.generated_at_epoch_seconds,
-            self.started_at_epoch_seconds,
-        );
-        for (name, v) in [
-            ("generated_at_epoch_seconds", generated),
-            ("started_at_epoch_seconds", started),
-        ] {
-            if !v.is_finite() || v < 0.0 {
-                return Err(format!(
-                    "{name} must be a non-negative number of seconds, found {v}"
-                ));
-            }
-        }
-        if started > generated {
-            return Err(format!(
-                "started_at_epoch_seconds {started} is after generated_at_epoch_seconds {generated}"
-            ));
-        }
-        if generated > now + MAX_CLOCK_SKEW_SECONDS {
-            return Err(format!(
-                "generated_at_epoch_seconds {generated} is {:.0} s in the future (allowed clock skew: {MAX_CLOCK_SKEW_SECONDS} s)",
-                generated - now
-            ));
-        }
-        Ok(())
-    }
-
-    /// Checks every value: counters at most [`MAX_COUNTER`] (exact in a double, which is how
-    /// every exporter prints them), gauges, summary fields and labelled values finite and at
-    /// most [`MAX_VALUE`] in magnitude. (Negative counters and non-finite numbers cannot even
-    /// be parsed.) A snapshot another account forged must not export `1e308` as a
-    /// 309-digit number.
-    pub fn check_values(&self) -> Result<(), String> {
-        let bad = |what: &str, name: &str, v: String| {
-            Err(format!(
-                "{what} {} is {v}, outside the plausible range",
-                PeerText::new(name)
-            ))
-        };
-        for (name, v) in &self.counters {
-            if *v > MAX_COUNTER {
-                return bad("counter", name, v.to_string());
-            }
-        }
-        let plausible = |v: f64| v.is_finite() && v.abs() <= MAX_VALUE;
-        for (name, v) in &self.gauges {
-            if !plausible(*v) {
-                return bad("gauge", name, v.to_string());
-            }
-        }
-        for (name, s) in &self.summaries {
-            if s.count > MAX_COUNTER {
-                return bad("summary count", name, s.count.to_string());
-            }
-            for v in [s.sum, s.min, s.max, s.last] {
-                if !plausible(v) {
-                    return bad("summary", name, v.to_string());
-                }
-            }
-        }
-        for row in &self.labeled_metrics {
-            if !plausible(row.value) || (row.kind == "counter" && row.value < 0.0) {
-                return bad("labelled metric", &row.name, row.value.to_string());
-            }
-        }
-        Ok(())
-    }
-
-    /// Age in seconds relative to now (negative ages count as 0).
-    pub fn age_seconds(&self) -> f64 {
-        (now_epoch_seconds() - self.generated_at_epoch_seconds).max(0.0)
+    let summaries = metrics
+        .summaries()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    Snapshot {
+        schema: SCHEMA.to_string(),
+        namespace: namespace.to_string(),
+        generated_at_epoch_seconds: now_epoch_seconds(),
+        started_at_epoch_seconds: started_at,
+        counters,
+        gauges,
+        summaries,
+        labeled_metrics: metrics.labeled_rows(),
+        subject_families: metrics
+            .families()
+            .iter()
+            .map(|f| FamilyEntry {
+                label: f.label.clone(),
+                subject: f.pattern.as_str().to_string(),
+            })
+            .collect(),
+        priority_lanes: metrics
+            .lanes()
+            .map(|(lane, c)| LaneRow {
+                lane: lane.to_string(),
+                messages_total: c.messages_total.load(Ordering::Relaxed),
+                messages_written_total: c.messages_written_total.load(Ordering::Relaxed),
+                sink_writes_total: c.sink_writes_total.load(Ordering::Relaxed),
+            })
+            .collect(),
     }
 }
-
-/// Mode of the snapshot file: the runner's user writes it, its group (the exporter's user is
-/// in the runner's group in the packages) reads it, nobody else does. Set exactly, whatever
-/// the umask.
-pub const SNAPSHOT_MODE: u32 = 0o640;
 
 #[cfg(test)]
 mod tests {
@@ -258,7 +77,7 @@ mod tests {
     /// `float_roundtrip`, 1.718000000477778e69 read back one ULP off what was written.
     #[test]
     fn floats_read_back_exactly() {
-        let mut snap = Snapshot::capture(&Metrics::default(), "svc", 1.0);
+        let mut snap = capture(&Metrics::default(), "svc", 1.0);
         for v in [
             1.718000000477778e69,
             0.1 + 0.2,
@@ -284,7 +103,7 @@ mod tests {
         let e = Snapshot::parse(r#"{"schema":"x","x\n y\u202e":1}"#).unwrap_err();
         assert!(e.contains("unknown field `x\\n y\\u{202e}`"), "{e}");
         assert!(!e.chars().any(char::is_control), "{e}");
-        let mut snap = Snapshot::capture(&Metrics::default(), "svc", 1.0);
+        let mut snap = capture(&Metrics::default(), "svc", 1.0);
         snap.schema = "v\u{202e}1\n".into();
         let e = Snapshot::parse(&serde_json::to_string(&snap).unwrap()).unwrap_err();
         assert_eq!(
@@ -298,7 +117,7 @@ mod tests {
         let m = Metrics::default();
         m.counters.messages_acked_total.store(7, Ordering::Relaxed);
         m.observe(crate::metrics::SummaryMetric::SinkBatchWrite, 0.5);
-        let snap = Snapshot::capture(&m, "svc", 1.0);
+        let snap = capture(&m, "svc", 1.0);
         let text = serde_json::to_string_pretty(&snap).unwrap();
         let back = Snapshot::parse(&text).unwrap();
         assert_eq!(back.counters["messages_acked_total"], 7);
@@ -375,7 +194,7 @@ mod tests {
     fn absurd_values_are_refused() {
         let m = Metrics::default();
         m.observe(crate::metrics::SummaryMetric::SinkBatchWrite, 0.5);
-        let good = Snapshot::capture(&m, "svc", 1.0);
+        let good = capture(&m, "svc", 1.0);
         assert_eq!(good.check_values(), Ok(()));
         let mut snap = good.clone();
         snap.gauges
@@ -405,7 +224,7 @@ mod tests {
     fn timestamps_are_checked() {
         let m = Metrics::default();
         let now = 1_800_000_000.0;
-        let mut snap = Snapshot::capture(&m, "svc", now - 100.0);
+        let mut snap = capture(&m, "svc", now - 100.0);
         snap.generated_at_epoch_seconds = now;
         assert_eq!(snap.check_times(now), Ok(()));
         // Within the skew allowance, then beyond it.
@@ -456,7 +275,7 @@ mod tests {
         for n in crate::metrics::SummaryMetric::ALL {
             m.observe(n, 1.0e300 / 3.0);
         }
-        let mut snap = Snapshot::capture(&m, "svc_namespace", 1_700_000_000.123_456_7);
+        let mut snap = capture(&m, "svc_namespace", 1_700_000_000.123_456_7);
         snap.counters.values_mut().for_each(|v| *v = u64::MAX);
         let bytes = serde_json::to_vec_pretty(&snap).unwrap().len() as u64;
         assert!(bytes * 5 < MAX_SNAPSHOT_BYTES, "{bytes} bytes");
@@ -469,7 +288,7 @@ mod tests {
     #[test]
     fn rejects_other_schemas() {
         let m = Metrics::default();
-        let mut snap = Snapshot::capture(&m, "svc", 1.0);
+        let mut snap = capture(&m, "svc", 1.0);
         snap.schema = "other".into();
         let text = serde_json::to_string(&snap).unwrap();
         assert!(Snapshot::parse(&text).unwrap_err().contains("schema"));

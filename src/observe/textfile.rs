@@ -321,7 +321,7 @@ mod tests {
 
     fn snapshot_text(generated_ahead_seconds: f64) -> String {
         let now = crate::metrics::now_epoch_seconds();
-        let mut snap = Snapshot::capture(&Metrics::default(), "svc", now - 10.0);
+        let mut snap = crate::metrics::snapshot::capture(&Metrics::default(), "svc", now - 10.0);
         snap.generated_at_epoch_seconds = now + generated_ahead_seconds;
         serde_json::to_string_pretty(&snap).unwrap()
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::RunError;
 use crate::config::MetricsConfig;
 use crate::files::atomic::write_atomically;
-use crate::metrics::snapshot::{Snapshot, SNAPSHOT_MODE};
+use crate::metrics::snapshot::{self, SNAPSHOT_MODE};
 use crate::metrics::Metrics;
 
 #[derive(Clone)]
@@ -36,7 +36,7 @@ impl SnapshotWriter {
     /// Writes one snapshot now (no-op when metrics are disabled).
     pub fn write_now(&self) {
         let Some(path) = &self.path else { return };
-        let snap = Snapshot::capture(&self.metrics, &self.namespace, self.started_at);
+        let snap = snapshot::capture(&self.metrics, &self.namespace, self.started_at);
         let bytes = match serde_json::to_vec_pretty(&snap) {
             Ok(b) => b,
             Err(e) => return log::error!("metrics snapshot: cannot serialize: {e}"),

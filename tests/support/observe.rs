@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use svc::message::subject::SubjectPattern;
-use svc::metrics::snapshot::Snapshot;
+use svc::metrics::snapshot;
 use svc::metrics::{Metrics, SubjectFamily};
 
 /// Families `(subject pattern, label)`.
@@ -43,7 +43,7 @@ pub fn snapshot(fams: &[(&str, &str)], generated_ago_seconds: f64) -> String {
         m.add_family(f, svc::metrics::FamilyMetric::Acked, 10 * (i as u64 + 1));
         m.add_family(f, svc::metrics::FamilyMetric::Fetched, 11 * (i as u64 + 1));
     }
-    let mut snap = Snapshot::capture(&m, "svc", 1.0);
+    let mut snap = snapshot::capture(&m, "svc", 1.0);
     for (name, v) in snap.counters.iter_mut() {
         *v = counter_value(name);
     }

@@ -26,6 +26,13 @@ pub fn lower(bytes: &[u8]) -> String {
     String::from_utf8(out).expect("hex digits are ASCII")
 }
 
+/// Lower-case hex of the SHA-256 digest of `data`: the payload digest of every envelope, and
+/// the exporter's short digest of a subject family.
+pub fn sha256(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    lower(&Sha256::digest(data))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

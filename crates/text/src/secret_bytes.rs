@@ -246,6 +246,17 @@ pub fn read_secret_text(path: &std::path::Path) -> std::io::Result<SecretString>
     }
 }
 
+/// Decodes standard base64 (surrounding whitespace ignored) into `out`, reserved once for the
+/// largest result so the decoder never reallocates (no unwiped copy of a key is left in freed
+/// memory). On an error `out` may hold part of the key: the caller owns it and wipes it.
+pub fn decode_base64_into(text: &str, out: &mut Vec<u8>) -> Result<(), base64::DecodeError> {
+    use base64::Engine as _;
+    let text = text.trim();
+    out.clear();
+    out.reserve_exact(base64::decoded_len_estimate(text.len()));
+    base64::engine::general_purpose::STANDARD.decode_vec(text, out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,8 +9,6 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
-
 use crate::document::grammar::is_env_var_name;
 use crate::document::reader::ObjectReader;
 use crate::files::owner;
@@ -154,15 +152,9 @@ impl KeySource {
     }
 }
 
-/// Decodes standard base64 (surrounding whitespace ignored) into `out`, reserved once for the
-/// largest result so the decoder never reallocates (no unwiped copy of a key is left in freed
-/// memory). On an error `out` may hold part of the key: the caller owns it and wipes it.
-pub fn decode_base64_into(text: &str, out: &mut Vec<u8>) -> Result<(), base64::DecodeError> {
-    let text = text.trim();
-    out.clear();
-    out.reserve_exact(base64::decoded_len_estimate(text.len()));
-    base64::engine::general_purpose::STANDARD.decode_vec(text, out)
-}
+/// Decodes base64 into a buffer that never reallocates (in `text::secret_bytes`, which the
+/// exporter's OCI signer shares).
+pub use crate::text::secret_bytes::decode_base64_into;
 
 /// Reads a small file that must be a regular file readable by its owner only. Checked on the
 /// opened handle (so the check and the read concern the same file): opened without following
@@ -245,6 +237,7 @@ pub fn is_key_id(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use std::os::unix::fs::PermissionsExt;
 
     #[test]

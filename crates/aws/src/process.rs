@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::parse::{parse_process_credentials, Issued};
-use crate::text::secret_bytes::SecretBytes;
+use svc_text::secret_bytes::SecretBytes;
 
 /// Whole run of the command, start to exit.
 pub const PROCESS_DEADLINE: Duration = Duration::from_secs(30);
@@ -114,7 +114,7 @@ pub fn split_words(line: &str) -> Result<Vec<String>, String> {
 /// A `credential_process` that gave no credentials. `Display` names the profile and what
 /// failed, never the command line; an I/O failure (starting it, reading its output, waiting
 /// for it) is its `source()`, printed once by whoever prints the chain
-/// ([`crate::text::error_chain`]).
+/// ([`svc_text::error_chain`]).
 #[derive(Debug)]
 pub struct ProcessError {
     message: String,
@@ -266,7 +266,7 @@ mod tests {
 
     /// The line an operator sees: the error and its cause.
     fn failed(r: Result<Issued, ProcessError>) -> String {
-        crate::text::error_chain(&r.unwrap_err())
+        svc_text::error_chain(&r.unwrap_err())
     }
 
     #[test]

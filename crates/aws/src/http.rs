@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
 use ureq::Agent;
 
-use crate::text::peer::PeerText;
-use crate::text::secret_bytes::{wipe_vec, SecretBytes};
-use crate::text::secrets::Secrets;
+use svc_text::peer::PeerText;
+use svc_text::secret_bytes::{wipe_vec, SecretBytes};
+use svc_text::secrets::Secrets;
 
 /// The end of a whole operation (e.g. IMDS: token, role name, credentials).
 #[derive(Debug, Clone, Copy)]

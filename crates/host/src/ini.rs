@@ -29,7 +29,7 @@ pub fn parse_ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
                 .insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
             // A key set twice: the first value may be a secret key, wiped as it is replaced.
             if let Some(mut old) = replaced {
-                crate::text::secret_bytes::wipe_string(&mut old);
+                svc_text::secret_bytes::wipe_string(&mut old);
             }
         }
     }

@@ -96,7 +96,7 @@ pub fn default_chain(env: &dyn Env, region: Option<&str>) -> Result<Provider, St
                 &path,
                 &format!("AWS_WEB_IDENTITY_TOKEN_FILE {}", path.display()),
             )
-            .map_err(|e| crate::text::error_chain(&e))?;
+            .map_err(|e| svc_text::error_chain(&e))?;
             let issued = sts.assume_role_with_web_identity(&role_arn, &session, &token)?;
             let source = Source::WebIdentity {
                 role_arn: role_arn.clone(),
@@ -241,7 +241,7 @@ fn profile_fetch(
         let what = settings.what(profile, "credential_process");
         let (command, profile) = (command.to_string(), profile.to_string());
         return Ok(Some(Box::new(move || {
-            let issued = process::run(&command, &what).map_err(|e| crate::text::error_chain(&e))?;
+            let issued = process::run(&command, &what).map_err(|e| svc_text::error_chain(&e))?;
             let source = Source::Process {
                 profile: profile.clone(),
             };

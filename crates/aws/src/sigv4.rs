@@ -26,8 +26,8 @@ use std::borrow::Cow;
 use ring::{digest, hmac};
 
 use super::credentials::Credentials;
-use crate::text::rfc3339::Rfc3339;
-use crate::text::secret_bytes::{wipe_string, SecretBytes, SecretString};
+use svc_text::rfc3339::Rfc3339;
+use svc_text::secret_bytes::{wipe_string, SecretBytes, SecretString};
 
 /// The signing algorithm name.
 pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";
@@ -37,7 +37,7 @@ pub const UNSIGNED_PAYLOAD: &str = "UNSIGNED-PAYLOAD";
 
 /// Hex SHA-256 of bytes: the payload hash of a body (`x-amz-content-sha256`).
 pub fn hex_sha256(bytes: &[u8]) -> String {
-    crate::text::hex::lower(digest::digest(&digest::SHA256, bytes).as_ref())
+    svc_text::hex::lower(digest::digest(&digest::SHA256, bytes).as_ref())
 }
 
 fn hmac_sha256(key: &[u8], data: &[u8]) -> hmac::Tag {
@@ -108,7 +108,7 @@ impl Scope<'_> {
 }
 
 /// `YYYYMMDDTHHMMSSZ` of a time, in UTC: the RFC 3339 text of its second without the
-/// separators (crate::text::rfc3339, written by hand: this runs for every request). Years outside
+/// separators (svc_text::rfc3339, written by hand: this runs for every request). Years outside
 /// 0000-9999 become the epoch, as there.
 pub fn amz_date(t: time::OffsetDateTime) -> String {
     let second = i128::from(t.unix_timestamp()) * 1_000_000_000;
@@ -244,7 +244,7 @@ pub fn string_to_sign(scope: &Scope<'_>, canonical_request: &str) -> String {
 /// for one day, region and service. Deriving it takes four HMACs; a client that signs many
 /// requests with the same credentials keeps it for the day ([`SigningKey::fits`]) and only
 /// computes the final HMAC per request. `AWS4<secret>`, each intermediate key and the key
-/// itself are held in wiping owners (`crate::text::secret_bytes`); ring's `hmac::Key` (not
+/// itself are held in wiping owners (`svc_text::secret_bytes`); ring's `hmac::Key` (not
 /// wiped on drop) is built per signature and dropped with it.
 #[derive(Clone)]
 pub struct SigningKey {
@@ -284,7 +284,7 @@ impl SigningKey {
 
     /// Hex HMAC of the string to sign: the signature.
     fn signature(&self, string_to_sign: &str) -> String {
-        crate::text::hex::lower(hmac_sha256(self.key.expose(), string_to_sign.as_bytes()).as_ref())
+        svc_text::hex::lower(hmac_sha256(self.key.expose(), string_to_sign.as_bytes()).as_ref())
     }
 }
 

@@ -1,7 +1,7 @@
 //! What talking to AWS needs, shared by the object-store sink (S3) and the cloud-B exporter
 //! connector (CloudWatch): AWS Signature Version 4 ([`sigv4`]), the credential chain and the
 //! credential modes ([`credentials`]), the endpoint override variables
-//! ([`endpoint_override`]), and the environment seam ([`Env`], from [`crate::host`]) the resolution reads through.
+//! ([`endpoint_override`]), and the environment seam ([`Env`], from [`svc_host`]) the resolution reads through.
 //!
 //! Neutral on purpose: nothing here depends on sink or exporter code, so neither depends on
 //! the other. Validation of an endpoint URL (which schemes and hosts are acceptable) stays with
@@ -17,7 +17,7 @@ pub mod provider;
 pub mod sigv4;
 pub mod sts;
 
-pub use crate::host::{Env, ProcessEnv};
+pub use svc_host::{Env, ProcessEnv};
 
 /// The endpoint override the AWS SDKs honour for one service: `service_var` (e.g.
 /// `AWS_ENDPOINT_URL_S3`), else `AWS_ENDPOINT_URL`; neither when

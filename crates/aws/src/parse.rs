@@ -17,8 +17,8 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::credentials::Credentials;
-use crate::text::peer::PeerText;
-use crate::text::secret_bytes::SecretString;
+use svc_text::peer::PeerText;
+use svc_text::secret_bytes::SecretString;
 
 /// Longest access key id accepted (AWS documents 16 to 128).
 pub const MAX_KEY_ID_CHARS: usize = 128;
@@ -201,7 +201,7 @@ pub fn parse_sts_error(body: &[u8]) -> String {
             PeerText::new(m.expose())
         ),
         (Some(c), None) => PeerText::new(c.expose()).to_string(),
-        _ => crate::text::peer::peer_bytes(body),
+        _ => svc_text::peer::peer_bytes(body),
     }
 }
 

@@ -427,7 +427,7 @@ impl<'a> Parser<'a> {
     /// A string: borrowed when it has no escape; escapes decoded by serde_json (which refuses
     /// unpaired surrogates and bad escapes).
     fn string(&mut self) -> Result<Cow<'a, str>, ParseError> {
-        use crate::text::scan::{byte_mask, find, less_mask};
+        use svc_text::scan::{byte_mask, find, less_mask};
         let b = self.text.as_bytes();
         let start = self.at;
         let mut i = start + 1;

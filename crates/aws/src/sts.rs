@@ -11,7 +11,7 @@ use super::credentials::Credentials;
 use super::http::{Call, Deadline, Http};
 use super::parse::{parse_sts_credentials, parse_sts_error, Issued};
 use super::{checked_url, endpoint_override, sigv4, Env, UrlRule};
-use crate::text::secrets::Secrets;
+use svc_text::secrets::Secrets;
 
 /// Deadline of one STS call, connect to last byte.
 pub const STS_DEADLINE: Duration = Duration::from_secs(10);

@@ -1,8 +1,8 @@
 //! The credential sources through the chain (`chain.rs` includes this file): each mode and the
 //! default chain resolved from an environment.
 
-use crate::aws::credentials::*;
-use crate::aws::Env;
+use crate::credentials::*;
+use crate::Env;
 
 /// Resolves and returns the current credentials and their source (the old one-shot interface
 /// over [`super::provider`]).

@@ -19,10 +19,10 @@ use std::fmt;
 use std::path::PathBuf;
 
 use super::Env;
-use crate::host::ini::parse_ini;
-use crate::text::peer::PeerText;
-use crate::text::secret_bytes::{wipe_string, SecretString};
-use crate::text::secrets::{is_secret_name, REDACTED};
+use svc_host::ini::parse_ini;
+use svc_text::peer::PeerText;
+use svc_text::secret_bytes::{wipe_string, SecretString};
+use svc_text::secrets::{is_secret_name, REDACTED};
 
 /// The credentials a request is signed with. `Debug` never shows the key id, the secret or
 /// the token.
@@ -47,7 +47,7 @@ impl fmt::Debug for Credentials {
 }
 
 impl Drop for Credentials {
-    /// The secret key and the session token are wiped (`crate::text::secret_bytes`); the key
+    /// The secret key and the session token are wiped (`svc_text::secret_bytes`); the key
     /// id is not secret. Each clone is wiped when it drops.
     fn drop(&mut self) {
         wipe_string(&mut self.secret_access_key);
@@ -382,7 +382,7 @@ pub fn load_profile(profile: &str, env: &dyn Env) -> Result<Option<ProfileSettin
     Ok(found.then_some(out))
 }
 
-/// Wipes every value of a section (`crate::text::secret_bytes`).
+/// Wipes every value of a section (`svc_text::secret_bytes`).
 fn wipe_values(keys: &mut BTreeMap<String, String>) {
     keys.values_mut().for_each(wipe_string);
 }

@@ -94,7 +94,7 @@ pub(crate) fn recording() -> bool {
 }
 
 /// Sets the node at a reader path (`a.b[2].c`), replacing what was there in its place.
-pub(crate) fn record(path: &str, node: Node) {
+pub fn record(path: &str, node: Node) {
     RECORDER.with(|r| {
         if let Some(c) = r.borrow_mut().as_mut() {
             let segments = parse_path(path);

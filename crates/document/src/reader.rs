@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 use super::effective::{self, Node};
 use super::grammar::is_header_name;
-use crate::text::peer::PeerText;
+use svc_text::peer::PeerText;
 
 /// One configuration problem: where and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::ops::Deref;
 
-use crate::document::reader::ObjectReader;
+use svc_document::reader::ObjectReader;
 
 /// Reads the required subject pattern at `key` of a config object: `None` when it is missing
 /// (reported as required) or invalid (reported with the grammar's reason).

@@ -24,8 +24,8 @@ use std::time::Duration;
 use super::http::{Call, Deadline, Http};
 use super::parse::{parse_metadata_credentials, Issued};
 use super::{checked_url, Env, UrlRule};
-use crate::text::error_chain;
-use crate::text::peer::PeerText;
+use svc_text::error_chain;
+use svc_text::peer::PeerText;
 
 /// Deadline of one container-endpoint fetch.
 pub const CONTAINER_DEADLINE: Duration = Duration::from_secs(5);
@@ -131,7 +131,7 @@ impl Container {
 
 /// A token file that gave no token. `Display` names the file and what is wrong with it, never
 /// its content; when it could not be read, the I/O error is `source()`, printed once by
-/// whoever prints the chain ([`crate::text::error_chain`]).
+/// whoever prints the chain ([`svc_text::error_chain`]).
 #[derive(Debug)]
 pub struct TokenFileError {
     message: String,
