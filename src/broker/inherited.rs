@@ -50,6 +50,10 @@ impl Inherited {
     }
 }
 
+/// Advisories believed at most, whatever `num_ack_pending` a broker reports (atk59: a hostile
+/// broker's huge count bounded the set by nothing else).
+pub const MAX_BELIEVED: u64 = 65_536;
+
 /// The `max_deliver` advisories believed so far ([`Inherited`]).
 #[derive(Debug)]
 pub struct Believed {
@@ -66,9 +70,9 @@ impl Believed {
     }
 
     /// True the first time an advisory names `seq` and the consumer held it at bind, while
-    /// fewer than the deliveries it held then were believed.
+    /// fewer than the deliveries it held then (and than [`MAX_BELIEVED`]) were believed.
     pub fn admit(&mut self, seq: u64) -> bool {
-        let room = (self.told.len() as u64) < self.at_bind.pending;
+        let room = (self.told.len() as u64) < self.at_bind.pending.min(MAX_BELIEVED);
         self.at_bind.may_hold(seq) && room && self.told.insert(seq)
     }
 }
@@ -98,6 +102,13 @@ mod tests {
         assert!(!b.admit(11), "once");
         assert!(b.admit(20));
         assert!(!b.admit(15), "no more than the two held at bind");
+        let huge = Inherited {
+            floor: 0,
+            delivered: u64::MAX,
+            pending: u64::MAX,
+        };
+        let mut b = Believed::new(huge);
+        assert_eq!((1..=100_000).filter(|s| b.admit(*s)).count(), 65_536);
     }
 
     #[test]

@@ -39,6 +39,8 @@ use crate::text::peer::PeerText;
 pub struct AckWorker {
     pub nc: Connection,
     pub rx: Receiver<AckMsg>,
+    /// The stop's deadline is near with batches still at the sink ([`Self::give_up`]).
+    pub give_up: Receiver<()>,
     pub credits: Arc<CreditPool>,
     /// Wakes `svc-flush` so a settled batch's acknowledgements are written at once.
     pub flush_kick: Sender<()>,
@@ -65,6 +67,7 @@ pub struct AckWorker {
 
 struct InFlight {
     handles: Vec<AckHandle>,
+    origin: crate::sink::checkpoint::Origin,
     families: Vec<Option<usize>>,
     bytes: usize,
     last_progress: Instant,
@@ -92,6 +95,10 @@ impl AckWorker {
                     if let Ok(msg) = msg {
                         self.on_answer(&msg);
                     }
+                }
+                recv(self.give_up) -> _ => {
+                    self.give_up(&in_flight);
+                    break;
                 }
                 default(self.wait(tick)) => {}
             }
@@ -122,6 +129,7 @@ impl AckWorker {
             AckMsg::Register {
                 id,
                 handles,
+                origin,
                 families,
                 bytes,
             } => {
@@ -131,6 +139,7 @@ impl AckWorker {
                     id,
                     InFlight {
                         handles,
+                        origin,
                         families,
                         bytes,
                         last_progress: Instant::now(),
@@ -166,6 +175,40 @@ impl AckWorker {
             at.saturating_duration_since(Instant::now())
                 .clamp(Duration::from_millis(1), tick)
         })
+    }
+
+    /// The stop's deadline is near and batches are still at the sink: they stay
+    /// unacknowledged, and one on the consumer's last delivery (`max_deliver`) the broker
+    /// delivers no more. With custody checkpoints each such message's gap is told now and the
+    /// checkpoint thread cuts and ends at once ([`crate::sink::checkpoint::Feed::end_now`]):
+    /// before, the stop ended with those listed nowhere and no last checkpoint (atk59). One
+    /// the stuck write still stores before the exit is then stored and listed, as the audit
+    /// shows it.
+    fn give_up(&self, in_flight: &HashMap<BatchId, InFlight>) {
+        let Some(feed) = &self.checkpoints else {
+            return;
+        };
+        let current = self.generation.current();
+        let last = self.hold.last_delivery();
+        for batch in in_flight.values() {
+            let given_up = batch
+                .handles
+                .iter()
+                .filter(|h| h.generation == current && last.is_some_and(|l| h.delivery_count >= l));
+            for h in given_up {
+                if tell_abandoned(feed, &self.metrics, batch.origin.clone(), h.stream_sequence) {
+                    log::warn!(
+                        "stream {} sequence {}: still at the sink at the stop's deadline, on the \
+                         consumer's last delivery ({}, its max_deliver): the broker delivers it \
+                         no more; the last custody checkpoint lists it as a gap ({ABANDONED})",
+                        PeerText::new(&batch.origin.0),
+                        h.stream_sequence,
+                        last.unwrap_or_default()
+                    );
+                }
+            }
+        }
+        feed.end_now();
     }
 
     /// One message on the confirmations' inbox.

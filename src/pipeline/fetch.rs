@@ -634,6 +634,15 @@ impl Fetcher {
         self.ack_tx
             .send(AckMsg::Register {
                 id,
+                origin: batch.messages.last().map_or_else(
+                    || {
+                        (
+                            Arc::from(self.stream.as_str()),
+                            Arc::clone(&self.incarnation),
+                        )
+                    },
+                    |(m, _)| (Arc::clone(&m.stream), Arc::clone(&m.stream_incarnation)),
+                ),
                 handles: batch.handles,
                 families: families.clone(),
                 bytes: batch.bytes,

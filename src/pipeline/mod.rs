@@ -119,7 +119,7 @@ mod snapshot_writer;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::bounded;
 
@@ -231,6 +231,10 @@ pub enum AckMsg {
     Register {
         id: BatchId,
         handles: Vec<AckHandle>,
+        /// The stream and incarnation of the batch's deliveries of the current generation
+        /// (an incarnation read again advances the generation): where a gap told for one of
+        /// them goes ([`ack::AckWorker`]'s give-up at a stop).
+        origin: crate::sink::checkpoint::Origin,
         families: Vec<Option<usize>>,
         /// Byte credits the batch's messages hold, given back when it is settled.
         bytes: usize,
@@ -313,10 +317,11 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         stop_at: start.stop_at,
         generation,
     };
+    let (give_up, gave_up) = bounded::<()>(1);
     let ack_done = shared.start_ack(
         &cfg,
         &consumer,
-        ack_rx,
+        (ack_rx, gave_up),
         flush_kick.clone(),
         checkpoint_feed.clone(),
     )?;
@@ -337,9 +342,14 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
         denials: denials.clone(),
         checkpoints: checkpoint_feed,
     };
+    // With checkpoints, the last cut's share of the shutdown clock.
+    let cut_reserve = match &checkpoint_done {
+        Some(_) => (d.shutdown_timeout / 4).min(LAST_CUT_RESERVE),
+        None => Duration::ZERO,
+    };
     let fatal = shared.run_fetch(&cfg, consumer, request_bytes, ends)?;
     let ending = Ending {
-        stopping: shared.stopping(drain_stop, d.shutdown_timeout),
+        stopping: shared.stopping(drain_stop, d.shutdown_timeout, (give_up, cut_reserve)),
         ack_done,
         flush_thread,
         advisories,
@@ -419,7 +429,10 @@ impl Shared {
         &self,
         cfg: &RuntimeConfig,
         consumer: &broker::Consumer,
-        rx: crossbeam_channel::Receiver<AckMsg>,
+        (rx, give_up): (
+            crossbeam_channel::Receiver<AckMsg>,
+            crossbeam_channel::Receiver<()>,
+        ),
         flush_kick: crossbeam_channel::Sender<()>,
         checkpoints: Option<Arc<crate::sink::checkpoint::Feed>>,
     ) -> Result<crossbeam_channel::Receiver<()>, RunError> {
@@ -427,6 +440,7 @@ impl Shared {
         let ack = ack::AckWorker {
             nc: self.nc.clone(),
             rx,
+            give_up,
             credits: self.credits.clone(),
             flush_kick,
             metrics: self.metrics.clone(),
@@ -533,13 +547,20 @@ impl Shared {
     }
 
     /// The shutdown clock, once svc-fetch has ended.
-    fn stopping(self, drain_stop: Arc<AtomicBool>, timeout: std::time::Duration) -> Stopping {
+    fn stopping(
+        self,
+        drain_stop: Arc<AtomicBool>,
+        timeout: std::time::Duration,
+        (give_up, cut_reserve): (crossbeam_channel::Sender<()>, Duration),
+    ) -> Stopping {
         Stopping {
             nc: self.nc,
             stop: self.stop,
             stop_at: self.stop_at,
             drain_stop,
             timeout,
+            give_up,
+            cut_reserve,
         }
     }
 }
@@ -1031,7 +1052,16 @@ struct Stopping {
     stop_at: Arc<OnceLock<Instant>>,
     drain_stop: Arc<AtomicBool>,
     timeout: std::time::Duration,
+    /// Tells `svc-ack` the drain gave up on the batches still at the sink.
+    give_up: crossbeam_channel::Sender<()>,
+    /// With custody checkpoints, the end of the clock kept for the last cut
+    /// ([`LAST_CUT_RESERVE`]).
+    cut_reserve: Duration,
 }
+
+/// The most of the shutdown clock kept, with custody checkpoints, for the last checkpoint
+/// after a drain that gave up on batches still at the sink (a quarter of the clock at most).
+const LAST_CUT_RESERVE: Duration = Duration::from_secs(1);
 
 impl Stopping {
     fn deadline(&self) -> Instant {
@@ -1052,7 +1082,7 @@ impl Stopping {
         self.drain_stop.store(true, Ordering::SeqCst);
         // The final flush's least time is kept inside the budget, not added past it.
         let drain_until = deadline
-            .checked_sub(fetch::MIN_FINAL_FLUSH)
+            .checked_sub(fetch::MIN_FINAL_FLUSH + self.cut_reserve)
             .unwrap_or(deadline);
         match ack_done.recv_timeout(drain_until.saturating_duration_since(Instant::now())) {
             Ok(()) => {
@@ -1060,11 +1090,15 @@ impl Stopping {
                 // Both kick senders are gone now, so svc-flush has ended or is ending.
                 let _ = flush_thread.join();
             }
-            Err(_) => log::warn!(
-                "shutdown timeout ({} s) reached with batches in flight; they stay \
-                 unacknowledged and will be redelivered",
-                self.timeout.as_secs_f64()
-            ),
+            Err(_) => {
+                log::warn!(
+                    "shutdown timeout ({} s) reached with batches in flight; they stay \
+                     unacknowledged and will be redelivered (one on the consumer's last \
+                     delivery is not: with custody checkpoints its gap is listed)",
+                    self.timeout.as_secs_f64()
+                );
+                let _ = self.give_up.try_send(());
+            }
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if let Err(e) = broker::flush(&self.nc, left.max(fetch::MIN_FINAL_FLUSH)) {

@@ -21,6 +21,9 @@ pub type Origin = (Arc<str>, Arc<str>);
 pub enum Event {
     Committed(Origin, u64, [u8; 32]),
     Gap(Origin, u64, &'static str),
+    /// The stop gave up waiting for the sink ([`Feed::end_now`]): cut what is pending and end,
+    /// whoever still holds a feed.
+    End,
 }
 
 /// The sink workers' and `svc-ack`'s side of the channel: never blocks.
@@ -42,6 +45,8 @@ pub struct Feed {
     /// and a message settled unsigned or abandoned at `max_deliver` is not delivered again),
     /// so it waits here for the next cut, [`SPILLED_GAPS_KEPT`] at most (atk56).
     pub(super) spilled: Arc<Spilled>,
+    /// Set by [`Feed::end_now`]; the thread ends at its next look.
+    pub(super) ending: Arc<AtomicBool>,
 }
 
 /// Gaps (origin, sequence -> first reason) told while the channel was full: one entry per
@@ -114,6 +119,14 @@ impl Feed {
             );
         }
         self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The stop's deadline is near and a sink worker has not ended (it would end the thread by
+    /// dropping its feed): the thread cuts what is pending, gaps told until now included,
+    /// and ends without waiting for the rest.
+    pub fn end_now(&self) {
+        self.ending.store(true, Ordering::SeqCst);
+        let _ = self.tx.try_send(Event::End);
     }
 
     /// The gaps kept aside while the channel was full (`Writer::cut` takes them).
@@ -282,6 +295,7 @@ mod spill_tests {
             failing: Arc::new(AtomicBool::new(false)),
             put: Arc::new(PutWatch::new()),
             spilled: Arc::clone(&spilled),
+            ending: Arc::new(AtomicBool::new(false)),
         };
         let o: Origin = (Arc::from("S"), Arc::from(""));
         feed.send(Event::Committed(o.clone(), 1, [0; 32]));

@@ -64,6 +64,8 @@ pub struct Writer {
     put: Arc<PutWatch>,
     /// Shared with the feed: gaps told while the channel was full.
     spilled: Arc<super::feed::Spilled>,
+    /// Shared with [`Feed::end_now`].
+    ending: Arc<AtomicBool>,
     /// Gaps the last stop kept beside the head file are pending: the file goes once a cut
     /// stored them ([`Writer::at_stop`]).
     kept_on_file: bool,
@@ -93,11 +95,13 @@ impl Writer {
         let failing = Arc::new(AtomicBool::new(false));
         let put = Arc::new(PutWatch::new());
         let spilled = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let ending = Arc::new(AtomicBool::new(false));
         let feed = Feed {
             tx,
             overflowed: overflowed.clone(),
             dropped: AtomicU64::new(0),
             spilled: Arc::clone(&spilled),
+            ending: Arc::clone(&ending),
             signed_gaps: Arc::clone(&signed_gaps),
             rescanning: Arc::clone(&rescanning),
             failing: Arc::clone(&failing),
@@ -125,6 +129,7 @@ impl Writer {
             failing,
             put,
             spilled,
+            ending,
             kept_on_file: false,
         };
         Ok((w, feed))
@@ -495,6 +500,9 @@ impl Writer {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
+            if self.ending.load(Ordering::SeqCst) {
+                break;
+            }
             let now = Instant::now();
             let gap_waits = gap_due.is_some_and(|g| now >= g);
             let due_now = self.pending_count >= self.every_records || now >= due || gap_waits;
@@ -522,6 +530,7 @@ impl Writer {
                 false
             }
             Event::Gap(o, seq, why) => self.take_gap(o, seq, why),
+            Event::End => false,
         }
     }
 
