@@ -1,0 +1,189 @@
+//! atk59: attacks on 1762c42 (`svc-fetch` tells the gap of a delivery it releases on the
+//! consumer's last delivery: `Fetcher::released`) and 21cca80 (a `MAX_DELIVERIES` advisory
+//! lists a gap only for a sequence the consumer held at bind: `broker/inherited.rs`). The claim
+//! attacked (issue 47): with custody checkpoints every message the runner does not store is
+//! listed as a gap by a signed checkpoint or stays redeliverable by the broker, and `svc
+//! verify-custody --public-key` never says COMPLETE otherwise.
+//!
+//! `found_...`: a finding's reproduction; it fails on 08b5098 and its assertion says what was
+//! expected. `held_...`: an attack that held (these pass). Each prints what it ran and what it
+//! saw (`cargo test --test main -- atk59:: --nocapture`; `SVC_NATS_SERVER` picks the broker).
+
+use std::time::Duration;
+
+use crate::atk55::{gaps_with_reasons, stored};
+use crate::atk56::{audit, case, deliveries, drained, fate, log_lines, out, stop, within};
+use crate::custody_checkpoints::{publish_range, wait_acked, Case};
+use crate::support::broker::durable_config;
+use crate::support::protection::*;
+
+/// Pull requests held open for 20 s (a stopped runner's socket takes what they bring), a NAK
+/// backoff of 100 ms.
+fn open_requests_pace() -> serde_json::Value {
+    serde_json::json!({"batch_size": 16, "fetch_expiry_ms": 20000,
+        "max_in_flight_batches": 2, "sink_workers": 1, "shutdown_timeout_seconds": 10,
+        "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}})
+}
+
+/// (ack floor, awaiting an ack, still to deliver), or zeros when the broker does not answer.
+fn state(c: &Case) -> (u64, usize, u64) {
+    c.server
+        .try_consumer_state(STREAM, CONSUMER)
+        .unwrap_or_default()
+}
+
+/// One pull request on the durable from another client (as a second runner of the same
+/// durable sends them): nats-server 2.9.10 gives up on a message past `max_deliver` only
+/// when a pull request makes it look for the next message to deliver.
+fn pull_once(c: &Case) {
+    let nc = c.server.connect();
+    let _ = nc.request_timeout(
+        &format!("$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{CONSUMER}"),
+        br#"{"batch":1,"expires":500000000}"#,
+        Duration::from_secs(2),
+    );
+}
+
+/// FOUND (class 1, a crash at the worst moment, with class 5: the broker's own clock.
+/// Severity medium: with `max_deliver` 1 every message in flight at a kill -9 is lost, stored
+/// nowhere, listed nowhere, and the audit says COMPLETE, whenever the restart comes later
+/// than the consumer's AckWait; atk56 finding 3 is fixed only for a restart within it).
+/// 21cca80 lists a message the broker gave up on at a kill -9 only from the `MAX_DELIVERIES`
+/// advisory heard by the *restarted* runner, subscribed before its first pull. But the
+/// broker does not wait for that pull: nats-server 2.10+ (2.15.1 here) gives up on a message
+/// at `max_deliver` on its AckWait timer (`checkPending` -> `hasMaxDeliveries`), and 2.9.10
+/// at the next pull request of any client of the durable (another runner of it, or the
+/// killed runner's own requests while it was only paused past AckWait). The
+/// advisory then goes out while no runner listens, or to a runner whose bind window does not
+/// hold the sequence, and the restart binds a consumer that holds nothing: its window
+/// (`ack_floor < seq <= delivered`, `num_ack_pending` 0) is empty.
+/// Steps: `max_deliver` 1, AckWait 2 s, pull requests open 20 s; message 1 stored; the runner
+/// stopped (SIGSTOP), messages 2..=4 delivered into its open requests, kill -9; the broker
+/// drops them (2.15.1: on its own, within AckWait; 2.9.10: after one pull request of another
+/// client); then the restart, message 5 stored. Seen: 2..=4 stored nowhere, listed nowhere,
+/// `svc verify-custody` exit 0, COMPLETE. Expected: each stored or listed.
+/// Fix suggestion: do not depend on hearing the advisory live: at bind, keep what the
+/// runner's own chain signed (covered and gaps) and, for a restart after an unclean end, take
+/// the sequences between the last signed one and the bind's `ack_floor` that are neither
+/// stored nor listed nor pending as dropped (each checked against the stream, or named from a
+/// stream capturing `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>` with
+/// the advisory's `deliveries` and the bind window); or tell a provisional gap for every last
+/// delivery when it arrives, withdrawn by its record.
+#[test]
+fn found_a_last_delivery_in_flight_at_a_kill_9_is_lost_when_the_restart_comes_after_ack_wait() {
+    let c = case(open_requests_pace(), 1, Duration::from_secs(2));
+    let o = out(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    std::thread::sleep(Duration::from_millis(500));
+    runner.signal("STOP");
+    publish_range(&c.server, 2, 4);
+    let in_flight = within(Duration::from_secs(10), || state(&c).1 == 3);
+    runner.sigkill();
+    let before = state(&c);
+    // The supervisor restarts the runner some seconds later, past AckWait.
+    let on_its_own = within(Duration::from_secs(8), || state(&c).1 == 0);
+    if !on_its_own {
+        pull_once(&c);
+    }
+    let dropped = within(Duration::from_secs(10), || state(&c).1 == 0);
+    let at_restart = state(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    publish_range(&c.server, 5, 5);
+    let five = within(Duration::from_secs(60), || stored(&o).contains(&5));
+    let settled = within(Duration::from_secs(30), || drained(&c));
+    // Any gap told is cut within a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    stop(&mut runner);
+    let kept = stored(&o);
+    let mut listed = gaps_with_reasons(&o);
+    listed.sort();
+    listed.dedup();
+    let lost: Vec<u64> = (2..=4)
+        .filter(|s| !kept.contains(s) && !listed.iter().any(|g| g.0 == *s))
+        .collect();
+    let (vcode, summary) = audit(&c);
+    eprintln!(
+        "atk59 kill -9 with 2..=4 in flight (max_deliver 1, AckWait 2 s), restart after the \
+         broker dropped them: before the kill {before:?} (in flight {in_flight}); dropped by \
+         the broker on its own {on_its_own}, after another client's pull {}; at the restart \
+         {at_restart:?}; after it settled {settled}, 5 stored {five}; stored {kept:?}; gaps \
+         {listed:?}; lost {lost:?}; verify-custody exit {vcode}: {summary}",
+        dropped && !on_its_own
+    );
+    assert!(
+        in_flight && dropped && five,
+        "set-up: {before:?}, dropped {dropped}, 5 stored {five}"
+    );
+    assert!(
+        lost.is_empty(),
+        "messages {lost:?} were in flight on their last delivery (max_deliver 1) at a kill -9 \
+         and dropped by the broker before the restart bound (consumer then {at_restart:?}): \
+         each must be stored or listed as a gap, yet they are stored nowhere and listed \
+         nowhere, and the audit said exit {vcode}: {summary}"
+    );
+}
+
+/// FOUND (class 5, a consumer setting changed on the running consumer, with class 12: what
+/// `svc-ack` does for its NAKs and `svc-fetch` does not for its own. Severity low: a
+/// publisher's headers_only look-alike and an operator lowering `max_deliver` together make a
+/// message vanish, stored nowhere, listed nowhere, audit COMPLETE). `Fetcher::released` tells a
+/// gap only when the delivery it NAKs is already at `max_deliver` as last read. atk56 finding
+/// 2 (a `max_deliver` lowered under a message being retried) was fixed in `svc-ack` alone
+/// (`pipeline/retried.rs` lists what it NAKed unwritten when the watch reads a lower limit);
+/// `svc-fetch` keeps no such list. Steps: `max_deliver` 10, pull requests of 5 s; a publisher
+/// sends `orders.ghost` with an empty payload and `Nats-Msg-Size: 7` (sequence 2): `svc-fetch`
+/// releases its first delivery as a possible headers_only one (NAK with a delay of 6 s);
+/// within that delay the operator lowers `max_deliver` to 1 and the runner logs
+/// `max_deliver 10 -> 1`; the delay ends and the broker gives up on 2 (delivered 1 time, limit
+/// 1); its advisory is not believed (2 was delivered after bind). Seen: 2 stored nowhere,
+/// listed nowhere, `svc verify-custody` exit 0. Expected: 2 listed (or delivered again).
+/// Fix suggestion: record in `retried` (or a twin set of `svc-fetch`'s) every delivery
+/// `svc-fetch` releases, with its delivery count, and list it from `lowered` as `svc-ack`'s.
+#[test]
+fn found_max_deliver_lowered_under_a_delivery_svc_fetch_released_drops_it_unlisted() {
+    let pace = serde_json::json!({"batch_size": 16, "fetch_expiry_ms": 5000,
+        "max_in_flight_batches": 2, "sink_workers": 1, "shutdown_timeout_seconds": 10,
+        "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}});
+    let c = case(pace, 10, Duration::from_secs(30));
+    let o = out(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    c.server
+        .publish_with_headers("orders.ghost", &[("Nats-Msg-Size", "7")], b"");
+    // Its first delivery is consumer sequence 2; the release follows within the batch wait.
+    let delivered = within(Duration::from_secs(10), || deliveries(&c) >= 2);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut lowered = durable_config(CONSUMER, "orders.>", Duration::from_secs(30), 1000);
+    lowered.max_deliver = 1;
+    c.server.js().add_consumer(STREAM, lowered).unwrap();
+    let seen = within(Duration::from_secs(30), || {
+        runner.log_text().contains("max_deliver 10 -> 1")
+    });
+    publish_range(&c.server, 3, 3);
+    let settled = within(Duration::from_secs(60), || {
+        stored(&o).contains(&3) && drained(&c)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    stop(&mut runner);
+    let st = state(&c);
+    let (kept, listed, (vcode, summary)) = fate(&c, 2);
+    eprintln!(
+        "atk59 headers_only look-alike released on delivery 1, then max_deliver 10 -> 1: \
+         delivered {delivered}, runner saw the change {seen}; consumer {st:?} (settled \
+         {settled}); stored {:?}; 2 listed as {listed:?}; verify-custody exit {vcode}: \
+         {summary}\n{}",
+        stored(&o),
+        log_lines(&runner.log_text(), &["sequence 2", "max_deliver"])
+    );
+    assert!(delivered && seen && settled, "set-up: consumer {st:?}");
+    assert!(!kept, "2 (an empty message) is not a record");
+    assert!(
+        listed.is_some(),
+        "sequence 2, released by svc-fetch on delivery 1, then max_deliver lowered 10 -> 1 on \
+         the running consumer: the broker dropped it (consumer {st:?}); it must be listed as a \
+         gap, yet it is listed nowhere and the audit said exit {vcode}: {summary}"
+    );
+}
