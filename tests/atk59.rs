@@ -187,3 +187,99 @@ fn found_max_deliver_lowered_under_a_delivery_svc_fetch_released_drops_it_unlist
          gap, yet it is listed nowhere and the audit said exit {vcode}: {summary}"
     );
 }
+
+/// FOUND (class 8, amplification: what a publisher sends cheap and the runner parses whole;
+/// with class 1, a kill -9. Severity medium: the broker's own advisories, the only record of
+/// the messages it dropped at a restart, are thrown away by the runner's client, and the
+/// gaps are listed nowhere, the audit COMPLETE). The observer's subscription keeps at most
+/// `PENDING_LIMIT` (4,096) advisories waiting; beyond that the client drops what arrives
+/// (`broker/advisory.rs`: "counts are then a lower bound", written when the advisories drove
+/// counters only). Each body up to `MAX_ADVISORY_BYTES` (4,096) is parsed whole into a
+/// `serde_json::Value` before its `type`, `stream` and `consumer` are looked at. A client
+/// allowed to publish on `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>`
+/// (the threat 21cca80 answers with the bind window) keeps that queue full with bodies of
+/// 4,000 bytes holding ~1,300 numbers each (stream_seq 0, never believed): the observer falls
+/// behind and the client drops the broker's real advisories, which no window check then sees.
+/// Steps: atk56's kill -9 (max_deliver 1, AckWait 3 s, 2..=4 in flight in the stopped
+/// runner's open pull requests), the flood started before the restart and kept up until 5 is
+/// stored, the restart at once (within AckWait, where 21cca80 lists 2..=4 without a flood).
+/// Seen: 2..=4 stored nowhere, listed nowhere. Expected: each listed.
+/// Fix suggestion: do not let a queue shared with forgeable input decide a gap: subscribe with
+/// a filter the forger cannot share (the broker's advisories come from the system account:
+/// import them under a subject only it can publish on), or parse only a bounded prefix and
+/// drop bodies that are not the broker's exact shape before queueing, and treat a drop on that
+/// subscription (`dropped_messages()`) as "gaps may be missing": log it and refuse COMPLETE
+/// (e.g. a signed `advisories_dropped` count in the next checkpoint).
+#[test]
+fn found_a_forged_advisory_flood_makes_the_client_drop_the_brokers_real_ones() {
+    let c = case(open_requests_pace(), 1, Duration::from_secs(3));
+    let o = out(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    std::thread::sleep(Duration::from_millis(500));
+    runner.signal("STOP");
+    publish_range(&c.server, 2, 4);
+    let in_flight = within(Duration::from_secs(10), || state(&c).1 == 3);
+    runner.sigkill();
+    let before = state(&c);
+    let flooding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let forger = {
+        let nc = c.server.connect();
+        let flooding = flooding.clone();
+        std::thread::spawn(move || {
+            let subject = format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{STREAM}.{CONSUMER}");
+            let pad = vec!["0"; 1300].join(",");
+            let body = format!(
+                "{{\"type\":\"io.nats.jetstream.advisory.v1.max_deliver\",\"stream\":\"{STREAM}\",\
+                 \"consumer\":\"{CONSUMER}\",\"stream_seq\":0,\"pad\":[{pad}]}}"
+            );
+            assert!(body.len() <= 4096, "{}", body.len());
+            let mut sent = 0u64;
+            while flooding.load(std::sync::atomic::Ordering::Relaxed) {
+                for _ in 0..256 {
+                    let _ = nc.publish(&subject, &body);
+                }
+                sent += 256;
+            }
+            let _ = nc.flush();
+            sent
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    publish_range(&c.server, 5, 5);
+    let five = within(Duration::from_secs(90), || stored(&o).contains(&5));
+    let settled = within(Duration::from_secs(30), || drained(&c));
+    std::thread::sleep(Duration::from_millis(1500));
+    flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+    let sent = forger.join().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    stop(&mut runner);
+    let kept = stored(&o);
+    let mut listed = gaps_with_reasons(&o);
+    listed.sort();
+    listed.dedup();
+    let lost: Vec<u64> = (2..=4)
+        .filter(|s| !kept.contains(s) && !listed.iter().any(|g| g.0 == *s))
+        .collect();
+    let (vcode, summary) = audit(&c);
+    eprintln!(
+        "atk59 forged advisory flood ({sent} bodies of ~4 KB) over a restart after a kill -9 \
+         with 2..=4 in flight (max_deliver 1): before the restart {before:?} (in flight \
+         {in_flight}); 5 stored {five}, settled {settled}; stored {kept:?}; gaps {listed:?}; \
+         lost {lost:?}; verify-custody exit {vcode}: {summary}\n{}",
+        log_lines(
+            &runner.log_text(),
+            &["advisor", "slow", "reconnect", "disconnect", "sequence"]
+        )
+    );
+    assert!(in_flight && five, "set-up: {before:?}, 5 stored {five}");
+    assert!(
+        lost.is_empty(),
+        "messages {lost:?}, in flight on their last delivery at a kill -9 and dropped by the \
+         broker at the restart (as atk56 lists them without a flood), must be listed as gaps \
+         whatever a publisher sends on the advisory subject; the audit said exit {vcode}: \
+         {summary}"
+    );
+}
