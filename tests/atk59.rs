@@ -283,3 +283,55 @@ fn found_a_forged_advisory_flood_makes_the_client_drop_the_brokers_real_ones() {
          {summary}"
     );
 }
+
+/// HELD (class 5 with a clean stop: `release_after_stop`'s NAK on the consumer's last
+/// delivery, `Fetcher::released` of 1762c42; atk56 could not hit the window). `max_deliver`
+/// 1, pull requests open 20 s; the runner stopped (SIGSTOP) and 2..=4 delivered into its open
+/// requests, then SIGTERM and SIGCONT: the stop flag is set before `svc-fetch` reads the
+/// buffered deliveries, so they are released at the stop (NAK with a delay) and their gaps
+/// told; the last checkpoint lists them `abandoned_at_max_deliver`, the broker drops them,
+/// and the restart stores 5. Each of 2..=4 is stored or listed (whichever path `svc-fetch`
+/// took first is printed).
+#[test]
+fn held_last_deliveries_released_at_a_clean_stop_are_listed() {
+    let c = case(open_requests_pace(), 1, Duration::from_secs(3));
+    let o = out(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    std::thread::sleep(Duration::from_millis(500));
+    runner.signal("STOP");
+    publish_range(&c.server, 2, 4);
+    let in_flight = within(Duration::from_secs(10), || state(&c).1 == 3);
+    runner.signal("TERM");
+    runner.signal("CONT");
+    assert!(runner.wait_timeout(Duration::from_secs(60)).is_some());
+    let first = runner.log_text();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    publish_range(&c.server, 5, 5);
+    let five = within(Duration::from_secs(60), || stored(&o).contains(&5));
+    let settled = within(Duration::from_secs(30), || drained(&c));
+    std::thread::sleep(Duration::from_millis(1500));
+    stop(&mut runner);
+    let kept = stored(&o);
+    let mut listed = gaps_with_reasons(&o);
+    listed.sort();
+    listed.dedup();
+    let lost: Vec<u64> = (2..=4)
+        .filter(|s| !kept.contains(s) && !listed.iter().any(|g| g.0 == *s))
+        .collect();
+    let (vcode, summary) = audit(&c);
+    eprintln!(
+        "atk59 clean stop with 2..=4 buffered in open requests (max_deliver 1): in flight \
+         {in_flight}; 5 stored {five}, settled {settled}; stored {kept:?}; gaps {listed:?}; \
+         lost {lost:?}; verify-custody exit {vcode}: {summary}\n{}",
+        log_lines(&first, &["released", "stop:"])
+    );
+    assert!(in_flight && five, "set-up");
+    assert!(
+        lost.is_empty(),
+        "messages {lost:?} released at a clean stop on their last delivery: stored nowhere, \
+         listed nowhere; the audit said exit {vcode}: {summary}"
+    );
+    assert_eq!(vcode, 0, "{summary}");
+}
