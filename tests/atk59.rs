@@ -335,3 +335,115 @@ fn held_last_deliveries_released_at_a_clean_stop_are_listed() {
     );
     assert_eq!(vcode, 0, "{summary}");
 }
+
+/// Every gap (sequence, reason) the checkpoints in PostgreSQL list.
+fn pg_gaps(db: &crate::support::postgres::TestDb) -> Vec<(u64, String)> {
+    let mut gaps: Vec<(u64, String)> = db
+        .rows("SELECT checkpoint FROM svc_custody_checkpoints")
+        .into_iter()
+        .flat_map(|r| {
+            let cp: serde_json::Value =
+                serde_json::from_str(r[0].as_deref().expect("a checkpoint")).unwrap();
+            let body: serde_json::Value =
+                serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+            body["gaps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|g| Some((g[0].as_u64()?, g[1].as_str()?.to_string())))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    gaps.sort();
+    gaps.dedup();
+    gaps
+}
+
+/// FOUND (class 1 without a crash: a clean stop at the worst moment, with class 12: what
+/// `svc-fetch` does at a stop and the drain does not. Severity medium: a routine stop while
+/// the sink is slow loses every message it held on its last delivery, stored nowhere, listed
+/// nowhere, audit COMPLETE, whenever the broker drops them before the restart subscribes).
+/// When the shutdown timeout passes with a batch still at the sink, the runner logs
+/// "shutdown timeout (2 s) reached with batches in flight; they stay unacknowledged and will
+/// be redelivered" (`Stopping::drain_pipeline`) and exits; the checkpoint thread, waiting for
+/// the stuck sink worker to end, writes no last checkpoint ("the last checkpoint was not
+/// written in time"). No gap is told for a handle on its last delivery, which the broker will
+/// not redeliver, while `svc-fetch` tells one for each delivery it releases at the stop on
+/// its last delivery (1762c42). The restart's advisory window (21cca80) catches the drop only
+/// when the restart subscribes before the broker gives up on the message: 2.15.1 does so on
+/// its own at AckWait, 2.9.10 at any other client's pull request.
+/// Steps: PostgreSQL sink, `max_deliver` 1, AckWait 2 s, shutdown 2 s; message 1 stored; a
+/// DBA's `LOCK TABLE events IN ACCESS EXCLUSIVE MODE`; message 2 delivered, its INSERT waits
+/// on the lock; SIGTERM: the runner exits after 2 s with 2's batch without an outcome (its
+/// transaction never commits); the broker drops 2 (2.15.1 on its own; 2.9.10 after one pull
+/// request of another client); the lock released, the runner started again, message 3
+/// stored. Seen: 2 stored nowhere, listed nowhere, `svc verify-custody` exit 0, COMPLETE.
+/// Expected: 2 listed `abandoned_at_max_deliver`.
+/// Fix suggestion: when the drain times out, tell `gap_hold::tell_abandoned` for each handle
+/// still in flight whose delivery count is at or past `max_deliver` as last read (svc-ack
+/// holds them), and let the checkpoint thread cut what is pending at the deadline without
+/// waiting for a stuck sink worker; say "delivered no more" of those in the log line.
+#[test]
+fn found_a_clean_stop_leaves_a_last_delivery_at_a_slow_sink_unlisted() {
+    let db = crate::support::postgres::TestDb::new("atk59_stop");
+    let sink = db.sink(serde_json::json!({}));
+    let c = crate::custody_checkpoints::case_with(
+        100,
+        move |_| sink,
+        serde_json::json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+            "max_in_flight_batches": 2, "sink_workers": 1, "shutdown_timeout_seconds": 2,
+            "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}}}),
+    );
+    let js = c.server.js();
+    js.delete_consumer(STREAM, CONSUMER).unwrap();
+    let mut cc = durable_config(CONSUMER, "orders.>", Duration::from_secs(2), 1000);
+    cc.max_deliver = 1;
+    js.add_consumer(STREAM, cc).unwrap();
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    let mut lock = db.conn();
+    lock.simple("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    publish_range(&c.server, 2, 2);
+    let at_sink = within(Duration::from_secs(10), || state(&c).1 == 1);
+    std::thread::sleep(Duration::from_millis(300));
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(60)).is_some());
+    let first = runner.log_text();
+    let on_its_own = within(Duration::from_secs(8), || state(&c).1 == 0);
+    if !on_its_own {
+        pull_once(&c);
+    }
+    let dropped = within(Duration::from_secs(10), || state(&c).1 == 0);
+    let at_restart = state(&c);
+    lock.simple("COMMIT").unwrap();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    publish_range(&c.server, 3, 3);
+    let three = within(Duration::from_secs(60), || {
+        db.events_by_sequence().contains_key(&3)
+    });
+    let settled = within(Duration::from_secs(30), || drained(&c));
+    std::thread::sleep(Duration::from_millis(1500));
+    stop(&mut runner);
+    let kept: Vec<u64> = db.events_by_sequence().keys().copied().collect();
+    let gaps = pg_gaps(&db);
+    let (vcode, summary) = audit(&c);
+    eprintln!(
+        "atk59 clean stop with 2 at a locked table (max_deliver 1, AckWait 2 s): at the sink \
+         {at_sink}; dropped by the broker on its own {on_its_own}, after another client's \
+         pull {}; at the restart {at_restart:?}; 3 stored {three}, settled {settled}; stored \
+         {kept:?}; gaps {gaps:?}; verify-custody exit {vcode}: {summary}\n{}",
+        dropped && !on_its_own,
+        log_lines(&first, &["shutdown timeout", "sequence 2", "in time"])
+    );
+    assert!(at_sink && dropped && three, "set-up: {at_restart:?}");
+    assert!(
+        kept.contains(&2) || gaps.iter().any(|g| g.0 == 2),
+        "message 2, left at the sink on its last delivery (max_deliver 1) by a clean stop and \
+         dropped by the broker before the restart bound: it must be listed as a gap, yet it \
+         is stored nowhere and listed nowhere; the audit said exit {vcode}: {summary}"
+    );
+}
