@@ -127,6 +127,66 @@ fn found_a_last_delivery_in_flight_at_a_kill_9_is_lost_when_the_restart_comes_af
     );
 }
 
+/// FOUND (class 1 and class 6: a runner that stops answering, then a kill -9 at once
+/// restarted. Severity medium: a watchdog's kill of a hung runner (systemd `WatchdogSec`, a
+/// liveness probe) loses every last delivery it held once the hang outlasted AckWait, even
+/// with an immediate restart and one runner alone). While the runner hangs, the broker gives
+/// up on its deliveries at `max_deliver` by itself: 2.15.1 on its AckWait timer, 2.9.10 at
+/// AckWait into the hung runner's own pull requests, still open. The `MAX_DELIVERIES`
+/// advisories go to the hung process, which never reads them (and would not believe them:
+/// those deliveries came after its bind), and the restart binds a consumer that holds nothing.
+/// Steps: `max_deliver` 1, AckWait 2 s, pull requests of 20 s; message 1 stored; the runner
+/// hung (SIGSTOP), 2..=4 delivered into its open requests; the broker drops them while it
+/// hangs (ack pending 0); kill -9 and an immediate restart; message 5 stored. Seen: 2..=4
+/// stored nowhere, listed nowhere, audit COMPLETE. Expected: each listed. Fix suggestion: as
+/// for the finding above (the bind window cannot see what the broker dropped before it).
+#[test]
+fn found_last_deliveries_of_a_hung_runner_killed_and_restarted_at_once_are_lost() {
+    let c = case(open_requests_pace(), 1, Duration::from_secs(2));
+    let o = out(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    std::thread::sleep(Duration::from_millis(500));
+    runner.signal("STOP");
+    publish_range(&c.server, 2, 4);
+    let delivered = within(Duration::from_secs(10), || deliveries(&c) >= 4);
+    let dropped = within(Duration::from_secs(15), || state(&c).1 == 0);
+    let while_hung = state(&c);
+    runner.sigkill();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    publish_range(&c.server, 5, 5);
+    let five = within(Duration::from_secs(60), || stored(&o).contains(&5));
+    let settled = within(Duration::from_secs(30), || drained(&c));
+    std::thread::sleep(Duration::from_millis(1500));
+    stop(&mut runner);
+    let kept = stored(&o);
+    let mut listed = gaps_with_reasons(&o);
+    listed.sort();
+    listed.dedup();
+    let lost: Vec<u64> = (2..=4)
+        .filter(|s| !kept.contains(s) && !listed.iter().any(|g| g.0 == *s))
+        .collect();
+    let (vcode, summary) = audit(&c);
+    eprintln!(
+        "atk59 hung runner (SIGSTOP) with 2..=4 delivered, killed and restarted at once \
+         (max_deliver 1, AckWait 2 s): delivered {delivered}; dropped by the broker while it \
+         hung {dropped} (consumer {while_hung:?}); 5 stored {five}, settled {settled}; stored \
+         {kept:?}; gaps {listed:?}; lost {lost:?}; verify-custody exit {vcode}: {summary}"
+    );
+    assert!(
+        delivered && dropped && five,
+        "set-up: consumer {while_hung:?}"
+    );
+    assert!(
+        lost.is_empty(),
+        "messages {lost:?} were delivered on their last delivery (max_deliver 1) to a runner \
+         that hung past AckWait, was killed and restarted at once; the broker dropped them \
+         while it hung: each must be stored or listed as a gap, yet they are listed nowhere \
+         and the audit said exit {vcode}: {summary}"
+    );
+}
+
 /// FOUND (class 5, a consumer setting changed on the running consumer, with class 12: what
 /// `svc-ack` does for its NAKs and `svc-fetch` does not for its own. Severity low: a
 /// publisher's headers_only look-alike and an operator lowering `max_deliver` together make a
