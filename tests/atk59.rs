@@ -5,8 +5,9 @@
 //! listed as a gap by a signed checkpoint or stays redeliverable by the broker, and `svc
 //! verify-custody --public-key` never says COMPLETE otherwise.
 //!
-//! `found_...`: a finding's reproduction; it fails on 2fbd214 (and 08b5098) with nats-server
-//! 2.9.10 and 2.15.1, and its assertion says what was expected. `held_...`: an attack that
+//! `found_...`: a finding's reproduction; it fails on 02e4d4a (and 08b5098) with nats-server
+//! 2.9.10 and 2.15.1, and its assertion says what was expected. A finding fixed since keeps
+//! its test without the prefix (it failed on 2fbd214, passes from 059fedb). `held_...`: an attack that
 //! held (these pass). Each prints what it ran and what it saw (`cargo test --test main --
 //! atk59:: --nocapture`; `SVC_NATS_SERVER` picks the broker). The PostgreSQL ones need the
 //! shared server on 127.0.0.1:5432 (tests/support/postgres.rs).
@@ -187,24 +188,25 @@ fn found_last_deliveries_of_a_hung_runner_killed_and_restarted_at_once_are_lost(
     );
 }
 
-/// FOUND (class 5, a consumer setting changed on the running consumer, with class 12: what
-/// `svc-ack` does for its NAKs and `svc-fetch` does not for its own. Severity low: a
-/// publisher's headers_only look-alike and an operator lowering `max_deliver` together make a
-/// message vanish, stored nowhere, listed nowhere, audit COMPLETE). `Fetcher::released` tells a
+/// FOUND, fixed in 059fedb (class 5, a consumer setting changed on the running consumer, with
+/// class 12: what `svc-ack` does for its NAKs and `svc-fetch` did not for its own. Severity
+/// low: a publisher's headers_only look-alike and an operator lowering `max_deliver` together
+/// made a message vanish, stored nowhere, listed nowhere, audit COMPLETE). `Fetcher::released` tells a
 /// gap only when the delivery it NAKs is already at `max_deliver` as last read. atk56 finding
 /// 2 (a `max_deliver` lowered under a message being retried) was fixed in `svc-ack` alone
 /// (`pipeline/retried.rs` lists what it NAKed unwritten when the watch reads a lower limit);
-/// `svc-fetch` keeps no such list. Steps: `max_deliver` 10, pull requests of 5 s; a publisher
+/// `svc-fetch` kept no such list (it does since 059fedb). Steps: `max_deliver` 10, pull requests of 5 s; a publisher
 /// sends `orders.ghost` with an empty payload and `Nats-Msg-Size: 7` (sequence 2): `svc-fetch`
 /// releases its first delivery as a possible headers_only one (NAK with a delay of 6 s);
 /// within that delay the operator lowers `max_deliver` to 1 and the runner logs
 /// `max_deliver 10 -> 1`; the delay ends and the broker gives up on 2 (delivered 1 time, limit
-/// 1); its advisory is not believed (2 was delivered after bind). Seen: 2 stored nowhere,
-/// listed nowhere, `svc verify-custody` exit 0. Expected: 2 listed (or delivered again).
+/// 1); its advisory is not believed (2 was delivered after bind). Seen on 2fbd214: 2 stored
+/// nowhere, listed nowhere, `svc verify-custody` exit 0. Expected: 2 listed (or delivered
+/// again).
 /// Fix suggestion: record in `retried` (or a twin set of `svc-fetch`'s) every delivery
 /// `svc-fetch` releases, with its delivery count, and list it from `lowered` as `svc-ack`'s.
 #[test]
-fn found_max_deliver_lowered_under_a_delivery_svc_fetch_released_drops_it_unlisted() {
+fn a_delivery_svc_fetch_released_is_listed_when_max_deliver_is_lowered_under_it() {
     let pace = serde_json::json!({"batch_size": 16, "fetch_expiry_ms": 5000,
         "max_in_flight_batches": 2, "sink_workers": 1, "shutdown_timeout_seconds": 10,
         "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}});
