@@ -24,7 +24,7 @@ use crate::support::snapshot_counter;
 
 /// A file sink with checkpoints (every 100 records, within a second of a gap), `delivery`
 /// as given; the durable re-created with `max_deliver` and `ack_wait`.
-fn case(delivery: serde_json::Value, max_deliver: i64, ack_wait: Duration) -> Case {
+pub(crate) fn case(delivery: serde_json::Value, max_deliver: i64, ack_wait: Duration) -> Case {
     let c = crate::custody_checkpoints::case_with(
         100,
         |dir| {
@@ -41,13 +41,13 @@ fn case(delivery: serde_json::Value, max_deliver: i64, ack_wait: Duration) -> Ca
     c
 }
 
-fn out(c: &Case) -> std::path::PathBuf {
+pub(crate) fn out(c: &Case) -> std::path::PathBuf {
     c.dir.path().join("out")
 }
 
 /// Polls `cond` every 100 ms for at most `limit`; whether it came true (no assertion: the
 /// caller reports what it saw either way).
-fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + limit;
     while Instant::now() < end {
         if cond() {
@@ -59,7 +59,7 @@ fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// The consumer's delivered consumer sequence: every delivery (first or again) counts one.
-fn deliveries(c: &Case) -> u64 {
+pub(crate) fn deliveries(c: &Case) -> u64 {
     c.server
         .js()
         .consumer_info(STREAM, CONSUMER)
@@ -68,14 +68,14 @@ fn deliveries(c: &Case) -> u64 {
 }
 
 /// Nothing left for the consumer to deliver, nothing awaiting an acknowledgement.
-fn drained(c: &Case) -> bool {
+pub(crate) fn drained(c: &Case) -> bool {
     c.server
         .try_consumer_state(STREAM, CONSUMER)
         .is_some_and(|s| s.1 == 0 && s.2 == 0)
 }
 
 /// The audit's summary line (`svc verify-custody --public-key`), with its exit code.
-fn audit(c: &Case) -> (i32, String) {
+pub(crate) fn audit(c: &Case) -> (i32, String) {
     let (code, text) = crate::custody_checkpoints::verify(c, &[c.public.to_str().unwrap()]);
     let summary = text
         .lines()
@@ -86,13 +86,13 @@ fn audit(c: &Case) -> (i32, String) {
 }
 
 /// Stops the runner cleanly (TERM) and waits for it.
-fn stop(runner: &mut crate::support::process::Runner) {
+pub(crate) fn stop(runner: &mut crate::support::process::Runner) {
     runner.signal("TERM");
     assert!(runner.wait_timeout(Duration::from_secs(60)).is_some());
 }
 
 /// What became of sequence `seq`: (stored, listed as a gap with its reason, the audit).
-fn fate(c: &Case, seq: u64) -> (bool, Option<String>, (i32, String)) {
+pub(crate) fn fate(c: &Case, seq: u64) -> (bool, Option<String>, (i32, String)) {
     let o = out(c);
     let listed = gaps_with_reasons(&o)
         .into_iter()
@@ -101,7 +101,7 @@ fn fate(c: &Case, seq: u64) -> (bool, Option<String>, (i32, String)) {
     (stored(&o).contains(&seq), listed, audit(c))
 }
 
-fn log_lines(log: &str, needles: &[&str]) -> String {
+pub(crate) fn log_lines(log: &str, needles: &[&str]) -> String {
     log.lines()
         .filter(|l| needles.iter().any(|n| l.contains(n)))
         .collect::<Vec<_>>()
