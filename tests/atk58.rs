@@ -180,3 +180,191 @@ fn wait_for(
     }
     false
 }
+
+/// A file sink with checkpoints every `every_records` records (every hour), a pre-sink size
+/// limit of 20 bytes, a DLQ on stream `DLQ` (duplicate window 2 minutes), a fixed NAK delay of
+/// 100 ms; the consumer as the suite creates it (`max_ack_pending` 20,000).
+fn file_dlq_case(every_records: u64) -> Case {
+    let c = crate::custody_checkpoints::case_with(
+        every_records,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out")})
+        },
+        json!({"size_policy": {"enabled": true, "max_payload_bytes": 20},
+               "dead_letter": {"enabled": true, "subject": DLQ_SUBJECT,
+                               "expected_stream": "DLQ", "publish_timeout_ms": 2000}}),
+    );
+    let mut dlq = crate::support::broker::stream_config("DLQ", &[DLQ_SUBJECT]);
+    dlq.duplicate_window = 120_000_000_000;
+    c.server.js().add_stream(dlq).unwrap();
+    c
+}
+
+fn out(c: &Case) -> std::path::PathBuf {
+    c.dir.path().join("out")
+}
+
+/// The file store out of reach (a plain file at its directory's name), as the suite does.
+fn store_in_the_way(c: &Case) {
+    let store = out(c).join(".svc-checkpoints");
+    let aside = c.dir.path().join("checkpoints-aside");
+    if store.exists() {
+        std::fs::rename(&store, &aside).unwrap();
+    } else {
+        std::fs::create_dir(&aside).unwrap();
+    }
+    std::fs::write(&store, b"in the way").unwrap();
+}
+
+fn store_back(c: &Case) {
+    let store = out(c).join(".svc-checkpoints");
+    std::fs::remove_file(&store).unwrap();
+    std::fs::rename(c.dir.path().join("checkpoints-aside"), &store).unwrap();
+}
+
+/// The file store's name of checkpoint `index` of the suite's runner (`runner-cp-1`).
+fn checkpoint_name(index: u64) -> String {
+    let hex: String = b"runner-cp-1".iter().map(|b| format!("{b:02x}")).collect();
+    format!("{hex}-{index:020}.json")
+}
+
+/// The checkpoint files' texts, a planted one (not a checkpoint) left out.
+fn file_checkpoints(c: &Case) -> Vec<String> {
+    crate::custody_checkpoints::checkpoint_files(&out(c))
+        .into_iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .filter(|t| t != PLANTED)
+        .collect()
+}
+
+const PLANTED: &str = "planted";
+
+/// How often each sequence is listed (leaf or gap) over `texts`.
+fn listings(texts: &[String]) -> std::collections::BTreeMap<u64, usize> {
+    let mut n = std::collections::BTreeMap::new();
+    for t in texts {
+        let cp: Value = serde_json::from_str(t).unwrap();
+        let body: Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+        let seqs = (body["gaps"].as_array().unwrap().iter())
+            .chain(cp["leaves"].as_array().unwrap())
+            .map(|x| x[0].as_u64().unwrap());
+        for s in seqs {
+            *n.entry(s).or_default() += 1;
+        }
+    }
+    n
+}
+
+/// HELD (class 1, a crash at the worst moment: between two checkpoints of one backlog). A
+/// backlog built while the file store was out of reach (records 3..=6 and 10..=13, dead
+/// letters 7..=9 held for their gaps) is cut gaps first in checkpoints of 2 once the store is
+/// back; a file planted at the name of the backlog's third checkpoint (index 3) stops the
+/// cut there (each retry refused: "not written (kept for the next one)"), as a kill -9 between
+/// two chunks would; then kill -9, the planted file removed, a restart. Checkpoints 1 and 2
+/// list gaps 7, 8 and 9 and record 3; the restart's rescan signs records 4..=6 and 10..=13
+/// (after the covered range, 3), the held dead letters are acknowledged from the signed
+/// gaps without publishing again. Seen: every sequence 1..=13 listed exactly once, the DLQ
+/// holding 3 dead letters, verify-custody exit 0.
+#[test]
+fn held_a_kill_9_between_two_chunks_of_a_backlog_lists_each_sequence_once_after_the_restart() {
+    let c = file_dlq_case(2);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc1.log"));
+    publish_range(&c.server, 1, 2);
+    crate::custody_checkpoints::wait_acked(&c.server, 2);
+    wait_until(Duration::from_secs(30), "checkpoint 0", || {
+        crate::custody_checkpoints::checkpoint_files(&out(&c)).len() == 1
+    });
+    store_in_the_way(&c);
+    publish_range(&c.server, 3, 6);
+    publish_refused(&c, 3);
+    publish_range(&c.server, 10, 13);
+    wait_until(
+        Duration::from_secs(60),
+        "records stored, dead letters published",
+        || {
+            records(&out(&c)).len() == 10
+                && c.server.stream_messages("DLQ") == 3
+                && runner.log_text().contains("not written")
+        },
+    );
+    let planted = checkpoint_name(3);
+    store_back(&c);
+    std::fs::write(out(&c).join(".svc-checkpoints").join(&planted), PLANTED).unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        "checkpoints 1 and 2, then 3 refused",
+        || {
+            runner
+                .log_text()
+                .contains("custody checkpoint 3 not written")
+        },
+    );
+    let before = listings(&file_checkpoints(&c));
+    runner.sigkill();
+    std::fs::remove_file(out(&c).join(".svc-checkpoints").join(&planted)).unwrap();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    crate::custody_checkpoints::wait_acked(&c.server, 13);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let after = listings(&file_checkpoints(&c));
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    let summary = text.lines().last().unwrap_or_default().to_string();
+    eprintln!(
+        "atk58 kill -9 between chunks: listed before the kill {before:?}; after the restart \
+         {after:?}; DLQ {}; verify-custody exit {code}: {summary}",
+        c.server.stream_messages("DLQ")
+    );
+    let once: Vec<u64> = (1..=13).filter(|s| after.get(s) == Some(&1)).collect();
+    assert_eq!(
+        once,
+        (1..=13).collect::<Vec<u64>>(),
+        "each sequence listed exactly once after a kill -9 between two chunks: {after:?}"
+    );
+    assert_eq!(
+        c.server.stream_messages("DLQ"),
+        3,
+        "a dead letter published again"
+    );
+    assert_eq!(code, 0, "{text}");
+}
+
+/// HELD (class 8, amplification: 55f7152 tells a held dead letter's gap again on every
+/// redelivery). One refusal with a DLQ while the file store is out of reach, held and NAKed
+/// every 100 ms until at least 40 deliveries were held (`checkpoint_gap_waits_total`); the
+/// store back: the gap is listed once (the writer keeps one entry per pending or signed gap),
+/// beside record 1 in one checkpoint, and the message acknowledged; the DLQ holds one dead
+/// letter. Seen: 43 held deliveries, one checkpoint of 2 entries.
+#[test]
+fn held_a_dead_letter_held_for_many_redeliveries_is_listed_once() {
+    let c = file_dlq_case(100);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    crate::custody_checkpoints::wait_acked(&c.server, 1);
+    store_in_the_way(&c);
+    publish_refused(&c, 1);
+    let metrics = c.dir.path().join("metrics.json");
+    wait_until(Duration::from_secs(60), "40 held deliveries", || {
+        snapshot_counter(&metrics, "checkpoint_gap_waits_total") >= 40
+    });
+    let waits = snapshot_counter(&metrics, "checkpoint_gap_waits_total");
+    store_back(&c);
+    crate::custody_checkpoints::wait_acked(&c.server, 2);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let texts = file_checkpoints(&c);
+    let (gaps, _, sizes) = listed(&texts);
+    let n = listings(&texts);
+    eprintln!(
+        "atk58 told again: {waits} held deliveries; checkpoints {} entries {sizes:?}; gaps \
+         {gaps:?}; listings {n:?}; DLQ {}",
+        texts.len(),
+        c.server.stream_messages("DLQ")
+    );
+    assert_eq!(
+        n.get(&2),
+        Some(&1),
+        "the held dead letter's gap listed once: {n:?}"
+    );
+    assert_eq!(c.server.stream_messages("DLQ"), 1);
+}
