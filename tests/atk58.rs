@@ -368,3 +368,224 @@ fn held_a_dead_letter_held_for_many_redeliveries_is_listed_once() {
     );
     assert_eq!(c.server.stream_messages("DLQ"), 1);
 }
+
+/// A sink of `sink` with checkpoints (every 100 records, every hour), a pre-sink size limit
+/// of 20 bytes, no DLQ, `max_deliveries` 1 (a refusal is terminated once its gap is signed),
+/// its tables created (`svc init-db`); a runner makes 3 checkpoints of one gap each (3
+/// refusals, each published once the checkpoint before it is stored: `GAP_WAIT`), then stops.
+fn three_refusal_checkpoints(sink: Value, count: &dyn Fn() -> usize) -> Case {
+    let c = crate::custody_checkpoints::case_with(
+        100,
+        move |_| sink,
+        json!({"size_policy": {"enabled": true, "max_payload_bytes": 20},
+               "delivery": {"batch_size": 16, "fetch_expiry_ms": 200,
+                            "max_in_flight_batches": 2, "sink_workers": 1,
+                            "shutdown_timeout_seconds": 10, "max_deliveries": 1,
+                            "nak_backoff": {"mode": "fixed", "initial_ms": 100,
+                                            "jitter": "none"}}}),
+    );
+    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{o}{e}");
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc1.log"));
+    for n in 1..=3 {
+        publish_refused(&c, 1);
+        wait_until(Duration::from_secs(30), "the refusal's checkpoint", || {
+            count() == n
+        });
+    }
+    crate::custody_checkpoints::wait_acked(&c.server, 3);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    c
+}
+
+/// A checkpoint row to insert: its index and stored text.
+type Row = (u64, String);
+
+/// Continues the chain whose last checkpoint is `last` (stored text) up to checkpoint `to`,
+/// each listing one gap, sealed with the runner's own key by `svc`'s own `seal` (what the
+/// runner writes for one refusal a second apart), handing `insert` the SQL VALUES rows
+/// `(runner_id, index, text)` 2,000 at a time; the head file set to checkpoint `to`.
+fn continue_chain(c: &Case, last: &str, to: u64, insert: &mut dyn FnMut(&[Row])) {
+    use svc::message::protection::checkpoint::{self, Body, CheckpointConfig, Signer};
+    let key = CheckpointConfig {
+        enabled: true,
+        signing_key_file: c.dir.path().join("cp.key"),
+        key_id: "cp1".into(),
+        ..CheckpointConfig::default()
+    };
+    let signer = Signer::load(&key).unwrap();
+    let mut trusted = checkpoint::TrustedKeys::default();
+    trusted.0.insert("cp1".into(), signer.public_key());
+    let last = checkpoint::verify(last, &trusted).unwrap();
+    let (mut previous, mut body) = (last.digest.clone(), last.body.clone());
+    let mut rows = Vec::new();
+    for index in body.index + 1..=to {
+        body = Body {
+            index,
+            first_sequence: 1000 + index,
+            last_sequence: 1000 + index,
+            gaps: vec![(1000 + index, "refused_before_sink".into())],
+            previous: previous.clone(),
+            ..body
+        };
+        let text = String::from_utf8(checkpoint::seal(&body, &[], &signer)).unwrap();
+        previous = checkpoint::body_digest(&body.encode());
+        rows.push((index, text));
+        if rows.len() == 2000 || index == to {
+            insert(&rows);
+            rows.clear();
+        }
+    }
+    let head = c.dir.path().join("c.json.custody-head");
+    svc::sink::checkpoint::head::HeadFile::new(&head)
+        .unwrap()
+        .write(&svc::sink::checkpoint::head::Head::new(
+            "runner-cp-1",
+            to,
+            &previous,
+        ))
+        .unwrap();
+}
+
+/// Starts the runner on `c` once more: (started, its custody log lines, verify-custody's exit
+/// code, its chain and summary lines).
+fn restart_and_audit(c: &Case) -> (bool, String, i32, String) {
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    let started = crate::atk50b::wait_until_either(&mut runner);
+    if started {
+        runner.signal("TERM");
+        assert!(runner.wait_timeout(Duration::from_secs(60)).is_some());
+    }
+    let said: String = (runner.log_text().lines())
+        .filter(|l| l.contains("custody checkpoint"))
+        .collect::<Vec<_>>()
+        .join(" | ");
+    let (code, text) = crate::custody_checkpoints::verify(c, &[c.public.to_str().unwrap()]);
+    let audit = (text.lines())
+        .filter(|l| l.starts_with("chain of") || l.contains("checkpoints (") || l.contains("bound"))
+        .take(6)
+        .collect::<Vec<_>>()
+        .join(" | ");
+    (started, said, code, audit)
+}
+
+/// FOUND (class 12, two views: the order a read-back lists keys in vs the order it pages by;
+/// severity high: a PostgreSQL runner whose chain passed 10,000 checkpoints never starts
+/// again, and `svc verify-custody` reports its intact chain as FORKED or BROKEN: a false
+/// alarm of tampering, and the real audit is lost).
+/// `PgStore::read_checkpoints` lists keys with `SELECT runner_id, checkpoint_index::text, ...
+/// ORDER BY runner_id, checkpoint_index LIMIT 10000` and pages on with `(runner_id,
+/// checkpoint_index) > ($1, $2::bigint)`. PostgreSQL resolves `ORDER BY checkpoint_index` to
+/// the OUTPUT column of that name, the `::text` cast: the first page holds indexes in text
+/// order ("0", "1", "10", "100", "1000", "10000", "1001", ...), the next page starts after the
+/// last of them compared as a number, and indexes are read twice or never. Seen with 10,001
+/// checkpoints (0..=10000): 10000 read twice, the start refused ("broken at checkpoint 10000
+/// (removed, forked or reordered)"), verify-custody "FORKED: a second checkpoint 10000";
+/// with 25,001: 2..=9, 19..=99, 190..=999 and 1900..=9999 never read, "BROKEN: checkpoints 2
+/// to 9 are missing (removed?)". The writer's own cadence reaches 10,001 checkpoints: a
+/// refusal gets a checkpoint of its own within
+/// `GAP_WAIT` (seen: 3 refusals, 3 checkpoints of one gap), so one refusal a second for under
+/// 3 hours, `every_seconds` 60 with light traffic for 7 days, or a backlog cut in checkpoints
+/// of a small `every_records` (a73b6e4). Steps: PostgreSQL sink, 3 refusals as above, stop;
+/// the chain continued to checkpoint 10,000 with the runner's key and `seal` (one gap each,
+/// as those hours would write it) and the head file set to it; start again; verify-custody.
+/// Expected: the runner starts and the chain verifies (exit 0). Fix: order by the table's
+/// column (`ORDER BY runner_id, t.checkpoint_index` with an alias `FROM {t} t`, or name the
+/// cast `AS idx` and keep `ORDER BY checkpoint_index` unambiguous); a unit test with more
+/// than `SQL_LIST_ROWS` rows.
+#[test]
+fn found_a_postgresql_chain_past_10000_checkpoints_reads_back_with_holes_and_never_starts() {
+    let db = TestDb::new("atk58_order");
+    let count = || db.count("svc_custody_checkpoints") as usize;
+    let c = three_refusal_checkpoints(db.sink(json!({})), &count);
+    let mut conn = db.conn();
+    let cadence = listed(&pg_checkpoints(&db)).2;
+    let last = pg_checkpoints(&db).pop().unwrap();
+    continue_chain(&c, &last, 10_000, &mut |rows| {
+        let values: Vec<String> = (rows.iter())
+            .map(|(i, t)| format!("('runner-cp-1', {i}, '{}', now())", t.replace('\'', "''")))
+            .collect();
+        conn.simple(&format!(
+            "INSERT INTO svc_custody_checkpoints (runner_id, checkpoint_index, checkpoint, \
+             stored_at) VALUES {}",
+            values.join(", ")
+        ))
+        .unwrap();
+    });
+    let (started, said, code, audit) = restart_and_audit(&c);
+    eprintln!(
+        "atk58 10,001 PostgreSQL checkpoints: 3 refusals made checkpoints of {:?} entries; the \
+         chain continued to checkpoint 10000 ({} rows); restart started {started}: {said}; \
+         verify-custody exit {code}: {audit}",
+        cadence,
+        count()
+    );
+    assert!(
+        started && code == 0,
+        "an intact PostgreSQL chain of 10,001 checkpoints is read back whole: the runner \
+         started {started} ({said}); verify-custody exit {code}: {audit}"
+    );
+}
+
+/// FOUND (class 8, amplification: the writer's cadence vs the read-back bound; severity
+/// medium: a runner on a MySQL/MariaDB, PostgreSQL or object-store sink never starts again,
+/// and `svc verify-custody` reads its chain no more, once it holds 100,000 checkpoints).
+/// Every read-back holds at most `MAX_AUDIT_CHECKPOINTS` (100,000; the SQL stores fail
+/// "more than 100000 rows: past the read-back bound", the object store lists at most 100,000
+/// keys) and the start reads the runner's whole chain, but nothing bounds how many
+/// checkpoints a chain gets: one refusal a second (a checkpoint each within `GAP_WAIT`, seen
+/// here) reaches it in about 28 hours, `every_seconds` 60 with light traffic in 69 days,
+/// `every_records` 1 (allowed) at 100,000 messages. Here on MariaDB (its list orders by the
+/// number, unlike PostgreSQL's above): 3 refusals, the chain continued to checkpoint 100,000
+/// as in the PostgreSQL test, start again, verify-custody. Expected: a chain grown by the
+/// runner's own cadence is read back. Fix: read back at start only what the start needs (the
+/// head file's checkpoint and the chain after the covered range: the rescan's `covered` set
+/// can be limited to checkpoints after the head known at the last start), page the audit
+/// instead of holding every checkpoint, and bound the gap cadence when no `+TERM` waits for it.
+#[test]
+fn found_a_mysql_chain_grown_to_100001_checkpoints_by_its_cadence_is_read_by_no_one() {
+    let db = crate::support::mysql::MyDb::new("atk58_many");
+    let count = || {
+        let n = db.rows("SELECT COUNT(*) FROM svc_custody_checkpoints");
+        n[0][0].as_deref().unwrap().parse::<usize>().unwrap()
+    };
+    let sink = crate::custody_checkpoints::mysql_sink(&db.name);
+    let c = three_refusal_checkpoints(sink, &count);
+    let mut conn = db.conn();
+    let texts: Vec<String> = (db
+        .rows("SELECT checkpoint FROM svc_custody_checkpoints ORDER BY checkpoint_index"))
+    .into_iter()
+    .map(|r| r[0].clone().unwrap())
+    .collect();
+    let cadence = listed(&texts).2;
+    let last = texts.last().unwrap().clone();
+    continue_chain(&c, &last, 100_000, &mut |rows| {
+        let values: Vec<String> = (rows.iter())
+            .map(|(i, t)| {
+                let t = t.replace('\\', "\\\\").replace('\'', "''");
+                format!("('runner-cp-1', {i}, '{t}', NOW(6))")
+            })
+            .collect();
+        conn.query(&format!(
+            "INSERT INTO svc_custody_checkpoints (runner_id, checkpoint_index, checkpoint, \
+             stored_at) VALUES {}",
+            values.join(", ")
+        ))
+        .unwrap();
+    });
+    let (started, said, code, audit) = restart_and_audit(&c);
+    eprintln!(
+        "atk58 100,001 MariaDB checkpoints: 3 refusals made checkpoints of {:?} entries; the \
+         chain continued to checkpoint 100000 ({} rows); restart started {started}: {said}; \
+         verify-custody exit {code}: {audit}",
+        cadence,
+        count()
+    );
+    assert!(
+        started && code == 0,
+        "a chain grown to 100,001 checkpoints by the writer's own cadence (one per refusal a \
+         second apart: about 28 hours) is read back: the runner started {started} ({said}); \
+         verify-custody exit {code}: {audit}"
+    );
+}
