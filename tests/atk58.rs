@@ -589,3 +589,130 @@ fn found_a_mysql_chain_grown_to_100001_checkpoints_by_its_cadence_is_read_by_no_
          verify-custody exit {code}: {audit}"
     );
 }
+
+/// A 2 MiB tmpfs mounted for one test (needs root, as `durability.rs`'s), unmounted on drop.
+struct SmallFs {
+    path: std::path::PathBuf,
+}
+
+impl SmallFs {
+    fn mount(path: &std::path::Path) -> SmallFs {
+        std::fs::create_dir_all(path).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=2m,mode=0755", "svc-atk58"])
+            .arg(path)
+            .output()
+            .expect("mount (util-linux)");
+        assert!(
+            out.status.success(),
+            "mount -t tmpfs (needs root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallFs {
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// Takes every free byte but one page, kept in `reserve` (freed by `give_one_page`).
+    fn fill(&self) {
+        use std::io::Write;
+        std::fs::write(self.path.join("reserve"), [0u8; 4096]).unwrap();
+        let mut f = std::fs::File::create(self.path.join("filler")).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        let err = loop {
+            if let Err(e) = f.write_all(&chunk) {
+                break e;
+            }
+        };
+        assert_eq!(err.raw_os_error(), Some(28), "filling: {err}");
+        while f.write_all(&[0u8; 512]).is_ok() {}
+    }
+
+    fn give_one_page(&self) {
+        std::fs::remove_file(self.path.join("reserve")).unwrap();
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.path.join("filler")).unwrap();
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(&self.path)
+            .output();
+    }
+}
+
+/// The temporary files a put left in the file store.
+fn leftover_temps(c: &Case) -> Vec<String> {
+    std::fs::read_dir(out(c).join(".svc-checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect()
+}
+
+/// HELD (class 2, a full disk at the worst moment: in the middle of a chunked backlog). The
+/// file sink on a 2 MiB tmpfs, checkpoints every 2 entries, a DLQ; records 1..=2 (checkpoint
+/// 0); the tmpfs filled; 5 refusals dead-lettered and held (their gaps pending: every cut
+/// fails with ENOSPC); one page freed: the backlog's first checkpoint (2 gaps) fits, the
+/// second fails again; then all the space back. Seen: no temporary file left by any failed
+/// put, checkpoints 1..=3 list the 5 gaps once each, the held messages acknowledged, records
+/// 8..=10 published after stored and signed, verify-custody exit 0.
+#[test]
+fn held_a_disk_full_between_two_chunks_of_a_backlog_leaves_no_temporary_and_loses_no_gap() {
+    let c = file_dlq_case(2);
+    let fs = SmallFs::mount(&out(&c));
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 2);
+    crate::custody_checkpoints::wait_acked(&c.server, 2);
+    wait_until(Duration::from_secs(30), "checkpoint 0", || {
+        crate::custody_checkpoints::checkpoint_files(&out(&c)).len() == 1
+    });
+    fs.fill();
+    publish_refused(&c, 5);
+    wait_until(
+        Duration::from_secs(60),
+        "dead letters published, cuts failing",
+        || c.server.stream_messages("DLQ") == 5 && runner.log_text().contains("No space left"),
+    );
+    let failing = runner.log_text().matches("not written (kept").count();
+    fs.give_one_page();
+    wait_until(
+        Duration::from_secs(30),
+        "the backlog's first checkpoint",
+        || crate::custody_checkpoints::checkpoint_files(&out(&c)).len() == 2,
+    );
+    let after_page = runner.log_text().matches("not written (kept").count();
+    let temps_full = leftover_temps(&c);
+    fs.free();
+    crate::custody_checkpoints::wait_acked(&c.server, 7);
+    publish_range(&c.server, 8, 10);
+    crate::custody_checkpoints::wait_acked(&c.server, 10);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let texts = file_checkpoints(&c);
+    let n = listings(&texts);
+    let temps = leftover_temps(&c);
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    let summary = text.lines().last().unwrap_or_default().to_string();
+    eprintln!(
+        "atk58 disk full mid-backlog: failed cuts while full {failing}, then {after_page} with \
+         one page; temporaries while full {temps_full:?}, at the end {temps:?}; {} checkpoints, \
+         listings {n:?}; DLQ {}; verify-custody exit {code}: {summary}",
+        texts.len(),
+        c.server.stream_messages("DLQ")
+    );
+    assert!(
+        temps.is_empty() && temps_full.is_empty(),
+        "temporaries left: {temps:?}"
+    );
+    assert_eq!(
+        n.values().filter(|v| **v == 1).count(),
+        10,
+        "each of 1..=10 listed once: {n:?}"
+    );
+    assert_eq!(code, 0, "{text}");
+}
