@@ -716,3 +716,93 @@ fn held_a_disk_full_between_two_chunks_of_a_backlog_leaves_no_temporary_and_lose
     );
     assert_eq!(code, 0, "{text}");
 }
+
+/// FOUND (class 6, a store that takes long, here made long by the backlog itself; severity
+/// medium: checkpoints hold delivery back, the property atk53b and atk54 fixed, for as long
+/// as a backlog takes to cut). `Writer::cut_backlog` (a73b6e4) writes a whole backlog in one
+/// go, checkpoint after checkpoint, without reading its channel. Each put is quick, so the
+/// store never counts as failing (`failing` is cleared by every stored chunk and no put
+/// hangs past `PUT_HANGS_AFTER`), and `Hold::decide` holds every refusal with no budget
+/// ("with a healthy store a flood of refusals is held"); their gaps wait in the channel until
+/// the backlog's last checkpoint. The held refusals fill `max_ack_pending` and the broker
+/// delivers nothing else. Steps: file sink, `every_records` 1, a DLQ, `max_ack_pending` 20;
+/// checkpoint 0; the store out of reach while 4,000 records are stored (pending); the store
+/// back (the backlog: 4,000 checkpoints); once 10 of them are written, 20 refusals (held)
+/// and one good message G. Seen: G stored 33 to 118 ms after the backlog's last checkpoint,
+/// 5 to 32 s after it was published (20 refusals held 1,357 to 5,697 times). In production
+/// terms, `every_records` 1000 after an hour's outage at 3,000 messages a second is 10,800
+/// puts of about 90 KB (an object store: tens of minutes) with delivery stopped by any 50%
+/// of `max_ack_pending` of refusals. Expected: G delivered while the backlog is cut. Fix:
+/// between two chunks, take the channel's events and cut the gaps first (a message waits for
+/// its gap; a record waits for nothing), or count a backlog being cut as a failing store for
+/// the hold's budget.
+#[test]
+fn found_refusals_during_a_long_backlog_cut_are_held_without_budget_and_stall_delivery() {
+    let c = file_dlq_case(1);
+    let js = c.server.js();
+    js.delete_consumer(STREAM, CONSUMER).unwrap();
+    js.add_consumer(
+        STREAM,
+        durable_config(CONSUMER, "orders.>", Duration::from_secs(30), 20),
+    )
+    .unwrap();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    crate::custody_checkpoints::wait_acked(&c.server, 1);
+    let cps = || crate::custody_checkpoints::checkpoint_files(&out(&c)).len();
+    wait_until(Duration::from_secs(30), "checkpoint 0", || cps() == 1);
+    store_in_the_way(&c);
+    let backlog = 4000;
+    c.server.publish_n(STREAM, "orders.k", backlog, |i| {
+        format!("{{\"k\":{i}}}").into_bytes()
+    });
+    wait_until(Duration::from_secs(300), "the backlog stored", || {
+        c.server.try_consumer_state(STREAM, CONSUMER) == Some((backlog as u64 + 1, 0, 0))
+            && runner.log_text().contains("not written")
+    });
+    store_back(&c);
+    wait_until(Duration::from_secs(60), "the backlog being cut", || {
+        cps() >= 10
+    });
+    let cut_before = cps();
+    let published = std::time::SystemTime::now();
+    publish_refused(&c, 20);
+    c.server
+        .publish_n(STREAM, "orders.g", 1, |_| b"{\"g\":1}".to_vec());
+    let total = backlog as u64 + 1;
+    wait_until(Duration::from_secs(300), "everything settled", || {
+        c.server.try_consumer_state(STREAM, CONSUMER) == Some((total + 21, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(60)).is_some());
+    let waits = snapshot_counter(
+        &c.dir.path().join("metrics.json"),
+        "checkpoint_gap_waits_total",
+    );
+    // When G's record and the backlog's last checkpoint were written (their files' times).
+    let written = |p: &std::path::Path| std::fs::metadata(p).unwrap().modified().unwrap();
+    let g = written(&records(&out(&c))[&(total + 21)].0);
+    let last = written(
+        &out(&c)
+            .join(".svc-checkpoints")
+            .join(checkpoint_name(total - 1)),
+    );
+    let g_first = g < last;
+    let after = |a: std::time::SystemTime, b| a.duration_since(b).map_or(0, |d| d.as_millis());
+    eprintln!(
+        "atk58 long backlog: {backlog} records pending, every_records 1, max_ack_pending 20; \
+         20 refusals and G published after {cut_before} checkpoints; G stored before the \
+         backlog's last checkpoint {g_first} (G {} ms after it, {} ms after it was published); \
+         held deliveries {waits}; {} checkpoints at the end",
+        after(g, last),
+        after(g, published),
+        cps()
+    );
+    assert!(
+        g_first,
+        "a good message published while a backlog of {backlog} checkpoints is cut is stored \
+         before the backlog ends: stored {} ms after its last checkpoint; 20 refusals held with \
+         no budget (the store counts as healthy) filled max_ack_pending 20",
+        after(g, last)
+    );
+}
