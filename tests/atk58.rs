@@ -810,3 +810,88 @@ fn found_refusals_during_a_long_backlog_cut_are_held_without_budget_and_stall_de
         after(g, last)
     );
 }
+
+/// FOUND (class 8 amplification and class 1's cousin, a read-back at the worst moment;
+/// severity medium: messages dead-lettered and acknowledged are listed as a gap in no
+/// checkpoint, with a healthy file store, no crash and no hung put: verify-custody COMPLETE).
+/// Three mechanisms meet. (1) `Writer::cut_backlog` (a73b6e4) cuts a backlog without reading
+/// its channel (4,000+ checkpoints of `every_records` 1 here; tens of minutes for a large
+/// backlog on an object store). (2) Meanwhile `svc-ack` tells each held dead letter's gap
+/// again on every redelivery (55f7152): 2,000 held refusals fill the 65,536-slot channel and
+/// then `Feed::spilled` (dc313a4, no de-duplication) with copies. A refusal first delivered
+/// after that has its only tells dropped ("this line is its only record"); it is held, so
+/// that looks harmless. (3) The overflow makes the next cut read the whole store back first
+/// (`Writer::cut` -> `rescan`), and while it reads, `Hold::decide` says `Rescanning`: a held
+/// dead letter redelivered then is acknowledged unsigned, and `rejected` tells its gap only
+/// when it does not acknowledge (`if !ack { self.tell_gap(..) }`): its gap is never told
+/// again. Steps: file sink, `every_records` 1, a DLQ, the consumer's `max_ack_pending`
+/// 20,000; the store out of reach while 8,000 records are stored; the store back; 2,000
+/// refusals; once the log says the spill is full, 20 more refusals; all settled; TERM.
+/// Seen: all 2,020 settled unsigned (by the rescan), 545 of them (the 20 late ones among
+/// them) listed in no checkpoint, 541,696 "only record" lines, verify-custody exit 0
+/// "1475 runner-caused gaps: COMPLETE". Expected: every refusal listed. Fix: de-duplicate the spill (a set per origin),
+/// tell the gap whenever a held message is settled unsigned (`Rescanning`, `Unsigned`,
+/// `Last`), and read the channel between the chunks of a backlog.
+#[test]
+fn found_a_dead_letter_whose_tells_were_spilled_is_acknowledged_unsigned_by_the_overflow_rescan() {
+    let c = file_dlq_case(1);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 1);
+    crate::custody_checkpoints::wait_acked(&c.server, 1);
+    let cps = || crate::custody_checkpoints::checkpoint_files(&out(&c)).len();
+    wait_until(Duration::from_secs(30), "checkpoint 0", || cps() == 1);
+    store_in_the_way(&c);
+    let backlog = 8000u64;
+    c.server
+        .publish_n(STREAM, "orders.k", backlog as usize, |i| {
+            format!("{{\"k\":{i}}}").into_bytes()
+        });
+    wait_until(Duration::from_secs(600), "the backlog stored", || {
+        c.server.try_consumer_state(STREAM, CONSUMER) == Some((backlog + 1, 0, 0))
+            && runner.log_text().contains("not written")
+    });
+    store_back(&c);
+    wait_until(Duration::from_secs(60), "the backlog being cut", || {
+        cps() >= 10
+    });
+    publish_refused(&c, 2000);
+    let behind = "gaps behind: this line is its only record";
+    let full = wait_for(&runner, Duration::from_secs(600), |l| l.contains(behind));
+    let at_full = cps();
+    publish_refused(&c, 20);
+    let late: Vec<u64> = (backlog + 2002..=backlog + 2021).collect();
+    let total = backlog + 2021;
+    wait_until(Duration::from_secs(600), "everything settled", || {
+        c.server.try_consumer_state(STREAM, CONSUMER) == Some((total, 0, 0))
+    });
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(60)).is_some());
+    let texts = file_checkpoints(&c);
+    let (gaps, _, _) = listed(&texts);
+    let unlisted: Vec<u64> = late.iter().copied().filter(|s| !gaps.contains(s)).collect();
+    let refused = backlog + 2..=total;
+    let unlisted_all = refused.filter(|s| !gaps.contains(s)).count();
+    let metrics = c.dir.path().join("metrics.json");
+    let unsigned = snapshot_counter(&metrics, "checkpoint_gaps_settled_unsigned_total");
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    let summary = text.lines().last().unwrap_or_default().to_string();
+    let log = runner.log_text();
+    eprintln!(
+        "atk58 spilled then rescanned: backlog {backlog} (every_records 1); spill full seen \
+         {full} at {at_full} checkpoints; 20 late refusals {late:?}: listed nowhere {} \
+         ({unlisted:?}); of all 2,020 refusals listed nowhere {unlisted_all}; 'only record' \
+         lines {}; settled unsigned {unsigned}; DLQ {}; \
+         {} checkpoints; verify-custody exit {code}: {summary}",
+        unlisted.len(),
+        log.matches(behind).count(),
+        c.server.stream_messages("DLQ"),
+        texts.len()
+    );
+    assert!(
+        unlisted_all == 0,
+        "each dead-lettered and acknowledged message is listed as a gap: {unlisted_all} of \
+         2,020 refusals are listed nowhere, {} of them among the 20 refused once the spill \
+         was full ({unlisted:?}); verify-custody exit {code}: {summary}",
+        unlisted.len()
+    );
+}
