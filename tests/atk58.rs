@@ -827,9 +827,9 @@ fn found_refusals_during_a_long_backlog_cut_are_held_without_budget_and_stall_de
 /// again. Steps: file sink, `every_records` 1, a DLQ, the consumer's `max_ack_pending`
 /// 20,000; the store out of reach while 8,000 records are stored; the store back; 2,000
 /// refusals; once the log says the spill is full, 20 more refusals; all settled; TERM.
-/// Seen: all 2,020 settled unsigned (by the rescan), 545 of them (the 20 late ones among
-/// them) listed in no checkpoint, 541,696 "only record" lines, verify-custody exit 0
-/// "1475 runner-caused gaps: COMPLETE". Expected: every refusal listed. Fix: de-duplicate the spill (a set per origin),
+/// Seen (two runs): all 2,020 settled unsigned (by the rescan); 20 and 545 of them listed in
+/// no checkpoint (the 20 late ones both times); 128,656 and 541,696 "only record" lines;
+/// verify-custody exit 0 "2000 (1475) runner-caused gaps: COMPLETE". Expected: every refusal listed. Fix: de-duplicate the spill (a set per origin),
 /// tell the gap whenever a held message is settled unsigned (`Rescanning`, `Unsigned`,
 /// `Last`), and read the channel between the chunks of a backlog.
 #[test]
