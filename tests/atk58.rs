@@ -895,3 +895,68 @@ fn found_a_dead_letter_whose_tells_were_spilled_is_acknowledged_unsigned_by_the_
         unlisted.len()
     );
 }
+
+/// HELD (class 12, two clocks: `every_seconds` cuts racing the retry of a failed backlog
+/// cut). `every_seconds` 1 and `every_records` 2; the file store out of reach while records
+/// 4..=20 arrive one by one (each second's cut and each retry fail); the store given back
+/// while records 21..=40 are still being published from another thread. Seen: every
+/// checkpoint holds at most 2 entries, each of 1..=40 listed once, verify-custody exit 0.
+#[test]
+fn held_time_based_cuts_racing_a_backlog_retry_keep_each_checkpoint_within_every_records() {
+    let c = crate::custody_checkpoints::case_with(
+        2,
+        |dir| {
+            std::fs::create_dir(dir.join("out")).unwrap();
+            json!({"type": "file", "directory": dir.join("out")})
+        },
+        json!({}),
+    );
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&c.cfg).unwrap()).unwrap();
+    cfg["custody"]["checkpoints"]["every_seconds"] = json!(1);
+    std::fs::write(&c.cfg, cfg.to_string()).unwrap();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc.log"));
+    publish_range(&c.server, 1, 3);
+    crate::custody_checkpoints::wait_acked(&c.server, 3);
+    wait_until(Duration::from_secs(30), "checkpoints of 1..=3", || {
+        listings(&file_checkpoints(&c)).len() == 3
+    });
+    store_in_the_way(&c);
+    publish_range(&c.server, 4, 20);
+    crate::custody_checkpoints::wait_acked(&c.server, 20);
+    wait_until(Duration::from_secs(30), "failed cuts", || {
+        runner.log_text().matches("not written").count() >= 2
+    });
+    let url = c.server.url();
+    let more = std::thread::spawn(move || {
+        let nc = nats::connect(&url).unwrap();
+        let js = nats::jetstream::new(nc);
+        for i in 21..=40 {
+            js.publish(&format!("orders.n{i}"), format!("{{\"n\":{i}}}"))
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    store_back(&c);
+    more.join().unwrap();
+    crate::custody_checkpoints::wait_acked(&c.server, 40);
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(30)).is_some());
+    let texts = file_checkpoints(&c);
+    let (_, _, sizes) = listed(&texts);
+    let n = listings(&texts);
+    let (code, text) = crate::custody_checkpoints::verify(&c, &[c.public.to_str().unwrap()]);
+    let summary = text.lines().last().unwrap_or_default().to_string();
+    eprintln!(
+        "atk58 every_seconds racing the retry: {} checkpoints, entries {sizes:?}; listed once \
+         {}; verify-custody exit {code}: {summary}",
+        texts.len(),
+        n.values().filter(|v| **v == 1).count()
+    );
+    assert!(sizes.iter().all(|s| *s <= 2), "entries {sizes:?}");
+    assert_eq!(
+        n.values().filter(|v| **v == 1).count(),
+        40,
+        "each of 1..=40 once: {n:?}"
+    );
+    assert_eq!(code, 0, "{text}");
+}
