@@ -960,3 +960,97 @@ fn held_time_based_cuts_racing_a_backlog_retry_keep_each_checkpoint_within_every
     );
     assert_eq!(code, 0, "{text}");
 }
+
+/// FOUND (class 1's cousin: a clean stop at the worst moment; severity medium: messages
+/// dead-lettered and acknowledged are listed in no checkpoint, with a healthy store and no
+/// crash after they were settled; the next audit calls the chain COMPLETE). After a restart
+/// the writer reads the store back first; meanwhile `Hold::decide` says `Rescanning` and
+/// every held dead letter redelivered is acknowledged unsigned, its gap told once, to be
+/// "listed right after the read". But the writer then takes ONE event from its channel and
+/// cuts: `Writer::cut_backlog` (a73b6e4) writes that gap, then the whole record backlog the
+/// rescan found, chunk by chunk, before it reads the channel again; the other gaps wait
+/// behind the records ("gaps first" holds only for gaps already taken). A clean stop whose
+/// clock ends during that loop ("the last checkpoint was not written in time") exits with
+/// those gaps in the channel: gone, and the messages are acknowledged. Steps: file sink,
+/// `every_records` 1, a DLQ, `shutdown_timeout_seconds` 3; the store out of reach while
+/// 3,000 records are stored; kill -9; the store back; a restart (its rescan finds the
+/// unsigned records, and 30 files of 8 MB that are no records make its read take seconds, as
+/// a production store's takes minutes); once it is bound, 20 refusals (dead-lettered and
+/// acknowledged unsigned while it reads); once all are acknowledged, SIGTERM. Seen: 19 of
+/// the 20 listed nowhere (the one gap taken before the cut is listed), the stop's "last
+/// checkpoint was not written in time", 1,891 of 3,001 records signed (the rest wait for the
+/// next restart's rescan). Expected: each of the 20 listed as a gap. Fix: take the channel's
+/// events (and the spill) between chunks and cut gaps before records; tell a
+/// gap again whenever a held message is settled unsigned; at the stop, cut the gaps first.
+#[test]
+fn found_gaps_told_during_the_restart_rescan_wait_behind_its_record_backlog_and_a_clean_stop_drops_them(
+) {
+    let c = file_dlq_case(1);
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&c.cfg).unwrap()).unwrap();
+    cfg["delivery"]["shutdown_timeout_seconds"] = json!(3);
+    std::fs::write(&c.cfg, cfg.to_string()).unwrap();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc1.log"));
+    publish_range(&c.server, 1, 1);
+    crate::custody_checkpoints::wait_acked(&c.server, 1);
+    let cps = || crate::custody_checkpoints::checkpoint_files(&out(&c)).len();
+    wait_until(Duration::from_secs(30), "checkpoint 0", || cps() == 1);
+    store_in_the_way(&c);
+    let backlog = 3000u64;
+    c.server
+        .publish_n(STREAM, "orders.k", backlog as usize, |i| {
+            format!("{{\"k\":{i}}}").into_bytes()
+        });
+    wait_until(Duration::from_secs(300), "the backlog stored", || {
+        c.server.try_consumer_state(STREAM, CONSUMER) == Some((backlog + 1, 0, 0))
+            && runner.log_text().contains("not written")
+    });
+    runner.sigkill();
+    store_back(&c);
+    // A store larger than the test's own records: the restart's read-back takes seconds, as
+    // a production store's takes minutes (files that are no records, read and skipped).
+    let pad = out(&c).join("pad");
+    std::fs::create_dir(&pad).unwrap();
+    let body = format!("{{\"pad\":\"{}\"}}", "x".repeat(8 << 20));
+    for i in 0..30 {
+        std::fs::write(pad.join(format!("{i}.json")), &body).unwrap();
+    }
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc2.log"));
+    assert!(crate::atk50b::wait_until_either(&mut runner), "the restart");
+    publish_refused(&c, 20);
+    let total = backlog + 21;
+    crate::custody_checkpoints::wait_acked(&c.server, total);
+    let during_rescan = !runner
+        .log_text()
+        .contains("committed records in no checkpoint yet");
+    let at_stop = cps();
+    runner.signal("TERM");
+    assert!(runner.wait_timeout(Duration::from_secs(60)).is_some());
+    let late = runner.log_text().contains("not written in time");
+    let texts = file_checkpoints(&c);
+    let (gaps, leaves, _) = listed(&texts);
+    let unlisted: Vec<u64> = (backlog + 2..=total)
+        .filter(|s| !gaps.contains(s))
+        .collect();
+    let unsigned = snapshot_counter(
+        &c.dir.path().join("metrics.json"),
+        "checkpoint_gaps_settled_unsigned_total",
+    );
+    eprintln!(
+        "atk58 stop behind the restart's backlog: {backlog} records unsigned at a kill -9; \
+         restart: 20 refusals acknowledged ({unsigned} settled unsigned) while it read the \
+         store back: {during_rescan}; TERM at {at_stop} checkpoints, last checkpoint not in \
+         time: {late}; then {} checkpoints, {} leaves; refusals listed nowhere {} \
+         ({unlisted:?}); DLQ {}",
+        texts.len(),
+        leaves.len(),
+        unlisted.len(),
+        c.server.stream_messages("DLQ")
+    );
+    assert!(
+        unlisted.is_empty(),
+        "each refusal dead-lettered and acknowledged is listed as a gap: {} of 20 are listed \
+         nowhere ({unlisted:?}) after a clean stop whose clock ended while the restart cut its \
+         record backlog ahead of their gaps",
+        unlisted.len()
+    );
+}
