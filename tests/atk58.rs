@@ -1055,6 +1055,50 @@ fn found_gaps_told_during_the_restart_rescan_wait_behind_its_record_backlog_and_
     );
 }
 
+/// HELD (class 12, the same two views on MariaDB): the MySQL store lists
+/// `CAST(checkpoint_index AS CHAR)` unnamed, so `ORDER BY checkpoint_index` is the column and
+/// its pages follow the number. A chain continued to checkpoint 12,000 as in the PostgreSQL
+/// test: the restart starts and verify-custody exits 0 (the PostgreSQL finding is that
+/// engine's alone).
+#[test]
+fn held_a_mysql_chain_past_10000_checkpoints_reads_back_whole() {
+    let db = crate::support::mysql::MyDb::new("atk58_order");
+    let count = || {
+        let n = db.rows("SELECT COUNT(*) FROM svc_custody_checkpoints");
+        n[0][0].as_deref().unwrap().parse::<usize>().unwrap()
+    };
+    let sink = crate::custody_checkpoints::mysql_sink(&db.name);
+    let c = three_refusal_checkpoints(sink, &count);
+    let mut conn = db.conn();
+    let last = db.rows(
+        "SELECT checkpoint FROM svc_custody_checkpoints ORDER BY checkpoint_index DESC LIMIT 1",
+    );
+    let last = last[0][0].clone().unwrap();
+    continue_chain(&c, &last, 12_000, &mut |rows| {
+        let values: Vec<String> = (rows.iter())
+            .map(|(i, t)| {
+                let t = t.replace('\\', "\\\\").replace('\'', "''");
+                format!("('runner-cp-1', {i}, '{t}', NOW(6))")
+            })
+            .collect();
+        conn.query(&format!(
+            "INSERT INTO svc_custody_checkpoints (runner_id, checkpoint_index, checkpoint, \
+             stored_at) VALUES {}",
+            values.join(", ")
+        ))
+        .unwrap();
+    });
+    let (started, said, code, audit) = restart_and_audit(&c);
+    eprintln!(
+        "atk58 12,001 MariaDB checkpoints: restart started {started}: {said}; verify-custody \
+         exit {code}: {audit}"
+    );
+    assert!(
+        started && code == 0,
+        "{said}; verify-custody exit {code}: {audit}"
+    );
+}
+
 // Tried and not turned into tests (by reading, or too heavy for this host):
 // - Memory: `Writer::pending` and `Writer::gaps` have no bound while the store fails (one
 //   entry per record committed or gap told: about 50-60 bytes a record, 10 million records
