@@ -64,6 +64,7 @@ mod atk53c;
 mod atk54;
 mod atk55;
 mod atk56;
+mod atk58;
 mod atk59;
 mod aws_credentials;
 mod broker_auth_tls;
