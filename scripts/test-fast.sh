@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 echo "== unit tests"
 # svc and its crates (crates/), as scripts/test.sh names them.
-svc_crates=(-p svc -p svc-text -p svc-db -p svc-document -p svc-files -p svc-host -p svc-aws -p svc-subject -p svc-snapshot)
+svc_crates=(-p svc -p svc-text -p svc-db -p svc-document -p svc-files -p svc-host -p svc-aws -p svc-subject -p svc-snapshot -p svc-observe)
 cargo test "${svc_crates[@]}" --lib --bins -- "$@"
 # libtest filters match anywhere in a test's path: `cli::` also matches `observe_cli::`, which
 # needs promtool, hence the --skip.

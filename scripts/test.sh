@@ -7,7 +7,7 @@ source scripts/deps.sh
 deps_test
 
 # svc and its crates (crates/); the carried nats client has its own style and lints.
-svc_crates=(-p svc -p svc-text -p svc-db -p svc-document -p svc-files -p svc-host -p svc-aws -p svc-subject -p svc-snapshot)
+svc_crates=(-p svc -p svc-text -p svc-db -p svc-document -p svc-files -p svc-host -p svc-aws -p svc-subject -p svc-snapshot -p svc-observe)
 echo "== cargo fmt --check"
 cargo fmt "${svc_crates[@]}" --check
 echo "== cargo clippy --all-targets -- -D warnings"

@@ -7,6 +7,8 @@ pub use svc_db as db;
 pub use svc_document as document;
 pub use svc_files as files;
 pub use svc_host as host;
+// The exporter, a crate that does not depend on this one (crates/observe).
+pub use svc_observe as observe;
 pub use svc_text as text;
 
 pub mod allocator;
@@ -16,6 +18,5 @@ pub mod cli;
 pub mod config;
 pub mod message;
 pub mod metrics;
-pub mod observe;
 pub mod pipeline;
 pub mod sink;

@@ -51,7 +51,8 @@ fn unsafe_code_lives_only_in_the_allocator_module() {
 /// needs them (a block of the runtime config with the module it configures), so the order has
 /// no exception.
 /// The lowest ones (`text`, `db`, `document`, `files`, `host`, `aws`) are crates of the workspace
-/// (crates/, as are `message::subject` and the snapshot contract `metrics::snapshot` re-exports:
+/// (crates/, as are `message::subject`, the snapshot contract `metrics::snapshot` re-exports, and
+/// `observe`, the exporter, which depends on none of svc's own modules:
 /// the compiler keeps their order, and `unsafe_code_lives_only_in_the_allocator_module` scans
 /// them); they stay in this list at their rank, which no module of src/ may undercut.
 const LAYERS: &[&str] = &[

@@ -1,4 +1,4 @@
-//! Broker server-monitoring answers (src/observe/connectors/broker_monitoring.rs): the JSON of
+//! Broker server-monitoring answers (crates/observe/src/connectors/broker_monitoring.rs): the JSON of
 //! the broker's monitoring endpoints (`/varz`, `/jsz`, ...), read by `broker-monitoring-poll`.
 //!
 //! Calls what `broker_monitoring::fetch` and `poll` run after the HTTP exchange:

@@ -1,4 +1,4 @@
-//! Answers of cloud APIs and metadata services (src/observe/connectors): the first input byte
+//! Answers of cloud APIs and metadata services (crates/observe/src/connectors): the first input byte
 //! picks the parser, the rest is the answer body.
 //!
 //! Calls `oci::check_answer` (OCI PostMetricData), `siem_hec::check_answer` (HEC),

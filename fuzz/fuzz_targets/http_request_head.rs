@@ -1,4 +1,4 @@
-//! HTTP request head of the `/metrics` endpoint (src/observe/http/head.rs): any client that
+//! HTTP request head of the `/metrics` endpoint (crates/observe/src/http/head.rs): any client that
 //! reaches the listener controls it.
 //!
 //! Calls `observe::http::parse_request_head` (what the I/O loop runs on a connection's buffer)

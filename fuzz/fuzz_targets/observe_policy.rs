@@ -1,4 +1,4 @@
-//! Observability policy text (`Policy::parse`, src/observe/policy): the document every
+//! Observability policy text (`Policy::parse`, crates/observe/src/policy): the document every
 //! `svc-observe` command reads.
 //!
 //! Properties: no panic; every problem renders (Display) without control characters; parsing

@@ -1,4 +1,4 @@
-//! The instance certificate of the OCI metadata service (src/observe/connectors/oci/instance.rs):
+//! The instance certificate of the OCI metadata service (crates/observe/src/connectors/oci/instance.rs):
 //! PEM from the metadata service, DER parsed in-tree to find the tenancy.
 //!
 //! First byte even: the rest is PEM text, through `oci_instance::pem_blocks` ("CERTIFICATE")

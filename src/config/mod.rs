@@ -4,6 +4,7 @@
 //! The reference for every field, default and range is `docs/configuration.md`.
 
 mod effective;
+pub mod hints;
 pub mod lanes;
 
 use crate::broker::config::read_nats;
