@@ -284,7 +284,7 @@ pub fn run(cfg: RuntimeConfig) -> Result<(), RunError> {
     let (metrics, stop, monitor) = (start.metrics, start.stop, start.monitor);
     let (sink, drainer, edge_spool) = build_sink(&cfg, &metrics)?;
     let (checkpoint_feed, checkpoint_writer) =
-        start_checkpoints(&cfg, edge_spool, drainer.as_ref())?;
+        start_checkpoints(&cfg, (edge_spool, drainer.as_ref()), &metrics)?;
     let drainer = drain_checkpoints(&cfg, drainer, checkpoint_feed.as_ref())?;
     let denials = Arc::new(broker::Denials::default());
     let nc =
@@ -623,8 +623,8 @@ impl Ending {
 #[allow(clippy::type_complexity)]
 fn start_checkpoints(
     cfg: &RuntimeConfig,
-    edge_spool: Option<Arc<crate::sink::spool::Spool>>,
-    fallback: Option<&SpoolDrain>,
+    (edge_spool, fallback): (Option<Arc<crate::sink::spool::Spool>>, Option<&SpoolDrain>),
+    metrics: &Arc<Metrics>,
 ) -> Result<
     (
         Option<Arc<crate::sink::checkpoint::Feed>>,
@@ -659,7 +659,8 @@ fn start_checkpoints(
         None => crate::sink::checkpoint::store_for(&cfg.sink).map_err(RunError::Fatal)?,
     };
     let (mut writer, feed) =
-        crate::sink::checkpoint::Writer::new(store, c, cfg.sink.kind()).map_err(RunError::Fatal)?;
+        crate::sink::checkpoint::Writer::new(store, c, cfg.sink.kind(), Arc::clone(metrics))
+            .map_err(RunError::Fatal)?;
     // The chain is read back and checked against the head file before any delivery: a sink
     // cut back, emptied or unreadable stops the runner here.
     writer.start().map_err(RunError::Fatal)?;

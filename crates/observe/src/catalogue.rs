@@ -90,6 +90,14 @@ pub const KNOWN: &[Known] = &[
         "Messages given up on and settled before a custody checkpoint listed their gap (store failing with the hold full, a read-back, or the consumer's last delivery).",
     ),
     c(
+        "checkpoint_records_untold_total",
+        "Committed records not told to the custody checkpoint thread (its channel full); signed after its read-back of the store.",
+    ),
+    c(
+        "checkpoint_gaps_unlisted_total",
+        "Runner-caused gaps no custody checkpoint lists (the channel and the gaps kept aside full, or past what a failed stop keeps); the log names each sequence.",
+    ),
+    c(
         "messages_in_progress_total",
         "In-progress acknowledgements sent to extend the ack wait of long batches.",
     ),

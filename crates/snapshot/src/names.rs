@@ -89,6 +89,13 @@ counters! {
     /// gap (the checkpoint store failing with the hold full, the thread reading the store
     /// back, or the consumer's own last delivery); the gap is still listed by the next cut.
     checkpoint_gaps_settled_unsigned_total,
+    /// Custody checkpoints: records committed while the checkpoint thread's channel was full,
+    /// not told to it (the thread reads the store back after such an overflow and signs them).
+    checkpoint_records_untold_total,
+    /// Custody checkpoints: gaps listed by no checkpoint: told while the channel and the gaps
+    /// kept aside (65,536) were full, or left at a stop whose last checkpoint failed past the
+    /// 65,536 kept for the next start (or when they could not be kept); the log names each.
+    checkpoint_gaps_unlisted_total,
     /// Fan-out: messages routed to at least one child.
     fanout_messages_routed_total,
     /// Fan-out: messages no route matched, acknowledged unstored (`no_match: ignore`).

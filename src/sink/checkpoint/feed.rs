@@ -10,6 +10,7 @@ use crossbeam_channel::{Sender, TrySendError};
 
 use super::read_record;
 use crate::message::protection::custody::{Custodian, CustodyConfig};
+use crate::metrics::Metrics;
 use crate::text::peer::PeerText;
 
 /// The stream and the stream's incarnation (empty when not known) a sequence is of: one
@@ -31,7 +32,9 @@ pub enum Event {
 pub struct Feed {
     pub(super) tx: Sender<Event>,
     pub(super) overflowed: Arc<AtomicBool>,
-    pub dropped: AtomicU64,
+    /// Counts what a full channel drops (`checkpoint_records_untold_total`,
+    /// `checkpoint_gaps_unlisted_total`).
+    pub(super) metrics: Arc<Metrics>,
     pub(super) signed_gaps: Arc<SignedGaps>,
     /// True while the thread reads the store back (`Writer::rescan`): no checkpoint is cut
     /// then, for as long as the read takes.
@@ -117,8 +120,9 @@ impl Feed {
                  record",
                 PeerText::new(&o.0)
             );
+            return Metrics::add(&self.metrics.counters.checkpoint_gaps_unlisted_total, 1);
         }
-        self.dropped.fetch_add(1, Ordering::Relaxed);
+        Metrics::add(&self.metrics.counters.checkpoint_records_untold_total, 1);
     }
 
     /// The stop's deadline is near and a sink worker has not ended (it would end the thread by
@@ -289,7 +293,7 @@ mod spill_tests {
         let feed = Feed {
             tx,
             overflowed: Arc::new(AtomicBool::new(false)),
-            dropped: AtomicU64::new(0),
+            metrics: Arc::new(Metrics::default()),
             signed_gaps: Arc::new(SignedGaps::default()),
             rescanning: Arc::new(AtomicBool::new(false)),
             failing: Arc::new(AtomicBool::new(false)),
@@ -305,11 +309,18 @@ mod spill_tests {
             feed.send(Event::Gap(o.clone(), 3, "terminated"));
         }
         assert!(feed.overflowed.load(Ordering::Relaxed));
-        assert_eq!(feed.dropped.load(Ordering::Relaxed), 1, "record 2 dropped");
+        let untold = &feed.metrics.counters.checkpoint_records_untold_total;
+        assert_eq!(untold.load(Ordering::Relaxed), 1, "record 2 dropped");
         let aside = Feed::take_spilled(&spilled);
         assert_eq!(aside.len(), 1, "a gap told again takes no second slot");
         assert_eq!((aside[0].1, aside[0].2), (3, "abandoned_at_max_deliver"));
         assert!(Feed::take_spilled(&spilled).is_empty(), "taken once");
+        for seq in 0..=SPILLED_GAPS_KEPT as u64 {
+            feed.send(Event::Gap(o.clone(), 10 + seq, "terminated"));
+        }
+        let unlisted = &feed.metrics.counters.checkpoint_gaps_unlisted_total;
+        assert_eq!(unlisted.load(Ordering::Relaxed), 1, "one past the bound");
+        assert_eq!(Feed::take_spilled(&spilled).len(), SPILLED_GAPS_KEPT);
         assert_eq!(rx.len(), 1);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ use super::{claimed_runner, shown_path, CheckpointStore, FEED_CAPACITY, SEAL_REF
 use crate::message::envelope::now_unix_nanos;
 use crate::message::protection::checkpoint::{self, seal, Body, Signer, TrustedKeys};
 use crate::message::protection::custody::{Custodian, CustodyConfig};
+use crate::metrics::Metrics;
 use crate::text::peer::PeerText;
 
 use super::drained::DrainedHead;
@@ -66,6 +67,8 @@ pub struct Writer {
     spilled: Arc<super::feed::Spilled>,
     /// Shared with [`Feed::end_now`].
     ending: Arc<AtomicBool>,
+    /// Counts the gaps a stop could not keep (`checkpoint_gaps_unlisted_total`).
+    metrics: Arc<Metrics>,
     /// Gaps the last stop kept beside the head file are pending: the file goes once a cut
     /// stored them ([`Writer::at_stop`]).
     kept_on_file: bool,
@@ -83,6 +86,7 @@ impl Writer {
         store: Box<dyn CheckpointStore>,
         custody: &CustodyConfig,
         sink: &str,
+        metrics: Arc<Metrics>,
     ) -> Result<(Writer, Feed), String> {
         let cfg = &custody.checkpoints;
         let signer = Signer::load(cfg)?;
@@ -99,7 +103,7 @@ impl Writer {
         let feed = Feed {
             tx,
             overflowed: overflowed.clone(),
-            dropped: AtomicU64::new(0),
+            metrics: Arc::clone(&metrics),
             spilled: Arc::clone(&spilled),
             ending: Arc::clone(&ending),
             signed_gaps: Arc::clone(&signed_gaps),
@@ -131,6 +135,7 @@ impl Writer {
             spilled,
             ending,
             kept_on_file: false,
+            metrics,
         };
         Ok((w, feed))
     }
@@ -270,6 +275,8 @@ impl Writer {
                 lost[0].2,
                 lost[lost.len() - 1].2
             );
+            let unlisted = &self.metrics.counters.checkpoint_gaps_unlisted_total;
+            Metrics::add(unlisted, lost.len() as u64);
             gaps.truncate(MAX_KEPT_GAPS);
         }
         let count = gaps.len();
@@ -278,10 +285,15 @@ impl Writer {
                 "custody checkpoints: the last checkpoint could not be stored; its {count} gaps \
                  are kept beside the head file and listed by the next start's first checkpoint"
             ),
-            Err(e) => log::error!(
-                "custody checkpoints: the last checkpoint could not be stored, and {e}: {count} \
-                 gaps told in this run are listed nowhere (their sequences were logged when told)"
-            ),
+            Err(e) => {
+                let unlisted = &self.metrics.counters.checkpoint_gaps_unlisted_total;
+                Metrics::add(unlisted, count as u64);
+                log::error!(
+                    "custody checkpoints: the last checkpoint could not be stored, and {e}: \
+                     {count} gaps told in this run are listed nowhere (their sequences were \
+                     logged when told)"
+                );
+            }
         }
     }
 
