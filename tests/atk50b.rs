@@ -493,7 +493,13 @@ fn a_checkpoint_frame_the_start_cannot_open_is_not_taken_for_drained() {
     }
     std::fs::copy(only_segment(&a), only_segment(&b)).unwrap();
     let (_, status) = spool_cmd(&b, "status");
-    assert!(status.contains("checkpoints: 2\n"), "{status}");
+    // Two checkpoints or more: 6 records at every 3, cut as the batches come (4 then 2 make
+    // three checkpoints of at most 3).
+    let waiting = status
+        .lines()
+        .find_map(|l| l.strip_prefix("checkpoints: "))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(waiting.is_some_and(|n| n >= 2), "{status}");
     let mut runner = start_runner(&b.cfg, &b.dir.path().join("svc2.log"));
     let started = wait_until_either(&mut runner);
     if started {

@@ -240,7 +240,10 @@ fn a_kill_9_with_a_last_delivery_in_flight_lists_it_at_the_restart() {
     let pace = serde_json::json!({"batch_size": 16, "fetch_expiry_ms": 20000,
         "max_in_flight_batches": 2, "sink_workers": 1, "shutdown_timeout_seconds": 10,
         "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}});
-    let c = case(pace, 1, Duration::from_secs(3));
+    // The restart must subscribe before AckWait runs out: the broker drops a last delivery
+    // then (2.15.1 on its own timer), and a drop made before the restart subscribes is seen
+    // by no one (atk59, open). 10 s leaves a loaded host room to start the runner.
+    let c = case(pace, 1, Duration::from_secs(10));
     let o = out(&c);
     let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
     publish_range(&c.server, 1, 1);

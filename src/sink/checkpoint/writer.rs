@@ -217,25 +217,33 @@ impl Writer {
     /// The gaps the last stop kept beside the head file ([`Writer::at_stop`]): pending again,
     /// listed by the first cut (one the chain lists already is not listed twice).
     fn take_kept_gaps(&mut self) -> Result<(), String> {
-        let kept = self.head_file.read_gaps(&self.runner_id)?;
-        let count = kept.len();
-        for (stream, incarnation, seq, why) in kept {
-            let Some(why) = super::feed::gap_reason(&why).filter(|_| seq > 0) else {
+        let kept = self.head_file.read_gaps(&self.runner_id).map_err(|e| {
+            format!(
+                "{e}; to start without it, move it aside (its gaps are then listed by no \
+                 checkpoint: keep it as their record)"
+            )
+        })?;
+        let mut taken = 0;
+        for (stream, incarnation, seq, why) in kept.iter() {
+            let Some(why) = super::feed::gap_reason(why).filter(|_| *seq > 0) else {
                 return Err(format!(
                     "custody checkpoints' kept gaps beside {}: sequence {seq} of stream {} with \
-                     reason {}: not a gap this runner lists",
+                     reason {}: not a gap this runner lists; to start without it, move it \
+                     aside (keep it as the record of its gaps)",
                     PeerText::new(&self.head_file.path.to_string_lossy()),
-                    PeerText::new(&stream),
-                    PeerText::new(&why)
+                    PeerText::new(stream),
+                    PeerText::new(why)
                 ));
             };
-            self.take_gap((Arc::from(stream), Arc::from(incarnation)), seq, why);
+            let origin = (Arc::from(stream.as_str()), Arc::from(incarnation.as_str()));
+            taken += usize::from(self.take_gap(origin, *seq, why));
         }
-        self.kept_on_file = count > 0;
-        if count > 0 {
+        self.kept_on_file = !kept.is_empty();
+        if !kept.is_empty() {
             log::info!(
-                "custody checkpoints: {count} gaps kept at the last stop (its checkpoint could \
-                 not be stored) are listed by the next checkpoint"
+                "custody checkpoints: {} gaps kept at the last stop, {taken} of them not listed \
+                 by the chain yet: listed by the next checkpoint",
+                kept.len()
             );
         }
         Ok(())
@@ -251,40 +259,67 @@ impl Writer {
         }
     }
 
+    /// At the stop, before the last cut: the gaps pending (what waits in the channel taken
+    /// first) are kept beside the head file before the put, so a put that outlasts the
+    /// stop's clock (a locked table: the process ends under it) loses none of them (atk60);
+    /// [`Writer::at_stop`] removes the file once that cut is stored.
+    fn before_last_cut(&mut self) {
+        self.take_waiting();
+        if !self.gaps.is_empty() {
+            self.keep_gaps(false);
+        }
+    }
+
     /// At the stop, after the last cut: the gaps no stored checkpoint lists (the store failed)
-    /// are kept beside the head file for the next start, at most [`MAX_KEPT_GAPS`] (the rest
-    /// logged as listed nowhere); the records pending are found again by the next start's
-    /// rescan (atk56 finding 4: a told, uncut gap was lost). Once everything is stored, what was
-    /// kept is removed.
+    /// are kept beside the head file for the next start; the records pending are found again
+    /// by the next start's rescan (atk56 finding 4: a told, uncut gap was lost). Once
+    /// everything is stored, what was kept is removed.
     fn at_stop(&mut self, stored: bool) {
+        if stored || self.gaps.is_empty() {
+            return self.forget_kept_gaps();
+        }
+        self.keep_gaps(true);
+    }
+
+    /// Writes the gaps pending to `<head_file>.gaps`, at most [`MAX_KEPT_GAPS`]. `failed`: the
+    /// last cut could not store them, so what is not kept is listed nowhere (logged, counted).
+    fn keep_gaps(&mut self, failed: bool) {
         let mut gaps: Vec<KeptGap> = Vec::new();
         for (o, listed) in &self.gaps {
             for (seq, why) in listed {
                 gaps.push((o.0.to_string(), o.1.to_string(), *seq, why.to_string()));
             }
         }
-        if stored || gaps.is_empty() {
-            return self.forget_kept_gaps();
-        }
         if gaps.len() > MAX_KEPT_GAPS {
-            let lost = &gaps[MAX_KEPT_GAPS..];
-            log::error!(
-                "custody checkpoints: {} gaps past the {MAX_KEPT_GAPS} kept at this stop are \
-                 listed nowhere (sequences {} to {})",
-                lost.len(),
-                lost[0].2,
-                lost[lost.len() - 1].2
-            );
-            let unlisted = &self.metrics.counters.checkpoint_gaps_unlisted_total;
-            Metrics::add(unlisted, lost.len() as u64);
+            if failed {
+                let lost = &gaps[MAX_KEPT_GAPS..];
+                log::error!(
+                    "custody checkpoints: {} gaps past the {MAX_KEPT_GAPS} kept at this stop are \
+                     listed nowhere (sequences {} to {})",
+                    lost.len(),
+                    lost[0].2,
+                    lost[lost.len() - 1].2
+                );
+                let unlisted = &self.metrics.counters.checkpoint_gaps_unlisted_total;
+                Metrics::add(unlisted, lost.len() as u64);
+            }
             gaps.truncate(MAX_KEPT_GAPS);
         }
         let count = gaps.len();
         match self.head_file.write_gaps(&self.runner_id, gaps) {
-            Ok(()) => log::warn!(
-                "custody checkpoints: the last checkpoint could not be stored; its {count} gaps \
-                 are kept beside the head file and listed by the next start's first checkpoint"
-            ),
+            Ok(()) => {
+                self.kept_on_file = true;
+                if failed {
+                    log::warn!(
+                        "custody checkpoints: the last checkpoint could not be stored; its \
+                         {count} gaps are kept beside the head file and listed by the next \
+                         start's first checkpoint"
+                    );
+                }
+            }
+            Err(e) if !failed => {
+                log::warn!("{e}; the stop's last checkpoint is to list its {count} gaps")
+            }
             Err(e) => {
                 let unlisted = &self.metrics.counters.checkpoint_gaps_unlisted_total;
                 Metrics::add(unlisted, count as u64);
@@ -528,6 +563,7 @@ impl Writer {
                 gap_due = (!self.gaps.is_empty()).then(|| Instant::now() + GAP_WAIT);
             }
         }
+        self.before_last_cut();
         let stored = self.cut();
         self.at_stop(stored);
     }
