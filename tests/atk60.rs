@@ -380,3 +380,74 @@ fn locked_stop(check_gone: bool) {
          {kept_text:?}); the audit said exit {vcode}: {summary}"
     );
 }
+
+/// HELD (class 1, a kill -9 between a stored cut and the kept file's removal, simulated by
+/// planting the file again; class 12, a kept gap the chain read back lists already). Message 1
+/// stored; a kept-gaps file of this runner listing sequence 50 (`terminated`, never published, the stream's
+/// incarnation read from checkpoint 0) planted before a restart: the restart lists it and
+/// removes the file; the same file planted again before a third start (what a kill -9 after
+/// the cut and before the removal leaves): the third start (message 2 stored) lists it no second time, removes
+/// the file at its stop, and the audit is 0. Severity had it failed: low (a gap listed twice
+/// is one gap to the audit), or medium had the start refused a good chain.
+#[test]
+fn held_a_kept_gaps_file_the_chain_lists_already_is_listed_once_and_removed() {
+    use crate::atk55::gaps_with_reasons;
+    use crate::atk56::{audit, out, stop, within};
+    use crate::custody_checkpoints::{checkpoint_files, publish_range, wait_acked};
+    let c = crate::atk56::case(
+        crate::atk55::last_delivery_pace(),
+        5,
+        Duration::from_secs(30),
+    );
+    let o = out(&c);
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
+    publish_range(&c.server, 1, 1);
+    wait_acked(&c.server, 1);
+    stop(&mut runner);
+    let cut = o.join(".svc-checkpoints").is_dir() && !checkpoint_files(&o).is_empty();
+    let first = checkpoint_files(&o);
+    let cp: serde_json::Value = serde_json::from_slice(&std::fs::read(&first[0]).unwrap()).unwrap();
+    let body: serde_json::Value = serde_json::from_str(cp["signed"].as_str().unwrap()).unwrap();
+    let incarnation = body["stream_incarnation"].as_str().unwrap().to_string();
+    let kept = c.dir.path().join("c.json.custody-head.gaps");
+    let text = serde_json::json!({"schema": "svc.custody.kept-gaps.v1",
+        "runner_id": "runner-cp-1", "gaps": [[STREAM, incarnation, 50, "terminated"]]})
+    .to_string();
+    let plant = || {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(&kept, &text).unwrap();
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    plant();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
+    let listed = within(Duration::from_secs(30), || {
+        gaps_with_reasons(&o).iter().any(|g| g.0 == 50)
+    });
+    stop(&mut runner);
+    let gone_2 = !kept.exists();
+    plant();
+    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-3.log"));
+    publish_range(&c.server, 2, 2);
+    wait_acked(&c.server, 2);
+    std::thread::sleep(Duration::from_millis(1500));
+    stop(&mut runner);
+    let gone_3 = !kept.exists();
+    let times = gaps_with_reasons(&o).iter().filter(|g| g.0 == 50).count();
+    let (vcode, summary) = audit(&c);
+    eprintln!(
+        "atk60 kept gap listed already: cut {cut}; listed by the restart {listed}, file gone \
+         {gone_2}; planted again: file gone {gone_3}; 50 listed {times} times; verify-custody \
+         exit {vcode}: {summary}\n{}",
+        crate::atk56::log_lines(&runner.log_text(), &["kept", "ERROR"])
+    );
+    assert!(cut && listed, "set-up: cut {cut}, listed {listed}");
+    assert!(
+        gone_2 && gone_3,
+        "the kept file is removed once a stored checkpoint lists it"
+    );
+    assert_eq!(
+        times, 1,
+        "a kept gap the chain lists already is not listed twice"
+    );
+    assert_eq!(vcode, 0, "{summary}");
+}
