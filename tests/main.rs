@@ -66,6 +66,7 @@ mod atk55;
 mod atk56;
 mod atk58;
 mod atk59;
+mod atk60;
 mod aws_credentials;
 mod broker_auth_tls;
 mod clean_stop;
