@@ -9,7 +9,9 @@
 //! 2.9.10 and 2.15.1, and its assertion says what was expected. A finding fixed since keeps
 //! its test without the prefix (it failed on 2fbd214, passes from 059fedb); the two stop
 //! findings pass from d978295 (the stop gives up on batches at the sink: gaps told, last cut
-//! made). Open (medium), their reproductions in the branch's history (7f1c49c), not in the
+//! made); `found_gaps_svc_fetch_tells_at_a_stop_are_lost_while_a_sink_worker_is_stuck`
+//! passes alone but its set-up (a 1 s shutdown clock, SIGSTOP windows) failed twice under the
+//! suite's load, so it is kept in the branch's history (7f1c49c), not in the suite. Open (medium), their reproductions in the branch's history (7f1c49c), not in the
 //! suite: `found_a_last_delivery_in_flight_at_a_kill_9_is_lost_when_the_restart_comes_after_ack_wait`,
 //! `found_last_deliveries_of_a_hung_runner_killed_and_restarted_at_once_are_lost` (a drop
 //! made before the restarted runner subscribes is seen by no one) and
@@ -278,122 +280,5 @@ fn found_a_clean_stop_leaves_a_last_delivery_at_a_slow_sink_unlisted() {
         "message 2, left at the sink on its last delivery (max_deliver 1) by a clean stop and \
          dropped by the broker before the restart bound: it must be listed as a gap, yet it \
          is stored nowhere and listed nowhere; the audit said exit {vcode}: {summary}"
-    );
-}
-
-/// FOUND (class 1 without a crash, with class 12: 1762c42's own gaps told at a stop and
-/// never cut. Severity low: needs a sink slower than `shutdown_timeout_seconds` at the stop
-/// and a shutdown timeout under about a second (the thread cuts within a second of a gap, so
-/// at the default 30 s the cut comes during the drain's wait); the gaps `svc-fetch` tells for the deliveries it releases at the stop on their last
-/// delivery are listed nowhere, audit COMPLETE). `svc-fetch` tells them to the checkpoint
-/// thread (`Fetcher::released`, "at the stop"), but the thread writes its last checkpoint (or,
-/// since e710fc7, keeps the uncut gaps beside the head file) only once every sink worker has
-/// ended; one stuck at the sink never ends, the main thread gives up at the deadline ("the
-/// last checkpoint was not written in time") and the process exits before the thread's
-/// gap cut (within a second of a gap) comes. Steps: PostgreSQL sink, `max_deliver` 1,
-/// AckWait 2 s, pull requests of 20 s, shutdown 1 s; message 1 stored; `LOCK TABLE events`;
-/// message 2 delivered, its INSERT waits; the runner stopped (SIGSTOP), 3 and 4 delivered
-/// into its open requests; SIGTERM and SIGCONT: what of 3 and 4 `svc-fetch` has not taken
-/// into a batch yet is released at the stop (the log says its gap goes into the next
-/// checkpoint; the rest joins 2 at the sink), the runner exits after 1 s; the broker drops
-/// them after the NAK delay (2.15.1 on its own; 2.9.10 after one pull request of another
-/// client); the lock released, the runner started again, message 5 stored. Seen: each
-/// released at the stop stored nowhere, listed nowhere (and 2 with them: the finding above).
-/// Expected: each listed `abandoned_at_max_deliver`.
-/// Fix suggestion: at the deadline, let the checkpoint thread cut (or keep beside the head
-/// file, as `Writer::at_stop` does) what is pending without waiting for stuck sink workers:
-/// e.g. a stop message on the feed from the main thread, answered before the deadline.
-#[test]
-fn found_gaps_svc_fetch_tells_at_a_stop_are_lost_while_a_sink_worker_is_stuck() {
-    let db = crate::support::postgres::TestDb::new("atk59_stuck");
-    let sink = db.sink(serde_json::json!({}));
-    let c = crate::custody_checkpoints::case_with(
-        100,
-        move |_| sink,
-        serde_json::json!({"delivery": {"batch_size": 16, "fetch_expiry_ms": 20000,
-            "max_in_flight_batches": 2, "sink_workers": 1, "shutdown_timeout_seconds": 1,
-            "nak_backoff": {"mode": "fixed", "initial_ms": 100, "jitter": "none"}}}),
-    );
-    let js = c.server.js();
-    js.delete_consumer(STREAM, CONSUMER).unwrap();
-    let mut cc = durable_config(CONSUMER, "orders.>", Duration::from_secs(2), 1000);
-    cc.max_deliver = 1;
-    js.add_consumer(STREAM, cc).unwrap();
-    let (code, o, e) = svc_env(&["init-db", c.cfg.to_str().unwrap()], None);
-    assert_eq!(code, 0, "{o}{e}");
-    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-1.log"));
-    publish_range(&c.server, 1, 1);
-    wait_acked(&c.server, 1);
-    let mut lock = db.conn();
-    lock.simple("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
-        .unwrap();
-    publish_range(&c.server, 2, 2);
-    let at_sink = within(Duration::from_secs(10), || state(&c).1 == 1);
-    std::thread::sleep(Duration::from_millis(300));
-    runner.signal("STOP");
-    publish_range(&c.server, 3, 4);
-    let in_flight = within(Duration::from_secs(10), || state(&c).1 == 3);
-    runner.signal("TERM");
-    runner.signal("CONT");
-    assert!(runner.wait_timeout(Duration::from_secs(60)).is_some());
-    let first = runner.log_text();
-    let on_its_own = within(Duration::from_secs(30), || state(&c).1 == 0);
-    if !on_its_own {
-        pull_once(&c);
-    }
-    let dropped = within(Duration::from_secs(10), || state(&c).1 == 0);
-    let at_restart = state(&c);
-    lock.simple("COMMIT").unwrap();
-    let mut runner = start_runner(&c.cfg, &c.dir.path().join("svc-2.log"));
-    publish_range(&c.server, 5, 5);
-    let five = within(Duration::from_secs(60), || {
-        db.events_by_sequence().contains_key(&5)
-    });
-    let settled = within(Duration::from_secs(30), || drained(&c));
-    std::thread::sleep(Duration::from_millis(1500));
-    stop(&mut runner);
-    let kept: Vec<u64> = db.events_by_sequence().keys().copied().collect();
-    let gaps = pg_gaps(&db);
-    // The deliveries svc-fetch released at the stop, their gaps told (its log says so).
-    let told: Vec<u64> = (3..=4)
-        .filter(|s| {
-            first.contains(&format!(
-                "sequence {s}: released by svc-fetch (at the stop)"
-            ))
-        })
-        .collect();
-    let lost: Vec<u64> = told
-        .iter()
-        .copied()
-        .filter(|s| !kept.contains(s) && !gaps.iter().any(|g| g.0 == *s))
-        .collect();
-    let (vcode, summary) = audit(&c);
-    eprintln!(
-        "atk59 clean stop, 2 stuck at a locked table, 3 and 4 released at the stop \
-         (max_deliver 1): at the sink {at_sink}, in flight {in_flight}; dropped by the broker \
-         on its own {on_its_own}, after another client's pull {}; at the restart \
-         {at_restart:?}; 5 stored {five}, settled {settled}; stored {kept:?}; gaps {gaps:?}; \
-         released at the stop {told:?}, lost of those {lost:?}; verify-custody exit {vcode}: {summary}\n{}",
-        dropped && !on_its_own,
-        log_lines(
-            &first,
-            &[
-                "released by svc-fetch",
-                "shutdown timeout",
-                "in time",
-                "kept"
-            ]
-        )
-    );
-    assert!(
-        at_sink && in_flight && dropped && five,
-        "set-up: {at_restart:?}"
-    );
-    assert!(
-        lost.is_empty(),
-        "messages {lost:?}, released by svc-fetch at a clean stop on their last delivery \
-         (their gaps told, says the log) while a sink worker was stuck: they must be listed, \
-         yet they are stored nowhere and listed nowhere; the audit said exit {vcode}: \
-         {summary}"
     );
 }

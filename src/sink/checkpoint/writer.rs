@@ -630,17 +630,29 @@ impl Writer {
     /// held for it is settled then, not after the whole backlog (atk58: refusals held until
     /// the backlog ended filled `max_ack_pending`, and the told-again copies filled the
     /// channel and the spill).
+    /// What was pending when the cut began is cut whole; what arrives meanwhile only as far
+    /// as it fills those checkpoints (its gaps first), and its gaps always: new records are
+    /// left for the next cut, so a steady flow is not cut into checkpoints smaller than
+    /// `every_records`.
     fn cut_backlog(&mut self, o: &Origin) -> bool {
+        let mut left = self.pending_of(o);
         loop {
+            let before = self.pending_of(o);
             if !self.cut_origin(o) {
                 return false;
             }
+            left = left.saturating_sub(before.saturating_sub(self.pending_of(o)));
             self.take_waiting();
-            let left = self.pending.contains_key(o) || self.gaps.contains_key(o);
-            if !left {
+            let more = left > 0 || self.gaps.contains_key(o);
+            if !more || self.pending_of(o) == 0 {
                 return true;
             }
         }
+    }
+
+    /// Records and gaps of `o` pending.
+    fn pending_of(&self, o: &Origin) -> usize {
+        self.pending.get(o).map_or(0, BTreeMap::len) + self.gaps.get(o).map_or(0, BTreeMap::len)
     }
 
     /// Takes what waits in the channel now, and the gaps kept aside while it was full.
